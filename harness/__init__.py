@@ -1,0 +1,23 @@
+"""Kiln's CI harness: runs the compiler's suites in pinned CPU/CUDA/ROCm containers (or natively),
+captures the environment, collects JUnit results, reports, and prints a reproduction line per failure.
+
+The harness is a chain of small steps, each a function another module (or a nox session) can call:
+  matrix.load          -> the backends' data from ci/matrix.json (the one source of truth)
+  image.build          -> a hash-tagged image for a backend (bootstrapping a base image if needed)
+  health.check         -> a matmul and a compiled Triton kernel on every visible device
+  envinfo.capture      -> git sha, versions, driver, GPUs, compiler config
+  runner.run_pytest    -> one pytest invocation, natively or in a container; returns where JUnit landed
+  runner.run_suites    -> the four suites, one summary line each, into a results folder
+  collect.load_run     -> a results folder parsed and classified
+  report.render        -> the text/markdown report
+  repro.repro_line     -> the command that reproduces one failing test
+
+The command line is `python -m harness <verb>`; see harness/__main__.py.
+This package imports only the standard library at import time; torch/triton are imported lazily.
+"""
+
+from __future__ import annotations
+
+__all__ = ["__version__"]
+
+__version__ = "0.1.0"

@@ -1,0 +1,70 @@
+"""Command line: `python -m harness <verb> [options]`.
+
+A verb is a module that defines `cli_add_arguments(parser)` and `cli_main(args) -> int` (its docstring
+is the verb's help). Adding a verb is one line in VERBS. Only the chosen verb's module is imported.
+Any `HarnessError` is printed as one line `harness <verb>: error: ...` with its exit code, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness.exc import HarnessError
+
+# verb -> (module, one-line help). Keep sorted by the order a person meets them.
+VERBS: dict[str, tuple[str, str]] = {
+    "run": ("harness.runner", "run the suites for a backend, in its container or natively"),
+    "detect": ("harness.runner", "print the backend this machine supports: cuda, rocm or cpu"),
+    "health": ("harness.health", "GPU health check: a matmul and a compiled kernel on every device"),
+    "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),
+    "image": ("harness.image", "bootstrap the base image and build the hash-tagged backend image"),
+    "report": ("harness.report", "print the report of a results folder"),
+    "repro": ("harness.repro", "print one command per failing test that reproduces it"),
+    "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
+}
+
+# Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
+
+
+def _usage() -> str:
+    width = max(map(len, VERBS))
+    lines = ["usage: python -m harness <verb> [options]", "", "verbs:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in VERBS.items()]
+    lines += ["", "`python -m harness <verb> --help` shows a verb's options."]
+    return "\n".join(lines)
+
+
+def _entry(module: object, verb: str, what: str):
+    specific = getattr(module, f"cli_{verb}_{what}", None)
+    return specific or getattr(module, f"cli_{what}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to the verb's module; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"harness: error: unknown verb {verb!r}; known: {', '.join(VERBS)}", file=sys.stderr)
+        return 2
+    module_name, help_ = VERBS[verb]
+    try:
+        module = importlib.import_module(module_name)
+        parser = argparse.ArgumentParser(prog=f"python -m harness {verb}", description=help_)
+        _entry(module, verb, "add_arguments")(parser)
+        args = parser.parse_args(rest)
+        return int(_entry(module, verb, "main")(args) or 0)
+    except HarnessError as e:
+        print(f"harness {verb}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"harness {verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Errors of the harness. The CLI prints any `HarnessError` as one line and exits with its `exit_code`."""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """An expected failure with a message meant for a person: printed as one line, no traceback."""
+
+    exit_code = 2
+
+
+class MatrixError(HarnessError):
+    """ci/matrix.json is missing, not JSON, or does not match the schema."""
+
+
+class UnknownBackend(MatrixError):
+    """A backend name that the matrix does not define."""
+
+
+class DockerError(HarnessError):
+    """The docker client is missing, the daemon is unreachable, or a docker command failed."""
+
+
+class ImageError(HarnessError):
+    """An image could not be bootstrapped or built."""
+
+
+class NoDeviceError(HarnessError):
+    """The backend needs a GPU (or its driver) that this machine does not have."""
+
+
+class HealthError(HarnessError):
+    """A device is present but failed the health check (wrong matmul, kernel did not compile/run)."""
+
+
+class ResultsError(HarnessError):
+    """A results folder is missing, unreadable, or not a harness results folder."""
+
+
+class MissingTool(HarnessError):
+    """A program or Python package the requested step needs is not installed."""
+
+
+class RunInterrupted(HarnessError):
+    """The run was interrupted (Ctrl-C / SIGTERM); results written so far are kept, marked incomplete."""
+
+    exit_code = 130

@@ -1,0 +1,268 @@
+"""The test matrix: ci/matrix.json parsed into typed, validated records.
+
+Terms:
+  backend   a column of the matrix (cpu, cuda, rocm): its image, base image, pins, container options,
+            runner labels and timeouts.
+  suite     a folder under tests/ that the harness runs as one pytest invocation (tests/<suite>).
+  suite_env environment every suite runs with (one process, one compile thread, fixed hash seed).
+
+Every consumer (nox sessions, runner, repro lines, CI workflows) reads this file; nothing else
+repeats these values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.exc import MatrixError, UnknownBackend
+from harness.settings import settings
+
+SCHEMA = 1
+_DEVICES = ("cpu", "cuda")  # torch device type the suites use; ROCm shows up as "cuda" in torch
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds per test (pytest-timeout), per suite (container/process kill), per health check; CI job minutes."""
+
+    test_s: int
+    suite_s: int
+    health_s: int
+    job_min: int
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How to make the base image with debootstrap when no registry serves it."""
+
+    suite: str
+    variant: str
+    mirror: str
+    image: str
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One column of the matrix."""
+
+    name: str
+    description: str
+    device: str
+    image: str
+    dockerfile: str
+    base_image: str
+    bootstrap: Bootstrap | None
+    python: str
+    torch: str
+    triton: str
+    pip_index_args: tuple[str, ...]
+    wheelhouse: bool
+    container_options: tuple[str, ...]
+    host_devices: tuple[str, ...]
+    env: dict[str, str]
+    runner_labels: tuple[str, ...]
+    timeouts: Timeouts
+    compile_targets: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def is_gpu(self) -> bool:
+        """True for backends that need a GPU on the host (cuda, rocm)."""
+        return bool(self.host_devices)
+
+    def build_args(self, base_image: str | None = None) -> dict[str, str]:
+        """Docker build arguments, in a fixed order; the Dockerfile's ARG defaults equal these."""
+        return {
+            "BASE_IMAGE": base_image or self.base_image,
+            "TORCH_SPEC": self.torch,
+            "TRITON_SPEC": self.triton,
+            "PIP_INDEX_ARGS": " ".join(self.pip_index_args),
+        }
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The whole matrix file."""
+
+    path: Path
+    suites: tuple[str, ...]
+    suite_env: dict[str, str]
+    backends: dict[str, Backend] = field(default_factory=dict)
+
+    def backend(self, name: str) -> Backend:
+        """The backend called `name`, or a clear error naming the known ones."""
+        try:
+            return self.backends[name]
+        except KeyError:
+            known = ", ".join(self.backends)
+            raise UnknownBackend(f"unknown backend {name!r}: {self.path} defines {known}") from None
+
+
+class _Reader:
+    """Typed access to one JSON object, with errors that name the file and the key path."""
+
+    def __init__(self, path: Path, where: str, obj: Any):
+        self.path, self.where, self.obj = path, where, obj
+        if not isinstance(obj, dict):
+            self.fail(f"expected an object, got {type(obj).__name__}")
+        self.used: set[str] = set()
+
+    def fail(self, msg: str, key: str | None = None) -> None:
+        loc = f"{self.where}.{key}" if key else self.where
+        raise MatrixError(f"{self.path}: {loc or '<top>'}: {msg}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+        self.used.add(key)
+        if key not in self.obj:
+            if optional:
+                return None
+            self.fail("missing", key)
+        value = self.obj[key]
+        if value is None and optional:
+            return None
+        # bool is an int in Python; keep them apart so `true` is not accepted as a timeout
+        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            self.fail(f"expected {names}, got {type(value).__name__} {value!r}", key)
+        return value
+
+    def str_list(self, key: str) -> tuple[str, ...]:
+        value = self.get(key, list)
+        if not all(isinstance(v, str) for v in value):
+            self.fail("expected a list of strings", key)
+        return tuple(value)
+
+    def str_dict(self, key: str) -> dict[str, str]:
+        value = self.get(key, dict)
+        if not all(isinstance(v, str) for v in value.values()):
+            self.fail("expected string values", key)
+        return dict(value)
+
+    def sub(self, key: str, *, optional: bool = False) -> _Reader | None:
+        value = self.get(key, dict, optional=optional)
+        return None if value is None else _Reader(self.path, f"{self.where}.{key}".lstrip("."), value)
+
+    def done(self) -> None:
+        extra = sorted(set(self.obj) - self.used)
+        if extra:
+            self.fail(f"unknown key(s) {', '.join(extra)}")
+
+
+def _positive(r: _Reader, key: str) -> int:
+    value = r.get(key, int)
+    if value <= 0:
+        r.fail(f"must be > 0, got {value}", key)
+    return value
+
+
+def _backend(name: str, r: _Reader) -> Backend:
+    t = r.sub("timeouts")
+    assert t is not None
+    timeouts = Timeouts(*(_positive(t, k) for k in ("test_s", "suite_s", "health_s", "job_min")))
+    t.done()
+    if timeouts.suite_s < timeouts.test_s:
+        t.fail(f"suite_s ({timeouts.suite_s}) must be >= test_s ({timeouts.test_s})")
+    b = r.sub("bootstrap", optional=True)
+    bootstrap = None
+    if b is not None:
+        bootstrap = Bootstrap(*(b.get(k, str) for k in ("suite", "variant", "mirror", "image")))
+        b.done()
+    device = r.get("device", str)
+    if device not in _DEVICES:
+        r.fail(f"must be one of {', '.join(_DEVICES)}, got {device!r}", "device")
+    targets = r.get("compile_targets", list)
+    if not all(isinstance(t, dict) for t in targets):
+        r.fail("expected a list of objects", "compile_targets")
+    backend = Backend(
+        name=name,
+        description=r.get("description", str),
+        device=device,
+        image=r.get("image", str),
+        dockerfile=r.get("dockerfile", str),
+        base_image=r.get("base_image", str),
+        bootstrap=bootstrap,
+        python=r.get("python", str),
+        torch=r.get("torch", str),
+        triton=r.get("triton", str),
+        pip_index_args=r.str_list("pip_index_args"),
+        wheelhouse=r.get("wheelhouse", bool),
+        container_options=r.str_list("container_options"),
+        host_devices=r.str_list("host_devices"),
+        env=r.str_dict("env"),
+        runner_labels=r.str_list("runner_labels"),
+        timeouts=timeouts,
+        compile_targets=tuple(targets),
+    )
+    r.done()
+    for key, value in (("torch", backend.torch), ("triton", backend.triton)):
+        if "==" not in value:
+            r.fail(f"must be an exact pin like 'pkg==1.2.3', got {value!r}", key)
+    if ":" not in backend.base_image or backend.base_image.endswith(":latest"):
+        r.fail(f"must be pinned to a tag, got {backend.base_image!r}", "base_image")
+    return backend
+
+
+def parse(data: Any, path: Path) -> Matrix:
+    """Validate already-decoded JSON `data` (from `path`, for messages) and build the Matrix."""
+    r = _Reader(path, "", data)
+    schema = r.get("schema", int)
+    if schema != SCHEMA:
+        r.fail(f"schema {schema} is not supported (this harness reads schema {SCHEMA})", "schema")
+    suites = r.str_list("suites")
+    suite_env = r.str_dict("suite_env")
+    raw = r.sub("backends")
+    assert raw is not None
+    backends = {}
+    for name in raw.obj:
+        sub = raw.sub(name)
+        assert sub is not None
+        backends[name] = _backend(name, sub)
+    r.done()
+    if not backends:
+        r.fail("no backends defined", "backends")
+    return Matrix(path=path, suites=suites, suite_env=suite_env, backends=backends)
+
+
+def load(path: Path | str | None = None) -> Matrix:
+    """Read and validate the matrix file (default: settings().matrix_path)."""
+    path = Path(path) if path else settings().matrix_path
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise MatrixError(f"cannot read matrix file {path}: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MatrixError(f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    return parse(data, path)
+
+
+# ---- CLI: `python -m harness matrix` -------------------------------------------------------------------
+
+
+def cli_add_arguments(p: Any) -> None:
+    p.add_argument("--backend", help="print only this backend")
+    p.add_argument("--field", help="print one field of the backend (e.g. runner_labels), as JSON")
+
+
+def cli_main(args: Any) -> int:
+    """Validate ci/matrix.json and print it (or one backend / field) as JSON."""
+    m = load()
+    if not args.backend:
+        print(json.dumps({n: _as_json(b) for n, b in m.backends.items()}, indent=2))
+        return 0
+    data = _as_json(m.backend(args.backend))
+    if args.field:
+        if args.field not in data:
+            raise MatrixError(f"backend {args.backend} has no field {args.field!r}")
+        data = data[args.field]
+    print(json.dumps(data, indent=None if args.field else 2))
+    return 0
+
+
+def _as_json(b: Backend) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(b)
