@@ -45,3 +45,15 @@ class RunInterrupted(HarnessError):
     """The run was interrupted (Ctrl-C / SIGTERM); results written so far are kept, marked incomplete."""
 
     exit_code = 130
+
+
+class QuarantineError(HarnessError):
+    """The quarantine file is missing, not valid TOML, or an entry is malformed or duplicated."""
+
+
+class FlakeRunError(HarnessError):
+    """The flake run could not produce per-run outcomes (pytest usage error, nothing collected, no JUnit XML)."""
+
+
+class CompileCheckError(HarnessError):
+    """The compile check could not run: bad dump folder, malformed specialization file, bad target list."""
