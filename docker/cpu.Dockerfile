@@ -1,0 +1,41 @@
+# Kiln CPU image: the suites under Triton's interpreter (TRITON_INTERPRET=1), no GPU.
+# Built by `python -m harness image build --backend cpu`, which tags it with the hash of this file, the
+# build args, docker/requirements-test.txt and the project metadata. The defaults below equal
+# ci/matrix.json (a test checks it). When no registry serves BASE_IMAGE, the harness bootstraps a
+# Debian base with debootstrap and passes it as BASE_IMAGE.
+# The build context holds wheels/ (a wheelhouse the harness fills from the host's pip), so the build
+# needs no network for Python packages.
+ARG BASE_IMAGE=debian:bookworm-20251117-slim
+FROM ${BASE_IMAGE}
+
+ARG TORCH_SPEC=torch==2.13.0
+ARG TRITON_SPEC=triton==3.9.0
+ARG PIP_INDEX_ARGS="--no-index"
+
+SHELL ["/bin/sh", "-eu", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/venv
+
+ENV PATH=/opt/venv/bin:$PATH
+
+COPY requirements-test.txt /opt/kiln/requirements-test.txt
+# hadolint ignore=DL3042
+RUN --mount=type=bind,source=wheels,target=/opt/kiln/wheels \
+    pip install --find-links /opt/kiln/wheels ${PIP_INDEX_ARGS} \
+        "${TORCH_SPEC}" "${TRITON_SPEC}" -r /opt/kiln/requirements-test.txt \
+    && python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+
+RUN useradd --create-home --uid 1000 --shell /bin/sh kiln
+USER kiln
+WORKDIR /src
+# The source tree is mounted read-only at /src; results are written to /results.
+ENV PYTHONPATH=/src \
+    PYTHONDONTWRITEBYTECODE=1 \
+    TRITON_INTERPRET=1 \
+    KILN_TEST_DEVICE=cpu

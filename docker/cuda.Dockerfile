@@ -1,0 +1,38 @@
+# Kiln CUDA image: the suites on NVIDIA GPUs. Run with `--gpus all` (NVIDIA container toolkit).
+# Built by `python -m harness image build --backend cuda`; tagged with the hash of this file, the build
+# args, docker/requirements-test.txt and the project metadata. Defaults below equal ci/matrix.json.
+# The build context's wheels/ folder may hold wheels to use before the indexes (e.g. offline runners).
+ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04
+FROM ${BASE_IMAGE}
+
+ARG TORCH_SPEC=torch==2.13.0
+ARG TRITON_SPEC=triton==3.9.0
+ARG PIP_INDEX_ARGS="--index-url https://download.pytorch.org/whl/cu130 --extra-index-url https://pypi.org/simple"
+
+SHELL ["/bin/sh", "-eu", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv python3-dev ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/venv
+
+ENV PATH=/opt/venv/bin:$PATH
+
+COPY requirements-test.txt /opt/kiln/requirements-test.txt
+# hadolint ignore=DL3042
+RUN --mount=type=bind,source=wheels,target=/opt/kiln/wheels \
+    pip install --find-links /opt/kiln/wheels ${PIP_INDEX_ARGS} \
+        "${TORCH_SPEC}" "${TRITON_SPEC}" -r /opt/kiln/requirements-test.txt \
+    && python -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+
+# The base image may already own uid 1000 (ubuntu); reuse the uid, name the user kiln.
+RUN if id -u 1000 >/dev/null 2>&1; then userdel --remove "$(id -un 1000)"; fi \
+    && useradd --create-home --uid 1000 --shell /bin/sh kiln
+USER kiln
+WORKDIR /src
+ENV PYTHONPATH=/src \
+    PYTHONDONTWRITEBYTECODE=1 \
+    KILN_TEST_DEVICE=cuda

@@ -1,0 +1,316 @@
+"""Backend images: tagged by the hash of what goes into them, rebuilt only when that hash changes.
+
+Terms:
+  inputs     everything that determines an image: the Dockerfile, the build args (base image, torch and
+             triton pins, pip index args), docker/requirements-test.txt and the project metadata
+             (pyproject.toml's [project] table). Their sha256 (first 16 hex digits) is the image tag.
+  base image the FROM image. When it is neither present locally nor pullable (no registry reachable)
+             and the backend has a `bootstrap` entry, it is made with `debootstrap` + `docker import`.
+  wheelhouse a folder of wheels the harness downloads with the host's pip (which reaches this
+             machine's wheel cache) and hands to the build as `wheels/`, so the build needs no index.
+  context    .kiln/build/<backend>/: Dockerfile, requirements-test.txt, wheels/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import matrix as matrix_mod
+from harness.exc import DockerError, ImageError, MissingTool
+from harness.matrix import Backend
+from harness.settings import settings
+
+REQUIREMENTS = "docker/requirements-test.txt"
+HASH_LEN = 16
+
+
+# ---- docker client -----------------------------------------------------------------------------------
+
+
+def docker_base() -> list[str]:
+    """The docker client argv prefix (settings().docker)."""
+    return [settings().docker]
+
+
+def require_docker() -> None:
+    """Fail with a clear message when the docker client is missing or its daemon is unreachable."""
+    client = settings().docker
+    if shutil.which(client) is None:
+        raise DockerError(
+            f"docker client {client!r} not found: install docker (apt-get install docker.io) "
+            "or run natively with --native / KILN_NATIVE=1"
+        )
+    try:
+        proc = subprocess.run(
+            [client, "version", "--format", "{{.Server.Version}}"],
+            capture_output=True, text=True, timeout=30,
+        )
+    except subprocess.TimeoutExpired:
+        raise DockerError("docker daemon did not answer within 30 s (is dockerd hung?)") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DockerError(
+            f"cannot reach the docker daemon ({detail}); start it (e.g. `dockerd > /tmp/dockerd.log 2>&1 &`)"
+            " or run natively with --native"
+        )
+
+
+def docker(*args: str, check: bool = True, capture: bool = True, **kw: Any) -> subprocess.CompletedProcess:
+    """Run one docker command; a failure raises DockerError with the last line of its stderr."""
+    argv = [*docker_base(), *args]
+    proc = subprocess.run(argv, capture_output=capture, text=True, **kw)
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or "").strip().splitlines()[-1:] if capture else []
+        raise DockerError(f"`docker {' '.join(args[:2])}` failed (exit {proc.returncode}): {' '.join(tail)}")
+    return proc
+
+
+def image_id(ref: str) -> str | None:
+    """The local image id of `ref` (sha256:...), or None when it is not present locally."""
+    proc = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+# ---- hash tag ------------------------------------------------------------------------------------------
+
+
+def _project_metadata(root: Path) -> str:
+    """pyproject.toml's [project] table as canonical JSON (the whole file when tomllib is missing)."""
+    path = root / "pyproject.toml"
+    if not path.exists():
+        return ""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        return path.read_text()
+    project = tomllib.loads(path.read_text()).get("project", {})
+    return json.dumps(project, sort_keys=True)
+
+
+def image_inputs(backend: Backend, base_image: str | None = None, root: Path | None = None) -> dict[str, str]:
+    """Everything that determines the image, as name -> text, in a fixed order."""
+    root = root or settings().root
+    dockerfile = root / backend.dockerfile
+    for path in (dockerfile, root / REQUIREMENTS):
+        if not path.exists():
+            raise ImageError(f"{path} not found (backend {backend.name})")
+    return {
+        "dockerfile": dockerfile.read_text(),
+        "build_args": json.dumps(backend.build_args(base_image), sort_keys=True),
+        "requirements": (root / REQUIREMENTS).read_text(),
+        "project": _project_metadata(root),
+    }
+
+
+def image_tag(backend: Backend, base_image: str | None = None, root: Path | None = None) -> str:
+    """`<image>:<hash>` for the backend, e.g. `kiln-cpu:3f2a...`."""
+    h = hashlib.sha256()
+    for name, text in image_inputs(backend, base_image, root).items():
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+    return f"{backend.image}:{h.hexdigest()[:HASH_LEN]}"
+
+
+# ---- base image ----------------------------------------------------------------------------------------
+
+
+def bootstrap_argv(backend: Backend, rootfs: Path) -> list[str]:
+    """The debootstrap command that makes the backend's base root file system in `rootfs`."""
+    b = backend.bootstrap
+    if b is None:
+        raise ImageError(f"backend {backend.name} has no bootstrap entry in the matrix")
+    return ["debootstrap", f"--variant={b.variant}", b.suite, str(rootfs), b.mirror]
+
+
+def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
+    """Make the base image with debootstrap + `docker import` unless it exists; return its name."""
+    b = backend.bootstrap
+    if b is None:
+        raise ImageError(f"backend {backend.name} has no bootstrap entry in the matrix")
+    if not force and image_id(b.image):
+        return b.image
+    if shutil.which("debootstrap") is None:
+        raise MissingTool("debootstrap not found: install it (apt-get install debootstrap) to bootstrap "
+                          f"{b.image}, or provide a base image with --base-image")
+    if os.geteuid() != 0:
+        raise ImageError("debootstrap needs root to bootstrap the base image")
+    state = settings().state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bootstrap-", dir=state) as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        log = state / f"debootstrap-{backend.name}.log"
+        print(f"harness image: bootstrapping {b.image} ({b.suite}/{b.variant} from {b.mirror}); log {log}",
+              file=sys.stderr)
+        with open(log, "w") as fh:
+            proc = subprocess.run(bootstrap_argv(backend, rootfs), stdout=fh, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            tail = log.read_text().strip().splitlines()[-3:]
+            raise ImageError(f"debootstrap failed (exit {proc.returncode}): {' | '.join(tail)}")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        imp = subprocess.run([*docker_base(), "import", "-", b.image], stdin=tar.stdout,
+                             capture_output=True, text=True)
+        assert tar.stdout is not None
+        tar.stdout.close()
+        if tar.wait() != 0 or imp.returncode != 0:
+            raise ImageError(f"docker import of the bootstrapped root failed: {imp.stderr.strip()}")
+    return b.image
+
+
+def resolve_base(backend: Backend, base_image: str | None = None, *, bootstrap: bool | None = None) -> str:
+    """The base image to build on: the given one, else the pinned one when present or pullable, else
+    the bootstrapped one (KILN_BOOTSTRAP=1 / bootstrap=True skips the pull attempt)."""
+    if base_image:
+        return base_image
+    bootstrap = settings().bootstrap if bootstrap is None else bootstrap
+    if backend.bootstrap is not None and image_id(backend.bootstrap.image):
+        return backend.bootstrap.image
+    if not bootstrap:
+        if image_id(backend.base_image):
+            return backend.base_image
+        pulled = docker("pull", backend.base_image, check=False, timeout=600)
+        if pulled.returncode == 0:
+            return backend.base_image
+        if backend.bootstrap is None:
+            raise ImageError(f"cannot pull base image {backend.base_image} and backend {backend.name} has "
+                             "no bootstrap entry; pass --base-image")
+        print(f"harness image: cannot pull {backend.base_image}; bootstrapping a base instead", file=sys.stderr)
+    return bootstrap_base(backend)
+
+
+# ---- build ---------------------------------------------------------------------------------------------
+
+
+def wheelhouse_argv(backend: Backend, dest: Path, root: Path) -> list[str]:
+    """`pip download` of the backend's pins for the image's Python into `dest`."""
+    major_minor = backend.python.replace(".", "")
+    return [
+        sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), "--only-binary=:all:",
+        "--python-version", backend.python, "--implementation", "cp", "--abi", f"cp{major_minor}",
+        "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+        "--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64",
+        backend.torch, backend.triton, "-r", str(root / REQUIREMENTS),
+    ]
+
+
+def prepare_context(backend: Backend, root: Path | None = None) -> Path:
+    """Fill .kiln/build/<backend>/ with the Dockerfile, requirements and wheels/; return the folder."""
+    root = root or settings().root
+    state = settings().state_dir
+    ctx = state / "build" / backend.name
+    if ctx.exists():
+        shutil.rmtree(ctx)
+    (ctx / "wheels").mkdir(parents=True)
+    shutil.copy2(root / backend.dockerfile, ctx / "Dockerfile")
+    shutil.copy2(root / REQUIREMENTS, ctx / "requirements-test.txt")
+    if backend.wheelhouse:
+        cache = state / "wheels" / f"py{backend.python}"
+        cache.mkdir(parents=True, exist_ok=True)
+        print(f"harness image: downloading wheels for {backend.name} into {cache}", file=sys.stderr)
+        proc = subprocess.run(wheelhouse_argv(backend, cache, root), capture_output=True, text=True)
+        if proc.returncode != 0:
+            errors = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-2:]
+            raise ImageError(f"pip download of the wheelhouse failed: {' '.join(errors)}")
+        for whl in sorted(cache.glob("*.whl")):
+            try:
+                os.link(whl, ctx / "wheels" / whl.name)
+            except OSError:
+                shutil.copy2(whl, ctx / "wheels" / whl.name)
+    return ctx
+
+
+def build_argv(backend: Backend, tag: str, ctx: Path, base_image: str) -> list[str]:
+    """The `docker build` command for the backend's image."""
+    argv = [*docker_base(), "build", "--progress=plain", "--tag", tag,
+            "--label", f"kiln.backend={backend.name}", "--label", f"kiln.inputs-hash={tag.split(':')[-1]}"]
+    for key, value in backend.build_args(base_image).items():
+        argv += ["--build-arg", f"{key}={value}"]
+    return [*argv, str(ctx)]
+
+
+@dataclass(frozen=True)
+class Image:
+    """A built image: its hash tag, local id and whether this call built it."""
+
+    tag: str
+    id: str
+    built: bool
+    base_image: str
+
+
+def build(backend: Backend, *, base_image: str | None = None, force: bool = False,
+          bootstrap: bool | None = None) -> Image:
+    """Make sure the backend's image exists locally, building it only when its hash tag is absent."""
+    require_docker()
+    base = resolve_base(backend, base_image, bootstrap=bootstrap)
+    tag = image_tag(backend, base)
+    existing = image_id(tag)
+    if existing and not force:
+        print(f"harness image: {tag} is up to date", file=sys.stderr)
+        return Image(tag, existing, False, base)
+    ctx = prepare_context(backend)
+    log = settings().state_dir / f"build-{backend.name}.log"
+    print(f"harness image: building {tag} on {base}; log {log}", file=sys.stderr)
+    env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+    with open(log, "w") as fh:
+        proc = subprocess.run(build_argv(backend, tag, ctx, base), stdout=fh, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-15:]
+        raise ImageError(f"docker build of {tag} failed (exit {proc.returncode}); last lines of {log}:\n  "
+                         + "\n  ".join(tail))
+    shutil.rmtree(ctx / "wheels", ignore_errors=True)
+    new_id = image_id(tag)
+    if not new_id:
+        raise ImageError(f"docker build reported success but {tag} is not present")
+    return Image(tag, new_id, True, base)
+
+
+def current_tag(backend: Backend, base_image: str | None = None) -> str:
+    """The tag `build` would use now, without building: the bootstrapped base when it exists locally."""
+    if base_image is None and backend.bootstrap is not None and image_id(backend.bootstrap.image):
+        base_image = backend.bootstrap.image
+    return image_tag(backend, base_image)
+
+
+# ---- CLI: `python -m harness image {build,bootstrap,tag}` ------------------------------------------------
+
+
+def cli_add_arguments(p: Any) -> None:
+    p.add_argument("action", choices=["build", "bootstrap", "tag", "inputs"],
+                   help="build: build if the hash tag is missing; bootstrap: make the base image; "
+                        "tag: print the hash tag; inputs: print what the hash covers")
+    p.add_argument("--backend", required=True)
+    p.add_argument("--base-image", help="build on this image instead of the pinned/bootstrapped one")
+    p.add_argument("--force", action="store_true", help="rebuild even when the tag exists")
+    p.add_argument("--bootstrap", action="store_true", default=None,
+                   help="bootstrap the base without trying to pull (also KILN_BOOTSTRAP=1)")
+
+
+def cli_main(args: Any) -> int:
+    """Bootstrap the base image and build the hash-tagged backend image."""
+    backend = matrix_mod.load().backend(args.backend)
+    if args.action == "inputs":
+        for name, text in image_inputs(backend, args.base_image).items():
+            print(f"== {name} ({hashlib.sha256(text.encode()).hexdigest()[:12]})")
+        return 0
+    if args.action == "tag":
+        if args.base_image:
+            print(image_tag(backend, args.base_image))
+        else:
+            require_docker()
+            print(current_tag(backend))
+        return 0
+    require_docker()
+    if args.action == "bootstrap":
+        print(bootstrap_base(backend, force=args.force))
+        return 0
+    img = build(backend, base_image=args.base_image, force=args.force, bootstrap=args.bootstrap)
+    print(img.tag)
+    return 0
