@@ -23,6 +23,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "report": ("harness.report", "print the report of a results folder"),
     "repro": ("harness.repro", "print one command per failing test that reproduces it"),
     "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
+    "flakes": ("harness.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
+    "compile-check": ("harness.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.

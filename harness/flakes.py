@@ -1,0 +1,360 @@
+"""Flake detection: run chosen tests N times with pytest-flakefinder and classify every test.
+
+Terms:
+  run          one execution of one test; pytest-flakefinder makes N copies of every selected test in a
+               single pytest process (`--flake-finder --flake-runs=N`), so a flake run is one pytest call.
+  status       per test, from its runs (skips are not counted):
+                 passing  every run passed
+                 failing  every run failed (a broken test, not a flaky one)
+                 flaky    some runs passed and some failed; `failure_rate` = failed / (passed + failed)
+                 skipped  no run passed or failed
+  blocking     a failing or flaky test that the quarantine does not cover: it fails the flake session.
+
+Steps: `pytest_command` -> `run_pytest` -> `read_junit` -> `classify` -> quarantine.apply -> `write_report`.
+Output folder: junit.xml, pytest.log, flakes.json (the report, schema 1) and flakes.md (for the job summary).
+The CLI is `python -m harness flakes --backend cpu --runs 20 [paths or node ids...]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness import quarantine as quarantine_mod
+from harness.exc import FlakeRunError, HarnessError, NoDeviceError, RunInterrupted
+from harness.settings import settings
+
+SCHEMA = 1
+DEFAULT_RUNS = 20
+PASSING, FAILING, FLAKY, SKIPPED = "passing", "failing", "flaky", "skipped"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of one test, as JUnit recorded it."""
+
+    test_id: str
+    index: int | None
+    outcome: str  # passed | failed | error | skipped | xfailed
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TestStats:
+    """Every run of one test folded into a status (see the module docstring)."""
+
+    __test__ = False  # not a pytest test class
+
+    id: str
+    status: str
+    runs: int
+    passed: int
+    failed: int
+    skipped: int
+    failure_rate: float
+    first_failure: str = ""
+
+
+# ---- reading JUnit XML --------------------------------------------------------------------------------
+
+
+def _nodeid_from_names(classname: str, name: str, root: Path | None) -> str:
+    """Best-effort node id from JUnit's dotted classname when the plugin's property is absent."""
+    parts = classname.split(".") if classname else []
+    for cut in range(len(parts), 0, -1):
+        rel = "/".join(parts[:cut]) + ".py"
+        if root is None or (root / rel).exists():
+            return "::".join([rel, *parts[cut:], name])
+    return "::".join([*parts, name]) if parts else name
+
+
+def _outcome(case: ET.Element) -> tuple[str, str]:
+    for tag in ("failure", "error"):
+        el = case.find(tag)
+        if el is not None:
+            return ("failed" if tag == "failure" else "error"), (el.get("message") or "").strip()
+    el = case.find("skipped")
+    if el is not None:
+        kind = "xfailed" if el.get("type") == "pytest.xfail" else "skipped"
+        return kind, (el.get("message") or "").strip()
+    return "passed", ""
+
+
+def read_junit(path: Path, root: Path | None = None) -> list[Run]:
+    """Every `<testcase>` of a pytest JUnit XML file as a Run, in file order."""
+    try:
+        tree = ET.parse(path)
+    except FileNotFoundError:
+        raise FlakeRunError(f"no JUnit XML at {path}: pytest did not finish a session") from None
+    except ET.ParseError as e:
+        raise FlakeRunError(f"{path}: unreadable JUnit XML ({e}); the run was cut off while writing") from None
+    runs: list[Run] = []
+    for case in tree.getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        test_id = props.get("kiln_nodeid") or _nodeid_from_names(case.get("classname", ""),
+                                                                  case.get("name", ""), root)
+        index = props.get("kiln_flake_run")
+        outcome, message = _outcome(case)
+        runs.append(Run(test_id, int(index) if index is not None else None, outcome, message.splitlines()[0]
+                        if message else ""))
+    return runs
+
+
+# ---- classification -----------------------------------------------------------------------------------
+
+
+def classify(runs: Iterable[Run]) -> list[TestStats]:
+    """Fold runs into one TestStats per test id, sorted by id."""
+    by_id: dict[str, list[Run]] = {}
+    for run in runs:
+        by_id.setdefault(run.test_id, []).append(run)
+    stats = []
+    for test_id in sorted(by_id):
+        rs = by_id[test_id]
+        failed = [r for r in rs if r.outcome in quarantine_mod.FAILED_OUTCOMES]
+        passed = sum(r.outcome in quarantine_mod.PASSED_OUTCOMES for r in rs)
+        skipped = len(rs) - len(failed) - passed
+        counted = passed + len(failed)
+        if not counted:
+            status = SKIPPED
+        elif not failed:
+            status = PASSING
+        elif not passed:
+            status = FAILING
+        else:
+            status = FLAKY
+        stats.append(TestStats(test_id, status, len(rs), passed, len(failed), skipped,
+                               round(len(failed) / counted, 4) if counted else 0.0,
+                               failed[0].message if failed else ""))
+    return stats
+
+
+def outcomes(runs: Iterable[Run]) -> dict[str, list[str]]:
+    """test id -> per-run outcomes, the input `quarantine.apply` takes."""
+    result: dict[str, list[str]] = {}
+    for run in runs:
+        result.setdefault(run.test_id, []).append(run.outcome)
+    return result
+
+
+# ---- running pytest -----------------------------------------------------------------------------------
+
+
+def pytest_command(paths: Sequence[str], runs: int, junit: Path, extra: Sequence[str] = (),
+                   timeout_s: int | None = None) -> list[str]:
+    """The one pytest call that runs `paths` `runs` times, single-process, with exact ids in the JUnit."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "harness.flake_plugin",
+           "--flake-finder", f"--flake-runs={runs}", f"--junitxml={junit}", "-q", "-rN", "--tb=line"]
+    if timeout_s:
+        cmd.append(f"--timeout={timeout_s}")
+    return [*cmd, *extra, *paths]
+
+
+def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[int, bool]:
+    """Run pytest with output tee'd to `log`; returns (exit code, interrupted)."""
+    interrupted = False
+    with log.open("w", encoding="utf-8") as out:
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, bufsize=1)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.write(line)
+                sys.stdout.write(line)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            interrupted = True
+            proc.send_signal(signal.SIGINT)  # pytest writes its JUnit XML on the way out
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+    return code, interrupted or code == 2
+
+
+def backend_env(backend_name: str, root: Path) -> tuple[dict[str, str], int | None]:
+    """Environment for the backend's tests (from ci/matrix.json), and its per-test timeout."""
+    from harness import matrix
+
+    m = matrix.load()
+    backend = m.backend(backend_name)
+    env = dict(os.environ)
+    env.update(m.suite_env)
+    env.update(backend.env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+    if backend.is_gpu:
+        _require_gpu(backend_name)
+    return env, backend.timeouts.test_s
+
+
+def _require_gpu(backend_name: str) -> None:
+    probe = "import torch; print(int(torch.cuda.is_available()), int(bool(torch.version.hip)))"
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        available, hip = (int(x) for x in out.stdout.split())
+    except (subprocess.SubprocessError, ValueError):
+        raise NoDeviceError(f"backend {backend_name}: could not import torch to look for a GPU") from None
+    want_hip = backend_name == "rocm"
+    if not available or bool(hip) != want_hip:
+        kind = "an AMD GPU with a ROCm build of torch" if want_hip else "an NVIDIA GPU with a CUDA build of torch"
+        raise NoDeviceError(f"backend {backend_name} needs {kind}; none found on this machine "
+                            "(use --backend cpu for Triton's interpreter)")
+
+
+# ---- report -------------------------------------------------------------------------------------------
+
+
+def build_report(stats: list[TestStats], verdict: quarantine_mod.Verdict, *, backend: str, runs: int,
+                 paths: Sequence[str], command: Sequence[str], pytest_exit: int, complete: bool) -> dict:
+    counts = {s: sum(t.status == s for t in stats) for s in (PASSING, FAILING, FLAKY, SKIPPED)}
+    quarantined = {r.id: r.entry.reason for r in verdict.quarantined_failing + verdict.ready_to_leave}
+    tests = []
+    for t in stats:
+        row = asdict(t)
+        row["quarantined"] = t.id in quarantined
+        row["reason"] = quarantined.get(t.id, "")
+        tests.append(row)
+    return {
+        "schema": SCHEMA,
+        "kind": "flakes",
+        "backend": backend,
+        "runs": runs,
+        "paths": list(paths),
+        "command": list(command),
+        "pytest_exit": pytest_exit,
+        "complete": complete,
+        "ok": complete and verdict.ok,
+        "counts": counts,
+        "blocking": list(verdict.failing),
+        "tests": tests,
+        "quarantine": verdict.to_dict(),
+    }
+
+
+def summary_line(report: dict) -> str:
+    c = report["counts"]
+    flaky = [t for t in report["tests"] if t["status"] == FLAKY]
+    rates = ", ".join(f"{t['id'].rsplit('::', 1)[-1]} {t['failure_rate']:.0%}" for t in flaky[:3])
+    tail = "" if report["complete"] else " (INCOMPLETE: interrupted)"
+    return (f"flakes {report['backend']}: {len(report['tests'])} tests x {report['runs']} runs: "
+            f"{c[PASSING]} passing, {c[FAILING]} failing, {c[FLAKY]} flaky"
+            + (f" ({rates})" if rates else "") + f", {len(report['blocking'])} blocking{tail}")
+
+
+def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
+    lines = [f"## Flake detection: {report['backend']}", "", summary_line(report), ""]
+    bad = [t for t in report["tests"] if t["status"] in (FAILING, FLAKY)]
+    if bad:
+        lines += ["| test | status | failed / runs | failure rate | quarantined |", "|---|---|---|---|---|"]
+        for t in bad:
+            counted = t["passed"] + t["failed"]
+            q = f"yes: {t['reason']}" if t["quarantined"] else "no"
+            lines.append(f"| `{t['id']}` | {t['status']} | {t['failed']} / {counted} | "
+                         f"{t['failure_rate']:.0%} | {q} |")
+        lines.append("")
+    section = verdict.markdown()
+    return "\n".join(lines) + ("\n" + section if section else "")
+
+
+def write_report(out_dir: Path, report: dict, markdown: str) -> None:
+    """Write flakes.json and flakes.md atomically (a reader never sees half a report)."""
+    for name, text in (("flakes.json", json.dumps(report, indent=2) + "\n"), ("flakes.md", markdown)):
+        tmp = out_dir / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out_dir / name)
+
+
+# ---- the whole step -----------------------------------------------------------------------------------
+
+
+def detect(paths: Sequence[str], *, backend: str, runs: int, out_dir: Path,
+           quarantine: quarantine_mod.Quarantine, extra: Sequence[str] = (),
+           root: Path | None = None) -> dict:
+    """Run `paths` `runs` times on `backend`, classify, apply the quarantine, write the report into `out_dir`."""
+    if runs < 2:
+        raise FlakeRunError(f"--runs must be at least 2 to tell flaky from failing, got {runs}")
+    root = root or settings().root
+    env, timeout_s = backend_env(backend, root)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    junit = out_dir / "junit.xml"
+    if junit.exists():
+        junit.unlink()  # never read a previous run's results as this run's
+    cmd = pytest_command(paths, runs, junit.resolve(), extra, timeout_s)
+    code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
+    if code in (3, 4):
+        raise FlakeRunError(f"pytest exited {code} (internal or usage error); see {out_dir / 'pytest.log'}")
+    if code == 5:
+        raise FlakeRunError(f"no tests collected from {' '.join(paths)}")
+    if interrupted and not junit.exists():
+        raise RunInterrupted(f"interrupted before pytest wrote results; log kept in {out_dir / 'pytest.log'}")
+    all_runs = read_junit(junit, root)
+    stats = classify(all_runs)
+    verdict = quarantine_mod.apply(outcomes(all_runs), quarantine, backend)
+    report = build_report(stats, verdict, backend=backend, runs=runs, paths=paths, command=cmd,
+                          pytest_exit=code, complete=not interrupted)
+    write_report(out_dir, report, render_markdown(report, verdict))
+    if interrupted:
+        raise RunInterrupted(f"interrupted; partial results (marked incomplete) kept in {out_dir}")
+    return report
+
+
+# ---- CLI ----------------------------------------------------------------------------------------------
+
+
+def cli_add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="cpu", help="backend from ci/matrix.json (default: cpu)")
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"runs per test (default {DEFAULT_RUNS})")
+    p.add_argument("--quarantine", help="quarantine file (default: ci/quarantine.toml)")
+    p.add_argument("--out", help="output folder (default: <results>/flakes-<backend>-<time>)")
+    p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for pytest (repeatable), e.g. --pytest-arg=-k --pytest-arg=softmax")
+    p.add_argument("paths", nargs="*", help="test paths or node ids (default: the matrix's suites)")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Run the flake detector; exit 0 when nothing outside the quarantine is failing or flaky, else 1."""
+    s = settings()
+    q = quarantine_mod.load(args.quarantine or quarantine_mod.default_path(s.root))
+    paths = list(args.paths)
+    if not paths:
+        from harness import matrix
+
+        paths = [f"tests/{suite}" for suite in matrix.load().suites]
+    for p in paths:
+        if not (s.root / p.split("::", 1)[0]).exists():
+            raise FlakeRunError(f"no such test path: {p}")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out = Path(args.out) if args.out else s.results_root / f"flakes-{args.backend}-{stamp}"
+    report = detect(paths, backend=args.backend, runs=args.runs, out_dir=out, quarantine=q,
+                    extra=args.pytest_arg, root=s.root)
+    print(summary_line(report))
+    for r in report["quarantine"]["ready_to_leave"]:
+        print(f"ready to leave quarantine: {r['id']} passed {r['runs']}/{r['runs']} runs")
+    print(f"report: {out / 'flakes.md'}")
+    return 0 if report["ok"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.flakes", description=__doc__.splitlines()[0])
+    cli_add_arguments(parser)
+    try:
+        return cli_main(parser.parse_args(argv))
+    except HarnessError as e:
+        print(f"harness flakes: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

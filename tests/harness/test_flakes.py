@@ -1,0 +1,176 @@
+"""Flake detection end to end: planted tests run N times under pytest-flakefinder and are classified."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import flakes
+from harness import quarantine as q
+from harness.exc import FlakeRunError, NoDeviceError, RunInterrupted, UnknownBackend
+from harness.flake_plugin import base_nodeid
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANTED = "tests/harness/planted/planted_flakes.py"
+# The planted module needs neither torch nor the compiler: keep tests/conftest.py out of its process.
+ISOLATE = ["--confcutdir=tests/harness/planted"]
+RUNS = 6
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    state.mkdir()
+    monkeypatch.setenv("KILN_PLANTED_STATE", str(state))
+    monkeypatch.delenv("KILN_PLANTED_INTERRUPT", raising=False)
+    return tmp_path
+
+
+def _by_id(report: dict) -> dict[str, dict]:
+    return {t["id"].rsplit("::", 1)[-1]: t for t in report["tests"]}
+
+
+def test_planted_tests_are_classified_passing_failing_and_flaky(planted):
+    report = flakes.detect([PLANTED], backend="cpu", runs=RUNS, out_dir=planted / "out",
+                           quarantine=q.Quarantine(), extra=ISOLATE, root=ROOT)
+    tests = _by_id(report)
+    assert tests["test_planted_passing"]["status"] == "passing"
+    assert tests["test_planted_broken"]["status"] == "failing"
+    assert tests["test_planted_broken"]["failure_rate"] == 1.0
+    flaky = tests["test_planted_flaky"]
+    assert (flaky["status"], flaky["failed"], flaky["passed"]) == ("flaky", RUNS // 3, RUNS - RUNS // 3)
+    assert flaky["failure_rate"] == pytest.approx(1 / 3, abs=1e-3)
+    assert "planted flake: run 3 fails" in flaky["first_failure"]
+    assert all(t["runs"] == RUNS for t in report["tests"])
+    assert report["complete"] and not report["ok"]
+    assert report["blocking"] == [f"{PLANTED}::test_planted_broken", f"{PLANTED}::test_planted_flaky"]
+    assert report["counts"] == {"passing": 2, "failing": 1, "flaky": 1, "skipped": 0}
+    saved = json.loads((planted / "out" / "flakes.json").read_text())
+    assert saved == report
+    md = (planted / "out" / "flakes.md").read_text()
+    assert f"| `{PLANTED}::test_planted_flaky` | flaky | 2 / 6 | 33% | no |" in md
+
+
+def test_quarantined_tests_run_and_are_reported_but_do_not_block(planted):
+    quarantine = q.parse({"test": [
+        {"id": f"{PLANTED}::test_planted_flaky", "reason": "planted flake"},
+        {"id": f"{PLANTED}::test_planted_passing", "reason": "was flaky once"},
+    ]})
+    ids = [f"{PLANTED}::test_planted_flaky", f"{PLANTED}::test_planted_passing"]
+    report = flakes.detect(ids, backend="cpu", runs=RUNS, out_dir=planted / "out", quarantine=quarantine,
+                           extra=ISOLATE, root=ROOT)
+    assert report["ok"] and report["blocking"] == []
+    tests = _by_id(report)
+    assert tests["test_planted_flaky"]["status"] == "flaky" and tests["test_planted_flaky"]["quarantined"]
+    assert [r["id"] for r in report["quarantine"]["ready_to_leave"]] == [f"{PLANTED}::test_planted_passing"]
+    assert report["quarantine"]["quarantined_failing"][0]["failures"] == RUNS // 3
+    assert "Ready to leave quarantine" in (planted / "out" / "flakes.md").read_text()
+
+
+def test_cli_exit_codes_and_summary(planted):
+    state = planted / "state"
+    base = [sys.executable, "-m", "harness", "flakes", "--runs", "3", "--quarantine",
+            str(ROOT / "ci" / "quarantine.toml"), *(f"--pytest-arg={a}" for a in ISOLATE)]
+    env = {**_env(), "KILN_PLANTED_STATE": str(state)}
+    ok = subprocess.run([*base, "--out", str(planted / "a"), f"{PLANTED}::test_planted_passing"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "flakes cpu: 1 tests x 3 runs: 1 passing, 0 failing, 0 flaky, 0 blocking" in ok.stdout
+    bad = subprocess.run([*base, "--out", str(planted / "b"), f"{PLANTED}::test_planted_flaky"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert "1 flaky (test_planted_flaky 33%), 1 blocking" in bad.stdout
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("KILN_PLANTED")}
+
+
+def test_interrupted_run_keeps_partial_results_marked_incomplete(planted, monkeypatch):
+    monkeypatch.setenv("KILN_PLANTED_INTERRUPT", "1")
+    out = planted / "out"
+    with pytest.raises(RunInterrupted, match="partial results"):
+        flakes.detect([f"{PLANTED}::test_planted_interrupt"], backend="cpu", runs=RUNS, out_dir=out,
+                      quarantine=q.Quarantine(), extra=ISOLATE, root=ROOT)
+    report = json.loads((out / "flakes.json").read_text())
+    assert report["complete"] is False and report["ok"] is False
+    assert report["tests"][0]["passed"] == 1  # the run before the interrupt was kept
+
+
+def test_bad_input_is_a_clear_error(planted):
+    with pytest.raises(UnknownBackend, match="unknown backend 'tpu'"):
+        flakes.detect([PLANTED], backend="tpu", runs=RUNS, out_dir=planted / "o", quarantine=q.Quarantine())
+    with pytest.raises(FlakeRunError, match="at least 2"):
+        flakes.detect([PLANTED], backend="cpu", runs=1, out_dir=planted / "o", quarantine=q.Quarantine())
+    with pytest.raises(FlakeRunError, match="no tests collected"):
+        flakes.detect([f"{PLANTED}::test_planted_passing"], backend="cpu", runs=2, out_dir=planted / "o",
+                      quarantine=q.Quarantine(), extra=[*ISOLATE, "-k", "nothing_matches"], root=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "harness", "flakes", "tests/no_such_dir"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "harness flakes: error: no such test path: tests/no_such_dir"
+
+
+def test_gpu_backend_without_gpu_is_a_clear_error(planted):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    for backend in ("cuda", "rocm"):
+        with pytest.raises(NoDeviceError, match=f"backend {backend} needs an? .*GPU"):
+            flakes.detect([PLANTED], backend=backend, runs=2, out_dir=planted / "o", quarantine=q.Quarantine())
+
+
+def test_truncated_junit_is_an_error_not_a_result(tmp_path):
+    path = tmp_path / "junit.xml"
+    path.write_text('<?xml version="1.0"?><testsuites><testsuite><testcase classname="a" name="b">')
+    with pytest.raises(FlakeRunError, match="unreadable JUnit XML"):
+        flakes.read_junit(path)
+    with pytest.raises(FlakeRunError, match="no JUnit XML"):
+        flakes.read_junit(tmp_path / "missing.xml")
+
+
+def test_junit_without_plugin_properties_maps_back_to_node_ids(tmp_path):
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    (tmp_path / "tests" / "sub" / "test_m.py").write_text("")
+    path = tmp_path / "junit.xml"
+    path.write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="tests.sub.test_m.TestK" name="test_a[x]"><error message="boom"/></testcase>'
+        '<testcase classname="tests.sub.test_m" name="test_b"><skipped type="pytest.xfail" message="x"/></testcase>'
+        '<testcase classname="tests.sub.test_m" name="test_c"><skipped type="pytest.skip" message="s"/></testcase>'
+        '</testsuite></testsuites>')
+    runs = flakes.read_junit(path, tmp_path)
+    assert [(r.test_id, r.outcome) for r in runs] == [
+        ("tests/sub/test_m.py::TestK::test_a[x]", "error"),
+        ("tests/sub/test_m.py::test_b", "xfailed"),
+        ("tests/sub/test_m.py::test_c", "skipped"),
+    ]
+    stats = {s.id.rsplit("::", 1)[-1]: s.status for s in flakes.classify(runs)}
+    assert stats == {"test_a[x]": "failing", "test_b": "passing", "test_c": "skipped"}
+
+
+@pytest.mark.parametrize("nodeid, run, base", [
+    ("t.py::test_x[3]", 3, "t.py::test_x"),
+    ("t.py::test_x[3-a-b]", 3, "t.py::test_x[a-b]"),
+    ("t.py::TestC::test_m[0]", 0, "t.py::TestC::test_m"),
+    ("t.py::test_x[a]", None, "t.py::test_x[a]"),
+])
+def test_flakefinder_index_is_taken_out_of_node_ids(nodeid, run, base):
+    assert base_nodeid(nodeid, run) == base
+
+
+def test_planted_tests_are_not_collected_by_normal_suites():
+    # collecting the folder (as `pytest tests/harness` does) finds nothing: the file name is not test_*.py
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/harness/planted",
+                           *ISOLATE], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 5, proc.stdout  # 5: no tests collected
+    # named explicitly but without its state folder, the module skips itself
+    direct = subprocess.run([sys.executable, "-m", "pytest", "-q", PLANTED, *ISOLATE], cwd=ROOT, env=_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert direct.returncode == 5 and "1 skipped" in direct.stdout, direct.stdout
