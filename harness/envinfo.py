@@ -1,0 +1,175 @@
+"""Environment capture: the record stored with every run's results (env.json).
+
+Two halves, because in container mode they are taken in different places:
+  host    taken by the harness process: git sha and dirty state, host name, docker server version,
+          the image tag and id, the host's driver (nvidia-smi / amdgpu module).
+  device  taken by the Python that runs the suites (inside the container, or natively): Python,
+          torch/triton/CUDA/ROCm versions, driver, GPU name and count, the compiler's settings
+          (`compiler.config.settings()` when importable, else the import error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.settings import settings
+
+SCHEMA = 1
+
+
+def _cmd(argv: list[str], cwd: Path | None = None, timeout: float = 20) -> str | None:
+    """stdout of `argv` stripped, or None when the program is missing or fails."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def git_info(root: Path) -> dict[str, Any]:
+    """sha, branch and dirty state of the checkout (dirty: tracked files modified or staged)."""
+    sha = _cmd(["git", "rev-parse", "HEAD"], cwd=root)
+    if sha is None:
+        return {"sha": None, "dirty": None, "branch": None, "note": "not a git checkout or git missing"}
+    status = _cmd(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root) or ""
+    return {
+        "sha": sha,
+        "dirty": bool(status),
+        "dirty_files": sorted(line[3:] for line in status.splitlines())[:50],
+        "branch": _cmd(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=root),
+    }
+
+
+def driver_info() -> dict[str, Any]:
+    """GPU driver as the machine reports it (no torch needed)."""
+    out: dict[str, Any] = {}
+    smi = _cmd(["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"])
+    if smi:
+        rows = [r.split(", ", 1) for r in smi.splitlines() if r.strip()]
+        out["nvidia_driver"] = rows[0][0]
+        out["nvidia_gpus"] = [r[-1] for r in rows]
+    amd = Path("/sys/module/amdgpu/version")
+    if amd.exists():
+        out["amdgpu_driver"] = amd.read_text().strip() or "present"
+    elif Path("/dev/kfd").exists():
+        out["amdgpu_driver"] = "present (/dev/kfd)"
+    rocm = Path("/opt/rocm/.info/version")
+    if rocm.exists():
+        out["rocm_version"] = rocm.read_text().strip()
+    return out
+
+
+def capture_host(image: dict[str, Any] | None = None, root: Path | None = None) -> dict[str, Any]:
+    """The host half of the record."""
+    root = root or settings().root
+    docker = settings().docker
+    server = _cmd([docker, "version", "--format", "{{.Server.Version}}"]) if shutil.which(docker) else None
+    return {
+        "git": git_info(root),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "docker_server": server,
+        "image": image,
+        "driver": driver_info(),
+    }
+
+
+def _compiler_config() -> dict[str, Any]:
+    try:
+        from compiler import config  # type: ignore[import-not-found]
+
+        cfg = config.settings()
+    except Exception as e:  # noqa: BLE001 - the compiler may be broken; the record says how
+        return {"error": f"{type(e).__name__}: {e}"}
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    if hasattr(cfg, "__dict__"):
+        return json.loads(json.dumps(vars(cfg), default=str))
+    return {"repr": repr(cfg)}
+
+
+def capture_device() -> dict[str, Any]:
+    """The device half of the record, taken by the Python that runs the suites."""
+    out: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "env": {k: v for k, v in sorted(os.environ.items())
+                if k.startswith(("KILN_", "TRITON_", "TORCH", "CUDA_", "HIP_", "ROCR_", "PYTHONHASHSEED",
+                                 "OMP_NUM_THREADS"))},
+        "driver": driver_info(),
+    }
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001
+        out["torch"] = None
+        out["torch_error"] = f"{type(e).__name__}: {e}"
+        return out
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    out["hip"] = getattr(torch.version, "hip", None)
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except Exception as e:  # noqa: BLE001
+        out["triton"] = None
+        out["triton_error"] = f"{type(e).__name__}: {e}"
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    out["gpu_count"] = count
+    out["gpus"] = [torch.cuda.get_device_name(i) for i in range(count)]
+    if count:
+        props = torch.cuda.get_device_properties(0)
+        arch = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
+        out["gpu_arch"] = arch
+    out["compiler_config"] = _compiler_config()
+    return out
+
+
+def capture(image: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both halves in this process (native runs)."""
+    return {"schema": SCHEMA, "host": capture_host(image), "device": capture_device()}
+
+
+# ---- CLI: `python -m harness env` ----------------------------------------------------------------------
+
+
+def cli_add_arguments(p: Any) -> None:
+    p.add_argument("--part", choices=["all", "host", "device"], default="all")
+    p.add_argument("--backend", help="set the backend's environment (e.g. TRITON_INTERPRET for cpu) first")
+    p.add_argument("--out", help="write the JSON here instead of printing it")
+
+
+def cli_main(args: Any) -> int:
+    """Print (or write) the environment record."""
+    if args.backend:
+        from harness import matrix
+
+        for key, value in matrix.load().backend(args.backend).env.items():
+            os.environ.setdefault(key, value)
+    if args.part == "host":
+        data: dict[str, Any] = capture_host()
+    elif args.part == "device":
+        data = capture_device()
+    else:
+        data = capture()
+    text = json.dumps(data, indent=2, sort_keys=True, default=str)
+    if args.out:
+        from harness.results import atomic_write_text
+
+        atomic_write_text(Path(args.out), text + "\n")
+    else:
+        print(text)
+    return 0

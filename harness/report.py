@@ -1,0 +1,156 @@
+"""The report of a run: one line per suite, the failing tests with their repro lines, the environment.
+
+`write_reports(run_dir)` writes summary.json (every test, classified), report.txt and report.md into the
+run folder (atomically) and returns a `Summary`; `python -m harness report DIR` prints it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import results as res
+from harness.collect import RunResults, latest_run, load_run
+from harness.exc import ResultsError
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Totals of a run. `ok`: complete, every suite finished, no failed or errored test."""
+
+    run_id: str
+    backend: str
+    mode: str
+    status: str
+    counts: dict[str, int]
+    broken_suites: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "complete" and not self.broken_suites and not (
+            self.counts["failed"] or self.counts["error"])
+
+    def headline(self) -> str:
+        body = ", ".join(f"{n} {o}" for o, n in self.counts.items() if n) or "no tests"
+        verdict = "OK" if self.ok else "FAILED"
+        extra = f"; suites not finished: {', '.join(self.broken_suites)}" if self.broken_suites else ""
+        status = "" if self.status == "complete" else f" [run {self.status.upper()}]"
+        return f"kiln {self.backend}/{self.mode} {verdict}{status}: {body}{extra}"
+
+
+def summarize(run: RunResults) -> Summary:
+    all_tests = [t for s in run.suites for t in s.tests]
+    status = run.manifest.get("status", "unknown")
+    if status == "running":
+        status = "incomplete"  # nobody finished it: the process died
+    return Summary(run.path.name, run.manifest.get("backend", "?"), run.manifest.get("mode", "?"), status,
+                   res.counts(all_tests), [s.name for s in run.broken_suites])
+
+
+def _env_lines(run: RunResults) -> list[str]:
+    env_path = run.path / "env.json"
+    if not env_path.exists():
+        return ["environment: not captured"]
+    try:
+        env = res.read_json(env_path)
+    except ResultsError as e:
+        return [f"environment: {e}"]
+    host, dev = env.get("host", {}), env.get("device", {})
+    git = host.get("git", {})
+    img = host.get("image") or {}
+    gpus = dev.get("gpus") or []
+    return [
+        f"git: {git.get('sha')}{' (dirty)' if git.get('dirty') else ''}",
+        f"image: {img.get('tag', '-')} {img.get('id', '')}".rstrip(),
+        f"python {dev.get('python')}, torch {dev.get('torch')}, triton {dev.get('triton')}, "
+        f"cuda {dev.get('cuda')}, hip {dev.get('hip')}",
+        f"gpus: {len(gpus)} {', '.join(sorted(set(gpus)))}".rstrip()
+        + (f"; driver {dev.get('driver')}" if dev.get("driver") else ""),
+    ]
+
+
+def render_text(run: RunResults) -> str:
+    """Plain-text report."""
+    from harness.repro import image_hint, repro_line
+
+    s = summarize(run)
+    label = f"{s.backend}/{s.mode}"
+    lines = [s.headline(), f"run: {run.path}"]
+    if run.manifest.get("reason"):
+        lines.append(f"reason: {run.manifest['reason']}")
+    lines += _env_lines(run)
+    lines.append("")
+    for suite in run.suites:
+        lines.append(res.summary_line(suite.name, label, suite.tests, suite.entry.get("duration_s", 0.0),
+                                      suite.status.upper()))
+    failing = run.failing
+    if failing:
+        lines += ["", f"failing tests ({len(failing)}):"]
+        hint = image_hint(run.manifest)
+        if hint:
+            lines.append(f"  (image: {hint})")
+        for suite, t in failing:
+            lines.append(f"- [{suite}] {t.id}: {t.outcome}: {t.message[:200]}")
+            lines.append(f"    {repro_line(run.manifest, t.id)}")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(run: RunResults) -> str:
+    """Markdown report (for a CI job summary)."""
+    from harness.repro import repro_line
+
+    s = summarize(run)
+    lines = [f"### {s.headline()}", "", "| suite | status | " + " | ".join(res.OUTCOMES) + " | seconds |",
+             "|---|---|" + "---|" * (len(res.OUTCOMES) + 1)]
+    for suite in run.suites:
+        c = res.counts(suite.tests)
+        lines.append(f"| {suite.name} | {suite.status} | " + " | ".join(str(c[o]) for o in res.OUTCOMES)
+                     + f" | {suite.entry.get('duration_s', 0.0):.1f} |")
+    lines += ["", *(f"- {line}" for line in _env_lines(run))]
+    if run.failing:
+        lines += ["", "#### Failing tests", ""]
+        for suite, t in run.failing:
+            lines += [f"- `{t.id}` ({suite}, {t.outcome})", "  ```sh", f"  {repro_line(run.manifest, t.id)}",
+                      "  ```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(run_dir: Path) -> Summary:
+    """summary.json, report.txt and report.md into the run folder; returns the Summary."""
+    run = load_run(run_dir)
+    s = summarize(run)
+    data: dict[str, Any] = {
+        "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
+        "counts": s.counts, "broken_suites": s.broken_suites,
+        "tests": [{"suite": suite.name, **res.to_json([t])[0]} for suite in run.suites for t in suite.tests],
+    }
+    res.atomic_write_json(run_dir / "summary.json", data)
+    res.atomic_write_text(run_dir / "report.txt", render_text(run))
+    res.atomic_write_text(run_dir / "report.md", render_markdown(run))
+    return s
+
+
+# ---- CLI: `python -m harness report [RESULTS_DIR]` -----------------------------------------------------
+
+
+def cli_add_arguments(p: Any) -> None:
+    p.add_argument("results_dir", nargs="?", help="a run folder (default: the latest under results/)")
+    p.add_argument("--markdown", action="store_true", help="print markdown instead of text")
+    p.add_argument("--check", action="store_true", help="exit 1 unless the run is complete and green")
+    p.add_argument("--github-summary", action="store_true",
+                   help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
+
+
+def cli_main(args: Any) -> int:
+    """Print the report of a results folder (and rewrite its report files)."""
+    run_dir = Path(args.results_dir) if args.results_dir else latest_run()
+    summary = write_reports(run_dir)
+    run = load_run(run_dir)
+    print(render_markdown(run) if args.markdown else render_text(run), end="")
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if args.github_summary and target:
+        with open(target, "a") as fh:
+            fh.write(render_markdown(run))
+    return 1 if args.check and not summary.ok else 0

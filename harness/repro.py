@@ -1,0 +1,102 @@
+"""Reproduction lines: for every failing test of a run, one shell command that reruns just that test
+with the same image (or Python), environment, options and per-test timeout as the run.
+
+Container runs give `docker run --rm --init --network none -v SRC:/src:ro ... IMAGE python -m pytest ...
+'tests/...::case'`; native runs give `cd SRC && env K=V ... PYTHON -m pytest ... 'tests/...::case'`.
+Both are built by the same functions the runner uses (harness.runner), from run.json.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from harness import matrix as matrix_mod
+from harness.collect import RunResults, latest_run, load_run
+from harness.exc import ResultsError
+from harness.runner import container_argv, native_shell_line, pytest_argv
+
+
+def repro_argv(manifest: dict[str, Any], test_id: str) -> list[str]:
+    """The inner pytest command for one test, with the run's per-test timeout and extra arguments."""
+    extra = [a for a in manifest.get("pytest_extra", []) if not a.startswith("--junitxml")]
+    timeout = manifest.get("test_timeout_s") if manifest.get("per_test_timeout", True) else None
+    return pytest_argv([test_id], test_timeout_s=timeout, extra=extra)
+
+
+def repro_line(manifest: dict[str, Any], test_id: str) -> str:
+    """The shell line that reproduces `test_id` as run in the run described by `manifest` (run.json)."""
+    src = manifest.get("src")
+    if not src:
+        raise ResultsError("run.json has no `src`; cannot build a repro line")
+    env = dict(manifest.get("env", {}))
+    inner = repro_argv(manifest, test_id)
+    if manifest.get("mode") == "native":
+        argv = [manifest.get("python") or "python", *inner[1:]]
+        return native_shell_line(argv, env, Path(src))
+    image = (manifest.get("image") or {}).get("tag")
+    if not image:
+        raise ResultsError("run.json of a container run has no image tag")
+    backend = matrix_mod.load().backend(manifest["backend"])
+    # the run's own container options win over today's matrix, so the line matches what ran
+    if "container_options" in manifest:
+        backend = _with_options(backend, manifest["container_options"])
+    return shlex.join(container_argv(backend, image, inner, src=src, env=env, docker=manifest.get("docker", "docker")))
+
+
+def _with_options(backend: matrix_mod.Backend, options: list[str]) -> matrix_mod.Backend:
+    from dataclasses import replace
+
+    return replace(backend, container_options=tuple(options))
+
+
+def nox_line(manifest: dict[str, Any], test_id: str) -> str:
+    """The same test through nox (native runs add --native)."""
+    native = ["--native"] if manifest.get("mode") == "native" else []
+    return shlex.join(["nox", "-s", f"tests-{manifest['backend']}", "--", *native, test_id])
+
+
+def repro_lines(run: RunResults) -> list[tuple[str, str, str]]:
+    """(suite, test id, line) for every failing test, in report order."""
+    return [(suite, t.id, repro_line(run.manifest, t.id)) for suite, t in run.failing]
+
+
+def image_hint(manifest: dict[str, Any]) -> str | None:
+    """How to get the run's image on another machine (it is built locally, not pushed)."""
+    image = (manifest.get("image") or {}).get("tag")
+    if manifest.get("mode") == "native" or not image:
+        return None
+    base = (manifest.get("image") or {}).get("base")
+    base_arg = f" --base-image {shlex.quote(base)}" if base else ""
+    return f"python -m harness image build --backend {manifest['backend']}{base_arg}  # builds {image}"
+
+
+# ---- CLI: `python -m harness repro [RESULTS_DIR]` ------------------------------------------------------
+
+
+def cli_add_arguments(p: Any) -> None:
+    p.add_argument("results_dir", nargs="?", help="a run folder (default: the latest under results/)")
+    p.add_argument("--test", help="print the line for this test id even if it did not fail")
+    p.add_argument("--nox", action="store_true", help="print the nox form instead of the docker/native one")
+
+
+def cli_main(args: Any) -> int:
+    """Print one command per failing test that reproduces it (paste it into a shell)."""
+    run = load_run(args.results_dir or latest_run())
+    make = nox_line if args.nox else repro_line
+    if args.test:
+        print(make(run.manifest, args.test))
+        return 0
+    failing = run.failing
+    if not failing:
+        state = "" if run.complete else f" (run is {run.manifest.get('status')}, not complete)"
+        print(f"# no failing tests in {run.path}{state}")
+        return 0
+    hint = image_hint(run.manifest)
+    if hint:
+        print(f"# image: {hint}")
+    for suite, test in failing:
+        print(f"# {suite}: {test.id} ({test.outcome}: {test.message[:120]})")
+        print(make(run.manifest, test.id))
+    return 0

@@ -1,0 +1,151 @@
+"""Test results: JUnit XML parsed into classified records, and atomic writes of the results folder.
+
+Terms:
+  outcome    one of OUTCOMES: passed, failed (assertion/xpass-strict), error (setup/teardown/collection
+             error, crash, timeout), skipped, xfailed (expected failure that failed).
+  test id    the pytest node id, e.g. `tests/fallback/test_ops.py::TestX::test_y[2-fp32]`, which is
+             what a repro line passes to pytest.
+  results folder  results/<run id>/: run.json (manifest, status running/complete/incomplete),
+             env.json, health.json, suites/<suite>.xml + .log, summary.json, report.txt/.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.exc import ResultsError
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed")
+FAILING = ("failed", "error")
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One test case from a JUnit file."""
+
+    id: str
+    outcome: str
+    message: str
+    duration_s: float
+
+    @property
+    def failing(self) -> bool:
+        return self.outcome in FAILING
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` so readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """atomic_write_text of `data` as indented, key-sorted JSON."""
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file of a results folder, with a clear error."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"{path} not found") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ResultsError(f"{path} is unreadable: {e}") from None
+
+
+def node_id(case: ET.Element, root: Path | None = None) -> str:
+    """The pytest node id of a JUnit <testcase>.
+
+    pytest writes classname `pkg.mod.Class` and name `test[param]`. With junit_family=xunit1 it also
+    writes `file`, which splits module from class; otherwise the longest classname prefix that is a file
+    under `root` is the module.
+    """
+    classname = case.get("classname", "")
+    name = case.get("name", "")
+    parts = classname.split(".") if classname else []
+    file = case.get("file")
+    n_mod = 0
+    if file and file.endswith(".py"):
+        mod_parts = file[:-3].replace("\\", "/").split("/")
+        if parts[: len(mod_parts)] == mod_parts:
+            n_mod = len(mod_parts)
+    if not n_mod and root is not None:
+        for i in range(len(parts), 0, -1):
+            if (root / Path(*parts[:i])).with_suffix(".py").is_file():
+                n_mod = i
+                break
+    if not n_mod:  # best guess: classes start with an upper-case letter
+        n_mod = next((i for i, p in enumerate(parts) if p[:1].isupper()), len(parts))
+    module = "/".join(parts[:n_mod]) + ".py" if n_mod else (file or "")
+    return "::".join([module, *parts[n_mod:], name]) if module else name
+
+
+def _classify(case: ET.Element) -> tuple[str, str]:
+    for child in case:
+        tag = child.tag
+        msg = child.get("message") or ""
+        if tag == "failure":
+            return "failed", msg
+        if tag == "error":
+            return "error", msg
+        if tag == "skipped":
+            if child.get("type") == "pytest.xfail":
+                return "xfailed", msg
+            return "skipped", msg
+    return "passed", ""
+
+
+def parse_junit(path: Path, root: Path | None = None) -> list[TestResult]:
+    """Every test case of a pytest JUnit XML file, classified, in file order."""
+    try:
+        tree = ET.parse(path)
+    except FileNotFoundError:
+        raise ResultsError(f"JUnit file {path} not found") from None
+    except ET.ParseError as e:
+        raise ResultsError(f"JUnit file {path} is not valid XML ({e}); the run was probably cut off") from None
+    out = []
+    for case in tree.iter("testcase"):
+        outcome, msg = _classify(case)
+        out.append(TestResult(node_id(case, root), outcome, msg.strip()[:500], float(case.get("time") or 0.0)))
+    return out
+
+
+def counts(tests: list[TestResult]) -> dict[str, int]:
+    """outcome -> number of tests, every outcome present, in OUTCOMES order."""
+    c = Counter(t.outcome for t in tests)
+    return {o: c.get(o, 0) for o in OUTCOMES}
+
+
+def summary_line(suite: str, label: str, tests: list[TestResult], duration_s: float, status: str,
+                 where: str = "") -> str:
+    """One line per suite, e.g. `suite fallback [cpu/container] FAIL: 10 passed, 1 failed ... in 3.2s`."""
+    c = counts(tests)
+    body = ", ".join(f"{n} {o}" for o, n in c.items() if n) or "no tests"
+    tail = f" -> {where}" if where else ""
+    return f"suite {suite} [{label}] {status}: {body} in {duration_s:.1f}s{tail}"
+
+
+def to_json(tests: list[TestResult]) -> list[dict[str, Any]]:
+    return [asdict(t) for t in tests]
+
+
+def from_json(items: list[dict[str, Any]]) -> list[TestResult]:
+    return [TestResult(**item) for item in items]

@@ -1,0 +1,461 @@
+"""Running the suites: one pytest process per suite, in the backend's container or natively.
+
+Terms:
+  inner command  the `python -m pytest ...` argv that runs inside the container (or, with this
+                 machine's Python, natively). Built by `pytest_argv`; identical in both modes.
+  container mode `docker run --rm --init --network none` with the source tree mounted read-only at /src,
+                 the output folder at /results, the backend's container options (GPU flags) and env.
+                 The harness kills the container when the suite timeout passes (on top of
+                 pytest-timeout's per-test limit) and removes it whatever happens.
+  native mode    the inner command with this machine's Python, from the source tree, same env.
+  run folder     results/<run id>/ (see harness.results); run.json records status
+                 running -> complete, or incomplete when interrupted (what was written is kept).
+
+Step functions other modules call: `pytest_argv`, `container_argv`, `native_command`, `run_pytest`,
+`run_suites`, `detect_backend`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness import matrix as matrix_mod
+from harness import results as res
+from harness.exc import HarnessError, HealthError, MissingTool, RunInterrupted
+from harness.matrix import Backend, Matrix
+from harness.settings import settings
+
+CONTAINER_SRC = "/src"
+CONTAINER_RESULTS = "/results"
+RUN_SCHEMA = 1
+EXIT_NO_TESTS = 5  # pytest: no tests collected
+
+
+# ---- command lines ---------------------------------------------------------------------------------------
+
+
+def suite_env(m: Matrix, b: Backend) -> dict[str, str]:
+    """The environment every suite of backend `b` runs with: the matrix's suite_env, then the backend's."""
+    return {**m.suite_env, **b.env}
+
+
+def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeout_s: int | None = None,
+                extra: Sequence[str] = ()) -> list[str]:
+    """The inner command: one process (`-p no:xdist`), JUnit with file names (xunit1), per-test timeout."""
+    argv = ["python", "-m", "pytest", "-p", "no:xdist", "-o", "junit_family=xunit1", "--tb=short"]
+    if junit:
+        argv.append(f"--junitxml={junit}")
+    if test_timeout_s:
+        argv.append(f"--timeout={test_timeout_s}")
+    return [*argv, *extra, *targets]
+
+
+def container_argv(b: Backend, image: str, inner: Sequence[str], *, src: Path | str, env: dict[str, str],
+                   results: Path | str | None = None, name: str | None = None, network: bool = False,
+                   docker: str = "docker") -> list[str]:
+    """`docker run` of `inner` in backend `b`'s image: source read-only, results mounted, no network."""
+    argv = [docker, "run", "--rm", "--init"]
+    if name:
+        argv += ["--name", name]
+    if not network:
+        argv += ["--network", "none"]
+    argv += ["--volume", f"{src}:{CONTAINER_SRC}:ro"]
+    if results is not None:
+        argv += ["--volume", f"{results}:{CONTAINER_RESULTS}"]
+    argv += ["--workdir", CONTAINER_SRC]
+    for key in sorted(env):
+        argv += ["--env", f"{key}={env[key]}"]
+    return [*argv, *b.container_options, image, *inner]
+
+
+def native_command(inner: Sequence[str], env: dict[str, str], *, src: Path,
+                   python: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, full environment) that run `inner` with this machine's Python from the source tree."""
+    argv = [python or sys.executable, *inner[1:]] if inner and inner[0] == "python" else list(inner)
+    full = {**os.environ, **env}
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
+    return argv, full
+
+
+def native_shell_line(argv: Sequence[str], env: dict[str, str], src: Path) -> str:
+    """A shell line for a native command: `cd SRC && env K=V ... argv`."""
+    assigns = [f"{k}={env[k]}" for k in sorted(env)]
+    return f"cd {shlex.quote(str(src))} && " + shlex.join(["env", *assigns, *argv])
+
+
+def detect_backend(m: Matrix | None = None) -> str:
+    """The first GPU backend (matrix order) whose host devices all exist, else `cpu`."""
+    m = m or matrix_mod.load()
+    for name, b in m.backends.items():
+        if b.host_devices and all(Path(p).exists() for p in b.host_devices):
+            return name
+    return "cpu"
+
+
+# ---- one pytest process ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PytestRun:
+    """What one pytest invocation left behind: JUnit and log paths on the host, exit status."""
+
+    name: str
+    junit: Path
+    log: Path
+    returncode: int
+    timed_out: bool
+    duration_s: float
+    argv: list[str]
+
+
+def pytest_timeout_available() -> bool:
+    """Whether this Python has pytest-timeout (native mode only; images always have it)."""
+    return importlib.util.find_spec("pytest_timeout") is not None
+
+
+def _check_native_python() -> bool:
+    """Native mode needs pytest; without pytest-timeout per-test timeouts are off (warned)."""
+    if importlib.util.find_spec("pytest") is None:
+        raise MissingTool(f"pytest is not installed for {sys.executable}; native mode needs it: "
+                          "pip install pytest pytest-timeout")
+    if not pytest_timeout_available():
+        warnings.warn("pytest-timeout is not installed: per-test timeouts are off, only the suite timeout "
+                      "applies (pip install pytest-timeout)", stacklevel=3)
+        return False
+    return True
+
+
+def _container_name(backend: str, name: str) -> str:
+    safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", name)[:40]
+    return f"kiln-{backend}-{safe}-{secrets.token_hex(4)}"
+
+
+def _stop(proc: subprocess.Popen, container: str | None) -> None:
+    """Stop a running pytest: kill its container, or its process group (native)."""
+    from harness import image
+
+    if container:
+        image.docker("kill", container, check=False)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+
+
+def execute(argv: list[str], *, log: Path, timeout_s: float, env: dict[str, str] | None = None,
+            cwd: Path | None = None, container: str | None = None, echo: bool = True) -> tuple[int, bool]:
+    """Run `argv` with output teed to `log` (and stdout when `echo`); kill it after `timeout_s`.
+    The container (if named) is removed whatever happens. Returns (returncode, timed_out)."""
+    from harness import image
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    timed_out = False
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                text=True, errors="replace", start_new_session=True)
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                fh.write(line)
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                fh.write(f"\n[harness] killed after the suite timeout of {timeout_s:.0f}s\n")
+                _stop(proc, container)
+                rc = proc.returncode
+        except BaseException:
+            _stop(proc, container)
+            raise
+        finally:
+            reader.join(timeout=10)
+            if container:
+                image.docker("rm", "--force", container, check=False)
+    return rc, timed_out
+
+
+def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: str, *, native: bool,
+               image: str | None = None, extra: Sequence[str] = (), m: Matrix | None = None,
+               timeout_s: float | None = None, echo: bool = True) -> PytestRun:
+    """Run pytest once on `targets` (paths or node ids relative to the source root).
+
+    JUnit lands in `out_dir/<name>.xml`, the output in `out_dir/<name>.log`. This is the step the
+    suites, the flake session and others call; `extra` are more pytest arguments.
+    """
+    m = m or matrix_mod.load()
+    src = settings().root
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = suite_env(m, backend)
+    timeout_s = timeout_s or backend.timeouts.suite_s
+    test_timeout = backend.timeouts.test_s
+    junit, log = out_dir / f"{name}.xml", out_dir / f"{name}.log"
+    junit.unlink(missing_ok=True)
+    start = time.monotonic()
+    if native:
+        if not _check_native_python():
+            test_timeout = 0
+        inner = pytest_argv(targets, junit=str(junit), test_timeout_s=test_timeout, extra=extra)
+        argv, full_env = native_command(inner, env, src=src)
+        rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, env=full_env, cwd=src, echo=echo)
+    else:
+        if not image:
+            raise HarnessError("container mode needs an image tag (build one with `python -m harness image build`)")
+        os.chmod(out_dir, 0o777)  # the image's non-root user writes here
+        inner = pytest_argv(targets, junit=f"{CONTAINER_RESULTS}/{name}.xml", test_timeout_s=test_timeout,
+                            extra=extra)
+        container = _container_name(backend.name, name)
+        argv = container_argv(backend, image, inner, src=src, env=env, results=out_dir, name=container,
+                              docker=settings().docker)
+        rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, container=container, echo=echo)
+    return PytestRun(name, junit, log, rc, timed_out, round(time.monotonic() - start, 2), argv)
+
+
+def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Path, name: str, *,
+                      native: bool, image: str | None, m: Matrix, timeout_s: float,
+                      echo: bool = True) -> int:
+    """Run `python -m harness <module_args>` where the suites run (container or native); return exit code.
+    Paths in `module_args` may use {out} for the output folder as seen by that process."""
+    src = settings().root
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = suite_env(m, backend)
+    if native:
+        args = [a.replace("{out}", str(out_dir)) for a in module_args]
+        argv, full_env = native_command(["python", "-m", "harness", *args], env, src=src)
+        rc, _ = execute(argv, log=out_dir / f"{name}.log", timeout_s=timeout_s, env=full_env, cwd=src, echo=echo)
+        return rc
+    os.chmod(out_dir, 0o777)
+    args = [a.replace("{out}", CONTAINER_RESULTS) for a in module_args]
+    container = _container_name(backend.name, name)
+    argv = container_argv(backend, str(image), ["python", "-m", "harness", *args], src=src, env=env,
+                          results=out_dir, name=container, docker=settings().docker)
+    rc, _ = execute(argv, log=out_dir / f"{name}.log", timeout_s=timeout_s, container=container, echo=echo)
+    return rc
+
+
+# ---- the suites ------------------------------------------------------------------------------------------
+
+
+def suite_status(run: PytestRun, tests: list[res.TestResult]) -> str:
+    """passed / failed / empty / timeout / error for one suite run."""
+    if run.timed_out:
+        return "timeout"
+    if run.returncode == EXIT_NO_TESTS and not tests:
+        return "empty"
+    if any(t.failing for t in tests) or run.returncode == 1:
+        return "failed"
+    if run.returncode != 0:
+        return "error"
+    return "passed"
+
+
+@dataclass
+class RunState:
+    """The manifest (run.json) of one run, rewritten atomically after every step."""
+
+    run_dir: Path
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def save(self) -> None:
+        res.atomic_write_json(self.run_dir / "run.json", self.data)
+
+    def finish(self, status: str, reason: str = "") -> None:
+        self.data.update(status=status, finished=_now())
+        if reason:
+            self.data["reason"] = reason
+        self.save()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_dir(backend: str, mode: str, results_root: Path | None = None) -> Path:
+    """results/<UTC time>-<backend>-<mode>[-n]: a fresh folder."""
+    root = results_root or settings().results_root
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = root / f"{stamp}-{backend}-{mode}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = Path(f"{base}-{n}")
+    path.mkdir(parents=True)
+    return path
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt so the same cleanup runs."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None = None,
+               run_dir: Path | None = None, image_tag: str | None = None, base_image: str | None = None,
+               extra: Sequence[str] = (), health: bool = True, echo: bool = True) -> tuple[Path, int]:
+    """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
+
+    Exit code: 0 when no test failed or errored and every suite ran, else 1. Raises HealthError when a
+    device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM (run.json then says `incomplete`).
+    """
+    from harness import envinfo, health as health_mod, image as image_mod, report
+
+    m = matrix_mod.load()
+    b = m.backend(backend_name)
+    suites = list(suites or m.suites)
+    unknown = [s for s in suites if s not in m.suites]
+    if unknown:
+        raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(m.suites)}")
+    mode = "native" if native else "container"
+    img_info = None
+    if not native:
+        image_mod.require_docker()
+        health_mod.require_host_devices(b)
+        if image_tag:
+            img_id = image_mod.image_id(image_tag)
+            if not img_id:
+                raise HarnessError(f"image {image_tag} is not present locally")
+            img_info = {"tag": image_tag, "id": img_id, "base": None, "built": False}
+        else:
+            built = image_mod.build(b, base_image=base_image)
+            img_info = {"tag": built.tag, "id": built.id, "base": built.base_image, "built": built.built}
+            image_tag = built.tag
+    run_dir = run_dir or new_run_dir(b.name, mode)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = RunState(run_dir, {
+        "schema": RUN_SCHEMA, "run_id": run_dir.name, "backend": b.name, "mode": mode, "status": "running",
+        "started": _now(), "src": str(settings().root), "python": sys.executable if native else "python",
+        "docker": "docker", "image": img_info, "env": suite_env(m, b),
+        "container_options": list(b.container_options), "test_timeout_s": b.timeouts.test_s,
+        "suite_timeout_s": b.timeouts.suite_s, "pytest_extra": list(extra), "suites": [], "health": None,
+        "per_test_timeout": pytest_timeout_available() if native else True,
+    })
+    state.save()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() \
+        else None
+    current = "setup"
+    label = f"{b.name}/{mode}"
+    try:
+        host = envinfo.capture_host(img_info)
+        current = "environment capture"
+        run_python_module(b, ["env", "--part", "device", "--backend", b.name, "--out", "{out}/env-device.json"],
+                          run_dir, "env", native=native, image=image_tag, m=m, timeout_s=b.timeouts.health_s,
+                          echo=False)
+        device = (res.read_json(run_dir / "env-device.json") if (run_dir / "env-device.json").exists()
+                  else {"error": "device environment capture failed; see env.log"})
+        res.atomic_write_json(run_dir / "env.json", {"schema": envinfo.SCHEMA, "host": host, "device": device})
+        if health:
+            current = "health check"
+            rc = run_python_module(b, ["health", "--backend", b.name, "--json", "{out}/health.json"], run_dir,
+                                   "health", native=native, image=image_tag, m=m, timeout_s=b.timeouts.health_s,
+                                   echo=echo)
+            state.data["health"] = {"ok": rc == 0, "log": "health.log"}
+            if rc != 0:
+                state.finish("aborted", "health check failed")
+                tail = (run_dir / "health.log").read_text().strip().splitlines()[-1:] or ["no output"]
+                raise HealthError(f"health check failed for {label}: {tail[0]} (see {run_dir / 'health.log'})")
+        suite_dir = run_dir / "suites"
+        for suite in suites:
+            current = f"suite {suite}"
+            run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image_tag, extra=extra,
+                             m=m, echo=echo)
+            tests = res.parse_junit(run.junit, settings().root) if run.junit.exists() else []
+            status = suite_status(run, tests)
+            if not run.junit.exists() and status == "passed":
+                status = "error"
+            rel = run.junit.relative_to(run_dir)
+            print(res.summary_line(suite, label, tests, run.duration_s, status.upper(), str(run_dir / rel)),
+                  flush=True)
+            state.data["suites"].append({
+                "name": suite, "status": status, "junit": str(rel), "log": str(run.log.relative_to(run_dir)),
+                "returncode": run.returncode, "timed_out": run.timed_out, "duration_s": run.duration_s,
+                "counts": res.counts(tests), "argv": run.argv,
+            })
+            state.save()
+        state.finish("complete")
+    except KeyboardInterrupt as e:
+        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
+        state.finish("incomplete", f"{what} during {current}")
+        report.write_reports(run_dir)
+        raise RunInterrupted(f"run {what} during {current}; results so far kept in {run_dir} (marked incomplete)") \
+            from None
+    except HarnessError:
+        if state.data["status"] == "running":
+            state.finish("incomplete", f"error during {current}")
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    summary = report.write_reports(run_dir)
+    print(summary.headline(), flush=True)
+    return run_dir, 0 if summary.ok else 1
+
+
+# ---- CLI: `python -m harness run` / `python -m harness detect` -----------------------------------------
+
+
+def cli_add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", help="cpu, cuda or rocm (default: detected, see `python -m harness detect`)")
+    p.add_argument("--native", action="store_true", default=None,
+                   help="run with this machine's Python instead of a container (also KILN_NATIVE=1)")
+    p.add_argument("--suite", action="append", dest="suites", help="run only this suite (repeatable)")
+    p.add_argument("--results", help="run folder to write (default: results/<time>-<backend>-<mode>)")
+    p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
+    p.add_argument("--base-image", help="build the image on this base")
+    p.add_argument("--no-health", action="store_true", help="skip the GPU health check")
+    p.add_argument("--quiet", action="store_true", help="do not echo pytest output (it is still logged)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Run the suites for a backend, in its container or natively."""
+    native = settings().native if args.native is None else args.native
+    backend = args.backend or detect_backend()
+    extra = list(args.pytest_args or [])
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    _, code = run_suites(backend, native=native, suites=args.suites,
+                         run_dir=Path(args.results) if args.results else None, image_tag=args.image,
+                         base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet)
+    return code
+
+
+def cli_detect_add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--field", help="print this matrix field of the detected backend instead of its name")
+
+
+def cli_detect_main(args: argparse.Namespace) -> int:
+    """Print the backend this machine supports: the first GPU backend whose devices exist, else cpu."""
+    m = matrix_mod.load()
+    name = detect_backend(m)
+    print(name if not args.field else getattr(m.backend(name), args.field))
+    return 0
