@@ -6,6 +6,7 @@ Sessions are verbs with one-line docstrings. CI files stay thin: they call nox.
 from __future__ import annotations
 
 import os
+import sys
 
 import nox
 
@@ -43,3 +44,62 @@ def tests(session: nox.Session) -> None:
     suite_paths = [f"tests/{s}" for s in SUITES] + ["tests/compiler"]
     session.run("python", "-m", "pytest", "-p", "no:xdist", *suite_paths, *session.posargs, env=SUITE_ENV)
     session.run("python", "-m", "pytest", "tests/harness", *session.posargs, env=SUITE_ENV)
+
+
+# ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
+# Container mode needs only the standard library on the host; native mode (`-- --native` or
+# KILN_NATIVE=1) runs the suites with the Python that runs nox (e.g. `nox --no-venv` on a GPU box).
+MATRIX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ci", "matrix.json")
+
+
+def _matrix_backends() -> list[str]:
+    """Backend names, in matrix order, read from ci/matrix.json (the one source of truth)."""
+    import json
+
+    with open(MATRIX_FILE) as fh:
+        return list(json.load(fh)["backends"])
+
+
+def _split_native(session: nox.Session) -> tuple[list[str], list[str]]:
+    """(['--native'] or [], the other posargs) from the session's posargs and KILN_NATIVE."""
+    native = "--native" in session.posargs or os.environ.get("KILN_NATIVE", "") in {"1", "true", "yes"}
+    return (["--native"] if native else []), [a for a in session.posargs if a != "--native"]
+
+
+def _tests_session(backend: str):
+    def run_backend(session: nox.Session) -> None:
+        native, rest = _split_native(session)
+        session.run(sys.executable, "-m", "harness", "run", "--backend", backend, *native, *rest, external=True)
+
+    run_backend.__doc__ = f"Run the suites for {backend} in its container (`-- --native`: on this machine's Python)."
+    return run_backend
+
+
+for _backend in _matrix_backends():
+    nox.session(name=f"tests-{_backend}", python=False)(_tests_session(_backend))
+
+
+@nox.session(python=False)
+def ci(session: nox.Session) -> None:
+    """Main job: detect the backend (CUDA, ROCm, else CPU interpreter), run its suites, then benchmarks, report."""
+    native, rest = _split_native(session)
+    backend = session.run(sys.executable, "-m", "harness", "detect", silent=True, external=True).strip()
+    session.log(f"backend: {backend}")
+    from datetime import datetime, timezone
+
+    run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")
+    session.run(sys.executable, "-m", "harness", "run", "--backend", backend, "--results", run_dir, *native, *rest,
+                external=True, success_codes=[0, 1])
+    sessions = {name for name, _ in nox.registry.get().items()}
+    for bench in (f"bench-{backend}", "bench"):
+        if bench in sessions:
+            session.notify(bench, [*native])
+            break
+    session.notify("ci-report", [run_dir])
+
+
+@nox.session(name="ci-report", python=False)
+def ci_report(session: nox.Session) -> None:
+    """Print the report of a results folder (default: the latest) and fail unless it is green."""
+    session.run(sys.executable, "-m", "harness", "report", *session.posargs, "--check", "--github-summary",
+                external=True)
