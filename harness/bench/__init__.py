@@ -1,0 +1,10 @@
+"""kiln benchmarks: workloads, timing, statistics, SQLite history, regression detection, reports.
+
+Modules: workloads (registry), measure (timers), stats (Stats, Mann-Whitney U), execute (one workload under
+several compilers), store (SQLite), compare (verdicts), report (tables, Markdown, JSON, PNG), session (a whole
+run), cli (`python -m harness.bench`), selftest (the CI check), gpu_run (the GPU run done twice).
+"""
+
+from .records import SCHEMA_VERSION
+
+__all__ = ["SCHEMA_VERSION"]

@@ -1,0 +1,303 @@
+"""Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
+
+Verbs: run, compare, list, show, export, import, plot, workloads, selftest, gpu.
+Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
+2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .exc import BenchError, UsageError
+from .settings import Plant, settings
+
+
+def _add_store(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)")
+
+
+def _add_reports(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--md", type=Path, help="write a Markdown report here (also appended to $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--json", type=Path, help="write a JSON report here")
+    p.add_argument("--plots", type=Path, help="write PNG plots into this folder (needs matplotlib)")
+
+
+def _add_compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threshold", type=float, default=None, help="fraction slower that may count as regression "
+                   "(default $KILN_BENCH_THRESHOLD or 0.05)")
+    p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
+    p.add_argument("--no-fail", action="store_true", help="exit 0 even when something regressed")
+
+
+def _add_measure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
+    p.add_argument("--profile", choices=["tiny", "gpu"], help="size table (default: gpu on a GPU, else tiny)")
+    p.add_argument("--compilers", default="kiln,inductor,eager", help="comma-separated; eager is always included")
+    p.add_argument("--only", help="comma-separated fnmatch patterns of workload or family names")
+    p.add_argument("--timer", help="wall (CPU), event (GPU default), graph (CUDA graphs), profiler (kernel time)")
+    p.add_argument("--target-s", type=float, help="measuring seconds per workload+compiler")
+    p.add_argument("--rounds", type=int, help="interleaved rounds per workload")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU runs; default 1)")
+    p.add_argument("--plant", help="plant a slowdown: PATTERN[@COMPILER][=FRACTION] (tests only)")
+    p.add_argument("--label", help="free-text label stored with the run")
+    p.add_argument("--git-ref", help="git ref to record (default $KILN_BENCH_GIT_REF, $GITHUB_REF_NAME or git)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m harness.bench", description="kiln benchmarks: measure, store, "
+                                 "compare, report.")
+    sub = ap.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p = sub.add_parser("run", help="measure workloads under several compilers, store, optionally compare")
+    _add_measure(p), _add_store(p), _add_reports(p), _add_compare(p)
+    p.add_argument("--baseline", help="compare with: run:ID, ref:NAME, window:N or latest")
+    p = sub.add_parser("compare", help="compare a stored run with a baseline (no re-measurement)")
+    p.add_argument("run", help="run id, or 'latest'")
+    p.add_argument("baseline", help="run:ID, ID, ref:NAME, window:N or latest")
+    _add_store(p), _add_reports(p), _add_compare(p)
+    p = sub.add_parser("list", help="list stored runs, newest first")
+    p.add_argument("--limit", type=int, default=20)
+    _add_store(p)
+    p = sub.add_parser("show", help="report of one stored run")
+    p.add_argument("run", help="run id, or 'latest'")
+    _add_store(p), _add_reports(p)
+    p = sub.add_parser("export", help="write runs (with every sample) as JSON")
+    p.add_argument("out", type=Path)
+    p.add_argument("--runs", help="comma-separated run ids (default: all)")
+    _add_store(p)
+    p = sub.add_parser("import", help="merge JSON exports into the store (runs already present are skipped)")
+    p.add_argument("files", type=Path, nargs="+")
+    _add_store(p)
+    p = sub.add_parser("plot", help="PNG plots: speedups of a run and history of every workload")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--from-json", dest="from_json", type=Path, help="plot an export instead of the store")
+    p.add_argument("--run", default="latest", help="run for the speedup plot (default latest)")
+    _add_store(p)
+    p = sub.add_parser("workloads", help="list the workloads of a profile")
+    p.add_argument("--profile", choices=["tiny", "gpu"], default="tiny")
+    p = sub.add_parser("selftest", help="CI check: self-compare, identical runs and a planted 20%% slowdown")
+    p.add_argument("--compilers", default="kiln,inductor,eager")
+    p.add_argument("--only", help="restrict workloads (fnmatch patterns)")
+    p.add_argument("--plant-workload", default="softmax.fwd.fp32.64x128")
+    p.add_argument("--fraction", type=float, default=0.2)
+    _add_store(p)
+    p.add_argument("--md", type=Path, help="write the self-test Markdown report here")
+    p = sub.add_parser("gpu", help="full GPU run twice (kiln, inductor, eager) and the spread between runs")
+    p.add_argument("--out", type=Path, default=Path("results/gpu"))
+    p.add_argument("--compilers", default="kiln,inductor,eager")
+    p.add_argument("--only", help="restrict workloads (fnmatch patterns)")
+    p.add_argument("--timer", default="event")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--target-s", type=float, default=None)
+    return ap
+
+
+def _open(db: Path | None):
+    from .store import Store
+
+    return Store(db or settings().db)
+
+
+def _run_id(store, spec: str) -> int:
+    if spec == "latest":
+        runs = store.runs(limit=1)
+        if not runs:
+            raise UsageError(f"no runs in {store.path}")
+        return runs[0].id
+    if not spec.isdigit():
+        raise UsageError(f"bad run id {spec!r} (a number or 'latest')")
+    return int(spec)
+
+
+def _cmp_cfg(args: argparse.Namespace):
+    from .compare import CompareConfig
+
+    s = settings()
+    thr = s.threshold if args.threshold is None else args.threshold
+    alpha = s.alpha if args.alpha is None else args.alpha
+    if not 0 < thr < 1 or not 0 < alpha < 1:
+        raise UsageError("--threshold and --alpha must be between 0 and 1")
+    return CompareConfig(threshold=thr, alpha=alpha)
+
+
+def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, threshold: float = 0.05) -> None:
+    """Terminal tables on stdout; Markdown/JSON/PNG where asked."""
+    from . import report
+
+    print(report.run_header(run))
+    print(report.terminal(report.side_by_side(results, run.compilers)))
+    if cmps is not None:
+        print()
+        print(f"against baseline run(s) {', '.join(str(b.id) for b in baseline)}: {report.counts_line(cmps)}")
+        flagged = report.comparison_table(cmps, only_flagged=True)
+        if len(flagged) > 1:
+            print(report.terminal(flagged))
+    md = report.markdown_report(run, results, cmps, baseline)
+    if getattr(args, "md", None):
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(md)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as f:
+            f.write(md + "\n")
+    if getattr(args, "json", None):
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.json_report(run, results, cmps, baseline), indent=1, default=str))
+    if getattr(args, "plots", None):
+        try:
+            args.plots.mkdir(parents=True, exist_ok=True)
+            report.plot_speedups(results, run.compilers, args.plots / f"run{run.id}_speedups.png")
+            if cmps is not None:
+                report.plot_ratios(cmps, threshold, args.plots / f"run{run.id}_ratios.png")
+        except report.PlotUnavailable as e:
+            print(f"note: {e}", file=sys.stderr)
+
+
+def _exit_for(cmps, no_fail: bool) -> int:
+    if cmps is None or no_fail:
+        return 0
+    return 1 if any(c.verdict == "regressed" for c in cmps) else 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .execute import BenchConfig, defaults_for, resolve_device
+    from .session import run_bench
+
+    device = resolve_device(args.device)
+    kw = defaults_for(device)
+    for name in ("profile", "timer", "target_s", "rounds"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    s = settings()
+    plant = Plant.parse(args.plant) if args.plant else s.plant
+    cfg = BenchConfig(device=device, compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
+                      only=args.only, plant=plant, **kw)
+    cmp_cfg = _cmp_cfg(args)
+    with _open(args.db) as store:
+        out = run_bench(cfg, store, label=args.label, git_ref=args.git_ref or s.git_ref, baseline=args.baseline,
+                        cmp_cfg=cmp_cfg, progress=not args.quiet, threads=args.threads)
+        emit_reports(args, out.run, out.results, out.comparisons, out.baseline, cmp_cfg.threshold)
+    return _exit_for(out.comparisons, args.no_fail)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import compare, load_baseline, resolve_baseline
+
+    cmp_cfg = _cmp_cfg(args)
+    with _open(args.db) as store:
+        run = store.run(_run_id(store, args.run))
+        base_runs = resolve_baseline(store, args.baseline, run)
+        results = store.results(run.id)
+        cmps = compare(results, load_baseline(store, base_runs), cmp_cfg, new_run=run)
+        emit_reports(args, run, results, cmps, base_runs, cmp_cfg.threshold)
+    return _exit_for(cmps, args.no_fail)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .report import terminal
+
+    with _open(args.db) as store:
+        rows = [["id", "status", "created", "profile", "device", "compilers", "ref", "commit", "label"]]
+        for r in store.runs(limit=args.limit):
+            rows.append([str(r.id), r.status, r.created_at, r.profile, r.device_name or r.device,
+                         ",".join(r.compilers), r.git_ref or "-", (r.git_commit or "-")[:10], r.label or ""])
+    print(terminal(rows) if len(rows) > 1 else "no runs")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from . import report
+
+    with _open(args.db) as store:
+        run = store.run(_run_id(store, args.run))
+        results = store.results(run.id)
+    emit_reports(args, run, results, None, [])
+    print()
+    print(report.terminal(report.details(results)))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open(args.db) as store:
+        ids = [int(x) for x in args.runs.split(",")] if args.runs else None
+        data = store.export(ids)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, default=str))
+    print(f"exported {len(data['runs'])} run(s) to {args.out}")
+    return 0
+
+
+def _read_json(path: Path) -> dict:
+    from .exc import ImportFormatError
+
+    try:
+        return json.loads(path.read_text())
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ImportFormatError(f"{path} is not JSON: {e}") from None
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    with _open(args.db) as store:
+        for f in args.files:
+            added, skipped = store.import_(_read_json(f))
+            print(f"{f}: {added} run(s) added, {skipped} already present")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from . import report
+    from .store import Store
+
+    store = Store(":memory:") if args.from_json else _open(args.db)
+    with store:
+        if args.from_json:
+            store.import_(_read_json(args.from_json))
+        run = store.run(_run_id(store, args.run))
+        results = store.results(run.id)
+        hist: dict[str, dict[str, list[tuple[int, float]]]] = {}
+        for r in results:
+            pts = [(h.id, m) for h, m in store.history(r.workload, r.compiler) if m]
+            hist.setdefault(r.workload, {})[r.compiler] = pts
+        args.out.mkdir(parents=True, exist_ok=True)
+        a = report.plot_speedups(results, run.compilers, args.out / f"run{run.id}_speedups.png")
+        b = report.plot_history(hist, args.out / "history.png")
+    print(f"wrote {a} and {b}")
+    return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    from . import workloads as wl
+
+    cs = wl.cases(args.profile)
+    for c in cs:
+        print(f"{c.name:<45} {c.source_hash}")
+    print(f"{len(cs)} workloads in profile {args.profile}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.verb == "selftest":
+            from .selftest import cmd_selftest
+
+            return cmd_selftest(args)
+        if args.verb == "gpu":
+            from .gpu_run import cmd_gpu
+
+            return cmd_gpu(args)
+        return globals()[f"cmd_{args.verb}"](args)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: the run is marked aborted and will never be used as a baseline", file=sys.stderr)
+        return 130

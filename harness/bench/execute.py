@@ -1,0 +1,238 @@
+"""Execute a bench run: prepare each workload under each compiler, measure them interleaved, record results.
+
+Steps per workload (case): make inputs -> float64 reference (eager) -> for each compiler: compile, first call
+(cold compile time), max error vs the reference, warm-up, per-call estimate -> rounds of samples, the
+compilers taking turns (so slow drifts of the machine hit all compilers alike) -> one `Result` per compiler,
+committed to the store at once. A compiler that fails on a workload gives an `error` result; the run goes on.
+
+Compilers: `eager` (plain PyTorch, no torch.compile: the baseline), `kiln` (`import compiler`), `inductor`,
+or any other registered torch.compile backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+import time
+import types
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from . import workloads as wl
+from .exc import UsageError
+from .measure import Timer, ceiling_gbps, flatten, make_timer, max_errors, unique_bytes
+from .records import Result
+from .settings import Plant
+from .stats import Stats
+
+BASELINE_COMPILER = "eager"
+
+
+@dataclass
+class BenchConfig:
+    """What to run and how long to measure it (see `defaults_for`)."""
+
+    profile: str = "tiny"
+    device: str = "cpu"
+    compilers: list[str] = field(default_factory=lambda: ["kiln", "inductor", "eager"])
+    timer: str = "wall"
+    only: str | None = None
+    target_s: float = 0.08  # measuring time per workload+compiler, split into `rounds`
+    min_reps: int = 30
+    max_reps: int = 400
+    rounds: int = 5
+    warmup_s: float = 0.02
+    ceiling_mib: int = 64
+    plant: Plant | None = None
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["plant"] = self.plant.spec() if self.plant else None
+        return d
+
+
+def defaults_for(device: str) -> dict[str, Any]:
+    """Profile, timer and budgets suited to a device kind (tiny CPU runs vs GPU-sized runs)."""
+    if device.startswith("cuda"):
+        return {"profile": "gpu", "timer": "event", "target_s": 0.15, "min_reps": 20, "max_reps": 300,
+                "warmup_s": 0.05, "ceiling_mib": 1024}
+    return {"profile": "tiny", "timer": "wall"}
+
+
+def resolve_device(spec: str) -> str:
+    """`auto` -> `cuda` when a GPU is present, else `cpu`; validates explicit devices."""
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(spec)
+    except RuntimeError:
+        raise UsageError(f"bad device {spec!r} (use auto, cpu, cuda or cuda:N)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {spec!r} requested but torch sees no GPU")
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageError(f"unsupported device {spec!r} (use cpu or cuda; ROCm GPUs are 'cuda' in torch)")
+    return spec
+
+
+def check_compilers(names: list[str]) -> list[str]:
+    """Validate compiler names; `eager` (the baseline) is always measured and listed last."""
+    known = set(torch._dynamo.list_backends()) | {"eager", "kiln", "inductor", "aot_eager"}
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise UsageError(f"unknown compiler {bad[0]!r} (known: {', '.join(sorted(known))})")
+    out = [n for n in dict.fromkeys(names) if n != BASELINE_COMPILER]
+    return out + [BASELINE_COMPILER]
+
+
+def one_line(e: BaseException, limit: int = 300) -> str:
+    msg = str(e).strip().splitlines()
+    text = f"{type(e).__name__}: {msg[0] if msg else ''}".strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compile_fn(fn: Callable[..., Any], compiler: str) -> Callable[..., Any]:
+    """`fn` compiled by `compiler` (a private copy of its code object, so Dynamo caches never mix)."""
+    if compiler == BASELINE_COMPILER:
+        return fn
+    if compiler == "kiln":
+        importlib.import_module("compiler")  # registers the backend
+    clone = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    return torch.compile(clone, backend=compiler, dynamic=False)
+
+
+def make_call(fn: Callable[..., Any], mode: str, inputs: tuple, grad_outs: list[torch.Tensor] | None) -> Callable:
+    """A no-argument callable running `fn` forward (`fwd`) or forward + backward (`bwd`)."""
+    if mode == "fwd":
+        return lambda: fn(*inputs)
+    diff = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+
+    def fwd_bwd() -> tuple:
+        outs = flatten(fn(*inputs))
+        needs = [o for o in outs if o.requires_grad]
+        grads = torch.autograd.grad(needs, diff, grad_outs)
+        return (*outs, *grads)
+
+    return fwd_bwd
+
+
+def _as_f64(inputs: tuple) -> tuple:
+    return tuple(
+        x.detach().to(torch.float64).requires_grad_(x.requires_grad) if x.is_floating_point() else x for x in inputs
+    )
+
+
+@dataclass
+class Prepared:
+    """A compiled, checked, warmed-up workload+compiler ready to be sampled."""
+
+    call: Callable[[], Any]
+    result: Result
+    reps: int
+    est_ns: float
+
+
+class Executor:
+    """Measures cases under compilers with one timer on one device (see module docstring)."""
+
+    def __init__(self, cfg: BenchConfig, log: Callable[[str], None] | None = None):
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        self.timer: Timer = make_timer(cfg.timer, self.device)
+        self.ceiling: float | None = None
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def measure_ceiling(self) -> float:
+        self.ceiling = ceiling_gbps(self.timer, self.cfg.ceiling_mib << 20)
+        return self.ceiling
+
+    # -------------------------------------------------------------- one case
+    def _reference(self, case: wl.Case, inputs: tuple) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """Float64 eager outputs (and the fixed output gradients, for `bwd` cases)."""
+        outs = flatten(case.fn(*inputs))
+        grad_outs = None
+        if case.mode == "bwd":
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(self.cfg.seed + 1)
+            grad_outs = [torch.randn(o.shape, generator=gen, device=self.device, dtype=torch.float32).to(o.dtype)
+                         for o in outs if o.requires_grad]
+        ref_in = _as_f64(inputs)
+        ref_go = [g.to(torch.float64) for g in grad_outs] if grad_outs is not None else None
+        with torch.no_grad() if case.mode == "fwd" else torch.enable_grad():
+            refs = [r.detach() for r in flatten(make_call(case.fn, case.mode, ref_in, ref_go)())]
+        return refs, grad_outs
+
+    def _estimate(self, call: Callable[[], Any]) -> float:
+        """Warm up for `warmup_s` (at least 3 calls) and return the median time of a call, ns."""
+        samples = self.timer.sample(call, 3)
+        deadline = time.perf_counter() + self.cfg.warmup_s
+        while time.perf_counter() < deadline and len(samples) < 200:
+            samples += self.timer.sample(call, max(1, len(samples) // 2))
+        return Stats.of(samples[len(samples) // 3:]).median
+
+    def prepare(self, case: wl.Case, compiler: str, inputs: tuple, refs: list[torch.Tensor],
+                grad_outs: list[torch.Tensor] | None, bytes_moved: int, phase: str) -> Prepared | Result:
+        """Compile, check, warm up; returns a `Prepared`, or an `error` Result when anything fails."""
+        res = Result(workload=case.name, compiler=compiler, source_hash=case.source_hash, phase=phase,
+                     timer=self.timer.name, bytes=bytes_moved, flops=case.flops(), ceiling_gbps=self.ceiling,
+                     meta={"family": case.family.name, "mode": case.mode, "dtype": case.dtype_name,
+                           "shape": list(case.shape)})
+        try:
+            call = make_call(compile_fn(case.fn, compiler), case.mode, inputs, grad_outs)
+            t0 = time.perf_counter()
+            outs = flatten(call())
+            self.timer.sync()
+            first_s = time.perf_counter() - t0
+            res.max_abs_err, res.max_rel_err = max_errors(outs, refs)
+            del outs
+            est = self._estimate(call)
+            if compiler != BASELINE_COMPILER:
+                res.compile_s = max(0.0, first_s - est * 1e-9)
+            plant = self.cfg.plant
+            if plant and plant.applies(case.name, compiler):
+                call = self.timer.planted(call, plant.fraction * est)
+                res.planted = plant.fraction
+                est *= 1 + plant.fraction
+            reps = int(min(self.cfg.max_reps, max(self.cfg.min_reps, self.cfg.target_s * 1e9 / max(est, 1.0))))
+            return Prepared(call, res, reps, est)
+        except Exception as e:  # noqa: BLE001 - a compiler failing a workload is a result, not a crash
+            res.status, res.error = "error", one_line(e)
+            return res
+
+    def measure_case(self, case: wl.Case, compilers: list[str], phase: str = "main",
+                     reps_scale: float = 1.0) -> list[Result]:
+        """Results of `case` under each compiler, sampled in interleaved rounds."""
+        torch._dynamo.reset()
+        try:
+            inputs = case.make_inputs(self.device, self.cfg.seed)
+            refs, grad_outs = self._reference(case, inputs)
+            eager_outs = flatten(make_call(case.fn, case.mode, inputs, grad_outs)())
+            bytes_moved = unique_bytes([x for x in inputs if isinstance(x, torch.Tensor)] + eager_outs +
+                                       (grad_outs or []))
+            del eager_outs
+        except Exception as e:  # noqa: BLE001 - a broken workload is reported for every compiler
+            return [Result(case.name, c, case.source_hash, status="error", phase=phase, timer=self.timer.name,
+                           error=f"workload setup failed: {one_line(e)}") for c in compilers]
+        prepared: dict[str, Prepared | Result] = {
+            c: self.prepare(case, c, inputs, refs, grad_outs, bytes_moved, phase) for c in compilers}
+        live = {c: p for c, p in prepared.items() if isinstance(p, Prepared)}
+        rounds = max(1, self.cfg.rounds)
+        for r in range(rounds):
+            for c, p in live.items():
+                n = max(1, math.ceil(p.reps * reps_scale / rounds))
+                try:
+                    p.result.samples += self.timer.sample(p.call, n)
+                except Exception as e:  # noqa: BLE001
+                    p.result.status, p.result.error = "error", one_line(e)
+            live = {c: p for c, p in live.items() if p.result.status == "ok"}
+        out = [p.result if isinstance(p, Prepared) else p for p in prepared.values()]
+        for res in out:
+            if res.status == "error":
+                res.samples = []
+        del prepared, live, inputs, refs, grad_outs
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return out

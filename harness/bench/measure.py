@@ -1,0 +1,243 @@
+"""Timing: one interface, several clocks.
+
+Terms:
+- *timer*: `sample(fn, reps)` calls `fn` `reps` times and returns one duration per call, in nanoseconds.
+  `wall` (CPU: `time.perf_counter_ns` around each call), `event` (GPU: device events on the device that owns
+  the tensors, L2 flushed before every call), `graph` (like `event`, replaying a CUDA graph of `fn`:
+  no CPU launch overhead), `profiler` (GPU kernel time from torch.profiler: no launch overhead, no gaps).
+- *bytes moved*: every unique storage of the inputs and outputs, counted once (-> GB/s = bytes / ns).
+- *ceiling*: GB/s of a large device copy measured with the same timer in the same run.
+- *plant*: `Timer.planted(fn, ns)` adds `ns` of extra time after each call (busy wait on CPU, device sleep on
+  GPU), so that tests can prove a known slowdown is detected.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+import torch
+
+from .exc import UsageError
+
+TIMERS = ("wall", "event", "graph", "profiler")
+L2_FLUSH_BYTES = 256 << 20  # larger than the L2 of any current GPU (H100: 50 MiB, MI300X: 256 MiB infinity cache)
+
+Fn = Callable[[], Any]
+
+
+def flatten(obj: Any) -> list[torch.Tensor]:
+    """Tensors in a (nested) tuple/list/dict output, in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in flatten(o)]
+    if isinstance(obj, dict):
+        return [t for k in obj for t in flatten(obj[k])]
+    return []
+
+
+def unique_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of every distinct storage among `tensors` (views of one storage count once)."""
+    seen: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        st = t.untyped_storage()
+        seen[(str(t.device), st.data_ptr())] = st.nbytes()
+    return sum(seen.values())
+
+
+def max_errors(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> tuple[float, float]:
+    """(max |out - ref|, that divided by max |ref|) over all outputs, compared in float64."""
+    if len(outs) != len(refs):
+        raise ValueError(f"{len(outs)} outputs but {len(refs)} reference outputs")
+    worst_abs = worst_rel = 0.0
+    for o, r in zip(outs, refs):
+        if o.shape != r.shape:
+            raise ValueError(f"output shape {tuple(o.shape)} != reference shape {tuple(r.shape)}")
+        if not (o.is_floating_point() or r.is_floating_point()):
+            diff = float((o.detach().cpu() != r.detach().cpu()).sum())
+            worst_abs = max(worst_abs, diff)
+            continue
+        a = o.detach().to(torch.float64)
+        b = r.detach().to(device=a.device, dtype=torch.float64)
+        if a.numel() == 0:
+            continue
+        d = (a - b).abs()
+        d = torch.where(torch.isnan(a) & torch.isnan(b), torch.zeros_like(d), d)
+        err = float(d.max())
+        scale = float(b.abs().max())
+        worst_abs = max(worst_abs, err) if err == err else float("inf")
+        worst_rel = max(worst_rel, err / scale if scale > 0 else err) if err == err else float("inf")
+    return worst_abs, worst_rel
+
+
+class Timer:
+    """Wall-clock timer (CPU); the base class of the device timers."""
+
+    name = "wall"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def sync(self) -> None:
+        """Wait for all work queued on the timer's device."""
+
+    def sample(self, fn: Fn, reps: int) -> list[float]:
+        out = []
+        clock = time.perf_counter_ns
+        for _ in range(reps):
+            t0 = clock()
+            fn()
+            out.append(float(clock() - t0))
+        return out
+
+    def planted(self, fn: Fn, extra_ns: float) -> Fn:
+        """`fn` followed by `extra_ns` of busy waiting."""
+        clock = time.perf_counter_ns
+
+        def slow() -> Any:
+            r = fn()
+            end = clock() + extra_ns
+            while clock() < end:
+                pass
+            return r
+
+        return slow
+
+
+class EventTimer(Timer):
+    """Device events around each call, on the device that owns the tensors; L2 flushed before each call."""
+
+    name = "event"
+
+    def __init__(self, device: torch.device):
+        super().__init__(device)
+        self._flush_buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+        self._cycles_per_ns: float | None = None
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def flush(self) -> None:
+        self._flush_buf.zero_()
+
+    def sample(self, fn: Fn, reps: int) -> list[float]:
+        with torch.cuda.device(self.device):
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+            for i in range(reps):
+                self.flush()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            self.sync()
+            return [s.elapsed_time(e) * 1e6 for s, e in zip(starts, ends)]
+
+    def _calibrate(self) -> float:
+        if self._cycles_per_ns is None:
+            with torch.cuda.device(self.device):
+                torch.cuda._sleep(1_000_000)  # warm
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                torch.cuda._sleep(10_000_000)
+                e.record()
+                self.sync()
+                self._cycles_per_ns = 10_000_000 / (s.elapsed_time(e) * 1e6)
+        return self._cycles_per_ns
+
+    def planted(self, fn: Fn, extra_ns: float) -> Fn:
+        """`fn` followed by a device-side sleep of about `extra_ns`."""
+        cycles = int(extra_ns * self._calibrate())
+
+        def slow() -> Any:
+            r = fn()
+            torch.cuda._sleep(cycles)
+            return r
+
+        return slow
+
+
+class GraphTimer(EventTimer):
+    """Events around replays of a CUDA graph captured from `fn` (one graph per function, made on first use)."""
+
+    name = "graph"
+
+    def __init__(self, device: torch.device):
+        super().__init__(device)
+        self._graphs: dict[int, tuple[Fn, torch.cuda.CUDAGraph]] = {}
+
+    def _graph(self, fn: Fn) -> torch.cuda.CUDAGraph:
+        hit = self._graphs.get(id(fn))
+        if hit is not None and hit[0] is fn:
+            return hit[1]
+        with torch.cuda.device(self.device):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            self.sync()
+        self._graphs[id(fn)] = (fn, g)
+        return g
+
+    def sample(self, fn: Fn, reps: int) -> list[float]:
+        g = self._graph(fn)
+        return super().sample(g.replay, reps)
+
+
+class ProfilerTimer(EventTimer):
+    """Sum of device kernel times per call, from torch.profiler (excludes CPU launch overhead)."""
+
+    name = "profiler"
+    MARK = "kiln_bench_call"
+
+    def sample(self, fn: Fn, reps: int) -> list[float]:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with torch.cuda.device(self.device), profile(activities=acts) as prof:
+            for i in range(reps):
+                self.flush()
+                with record_function(f"{self.MARK}{i}"):
+                    fn()
+            self.sync()
+        per_call = {}
+        for evt in prof.events():
+            if evt.name.startswith(self.MARK):
+                per_call[int(evt.name[len(self.MARK):])] = evt.device_time_total * 1e3  # us -> ns
+        if len(per_call) != reps or not any(per_call.values()):
+            raise RuntimeError("profiler returned no kernel times for the marked calls")
+        return [per_call[i] for i in range(reps)]
+
+
+def make_timer(kind: str, device: torch.device) -> Timer:
+    """The timer called `kind` for `device` (`wall` is the only one for CPU)."""
+    if kind not in TIMERS:
+        raise UsageError(f"unknown timer {kind!r} (choose from {', '.join(TIMERS)})")
+    if device.type == "cpu":
+        if kind != "wall":
+            raise UsageError(f"timer {kind!r} needs a GPU; on CPU use --timer wall")
+        return Timer(device)
+    if kind == "wall":
+        raise UsageError("timer 'wall' is for CPU runs; on a GPU use event, graph or profiler")
+    return {"event": EventTimer, "graph": GraphTimer, "profiler": ProfilerTimer}[kind](device)
+
+
+def ceiling_gbps(timer: Timer, nbytes: int, reps: int = 30) -> float:
+    """GB/s of copying an `nbytes` buffer (read + write) on the timer's device: the practical bandwidth ceiling."""
+    n = nbytes // 4
+    src = torch.ones(n, dtype=torch.float32, device=timer.device)
+    dst = torch.empty_like(src)
+
+    def copy() -> None:
+        dst.copy_(src)
+
+    timer.sample(copy, 3)
+    from .stats import Stats
+
+    med = Stats.of(timer.sample(copy, reps)).median
+    return 2 * n * 4 / med

@@ -1,0 +1,99 @@
+"""Plain records passed between measure, store, compare and report.
+
+Terms:
+- *run*: one invocation of the bench over a profile and a list of compilers; `status` is `running` until
+  the very end, when it becomes `complete` (an interrupted run stays `running`/`aborted`: never a baseline).
+- *result*: one workload under one compiler in one run and phase (`main`, or `confirm` for re-measurements
+  of flagged workloads), with every sample in nanoseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .stats import Stats
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RunInfo:
+    """One bench run (the row of the `runs` table)."""
+
+    id: int | None
+    uid: str
+    created_at: str
+    status: str = "running"
+    finished_at: str | None = None
+    profile: str = "tiny"
+    device: str = "cpu"
+    device_name: str = ""
+    compilers: list[str] = field(default_factory=list)
+    git_ref: str | None = None
+    git_commit: str | None = None
+    label: str | None = None
+    ceiling_gbps: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Result:
+    """One workload under one compiler (see module docstring); `status` is `ok` or `error`."""
+
+    workload: str
+    compiler: str
+    source_hash: str
+    status: str = "ok"
+    phase: str = "main"
+    error: str | None = None
+    samples: list[float] = field(default_factory=list)
+    bytes: int | None = None
+    flops: int | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    compile_s: float | None = None
+    timer: str = ""
+    planted: float | None = None
+    ceiling_gbps: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stats(self) -> Stats | None:
+        return Stats.of(self.samples) if self.samples else None
+
+    @property
+    def median_ns(self) -> float | None:
+        s = self.stats
+        return s.median if s else None
+
+    @property
+    def gbps(self) -> float | None:
+        m = self.median_ns
+        return self.bytes / m if (m and self.bytes) else None  # bytes per ns == GB/s
+
+    @property
+    def tflops(self) -> float | None:
+        m = self.median_ns
+        return self.flops / m / 1e3 if (m and self.flops) else None
+
+    @property
+    def frac_ceiling(self) -> float | None:
+        g = self.gbps
+        return g / self.ceiling_gbps if (g and self.ceiling_gbps) else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        s = self.stats
+        d["stats"] = s.as_dict() if s else None
+        d["gbps"], d["tflops"], d["frac_ceiling"] = self.gbps, self.tflops, self.frac_ceiling
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Result":
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in names})

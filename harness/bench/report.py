@@ -1,0 +1,255 @@
+"""Reports: terminal tables, Markdown (CI job summary), JSON, and PNG plots (matplotlib, optional).
+
+Tables are lists of rows (lists of strings) rendered by `terminal()` or `markdown()`, so every report has
+the same content in both forms.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from .compare import VERDICTS, Comparison, counts
+from .exc import BenchError
+from .records import Result, RunInfo
+from .stats import Stats
+
+Table = list[list[str]]
+SPREAD_MIN_NS = 100_000.0  # spread between runs is judged on workloads above 100 microseconds
+
+
+class PlotUnavailable(BenchError):
+    """matplotlib is missing; plots can be made later from an exported JSON."""
+
+
+def fmt_ns(ns: float | None) -> str:
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "-"
+    for unit, div in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= div:
+            return f"{ns / div:.3g} {unit}" if ns / div < 100 else f"{ns / div:.0f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _g(x: float | None, fmt: str = "{:.3g}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def terminal(table: Table) -> str:
+    """Left-aligned first column, right-aligned others, a rule under the header."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = []
+    for n, row in enumerate(table):
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown(table: Table) -> str:
+    esc = [[c.replace("|", "\\|") for c in row] for row in table]
+    head = "| " + " | ".join(esc[0]) + " |"
+    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(esc[0]))) + "|"
+    return "\n".join([head, rule] + ["| " + " | ".join(r) + " |" for r in esc[1:]])
+
+
+# ------------------------------------------------------------------ tables
+def side_by_side(results: list[Result], compilers: Sequence[str]) -> Table:
+    """One row per workload: median per compiler and its speedup over eager, and the best GB/s."""
+    by: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by.setdefault(r.workload, {})[r.compiler] = r
+    head = ["workload"] + [f"{c}" for c in compilers] + ["best GB/s", "best %ceil"]
+    rows = [head]
+    for w, per in by.items():
+        eager = per.get("eager")
+        row = [w]
+        best: Result | None = None
+        for c in compilers:
+            r = per.get(c)
+            if r is None:
+                row.append("-")
+            elif r.status != "ok":
+                row.append("error")
+            else:
+                cell = fmt_ns(r.median_ns)
+                if c != "eager" and eager is not None and eager.median_ns and r.median_ns:
+                    cell += f" ({eager.median_ns / r.median_ns:.2f}x)"
+                row.append(cell)
+                if best is None or (r.median_ns or math.inf) < (best.median_ns or math.inf):
+                    best = r
+        row += [_g(best.gbps, "{:.1f}") if best else "-",
+                _g(best.frac_ceiling * 100 if best and best.frac_ceiling else None, "{:.0f}%")]
+        rows.append(row)
+    return rows
+
+
+def details(results: list[Result]) -> Table:
+    """Every result: median, spread, bandwidth, compute, error vs float64, compile time, status."""
+    rows = [["workload", "compiler", "median", "spread", "n", "GB/s", "%ceil", "TFLOP/s", "max err", "rel err",
+             "compile s", "status"]]
+    for r in results:
+        s: Stats | None = r.stats
+        rows.append([
+            r.workload, r.compiler, fmt_ns(s.median if s else None), _g(s.spread * 100 if s else None, "{:.1f}%"),
+            str(s.n) if s else "0", _g(r.gbps, "{:.1f}"),
+            _g(r.frac_ceiling * 100 if r.frac_ceiling else None, "{:.0f}%"), _g(r.tflops, "{:.1f}"),
+            _g(r.max_abs_err, "{:.2e}"), _g(r.max_rel_err, "{:.2e}"), _g(r.compile_s, "{:.2f}"),
+            "ok" + (f" (planted {r.planted:+.0%})" if r.planted else "") if r.status == "ok" else (r.error or "error"),
+        ])
+    return rows
+
+
+def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Table:
+    rows = [["workload", "compiler", "baseline", "new", "ratio", "p", "verdict", "note"]]
+    for c in cmps:
+        if only_flagged and c.verdict == "unchanged":
+            continue
+        rows.append([c.workload, c.compiler, fmt_ns(c.base_ns), fmt_ns(c.new_ns), _g(c.ratio, "{:.3f}"),
+                     _g(c.p, "{:.2g}"), c.verdict + (" (confirmed)" if c.confirmed else ""), c.note])
+    return rows
+
+
+def counts_line(cmps: list[Comparison]) -> str:
+    return ", ".join(f"{v}: {n}" for v, n in counts(cmps).items())
+
+
+def spread_table(a: list[Result], b: list[Result], min_ns: float = SPREAD_MIN_NS) -> tuple[Table, dict[str, Any]]:
+    """Median of the same workload+compiler in two runs: |b - a| / a, for results above `min_ns`."""
+    base = {(r.workload, r.compiler): r for r in a if r.status == "ok"}
+    rows = [["workload", "compiler", "run 1", "run 2", "spread"]]
+    spreads = []
+    for r in b:
+        x = base.get((r.workload, r.compiler))
+        if r.status != "ok" or x is None or not x.median_ns or not r.median_ns:
+            continue
+        if min(x.median_ns, r.median_ns) < min_ns:
+            continue
+        s = abs(r.median_ns - x.median_ns) / x.median_ns
+        spreads.append(s)
+        rows.append([r.workload, r.compiler, fmt_ns(x.median_ns), fmt_ns(r.median_ns), f"{s * 100:.2f}%"])
+    summary = {
+        "count": len(spreads),
+        "max_spread": max(spreads) if spreads else None,
+        "median_spread": Stats.of(spreads).median if spreads else None,
+        "under_3pct": sum(1 for s in spreads if s < 0.03),
+    }
+    return rows, summary
+
+
+def run_header(run: RunInfo) -> str:
+    return (f"run {run.id} ({run.status}) profile={run.profile} device={run.device_name or run.device} "
+            f"compilers={','.join(run.compilers)} ref={run.git_ref or '-'} commit={(run.git_commit or '-')[:10]} "
+            f"ceiling={_g(run.ceiling_gbps, '{:.1f}')} GB/s timer={run.config.get('timer', '-')}")
+
+
+def markdown_report(run: RunInfo, results: list[Result], cmps: list[Comparison] | None,
+                    baseline: list[RunInfo] | None = None) -> str:
+    """A CI job summary: header, comparison verdicts (flagged first), side-by-side table, details folded."""
+    parts = [f"## kiln bench: run {run.id}", "", f"`{run_header(run)}`", ""]
+    if cmps is not None:
+        names = ", ".join(str(b.id) for b in baseline or [])
+        parts += [f"### Against baseline run(s) {names}", "", counts_line(cmps), ""]
+        flagged = [c for c in cmps if c.verdict != "unchanged"]
+        parts += [markdown(comparison_table(flagged)) if flagged else "Nothing regressed, improved, new or missing.",
+                  ""]
+    parts += ["### Latency side by side (speedup over eager)", "", markdown(side_by_side(results, run.compilers)), "",
+              "<details><summary>Every result</summary>", "", markdown(details(results)), "", "</details>", ""]
+    return "\n".join(parts)
+
+
+def json_report(run: RunInfo, results: list[Result], cmps: list[Comparison] | None,
+                baseline: list[RunInfo] | None = None) -> dict[str, Any]:
+    return {
+        "run": {k: v for k, v in run.as_dict().items() if k != "env"},
+        "environment": run.env,
+        "results": [{k: v for k, v in r.as_dict().items() if k != "samples"} for r in results],
+        "baseline_runs": [b.id for b in baseline or []],
+        "comparisons": [c.as_dict() for c in cmps] if cmps is not None else None,
+        "counts": counts(cmps) if cmps is not None else None,
+        "verdicts": list(VERDICTS),
+    }
+
+
+# ------------------------------------------------------------------ plots
+def _plt():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlotUnavailable(
+            "matplotlib is not installed: skipping plots. Export the runs "
+            "(`python -m harness.bench export OUT.json`) and run `python -m harness.bench plot --json OUT.json "
+            "--out DIR` where matplotlib is installed.") from None
+    return plt
+
+
+def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path) -> Path:
+    """Horizontal bars: speedup of each compiler over eager, per workload (log scale)."""
+    plt = _plt()
+    eager = {r.workload: r.median_ns for r in results if r.compiler == "eager" and r.status == "ok"}
+    workloads = list(dict.fromkeys(r.workload for r in results))
+    others = [c for c in compilers if c != "eager"]
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(workloads) * max(1, len(others)) + 1.5))
+    h = 0.8 / max(1, len(others))
+    for j, c in enumerate(others):
+        med = {r.workload: r.median_ns for r in results if r.compiler == c and r.status == "ok"}
+        ys = [i + j * h for i in range(len(workloads))]
+        vals = [eager[w] / med[w] if w in med and eager.get(w) else 0 for w in workloads]
+        ax.barh(ys, vals, height=h, label=c)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks([i + 0.4 - h / 2 for i in range(len(workloads))], workloads, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("speedup over eager (x)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_ratios(cmps: list[Comparison], threshold: float, path: Path) -> Path:
+    """Bars: new/baseline median ratio per workload+compiler, threshold lines, regressions in red."""
+    plt = _plt()
+    rows = [c for c in cmps if c.ratio is not None]
+    fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.5))
+    colors = ["tab:red" if c.verdict == "regressed" else "tab:green" if c.verdict == "improved" else "tab:gray"
+              for c in rows]
+    ax.barh(range(len(rows)), [c.ratio - 1 for c in rows], left=1, color=colors)
+    for x in (1 - threshold, 1 + threshold):
+        ax.axvline(x, color="k", ls="--", lw=0.7)
+    ax.set_yticks(range(len(rows)), [f"{c.workload} [{c.compiler}]" for c in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("median new / baseline")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> Path:
+    """Small multiples: median per run for each workload, one line per compiler."""
+    plt = _plt()
+    names = list(history)
+    cols = 4
+    nrows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 2.4 * nrows), squeeze=False)
+    for ax, w in zip(axes.flat, names):
+        for c, pts in history[w].items():
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] / 1e3 for p in pts], marker="o", ms=3, label=c)
+        ax.set_title(w, fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.set_ylabel("us", fontsize=6)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    if names:
+        axes.flat[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,108 @@
+"""One bench run from start to finish: resolve baseline -> begin run -> ceiling -> measure every workload ->
+compare -> confirm flagged workloads -> mark complete. Interrupted runs are marked `aborted` (a killed one
+stays `running`); neither is ever a baseline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import env, workloads as wl
+from .compare import Baseline, CompareConfig, Comparison, compare, confirm, load_baseline, resolve_baseline
+from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
+from .records import Result, RunInfo
+from .report import fmt_ns
+from .store import Store, now
+
+
+@dataclass
+class Outcome:
+    """What a run produced: the stored run, its main-phase results, and verdicts when compared."""
+
+    run: RunInfo
+    results: list[Result]
+    comparisons: list[Comparison] | None = None
+    baseline: list[RunInfo] = field(default_factory=list)
+
+
+class Progress:
+    """One line per workload on stderr: position, per-compiler medians, elapsed and estimated remaining time."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        self.total, self.enabled, self.t0 = total, enabled, time.monotonic()
+
+    def __call__(self, i: int, name: str, results: list[Result], phase: str = "main") -> None:
+        if not self.enabled:
+            return
+        spent = time.monotonic() - self.t0
+        eta = spent / (i + 1) * (self.total - i - 1) if phase == "main" else 0
+        cells = "  ".join(f"{r.compiler} {fmt_ns(r.median_ns) if r.status == 'ok' else 'error'}" for r in results)
+        tag = f"[{i + 1:>3}/{self.total}]" if phase == "main" else "[confirm]"
+        print(f"{tag} {name:<40} {cells}  ({spent:.0f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
+
+
+def _set_threads(cfg: BenchConfig, threads: int | None) -> None:
+    if cfg.device == "cpu" and threads:
+        torch.set_num_threads(threads)
+
+
+def run_bench(cfg: BenchConfig, store: Store, *, label: str | None = None, git_ref: str | None = None,
+              baseline: str | None = None, cmp_cfg: CompareConfig | None = None, progress: bool = True,
+              threads: int | None = 1, log: Callable[[str], None] | None = None) -> Outcome:
+    """Measure every workload of `cfg`, store it, and compare with `baseline` if given (see module docstring)."""
+    cases = wl.cases(cfg.profile, cfg.only)
+    cfg.compilers = check_compilers(cfg.compilers)
+    _set_threads(cfg, threads)
+    git = env.git_info(git_ref)
+    run = RunInfo(id=None, uid=uuid.uuid4().hex, created_at=now(), profile=cfg.profile, device=cfg.device,
+                  device_name=env.device_name(cfg.device), compilers=list(cfg.compilers), git_ref=git["ref"],
+                  git_commit=git["commit"], label=label,
+                  config={**cfg.as_dict(), "threads": torch.get_num_threads(), "pid": os.getpid(),
+                          "git_dirty": git["dirty"]},
+                  env=env.capture())
+    base_runs = resolve_baseline(store, baseline, run) if baseline else []
+    ex = Executor(cfg, log=log)
+    store.begin_run(run)
+    try:
+        store.set_ceiling(run.id, ex.measure_ceiling())
+        run.ceiling_gbps = ex.ceiling
+        show = Progress(len(cases), progress)
+        results: list[Result] = []
+        for i, case in enumerate(cases):
+            rs = ex.measure_case(case, cfg.compilers)
+            for r in rs:
+                store.add_result(run.id, r)
+            results += rs
+            show(i, case.name, rs)
+        cmps = None
+        if base_runs:
+            cmp_cfg = cmp_cfg or CompareConfig()
+            base: Baseline = load_baseline(store, base_runs)
+            cmps = compare(results, base, cmp_cfg, new_run=run)
+
+            def remeasure(workload: str, compilers: list[str]) -> dict[str, list[float]]:
+                case = next(c for c in cases if c.name == workload)
+                names = [c for c in compilers if c != BASELINE_COMPILER] + [BASELINE_COMPILER]
+                rs = ex.measure_case(case, names, phase="confirm", reps_scale=2.0)
+                for r in rs:
+                    store.add_result(run.id, r)
+                show(0, workload, rs, phase="confirm")
+                return {r.compiler: r.samples for r in rs if r.status == "ok"}
+
+            cmps = confirm(cmps, results, base, remeasure, cmp_cfg)
+        store.finish_run(run.id, "complete")
+        run.status = "complete"
+        return Outcome(run, results, cmps, base_runs)
+    except BaseException:
+        try:
+            store.finish_run(run.id, "aborted")
+        except Exception:  # noqa: BLE001 - the store may be the thing that failed; keep the original error
+            pass
+        raise
