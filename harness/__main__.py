@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"harness {verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
+        return 0
 
 
 if __name__ == "__main__":

@@ -26,15 +26,17 @@ from harness.settings import settings
 SCHEMA = 1
 
 
-def _cmd(argv: list[str], cwd: Path | None = None, timeout: float = 20) -> str | None:
-    """stdout of `argv` stripped, or None when the program is missing or fails."""
+def _cmd(argv: list[str], cwd: Path | None = None, timeout: float = 20, strip: bool = True) -> str | None:
+    """stdout of `argv` (stripped unless `strip=False`), or None when the program is missing or fails."""
     if shutil.which(argv[0]) is None:
         return None
     try:
         proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() if strip else proc.stdout
 
 
 def git_info(root: Path) -> dict[str, Any]:
@@ -42,11 +44,11 @@ def git_info(root: Path) -> dict[str, Any]:
     sha = _cmd(["git", "rev-parse", "HEAD"], cwd=root)
     if sha is None:
         return {"sha": None, "dirty": None, "branch": None, "note": "not a git checkout or git missing"}
-    status = _cmd(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root) or ""
+    status = _cmd(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, strip=False) or ""
     return {
         "sha": sha,
-        "dirty": bool(status),
-        "dirty_files": sorted(line[3:] for line in status.splitlines())[:50],
+        "dirty": bool(status.strip()),
+        "dirty_files": sorted(line[3:] for line in status.splitlines() if line.strip())[:50],
         "branch": _cmd(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=root),
     }
 

@@ -14,6 +14,7 @@ from typing import Any
 from harness import results as res
 from harness.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
+from harness.settings import settings
 
 
 @dataclass(frozen=True)
@@ -26,18 +27,43 @@ class Summary:
     status: str
     counts: dict[str, int]
     broken_suites: list[str]
+    blocking: list[str]  # failed/errored tests outside the quarantine
+    quarantined: list[str]  # failed/errored tests the quarantine covers (reported, not blocking)
 
     @property
     def ok(self) -> bool:
-        return self.status == "complete" and not self.broken_suites and not (
-            self.counts["failed"] or self.counts["error"])
+        return self.status == "complete" and not self.broken_suites and not self.blocking
 
     def headline(self) -> str:
         body = ", ".join(f"{n} {o}" for o, n in self.counts.items() if n) or "no tests"
+        if self.quarantined:
+            body += f" ({len(self.quarantined)} failing quarantined)"
         verdict = "OK" if self.ok else "FAILED"
         extra = f"; suites not finished: {', '.join(self.broken_suites)}" if self.broken_suites else ""
         status = "" if self.status == "complete" else f" [run {self.status.upper()}]"
         return f"kiln {self.backend}/{self.mode} {verdict}{status}: {body}{extra}"
+
+
+def load_quarantine(root: Path):
+    """The project's quarantine (ci/quarantine.toml) or None when there is none; a broken file raises."""
+    from harness import quarantine
+
+    path = quarantine.default_path(root)
+    return quarantine.load(path) if path.exists() else None
+
+
+def verdict(run: RunResults):
+    """The quarantine's verdict on the run's outcomes (None without a quarantine file)."""
+    from harness import quarantine
+
+    q = load_quarantine(Path(run.manifest.get("src") or settings().root))
+    if q is None:
+        return None
+    outcomes: dict[str, list[str]] = {}
+    for suite in run.suites:
+        for t in suite.tests:
+            outcomes.setdefault(t.id, []).append(t.outcome)
+    return quarantine.apply(outcomes, q, run.manifest.get("backend"))
 
 
 def summarize(run: RunResults) -> Summary:
@@ -45,8 +71,12 @@ def summarize(run: RunResults) -> Summary:
     status = run.manifest.get("status", "unknown")
     if status == "running":
         status = "incomplete"  # nobody finished it: the process died
+    failing = sorted({t.id for _, t in run.failing})
+    v = verdict(run)
+    blocking = failing if v is None else list(v.failing)
+    quarantined = [] if v is None else [r.id for r in v.quarantined_failing]
     return Summary(run.path.name, run.manifest.get("backend", "?"), run.manifest.get("mode", "?"), status,
-                   res.counts(all_tests), [s.name for s in run.broken_suites])
+                   res.counts(all_tests), [s.name for s in run.broken_suites], blocking, quarantined)
 
 
 def _env_lines(run: RunResults) -> list[str]:
@@ -92,7 +122,8 @@ def render_text(run: RunResults) -> str:
         if hint:
             lines.append(f"  (image: {hint})")
         for suite, t in failing:
-            lines.append(f"- [{suite}] {t.id}: {t.outcome}: {t.message[:200]}")
+            mark = " (quarantined)" if t.id in s.quarantined else ""
+            lines.append(f"- [{suite}] {t.id}{mark}: {t.outcome}: {t.message[:200]}")
             lines.append(f"    {repro_line(run.manifest, t.id)}")
     return "\n".join(lines) + "\n"
 
@@ -112,8 +143,12 @@ def render_markdown(run: RunResults) -> str:
     if run.failing:
         lines += ["", "#### Failing tests", ""]
         for suite, t in run.failing:
-            lines += [f"- `{t.id}` ({suite}, {t.outcome})", "  ```sh", f"  {repro_line(run.manifest, t.id)}",
-                      "  ```"]
+            mark = ", quarantined" if t.id in s.quarantined else ""
+            lines += [f"- `{t.id}` ({suite}, {t.outcome}{mark})", "  ```sh",
+                      f"  {repro_line(run.manifest, t.id)}", "  ```"]
+    v = verdict(run)
+    if v is not None and v.markdown():
+        lines += ["", v.markdown()]
     return "\n".join(lines) + "\n"
 
 
@@ -123,7 +158,8 @@ def write_reports(run_dir: Path) -> Summary:
     s = summarize(run)
     data: dict[str, Any] = {
         "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
-        "counts": s.counts, "broken_suites": s.broken_suites,
+        "counts": s.counts, "broken_suites": s.broken_suites, "blocking": s.blocking,
+        "quarantined_failing": s.quarantined,
         "tests": [{"suite": suite.name, **res.to_json([t])[0]} for suite in run.suites for t in suite.tests],
     }
     res.atomic_write_json(run_dir / "summary.json", data)

@@ -335,6 +335,7 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     unknown = [s for s in suites if s not in m.suites]
     if unknown:
         raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(m.suites)}")
+    report.load_quarantine(settings().root)  # a broken quarantine file stops the run before it starts
     mode = "native" if native else "container"
     img_info = None
     if not native:
