@@ -11,7 +11,7 @@ Terms:
   blocking     a failing or flaky test that the quarantine does not cover: it fails the flake session.
 
 Steps: `pytest_command` -> `run_pytest` -> `read_junit` -> `classify` -> quarantine.apply -> `write_report`.
-Output folder: junit.xml, pytest.log, flakes.json (the report, schema 1) and flakes.md (for the job summary).
+Output folder: pytest.xml (JUnit), pytest.log, flakes.json (the report, schema 1) and flakes.md (for the job summary).
 The CLI is `python -m harness flakes --backend cpu --runs 20 [paths or node ids...]`.
 """
 
@@ -149,11 +149,15 @@ def outcomes(runs: Iterable[Run]) -> dict[str, list[str]]:
 # ---- running pytest -----------------------------------------------------------------------------------
 
 
+def flake_args(runs: int) -> list[str]:
+    """pytest arguments that repeat every selected test `runs` times and record exact ids in the JUnit."""
+    return ["-p", "harness.flake_plugin", "--flake-finder", f"--flake-runs={runs}", "-q", "-rN", "--tb=line"]
+
+
 def pytest_command(paths: Sequence[str], runs: int, junit: Path, extra: Sequence[str] = (),
                    timeout_s: int | None = None) -> list[str]:
-    """The one pytest call that runs `paths` `runs` times, single-process, with exact ids in the JUnit."""
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "harness.flake_plugin",
-           "--flake-finder", f"--flake-runs={runs}", f"--junitxml={junit}", "-q", "-rN", "--tb=line"]
+    """The one native pytest call that runs `paths` `runs` times in a single process."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", *flake_args(runs), f"--junitxml={junit}"]
     if timeout_s:
         cmd.append(f"--timeout={timeout_s}")
     return [*cmd, *extra, *paths]
@@ -277,20 +281,44 @@ def write_report(out_dir: Path, report: dict, markdown: str) -> None:
 # ---- the whole step -----------------------------------------------------------------------------------
 
 
+def _run_in_container(backend: str, paths: Sequence[str], runs: int, out_dir: Path, extra: Sequence[str],
+                      image: str | None) -> tuple[int, bool, list[str]]:
+    """The flake run in the backend's image, through the runner (same mounts, GPU flags, timeouts)."""
+    from harness import health, image as image_mod, matrix, runner
+
+    m = matrix.load()
+    b = m.backend(backend)
+    image_mod.require_docker()
+    health.require_host_devices(b)
+    tag = image or image_mod.build(b).tag
+    try:
+        run = runner.run_pytest(b, paths, out_dir, "pytest", native=False, image=tag, m=m,
+                                extra=[*flake_args(runs), *extra], timeout_s=b.timeouts.suite_s * runs)
+    except KeyboardInterrupt:
+        return 2, True, []
+    return run.returncode, run.timed_out or run.returncode == 2, list(run.argv)
+
+
 def detect(paths: Sequence[str], *, backend: str, runs: int, out_dir: Path,
            quarantine: quarantine_mod.Quarantine, extra: Sequence[str] = (),
-           root: Path | None = None) -> dict:
-    """Run `paths` `runs` times on `backend`, classify, apply the quarantine, write the report into `out_dir`."""
+           root: Path | None = None, native: bool = True, image: str | None = None) -> dict:
+    """Run `paths` `runs` times on `backend`, classify, apply the quarantine, write the report into `out_dir`.
+
+    `native` runs pytest with this machine's Python; otherwise in the backend's container (`image`, or the
+    hash-tagged image built for it).
+    """
     if runs < 2:
         raise FlakeRunError(f"--runs must be at least 2 to tell flaky from failing, got {runs}")
     root = root or settings().root
-    env, timeout_s = backend_env(backend, root)
     out_dir.mkdir(parents=True, exist_ok=True)
-    junit = out_dir / "junit.xml"
-    if junit.exists():
-        junit.unlink()  # never read a previous run's results as this run's
-    cmd = pytest_command(paths, runs, junit.resolve(), extra, timeout_s)
-    code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
+    junit = out_dir / "pytest.xml"
+    junit.unlink(missing_ok=True)  # never read a previous run's results as this run's
+    if native:
+        env, timeout_s = backend_env(backend, root)
+        cmd = pytest_command(paths, runs, junit.resolve(), extra, timeout_s)
+        code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
+    else:
+        code, interrupted, cmd = _run_in_container(backend, paths, runs, out_dir, extra, image)
     if code in (3, 4):
         raise FlakeRunError(f"pytest exited {code} (internal or usage error); see {out_dir / 'pytest.log'}")
     if code == 5:
@@ -316,6 +344,9 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"runs per test (default {DEFAULT_RUNS})")
     p.add_argument("--quarantine", help="quarantine file (default: ci/quarantine.toml)")
     p.add_argument("--out", help="output folder (default: <results>/flakes-<backend>-<time>)")
+    p.add_argument("--native", action="store_true", default=None,
+                   help="run with this machine's Python instead of the backend's container (also KILN_NATIVE=1)")
+    p.add_argument("--image", help="container mode: use this local image instead of building the hash-tagged one")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for pytest (repeatable), e.g. --pytest-arg=-k --pytest-arg=softmax")
     p.add_argument("paths", nargs="*", help="test paths or node ids (default: the matrix's suites)")
@@ -335,8 +366,9 @@ def cli_main(args: argparse.Namespace) -> int:
             raise FlakeRunError(f"no such test path: {p}")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out = Path(args.out) if args.out else s.results_root / f"flakes-{args.backend}-{stamp}"
+    native = s.native if args.native is None else args.native
     report = detect(paths, backend=args.backend, runs=args.runs, out_dir=out, quarantine=q,
-                    extra=args.pytest_arg, root=s.root)
+                    extra=args.pytest_arg, root=s.root, native=native, image=args.image)
     print(summary_line(report))
     for r in report["quarantine"]["ready_to_leave"]:
         print(f"ready to leave quarantine: {r['id']} passed {r['runs']}/{r['runs']} runs")

@@ -238,6 +238,15 @@ def apply(outcomes: Mapping[str, str | Sequence[str]], quarantine: Quarantine,
     return verdict
 
 
+def outcomes_of(tests: Iterable[object]) -> dict[str, list[str]]:
+    """test id -> outcomes from result records with `.id` and `.outcome` (e.g. harness.results.TestResult);
+    a test listed twice (same id in two suites or runs) keeps both outcomes."""
+    result: dict[str, list[str]] = {}
+    for t in tests:
+        result.setdefault(getattr(t, "id"), []).append(getattr(t, "outcome"))
+    return result
+
+
 def failing_ids(outcomes: Mapping[str, str | Sequence[str]]) -> Iterable[str]:
     """The ids that failed at least once (sorted), before the quarantine is applied."""
     return [t for t in sorted(outcomes) if any(o in FAILED_OUTCOMES for o in _as_runs(outcomes[t]))]

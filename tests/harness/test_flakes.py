@@ -73,7 +73,7 @@ def test_quarantined_tests_run_and_are_reported_but_do_not_block(planted):
 
 def test_cli_exit_codes_and_summary(planted):
     state = planted / "state"
-    base = [sys.executable, "-m", "harness", "flakes", "--runs", "3", "--quarantine",
+    base = [sys.executable, "-m", "harness", "flakes", "--native", "--runs", "3", "--quarantine",
             str(ROOT / "ci" / "quarantine.toml"), *(f"--pytest-arg={a}" for a in ISOLATE)]
     env = {**_env(), "KILN_PLANTED_STATE": str(state)}
     ok = subprocess.run([*base, "--out", str(planted / "a"), f"{PLANTED}::test_planted_passing"],
@@ -111,7 +111,7 @@ def test_bad_input_is_a_clear_error(planted):
     with pytest.raises(FlakeRunError, match="no tests collected"):
         flakes.detect([f"{PLANTED}::test_planted_passing"], backend="cpu", runs=2, out_dir=planted / "o",
                       quarantine=q.Quarantine(), extra=[*ISOLATE, "-k", "nothing_matches"], root=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "harness", "flakes", "tests/no_such_dir"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "harness", "flakes", "--native", "tests/no_such_dir"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "harness flakes: error: no such test path: tests/no_such_dir"
@@ -174,3 +174,12 @@ def test_planted_tests_are_not_collected_by_normal_suites():
     direct = subprocess.run([sys.executable, "-m", "pytest", "-q", PLANTED, *ISOLATE], cwd=ROOT, env=_env(),
                             capture_output=True, text=True, timeout=120)
     assert direct.returncode == 5 and "1 skipped" in direct.stdout, direct.stdout
+
+
+def test_container_mode_without_docker_is_a_clear_error(planted):
+    env = {**_env(), "KILN_DOCKER": "/nonexistent/docker", "KILN_NATIVE": ""}
+    proc = subprocess.run([sys.executable, "-m", "harness", "flakes", "--runs", "2", "--out", str(planted / "o"),
+                           PLANTED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("harness flakes: error: docker client '/nonexistent/docker' not found")
+    assert len(proc.stderr.strip().splitlines()) == 1

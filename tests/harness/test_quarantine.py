@@ -133,3 +133,13 @@ def test_cli_reports_broken_quarantine_file_in_one_line(tmp_path):
         f"harness flakes: error: {path}: [[test]] #1 (id 'tests/a.py::t'): missing 'reason' "
         "(say why the test is quarantined)"]
     assert "Traceback" not in proc.stderr
+
+
+def test_apply_takes_the_runners_test_results():
+    from harness.results import TestResult
+
+    tests = [TestResult("tests/a.py::t", "failed", "boom", 0.1), TestResult("tests/a.py::u", "passed", "", 0.1)]
+    quarantine = q.parse({"test": [{"id": "tests/a.py::t", "reason": "known"}]})
+    verdict = q.apply(q.outcomes_of(tests), quarantine, "cpu")
+    assert verdict.ok
+    assert [r.id for r in verdict.quarantined_failing] == ["tests/a.py::t"]
