@@ -1,0 +1,146 @@
+"""The ``torch.compile`` entry point and kiln's pass pipeline.
+
+Dynamo hands an FX graph of torch ops to ``kiln_backend``; AOTAutograd decomposes it to core ATen (plus
+``decompositions.EXTRA``), functionalizes it and splits forward/backward; each ATen graph then runs
+through ``PASSES`` in order. Subgraphs of higher-order ops (``torch.cond``) go through the same pipeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+from typing import Any, Callable, Optional
+
+import sympy
+import torch
+import torch.fx as fx
+
+from . import config
+from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
+from .capture import CompiledGraph, record
+from .codegen.triton_kernel import KernelSource, render_group
+from .codegen.wrapper import WrapperBuilder
+from .decompositions import decomposition_table
+from .exc import KilnError
+from .graph import ExternCall, FallbackReason, GraphLowering
+from .ir import Reduction
+from .runtime import cache
+from .scheduler import KernelGroup, Scheduler
+
+log = logging.getLogger("kiln")
+
+
+@dataclasses.dataclass
+class CompileState:
+    """What flows between passes."""
+
+    gm: fx.GraphModule
+    name: str
+    lowering: Optional[GraphLowering] = None
+    items: list = dataclasses.field(default_factory=list)
+    kernels: dict[int, KernelSource] = dataclasses.field(default_factory=dict)
+    wrapper: Optional[fx.GraphModule] = None
+    subgraphs: list[CompiledGraph] = dataclasses.field(default_factory=list)
+
+
+def lower_pass(st: CompileState) -> None:
+    def compile_sub(sub: fx.GraphModule, name: str) -> fx.GraphModule:
+        cg = compile_graph(sub, name)
+        st.subgraphs.append(cg)
+        return cg.wrapper
+
+    st.lowering = GraphLowering(st.gm, st.name, subgraph_compiler=compile_sub).run()
+
+
+def schedule_pass(st: CompileState) -> None:
+    st.items = Scheduler(st.lowering).run()
+
+
+def render_pass(st: CompileState) -> None:
+    dtypes = {name: b.dtype for name, b in st.lowering.buffers.items()}
+    for i, item in enumerate(st.items):
+        if isinstance(item, KernelGroup):
+            st.kernels[i] = render_group(item, dtypes, _index_dtype(item, st.lowering))
+
+
+def wrap_pass(st: CompileState) -> None:
+    st.wrapper = WrapperBuilder(st.lowering, st.items, st.kernels).build()
+
+
+def dump_pass(st: CompileState) -> None:
+    folder = config.settings().dump_dir
+    if not folder:
+        return
+    text = f"# kiln wrapper for {st.name}\n" + st.wrapper.code
+    cache.write_atomic(os.path.join(folder, "graphs", f"{_safe(st.name)}.py"), text)
+    for ks in st.kernels.values():
+        path = os.path.join(folder, "kernels", f"{ks.name}.py")
+        if not os.path.exists(path):
+            cache.write_atomic(path, ks.source)
+
+
+#: the pipeline, in order: (name, why, pass)
+PASSES: list[tuple[str, str, Callable[[CompileState], None]]] = [
+    ("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass),
+    ("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups", schedule_pass),
+    ("render", "render each kernel group to deterministic Triton source", render_pass),
+    ("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap_pass),
+    ("dump", "write wrapper and kernel sources to KILN_DUMP_DIR when it is set", dump_pass),
+]
+
+
+def compile_graph(gm: fx.GraphModule, name: str) -> CompiledGraph:
+    """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
+    st = CompileState(gm, name)
+    for pass_name, _why, fn in PASSES:
+        try:
+            fn(st)
+        except KilnError:
+            raise
+        except Exception as e:
+            raise KilnError(f"kiln pass '{pass_name}' failed on {name}: {type(e).__name__}: {e}") from e
+    kernels = {ks.name: ks.source for ks in st.kernels.values()}
+    externs = sum(1 for it in st.items if isinstance(it, ExternCall) and it.reason is None)
+    return CompiledGraph(name, st.wrapper, kernels, len(st.kernels), externs, list(st.lowering.fallbacks),
+                         st.subgraphs)
+
+
+_graph_ids = itertools.count()
+
+
+def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any) -> Callable:
+    """AOTAutograd's forward/backward/inference compiler."""
+    name = f"graph_{next(_graph_ids)}"
+    cg = compile_graph(gm, name)
+    record(cg)
+    log.debug("kiln compiled %s:\n%s", name, cg.code)
+    return cg.wrapper
+
+
+def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+    """The Dynamo backend registered as ``"kiln"``."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_graph, bw_compiler=compile_fx_graph,
+                                 decompositions=decomposition_table())
+
+
+def _index_dtype(group: KernelGroup, g: GraphLowering) -> str:
+    """int32 index math when every size is static and small; int64 otherwise."""
+    limit = 2 ** 31 - 1
+    exprs = [group.xnumel * group.rnumel]
+    for m in group.members:
+        exprs.append(m.buf.layout.storage_extent())
+    for b in g.buffers.values():
+        exprs.append(b.layout.storage_extent())
+    for e in exprs:
+        e = sympy.sympify(e)
+        if not e.is_number or int(e) > limit:
+            return "tl.int64"
+    return "tl.int32"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)

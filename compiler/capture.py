@@ -1,0 +1,68 @@
+"""Records of what kiln compiled, for tests and reports: ``with compiler.capture() as graphs: ...``."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Iterator
+
+import torch.fx as fx
+
+from .graph import FallbackReason
+
+
+@dataclasses.dataclass
+class CompiledGraph:
+    """One compiled FX graph: its wrapper, kernel sources and fallback reasons.
+
+    ``kernel_count``: distinct kernel launches in the wrapper; ``extern_count``: extern-kernel calls (``out=``
+    ATen such as ``mm.out``); ``fallbacks``: structured reasons for every op that ran as ATen.
+    """
+
+    name: str
+    wrapper: fx.GraphModule
+    kernel_sources: dict[str, str]
+    kernel_launches: int
+    extern_count: int
+    fallbacks: list[FallbackReason]
+    subgraphs: list["CompiledGraph"] = dataclasses.field(default_factory=list)
+
+    @property
+    def kernel_count(self) -> int:
+        return self.kernel_launches
+
+    @property
+    def fallback_ops(self) -> list[str]:
+        return [f.op for f in self.fallbacks]
+
+    def all_fallbacks(self) -> list[FallbackReason]:
+        out = list(self.fallbacks)
+        for s in self.subgraphs:
+            out.extend(s.all_fallbacks())
+        return out
+
+    @property
+    def code(self) -> str:
+        return self.wrapper.code
+
+
+_sinks: list[list[CompiledGraph]] = []
+history: list[CompiledGraph] = []  # the last few graphs compiled in this process (bounded)
+
+
+def record(cg: CompiledGraph) -> None:
+    history.append(cg)
+    del history[:-32]
+    for sink in _sinks:
+        sink.append(cg)
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[list[CompiledGraph]]:
+    """Collect every top-level graph compiled inside the block (forward and backward graphs)."""
+    sink: list[CompiledGraph] = []
+    _sinks.append(sink)
+    try:
+        yield sink
+    finally:
+        _sinks.remove(sink)

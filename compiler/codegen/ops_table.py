@@ -1,0 +1,221 @@
+"""Kernel op -> Triton source. A table of templates, not an if-chain.
+
+Each entry maps an op name (``kexpr.Op.op``) to a template over the rendered operand strings ``{0}``,
+``{1}``..., or to a function ``(operands, operand_dtypes, result_dtype) -> str`` where dtype matters.
+Functions that Triton's core lacks come from ``libdevice`` (on GPUs) or the interpreter shim
+(``runtime/interp_libdevice.py``); helper JIT functions live in ``HELPERS`` and are emitted on use.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence, Union
+
+import torch
+
+TRITON_DTYPES = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+SIGNATURE_TYPES = {
+    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "i1",
+}
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    try:
+        return TRITON_DTYPES[dtype]
+    except KeyError:
+        raise NotImplementedError(f"dtype {dtype} has no Triton equivalent") from None
+
+
+Render = Callable[[Sequence[str], Sequence[torch.dtype], torch.dtype], str]
+
+
+def _float_or_int(float_tpl: str, int_tpl: str) -> Render:
+    def render(a, dts, out):
+        return (float_tpl if dts[0].is_floating_point else int_tpl).format(*a)
+
+    return render
+
+
+def _pow(a, dts, out) -> str:
+    return f"libdevice.pow({a[0]}, {a[1]})" if out.is_floating_point else f"_pow_int({a[0]}, {a[1]})"
+
+
+def _to(a, dts, out) -> str:
+    if out == torch.bool:
+        return f"({a[0]} != 0)"
+    return f"{a[0]}.to({tl_dtype(out)})"
+
+
+def _bitcast(a, dts, out) -> str:
+    return f"{a[0]}.to({tl_dtype(out)}, bitcast=True)"
+
+
+def _isinf(a, dts, out) -> str:
+    return f"(tl.abs({a[0]}) == float('inf'))" if dts[0].is_floating_point else f"({a[0]} != {a[0]})"
+
+
+def _isnan(a, dts, out) -> str:
+    return f"({a[0]} != {a[0]})"
+
+
+def _sign(a, dts, out) -> str:
+    cast = tl_dtype(out)
+    return f"(({a[0]} > 0).to({cast}) - ({a[0]} < 0).to({cast}))"
+
+
+def _bool_not(a, dts, out) -> str:
+    return f"({a[0]} == 0)" if dts[0] == torch.bool else f"(~{a[0]})"
+
+
+def _maxmin(fn: str) -> Render:
+    def render(a, dts, out):
+        if out.is_floating_point:
+            return f"tl.{fn}({a[0]}, {a[1]}, propagate_nan=tl.PropagateNan.ALL)"
+        return f"tl.{fn}({a[0]}, {a[1]})"
+
+    return render
+
+
+OPS: dict[str, Union[str, Render]] = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
+    "neg": "(-{0})", "abs": "tl.abs({0})",
+    "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "expm1": "libdevice.expm1({0})",
+    "log": "tl.log({0})", "log2": "tl.log2({0})", "log1p": "libdevice.log1p({0})",
+    "sqrt": "tl.sqrt_rn({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "(1.0 / {0})",
+    "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})", "tanh": "libdevice.tanh({0})",
+    "atan2": "libdevice.atan2({0}, {1})",
+    "sigmoid": "(1.0 / (1.0 + tl.exp(-{0})))", "erf": "tl.math.erf({0})",
+    "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "round": "libdevice.nearbyint({0})",
+    "trunc": "libdevice.trunc({0})", "sign": _sign,
+    "relu": "_relu({0})",
+    "maximum": _maxmin("maximum"), "minimum": _maxmin("minimum"),
+    "clamp_min": _maxmin("maximum"), "clamp_max": _maxmin("minimum"),
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+    "gt": "({0} > {1})", "ge": "({0} >= {1})",
+    "isnan": _isnan, "isinf": _isinf,
+    "logical_not": "({0} == 0)", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
+    "logical_xor": "({0} ^ {1})",
+    "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
+    "bitwise_not": _bool_not,
+    "pow": _pow,
+    "fmod": "({0} % {1})",
+    "remainder": _float_or_int("_remainder_float({0}, {1})", "_remainder_int({0}, {1})"),
+    "floordiv": _float_or_int("_floordiv_float({0}, {1})", "_floordiv_int({0}, {1})"),
+    "truncdiv": _float_or_int("libdevice.trunc({0} / {1})", "({0} // {1})"),
+    "where": "tl.where({0}, {1}, {2})",
+    "gelu": "({0} * 0.5 * (1.0 + tl.math.erf({0} * 0.7071067811865476)))",
+    "gelu_tanh": "(0.5 * {0} * (1.0 + libdevice.tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0}))))",
+    "silu": "({0} / (1.0 + tl.exp(-{0})))",
+    "fma": "({0} * {1} + {2})",
+    "to": _to, "bitcast": _bitcast,
+}
+
+#: helper JIT functions, emitted into a kernel's module only when its source mentions them
+HELPERS: dict[str, str] = {
+    "_relu": '''
+@triton.jit
+def _relu(x):
+    return tl.where(x != x, x, tl.maximum(x, 0))
+''',
+    "_floordiv_int": '''
+@triton.jit
+def _floordiv_int(a, b):
+    q = a // b
+    r = a % b
+    return q - ((r != 0) & ((r < 0) != (b < 0))).to(q.dtype)
+''',
+    "_remainder_int": '''
+@triton.jit
+def _remainder_int(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+''',
+    "_floordiv_float": '''
+@triton.jit
+def _floordiv_float(a, b):
+    m = a % b
+    d = (a - m) / b
+    d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
+    fd = tl.floor(d)
+    fd = tl.where(d - fd > 0.5, fd + 1.0, fd)
+    return tl.where(b == 0, a / b, fd)
+''',
+    "_remainder_float": '''
+@triton.jit
+def _remainder_float(a, b):
+    m = a % b
+    return tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+''',
+    "_pow_int": '''
+@triton.jit
+def _pow_int(a, b):
+    result = a * 0 + 1
+    base = a
+    e = b
+    for _ in range(64):
+        result = tl.where((e & 1) != 0, result * base, result)
+        base = base * base
+        e = e >> 1
+    return result
+''',
+    "_max_nan": '''
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_min_nan": '''
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_max_int": '''
+@triton.jit
+def _max_int(a, b):
+    return tl.maximum(a, b)
+''',
+    "_min_int": '''
+@triton.jit
+def _min_int(a, b):
+    return tl.minimum(a, b)
+''',
+    "_prod_combine": '''
+@triton.jit
+def _prod_combine(a, b):
+    return a * b
+''',
+    "_argmax_combine": '''
+@triton.jit
+def _argmax_combine(v1, i1, v2, i2):
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    better = (v1 > v2) | (nan1 & ~nan2)
+    tie = (v1 == v2) | (nan1 & nan2)
+    pick1 = better | (tie & (i1 < i2))
+    return tl.where(pick1, v1, v2), tl.where(pick1, i1, i2)
+''',
+    "_argmin_combine": '''
+@triton.jit
+def _argmin_combine(v1, i1, v2, i2):
+    nan1 = v1 != v1
+    nan2 = v2 != v2
+    better = (v1 < v2) | (nan1 & ~nan2)
+    tie = (v1 == v2) | (nan1 & nan2)
+    pick1 = better | (tie & (i1 < i2))
+    return tl.where(pick1, v1, v2), tl.where(pick1, i1, i2)
+''',
+}
+
+
+def render_op(op: str, operands: Sequence[str], dtypes: Sequence[torch.dtype], out: torch.dtype) -> str:
+    entry = OPS.get(op)
+    if entry is None:
+        raise NotImplementedError(f"no Triton rendering for op {op!r}")
+    if isinstance(entry, str):
+        return entry.format(*operands)
+    return entry(operands, dtypes, out)

@@ -1,0 +1,503 @@
+"""Render a KernelGroup to Triton source (IR -> text). No compiling or launching here.
+
+Kernel shapes:
+- pointwise: one program handles ``XBLOCK`` flat elements; values have shape ``[XBLOCK]``.
+- reduction: one program handles ``XBLOCK`` rows; row values ``[XBLOCK, 1]``, row x reduced-element values
+  ``[XBLOCK, RBLOCK]``. With ``PERSISTENT`` (a constexpr chosen at launch) the whole row is one block and
+  every member is computed once; otherwise each *level* (members whose inputs are ready after the same
+  number of finished reductions) runs its own loop over the row, recomputing cheap producers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from typing import Optional
+
+import sympy
+import torch
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+from ..exc import CodegenError
+from ..ir import Reduction
+from ..kexpr import Const, IndexValue, KExpr, Load, Op, loads, walk
+from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
+from .ops_table import HELPERS, render_op, tl_dtype
+
+
+# ------------------------------------------------------------------------------------------ sympy
+def pexpr(e: sympy.Expr) -> str:
+    """Print an index expression as Triton/Python integer arithmetic (all indices are non-negative)."""
+    if isinstance(e, sympy.Symbol):
+        return e.name
+    if isinstance(e, sympy.Integer):
+        return str(int(e))
+    if isinstance(e, FloorDiv):
+        return f"({pexpr(e.args[0])} // {pexpr(e.args[1])})"
+    if isinstance(e, ModularIndexing):
+        base, div, mod = e.args
+        inner = pexpr(base) if div == 1 else f"({pexpr(base)} // {pexpr(div)})"
+        return f"({inner} % {pexpr(mod)})"
+    if isinstance(e, sympy.Mod):
+        return f"({pexpr(e.args[0])} % {pexpr(e.args[1])})"
+    if isinstance(e, sympy.Add):
+        terms = sorted(e.args, key=sympy.default_sort_key)
+        out = pexpr(terms[0])
+        for t in terms[1:]:
+            c, rest = t.as_coeff_Mul()
+            if c < 0:
+                out += f" - {pexpr(-t)}"
+            else:
+                out += f" + {pexpr(t)}"
+        return f"({out})"
+    if isinstance(e, sympy.Mul):
+        c, rest = e.as_coeff_Mul()
+        factors = sorted(sympy.Mul.make_args(rest), key=sympy.default_sort_key)
+        body = " * ".join(pexpr(f) for f in factors)
+        if c == 1:
+            return f"({body})" if len(factors) > 1 else body
+        if c == -1:
+            return f"(-{body})"
+        return f"({pexpr(c)} * {body})"
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return "(" + " * ".join([pexpr(e.base)] * int(e.exp)) + ")"
+    if isinstance(e, sympy.Max):
+        a = [pexpr(x) for x in e.args]
+        out = a[0]
+        for x in a[1:]:
+            out = f"tl.maximum({out}, {x})"
+        return out
+    if isinstance(e, sympy.Min):
+        a = [pexpr(x) for x in e.args]
+        out = a[0]
+        for x in a[1:]:
+            out = f"tl.minimum({out}, {x})"
+        return out
+    if isinstance(e, sympy.Rational) and e.q != 1:
+        raise CodegenError(f"non-integer index expression {e}")
+    raise CodegenError(f"cannot print index expression {e!r} ({type(e).__name__})")
+
+
+def _raw(value, dtype: torch.dtype) -> str:
+    """A Python literal for ``value`` (for constexpr positions such as ``tl.full``'s fill value)."""
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        f = float(value)
+        if f != f:
+            return "float('nan')"
+        if f in (float("inf"), float("-inf")):
+            return "float('inf')" if f > 0 else "float('-inf')"
+        return repr(f)
+    return str(int(value))
+
+
+def _lit(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        v = "1" if value else "0"
+    elif dtype.is_floating_point:
+        f = float(value)
+        if f != f:
+            v = "float('nan')"
+        elif f in (float("inf"), float("-inf")):
+            v = "float('inf')" if f > 0 else "float('-inf')"
+        else:
+            v = repr(f)
+    else:
+        v = str(int(value))
+    return f"tl.full([], {v}, {tl_dtype(dtype)})"
+
+
+# ------------------------------------------------------------------------------------------ emitter
+class Scope:
+    """A block of generated lines with CSE. ``shape`` is "x" ([XBLOCK, 1] or [XBLOCK]) or "xr"."""
+
+    def __init__(self, renderer: "KernelRenderer", shape: str, lines: list[str], indent: str,
+                 parent: Optional["Scope"] = None) -> None:
+        self.r, self.shape, self.lines, self.indent, self.parent = renderer, shape, lines, indent, parent
+        self.cache: dict = {}
+        self.members: dict[str, str] = {}  # member buffer -> var in this scope
+
+    def lookup(self, key):
+        s = self
+        while s is not None:
+            if key in s.cache:
+                return s.cache[key]
+            s = s.parent
+        return None
+
+    def member_var(self, name: str) -> Optional[str]:
+        s = self
+        while s is not None:
+            if name in s.members:
+                return s.members[name]
+            s = s.parent
+        return None
+
+    def line(self, text: str) -> None:
+        self.lines.append(self.indent + text)
+
+    def assign(self, key, code: str) -> str:
+        found = self.lookup(key)
+        if found is not None:
+            return found
+        var = self.r.new_var()
+        self.line(f"{var} = {code}")
+        self.cache[key] = var
+        return var
+
+    def emit(self, e: KExpr) -> str:
+        if isinstance(e, Load):
+            m = self.r.group.member(e.buffer)
+            if m is not None:
+                return self.r.member_value(self, m)
+            return self._load(e)
+        if isinstance(e, Const):
+            return self.assign(("c", repr(e.value), e.dtype), _lit(e.value, e.dtype))
+        if isinstance(e, IndexValue):
+            if e.expr.is_number:
+                return self.assign(("c", int(e.expr), e.dtype), _lit(int(e.expr), e.dtype))
+            self.r.note_symbols(e.expr)
+            code = f"({pexpr(e.expr)} + tl.zeros([], tl.int64)).to({tl_dtype(e.dtype)})"
+            return self.assign(("i", str(e.expr), e.dtype), code)
+        if isinstance(e, Op):
+            args = [self.emit(a) for a in e.args]
+            code = render_op(e.op, args, [a.dtype for a in e.args], e.dtype)
+            self.r.note_helpers(code)
+            return self.assign(("op", e.op, tuple(args), e.dtype), code)
+        raise CodegenError(f"unknown kernel expression {e!r}")
+
+    def _load(self, e: Load) -> str:
+        ptr = self.r.in_ptr(e.buffer)
+        self.r.note_symbols(e.index)
+        idx = pexpr(e.index)
+        mask = self.r.mask_for(e.index)
+        if e.mask is not None:
+            extra = self.emit(e.mask)
+            mask = extra if mask is None else f"{mask} & {extra}"
+        code = f"tl.load({ptr} + {idx}" + (f", {mask}, other=0)" if mask else ")")
+        buf_dtype = self.r.buffer_dtype(e.buffer)
+        if buf_dtype != e.dtype:
+            code += f".to({tl_dtype(e.dtype)}, bitcast=True)"
+        return self.assign(("load", e.buffer, idx, mask, e.dtype), code)
+
+
+@dataclasses.dataclass
+class KernelSource:
+    """What the renderer produces: source text and the launch signature."""
+
+    name: str
+    source: str
+    ptr_args: list[tuple[str, str]]  # (kernel arg, buffer name), loads then stores
+    size_args: list[sympy.Symbol]  # size symbols, passed after the pointers
+    xnumel: sympy.Expr
+    rnumel: sympy.Expr
+    reduction: bool
+    stores: list[str]
+    origins: list[str]
+
+
+class KernelRenderer:
+    def __init__(self, group: KernelGroup, buffer_dtypes: dict[str, torch.dtype], index_dtype: str) -> None:
+        self.group = group
+        self.buffer_dtypes = buffer_dtypes
+        self.index_dtype = index_dtype
+        self._var = 0
+        self.ins: dict[str, str] = {}
+        self.outs: dict[str, str] = {}
+        self.symbols: dict[str, sympy.Symbol] = {}
+        self.helpers: list[str] = []
+        self.reduction = group.has_reduction
+
+    # -------------------------------------------------------------- bookkeeping
+    def new_var(self) -> str:
+        v = f"tmp{self._var}"
+        self._var += 1
+        return v
+
+    def buffer_dtype(self, name: str) -> torch.dtype:
+        return self.buffer_dtypes[name]
+
+    def in_ptr(self, name: str) -> str:
+        if name not in self.ins:
+            self.ins[name] = f"in_ptr{len(self.ins)}"
+        return self.ins[name]
+
+    def out_ptr(self, name: str) -> str:
+        if name not in self.outs:
+            self.outs[name] = f"out_ptr{len(self.outs)}"
+        return self.outs[name]
+
+    def note_symbols(self, e: sympy.Expr) -> None:
+        for s in e.free_symbols:
+            if s not in (XINDEX, RINDEX):
+                self.symbols[s.name] = s
+
+    def note_helpers(self, code: str) -> None:
+        for name in HELPERS:
+            if name in code and name not in self.helpers:
+                self.helpers.append(name)
+
+    def mask_for(self, index: sympy.Expr) -> Optional[str]:
+        syms = index.free_symbols
+        has_x, has_r = XINDEX in syms, RINDEX in syms
+        if not self.reduction:
+            return "xmask" if has_x else None
+        if has_r:
+            return "xrmask" if has_x else "rmask"
+        return "xmask" if has_x else None
+
+    def member_value(self, scope: Scope, m: Member) -> str:
+        """The register value of group member ``m`` as seen from ``scope`` (computing it if needed)."""
+        var = scope.member_var(m.buf.name)
+        if var is not None:
+            return var
+        if m.is_reduction:
+            raise CodegenError(f"{m.buf.name} read before its reduction finished (scheduling bug)")
+        if m.role == "x":
+            return self.compute_x_member(scope, m)
+        var = scope.emit(m.value)
+        scope.members[m.buf.name] = var
+        return var
+
+    def compute_x_member(self, scope: Scope, m: Member) -> str:
+        xs = scope
+        while xs.shape != "x":
+            xs = xs.parent
+        var = xs.emit(m.value)
+        xs.members[m.buf.name] = var
+        return var
+
+    # -------------------------------------------------------------- stores
+    def store(self, scope: Scope, m: Member, var: str) -> None:
+        ptr = self.out_ptr(m.buf.name)
+        self.note_symbols(m.store_index)
+        idx = pexpr(m.store_index)
+        dtype = m.buf.dtype
+        if self.reduction:
+            shape = "[XBLOCK, RBLOCK]" if m.role == "xr" else "[XBLOCK, 1]"
+            mask = "xrmask" if m.role == "xr" else "xmask"
+        else:
+            shape, mask = "[XBLOCK]", "xmask"
+        val = f"tl.broadcast_to({var}, {shape})"
+        if dtype == torch.bool:
+            val = f"({val} != 0)"
+        else:
+            val = f"{val}.to({tl_dtype(dtype)})"
+        scope.line(f"tl.store({ptr} + {idx}, {val}, {mask})")
+
+    # -------------------------------------------------------------- bodies
+    def render_pointwise(self, lines: list[str]) -> None:
+        s = Scope(self, "x", lines, "    ")
+        s.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
+        s.line("xindex = xoffset + tl.arange(0, XBLOCK)")
+        s.line("xmask = xindex < xnumel")
+        for m in self.group.members:
+            var = s.emit(m.value)
+            s.members[m.buf.name] = var
+            if m.store:
+                self.store(s, m, var)
+
+    def render_reduction(self, lines: list[str]) -> None:
+        top = Scope(self, "x", lines, "    ")
+        top.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
+        top.line("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+        top.line("xmask = xindex < xnumel")
+        top.line("if PERSISTENT:")
+        pers = Scope(self, "x", lines, "        ")
+        pers.line("rindex = tl.arange(0, RBLOCK)[None, :]")
+        pers.line("rmask = rindex < rnumel")
+        pers.line("xrmask = xmask & rmask")
+        self._persistent(pers)
+        top.line("else:")
+        looped = Scope(self, "x", lines, "        ")
+        self._looped(looped)
+
+    def _persistent(self, xs: Scope) -> None:
+        xr = Scope(self, "xr", xs.lines, xs.indent, parent=xs)
+        for m in self.group.members:
+            if m.is_reduction:
+                v = xr.emit(m.value)
+                var = self._reduce_block(xs, m, v)
+                xs.members[m.buf.name] = var
+            elif m.role == "xr":
+                var = self.member_value(xr, m)
+                if m.store:
+                    self.store(xr, m, var)
+                continue
+            else:
+                var = self.compute_x_member(xs, m)
+            if m.store:
+                self.store(xs, m, var)
+
+    def _levels(self) -> dict[str, int]:
+        """Loop level of each member; for x members and reductions, the level their value is ready at."""
+        avail: dict[str, int] = {}
+        level: dict[str, int] = {}
+        for m in self.group.members:
+            deps = [avail[ld.buffer] for ld in loads(m.value) if ld.buffer in avail]
+            lv = max(deps, default=0)
+            level[m.buf.name] = lv
+            avail[m.buf.name] = lv + 1 if m.is_reduction else lv
+        self._avail = avail
+        return level
+
+    def _looped(self, xs: Scope) -> None:
+        level = self._levels()
+        members = self.group.members
+        nloops = max([level[m.buf.name] for m in members if m.is_reduction or m.role == "xr"], default=0) + 1
+        for k in range(nloops + 1):
+            # row members whose inputs are ready before loop k
+            for m in members:
+                if m.role == "x" and not m.is_reduction and self._avail[m.buf.name] == k \
+                        and xs.member_var(m.buf.name) is None:
+                    var = self.compute_x_member(xs, m)
+                    if m.store:
+                        self.store(xs, m, var)
+            if k == nloops:
+                break
+            reds = [m for m in members if m.is_reduction and level[m.buf.name] == k]
+            stores = [m for m in members if m.role == "xr" and m.store and level[m.buf.name] == k]
+            if not reds and not stores:
+                continue
+            accs = {m.buf.name: self._acc_init(xs, m) for m in reds}
+            xs.line("for roffset in range(0, rnumel, RBLOCK):")
+            body = Scope(self, "xr", xs.lines, xs.indent + "    ", parent=xs)
+            body.line("rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
+            body.line("rmask = rindex < rnumel")
+            body.line("xrmask = xmask & rmask")
+            for m in members:
+                if m.is_reduction and m.buf.name in accs:
+                    v = body.emit(m.value)
+                    self._acc_update(body, m, accs[m.buf.name], v)
+                elif m in stores:
+                    var = self.member_value(body, m)
+                    self.store(body, m, var)
+            for m in reds:
+                var = self._acc_final(xs, m, accs[m.buf.name])
+                xs.members[m.buf.name] = var
+                if m.store:
+                    self.store(xs, m, var)
+
+    # -------------------------------------------------------------- reductions
+    def _identity(self, m: Member) -> str:
+        d: Reduction = m.buf.definition
+        t, dt = d.reduction_type, d.src_dtype
+        if t == "sum":
+            return _raw(0, dt)
+        if t == "prod":
+            return _raw(1, dt)
+        big = t in ("max", "argmax")
+        if dt.is_floating_point:
+            return _raw(float("-inf") if big else float("inf"), dt)
+        info = torch.iinfo(dt) if dt != torch.bool else None
+        return _raw((info.min if big else info.max) if info else int(not big), dt)
+
+    def _combine(self, m: Member) -> str:
+        d: Reduction = m.buf.definition
+        t = d.reduction_type
+        if t in ("max", "min"):
+            name = ("_max_nan" if t == "max" else "_min_nan") if d.src_dtype.is_floating_point else (
+                "_max_int" if t == "max" else "_min_int")
+        elif t == "prod":
+            name = "_prod_combine"
+        elif t in ("argmax", "argmin"):
+            name = f"_{t}_combine"
+        else:
+            name = ""
+        if name and name not in self.helpers:
+            self.helpers.append(name)
+        return name
+
+    def _reduce_block(self, xs: Scope, m: Member, v: str) -> str:
+        d: Reduction = m.buf.definition
+        masked = f"tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), {self._identity(m)})"
+        t = d.reduction_type
+        var = self.new_var()
+        if t == "sum":
+            xs.line(f"{var} = tl.sum({masked}, 1)[:, None]")
+        elif t in ("argmax", "argmin"):
+            comb = self._combine(m)
+            ridx = "tl.broadcast_to(rindex, [XBLOCK, RBLOCK])"
+            xs.line(f"_, {var} = tl.reduce(({masked}, {ridx}), 1, {comb})")
+            xs.line(f"{var} = {var}[:, None]")
+        else:
+            xs.line(f"{var} = tl.reduce({masked}, 1, {self._combine(m)})[:, None]")
+        return var
+
+    def _acc_init(self, xs: Scope, m: Member):
+        d: Reduction = m.buf.definition
+        acc = self.new_var()
+        xs.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {self._identity(m)}, {tl_dtype(d.src_dtype)})")
+        if d.reduction_type in ("argmax", "argmin"):
+            idx = self.new_var()
+            xs.line(f"{idx} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)")
+            return acc, idx
+        return acc
+
+    def _acc_update(self, body: Scope, m: Member, acc, v: str) -> None:
+        d: Reduction = m.buf.definition
+        masked = f"tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), {self._identity(m)})"
+        t = d.reduction_type
+        if t == "sum":
+            body.line(f"{acc} = {acc} + {masked}")
+        elif t == "prod":
+            body.line(f"{acc} = {acc} * {masked}")
+        elif t in ("argmax", "argmin"):
+            a, i = acc
+            comb = self._combine(m)
+            body.line(f"{a}, {i} = {comb}({a}, {i}, {masked}, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]))")
+        else:
+            body.line(f"{acc} = {self._combine(m)}({acc}, {masked})")
+
+    def _acc_final(self, xs: Scope, m: Member, acc) -> str:
+        d: Reduction = m.buf.definition
+        t = d.reduction_type
+        var = self.new_var()
+        if t == "sum":
+            xs.line(f"{var} = tl.sum({acc}, 1)[:, None]")
+        elif t in ("argmax", "argmin"):
+            a, i = acc
+            xs.line(f"_, {var} = tl.reduce(({a}, {i}), 1, {self._combine(m)})")
+            xs.line(f"{var} = {var}[:, None]")
+        else:
+            xs.line(f"{var} = tl.reduce({acc}, 1, {self._combine(m)})[:, None]")
+        return var
+
+    # -------------------------------------------------------------- module
+    def render(self) -> KernelSource:
+        body: list[str] = []
+        if self.reduction:
+            self.render_reduction(body)
+        else:
+            self.render_pointwise(body)
+        self.note_symbols(self.group.xnumel)
+        self.note_symbols(self.group.rnumel)
+        size_args = [self.symbols[k] for k in sorted(self.symbols)]
+        ptrs = [(v, k) for k, v in self.ins.items()] + [(v, k) for k, v in self.outs.items()]
+        params = [p for p, _ in ptrs] + [s.name for s in size_args] + ["xnumel"]
+        if self.reduction:
+            params += ["rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "PERSISTENT: tl.constexpr"]
+        else:
+            params += ["XBLOCK: tl.constexpr"]
+        origins = [m.buf.origin or m.buf.name for m in self.group.members]
+        kind = "reduction" if self.reduction else "pointwise"
+        header = ["import triton", "import triton.language as tl",
+                  "from triton.language.extra import libdevice", ""]
+        for h in self.helpers:
+            header.append(HELPERS[h].strip("\n"))
+            header.append("")
+        doc = [f"    # {p} -> {b}" for p, b in ptrs]
+        fn = ["", "@triton.jit", f"def KERNEL_NAME({', '.join(params)}):"] + doc + body
+        text = "\n".join(header + fn) + "\n"
+        tag = hashlib.sha256(text.encode()).hexdigest()[:10]
+        stem = re.sub(r"[^0-9a-zA-Z_]", "_", origins[-1])[:40]
+        name = f"kiln_{kind}_{stem}_{tag}"
+        text = text.replace("KERNEL_NAME", name)
+        return KernelSource(name, text, ptrs, size_args, self.group.xnumel, self.group.rnumel, self.reduction,
+                            [m.buf.name for m in self.group.members if m.store], origins)
+
+
+def render_group(group: KernelGroup, buffer_dtypes: dict[str, torch.dtype], index_dtype: str) -> KernelSource:
+    return KernelRenderer(group, buffer_dtypes, index_dtype).render()

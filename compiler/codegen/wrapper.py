@@ -1,0 +1,263 @@
+"""Emit the wrapper as an FX ``GraphModule``: allocations, kernel launches, extern and fallback calls.
+
+Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrapper steps to FX:
+- size symbols -> ``sym_size``/``sym_stride``/``sym_storage_offset`` of an input (solved for the symbol when
+  the input's size is an expression such as ``2*s0 + 1``), or the SymInt placeholder itself;
+- size expressions -> integer ``operator`` nodes (``floordiv``, never float division);
+- allocations -> ``torch.empty_strided``; views -> ``aten.as_strided``;
+- kernel launches -> ``call_module`` of a ``TritonKernel``; extern kernels -> ``op.out(..., out=buf)``;
+  fallbacks -> the ATen overload itself, multi-output -> ``getitem``; cond/while -> the higher-order op
+  with ``get_attr`` subgraphs.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Optional
+
+import sympy
+import torch
+import torch.fx as fx
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+from ..exc import SymbolResolutionError
+from ..graph import ExternCall, GraphLowering, SubgraphCall, SubgraphRef
+from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, Value, sym
+from ..runtime.launcher import TritonKernel
+from ..scheduler import KernelGroup
+from .triton_kernel import KernelSource
+
+aten = torch.ops.aten
+
+
+class WrapperBuilder:
+    def __init__(self, g: GraphLowering, items: list, kernels: dict[int, KernelSource]) -> None:
+        self.g = g
+        self.items = items
+        self.kernels = kernels
+        self.graph = fx.Graph()
+        self.root = torch.nn.Module()
+        self.nodes: dict[str, Any] = {}  # buffer name -> fx node
+        self.syms: dict[sympy.Symbol, Any] = {}  # symbol -> fx node (or int)
+        self.exprs: dict[sympy.Expr, Any] = {}
+        self.opaque: dict[int, Any] = {}
+        self.placeholders: list[tuple[fx.Node, Any]] = []
+
+    # ------------------------------------------------------------------ symbols and expressions
+    def bind_symbol(self, s: sympy.Symbol) -> Any:
+        if s in self.syms:
+            return self.syms[s]
+        for ph, value in self.placeholders:
+            if isinstance(value, Strided) and isinstance(value.buffer, InputBuffer):
+                meta = ph.meta.get("val") if hasattr(ph, "meta") else None
+                found = self._bind_from_tensor(s, ph, meta) if isinstance(meta, torch.Tensor) else None
+                if found is not None:
+                    return found
+        raise SymbolResolutionError(f"size symbol {s} cannot be computed from the graph inputs")
+
+    def _bind_from_tensor(self, s: sympy.Symbol, ph: fx.Node, meta: torch.Tensor) -> Any:
+        sources = [(aten.sym_size.int, d, sym(v)) for d, v in enumerate(meta.shape)]
+        sources += [(aten.sym_stride.int, d, sym(v)) for d, v in enumerate(meta.stride())]
+        for fn, d, e in sources:
+            if e == s:
+                node = self.graph.call_function(fn, (ph, d))
+                self.syms[s] = node
+                return node
+        for fn, d, e in sources:  # linear forms a*s + b: solve for s
+            if s in e.free_symbols and e.free_symbols == {s}:
+                poly = sympy.Poly(e, s)
+                if poly.degree() == 1:
+                    a, b = (int(c) for c in poly.all_coeffs())
+                    node = self.graph.call_function(fn, (ph, d))
+                    if b:
+                        node = self.graph.call_function(operator.sub, (node, b))
+                    if a != 1:
+                        node = self.graph.call_function(operator.floordiv, (node, a))
+                    self.syms[s] = node
+                    return node
+        if sym(meta.storage_offset()) == s:
+            node = self.graph.call_function(aten.sym_storage_offset.default, (ph,))
+            self.syms[s] = node
+            return node
+        return None
+
+    def expr(self, e: Any) -> Any:
+        """An integer expression over size symbols as FX nodes (or a plain int)."""
+        e = sympy.sympify(e)
+        if e in (sympy.true, sympy.false):
+            return bool(e)
+        if e.is_number:
+            return int(e)
+        if e in self.exprs:
+            return self.exprs[e]
+        if isinstance(e, sympy.Symbol):
+            out = self.bind_symbol(e)
+        elif isinstance(e, sympy.Add):
+            terms = sorted(e.args, key=sympy.default_sort_key)
+            out = self.expr(terms[0])
+            for t in terms[1:]:
+                out = self.graph.call_function(operator.add, (out, self.expr(t)))
+        elif isinstance(e, sympy.Mul):
+            factors = sorted(e.args, key=sympy.default_sort_key)
+            out = self.expr(factors[0])
+            for f in factors[1:]:
+                out = self.graph.call_function(operator.mul, (out, self.expr(f)))
+        elif isinstance(e, FloorDiv):
+            out = self.graph.call_function(operator.floordiv, (self.expr(e.args[0]), self.expr(e.args[1])))
+        elif isinstance(e, ModularIndexing):
+            q = self.graph.call_function(operator.floordiv, (self.expr(e.args[0]), self.expr(e.args[1])))
+            out = self.graph.call_function(operator.mod, (q, self.expr(e.args[2])))
+        elif isinstance(e, sympy.Mod):
+            out = self.graph.call_function(operator.mod, (self.expr(e.args[0]), self.expr(e.args[1])))
+        elif isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            base = self.expr(e.base)
+            out = base
+            for _ in range(int(e.exp) - 1):
+                out = self.graph.call_function(operator.mul, (out, base))
+        elif isinstance(e, sympy.Rel) or e in (sympy.true, sympy.false):
+            if e in (sympy.true, sympy.false):
+                return bool(e)
+            fn = _RELATIONS[type(e)]
+            out = self.graph.call_function(fn, (self.expr(e.lhs), self.expr(e.rhs)))
+        elif isinstance(e, (sympy.Max, sympy.Min)):
+            fn = torch.sym_max if isinstance(e, sympy.Max) else torch.sym_min
+            args = sorted(e.args, key=sympy.default_sort_key)
+            out = self.expr(args[0])
+            for a in args[1:]:
+                out = self.graph.call_function(fn, (out, self.expr(a)))
+        else:
+            raise SymbolResolutionError(f"cannot emit size expression {e} ({type(e).__name__})")
+        self.exprs[e] = out
+        return out
+
+    # ------------------------------------------------------------------ values
+    def buffer_node(self, buf: Buffer) -> Any:
+        node = self.nodes.get(buf.name)
+        if node is None:
+            node = self.allocate(buf)
+        return node
+
+    def allocate(self, buf: Buffer) -> fx.Node:
+        lay = buf.layout
+        size = tuple(self.expr(s) for s in lay.size)
+        stride = tuple(self.expr(s) for s in lay.stride)
+        node = self.graph.create_node("call_function", torch.empty_strided, (size, stride),
+                                      {"dtype": lay.dtype, "device": lay.device}, name=buf.name)
+        self.nodes[buf.name] = node
+        return node
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, Strided):
+            base = self.buffer_node(v.buffer)
+            if v.is_whole_buffer():
+                return base
+            if v.dtype != v.buffer.dtype:
+                base = self.graph.call_function(aten.view.dtype, (base, v.dtype))
+            offset = getattr(v.buffer, "base_offset", sympy.Integer(0)) + v.layout.offset
+            return self.graph.call_function(aten.as_strided.default, (
+                base, [self.expr(s) for s in v.layout.size], [self.expr(s) for s in v.layout.stride],
+                self.expr(offset)))
+        if isinstance(v, SymScalar):
+            return self.expr(v.expr) if not v.expr.is_number else v.py_type(v.expr)
+        if isinstance(v, Opaque):
+            return self.opaque[id(v)]
+        if isinstance(v, SubgraphRef):
+            return self.graph.get_attr(v.attr)
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(self.value(x) for x in v)
+        if isinstance(v, dict):
+            return {k: self.value(x) for k, x in v.items()}
+        return v
+
+    def bind_outputs(self, outputs: Any, node: Any) -> None:
+        """Name the results of an extern call: buffers, unbacked symbols and opaque values."""
+        if isinstance(outputs, Buffer):
+            self.nodes[outputs.name] = node
+            for d, s in enumerate(outputs.layout.size):
+                if isinstance(s, sympy.Symbol) and s not in self.syms and _unbound(self, s):
+                    self.syms[s] = self.graph.call_function(aten.sym_size.int, (node, d))
+        elif isinstance(outputs, (list, tuple)):
+            for i, o in enumerate(outputs):
+                if o is None:
+                    continue
+                self.bind_outputs(o, self.graph.call_function(operator.getitem, (node, i)))
+        elif isinstance(outputs, dict):
+            for k, o in outputs.items():
+                if o is not None:
+                    self.bind_outputs(o, self.graph.call_function(operator.getitem, (node, k)))
+        elif isinstance(outputs, SymScalar):
+            if isinstance(outputs.expr, sympy.Symbol) and outputs.expr not in self.syms:
+                self.syms[outputs.expr] = node
+        elif isinstance(outputs, Opaque):
+            self.opaque[id(outputs)] = node
+
+    # ------------------------------------------------------------------ steps
+    def build(self) -> fx.GraphModule:
+        for ph, value in self.g.inputs:
+            node = self.graph.placeholder(ph.name)
+            node.meta["val"] = ph.meta.get("val")
+            self.placeholders.append((ph, value))
+            if isinstance(value, Strided):
+                self.nodes[value.buffer.name] = node
+            elif isinstance(value, SymScalar) and isinstance(value.expr, sympy.Symbol):
+                self.syms.setdefault(value.expr, node)
+            elif isinstance(value, Opaque):
+                self.opaque[id(value)] = node
+        for i, item in enumerate(self.items):
+            if isinstance(item, KernelGroup):
+                self.emit_kernel(item, self.kernels[i])
+            elif isinstance(item, ExternCall):
+                self.emit_extern(item)
+            elif isinstance(item, SubgraphCall):
+                self.emit_subgraph(item)
+        outs = [self.value(v) if v is not None else None for v in self.g.outputs]
+        self.graph.output(tuple(outs))
+        gm = fx.GraphModule(self.root, self.graph, class_name="KilnWrapper")
+        return gm
+
+    def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
+        for m in group.members:
+            if m.store and m.buf.name not in self.nodes:
+                self.allocate(m.buf)
+        attr = ks.name
+        if not hasattr(self.root, attr):
+            self.root.add_module(attr, TritonKernel(ks.name, ks.source, [p for p, _ in ks.ptr_args],
+                                                    [s.name for s in ks.size_args], ks.reduction))
+        args = [self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b]) for _, b in ks.ptr_args]
+        args += [self.expr(s) for s in ks.size_args]
+        args.append(self.expr(ks.xnumel))
+        if ks.reduction:
+            args.append(self.expr(ks.rnumel))
+        self.graph.call_module(attr, tuple(args))
+
+    def emit_extern(self, call: ExternCall) -> None:
+        args = self.value(call.args)
+        kwargs = self.value(call.kwargs)
+        if call.out is not None:
+            kwargs["out"] = self.allocate(call.out)
+            self.graph.call_function(call.target, tuple(args), kwargs)
+            return
+        node = self.graph.call_function(call.target, tuple(args), kwargs)
+        self.bind_outputs(call.outputs, node)
+
+    def emit_subgraph(self, call: SubgraphCall) -> None:
+        for attr, module in call.subgraphs.items():
+            if not hasattr(self.root, attr):
+                self.root.add_module(attr, module)
+        node = self.graph.call_function(call.target, tuple(self.value(call.args)), {})
+        self.bind_outputs(call.outputs, node)
+
+
+_RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.StrictLessThan: operator.lt,
+              sympy.GreaterThan: operator.ge, sympy.LessThan: operator.le,
+              sympy.Equality: operator.eq, sympy.Unequality: operator.ne}
+
+
+def _unbound(builder: WrapperBuilder, s: sympy.Symbol) -> bool:
+    try:
+        builder.bind_symbol(s)
+        return False
+    except SymbolResolutionError:
+        return True

@@ -1,0 +1,133 @@
+"""Typed settings for the kiln compiler. The one module that reads environment variables.
+
+Every knob has a field here, an environment variable ``KILN_<FIELD>`` (upper case), a type and a default.
+``settings()`` returns the active values; ``patch(**overrides)`` scopes changes (for tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Iterator
+
+from .exc import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Compiler settings. Field docs double as the env var reference (``KILN_<NAME>``)."""
+
+    #: "auto" (interpreter when no GPU is present), "1" (always the Triton interpreter), "0" (never).
+    interpret: str = "auto"
+    #: Folder where every graph's wrapper and every kernel's source and launch specs are written.
+    dump_dir: str = ""
+    #: Raise internal lowering errors instead of falling back to ATen (tests run strict).
+    strict: bool = False
+    #: Round to fp16/bf16 after every op whose ATen result is fp16/bf16, as eager does.
+    emulate_eager_precision: bool = False
+    #: Largest reduction row (elements) computed in registers in one pass on a GPU.
+    persistent_rblock_max: int = 8192
+    #: Same, under the interpreter (bigger blocks mean fewer, faster interpreted programs).
+    interp_persistent_rblock_max: int = 65536
+    #: Elements per program for pointwise kernels on a GPU.
+    pointwise_xblock: int = 1024
+    #: Elements per program for pointwise kernels under the interpreter.
+    interp_pointwise_xblock: int = 16384
+    #: Reduction chunk for looped (non-persistent) reductions on a GPU.
+    looped_rblock: int = 2048
+    #: Where generated kernel modules are written before import.
+    cache_dir: str = ""
+    #: Compile threads (kiln compiles on the calling thread; kept for harness parity, must be 1).
+    compile_threads: int = 1
+    #: Log every fallback at WARNING instead of INFO.
+    log_fallbacks: bool = False
+
+    def resolved_cache_dir(self) -> str:
+        """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""
+        if self.cache_dir:
+            return self.cache_dir
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "kiln", "kernels")
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _parse(field: dataclasses.Field, raw: str) -> Any:
+    name = f"KILN_{field.name.upper()}"
+    if field.type in ("bool", bool):
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"{name}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
+    if field.type in ("int", int):
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r}: expected an integer") from None
+        if value <= 0:
+            raise ConfigError(f"{name}={raw!r}: expected a positive integer")
+        return value
+    if field.name == "interpret" and raw not in ("auto", "0", "1"):
+        raise ConfigError(f"{name}={raw!r}: expected auto, 0 or 1")
+    return raw
+
+
+def _validate(s: Settings) -> Settings:
+    if s.compile_threads != 1:
+        raise ConfigError("KILN_COMPILE_THREADS must be 1: kiln compiles on the calling thread only")
+    for f in ("persistent_rblock_max", "interp_persistent_rblock_max", "pointwise_xblock",
+              "interp_pointwise_xblock", "looped_rblock"):
+        v = getattr(s, f)
+        if v & (v - 1):
+            raise ConfigError(f"KILN_{f.upper()}={v}: expected a power of two")
+    return s
+
+
+def from_env(environ: dict[str, str] | None = None) -> Settings:
+    """Build settings from ``KILN_*`` environment variables, with clear errors for bad values."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(Settings):
+        raw = env.get(f"KILN_{field.name.upper()}")
+        if raw is not None:
+            values[field.name] = _parse(field, raw)
+    return _validate(Settings(**values))
+
+
+_active: Settings | None = None
+
+
+def settings() -> Settings:
+    """The active settings (read from the environment once, then cached; ``patch`` overrides)."""
+    global _active
+    if _active is None:
+        _active = from_env()
+    return _active
+
+
+def reload() -> Settings:
+    """Re-read the environment (drops any state cached by ``settings()``)."""
+    global _active
+    _active = None
+    return settings()
+
+
+@contextlib.contextmanager
+def patch(**overrides: Any) -> Iterator[Settings]:
+    """Temporarily override fields: ``with config.patch(strict=True): ...``."""
+    global _active
+    old = settings()
+    names = {f.name for f in dataclasses.fields(Settings)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ConfigError(f"unknown kiln setting(s): {', '.join(unknown)}")
+    _active = _validate(dataclasses.replace(old, **overrides))
+    try:
+        yield _active
+    finally:
+        _active = old

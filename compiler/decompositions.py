@@ -1,0 +1,51 @@
+"""The decomposition table AOTAutograd applies before kiln sees a graph.
+
+PyTorch's core-ATen set, plus composite ops kiln would rather see as pointwise + reduction pieces so they
+fuse into one kernel (softmax, layer_norm, gelu, batch_norm...). Ops kiln lowers directly (e.g. ``clamp``)
+are not decomposed. The table is built once; ``EXTRA`` lists what is added to the core set and why.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+aten = torch.ops.aten
+
+#: composite ops decomposed on top of core ATen: each one fuses as pointwise + reductions
+EXTRA = [
+    aten._softmax,  # amax, sub, exp, sum, div: one persistent-reduction kernel
+    aten._log_softmax,
+    aten.native_layer_norm,  # var_mean + pointwise epilogue
+    aten.native_batch_norm,
+    aten.gelu,  # erf/tanh pointwise
+    aten.elu,
+    aten.erfc,
+    aten.linalg_vector_norm,
+    aten.native_dropout,
+    aten._to_copy,  # only its dtype-only form survives as _to_copy/convert_element_type
+    aten.embedding,  # index_select... still falls back, but decomposed views fuse
+    aten.index_select,
+    aten.addmv,
+    aten.repeat,
+    aten.flip,
+    aten.narrow,
+    aten.rms_norm,
+    aten._fused_rms_norm,
+]
+
+#: ops kiln lowers itself, removed from the core table so they reach kiln intact
+KEEP = [aten.clamp.default, aten.clamp.Tensor, aten.gelu.default, aten.silu.default, aten.hardtanh.default,
+        aten._to_copy.default, aten.var_mean.correction, aten.std.correction]
+
+
+@functools.lru_cache(maxsize=1)
+def decomposition_table() -> dict[Any, Callable]:
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(EXTRA))
+    for op in KEEP:
+        table.pop(op, None)
+    return table

@@ -1,0 +1,364 @@
+"""GraphLowering: walks an ATen FX graph and turns every node into kiln IR.
+
+Output of this pass (the *program*): an ordered list of steps, each a ``ComputedBuffer`` (fused later
+into kernels), an ``ExternCall`` (ATen run from the wrapper), or a ``SubgraphCall`` (``torch.cond`` and
+friends), plus the graph outputs as values. Every fallback carries a ``FallbackReason``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from typing import Any, Callable, Optional, Sequence, Union
+
+import sympy
+import torch
+import torch.fx as fx
+
+from . import config
+from .exc import LoweringError, NotLowered
+from .ir import (
+    Buffer, ComputedBuffer, EmptyBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
+    Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, stride_order, sym,
+)
+from .kexpr import KExpr, Op
+
+log = logging.getLogger("kiln")
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class FallbackReason:
+    """Why an op ran as ATen: ``kind`` (class of reason), ``op`` (overload name), ``detail`` (text)."""
+
+    kind: str
+    op: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.op}: {self.kind}: {self.detail}"
+
+
+@dataclasses.dataclass
+class ExternCall:
+    """An ATen call in the wrapper. ``args``/``kwargs`` hold Values, SymScalars and Python data.
+
+    ``out`` names the buffer passed as ``out=`` (extern kernels such as ``mm.out``); otherwise the
+    call's return value is bound to ``outputs`` (a structure of ExternBuffers / Opaque / SymScalar).
+    """
+
+    target: Any
+    args: tuple
+    kwargs: dict
+    outputs: Any
+    fx_name: str
+    reason: Optional[FallbackReason] = None  # None for extern kernels we chose on purpose (mm.out)
+    out: Optional[Buffer] = None
+
+
+@dataclasses.dataclass
+class SubgraphCall:
+    """A higher-order op (``cond``/``while_loop``) whose subgraphs are compiled separately."""
+
+    target: Any
+    args: tuple
+    subgraphs: dict[str, Any]  # attr name -> compiled wrapper GraphModule (or original, on fallback)
+    outputs: Any
+    fx_name: str
+
+
+class SubgraphRef:
+    """Marks where a compiled subgraph module goes in a higher-order op's arguments."""
+
+    def __init__(self, attr: str) -> None:
+        self.attr = attr
+
+
+Step = Union[ComputedBuffer, ExternCall, SubgraphCall]
+
+#: op overload -> lowering(g, node, *args, **kwargs); filled by compiler.lowering
+LOWERINGS: dict[Any, Callable[..., Any]] = {}
+
+
+def register_lowering(*ops: Any) -> Callable:
+    """Decorator: register one lowering for several op overloads."""
+
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+
+    return deco
+
+
+class GraphLowering:
+    """Lowers one FX graph. ``name`` prefixes buffer and kernel names to keep them unique and stable."""
+
+    def __init__(self, gm: fx.GraphModule, name: str = "graph", subgraph_compiler: Any = None) -> None:
+        self.gm = gm
+        self.name = name
+        self.settings = config.settings()
+        self.env: dict[fx.Node, Any] = {}
+        self.steps: list[Step] = []
+        self.buffers: dict[str, Buffer] = {}
+        self.inputs: list[tuple[fx.Node, Any]] = []  # placeholder -> InputBuffer | SymScalar | Opaque
+        self.outputs: list[Any] = []
+        self.fallbacks: list[FallbackReason] = []
+        self.subgraph_compiler = subgraph_compiler
+        self._counter = 0
+        self.current_node: Optional[fx.Node] = None
+        self.interpret = _interpret_mode()
+
+    # ------------------------------------------------------------------ naming and registration
+    def new_name(self, prefix: str = "buf") -> str:
+        name = f"{prefix}{self._counter}"
+        self._counter += 1
+        return name
+
+    def add_buffer(self, buf: Buffer) -> Buffer:
+        self.buffers[buf.name] = buf
+        return buf
+
+    # ------------------------------------------------------------------ realization
+    def realize(self, value: Value, meta: Optional[torch.Tensor] = None) -> Strided:
+        """Make ``value`` live in memory. Strided values are returned as they are.
+
+        A Lazy value becomes a ComputedBuffer laid out like ``meta`` (the eager result's strides) when
+        those are dense, else contiguous.
+        """
+        if isinstance(value, Strided):
+            return value
+        if not isinstance(value, Lazy):
+            raise LoweringError(f"cannot realize {value!r}")
+        stride = contiguous_strides(value.size)
+        if meta is not None and isinstance(meta, torch.Tensor) and len(meta.shape) == len(value.size):
+            cand = Layout(tuple(value.size), tuple(sym(s) for s in meta.stride()), sympy.Integer(0),
+                          value.dtype, value.device)
+            if is_dense(cand):
+                stride = cand.stride
+        layout = Layout(tuple(value.size), tuple(stride), sympy.Integer(0), value.dtype, value.device)
+        origin = self.current_node.name if self.current_node is not None else ""
+        buf = ComputedBuffer(self.new_name(), layout, Pointwise(tuple(value.size), value.fn, value.dtype),
+                             origin=origin)
+        buf.base_offset = sympy.Integer(0)
+        self.add_buffer(buf)
+        self.steps.append(buf)
+        return Strided(buf, layout)
+
+    def add_computed(self, buf: ComputedBuffer) -> Strided:
+        """Register a ComputedBuffer built by a lowering (reductions) and return a view of it."""
+        buf.base_offset = sympy.Integer(0)
+        if self.current_node is not None and not buf.origin:
+            buf.origin = self.current_node.name
+        self.add_buffer(buf)
+        self.steps.append(buf)
+        return Strided(buf, buf.layout)
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> "GraphLowering":
+        for node in self.gm.graph.nodes:
+            self.current_node = node
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node)
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "get_attr":
+                self.env[node] = self._get_attr(node)
+            elif node.op == "output":
+                self.outputs = [self._output_value(a) for a in _flatten_output(node.args[0])]
+            else:
+                raise LoweringError(f"unsupported FX node kind {node.op} ({node.name})")
+        self.current_node = None
+        return self
+
+    def _placeholder(self, node: fx.Node) -> Any:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            base = sym(val.storage_offset())
+            layout = layout_from_meta(val, base_offset=base)
+            buf = InputBuffer(node.name, layout)
+            buf.base_offset = base
+            self.add_buffer(buf)
+            value = Strided(buf, layout)
+        elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
+            value = SymScalar(sym(val), type(val))
+        else:
+            value = Opaque(node.name)
+        self.inputs.append((node, value))
+        return value
+
+    def _get_attr(self, node: fx.Node) -> Any:
+        obj = getattr(self.gm, node.target)
+        if isinstance(obj, torch.Tensor):
+            raise LoweringError("tensor constants in AOT graphs are not expected (lifted by AOTAutograd)")
+        return Opaque(node.name)  # subgraph modules; consumed by control-flow lowerings via the node
+
+    def _output_value(self, arg: Any) -> Any:
+        if arg is None:
+            return None
+        value = self.env[arg] if isinstance(arg, fx.Node) else arg
+        if isinstance(value, Lazy):
+            self.current_node = arg
+            value = self.realize(value, arg.meta.get("val"))
+            self.env[arg] = value
+        return value
+
+    def fetch(self, a: Any) -> Any:
+        """Map FX args to lowered values (recursively through lists and tuples)."""
+        if isinstance(a, fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.fetch(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self.fetch(v) for k, v in a.items()}
+        return a
+
+    def _call(self, node: fx.Node) -> Any:
+        target = node.target
+        val = node.meta.get("val")
+        if target is operator.getitem:
+            src = self.env[node.args[0]]
+            if isinstance(src, Opaque):
+                return self.fallback(node, FallbackReason("opaque_getitem", "getitem", "item of an opaque value"))
+            return src[node.args[1]]
+        if _is_symbolic_scalar(val) and target is not aten._local_scalar_dense.default:
+            return SymScalar(sym(val), type(val))
+        lowering = LOWERINGS.get(target)
+        op_name = _op_name(target)
+        if lowering is None:
+            return self.fallback(node, FallbackReason("unsupported_op", op_name, "no kiln lowering for this op"))
+        if self._needs_device_fallback(node):
+            return self.fallback(node, FallbackReason(
+                "device", op_name, "CPU tensors run through Triton's interpreter, which this process did not "
+                "enable (set KILN_INTERPRET=1 before importing triton)"))
+        args = self.fetch(node.args)
+        kwargs = self.fetch(node.kwargs)
+        try:
+            out = lowering(self, node, *args, **kwargs)
+        except NotLowered as e:
+            return self.fallback(node, FallbackReason(e.kind, op_name, e.detail))
+        except Exception as e:  # an internal error: strict mode raises, otherwise fall back and say so
+            if self.settings.strict:
+                raise LoweringError(f"lowering {op_name} ({node.name}) failed: {e}") from e
+            log.warning("kiln: lowering %s failed (%s); falling back to ATen", op_name, e)
+            return self.fallback(node, FallbackReason("lowering_error", op_name, f"{type(e).__name__}: {e}"))
+        return self._maybe_realize(node, out)
+
+    def _needs_device_fallback(self, node: fx.Node) -> bool:
+        if self.interpret:
+            return False
+        for v in _tensor_metas(node):
+            if v.device.type == "cpu":
+                return True
+        return False
+
+    def _maybe_realize(self, node: fx.Node, out: Any) -> Any:
+        """Realize a Lazy result read by several users when inlining it everywhere would cost too much."""
+        if not isinstance(out, Lazy):
+            return out
+        users = len(node.users)
+        if out.cost > 64 or (users > 1 and out.cost > 3):
+            return self.realize(out, node.meta.get("val"))
+        return out
+
+    # ------------------------------------------------------------------ fallback
+    def fallback(self, node: fx.Node, reason: Optional[FallbackReason], target: Any = None,
+                 args: Optional[tuple] = None, kwargs: Optional[dict] = None) -> Any:
+        """Run ``node`` as an ATen call from the wrapper. Tensor inputs are realized first."""
+        if reason is not None:
+            self.fallbacks.append(reason)
+            (log.warning if self.settings.log_fallbacks else log.info)("kiln fallback: %s", reason)
+        args = self.fetch(node.args) if args is None else args
+        kwargs = self.fetch(node.kwargs) if kwargs is None else kwargs
+        args = _map_values(args, self.realize)
+        kwargs = _map_values(kwargs, self.realize)
+        outputs = self._extern_outputs(node.meta.get("val"))
+        call = ExternCall(target or node.target, tuple(args), dict(kwargs), outputs, node.name, reason)
+        self.steps.append(call)
+        return _values_of(outputs)
+
+    def extern_out(self, node: fx.Node, target: Any, args: tuple, kwargs: dict) -> Strided:
+        """An extern kernel called with ``out=``: the output buffer is allocated by the wrapper."""
+        val = node.meta["val"]
+        args = _map_values(args, self.realize)
+        layout = layout_from_meta(val, sym(val.storage_offset()))
+        buf = ExternBuffer(self.new_name(), layout)
+        buf.base_offset = sym(val.storage_offset())
+        self.add_buffer(buf)
+        self.steps.append(ExternCall(target, tuple(args), dict(kwargs), buf, node.name, None, out=buf))
+        return Strided(buf, layout)
+
+    def _extern_outputs(self, val: Any) -> Any:
+        if isinstance(val, torch.Tensor):
+            base = sym(val.storage_offset())
+            buf = ExternBuffer(self.new_name(), layout_from_meta(val, base_offset=base))
+            buf.base_offset = base
+            return self.add_buffer(buf)
+        if isinstance(val, (list, tuple)):
+            return type(val)(self._extern_outputs(v) for v in val)
+        if isinstance(val, dict):
+            return {k: self._extern_outputs(v) for k, v in val.items()}
+        if _is_symbolic_scalar(val):
+            return SymScalar(sym(val), type(val))
+        return Opaque("") if val is not None else None
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _interpret_mode() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def _is_symbolic_scalar(val: Any) -> bool:
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) and not isinstance(
+        val, torch.Tensor)
+
+
+def _tensor_metas(node: fx.Node) -> list[torch.Tensor]:
+    out = []
+    for a in node.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+    v = node.meta.get("val")
+    if isinstance(v, torch.Tensor):
+        out.append(v)
+    return out
+
+
+def _map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
+    if isinstance(obj, Value):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_values(x, fn) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _map_values(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _values_of(outputs: Any) -> Any:
+    if isinstance(outputs, Buffer):
+        return Strided(outputs, outputs.layout)
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(_values_of(o) for o in outputs)
+    if isinstance(outputs, dict):
+        return {k: _values_of(v) for k, v in outputs.items()}
+    return outputs
+
+
+def _flatten_output(arg: Any) -> list:
+    if isinstance(arg, (list, tuple)):
+        return list(arg)
+    return [arg]
+
+
+def pointwise_op(name: str, args: Sequence[KExpr], dtype: torch.dtype) -> KExpr:
+    """Shorthand used by lowerings."""
+    return Op(name, args, dtype)

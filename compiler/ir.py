@@ -1,0 +1,272 @@
+"""kiln's IR: buffers (storage), layouts (strided views of storage) and values (what a lowering returns).
+
+Terms:
+- *Buffer*: one allocation (a graph input, a fused-kernel output, or an ATen fallback's output).
+- *Layout*: sizes, strides and offset (in elements) of a view into a buffer; sympy expressions.
+- *Strided* value: a view of a realized buffer (views of it cost nothing: no kernel, no copy).
+- *Lazy* value: an element function ``index -> KExpr`` not yet stored anywhere (fused into its users).
+- *ComputedBuffer*: a Lazy value or a reduction that a kernel stores, defined by ``Pointwise``/``Reduction``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from typing import Callable, Optional, Sequence, Union
+
+import sympy
+import torch
+
+from .kexpr import KExpr, Load
+
+Expr = sympy.Expr
+Index = Sequence[Expr]
+
+
+def sym(x) -> Expr:
+    """A size/stride (int, SymInt or sympy expr) as a sympy expression."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return x.node.expr
+    return sympy.sympify(x)
+
+
+def prod(xs: Sequence[Expr]) -> Expr:
+    return functools.reduce(operator.mul, xs, sympy.Integer(1))
+
+
+def contiguous_strides(size: Sequence[Expr]) -> tuple[Expr, ...]:
+    strides: list[Expr] = []
+    acc: Expr = sympy.Integer(1)
+    for s in reversed(size):
+        strides.append(acc)
+        acc = acc * s
+    return tuple(reversed(strides))
+
+
+def is_one(e: Expr) -> bool:
+    return e == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A strided view: element ``idx`` lives at ``offset + sum(idx[i] * stride[i])``."""
+
+    size: tuple[Expr, ...]
+    stride: tuple[Expr, ...]
+    offset: Expr
+    dtype: torch.dtype
+    device: torch.device
+
+    def index(self, idx: Index) -> Expr:
+        out = self.offset
+        for i, st, sz in zip(idx, self.stride, self.size):
+            if not is_one(sz):
+                out = out + i * st
+        return out
+
+    @property
+    def numel(self) -> Expr:
+        return prod(self.size)
+
+    def is_contiguous(self) -> bool:
+        return all(is_one(sz) or sympy.simplify(a - b) == 0
+                   for sz, a, b in zip(self.size, self.stride, contiguous_strides(self.size)))
+
+    def storage_extent(self) -> Expr:
+        """Elements a buffer must hold to back this layout (for allocation)."""
+        return self.offset + 1 + sum(((sz - 1) * st for sz, st in zip(self.size, self.stride)), sympy.Integer(0))
+
+
+def layout_from_meta(val: torch.Tensor, base_offset: Expr = sympy.Integer(0)) -> Layout:
+    """Layout of a FakeTensor (size/stride/storage_offset), offset made relative to ``base_offset``."""
+    return Layout(
+        size=tuple(sym(s) for s in val.size()),
+        stride=tuple(sym(s) for s in val.stride()),
+        offset=sym(val.storage_offset()) - base_offset,
+        dtype=val.dtype,
+        device=val.device,
+    )
+
+
+def is_dense(layout: Layout) -> bool:
+    """Non-overlapping and dense: strides are a permutation of contiguous strides (sizes 1 ignored)."""
+    order = stride_order(layout)
+    return order is not None and _dense_in_order(layout, order)
+
+
+def stride_order(layout: Layout) -> Optional[list[int]]:
+    """Dims sorted from largest to smallest stride, or None if symbolic strides cannot be ordered."""
+    idx = list(range(len(layout.size)))
+
+    def key(i: int):
+        return layout.stride[i]
+
+    try:
+        return sorted(idx, key=functools.cmp_to_key(lambda a, b: _cmp(key(b), key(a))))
+    except TypeError:
+        return None
+
+
+def _cmp(a: Expr, b: Expr) -> int:
+    d = sympy.simplify(a - b)
+    if d == 0:
+        return 0
+    if d.is_positive:
+        return 1
+    if d.is_negative:
+        return -1
+    # symbols are positive sizes: try substituting a large value
+    subs = {s: 1000 + i for i, s in enumerate(sorted(d.free_symbols, key=lambda s: s.name))}
+    v = d.subs(subs)
+    if v.is_number:
+        return 1 if v > 0 else (-1 if v < 0 else 0)
+    raise TypeError("cannot order strides")
+
+
+def _dense_in_order(layout: Layout, order: list[int]) -> bool:
+    expected: Expr = sympy.Integer(1)
+    for i in reversed(order):
+        if is_one(layout.size[i]):
+            continue
+        if sympy.simplify(layout.stride[i] - expected) != 0:
+            return False
+        expected = expected * layout.size[i]
+    return True
+
+
+# --------------------------------------------------------------------------------------------- buffers
+class Buffer:
+    """One allocation. ``layout`` describes the whole allocation as the producer writes it."""
+
+    def __init__(self, name: str, layout: Layout) -> None:
+        self.name = name
+        self.layout = layout
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.layout.device
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name})"
+
+
+class InputBuffer(Buffer):
+    """A graph input (placeholder). Loads are relative to the tensor's own data pointer."""
+
+
+class ComputedBuffer(Buffer):
+    """A buffer that a generated kernel writes. ``definition`` is a ``Pointwise`` or ``Reduction``."""
+
+    def __init__(self, name: str, layout: Layout, definition: "Union[Pointwise, Reduction]",
+                 origin: str = "") -> None:
+        super().__init__(name, layout)
+        self.definition = definition
+        self.origin = origin  # FX node name it came from, for readable kernel names and reports
+
+
+class ExternBuffer(Buffer):
+    """A buffer produced by an ATen call in the wrapper (extern kernel or fallback)."""
+
+
+class EmptyBuffer(Buffer):
+    """``torch.empty_strided`` with no writer in the graph (``aten.empty*``)."""
+
+
+@dataclasses.dataclass
+class Pointwise:
+    """``body(index)`` gives the element at ``index`` (over ``ranges``)."""
+
+    ranges: tuple[Expr, ...]
+    body: Callable[[Index], KExpr]
+    dtype: torch.dtype
+
+
+#: reduction types and their identity for floats; ints use the dtype's limits
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
+
+
+@dataclasses.dataclass
+class Reduction:
+    """Reduce ``body(index, rindex)`` over ``reduction_ranges`` for every ``index`` in ``ranges``.
+
+    ``dtype`` is the result dtype; ``src_dtype`` the dtype values accumulate in.
+    For argmax/argmin the result is the flat position within the reduced dims (int64).
+    """
+
+    ranges: tuple[Expr, ...]
+    reduction_ranges: tuple[Expr, ...]
+    body: Callable[[Index, Index], KExpr]
+    reduction_type: str
+    dtype: torch.dtype
+    src_dtype: torch.dtype
+
+
+# --------------------------------------------------------------------------------------------- values
+class Value:
+    """What a lowering returns for a tensor: ``size``, ``dtype``, ``device`` and ``load(index)``."""
+
+    size: tuple[Expr, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    def load(self, index: Index) -> KExpr:
+        raise NotImplementedError
+
+
+class Strided(Value):
+    """A view of a realized buffer."""
+
+    def __init__(self, buffer: Buffer, layout: Layout) -> None:
+        self.buffer = buffer
+        self.layout = layout
+        self.size, self.dtype, self.device = layout.size, layout.dtype, layout.device
+
+    def load(self, index: Index) -> KExpr:
+        return Load(self.buffer.name, self.layout.index(index), self.dtype)
+
+    def is_whole_buffer(self) -> bool:
+        return self.layout == self.buffer.layout
+
+    def __repr__(self) -> str:
+        return f"Strided({self.buffer.name}, size={self.size}, stride={self.layout.stride})"
+
+
+class Lazy(Value):
+    """An unrealized pointwise value."""
+
+    def __init__(self, size: Sequence[Expr], dtype: torch.dtype, device: torch.device,
+                 fn: Callable[[Index], KExpr], cost: int = 1) -> None:
+        self.size = tuple(size)
+        self.dtype = dtype
+        self.device = device
+        self.fn = fn
+        self.cost = cost  # rough count of ops inlined, to bound recomputation
+
+    def load(self, index: Index) -> KExpr:
+        return self.fn(index)
+
+    def __repr__(self) -> str:
+        return f"Lazy(size={self.size}, dtype={self.dtype})"
+
+
+class SymScalar:
+    """A SymInt/SymFloat/SymBool value in the graph (``expr`` over size symbols)."""
+
+    def __init__(self, expr: Expr, py_type: type) -> None:
+        self.expr = expr
+        self.py_type = py_type
+
+    def __repr__(self) -> str:
+        return f"SymScalar({self.expr})"
+
+
+class Opaque:
+    """A non-tensor result of a fallback (e.g. a list) passed around unchanged."""
+
+    def __init__(self, fx_name: str) -> None:
+        self.fx_name = fx_name

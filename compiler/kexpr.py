@@ -1,0 +1,137 @@
+"""Kernel expressions: the small DAG a lowering builds for one element of a tensor.
+
+A *body* is a function ``index -> KExpr`` (pointwise) or ``(index, rindex) -> KExpr`` (reduction input).
+Nodes carry the torch dtype of the value they produce. Codegen renders a DAG to Triton with CSE.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype arithmetic runs in: fp16/bf16 are computed in fp32 inside kernels."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+class KExpr:
+    """Base class. ``dtype`` is the torch dtype of the value."""
+
+    __slots__ = ("dtype",)
+    dtype: torch.dtype
+
+
+class Load(KExpr):
+    """Read ``buffer`` at flat element offset ``index`` (a sympy expression of index symbols).
+
+    ``mask`` (a bool KExpr or None) guards the read; masked-off lanes read 0 (padding, concatenation).
+    """
+
+    __slots__ = ("buffer", "index", "mask")
+
+    def __init__(self, buffer: str, index: sympy.Expr, dtype: torch.dtype, mask: "KExpr | None" = None) -> None:
+        self.buffer, self.index, self.dtype, self.mask = buffer, sympy.sympify(index), dtype, mask
+
+    def __repr__(self) -> str:
+        return f"Load({self.buffer}[{self.index}]:{self.dtype})"
+
+
+class Const(KExpr):
+    """A Python scalar (bool, int or float; inf and nan included)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any, dtype: torch.dtype) -> None:
+        self.value, self.dtype = value, dtype
+
+    def __repr__(self) -> str:
+        return f"Const({self.value}:{self.dtype})"
+
+
+class IndexValue(KExpr):
+    """An integer computed from index symbols and sizes (``arange``, a SymInt scalar...)."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: sympy.Expr, dtype: torch.dtype = torch.int64) -> None:
+        self.expr, self.dtype = sympy.sympify(expr), dtype
+
+
+class Op(KExpr):
+    """Apply the named op (a key of ``codegen.ops_table.OPS``) to ``args``."""
+
+    __slots__ = ("op", "args", "round_trip")
+
+    def __init__(self, op: str, args: Sequence[KExpr], dtype: torch.dtype, round_trip: bool = False) -> None:
+        self.op, self.args, self.dtype, self.round_trip = op, tuple(args), dtype, round_trip
+
+    def __repr__(self) -> str:
+        return f"{self.op}({', '.join(map(repr, self.args))}):{self.dtype}"
+
+
+def cast(x: KExpr, dtype: torch.dtype, *, explicit: bool = False) -> KExpr:
+    """Convert ``x`` to ``dtype``.
+
+    An *implicit* cast (an op's result stored back in its ATen dtype) that is immediately widened again
+    is elided, so fused kernels keep fp32 intermediates. ``explicit`` casts (the program's own
+    ``.to()``) are kept. ``emulate_eager_precision`` keeps every cast (see ``Op.round_trip``).
+    """
+    if x.dtype == dtype:
+        return x
+    if isinstance(x, Op) and x.op == "to" and not x.round_trip and x.args[0].dtype == dtype:
+        # widen(narrow(v)) -> v, when the narrowing was implicit
+        return x.args[0]
+    if isinstance(x, Const):
+        return Const(_convert_scalar(x.value, dtype), dtype)
+    return Op("to", (x,), dtype, round_trip=explicit)
+
+
+def _convert_scalar(value: Any, dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return value
+    return int(value)
+
+
+def walk(expr: KExpr):
+    """Yield every node of the DAG once (pre-order, deterministic)."""
+    seen: set[int] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        if isinstance(node, Op):
+            stack.extend(reversed(node.args))
+        elif isinstance(node, Load) and node.mask is not None:
+            stack.append(node.mask)
+
+
+def loads(expr: KExpr) -> list[Load]:
+    """All loads in the DAG, in a deterministic order."""
+    return [n for n in walk(expr) if isinstance(n, Load)]
+
+
+def free_symbols(expr: KExpr) -> list[sympy.Symbol]:
+    """Sorted symbols appearing in load indices and index values."""
+    syms: dict[str, sympy.Symbol] = {}
+    for n in walk(expr):
+        if isinstance(n, Load):
+            e = n.index
+        elif isinstance(n, IndexValue):
+            e = n.expr
+        else:
+            continue
+        for s in e.free_symbols:
+            syms[s.name] = s
+    return [syms[k] for k in sorted(syms)]

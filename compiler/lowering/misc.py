@@ -1,0 +1,227 @@
+"""Lowerings for copies, casts, constants, concatenation and padding, and the extern (out=) kernels.
+
+Extern kernels are ATen ops kiln chooses not to generate (matmuls): the wrapper calls their ``.out``
+overload on a buffer it allocates, so a following pointwise epilogue fuses into one kernel.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..exc import NotLowered
+from ..graph import GraphLowering, register_lowering
+from ..ir import EmptyBuffer, Index, Lazy, Strided, Value, layout_from_meta, sym
+from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast, compute_dtype
+from .pointwise import arg_cost, broadcast_index, check_device
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _size(node) -> tuple:
+    return tuple(sym(s) for s in node.meta["val"].shape)
+
+
+@register_lowering(aten.clone.default)
+def _clone(g: GraphLowering, node, x: Value, *, memory_format=None):
+    return Lazy(x.size, x.dtype, x.device, x.load, getattr(x, "cost", 0) + 1)
+
+
+@register_lowering(aten._to_copy.default)
+def _to_copy(g: GraphLowering, node, x: Value, *, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    out = node.meta["val"]
+    if out.device != x.device:
+        raise NotLowered(f"device copy {x.device} -> {out.device}", kind="device")
+    if out.dtype.is_complex or x.dtype.is_complex:
+        raise NotLowered("complex dtypes", kind="dtype")
+    return Lazy(x.size, out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype, explicit=True),
+                getattr(x, "cost", 0) + 1)
+
+
+@register_lowering(prims.convert_element_type.default)
+def _convert(g: GraphLowering, node, x: Value, dtype: torch.dtype):
+    if dtype.is_complex or x.dtype.is_complex:
+        raise NotLowered("complex dtypes", kind="dtype")
+    return Lazy(x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True),
+                getattr(x, "cost", 0) + 1)
+
+
+@register_lowering(aten.copy.default)
+def _copy(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
+    out = node.meta["val"]
+    check_device(node, [dst, src])
+    size = _size(node)
+    return Lazy(size, out.dtype, dst.device,
+                lambda idx: cast(src.load(broadcast_index(src.size, size, idx)), out.dtype, explicit=True),
+                getattr(src, "cost", 0) + 1)
+
+
+@register_lowering(aten.full.default, aten.full_like.default, aten.scalar_tensor.default,
+                   aten.zeros.default, aten.ones.default, aten.zeros_like.default, aten.ones_like.default)
+def _full(g: GraphLowering, node, *args, **kwargs):
+    out = node.meta["val"]
+    t = node.target
+    if t in (aten.zeros.default, aten.zeros_like.default):
+        value = 0
+    elif t in (aten.ones.default, aten.ones_like.default):
+        value = 1
+    elif t is aten.scalar_tensor.default:
+        value = args[0]
+    else:
+        value = args[1]
+    if out.dtype.is_complex:
+        raise NotLowered("complex dtypes", kind="dtype")
+    size = _size(node)
+    if not isinstance(value, (bool, int, float)):
+        expr = getattr(value, "expr", None)
+        if expr is None:
+            raise NotLowered(f"fill value of type {type(value).__name__}")
+        return Lazy(size, out.dtype, out.device, lambda idx: cast(IndexValue(expr), out.dtype))
+    return Lazy(size, out.dtype, out.device, lambda idx: Const(value, out.dtype))
+
+
+@register_lowering(aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
+                   aten.new_empty.default, aten.new_empty_strided.default)
+def _empty(g: GraphLowering, node, *args, **kwargs):
+    out = node.meta["val"]
+    buf = EmptyBuffer(g.new_name(), layout_from_meta(out, sym(out.storage_offset())))
+    buf.base_offset = sym(out.storage_offset())
+    g.add_buffer(buf)
+    return Strided(buf, buf.layout)
+
+
+@register_lowering(prims.iota.default)
+def _iota(g: GraphLowering, node, length, *, start, step, dtype, device, requires_grad):
+    out = node.meta["val"]
+    st, sp = sym(start), sym(step)
+    return Lazy(_size(node), out.dtype, out.device, lambda idx: cast(IndexValue(st + idx[0] * sp), out.dtype))
+
+
+@register_lowering(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def _arange(g: GraphLowering, node, *args, **kwargs):
+    out = node.meta["val"]
+    nums = [a for a in args]
+    if node.target is aten.arange.default:
+        start, step = 0, 1
+    elif node.target is aten.arange.start:
+        start, step = nums[0], 1
+    else:
+        start, step = nums[0], (nums[2] if len(nums) > 2 else 1)
+    if any(isinstance(v, float) for v in (start, step)) or out.dtype.is_floating_point:
+        comp = torch.float64
+
+        def fn(idx: Index) -> KExpr:
+            i = cast(IndexValue(idx[0]), comp)
+            return cast(Op("add", [Const(float(start), comp), Op("mul", [i, Const(float(step), comp)], comp)], comp),
+                        out.dtype)
+
+        return Lazy(_size(node), out.dtype, out.device, fn)
+    st, sp = sym(start), sym(step)
+    return Lazy(_size(node), out.dtype, out.device, lambda idx: cast(IndexValue(st + idx[0] * sp), out.dtype))
+
+
+@register_lowering(aten.cat.default)
+def _cat(g: GraphLowering, node, tensors, dim=0):
+    out = node.meta["val"]
+    size = _size(node)
+    rank = len(size)
+    parts = [t for t in tensors if isinstance(t, Value) and not (len(t.size) == 1 and t.size[0] == 0)]
+    if not parts:
+        raise NotLowered("cat of empty tensors")
+    dim = dim + rank if dim < 0 else dim
+    check_device(node, parts)
+    offsets, acc = [], sympy.Integer(0)
+    for t in parts:
+        offsets.append(acc)
+        acc = acc + t.size[dim]
+
+    def fn(idx: Index) -> KExpr:
+        result = None
+        for t, off in reversed(list(zip(parts, offsets))):
+            local = list(idx)
+            local[dim] = idx[dim] - off
+            inside = _in_range(idx[dim] - off, t.size[dim])
+            v = cast(_masked(t, local, inside), out.dtype)
+            result = v if result is None else Op("where", [inside, v, result], out.dtype)
+        return result
+
+    return Lazy(size, out.dtype, out.device, fn, arg_cost(parts) + len(parts))
+
+
+def _in_range(i: sympy.Expr, n: sympy.Expr) -> KExpr:
+    """``0 <= i < n`` as a bool KExpr."""
+    return Op("logical_and", [Op("ge", [IndexValue(i), Const(0, torch.int64)], torch.bool),
+                              Op("lt", [IndexValue(i), _int(n)], torch.bool)], torch.bool)
+
+
+def _int(e: sympy.Expr) -> KExpr:
+    return Const(int(e), torch.int64) if e.is_number else IndexValue(e)
+
+
+def _masked(t: Value, index: Index, mask: KExpr) -> KExpr:
+    """Load ``t`` at ``index`` only where ``mask`` holds (other lanes must not touch memory)."""
+    v = t.load(index)
+    if isinstance(v, Load):
+        return Load(v.buffer, v.index, v.dtype, mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool))
+    # Lazy producers: mask every load inside (they may be out of bounds too)
+    return _mask_loads(v, mask, {})
+
+
+def _mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
+    if id(e) in memo:
+        return memo[id(e)]
+    if isinstance(e, Load):
+        r = Load(e.buffer, e.index, e.dtype, mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool))
+    elif isinstance(e, Op):
+        r = Op(e.op, [_mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
+    else:
+        r = e
+    memo[id(e)] = r
+    return r
+
+
+@register_lowering(aten.constant_pad_nd.default)
+def _pad(g: GraphLowering, node, x: Value, pad, value=0):
+    out = node.meta["val"]
+    size = _size(node)
+    rank = len(size)
+    pads = [sym(p) for p in pad]
+    if any(p.is_number and p < 0 for p in pads):
+        raise NotLowered("negative padding (cropping)")
+
+    def fn(idx: Index) -> KExpr:
+        local = list(idx)
+        conds = []
+        for i in range(len(pads) // 2):
+            d = rank - 1 - i
+            before = pads[2 * i]
+            local[d] = idx[d] - before
+            conds.append(_in_range(idx[d] - before, x.size[d]))
+        inside = conds[0]
+        for c in conds[1:]:
+            inside = Op("logical_and", [inside, c], torch.bool)
+        v = cast(_masked(x, local, inside), out.dtype)
+        return Op("where", [inside, v, Const(value, out.dtype)], out.dtype)
+
+    return Lazy(size, out.dtype, out.device, fn, arg_cost([x]) + 2)
+
+
+# ------------------------------------------------------------------------------------- extern kernels
+def _extern(out_overload):
+    def lower(g: GraphLowering, node, *args, **kwargs):
+        out = node.meta["val"]
+        if out.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            raise NotLowered("matmul of non-float dtype", kind="dtype")
+        check_device(node, [a for a in args if isinstance(a, Value)])
+        return g.extern_out(node, out_overload, args, kwargs)
+
+    return lower
+
+
+register_lowering(aten.mm.default)(_extern(aten.mm.out))
+register_lowering(aten.bmm.default)(_extern(aten.bmm.out))
+register_lowering(aten.addmm.default)(_extern(aten.addmm.out))
+register_lowering(aten.baddbmm.default)(_extern(aten.baddbmm.out))
+register_lowering(aten.addbmm.default)(_extern(aten.addbmm.out))

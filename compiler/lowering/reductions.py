@@ -1,0 +1,230 @@
+"""Reduction lowerings: every reduction becomes a ``Reduction`` ComputedBuffer over (kept dims, reduced dims).
+
+Producers are inlined into the reduction's body; consumers fuse with it in the scheduler. ``mean``, ``var``
+and ``var_mean`` are built from sums (two-pass variance: mean first, then squared deviations).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import sympy
+import torch
+
+from ..exc import NotLowered
+from ..graph import GraphLowering, register_lowering
+from ..ir import ComputedBuffer, Index, Layout, Lazy, Reduction, Strided, Value, contiguous_strides, prod, sym
+from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype
+
+aten = torch.ops.aten
+
+
+def _dims(dims, rank: int) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    out = sorted({d + rank if d < 0 else d for d in dims})
+    return out if rank > 0 else []
+
+
+def reduce(g: GraphLowering, x: Value, dims: Sequence[int], keepdim: bool, rtype: str,
+           dtype: torch.dtype, src_dtype: Optional[torch.dtype] = None, body=None) -> Strided:
+    """Add a Reduction over ``dims`` of ``x`` (or of ``body(full_index)``) and return a view of its buffer."""
+    rank = len(x.size)
+    dset = set(dims)
+    out_ranges = tuple((sympy.Integer(1) if d in dset else x.size[d]) for d in range(rank) if keepdim or d not in dset)
+    red_ranges = tuple(x.size[d] for d in dims)
+    src = src_dtype or compute_dtype(dtype)
+    load = body or x.load
+
+    def fn(idx: Index, ridx: Index) -> KExpr:
+        full, it, rit = [], iter(idx), iter(ridx)
+        for d in range(rank):
+            if d in dset:
+                full.append(next(rit))
+                if keepdim:
+                    next(it)
+            else:
+                full.append(next(it))
+        return cast(load(full), src)
+
+    layout = Layout(out_ranges, contiguous_strides(out_ranges), sympy.Integer(0), dtype, x.device)
+    red = Reduction(out_ranges, red_ranges, fn, rtype, dtype, src)
+    return g.add_computed(ComputedBuffer(g.new_name(), layout, red))
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return compute_dtype(dtype)
+
+
+def _simple(rtype: str):
+    def lower(g: GraphLowering, node, x: Value, dims=None, keepdim: bool = False, *, dtype=None):
+        out = node.meta["val"]
+        if len(x.size) == 0:
+            return Lazy((), out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype))
+        d = _dims(dims, len(x.size))
+        acc = _acc_dtype(out.dtype)
+        r = reduce(g, x, d, keepdim, rtype, acc)
+        if acc == out.dtype:
+            return r
+        return Lazy(r.size, out.dtype, x.device, lambda idx: cast(r.load(idx), out.dtype))
+
+    return lower
+
+
+register_lowering(aten.sum.dim_IntList)(_simple("sum"))
+register_lowering(aten.amax.default)(_simple("max"))
+register_lowering(aten.amin.default)(_simple("min"))
+
+
+@register_lowering(aten.sum.default)
+def _sum_all(g, node, x, *, dtype=None):
+    return _simple("sum")(g, node, x, None, False)
+
+
+@register_lowering(aten.prod.dim_int)
+def _prod(g, node, x, dim, keepdim=False, *, dtype=None):
+    return _simple("prod")(g, node, x, [dim], keepdim)
+
+
+@register_lowering(aten.prod.default)
+def _prod_all(g, node, x, *, dtype=None):
+    return _simple("prod")(g, node, x, None, False)
+
+
+@register_lowering(aten.max.default, aten.min.default)
+def _max_all(g, node, x):
+    if x.size and any(s == 0 for s in x.size):
+        raise NotLowered("max of an empty tensor raises in eager")
+    return _simple("max" if node.target is aten.max.default else "min")(g, node, x, None, False)
+
+
+@register_lowering(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default)
+def _any_all(g, node, x, dims=None, keepdim=False):
+    rtype = "max" if node.target.__name__.startswith("any") else "min"
+    out = node.meta["val"]
+    if len(x.size) == 0:
+        return Lazy((), torch.bool, x.device, lambda idx: cast(x.load(idx), torch.bool))
+    d = _dims(dims, len(x.size))
+    r = reduce(g, x, d, keepdim, rtype, torch.int32, torch.int32,
+               body=lambda full: cast(cast(x.load(full), torch.bool), torch.int32))
+    return Lazy(r.size, out.dtype, x.device, lambda idx: cast(r.load(idx), torch.bool))
+
+
+def _arg(rtype: str):
+    def lower(g: GraphLowering, node, x: Value, dim=None, keepdim: bool = False):
+        if len(x.size) == 0:
+            return Lazy((), torch.int64, x.device, lambda idx: Const(0, torch.int64))
+        if dim is None:
+            flat_size = (prod(x.size),)
+            from .views import _view
+            remap = _view(x, flat_size)
+            flat = Lazy(flat_size, x.dtype, x.device, lambda idx: x.load(remap(idx)))
+            r = reduce(g, flat, [0], False, rtype, torch.int64, compute_dtype(x.dtype))
+            if keepdim:
+                size = tuple(sympy.Integer(1) for _ in x.size)
+                return Lazy(size, torch.int64, x.device, lambda idx: r.load([]))
+            return r
+        return reduce(g, x, _dims(dim, len(x.size)), keepdim, rtype, torch.int64, compute_dtype(x.dtype))
+
+    return lower
+
+
+register_lowering(aten.argmax.default)(_arg("argmax"))
+register_lowering(aten.argmin.default)(_arg("argmin"))
+
+
+@register_lowering(aten.max.dim, aten.min.dim)
+def _max_dim(g, node, x: Value, dim: int, keepdim: bool = False):
+    is_max = node.target is aten.max.dim
+    out = node.meta["val"][0]
+    if len(x.size) == 0:
+        return (Lazy((), x.dtype, x.device, lambda idx: x.load(idx)),
+                Lazy((), torch.int64, x.device, lambda idx: Const(0, torch.int64)))
+    d = _dims(dim, len(x.size))
+    acc = _acc_dtype(out.dtype)
+    vals = reduce(g, x, d, keepdim, "max" if is_max else "min", acc)
+    idxs = reduce(g, x, d, keepdim, "argmax" if is_max else "argmin", torch.int64, acc)
+    if acc != out.dtype:
+        v = vals
+        vals = Lazy(v.size, out.dtype, x.device, lambda idx: cast(v.load(idx), out.dtype))
+    return vals, idxs
+
+
+def _count(x: Value, dims: Sequence[int]) -> sympy.Expr:
+    return prod([x.size[d] for d in dims])
+
+
+def _scalar_value(e: sympy.Expr, dtype: torch.dtype) -> KExpr:
+    return Const(int(e), dtype) if e.is_number else cast(IndexValue(e), dtype)
+
+
+@register_lowering(aten.mean.dim, aten.mean.default)
+def _mean(g, node, x: Value, dims=None, keepdim: bool = False, *, dtype=None):
+    out = node.meta["val"]
+    if len(x.size) == 0:
+        return Lazy((), out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype))
+    d = _dims(dims, len(x.size))
+    acc = _acc_dtype(out.dtype)
+    s = reduce(g, x, d, keepdim, "sum", acc)
+    n = _count(x, d)
+    return Lazy(s.size, out.dtype, x.device,
+                lambda idx: cast(Op("truediv", [s.load(idx), _scalar_value(n, acc)], acc), out.dtype))
+
+
+def _var_parts(g, node, x: Value, dims, correction, keepdim: bool):
+    out = node.meta["val"]
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    acc = _acc_dtype(out.dtype)
+    d = _dims(dims, len(x.size))
+    n = _count(x, d)
+    total = reduce(g, x, d, True, "sum", acc)
+    dset = set(d)
+
+    def mean_at(full: Index) -> KExpr:
+        kidx = [sympy.Integer(0) if i in dset else full[i] for i in range(len(full))]
+        return Op("truediv", [total.load(kidx), _scalar_value(n, acc)], acc)
+
+    def sq_dev(full: Index) -> KExpr:
+        dev = Op("sub", [cast(x.load(full), acc), mean_at(full)], acc)
+        return Op("mul", [dev, dev], acc)
+
+    m2 = reduce(g, x, d, keepdim, "sum", acc, body=sq_dev)
+    corr = 1 if correction is None else correction
+    denom = n - corr
+
+    def var_fn(idx: Index) -> KExpr:
+        dn = _scalar_value(denom, acc) if not (denom.is_number and denom <= 0) else Const(0.0, acc)
+        dn = Op("maximum", [dn, Const(0.0, acc)], acc)
+        return cast(Op("truediv", [m2.load(idx), dn], acc), out.dtype)
+
+    var = Lazy(m2.size, out.dtype, x.device, var_fn)
+
+    def mean_fn(idx: Index) -> KExpr:
+        it = iter(idx)
+        kidx = [sympy.Integer(0) if i in dset else next(it) for i in range(len(x.size))] if not keepdim else list(idx)
+        return cast(Op("truediv", [total.load(kidx), _scalar_value(n, acc)], acc), out.dtype)
+
+    mean = Lazy(m2.size, out.dtype, x.device, mean_fn)
+    return var, mean
+
+
+@register_lowering(aten.var.correction, aten.var.dim)
+def _var(g, node, x, dims=None, unbiased=None, keepdim=False, *, correction=None):
+    if node.target is aten.var.dim:
+        correction = 1 if unbiased in (None, True) else 0
+    return _var_parts(g, node, x, dims, correction, keepdim)[0]
+
+
+@register_lowering(aten.var_mean.correction)
+def _var_mean(g, node, x, dims=None, *, correction=None, keepdim=False):
+    return _var_parts(g, node, x, dims, correction, keepdim)
+
+
+@register_lowering(aten.std.correction)
+def _std(g, node, x, dims=None, *, correction=None, keepdim=False):
+    var, _ = _var_parts(g, node, x, dims, correction, keepdim)
+    out = node.meta["val"]
+    acc = _acc_dtype(out.dtype)
+    return Lazy(var.size, out.dtype, x.device, lambda idx: cast(Op("sqrt", [cast(var.load(idx), acc)], acc), out.dtype))

@@ -1,0 +1,192 @@
+"""View lowerings: index arithmetic, never a copy kernel.
+
+A view of a realized buffer (``Strided``) takes the eager result's layout from the FX node's FakeTensor, so
+it stays a view of the same buffer (the wrapper emits ``as_strided``, no kernel). A view of a ``Lazy`` value
+remaps indices: ``REMAPS[op](out_index) -> in_index``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import sympy
+import torch
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+from ..exc import NotLowered
+from ..graph import GraphLowering, register_lowering
+from ..ir import Index, Lazy, Strided, Value, contiguous_strides, layout_from_meta, prod, sym
+from ..kexpr import Op
+
+aten = torch.ops.aten
+
+
+def _norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _permute(x: Value, out_size, dims) -> Callable[[Index], list]:
+    dims = [_norm_dim(d, len(x.size)) for d in dims]
+
+    def remap(idx: Index) -> list:
+        res = [None] * len(dims)
+        for i, d in enumerate(dims):
+            res[d] = idx[i]
+        return res
+
+    return remap
+
+
+def _transpose(x: Value, out_size, d0, d1):
+    rank = len(x.size)
+    dims = list(range(rank))
+    a, b = _norm_dim(d0, rank), _norm_dim(d1, rank)
+    dims[a], dims[b] = dims[b], dims[a]
+    return _permute(x, out_size, dims)
+
+
+def _t(x: Value, out_size):
+    return _permute(x, out_size, list(reversed(range(len(x.size)))))
+
+
+def _expand(x: Value, out_size, *_):
+    off = len(out_size) - len(x.size)
+    return lambda idx: [sympy.Integer(0) if (s == 1 and out_size[off + i] != 1) else idx[off + i]
+                        for i, s in enumerate(x.size)]
+
+
+def _slice(x: Value, out_size, dim=0, start=None, end=None, step=1):
+    dim = _norm_dim(dim, len(x.size))
+    size = x.size[dim]
+    start = 0 if start is None else start
+    s = sym(start)
+    if s.is_number and s < 0:
+        s = sympy.Max(s + size, 0)
+    step_e = sym(step)
+
+    def remap(idx: Index) -> list:
+        res = list(idx)
+        res[dim] = s + idx[dim] * step_e
+        return res
+
+    return remap
+
+
+def _select(x: Value, out_size, dim, index):
+    dim = _norm_dim(dim, len(x.size))
+    i = sym(index)
+    if i.is_number and i < 0:
+        i = i + x.size[dim]
+    return lambda idx: list(idx[:dim]) + [i] + list(idx[dim:])
+
+
+def _unsqueeze(x: Value, out_size, dim):
+    dim = _norm_dim(dim, len(x.size) + 1)
+    return lambda idx: list(idx[:dim]) + list(idx[dim + 1:])
+
+
+def _squeeze(x: Value, out_size, dims=None):
+    rank = len(x.size)
+    if dims is None:
+        dims = [d for d in range(rank) if x.size[d] == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = {_norm_dim(d, rank) for d in dims if x.size[_norm_dim(d, rank)] == 1}
+
+    def remap(idx: Index) -> list:
+        it = iter(idx)
+        return [sympy.Integer(0) if d in dims else next(it) for d in range(rank)]
+
+    return remap
+
+
+def _view(x: Value, out_size, *_):
+    """Reshape of a logically contiguous value: flatten the output index, unflatten into the input's."""
+    in_size = x.size
+
+    def remap(idx: Index) -> list:
+        flat = sum((i * st for i, st, sz in zip(idx, contiguous_strides(out_size), out_size) if sz != 1),
+                   sympy.Integer(0))
+        res = []
+        in_strides = contiguous_strides(in_size)
+        first = True
+        for sz, st in zip(in_size, in_strides):
+            if sz == 1:
+                res.append(sympy.Integer(0))
+            elif first:
+                res.append(FloorDiv(flat, st))
+                first = False
+            else:
+                res.append(ModularIndexing(flat, st, sz))
+        return res
+
+    return remap
+
+
+def _alias(x: Value, out_size, *_):
+    return lambda idx: list(idx)
+
+
+#: view op -> remap builder for Lazy inputs
+REMAPS: dict[Any, Callable] = {
+    aten.permute.default: _permute,
+    aten.transpose.int: _transpose,
+    aten.t.default: _t,
+    aten.expand.default: _expand,
+    aten.slice.Tensor: _slice,
+    aten.select.int: _select,
+    aten.unsqueeze.default: _unsqueeze,
+    aten.squeeze.default: _squeeze,
+    aten.squeeze.dim: _squeeze,
+    aten.squeeze.dims: _squeeze,
+    aten.view.default: _view,
+    aten._unsafe_view.default: _view,
+    aten.reshape.default: _view,
+    aten.alias.default: _alias,
+    aten.lift_fresh_copy.default: _alias,
+}
+
+#: view ops that are fine on a Strided input via the FakeTensor layout, but have no Lazy remap
+META_ONLY_VIEWS = [aten.as_strided.default, aten.diagonal.default, aten.unfold.default,
+                   aten.unbind.int, aten.split.Tensor, aten.split_with_sizes.default]
+
+
+def lower_view(g: GraphLowering, node, x: Any, *args, **kwargs):
+    out = node.meta["val"]
+    if not isinstance(x, Value):
+        raise NotLowered("view of a non-tensor")
+    if isinstance(x, Strided) and _layout_matches_meta(x, node.args[0]):
+        if isinstance(out, (list, tuple)):
+            return type(out)(Strided(x.buffer, layout_from_meta(o, x.buffer.base_offset)) for o in out)
+        return Strided(x.buffer, layout_from_meta(out, x.buffer.base_offset))
+    builder = REMAPS.get(node.target)
+    if builder is None or isinstance(out, (list, tuple)):
+        x = g.realize(x, node.args[0].meta.get("val"))
+        if _layout_matches_meta(x, node.args[0]):
+            return lower_view(g, node, x, *args, **kwargs)
+        raise NotLowered("view of a buffer whose layout differs from eager's", kind="layout")
+    out_size = tuple(sym(s) for s in out.shape)
+    remap = builder(x, out_size, *args)
+    return Lazy(out_size, x.dtype, x.device, lambda idx: x.load(remap(idx)), getattr(x, "cost", 0))
+
+
+def _layout_matches_meta(x: Strided, arg_node) -> bool:
+    meta = arg_node.meta.get("val") if hasattr(arg_node, "meta") else None
+    if not isinstance(meta, torch.Tensor) or not hasattr(x.buffer, "base_offset"):
+        return False
+    return x.layout == layout_from_meta(meta, x.buffer.base_offset)
+
+
+for _op in list(REMAPS) + META_ONLY_VIEWS:
+    register_lowering(_op)(lower_view)
+
+
+@register_lowering(aten.view.dtype)
+def _view_dtype(g: GraphLowering, node, x: Value, dtype: torch.dtype):
+    """Same-width reinterpretation: a bitcast of the loaded value, never a copy kernel."""
+    out = node.meta["val"]
+    if x.dtype.itemsize != dtype.itemsize:
+        raise NotLowered("view.dtype between different widths")
+    if isinstance(x, Strided) and _layout_matches_meta(x, node.args[0]):
+        return Strided(x.buffer, layout_from_meta(out, x.buffer.base_offset))
+    return Lazy(x.size, dtype, x.device, lambda idx: Op("bitcast", [x.load(idx)], dtype), getattr(x, "cost", 0))

@@ -1,0 +1,1 @@
+"""Runtime layer: load generated kernel sources (cache) and launch them (launcher)."""

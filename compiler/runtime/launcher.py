@@ -1,0 +1,128 @@
+"""Launch layer: a ``TritonKernel`` module picks block sizes from run-time sizes and launches the kernel.
+
+The wrapper calls it as ``self.<kernel>(ptrs..., sizes..., xnumel[, rnumel])``. Launch heuristics:
+- pointwise: ``XBLOCK`` = next power of two of ``xnumel``, capped (1024 on GPUs, larger in the interpreter).
+- reduction: persistent (whole row in one block) when ``rnumel`` fits ``persistent_rblock_max``; otherwise a
+  looped reduction over ``RBLOCK`` chunks. ``XBLOCK`` rows per program fill a block of a few thousand elements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Optional
+
+import torch
+
+from .. import config
+from ..codegen.ops_table import SIGNATURE_TYPES
+from ..exc import KernelLaunchError
+from . import cache
+
+
+def next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceil-division with integer ops only."""
+    return (a + b - 1) // b
+
+
+class TritonKernel(torch.nn.Module):
+    """One generated kernel. ``source`` is the module text; ``name`` its ``@triton.jit`` function."""
+
+    def __init__(self, name: str, source: str, ptr_args: list[str], size_args: list[str], reduction: bool) -> None:
+        super().__init__()
+        self.name = name
+        self.source = source
+        self.ptr_args = ptr_args
+        self.size_args = size_args
+        self.reduction = reduction
+        self._fn = None
+        self._dumped: set[str] = set()
+
+    def extra_repr(self) -> str:
+        kind = "reduction" if self.reduction else "pointwise"
+        return f"{self.name} ({kind}; args: {', '.join(self.ptr_args + self.size_args)})"
+
+    # ------------------------------------------------------------------ configuration
+    def launch_config(self, xnumel: int, rnumel: int, device: torch.device) -> dict[str, Any]:
+        s = config.settings()
+        interp = os.environ.get("TRITON_INTERPRET") == "1"
+        if not self.reduction:
+            cap = s.interp_pointwise_xblock if interp else s.pointwise_xblock
+            xblock = min(next_pow2(xnumel), cap)
+            return {"XBLOCK": xblock, "num_warps": 4 if xblock <= 1024 else 8}
+        rmax = s.interp_persistent_rblock_max if interp else s.persistent_rblock_max
+        target = 65536 if interp else 4096
+        if rnumel <= rmax:
+            rblock = next_pow2(max(rnumel, 1))
+            xblock = max(1, min(next_pow2(xnumel), target // rblock, 1024 if not interp else 1 << 20))
+            persistent = True
+        else:
+            rblock = rmax if interp else s.looped_rblock
+            xblock = 1
+            persistent = False
+        elems = xblock * rblock
+        num_warps = max(2, min(16, elems // 256)) if not interp else 1
+        return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": persistent, "num_warps": num_warps}
+
+    # ------------------------------------------------------------------ launching
+    def forward(self, *args: Any) -> None:
+        nptr = len(self.ptr_args)
+        xnumel = int(args[nptr + len(self.size_args)])
+        rnumel = int(args[-1]) if self.reduction else 1
+        if xnumel == 0:
+            return None
+        device = _device_of(args[:nptr])
+        cfg = self.launch_config(xnumel, rnumel, device)
+        if self._fn is None:
+            self._fn = cache.load_kernel(self.source, self.name)
+        grid = (cdiv(xnumel, cfg["XBLOCK"]),)
+        try:
+            if device.type == "cuda":
+                with torch.cuda.device(device):
+                    self._fn[grid](*args, **cfg)
+            else:
+                self._fn[grid](*args, **cfg)
+        except Exception as e:  # keep the kernel name and source location in the message
+            raise KernelLaunchError(f"launching {self.name} ({cache.source_path(self.source)}) "
+                                    f"with {cfg} failed: {type(e).__name__}: {e}") from e
+        if config.settings().dump_dir:
+            self._dump_spec(args, cfg)
+        return None
+
+    def _dump_spec(self, args: tuple, cfg: dict[str, Any]) -> None:
+        names = self.ptr_args + self.size_args + ["xnumel"] + (["rnumel"] if self.reduction else [])
+        signature: dict[str, str] = {}
+        for n, a in zip(names, args):
+            if isinstance(a, torch.Tensor):
+                signature[n] = "*" + SIGNATURE_TYPES[a.dtype]
+            else:
+                signature[n] = "i32" if -(2 ** 31) <= int(a) < 2 ** 31 else "i64"
+        constexprs = {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
+        for k in constexprs:
+            signature[k] = "constexpr"
+        spec = {"kernel": self.name, "source": f"{self.name}.py", "signature": signature,
+                "constexprs": constexprs, "num_warps": cfg.get("num_warps", 4), "num_stages": cfg.get("num_stages", 3)}
+        text = json.dumps(spec, sort_keys=True, indent=1)
+        tag = hashlib.sha256(text.encode()).hexdigest()[:8]
+        if tag in self._dumped:
+            return
+        self._dumped.add(tag)
+        folder = os.path.join(config.settings().dump_dir, "kernels")
+        path = os.path.join(folder, f"{self.name}.{tag}.json")
+        if not os.path.exists(path):
+            cache.write_atomic(path, text + "\n")
+        src = os.path.join(folder, f"{self.name}.py")
+        if not os.path.exists(src):
+            cache.write_atomic(src, self.source)
+
+
+def _device_of(tensors) -> torch.device:
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            return t.device
+    return torch.device("cpu")

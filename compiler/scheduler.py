@@ -1,0 +1,316 @@
+"""Scheduler: groups ComputedBuffers into kernels (fusion) and decides what each kernel stores.
+
+Terms:
+- A *group* iterates over ``xnumel`` rows times ``rnumel`` reduced elements (``rnumel == 1`` and no
+  reduction: a pointwise kernel over ``xnumel`` elements).
+- A member's *role*: ``"x"`` (one value per row: reductions and pointwise nodes over the rows) or ``"xr"``
+  (a pointwise node over rows x reduced elements).
+- A read of a buffer produced in the same group is *aligned* when it reads exactly the element the producer
+  computes at the same (x, r) position; then the value stays in registers. Unaligned reads break fusion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import sympy
+import torch
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+from .graph import ExternCall, GraphLowering, Step, SubgraphCall
+from .ir import Buffer, ComputedBuffer, Pointwise, Reduction, Strided, is_dense, prod, stride_order
+from .kexpr import IndexValue, KExpr, Load, loads, walk
+
+XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
+RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
+
+
+def same(a: sympy.Expr, b: sympy.Expr) -> bool:
+    return a == b or sympy.expand(a - b) == 0
+
+
+def decompose(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool = False) -> list[sympy.Expr]:
+    """Row-major multi-index of the flat ``var`` over ``ranges``; size-1 dims read index 0."""
+    if numel_is_one:
+        return [sympy.Integer(0)] * len(ranges)
+    out: list[sympy.Expr] = []
+    inner = [prod(ranges[i + 1:]) for i in range(len(ranges))]
+    first = True
+    for size, div in zip(ranges, inner):
+        if size == 1:
+            out.append(sympy.Integer(0))
+        elif first:
+            out.append(FloorDiv(var, div) if div != 1 else var)
+            first = False
+        else:
+            out.append(ModularIndexing(var, div, size))
+    return out
+
+
+@dataclasses.dataclass
+class Member:
+    """One ComputedBuffer inside a group, with the expression of its value at (xindex, rindex)."""
+
+    buf: ComputedBuffer
+    role: str  # "x" or "xr"
+    value: KExpr = None  # element value (reductions: the value reduced at (x, r))
+    store_index: sympy.Expr = None  # flat offset the element is stored at
+    store: bool = False
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.buf.definition, Reduction)
+
+
+@dataclasses.dataclass
+class KernelGroup:
+    """A set of members compiled into one Triton kernel."""
+
+    xnumel: sympy.Expr
+    rnumel: sympy.Expr
+    members: list[Member]
+    has_reduction: bool = False
+    name: str = ""
+
+    def member(self, name: str) -> Optional[Member]:
+        for m in self.members:
+            if m.buf.name == name:
+                return m
+        return None
+
+    @property
+    def buffer_names(self) -> list[str]:
+        return [m.buf.name for m in self.members]
+
+
+Scheduled = "KernelGroup | ExternCall | SubgraphCall"
+
+
+class Scheduler:
+    """Turns GraphLowering steps into an ordered list of KernelGroups and extern/subgraph calls."""
+
+    def __init__(self, g: GraphLowering) -> None:
+        self.g = g
+        self.items: list = []  # KernelGroup | ExternCall | SubgraphCall, in launch order
+        self.producer: dict[str, int] = {}  # buffer name -> index in items
+
+    # ------------------------------------------------------------------ reads
+    @staticmethod
+    def reads_of_step(step: Step) -> list[str]:
+        if isinstance(step, ComputedBuffer):
+            return _body_reads(step)
+        names: list[str] = []
+        for v in _iter_values((step.args, getattr(step, "kwargs", {}))):
+            if isinstance(v, Strided):
+                names.append(v.buffer.name)
+        return names
+
+    def live_steps(self) -> list[Step]:
+        """Dead-code elimination: drop ComputedBuffers nothing reads (outputs and side effects are roots)."""
+        needed: set[str] = set()
+        for v in _iter_values(self.g.outputs):
+            if isinstance(v, Strided):
+                needed.add(v.buffer.name)
+        live: list[Step] = []
+        for step in reversed(self.g.steps):
+            if isinstance(step, ComputedBuffer) and step.name not in needed:
+                continue
+            live.append(step)
+            needed.update(self.reads_of_step(step))
+        live.reverse()
+        return live
+
+    # ------------------------------------------------------------------ fusion
+    def run(self) -> list:
+        steps = self.live_steps()
+        consumers: dict[str, list[object]] = {}
+        for step in steps:
+            for name in self.reads_of_step(step):
+                consumers.setdefault(name, []).append(step)
+        for step in steps:
+            if isinstance(step, ComputedBuffer):
+                self._place(step)
+            else:
+                self.items.append(step)
+                for b in _step_outputs(step):
+                    self.producer[b] = len(self.items) - 1
+        self._decide_stores(consumers)
+        return self.items
+
+    def _place(self, buf: ComputedBuffer) -> None:
+        deps = [self.producer[n] for n in _body_reads(buf) if n in self.producer]
+        earliest = max(deps, default=-1)
+        # try the most recent group first, never one that launches before a dependency
+        for i in range(len(self.items) - 1, -1, -1):
+            if i < earliest:
+                break
+            item = self.items[i]
+            if isinstance(item, KernelGroup) and self._try_add(item, buf):
+                self.producer[buf.name] = i
+                return
+            if i == earliest:
+                break
+        group = self._new_group(buf)
+        self.items.append(group)
+        self.producer[buf.name] = len(self.items) - 1
+
+    def _new_group(self, buf: ComputedBuffer) -> KernelGroup:
+        d = buf.definition
+        if isinstance(d, Reduction):
+            group = KernelGroup(prod(d.ranges), prod(d.reduction_ranges), [], has_reduction=True)
+        else:
+            group = KernelGroup(prod(d.ranges), sympy.Integer(1), [])
+        ok = self._try_add(group, buf)
+        assert ok, f"a fresh group must accept {buf.name}"
+        return group
+
+    def _try_add(self, group: KernelGroup, buf: ComputedBuffer) -> bool:
+        d = buf.definition
+        if isinstance(d, Reduction):
+            X, R = prod(d.ranges), prod(d.reduction_ranges)
+            if group.has_reduction:
+                if not (same(X, group.xnumel) and same(R, group.rnumel)):
+                    return False
+                candidate = group
+            else:
+                # a pointwise group becomes a reduction group: its members must map onto (X, R)
+                candidate = KernelGroup(X, R, [], has_reduction=True)
+                for m in group.members:
+                    mm = self._member(candidate, m.buf)
+                    if mm is None:
+                        return False
+                    candidate.members.append(mm)
+            member = self._member(candidate, buf)
+        else:
+            if not group.has_reduction and group.members and not same(prod(d.ranges), group.xnumel):
+                return False
+            candidate = group
+            member = self._member(group, buf)
+        if member is None or not self._aligned(candidate, member):
+            return False
+        if candidate is not group:
+            group.members = candidate.members
+            group.xnumel, group.rnumel, group.has_reduction = candidate.xnumel, candidate.rnumel, True
+        group.members.append(member)
+        return True
+
+    def _member(self, group: KernelGroup, buf: ComputedBuffer) -> Optional[Member]:
+        """Map ``buf`` onto the group's (xindex, rindex) space, or None if it does not fit."""
+        d = buf.definition
+        x_is_one = group.xnumel == 1
+        if isinstance(d, Reduction):
+            idx = decompose(XINDEX, d.ranges, x_is_one)
+            ridx = decompose(RINDEX, d.reduction_ranges)
+            value = d.body(idx, ridx)
+            return Member(buf, "x", value, buf.layout.index(idx))
+        ranges = d.ranges
+        order = _iteration_order(buf)
+        iter_ranges = [ranges[i] for i in order]
+        numel = prod(ranges)
+        if not group.has_reduction or same(numel, group.xnumel):
+            it = decompose(XINDEX, iter_ranges, x_is_one)
+            role = "x"
+        else:
+            split = _split(iter_ranges, group.rnumel)
+            if split is None or not same(prod(iter_ranges[:split]), group.xnumel):
+                return None
+            it = decompose(XINDEX, iter_ranges[:split], x_is_one) + decompose(RINDEX, iter_ranges[split:])
+            role = "xr"
+        idx = [None] * len(ranges)
+        for pos, dim in enumerate(order):
+            idx[dim] = it[pos]
+        return Member(buf, role, d.body(idx), buf.layout.index(idx))
+
+    def _aligned(self, group: KernelGroup, member: Member) -> bool:
+        for ld in loads(member.value):
+            prod_m = group.member(ld.buffer)
+            if prod_m is None:
+                continue
+            if ld.mask is not None or ld.dtype != prod_m.buf.dtype:
+                return False
+            if member.role == "x" and prod_m.role == "xr":
+                return False
+            if not same(ld.index, prod_m.store_index):
+                return False
+        return True
+
+    # ------------------------------------------------------------------ stores
+    def _decide_stores(self, consumers: dict[str, list]) -> None:
+        outputs = {v.buffer.name for v in _iter_values(self.g.outputs) if isinstance(v, Strided)}
+        for gi, item in enumerate(self.items):
+            if not isinstance(item, KernelGroup):
+                continue
+            names = set(item.buffer_names)
+            for m in item.members:
+                users = consumers.get(m.buf.name, [])
+                outside = [u for u in users if not (isinstance(u, ComputedBuffer) and u.name in names)]
+                m.store = m.buf.name in outputs or bool(outside)
+            item.name = f"k{gi}"
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _iteration_order(buf: ComputedBuffer) -> list[int]:
+    """Dims outermost-first in memory order, so stores are coalesced (logical order when unsure)."""
+    n = len(buf.layout.size)
+    if is_dense(buf.layout):
+        order = stride_order(buf.layout)
+        if order is not None:
+            # keep size-1 dims in place relative to logical order; they do not affect addressing
+            return order
+    return list(range(n))
+
+
+def _split(ranges: Sequence[sympy.Expr], rnumel: sympy.Expr) -> Optional[int]:
+    """Index j such that prod(ranges[j:]) == rnumel, preferring the largest j (fewest reduced dims)."""
+    for j in range(len(ranges), -1, -1):
+        if same(prod(ranges[j:]), rnumel):
+            return j
+    return None
+
+
+def _body_reads(buf: ComputedBuffer) -> list[str]:
+    cached = getattr(buf, "_reads", None)
+    if cached is not None:
+        return cached
+    d = buf.definition
+    idx = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(d.ranges))]
+    if isinstance(d, Reduction):
+        ridx = [sympy.Symbol(f"r{k}", integer=True, nonnegative=True) for k in range(len(d.reduction_ranges))]
+        expr = d.body(idx, ridx)
+    else:
+        expr = d.body(idx)
+    names: list[str] = []
+    for ld in loads(expr):
+        if ld.buffer not in names:
+            names.append(ld.buffer)
+    buf._reads = names
+    return names
+
+
+def _iter_values(obj):
+    from .ir import Value
+    if isinstance(obj, Value):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _iter_values(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _iter_values(o)
+
+
+def _step_outputs(step) -> list[str]:
+    out: list[str] = []
+
+    def visit(o):
+        if isinstance(o, Buffer):
+            out.append(o.name)
+        elif isinstance(o, (list, tuple)):
+            for x in o:
+                visit(x)
+
+    visit(step.outputs)
+    if getattr(step, "out", None) is not None:
+        out.append(step.out.name)
+    return out
