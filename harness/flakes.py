@@ -336,6 +336,14 @@ def detect(paths: Sequence[str], *, backend: str, runs: int, out_dir: Path,
     return report
 
 
+def append_github_summary(markdown: Path) -> None:
+    """Append a Markdown report to the GitHub Actions job summary, when running there."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target and markdown.exists():
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(markdown.read_text(encoding="utf-8") + "\n")
+
+
 # ---- CLI ----------------------------------------------------------------------------------------------
 
 
@@ -343,6 +351,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="cpu", help="backend from ci/matrix.json (default: cpu)")
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"runs per test (default {DEFAULT_RUNS})")
     p.add_argument("--quarantine", help="quarantine file (default: ci/quarantine.toml)")
+    p.add_argument("--github-summary", action="store_true",
+                   help="also append the Markdown report to $GITHUB_STEP_SUMMARY when it is set")
     p.add_argument("--out", help="output folder (default: <results>/flakes-<backend>-<time>)")
     p.add_argument("--native", action="store_true", default=None,
                    help="run with this machine's Python instead of the backend's container (also KILN_NATIVE=1)")
@@ -373,6 +383,8 @@ def cli_main(args: argparse.Namespace) -> int:
     for r in report["quarantine"]["ready_to_leave"]:
         print(f"ready to leave quarantine: {r['id']} passed {r['runs']}/{r['runs']} runs")
     print(f"report: {out / 'flakes.md'}")
+    if args.github_summary:
+        append_github_summary(out / "flakes.md")
     return 0 if report["ok"] else 1
 
 

@@ -1,0 +1,131 @@
+"""The GitHub Actions workflows agree with ci/matrix.json (the one source of truth) and stay thin and safe."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from harness import matrix
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is in the test extras")
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+MATRIX = matrix.load(ROOT / "ci" / "matrix.json")
+NOX = '"$RUNNER_TEMP/venv/bin/nox"'
+NOX_INSTALL = re.compile(r'^python3 -m venv "\$RUNNER_TEMP/venv" && "\$RUNNER_TEMP/venv/bin/pip" install '
+                         r"--quiet nox==[0-9.]+$")
+GITHUB_LABELS = {"self-hosted", "linux", "x64", "arm64", "ubuntu-latest"}
+
+
+def _load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def _jobs():
+    for path in WORKFLOWS:
+        for job_id, job in _load(path)["jobs"].items():
+            yield path.name, job_id, job
+
+
+def _nox_sessions() -> set[str]:
+    import runpy
+
+    pytest.importorskip("nox")
+    from nox import registry
+
+    before = dict(registry.get())
+    runpy.run_path(str(ROOT / "noxfile.py"))
+    names = set(registry.get())
+    registry.get().clear()
+    registry.get().update(before)
+    return names
+
+
+def test_there_are_ci_and_flakes_workflows():
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "flakes.yml"}
+
+
+def test_every_backend_has_a_tests_job_and_a_flakes_job():
+    jobs = {(wf, job_id) for wf, job_id, _ in _jobs()}
+    for name in MATRIX.backends:
+        assert ("ci.yml", f"tests-{name}") in jobs
+        assert ("flakes.yml", f"flakes-{name}") in jobs
+
+
+def test_backend_jobs_use_the_matrix_runner_labels_timeouts_and_sessions():
+    seen = 0
+    for wf, job_id, job in _jobs():
+        m = re.fullmatch(r"(tests|flakes)-(\w+)", job_id)
+        if not m:
+            continue
+        backend = MATRIX.backend(m.group(2))  # an unknown backend fails here, naming the known ones
+        assert job["runs-on"] == list(backend.runner_labels), f"{wf}:{job_id} runs-on"
+        assert job["timeout-minutes"] == backend.timeouts.job_min, f"{wf}:{job_id} timeout-minutes"
+        sessions = [s for step in job["steps"] for s in re.findall(r"-s ([\w-]+)", step.get("run", ""))]
+        assert f"{m.group(1)}-{backend.name}" in sessions, f"{wf}:{job_id} does not run its session"
+        for s in sessions:
+            other = re.fullmatch(r"(?:tests|flakes)-(\w+)", s)
+            assert other is None or other.group(1) == backend.name, f"{wf}:{job_id} runs {s}"
+        seen += 1
+    assert seen == 2 * len(MATRIX.backends)
+
+
+def test_self_hosted_jobs_match_a_matrix_backend():
+    labels = {tuple(b.runner_labels) for b in MATRIX.backends.values()}
+    for wf, job_id, job in _jobs():
+        runs_on = job["runs-on"]
+        if "self-hosted" in (runs_on if isinstance(runs_on, list) else [runs_on]):
+            assert tuple(runs_on) in labels, f"{wf}:{job_id}: runs-on {runs_on} is no backend's runner_labels"
+
+
+def test_actionlint_knows_exactly_the_matrix_custom_labels():
+    config = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())
+    custom = {lab for b in MATRIX.backends.values() for lab in b.runner_labels} - GITHUB_LABELS
+    assert set(config["self-hosted-runner"]["labels"]) == custom
+
+
+def test_steps_only_call_nox():
+    sessions = _nox_sessions()
+    for wf, job_id, job in _jobs():
+        for step in job["steps"]:
+            if "run" not in step:
+                continue
+            run = step["run"].strip()
+            if NOX_INSTALL.match(run):
+                continue
+            assert run.startswith(NOX + " -s "), f"{wf}:{job_id}: step runs {run!r}, not nox"
+            argv = shlex.split(run)
+            assert argv[2] in sessions, f"{wf}:{job_id}: no nox session {argv[2]!r}"
+
+
+def test_least_privilege_pinned_actions_no_credentials():
+    for path in WORKFLOWS:
+        data = _load(path)
+        assert data["permissions"] == {}, f"{path.name}: top-level permissions must be {{}}"
+        assert "pull_request_target" not in data["on"], f"{path.name}: pull_request_target exposes secrets"
+        for job_id, job in data["jobs"].items():
+            assert job["permissions"] == {"contents": "read"}, f"{path.name}:{job_id} permissions"
+            for step in job["steps"]:
+                if "uses" not in step:
+                    continue
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), \
+                    f"{path.name}:{job_id}: {step['uses']} is not pinned by commit"
+                if step["uses"].startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False
+        assert "secrets." not in path.read_text(), f"{path.name} must not use secrets"
+
+
+def test_workflows_upload_results_and_write_a_job_summary():
+    for wf, job_id, job in _jobs():
+        if job_id == "lint":
+            continue
+        uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+        assert uploads and uploads[0]["if"] == "always()" and uploads[0]["with"]["path"] == "results/"
+        runs = " ".join(s.get("run", "") for s in job["steps"])
+        assert "-s ci-report" in runs or "--github-summary" in runs, f"{wf}:{job_id} writes no job summary"
