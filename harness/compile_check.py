@@ -197,11 +197,13 @@ def _compile_one(fn: Any, spec: KernelSpec, target: Target, source_path: Path) -
     from triton.compiler.errors import CompilationError
 
     base = dict(kernel=spec.kernel, source=spec.source, spec_file=spec.spec_file, target=target.name)
-    if list(spec.signature) != list(fn.arg_names):
-        return Outcome(**base, ok=False, error=f"spec signature {list(spec.signature)} does not match the "
+    if set(spec.signature) != set(fn.arg_names):
+        return Outcome(**base, ok=False, error=f"spec signature {sorted(spec.signature)} does not match the "
                                                f"kernel's arguments {list(fn.arg_names)}")
+    # a JSON object's key order means nothing (the compiler may write sorted keys): use the kernel's order
+    signature = {name: spec.signature[name] for name in fn.arg_names}
     try:
-        src = ASTSource(fn, signature=spec.signature, constexprs=spec.constexprs)
+        src = ASTSource(fn, signature=signature, constexprs=spec.constexprs)
         triton.compile(src, target=GPUTarget(target.backend, target.arch, target.warp_size),
                        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     except CompilationError as e:

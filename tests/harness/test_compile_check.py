@@ -117,7 +117,7 @@ def test_findings_for_unimportable_module_and_wrong_signature(dump, tmp_path):
     errors = {f["spec_file"]: f["error"] for f in report["failures"]}
     assert errors["kernels/kiln_planted_interp_only.0f1e2d3c.json"].startswith("module does not import: SyntaxError")
     assert errors["kernels/kiln_planted_ok.9a8b7c6d.json"].startswith(
-        "spec signature ['x_ptr', 'n', 'BLOCK'] does not match the kernel's arguments")
+        "spec signature ['BLOCK', 'n', 'x_ptr'] does not match the kernel's arguments")
     assert report["compiled"] == 1
 
 
@@ -162,3 +162,23 @@ def test_worker_refuses_interpreter_mode(dump, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "must run without TRITON_INTERPRET" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_compilers_own_dump_compiles_for_every_target(tmp_path):
+    """The contract of docs/TEAM.md end to end: kiln's dump of a fused pointwise and a softmax kernel."""
+    script = (
+        "import torch, compiler\n"
+        "f = torch.compile(lambda a, b: torch.relu(a * 2 + b).sigmoid(), backend='kiln')\n"
+        "g = torch.compile(lambda x: torch.softmax(x, dim=-1), backend='kiln')\n"
+        "a, b, x = torch.randn(1000), torch.randn(1000), torch.randn(64, 100)\n"
+        "assert torch.allclose(f(a, b), torch.relu(a * 2 + b).sigmoid(), atol=1e-5)\n"
+        "assert torch.allclose(g(x), torch.softmax(x, dim=-1), atol=1e-5)\n"
+    )
+    dump = tmp_path / "dump"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=_env(KILN_DUMP_DIR=str(dump), TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = cc.check(dump, TARGETS, tmp_path / "out")
+    assert report["specializations"] >= 2
+    assert report["failed"] == 0, report["failures"]
+    assert report["compiled"] == report["specializations"] * len(TARGETS)
