@@ -30,7 +30,9 @@ def _add_reports(p: argparse.ArgumentParser) -> None:
 
 def _add_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=None, help="fraction slower that may count as regression "
-                   "(default $KILN_BENCH_THRESHOLD or 0.05)")
+                   "(default $KILN_BENCH_THRESHOLD, else 0.05 on GPU, 0.10 on CPU)")
+    p.add_argument("--drift", choices=["auto", "on", "off"], default="auto",
+                   help="divide out eager's median ratio over all workloads (auto: on for CPU runs)")
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when something regressed")
 
@@ -121,9 +123,10 @@ def _cmp_cfg(args: argparse.Namespace):
     s = settings()
     thr = s.threshold if args.threshold is None else args.threshold
     alpha = s.alpha if args.alpha is None else args.alpha
-    if not 0 < thr < 1 or not 0 < alpha < 1:
+    if (thr is not None and not 0 < thr < 1) or not 0 < alpha < 1:
         raise UsageError("--threshold and --alpha must be between 0 and 1")
-    return CompareConfig(threshold=thr, alpha=alpha)
+    drift = {"auto": None, "on": True, "off": False}[args.drift]
+    return CompareConfig(threshold=thr, alpha=alpha, normalize_drift=drift)
 
 
 def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, threshold: float = 0.05) -> None:
@@ -178,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plant = Plant.parse(args.plant) if args.plant else s.plant
     cfg = BenchConfig(device=device, compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
                       only=args.only, plant=plant, **kw)
-    cmp_cfg = _cmp_cfg(args)
+    cmp_cfg = _cmp_cfg(args).for_device(device)
     with _open(args.db) as store:
         out = run_bench(cfg, store, label=args.label, git_ref=args.git_ref or s.git_ref, baseline=args.baseline,
                         cmp_cfg=cmp_cfg, progress=not args.quiet, threads=args.threads)
@@ -192,6 +195,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     cmp_cfg = _cmp_cfg(args)
     with _open(args.db) as store:
         run = store.run(_run_id(store, args.run))
+        cmp_cfg = cmp_cfg.for_device(run.device)
         base_runs = resolve_baseline(store, args.baseline, run)
         results = store.results(run.id)
         cmps = compare(results, load_baseline(store, base_runs), cmp_cfg, new_run=run)

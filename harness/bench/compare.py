@@ -9,13 +9,21 @@ Terms:
   gives p < alpha; *improved* symmetrically (ratio < 1 - threshold). Flagged workloads are then re-measured,
   interleaved with the baseline compiler (`eager`), and keep their verdict only if the re-measurement shows it
   too and, for compilers other than eager, the slowdown relative to eager exceeds the threshold as well (so
-  a machine that became slower as a whole flags nothing).
+  a machine that became slower as a whole flags nothing); eager's own local clock is a few other eager
+  workloads re-measured right before and after it.
 - Verdicts: regressed, improved, unchanged, new (no baseline result), missing (no new result), not comparable
   (workload definition changed, a side failed, or another device/timer).
+- *drift*: the median, over all workloads, of eager's ratio: how much slower the machine as a whole ran.
+  With `normalize_drift` (default on CPU, where a shared 2-core machine drifts by 5-10% between runs) every
+  ratio is divided by it, and the new samples scaled by 1/drift before the test. A regression of one
+  compiler across all workloads still shows, since drift is measured on eager.
+- Defaults per device kind: GPU threshold 5%, no drift normalization; CPU threshold 10%, drift normalized
+  (two identical CPU runs differ by up to ~10% per workload; a 20% slowdown still stands out).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -28,14 +36,34 @@ VERDICTS = ("regressed", "improved", "unchanged", "new", "missing", "not compara
 BASELINE_COMPILER = "eager"
 
 Key = tuple[str, str]  # (workload, compiler)
-Remeasure = Callable[[str, list[str]], dict[str, list[float]]]
+# remeasure(workload, compilers, reference workloads) -> fresh samples per (workload, compiler); it measures
+# `workload` under `compilers` + eager interleaved, and each reference workload under eager around it.
+Remeasure = Callable[[str, list[str], list[str]], dict[Key, list[float]]]
+
+
+CPU_THRESHOLD = 0.10
+GPU_THRESHOLD = 0.05
 
 
 @dataclass
 class CompareConfig:
-    threshold: float = 0.05
+    """threshold/normalize_drift None mean: the default for the new run's device kind (see module docstring)."""
+
+    threshold: float | None = None
     alpha: float = 0.01
+    normalize_drift: bool | None = None
     confirm_improved: bool = True
+    references: int = 3
+
+    def for_device(self, device: str) -> "CompareConfig":
+        cpu = not device.startswith("cuda")
+        return CompareConfig(
+            threshold=self.threshold if self.threshold is not None else (CPU_THRESHOLD if cpu else GPU_THRESHOLD),
+            alpha=self.alpha,
+            normalize_drift=self.normalize_drift if self.normalize_drift is not None else cpu,
+            confirm_improved=self.confirm_improved,
+            references=self.references,
+        )
 
 
 @dataclass
@@ -61,8 +89,11 @@ def _median(xs: list[float]) -> float:
     return Stats.of(xs).median
 
 
-def judge(new: list[float], base: list[float], cfg: CompareConfig) -> tuple[str, float, float]:
-    """(verdict among regressed/improved/unchanged, ratio, p) for two sample sets."""
+def judge(new: list[float], base: list[float], cfg: CompareConfig, drift: float = 1.0) -> tuple[str, float, float]:
+    """(verdict among regressed/improved/unchanged, ratio, p) for two sample sets; `new` is divided by `drift`."""
+    assert cfg.threshold is not None
+    if drift != 1.0:
+        new = [x / drift for x in new]
     ratio = _median(new) / _median(base)
     if ratio > 1 + cfg.threshold:
         p = mann_whitney_u(new, base, "greater").p
@@ -93,8 +124,28 @@ class Baseline:
                 for x in r.samples]
 
 
-def compare(new: list[Result], base: Baseline, cfg: CompareConfig, *, new_run: RunInfo | None = None) -> list[Comparison]:
-    """Verdicts for every key in `new` or `base`, in the order of `new` then missing ones."""
+def drift_of(new: list[Result], base: Baseline, min_workloads: int = 5) -> float:
+    """Median ratio new/baseline of eager over comparable workloads (1.0 with fewer than `min_workloads`)."""
+    ratios = []
+    for r in new:
+        if r.compiler == BASELINE_COMPILER and r.status == "ok" and r.samples:
+            bs = base.samples((r.workload, r.compiler), r.source_hash)
+            if bs:
+                ratios.append(_median(r.samples) / _median(bs))
+    return Stats.of(ratios).median if len(ratios) >= min_workloads else 1.0
+
+
+def compare(new: list[Result], base: Baseline, cfg: CompareConfig, *, new_run: RunInfo | None = None,
+            drift: float | None = None) -> list[Comparison]:
+    """Verdicts for every key in `new` or `base`, in the order of `new` then missing ones.
+
+    `cfg` should already be resolved for the device (`CompareConfig.for_device`); `drift` defaults to
+    `drift_of(new, base)` when the config normalizes drift.
+    """
+    if cfg.threshold is None or cfg.normalize_drift is None:
+        cfg = cfg.for_device(new_run.device if new_run else "cpu")
+    if drift is None:
+        drift = drift_of(new, base) if cfg.normalize_drift else 1.0
     out: list[Comparison] = []
     seen: set[Key] = set()
     run_problem = _run_mismatch(new_run, base.runs)
@@ -119,10 +170,12 @@ def compare(new: list[Result], base: Baseline, cfg: CompareConfig, *, new_run: R
             c.note = f"timer differs (new: {r.timer})"
         else:
             bs = base.samples(key, r.source_hash)
-            c.verdict, c.ratio, c.p = judge(r.samples, bs, cfg)
+            c.verdict, c.ratio, c.p = judge(r.samples, bs, cfg, drift)
             c.base_ns = _median(bs)
+            if drift != 1.0:
+                c.note = f"drift {drift:.3f} divided out"
             if r.planted:
-                c.note = f"planted slowdown {r.planted:+.0%}"
+                c.note = _join(c.note, f"planted slowdown {r.planted:+.0%}")
         out.append(c)
     for key in sorted(base.results):
         if key not in seen:
@@ -145,34 +198,61 @@ def flagged(cmps: list[Comparison], cfg: CompareConfig) -> list[Comparison]:
     return [c for c in cmps if c.verdict in wanted]
 
 
+def _references(cmps: list[Comparison], workload: str, base_ns: float | None, n: int) -> list[str]:
+    """Eager workloads judged unchanged, closest in baseline time to `base_ns`: the local clock for eager."""
+    cands = [c for c in cmps if c.compiler == BASELINE_COMPILER and c.verdict == "unchanged"
+             and c.workload != workload and c.base_ns and c.ratio is not None]
+    if base_ns:
+        cands.sort(key=lambda c: (abs(math.log(c.base_ns / base_ns)), c.workload))  # type: ignore[operator]
+    return [c.workload for c in cands[:n]]
+
+
 def confirm(cmps: list[Comparison], new: list[Result], base: Baseline, remeasure: Remeasure,
-            cfg: CompareConfig) -> list[Comparison]:
-    """Re-measure flagged workloads (interleaved with eager) and keep a verdict only if it holds again."""
+            cfg: CompareConfig, drift: float = 1.0) -> list[Comparison]:
+    """Re-measure flagged workloads and keep a verdict only if it holds again, relative to a local clock.
+
+    The local clock of a compiler other than eager is eager on the same workload, re-measured interleaved with
+    it; the local clock of eager is `cfg.references` other eager workloads (judged unchanged) re-measured right
+    before and after it. A slowdown the local clock shows too is machine drift, not a regression.
+    `cfg` must be resolved for the device; `drift` is the one `compare` divided out.
+    """
     hashes = {(r.workload, r.compiler): r.source_hash for r in new}
+    thr = cfg.threshold or 0.0
+
+    def base_samples(key: Key) -> list[float]:
+        return base.samples(key, hashes.get(key, ""))
+
+    def local_ratio(fresh: dict[Key, list[float]], keys: list[Key]) -> float | None:
+        ratios = [_median(fresh[k]) / _median(base_samples(k)) for k in keys if fresh.get(k) and base_samples(k)]
+        return Stats.of(ratios).median if ratios else None
+
     by_workload: dict[str, list[Comparison]] = {}
     for c in flagged(cmps, cfg):
         by_workload.setdefault(c.workload, []).append(c)
     for workload, group in by_workload.items():
-        fresh = remeasure(workload, [c.compiler for c in group])
-        eager_new = fresh.get(BASELINE_COMPILER) or []
-        eager_base = base.samples((workload, BASELINE_COMPILER), hashes.get((workload, BASELINE_COMPILER), ""))
+        eager_c = next((c for c in group if c.compiler == BASELINE_COMPILER), None)
+        refs = _references(cmps, workload, eager_c.base_ns, cfg.references) if eager_c else []
+        fresh = remeasure(workload, [c.compiler for c in group], refs)
+        clocks = {BASELINE_COMPILER: (local_ratio(fresh, [(r, BASELINE_COMPILER) for r in refs]),
+                                      "other eager workloads re-measured beside it")}
+        eager_here = local_ratio(fresh, [(workload, BASELINE_COMPILER)])
         for c in group:
             first, first_ratio = c.verdict, c.ratio
-            again = fresh.get(c.compiler) or []
+            again = fresh.get((workload, c.compiler)) or []
             if not again:
                 c.verdict, c.confirmed = "unchanged", False
                 c.note = _join(c.note, f"re-measure failed; first ratio {first_ratio:.3f}")
                 continue
-            bs = base.samples((workload, c.compiler), hashes[(workload, c.compiler)])
-            verdict, c.ratio, c.p = judge(again, bs, cfg)
+            bs = base_samples((workload, c.compiler))
+            verdict, c.ratio, c.p = judge(again, bs, cfg, drift)
             c.new_ns = _median(again)
-            if verdict == first and c.compiler != BASELINE_COMPILER and eager_new and eager_base:
-                drift = _median(eager_new) / _median(eager_base)
-                c.norm_ratio = c.ratio / drift
-                holds = c.norm_ratio > 1 + cfg.threshold if first == "regressed" else c.norm_ratio < 1 - cfg.threshold
+            local, what = clocks.get(c.compiler, (eager_here, "eager re-measured beside it"))
+            if verdict == first and local:
+                c.norm_ratio = _median(again) / _median(bs) / local
+                holds = c.norm_ratio > 1 + thr if first == "regressed" else c.norm_ratio < 1 - thr
                 if not holds:
                     verdict = "unchanged"
-                    c.note = _join(c.note, f"machine drift: eager ratio {drift:.3f} too")
+                    c.note = _join(c.note, f"machine drift: {what} ratio {local:.3f}")
             c.confirmed = verdict == first
             if not c.confirmed:
                 c.note = _join(c.note, f"not confirmed by re-measure (first ratio {first_ratio:.3f})")

@@ -15,7 +15,8 @@ from typing import Callable
 import torch
 
 from . import env, workloads as wl
-from .compare import Baseline, CompareConfig, Comparison, compare, confirm, load_baseline, resolve_baseline
+from .compare import (Baseline, CompareConfig, Comparison, compare, confirm, drift_of, load_baseline,
+                      resolve_baseline)
 from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
 from .report import fmt_ns
@@ -83,20 +84,28 @@ def run_bench(cfg: BenchConfig, store: Store, *, label: str | None = None, git_r
             show(i, case.name, rs)
         cmps = None
         if base_runs:
-            cmp_cfg = cmp_cfg or CompareConfig()
+            cmp_cfg = (cmp_cfg or CompareConfig()).for_device(cfg.device)
             base: Baseline = load_baseline(store, base_runs)
-            cmps = compare(results, base, cmp_cfg, new_run=run)
+            drift = drift_of(results, base) if cmp_cfg.normalize_drift else 1.0
+            cmps = compare(results, base, cmp_cfg, new_run=run, drift=drift)
 
-            def remeasure(workload: str, compilers: list[str]) -> dict[str, list[float]]:
-                case = next(c for c in cases if c.name == workload)
+            def remeasure(workload: str, compilers: list[str], refs: list[str]) -> dict[tuple[str, str], list[float]]:
+                by_name = {c.name: c for c in cases}
                 names = [c for c in compilers if c != BASELINE_COMPILER] + [BASELINE_COMPILER]
-                rs = ex.measure_case(case, names, phase="confirm", reps_scale=2.0)
-                for r in rs:
+                before = {r: ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0] for r in refs}
+                rs = ex.measure_case(by_name[workload], names, phase="confirm", reps_scale=2.0)
+                for r in refs:
+                    after = ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0]
+                    before[r].samples += after.samples
+                out: dict[tuple[str, str], list[float]] = {}
+                for r in rs + list(before.values()):
                     store.add_result(run.id, r)
+                    if r.status == "ok":
+                        out[(r.workload, r.compiler)] = r.samples
                 show(0, workload, rs, phase="confirm")
-                return {r.compiler: r.samples for r in rs if r.status == "ok"}
+                return out
 
-            cmps = confirm(cmps, results, base, remeasure, cmp_cfg)
+            cmps = confirm(cmps, results, base, remeasure, cmp_cfg, drift)
         store.finish_run(run.id, "complete")
         run.status = "complete"
         return Outcome(run, results, cmps, base_runs)

@@ -4,7 +4,8 @@
 - `KILN_BENCH_PLANT`: a planted slowdown, `PATTERN[@COMPILER][=FRACTION]` (default fraction 0.2): extra
   time equal to FRACTION of the measured time is added after every call of the matching workload (on a
   GPU as device-side sleep), so CI can prove that a slowdown is flagged. Never set it for real results.
-- `KILN_BENCH_THRESHOLD`, `KILN_BENCH_ALPHA`: regression threshold (fraction slower) and test level.
+- `KILN_BENCH_THRESHOLD`, `KILN_BENCH_ALPHA`: regression threshold (fraction slower; default by device kind,
+  see compare.py) and Mann-Whitney test level (default 0.01).
 - `KILN_BENCH_GIT_REF`: the git ref recorded for a run (else `GITHUB_REF_NAME`, else `git` itself).
 """
 
@@ -18,7 +19,6 @@ from pathlib import Path
 from .exc import UsageError
 
 DEFAULT_DB = Path("results") / "bench.sqlite"
-DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
 
@@ -50,7 +50,7 @@ class Plant:
         return f"{self.pattern}{'@' + self.compiler if self.compiler else ''}={self.fraction:g}"
 
 
-def _float(name: str, default: float) -> float:
+def _float(name: str, default: float | None) -> float | None:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -66,7 +66,7 @@ class Settings:
 
     db: Path
     plant: Plant | None
-    threshold: float
+    threshold: float | None
     alpha: float
     git_ref: str | None
 
@@ -77,7 +77,7 @@ def settings() -> Settings:
     return Settings(
         db=Path(os.environ.get("KILN_BENCH_DB") or DEFAULT_DB),
         plant=Plant.parse(plant) if plant else None,
-        threshold=_float("KILN_BENCH_THRESHOLD", DEFAULT_THRESHOLD),
-        alpha=_float("KILN_BENCH_ALPHA", DEFAULT_ALPHA),
+        threshold=_float("KILN_BENCH_THRESHOLD", None),
+        alpha=_float("KILN_BENCH_ALPHA", DEFAULT_ALPHA) or DEFAULT_ALPHA,
         git_ref=os.environ.get("KILN_BENCH_GIT_REF") or os.environ.get("GITHUB_REF_NAME") or None,
     )
