@@ -116,7 +116,13 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any) -> Callable:
     cg = compile_graph(gm, name)
     record(cg)
     log.debug("kiln compiled %s:\n%s", name, cg.code)
-    return cg.wrapper
+    wrapper = cg.wrapper
+
+    def run(args: list) -> Any:  # boxed calling convention: AOTAutograd passes one list
+        return wrapper(*args)
+
+    run._boxed_call = True
+    return run
 
 
 def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:

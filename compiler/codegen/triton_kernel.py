@@ -280,6 +280,8 @@ class KernelRenderer:
             mask = "xrmask" if m.role == "xr" else "xmask"
         else:
             shape, mask = "[XBLOCK]", "xmask"
+        if XINDEX not in m.store_index.free_symbols:  # one row (xnumel == 1): make the pointer a block too
+            idx = f"{idx} + tl.zeros_like(xindex)"
         val = f"tl.broadcast_to({var}, {shape})"
         if dtype == torch.bool:
             val = f"({val} != 0)"

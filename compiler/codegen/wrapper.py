@@ -198,7 +198,7 @@ class WrapperBuilder:
         for ph, value in self.g.inputs:
             node = self.graph.placeholder(ph.name)
             node.meta["val"] = ph.meta.get("val")
-            self.placeholders.append((ph, value))
+            self.placeholders.append((node, value))
             if isinstance(value, Strided):
                 self.nodes[value.buffer.name] = node
             elif isinstance(value, SymScalar) and isinstance(value.expr, sympy.Symbol):
