@@ -123,7 +123,7 @@ def render_text(run: RunResults) -> str:
             lines.append(f"  (image: {hint})")
         for suite, t in failing:
             mark = " (quarantined)" if t.id in s.quarantined else ""
-            lines.append(f"- [{suite}] {t.id}{mark}: {t.outcome}: {t.message[:200]}")
+            lines.append(f"- [{suite}] {t.id}{mark}: {t.outcome}: {t.headline[:200]}")
             lines.append(f"    {repro_line(run.manifest, t.id)}")
     return "\n".join(lines) + "\n"
 

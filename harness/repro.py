@@ -97,6 +97,6 @@ def cli_main(args: Any) -> int:
     if hint:
         print(f"# image: {hint}")
     for suite, test in failing:
-        print(f"# {suite}: {test.id} ({test.outcome}: {test.message[:120]})")
+        print(f"# {suite}: {test.id} ({test.outcome}: {test.headline[:120]})")
         print(make(run.manifest, test.id))
     return 0

@@ -39,6 +39,11 @@ class TestResult:
     def failing(self) -> bool:
         return self.outcome in FAILING
 
+    @property
+    def headline(self) -> str:
+        """The message's first non-empty line (messages may span lines)."""
+        return next((ln.strip() for ln in self.message.splitlines() if ln.strip()), "")
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old file or the new one, never half of one."""

@@ -339,8 +339,8 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     mode = "native" if native else "container"
     img_info = None
     if not native:
-        image_mod.require_docker()
         health_mod.require_host_devices(b)
+        image_mod.require_docker()
         if image_tag:
             img_id = image_mod.image_id(image_tag)
             if not img_id:

@@ -1,0 +1,96 @@
+"""One matrix, one truth: nox sessions, CI workflows, the runner and repro lines all read ci/matrix.json."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import shlex
+from pathlib import Path
+
+import pytest
+
+from harness import matrix, repro, runner
+
+ROOT = Path(__file__).resolve().parents[2]
+M = matrix.load(ROOT / "ci" / "matrix.json")
+
+
+def _nox_registry() -> dict:
+    pytest.importorskip("nox")
+    from nox import registry
+
+    before = dict(registry.get())
+    runpy.run_path(str(ROOT / "noxfile.py"))
+    sessions = dict(registry.get())
+    registry.get().clear()
+    registry.get().update(before)
+    return sessions
+
+
+def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
+    sessions = _nox_registry()
+    assert sorted(n[len("tests-"):] for n in sessions if n.startswith("tests-")) == sorted(M.backends)
+    assert "ci" in sessions and "ci-report" in sessions
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert '"harness", "run", "--backend", backend' in noxfile  # the sessions delegate to the harness
+
+
+def _manifest(backend: str, mode: str = "container") -> dict:
+    b = M.backend(backend)
+    return {"backend": backend, "mode": mode, "src": "/repo", "image": {"tag": f"{b.image}:0123"},
+            "env": runner.suite_env(M, b), "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"}
+
+
+@pytest.mark.parametrize("backend", sorted(M.backends))
+def test_repro_line_equals_the_runner_command_for_one_test(backend):
+    """The repro line is the suite's docker command minus the results mount and name, for one test id."""
+    b = M.backend(backend)
+    test_id = "tests/numerics/test_x.py::test_y[fp32]"
+    line = shlex.split(repro.repro_line(_manifest(backend), test_id))
+    inner = runner.pytest_argv([test_id], test_timeout_s=b.timeouts.test_s)
+    expected = runner.container_argv(b, f"{b.image}:0123", inner, src="/repo", env=runner.suite_env(M, b))
+    assert line == expected
+    for opt in b.container_options:
+        assert opt in line
+    assert line[line.index(f"{b.image}:0123") + 1:] == inner
+
+
+def test_native_repro_line_uses_the_recorded_python_and_env():
+    line = repro.repro_line(_manifest("cuda", "native"), "tests/fallback/test_f.py::test_g")
+    assert line.startswith("cd /repo && env ")
+    assert "KILN_TEST_DEVICE=cuda" in line and "PYTHONHASHSEED=0" in line
+    assert "/usr/bin/python3 -m pytest -p no:xdist" in line and "--timeout=300" in line
+    assert line.endswith("tests/fallback/test_f.py::test_g")
+
+
+def test_repro_line_keeps_the_container_options_the_run_used():
+    m = _manifest("rocm")
+    m["container_options"] = ["--device=/dev/kfd"]
+    line = repro.repro_line(m, "tests/a.py::b")
+    assert "--device=/dev/kfd" in line and "--device=/dev/dri" not in line
+
+
+def test_workflows_run_each_backend_with_its_matrix_labels_and_timeout():
+    yaml = pytest.importorskip("yaml")
+    path = ROOT / ".github" / "workflows" / "ci.yml"
+    if not path.exists():
+        pytest.skip("no CI workflow yet")
+    jobs = yaml.safe_load(path.read_text())["jobs"]
+    for name, b in M.backends.items():
+        job = jobs[f"tests-{name}"]
+        assert job["runs-on"] == list(b.runner_labels)
+        assert job["timeout-minutes"] == b.timeouts.job_min
+        runs = " ".join(step.get("run", "") for step in job["steps"])
+        assert f"-s tests-{name}" in runs
+
+
+def test_matrix_cli_prints_the_same_data():
+    from harness.__main__ import main
+
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["matrix", "--backend", "rocm", "--field", "container_options"]) == 0
+    assert json.loads(buf.getvalue()) == list(M.backend("rocm").container_options)

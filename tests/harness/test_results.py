@@ -1,0 +1,83 @@
+"""JUnit parsing, classification, node ids, atomic writes, summary lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import results as res
+from harness.exc import ResultsError
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="1" failures="2" skipped="2" tests="7">
+<testcase classname="tests.numerics.test_a" name="test_ok" file="tests/numerics/test_a.py" line="1" time="0.1"/>
+<testcase classname="tests.numerics.test_a" name="test_bad" file="tests/numerics/test_a.py" time="0.2">
+  <failure message="assert 1 == 2">trace</failure></testcase>
+<testcase classname="tests.numerics.test_a.TestC" name="test_p[2-fp32]" file="tests/numerics/test_a.py" time="0">
+  <failure message="[XPASS(strict)] known">x</failure></testcase>
+<testcase classname="tests.numerics.test_a" name="test_err" file="tests/numerics/test_a.py" time="0">
+  <error message="failed on setup with &quot;RuntimeError&quot;">e</error></testcase>
+<testcase classname="tests.numerics.test_a" name="test_skip" file="tests/numerics/test_a.py" time="0">
+  <skipped type="pytest.skip" message="no gpu">s</skipped></testcase>
+<testcase classname="tests.numerics.test_a" name="test_xf" file="tests/numerics/test_a.py" time="0">
+  <skipped type="pytest.xfail" message="known bug"/></testcase>
+<testcase classname="tests.numerics.test_a" name="test_two" file="tests/numerics/test_a.py" time="0.5"/>
+</testsuite></testsuites>
+"""
+
+
+def _write(tmp_path: Path, text: str = JUNIT) -> Path:
+    p = tmp_path / "s.xml"
+    p.write_text(text)
+    return p
+
+
+def test_outcomes_and_node_ids(tmp_path):
+    tests = res.parse_junit(_write(tmp_path))
+    got = [(t.id, t.outcome) for t in tests]
+    assert got == [
+        ("tests/numerics/test_a.py::test_ok", "passed"),
+        ("tests/numerics/test_a.py::test_bad", "failed"),
+        ("tests/numerics/test_a.py::TestC::test_p[2-fp32]", "failed"),
+        ("tests/numerics/test_a.py::test_err", "error"),
+        ("tests/numerics/test_a.py::test_skip", "skipped"),
+        ("tests/numerics/test_a.py::test_xf", "xfailed"),
+        ("tests/numerics/test_a.py::test_two", "passed"),
+    ]
+    assert res.counts(tests) == {"passed": 2, "failed": 2, "error": 1, "skipped": 1, "xfailed": 1}
+    assert tests[1].message == "assert 1 == 2" and tests[1].failing and not tests[0].failing
+
+
+def test_node_id_without_file_attribute_resolves_module_from_the_tree(tmp_path):
+    (tmp_path / "tests" / "pkg").mkdir(parents=True)
+    (tmp_path / "tests" / "pkg" / "test_m.py").write_text("")
+    xml = JUNIT.replace(' file="tests/numerics/test_a.py"', "").replace("tests.numerics.test_a", "tests.pkg.test_m")
+    ids = [t.id for t in res.parse_junit(_write(tmp_path, xml), root=tmp_path)]
+    assert ids[2] == "tests/pkg/test_m.py::TestC::test_p[2-fp32]"
+    assert ids[0] == "tests/pkg/test_m.py::test_ok"
+
+
+def test_truncated_junit_is_a_clear_error(tmp_path):
+    with pytest.raises(ResultsError, match="not valid XML.*cut off"):
+        res.parse_junit(_write(tmp_path, JUNIT[:200]))
+    with pytest.raises(ResultsError, match="not found"):
+        res.parse_junit(tmp_path / "missing.xml")
+
+
+def test_atomic_write_replaces_whole_files(tmp_path):
+    target = tmp_path / "sub" / "run.json"
+    res.atomic_write_json(target, {"b": 1, "a": [1, 2]})
+    assert res.read_json(target) == {"a": [1, 2], "b": 1}
+    assert target.read_text().index('"a"') < target.read_text().index('"b"')  # sorted keys
+    res.atomic_write_text(target, "x")
+    assert target.read_text() == "x"
+    assert [p.name for p in target.parent.iterdir()] == ["run.json"]  # no temp files left
+
+
+def test_summary_line(tmp_path):
+    tests = res.parse_junit(_write(tmp_path))
+    line = res.summary_line("numerics", "cpu/container", tests, 1.25, "FAILED", "r/numerics.xml")
+    assert line == ("suite numerics [cpu/container] FAILED: 2 passed, 2 failed, 1 error, 1 skipped, 1 xfailed "
+                    "in 1.2s -> r/numerics.xml")
+    assert res.summary_line("x", "cpu/native", [], 0.0, "EMPTY") == "suite x [cpu/native] EMPTY: no tests in 0.0s"

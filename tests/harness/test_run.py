@@ -1,0 +1,186 @@
+"""End to end: `python -m harness run` on a small planted project, natively (and in the CPU container
+when its image is already built), then report and repro; interrupted and timed-out runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import collect, image, matrix, repro
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLANTED_A = '''
+import pytest
+
+def test_ok():
+    pass
+
+def test_broken():
+    assert 1 + 1 == 3, "planted failure"
+
+class TestGroup:
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_param(self, n):
+        assert n == 1
+
+@pytest.mark.xfail(reason="planted known failure", strict=True)
+def test_known():
+    assert False
+'''
+
+PLANTED_B = '''
+import os, signal, time
+
+def test_fine():
+    pass
+
+def test_maybe_stop():
+    plant = os.environ.get("KILN_PLANT", "")
+    if plant == "interrupt":
+        os.kill(os.getppid(), signal.SIGTERM)  # the harness is our parent
+        time.sleep(60)
+    if plant == "hang":
+        time.sleep(60)
+'''
+
+
+def make_project(tmp_path: Path, *, suite_s: int | None = None, with_harness: bool = False) -> Path:
+    """A project with two suites, alpha (planted failures) and beta, and the real matrix otherwise."""
+    root = tmp_path / "proj"
+    (root / "ci").mkdir(parents=True)
+    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
+    data["suites"] = ["alpha", "beta"]
+    if suite_s:
+        data["backends"]["cpu"]["timeouts"].update(suite_s=suite_s, test_s=suite_s)
+    (root / "ci" / "matrix.json").write_text(json.dumps(data))
+    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
+    for suite, text in (("alpha", PLANTED_A), ("beta", PLANTED_B)):
+        (root / "tests" / suite).mkdir(parents=True)
+        (root / "tests" / suite / f"test_{suite}.py").write_text(text)
+    if with_harness:  # the container runs `python -m harness` from the mounted tree
+        shutil.copytree(ROOT / "harness", root / "harness", ignore=shutil.ignore_patterns("__pycache__", "bench"))
+        shutil.copytree(ROOT / "docker", root / "docker")
+        shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+        (root / "pytest.ini").unlink()
+    return root
+
+
+def harness(root: Path, *args: str, plant: str = "", timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KILN_ROOT": str(root), "PYTHONPATH": str(ROOT), "KILN_PLANT": plant,
+           "KILN_RESULTS": str(root / "results")}
+    env.pop("KILN_NATIVE", None)
+    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def only_run(root: Path) -> Path:
+    runs = sorted((root / "results").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_native_run_classifies_reports_and_reproduces(tmp_path):
+    root = make_project(tmp_path)
+    proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(ln.startswith("suite alpha [cpu/native] FAILED: 2 passed, 2 failed, 1 xfailed") for ln in lines)
+    assert any(ln.startswith("suite beta [cpu/native] PASSED: 2 passed") for ln in lines)
+    run_dir = only_run(root)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "complete" and manifest["mode"] == "native"
+    assert [s["name"] for s in manifest["suites"]] == ["alpha", "beta"]
+    for name in ("env.json", "summary.json", "report.txt", "report.md", "suites/alpha.xml", "suites/alpha.log"):
+        assert (run_dir / name).exists(), name
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["device"]["torch"] and env["device"]["gpu_count"] == 0 and "git" in env["host"]
+    assert env["device"]["env"]["TRITON_INTERPRET"] == "1" and env["device"]["env"]["PYTHONHASHSEED"] == "0"
+
+    out = harness(root, "repro", str(run_dir)).stdout
+    cmds = [ln for ln in out.splitlines() if not ln.startswith("#")]
+    assert len(cmds) == 2
+    assert cmds[0].endswith("tests/alpha/test_alpha.py::test_broken")
+    assert cmds[1].endswith("'tests/alpha/test_alpha.py::TestGroup::test_param[2]'")
+    for cmd in cmds:  # pasted into a shell, each line reproduces its failure and only that test runs
+        again = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                               env={k: v for k, v in os.environ.items() if not k.startswith("KILN_")})
+        assert again.returncode == 1, again.stdout[-2000:]
+        assert "1 failed" in again.stdout and "passed" not in again.stdout.splitlines()[-1]
+
+    report = harness(root, "report", str(run_dir), "--check")
+    assert report.returncode == 1
+    assert report.stdout.splitlines()[0] == "kiln cpu/native FAILED: 4 passed, 2 failed, 1 xfailed"
+    assert "tests/alpha/test_alpha.py::test_broken: failed: AssertionError: planted failure" in report.stdout
+
+
+def test_interrupted_run_keeps_results_and_is_marked_incomplete(tmp_path):
+    root = make_project(tmp_path)
+    proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", plant="interrupt")
+    assert proc.returncode == 130, proc.stderr
+    assert "results so far kept" in proc.stderr and "Traceback" not in proc.stderr
+    run_dir = only_run(root)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "incomplete" and manifest["reason"] == "terminated during suite beta"
+    assert [s["name"] for s in manifest["suites"]] == ["alpha"]  # the finished suite is kept
+    assert (run_dir / "suites" / "alpha.xml").exists()
+    run = collect.load_run(run_dir)
+    assert not run.complete and len(run.failing) == 2
+    report = harness(root, "report", str(run_dir), "--check")
+    assert report.returncode == 1 and "[run INCOMPLETE]" in report.stdout.splitlines()[0]
+
+
+def test_suite_timeout_kills_the_suite(tmp_path):
+    root = make_project(tmp_path, suite_s=3)
+    proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta",
+                   plant="hang")
+    assert proc.returncode == 1
+    assert "suite beta [cpu/native] TIMEOUT" in proc.stdout
+    manifest = json.loads((only_run(root) / "run.json").read_text())
+    assert manifest["suites"][0]["timed_out"] is True and manifest["status"] == "complete"
+    assert "suites not finished: beta" in proc.stdout
+
+
+def test_health_check_runs_before_the_suites(tmp_path):
+    root = make_project(tmp_path)
+    proc = harness(root, "run", "--backend", "cpu", "--native", "--suite", "beta")
+    assert proc.returncode == 0, proc.stderr
+    assert "health cpu cpu [cpu (Triton interpreter)]: ok" in proc.stdout
+    health = json.loads((only_run(root) / "health.json").read_text())
+    assert health["ok"] and health["devices"][0]["kernel_max_err"] == 0.0
+
+
+def _cpu_image_present(root: Path) -> str | None:
+    try:
+        b = matrix.load(root / "ci" / "matrix.json").backend("cpu")
+        if shutil.which(os.environ.get("KILN_DOCKER", "/usr/bin/docker")) is None:
+            return None
+        image.require_docker()
+        tag = image.image_tag(b, b.bootstrap.image if b.bootstrap else None, root=root)
+        return tag if image.image_id(tag) else None
+    except Exception:  # noqa: BLE001 - no docker here: the test is skipped
+        return None
+
+
+def test_container_run_and_repro_line(tmp_path):
+    root = make_project(tmp_path, with_harness=True)
+    tag = _cpu_image_present(root)
+    if tag is None:
+        pytest.skip("CPU image not built on this machine (python -m harness image build --backend cpu)")
+    proc = harness(root, "run", "--backend", "cpu", "--image", tag, "--quiet")
+    assert proc.returncode == 1, proc.stderr
+    assert "suite alpha [cpu/container] FAILED: 2 passed, 2 failed, 1 xfailed" in proc.stdout
+    run_dir = only_run(root)
+    assert json.loads((run_dir / "health.json").read_text())["ok"]
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["host"]["image"]["tag"] == tag and env["device"]["executable"] == "/opt/venv/bin/python"
+    line = repro.repro_line(json.loads((run_dir / "run.json").read_text()), "tests/alpha/test_alpha.py::test_broken")
+    assert "--network none" in line and f"{root}:/src:ro" in line and tag in line
+    again = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "1 failed" in again.stdout
