@@ -1,0 +1,36 @@
+"""compiler.config: env parsing, validation errors and scoped overrides."""
+
+import pytest
+
+from compiler import config
+from compiler.exc import ConfigError
+
+
+def test_defaults_and_env_parsing():
+    s = config.from_env({"KILN_STRICT": "yes", "KILN_POINTWISE_XBLOCK": "512", "KILN_DUMP_DIR": "/tmp/x"})
+    assert s.strict is True and s.pointwise_xblock == 512 and s.dump_dir == "/tmp/x"
+    assert config.from_env({}).interpret == "auto"
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"KILN_STRICT": "maybe"}, "KILN_STRICT"),
+    ({"KILN_POINTWISE_XBLOCK": "abc"}, "expected an integer"),
+    ({"KILN_POINTWISE_XBLOCK": "1000"}, "power of two"),
+    ({"KILN_POINTWISE_XBLOCK": "-4"}, "positive"),
+    ({"KILN_INTERPRET": "sometimes"}, "auto, 0 or 1"),
+    ({"KILN_COMPILE_THREADS": "4"}, "must be 1"),
+])
+def test_bad_values_name_the_variable(env, needle):
+    with pytest.raises(ConfigError, match=needle):
+        config.from_env(env)
+
+
+def test_patch_is_scoped_and_rejects_unknown_fields():
+    before = config.settings().strict
+    with config.patch(strict=not before) as s:
+        assert s.strict is (not before)
+        assert config.settings().strict is (not before)
+    assert config.settings().strict is before
+    with pytest.raises(ConfigError, match="unknown kiln setting"):
+        with config.patch(no_such_knob=1):
+            pass

@@ -1,0 +1,135 @@
+"""End-to-end facts about the pass pipeline: fusion counts, views, externs, fallbacks, determinism, dumps."""
+
+import json
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from compiler.backend import PASSES
+
+
+def run(fn, *args, dynamic=False):
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        out = torch.compile(fn, backend="kiln", dynamic=dynamic)(*args)
+    return out, graphs
+
+
+def test_passes_are_named_and_explained():
+    names = [p[0] for p in PASSES]
+    assert names == ["lower", "schedule", "render", "wrap", "dump"]
+    assert all(why for _, why, _ in PASSES)
+
+
+def test_relu_chain_is_one_kernel(device):
+    x = torch.randn(64, 32, device=device)
+    out, graphs = run(lambda x: torch.relu(x * 2 + 1), x)
+    torch.testing.assert_close(out, torch.relu(x * 2 + 1))
+    assert graphs[0].kernel_count == 1 and graphs[0].extern_count == 0
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: F.log_softmax(x, -1),
+                                lambda x: F.layer_norm(x, x.shape[-1:])], ids=["softmax", "log_softmax", "layer_norm"])
+def test_row_normalizations_are_one_kernel(device, fn):
+    x = torch.randn(16, 100, device=device)
+    out, graphs = run(fn, x)
+    torch.testing.assert_close(out, fn(x), atol=1e-5, rtol=1e-5)
+    assert graphs[0].kernel_count == 1
+
+
+def test_linear_bias_gelu_is_one_extern_plus_one_kernel(device):
+    x, w, b = (torch.randn(8, 32, device=device), torch.randn(16, 32, device=device), torch.randn(16, device=device))
+    fn = lambda x, w, b: F.gelu(F.linear(x, w, b))  # noqa: E731
+    out, graphs = run(fn, x, w, b)
+    torch.testing.assert_close(out, fn(x, w, b), atol=1e-4, rtol=1e-4)
+    assert (graphs[0].extern_count, graphs[0].kernel_count) == (1, 1)
+    assert "addmm.out" in graphs[0].code
+
+
+def test_slice_transpose_is_a_view_without_kernels(device):
+    x = torch.randn(8, 6, device=device)
+    out, graphs = run(lambda x: x[2:5].t(), x)
+    assert torch.equal(out, x[2:5].t()) and out.stride() == x[2:5].t().stride()
+    assert graphs[0].kernel_count == 0 and "as_strided" in graphs[0].code
+
+
+def test_unsupported_op_falls_back_with_reason(device):
+    x = torch.randn(4, 9, device=device)
+    fn = lambda x: torch.sort(x, -1)[0] * 2  # noqa: E731
+    out, graphs = run(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    reasons = graphs[0].fallbacks
+    assert [(r.kind, r.op) for r in reasons] == [("unsupported_op", "aten.sort.default")]
+    assert graphs[0].kernel_count == 1
+
+
+def test_same_graph_gives_identical_sources(device):
+    x = torch.randn(4, 33, device=device)
+    fn = lambda x: torch.softmax(x * 3, -1) + x.amax(0)  # noqa: E731
+    _, g1 = run(fn, x)
+    torch._dynamo.reset()
+    _, g2 = run(fn, x)
+    assert g1[0].kernel_sources == g2[0].kernel_sources
+    assert g1[0].code == g2[0].code
+
+
+def test_dump_dir_writes_wrapper_kernels_and_launch_specs(tmp_path, device):
+    x = torch.randn(4, 8, device=device)
+    with compiler.config.patch(dump_dir=str(tmp_path)):
+        out, graphs = run(lambda x: (x + 1).sum(-1), x)
+    kernels = sorted(os.listdir(tmp_path / "kernels"))
+    name = next(iter(graphs[0].kernel_sources))
+    assert f"{name}.py" in kernels
+    specs = [k for k in kernels if k.endswith(".json")]
+    assert specs, kernels
+    spec = json.loads((tmp_path / "kernels" / specs[0]).read_text())
+    assert spec["kernel"] == name and spec["signature"]["in_ptr0"] == "*fp32" and "XBLOCK" in spec["constexprs"]
+    assert os.listdir(tmp_path / "graphs")
+
+
+def test_backward_matches_eager(device):
+    w = torch.randn(16, 16, device=device, requires_grad=True)
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    fn = lambda x, w: F.layer_norm(torch.tanh(x @ w), (16,)).pow(2).sum()  # noqa: E731
+    with compiler.config.patch(strict=True):
+        torch.compile(fn, backend="kiln")(x, w).backward()
+    gx, gw = x.grad, w.grad
+    x.grad = w.grad = None
+    fn(x, w).backward()
+    torch.testing.assert_close(gx, x.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(gw, w.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_input_mutation_semantics(device):
+    def fn(x, y):
+        x.add_(1)
+        y.mul_(2)
+        return x + y
+
+    a, b = torch.randn(5, device=device), torch.randn(5, device=device)
+    a2, b2 = a.clone(), b.clone()
+    out = torch.compile(fn, backend="kiln")(a, b)
+    ref = fn(a2, b2)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(a, a2)
+    torch.testing.assert_close(b, b2)
+
+
+def test_export_aot_runs_at_new_sizes(device):
+    from torch.export import Dim, export
+
+    from compiler.aot import compile_exported
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x * 2, -1)
+
+    s = Dim("s", min=2, max=64)
+    ep = export(M(), (torch.randn(5, 4, device=device),), dynamic_shapes={"x": {0: 2 * s + 1}})
+    cm = compile_exported(ep)
+    assert "floordiv" in cm.wrapper.code  # the size 2*s+1 is solved for s with integer ops
+    for n in (5, 9, 31):
+        x = torch.randn(n, 4, device=device)
+        torch.testing.assert_close(cm(x), torch.softmax(x * 2, -1))
