@@ -50,7 +50,7 @@ class RunResults:
 
 def load_run(path: Path | str) -> RunResults:
     """Parse the results folder at `path`."""
-    path = Path(path)
+    path = Path(path).resolve()
     if not path.is_dir():
         raise ResultsError(f"results folder {path} does not exist")
     if not (path / "run.json").exists():

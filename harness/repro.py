@@ -51,12 +51,6 @@ def _with_options(backend: matrix_mod.Backend, options: list[str]) -> matrix_mod
     return replace(backend, container_options=tuple(options))
 
 
-def nox_line(manifest: dict[str, Any], test_id: str) -> str:
-    """The same test through nox (native runs add --native)."""
-    native = ["--native"] if manifest.get("mode") == "native" else []
-    return shlex.join(["nox", "-s", f"tests-{manifest['backend']}", "--", *native, test_id])
-
-
 def repro_lines(run: RunResults) -> list[tuple[str, str, str]]:
     """(suite, test id, line) for every failing test, in report order."""
     return [(suite, t.id, repro_line(run.manifest, t.id)) for suite, t in run.failing]
@@ -78,13 +72,12 @@ def image_hint(manifest: dict[str, Any]) -> str | None:
 def cli_add_arguments(p: Any) -> None:
     p.add_argument("results_dir", nargs="?", help="a run folder (default: the latest under results/)")
     p.add_argument("--test", help="print the line for this test id even if it did not fail")
-    p.add_argument("--nox", action="store_true", help="print the nox form instead of the docker/native one")
 
 
 def cli_main(args: Any) -> int:
     """Print one command per failing test that reproduces it (paste it into a shell)."""
     run = load_run(args.results_dir or latest_run())
-    make = nox_line if args.nox else repro_line
+    make = repro_line
     if args.test:
         print(make(run.manifest, args.test))
         return 0

@@ -213,6 +213,7 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
     """
     m = m or matrix_mod.load()
     src = settings().root
+    out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
     env = suite_env(m, backend)
     timeout_s = timeout_s or backend.timeouts.suite_s
@@ -245,6 +246,7 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
     """Run `python -m harness <module_args>` where the suites run (container or native); return exit code.
     Paths in `module_args` may use {out} for the output folder as seen by that process."""
     src = settings().root
+    out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
     env = suite_env(m, backend)
     if native:
@@ -311,6 +313,13 @@ def new_run_dir(backend: str, mode: str, results_root: Path | None = None) -> Pa
     return path
 
 
+def _error_line(log: Path) -> str:
+    """The most telling line of a log: the last one that mentions an error, else the last line."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    return (errors or lines or ["no output"])[-1]
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, turned into an interrupt so the same cleanup runs."""
 
@@ -350,7 +359,7 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
             built = image_mod.build(b, base_image=base_image)
             img_info = {"tag": built.tag, "id": built.id, "base": built.base_image, "built": built.built}
             image_tag = built.tag
-    run_dir = run_dir or new_run_dir(b.name, mode)
+    run_dir = (run_dir or new_run_dir(b.name, mode)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     state = RunState(run_dir, {
         "schema": RUN_SCHEMA, "run_id": run_dir.name, "backend": b.name, "mode": mode, "status": "running",
@@ -382,8 +391,8 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
             state.data["health"] = {"ok": rc == 0, "log": "health.log"}
             if rc != 0:
                 state.finish("aborted", "health check failed")
-                tail = (run_dir / "health.log").read_text().strip().splitlines()[-1:] or ["no output"]
-                raise HealthError(f"health check failed for {label}: {tail[0]} (see {run_dir / 'health.log'})")
+                raise HealthError(f"health check failed for {label}: {_error_line(run_dir / 'health.log')} "
+                                  f"(see {run_dir / 'health.log'})")
         suite_dir = run_dir / "suites"
         for suite in suites:
             current = f"suite {suite}"
