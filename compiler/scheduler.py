@@ -32,7 +32,7 @@ def same(a: sympy.Expr, b: sympy.Expr) -> bool:
 
 def decompose(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool = False) -> list[sympy.Expr]:
     """Row-major multi-index of the flat ``var`` over ``ranges``; size-1 dims read index 0."""
-    if numel_is_one:
+    if numel_is_one or any(r == 0 for r in ranges):  # an empty range is never iterated: any index works
         return [sympy.Integer(0)] * len(ranges)
     out: list[sympy.Expr] = []
     inner = [prod(ranges[i + 1:]) for i in range(len(ranges))]

@@ -87,7 +87,7 @@ OPS: dict[str, Union[str, Render]] = {
     "neg": "(-{0})", "abs": "tl.abs({0})",
     "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "expm1": "libdevice.expm1({0})",
     "log": "tl.log({0})", "log2": "tl.log2({0})", "log1p": "libdevice.log1p({0})",
-    "sqrt": "tl.sqrt_rn({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "(1.0 / {0})",
+    "sqrt": lambda a, dts, out: (f"tl.sqrt({a[0]})" if dts[0] == torch.float64 else f"tl.sqrt_rn({a[0]})"), "rsqrt": "tl.rsqrt({0})", "reciprocal": "(1.0 / {0})",
     "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})", "tanh": "libdevice.tanh({0})",
     "atan2": "libdevice.atan2({0}, {1})",
     "sigmoid": "(1.0 / (1.0 + tl.exp(-{0})))", "erf": "tl.math.erf({0})",

@@ -196,6 +196,7 @@ class KernelSource:
     reduction: bool
     stores: list[str]
     origins: list[str]
+    hint: str = "inner"  # reductions: "inner" (rows contiguous in memory) or "outer" (columns)
 
 
 class KernelRenderer:
@@ -498,7 +499,24 @@ class KernelRenderer:
         name = f"kiln_{kind}_{stem}_{tag}"
         text = text.replace("KERNEL_NAME", name)
         return KernelSource(name, text, ptrs, size_args, self.group.xnumel, self.group.rnumel, self.reduction,
-                            [m.buf.name for m in self.group.members if m.store], origins)
+                            [m.buf.name for m in self.group.members if m.store], origins, self.reduction_hint())
+
+    def reduction_hint(self) -> str:
+        """"outer" when reduced elements are far apart in memory and rows are adjacent (column sums)."""
+        if not self.reduction:
+            return "inner"
+        outer = False
+        for m in self.group.members:
+            if not m.is_reduction:
+                continue
+            for ld in loads(m.value):
+                e = sympy.expand(ld.index)
+                cr, cx = e.coeff(RINDEX), e.coeff(XINDEX)
+                if cr == 1:
+                    return "inner"
+                if cx == 1 and cr != 0:
+                    outer = True
+        return "outer" if outer else "inner"
 
 
 def render_group(group: KernelGroup, buffer_dtypes: dict[str, torch.dtype], index_dtype: str) -> KernelSource:

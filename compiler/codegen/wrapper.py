@@ -224,7 +224,7 @@ class WrapperBuilder:
         attr = ks.name
         if not hasattr(self.root, attr):
             self.root.add_module(attr, TritonKernel(ks.name, ks.source, [p for p, _ in ks.ptr_args],
-                                                    [s.name for s in ks.size_args], ks.reduction))
+                                                    [s.name for s in ks.size_args], ks.reduction, ks.hint))
         args = [self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b]) for _, b in ks.ptr_args]
         args += [self.expr(s) for s in ks.size_args]
         args.append(self.expr(ks.xnumel))

@@ -34,8 +34,10 @@ def cdiv(a: int, b: int) -> int:
 class TritonKernel(torch.nn.Module):
     """One generated kernel. ``source`` is the module text; ``name`` its ``@triton.jit`` function."""
 
-    def __init__(self, name: str, source: str, ptr_args: list[str], size_args: list[str], reduction: bool) -> None:
+    def __init__(self, name: str, source: str, ptr_args: list[str], size_args: list[str], reduction: bool,
+                 hint: str = "inner") -> None:
         super().__init__()
+        self.hint = hint
         self.name = name
         self.source = source
         self.ptr_args = ptr_args
@@ -45,7 +47,7 @@ class TritonKernel(torch.nn.Module):
         self._dumped: set[str] = set()
 
     def extra_repr(self) -> str:
-        kind = "reduction" if self.reduction else "pointwise"
+        kind = f"reduction, {self.hint}" if self.reduction else "pointwise"
         return f"{self.name} ({kind}; args: {', '.join(self.ptr_args + self.size_args)})"
 
     # ------------------------------------------------------------------ configuration
@@ -58,6 +60,10 @@ class TritonKernel(torch.nn.Module):
             return {"XBLOCK": xblock, "num_warps": 4 if xblock <= 1024 else 8}
         rmax = s.interp_persistent_rblock_max if interp else s.persistent_rblock_max
         target = 65536 if interp else 4096
+        if self.hint == "outer" and not interp and rnumel > 64:
+            # column reductions: many adjacent rows per program, a short chunk of the reduced dim per step
+            xblock = max(1, min(next_pow2(xnumel), 128))
+            return {"XBLOCK": xblock, "RBLOCK": 32, "PERSISTENT": False, "num_warps": 8}
         if rnumel <= rmax:
             rblock = next_pow2(max(rnumel, 1))
             xblock = max(1, min(next_pow2(xnumel), target // rblock, 1024 if not interp else 1 << 20))

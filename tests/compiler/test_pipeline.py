@@ -133,3 +133,29 @@ def test_export_aot_runs_at_new_sizes(device):
     for n in (5, 9, 31):
         x = torch.randn(n, 4, device=device)
         torch.testing.assert_close(cm(x), torch.softmax(x * 2, -1))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.softmax(x, -1),
+    lambda x: F.layer_norm(x, x.shape[-1:]),
+    lambda x: x.max(-1),
+    lambda x: (x.var(-1), x.argmin(-1), x.prod(-1).abs().log1p()),
+    lambda x: x / x.sum(),
+], ids=["softmax", "layer_norm", "max_indices", "var_argmin_prod", "full_sum"])
+def test_looped_reductions_match_persistent(device, fn):
+    """Rows longer than the persistent limit take the looped path (several loops in one kernel)."""
+    x = torch.randn(6, 300, device=device)
+    ref = fn(x)
+    with compiler.config.patch(interp_persistent_rblock_max=64, persistent_rblock_max=64, looped_rblock=64):
+        out, graphs = run(fn, x)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    assert graphs[0].kernel_count == 1
+    assert "for roffset in range(0, rnumel, RBLOCK):" in next(iter(graphs[0].kernel_sources.values()))
+
+
+def test_column_reduction_is_marked_outer(device):
+    x = torch.randn(300, 40, device=device)
+    out, graphs = run(lambda x: x.sum(0) * 2, x)
+    torch.testing.assert_close(out, x.sum(0) * 2, atol=1e-4, rtol=1e-4)
+    kernel = next(m for m in graphs[0].wrapper.children())
+    assert kernel.hint == "outer"
