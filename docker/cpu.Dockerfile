@@ -32,7 +32,7 @@ RUN --mount=type=bind,source=wheels,target=/opt/kiln/wheels \
     && python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 
 RUN useradd --create-home --uid 1000 --shell /bin/sh kiln
-USER kiln
+USER 1000:1000
 WORKDIR /src
 # The source tree is mounted read-only at /src; results are written to /results.
 ENV PYTHONPATH=/src \

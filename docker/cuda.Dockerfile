@@ -31,7 +31,7 @@ RUN --mount=type=bind,source=wheels,target=/opt/kiln/wheels \
 # The base image may already own uid 1000 (ubuntu); reuse the uid, name the user kiln.
 RUN if id -u 1000 >/dev/null 2>&1; then userdel --remove "$(id -un 1000)"; fi \
     && useradd --create-home --uid 1000 --shell /bin/sh kiln
-USER kiln
+USER 1000:1000
 WORKDIR /src
 ENV PYTHONPATH=/src \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -33,7 +33,7 @@ RUN --mount=type=bind,source=wheels,target=/opt/kiln/wheels \
 RUN if id -u 1000 >/dev/null 2>&1; then userdel --remove "$(id -un 1000)"; fi \
     && useradd --create-home --uid 1000 --shell /bin/sh --groups video kiln \
     && (getent group render >/dev/null && usermod -aG render kiln || true)
-USER kiln
+USER 1000:1000
 WORKDIR /src
 ENV PYTHONPATH=/src \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -54,7 +54,7 @@ def test_dockerfile_arg_defaults_equal_the_matrix(name):
     dockerfile = ROOT / b.dockerfile
     assert _arg_defaults(dockerfile) == b.build_args()
     text = dockerfile.read_text()
-    assert "USER kiln" in text and "useradd" in text  # non-root user
+    assert "USER 1000:1000" in text and "useradd --create-home --uid 1000" in text  # non-root user
     assert text.index("FROM ${BASE_IMAGE}") > text.index("ARG BASE_IMAGE=")
 
 
