@@ -55,6 +55,12 @@ def _add_measure(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness.bench", description="kiln benchmarks: measure, store, "
                                  "compare, report.")
+    cli_add_arguments(ap)
+    return ap
+
+
+def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The bench sub-verbs (also used by `python -m harness bench`)."""
     sub = ap.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = sub.add_parser("run", help="measure workloads under several compilers, store, optionally compare")
     _add_measure(p), _add_store(p), _add_reports(p), _add_compare(p)
@@ -97,7 +103,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timer", default="event")
     p.add_argument("--device", default="cuda")
     p.add_argument("--target-s", type=float, default=None)
-    return ap
 
 
 def _open(db: Path | None):
@@ -288,7 +293,11 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    return cli_main(parser().parse_args(argv))
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`)."""
     try:
         if args.verb == "selftest":
             from .selftest import cmd_selftest

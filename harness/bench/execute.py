@@ -89,8 +89,17 @@ def check_compilers(names: list[str]) -> list[str]:
 
 
 def one_line(e: BaseException, limit: int = 300) -> str:
-    msg = str(e).strip().splitlines()
-    text = f"{type(e).__name__}: {msg[0] if msg else ''}".strip()
+    """`Type: first line`, naming the innermost cause too (Dynamo wraps backend errors)."""
+    root = e
+    for _ in range(10):
+        inner = getattr(root, "inner_exception", None) or root.__cause__
+        if inner is None or inner is root:
+            break
+        root = inner
+    lines = [ln for ln in str(root).strip().splitlines() if ln.strip()]
+    text = f"{type(root).__name__}: {lines[0].strip() if lines else ''}".strip()
+    if root is not e:
+        text = f"{type(e).__name__}: {text}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

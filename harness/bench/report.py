@@ -205,7 +205,8 @@ def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path) -
     ax.set_yticks([i + 0.4 - h / 2 for i in range(len(workloads))], workloads, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("speedup over eager (x)")
-    ax.legend()
+    if others:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,91 @@
+"""The command line end to end on a tiny subset (eager only, CPU): run, compare, list, show, export/import,
+plot, and one-line errors with exit code 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.bench.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
+FAST = ["--device", "cpu", "--compilers", "eager", "--only", "softmax.fwd.*,row_sum.*,layer_norm.fwd.fp32.*",
+        "--target-s", "0.01", "--rounds", "2", "--quiet"]
+
+
+def test_run_compare_report_export_import_plot(tmp_path, capsys):
+    db = tmp_path / "b.sqlite"
+    assert main(["run", *FAST, "--db", str(db), "--label", "first"]) == 0
+    md, js, plots = tmp_path / "r.md", tmp_path / "r.json", tmp_path / "plots"
+    code = main(["run", *FAST, "--db", str(db), "--baseline", "latest", "--md", str(md), "--json", str(js),
+                 "--plots", str(plots), "--threshold", "0.9"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "softmax.fwd.fp32.64x128" in out and "against baseline run(s) 1" in out
+    report = json.loads(js.read_text())
+    assert report["counts"]["regressed"] == 0 and len(report["results"]) == 4
+    assert report["results"][0]["gbps"] > 0 and report["environment"]
+    assert "## kiln bench: run 2" in md.read_text()
+    assert (plots / "run2_speedups.png").stat().st_size > 0 and (plots / "run2_ratios.png").exists()
+
+    assert main(["compare", "2", "run:1", "--db", str(db), "--no-fail"]) == 0
+    assert main(["list", "--db", str(db)]) == 0
+    assert main(["show", "latest", "--db", str(db)]) == 0
+    exp = tmp_path / "e.json"
+    assert main(["export", str(exp), "--db", str(db)]) == 0
+    db2 = tmp_path / "merged.sqlite"
+    assert main(["import", str(exp), str(exp), "--db", str(db2)]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s) added" in out and "2 already present" in out
+    assert main(["plot", "--from-json", str(exp), "--out", str(tmp_path / "p2")]) == 0
+    assert (tmp_path / "p2" / "history.png").exists()
+
+
+def test_planted_slowdown_fails_the_run(tmp_path, capsys):
+    db = tmp_path / "b.sqlite"
+    args = ["--device", "cpu", "--compilers", "eager", "--only", "softmax.bwd.*", "--target-s", "0.05", "--quiet",
+            "--db", str(db)]
+    assert main(["run", *args]) == 0
+    code = main(["run", *args, "--baseline", "latest", "--plant", "softmax.bwd.*=1.0"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "regressed" in out
+    assert main(["run", *args, "--baseline", "run:1", "--plant", "softmax.bwd.*=1.0", "--no-fail"]) == 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--device", "cpu", "--only", "nope*"], "no tiny workload matches"),
+    (["run", "--device", "cpu", "--compilers", "tvm9"], "unknown compiler"),
+    (["run", "--device", "cpu", "--timer", "event"], "needs a GPU"),
+    (["run", "--device", "tpu"], "bad device"),
+    (["run", "--device", "cpu", "--plant", "x=y"], "bad plant"),
+    (["run", "--device", "cpu", "--baseline", "window:0"], "window needs a positive count"),
+    (["run", "--device", "cpu", "--threshold", "5"], "between 0 and 1"),
+    (["compare", "7", "latest"], "no run 7"),
+    (["show", "abc"], "bad run id"),
+    (["import", "missing.json"], "cannot read"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    assert main([*argv, "--db", str(tmp_path / "b.sqlite")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("error: ")
+
+
+def test_import_of_non_json_is_exit_2(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("{nope")
+    assert main(["import", str(bad), "--db", str(tmp_path / "b.sqlite")]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+
+
+def test_harness_verb_and_module_entry_point(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv in (["-m", "harness.bench", "workloads"], ["-m", "harness", "bench", "workloads"]):
+        p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert "27 workloads in profile tiny" in p.stdout
