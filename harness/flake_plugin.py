@@ -5,8 +5,9 @@ and the repro lines use) cannot always be recovered. With this plugin every `<te
   kiln_nodeid     the node id relative to the rootdir, without pytest-flakefinder's run index
   kiln_flake_run  pytest-flakefinder's run index (0..N-1) when `--flake-finder` is on
 
-pytest-flakefinder parametrizes every test with a fixture `__flakefinder_<function>` whose id comes first
-in the test's parameter id: `test_x[3]`, or `test_x[3-a]` when the test has its own parameters.
+pytest-flakefinder parametrizes every test with a fixture `__flakefinder_<function>`; its parametrization
+runs first (tryfirst), so its id comes first in the test's parameter id: `test_x[3]`, or `test_x[3-a]` when
+the test has its own parameters.
 """
 
 from __future__ import annotations
@@ -27,17 +28,20 @@ def flake_run(item: pytest.Item) -> int | None:
     return None
 
 
-def base_nodeid(nodeid: str, run: int | None) -> str:
-    """`nodeid` with flakefinder's run index taken out of its parameter id."""
-    if run is None:
+def base_nodeid(nodeid: str, name: str, originalname: str, run: int | None) -> str:
+    """`nodeid` with flakefinder's run index taken out of its parameter id.
+
+    `name` is the item's name (`test_x[3-a]`), `originalname` the function's (`test_x`); the parameter id
+    is cut from `name` rather than parsed out of `nodeid`, because parameter ids may contain `[`, `-`, `::`.
+    """
+    if run is None or not name.startswith(f"{originalname}[") or not nodeid.endswith(name):
         return nodeid
-    whole, first = f"[{run}]", f"[{run}-"
-    if nodeid.endswith(whole):
-        return nodeid[: -len(whole)]
-    head, sep, tail = nodeid.rpartition(first)
-    # the flake id is the first part of the *last* bracket group (the test's own parameter id)
-    if sep and "[" not in tail:
-        return f"{head}[{tail}"
+    head = nodeid[: len(nodeid) - len(name)]
+    params = name[len(originalname) + 1 : -1]
+    if params == str(run):
+        return f"{head}{originalname}"
+    if params.startswith(f"{run}-"):
+        return f"{head}{originalname}[{params[len(str(run)) + 1 :]}]"
     return nodeid
 
 
@@ -45,6 +49,7 @@ def base_nodeid(nodeid: str, run: int | None) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         run = flake_run(item)
-        item.user_properties.append(("kiln_nodeid", base_nodeid(item.nodeid, run)))
+        original = getattr(item, "originalname", None) or item.name
+        item.user_properties.append(("kiln_nodeid", base_nodeid(item.nodeid, item.name, original, run)))
         if run is not None:
             item.user_properties.append(("kiln_flake_run", str(run)))

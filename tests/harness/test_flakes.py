@@ -155,14 +155,29 @@ def test_junit_without_plugin_properties_maps_back_to_node_ids(tmp_path):
     assert stats == {"test_a[x]": "failing", "test_b": "passing", "test_c": "skipped"}
 
 
-@pytest.mark.parametrize("nodeid, run, base", [
-    ("t.py::test_x[3]", 3, "t.py::test_x"),
-    ("t.py::test_x[3-a-b]", 3, "t.py::test_x[a-b]"),
-    ("t.py::TestC::test_m[0]", 0, "t.py::TestC::test_m"),
-    ("t.py::test_x[a]", None, "t.py::test_x[a]"),
+@pytest.mark.parametrize("nodeid, name, original, run, base", [
+    ("t.py::test_x[3]", "test_x[3]", "test_x", 3, "t.py::test_x"),
+    ("t.py::test_x[3-a-b]", "test_x[3-a-b]", "test_x", 3, "t.py::test_x[a-b]"),
+    ("t.py::TestC::test_m[0]", "test_m[0]", "test_m", 0, "t.py::TestC::test_m"),
+    ("t.py::test_x[12-[[a]]\\n-x::y[1]]", "test_x[12-[[a]]\\n-x::y[1]]", "test_x", 12, "t.py::test_x[[[a]]\\n-x::y[1]]"),
+    ("t.py::test_x[a]", "test_x[a]", "test_x", None, "t.py::test_x[a]"),
 ])
-def test_flakefinder_index_is_taken_out_of_node_ids(nodeid, run, base):
-    assert base_nodeid(nodeid, run) == base
+def test_flakefinder_index_is_taken_out_of_node_ids(nodeid, name, original, run, base):
+    assert base_nodeid(nodeid, name, original, run) == base
+
+
+def test_parametrized_ids_with_brackets_fold_into_one_test_each(planted, tmp_path):
+    test_file = tmp_path / "test_params.py"
+    test_file.write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('text', ['[[test]]\\nid = 1', 'a-b::c[0]', 'plain'])\n"
+        "def test_p(text):\n"
+        "    assert text\n")
+    report = flakes.detect([str(test_file)], backend="cpu", runs=3, out_dir=tmp_path / "out",
+                           quarantine=q.Quarantine(), extra=[f"--rootdir={tmp_path}", "-c", "/dev/null"],
+                           root=ROOT)
+    assert [(t["id"].split("::", 1)[1], t["runs"]) for t in report["tests"]] == [
+        ("test_p[[[test]]\\nid = 1]", 3), ("test_p[a-b::c[0]]", 3), ("test_p[plain]", 3)]
 
 
 def test_planted_tests_are_not_collected_by_normal_suites():
