@@ -23,7 +23,7 @@ from .capture import CompiledGraph, record
 from .codegen.triton_kernel import KernelSource, render_group
 from .codegen.wrapper import WrapperBuilder
 from .decompositions import decomposition_table
-from .exc import KilnError
+from .exc import KernelLaunchError, KilnError
 from .graph import ExternCall, FallbackReason, GraphLowering
 from .ir import Reduction
 from .runtime import cache
@@ -111,15 +111,40 @@ _graph_ids = itertools.count()
 
 
 def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any) -> Callable:
-    """AOTAutograd's forward/backward/inference compiler."""
+    """AOTAutograd's forward/backward/inference compiler.
+
+    Two safety nets keep a program running when kiln has a bug (both are off under ``strict``): a graph
+    whose compilation fails runs as its ATen graph, and a wrapper whose first launch fails switches to the
+    ATen graph for good (safe: the wrapper never writes to its inputs). Both are recorded as fallbacks.
+    """
     name = f"graph_{next(_graph_ids)}"
-    cg = compile_graph(gm, name)
+    strict = config.settings().strict
+    try:
+        cg = compile_graph(gm, name)
+    except Exception as e:
+        if strict:
+            raise
+        log.warning("kiln: compiling %s failed (%s: %s); running its ATen graph instead", name, type(e).__name__, e)
+        reason = FallbackReason("graph_compile_error", name, f"{type(e).__name__}: {e}")
+        cg = CompiledGraph(name, gm, {}, 0, 0, [reason])
     record(cg)
     log.debug("kiln compiled %s:\n%s", name, cg.code)
-    wrapper = cg.wrapper
+    state = {"fn": cg.wrapper, "verified": cg.wrapper is gm}
 
     def run(args: list) -> Any:  # boxed calling convention: AOTAutograd passes one list
-        return wrapper(*args)
+        if state["verified"]:
+            return state["fn"](*args)
+        try:
+            out = state["fn"](*args)
+        except KernelLaunchError as e:
+            if strict:
+                raise
+            log.warning("kiln: %s failed at its first run (%s); running its ATen graph instead", name, e)
+            cg.fallbacks.append(FallbackReason("graph_launch_error", name, str(e)))
+            state["fn"] = gm
+            out = gm(*args)
+        state["verified"] = True
+        return out
 
     run._boxed_call = True
     return run

@@ -1,0 +1,50 @@
+"""Outside strict mode a kiln bug never breaks the user's program: it runs as ATen, with a recorded reason."""
+
+import pytest
+import torch
+
+import compiler
+from compiler import backend
+from compiler.exc import KernelLaunchError, KilnError
+from compiler.runtime.launcher import TritonKernel
+
+
+def _broken_schedule(st):
+    raise RuntimeError("planted scheduler bug")
+
+
+def test_graph_compile_error_runs_aten_graph(monkeypatch, device):
+    passes = [(n, why, _broken_schedule if n == "schedule" else fn) for n, why, fn in backend.PASSES]
+    monkeypatch.setattr(backend, "PASSES", passes)
+    x = torch.randn(4, 8, device=device)
+    with compiler.config.patch(strict=False), compiler.capture() as graphs:
+        out = torch.compile(lambda x: torch.softmax(x, -1) + 1, backend="kiln")(x)
+    torch.testing.assert_close(out, torch.softmax(x, -1) + 1)
+    assert [f.kind for f in graphs[0].fallbacks] == ["graph_compile_error"]
+    assert "planted scheduler bug" in graphs[0].fallbacks[0].detail
+
+
+def test_graph_compile_error_raises_in_strict_mode(monkeypatch, device):
+    passes = [(n, why, _broken_schedule if n == "schedule" else fn) for n, why, fn in backend.PASSES]
+    monkeypatch.setattr(backend, "PASSES", passes)
+    with compiler.config.patch(strict=True), pytest.raises(Exception, match="planted scheduler bug"):
+        torch.compile(lambda x: x + 1, backend="kiln")(torch.randn(3, device=device))
+
+
+def test_first_launch_error_switches_to_aten(monkeypatch, device):
+    def broken(self, *args):
+        raise KernelLaunchError("planted launch failure")
+
+    monkeypatch.setattr(TritonKernel, "forward", broken)
+    x = torch.randn(5, device=device)
+    f = torch.compile(lambda x: x.sin() * 2, backend="kiln")
+    with compiler.config.patch(strict=False), compiler.capture() as graphs:
+        first = f(x)
+        second = f(x)
+    torch.testing.assert_close(first, x.sin() * 2)
+    torch.testing.assert_close(second, x.sin() * 2)
+    assert [r.kind for r in graphs[0].fallbacks] == ["graph_launch_error"]
+
+
+def test_kiln_error_is_a_single_base_class():
+    assert issubclass(KernelLaunchError, KilnError)
