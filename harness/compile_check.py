@@ -35,8 +35,14 @@ from harness.exc import CompileCheckError, HarnessError, MissingTool
 from harness.settings import settings
 
 SCHEMA = 1
-_SPEC_KEYS = {"kernel": str, "source": str, "signature": dict, "constexprs": dict, "num_warps": int,
-              "num_stages": int}
+_SPEC_KEYS = {
+    "kernel": str,
+    "source": str,
+    "signature": dict,
+    "constexprs": dict,
+    "num_warps": int,
+    "num_stages": int,
+}
 
 
 @dataclass(frozen=True)
@@ -58,14 +64,18 @@ class Target:
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Target:
         if not isinstance(obj, dict) or set(obj) != {"backend", "arch", "warp_size"}:
-            raise CompileCheckError(f"{where}: a compile target is {{\"backend\", \"arch\", \"warp_size\"}}, "
-                                    f"got {obj!r}")
+            raise CompileCheckError(
+                f'{where}: a compile target is {{"backend", "arch", "warp_size"}}, got {obj!r}'
+            )
         backend, arch, warp = obj["backend"], obj["arch"], obj["warp_size"]
         ok = (backend == "cuda" and isinstance(arch, int) and not isinstance(arch, bool)) or (
-            backend == "hip" and isinstance(arch, str) and arch.startswith("gfx"))
+            backend == "hip" and isinstance(arch, str) and arch.startswith("gfx")
+        )
         if not ok or warp not in (32, 64):
-            raise CompileCheckError(f"{where}: bad compile target {obj!r} (want cuda with an int arch such as "
-                                    "90, or hip with an arch such as \"gfx942\"; warp_size 32 or 64)")
+            raise CompileCheckError(
+                f"{where}: bad compile target {obj!r} (want cuda with an int arch such as "
+                '90, or hip with an arch such as "gfx942"; warp_size 32 or 64)'
+            )
         return cls(backend, arch, warp)
 
 
@@ -98,7 +108,8 @@ class Outcome:
         where = self.location or self.source
         if dump_dir is not None:
             where = f"{dump_dir / where}"
-        return f"{where}: kernel {self.kernel} ({self.spec_file}) does not compile for {self.target}: {self.error}"
+        what = f"kernel {self.kernel} ({self.spec_file})"
+        return f"{where}: {what} does not compile for {self.target}: {self.error}"
 
 
 def targets_from_matrix(matrix: Any) -> list[Target]:
@@ -149,11 +160,22 @@ def load_specs(dump_dir: Path) -> list[KernelSpec]:
         bad = [k for k, v in data["signature"].items() if not isinstance(v, str)]
         if bad:
             raise CompileCheckError(f"{path}: signature types must be strings such as '*fp32', see {bad}")
-        missing = [k for k, v in data["signature"].items() if v == "constexpr" and k not in data["constexprs"]]
+        missing = [
+            k for k, v in data["signature"].items() if v == "constexpr" and k not in data["constexprs"]
+        ]
         if missing:
             raise CompileCheckError(f"{path}: constexpr argument(s) {missing} have no value in 'constexprs'")
-        specs.append(KernelSpec(data["kernel"], str(Path("kernels") / source), rel, dict(data["signature"]),
-                                dict(data["constexprs"]), data["num_warps"], data["num_stages"]))
+        specs.append(
+            KernelSpec(
+                data["kernel"],
+                str(Path("kernels") / source),
+                rel,
+                dict(data["signature"]),
+                dict(data["constexprs"]),
+                data["num_warps"],
+                data["num_stages"],
+            )
+        )
     return specs
 
 
@@ -198,14 +220,21 @@ def _compile_one(fn: Any, spec: KernelSpec, target: Target, source_path: Path) -
 
     base = dict(kernel=spec.kernel, source=spec.source, spec_file=spec.spec_file, target=target.name)
     if set(spec.signature) != set(fn.arg_names):
-        return Outcome(**base, ok=False, error=f"spec signature {sorted(spec.signature)} does not match the "
-                                               f"kernel's arguments {list(fn.arg_names)}")
+        return Outcome(
+            **base,
+            ok=False,
+            error=f"spec signature {sorted(spec.signature)} does not match the "
+            f"kernel's arguments {list(fn.arg_names)}",
+        )
     # a JSON object's key order means nothing (the compiler may write sorted keys): use the kernel's order
     signature = {name: spec.signature[name] for name in fn.arg_names}
     try:
         src = ASTSource(fn, signature=signature, constexprs=spec.constexprs)
-        triton.compile(src, target=GPUTarget(target.backend, target.arch, target.warp_size),
-                       options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+        triton.compile(
+            src,
+            target=GPUTarget(target.backend, target.arch, target.warp_size),
+            options={"num_warps": spec.num_warps, "num_stages": spec.num_stages},
+        )
     except CompilationError as e:
         node = getattr(e, "node", None)
         location = ""
@@ -222,8 +251,9 @@ def _compile_one(fn: Any, spec: KernelSpec, target: Target, source_path: Path) -
 def worker(request: Path, results: Path) -> int:
     """Compile the request's specs for its targets; one JSON line per outcome, flushed as it comes."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        raise CompileCheckError("the compile worker must run without TRITON_INTERPRET (the interpreter "
-                                "compiles nothing)")
+        raise CompileCheckError(
+            "the compile worker must run without TRITON_INTERPRET (the interpreter compiles nothing)"
+        )
     try:
         from triton.compiler import ASTSource
     except ImportError as e:
@@ -248,8 +278,14 @@ def worker(request: Path, results: Path) -> int:
             fn = loaded[spec.source]
             for target in targets:
                 if isinstance(fn, Exception):
-                    outcome = Outcome(spec.kernel, spec.source, spec.spec_file, target.name, False,
-                                      f"module does not import: {type(fn).__name__}: {_one_line(str(fn))}")
+                    outcome = Outcome(
+                        spec.kernel,
+                        spec.source,
+                        spec.spec_file,
+                        target.name,
+                        False,
+                        f"module does not import: {type(fn).__name__}: {_one_line(str(fn))}",
+                    )
                 else:
                     outcome = _compile_one(fn, spec, target, path)
                 out.write(json.dumps(asdict(outcome)) + "\n")
@@ -269,8 +305,9 @@ def compiler_env() -> dict[str, str]:
     return env
 
 
-def compile_specs(specs: Sequence[KernelSpec], targets: Sequence[Target], dump_dir: Path, work_dir: Path,
-                  jobs: int = 1) -> list[Outcome]:
+def compile_specs(
+    specs: Sequence[KernelSpec], targets: Sequence[Target], dump_dir: Path, work_dir: Path, jobs: int = 1
+) -> list[Outcome]:
     """Compile every spec for every target in `jobs` worker processes; outcomes sorted by spec then target."""
     if not specs or not targets:
         return []
@@ -285,14 +322,26 @@ def compile_specs(specs: Sequence[KernelSpec], targets: Sequence[Target], dump_d
     procs = []
     for i, chunk in enumerate(chunks):
         request, result = work_dir / f"request-{i}.json", work_dir / f"outcomes-{i}.jsonl"
-        request.write_text(json.dumps({"dump_dir": str(dump_dir.resolve()),
-                                       "targets": [asdict(t) for t in targets],
-                                       "specs": [asdict(s) for s in chunk]}))
+        request.write_text(
+            json.dumps(
+                {
+                    "dump_dir": str(dump_dir.resolve()),
+                    "targets": [asdict(t) for t in targets],
+                    "specs": [asdict(s) for s in chunk],
+                }
+            )
+        )
         result.write_text("")
         cmd = [sys.executable, "-m", "harness.compile_check", "--worker", str(request), str(result)]
         log = (work_dir / f"worker-{i}.log").open("w")
-        procs.append((subprocess.Popen(cmd, env=compiler_env(), stdout=log, stderr=subprocess.STDOUT), log,
-                      result, chunk))
+        procs.append(
+            (
+                subprocess.Popen(cmd, env=compiler_env(), stdout=log, stderr=subprocess.STDOUT),
+                log,
+                result,
+                chunk,
+            )
+        )
     outcomes: dict[tuple[str, str], Outcome] = {}
     failures = []
     for proc, log, result, chunk in procs:
@@ -306,9 +355,17 @@ def compile_specs(specs: Sequence[KernelSpec], targets: Sequence[Target], dump_d
             failures.append(f"compile worker exited {code}: {tail}")
         for spec in chunk:  # a worker that died leaves its remaining pairs without an outcome
             for t in targets:
-                outcomes.setdefault((spec.spec_file, t.name), Outcome(
-                    spec.kernel, spec.source, spec.spec_file, t.name, False,
-                    f"not compiled: the compile worker exited {code} first"))
+                outcomes.setdefault(
+                    (spec.spec_file, t.name),
+                    Outcome(
+                        spec.kernel,
+                        spec.source,
+                        spec.spec_file,
+                        t.name,
+                        False,
+                        f"not compiled: the compile worker exited {code} first",
+                    ),
+                )
     if failures and all(o.error.startswith("not compiled:") for o in outcomes.values()):
         # no worker compiled anything (bad environment): an error of the check, not a finding about kernels
         raise CompileCheckError(failures[0])
@@ -319,9 +376,10 @@ def compile_specs(specs: Sequence[KernelSpec], targets: Sequence[Target], dump_d
 # ---- running the suites with KILN_DUMP_DIR ------------------------------------------------------------
 
 
-def dump_kernels(dump_dir: Path, paths: Sequence[str], root: Path, log: Path,
-                 extra: Sequence[str] = ()) -> int:
-    """Run `paths` on CPU under Triton's interpreter with KILN_DUMP_DIR=dump_dir; returns pytest's exit code."""
+def dump_kernels(
+    dump_dir: Path, paths: Sequence[str], root: Path, log: Path, extra: Sequence[str] = ()
+) -> int:
+    """Run `paths` on CPU in interpreter mode with KILN_DUMP_DIR=dump_dir; returns pytest's exit code."""
     from harness import matrix
 
     m = matrix.load()
@@ -333,8 +391,18 @@ def dump_kernels(dump_dir: Path, paths: Sequence[str], root: Path, log: Path,
     env["KILN_DUMP_DIR"] = str(dump_dir.resolve())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     dump_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--tb=line",
-           f"--timeout={cpu.timeouts.test_s}", *extra, *paths]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:xdist",
+        "-q",
+        "--tb=line",
+        f"--timeout={cpu.timeouts.test_s}",
+        *extra,
+        *paths,
+    ]
     with log.open("w", encoding="utf-8") as out:
         code = subprocess.run(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     if code in (2, 3, 4):
@@ -345,8 +413,12 @@ def dump_kernels(dump_dir: Path, paths: Sequence[str], root: Path, log: Path,
 # ---- report -------------------------------------------------------------------------------------------
 
 
-def build_report(specs: Sequence[KernelSpec], targets: Sequence[Target], outcomes: Sequence[Outcome],
-                 suites_exit: int | None) -> dict:
+def build_report(
+    specs: Sequence[KernelSpec],
+    targets: Sequence[Target],
+    outcomes: Sequence[Outcome],
+    suites_exit: int | None,
+) -> dict:
     failed = [o for o in outcomes if not o.ok]
     return {
         "schema": SCHEMA,
@@ -363,9 +435,11 @@ def build_report(specs: Sequence[KernelSpec], targets: Sequence[Target], outcome
 
 
 def summary_line(report: dict) -> str:
-    return (f"compile-check: {report['kernels']} kernels, {report['specializations']} specializations x "
-            f"{len(report['targets'])} targets ({', '.join(report['targets'])}): {report['compiled']} compiled, "
-            f"{report['failed']} failed")
+    return (
+        f"compile-check: {report['kernels']} kernels, {report['specializations']} specializations x "
+        f"{len(report['targets'])} targets ({', '.join(report['targets'])}): {report['compiled']} compiled, "
+        f"{report['failed']} failed"
+    )
 
 
 def render_markdown(report: dict) -> str:
@@ -374,23 +448,31 @@ def render_markdown(report: dict) -> str:
         lines += ["| kernel source | spec | target | error |", "|---|---|---|---|"]
         for f in report["failures"]:
             error = f["error"].replace("|", "\\|")
-            lines.append(f"| `{f['location'] or f['source']}` | `{f['spec_file']}` | {f['target']} | {error} |")
+            lines.append(
+                f"| `{f['location'] or f['source']}` | `{f['spec_file']}` | {f['target']} | {error} |"
+            )
         lines.append("")
     if report["specializations"] == 0:
-        lines += ["No kernel was dumped: the suites generated no kernels (or the compiler wrote no dump).", ""]
+        lines += [
+            "No kernel was dumped: the suites generated no kernels (or the compiler wrote no dump).",
+            "",
+        ]
     return "\n".join(lines)
 
 
 def write_report(out_dir: Path, report: dict) -> None:
-    for name, text in (("compile_check.json", json.dumps(report, indent=2) + "\n"),
-                       ("compile_check.md", render_markdown(report))):
+    for name, text in (
+        ("compile_check.json", json.dumps(report, indent=2) + "\n"),
+        ("compile_check.md", render_markdown(report)),
+    ):
         tmp = out_dir / f".{name}.tmp"
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out_dir / name)
 
 
-def check(dump_dir: Path, targets: Sequence[Target], out_dir: Path, jobs: int = 1,
-          suites_exit: int | None = None) -> dict:
+def check(
+    dump_dir: Path, targets: Sequence[Target], out_dir: Path, jobs: int = 1, suites_exit: int | None = None
+) -> dict:
     """Compile the dump folder's specs for `targets`, write the report into `out_dir`, return it."""
     specs = load_specs(dump_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -405,13 +487,25 @@ def check(dump_dir: Path, targets: Sequence[Target], out_dir: Path, jobs: int = 
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", help="use this existing dump folder instead of running the suites")
-    p.add_argument("--target", action="append", default=[], metavar="LABEL",
-                   help="only this target (sm_90, gfx942, ...; repeatable; default: all in ci/matrix.json)")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="only this target (sm_90, gfx942, ...; repeatable; default: all in ci/matrix.json)",
+    )
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="compile worker processes")
-    p.add_argument("--min-kernels", type=int, default=0,
-                   help="fail when fewer kernel specializations than this were dumped")
-    p.add_argument("--github-summary", action="store_true",
-                   help="also append the Markdown report to $GITHUB_STEP_SUMMARY when it is set")
+    p.add_argument(
+        "--min-kernels",
+        type=int,
+        default=0,
+        help="fail when fewer kernel specializations than this were dumped",
+    )
+    p.add_argument(
+        "--github-summary",
+        action="store_true",
+        help="also append the Markdown report to $GITHUB_STEP_SUMMARY when it is set",
+    )
     p.add_argument("--out", help="output folder (default: <results>/compile-check-<time>)")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG", help="extra pytest argument")
     p.add_argument("paths", nargs="*", help="test paths to run for the dump (default: the matrix's suites)")
@@ -451,8 +545,10 @@ def cli_main(args: argparse.Namespace) -> int:
 
         append_github_summary(out / "compile_check.md")
     if report["specializations"] < args.min_kernels:
-        raise CompileCheckError(f"only {report['specializations']} kernel specializations were dumped to {dump}, "
-                                f"--min-kernels wants {args.min_kernels}")
+        raise CompileCheckError(
+            f"only {report['specializations']} kernel specializations were dumped to {dump}, "
+            f"--min-kernels wants {args.min_kernels}"
+        )
     return 0 if report["ok"] else 1
 
 
@@ -461,7 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["--worker"] and len(argv) == 3:
             return worker(Path(argv[1]), Path(argv[2]))
-        parser = argparse.ArgumentParser(prog="python -m harness.compile_check", description=__doc__.splitlines()[0])
+        parser = argparse.ArgumentParser(
+            prog="python -m harness.compile_check", description=__doc__.splitlines()[0]
+        )
         cli_add_arguments(parser)
         return cli_main(parser.parse_args(argv))
     except HarnessError as e:

@@ -11,7 +11,8 @@ Terms:
   blocking     a failing or flaky test that the quarantine does not cover: it fails the flake session.
 
 Steps: `pytest_command` -> `run_pytest` -> `read_junit` -> `classify` -> quarantine.apply -> `write_report`.
-Output folder: pytest.xml (JUnit), pytest.log, flakes.json (the report, schema 1) and flakes.md (for the job summary).
+Output folder: pytest.xml (JUnit), pytest.log, flakes.json (the report, schema 1) and flakes.md (for the
+job summary).
 The CLI is `python -m harness flakes --backend cpu --runs 20 [paths or node ids...]`.
 """
 
@@ -96,16 +97,25 @@ def read_junit(path: Path, root: Path | None = None) -> list[Run]:
     except FileNotFoundError:
         raise FlakeRunError(f"no JUnit XML at {path}: pytest did not finish a session") from None
     except ET.ParseError as e:
-        raise FlakeRunError(f"{path}: unreadable JUnit XML ({e}); the run was cut off while writing") from None
+        raise FlakeRunError(
+            f"{path}: unreadable JUnit XML ({e}); the run was cut off while writing"
+        ) from None
     runs: list[Run] = []
     for case in tree.getroot().iter("testcase"):
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        test_id = props.get("kiln_nodeid") or _nodeid_from_names(case.get("classname", ""),
-                                                                  case.get("name", ""), root)
+        test_id = props.get("kiln_nodeid") or _nodeid_from_names(
+            case.get("classname", ""), case.get("name", ""), root
+        )
         index = props.get("kiln_flake_run")
         outcome, message = _outcome(case)
-        runs.append(Run(test_id, int(index) if index is not None else None, outcome, message.splitlines()[0]
-                        if message else ""))
+        runs.append(
+            Run(
+                test_id,
+                int(index) if index is not None else None,
+                outcome,
+                message.splitlines()[0] if message else "",
+            )
+        )
     return runs
 
 
@@ -132,9 +142,18 @@ def classify(runs: Iterable[Run]) -> list[TestStats]:
             status = FAILING
         else:
             status = FLAKY
-        stats.append(TestStats(test_id, status, len(rs), passed, len(failed), skipped,
-                               round(len(failed) / counted, 4) if counted else 0.0,
-                               failed[0].message if failed else ""))
+        stats.append(
+            TestStats(
+                test_id,
+                status,
+                len(rs),
+                passed,
+                len(failed),
+                skipped,
+                round(len(failed) / counted, 4) if counted else 0.0,
+                failed[0].message if failed else "",
+            )
+        )
     return stats
 
 
@@ -154,8 +173,9 @@ def flake_args(runs: int) -> list[str]:
     return ["-p", "harness.flake_plugin", "--flake-finder", f"--flake-runs={runs}", "-q", "-rN", "--tb=line"]
 
 
-def pytest_command(paths: Sequence[str], runs: int, junit: Path, extra: Sequence[str] = (),
-                   timeout_s: int | None = None) -> list[str]:
+def pytest_command(
+    paths: Sequence[str], runs: int, junit: Path, extra: Sequence[str] = (), timeout_s: int | None = None
+) -> list[str]:
     """The one native pytest call that runs `paths` `runs` times in a single process."""
     cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", *flake_args(runs), f"--junitxml={junit}"]
     if timeout_s:
@@ -167,8 +187,15 @@ def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) ->
     """Run pytest with output tee'd to `log`; returns (exit code, interrupted)."""
     interrupted = False
     with log.open("w", encoding="utf-8") as out:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1)
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -210,16 +237,31 @@ def _require_gpu(backend_name: str) -> None:
         raise NoDeviceError(f"backend {backend_name}: could not import torch to look for a GPU") from None
     want_hip = backend_name == "rocm"
     if not available or bool(hip) != want_hip:
-        kind = "an AMD GPU with a ROCm build of torch" if want_hip else "an NVIDIA GPU with a CUDA build of torch"
-        raise NoDeviceError(f"backend {backend_name} needs {kind}; none found on this machine "
-                            "(use --backend cpu for Triton's interpreter)")
+        kind = (
+            "an AMD GPU with a ROCm build of torch"
+            if want_hip
+            else "an NVIDIA GPU with a CUDA build of torch"
+        )
+        raise NoDeviceError(
+            f"backend {backend_name} needs {kind}; none found on this machine "
+            "(use --backend cpu for Triton's interpreter)"
+        )
 
 
 # ---- report -------------------------------------------------------------------------------------------
 
 
-def build_report(stats: list[TestStats], verdict: quarantine_mod.Verdict, *, backend: str, runs: int,
-                 paths: Sequence[str], command: Sequence[str], pytest_exit: int, complete: bool) -> dict:
+def build_report(
+    stats: list[TestStats],
+    verdict: quarantine_mod.Verdict,
+    *,
+    backend: str,
+    runs: int,
+    paths: Sequence[str],
+    command: Sequence[str],
+    pytest_exit: int,
+    complete: bool,
+) -> dict:
     counts = {s: sum(t.status == s for t in stats) for s in (PASSING, FAILING, FLAKY, SKIPPED)}
     quarantined = {r.id: r.entry.reason for r in verdict.quarantined_failing + verdict.ready_to_leave}
     tests = []
@@ -250,9 +292,12 @@ def summary_line(report: dict) -> str:
     flaky = [t for t in report["tests"] if t["status"] == FLAKY]
     rates = ", ".join(f"{t['id'].rsplit('::', 1)[-1]} {t['failure_rate']:.0%}" for t in flaky[:3])
     tail = "" if report["complete"] else " (INCOMPLETE: interrupted)"
-    return (f"flakes {report['backend']}: {len(report['tests'])} tests x {report['runs']} runs: "
-            f"{c[PASSING]} passing, {c[FAILING]} failing, {c[FLAKY]} flaky"
-            + (f" ({rates})" if rates else "") + f", {len(report['blocking'])} blocking{tail}")
+    return (
+        f"flakes {report['backend']}: {len(report['tests'])} tests x {report['runs']} runs: "
+        f"{c[PASSING]} passing, {c[FAILING]} failing, {c[FLAKY]} flaky"
+        + (f" ({rates})" if rates else "")
+        + f", {len(report['blocking'])} blocking{tail}"
+    )
 
 
 def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
@@ -263,8 +308,9 @@ def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
         for t in bad:
             counted = t["passed"] + t["failed"]
             q = f"yes: {t['reason']}" if t["quarantined"] else "no"
-            lines.append(f"| `{t['id']}` | {t['status']} | {t['failed']} / {counted} | "
-                         f"{t['failure_rate']:.0%} | {q} |")
+            lines.append(
+                f"| `{t['id']}` | {t['status']} | {t['failed']} / {counted} | {t['failure_rate']:.0%} | {q} |"
+            )
         lines.append("")
     section = verdict.markdown()
     return "\n".join(lines) + ("\n" + section if section else "")
@@ -281,8 +327,9 @@ def write_report(out_dir: Path, report: dict, markdown: str) -> None:
 # ---- the whole step -----------------------------------------------------------------------------------
 
 
-def _run_in_container(backend: str, paths: Sequence[str], runs: int, out_dir: Path, extra: Sequence[str],
-                      image: str | None) -> tuple[int, bool, list[str]]:
+def _run_in_container(
+    backend: str, paths: Sequence[str], runs: int, out_dir: Path, extra: Sequence[str], image: str | None
+) -> tuple[int, bool, list[str]]:
     """The flake run in the backend's image, through the runner (same mounts, GPU flags, timeouts)."""
     from harness import health, image as image_mod, matrix, runner
 
@@ -292,16 +339,34 @@ def _run_in_container(backend: str, paths: Sequence[str], runs: int, out_dir: Pa
     health.require_host_devices(b)
     tag = image or image_mod.build(b).tag
     try:
-        run = runner.run_pytest(b, paths, out_dir, "pytest", native=False, image=tag, m=m,
-                                extra=[*flake_args(runs), *extra], timeout_s=b.timeouts.suite_s * runs)
+        run = runner.run_pytest(
+            b,
+            paths,
+            out_dir,
+            "pytest",
+            native=False,
+            image=tag,
+            m=m,
+            extra=[*flake_args(runs), *extra],
+            timeout_s=b.timeouts.suite_s * runs,
+        )
     except KeyboardInterrupt:
         return 2, True, []
     return run.returncode, run.timed_out or run.returncode == 2, list(run.argv)
 
 
-def detect(paths: Sequence[str], *, backend: str, runs: int, out_dir: Path,
-           quarantine: quarantine_mod.Quarantine, extra: Sequence[str] = (),
-           root: Path | None = None, native: bool = True, image: str | None = None) -> dict:
+def detect(
+    paths: Sequence[str],
+    *,
+    backend: str,
+    runs: int,
+    out_dir: Path,
+    quarantine: quarantine_mod.Quarantine,
+    extra: Sequence[str] = (),
+    root: Path | None = None,
+    native: bool = True,
+    image: str | None = None,
+) -> dict:
     """Run `paths` `runs` times on `backend`, classify, apply the quarantine, write the report into `out_dir`.
 
     `native` runs pytest with this machine's Python; otherwise in the backend's container (`image`, or the
@@ -328,8 +393,16 @@ def detect(paths: Sequence[str], *, backend: str, runs: int, out_dir: Path,
     all_runs = read_junit(junit, root)
     stats = classify(all_runs)
     verdict = quarantine_mod.apply(outcomes(all_runs), quarantine, backend)
-    report = build_report(stats, verdict, backend=backend, runs=runs, paths=paths, command=cmd,
-                          pytest_exit=code, complete=not interrupted)
+    report = build_report(
+        stats,
+        verdict,
+        backend=backend,
+        runs=runs,
+        paths=paths,
+        command=cmd,
+        pytest_exit=code,
+        complete=not interrupted,
+    )
     write_report(out_dir, report, render_markdown(report, verdict))
     if interrupted:
         raise RunInterrupted(f"interrupted; partial results (marked incomplete) kept in {out_dir}")
@@ -351,14 +424,28 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="cpu", help="backend from ci/matrix.json (default: cpu)")
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"runs per test (default {DEFAULT_RUNS})")
     p.add_argument("--quarantine", help="quarantine file (default: ci/quarantine.toml)")
-    p.add_argument("--github-summary", action="store_true",
-                   help="also append the Markdown report to $GITHUB_STEP_SUMMARY when it is set")
+    p.add_argument(
+        "--github-summary",
+        action="store_true",
+        help="also append the Markdown report to $GITHUB_STEP_SUMMARY when it is set",
+    )
     p.add_argument("--out", help="output folder (default: <results>/flakes-<backend>-<time>)")
-    p.add_argument("--native", action="store_true", default=None,
-                   help="run with this machine's Python instead of the backend's container (also KILN_NATIVE=1)")
-    p.add_argument("--image", help="container mode: use this local image instead of building the hash-tagged one")
-    p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for pytest (repeatable), e.g. --pytest-arg=-k --pytest-arg=softmax")
+    p.add_argument(
+        "--native",
+        action="store_true",
+        default=None,
+        help="run with this machine's Python instead of the backend's container (also KILN_NATIVE=1)",
+    )
+    p.add_argument(
+        "--image", help="container mode: use this local image instead of building the hash-tagged one"
+    )
+    p.add_argument(
+        "--pytest-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for pytest (repeatable), e.g. --pytest-arg=-k --pytest-arg=softmax",
+    )
     p.add_argument("paths", nargs="*", help="test paths or node ids (default: the matrix's suites)")
 
 
@@ -377,8 +464,17 @@ def cli_main(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out = Path(args.out) if args.out else s.results_root / f"flakes-{args.backend}-{stamp}"
     native = s.native if args.native is None else args.native
-    report = detect(paths, backend=args.backend, runs=args.runs, out_dir=out, quarantine=q,
-                    extra=args.pytest_arg, root=s.root, native=native, image=args.image)
+    report = detect(
+        paths,
+        backend=args.backend,
+        runs=args.runs,
+        out_dir=out,
+        quarantine=q,
+        extra=args.pytest_arg,
+        root=s.root,
+        native=native,
+        image=args.image,
+    )
     print(summary_line(report))
     for r in report["quarantine"]["ready_to_leave"]:
         print(f"ready to leave quarantine: {r['id']} passed {r['runs']}/{r['runs']} runs")

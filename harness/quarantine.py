@@ -1,4 +1,5 @@
-"""The quarantine: known-flaky tests that still run and are reported, but whose failures do not fail the build.
+"""The quarantine: known-flaky tests that still run and are reported, but whose failures do not fail the
+build.
 
 Terms:
   quarantine file   `ci/quarantine.toml`: an array of `[[test]]` tables, each with
@@ -74,7 +75,9 @@ def _read_toml(path: Path) -> dict:
         try:
             import tomli as tomllib  # type: ignore[no-redef]
         except ModuleNotFoundError as e:
-            raise QuarantineError("reading the quarantine file needs Python >= 3.11 or `pip install tomli`") from e
+            raise QuarantineError(
+                "reading the quarantine file needs Python >= 3.11 or `pip install tomli`"
+            ) from e
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as e:
@@ -103,7 +106,9 @@ def parse(data: Mapping, source: str = "<quarantine>") -> Quarantine:
             raise QuarantineError(f"{where}: must be a table with 'id' and 'reason'")
         test_id = item.get("id")
         if not isinstance(test_id, str) or not test_id.strip():
-            raise QuarantineError(f"{where}: missing 'id' (a pytest node id such as 'tests/x/test_y.py::test_z')")
+            raise QuarantineError(
+                f"{where}: missing 'id' (a pytest node id such as 'tests/x/test_y.py::test_z')"
+            )
         test_id = test_id.strip()
         where = f"{where} (id {test_id!r})"
         if "::" not in test_id:
@@ -172,8 +177,13 @@ class Verdict:
 
     def to_dict(self) -> dict:
         def qr(r: QuarantinedResult) -> dict:
-            return {"id": r.id, "failures": r.failures, "runs": r.runs, "reason": r.entry.reason,
-                    "issue": r.entry.issue}
+            return {
+                "id": r.id,
+                "failures": r.failures,
+                "runs": r.runs,
+                "reason": r.entry.reason,
+                "issue": r.entry.issue,
+            }
 
         return {
             "backend": self.backend,
@@ -189,11 +199,16 @@ class Verdict:
         lines: list[str] = []
         if self.quarantined_failing:
             lines += ["", "**Quarantined failures (do not fail the build):**", ""]
-            lines += [f"- `{r.id}`: failed {r.failures}/{r.runs}; {r.entry.reason}" for r in self.quarantined_failing]
+            lines += [
+                f"- `{r.id}`: failed {r.failures}/{r.runs}; {r.entry.reason}"
+                for r in self.quarantined_failing
+            ]
         if self.ready_to_leave:
             lines += ["", "**Ready to leave quarantine (passed every run):**", ""]
-            lines += [f"- `{r.id}`: passed {r.runs}/{r.runs}; remove it from ci/quarantine.toml"
-                      for r in self.ready_to_leave]
+            lines += [
+                f"- `{r.id}`: passed {r.runs}/{r.runs}; remove it from ci/quarantine.toml"
+                for r in self.ready_to_leave
+            ]
         if self.not_run:
             lines += ["", "**Quarantine entries that matched no test run:**", ""]
             lines += [f"- `{e.id}`" for e in self.not_run]
@@ -210,8 +225,9 @@ def _as_runs(value: str | Sequence[str]) -> list[str]:
     return runs
 
 
-def apply(outcomes: Mapping[str, str | Sequence[str]], quarantine: Quarantine,
-          backend: str | None = None) -> Verdict:
+def apply(
+    outcomes: Mapping[str, str | Sequence[str]], quarantine: Quarantine, backend: str | None = None
+) -> Verdict:
     """Split a run's outcomes into blocking failures, quarantined failures and tests ready to leave.
 
     `outcomes` maps a test id to one outcome or a list of per-run outcomes; `backend` selects the

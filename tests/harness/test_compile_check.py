@@ -43,17 +43,23 @@ def test_matrix_targets_cover_sm90_gfx942_gfx950():
         cc.select_targets(TARGETS, ["sm_75"])
 
 
-@pytest.mark.parametrize("obj", [{"backend": "cuda", "arch": "90", "warp_size": 32},
-                                 {"backend": "hip", "arch": "mi300", "warp_size": 64},
-                                 {"backend": "cuda", "arch": 90},
-                                 {"backend": "metal", "arch": 1, "warp_size": 32}])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"backend": "cuda", "arch": "90", "warp_size": 32},
+        {"backend": "hip", "arch": "mi300", "warp_size": 64},
+        {"backend": "cuda", "arch": 90},
+        {"backend": "metal", "arch": 1, "warp_size": 32},
+    ],
+)
 def test_bad_target_is_a_clear_error(obj):
     with pytest.raises(CompileCheckError, match="compile target"):
         cc.Target.from_json(obj, "ci/matrix.json: backends.x.compile_targets[0]")
 
 
-def test_valid_kernel_compiles_and_interpreter_only_kernel_fails_naming_source_and_target(dump, tmp_path,
-                                                                                          monkeypatch):
+def test_valid_kernel_compiles_and_interpreter_only_kernel_fails_naming_source_and_target(
+    dump, tmp_path, monkeypatch
+):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))  # really compile, no cache hits
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # as in a CPU suite run: the workers must drop it
     report = cc.check(dump, TARGETS, tmp_path / "out", jobs=2)
@@ -67,15 +73,21 @@ def test_valid_kernel_compiles_and_interpreter_only_kernel_fails_naming_source_a
         assert f.location == "kernels/kiln_planted_interp_only.py:14:4"  # the `try` statement
         assert "unsupported AST node type: Try" in f.error
     msg = failures[TARGETS.index(cc.Target("hip", "gfx942", 64))].message(dump)
-    assert msg == (f"{dump}/kernels/kiln_planted_interp_only.py:14:4: kernel kiln_planted_interp_only "
-                   "(kernels/kiln_planted_interp_only.0f1e2d3c.json) does not compile for hip gfx942: "
-                   "UnsupportedLanguageConstruct: unsupported AST node type: Try")
+    assert msg == (
+        f"{dump}/kernels/kiln_planted_interp_only.py:14:4: kernel kiln_planted_interp_only "
+        "(kernels/kiln_planted_interp_only.0f1e2d3c.json) does not compile for hip gfx942: "
+        "UnsupportedLanguageConstruct: unsupported AST node type: Try"
+    )
     saved = json.loads((tmp_path / "out" / "compile_check.json").read_text())
     assert saved == report
     md = (tmp_path / "out" / "compile_check.md").read_text()
-    assert "| `kernels/kiln_planted_interp_only.py:14:4` | `kernels/kiln_planted_interp_only.0f1e2d3c.json` | " \
-           "hip gfx950 |" in md
-    artefacts = list((tmp_path / "triton-cache").rglob("*.hsaco")) + list((tmp_path / "triton-cache").rglob("*.cubin"))
+    assert (
+        "| `kernels/kiln_planted_interp_only.py:14:4` | `kernels/kiln_planted_interp_only.0f1e2d3c.json` | "
+        "hip gfx950 |" in md
+    )
+    artefacts = list((tmp_path / "triton-cache").rglob("*.hsaco")) + list(
+        (tmp_path / "triton-cache").rglob("*.cubin")
+    )
     assert artefacts, "the valid kernel was compiled to cubin/hsaco"
 
 
@@ -83,14 +95,32 @@ def test_cli_runs_the_suite_in_interpreter_mode_then_compiles_its_dump(tmp_path)
     out = tmp_path / "out"
     (tmp_path / "state").mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "compile-check", "--out", str(out), "--target", "sm_90",
-         "--target", "gfx942", "--pytest-arg=--confcutdir=tests/harness/planted",
-         "tests/harness/planted/planted_dump.py"],
-        cwd=ROOT, env=_env(KILN_PLANTED_STATE=str(tmp_path / "state")), capture_output=True, text=True,
-        timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "compile-check",
+            "--out",
+            str(out),
+            "--target",
+            "sm_90",
+            "--target",
+            "gfx942",
+            "--pytest-arg=--confcutdir=tests/harness/planted",
+            "tests/harness/planted/planted_dump.py",
+        ],
+        cwd=ROOT,
+        env=_env(KILN_PLANTED_STATE=str(tmp_path / "state")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 passed" in (out / "suites.log").read_text()  # the interpreter accepted both kernels
-    assert "2 kernels, 3 specializations x 2 targets (cuda sm_90, hip gfx942): 4 compiled, 2 failed" in proc.stdout
+    assert (
+        "2 kernels, 3 specializations x 2 targets (cuda sm_90, hip gfx942): 4 compiled, 2 failed"
+        in proc.stdout
+    )
     fails = [ln for ln in proc.stderr.splitlines() if ln.startswith("compile-check: FAIL")]
     assert len(fails) == 2
     assert "kiln_planted_interp_only.py:14:4" in fails[1] and "does not compile for hip gfx942" in fails[1]
@@ -99,9 +129,25 @@ def test_cli_runs_the_suite_in_interpreter_mode_then_compiles_its_dump(tmp_path)
 def test_clean_dump_passes(dump, tmp_path):
     for path in dump.glob("kernels/kiln_planted_interp_only*"):
         path.unlink()
-    proc = subprocess.run([sys.executable, "-m", "harness", "compile-check", "--dump", str(dump),
-                           "--out", str(tmp_path / "out"), "--target", "gfx950"],
-                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "compile-check",
+            "--dump",
+            str(dump),
+            "--out",
+            str(tmp_path / "out"),
+            "--target",
+            "gfx950",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "1 kernels, 2 specializations x 1 targets (hip gfx950): 2 compiled, 0 failed" in proc.stdout
 
@@ -115,19 +161,25 @@ def test_findings_for_unimportable_module_and_wrong_signature(dump, tmp_path):
     target = [cc.Target("cuda", 90, 32)]
     report = cc.check(dump, target, tmp_path / "out")
     errors = {f["spec_file"]: f["error"] for f in report["failures"]}
-    assert errors["kernels/kiln_planted_interp_only.0f1e2d3c.json"].startswith("module does not import: SyntaxError")
+    assert errors["kernels/kiln_planted_interp_only.0f1e2d3c.json"].startswith(
+        "module does not import: SyntaxError"
+    )
     assert errors["kernels/kiln_planted_ok.9a8b7c6d.json"].startswith(
-        "spec signature ['BLOCK', 'n', 'x_ptr'] does not match the kernel's arguments")
+        "spec signature ['BLOCK', 'n', 'x_ptr'] does not match the kernel's arguments"
+    )
     assert report["compiled"] == 1
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d.pop("num_warps"), "'num_warps' must be a int, got None"),
-    (lambda d: d.update(source="../evil.py"), "source '../evil.py' is not a file in"),
-    (lambda d: d.update(source="missing.py"), "source 'missing.py' is not a file in"),
-    (lambda d: d.update(constexprs={}), r"constexpr argument\(s\) \['BLOCK'\] have no value"),
-    (lambda d: d.update(signature={"x_ptr": 1}), "signature types must be strings"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.pop("num_warps"), "'num_warps' must be a int, got None"),
+        (lambda d: d.update(source="../evil.py"), "source '../evil.py' is not a file in"),
+        (lambda d: d.update(source="missing.py"), "source 'missing.py' is not a file in"),
+        (lambda d: d.update(constexprs={}), r"constexpr argument\(s\) \['BLOCK'\] have no value"),
+        (lambda d: d.update(signature={"x_ptr": 1}), "signature types must be strings"),
+    ],
+)
 def test_malformed_spec_is_a_clear_error(dump, edit, message):
     spec = dump / "kernels" / "kiln_planted_ok.0f1e2d3c.json"
     data = json.loads(spec.read_text())
@@ -147,9 +199,25 @@ def test_unreadable_spec_and_missing_dump(dump, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cc.load_specs(empty) == []
-    proc = subprocess.run([sys.executable, "-m", "harness", "compile-check", "--dump", str(empty), "--out",
-                           str(tmp_path / "o"), "--min-kernels", "1"], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "compile-check",
+            "--dump",
+            str(empty),
+            "--out",
+            str(tmp_path / "o"),
+            "--min-kernels",
+            "1",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("harness compile-check: error: only 0 kernel specializations")
 
@@ -157,9 +225,21 @@ def test_unreadable_spec_and_missing_dump(dump, tmp_path):
 def test_worker_refuses_interpreter_mode(dump, tmp_path):
     request = tmp_path / "req.json"
     request.write_text(json.dumps({"dump_dir": str(dump), "targets": [], "specs": []}))
-    proc = subprocess.run([sys.executable, "-m", "harness.compile_check", "--worker", str(request),
-                           str(tmp_path / "out.jsonl")], cwd=ROOT, env=_env(TRITON_INTERPRET="1"),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.compile_check",
+            "--worker",
+            str(request),
+            str(tmp_path / "out.jsonl"),
+        ],
+        cwd=ROOT,
+        env=_env(TRITON_INTERPRET="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "must run without TRITON_INTERPRET" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -175,8 +255,14 @@ def test_the_compilers_own_dump_compiles_for_every_target(tmp_path):
         "assert torch.allclose(g(x), torch.softmax(x, dim=-1), atol=1e-5)\n"
     )
     dump = tmp_path / "dump"
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=_env(KILN_DUMP_DIR=str(dump), TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)))
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(KILN_DUMP_DIR=str(dump), TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = cc.check(dump, TARGETS, tmp_path / "out")
     assert report["specializations"] >= 2

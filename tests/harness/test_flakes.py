@@ -35,8 +35,15 @@ def _by_id(report: dict) -> dict[str, dict]:
 
 
 def test_planted_tests_are_classified_passing_failing_and_flaky(planted):
-    report = flakes.detect([PLANTED], backend="cpu", runs=RUNS, out_dir=planted / "out",
-                           quarantine=q.Quarantine(), extra=ISOLATE, root=ROOT)
+    report = flakes.detect(
+        [PLANTED],
+        backend="cpu",
+        runs=RUNS,
+        out_dir=planted / "out",
+        quarantine=q.Quarantine(),
+        extra=ISOLATE,
+        root=ROOT,
+    )
     tests = _by_id(report)
     assert tests["test_planted_passing"]["status"] == "passing"
     assert tests["test_planted_broken"]["status"] == "failing"
@@ -56,13 +63,24 @@ def test_planted_tests_are_classified_passing_failing_and_flaky(planted):
 
 
 def test_quarantined_tests_run_and_are_reported_but_do_not_block(planted):
-    quarantine = q.parse({"test": [
-        {"id": f"{PLANTED}::test_planted_flaky", "reason": "planted flake"},
-        {"id": f"{PLANTED}::test_planted_passing", "reason": "was flaky once"},
-    ]})
+    quarantine = q.parse(
+        {
+            "test": [
+                {"id": f"{PLANTED}::test_planted_flaky", "reason": "planted flake"},
+                {"id": f"{PLANTED}::test_planted_passing", "reason": "was flaky once"},
+            ]
+        }
+    )
     ids = [f"{PLANTED}::test_planted_flaky", f"{PLANTED}::test_planted_passing"]
-    report = flakes.detect(ids, backend="cpu", runs=RUNS, out_dir=planted / "out", quarantine=quarantine,
-                           extra=ISOLATE, root=ROOT)
+    report = flakes.detect(
+        ids,
+        backend="cpu",
+        runs=RUNS,
+        out_dir=planted / "out",
+        quarantine=quarantine,
+        extra=ISOLATE,
+        root=ROOT,
+    )
     assert report["ok"] and report["blocking"] == []
     tests = _by_id(report)
     assert tests["test_planted_flaky"]["status"] == "flaky" and tests["test_planted_flaky"]["quarantined"]
@@ -73,15 +91,37 @@ def test_quarantined_tests_run_and_are_reported_but_do_not_block(planted):
 
 def test_cli_exit_codes_and_summary(planted):
     state = planted / "state"
-    base = [sys.executable, "-m", "harness", "flakes", "--native", "--runs", "3", "--quarantine",
-            str(ROOT / "ci" / "quarantine.toml"), *(f"--pytest-arg={a}" for a in ISOLATE)]
+    base = [
+        sys.executable,
+        "-m",
+        "harness",
+        "flakes",
+        "--native",
+        "--runs",
+        "3",
+        "--quarantine",
+        str(ROOT / "ci" / "quarantine.toml"),
+        *(f"--pytest-arg={a}" for a in ISOLATE),
+    ]
     env = {**_env(), "KILN_PLANTED_STATE": str(state)}
-    ok = subprocess.run([*base, "--out", str(planted / "a"), f"{PLANTED}::test_planted_passing"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [*base, "--out", str(planted / "a"), f"{PLANTED}::test_planted_passing"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "flakes cpu: 1 tests x 3 runs: 1 passing, 0 failing, 0 flaky, 0 blocking" in ok.stdout
-    bad = subprocess.run([*base, "--out", str(planted / "b"), f"{PLANTED}::test_planted_flaky"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*base, "--out", str(planted / "b"), f"{PLANTED}::test_planted_flaky"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1
     assert "1 flaky (test_planted_flaky 33%), 1 blocking" in bad.stdout
 
@@ -96,8 +136,15 @@ def test_interrupted_run_keeps_partial_results_marked_incomplete(planted, monkey
     monkeypatch.setenv("KILN_PLANTED_INTERRUPT", "1")
     out = planted / "out"
     with pytest.raises(RunInterrupted, match="partial results"):
-        flakes.detect([f"{PLANTED}::test_planted_interrupt"], backend="cpu", runs=RUNS, out_dir=out,
-                      quarantine=q.Quarantine(), extra=ISOLATE, root=ROOT)
+        flakes.detect(
+            [f"{PLANTED}::test_planted_interrupt"],
+            backend="cpu",
+            runs=RUNS,
+            out_dir=out,
+            quarantine=q.Quarantine(),
+            extra=ISOLATE,
+            root=ROOT,
+        )
     report = json.loads((out / "flakes.json").read_text())
     assert report["complete"] is False and report["ok"] is False
     assert report["tests"][0]["passed"] == 1  # the run before the interrupt was kept
@@ -109,10 +156,22 @@ def test_bad_input_is_a_clear_error(planted):
     with pytest.raises(FlakeRunError, match="at least 2"):
         flakes.detect([PLANTED], backend="cpu", runs=1, out_dir=planted / "o", quarantine=q.Quarantine())
     with pytest.raises(FlakeRunError, match="no tests collected"):
-        flakes.detect([f"{PLANTED}::test_planted_passing"], backend="cpu", runs=2, out_dir=planted / "o",
-                      quarantine=q.Quarantine(), extra=[*ISOLATE, "-k", "nothing_matches"], root=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "harness", "flakes", "--native", "tests/no_such_dir"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+        flakes.detect(
+            [f"{PLANTED}::test_planted_passing"],
+            backend="cpu",
+            runs=2,
+            out_dir=planted / "o",
+            quarantine=q.Quarantine(),
+            extra=[*ISOLATE, "-k", "nothing_matches"],
+            root=ROOT,
+        )
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "flakes", "--native", "tests/no_such_dir"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "harness flakes: error: no such test path: tests/no_such_dir"
 
@@ -123,7 +182,9 @@ def test_gpu_backend_without_gpu_is_a_clear_error(planted):
         pytest.skip("this machine has a GPU")
     for backend in ("cuda", "rocm"):
         with pytest.raises(NoDeviceError, match=f"backend {backend} needs an? .*GPU"):
-            flakes.detect([PLANTED], backend=backend, runs=2, out_dir=planted / "o", quarantine=q.Quarantine())
+            flakes.detect(
+                [PLANTED], backend=backend, runs=2, out_dir=planted / "o", quarantine=q.Quarantine()
+            )
 
 
 def test_truncated_junit_is_an_error_not_a_result(tmp_path):
@@ -140,11 +201,14 @@ def test_junit_without_plugin_properties_maps_back_to_node_ids(tmp_path):
     (tmp_path / "tests" / "sub" / "test_m.py").write_text("")
     path = tmp_path / "junit.xml"
     path.write_text(
-        '<testsuites><testsuite>'
+        "<testsuites><testsuite>"
         '<testcase classname="tests.sub.test_m.TestK" name="test_a[x]"><error message="boom"/></testcase>'
-        '<testcase classname="tests.sub.test_m" name="test_b"><skipped type="pytest.xfail" message="x"/></testcase>'
-        '<testcase classname="tests.sub.test_m" name="test_c"><skipped type="pytest.skip" message="s"/></testcase>'
-        '</testsuite></testsuites>')
+        '<testcase classname="tests.sub.test_m" name="test_b">'
+        '<skipped type="pytest.xfail" message="x"/></testcase>'
+        '<testcase classname="tests.sub.test_m" name="test_c">'
+        '<skipped type="pytest.skip" message="s"/></testcase>'
+        "</testsuite></testsuites>"
+    )
     runs = flakes.read_junit(path, tmp_path)
     assert [(r.test_id, r.outcome) for r in runs] == [
         ("tests/sub/test_m.py::TestK::test_a[x]", "error"),
@@ -155,13 +219,22 @@ def test_junit_without_plugin_properties_maps_back_to_node_ids(tmp_path):
     assert stats == {"test_a[x]": "failing", "test_b": "passing", "test_c": "skipped"}
 
 
-@pytest.mark.parametrize("nodeid, name, original, run, base", [
-    ("t.py::test_x[3]", "test_x[3]", "test_x", 3, "t.py::test_x"),
-    ("t.py::test_x[3-a-b]", "test_x[3-a-b]", "test_x", 3, "t.py::test_x[a-b]"),
-    ("t.py::TestC::test_m[0]", "test_m[0]", "test_m", 0, "t.py::TestC::test_m"),
-    ("t.py::test_x[12-[[a]]\\n-x::y[1]]", "test_x[12-[[a]]\\n-x::y[1]]", "test_x", 12, "t.py::test_x[[[a]]\\n-x::y[1]]"),
-    ("t.py::test_x[a]", "test_x[a]", "test_x", None, "t.py::test_x[a]"),
-])
+@pytest.mark.parametrize(
+    "nodeid, name, original, run, base",
+    [
+        ("t.py::test_x[3]", "test_x[3]", "test_x", 3, "t.py::test_x"),
+        ("t.py::test_x[3-a-b]", "test_x[3-a-b]", "test_x", 3, "t.py::test_x[a-b]"),
+        ("t.py::TestC::test_m[0]", "test_m[0]", "test_m", 0, "t.py::TestC::test_m"),
+        (
+            "t.py::test_x[12-[[a]]\\n-x::y[1]]",
+            "test_x[12-[[a]]\\n-x::y[1]]",
+            "test_x",
+            12,
+            "t.py::test_x[[[a]]\\n-x::y[1]]",
+        ),
+        ("t.py::test_x[a]", "test_x[a]", "test_x", None, "t.py::test_x[a]"),
+    ],
+)
 def test_flakefinder_index_is_taken_out_of_node_ids(nodeid, name, original, run, base):
     assert base_nodeid(nodeid, name, original, run) == base
 
@@ -172,29 +245,57 @@ def test_parametrized_ids_with_brackets_fold_into_one_test_each(planted, tmp_pat
         "import pytest\n"
         "@pytest.mark.parametrize('text', ['[[test]]\\nid = 1', 'a-b::c[0]', 'plain'])\n"
         "def test_p(text):\n"
-        "    assert text\n")
-    report = flakes.detect([str(test_file)], backend="cpu", runs=3, out_dir=tmp_path / "out",
-                           quarantine=q.Quarantine(), extra=[f"--rootdir={tmp_path}", "-c", "/dev/null"],
-                           root=ROOT)
+        "    assert text\n"
+    )
+    report = flakes.detect(
+        [str(test_file)],
+        backend="cpu",
+        runs=3,
+        out_dir=tmp_path / "out",
+        quarantine=q.Quarantine(),
+        extra=[f"--rootdir={tmp_path}", "-c", "/dev/null"],
+        root=ROOT,
+    )
     assert [(t["id"].split("::", 1)[1], t["runs"]) for t in report["tests"]] == [
-        ("test_p[[[test]]\\nid = 1]", 3), ("test_p[a-b::c[0]]", 3), ("test_p[plain]", 3)]
+        ("test_p[[[test]]\\nid = 1]", 3),
+        ("test_p[a-b::c[0]]", 3),
+        ("test_p[plain]", 3),
+    ]
 
 
 def test_planted_tests_are_not_collected_by_normal_suites():
     # collecting the folder (as `pytest tests/harness` does) finds nothing: the file name is not test_*.py
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/harness/planted",
-                           *ISOLATE], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/harness/planted", *ISOLATE],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 5, proc.stdout  # 5: no tests collected
     # named explicitly but without its state folder, the module skips itself
-    direct = subprocess.run([sys.executable, "-m", "pytest", "-q", PLANTED, *ISOLATE], cwd=ROOT, env=_env(),
-                            capture_output=True, text=True, timeout=120)
+    direct = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", PLANTED, *ISOLATE],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert direct.returncode == 5 and "1 skipped" in direct.stdout, direct.stdout
 
 
 def test_container_mode_without_docker_is_a_clear_error(planted):
     env = {**_env(), "KILN_DOCKER": "/nonexistent/docker", "KILN_NATIVE": ""}
-    proc = subprocess.run([sys.executable, "-m", "harness", "flakes", "--runs", "2", "--out", str(planted / "o"),
-                           PLANTED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "flakes", "--runs", "2", "--out", str(planted / "o"), PLANTED],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("harness flakes: error: docker client '/nonexistent/docker' not found")
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -25,7 +25,9 @@ def test_project_quarantine_file_is_valid():
 
 
 def test_valid_entries_load_in_order(tmp_path):
-    path = _write(tmp_path, """
+    path = _write(
+        tmp_path,
+        """
 [[test]]
 id = "tests/a/test_x.py::test_one"
 reason = "races on teardown"
@@ -35,27 +37,37 @@ issue = "#7"
 [[test]]
 id = "tests/a/test_x.py::test_two[3]"
 reason = "bf16 tolerance"
-""")
+""",
+    )
     quarantine = q.load(path)
-    assert [e.id for e in quarantine.entries] == ["tests/a/test_x.py::test_one", "tests/a/test_x.py::test_two[3]"]
+    assert [e.id for e in quarantine.entries] == [
+        "tests/a/test_x.py::test_one",
+        "tests/a/test_x.py::test_two[3]",
+    ]
     assert quarantine.entries[0].backends == ("rocm",)
     assert quarantine.entries[0].issue == "#7"
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[[test]]\nid = "tests/a.py::t"\nreason = \n', "not valid TOML: Invalid value (at line 3"),
-    ('[[test]]\nid = "tests/a.py::t"\n', "[[test]] #1 (id 'tests/a.py::t'): missing 'reason'"),
-    ('[[test]]\nid = "tests/a.py::t"\nreason = "  "\n', "missing 'reason'"),
-    ('[[test]]\nreason = "x"\n', "[[test]] #1: missing 'id'"),
-    ('[[test]]\nid = "test_a"\nreason = "x"\n', "must be a pytest node id"),
-    ('[[test]]\nid = "tests/a.py::t"\nreason = "x"\nowner = "me"\n', "unknown key(s) ['owner']"),
-    ('[[test]]\nid = "tests/a.py::t"\nreason = "x"\nbackends = ["tpu"]\n', "unknown backend(s) ['tpu']"),
-    ('[[test]]\nid = "tests/a.py::t"\nreason = "x"\nbackends = "rocm"\n', "'backends' must be a list"),
-    ('tests = []\n', "unknown top-level key(s) ['tests']"),
-    ('test = "x"\n', "'test' must be an array of tables"),
-    ('[[test]]\nid = "tests/a.py::t"\nreason = "x"\n[[test]]\nid = "tests/b.py::u"\nreason = "y"\n'
-     '[[test]]\nid = "tests/a.py::t"\nreason = "z"\n', "duplicate id 'tests/a.py::t' in [[test]] #1 and #3"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[[test]]\nid = "tests/a.py::t"\nreason = \n', "not valid TOML: Invalid value (at line 3"),
+        ('[[test]]\nid = "tests/a.py::t"\n', "[[test]] #1 (id 'tests/a.py::t'): missing 'reason'"),
+        ('[[test]]\nid = "tests/a.py::t"\nreason = "  "\n', "missing 'reason'"),
+        ('[[test]]\nreason = "x"\n', "[[test]] #1: missing 'id'"),
+        ('[[test]]\nid = "test_a"\nreason = "x"\n', "must be a pytest node id"),
+        ('[[test]]\nid = "tests/a.py::t"\nreason = "x"\nowner = "me"\n', "unknown key(s) ['owner']"),
+        ('[[test]]\nid = "tests/a.py::t"\nreason = "x"\nbackends = ["tpu"]\n', "unknown backend(s) ['tpu']"),
+        ('[[test]]\nid = "tests/a.py::t"\nreason = "x"\nbackends = "rocm"\n', "'backends' must be a list"),
+        ("tests = []\n", "unknown top-level key(s) ['tests']"),
+        ('test = "x"\n', "'test' must be an array of tables"),
+        (
+            '[[test]]\nid = "tests/a.py::t"\nreason = "x"\n[[test]]\nid = "tests/b.py::u"\nreason = "y"\n'
+            '[[test]]\nid = "tests/a.py::t"\nreason = "z"\n',
+            "duplicate id 'tests/a.py::t' in [[test]] #1 and #3",
+        ),
+    ],
+)
 def test_broken_file_gives_one_clear_error(tmp_path, text, message):
     path = _write(tmp_path, text)
     with pytest.raises(QuarantineError) as info:
@@ -74,8 +86,9 @@ def test_missing_and_wrong_kind_of_file(tmp_path):
 
 
 def test_id_without_params_covers_every_parametrization():
-    quarantine = q.parse({"test": [{"id": "tests/a.py::t", "reason": "r"},
-                                   {"id": "tests/a.py::u[2]", "reason": "r"}]})
+    quarantine = q.parse(
+        {"test": [{"id": "tests/a.py::t", "reason": "r"}, {"id": "tests/a.py::u[2]", "reason": "r"}]}
+    )
     assert quarantine.match("tests/a.py::t[1-bf16]") is not None
     assert quarantine.match("tests/a.py::t") is not None
     assert quarantine.match("tests/a.py::tt") is None
@@ -91,12 +104,16 @@ def test_backends_limit_an_entry():
 
 
 def test_apply_splits_blocking_quarantined_and_ready_to_leave():
-    quarantine = q.parse({"test": [
-        {"id": "tests/a.py::flaky", "reason": "known race"},
-        {"id": "tests/a.py::fixed", "reason": "was flaky"},
-        {"id": "tests/a.py::gone", "reason": "deleted test"},
-        {"id": "tests/a.py::amd_only", "reason": "rocm only", "backends": ["rocm"]},
-    ]})
+    quarantine = q.parse(
+        {
+            "test": [
+                {"id": "tests/a.py::flaky", "reason": "known race"},
+                {"id": "tests/a.py::fixed", "reason": "was flaky"},
+                {"id": "tests/a.py::gone", "reason": "deleted test"},
+                {"id": "tests/a.py::amd_only", "reason": "rocm only", "backends": ["rocm"]},
+            ]
+        }
+    )
     outcomes = {
         "tests/a.py::broken": ["failed", "failed"],
         "tests/a.py::ok": "passed",
@@ -125,20 +142,36 @@ def test_apply_rejects_unknown_outcomes():
 
 def test_cli_reports_broken_quarantine_file_in_one_line(tmp_path):
     path = _write(tmp_path, '[[test]]\nid = "tests/a.py::t"\n')
-    proc = subprocess.run([sys.executable, "-m", "harness", "flakes", "--quarantine", str(path),
-                           "tests/harness/planted/planted_flakes.py"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "flakes",
+            "--quarantine",
+            str(path),
+            "tests/harness/planted/planted_flakes.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"harness flakes: error: {path}: [[test]] #1 (id 'tests/a.py::t'): missing 'reason' "
-        "(say why the test is quarantined)"]
+        "(say why the test is quarantined)"
+    ]
     assert "Traceback" not in proc.stderr
 
 
 def test_apply_takes_the_runners_test_results():
     from harness.results import TestResult
 
-    tests = [TestResult("tests/a.py::t", "failed", "boom", 0.1), TestResult("tests/a.py::u", "passed", "", 0.1)]
+    tests = [
+        TestResult("tests/a.py::t", "failed", "boom", 0.1),
+        TestResult("tests/a.py::u", "passed", "", 0.1),
+    ]
     quarantine = q.parse({"test": [{"id": "tests/a.py::t", "reason": "known"}]})
     verdict = q.apply(q.outcomes_of(tests), quarantine, "cpu")
     assert verdict.ok

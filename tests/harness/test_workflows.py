@@ -18,8 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 MATRIX = matrix.load(ROOT / "ci" / "matrix.json")
 NOX = '"$RUNNER_TEMP/venv/bin/nox"'
-NOX_INSTALL = re.compile(r'^python3 -m venv "\$RUNNER_TEMP/venv" && "\$RUNNER_TEMP/venv/bin/pip" install '
-                         r"--quiet nox==[0-9.]+$")
+NOX_INSTALL = re.compile(
+    r'^python3 -m venv "\$RUNNER_TEMP/venv" && "\$RUNNER_TEMP/venv/bin/pip" install '
+    r"--quiet nox==[0-9.]+$"
+)
 GITHUB_LABELS = {"self-hosted", "linux", "x64", "arm64", "ubuntu-latest"}
 
 
@@ -36,10 +38,15 @@ def _jobs():
 
 
 def _nox_sessions() -> set[str]:
-    """The session names `nox --list` reports for the project's noxfile (`* name -> doc` / `- name -> doc`)."""
+    """The session names `nox --list` prints for the noxfile (lines `* name -> doc` / `- name -> doc`)."""
     pytest.importorskip("nox")
-    proc = subprocess.run([sys.executable, "-m", "nox", "--list", "-f", str(ROOT / "noxfile.py")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nox", "--list", "-f", str(ROOT / "noxfile.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return set(re.findall(r"^[*-] (\S+)", proc.stdout, flags=re.MULTILINE))
 
@@ -111,8 +118,9 @@ def test_least_privilege_pinned_actions_no_credentials():
             for step in job["steps"]:
                 if "uses" not in step:
                     continue
-                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), \
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), (
                     f"{path.name}:{job_id}: {step['uses']} is not pinned by commit"
+                )
                 if step["uses"].startswith("actions/checkout@"):
                     assert step["with"]["persist-credentials"] is False
         assert "secrets." not in path.read_text(), f"{path.name} must not use secrets"
