@@ -103,6 +103,8 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--timer", default="event")
     p.add_argument("--device", default="cuda")
     p.add_argument("--target-s", type=float, default=None)
+    p.add_argument("--allow-cpu", action="store_true", help="rehearse the pipeline on CPU (tiny sizes; with "
+                   "--device cpu)")
 
 
 def _open(db: Path | None):

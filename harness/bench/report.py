@@ -156,6 +156,7 @@ def markdown_report(run: RunInfo, results: list[Result], cmps: list[Comparison] 
         parts += [markdown(comparison_table(flagged)) if flagged else "Nothing regressed, improved, new or missing.",
                   ""]
     parts += ["### Latency side by side (speedup over eager)", "", markdown(side_by_side(results, run.compilers)), "",
+              "```", text_bars(results, run.compilers), "```", "",
               "<details><summary>Every result</summary>", "", markdown(details(results)), "", "</details>", ""]
     return "\n".join(parts)
 
@@ -254,3 +255,22 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def text_bars(results: list[Result], compilers: Sequence[str], width: int = 40) -> str:
+    """A plot in text form: speedup over eager per workload and compiler, as bars (| marks 1.0x)."""
+    eager = {r.workload: r.median_ns for r in results if r.compiler == "eager" and r.status == "ok"}
+    others = [c for c in compilers if c != "eager"]
+    rows = [(r.workload, r.compiler, eager[r.workload] / r.median_ns) for r in results
+            if r.compiler in others and r.status == "ok" and r.median_ns and eager.get(r.workload)]
+    if not rows:
+        return "(no compiled results to plot)"
+    top = max(2.0, max(x for _, _, x in rows))
+    one = round(width / top)
+    name_w = max(len(f"{w} [{c}]") for w, c, _ in rows)
+    lines = [f"speedup over eager (each # = {top / width:.2f}x, | = 1.0x)"]
+    for w, c, x in rows:
+        n = round(x / top * width)
+        bar = "#" * n + " " * max(0, one - 1 - n) + ("|" if n < one else "")
+        lines.append(f"{f'{w} [{c}]':<{name_w}}  {bar:<{width}}  {x:.2f}x")
+    return "\n".join(lines)
