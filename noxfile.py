@@ -152,5 +152,48 @@ def lint(session: nox.Session) -> None:
     # Errors that are bugs (syntax, undefined names, bad comparisons) everywhere; all of pyflakes on the
     # harness runner, flake and compile-check code (the bench folders opt in when their owner is ready).
     session.run("ruff", "check", "--no-cache", "--select", "E9,F63,F7,F82", ".", external=True)
-    session.run("ruff", "check", "--no-cache", "--select", "E9,F", "--extend-exclude",
-                "harness/bench,tests/harness/bench", "harness", "tests/harness", "noxfile.py", external=True)
+    session.run("ruff", "check", "--no-cache", "--select", "E9,F", "harness", "tests/harness", "noxfile.py",
+                external=True)
+
+
+# ---- Benchmarks (issue 5): harness/bench; `python -m harness bench --help` -------------------------------
+def _bench_python(session: nox.Session) -> str:
+    """The interpreter for bench sessions: this one with KILN_NO_VENV, else the session venv (installed here)."""
+    if os.environ.get("KILN_NO_VENV"):
+        return sys.executable
+    install_project(session)
+    return "python"
+
+
+@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+def bench(session: nox.Session) -> None:
+    """Bench the machine at hand (CPU: interpreter mode, tiny sizes) against its latest run; report and plot."""
+    python = _bench_python(session)
+    _, rest = _split_native(session)
+    out = "results/bench/local"
+    session.run(python, "-m", "harness.bench", "run", "--device", "auto", "--db", f"{out}/bench.sqlite",
+                "--baseline", "latest?", "--md", f"{out}/last.md", "--plots", f"{out}/plots", *rest,
+                env=SUITE_ENV, external=True)
+
+
+@nox.session(name="bench-check", python=False if os.environ.get("KILN_NO_VENV") else None)
+def bench_check(session: nox.Session) -> None:
+    """CI check of the bench pipeline on CPU: self-compare, two identical runs, a planted 20% slowdown flagged."""
+    python = _bench_python(session)
+    session.run(python, "-m", "harness.bench", "selftest", "--md", "results/bench/selftest.md", *session.posargs,
+                env=SUITE_ENV, external=True)
+
+
+def _bench_backend_session(backend: str):
+    def bench_backend(session: nox.Session) -> None:
+        native, rest = _split_native(session)
+        session.run(sys.executable, "-m", "harness", "bench", "backend", "--backend", backend, *native,
+                    *(["--", *rest] if rest else []), external=True)
+
+    bench_backend.__doc__ = (f"Bench {backend}-sized workloads (kiln, inductor, eager) in the {backend} container "
+                             "(`-- --native`: this machine's Python) against the latest run.")
+    return bench_backend
+
+
+for _backend in ("cuda", "rocm"):
+    nox.session(name=f"bench-{_backend}", python=False)(_bench_backend_session(_backend))

@@ -64,7 +64,8 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     sub = ap.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = sub.add_parser("run", help="measure workloads under several compilers, store, optionally compare")
     _add_measure(p), _add_store(p), _add_reports(p), _add_compare(p)
-    p.add_argument("--baseline", help="compare with: run:ID, ref:NAME, window:N or latest")
+    p.add_argument("--baseline", help="compare with: run:ID, ref:NAME, window:N or latest (a trailing ? makes "
+                   "it optional: no comparison when nothing matches)")
     p = sub.add_parser("compare", help="compare a stored run with a baseline (no re-measurement)")
     p.add_argument("run", help="run id, or 'latest'")
     p.add_argument("baseline", help="run:ID, ID, ref:NAME, window:N or latest")
@@ -96,6 +97,12 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--fraction", type=float, default=0.2)
     _add_store(p)
     p.add_argument("--md", type=Path, help="write the self-test Markdown report here")
+    p = sub.add_parser("backend", help="bench one backend of ci/matrix.json in its container (or --native)")
+    p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
+    p.add_argument("--native", action="store_true", help="this machine's Python instead of a container")
+    p.add_argument("--results", help="folder of the store and reports (default results/bench/<backend>)")
+    p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
+    p.add_argument("run_args", nargs=argparse.REMAINDER, help="after `--`: more `bench run` flags")
     p = sub.add_parser("gpu", help="full GPU run twice (kiln, inductor, eager) and the spread between runs")
     p.add_argument("--out", type=Path, default=Path("results/gpu"))
     p.add_argument("--compilers", default="kiln,inductor,eager")
@@ -309,8 +316,19 @@ def cli_main(args: argparse.Namespace) -> int:
             from .gpu_run import cmd_gpu
 
             return cmd_gpu(args)
+        if args.verb == "backend":
+            from .backend_run import cmd_backend
+
+            return cmd_backend(args)
         return globals()[f"cmd_{args.verb}"](args)
     except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except Exception as e:
+        from harness.exc import HarnessError  # the runner's errors (docker, images) when run through it
+
+        if not isinstance(e, HarnessError):
+            raise
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:

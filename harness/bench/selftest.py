@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import report
-from .compare import CompareConfig, compare, counts, load_baseline
+from .compare import CompareConfig, compare, load_baseline
 from .execute import BenchConfig, defaults_for
 from .session import run_bench
 from .settings import Plant, settings

@@ -17,6 +17,7 @@ import torch
 from . import env, workloads as wl
 from .compare import (Baseline, CompareConfig, Comparison, compare, confirm, drift_of, load_baseline,
                       resolve_baseline)
+from .exc import BaselineError
 from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
 from .report import fmt_ns
@@ -68,7 +69,14 @@ def run_bench(cfg: BenchConfig, store: Store, *, label: str | None = None, git_r
                   config={**cfg.as_dict(), "threads": torch.get_num_threads(), "pid": os.getpid(),
                           "git_dirty": git["dirty"]},
                   env=env.capture())
-    base_runs = resolve_baseline(store, baseline, run) if baseline else []
+    base_runs: list[RunInfo] = []
+    if baseline:  # "SPEC?" means: compare when SPEC resolves, else run without a baseline
+        try:
+            base_runs = resolve_baseline(store, baseline.rstrip("?"), run)
+        except BaselineError as e:
+            if not baseline.endswith("?"):
+                raise
+            print(f"note: no baseline ({e}); this run is stored without comparison", file=sys.stderr)
     ex = Executor(cfg, log=log)
     store.begin_run(run)
     try:

@@ -1,0 +1,41 @@
+"""Bench on one backend of ci/matrix.json, in its container (the harness's image and `docker run`) or natively.
+
+    python -m harness bench backend --backend cuda [--native] [--results DIR] [-- more `bench run` flags]
+
+The store lives in the results folder (default results/bench/<backend>/bench.sqlite), so history builds up on
+a self-hosted runner; each run is compared with the latest complete one when there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .exc import UsageError
+
+
+def cmd_backend(args: argparse.Namespace) -> int:
+    from harness import image as image_mod, matrix as matrix_mod, runner
+    from harness.settings import settings as harness_settings
+
+    m = matrix_mod.load()
+    try:
+        b = m.backend(args.backend or runner.detect_backend(m))
+    except Exception as e:  # noqa: BLE001 - an unknown backend name is a usage error here
+        raise UsageError(str(e)) from None
+    native = bool(args.native or harness_settings().native)
+    out_dir = Path(args.results or Path("results") / "bench" / b.name).resolve()
+    extra = list(args.run_args or [])
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    inner = ["bench", "run", "--device", "cpu" if b.device == "cpu" else "cuda", "--db", "{out}/bench.sqlite",
+             "--md", "{out}/last.md", "--json", "{out}/last.json", "--baseline", "latest?",
+             "--label", f"{b.name}/{'native' if native else 'container'}", *extra]
+    image = None
+    if not native:
+        image_mod.require_docker()
+        image = args.image or image_mod.build(b).tag
+    rc = runner.run_python_module(b, inner, out_dir, "bench", native=native, image=image, m=m,
+                                  timeout_s=b.timeouts.suite_s)
+    print(f"bench {b.name} ({'native' if native else 'container'}): exit {rc}; store and reports in {out_dir}")
+    return rc
