@@ -35,6 +35,13 @@ EXTRA = [
     aten.narrow,
     aten.rms_norm,
     aten._fused_rms_norm,
+    aten._native_batch_norm_legit_no_training,  # eval-mode batch norm: pointwise
+    aten._native_batch_norm_legit_functional,  # train-mode batch norm: var_mean over (N, H, W)
+    aten._native_batch_norm_legit,
+    aten.native_group_norm,
+    aten.native_batch_norm_backward,
+    aten.native_group_norm_backward,
+    aten.upsample_nearest2d,  # index arithmetic with gathers
 ]
 
 #: ops kiln lowers itself, removed from the core table so they reach kiln intact

@@ -224,8 +224,8 @@ class GraphLowering:
             return src[node.args[1]]
         if _is_symbolic_scalar(val) and target is not aten._local_scalar_dense.default:
             return SymScalar(sym(val), type(val))
-        lowering = LOWERINGS.get(target)
         op_name = _op_name(target)
+        lowering = LOWERINGS.get(target) or LOWERINGS.get(op_name)  # prims are registered by name
         if lowering is None:
             return self.fallback(node, FallbackReason("unsupported_op", op_name, "no kiln lowering for this op"))
         if self._needs_device_fallback(node):

@@ -30,12 +30,15 @@ class Load(KExpr):
     """Read ``buffer`` at flat element offset ``index`` (a sympy expression of index symbols).
 
     ``mask`` (a bool KExpr or None) guards the read; masked-off lanes read 0 (padding, concatenation).
+    ``indirect`` binds symbols of ``index`` to int64 KExprs computed in the kernel (gather, ``x[idx]``).
     """
 
-    __slots__ = ("buffer", "index", "mask")
+    __slots__ = ("buffer", "index", "mask", "indirect")
 
-    def __init__(self, buffer: str, index: sympy.Expr, dtype: torch.dtype, mask: "KExpr | None" = None) -> None:
+    def __init__(self, buffer: str, index: sympy.Expr, dtype: torch.dtype, mask: "KExpr | None" = None,
+                 indirect: tuple = ()) -> None:
         self.buffer, self.index, self.dtype, self.mask = buffer, sympy.sympify(index), dtype, mask
+        self.indirect = tuple(indirect)
 
     def __repr__(self) -> str:
         return f"Load({self.buffer}[{self.index}]:{self.dtype})"
@@ -113,8 +116,10 @@ def walk(expr: KExpr):
         yield node
         if isinstance(node, Op):
             stack.extend(reversed(node.args))
-        elif isinstance(node, Load) and node.mask is not None:
-            stack.append(node.mask)
+        elif isinstance(node, Load):
+            if node.mask is not None:
+                stack.append(node.mask)
+            stack.extend(e for _, e in reversed(node.indirect))
 
 
 def loads(expr: KExpr) -> list[Load]:
@@ -127,7 +132,7 @@ def free_symbols(expr: KExpr) -> list[sympy.Symbol]:
     syms: dict[str, sympy.Symbol] = {}
     for n in walk(expr):
         if isinstance(n, Load):
-            e = n.index
+            e = n.index.subs({s: 0 for s, _ in n.indirect}) if n.indirect else n.index
         elif isinstance(n, IndexValue):
             e = n.expr
         else:

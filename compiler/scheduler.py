@@ -32,8 +32,10 @@ def same(a: sympy.Expr, b: sympy.Expr) -> bool:
 
 def decompose(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool = False) -> list[sympy.Expr]:
     """Row-major multi-index of the flat ``var`` over ``ranges``; size-1 dims read index 0."""
-    if numel_is_one or any(r == 0 for r in ranges):  # an empty range is never iterated: any index works
+    if numel_is_one:
         return [sympy.Integer(0)] * len(ranges)
+    if any(r == 0 for r in ranges):  # never iterated; keep ``var`` in the index so its loads stay masked
+        return [var] * len(ranges)
     out: list[sympy.Expr] = []
     inner = [prod(ranges[i + 1:]) for i in range(len(ranges))]
     first = True
@@ -227,7 +229,7 @@ class Scheduler:
             prod_m = group.member(ld.buffer)
             if prod_m is None:
                 continue
-            if ld.mask is not None or ld.dtype != prod_m.buf.dtype:
+            if ld.mask is not None or ld.indirect or ld.dtype != prod_m.buf.dtype:
                 return False
             if member.role == "x" and prod_m.role == "xr":
                 return False

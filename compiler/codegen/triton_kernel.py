@@ -17,7 +17,7 @@ from typing import Optional
 
 import sympy
 import torch
-from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 
 from ..exc import CodegenError
 from ..ir import Reduction
@@ -39,7 +39,7 @@ def pexpr(e: sympy.Expr) -> str:
         base, div, mod = e.args
         inner = pexpr(base) if div == 1 else f"({pexpr(base)} // {pexpr(div)})"
         return f"({inner} % {pexpr(mod)})"
-    if isinstance(e, sympy.Mod):
+    if isinstance(e, (sympy.Mod, Mod, PythonMod)):  # operands of index math are non-negative
         return f"({pexpr(e.args[0])} % {pexpr(e.args[1])})"
     if isinstance(e, sympy.Add):
         terms = sorted(e.args, key=sympy.default_sort_key)
@@ -170,9 +170,16 @@ class Scope:
 
     def _load(self, e: Load) -> str:
         ptr = self.r.in_ptr(e.buffer)
-        self.r.note_symbols(e.index)
-        idx = pexpr(e.index)
-        mask = self.r.mask_for(e.index)
+        index = e.index
+        if e.indirect:
+            subs = {s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect}
+            index = index.subs(subs)
+            self.r.note_symbols(e.index.subs({s: 0 for s in subs}))
+            mask = self.r.scope_mask(self.shape)
+        else:
+            self.r.note_symbols(index)
+            mask = self.r.mask_for(index)
+        idx = pexpr(index)
         if e.mask is not None:
             extra = self.emit(e.mask)
             mask = extra if mask is None else f"{mask} & {extra}"
@@ -232,13 +239,18 @@ class KernelRenderer:
 
     def note_symbols(self, e: sympy.Expr) -> None:
         for s in e.free_symbols:
-            if s not in (XINDEX, RINDEX):
+            if s not in (XINDEX, RINDEX) and not s.name.startswith("tmp"):
                 self.symbols[s.name] = s
 
     def note_helpers(self, code: str) -> None:
         for name in HELPERS:
             if name in code and name not in self.helpers:
                 self.helpers.append(name)
+
+    def scope_mask(self, shape: str) -> str:
+        if not self.reduction:
+            return "xmask"
+        return "xrmask" if shape == "xr" else "xmask"
 
     def mask_for(self, index: sympy.Expr) -> Optional[str]:
         syms = index.free_symbols

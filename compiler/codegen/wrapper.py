@@ -18,7 +18,7 @@ from typing import Any, Optional
 import sympy
 import torch
 import torch.fx as fx
-from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 
 from ..exc import SymbolResolutionError
 from ..graph import ExternCall, GraphLowering, SubgraphCall, SubgraphRef
@@ -107,7 +107,7 @@ class WrapperBuilder:
         elif isinstance(e, ModularIndexing):
             q = self.graph.call_function(operator.floordiv, (self.expr(e.args[0]), self.expr(e.args[1])))
             out = self.graph.call_function(operator.mod, (q, self.expr(e.args[2])))
-        elif isinstance(e, sympy.Mod):
+        elif isinstance(e, (sympy.Mod, Mod, PythonMod)):
             out = self.graph.call_function(operator.mod, (self.expr(e.args[0]), self.expr(e.args[1])))
         elif isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
             base = self.expr(e.base)

@@ -11,7 +11,7 @@ import torch
 
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
-from ..ir import EmptyBuffer, Index, Lazy, Strided, Value, layout_from_meta, sym
+from ..ir import EmptyBuffer, Index, Lazy, Strided, SymScalar, Value, layout_from_meta, sym
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast, compute_dtype
 from .pointwise import arg_cost, broadcast_index, check_device
 
@@ -164,7 +164,8 @@ def _masked(t: Value, index: Index, mask: KExpr) -> KExpr:
     """Load ``t`` at ``index`` only where ``mask`` holds (other lanes must not touch memory)."""
     v = t.load(index)
     if isinstance(v, Load):
-        return Load(v.buffer, v.index, v.dtype, mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool))
+        return Load(v.buffer, v.index, v.dtype, mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool),
+                    v.indirect)
     # Lazy producers: mask every load inside (they may be out of bounds too)
     return _mask_loads(v, mask, {})
 
@@ -173,7 +174,8 @@ def _mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
     if id(e) in memo:
         return memo[id(e)]
     if isinstance(e, Load):
-        r = Load(e.buffer, e.index, e.dtype, mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool))
+        r = Load(e.buffer, e.index, e.dtype, mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool),
+                 e.indirect)
     elif isinstance(e, Op):
         r = Op(e.op, [_mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
     else:
@@ -187,7 +189,7 @@ def _pad(g: GraphLowering, node, x: Value, pad, value=0):
     out = node.meta["val"]
     size = _size(node)
     rank = len(size)
-    pads = [sym(p) for p in pad]
+    pads = [p.expr if isinstance(p, SymScalar) else sym(p) for p in pad]
     if any(p.is_number and p < 0 for p in pads):
         raise NotLowered("negative padding (cropping)")
 

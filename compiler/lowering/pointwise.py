@@ -52,10 +52,19 @@ POINTWISE: dict[Any, tuple[str, K]] = {
     aten.remainder.Tensor: ("remainder", D), aten.remainder.Scalar: ("remainder", D),
     aten.atan2.default: ("atan2", F),
     aten.where.self: ("where", N),
+    aten.mul.Scalar: ("mul", D), aten.div.Scalar: ("truediv", F),
+    aten.erfc.default: ("erfc", F), aten.sinh.default: ("sinh", F), aten.cosh.default: ("cosh", F),
+    aten.tan.default: ("tan", F), aten.asin.default: ("asin", F), aten.acos.default: ("acos", F),
+    aten.atan.default: ("atan", F), aten.log10.default: ("log10", F),
 }
 
+# prims that survive decomposition; they are created lazily by torch, so they are keyed by name
+POINTWISE["prims.fma.default"] = ("fma", D)
+POINTWISE["prims.erfc.default"] = ("erfc", F)
+
 _FLOAT_ONLY = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh",
-               "sigmoid", "erf", "truediv", "reciprocal", "atan2"}
+               "sigmoid", "erf", "truediv", "reciprocal", "atan2", "erfc", "sinh", "cosh", "tan", "asin", "acos",
+               "atan", "log10"}
 _INT_IDENTITY = {"floor", "ceil", "round", "trunc"}  # no-ops on integer tensors
 
 
@@ -162,9 +171,9 @@ for _op, (_name, _kind) in POINTWISE.items():
 
 
 # ---------------------------------------------------------------------------- ops with extra arguments
-@register_lowering(aten.add.Tensor, aten.sub.Tensor)
-def _add_sub(g: GraphLowering, node, a, b, *, alpha=1):
-    op = "add" if node.target is aten.add.Tensor else "sub"
+@register_lowering(aten.add.Tensor, aten.sub.Tensor, aten.add.Scalar, aten.sub.Scalar)
+def _add_sub(g: GraphLowering, node, a, b, alpha=1):
+    op = "add" if node.target in (aten.add.Tensor, aten.add.Scalar) else "sub"
     if alpha != 1:
         b_scaled = _scaled(node, b, alpha)
         return make_pointwise(op, D)(g, node, a, b_scaled)

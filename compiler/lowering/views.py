@@ -123,6 +123,11 @@ def _view(x: Value, out_size, *_):
     return remap
 
 
+def _flip(x: Value, out_size, dims):
+    dims = {_norm_dim(d, len(x.size)) for d in dims}
+    return lambda idx: [(x.size[d] - 1 - i) if d in dims else i for d, i in enumerate(idx)]
+
+
 def _alias(x: Value, out_size, *_):
     return lambda idx: list(idx)
 
@@ -145,6 +150,8 @@ REMAPS: dict[Any, Callable] = {
     aten.alias.default: _alias,
     aten.lift_fresh_copy.default: _alias,
 }
+#: flips are not views in eager (they copy), so they always take the remap path
+COPY_REMAPS: dict[Any, Callable] = {aten.flip.default: _flip, "prims.rev.default": _flip}
 
 #: view ops that are fine on a Strided input via the FakeTensor layout, but have no Lazy remap
 META_ONLY_VIEWS = [aten.as_strided.default, aten.diagonal.default, aten.unfold.default,
@@ -179,6 +186,19 @@ def _layout_matches_meta(x: Strided, arg_node) -> bool:
 
 for _op in list(REMAPS) + META_ONLY_VIEWS:
     register_lowering(_op)(lower_view)
+
+
+def lower_remap_copy(g: GraphLowering, node, x: Any, *args):
+    if not isinstance(x, Value):
+        raise NotLowered("remap of a non-tensor")
+    out = node.meta["val"]
+    out_size = tuple(sym(s) for s in out.shape)
+    remap = COPY_REMAPS.get(node.target, _flip)(x, out_size, *args)
+    return Lazy(out_size, x.dtype, x.device, lambda idx: x.load(remap(idx)), getattr(x, "cost", 0) + 1)
+
+
+for _op in COPY_REMAPS:
+    register_lowering(_op)(lower_remap_copy)
 
 
 @register_lowering(aten.view.dtype)

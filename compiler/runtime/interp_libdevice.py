@@ -7,9 +7,18 @@ apply the NumPy equivalent to the interpreter's tensors, so kernel sources stay 
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
+
+
+def _has_scipy() -> bool:
+    try:
+        import scipy.special  # noqa: F401
+        return True
+    except ImportError:
+        return False
 
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray]):
@@ -48,5 +57,14 @@ log1p = _unary(np.log1p)
 expm1 = _unary(np.expm1)
 trunc = _unary(np.trunc)
 nearbyint = _unary(np.rint)
+sinh = _unary(np.sinh)
+cosh = _unary(np.cosh)
+tan = _unary(np.tan)
+asin = _unary(np.arcsin)
+acos = _unary(np.arccos)
+atan = _unary(np.arctan)
+log10 = _unary(np.log10)
+erfc = _unary(lambda a: np.asarray(__import__("scipy.special", fromlist=["erfc"]).erfc(a))
+              if _has_scipy() else 1.0 - np.vectorize(math.erf)(a))
 pow = _binary(np.power)
 atan2 = _binary(np.arctan2)

@@ -1,0 +1,119 @@
+"""Indirect indexing: ``x[idx]`` (``aten.index.Tensor``), ``gather`` and ``index_select`` read their source at
+positions loaded from index tensors inside the same kernel (``Load.indirect``), so embeddings, label
+gathers in cross-entropy and ``roll``/nearest-upsampling index math fuse with their neighbours.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import sympy
+import torch
+
+from ..exc import NotLowered
+from ..graph import GraphLowering, register_lowering
+from ..ir import Index, Lazy, Strided, Value, sym
+from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast
+from .pointwise import broadcast_index, check_device
+
+aten = torch.ops.aten
+
+
+def _wrap(i: KExpr, size: sympy.Expr) -> KExpr:
+    """Python-style negative indices: ``i < 0 ? i + size : i`` (int64)."""
+    i = cast(i, torch.int64)
+    n = Const(int(size), torch.int64) if size.is_number else IndexValue(size)
+    return Op("where", [Op("lt", [i, Const(0, torch.int64)], torch.bool), Op("add", [i, n], torch.int64), i],
+              torch.int64)
+
+
+def _indirect_load(g: GraphLowering, src: Strided, index: list, bindings: list) -> KExpr:
+    ld = src.load(index)
+    if not isinstance(ld, Load):
+        raise NotLowered("indirect read of a non-buffer value")
+    return Load(ld.buffer, ld.index, ld.dtype, ld.mask, tuple(bindings))
+
+
+def _source(g: GraphLowering, node, x: Value) -> Strided:
+    if not isinstance(x, Value):
+        raise NotLowered("indexing a non-tensor")
+    return g.realize(x, node.args[0].meta.get("val"))
+
+
+@register_lowering(aten.index.Tensor)
+def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]]):
+    out = node.meta["val"]
+    if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        raise NotLowered("boolean mask indexing has a data-dependent size")
+    check_device(node, [i for i in indices if i is not None] + [x])
+    src = _source(g, node, x)
+    rank = len(src.size)
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    idx_tensors = [indices[d] for d in dims]
+    bshape = tuple(sym(s) for s in torch.broadcast_shapes(*[tuple(i.size) for i in idx_tensors]))
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    out_size = tuple(sym(s) for s in out.shape)
+    nb = len(bshape)
+
+    def fn(oidx: Index) -> KExpr:
+        if adjacent:
+            before = list(oidx[:dims[0]])
+            bidx = list(oidx[dims[0]:dims[0] + nb])
+            after = list(oidx[dims[0] + nb:])
+            rest = before + after
+            rest_dims = [d for d in range(rank) if d not in dims]
+        else:
+            bidx = list(oidx[:nb])
+            rest = list(oidx[nb:])
+            rest_dims = [d for d in range(rank) if d not in dims]
+        full: list = [None] * rank
+        for d, v in zip(rest_dims, rest):
+            full[d] = v
+        bindings = []
+        for d, t in zip(dims, idx_tensors):
+            s = sympy.Symbol(g.new_name("indirect"), integer=True)
+            val = t.load(broadcast_index(t.size, bshape, bidx))
+            bindings.append((s, _wrap(val, src.size[d])))
+            full[d] = s
+        return _indirect_load(g, src, full, bindings)
+
+    return Lazy(out_size, out.dtype, out.device, fn, 2)
+
+
+@register_lowering(aten.gather.default)
+def _gather(g: GraphLowering, node, x: Value, dim: int, index: Value, sparse_grad: bool = False):
+    out = node.meta["val"]
+    check_device(node, [x, index])
+    src = _source(g, node, x)
+    rank = len(src.size)
+    dim = dim + rank if dim < 0 else dim
+    out_size = tuple(sym(s) for s in out.shape)
+    if rank == 0:
+        raise NotLowered("gather on a 0-d tensor")
+
+    def fn(oidx: Index) -> KExpr:
+        s = sympy.Symbol(g.new_name("indirect"), integer=True)
+        full = list(oidx)
+        full[dim] = s
+        return _indirect_load(g, src, full, [(s, _wrap(index.load(oidx), src.size[dim]))])
+
+    return Lazy(out_size, out.dtype, out.device, fn, 2)
+
+
+@register_lowering(aten.index_select.default)
+def _index_select(g: GraphLowering, node, x: Value, dim: int, index: Value):
+    out = node.meta["val"]
+    check_device(node, [x, index])
+    src = _source(g, node, x)
+    rank = len(src.size)
+    dim = dim + rank if dim < 0 else dim
+    out_size = tuple(sym(s) for s in out.shape)
+
+    def fn(oidx: Index) -> KExpr:
+        s = sympy.Symbol(g.new_name("indirect"), integer=True)
+        full = list(oidx)
+        full[dim] = s
+        ival = index.load([oidx[dim]] if len(index.size) == 1 else [])
+        return _indirect_load(g, src, full, [(s, _wrap(ival, src.size[dim]))])
+
+    return Lazy(out_size, out.dtype, out.device, fn, 2)
