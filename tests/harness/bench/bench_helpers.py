@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from pathlib import Path
 
 from harness.bench.records import Result, RunInfo
 from harness.bench.store import Store, now
@@ -19,7 +18,8 @@ def samples(median: float, n: int = 120, noise: float = 0.02, seed: int = 0) -> 
 def make_run(device: str = "cpu", ref: str = "main", commit: str = "abc123", profile: str = "tiny",
              device_name: str | None = None) -> RunInfo:
     return RunInfo(id=None, uid=uuid.uuid4().hex, created_at=now(), profile=profile, device=device,
-                   device_name=device_name or f"{device}: test", compilers=["inductor", "eager"], git_ref=ref, git_commit=commit)
+                   device_name=device_name or f"{device}: test", compilers=["inductor", "eager"], git_ref=ref,
+                   git_commit=commit)
 
 
 def make_results(medians: dict[tuple[str, str], float], seed: int = 0, hashes: dict[str, str] | None = None,

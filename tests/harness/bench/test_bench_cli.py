@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness.bench.cli import main
+from harness.bench.store import Store
+
+from bench_helpers import make_results, medians, store_run
 
 ROOT = Path(__file__).resolve().parents[3]
 FAST = ["--device", "cpu", "--compilers", "eager", "--only", "softmax.fwd.*,row_sum.*,layer_norm.fwd.fp32.*",
@@ -46,16 +49,20 @@ def test_run_compare_report_export_import_plot(tmp_path, capsys):
     assert (tmp_path / "p2" / "history.png").exists()
 
 
-def test_planted_slowdown_fails_the_run(tmp_path, capsys):
+def test_compare_exit_code_on_regression(tmp_path, capsys):
+    """Exit 1 when a stored run regressed against its baseline (synthetic samples: no timing involved)."""
     db = tmp_path / "b.sqlite"
-    args = ["--device", "cpu", "--compilers", "eager", "--only", "softmax.bwd.*", "--target-s", "0.05", "--quiet",
-            "--db", str(db)]
-    assert main(["run", *args]) == 0
-    code = main(["run", *args, "--baseline", "latest", "--plant", "softmax.bwd.*=1.0"])
+    with Store(db) as s:
+        a = store_run(s, make_results(medians(), seed=1))
+        b = store_run(s, make_results(medians({("w04", "inductor"): 1.2}), seed=2))
+        c = store_run(s, make_results(medians(), seed=3))
+    assert main(["compare", str(b.id), f"run:{a.id}", "--db", str(db)]) == 1
     out = capsys.readouterr().out
-    assert code == 1, out
-    assert "regressed" in out
-    assert main(["run", *args, "--baseline", "run:1", "--plant", "softmax.bwd.*=1.0", "--no-fail"]) == 0
+    assert "regressed: 1" in out and "w04" in out
+    assert main(["compare", str(b.id), f"run:{a.id}", "--db", str(db), "--no-fail"]) == 0
+    assert main(["compare", str(b.id), f"run:{a.id}", "--db", str(db), "--threshold", "0.3"]) == 0
+    assert main(["compare", str(c.id), f"run:{a.id}", "--db", str(db)]) == 0
+    assert main(["compare", "latest", "window:2", "--db", str(db)]) == 0  # c against runs b and a pooled
 
 
 @pytest.mark.parametrize("argv,message", [
