@@ -1,0 +1,139 @@
+"""Helpers shared by the four compiler suites (dynamic_shapes, control_flow, fallback, numerics).
+
+Terms:
+- *run_compiled*: compile ``fn`` with the kiln backend in strict mode (lowering bugs raise instead of
+  silently falling back) and collect every graph kiln compiled while it ran.
+- *launch log*: the kernel launches (kernel name and launch config, e.g. ``PERSISTENT``) seen in a block.
+- *frames*: Dynamo's count of frames it compiled; a recompile makes it grow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch._dynamo.utils import counters
+
+import compiler
+from compiler.runtime.launcher import TritonKernel
+
+#: (rtol, atol) for comparing compiled results with eager ones, by dtype
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-9, 1e-9),
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+
+
+def compile_kiln(fn: Callable, **kwargs: Any) -> Callable:
+    """``torch.compile(fn, backend="kiln", **kwargs)``."""
+    return torch.compile(fn, backend="kiln", **kwargs)
+
+
+def run_compiled(fn: Callable, *args: Any, strict: bool = True, compile_kwargs: dict | None = None,
+                 **settings: Any) -> tuple[Any, list]:
+    """Compile and run ``fn(*args)`` under kiln (strict by default); return (result, captured graphs)."""
+    with compiler.config.patch(strict=strict, **settings), compiler.capture() as graphs:
+        out = compile_kiln(fn, **(compile_kwargs or {}))(*args)
+    return out, graphs
+
+
+def assert_close(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None,
+                 equal_nan: bool = True) -> None:
+    """Compare (nested) results with dtype-appropriate tolerances; dtypes and shapes must match exactly."""
+    if isinstance(expected, (list, tuple)):
+        assert isinstance(actual, (list, tuple)) and len(actual) == len(expected), (actual, expected)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, rtol, atol, equal_nan)
+        return
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected, (actual, expected)
+        return
+    assert isinstance(actual, torch.Tensor), type(actual)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    r, a = TOLERANCES.get(expected.dtype, (0.0, 0.0))
+    torch.testing.assert_close(actual, expected, rtol=r if rtol is None else rtol, atol=a if atol is None else atol,
+                               equal_nan=equal_nan)
+
+
+def check(fn: Callable, *args: Any, rtol: float | None = None, atol: float | None = None,
+          compile_kwargs: dict | None = None, **settings: Any) -> list:
+    """Run ``fn`` eagerly and compiled on clones of ``args``; assert they agree; return the graphs."""
+    expected = fn(*_clone(args))
+    actual, graphs = run_compiled(fn, *_clone(args), compile_kwargs=compile_kwargs, **settings)
+    assert_close(actual, expected, rtol, atol)
+    assert graphs, "kiln compiled no graph"
+    return graphs
+
+
+def _clone(args: Sequence[Any]) -> list:
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def kernels(graphs: list) -> int:
+    """Kernel launches over every captured graph."""
+    return sum(g.kernel_count for g in graphs)
+
+
+def externs(graphs: list) -> int:
+    return sum(g.extern_count for g in graphs)
+
+
+def fallbacks(graphs: list) -> list:
+    """Every recorded FallbackReason (cond subgraphs included) of the captured graphs."""
+    return [f for g in graphs for f in g.all_fallbacks()]
+
+
+def fallback_ops(graphs: list) -> list[str]:
+    return [f.op for f in fallbacks(graphs)]
+
+
+def assert_no_fallbacks(graphs: list) -> None:
+    fbs = fallbacks(graphs)
+    assert not fbs, "unexpected fallbacks: " + "; ".join(map(str, fbs))
+
+
+def assert_fallback(graphs: list, op: str) -> None:
+    """``op`` (e.g. ``"aten.sort"``) fell back with a readable recorded reason."""
+    hits = [f for f in fallbacks(graphs) if f.op == op or f.op.startswith(op + ".") or f.op.startswith(op)]
+    assert hits, f"no fallback recorded for {op}; recorded: {[str(f) for f in fallbacks(graphs)]}"
+    for f in hits:
+        assert f.kind and f.detail and str(f).startswith(f.op), f
+
+
+def all_kernel_source(graphs: list) -> str:
+    out = []
+    for g in graphs:
+        out.extend(g.kernel_sources.values())
+        out.extend(all_kernel_source(g.subgraphs).splitlines())
+    return "\n".join(out)
+
+
+def frames() -> int:
+    """Frames Dynamo has compiled since the last reset (a recompile adds one)."""
+    return counters["frames"]["ok"]
+
+
+@contextlib.contextmanager
+def launch_log() -> Iterator[list[tuple[str, dict]]]:
+    """Record every kiln kernel launch as (kernel name, launch config) inside the block."""
+    seen: list[tuple[str, dict]] = []
+    orig_cfg = TritonKernel.launch_config
+
+    def spy(self, xnumel, rnumel, device):
+        cfg = orig_cfg(self, xnumel, rnumel, device)
+        seen.append((self.name, dict(cfg, xnumel=xnumel, rnumel=rnumel)))
+        return cfg
+
+    TritonKernel.launch_config = spy
+    try:
+        yield seen
+    finally:
+        TritonKernel.launch_config = orig_cfg
+
+
+def reset_counters() -> None:
+    counters.clear()
