@@ -530,9 +530,17 @@ def cli_main(args: argparse.Namespace) -> int:
         dump = Path(args.dump)
     else:
         dump = out / "dump"
-        paths = list(args.paths) or [f"tests/{suite}" for suite in m.suites]
-        print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
-        suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
+        from harness.flakes import resolve_test_paths
+
+        paths, missing = resolve_test_paths(s.root, args.paths)
+        if missing and args.paths:
+            raise CompileCheckError(f"no such test path: {missing[0]}")
+        for p in missing:
+            print(f"compile-check: suite folder {p} does not exist: skipped")
+        dump.mkdir(parents=True, exist_ok=True)
+        if paths:
+            print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
+            suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
     report = check(dump, targets, out, args.jobs, suites_exit)
     for failure in report["failures"]:
         print(f"compile-check: FAIL {Outcome(**failure).message(dump)}", file=sys.stderr)

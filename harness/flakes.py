@@ -409,6 +409,18 @@ def detect(
     return report
 
 
+def resolve_test_paths(root: Path, given: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(existing, missing) test paths: `given` paths or node ids, else the matrix's suite folders."""
+    if given:
+        paths = list(given)
+    else:
+        from harness import matrix
+
+        paths = [f"tests/{suite}" for suite in matrix.load().suites]
+    exists = [p for p in paths if (root / p.split("::", 1)[0]).exists()]
+    return exists, [p for p in paths if p not in exists]
+
+
 def append_github_summary(markdown: Path) -> None:
     """Append a Markdown report to the GitHub Actions job summary, when running there."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -452,15 +464,18 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 def cli_main(args: argparse.Namespace) -> int:
     """Run the flake detector; exit 0 when nothing outside the quarantine is failing or flaky, else 1."""
     s = settings()
-    q = quarantine_mod.load(args.quarantine or quarantine_mod.default_path(s.root))
-    paths = list(args.paths)
+    default = quarantine_mod.default_path(s.root)
+    if args.quarantine or default.exists():  # a named file must exist; the project's may be absent
+        q = quarantine_mod.load(args.quarantine or default)
+    else:
+        q = quarantine_mod.Quarantine()
+    paths, missing = resolve_test_paths(s.root, args.paths)
+    if missing and args.paths:
+        raise FlakeRunError(f"no such test path: {missing[0]}")
+    for p in missing:
+        print(f"flakes: suite folder {p} does not exist: skipped")
     if not paths:
-        from harness import matrix
-
-        paths = [f"tests/{suite}" for suite in matrix.load().suites]
-    for p in paths:
-        if not (s.root / p.split("::", 1)[0]).exists():
-            raise FlakeRunError(f"no such test path: {p}")
+        raise FlakeRunError("none of the matrix's suite folders exist under tests/; name test paths")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out = Path(args.out) if args.out else s.results_root / f"flakes-{args.backend}-{stamp}"
     native = s.native if args.native is None else args.native

@@ -268,3 +268,47 @@ def test_the_compilers_own_dump_compiles_for_every_target(tmp_path):
     assert report["specializations"] >= 2
     assert report["failed"] == 0, report["failures"]
     assert report["compiled"] == report["specializations"] * len(TARGETS)
+
+
+def test_missing_suite_folders_are_skipped_and_missing_paths_are_errors(tmp_path):
+    root = (
+        tmp_path / "checkout"
+    )  # a checkout whose suite folders do not exist yet (git keeps no empty folder)
+    (root / "ci").mkdir(parents=True)
+    shutil.copy(ROOT / "ci" / "matrix.json", root / "ci" / "matrix.json")
+    env = _env(KILN_ROOT=str(root), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "compile-check", "--out", str(tmp_path / "o")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "compile-check: suite folder tests/numerics does not exist: skipped" in proc.stdout
+    assert "0 kernels, 0 specializations" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "compile-check", "--out", str(tmp_path / "o"), "tests/nope"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2,
+        "harness compile-check: error: no such test path: tests/nope",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "flakes", "--native", "--out", str(tmp_path / "f")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(
+        "none of the matrix's suite folders exist under tests/; name test paths"
+    )
