@@ -84,7 +84,10 @@ def ci(session: nox.Session) -> None:
     """Main job: detect the backend (CUDA, ROCm, else CPU interpreter), run its suites, then benchmarks, report."""
     native, rest = _split_native(session)
     backend = session.run(sys.executable, "-m", "harness", "detect", silent=True, external=True).strip()
-    session.log(f"backend: {backend}")
+    if not native and "--image" not in rest:
+        mode = session.run(sys.executable, "-m", "harness", "detect", "--mode", silent=True, external=True).strip()
+        native = ["--native"] if mode == "native" else []
+    session.log(f"backend: {backend} ({'native' if native else 'container'})")
     from datetime import datetime, timezone
 
     run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")

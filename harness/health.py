@@ -68,6 +68,9 @@ def _devices(backend: Backend) -> list[str]:
         built = f"HIP {torch.version.hip}" if is_hip else f"CUDA {torch.version.cuda}"
         raise NoDeviceError(f"backend {backend.name} needs a {'ROCm' if want_hip else 'CUDA'} build of torch; "
                             f"this torch {torch.__version__} is built for {built or 'CPU only'}")
+    if not is_hip and torch.version.cuda is None:
+        raise NoDeviceError(f"backend {backend.name} needs a CUDA build of torch; torch {torch.__version__} is a "
+                            "CPU-only build")
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         raise NoDeviceError(f"backend {backend.name}: torch {torch.__version__} sees no GPU "
                             "(driver missing, device not passed to the container, or CUDA_VISIBLE_DEVICES empty)")

@@ -459,12 +459,29 @@ def cli_main(args: argparse.Namespace) -> int:
     return code
 
 
+def detect_mode() -> str:
+    """`container` when a docker daemon answers, else `native`."""
+    from harness import image
+    from harness.exc import DockerError
+
+    try:
+        image.require_docker()
+    except DockerError:
+        return "native"
+    return "container"
+
+
 def cli_detect_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--field", help="print this matrix field of the detected backend instead of its name")
+    p.add_argument("--mode", action="store_true",
+                   help="print `container` when a docker daemon answers, else `native`, instead")
 
 
 def cli_detect_main(args: argparse.Namespace) -> int:
     """Print the backend this machine supports: the first GPU backend whose devices exist, else cpu."""
+    if args.mode:
+        print(detect_mode())
+        return 0
     m = matrix_mod.load()
     name = detect_backend(m)
     print(name if not args.field else getattr(m.backend(name), args.field))
