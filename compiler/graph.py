@@ -106,6 +106,7 @@ class GraphLowering:
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReason] = []
         self.subgraph_compiler = subgraph_compiler
+        self.constants: dict[str, torch.Tensor] = {}  # buffer name -> tensor constant (get_attr in the wrapper)
         self._counter = 0
         self.current_node: Optional[fx.Node] = None
         self.interpret = _interpret_mode()
@@ -190,8 +191,13 @@ class GraphLowering:
 
     def _get_attr(self, node: fx.Node) -> Any:
         obj = getattr(self.gm, node.target)
-        if isinstance(obj, torch.Tensor):
-            raise LoweringError("tensor constants in AOT graphs are not expected (lifted by AOTAutograd)")
+        if isinstance(obj, torch.Tensor):  # a constant (``torch.tensor([...])`` in user code): read like an input
+            base = sym(obj.storage_offset())
+            buf = InputBuffer(node.name, layout_from_meta(obj, base_offset=base))
+            buf.base_offset = base
+            self.add_buffer(buf)
+            self.constants[node.name] = obj
+            return Strided(buf, buf.layout)
         return Opaque(node.name)  # subgraph modules; consumed by control-flow lowerings via the node
 
     def _output_value(self, arg: Any) -> Any:

@@ -205,6 +205,9 @@ class WrapperBuilder:
                 self.syms.setdefault(value.expr, node)
             elif isinstance(value, Opaque):
                 self.opaque[id(value)] = node
+        for name, tensor in self.g.constants.items():
+            self.root.register_buffer(name, tensor)
+            self.nodes[name] = self.graph.get_attr(name)
         for i, item in enumerate(self.items):
             if isinstance(item, KernelGroup):
                 self.emit_kernel(item, self.kernels[i])

@@ -16,6 +16,17 @@ for _name in ("cond", "while_loop"):
         HOPS.append(_op)
 
 
+class _Single(torch.nn.Module):
+    """A compiled subgraph whose source returned a single value rather than a tuple."""
+
+    def __init__(self, wrapper: torch.nn.Module) -> None:
+        super().__init__()
+        self.wrapper = wrapper
+
+    def forward(self, *args):
+        return self.wrapper(*args)[0]
+
+
 def lower_hop(g: GraphLowering, node: fx.Node, *args, **kwargs):
     new_args = []
     subgraphs = {}
@@ -23,7 +34,10 @@ def lower_hop(g: GraphLowering, node: fx.Node, *args, **kwargs):
         if isinstance(a_fx, fx.Node) and a_fx.op == "get_attr":
             sub = getattr(g.gm, a_fx.target)
             attr = f"{a_fx.target}"
-            subgraphs[attr] = g.subgraph_compiler(sub, f"{g.name}.{a_fx.target}")
+            compiled = g.subgraph_compiler(sub, f"{g.name}.{a_fx.target}")
+            # kiln wrappers return tuples; a subgraph returning one bare value (while_loop's cond_fn) keeps that form
+            out_node = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
+            subgraphs[attr] = compiled if isinstance(out_node.args[0], (tuple, list)) else _Single(compiled)
             new_args.append(SubgraphRef(attr))
         else:
             new_args.append(_map_values(a, g.realize))
