@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import importlib
 import math
+import signal
 import sys
+import threading
 import time
 import types
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -43,11 +46,14 @@ class BenchConfig:
     target_s: float = 0.08  # measuring time per workload+compiler, split into `rounds`
     min_reps: int = 30
     max_reps: int = 400
+    cap_s: float = 1.0  # slow calls (Triton's interpreter: up to ~1 s a call) get fewer reps, at least `floor_reps`
+    floor_reps: int = 5
     rounds: int = 5
     warmup_s: float = 0.02
     ceiling_mib: int = 64
     plant: Plant | None = None
     seed: int = 0
+    compile_timeout_s: float = 600.0  # a compile + first call taking longer is an error result
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -58,7 +64,7 @@ class BenchConfig:
 def defaults_for(device: str) -> dict[str, Any]:
     """Profile, timer and budgets suited to a device kind (tiny CPU runs vs GPU-sized runs)."""
     if device.startswith("cuda"):
-        return {"profile": "gpu", "timer": "event", "target_s": 0.15, "min_reps": 20, "max_reps": 300,
+        return {"profile": "gpu", "timer": "event", "target_s": 0.1, "min_reps": 20, "max_reps": 300,
                 "warmup_s": 0.05, "ceiling_mib": 1024}
     return {"profile": "tiny", "timer": "wall"}
 
@@ -134,6 +140,26 @@ def _as_f64(inputs: tuple) -> tuple:
     )
 
 
+@contextmanager
+def _deadline(seconds: float, what: str) -> Iterator[None]:
+    """Raise TimeoutError in this (main) thread after `seconds` (SIGALRM; a no-op elsewhere or without it)."""
+    usable = seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"{what} took longer than {seconds:.0f}s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 @dataclass
 class Prepared:
     """A compiled, checked, warmed-up workload+compiler ready to be sampled."""
@@ -192,8 +218,9 @@ class Executor:
         try:
             call = make_call(compile_fn(case.fn, compiler), case.mode, inputs, grad_outs)
             t0 = time.perf_counter()
-            outs = flatten(call())
-            self.timer.sync()
+            with _deadline(self.cfg.compile_timeout_s, f"{compiler} compile + first call"):
+                outs = flatten(call())
+                self.timer.sync()
             first_s = time.perf_counter() - t0
             res.max_abs_err, res.max_rel_err = max_errors(outs, refs)
             del outs
@@ -206,6 +233,7 @@ class Executor:
                 res.planted = plant.fraction
                 est *= 1 + plant.fraction
             reps = int(min(self.cfg.max_reps, max(self.cfg.min_reps, self.cfg.target_s * 1e9 / max(est, 1.0))))
+            reps = min(reps, max(self.cfg.floor_reps, int(self.cfg.cap_s * 1e9 / max(est, 1.0))))
             return Prepared(call, res, reps, est)
         except Exception as e:  # noqa: BLE001 - a compiler failing a workload is a result, not a crash
             res.status, res.error = "error", one_line(e)

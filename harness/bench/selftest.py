@@ -63,7 +63,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             target = args.plant_workload
             if not any(w == target for w, _ in ok):
                 raise SystemExit(f"error: plant workload {target!r} has no successful result in run A")
-            order = [c for c in cfg.compilers if c != "eager"] + ["eager"]
+            order = sorted(cfg.compilers, key=lambda c: (c != "inductor", c == "eager"))  # inductor, others, eager
             compiler = next(c for c in order if (target, c) in ok)
             plant = Plant(target, compiler, args.fraction)
             c = run_bench(replace(cfg, plant=plant), store, label=f"selftest-C plant {plant.spec()}",

@@ -5,6 +5,7 @@ stays `running`); neither is ever a baseline.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -50,6 +51,17 @@ class Progress:
         print(f"{tag} {name:<40} {cells}  ({spent:.0f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
 
 
+def prepare_kiln() -> None:
+    """Import the compiler before anything else imports triton (Dynamo's backend list does), so that on a
+    machine without a GPU kiln can still choose Triton's interpreter. A broken compiler is left for each
+    workload to report as an error result."""
+    try:
+        importlib.import_module("compiler")
+    except Exception as e:  # noqa: BLE001
+        print(f"note: `import compiler` failed ({type(e).__name__}: {e}); kiln results will be errors",
+              file=sys.stderr)
+
+
 def _set_threads(cfg: BenchConfig, threads: int | None) -> None:
     if cfg.device == "cpu" and threads:
         torch.set_num_threads(threads)
@@ -60,6 +72,8 @@ def run_bench(cfg: BenchConfig, store: Store, *, label: str | None = None, git_r
               threads: int | None = 1, log: Callable[[str], None] | None = None) -> Outcome:
     """Measure every workload of `cfg`, store it, and compare with `baseline` if given (see module docstring)."""
     cases = wl.cases(cfg.profile, cfg.only)
+    if "kiln" in cfg.compilers:
+        prepare_kiln()
     cfg.compilers = check_compilers(cfg.compilers)
     _set_threads(cfg, threads)
     git = env.git_info(git_ref)

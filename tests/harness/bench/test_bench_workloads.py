@@ -123,3 +123,19 @@ def test_planted_result_is_marked_and_unknown_compiler_rejected():
     assert res.planted == 0.2
     with pytest.raises(UsageError, match="unknown compiler"):
         check_compilers(["tvm2"])
+
+
+def _slow_backend(gm, example_inputs):
+    import time as _t
+
+    _t.sleep(30)
+    return gm.forward
+
+
+def test_a_hanging_compile_is_an_error_result():
+    torch._dynamo.register_backend(name="kiln_test_slow")(_slow_backend)
+    cfg = BenchConfig(compilers=["kiln_test_slow", "eager"], target_s=0.002, min_reps=5, max_reps=10, rounds=1,
+                      warmup_s=0.0, compile_timeout_s=0.5)
+    slow, ok = Executor(cfg).measure_case(wl.find("row_sum.fwd.fp32.64x128"), ["kiln_test_slow", "eager"])
+    assert slow.status == "error" and "took longer than" in slow.error
+    assert ok.status == "ok"
