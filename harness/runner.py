@@ -345,6 +345,8 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     if unknown:
         raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(m.suites)}")
     report.load_quarantine(settings().root)  # a broken quarantine file stops the run before it starts
+    if native:
+        _check_native_python()  # no pytest: stop before anything is written
     mode = "native" if native else "container"
     img_info = None
     if not native:

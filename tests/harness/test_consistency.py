@@ -15,24 +15,30 @@ ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")
 
 
-def _nox_registry() -> dict:
+def _run_noxfile() -> tuple[dict, dict]:
+    """(sessions, noxfile globals), leaving nox's session registry as it was."""
     pytest.importorskip("nox")
     from nox import registry
 
     before = dict(registry.get())
-    runpy.run_path(str(ROOT / "noxfile.py"))
-    sessions = dict(registry.get())
     registry.get().clear()
-    registry.get().update(before)
-    return sessions
+    try:
+        names = runpy.run_path(str(ROOT / "noxfile.py"))
+        sessions = dict(registry.get())
+    finally:
+        registry.get().clear()
+        registry.get().update(before)
+    return sessions, names
 
 
 def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
-    sessions = _nox_registry()
+    sessions, names = _run_noxfile()
     assert sorted(n[len("tests-"):] for n in sessions if n.startswith("tests-")) == sorted(M.backends)
     assert "ci" in sessions and "ci-report" in sessions
     noxfile = (ROOT / "noxfile.py").read_text()
     assert '"harness", "run", "--backend", backend' in noxfile  # the sessions delegate to the harness
+    suite_env = names.get("SUITE_ENV", {})
+    assert {k: M.suite_env[k] for k in suite_env} == suite_env  # `nox -s tests` runs with the matrix's env
 
 
 def _manifest(backend: str, mode: str = "container") -> dict:
