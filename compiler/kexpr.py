@@ -57,12 +57,16 @@ class Const(KExpr):
 
 
 class IndexValue(KExpr):
-    """An integer computed from index symbols and sizes (``arange``, a SymInt scalar...)."""
+    """An integer computed from index symbols and sizes (``arange``, a SymInt scalar...).
 
-    __slots__ = ("expr",)
+    ``indirect`` binds symbols of ``expr`` to int64 KExprs, as for ``Load``.
+    """
 
-    def __init__(self, expr: sympy.Expr, dtype: torch.dtype = torch.int64) -> None:
+    __slots__ = ("expr", "indirect")
+
+    def __init__(self, expr: sympy.Expr, dtype: torch.dtype = torch.int64, indirect: tuple = ()) -> None:
         self.expr, self.dtype = sympy.sympify(expr), dtype
+        self.indirect = tuple(indirect)
 
 
 class Op(KExpr):
@@ -120,6 +124,8 @@ def walk(expr: KExpr):
             if node.mask is not None:
                 stack.append(node.mask)
             stack.extend(e for _, e in reversed(node.indirect))
+        elif isinstance(node, IndexValue):
+            stack.extend(e for _, e in reversed(node.indirect))
 
 
 def loads(expr: KExpr) -> list[Load]:
@@ -134,9 +140,37 @@ def free_symbols(expr: KExpr) -> list[sympy.Symbol]:
         if isinstance(n, Load):
             e = n.index.subs({s: 0 for s, _ in n.indirect}) if n.indirect else n.index
         elif isinstance(n, IndexValue):
-            e = n.expr
+            e = n.expr.subs({s: 0 for s, _ in n.indirect}) if n.indirect else n.expr
         else:
             continue
         for s in e.free_symbols:
             syms[s.name] = s
     return [syms[k] for k in sorted(syms)]
+
+
+def bind_indirect(expr: KExpr, bindings: Sequence[tuple]) -> KExpr:
+    """Attach ``bindings`` (symbol, KExpr) to every Load/IndexValue of ``expr`` whose index uses the symbol."""
+    syms = {s for s, _ in bindings}
+    memo: dict[int, KExpr] = {}
+
+    def visit(e: KExpr) -> KExpr:
+        if id(e) in memo:
+            return memo[id(e)]
+        r = e
+        if isinstance(e, Load):
+            used = tuple(b for b in bindings if b[0] in e.index.free_symbols)
+            mask = visit(e.mask) if e.mask is not None else None
+            if used or mask is not e.mask:
+                r = Load(e.buffer, e.index, e.dtype, mask, e.indirect + used)
+        elif isinstance(e, IndexValue):
+            used = tuple(b for b in bindings if b[0] in e.expr.free_symbols)
+            if used:
+                r = IndexValue(e.expr, e.dtype, e.indirect + used)
+        elif isinstance(e, Op):
+            args = [visit(a) for a in e.args]
+            if any(a is not b for a, b in zip(args, e.args)):
+                r = Op(e.op, args, e.dtype, e.round_trip)
+        memo[id(e)] = r
+        return r
+
+    return visit(expr) if syms else expr

@@ -158,9 +158,12 @@ class Scope:
         if isinstance(e, IndexValue):
             if e.expr.is_number:
                 return self.assign(("c", int(e.expr), e.dtype), _lit(int(e.expr), e.dtype))
-            self.r.note_symbols(e.expr)
-            code = f"({pexpr(e.expr)} + tl.zeros([], tl.int64)).to({tl_dtype(e.dtype)})"
-            return self.assign(("i", str(e.expr), e.dtype), code)
+            expr = e.expr
+            if e.indirect:
+                expr = expr.subs({s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect})
+            self.r.note_symbols(expr)
+            code = f"({pexpr(expr)} + tl.zeros([], tl.int64)).to({tl_dtype(e.dtype)})"
+            return self.assign(("i", str(expr), e.dtype), code)
         if isinstance(e, Op):
             args = [self.emit(a) for a in e.args]
             code = render_op(e.op, args, [a.dtype for a in e.args], e.dtype)
@@ -180,7 +183,8 @@ class Scope:
             self.r.note_symbols(index)
             mask = self.r.mask_for(index)
         idx = pexpr(index)
-        if e.mask is not None:
+        if e.mask is not None and not (e.indirect == () and not ({XINDEX, RINDEX} & index.free_symbols)):
+            # a constant index is one real element, valid wherever the value is used: no mask needed
             extra = self.emit(e.mask)
             mask = extra if mask is None else f"{mask} & {extra}"
         code = f"tl.load({ptr} + {idx}" + (f", {mask}, other=0)" if mask else ")")

@@ -13,7 +13,7 @@ import torch
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import Index, Lazy, Strided, Value, sym
-from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast
+from ..kexpr import Const, IndexValue, KExpr, Op, bind_indirect, cast
 from .pointwise import broadcast_index, check_device
 
 aten = torch.ops.aten
@@ -27,17 +27,15 @@ def _wrap(i: KExpr, size: sympy.Expr) -> KExpr:
               torch.int64)
 
 
-def _indirect_load(g: GraphLowering, src: Strided, index: list, bindings: list) -> KExpr:
-    ld = src.load(index)
-    if not isinstance(ld, Load):
-        raise NotLowered("indirect read of a non-buffer value")
-    return Load(ld.buffer, ld.index, ld.dtype, ld.mask, tuple(bindings))
+def _indirect_load(g: GraphLowering, src: Value, index: list, bindings: list) -> KExpr:
+    """``src`` at an index holding bound symbols; a Lazy source is computed only at the gathered positions."""
+    return bind_indirect(src.load(index), bindings)
 
 
-def _source(g: GraphLowering, node, x: Value) -> Strided:
+def _source(g: GraphLowering, node, x: Value) -> Value:
     if not isinstance(x, Value):
         raise NotLowered("indexing a non-tensor")
-    return g.realize(x, node.args[0].meta.get("val"))
+    return x
 
 
 @register_lowering(aten.index.Tensor)

@@ -269,3 +269,23 @@ class _SwapArgs:
 
     def __init__(self, node, args) -> None:
         self.meta, self.args, self.target, self.users = node.meta, args, node.target, node.users
+
+
+#: pow with a constant exponent: cheap exact forms instead of libdevice.pow
+_POW_FORMS = {2: lambda v, c: Op("mul", [v, v], c), 3: lambda v, c: Op("mul", [Op("mul", [v, v], c), v], c),
+              1: lambda v, c: v, 0.5: lambda v, c: Op("sqrt", [v], c), -0.5: lambda v, c: Op("rsqrt", [v], c),
+              -1: lambda v, c: Op("reciprocal", [v], c), -2: lambda v, c: Op("reciprocal", [Op("mul", [v, v], c)], c)}
+
+
+@register_lowering(aten.pow.Tensor_Scalar)
+def _pow_scalar(g: GraphLowering, node, x, exponent):
+    out = node.meta["val"]
+    form = _POW_FORMS.get(exponent) if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
+    if form is None or not out.dtype.is_floating_point or (exponent in (0.5, -0.5, -1, -2) and not out.dtype.is_floating_point):
+        return make_pointwise("pow", K.BOOL_TO_LONG)(g, node, x, exponent)
+    comp = compute_dtype(out.dtype)
+    size = tuple(sym(s) for s in out.shape)
+    emulate = g.settings.emulate_eager_precision
+    device = check_device(node, [x])
+    return Lazy(size, out.dtype, device, lambda idx: _round(cast(form(load_arg(x, size, idx, comp), comp), out.dtype),
+                                                             emulate), arg_cost([x]))

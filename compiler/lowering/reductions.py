@@ -14,6 +14,8 @@ import torch
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import ComputedBuffer, Index, Layout, Lazy, Reduction, Strided, Value, contiguous_strides, prod, sym
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
 from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype
 
 aten = torch.ops.aten
@@ -49,8 +51,70 @@ def reduce(g: GraphLowering, x: Value, dims: Sequence[int], keepdim: bool, rtype
                 full.append(next(it))
         return cast(load(full), src)
 
+    split = _split_count(out_ranges, red_ranges, rtype)
+    if split > 1:
+        return _split_reduce(g, x.device, out_ranges, red_ranges, fn, rtype, dtype, src, split)
     layout = Layout(out_ranges, contiguous_strides(out_ranges), sympy.Integer(0), dtype, x.device)
     red = Reduction(out_ranges, red_ranges, fn, rtype, dtype, src)
+    return g.add_computed(ComputedBuffer(g.new_name(), layout, red))
+
+
+#: split reductions: few rows of many elements run as partial reductions over chunks, then a final pass
+SPLIT_MIN_RNUMEL = 32768
+SPLIT_TARGET_PROGRAMS = 1024
+SPLIT_MIN_CHUNK = 4096
+
+
+def _split_count(out_ranges, red_ranges, rtype: str) -> int:
+    """How many chunks to split each row into (1: no split). Only static sizes and combinable types."""
+    if rtype not in ("sum", "prod", "max", "min"):
+        return 1
+    X, R = prod(out_ranges), prod(red_ranges)
+    if not (X.is_number and R.is_number):
+        return 1
+    X, R = int(X), int(R)
+    if R < SPLIT_MIN_RNUMEL or X >= SPLIT_TARGET_PROGRAMS // 4:
+        return 1
+    return max(1, min(R // SPLIT_MIN_CHUNK, SPLIT_TARGET_PROGRAMS // max(X, 1)))
+
+
+def _identity(rtype: str, dtype: torch.dtype):
+    if rtype == "sum":
+        return 0
+    if rtype == "prod":
+        return 1
+    if dtype.is_floating_point:
+        return float("-inf") if rtype == "max" else float("inf")
+    info = torch.iinfo(dtype)
+    return info.min if rtype == "max" else info.max
+
+
+def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, split: int) -> Strided:
+    from .misc import _mask_loads
+
+    R = int(prod(red_ranges))
+    chunk = -(-R // split)
+    red_strides = contiguous_strides(red_ranges)
+    ident = Const(_identity(rtype, src), src)
+
+    def stage1(idx: Index, ridx: Index) -> KExpr:
+        flat = idx[-1] * chunk + ridx[0]
+        inside = Op("lt", [IndexValue(flat), Const(R, torch.int64)], torch.bool)
+        parts = [FloorDiv(flat, red_strides[0]) if i == 0 else ModularIndexing(flat, st, sz)
+                 for i, (st, sz) in enumerate(zip(red_strides, red_ranges))]
+        v = _mask_loads(fn(list(idx[:-1]), parts), inside, {})
+        return Op("where", [inside, v, ident], src)
+
+    ranges1 = tuple(out_ranges) + (sympy.Integer(split),)
+    lay1 = Layout(ranges1, contiguous_strides(ranges1), sympy.Integer(0), src, device)
+    part = g.add_computed(ComputedBuffer(g.new_name(), lay1, Reduction(ranges1, (sympy.Integer(chunk),), stage1,
+                                                                         rtype, src, src)))
+
+    def stage2(idx: Index, ridx: Index) -> KExpr:
+        return part.load(list(idx) + [ridx[0]])
+
+    layout = Layout(tuple(out_ranges), contiguous_strides(out_ranges), sympy.Integer(0), dtype, device)
+    red = Reduction(tuple(out_ranges), (sympy.Integer(split),), stage2, rtype, dtype, src)
     return g.add_computed(ComputedBuffer(g.new_name(), layout, red))
 
 

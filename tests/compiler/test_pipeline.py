@@ -159,3 +159,13 @@ def test_column_reduction_is_marked_outer(device):
     torch.testing.assert_close(out, x.sum(0) * 2, atol=1e-4, rtol=1e-4)
     kernel = next(m for m in graphs[0].wrapper.children())
     assert kernel.hint == "outer"
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.sum(), lambda x: x.amax(), lambda x: x.var(), lambda x: x.abs().max()],
+                         ids=["sum", "amax", "var", "abs_max"])
+def test_long_rows_split_into_two_stage_reductions(device, fn):
+    """A few very long rows run as partial reductions over chunks plus a final pass (two kernels)."""
+    x = torch.randn(200003, device=device)
+    out, graphs = run(fn, x)
+    torch.testing.assert_close(out, fn(x), atol=1e-3, rtol=1e-4)
+    assert graphs[0].kernel_count >= 2
