@@ -34,7 +34,11 @@ def compile_kiln(fn: Callable, **kwargs: Any) -> Callable:
 
 def run_compiled(fn: Callable, *args: Any, strict: bool = True, compile_kwargs: dict | None = None,
                  **settings: Any) -> tuple[Any, list]:
-    """Compile and run ``fn(*args)`` under kiln (strict by default); return (result, captured graphs)."""
+    """Compile and run ``fn(*args)`` under kiln (strict by default); return (result, captured graphs).
+
+    Dynamo's cache is reset first, so every call compiles afresh (a test may call this in a loop).
+    """
+    torch._dynamo.reset()
     with compiler.config.patch(strict=strict, **settings), compiler.capture() as graphs:
         out = compile_kiln(fn, **(compile_kwargs or {}))(*args)
     return out, graphs
