@@ -187,6 +187,50 @@ def _max_int(a, b):
 def _min_int(a, b):
     return tl.minimum(a, b)
 ''',
+    "_max_final": '''
+@triton.jit
+def _max_final(v):
+    nan = tl.max((v != v).to(tl.int8), 1)[:, None] > 0
+    return tl.where(nan, float('nan'), tl.max(v, 1)[:, None])
+''',
+    "_min_final": '''
+@triton.jit
+def _min_final(v):
+    nan = tl.max((v != v).to(tl.int8), 1)[:, None] > 0
+    return tl.where(nan, float('nan'), tl.min(v, 1)[:, None])
+''',
+    "_argmax_final": '''
+@triton.jit
+def _argmax_final(v, i):
+    nan = v != v
+    anynan = tl.max(nan.to(tl.int8), 1)[:, None] > 0
+    key = tl.where(nan, float('inf'), v)
+    best = tl.max(key, 1)[:, None]
+    cand = tl.where(anynan, nan, key == best)
+    return tl.min(tl.where(cand, i, 2147483647), 1)[:, None]
+''',
+    "_argmin_final": '''
+@triton.jit
+def _argmin_final(v, i):
+    nan = v != v
+    anynan = tl.max(nan.to(tl.int8), 1)[:, None] > 0
+    key = tl.where(nan, float('-inf'), v)
+    best = tl.min(key, 1)[:, None]
+    cand = tl.where(anynan, nan, key == best)
+    return tl.min(tl.where(cand, i, 2147483647), 1)[:, None]
+''',
+    "_argmax_final_int": '''
+@triton.jit
+def _argmax_final_int(v, i):
+    best = tl.max(v, 1)[:, None]
+    return tl.min(tl.where(v == best, i, 2147483647), 1)[:, None]
+''',
+    "_argmin_final_int": '''
+@triton.jit
+def _argmin_final_int(v, i):
+    best = tl.min(v, 1)[:, None]
+    return tl.min(tl.where(v == best, i, 2147483647), 1)[:, None]
+''',
     "_prod_combine": '''
 @triton.jit
 def _prod_combine(a, b):

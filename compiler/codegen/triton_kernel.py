@@ -429,21 +429,40 @@ class KernelRenderer:
             self.helpers.append(name)
         return name
 
+    def _final(self, m: Member, acc: str, idx: str = "") -> str:
+        """Reduce a [XBLOCK, RBLOCK] block along dim 1 to [XBLOCK, 1] with builtin reductions (fast in the
+        interpreter too); NaN propagates for max/min, and argmax/argmin pick the first NaN or best value."""
+        d: Reduction = m.buf.definition
+        t, is_float = d.reduction_type, d.src_dtype.is_floating_point
+        if t == "sum":
+            return f"tl.sum({acc}, 1)[:, None]"
+        if t in ("max", "min"):
+            if not is_float:
+                return f"tl.{t}({acc}, 1)[:, None]"
+            name = f"_{t}_final"
+        elif t in ("argmax", "argmin"):
+            name = f"_{t}_final" + ("" if is_float else "_int")
+            self._use(name)
+            return f"{name}({acc}, {idx})"
+        else:  # prod
+            name = "_prod_combine"
+            self._use(name)
+            return f"tl.reduce({acc}, 1, {name})[:, None]"
+        self._use(name)
+        return f"{name}({acc})"
+
+    def _use(self, helper: str) -> None:
+        if helper not in self.helpers:
+            self.helpers.append(helper)
+
     def _reduce_block(self, xs: Scope, m: Member, v: str) -> str:
         d: Reduction = m.buf.definition
         masked = f"tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), {self._identity(m)})"
-        t = d.reduction_type
         var = self.new_var()
-        if t == "sum":
-            xs.line(f"{var} = tl.sum({masked}, 1)[:, None]")
-        elif t in ("argmax", "argmin"):
-            comb = self._combine(m)
-            ridx = "tl.broadcast_to(rindex, [XBLOCK, RBLOCK])"
-            xs.line(f"_, {var} = tl.reduce(({masked}, {ridx}), 1, {comb})")
-            xs.line(f"{var} = {var}[:, None]")
-        else:
-            xs.line(f"{var} = tl.reduce({masked}, 1, {self._combine(m)})[:, None]")
-        return var
+        xs.line(f"{var} = {masked}")
+        out = self.new_var()
+        xs.line(f"{out} = {self._final(m, var, 'tl.broadcast_to(rindex, [XBLOCK, RBLOCK])')}")
+        return out
 
     def _acc_init(self, xs: Scope, m: Member):
         d: Reduction = m.buf.definition
@@ -471,17 +490,11 @@ class KernelRenderer:
             body.line(f"{acc} = {self._combine(m)}({acc}, {masked})")
 
     def _acc_final(self, xs: Scope, m: Member, acc) -> str:
-        d: Reduction = m.buf.definition
-        t = d.reduction_type
         var = self.new_var()
-        if t == "sum":
-            xs.line(f"{var} = tl.sum({acc}, 1)[:, None]")
-        elif t in ("argmax", "argmin"):
-            a, i = acc
-            xs.line(f"_, {var} = tl.reduce(({a}, {i}), 1, {self._combine(m)})")
-            xs.line(f"{var} = {var}[:, None]")
+        if isinstance(acc, tuple):
+            xs.line(f"{var} = {self._final(m, acc[0], acc[1])}")
         else:
-            xs.line(f"{var} = tl.reduce({acc}, 1, {self._combine(m)})[:, None]")
+            xs.line(f"{var} = {self._final(m, acc)}")
         return var
 
     # -------------------------------------------------------------- module
