@@ -61,9 +61,9 @@ def load_run(path: Path | str) -> RunResults:
     root = Path(manifest.get("src") or settings().root)
     suites = []
     for entry in manifest.get("suites", []):
-        junit = path / entry["junit"]
+        junit = path / entry["junit"] if entry.get("junit") else None
         try:
-            tests = res.parse_junit(junit, root) if junit.exists() else []
+            tests = res.parse_junit(junit, root) if junit is not None and junit.exists() else []
         except ResultsError:
             tests = []
         suites.append(SuiteResults(entry["name"], entry.get("status", "error"), tests, entry))

@@ -33,12 +33,6 @@ def test_real_matrix_loads_with_three_backends():
     assert not m.backend("cpu").is_gpu and m.backend("cuda").is_gpu
 
 
-def test_suites_exist_as_folders():
-    m = matrix.load(ROOT / "ci" / "matrix.json")
-    for suite in m.suites:
-        assert (ROOT / "tests" / suite).is_dir(), suite
-
-
 def _arg_defaults(dockerfile: Path) -> dict[str, str]:
     out = {}
     for line in dockerfile.read_text().splitlines():

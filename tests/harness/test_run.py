@@ -211,3 +211,17 @@ def test_container_suite_timeout_kills_and_removes_the_container(tmp_path):
     left = subprocess.run([os.environ.get("KILN_DOCKER", "/usr/bin/docker"), "ps", "-a", "-q", "--filter",
                            f"name={name}"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == ""  # removed whatever happened
+
+
+def test_a_suite_folder_missing_from_the_checkout_is_reported_not_failed(tmp_path):
+    root = make_project(tmp_path)
+    data = json.loads((root / "ci" / "matrix.json").read_text())
+    data["suites"] = ["beta", "gamma"]  # git keeps no empty folder: a fresh clone may lack a suite
+    (root / "ci" / "matrix.json").write_text(json.dumps(data))
+    proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "suite gamma [cpu/native] MISSING: tests/gamma is not in this checkout" in proc.stdout
+    manifest = json.loads((only_run(root) / "run.json").read_text())
+    assert [(s["name"], s["status"]) for s in manifest["suites"]] == [("beta", "passed"), ("gamma", "missing")]
+    report = harness(root, "report", str(only_run(root)), "--check")
+    assert report.returncode == 0 and "suite gamma [cpu/native] MISSING" in report.stdout
