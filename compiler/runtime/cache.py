@@ -55,5 +55,6 @@ def load_kernel(source: str, name: str):
         if os.environ.get("TRITON_INTERPRET") == "1":
             from . import interp_libdevice
             mod.libdevice = interp_libdevice
+            interp_libdevice.fix_bf16_rounding()
         _modules[path] = mod
     return getattr(mod, name)

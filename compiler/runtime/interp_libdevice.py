@@ -68,3 +68,31 @@ erfc = _unary(lambda a: np.asarray(__import__("scipy.special", fromlist=["erfc"]
               if _has_scipy() else 1.0 - np.vectorize(math.erf)(a))
 pow = _binary(np.power)
 atan2 = _binary(np.arctan2)
+
+
+_rounding_fixed = False
+
+
+def fix_bf16_rounding() -> None:
+    """Make the interpreter round float -> bf16 to nearest-even, as GPUs (and eager PyTorch) do.
+
+    Triton's interpreter truncates fp32 -> bf16 (and mis-converts fp64 -> bf16), so every bf16 store in
+    interpreter mode would be up to one ulp off the GPU result. Installed once, for interpreter mode only.
+    """
+    global _rounding_fixed
+    if _rounding_fixed:
+        return
+    import torch
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    original = InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if dst_type.scalar == tl.bfloat16 and src.dtype.scalar in (tl.float32, tl.float64, tl.float16):
+            t = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)
+            return TensorHandle(t.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+        return original(self, src, dst_type)
+
+    InterpreterBuilder.cast_impl = cast_impl
+    _rounding_fixed = True

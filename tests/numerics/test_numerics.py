@@ -1,0 +1,323 @@
+"""Numerics: compiled results against a float64 reference, eager-precision emulation, special values,
+integer semantics, type promotion and run-to-run determinism.
+
+Terms: *error* of a result is ``max |result - reference|`` where ``reference`` is the program run in float64
+on the same (rounded) inputs. The compiled error may be at most ``2 * eager error + floor``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from kiln_testing import assert_close, check, compile_kiln, kernels, launch_log, run_compiled
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+#: absolute floor added to 2x eager's error (eager can be exact on easy inputs)
+FLOOR = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+
+def _as64(args):
+    return [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
+def error(out, ref) -> float:
+    return (out.double() - ref.double()).abs().max().item()
+
+
+def assert_not_worse_than_eager(fn, *args, dtype):
+    """Compiled error vs the float64 reference is at most 2x eager's error plus a tiny floor."""
+    ref = fn(*_as64(args))
+    eager = fn(*args)
+    compiled, graphs = run_compiled(fn, *args)
+    assert compiled.dtype == eager.dtype
+    e_eager, e_comp = error(eager, ref), error(compiled, ref)
+    assert e_comp <= 2 * e_eager + FLOOR[dtype], f"compiled error {e_comp:.3g} vs eager {e_eager:.3g} ({dtype})"
+    return graphs
+
+
+# ------------------------------------------------------------------------------ vs float64, per dtype
+def _rmsnorm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _gelu_mlp_epilogue(x, b):
+    return F.gelu(x + b) * 0.5 + x
+
+
+def _masked_scores(s):
+    mask = torch.triu(torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool, device=s.device), 1)
+    return torch.softmax((s / math.sqrt(16)).masked_fill(mask, float("-inf")), dim=-1)
+
+
+PROGRAMS = {
+    "softmax": (lambda x: torch.softmax(x, -1), lambda d, dev: (torch.randn(8, 64, device=dev).to(d),)),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda d, dev: (torch.randn(8, 64, device=dev).to(d),)),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (48,), w, b),
+                   lambda d, dev: (torch.randn(6, 48, device=dev).to(d) * 3 + 1, torch.randn(48, device=dev).to(d),
+                                   torch.randn(48, device=dev).to(d))),
+    "rmsnorm": (_rmsnorm, lambda d, dev: (torch.randn(6, 40, device=dev).to(d), torch.randn(40, device=dev).to(d))),
+    "gelu_epilogue": (_gelu_mlp_epilogue,
+                      lambda d, dev: (torch.randn(16, 32, device=dev).to(d), torch.randn(32, device=dev).to(d))),
+    "row_sum_long": (lambda x: x.sum(-1), lambda d, dev: (torch.rand(4, 3000, device=dev).to(d),)),
+    "mean_var": (lambda x: torch.var_mean(x, dim=0, correction=1)[0],
+                 lambda d, dev: (torch.randn(200, 8, device=dev).to(d) + 5,)),
+    "causal_softmax": (_masked_scores, lambda d, dev: (torch.randn(2, 12, 12, device=dev).to(d),)),
+    "mse_loss": (lambda a, b: F.mse_loss(a, b), lambda d, dev: (torch.randn(64, 8, device=dev).to(d),
+                                                                  torch.randn(64, 8, device=dev).to(d))),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_error_vs_fp64_not_worse_than_eager(name, dtype, device):
+    fn, make = PROGRAMS[name]
+    assert_not_worse_than_eager(fn, *make(dtype, device), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])
+def test_cross_entropy_vs_fp64(dtype, device):
+    def ce(logits, target):
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        return -logp.gather(1, target[:, None]).mean()
+
+    logits = (torch.randn(16, 20, device=device) * 4).to(dtype)
+    target = torch.randint(0, 20, (16,), device=device)
+    ref = ce(logits.double(), target)
+    eager = ce(logits, target)
+    out, _ = run_compiled(ce, logits, target)
+    assert error(out, ref) <= 2 * error(eager, ref) + FLOOR[torch.float32]
+
+
+def test_smooth_l1_and_bce_vs_fp64(device):
+    def losses(a, b, p, y):
+        return F.smooth_l1_loss(a, b, beta=0.5) + F.binary_cross_entropy(p, y)
+
+    a, b = torch.randn(128, device=device), torch.randn(128, device=device)
+    p, y = torch.rand(128, device=device) * 0.98 + 0.01, (torch.rand(128, device=device) > 0.5).float()
+    assert_not_worse_than_eager(losses, a, b, p, y, dtype=torch.float32)
+
+
+def test_looped_reduction_vs_fp64(device):
+    # the looped path (row longer than the persistent limit) keeps fp32 accumulators per lane
+    x = torch.rand(3, 2000, device=device).to(torch.bfloat16)
+    with launch_log() as log, compiler.config.patch(interp_persistent_rblock_max=256, persistent_rblock_max=256):
+        assert_not_worse_than_eager(lambda t: t.sum(-1), x, dtype=torch.bfloat16)
+    assert log and not log[0][1]["PERSISTENT"]
+
+
+# ------------------------------------------------------------------------------ emulate_eager_precision
+def _bf16_chain(x, y, z):
+    # three roundings in eager (mul, add, mul); a fused kernel keeps fp32 in between unless emulating
+    return (x * y + z) * y
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_emulate_eager_precision_closes_the_gap(dtype, device):
+    x, y, z = (torch.randn(4096, device=device).to(dtype) for _ in range(3))
+    eager = _bf16_chain(x, y, z)
+    default, _ = run_compiled(_bf16_chain, x, y, z)
+    emulated, graphs = run_compiled(_bf16_chain, x, y, z, emulate_eager_precision=True)
+    assert kernels(graphs) == 1  # still one fused kernel, with roundings inside it
+    differ_default = (default != eager).sum().item()
+    differ_emulated = (emulated != eager).sum().item()
+    assert differ_default > 0, "default mode unexpectedly matches eager bit for bit"
+    assert differ_emulated == 0, f"{differ_emulated} elements still differ from eager under emulation"
+
+
+def test_emulate_rounds_at_explicit_casts_too(device):
+    def fn(x):
+        h = (x * 1.1).to(torch.bfloat16)  # the program's own cast: a rounding point in both modes
+        return (h.float() * 3.3).to(torch.bfloat16) + h
+
+    x = torch.randn(2048, device=device)
+    eager = fn(x)
+    emulated, _ = run_compiled(fn, x, emulate_eager_precision=True)
+    assert torch.equal(emulated, eager)
+
+
+def test_emulate_softmax_bf16_closer_to_eager(device):
+    x = torch.randn(16, 128, device=device).to(torch.bfloat16)
+
+    def fn(t):
+        return torch.softmax(t * 1.7 + 0.3, -1)
+
+    eager = fn(x)
+    default, _ = run_compiled(fn, x)
+    emulated, _ = run_compiled(fn, x, emulate_eager_precision=True)
+    assert error(emulated, eager) <= error(default, eager)
+
+
+# ------------------------------------------------------------------------------ special values
+def test_nan_propagates_through_max_and_softmax(device):
+    x = torch.randn(4, 8, device=device)
+    x[1, 3] = float("nan")
+
+    def fn(t):
+        return t.amax(-1), torch.softmax(t, -1), torch.relu(t), t.clamp(-0.5, 0.5)
+
+    check(fn, x)
+
+
+def test_inf_in_reductions_and_logsumexp(device):
+    x = torch.randn(3, 6, device=device)
+    x[0, 0] = float("inf")
+    x[1, :] = float("-inf")
+    x[2, 2] = float("-inf")
+
+    def fn(t):
+        return t.sum(-1), t.amax(-1), t.amin(-1), torch.logsumexp(t, -1)
+
+    check(fn, x)
+
+
+def test_fully_masked_row_softmax_gives_nan_like_eager(device):
+    s = torch.randn(3, 5, device=device)
+    mask = torch.zeros(3, 5, dtype=torch.bool, device=device)
+    mask[1] = True
+
+    check(lambda s, m: torch.softmax(s.masked_fill(m, float("-inf")), -1), s, mask)
+
+
+def test_division_by_zero(device):
+    a = torch.tensor([1.0, -1.0, 0.0, 2.5, -0.0], device=device)
+    b = torch.tensor([0.0, 0.0, 0.0, -0.0, 0.0], device=device)
+    check(lambda a, b: (a / b, torch.reciprocal(b), a / 0.0), a, b)
+
+
+def test_log_and_sqrt_of_out_of_domain(device):
+    x = torch.tensor([-1.0, 0.0, 1e-30, 4.0, float("inf")], device=device)
+    check(lambda t: (torch.log(t), torch.sqrt(t), torch.rsqrt(t), torch.log1p(t - 2)), x)
+
+
+def test_nan_to_zero_guard_with_where(device):
+    def safe_div(a, b):
+        q = a / b
+        return torch.where(torch.isfinite(q), q, torch.zeros_like(q))
+
+    a = torch.tensor([1.0, 0.0, -2.0, 3.0], device=device)
+    b = torch.tensor([0.0, 0.0, 4.0, 1e-45], device=device)
+    check(safe_div, a, b)
+
+
+# ------------------------------------------------------------------------------ integer semantics
+INT_A = [7, -7, 7, -7, 0, 5, -5, 9]
+INT_B = [2, 2, -2, -2, 3, -3, 3, 4]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("op", ["floor_div", "trunc_div", "floordiv_operator", "remainder", "fmod", "true_div"])
+def test_integer_division_and_modulo_negatives(op, dtype, device):
+    fns = {
+        "floor_div": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+        "trunc_div": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        "floordiv_operator": lambda a, b: a // b,
+        "remainder": lambda a, b: a % b,
+        "fmod": lambda a, b: torch.fmod(a, b),
+        "true_div": lambda a, b: a / b,
+    }
+    a = torch.tensor(INT_A, dtype=dtype, device=device)
+    b = torch.tensor(INT_B, dtype=dtype, device=device)
+    check(fns[op], a, b)
+
+
+def test_float_floor_div_and_remainder_negatives(device):
+    a = torch.tensor([7.5, -7.5, 7.5, -7.5, -0.0, 1e-8], device=device)
+    b = torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, -1.0], device=device)
+    check(lambda a, b: (a // b, a % b, torch.fmod(a, b), torch.remainder(a, 1.5)), a, b)
+
+
+def test_integer_scalar_modulo_negative(device):
+    check(lambda a: (a % 3, a % -3, a // 3, a // -3), torch.arange(-6, 7, device=device))
+
+
+# ------------------------------------------------------------------------------ type promotion with scalars
+PROMOTIONS = {
+    "int64*float": (lambda t: t * 2.5, torch.int64),
+    "int64+int": (lambda t: t + 3, torch.int64),
+    "int32/int": (lambda t: t / 2, torch.int32),
+    "bool+int": (lambda t: t + 1, torch.bool),
+    "bf16*float": (lambda t: t * 3.14159, torch.bfloat16),
+    "fp16+int": (lambda t: t + 1000, torch.float16),
+    "int32**2": (lambda t: t ** 2, torch.int32),
+    "int32*True": (lambda t: t * True, torch.int32),
+    "fp32>int": (lambda t: (t > 0) & (t < 2), torch.float32),
+}
+
+
+@pytest.mark.parametrize("name", list(PROMOTIONS))
+def test_type_promotion_with_python_scalars(name, device):
+    fn, dtype = PROMOTIONS[name]
+    if dtype == torch.bool:
+        x = torch.rand(17, device=device) > 0.5
+    elif dtype.is_floating_point:
+        x = (torch.randn(17, device=device) * 3).to(dtype)
+    else:
+        x = torch.randint(-9, 10, (17,), device=device, dtype=dtype)
+    check(fn, x)
+
+
+def test_mixed_tensor_dtypes_promote(device):
+    a = torch.randn(9, device=device).to(torch.float16)
+    b = torch.randn(9, device=device).to(torch.bfloat16)
+    i = torch.arange(9, device=device, dtype=torch.int32)
+    check(lambda a, b, i: (a + b, a * i, b - i, i.float() + a), a, b, i)
+
+
+# ------------------------------------------------------------------------------ determinism
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+def test_reduction_bitwise_identical_across_runs(looped, device):
+    x = torch.randn(8, 1500, device=device)
+    settings = {"interp_persistent_rblock_max": 256, "persistent_rblock_max": 256} if looped else {}
+    compiled = compile_kiln(lambda t: (t.sum(-1), torch.softmax(t, -1).amax(-1), t.var(-1)))
+    with compiler.config.patch(strict=True, **settings):
+        first = compiled(x)
+        for _ in range(4):
+            again = compiled(x)
+            assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_full_sum_bitwise_identical_across_recompiles(device):
+    x = torch.randn(3000, device=device)
+    results = []
+    for _ in range(5):
+        out, _ = run_compiled(lambda t: t.sum(), x)
+        results.append(out)
+    assert all(torch.equal(results[0], r) for r in results[1:])
+
+
+# ------------------------------------------------------------------------------ backward numerics
+def test_layer_norm_mlp_backward_matches_eager(device):
+    ln = torch.nn.LayerNorm(16).to(device)
+    fc = torch.nn.Linear(16, 16).to(device)
+
+    def fn(x):
+        return (x + F.silu(fc(ln(x)))).pow(2).mean()
+
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    params = [x, *ln.parameters(), *fc.parameters()]
+    ref = torch.autograd.grad(fn(x), params)
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        got = torch.autograd.grad(compile_kiln(fn)(x), params)
+    assert_close(list(got), list(ref), rtol=1e-4, atol=1e-5)
+    assert len(graphs) == 2
+
+
+def test_softmax_cross_entropy_backward_bf16_vs_fp64(device):
+    logits = (torch.randn(8, 10, device=device) * 3).to(torch.bfloat16).requires_grad_(True)
+    target = torch.randint(0, 10, (8,), device=device)
+
+    def fn(z):
+        return F.cross_entropy(z.float(), target)
+
+    ref_in = logits.detach().double().requires_grad_(True)
+    g_ref = torch.autograd.grad(F.cross_entropy(ref_in, target), ref_in)[0]
+    g_eager = torch.autograd.grad(fn(logits), logits)[0]
+    with compiler.config.patch(strict=True):
+        g = torch.autograd.grad(compile_kiln(fn)(logits), logits)[0]
+    assert g.dtype == torch.bfloat16
+    assert error(g, g_ref) <= 2 * error(g_eager, g_ref) + FLOOR[torch.bfloat16]
