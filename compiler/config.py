@@ -35,7 +35,7 @@ class Settings:
     #: Elements per program for pointwise kernels under the interpreter.
     interp_pointwise_xblock: int = 16384
     #: Reduction chunk for looped (non-persistent) reductions on a GPU.
-    looped_rblock: int = 2048
+    looped_rblock: int = 4096
     #: Where generated kernel modules are written before import.
     cache_dir: str = ""
     #: Compile threads (kiln compiles on the calling thread; kept for harness parity, must be 1).

@@ -51,7 +51,7 @@ def reduce(g: GraphLowering, x: Value, dims: Sequence[int], keepdim: bool, rtype
                 full.append(next(it))
         return cast(load(full), src)
 
-    split = _split_count(out_ranges, red_ranges, rtype)
+    split = _split_count(out_ranges, red_ranges, rtype, _is_outer(fn, out_ranges, red_ranges))
     if split > 1:
         return _split_reduce(g, x.device, out_ranges, red_ranges, fn, rtype, dtype, src, split)
     layout = Layout(out_ranges, contiguous_strides(out_ranges), sympy.Integer(0), dtype, x.device)
@@ -65,17 +65,42 @@ SPLIT_TARGET_PROGRAMS = 1024
 SPLIT_MIN_CHUNK = 4096
 
 
-def _split_count(out_ranges, red_ranges, rtype: str) -> int:
-    """How many chunks to split each row into (1: no split). Only static sizes and combinable types."""
+def _split_count(out_ranges, red_ranges, rtype: str, outer: bool) -> int:
+    """How many chunks to split each row into (1: no split). Only static sizes and combinable types.
+
+    Inner (row) reductions split when there are too few rows to fill the GPU; outer (column) reductions,
+    which process 32 adjacent columns per program, split until there are enough column blocks.
+    """
     if rtype not in ("sum", "prod", "max", "min"):
         return 1
     X, R = prod(out_ranges), prod(red_ranges)
     if not (X.is_number and R.is_number):
         return 1
     X, R = int(X), int(R)
+    if outer:
+        if R < 4 * 1024 or X >= 16384:
+            return 1
+        return max(1, min(R // 1024, 32768 // max(X, 1)))
     if R < SPLIT_MIN_RNUMEL or X >= SPLIT_TARGET_PROGRAMS // 4:
         return 1
     return max(1, min(R // SPLIT_MIN_CHUNK, SPLIT_TARGET_PROGRAMS // max(X, 1)))
+
+
+def _is_outer(fn, out_ranges, red_ranges) -> bool:
+    """True when the reduced elements of a row are far apart and neighbouring rows are adjacent."""
+    from ..kexpr import loads
+    idx = [sympy.Symbol(f"o{i}", integer=True, nonnegative=True) for i in range(len(out_ranges))]
+    ridx = [sympy.Symbol(f"q{i}", integer=True, nonnegative=True) for i in range(len(red_ranges))]
+    if not idx or not ridx:
+        return False
+    outer = False
+    for ld in loads(fn(idx, ridx)):
+        e = sympy.expand(ld.index)
+        if e.coeff(ridx[-1]) == 1:
+            return False
+        if e.coeff(idx[-1]) == 1:
+            outer = True
+    return outer
 
 
 def _identity(rtype: str, dtype: torch.dtype):
@@ -98,20 +123,21 @@ def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, spli
     ident = Const(_identity(rtype, src), src)
 
     def stage1(idx: Index, ridx: Index) -> KExpr:
-        flat = idx[-1] * chunk + ridx[0]
+        flat = idx[0] * chunk + ridx[0]
         inside = Op("lt", [IndexValue(flat), Const(R, torch.int64)], torch.bool)
         parts = [FloorDiv(flat, red_strides[0]) if i == 0 else ModularIndexing(flat, st, sz)
                  for i, (st, sz) in enumerate(zip(red_strides, red_ranges))]
-        v = _mask_loads(fn(list(idx[:-1]), parts), inside, {})
+        v = _mask_loads(fn(list(idx[1:]), parts), inside, {})
         return Op("where", [inside, v, ident], src)
 
-    ranges1 = tuple(out_ranges) + (sympy.Integer(split),)
+    # partial results laid out (split, *rows): for column reductions, adjacent rows stay adjacent
+    ranges1 = (sympy.Integer(split),) + tuple(out_ranges)
     lay1 = Layout(ranges1, contiguous_strides(ranges1), sympy.Integer(0), src, device)
     part = g.add_computed(ComputedBuffer(g.new_name(), lay1, Reduction(ranges1, (sympy.Integer(chunk),), stage1,
                                                                          rtype, src, src)))
 
     def stage2(idx: Index, ridx: Index) -> KExpr:
-        return part.load(list(idx) + [ridx[0]])
+        return part.load([ridx[0]] + list(idx))
 
     layout = Layout(tuple(out_ranges), contiguous_strides(out_ranges), sympy.Integer(0), dtype, device)
     red = Reduction(tuple(out_ranges), (sympy.Integer(split),), stage2, rtype, dtype, src)

@@ -45,6 +45,8 @@ class TritonKernel(torch.nn.Module):
         self.reduction = reduction
         self._fn = None
         self._dumped: set[str] = set()
+        self._launches: dict[tuple, tuple] = {}  # (xnumel, rnumel, device) -> (launcher, config, device)
+        self._dump_dir = config.settings().dump_dir
 
     def extra_repr(self) -> str:
         kind = f"reduction, {self.hint}" if self.reduction else "pointwise"
@@ -52,29 +54,30 @@ class TritonKernel(torch.nn.Module):
 
     # ------------------------------------------------------------------ configuration
     def launch_config(self, xnumel: int, rnumel: int, device: torch.device) -> dict[str, Any]:
+        """Block sizes and warps for these sizes (heuristics tuned on an H100; see the module docstring)."""
         s = config.settings()
         interp = os.environ.get("TRITON_INTERPRET") == "1"
         if not self.reduction:
             cap = s.interp_pointwise_xblock if interp else s.pointwise_xblock
             xblock = min(next_pow2(xnumel), cap)
             return {"XBLOCK": xblock, "num_warps": 4 if xblock <= 1024 else 8}
-        rmax = s.interp_persistent_rblock_max if interp else s.persistent_rblock_max
-        target = 65536 if interp else 4096
-        if self.hint == "outer" and not interp and rnumel > 64:
-            # column reductions: many adjacent rows per program, a short chunk of the reduced dim per step
-            xblock = max(1, min(next_pow2(xnumel), 128))
-            return {"XBLOCK": xblock, "RBLOCK": 32, "PERSISTENT": False, "num_warps": 8}
-        if rnumel <= rmax:
+        if interp:
+            if rnumel <= s.interp_persistent_rblock_max:
+                rblock = next_pow2(max(rnumel, 1))
+                xblock = max(1, min(next_pow2(xnumel), 65536 // rblock))
+                return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": True, "num_warps": 1}
+            return {"XBLOCK": 1, "RBLOCK": s.interp_persistent_rblock_max, "PERSISTENT": False, "num_warps": 1}
+        if self.hint == "outer" and rnumel > 64:
+            # column reductions: 32 adjacent rows per program (coalesced), a chunk of the reduced dim per step
+            return {"XBLOCK": min(32, next_pow2(xnumel)), "RBLOCK": min(128, next_pow2(rnumel)),
+                    "PERSISTENT": False, "num_warps": 8}
+        if rnumel <= s.persistent_rblock_max:
             rblock = next_pow2(max(rnumel, 1))
-            xblock = max(1, min(next_pow2(xnumel), target // rblock, 1024 if not interp else 1 << 20))
-            persistent = True
-        else:
-            rblock = rmax if interp else s.looped_rblock
-            xblock = 1
-            persistent = False
-        elems = xblock * rblock
-        num_warps = max(2, min(16, elems // 256)) if not interp else 1
-        return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": persistent, "num_warps": num_warps}
+            per_row = 1024 if rblock <= 256 else 4096
+            xblock = max(1, min(next_pow2(xnumel), per_row // rblock, 64 if rblock <= 256 else 4))
+            return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": True,
+                    "num_warps": max(4, min(16, rblock // 256))}
+        return {"XBLOCK": 1, "RBLOCK": s.looped_rblock, "PERSISTENT": False, "num_warps": 8}
 
     # ------------------------------------------------------------------ launching
     def forward(self, *args: Any) -> None:
@@ -84,21 +87,28 @@ class TritonKernel(torch.nn.Module):
         if xnumel == 0:
             return None
         device = _device_of(args[:nptr])
-        cfg = self.launch_config(xnumel, rnumel, device)
-        if self._fn is None:
-            self._fn = cache.load_kernel(self.source, self.name)
-        grid = (cdiv(xnumel, cfg["XBLOCK"]),)
+        key = (xnumel, rnumel, device)
+        launch = self._launches.get(key)
+        if launch is None:
+            cfg = self.launch_config(xnumel, rnumel, device)
+            if self._fn is None:
+                self._fn = cache.load_kernel(self.source, self.name)
+            launch = (self._fn[(cdiv(xnumel, cfg["XBLOCK"]),)], cfg, device)
+            self._launches[key] = launch
+        run, cfg, device = launch
         try:
-            if device.type == "cuda":
-                with torch.cuda.device(device):
-                    self._fn[grid](*args, **cfg)
-            else:
+            if device.type == "cpu":
                 with np.errstate(all="ignore"):  # masked-off lanes may divide by zero; results are discarded
-                    self._fn[grid](*args, **cfg)
+                    run(*args, **cfg)
+            elif device.index is not None and device.index != torch.cuda.current_device():
+                with torch.cuda.device(device):
+                    run(*args, **cfg)
+            else:
+                run(*args, **cfg)
         except Exception as e:  # keep the kernel name and source location in the message
             raise KernelLaunchError(f"launching {self.name} ({cache.source_path(self.source)}) "
                                     f"with {cfg} failed: {type(e).__name__}: {e}") from e
-        if config.settings().dump_dir:
+        if self._dump_dir:
             self._dump_spec(args, cfg)
         return None
 
@@ -120,7 +130,7 @@ class TritonKernel(torch.nn.Module):
         if tag in self._dumped:
             return
         self._dumped.add(tag)
-        folder = os.path.join(config.settings().dump_dir, "kernels")
+        folder = os.path.join(self._dump_dir, "kernels")
         path = os.path.join(folder, f"{self.name}.{tag}.json")
         if not os.path.exists(path):
             cache.write_atomic(path, text + "\n")
