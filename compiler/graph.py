@@ -77,6 +77,10 @@ class SubgraphRef:
 
 Step = Union[ComputedBuffer, ExternCall, SubgraphCall]
 
+#: dtypes kiln kernels load, compute and store; anything else (complex, float8, uint32...) falls back
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                    torch.int16, torch.int8, torch.uint8, torch.bool)
+
 #: op overload -> lowering(g, node, *args, **kwargs); filled by compiler.lowering
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
 
@@ -234,6 +238,9 @@ class GraphLowering:
         lowering = LOWERINGS.get(target) or LOWERINGS.get(op_name)  # prims are registered by name
         if lowering is None:
             return self.fallback(node, FallbackReason("unsupported_op", op_name, "no kiln lowering for this op"))
+        bad = [str(v.dtype) for v in _tensor_metas(node) if v.dtype not in SUPPORTED_DTYPES]
+        if bad:
+            return self.fallback(node, FallbackReason("dtype", op_name, f"kiln kernels do not handle {bad[0]}"))
         if self._needs_device_fallback(node):
             return self.fallback(node, FallbackReason(
                 "device", op_name, "CPU tensors run through Triton's interpreter, which this process did not "
