@@ -200,6 +200,16 @@ def test_slice_of_dynamic_dim_launches_no_kernel(device):
     assert kernels(graphs) == 0
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_slice_transpose_view_launches_no_kernel(dynamic, device):
+    # x[2:5].t() is a view of the input: the wrapper returns an as_strided view, no kernel, no copy
+    x = torch.randn(8, 6, device=device)
+    graphs = check(lambda t: t[2:5].t(), x, compile_kwargs={"dynamic": dynamic})
+    assert kernels(graphs) == 0 and graphs[0].extern_count == 0
+    out, _ = run_compiled(lambda t: t[2:5].t(), x, compile_kwargs={"dynamic": dynamic})
+    assert out.data_ptr() == x[2:5].data_ptr() and out.stride() == x[2:5].t().stride()
+
+
 def test_expanded_zero_stride_input(device):
     run_sizes(lambda x: x.sum(0) + x,
               lambda n: (torch.randn(1, n, device=device).expand(5, n),), SIZES, device)

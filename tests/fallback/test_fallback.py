@@ -54,6 +54,8 @@ def test_addbmm_accumulates_batches(device):
 
 
 def test_integer_matmul_falls_back_with_dtype_reason(device):
+    if device != "cpu":
+        pytest.skip("eager CUDA/ROCm has no integer matmul to compare with")
     graphs = check(lambda a, b: (a @ b) + 1, torch.randint(-3, 3, (4, 5), device=device),
                    torch.randint(-3, 3, (5, 2), device=device))
     fbs = [f for f in fallbacks(graphs) if f.op.startswith("aten.mm")]
