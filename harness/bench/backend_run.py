@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import env
 from .exc import UsageError
+from .settings import settings
 
 
 def cmd_backend(args: argparse.Namespace) -> int:
@@ -28,9 +30,12 @@ def cmd_backend(args: argparse.Namespace) -> int:
     extra = list(args.run_args or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
+    git = env.git_info(settings().git_ref)  # taken here: the container has the source but not git
     inner = ["bench", "run", "--device", "cpu" if b.device == "cpu" else "cuda", "--db", "{out}/bench.sqlite",
              "--md", "{out}/last.md", "--json", "{out}/last.json", "--baseline", "latest?",
-             "--label", f"{b.name}/{'native' if native else 'container'}", *extra]
+             "--label", f"{b.name}/{'native' if native else 'container'}"]
+    inner += [*(["--git-ref", git["ref"]] if git["ref"] else []), *(["--git-commit", git["commit"]] if git["commit"]
+                                                                   else []), *extra]
     image = None
     if not native:
         image_mod.require_docker()

@@ -96,3 +96,19 @@ def test_harness_verb_and_module_entry_point(tmp_path):
         p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         assert "27 workloads in profile tiny" in p.stdout
+
+
+def test_backend_verb_native_keeps_history_in_the_results_folder(tmp_path, capsys):
+    """`bench backend --native` (the nox bench-cuda/rocm path without a container), run twice: history builds."""
+    out = tmp_path / "res"
+    argv = ["backend", "--backend", "cpu", "--native", "--results", str(out), "--", "--compilers", "eager",
+            "--only", "row_sum.*", "--target-s", "0.01", "--quiet"]
+    assert main(argv) == 0
+    assert main(argv) == 0
+    from harness.bench.store import Store
+
+    with Store(out / "bench.sqlite") as s:
+        runs = s.runs()
+        assert [r.status for r in runs] == ["complete", "complete"]
+        assert runs[0].git_commit and runs[0].label == "cpu/native"
+    assert "against baseline run(s) 1" in (out / "bench.log").read_text()
