@@ -531,7 +531,11 @@ class KernelRenderer:
                             [m.buf.name for m in self.group.members if m.store], origins, self.reduction_hint())
 
     def reduction_hint(self) -> str:
-        """"outer" when reduced elements are far apart in memory and rows are adjacent (column sums)."""
+        """"outer" when reduced elements are far apart in memory and rows are adjacent (column sums).
+
+        Decided from the address step of each load of a reduction member when xindex or rindex grows by
+        one, evaluated at a sample point (size symbols set to large sample values).
+        """
         if not self.reduction:
             return "inner"
         outer = False
@@ -539,13 +543,33 @@ class KernelRenderer:
             if not m.is_reduction:
                 continue
             for ld in loads(m.value):
-                e = sympy.expand(ld.index)
-                cr, cx = e.coeff(RINDEX), e.coeff(XINDEX)
-                if cr == 1:
+                if ld.indirect:
+                    continue
+                step_x, step_r = _steps(ld.index)
+                if step_r == 1:
                     return "inner"
-                if cx == 1 and cr != 0:
+                if step_x == 1:
                     outer = True
         return "outer" if outer else "inner"
+
+
+def _steps(index: sympy.Expr) -> tuple:
+    """(address step for xindex+1, for rindex+1) at a sample point, or None where it cannot be evaluated."""
+    syms = sorted((s for s in index.free_symbols if s not in (XINDEX, RINDEX)), key=lambda s: s.name)
+    sample = {s: 1024 + 16 * i for i, s in enumerate(syms)}
+    base = {**sample, XINDEX: 3, RINDEX: 5}
+
+    def at(**delta) -> object:
+        point = dict(base)
+        point[XINDEX] += delta.get("x", 0)
+        point[RINDEX] += delta.get("r", 0)
+        v = index.subs(point)
+        return int(v) if v.is_number else None
+
+    a, bx, br = at(), at(x=1), at(r=1)
+    if a is None or bx is None or br is None:
+        return None, None
+    return bx - a, br - a
 
 
 def render_group(group: KernelGroup, buffer_dtypes: dict[str, torch.dtype], index_dtype: str) -> KernelSource:
