@@ -1,4 +1,4 @@
-"""Bench on one backend of ci/matrix.json, in its container (the harness's image and `docker run`) or natively.
+"""Bench one backend of ci/matrix.json, in its container (the harness's image and `docker run`) or natively.
 
     python -m harness bench backend --backend cuda [--native] [--results DIR] [-- more `bench run` flags]
 
@@ -31,16 +31,35 @@ def cmd_backend(args: argparse.Namespace) -> int:
     if extra[:1] == ["--"]:
         extra = extra[1:]
     git = env.git_info(settings().git_ref)  # taken here: the container has the source but not git
-    inner = ["bench", "run", "--device", "cpu" if b.device == "cpu" else "cuda", "--db", "{out}/bench.sqlite",
-             "--md", "{out}/last.md", "--json", "{out}/last.json", "--baseline", "latest?",
-             "--label", f"{b.name}/{'native' if native else 'container'}"]
-    inner += [*(["--git-ref", git["ref"]] if git["ref"] else []), *(["--git-commit", git["commit"]] if git["commit"]
-                                                                   else []), *extra]
+    inner = [
+        "bench",
+        "run",
+        "--device",
+        "cpu" if b.device == "cpu" else "cuda",
+        "--db",
+        "{out}/bench.sqlite",
+        "--md",
+        "{out}/last.md",
+        "--json",
+        "{out}/last.json",
+        "--baseline",
+        "latest?",
+        "--label",
+        f"{b.name}/{'native' if native else 'container'}",
+    ]
+    inner += [
+        *(["--git-ref", git["ref"]] if git["ref"] else []),
+        *(["--git-commit", git["commit"]] if git["commit"] else []),
+        *extra,
+    ]
     image = None
     if not native:
         image_mod.require_docker()
         image = args.image or image_mod.build(b).tag
-    rc = runner.run_python_module(b, inner, out_dir, "bench", native=native, image=image, m=m,
-                                  timeout_s=b.timeouts.suite_s)
-    print(f"bench {b.name} ({'native' if native else 'container'}): exit {rc}; store and reports in {out_dir}")
+    rc = runner.run_python_module(
+        b, inner, out_dir, "bench", native=native, image=image, m=m, timeout_s=b.timeouts.suite_s
+    )
+    print(
+        f"bench {b.name} ({'native' if native else 'container'}): exit {rc}; store and reports in {out_dir}"
+    )
     return rc

@@ -19,20 +19,33 @@ from .settings import Plant, settings
 
 
 def _add_store(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)")
+    p.add_argument(
+        "--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)"
+    )
 
 
 def _add_reports(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--md", type=Path, help="write a Markdown report here (also appended to $GITHUB_STEP_SUMMARY)")
+    p.add_argument(
+        "--md", type=Path, help="write a Markdown report here (also appended to $GITHUB_STEP_SUMMARY)"
+    )
     p.add_argument("--json", type=Path, help="write a JSON report here")
     p.add_argument("--plots", type=Path, help="write PNG plots into this folder (needs matplotlib)")
 
 
 def _add_compare(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threshold", type=float, default=None, help="fraction slower that may count as regression "
-                   "(default $KILN_BENCH_THRESHOLD, else 0.05 on GPU, 0.10 on CPU)")
-    p.add_argument("--drift", choices=["auto", "on", "off"], default="auto",
-                   help="divide out eager's median ratio over all workloads (auto: on for CPU runs)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="fraction slower that may count as regression "
+        "(default $KILN_BENCH_THRESHOLD, else 0.05 on GPU, 0.10 on CPU)",
+    )
+    p.add_argument(
+        "--drift",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="divide out eager's median ratio over all workloads (auto: on for CPU runs)",
+    )
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when something regressed")
 
@@ -40,22 +53,29 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
 def _add_measure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
     p.add_argument("--profile", choices=["tiny", "gpu"], help="size table (default: gpu on a GPU, else tiny)")
-    p.add_argument("--compilers", default="kiln,inductor,eager", help="comma-separated; eager is always included")
+    p.add_argument(
+        "--compilers", default="kiln,inductor,eager", help="comma-separated; eager is always included"
+    )
     p.add_argument("--only", help="comma-separated fnmatch patterns of workload or family names")
-    p.add_argument("--timer", help="wall (CPU), event (GPU default), graph (CUDA graphs), profiler (kernel time)")
+    p.add_argument(
+        "--timer", help="wall (CPU), event (GPU default), graph (CUDA graphs), profiler (kernel time)"
+    )
     p.add_argument("--target-s", type=float, help="measuring seconds per workload+compiler")
     p.add_argument("--rounds", type=int, help="interleaved rounds per workload")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU runs; default 1)")
     p.add_argument("--plant", help="plant a slowdown: PATTERN[@COMPILER][=FRACTION] (tests only)")
     p.add_argument("--label", help="free-text label stored with the run")
-    p.add_argument("--git-ref", help="git ref to record (default $KILN_BENCH_GIT_REF, $GITHUB_REF_NAME or git)")
+    p.add_argument(
+        "--git-ref", help="git ref to record (default $KILN_BENCH_GIT_REF, $GITHUB_REF_NAME or git)"
+    )
     p.add_argument("--git-commit", help="git commit to record (default $KILN_BENCH_GIT_COMMIT or git)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench", description="kiln benchmarks: measure, store, "
-                                 "compare, report.")
+    ap = argparse.ArgumentParser(
+        prog="python -m harness.bench", description="kiln benchmarks: measure, store, compare, report."
+    )
     cli_add_arguments(ap)
     return ap
 
@@ -65,8 +85,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     sub = ap.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = sub.add_parser("run", help="measure workloads under several compilers, store, optionally compare")
     _add_measure(p), _add_store(p), _add_reports(p), _add_compare(p)
-    p.add_argument("--baseline", help="compare with: run:ID, ref:NAME, window:N or latest (a trailing ? makes "
-                   "it optional: no comparison when nothing matches)")
+    p.add_argument(
+        "--baseline",
+        help="compare with: run:ID, ref:NAME, window:N or latest (a trailing ? makes "
+        "it optional: no comparison when nothing matches)",
+    )
     p = sub.add_parser("compare", help="compare a stored run with a baseline (no re-measurement)")
     p.add_argument("run", help="run id, or 'latest'")
     p.add_argument("baseline", help="run:ID, ID, ref:NAME, window:N or latest")
@@ -92,8 +115,12 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p = sub.add_parser("workloads", help="list the workloads of a profile")
     p.add_argument("--profile", choices=["tiny", "gpu"], default="tiny")
     p = sub.add_parser("selftest", help="CI check: self-compare, identical runs and a planted 20%% slowdown")
-    p.add_argument("--compilers", default="inductor,eager", help="default inductor,eager: kiln in Triton's "
-                   "interpreter takes up to a second a call, which proves nothing more about the pipeline")
+    p.add_argument(
+        "--compilers",
+        default="inductor,eager",
+        help="default inductor,eager: kiln in Triton's "
+        "interpreter takes up to a second a call, which proves nothing more about the pipeline",
+    )
     p.add_argument("--only", help="restrict workloads (fnmatch patterns)")
     p.add_argument("--plant-workload", default="softmax.fwd.fp32.64x128")
     p.add_argument("--fraction", type=float, default=0.2)
@@ -112,8 +139,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--timer", default="event")
     p.add_argument("--device", default="cuda")
     p.add_argument("--target-s", type=float, default=None)
-    p.add_argument("--allow-cpu", action="store_true", help="rehearse the pipeline on CPU (tiny sizes; with "
-                   "--device cpu)")
+    p.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="rehearse the pipeline on CPU (tiny sizes; with --device cpu)",
+    )
 
 
 def _open(db: Path | None):
@@ -167,7 +197,9 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
             f.write(md + "\n")
     if getattr(args, "json", None):
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report.json_report(run, results, cmps, baseline), indent=1, default=str))
+        args.json.write_text(
+            json.dumps(report.json_report(run, results, cmps, baseline), indent=1, default=str)
+        )
     if getattr(args, "plots", None):
         try:
             args.plots.mkdir(parents=True, exist_ok=True)
@@ -195,14 +227,27 @@ def cmd_run(args: argparse.Namespace) -> int:
             kw[name] = getattr(args, name)
     s = settings()
     plant = Plant.parse(args.plant) if args.plant else s.plant
-    cfg = BenchConfig(device=device, compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
-                      only=args.only, plant=plant, **kw)
+    cfg = BenchConfig(
+        device=device,
+        compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
+        only=args.only,
+        plant=plant,
+        **kw,
+    )
     cmp_cfg = _cmp_cfg(args).for_device(device)
     with _open(args.db) as store:
         if args.git_commit:
             os.environ["KILN_BENCH_GIT_COMMIT"] = args.git_commit
-        out = run_bench(cfg, store, label=args.label, git_ref=args.git_ref or s.git_ref, baseline=args.baseline,
-                        cmp_cfg=cmp_cfg, progress=not args.quiet, threads=args.threads)
+        out = run_bench(
+            cfg,
+            store,
+            label=args.label,
+            git_ref=args.git_ref or s.git_ref,
+            baseline=args.baseline,
+            cmp_cfg=cmp_cfg,
+            progress=not args.quiet,
+            threads=args.threads,
+        )
         emit_reports(args, out.run, out.results, out.comparisons, out.baseline, cmp_cfg.threshold)
     return _exit_for(out.comparisons, args.no_fail)
 
@@ -227,8 +272,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     with _open(args.db) as store:
         rows = [["id", "status", "created", "profile", "device", "compilers", "ref", "commit", "label"]]
         for r in store.runs(limit=args.limit):
-            rows.append([str(r.id), r.status, r.created_at, r.profile, r.device_name or r.device,
-                         ",".join(r.compilers), r.git_ref or "-", (r.git_commit or "-")[:10], r.label or ""])
+            rows.append(
+                [
+                    str(r.id),
+                    r.status,
+                    r.created_at,
+                    r.profile,
+                    r.device_name or r.device,
+                    ",".join(r.compilers),
+                    r.git_ref or "-",
+                    (r.git_commit or "-")[:10],
+                    r.label or "",
+                ]
+            )
     print(terminal(rows) if len(rows) > 1 else "no runs")
     return 0
 

@@ -47,7 +47,7 @@ GPU_THRESHOLD = 0.05
 
 @dataclass
 class CompareConfig:
-    """threshold/normalize_drift None mean: the default for the new run's device kind (see module docstring)."""
+    """threshold/normalize_drift None mean: the default for the new run's device kind (module docstring)."""
 
     threshold: float | None = None
     alpha: float = 0.01
@@ -58,7 +58,9 @@ class CompareConfig:
     def for_device(self, device: str) -> "CompareConfig":
         cpu = not device.startswith("cuda")
         return CompareConfig(
-            threshold=self.threshold if self.threshold is not None else (CPU_THRESHOLD if cpu else GPU_THRESHOLD),
+            threshold=self.threshold
+            if self.threshold is not None
+            else (CPU_THRESHOLD if cpu else GPU_THRESHOLD),
             alpha=self.alpha,
             normalize_drift=self.normalize_drift if self.normalize_drift is not None else cpu,
             confirm_improved=self.confirm_improved,
@@ -89,8 +91,10 @@ def _median(xs: list[float]) -> float:
     return Stats.of(xs).median
 
 
-def judge(new: list[float], base: list[float], cfg: CompareConfig, drift: float = 1.0) -> tuple[str, float, float]:
-    """(verdict among regressed/improved/unchanged, ratio, p) for two sample sets; `new` is divided by `drift`."""
+def judge(
+    new: list[float], base: list[float], cfg: CompareConfig, drift: float = 1.0
+) -> tuple[str, float, float]:
+    """(verdict: regressed/improved/unchanged, ratio, p) for two sample sets; `new` is divided by `drift`."""
     assert cfg.threshold is not None
     if drift != 1.0:
         new = [x / drift for x in new]
@@ -120,8 +124,12 @@ class Baseline:
         return cls(runs, pooled)
 
     def samples(self, key: Key, source_hash: str) -> list[float]:
-        return [x for r in self.results.get(key, []) if r.status == "ok" and r.source_hash == source_hash
-                for x in r.samples]
+        return [
+            x
+            for r in self.results.get(key, [])
+            if r.status == "ok" and r.source_hash == source_hash
+            for x in r.samples
+        ]
 
 
 def drift_of(new: list[Result], base: Baseline, min_workloads: int = 5) -> float:
@@ -135,8 +143,14 @@ def drift_of(new: list[Result], base: Baseline, min_workloads: int = 5) -> float
     return Stats.of(ratios).median if len(ratios) >= min_workloads else 1.0
 
 
-def compare(new: list[Result], base: Baseline, cfg: CompareConfig, *, new_run: RunInfo | None = None,
-            drift: float | None = None) -> list[Comparison]:
+def compare(
+    new: list[Result],
+    base: Baseline,
+    cfg: CompareConfig,
+    *,
+    new_run: RunInfo | None = None,
+    drift: float | None = None,
+) -> list[Comparison]:
     """Verdicts for every key in `new` or `base`, in the order of `new` then missing ones.
 
     `cfg` should already be resolved for the device (`CompareConfig.for_device`); `drift` defaults to
@@ -200,20 +214,33 @@ def flagged(cmps: list[Comparison], cfg: CompareConfig) -> list[Comparison]:
 
 def _references(cmps: list[Comparison], workload: str, base_ns: float | None, n: int) -> list[str]:
     """Eager workloads judged unchanged, closest in baseline time to `base_ns`: the local clock for eager."""
-    cands = [c for c in cmps if c.compiler == BASELINE_COMPILER and c.verdict == "unchanged"
-             and c.workload != workload and c.base_ns and c.ratio is not None]
+    cands = [
+        c
+        for c in cmps
+        if c.compiler == BASELINE_COMPILER
+        and c.verdict == "unchanged"
+        and c.workload != workload
+        and c.base_ns
+        and c.ratio is not None
+    ]
     if base_ns:
         cands.sort(key=lambda c: (abs(math.log(c.base_ns / base_ns)), c.workload))  # type: ignore[operator]
     return [c.workload for c in cands[:n]]
 
 
-def confirm(cmps: list[Comparison], new: list[Result], base: Baseline, remeasure: Remeasure,
-            cfg: CompareConfig, drift: float = 1.0) -> list[Comparison]:
+def confirm(
+    cmps: list[Comparison],
+    new: list[Result],
+    base: Baseline,
+    remeasure: Remeasure,
+    cfg: CompareConfig,
+    drift: float = 1.0,
+) -> list[Comparison]:
     """Re-measure flagged workloads and keep a verdict only if it holds again, relative to a local clock.
 
     The local clock of a compiler other than eager is eager on the same workload, re-measured interleaved with
-    it; the local clock of eager is `cfg.references` other eager workloads (judged unchanged) re-measured right
-    before and after it. A slowdown the local clock shows too is machine drift, not a regression.
+    it; the local clock of eager is `cfg.references` other eager workloads (judged unchanged) re-measured
+    right before and after it. A slowdown the local clock shows too is machine drift, not a regression.
     `cfg` must be resolved for the device; `drift` is the one `compare` divided out.
     """
     hashes = {(r.workload, r.compiler): r.source_hash for r in new}
@@ -223,7 +250,9 @@ def confirm(cmps: list[Comparison], new: list[Result], base: Baseline, remeasure
         return base.samples(key, hashes.get(key, ""))
 
     def local_ratio(fresh: dict[Key, list[float]], keys: list[Key]) -> float | None:
-        ratios = [_median(fresh[k]) / _median(base_samples(k)) for k in keys if fresh.get(k) and base_samples(k)]
+        ratios = [
+            _median(fresh[k]) / _median(base_samples(k)) for k in keys if fresh.get(k) and base_samples(k)
+        ]
         return Stats.of(ratios).median if ratios else None
 
     by_workload: dict[str, list[Comparison]] = {}
@@ -233,8 +262,12 @@ def confirm(cmps: list[Comparison], new: list[Result], base: Baseline, remeasure
         eager_c = next((c for c in group if c.compiler == BASELINE_COMPILER), None)
         refs = _references(cmps, workload, eager_c.base_ns, cfg.references) if eager_c else []
         fresh = remeasure(workload, [c.compiler for c in group], refs)
-        clocks = {BASELINE_COMPILER: (local_ratio(fresh, [(r, BASELINE_COMPILER) for r in refs]),
-                                      "other eager workloads re-measured beside it")}
+        clocks = {
+            BASELINE_COMPILER: (
+                local_ratio(fresh, [(r, BASELINE_COMPILER) for r in refs]),
+                "other eager workloads re-measured beside it",
+            )
+        }
         eager_here = local_ratio(fresh, [(workload, BASELINE_COMPILER)])
         for c in group:
             first, first_ratio = c.verdict, c.ratio

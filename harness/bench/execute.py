@@ -46,7 +46,9 @@ class BenchConfig:
     target_s: float = 0.08  # measuring time per workload+compiler, split into `rounds`
     min_reps: int = 30
     max_reps: int = 400
-    cap_s: float = 1.0  # slow calls (Triton's interpreter: up to ~1 s a call) get fewer reps, at least `floor_reps`
+    cap_s: float = (
+        1.0  # slow calls (Triton's interpreter: up to ~1 s a call) get fewer reps, at least `floor_reps`
+    )
     floor_reps: int = 5
     rounds: int = 5
     warmup_s: float = 0.02
@@ -64,8 +66,15 @@ class BenchConfig:
 def defaults_for(device: str) -> dict[str, Any]:
     """Profile, timer and budgets suited to a device kind (tiny CPU runs vs GPU-sized runs)."""
     if device.startswith("cuda"):
-        return {"profile": "gpu", "timer": "event", "target_s": 0.1, "min_reps": 20, "max_reps": 300,
-                "warmup_s": 0.05, "ceiling_mib": 1024}
+        return {
+            "profile": "gpu",
+            "timer": "event",
+            "target_s": 0.1,
+            "min_reps": 20,
+            "max_reps": 300,
+            "warmup_s": 0.05,
+            "ceiling_mib": 1024,
+        }
     return {"profile": "tiny", "timer": "wall"}
 
 
@@ -115,11 +124,15 @@ def compile_fn(fn: Callable[..., Any], compiler: str) -> Callable[..., Any]:
         return fn
     if compiler == "kiln":
         importlib.import_module("compiler")  # registers the backend
-    clone = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone = types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
     return torch.compile(clone, backend=compiler, dynamic=False)
 
 
-def make_call(fn: Callable[..., Any], mode: str, inputs: tuple, grad_outs: list[torch.Tensor] | None) -> Callable:
+def make_call(
+    fn: Callable[..., Any], mode: str, inputs: tuple, grad_outs: list[torch.Tensor] | None
+) -> Callable:
     """A no-argument callable running `fn` forward (`fwd`) or forward + backward (`bwd`)."""
     if mode == "fwd":
         return lambda: fn(*inputs)
@@ -136,14 +149,17 @@ def make_call(fn: Callable[..., Any], mode: str, inputs: tuple, grad_outs: list[
 
 def _as_f64(inputs: tuple) -> tuple:
     return tuple(
-        x.detach().to(torch.float64).requires_grad_(x.requires_grad) if x.is_floating_point() else x for x in inputs
+        x.detach().to(torch.float64).requires_grad_(x.requires_grad) if x.is_floating_point() else x
+        for x in inputs
     )
 
 
 @contextmanager
 def _deadline(seconds: float, what: str) -> Iterator[None]:
     """Raise TimeoutError in this (main) thread after `seconds` (SIGALRM; a no-op elsewhere or without it)."""
-    usable = seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    usable = (
+        seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    )
     if not usable:
         yield
         return
@@ -185,15 +201,20 @@ class Executor:
         return self.ceiling
 
     # -------------------------------------------------------------- one case
-    def _reference(self, case: wl.Case, inputs: tuple) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    def _reference(
+        self, case: wl.Case, inputs: tuple
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
         """Float64 eager outputs (and the fixed output gradients, for `bwd` cases)."""
         outs = flatten(case.fn(*inputs))
         grad_outs = None
         if case.mode == "bwd":
             gen = torch.Generator(device=self.device)
             gen.manual_seed(self.cfg.seed + 1)
-            grad_outs = [torch.randn(o.shape, generator=gen, device=self.device, dtype=torch.float32).to(o.dtype)
-                         for o in outs if o.requires_grad]
+            grad_outs = [
+                torch.randn(o.shape, generator=gen, device=self.device, dtype=torch.float32).to(o.dtype)
+                for o in outs
+                if o.requires_grad
+            ]
         ref_in = _as_f64(inputs)
         ref_go = [g.to(torch.float64) for g in grad_outs] if grad_outs is not None else None
         with torch.no_grad() if case.mode == "fwd" else torch.enable_grad():
@@ -206,15 +227,35 @@ class Executor:
         deadline = time.perf_counter() + self.cfg.warmup_s
         while time.perf_counter() < deadline and len(samples) < 200:
             samples += self.timer.sample(call, max(1, len(samples) // 2))
-        return Stats.of(samples[len(samples) // 3:]).median
+        return Stats.of(samples[len(samples) // 3 :]).median
 
-    def prepare(self, case: wl.Case, compiler: str, inputs: tuple, refs: list[torch.Tensor],
-                grad_outs: list[torch.Tensor] | None, bytes_moved: int, phase: str) -> Prepared | Result:
+    def prepare(
+        self,
+        case: wl.Case,
+        compiler: str,
+        inputs: tuple,
+        refs: list[torch.Tensor],
+        grad_outs: list[torch.Tensor] | None,
+        bytes_moved: int,
+        phase: str,
+    ) -> Prepared | Result:
         """Compile, check, warm up; returns a `Prepared`, or an `error` Result when anything fails."""
-        res = Result(workload=case.name, compiler=compiler, source_hash=case.source_hash, phase=phase,
-                     timer=self.timer.name, bytes=bytes_moved, flops=case.flops(), ceiling_gbps=self.ceiling,
-                     meta={"family": case.family.name, "mode": case.mode, "dtype": case.dtype_name,
-                           "shape": list(case.shape)})
+        res = Result(
+            workload=case.name,
+            compiler=compiler,
+            source_hash=case.source_hash,
+            phase=phase,
+            timer=self.timer.name,
+            bytes=bytes_moved,
+            flops=case.flops(),
+            ceiling_gbps=self.ceiling,
+            meta={
+                "family": case.family.name,
+                "mode": case.mode,
+                "dtype": case.dtype_name,
+                "shape": list(case.shape),
+            },
+        )
         try:
             call = make_call(compile_fn(case.fn, compiler), case.mode, inputs, grad_outs)
             t0 = time.perf_counter()
@@ -232,29 +273,44 @@ class Executor:
                 call = self.timer.planted(call, plant.fraction * est)
                 res.planted = plant.fraction
                 est *= 1 + plant.fraction
-            reps = int(min(self.cfg.max_reps, max(self.cfg.min_reps, self.cfg.target_s * 1e9 / max(est, 1.0))))
+            reps = int(
+                min(self.cfg.max_reps, max(self.cfg.min_reps, self.cfg.target_s * 1e9 / max(est, 1.0)))
+            )
             reps = min(reps, max(self.cfg.floor_reps, int(self.cfg.cap_s * 1e9 / max(est, 1.0))))
             return Prepared(call, res, reps, est)
         except Exception as e:  # noqa: BLE001 - a compiler failing a workload is a result, not a crash
             res.status, res.error = "error", one_line(e)
             return res
 
-    def measure_case(self, case: wl.Case, compilers: list[str], phase: str = "main",
-                     reps_scale: float = 1.0) -> list[Result]:
+    def measure_case(
+        self, case: wl.Case, compilers: list[str], phase: str = "main", reps_scale: float = 1.0
+    ) -> list[Result]:
         """Results of `case` under each compiler, sampled in interleaved rounds."""
         torch._dynamo.reset()
         try:
             inputs = case.make_inputs(self.device, self.cfg.seed)
             refs, grad_outs = self._reference(case, inputs)
             eager_outs = flatten(make_call(case.fn, case.mode, inputs, grad_outs)())
-            bytes_moved = unique_bytes([x for x in inputs if isinstance(x, torch.Tensor)] + eager_outs +
-                                       (grad_outs or []))
+            bytes_moved = unique_bytes(
+                [x for x in inputs if isinstance(x, torch.Tensor)] + eager_outs + (grad_outs or [])
+            )
             del eager_outs
         except Exception as e:  # noqa: BLE001 - a broken workload is reported for every compiler
-            return [Result(case.name, c, case.source_hash, status="error", phase=phase, timer=self.timer.name,
-                           error=f"workload setup failed: {one_line(e)}") for c in compilers]
+            return [
+                Result(
+                    case.name,
+                    c,
+                    case.source_hash,
+                    status="error",
+                    phase=phase,
+                    timer=self.timer.name,
+                    error=f"workload setup failed: {one_line(e)}",
+                )
+                for c in compilers
+            ]
         prepared: dict[str, Prepared | Result] = {
-            c: self.prepare(case, c, inputs, refs, grad_outs, bytes_moved, phase) for c in compilers}
+            c: self.prepare(case, c, inputs, refs, grad_outs, bytes_moved, phase) for c in compilers
+        }
         live = {c: p for c, p in prepared.items() if isinstance(p, Prepared)}
         rounds = max(1, self.cfg.rounds)
         for r in range(rounds):

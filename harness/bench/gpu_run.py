@@ -1,5 +1,5 @@
-"""The GPU run for the lead's machine: every GPU-sized workload under kiln, inductor and eager, twice, then the
-spread between the two runs for workloads above 100 microseconds (the goal: under 3%).
+"""The GPU run for the lead's machine: every GPU-sized workload under kiln, inductor and eager, twice, then
+the spread between the two runs for workloads above 100 microseconds (the goal: under 3%).
 
     python -m harness.bench gpu --out results/gpu        (or: python -m harness bench gpu --out ...)
 
@@ -33,8 +33,12 @@ def cmd_gpu(args: argparse.Namespace) -> int:
         kw["timer"] = args.timer
     if args.target_s:
         kw["target_s"] = args.target_s
-    cfg = BenchConfig(device=device, compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
-                      only=args.only, **kw)
+    cfg = BenchConfig(
+        device=device,
+        compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
+        only=args.only,
+        **kw,
+    )
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     cmp_cfg = CompareConfig().for_device(device)
@@ -47,9 +51,11 @@ def cmd_gpu(args: argparse.Namespace) -> int:
         export = store.export([first.run.id, second.run.id])
     rows, summary = report.spread_table(first.results, second.results)
     summary.update({"goal": SPREAD_GOAL, "run1_s": round(t1 - t0, 1), "run2_s": round(t2 - t1, 1)})
-    verdict = (f"spread between runs for workloads above 100 us: {summary['under_3pct']} of {summary['count']} "
-               f"under 3%, max {_pct(summary['max_spread'])}, median {_pct(summary['median_spread'])} "
-               f"(run 1 {summary['run1_s']} s, run 2 {summary['run2_s']} s)")
+    verdict = (
+        f"spread between runs for workloads above 100 us: {summary['under_3pct']} of {summary['count']} "
+        f"under 3%, max {_pct(summary['max_spread'])}, median {_pct(summary['median_spread'])} "
+        f"(run 1 {summary['run1_s']} s, run 2 {summary['run2_s']} s)"
+    )
     md = report.markdown_report(second.run, second.results, second.comparisons, second.baseline)
     md += "\n### Spread between run 1 and run 2 (workloads above 100 us)\n\n" + verdict + "\n\n"
     md += (report.markdown(rows) if len(rows) > 1 else "no workload above 100 us") + "\n"

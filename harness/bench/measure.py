@@ -21,7 +21,9 @@ import torch
 from .exc import UsageError
 
 TIMERS = ("wall", "event", "graph", "profiler")
-L2_FLUSH_BYTES = 256 << 20  # larger than the L2 of any current GPU (H100: 50 MiB, MI300X: 256 MiB infinity cache)
+L2_FLUSH_BYTES = (
+    256 << 20
+)  # larger than the L2 of any current GPU (H100: 50 MiB, MI300X: 256 MiB infinity cache)
 
 Fn = Callable[[], Any]
 
@@ -158,7 +160,7 @@ class EventTimer(Timer):
 
 
 class GraphTimer(EventTimer):
-    """Events around replays of a CUDA graph captured from `fn` (one graph per function, made on first use)."""
+    """Events around replays of a CUDA graph captured from `fn` (one graph per function, made once)."""
 
     name = "graph"
 
@@ -208,7 +210,7 @@ class ProfilerTimer(EventTimer):
         per_call = {}
         for evt in prof.events():
             if evt.name.startswith(self.MARK):
-                per_call[int(evt.name[len(self.MARK):])] = evt.device_time_total * 1e3  # us -> ns
+                per_call[int(evt.name[len(self.MARK) :])] = evt.device_time_total * 1e3  # us -> ns
         if len(per_call) != reps or not any(per_call.values()):
             raise RuntimeError("profiler returned no kernel times for the marked calls")
         return [per_call[i] for i in range(reps)]
@@ -228,7 +230,7 @@ def make_timer(kind: str, device: torch.device) -> Timer:
 
 
 def ceiling_gbps(timer: Timer, nbytes: int, reps: int = 30) -> float:
-    """GB/s of copying an `nbytes` buffer (read + write) on the timer's device: the practical bandwidth ceiling."""
+    """GB/s of copying an `nbytes` buffer (read + write) on the timer's device: the practical ceiling."""
     n = nbytes // 4
     src = torch.ones(n, dtype=torch.float32, device=timer.device)
     dst = torch.empty_like(src)

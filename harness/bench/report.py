@@ -80,25 +80,52 @@ def side_by_side(results: list[Result], compilers: Sequence[str]) -> Table:
                 row.append(cell)
                 if best is None or (r.median_ns or math.inf) < (best.median_ns or math.inf):
                     best = r
-        row += [_g(best.gbps, "{:.1f}") if best else "-",
-                _g(best.frac_ceiling * 100 if best and best.frac_ceiling else None, "{:.0f}%")]
+        row += [
+            _g(best.gbps, "{:.1f}") if best else "-",
+            _g(best.frac_ceiling * 100 if best and best.frac_ceiling else None, "{:.0f}%"),
+        ]
         rows.append(row)
     return rows
 
 
 def details(results: list[Result]) -> Table:
     """Every result: median, spread, bandwidth, compute, error vs float64, compile time, status."""
-    rows = [["workload", "compiler", "median", "spread", "n", "GB/s", "%ceil", "TFLOP/s", "max err", "rel err",
-             "compile s", "status"]]
+    rows = [
+        [
+            "workload",
+            "compiler",
+            "median",
+            "spread",
+            "n",
+            "GB/s",
+            "%ceil",
+            "TFLOP/s",
+            "max err",
+            "rel err",
+            "compile s",
+            "status",
+        ]
+    ]
     for r in results:
         s: Stats | None = r.stats
-        rows.append([
-            r.workload, r.compiler, fmt_ns(s.median if s else None), _g(s.spread * 100 if s else None, "{:.1f}%"),
-            str(s.n) if s else "0", _g(r.gbps, "{:.1f}"),
-            _g(r.frac_ceiling * 100 if r.frac_ceiling else None, "{:.0f}%"), _g(r.tflops, "{:.1f}"),
-            _g(r.max_abs_err, "{:.2e}"), _g(r.max_rel_err, "{:.2e}"), _g(r.compile_s, "{:.2f}"),
-            "ok" + (f" (planted {r.planted:+.0%})" if r.planted else "") if r.status == "ok" else (r.error or "error"),
-        ])
+        rows.append(
+            [
+                r.workload,
+                r.compiler,
+                fmt_ns(s.median if s else None),
+                _g(s.spread * 100 if s else None, "{:.1f}%"),
+                str(s.n) if s else "0",
+                _g(r.gbps, "{:.1f}"),
+                _g(r.frac_ceiling * 100 if r.frac_ceiling else None, "{:.0f}%"),
+                _g(r.tflops, "{:.1f}"),
+                _g(r.max_abs_err, "{:.2e}"),
+                _g(r.max_rel_err, "{:.2e}"),
+                _g(r.compile_s, "{:.2f}"),
+                "ok" + (f" (planted {r.planted:+.0%})" if r.planted else "")
+                if r.status == "ok"
+                else (r.error or "error"),
+            ]
+        )
     return rows
 
 
@@ -107,8 +134,18 @@ def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Tabl
     for c in cmps:
         if only_flagged and c.verdict == "unchanged":
             continue
-        rows.append([c.workload, c.compiler, fmt_ns(c.base_ns), fmt_ns(c.new_ns), _g(c.ratio, "{:.3f}"),
-                     _g(c.p, "{:.2g}"), c.verdict + (" (confirmed)" if c.confirmed else ""), c.note])
+        rows.append(
+            [
+                c.workload,
+                c.compiler,
+                fmt_ns(c.base_ns),
+                fmt_ns(c.new_ns),
+                _g(c.ratio, "{:.3f}"),
+                _g(c.p, "{:.2g}"),
+                c.verdict + (" (confirmed)" if c.confirmed else ""),
+                c.note,
+            ]
+        )
     return rows
 
 
@@ -116,7 +153,9 @@ def counts_line(cmps: list[Comparison]) -> str:
     return ", ".join(f"{v}: {n}" for v, n in counts(cmps).items())
 
 
-def spread_table(a: list[Result], b: list[Result], min_ns: float = SPREAD_MIN_NS) -> tuple[Table, dict[str, Any]]:
+def spread_table(
+    a: list[Result], b: list[Result], min_ns: float = SPREAD_MIN_NS
+) -> tuple[Table, dict[str, Any]]:
     """Median of the same workload+compiler in two runs: |b - a| / a, for results above `min_ns`."""
     base = {(r.workload, r.compiler): r for r in a if r.status == "ok"}
     rows = [["workload", "compiler", "run 1", "run 2", "spread"]]
@@ -140,29 +179,50 @@ def spread_table(a: list[Result], b: list[Result], min_ns: float = SPREAD_MIN_NS
 
 
 def run_header(run: RunInfo) -> str:
-    return (f"run {run.id} ({run.status}) profile={run.profile} device={run.device_name or run.device} "
-            f"compilers={','.join(run.compilers)} ref={run.git_ref or '-'} commit={(run.git_commit or '-')[:10]} "
-            f"ceiling={_g(run.ceiling_gbps, '{:.1f}')} GB/s timer={run.config.get('timer', '-')}")
+    return (
+        f"run {run.id} ({run.status}) profile={run.profile} device={run.device_name or run.device} "
+        f"compilers={','.join(run.compilers)} ref={run.git_ref or '-'} commit={(run.git_commit or '-')[:10]} "
+        f"ceiling={_g(run.ceiling_gbps, '{:.1f}')} GB/s timer={run.config.get('timer', '-')}"
+    )
 
 
-def markdown_report(run: RunInfo, results: list[Result], cmps: list[Comparison] | None,
-                    baseline: list[RunInfo] | None = None) -> str:
+def markdown_report(
+    run: RunInfo, results: list[Result], cmps: list[Comparison] | None, baseline: list[RunInfo] | None = None
+) -> str:
     """A CI job summary: header, comparison verdicts (flagged first), side-by-side table, details folded."""
     parts = [f"## kiln bench: run {run.id}", "", f"`{run_header(run)}`", ""]
     if cmps is not None:
         names = ", ".join(str(b.id) for b in baseline or [])
         parts += [f"### Against baseline run(s) {names}", "", counts_line(cmps), ""]
         flagged = [c for c in cmps if c.verdict != "unchanged"]
-        parts += [markdown(comparison_table(flagged)) if flagged else "Nothing regressed, improved, new or missing.",
-                  ""]
-    parts += ["### Latency side by side (speedup over eager)", "", markdown(side_by_side(results, run.compilers)), "",
-              "```", text_bars(results, run.compilers), "```", "",
-              "<details><summary>Every result</summary>", "", markdown(details(results)), "", "</details>", ""]
+        parts += [
+            markdown(comparison_table(flagged))
+            if flagged
+            else "Nothing regressed, improved, new or missing.",
+            "",
+        ]
+    parts += [
+        "### Latency side by side (speedup over eager)",
+        "",
+        markdown(side_by_side(results, run.compilers)),
+        "",
+        "```",
+        text_bars(results, run.compilers),
+        "```",
+        "",
+        "<details><summary>Every result</summary>",
+        "",
+        markdown(details(results)),
+        "",
+        "</details>",
+        "",
+    ]
     return "\n".join(parts)
 
 
-def json_report(run: RunInfo, results: list[Result], cmps: list[Comparison] | None,
-                baseline: list[RunInfo] | None = None) -> dict[str, Any]:
+def json_report(
+    run: RunInfo, results: list[Result], cmps: list[Comparison] | None, baseline: list[RunInfo] | None = None
+) -> dict[str, Any]:
     return {
         "run": {k: v for k, v in run.as_dict().items() if k != "env"},
         "environment": run.env,
@@ -184,8 +244,10 @@ def _plt():
     except ImportError:
         raise PlotUnavailable(
             "matplotlib is not installed: skipping plots. Export the runs "
-            "(`python -m harness.bench export OUT.json`) and run `python -m harness.bench plot --json OUT.json "
-            "--out DIR` where matplotlib is installed.") from None
+            "(`python -m harness.bench export OUT.json`) and run "
+            "`python -m harness.bench plot --from-json OUT.json "
+            "--out DIR` where matplotlib is installed."
+        ) from None
     return plt
 
 
@@ -219,8 +281,10 @@ def plot_ratios(cmps: list[Comparison], threshold: float, path: Path) -> Path:
     plt = _plt()
     rows = [c for c in cmps if c.ratio is not None]
     fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.5))
-    colors = ["tab:red" if c.verdict == "regressed" else "tab:green" if c.verdict == "improved" else "tab:gray"
-              for c in rows]
+    colors = [
+        "tab:red" if c.verdict == "regressed" else "tab:green" if c.verdict == "improved" else "tab:gray"
+        for c in rows
+    ]
     ax.barh(range(len(rows)), [c.ratio - 1 for c in rows], left=1, color=colors)
     for x in (1 - threshold, 1 + threshold):
         ax.axvline(x, color="k", ls="--", lw=0.7)
@@ -247,7 +311,7 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
         ax.set_title(w, fontsize=7)
         ax.tick_params(labelsize=6)
         ax.set_ylabel("us", fontsize=6)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     if names:
         axes.flat[0].legend(fontsize=6)
@@ -261,8 +325,11 @@ def text_bars(results: list[Result], compilers: Sequence[str], width: int = 40) 
     """A plot in text form: speedup over eager per workload and compiler, as bars (| marks 1.0x)."""
     eager = {r.workload: r.median_ns for r in results if r.compiler == "eager" and r.status == "ok"}
     others = [c for c in compilers if c != "eager"]
-    rows = [(r.workload, r.compiler, eager[r.workload] / r.median_ns) for r in results
-            if r.compiler in others and r.status == "ok" and r.median_ns and eager.get(r.workload)]
+    rows = [
+        (r.workload, r.compiler, eager[r.workload] / r.median_ns)
+        for r in results
+        if r.compiler in others and r.status == "ok" and r.median_ns and eager.get(r.workload)
+    ]
     if not rows:
         return "(no compiled results to plot)"
     top = max(2.0, max(x for _, _, x in rows))

@@ -27,7 +27,9 @@ MIN_WORKLOADS = 20
 
 
 def _regressed(cmps) -> list[str]:
-    return [f"{c.workload}@{c.compiler} ({c.ratio:.3f}, p={c.p:.2g})" for c in cmps if c.verdict == "regressed"]
+    return [
+        f"{c.workload}@{c.compiler} ({c.ratio:.3f}, p={c.p:.2g})" for c in cmps if c.verdict == "regressed"
+    ]
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -39,8 +41,13 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         db = args.db
     s = settings()
     cmp_cfg = CompareConfig(threshold=s.threshold, alpha=s.alpha).for_device("cpu")
-    cfg = BenchConfig(device="cpu", compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
-                      only=args.only, plant=None, **defaults_for("cpu"))
+    cfg = BenchConfig(
+        device="cpu",
+        compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
+        only=args.only,
+        plant=None,
+        **defaults_for("cpu"),
+    )
     checks: list[tuple[str, bool, str]] = []
     lines: list[str] = []
     try:
@@ -51,34 +58,63 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
             self_cmps = compare(a.results, load_baseline(store, [a.run]), cmp_cfg, new_run=a.run)
             bad = _regressed(self_cmps)
-            checks.append(("run A against itself: nothing regressed", not bad, ", ".join(bad) or
-                           report.counts_line(self_cmps)))
+            checks.append(
+                (
+                    "run A against itself: nothing regressed",
+                    not bad,
+                    ", ".join(bad) or report.counts_line(self_cmps),
+                )
+            )
 
             b = run_bench(cfg, store, label="selftest-B", baseline=f"run:{a.run.id}", cmp_cfg=cmp_cfg)
             bad = _regressed(b.comparisons)
-            checks.append(("identical run B against A: nothing regressed", not bad,
-                           ", ".join(bad) or report.counts_line(b.comparisons)))
+            checks.append(
+                (
+                    "identical run B against A: nothing regressed",
+                    not bad,
+                    ", ".join(bad) or report.counts_line(b.comparisons),
+                )
+            )
 
             ok = {(r.workload, r.compiler) for r in a.results if r.status == "ok"}
             target = args.plant_workload
             if not any(w == target for w, _ in ok):
                 raise SystemExit(f"error: plant workload {target!r} has no successful result in run A")
-            order = sorted(cfg.compilers, key=lambda c: (c != "inductor", c == "eager"))  # inductor, others, eager
+            order = sorted(
+                cfg.compilers, key=lambda c: (c != "inductor", c == "eager")
+            )  # inductor, others, eager
             compiler = next(c for c in order if (target, c) in ok)
             plant = Plant(target, compiler, args.fraction)
-            c = run_bench(replace(cfg, plant=plant), store, label=f"selftest-C plant {plant.spec()}",
-                          baseline=f"run:{a.run.id}", cmp_cfg=cmp_cfg)
+            c = run_bench(
+                replace(cfg, plant=plant),
+                store,
+                label=f"selftest-C plant {plant.spec()}",
+                baseline=f"run:{a.run.id}",
+                cmp_cfg=cmp_cfg,
+            )
             hit = [x for x in c.comparisons if (x.workload, x.compiler) == (target, compiler)]
             flagged = bool(hit) and hit[0].verdict == "regressed"
-            checks.append((f"planted {args.fraction:.0%} slowdown in {target}@{compiler} is flagged", flagged,
-                           f"verdict {hit[0].verdict}, ratio {hit[0].ratio:.3f}" if hit and hit[0].ratio else
-                           "no comparison"))
+            checks.append(
+                (
+                    f"planted {args.fraction:.0%} slowdown in {target}@{compiler} is flagged",
+                    flagged,
+                    f"verdict {hit[0].verdict}, ratio {hit[0].ratio:.3f}"
+                    if hit and hit[0].ratio
+                    else "no comparison",
+                )
+            )
             others = [x for x in _regressed(c.comparisons) if not x.startswith(f"{target}@{compiler} ")]
             checks.append(("planted run: nothing else regressed", not others, ", ".join(others) or "none"))
 
             for name, out in (("B vs A", b), ("C vs A", c)):
-                lines += [f"### {name}", "", report.counts_line(out.comparisons), "",
-                          report.markdown(report.comparison_table(out.comparisons, only_flagged=True)), ""]
+                lines += [
+                    f"### {name}",
+                    "",
+                    report.counts_line(out.comparisons),
+                    "",
+                    report.markdown(report.comparison_table(out.comparisons, only_flagged=True)),
+                    "",
+                ]
             lines += ["### Run A", "", report.markdown(report.side_by_side(a.results, a.run.compilers)), ""]
             print(report.run_header(c.run))
             print(report.terminal(report.comparison_table(c.comparisons, only_flagged=True)))

@@ -16,8 +16,16 @@ from typing import Callable
 import torch
 
 from . import env, workloads as wl
-from .compare import (Baseline, CompareConfig, Comparison, compare, confirm, drift_of, load_baseline,
-                      resolve_baseline)
+from .compare import (
+    Baseline,
+    CompareConfig,
+    Comparison,
+    compare,
+    confirm,
+    drift_of,
+    load_baseline,
+    resolve_baseline,
+)
 from .exc import BaselineError
 from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
@@ -36,7 +44,7 @@ class Outcome:
 
 
 class Progress:
-    """One line per workload on stderr: position, per-compiler medians, elapsed and estimated remaining time."""
+    """One line per workload on stderr: position, medians per compiler, elapsed and estimated time left."""
 
     def __init__(self, total: int, enabled: bool = True):
         self.total, self.enabled, self.t0 = total, enabled, time.monotonic()
@@ -46,7 +54,9 @@ class Progress:
             return
         spent = time.monotonic() - self.t0
         eta = spent / (i + 1) * (self.total - i - 1) if phase == "main" else 0
-        cells = "  ".join(f"{r.compiler} {fmt_ns(r.median_ns) if r.status == 'ok' else 'error'}" for r in results)
+        cells = "  ".join(
+            f"{r.compiler} {fmt_ns(r.median_ns) if r.status == 'ok' else 'error'}" for r in results
+        )
         tag = f"[{i + 1:>3}/{self.total}]" if phase == "main" else "[confirm]"
         print(f"{tag} {name:<40} {cells}  ({spent:.0f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
 
@@ -58,8 +68,10 @@ def prepare_kiln() -> None:
     try:
         importlib.import_module("compiler")
     except Exception as e:  # noqa: BLE001
-        print(f"note: `import compiler` failed ({type(e).__name__}: {e}); kiln results will be errors",
-              file=sys.stderr)
+        print(
+            f"note: `import compiler` failed ({type(e).__name__}: {e}); kiln results will be errors",
+            file=sys.stderr,
+        )
 
 
 def _set_threads(cfg: BenchConfig, threads: int | None) -> None:
@@ -67,22 +79,44 @@ def _set_threads(cfg: BenchConfig, threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def run_bench(cfg: BenchConfig, store: Store, *, label: str | None = None, git_ref: str | None = None,
-              baseline: str | None = None, cmp_cfg: CompareConfig | None = None, progress: bool = True,
-              threads: int | None = 1, log: Callable[[str], None] | None = None) -> Outcome:
-    """Measure every workload of `cfg`, store it, and compare with `baseline` if given (see module docstring)."""
+def run_bench(
+    cfg: BenchConfig,
+    store: Store,
+    *,
+    label: str | None = None,
+    git_ref: str | None = None,
+    baseline: str | None = None,
+    cmp_cfg: CompareConfig | None = None,
+    progress: bool = True,
+    threads: int | None = 1,
+    log: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Measure every workload of `cfg`, store it, compare with `baseline` if given (see module docstring)."""
     cases = wl.cases(cfg.profile, cfg.only)
     if "kiln" in cfg.compilers:
         prepare_kiln()
     cfg.compilers = check_compilers(cfg.compilers)
     _set_threads(cfg, threads)
     git = env.git_info(git_ref)
-    run = RunInfo(id=None, uid=uuid.uuid4().hex, created_at=now(), profile=cfg.profile, device=cfg.device,
-                  device_name=env.device_name(cfg.device), compilers=list(cfg.compilers), git_ref=git["ref"],
-                  git_commit=git["commit"], label=label,
-                  config={**cfg.as_dict(), "threads": torch.get_num_threads(), "pid": os.getpid(),
-                          "git_dirty": git["dirty"]},
-                  env=env.capture())
+    run = RunInfo(
+        id=None,
+        uid=uuid.uuid4().hex,
+        created_at=now(),
+        profile=cfg.profile,
+        device=cfg.device,
+        device_name=env.device_name(cfg.device),
+        compilers=list(cfg.compilers),
+        git_ref=git["ref"],
+        git_commit=git["commit"],
+        label=label,
+        config={
+            **cfg.as_dict(),
+            "threads": torch.get_num_threads(),
+            "pid": os.getpid(),
+            "git_dirty": git["dirty"],
+        },
+        env=env.capture(),
+    )
     base_runs: list[RunInfo] = []
     if baseline:  # "SPEC?" means: compare when SPEC resolves, else run without a baseline
         try:
@@ -111,10 +145,14 @@ def run_bench(cfg: BenchConfig, store: Store, *, label: str | None = None, git_r
             drift = drift_of(results, base) if cmp_cfg.normalize_drift else 1.0
             cmps = compare(results, base, cmp_cfg, new_run=run, drift=drift)
 
-            def remeasure(workload: str, compilers: list[str], refs: list[str]) -> dict[tuple[str, str], list[float]]:
+            def remeasure(
+                workload: str, compilers: list[str], refs: list[str]
+            ) -> dict[tuple[str, str], list[float]]:
                 by_name = {c.name: c for c in cases}
                 names = [c for c in compilers if c != BASELINE_COMPILER] + [BASELINE_COMPILER]
-                before = {r: ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0] for r in refs}
+                before = {
+                    r: ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0] for r in refs
+                }
                 rs = ex.measure_case(by_name[workload], names, phase="confirm", reps_scale=2.0)
                 for r in refs:
                     after = ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0]

@@ -118,11 +118,13 @@ class MannWhitney:
     p: float
 
 
-def mann_whitney_u(x: Sequence[float], y: Sequence[float], alternative: Alternative = "two-sided") -> MannWhitney:
+def mann_whitney_u(
+    x: Sequence[float], y: Sequence[float], alternative: Alternative = "two-sided"
+) -> MannWhitney:
     """Mann-Whitney U test of `x` against `y` (normal approximation, tie and continuity corrections).
 
     `alternative="greater"` tests whether x tends to be larger than y (x slower, for timings). U is the
-    statistic of x (scipy's convention), so results match `scipy.stats.mannwhitneyu(..., method="asymptotic")`.
+    statistic of x (scipy's convention): results match scipy.stats.mannwhitneyu(..., method="asymptotic").
     """
     n1, n2 = len(x), len(y)
     if n1 == 0 or n2 == 0:

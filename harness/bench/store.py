@@ -58,10 +58,39 @@ CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id);
 CREATE INDEX IF NOT EXISTS results_by_workload ON results (workload, compiler);
 """
 
-_RUN_COLS = ("id", "uid", "created_at", "finished_at", "status", "profile", "device", "device_name", "compilers",
-             "git_ref", "git_commit", "label", "ceiling_gbps", "config", "env")
-_RESULT_COLS = ("workload", "compiler", "phase", "source_hash", "status", "error", "bytes", "flops", "max_abs_err",
-                "max_rel_err", "compile_s", "timer", "planted", "ceiling_gbps")
+_RUN_COLS = (
+    "id",
+    "uid",
+    "created_at",
+    "finished_at",
+    "status",
+    "profile",
+    "device",
+    "device_name",
+    "compilers",
+    "git_ref",
+    "git_commit",
+    "label",
+    "ceiling_gbps",
+    "config",
+    "env",
+)
+_RESULT_COLS = (
+    "workload",
+    "compiler",
+    "phase",
+    "source_hash",
+    "status",
+    "error",
+    "bytes",
+    "flops",
+    "max_abs_err",
+    "max_rel_err",
+    "compile_s",
+    "timer",
+    "planted",
+    "ceiling_gbps",
+)
 
 
 def now() -> str:
@@ -75,7 +104,9 @@ class Store:
     def __init__(self, path: Path | str, timeout_s: float = 120.0):
         self.path = Path(path)
         if self.path.exists() and self.path.is_dir():
-            raise StoreError(f"store path {self.path} is a directory; give a file such as {self.path / 'bench.sqlite'}")
+            raise StoreError(
+                f"store path {self.path} is a directory; give a file such as {self.path / 'bench.sqlite'}"
+            )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
@@ -94,7 +125,9 @@ class Store:
                 if row is None:
                     db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                 elif int(row[0]) != SCHEMA_VERSION:
-                    raise StoreError(f"store {self.path} has schema v{row[0]}; this code reads v{SCHEMA_VERSION}")
+                    raise StoreError(
+                        f"store {self.path} has schema v{row[0]}; this code reads v{SCHEMA_VERSION}"
+                    )
         except sqlite3.DatabaseError as e:
             self.db.close()
             raise StoreError(f"cannot use store {self.path}: {e}") from None
@@ -149,8 +182,10 @@ class Store:
         vals["config"] = json.dumps(run.config, sort_keys=True)
         vals["env"] = json.dumps(run.env, sort_keys=True)
         cols = [c for c in _RUN_COLS if c != "id"]
-        cur = db.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                         [vals[c] for c in cols])
+        cur = db.execute(
+            f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            [vals[c] for c in cols],
+        )
         return int(cur.lastrowid)
 
     def set_ceiling(self, run_id: int, gbps: float | None) -> None:
@@ -177,7 +212,11 @@ class Store:
 
     def runs(self, *, complete_only: bool = False, limit: int | None = None) -> list[RunInfo]:
         """Runs, newest first."""
-        sql = "SELECT * FROM runs" + (" WHERE status = 'complete'" if complete_only else "") + " ORDER BY id DESC"
+        sql = (
+            "SELECT * FROM runs"
+            + (" WHERE status = 'complete'" if complete_only else "")
+            + " ORDER BY id DESC"
+        )
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [self._run_from_row(r) for r in self.db.execute(sql)]
@@ -189,8 +228,10 @@ class Store:
             self._insert_result(db, run_id, res)
 
     def _insert_result(self, db: sqlite3.Connection, run_id: int, res: Result) -> None:
-        db.execute("DELETE FROM results WHERE run_id = ? AND workload = ? AND compiler = ? AND phase = ?",
-                   (run_id, res.workload, res.compiler, res.phase))
+        db.execute(
+            "DELETE FROM results WHERE run_id = ? AND workload = ? AND compiler = ? AND phase = ?",
+            (run_id, res.workload, res.compiler, res.phase),
+        )
         vals = [getattr(res, c) for c in _RESULT_COLS]
         cols = ("run_id",) + _RESULT_COLS + ("median_ns", "n", "meta")
         cur = db.execute(
@@ -198,8 +239,10 @@ class Store:
             [run_id, *vals, res.median_ns, len(res.samples), json.dumps(res.meta, sort_keys=True)],
         )
         rid = cur.lastrowid
-        db.executemany("INSERT INTO samples (result_id, seq, ns) VALUES (?, ?, ?)",
-                       [(rid, i, float(x)) for i, x in enumerate(res.samples)])
+        db.executemany(
+            "INSERT INTO samples (result_id, seq, ns) VALUES (?, ?, ?)",
+            [(rid, i, float(x)) for i, x in enumerate(res.samples)],
+        )
 
     def results(self, run_id: int, phase: str | None = "main") -> list[Result]:
         """Results of a run in insertion order (one phase, or all when `phase` is None)."""
@@ -209,8 +252,12 @@ class Store:
         for row in rows:
             d = {c: row[c] for c in _RESULT_COLS}
             d["meta"] = json.loads(row["meta"] or "{}")
-            d["samples"] = [r[0] for r in self.db.execute(
-                "SELECT ns FROM samples WHERE result_id = ? ORDER BY seq", (row["id"],))]
+            d["samples"] = [
+                r[0]
+                for r in self.db.execute(
+                    "SELECT ns FROM samples WHERE result_id = ? ORDER BY seq", (row["id"],)
+                )
+            ]
             out.append(Result(**d))
         return out
 
@@ -219,7 +266,9 @@ class Store:
         rows = self.db.execute(
             "SELECT r.*, x.median_ns AS m FROM results x JOIN runs r ON r.id = x.run_id "
             "WHERE x.workload = ? AND x.compiler = ? AND x.phase = 'main' AND r.status = 'complete' "
-            "ORDER BY r.id DESC LIMIT ?", (workload, compiler, limit)).fetchall()
+            "ORDER BY r.id DESC LIMIT ?",
+            (workload, compiler, limit),
+        ).fetchall()
         out = []
         for row in reversed(rows):
             d = {k: row[k] for k in _RUN_COLS}
@@ -234,17 +283,20 @@ class Store:
             "format": EXPORT_FORMAT,
             "schema_version": SCHEMA_VERSION,
             "exported_at": now(),
-            "runs": [{**r.as_dict(), "results": [x.as_dict() for x in self.results(r.id, phase=None)]}
-                     for r in runs],
+            "runs": [
+                {**r.as_dict(), "results": [x.as_dict() for x in self.results(r.id, phase=None)]}
+                for r in runs
+            ],
         }
 
     def import_(self, data: dict[str, Any]) -> tuple[int, int]:
         """Merge an export into this store; returns (runs added, runs already present by uid)."""
         if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
-            raise ImportFormatError("not a kiln bench export (missing \"format\": \"kiln-bench-export\")")
+            raise ImportFormatError('not a kiln bench export (missing "format": "kiln-bench-export")')
         if data.get("schema_version") != SCHEMA_VERSION:
-            raise ImportFormatError(f"export has schema v{data.get('schema_version')}; this code reads "
-                                    f"v{SCHEMA_VERSION}")
+            raise ImportFormatError(
+                f"export has schema v{data.get('schema_version')}; this code reads v{SCHEMA_VERSION}"
+            )
         added = skipped = 0
         for rd in data.get("runs", []):
             try:

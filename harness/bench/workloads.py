@@ -36,7 +36,7 @@ Builder = Callable[[tuple[int, ...], torch.dtype, torch.device, torch.Generator]
 
 
 def _acc(x: torch.Tensor) -> torch.dtype:
-    """Accumulation dtype: fp32 for low-precision inputs, else the input's own (keeps fp64 references exact)."""
+    """Accumulation dtype: fp32 for low-precision inputs, else the input's own (fp64 stays exact)."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
@@ -114,12 +114,20 @@ def in_two(shape, dtype, device, gen) -> Inputs:
 
 def in_row_col(shape, dtype, device, gen) -> Inputs:
     m, n = shape
-    return (_randn(shape, dtype, device, gen), _randn((n,), dtype, device, gen), _randn((m, 1), dtype, device, gen))
+    return (
+        _randn(shape, dtype, device, gen),
+        _randn((n,), dtype, device, gen),
+        _randn((m, 1), dtype, device, gen),
+    )
 
 
 def in_x_w_b(shape, dtype, device, gen) -> Inputs:
     n = shape[-1]
-    return (_randn(shape, dtype, device, gen), _randn((n,), dtype, device, gen), _randn((n,), dtype, device, gen))
+    return (
+        _randn(shape, dtype, device, gen),
+        _randn((n,), dtype, device, gen),
+        _randn((n,), dtype, device, gen),
+    )
 
 
 def in_x_w(shape, dtype, device, gen) -> Inputs:
@@ -144,7 +152,11 @@ def in_x_res_w_b(shape, dtype, device, gen) -> Inputs:
 def in_matmul(shape, dtype, device, gen) -> Inputs:
     m, n, k = shape
     s = 1 / math.sqrt(k)
-    return (_randn((m, k), dtype, device, gen), _randn((k, n), dtype, device, gen, s), _randn((n,), dtype, device, gen))
+    return (
+        _randn((m, k), dtype, device, gen),
+        _randn((k, n), dtype, device, gen, s),
+        _randn((n,), dtype, device, gen),
+    )
 
 
 def flops_matmul(shape: tuple[int, ...], mode: str) -> int:
@@ -202,42 +214,102 @@ def _x(*dims: int) -> str:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("pointwise_chain", pointwise_chain, in_two,
-           {"tiny": ("4096:fp32", "4096:bf16"), "gpu": (f"{2**26}:fp32", f"{2**27}:bf16")}),
-    Family("gelu_tanh", gelu_tanh, in_one,
-           {"tiny": ("4096:fp32", "4096:fp16"), "gpu": (f"{2**27}:bf16", f"{2**26}:fp16")}),
-    Family("broadcast_mul_add", broadcast_mul_add, in_row_col,
-           {"tiny": ("64x128:fp32",), "gpu": ("16384x8192:fp32", "16384x8192:bf16")}),
+    Family(
+        "pointwise_chain",
+        pointwise_chain,
+        in_two,
+        {"tiny": ("4096:fp32", "4096:bf16"), "gpu": (f"{2**26}:fp32", f"{2**27}:bf16")},
+    ),
+    Family(
+        "gelu_tanh",
+        gelu_tanh,
+        in_one,
+        {"tiny": ("4096:fp32", "4096:fp16"), "gpu": (f"{2**27}:bf16", f"{2**26}:fp16")},
+    ),
+    Family(
+        "broadcast_mul_add",
+        broadcast_mul_add,
+        in_row_col,
+        {"tiny": ("64x128:fp32",), "gpu": ("16384x8192:fp32", "16384x8192:bf16")},
+    ),
     Family("row_sum", row_sum, in_one, {"tiny": ("64x128:fp32",), "gpu": ("16384x8192:fp32",)}),
     Family("col_sum", col_sum, in_one, {"tiny": ("64x128:fp32",), "gpu": ("16384x8192:fp32",)}),
     Family("row_amax", row_amax, in_one, {"tiny": ("64x128:bf16",), "gpu": ("16384x8192:bf16",)}),
-    Family("softmax", softmax, in_one,
-           {"tiny": ("64x128:fp32", "64x128:bf16", "64x128:fp32:bwd"),
-            "gpu": ("8192x8192:fp32", "32768x1024:bf16", "32768x1024:bf16:bwd")}),
-    Family("log_softmax", log_softmax, in_one,
-           {"tiny": ("64x128:fp32", "64x128:fp32:bwd"), "gpu": ("8192x8192:fp32", "16384x4096:bf16:bwd")}),
-    Family("layer_norm", layer_norm, in_x_w_b,
-           {"tiny": ("64x128:fp32", "64x128:bf16", "64x128:fp32:bwd"),
-            "gpu": ("16384x4096:bf16", "16384x4096:fp32", "16384x4096:bf16:bwd")}),
-    Family("rms_norm", rms_norm, in_x_w,
-           {"tiny": ("64x128:fp32", "64x128:fp16", "64x128:fp32:bwd"),
-            "gpu": ("16384x4096:bf16", "16384x4096:fp16", "16384x4096:bf16:bwd")}),
-    Family("bias_gelu", bias_gelu, in_x_w,
-           {"tiny": ("64x128:fp32", "64x128:bf16:bwd"), "gpu": ("16384x8192:bf16", "16384x8192:bf16:bwd")}),
-    Family("cross_entropy", cross_entropy, in_logits_target,
-           {"tiny": ("32x256:fp32", "32x256:fp32:bwd"), "gpu": ("8192x32768:bf16", "8192x32768:bf16:bwd")}),
-    Family("residual_norm", residual_norm, in_x_res_w_b,
-           {"tiny": ("64x128:fp32", "64x128:fp32:bwd"), "gpu": ("16384x4096:bf16", "16384x4096:bf16:bwd")}),
-    Family("matmul_epilogue", matmul_epilogue, in_matmul,
-           {"tiny": ("32x64x32:fp32", "32x64x32:bf16"), "gpu": ("4096x4096x4096:bf16", "4096x4096x4096:fp16",
-                                                                 "4096x4096x4096:bf16:bwd")},
-           flops_matmul),
+    Family(
+        "softmax",
+        softmax,
+        in_one,
+        {
+            "tiny": ("64x128:fp32", "64x128:bf16", "64x128:fp32:bwd"),
+            "gpu": ("8192x8192:fp32", "32768x1024:bf16", "32768x1024:bf16:bwd"),
+        },
+    ),
+    Family(
+        "log_softmax",
+        log_softmax,
+        in_one,
+        {"tiny": ("64x128:fp32", "64x128:fp32:bwd"), "gpu": ("8192x8192:fp32", "16384x4096:bf16:bwd")},
+    ),
+    Family(
+        "layer_norm",
+        layer_norm,
+        in_x_w_b,
+        {
+            "tiny": ("64x128:fp32", "64x128:bf16", "64x128:fp32:bwd"),
+            "gpu": ("16384x4096:bf16", "16384x4096:fp32", "16384x4096:bf16:bwd"),
+        },
+    ),
+    Family(
+        "rms_norm",
+        rms_norm,
+        in_x_w,
+        {
+            "tiny": ("64x128:fp32", "64x128:fp16", "64x128:fp32:bwd"),
+            "gpu": ("16384x4096:bf16", "16384x4096:fp16", "16384x4096:bf16:bwd"),
+        },
+    ),
+    Family(
+        "bias_gelu",
+        bias_gelu,
+        in_x_w,
+        {"tiny": ("64x128:fp32", "64x128:bf16:bwd"), "gpu": ("16384x8192:bf16", "16384x8192:bf16:bwd")},
+    ),
+    Family(
+        "cross_entropy",
+        cross_entropy,
+        in_logits_target,
+        {"tiny": ("32x256:fp32", "32x256:fp32:bwd"), "gpu": ("8192x32768:bf16", "8192x32768:bf16:bwd")},
+    ),
+    Family(
+        "residual_norm",
+        residual_norm,
+        in_x_res_w_b,
+        {"tiny": ("64x128:fp32", "64x128:fp32:bwd"), "gpu": ("16384x4096:bf16", "16384x4096:bf16:bwd")},
+    ),
+    Family(
+        "matmul_epilogue",
+        matmul_epilogue,
+        in_matmul,
+        {
+            "tiny": ("32x64x32:fp32", "32x64x32:bf16"),
+            "gpu": ("4096x4096x4096:bf16", "4096x4096x4096:fp16", "4096x4096x4096:bf16:bwd"),
+        },
+        flops_matmul,
+    ),
 )
 
 
 def _hash(fam: Family, shape: tuple[int, ...], dtype: str, mode: str) -> str:
     shared = inspect.getsource(_acc) + inspect.getsource(_randn)
-    parts = [PROTOCOL, shared, inspect.getsource(fam.fn), inspect.getsource(fam.inputs), repr(shape), dtype, mode]
+    parts = [
+        PROTOCOL,
+        shared,
+        inspect.getsource(fam.fn),
+        inspect.getsource(fam.inputs),
+        repr(shape),
+        dtype,
+        mode,
+    ]
     if fam.flops:
         parts.append(inspect.getsource(fam.flops))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -262,7 +334,9 @@ def cases(profile: str, only: str | None = None) -> list[Case]:
         pats = [p.strip() for p in only.split(",") if p.strip()]
         out = [c for c in out if any(fnmatchcase(c.name, p) or fnmatchcase(c.family.name, p) for p in pats)]
         if not out:
-            raise UsageError(f"no {profile} workload matches {only!r} (see `python -m harness.bench workloads`)")
+            raise UsageError(
+                f"no {profile} workload matches {only!r} (see `python -m harness.bench workloads`)"
+            )
     return out
 
 

@@ -17,16 +17,43 @@ from harness.bench.store import Store
 from bench_helpers import make_results, medians, store_run
 
 ROOT = Path(__file__).resolve().parents[3]
-FAST = ["--device", "cpu", "--compilers", "eager", "--only", "softmax.fwd.*,row_sum.*,layer_norm.fwd.fp32.*",
-        "--target-s", "0.01", "--rounds", "2", "--quiet"]
+FAST = [
+    "--device",
+    "cpu",
+    "--compilers",
+    "eager",
+    "--only",
+    "softmax.fwd.*,row_sum.*,layer_norm.fwd.fp32.*",
+    "--target-s",
+    "0.01",
+    "--rounds",
+    "2",
+    "--quiet",
+]
 
 
 def test_run_compare_report_export_import_plot(tmp_path, capsys):
     db = tmp_path / "b.sqlite"
     assert main(["run", *FAST, "--db", str(db), "--label", "first"]) == 0
     md, js, plots = tmp_path / "r.md", tmp_path / "r.json", tmp_path / "plots"
-    code = main(["run", *FAST, "--db", str(db), "--baseline", "latest", "--md", str(md), "--json", str(js),
-                 "--plots", str(plots), "--threshold", "0.9"])
+    code = main(
+        [
+            "run",
+            *FAST,
+            "--db",
+            str(db),
+            "--baseline",
+            "latest",
+            "--md",
+            str(md),
+            "--json",
+            str(js),
+            "--plots",
+            str(plots),
+            "--threshold",
+            "0.9",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "softmax.fwd.fp32.64x128" in out and "against baseline run(s) 1" in out
@@ -65,18 +92,21 @@ def test_compare_exit_code_on_regression(tmp_path, capsys):
     assert main(["compare", "latest", "window:2", "--db", str(db)]) == 0  # c against runs b and a pooled
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["run", "--device", "cpu", "--only", "nope*"], "no tiny workload matches"),
-    (["run", "--device", "cpu", "--compilers", "tvm9"], "unknown compiler"),
-    (["run", "--device", "cpu", "--timer", "event"], "needs a GPU"),
-    (["run", "--device", "tpu"], "bad device"),
-    (["run", "--device", "cpu", "--plant", "x=y"], "bad plant"),
-    (["run", "--device", "cpu", "--baseline", "window:0"], "window needs a positive count"),
-    (["run", "--device", "cpu", "--threshold", "5"], "between 0 and 1"),
-    (["compare", "7", "latest"], "no run 7"),
-    (["show", "abc"], "bad run id"),
-    (["import", "missing.json"], "cannot read"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["run", "--device", "cpu", "--only", "nope*"], "no tiny workload matches"),
+        (["run", "--device", "cpu", "--compilers", "tvm9"], "unknown compiler"),
+        (["run", "--device", "cpu", "--timer", "event"], "needs a GPU"),
+        (["run", "--device", "tpu"], "bad device"),
+        (["run", "--device", "cpu", "--plant", "x=y"], "bad plant"),
+        (["run", "--device", "cpu", "--baseline", "window:0"], "window needs a positive count"),
+        (["run", "--device", "cpu", "--threshold", "5"], "between 0 and 1"),
+        (["compare", "7", "latest"], "no run 7"),
+        (["show", "abc"], "bad run id"),
+        (["import", "missing.json"], "cannot read"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert main([*argv, "--db", str(tmp_path / "b.sqlite")]) == 2
     err = capsys.readouterr().err.strip()
@@ -93,16 +123,32 @@ def test_import_of_non_json_is_exit_2(tmp_path, capsys):
 def test_harness_verb_and_module_entry_point(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for argv in (["-m", "harness.bench", "workloads"], ["-m", "harness", "bench", "workloads"]):
-        p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
         assert p.returncode == 0, p.stderr
         assert "27 workloads in profile tiny" in p.stdout
 
 
 def test_backend_verb_native_keeps_history_in_the_results_folder(tmp_path, capsys):
-    """`bench backend --native` (the nox bench-cuda/rocm path without a container), run twice: history builds."""
+    """`bench backend --native` (nox bench-cuda/rocm without a container), run twice: history builds."""
     out = tmp_path / "res"
-    argv = ["backend", "--backend", "cpu", "--native", "--results", str(out), "--", "--compilers", "eager",
-            "--only", "row_sum.*", "--target-s", "0.01", "--quiet"]
+    argv = [
+        "backend",
+        "--backend",
+        "cpu",
+        "--native",
+        "--results",
+        str(out),
+        "--",
+        "--compilers",
+        "eager",
+        "--only",
+        "row_sum.*",
+        "--target-s",
+        "0.01",
+        "--quiet",
+    ]
     assert main(argv) == 0
     assert main(argv) == 0
     from harness.bench.store import Store

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from harness.bench.compare import (Baseline, CompareConfig, compare, confirm, counts, judge, load_baseline,
-                                   resolve_baseline)
+from harness.bench.compare import (
+    Baseline,
+    CompareConfig,
+    compare,
+    confirm,
+    counts,
+    judge,
+    load_baseline,
+    resolve_baseline,
+)
 from harness.bench.exc import BaselineError
 
 from bench_helpers import WORKLOADS, make_results, make_run, medians, samples, store_run
@@ -73,10 +81,14 @@ def test_machine_drift_is_divided_out_on_cpu_but_not_gpu():
 
 
 def test_new_missing_and_not_comparable():
-    a = make_results({("w1", "eager"): 100.0, ("w2", "eager"): 100.0, ("w3", "eager"): 100.0,
-                      ("w4", "eager"): 100.0})
-    b = make_results({("w1", "eager"): 100.0, ("w3", "eager"): 100.0, ("w4", "eager"): 100.0,
-                      ("w5", "eager"): 100.0}, seed=2, hashes={"w3": "changed"})
+    a = make_results(
+        {("w1", "eager"): 100.0, ("w2", "eager"): 100.0, ("w3", "eager"): 100.0, ("w4", "eager"): 100.0}
+    )
+    b = make_results(
+        {("w1", "eager"): 100.0, ("w3", "eager"): 100.0, ("w4", "eager"): 100.0, ("w5", "eager"): 100.0},
+        seed=2,
+        hashes={"w3": "changed"},
+    )
     b[2].status, b[2].error, b[2].samples = "error", "BackendCompilerFailed: boom", []
     got = {c.workload: c for c in compare(b, _base(a), GPU)}
     assert got["w1"].verdict == "unchanged"
@@ -100,6 +112,7 @@ def _remeasure_with(fresh_medians, calls):
         calls.append((workload, tuple(compilers), tuple(refs)))
         keys = [(workload, c) for c in compilers] + [(workload, "eager")] + [(r, "eager") for r in refs]
         return {k: samples(fresh_medians[k], seed=hash(k) % 1000) for k in keys}
+
     return remeasure
 
 

@@ -9,12 +9,33 @@ from harness.bench.cli import main
 
 def test_gpu_run_pipeline_on_cpu(tmp_path, capsys):
     out = tmp_path / "gpu"
-    code = main(["gpu", "--device", "cpu", "--allow-cpu", "--compilers", "eager", "--only", "softmax.bwd.*,row_sum.*",
-                 "--target-s", "0.01", "--out", str(out)])
+    code = main(
+        [
+            "gpu",
+            "--device",
+            "cpu",
+            "--allow-cpu",
+            "--compilers",
+            "eager",
+            "--only",
+            "softmax.bwd.*,row_sum.*",
+            "--target-s",
+            "0.01",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "run 2 against run 1:" in text and "spread between runs for workloads above 100 us" in text
-    for name in ("bench.sqlite", "report.md", "report.json", "export.json", "speedups.png", "run2_vs_run1.png"):
+    for name in (
+        "bench.sqlite",
+        "report.md",
+        "report.json",
+        "export.json",
+        "speedups.png",
+        "run2_vs_run1.png",
+    ):
         assert (out / name).exists(), name
     rep = json.loads((out / "report.json").read_text())
     assert rep["spread"]["goal"] == 0.03 and rep["baseline_runs"] == [1]

@@ -8,7 +8,8 @@ import pytest
 
 from harness.bench.stats import Stats, drop_outliers, mann_whitney_u, quantile
 
-# (x, y, alternative, U of x, p): values from scipy.stats.mannwhitneyu(x, y, alternative=..., method="asymptotic")
+# (x, y, alternative, U of x, p): values from
+# scipy.stats.mannwhitneyu(x, y, alternative=..., method="asymptotic")
 KNOWN = [
     ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], "two-sided", 0.0, 0.012185780355344813),
     ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], "less", 0.0, 0.006092890177672406),

@@ -83,11 +83,31 @@ def test_killed_run_keeps_results_and_is_never_a_baseline(tmp_path):
     """A real `python -m harness.bench run`, SIGKILLed after its first result: the run stays incomplete."""
     db = tmp_path / "b.sqlite"
     with Store(db) as s:
-        done = store_run(s, make_results({("x", "eager"): 1.0}), profile="tiny", device_name=device_name("cpu"))
+        done = store_run(
+            s, make_results({("x", "eager"): 1.0}), profile="tiny", device_name=device_name("cpu")
+        )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "harness.bench", "run", "--device", "cpu", "--compilers", "eager",
-                             "--db", str(db), "--quiet", "--target-s", "0.3"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.bench",
+            "run",
+            "--device",
+            "cpu",
+            "--compilers",
+            "eager",
+            "--db",
+            str(db),
+            "--quiet",
+            "--target-s",
+            "0.3",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -111,7 +131,11 @@ def test_killed_run_keeps_results_and_is_never_a_baseline(tmp_path):
 
 
 def test_export_import_merges_runners_without_duplicates(tmp_path):
-    with Store(tmp_path / "a.sqlite") as a, Store(tmp_path / "b.sqlite") as b, Store(tmp_path / "m.sqlite") as m:
+    with (
+        Store(tmp_path / "a.sqlite") as a,
+        Store(tmp_path / "b.sqlite") as b,
+        Store(tmp_path / "m.sqlite") as m,
+    ):
         ra = store_run(a, make_results(medians(), seed=1), ref="runner-a")
         store_run(b, make_results(medians(), seed=2), ref="runner-b")
         store_run(b, make_results(medians(), seed=3), complete=False)

@@ -1,4 +1,4 @@
-"""Workload registry, bytes/error accounting, the planted slowdown spec, and one workload under failing compilers."""
+"""Workload registry, bytes/error accounting, the planted slowdown spec, and failing compilers."""
 
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ def test_source_hash_is_stable_and_tracks_the_definition():
 
 
 def test_only_filter_and_bad_names():
-    assert [c.name for c in wl.cases("tiny", "softmax.fwd.*")] == ["softmax.fwd.fp32.64x128",
-                                                                  "softmax.fwd.bf16.64x128"]
+    assert [c.name for c in wl.cases("tiny", "softmax.fwd.*")] == [
+        "softmax.fwd.fp32.64x128",
+        "softmax.fwd.bf16.64x128",
+    ]
     assert all(c.family.name == "rms_norm" for c in wl.cases("tiny", "rms_norm"))
     with pytest.raises(UsageError, match="no tiny workload"):
         wl.cases("tiny", "nothing*")
@@ -117,8 +119,15 @@ def test_a_failing_compiler_is_an_error_result_not_a_crash():
 
 
 def test_planted_result_is_marked_and_unknown_compiler_rejected():
-    cfg = BenchConfig(compilers=["eager"], target_s=0.002, min_reps=5, max_reps=10, rounds=1, warmup_s=0.0,
-                      plant=Plant("row_sum.*", None, 0.2))
+    cfg = BenchConfig(
+        compilers=["eager"],
+        target_s=0.002,
+        min_reps=5,
+        max_reps=10,
+        rounds=1,
+        warmup_s=0.0,
+        plant=Plant("row_sum.*", None, 0.2),
+    )
     (res,) = Executor(cfg).measure_case(wl.find("row_sum.fwd.fp32.64x128"), ["eager"])
     assert res.planted == 0.2
     with pytest.raises(UsageError, match="unknown compiler"):
@@ -134,8 +143,15 @@ def _slow_backend(gm, example_inputs):
 
 def test_a_hanging_compile_is_an_error_result():
     torch._dynamo.register_backend(name="kiln_test_slow")(_slow_backend)
-    cfg = BenchConfig(compilers=["kiln_test_slow", "eager"], target_s=0.002, min_reps=5, max_reps=10, rounds=1,
-                      warmup_s=0.0, compile_timeout_s=0.5)
+    cfg = BenchConfig(
+        compilers=["kiln_test_slow", "eager"],
+        target_s=0.002,
+        min_reps=5,
+        max_reps=10,
+        rounds=1,
+        warmup_s=0.0,
+        compile_timeout_s=0.5,
+    )
     slow, ok = Executor(cfg).measure_case(wl.find("row_sum.fwd.fp32.64x128"), ["kiln_test_slow", "eager"])
     assert slow.status == "error" and "took longer than" in slow.error
     assert ok.status == "ok"
