@@ -221,6 +221,7 @@ class KernelRenderer:
         self.symbols: dict[str, sympy.Symbol] = {}
         self.helpers: list[str] = []
         self.reduction = group.has_reduction
+        self._online: dict[str, Member] = {}
 
     # -------------------------------------------------------------- bookkeeping
     def new_var(self) -> str:
@@ -357,12 +358,43 @@ class KernelRenderer:
         for m in self.group.members:
             deps = [avail[ld.buffer] for ld in loads(m.value) if ld.buffer in avail]
             lv = max(deps, default=0)
+            partner = self._online.get(m.buf.name)
+            if partner is not None:  # sum(exp(v - max(v))) runs in the max's loop (online softmax)
+                lv = level[partner.buf.name]
             level[m.buf.name] = lv
             avail[m.buf.name] = lv + 1 if m.is_reduction else lv
         self._avail = avail
         return level
 
+    def _online_pairs(self) -> dict[str, Member]:
+        """Sum reductions of ``exp(v - max(v))`` whose max is in this group: sum name -> max member.
+
+        In looped mode both run in one loop with a running max and a rescaled running sum, so softmax
+        reads its row twice instead of three times, and log-sum-exp (cross-entropy) once instead of twice.
+        """
+        by_name = {m.buf.name: m for m in self.group.members}
+        pairs: dict[str, Member] = {}
+        for m in self.group.members:
+            d = m.buf.definition
+            if not m.is_reduction or d.reduction_type != "sum" or not d.src_dtype.is_floating_point:
+                continue
+            e = m.value
+            if not (isinstance(e, Op) and e.op == "exp" and isinstance(e.args[0], Op) and e.args[0].op == "sub"):
+                continue
+            v, ld = e.args[0].args
+            if not isinstance(ld, Load) or ld.indirect or ld.mask is not None:
+                continue
+            a = by_name.get(ld.buffer)
+            if a is None or not a.is_reduction or a.buf.definition.reduction_type != "max":
+                continue
+            if a.buf.definition.src_dtype != d.src_dtype or not kexpr_equal(v, a.value):
+                continue
+            pairs[m.buf.name] = a
+        return pairs
+
     def _looped(self, xs: Scope) -> None:
+        self._online = self._online_pairs()
+        partner_of = {a.buf.name: b for b, a in self._online.items()}
         level = self._levels()
         members = self.group.members
         nloops = max([level[m.buf.name] for m in members if m.is_reduction or m.role == "xr"], default=0) + 1
@@ -388,13 +420,26 @@ class KernelRenderer:
             body.line("xrmask = xmask & rmask")
             for m in members:
                 if m.is_reduction and m.buf.name in accs:
+                    if m.buf.name in self._online:
+                        continue  # updated together with its max
                     v = body.emit(m.value)
-                    self._acc_update(body, m, accs[m.buf.name], v)
+                    sum_name = partner_of.get(m.buf.name)
+                    if sum_name in accs:
+                        self._online_update(body, m, accs[m.buf.name], accs[sum_name], v)
+                    else:
+                        self._acc_update(body, m, accs[m.buf.name], v)
                 elif m in stores:
                     var = self.member_value(body, m)
                     self.store(body, m, var)
             for m in reds:
-                var = self._acc_final(xs, m, accs[m.buf.name])
+                partner = self._online.get(m.buf.name)
+                if partner is not None and partner.buf.name in accs:
+                    var = self.new_var()
+                    m_acc, m_row = accs[partner.buf.name], xs.members[partner.buf.name]
+                    xs.line(f"{var} = tl.sum({accs[m.buf.name]} * tl.where({m_acc} == float('-inf'), 0.0, "
+                            f"tl.exp({m_acc} - {m_row})), 1)[:, None]")
+                else:
+                    var = self._acc_final(xs, m, accs[m.buf.name])
                 xs.members[m.buf.name] = var
                 if m.store:
                     self.store(xs, m, var)
@@ -489,6 +534,18 @@ class KernelRenderer:
         else:
             body.line(f"{acc} = {self._combine(m)}({acc}, {masked})")
 
+    def _online_update(self, body: Scope, m: Member, m_acc: str, s_acc: str, v: str) -> None:
+        """Running max ``m_acc`` and running sum of exp(v - max) ``s_acc``, rescaled when the max grows."""
+        d: Reduction = m.buf.definition
+        self._use("_max_nan")
+        vm, new, alpha = self.new_var(), self.new_var(), self.new_var()
+        body.line(f"{vm} = tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), "
+                  "float('-inf'))")
+        body.line(f"{new} = _max_nan({m_acc}, {vm})")
+        body.line(f"{alpha} = tl.where({new} == float('-inf'), 0.0, tl.exp({m_acc} - {new}))")
+        body.line(f"{s_acc} = {s_acc} * {alpha} + tl.where({vm} == float('-inf'), 0.0, tl.exp({vm} - {new}))")
+        body.line(f"{m_acc} = {new}")
+
     def _acc_final(self, xs: Scope, m: Member, acc) -> str:
         var = self.new_var()
         if isinstance(acc, tuple):
@@ -551,6 +608,31 @@ class KernelRenderer:
                 if step_x == 1:
                     outer = True
         return "outer" if outer else "inner"
+
+
+def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
+    """Structural equality of two kernel expressions (same ops, loads, constants and dtypes)."""
+    memo = {} if memo is None else memo
+    key = (id(a), id(b))
+    if a is b or key in memo:
+        return True
+    if type(a) is not type(b) or a.dtype != b.dtype:
+        return False
+    if isinstance(a, Load):
+        ok = (a.buffer == b.buffer and a.index == b.index and not a.indirect and not b.indirect
+              and (a.mask is None) == (b.mask is None) and (a.mask is None or kexpr_equal(a.mask, b.mask, memo)))
+    elif isinstance(a, Const):
+        ok = repr(a.value) == repr(b.value)
+    elif isinstance(a, IndexValue):
+        ok = a.expr == b.expr and not a.indirect and not b.indirect
+    elif isinstance(a, Op):
+        ok = (a.op == b.op and a.round_trip == b.round_trip and len(a.args) == len(b.args)
+              and all(kexpr_equal(x, y, memo) for x, y in zip(a.args, b.args)))
+    else:
+        ok = False
+    if ok:
+        memo[key] = True
+    return ok
 
 
 def _steps(index: sympy.Expr) -> tuple:
