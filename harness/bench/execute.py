@@ -326,6 +326,7 @@ class Executor:
             if res.status == "error":
                 res.samples = []
         del prepared, live, inputs, refs, grad_outs
+        self.timer.reset()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return out

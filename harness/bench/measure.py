@@ -84,6 +84,9 @@ class Timer:
     def sync(self) -> None:
         """Wait for all work queued on the timer's device."""
 
+    def reset(self) -> None:
+        """Forget per-function state (CUDA graphs and their memory) once a workload is done."""
+
     def sample(self, fn: Fn, reps: int) -> list[float]:
         out = []
         clock = time.perf_counter_ns
@@ -189,6 +192,9 @@ class GraphTimer(EventTimer):
     def sample(self, fn: Fn, reps: int) -> list[float]:
         g = self._graph(fn)
         return super().sample(g.replay, reps)
+
+    def reset(self) -> None:
+        self._graphs.clear()
 
 
 class ProfilerTimer(EventTimer):
