@@ -231,7 +231,7 @@ class Scheduler:
                 continue
             if ld.mask is not None or ld.indirect or ld.dtype != prod_m.buf.dtype:
                 return False
-            if member.role == "x" and prod_m.role == "xr":
+            if member.role == "x" and not member.is_reduction and prod_m.role == "xr":
                 return False
             if not same(ld.index, prod_m.store_index):
                 return False

@@ -212,3 +212,15 @@ def test_online_softmax_in_looped_mode(device, fn):
     torch.testing.assert_close(out, fn(x), atol=1e-5, rtol=1e-5, equal_nan=True)
     source = next(s for s in graphs[0].kernel_sources.values() if "kiln_reduction" in s)
     assert source.count("for roffset in range(0, rnumel, RBLOCK):") == 2  # not 3
+
+
+def test_residual_add_output_and_layer_norm_are_one_kernel(device):
+    """A realized producer read by a reduction stays in registers: the residual stream is stored once."""
+    def block(x, r, w):
+        h = x + r
+        return h, F.layer_norm(h, (64,), w)
+
+    x, r, w = torch.randn(8, 64, device=device), torch.randn(8, 64, device=device), torch.randn(64, device=device)
+    out, graphs = run(block, x, r, w)
+    torch.testing.assert_close(out, block(x, r, w), atol=1e-5, rtol=1e-5)
+    assert graphs[0].kernel_count == 1
