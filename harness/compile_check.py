@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import signal
 import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,7 @@ class Outcome:
     ok: bool
     error: str = ""  # one line
     location: str = ""  # "kernels/<name>.py:LINE:COL" when Triton pointed at a line
+    seconds: float = 0.0  # wall time of this compile
 
     def message(self, dump_dir: Path | None = None) -> str:
         where = self.location or self.source
@@ -213,6 +216,12 @@ def _load_kernel(path: Path, name: str) -> Any:
 
 
 def _compile_one(fn: Any, spec: KernelSpec, target: Target, source_path: Path) -> Outcome:
+    start = time.monotonic()
+    outcome = _compile_one_untimed(fn, spec, target, source_path)
+    return dataclasses.replace(outcome, seconds=round(time.monotonic() - start, 3))
+
+
+def _compile_one_untimed(fn: Any, spec: KernelSpec, target: Target, source_path: Path) -> Outcome:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -305,20 +314,40 @@ def compiler_env() -> dict[str, str]:
     return env
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop a worker and the assembler/linker processes it started."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(10)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def compile_specs(
-    specs: Sequence[KernelSpec], targets: Sequence[Target], dump_dir: Path, work_dir: Path, jobs: int = 1
+    specs: Sequence[KernelSpec],
+    targets: Sequence[Target],
+    dump_dir: Path,
+    work_dir: Path,
+    jobs: int = 1,
+    timeout_s: float | None = None,
 ) -> list[Outcome]:
-    """Compile every spec for every target in `jobs` worker processes; outcomes sorted by spec then target."""
+    """Compile every spec for every target in `jobs` worker processes; outcomes sorted by spec then target.
+
+    A worker still running after `timeout_s` is killed: the compile it was in is reported as not finishing
+    in time (a finding: ptxas can take minutes on a kernel that spills), the rest of its share as not
+    compiled.
+    """
     if not specs or not targets:
         return []
     work_dir.mkdir(parents=True, exist_ok=True)
-    # specs of one kernel source stay in one worker, so each module is imported once
-    by_source: dict[str, list[KernelSpec]] = {}
-    for spec in specs:
-        by_source.setdefault(spec.source, []).append(spec)
-    chunks: list[list[KernelSpec]] = [[] for _ in range(max(1, min(jobs, len(by_source))))]
-    for i, source in enumerate(sorted(by_source)):
-        chunks[i % len(chunks)].extend(by_source[source])
+    # round-robin over specs keeps the workers equally busy; each worker imports a kernel module once
+    chunks: list[list[KernelSpec]] = [[] for _ in range(max(1, min(jobs, len(specs))))]
+    for i, spec in enumerate(sorted(specs, key=lambda sp: sp.spec_file)):
+        chunks[i % len(chunks)].append(spec)
     procs = []
     for i, chunk in enumerate(chunks):
         request, result = work_dir / f"request-{i}.json", work_dir / f"outcomes-{i}.jsonl"
@@ -336,7 +365,9 @@ def compile_specs(
         log = (work_dir / f"worker-{i}.log").open("w")
         procs.append(
             (
-                subprocess.Popen(cmd, env=compiler_env(), stdout=log, stderr=subprocess.STDOUT),
+                subprocess.Popen(
+                    cmd, env=compiler_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                ),
                 log,
                 result,
                 chunk,
@@ -344,28 +375,43 @@ def compile_specs(
         )
     outcomes: dict[tuple[str, str], Outcome] = {}
     failures = []
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        for proc, *_ in procs:
+            try:
+                proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+    except BaseException:
+        for proc, *_ in procs:
+            _kill_group(proc)
+        raise
     for proc, log, result, chunk in procs:
-        code = proc.wait()
+        code = proc.returncode
         log.close()
         for line in result.read_text().splitlines():
             o = Outcome(**json.loads(line))
             outcomes[(o.spec_file, o.target)] = o
-        if code != 0:
-            tail = _one_line(Path(log.name).read_text())
-            failures.append(f"compile worker exited {code}: {tail}")
-        for spec in chunk:  # a worker that died leaves its remaining pairs without an outcome
-            for t in targets:
-                outcomes.setdefault(
-                    (spec.spec_file, t.name),
-                    Outcome(
-                        spec.kernel,
-                        spec.source,
-                        spec.spec_file,
-                        t.name,
-                        False,
-                        f"not compiled: the compile worker exited {code} first",
-                    ),
-                )
+        pending = [(sp, t) for sp in chunk for t in targets if (sp.spec_file, t.name) not in outcomes]
+        if not pending:
+            continue
+        killed = timeout_s is not None and code in (-signal.SIGTERM, -signal.SIGKILL)
+        if killed:
+            sp, t = pending.pop(0)  # workers go in order: the first pair without an outcome was compiling
+            outcomes[(sp.spec_file, t.name)] = Outcome(
+                sp.kernel,
+                sp.source,
+                sp.spec_file,
+                t.name,
+                False,
+                f"compile did not finish within the {timeout_s:.0f} s limit of the compile check",
+            )
+            why = f"not compiled: the compile worker was stopped after {timeout_s:.0f} s"
+        else:
+            failures.append(f"compile worker exited {code}: {_one_line(Path(log.name).read_text())}")
+            why = f"not compiled: the compile worker exited {code} first"
+        for sp, t in pending:
+            outcomes[(sp.spec_file, t.name)] = Outcome(sp.kernel, sp.source, sp.spec_file, t.name, False, why)
     if failures and all(o.error.startswith("not compiled:") for o in outcomes.values()):
         # no worker compiled anything (bad environment): an error of the check, not a finding about kernels
         raise CompileCheckError(failures[0])
@@ -431,6 +477,10 @@ def build_report(
         "suites_exit": suites_exit,
         "ok": not failed,
         "failures": [asdict(o) for o in failed],
+        "compile_seconds": round(sum(o.seconds for o in outcomes), 1),
+        "slowest": [
+            asdict(o) for o in sorted(outcomes, key=lambda o: (-o.seconds, o.spec_file, o.target))[:5]
+        ],
     }
 
 
@@ -452,6 +502,10 @@ def render_markdown(report: dict) -> str:
                 f"| `{f['location'] or f['source']}` | `{f['spec_file']}` | {f['target']} | {error} |"
             )
         lines.append("")
+    if report.get("slowest") and report["slowest"][0]["seconds"] > 0:
+        lines += [f"Compile time {report['compile_seconds']} s in all; slowest:", ""]
+        lines += [f"- {o['seconds']} s `{o['spec_file']}` for {o['target']}" for o in report["slowest"]]
+        lines.append("")
     if report["specializations"] == 0:
         lines += [
             "No kernel was dumped: the suites generated no kernels (or the compiler wrote no dump).",
@@ -471,12 +525,17 @@ def write_report(out_dir: Path, report: dict) -> None:
 
 
 def check(
-    dump_dir: Path, targets: Sequence[Target], out_dir: Path, jobs: int = 1, suites_exit: int | None = None
+    dump_dir: Path,
+    targets: Sequence[Target],
+    out_dir: Path,
+    jobs: int = 1,
+    suites_exit: int | None = None,
+    timeout_s: float | None = None,
 ) -> dict:
     """Compile the dump folder's specs for `targets`, write the report into `out_dir`, return it."""
     specs = load_specs(dump_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    outcomes = compile_specs(specs, targets, dump_dir, out_dir / "work", jobs)
+    outcomes = compile_specs(specs, targets, dump_dir, out_dir / "work", jobs, timeout_s)
     report = build_report(specs, targets, outcomes, suites_exit)
     write_report(out_dir, report)
     return report
@@ -495,6 +554,12 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
         help="only this target (sm_90, gfx942, ...; repeatable; default: all in ci/matrix.json)",
     )
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="compile worker processes")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds for all compiles (default: the cpu backend's suite timeout in ci/matrix.json)",
+    )
     p.add_argument(
         "--min-kernels",
         type=int,
@@ -541,7 +606,8 @@ def cli_main(args: argparse.Namespace) -> int:
         if paths:
             print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
             suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
-    report = check(dump, targets, out, args.jobs, suites_exit)
+    timeout_s = args.timeout or m.backend("cpu").timeouts.suite_s
+    report = check(dump, targets, out, args.jobs, suites_exit, timeout_s)
     for failure in report["failures"]:
         print(f"compile-check: FAIL {Outcome(**failure).message(dump)}", file=sys.stderr)
     print(summary_line(report))

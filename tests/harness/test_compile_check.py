@@ -312,3 +312,39 @@ def test_missing_suite_folders_are_skipped_and_missing_paths_are_errors(tmp_path
     assert proc.stderr.strip().endswith(
         "none of the matrix's suite folders exist under tests/; name test paths"
     )
+
+
+SLOW_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kiln_slow(x_ptr, N: tl.constexpr):
+    acc = tl.load(x_ptr)
+    for i in tl.static_range(N):  # unrolled at compile time: N copies of the body
+        acc = acc * 1.0001 + i
+    tl.store(x_ptr, acc)
+"""
+
+
+def test_a_compile_that_runs_past_the_timeout_is_a_finding_and_the_worker_is_stopped(tmp_path):
+    kernels = tmp_path / "dump" / "kernels"
+    kernels.mkdir(parents=True)
+    (kernels / "kiln_slow.py").write_text(SLOW_KERNEL)
+    spec = {
+        "kernel": "kiln_slow",
+        "source": "kiln_slow.py",
+        "signature": {"x_ptr": "*fp32", "N": "constexpr"},
+        "constexprs": {"N": 200000},
+        "num_warps": 1,
+        "num_stages": 1,
+    }
+    (kernels / "kiln_slow.1.json").write_text(json.dumps(spec))
+    targets = [cc.Target("cuda", 90, 32), cc.Target("hip", "gfx942", 64)]
+    report = cc.check(tmp_path / "dump", targets, tmp_path / "out", timeout_s=3)
+    errors = [(f["target"], f["error"]) for f in report["failures"]]
+    assert errors == [
+        ("cuda sm_90", "compile did not finish within the 3 s limit of the compile check"),
+        ("hip gfx942", "not compiled: the compile worker was stopped after 3 s"),
+    ]
