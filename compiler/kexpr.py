@@ -12,6 +12,8 @@ import sympy
 import torch
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+#: fp32 -> fp32 ops that round to the given dtype's precision (round-to-nearest-even)
+ROUNDING_OPS = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -90,9 +92,12 @@ def cast(x: KExpr, dtype: torch.dtype, *, explicit: bool = False) -> KExpr:
     """
     if x.dtype == dtype:
         return x
-    if isinstance(x, Op) and x.op == "to" and not x.round_trip and x.args[0].dtype == dtype:
-        # widen(narrow(v)) -> v, when the narrowing was implicit
-        return x.args[0]
+    if isinstance(x, Op) and x.op == "to" and x.args[0].dtype == dtype:
+        if not x.round_trip:  # widen(narrow(v)) -> v, when the narrowing was implicit
+            return x.args[0]
+        if dtype == torch.float32 and x.dtype in ROUNDING_OPS:
+            # a real rounding point: compilers fold fp32->bf16->fp32 conversions, so round with integer ops
+            return Op(ROUNDING_OPS[x.dtype], (x.args[0],), torch.float32)
     if isinstance(x, Const):
         return Const(_convert_scalar(x.value, dtype), dtype)
     return Op("to", (x,), dtype, round_trip=explicit)

@@ -311,6 +311,9 @@ def _step_outputs(step) -> list[str]:
         elif isinstance(o, (list, tuple)):
             for x in o:
                 visit(x)
+        elif isinstance(o, dict):
+            for x in o.values():
+                visit(x)
 
     visit(step.outputs)
     if getattr(step, "out", None) is not None:

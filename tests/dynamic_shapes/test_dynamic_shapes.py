@@ -129,7 +129,7 @@ def test_reduction_over_dynamic_dim_looped_and_persistent_same_kernel(device):
     # one compiled kernel: rows <= 64 run persistent, longer rows loop over RBLOCK chunks
     with launch_log() as log:
         graphs = run_sizes(lambda x: x.sum(dim=-1) * 2, lambda n: (torch.randn(5, n, device=device),),
-                           [17, 40, 65, 200, 333], device, interp_persistent_rblock_max=64)
+                           [17, 40, 65, 200, 333], device, interp_persistent_rblock_max=64, persistent_rblock_max=64)
     assert kernels(graphs) == 1
     names = {name for name, _ in log}
     assert len(names) == 1
@@ -143,7 +143,7 @@ def test_rmsnorm_looped_over_dynamic_hidden(device):
 
     with launch_log() as log:
         graphs = run_sizes(rmsnorm, lambda n: (torch.randn(3, n, device=device), torch.randn(n, device=device)),
-                           [50, 130, 257, 300, 401], device, interp_persistent_rblock_max=64, rtol=1e-4, atol=1e-4)
+                           [50, 130, 257, 300, 401], device, interp_persistent_rblock_max=64, persistent_rblock_max=64, rtol=1e-4, atol=1e-4)
     assert kernels(graphs) == 1
     assert any(not cfg["PERSISTENT"] for _, cfg in log)
 
@@ -151,7 +151,7 @@ def test_rmsnorm_looped_over_dynamic_hidden(device):
 def test_softmax_looped_dynamic(device):
     with launch_log() as log:
         run_sizes(lambda x: torch.log_softmax(x, -1), lambda n: (torch.randn(2, n, device=device),),
-                  [70, 129, 200, 255, 513], device, interp_persistent_rblock_max=64)
+                  [70, 129, 200, 255, 513], device, interp_persistent_rblock_max=64, persistent_rblock_max=64)
     assert all(not cfg["PERSISTENT"] for _, cfg in log)
 
 
