@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.exc import CompileCheckError, HarnessError, MissingTool
+from harness.exc import CompileCheckError, HarnessError, MissingTool, RunInterrupted
 from harness.settings import settings
 
 SCHEMA = 1
@@ -544,6 +544,10 @@ def check(
 # ---- CLI ----------------------------------------------------------------------------------------------
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", help="use this existing dump folder instead of running the suites")
     p.add_argument(
@@ -607,7 +611,13 @@ def cli_main(args: argparse.Namespace) -> int:
             print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
             suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
     timeout_s = args.timeout or m.backend("cpu").timeouts.suite_s
-    report = check(dump, targets, out, args.jobs, suites_exit, timeout_s)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the workers like Ctrl-C does
+    try:
+        report = check(dump, targets, out, args.jobs, suites_exit, timeout_s)
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"compile check interrupted; outcomes so far are in {out / 'work'}") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     for failure in report["failures"]:
         print(f"compile-check: FAIL {Outcome(**failure).message(dump)}", file=sys.stderr)
     print(summary_line(report))

@@ -348,3 +348,55 @@ def test_a_compile_that_runs_past_the_timeout_is_a_finding_and_the_worker_is_sto
         ("cuda sm_90", "compile did not finish within the 3 s limit of the compile check"),
         ("hip gfx942", "not compiled: the compile worker was stopped after 3 s"),
     ]
+
+
+def test_sigterm_stops_the_workers_and_reports_an_interrupted_run(tmp_path):
+    import signal
+    import time
+
+    kernels = tmp_path / "dump" / "kernels"
+    kernels.mkdir(parents=True)
+    (kernels / "kiln_slow.py").write_text(SLOW_KERNEL)
+    spec = {
+        "kernel": "kiln_slow",
+        "source": "kiln_slow.py",
+        "signature": {"x_ptr": "*fp32", "N": "constexpr"},
+        "constexprs": {"N": 400000},
+        "num_warps": 1,
+        "num_stages": 1,
+    }
+    (kernels / "kiln_slow.1.json").write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "compile-check",
+            "--dump",
+            str(tmp_path / "dump"),
+            "--out",
+            str(out),
+            "--target",
+            "sm_90",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    request = out / "work" / "request-0.json"
+    for _ in range(200):
+        if request.exists():
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().startswith("harness compile-check: error: compile check interrupted")
+    workers = subprocess.run(
+        ["pgrep", "-f", f"compile_check --worker {request}"], capture_output=True, text=True
+    )
+    assert workers.stdout.strip() == ""
