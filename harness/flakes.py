@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -269,6 +270,7 @@ def build_report(
         row = asdict(t)
         row["quarantined"] = t.id in quarantined
         row["reason"] = quarantined.get(t.id, "")
+        row["rerun"] = rerun_command(backend, runs, t.id) if t.status in (FAILING, FLAKY) else ""
         tests.append(row)
     return {
         "schema": SCHEMA,
@@ -285,6 +287,13 @@ def build_report(
         "tests": tests,
         "quarantine": verdict.to_dict(),
     }
+
+
+def rerun_command(backend: str, runs: int, test_id: str) -> str:
+    """The command that runs one test `runs` times again on `backend` (natively), from the source root."""
+    return shlex.join(
+        ["python", "-m", "harness", "flakes", "--backend", backend, "--native", "--runs", str(runs), test_id]
+    )
 
 
 def summary_line(report: dict) -> str:
@@ -311,7 +320,7 @@ def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
             lines.append(
                 f"| `{t['id']}` | {t['status']} | {t['failed']} / {counted} | {t['failure_rate']:.0%} | {q} |"
             )
-        lines.append("")
+        lines += ["", "Rerun one:", "", "```"] + [t["rerun"] for t in bad] + ["```", ""]
     section = verdict.markdown()
     return "\n".join(lines) + ("\n" + section if section else "")
 

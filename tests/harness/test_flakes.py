@@ -299,3 +299,28 @@ def test_container_mode_without_docker_is_a_clear_error(planted):
     assert proc.returncode == 2
     assert proc.stderr.startswith("harness flakes: error: docker client '/nonexistent/docker' not found")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_failing_and_flaky_tests_carry_a_rerun_command_that_reproduces_them(planted):
+    out = planted / "out"
+    report = flakes.detect(
+        [PLANTED], backend="cpu", runs=RUNS, out_dir=out, quarantine=q.Quarantine(), extra=ISOLATE, root=ROOT
+    )
+    tests = _by_id(report)
+    assert tests["test_planted_passing"]["rerun"] == ""
+    rerun = tests["test_planted_broken"]["rerun"]
+    assert rerun == (
+        f"python -m harness flakes --backend cpu --native --runs 6 {PLANTED}::test_planted_broken"
+    )
+    assert rerun in (out / "flakes.md").read_text()
+    argv = [sys.executable, *rerun.split()[1:], "--out", str(planted / "again"), "--pytest-arg=" + ISOLATE[0]]
+    proc = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env=_env() | {"KILN_PLANTED_STATE": str(planted / "state")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "1 tests x 6 runs: 0 passing, 1 failing, 0 flaky" in proc.stdout
