@@ -115,3 +115,31 @@ def _index_select(g: GraphLowering, node, x: Value, dim: int, index: Value):
         return _indirect_load(g, src, full, [(s, _wrap(ival, src.size[dim]))])
 
     return Lazy(out_size, out.dtype, out.device, fn, 2)
+
+
+@register_lowering(aten.scatter.value, aten.scatter.src)
+def _scatter_one_hot(g: GraphLowering, node, x: Value, dim: int, index: Value, src):
+    """``scatter`` whose index has one entry along ``dim`` and covers every other dim (one-hot style, as
+    in cross-entropy's backward): a pointwise ``where(i == index[..., 0, ...], src, x)``. Other scatters
+    write positions that only the data knows, so they fall back (deterministically) to ATen."""
+    out = node.meta["val"]
+    rank = len(x.size)
+    dim = dim + rank if dim < 0 else dim
+    if len(index.size) != rank or index.size[dim] != 1 or any(
+            index.size[d] != x.size[d] for d in range(rank) if d != dim):
+        raise NotLowered("scatter with several positions per slice")
+    if isinstance(src, Value) and (len(src.size) != rank or any(
+            src.size[d] != index.size[d] for d in range(rank))):
+        raise NotLowered("scatter source shaped unlike its index")
+    check_device(node, [v for v in (x, index, src) if isinstance(v, Value)])
+    size = tuple(sym(s) for s in out.shape)
+
+    def fn(idx: Index) -> KExpr:
+        at = list(idx)
+        at[dim] = sympy.Integer(0)
+        target = _wrap(index.load(at), x.size[dim])
+        hit = Op("eq", [cast(IndexValue(idx[dim]), torch.int64), target], torch.bool)
+        new = cast(src.load(at), out.dtype) if isinstance(src, Value) else Const(src, out.dtype)
+        return Op("where", [hit, new, cast(x.load(idx), out.dtype)], out.dtype)
+
+    return Lazy(size, out.dtype, out.device, fn, 3)

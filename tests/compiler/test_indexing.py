@@ -38,3 +38,25 @@ def test_boolean_mask_index_falls_back_with_reason(device):
         except Exception:
             pytest.fail("mask indexing must not fail compilation")
     torch.testing.assert_close(out, fn(x, m))
+
+
+def test_one_hot_scatter_is_pointwise_and_cross_entropy_backward_has_no_fallback(device):
+    x, i = torch.randn(4, 6, device=device), torch.randint(0, 6, (4, 1), device=device)
+    out, graphs = run(lambda x, i: x.scatter(1, i, 2.5), x, i)
+    assert torch.equal(out, x.scatter(1, i, 2.5)) and graphs[0].fallbacks == []
+    logits = torch.randn(8, 10, device=device, requires_grad=True)
+    target = torch.randint(0, 10, (8,), device=device)
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        torch.compile(lambda l, t: F.cross_entropy(l, t), backend="kiln")(logits, target).backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    F.cross_entropy(logits, target).backward()
+    torch.testing.assert_close(grad, logits.grad)
+    assert [g.fallbacks for g in graphs] == [[], []]
+
+
+def test_general_scatter_falls_back_with_reason(device):
+    x, i = torch.randn(4, 6, device=device), torch.randint(0, 6, (4, 2), device=device)
+    out, graphs = run(lambda x, i: x.scatter(1, i, 1.0), x, i)
+    assert torch.equal(out, x.scatter(1, i, 1.0))
+    assert [r.op for r in graphs[0].fallbacks] == ["aten.scatter.value"]
