@@ -103,6 +103,8 @@ def read_junit(path: Path, root: Path | None = None) -> list[Run]:
         ) from None
     runs: list[Run] = []
     for case in tree.getroot().iter("testcase"):
+        if not case.get("name") and not case.get("classname"):
+            continue  # pytest adds a bare <testcase/> for the test a Ctrl-C cut short: it has no outcome
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         test_id = props.get("kiln_nodeid") or _nodeid_from_names(
             case.get("classname", ""), case.get("name", ""), root
@@ -185,33 +187,51 @@ def pytest_command(
 
 
 def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[int, bool]:
-    """Run pytest with output tee'd to `log`; returns (exit code, interrupted)."""
+    """Run pytest with its output tee'd live to `log` and stdout; returns (exit code, interrupted)."""
     interrupted = False
     with log.open("w", encoding="utf-8") as out:
+
+        def tee(data: bytes) -> None:
+            text = data.decode("utf-8", errors="replace")
+            out.write(text)
+            out.flush()  # the log is what a person tails during a long run
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+        # a job started in the background of a non-interactive shell ignores SIGINT, and so would pytest:
+        # restore the default so that forwarding Ctrl-C makes pytest stop and write its JUnit XML
         proc = subprocess.Popen(
             list(cmd),
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
+        assert proc.stdout is not None
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                out.write(line)
-                sys.stdout.write(line)
+            # os.read returns what is there (pytest's progress dots come without a newline)
+            while chunk := os.read(proc.stdout.fileno(), 65536):
+                tee(chunk)
             code = proc.wait()
         except KeyboardInterrupt:
             interrupted = True
-            proc.send_signal(signal.SIGINT)  # pytest writes its JUnit XML on the way out
-            try:
-                code = proc.wait(timeout=60)
+            try:  # a terminal's Ctrl-C reached pytest too: let it finish writing its JUnit XML
+                rest, _ = proc.communicate(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
+                proc.send_signal(signal.SIGINT)  # pytest writes its JUnit XML on the way out
+                try:
+                    rest, _ = proc.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    rest, _ = proc.communicate()
+            tee(rest or b"")
+            code = proc.returncode
     return code, interrupted or code == 2
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def backend_env(backend_name: str, root: Path) -> tuple[dict[str, str], int | None]:
@@ -390,7 +410,12 @@ def detect(
     if native:
         env, timeout_s = backend_env(backend, root)
         cmd = pytest_command(paths, runs, junit.resolve(), extra, timeout_s)
-        code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
+        # SIGTERM (a cancelled CI job) is handled like Ctrl-C: pytest is stopped and keeps what it has
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     else:
         code, interrupted, cmd = _run_in_container(backend, paths, runs, out_dir, extra, image)
     if code in (3, 4):

@@ -55,7 +55,7 @@ def test_planted_tests_are_classified_passing_failing_and_flaky(planted):
     assert all(t["runs"] == RUNS for t in report["tests"])
     assert report["complete"] and not report["ok"]
     assert report["blocking"] == [f"{PLANTED}::test_planted_broken", f"{PLANTED}::test_planted_flaky"]
-    assert report["counts"] == {"passing": 2, "failing": 1, "flaky": 1, "skipped": 0}
+    assert report["counts"] == {"passing": 3, "failing": 1, "flaky": 1, "skipped": 0}
     saved = json.loads((planted / "out" / "flakes.json").read_text())
     assert saved == report
     md = (planted / "out" / "flakes.md").read_text()
@@ -324,3 +324,43 @@ def test_failing_and_flaky_tests_carry_a_rerun_command_that_reproduces_them(plan
     )
     assert proc.returncode == 1
     assert "1 tests x 6 runs: 0 passing, 1 failing, 0 flaky" in proc.stdout
+
+
+def test_sigterm_keeps_the_runs_so_far_marked_incomplete(planted):
+    import signal
+    import time
+
+    out = planted / "out"
+    env = _env() | {"KILN_PLANTED_STATE": str(planted / "state"), "KILN_PLANTED_SLOW": "0.2"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "flakes",
+            "--native",
+            "--runs",
+            "100",
+            "--out",
+            str(out),
+            f"--pytest-arg={ISOLATE[0]}",
+            f"{PLANTED}::test_planted_slow",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = out / "pytest.log"
+    for _ in range(300):  # wait until some runs have passed
+        if log.exists() and log.read_text().count(".") >= 3:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "partial results (marked incomplete)" in err
+    report = json.loads((out / "flakes.json").read_text())
+    assert report["complete"] is False and report["ok"] is False
+    assert 3 <= report["tests"][0]["passed"] < 100

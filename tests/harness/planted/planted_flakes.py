@@ -43,6 +43,13 @@ def test_planted_flaky():
     assert n % FLAKY_PERIOD != 0, f"planted flake: run {n} fails"
 
 
+def test_planted_slow():
+    """Takes KILN_PLANTED_SLOW seconds per run (0 when unset): time for a signal to arrive mid-run."""
+    import time
+
+    time.sleep(float(os.environ.get("KILN_PLANTED_SLOW", "0")))
+
+
 def test_planted_interrupt():
     """Stands in for Ctrl-C on the second run when KILN_PLANTED_INTERRUPT=1 (else passes)."""
     n = _next_count("interrupt")
