@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,7 +87,8 @@ class TritonKernel(torch.nn.Module):
         rnumel = int(args[-1]) if self.reduction else 1
         if xnumel == 0:
             return None
-        device = _device_of(args[:nptr])
+        first = args[0] if nptr else None
+        device = first.device if isinstance(first, torch.Tensor) else _device_of(args[:nptr])
         key = (xnumel, rnumel, device)
         launch = self._launches.get(key)
         if launch is None:
@@ -101,7 +102,7 @@ class TritonKernel(torch.nn.Module):
             if device.type == "cpu":
                 with np.errstate(all="ignore"):  # masked-off lanes may divide by zero; results are discarded
                     run(*args, **cfg)
-            elif device.index is not None and device.index != torch.cuda.current_device():
+            elif _multi_gpu() and device.index is not None and device.index != torch.cuda.current_device():
                 with torch.cuda.device(device):
                     self._launch_gpu(run, args, cfg, device)
             else:
@@ -132,7 +133,7 @@ class TritonKernel(torch.nn.Module):
             return
         grid0 = cdiv(int(args[len(self.ptr_args) + len(self.size_args)]), cfg["XBLOCK"])
         consts = [cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg]
-        stream = torch.cuda.current_stream(device).cuda_stream
+        stream = torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else 0)
         try:
             compiled.run(grid0, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                          *args, *consts)
@@ -171,12 +172,27 @@ class TritonKernel(torch.nn.Module):
 _FAST_LAUNCH = {"ok": True}
 
 
+try:
+    from triton import knobs as _knobs
+except Exception:  # older tritons have no knobs: always take the JIT path
+    _knobs = None
+
+
 def _launch_hooks_active() -> bool:
-    try:
-        from triton import knobs
-        return knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
-    except Exception:  # older tritons: no knobs; be safe
+    if _knobs is None:
         return True
+    rt = _knobs.runtime
+    return rt.launch_enter_hook is not None or rt.launch_exit_hook is not None
+
+
+_gpu_count: list[int] = []
+
+
+def _multi_gpu() -> bool:
+    """More than one visible GPU (then launches set the device of their tensors)."""
+    if not _gpu_count:
+        _gpu_count.append(torch.cuda.device_count())
+    return _gpu_count[0] > 1
 
 
 def _device_of(tensors) -> torch.device:
