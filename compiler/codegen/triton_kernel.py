@@ -595,7 +595,7 @@ class KernelRenderer:
         """
         if not self.reduction:
             return "inner"
-        outer = False
+        votes = 0  # > 0: column-wise reads dominate
         for m in self.group.members:
             if not m.is_reduction:
                 continue
@@ -603,11 +603,13 @@ class KernelRenderer:
                 if ld.indirect:
                     continue
                 step_x, step_r = _steps(ld.index)
+                if not step_x or not step_r:
+                    continue  # a vector broadcast along rows or along the reduction: no say in the tiling
                 if step_r == 1:
-                    return "inner"
-                if step_x == 1:
-                    outer = True
-        return "outer" if outer else "inner"
+                    votes -= 1
+                elif step_x == 1:
+                    votes += 1
+        return "outer" if votes > 0 else "inner"
 
 
 def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:

@@ -93,14 +93,17 @@ def _is_outer(fn, out_ranges, red_ranges) -> bool:
     ridx = [sympy.Symbol(f"q{i}", integer=True, nonnegative=True) for i in range(len(red_ranges))]
     if not idx or not ridx:
         return False
-    outer = False
+    votes = 0
     for ld in loads(fn(idx, ridx)):
         e = sympy.expand(ld.index)
-        if e.coeff(ridx[-1]) == 1:
-            return False
-        if e.coeff(idx[-1]) == 1:
-            outer = True
-    return outer
+        cx, cr = e.coeff(idx[-1]), e.coeff(ridx[-1])
+        if cx == 0 or cr == 0:
+            continue  # broadcast along rows or along the reduction: no say in the tiling
+        if cr == 1:
+            votes -= 1
+        elif cx == 1:
+            votes += 1
+    return votes > 0
 
 
 def _identity(rtype: str, dtype: torch.dtype):

@@ -224,3 +224,18 @@ def test_residual_add_output_and_layer_norm_are_one_kernel(device):
     out, graphs = run(block, x, r, w)
     torch.testing.assert_close(out, block(x, r, w), atol=1e-5, rtol=1e-5)
     assert graphs[0].kernel_count == 1
+
+
+def test_weight_gradient_reduction_is_outer_despite_row_vectors(device):
+    """layer_norm's weight/bias gradients sum columns of [rows, hidden] while also reading per-row stats:
+    the [rows, hidden] reads decide the tiling."""
+    x = torch.randn(64, 96, device=device, requires_grad=True)
+    w = torch.randn(96, device=device, requires_grad=True)
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        torch.compile(lambda x, w: F.layer_norm(x, (96,), w), backend="kiln")(x, w).sum().backward()
+    gw = w.grad.clone()
+    w.grad = None
+    F.layer_norm(x, (96,), w).sum().backward()
+    torch.testing.assert_close(gw, w.grad, atol=1e-4, rtol=1e-4)
+    hints = sorted(m.hint for m in graphs[1].wrapper.children())
+    assert hints == ["inner", "outer"]
