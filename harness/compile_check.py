@@ -37,6 +37,7 @@ from harness.exc import CompileCheckError, HarnessError, MissingTool, RunInterru
 from harness.settings import settings
 
 SCHEMA = 1
+SLOW_COMPILE_S = 60.0  # a compile this slow is printed as a note: on a GPU the kernel likely spills
 _SPEC_KEYS = {
     "kernel": str,
     "source": str,
@@ -620,6 +621,12 @@ def cli_main(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     for failure in report["failures"]:
         print(f"compile-check: FAIL {Outcome(**failure).message(dump)}", file=sys.stderr)
+    for o in report["slowest"]:
+        if o["seconds"] >= SLOW_COMPILE_S:
+            print(
+                f"compile-check: slow: {o['seconds']:.0f} s to compile {o['spec_file']} for {o['target']} "
+                "(often a tile too large for its warps: the kernel spills registers)"
+            )
     print(summary_line(report))
     if suites_exit not in (None, 0, 5):
         print(f"compile-check: note: the suites exited {suites_exit} (their failures are the suites' report)")
