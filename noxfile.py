@@ -79,26 +79,30 @@ for _backend in _matrix_backends():
     nox.session(name=f"tests-{_backend}", python=False)(_tests_session(_backend))
 
 
-@nox.session(python=False)
+@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
 def ci(session: nox.Session) -> None:
     """Main job: detect the backend (CUDA, ROCm, else CPU interpreter), run its suites, then benchmarks, report."""
+    # The harness itself needs only the standard library; running natively, the suites need the compiler's
+    # dependencies, which this session's venv gets (pinned CPU torch/triton) unless KILN_NO_VENV is set
+    # (GPU boxes run with their own torch: `KILN_NO_VENV=1 nox -s ci` or `nox --no-venv -s ci`).
+    no_venv = bool(os.environ.get("KILN_NO_VENV")) or isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv)
+    python = sys.executable if no_venv else "python"
     native, rest = _split_native(session)
-    backend = session.run(sys.executable, "-m", "harness", "detect", silent=True, external=True).strip()
+    backend = session.run(python, "-m", "harness", "detect", silent=True, external=True).strip()
     if not native and "--image" not in rest:
-        mode = session.run(sys.executable, "-m", "harness", "detect", "--mode", silent=True, external=True).strip()
+        mode = session.run(python, "-m", "harness", "detect", "--mode", silent=True, external=True).strip()
         native = ["--native"] if mode == "native" else []
     session.log(f"backend: {backend} ({'native' if native else 'container'})")
+    if native and not no_venv:
+        install_project(session)
     from datetime import datetime, timezone
 
     run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")
-    session.run(sys.executable, "-m", "harness", "run", "--backend", backend, "--results", run_dir, *native, *rest,
+    session.run(python, "-m", "harness", "run", "--backend", backend, "--results", run_dir, *native, *rest,
                 external=True, success_codes=[0, 1])
-    sessions = {name for name, _ in nox.registry.get().items()}
-    for bench in (f"bench-{backend}", "bench"):
-        if bench in sessions:
-            session.notify(bench, [*native])
-            break
-    session.notify("ci-report", [run_dir])
+    session.run(python, "-m", "harness", "bench", "backend", "--backend", backend, *native, env=SUITE_ENV,
+                external=True, success_codes=[0, 1])
+    session.run(python, "-m", "harness", "report", run_dir, "--check", "--github-summary", external=True)
 
 
 @nox.session(name="ci-report", python=False)
