@@ -220,38 +220,6 @@ def _min_final(v):
     nan = tl.max((v != v).to(tl.int8), 1)[:, None] > 0
     return tl.where(nan, float('nan'), tl.min(v, 1)[:, None])
 ''',
-    "_argmax_final": '''
-@triton.jit
-def _argmax_final(v, i):
-    nan = v != v
-    anynan = tl.max(nan.to(tl.int8), 1)[:, None] > 0
-    key = tl.where(nan, float('inf'), v)
-    best = tl.max(key, 1)[:, None]
-    cand = tl.where(anynan, nan, key == best)
-    return tl.min(tl.where(cand, i, 2147483647), 1)[:, None]
-''',
-    "_argmin_final": '''
-@triton.jit
-def _argmin_final(v, i):
-    nan = v != v
-    anynan = tl.max(nan.to(tl.int8), 1)[:, None] > 0
-    key = tl.where(nan, float('-inf'), v)
-    best = tl.min(key, 1)[:, None]
-    cand = tl.where(anynan, nan, key == best)
-    return tl.min(tl.where(cand, i, 2147483647), 1)[:, None]
-''',
-    "_argmax_final_int": '''
-@triton.jit
-def _argmax_final_int(v, i):
-    best = tl.max(v, 1)[:, None]
-    return tl.min(tl.where(v == best, i, 2147483647), 1)[:, None]
-''',
-    "_argmin_final_int": '''
-@triton.jit
-def _argmin_final_int(v, i):
-    best = tl.min(v, 1)[:, None]
-    return tl.min(tl.where(v == best, i, 2147483647), 1)[:, None]
-''',
     "_prod_combine": '''
 @triton.jit
 def _prod_combine(a, b):
@@ -278,6 +246,35 @@ def _argmin_combine(v1, i1, v2, i2):
     return tl.where(pick1, v1, v2), tl.where(pick1, i1, i2)
 ''',
 }
+
+
+def _arg_final(kind: str, is_float: bool) -> str:
+    """Source of ``_arg{max,min}_final[_int]``: first index of the best value per row (NaN counts as best)."""
+    red = "max" if kind == "max" else "min"
+    name = f"_arg{kind}_final" + ("" if is_float else "_int")
+    if not is_float:
+        return f'''
+@triton.jit
+def {name}(v, i):
+    best = tl.{red}(v, 1)[:, None]
+    return tl.min(tl.where(v == best, i, 2147483647), 1)[:, None]
+'''
+    inf = "float('inf')" if kind == "max" else "float('-inf')"
+    return f'''
+@triton.jit
+def {name}(v, i):
+    nan = v != v
+    anynan = tl.max(nan.to(tl.int8), 1)[:, None] > 0
+    key = tl.where(nan, {inf}, v)
+    best = tl.{red}(key, 1)[:, None]
+    cand = tl.where(anynan, nan, key == best)
+    return tl.min(tl.where(cand, i, 2147483647), 1)[:, None]
+'''
+
+
+for _kind in ("max", "min"):
+    for _is_float in (True, False):
+        HELPERS[f"_arg{_kind}_final" + ("" if _is_float else "_int")] = _arg_final(_kind, _is_float)
 
 
 def render_op(op: str, operands: Sequence[str], dtypes: Sequence[torch.dtype], out: torch.dtype) -> str:

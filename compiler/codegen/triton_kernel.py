@@ -62,17 +62,12 @@ def pexpr(e: sympy.Expr) -> str:
         return f"({pexpr(c)} * {body})"
     if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
         return "(" + " * ".join([pexpr(e.base)] * int(e.exp)) + ")"
-    if isinstance(e, sympy.Max):
-        a = [pexpr(x) for x in e.args]
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        fn = "tl.maximum" if isinstance(e, sympy.Max) else "tl.minimum"
+        a = [pexpr(x) for x in sorted(e.args, key=sympy.default_sort_key)]
         out = a[0]
         for x in a[1:]:
-            out = f"tl.maximum({out}, {x})"
-        return out
-    if isinstance(e, sympy.Min):
-        a = [pexpr(x) for x in e.args]
-        out = a[0]
-        for x in a[1:]:
-            out = f"tl.minimum({out}, {x})"
+            out = f"{fn}({out}, {x})"
         return out
     if isinstance(e, sympy.Rational) and e.q != 1:
         raise CodegenError(f"non-integer index expression {e}")
@@ -94,19 +89,8 @@ def _raw(value, dtype: torch.dtype) -> str:
 
 
 def _lit(value, dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        v = "1" if value else "0"
-    elif dtype.is_floating_point:
-        f = float(value)
-        if f != f:
-            v = "float('nan')"
-        elif f in (float("inf"), float("-inf")):
-            v = "float('inf')" if f > 0 else "float('-inf')"
-        else:
-            v = repr(f)
-    else:
-        v = str(int(value))
-    return f"tl.full([], {v}, {tl_dtype(dtype)})"
+    """A 0-d constant of exactly ``dtype`` (so Triton's type promotion never widens or narrows it)."""
+    return f"tl.full([], {_raw(value, dtype)}, {tl_dtype(dtype)})"
 
 
 # ------------------------------------------------------------------------------------------ emitter

@@ -78,43 +78,34 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
     return Lazy(out_size, out.dtype, out.device, fn, 2)
 
 
-@register_lowering(aten.gather.default)
-def _gather(g: GraphLowering, node, x: Value, dim: int, index: Value, sparse_grad: bool = False):
+def _take_along(g: GraphLowering, node, x: Value, dim: int, index: Value, position) -> Lazy:
+    """Output element ``i`` reads ``x`` at ``i`` with dim ``dim`` replaced by ``position(index, i)``."""
     out = node.meta["val"]
     check_device(node, [x, index])
     src = _source(g, node, x)
     rank = len(src.size)
-    dim = dim + rank if dim < 0 else dim
-    out_size = tuple(sym(s) for s in out.shape)
     if rank == 0:
-        raise NotLowered("gather on a 0-d tensor")
+        raise NotLowered("indexing a 0-d tensor along a dim")
+    dim = dim + rank if dim < 0 else dim
 
     def fn(oidx: Index) -> KExpr:
         s = sympy.Symbol(g.new_name("indirect"), integer=True)
         full = list(oidx)
         full[dim] = s
-        return _indirect_load(g, src, full, [(s, _wrap(index.load(oidx), src.size[dim]))])
+        return _indirect_load(g, src, full, [(s, _wrap(position(index, oidx, dim), src.size[dim]))])
 
-    return Lazy(out_size, out.dtype, out.device, fn, 2)
+    return Lazy(tuple(sym(v) for v in out.shape), out.dtype, out.device, fn, 2)
+
+
+@register_lowering(aten.gather.default)
+def _gather(g: GraphLowering, node, x: Value, dim: int, index: Value, sparse_grad: bool = False):
+    return _take_along(g, node, x, dim, index, lambda ix, oidx, d: ix.load(oidx))
 
 
 @register_lowering(aten.index_select.default)
 def _index_select(g: GraphLowering, node, x: Value, dim: int, index: Value):
-    out = node.meta["val"]
-    check_device(node, [x, index])
-    src = _source(g, node, x)
-    rank = len(src.size)
-    dim = dim + rank if dim < 0 else dim
-    out_size = tuple(sym(s) for s in out.shape)
-
-    def fn(oidx: Index) -> KExpr:
-        s = sympy.Symbol(g.new_name("indirect"), integer=True)
-        full = list(oidx)
-        full[dim] = s
-        ival = index.load([oidx[dim]] if len(index.size) == 1 else [])
-        return _indirect_load(g, src, full, [(s, _wrap(ival, src.size[dim]))])
-
-    return Lazy(out_size, out.dtype, out.device, fn, 2)
+    return _take_along(g, node, x, dim, index,
+                       lambda ix, oidx, d: ix.load([oidx[d]] if len(ix.size) == 1 else []))
 
 
 @register_lowering(aten.scatter.value, aten.scatter.src)
