@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sympy
 import torch
+from torch.utils._sympy.functions import FloorDiv
 
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
@@ -227,3 +228,33 @@ register_lowering(aten.bmm.default)(_extern(aten.bmm.out))
 register_lowering(aten.addmm.default)(_extern(aten.addmm.out))
 register_lowering(aten.baddbmm.default)(_extern(aten.baddbmm.out))
 register_lowering(aten.addbmm.default)(_extern(aten.addbmm.out))
+
+
+@register_lowering(aten.slice_scatter.default)
+def _slice_scatter(g: GraphLowering, node, x: Value, src: Value, dim: int = 0, start=None, end=None, step: int = 1):
+    """``x`` with ``src`` written into ``x[start:end:step]`` along ``dim`` (functionalized in-place slicing)."""
+    out = node.meta["val"]
+    check_device(node, [x, src])
+    size = _size(node)
+    dim = dim + len(size) if dim < 0 else dim
+    n = x.size[dim]
+    begin = sym(0 if start is None else start)
+    if begin.is_number and begin < 0:
+        begin = begin + n
+    count = src.size[dim]
+    step_e = sym(step)
+
+    def fn(idx: Index) -> KExpr:
+        rel = idx[dim] - begin
+        inside = _in_range(rel, count * step_e)
+        local = list(idx)
+        if step_e == 1:
+            local[dim] = rel
+        else:
+            on_step = Op("eq", [IndexValue(rel - step_e * FloorDiv(rel, step_e)), Const(0, torch.int64)], torch.bool)
+            inside = Op("logical_and", [inside, on_step], torch.bool)
+            local[dim] = FloorDiv(rel, step_e)
+        new = cast(_masked(src, local, inside), out.dtype)
+        return Op("where", [inside, new, cast(x.load(idx), out.dtype)], out.dtype)
+
+    return Lazy(size, out.dtype, out.device, fn, arg_cost([x, src]) + 2)

@@ -60,3 +60,17 @@ def test_general_scatter_falls_back_with_reason(device):
     out, graphs = run(lambda x, i: x.scatter(1, i, 1.0), x, i)
     assert torch.equal(out, x.scatter(1, i, 1.0))
     assert [r.op for r in graphs[0].fallbacks] == ["aten.scatter.value"]
+
+
+def test_functionalized_slice_assignment_lowers_without_fallback(device):
+    def fn(x):
+        y = x * 2
+        y[:, 0] += 1
+        y[2:5] = 0
+        y[::2, 1:] *= -1
+        return y
+
+    x = torch.randn(7, 5, device=device)
+    out, graphs = run(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    assert graphs[0].fallbacks == []
