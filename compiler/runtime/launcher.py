@@ -54,15 +54,14 @@ class TritonKernel(torch.nn.Module):
         return f"{self.name} ({kind}; args: {', '.join(self.ptr_args + self.size_args)})"
 
     # ------------------------------------------------------------------ configuration
-    def launch_config(self, xnumel: int, rnumel: int, device: torch.device,
-                      interp: "bool | None" = None) -> dict[str, Any]:
-        """Block sizes and warps for these sizes (heuristics tuned on an H100; see the module docstring).
+    def launch_config(self, xnumel: int, rnumel: int, device: torch.device) -> dict[str, Any]:
+        """Block sizes and warps for a launch at these sizes on ``device`` in this process."""
+        return self.heuristic_config(xnumel, rnumel, os.environ.get("TRITON_INTERPRET") == "1")
 
-        ``interp`` defaults to whether this process runs Triton's interpreter.
-        """
+    def heuristic_config(self, xnumel: int, rnumel: int, interp: bool) -> dict[str, Any]:
+        """Block sizes and warps for these sizes, for the interpreter or for a GPU (heuristics tuned on an
+        H100; see the module docstring)."""
         s = config.settings()
-        if interp is None:
-            interp = os.environ.get("TRITON_INTERPRET") == "1"
         if not self.reduction:
             cap = s.interp_pointwise_xblock if interp else s.pointwise_xblock
             xblock = min(next_pow2(xnumel), cap)
@@ -117,7 +116,7 @@ class TritonKernel(torch.nn.Module):
                                     f"with {cfg} failed: {type(e).__name__}: {e}") from e
         if self._dump_dir:
             # the spec is for compiling ahead of time for GPUs: record the GPU launch config for these sizes
-            self._dump_spec(args, self.launch_config(xnumel, rnumel, device, interp=False))
+            self._dump_spec(args, self.heuristic_config(xnumel, rnumel, interp=False))
         return None
 
     def _launch_gpu(self, run: Any, args: tuple, cfg: dict[str, Any], device: torch.device) -> None:
