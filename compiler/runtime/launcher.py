@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -93,33 +93,42 @@ class TritonKernel(torch.nn.Module):
             return None
         first = args[0] if nptr else None
         device = first.device if isinstance(first, torch.Tensor) else _device_of(args[:nptr])
-        key = (xnumel, rnumel, device)
-        launch = self._launches.get(key)
+        launch = self._launches.get((xnumel, rnumel, device))
         if launch is None:
-            cfg = self.launch_config(xnumel, rnumel, device)
-            if self._fn is None:
-                self._fn = cache.load_kernel(self.source, self.name)
-            launch = (self._fn[(cdiv(xnumel, cfg["XBLOCK"]),)], cfg, device)
-            self._launches[key] = launch
-        run, cfg, device = launch
+            launch = self._prepare(xnumel, rnumel, device)
         try:
             if device.type == "cpu":
                 with np.errstate(all="ignore"):  # masked-off lanes may divide by zero; results are discarded
-                    run(*args, **cfg)
+                    launch.jit(*args, **launch.cfg)
             elif _multi_gpu() and device.index is not None and device.index != torch.cuda.current_device():
                 with torch.cuda.device(device):
-                    self._launch_gpu(run, args, cfg, device)
+                    self._launch_gpu(launch, args)
             else:
-                self._launch_gpu(run, args, cfg, device)
+                self._launch_gpu(launch, args)
         except Exception as e:  # keep the kernel name and source location in the message
             raise KernelLaunchError(f"launching {self.name} ({cache.source_path(self.source)}) "
-                                    f"with {cfg} failed: {type(e).__name__}: {e}") from e
+                                    f"with {launch.cfg} failed: {type(e).__name__}: {e}") from e
         if self._dump_dir:
             # the spec is for compiling ahead of time for GPUs: record the GPU launch config for these sizes
             self._dump_spec(args, self.heuristic_config(xnumel, rnumel, interp=False))
         return None
 
-    def _launch_gpu(self, run: Any, args: tuple, cfg: dict[str, Any], device: torch.device) -> None:
+    def __call__(self, *args: Any) -> None:
+        # nn.Module.__call__ runs hook machinery on every launch; a kernel has no hooks
+        return self.forward(*args)
+
+    def _prepare(self, xnumel: int, rnumel: int, device: torch.device) -> "_Launch":
+        cfg = self.launch_config(xnumel, rnumel, device)
+        if self._fn is None:
+            self._fn = cache.load_kernel(self.source, self.name)
+        grid0 = cdiv(xnumel, cfg["XBLOCK"])
+        consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
+        launch = _Launch(self._fn[(grid0,)], cfg, grid0, consts, (device, tuple(sorted(cfg.items()))),
+                         device.index if device.index is not None else 0)
+        self._launches[(xnumel, rnumel, device)] = launch
+        return launch
+
+    def _launch_gpu(self, launch: "_Launch", args: tuple) -> None:
         """Launch through Triton's JIT once per specialization, then call the compiled kernel directly.
 
         Triton's ``JITFunction.run`` re-binds and re-specializes every argument on every call (tens of
@@ -129,22 +138,20 @@ class TritonKernel(torch.nn.Module):
         """
         spec = tuple((a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
                      (a == 1, a % 16 == 0, -(2 ** 31) <= a < 2 ** 31) for a in args)
-        key = (spec, device, tuple(sorted(cfg.items())))
+        key = (spec, launch.key)
         compiled = self._compiled.get(key) if _FAST_LAUNCH["ok"] else None
         if compiled is None or _launch_hooks_active():
-            kernel = run(*args, **cfg)
+            kernel = launch.jit(*args, **launch.cfg)
             if kernel is not None and _FAST_LAUNCH["ok"]:
                 self._compiled[key] = kernel
             return
-        grid0 = cdiv(int(args[len(self.ptr_args) + len(self.size_args)]), cfg["XBLOCK"])
-        consts = [cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg]
-        stream = torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else 0)
+        stream = torch._C._cuda_getCurrentRawStream(launch.device_index)
         try:
-            compiled.run(grid0, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                         *args, *consts)
+            compiled.run(launch.grid0, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                         *args, *launch.consts)
         except TypeError:  # a Triton whose launcher takes other arguments: use the JIT path from now on
             _FAST_LAUNCH["ok"] = False
-            run(*args, **cfg)
+            launch.jit(*args, **launch.cfg)
 
     def _dump_spec(self, args: tuple, cfg: dict[str, Any]) -> None:
         names = self.ptr_args + self.size_args + ["xnumel"] + (["rnumel"] if self.reduction else [])
@@ -171,6 +178,17 @@ class TritonKernel(torch.nn.Module):
         src = os.path.join(folder, f"{self.name}.py")
         if not os.path.exists(src):
             cache.write_atomic(src, self.source)
+
+
+class _Launch(NamedTuple):
+    """Everything a launch at one (xnumel, rnumel, device) needs, computed once."""
+
+    jit: Any  # Triton's JIT launcher for the grid
+    cfg: dict
+    grid0: int
+    consts: tuple  # constexpr values in parameter order (appended to the arguments)
+    key: tuple  # (device, config items): part of the compiled-kernel cache key
+    device_index: int
 
 
 #: flips to False for good if this Triton's compiled-kernel launcher has another signature
