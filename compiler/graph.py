@@ -114,6 +114,7 @@ class GraphLowering:
         self._counter = 0
         self.current_node: Optional[fx.Node] = None
         self.interpret = _interpret_mode()
+        self._moved: dict[tuple, Strided] = {}  # CPU scalar -> its GPU copy
 
     # ------------------------------------------------------------------ naming and registration
     def new_name(self, prefix: str = "buf") -> str:
@@ -245,8 +246,7 @@ class GraphLowering:
             return self.fallback(node, FallbackReason(
                 "device", op_name, "CPU tensors run through Triton's interpreter, which this process did not "
                 "enable (set KILN_INTERPRET=1 before importing triton)"))
-        args = self.fetch(node.args)
-        kwargs = self.fetch(node.kwargs)
+        args, kwargs = self._move_cpu_scalars(node, self.fetch(node.args), self.fetch(node.kwargs))
         try:
             out = lowering(self, node, *args, **kwargs)
         except NotLowered as e:
@@ -261,10 +261,36 @@ class GraphLowering:
     def _needs_device_fallback(self, node: fx.Node) -> bool:
         if self.interpret:
             return False
+        out = node.meta.get("val")
+        on_gpu = isinstance(out, torch.Tensor) and out.device.type != "cpu"
         for v in _tensor_metas(node):
-            if v.device.type == "cpu":
+            if v.device.type == "cpu" and not (on_gpu and v.dim() == 0):  # CPU scalars move (below)
                 return True
         return False
+
+    def _move_cpu_scalars(self, node: fx.Node, args: Any, kwargs: Any) -> tuple:
+        """0-d CPU tensors (``torch.tensor(0.5)``, ``x[i] = 0``) used by a GPU op are copied to the GPU
+        once in the wrapper, so the op still lowers into a fused kernel instead of falling back."""
+        out = node.meta.get("val")
+        if not isinstance(out, torch.Tensor) or out.device.type == "cpu":
+            return args, kwargs
+
+        def move(v: Value) -> Value:
+            if v.device.type != "cpu" or len(v.size) != 0:
+                return v
+            src = self.realize(v)
+            key = (src.buffer.name, str(src.layout.offset), str(out.device))
+            if key not in self._moved:
+                layout = Layout((), (), sympy.Integer(0), v.dtype, out.device)
+                buf = ExternBuffer(self.new_name(), layout)
+                buf.base_offset = sympy.Integer(0)
+                self.add_buffer(buf)
+                self.steps.append(ExternCall(aten._to_copy.default, (src,), {"device": out.device}, buf,
+                                             node.name, None))
+                self._moved[key] = Strided(buf, layout)
+            return self._moved[key]
+
+        return _map_values(args, move), _map_values(kwargs, move)
 
     def _maybe_realize(self, node: fx.Node, out: Any) -> Any:
         """Realize a Lazy result read by several users when inlining it everywhere would cost too much."""

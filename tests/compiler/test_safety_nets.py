@@ -60,3 +60,19 @@ def test_unsupported_dtypes_fall_back_per_op(device, fn, make):
         out = torch.compile(fn, backend="kiln")(x)
     torch.testing.assert_close(out, fn(x))
     assert {r.kind for r in graphs[0].fallbacks} == {"dtype"}
+
+
+def test_cpu_scalar_tensors_join_device_kernels(device):
+    """``torch.tensor(2.0)`` is a CPU tensor even in a GPU program: it is copied over once, and the op still
+    lowers (no fallback); on CPU it is an ordinary input."""
+    x = torch.randn(6, 4, device=device)
+
+    def fn(x):
+        y = x * torch.tensor(2.0) + 1
+        y[1:3] = 0
+        return y.relu()
+
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        out = torch.compile(fn, backend="kiln")(x)
+    torch.testing.assert_close(out, fn(x))
+    assert [r for r in graphs[0].fallbacks if r.op != "aten.lift_fresh_copy.default"] == []
