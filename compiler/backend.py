@@ -102,7 +102,7 @@ def compile_graph(gm: fx.GraphModule, name: str) -> CompiledGraph:
         except Exception as e:
             raise KilnError(f"kiln pass '{pass_name}' failed on {name}: {type(e).__name__}: {e}") from e
     kernels = {ks.name: ks.source for ks in st.kernels.values()}
-    externs = sum(1 for it in st.items if isinstance(it, ExternCall) and it.reason is None)
+    externs = sum(1 for it in st.items if isinstance(it, ExternCall) and it.reason is None and not it.transfer)
     return CompiledGraph(name, st.wrapper, kernels, len(st.kernels), externs, list(st.lowering.fallbacks),
                          st.subgraphs)
 

@@ -55,6 +55,7 @@ class ExternCall:
     fx_name: str
     reason: Optional[FallbackReason] = None  # None for extern kernels we chose on purpose (mm.out)
     out: Optional[Buffer] = None
+    transfer: bool = False  # a copy between devices (CPU scalar -> GPU), not a compute kernel
 
 
 @dataclasses.dataclass
@@ -286,7 +287,7 @@ class GraphLowering:
                 buf.base_offset = sympy.Integer(0)
                 self.add_buffer(buf)
                 self.steps.append(ExternCall(aten._to_copy.default, (src,), {"device": out.device}, buf,
-                                             node.name, None))
+                                             node.name, None, transfer=True))
                 self._moved[key] = Strided(buf, layout)
             return self._moved[key]
 
