@@ -45,6 +45,7 @@ class TritonKernel(torch.nn.Module):
         self.reduction = reduction
         self._fn = None
         self._dumped: set[str] = set()
+        self.fast_launches = self.jit_launches = 0  # GPU launch paths taken (for tests and reports)
         self._compiled: dict[tuple, Any] = {}  # specialization -> Triton CompiledKernel (GPU fast path)
         self._launches: dict[tuple, tuple] = {}  # (xnumel, rnumel, device) -> (launcher, config, device)
         self._dump_dir = config.settings().dump_dir
@@ -144,7 +145,9 @@ class TritonKernel(torch.nn.Module):
             kernel = launch.jit(*args, **launch.cfg)
             if kernel is not None and _FAST_LAUNCH["ok"]:
                 self._compiled[key] = kernel
+            self.jit_launches += 1
             return
+        self.fast_launches += 1
         stream = torch._C._cuda_getCurrentRawStream(launch.device_index)
         try:
             compiled.run(launch.grid0, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
@@ -195,17 +198,29 @@ class _Launch(NamedTuple):
 _FAST_LAUNCH = {"ok": True}
 
 
-try:
-    from triton import knobs as _knobs
-except Exception:  # older tritons have no knobs: always take the JIT path
-    _knobs = None
+def _hook_holder() -> Any:
+    """Where this Triton keeps its launch hooks (``knobs.runtime``, or ``CompiledKernel`` in older ones)."""
+    try:
+        from triton import knobs
+        return knobs.runtime
+    except Exception:
+        from triton.compiler import CompiledKernel
+        return CompiledKernel
+
+
+_HOOKS = _hook_holder()
+
+
+def _hook_set(hook: Any) -> bool:
+    """A launch hook is set: a callable, or a non-empty ``HookChain`` (Triton 3.5+ always has the chains)."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
 
 
 def _launch_hooks_active() -> bool:
-    if _knobs is None:
-        return True
-    rt = _knobs.runtime
-    return rt.launch_enter_hook is not None or rt.launch_exit_hook is not None
+    return _hook_set(getattr(_HOOKS, "launch_enter_hook", None)) or _hook_set(getattr(_HOOKS, "launch_exit_hook", None))
 
 
 _gpu_count: list[int] = []

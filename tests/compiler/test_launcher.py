@@ -32,3 +32,14 @@ def test_zero_elements_launch_nothing(device):
     k = _kernel(device)
     out = torch.empty(0, device=device)
     assert k(torch.empty(0, device=device), out, 0) is None
+
+
+def test_launch_hook_detection_understands_hook_chains():
+    from compiler.runtime.launcher import _hook_set
+
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not _hook_set(None) and not _hook_set(Chain([]))
+    assert _hook_set(Chain([print])) and _hook_set(print)
