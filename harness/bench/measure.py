@@ -204,22 +204,39 @@ class ProfilerTimer(EventTimer):
     MARK = "kiln_bench_call"
 
     def sample(self, fn: Fn, reps: int) -> list[float]:
+        """Kernel time of each call: every device activity that starts inside the call's marker.
+
+        Kernels are matched by time, not by the marker's own children, because autograd launches a
+        backward pass's kernels from its own thread. Each call is bracketed by synchronizations so the
+        L2 flush before it and nothing after it fall inside its window.
+        """
+        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile, record_function
 
         acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
         with torch.cuda.device(self.device), profile(activities=acts) as prof:
             for i in range(reps):
                 self.flush()
+                self.sync()
                 with record_function(f"{self.MARK}{i}"):
                     fn()
-            self.sync()
-        per_call = {}
+                    self.sync()
+        windows: dict[int, tuple[float, float]] = {}
+        device_spans: list[tuple[float, float]] = []
         for evt in prof.events():
             if evt.name.startswith(self.MARK):
-                per_call[int(evt.name[len(self.MARK) :])] = evt.device_time_total * 1e3  # us -> ns
-        if len(per_call) != reps or not any(per_call.values()):
+                windows[int(evt.name[len(self.MARK) :])] = (evt.time_range.start, evt.time_range.end)
+            elif evt.device_type == DeviceType.CUDA:
+                device_spans.append((evt.time_range.start, evt.time_range.end))
+        if len(windows) != reps or not device_spans:
             raise RuntimeError("profiler returned no kernel times for the marked calls")
-        return [per_call[i] for i in range(reps)]
+        per_call = []
+        for i in range(reps):
+            lo, hi = windows[i]
+            per_call.append(sum(e - s for s, e in device_spans if lo <= s < hi) * 1e3)  # us -> ns
+        if not any(per_call):
+            raise RuntimeError("profiler returned no kernel times for the marked calls")
+        return per_call
 
 
 def make_timer(kind: str, device: torch.device) -> Timer:
