@@ -267,7 +267,8 @@ def _kineto_spans(prof: Any, mark: str) -> tuple[dict[int, tuple[float, float]],
                 continue
         elif dev == DeviceType.CUDA:
             spans.append((start, start + dur))
-    return windows, spans
+    # the trace can list one activity more than once (e.g. per correlation): count each span once
+    return windows, sorted(set(spans))
 
 
 def make_timer(kind: str, device: torch.device) -> Timer:
