@@ -287,6 +287,15 @@ class Executor:
     ) -> list[Result]:
         """Results of `case` under each compiler, sampled in interleaved rounds."""
         torch._dynamo.reset()
+        if self.timer.name == "profiler" and case.mode == "bwd":
+            # autograd launches backward kernels from its own thread, which the profiler timer's per-call
+            # attribution does not see: such a number would be forward-only, so none is recorded
+            return [
+                Result(case.name, c, case.source_hash, status="error", phase=phase, timer=self.timer.name,
+                       error="the profiler timer cannot attribute autograd-thread kernels; time bwd "
+                             "workloads with --timer event")
+                for c in compilers
+            ]
         try:
             inputs = case.make_inputs(self.device, self.cfg.seed)
             refs, grad_outs = self._reference(case, inputs)

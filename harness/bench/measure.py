@@ -221,14 +221,13 @@ class ProfilerTimer(EventTimer):
                 with record_function(f"{self.MARK}{i}"):
                     fn()
                     self.sync()
-        windows, device_spans = _kineto_spans(prof, self.MARK)
-        if len(windows) != reps or not device_spans:
-            windows, device_spans = {}, []
-            for evt in prof.events():  # older profilers: FunctionEvents (may miss other threads' kernels)
-                if evt.name.startswith(self.MARK):
-                    windows[int(evt.name[len(self.MARK) :])] = (evt.time_range.start, evt.time_range.end)
-                elif evt.device_type == DeviceType.CUDA:
-                    device_spans.append((evt.time_range.start, evt.time_range.end))
+        windows: dict[int, tuple[float, float]] = {}
+        device_spans: list[tuple[float, float]] = []
+        for evt in prof.events():
+            if evt.name.startswith(self.MARK):
+                windows[int(evt.name[len(self.MARK) :])] = (evt.time_range.start, evt.time_range.end)
+            elif evt.device_type == DeviceType.CUDA:
+                device_spans.append((evt.time_range.start, evt.time_range.end))
         if len(windows) != reps or not device_spans:
             raise RuntimeError("profiler returned no kernel times for the marked calls")
         per_call = []
@@ -238,37 +237,6 @@ class ProfilerTimer(EventTimer):
         if not any(per_call):
             raise RuntimeError("profiler returned no kernel times for the marked calls")
         return per_call
-
-
-def _kineto_spans(prof: Any, mark: str) -> tuple[dict[int, tuple[float, float]], list[tuple[float, float]]]:
-    """Marker windows and device activity spans (us) from the raw Kineto trace, which holds every device
-    activity whatever thread launched it, in one time base. Empty when this torch has no such API."""
-    from torch.autograd import DeviceType
-
-    try:
-        events = prof.profiler.kineto_results.events()
-    except Exception:
-        return {}, []
-    windows: dict[int, tuple[float, float]] = {}
-    spans: list[tuple[float, float]] = []
-    for e in events:
-        try:
-            if hasattr(e, "start_ns"):
-                start, dur = e.start_ns() / 1e3, e.duration_ns() / 1e3
-            else:
-                start, dur = float(e.start_us()), float(e.duration_us())
-            name, dev = e.name(), e.device_type()
-        except Exception:
-            continue
-        if name.startswith(mark) and dev == DeviceType.CPU:
-            try:
-                windows[int(name[len(mark) :])] = (start, start + dur)
-            except ValueError:
-                continue
-        elif dev == DeviceType.CUDA:
-            spans.append((start, start + dur))
-    # the trace can list one activity more than once (e.g. per correlation): count each span once
-    return windows, sorted(set(spans))
 
 
 def make_timer(kind: str, device: torch.device) -> Timer:
