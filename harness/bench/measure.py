@@ -4,7 +4,8 @@ Terms:
 - *timer*: `sample(fn, reps)` calls `fn` `reps` times and returns one duration per call, in nanoseconds.
   `wall` (CPU: `time.perf_counter_ns` around each call), `event` (GPU: device events on the device that owns
   the tensors, L2 flushed before every call), `graph` (like `event`, replaying a CUDA graph of `fn`:
-  no CPU launch overhead), `profiler` (GPU kernel time from torch.profiler: no launch overhead, no gaps).
+  no CPU launch overhead), `profiler` (GPU kernel time from torch.profiler: no launch overhead, no gaps;
+  forward workloads only: autograd's own thread launches backward kernels, which its attribution misses).
 - *bytes moved*: every unique storage of the inputs and outputs, counted once (-> GB/s = bytes / ns).
 - *ceiling*: GB/s of a large device copy measured with the same timer in the same run.
 - *plant*: `Timer.planted(fn, ns)` adds `ns` of extra time after each call (busy wait on CPU, device sleep on
