@@ -14,7 +14,6 @@ import os
 from typing import Any, Callable, Optional
 
 import sympy
-import torch
 import torch.fx as fx
 
 from . import config
@@ -25,7 +24,6 @@ from .codegen.wrapper import WrapperBuilder
 from .decompositions import decomposition_table
 from .exc import KernelLaunchError, KilnError
 from .graph import ExternCall, FallbackReason, GraphLowering
-from .ir import Reduction
 from .runtime import cache
 from .scheduler import KernelGroup, Scheduler
 

@@ -19,8 +19,8 @@ import torch.fx as fx
 from . import config
 from .exc import LoweringError, NotLowered
 from .ir import (
-    Buffer, ComputedBuffer, EmptyBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
-    Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, stride_order, sym,
+    Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
+    Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, sym,
 )
 from .kexpr import KExpr, Op
 

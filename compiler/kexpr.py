@@ -6,7 +6,7 @@ Nodes carry the torch dtype of the value they produce. Codegen renders a DAG to 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import sympy
 import torch
@@ -179,3 +179,28 @@ def bind_indirect(expr: KExpr, bindings: Sequence[tuple]) -> KExpr:
         return r
 
     return visit(expr) if syms else expr
+
+
+def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
+    """Structural equality of two kernel expressions (same ops, loads, constants and dtypes)."""
+    memo = {} if memo is None else memo
+    key = (id(a), id(b))
+    if a is b or key in memo:
+        return True
+    if type(a) is not type(b) or a.dtype != b.dtype:
+        return False
+    if isinstance(a, Load):
+        ok = (a.buffer == b.buffer and a.index == b.index and not a.indirect and not b.indirect
+              and (a.mask is None) == (b.mask is None) and (a.mask is None or kexpr_equal(a.mask, b.mask, memo)))
+    elif isinstance(a, Const):
+        ok = repr(a.value) == repr(b.value)
+    elif isinstance(a, IndexValue):
+        ok = a.expr == b.expr and not a.indirect and not b.indirect
+    elif isinstance(a, Op):
+        ok = (a.op == b.op and a.round_trip == b.round_trip and len(a.args) == len(b.args)
+              and all(kexpr_equal(x, y, memo) for x, y in zip(a.args, b.args)))
+    else:
+        ok = False
+    if ok:
+        memo[key] = True
+    return ok

@@ -15,12 +15,11 @@ import dataclasses
 from typing import Optional, Sequence
 
 import sympy
-import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from .graph import ExternCall, GraphLowering, Step, SubgraphCall
-from .ir import Buffer, ComputedBuffer, Pointwise, Reduction, Strided, is_dense, prod, stride_order
-from .kexpr import IndexValue, KExpr, Load, loads, walk
+from .graph import GraphLowering, Step
+from .ir import Buffer, ComputedBuffer, Reduction, Strided, is_dense, prod, stride_order
+from .kexpr import KExpr, loads
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)

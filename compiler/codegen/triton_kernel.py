@@ -17,80 +17,13 @@ from typing import Optional
 
 import sympy
 import torch
-from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 
 from ..exc import CodegenError
 from ..ir import Reduction
-from ..kexpr import Const, IndexValue, KExpr, Load, Op, loads, walk
+from ..kexpr import Const, IndexValue, KExpr, Load, Op, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
 from .ops_table import HELPERS, render_op, tl_dtype
-
-
-# ------------------------------------------------------------------------------------------ sympy
-def pexpr(e: sympy.Expr) -> str:
-    """Print an index expression as Triton/Python integer arithmetic (all indices are non-negative)."""
-    if isinstance(e, sympy.Symbol):
-        return e.name
-    if isinstance(e, sympy.Integer):
-        return str(int(e))
-    if isinstance(e, FloorDiv):
-        return f"({pexpr(e.args[0])} // {pexpr(e.args[1])})"
-    if isinstance(e, ModularIndexing):
-        base, div, mod = e.args
-        inner = pexpr(base) if div == 1 else f"({pexpr(base)} // {pexpr(div)})"
-        return f"({inner} % {pexpr(mod)})"
-    if isinstance(e, (sympy.Mod, Mod, PythonMod)):  # operands of index math are non-negative
-        return f"({pexpr(e.args[0])} % {pexpr(e.args[1])})"
-    if isinstance(e, sympy.Add):
-        terms = sorted(e.args, key=sympy.default_sort_key)
-        out = pexpr(terms[0])
-        for t in terms[1:]:
-            c, rest = t.as_coeff_Mul()
-            if c < 0:
-                out += f" - {pexpr(-t)}"
-            else:
-                out += f" + {pexpr(t)}"
-        return f"({out})"
-    if isinstance(e, sympy.Mul):
-        c, rest = e.as_coeff_Mul()
-        factors = sorted(sympy.Mul.make_args(rest), key=sympy.default_sort_key)
-        body = " * ".join(pexpr(f) for f in factors)
-        if c == 1:
-            return f"({body})" if len(factors) > 1 else body
-        if c == -1:
-            return f"(-{body})"
-        return f"({pexpr(c)} * {body})"
-    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
-        return "(" + " * ".join([pexpr(e.base)] * int(e.exp)) + ")"
-    if isinstance(e, (sympy.Max, sympy.Min)):
-        fn = "tl.maximum" if isinstance(e, sympy.Max) else "tl.minimum"
-        a = [pexpr(x) for x in sorted(e.args, key=sympy.default_sort_key)]
-        out = a[0]
-        for x in a[1:]:
-            out = f"{fn}({out}, {x})"
-        return out
-    if isinstance(e, sympy.Rational) and e.q != 1:
-        raise CodegenError(f"non-integer index expression {e}")
-    raise CodegenError(f"cannot print index expression {e!r} ({type(e).__name__})")
-
-
-def _raw(value, dtype: torch.dtype) -> str:
-    """A Python literal for ``value`` (for constexpr positions such as ``tl.full``'s fill value)."""
-    if dtype == torch.bool:
-        return "1" if value else "0"
-    if dtype.is_floating_point:
-        f = float(value)
-        if f != f:
-            return "float('nan')"
-        if f in (float("inf"), float("-inf")):
-            return "float('inf')" if f > 0 else "float('-inf')"
-        return repr(f)
-    return str(int(value))
-
-
-def _lit(value, dtype: torch.dtype) -> str:
-    """A 0-d constant of exactly ``dtype`` (so Triton's type promotion never widens or narrows it)."""
-    return f"tl.full([], {_raw(value, dtype)}, {tl_dtype(dtype)})"
+from .printer import _lit, _raw, pexpr
 
 
 # ------------------------------------------------------------------------------------------ emitter
@@ -594,31 +527,6 @@ class KernelRenderer:
                 elif step_x == 1:
                     votes += 1
         return "outer" if votes > 0 else "inner"
-
-
-def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
-    """Structural equality of two kernel expressions (same ops, loads, constants and dtypes)."""
-    memo = {} if memo is None else memo
-    key = (id(a), id(b))
-    if a is b or key in memo:
-        return True
-    if type(a) is not type(b) or a.dtype != b.dtype:
-        return False
-    if isinstance(a, Load):
-        ok = (a.buffer == b.buffer and a.index == b.index and not a.indirect and not b.indirect
-              and (a.mask is None) == (b.mask is None) and (a.mask is None or kexpr_equal(a.mask, b.mask, memo)))
-    elif isinstance(a, Const):
-        ok = repr(a.value) == repr(b.value)
-    elif isinstance(a, IndexValue):
-        ok = a.expr == b.expr and not a.indirect and not b.indirect
-    elif isinstance(a, Op):
-        ok = (a.op == b.op and a.round_trip == b.round_trip and len(a.args) == len(b.args)
-              and all(kexpr_equal(x, y, memo) for x, y in zip(a.args, b.args)))
-    else:
-        ok = False
-    if ok:
-        memo[key] = True
-    return ok
 
 
 def _steps(index: sympy.Expr) -> tuple:

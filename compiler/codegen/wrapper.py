@@ -13,7 +13,7 @@ Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrappe
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional
+from typing import Any
 
 import sympy
 import torch
@@ -22,7 +22,7 @@ from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonM
 
 from ..exc import SymbolResolutionError
 from ..graph import ExternCall, GraphLowering, SubgraphCall, SubgraphRef
-from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, Value, sym
+from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
 from ..runtime.launcher import TritonKernel
 from ..scheduler import KernelGroup
 from .triton_kernel import KernelSource

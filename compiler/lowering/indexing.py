@@ -12,7 +12,7 @@ import torch
 
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
-from ..ir import Index, Lazy, Strided, Value, sym
+from ..ir import Index, Lazy, Value, sym
 from ..kexpr import Const, IndexValue, KExpr, Op, bind_indirect, cast
 from .pointwise import broadcast_index, check_device
 

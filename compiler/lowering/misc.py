@@ -13,7 +13,7 @@ from torch.utils._sympy.functions import FloorDiv
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import EmptyBuffer, Index, Lazy, Strided, SymScalar, Value, layout_from_meta, sym
-from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast, compute_dtype
+from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast
 from .pointwise import arg_cost, broadcast_index, check_device
 
 aten = torch.ops.aten

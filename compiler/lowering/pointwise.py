@@ -14,7 +14,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K, elementwis
 
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
-from ..ir import Index, Lazy, Strided, SymScalar, Value, sym
+from ..ir import Index, Lazy, SymScalar, Value, sym
 from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype
 
 aten = torch.ops.aten
@@ -194,7 +194,6 @@ def _scaled(node, b, alpha):
 def _div_mode(g: GraphLowering, node, a, b, *, rounding_mode=None):
     if rounding_mode is None:
         return make_pointwise("truediv", F)(g, node, a, b)
-    out = node.meta["val"]
     op = {"floor": "floordiv", "trunc": "truncdiv"}.get(rounding_mode)
     if op is None:
         raise NotLowered(f"rounding_mode={rounding_mode!r}")

@@ -13,7 +13,7 @@ import torch
 
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
-from ..ir import ComputedBuffer, Index, Layout, Lazy, Reduction, Strided, Value, contiguous_strides, prod, sym
+from ..ir import ComputedBuffer, Index, Layout, Lazy, Reduction, Strided, Value, contiguous_strides, prod
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype

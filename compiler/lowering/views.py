@@ -15,7 +15,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
-from ..ir import Index, Lazy, Strided, Value, contiguous_strides, layout_from_meta, prod, sym
+from ..ir import Index, Lazy, Strided, Value, contiguous_strides, layout_from_meta, sym
 from ..kexpr import Op
 
 aten = torch.ops.aten
