@@ -46,7 +46,10 @@ EXTRA = [
 
 #: ops kiln lowers itself, removed from the core table so they reach kiln intact
 KEEP = [aten.clamp.default, aten.clamp.Tensor, aten.gelu.default, aten.silu.default, aten.hardtanh.default,
-        aten._to_copy.default, aten.var_mean.correction, aten.std.correction]
+        aten._to_copy.default, aten.var_mean.correction, aten.std.correction,
+        # attention kernels stay whole (ATen fallbacks): the CPU flash decomposition saves the attention
+        # probabilities where its ATen backward expects the log-sum-exp, which corrupts gradients
+        aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 
 @functools.lru_cache(maxsize=1)

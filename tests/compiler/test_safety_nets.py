@@ -76,3 +76,22 @@ def test_cpu_scalar_tensors_join_device_kernels(device):
         out = torch.compile(fn, backend="kiln")(x)
     torch.testing.assert_close(out, fn(x))
     assert [r for r in graphs[0].fallbacks if r.op != "aten.lift_fresh_copy.default"] == []
+
+
+def test_attention_backward_matches_eager(device):
+    """scaled_dot_product_attention keeps its ATen kernel pair, so forward and backward agree on what is saved."""
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(2, 4, 8, 16, device=device, requires_grad=True) for _ in range(3))
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q * 2, k, v.relu(), is_causal=True)
+
+    with compiler.config.patch(strict=True):
+        torch.compile(fn, backend="kiln")(q, k, v).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    fn(q, k, v).sum().backward()
+    for g, t in zip(grads, (q, k, v)):
+        torch.testing.assert_close(g, t.grad, atol=1e-4, rtol=1e-4)
