@@ -311,8 +311,9 @@ class GraphLowering:
             (log.warning if self.settings.log_fallbacks else log.info)("kiln fallback: %s", reason)
         args = self.fetch(node.args) if args is None else args
         kwargs = self.fetch(node.kwargs) if kwargs is None else kwargs
-        args = _map_values(args, self.realize)
-        kwargs = _map_values(kwargs, self.realize)
+        # inputs are laid out as eager had them: ATen kernels pick output strides from input strides
+        args = _realize_like(args, node.args, self.realize)
+        kwargs = _realize_like(kwargs, node.kwargs, self.realize)
         outputs = self._extern_outputs(node.meta.get("val"))
         call = ExternCall(target or node.target, tuple(args), dict(kwargs), outputs, node.name, reason)
         self.steps.append(call)
@@ -381,6 +382,20 @@ def _map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
     if isinstance(obj, dict):
         return {k: _map_values(v, fn) for k, v in obj.items()}
     return obj
+
+
+def _realize_like(values: Any, fx_args: Any, realize: Callable) -> Any:
+    """Realize every Value in ``values`` with the FakeTensor of the matching FX argument as its layout."""
+    if isinstance(values, Value):
+        meta = fx_args.meta.get("val") if isinstance(fx_args, fx.Node) else None
+        return realize(values, meta if isinstance(meta, torch.Tensor) else None)
+    if isinstance(values, (list, tuple)):
+        fx_items = fx_args if isinstance(fx_args, (list, tuple)) and len(fx_args) == len(values) else [None] * len(values)
+        return type(values)(_realize_like(v, a, realize) for v, a in zip(values, fx_items))
+    if isinstance(values, dict):
+        fx_map = fx_args if isinstance(fx_args, dict) else {}
+        return {k: _realize_like(v, fx_map.get(k), realize) for k, v in values.items()}
+    return values
 
 
 def _values_of(outputs: Any) -> Any:

@@ -24,6 +24,7 @@ from ..exc import SymbolResolutionError
 from ..graph import ExternCall, GraphLowering, SubgraphCall, SubgraphRef
 from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
 from ..runtime.launcher import TritonKernel
+from ..runtime.restride import ensure_strides
 from ..scheduler import KernelGroup
 from .triton_kernel import KernelSource
 
@@ -172,12 +173,19 @@ class WrapperBuilder:
         return v
 
     def bind_outputs(self, outputs: Any, node: Any) -> None:
-        """Name the results of an extern call: buffers, unbacked symbols and opaque values."""
+        """Name the results of an extern call: buffers, unbacked symbols and opaque values.
+
+        A tensor result with two or more dims goes through ``ensure_strides``: kernels downstream were compiled
+        for the strides of its FakeTensor, and a real ATen kernel may pick others.
+        """
         if isinstance(outputs, Buffer):
-            self.nodes[outputs.name] = node
-            for d, s in enumerate(outputs.layout.size):
+            for d, s in enumerate(outputs.layout.size):  # data-dependent sizes are read off the result
                 if isinstance(s, sympy.Symbol) and s not in self.syms and _unbound(self, s):
                     self.syms[s] = self.graph.call_function(aten.sym_size.int, (node, d))
+            if sum(1 for s in outputs.layout.size if s != 1) >= 2:
+                stride = tuple(self.expr(s) for s in outputs.layout.stride)
+                node = self.graph.call_function(ensure_strides, (node, stride))
+            self.nodes[outputs.name] = node
         elif isinstance(outputs, (list, tuple)):
             for i, o in enumerate(outputs):
                 if o is None:

@@ -95,3 +95,23 @@ def test_attention_backward_matches_eager(device):
     fn(q, k, v).sum().backward()
     for g, t in zip(grads, (q, k, v)):
         torch.testing.assert_close(g, t.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_fallback_inputs_keep_eager_layout_and_outputs_are_restrided(device):
+    """An ATen fallback gets its inputs laid out as in eager (its output strides follow them), and a result
+    whose real strides differ from the FakeTensor's is copied into the expected layout."""
+    import torch.nn as nn
+
+    from compiler.runtime.restride import ensure_strides
+
+    attn = nn.MultiheadAttention(32, 4, batch_first=True).to(device)
+    x = torch.randn(2, 8, 32, device=device)
+    fn = lambda a: attn(a, a, a, need_weights=False)[0]  # noqa: E731
+    with compiler.config.patch(strict=True):
+        out = torch.compile(fn, backend="kiln")(x)
+    torch.testing.assert_close(out, fn(x), atol=1e-5, rtol=1e-5)
+
+    t = torch.randn(3, 4, device=device)
+    assert ensure_strides(t, (4, 1)) is t
+    moved = ensure_strides(t, (1, 3))
+    assert moved.stride() == (1, 3) and torch.equal(moved, t)
