@@ -259,7 +259,8 @@ class SymScalar:
 
     def __init__(self, expr: Expr, py_type: type) -> None:
         self.expr = expr
-        self.py_type = py_type
+        # the Python type the value has at run time (SymFloat -> float, SymInt -> int, SymBool -> bool)
+        self.py_type = {torch.SymFloat: float, torch.SymInt: int, torch.SymBool: bool}.get(py_type, py_type)
 
     def __repr__(self) -> str:
         return f"SymScalar({self.expr})"

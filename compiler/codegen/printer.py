@@ -74,3 +74,36 @@ def _raw(value, dtype: torch.dtype) -> str:
 def _lit(value, dtype: torch.dtype) -> str:
     """A 0-d constant of exactly ``dtype`` (so Triton's type promotion never widens or narrows it)."""
     return f"tl.full([], {_raw(value, dtype)}, {tl_dtype(dtype)})"
+
+
+def pfloat(e: sympy.Expr) -> str:
+    """Print a SymFloat expression (sizes mixed with float math, e.g. ``0.05 / s0``, ``1 / sqrt(s1)``) as
+    float64 Triton arithmetic. Integer size symbols are kernel arguments, widened to float64."""
+    name = type(e).__name__
+    if isinstance(e, sympy.Symbol):
+        return f"({e.name} + tl.zeros([], tl.float64))"
+    if e.is_number:
+        return repr(float(e))
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(pfloat(a) for a in sorted(e.args, key=sympy.default_sort_key)) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + " * ".join(pfloat(a) for a in sorted(e.args, key=sympy.default_sort_key)) + ")"
+    if name in ("FloatTrueDiv", "IntTrueDiv"):
+        return f"({pfloat(e.args[0])} / {pfloat(e.args[1])})"
+    if name in ("ToFloat", "Identity"):
+        return pfloat(e.args[0])
+    if name == "OpaqueUnaryFn_sqrt":
+        return f"tl.sqrt({pfloat(e.args[0])})"
+    if isinstance(e, sympy.Pow) or name in ("FloatPow", "PowByNatural"):
+        base, exp = e.args
+        if exp == -1:
+            return f"(1.0 / {pfloat(base)})"
+        if exp == sympy.Rational(1, 2):
+            return f"tl.sqrt({pfloat(base)})"
+        if exp == -sympy.Rational(1, 2):
+            return f"(1.0 / tl.sqrt({pfloat(base)}))"
+        if exp.is_Integer and 0 < int(exp) <= 4:
+            return "(" + " * ".join([pfloat(base)] * int(exp)) + ")"
+    if isinstance(e, (FloorDiv, ModularIndexing, sympy.Mod)):
+        return f"({pexpr(e)} + tl.zeros([], tl.float64))"
+    raise CodegenError(f"cannot print float expression {e!r} ({name})")

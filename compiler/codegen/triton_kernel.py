@@ -23,7 +23,7 @@ from ..ir import Reduction
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
 from .ops_table import HELPERS, render_op, tl_dtype
-from .printer import _lit, _raw, pexpr
+from .printer import _lit, _raw, pexpr, pfloat
 
 
 # ------------------------------------------------------------------------------------------ emitter
@@ -79,7 +79,10 @@ class Scope:
             if e.indirect:
                 expr = expr.subs({s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect})
             self.r.note_symbols(expr)
-            code = f"({pexpr(expr)} + tl.zeros([], tl.int64)).to({tl_dtype(e.dtype)})"
+            try:  # integer size arithmetic, else a SymFloat expression (``0.05 / s0``) in float64
+                code = f"({pexpr(expr)} + tl.zeros([], tl.int64)).to({tl_dtype(e.dtype)})"
+            except CodegenError:
+                code = f"{pfloat(expr)}.to({tl_dtype(e.dtype)})"
             return self.assign(("i", str(expr), e.dtype), code)
         if isinstance(e, Op):
             args = [self.emit(a) for a in e.args]

@@ -19,6 +19,18 @@ from .pointwise import broadcast_index, check_device
 aten = torch.ops.aten
 
 
+def broadcast_sizes(sizes: Sequence[Sequence[sympy.Expr]]) -> tuple:
+    """Broadcast shape of symbolic sizes (trailing-aligned; a 1 yields to the other size)."""
+    rank = max((len(s) for s in sizes), default=0)
+    out = [sympy.Integer(1)] * rank
+    for s in sizes:
+        for i, d in enumerate(s):
+            j = rank - len(s) + i
+            if out[j] == 1:
+                out[j] = d
+    return tuple(out)
+
+
 def _wrap(i: KExpr, size: sympy.Expr) -> KExpr:
     """Python-style negative indices: ``i < 0 ? i + size : i`` (int64)."""
     i = cast(i, torch.int64)
@@ -48,7 +60,7 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
     rank = len(src.size)
     dims = [d for d, i in enumerate(indices) if i is not None]
     idx_tensors = [indices[d] for d in dims]
-    bshape = tuple(sym(s) for s in torch.broadcast_shapes(*[tuple(i.size) for i in idx_tensors]))
+    bshape = broadcast_sizes([i.size for i in idx_tensors])
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     out_size = tuple(sym(s) for s in out.shape)
     nb = len(bshape)

@@ -14,7 +14,7 @@ from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import EmptyBuffer, Index, Lazy, Strided, SymScalar, Value, layout_from_meta, sym
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast
-from .pointwise import arg_cost, broadcast_index, check_device
+from .pointwise import arg_cost, broadcast_index, check_device, load_arg
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -76,10 +76,9 @@ def _full(g: GraphLowering, node, *args, **kwargs):
         raise NotLowered("complex dtypes", kind="dtype")
     size = _size(node)
     if not isinstance(value, (bool, int, float)):
-        expr = getattr(value, "expr", None)
-        if expr is None:
+        if not isinstance(value, SymScalar):
             raise NotLowered(f"fill value of type {type(value).__name__}")
-        return Lazy(size, out.dtype, out.device, lambda idx: cast(IndexValue(expr), out.dtype))
+        return Lazy(size, out.dtype, out.device, lambda idx: load_arg(value, size, idx, out.dtype))
     return Lazy(size, out.dtype, out.device, lambda idx: Const(value, out.dtype))
 
 

@@ -80,7 +80,15 @@ def load_arg(arg: Any, out_size: Sequence[sympy.Expr], index: Index, dtype: torc
     if isinstance(arg, Value):
         return cast(arg.load(broadcast_index(arg.size, out_size, index)), dtype)
     if isinstance(arg, SymScalar):
-        return cast(IndexValue(arg.expr, torch.int64 if arg.py_type is not float else torch.float64), dtype)
+        if arg.py_type is float:
+            from ..codegen.printer import pfloat
+            from ..exc import CodegenError
+            try:
+                pfloat(arg.expr)
+            except CodegenError as e:
+                raise NotLowered(f"symbolic float scalar: {e}") from None
+            return cast(IndexValue(arg.expr, torch.float64), dtype)
+        return cast(IndexValue(arg.expr, torch.int64), dtype)
     if isinstance(arg, (bool, int, float)):
         return Const(arg, dtype) if dtype != torch.bool else Const(bool(arg), dtype)
     raise NotLowered(f"operand of type {type(arg).__name__}")

@@ -285,10 +285,12 @@ def _var_parts(g, node, x: Value, dims, correction, keepdim: bool):
 
     m2 = reduce(g, x, d, keepdim, "sum", acc, body=sq_dev)
     corr = 1 if correction is None else correction
-    denom = n - corr
+    if float(corr) == int(corr):
+        corr = int(corr)
 
     def var_fn(idx: Index) -> KExpr:
-        dn = _scalar_value(denom, acc) if not (denom.is_number and denom <= 0) else Const(0.0, acc)
+        # max(n - correction, 0) in the accumulation dtype (correction may be a float)
+        dn = Op("sub", [cast(_scalar_value(n, torch.int64), acc), Const(float(corr), acc)], acc)
         dn = Op("maximum", [dn, Const(0.0, acc)], acc)
         return cast(Op("truediv", [m2.load(idx), dn], acc), out.dtype)
 

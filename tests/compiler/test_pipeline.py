@@ -239,3 +239,19 @@ def test_weight_gradient_reduction_is_outer_despite_row_vectors(device):
     torch.testing.assert_close(gw, w.grad, atol=1e-4, rtol=1e-4)
     hints = sorted(m.hint for m in graphs[1].wrapper.children())
     assert hints == ["inner", "outer"]
+
+
+@pytest.mark.parametrize("name, fn, make", [
+    ("embedding", lambda w, i: F.embedding(i, w).sum(-1), lambda d, n: (torch.randn(30, 8, device=d), torch.randint(0, 30, (n, 6), device=d))),
+    ("std_mean", lambda x: torch.std_mean(x, 0), lambda d, n: (torch.randn(n, 3, device=d),)),
+    ("label_smoothing", lambda l, t: F.cross_entropy(l, t, label_smoothing=0.05),
+     lambda d, n: (torch.randn(n, 11, device=d), torch.randint(0, 11, (n,), device=d))),
+], ids=["embedding", "std_mean", "label_smoothing"])
+def test_dynamic_programs_with_symbolic_scalars(device, name, fn, make):
+    """Symbolic sizes reach kernels as integers and as floats (``0.05 / n`` in label smoothing)."""
+    compiled = torch.compile(fn, backend="kiln", dynamic=True)
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        for n in (5, 9, 14):
+            args = make(device, n)
+            torch.testing.assert_close(compiled(*args), fn(*args), atol=1e-5, rtol=1e-5)
+    assert graphs and all(g.fallbacks == [] for g in graphs)
