@@ -33,6 +33,7 @@ from pathlib import Path
 
 from harness import quarantine as quarantine_mod
 from harness.exc import FlakeRunError, HarnessError, NoDeviceError, RunInterrupted
+from harness.results import classify_case, is_bare
 from harness.settings import settings
 
 SCHEMA = 1
@@ -79,18 +80,6 @@ def _nodeid_from_names(classname: str, name: str, root: Path | None) -> str:
     return "::".join([*parts, name]) if parts else name
 
 
-def _outcome(case: ET.Element) -> tuple[str, str]:
-    for tag in ("failure", "error"):
-        el = case.find(tag)
-        if el is not None:
-            return ("failed" if tag == "failure" else "error"), (el.get("message") or "").strip()
-    el = case.find("skipped")
-    if el is not None:
-        kind = "xfailed" if el.get("type") == "pytest.xfail" else "skipped"
-        return kind, (el.get("message") or "").strip()
-    return "passed", ""
-
-
 def read_junit(path: Path, root: Path | None = None) -> list[Run]:
     """Every `<testcase>` of a pytest JUnit XML file as a Run, in file order."""
     try:
@@ -103,14 +92,14 @@ def read_junit(path: Path, root: Path | None = None) -> list[Run]:
         ) from None
     runs: list[Run] = []
     for case in tree.getroot().iter("testcase"):
-        if not case.get("name") and not case.get("classname"):
-            continue  # pytest adds a bare <testcase/> for the test a Ctrl-C cut short: it has no outcome
+        if is_bare(case):
+            continue
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         test_id = props.get("kiln_nodeid") or _nodeid_from_names(
             case.get("classname", ""), case.get("name", ""), root
         )
         index = props.get("kiln_flake_run")
-        outcome, message = _outcome(case)
+        outcome, message = classify_case(case)
         runs.append(
             Run(
                 test_id,

@@ -103,19 +103,25 @@ def node_id(case: ET.Element, root: Path | None = None) -> str:
     return "::".join([module, *parts[n_mod:], name]) if module else name
 
 
-def _classify(case: ET.Element) -> tuple[str, str]:
-    for child in case:
-        tag = child.tag
-        msg = child.get("message") or ""
-        if tag == "failure":
-            return "failed", msg
-        if tag == "error":
-            return "error", msg
-        if tag == "skipped":
-            if child.get("type") == "pytest.xfail":
-                return "xfailed", msg
-            return "skipped", msg
+def classify_case(case: ET.Element) -> tuple[str, str]:
+    """(outcome, message) of one JUnit ``<testcase>``: failed, error, xfailed, skipped or passed.
+
+    A failure or error wins over a skip (pytest reports a teardown error next to the test's own result).
+    """
+    for tag in ("failure", "error"):
+        el = case.find(tag)
+        if el is not None:
+            return ("failed" if tag == "failure" else "error"), (el.get("message") or "").strip()
+    el = case.find("skipped")
+    if el is not None:
+        kind = "xfailed" if el.get("type") == "pytest.xfail" else "skipped"
+        return kind, (el.get("message") or "").strip()
     return "passed", ""
+
+
+def is_bare(case: ET.Element) -> bool:
+    """The nameless ``<testcase/>`` pytest writes for a test a Ctrl-C cut short: it has no outcome."""
+    return not case.get("name") and not case.get("classname")
 
 
 def parse_junit(path: Path, root: Path | None = None) -> list[TestResult]:
@@ -128,7 +134,9 @@ def parse_junit(path: Path, root: Path | None = None) -> list[TestResult]:
         raise ResultsError(f"JUnit file {path} is not valid XML ({e}); the run was probably cut off") from None
     out = []
     for case in tree.iter("testcase"):
-        outcome, msg = _classify(case)
+        if is_bare(case):
+            continue
+        outcome, msg = classify_case(case)
         out.append(TestResult(node_id(case, root), outcome, msg.strip()[:500], float(case.get("time") or 0.0)))
     return out
 

@@ -81,3 +81,18 @@ def test_summary_line(tmp_path):
     assert line == ("suite numerics [cpu/container] FAILED: 2 passed, 2 failed, 1 error, 1 skipped, 1 xfailed "
                     "in 1.2s -> r/numerics.xml")
     assert res.summary_line("x", "cpu/native", [], 0.0, "EMPTY") == "suite x [cpu/native] EMPTY: no tests in 0.0s"
+
+
+def test_parse_junit_skips_the_bare_testcase_of_an_interrupted_test(tmp_path):
+    """pytest writes a nameless <testcase/> for the test a Ctrl-C cut short; it is not a passed test."""
+    from harness.results import parse_junit
+
+    xml = tmp_path / "junit.xml"
+    xml.write_text('<testsuites><testsuite name="pytest">'
+                   '<testcase classname="tests.test_a" name="test_ok" time="0.1"/>'
+                   '<testcase classname="tests.test_a" name="test_bad" time="0.1">'
+                   '<skipped type="pytest.skip" message="s"/><error message="teardown broke"/></testcase>'
+                   '<testcase time="0.000"/>'
+                   '</testsuite></testsuites>')
+    results = parse_junit(xml)
+    assert [(r.outcome, r.message) for r in results] == [("passed", ""), ("error", "teardown broke")]
