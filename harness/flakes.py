@@ -33,7 +33,7 @@ from pathlib import Path
 
 from harness import quarantine as quarantine_mod
 from harness.exc import FlakeRunError, HarnessError, NoDeviceError, RunInterrupted
-from harness.results import classify_case, is_bare
+from harness.results import classify_case, is_bare, node_id
 from harness.settings import settings
 
 SCHEMA = 1
@@ -70,16 +70,6 @@ class TestStats:
 # ---- reading JUnit XML --------------------------------------------------------------------------------
 
 
-def _nodeid_from_names(classname: str, name: str, root: Path | None) -> str:
-    """Best-effort node id from JUnit's dotted classname when the plugin's property is absent."""
-    parts = classname.split(".") if classname else []
-    for cut in range(len(parts), 0, -1):
-        rel = "/".join(parts[:cut]) + ".py"
-        if root is None or (root / rel).exists():
-            return "::".join([rel, *parts[cut:], name])
-    return "::".join([*parts, name]) if parts else name
-
-
 def read_junit(path: Path, root: Path | None = None) -> list[Run]:
     """Every `<testcase>` of a pytest JUnit XML file as a Run, in file order."""
     try:
@@ -95,9 +85,7 @@ def read_junit(path: Path, root: Path | None = None) -> list[Run]:
         if is_bare(case):
             continue
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        test_id = props.get("kiln_nodeid") or _nodeid_from_names(
-            case.get("classname", ""), case.get("name", ""), root
-        )
+        test_id = props.get("kiln_nodeid") or node_id(case, root)
         index = props.get("kiln_flake_run")
         outcome, message = classify_case(case)
         runs.append(
