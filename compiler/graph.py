@@ -207,14 +207,40 @@ class GraphLowering:
         return Opaque(node.name)  # subgraph modules; consumed by control-flow lowerings via the node
 
     def _output_value(self, arg: Any) -> Any:
+        """A graph output, laid out exactly as eager's result (its FakeTensor's strides).
+
+        The backward graph (and any caller) was traced against those strides: a saved ``expand`` is read
+        with stride 0, a saved slice with its parent's row stride. Kernel outputs are stored in that layout;
+        a computed view whose strides differ is copied into it.
+        """
         if arg is None:
             return None
         value = self.env[arg] if isinstance(arg, fx.Node) else arg
+        meta = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+        if isinstance(value, Strided) and isinstance(meta, torch.Tensor) and _restride_output(value, meta):
+            value = Lazy(value.size, value.dtype, value.device, value.load)
         if isinstance(value, Lazy):
             self.current_node = arg
-            value = self.realize(value, arg.meta.get("val"))
+            value = self.realize_exact(value, meta) if isinstance(meta, torch.Tensor) else self.realize(value)
             self.env[arg] = value
         return value
+
+    def realize_exact(self, value: Lazy, meta: torch.Tensor) -> Strided:
+        """Realize ``value`` with ``meta``'s strides, dense or not. Broadcast dims (stride 0) are computed
+        once and returned as an expanded view."""
+        if len(meta.shape) != len(value.size):
+            return self.realize(value, meta)
+        stride = tuple(sym(s) for s in meta.stride())
+        size = tuple(sympy.Integer(1) if st == 0 else sz for sz, st in zip(value.size, stride))
+        layout = Layout(size, stride, sympy.Integer(0), value.dtype, value.device)
+        if is_dense(layout) and size == tuple(value.size):
+            return self.realize(value, meta)
+        origin = self.current_node.name if self.current_node is not None else ""
+        buf = ComputedBuffer(self.new_name(), layout, Pointwise(size, value.fn, value.dtype), origin=origin)
+        buf.base_offset = sympy.Integer(0)
+        self.add_buffer(buf)
+        self.steps.append(buf)
+        return Strided(buf, Layout(tuple(value.size), stride, sympy.Integer(0), value.dtype, value.device))
 
     def fetch(self, a: Any) -> Any:
         """Map FX args to lowered values (recursively through lists and tuples)."""
@@ -406,6 +432,15 @@ def _values_of(outputs: Any) -> Any:
     if isinstance(outputs, dict):
         return {k: _values_of(v) for k, v in outputs.items()}
     return outputs
+
+
+def _restride_output(value: Strided, meta: torch.Tensor) -> bool:
+    """True when a computed view's strides differ from eager's in some dim longer than 1 (inputs and
+    their views keep their own layout: they may alias the caller's tensors)."""
+    if isinstance(value.buffer, InputBuffer) or len(meta.shape) != len(value.size):
+        return False
+    return any(sz != 1 and sympy.simplify(have - sym(want)) != 0
+               for sz, have, want in zip(value.size, value.layout.stride, meta.stride()))
 
 
 def _flatten_output(arg: Any) -> list:
