@@ -46,10 +46,19 @@ def _pow(a, dts, out) -> str:
     return f"libdevice.pow({a[0]}, {a[1]})" if out.is_floating_point else f"_pow_int({a[0]}, {a[1]})"
 
 
+def cast(code: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """``code`` (of dtype ``src``) converted to ``dst`` as eager converts: bool is ``!= 0``; integers
+    reach bfloat16 through float32 (c10 rounds them that way, and the interpreter's direct int -> bf16
+    conversion reinterprets bits)."""
+    if dst == torch.bool:
+        return f"({code} != 0)"
+    if dst == torch.bfloat16 and not src.is_floating_point:
+        return f"{code}.to(tl.float32).to(tl.bfloat16)"
+    return f"{code}.to({tl_dtype(dst)})"
+
+
 def _to(a, dts, out) -> str:
-    if out == torch.bool:
-        return f"({a[0]} != 0)"
-    return f"{a[0]}.to({tl_dtype(out)})"
+    return cast(a[0], dts[0], out)
 
 
 def _bitcast(a, dts, out) -> str:

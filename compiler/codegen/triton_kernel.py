@@ -22,7 +22,7 @@ from ..exc import CodegenError
 from ..ir import Reduction
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
-from .ops_table import HELPERS, render_op, tl_dtype
+from .ops_table import HELPERS, cast, render_op, tl_dtype
 from .printer import _lit, _raw, pexpr, pfloat
 
 
@@ -80,7 +80,7 @@ class Scope:
                 expr = expr.subs({s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect})
             self.r.note_symbols(expr)
             try:  # integer size arithmetic, else a SymFloat expression (``0.05 / s0``) in float64
-                code = f"({pexpr(expr)} + tl.zeros([], tl.int64)).to({tl_dtype(e.dtype)})"
+                code = cast(f"({pexpr(expr)} + tl.zeros([], tl.int64))", torch.int64, e.dtype)
             except CodegenError:
                 code = f"{pfloat(expr)}.to({tl_dtype(e.dtype)})"
             return self.assign(("i", str(expr), e.dtype), code)
@@ -220,11 +220,7 @@ class KernelRenderer:
             shape, mask = "[XBLOCK]", "xmask"
         if XINDEX not in m.store_index.free_symbols:  # one row (xnumel == 1): make the pointer a block too
             idx = f"{idx} + tl.zeros_like(xindex)"
-        val = f"tl.broadcast_to({var}, {shape})"
-        if dtype == torch.bool:
-            val = f"({val} != 0)"
-        else:
-            val = f"{val}.to({tl_dtype(dtype)})"
+        val = cast(f"tl.broadcast_to({var}, {shape})", _value_dtype(m), dtype)
         scope.line(f"tl.store({ptr} + {idx}, {val}, {mask})")
 
     # -------------------------------------------------------------- bodies
@@ -530,6 +526,14 @@ class KernelRenderer:
                 elif step_x == 1:
                     votes += 1
         return "outer" if votes > 0 else "inner"
+
+
+def _value_dtype(m: Member) -> torch.dtype:
+    """The dtype of the register value a member stores (a reduction's result, not what it reads)."""
+    d = m.buf.definition
+    if not m.is_reduction:
+        return m.value.dtype
+    return torch.int64 if d.reduction_type in ("argmax", "argmin") else d.src_dtype
 
 
 def _steps(index: sympy.Expr) -> tuple:

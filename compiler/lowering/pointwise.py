@@ -66,6 +66,8 @@ _FLOAT_ONLY = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", 
                "sigmoid", "erf", "truediv", "reciprocal", "atan2", "erfc", "sinh", "cosh", "tan", "asin", "acos",
                "atan", "log10"}
 _INT_IDENTITY = {"floor", "ceil", "round", "trunc"}  # no-ops on integer tensors
+#: arithmetic on bools is logic in eager (True + True is True); 1-bit integer adds would wrap to False
+_BOOL_FORMS = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or", "minimum": "logical_and"}
 
 
 def broadcast_index(size: Sequence[sympy.Expr], out_size: Sequence[sympy.Expr], index: Index) -> list:
@@ -141,6 +143,7 @@ def make_pointwise(op: str, kind: K) -> Callable:
             return _identity(args[0], out, device)
         if op in _FLOAT_ONLY and not comp.is_floating_point:
             comp = torch.float32
+        kop = _BOOL_FORMS.get(op, op) if comp == torch.bool else op
         out_size = tuple(sym(s) for s in out.shape)
         out_dtype = out.dtype
         result_dtype = torch.bool if kind == B else comp
@@ -154,7 +157,7 @@ def make_pointwise(op: str, kind: K) -> Callable:
                 vals = [load_arg(a, out_size, index, torch.bool) for a in args]
             else:
                 vals = [load_arg(a, out_size, index, comp) for a in args]
-            r = Op(op, vals, result_dtype)
+            r = Op(kop, vals, result_dtype)
             return _round(cast(r, out_dtype), emulate)
 
         return Lazy(out_size, out_dtype, device, fn, arg_cost(args))

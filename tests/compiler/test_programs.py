@@ -37,3 +37,20 @@ def test_graph_outputs_keep_eager_strides(device):
         out = torch.compile(fn, backend="kiln")(x)
         torch.testing.assert_close(out, fn(x))
         assert out.stride() == fn(x).stride()
+
+
+def test_bool_arithmetic_is_logic(device):
+    # True + True is True in eager; a 1-bit integer add wraps to False
+    m = torch.tensor([True, True, False, False], device=device)
+    n = torch.tensor([True, False, True, False], device=device)
+    for fn in (lambda m, n: m + n, lambda m, n: m * n, torch.maximum, torch.minimum):
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(fn, backend="kiln")(m, n), fn(m, n))
+
+
+def test_integer_and_bool_to_bfloat16(device):
+    # c10 converts integers to bfloat16 through float32; the interpreter's direct cast reinterpreted bits
+    x = torch.tensor([-300, -3, 0, 1, 7, 250, 9999], device=device)
+    fn = lambda x: (x.to(torch.bfloat16) * 1.5, (x > 0).to(torch.bfloat16), x.to(torch.int32).bfloat16())  # noqa: E731
+    for out, ref in zip(torch.compile(fn, backend="kiln")(x), fn(x)):
+        torch.testing.assert_close(out, ref, atol=0, rtol=0)
