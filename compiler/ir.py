@@ -116,12 +116,32 @@ def _cmp(a: Expr, b: Expr) -> int:
         return 1
     if d.is_negative:
         return -1
-    # symbols are positive sizes: try substituting a large value
-    subs = {s: 1000 + i for i, s in enumerate(sorted(d.free_symbols, key=lambda s: s.name))}
-    v = d.subs(subs)
-    if v.is_number:
-        return 1 if v > 0 else (-1 if v < 0 else 0)
+    # symbols are positive sizes: compare at the traced sizes (hints), else at a few large samples
+    syms = sorted(d.free_symbols, key=lambda s: s.name)
+    hints = _size_hints()
+    samples = [{s: hints[s] for s in syms if s in hints}, {s: 1000 + i for i, s in enumerate(syms)},
+               {s: 1000 for s in syms}, {s: 1000 + 7 * (len(syms) - i) for i, s in enumerate(syms)}]
+    for subs in samples:
+        if len(subs) != len(syms):
+            continue
+        try:
+            v = d.subs(subs)
+        except ZeroDivisionError:  # e.g. s1 // s2 with s1 < s2 in the sample, then divided by
+            continue
+        if v.is_number and v.is_finite is not False:
+            return 1 if v > 0 else (-1 if v < 0 else 0)
     raise TypeError("cannot order strides")
+
+
+def _size_hints() -> dict:
+    """Symbol -> the size it had in the example inputs (from the ShapeEnv being compiled), if any."""
+    from torch._guards import TracingContext
+    ctx = TracingContext.try_get()
+    env = getattr(getattr(ctx, "fake_mode", None), "shape_env", None)
+    if env is None:
+        return {}
+    hints = getattr(env, "backed_var_to_val", None)  # newer torch; older ones call it var_to_val
+    return dict(hints if hints is not None else env.var_to_val)
 
 
 def _dense_in_order(layout: Layout, order: list[int]) -> bool:

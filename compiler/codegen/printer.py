@@ -5,6 +5,11 @@ from __future__ import annotations
 import sympy
 import torch
 from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
+from torch.utils._sympy.functions import Max as SymMax, Min as SymMin
+
+#: sympy's Max/Min and torch's own (shape guards and ``sym_max`` produce the latter)
+MAX_TYPES = (sympy.Max, SymMax)
+MIN_TYPES = (sympy.Min, SymMin)
 
 from ..exc import CodegenError
 from .ops_table import tl_dtype
@@ -45,8 +50,8 @@ def pexpr(e: sympy.Expr) -> str:
         return f"({pexpr(c)} * {body})"
     if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
         return "(" + " * ".join([pexpr(e.base)] * int(e.exp)) + ")"
-    if isinstance(e, (sympy.Max, sympy.Min)):
-        fn = "tl.maximum" if isinstance(e, sympy.Max) else "tl.minimum"
+    if isinstance(e, MAX_TYPES + MIN_TYPES):
+        fn = "tl.maximum" if isinstance(e, MAX_TYPES) else "tl.minimum"
         a = [pexpr(x) for x in sorted(e.args, key=sympy.default_sort_key)]
         out = a[0]
         for x in a[1:]:

@@ -12,6 +12,7 @@ Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrappe
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -26,6 +27,7 @@ from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
 from ..runtime.launcher import TritonKernel
 from ..runtime.restride import ensure_strides
 from ..scheduler import KernelGroup
+from .printer import MAX_TYPES, MIN_TYPES
 from .triton_kernel import KernelSource
 
 aten = torch.ops.aten
@@ -88,10 +90,13 @@ class WrapperBuilder:
         if e in (sympy.true, sympy.false):
             return bool(e)
         if e.is_number:
-            return int(e)
+            return int(e) if e.is_Integer else float(e)
         if e in self.exprs:
             return self.exprs[e]
-        if isinstance(e, sympy.Symbol):
+        unary = _FLOAT_FUNCTIONS.get(type(e).__name__)
+        if unary is not None:  # float sizes: arange(0, n, 0.5) has CeilToInt(FloatTrueDiv(ToFloat(n), 0.5))
+            out = self.graph.call_function(unary, tuple(self.expr(a) for a in e.args))
+        elif isinstance(e, sympy.Symbol):
             out = self.bind_symbol(e)
         elif isinstance(e, sympy.Add):
             terms = sorted(e.args, key=sympy.default_sort_key)
@@ -120,8 +125,8 @@ class WrapperBuilder:
                 return bool(e)
             fn = _RELATIONS[type(e)]
             out = self.graph.call_function(fn, (self.expr(e.lhs), self.expr(e.rhs)))
-        elif isinstance(e, (sympy.Max, sympy.Min)):
-            fn = torch.sym_max if isinstance(e, sympy.Max) else torch.sym_min
+        elif isinstance(e, MAX_TYPES + MIN_TYPES):
+            fn = torch.sym_max if isinstance(e, MAX_TYPES) else torch.sym_min
             args = sorted(e.args, key=sympy.default_sort_key)
             out = self.expr(args[0])
             for a in args[1:]:
@@ -260,6 +265,11 @@ class WrapperBuilder:
         node = self.graph.call_function(call.target, tuple(self.value(call.args)), {})
         self.bind_outputs(call.outputs, node)
 
+
+#: torch's sympy functions of float size arithmetic -> the Python function that computes them
+_FLOAT_FUNCTIONS = {"CeilToInt": math.ceil, "FloorToInt": math.floor, "TruncToInt": math.trunc,
+                    "RoundToInt": round, "ToFloat": float, "FloatTrueDiv": operator.truediv,
+                    "IntTrueDiv": operator.truediv}
 
 _RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.StrictLessThan: operator.lt,
               sympy.GreaterThan: operator.ge, sympy.LessThan: operator.le,

@@ -109,16 +109,18 @@ def _arange(g: GraphLowering, node, *args, **kwargs):
         start, step = nums[0], 1
     else:
         start, step = nums[0], (nums[2] if len(nums) > 2 else 1)
-    if any(isinstance(v, float) for v in (start, step)) or out.dtype.is_floating_point:
+    is_float = [isinstance(v, float) or (isinstance(v, SymScalar) and v.py_type is float) for v in (start, step)]
+    if any(is_float) or out.dtype.is_floating_point:
         comp = torch.float64
+        size = _size(node)
 
-        def fn(idx: Index) -> KExpr:
+        def fn(idx: Index) -> KExpr:  # start and step: Python numbers or size expressions (SymScalar)
             i = cast(IndexValue(idx[0]), comp)
-            return cast(Op("add", [Const(float(start), comp), Op("mul", [i, Const(float(step), comp)], comp)], comp),
-                        out.dtype)
+            first, delta = (load_arg(v, size, idx, comp) for v in (start, step))
+            return cast(Op("add", [first, Op("mul", [i, delta], comp)], comp), out.dtype)
 
-        return Lazy(_size(node), out.dtype, out.device, fn)
-    st, sp = sym(start), sym(step)
+        return Lazy(size, out.dtype, out.device, fn)
+    st, sp = (v.expr if isinstance(v, SymScalar) else sym(v) for v in (start, step))
     return Lazy(_size(node), out.dtype, out.device, lambda idx: cast(IndexValue(st + idx[0] * sp), out.dtype))
 
 

@@ -54,3 +54,31 @@ def test_integer_and_bool_to_bfloat16(device):
     fn = lambda x: (x.to(torch.bfloat16) * 1.5, (x > 0).to(torch.bfloat16), x.to(torch.int32).bfloat16())  # noqa: E731
     for out, ref in zip(torch.compile(fn, backend="kiln")(x), fn(x)):
         torch.testing.assert_close(out, ref, atol=0, rtol=0)
+
+
+def test_patchify_reshape_under_dynamic_shapes(device):
+    # sizes such as Max(1, s0 // (s0 // 4)) use torch's own sympy Max, not sympy.Max
+    def patchify(x, p: int = 4):
+        B, C, H, W = x.shape
+        x = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1)
+        return x.reshape(B, (H // p) * (W // p), p * p * C) * 2
+
+    f = torch.compile(patchify, backend="kiln", dynamic=True)
+    for shape in ((2, 3, 8, 8), (3, 3, 8, 12)):
+        x = torch.randn(*shape, device=device)
+        with compiler.config.patch(strict=True):
+            torch.testing.assert_close(f(x), patchify(x))
+
+
+def test_arange_with_symbolic_start_step_and_float_sizes(device):
+    fns = [lambda x: torch.arange(x.shape[0], 2 * x.shape[0], device=x.device) * x.long(),
+           lambda x: torch.arange(0, x.shape[0], 2, dtype=torch.float32, device=x.device) + 1,
+           lambda x: torch.arange(x.shape[0] // 2, x.shape[0], 1.5, device=x.device),
+           lambda x: torch.arange(0.5, x.shape[0] * 0.5, 0.25, device=x.device)]
+    for fn in fns:
+        torch._dynamo.reset()
+        f = torch.compile(fn, backend="kiln", dynamic=True)
+        for n in (7, 10):
+            x = torch.randn(n, device=device)
+            with compiler.config.patch(strict=True):
+                torch.testing.assert_close(f(x), fn(x))
