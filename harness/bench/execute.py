@@ -11,6 +11,7 @@ or any other registered torch.compile backend.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import math
 import signal
@@ -176,6 +177,20 @@ def _deadline(seconds: float, what: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while timing (as `timeit` does): a collection inside a
+    sample is host jitter, not the workload's cost."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 @dataclass
 class Prepared:
     """A compiled, checked, warmed-up workload+compiler ready to be sampled."""
@@ -287,15 +302,6 @@ class Executor:
     ) -> list[Result]:
         """Results of `case` under each compiler, sampled in interleaved rounds."""
         torch._dynamo.reset()
-        if self.timer.name == "profiler" and case.mode == "bwd":
-            # autograd launches backward kernels from its own thread, which the profiler timer's per-call
-            # attribution does not see: such a number would be forward-only, so none is recorded
-            return [
-                Result(case.name, c, case.source_hash, status="error", phase=phase, timer=self.timer.name,
-                       error="the profiler timer cannot attribute autograd-thread kernels; time bwd "
-                             "workloads with --timer event")
-                for c in compilers
-            ]
         try:
             inputs = case.make_inputs(self.device, self.cfg.seed)
             refs, grad_outs = self._reference(case, inputs)
@@ -326,7 +332,8 @@ class Executor:
             for c, p in live.items():
                 n = max(1, math.ceil(p.reps * reps_scale / rounds))
                 try:
-                    p.result.samples += self.timer.sample(p.call, n)
+                    with gc_paused():
+                        p.result.samples += self.timer.sample(p.call, n)
                 except Exception as e:  # noqa: BLE001
                     p.result.status, p.result.error = "error", one_line(e)
             live = {c: p for c, p in live.items() if p.result.status == "ok"}
