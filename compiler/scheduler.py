@@ -16,10 +16,11 @@ from typing import Optional, Sequence
 
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from .graph import GraphLowering, Step
-from .ir import Buffer, ComputedBuffer, Reduction, Strided, is_dense, prod, stride_order
-from .kexpr import KExpr, loads
+from .ir import Buffer, ComputedBuffer, Reduction, Strided, SymScalar, is_dense, prod, stride_order
+from .kexpr import KExpr, free_symbols, loads
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
@@ -95,6 +96,7 @@ class Scheduler:
         self.g = g
         self.items: list = []  # KernelGroup | ExternCall | SubgraphCall, in launch order
         self.producer: dict[str, int] = {}  # buffer name -> index in items
+        self.symbol_producer: dict[sympy.Symbol, int] = {}  # unbacked symbol (u0, zuf0) -> index in items
 
     # ------------------------------------------------------------------ reads
     @staticmethod
@@ -136,11 +138,16 @@ class Scheduler:
                 self.items.append(step)
                 for b in _step_outputs(step):
                     self.producer[b] = len(self.items) - 1
+                for sym in _unbacked_symbols(step.outputs):
+                    self.symbol_producer.setdefault(sym, len(self.items) - 1)
         self._decide_stores(consumers)
         return self.items
 
     def _place(self, buf: ComputedBuffer) -> None:
         deps = [self.producer[n] for n in _body_reads(buf) if n in self.producer]
+        # a value computed at run time (``x.sum().item()``, ``nonzero(x).shape[0]``) is known only after
+        # the extern call that defines its symbol: never fuse the buffer into a group launched before it
+        deps += [self.symbol_producer[s] for s in _body_symbols(buf) if s in self.symbol_producer]
         earliest = max(deps, default=-1)
         # try the most recent group first, never one that launches before a dependency
         for i in range(len(self.items) - 1, -1, -1):
@@ -270,8 +277,9 @@ def _split(ranges: Sequence[sympy.Expr], rnumel: sympy.Expr) -> Optional[int]:
     return None
 
 
-def _body_reads(buf: ComputedBuffer) -> list[str]:
-    cached = getattr(buf, "_reads", None)
+def _body(buf: ComputedBuffer) -> KExpr:
+    """The buffer's element expression at symbolic indices (cached)."""
+    cached = getattr(buf, "_body", None)
     if cached is not None:
         return cached
     d = buf.definition
@@ -281,12 +289,49 @@ def _body_reads(buf: ComputedBuffer) -> list[str]:
         expr = d.body(idx, ridx)
     else:
         expr = d.body(idx)
+    buf._body = expr
+    return expr
+
+
+def _body_reads(buf: ComputedBuffer) -> list[str]:
+    cached = getattr(buf, "_reads", None)
+    if cached is not None:
+        return cached
     names: list[str] = []
-    for ld in loads(expr):
+    for ld in loads(_body(buf)):
         if ld.buffer not in names:
             names.append(ld.buffer)
     buf._reads = names
     return names
+
+
+def _body_symbols(buf: ComputedBuffer) -> set[sympy.Symbol]:
+    """Size symbols a buffer's kernel needs: in its element expression, its ranges and its layout."""
+    d = buf.definition
+    exprs = list(d.ranges) + list(getattr(d, "reduction_ranges", ())) + list(buf.layout.size)
+    exprs += list(buf.layout.stride)
+    out = set(free_symbols(_body(buf)))
+    for e in exprs:
+        out |= sympy.sympify(e).free_symbols
+    return out
+
+
+def _unbacked_symbols(outputs) -> set[sympy.Symbol]:
+    """Data-dependent symbols an extern call defines: scalar results and sizes of its tensor results."""
+    found: set[sympy.Symbol] = set()
+    stack = [outputs]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, (list, tuple)):
+            stack.extend(o)
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, SymScalar):
+            found |= o.expr.free_symbols
+        elif isinstance(o, Buffer):
+            for e in o.layout.size + o.layout.stride:
+                found |= sympy.sympify(e).free_symbols
+    return {s for s in found if symbol_is_type(s, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT))}
 
 
 def _iter_values(obj):

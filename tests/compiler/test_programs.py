@@ -82,3 +82,16 @@ def test_arange_with_symbolic_start_step_and_float_sizes(device):
             x = torch.randn(n, device=device)
             with compiler.config.patch(strict=True):
                 torch.testing.assert_close(f(x), fn(x))
+
+
+def test_kernels_using_data_dependent_scalars_launch_after_their_producer(device):
+    # `x.sum().item()` and `nonzero(x).shape[0]` are symbols defined by extern calls; a kernel that uses one
+    # must not be fused into a group launched before that call
+    fns = [lambda x: torch.tensor(x.sum().item(), device=x.device) * x,
+           lambda x: x[x > 0].sum() + torch.nonzero(x > 0).shape[0]]
+    x = torch.randn(10, device=device)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
+        for fn in fns:
+            torch._dynamo.reset()
+            with compiler.config.patch(strict=True):
+                torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
