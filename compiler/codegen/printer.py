@@ -73,7 +73,17 @@ def _raw(value, dtype: torch.dtype) -> str:
         if f in (float("inf"), float("-inf")):
             return "float('inf')" if f > 0 else "float('-inf')"
         return repr(f)
-    return str(int(value))
+    return str(_wrap_int(int(value), dtype))
+
+
+def _wrap_int(v: int, dtype: torch.dtype) -> int:
+    """``v`` converted to an integer dtype as C++ casts (two's complement wrap-around): eager compares an
+    int8 tensor with ``-1000`` as with ``24``; an out-of-range literal is an error in Triton."""
+    info = torch.iinfo(dtype)
+    if info.min <= v <= info.max:
+        return v
+    span = info.max - info.min + 1
+    return (v - info.min) % span + info.min
 
 
 def _lit(value, dtype: torch.dtype) -> str:

@@ -34,7 +34,8 @@ def test_graph_outputs_keep_eager_strides(device):
     x = torch.randn(4, 6, device=device)
     for fn in (lambda x: (x * 2)[:, ::2], lambda x: (x * 2).sum(-1, keepdim=True).expand(4, 6),
                lambda x: (x + 1).t()):
-        out = torch.compile(fn, backend="kiln")(x)
+        with compiler.config.patch(strict=True):
+            out = torch.compile(fn, backend="kiln")(x)
         torch.testing.assert_close(out, fn(x))
         assert out.stride() == fn(x).stride()
 
@@ -45,14 +46,17 @@ def test_bool_arithmetic_is_logic(device):
     n = torch.tensor([True, False, True, False], device=device)
     for fn in (lambda m, n: m + n, lambda m, n: m * n, torch.maximum, torch.minimum):
         torch._dynamo.reset()
-        assert torch.equal(torch.compile(fn, backend="kiln")(m, n), fn(m, n))
+        with compiler.config.patch(strict=True):
+            assert torch.equal(torch.compile(fn, backend="kiln")(m, n), fn(m, n))
 
 
 def test_integer_and_bool_to_bfloat16(device):
     # c10 converts integers to bfloat16 through float32; the interpreter's direct cast reinterpreted bits
     x = torch.tensor([-300, -3, 0, 1, 7, 250, 9999], device=device)
     fn = lambda x: (x.to(torch.bfloat16) * 1.5, (x > 0).to(torch.bfloat16), x.to(torch.int32).bfloat16())  # noqa: E731
-    for out, ref in zip(torch.compile(fn, backend="kiln")(x), fn(x)):
+    with compiler.config.patch(strict=True):
+        outs = torch.compile(fn, backend="kiln")(x)
+    for out, ref in zip(outs, fn(x)):
         torch.testing.assert_close(out, ref, atol=0, rtol=0)
 
 
@@ -95,3 +99,14 @@ def test_kernels_using_data_dependent_scalars_launch_after_their_producer(device
             torch._dynamo.reset()
             with compiler.config.patch(strict=True):
                 torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
+
+
+def test_out_of_range_int_scalars_wrap_like_eager(device):
+    # eager casts the scalar to the tensor's dtype (int8: -1000 -> 24); the literal was out of range in Triton
+    x = torch.tensor([5, -100, 100], dtype=torch.int8, device=device)
+    u = torch.tensor([0, 5, 255], dtype=torch.uint8, device=device)
+    fn = lambda x, u: (x > -1000, x == 300, x + 300, x * 1000, u > -1, u == 261, u + 260)  # noqa: E731
+    with compiler.config.patch(strict=True):
+        outs = torch.compile(fn, backend="kiln")(x, u)
+    for out, ref in zip(outs, fn(x, u)):
+        assert torch.equal(out, ref)
