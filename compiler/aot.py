@@ -31,7 +31,10 @@ class CompiledExport(torch.nn.Module):
     def forward(self, *args: Any) -> Any:
         if len(args) != self._n_user:
             raise KilnError(f"expected {self._n_user} inputs, got {len(args)}")
-        outs = self.wrapper(*self._lifted, *args)
+        # an inference artifact: extern kernels write ``out=`` buffers, which autograd refuses when a
+        # parameter (or an input) requires grad
+        with torch.no_grad():
+            outs = self.wrapper(*self._lifted, *args)
         return outs[0] if len(outs) == 1 else outs
 
 

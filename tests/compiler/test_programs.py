@@ -110,3 +110,17 @@ def test_out_of_range_int_scalars_wrap_like_eager(device):
         outs = torch.compile(fn, backend="kiln")(x, u)
     for out, ref in zip(outs, fn(x, u)):
         assert torch.equal(out, ref)
+
+
+def test_export_aot_module_with_parameters(device):
+    # parameters require grad; the wrapper's `addmm.out` refused them under autograd
+    from torch.export import Dim, export
+
+    from compiler.aot import compile_exported
+
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).to(device)
+    ep = export(m, (torch.randn(3, 4, device=device),), dynamic_shapes=({0: Dim("b")},))
+    cm = compile_exported(ep)
+    for n in (3, 7):
+        x = torch.randn(n, 4, device=device)
+        torch.testing.assert_close(cm(x), m(x).detach(), atol=1e-5, rtol=1e-5)
