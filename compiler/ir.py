@@ -25,9 +25,11 @@ Index = Sequence[Expr]
 
 
 def sym(x) -> Expr:
-    """A size/stride (int, SymInt or sympy expr) as a sympy expression."""
+    """A size/stride (int, SymInt, a lowered SymScalar or sympy expr) as a sympy expression."""
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return x.node.expr
+    if isinstance(x, SymScalar):  # a symbolic op argument after lowering (slice start, select index)
+        return x.expr
     return sympy.sympify(x)
 
 

@@ -124,3 +124,17 @@ def test_export_aot_module_with_parameters(device):
     for n in (3, 7):
         x = torch.randn(n, 4, device=device)
         torch.testing.assert_close(cm(x), m(x).detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_slice_with_symbolic_start_backward(device):
+    # the backward of x[:, n // 2:] is a slice_scatter whose start is a size expression (a SymScalar)
+    fn = lambda x: (x[:, x.shape[1] // 2:] * 2).exp().sum()  # noqa: E731
+    f = torch.compile(fn, backend="kiln", dynamic=True)
+    for shape in ((3, 8), (4, 11)):
+        x = torch.randn(*shape, device=device, requires_grad=True)
+        with compiler.config.patch(strict=True):
+            f(x).backward()
+        g = x.grad
+        x.grad = None
+        fn(x).backward()
+        torch.testing.assert_close(g, x.grad)
