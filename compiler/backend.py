@@ -152,8 +152,13 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any) -> Callable:
 def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The Dynamo backend registered as ``"kiln"``."""
     from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible
+    # pointwise work there (the default one saves every forward intermediate the backward reads: e.g. an
+    # fp32 copy of an RMSNorm input, a full extra write + read)
     return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_graph, bw_compiler=compile_fx_graph,
+                                 partition_fn=min_cut_rematerialization_partition,
                                  decompositions=decomposition_table())
 
 

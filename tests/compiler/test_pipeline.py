@@ -102,6 +102,42 @@ def test_backward_matches_eager(device):
     torch.testing.assert_close(gw, w.grad, atol=1e-4, rtol=1e-4)
 
 
+def _allocated_bytes(gm: torch.fx.GraphModule) -> int:
+    """Bytes of every buffer a wrapper allocates (its `torch.empty_strided` calls)."""
+    total = 0
+    for n in gm.graph.nodes:
+        if n.target is torch.empty_strided:
+            numel = 1
+            for d in n.args[0]:
+                numel *= d
+            total += numel * n.kwargs["dtype"].itemsize
+    return total
+
+
+def test_forward_saves_few_activations_for_backward(device):
+    # the min-cut partitioner recomputes cheap pointwise work in backward: an RMSNorm forward keeps its
+    # input and the per-row rsqrt, not an fp32 copy of the input (which doubled the backward's traffic)
+    x = torch.randn(64, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, device=device, dtype=torch.bfloat16, requires_grad=True)
+
+    def rms_norm(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        out = torch.compile(rms_norm, backend="kiln")(x, w)
+        out.backward(torch.ones_like(out))
+    fwd = graphs[0]
+    output_bytes = 64 * 256 * 2
+    assert _allocated_bytes(fwd.wrapper) <= output_bytes + 64 * 4, fwd.code
+    gx, gw = x.grad, w.grad
+    x.grad = w.grad = None
+    ref = rms_norm(x, w)
+    ref.backward(torch.ones_like(ref))
+    torch.testing.assert_close(gx, x.grad, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(gw, w.grad, atol=2e-1, rtol=2e-2)
+
+
 def test_input_mutation_semantics(device):
     def fn(x, y):
         x.add_(1)
@@ -255,3 +291,24 @@ def test_dynamic_programs_with_symbolic_scalars(device, name, fn, make):
             args = make(device, n)
             torch.testing.assert_close(compiled(*args), fn(*args), atol=1e-5, rtol=1e-5)
     assert graphs and all(g.fallbacks == [] for g in graphs)
+
+
+def test_never_calls_inductor_lowering_scheduler_or_codegen(device, monkeypatch):
+    # kiln builds on Dynamo, AOTAutograd (incl. its min-cut partitioner) and torch._decomp only
+    import torch._inductor.compile_fx as inductor_compile_fx
+    import torch._inductor.graph as inductor_graph
+    import torch._inductor.scheduler as inductor_scheduler
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("kiln called into Inductor")
+
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx", forbidden)
+    monkeypatch.setattr(inductor_compile_fx, "compile_fx_inner", forbidden)
+    monkeypatch.setattr(inductor_graph.GraphLowering, "__init__", forbidden)
+    monkeypatch.setattr(inductor_scheduler.Scheduler, "__init__", forbidden)
+    x = torch.randn(8, 32, device=device, requires_grad=True)
+    w = torch.randn(32, device=device, requires_grad=True)
+    fn = lambda x, w: F.layer_norm(x * w, (32,)).softmax(-1).sum()  # noqa: E731
+    with compiler.config.patch(strict=True):
+        torch.compile(fn, backend="kiln")(x, w).backward()
+    assert x.grad is not None and w.grad is not None
