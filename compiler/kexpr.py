@@ -165,18 +165,24 @@ def bind_indirect(expr: KExpr, bindings: Sequence[tuple]) -> KExpr:
         if isinstance(e, Load):
             used = tuple(b for b in bindings if b[0] in e.index.free_symbols)
             mask = visit(e.mask) if e.mask is not None else None
-            if used or mask is not e.mask:
-                r = Load(e.buffer, e.index, e.dtype, mask, e.indirect + used)
+            inner = visit_bound(e.indirect)  # a gather of a gather: the inner index reads the outer symbol
+            if used or mask is not e.mask or inner is not e.indirect:
+                r = Load(e.buffer, e.index, e.dtype, mask, inner + used)
         elif isinstance(e, IndexValue):
             used = tuple(b for b in bindings if b[0] in e.expr.free_symbols)
-            if used:
-                r = IndexValue(e.expr, e.dtype, e.indirect + used)
+            inner = visit_bound(e.indirect)
+            if used or inner is not e.indirect:
+                r = IndexValue(e.expr, e.dtype, inner + used)
         elif isinstance(e, Op):
             args = [visit(a) for a in e.args]
             if any(a is not b for a, b in zip(args, e.args)):
                 r = Op(e.op, args, e.dtype, e.round_trip)
         memo[id(e)] = r
         return r
+
+    def visit_bound(pairs: tuple) -> tuple:
+        new = tuple((sym, visit(v)) for sym, v in pairs)
+        return pairs if all(a[1] is b[1] for a, b in zip(pairs, new)) else new
 
     return visit(expr) if syms else expr
 

@@ -138,3 +138,17 @@ def test_slice_with_symbolic_start_backward(device):
         x.grad = None
         fn(x).backward()
         torch.testing.assert_close(g, x.grad)
+
+
+def test_indexing_a_gathered_value(device):
+    # an index of a gather: the gather's own index load reads the outer index's symbol, which was left
+    # unbound ("size symbol indirect3 cannot be computed")
+    x = torch.randn(5, 7, 6, device=device)
+    idx = torch.randint(0, 6, (5, 7, 6), device=device)
+    rows = torch.tensor([4, 0, 4], device=device)
+    fns = [lambda x, i, r: x.gather(2, i)[r], lambda x, i, r: torch.roll(x.gather(0, i % 5), 1, 2),
+           lambda x, i, r: x[r].gather(1, i[:3, :2])]
+    for fn in fns:
+        torch._dynamo.reset()
+        with compiler.config.patch(strict=True):
+            torch.testing.assert_close(torch.compile(fn, backend="kiln")(x, idx, rows), fn(x, idx, rows))
