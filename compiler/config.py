@@ -36,6 +36,12 @@ class Settings:
     interp_pointwise_xblock: int = 16384
     #: Reduction chunk for looped (non-persistent) reductions on a GPU.
     looped_rblock: int = 4096
+    #: Column (outer) reductions on a GPU: adjacent output columns per program.
+    outer_xblock: int = 64
+    #: Column (outer) reductions on a GPU: reduced rows per loop step.
+    outer_rblock: int = 64
+    #: Column (outer) reductions on a GPU: warps per program.
+    outer_num_warps: int = 8
     #: Where generated kernel modules are written before import.
     cache_dir: str = ""
     #: Compile threads (kiln compiles on the calling thread; kept for harness parity, must be 1).
@@ -81,7 +87,7 @@ def _validate(s: Settings) -> Settings:
     if s.compile_threads != 1:
         raise ConfigError("KILN_COMPILE_THREADS must be 1: kiln compiles on the calling thread only")
     for f in ("persistent_rblock_max", "interp_persistent_rblock_max", "pointwise_xblock",
-              "interp_pointwise_xblock", "looped_rblock"):
+              "interp_pointwise_xblock", "looped_rblock", "outer_xblock", "outer_rblock", "outer_num_warps"):
         v = getattr(s, f)
         if v & (v - 1):
             raise ConfigError(f"KILN_{f.upper()}={v}: expected a power of two")

@@ -69,7 +69,7 @@ def _split_count(out_ranges, red_ranges, rtype: str, outer: bool) -> int:
     """How many chunks to split each row into (1: no split). Only static sizes and combinable types.
 
     Inner (row) reductions split when there are too few rows to fill the GPU; outer (column) reductions,
-    which process 32 adjacent columns per program, split until there are enough column blocks.
+    which process `outer_xblock` (64) adjacent columns per program, split until there are enough column blocks.
     """
     if rtype not in ("sum", "prod", "max", "min"):
         return 1

@@ -4,6 +4,9 @@ The wrapper calls it as ``self.<kernel>(ptrs..., sizes..., xnumel[, rnumel])``. 
 - pointwise: ``XBLOCK`` = next power of two of ``xnumel``, capped (1024 on GPUs, larger in the interpreter).
 - reduction: persistent (whole row in one block) when ``rnumel`` fits ``persistent_rblock_max``; otherwise a
   looped reduction over ``RBLOCK`` chunks. ``XBLOCK`` rows per program fill a block of a few thousand elements.
+- column (outer) reduction: ``outer_xblock`` adjacent columns x ``outer_rblock`` rows per step. 64 x 64 with
+  8 warps was the best uniform choice of an H100 sweep (fwd+bwd kernel us, old 32 x 128 -> 64 x 64): col_sum
+  fp32 187 -> 180, RMSNorm bwd weight grad 135 -> 102, LayerNorm bwd 157 -> 147, bias-GELU bwd 107 -> 96.
 """
 
 from __future__ import annotations
@@ -75,8 +78,9 @@ class TritonKernel(torch.nn.Module):
             return {"XBLOCK": 1, "RBLOCK": s.interp_persistent_rblock_max, "PERSISTENT": False, "num_warps": 1}
         if self.hint == "outer" and rnumel > 64:
             # column reductions: 32 adjacent rows per program (coalesced), a chunk of the reduced dim per step
-            return {"XBLOCK": min(32, next_pow2(xnumel)), "RBLOCK": min(128, next_pow2(rnumel)),
-                    "PERSISTENT": False, "num_warps": 8}
+            return {"XBLOCK": min(s.outer_xblock, next_pow2(xnumel)),
+                    "RBLOCK": min(s.outer_rblock, next_pow2(rnumel)),
+                    "PERSISTENT": False, "num_warps": s.outer_num_warps}
         if rnumel <= s.persistent_rblock_max:
             rblock = next_pow2(max(rnumel, 1))
             per_row = 1024 if rblock <= 256 else 4096

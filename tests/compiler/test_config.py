@@ -16,6 +16,7 @@ def test_defaults_and_env_parsing():
     ({"KILN_STRICT": "maybe"}, "KILN_STRICT"),
     ({"KILN_POINTWISE_XBLOCK": "abc"}, "expected an integer"),
     ({"KILN_POINTWISE_XBLOCK": "1000"}, "power of two"),
+    ({"KILN_OUTER_XBLOCK": "48"}, "power of two"),
     ({"KILN_POINTWISE_XBLOCK": "-4"}, "positive"),
     ({"KILN_INTERPRET": "sometimes"}, "auto, 0 or 1"),
     ({"KILN_COMPILE_THREADS": "4"}, "must be 1"),
