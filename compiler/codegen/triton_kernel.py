@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import operator
 import re
 from typing import Optional
 
@@ -85,6 +86,9 @@ class Scope:
                 code = f"{pfloat(expr)}.to({tl_dtype(e.dtype)})"
             return self.assign(("i", str(expr), e.dtype), code)
         if isinstance(e, Op):
+            folded = _fold(e)
+            if folded is not None:  # e.g. a pad's bounds test at an index that is the constant 0
+                return self.assign(("c", repr(folded), e.dtype), _lit(folded, e.dtype))
             args = [self.emit(a) for a in e.args]
             code = render_op(e.op, args, [a.dtype for a in e.args], e.dtype)
             self.r.note_helpers(code)
@@ -526,6 +530,33 @@ class KernelRenderer:
                 elif step_x == 1:
                     votes += 1
         return "outer" if votes > 0 else "inner"
+
+
+#: comparisons and logic on constants, folded at codegen (Triton's interpreter mis-types 0-d comparisons
+#: of int64 constants: combined into a load mask they fail with "mask has unsupported dtype")
+_FOLDABLE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+             "ge": operator.ge, "logical_and": lambda a, b: bool(a) and bool(b),
+             "logical_or": lambda a, b: bool(a) or bool(b), "logical_not": lambda a: not a}
+
+
+def _fold(e: Op) -> Optional[bool]:
+    """The value of a comparison or logical op whose operands are constants (recursively), else None."""
+    fn = _FOLDABLE.get(e.op)
+    if fn is None and e.op in ("bitwise_and", "bitwise_or") and e.dtype == torch.bool:
+        fn = _FOLDABLE["logical_and" if e.op == "bitwise_and" else "logical_or"]
+    if fn is None:
+        return None
+    vals = []
+    for a in e.args:
+        if isinstance(a, Const) and not isinstance(a.value, (list, tuple)):
+            vals.append(a.value)
+        elif isinstance(a, IndexValue) and a.expr.is_number and not a.indirect:
+            vals.append(int(a.expr))
+        elif isinstance(a, Op) and _fold(a) is not None:
+            vals.append(_fold(a))
+        else:
+            return None
+    return bool(fn(*vals))
 
 
 def _value_dtype(m: Member) -> torch.dtype:

@@ -152,3 +152,14 @@ def test_indexing_a_gathered_value(device):
         torch._dynamo.reset()
         with compiler.config.patch(strict=True):
             torch.testing.assert_close(torch.compile(fn, backend="kiln")(x, idx, rows), fn(x, idx, rows))
+
+
+def test_pad_bounds_on_size_one_dims_fold(device):
+    # a pad's bounds test at a constant index (a size-1 dim) is folded: the interpreter mis-typed the 0-d
+    # comparison once combined into a load mask ("mask has unsupported dtype")
+    for shape, pad in (((2, 1, 1), (0, 0)), ((3, 1), (0, 0, 0, 0)), ((2, 1, 5), (0, 0, 1, 1))):
+        x = torch.randn(*shape, device=device)
+        fn = lambda x: F.pad(x, pad, value=0.5) * 2  # noqa: E731
+        torch._dynamo.reset()
+        with compiler.config.patch(strict=True):
+            torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
