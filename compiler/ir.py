@@ -226,6 +226,19 @@ class Reduction:
     reduction_type: str
     dtype: torch.dtype
     src_dtype: torch.dtype
+    #: set on the first stage of a split column reduction: what its partial sums reduce (see ColumnSource)
+    column: Optional["ColumnSource"] = None
+
+
+@dataclasses.dataclass
+class ColumnSource:
+    """The column reduction behind a split's partial results: ``body(col_index, row_index)`` summed over
+    ``rows`` for every column in ``cols``. The scheduler may recompute the partials inside a row kernel over
+    the same (rows x cols) space (see ``scheduler.Scheduler.mix_column_partials``)."""
+
+    body: Callable[[Index, Index], KExpr]
+    cols: tuple[Expr, ...]
+    rows: tuple[Expr, ...]
 
 
 # --------------------------------------------------------------------------------------------- values

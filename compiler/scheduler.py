@@ -18,9 +18,15 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
+from . import config
 from .graph import GraphLowering, Step
-from .ir import Buffer, ComputedBuffer, Reduction, Strided, SymScalar, is_dense, prod, stride_order
+from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Strided, SymScalar, contiguous_strides, is_dense, prod,
+                 stride_order)
 from .kexpr import KExpr, free_symbols, loads
+
+#: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
+MIX_MIN_ROWS = 16
+MIX_PROGRAMS = 512
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
@@ -74,6 +80,11 @@ class KernelGroup:
     members: list[Member]
     has_reduction: bool = False
     name: str = ""
+    #: mixed row/column kernel (see Scheduler.mix_column_partials): per-column partial sums over each
+    #: program's ``row_chunk`` rows, stored at [program, column]; ``programs`` fixes the grid
+    partials: list[Member] = dataclasses.field(default_factory=list)
+    row_chunk: int = 0
+    programs: int = 0
 
     def member(self, name: str) -> Optional[Member]:
         for m in self.members:
@@ -140,6 +151,7 @@ class Scheduler:
                     self.producer[b] = len(self.items) - 1
                 for sym in _unbacked_symbols(step.outputs):
                     self.symbol_producer.setdefault(sym, len(self.items) - 1)
+        self.mix_column_partials()
         self._decide_stores(consumers)
         return self.items
 
@@ -243,6 +255,153 @@ class Scheduler:
                 return False
         return True
 
+    # ------------------------------------------------------------------ mixed row/column kernels
+    def mix_column_partials(self) -> None:
+        """Compute the first stage of split column reductions inside the row kernel over the same rows.
+
+        A norm backward reads (grad, x) in a row kernel (the input gradient) and again in a column kernel
+        (the weight gradients, split into partial sums over chunks of rows). When every value the column
+        stage reads is aligned with the row kernel's (x = row, r = column) space, each program of the row
+        kernel takes ``row_chunk`` rows and also accumulates per-column partial sums in registers; the small
+        second stage then sums the ``programs`` partial rows. Only static sizes whose rows fit one
+        persistent block qualify; anything else keeps the two kernels.
+        """
+        j = 0
+        while j < len(self.items):
+            plan = self._mix_plan(j)
+            if plan is None:
+                j += 1
+                continue
+            self._apply_mix(j, *plan)
+
+    def _mix_plan(self, j: int):
+        """(row group index, stage-2 group, partial values, chunk, programs) for group ``j``, or None."""
+        c1 = self.items[j]
+        if not isinstance(c1, KernelGroup) or not c1.has_reduction or not c1.members:
+            return None
+        sources = [getattr(m.buf.definition, "column", None) for m in c1.members]
+        if not all(m.is_reduction for m in c1.members) or any(cs is None for cs in sources):
+            return None
+        cols, rows = sources[0].cols, sources[0].rows
+        if any(len(cs.cols) != len(cols) or len(cs.rows) != len(rows) or
+               not all(same(a, b) for a, b in zip(cs.cols + cs.rows, cols + rows)) for cs in sources):
+            return None
+        M, N = prod(rows), prod(cols)
+        if not (M.is_number and N.is_number) or int(N) > config.settings().persistent_rblock_max:
+            return None
+        M, N = int(M), int(N)
+        if M < 2 * MIX_MIN_ROWS:
+            return None
+        names = set(c1.buffer_names)
+        outputs = {v.buffer.name for v in _iter_values(self.g.outputs) if isinstance(v, Strided)}
+        readers = [k for k, it in enumerate(self.items)
+                   if k != j and names & set(_group_reads(it) if isinstance(it, KernelGroup) else
+                                             self.reads_of_step(it))]
+        if names & outputs or len(readers) != 1 or not isinstance(self.items[readers[0]], KernelGroup):
+            return None
+        c2 = self.items[readers[0]]
+        for m in c2.members:  # the second stage: reductions of one partial each, and row-wise epilogues
+            reads = set(_body_reads(m.buf))
+            if m.role != "x" or (m.is_reduction and reads & names and len(reads) != 1) or \
+                    (not m.is_reduction and reads & names):
+                return None
+        cols_idx, rows_idx = decompose(RINDEX, cols), decompose(XINDEX, rows)
+        values = [cs.body(cols_idx, rows_idx) for cs in sources]
+        syms = set().union(*(_body_symbols(m.buf) for m in c1.members))
+        k2 = readers[0]
+        c2_names = set(c2.buffer_names)
+        # the row kernel: the nearest one before, else after (then the second stage moves behind it)
+        for i in list(range(j - 1, -1, -1)) + list(range(j + 1, len(self.items))):
+            g = self._as_rows(self.items[i], M, N)
+            if g is None:
+                continue
+            if any(self.symbol_producer.get(sy, -1) > i for sy in syms):
+                return None
+            if i > k2 and any(c2_names & set(_group_reads(it) if isinstance(it, KernelGroup) else
+                                             self.reads_of_step(it)) for it in self.items[k2 + 1:i + 1]):
+                continue  # something up to the row kernel needs the second stage's result
+            if all(self._mix_aligned(g, i, v) for v in values):
+                chunk = max(MIX_MIN_ROWS, -(-M // MIX_PROGRAMS))
+                self.items[i] = g
+                return i, k2, values, chunk, -(-M // chunk)
+        return None
+
+    def _as_rows(self, item, M: int, N: int) -> Optional[KernelGroup]:
+        """``item`` as a group over M rows x N columns: a row reduction group as it is, a pointwise group over
+        M*N elements remapped onto (rows, columns) (a copy; None when a member does not map or align)."""
+        if not isinstance(item, KernelGroup) or item.partials:
+            return None
+        if item.has_reduction:
+            return item if same(item.xnumel, M) and same(item.rnumel, N) else None
+        if not same(item.xnumel, M * N) or M * N == 0:
+            return None
+        rows = KernelGroup(sympy.Integer(M), sympy.Integer(N), [], has_reduction=True, name=item.name)
+        for m in item.members:
+            mm = self._member(rows, m.buf)
+            if mm is None or mm.role != "xr" or not self._aligned(rows, mm):
+                return None
+            mm.store = m.store
+            rows.members.append(mm)
+        return rows
+
+    def _mix_aligned(self, g: KernelGroup, i: int, value: KExpr) -> bool:
+        """Every load of ``value`` (in ``g``'s row x column space) is ready before ``g`` or aligned in it."""
+        for ld in loads(value):
+            prod_m = g.member(ld.buffer)
+            if prod_m is None:
+                if self.producer.get(ld.buffer, -1) >= i:
+                    return False
+                continue
+            if ld.mask is not None or ld.indirect or ld.dtype != prod_m.buf.dtype:
+                return False
+            if not same(ld.index, prod_m.store_index):
+                return False
+        return True
+
+    def _apply_mix(self, j: int, i: int, k2: int, values: list[KExpr], chunk: int, programs: int) -> None:
+        c1, g, c2 = self.items[j], self.items[i], self.items[k2]
+        renamed: dict[str, Strided] = {}
+        for m, v in zip(c1.members, values):
+            cols = m.buf.definition.column.cols
+            size = (sympy.Integer(programs),) + tuple(cols)
+            lay = Layout(size, contiguous_strides(size), sympy.Integer(0), m.buf.dtype, m.buf.layout.device)
+            part = ComputedBuffer(self.g.new_name(), lay, m.buf.definition, m.buf.origin)
+            self.g.add_buffer(part)
+            g.partials.append(Member(part, "col", v, store=True))
+            renamed[m.buf.name] = Strided(part, lay)
+        for m in c2.members:
+            d = m.buf.definition
+            reads = _body_reads(m.buf)
+            if m.is_reduction and reads and reads[0] in renamed:
+                src = renamed[reads[0]]
+                m.buf.definition = Reduction(d.ranges, (sympy.Integer(programs),),
+                                             lambda idx, ridx, src=src: src.load([ridx[0]] + list(idx)),
+                                             d.reduction_type, d.dtype, d.src_dtype)
+                for attr in ("_body", "_reads"):
+                    m.buf.__dict__.pop(attr, None)
+        c2.rnumel = sympy.Integer(programs)
+        c2.members = [self._member(c2, m.buf) for m in c2.members]
+        g.row_chunk, g.programs = chunk, programs
+        order = [it for it in self.items if it is not c1]
+        if k2 < i:  # the second stage runs right after the row kernel that now computes its partials
+            order.remove(c2)
+            order.insert(order.index(g) + 1, c2)
+        self.items = order
+        self._reindex()
+
+    def _reindex(self) -> None:
+        """Rebuild ``producer`` and ``symbol_producer`` after items were removed or moved."""
+        self.producer, symbols = {}, {}
+        for k, it in enumerate(self.items):
+            names = [m.buf.name for m in it.members + it.partials] if isinstance(it, KernelGroup) else \
+                _step_outputs(it)
+            for n in names:
+                self.producer[n] = k
+            if not isinstance(it, KernelGroup):
+                for sym in _unbacked_symbols(it.outputs):
+                    symbols.setdefault(sym, k)
+        self.symbol_producer = symbols
+
     # ------------------------------------------------------------------ stores
     def _decide_stores(self, consumers: dict[str, list]) -> None:
         outputs = {v.buffer.name for v in _iter_values(self.g.outputs) if isinstance(v, Strided)}
@@ -291,6 +450,10 @@ def _body(buf: ComputedBuffer) -> KExpr:
         expr = d.body(idx)
     buf._body = expr
     return expr
+
+
+def _group_reads(group: KernelGroup) -> list[str]:
+    return [n for m in group.members for n in _body_reads(m.buf)]
 
 
 def _body_reads(buf: ComputedBuffer) -> list[str]:

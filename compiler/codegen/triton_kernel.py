@@ -132,6 +132,7 @@ class KernelSource:
     stores: list[str]
     origins: list[str]
     hint: str = "inner"  # reductions: "inner" (rows contiguous in memory) or "outer" (columns)
+    programs: int = 0  # a fixed grid (mixed row/column kernels); 0: ceil(xnumel / XBLOCK)
 
 
 class KernelRenderer:
@@ -254,7 +255,34 @@ class KernelRenderer:
         looped = Scope(self, "x", lines, "        ")
         self._looped(looped)
 
-    def _persistent(self, xs: Scope) -> None:
+    def render_mixed(self, lines: list[str]) -> None:
+        """A row kernel that also sums columns: each program loops over its ``row_chunk`` rows, ``XBLOCK`` at a
+        time (whole rows in registers), and stores per-column partial sums (see Scheduler.mix_column_partials)."""
+        g = self.group
+        top = Scope(self, "x", lines, "    ")
+        top.line(f"pid = tl.program_id(0).to({self.index_dtype})")
+        top.line("rindex = tl.arange(0, RBLOCK)[None, :]")
+        top.line("rmask = rindex < rnumel")
+        accs = []
+        for p in g.partials:
+            acc = self.new_var()
+            top.line(f"{acc} = tl.zeros([XBLOCK, RBLOCK], {tl_dtype(p.buf.dtype)})")
+            accs.append(acc)
+        top.line(f"for xsub in range(0, {g.row_chunk}, XBLOCK):")
+        xs = Scope(self, "x", lines, "        ")
+        xs.line("xlocal = xsub + tl.arange(0, XBLOCK)[:, None]")
+        xs.line(f"xindex = pid * {g.row_chunk} + xlocal")
+        xs.line(f"xmask = (xindex < xnumel) & (xlocal < {g.row_chunk})")
+        xs.line("xrmask = xmask & rmask")
+        xr = self._persistent(xs)
+        for p, acc in zip(g.partials, accs):
+            v = xr.emit(p.value)
+            xr.line(f"{acc} = {acc} + tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK])"
+                    f".to({tl_dtype(p.buf.dtype)}), 0)")
+        for p, acc in zip(g.partials, accs):
+            top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, tl.sum({acc}, 0)[None, :], rmask)")
+
+    def _persistent(self, xs: Scope) -> Scope:
         xr = Scope(self, "xr", xs.lines, xs.indent, parent=xs)
         for m in self.group.members:
             if m.is_reduction:
@@ -270,6 +298,7 @@ class KernelRenderer:
                 var = self.compute_x_member(xs, m)
             if m.store:
                 self.store(xs, m, var)
+        return xr
 
     def _levels(self) -> dict[str, int]:
         """Loop level of each member; for x members and reductions, the level their value is ready at."""
@@ -477,7 +506,9 @@ class KernelRenderer:
     # -------------------------------------------------------------- module
     def render(self) -> KernelSource:
         body: list[str] = []
-        if self.reduction:
+        if self.group.partials:
+            self.render_mixed(body)
+        elif self.reduction:
             self.render_reduction(body)
         else:
             self.render_pointwise(body)
@@ -490,7 +521,7 @@ class KernelRenderer:
             params += ["rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "PERSISTENT: tl.constexpr"]
         else:
             params += ["XBLOCK: tl.constexpr"]
-        origins = [m.buf.origin or m.buf.name for m in self.group.members]
+        origins = [m.buf.origin or m.buf.name for m in self.group.members + self.group.partials]
         kind = "reduction" if self.reduction else "pointwise"
         header = ["import triton", "import triton.language as tl",
                   "from triton.language.extra import libdevice", ""]
@@ -505,7 +536,8 @@ class KernelRenderer:
         name = f"kiln_{kind}_{stem}_{tag}"
         text = text.replace("KERNEL_NAME", name)
         return KernelSource(name, text, ptrs, size_args, self.group.xnumel, self.group.rnumel, self.reduction,
-                            [m.buf.name for m in self.group.members if m.store], origins, self.reduction_hint())
+                            [m.buf.name for m in self.group.members + self.group.partials if m.store], origins,
+                            self.reduction_hint(), self.group.programs)
 
     def reduction_hint(self) -> str:
         """"outer" when reduced elements are far apart in memory and rows are adjacent (column sums).

@@ -234,13 +234,14 @@ class WrapperBuilder:
         return gm
 
     def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
-        for m in group.members:
+        for m in group.members + group.partials:
             if m.store and m.buf.name not in self.nodes:
                 self.allocate(m.buf)
         attr = ks.name
         if not hasattr(self.root, attr):
             self.root.add_module(attr, TritonKernel(ks.name, ks.source, [p for p, _ in ks.ptr_args],
-                                                    [s.name for s in ks.size_args], ks.reduction, ks.hint))
+                                                    [s.name for s in ks.size_args], ks.reduction, ks.hint,
+                                                    ks.programs))
         args = [self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b]) for _, b in ks.ptr_args]
         args += [self.expr(s) for s in ks.size_args]
         args.append(self.expr(ks.xnumel))

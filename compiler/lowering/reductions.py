@@ -13,7 +13,8 @@ import torch
 
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
-from ..ir import ComputedBuffer, Index, Layout, Lazy, Reduction, Strided, Value, contiguous_strides, prod
+from ..ir import (ColumnSource, ComputedBuffer, Index, Layout, Lazy, Reduction, Strided, Value, contiguous_strides,
+                  prod)
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype
@@ -51,9 +52,10 @@ def reduce(g: GraphLowering, x: Value, dims: Sequence[int], keepdim: bool, rtype
                 full.append(next(it))
         return cast(load(full), src)
 
-    split = _split_count(out_ranges, red_ranges, rtype, _is_outer(fn, out_ranges, red_ranges))
+    outer = _is_outer(fn, out_ranges, red_ranges)
+    split = _split_count(out_ranges, red_ranges, rtype, outer)
     if split > 1:
-        return _split_reduce(g, x.device, out_ranges, red_ranges, fn, rtype, dtype, src, split)
+        return _split_reduce(g, x.device, out_ranges, red_ranges, fn, rtype, dtype, src, split, outer)
     layout = Layout(out_ranges, contiguous_strides(out_ranges), sympy.Integer(0), dtype, x.device)
     red = Reduction(out_ranges, red_ranges, fn, rtype, dtype, src)
     return g.add_computed(ComputedBuffer(g.new_name(), layout, red))
@@ -117,7 +119,8 @@ def _identity(rtype: str, dtype: torch.dtype):
     return info.min if rtype == "max" else info.max
 
 
-def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, split: int) -> Strided:
+def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, split: int,
+                  outer: bool = False) -> Strided:
     from .misc import _mask_loads
 
     R = int(prod(red_ranges))
@@ -136,8 +139,9 @@ def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, spli
     # partial results laid out (split, *rows): for column reductions, adjacent rows stay adjacent
     ranges1 = (sympy.Integer(split),) + tuple(out_ranges)
     lay1 = Layout(ranges1, contiguous_strides(ranges1), sympy.Integer(0), src, device)
+    column = ColumnSource(fn, tuple(out_ranges), tuple(red_ranges)) if outer and rtype == "sum" else None
     part = g.add_computed(ComputedBuffer(g.new_name(), lay1, Reduction(ranges1, (sympy.Integer(chunk),), stage1,
-                                                                         rtype, src, src)))
+                                                                         rtype, src, src, column)))
 
     def stage2(idx: Index, ridx: Index) -> KExpr:
         return part.load([ridx[0]] + list(idx))

@@ -38,9 +38,10 @@ class TritonKernel(torch.nn.Module):
     """One generated kernel. ``source`` is the module text; ``name`` its ``@triton.jit`` function."""
 
     def __init__(self, name: str, source: str, ptr_args: list[str], size_args: list[str], reduction: bool,
-                 hint: str = "inner") -> None:
+                 hint: str = "inner", programs: int = 0) -> None:
         super().__init__()
         self.hint = hint
+        self.programs = programs  # fixed grid of a mixed row/column kernel (whole rows per block); 0: none
         self.name = name
         self.source = source
         self.ptr_args = ptr_args
@@ -71,17 +72,17 @@ class TritonKernel(torch.nn.Module):
             xblock = min(next_pow2(xnumel), cap)
             return {"XBLOCK": xblock, "num_warps": 4 if xblock <= 1024 else 8}
         if interp:
-            if rnumel <= s.interp_persistent_rblock_max:
+            if rnumel <= s.interp_persistent_rblock_max or self.programs:
                 rblock = next_pow2(max(rnumel, 1))
                 xblock = max(1, min(next_pow2(xnumel), 65536 // rblock))
                 return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": True, "num_warps": 1}
             return {"XBLOCK": 1, "RBLOCK": s.interp_persistent_rblock_max, "PERSISTENT": False, "num_warps": 1}
-        if self.hint == "outer" and rnumel > 64:
+        if self.hint == "outer" and rnumel > 64 and not self.programs:
             # column reductions: 32 adjacent rows per program (coalesced), a chunk of the reduced dim per step
             return {"XBLOCK": min(s.outer_xblock, next_pow2(xnumel)),
                     "RBLOCK": min(s.outer_rblock, next_pow2(rnumel)),
                     "PERSISTENT": False, "num_warps": s.outer_num_warps}
-        if rnumel <= s.persistent_rblock_max:
+        if rnumel <= s.persistent_rblock_max or self.programs:
             rblock = next_pow2(max(rnumel, 1))
             per_row = 1024 if rblock <= 256 else 4096
             xblock = max(1, min(next_pow2(xnumel), per_row // rblock, 64 if rblock <= 256 else 4))
@@ -126,7 +127,7 @@ class TritonKernel(torch.nn.Module):
         cfg = self.launch_config(xnumel, rnumel, device)
         if self._fn is None:
             self._fn = cache.load_kernel(self.source, self.name)
-        grid0 = cdiv(xnumel, cfg["XBLOCK"])
+        grid0 = self.programs or cdiv(xnumel, cfg["XBLOCK"])
         consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
         launch = _Launch(self._fn[(grid0,)], cfg, grid0, consts, (device, tuple(sorted(cfg.items()))),
                          device.index if device.index is not None else 0)

@@ -1,0 +1,82 @@
+"""Mixed row/column kernels (scheduler.Scheduler.mix_column_partials): a backward's weight-gradient column
+sums computed as per-program partials inside the row kernel that reads the same (rows x columns)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, x.shape[-1:], w, b, 1e-5)
+
+
+def rms_norm(x, w):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+def residual_norm(x, r, w, b):
+    h = x + r
+    return F.layer_norm(h, h.shape[-1:], w, b, 1e-5), h
+
+
+def bias_gelu(x, b):
+    return F.gelu(x + b)
+
+
+def _grads(fn, inputs, dynamic=False, gos=None):
+    """(compiled grads, eager grads, backward CompiledGraph, output grads); random output grads unless given."""
+    torch._dynamo.reset()
+    xs = [t.detach().requires_grad_(True) for t in inputs]
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        out = torch.compile(fn, backend="kiln", dynamic=dynamic)(*xs)
+        outs = out if isinstance(out, tuple) else (out,)
+        gos = gos or [torch.randn_like(o) for o in outs]
+        got = torch.autograd.grad(outs, xs, gos)
+    ref = fn(*xs)
+    want = torch.autograd.grad(ref if isinstance(ref, tuple) else (ref,), xs, gos)
+    return got, want, graphs[-1], gos
+
+
+def _mixed(cg) -> list:
+    return [m for m in cg.wrapper.children() if getattr(m, "programs", 0)]
+
+
+# rows >= 4096 so the column reductions split (the mixed kernel replaces their first stage)
+CASES = [
+    ("layer_norm_ragged_rows", layer_norm, [(4100, 48), (48,), (48,)], torch.float32),
+    ("layer_norm_3d", layer_norm, [(8, 520, 40), (40,), (40,)], torch.float32),
+    ("rms_norm_bf16_stage_moves_after_rows", rms_norm, [(4096, 64), (64,)], torch.bfloat16),
+    ("residual_norm", residual_norm, [(4096, 32), (4096, 32), (32,), (32,)], torch.float32),
+    ("bias_gelu_pointwise_as_rows", bias_gelu, [(4096, 64), (64,)], torch.float32),
+]
+
+
+@pytest.mark.parametrize("name, fn, shapes, dtype", CASES, ids=[c[0] for c in CASES])
+def test_weight_grads_fuse_into_the_row_kernel(device, name, fn, shapes, dtype):
+    inputs = [torch.randn(s, device=device, dtype=dtype) for s in shapes]
+    got, want, bwd, gos = _grads(fn, inputs)
+    if dtype == torch.float32:
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    else:  # sums of 4096 low-precision products: at least as close to float64 as eager is
+        _, exact, _, _ = _grads(fn, [t.double() for t in inputs], gos=[g.double() for g in gos])
+        for a, b, e in zip(got, want, exact):
+            err, eager_err = (a.double() - e).abs().max(), (b.double() - e).abs().max()
+            assert err <= 2 * eager_err + 1e-2, (float(err), float(eager_err))
+    assert len(_mixed(bwd)) == 1, bwd.code
+    assert bwd.kernel_count == 2, bwd.code  # the row kernel with partials + the partials' final sum
+
+
+def test_symbolic_rows_keep_separate_kernels(device):
+    # no split (and so no mixing) without static sizes; results stay right
+    x = torch.randn(4100, 48, device=device)
+    w, b = torch.randn(48, device=device), torch.randn(48, device=device)
+    got, want, bwd, _ = _grads(layer_norm, [x, w, b], dynamic=True)
+    for a, c in zip(got, want):
+        torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
+    assert not _mixed(bwd)
