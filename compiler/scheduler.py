@@ -405,13 +405,16 @@ class Scheduler:
     # ------------------------------------------------------------------ stores
     def _decide_stores(self, consumers: dict[str, list]) -> None:
         outputs = {v.buffer.name for v in _iter_values(self.g.outputs) if isinstance(v, Strided)}
+        # buffers still computed by some group (a mixed kernel's partials replace the first stage it absorbed)
+        scheduled = {n for it in self.items if isinstance(it, KernelGroup) for n in it.buffer_names}
         for gi, item in enumerate(self.items):
             if not isinstance(item, KernelGroup):
                 continue
             names = set(item.buffer_names)
             for m in item.members:
                 users = consumers.get(m.buf.name, [])
-                outside = [u for u in users if not (isinstance(u, ComputedBuffer) and u.name in names)]
+                outside = [u for u in users if not (isinstance(u, ComputedBuffer) and
+                                                    (u.name in names or u.name not in scheduled))]
                 m.store = m.buf.name in outputs or bool(outside)
             item.name = f"k{gi}"
 
