@@ -136,7 +136,8 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("results/gpu"))
     p.add_argument("--compilers", default="kiln,inductor,eager")
     p.add_argument("--only", help="restrict workloads (fnmatch patterns)")
-    p.add_argument("--timer", default="event")
+    p.add_argument("--timer", default="event", help="event (default; includes host launch time, so host-bound "
+                   "backward workloads vary between runs), profiler (kernel time), graph (CUDA graph replays)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--target-s", type=float, default=None)
     p.add_argument(
