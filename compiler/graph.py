@@ -20,7 +20,7 @@ from . import config
 from .exc import LoweringError, NotLowered
 from .ir import (
     Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
-    Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, sym,
+    Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, prod, sym,
 )
 from .kexpr import KExpr, Op
 
@@ -173,7 +173,8 @@ class GraphLowering:
             elif node.op == "get_attr":
                 self.env[node] = self._get_attr(node)
             elif node.op == "output":
-                self.outputs = [self._output_value(a) for a in _flatten_output(node.args[0])]
+                args = _flatten_output(node.args[0])
+                self.outputs = _alias_outputs(args, [self._output_value(a) for a in args])
             else:
                 raise LoweringError(f"unsupported FX node kind {node.op} ({node.name})")
         self.current_node = None
@@ -432,6 +433,53 @@ def _values_of(outputs: Any) -> Any:
     if isinstance(outputs, dict):
         return {k: _values_of(v) for k, v in outputs.items()}
     return outputs
+
+
+def _alias_outputs(args: list, values: list) -> list:
+    """Outputs that share one storage in eager (``h`` and ``h[:, 0]``) share one kiln buffer.
+
+    AOTAutograd rebuilds such an output from the other one with ``as_strided`` and the storage offset the
+    graph returned, so a separate buffer (offset 0) read the wrong elements. The output covering the most
+    elements is the root when its buffer is dense with eager's layout; every other output of that storage
+    whose elements lie inside the root's becomes a view of the root's buffer.
+    """
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    groups: dict[Any, list[int]] = {}
+    for i, a in enumerate(args):
+        meta = a.meta.get("val") if isinstance(a, fx.Node) else None
+        if isinstance(meta, torch.Tensor) and isinstance(values[i], Strided) and not isinstance(
+                values[i].buffer, InputBuffer) and all(sym(d) != 0 for d in meta.shape):
+            groups.setdefault(StorageWeakRef(meta.untyped_storage()), []).append(i)
+    out = list(values)
+    for idxs in groups.values():
+        roots = [i for i in idxs if values[i].is_whole_buffer() and is_dense(values[i].layout)
+                 and sympy.expand(_span(values[i].layout.size, values[i].layout.stride) - prod(values[i].size)) == 0]
+        if len(idxs) < 2 or not roots:
+            continue
+        root = max(roots, key=lambda i: int(sympy.sympify(prod(values[i].size)).subs(_hints(values[i].size))))
+        rmeta, rval = args[root].meta["val"], values[root]
+        for i in idxs:
+            meta = args[i].meta["val"]
+            if i == root or meta.dtype != rmeta.dtype:
+                continue
+            size, stride = tuple(sym(v) for v in meta.shape), tuple(sym(v) for v in meta.stride())
+            offset = sym(meta.storage_offset()) - sym(rmeta.storage_offset())
+            room = _span(rval.layout.size, rval.layout.stride) - offset - _span(size, stride)
+            if sympy.expand(offset).is_nonnegative and sympy.expand(room).is_nonnegative:
+                out[i] = Strided(rval.buffer, Layout(size, stride, offset, meta.dtype, meta.device))
+    return out
+
+
+def _span(size: Sequence, stride: Sequence) -> sympy.Expr:
+    """Elements from the first to the last one a (non-empty) strided view touches."""
+    return 1 + sum(((sz - 1) * st for sz, st in zip(size, stride)), sympy.Integer(0))
+
+
+def _hints(exprs: Sequence) -> dict:
+    from .ir import _size_hints
+    hints = _size_hints()
+    return {s: hints.get(s, 8) for e in exprs for s in sympy.sympify(e).free_symbols}
 
 
 def _restride_output(value: Strided, meta: torch.Tensor) -> bool:

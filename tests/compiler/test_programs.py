@@ -163,3 +163,20 @@ def test_pad_bounds_on_size_one_dims_fold(device):
         torch._dynamo.reset()
         with compiler.config.patch(strict=True):
             torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
+
+
+def test_outputs_that_view_one_storage_share_one_buffer(device):
+    # AOTAutograd rebuilds `t1` from `t0` with as_strided and the storage offset the graph returned; a
+    # separate buffer for `t1` (offset 0 instead of 1) gave wrong values under dynamic shapes
+    def fn(x):
+        t0 = x[torch.tensor([0, x.shape[0] - 1, 0], device=x.device)]
+        return t0, t0.narrow(2, 1, t0.shape[2] - 1), t0[:, 0]
+
+    f = torch.compile(fn, backend="kiln", dynamic=True)
+    for shape in ((2, 2, 3), (3, 4, 5)):
+        x = torch.randn(*shape, device=device, requires_grad=True)
+        with compiler.config.patch(strict=True):
+            outs = f(x)
+        for out, ref in zip(outs, fn(x)):
+            torch.testing.assert_close(out, ref)
+            assert out.stride() == ref.stride() and out.storage_offset() == ref.storage_offset()
