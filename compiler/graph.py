@@ -112,6 +112,7 @@ class GraphLowering:
         self.fallbacks: list[FallbackReason] = []
         self.subgraph_compiler = subgraph_compiler
         self.constants: dict[str, torch.Tensor] = {}  # buffer name -> tensor constant (get_attr in the wrapper)
+        self.attributes: list[tuple[Opaque, str, Any]] = []  # other get_attr values (subgraphs of map/scan)
         self._counter = 0
         self.current_node: Optional[fx.Node] = None
         self.interpret = _interpret_mode()
@@ -205,7 +206,9 @@ class GraphLowering:
             self.add_buffer(buf)
             self.constants[node.name] = obj
             return Strided(buf, buf.layout)
-        return Opaque(node.name)  # subgraph modules; consumed by control-flow lowerings via the node
+        value = Opaque(node.name)  # subgraph modules: control-flow lowerings read them via the node, and a
+        self.attributes.append((value, node.name, obj))  # fallback (map, scan) gets them from the wrapper
+        return value
 
     def _output_value(self, arg: Any) -> Any:
         """A graph output, laid out exactly as eager's result (its FakeTensor's strides).

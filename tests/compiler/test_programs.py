@@ -23,7 +23,7 @@ def test_normalize_backward_reads_saved_expand_with_eager_strides(device):
     # the forward saves `norm.clamp_min(eps).expand_as(x)` (stride 0 along the row); the backward was
     # traced against those strides, so the forward must not store it as a dense (rows, cols) buffer
     a, b = torch.randn(8, 16, device=device), torch.randn(8, 16, device=device)
-    fn = lambda a, b: F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T  # noqa: E731
+    fn = lambda a, b: F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
     (out, grads), (ref, ref_grads) = compiled_grads(fn, a, b)
     torch.testing.assert_close(out, ref)
     for g, r in zip(grads, ref_grads):
@@ -53,7 +53,7 @@ def test_bool_arithmetic_is_logic(device):
 def test_integer_and_bool_to_bfloat16(device):
     # c10 converts integers to bfloat16 through float32; the interpreter's direct cast reinterpreted bits
     x = torch.tensor([-300, -3, 0, 1, 7, 250, 9999], device=device)
-    fn = lambda x: (x.to(torch.bfloat16) * 1.5, (x > 0).to(torch.bfloat16), x.to(torch.int32).bfloat16())  # noqa: E731
+    fn = lambda x: (x.to(torch.bfloat16) * 1.5, (x > 0).to(torch.bfloat16), x.to(torch.int32).bfloat16())
     with compiler.config.patch(strict=True):
         outs = torch.compile(fn, backend="kiln")(x)
     for out, ref in zip(outs, fn(x)):
@@ -105,7 +105,7 @@ def test_out_of_range_int_scalars_wrap_like_eager(device):
     # eager casts the scalar to the tensor's dtype (int8: -1000 -> 24); the literal was out of range in Triton
     x = torch.tensor([5, -100, 100], dtype=torch.int8, device=device)
     u = torch.tensor([0, 5, 255], dtype=torch.uint8, device=device)
-    fn = lambda x, u: (x > -1000, x == 300, x + 300, x * 1000, u > -1, u == 261, u + 260)  # noqa: E731
+    fn = lambda x, u: (x > -1000, x == 300, x + 300, x * 1000, u > -1, u == 261, u + 260)
     with compiler.config.patch(strict=True):
         outs = torch.compile(fn, backend="kiln")(x, u)
     for out, ref in zip(outs, fn(x, u)):
@@ -128,7 +128,7 @@ def test_export_aot_module_with_parameters(device):
 
 def test_slice_with_symbolic_start_backward(device):
     # the backward of x[:, n // 2:] is a slice_scatter whose start is a size expression (a SymScalar)
-    fn = lambda x: (x[:, x.shape[1] // 2:] * 2).exp().sum()  # noqa: E731
+    fn = lambda x: (x[:, x.shape[1] // 2:] * 2).exp().sum()
     f = torch.compile(fn, backend="kiln", dynamic=True)
     for shape in ((3, 8), (4, 11)):
         x = torch.randn(*shape, device=device, requires_grad=True)
@@ -159,7 +159,7 @@ def test_pad_bounds_on_size_one_dims_fold(device):
     # comparison once combined into a load mask ("mask has unsupported dtype")
     for shape, pad in (((2, 1, 1), (0, 0)), ((3, 1), (0, 0, 0, 0)), ((2, 1, 5), (0, 0, 1, 1))):
         x = torch.randn(*shape, device=device)
-        fn = lambda x: F.pad(x, pad, value=0.5) * 2  # noqa: E731
+        fn = lambda x, pad=pad: F.pad(x, pad, value=0.5) * 2
         torch._dynamo.reset()
         with compiler.config.patch(strict=True):
             torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
@@ -180,3 +180,21 @@ def test_outputs_that_view_one_storage_share_one_buffer(device):
         for out, ref in zip(outs, fn(x)):
             torch.testing.assert_close(out, ref)
             assert out.stride() == ref.stride() and out.storage_offset() == ref.storage_offset()
+
+
+def test_map_and_scan_fall_back_with_their_subgraphs(device):
+    # the subgraph of a map/scan fallback is a get_attr the wrapper never registered (KeyError at wrap time)
+    from torch._higher_order_ops.map import map as hop_map
+    from torch._higher_order_ops.scan import scan
+
+    xs, y = torch.randn(3, 4, 5, device=device), torch.randn(5, device=device)
+    fns = [(lambda xs, y: hop_map(lambda x, y: (x * y).sum(-1), xs, y), (xs, y)),
+           (lambda x: scan(lambda c, xi: (c + xi, (c * xi).sum(-1, keepdim=True)), torch.zeros(4, device=x.device),
+                           x, dim=0), (torch.randn(5, 4, device=device),))]
+    for fn, args in fns:
+        torch._dynamo.reset()
+        with compiler.config.patch(strict=True):
+            out = torch.compile(fn, backend="kiln")(*args)
+        ref = fn(*args)
+        for o, r in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
+            torch.testing.assert_close(o, r)
