@@ -49,10 +49,19 @@ class TritonKernel(torch.nn.Module):
         self.reduction = reduction
         self._fn = None
         self._dumped: set[str] = set()
-        self.fast_launches = self.jit_launches = 0  # GPU launch paths taken (for tests and reports)
+        # GPU launch paths taken [fast, jit] (a list: nn.Module.__setattr__ costs microseconds per launch)
+        self._counts = [0, 0]
         self._compiled: dict[tuple, Any] = {}  # specialization -> Triton CompiledKernel (GPU fast path)
-        self._launches: dict[tuple, tuple] = {}  # (xnumel, rnumel, device) -> (launcher, config, device)
+        self._launches: dict[tuple, "_Launch"] = {}  # (xnumel, rnumel, device index or -1 for CPU) -> launch
         self._dump_dir = config.settings().dump_dir
+
+    @property
+    def fast_launches(self) -> int:
+        return self._counts[0]
+
+    @property
+    def jit_launches(self) -> int:
+        return self._counts[1]
 
     def extra_repr(self) -> str:
         kind = f"reduction, {self.hint}" if self.reduction else "pointwise"
@@ -98,10 +107,15 @@ class TritonKernel(torch.nn.Module):
         if xnumel == 0:
             return None
         first = args[0] if nptr else None
-        device = first.device if isinstance(first, torch.Tensor) else _device_of(args[:nptr])
-        launch = self._launches.get((xnumel, rnumel, device))
+        if isinstance(first, torch.Tensor):
+            where = first.get_device()  # -1 on CPU; an int is cheaper to get and hash than a torch.device
+        else:
+            dev = _device_of(args[:nptr])
+            where = -1 if dev.type == "cpu" else (dev.index or 0)
+        launch = self._launches.get((xnumel, rnumel, where))
         if launch is None:
-            launch = self._prepare(xnumel, rnumel, device)
+            launch = self._prepare(xnumel, rnumel, where)
+        device = launch.device
         try:
             if device.type == "cpu":
                 with np.errstate(all="ignore"):  # masked-off lanes may divide by zero; results are discarded
@@ -123,15 +137,16 @@ class TritonKernel(torch.nn.Module):
         # nn.Module.__call__ runs hook machinery on every launch; a kernel has no hooks
         return self.forward(*args)
 
-    def _prepare(self, xnumel: int, rnumel: int, device: torch.device) -> "_Launch":
+    def _prepare(self, xnumel: int, rnumel: int, where: int) -> "_Launch":
+        device = torch.device("cpu") if where < 0 else torch.device("cuda", where)
         cfg = self.launch_config(xnumel, rnumel, device)
         if self._fn is None:
             self._fn = cache.load_kernel(self.source, self.name)
         grid0 = self.programs or cdiv(xnumel, cfg["XBLOCK"])
         consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
-        launch = _Launch(self._fn[(grid0,)], cfg, grid0, consts, (device, tuple(sorted(cfg.items()))),
-                         device.index if device.index is not None else 0)
-        self._launches[(xnumel, rnumel, device)] = launch
+        launch = _Launch(self._fn[(grid0,)], cfg, grid0, consts, (where, tuple(sorted(cfg.items()))),
+                         max(where, 0), device)
+        self._launches[(xnumel, rnumel, where)] = launch
         return launch
 
     def _launch_gpu(self, launch: "_Launch", args: tuple) -> None:
@@ -142,17 +157,18 @@ class TritonKernel(torch.nn.Module):
         equal to 1, divisible by 16, 32-bit) is what Triton specializes on, so a compiled kernel is reused
         only for arguments it was compiled for. Launch hooks (profilers) take the JIT path.
         """
-        spec = tuple((a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else
-                     (a == 1, a % 16 == 0, -(2 ** 31) <= a < 2 ** 31) for a in args)
+        nptr = len(self.ptr_args)
+        spec = (tuple(a.data_ptr() % 16 == 0 if isinstance(a, torch.Tensor) else a for a in args[:nptr]),
+                tuple((a == 1, a % 16 == 0, -2147483648 <= a <= 2147483647) for a in args[nptr:]))
         key = (spec, launch.key)
         compiled = self._compiled.get(key) if _FAST_LAUNCH["ok"] else None
         if compiled is None or _launch_hooks_active():
             kernel = launch.jit(*args, **launch.cfg)
             if kernel is not None and _FAST_LAUNCH["ok"]:
                 self._compiled[key] = kernel
-            self.jit_launches += 1
+            self._counts[1] += 1
             return
-        self.fast_launches += 1
+        self._counts[0] += 1
         stream = torch._C._cuda_getCurrentRawStream(launch.device_index)
         try:
             compiled.run(launch.grid0, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
@@ -195,8 +211,9 @@ class _Launch(NamedTuple):
     cfg: dict
     grid0: int
     consts: tuple  # constexpr values in parameter order (appended to the arguments)
-    key: tuple  # (device, config items): part of the compiled-kernel cache key
+    key: tuple  # (device index, config items): part of the compiled-kernel cache key
     device_index: int
+    device: torch.device
 
 
 #: flips to False for good if this Triton's compiled-kernel launcher has another signature
