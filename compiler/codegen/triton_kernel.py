@@ -110,7 +110,9 @@ class Scope:
         if e.mask is not None and not (e.indirect == () and not ({XINDEX, RINDEX} & index.free_symbols)):
             # a constant index is one real element, valid wherever the value is used: no mask needed
             extra = self.emit(e.mask)
-            mask = extra if mask is None else f"{mask} & {extra}"
+            # a select, not ``mask & extra``: the interpreter types a block mask ``&`` a 0-d condition (a
+            # bounds test at a constant index) as int32, which loads reject ("mask has unsupported dtype")
+            mask = extra if mask is None else f"tl.where({extra}, {mask}, False)"
         code = f"tl.load({ptr} + {idx}" + (f", {mask}, other=0)" if mask else ")")
         buf_dtype = self.r.buffer_dtype(e.buffer)
         if buf_dtype != e.dtype:

@@ -198,3 +198,12 @@ def test_map_and_scan_fall_back_with_their_subgraphs(device):
         ref = fn(*args)
         for o, r in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
             torch.testing.assert_close(o, r)
+
+
+def test_roll_of_a_padded_size_one_dim(device):
+    # the bounds test of the pad, at a computed (not literal) constant index, is a 0-d condition; combined
+    # into a load mask with `&` the interpreter typed it int32 ("mask has unsupported dtype")
+    fn = lambda x: torch.roll(F.pad(x.argmax(2, keepdim=True).float(), (0, 0)), -1, 2)
+    x = torch.randn(1, 3, 4, device=device)
+    with compiler.config.patch(strict=True):
+        torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
