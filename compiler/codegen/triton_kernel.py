@@ -107,6 +107,10 @@ class Scope:
             self.r.note_symbols(index)
             mask = self.r.mask_for(index)
         idx = pexpr(index)
+        if e.indirect and not ({XINDEX, RINDEX} & index.free_symbols):
+            # every position comes from loaded values, which may all be scalars (a gather at a constant
+            # index): give the pointer the block shape of its mask
+            idx = f"tl.broadcast_to({idx}, {self.r.block_shape(self.shape)})"
         if e.mask is not None and not (e.indirect == () and not ({XINDEX, RINDEX} & index.free_symbols)):
             # a constant index is one real element, valid wherever the value is used: no mask needed
             extra = self.emit(e.mask)
@@ -178,6 +182,12 @@ class KernelRenderer:
         for name in HELPERS:
             if name in code and name not in self.helpers:
                 self.helpers.append(name)
+
+    def block_shape(self, shape: str) -> str:
+        """The block a value of scope ``shape`` ("x" or "xr") has in this kernel."""
+        if not self.reduction:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if shape == "xr" else "[XBLOCK, 1]"
 
     def scope_mask(self, shape: str) -> str:
         if not self.reduction:

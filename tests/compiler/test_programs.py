@@ -207,3 +207,16 @@ def test_roll_of_a_padded_size_one_dim(device):
     x = torch.randn(1, 3, 4, device=device)
     with compiler.config.patch(strict=True):
         torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
+
+
+def test_gather_at_loaded_scalar_position_in_a_reduction(device):
+    # cross-entropy's target gather reads at a position that comes only from scalar loads: the pointer was
+    # 0-d under a block mask ("Mask argument cannot be block type if pointer argument is not a block")
+    def fn(x):
+        t = x.argmax(2, keepdim=True).float()
+        target = (t.detach()[:, 0].abs() * 3).long().clamp(max=t.shape[1] - 1)
+        return F.cross_entropy(t, target, label_smoothing=0.1)
+
+    x = torch.randn(1, 2, 8, device=device)
+    with compiler.config.patch(strict=True):
+        torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
