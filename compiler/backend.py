@@ -157,9 +157,26 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible
     # pointwise work there (the default one saves every forward intermediate the backward reads: e.g. an
     # fp32 copy of an RMSNorm input, a full extra write + read)
-    return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_graph, bw_compiler=compile_fx_graph,
+    # (Dynamo already runs the returned forward without tracing it; backwards run from autograd, see below)
+    return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_graph, bw_compiler=_compile_backward,
                                  partition_fn=min_cut_rematerialization_partition,
                                  decompositions=decomposition_table())
+
+
+def _no_trace(fn: Callable) -> Callable:
+    """``fn`` with Dynamo off while it runs (attributes such as ``_boxed_call`` kept).
+
+    A backward runs wherever ``loss.backward()`` is called, possibly inside another compiled frame (a
+    compiled train step); Dynamo would then trace kiln's wrapper and the Triton interpreter as user code.
+    Dynamo's own ``aot_autograd`` helper wraps backward compilers and backwards the same way."""
+    import torch._dynamo
+
+    return torch._dynamo.disable(fn, reason="kiln: do not trace a compiled graph")
+
+
+def _compile_backward(gm: fx.GraphModule, example_inputs: Any) -> Callable:
+    """The backward compiler: compiled without Dynamo, and run without it."""
+    return _no_trace(_no_trace(compile_fx_graph)(gm, example_inputs))
 
 
 def _index_dtype(group: KernelGroup, g: GraphLowering) -> str:

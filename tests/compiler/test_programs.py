@@ -1,5 +1,7 @@
 """Regression tests from realistic programs (losses, norms, training steps) compared with eager."""
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -220,3 +222,28 @@ def test_gather_at_loaded_scalar_position_in_a_reduction(device):
     x = torch.randn(1, 2, 8, device=device)
     with compiler.config.patch(strict=True):
         torch.testing.assert_close(torch.compile(fn, backend="kiln")(x), fn(x))
+
+
+def test_compiled_train_step_with_backward_inside(device):
+    # loss.backward() inside a compiled function runs kiln's backward while Dynamo's frame hook is active;
+    # Dynamo then traced kiln's wrapper and the Triton interpreter as user code (launch error)
+    torch.manual_seed(0)
+    m1 = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).to(device)
+    m2 = copy.deepcopy(m1)
+    o1, o2 = torch.optim.SGD(m1.parameters(), lr=0.1), torch.optim.SGD(m2.parameters(), lr=0.1)
+
+    def step(m, o, x, y):
+        o.zero_grad(set_to_none=True)
+        loss = F.mse_loss(m(x), y)
+        loss.backward()
+        o.step()
+        return loss
+
+    compiled = torch.compile(step, backend="kiln")
+    for _ in range(2):
+        x, y = torch.randn(5, 4, device=device), torch.randn(5, 2, device=device)
+        with compiler.config.patch(strict=True):
+            loss = compiled(m1, o1, x, y)
+        torch.testing.assert_close(loss, step(m2, o2, x, y))
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b)
