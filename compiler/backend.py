@@ -113,7 +113,8 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any) -> Callable:
 
     Two safety nets keep a program running when kiln has a bug (both are off under ``strict``): a graph
     whose compilation fails runs as its ATen graph, and a wrapper whose first launch fails switches to the
-    ATen graph for good (safe: the wrapper never writes to its inputs). Both are recorded as fallbacks.
+    ATen graph for good (safe: the only writes to inputs are the trailing write-back copies, after every
+    kernel). Both are recorded as fallbacks.
     """
     name = f"graph_{next(_graph_ids)}"
     strict = config.settings().strict
@@ -157,10 +158,12 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible
     # pointwise work there (the default one saves every forward intermediate the backward reads: e.g. an
     # fp32 copy of an RMSNorm input, a full extra write + read)
-    # (Dynamo already runs the returned forward without tracing it; backwards run from autograd, see below)
+    # (Dynamo already runs the returned forward without tracing it; backwards run from autograd, see below).
+    # Input mutations stay in the graph as trailing copy_ write-backs, as with Inductor: returned as outputs
+    # instead, parameters updated under no_grad got gradients (zeros) where eager leaves None.
     return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_graph, bw_compiler=_compile_backward,
                                  partition_fn=min_cut_rematerialization_partition,
-                                 decompositions=decomposition_table())
+                                 keep_inference_input_mutations=True, decompositions=decomposition_table())
 
 
 def _no_trace(fn: Callable) -> Callable:

@@ -55,7 +55,7 @@ class ExternCall:
     fx_name: str
     reason: Optional[FallbackReason] = None  # None for extern kernels we chose on purpose (mm.out)
     out: Optional[Buffer] = None
-    transfer: bool = False  # a copy between devices (CPU scalar -> GPU), not a compute kernel
+    transfer: bool = False  # a copy, not a compute kernel (CPU scalar -> GPU, an input's write-back)
 
 
 @dataclasses.dataclass

@@ -11,8 +11,8 @@ import torch
 from torch.utils._sympy.functions import FloorDiv
 
 from ..exc import NotLowered
-from ..graph import GraphLowering, register_lowering
-from ..ir import EmptyBuffer, Index, Lazy, Strided, SymScalar, Value, layout_from_meta, sym
+from ..graph import ExternCall, GraphLowering, register_lowering
+from ..ir import EmptyBuffer, Index, InputBuffer, Lazy, Strided, SymScalar, Value, layout_from_meta, sym
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast
 from .pointwise import arg_cost, broadcast_index, check_device, load_arg
 
@@ -57,6 +57,18 @@ def _copy(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
     return Lazy(size, out.dtype, dst.device,
                 lambda idx: cast(src.load(broadcast_index(src.size, size, idx)), out.dtype, explicit=True),
                 getattr(src, "cost", 0) + 1)
+
+
+@register_lowering(aten.copy_.default)
+def _write_back(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
+    """The write-back of a mutated graph input (``x.add_(1)``, a parameter updated under ``no_grad``): AOTAutograd
+    keeps it in the graph as a trailing ``copy_``. Kernels compute the new value, laid out like the input,
+    and the wrapper copies it into the caller's tensor."""
+    if not (isinstance(dst, Strided) and isinstance(dst.buffer, InputBuffer)):
+        raise NotLowered("copy_ into a tensor that is not a graph input")
+    value = g.realize(_copy(g, node, dst, src), node.args[0].meta.get("val"))
+    g.steps.append(ExternCall(aten.copy_.default, (dst, value), {}, None, node.name, None, transfer=True))
+    return dst
 
 
 @register_lowering(aten.full.default, aten.full_like.default, aten.scalar_tensor.default,

@@ -190,9 +190,11 @@ def test_map_and_scan_fall_back_with_their_subgraphs(device):
     from torch._higher_order_ops.scan import scan
 
     xs, y = torch.randn(3, 4, 5, device=device), torch.randn(5, device=device)
+    def step(c, xi):
+        return c + xi, (c * xi).sum(-1, keepdim=True)
+
     fns = [(lambda xs, y: hop_map(lambda x, y: (x * y).sum(-1), xs, y), (xs, y)),
-           (lambda x: scan(lambda c, xi: (c + xi, (c * xi).sum(-1, keepdim=True)), torch.zeros(4, device=x.device),
-                           x, dim=0), (torch.randn(5, 4, device=device),))]
+           (lambda x: scan(step, torch.zeros(4, device=x.device), x, dim=0), (torch.randn(5, 4, device=device),))]
     for fn, args in fns:
         torch._dynamo.reset()
         with compiler.config.patch(strict=True):
@@ -247,3 +249,33 @@ def test_compiled_train_step_with_backward_inside(device):
         torch.testing.assert_close(loss, step(m2, o2, x, y))
     for a, b in zip(m1.parameters(), m2.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_parameters_updated_under_no_grad_get_no_gradient(device):
+    # an EMA teacher updated in place under no_grad: its parameters' new values were graph outputs whose
+    # backward passed the incoming tangents through, so they got zero gradients instead of None (an
+    # optimizer then applies weight decay and momentum to them); input mutations now stay in the graph
+    class Teacher(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.student, self.teacher = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.no_grad():
+                for pt, ps in zip(self.teacher.parameters(), self.student.parameters()):
+                    pt.mul_(0.9).add_(ps.detach(), alpha=0.1)
+                t = self.teacher(x).softmax(-1)
+            return -(t * self.student(x).log_softmax(-1)).sum(-1).mean()
+
+    torch.manual_seed(0)
+    m1 = Teacher().to(device)
+    m2 = copy.deepcopy(m1)
+    x = torch.randn(3, 4, device=device)
+    with compiler.config.patch(strict=True):
+        torch.compile(m1, backend="kiln")(x).backward()
+    m2(x).backward()
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b)
+        assert (a.grad is None) == (b.grad is None)
+        if b.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad)
