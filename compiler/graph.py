@@ -56,6 +56,7 @@ class ExternCall:
     reason: Optional[FallbackReason] = None  # None for extern kernels we chose on purpose (mm.out)
     out: Optional[Buffer] = None
     transfer: bool = False  # a copy, not a compute kernel (CPU scalar -> GPU, an input's write-back)
+    write_back: bool = False  # the new value of a mutated input copied into it: runs after every kernel
 
 
 @dataclasses.dataclass

@@ -144,6 +144,10 @@ class Scheduler:
         for step in steps:
             for name in self.reads_of_step(step):
                 consumers.setdefault(name, []).append(step)
+        # write-backs into mutated inputs go last: fused kernels recompute values from the inputs' old contents
+        # wherever they are placed, so no kernel may run after an input is overwritten
+        write_backs = [s for s in steps if getattr(s, "write_back", False)]
+        steps = [s for s in steps if not getattr(s, "write_back", False)] + write_backs
         for step in steps:
             if isinstance(step, ComputedBuffer):
                 self._place(step)

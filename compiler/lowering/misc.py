@@ -63,11 +63,13 @@ def _copy(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
 def _write_back(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
     """The write-back of a mutated graph input (``x.add_(1)``, a parameter updated under ``no_grad``): AOTAutograd
     keeps it in the graph as a trailing ``copy_``. Kernels compute the new value, laid out like the input,
-    and the wrapper copies it into the caller's tensor."""
+    and the wrapper copies it into the caller's tensor after every kernel (kernels inline reads of the
+    input's old value: see Scheduler.run)."""
     if not (isinstance(dst, Strided) and isinstance(dst.buffer, InputBuffer)):
         raise NotLowered("copy_ into a tensor that is not a graph input")
     value = g.realize(_copy(g, node, dst, src), node.args[0].meta.get("val"))
-    g.steps.append(ExternCall(aten.copy_.default, (dst, value), {}, None, node.name, None, transfer=True))
+    g.steps.append(ExternCall(aten.copy_.default, (dst, value), {}, None, node.name, None, transfer=True,
+                              write_back=True))
     return dst
 
 
