@@ -281,7 +281,9 @@ class Scheduler:
             self._apply_mix(j, *plan)
 
     def _mix_plan(self, j: int):
-        """(row group index, stage-2 group, partial values, chunk, programs) for group ``j``, or None."""
+        """How to absorb group ``j`` (a split column reduction's first stage) into a row kernel, or None:
+        (row kernel index, the row kernel as a rows x columns group, second-stage index, partial values,
+        rows per program, programs)."""
         c1 = self.items[j]
         if not isinstance(c1, KernelGroup) or not c1.has_reduction or not c1.members:
             return None
@@ -328,8 +330,7 @@ class Scheduler:
                 continue  # something up to the row kernel needs the second stage's result
             if all(self._mix_aligned(g, i, v) for v in values):
                 chunk = max(MIX_MIN_ROWS, -(-M // MIX_PROGRAMS))
-                self.items[i] = g
-                return i, k2, values, chunk, -(-M // chunk)
+                return i, g, k2, values, chunk, -(-M // chunk)
         return None
 
     def _as_rows(self, item, M: int, N: int) -> Optional[KernelGroup]:
@@ -364,8 +365,10 @@ class Scheduler:
                 return False
         return True
 
-    def _apply_mix(self, j: int, i: int, k2: int, values: list[KExpr], chunk: int, programs: int) -> None:
-        c1, g, c2 = self.items[j], self.items[i], self.items[k2]
+    def _apply_mix(self, j: int, i: int, g: KernelGroup, k2: int, values: list[KExpr], chunk: int,
+                   programs: int) -> None:
+        self.items[i] = g  # a pointwise row kernel is replaced by its rows x columns form
+        c1, c2 = self.items[j], self.items[k2]
         renamed: dict[str, Strided] = {}
         for m, v in zip(c1.members, values):
             cols = m.buf.definition.column.cols
