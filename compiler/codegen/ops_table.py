@@ -180,22 +180,15 @@ def _pow_int(a, b):
     "_round_bf16": '''
 @triton.jit
 def _round_bf16(x):
-    # fp32 rounded to bf16 precision (nearest even), kept in fp32; integer ops so no compiler folds it away
-    u = x.to(tl.uint32, bitcast=True)
-    u = (u + (((u >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-    return tl.where(x != x, x, u.to(tl.float32, bitcast=True))
+    # fp32 rounded to bf16 precision (nearest even), kept in fp32: two conversions (bitwise equal to torch's
+    # rounding on an H100; the interpreter's float -> bf16 cast is made to round the same way)
+    return x.to(tl.bfloat16).to(tl.float32)
 ''',
     "_round_fp16": '''
 @triton.jit
 def _round_fp16(x):
-    # fp32 rounded to fp16 precision and range (nearest even; subnormals, overflow to inf), kept in fp32
-    u = x.to(tl.uint32, bitcast=True)
-    u = (u + (((u >> 13) & 1) + 0xFFF)) & 0xFFFFE000
-    v = u.to(tl.float32, bitcast=True)
-    v = tl.where(tl.abs(v) > 65504.0, tl.where(x > 0, float('inf'), float('-inf')), v)
-    sub = ((x * 16777216.0 + 12582912.0) - 12582912.0) * 5.960464477539063e-08
-    v = tl.where(tl.abs(x) < 6.103515625e-05, sub, v)
-    return tl.where(x != x, x, v)
+    # fp32 rounded to fp16 precision and range (nearest even, subnormals, overflow to inf), kept in fp32
+    return x.to(tl.float16).to(tl.float32)
 ''',
     "_max_nan": '''
 @triton.jit

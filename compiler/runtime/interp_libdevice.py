@@ -74,10 +74,11 @@ _rounding_fixed = False
 
 
 def fix_bf16_rounding() -> None:
-    """Make the interpreter round float -> bf16 to nearest-even, as GPUs (and eager PyTorch) do.
+    """Make the interpreter convert float <-> bf16 as GPUs (and eager PyTorch) do.
 
     Triton's interpreter truncates fp32 -> bf16 (and mis-converts fp64 -> bf16), so every bf16 store in
-    interpreter mode would be up to one ulp off the GPU result. Installed once, for interpreter mode only.
+    interpreter mode would be up to one ulp off the GPU result; it also garbles bf16 subnormals when
+    widening them. Installed once, for interpreter mode only.
     """
     global _rounding_fixed
     if _rounding_fixed:
@@ -92,6 +93,11 @@ def fix_bf16_rounding() -> None:
         if dst_type.scalar == tl.bfloat16 and src.dtype.scalar in (tl.float32, tl.float64, tl.float16):
             t = torch.from_numpy(np.ascontiguousarray(src.data)).to(torch.bfloat16)
             return TensorHandle(t.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+        if src.dtype.scalar == tl.bfloat16 and dst_type.scalar in (tl.float32, tl.float64):
+            # bf16 -> float widening keeps subnormals (the interpreter's own conversion garbles them)
+            t = torch.from_numpy(np.ascontiguousarray(src.data).view(np.int16)).view(torch.bfloat16)
+            wide = torch.float32 if dst_type.scalar == tl.float32 else torch.float64
+            return TensorHandle(t.to(wide).numpy(), dst_type.scalar)
         return original(self, src, dst_type)
 
     InterpreterBuilder.cast_impl = cast_impl

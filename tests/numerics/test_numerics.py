@@ -129,6 +129,22 @@ def test_emulate_eager_precision_closes_the_gap(dtype, device):
     assert differ_emulated == 0, f"{differ_emulated} elements still differ from eager under emulation"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_cast_round_trip_of_edge_values_is_bitwise_eager(dtype, device):
+    # a cast inside a kernel rounds like eager at ties, subnormals, overflow to inf, inf and NaN
+    edges = [1.0 + 2 ** -8, 1.0 + 3 * 2 ** -9, 1.0 + 2 ** -11, 1.0 + 3 * 2 ** -12, 3e-8, 6e-8, 1e-5, 65504.0,
+             65519.0, 65520.0, 3.4e38, -2.5e-39, float("inf"), float("-inf"), float("nan"), 0.0, -0.0]
+    x = torch.cat([torch.tensor(edges, device=device), torch.randn(4096, device=device) * 1e4])
+
+    def fn(x):
+        return x.to(dtype).float() * 2
+
+    out, _ = run_compiled(fn, x)
+    ref = fn(x)
+    same = (out == ref) | (out.isnan() & ref.isnan())
+    assert bool(same.all()), (x[~same], out[~same], ref[~same])
+
+
 def test_emulate_rounds_at_explicit_casts_too(device):
     def fn(x):
         h = (x * 1.1).to(torch.bfloat16)  # the program's own cast: a rounding point in both modes
