@@ -27,7 +27,7 @@ from .kexpr import KExpr, free_symbols, loads
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
 #: (H100 sweep, 16384 x 4096 bf16 norm backward: 256 programs beat 512 and 1024 by 10 to 35 us, the second
 #: stage reading fewer partial rows; one row per step with 16 warps beat 2 or 4 rows)
-MIX_MIN_ROWS = 16
+MIX_MIN_ROWS = 8
 MIX_PROGRAMS = 256
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)

@@ -46,8 +46,10 @@ def _mixed(cg) -> list:
     return [m for m in cg.wrapper.children() if getattr(m, "programs", 0)]
 
 
-# rows >= 4096 so the column reductions split (the mixed kernel replaces their first stage)
+# rows >= reductions.OUTER_SPLIT_MIN_ROWS (1024) so the column reductions split (the mixed kernel replaces
+# their first stage)
 CASES = [
+    ("layer_norm_1030_rows", layer_norm, [(1030, 40), (40,), (40,)], torch.float32),
     ("layer_norm_ragged_rows", layer_norm, [(4100, 48), (48,), (48,)], torch.float32),
     ("layer_norm_3d", layer_norm, [(8, 520, 40), (40,), (40,)], torch.float32),
     ("rms_norm_bf16_stage_moves_after_rows", rms_norm, [(4096, 64), (64,)], torch.bfloat16),
