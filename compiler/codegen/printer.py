@@ -5,7 +5,8 @@ from __future__ import annotations
 import sympy
 import torch
 from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
-from torch.utils._sympy.functions import Max as SymMax, Min as SymMin
+from torch.utils._sympy.functions import Max as SymMax
+from torch.utils._sympy.functions import Min as SymMin
 
 #: sympy's Max/Min and torch's own (shape guards and ``sym_max`` produce the latter)
 MAX_TYPES = (sympy.Max, SymMax)
