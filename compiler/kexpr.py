@@ -6,6 +6,7 @@ Nodes carry the torch dtype of the value they produce. Codegen renders a DAG to 
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional, Sequence
 
 import sympy
@@ -210,3 +211,30 @@ def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
     if ok:
         memo[key] = True
     return ok
+
+
+#: comparisons and logic on constants, folded when rendered (Triton's interpreter mis-types 0-d comparisons
+#: of int64 constants: combined into a load mask they fail with "mask has unsupported dtype")
+_FOLDABLE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+             "ge": operator.ge, "logical_and": lambda a, b: bool(a) and bool(b),
+             "logical_or": lambda a, b: bool(a) or bool(b), "logical_not": lambda a: not a}
+
+
+def fold_condition(e: Op) -> Optional[bool]:
+    """The value of a comparison or logical op whose operands are constants (recursively), else None."""
+    fn = _FOLDABLE.get(e.op)
+    if fn is None and e.op in ("bitwise_and", "bitwise_or") and e.dtype == torch.bool:
+        fn = _FOLDABLE["logical_and" if e.op == "bitwise_and" else "logical_or"]
+    if fn is None:
+        return None
+    vals = []
+    for a in e.args:
+        if isinstance(a, Const) and not isinstance(a.value, (list, tuple)):
+            vals.append(a.value)
+        elif isinstance(a, IndexValue) and a.expr.is_number and not a.indirect:
+            vals.append(int(a.expr))
+        elif isinstance(a, Op) and (v := fold_condition(a)) is not None:
+            vals.append(v)
+        else:
+            return None
+    return bool(fn(*vals))

@@ -15,6 +15,7 @@ import dataclasses
 from typing import Optional, Sequence
 
 import sympy
+import torch
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
@@ -71,6 +72,14 @@ class Member:
     @property
     def is_reduction(self) -> bool:
         return isinstance(self.buf.definition, Reduction)
+
+    @property
+    def value_dtype(self) -> torch.dtype:
+        """The dtype of the register value the member stores (a reduction's result, not what it reads)."""
+        d = self.buf.definition
+        if not self.is_reduction:
+            return self.value.dtype
+        return torch.int64 if d.reduction_type in ("argmax", "argmin") else d.src_dtype
 
 
 @dataclasses.dataclass

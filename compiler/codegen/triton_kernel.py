@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import operator
 import re
 from typing import Optional
 
@@ -21,7 +20,7 @@ import torch
 
 from ..exc import CodegenError
 from ..ir import Reduction
-from ..kexpr import Const, IndexValue, KExpr, Load, Op, kexpr_equal, loads
+from ..kexpr import Const, IndexValue, KExpr, Load, Op, fold_condition, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
 from .ops_table import HELPERS, cast, render_op, tl_dtype
 from .printer import _lit, _raw, pexpr, pfloat
@@ -86,7 +85,7 @@ class Scope:
                 code = f"{pfloat(expr)}.to({tl_dtype(e.dtype)})"
             return self.assign(("i", str(expr), e.dtype), code)
         if isinstance(e, Op):
-            folded = _fold(e)
+            folded = fold_condition(e)
             if folded is not None:  # e.g. a pad's bounds test at an index that is the constant 0
                 return self.assign(("c", repr(folded), e.dtype), _lit(folded, e.dtype))
             args = [self.emit(a) for a in e.args]
@@ -237,7 +236,7 @@ class KernelRenderer:
             shape, mask = "[XBLOCK]", "xmask"
         if XINDEX not in m.store_index.free_symbols:  # one row (xnumel == 1): make the pointer a block too
             idx = f"{idx} + tl.zeros_like(xindex)"
-        val = cast(f"tl.broadcast_to({var}, {shape})", _value_dtype(m), dtype)
+        val = cast(f"tl.broadcast_to({var}, {shape})", m.value_dtype, dtype)
         scope.line(f"tl.store({ptr} + {idx}, {val}, {mask})")
 
     # -------------------------------------------------------------- bodies
@@ -574,41 +573,6 @@ class KernelRenderer:
                 elif step_x == 1:
                     votes += 1
         return "outer" if votes > 0 else "inner"
-
-
-#: comparisons and logic on constants, folded at codegen (Triton's interpreter mis-types 0-d comparisons
-#: of int64 constants: combined into a load mask they fail with "mask has unsupported dtype")
-_FOLDABLE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
-             "ge": operator.ge, "logical_and": lambda a, b: bool(a) and bool(b),
-             "logical_or": lambda a, b: bool(a) or bool(b), "logical_not": lambda a: not a}
-
-
-def _fold(e: Op) -> Optional[bool]:
-    """The value of a comparison or logical op whose operands are constants (recursively), else None."""
-    fn = _FOLDABLE.get(e.op)
-    if fn is None and e.op in ("bitwise_and", "bitwise_or") and e.dtype == torch.bool:
-        fn = _FOLDABLE["logical_and" if e.op == "bitwise_and" else "logical_or"]
-    if fn is None:
-        return None
-    vals = []
-    for a in e.args:
-        if isinstance(a, Const) and not isinstance(a.value, (list, tuple)):
-            vals.append(a.value)
-        elif isinstance(a, IndexValue) and a.expr.is_number and not a.indirect:
-            vals.append(int(a.expr))
-        elif isinstance(a, Op) and _fold(a) is not None:
-            vals.append(_fold(a))
-        else:
-            return None
-    return bool(fn(*vals))
-
-
-def _value_dtype(m: Member) -> torch.dtype:
-    """The dtype of the register value a member stores (a reduction's result, not what it reads)."""
-    d = m.buf.definition
-    if not m.is_reduction:
-        return m.value.dtype
-    return torch.int64 if d.reduction_type in ("argmax", "argmin") else d.src_dtype
 
 
 def _steps(index: sympy.Expr) -> tuple:
