@@ -52,10 +52,22 @@ KEEP = [aten.clamp.default, aten.clamp.Tensor, aten.gelu.default, aten.silu.defa
         aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 
+def _repeat(a: torch.Tensor, repeats: list) -> torch.Tensor:
+    """torch's repeat decomposition ends in a permuted layout (its clone follows the input's layout, and its
+    permute the repeated dims); eager's repeat is always contiguous, and graph outputs keep the decomposed
+    strides, so ``x.repeat(...).view(-1)`` failed where eager works."""
+    return torch._refs.repeat(a, repeats).contiguous()
+
+
+#: decompositions kiln replaces (op -> function), applied after the core and EXTRA tables
+OVERRIDES: dict[Any, Callable] = {aten.repeat.default: _repeat}
+
+
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict[Any, Callable]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
+    table.update(OVERRIDES)
     for op in KEEP:
         table.pop(op, None)
     return table

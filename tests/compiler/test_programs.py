@@ -299,3 +299,16 @@ def test_input_write_backs_run_after_every_kernel(device):
         torch.testing.assert_close(o, r)
     torch.testing.assert_close(xc, xr)
     torch.testing.assert_close(yc, yr)
+
+
+def test_repeat_of_a_permuted_input_is_contiguous(device):
+    # torch's repeat decomposition clones in the input's layout; eager's repeat is contiguous, and code that
+    # calls .view() on the result relies on it
+    x = torch.randn(5, 4, 2, device=device).permute(2, 1, 0)
+    fn = lambda x: x.unsqueeze(1).repeat(1, 2, 1, 1)
+    with compiler.config.patch(strict=True):
+        out = torch.compile(fn, backend="kiln")(x)
+    ref = fn(x)
+    torch.testing.assert_close(out, ref)
+    assert out.stride() == ref.stride()
+    assert torch.equal(out.view(-1), ref.view(-1))
