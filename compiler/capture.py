@@ -16,8 +16,8 @@ class CompiledGraph:
     """One compiled FX graph: its wrapper, kernel sources and fallback reasons.
 
     ``kernel_count``: distinct kernel launches in the wrapper; ``extern_count``: extern-kernel calls (``out=``
-    ATen such as ``mm.out``; device transfers of CPU scalars are not counted); ``fallbacks``: structured
-    reasons for every op that ran as ATen.
+    ATen such as ``mm.out``; copies are not counted: device transfers of CPU scalars, write-backs into
+    mutated inputs); ``fallbacks``: structured reasons for every op that ran as ATen.
     """
 
     name: str
