@@ -131,6 +131,12 @@ class Scheduler:
                 names.append(v.buffer.name)
         return names
 
+    def _item_reads(self, item) -> list[str]:
+        """Buffers a scheduled item reads: every member's reads for a group, else the step's own."""
+        if isinstance(item, KernelGroup):
+            return [n for m in item.members for n in _body_reads(m.buf)]
+        return self.reads_of_step(item)
+
     def live_steps(self) -> list[Step]:
         """Dead-code elimination: drop ComputedBuffers nothing reads (outputs and side effects are roots)."""
         needed: set[str] = set()
@@ -210,12 +216,9 @@ class Scheduler:
                 candidate = group
             else:
                 # a pointwise group becomes a reduction group: its members must map onto (X, R)
-                candidate = KernelGroup(X, R, [], has_reduction=True)
-                for m in group.members:
-                    mm = self._member(candidate, m.buf)
-                    if mm is None:
-                        return False
-                    candidate.members.append(mm)
+                candidate = self._remapped(group, X, R)
+                if candidate is None:
+                    return False
             member = self._member(candidate, buf)
         else:
             if not group.has_reduction and group.members and not same(prod(d.ranges), group.xnumel):
@@ -229,6 +232,16 @@ class Scheduler:
             group.xnumel, group.rnumel, group.has_reduction = candidate.xnumel, candidate.rnumel, True
         group.members.append(member)
         return True
+
+    def _remapped(self, group: KernelGroup, X: sympy.Expr, R: sympy.Expr) -> Optional[KernelGroup]:
+        """A copy of ``group`` with every member mapped onto a reduction group over (X, R), or None."""
+        candidate = KernelGroup(X, R, [], has_reduction=True, name=group.name)
+        for m in group.members:
+            mm = self._member(candidate, m.buf)
+            if mm is None:
+                return None
+            candidate.members.append(mm)
+        return candidate
 
     def _member(self, group: KernelGroup, buf: ComputedBuffer) -> Optional[Member]:
         """Map ``buf`` onto the group's (xindex, rindex) space, or None if it does not fit."""
@@ -311,9 +324,7 @@ class Scheduler:
             return None
         names = set(c1.buffer_names)
         outputs = {v.buffer.name for v in _iter_values(self.g.outputs) if isinstance(v, Strided)}
-        readers = [k for k, it in enumerate(self.items)
-                   if k != j and names & set(_group_reads(it) if isinstance(it, KernelGroup) else
-                                             self.reads_of_step(it))]
+        readers = [k for k, it in enumerate(self.items) if k != j and names & set(self._item_reads(it))]
         if names & outputs or len(readers) != 1 or not isinstance(self.items[readers[0]], KernelGroup):
             return None
         c2 = self.items[readers[0]]
@@ -334,8 +345,7 @@ class Scheduler:
                 continue
             if any(self.symbol_producer.get(sy, -1) > i for sy in syms):
                 return None
-            if i > k2 and any(c2_names & set(_group_reads(it) if isinstance(it, KernelGroup) else
-                                             self.reads_of_step(it)) for it in self.items[k2 + 1:i + 1]):
+            if i > k2 and any(c2_names & set(self._item_reads(it)) for it in self.items[k2 + 1:i + 1]):
                 continue  # something up to the row kernel needs the second stage's result
             if all(self._mix_aligned(g, i, v) for v in values):
                 chunk = max(MIX_MIN_ROWS, -(-M // MIX_PROGRAMS))
@@ -351,13 +361,9 @@ class Scheduler:
             return item if same(item.xnumel, M) and same(item.rnumel, N) else None
         if not same(item.xnumel, M * N) or M * N == 0:
             return None
-        rows = KernelGroup(sympy.Integer(M), sympy.Integer(N), [], has_reduction=True, name=item.name)
-        for m in item.members:
-            mm = self._member(rows, m.buf)
-            if mm is None or mm.role != "xr" or not self._aligned(rows, mm):
-                return None
-            mm.store = m.store
-            rows.members.append(mm)
+        rows = self._remapped(item, sympy.Integer(M), sympy.Integer(N))
+        if rows is None or any(m.role != "xr" or not self._aligned(rows, m) for m in rows.members):
+            return None
         return rows
 
     def _mix_aligned(self, g: KernelGroup, i: int, value: KExpr) -> bool:
@@ -471,10 +477,6 @@ def _body(buf: ComputedBuffer) -> KExpr:
         expr = d.body(idx)
     buf._body = expr
     return expr
-
-
-def _group_reads(group: KernelGroup) -> list[str]:
-    return [n for m in group.members for n in _body_reads(m.buf)]
 
 
 def _body_reads(buf: ComputedBuffer) -> list[str]:

@@ -274,11 +274,7 @@ class KernelRenderer:
         top.line(f"pid = tl.program_id(0).to({self.index_dtype})")
         top.line("rindex = tl.arange(0, RBLOCK)[None, :]")
         top.line("rmask = rindex < rnumel")
-        accs = []
-        for p in g.partials:
-            acc = self.new_var()
-            top.line(f"{acc} = tl.zeros([XBLOCK, RBLOCK], {tl_dtype(p.buf.dtype)})")
-            accs.append(acc)
+        accs = [self._acc_init(top, p) for p in g.partials]  # a partial's definition is its column sum
         top.line(f"for xsub in range(0, {g.row_chunk}, XBLOCK):")
         xs = Scope(self, "x", lines, "        ")
         xs.line("xlocal = xsub + tl.arange(0, XBLOCK)[:, None]")
@@ -287,9 +283,7 @@ class KernelRenderer:
         xs.line("xrmask = xmask & rmask")
         xr = self._persistent(xs)
         for p, acc in zip(g.partials, accs):
-            v = xr.emit(p.value)
-            xr.line(f"{acc} = {acc} + tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK])"
-                    f".to({tl_dtype(p.buf.dtype)}), 0)")
+            self._acc_update(xr, p, acc, xr.emit(p.value))
         for p, acc in zip(g.partials, accs):
             top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, tl.sum({acc}, 0)[None, :], rmask)")
 
