@@ -328,7 +328,8 @@ def kiln_slow(x_ptr, N: tl.constexpr):
 """
 
 
-def test_a_compile_that_runs_past_the_timeout_is_a_finding_and_the_worker_is_stopped(tmp_path):
+def _dump_slow_kernel(tmp_path, n: int) -> None:
+    """A dump under tmp_path/dump holding SLOW_KERNEL with N = n (compile time grows with n)."""
     kernels = tmp_path / "dump" / "kernels"
     kernels.mkdir(parents=True)
     (kernels / "kiln_slow.py").write_text(SLOW_KERNEL)
@@ -336,11 +337,15 @@ def test_a_compile_that_runs_past_the_timeout_is_a_finding_and_the_worker_is_sto
         "kernel": "kiln_slow",
         "source": "kiln_slow.py",
         "signature": {"x_ptr": "*fp32", "N": "constexpr"},
-        "constexprs": {"N": 200000},
+        "constexprs": {"N": n},
         "num_warps": 1,
         "num_stages": 1,
     }
     (kernels / "kiln_slow.1.json").write_text(json.dumps(spec))
+
+
+def test_a_compile_that_runs_past_the_timeout_is_a_finding_and_the_worker_is_stopped(tmp_path):
+    _dump_slow_kernel(tmp_path, 200000)
     targets = [cc.Target("cuda", 90, 32), cc.Target("hip", "gfx942", 64)]
     report = cc.check(tmp_path / "dump", targets, tmp_path / "out", timeout_s=3)
     errors = [(f["target"], f["error"]) for f in report["failures"]]
@@ -354,18 +359,7 @@ def test_sigterm_stops_the_workers_and_reports_an_interrupted_run(tmp_path):
     import signal
     import time
 
-    kernels = tmp_path / "dump" / "kernels"
-    kernels.mkdir(parents=True)
-    (kernels / "kiln_slow.py").write_text(SLOW_KERNEL)
-    spec = {
-        "kernel": "kiln_slow",
-        "source": "kiln_slow.py",
-        "signature": {"x_ptr": "*fp32", "N": "constexpr"},
-        "constexprs": {"N": 400000},
-        "num_warps": 1,
-        "num_stages": 1,
-    }
-    (kernels / "kiln_slow.1.json").write_text(json.dumps(spec))
+    _dump_slow_kernel(tmp_path, 400000)
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [

@@ -19,6 +19,7 @@ PLANTED = "tests/harness/planted/planted_flakes.py"
 # The planted module needs neither torch nor the compiler: keep tests/conftest.py out of its process.
 ISOLATE = ["--confcutdir=tests/harness/planted"]
 RUNS = 6
+FLAKES = [sys.executable, "-m", "harness", "flakes"]  # the CLI under test, in a subprocess
 
 
 @pytest.fixture
@@ -92,10 +93,7 @@ def test_quarantined_tests_run_and_are_reported_but_do_not_block(planted):
 def test_cli_exit_codes_and_summary(planted):
     state = planted / "state"
     base = [
-        sys.executable,
-        "-m",
-        "harness",
-        "flakes",
+        *FLAKES,
         "--native",
         "--runs",
         "3",
@@ -166,7 +164,7 @@ def test_bad_input_is_a_clear_error(planted):
             root=ROOT,
         )
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "flakes", "--native", "tests/no_such_dir"],
+        [*FLAKES, "--native", "tests/no_such_dir"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -289,7 +287,7 @@ def test_planted_tests_are_not_collected_by_normal_suites():
 def test_container_mode_without_docker_is_a_clear_error(planted):
     env = {**_env(), "KILN_DOCKER": "/nonexistent/docker", "KILN_NATIVE": ""}
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "flakes", "--runs", "2", "--out", str(planted / "o"), PLANTED],
+        [*FLAKES, "--runs", "2", "--out", str(planted / "o"), PLANTED],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -334,10 +332,7 @@ def test_sigterm_keeps_the_runs_so_far_marked_incomplete(planted):
     env = _env() | {"KILN_PLANTED_STATE": str(planted / "state"), "KILN_PLANTED_SLOW": "0.2"}
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "harness",
-            "flakes",
+            *FLAKES,
             "--native",
             "--runs",
             "100",
