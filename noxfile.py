@@ -31,9 +31,10 @@ SUITE_ENV = {
 
 
 def install_project(session: nox.Session) -> None:
-    """Install the pinned torch/triton and the project with its test extras into the session venv."""
+    """Install the pinned torch/triton and the project with its test extras into the session venv (`models`:
+    transformers, for the bench's model tier and its tests)."""
     session.install(TORCH_PIN, TRITON_PIN)
-    session.install("-e", ".[test,bench]")
+    session.install("-e", ".[test,bench,models]")
 
 
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
@@ -102,6 +103,13 @@ def ci(session: nox.Session) -> None:
                 external=True, success_codes=[0, 1])
     session.run(python, "-m", "harness", "bench", "backend", "--backend", backend, *native, env=SUITE_ENV,
                 external=True, success_codes=[0, 1])
+    if native:  # the model tier needs transformers (the `models` extra), which the backend images lack
+        session.run(python, "-m", "harness", "bench", "models", "--profile", "tiny", "--db",
+                    f"results/bench/{backend}/bench.sqlite", "--out", f"results/bench/{backend}/models",
+                    "--baseline", "latest?", env=SUITE_ENV, external=True, success_codes=[0, 1])
+    else:
+        session.log("bench models: skipped in container mode (the backend images carry no transformers); "
+                    "run `nox -s bench` or `python -m harness bench models` natively")
     session.run(python, "-m", "harness", "report", run_dir, "--check", "--github-summary", external=True)
 
 
@@ -181,6 +189,12 @@ def bench(session: nox.Session) -> None:
     session.run(python, "-m", "harness.bench", "run", "--device", "auto", "--db", f"{out}/bench.sqlite",
                 "--baseline", "latest?", "--md", f"{out}/last.md", "--plots", f"{out}/plots", *rest,
                 env=SUITE_ENV, external=True)
+    # the model tier's tiny profile (a few minutes on CPU) into the same store, compared but never failing:
+    # it has no confirmation re-measure, and interpreter step times on a shared CPU move by 20%; the H100
+    # tier is `python -m harness bench models --profile gpu --out DIR` (see harness/bench/model_run.py)
+    session.run(python, "-m", "harness.bench", "models", "--device", "auto", "--profile", "tiny", "--db",
+                f"{out}/bench.sqlite", "--out", f"{out}/models", "--baseline", "latest?", "--no-fail",
+                env=SUITE_ENV, external=True)
 
 
 @nox.session(name="bench-check", python=False if os.environ.get("KILN_NO_VENV") else None)
@@ -204,3 +218,12 @@ def _bench_backend_session(backend: str):
 
 for _backend in ("cuda", "rocm"):
     nox.session(name=f"bench-{_backend}", python=False)(_bench_backend_session(_backend))
+
+
+# ---- Numerics triage (issue 10): harness/numerics; `python -m harness numerics --help` --------------------
+@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+def numerics(session: nox.Session) -> None:
+    """Numerics triage: `-- run PROGRAM --repeat 2`, `-- compare A B`, `-- gpu --out DIR` (default: the GPU programs)."""
+    python = _bench_python(session)
+    args = session.posargs or ["gpu", "--out", "results/numerics/gpu"]
+    session.run(python, "-m", "harness", "numerics", *args, env=SUITE_ENV, external=True)

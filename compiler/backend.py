@@ -19,12 +19,14 @@ import torch.fx as fx
 from . import config
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
+from .codegen.dedup import share_identical
 from .codegen.triton_kernel import KernelSource, render_group
 from .codegen.wrapper import WrapperBuilder
 from .decompositions import decomposition_table
 from .exc import KernelLaunchError, KilnError
 from .graph import ExternCall, FallbackReason, GraphLowering
-from .runtime import cache
+from .runtime import cache, precompile
+from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
 from .scheduler import KernelGroup, Scheduler
 
 log = logging.getLogger("kiln")
@@ -61,10 +63,15 @@ def render_pass(st: CompileState) -> None:
     for i, item in enumerate(st.items):
         if isinstance(item, KernelGroup):
             st.kernels[i] = render_group(item, dtypes, _index_dtype(item, st.lowering))
+    st.kernels = share_identical(st.kernels)  # one kernel per distinct body (transformer layers repeat)
 
 
 def wrap_pass(st: CompileState) -> None:
     st.wrapper = WrapperBuilder(st.lowering, st.items, st.kernels).build()
+
+
+def precompile_pass(st: CompileState) -> None:
+    precompile.precompile_graph(st.lowering, st.kernels, st.wrapper)
 
 
 def dump_pass(st: CompileState) -> None:
@@ -85,6 +92,8 @@ PASSES: list[tuple[str, str, Callable[[CompileState], None]]] = [
     ("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups", schedule_pass),
     ("render", "render each kernel group to deterministic Triton source", render_pass),
     ("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap_pass),
+    ("precompile", "send each kernel's expected GPU specialization to the compile workers (parallel compile)",
+     precompile_pass),
     ("dump", "write wrapper and kernel sources to KILN_DUMP_DIR when it is set", dump_pass),
 ]
 
@@ -108,16 +117,19 @@ def compile_graph(gm: fx.GraphModule, name: str) -> CompiledGraph:
 _graph_ids = itertools.count()
 
 
-def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any) -> Callable:
-    """AOTAutograd's forward/backward/inference compiler.
+def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "inference") -> Callable:
+    """AOTAutograd's forward/backward/inference compiler (``role``: ``forward`` of a training graph,
+    ``backward``, or ``inference``).
 
     Two safety nets keep a program running when kiln has a bug (both are off under ``strict``): a graph
     whose compilation fails runs as its ATen graph, and a wrapper whose first launch fails switches to the
     ATen graph for good (safe: the only writes to inputs are the trailing write-back copies, after every
-    kernel). Both are recorded as fallbacks.
+    kernel). Both are recorded as fallbacks. With the ``cudagraphs`` setting, graphs on a GPU run through
+    ``runtime.cudagraphs.CudaGraphRunner``.
     """
     name = f"graph_{next(_graph_ids)}"
     strict = config.settings().strict
+    facts = _cudagraph_facts(gm, example_inputs, role) if config.settings().cudagraphs else None
     try:
         cg = compile_graph(gm, name)
     except Exception as e:
@@ -147,13 +159,73 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any) -> Callable:
         return out
 
     run._boxed_call = True
-    return run
+    if facts is None:
+        return run
+    runner = CudaGraphRunner(run, name, facts, cg.fallbacks)
+    cg.cudagraphs = runner
+
+    def run_graphs(args: list) -> Any:
+        return runner(args)
+
+    run_graphs._boxed_call = True
+    return run_graphs
+
+
+def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Optional[GraphFacts]:
+    """The graph's facts for CUDA graphs, or None where they cannot apply (no CUDA tensor among the inputs:
+    CPU graphs, the interpreter). A training forward's outputs from AOTAutograd's ``num_forward`` on are the
+    tensors saved for backward."""
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not any(
+            isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs):
+        return None
+    saved_from = None
+    if role == "forward":
+        ctx = torch._guards.TracingContext.try_get()
+        meta = getattr(ctx, "fw_metadata", None)
+        saved_from = getattr(meta, "num_forward", None) or 0  # unknown: treat every output as saved (safe)
+    return GraphFacts.of(gm, saved_from)
+
+
+#: ``torch.compile`` modes -> the settings they stand for (Inductor's names; kiln has no autotuning yet)
+MODES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "reduce-overhead": {"cudagraphs": True},
+    "max-autotune": {"cudagraphs": True},
+    "max-autotune-no-cudagraphs": {},
+}
+
+
+def backend_overrides(options: Optional[dict] = None, mode: Optional[str] = None) -> dict[str, Any]:
+    """Settings for one ``torch.compile`` call from its ``mode`` and ``options`` (setting names of
+    ``config.Settings``; unknown names and bad values raise ``ConfigError``)."""
+    from .exc import ConfigError
+
+    if mode is not None and mode not in MODES:
+        raise ConfigError(f"torch.compile mode {mode!r} is not one of kiln's: {', '.join(MODES)}")
+    overrides = dict(MODES.get(mode or "default", {}))
+    overrides.update(options or {})
+    with config.patch(**overrides):  # validates names and values now, not at the first backward
+        pass
+    return overrides
 
 
 def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
-    """The Dynamo backend registered as ``"kiln"``."""
+    """The Dynamo backend registered as ``"kiln"``. ``torch.compile(..., mode=..., options={...})`` reach it as
+    keyword arguments: they override settings for this compiled function only (its backward included)."""
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    overrides = backend_overrides(kwargs.get("options"), kwargs.get("mode"))
+    with config.patch(**overrides):
+        precompile.warm_up(example_inputs)  # GPU graphs: compile workers start while AOTAutograd traces
+
+    def with_settings(role: str, compile_fn: Callable = compile_fx_graph) -> Callable:
+        def compile_in_scope(g: fx.GraphModule, inputs: Any) -> Callable:
+            with config.patch(**overrides):
+                return compile_fn(g, inputs, role)
+        return compile_in_scope
 
     # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible
     # pointwise work there (the default one saves every forward intermediate the backward reads: e.g. an
@@ -161,7 +233,9 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     # (Dynamo already runs the returned forward without tracing it; backwards run from autograd, see below).
     # Input mutations stay in the graph as trailing copy_ write-backs, as with Inductor: returned as outputs
     # instead, parameters updated under no_grad got gradients (zeros) where eager leaves None.
-    return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fx_graph, bw_compiler=_compile_backward,
+    return aot_module_simplified(gm, example_inputs, fw_compiler=with_settings("forward"),
+                                 bw_compiler=_compile_backward(with_settings("backward")),
+                                 inference_compiler=with_settings("inference"),
                                  partition_fn=min_cut_rematerialization_partition,
                                  keep_inference_input_mutations=True, decompositions=decomposition_table())
 
@@ -177,9 +251,13 @@ def _no_trace(fn: Callable) -> Callable:
     return torch._dynamo.disable(fn, reason="kiln: do not trace a compiled graph")
 
 
-def _compile_backward(gm: fx.GraphModule, example_inputs: Any) -> Callable:
-    """The backward compiler: compiled without Dynamo, and run without it."""
-    return _no_trace(_no_trace(compile_fx_graph)(gm, example_inputs))
+def _compile_backward(compile_fn: Callable) -> Callable:
+    """The backward compiler around ``compile_fn``: compiled without Dynamo, and run without it."""
+
+    def compile_backward(gm: fx.GraphModule, example_inputs: Any) -> Callable:
+        return _no_trace(_no_trace(compile_fn)(gm, example_inputs))
+
+    return compile_backward
 
 
 def _index_dtype(group: KernelGroup, g: GraphLowering) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch.fx as fx
 
@@ -17,7 +17,8 @@ class CompiledGraph:
 
     ``kernel_count``: distinct kernel launches in the wrapper; ``extern_count``: extern-kernel calls (``out=``
     ATen such as ``mm.out``; copies are not counted: device transfers of CPU scalars, write-backs into
-    mutated inputs); ``fallbacks``: structured reasons for every op that ran as ATen.
+    mutated inputs); ``fallbacks``: structured reasons for every op that ran as ATen (and, kind ``cudagraph``,
+    why the graph runs without CUDA graphs when they were asked for).
     """
 
     name: str
@@ -27,6 +28,8 @@ class CompiledGraph:
     extern_count: int
     fallbacks: list[FallbackReason]
     subgraphs: list["CompiledGraph"] = dataclasses.field(default_factory=list)
+    #: the ``CudaGraphRunner`` when the graph runs through CUDA graphs (its ``stats`` count replays), else None
+    cudagraphs: Any = None
 
     @property
     def kernel_count(self) -> int:

@@ -44,10 +44,19 @@ class Settings:
     outer_num_warps: int = 8
     #: Where generated kernel modules are written before import.
     cache_dir: str = ""
-    #: Compile threads (kiln compiles on the calling thread; kept for harness parity, must be 1).
-    compile_threads: int = 1
+    #: Compile threads, as Inductor's: 1 compiles each kernel serially in this process at its first launch
+    #: (the test suites set KILN_COMPILE_THREADS=1); more lets kiln compile kernels ahead of time in
+    #: ``compile_workers`` worker processes (``runtime/precompile.py``). Default: min(8, CPU count).
+    compile_threads: int = dataclasses.field(default_factory=lambda: _default_workers())
+    #: Kernel compile worker processes, one pool per process shared by every graph (1: no pool).
+    #: Default: min(8, CPU count).
+    compile_workers: int = dataclasses.field(default_factory=lambda: _default_workers())
     #: Log every fallback at WARNING instead of INFO.
     log_fallbacks: bool = False
+    #: Record each compiled graph into CUDA graphs and replay them (one recording per size key; see
+    #: ``runtime/cudagraphs.py``). Also ``torch.compile(..., options={"cudagraphs": True})`` or
+    #: ``mode="reduce-overhead"``.
+    cudagraphs: bool = False
 
     def resolved_cache_dir(self) -> str:
         """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""
@@ -55,6 +64,10 @@ class Settings:
             return self.cache_dir
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         return os.path.join(base, "kiln", "kernels")
+
+
+def _default_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -84,8 +97,6 @@ def _parse(field: dataclasses.Field, raw: str) -> Any:
 
 
 def _validate(s: Settings) -> Settings:
-    if s.compile_threads != 1:
-        raise ConfigError("KILN_COMPILE_THREADS must be 1: kiln compiles on the calling thread only")
     for f in ("persistent_rblock_max", "interp_persistent_rblock_max", "pointwise_xblock",
               "interp_pointwise_xblock", "looped_rblock", "outer_xblock", "outer_rblock", "outer_num_warps"):
         v = getattr(s, f)

@@ -40,3 +40,14 @@ class SymbolResolutionError(CodegenError):
 
 class KernelLaunchError(KilnError):
     """A generated kernel could not be compiled or launched on the device at hand."""
+
+
+class KernelCompileError(KernelLaunchError):
+    """A generated kernel failed to compile for its GPU (in this process or in a compile worker).
+
+    ``worker_failed``: the compile worker died, or failed on something other than the kernel's code (the
+    kernel is then compiled in-process, where a real error shows with its full traceback)."""
+
+    def __init__(self, message: str, worker_failed: bool = False) -> None:
+        super().__init__(message)
+        self.worker_failed = worker_failed

@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "flakes": ("harness.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
     "compile-check": ("harness.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
     "bench": ("harness.bench.cli", "benchmarks: measure latency/bandwidth, store history, flag regressions"),
+    "numerics": ("harness.numerics.cli", "numerics triage: run a program under several compilers, compare vs fp64"),
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.

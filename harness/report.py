@@ -101,6 +101,19 @@ def _env_lines(run: RunResults) -> list[str]:
     ]
 
 
+def _numerics_lines(run: RunResults) -> list[str]:
+    """Saved numerics outputs (`harness run --save-numerics`) and the comparison written next to them, if any."""
+    saved, compared = run.path / "suites" / "numerics-outputs", run.path / "numerics-compare" / "report.md"
+    lines = []
+    if saved.is_dir():
+        cases = len(list(saved.glob("*/manifest.json")))
+        lines.append(f"numerics outputs: {saved} ({cases} cases); compare: python -m harness numerics compare "
+                     f"OTHER_RUN:kiln {run.path}:kiln --out {compared.parent}")
+    if compared.is_file():
+        lines.append(f"numerics comparison: {compared}")
+    return lines
+
+
 def render_text(run: RunResults) -> str:
     """Plain-text report."""
     from harness.repro import image_hint, repro_line
@@ -110,7 +123,7 @@ def render_text(run: RunResults) -> str:
     lines = [s.headline(), f"run: {run.path}"]
     if run.manifest.get("reason"):
         lines.append(f"reason: {run.manifest['reason']}")
-    lines += _env_lines(run)
+    lines += _env_lines(run) + _numerics_lines(run)
     lines.append("")
     for suite in run.suites:
         lines.append(res.summary_line(suite.name, label, suite.tests, suite.entry.get("duration_s", 0.0),
@@ -139,7 +152,7 @@ def render_markdown(run: RunResults) -> str:
         c = res.counts(suite.tests)
         lines.append(f"| {suite.name} | {suite.status} | " + " | ".join(str(c[o]) for o in res.OUTCOMES)
                      + f" | {suite.entry.get('duration_s', 0.0):.1f} |")
-    lines += ["", *(f"- {line}" for line in _env_lines(run))]
+    lines += ["", *(f"- {line}" for line in _env_lines(run) + _numerics_lines(run))]
     if run.failing:
         lines += ["", "#### Failing tests", ""]
         for suite, t in run.failing:

@@ -47,11 +47,24 @@ class TestResult:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old file or the new one, never half of one."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename.
+
+    A path that exists and is no regular file (`/dev/null`, a FIFO, `/dev/stdout`) is written in place: renaming
+    over it would replace the device with a file (as root, `--md /dev/null` turned /dev/null into a file)."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)

@@ -205,17 +205,19 @@ def execute(argv: list[str], *, log: Path, timeout_s: float, env: dict[str, str]
 
 def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: str, *, native: bool,
                image: str | None = None, extra: Sequence[str] = (), m: Matrix | None = None,
-               timeout_s: float | None = None, echo: bool = True) -> PytestRun:
+               timeout_s: float | None = None, echo: bool = True, env_extra: dict[str, str] | None = None) -> PytestRun:
     """Run pytest once on `targets` (paths or node ids relative to the source root).
 
     JUnit lands in `out_dir/<name>.xml`, the output in `out_dir/<name>.log`. This is the step the
-    suites, the flake session and others call; `extra` are more pytest arguments.
+    suites, the flake session and others call; `extra` are more pytest arguments; `env_extra` more
+    environment variables, where {out} stands for `out_dir` as pytest sees it.
     """
     m = m or matrix_mod.load()
     src = settings().root
     out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = suite_env(m, backend)
+    seen_out = str(out_dir) if native else CONTAINER_RESULTS
+    env = {**suite_env(m, backend), **{k: v.replace("{out}", seen_out) for k, v in (env_extra or {}).items()}}
     timeout_s = timeout_s or backend.timeouts.suite_s
     test_timeout = backend.timeouts.test_s
     junit, log = out_dir / f"{name}.xml", out_dir / f"{name}.log"
@@ -330,7 +332,8 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None = None,
                run_dir: Path | None = None, image_tag: str | None = None, base_image: str | None = None,
-               extra: Sequence[str] = (), health: bool = True, echo: bool = True) -> tuple[Path, int]:
+               extra: Sequence[str] = (), health: bool = True, echo: bool = True,
+               save_numerics: bool = False) -> tuple[Path, int]:
     """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
 
     Exit code: 0 when no test failed or errored and every suite ran, else 1. Raises HealthError when a
@@ -405,8 +408,10 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
                                              "counts": res.counts([]), "argv": []})
                 state.save()
                 continue
+            # numerics triage (harness/numerics/suite.py): the numerics suite saves every kiln run's outputs
+            save = {"KILN_NUMERICS_SAVE": "{out}/numerics-outputs"} if save_numerics and suite == "numerics" else None
             run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image_tag, extra=extra,
-                             m=m, echo=echo)
+                             m=m, echo=echo, env_extra=save)
             tests = res.parse_junit(run.junit, settings().root) if run.junit.exists() else []
             status = suite_status(run, tests)
             if not run.junit.exists() and status == "passed":
@@ -452,6 +457,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-image", help="build the image on this base")
     p.add_argument("--no-health", action="store_true", help="skip the GPU health check")
     p.add_argument("--quiet", action="store_true", help="do not echo pytest output (it is still logged)")
+    p.add_argument("--save-numerics", action="store_true",
+                   help="the numerics suite saves its outputs into suites/numerics-outputs (see `harness numerics`)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
 
 
@@ -464,7 +471,8 @@ def cli_main(args: argparse.Namespace) -> int:
         extra = extra[1:]
     _, code = run_suites(backend, native=native, suites=args.suites,
                          run_dir=Path(args.results) if args.results else None, image_tag=args.image,
-                         base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet)
+                         base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet,
+                         save_numerics=args.save_numerics)
     return code
 
 

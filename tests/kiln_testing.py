@@ -37,11 +37,36 @@ def run_compiled(fn: Callable, *args: Any, strict: bool = True, compile_kwargs: 
     """Compile and run ``fn(*args)`` under kiln (strict by default); return (result, captured graphs).
 
     Dynamo's cache is reset first, so every call compiles afresh (a test may call this in a loop).
+    Under the ``cudagraphs`` setting (``KILN_CUDAGRAPHS=1``: the suites run this way on GPUs too) with CUDA
+    inputs, the compiled function is called twice more on fresh copies of the original arguments (a recording
+    and a replay, inputs copied in): results and in-place updates must equal the first, unrecorded call's.
     """
     torch._dynamo.reset()
     with compiler.config.patch(strict=strict, **settings), compiler.capture() as graphs:
-        out = compile_kiln(fn, **(compile_kwargs or {}))(*args)
+        replays = compiler.config.settings().cudagraphs and _on_cuda(args)
+        originals = _clone(args) if replays else []
+        compiled = compile_kiln(fn, **(compile_kwargs or {}))
+        out = compiled(*args)
+        if replays:
+            _check_replays(compiled, originals, args, out, graphs)
     return out, graphs
+
+
+def _on_cuda(args: Sequence[Any]) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in args)
+
+
+def _check_replays(compiled: Callable, originals: list, args: Sequence[Any], out: Any, graphs: list) -> None:
+    """Record and replay (see ``run_compiled``); every graph that ran either replayed or says why it could not."""
+    for _ in range(2):
+        fresh = _clone(originals)
+        assert_close(compiled(*fresh), out)
+        assert_close(fresh, list(args))
+    for g in graphs:
+        runner = g.cudagraphs
+        if runner is not None and runner.stats.warmups:
+            reasons = [f for f in g.fallbacks if f.kind == "cudagraph"]
+            assert runner.stats.replays or reasons, f"{g.name} neither replayed nor recorded why not"
 
 
 def assert_close(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None,
@@ -96,7 +121,9 @@ def fallback_ops(graphs: list) -> list[str]:
 
 
 def assert_no_fallbacks(graphs: list) -> None:
-    fbs = fallbacks(graphs)
+    """No op ran as ATen. A graph running without CUDA graphs (kind ``cudagraph``, under KILN_CUDAGRAPHS=1) is
+    no op fallback: its reason is checked by ``_check_replays``."""
+    fbs = [f for f in fallbacks(graphs) if f.kind != "cudagraph"]
     assert not fbs, "unexpected fallbacks: " + "; ".join(map(str, fbs))
 
 

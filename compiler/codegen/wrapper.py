@@ -1,11 +1,13 @@
 """Emit the wrapper as an FX ``GraphModule``: allocations, kernel launches, extern and fallback calls.
 
 Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrapper steps to FX:
-- size symbols -> ``sym_size``/``sym_stride``/``sym_storage_offset`` of an input (solved for the symbol when
+- size symbols -> ``size(d)``/``stride(d)``/``storage_offset()`` of an input (solved for the symbol when
   the input's size is an expression such as ``2*s0 + 1``), or the SymInt placeholder itself;
 - size expressions -> integer ``operator`` nodes (``floordiv``, never float division);
-- allocations -> ``torch.empty_strided``; views -> ``aten.as_strided``;
-- kernel launches -> ``call_module`` of a ``TritonKernel``; extern kernels -> ``op.out(..., out=buf)``;
+- allocations -> ``torch.empty_strided`` (Dynamo's C allocator where there is one); views -> ``reinterpret_tensor``
+  (``as_strided`` in C, a fifth of the aten op's host time);
+- kernel launches -> ``call_module`` of a ``TritonKernel``; extern kernels -> ``torch.mm(..., out=buf)`` (the
+  ``torch`` function of the ``.out`` overload, ``EXTERN_FUNCTIONS``: half the host time of the OpOverload);
   fallbacks -> the ATen overload itself, multi-output -> ``getitem``; cond/while -> the higher-order op
   with ``get_attr`` subgraphs.
 """
@@ -25,7 +27,7 @@ from ..exc import SymbolResolutionError
 from ..graph import ExternCall, GraphLowering, SubgraphCall, SubgraphRef
 from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
 from ..runtime.launcher import TritonKernel
-from ..runtime.restride import ensure_strides
+from ..runtime.restride import ensure_strides, reinterpret_tensor
 from ..scheduler import KernelGroup
 from .printer import MAX_TYPES, MIN_TYPES
 from .triton_kernel import KernelSource
@@ -59,11 +61,11 @@ class WrapperBuilder:
         raise SymbolResolutionError(f"size symbol {s} cannot be computed from the graph inputs")
 
     def _bind_from_tensor(self, s: sympy.Symbol, ph: fx.Node, meta: torch.Tensor) -> Any:
-        sources = [(aten.sym_size.int, d, sym(v)) for d, v in enumerate(meta.shape)]
-        sources += [(aten.sym_stride.int, d, sym(v)) for d, v in enumerate(meta.stride())]
+        sources = [("size", d, sym(v)) for d, v in enumerate(meta.shape)]
+        sources += [("stride", d, sym(v)) for d, v in enumerate(meta.stride())]
         for fn, d, e in sources:
             if e == s:
-                node = self.graph.call_function(fn, (ph, d))
+                node = self.graph.call_method(fn, (ph, d))
                 self.syms[s] = node
                 return node
         for fn, d, e in sources:  # linear forms a*s + b: solve for s
@@ -71,7 +73,7 @@ class WrapperBuilder:
                 poly = sympy.Poly(e, s)
                 if poly.degree() == 1:
                     a, b = (int(c) for c in poly.all_coeffs())
-                    node = self.graph.call_function(fn, (ph, d))
+                    node = self.graph.call_method(fn, (ph, d))
                     if b:
                         node = self.graph.call_function(operator.sub, (node, b))
                     if a != 1:
@@ -79,7 +81,7 @@ class WrapperBuilder:
                     self.syms[s] = node
                     return node
         if sym(meta.storage_offset()) == s:
-            node = self.graph.call_function(aten.sym_storage_offset.default, (ph,))
+            node = self.graph.call_method("storage_offset", (ph,))
             self.syms[s] = node
             return node
         return None
@@ -164,7 +166,7 @@ class WrapperBuilder:
             if v.dtype != v.buffer.dtype:
                 base = self.graph.call_function(aten.view.dtype, (base, v.dtype))
             offset = getattr(v.buffer, "base_offset", sympy.Integer(0)) + v.layout.offset
-            return self.graph.call_function(aten.as_strided.default, (
+            return self.graph.call_function(reinterpret_tensor, (
                 base, [self.expr(s) for s in v.layout.size], [self.expr(s) for s in v.layout.stride],
                 self.expr(offset)))
         if isinstance(v, SymScalar):
@@ -205,7 +207,7 @@ class WrapperBuilder:
         if isinstance(outputs, Buffer):
             for d, s in enumerate(outputs.layout.size):  # data-dependent sizes are read off the result
                 if isinstance(s, sympy.Symbol) and s not in self.syms and _unbound(self, s):
-                    self.syms[s] = self.graph.call_function(aten.sym_size.int, (node, d))
+                    self.syms[s] = self.graph.call_method("size", (node, d))
             if sum(1 for s in outputs.layout.size if s != 1) >= 2:
                 stride = tuple(self.expr(s) for s in outputs.layout.stride)
                 node = self.graph.call_function(ensure_strides, (node, stride))
@@ -250,6 +252,11 @@ class WrapperBuilder:
         outs = [self.value(v) if v is not None else None for v in self.g.outputs]
         self.graph.output(tuple(outs))
         gm = fx.GraphModule(self.root, self.graph, class_name="KilnWrapper")
+        for name, module in gm.named_children():
+            if isinstance(module, TritonKernel):
+                # found by plain attribute lookup: `self.<kernel>` in the wrapper skips nn.Module.__getattr__
+                # (a microsecond per launch); the kernel stays a submodule for printing and state
+                gm.__dict__[name] = module
         return gm
 
     def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
@@ -273,7 +280,7 @@ class WrapperBuilder:
         kwargs = self.value(call.kwargs)
         if call.out is not None:
             kwargs["out"] = self.allocate(call.out)
-            self.graph.call_function(call.target, tuple(args), kwargs)
+            self.graph.call_function(EXTERN_FUNCTIONS.get(call.target, call.target), tuple(args), kwargs)
             return
         node = self.graph.call_function(call.target, tuple(args), kwargs)
         self.bind_outputs(call.outputs, node)
@@ -285,6 +292,11 @@ class WrapperBuilder:
         node = self.graph.call_function(call.target, tuple(self.value(call.args)), {})
         self.bind_outputs(call.outputs, node)
 
+
+#: extern ``.out`` overloads -> the ``torch`` function with the same schema (``out=`` included), which binds its
+#: arguments in C: about half the host time of calling the OpOverload
+EXTERN_FUNCTIONS: dict[Any, Callable] = {aten.mm.out: torch.mm, aten.bmm.out: torch.bmm, aten.addmm.out: torch.addmm,
+                                         aten.baddbmm.out: torch.baddbmm, aten.addbmm.out: torch.addbmm}
 
 #: torch's sympy functions of float size arithmetic -> the Python function that computes them
 _FLOAT_FUNCTIONS = {"CeilToInt": math.ceil, "FloorToInt": math.floor, "TruncToInt": math.trunc,

@@ -1,6 +1,6 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
-Verbs: run, compare, list, show, export, import, plot, workloads, selftest, gpu.
+Verbs: run, compare, list, show, export, import, plot, workloads, selftest, gpu, models.
 Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
@@ -132,6 +132,16 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--results", help="folder of the store and reports (default results/bench/<backend>)")
     p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="after `--`: more `bench run` flags")
+    p = sub.add_parser("overhead", help="host overhead: us per call of graphs with 1, 10 and 50 kernel launches")
+    p.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
+    p.add_argument("--compilers", default="eager,kiln,inductor,kiln-cg,inductor-cg",
+                   help="comma-separated (the -cg modes need CUDA)")
+    p.add_argument("--launches", default="1,10,50", help="chain lengths (kernel launches per call)")
+    p.add_argument("--calls", type=int, default=200, help="calls per sample")
+    p.add_argument("--samples", type=int, default=25, help="samples per graph and compiler")
+    p.add_argument("--md", type=Path, help="write the Markdown table here")
+    p.add_argument("--json", type=Path, help="write every result (samples included) here")
+    p.add_argument("--profile", type=Path, help="also write a cProfile of each compiler's calls here")
     p = sub.add_parser("gpu", help="full GPU run twice (kiln, inductor, eager) and the spread between runs")
     p.add_argument("--out", type=Path, default=Path("results/gpu"))
     p.add_argument("--compilers", default="kiln,inductor,eager")
@@ -145,6 +155,51 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
         action="store_true",
         help="rehearse the pipeline on CPU (tiny sizes; with --device cpu)",
     )
+    _add_models(sub)
+
+
+def _add_models(sub) -> None:
+    """The `models` verb: the model tier (harness/bench/model_run.py)."""
+    p = sub.add_parser(
+        "models",
+        help="model tier: transformers/torchvision/timm models with random weights under each compiler",
+        description="Real models built from configs with random weights (GPT-2, Llama, BERT, T5, ViT, ResNet) "
+        "under eager, kiln, inductor and (CUDA) kiln-cg, inductor-cg: pass/fail against eager, step latency, "
+        "speedup, cold/warm compile s in fresh processes, peak memory. Each invocation adds a run to the "
+        "store in --out and rewrites the report over every case stored there, so the GPU tier can be run in "
+        "chunks (--only) into one folder; --report only rewrites the report.",
+    )
+    p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
+    p.add_argument("--profile", choices=["tiny", "gpu"], help="model sizes (default: gpu on a GPU, else tiny)")
+    p.add_argument("--only", help="comma-separated fnmatch patterns of cases (model.gpt2.infer.bf16, "
+                   "gpt2.infer.*) or models (gpt2)")
+    p.add_argument("--compilers", default="kiln,inductor,kiln-cg,inductor-cg,eager",
+                   help="comma-separated; eager is always included; -cg modes are skipped on CPU")
+    p.add_argument("--compile-times", help="compilers whose cold/warm compile s are measured in fresh "
+                   "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)")
+    p.add_argument("--out", type=Path, help="run folder: store, report.md, report.json, export.json, "
+                   "models.png (default results/bench/models-PROFILE)")
+    p.add_argument("--db", type=Path, help="SQLite store (default OUT/bench.sqlite; may be shared with the "
+                   "kernel tier: model runs have profile models-PROFILE)")
+    p.add_argument("--md", type=Path, help="Markdown report here instead of OUT/report.md")
+    p.add_argument("--json", type=Path, help="JSON report here instead of OUT/report.json")
+    p.add_argument("--plots", type=Path, help="PNG plot folder instead of OUT")
+    p.add_argument("--report", action="store_true", help="measure nothing: rewrite the report over every "
+                   "case stored for the profile")
+    p.add_argument("--list", action="store_true", help="list the profile's cases and whether they can run here")
+    p.add_argument("--resume", action="store_true", help="skip cases already stored in the store for this "
+                   "profile, device and source hash (with every selected compiler)")
+    p.add_argument("--budget-s", type=float, help="start no case that would likely end after this many seconds "
+                   "(the rest are listed; run again with --resume)")
+    p.add_argument("--target-s", type=float, help="measuring seconds per case and compiler")
+    p.add_argument("--rounds", type=int, help="interleaved rounds per case")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU runs; default 1)")
+    p.add_argument("--label", help="free-text label stored with the run")
+    p.add_argument("--git-ref", help="git ref to record (default $KILN_BENCH_GIT_REF, $GITHUB_REF_NAME or git)")
+    p.add_argument("--baseline", help="compare with earlier runs: latest (per case, the newest complete run "
+                   "that has it), run:ID, ref:NAME, window:N; a trailing ? makes it optional")
+    _add_compare(p)
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def _open(db: Path | None):
@@ -368,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli_main(args: argparse.Namespace) -> int:
     """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`)."""
-    if args.verb in ("run", "selftest", "gpu") and "kiln" in getattr(args, "compilers", ""):
+    if args.verb in ("run", "selftest", "gpu", "overhead", "models") and "kiln" in getattr(args, "compilers", ""):
         from .session import prepare_kiln
 
         prepare_kiln()  # before Dynamo imports triton, so kiln may pick the interpreter
@@ -381,10 +436,18 @@ def cli_main(args: argparse.Namespace) -> int:
             from .gpu_run import cmd_gpu
 
             return cmd_gpu(args)
+        if args.verb == "overhead":
+            from .overhead import cli_main as cmd_overhead
+
+            return cmd_overhead(args)
         if args.verb == "backend":
             from .backend_run import cmd_backend
 
             return cmd_backend(args)
+        if args.verb == "models":
+            from .model_run import cmd_models
+
+            return cmd_models(args)
         return globals()[f"cmd_{args.verb}"](args)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)

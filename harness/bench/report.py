@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .compare import VERDICTS, Comparison, counts
 from .exc import BenchError
@@ -56,6 +56,19 @@ def markdown(table: Table) -> str:
 
 
 # ------------------------------------------------------------------ tables
+def latency_cell(r: "Result | None", eager: "Result | None", fmt: Callable[[float], str]) -> str:
+    """A table cell: ``-`` (not measured), ``error``, or the median with its speedup over ``eager`` (none for
+    eager itself: pass ``eager=None``)."""
+    if r is None:
+        return "-"
+    if r.status != "ok":
+        return "error"
+    cell = fmt(r.median_ns)
+    if eager is not None and eager.median_ns and r.median_ns:
+        cell += f" ({eager.median_ns / r.median_ns:.2f}x)"
+    return cell
+
+
 def side_by_side(results: list[Result], compilers: Sequence[str]) -> Table:
     """One row per workload: median per compiler and its speedup over eager, and the best GB/s."""
     by: dict[str, dict[str, Result]] = {}
@@ -69,15 +82,8 @@ def side_by_side(results: list[Result], compilers: Sequence[str]) -> Table:
         best: Result | None = None
         for c in compilers:
             r = per.get(c)
-            if r is None:
-                row.append("-")
-            elif r.status != "ok":
-                row.append("error")
-            else:
-                cell = fmt_ns(r.median_ns)
-                if c != "eager" and eager is not None and eager.median_ns and r.median_ns:
-                    cell += f" ({eager.median_ns / r.median_ns:.2f}x)"
-                row.append(cell)
+            row.append(latency_cell(r, None if c == "eager" else eager, fmt_ns))
+            if r is not None and r.status == "ok":
                 if best is None or (r.median_ns or math.inf) < (best.median_ns or math.inf):
                     best = r
         row += [

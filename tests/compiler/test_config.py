@@ -19,11 +19,18 @@ def test_defaults_and_env_parsing():
     ({"KILN_OUTER_XBLOCK": "48"}, "power of two"),
     ({"KILN_POINTWISE_XBLOCK": "-4"}, "positive"),
     ({"KILN_INTERPRET": "sometimes"}, "auto, 0 or 1"),
-    ({"KILN_COMPILE_THREADS": "4"}, "must be 1"),
+    ({"KILN_COMPILE_WORKERS": "0"}, "KILN_COMPILE_WORKERS=.*positive"),
 ])
 def test_bad_values_name_the_variable(env, needle):
     with pytest.raises(ConfigError, match=needle):
         config.from_env(env)
+
+
+def test_compile_threads_and_workers():
+    s = config.from_env({"KILN_COMPILE_THREADS": "4", "KILN_COMPILE_WORKERS": "3"})
+    assert (s.compile_threads, s.compile_workers) == (4, 3)
+    default = config.from_env({})
+    assert 1 <= default.compile_workers <= 8 and default.compile_threads == default.compile_workers
 
 
 def test_patch_is_scoped_and_rejects_unknown_fields():

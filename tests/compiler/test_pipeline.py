@@ -19,7 +19,7 @@ def run(fn, *args, dynamic=False):
 
 def test_passes_are_named_and_explained():
     names = [p[0] for p in PASSES]
-    assert names == ["lower", "schedule", "render", "wrap", "dump"]
+    assert names == ["lower", "schedule", "render", "wrap", "precompile", "dump"]
     assert all(why for _, why, _ in PASSES)
 
 
@@ -45,14 +45,14 @@ def test_linear_bias_gelu_is_one_extern_plus_one_kernel(device):
     out, graphs = run(fn, x, w, b)
     torch.testing.assert_close(out, fn(x, w, b), atol=1e-4, rtol=1e-4)
     assert (graphs[0].extern_count, graphs[0].kernel_count) == (1, 1)
-    assert "addmm.out" in graphs[0].code
+    assert "torch.addmm(" in graphs[0].code and "out = buf" in graphs[0].code
 
 
 def test_slice_transpose_is_a_view_without_kernels(device):
     x = torch.randn(8, 6, device=device)
     out, graphs = run(lambda x: x[2:5].t(), x)
     assert torch.equal(out, x[2:5].t()) and out.stride() == x[2:5].t().stride()
-    assert graphs[0].kernel_count == 0 and "as_strided" in graphs[0].code
+    assert graphs[0].kernel_count == 0 and "reinterpret_tensor" in graphs[0].code
 
 
 def test_unsupported_op_falls_back_with_reason(device):

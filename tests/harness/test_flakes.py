@@ -251,7 +251,8 @@ def test_parametrized_ids_with_brackets_fold_into_one_test_each(planted, tmp_pat
         runs=3,
         out_dir=tmp_path / "out",
         quarantine=q.Quarantine(),
-        extra=[f"--rootdir={tmp_path}", "-c", "/dev/null"],
+        # an empty ini of its own (pytest 9.2 refuses `-c /dev/null`: "unsupported format")
+        extra=[f"--rootdir={tmp_path}", "-c", str(_empty_ini(tmp_path))],
         root=ROOT,
     )
     assert [(t["id"].split("::", 1)[1], t["runs"]) for t in report["tests"]] == [
@@ -359,3 +360,9 @@ def test_sigterm_keeps_the_runs_so_far_marked_incomplete(planted):
     report = json.loads((out / "flakes.json").read_text())
     assert report["complete"] is False and report["ok"] is False
     assert 3 <= report["tests"][0]["passed"] < 100
+
+
+def _empty_ini(folder) -> object:
+    ini = folder / "empty-pytest.ini"
+    ini.write_text("[pytest]\n")
+    return ini

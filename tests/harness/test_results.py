@@ -96,3 +96,21 @@ def test_parse_junit_skips_the_bare_testcase_of_an_interrupted_test(tmp_path):
                    '</testsuite></testsuites>')
     results = parse_junit(xml)
     assert [(r.outcome, r.message) for r in results] == [("passed", ""), ("error", "teardown broke")]
+
+
+def test_atomic_write_leaves_a_device_or_fifo_in_place(tmp_path):
+    """`--md /dev/null` must not replace /dev/null with a file: a non-regular path is written in place."""
+    import os
+    import threading
+
+    from harness.results import atomic_write_text
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    atomic_write_text(fifo, "report\n")
+    reader.join(timeout=10)
+    assert got == ["report\n"]
+    assert fifo.is_fifo()

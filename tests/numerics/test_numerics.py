@@ -54,21 +54,23 @@ def _masked_scores(s):
     return torch.softmax((s / math.sqrt(16)).masked_fill(mask, float("-inf")), dim=-1)
 
 
+# Inputs are made on the CPU, then moved: every device sees the same values, so saved runs of two machines
+# compare (KILN_NUMERICS_SAVE, `python -m harness numerics compare`).
 PROGRAMS = {
-    "softmax": (lambda x: torch.softmax(x, -1), lambda d, dev: (torch.randn(8, 64, device=dev).to(d),)),
-    "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda d, dev: (torch.randn(8, 64, device=dev).to(d),)),
+    "softmax": (lambda x: torch.softmax(x, -1), lambda d, dev: (torch.randn(8, 64).to(dev, d),)),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda d, dev: (torch.randn(8, 64).to(dev, d),)),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (48,), w, b),
-                   lambda d, dev: (torch.randn(6, 48, device=dev).to(d) * 3 + 1, torch.randn(48, device=dev).to(d),
-                                   torch.randn(48, device=dev).to(d))),
-    "rmsnorm": (_rmsnorm, lambda d, dev: (torch.randn(6, 40, device=dev).to(d), torch.randn(40, device=dev).to(d))),
+                   lambda d, dev: (torch.randn(6, 48).to(dev, d) * 3 + 1, torch.randn(48).to(dev, d),
+                                   torch.randn(48).to(dev, d))),
+    "rmsnorm": (_rmsnorm, lambda d, dev: (torch.randn(6, 40).to(dev, d), torch.randn(40).to(dev, d))),
     "gelu_epilogue": (_gelu_mlp_epilogue,
-                      lambda d, dev: (torch.randn(16, 32, device=dev).to(d), torch.randn(32, device=dev).to(d))),
-    "row_sum_long": (lambda x: x.sum(-1), lambda d, dev: (torch.rand(4, 3000, device=dev).to(d),)),
+                      lambda d, dev: (torch.randn(16, 32).to(dev, d), torch.randn(32).to(dev, d))),
+    "row_sum_long": (lambda x: x.sum(-1), lambda d, dev: (torch.rand(4, 3000).to(dev, d),)),
     "mean_var": (lambda x: torch.var_mean(x, dim=0, correction=1)[0],
-                 lambda d, dev: (torch.randn(200, 8, device=dev).to(d) + 5,)),
-    "causal_softmax": (_masked_scores, lambda d, dev: (torch.randn(2, 12, 12, device=dev).to(d),)),
-    "mse_loss": (lambda a, b: F.mse_loss(a, b), lambda d, dev: (torch.randn(64, 8, device=dev).to(d),
-                                                                  torch.randn(64, 8, device=dev).to(d))),
+                 lambda d, dev: (torch.randn(200, 8).to(dev, d) + 5,)),
+    "causal_softmax": (_masked_scores, lambda d, dev: (torch.randn(2, 12, 12).to(dev, d),)),
+    "mse_loss": (lambda a, b: F.mse_loss(a, b), lambda d, dev: (torch.randn(64, 8).to(dev, d),
+                                                                  torch.randn(64, 8).to(dev, d))),
 }
 
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
+# Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests
+# Output: one log per stage under $OUT (default results/device), the summary last on stdout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/device}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONHASHSEED=0
+nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv,noheader || true
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+SUITES="tests/dynamic_shapes tests/control_flow tests/fallback tests/numerics"
+summary=()
+for stage in "$@"; do
+  start=$SECONDS
+  case "$stage" in
+    cudagraphs) timeout 300 python3 -m pytest -q -p no:cacheprovider tests/compiler/test_cudagraphs.py > "$OUT/$stage.log" 2>&1 ;;
+    overhead) timeout 420 python3 -m harness bench overhead --calls 100 --samples 15 --md "$OUT/overhead.md" \
+                --json "$OUT/overhead.json" --profile "$OUT/profile.txt" > "$OUT/$stage.log" 2>&1 ;;
+    suites) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES > "$OUT/$stage.log" 2>&1 ;;
+    suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
+                > "$OUT/$stage.log" 2>&1 ;;
+    compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+  rc=$?
+  summary+=("$stage: exit $rc in $((SECONDS - start))s: $(tail -n 1 "$OUT/$stage.log")")
+  echo "=== $stage (exit $rc) ==="; tail -n 40 "$OUT/$stage.log"
+done
+echo "=== summary ==="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,143 @@
+"""A kernel compile worker: a process that runs ``triton.compile`` for requests read from its stdin.
+
+Started by ``compile_pool`` as ``python compile_worker.py`` (a script, never ``import compiler``: a worker
+imports only the standard library, Triton and the kernel modules; it never imports torch or initializes
+CUDA). Protocol, one request at a time: the parent writes an 8-byte big-endian length and a pickled dict
+(``gpu_compile.CompileRequest.wire``); the worker answers the same way with a dict ``{"ok", "hit", "seconds",
+"launcher", "error", "compile_error"}``. Compiled kernels land in Triton's on-disk cache, where the parent's own
+``triton.compile`` of the same source then finds them. The worker's stdout is the protocol channel: anything
+else printed to stdout goes to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import struct
+import sys
+import time
+import traceback
+from typing import Any, BinaryIO, Optional
+
+if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)  # the script's folder (compiler/runtime) must not shadow top-level modules
+
+_HEADER = struct.Struct(">Q")
+_functions: dict[tuple[str, str], Any] = {}
+
+
+def read_message(stream: BinaryIO) -> Optional[Any]:
+    """One length-prefixed pickle from ``stream``, or None at end of file."""
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(head)
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)
+
+
+def write_message(stream: BinaryIO, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def load_function(path: str, name: str, module_name: str) -> Any:
+    """The ``@triton.jit`` function ``name`` of the kernel module at ``path`` (imported once)."""
+    fn = _functions.get((path, name))
+    if fn is None:
+        mod = sys.modules.get(module_name)
+        if mod is None or getattr(mod, "__file__", None) != path:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = mod
+            spec.loader.exec_module(mod)
+        fn = getattr(mod, name)
+        _functions[(path, name)] = fn
+    return fn
+
+
+def _apply_env(env: dict[str, Optional[str]]) -> None:
+    """Make Triton's cache folder and cache-invalidating variables those of the parent (same cache keys)."""
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _build_launcher(kernel: Any) -> bool:
+    """Triton versions that build a C launcher per signature (3.6: a C compiler run, about a second, in the
+    parent's first launch otherwise): build it here too, into the same on-disk cache. Best effort: False
+    where this Triton has no such launcher or it cannot be built here (no libcuda: a CPU-only machine)."""
+    try:
+        from triton.backends.nvidia import driver as nv
+    except Exception:
+        return False
+    if not hasattr(nv, "make_launcher") or kernel.metadata.target.backend != "cuda":
+        return False
+    try:
+        nv.CudaLauncher(kernel.src, kernel.metadata)
+        return True
+    except Exception:
+        return False
+
+
+def _is_compile_error(e: Exception) -> bool:
+    """An error in the kernel's code (the parent's compile would fail the same way)."""
+    try:
+        from triton.compiler.errors import CompilationError
+    except ImportError:
+        return False
+    return isinstance(e, CompilationError)
+
+
+def compile_request(req: dict) -> dict:
+    """Compile one request; never raises (errors come back in the answer)."""
+    start = time.perf_counter()
+    hits: list[bool] = []
+    try:
+        _apply_env(req["env"])
+        import triton
+        from triton import knobs
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        fn = load_function(req["path"], req["kernel"], req["module"])
+        src = ASTSource(fn, dict(req["signature"]), dict(req["constexprs"]), dict(req["attrs"]))
+        knobs.compilation.listener = lambda **kw: hits.append(bool(kw.get("cache_hit")))
+        try:
+            kernel = triton.compile(src, target=GPUTarget(*req["target"]), options=dict(req["options"]))
+        finally:
+            knobs.compilation.listener = None
+        launcher = _build_launcher(kernel) if req.get("launcher", True) else False
+    except Exception as e:  # a compile error is an answer, not a worker failure
+        detail = getattr(e, "error_message", None) or str(e)
+        lines = [ln for ln in str(detail).splitlines() if ln.strip()]
+        return {"ok": False, "hit": False, "seconds": time.perf_counter() - start, "launcher": False,
+                "error": f"{type(e).__name__}: {' | '.join(lines[-6:])}", "compile_error": _is_compile_error(e),
+                "traceback": traceback.format_exc(limit=8)}
+    return {"ok": True, "hit": bool(hits and hits[0]), "seconds": time.perf_counter() - start,
+            "launcher": launcher, "error": ""}
+
+
+def main() -> int:
+    """Serve requests until stdin closes."""
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints (compiler warnings) must not corrupt the protocol stream
+    sys.stdout = sys.stderr
+    proto_in = sys.stdin.buffer
+    import triton.compiler  # noqa: F401  (the slow part of a worker's start, before the first request)
+    write_message(proto_out, {"ready": os.getpid()})
+    while True:
+        req = read_message(proto_in)
+        if req is None:
+            return 0
+        write_message(proto_out, compile_request(req))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

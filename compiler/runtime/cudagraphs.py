@@ -1,0 +1,319 @@
+"""CUDA graphs for compiled wrappers: record a wrapper's launches once per size key, then replay them.
+
+With ``cudagraphs`` on (setting ``KILN_CUDAGRAPHS=1``, or ``torch.compile(..., options={"cudagraphs": True})``,
+or ``mode="reduce-overhead"``), each compiled graph runs through a ``CudaGraphRunner``:
+
+- *key*: the values that fix every size in a call: the integer arguments (size symbols) and the shapes of the
+  tensor arguments whose sizes are symbolic. A static graph has one key, ``()``. One recording per key.
+- The first call of a key runs the wrapper as usual (*warm-up*: kernels compile, libraries allocate their
+  workspaces) and notes every tensor argument's address. The second call records the wrapper into a
+  ``torch.cuda.CUDAGraph`` with a private memory pool and replays it; later calls only replay.
+- *static input*: a tensor argument whose address did not change between warm-up and recording (parameters,
+  buffers, saved activations of a replayed forward): the recording reads it in place. Every other tensor
+  argument is *copied in* to a placeholder that the recording reads, and copied back after the replay when the
+  graph writes to it (an in-place update must reach the caller's tensor). When a static input moves later, it
+  becomes copied-in and the key is recorded again (at most ``MAX_RECORDINGS`` times, then it runs unrecorded).
+- *pool-owned output*: an output allocated during recording. Every replay hands them out as fresh tensors over
+  the same memory, which the next replay of the same recording overwrites: as with Inductor's
+  ``reduce-overhead``, a user-visible output is valid until the same graph runs again (clone it to keep it).
+- *saved outputs*: the outputs of a training forward that AOTAutograd saves for backward. A replay would
+  overwrite them under a backward still waiting to run (two forwards before their backwards, as in gradient
+  accumulation), so while any of them is still referenced the forward runs unrecorded, into fresh memory.
+
+A graph that cannot be recorded runs as before, and the reason is recorded on the compiled graph as
+``FallbackReason("cudagraph", <graph name>, detail)``: CPU tensors, host synchronization (data-dependent ops,
+control flow), inputs that overlap themselves, a failed capture, or too many re-recordings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+from ..graph import FallbackReason
+from .restride import alias
+
+log = logging.getLogger("kiln")
+
+#: re-recordings of one key (a static input moved) before the key runs unrecorded for good
+MAX_RECORDINGS = 8
+
+#: ATen ops that read device values on the host (or make sizes depend on them): never recordable
+HOST_SYNC_OPS = frozenset({
+    "_local_scalar_dense", "item", "nonzero", "nonzero_static", "masked_select", "unique", "_unique",
+    "_unique2", "unique_consecutive", "unique_dim", "is_nonzero", "equal", "bincount", "histc",
+    "repeat_interleave", "allclose",
+})
+
+
+@dataclasses.dataclass
+class GraphFacts:
+    """What the runner needs to know of an ATen graph, read once at compile time.
+
+    ``int_args``/``symbolic_tensor_args``: argument positions that make up the key; ``mutated_args``: tensor
+    arguments the graph writes to; ``saved_from``: index of the first output saved for backward (training
+    forwards only; ``None`` for inference and backward graphs); ``host_sync``: the first op found that syncs
+    with the host, or "".
+    """
+
+    int_args: tuple[int, ...]
+    symbolic_tensor_args: tuple[int, ...]
+    mutated_args: frozenset[int]
+    saved_from: Optional[int]
+    host_sync: str
+
+    @staticmethod
+    def of(gm: fx.GraphModule, saved_from: Optional[int] = None) -> "GraphFacts":
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        position = {n: i for i, n in enumerate(placeholders)}
+        ints, symbolic = [], []
+        for i, ph in enumerate(placeholders):
+            val = ph.meta.get("val")
+            if isinstance(val, (int, torch.SymInt)):
+                ints.append(i)
+            elif isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
+                symbolic.append(i)
+        mutated: set[int] = set()
+        host_sync = ""
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            target = node.target
+            name = getattr(getattr(target, "_schema", None), "name", "") or getattr(target, "__name__", "")
+            short = name.split("::")[-1]
+            if not host_sync and (short in HOST_SYNC_OPS or isinstance(target, torch._ops.HigherOrderOperator)
+                                  or free_unbacked_symbols(node.meta.get("val"))):
+                host_sync = name  # a boolean-mask index or .item(): its result's size or value is read on the host
+            schema = getattr(target, "_schema", None)
+            if schema is None:
+                continue
+            for arg, value in zip(schema.arguments, node.args):
+                if arg.alias_info is not None and arg.alias_info.is_write and value in position:
+                    mutated.add(position[value])
+            for arg in schema.arguments:
+                if arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write:
+                    value = node.kwargs.get(arg.name)
+                    if value in position:
+                        mutated.add(position[value])
+        return GraphFacts(tuple(ints), tuple(symbolic), frozenset(mutated), saved_from, host_sync)
+
+
+@dataclasses.dataclass
+class _Recording:
+    """One recorded graph: what to copy in and out, and how to hand out its outputs."""
+
+    graph: Any  # torch.cuda.CUDAGraph
+    static_args: list[int]
+    static_ptrs: list  # per argument position: the address of a static input, else None
+    placeholders: dict[int, torch.Tensor]  # copied-in argument position -> placeholder
+    copy_back: list[int]  # copied-in arguments the graph writes to
+    outputs: tuple  # the wrapper's outputs as recorded
+    owned: list[int]  # positions of the pool-owned outputs (handed out as fresh aliases)
+    saved_storages: list[tuple[int, int]]  # (storage handle, use count with no output handed out)
+
+
+@dataclasses.dataclass
+class _Entry:
+    """The state of one key: addresses seen at warm-up, then the recording (or why there is none)."""
+
+    warm_ptrs: dict[int, int]
+    recording: Optional[_Recording] = None
+    recordings: int = 0
+    dynamic: set[int] = dataclasses.field(default_factory=set)  # arguments that must be copied in
+    unrecordable: str = ""
+
+
+@dataclasses.dataclass
+class RunnerStats:
+    """Counters of one runner: ``replays``, ``recordings``, ``warmups``, ``unrecorded`` (calls run without a
+    graph after warm-up: saved outputs still alive, or a fallback), ``copied_in`` (argument copies)."""
+
+    replays: int = 0
+    recordings: int = 0
+    warmups: int = 0
+    unrecorded: int = 0
+    copied_in: int = 0
+
+
+class CudaGraphRunner:
+    """Runs a boxed wrapper ``fn(args)`` through CUDA graphs, one recording per key (see module docstring)."""
+
+    def __init__(self, fn: Callable[[list], Any], name: str, facts: GraphFacts,
+                 fallbacks: list[FallbackReason]) -> None:
+        self.fn = fn
+        self.name = name
+        self.facts = facts
+        self.fallbacks = fallbacks
+        self.entries: dict[tuple, _Entry] = {}
+        self.stats = RunnerStats()
+        self.disabled = ""
+        if facts.host_sync:
+            self._disable(f"the graph syncs with the host ({facts.host_sync}): its sizes or control flow depend "
+                          "on device values")
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, args: list) -> Any:
+        if self.disabled:
+            return self.fn(args)
+        key = self._key(args)
+        entry = self.entries.get(key)
+        if entry is None:
+            return self._warm_up(key, args)
+        if entry.unrecordable:
+            self.stats.unrecorded += 1
+            return self.fn(args)
+        rec = entry.recording
+        if rec is not None and not self._static_inputs_in_place(rec, args):
+            entry.dynamic.update(i for i in rec.static_args if args[i].data_ptr() != rec.static_ptrs[i])
+            rec = entry.recording = None
+        if rec is not None and self._saved_outputs_alive(rec):
+            self.stats.unrecorded += 1
+            return self.fn(args)
+        if rec is None:
+            rec = self._record(entry, args)
+            if rec is None:
+                self.stats.unrecorded += 1
+                return self.fn(args)
+        return self._replay(rec, args)
+
+    def _key(self, args: list) -> tuple:
+        f = self.facts
+        if not f.int_args and not f.symbolic_tensor_args:
+            return ()
+        return tuple(args[i] for i in f.int_args) + tuple(tuple(args[i].shape) for i in f.symbolic_tensor_args)
+
+    def _warm_up(self, key: tuple, args: list) -> Any:
+        ptrs = {i: a.data_ptr() for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+        reason = self._unrecordable_inputs(args)
+        entry = _Entry(ptrs, unrecordable=reason)
+        self.entries[key] = entry
+        if reason:
+            self._record_reason(reason)
+        self.stats.warmups += 1
+        return self.fn(args)
+
+    def _replay(self, rec: _Recording, args: list) -> Any:
+        for i, ph in rec.placeholders.items():
+            ph.copy_(args[i])
+        self.stats.copied_in += len(rec.placeholders)
+        rec.graph.replay()
+        for i in rec.copy_back:
+            args[i].copy_(rec.placeholders[i])
+        self.stats.replays += 1
+        out = list(rec.outputs)
+        for pos in rec.owned:
+            out[pos] = alias(rec.outputs[pos])
+        return type(rec.outputs)(out) if isinstance(rec.outputs, tuple) else out
+
+    # ------------------------------------------------------------------ checks
+    @staticmethod
+    def _static_inputs_in_place(rec: _Recording, args: list) -> bool:
+        check = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+        if check is not None:
+            return check(args, rec.static_ptrs, rec.static_args)
+        return all(args[i].data_ptr() == rec.static_ptrs[i] for i in rec.static_args)
+
+    @staticmethod
+    def _saved_outputs_alive(rec: _Recording) -> bool:
+        use_count = torch._C._storage_Use_Count
+        return any(use_count(handle) > base for handle, base in rec.saved_storages)
+
+    def _unrecordable_inputs(self, args: list) -> str:
+        devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+        if any(d.type != "cuda" for d in devices):
+            return "an input is not on a CUDA device: " + ", ".join(sorted(str(d) for d in devices))
+        if len(devices) > 1:
+            return "inputs on several devices: " + ", ".join(sorted(str(d) for d in devices))
+        if not devices:
+            return "no tensor inputs on a CUDA device"
+        return ""
+
+    # ------------------------------------------------------------------ recording
+    def _record(self, entry: _Entry, args: list) -> Optional[_Recording]:
+        if entry.recordings >= MAX_RECORDINGS:
+            entry.unrecordable = f"recorded {MAX_RECORDINGS} times: static inputs keep moving"
+            self._record_reason(entry.unrecordable)
+            return None
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        static = [i for i in tensors if i not in entry.dynamic and args[i].data_ptr() == entry.warm_ptrs.get(i)]
+        copied = [i for i in tensors if i not in static]
+        for i in copied:
+            if torch._debug_has_internal_overlap(args[i]) == 1:
+                entry.unrecordable = f"input {i} overlaps itself (an expanded view) and its address changes"
+                self._record_reason(entry.unrecordable)
+                return None
+        device = args[tensors[0]].device
+        placeholders = {i: _placeholder(args[i]) for i in copied}
+        rec_args = [placeholders.get(i, a) for i, a in enumerate(args)]
+        for i, ph in placeholders.items():
+            ph.copy_(args[i])
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.device(device):
+                pool = torch.cuda.graph_pool_handle()
+                with torch.cuda.graph(graph, pool=pool):
+                    outputs = self.fn(list(rec_args))
+        except Exception as e:  # a capture error leaves the stream usable; run unrecorded from now on
+            _reset_rng_after_failed_capture(device)
+            entry.unrecordable = f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            self._record_reason(entry.unrecordable)
+            return None
+        entry.recordings += 1
+        self.stats.recordings += 1
+        inputs = {a.untyped_storage().data_ptr() for a in rec_args if isinstance(a, torch.Tensor)}
+        owned, saved = [], []
+        seq = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        for pos, o in enumerate(seq):
+            if not isinstance(o, torch.Tensor) or o.device.type != "cuda":
+                continue
+            if o.untyped_storage().data_ptr() in inputs:
+                continue
+            owned.append(pos)
+            if self.facts.saved_from is not None and pos >= self.facts.saved_from:
+                saved.append(o.untyped_storage()._cdata)
+        # memory that also backs a user-visible output follows the user-output rule (valid until the next
+        # replay): a caller keeping last step's outputs (an HF model's logits) must not turn graphs off
+        user = {seq[p].untyped_storage()._cdata for p in owned
+                if self.facts.saved_from is None or p < self.facts.saved_from}
+        saved = list(dict.fromkeys(h for h in saved if h not in user))
+        use_count = torch._C._storage_Use_Count  # measured with no output handed out: the baseline
+        ptrs: list = [None] * len(args)
+        for i in static:
+            ptrs[i] = args[i].data_ptr()
+        rec = _Recording(graph, static, ptrs, placeholders, [i for i in copied if i in self.facts.mutated_args],
+                         tuple(seq), owned, [(h, use_count(h)) for h in saved])
+        entry.recording = rec
+        log.debug("kiln: recorded %s as a CUDA graph (%d static inputs, %d copied in, %d pool-owned outputs)",
+                  self.name, len(static), len(copied), len(owned))
+        return rec
+
+    def _disable(self, reason: str) -> None:
+        self.disabled = reason
+        self._record_reason(reason)
+
+    def _record_reason(self, detail: str) -> None:
+        reason = FallbackReason("cudagraph", self.name, detail)
+        if reason not in self.fallbacks:
+            self.fallbacks.append(reason)
+            log.info("kiln: %s runs without CUDA graphs: %s", self.name, detail)
+
+
+def _placeholder(t: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``t``'s size, strides and dtype on its device, in memory the recording owns."""
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+
+
+def _reset_rng_after_failed_capture(device: torch.device) -> None:
+    """A capture that fails inside ``cudaStreamEndCapture`` never runs the generator's capture epilogue, and
+    every later random op on the device fails ("Offset increment outside graph capture"). A clone of the
+    generator's state (seed and offset, not the capturing flag) put back repairs it."""
+    gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    try:
+        gen.graphsafe_set_state(gen.clone_state())
+    except Exception as e:  # older torch without graph-safe states: nothing to repair
+        log.debug("kiln: could not reset the CUDA generator after a failed capture: %s", e)

@@ -1,0 +1,362 @@
+"""kiln's own GPU compile path: the Triton specialization of a launch, ``triton.compile`` of it, and stats.
+
+Triton's JIT specializes a kernel on its arguments at every launch and compiles each new specialization
+serially on the launching thread. kiln instead builds the ``ASTSource(fn, signature, constexprs, attrs)``
+itself — from a launch's arguments (``compile_launch``, the launcher's compile-on-miss) or, ahead of time,
+from the sizes a graph was compiled for (``runtime.precompile``, which sends the requests to the worker
+pool of ``runtime.compile_pool``). Both sides build a request with ``make_request``, so a worker's compile
+and the first launch's compile of the same specialization have the same Triton cache key: the launch finds
+the worker's result in Triton's on-disk cache (``TRITON_CACHE_DIR``), and a later process finds both.
+
+Specialization (as Triton's JIT does it): pointers are ``*<dtype>`` with ``tt.divisibility=16`` when
+16-byte aligned; ints are i32/i64 (u64 above), ``tt.divisibility=16`` when divisible by 16, and a
+constexpr when equal to 1; the launch config's XBLOCK/RBLOCK/PERSISTENT are constexprs; ``num_warps`` is
+an option. Anything else (another backend than CUDA, a Triton this module cannot drive) returns None and
+the launcher uses Triton's JIT as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import threading
+import time
+import types
+from typing import Any, NamedTuple, Optional, Sequence
+
+import torch
+
+from ..codegen.ops_table import SIGNATURE_TYPES
+from ..exc import KernelCompileError
+
+log = logging.getLogger("kiln")
+
+CONSTEXPR_NAMES = ("XBLOCK", "RBLOCK", "PERSISTENT")
+#: pointer element types as Triton's JIT names them (bool tensors are ``*u1`` there)
+POINTER_TYPES = {**SIGNATURE_TYPES, torch.bool: "u1"}
+
+
+class Unsupported(TypeError):
+    """An argument kiln's compile path does not specialize (that launch uses Triton's JIT)."""
+
+
+class Ptr(NamedTuple):
+    """A pointer argument known ahead of time by dtype and (guessed) 16-byte alignment only."""
+
+    dtype: torch.dtype
+    aligned: bool = True
+
+
+@dataclasses.dataclass
+class CompileStats:
+    """What kiln's compile path did in this process (``compiler.runtime.compile_stats()``)."""
+
+    compiled: int = 0  # specializations compiled from scratch, here or in a worker
+    cache_hits: int = 0  # specializations found in Triton's on-disk cache (compiled by an earlier process)
+    worker_compiles: int = 0  # of ``compiled``: compiled in worker processes
+    worker_misses: int = 0  # a worker compiled it, yet the launch's compile missed the cache (should be 0)
+    jit_compiles: int = 0  # first launches left to Triton's JIT (launch hooks, non-CUDA, fallbacks)
+    submitted: int = 0  # requests sent to compile workers
+    skipped_on_disk: int = 0  # ahead-of-time requests not sent: already in the on-disk cache
+    seconds: float = 0.0  # main thread, first launches: compile, load and wait
+    wait_seconds: float = 0.0  # of ``seconds``: waiting for workers
+    worker_seconds: float = 0.0  # summed time of workers' compiles
+
+    def summary(self) -> str:
+        return (f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits, "
+                f"{self.jit_compiles} via Triton's JIT; {self.seconds:.2f} s at first launches "
+                f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers")
+
+
+STATS = CompileStats()
+_stats_lock = threading.Lock()
+
+
+def compile_stats() -> CompileStats:
+    """A copy of this process's compile counters."""
+    with _stats_lock:
+        return dataclasses.replace(STATS)
+
+
+def reset_compile_stats() -> None:
+    with _stats_lock:
+        for f in dataclasses.fields(CompileStats):
+            setattr(STATS, f.name, f.default)
+
+
+def count(**deltas: float) -> None:
+    with _stats_lock:
+        for k, v in deltas.items():
+            setattr(STATS, k, getattr(STATS, k) + v)
+
+
+# ---------------------------------------------------------------------------------------- specialization
+def specialize(value: Any) -> tuple[str, Any]:
+    """(type, specialization) of one non-constexpr argument, as Triton's JIT computes it: ``"D"`` marks
+    16-byte alignment (pointers) or divisibility by 16 (ints); an int equal to 1 becomes a constexpr."""
+    if isinstance(value, torch.Tensor):
+        return "*" + _pointer_type(value.dtype), "D" if value.data_ptr() % 16 == 0 else ""
+    if isinstance(value, Ptr):
+        return "*" + _pointer_type(value.dtype), "D" if value.aligned else ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value == 1:
+            return "constexpr", 1
+        if -2 ** 31 <= value <= 2 ** 31 - 1:
+            kind = "i32"
+        elif -2 ** 63 <= value <= 2 ** 63 - 1:
+            kind = "i64"
+        else:
+            kind = "u64"
+        return kind, "D" if value % 16 == 0 else ""
+    raise Unsupported(f"kiln's compile path does not specialize {type(value).__name__} arguments")
+
+
+def _pointer_type(dtype: torch.dtype) -> str:
+    try:
+        return POINTER_TYPES[dtype]
+    except KeyError:
+        raise Unsupported(f"no Triton pointer type for {dtype}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRequest:
+    """One specialization of one kernel, as ``triton.compile`` gets it (picklable parts only)."""
+
+    kernel: str  # the @triton.jit function
+    path: str  # its module file (kiln's kernel cache: the name is the source hash)
+    signature: dict  # arg name -> "*fp32" / "i32" / "constexpr" ...
+    constexprs: dict  # (arg index,) -> value
+    attrs: dict  # (arg index,) -> [["tt.divisibility", 16]] (Triton's parsed form)
+    options: dict  # the backend's parsed options (what the JIT passes to triton.compile)
+    target: tuple  # GPUTarget fields (backend, arch, warp_size)
+    key: str  # identifies the request: pending worker jobs are found by it
+
+    def wire(self, env: dict) -> dict:
+        """The message a compile worker gets (``env``: Triton's cache folder and cache-relevant vars)."""
+        return {"kernel": self.kernel, "path": self.path, "module": module_name(self.path),
+                "signature": self.signature, "constexprs": self.constexprs, "attrs": self.attrs,
+                "options": self.options, "target": self.target, "env": env}
+
+    @property
+    def label(self) -> str:
+        backend, arch, _ = self.target
+        return f"{self.kernel} for {backend} {'sm_' + str(arch) if backend == 'cuda' else arch}"
+
+
+def module_name(path: str) -> str:
+    """The module name kiln's cache gives a kernel file (``cache.load_kernel``)."""
+    import os
+
+    return "kiln_kernels." + os.path.splitext(os.path.basename(path))[0]
+
+
+def make_request(kernel: str, path: str, arg_names: Sequence[str], args: Sequence[Any], cfg: dict,
+                 target: Any) -> CompileRequest:
+    """The request for launching ``kernel`` with ``args`` (tensors, ``Ptr`` guesses, ints) and the launch
+    config ``cfg`` (constexprs and ``num_warps``/``num_stages``) on ``target`` (a ``GPUTarget``)."""
+    from triton.compiler.compiler import make_backend
+
+    names = list(arg_names)
+    consts = [k for k in CONSTEXPR_NAMES if k in cfg]
+    if names[len(args):] != consts:
+        raise Unsupported(f"{kernel}: parameters {names} are not {len(args)} arguments + constexprs {consts}")
+    spec = [specialize(a) for a in args] + [("constexpr", cfg[k]) for k in consts]
+    bound = dict(zip(names, list(args) + [cfg[k] for k in consts]))
+    kwargs = _jit_kwargs(cfg)
+    backend = make_backend(target)
+    options, signature, constexprs, attrs = _pack(backend, names, kwargs, bound, spec)
+    opts = dict(options.__dict__)
+    tgt = (target.backend, target.arch, target.warp_size)
+    key = hashlib.sha256(repr((path, kernel, sorted(signature.items()), sorted(constexprs.items()),
+                               sorted(attrs.items()), sorted(opts.items()), tgt)).encode()).hexdigest()
+    return CompileRequest(kernel, path, signature, constexprs, attrs, opts, tgt, key)
+
+
+def _jit_kwargs(cfg: dict) -> dict:
+    """The keyword arguments Triton's ``JITFunction.run`` parses options from."""
+    from triton import knobs
+
+    kwargs = dict(cfg)
+    kwargs["debug"] = bool(knobs.runtime.debug)
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    if hasattr(knobs.compilation, "fpsan_homomorphic_casts"):  # Triton 3.9
+        kwargs["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
+    return kwargs
+
+
+def _pack(backend: Any, names: list[str], kwargs: dict, bound: dict, spec: list) -> tuple:
+    """(options, signature, constexprs, attrs) from a specialization: Triton's own ``_pack_args`` (the
+    exact form of this version, so kiln's and the JIT's cache keys agree), else the same by hand."""
+    from triton.runtime.jit import JITFunction
+
+    pack = getattr(JITFunction, "_pack_args", None)
+    if pack is not None:
+        shim = types.SimpleNamespace(params=[types.SimpleNamespace(name=n) for n in names])
+        try:
+            return pack(shim, backend, kwargs, bound, spec, None)
+        except (TypeError, AttributeError, KeyError) as e:
+            log.debug("kiln: Triton's _pack_args failed (%s); building the signature by hand", e)
+    options = backend.parse_options(kwargs)
+    signature = {n: s[0] for n, s in zip(names, spec)}
+    constexprs = {(i,): bound[n] for i, (n, s) in enumerate(zip(names, spec)) if s[0] == "constexpr"}
+    attrs = {(i,): backend.parse_attr(s[1]) for i, s in enumerate(spec) if isinstance(s[1], str)}
+    return options, signature, constexprs, attrs
+
+
+def ast_source(req: CompileRequest, fn: Any) -> Any:
+    from triton.compiler import ASTSource
+
+    return ASTSource(fn, dict(req.signature), dict(req.constexprs), dict(req.attrs))
+
+
+def cache_env() -> dict:
+    """Triton's cache folder and the cache-invalidating variables of this process (a worker copies them,
+    so its cache keys are this process's)."""
+    from triton import knobs
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    env = dict(get_cache_invalidating_env_vars())
+    env["TRITON_CACHE_DIR"] = knobs.cache.dir
+    return env
+
+
+def on_disk(req: CompileRequest, fn: Any) -> bool:
+    """True when Triton's on-disk cache already holds this request's kernel (the key ``triton.compile``
+    computes). False when unsure."""
+    try:
+        from triton import knobs
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+        from triton.runtime.cache import get_cache_key, get_cache_manager
+
+        if knobs.runtime.add_stages_inspection_hook is not None or knobs.compilation.always_compile:
+            return False
+        src = ast_source(req, fn)
+        backend = make_backend(GPUTarget(*req.target))
+        options = backend.parse_options(dict(req.options))
+        key = get_cache_key(src, backend, options, env_vars=get_cache_invalidating_env_vars())
+        name = f"{src.name[:150]}.json"
+        group = get_cache_manager(hashlib.sha256(key.encode("utf-8")).hexdigest()).get_group(name)
+        return bool(group) and name in group
+    except Exception as e:  # noqa: BLE001 - a Triton without these internals: compile as usual
+        log.debug("kiln: on-disk cache check failed: %s", e)
+        return False
+
+
+_compile_lock = threading.Lock()
+
+
+def compile_here(req: CompileRequest, fn: Any) -> tuple[Any, Optional[bool]]:
+    """``triton.compile`` of ``req`` in this process: (CompiledKernel, cache hit or None when unknown)."""
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+
+    hits: list[bool] = []
+    with _compile_lock:  # the listener is global: one compile at a time tells its own hit from others'
+        previous = knobs.compilation.listener
+
+        def listener(**kw: Any) -> None:
+            hits.append(bool(kw.get("cache_hit")))
+            if previous is not None:
+                previous(**kw)
+
+        knobs.compilation.listener = listener
+        try:
+            kernel = triton.compile(ast_source(req, fn), target=GPUTarget(*req.target), options=dict(req.options))
+        finally:
+            knobs.compilation.listener = previous
+    return kernel, (hits[0] if hits else None)
+
+
+# ---------------------------------------------------------------------------------------- first launch
+#: False for good once this Triton cannot be driven (a launch then uses Triton's JIT)
+_OWN = {"ok": True}
+_targets: dict[int, Any] = {}
+
+
+def device_target(index: int) -> Any:
+    """The ``GPUTarget`` of CUDA device ``index`` (Triton's driver, asked once per device)."""
+    target = _targets.get(index)
+    if target is None:
+        from triton.runtime import driver
+
+        with torch.cuda.device(index):
+            target = driver.active.get_current_target()
+        _targets[index] = target
+    return target
+
+
+def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cfg: dict,
+                   device_index: int) -> Optional[Any]:
+    """The compiled kernel for a first launch of this specialization, ready for ``CompiledKernel.run``;
+    None when kiln's path does not apply (the caller then uses Triton's JIT).
+
+    A worker job for the same request (``precompile``) is waited for first; its result is in the on-disk
+    cache, so the compile here only loads it. A compile error raises ``KernelCompileError``.
+    """
+    from . import precompile
+
+    if not _OWN["ok"]:
+        return None
+    start = time.perf_counter()
+    try:
+        target = device_target(device_index)
+        if target.backend != "cuda":
+            _OWN["ok"] = False
+            return None
+        req = make_request(name, source_path, fn.arg_names, args, cfg, target)
+    except Unsupported as e:
+        log.debug("kiln: %s", e)
+        return None
+    except Exception as e:  # noqa: BLE001 - arguments or a Triton kiln cannot drive: the JIT path
+        _disable(e)
+        return None
+    answer = precompile.wait_for(req)
+    wait = time.perf_counter() - start
+    try:
+        kernel, hit = compile_here(req, fn)
+        if hasattr(kernel, "_init_handles"):
+            kernel._init_handles()  # load the binary now: the fast path reads .function before .run
+        if getattr(kernel, "function", None) is None or not callable(getattr(kernel, "run", None)):
+            raise TypeError("CompiledKernel has no function/run after _init_handles")
+    except Exception as e:
+        if _is_compile_error(e):
+            raise KernelCompileError(f"compiling {req.label} failed: {type(e).__name__}: {e}") from e
+        _disable(e)
+        return None
+    if answer is not None and answer.get("ok"):
+        count(worker_seconds=answer["seconds"])
+        if answer["hit"]:
+            count(cache_hits=1)
+        else:
+            count(compiled=1, worker_compiles=1, worker_misses=0 if hit in (True, None) else 1)
+            if hit is False:
+                log.warning("kiln: %s was compiled in a worker but missed Triton's cache here", req.label)
+    elif hit:
+        count(cache_hits=1)
+    else:
+        count(compiled=1)
+    count(seconds=time.perf_counter() - start, wait_seconds=wait)
+    return kernel
+
+
+def count_jit() -> None:
+    count(jit_compiles=1)
+
+
+def _is_compile_error(e: Exception) -> bool:
+    from triton.compiler.errors import CompilationError
+
+    try:
+        from triton.runtime.errors import OutOfResources
+    except ImportError:  # pragma: no cover - older layouts
+        OutOfResources = ()  # type: ignore[assignment]
+    return isinstance(e, (CompilationError, OutOfResources))
+
+
+def _disable(e: Exception) -> None:
+    _OWN["ok"] = False
+    log.warning("kiln: own GPU compile path disabled, launches use Triton's JIT (%s: %s)", type(e).__name__, e)

@@ -1,0 +1,173 @@
+"""Ahead-of-time kernel compiles: after the ``wrap`` pass, send each kernel's expected specialization to
+the compile workers, so that kernels compile in parallel while kiln and Dynamo carry on.
+
+For every kernel whose launch sizes are known (static shapes; for dynamic shapes the sizes of the example
+inputs, a good guess for the first call), the launch config is the launcher's
+``heuristic_config(..., interp=False)`` and the arguments are guessed: pointers by dtype, 16-byte aligned
+unless the example input's storage offset says otherwise; ints by their value. A guess that turns out
+wrong costs one more compile at the launch; never a wrong result (the launch builds its own request from
+the real arguments and uses a worker's result only when the requests are equal).
+
+Nothing happens under the interpreter, on CPU, for non-CUDA targets, or with one compile thread/worker
+(``compile_pool.pool_size() == 0``): kernels then compile at their first launch, in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import Future
+from typing import Any, Optional
+
+import sympy
+import torch
+
+from ..exc import KernelCompileError
+from ..ir import sym
+from . import cache, compile_pool, gpu_compile
+
+log = logging.getLogger("kiln")
+
+#: request key -> (request, the worker's future); popped by the first launch that needs it
+_pending: dict[str, tuple[gpu_compile.CompileRequest, Future]] = {}
+
+
+def enabled() -> bool:
+    return os.environ.get("TRITON_INTERPRET") != "1" and compile_pool.pool_size() > 0 and gpu_compile._OWN["ok"]
+
+
+def precompile_graph(lowering: Any, kernels: dict, wrapper: torch.nn.Module) -> int:
+    """Submit the graph's kernels (``KernelSource`` by item index, wrapper holding their ``TritonKernel``
+    modules) to the compile pool; returns how many requests were sent. Never raises: a kernel that cannot
+    be sent compiles at its first launch."""
+    if not kernels or not enabled():
+        return 0
+    try:
+        return _precompile(lowering, kernels, wrapper)
+    except Exception as e:  # noqa: BLE001 - an optimization: the launch compiles what was not sent
+        log.warning("kiln: ahead-of-time kernel compiles skipped (%s: %s)", type(e).__name__, e)
+        return 0
+
+
+def _precompile(lowering: Any, kernels: dict, wrapper: torch.nn.Module) -> int:
+    from ..ir import _size_hints
+
+    hints = _size_hints()
+    sent = 0
+    for ks in kernels.values():
+        try:
+            device = _cuda_device(ks, lowering)
+            if device is None:
+                continue
+            target = gpu_compile.device_target(device)
+            if target.backend != "cuda":
+                continue
+            req_fn = request_for(ks, getattr(wrapper, ks.name), lowering, hints, target)
+        except gpu_compile.Unsupported as e:
+            log.debug("kiln: no ahead-of-time compile for %s: %s", ks.name, e)
+            continue
+        if req_fn is None:
+            continue
+        req, fn = req_fn
+        if req.key in _pending:
+            continue
+        if gpu_compile.on_disk(req, fn):
+            gpu_compile.count(skipped_on_disk=1)
+            continue
+        submit(req)
+        sent += 1
+    return sent
+
+
+def warm_up(example_inputs: Any) -> bool:
+    """Start the compile workers when a graph on a GPU is about to be compiled (Dynamo and AOTAutograd then
+    trace for a while: the workers' start-up hides behind it). True when the pool was warmed."""
+    if not enabled() or not any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs):
+        return False
+    compile_pool.get_pool().warm_up()
+    return True
+
+
+def submit(req: gpu_compile.CompileRequest) -> Future:
+    """Send ``req`` to the compile pool; the first launch of the same specialization waits for it."""
+    fut = compile_pool.get_pool().submit(req.wire(gpu_compile.cache_env()), req.label)
+    _pending[req.key] = (req, fut)
+    gpu_compile.count(submitted=1)
+    return fut
+
+
+def wait_for(req: gpu_compile.CompileRequest) -> Optional[dict]:
+    """Wait for the worker job of ``req``, if one was sent: its answer, or None (no job, or the worker was
+    lost: the caller compiles in-process). A compile error in the worker raises ``KernelCompileError``."""
+    item = _pending.pop(req.key, None)
+    if item is None:
+        return None
+    try:
+        return item[1].result()
+    except KernelCompileError as e:
+        if e.worker_failed:
+            log.warning("kiln: %s; compiling it in this process", e)
+            return None
+        raise
+
+
+def pending() -> int:
+    """Requests sent and not yet claimed by a launch."""
+    return len(_pending)
+
+
+def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -> Optional[tuple]:
+    """(request, JIT function) for the first launch of kernel ``ks`` (``KernelSource``; ``kernel`` its
+    ``TritonKernel``) at the example sizes ``hints`` on ``target``; None when that launch launches nothing."""
+    ints = [_value(s, hints) for s in ks.size_args]
+    xnumel = _value(ks.xnumel, hints)
+    rnumel = _value(ks.rnumel, hints) if ks.reduction else 1
+    ints += [xnumel, rnumel] if ks.reduction else [xnumel]
+    if xnumel == 0:
+        return None
+    ptrs = [gpu_compile.Ptr(*_pointer(name, lowering, hints)[::2]) for _, name in ks.ptr_args]
+    cfg = kernel.heuristic_config(xnumel, rnumel, interp=False)
+    fn = cache.load_kernel(ks.source, ks.name)
+    path = cache.source_path(ks.source)
+    return gpu_compile.make_request(ks.name, path, fn.arg_names, ptrs + ints, cfg, target), fn
+
+
+def _cuda_device(ks: Any, lowering: Any) -> Optional[int]:
+    """The CUDA device index of the kernel's buffers, or None (CPU, or no pointer arguments)."""
+    for _, name in ks.ptr_args:
+        dev = _pointer(name, lowering, {})[1]
+        if dev.type != "cuda":
+            return None
+        return dev.index if dev.index is not None else torch.cuda.current_device()
+    return None
+
+
+def _value(expr: Any, hints: dict) -> int:
+    e = sympy.sympify(expr)
+    if not e.is_number:
+        e = e.xreplace({s: sympy.Integer(hints[s]) for s in e.free_symbols if s in hints})
+    if not e.is_number:
+        raise gpu_compile.Unsupported(f"size {expr} has no example value")
+    return int(e)
+
+
+def _pointer(name: str, lowering: Any, hints: dict) -> tuple[torch.dtype, torch.device, bool]:
+    """(dtype, device, 16-byte aligned?) of the buffer passed as a kernel's pointer argument."""
+    const = lowering.constants.get(name)
+    if isinstance(const, torch.Tensor):
+        return const.dtype, const.device, const.data_ptr() % 16 == 0
+    buf = lowering.buffers.get(name)
+    if buf is None:
+        raise gpu_compile.Unsupported(f"buffer {name} is unknown")
+    aligned = True
+    for ph, value in lowering.inputs:  # graph inputs: aligned when their storage offset is (allocations are)
+        if getattr(value, "buffer", None) is buf:
+            meta = ph.meta.get("val")
+            if isinstance(meta, torch.Tensor):
+                try:
+                    offset = _value(sym(meta.storage_offset()), hints)
+                except gpu_compile.Unsupported:
+                    offset = 0  # unknown: allocations are aligned
+                aligned = (offset * meta.element_size()) % 16 == 0
+            break
+    return buf.dtype, buf.device, aligned

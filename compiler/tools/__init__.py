@@ -1,0 +1,1 @@
+"""Command-line tools around the compiler (``python -m compiler.tools.<name>``)."""

@@ -1,0 +1,479 @@
+"""Reports of the model tier over everything stored for one profile (every chunk of a run folder).
+
+The four numbers of PyTorch's compiler dashboard, per compiler: pass rate (accuracy checks passed / cases
+run), geomean speedup over eager (passing cases), compile time (mean cold and warm seconds) and memory
+compression ratio (geomean of eager peak / compiler peak, GPU only); plus the geomean of Inductor step time /
+kiln step time over cases both pass (> 1: kiln is faster), and the same for their CUDA-graph modes.
+
+Which results: runs of profile `models-<profile>` on the device of the newest such run; per case, every
+compiler's result from the newest run that measured the case, and compilers that run lacks from older runs
+with the same source hash. Results of interrupted runs count (each result is committed whole); their runs
+are listed with their status.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import models as mdl
+from .compare import Comparison
+from .exc import UsageError
+from .records import Result, RunInfo
+from .report import (PlotUnavailable, Table, _plt, comparison_table, counts_line, latency_cell, markdown,
+                     terminal, text_bars)
+from .store import Store
+
+BASELINE = "eager"
+ORDER = ("eager", "kiln", "inductor", "kiln-cg", "inductor-cg")
+PAIRS = (("inductor", "kiln"), ("inductor-cg", "kiln-cg"))  # (numerator, denominator) of the step ratio
+
+
+# ------------------------------------------------------------------ selection
+def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], list[str]]:
+    """(runs used, newest first; results in registry order; notes) — see module docstring."""
+    runs = [r for r in store.runs() if r.profile == f"models-{profile}"]
+    if not runs:
+        raise UsageError(
+            f"no {profile} model runs in {store.path} (run `python -m harness bench models` first)"
+        )
+    device = runs[0].device_name
+    notes = []
+    others = [r for r in runs if r.device_name != device]
+    if others:
+        notes.append(f"runs {', '.join(str(r.id) for r in others)} ran on another device and are left out")
+    runs = [r for r in runs if r.device_name == device]
+    chosen: dict[str, dict[str, Result]] = {}
+    used: dict[int, RunInfo] = {}
+    for run in runs:  # newest first
+        per_case: dict[str, list[Result]] = {}
+        for r in store.results(run.id):
+            per_case.setdefault(r.workload, []).append(r)
+        for w, group in per_case.items():
+            have = chosen.setdefault(w, {})
+            want = next(iter(have.values())).source_hash if have else group[0].source_hash
+            for r in group:
+                if r.compiler not in have and r.source_hash == want:
+                    r.meta["run_id"] = run.id
+                    have[r.compiler] = r
+                    used[run.id] = run
+    order: dict[str, int] = {}
+    for device in ("cuda", "cpu"):
+        for i, c in enumerate(mdl.all_cases(profile, device)):
+            order.setdefault(c.name, i)
+    names = sorted(chosen, key=lambda w: (order.get(w, 10**6), w))
+    results = [r for w in names for r in sorted(chosen[w].values(), key=lambda r: _rank(r.compiler))]
+    for run in runs:
+        for case, why in (run.config.get("skipped") or {}).items():
+            line = f"{case}: skipped ({why})"
+            if case not in chosen and line not in notes:
+                notes.append(line)
+        for n in run.config.get("notes") or []:
+            if n not in notes:
+                notes.append(n)
+    skipped = {case for run in runs for case in (run.config.get("skipped") or {})}
+    missing = [c.name for c in mdl.all_cases(profile, runs[0].device) if c.name not in chosen and c.name not in skipped]
+    if missing:
+        notes.append(f"not measured here yet: {', '.join(missing)} (`--only` them, or `--resume`)")
+    return [r for r in runs if r.id in used], results, notes
+
+
+def _rank(compiler: str) -> tuple[int, str]:
+    return (ORDER.index(compiler) if compiler in ORDER else len(ORDER), compiler)
+
+
+def compilers_of(results: list[Result]) -> list[str]:
+    return sorted({r.compiler for r in results}, key=_rank)
+
+
+def passed(r: Result | None) -> bool:
+    return bool(r and r.status == "ok" and r.median_ns and r.meta.get("accuracy", {}).get("pass", False))
+
+
+def _by_case(results: list[Result]) -> dict[str, dict[str, Result]]:
+    by: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by.setdefault(r.workload, {})[r.compiler] = r
+    return by
+
+
+def _geomean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _ms(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    ms = ns / 1e6
+    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
+
+
+def _f(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def mem_ratio(eager: Result | None, r: Result | None) -> float | None:
+    a = eager.meta.get("peak_mem_bytes") if eager else None
+    b = r.meta.get("peak_mem_bytes") if r else None
+    return a / b if a and b else None
+
+
+# ------------------------------------------------------------------ numbers
+def summary(results: list[Result], compilers: Sequence[str] | None = None) -> dict[str, Any]:
+    """Per compiler: cases, passed, pass rate, geomean speedup, mean cold/warm compile s, geomean memory
+    ratio; and the step-time ratios of `PAIRS` (module docstring)."""
+    by = _by_case(results)
+    compilers = [c for c in (compilers or compilers_of(results)) if c != BASELINE]
+    out: dict[str, Any] = {"cases": len(by), "compilers": {}, "step_ratio": {}}
+    for c in compilers:
+        rows = [per for per in by.values() if c in per]
+        ok = [per for per in rows if passed(per[c])]
+        sp = [per[BASELINE].median_ns / per[c].median_ns for per in ok if passed(per.get(BASELINE))]
+        cold = [per[c].compile_s for per in rows if per[c].compile_s is not None]
+        warm = [
+            per[c].meta.get("compile_warm_s") for per in rows if per[c].meta.get("compile_warm_s") is not None
+        ]
+        mem = [mem_ratio(per.get(BASELINE), per[c]) for per in ok]
+        out["compilers"][c] = {
+            "cases": len(rows),
+            "passed": len(ok),
+            "pass_rate": len(ok) / len(rows) if rows else None,
+            "geomean_speedup": _geomean(sp),
+            "speedup_cases": len(sp),
+            "compile_cold_s_mean": sum(cold) / len(cold) if cold else None,
+            "compile_warm_s_mean": sum(warm) / len(warm) if warm else None,
+            "memory_ratio_geomean": _geomean([m for m in mem if m]),
+        }
+    for num, den in PAIRS:
+        both = [per for per in by.values() if passed(per.get(num)) and passed(per.get(den))]
+        if both:
+            out["step_ratio"][f"{num}/{den}"] = {
+                "geomean": _geomean([per[num].median_ns / per[den].median_ns for per in both]),
+                "cases": len(both),
+            }
+    return out
+
+
+# ------------------------------------------------------------------ tables
+def model_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
+    """One row per case: pass, median step ms per compiler, speedups, compile cold/warm s, memory ratios."""
+    compilers = list(compilers or compilers_of(results))
+    comp = [c for c in compilers if c != BASELINE]
+    by = _by_case(results)
+    has_compile = [c for c in comp if any(per.get(c) and per[c].compile_s is not None for per in by.values())]
+    has_mem = any(r.meta.get("peak_mem_bytes") for r in results)
+    head = ["model", "pass"] + [f"{c} ms" for c in compilers] + [f"{c} x" for c in comp]
+    head += [f"{c} compile s cold/warm" for c in has_compile]
+    head += [f"{c} mem ratio" for c in comp] if has_mem else ["mem ratio"]
+    rows = [head]
+    for w, per in by.items():
+        eager = per.get(BASELINE)
+        bad = [c for c in comp if c in per and not passed(per[c])]
+        row = [
+            w.removeprefix(mdl.PREFIX),
+            "fail: " + ", ".join(bad) if bad else "all",
+        ]
+        for c in compilers:
+            r = per.get(c)
+            row.append("-" if r is None else "error" if r.status != "ok" else _ms(r.median_ns))
+        for c in comp:
+            r = per.get(c)
+            if r is None or r.status != "ok" or not r.median_ns or not (eager and eager.median_ns):
+                row.append("-" if r is None or r.status == "ok" else "error")
+                continue
+            row.append(f"{eager.median_ns / r.median_ns:.2f}x" + ("" if passed(r) else " FAIL"))
+        for c in has_compile:
+            r = per.get(c)
+            cold = r.compile_s if r else None
+            warm = r.meta.get("compile_warm_s") if r else None
+            row.append("-" if cold is None else f"{cold:.1f}/{_f(warm, '{:.1f}')}")
+        if has_mem:
+            row += [_f(mem_ratio(eager, per.get(c))) for c in comp]
+        else:
+            row.append("n/a")
+        rows.append(row)
+    return rows
+
+
+def short_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
+    """The terminal table: per case, step ms per compiler with its speedup, FAIL/error marks, kiln cold s."""
+    compilers = list(compilers or compilers_of(results))
+    by = _by_case(results)
+    rows = [
+        ["model"]
+        + [f"{c} ms" for c in compilers]
+        + [
+            "cold s ("
+            + "/".join(
+                c
+                for c in compilers
+                if c != BASELINE and any(per.get(c) and per[c].compile_s is not None for per in by.values())
+            )
+            + ")"
+        ]
+    ]
+    cold_of = [
+        c
+        for c in compilers
+        if c != BASELINE and any(per.get(c) and per[c].compile_s is not None for per in by.values())
+    ]
+    for w, per in by.items():
+        eager = per.get(BASELINE)
+        row = [w[len(mdl.PREFIX) :]]
+        for c in compilers:
+            r = per.get(c)
+            cell = latency_cell(r, None if c == BASELINE else eager, _ms)
+            row.append(cell + ("" if r is None or r.status != "ok" or passed(r) else " FAIL"))
+        row.append("/".join(_f(per[c].compile_s if per.get(c) else None, "{:.1f}") for c in cold_of) or "-")
+        rows.append(row)
+    return rows
+
+
+def summary_table(s: dict[str, Any], device_is_gpu: bool) -> Table:
+    rows = [["compiler", "pass rate", "geomean speedup", "compile s cold (mean)", "warm (mean)", "mem ratio"]]
+    for c, d in s["compilers"].items():
+        rows.append(
+            [
+                c,
+                f"{d['passed']}/{d['cases']}"
+                + (f" ({d['pass_rate'] * 100:.0f}%)" if d["pass_rate"] is not None else ""),
+                _f(d["geomean_speedup"], "{:.3f}x")
+                + (f" (n={d['speedup_cases']})" if d["speedup_cases"] else ""),
+                _f(d["compile_cold_s_mean"], "{:.1f}"),
+                _f(d["compile_warm_s_mean"], "{:.1f}"),
+                _f(d["memory_ratio_geomean"], "{:.3f}") if device_is_gpu else "n/a",
+            ]
+        )
+    return rows
+
+
+def ratio_lines(s: dict[str, Any]) -> list[str]:
+    out = []
+    for key, d in s["step_ratio"].items():
+        num, den = key.split("/")
+        verdict = "kiln faster" if d["geomean"] > 1 else "kiln slower" if d["geomean"] < 1 else "even"
+        out.append(
+            f"geomean {num} step ms / {den} step ms = {d['geomean']:.3f} over {d['cases']} case(s) "
+            f"passed by both ({verdict})"
+        )
+    return out
+
+
+def problems(results: list[Result]) -> Table:
+    rows = [["case", "compiler", "problem"]]
+    for r in results:
+        if r.status != "ok":
+            rows.append([r.workload, r.compiler, r.error or "error"])
+        elif not passed(r) and r.median_ns:
+            rows.append(
+                [r.workload, r.compiler, "accuracy: " + str(r.meta.get("accuracy", {}).get("note", "?"))]
+            )
+        if r.meta.get("compile_probe_error"):
+            rows.append([r.workload, r.compiler, "compile time: " + r.meta["compile_probe_error"]])
+    return rows
+
+
+# ------------------------------------------------------------------ whole reports
+def markdown_report(
+    profile: str,
+    runs: list[RunInfo],
+    results: list[Result],
+    notes: list[str],
+    comparisons: list[Comparison] | None = None,
+) -> str:
+    compilers = compilers_of(results)
+    gpu = any(r.device.startswith("cuda") for r in runs)
+    s = summary(results, compilers)
+    parts = [f"## kiln bench: model tier ({profile})", ""]
+    if runs:
+        dev = runs[0].device_name or runs[0].device
+        parts += [
+            f"Device: {dev}; runs: "
+            + ", ".join(
+                f"{r.id} ({r.status}, {r.created_at}, commit {(r.git_commit or '-')[:10]})" for r in runs
+            ),
+            "",
+        ]
+    parts += ["### Summary (the dashboard numbers)", "", markdown(summary_table(s, gpu)), ""]
+    parts += [f"- {line}" for line in ratio_lines(s)] + [""]
+    parts += [
+        "### Per model",
+        "",
+        (
+            "Step ms: median host wall-clock time per step, device synchronized (x: speedup over eager; "
+            "FAIL: accuracy check failed). Compile s: fresh-process cold / warm-cache. Memory ratio: eager "
+            "peak / compiler peak."
+        ),
+        "",
+        markdown(model_table(results, compilers)),
+        "",
+        "```",
+        text_bars(results, compilers),
+        "```",
+        "",
+    ]
+    probs = problems(results)
+    if len(probs) > 1:
+        parts += ["### Errors and failed checks", "", markdown(probs), ""]
+    if notes:
+        parts += ["### Notes", ""] + [f"- {n}" for n in notes] + [""]
+    if comparisons is not None:
+        flagged = [c for c in comparisons if c.verdict != "unchanged"]
+        parts += ["### Against earlier runs", "", counts_line(comparisons), ""]
+        if flagged:
+            parts += [markdown(comparison_table(flagged)), ""]
+    return "\n".join(parts)
+
+
+def json_report(
+    profile: str,
+    runs: list[RunInfo],
+    results: list[Result],
+    notes: list[str],
+    comparisons: list[Comparison] | None = None,
+) -> dict[str, Any]:
+    by = _by_case(results)
+    rows = []
+    for w, per in by.items():
+        eager = per.get(BASELINE)
+        cells = {}
+        for c, r in per.items():
+            cells[c] = {
+                "status": r.status,
+                "error": r.error,
+                "median_ns": r.median_ns,
+                "n": len(r.samples),
+                "spread": r.stats.spread if r.stats else None,
+                "speedup": eager.median_ns / r.median_ns
+                if eager and eager.median_ns and r.median_ns
+                else None,
+                "pass": passed(r),
+                "accuracy": r.meta.get("accuracy"),
+                "compile_cold_s": r.compile_s,
+                "compile_warm_s": r.meta.get("compile_warm_s"),
+                "first_call_s": r.meta.get("first_call_s"),
+                "peak_mem_bytes": r.meta.get("peak_mem_bytes"),
+                "memory_ratio": mem_ratio(eager, r),
+                "source_hash": r.source_hash,
+                "run_id": r.meta.get("run_id"),
+            }
+        meta = next(iter(per.values())).meta
+        rows.append(
+            {
+                "case": w,
+                **{
+                    k: meta.get(k)
+                    for k in ("family", "package", "package_version", "mode", "dtype", "optimizer", "shape")
+                },
+                "compilers": cells,
+            }
+        )
+    return {
+        "profile": profile,
+        "runs": [{k: v for k, v in r.as_dict().items() if k != "env"} for r in runs],
+        "summary": summary(results),
+        "cases": rows,
+        "notes": notes,
+        "comparisons": [c.as_dict() for c in comparisons] if comparisons is not None else None,
+    }
+
+
+def plot_models(results: list[Result], path: Path) -> Path:
+    """Three panels: speedup over eager per case and compiler, cold/warm compile s, memory ratio."""
+    plt = _plt()
+    by = _by_case(results)
+    names = [w[len(mdl.PREFIX) :] for w in by]
+    comp = [c for c in compilers_of(results) if c != BASELINE]
+    fig, axes = plt.subplots(
+        1, 3, figsize=(16, 0.45 * len(names) * max(1, len(comp)) ** 0.5 + 2), sharey=True
+    )
+    h = 0.8 / max(1, len(comp))
+    for j, c in enumerate(comp):
+        ys = [i + j * h for i in range(len(names))]
+        sp, cold, mem = [], [], []
+        for per in by.values():
+            r, e = per.get(c), per.get(BASELINE)
+            ok = r is not None and r.status == "ok" and r.median_ns and e is not None and e.median_ns
+            sp.append(e.median_ns / r.median_ns if ok else 0)  # type: ignore[union-attr]
+            cold.append((r.compile_s or 0) if r else 0)
+            mem.append(mem_ratio(e, r) or 0)
+        bars = axes[0].barh(ys, sp, height=h, label=c)
+        for b, per in zip(bars, by.values()):
+            if per.get(c) is not None and not passed(per[c]):
+                b.set_hatch("//")
+        axes[1].barh(ys, cold, height=h, label=c)
+        axes[2].barh(ys, mem, height=h, label=c)
+    axes[0].axvline(1.0, color="k", lw=0.8)
+    axes[2].axvline(1.0, color="k", lw=0.8)
+    if any(b.get_width() > 0 for b in axes[0].patches):
+        axes[0].set_xscale("log")
+    if not any(b.get_width() > 0 for b in axes[2].patches):
+        axes[2].text(0.5, 0.5, "n/a (CPU run)", transform=axes[2].transAxes, ha="center")
+    axes[0].set_yticks([i + 0.4 - h / 2 for i in range(len(names))], names, fontsize=8)
+    axes[0].invert_yaxis()
+    axes[0].set_xlabel("speedup over eager (x; hatched: accuracy failed)")
+    axes[1].set_xlabel("cold compile s (fresh process)")
+    axes[2].set_xlabel("memory ratio eager peak / compiler peak (GPU)")
+    if comp:
+        axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_reports(
+    store: Store,
+    profile: str,
+    out: Path,
+    args: Any = None,
+    *,
+    print_table: bool = True,
+    comparisons: list[Comparison] | None = None,
+) -> int:
+    """Collect, write report.md / report.json / export.json / models.png (or --md/--json/--plots), print the
+    short table and the summary; returns 0."""
+    runs, results, notes = collect(store, profile)
+    md_path = getattr(args, "md", None) or out / "report.md"
+    json_path = getattr(args, "json", None) or out / "report.json"
+    plots = getattr(args, "plots", None) or out
+    md = markdown_report(profile, runs, results, notes, comparisons)
+    for p in (md_path, json_path, out):
+        Path(p).parent.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(md)
+    json_path.write_text(
+        json.dumps(json_report(profile, runs, results, notes, comparisons), indent=1, default=str)
+    )
+    (out / "export.json").write_text(json.dumps(store.export([r.id for r in runs]), default=str))
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        with open(summary_file, "a") as f:
+            f.write(md + "\n")
+    written = [str(md_path), str(json_path), str(out / "export.json")]
+    try:
+        plots.mkdir(parents=True, exist_ok=True)
+        written.append(str(plot_models(results, plots / "models.png")))
+    except PlotUnavailable as e:
+        print(f"note: {e}", file=sys.stderr)
+    if print_table:
+        s = summary(results)
+        gpu = any(r.device.startswith("cuda") for r in runs)
+        print(
+            f"model tier ({profile}), {s['cases']} case(s) from run(s) {', '.join(str(r.id) for r in runs)}:"
+        )
+        print(terminal(short_table(results)))
+        print()
+        print(terminal(summary_table(s, gpu)))
+        for line in ratio_lines(s):
+            print(line)
+        for n in notes:
+            print(f"note: {n}")
+        print(f"wrote {', '.join(written)}")
+    return 0

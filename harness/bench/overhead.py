@@ -1,0 +1,220 @@
+"""Host overhead per compiled call: microseconds per call of graphs with 1, 10 and 50 kernel launches.
+
+    python -m harness bench overhead [--device cuda] [--compilers kiln,inductor,...] [--md FILE] [--json FILE]
+
+(arguments: ``harness/bench/cli.py``)
+
+Terms:
+- *chain graph*: ``softmax(x * 1.5, dim)`` repeated N times on a 64x64 tensor, alternating the softmax dim, so
+  that each step needs its own kernel (a row softmax cannot fuse with the column softmax after it). On tensors
+  this small the device finishes each kernel long before the host launches the next one: the wall time per
+  call is the host time per call (Dynamo's guards, AOTAutograd's wrappers, the compiler's wrapper and
+  launcher), which is what this benchmark measures. CUDA-graph modes replay all launches at once.
+- *launches*: kernels the compiler generated for the graph (kiln: its capture record; Inductor: its kernel
+  counter). They may differ between compilers; the per-launch column divides by each compiler's own count.
+- Each sample times ``CALLS`` back-to-back calls with the device synchronized before and after; the result is
+  the median over samples, with the spread (max - min over the middle half of the samples, as a fraction of
+  the median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .exc import UsageError
+
+LAUNCHES = (1, 10, 50)
+SIZE = (64, 64)
+CALLS = 200
+SAMPLES = 25
+COMPILERS = ("eager", "kiln", "inductor", "kiln-cg", "inductor-cg")
+
+
+def chain(steps: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The chain graph of ``steps`` softmaxes (the 1-launch graph is one row softmax)."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        for i in range(steps):
+            x = torch.softmax(x * 1.5, dim=-1 - (i % 2))
+        return x
+
+    fn.__name__ = f"chain_{steps}"
+    return fn
+
+
+@dataclass
+class OverheadResult:
+    """One (graph, compiler): µs per call (median, spread), the launches it made, and µs per launch."""
+
+    graph: str
+    compiler: str
+    us_per_call: float
+    spread: float
+    launches: int
+    us_per_launch: float
+    samples_us: list[float]
+
+
+def compile_for(compiler: str, fn: Callable) -> tuple[Callable, Callable[[], None]]:
+    """The compiled function and a per-step hook (``inductor-cg`` marks each step's beginning)."""
+    if compiler == "eager":
+        return fn, lambda: None
+    if compiler in ("kiln", "kiln-cg"):
+        import compiler as kiln  # noqa: F401  (registers the backend)
+
+        options = {"cudagraphs": True} if compiler == "kiln-cg" else None
+        return torch.compile(fn, backend="kiln", options=options), lambda: None
+    if compiler == "inductor":
+        return torch.compile(fn, backend="inductor"), lambda: None
+    if compiler == "inductor-cg":
+        return torch.compile(fn, mode="reduce-overhead"), torch.compiler.cudagraph_mark_step_begin
+    raise UsageError(f"unknown compiler {compiler!r}: expected one of {', '.join(COMPILERS)}")
+
+
+def _launch_count(compiler: str, call: Callable[[], object]) -> int:
+    """Kernels generated while ``call`` compiles the graph (0 for eager)."""
+    if compiler.startswith("kiln"):
+        import compiler as kiln
+
+        with kiln.capture() as graphs:
+            call()
+        return sum(g.kernel_launches for g in graphs)
+    if compiler.startswith("inductor"):
+        from torch._inductor import metrics
+
+        before = metrics.generated_kernel_count
+        call()
+        return metrics.generated_kernel_count - before
+    call()
+    return 0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(compiler: str, steps: int, device: torch.device, calls: int = CALLS,
+            samples: int = SAMPLES) -> OverheadResult:
+    """Compile the chain graph of ``steps`` under ``compiler`` and time ``samples`` x ``calls`` calls."""
+    torch._dynamo.reset()
+    fn, step_begin = compile_for(compiler, chain(steps))
+    x = torch.randn(*SIZE, device=device)
+    launches = _launch_count(compiler, lambda: fn(x))
+    for _ in range(5):  # warm-up: CUDA-graph modes record on their second or third call
+        step_begin()
+        fn(x)
+    _sync(device)
+    times = []
+    for _ in range(samples):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            step_begin()
+            fn(x)
+        _sync(device)
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    med = statistics.median(times)
+    q = sorted(times)[len(times) // 4: len(times) - len(times) // 4]
+    return OverheadResult(f"chain_{steps}", compiler, med, (q[-1] - q[0]) / med, launches,
+                          med / launches if launches else float("nan"), times)
+
+
+def profile_calls(compiler: str, steps: int, device: torch.device, calls: int = CALLS, top: int = 30) -> str:
+    """cProfile of ``calls`` calls of a compiled chain graph (after warm-up): where the host time goes."""
+    import cProfile
+    import io
+    import pstats
+
+    torch._dynamo.reset()
+    fn, step_begin = compile_for(compiler, chain(steps))
+    x = torch.randn(*SIZE, device=device)
+    for _ in range(5):
+        step_begin()
+        fn(x)
+    _sync(device)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        step_begin()
+        fn(x)
+    _sync(device)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return f"## {compiler} chain_{steps}: {calls} calls\n{buf.getvalue()}"
+
+
+def report_markdown(results: list[OverheadResult]) -> str:
+    """A table per graph: µs per call (spread), launches, µs per launch, ratio to Inductor."""
+    lines = ["| graph | compiler | us/call | spread | launches | us/launch | vs inductor |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    by = {(r.graph, r.compiler): r for r in results}
+    for r in results:
+        peer = by.get((r.graph, "inductor-cg" if r.compiler.endswith("-cg") else "inductor"))
+        ratio = f"{r.us_per_call / peer.us_per_call:.2f}x" if peer else "-"
+        lines.append(f"| {r.graph} | {r.compiler} | {r.us_per_call:.1f} | {r.spread:.1%} | {r.launches} | "
+                     f"{r.us_per_launch:.2f} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    device = _device(args.device)
+    compilers = [c.strip() for c in args.compilers.split(",") if c.strip()]
+    for c in compilers:
+        if c not in COMPILERS:
+            raise UsageError(f"unknown compiler {c!r}: expected one of {', '.join(COMPILERS)}")
+    if device.type != "cuda":
+        skipped = [c for c in compilers if c.endswith("-cg")]
+        if skipped:
+            print(f"overhead: {', '.join(skipped)} need a CUDA device: skipped on {device}")
+        compilers = [c for c in compilers if not c.endswith("-cg")]
+    try:
+        steps = [int(s) for s in args.launches.split(",")]
+    except ValueError:
+        raise UsageError(f"--launches {args.launches!r}: expected comma-separated integers") from None
+    if args.calls < 1 or args.samples < 3:
+        raise UsageError("--calls must be >= 1 and --samples >= 3")
+    results = []
+    for n in steps:
+        for c in compilers:
+            r = measure(c, n, device, args.calls, args.samples)
+            print(f"chain_{n:<3} {c:<12} {r.us_per_call:9.1f} us/call  spread {r.spread:6.1%}  "
+                  f"launches {r.launches:3d}", flush=True)
+            results.append(r)
+    if args.profile:
+        _write(args.profile, "\n".join(profile_calls(c, n, device, args.calls) for n in steps for c in compilers
+                                       if c != "eager"))
+    text = report_markdown(results)
+    print(text)
+    if args.md:
+        _write(args.md, text)
+    if args.json:
+        _write(args.json, json.dumps({"device": str(device), "results": [asdict(r) for r in results]}, indent=1))
+    return 0
+
+
+def _device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise UsageError(f"--device {spec!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available")
+    return device
+
+
+def _write(path: Path, text: str) -> None:
+    from harness.results import atomic_write_text
+
+    atomic_write_text(path, text)

@@ -1,0 +1,25 @@
+"""Errors of numerics triage. Each is a `HarnessError`: the CLI prints one line and exits with `exit_code`."""
+
+from __future__ import annotations
+
+from harness.exc import HarnessError
+
+
+class NumericsError(HarnessError):
+    """Base of every expected failure of `python -m harness numerics` (exit 2)."""
+
+
+class InputSpecError(NumericsError):
+    """An input spec that does not parse, or asks for what its dtype cannot hold (specials in an int)."""
+
+
+class ProgramError(NumericsError):
+    """A program that cannot be found, imported, or run the way its spec says."""
+
+
+class RunFolderError(NumericsError):
+    """A run folder that is missing, incomplete (no manifest), truncated, corrupt or of another schema."""
+
+
+class NotComparable(NumericsError):
+    """Runs that differ in program, inputs (digests), output shapes or schema: never compared silently."""

@@ -1,0 +1,203 @@
+"""Reports of a comparison: Markdown, JSON and an optional PNG plot (matplotlib).
+
+A comparison (`compare.compare`) is one program; a suite comparison is a list of them (one per case). Output
+is deterministic: the same runs give byte-identical reports (no times, numbers at fixed precision).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from . import SCHEMA
+from .compare import ULP_BUCKETS, fmt
+from .exc import NumericsError
+from .store import write_json as _write_json
+
+LIST_SHOWN = 20
+
+
+def _at(where: list[int]) -> str:
+    return "[" + ", ".join(map(str, where)) + "]"
+
+
+def _side_cell(s: dict[str, Any]) -> str:
+    dev = s.get("device") or "?"
+    if s.get("gpus"):
+        dev += f" ({', '.join(s['gpus'])})"
+    git = (s.get("git") or "-")[:10] + (" (dirty)" if s.get("dirty") else "")
+    info = s.get("info") or {}
+    kiln = (f"{info['kernels']} kernels, {len(info.get('fallbacks') or [])} fallbacks" if "kernels" in info else "-")
+    return (f"| {s['label']} | `{s['run']}` | {s['compiler']} | {dev} | {s.get('torch') or '-'} | "
+            f"{s.get('triton') or '-'} | {git} | {s['repeats']} | {kiln} |")
+
+
+def _run_to_run(nd: dict[str, Any] | None) -> str:
+    if nd is None:
+        return "ran once"
+    if nd["identical"]:
+        return f"identical ({nd['repeats']} runs)"
+    return f"**{nd['differing']} differ**, max {fmt(nd['max_abs_diff'])} ({nd['repeats']} runs)"
+
+
+def _inputs_cell(ctx: dict[str, Any]) -> str:
+    parts = []
+    for n, v in ctx.items():
+        if isinstance(v, dict):
+            body = f"row of {v['length']}"
+            if "min" in v:
+                body += f": min {fmt(v['min'])}, max {fmt(v['max'])}, mean {fmt(v['mean'])}"
+            if v["nonfinite"]:
+                body += f", {v['nonfinite']} non-finite"
+            parts.append(f"{n} {body}")
+        else:
+            parts.append(f"{n}={fmt(v)}")
+    return "; ".join(parts) or "-"
+
+
+def _output_md(o: dict[str, Any], labels: list[str]) -> list[str]:
+    red = f", reduction length {o['reduction_length']}" if o.get("reduction_length") else ""
+    compared = (f"{o['compared']:,} sampled of {o['numel']:,} elements (mismatch counts are over the sample)"
+                if o["sampled"] else f"all {o['numel']:,} elements")
+    lines = [f"### `{o['name']}` {o['dtype']}{o['shape']}{red}", "",
+             f"Compared: {compared}; rtol {o['rtol']:g}, atol {o['atol']:g}.", "",
+             "| side | max error vs fp64 (at) | mean error | max ULP | mean ULP | non-finite errors | run to run |",
+             "|---|---|---|---|---|---|---|"]
+    for s in o["sides"]:
+        lines.append(f"| {s['label']} | {fmt(s['max_abs'])} at {_at(s['max_abs_at'])} | {fmt(s['mean_abs'])} | "
+                     f"{fmt(s['max_ulp'])} | {fmt(s['mean_ulp'])} | {s['nonfinite_errors']} | "
+                     f"{_run_to_run(s['nondeterminism'])} |")
+    lines += ["", "Elements per ULP error against fp64:", "",
+              "| ULP error | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for i, bucket in enumerate(ULP_BUCKETS):
+        counts = [s["histogram"][i] for s in o["sides"]]
+        if any(counts):
+            lines.append(f"| {bucket} | " + " | ".join(f"{c:,}" for c in counts) + " |")
+    for p in o["pairs"]:
+        a, b = p["a"], p["b"]
+        lines += ["", f"#### {b} vs {a}", "", f"**{p['verdict']}.**", ""]
+        if not p["differing"]:
+            continue
+        mis = ", ".join(_at(w) for w in p["mismatched_at"][:LIST_SHOWN])
+        more = " ..." if p["mismatched"] > LIST_SHOWN else ""
+        cm, cd = p["closer_mismatched"], p["closer_differing"]
+        lines += [(f"- differing bits: {p['differing']:,} of {o['compared']:,} elements; closer to fp64 on them: "
+                  f"{a} {cd[a]:,}, {b} {cd[b]:,}, tie {cd['tie']:,}"),
+                  f"- mismatched (rtol {o['rtol']:g}, atol {o['atol']:g}): {p['mismatched']:,}"
+                  + (f" at {mis}{more}" if p["mismatched"] else ""),
+                  f"- closer to fp64 on the mismatched: {a} {cm[a]:,}, {b} {cm[b]:,}, tie {cm['tie']:,}",
+                  (f"- greatest absolute difference {fmt(p['max_abs_diff'])} at {_at(p['max_abs_diff_at'])}; "
+                  f"greatest relative difference {fmt(p['max_rel_diff'])} at {_at(p['max_rel_diff_at'])}"), "",
+                  f"Worst {'mismatched' if p['mismatched'] else 'differing'} elements:", "",
+                  f"| at | {a} | {b} | fp64 | error {a} (ULP) | error {b} (ULP) | closer | inputs |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for w in p["worst"]:
+            lines.append(f"| {_at(w['at'])} | {w[a]:.8g} | {w[b]:.8g} | {w['fp64']:.8g} | "
+                         f"{fmt(w['err_' + a])} ({fmt(w['ulp_' + a])}) | {fmt(w['err_' + b])} "
+                         f"({fmt(w['ulp_' + b])}) | {w['closer']} | {_inputs_cell(w['inputs'])} |")
+    return lines
+
+
+def markdown(report: dict[str, Any], level: int = 1) -> str:
+    """The Markdown report of one comparison."""
+    h = "#" * level
+    prog = report["program"]
+    labels = [s["label"] for s in report["sides"]]
+    ins = ", ".join(f"{n} {i['dtype']}{i['shape']} `{i['digest'][:12]}`" for n, i in report["inputs"].items())
+    lines = [f"{h} Numerics: `{prog['ref']}`", ""]
+    if prog.get("note"):
+        lines += [f"Program: {prog['note']}.", ""]
+    lines += [(f"Reference: {report['reference']}. Seed {report['seed']}; inputs (sha256, identical on every side): "
+              f"{ins}."), "", "| side | run | compiler | device | torch | triton | git | repeats | kiln |",
+              "|---|---|---|---|---|---|---|---|---|", *map(_side_cell, report["sides"]), "",
+              f"{h}# Summary", "", "| output | " + " | ".join(f"max error {x} (ULP)" for x in labels)
+              + f" | mismatched vs {report['baseline']} | run to run |", "|---|" + "---|" * (len(labels) + 2)]
+    for o in report["outputs"]:
+        errs = " | ".join(f"{fmt(s['max_abs'])} ({fmt(s['max_ulp'])})" for s in o["sides"])
+        mis = ", ".join(f"{p['b']} {p['mismatched']:,}" for p in o["pairs"]) or "-"
+        nd = ", ".join(f"{s['label']} {s['nondeterminism']['differing']:,}" for s in o["sides"]
+                       if s["nondeterminism"] and not s["nondeterminism"]["identical"]) or "none seen"
+        lines.append(f"| `{o['name']}` | {errs} | {mis} | {nd} |")
+    lines += ["", ("ULP errors are measured at the fp64 value: results near zero (cancelling sums) show large ULP "
+              "errors for small absolute ones; the absolute error is the steadier measure there."), ""]
+    lines += [f"- `{o['name']}`, {p['b']} vs {p['a']}: {p['verdict']}" for o in report["outputs"] for p in o["pairs"]]
+    if report.get("check"):
+        c = report["check"]
+        lines += ["", f"Check (max error <= {c['ratio']:g} x closest side's + 1 ULP"
+                  + (f", max ULP <= {c['max_ulp']:g}" if c.get("max_ulp") is not None else "") + "): "
+                  + ("**FAILED**: " + "; ".join(c["failures"]) if c["failures"] else "passed")]
+    lines += ["", f"{h}# Outputs", ""]
+    for o in report["outputs"]:
+        lines += _output_md(o, labels) + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def markdown_many(reports: list[dict[str, Any]], title: str) -> str:
+    """One Markdown document for several comparisons (the cases of a suite run): a summary, then each."""
+    if len(reports) == 1:
+        return markdown(reports[0])
+    lines = [f"# {title}", "", "| program | output | verdict |", "|---|---|---|"]
+    for r in reports:
+        for o in r["outputs"]:
+            for p in o["pairs"] or [{"b": "-", "a": "-", "verdict": "one side"}]:
+                lines.append(f"| `{r['program']['ref']}` | `{o['name']}` | {p['b']} vs {p['a']}: {p['verdict']} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(markdown(r, level=2) for r in reports)
+
+
+def verdict_lines(reports: list[dict[str, Any]]) -> list[str]:
+    """One line per (program, output, pair), for the terminal."""
+    return [f"{r['program']['ref']} {o['name']}: {p['b']} vs {p['a']}: {p['verdict']}"
+            for r in reports for o in r["outputs"] for p in o["pairs"]]
+
+
+def write_json(path: Path, reports: list[dict[str, Any]], check: dict[str, Any] | None = None) -> None:
+    """The comparisons as JSON (atomically): {"schema", "reports", "check"}."""
+    _write_json(path, {"schema": SCHEMA, "reports": reports, "check": check})
+
+
+def write_text(path: Path, text: str) -> None:
+    from .store import write_bytes
+
+    write_bytes(path, text.encode())
+
+
+def plot(path: Path, reports: list[dict[str, Any]]) -> Path:
+    """A PNG with one panel per output: elements per ULP-error bucket, one bar per side."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise NumericsError("--plot needs matplotlib (pip install matplotlib); Markdown and JSON need nothing") from None
+    panels = [(r, o) for r in reports for o in r["outputs"]]
+    cols = min(3, len(panels)) or 1
+    rows = (len(panels) + cols - 1) // cols or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+    for ax, (r, o) in zip(axes.flat, panels):
+        n, names = len(o["sides"]), {s["label"]: s["compiler"] for s in r["sides"]}
+        for j, s in enumerate(o["sides"]):
+            xs = [i + (j - (n - 1) / 2) * 0.8 / n for i in range(len(ULP_BUCKETS))]
+            ax.bar(xs, [max(c, 0) for c in s["histogram"]], width=0.8 / n, label=f"{s['label']} {names[s['label']]}")
+        ax.set_yscale("symlog")
+        ax.set_xticks(range(len(ULP_BUCKETS)), ULP_BUCKETS, rotation=45, fontsize=7)
+        ax.set_title(f"{r['program']['ref']} {o['name']}", fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle("elements per ULP error against fp64")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise NumericsError(f"{path} is not a numerics report: {e}") from None

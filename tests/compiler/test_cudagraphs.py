@@ -1,0 +1,226 @@
+"""CUDA graphs (``runtime/cudagraphs.py``): what a graph's facts say, how options reach the backend, and on a
+GPU: recording per size key, copied-in and moving inputs, training with saved tensors, and the fallbacks."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import compiler
+from compiler.backend import backend_overrides
+from compiler.exc import ConfigError
+from compiler.runtime.cudagraphs import GraphFacts
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+
+
+# ------------------------------------------------------------------ facts and options (any machine)
+def test_facts_find_mutated_inputs_host_syncs_and_key_arguments():
+    def fn(x, y, n):
+        x.add_(1)
+        return x * n, y.nonzero()
+
+    facts = GraphFacts.of(make_fx(fn)(torch.randn(3), torch.randn(4), 3))
+    assert facts.mutated_args == frozenset({0})
+    assert facts.host_sync == "aten::nonzero"
+    gm = make_fx(lambda x, y: (x + 1, y * 2), tracing_mode="symbolic")(torch.randn(3, 4), torch.randn(5))
+    facts = GraphFacts.of(gm)
+    assert facts.symbolic_tensor_args == (0, 1) and facts.mutated_args == frozenset() and facts.host_sync == ""
+
+
+def test_modes_and_options_become_settings():
+    assert backend_overrides(None, "reduce-overhead") == {"cudagraphs": True}
+    assert backend_overrides({"cudagraphs": False}, "reduce-overhead") == {"cudagraphs": False}
+    assert backend_overrides({"emulate_eager_precision": True}) == {"emulate_eager_precision": True}
+    with pytest.raises(ConfigError, match="unknown kiln setting"):
+        backend_overrides({"cuda_graphs": True})
+    with pytest.raises(ConfigError, match="not one of kiln's"):
+        backend_overrides(None, "fastest")
+
+
+def test_cpu_graphs_run_without_a_runner(device):
+    if device != "cpu":
+        pytest.skip("the CPU path")
+    f = torch.compile(lambda x: torch.softmax(x * 2, -1), backend="kiln", options={"cudagraphs": True})
+    x = torch.randn(4, 8)
+    with compiler.capture() as graphs:
+        out = f(x)
+    torch.testing.assert_close(out, torch.softmax(x * 2, -1))
+    assert graphs[0].cudagraphs is None
+
+
+# ------------------------------------------------------------------ on a GPU
+def _compiled(fn, **kw):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="kiln", options={"cudagraphs": True}, **kw)
+
+
+def _runners(graphs):
+    return [g.cudagraphs for g in graphs if g.cudagraphs is not None]
+
+
+@gpu
+def test_inference_records_once_and_replays_with_new_inputs():
+    w = torch.randn(64, 64, device="cuda")
+    fn = lambda x: F.gelu(F.layer_norm(x @ w, (64,)))  # noqa: E731
+    f = _compiled(fn)
+    with compiler.capture() as graphs:
+        for _ in range(5):
+            x = torch.randn(32, 64, device="cuda")  # a new address every call: copied in
+            torch.testing.assert_close(f(x), fn(x), rtol=1e-4, atol=1e-4)
+    (runner,) = _runners(graphs)
+    assert (runner.stats.warmups, runner.stats.recordings, runner.stats.replays) == (1, 1, 4)
+    assert runner.stats.copied_in >= 4
+
+
+@gpu
+def test_a_moved_static_input_is_recorded_again():
+    x = torch.randn(16, 32, device="cuda")
+    f = _compiled(lambda x, w: torch.relu(x @ w))
+    w1 = torch.randn(32, 32, device="cuda")
+    with compiler.capture() as graphs:
+        for _ in range(3):
+            f(x, w1)
+        w2 = torch.randn(32, 32, device="cuda")
+        for _ in range(3):
+            torch.testing.assert_close(f(x, w2), torch.relu(x @ w2), rtol=1e-4, atol=1e-4)
+    (runner,) = _runners(graphs)
+    assert runner.stats.recordings == 2 and runner.stats.replays == 5
+
+
+@gpu
+def test_one_recording_per_size_under_dynamic_shapes():
+    fn = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
+    f = _compiled(fn, dynamic=True)
+    with compiler.capture() as graphs:
+        for n in (8, 16, 8, 16, 8, 16):
+            x = torch.randn(n, 40, device="cuda")
+            torch.testing.assert_close(f(x), fn(x))
+    (runner,) = _runners(graphs)
+    assert len(runner.entries) == 2 and runner.stats.recordings == 2 and runner.stats.replays == 4
+
+
+@gpu
+def test_in_place_update_of_a_copied_in_input_reaches_the_caller():
+    def fn(x, y):
+        x.mul_(2)
+        return x + y
+
+    f = _compiled(fn)
+    y = torch.randn(64, device="cuda")
+    for _ in range(4):
+        x = torch.randn(64, device="cuda")
+        expect_x, expect = x * 2, x * 2 + y
+        out = f(x, y)
+        torch.testing.assert_close(x, expect_x)
+        torch.testing.assert_close(out, expect)
+
+
+@gpu
+def test_training_steps_match_eager_and_replay_forward_and_backward():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 8)).cuda()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    step = _compiled(lambda x, y: F.cross_entropy(model(x), y))
+    with compiler.capture() as graphs:
+        for _ in range(5):
+            x, y = torch.randn(16, 32, device="cuda"), torch.randint(0, 8, (16,), device="cuda")
+            for m, o, f in ((model, opt, step), (ref, ref_opt, lambda x, y: F.cross_entropy(ref(x), y))):
+                o.zero_grad()
+                f(x, y).backward()
+                o.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    runners = _runners(graphs)
+    assert len(runners) == 2 and all(r.stats.replays >= 3 for r in runners)
+
+
+@gpu
+def test_two_forwards_before_their_backwards_keep_saved_tensors():
+    """Gradient accumulation order fwd1, fwd2, bwd2, bwd1: fwd2 must not overwrite what bwd1 needs."""
+    torch.manual_seed(0)
+    w = torch.randn(32, 32, device="cuda", requires_grad=True)
+    fn = lambda x: torch.tanh(x @ w).pow(2).sum()  # noqa: E731
+    f = _compiled(fn)
+    xs = [torch.randn(8, 32, device="cuda") for _ in range(2)]
+    for _ in range(3):  # warm-up and recording
+        f(xs[0]).backward()
+    w.grad = None
+    with compiler.capture():
+        l1, l2 = f(xs[0]), f(xs[1])
+        l2.backward()
+        l1.backward()
+    got = w.grad.clone()
+    w.grad = None
+    fn(xs[0]).backward()
+    fn(xs[1]).backward()
+    torch.testing.assert_close(got, w.grad, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+def test_batch_norm_running_stats_update_once_per_call():
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(16).cuda()
+    ref = copy.deepcopy(bn)
+    f = _compiled(bn)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(32, 16, device="cuda")
+            torch.testing.assert_close(f(x), ref(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(bn.running_mean, ref.running_mean)
+    torch.testing.assert_close(bn.running_var, ref.running_var)
+
+
+@gpu
+def test_host_sync_falls_back_with_a_reason():
+    fn = lambda x: x[x > 0].sum() * 2  # noqa: E731
+    f = _compiled(fn)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), compiler.capture() as graphs:
+        for _ in range(3):
+            x = torch.randn(100, device="cuda")
+            torch.testing.assert_close(f(x), fn(x))
+    reasons = [r for g in graphs for r in g.all_fallbacks() if r.kind == "cudagraph"]
+    assert reasons and all(r.detail for r in reasons)
+
+
+@gpu
+def test_a_failed_capture_falls_back_and_leaves_random_numbers_working(monkeypatch):
+    # hide the boolean-mask index from the facts, so that recording is tried and fails inside the capture
+    monkeypatch.setattr(GraphFacts, "of", staticmethod(
+        lambda gm, saved_from=None: GraphFacts((), (), frozenset(), saved_from, "")))
+    fn = lambda x: x[x > 0].sum() * 2  # noqa: E731
+    f = _compiled(fn)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), compiler.capture() as graphs:
+        for _ in range(4):
+            x = torch.randn(100, device="cuda")  # fails once the generator is left capturing
+            torch.testing.assert_close(f(x), fn(x))
+    details = [r.detail for g in graphs for r in g.all_fallbacks() if r.kind == "cudagraph"]
+    assert any(d.startswith("capture failed") for d in details), details
+
+
+def test_reinterpret_tensor_takes_offsets_from_the_storage_start_and_alias_keeps_them():
+    from compiler.runtime.restride import alias, reinterpret_tensor
+
+    t = torch.arange(10.0)[2:]
+    assert reinterpret_tensor(t, (2,), (1,), 3).tolist() == [3.0, 4.0]
+    a = alias(t)
+    assert a is not t and a.storage_offset() == 2 and torch.equal(a, t)
+
+
+@gpu
+def test_outputs_at_a_storage_offset_are_handed_out_in_place():
+    """q, k, v split from one projection (GPT-2's c_attn): outputs that start inside their buffer."""
+    w = torch.randn(64, 192, device="cuda")
+    fn = lambda x: [t.transpose(1, 2) for t in (x @ w).split(64, dim=-1)]  # noqa: E731
+    f = _compiled(fn)
+    for _ in range(4):
+        x = torch.randn(4, 8, 64, device="cuda")
+        for got, want in zip(f(x), fn(x)):
+            assert got.storage_offset() == want.storage_offset()
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

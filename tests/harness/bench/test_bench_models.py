@@ -1,0 +1,605 @@
+"""The model tier: registry and config hashes, the accuracy check, reports over synthetic results, the store
+round trip, package problems, failing compilers, and one real tiny model end to end (kiln vs eager, CPU)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from bench_helpers import samples
+
+from harness.bench import model_report as mrep
+from harness.bench import model_run as mr
+from harness.bench import models as mdl
+from harness.bench.cli import main
+from harness.bench.exc import UsageError
+from harness.bench.records import Result, RunInfo
+from harness.bench.store import Store, now
+
+
+def _transformers_or_skip() -> None:
+    problem = mdl.package_problem("transformers")
+    if problem:
+        pytest.skip(f"transformers is not importable: {problem}")
+
+
+# ------------------------------------------------------------------ registry and hashes
+def test_tiny_and_gpu_profiles():
+    tiny = mdl.all_cases("tiny", "cpu")
+    names = [c.name for c in tiny]
+    assert len(tiny) >= 5 and len(set(names)) == len(names)
+    assert len({c.source_hash for c in tiny}) == len(tiny)
+    assert {c.spec.package for c in tiny} == {"transformers"}  # PyPI torchvision does not load on CPU torch
+    assert {c.mode for c in tiny} == {"infer", "train"} and {c.dtype_name for c in tiny} == {"fp32"}
+    assert {c.spec.kind for c in tiny} == {"decoder", "encoder", "encoder-decoder", "vision"}
+    gpu = {c.name: c for c in mdl.all_cases("gpu", "cuda")}
+    assert 10 <= len(gpu) <= 14
+    for name in (
+        "model.gpt2.infer.bf16",
+        "model.gpt2.train.fp32",
+        "model.bert.infer.bf16",
+        "model.llama.train.fp32",
+        "model.resnet50.infer.bf16",
+        "model.vit_b16.infer.bf16",
+        "model.t5.infer.bf16",
+    ):
+        assert name in gpu
+    g = gpu["model.gpt2.infer.bf16"]
+    assert (g.sizes.batch, g.sizes.seq, g.sizes.config["n_layer"]) == (8, 256, 4)
+    assert gpu["model.gpt2.train.fp32"].optimizer == "adamw"
+    assert gpu["model.resnet50.train.amp"].autocast and gpu["model.resnet50.train.amp"].optimizer == "sgd"
+    assert gpu["model.resnet50.infer.bf16"].sizes.batch == 32
+
+
+def test_dtype_follows_the_device_for_unspecified_cases():
+    assert mdl.find("gpt2.infer.fp32", "tiny", "cpu").model_dtype == torch.float32
+    on_gpu = mdl.find("model.gpt2.infer.bf16", "tiny", "cuda")
+    assert on_gpu.model_dtype == torch.bfloat16 and not on_gpu.autocast
+    assert mdl.find("gpt2.train.fp32", "tiny", "cuda").dtype_name == "fp32"  # training stays fp32
+    with pytest.raises(UsageError, match="unknown tiny model case"):
+        mdl.find("gpt2.infer.bf16", "tiny", "cpu")
+
+
+def test_only_patterns_select_cases_and_models():
+    assert [c.name for c in mdl.cases("tiny", "gpt2")] == ["model.gpt2.infer.fp32", "model.gpt2.train.fp32"]
+    assert [c.name for c in mdl.cases("tiny", "*.train.*,llama")] == [
+        "model.gpt2.train.fp32",
+        "model.llama.infer.fp32",
+    ]
+    assert [c.name for c in mdl.cases("gpu", "model.bert.*,t5", "cuda")] == [
+        "model.bert.infer.bf16",
+        "model.t5.infer.bf16",
+    ]
+    with pytest.raises(UsageError, match="no tiny model matches 'nope'"):
+        mdl.cases("tiny", "nope")
+    with pytest.raises(UsageError, match="unknown profile"):
+        mdl.cases("huge")
+
+
+def test_source_hash_tracks_config_mode_dtype_optimizer_and_package_version(monkeypatch):
+    a = mdl.find("gpt2.train.fp32", "tiny")
+    assert a.source_hash == mdl.find("gpt2.train.fp32", "tiny").source_hash
+    spec = a.spec
+    sizes = spec.sizes["tiny"]
+    bigger = mdl.Sizes({**sizes.config, "n_layer": 2}, sizes.batch, sizes.cases, seq=sizes.seq)
+    changed = mdl.ModelSpec(spec.name, spec.kind, spec.package, spec.build, {"tiny": bigger})
+    assert mdl._parse(changed, "tiny", "train:adamw", "cpu").source_hash != a.source_hash
+    longer = mdl.Sizes(sizes.config, sizes.batch, sizes.cases, seq=sizes.seq * 2)
+    assert (
+        mdl._parse(
+            mdl.ModelSpec(spec.name, spec.kind, spec.package, spec.build, {"tiny": longer}),
+            "tiny",
+            "train:adamw",
+            "cpu",
+        ).source_hash
+        != a.source_hash
+    )
+    assert mdl._parse(spec, "tiny", "train", "cpu").source_hash != a.source_hash  # no optimizer step
+    assert mdl._parse(spec, "tiny", "train:amp:adamw", "cpu").source_hash != a.source_hash
+    assert mdl._parse(spec, "tiny", "infer", "cpu").source_hash != a.source_hash
+    other_builder = mdl.ModelSpec(spec.name, spec.kind, spec.package, mdl.build_llama, spec.sizes)
+    assert mdl._parse(other_builder, "tiny", "train:adamw", "cpu").source_hash != a.source_hash
+    monkeypatch.setattr(mdl, "package_version", lambda pkg: "0.0.1-other")
+    assert mdl._parse(spec, "tiny", "train:adamw", "cpu").source_hash != a.source_hash
+    with pytest.raises(ValueError, match="optimizer in an infer case"):
+        mdl._parse(spec, "tiny", "infer:adamw", "cpu")
+
+
+def test_missing_package_skips_its_models_with_one_line():
+    spec = mdl.ModelSpec(
+        "ghost",
+        "vision",
+        "kiln_no_such_package",
+        mdl.build_timm,
+        {"tiny": mdl.Sizes({"arch": "x"}, 2, ("infer",), image=8, classes=2)},
+    )
+    ghost = mdl._parse(spec, "tiny", "infer", "cpu")
+    _transformers_or_skip()
+    real = mdl.find("bert.infer.fp32", "tiny")
+    ok, notes = mdl.available([real, ghost])
+    assert ok == [real]
+    line = notes["kiln_no_such_package"]
+    assert line.startswith("kiln_no_such_package: not importable (ModuleNotFoundError: ")
+    assert line.endswith("): ghost skipped") and "\n" not in line
+
+
+def test_check_compilers_orders_validates_and_skips_cuda_graphs_on_cpu():
+    out, notes = mr.check_compilers(["kiln", "inductor", "kiln-cg", "inductor-cg", "eager"], "cpu")
+    assert out == ["eager", "kiln", "inductor"]
+    assert notes == ["kiln-cg, inductor-cg: CUDA graphs need a CUDA device; skipped on cpu"]
+    out, notes = mr.check_compilers(["inductor-cg", "kiln"], "cuda")
+    assert out == ["eager", "inductor-cg", "kiln"] and notes == []
+    with pytest.raises(UsageError, match="unknown compiler 'tvmx'"):
+        mr.check_compilers(["tvmx"], "cpu")
+
+
+# ------------------------------------------------------------------ accuracy
+def _outs(seed: int = 0, scale: float = 1.0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {"output": torch.randn(4, 64, generator=g) * scale, "grad:w": torch.randn(16, generator=g)}
+
+
+def test_rel_err_is_normwise_and_catches_non_finite_values():
+    ref = torch.ones(1000, dtype=torch.float64)
+    assert mr.rel_err(ref.float(), ref) == 0.0
+    assert mr.rel_err(ref * 1.01, ref) == pytest.approx(0.01)
+    bad = ref.clone()
+    bad[3] = math.nan
+    assert mr.rel_err(bad, ref) == math.inf
+    both = ref.clone()
+    both[3] = math.inf
+    assert mr.rel_err(both, both) == 0.0  # non-finite where the reference is too: ignored
+    assert mr.rel_err(torch.ones(3), torch.ones(4)) == math.inf
+    assert mr.rel_err(torch.zeros(5), torch.zeros(5)) == 0.0
+    big = torch.randn(5000, generator=torch.Generator().manual_seed(1))
+    assert mr.rel_err(big * 1.5, big, chunk=64) == pytest.approx(0.5)
+
+
+def test_accuracy_check_passes_close_outputs_and_fails_a_planted_wrong_one():
+    ref = {k: v.double() for k, v in _outs().items()}
+    eager = {
+        k: (v + 1e-7 * torch.randn(v.shape, generator=torch.Generator().manual_seed(2))).float()
+        for k, v in ref.items()
+    }
+    good = mr.check_accuracy({k: v.clone() for k, v in eager.items()}, eager, ref, "fp32")
+    assert good.ok and good.err < 1e-6 and good.limit == mr.FLOOR["fp32"] and good.note == ""
+    wrong = dict(eager, output=eager["output"] * 1.1)  # planted: 10% off
+    acc = mr.check_accuracy(wrong, eager, ref, "fp32")
+    assert not acc.ok and acc.worst == "output" and acc.err == pytest.approx(0.1, rel=1e-3)
+    assert acc.note.startswith("output: error 0.1 > limit 0.0001")
+    grad = dict(eager, **{"grad:w": eager["grad:w"] * -1})
+    assert mr.check_accuracy(grad, eager, ref, "fp32").worst == "grad:w"
+    assert not mr.check_accuracy({"output": eager["output"]}, eager, ref, "fp32").ok  # a gradient missing
+    shape = dict(eager, output=eager["output"][:2])
+    assert "shape (2, 64) != eager (4, 64)" in mr.check_accuracy(shape, eager, ref, "fp32").note
+    nan = dict(eager, output=eager["output"].clone())
+    nan["output"][0, 0] = math.nan
+    assert not mr.check_accuracy(nan, eager, ref, "fp32").ok
+
+
+def test_low_precision_limit_scales_with_eagers_own_error():
+    ref = {"output": torch.randn(256, 256, generator=torch.Generator().manual_seed(3)).double()}
+    eager = {"output": ref["output"].bfloat16()}
+    e_err = mr.rel_err(eager["output"], ref["output"])
+    assert 1e-3 < e_err < 1e-2
+    fp32_result = {"output": ref["output"].float()}  # more accurate than eager: fine
+    assert mr.check_accuracy(fp32_result, eager, ref, "bf16").ok
+    off = {"output": (ref["output"] * 1.05).bfloat16()}
+    acc = mr.check_accuracy(off, eager, ref, "bf16")
+    assert not acc.ok and acc.limit == pytest.approx(max(mr.MULT * e_err, mr.FLOOR["bf16"]))
+    no_ref = mr.check_accuracy(eager, eager, None, "bf16")  # the reference step failed: eager is it
+    assert no_ref.ok and no_ref.err == 0.0
+
+
+# ------------------------------------------------------------------ reports over synthetic results
+def _res(
+    case: str,
+    compiler: str,
+    ms: float | None,
+    *,
+    ok: bool = True,
+    passed: bool = True,
+    peak: int | None = None,
+    cold: float | None = None,
+    warm: float | None = None,
+    h: str = "h1",
+    seed: int = 0,
+) -> Result:
+    r = Result(
+        f"model.{case}",
+        compiler,
+        f"{h}-{case}",
+        timer="step",
+        meta={"family": case.split(".")[0], "mode": case.split(".")[1]},
+    )
+    if not ok:
+        r.status, r.error = "error", "BackendCompilerFailed: boom"
+        return r
+    r.samples = samples(ms * 1e6, n=30, noise=0.001, seed=seed)
+    r.meta["accuracy"] = {"pass": passed, **({} if passed else {"note": "output: error 0.1 > limit 0.0001"})}
+    if peak:
+        r.meta["peak_mem_bytes"] = peak
+    if warm is not None:
+        r.meta["compile_warm_s"] = warm
+    r.compile_s = cold
+    return r
+
+
+def _synthetic(h: str = "h1") -> list[Result]:
+    return [
+        _res("gpt2.infer.bf16", "eager", 10.0, peak=4000, h=h),
+        _res("gpt2.infer.bf16", "kiln", 5.0, peak=2000, cold=20.0, warm=4.0, h=h),
+        _res("gpt2.infer.bf16", "inductor", 4.0, peak=2500, cold=10.0, warm=2.0, h=h),
+        _res("bert.infer.bf16", "eager", 8.0, peak=1000, h=h),
+        _res("bert.infer.bf16", "kiln", 2.0, peak=1000, cold=30.0, warm=6.0, passed=False, h=h),
+        _res("bert.infer.bf16", "inductor", 4.0, peak=500, cold=14.0, warm=4.0, h=h),
+        _res("resnet50.infer.bf16", "eager", 20.0, peak=3000, h=h),
+        _res("resnet50.infer.bf16", "kiln", None, ok=False, h=h),
+        _res("resnet50.infer.bf16", "inductor", 10.0, peak=3000, cold=12.0, warm=3.0, h=h),
+    ]
+
+
+def test_summary_gives_the_dashboard_numbers():
+    s = mrep.summary(_synthetic())
+    k, i = s["compilers"]["kiln"], s["compilers"]["inductor"]
+    assert (k["cases"], k["passed"], i["passed"]) == (3, 1, 3)
+    assert k["pass_rate"] == pytest.approx(1 / 3) and i["pass_rate"] == 1.0
+    assert k["geomean_speedup"] == pytest.approx(2.0, rel=0.01)  # the failing bert row is left out
+    assert i["geomean_speedup"] == pytest.approx((2.5 * 2 * 2) ** (1 / 3), rel=0.01)
+    assert k["compile_cold_s_mean"] == pytest.approx(25.0) and k["compile_warm_s_mean"] == pytest.approx(5.0)
+    assert i["memory_ratio_geomean"] == pytest.approx((1.6 * 2 * 1) ** (1 / 3), rel=1e-6)
+    assert k["memory_ratio_geomean"] == pytest.approx(2.0)
+    ratio = s["step_ratio"]["inductor/kiln"]
+    assert ratio["cases"] == 1 and ratio["geomean"] == pytest.approx(0.8, rel=0.01)
+    assert "inductor-cg/kiln-cg" not in s["step_ratio"]
+    assert mrep.ratio_lines(s) == [
+        ("geomean inductor step ms / kiln step ms = 0.800 over 1 case(s) passed by both (kiln slower)")
+    ]
+
+
+def test_tables_markdown_json_and_plot(tmp_path):
+    results = _synthetic()
+    table = mrep.model_table(results)
+    head = table[0]
+    assert head[:5] == ["model", "pass", "eager ms", "kiln ms", "inductor ms"]
+    assert "kiln compile s cold/warm" in head and "inductor mem ratio" in head
+    rows = {r[0]: dict(zip(head, r)) for r in table[1:]}
+    assert rows["gpt2.infer.bf16"]["pass"] == "all" and rows["gpt2.infer.bf16"]["kiln x"] == "2.00x"
+    assert (
+        rows["bert.infer.bf16"]["pass"] == "fail: kiln" and rows["bert.infer.bf16"]["kiln x"] == "4.00x FAIL"
+    )
+    assert (
+        rows["resnet50.infer.bf16"]["kiln ms"] == "error" and rows["resnet50.infer.bf16"]["kiln x"] == "error"
+    )
+    assert rows["gpt2.infer.bf16"]["kiln compile s cold/warm"] == "20.0/4.0"
+    assert rows["gpt2.infer.bf16"]["kiln mem ratio"] == "2.00"
+    short = mrep.short_table(results)
+    assert short[0][-1] == "cold s (kiln/inductor)" and short[1][-1] == "20.0/10.0"
+    assert short[2][2] == "2 (4.00x) FAIL"
+    run = RunInfo(1, "u", now(), status="complete", profile="models-gpu", device="cuda", device_name="H100")
+    md = mrep.markdown_report("gpu", [run], results, ["timm: not importable (x): vit_b16 skipped"])
+    for part in (
+        "### Summary (the dashboard numbers)",
+        "| kiln | 1/3 (33%) | 2.000x (n=1)",
+        "### Per model",
+        "speedup over eager",
+        "BackendCompilerFailed: boom",
+        "accuracy: output: error 0.1",
+        "timm: not importable (x): vit_b16 skipped",
+        "Device: H100; runs: 1 (complete",
+    ):
+        assert part in md, part
+    js = mrep.json_report("gpu", [run], results, [])
+    gpt2 = next(c for c in js["cases"] if c["case"] == "model.gpt2.infer.bf16")
+    assert gpt2["compilers"]["kiln"]["speedup"] == pytest.approx(2.0, rel=0.01)
+    assert gpt2["compilers"]["kiln"]["memory_ratio"] == 2.0 and gpt2["compilers"]["kiln"]["pass"] is True
+    json.dumps(js)
+    pytest.importorskip("matplotlib")
+    png = mrep.plot_models(results, tmp_path / "m.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+# ------------------------------------------------------------------ store round trip
+def _store_run(
+    store: Store,
+    results: list[Result],
+    device_name: str = "H100",
+    status: str = "complete",
+    skipped: dict | None = None,
+    profile: str = "models-gpu",
+) -> RunInfo:
+    run = RunInfo(
+        None,
+        uuid.uuid4().hex,
+        now(),
+        profile=profile,
+        device="cuda",
+        device_name=device_name,
+        compilers=["eager", "kiln", "inductor"],
+        config={"skipped": skipped or {}, "notes": ["n1"]},
+    )
+    store.begin_run(run)
+    for r in results:
+        store.add_result(run.id, r)
+    if status != "running":
+        store.finish_run(run.id, status)
+    return run
+
+
+def test_store_round_trip_and_report_over_chunks(tmp_path):
+    with Store(tmp_path / "b.sqlite") as store:
+        other = _store_run(store, _synthetic(), device_name="A100")  # another device: left out
+        first = _store_run(
+            store,
+            [r for r in _synthetic() if r.workload != "model.resnet50.infer.bf16"],
+            skipped={"model.vit_b16.infer.bf16": "timm: not importable (x): vit_b16 skipped"},
+        )
+        chunk = _store_run(
+            store, [r for r in _synthetic() if r.workload == "model.resnet50.infer.bf16"], status="running"
+        )  # an interrupted chunk: its stored results still count
+        rerun = [_res("gpt2.infer.bf16", "eager", 9.0), _res("gpt2.infer.bf16", "kiln", 3.0)]
+        again = _store_run(store, rerun)  # a later run of only eager+kiln: inductor comes from `first`
+        changed = [
+            _res("bert.infer.bf16", "eager", 8.0, h="h2"),
+            _res("bert.infer.bf16", "kiln", 4.0, h="h2"),
+        ]
+        newest = _store_run(store, changed)  # new definition: inductor's old bert row must not be mixed in
+        _store_run(store, [_res("gpt2.infer.fp32", "eager", 1.0)], profile="models-tiny")  # other profile
+        runs, results, notes = mrep.collect(store, "gpu")
+    by = {(r.workload, r.compiler): r for r in results}
+    assert [r.id for r in runs] == [newest.id, again.id, chunk.id, first.id]
+    assert f"runs {other.id} ran on another device and are left out" in notes
+    assert by[("model.gpt2.infer.bf16", "kiln")].median_ns == pytest.approx(3e6, rel=0.01)
+    assert by[("model.gpt2.infer.bf16", "inductor")].meta["run_id"] == first.id
+    assert by[("model.bert.infer.bf16", "kiln")].source_hash == "h2-bert.infer.bf16"
+    assert ("model.bert.infer.bf16", "inductor") not in by
+    assert by[("model.resnet50.infer.bf16", "inductor")].meta["run_id"] == chunk.id
+    assert "model.gpt2.infer.fp32" not in {r.workload for r in results}
+    assert [r.workload for r in results][:3] == ["model.gpt2.infer.bf16"] * 3  # registry order, eager first
+    assert [r.compiler for r in results][:3] == ["eager", "kiln", "inductor"]
+    assert "model.vit_b16.infer.bf16: skipped (timm: not importable (x): vit_b16 skipped)" in notes
+    stored = by[("model.bert.infer.bf16", "kiln")]
+    assert stored.meta["accuracy"]["pass"] is True and stored.timer == "step"
+    assert by[("model.gpt2.infer.bf16", "kiln")].samples == _res("gpt2.infer.bf16", "kiln", 3.0).samples
+
+
+def test_export_import_keeps_model_meta(tmp_path):
+    with Store(tmp_path / "a.sqlite") as a:
+        _store_run(a, _synthetic())
+        data = a.export()
+    with Store(tmp_path / "b.sqlite") as b:
+        assert b.import_(data) == (1, 0)
+        _, results, _ = mrep.collect(b, "gpu")
+    kiln = next(r for r in results if r.workload == "model.gpt2.infer.bf16" and r.compiler == "kiln")
+    assert (
+        kiln.compile_s == 20.0 and kiln.meta["compile_warm_s"] == 4.0 and kiln.meta["peak_mem_bytes"] == 2000
+    )
+
+
+def test_report_command_and_errors(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["models", "--report", "--profile", "gpu", "--out", str(out)]) == 2
+    assert "error: no gpu model runs in" in capsys.readouterr().err
+    with Store(out / "bench.sqlite") as store:
+        _store_run(store, _synthetic())
+    assert main(["models", "--report", "--profile", "gpu", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "gpt2.infer.bf16" in text and "geomean inductor step ms / kiln step ms = 0.800" in text
+    assert (out / "report.md").read_text().startswith("## kiln bench: model tier (gpu)")
+    assert json.loads((out / "report.json").read_text())["summary"]["cases"] == 3
+    assert json.loads((out / "export.json").read_text())["format"] == "kiln-bench-export"
+    assert main(["models", "--device", "cpu", "--only", "nothing*", "--out", str(out)]) == 2
+    assert "error: no tiny model matches 'nothing*'" in capsys.readouterr().err
+    assert main(["models", "--device", "cpu", "--compilers", "tvmx", "--out", str(out)]) == 2
+    assert main(["models", "--device", "cpu", "--list"]) == 0
+    assert "model.gpt2.train.fp32" in capsys.readouterr().out
+
+
+def test_probe_output_is_parsed_and_failures_are_one_line(tmp_path):
+    ok = [sys.executable, "-c", f"print('noise'); print({mr.PROBE_TAG!r} + '{{\"compile_s\": 1.5}}')"]
+    assert mr.run_probe(ok, {}, 60) == (1.5, "")
+    err = [sys.executable, "-c", f'print({mr.PROBE_TAG!r} + \'{{"error": "RuntimeError: x"}}\')']
+    assert mr.run_probe(err, {}, 60) == (None, "RuntimeError: x")
+    crash = [
+        sys.executable,
+        "-c",
+        "import sys; print('Traceback\\nValueError: bad', file=sys.stderr); sys.exit(3)",
+    ]
+    assert mr.run_probe(crash, {}, 60) == (None, "probe exit 3: ValueError: bad")
+    env = mr._probe_env(tmp_path)
+    assert {
+        Path(env[v]).name
+        for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "KILN_CACHE_DIR", "XDG_CACHE_HOME")
+    } == {"triton", "inductor", "kiln", "xdg"}
+    assert all(Path(env[v]).parent == tmp_path for v in ("TRITON_CACHE_DIR", "XDG_CACHE_HOME"))
+
+
+# ------------------------------------------------------------------ real models (CPU)
+def _register(name: str, fn) -> None:
+    if name not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(name=name)(fn)
+
+
+def _broken_backend(gm, example_inputs):
+    raise RuntimeError("planted compile failure")
+
+
+def _wrong_backend(gm, example_inputs):
+    def run(*args):
+        outs = gm(*args)
+        return type(outs)(
+            o * 1.1 if isinstance(o, torch.Tensor) and o.is_floating_point() else o for o in outs
+        )
+
+    return run
+
+
+def test_failing_and_wrong_compilers_are_results_not_crashes():
+    _transformers_or_skip()
+    _register("kiln_test_broken_model", _broken_backend)
+    _register("kiln_test_wrong", _wrong_backend)
+    cfg = mr.ModelBenchConfig(
+        compilers=["eager", "kiln_test_broken_model", "kiln_test_wrong"],
+        compile_times=[],
+        target_s=0.01,
+        rounds=1,
+        min_samples=2,
+        max_samples=2,
+    )
+    case = mdl.find("hf_resnet.infer.fp32", "tiny")
+    out = {r.compiler: r for r in mr.ModelExecutor(cfg).measure_case(case, cfg.compilers)}
+    assert out["eager"].status == "ok" and out["eager"].meta["accuracy"]["pass"] is True
+    assert "replay" not in out["eager"].meta["accuracy"]  # eager is the baseline: only its first step counts
+    broken = out["kiln_test_broken_model"]
+    assert broken.status == "error" and "planted compile failure" in broken.error and "\n" not in broken.error
+    wrong = out["kiln_test_wrong"]
+    assert wrong.status == "ok" and len(wrong.samples) == 2
+    assert wrong.meta["accuracy"]["pass"] is False and wrong.meta["accuracy"]["first"]["worst"] == "output"
+    assert wrong.max_rel_err == pytest.approx(0.1, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_tiny_model_end_to_end_kiln_vs_eager(tmp_path, capsys):
+    """A real tiny model through the CLI on CPU: kiln in Triton's interpreter vs eager, accuracy, timing,
+    cold and warm compile s from fresh subprocesses, the store and the report files."""
+    _transformers_or_skip()
+    out = tmp_path / "models"
+    args = [
+        "models",
+        "--device",
+        "cpu",
+        "--only",
+        "bert.infer.fp32",
+        "--compilers",
+        "kiln,kiln-cg",
+        "--compile-times",
+        "kiln",
+        "--target-s",
+        "0.2",
+        "--rounds",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    assert "kiln-cg: CUDA graphs need a CUDA device; skipped on cpu" in cap.err
+    assert "bert.infer.fp32" in cap.out and "cold s (kiln)" in cap.out
+    with Store(out / "bench.sqlite") as store:
+        (run,) = store.runs()
+        results = {r.compiler: r for r in store.results(run.id)}
+    assert run.status == "complete" and run.profile == "models-tiny" and run.compilers == ["eager", "kiln"]
+    kiln, eager = results["kiln"], results["eager"]
+    assert kiln.status == "ok", kiln.error
+    assert kiln.meta["accuracy"]["pass"] is True and kiln.meta["accuracy"]["replay"]["ok"] is True
+    assert kiln.max_rel_err < 1e-4 and kiln.source_hash == eager.source_hash
+    assert len(kiln.samples) >= 2 and kiln.median_ns > 0 and eager.median_ns > 0
+    assert kiln.compile_s is not None and kiln.compile_s >= 0, kiln.meta.get("compile_probe_error")
+    assert kiln.meta["compile_warm_s"] is not None and kiln.meta["first_call_s"] > 0
+    assert "peak_mem_bytes" not in kiln.meta  # CPU: n/a
+    for name in ("report.md", "report.json", "export.json"):
+        assert (out / name).stat().st_size > 0
+    assert "| bert.infer.fp32 | all |" in (out / "report.md").read_text()
+    assert main([*args, "--resume"]) == 0  # everything stored: nothing measured, the report rewritten
+    assert "resume: every selected case is stored" in capsys.readouterr().err
+    with Store(out / "bench.sqlite") as store:
+        assert len(store.runs()) == 1
+
+
+def test_resume_skips_stored_cases_and_budget_defers_the_rest(tmp_path, monkeypatch):
+    from harness.bench import env
+
+    cases = mdl.cases("tiny", "gpt2,bert")
+    gpt2_infer, gpt2_train, bert = cases
+    with Store(tmp_path / "b.sqlite") as store:
+        run = RunInfo(
+            None,
+            uuid.uuid4().hex,
+            now(),
+            profile="models-tiny",
+            device="cpu",
+            device_name=env.device_name("cpu"),
+        )
+        store.begin_run(run)
+        for c in ("eager", "kiln"):
+            store.add_result(
+                run.id, Result(gpt2_infer.name, c, gpt2_infer.source_hash, status="error", error="x")
+            )
+        store.add_result(run.id, Result(gpt2_train.name, "eager", gpt2_train.source_hash))  # kiln missing
+        store.add_result(run.id, Result(bert.name, "eager", "old-hash"))
+        store.add_result(run.id, Result(bert.name, "kiln", "old-hash"))
+        assert mr.stored_cases(store, "tiny", "cpu", cases, ["eager", "kiln"]) == {gpt2_infer.name}
+        assert mr.stored_cases(store, "tiny", "cpu", cases, ["eager"]) == {gpt2_infer.name, gpt2_train.name}
+        assert mr.stored_cases(store, "gpu", "cpu", cases, ["eager"]) == set()
+
+        calls = []
+
+        def fake_measure(self, case, compilers):
+            calls.append(case.name)
+            time.sleep(0.05)
+            return [
+                Result(case.name, c, case.source_hash, samples=[1.0, 2.0], timer="step") for c in compilers
+            ]
+
+        monkeypatch.setattr(mr.ModelExecutor, "measure_case", fake_measure)
+        cfg = mr.ModelBenchConfig(compilers=["eager"], budget_s=0.08)
+        done, results, deferred = mr.run_models(cfg, store, cases, progress=False)
+        assert calls == [gpt2_infer.name] and deferred == [gpt2_train.name, bert.name]
+        assert done.status == "complete" and [r.workload for r in results] == [gpt2_infer.name]
+        cfg.budget_s = 60.0
+        _, results, deferred = mr.run_models(cfg, store, cases, progress=False)
+        assert deferred == [] and len(results) == 3
+
+
+def test_latest_baseline_is_per_case_and_ignores_other_chunks(tmp_path):
+    from harness.bench.compare import CompareConfig, compare
+
+    with Store(tmp_path / "b.sqlite") as store:
+        old = _store_run(store, _synthetic())
+        chunk = _store_run(store, [r for r in _synthetic() if r.workload == "model.gpt2.infer.bf16"])
+        _store_run(store, [_res("bert.infer.bf16", "kiln", 1.0)], status="running")  # never a baseline
+        new = [_res("bert.infer.bf16", "eager", 8.0, seed=7), _res("bert.infer.bf16", "kiln", 2.6, seed=8)]
+        run = _store_run(store, new)
+        base = mr._model_baseline(store, "latest", run, new)
+        assert [b.id for b in base.runs] == [old.id] and set(base.results) == {
+            ("model.bert.infer.bf16", c) for c in ("eager", "kiln", "inductor")
+        }
+        cmps = {c.compiler: c for c in compare(new, base, CompareConfig().for_device("cuda"), new_run=run)}
+        assert cmps["kiln"].verdict == "regressed" and cmps["eager"].verdict == "unchanged"
+        assert cmps["inductor"].verdict == "missing"  # measured for this case before, not now
+        gpt2_only = mr._model_baseline(store, "latest", run, [_res("gpt2.infer.bf16", "eager", 1.0)])
+        assert [b.id for b in gpt2_only.runs] == [chunk.id]
+        with pytest.raises(mr.BaselineError, match="no earlier complete models-gpu run"):
+            mr._model_baseline(store, "latest", run, [_res("t5.infer.bf16", "eager", 1.0)])
+        assert set(mr._model_baseline(store, f"run:{old.id}", run, new).results) == set(base.results)
+
+
+def test_interrupted_run_is_aborted_keeps_its_results_and_is_never_a_baseline(tmp_path, monkeypatch):
+    cases = mdl.cases("tiny", "bert,t5")
+
+    def interrupted(self, case, compilers):
+        if case.name == cases[1].name:
+            raise KeyboardInterrupt
+        return [Result(case.name, c, case.source_hash, samples=[1.0, 2.0], timer="step") for c in compilers]
+
+    monkeypatch.setattr(mr.ModelExecutor, "measure_case", interrupted)
+    with Store(tmp_path / "b.sqlite") as store:
+        with pytest.raises(KeyboardInterrupt):
+            mr.run_models(mr.ModelBenchConfig(compilers=["eager"]), store, cases, progress=False)
+        (run,) = store.runs()
+        assert run.status == "aborted" and [r.workload for r in store.results(run.id)] == [cases[0].name]
+        later = _store_run(
+            store,
+            [Result(cases[0].name, "eager", cases[0].source_hash, samples=[1.0])],
+            profile="models-tiny",
+            device_name=run.device_name,
+        )
+        with pytest.raises(mr.BaselineError):
+            mr._model_baseline(store, "latest", later, store.results(later.id))
