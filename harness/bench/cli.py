@@ -62,6 +62,9 @@ def _add_measure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--target-s", type=float, help="measuring seconds per workload+compiler")
     p.add_argument("--rounds", type=int, help="interleaved rounds per workload")
+    p.add_argument(
+        "--passes", type=int, help="sweeps over all workloads, each taking a share of the samples (CPU: 3)"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU runs; default 1)")
     p.add_argument("--plant", help="plant a slowdown: PATTERN[@COMPILER][=FRACTION] (tests only)")
     p.add_argument("--label", help="free-text label stored with the run")
@@ -278,9 +281,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device)
     kw = defaults_for(device)
-    for name in ("profile", "timer", "target_s", "rounds"):
+    for name in ("profile", "timer", "target_s", "rounds", "passes"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
+    if kw.get("passes", 1) < 1:
+        raise UsageError(f"--passes must be at least 1, not {kw['passes']}")
     s = settings()
     plant = Plant.parse(args.plant) if args.plant else s.plant
     cfg = BenchConfig(

@@ -4,6 +4,8 @@ Steps per workload (case): make inputs -> float64 reference (eager) -> for each 
 (cold compile time), max error vs the reference, warm-up, per-call estimate -> rounds of samples, the
 compilers taking turns (so slow drifts of the machine hit all compilers alike) -> one `Result` per compiler,
 committed to the store at once. A compiler that fails on a workload gives an `error` result; the run goes on.
+With `passes` > 1 (the CPU default) every case is prepared first and the samples are taken in several sweeps
+over all cases (`Executor.measure_cases`).
 
 Compilers: `eager` (plain PyTorch, no torch.compile: the baseline), `kiln` (`import compiler`), `inductor`,
 or any other registered torch.compile backend.
@@ -52,6 +54,7 @@ class BenchConfig:
     )
     floor_reps: int = 5
     rounds: int = 5
+    passes: int = 1  # sweeps over all workloads, each taking 1/passes of every workload's samples
     warmup_s: float = 0.02
     ceiling_mib: int = 64
     plant: Plant | None = None
@@ -76,7 +79,7 @@ def defaults_for(device: str) -> dict[str, Any]:
             "warmup_s": 0.05,
             "ceiling_mib": 1024,
         }
-    return {"profile": "tiny", "timer": "wall"}
+    return {"profile": "tiny", "timer": "wall", "passes": 3}
 
 
 def resolve_device(spec: str) -> str:
@@ -297,11 +300,8 @@ class Executor:
             res.status, res.error = "error", one_line(e)
             return res
 
-    def measure_case(
-        self, case: wl.Case, compilers: list[str], phase: str = "main", reps_scale: float = 1.0
-    ) -> list[Result]:
-        """Results of `case` under each compiler, sampled in interleaved rounds."""
-        torch._dynamo.reset()
+    def open_case(self, case: wl.Case, compilers: list[str], phase: str = "main") -> "OpenCase":
+        """Inputs, reference and every compiler prepared (compiled, checked, warmed up) for `case`."""
         try:
             inputs = case.make_inputs(self.device, self.cfg.seed)
             refs, grad_outs = self._reference(case, inputs)
@@ -311,7 +311,7 @@ class Executor:
             )
             del eager_outs
         except Exception as e:  # noqa: BLE001 - a broken workload is reported for every compiler
-            return [
+            failed = [
                 Result(
                     case.name,
                     c,
@@ -323,26 +323,80 @@ class Executor:
                 )
                 for c in compilers
             ]
-        prepared: dict[str, Prepared | Result] = {
-            c: self.prepare(case, c, inputs, refs, grad_outs, bytes_moved, phase) for c in compilers
-        }
-        live = {c: p for c, p in prepared.items() if isinstance(p, Prepared)}
+            return OpenCase(case, {r.compiler: r for r in failed})
+        return OpenCase(
+            case, {c: self.prepare(case, c, inputs, refs, grad_outs, bytes_moved, phase) for c in compilers}
+        )
+
+    def sample_case(self, oc: "OpenCase", reps_scale: float = 1.0) -> None:
+        """Add `reps_scale` of each compiler's planned samples to its result, in interleaved rounds."""
         rounds = max(1, self.cfg.rounds)
-        for r in range(rounds):
-            for c, p in live.items():
+        for _ in range(rounds):
+            for p in oc.live():
                 n = max(1, math.ceil(p.reps * reps_scale / rounds))
                 try:
                     with gc_paused():
                         p.result.samples += self.timer.sample(p.call, n)
                 except Exception as e:  # noqa: BLE001
                     p.result.status, p.result.error = "error", one_line(e)
-            live = {c: p for c, p in live.items() if p.result.status == "ok"}
-        out = [p.result if isinstance(p, Prepared) else p for p in prepared.values()]
+
+    def close_case(self, oc: "OpenCase") -> list[Result]:
+        """The case's results (error results keep no samples); its compiled state and memory released."""
+        out = [p.result if isinstance(p, Prepared) else p for p in oc.prepared.values()]
         for res in out:
             if res.status == "error":
                 res.samples = []
-        del prepared, live, inputs, refs, grad_outs
+        oc.prepared.clear()
         self.timer.reset()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return out
+
+    def measure_case(
+        self, case: wl.Case, compilers: list[str], phase: str = "main", reps_scale: float = 1.0
+    ) -> list[Result]:
+        """Results of `case` under each compiler, sampled in interleaved rounds."""
+        torch._dynamo.reset()
+        oc = self.open_case(case, compilers, phase)
+        self.sample_case(oc, reps_scale)
+        return self.close_case(oc)
+
+    def measure_cases(
+        self, cases: list[wl.Case], compilers: list[str], done: Callable[[int, wl.Case, list[Result]], None]
+    ) -> list[Result]:
+        """Every case's results. With `passes` > 1 all cases are prepared first and then sampled in that
+        many sweeps over the whole list, each taking its share of the samples: a burst of machine noise
+        lasting seconds (a neighbour on a shared host) then lands in a fraction of every workload's samples
+        instead of in all samples of a few consecutive workloads, which a median shrugs off."""
+        passes = max(1, self.cfg.passes)
+        out: list[Result] = []
+        if passes == 1:
+            for i, case in enumerate(cases):
+                rs = self.measure_case(case, compilers)
+                done(i, case, rs)
+                out += rs
+            return out
+        torch._dynamo.reset()  # once: a reset per case would drop the compiled code of the open cases
+        opened = []
+        for i, case in enumerate(cases):
+            self.log(f"[prepare {i + 1:>3}/{len(cases)}] {case.name}")
+            opened.append(self.open_case(case, compilers))
+        for p in range(passes):
+            for i, oc in enumerate(opened):
+                self.sample_case(oc, 1.0 / passes)
+                if p == passes - 1:
+                    rs = self.close_case(oc)
+                    done(i, oc.case, rs)
+                    out += rs
+        return out
+
+
+@dataclass
+class OpenCase:
+    """A case between `open_case` and `close_case`: per compiler a `Prepared`, or an error `Result`."""
+
+    case: wl.Case
+    prepared: dict[str, Prepared | Result]
+
+    def live(self) -> list[Prepared]:
+        return [p for p in self.prepared.values() if isinstance(p, Prepared) and p.result.status == "ok"]

@@ -131,13 +131,13 @@ def run_bench(
         store.set_ceiling(run.id, ex.measure_ceiling())
         run.ceiling_gbps = ex.ceiling
         show = Progress(len(cases), progress)
-        results: list[Result] = []
-        for i, case in enumerate(cases):
-            rs = ex.measure_case(case, cfg.compilers)
+
+        def done(i: int, case: wl.Case, rs: list[Result]) -> None:
             for r in rs:
                 store.add_result(run.id, r)
-            results += rs
             show(i, case.name, rs)
+
+        results = ex.measure_cases(cases, cfg.compilers, done)
         cmps = None
         if base_runs:
             cmp_cfg = (cmp_cfg or CompareConfig()).for_device(cfg.device)
