@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
-# Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests
+# Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile
+# (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,8 @@ for stage in "$@"; do
     suites) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES > "$OUT/$stage.log" 2>&1 ;;
     suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
                 > "$OUT/$stage.log" 2>&1 ;;
+    profile) timeout 500 python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
+                --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

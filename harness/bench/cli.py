@@ -1,6 +1,6 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
-Verbs: run, compare, list, show, export, import, plot, workloads, selftest, gpu, models.
+Verbs: run, compare, list, show, export, import, plot, workloads, selftest, gpu, models, model-profile.
 Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
@@ -159,6 +159,14 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
         help="rehearse the pipeline on CPU (tiny sizes; with --device cpu)",
     )
     _add_models(sub)
+    p = sub.add_parser("model-profile", help="profile model steps per compiler: top kernels, launches, host time")
+    p.add_argument("--only", required=True, help="comma-separated fnmatch patterns of model cases (as `models`)")
+    p.add_argument("--compilers", default="kiln,inductor,eager", help="comma-separated (as `models`)")
+    p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
+    p.add_argument("--profile", choices=["tiny", "gpu"], help="model sizes (default: gpu on a GPU, else tiny)")
+    p.add_argument("--steps", type=int, default=10, help="profiled steps (after 3 warm-up steps)")
+    p.add_argument("--top", type=int, default=15, help="kernels listed per case and compiler")
+    p.add_argument("--md", type=Path, help="write the Markdown report here (default: stdout)")
 
 
 def _add_models(sub) -> None:
@@ -428,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli_main(args: argparse.Namespace) -> int:
     """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`)."""
-    if args.verb in ("run", "selftest", "gpu", "overhead", "models") and "kiln" in getattr(args, "compilers", ""):
+    if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(args, "compilers", ""):
         from .session import prepare_kiln
 
         prepare_kiln()  # before Dynamo imports triton, so kiln may pick the interpreter
@@ -453,6 +461,10 @@ def cli_main(args: argparse.Namespace) -> int:
             from .model_run import cmd_models
 
             return cmd_models(args)
+        if args.verb == "model-profile":
+            from .model_profile import cmd_model_profile
+
+            return cmd_model_profile(args)
         return globals()[f"cmd_{args.verb}"](args)
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,0 +1,158 @@
+"""Where a model step's time goes, per compiler: `python -m harness bench model-profile --only PATTERN`.
+
+For each model case and compiler: build the case as the model tier does (`model_run.Stepper`), warm up,
+then profile `--steps` steps with `torch.profiler` and report
+- *step ms*: wall-clock per step (device synchronized), as the model tier measures it;
+- *device ms*: summed kernel and copy time per step (the GPU's share; on CPU, the CPU ops' self time);
+- *launches*: device kernels and memcpy/memset per step (each one costs host time to launch);
+- the top kernels by device time, with their share and calls per step; and for kiln the graphs it made
+  (kernels, ATen fallback ops and their reasons), so a gap to Inductor names the kernels that make it.
+The Markdown goes to `--md` (written whole or not at all), a summary line per compiler to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import models as mdl
+
+
+@dataclass
+class Profile:
+    """One case under one compiler: per-step figures and the kernels ranked by device time."""
+
+    case: str
+    compiler: str
+    step_ms: float
+    device_ms: float
+    launches: float
+    top: list[tuple[str, float, float]]  # (kernel name, ms per step, calls per step)
+    graphs: list[str] = field(default_factory=list)
+
+
+def _device_events(prof: Any, device_type: str) -> list[Any]:
+    """Kernel and memcpy/memset events (GPU), or the innermost ATen ops (CPU: the work itself, whether
+    called by eager, Inductor's C++ or kiln's wrapper; Triton's interpreter shows as the ops it runs)."""
+    evs = prof.events()
+    if device_type == "cuda":
+        return [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
+    return [e for e in evs if e.name.startswith("aten::") and not e.cpu_children]
+
+
+def _short(name: str, width: int = 90) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps: int, top: int) -> Profile:
+    from .model_run import Stepper, _sync
+
+    graphs: list[str] = []
+    ctx: Any = None
+    if compiler.startswith("kiln"):
+        import compiler as kiln
+
+        ctx = kiln.capture()
+        seen = ctx.__enter__()
+    try:
+        st = Stepper(case, case.build(), compiler, device)
+        for _ in range(3):
+            st.step()
+        _sync(device)
+        wall = st.timed(steps) / 1e6
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+            for g in seen:
+                fb = collections.Counter(str(r.op) for r in g.all_fallbacks())
+                graphs.append(
+                    f"{g.kernel_count} kernels, fallbacks: "
+                    + (", ".join(f"{op} x{n}" for op, n in sorted(fb.items())) or "none")
+                )
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            st.step()
+        _sync(device)
+    evs = _device_events(prof, device.type)
+    per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for e in evs:
+        t = e.device_time_total if device.type == "cuda" else e.cpu_time_total
+        per[e.name][0] += t
+        per[e.name][1] += 1
+    total_us = sum(v[0] for v in per.values())
+    ranked = sorted(per.items(), key=lambda kv: -kv[1][0])[:top]
+    del st
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return Profile(
+        case.name,
+        compiler,
+        step_ms=wall,
+        device_ms=total_us / 1e3 / steps,
+        launches=len(evs) / steps,
+        top=[(n, v[0] / 1e3 / steps, v[1] / steps) for n, v in ranked],
+        graphs=graphs,
+    )
+
+
+def markdown(profiles: list[Profile]) -> str:
+    lines = ["# Model step profiles", ""]
+    lines += ["| case | compiler | step ms | device ms | host-bound ms | launches/step |", "|---|---|---|---|---|---|"]
+    for p in profiles:
+        lines.append(
+            f"| {p.case} | {p.compiler} | {p.step_ms:.3f} | {p.device_ms:.3f} | "
+            f"{max(0.0, p.step_ms - p.device_ms):.3f} | {p.launches:.0f} |"
+        )
+    for p in profiles:
+        lines += ["", f"## {p.case} under {p.compiler}", "", "| kernel | ms/step | % | calls/step |", "|---|---|---|---|"]
+        for name, ms, calls in p.top:
+            share = 100 * ms / p.device_ms if p.device_ms else 0.0
+            lines.append(f"| `{_short(name)}` | {ms:.4f} | {share:.1f} | {calls:g} |")
+        if p.graphs:
+            lines += ["", "kiln graphs:", ""] + [f"- {g}" for g in p.graphs]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_model_profile(args: argparse.Namespace) -> int:
+    from harness.results import atomic_write_bytes
+
+    from .model_run import check_compilers
+
+    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    profile = args.profile or ("gpu" if device.type == "cuda" else "tiny")
+    cases = mdl.cases(profile, args.only, device.type)
+    compilers, notes = check_compilers([c.strip() for c in args.compilers.split(",") if c.strip()], str(device))
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+    out: list[Profile] = []
+    for case in cases:
+        for c in compilers:
+            t0 = time.perf_counter()
+            torch._dynamo.reset()
+            try:
+                p = profile_case(case, c, device, args.steps, args.top)
+            except Exception as e:  # noqa: BLE001 - one failing compiler does not end the profile
+                print(f"{case.name} {c}: error: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            out.append(p)
+            print(
+                f"{case.name:<34} {c:<12} step {p.step_ms:8.3f} ms  device {p.device_ms:8.3f} ms  "
+                f"launches {p.launches:6.0f}  ({time.perf_counter() - t0:.0f}s)",
+                flush=True,
+            )
+    md = markdown(out)
+    if args.md:
+        atomic_write_bytes(Path(args.md), md.encode())
+    else:
+        print(md)
+    return 0 if out else 1
