@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile
-# (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY)
+# (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
+#  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +22,13 @@ for stage in "$@"; do
     suites) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES > "$OUT/$stage.log" 2>&1 ;;
     suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
                 > "$OUT/$stage.log" 2>&1 ;;
-    profile) timeout 500 python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
+    profile) timeout 200 python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
+    fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
+                tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
+    models) timeout 540 python3 -m harness bench models --only "${MODELS_ONLY:-model.gpt2.infer.*,model.resnet50.infer.*}" \
+                --compilers "${MODELS_COMPILERS:-kiln,inductor,kiln-cg,inductor-cg,eager}" --compile-times none \
+                --budget-s "${MODELS_BUDGET_S:-400}" --out "$OUT/models" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import sympy
 import torch.fx as fx
 
-from . import config
+from . import config, fx_passes
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
 from .codegen.dedup import share_identical
@@ -38,6 +38,7 @@ class CompileState:
 
     gm: fx.GraphModule
     name: str
+    role: str = "inference"  # AOTAutograd's: inference, forward or backward; "subgraph" for torch.cond branches
     lowering: Optional[GraphLowering] = None
     items: list = dataclasses.field(default_factory=list)
     kernels: dict[int, KernelSource] = dataclasses.field(default_factory=dict)
@@ -45,9 +46,18 @@ class CompileState:
     subgraphs: list[CompiledGraph] = dataclasses.field(default_factory=list)
 
 
+def conv_layout_pass(st: CompileState) -> None:
+    if st.role == "inference":  # a training graph's saved activations are read by a backward traced NCHW
+        fx_passes.convs_channels_last(st.gm)
+
+
+def pad_mm_pass(st: CompileState) -> None:
+    fx_passes.pad_matmuls(st.gm)
+
+
 def lower_pass(st: CompileState) -> None:
     def compile_sub(sub: fx.GraphModule, name: str) -> fx.GraphModule:
-        cg = compile_graph(sub, name)
+        cg = compile_graph(sub, name, role="subgraph")
         st.subgraphs.append(cg)
         return cg.wrapper
 
@@ -88,6 +98,10 @@ def dump_pass(st: CompileState) -> None:
 
 #: the pipeline, in order: (name, why, pass)
 PASSES: list[tuple[str, str, Callable[[CompileState], None]]] = [
+    ("conv_layout", "inference graphs of fp16/bf16 GPU convolutions run channels-last (cuDNN's NHWC kernels, "
+     "no transposes around each convolution)", conv_layout_pass),
+    ("pad_mm", "pad misaligned large matmuls where that pays (cuBLAS's aligned kernels), slice the result",
+     pad_mm_pass),
     ("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass),
     ("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups", schedule_pass),
     ("render", "render each kernel group to deterministic Triton source", render_pass),
@@ -98,9 +112,9 @@ PASSES: list[tuple[str, str, Callable[[CompileState], None]]] = [
 ]
 
 
-def compile_graph(gm: fx.GraphModule, name: str) -> CompiledGraph:
+def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference") -> CompiledGraph:
     """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
-    st = CompileState(gm, name)
+    st = CompileState(gm, name, role)
     for pass_name, _why, fn in PASSES:
         try:
             fn(st)
@@ -131,7 +145,7 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     strict = config.settings().strict
     facts = _cudagraph_facts(gm, example_inputs, role) if config.settings().cudagraphs else None
     try:
-        cg = compile_graph(gm, name)
+        cg = compile_graph(gm, name, role)
     except Exception as e:
         if strict:
             raise

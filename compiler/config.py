@@ -57,6 +57,14 @@ class Settings:
     #: ``runtime/cudagraphs.py``). Also ``torch.compile(..., options={"cudagraphs": True})`` or
     #: ``mode="reduce-overhead"``.
     cudagraphs: bool = False
+    #: Misaligned large matmuls (M, K or N not a multiple of 16 bytes): "bench" pads them where a timing on
+    #: the GPU at compile time shows padding pays, "always" pads every one (any device), "off" never
+    #: (``fx_passes.pad_matmuls``).
+    pad_mm: str = "bench"
+    #: Inference graphs with convolutions: "auto" runs them channels-last when all are fp16/bf16 2-D
+    #: convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never
+    #: (``fx_passes.convs_channels_last``).
+    conv_layout: str = "auto"
 
     def resolved_cache_dir(self) -> str:
         """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""
@@ -69,6 +77,13 @@ class Settings:
 def _default_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
+
+#: the values a string setting accepts
+CHOICES: dict[str, tuple[str, ...]] = {
+    "interpret": ("auto", "0", "1"),
+    "pad_mm": ("bench", "always", "off"),
+    "conv_layout": ("auto", "always", "off"),
+}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -91,12 +106,16 @@ def _parse(field: dataclasses.Field, raw: str) -> Any:
         if value <= 0:
             raise ConfigError(f"{name}={raw!r}: expected a positive integer")
         return value
-    if field.name == "interpret" and raw not in ("auto", "0", "1"):
-        raise ConfigError(f"{name}={raw!r}: expected auto, 0 or 1")
+    choices = CHOICES.get(field.name)
+    if choices is not None and raw not in choices:
+        raise ConfigError(f"{name}={raw!r}: expected {', '.join(choices[:-1])} or {choices[-1]}")
     return raw
 
 
 def _validate(s: Settings) -> Settings:
+    for f, choices in CHOICES.items():
+        if getattr(s, f) not in choices:
+            raise ConfigError(f"kiln setting {f}={getattr(s, f)!r}: expected one of {', '.join(choices)}")
     for f in ("persistent_rblock_max", "interp_persistent_rblock_max", "pointwise_xblock",
               "interp_pointwise_xblock", "looped_rblock", "outer_xblock", "outer_rblock", "outer_num_warps"):
         v = getattr(s, f)

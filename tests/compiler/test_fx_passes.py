@@ -1,0 +1,182 @@
+"""The graph rewrites before lowering (compiler/fx_passes.py): padded matmuls and channels-last convolutions.
+
+Each rewrite is checked on its own (the FX graph after the pass: what was inserted, the FakeTensors, the
+outputs' layouts) and end to end through torch.compile (values and output strides equal eager's). On CPU
+the ``always`` modes force the rewrites that ``bench``/``auto`` keep for GPUs.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import compiler
+from compiler import fx_passes
+from compiler.exc import ConfigError
+
+aten = torch.ops.aten
+
+
+def targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def output_vals(gm):
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    return [a.meta["val"] for a in out.all_input_nodes]
+
+
+@pytest.fixture
+def small_pads(monkeypatch):
+    monkeypatch.setattr(fx_passes, "PAD_MIN_MACS", 1)
+
+
+# ------------------------------------------------------------------------------------------------ pad_mm
+def test_pad_plan_pads_only_misaligned_dims(small_pads):
+    gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(64, 32), torch.randn(32, 50257))
+    mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
+    assert fx_passes._pad_plan(mm) == (0, 0, 3)  # fp32: 4 elements make 16 bytes
+    gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(64, 32), torch.randn(32, 48))
+    mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
+    assert fx_passes._pad_plan(mm) is None
+
+
+def test_small_matmuls_are_left_alone():
+    gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(8, 7), torch.randn(7, 5))
+    mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
+    assert fx_passes._pad_plan(mm) is None
+
+
+@pytest.mark.parametrize("setting,padded", [("always", 1), ("off", 0)])
+def test_pad_matmuls_rewrites_and_keeps_output_layout(small_pads, setting, padded):
+    a, b = torch.randn(30, 21), torch.randn(21, 45)
+    gm = make_fx(lambda a, b: (a @ b, (a @ b).relu()), tracing_mode="fake")(a, b)
+    with compiler.config.patch(pad_mm=setting):
+        done = fx_passes.pad_matmuls(gm)
+    assert done == 2 * padded
+    if padded:
+        assert aten.constant_pad_nd.default in targets(gm) and aten.slice.Tensor in targets(gm)
+        mms = [n for n in gm.graph.nodes if n.target is aten.mm.default]
+        assert all(tuple(n.meta["val"].shape) == (32, 48) for n in mms)  # 30, 21, 45 -> 32, 24, 48
+    for v in output_vals(gm):  # graph outputs stay as eager laid them out
+        assert tuple(v.shape) == (30, 45) and v.stride() == (45, 1)
+    outs = gm(a, b)
+    torch.testing.assert_close(outs[0], a @ b)
+    torch.testing.assert_close(outs[1], (a @ b).relu())
+
+
+def test_addmm_pads_its_bias_and_bmm_its_batches(small_pads):
+    x, w, bias = torch.randn(6, 13), torch.randn(19, 13), torch.randn(19)
+    q, k = torch.randn(3, 10, 6), torch.randn(3, 6, 7)
+    fn = lambda x, w, bias, q, k: (F.linear(x, w, bias), torch.bmm(q, k))  # noqa: E731
+    gm = make_fx(fn, tracing_mode="fake")(x, w, bias, q, k)
+    assert aten.addmm.default in targets(gm)
+    with compiler.config.patch(pad_mm="always"):
+        assert fx_passes.pad_matmuls(gm) == 2
+    addmm = next(n for n in gm.graph.nodes if n.target is aten.addmm.default)
+    assert tuple(addmm.meta["val"].shape) == (8, 20) and tuple(addmm.args[0].meta["val"].shape) == (20,)
+    got = gm(x, w, bias, q, k)
+    torch.testing.assert_close(got[0], F.linear(x, w, bias))
+    torch.testing.assert_close(got[1], torch.bmm(q, k))
+
+
+def test_scaled_addmm_is_left_alone(small_pads):
+    gm = make_fx(lambda c, a, b: torch.addmm(c, a, b, beta=0.5), tracing_mode="fake")(
+        torch.randn(5, 7), torch.randn(5, 3), torch.randn(3, 7))
+    with compiler.config.patch(pad_mm="always"):
+        assert fx_passes.pad_matmuls(gm) == 0
+
+
+def test_padded_matmuls_compile_end_to_end(device, small_pads):
+    """Through Dynamo, AOTAutograd and kiln's lowering: a tied LM head (odd vocabulary) and its backward."""
+    emb = torch.randn(101, 24, device=device, requires_grad=True)
+    h = torch.randn(2, 9, 24, device=device, requires_grad=True)
+
+    def head(h, emb):
+        return F.linear(h, emb).float().log_softmax(-1)
+
+    with compiler.config.patch(pad_mm="always", strict=True):
+        out = torch.compile(head, backend="kiln")(h, emb)
+        out.sum().backward()
+    ref_h, ref_e = h.detach().clone().requires_grad_(), emb.detach().clone().requires_grad_()
+    ref = head(ref_h, ref_e)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert out.stride() == ref.stride()
+    torch.testing.assert_close(h.grad, ref_h.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(emb.grad, ref_e.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_bench_mode_never_pads_without_a_gpu(small_pads):
+    gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(30, 21), torch.randn(21, 45))
+    with compiler.config.patch(pad_mm="bench"):
+        assert fx_passes.pad_matmuls(gm) == 0
+
+
+# ------------------------------------------------------------------------------------------ conv_layout
+def _block(x, w1, w2, scale):
+    y = F.conv2d(x, w1, padding=1).mul(scale).relu()
+    y = F.conv2d(y, w2, padding=1) + x
+    return y.relu(), y.mean((2, 3))
+
+
+def _block_args(device="cpu"):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 6, 6, generator=g)
+    w1, w2 = torch.randn(8, 8, 3, 3, generator=g) * 0.1, torch.randn(8, 8, 3, 3, generator=g) * 0.1
+    scale = torch.rand(1, 8, 1, 1, generator=g) + 0.5
+    return [t.to(device) for t in (x, w1, w2, scale)]
+
+
+def test_convs_channels_last_converts_once_and_restores_outputs():
+    args = _block_args()
+    gm = make_fx(_block, tracing_mode="fake")(*args)
+    before = [v.stride() for v in output_vals(gm)]
+    with compiler.config.patch(conv_layout="always"):
+        copies = fx_passes.convs_channels_last(gm)
+    assert copies == 3  # the input and both 3x3 weights; the second conv's input is already NHWC
+    convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    assert all(c.meta["val"].is_contiguous(memory_format=torch.channels_last) for c in convs)
+    assert [v.stride() for v in output_vals(gm)] == before
+    got, ref = gm(*args), _block(*args)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r)
+        assert g.stride() == r.stride()
+
+
+def test_auto_layout_leaves_cpu_and_fp32_graphs_alone():
+    gm = make_fx(_block, tracing_mode="fake")(*_block_args())
+    code = gm.code
+    with compiler.config.patch(conv_layout="auto"):
+        assert fx_passes.convs_channels_last(gm) == 0
+    assert gm.code == code
+
+
+def test_channels_last_graph_compiles_end_to_end(device):
+    args = _block_args(device)
+    with compiler.config.patch(conv_layout="always", strict=True), torch.no_grad():
+        got = torch.compile(_block, backend="kiln")(*args)
+    ref = _block(*args)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+        assert g.stride() == r.stride()
+
+
+def test_training_graphs_keep_their_layout(device):
+    """Saved activations are read by a backward traced against NCHW strides: only inference graphs move."""
+    x, w1, w2, scale = _block_args(device)
+    w1.requires_grad_()
+    with compiler.config.patch(conv_layout="always", strict=True), compiler.capture() as graphs:
+        out = torch.compile(_block, backend="kiln")(x, w1, w2, scale)
+        (out[0].sum() + out[1].sum()).backward()
+    ref_w = w1.detach().clone().requires_grad_()
+    ref = _block(x, ref_w, w2, scale)
+    (ref[0].sum() + ref[1].sum()).backward()
+    torch.testing.assert_close(w1.grad, ref_w.grad, rtol=1e-4, atol=1e-4)
+    assert "channels_last" not in "".join(g.code for g in graphs)
+
+
+@pytest.mark.parametrize("name,value", [("pad_mm", "sometimes"), ("conv_layout", "nhwc")])
+def test_bad_values_are_config_errors(name, value):
+    with pytest.raises(ConfigError, match=f"KILN_{name.upper()}"):
+        compiler.config.from_env({f"KILN_{name.upper()}": value})
