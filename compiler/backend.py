@@ -51,8 +51,8 @@ def conv_layout_pass(st: CompileState) -> None:
         fx_passes.convs_channels_last(st.gm)
 
 
-def pad_mm_pass(st: CompileState) -> None:
-    fx_passes.pad_matmuls(st.gm)
+def mm_layout_pass(st: CompileState) -> None:
+    fx_passes.matmul_layouts(st.gm)
 
 
 def lower_pass(st: CompileState) -> None:
@@ -100,8 +100,8 @@ def dump_pass(st: CompileState) -> None:
 PASSES: list[tuple[str, str, Callable[[CompileState], None]]] = [
     ("conv_layout", "inference graphs of fp16/bf16 GPU convolutions run channels-last (cuDNN's NHWC kernels, "
      "no transposes around each convolution)", conv_layout_pass),
-    ("pad_mm", "pad misaligned large matmuls where that pays (cuBLAS's aligned kernels), slice the result",
-     pad_mm_pass),
+    ("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
+     "says it pays: cuBLAS's aligned kernels", mm_layout_pass),
     ("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass),
     ("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups", schedule_pass),
     ("render", "render each kernel group to deterministic Triton source", render_pass),

@@ -57,10 +57,11 @@ class Settings:
     #: ``runtime/cudagraphs.py``). Also ``torch.compile(..., options={"cudagraphs": True})`` or
     #: ``mode="reduce-overhead"``.
     cudagraphs: bool = False
-    #: Misaligned large matmuls (M, K or N not a multiple of 16 bytes): "bench" pads them where a timing on
-    #: the GPU at compile time shows padding pays, "always" pads every one (any device), "off" never
-    #: (``fx_passes.pad_matmuls``).
-    pad_mm: str = "bench"
+    #: Misaligned large matmuls (M, K or N not a multiple of 16 bytes): "bench" rewrites them where a timing
+    #: on the GPU at compile time shows it pays (zero-padding, or a row-major copy of a transposed operand);
+    #: "pad" and "contiguous" apply that rewrite to every one (any device); "off" never
+    #: (``fx_passes.matmul_layouts``).
+    mm_layout: str = "bench"
     #: Inference graphs with convolutions: "auto" runs them channels-last when all are fp16/bf16 2-D
     #: convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never
     #: (``fx_passes.convs_channels_last``).
@@ -81,7 +82,7 @@ def _default_workers() -> int:
 #: the values a string setting accepts
 CHOICES: dict[str, tuple[str, ...]] = {
     "interpret": ("auto", "0", "1"),
-    "pad_mm": ("bench", "always", "off"),
+    "mm_layout": ("bench", "pad", "contiguous", "off"),
     "conv_layout": ("auto", "always", "off"),
 }
 

@@ -3,10 +3,13 @@
 Terms:
 - *misaligned matmul*: an ``mm``/``addmm``/``bmm`` whose M, K or N is not a multiple of 16 bytes' worth of
   elements. cuBLAS then picks kernels that load one element at a time (``..._align1``): GPT-2's tied LM
-  head (N = 50257) ran 1.65 ms in such a kernel on the H100, 0.23 ms once N was padded to 50264.
+  head (N = 50257, B transposed) ran 1.65 ms in such a kernel on the H100, 0.24 ms once N was padded.
 - *padding a matmul*: zero-pad the operands (zeros in K add nothing), multiply, slice the result back to
   M x N. The slice is a view, so consumers read it in place; a graph output gets a copy in eager's layout
-  (the backward graph and the caller were traced against those strides).
+  (the backward graph and the caller were traced against those strides). The other rewrite, *contiguous*,
+  copies a transposed operand (``w.t()`` of a tied embedding) to row-major, after which cuBLAS picks
+  aligned kernels for the odd N itself and the output needs no slicing. Under ``mm_layout=bench`` the
+  rewrite is chosen by timing both against the plain matmul on the GPU at compile time.
 - *channels-last*: NHWC strides for 4-D activations. cuDNN runs fp16/bf16 convolutions in NHWC; given NCHW
   tensors it transposes in and out around every convolution (ResNet-50: 67 transposes, 0.6 ms a step).
   Converting the graph's convolution inputs and weights once makes every activation NHWC, since ATen's
@@ -36,7 +39,7 @@ aten = torch.ops.aten
 ALIGN_BYTES = 16
 #: below this many multiply-adds a misaligned matmul is not worth a second look (pad copies cost more)
 PAD_MIN_MACS = 1 << 26
-#: under KILN_PAD_MM=bench, pad only when the padded matmul (pad copies and slices included) is this much faster
+#: under KILN_MM_LAYOUT=bench, rewrite a matmul only when the rewrite (copies and slices included) is this much faster
 PAD_MIN_SPEEDUP = 1.1
 #: matmul ops -> (index of the first operand, index of the second operand)
 MATMULS: dict[Any, tuple[int, int]] = {
@@ -167,9 +170,9 @@ class Rewrite:
         self.gm.recompile()
 
 
-# ---------------------------------------------------------------------------------------- pad_mm
-def _pad_plan(node: fx.Node) -> Optional[tuple[int, int, int]]:
-    """(pad M, pad K, pad N) for a misaligned, large matmul on floats; None when it should stay as it is."""
+# ---------------------------------------------------------------------------------------- mm_layout
+def _misaligned(node: fx.Node) -> Optional[tuple[int, int, int]]:
+    """(pad M, pad K, pad N) of a misaligned, large matmul on floats; None when it is aligned or small."""
     ia, ib = MATMULS[node.target]
     if node.target is aten.addmm.default and (node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1):
         return None
@@ -178,11 +181,22 @@ def _pad_plan(node: fx.Node) -> Optional[tuple[int, int, int]]:
         return None
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = a.shape[0] if a.dim() == 3 else 1
-    if not _static(m, k, n, batch) or batch * m * n * k < PAD_MIN_MACS:
+    if not _static(m, k, n, batch, *a.stride(), *b.stride()) or batch * m * n * k < PAD_MIN_MACS:
         return None
     align = ALIGN_BYTES // out.element_size()
     pads = ((-m) % align, (-k) % align, (-n) % align)
     return pads if any(pads) else None
+
+
+def _column_major(t: Any) -> bool:
+    """A matrix (or batch of them) stored transposed: unit stride down its rows (``w.t()`` of a weight)."""
+    return t.dim() >= 2 and t.stride(-2) == 1 and t.stride(-1) != 1 and t.shape[-1] > 1
+
+
+def _candidates(a: Any, b: Any) -> list[str]:
+    """Rewrites that apply: ``pad`` always; ``contiguous`` (copy transposed operands to row-major, which
+    lets cuBLAS pick aligned kernels for an odd N on the H100) when an operand is column-major."""
+    return ["pad"] + (["contiguous"] if _column_major(a) or _column_major(b) else [])
 
 
 def _bench_ms(fn: Callable[[], Any], reps: int = 7) -> float:
@@ -199,73 +213,96 @@ def _bench_ms(fn: Callable[[], Any], reps: int = 7) -> float:
     return statistics.median(times)
 
 
+def _padded(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Eager twin of ``_pad``: zero-padded in its own layout."""
+    if not rows and not cols:
+        return x
+    if _column_major(x):
+        return torch.nn.functional.pad(x.mT, (0, rows, 0, cols)).mT
+    return torch.nn.functional.pad(x, (0, cols, 0, rows))
+
+
 @functools.lru_cache(maxsize=256)
-def _padding_pays(target: Any, a_geom: tuple, b_geom: tuple, dtype: torch.dtype, device: str,
-                  pads: tuple[int, int, int], copy_out: bool) -> bool:
-    """Time the matmul as it is against padded (pad copies, slice and, for outputs, the copy back
-    included) on random data of the same sizes and strides. Cached per geometry for the process."""
+def _fastest(target: Any, a_geom: tuple, b_geom: tuple, dtype: torch.dtype, device: str,
+             pads: tuple[int, int, int], copy_out: bool) -> Optional[str]:
+    """The fastest rewrite of a matmul, timed on random data of its sizes and strides against the matmul as
+    it is (copies and slices included, and for a graph output the copy back to eager's layout); None
+    unless one is ``PAD_MIN_SPEEDUP`` faster. Cached per geometry for the process."""
     from torch.utils._mode_utils import no_dispatch
 
     with no_dispatch(), torch.no_grad():  # real tensors, even when called under a FakeTensorMode
-        return _time_padding(target, a_geom, b_geom, dtype, device, pads, copy_out)
+        gen = torch.Generator(device=device).manual_seed(0)
+
+        def rand(geom: tuple) -> torch.Tensor:
+            size, stride = geom
+            span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+            flat = torch.randn(span, generator=gen, device=device, dtype=torch.float32).to(dtype)
+            return flat.as_strided(size, stride)
+
+        a, b = rand(a_geom), rand(b_geom)
+        mm = torch.bmm if target is aten.bmm.default else torch.mm
+        pm, pk, pn = pads
+
+        def padded() -> torch.Tensor:
+            r = mm(_padded(a, pm, pk), _padded(b, pk, pn))[..., : a.shape[-2], : b.shape[-1]]
+            return r.contiguous() if copy_out else r
+
+        def contiguous() -> torch.Tensor:
+            return mm(a.contiguous(), b.contiguous())
+
+        runs = {"pad": padded, "contiguous": contiguous}
+        plain = _bench_ms(lambda: mm(a, b))
+        times = {name: _bench_ms(runs[name]) for name in _candidates(a, b)}
+    best = min(times, key=times.__getitem__)
+    log.debug("kiln mm_layout %s x %s %s: plain %.3f ms, %s", a_geom, b_geom, dtype, plain,
+              ", ".join(f"{k} {v:.3f} ms" for k, v in times.items()))
+    return best if plain > PAD_MIN_SPEEDUP * times[best] else None
 
 
-def _time_padding(target: Any, a_geom: tuple, b_geom: tuple, dtype: torch.dtype, device: str,
-                  pads: tuple[int, int, int], copy_out: bool) -> bool:
-    gen = torch.Generator(device=device).manual_seed(0)
-
-    def rand(geom: tuple) -> torch.Tensor:
-        size, stride = geom
-        span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-        flat = torch.randn(span, generator=gen, device=device, dtype=torch.float32).to(dtype)
-        return flat.as_strided(size, stride)
-
-    a, b = rand(a_geom), rand(b_geom)
-    mm = torch.bmm if target is aten.bmm.default else torch.mm
-    pm, pk, pn = pads
-
-    def padded() -> torch.Tensor:
-        ap = torch.nn.functional.pad(a, (0, pk, 0, pm)) if pm or pk else a
-        bp = torch.nn.functional.pad(b, (0, pn, 0, pk)) if pk or pn else b
-        r = mm(ap, bp)[..., : a.shape[-2], : b.shape[-1]]
-        return r.contiguous() if copy_out else r
-
-    plain_ms, padded_ms = _bench_ms(lambda: mm(a, b)), _bench_ms(padded)
-    log.debug("kiln pad_mm %s x %s %s: plain %.3f ms, padded %.3f ms", a_geom, b_geom, dtype, plain_ms, padded_ms)
-    return plain_ms > PAD_MIN_SPEEDUP * padded_ms
-
-
-def _should_pad(node: fx.Node, pads: tuple[int, int, int]) -> bool:
-    mode = config.settings().pad_mm
-    if mode == "off":
-        return False
-    if mode == "always":
-        return True
-    out = _val(node)
-    if out.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
-        return False
+def _choose(node: fx.Node, pads: tuple[int, int, int]) -> Optional[str]:
+    """The rewrite for a misaligned matmul under the ``mm_layout`` setting, or None."""
+    mode = config.settings().mm_layout
     ia, ib = MATMULS[node.target]
-    a, b = _val(node.args[ia]), _val(node.args[ib])
+    out, a, b = _val(node), _val(node.args[ia]), _val(node.args[ib])
+    if mode in ("pad", "contiguous"):
+        return mode if mode in _candidates(a, b) else None
+    if mode == "off" or out.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1" \
+            or not torch.cuda.is_available():
+        return None
     target = aten.bmm.default if node.target is aten.bmm.default else aten.mm.default
     copy_out = any(u.op == "output" for u in node.users)
     try:
-        return _padding_pays(target, (tuple(a.shape), tuple(a.stride())), (tuple(b.shape), tuple(b.stride())),
-                             out.dtype, str(out.device), pads, copy_out)
+        return _fastest(target, (tuple(a.shape), tuple(a.stride())), (tuple(b.shape), tuple(b.stride())),
+                        out.dtype, str(out.device), pads, copy_out)
     except Exception as e:  # noqa: BLE001 - a failed measurement (out of memory) means: leave it alone
-        log.info("kiln pad_mm: measuring %s failed (%s: %s); not padding", node.name, type(e).__name__, e)
-        return False
+        log.info("kiln mm_layout: timing %s failed (%s: %s); left as it is", node.name, type(e).__name__, e)
+        return None
 
 
 def _pad(rw: Rewrite, x: fx.Node, rows: int, cols: int) -> fx.Node:
-    """``x`` zero-padded by ``rows`` in its second-to-last dim and ``cols`` in its last."""
+    """``x`` zero-padded by ``rows`` in its second-to-last dim and ``cols`` in its last, in its own layout:
+    a column-major operand is padded through its transpose, so the copy reads and writes in order."""
     if not rows and not cols:
         return x
-    pad = [0, cols] if _val(x).dim() == 1 else [0, cols, 0, rows]  # a 1-D bias has no rows
-    return rw.node(aten.constant_pad_nd.default, (x, pad, 0.0))
+    if _val(x).dim() == 1:  # a 1-D bias has no rows
+        return rw.node(aten.constant_pad_nd.default, (x, [0, cols], 0.0))
+    if _column_major(_val(x)):
+        dims = list(range(_val(x).dim()))
+        dims[-2], dims[-1] = dims[-1], dims[-2]
+        t = rw.node(aten.permute.default, (x, dims))
+        return rw.node(aten.permute.default, (rw.node(aten.constant_pad_nd.default, (t, [0, rows, 0, cols], 0.0)),
+                                              dims))
+    return rw.node(aten.constant_pad_nd.default, (x, [0, cols, 0, rows], 0.0))
 
 
-def pad_matmuls(gm: fx.GraphModule) -> int:
-    """Pad misaligned large matmuls whose padding pays (module docstring); returns how many were padded."""
+def _row_major(rw: Rewrite, x: fx.Node) -> fx.Node:
+    if not _column_major(_val(x)):
+        return x
+    return rw.node(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
+
+
+def matmul_layouts(gm: fx.GraphModule) -> int:
+    """Rewrite misaligned large matmuls (module docstring) where that pays; returns how many changed."""
     mode = _fake_mode(gm)
     if mode is None:
         return 0
@@ -273,14 +310,20 @@ def pad_matmuls(gm: fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in MATMULS:
             continue
-        pads = _pad_plan(node)
-        if pads is None or not _should_pad(node, pads):
+        pads = _misaligned(node)
+        how = _choose(node, pads) if pads is not None else None
+        if how is None:
             continue
-        pm, pk, pn = pads
         ia, ib = MATMULS[node.target]
         a, b, val = node.args[ia], node.args[ib], _val(node)
-        m, n = val.shape[-2], val.shape[-1]
         with gm.graph.inserting_before(node):
+            if how == "contiguous":
+                args = list(node.args)
+                args[ia], args[ib] = _row_major(rw, a), _row_major(rw, b)
+                rw.replace(node, rw.node(node.target, tuple(args), dict(node.kwargs)))
+                continue
+            pm, pk, pn = pads
+            m, n = val.shape[-2], val.shape[-1]
             ap, bp = _pad(rw, a, pm, pk), _pad(rw, b, pk, pn)
             if node.target is aten.addmm.default:
                 bias = node.args[0]

@@ -381,13 +381,20 @@ class Executor:
         for i, case in enumerate(cases):
             self.log(f"[prepare {i + 1:>3}/{len(cases)}] {case.name}")
             opened.append(self.open_case(case, compilers))
-        for p in range(passes):
-            for i, oc in enumerate(opened):
-                self.sample_case(oc, 1.0 / passes)
-                if p == passes - 1:
-                    rs = self.close_case(oc)
-                    done(i, oc.case, rs)
-                    out += rs
+        # Every case's compiled state is alive now: a full collection before each batch of samples would walk
+        # all of it (seconds each on CI's heap). Frozen objects are skipped by the collector.
+        gc.collect()
+        gc.freeze()
+        try:
+            for p in range(passes):
+                for i, oc in enumerate(opened):
+                    self.sample_case(oc, 1.0 / passes)
+                    if p == passes - 1:
+                        rs = self.close_case(oc)
+                        done(i, oc.case, rs)
+                        out += rs
+        finally:
+            gc.unfreeze()
         return out
 
 

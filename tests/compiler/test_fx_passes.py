@@ -2,7 +2,7 @@
 
 Each rewrite is checked on its own (the FX graph after the pass: what was inserted, the FakeTensors, the
 outputs' layouts) and end to end through torch.compile (values and output strides equal eager's). On CPU
-the ``always`` modes force the rewrites that ``bench``/``auto`` keep for GPUs.
+the ``pad``/``contiguous``/``always`` modes force the rewrites that ``bench``/``auto`` keep for GPUs.
 """
 
 import pytest
@@ -31,28 +31,28 @@ def small_pads(monkeypatch):
     monkeypatch.setattr(fx_passes, "PAD_MIN_MACS", 1)
 
 
-# ------------------------------------------------------------------------------------------------ pad_mm
-def test_pad_plan_pads_only_misaligned_dims(small_pads):
+# --------------------------------------------------------------------------------------------- mm_layout
+def test_misaligned_pads_only_misaligned_dims(small_pads):
     gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(64, 32), torch.randn(32, 50257))
     mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
-    assert fx_passes._pad_plan(mm) == (0, 0, 3)  # fp32: 4 elements make 16 bytes
+    assert fx_passes._misaligned(mm) == (0, 0, 3)  # fp32: 4 elements make 16 bytes
     gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(64, 32), torch.randn(32, 48))
     mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
-    assert fx_passes._pad_plan(mm) is None
+    assert fx_passes._misaligned(mm) is None
 
 
 def test_small_matmuls_are_left_alone():
     gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(8, 7), torch.randn(7, 5))
     mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
-    assert fx_passes._pad_plan(mm) is None
+    assert fx_passes._misaligned(mm) is None
 
 
-@pytest.mark.parametrize("setting,padded", [("always", 1), ("off", 0)])
-def test_pad_matmuls_rewrites_and_keeps_output_layout(small_pads, setting, padded):
+@pytest.mark.parametrize("setting,padded", [("pad", 1), ("off", 0)])
+def test_padding_rewrites_and_keeps_output_layout(small_pads, setting, padded):
     a, b = torch.randn(30, 21), torch.randn(21, 45)
     gm = make_fx(lambda a, b: (a @ b, (a @ b).relu()), tracing_mode="fake")(a, b)
-    with compiler.config.patch(pad_mm=setting):
-        done = fx_passes.pad_matmuls(gm)
+    with compiler.config.patch(mm_layout=setting):
+        done = fx_passes.matmul_layouts(gm)
     assert done == 2 * padded
     if padded:
         assert aten.constant_pad_nd.default in targets(gm) and aten.slice.Tensor in targets(gm)
@@ -71,8 +71,8 @@ def test_addmm_pads_its_bias_and_bmm_its_batches(small_pads):
     fn = lambda x, w, bias, q, k: (F.linear(x, w, bias), torch.bmm(q, k))  # noqa: E731
     gm = make_fx(fn, tracing_mode="fake")(x, w, bias, q, k)
     assert aten.addmm.default in targets(gm)
-    with compiler.config.patch(pad_mm="always"):
-        assert fx_passes.pad_matmuls(gm) == 2
+    with compiler.config.patch(mm_layout="pad"):
+        assert fx_passes.matmul_layouts(gm) == 2
     addmm = next(n for n in gm.graph.nodes if n.target is aten.addmm.default)
     assert tuple(addmm.meta["val"].shape) == (8, 20) and tuple(addmm.args[0].meta["val"].shape) == (20,)
     got = gm(x, w, bias, q, k)
@@ -83,8 +83,8 @@ def test_addmm_pads_its_bias_and_bmm_its_batches(small_pads):
 def test_scaled_addmm_is_left_alone(small_pads):
     gm = make_fx(lambda c, a, b: torch.addmm(c, a, b, beta=0.5), tracing_mode="fake")(
         torch.randn(5, 7), torch.randn(5, 3), torch.randn(3, 7))
-    with compiler.config.patch(pad_mm="always"):
-        assert fx_passes.pad_matmuls(gm) == 0
+    with compiler.config.patch(mm_layout="pad"):
+        assert fx_passes.matmul_layouts(gm) == 0
 
 
 def test_padded_matmuls_compile_end_to_end(device, small_pads):
@@ -95,7 +95,7 @@ def test_padded_matmuls_compile_end_to_end(device, small_pads):
     def head(h, emb):
         return F.linear(h, emb).float().log_softmax(-1)
 
-    with compiler.config.patch(pad_mm="always", strict=True):
+    with compiler.config.patch(mm_layout="pad", strict=True):
         out = torch.compile(head, backend="kiln")(h, emb)
         out.sum().backward()
     ref_h, ref_e = h.detach().clone().requires_grad_(), emb.detach().clone().requires_grad_()
@@ -107,10 +107,36 @@ def test_padded_matmuls_compile_end_to_end(device, small_pads):
     torch.testing.assert_close(emb.grad, ref_e.grad, rtol=1e-4, atol=1e-4)
 
 
-def test_bench_mode_never_pads_without_a_gpu(small_pads):
+def test_transposed_operand_is_padded_in_its_own_layout(small_pads):
+    """A tied LM head reads the embedding transposed: padding it through its transpose keeps the copy in
+    order (row-major padding of a column-major view was a 6x slower copy on the H100)."""
+    h, emb = torch.randn(30, 24), torch.randn(101, 24)
+    gm = make_fx(lambda h, emb: h @ emb.t(), tracing_mode="fake")(h, emb)
+    with compiler.config.patch(mm_layout="pad"):
+        assert fx_passes.matmul_layouts(gm) == 1
+    mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
+    b = mm.args[1].meta["val"]
+    assert tuple(b.shape) == (24, 104) and b.stride() == (1, 24)
+    torch.testing.assert_close(gm(h, emb), h @ emb.t())
+
+
+def test_contiguous_rewrite_copies_transposed_operands_only(small_pads):
+    h, emb, w = torch.randn(30, 24), torch.randn(101, 24), torch.randn(24, 101)
+    gm = make_fx(lambda h, emb, w: (h @ emb.t(), h @ w), tracing_mode="fake")(h, emb, w)
+    with compiler.config.patch(mm_layout="contiguous"):
+        assert fx_passes.matmul_layouts(gm) == 1  # the second matmul has no transposed operand
+    clones = [n for n in gm.graph.nodes if n.target is aten.clone.default]
+    assert len(clones) == 1 and clones[0].meta["val"].stride() == (101, 1)
+    assert aten.slice.Tensor not in targets(gm) and aten.constant_pad_nd.default not in targets(gm)
+    got = gm(h, emb, w)
+    torch.testing.assert_close(got[0], h @ emb.t())
+    assert got[0].stride() == (101, 1)
+
+
+def test_bench_mode_never_rewrites_without_a_gpu(small_pads):
     gm = make_fx(lambda a, b: a @ b, tracing_mode="fake")(torch.randn(30, 21), torch.randn(21, 45))
-    with compiler.config.patch(pad_mm="bench"):
-        assert fx_passes.pad_matmuls(gm) == 0
+    with compiler.config.patch(mm_layout="bench"):
+        assert fx_passes.matmul_layouts(gm) == 0
 
 
 # ------------------------------------------------------------------------------------------ conv_layout
@@ -152,7 +178,16 @@ def test_auto_layout_leaves_cpu_and_fp32_graphs_alone():
     assert gm.code == code
 
 
-def test_channels_last_graph_compiles_end_to_end(device):
+@pytest.fixture
+def no_tf32():
+    """fp32 convolutions without TF32: cuDNN's NHWC and NCHW algorithms then agree to float rounding."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = old
+
+
+def test_channels_last_graph_compiles_end_to_end(device, no_tf32):
     args = _block_args(device)
     with compiler.config.patch(conv_layout="always", strict=True), torch.no_grad():
         got = torch.compile(_block, backend="kiln")(*args)
@@ -162,7 +197,15 @@ def test_channels_last_graph_compiles_end_to_end(device):
         assert g.stride() == r.stride()
 
 
-def test_training_graphs_keep_their_layout(device):
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="auto converts GPU convolutions only")
+def test_auto_layout_converts_bf16_gpu_convolutions():
+    args = [t.to("cuda", torch.bfloat16) for t in _block_args()]
+    gm = make_fx(_block, tracing_mode="fake")(*args)
+    with compiler.config.patch(conv_layout="auto"):
+        assert fx_passes.convs_channels_last(gm) == 3
+
+
+def test_training_graphs_keep_their_layout(device, no_tf32):
     """Saved activations are read by a backward traced against NCHW strides: only inference graphs move."""
     x, w1, w2, scale = _block_args(device)
     w1.requires_grad_()
@@ -176,7 +219,7 @@ def test_training_graphs_keep_their_layout(device):
     assert "channels_last" not in "".join(g.code for g in graphs)
 
 
-@pytest.mark.parametrize("name,value", [("pad_mm", "sometimes"), ("conv_layout", "nhwc")])
+@pytest.mark.parametrize("name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc")])
 def test_bad_values_are_config_errors(name, value):
     with pytest.raises(ConfigError, match=f"KILN_{name.upper()}"):
         compiler.config.from_env({f"KILN_{name.upper()}": value})

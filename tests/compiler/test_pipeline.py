@@ -19,7 +19,7 @@ def run(fn, *args, dynamic=False):
 
 def test_passes_are_named_and_explained():
     names = [p[0] for p in PASSES]
-    assert names == ["conv_layout", "pad_mm", "lower", "schedule", "render", "wrap", "precompile", "dump"]
+    assert names == ["conv_layout", "mm_layout", "lower", "schedule", "render", "wrap", "precompile", "dump"]
     assert all(why for _, why, _ in PASSES)
 
 

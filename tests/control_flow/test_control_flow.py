@@ -13,7 +13,7 @@ from torch._higher_order_ops import while_loop
 
 import compiler
 from kiln_testing import (
-    assert_close, assert_fallback, assert_no_fallbacks, check, compile_kiln, frames, kernels, run_compiled,
+    assert_close, assert_fallback, assert_no_fallbacks, check, compile_kiln, frames, kernels,
 )
 
 

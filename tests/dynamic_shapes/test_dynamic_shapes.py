@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import compiler
 from kiln_testing import (
-    assert_close, assert_fallback, assert_no_fallbacks, check, compile_kiln, fallback_ops, frames, kernels,
+    assert_close, assert_fallback, check, compile_kiln, fallback_ops, frames, kernels,
     launch_log, run_compiled,
 )
 
