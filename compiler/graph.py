@@ -353,7 +353,9 @@ class GraphLowering:
     def extern_out(self, node: fx.Node, target: Any, args: tuple, kwargs: dict) -> Strided:
         """An extern kernel called with ``out=``: the output buffer is allocated by the wrapper."""
         val = node.meta["val"]
-        args = _map_values(args, self.realize)
+        # computed operands are stored as eager laid them out (a transposed operand column-major: no
+        # transposing copy, and the copy that makes it reads and writes in order)
+        args = _realize_like(args, node.args, self.realize)
         layout = layout_from_meta(val, sym(val.storage_offset()))
         buf = ExternBuffer(self.new_name(), layout)
         buf.base_offset = sym(val.storage_offset())
