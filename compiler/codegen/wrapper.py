@@ -8,8 +8,9 @@ Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrappe
   (``as_strided`` in C, a fifth of the aten op's host time);
 - kernel launches -> ``call_module`` of a ``TritonKernel``; extern kernels -> ``torch.mm(..., out=buf)`` (the
   ``torch`` function of the ``.out`` overload, ``EXTERN_FUNCTIONS``: half the host time of the OpOverload);
-  fallbacks -> the ATen overload itself, multi-output -> ``getitem``; cond/while -> the higher-order op
-  with ``get_attr`` subgraphs.
+  fallbacks -> the ATen overload itself, or for the heavy common ones (convolution, attention) the ``torch``
+  function of the same schema (``FALLBACK_FUNCTIONS``), multi-output -> ``getitem``; cond/while -> the
+  higher-order op with ``get_attr`` subgraphs.
 """
 
 from __future__ import annotations
@@ -282,7 +283,8 @@ class WrapperBuilder:
             kwargs["out"] = self.allocate(call.out)
             self.graph.call_function(EXTERN_FUNCTIONS.get(call.target, call.target), tuple(args), kwargs)
             return
-        node = self.graph.call_function(call.target, tuple(args), kwargs)
+        target = FALLBACK_FUNCTIONS.get(call.target, call.target) if not kwargs else call.target
+        node = self.graph.call_function(target, tuple(args), kwargs)
         self.bind_outputs(call.outputs, node)
 
     def emit_subgraph(self, call: SubgraphCall) -> None:
@@ -297,6 +299,16 @@ class WrapperBuilder:
 #: arguments in C: about half the host time of calling the OpOverload
 EXTERN_FUNCTIONS: dict[Any, Callable] = {aten.mm.out: torch.mm, aten.bmm.out: torch.bmm, aten.addmm.out: torch.addmm,
                                          aten.baddbmm.out: torch.baddbmm, aten.addbmm.out: torch.addbmm}
+
+#: ATen fallbacks -> the ``torch`` function generated from the same native schema (positional arguments
+#: only are passed through it): a ResNet-50 step makes 53 convolution calls, each cheaper in C-bound binding
+FALLBACK_FUNCTIONS: dict[Any, Callable] = {
+    aten.convolution.default: torch.convolution,
+    aten._scaled_dot_product_cudnn_attention.default: torch._scaled_dot_product_cudnn_attention,
+    aten._scaled_dot_product_efficient_attention.default: torch._scaled_dot_product_efficient_attention,
+    aten._scaled_dot_product_flash_attention.default: torch._scaled_dot_product_flash_attention,
+    aten.cumsum.default: torch.cumsum,
+}
 
 #: torch's sympy functions of float size arithmetic -> the Python function that computes them
 _FLOAT_FUNCTIONS = {"CeilToInt": math.ceil, "FloorToInt": math.floor, "TruncToInt": math.trunc,

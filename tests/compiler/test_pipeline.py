@@ -314,3 +314,13 @@ def test_never_calls_inductor_lowering_scheduler_or_codegen(device, monkeypatch)
     with compiler.config.patch(strict=True):
         torch.compile(fn, backend="kiln")(x, w).backward()
     assert x.grad is not None and w.grad is not None
+
+
+def test_heavy_fallbacks_call_the_torch_function(device):
+    """A convolution fallback is emitted as ``torch.convolution`` (C-bound arguments), not the OpOverload."""
+    x, w = torch.randn(2, 3, 8, 8, device=device), torch.randn(4, 3, 3, 3, device=device)
+    fn = lambda x, w: F.conv2d(x, w, padding=1).relu()  # noqa: E731
+    out, graphs = run(fn, x, w)
+    torch.testing.assert_close(out, fn(x, w), rtol=1e-4, atol=1e-4)
+    code = graphs[0].code
+    assert "torch.convolution(" in code and "aten.convolution" not in code
