@@ -10,6 +10,9 @@ FROM ${BASE_IMAGE}
 
 ARG TORCH_SPEC=torch==2.13.0
 ARG TRITON_SPEC=triton==3.9.0
+ARG TORCH_VARIANT=cpu
+LABEL kiln.torch-variant="${TORCH_VARIANT}"
+# index arguments come from the harness (image.build_argv): the wheelhouse build needs none
 ARG PIP_INDEX_ARGS="--no-index"
 
 SHELL ["/bin/sh", "-eu", "-c"]

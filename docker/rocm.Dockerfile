@@ -7,7 +7,11 @@ FROM ${BASE_IMAGE}
 
 ARG TORCH_SPEC=torch==2.13.0
 ARG TRITON_SPEC=pytorch-triton-rocm==3.9.0
-ARG PIP_INDEX_ARGS="--index-url https://download.pytorch.org/whl/rocm7.0 --extra-index-url https://pypi.org/simple"
+ARG TORCH_VARIANT=rocm7.0
+LABEL kiln.torch-variant="${TORCH_VARIANT}"
+# index arguments come from the harness (pip's variables, KILN_TORCH_INDEX_URL/<variant>); empty: pip's
+# own configuration and defaults. No index host is written here.
+ARG PIP_INDEX_ARGS=""
 
 SHELL ["/bin/sh", "-eu", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,12 +123,58 @@ def image_tag(backend: Backend, base_image: str | None = None, root: Path | None
 # ---- base image ----------------------------------------------------------------------------------------
 
 
-def bootstrap_argv(backend: Backend, rootfs: Path) -> list[str]:
+APT_DIR = Path("/etc/apt")
+
+
+def _apt_entries(apt_dir: Path) -> list[tuple[str, list[str]]]:
+    """(URI, suites) of every `deb` source apt is configured with: one-line `*.list` files and deb822
+    `*.sources` stanzas, in apt's reading order."""
+    out: list[tuple[str, list[str]]] = []
+    files = [apt_dir / "sources.list"] + sorted((apt_dir / "sources.list.d").glob("*.list"))
+    for f in files:
+        if not f.is_file():
+            continue
+        for line in f.read_text(errors="replace").splitlines():
+            words = [w for w in line.split("#", 1)[0].split() if w]
+            if words and words[0] == "deb":
+                words = words[1:]
+                if words and words[0].startswith("["):  # options: [arch=amd64 signed-by=...]
+                    while words and not words[0].endswith("]"):
+                        words = words[1:]
+                    words = words[1:]
+                if len(words) >= 2:
+                    out.append((words[0], [words[1]]))
+    for f in sorted((apt_dir / "sources.list.d").glob("*.sources")):
+        for stanza in re.split(r"\n\s*\n", f.read_text(errors="replace")):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if ":" in line and not line.startswith(("#", " ")):
+                    key, value = line.split(":", 1)
+                    fields[key.strip().lower()] = value.strip()
+            if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes").lower() != "no":
+                for uri in fields.get("uris", "").split():
+                    out.append((uri, fields.get("suites", "").split()))
+    return out
+
+
+def debian_mirror(suite: str, apt_dir: Path = APT_DIR) -> str:
+    """The Debian mirror for `suite`: KILN_DEBIAN_MIRROR, else the first apt source serving that suite."""
+    configured = settings().debian_mirror
+    if configured:
+        return configured
+    for uri, suites in _apt_entries(apt_dir):
+        if suite in suites:
+            return uri
+    raise ImageError(f"no Debian mirror for {suite}: set KILN_DEBIAN_MIRROR=URL, or configure an apt source "
+                     f"for {suite} under {apt_dir}")
+
+
+def bootstrap_argv(backend: Backend, rootfs: Path, mirror: str) -> list[str]:
     """The debootstrap command that makes the backend's base root file system in `rootfs`."""
     b = backend.bootstrap
     if b is None:
         raise ImageError(f"backend {backend.name} has no bootstrap entry in the matrix")
-    return ["debootstrap", f"--variant={b.variant}", b.suite, str(rootfs), b.mirror]
+    return ["debootstrap", f"--variant={b.variant}", b.suite, str(rootfs), mirror]
 
 
 def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
@@ -142,15 +189,16 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
                           f"{b.image}, or provide a base image with --base-image")
     if os.geteuid() != 0:
         raise ImageError("debootstrap needs root to bootstrap the base image")
+    mirror = debian_mirror(b.suite)
     state = settings().state_dir
     state.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bootstrap-", dir=state) as tmp:
         rootfs = Path(tmp) / "rootfs"
         log = state / f"debootstrap-{backend.name}.log"
-        print(f"harness image: bootstrapping {b.image} ({b.suite}/{b.variant} from {b.mirror}); log {log}",
+        print(f"harness image: bootstrapping {b.image} ({b.suite}/{b.variant} from {mirror}); log {log}",
               file=sys.stderr)
         with open(log, "w") as fh:
-            proc = subprocess.run(bootstrap_argv(backend, rootfs), stdout=fh, stderr=subprocess.STDOUT)
+            proc = subprocess.run(bootstrap_argv(backend, rootfs, mirror), stdout=fh, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             tail = log.read_text().strip().splitlines()[-3:]
             raise ImageError(f"debootstrap failed (exit {proc.returncode}): {' | '.join(tail)}")
@@ -230,7 +278,7 @@ def build_argv(backend: Backend, tag: str, ctx: Path, base_image: str) -> list[s
     """The `docker build` command for the backend's image."""
     argv = [*docker_base(), "build", "--progress=plain", "--tag", tag,
             "--label", f"kiln.backend={backend.name}", "--label", f"kiln.inputs-hash={tag.split(':')[-1]}"]
-    for key, value in backend.build_args(base_image).items():
+    for key, value in {**backend.build_args(base_image), "PIP_INDEX_ARGS": backend.index_args()}.items():
         argv += ["--build-arg", f"{key}={value}"]
     return [*argv, str(ctx)]
 

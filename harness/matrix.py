@@ -40,8 +40,7 @@ class Bootstrap:
 
     suite: str
     variant: str
-    mirror: str
-    image: str
+    image: str  # the mirror comes from KILN_DEBIAN_MIRROR or apt's sources (image.debian_mirror)
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class Backend:
     python: str
     torch: str
     triton: str
-    pip_index_args: tuple[str, ...]
+    torch_variant: str  # PyTorch's wheel variant (cpu, cu130, rocm7.0); the index URL is not in the repo
     wheelhouse: bool
     container_options: tuple[str, ...]
     host_devices: tuple[str, ...]
@@ -73,13 +72,32 @@ class Backend:
         return bool(self.host_devices)
 
     def build_args(self, base_image: str | None = None) -> dict[str, str]:
-        """Docker build arguments, in a fixed order; the Dockerfile's ARG defaults equal these."""
+        """Docker build arguments that determine the image (hashed into its tag), in a fixed order; the
+        Dockerfile's ARG defaults equal these."""
         return {
             "BASE_IMAGE": base_image or self.base_image,
             "TORCH_SPEC": self.torch,
             "TRITON_SPEC": self.triton,
-            "PIP_INDEX_ARGS": " ".join(self.pip_index_args),
+            "TORCH_VARIANT": self.torch_variant,
         }
+
+    def index_args(self, s: Any = None) -> str:
+        """pip's index arguments for the build: where packages come from, which does not change what is
+        installed (not hashed). A wheelhouse build needs no index; otherwise pip's own variables and, for
+        the PyTorch variant, ``KILN_TORCH_INDEX_URL``/<variant>; nothing set: pip's defaults."""
+        from .settings import settings
+
+        if self.wheelhouse:
+            return "--no-index"
+        s = s or settings()
+        args = []
+        if s.pip_index_url:
+            args += ["--index-url", s.pip_index_url]
+        for url in s.pip_extra_index_url.split():
+            args += ["--extra-index-url", url]
+        if s.torch_index_url:
+            args += ["--extra-index-url", f"{s.torch_index_url}/{self.torch_variant}"]
+        return " ".join(args)
 
 
 @dataclass(frozen=True)
@@ -167,7 +185,7 @@ def _backend(name: str, r: _Reader) -> Backend:
     b = r.sub("bootstrap", optional=True)
     bootstrap = None
     if b is not None:
-        bootstrap = Bootstrap(*(b.get(k, str) for k in ("suite", "variant", "mirror", "image")))
+        bootstrap = Bootstrap(*(b.get(k, str) for k in ("suite", "variant", "image")))
         b.done()
     device = r.get("device", str)
     if device not in _DEVICES:
@@ -186,7 +204,7 @@ def _backend(name: str, r: _Reader) -> Backend:
         python=r.get("python", str),
         torch=r.get("torch", str),
         triton=r.get("triton", str),
-        pip_index_args=r.str_list("pip_index_args"),
+        torch_variant=r.get("torch_variant", str),
         wheelhouse=r.get("wheelhouse", bool),
         container_options=r.str_list("container_options"),
         host_devices=r.str_list("host_devices"),

@@ -8,6 +8,13 @@ Variables (all optional):
   KILN_DOCKER       docker client to call (default: /usr/bin/docker when present, else `docker` on PATH)
   KILN_NATIVE       "1" runs the suites on this machine's Python instead of in a container
   KILN_BOOTSTRAP    "1" bootstraps the base image with debootstrap without trying to pull it first
+  KILN_DEBIAN_MIRROR  Debian mirror for debootstrap (default: the one apt's sources name for the suite)
+  KILN_TORCH_INDEX_URL  base URL of PyTorch's per-variant wheel indexes (the matrix's `torch_variant`, e.g.
+                    cu130, is appended) for GPU images; unset: pip's own configuration decides
+  PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
+
+No package index or mirror host is written in the repository: they come from these variables or from the
+tools' own configuration, so mirrors and air-gapped sites work unchanged.
 """
 
 from __future__ import annotations
@@ -42,6 +49,10 @@ class Settings:
     docker: str
     native: bool
     bootstrap: bool
+    debian_mirror: str = ""
+    torch_index_url: str = ""
+    pip_index_url: str = ""
+    pip_extra_index_url: str = ""
 
 
 def settings() -> Settings:
@@ -55,4 +66,8 @@ def settings() -> Settings:
         docker=os.environ.get("KILN_DOCKER") or _default_docker(),
         native=_flag("KILN_NATIVE"),
         bootstrap=_flag("KILN_BOOTSTRAP"),
+        debian_mirror=os.environ.get("KILN_DEBIAN_MIRROR", "").strip(),
+        torch_index_url=os.environ.get("KILN_TORCH_INDEX_URL", "").strip().rstrip("/"),
+        pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),
+        pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
     )

@@ -88,20 +88,20 @@ def test_build_argv_passes_the_matrix_build_args(tmp_path):
     b = M.backend("cuda")
     argv = image.build_argv(b, "kiln-cuda:0123", tmp_path, b.base_image)
     args = dict(a.split("=", 1) for a in _pairs(argv, "--build-arg"))
-    assert args == b.build_args()
+    assert args == {**b.build_args(), "PIP_INDEX_ARGS": b.index_args()}
     assert args["BASE_IMAGE"] == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
     assert _pairs(argv, "--tag") == ["kiln-cuda:0123"] and argv[-1] == str(tmp_path)
 
 
 def test_bootstrap_and_wheelhouse_commands(tmp_path):
     cpu = M.backend("cpu")
-    assert image.bootstrap_argv(cpu, tmp_path) == [
-        "debootstrap", "--variant=minbase", "bookworm", str(tmp_path), "http://deb.debian.org/debian"]
+    assert image.bootstrap_argv(cpu, tmp_path, "http://mirror.test/debian") == [
+        "debootstrap", "--variant=minbase", "bookworm", str(tmp_path), "http://mirror.test/debian"]
     wh = image.wheelhouse_argv(cpu, tmp_path, ROOT)
     assert wh[1:4] == ["-m", "pip", "download"] and "torch==2.13.0" in wh and "triton==3.9.0" in wh
     assert _pairs(wh, "--python-version") == ["3.11"] and _pairs(wh, "--abi") == ["cp311"]
     with pytest.raises(Exception, match="no bootstrap entry"):
-        image.bootstrap_argv(M.backend("cuda"), tmp_path)
+        image.bootstrap_argv(M.backend("cuda"), tmp_path, "http://mirror.test/debian")
 
 
 def _fake_root(tmp_path: Path) -> Path:

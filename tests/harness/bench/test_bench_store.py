@@ -102,6 +102,8 @@ def test_killed_run_keeps_results_and_is_never_a_baseline(tmp_path):
             "--quiet",
             "--target-s",
             "0.3",
+            "--passes",  # one sweep: results are stored case by case, so there is a run to kill mid-way
+            "1",
         ],
         cwd=ROOT,
         env=env,
