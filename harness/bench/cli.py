@@ -247,7 +247,9 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
     from . import report
 
     print(report.run_header(run))
-    print(report.terminal(report.side_by_side(results, run.compilers)))
+    if report.interpreted(run.device) & set(run.compilers):
+        print(f"note: {report.INTERPRETER_NOTE}")
+    print(report.terminal(report.side_by_side(results, run.compilers, run.device, cmps)))
     if cmps is not None:
         print()
         print(f"against baseline run(s) {', '.join(str(b.id) for b in baseline)}: {report.counts_line(cmps)}")
@@ -270,7 +272,9 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
     if getattr(args, "plots", None):
         try:
             args.plots.mkdir(parents=True, exist_ok=True)
-            report.plot_speedups(results, run.compilers, args.plots / f"run{run.id}_speedups.png")
+            report.plot_speedups(
+                results, report.speedup_compilers(run.device, run.compilers), args.plots / f"run{run.id}_speedups.png"
+            )
             if cmps is not None:
                 report.plot_ratios(cmps, threshold, args.plots / f"run{run.id}_ratios.png")
         except report.PlotUnavailable as e:
@@ -414,7 +418,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
             pts = [(h.id, m) for h, m in store.history(r.workload, r.compiler) if m]
             hist.setdefault(r.workload, {})[r.compiler] = pts
         args.out.mkdir(parents=True, exist_ok=True)
-        a = report.plot_speedups(results, run.compilers, args.out / f"run{run.id}_speedups.png")
+        a = report.plot_speedups(
+            results, report.speedup_compilers(run.device, run.compilers), args.out / f"run{run.id}_speedups.png"
+        )
         b = report.plot_history(hist, args.out / "history.png")
     print(f"wrote {a} and {b}")
     return 0

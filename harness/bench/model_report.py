@@ -25,8 +25,8 @@ from . import models as mdl
 from .compare import Comparison
 from .exc import UsageError
 from .records import Result, RunInfo
-from .report import (PlotUnavailable, Table, _plt, comparison_table, counts_line, latency_cell, markdown,
-                     terminal, text_bars)
+from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line,
+                     interpreted, latency_cell, markdown, terminal, text_bars)
 from .store import Store
 
 BASELINE = "eager"
@@ -81,6 +81,11 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
     if missing:
         notes.append(f"not measured here yet: {', '.join(missing)} (`--only` them, or `--resume`)")
     return [r for r in runs if r.id in used], results, notes
+
+
+def _interp(runs: list[RunInfo]) -> frozenset:
+    """Compilers with interpreter times in any of `runs` (kiln on a CPU)."""
+    return frozenset().union(*(interpreted(r.device) for r in runs)) if runs else frozenset()
 
 
 def _rank(compiler: str) -> tuple[int, str]:
@@ -161,14 +166,18 @@ def summary(results: list[Result], compilers: Sequence[str] | None = None) -> di
 
 
 # ------------------------------------------------------------------ tables
-def model_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
-    """One row per case: pass, median step ms per compiler, speedups, compile cold/warm s, memory ratios."""
+def model_table(results: list[Result], compilers: Sequence[str] | None = None, interp: frozenset = frozenset()
+                ) -> Table:
+    """One row per case: pass, median step ms per compiler, speedups, compile cold/warm s, memory ratios.
+    Compilers in ``interp`` (interpreter times) get no speedup column."""
     compilers = list(compilers or compilers_of(results))
     comp = [c for c in compilers if c != BASELINE]
+    fast = [c for c in comp if c not in interp]
     by = _by_case(results)
     has_compile = [c for c in comp if any(per.get(c) and per[c].compile_s is not None for per in by.values())]
     has_mem = any(r.meta.get("peak_mem_bytes") for r in results)
-    head = ["model", "pass"] + [f"{c} ms" for c in compilers] + [f"{c} x" for c in comp]
+    head = ["model", "pass"] + [f"{c} ms" + (" (interpreter)" if c in interp else "") for c in compilers]
+    head += [f"{c} x" for c in fast]
     head += [f"{c} compile s cold/warm" for c in has_compile]
     head += [f"{c} mem ratio" for c in comp] if has_mem else ["mem ratio"]
     rows = [head]
@@ -182,7 +191,7 @@ def model_table(results: list[Result], compilers: Sequence[str] | None = None) -
         for c in compilers:
             r = per.get(c)
             row.append("-" if r is None else "error" if r.status != "ok" else _ms(r.median_ns))
-        for c in comp:
+        for c in fast:
             r = per.get(c)
             if r is None or r.status != "ok" or not r.median_ns or not (eager and eager.median_ns):
                 row.append("-" if r is None or r.status == "ok" else "error")
@@ -201,7 +210,8 @@ def model_table(results: list[Result], compilers: Sequence[str] | None = None) -
     return rows
 
 
-def short_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
+def short_table(results: list[Result], compilers: Sequence[str] | None = None, interp: frozenset = frozenset()
+                ) -> Table:
     """The terminal table: per case, step ms per compiler with its speedup, FAIL/error marks, kiln cold s."""
     compilers = list(compilers or compilers_of(results))
     by = _by_case(results)
@@ -228,23 +238,24 @@ def short_table(results: list[Result], compilers: Sequence[str] | None = None) -
         row = [w[len(mdl.PREFIX) :]]
         for c in compilers:
             r = per.get(c)
-            cell = latency_cell(r, None if c == BASELINE else eager, _ms)
+            cell = latency_cell(r, None if c == BASELINE or c in interp else eager, _ms)
             row.append(cell + ("" if r is None or r.status != "ok" or passed(r) else " FAIL"))
         row.append("/".join(_f(per[c].compile_s if per.get(c) else None, "{:.1f}") for c in cold_of) or "-")
         rows.append(row)
     return rows
 
 
-def summary_table(s: dict[str, Any], device_is_gpu: bool) -> Table:
+def summary_table(s: dict[str, Any], device_is_gpu: bool, interp: frozenset = frozenset()) -> Table:
     rows = [["compiler", "pass rate", "geomean speedup", "compile s cold (mean)", "warm (mean)", "mem ratio"]]
     for c, d in s["compilers"].items():
+        speedup = "n/a (interpreter)" if c in interp else (
+            _f(d["geomean_speedup"], "{:.3f}x") + (f" (n={d['speedup_cases']})" if d["speedup_cases"] else ""))
         rows.append(
             [
                 c,
                 f"{d['passed']}/{d['cases']}"
                 + (f" ({d['pass_rate'] * 100:.0f}%)" if d["pass_rate"] is not None else ""),
-                _f(d["geomean_speedup"], "{:.3f}x")
-                + (f" (n={d['speedup_cases']})" if d["speedup_cases"] else ""),
+                speedup,
                 _f(d["compile_cold_s_mean"], "{:.1f}"),
                 _f(d["compile_warm_s_mean"], "{:.1f}"),
                 _f(d["memory_ratio_geomean"], "{:.3f}") if device_is_gpu else "n/a",
@@ -253,10 +264,13 @@ def summary_table(s: dict[str, Any], device_is_gpu: bool) -> Table:
     return rows
 
 
-def ratio_lines(s: dict[str, Any]) -> list[str]:
+def ratio_lines(s: dict[str, Any], interp: frozenset = frozenset()) -> list[str]:
+    """Step-time geomeans between compilers; none that involve interpreter times."""
     out = []
     for key, d in s["step_ratio"].items():
         num, den = key.split("/")
+        if num in interp or den in interp:
+            continue
         verdict = "kiln faster" if d["geomean"] > 1 else "kiln slower" if d["geomean"] < 1 else "even"
         out.append(
             f"geomean {num} step ms / {den} step ms = {d['geomean']:.3f} over {d['cases']} case(s) "
@@ -289,8 +303,11 @@ def markdown_report(
 ) -> str:
     compilers = compilers_of(results)
     gpu = any(r.device.startswith("cuda") for r in runs)
+    interp = _interp(runs)
     s = summary(results, compilers)
     parts = [f"## kiln bench: model tier ({profile})", ""]
+    if interp & set(compilers):
+        parts += [f"> {INTERPRETER_NOTE}", ""]
     if runs:
         dev = runs[0].device_name or runs[0].device
         parts += [
@@ -300,8 +317,8 @@ def markdown_report(
             ),
             "",
         ]
-    parts += ["### Summary (the dashboard numbers)", "", markdown(summary_table(s, gpu)), ""]
-    parts += [f"- {line}" for line in ratio_lines(s)] + [""]
+    parts += ["### Summary (the dashboard numbers)", "", markdown(summary_table(s, gpu, interp)), ""]
+    parts += [f"- {line}" for line in ratio_lines(s, interp)] + [""]
     parts += [
         "### Per model",
         "",
@@ -311,10 +328,10 @@ def markdown_report(
             "peak / compiler peak."
         ),
         "",
-        markdown(model_table(results, compilers)),
+        markdown(model_table(results, compilers, interp)),
         "",
         "```",
-        text_bars(results, compilers),
+        text_bars(results, [c for c in compilers if c not in interp]),
         "```",
         "",
     ]
@@ -465,13 +482,16 @@ def write_reports(
     if print_table:
         s = summary(results)
         gpu = any(r.device.startswith("cuda") for r in runs)
+        interp = _interp(runs)
         print(
             f"model tier ({profile}), {s['cases']} case(s) from run(s) {', '.join(str(r.id) for r in runs)}:"
         )
-        print(terminal(short_table(results)))
+        if interp & set(compilers_of(results)):
+            print(f"note: {INTERPRETER_NOTE}")
+        print(terminal(short_table(results, interp=interp)))
         print()
-        print(terminal(summary_table(s, gpu)))
-        for line in ratio_lines(s):
+        print(terminal(summary_table(s, gpu, interp)))
+        for line in ratio_lines(s, interp):
             print(line)
         for n in notes:
             print(f"note: {n}")

@@ -55,6 +55,26 @@ def markdown(table: Table) -> str:
     return "\n".join([head, rule] + ["| " + " | ".join(r) + " |" for r in esc[1:]])
 
 
+# ------------------------------------------------------------------ interpreter runs
+INTERPRETER_NOTE = (
+    "kiln on a CPU runs through Triton's interpreter: its times measure the interpreter (NumPy, program by "
+    "program), not generated code, and compare with neither eager's nor Inductor's C++ kernels. kiln's "
+    "column shows no speedup over eager; read it against kiln's own history (`of base`: its ratio to the "
+    "baseline run, when the run was compared)."
+)
+
+
+def interpreted(device: str) -> set[str]:
+    """The compilers whose times on `device` are interpreter times (kiln and its modes off the GPU)."""
+    return set() if device.startswith("cuda") else {"kiln", "kiln-cg"}
+
+
+def speedup_compilers(device: str, compilers: Sequence[str]) -> list[str]:
+    """The compilers whose speedup over eager means something on `device`."""
+    skip = interpreted(device)
+    return [c for c in compilers if c not in skip]
+
+
 # ------------------------------------------------------------------ tables
 def latency_cell(r: "Result | None", eager: "Result | None", fmt: Callable[[float], str]) -> str:
     """A table cell: ``-`` (not measured), ``error``, or the median with its speedup over ``eager`` (none for
@@ -69,19 +89,31 @@ def latency_cell(r: "Result | None", eager: "Result | None", fmt: Callable[[floa
     return cell
 
 
-def side_by_side(results: list[Result], compilers: Sequence[str]) -> Table:
-    """One row per workload: median per compiler and its speedup over eager, and the best GB/s."""
+def side_by_side(
+    results: list[Result], compilers: Sequence[str], device: str = "cuda", cmps: list[Comparison] | None = None
+) -> Table:
+    """One row per workload: median per compiler and its speedup over eager, and the best GB/s. On a CPU,
+    kiln's cells (interpreter times) carry its ratio to the baseline instead (`INTERPRETER_NOTE`)."""
     by: dict[str, dict[str, Result]] = {}
     for r in results:
         by.setdefault(r.workload, {})[r.compiler] = r
-    head = ["workload"] + [f"{c}" for c in compilers] + ["best GB/s", "best %ceil"]
-    rows = [head]
+    interp = interpreted(device)
+    base = {(c.workload, c.compiler): c for c in cmps or []}
+    head = ["workload"] + [f"{c} (interpreter)" if c in interp else c for c in compilers]
+    rows = [head + ["best GB/s", "best %ceil"]]
     for w, per in by.items():
         eager = per.get("eager")
         row = [w]
         best: Result | None = None
         for c in compilers:
             r = per.get(c)
+            if c in interp:
+                cell = latency_cell(r, None, fmt_ns)
+                cmp = base.get((w, c))
+                if cell not in ("-", "error") and cmp is not None and cmp.ratio:
+                    cell += f" ({cmp.ratio:.2f}x of base)"
+                row.append(cell)
+                continue
             row.append(latency_cell(r, None if c == "eager" else eager, fmt_ns))
             if r is not None and r.status == "ok":
                 if best is None or (r.median_ns or math.inf) < (best.median_ns or math.inf):
@@ -207,13 +239,15 @@ def markdown_report(
             else "Nothing regressed, improved, new or missing.",
             "",
         ]
+    if interpreted(run.device) & set(run.compilers):
+        parts += [f"> {INTERPRETER_NOTE}", ""]
     parts += [
         "### Latency side by side (speedup over eager)",
         "",
-        markdown(side_by_side(results, run.compilers)),
+        markdown(side_by_side(results, run.compilers, run.device, cmps)),
         "",
         "```",
-        text_bars(results, run.compilers),
+        text_bars(results, speedup_compilers(run.device, run.compilers)),
         "```",
         "",
         "<details><summary>Every result</summary>",
