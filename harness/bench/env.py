@@ -99,3 +99,31 @@ def _jsonable(obj: Any) -> Any:
     if hasattr(obj, "__dict__"):
         return _jsonable(vars(obj))
     return str(obj)
+
+
+def new_run(profile: str, device: str, compilers: list[str], config: dict[str, Any], label: str | None = None,
+            git_ref: str | None = None) -> Any:
+    """A fresh `RunInfo` (not yet stored) with this machine's git state, device name, environment record,
+    torch's thread count and this process id added to `config`."""
+    import uuid
+
+    import torch
+
+    from .records import RunInfo
+    from .store import now
+
+    git = git_info(git_ref)
+    return RunInfo(
+        id=None,
+        uid=uuid.uuid4().hex,
+        created_at=now(),
+        profile=profile,
+        device=device,
+        device_name=device_name(device),
+        compilers=list(compilers),
+        git_ref=git["ref"],
+        git_commit=git["commit"],
+        label=label,
+        config={**config, "threads": torch.get_num_threads(), "pid": os.getpid(), "git_dirty": git["dirty"]},
+        env=capture(),
+    )

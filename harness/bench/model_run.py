@@ -56,7 +56,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
@@ -71,7 +70,7 @@ from .exc import BaselineError, UsageError
 from .execute import _deadline, gc_paused, one_line
 from .records import Result, RunInfo
 from .stats import Stats
-from .store import Store, now
+from .store import Store
 
 BASELINE_COMPILER = "eager"
 CG_COMPILERS = ("kiln-cg", "inductor-cg")
@@ -634,29 +633,8 @@ def run_models(
     """Measure `cases`, storing each result as it comes; the run is `complete` only at the very end. With
     `cfg.budget_s`, a case is not started when the mean time per case so far says it would end past the
     budget: (run, results, names of the cases left for a later `--resume`)."""
-    git = env.git_info(git_ref)
-    run = RunInfo(
-        id=None,
-        uid=uuid.uuid4().hex,
-        created_at=now(),
-        profile=f"models-{cfg.profile}",
-        device=cfg.device,
-        device_name=env.device_name(cfg.device),
-        compilers=list(cfg.compilers),
-        git_ref=git["ref"],
-        git_commit=git["commit"],
-        label=label,
-        config={
-            **cfg.as_dict(),
-            "tier": "models",
-            "cases": [c.name for c in cases],
-            "skipped": skipped or {},
-            "threads": torch.get_num_threads(),
-            "pid": os.getpid(),
-            "git_dirty": git["dirty"],
-        },
-        env=env.capture(),
-    )
+    config = {**cfg.as_dict(), "tier": "models", "cases": [c.name for c in cases], "skipped": skipped or {}}
+    run = env.new_run(f"models-{cfg.profile}", cfg.device, cfg.compilers, config, label, git_ref)
     ex = ModelExecutor(cfg)
     store.begin_run(run)
     results: list[Result] = []

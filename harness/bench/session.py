@@ -6,10 +6,8 @@ stays `running`); neither is ever a baseline.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,7 +28,7 @@ from .exc import BaselineError
 from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
 from .report import fmt_ns
-from .store import Store, now
+from .store import Store
 
 
 @dataclass
@@ -97,26 +95,7 @@ def run_bench(
         prepare_kiln()
     cfg.compilers = check_compilers(cfg.compilers)
     _set_threads(cfg, threads)
-    git = env.git_info(git_ref)
-    run = RunInfo(
-        id=None,
-        uid=uuid.uuid4().hex,
-        created_at=now(),
-        profile=cfg.profile,
-        device=cfg.device,
-        device_name=env.device_name(cfg.device),
-        compilers=list(cfg.compilers),
-        git_ref=git["ref"],
-        git_commit=git["commit"],
-        label=label,
-        config={
-            **cfg.as_dict(),
-            "threads": torch.get_num_threads(),
-            "pid": os.getpid(),
-            "git_dirty": git["dirty"],
-        },
-        env=env.capture(),
-    )
+    run = env.new_run(cfg.profile, cfg.device, cfg.compilers, cfg.as_dict(), label, git_ref)
     base_runs: list[RunInfo] = []
     if baseline:  # "SPEC?" means: compare when SPEC resolves, else run without a baseline
         try:
