@@ -84,6 +84,14 @@ class Op(KExpr):
         return f"{self.op}({', '.join(map(repr, self.args))}):{self.dtype}"
 
 
+def mark_rounding(x: KExpr, emulate: bool) -> KExpr:
+    """Under ``emulate_eager_precision`` (``emulate``), make an op's narrowing result cast a rounding point
+    that a later widening keeps (``Op.round_trip``), as eager rounds every fp16/bf16 result."""
+    if emulate and isinstance(x, Op) and x.op == "to":
+        x.round_trip = True
+    return x
+
+
 def cast(x: KExpr, dtype: torch.dtype, *, explicit: bool = False) -> KExpr:
     """Convert ``x`` to ``dtype``.
 

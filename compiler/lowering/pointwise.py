@@ -15,7 +15,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K, elementwis
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import Index, Lazy, SymScalar, Value, sym
-from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype
+from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype, mark_rounding
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -158,18 +158,11 @@ def make_pointwise(op: str, kind: K) -> Callable:
             else:
                 vals = [load_arg(a, out_size, index, comp) for a in args]
             r = Op(kop, vals, result_dtype)
-            return _round(cast(r, out_dtype), emulate)
+            return mark_rounding(cast(r, out_dtype), emulate)
 
         return Lazy(out_size, out_dtype, device, fn, arg_cost(args))
 
     return lower
-
-
-def _round(x: KExpr, emulate: bool) -> KExpr:
-    """Mark an op's result cast as a real rounding point under ``emulate_eager_precision``."""
-    if emulate and isinstance(x, Op) and x.op == "to":
-        x.round_trip = True
-    return x
 
 
 def _identity(x: Value, out: torch.Tensor, device: torch.device) -> Lazy:
@@ -192,11 +185,10 @@ def _add_sub(g: GraphLowering, node, a, b, alpha=1):
 
 
 def _scaled(node, b, alpha):
+    """``alpha * b`` in the compute dtype: eager's ``add(a, b, alpha=)`` rounds once, after the add."""
     if isinstance(b, Value):
-        out = node.meta["val"]
-        comp = compute_dtype(out.dtype)
-        return Lazy(b.size, out.dtype, b.device,
-                    lambda idx: cast(Op("mul", [cast(b.load(idx), comp), Const(alpha, comp)], comp), out.dtype),
+        comp = compute_dtype(node.meta["val"].dtype)
+        return Lazy(b.size, comp, b.device, lambda idx: Op("mul", [cast(b.load(idx), comp), Const(alpha, comp)], comp),
                     arg_cost([b]))
     return b * alpha
 
@@ -232,7 +224,7 @@ def _clamp(g: GraphLowering, node, x, lo=None, hi=None):
             v = Op("clamp_min", [v, load_arg(lo, size, idx, comp)], comp)
         if hi is not None:
             v = Op("clamp_max", [v, load_arg(hi, size, idx, comp)], comp)
-        return _round(cast(v, out.dtype), emulate)
+        return mark_rounding(cast(v, out.dtype), emulate)
 
     return Lazy(size, out.dtype, device, fn, arg_cost([x, lo, hi]))
 
@@ -260,11 +252,13 @@ def _leaky_relu(g: GraphLowering, node, x, slope=0.01):
     out = node.meta["val"]
     comp = compute_dtype(out.dtype)
     size = tuple(sym(s) for s in out.shape)
+    emulate = g.settings.emulate_eager_precision
 
     def fn(idx: Index) -> KExpr:
         v = load_arg(x, size, idx, comp)
         neg = Op("mul", [v, Const(slope, comp)], comp)
-        return cast(Op("where", [Op("gt", [v, Const(0, comp)], torch.bool), v, neg], comp), out.dtype)
+        return mark_rounding(cast(Op("where", [Op("gt", [v, Const(0, comp)], torch.bool), v, neg], comp), out.dtype),
+                             emulate)
 
     return Lazy(size, out.dtype, check_device(node, [x]), fn, arg_cost([x]))
 
@@ -297,5 +291,5 @@ def _pow_scalar(g: GraphLowering, node, x, exponent):
     size = tuple(sym(s) for s in out.shape)
     emulate = g.settings.emulate_eager_precision
     device = check_device(node, [x])
-    return Lazy(size, out.dtype, device, lambda idx: _round(cast(form(load_arg(x, size, idx, comp), comp), out.dtype),
+    return Lazy(size, out.dtype, device, lambda idx: mark_rounding(cast(form(load_arg(x, size, idx, comp), comp), out.dtype),
                                                              emulate), arg_cost([x]))
