@@ -25,7 +25,7 @@ def _select_interpreter() -> None:
 
         if torch.cuda.is_available():
             return
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if config.interpreting():
         return
     if "triton" in sys.modules:
         log.warning("kiln: triton was imported before kiln chose the interpreter; CPU graphs will fall back "
@@ -38,7 +38,7 @@ _select_interpreter()
 
 import torch  # noqa: E402
 
-if os.environ.get("TRITON_INTERPRET") == "1":
+if config.interpreting():
     # triton lazily imports gluon on its first launch; do it now, outside the interpreter's patched scope
     try:
         import triton.experimental.gluon  # noqa: F401

@@ -191,7 +191,7 @@ def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Opti
     tensors saved for backward."""
     import torch
 
-    if os.environ.get("TRITON_INTERPRET") == "1" or not any(
+    if config.interpreting() or not any(
             isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs):
         return None
     saved_from = None

@@ -125,6 +125,13 @@ def _validate(s: Settings) -> Settings:
     return s
 
 
+def interpreting() -> bool:
+    """True when kernels run through Triton's interpreter in this process (``TRITON_INTERPRET=1``, which
+    ``import compiler`` sets before Triton is imported when the ``interpret`` setting asks for it). The one
+    place kiln reads that variable; Triton reads it once, at import."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
 def from_env(environ: dict[str, str] | None = None) -> Settings:
     """Build settings from ``KILN_*`` environment variables, with clear errors for bad values."""
     env = os.environ if environ is None else environ

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import statistics
 from collections.abc import Callable
 from typing import Any, Optional
@@ -266,7 +265,7 @@ def _choose(node: fx.Node, pads: tuple[int, int, int]) -> Optional[str]:
     out, a, b = _val(node), _val(node.args[ia]), _val(node.args[ib])
     if mode in ("pad", "contiguous"):
         return mode if mode in _candidates(a, b) else None
-    if mode == "off" or out.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1" \
+    if mode == "off" or out.device.type != "cuda" or config.interpreting() \
             or not torch.cuda.is_available():
         return None
     target = aten.bmm.default if node.target is aten.bmm.default else aten.mm.default
@@ -363,7 +362,7 @@ def convs_channels_last(gm: fx.GraphModule) -> int:
     """Run an inference graph's convolutions channels-last (module docstring); returns the copies inserted
     (0: the graph is unchanged)."""
     mode = config.settings().conv_layout
-    if mode == "off" or (mode == "auto" and os.environ.get("TRITON_INTERPRET") == "1"):
+    if mode == "off" or (mode == "auto" and config.interpreting()):
         return 0
     convs = _wants_channels_last(gm, anywhere=mode == "always")
     fake = _fake_mode(gm)

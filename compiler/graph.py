@@ -22,7 +22,6 @@ from .ir import (
     Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
     Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, prod, sym,
 )
-from .kexpr import KExpr, Op
 
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
@@ -116,7 +115,7 @@ class GraphLowering:
         self.attributes: list[tuple[Opaque, str, Any]] = []  # other get_attr values (subgraphs of map/scan)
         self._counter = 0
         self.current_node: Optional[fx.Node] = None
-        self.interpret = _interpret_mode()
+        self.interpret = config.interpreting()
         self._moved: dict[tuple, Strided] = {}  # CPU scalar -> its GPU copy
 
     # ------------------------------------------------------------------ naming and registration
@@ -379,11 +378,6 @@ class GraphLowering:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _interpret_mode() -> bool:
-    import os
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
 def _op_name(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
@@ -501,8 +495,3 @@ def _flatten_output(arg: Any) -> list:
     if isinstance(arg, (list, tuple)):
         return list(arg)
     return [arg]
-
-
-def pointwise_op(name: str, args: Sequence[KExpr], dtype: torch.dtype) -> KExpr:
-    """Shorthand used by lowerings."""
-    return Op(name, args, dtype)

@@ -90,7 +90,6 @@ class KernelGroup:
     rnumel: sympy.Expr
     members: list[Member]
     has_reduction: bool = False
-    name: str = ""
     #: mixed row/column kernel (see Scheduler.mix_column_partials): per-column partial sums over each
     #: program's ``row_chunk`` rows, stored at [program, column]; ``programs`` fixes the grid
     partials: list[Member] = dataclasses.field(default_factory=list)
@@ -235,7 +234,7 @@ class Scheduler:
 
     def _remapped(self, group: KernelGroup, X: sympy.Expr, R: sympy.Expr) -> Optional[KernelGroup]:
         """A copy of ``group`` with every member mapped onto a reduction group over (X, R), or None."""
-        candidate = KernelGroup(X, R, [], has_reduction=True, name=group.name)
+        candidate = KernelGroup(X, R, [], has_reduction=True)
         for m in group.members:
             mm = self._member(candidate, m.buf)
             if mm is None:
@@ -431,7 +430,7 @@ class Scheduler:
         outputs = {v.buffer.name for v in _iter_values(self.g.outputs) if isinstance(v, Strided)}
         # buffers still computed by some group (a mixed kernel's partials replace the first stage it absorbed)
         scheduled = {n for it in self.items if isinstance(it, KernelGroup) for n in it.buffer_names}
-        for gi, item in enumerate(self.items):
+        for item in self.items:
             if not isinstance(item, KernelGroup):
                 continue
             names = set(item.buffer_names)
@@ -440,7 +439,6 @@ class Scheduler:
                 outside = [u for u in users if not (isinstance(u, ComputedBuffer) and
                                                     (u.name in names or u.name not in scheduled))]
                 m.store = m.buf.name in outputs or bool(outside)
-            item.name = f"k{gi}"
 
 
 # ------------------------------------------------------------------------------------------ helpers

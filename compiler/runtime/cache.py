@@ -52,7 +52,7 @@ def load_kernel(source: str, name: str):
         mod = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = mod
         spec.loader.exec_module(mod)
-        if os.environ.get("TRITON_INTERPRET") == "1":
+        if config.interpreting():
             from . import interp_libdevice
             mod.libdevice = interp_libdevice
             interp_libdevice.fix_bf16_rounding()

@@ -71,7 +71,7 @@ class TritonKernel(torch.nn.Module):
     # ------------------------------------------------------------------ configuration
     def launch_config(self, xnumel: int, rnumel: int, device: torch.device) -> dict[str, Any]:
         """Block sizes and warps for a launch at these sizes on ``device`` in this process."""
-        return self.heuristic_config(xnumel, rnumel, os.environ.get("TRITON_INTERPRET") == "1")
+        return self.heuristic_config(xnumel, rnumel, config.interpreting())
 
     def heuristic_config(self, xnumel: int, rnumel: int, interp: bool) -> dict[str, Any]:
         """Block sizes and warps for these sizes, for the interpreter or for a GPU (heuristics tuned on an

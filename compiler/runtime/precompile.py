@@ -15,7 +15,6 @@ Nothing happens under the interpreter, on CPU, for non-CUDA targets, or with one
 from __future__ import annotations
 
 import logging
-import os
 from concurrent.futures import Future
 from typing import Any, Optional
 
@@ -24,6 +23,7 @@ import torch
 
 from ..exc import KernelCompileError
 from ..ir import sym
+from .. import config
 from . import cache, compile_pool, gpu_compile
 
 log = logging.getLogger("kiln")
@@ -33,7 +33,7 @@ _pending: dict[str, tuple[gpu_compile.CompileRequest, Future]] = {}
 
 
 def enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET") != "1" and compile_pool.pool_size() > 0 and gpu_compile._OWN["ok"]
+    return not config.interpreting() and compile_pool.pool_size() > 0 and gpu_compile._OWN["ok"]
 
 
 def precompile_graph(lowering: Any, kernels: dict, wrapper: torch.nn.Module) -> int:

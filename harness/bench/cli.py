@@ -71,7 +71,7 @@ def _add_measure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--git-ref", help="git ref to record (default $KILN_BENCH_GIT_REF, $GITHUB_REF_NAME or git)"
     )
-    p.add_argument("--git-commit", help="git commit to record (default $KILN_BENCH_GIT_COMMIT or git)")
+    p.add_argument("--git-commit", help="git commit to record (default: git's HEAD)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -309,13 +309,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     cmp_cfg = _cmp_cfg(args).for_device(device)
     with _open(args.db) as store:
-        if args.git_commit:
-            os.environ["KILN_BENCH_GIT_COMMIT"] = args.git_commit
         out = run_bench(
             cfg,
             store,
             label=args.label,
             git_ref=args.git_ref or s.git_ref,
+            git_commit=args.git_commit,
             baseline=args.baseline,
             cmp_cfg=cmp_cfg,
             progress=not args.quiet,

@@ -83,6 +83,7 @@ def run_bench(
     *,
     label: str | None = None,
     git_ref: str | None = None,
+    git_commit: str | None = None,
     baseline: str | None = None,
     cmp_cfg: CompareConfig | None = None,
     progress: bool = True,
@@ -95,7 +96,7 @@ def run_bench(
         prepare_kiln()
     cfg.compilers = check_compilers(cfg.compilers)
     _set_threads(cfg, threads)
-    run = env.new_run(cfg.profile, cfg.device, cfg.compilers, cfg.as_dict(), label, git_ref)
+    run = env.new_run(cfg.profile, cfg.device, cfg.compilers, cfg.as_dict(), label, git_ref, git_commit)
     base_runs: list[RunInfo] = []
     if baseline:  # "SPEC?" means: compare when SPEC resolves, else run without a baseline
         try:
