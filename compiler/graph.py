@@ -149,14 +149,12 @@ class GraphLowering:
         origin = self.current_node.name if self.current_node is not None else ""
         buf = ComputedBuffer(self.new_name(), layout, Pointwise(tuple(value.size), value.fn, value.dtype),
                              origin=origin)
-        buf.base_offset = sympy.Integer(0)
         self.add_buffer(buf)
         self.steps.append(buf)
         return Strided(buf, layout)
 
     def add_computed(self, buf: ComputedBuffer) -> Strided:
         """Register a ComputedBuffer built by a lowering (reductions) and return a view of it."""
-        buf.base_offset = sympy.Integer(0)
         if self.current_node is not None and not buf.origin:
             buf.origin = self.current_node.name
         self.add_buffer(buf)
@@ -186,8 +184,7 @@ class GraphLowering:
         if isinstance(val, torch.Tensor):
             base = sym(val.storage_offset())
             layout = layout_from_meta(val, base_offset=base)
-            buf = InputBuffer(node.name, layout)
-            buf.base_offset = base
+            buf = InputBuffer(node.name, layout, base)
             self.add_buffer(buf)
             value = Strided(buf, layout)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
@@ -201,8 +198,7 @@ class GraphLowering:
         obj = getattr(self.gm, node.target)
         if isinstance(obj, torch.Tensor):  # a constant (``torch.tensor([...])`` in user code): read like an input
             base = sym(obj.storage_offset())
-            buf = InputBuffer(node.name, layout_from_meta(obj, base_offset=base))
-            buf.base_offset = base
+            buf = InputBuffer(node.name, layout_from_meta(obj, base_offset=base), base)
             self.add_buffer(buf)
             self.constants[node.name] = obj
             return Strided(buf, buf.layout)
@@ -241,7 +237,6 @@ class GraphLowering:
             return self.realize(value, meta)
         origin = self.current_node.name if self.current_node is not None else ""
         buf = ComputedBuffer(self.new_name(), layout, Pointwise(size, value.fn, value.dtype), origin=origin)
-        buf.base_offset = sympy.Integer(0)
         self.add_buffer(buf)
         self.steps.append(buf)
         return Strided(buf, Layout(tuple(value.size), stride, sympy.Integer(0), value.dtype, value.device))
@@ -314,7 +309,6 @@ class GraphLowering:
             if key not in self._moved:
                 layout = Layout((), (), sympy.Integer(0), v.dtype, out.device)
                 buf = ExternBuffer(self.new_name(), layout)
-                buf.base_offset = sympy.Integer(0)
                 self.add_buffer(buf)
                 self.steps.append(ExternCall(aten._to_copy.default, (src,), {"device": out.device}, buf,
                                              node.name, None, transfer=True))
@@ -356,8 +350,7 @@ class GraphLowering:
         # transposing copy, and the copy that makes it reads and writes in order)
         args = _realize_like(args, node.args, self.realize)
         layout = layout_from_meta(val, sym(val.storage_offset()))
-        buf = ExternBuffer(self.new_name(), layout)
-        buf.base_offset = sym(val.storage_offset())
+        buf = ExternBuffer(self.new_name(), layout, sym(val.storage_offset()))
         self.add_buffer(buf)
         self.steps.append(ExternCall(target, tuple(args), dict(kwargs), buf, node.name, None, out=buf))
         return Strided(buf, layout)
@@ -365,8 +358,7 @@ class GraphLowering:
     def _extern_outputs(self, val: Any) -> Any:
         if isinstance(val, torch.Tensor):
             base = sym(val.storage_offset())
-            buf = ExternBuffer(self.new_name(), layout_from_meta(val, base_offset=base))
-            buf.base_offset = base
+            buf = ExternBuffer(self.new_name(), layout_from_meta(val, base_offset=base), base)
             return self.add_buffer(buf)
         if isinstance(val, (list, tuple)):
             return type(val)(self._extern_outputs(v) for v in val)

@@ -159,11 +159,16 @@ def _dense_in_order(layout: Layout, order: list[int]) -> bool:
 
 # --------------------------------------------------------------------------------------------- buffers
 class Buffer:
-    """One allocation. ``layout`` describes the whole allocation as the producer writes it."""
+    """One allocation. ``layout`` describes the whole allocation as the producer writes it.
 
-    def __init__(self, name: str, layout: Layout) -> None:
+    ``base_offset``: the storage offset of the tensor the buffer stands for (an input's ``storage_offset()``,
+    0 for what kiln allocates); layout offsets of views are relative to it.
+    """
+
+    def __init__(self, name: str, layout: Layout, base_offset: Expr = sympy.Integer(0)) -> None:
         self.name = name
         self.layout = layout
+        self.base_offset = base_offset
 
     @property
     def dtype(self) -> torch.dtype:
@@ -189,6 +194,13 @@ class ComputedBuffer(Buffer):
         super().__init__(name, layout)
         self.definition = definition
         self.origin = origin  # FX node name it came from, for readable kernel names and reports
+        #: the scheduler's caches of the definition's element expression and the buffers it reads
+        #: (``forget_body()`` when the definition is replaced)
+        self.body_expr: Optional[KExpr] = None
+        self.body_reads: Optional[list[str]] = None
+
+    def forget_body(self) -> None:
+        self.body_expr = self.body_reads = None
 
 
 class ExternBuffer(Buffer):

@@ -400,8 +400,7 @@ class Scheduler:
                 m.buf.definition = Reduction(d.ranges, (sympy.Integer(programs),),
                                              lambda idx, ridx, src=src: src.load([ridx[0]] + list(idx)),
                                              d.reduction_type, d.dtype, d.src_dtype)
-                for attr in ("_body", "_reads"):
-                    m.buf.__dict__.pop(attr, None)
+                m.buf.forget_body()
         c2.rnumel = sympy.Integer(programs)
         c2.members = [self._member(c2, m.buf) for m in c2.members]
         g.row_chunk, g.programs = chunk, programs
@@ -463,9 +462,8 @@ def _split(ranges: Sequence[sympy.Expr], rnumel: sympy.Expr) -> Optional[int]:
 
 def _body(buf: ComputedBuffer) -> KExpr:
     """The buffer's element expression at symbolic indices (cached)."""
-    cached = getattr(buf, "_body", None)
-    if cached is not None:
-        return cached
+    if buf.body_expr is not None:
+        return buf.body_expr
     d = buf.definition
     idx = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(d.ranges))]
     if isinstance(d, Reduction):
@@ -473,19 +471,18 @@ def _body(buf: ComputedBuffer) -> KExpr:
         expr = d.body(idx, ridx)
     else:
         expr = d.body(idx)
-    buf._body = expr
+    buf.body_expr = expr
     return expr
 
 
 def _body_reads(buf: ComputedBuffer) -> list[str]:
-    cached = getattr(buf, "_reads", None)
-    if cached is not None:
-        return cached
+    if buf.body_reads is not None:
+        return buf.body_reads
     names: list[str] = []
     for ld in loads(_body(buf)):
         if ld.buffer not in names:
             names.append(ld.buffer)
-    buf._reads = names
+    buf.body_reads = names
     return names
 
 

@@ -166,7 +166,7 @@ class WrapperBuilder:
                 return base
             if v.dtype != v.buffer.dtype:
                 base = self.graph.call_function(aten.view.dtype, (base, v.dtype))
-            offset = getattr(v.buffer, "base_offset", sympy.Integer(0)) + v.layout.offset
+            offset = v.buffer.base_offset + v.layout.offset
             return self.graph.call_function(reinterpret_tensor, (
                 base, [self.expr(s) for s in v.layout.size], [self.expr(s) for s in v.layout.stride],
                 self.expr(offset)))

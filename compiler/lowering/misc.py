@@ -100,8 +100,7 @@ def _full(g: GraphLowering, node, *args, **kwargs):
                    aten.new_empty.default, aten.new_empty_strided.default)
 def _empty(g: GraphLowering, node, *args, **kwargs):
     out = node.meta["val"]
-    buf = EmptyBuffer(g.new_name(), layout_from_meta(out, sym(out.storage_offset())))
-    buf.base_offset = sym(out.storage_offset())
+    buf = EmptyBuffer(g.new_name(), layout_from_meta(out, sym(out.storage_offset())), sym(out.storage_offset()))
     g.add_buffer(buf)
     return Strided(buf, buf.layout)
 

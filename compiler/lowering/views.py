@@ -179,7 +179,7 @@ def lower_view(g: GraphLowering, node, x: Any, *args, **kwargs):
 
 def _layout_matches_meta(x: Strided, arg_node) -> bool:
     meta = arg_node.meta.get("val") if hasattr(arg_node, "meta") else None
-    if not isinstance(meta, torch.Tensor) or not hasattr(x.buffer, "base_offset"):
+    if not isinstance(meta, torch.Tensor):
         return False
     return x.layout == layout_from_meta(meta, x.buffer.base_offset)
 
