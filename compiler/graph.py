@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import sympy
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 
 from . import config
 from .exc import LoweringError, NotLowered
@@ -242,14 +243,8 @@ class GraphLowering:
         return Strided(buf, Layout(tuple(value.size), stride, sympy.Integer(0), value.dtype, value.device))
 
     def fetch(self, a: Any) -> Any:
-        """Map FX args to lowered values (recursively through lists and tuples)."""
-        if isinstance(a, fx.Node):
-            return self.env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(self.fetch(x) for x in a)
-        if isinstance(a, dict):
-            return {k: self.fetch(v) for k, v in a.items()}
-        return a
+        """Map FX args to lowered values (through nested lists, tuples and dicts)."""
+        return pytree.tree_map_only(fx.Node, self.env.__getitem__, a)
 
     def _call(self, node: fx.Node) -> Any:
         target = node.target
@@ -356,14 +351,13 @@ class GraphLowering:
         return Strided(buf, layout)
 
     def _extern_outputs(self, val: Any) -> Any:
+        """The buffers (and symbolic scalars) an ATen call's results become, in the results' structure."""
+        return pytree.tree_map(self._extern_output, val)
+
+    def _extern_output(self, val: Any) -> Any:
         if isinstance(val, torch.Tensor):
             base = sym(val.storage_offset())
-            buf = ExternBuffer(self.new_name(), layout_from_meta(val, base_offset=base), base)
-            return self.add_buffer(buf)
-        if isinstance(val, (list, tuple)):
-            return type(val)(self._extern_outputs(v) for v in val)
-        if isinstance(val, dict):
-            return {k: self._extern_outputs(v) for k, v in val.items()}
+            return self.add_buffer(ExternBuffer(self.new_name(), layout_from_meta(val, base_offset=base), base))
         if _is_symbolic_scalar(val):
             return SymScalar(sym(val), type(val))
         return Opaque("") if val is not None else None
@@ -394,13 +388,7 @@ def _tensor_metas(node: fx.Node) -> list[torch.Tensor]:
 
 
 def _map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
-    if isinstance(obj, Value):
-        return fn(obj)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_values(x, fn) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _map_values(v, fn) for k, v in obj.items()}
-    return obj
+    return pytree.tree_map_only(Value, fn, obj)
 
 
 def _realize_like(values: Any, fx_args: Any, realize: Callable) -> Any:
@@ -418,13 +406,7 @@ def _realize_like(values: Any, fx_args: Any, realize: Callable) -> Any:
 
 
 def _values_of(outputs: Any) -> Any:
-    if isinstance(outputs, Buffer):
-        return Strided(outputs, outputs.layout)
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(_values_of(o) for o in outputs)
-    if isinstance(outputs, dict):
-        return {k: _values_of(v) for k, v in outputs.items()}
-    return outputs
+    return pytree.tree_map_only(Buffer, lambda b: Strided(b, b.layout), outputs)
 
 
 def _alias_outputs(args: list, values: list) -> list:

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import sympy
 import torch
+import torch.utils._pytree as pytree
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
@@ -500,14 +501,8 @@ def _body_symbols(buf: ComputedBuffer) -> set[sympy.Symbol]:
 def _unbacked_symbols(outputs) -> set[sympy.Symbol]:
     """Data-dependent symbols an extern call defines: scalar results and sizes of its tensor results."""
     found: set[sympy.Symbol] = set()
-    stack = [outputs]
-    while stack:
-        o = stack.pop()
-        if isinstance(o, (list, tuple)):
-            stack.extend(o)
-        elif isinstance(o, dict):
-            stack.extend(o.values())
-        elif isinstance(o, SymScalar):
+    for o in pytree.tree_leaves(outputs):
+        if isinstance(o, SymScalar):
             found |= o.expr.free_symbols
         elif isinstance(o, Buffer):
             for e in o.layout.size + o.layout.stride:
@@ -517,30 +512,11 @@ def _unbacked_symbols(outputs) -> set[sympy.Symbol]:
 
 def _iter_values(obj):
     from .ir import Value
-    if isinstance(obj, Value):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _iter_values(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _iter_values(o)
+    return (o for o in pytree.tree_leaves(obj) if isinstance(o, Value))
 
 
 def _step_outputs(step) -> list[str]:
-    out: list[str] = []
-
-    def visit(o):
-        if isinstance(o, Buffer):
-            out.append(o.name)
-        elif isinstance(o, (list, tuple)):
-            for x in o:
-                visit(x)
-        elif isinstance(o, dict):
-            for x in o.values():
-                visit(x)
-
-    visit(step.outputs)
+    out = [o.name for o in pytree.tree_leaves(step.outputs) if isinstance(o, Buffer)]
     if getattr(step, "out", None) is not None:
         out.append(step.out.name)
     return out
