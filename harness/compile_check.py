@@ -308,9 +308,9 @@ def worker(request: Path, results: Path) -> int:
 
 def compiler_env() -> dict[str, str]:
     """This process's environment without TRITON_INTERPRET, with the harness importable."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = str(settings().root)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    from harness.commands import with_pythonpath
+
+    env = with_pythonpath({k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, settings().root)
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 is its default
     return env
 
@@ -429,14 +429,13 @@ def dump_kernels(
     """Run `paths` on CPU in interpreter mode with KILN_DUMP_DIR=dump_dir; returns pytest's exit code."""
     from harness import matrix
 
+    from harness.commands import backend_process_env
+
     m = matrix.load()
     cpu = m.backend("cpu")
-    env = dict(os.environ)
-    env.update(m.suite_env)
-    env.update(cpu.env)
+    env = backend_process_env(m, cpu, root)
     env["TRITON_INTERPRET"] = "1"
     env["KILN_DUMP_DIR"] = str(dump_dir.resolve())
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
     dump_dir.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,

@@ -215,12 +215,11 @@ def backend_env(backend_name: str, root: Path) -> tuple[dict[str, str], int | No
     """Environment for the backend's tests (from ci/matrix.json), and its per-test timeout."""
     from harness import matrix
 
+    from harness.commands import backend_process_env
+
     m = matrix.load()
     backend = m.backend(backend_name)
-    env = dict(os.environ)
-    env.update(m.suite_env)
-    env.update(backend.env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+    env = backend_process_env(m, backend, root)
     if backend.is_gpu:
         _require_gpu(backend_name)
     return env, backend.timeouts.test_s

@@ -145,9 +145,9 @@ def cli_add_arguments(p: Any) -> None:
 
 def cli_main(args: Any) -> int:
     """Check every device of the backend with this Python (`run` calls this inside the container)."""
-    from harness import matrix, runner
+    from harness import matrix
 
-    backend = matrix.load().backend(args.backend or runner.detect_backend())
+    backend = matrix.load().backend(args.backend or matrix.detect_backend())
     report = check(backend)
     print(describe(report))
     if args.json_out:

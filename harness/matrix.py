@@ -284,3 +284,12 @@ def _as_json(b: Backend) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(b)
+
+
+def detect_backend(m: Matrix | None = None) -> str:
+    """The first GPU backend (matrix order) whose host devices all exist, else `cpu`."""
+    m = m or load()
+    for name, b in m.backends.items():
+        if b.host_devices and all(Path(p).exists() for p in b.host_devices):
+            return name
+    return "cpu"

@@ -15,7 +15,7 @@ from typing import Any
 from harness import matrix as matrix_mod
 from harness.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
-from harness.runner import container_argv, native_shell_line, pytest_argv
+from harness.commands import container_argv, native_shell_line, pytest_argv
 
 
 def repro_argv(manifest: dict[str, Any], test_id: str) -> list[str]:

@@ -11,8 +11,8 @@ Terms:
   run folder     results/<run id>/ (see harness.results); run.json records status
                  running -> complete, or incomplete when interrupted (what was written is kept).
 
-Step functions other modules call: `pytest_argv`, `container_argv`, `native_command`, `run_pytest`,
-`run_suites`, `detect_backend`.
+Command lines come from `harness.commands`; step functions other modules call: `execute`, `run_pytest`,
+`run_python_module`, `run_suites`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import importlib.util
 import os
 import re
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
@@ -38,73 +37,12 @@ from harness import matrix as matrix_mod
 from harness import results as res
 from harness.exc import HarnessError, HealthError, MissingTool, RunInterrupted
 from harness.matrix import Backend, Matrix
+from harness.commands import (CONTAINER_RESULTS, container_argv, native_command, pytest_argv,
+                              suite_env)
 from harness.settings import settings
 
-CONTAINER_SRC = "/src"
-CONTAINER_RESULTS = "/results"
 RUN_SCHEMA = 1
 EXIT_NO_TESTS = 5  # pytest: no tests collected
-
-
-# ---- command lines ---------------------------------------------------------------------------------------
-
-
-def suite_env(m: Matrix, b: Backend) -> dict[str, str]:
-    """The environment every suite of backend `b` runs with: the matrix's suite_env, then the backend's."""
-    return {**m.suite_env, **b.env}
-
-
-def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeout_s: int | None = None,
-                extra: Sequence[str] = ()) -> list[str]:
-    """The inner command: one process (`-p no:xdist`), JUnit with file names (xunit1), per-test timeout."""
-    argv = ["python", "-m", "pytest", "-p", "no:xdist", "-o", "junit_family=xunit1", "--tb=short"]
-    if junit:
-        argv.append(f"--junitxml={junit}")
-    if test_timeout_s:
-        argv.append(f"--timeout={test_timeout_s}")
-    return [*argv, *extra, *targets]
-
-
-def container_argv(b: Backend, image: str, inner: Sequence[str], *, src: Path | str, env: dict[str, str],
-                   results: Path | str | None = None, name: str | None = None, network: bool = False,
-                   docker: str = "docker") -> list[str]:
-    """`docker run` of `inner` in backend `b`'s image: source read-only, results mounted, no network."""
-    argv = [docker, "run", "--rm", "--init"]
-    if name:
-        argv += ["--name", name]
-    if not network:
-        argv += ["--network", "none"]
-    argv += ["--volume", f"{src}:{CONTAINER_SRC}:ro"]
-    if results is not None:
-        argv += ["--volume", f"{results}:{CONTAINER_RESULTS}"]
-    argv += ["--workdir", CONTAINER_SRC]
-    for key in sorted(env):
-        argv += ["--env", f"{key}={env[key]}"]
-    return [*argv, *b.container_options, image, *inner]
-
-
-def native_command(inner: Sequence[str], env: dict[str, str], *, src: Path,
-                   python: str | None = None) -> tuple[list[str], dict[str, str]]:
-    """(argv, full environment) that run `inner` with this machine's Python from the source tree."""
-    argv = [python or sys.executable, *inner[1:]] if inner and inner[0] == "python" else list(inner)
-    full = {**os.environ, **env}
-    full["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
-    return argv, full
-
-
-def native_shell_line(argv: Sequence[str], env: dict[str, str], src: Path) -> str:
-    """A shell line for a native command: `cd SRC && env K=V ... argv`."""
-    assigns = [f"{k}={env[k]}" for k in sorted(env)]
-    return f"cd {shlex.quote(str(src))} && " + shlex.join(["env", *assigns, *argv])
-
-
-def detect_backend(m: Matrix | None = None) -> str:
-    """The first GPU backend (matrix order) whose host devices all exist, else `cpu`."""
-    m = m or matrix_mod.load()
-    for name, b in m.backends.items():
-        if b.host_devices and all(Path(p).exists() for p in b.host_devices):
-            return name
-    return "cpu"
 
 
 # ---- one pytest process ----------------------------------------------------------------------------------
@@ -465,7 +403,7 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 def cli_main(args: argparse.Namespace) -> int:
     """Run the suites for a backend, in its container or natively."""
     native = settings().native if args.native is None else args.native
-    backend = args.backend or detect_backend()
+    backend = args.backend or matrix_mod.detect_backend()
     extra = list(args.pytest_args or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
@@ -500,6 +438,6 @@ def cli_detect_main(args: argparse.Namespace) -> int:
         print(detect_mode())
         return 0
     m = matrix_mod.load()
-    name = detect_backend(m)
+    name = matrix_mod.detect_backend(m)
     print(name if not args.field else getattr(m.backend(name), args.field))
     return 0

@@ -22,7 +22,7 @@ def cmd_backend(args: argparse.Namespace) -> int:
 
     m = matrix_mod.load()
     try:
-        b = m.backend(args.backend or runner.detect_backend(m))
+        b = m.backend(args.backend or matrix_mod.detect_backend(m))
     except Exception as e:  # noqa: BLE001 - an unknown backend name is a usage error here
         raise UsageError(str(e)) from None
     native = bool(args.native or harness_settings().native)

@@ -231,15 +231,9 @@ def _run_id(store, spec: str) -> int:
 
 
 def _cmp_cfg(args: argparse.Namespace):
-    from .compare import CompareConfig
+    from .compare import config_from_args
 
-    s = settings()
-    thr = s.threshold if args.threshold is None else args.threshold
-    alpha = s.alpha if args.alpha is None else args.alpha
-    if (thr is not None and not 0 < thr < 1) or not 0 < alpha < 1:
-        raise UsageError("--threshold and --alpha must be between 0 and 1")
-    drift = {"auto": None, "on": True, "off": False}[args.drift]
-    return CompareConfig(threshold=thr, alpha=alpha, normalize_drift=drift)
+    return config_from_args(args)
 
 
 def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, threshold: float = 0.05) -> None:

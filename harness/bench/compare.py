@@ -342,3 +342,18 @@ def resolve_baseline(store: Store, spec: str, new_run: RunInfo | None = None) ->
 
 def load_baseline(store: Store, runs: list[RunInfo]) -> Baseline:
     return Baseline.of(runs, [store.results(r.id) for r in runs])
+
+
+def config_from_args(args) -> CompareConfig:
+    """The comparison settings of a command line (`--threshold`, `--alpha`, `--drift`), the bench settings
+    (`KILN_BENCH_*`) filling what it leaves out; a clear UsageError for values outside (0, 1)."""
+    from .exc import UsageError
+    from .settings import settings
+
+    s = settings()
+    thr = s.threshold if args.threshold is None else args.threshold
+    alpha = s.alpha if args.alpha is None else args.alpha
+    if (thr is not None and not 0 < thr < 1) or not 0 < alpha < 1:
+        raise UsageError("--threshold and --alpha must be between 0 and 1")
+    drift = {"auto": None, "on": True, "off": False}[args.drift]
+    return CompareConfig(threshold=thr, alpha=alpha, normalize_drift=drift)

@@ -774,11 +774,11 @@ def cmd_models(args: argparse.Namespace) -> int:
         )
         cmps = None
         if args.baseline and results:
-            from .cli import _cmp_cfg
+            from .compare import config_from_args
             from .compare import compare
             from .report import comparison_table, counts_line, terminal
 
-            cmp_cfg = _cmp_cfg(args).for_device(device)
+            cmp_cfg = config_from_args(args).for_device(device)
             try:
                 base = _model_baseline(store, args.baseline.rstrip("?"), run, results)
                 cmps = compare(results, base, cmp_cfg, new_run=run)

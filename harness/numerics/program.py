@@ -103,6 +103,10 @@ def numerics_program(*inputs: str | inp.InputSpec, backward: bool = True, struct
     return wrap
 
 
+#: where the built-in programs live (`python -m harness numerics run attention`)
+BUILTIN_MODULE = "harness.numerics.programs"
+
+
 def variant(fn: Callable[..., Any], name: str, *inputs: str | inp.InputSpec, **decl: Any) -> Callable[..., Any]:
     """A copy of `fn` (same code, no wrapper frame) declared with other inputs: sizes for CPU and GPU."""
     copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
@@ -120,12 +124,13 @@ def resolve(ref: str, inputs_override: list[str] | None = None, root: Path | Non
     elif ":" in ref:
         prog = _resolve_function(ref)
     else:
-        from . import programs
-
-        if ref not in programs.BUILTIN:
+        # the built-ins are a module of programs like any `module:function` one (declared with this module's
+        # decorator), found by name as those are
+        builtin = importlib.import_module(BUILTIN_MODULE).BUILTIN
+        if ref not in builtin:
             raise ProgramError(f"unknown program {ref!r}: not module.path:function, numerics:NAME[DTYPE], a .pt2 "
-                               f"file, or a built-in ({', '.join(programs.BUILTIN)})")
-        prog = _from_function(ref, programs.BUILTIN[ref])
+                               f"file, or a built-in ({', '.join(builtin)})")
+        prog = _from_function(ref, builtin[ref])
     if inputs_override:
         if prog.make_inputs is not None:
             raise ProgramError(f"{ref}: a suite program makes its own inputs; --inputs does not apply")

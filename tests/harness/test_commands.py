@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import image, matrix, runner
+from harness import commands, image, matrix, runner
 from harness.settings import settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,8 +17,8 @@ M = matrix.load(ROOT / "ci" / "matrix.json")
 
 def _run_argv(backend: str) -> list[str]:
     b = M.backend(backend)
-    inner = runner.pytest_argv(["tests/numerics"], junit="/results/numerics.xml", test_timeout_s=b.timeouts.test_s)
-    return runner.container_argv(b, "kiln-x:abc", inner, src="/repo", env=runner.suite_env(M, b),
+    inner = commands.pytest_argv(["tests/numerics"], junit="/results/numerics.xml", test_timeout_s=b.timeouts.test_s)
+    return commands.container_argv(b, "kiln-x:abc", inner, src="/repo", env=commands.suite_env(M, b),
                                  results="/out", name="kiln-x-1", docker="/usr/bin/docker")
 
 
@@ -56,16 +56,16 @@ def test_gpu_flags_per_backend():
 
 
 def test_native_command_uses_this_python_and_the_same_inner_command(tmp_path):
-    inner = runner.pytest_argv(["tests/fallback"], junit=str(tmp_path / "f.xml"), test_timeout_s=30)
-    argv, env = runner.native_command(inner, {"PYTHONHASHSEED": "0"}, src=tmp_path, python="/py/bin/python")
+    inner = commands.pytest_argv(["tests/fallback"], junit=str(tmp_path / "f.xml"), test_timeout_s=30)
+    argv, env = commands.native_command(inner, {"PYTHONHASHSEED": "0"}, src=tmp_path, python="/py/bin/python")
     assert argv == ["/py/bin/python", *inner[1:]]
     assert env["PYTHONHASHSEED"] == "0" and env["PYTHONPATH"].split(":")[0] == str(tmp_path)
-    line = runner.native_shell_line(argv, {"B": "2", "A": "x y"}, Path("/src dir"))
+    line = commands.native_shell_line(argv, {"B": "2", "A": "x y"}, Path("/src dir"))
     assert line.startswith("cd '/src dir' && env 'A=x y' B=2 /py/bin/python -m pytest")
 
 
 def test_pytest_argv_without_timeout_plugin():
-    assert not any(a.startswith("--timeout") for a in runner.pytest_argv(["t"], test_timeout_s=0))
+    assert not any(a.startswith("--timeout") for a in commands.pytest_argv(["t"], test_timeout_s=0))
 
 
 def test_missing_pytest_timeout_falls_back_with_a_warning(monkeypatch):
@@ -147,13 +147,13 @@ def test_detect_backend_uses_the_matrix_host_devices(tmp_path):
     data["backends"]["rocm"]["host_devices"] = [str(tmp_path / "kfd"), str(tmp_path / "dri")]
     path = tmp_path / "m.json"
     path.write_text(json.dumps(data))
-    assert runner.detect_backend(matrix.load(path)) == "cpu"
+    assert matrix.detect_backend(matrix.load(path)) == "cpu"
     (tmp_path / "kfd").touch()
-    assert runner.detect_backend(matrix.load(path)) == "cpu"  # needs all of them
+    assert matrix.detect_backend(matrix.load(path)) == "cpu"  # needs all of them
     (tmp_path / "dri").mkdir()
-    assert runner.detect_backend(matrix.load(path)) == "rocm"
+    assert matrix.detect_backend(matrix.load(path)) == "rocm"
     (tmp_path / "nvidiactl").touch()
-    assert runner.detect_backend(matrix.load(path)) == "cuda"
+    assert matrix.detect_backend(matrix.load(path)) == "cuda"
 
 
 def test_settings_read_the_environment(monkeypatch, tmp_path):

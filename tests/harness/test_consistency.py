@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import matrix, repro, runner
+from harness import commands, matrix, repro
 
 ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")
@@ -44,7 +44,7 @@ def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
 def _manifest(backend: str, mode: str = "container") -> dict:
     b = M.backend(backend)
     return {"backend": backend, "mode": mode, "src": "/repo", "image": {"tag": f"{b.image}:0123"},
-            "env": runner.suite_env(M, b), "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"}
+            "env": commands.suite_env(M, b), "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"}
 
 
 @pytest.mark.parametrize("backend", sorted(M.backends))
@@ -53,8 +53,8 @@ def test_repro_line_equals_the_runner_command_for_one_test(backend):
     b = M.backend(backend)
     test_id = "tests/numerics/test_x.py::test_y[fp32]"
     line = shlex.split(repro.repro_line(_manifest(backend), test_id))
-    inner = runner.pytest_argv([test_id], test_timeout_s=b.timeouts.test_s)
-    expected = runner.container_argv(b, f"{b.image}:0123", inner, src="/repo", env=runner.suite_env(M, b))
+    inner = commands.pytest_argv([test_id], test_timeout_s=b.timeouts.test_s)
+    expected = commands.container_argv(b, f"{b.image}:0123", inner, src="/repo", env=commands.suite_env(M, b))
     assert line == expected
     for opt in b.container_options:
         assert opt in line

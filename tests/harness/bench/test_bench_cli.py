@@ -148,6 +148,7 @@ def test_backend_verb_native_keeps_history_in_the_results_folder(tmp_path, capsy
         "--target-s",
         "0.01",
         "--quiet",
+        "--no-fail",  # this test is about history; whether 0.01 s of samples flag a change is the machine's noise
     ]
     assert main(argv) == 0
     assert main(argv) == 0
