@@ -85,7 +85,7 @@ def read_junit(path: Path, root: Path | None = None) -> list[Run]:
         if is_bare(case):
             continue
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        test_id = props.get("kiln_nodeid") or node_id(case, root)
+        test_id = node_id(case, root)
         index = props.get("kiln_flake_run")
         outcome, message = classify_case(case)
         runs.append(

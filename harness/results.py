@@ -90,12 +90,16 @@ def read_json(path: Path) -> Any:
 
 
 def node_id(case: ET.Element, root: Path | None = None) -> str:
-    """The pytest node id of a JUnit <testcase>.
+    """The pytest node id of a JUnit <testcase>: exactly as `harness.flake_plugin` recorded it (every suite
+    run loads the plugin), else recovered from the names of a JUnit file written without it.
 
     pytest writes classname `pkg.mod.Class` and name `test[param]`. With junit_family=xunit1 it also
     writes `file`, which splits module from class; otherwise the longest classname prefix that is a file
     under `root` is the module.
     """
+    for prop in case.iter("property"):
+        if prop.get("name") == "kiln_nodeid" and prop.get("value"):
+            return prop.get("value", "")
     classname = case.get("classname", "")
     name = case.get("name", "")
     parts = classname.split(".") if classname else []

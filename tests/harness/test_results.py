@@ -114,3 +114,18 @@ def test_atomic_write_leaves_a_device_or_fifo_in_place(tmp_path):
     reader.join(timeout=10)
     assert got == ["report\n"]
     assert fifo.is_fifo()
+
+
+def test_node_id_prefers_the_plugins_exact_id():
+    import xml.etree.ElementTree as ET
+
+    from harness.results import node_id
+
+    case = ET.fromstring(
+        '<testcase classname="tests.numerics.test_numerics" name="test_x[a.b::c-1]" file="tests/numerics/test_numerics.py">'
+        '<properties><property name="kiln_nodeid" value="tests/numerics/test_numerics.py::test_x[a.b::c-1]"/>'
+        "</properties></testcase>")
+    assert node_id(case) == "tests/numerics/test_numerics.py::test_x[a.b::c-1]"
+    bare = ET.fromstring('<testcase classname="tests.numerics.test_numerics" name="test_y" '
+                         'file="tests/numerics/test_numerics.py"/>')
+    assert node_id(bare) == "tests/numerics/test_numerics.py::test_y"  # files written without the plugin
