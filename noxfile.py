@@ -5,6 +5,7 @@ Sessions are verbs with one-line docstrings. CI files stay thin: they call nox.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -14,20 +15,15 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
-# Pins for the CPU (interpreter) environment. GPU images pin their own builds in docker/ and ci/matrix.json.
-TORCH_PIN = "torch==2.13.0"
-TRITON_PIN = "triton==3.9.0"
-
-# The four suites the harness runs, plus unit tests of the compiler and the harness.
-SUITES = ["dynamic_shapes", "control_flow", "fallback", "numerics"]
-
-# Determinism for every compiler suite: one process, one compile thread, fixed seeds.
-SUITE_ENV = {
-    "PYTHONHASHSEED": "0",
-    "KILN_COMPILE_THREADS": "1",
-    "TORCHINDUCTOR_COMPILE_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-}
+# ci/matrix.json is the one source of truth: the CPU (interpreter) environment's pins, the suites and the
+# environment every suite runs with (one process, one compile thread, fixed seeds) are read from it.
+MATRIX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ci", "matrix.json")
+with open(MATRIX_FILE) as _fh:
+    MATRIX = json.load(_fh)
+TORCH_PIN = MATRIX["backends"]["cpu"]["torch"]
+TRITON_PIN = MATRIX["backends"]["cpu"]["triton"]
+SUITES = list(MATRIX["suites"])
+SUITE_ENV = dict(MATRIX["suite_env"])
 
 
 def install_project(session: nox.Session) -> None:
@@ -50,15 +46,9 @@ def tests(session: nox.Session) -> None:
 # ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
 # Container mode needs only the standard library on the host; native mode (`-- --native` or
 # KILN_NATIVE=1) runs the suites with the Python that runs nox (e.g. `nox --no-venv` on a GPU box).
-MATRIX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ci", "matrix.json")
-
-
 def _matrix_backends() -> list[str]:
-    """Backend names, in matrix order, read from ci/matrix.json (the one source of truth)."""
-    import json
-
-    with open(MATRIX_FILE) as fh:
-        return list(json.load(fh)["backends"])
+    """Backend names, in matrix order."""
+    return list(MATRIX["backends"])
 
 
 def _split_native(session: nox.Session) -> tuple[list[str], list[str]]:

@@ -31,9 +31,15 @@ from harness.exc import QuarantineError
 FAILED_OUTCOMES = ("failed", "error")
 PASSED_OUTCOMES = ("passed", "xfailed")
 KNOWN_OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed")
-BACKENDS = ("cpu", "cuda", "rocm")
 _ENTRY_KEYS = ("id", "reason", "backends", "issue")
 _PARAMS = re.compile(r"\[[^\]]*\]$")
+
+
+def _backends() -> list[str]:
+    """The backend names of the matrix (ci/matrix.json, or KILN_MATRIX)."""
+    from harness import matrix
+
+    return list(matrix.load().backends)
 
 
 @dataclass(frozen=True)
@@ -122,9 +128,10 @@ def parse(data: Mapping, source: str = "<quarantine>") -> Quarantine:
         backends = item.get("backends", [])
         if not isinstance(backends, list) or not all(isinstance(b, str) for b in backends):
             raise QuarantineError(f"{where}: 'backends' must be a list of names such as [\"rocm\"]")
-        unknown_backends = [b for b in backends if b not in BACKENDS]
+        known = _backends()
+        unknown_backends = [b for b in backends if b not in known]
         if unknown_backends:
-            raise QuarantineError(f"{where}: unknown backend(s) {unknown_backends}; known: {list(BACKENDS)}")
+            raise QuarantineError(f"{where}: unknown backend(s) {unknown_backends}; known: {known}")
         issue = item.get("issue", "")
         if not isinstance(issue, str):
             raise QuarantineError(f"{where}: 'issue' must be a string")

@@ -37,8 +37,9 @@ def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
     assert "ci" in sessions and "ci-report" in sessions
     noxfile = (ROOT / "noxfile.py").read_text()
     assert '"harness", "run", "--backend", backend' in noxfile  # the sessions delegate to the harness
-    suite_env = names.get("SUITE_ENV", {})
-    assert {k: M.suite_env[k] for k in suite_env} == suite_env  # `nox -s tests` runs with the matrix's env
+    assert names["SUITE_ENV"] == M.suite_env and names["SUITES"] == list(M.suites)  # read from the matrix
+    cpu = M.backend("cpu")
+    assert (names["TORCH_PIN"], names["TRITON_PIN"]) == (cpu.torch, cpu.triton)
 
 
 def _manifest(backend: str, mode: str = "container") -> dict:
