@@ -631,9 +631,9 @@ def cli_main(args: argparse.Namespace) -> int:
         print(f"compile-check: note: the suites exited {suites_exit} (their failures are the suites' report)")
     print(f"report: {out / 'compile_check.md'}")
     if args.github_summary:
-        from harness.flakes import append_github_summary
+        from harness.results import append_job_summary
 
-        append_github_summary(out / "compile_check.md")
+        append_job_summary((out / "compile_check.md").read_text(encoding="utf-8"))
     if report["specializations"] < args.min_kernels:
         raise CompileCheckError(
             f"only {report['specializations']} kernel specializations were dumped to {dump}, "

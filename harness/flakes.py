@@ -33,7 +33,7 @@ from pathlib import Path
 
 from harness import quarantine as quarantine_mod
 from harness.exc import FlakeRunError, HarnessError, NoDeviceError, RunInterrupted
-from harness.results import classify_case, is_bare, node_id
+from harness.results import append_job_summary, classify_case, is_bare, node_id
 from harness.settings import settings
 
 SCHEMA = 1
@@ -431,14 +431,6 @@ def resolve_test_paths(root: Path, given: Sequence[str]) -> tuple[list[str], lis
     return exists, [p for p in paths if p not in exists]
 
 
-def append_github_summary(markdown: Path) -> None:
-    """Append a Markdown report to the GitHub Actions job summary, when running there."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if target and markdown.exists():
-        with open(target, "a", encoding="utf-8") as fh:
-            fh.write(markdown.read_text(encoding="utf-8") + "\n")
-
-
 # ---- CLI ----------------------------------------------------------------------------------------------
 
 
@@ -505,7 +497,7 @@ def cli_main(args: argparse.Namespace) -> int:
         print(f"ready to leave quarantine: {r['id']} passed {r['runs']}/{r['runs']} runs")
     print(f"report: {out / 'flakes.md'}")
     if args.github_summary:
-        append_github_summary(out / "flakes.md")
+        append_job_summary((out / "flakes.md").read_text(encoding="utf-8"))
     return 0 if report["ok"] else 1
 
 

@@ -6,7 +6,6 @@ run folder (atomically) and returns a `Summary`; `python -m harness report DIR` 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,8 +197,6 @@ def cli_main(args: Any) -> int:
     summary = write_reports(run_dir)
     run = load_run(run_dir)
     print(render_markdown(run) if args.markdown else render_text(run), end="")
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if args.github_summary and target:
-        with open(target, "a") as fh:
-            fh.write(render_markdown(run))
+    if args.github_summary:
+        res.append_job_summary(render_markdown(run))
     return 1 if args.check and not summary.ok else 0

@@ -74,6 +74,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def append_job_summary(markdown: str) -> bool:
+    """Append `markdown` to the GitHub Actions job summary when running there; True when it was written.
+    The one writer of the job summary for every harness report."""
+    from harness.settings import settings
+
+    target = settings().github_step_summary
+    if not target:
+        return False
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(markdown.rstrip("\n") + "\n\n")
+    return True
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     """atomic_write_text of `data` as indented, key-sorted JSON."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

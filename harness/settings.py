@@ -12,6 +12,7 @@ Variables (all optional):
   KILN_TORCH_INDEX_URL  base URL of PyTorch's per-variant wheel indexes (the matrix's `torch_variant`, e.g.
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
+  GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
 
 No package index or mirror host is written in the repository: they come from these variables or from the
 tools' own configuration, so mirrors and air-gapped sites work unchanged.
@@ -53,6 +54,7 @@ class Settings:
     torch_index_url: str = ""
     pip_index_url: str = ""
     pip_extra_index_url: str = ""
+    github_step_summary: str = ""
 
 
 def settings() -> Settings:
@@ -70,4 +72,5 @@ def settings() -> Settings:
         torch_index_url=os.environ.get("KILN_TORCH_INDEX_URL", "").strip().rstrip("/"),
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),
         pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
+        github_step_summary=os.environ.get("GITHUB_STEP_SUMMARY", "").strip(),
     )

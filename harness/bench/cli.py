@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -238,6 +237,8 @@ def _cmp_cfg(args: argparse.Namespace):
 
 def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, threshold: float = 0.05) -> None:
     """Terminal tables on stdout; Markdown/JSON/PNG where asked."""
+    from harness.results import append_job_summary, atomic_write_text
+
     from . import report
 
     print(report.run_header(run))
@@ -252,12 +253,8 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
             print(report.terminal(flagged))
     md = report.markdown_report(run, results, cmps, baseline)
     if getattr(args, "md", None):
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text(md)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a") as f:
-            f.write(md + "\n")
+        atomic_write_text(args.md, md)
+    append_job_summary(md)
     if getattr(args, "json", None):
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(

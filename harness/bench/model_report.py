@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from .records import Result, RunInfo
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line,
                      interpreted, latency_cell, markdown, terminal, text_bars)
 from .store import Store
+from harness.results import append_job_summary
 
 BASELINE = "eager"
 ORDER = ("eager", "kiln", "inductor", "kiln-cg", "inductor-cg")
@@ -469,10 +469,7 @@ def write_reports(
         json.dumps(json_report(profile, runs, results, notes, comparisons), indent=1, default=str)
     )
     (out / "export.json").write_text(json.dumps(store.export([r.id for r in runs]), default=str))
-    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_file:
-        with open(summary_file, "a") as f:
-            f.write(md + "\n")
+    append_job_summary(md)
     written = [str(md_path), str(json_path), str(out / "export.json")]
     try:
         plots.mkdir(parents=True, exist_ok=True)

@@ -10,11 +10,12 @@ over at least 20 workloads. Exit 0 when every expectation holds, else 1 (with th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+
+from harness.results import append_job_summary, atomic_write_text
 
 from . import report
 from .compare import CompareConfig, compare, load_baseline
@@ -128,10 +129,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     for name, p, detail in checks:
         print(f"{'PASS' if p else 'FAIL'}  {name}: {detail}")
     if args.md:
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text(md)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
-            f.write(md + "\n")
+        atomic_write_text(args.md, md)
+    append_job_summary(md)
     print("bench self-test " + ("passed" if ok_all else "FAILED"), file=sys.stderr)
     return 0 if ok_all else 1

@@ -129,3 +129,14 @@ def test_node_id_prefers_the_plugins_exact_id():
     bare = ET.fromstring('<testcase classname="tests.numerics.test_numerics" name="test_y" '
                          'file="tests/numerics/test_numerics.py"/>')
     assert node_id(bare) == "tests/numerics/test_numerics.py::test_y"  # files written without the plugin
+
+
+def test_job_summary_is_appended_only_on_github(tmp_path, monkeypatch):
+    from harness.results import append_job_summary
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert append_job_summary("# nothing") is False
+    target = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+    assert append_job_summary("# one\n") and append_job_summary("# two")
+    assert target.read_text() == "# one\n\n# two\n\n"
