@@ -12,12 +12,13 @@ Terms:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional, Sequence
 
 import sympy
 import torch
 import torch.utils._pytree as pytree
-from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from . import config
@@ -38,6 +39,78 @@ RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
 
 def same(a: sympy.Expr, b: sympy.Expr) -> bool:
     return a == b or sympy.expand(a - b) == 0
+
+
+#: largest static iteration domain (xnumel * rnumel) on which two index expressions are compared by evaluation
+EVAL_LIMIT = 1 << 26
+_EVAL_CHUNK = 1 << 16
+
+
+class _NotEvaluable(Exception):
+    pass
+
+
+def _eval_index(e: sympy.Expr, env: dict) -> object:
+    """``e`` evaluated on integer numpy arrays (the index vocabulary kiln's lowerings produce)."""
+    if e.is_Integer:
+        return int(e)
+    if e.is_Symbol:
+        if e not in env:
+            raise _NotEvaluable(e)
+        return env[e]
+    args = [_eval_index(a, env) for a in e.args]
+    if isinstance(e, sympy.Add):
+        out = args[0]
+        for a in args[1:]:
+            out = out + a
+        return out
+    if isinstance(e, sympy.Mul):
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if isinstance(e, FloorDiv):
+        return args[0] // args[1]
+    if isinstance(e, ModularIndexing):
+        return (args[0] // args[1]) % args[2]
+    if isinstance(e, (sympy.Mod, Mod, PythonMod)):
+        return args[0] % args[1]
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
+        return args[0] ** int(e.exp)
+    raise _NotEvaluable(type(e).__name__)
+
+
+@functools.lru_cache(maxsize=4096)
+def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sympy.Expr) -> bool:
+    """``a == b`` for every (xindex, rindex) of a group: symbolically, or, when sympy cannot tell and the sizes
+    are static, by evaluating both over the whole domain (exact, not sampled). Views through reshapes give
+    nested FloorDiv/ModularIndexing forms of the same offset (a softmax epilogue realized as a bmm operand of
+    another shape), which would otherwise keep fusible kernels apart."""
+    if same(a, b):
+        return True
+    if not (a.free_symbols | b.free_symbols) <= {XINDEX, RINDEX}:
+        return False
+    if not (sympy.sympify(xnumel).is_Integer and sympy.sympify(rnumel).is_Integer):
+        return False
+    xs_n, rs_n = int(xnumel), int(rnumel)
+    if xs_n * rs_n == 0 or xs_n * rs_n > EVAL_LIMIT:
+        return False
+    import numpy as np
+
+    rows = max(1, _EVAL_CHUNK // max(rs_n, 1))
+    r = np.arange(rs_n, dtype=np.int64)[None, :]
+    try:
+        for x0 in range(0, xs_n, rows):
+            x = np.arange(x0, min(xs_n, x0 + rows), dtype=np.int64)[:, None]
+            shape = (x.shape[0], rs_n)
+            env = {XINDEX: x, RINDEX: r}
+            va = np.broadcast_to(_eval_index(a, env), shape)
+            vb = np.broadcast_to(_eval_index(b, env), shape)
+            if not np.array_equal(va, vb):
+                return False
+    except _NotEvaluable:
+        return False
+    return True
 
 
 def decompose(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool = False) -> list[sympy.Expr]:
@@ -279,7 +352,7 @@ class Scheduler:
                 return False
             if member.role == "x" and not member.is_reduction and prod_m.role == "xr":
                 return False
-            if not same(ld.index, prod_m.store_index):
+            if not same_on_domain(ld.index, prod_m.store_index, group.xnumel, group.rnumel):
                 return False
         return True
 

@@ -91,3 +91,37 @@ def test_wrapper_allocates_launches_and_calls_the_extern_out_variant():
     assert code.count("empty_strided") == 2  # the matmul's output and the kernel's
     calls = [n.op for n in st.wrapper.graph.nodes]
     assert calls[0] == "placeholder" and calls[-1] == "output"
+
+
+def test_index_equality_on_a_static_domain_sees_through_reshapes():
+    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+    from compiler.scheduler import RINDEX, XINDEX, same, same_on_domain
+
+    flat = 1024 * FloorDiv(XINDEX, 32) + 32 * ModularIndexing(XINDEX, 1, 32) + RINDEX  # [4,32,32] row-major
+    nested = 64 * FloorDiv(flat, 2048) + 32 * ModularIndexing(flat, 1024, 2) + ModularIndexing(flat, 32, 32)
+    assert not same(nested, XINDEX)  # sympy alone cannot tell
+    assert same_on_domain(nested, XINDEX, 128, 32)  # ... but they agree on every (x, r) of the group
+    assert not same_on_domain(nested, XINDEX + 1, 128, 32)
+    assert not same_on_domain(nested, XINDEX, 128, 33)  # r = 32 carries into the next row
+    import sympy
+
+    assert not same_on_domain(nested, XINDEX, sympy.Symbol("s0", positive=True, integer=True), 32)
+
+
+def test_attention_softmax_through_a_reshape_is_one_kernel():
+    """[B, H, S, S] scores normalized and reshaped into the [B*H, S, S] operand of the second bmm: the row
+    reductions and the normalizing epilogue share one kernel (the epilogue's loads of the reductions are the
+    same offsets, written through FloorDiv/ModularIndexing)."""
+
+    def attn(q, k, v):
+        s = (q @ k.transpose(-1, -2)) * 0.125
+        p = torch.softmax(s, -1)
+        return torch.bmm(p.reshape(-1, 32, 32), v.reshape(-1, 32, 16)).reshape(2, 2, 32, 16)
+
+    q, k, v = (torch.randn(2, 2, 32, 16) for _ in range(3))
+    st = staged(attn, q, k, v, upto="schedule")
+    reductions = [g for g in groups(st) if g.has_reduction]
+    assert len(reductions) == 1 and len([g for g in groups(st)]) == 1
+    out = torch.compile(attn, backend="kiln")(q, k, v)
+    torch.testing.assert_close(out, attn(q, k, v), rtol=1e-5, atol=1e-5)
