@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import CompileCheckError, HarnessError, MissingTool, RunInterrupted
+from harness.process import kill_group
 from harness.settings import settings
 
 SCHEMA = 1
@@ -315,19 +316,6 @@ def compiler_env() -> dict[str, str]:
     return env
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Stop a worker and the assembler/linker processes it started."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(10)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def compile_specs(
     specs: Sequence[KernelSpec],
     targets: Sequence[Target],
@@ -382,10 +370,10 @@ def compile_specs(
             try:
                 proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
     except BaseException:
         for proc, *_ in procs:
-            _kill_group(proc)
+            kill_group(proc)
         raise
     for proc, log, result, chunk in procs:
         code = proc.returncode

@@ -23,7 +23,6 @@ import os
 import re
 import secrets
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from harness.exc import HarnessError, HealthError, MissingTool, RunInterrupted
 from harness.matrix import Backend, Matrix
 from harness.commands import (CONTAINER_RESULTS, container_argv, native_command, pytest_argv,
                               suite_env)
+from harness.process import execute
 from harness.settings import settings
 
 RUN_SCHEMA = 1
@@ -81,64 +81,6 @@ def _check_native_python() -> bool:
 def _container_name(backend: str, name: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", name)[:40]
     return f"kiln-{backend}-{safe}-{secrets.token_hex(4)}"
-
-
-def _stop(proc: subprocess.Popen, container: str | None) -> None:
-    """Stop a running pytest: kill its container, or its process group (native)."""
-    from harness import image
-
-    if container:
-        image.docker("kill", container, check=False)
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
-
-
-def execute(argv: list[str], *, log: Path, timeout_s: float, env: dict[str, str] | None = None,
-            cwd: Path | None = None, container: str | None = None, echo: bool = True) -> tuple[int, bool]:
-    """Run `argv` with output teed to `log` (and stdout when `echo`); kill it after `timeout_s`.
-    The container (if named) is removed whatever happens. Returns (returncode, timed_out)."""
-    from harness import image
-
-    log.parent.mkdir(parents=True, exist_ok=True)
-    timed_out = False
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                text=True, errors="replace", start_new_session=True)
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                fh.write(line)
-                if echo:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        try:
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                fh.write(f"\n[harness] killed after the suite timeout of {timeout_s:.0f}s\n")
-                _stop(proc, container)
-                rc = proc.returncode
-        except BaseException:
-            _stop(proc, container)
-            raise
-        finally:
-            reader.join(timeout=10)
-            if container:
-                image.docker("rm", "--force", container, check=False)
-    return rc, timed_out
 
 
 def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: str, *, native: bool,
