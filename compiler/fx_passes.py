@@ -55,11 +55,10 @@ def _val(n: Any) -> Any:
 
 
 def _fake_mode(gm: fx.GraphModule) -> Any:
-    for n in gm.graph.nodes:
-        mode = getattr(_val(n), "fake_mode", None)
-        if mode is not None:
-            return mode
-    return None
+    """The FakeTensorMode the graph was traced in (the active tracing context's, else its FakeTensors')."""
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes])
 
 
 def _static(*sizes: Any) -> bool:
@@ -90,8 +89,8 @@ def _like(val: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
 class Rewrite:
     """One pass's edits of a graph, made whole or not at all.
 
-    ``node(...)`` inserts a node (its FakeTensor computed on the spot), ``replace(old, new)`` moves ``old``'s
-    users to ``new``. ``commit()`` recomputes every FakeTensor of the graph (a new layout changes the strides
+    ``node(...)`` inserts a node (its FakeTensor comes with the propagation in ``commit()``), ``replace(old,
+    new)`` moves ``old``'s users to ``new``. ``commit()`` recomputes every FakeTensor of the graph (a new layout changes the strides
     of every view and op downstream), gives each graph output whose strides moved a copy laid out as before
     (the caller and the backward graph were traced against those strides), and drops the replaced nodes.
     When an op rejects the new layout (a ``view`` that cannot be expressed on it) the graph is restored.
@@ -101,16 +100,11 @@ class Rewrite:
         self.gm, self.graph, self.mode = gm, gm.graph, mode
         self.out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
         self.saved = {n: n.meta.get("val") for n in gm.graph.nodes}
-        self.outputs = {a: self.saved[a] for a in self.out_node.all_input_nodes}
         self.added: list[fx.Node] = []
         self.replaced: list[tuple[fx.Node, fx.Node]] = []
 
-    def node(self, target: Any, args: tuple, kwargs: Optional[dict] = None, meta: bool = True) -> fx.Node:
-        kwargs = kwargs or {}
-        n = self.graph.call_function(target, args, kwargs)
-        if meta:
-            with self.mode:
-                n.meta["val"] = target(*fx.node.map_arg(args, _val), **fx.node.map_arg(kwargs, _val))
+    def node(self, target: Any, args: tuple, kwargs: Optional[dict] = None) -> fx.Node:
+        n = self.graph.call_function(target, args, kwargs or {})
         self.added.append(n)
         return n
 
@@ -375,7 +369,7 @@ def convs_channels_last(gm: fx.GraphModule) -> int:
             if _same_strides(_val(arg), _like(_val(arg), torch.channels_last)):
                 continue
             with gm.graph.inserting_before(conv):
-                cl = rw.node(aten.clone.default, (arg,), {"memory_format": torch.channels_last}, meta=False)
+                cl = rw.node(aten.clone.default, (arg,), {"memory_format": torch.channels_last})
             conv.replace_input_with(arg, cl)
     if not rw.commit():
         return 0

@@ -300,6 +300,7 @@ def _var_parts(g, node, x: Value, dims, correction, keepdim: bool, results: bool
     corr = 1 if correction is None else correction
     if float(corr) == int(corr):
         corr = int(corr)
+    emulate = results and g.settings.emulate_eager_precision
 
     def var_fn(idx: Index) -> KExpr:
         # max(n - correction, 0) in the accumulation dtype (correction may be a float)
@@ -307,7 +308,6 @@ def _var_parts(g, node, x: Value, dims, correction, keepdim: bool, results: bool
         dn = Op("maximum", [dn, Const(0.0, acc)], acc)
         return mark_rounding(cast(Op("truediv", [m2.load(idx), dn], acc), out.dtype), emulate)
 
-    emulate = results and g.settings.emulate_eager_precision
     var = Lazy(m2.size, out.dtype, x.device, var_fn)
 
     def mean_fn(idx: Index) -> KExpr:
