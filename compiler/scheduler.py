@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import sympy
 import torch
 import torch.utils._pytree as pytree
-from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from . import config
@@ -46,40 +46,6 @@ EVAL_LIMIT = 1 << 26
 _EVAL_CHUNK = 1 << 16
 
 
-class _NotEvaluable(Exception):
-    pass
-
-
-def _eval_index(e: sympy.Expr, env: dict) -> object:
-    """``e`` evaluated on integer numpy arrays (the index vocabulary kiln's lowerings produce)."""
-    if e.is_Integer:
-        return int(e)
-    if e.is_Symbol:
-        if e not in env:
-            raise _NotEvaluable(e)
-        return env[e]
-    args = [_eval_index(a, env) for a in e.args]
-    if isinstance(e, sympy.Add):
-        out = args[0]
-        for a in args[1:]:
-            out = out + a
-        return out
-    if isinstance(e, sympy.Mul):
-        out = args[0]
-        for a in args[1:]:
-            out = out * a
-        return out
-    if isinstance(e, FloorDiv):
-        return args[0] // args[1]
-    if isinstance(e, ModularIndexing):
-        return (args[0] // args[1]) % args[2]
-    if isinstance(e, (sympy.Mod, Mod, PythonMod)):
-        return args[0] % args[1]
-    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
-        return args[0] ** int(e.exp)
-    raise _NotEvaluable(type(e).__name__)
-
-
 @functools.lru_cache(maxsize=4096)
 def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sympy.Expr) -> bool:
     """``a == b`` for every (xindex, rindex) of a group: symbolically, or, when sympy cannot tell and the sizes
@@ -97,19 +63,25 @@ def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sym
         return False
     import numpy as np
 
+    from .codegen.printer import pexpr  # the integer arithmetic the kernel itself will compute
+    from .exc import CodegenError
+
+    try:
+        fa, fb = (compile(pexpr(e), "<index>", "eval") for e in (a, b))
+    except CodegenError:
+        return False
     rows = max(1, _EVAL_CHUNK // max(rs_n, 1))
     r = np.arange(rs_n, dtype=np.int64)[None, :]
-    try:
-        for x0 in range(0, xs_n, rows):
-            x = np.arange(x0, min(xs_n, x0 + rows), dtype=np.int64)[:, None]
-            shape = (x.shape[0], rs_n)
-            env = {XINDEX: x, RINDEX: r}
-            va = np.broadcast_to(_eval_index(a, env), shape)
-            vb = np.broadcast_to(_eval_index(b, env), shape)
-            if not np.array_equal(va, vb):
-                return False
-    except _NotEvaluable:
-        return False
+    for x0 in range(0, xs_n, rows):
+        x = np.arange(x0, min(xs_n, x0 + rows), dtype=np.int64)[:, None]
+        env = {"__builtins__": {}, XINDEX.name: x, RINDEX.name: r}
+        try:
+            va, vb = eval(fa, env), eval(fb, env)  # noqa: S307 - index source printed by kiln itself
+        except NameError:  # tl.maximum/tl.minimum: not evaluated here
+            return False
+        shape = (x.shape[0], rs_n)
+        if not np.array_equal(np.broadcast_to(va, shape), np.broadcast_to(vb, shape)):
+            return False
     return True
 
 
