@@ -242,7 +242,7 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
     from . import report
 
     print(report.run_header(run))
-    if report.interpreted(run.device) & set(run.compilers):
+    if report.interpreted(run.device, run.compilers):
         print(f"note: {report.INTERPRETER_NOTE}")
     print(report.terminal(report.side_by_side(results, run.compilers, run.device, cmps)))
     if cmps is not None:

@@ -83,9 +83,9 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
     return [r for r in runs if r.id in used], results, notes
 
 
-def _interp(runs: list[RunInfo]) -> frozenset:
-    """Compilers with interpreter times in any of `runs` (kiln on a CPU)."""
-    return frozenset().union(*(interpreted(r.device) for r in runs)) if runs else frozenset()
+def _interp(runs: list[RunInfo], compilers: Sequence[str]) -> frozenset:
+    """Those of `compilers` with interpreter times in any of `runs` (kiln on a CPU)."""
+    return frozenset().union(*(interpreted(r.device, compilers) for r in runs))
 
 
 def _rank(compiler: str) -> tuple[int, str]:
@@ -303,10 +303,10 @@ def markdown_report(
 ) -> str:
     compilers = compilers_of(results)
     gpu = any(r.device.startswith("cuda") for r in runs)
-    interp = _interp(runs)
+    interp = _interp(runs, compilers)
     s = summary(results, compilers)
     parts = [f"## kiln bench: model tier ({profile})", ""]
-    if interp & set(compilers):
+    if interp:
         parts += [f"> {INTERPRETER_NOTE}", ""]
     if runs:
         dev = runs[0].device_name or runs[0].device
@@ -479,11 +479,11 @@ def write_reports(
     if print_table:
         s = summary(results)
         gpu = any(r.device.startswith("cuda") for r in runs)
-        interp = _interp(runs)
+        interp = _interp(runs, compilers_of(results))
         print(
             f"model tier ({profile}), {s['cases']} case(s) from run(s) {', '.join(str(r.id) for r in runs)}:"
         )
-        if interp & set(compilers_of(results)):
+        if interp:
             print(f"note: {INTERPRETER_NOTE}")
         print(terminal(short_table(results, interp=interp)))
         print()

@@ -64,14 +64,14 @@ INTERPRETER_NOTE = (
 )
 
 
-def interpreted(device: str) -> set[str]:
-    """The compilers whose times on `device` are interpreter times (kiln and its modes off the GPU)."""
-    return set() if device.startswith("cuda") else {"kiln", "kiln-cg"}
+def interpreted(device: str, compilers: Sequence[str]) -> set[str]:
+    """Those of `compilers` whose times on `device` are interpreter times (kiln and its modes off the GPU)."""
+    return set() if device.startswith("cuda") else {"kiln", "kiln-cg"} & set(compilers)
 
 
 def speedup_compilers(device: str, compilers: Sequence[str]) -> list[str]:
     """The compilers whose speedup over eager means something on `device`."""
-    skip = interpreted(device)
+    skip = interpreted(device, compilers)
     return [c for c in compilers if c not in skip]
 
 
@@ -97,7 +97,7 @@ def side_by_side(
     by: dict[str, dict[str, Result]] = {}
     for r in results:
         by.setdefault(r.workload, {})[r.compiler] = r
-    interp = interpreted(device)
+    interp = interpreted(device, compilers)
     base = {(c.workload, c.compiler): c for c in cmps or []}
     head = ["workload"] + [f"{c} (interpreter)" if c in interp else c for c in compilers]
     rows = [head + ["best GB/s", "best %ceil"]]
@@ -239,7 +239,7 @@ def markdown_report(
             else "Nothing regressed, improved, new or missing.",
             "",
         ]
-    if interpreted(run.device) & set(run.compilers):
+    if interpreted(run.device, run.compilers):
         parts += [f"> {INTERPRETER_NOTE}", ""]
     parts += [
         "### Latency side by side (speedup over eager)",
