@@ -47,6 +47,16 @@ class RunInterrupted(HarnessError):
     exit_code = 130
 
 
+class Interrupted(KeyboardInterrupt):
+    """Not an error: `process.execute` under the `Forward` interrupt policy was interrupted (Ctrl-C/SIGTERM)
+    and the command has ended since; `returncode` is its exit status. A KeyboardInterrupt, so that a caller
+    that does not look for it sees the interrupt as such."""
+
+    def __init__(self, returncode: int | None) -> None:
+        super().__init__(returncode)
+        self.returncode = returncode
+
+
 class QuarantineError(HarnessError):
     """The quarantine file is missing, not valid TOML, or an entry is malformed or duplicated."""
 

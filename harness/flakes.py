@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -32,7 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import quarantine as quarantine_mod
-from harness.exc import FlakeRunError, HarnessError, NoDeviceError, RunInterrupted
+from harness.exc import FlakeRunError, HarnessError, Interrupted, NoDeviceError, RunInterrupted
+from harness.process import Forward, execute
 from harness.results import append_job_summary, classify_case, is_bare, node_id
 from harness.settings import settings
 
@@ -164,51 +163,13 @@ def pytest_command(
 
 
 def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[int, bool]:
-    """Run pytest with its output tee'd live to `log` and stdout; returns (exit code, interrupted)."""
-    interrupted = False
-    with log.open("w", encoding="utf-8") as out:
-
-        def tee(data: bytes) -> None:
-            text = data.decode("utf-8", errors="replace")
-            out.write(text)
-            out.flush()  # the log is what a person tails during a long run
-            sys.stdout.write(text)
-            sys.stdout.flush()
-
-        # a job started in the background of a non-interactive shell ignores SIGINT, and so would pytest:
-        # restore the default so that forwarding Ctrl-C makes pytest stop and write its JUnit XML
-        proc = subprocess.Popen(
-            list(cmd),
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        assert proc.stdout is not None
-        try:
-            # os.read returns what is there (pytest's progress dots come without a newline)
-            while chunk := os.read(proc.stdout.fileno(), 65536):
-                tee(chunk)
-            code = proc.wait()
-        except KeyboardInterrupt:
-            interrupted = True
-            try:  # a terminal's Ctrl-C reached pytest too: let it finish writing its JUnit XML
-                rest, _ = proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)  # pytest writes its JUnit XML on the way out
-                try:
-                    rest, _ = proc.communicate(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    rest, _ = proc.communicate()
-            tee(rest or b"")
-            code = proc.returncode
-    return code, interrupted or code == 2
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    """Run pytest with its output tee'd live to `log` and stdout; returns (exit code, interrupted).
+    Ctrl-C or SIGTERM is forwarded to pytest as SIGINT, so it stops and still writes its JUnit XML."""
+    try:
+        code, _ = execute(list(cmd), log=log, timeout_s=None, env=env, cwd=cwd, on_interrupt=Forward(grace_s=60))
+    except Interrupted as e:
+        return e.returncode if e.returncode is not None else 2, True
+    return code, code == 2  # pytest exits 2 when interrupted from inside (KeyboardInterrupt in a test)
 
 
 def backend_env(backend_name: str, root: Path) -> tuple[dict[str, str], int | None]:
@@ -386,12 +347,7 @@ def detect(
     if native:
         env, timeout_s = backend_env(backend, root)
         cmd = pytest_command(paths, runs, junit.resolve(), extra, timeout_s)
-        # SIGTERM (a cancelled CI job) is handled like Ctrl-C: pytest is stopped and keeps what it has
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-        try:
-            code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
     else:
         code, interrupted, cmd = _run_in_container(backend, paths, runs, out_dir, extra, image)
     if code in (3, 4):

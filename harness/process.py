@@ -1,19 +1,38 @@
 """Running commands: the one place that starts a harness subprocess and stops it.
 
-`execute` tees a command's output to a log (and stdout), kills it after a timeout, forwards an interrupt by
-stopping it, and removes its container whatever happens; `kill_group` stops a process and everything it
-started. The suites runner, the bench backend verb and compile-check's workers use these. (flakes.run_pytest
-keeps its own loop: it forwards Ctrl-C to pytest so that pytest writes its JUnit XML before it exits.)
+`execute` tees a command's output to a log (and stdout), kills it after a timeout, handles an interrupt by
+its policy, and removes its container whatever happens; `kill_group` stops a process and everything it
+started. The suites runner, the bench backend verb, compile-check's workers and the flake detector use these.
+
+Interrupt policies (Ctrl-C, i.e. KeyboardInterrupt in the main thread, while `execute` waits):
+  None (default)  stop the command at once (container, then process group) and re-raise the interrupt.
+  Forward(grace_s)  SIGTERM counts as Ctrl-C too; SIGINT is sent to the command's process group, which gets
+                  `grace_s` seconds to finish writing its outputs (pytest writes its JUnit XML on the way
+                  out) before the group is killed; then `exc.Interrupted` (a KeyboardInterrupt) is raised
+                  carrying the command's exit status.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from harness.exc import Interrupted
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Interrupt policy of `execute`: forward Ctrl-C/SIGTERM to the command as SIGINT and give it `grace_s`
+    seconds to finish before its process group is killed (see the module docstring)."""
+
+    grace_s: float = 60
 
 
 def kill_group(proc: subprocess.Popen, grace_s: float = 10) -> None:
@@ -42,41 +61,93 @@ def stop(proc: subprocess.Popen, container: str | None) -> None:
     kill_group(proc)
 
 
-def execute(argv: list[str], *, log: Path, timeout_s: float, env: dict[str, str] | None = None,
-            cwd: Path | None = None, container: str | None = None, echo: bool = True) -> tuple[int, bool]:
-    """Run `argv` with output teed to `log` (and stdout when `echo`); kill it after `timeout_s`.
-    The container (if named) is removed whatever happens. Returns (returncode, timed_out)."""
+def forward_interrupt(proc: subprocess.Popen, container: str | None, grace_s: float) -> None:
+    """Send SIGINT to the command's process group and wait up to `grace_s` for it to end; then stop it.
+    Another interrupt while waiting stops it at once (and propagates)."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        stop(proc, container)
+    except BaseException:
+        stop(proc, container)
+        raise
+
+
+def _default_sigint() -> None:
+    # a job started in the background of a non-interactive shell ignores SIGINT, and so would its children:
+    # restore the default so that a forwarded SIGINT stops the command (runs in the child before exec)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[str, str] | None = None,
+            cwd: Path | None = None, container: str | None = None, echo: bool = True,
+            on_interrupt: Forward | None = None) -> tuple[int, bool]:
+    """Run `argv` with output teed live to `log` (and stdout when `echo`); kill it after `timeout_s` (None: no
+    limit). The container (if named) is removed whatever happens. Returns (returncode, timed_out).
+    An interrupt is handled by `on_interrupt` (module docstring): by default the command is stopped and the
+    KeyboardInterrupt propagates; under `Forward` it raises `Interrupted` once the command has ended."""
     from harness import image
 
     log.parent.mkdir(parents=True, exist_ok=True)
     timed_out = False
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                text=True, errors="replace", start_new_session=True)
+    sigterm = on_interrupt is not None and threading.current_thread() is threading.main_thread()
+    if sigterm:
+        # SIGTERM (a cancelled CI job) is handled like Ctrl-C: the command is asked to stop and keeps its outputs
+        previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with open(log, "w", encoding="utf-8") as fh:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                    start_new_session=True,
+                                    preexec_fn=_default_sigint if on_interrupt is not None else None)
 
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                fh.write(line)
-                if echo:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
+            def pump() -> None:
+                assert proc.stdout is not None
+                decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+                while True:
+                    # os.read returns what is there: output without a newline (pytest's progress dots) shows now
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    text = decoder.decode(chunk, final=not chunk)
+                    if text:
+                        fh.write(text)
+                        fh.flush()  # the log is what a person tails during a long run
+                        if echo:
+                            sys.stdout.write(text)
+                            sys.stdout.flush()
+                    if not chunk:
+                        return
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        try:
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
             try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                fh.write(f"\n[harness] killed after the suite timeout of {timeout_s:.0f}s\n")
+                try:
+                    rc = proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    fh.write(f"\n[harness] killed after the suite timeout of {timeout_s:.0f}s\n")
+                    stop(proc, container)
+                    rc = proc.returncode
+            except KeyboardInterrupt:
+                if on_interrupt is None:
+                    stop(proc, container)
+                    raise
+                forward_interrupt(proc, container, on_interrupt.grace_s)
+                raise Interrupted(proc.returncode) from None
+            except BaseException:
                 stop(proc, container)
-                rc = proc.returncode
-        except BaseException:
-            stop(proc, container)
-            raise
-        finally:
-            reader.join(timeout=10)
-            if container:
-                image.docker("rm", "--force", container, check=False)
+                raise
+            finally:
+                reader.join(timeout=10)
+                if container:
+                    image.docker("rm", "--force", container, check=False)
+    finally:
+        if sigterm:  # None: the handler was not set from Python
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_sigterm is None else previous_sigterm)
     return rc, timed_out

@@ -1,12 +1,18 @@
-"""harness/process.py: output teed to the log, the timeout kills the whole process group, exit codes kept."""
+"""harness/process.py: output teed to the log, the timeout kills the whole process group, exit codes kept,
+and the interrupt policies: by default an interrupt stops the command at once; under Forward the command
+gets SIGINT and time to write its outputs, and is killed when it lets the grace period pass."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from harness.process import execute, kill_group
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_execute_tees_output_and_keeps_the_exit_code(tmp_path, capsys):
@@ -48,3 +54,106 @@ def test_kill_group_of_a_finished_process_is_a_no_op():
     proc.wait()
     kill_group(proc)
     assert proc.returncode == 0
+
+
+def test_execute_keeps_output_without_a_newline_and_any_bytes(tmp_path):
+    log = tmp_path / "out.log"
+    script = "import sys; sys.stdout.buffer.write(b'..' + 'caf\\u00e9'.encode() + b'\\xff'); sys.stdout.flush()"
+    rc, _ = execute([sys.executable, "-c", script], log=log, timeout_s=60, echo=False)
+    assert rc == 0 and log.read_text(encoding="utf-8") == "..caf\u00e9\ufffd"
+
+
+# ---- interrupt policies -------------------------------------------------------------------------------
+# A driver process runs `execute` (an interrupt must reach the main thread of the process running it, which
+# must not be pytest's); the test signals the driver once the command says it is ready.
+
+DRIVER = """
+import signal, sys
+from pathlib import Path
+from harness.exc import Interrupted
+from harness.process import Forward, execute
+if sys.argv[3] == 'ctrl-c':
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
+grace = float(sys.argv[4])
+policy = Forward(grace_s=grace) if grace >= 0 else None
+try:
+    execute([sys.executable, '-c', sys.argv[1]], log=Path(sys.argv[2]), timeout_s=600, on_interrupt=policy,
+            echo=False)
+    print('finished', flush=True)
+except Interrupted as e:
+    print('interrupted', e.returncode, flush=True)
+except KeyboardInterrupt:
+    print('stopped', flush=True)
+"""
+
+
+def _drive(tmp_path, command: str, *, how: str, grace_s: float) -> tuple[str, float]:
+    """Run `command` under execute in a driver with SIGINT ignored (a background job of a non-interactive
+    shell, as in CI), interrupt the driver by `how` (ctrl-c: SIGINT, else SIGTERM) once `ready` exists;
+    returns (the driver's output, seconds from the signal to the driver's exit)."""
+    ready = tmp_path / "ready"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, command, str(tmp_path / "cmd.log"), how, str(grace_s)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        for _ in range(1200):
+            if ready.exists() or driver.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), f"the command did not start: {driver.communicate(timeout=60)[0]}"
+        t0 = time.monotonic()
+        driver.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
+        out, _ = driver.communicate(timeout=240)
+        return out, time.monotonic() - t0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def _command(tmp_path, body: str) -> str:
+    """A Python command that writes its pid to `pid`, says `ready`, then runs `body`."""
+    return (f"import os, signal, sys, time; from pathlib import Path\n"
+            f"Path({str(tmp_path / 'pid')!r}).write_text(str(os.getpid()))\n"
+            f"Path({str(tmp_path / 'ready')!r}).write_text('')\n" + body)
+
+
+def test_forward_lets_the_command_write_its_outputs_on_sigterm(tmp_path):
+    """SIGTERM to the harness reaches the command as SIGINT (reset from ignored to the default, so Python's
+    KeyboardInterrupt): it finishes writing its outputs, and its exit status comes back."""
+    outputs = tmp_path / "outputs.xml"
+    body = ("try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    time.sleep(1)  # still writing\n"
+            f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n")
+    out, _ = _drive(tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120)
+    assert out.strip() == "interrupted 2"
+    assert outputs.read_text() == "<testsuites/>"
+
+
+def test_forward_on_ctrl_c_to_a_command_that_traps_sigint(tmp_path):
+    outputs = tmp_path / "outputs.txt"
+    body = (f"def done(signum, frame):\n    Path({str(outputs)!r}).write_text('written')\n    sys.exit(7)\n"
+            "signal.signal(signal.SIGINT, done)\ntime.sleep(600)\n")
+    out, _ = _drive(tmp_path, _command(tmp_path, body), how="ctrl-c", grace_s=120)
+    assert out.strip() == "interrupted 7"
+    assert outputs.read_text() == "written"
+
+
+def test_forward_kills_a_command_that_ignores_sigint_after_the_grace_period(tmp_path):
+    grace_s = 2
+    body = "signal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(600)\n"
+    out, waited = _drive(tmp_path, _command(tmp_path, body), how="ctrl-c", grace_s=grace_s)
+    assert out.strip() == f"interrupted {-signal.SIGTERM}"  # kill_group's SIGTERM, after the grace period
+    assert waited >= grace_s
+    assert not _alive(int((tmp_path / "pid").read_text()))
+
+
+def test_default_policy_stops_the_command_at_once(tmp_path):
+    """Without a policy the command gets no SIGINT: its group is stopped and the interrupt propagates."""
+    outputs = tmp_path / "outputs.txt"
+    body = (f"def done(signum, frame):\n    Path({str(outputs)!r}).write_text('written')\n    sys.exit(7)\n"
+            "signal.signal(signal.SIGINT, done)\ntime.sleep(600)\n")
+    out, _ = _drive(tmp_path, _command(tmp_path, body), how="ctrl-c", grace_s=-1)
+    assert out.strip() == "stopped"
+    assert not outputs.exists() and not _alive(int((tmp_path / "pid").read_text()))
