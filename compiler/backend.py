@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import logging
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import sympy
 import torch.fx as fx
@@ -20,29 +20,34 @@ from . import config, fx_passes
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
 from .codegen.dedup import share_identical
-from .codegen.triton_kernel import KernelSource, render_group
-from .codegen.wrapper import WrapperBuilder
+from .codegen.triton_kernel import render_group
+from .codegen.wrapper import Wrapper, WrapperBuilder
 from .decompositions import decomposition_table
-from .exc import KernelLaunchError, KilnError
-from .graph import ExternCall, FallbackReason, GraphLowering
+from .exc import InvariantError, KernelLaunchError, KilnError
+from .graph import FallbackReason, GraphLowering, Program
 from .runtime import cache, precompile
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
-from .scheduler import KernelGroup, Scheduler
+from .scheduler import KernelGroup, Schedule, Scheduler
 
 log = logging.getLogger("kiln")
 
 
 @dataclasses.dataclass
 class CompileState:
-    """What flows between passes."""
+    """One ATen graph going through ``PASSES``: the graph, and the typed product each pass makes.
+
+    ``program`` (``graph.Program``, made by ``lower``) -> ``schedule`` (``scheduler.Schedule``, made by
+    ``schedule``; ``render`` gives each of its kernel groups its ``KernelSource``) -> ``wrapper``
+    (``codegen.wrapper.Wrapper``, made by ``wrap``). ``subgraphs``: records of ``torch.cond`` branches
+    compiled while lowering.
+    """
 
     gm: fx.GraphModule
     name: str
     role: str = "inference"  # AOTAutograd's: inference, forward or backward; "subgraph" for torch.cond branches
-    lowering: Optional[GraphLowering] = None
-    items: list = dataclasses.field(default_factory=list)
-    kernels: dict[int, KernelSource] = dataclasses.field(default_factory=dict)
-    wrapper: Optional[fx.GraphModule] = None
+    program: Optional[Program] = None
+    schedule: Optional[Schedule] = None
+    wrapper: Optional[Wrapper] = None
     subgraphs: list[CompiledGraph] = dataclasses.field(default_factory=list)
 
 
@@ -61,27 +66,28 @@ def lower_pass(st: CompileState) -> None:
         st.subgraphs.append(cg)
         return cg.wrapper
 
-    st.lowering = GraphLowering(st.gm, st.name, subgraph_compiler=compile_sub).run()
+    st.program = GraphLowering(st.gm, st.name, subgraph_compiler=compile_sub).run()
 
 
 def schedule_pass(st: CompileState) -> None:
-    st.items = Scheduler(st.lowering).run()
+    st.schedule = Scheduler(st.program).run()
 
 
 def render_pass(st: CompileState) -> None:
-    dtypes = {name: b.dtype for name, b in st.lowering.buffers.items()}
-    for i, item in enumerate(st.items):
-        if isinstance(item, KernelGroup):
-            st.kernels[i] = render_group(item, dtypes, _index_dtype(item, st.lowering))
-    st.kernels = share_identical(st.kernels)  # one kernel per distinct body (transformer layers repeat)
+    program, groups = st.program, st.schedule.groups
+    dtypes = {name: b.dtype for name, b in program.buffers.items()}
+    kernels = [render_group(g, dtypes, _index_dtype(g, program)) for g in groups]
+    for g, ks in zip(groups, share_identical(kernels)):  # one kernel per distinct body (transformer layers repeat)
+        g.kernel = ks
+    st.schedule.rendered = True
 
 
 def wrap_pass(st: CompileState) -> None:
-    st.wrapper = WrapperBuilder(st.lowering, st.items, st.kernels).build()
+    st.wrapper = WrapperBuilder(st.schedule).build()
 
 
 def precompile_pass(st: CompileState) -> None:
-    precompile.precompile_graph(st.lowering, st.kernels, st.wrapper)
+    precompile.precompile_graph(st.program, st.schedule.kernels, st.wrapper.module)
 
 
 def dump_pass(st: CompileState) -> None:
@@ -90,42 +96,69 @@ def dump_pass(st: CompileState) -> None:
         return
     text = f"# kiln wrapper for {st.name}\n" + st.wrapper.code
     cache.write_atomic(os.path.join(folder, "graphs", f"{_safe(st.name)}.py"), text)
-    for ks in st.kernels.values():
+    for ks in st.schedule.kernels:
         path = os.path.join(folder, "kernels", f"{ks.name}.py")
         if not os.path.exists(path):
             cache.write_atomic(path, ks.source)
 
 
-#: the pipeline, in order: (name, why, pass)
-PASSES: list[tuple[str, str, Callable[[CompileState], None]]] = [
-    ("conv_layout", "inference graphs of fp16/bf16 GPU convolutions run channels-last (cuDNN's NHWC kernels, "
-     "no transposes around each convolution)", conv_layout_pass),
-    ("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
-     "says it pays: cuBLAS's aligned kernels", mm_layout_pass),
-    ("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass),
-    ("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups", schedule_pass),
-    ("render", "render each kernel group to deterministic Triton source", render_pass),
-    ("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap_pass),
-    ("precompile", "send each kernel's expected GPU specialization to the compile workers (parallel compile)",
-     precompile_pass),
-    ("dump", "write wrapper and kernel sources to KILN_DUMP_DIR when it is set", dump_pass),
+class Pass(NamedTuple):
+    """One step of the pipeline: ``run`` reads the ``CompileState`` products earlier passes made and makes
+    (or fills) the one named by ``makes``, whose ``verify()`` runs right after it under ``strict``."""
+
+    name: str
+    why: str
+    run: Callable[[CompileState], None]
+    makes: Optional[str] = None
+
+
+#: the pipeline, in order
+PASSES: list[Pass] = [
+    Pass("conv_layout", "inference graphs of fp16/bf16 GPU convolutions run channels-last (cuDNN's NHWC kernels, "
+         "no transposes around each convolution)", conv_layout_pass),
+    Pass("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
+         "says it pays: cuBLAS's aligned kernels", mm_layout_pass),
+    Pass("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass,
+         "program"),
+    Pass("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups",
+         schedule_pass, "schedule"),
+    Pass("render", "render each kernel group to deterministic Triton source", render_pass, "schedule"),
+    Pass("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap_pass, "wrapper"),
+    Pass("precompile", "send each kernel's expected GPU specialization to the compile workers (parallel compile)",
+         precompile_pass),
+    Pass("dump", "write wrapper and kernel sources to KILN_DUMP_DIR when it is set", dump_pass),
 ]
+
+
+def run_pass(st: CompileState, p: Pass) -> None:
+    """Run one pass on ``st`` (errors other than kiln's own reraised as ``KilnError`` naming the pass and
+    graph); under ``strict``, then verify the product it made (``InvariantError``)."""
+    try:
+        p.run(st)
+    except KilnError:
+        raise
+    except Exception as e:
+        raise KilnError(f"kiln pass '{p.name}' failed on {st.name}: {type(e).__name__}: {e}") from e
+    if p.makes is None or not config.settings().strict:
+        return
+    product = getattr(st, p.makes)
+    try:
+        if product is None:
+            raise InvariantError(f"no {p.makes} was made")
+        product.verify()
+    except Exception as e:  # a product broken enough to trip verify() itself is broken all the same
+        detail = str(e) if isinstance(e, InvariantError) else f"{type(e).__name__}: {e}"
+        raise InvariantError(f"after kiln pass '{p.name}' on {st.name}: {detail}") from e
 
 
 def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference") -> CompiledGraph:
     """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
     st = CompileState(gm, name, role)
-    for pass_name, _why, fn in PASSES:
-        try:
-            fn(st)
-        except KilnError:
-            raise
-        except Exception as e:
-            raise KilnError(f"kiln pass '{pass_name}' failed on {name}: {type(e).__name__}: {e}") from e
-    kernels = {ks.name: ks.source for ks in st.kernels.values()}
-    externs = sum(1 for it in st.items if isinstance(it, ExternCall) and it.reason is None and not it.transfer)
-    return CompiledGraph(name, st.wrapper, kernels, len(st.kernels), externs, list(st.lowering.fallbacks),
-                         st.subgraphs)
+    for p in PASSES:
+        run_pass(st, p)
+    kernels = st.schedule.kernels
+    return CompiledGraph(name, st.wrapper.module, {ks.name: ks.source for ks in kernels}, len(kernels),
+                         st.schedule.extern_count(), list(st.program.fallbacks), st.subgraphs)
 
 
 _graph_ids = itertools.count()
@@ -274,7 +307,7 @@ def _compile_backward(compile_fn: Callable) -> Callable:
     return compile_backward
 
 
-def _index_dtype(group: KernelGroup, g: GraphLowering) -> str:
+def _index_dtype(group: KernelGroup, g: Program) -> str:
     """int32 index math when every size is static and small; int64 otherwise."""
     limit = 2 ** 31 - 1
     exprs = [group.xnumel * group.rnumel]

@@ -38,6 +38,17 @@ class SymbolResolutionError(CodegenError):
     """A size symbol used by a kernel cannot be computed from the wrapper's inputs."""
 
 
+class InvariantError(KilnError):
+    """A pass product broke a structural invariant its ``verify()`` checks (run between passes under
+    ``strict``): a compiler bug, caught at the pass that made it rather than where it would surface."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise ``InvariantError(message)`` unless ``ok``: the checks of the pass products' ``verify()``."""
+    if not ok:
+        raise InvariantError(message)
+
+
 class KernelLaunchError(KilnError):
     """A generated kernel could not be compiled or launched on the device at hand."""
 

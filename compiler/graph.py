@@ -18,7 +18,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from . import config
-from .exc import LoweringError, NotLowered
+from .exc import LoweringError, NotLowered, require
 from .ir import (
     Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
     Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, prod, sym,
@@ -78,6 +78,98 @@ class SubgraphRef:
 
 
 Step = Union[ComputedBuffer, ExternCall, SubgraphCall]
+
+
+@dataclasses.dataclass
+class Program:
+    """The ``lower`` pass's product: the graph as kiln IR, ready to schedule.
+
+    ``inputs``: (placeholder, value) in order (a value: ``Strided`` of an ``InputBuffer``, ``SymScalar`` or
+    ``Opaque``); ``steps``: ``ComputedBuffer`` / ``ExternCall`` / ``SubgraphCall`` in program order;
+    ``outputs``: the graph's results as values; ``buffers``: every buffer by name (inputs, constants and
+    empties included: those have no step); ``constants``: tensor attributes by buffer name; ``attributes``:
+    other attributes (subgraphs of ``map``/``scan``) as (value, name, object); ``fallbacks``: why each op
+    that runs as ATen does. ``next_id`` continues the lowering's buffer numbering for buffers added later
+    (the scheduler's partial sums).
+    """
+
+    name: str
+    inputs: list[tuple[fx.Node, Any]]
+    steps: list[Step]
+    outputs: list[Any]
+    buffers: dict[str, Buffer]
+    constants: dict[str, torch.Tensor]
+    attributes: list[tuple[Opaque, str, Any]]
+    fallbacks: list[FallbackReason]
+    next_id: int = 0
+
+    def new_name(self, prefix: str = "buf") -> str:
+        name = f"{prefix}{self.next_id}"
+        self.next_id += 1
+        return name
+
+    def add_buffer(self, buf: Buffer) -> Buffer:
+        self.buffers[buf.name] = buf
+        return buf
+
+    def verify(self) -> None:
+        """Structural invariants (``InvariantError`` names the first broken one): buffers registered under
+        their own names; unique placeholder names; every step's and output's buffers registered; a buffer
+        produced by one step only; what an ATen call reads is an input, a constant, an empty or produced by
+        an earlier step. Bodies of computed buffers are not evaluated (that stays the scheduler's work)."""
+        where = f"program {self.name}"
+        for name, buf in self.buffers.items():
+            require(isinstance(buf, Buffer) and buf.name == name, f"{where}: buffer {name!r} registered as {buf!r}")
+        names = [ph.name for ph, _ in self.inputs]
+        require(len(set(names)) == len(names), f"{where}: duplicate placeholders {names}")
+        for ph, value in self.inputs:
+            if isinstance(value, Strided):
+                require(isinstance(value.buffer, InputBuffer), f"{where}: input {ph.name} is {value.buffer!r}")
+                self._registered(value.buffer, f"input {ph.name}")
+        for name in self.constants:
+            require(isinstance(self.buffers.get(name), InputBuffer), f"{where}: constant {name} has no buffer")
+        made: dict[str, int] = {}
+        for k, step in enumerate(self.steps):
+            for buf in _step_buffers(step):
+                self._registered(buf, f"step {k} ({_describe(step)})")
+                require(buf.name not in made, f"{where}: {buf.name} produced by steps {made.get(buf.name)} and {k}")
+                made[buf.name] = k
+        for k, step in enumerate(self.steps):
+            if isinstance(step, ComputedBuffer):
+                continue
+            for v in _strided_in((step.args, getattr(step, "kwargs", {}))):
+                self._registered(v.buffer, f"an argument of step {k} ({_describe(step)})")
+                require(made.get(v.buffer.name, -1) < k,
+                         f"{where}: step {k} ({_describe(step)}) reads {v.buffer.name} before step "
+                         f"{made.get(v.buffer.name)} produces it")
+        for v in _strided_in(self.outputs):
+            self._registered(v.buffer, "a graph output")
+        for r in self.fallbacks:
+            require(isinstance(r, FallbackReason), f"{where}: fallback {r!r} is not a FallbackReason")
+
+    def _registered(self, buf: Buffer, what: str) -> None:
+        require(self.buffers.get(buf.name) is buf, f"program {self.name}: {what}: {buf!r} is not its registered buffer")
+
+
+def _describe(step: Any) -> str:
+    if isinstance(step, ComputedBuffer):
+        return step.name
+    return f"{_op_name(step.target)} of {step.fx_name}"
+
+
+def _step_buffers(step: Step) -> list[Buffer]:
+    """The buffers a step produces: a computed buffer itself, an ATen call's results and ``out=`` buffer."""
+    if isinstance(step, ComputedBuffer):
+        return [step]
+    out = [o for o in pytree.tree_leaves(step.outputs) if isinstance(o, Buffer)]
+    if getattr(step, "out", None) is not None and step.out not in out:
+        out.append(step.out)
+    return out
+
+
+def _strided_in(obj: Any) -> list[Strided]:
+    return [v for v in pytree.tree_leaves(obj) if isinstance(v, Strided)]
+
 
 #: dtypes kiln kernels load, compute and store; anything else (complex, float8, uint32...) falls back
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
@@ -163,7 +255,7 @@ class GraphLowering:
         return Strided(buf, buf.layout)
 
     # ------------------------------------------------------------------ running
-    def run(self) -> "GraphLowering":
+    def run(self) -> Program:
         for node in self.gm.graph.nodes:
             self.current_node = node
             if node.op == "placeholder":
@@ -178,7 +270,8 @@ class GraphLowering:
             else:
                 raise LoweringError(f"unsupported FX node kind {node.op} ({node.name})")
         self.current_node = None
-        return self
+        return Program(self.name, self.inputs, self.steps, self.outputs, self.buffers, self.constants,
+                       self.attributes, self.fallbacks, self._counter)
 
     def _placeholder(self, node: fx.Node) -> Any:
         val = node.meta.get("val")

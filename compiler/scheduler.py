@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import sympy
 import torch
@@ -22,10 +22,14 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from . import config
-from .graph import GraphLowering, Step
+from .exc import InvariantError, require
+from .graph import ExternCall, Program, Step, SubgraphCall
 from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Strided, SymScalar, contiguous_strides, is_dense, prod,
                  stride_order)
 from .kexpr import KExpr, free_symbols, loads
+
+if TYPE_CHECKING:
+    from .codegen.triton_kernel import KernelSource
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
 #: (H100 sweep, 16384 x 4096 bf16 norm backward: 256 programs beat 512 and 1024 by 10 to 35 us, the second
@@ -141,6 +145,9 @@ class KernelGroup:
     partials: list[Member] = dataclasses.field(default_factory=list)
     row_chunk: int = 0
     programs: int = 0
+    #: the group's Triton kernel, set by the ``render`` pass (a kernel another group shares keeps its own
+    #: buffers and sizes: see ``codegen.dedup``)
+    kernel: Optional["KernelSource"] = None
 
     def member(self, name: str) -> Optional[Member]:
         for m in self.members:
@@ -153,13 +160,109 @@ class KernelGroup:
         return [m.buf.name for m in self.members]
 
 
-Scheduled = "KernelGroup | ExternCall | SubgraphCall"
+Scheduled = Union[KernelGroup, ExternCall, SubgraphCall]
+
+
+@dataclasses.dataclass
+class Schedule:
+    """The ``schedule`` pass's product: the program's work in launch order (``items``: kernel groups,
+    extern and subgraph calls). The ``render`` pass fills every group's ``kernel`` and sets ``rendered``."""
+
+    program: Program
+    items: list[Scheduled]
+    rendered: bool = False
+
+    @property
+    def groups(self) -> list[KernelGroup]:
+        return [it for it in self.items if isinstance(it, KernelGroup)]
+
+    @property
+    def kernels(self) -> list["KernelSource"]:
+        """One kernel per launch, in launch order (groups that share a kernel list it once each)."""
+        return [g.kernel for g in self.groups]
+
+    def extern_count(self) -> int:
+        """Extern-kernel calls (``out=`` ATen such as ``mm.out``; not fallbacks, not copies)."""
+        return sum(1 for it in self.items if isinstance(it, ExternCall) and it.reason is None and not it.transfer)
+
+    def verify(self) -> None:
+        """Structural invariants (``InvariantError`` names the first broken one):
+
+        - items are kernel groups, extern or subgraph calls; groups have members, each a registered computed
+          buffer with role "x" or "xr" (partial sums "col", always stored); a buffer is produced by one item;
+        - what an item reads is produced by an earlier item (or the same group), or is an input, constant or
+          empty; a group's member another item or the graph's outputs read is stored (values that stay in
+          registers are read inside their group only);
+        - before ``render`` no group has a kernel; after it every group has one, storing exactly its stored
+          members, reading registered buffers only, over the group's sizes; a kernel name stands for one
+          source.
+        """
+        where = f"schedule of {self.program.name}"
+        buffers = self.program.buffers
+        producer: dict[str, int] = {}
+        stored: dict[str, bool] = {}  # group members -> stored?
+        for k, item in enumerate(self.items):
+            if isinstance(item, KernelGroup):
+                require(bool(item.members), f"{where}: group {k} has no members")
+                made = []
+                for m, roles in [(m, ("x", "xr")) for m in item.members] + [(p, ("col",)) for p in item.partials]:
+                    require(m.role in roles, f"{where}: group {k}: member {m.buf.name} has role {m.role!r}")
+                    require(m.store or m.role != "col", f"{where}: group {k}: partial sums {m.buf.name} not stored")
+                    require(isinstance(m.buf, ComputedBuffer) and buffers.get(m.buf.name) is m.buf,
+                             f"{where}: group {k}: member {m.buf.name} is not a registered computed buffer")
+                    stored[m.buf.name] = m.store
+                    made.append(m.buf.name)
+            elif isinstance(item, (ExternCall, SubgraphCall)):
+                made = list(dict.fromkeys(_step_outputs(item)))  # an ``out=`` buffer is also the result
+            else:
+                raise InvariantError(f"{where}: item {k} is a {type(item).__name__}")
+            for name in made:
+                require(name not in producer, f"{where}: {name} produced by items {producer.get(name)} and {k}")
+                producer[name] = k
+        for k, item in enumerate(self.items):
+            for name in _scheduled_reads(item):
+                j = producer.get(name)
+                if j is None:
+                    require(name in buffers and not isinstance(buffers[name], ComputedBuffer),
+                             f"{where}: item {k} reads {name}, which nothing computes")
+                    continue
+                require(j <= k, f"{where}: item {k} reads {name} before item {j} produces it")
+                require(j == k or stored.get(name, True),
+                         f"{where}: item {k} reads {name}, which group {j} keeps in registers (not stored)")
+        for v in _iter_values(self.program.outputs):
+            if isinstance(v, Strided):
+                name = v.buffer.name
+                require(name in producer or not isinstance(v.buffer, ComputedBuffer),
+                         f"{where}: graph output {name} is computed by no item")
+                require(stored.get(name, True), f"{where}: graph output {name} is not stored")
+        names: dict[str, str] = {}
+        for k, item in enumerate(self.items):
+            if not isinstance(item, KernelGroup):
+                continue
+            ks = item.kernel
+            if not self.rendered:
+                require(ks is None, f"{where}: group {k} has a kernel before render")
+                continue
+            require(ks is not None, f"{where}: group {k} has no kernel after render")
+            want = [m.buf.name for m in item.members + item.partials if m.store]
+            require(list(ks.stores) == want, f"{where}: kernel {ks.name} (group {k}) stores {ks.stores}, "
+                                              f"its group stores {want}")
+            for param, name in ks.ptr_args:
+                require(name in buffers or name in self.program.constants,
+                         f"{where}: kernel {ks.name} (group {k}) passes unknown buffer {name} as {param}")
+            outs = [name for param, name in ks.ptr_args if param.startswith("out_ptr")]
+            require(sorted(outs) == sorted(want), f"{where}: kernel {ks.name} (group {k}) writes {outs}, stores {want}")
+            require(same(ks.xnumel, item.xnumel) and same(ks.rnumel, item.rnumel),
+                     f"{where}: kernel {ks.name} (group {k}) launches over ({ks.xnumel}, {ks.rnumel}), its group "
+                     f"over ({item.xnumel}, {item.rnumel})")
+            require(names.setdefault(ks.name, ks.source) == ks.source,
+                     f"{where}: kernel name {ks.name} stands for two different sources")
 
 
 class Scheduler:
-    """Turns GraphLowering steps into an ordered list of KernelGroups and extern/subgraph calls."""
+    """Turns a Program's steps into a Schedule: KernelGroups and extern/subgraph calls in launch order."""
 
-    def __init__(self, g: GraphLowering) -> None:
+    def __init__(self, g: Program) -> None:
         self.g = g
         self.items: list = []  # KernelGroup | ExternCall | SubgraphCall, in launch order
         self.producer: dict[str, int] = {}  # buffer name -> index in items
@@ -198,7 +301,7 @@ class Scheduler:
         return live
 
     # ------------------------------------------------------------------ fusion
-    def run(self) -> list:
+    def run(self) -> Schedule:
         steps = self.live_steps()
         consumers: dict[str, list[object]] = {}
         for step in steps:
@@ -219,7 +322,7 @@ class Scheduler:
                     self.symbol_producer.setdefault(sym, len(self.items) - 1)
         self.mix_column_partials()
         self._decide_stores(consumers)
-        return self.items
+        return Schedule(self.g, self.items)
 
     def _place(self, buf: ComputedBuffer) -> None:
         deps = [self.producer[n] for n in _body_reads(buf) if n in self.producer]
@@ -553,6 +656,21 @@ def _unbacked_symbols(outputs) -> set[sympy.Symbol]:
             for e in o.layout.size + o.layout.stride:
                 found |= sympy.sympify(e).free_symbols
     return {s for s in found if symbol_is_type(s, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT))}
+
+
+def _scheduled_reads(item: Scheduled) -> list[str]:
+    """Buffers a scheduled item reads, from what it computes: the loads of a group's members (and partial
+    sums) in the group's index space, the tensor arguments of a call. Evaluates no definition."""
+    names: dict[str, None] = {}
+    if isinstance(item, KernelGroup):
+        for m in item.members + item.partials:
+            for ld in loads(m.value):
+                names[ld.buffer] = None
+    else:
+        for v in _iter_values((item.args, getattr(item, "kwargs", {}))):
+            if isinstance(v, Strided):
+                names[v.buffer.name] = None
+    return list(names)
 
 
 def _iter_values(obj):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Sequence
 
 from .triton_kernel import KernelSource
 
@@ -27,11 +28,11 @@ def body_key(ks: KernelSource) -> tuple:
     return text, ks.reduction, ks.hint, ks.programs
 
 
-def share_identical(kernels: dict[int, KernelSource]) -> dict[int, KernelSource]:
-    """``kernels`` (item index -> source, in order) with every duplicate renamed to its first occurrence."""
+def share_identical(kernels: Sequence[KernelSource]) -> list[KernelSource]:
+    """``kernels`` (in launch order) with every duplicate renamed to its first occurrence."""
     first: dict[tuple, KernelSource] = {}
-    out: dict[int, KernelSource] = {}
-    for i, ks in kernels.items():
+    out: list[KernelSource] = []
+    for ks in kernels:
         seen = first.setdefault(body_key(ks), ks)
-        out[i] = ks if seen is ks else dataclasses.replace(ks, name=seen.name, source=seen.source)
+        out.append(ks if seen is ks else dataclasses.replace(ks, name=seen.name, source=seen.source))
     return out

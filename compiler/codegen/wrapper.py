@@ -15,6 +15,7 @@ Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrappe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from typing import Any, Callable, Optional
@@ -24,23 +25,67 @@ import torch
 import torch.fx as fx
 from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 
-from ..exc import SymbolResolutionError
-from ..graph import ExternCall, GraphLowering, SubgraphCall, SubgraphRef
+from ..exc import InvariantError, SymbolResolutionError, require
+from ..graph import ExternCall, SubgraphCall, SubgraphRef
 from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
 from ..runtime.launcher import TritonKernel
 from ..runtime.restride import ensure_strides, reinterpret_tensor
-from ..scheduler import KernelGroup
+from ..scheduler import KernelGroup, Schedule
 from .printer import MAX_TYPES, MIN_TYPES
 from .triton_kernel import KernelSource
 
 aten = torch.ops.aten
 
 
+@dataclasses.dataclass
+class Wrapper:
+    """The ``wrap`` pass's product: the wrapper ``GraphModule`` that runs a rendered ``schedule``."""
+
+    module: fx.GraphModule
+    schedule: Schedule
+
+    @property
+    def code(self) -> str:
+        return self.module.code
+
+    def verify(self) -> None:
+        """Structural invariants (``InvariantError`` names the first broken one): the FX graph lints
+        (nodes defined before use, targets exist); one placeholder per program input; the launches are the
+        schedule's kernels in its order, each a ``TritonKernel`` module holding its group's source, and no
+        kernel module goes unlaunched; every buffer a launch writes is allocated by this wrapper (kernels
+        never write a graph input: mutations reach inputs through the trailing write-back copies)."""
+        where = f"wrapper of {self.schedule.program.name}"
+        graph = self.module.graph
+        try:
+            graph.lint()
+        except Exception as e:  # noqa: BLE001 - FX raises plain RuntimeErrors
+            raise InvariantError(f"{where}: {e}") from e
+        nodes = list(graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        require(len(placeholders) == len(self.schedule.program.inputs),
+                 f"{where}: {len(placeholders)} placeholders for {len(self.schedule.program.inputs)} inputs")
+        launches = [n for n in nodes if n.op == "call_module"
+                    and isinstance(self.module.get_submodule(n.target), TritonKernel)]
+        kernels = self.schedule.kernels
+        require([n.target for n in launches] == [ks.name for ks in kernels],
+                 f"{where}: launches {[n.target for n in launches]} are not the schedule's kernels "
+                 f"{[ks.name for ks in kernels]}")
+        modules = {name for name, m in self.module.named_children() if isinstance(m, TritonKernel)}
+        require(modules == {ks.name for ks in kernels}, f"{where}: kernel modules {sorted(modules)} never launched")
+        for node, ks in zip(launches, kernels):
+            require(self.module.get_submodule(node.target).source == ks.source,
+                     f"{where}: module {ks.name} does not hold its kernel's source")
+            for (param, name), arg in zip(ks.ptr_args, node.args):
+                if param.startswith("out_ptr"):
+                    require(isinstance(arg, fx.Node) and _allocates(arg),
+                             f"{where}: {ks.name} writes {name} through {arg}, not an allocation")
+
+
 class WrapperBuilder:
-    def __init__(self, g: GraphLowering, items: list, kernels: dict[int, KernelSource]) -> None:
-        self.g = g
-        self.items = items
-        self.kernels = kernels
+    def __init__(self, schedule: Schedule) -> None:
+        require(schedule.rendered, f"schedule of {schedule.program.name} wrapped before render")
+        self.g = schedule.program
+        self.schedule = schedule
         self.graph = fx.Graph()
         self.root = torch.nn.Module()
         self.nodes: dict[str, Any] = {}  # buffer name -> fx node
@@ -229,7 +274,7 @@ class WrapperBuilder:
             self.opaque[id(outputs)] = node
 
     # ------------------------------------------------------------------ steps
-    def build(self) -> fx.GraphModule:
+    def build(self) -> Wrapper:
         for ph, value in self.g.inputs:
             node = self.graph.placeholder(ph.name)
             node.meta["val"] = ph.meta.get("val")
@@ -243,9 +288,9 @@ class WrapperBuilder:
         for name, tensor in self.g.constants.items():
             self.root.register_buffer(name, tensor)
             self.nodes[name] = self.graph.get_attr(name)
-        for i, item in enumerate(self.items):
+        for item in self.schedule.items:
             if isinstance(item, KernelGroup):
-                self.emit_kernel(item, self.kernels[i])
+                self.emit_kernel(item, item.kernel)
             elif isinstance(item, ExternCall):
                 self.emit_extern(item)
             elif isinstance(item, SubgraphCall):
@@ -258,7 +303,7 @@ class WrapperBuilder:
                 # found by plain attribute lookup: `self.<kernel>` in the wrapper skips nn.Module.__getattr__
                 # (a microsecond per launch); the kernel stays a submodule for printing and state
                 gm.__dict__[name] = module
-        return gm
+        return Wrapper(gm, self.schedule)
 
     def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
         for m in group.members + group.partials:
@@ -329,6 +374,12 @@ def fast_allocator(device: torch.device) -> Optional[Callable]:
     if device.type == "cuda" and torch.cuda.device_count() == 1 and device.index in (None, 0):
         return getattr(guards, "_empty_strided_cuda", None)
     return None
+
+
+def _allocates(node: fx.Node) -> bool:
+    """``node`` allocates a buffer: ``torch.empty_strided`` or one of Dynamo's C allocators."""
+    return node.op == "call_function" and (node.target is torch.empty_strided or
+                                           getattr(node.target, "__name__", "").startswith("_empty_strided_"))
 
 
 def _unbound(builder: WrapperBuilder, s: sympy.Symbol) -> bool:

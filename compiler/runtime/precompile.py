@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import sympy
 import torch
@@ -36,10 +36,11 @@ def enabled() -> bool:
     return not config.interpreting() and compile_pool.pool_size() > 0 and gpu_compile._OWN["ok"]
 
 
-def precompile_graph(lowering: Any, kernels: dict, wrapper: torch.nn.Module) -> int:
-    """Submit the graph's kernels (``KernelSource`` by item index, wrapper holding their ``TritonKernel``
-    modules) to the compile pool; returns how many requests were sent. Never raises: a kernel that cannot
-    be sent compiles at its first launch."""
+def precompile_graph(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module) -> int:
+    """Submit the graph's kernels (``lowering``: the ``graph.Program``; ``kernels``: its ``KernelSource``s,
+    one per launch in launch order; ``wrapper``: the module holding their ``TritonKernel``s) to the compile
+    pool; returns how many requests were sent. Never raises: a kernel that cannot be sent compiles at its
+    first launch."""
     if not kernels or not enabled():
         return 0
     try:
@@ -49,12 +50,12 @@ def precompile_graph(lowering: Any, kernels: dict, wrapper: torch.nn.Module) -> 
         return 0
 
 
-def _precompile(lowering: Any, kernels: dict, wrapper: torch.nn.Module) -> int:
+def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module) -> int:
     from ..ir import _size_hints
 
     hints = _size_hints()
     sent = 0
-    for ks in kernels.values():
+    for ks in kernels:
         try:
             device = _cuda_device(ks, lowering)
             if device is None:

@@ -72,7 +72,7 @@ def graph_kernels(fn, *inputs, dynamic=False):
 
     def record(lowering, kernels, wrapper):
         from compiler.ir import _size_hints
-        seen.append((lowering, dict(kernels), wrapper, _size_hints()))
+        seen.append((lowering, list(kernels), wrapper, _size_hints()))
         return 0
 
     forward = TritonKernel.forward
@@ -195,7 +195,7 @@ def test_ahead_of_time_request_is_the_first_launchs(dynamic, device):
         first.setdefault(kernel.name, args)
     compared = 0
     for lowering, kernels, wrapper, hints in seen:
-        for ks in kernels.values():
+        for ks in kernels:
             req, fn = precompile.request_for(ks, getattr(wrapper, ks.name), lowering, hints, SM90)
             args = first[ks.name]
             k = getattr(wrapper, ks.name)
@@ -327,7 +327,7 @@ def test_no_workers_with_one_compile_thread_or_worker(monkeypatch):
     monkeypatch.setattr(gpu_compile, "on_disk", lambda req, fn: False)
     monkeypatch.setattr(precompile, "submit", lambda req: sent.append(req))
     monkeypatch.setattr(compile_pool, "get_pool", lambda: pytest.fail("no pool may be created"))
-    kernels = {0: type("KS", (), {"name": "k"})()}
+    kernels = [type("KS", (), {"name": "k"})()]
     wrapper = torch.nn.Module()
     wrapper.k = torch.nn.Module()
     for threads, workers in [(1, 8), (8, 1), (1, 1)]:
@@ -345,7 +345,7 @@ def test_no_workers_with_one_compile_thread_or_worker(monkeypatch):
 
 
 def test_precompile_pass_runs_after_wrap():
-    names = [p[0] for p in backend.PASSES]
+    names = [p.name for p in backend.PASSES]
     assert names.index("precompile") == names.index("wrap") + 1
 
 

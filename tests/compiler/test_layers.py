@@ -11,7 +11,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
-from compiler.backend import CompileState, lower_pass, render_pass, schedule_pass, wrap_pass
+from compiler.backend import PASSES, CompileState, run_pass
 from compiler.decompositions import decomposition_table
 from compiler.graph import ExternCall
 from compiler.scheduler import KernelGroup
@@ -20,37 +20,38 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def staged(fn, *args, upto: str = "wrap") -> CompileState:
-    """The compile state of ``fn``'s ATen graph after the passes up to ``upto`` (strict mode)."""
+    """The compile state of ``fn``'s ATen graph after the passes up to ``upto`` (strict mode: each product
+    verified after the pass that made it)."""
     gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="fake")(*args)
     st = CompileState(gm, "t")
+    layers = {p.name: p for p in PASSES}
     with compiler.config.patch(strict=True):
-        for name, fn_pass in (("lower", lower_pass), ("schedule", schedule_pass), ("render", render_pass),
-                              ("wrap", wrap_pass)):
-            fn_pass(st)
+        for name in ("lower", "schedule", "render", "wrap"):
+            run_pass(st, layers[name])
             if name == upto:
                 break
     return st
 
 
 def groups(st: CompileState) -> list[KernelGroup]:
-    return [it for it in st.items if isinstance(it, KernelGroup)]
+    return st.schedule.groups
 
 
 # ------------------------------------------------------------------------------------------- scheduler
 def test_pointwise_chain_fuses_into_its_row_reduction():
     st = staged(lambda x: torch.relu(x * 2 + 1).sum(-1), torch.randn(64, 32), upto="schedule")
     (g,) = groups(st)
-    assert g.has_reduction and len(st.items) == 1
+    assert g.has_reduction and len(st.schedule.items) == 1
     assert int(g.xnumel) == 64 and int(g.rnumel) == 32
 
 
 def test_softmax_is_one_persistent_group_and_is_stored_for_the_matmul():
     st = staged(lambda x, w: torch.softmax(x, -1) @ w, torch.randn(16, 40), torch.randn(40, 8), upto="schedule")
-    kinds = [type(it).__name__ for it in st.items]
+    kinds = [type(it).__name__ for it in st.schedule.items]
     assert kinds == ["KernelGroup", "ExternCall"]
     (g,) = groups(st)
     stored = [m.buf.name for m in g.members if m.store]
-    mm = next(it for it in st.items if isinstance(it, ExternCall))
+    mm = next(it for it in st.schedule.items if isinstance(it, ExternCall))
     assert len(stored) == 1 and stored[0] in str(mm.args)  # the one stored buffer is the matmul's operand
 
 
@@ -68,7 +69,7 @@ def test_dead_buffers_are_dropped():
 def test_rendered_pointwise_kernel_matches_its_golden_file():
     """A reviewer reads generated code here: update with KILN_UPDATE_GOLDEN=1 when a change is intended."""
     st = staged(lambda x: torch.relu(x * 2 + 1), torch.randn(64, 32), upto="render")
-    (ks,) = st.kernels.values()
+    (ks,) = st.schedule.kernels
     path = GOLDEN / "pointwise_relu_chain.py"
     if os.environ.get("KILN_UPDATE_GOLDEN") == "1":
         path.write_text(ks.source)
@@ -79,7 +80,7 @@ def test_rendering_is_deterministic():
     fn = lambda x: torch.softmax(x * 1.5, -1) + x.mean(-1, keepdim=True)  # noqa: E731
     a = staged(fn, torch.randn(16, 40), upto="render")
     b = staged(fn, torch.randn(16, 40), upto="render")
-    assert [k.source for k in a.kernels.values()] == [k.source for k in b.kernels.values()]
+    assert [k.source for k in a.schedule.kernels] == [k.source for k in b.schedule.kernels]
 
 
 # --------------------------------------------------------------------------------------------- wrapper
@@ -89,7 +90,7 @@ def test_wrapper_allocates_launches_and_calls_the_extern_out_variant():
     assert code.count("torch.mm(") == 1 and "out = " in code
     assert code.count("self.kiln_") == 1  # one fused epilogue kernel
     assert code.count("empty_strided") == 2  # the matmul's output and the kernel's
-    calls = [n.op for n in st.wrapper.graph.nodes]
+    calls = [n.op for n in st.wrapper.module.graph.nodes]
     assert calls[0] == "placeholder" and calls[-1] == "output"
 
 

@@ -18,9 +18,10 @@ def run(fn, *args, dynamic=False):
 
 
 def test_passes_are_named_and_explained():
-    names = [p[0] for p in PASSES]
+    names = [p.name for p in PASSES]
     assert names == ["conv_layout", "mm_layout", "lower", "schedule", "render", "wrap", "precompile", "dump"]
-    assert all(why for _, why, _ in PASSES)
+    assert all(p.why for p in PASSES)
+    assert [p.makes for p in PASSES] == [None, None, "program", "schedule", "schedule", "wrapper", None, None]
 
 
 def test_relu_chain_is_one_kernel(device):

@@ -14,7 +14,7 @@ def _broken_schedule(st):
 
 
 def test_graph_compile_error_runs_aten_graph(monkeypatch, device):
-    passes = [(n, why, _broken_schedule if n == "schedule" else fn) for n, why, fn in backend.PASSES]
+    passes = [p._replace(run=_broken_schedule) if p.name == "schedule" else p for p in backend.PASSES]
     monkeypatch.setattr(backend, "PASSES", passes)
     x = torch.randn(4, 8, device=device)
     with compiler.config.patch(strict=False), compiler.capture() as graphs:
@@ -25,7 +25,7 @@ def test_graph_compile_error_runs_aten_graph(monkeypatch, device):
 
 
 def test_graph_compile_error_raises_in_strict_mode(monkeypatch, device):
-    passes = [(n, why, _broken_schedule if n == "schedule" else fn) for n, why, fn in backend.PASSES]
+    passes = [p._replace(run=_broken_schedule) if p.name == "schedule" else p for p in backend.PASSES]
     monkeypatch.setattr(backend, "PASSES", passes)
     with compiler.config.patch(strict=True), pytest.raises(Exception, match="planted scheduler bug"):
         torch.compile(lambda x: x + 1, backend="kiln")(torch.randn(3, device=device))
