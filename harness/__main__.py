@@ -22,6 +22,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "image": ("harness.image", "bootstrap the base image and build the hash-tagged backend image"),
     "report": ("harness.report", "print the report of a results folder"),
     "repro": ("harness.repro", "print one command per failing test that reproduces it"),
+    "merge": ("harness.merge", "merge the shards of a run (`run --shard I/N` folders) into one report"),
+    "durations": ("harness.shard", "record tests' durations from results folders (balances `run --shard`)"),
     "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
     "flakes": ("harness.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
     "compile-check": ("harness.compile_check", "compile every dumped kernel for the matrix's GPU targets"),

@@ -1,7 +1,8 @@
 """The report of a run: one line per suite, the failing tests with their repro lines, the environment.
 
 `write_reports(run_dir)` writes summary.json (every test, classified), report.txt and report.md into the
-run folder (atomically) and returns a `Summary`; `python -m harness report DIR` prints it.
+run folder (atomically) and returns a `Summary`; `python -m harness report DIR` prints it. A shard's run says
+which shard it is; a merged run (harness.merge) adds one line per shard: its status, tests and wall time.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Summary:
     broken_suites: list[str]
     blocking: list[str]  # failed/errored tests outside the quarantine
     quarantined: list[str]  # failed/errored tests the quarantine covers (reported, not blocking)
+    shard: str = ""  # "shard 1/2" for one shard's run, "2 shards" for a merged run
+
 
     @property
     def ok(self) -> bool:
@@ -40,7 +43,8 @@ class Summary:
         verdict = "OK" if self.ok else "FAILED"
         extra = f"; suites not finished: {', '.join(self.broken_suites)}" if self.broken_suites else ""
         status = "" if self.status == "complete" else f" [run {self.status.upper()}]"
-        return f"kiln {self.backend}/{self.mode} {verdict}{status}: {body}{extra}"
+        shard = f" {self.shard}" if self.shard else ""
+        return f"kiln {self.backend}/{self.mode}{shard} {verdict}{status}: {body}{extra}"
 
 
 def load_quarantine(root: Path):
@@ -75,7 +79,34 @@ def summarize(run: RunResults) -> Summary:
     blocking = failing if v is None else list(v.failing)
     quarantined = [] if v is None else [r.id for r in v.quarantined_failing]
     return Summary(run.path.name, run.manifest.get("backend", "?"), run.manifest.get("mode", "?"), status,
-                   res.counts(all_tests), [s.name for s in run.broken_suites], blocking, quarantined)
+                   res.counts(all_tests), [s.name for s in run.broken_suites], blocking, quarantined,
+                   shard_label(run.manifest))
+
+
+def shard_label(manifest: dict[str, Any]) -> str:
+    """`shard I/N` for one shard's run, `N shards` for a merged run, else empty."""
+    if manifest.get("shards") is not None:
+        return f"{manifest.get('shard_count', len(manifest['shards']))} shards"
+    shard = manifest.get("shard")
+    return f"shard {shard['index']}/{shard['count']}" if isinstance(shard, dict) else ""
+
+
+def shard_rows(run: RunResults) -> list[dict[str, Any]]:
+    """A merged run's shards: index, count, status, devices, wall seconds, test counts, folder, reason."""
+    rows = []
+    for entry in run.manifest.get("shards") or []:
+        sub = run.shard_runs.get(int(entry["index"]))
+        tests = [t for s in sub.suites for t in s.tests] if sub else []
+        rows.append({**entry, "counts": res.counts(tests)})
+    return rows
+
+
+def _shard_line(row: dict[str, Any]) -> str:
+    body = ", ".join(f"{n} {o}" for o, n in row["counts"].items() if n) or "no tests"
+    devices = f" [gpu {','.join(row['devices'])}]" if row.get("devices") else ""
+    wall = f" in {row['wall_s']:.1f}s" if row.get("wall_s") is not None else ""
+    reason = f" ({row['reason']})" if row.get("reason") else ""
+    return f"shard {row['index']}/{row['count']}{devices} {row['status'].upper()}{reason}: {body}{wall} -> {row.get('dir') or '-'}"
 
 
 def _env_lines(run: RunResults) -> list[str]:
@@ -127,16 +158,19 @@ def render_text(run: RunResults) -> str:
     for suite in run.suites:
         lines.append(res.summary_line(suite.name, label, suite.tests, suite.entry.get("duration_s", 0.0),
                                       suite.status.upper()))
+    rows = shard_rows(run)
+    if rows:
+        lines += ["", *map(_shard_line, rows)]
     failing = run.failing
     if failing:
         lines += ["", f"failing tests ({len(failing)}):"]
-        hint = image_hint(run.manifest)
+        hint = image_hint(run.manifest_for(failing[0][1].id))
         if hint:
             lines.append(f"  (image: {hint})")
         for suite, t in failing:
             mark = " (quarantined)" if t.id in s.quarantined else ""
             lines.append(f"- [{suite}] {t.id}{mark}: {t.outcome}: {t.headline[:200]}")
-            lines.append(f"    {repro_line(run.manifest, t.id)}")
+            lines.append(f"    {repro_line(run.manifest_for(t.id), t.id)}")
     return "\n".join(lines) + "\n"
 
 
@@ -151,13 +185,22 @@ def render_markdown(run: RunResults) -> str:
         c = res.counts(suite.tests)
         lines.append(f"| {suite.name} | {suite.status} | " + " | ".join(str(c[o]) for o in res.OUTCOMES)
                      + f" | {suite.entry.get('duration_s', 0.0):.1f} |")
+    rows = shard_rows(run)
+    if rows:
+        lines += ["", "| shard | gpus | status | " + " | ".join(res.OUTCOMES) + " | wall seconds | folder |",
+                  "|---|---|---|" + "---|" * (len(res.OUTCOMES) + 2)]
+        for row in rows:
+            status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
+            wall = f"{row['wall_s']:.1f}" if row.get("wall_s") is not None else "-"
+            lines.append(f"| {row['index']}/{row['count']} | {','.join(row.get('devices') or []) or '-'} | {status} | "
+                         + " | ".join(str(row["counts"][o]) for o in res.OUTCOMES) + f" | {wall} | {row.get('dir') or '-'} |")
     lines += ["", *(f"- {line}" for line in _env_lines(run) + _numerics_lines(run))]
     if run.failing:
         lines += ["", "#### Failing tests", ""]
         for suite, t in run.failing:
             mark = ", quarantined" if t.id in s.quarantined else ""
             lines += [f"- `{t.id}` ({suite}, {t.outcome}{mark})", "  ```sh",
-                      f"  {repro_line(run.manifest, t.id)}", "  ```"]
+                      f"  {repro_line(run.manifest_for(t.id), t.id)}", "  ```"]
     v = verdict(run)
     if v is not None and v.markdown():
         lines += ["", v.markdown()]
@@ -171,7 +214,7 @@ def write_reports(run_dir: Path) -> Summary:
     data: dict[str, Any] = {
         "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
         "counts": s.counts, "broken_suites": s.broken_suites, "blocking": s.blocking,
-        "quarantined_failing": s.quarantined,
+        "quarantined_failing": s.quarantined, "shard": run.manifest.get("shard"), "shards": shard_rows(run) or None,
         "tests": [{"suite": suite.name, **res.to_json([t])[0]} for suite in run.suites for t in suite.tests],
     }
     res.atomic_write_json(run_dir / "summary.json", data)

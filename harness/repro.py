@@ -3,7 +3,8 @@ with the same image (or Python), environment, options and per-test timeout as th
 
 Container runs give `docker run --rm --init --network none -v SRC:/src:ro ... IMAGE python -m pytest ...
 'tests/...::case'`; native runs give `cd SRC && env K=V ... PYTHON -m pytest ... 'tests/...::case'`.
-Both are built by the same functions the runner uses (harness.runner), from run.json.
+Both are built by the same functions the runner uses (harness.runner), from run.json; in a merged shard run,
+from the run.json of the shard that ran the test (its image, its GPU pinning), never with the shard option.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _with_options(backend: matrix_mod.Backend, options: list[str]) -> matrix_mod
 
 def repro_lines(run: RunResults) -> list[tuple[str, str, str]]:
     """(suite, test id, line) for every failing test, in report order."""
-    return [(suite, t.id, repro_line(run.manifest, t.id)) for suite, t in run.failing]
+    return [(suite, t.id, repro_line(run.manifest_for(t.id), t.id)) for suite, t in run.failing]
 
 
 def image_hint(manifest: dict[str, Any]) -> str | None:
@@ -79,17 +80,17 @@ def cli_main(args: Any) -> int:
     run = load_run(args.results_dir or latest_run())
     make = repro_line
     if args.test:
-        print(make(run.manifest, args.test))
+        print(make(run.manifest_for(args.test), args.test))
         return 0
     failing = run.failing
     if not failing:
         state = "" if run.complete else f" (run is {run.manifest.get('status')}, not complete)"
         print(f"# no failing tests in {run.path}{state}")
         return 0
-    hint = image_hint(run.manifest)
+    hint = image_hint(run.manifest_for(failing[0][1].id))
     if hint:
         print(f"# image: {hint}")
     for suite, test in failing:
         print(f"# {suite}: {test.id} ({test.outcome}: {test.headline[:120]})")
-        print(make(run.manifest, test.id))
+        print(make(run.manifest_for(test.id), test.id))
     return 0

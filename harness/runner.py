@@ -10,6 +10,9 @@ Terms:
   native mode    the inner command with this machine's Python, from the source tree, same env.
   run folder     results/<run id>/ (see harness.results); run.json records status
                  running -> complete, or incomplete when interrupted (what was written is kept).
+  shards         `--shard I/N` runs shard I of N of every suite's tests (harness.shard, by a pytest plugin in
+                 each suite's process); `--shards N|auto` runs N shards at once, each pinned to its GPUs,
+                 into shard-I/ folders merged into one report (harness.sharded, harness.merge).
 
 Command lines come from `harness.commands`; step functions other modules call: `execute`, `run_pytest`,
 `run_python_module`, `run_suites`.
@@ -22,6 +25,7 @@ import importlib.util
 import os
 import re
 import secrets
+import shutil
 import signal
 import sys
 import threading
@@ -34,6 +38,7 @@ from typing import Any, Sequence
 
 from harness import matrix as matrix_mod
 from harness import results as res
+from harness import shard as shard_mod
 from harness.exc import HarnessError, HealthError, MissingTool, RunInterrupted
 from harness.matrix import Backend, Matrix
 from harness.commands import (CONTAINER_RESULTS, container_argv, native_command, pytest_argv,
@@ -167,12 +172,13 @@ class RunState:
 
     run_dir: Path
     data: dict[str, Any] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
 
     def save(self) -> None:
         res.atomic_write_json(self.run_dir / "run.json", self.data)
 
     def finish(self, status: str, reason: str = "") -> None:
-        self.data.update(status=status, finished=_now())
+        self.data.update(status=status, finished=_now(), wall_s=round(time.monotonic() - self.t0, 2))
         if reason:
             self.data["reason"] = reason
         self.save()
@@ -213,16 +219,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None = None,
                run_dir: Path | None = None, image_tag: str | None = None, base_image: str | None = None,
                extra: Sequence[str] = (), health: bool = True, echo: bool = True,
-               save_numerics: bool = False) -> tuple[Path, int]:
+               save_numerics: bool = False, shard: shard_mod.Shard | None = None, durations: Path | None = None,
+               devices: Sequence[str] = ()) -> tuple[Path, int]:
     """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
 
+    `shard`: run only that shard of every suite's tests, balanced by the `durations` file (None: by count);
+    `devices`: pin the run to these GPU ids (harness.shard.pin_devices).
     Exit code: 0 when no test failed or errored and every suite ran, else 1. Raises HealthError when a
     device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM (run.json then says `incomplete`).
     """
     from harness import envinfo, health as health_mod, image as image_mod, report
 
     m = matrix_mod.load()
-    b = m.backend(backend_name)
+    b = shard_mod.pin_devices(m.backend(backend_name), list(devices), native=native)
+    if shard is not None and durations is not None:
+        shard_mod.load_durations(durations)  # a broken file stops the run before it starts
     suites = list(suites or m.suites)
     unknown = [s for s in suites if s not in m.suites]
     if unknown:
@@ -239,7 +250,7 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
             img_id = image_mod.image_id(image_tag)
             if not img_id:
                 raise HarnessError(f"image {image_tag} is not present locally")
-            img_info = {"tag": image_tag, "id": img_id, "base": None, "built": False}
+            img_info = {"tag": image_tag, "id": img_id, "base": base_image, "built": False}
         else:
             built = image_mod.build(b, base_image=base_image)
             img_info = {"tag": built.tag, "id": built.id, "base": built.base_image, "built": built.built}
@@ -252,13 +263,16 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         "docker": "docker", "image": img_info, "env": suite_env(m, b),
         "container_options": list(b.container_options), "test_timeout_s": b.timeouts.test_s,
         "suite_timeout_s": b.timeouts.suite_s, "pytest_extra": list(extra), "suites": [], "health": None,
-        "per_test_timeout": pytest_timeout_available() if native else True,
+        "per_test_timeout": pytest_timeout_available() if native else True, "devices": list(devices),
     })
+    if shard is not None:
+        state.data["shard"] = {"index": shard.index, "count": shard.count,
+                               "durations": "suites/shard-durations.json" if durations else None}
     state.save()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() \
         else None
     current = "setup"
-    label = f"{b.name}/{mode}"
+    label = f"{b.name}/{mode}" + (f" shard {shard}" if shard is not None else "")
     try:
         host = envinfo.capture_host(img_info)
         current = "environment capture"
@@ -279,6 +293,14 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
                 raise HealthError(f"health check failed for {label}: {_error_line(run_dir / 'health.log')} "
                                   f"(see {run_dir / 'health.log'})")
         suite_dir = run_dir / "suites"
+        shard_args: list[str] = []
+        seen = str(suite_dir) if native else CONTAINER_RESULTS  # the suites folder as pytest sees it
+        if shard is not None:
+            shard_args = ["-p", "harness.shard_plugin", f"--kiln-shard={shard}"]
+            if durations is not None:
+                suite_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(durations, suite_dir / "shard-durations.json")
+                shard_args.append(f"--kiln-durations={seen}/shard-durations.json")
         for suite in suites:
             current = f"suite {suite}"
             if not (settings().root / "tests" / suite).is_dir():  # git keeps no empty folder
@@ -290,8 +312,9 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
                 continue
             # numerics triage (harness/numerics/suite.py): the numerics suite saves every kiln run's outputs
             save = {"KILN_NUMERICS_SAVE": "{out}/numerics-outputs"} if save_numerics and suite == "numerics" else None
-            run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image_tag, extra=extra,
-                             m=m, echo=echo, env_extra=save)
+            record = [f"--kiln-shard-record={seen}/{suite}.shard.json"] if shard_args else []
+            run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image_tag,
+                             extra=[*extra, *shard_args, *record], m=m, echo=echo, env_extra=save)
             tests = res.parse_junit(run.junit, settings().root) if run.junit.exists() else []
             status = suite_status(run, tests)
             if not run.junit.exists() and status == "passed":
@@ -339,7 +362,32 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="do not echo pytest output (it is still logged)")
     p.add_argument("--save-numerics", action="store_true",
                    help="the numerics suite saves its outputs into suites/numerics-outputs (see `harness numerics`)")
+    shards = p.add_argument_group("shards", "split every suite's tests into N disjoint shards (harness.shard)")
+    shards.add_argument("--shard", metavar="I/N", help="run only shard I of N (e.g. one job of a CI matrix; "
+                        "`python -m harness merge` joins the shards' folders into one report)")
+    shards.add_argument("--shards", metavar="N|auto", help="run N shards at once, each pinned to its own GPU(s), "
+                        "into RESULTS/shard-I/ and one merged report; auto: one per GPU group (CPU: 1)")
+    shards.add_argument("--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)")
+    shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
+                        "ci/durations/<backend>.json when it exists, else shards are balanced by test count)")
+    shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
+
+
+def shard_options(args: argparse.Namespace, backend: str) -> tuple[shard_mod.Shard | None, int | None, Path | None]:
+    """(--shard, --shards with None for auto, the durations file) from the command line; bad values raise."""
+    if args.shard and args.shards:
+        raise HarnessError("--shard I/N runs one shard, --shards N runs them all: give one of them")
+    shard = shard_mod.parse_shard(args.shard) if args.shard else None
+    count = shard_mod.parse_shard_count(args.shards) if args.shards else None
+    if args.durations:
+        durations: Path | None = Path(args.durations).resolve()
+        if not durations.is_file():
+            raise HarnessError(f"durations file {args.durations} not found")
+    else:
+        default = shard_mod.default_durations_path(settings().root, backend)
+        durations = default if default.is_file() else None
+    return shard, count, durations
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -349,10 +397,27 @@ def cli_main(args: argparse.Namespace) -> int:
     extra = list(args.pytest_args or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    _, code = run_suites(backend, native=native, suites=args.suites,
-                         run_dir=Path(args.results) if args.results else None, image_tag=args.image,
+    shard, count, durations = shard_options(args, backend)
+    devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
+    run_dir = Path(args.results) if args.results else None
+    if args.shards:
+        b = matrix_mod.load().backend(backend)
+        gpus = list(devices) or (shard_mod.visible_gpus(b.name) if b.is_gpu else [])
+        groups = shard_mod.device_groups(b.is_gpu, count, args.gpus_per_shard, gpus, backend=b.name)
+        if len(groups) > 1:  # one shard is the plain run (below)
+            from harness import sharded
+
+            if native:
+                _check_native_python()
+            _, code = sharded.run_shards(
+                b.name, groups, native=native, run_dir=run_dir or new_run_dir(b.name, "native" if native else "container"),
+                suites=args.suites, image_tag=args.image, base_image=args.base_image, extra=extra,
+                health=not args.no_health, save_numerics=args.save_numerics, durations=durations)
+            return code
+        devices = groups[0]
+    _, code = run_suites(backend, native=native, suites=args.suites, run_dir=run_dir, image_tag=args.image,
                          base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet,
-                         save_numerics=args.save_numerics)
+                         save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices)
     return code
 
 

@@ -1,0 +1,264 @@
+"""Merging the shards of one run (`harness run --shard I/N`, one folder each, e.g. from the jobs of a CI
+matrix) into one results folder with one report: `python -m harness merge DIR... --out OUT`.
+
+OUT gets each shard's folder as OUT/shard-I/ (copied unless it is there already), env.json from the first
+shard, run.json with `shards` (one entry per shard 1..N: status, reason, GPUs, wall seconds, folder) and
+the reports (harness.report). The merged run is `complete` when every shard is; a shard that crashed, hung,
+was interrupted, failed its health check or is missing makes it `incomplete` (the reason names the shard),
+while the other shards' results stand. The shards must agree: each suite's shard records (written by
+harness.shard_plugin) must show the same collected tests and durations, disjoint selections that cover
+every collected test when all shards are there, and no test may appear in two shards' JUnit files;
+otherwise the merged run is `inconsistent`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness import results as res
+from harness.exc import ResultsError
+
+MERGED_SCHEMA = 1
+MAX_PROBLEMS = 20
+SHARD_STATUSES = ("complete", "incomplete", "aborted", "crashed", "hung", "missing")
+# what a merged run copies from its first shard's run.json (the rest is per shard: env, GPUs, suites)
+_SHARED = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
+           "suite_timeout_s", "per_test_timeout")
+
+
+@dataclass(frozen=True)
+class ShardProcess:
+    """What the process that ran a shard next to the others saw (harness.sharded): exit status, wall
+    seconds, whether it was killed for running past its time, its GPUs."""
+
+    returncode: int | None
+    wall_s: float
+    hung: bool = False
+    devices: tuple[str, ...] = ()
+
+
+def shard_dir_name(index: int) -> str:
+    return f"shard-{index}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _manifest(folder: Path | None) -> dict[str, Any] | None:
+    if folder is None or not (folder / "run.json").is_file():
+        return None
+    try:
+        data = res.read_json(folder / "run.json")
+    except ResultsError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def shard_state(manifest: dict[str, Any] | None, proc: ShardProcess | None, log: str = "") -> tuple[str, str]:
+    """(status, reason) of one shard from its run.json and, for a local shard, its process."""
+    see = f"; see {log}" if log else ""
+    if proc is not None and proc.hung:
+        return "hung", f"killed after {proc.wall_s:.0f}s without finishing{see}"
+    if manifest is None:
+        if proc is None:
+            return "missing", "no results folder for this shard"
+        return "crashed", f"exit {proc.returncode} before writing run.json{see}"
+    status = manifest.get("status")
+    if status == "complete":
+        return "complete", ""
+    if status == "running":
+        rc = f" (exit {proc.returncode})" if proc is not None else ""
+        return "crashed", f"stopped without finishing{rc}{see}"
+    if status in ("incomplete", "aborted"):
+        return status, manifest.get("reason", "")
+    return "crashed", f"run.json says {status!r}"
+
+
+def _record(folder: Path, suite_entry: dict[str, Any]) -> dict[str, Any] | None:
+    junit = suite_entry.get("junit") or ""
+    path = folder / Path(junit).with_suffix(".shard.json") if junit else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def consistency_problems(folders: dict[int, Path], manifests: dict[int, dict[str, Any]], count: int) -> list[str]:
+    """Why the shards do not partition the tests (empty when they do, as far as the shards present tell)."""
+    from harness.collect import load_run
+
+    problems: list[str] = []
+    suites: dict[str, dict[int, dict[str, Any] | None]] = {}
+    for index, manifest in sorted(manifests.items()):
+        shard = manifest.get("shard") or {}
+        if shard.get("index") != index or shard.get("count") != count:
+            problems.append(f"{folders[index]} is shard {shard.get('index')}/{shard.get('count')}, not {index}/{count}")
+        for entry in manifest.get("suites", []):
+            if entry.get("status") in ("missing", "error", "timeout") and not entry.get("junit"):
+                continue
+            suites.setdefault(entry["name"], {})[index] = _record(folders[index], entry)
+    for suite, records in sorted(suites.items()):
+        present = {i: r for i, r in records.items() if r is not None}
+        lacking = sorted(i for i, r in records.items() if r is None)
+        statuses = {i: next(e.get("status") for e in manifests[i]["suites"] if e["name"] == suite) for i in lacking}
+        lacking = [i for i in lacking if statuses[i] not in ("error", "timeout")]  # a broken suite says so itself
+        if lacking:
+            problems.append(f"suite {suite}: shard(s) {', '.join(map(str, lacking))} wrote no shard record "
+                            "(was the suite run without --shard?)")
+        if len({r.get("collected_sha256") for r in present.values()}) > 1:
+            sizes = ", ".join(f"shard {i}: {r.get('collected')}" for i, r in sorted(present.items()))
+            problems.append(f"suite {suite}: the shards collected different tests ({sizes}); "
+                            "a test may have run in two shards or in none")
+        if len({r.get("durations_sha256") for r in present.values()}) > 1:
+            problems.append(f"suite {suite}: the shards were balanced with different durations files")
+        seen: dict[str, int] = {}
+        for i, r in sorted(present.items()):
+            for test in r.get("selected", []):
+                if test in seen:
+                    problems.append(f"suite {suite}: {test} was selected by shards {seen[test]} and {i}")
+                seen.setdefault(test, i)
+        collected = {r.get("collected") for r in present.values()}
+        if len(present) == count and len(collected) == 1 and len(seen) != collected.pop():
+            problems.append(f"suite {suite}: the shards selected {len(seen)} tests of {present[1].get('collected')}")
+    ran: dict[str, int] = {}
+    for index in sorted(manifests):
+        try:
+            run = load_run(folders[index])
+        except ResultsError:
+            continue
+        for suite_results in run.suites:
+            for t in suite_results.tests:
+                if t.id in ran and ran[t.id] != index:
+                    problems.append(f"{t.id} ran in shards {ran[t.id]} and {index}")
+                ran.setdefault(t.id, index)
+    return problems
+
+
+def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: dict[int, ShardProcess] | None = None,
+                 base: dict[str, Any] | None = None, wall_s: float | None = None, reason: str = ""):
+    """Merge shard folders (index -> folder; absent indexes are missing shards) into `out`; returns the
+    report's Summary. `processes`: what the local shard processes did; `base`: manifest fields for when no
+    shard wrote a run.json; `reason`: why the whole run stopped early (an interrupt), if it did."""
+    from harness import report
+
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    processes = processes or {}
+    placed: dict[int, Path] = {}
+    for index, folder in sorted(folders.items()):
+        target = out / shard_dir_name(index)
+        folder = Path(folder).resolve()
+        if folder != target:
+            if target.exists():
+                shutil.rmtree(target)
+            if folder.is_dir():
+                shutil.copytree(folder, target)
+        placed[index] = target
+    manifests = {i: m for i, m in ((i, _manifest(f)) for i, f in placed.items()) if m is not None}
+    first = manifests[min(manifests)] if manifests else {}
+    entries, stopped = [], []
+    for index in range(1, count + 1):
+        proc = processes.get(index)
+        log = f"{shard_dir_name(index)}.log" if proc is not None and (out / f"{shard_dir_name(index)}.log").exists() else ""
+        status, why = shard_state(manifests.get(index), proc, log)
+        manifest = manifests.get(index) or {}
+        entry = {"index": index, "count": count, "status": status, "reason": why,
+                 "dir": shard_dir_name(index) if index in placed and placed[index].is_dir() else "",
+                 "devices": list(proc.devices) if proc is not None else list(manifest.get("devices") or []),
+                 "wall_s": proc.wall_s if proc is not None else manifest.get("wall_s"),
+                 "run_id": manifest.get("run_id"), "started": manifest.get("started"),
+                 "finished": manifest.get("finished")}
+        entries.append(entry)
+        if status != "complete":
+            stopped.append(f"shard {index}/{count} {status}" + (f": {why}" if why else ""))
+    problems = consistency_problems(placed, manifests, count)
+    if len(problems) > MAX_PROBLEMS:
+        problems = problems[:MAX_PROBLEMS] + [f"... and {len(problems) - MAX_PROBLEMS} more"]
+    status = "inconsistent" if problems else "incomplete" if stopped or reason else "complete"
+    reasons = ([reason] if reason else []) + stopped + problems
+    starts = [e["started"] for e in entries if e["started"]]
+    manifest = {**(base or {}), **{k: first[k] for k in _SHARED if k in first},
+                "schema": MERGED_SCHEMA, "run_id": out.name, "status": status, "started": min(starts, default=None),
+                "finished": _now(), "shard_count": count, "shards": entries, "suites": [], "problems": problems}
+    if wall_s is not None:
+        manifest["wall_s"] = round(wall_s, 2)
+    if reasons:
+        manifest["reason"] = "; ".join(reasons)
+    for index in sorted(manifests):
+        env = placed[index] / "env.json"
+        if env.is_file():
+            shutil.copyfile(env, out / "env.json")
+            break
+    res.atomic_write_json(out / "run.json", manifest)
+    return report.write_reports(out)
+
+
+def find_shards(paths: Sequence[Path], exclude: Path | None = None) -> tuple[dict[int, Path], int]:
+    """(shard index -> folder, shard count) of the shard results folders in or under `paths` (a shard's
+    folder, a merged run's folder, or any folder holding them, e.g. downloaded CI artifacts). `exclude`
+    (the merge's output folder) is not searched when it lies below one of `paths`."""
+    found: dict[int, Path] = {}
+    counts: dict[int, Path] = {}
+    skip = Path(exclude).resolve() if exclude is not None else None
+    for path in paths:
+        path = Path(path)
+        if not path.is_dir():
+            raise ResultsError(f"{path} is not a folder")
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = sorted(d for d in dirnames if (Path(dirpath) / d).resolve() != skip)
+            if "run.json" not in filenames:
+                continue
+            manifest = _manifest(Path(dirpath))
+            shard = (manifest or {}).get("shard")
+            if not isinstance(shard, dict):
+                continue  # a merged run's own run.json, or not a shard: look below it
+            dirnames.clear()  # a shard's folder holds no other shard
+            folder = Path(dirpath).resolve()
+            index, count = int(shard["index"]), int(shard["count"])
+            if index in found and found[index] != folder:
+                raise ResultsError(f"two folders hold shard {index}/{count}: {found[index]} and {folder}")
+            found[index] = folder
+            counts.setdefault(count, folder)
+    if not found:
+        raise ResultsError(f"no shard results folders (run.json of a `--shard I/N` run) in {', '.join(map(str, paths))}")
+    if len(counts) > 1:
+        raise ResultsError("the folders are shards of different splits: "
+                           + ", ".join(f"{folder} of {count}" for count, folder in sorted(counts.items())))
+    return found, next(iter(counts))
+
+
+# ---- CLI: `python -m harness merge DIR... --out OUT` -----------------------------------------------------
+
+
+def cli_add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dirs", nargs="+", help="shard results folders, or folders that hold them (CI artifacts)")
+    p.add_argument("--out", required=True, help="merged results folder to write (shards copied into shard-I/)")
+    p.add_argument("--markdown", action="store_true", help="print markdown instead of text")
+    p.add_argument("--check", action="store_true", help="exit 1 unless every shard is complete and green")
+    p.add_argument("--github-summary", action="store_true",
+                   help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Merge the shards of a run into one results folder and report (`--check`: exit 1 unless green)."""
+    from harness import report
+    from harness.collect import load_run
+
+    folders, count = find_shards([Path(d) for d in args.dirs], exclude=Path(args.out))
+    summary = merge_shards(Path(args.out), folders, count)
+    run = load_run(args.out)
+    print(report.render_markdown(run) if args.markdown else report.render_text(run), end="")
+    if args.github_summary:
+        res.append_job_summary(report.render_markdown(run))
+    return 1 if args.check and not summary.ok else 0
