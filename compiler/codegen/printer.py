@@ -1,4 +1,18 @@
-"""Printing for kernel source: index expressions (sympy -> integer Triton arithmetic) and typed literals."""
+"""Printing for kernel source: index expressions (sympy -> integer Triton arithmetic) and typed literals.
+
+Why ``pexpr`` and ``pfloat`` are not ``torch.utils._sympy.printers.PythonPrinter`` subclasses: that printer
+writes Python for host-side guards and sizes, and almost every form it prints is the wrong one in a Triton
+kernel. ``Max``/``Min`` become builtin ``max``/``min`` (here ``tl.maximum``/``tl.minimum``: blocks, not
+scalars); ``ToFloat`` and ``sqrt`` become ``torch.sym_float``/``torch._sym_sqrt`` (here a float64 block,
+``s0 + tl.zeros([], tl.float64)``, and ``tl.sqrt``); floats get 17 digits (``0.050000000000000003``, not
+``0.05``); a negative term prints as ``((-1)*r)``. Its ``Add``/``Mul`` keep sympy's argument order and
+parenthesize by precedence, while kiln sorts terms by ``sympy.default_sort_key`` and parenthesizes every
+compound term: a switch would change the text (so the hashed name) of every kernel and the golden files. And
+a type it has no rule for prints as ``Name(args)``, which fails only when Triton compiles the kernel; here it
+raises ``CodegenError`` at render time, which ``scheduler.same_on_domain`` relies on as well (it evaluates
+``pexpr``'s output). A subclass would override every method these printers use, and the fallback, so it
+would share no code.
+"""
 
 from __future__ import annotations
 
