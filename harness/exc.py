@@ -1,4 +1,5 @@
-"""Errors of the harness. The CLI prints any `HarnessError` as one line and exits with its `exit_code`."""
+"""Errors of the harness, the benchmarks' included. The CLI prints any `HarnessError` as one line and exits
+with its `exit_code`. (harness/numerics/exc.py holds numerics triage's, all `HarnessError`s too.)"""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ class ResultsError(HarnessError):
     """A results folder is missing, unreadable, or not a harness results folder."""
 
 
+class SettingsError(HarnessError):
+    """An environment variable read by harness/settings.py holds a value it cannot use."""
+
+
 class MissingTool(HarnessError):
     """A program or Python package the requested step needs is not installed."""
 
@@ -67,3 +72,28 @@ class FlakeRunError(HarnessError):
 
 class CompileCheckError(HarnessError):
     """The compile check could not run: bad dump folder, malformed specialization file, bad target list."""
+
+
+# ---- the benchmarks (`python -m harness bench`) ---------------------------------------------------------
+# Every error a user can cause (bad flag, unknown run id, unreadable JSON, a store written by a newer schema)
+# is a `BenchError`: the bench CLI prints its message on one line (`error: ...`) and exits with `exit_code`.
+
+
+class BenchError(HarnessError):
+    """Base of every expected failure of the benchmarks; `exit_code` is what the CLI returns."""
+
+
+class UsageError(BenchError):
+    """A bad command-line value or an unknown name (workload, compiler, profile, timer)."""
+
+
+class StoreError(BenchError):
+    """The SQLite store cannot be opened, is from another schema version, or lacks a requested run."""
+
+
+class ImportFormatError(BenchError):
+    """A JSON file given to `bench import` is not a bench export this code can read."""
+
+
+class BaselineError(BenchError):
+    """A baseline spec (`run:ID`, `ref:NAME`, `window:N`) resolves to no complete run."""

@@ -14,6 +14,16 @@ Variables (all optional):
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
 
+The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
+  KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
+  KILN_BENCH_PLANT  a planted slowdown, `PATTERN[@COMPILER][=FRACTION]` (default fraction 0.2): extra time
+                    equal to FRACTION of the measured time is added after every call of the matching workload
+                    (on a GPU as device-side sleep), so CI can prove that a slowdown is flagged. Never set it
+                    for real results.
+  KILN_BENCH_THRESHOLD, KILN_BENCH_ALPHA  regression threshold (fraction slower; default by device kind, see
+                    bench/compare.py) and Mann-Whitney test level (default 0.01)
+  KILN_BENCH_GIT_REF  the git ref recorded for a bench run (else GITHUB_REF_NAME, else `git` itself)
+
 No package index or mirror host is written in the repository: they come from these variables or from the
 tools' own configuration, so mirrors and air-gapped sites work unchanged.
 """
@@ -23,9 +33,15 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
+from harness.exc import SettingsError, UsageError
+
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BENCH_DB = Path("results") / "bench.sqlite"
+DEFAULT_BENCH_ALPHA = 0.01
+DEFAULT_PLANT_FRACTION = 0.2
 
 
 def _flag(name: str) -> bool:
@@ -73,4 +89,73 @@ def settings() -> Settings:
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),
         pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
         github_step_summary=os.environ.get("GITHUB_STEP_SUMMARY", "").strip(),
+    )
+
+
+# ---- the benchmarks ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plant:
+    """A planted slowdown: workloads matching `pattern` (and `compiler`, if set) get `fraction` extra time."""
+
+    pattern: str
+    compiler: str | None
+    fraction: float
+
+    @classmethod
+    def parse(cls, spec: str) -> "Plant":
+        """`PATTERN[@COMPILER][=FRACTION]`, from KILN_BENCH_PLANT or `--plant`; UsageError when malformed."""
+        body, _, frac = spec.partition("=")
+        pattern, _, compiler = body.partition("@")
+        try:
+            fraction = float(frac) if frac else DEFAULT_PLANT_FRACTION
+        except ValueError:
+            raise UsageError(f"bad plant {spec!r}: fraction {frac!r} is not a number") from None
+        if not pattern or fraction <= 0:
+            raise UsageError(f"bad plant {spec!r}: expected PATTERN[@COMPILER][=FRACTION>0]")
+        return cls(pattern, compiler or None, fraction)
+
+    def applies(self, workload: str, compiler: str) -> bool:
+        return fnmatchcase(workload, self.pattern) and (self.compiler is None or self.compiler == compiler)
+
+    def spec(self) -> str:
+        return f"{self.pattern}{'@' + self.compiler if self.compiler else ''}={self.fraction:g}"
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """Typed view of the benchmarks' environment variables (see the module docstring)."""
+
+    db: Path
+    plant: Plant | None
+    threshold: float | None
+    alpha: float
+    git_ref: str | None
+
+
+def _float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
+
+
+def bench_settings() -> BenchSettings:
+    """Read the benchmarks' variables now (cheap; call it where needed rather than caching it at import).
+    A malformed value is a SettingsError (a plant's own message) naming what is wrong."""
+    plant = os.environ.get("KILN_BENCH_PLANT")
+    try:
+        parsed = Plant.parse(plant) if plant else None
+    except UsageError as e:
+        raise SettingsError(str(e)) from None
+    return BenchSettings(
+        db=Path(os.environ.get("KILN_BENCH_DB") or DEFAULT_BENCH_DB),
+        plant=parsed,
+        threshold=_float("KILN_BENCH_THRESHOLD", None),
+        alpha=_float("KILN_BENCH_ALPHA", DEFAULT_BENCH_ALPHA) or DEFAULT_BENCH_ALPHA,
+        git_ref=os.environ.get("KILN_BENCH_GIT_REF") or os.environ.get("GITHUB_REF_NAME") or None,
     )

@@ -11,26 +11,26 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.exc import UsageError
+from harness.settings import bench_settings, settings
+
 from . import env
-from .exc import UsageError
-from .settings import settings
 
 
 def cmd_backend(args: argparse.Namespace) -> int:
     from harness import image as image_mod, matrix as matrix_mod, runner
-    from harness.settings import settings as harness_settings
 
     m = matrix_mod.load()
     try:
         b = m.backend(args.backend or matrix_mod.detect_backend(m))
     except Exception as e:  # noqa: BLE001 - an unknown backend name is a usage error here
         raise UsageError(str(e)) from None
-    native = bool(args.native or harness_settings().native)
+    native = bool(args.native or settings().native)
     out_dir = Path(args.results or Path("results") / "bench" / b.name).resolve()
     extra = list(args.run_args or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    git = env.git_info(settings().git_ref)  # taken here: the container has the source but not git
+    git = env.git_info(bench_settings().git_ref)  # taken here: the container has the source but not git
     inner = [
         "bench",
         "run",

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .exc import BenchError, UsageError
-from .settings import Plant, settings
+from harness.exc import BenchError, UsageError
+from harness.settings import Plant, bench_settings
 
 
 def _add_store(p: argparse.ArgumentParser) -> None:
@@ -215,7 +215,7 @@ def _add_models(sub) -> None:
 def _open(db: Path | None):
     from .store import Store
 
-    return Store(db or settings().db)
+    return Store(db or bench_settings().db)
 
 
 def _run_id(store, spec: str) -> int:
@@ -289,7 +289,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             kw[name] = getattr(args, name)
     if kw.get("passes", 1) < 1:
         raise UsageError(f"--passes must be at least 1, not {kw['passes']}")
-    s = settings()
+    s = bench_settings()
     plant = Plant.parse(args.plant) if args.plant else s.plant
     cfg = BenchConfig(
         device=device,
@@ -375,7 +375,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _read_json(path: Path) -> dict:
-    from .exc import ImportFormatError
+    from harness.exc import ImportFormatError
 
     try:
         return json.loads(path.read_text())

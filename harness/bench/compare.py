@@ -27,7 +27,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .exc import BaselineError
+from harness.exc import BaselineError
+
 from .records import Result, RunInfo
 from .stats import Stats, mann_whitney_u
 from .store import Store
@@ -347,10 +348,10 @@ def load_baseline(store: Store, runs: list[RunInfo]) -> Baseline:
 def config_from_args(args) -> CompareConfig:
     """The comparison settings of a command line (`--threshold`, `--alpha`, `--drift`), the bench settings
     (`KILN_BENCH_*`) filling what it leaves out; a clear UsageError for values outside (0, 1)."""
-    from .exc import UsageError
-    from .settings import settings
+    from harness.exc import UsageError
+    from harness.settings import bench_settings
 
-    s = settings()
+    s = bench_settings()
     thr = s.threshold if args.threshold is None else args.threshold
     alpha = s.alpha if args.alpha is None else args.alpha
     if (thr is not None and not 0 < thr < 1) or not 0 < alpha < 1:

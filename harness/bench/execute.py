@@ -27,11 +27,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from harness.exc import UsageError
+from harness.settings import Plant
+
 from . import workloads as wl
-from .exc import UsageError
 from .measure import Timer, ceiling_gbps, flatten, make_timer, max_errors, unique_bytes
 from .records import Result
-from .settings import Plant
 from .stats import Stats
 
 BASELINE_COMPILER = "eager"

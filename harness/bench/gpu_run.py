@@ -14,9 +14,10 @@ import argparse
 import json
 import time
 
+from harness.exc import UsageError
+
 from . import report
 from .compare import CompareConfig
-from .exc import UsageError
 from .execute import BenchConfig, defaults_for, resolve_device
 from .session import run_bench
 from .store import Store

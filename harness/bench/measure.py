@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from .exc import UsageError
+from harness.exc import UsageError
 
 TIMERS = ("wall", "event", "graph", "profiler")
 L2_FLUSH_BYTES = (

@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.exc import UsageError
+
 from . import models as mdl
 from .compare import Comparison
-from .exc import UsageError
 from .records import Result, RunInfo
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line,
                      interpreted, latency_cell, markdown, terminal, text_bars)

@@ -64,9 +64,10 @@ from typing import Any
 
 import torch
 
+from harness.exc import BaselineError, UsageError
+
 from . import env
 from . import models as mdl
-from .exc import BaselineError, UsageError
 from .execute import _deadline, gc_paused, one_line
 from .records import Result, RunInfo
 from .stats import Stats
@@ -707,7 +708,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     """The `models` verb (see `python -m harness bench models --help`)."""
     from . import model_report as mrep
     from .execute import resolve_device
-    from .settings import settings
+    from harness.settings import bench_settings
 
     device = resolve_device(args.device)
     kw = defaults_for(device)
@@ -764,7 +765,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             store,
             runnable,
             label=args.label,
-            git_ref=args.git_ref or settings().git_ref,
+            git_ref=args.git_ref or bench_settings().git_ref,
             skipped={
                 c.name: problems[c.spec.package]
                 for c in cs

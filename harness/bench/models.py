@@ -41,7 +41,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .exc import UsageError
+from harness.exc import UsageError
 
 # Bump when the way a model case is built, stepped or timed changes its meaning (invalidates comparisons).
 PROTOCOL = "kiln-bench-model-v1"

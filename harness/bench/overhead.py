@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from .exc import UsageError
+from harness.exc import UsageError
 
 LAUNCHES = (1, 10, 50)
 SIZE = (64, 64)

@@ -10,8 +10,9 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from harness.exc import BenchError
+
 from .compare import VERDICTS, Comparison, counts
-from .exc import BenchError
 from .records import Result, RunInfo
 from .stats import Stats
 

@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.results import append_job_summary, atomic_write_text
+from harness.settings import Plant, bench_settings
 
 from . import report
 from .compare import CompareConfig, compare, load_baseline
 from .execute import BenchConfig, defaults_for
 from .session import run_bench
-from .settings import Plant, settings
 from .store import Store
 
 MIN_WORKLOADS = 20
@@ -40,7 +40,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         db = Path(tmp.name) / "bench.sqlite"
     else:
         db = args.db
-    s = settings()
+    s = bench_settings()
     cmp_cfg = CompareConfig(threshold=s.threshold, alpha=s.alpha).for_device("cpu")
     cfg = BenchConfig(
         device="cpu",

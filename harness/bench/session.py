@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from harness.exc import BaselineError
+
 from . import env, workloads as wl
 from .compare import (
     Baseline,
@@ -24,7 +26,6 @@ from .compare import (
     load_baseline,
     resolve_baseline,
 )
-from .exc import BaselineError
 from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
 from .report import fmt_ns

@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from .exc import ImportFormatError, StoreError
+from harness.exc import ImportFormatError, StoreError
+
 from .records import SCHEMA_VERSION, Result, RunInfo
 
 EXPORT_FORMAT = "kiln-bench-export"

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .exc import UsageError
+from harness.exc import UsageError
 
 # Bump when the way a case is executed or timed changes its meaning (invalidates old comparisons).
 PROTOCOL = "kiln-bench-case-v1"

@@ -120,6 +120,28 @@ def test_import_of_non_json_is_exit_2(tmp_path, capsys):
     assert "is not JSON" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "var,value,message",
+    [
+        ("KILN_BENCH_ALPHA", "often", "KILN_BENCH_ALPHA='often' is not a number"),
+        ("KILN_BENCH_THRESHOLD", "5%", "KILN_BENCH_THRESHOLD='5%' is not a number"),
+        ("KILN_BENCH_PLANT", "softmax*=lots", "bad plant 'softmax*=lots': fraction 'lots' is not a number"),
+    ],
+)
+def test_bad_environment_value_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, var, value, message):
+    """The bench's variables are read through harness/settings.py; a bad value stops the run before it starts."""
+    monkeypatch.setenv(var, value)
+    assert main(["run", "--device", "cpu", "--only", "nope*", "--db", str(tmp_path / "b.sqlite")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+def test_bench_errors_are_harness_errors():
+    from harness.exc import BaselineError, BenchError, HarnessError, ImportFormatError, StoreError, UsageError
+
+    for cls in (BenchError, UsageError, StoreError, ImportFormatError, BaselineError):
+        assert issubclass(cls, HarnessError) and cls.exit_code == 2
+
+
 def test_harness_verb_and_module_entry_point(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for argv in (["-m", "harness.bench", "workloads"], ["-m", "harness", "bench", "workloads"]):

@@ -14,7 +14,7 @@ from harness.bench.compare import (
     load_baseline,
     resolve_baseline,
 )
-from harness.bench.exc import BaselineError
+from harness.exc import BaselineError
 
 from bench_helpers import WORKLOADS, make_results, make_run, medians, samples, store_run
 

@@ -18,9 +18,9 @@ from harness.bench import model_report as mrep
 from harness.bench import model_run as mr
 from harness.bench import models as mdl
 from harness.bench.cli import main
-from harness.bench.exc import UsageError
 from harness.bench.records import Result, RunInfo
 from harness.bench.store import Store, now
+from harness.exc import UsageError
 
 
 def _transformers_or_skip() -> None:

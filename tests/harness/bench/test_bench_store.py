@@ -16,9 +16,9 @@ import pytest
 
 from harness.bench.compare import resolve_baseline
 from harness.bench.env import device_name
-from harness.bench.exc import BaselineError, ImportFormatError, StoreError
 from harness.bench.records import SCHEMA_VERSION
 from harness.bench.store import Store
+from harness.exc import BaselineError, ImportFormatError, StoreError
 
 from bench_helpers import make_results, make_run, medians, store_run
 

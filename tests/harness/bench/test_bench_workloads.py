@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from harness.bench import workloads as wl
-from harness.bench.exc import UsageError
 from harness.bench.execute import BenchConfig, Executor, check_compilers, make_call
 from harness.bench.measure import flatten, make_timer, max_errors, unique_bytes
-from harness.bench.settings import Plant
+from harness.exc import UsageError
+from harness.settings import Plant
 
 
 def test_tiny_profile_has_at_least_20_distinct_workloads():
