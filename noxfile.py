@@ -46,6 +46,9 @@ def tests(session: nox.Session) -> None:
 # ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
 # Container mode needs only the standard library on the host; native mode (`-- --native` or
 # KILN_NATIVE=1) runs the suites with the Python that runs nox (e.g. `nox --no-venv` on a GPU box).
+# Shards (issue 11; harness/shard.py): `-- --shard I/N` runs shard I of N of every suite's tests (one job of a
+# CI matrix; `nox -s ci-merge -- DIR... --out OUT` joins the shards' folders into one report); `-- --shards
+# auto --gpus-per-shard 1` runs one shard per GPU at once, merged into one report (CPU: auto is 1 shard).
 def _matrix_backends() -> list[str]:
     """Backend names, in matrix order."""
     return list(MATRIX["backends"])
@@ -62,7 +65,8 @@ def _tests_session(backend: str):
         native, rest = _split_native(session)
         session.run(sys.executable, "-m", "harness", "run", "--backend", backend, *native, *rest, external=True)
 
-    run_backend.__doc__ = f"Run the suites for {backend} in its container (`-- --native`: on this machine's Python)."
+    run_backend.__doc__ = (f"Run the suites for {backend} in its container (`-- --native`: on this machine's Python; "
+                           "`-- --shard 1/2`: one shard of the tests; `-- --shards auto`: one shard per GPU, merged).")
     return run_backend
 
 
@@ -101,6 +105,12 @@ def ci(session: nox.Session) -> None:
         session.log("bench models: skipped in container mode (the backend images carry no transformers); "
                     "run `nox -s bench` or `python -m harness bench models` natively")
     session.run(python, "-m", "harness", "report", run_dir, "--check", "--github-summary", external=True)
+
+
+@nox.session(name="ci-merge", python=False)
+def ci_merge(session: nox.Session) -> None:
+    """Merge the shard folders of a run (`-- DIR... --out OUT`) into one report; fail unless it is green."""
+    session.run(sys.executable, "-m", "harness", "merge", *session.posargs, "--check", external=True)
 
 
 @nox.session(name="ci-report", python=False)

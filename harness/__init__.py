@@ -8,6 +8,8 @@ The harness is a chain of small steps, each a function another module (or a nox 
   envinfo.capture      -> git sha, versions, driver, GPUs, compiler config
   runner.run_pytest    -> one pytest invocation, natively or in a container; returns where JUnit landed
   runner.run_suites    -> the four suites, one summary line each, into a results folder
+  shard.assign         -> which tests shard I of N runs (by recorded durations, else by count)
+  sharded.run_shards   -> every shard at once, each pinned to its GPUs; merge.merge_shards -> one report
   collect.load_run     -> a results folder parsed and classified
   report.render        -> the text/markdown report
   repro.repro_line     -> the command that reproduces one failing test

@@ -126,7 +126,8 @@ def _load_merged(path: Path, manifest: dict[str, Any]) -> RunResults:
         entry = {"name": name, "duration_s": round(sum(s.entry.get("duration_s", 0.0) for _, s in parts[name]), 2),
                  "shards": entries}
         status = merged_status([s.status for _, s in parts[name]])
-        suites.append(SuiteResults(name, status, [t for _, s in parts[name] for t in s.tests], {**entry, "status": status}))
+        tests = [t for _, s in parts[name] for t in s.tests]
+        suites.append(SuiteResults(name, status, tests, {**entry, "status": status}))
     return RunResults(path, manifest, suites, shard_runs, test_shards)
 
 

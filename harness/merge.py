@@ -170,7 +170,8 @@ def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: 
     entries, stopped = [], []
     for index in range(1, count + 1):
         proc = processes.get(index)
-        log = f"{shard_dir_name(index)}.log" if proc is not None and (out / f"{shard_dir_name(index)}.log").exists() else ""
+        log = f"{shard_dir_name(index)}.log"
+        log = log if proc is not None and (out / log).exists() else ""
         status, why = shard_state(manifests.get(index), proc, log)
         manifest = manifests.get(index) or {}
         entry = {"index": index, "count": count, "status": status, "reason": why,
@@ -231,7 +232,8 @@ def find_shards(paths: Sequence[Path], exclude: Path | None = None) -> tuple[dic
             found[index] = folder
             counts.setdefault(count, folder)
     if not found:
-        raise ResultsError(f"no shard results folders (run.json of a `--shard I/N` run) in {', '.join(map(str, paths))}")
+        raise ResultsError("no shard results folders (run.json of a `--shard I/N` run) in "
+                           + ", ".join(map(str, paths)))
     if len(counts) > 1:
         raise ResultsError("the folders are shards of different splits: "
                            + ", ".join(f"{folder} of {count}" for count, folder in sorted(counts.items())))

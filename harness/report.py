@@ -106,7 +106,8 @@ def _shard_line(row: dict[str, Any]) -> str:
     devices = f" [gpu {','.join(row['devices'])}]" if row.get("devices") else ""
     wall = f" in {row['wall_s']:.1f}s" if row.get("wall_s") is not None else ""
     reason = f" ({row['reason']})" if row.get("reason") else ""
-    return f"shard {row['index']}/{row['count']}{devices} {row['status'].upper()}{reason}: {body}{wall} -> {row.get('dir') or '-'}"
+    return (f"shard {row['index']}/{row['count']}{devices} {row['status'].upper()}{reason}: {body}{wall} "
+            f"-> {row.get('dir') or '-'}")
 
 
 def _env_lines(run: RunResults) -> list[str]:
@@ -192,8 +193,10 @@ def render_markdown(run: RunResults) -> str:
         for row in rows:
             status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
             wall = f"{row['wall_s']:.1f}" if row.get("wall_s") is not None else "-"
-            lines.append(f"| {row['index']}/{row['count']} | {','.join(row.get('devices') or []) or '-'} | {status} | "
-                         + " | ".join(str(row["counts"][o]) for o in res.OUTCOMES) + f" | {wall} | {row.get('dir') or '-'} |")
+            gpus = ",".join(row.get("devices") or []) or "-"
+            lines.append(f"| {row['index']}/{row['count']} | {gpus} | {status} | "
+                         + " | ".join(str(row["counts"][o]) for o in res.OUTCOMES)
+                         + f" | {wall} | {row.get('dir') or '-'} |")
     lines += ["", *(f"- {line}" for line in _env_lines(run) + _numerics_lines(run))]
     if run.failing:
         lines += ["", "#### Failing tests", ""]

@@ -409,10 +409,11 @@ def cli_main(args: argparse.Namespace) -> int:
 
             if native:
                 _check_native_python()
+            run_dir = run_dir or new_run_dir(b.name, "native" if native else "container")
             _, code = sharded.run_shards(
-                b.name, groups, native=native, run_dir=run_dir or new_run_dir(b.name, "native" if native else "container"),
-                suites=args.suites, image_tag=args.image, base_image=args.base_image, extra=extra,
-                health=not args.no_health, save_numerics=args.save_numerics, durations=durations)
+                b.name, groups, native=native, run_dir=run_dir, suites=args.suites, image_tag=args.image,
+                base_image=args.base_image, extra=extra, health=not args.no_health, save_numerics=args.save_numerics,
+                durations=durations, echo=not args.quiet)
             return code
         devices = groups[0]
     _, code = run_suites(backend, native=native, suites=args.suites, run_dir=run_dir, image_tag=args.image,

@@ -141,7 +141,8 @@ def durations_digest(durations: dict[str, float]) -> str:
 def write_durations(path: Path, durations: dict[str, float], backend: str = "") -> None:
     from harness.results import atomic_write_json
 
-    data: dict[str, Any] = {"schema": DURATIONS_SCHEMA, "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    data: dict[str, Any] = {"schema": DURATIONS_SCHEMA,
+                            "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                             "tests": {k: round(v, 3) for k, v in sorted(durations.items())}}
     if backend:
         data["backend"] = backend
@@ -181,7 +182,8 @@ def visible_gpus(backend: str, env: dict[str, str] | None = None) -> list[str]:
         if env.get(name) is not None:
             return [d.strip() for d in env[name].split(",") if d.strip()]
     if backend == "cuda":
-        return [str(i) for i in range(len([p for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]))]
+        found = [p for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
+        return [str(i) for i in range(len(found))]
     if backend == "rocm":
         nodes = Path("/sys/class/kfd/kfd/topology/nodes")
         count = 0

@@ -337,9 +337,10 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     durations = {t: 100.0 if t.endswith(("test_crash", "test_hang")) else 1.0 for t in alpha}
     shard.write_durations(root / "durations.json", durations, "cpu")
     split = shard.assign(alpha, 3, durations)  # test_crash alone in shard 1, test_hang in 2, the rest in 3
-    assert split[0] == ["tests/alpha/test_alpha.py::test_crash"] and split[1] == ["tests/alpha/test_alpha.py::test_hang"]
-    for key, value in {"KILN_ROOT": str(root), "KILN_RESULTS": str(root / "results"), "KILN_PLANT": "crash,hang"}.items():
-        monkeypatch.setenv(key, value)
+    assert split[:2] == [["tests/alpha/test_alpha.py::test_crash"], ["tests/alpha/test_alpha.py::test_hang"]]
+    monkeypatch.setenv("KILN_ROOT", str(root))
+    monkeypatch.setenv("KILN_RESULTS", str(root / "results"))
+    monkeypatch.setenv("KILN_PLANT", "crash,hang")
     monkeypatch.delenv("KILN_NATIVE", raising=False)
     run_dir, code = sharded.run_shards("cpu", [[], [], []], native=True, run_dir=root / "results" / "three",
                                        health=False, durations=root / "durations.json", echo=False, timeout_s=30)
