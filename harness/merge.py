@@ -75,8 +75,8 @@ def shard_state(manifest: dict[str, Any] | None, proc: ShardProcess | None, log:
     status = manifest.get("status")
     if status == "complete":
         return "complete", ""
-    if status == "running":
-        rc = f" (exit {proc.returncode})" if proc is not None else ""
+    if status == "running":  # its process died without a word: a crash, or a kill (a CI job's timeout)
+        rc = f" (exit {proc.returncode})" if proc is not None else " (crashed, or killed: a job timeout?)"
         return "crashed", f"stopped without finishing{rc}{see}"
     if status in ("incomplete", "aborted"):
         return status, manifest.get("reason", "")

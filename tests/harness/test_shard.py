@@ -391,3 +391,27 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     assert manifest["pytest_extra"] == ["-x"] and manifest["devices"] == ["1"]
     line = repro.repro_line(manifest, "tests/alpha/test_alpha.py::test_broken")
     assert "--gpus device=1" in line and "kiln-cuda:t" in line and "shard" not in line.split("kiln-cuda:t")[1]
+
+
+def test_merge_command_errors_are_one_line(tmp_path):
+    for args, message in ((["merge", str(tmp_path / "none"), "--out", str(tmp_path / "o")], "is not a folder"),
+                          (["merge", str(tmp_path), "--out", str(tmp_path / "o")], "no shard results folders")):
+        proc = cli(*args)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_the_merge_output_below_its_input_is_not_searched(tmp_path):
+    fake_shard(tmp_path / "a", 1, 1, ["t::a"], collected=["t::a"])
+    merge.merge_shards(tmp_path / "merged", *merge.find_shards([tmp_path]))
+    folders, _ = merge.find_shards([tmp_path], exclude=tmp_path / "merged")  # else shard 1 would be there twice
+    assert folders == {1: (tmp_path / "a").resolve()}
+
+
+def test_shards_auto_on_the_cpu_is_the_plain_run(tmp_path):
+    root = make_project(tmp_path)
+    proc = cli("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--shards", "auto", "--suite", "beta",
+               "--results", "results/auto", root=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "kiln cpu/native OK: 5 passed"
+    assert not (root / "results" / "auto" / "shard-1").exists()
