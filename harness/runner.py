@@ -312,7 +312,9 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
                 continue
             # numerics triage (harness/numerics/suite.py): the numerics suite saves every kiln run's outputs
             save = {"KILN_NUMERICS_SAVE": "{out}/numerics-outputs"} if save_numerics and suite == "numerics" else None
-            record = [f"--kiln-shard-record={seen}/{suite}.shard.json"] if shard_args else []
+            # the k-th suite's split starts at shard k: the heaviest test of each suite goes to a different shard
+            record = [f"--kiln-shard-offset={m.suites.index(suite)}",
+                      f"--kiln-shard-record={seen}/{suite}.shard.json"] if shard_args else []
             run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image_tag,
                              extra=[*extra, *shard_args, *record], m=m, echo=echo, env_extra=save)
             tests = res.parse_junit(run.junit, settings().root) if run.junit.exists() else []

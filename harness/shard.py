@@ -11,8 +11,10 @@ Terms:
               `{"schema": 1, "tests": {node id: seconds}}` (`python -m harness durations RUN... --out FILE`).
               The default file is ci/durations/<backend>.json when it exists (committed, so every runner of
               a CI job matrix balances with the same numbers); without one, shards are balanced by count.
-  balance     greedy, longest first (ties by node id) into the lightest shard (ties: the lower index); a
-              test missing from the durations weighs the mean of the known ones.
+  balance     greedy, longest first (ties by node id) into the lightest shard (ties: the lower index, counted
+              from the suite's `offset`: the harness gives the k-th suite offset k, so the first and heaviest
+              test of each suite's split lands on a different shard); a test missing from the durations
+              weighs the mean of the known ones.
   devices     the GPU ids a shard is pinned to (`--gpus device=K` for CUDA containers, CUDA_VISIBLE_DEVICES
               natively; HIP_VISIBLE_DEVICES for ROCm, containers included).
 """
@@ -83,27 +85,29 @@ def weights(ids: Iterable[str], durations: dict[str, float] | None = None) -> di
     return {i: max(float(durations.get(i, default)), MIN_WEIGHT_S) for i in ids}
 
 
-def assign(ids: Iterable[str], count: int, durations: dict[str, float] | None = None) -> list[list[str]]:
+def assign(ids: Iterable[str], count: int, durations: dict[str, float] | None = None, offset: int = 0
+           ) -> list[list[str]]:
     """Split `ids` into `count` shards (list i holds shard i+1's ids, sorted).
 
-    Deterministic: depends only on the set of ids and the durations, not on their order. Longest first (ties
-    by id) into the lightest shard (ties: the lowest index); without durations every test weighs the same,
-    so shard sizes differ by at most one."""
+    Deterministic: depends only on the set of ids, the durations and `offset`, not on the ids' order. Longest
+    first (ties by id) into the lightest shard (ties: the lowest index counted from shard `offset` % count,
+    0-based); without durations every test weighs the same, so shard sizes differ by at most one."""
     if count < 1:
         raise HarnessError(f"cannot split tests into {count} shards")
     w = weights(sorted(set(ids)), durations)
-    heap = [(0.0, k) for k in range(count)]
+    heap = sorted((0.0, (k - offset) % count, k) for k in range(count))  # sorted: a valid heap
     shards: list[list[str]] = [[] for _ in range(count)]
     for test in sorted(w, key=lambda i: (-w[i], i)):
-        load, k = heapq.heappop(heap)
+        load, rank, k = heapq.heappop(heap)
         shards[k].append(test)
-        heapq.heappush(heap, (load + w[test], k))
+        heapq.heappush(heap, (load + w[test], rank, k))
     return [sorted(s) for s in shards]
 
 
-def select(ids: Sequence[str], shard: Shard, durations: dict[str, float] | None = None) -> list[str]:
+def select(ids: Sequence[str], shard: Shard, durations: dict[str, float] | None = None, offset: int = 0
+           ) -> list[str]:
     """The ids of `ids` that `shard` runs, in the given order."""
-    mine = set(assign(ids, shard.count, durations)[shard.index - 1])
+    mine = set(assign(ids, shard.count, durations, offset)[shard.index - 1])
     return [i for i in ids if i in mine]
 
 

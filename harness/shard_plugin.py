@@ -1,5 +1,5 @@
-"""A pytest plugin (`-p harness.shard_plugin --kiln-shard I/N [--kiln-durations FILE] [--kiln-shard-record FILE]`)
-that keeps only shard I of N of the collected tests (see harness.shard: the split depends only on the
+"""A pytest plugin (`-p harness.shard_plugin --kiln-shard I/N [--kiln-durations FILE] [--kiln-shard-offset K]
+[--kiln-shard-record FILE]`) that keeps only shard I of N of the collected tests (see harness.shard: the split depends only on the
 collected node ids and the durations file, so every shard of a run agrees and each test runs in exactly one).
 
 The tests outside the shard are deselected after every other selection (`-k`, `-m`), so the shards partition
@@ -21,6 +21,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kiln-shard", "kiln: run one shard of the tests")
     group.addoption("--kiln-shard", metavar="I/N", help="run only shard I of N of the collected tests")
     group.addoption("--kiln-durations", metavar="FILE", help="test durations that balance the shards")
+    group.addoption("--kiln-shard-offset", type=int, default=0, metavar="K",
+                    help="ties go to shard K+1 first (the harness gives its k-th suite offset k)")
     group.addoption("--kiln-shard-record", metavar="FILE", help="write the shard's collected/selected ids here")
 
 
@@ -49,7 +51,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     except HarnessError as e:
         raise pytest.UsageError(str(e)) from None
     ids = [item.nodeid for item in items]
-    keep = set(shard_mod.select(ids, shard, durations))
+    offset = config.getoption("kiln_shard_offset")
+    keep = set(shard_mod.select(ids, shard, durations, offset))
     selected = [item for item in items if item.nodeid in keep]
     deselected = [item for item in items if item.nodeid not in keep]
     if deselected:
@@ -60,7 +63,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from harness.results import atomic_write_text
 
         atomic_write_text(record, json.dumps({
-            "shard": [shard.index, shard.count], "collected": len(ids), "collected_sha256": shard_mod.digest(ids),
+            "shard": [shard.index, shard.count], "offset": offset, "collected": len(ids), "collected_sha256": shard_mod.digest(ids),
             "durations_sha256": shard_mod.durations_digest(durations) if path else None,
             "selected": [item.nodeid for item in selected],
         }, indent=1) + "\n")

@@ -58,8 +58,8 @@ def test_assign_is_deterministic_whatever_the_order():
 def test_assign_balances_by_durations(seed):
     rng = random.Random(seed)
     durations = {t: rng.choice([0.01, 0.5, 2.0, 30.0]) * rng.random() for t in IDS}
-    for n in (2, 3, 4):
-        shards = shard.assign(IDS, n, durations)
+    for n, offset in ((2, 0), (3, 0), (3, 2), (4, 1), (4, 7)):
+        shards = shard.assign(IDS, n, durations, offset)
         loads = [sum(max(durations[t], shard.MIN_WEIGHT_S) for t in s) for s in shards]
         # greedy into the lightest shard: the heaviest shard was the lightest when it got its last test
         assert max(loads) - min(loads) <= max(durations.values()) + 1e-9
@@ -71,6 +71,15 @@ def test_longest_first_and_ties_by_node_id():
     # a, b; c joins b (9 < 10); d: a tie at 10, the lower index; e the lighter shard 2
     assert shard.assign(durations, 2, durations) == [["a", "d"], ["b", "c", "e"]]
     assert shard.assign(["x2", "x1", "x3"], 2) == [["x1", "x3"], ["x2"]]  # equal weights: by id, lowest shard
+
+
+def test_an_offset_rotates_where_ties_go_first():
+    assert shard.assign(["a", "b", "c"], 3, None, 1) == [["c"], ["a"], ["b"]]
+    assert shard.assign(["a", "b", "c", "d"], 3, {"a": 5.0, "b": 1.0, "c": 1.0, "d": 1.0}, 2)[2] == ["a"]  # the heaviest starts shard 3
+    for offset in range(7):  # still a partition, sizes within one, the same whatever the order
+        shards = shard.assign(IDS, 3, None, offset)
+        assert sorted(t for s in shards for t in s) == sorted(IDS) and max(map(len, shards)) - min(map(len, shards)) <= 1
+        assert shard.assign(list(reversed(IDS)), 3, None, offset) == shards
 
 
 def test_unknown_tests_weigh_the_mean_of_the_known():
@@ -287,16 +296,17 @@ def test_two_shards_run_every_test_exactly_once_and_merge_green(tmp_path):
         assert f"kiln cpu/native shard {k}/2 OK" in proc.stdout
     ran = [junit_ids(root / "results" / f"shard-{k}") for k in (1, 2)]
     assert sorted(ran[0] + ran[1]) == sorted(every)  # the union is every test, each exactly once
+    beta = [t for t in every if "beta" in t]
     for k in (1, 2):  # balanced as the durations say: alpha by weight, beta (no durations) by count
-        expected = [t for part in (alpha, [t for t in every if "beta" in t])
-                    for t in shard.assign(part, 2, durations)[k - 1]]
+        # the k-th suite of the matrix (0-based) starts its split at shard k+1
+        expected = shard.assign(alpha, 2, durations, 0)[k - 1] + shard.assign(beta, 2, durations, 1)[k - 1]
         assert sorted(ran[k - 1]) == sorted(expected)
     assert "tests/alpha/test_alpha.py::test_broken" in ran[0] and len([t for t in ran[0] if "alpha" in t]) == 1
 
     merged = cli("merge", "results", "--out", "results/merged", "--check", root=root)
     assert merged.returncode == 0, merged.stdout + merged.stderr
     assert merged.stdout.splitlines()[0] == "kiln cpu/native 2 shards OK: 16 passed, 1 skipped"
-    assert re.search(r"^shard 1/2 COMPLETE: 4 passed in [0-9.]+s -> shard-1$", merged.stdout, re.MULTILINE)
+    assert re.search(r"^shard 1/2 COMPLETE: 3 passed in [0-9.]+s -> shard-1$", merged.stdout, re.MULTILINE)
     report = cli("report", "results/merged", "--check", root=root)
     assert report.returncode == 0 and "suite alpha [cpu/native] PASSED: 11 passed, 1 skipped" in report.stdout
 
@@ -318,7 +328,7 @@ def test_parallel_shards_merge_into_one_report_with_repro_lines(tmp_path):
     rows = json.loads((run_dir / "summary.json").read_text())["shards"]
     assert [(r["status"], r["dir"]) for r in rows] == [("complete", "shard-1"), ("complete", "shard-2")]
     assert all(r["wall_s"] > 0 for r in rows) and (run_dir / "shard-1.log").exists()
-    assert "| 1/2 | - | complete | 8 | 1 |" in (run_dir / "report.md").read_text()
+    assert "| 1/2 | - | complete | 7 | 1 |" in (run_dir / "report.md").read_text()
 
     lines = [ln for ln in cli("repro", str(run_dir), root=root).stdout.splitlines() if not ln.startswith("#")]
     assert len(lines) == 1 and lines[0].endswith("tests/alpha/test_alpha.py::test_broken")
@@ -351,9 +361,9 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     assert "shard 2/3 hung: killed after" in manifest["reason"]
     run = load_run(run_dir)
     assert sorted(t.id for s in run.suites for t in s.tests) == sorted(junit_ids(run_dir / "shard-3"))
-    assert len(junit_ids(run_dir / "shard-3")) == 10 + 1  # alpha's other tests and a third of beta
+    assert len(junit_ids(run_dir / "shard-3")) == 10 + 2  # alpha's other tests, beta's b and e (offset 1)
     text = (run_dir / "report.txt").read_text()
-    assert text.startswith("kiln cpu/native 3 shards FAILED [run INCOMPLETE]: 10 passed, 1 skipped")
+    assert text.startswith("kiln cpu/native 3 shards FAILED [run INCOMPLETE]: 11 passed, 1 skipped")
     assert "shard 1/3 CRASHED (stopped without finishing (exit -9); see shard-1.log)" in text
 
 
@@ -382,8 +392,8 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     argv = calls[-1]
     assert argv[argv.index("--gpus") + 1] == "device=1" and "all" not in argv
     inner = argv[argv.index("kiln-cuda:t") + 1:]
-    assert inner[-7:] == ["-x", "-p", "harness.shard_plugin", "--kiln-shard=2/2",
-                          "--kiln-durations=/results/shard-durations.json",
+    assert inner[-8:] == ["-x", "-p", "harness.shard_plugin", "--kiln-shard=2/2",
+                          "--kiln-durations=/results/shard-durations.json", "--kiln-shard-offset=0",
                           "--kiln-shard-record=/results/alpha.shard.json", "tests/alpha"]
     assert (run_dir / "suites" / "shard-durations.json").exists()
     manifest = json.loads((run_dir / "run.json").read_text())
