@@ -3,7 +3,7 @@
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
-#  resuming the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
+#  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout.
 set -uo pipefail
@@ -29,7 +29,7 @@ for stage in "$@"; do
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
     models) if [ -n "${MODELS_FROM:-}" ]; then mkdir -p "$OUT/models" && cp -r "$MODELS_FROM"/. "$OUT/models/"; fi
-            timeout "${MODELS_TIMEOUT_S:-540}" python3 -m harness bench models --resume \
+            timeout "${MODELS_TIMEOUT_S:-540}" python3 -m harness bench models ${MODELS_RESUME---resume} \
                 --only "${MODELS_ONLY:-model.gpt2.infer.*,model.resnet50.infer.*}" \
                 --compilers "${MODELS_COMPILERS:-kiln,inductor,kiln-cg,inductor-cg,eager}" \
                 --compile-times "${MODELS_COMPILE_TIMES:-none}" \

@@ -9,7 +9,11 @@ or ``mode="reduce-overhead"``), each compiled graph runs through a ``CudaGraphRu
   workspaces) and notes every tensor argument's address. The second call records the wrapper into a
   ``torch.cuda.CUDAGraph`` with a private memory pool and replays it; later calls only replay.
 - *static input*: a tensor argument whose address did not change between warm-up and recording (parameters,
-  buffers, saved activations of a replayed forward): the recording reads it in place. Every other tensor
+  buffers), or that lies in memory another recording owns (*recorded output*: its pool-owned outputs and its
+  placeholders, e.g. a training forward's saved activations and inputs, read by its backward; they sit at the
+  same address at every replay of the forward, though not at the backward's warm-up, when the forward still
+  ran unrecorded): the recording reads it in place. Every replay checks that each static input is still where
+  it was recorded, so a static input is only a guess that saves a copy, never a correctness assumption. Every other tensor
   argument is *copied in* to a placeholder that the recording reads, and copied back after the replay when the
   graph writes to it (an in-place update must reach the caller's tensor). When a static input moves later, it
   becomes copied-in and the key is recorded again (at most ``MAX_RECORDINGS`` times, then it runs unrecorded).
@@ -42,6 +46,18 @@ log = logging.getLogger("kiln")
 
 #: re-recordings of one key (a static input moved) before the key runs unrecorded for good
 MAX_RECORDINGS = 8
+
+#: storage address -> the number of live recordings whose pool-owned outputs start there (recorded outputs)
+_RECORDED_OUTPUTS: dict[int, int] = {}
+
+
+def _note_outputs(storages: list[int], delta: int) -> None:
+    for ptr in storages:
+        n = _RECORDED_OUTPUTS.get(ptr, 0) + delta
+        if n > 0:
+            _RECORDED_OUTPUTS[ptr] = n
+        else:
+            _RECORDED_OUTPUTS.pop(ptr, None)
 
 #: ATen ops that read device values on the host (or make sizes depend on them): never recordable
 HOST_SYNC_OPS = frozenset({
@@ -115,6 +131,18 @@ class _Recording:
     outputs: tuple  # the wrapper's outputs as recorded
     owned: list[int]  # positions of the pool-owned outputs (handed out as fresh aliases)
     saved_storages: list[tuple[int, int]]  # (storage handle, use count with no output handed out)
+    output_storages: list[int]  # storages of the pool-owned outputs and placeholders (``_RECORDED_OUTPUTS``)
+
+    def drop(self) -> None:
+        """Forget this recording's outputs as recorded outputs (it is being replaced)."""
+        _note_outputs(self.output_storages, -1)
+        self.output_storages = []
+
+    def __del__(self) -> None:  # a runner that is garbage-collected takes its recordings along
+        try:
+            self.drop()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the module's globals may be gone
+            pass
 
 
 @dataclasses.dataclass
@@ -170,6 +198,7 @@ class CudaGraphRunner:
         rec = entry.recording
         if rec is not None and not self._static_inputs_in_place(rec, args):
             entry.dynamic.update(i for i in rec.static_args if args[i].data_ptr() != rec.static_ptrs[i])
+            rec.drop()
             rec = entry.recording = None
         if rec is not None and self._saved_outputs_alive(rec):
             self.stats.unrecorded += 1
@@ -240,7 +269,8 @@ class CudaGraphRunner:
             self._record_reason(entry.unrecordable)
             return None
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        static = [i for i in tensors if i not in entry.dynamic and args[i].data_ptr() == entry.warm_ptrs.get(i)]
+        static = [i for i in tensors if i not in entry.dynamic and (
+            args[i].data_ptr() == entry.warm_ptrs.get(i) or args[i].untyped_storage().data_ptr() in _RECORDED_OUTPUTS)]
         copied = [i for i in tensors if i not in static]
         for i in copied:
             if torch._debug_has_internal_overlap(args[i]) == 1:
@@ -285,8 +315,13 @@ class CudaGraphRunner:
         ptrs: list = [None] * len(args)
         for i in static:
             ptrs[i] = args[i].data_ptr()
+        # memory the recording owns at fixed addresses: its pool-owned outputs and its copied-in placeholders
+        # (a training forward returns a copied-in input that backward saves as that placeholder itself)
+        storages = list(dict.fromkeys([seq[p].untyped_storage().data_ptr() for p in owned]
+                                      + [ph.untyped_storage().data_ptr() for ph in placeholders.values()]))
+        _note_outputs(storages, +1)
         rec = _Recording(graph, static, ptrs, placeholders, [i for i in copied if i in self.facts.mutated_args],
-                         tuple(seq), owned, [(h, use_count(h)) for h in saved])
+                         tuple(seq), owned, [(h, use_count(h)) for h in saved], storages)
         entry.recording = rec
         log.debug("kiln: recorded %s as a CUDA graph (%d static inputs, %d copied in, %d pool-owned outputs)",
                   self.name, len(static), len(copied), len(owned))
