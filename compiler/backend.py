@@ -220,8 +220,10 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
 
 def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Optional[GraphFacts]:
     """The graph's facts for CUDA graphs, or None where they cannot apply (no CUDA tensor among the inputs:
-    CPU graphs, the interpreter). A training forward's outputs from AOTAutograd's ``num_forward`` on are the
-    tensors saved for backward."""
+    CPU graphs, the interpreter). *Kept outputs* (``saved_from`` on) may still be held when the graph runs
+    again: a training forward's outputs from AOTAutograd's ``num_forward`` on (saved for backward), and every
+    output of a backward (AccumulateGrad keeps a gradient as ``.grad`` itself, so a replay would overwrite the
+    ``.grad`` of the previous call: gradient accumulation, ``zero_grad(set_to_none=False)``)."""
     import torch
 
     if config.interpreting() or not any(
@@ -232,6 +234,8 @@ def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Opti
         ctx = torch._guards.TracingContext.try_get()
         meta = getattr(ctx, "fw_metadata", None)
         saved_from = getattr(meta, "num_forward", None) or 0  # unknown: treat every output as saved (safe)
+    elif role == "backward":
+        saved_from = 0
     return GraphFacts.of(gm, saved_from)
 
 

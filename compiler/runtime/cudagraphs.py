@@ -20,9 +20,12 @@ or ``mode="reduce-overhead"``), each compiled graph runs through a ``CudaGraphRu
 - *pool-owned output*: an output allocated during recording. Every replay hands them out as fresh tensors over
   the same memory, which the next replay of the same recording overwrites: as with Inductor's
   ``reduce-overhead``, a user-visible output is valid until the same graph runs again (clone it to keep it).
-- *saved outputs*: the outputs of a training forward that AOTAutograd saves for backward. A replay would
-  overwrite them under a backward still waiting to run (two forwards before their backwards, as in gradient
-  accumulation), so while any of them is still referenced the forward runs unrecorded, into fresh memory.
+- *saved outputs* (kept outputs): the outputs of a training forward that AOTAutograd saves for backward, and
+  every output of a backward (AccumulateGrad adopts a gradient tensor as ``.grad`` without copying it). A
+  replay would overwrite them under a backward still waiting to run (two forwards before their backwards, as
+  in gradient accumulation) or under last call's ``.grad`` (accumulation, ``zero_grad(set_to_none=False)``),
+  so while any of them is still referenced the graph runs unrecorded, into fresh memory. A training loop that
+  sets gradients to None before its next backward replays every step.
 
 A graph that cannot be recorded runs as before, and the reason is recorded on the compiled graph as
 ``FallbackReason("cudagraph", <graph name>, detail)``: CPU tensors, host synchronization (data-dependent ops,
@@ -72,9 +75,9 @@ class GraphFacts:
     """What the runner needs to know of an ATen graph, read once at compile time.
 
     ``int_args``/``symbolic_tensor_args``: argument positions that make up the key; ``mutated_args``: tensor
-    arguments the graph writes to; ``saved_from``: index of the first output saved for backward (training
-    forwards only; ``None`` for inference and backward graphs); ``host_sync``: the first op found that syncs
-    with the host, or "".
+    arguments the graph writes to; ``saved_from``: index of the first kept output (a training forward's saved
+    tensors; 0 for a backward, all of whose outputs are gradients; ``None`` for inference graphs);
+    ``host_sync``: the first op found that syncs with the host, or "".
     """
 
     int_args: tuple[int, ...]

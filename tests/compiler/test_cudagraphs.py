@@ -141,7 +141,7 @@ def test_training_steps_match_eager_and_replay_forward_and_backward():
     assert len(runners) == 2 and all(r.stats.replays >= 3 for r in runners)
     # the backward reads the forward's saved activations in place (recorded outputs, static inputs): only its
     # tangent is copied in, and the forward copies x and y; before, every saved activation was copied each step
-    backward = [r for r in runners if r.facts.saved_from is None]
+    backward = [r for r in runners if r.facts.saved_from == 0]  # the forward's kept outputs start at 1
     assert len(backward) == 1 and backward[0].stats.recordings == 1
     (entry,) = backward[0].entries.values()
     assert len(entry.recording.placeholders) <= 1 and len(entry.recording.static_args) >= 4, entry.recording
@@ -167,6 +167,31 @@ def test_two_forwards_before_their_backwards_keep_saved_tensors():
     fn(xs[0]).backward()
     fn(xs[1]).backward()
     torch.testing.assert_close(got, w.grad, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_gradients_adopted_as_grad_are_not_overwritten_by_the_next_backward(micro_batches):
+    """AccumulateGrad adopts a backward's output as ``.grad`` (no copy) when ``.grad`` is None: with gradient
+    accumulation the next micro-batch's backward must not replay into the memory that ``.grad`` now is (it
+    would double the last gradient); one micro-batch per step replays every step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)).cuda()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    step = _compiled(lambda x: model(x).pow(2).mean())
+    with compiler.capture() as graphs:
+        for _ in range(5):
+            xs = [torch.randn(16, 32, device="cuda") for _ in range(micro_batches)]
+            for m, o, f in ((model, opt, step), (ref, ref_opt, lambda x: ref(x).pow(2).mean())):
+                o.zero_grad(set_to_none=True)
+                for x in xs:
+                    f(x).backward()
+                o.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    if micro_batches == 1:
+        assert all(r.stats.replays >= 3 for r in _runners(graphs))
 
 
 @gpu
