@@ -8,27 +8,13 @@ import dataclasses
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
 from compiler import backend
-from compiler.backend import PASSES, CompileState, run_pass
-from compiler.decompositions import decomposition_table
 from compiler.exc import InvariantError
 from compiler.graph import ExternCall
 from compiler.scheduler import Schedule
-
-
-def staged(fn, *args, upto: str = "wrap") -> CompileState:
-    gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="fake")(*args)
-    st = CompileState(gm, "t")
-    layers = {p.name: p for p in PASSES}
-    with compiler.config.patch(strict=True):
-        for name in ("lower", "schedule", "render", "wrap"):
-            run_pass(st, layers[name])
-            if name == upto:
-                break
-    return st
+from test_layers import staged  # the compile state after the passes up to one (strict: products verified)
 
 
 def softmax_mm(x, w):
