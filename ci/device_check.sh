@@ -6,6 +6,8 @@
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout.
+# Carry the tree to the GPU box as a shallow clone (`git clone -q --depth 1 file://$PWD .kiln/head`), not a
+# `git archive`: bench runs record the commit from git, and an archive inside the checkout records its parent's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/device}
