@@ -3,7 +3,9 @@
 1. run A; A compared with itself flags nothing;
 2. run B, identical, compared with A (with confirmation) flags nothing;
 3. run C with a planted 20% slowdown in one workload (under the first compiler that handles it, else
-   eager), compared with A: exactly that workload+compiler is regressed, nothing else;
+   eager), compared with A: exactly that workload+compiler is regressed, nothing else; a run C that fails
+   this is measured once more (a burst of host noise on a shared 2-core runner spoiled one in about ten CI
+   runs), and the report says so;
 over at least 20 workloads. Exit 0 when every expectation holds, else 1 (with the reason).
 """
 
@@ -86,25 +88,32 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             )  # inductor, others, eager
             compiler = next(c for c in order if (target, c) in ok)
             plant = Plant(target, compiler, args.fraction)
-            c = run_bench(
-                replace(cfg, plant=plant),
-                store,
-                label=f"selftest-C plant {plant.spec()}",
-                baseline=f"run:{a.run.id}",
-                cmp_cfg=cmp_cfg,
-            )
-            hit = [x for x in c.comparisons if (x.workload, x.compiler) == (target, compiler)]
-            flagged = bool(hit) and hit[0].verdict == "regressed"
+            retried = ""
+            for attempt in (1, 2):  # a burst of host noise on a shared runner can spoil one planted run
+                c = run_bench(
+                    replace(cfg, plant=plant),
+                    store,
+                    label=f"selftest-C plant {plant.spec()}" + (" (again)" if attempt > 1 else ""),
+                    baseline=f"run:{a.run.id}",
+                    cmp_cfg=cmp_cfg,
+                )
+                hit = [x for x in c.comparisons if (x.workload, x.compiler) == (target, compiler)]
+                flagged = bool(hit) and hit[0].verdict == "regressed"
+                others = [x for x in _regressed(c.comparisons) if not x.startswith(f"{target}@{compiler} ")]
+                if (flagged and not others) or attempt == 2:
+                    break
+                retried = (f"; attempt 1 failed (planted verdict {hit[0].verdict if hit else 'none'}, "
+                           f"others regressed: {', '.join(others) or 'none'}) and was measured again")
+                print(f"note: planted run{retried[len('; '):]}", file=sys.stderr)
             checks.append(
                 (
                     f"planted {args.fraction:.0%} slowdown in {target}@{compiler} is flagged",
                     flagged,
-                    f"verdict {hit[0].verdict}, ratio {hit[0].ratio:.3f}"
-                    if hit and hit[0].ratio
-                    else "no comparison",
+                    (f"verdict {hit[0].verdict}, ratio {hit[0].ratio:.3f}"
+                     if hit and hit[0].ratio
+                     else "no comparison") + retried,
                 )
             )
-            others = [x for x in _regressed(c.comparisons) if not x.startswith(f"{target}@{compiler} ")]
             checks.append(("planted run: nothing else regressed", not others, ", ".join(others) or "none"))
 
             for name, out in (("B vs A", b), ("C vs A", c)):
