@@ -1,6 +1,6 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
-Verbs: run, compare, list, show, export, import, plot, workloads, selftest, gpu, models, model-profile.
+Verbs: run, compare, list, show, export, import, plot, history, workloads, selftest, gpu, models, model-profile.
 Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
@@ -114,6 +114,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--from-json", dest="from_json", type=Path, help="plot an export instead of the store")
     p.add_argument("--run", default="latest", help="run for the speedup plot (default latest)")
     _add_store(p)
+    p = sub.add_parser("history", help="per workload: PNG plot of medians over the stored runs, regressions "
+                       "marked; Markdown table of the last runs")
+    from .history import add_arguments as _add_history
+
+    _add_history(p)
     p = sub.add_parser("workloads", help="list the workloads of a profile")
     p.add_argument("--profile", choices=["tiny", "gpu"], default="tiny")
     p = sub.add_parser("selftest", help="CI check: self-compare, identical runs and a planted 20%% slowdown")
@@ -457,6 +462,10 @@ def cli_main(args: argparse.Namespace) -> int:
             from .model_run import cmd_models
 
             return cmd_models(args)
+        if args.verb == "history":
+            from .history import cmd_history
+
+            return cmd_history(args)
         if args.verb == "model-profile":
             from .model_profile import cmd_model_profile
 

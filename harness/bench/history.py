@@ -1,0 +1,289 @@
+"""`bench history`: how workloads moved over the stored runs, as PNG plots and a Markdown table.
+
+Terms:
+- *series*: one workload under one compiler over the complete runs of one kind (profile and device). Model
+  tier cases (`model.*`) are stored with profile `models-<profile>`, so `--profile tiny` selects the kernel
+  runs of profile `tiny` and the model runs of profile `models-tiny`. Without `--profile`/`--device`, a
+  workload's series uses the kind (profile, device name) of the newest complete run that has it, so one plot
+  never mixes machines or sizes.
+- *step*: each point of a series is compared with the previous point of the same series (the previous complete
+  run that has the workload+compiler) by `compare.compare`, the statistics of `bench compare` (ratio of
+  medians, threshold, one-sided Mann-Whitney, eager's drift divided out where the device's defaults say so);
+  nothing here re-measures, so a verdict is the first verdict of `bench compare`, unconfirmed.
+- Plots: `OUT/history_<workload>.png`, median per compiler with an IQR bar (the samples' 25th to 75th
+  percentile after outlier removal), x labelled by short commit and date, regressed steps marked.
+- Table: the last N runs (default 10), one column per workload+compiler: median, ratio to the previous run
+  and a verdict mark (`MARKS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+from harness.exc import StoreError, UsageError
+
+from .compare import Baseline, CompareConfig, Comparison, compare, drift_of
+from .records import Result, RunInfo
+from .report import PlotUnavailable, _plt, fmt_ns, markdown, terminal
+from .store import Store
+
+MARKS = {
+    "regressed": "▲",
+    "improved": "▼",
+    "unchanged": "=",
+    "not comparable": "≠",
+    "new": "·",
+    "missing": "-",
+}
+LEGEND = (
+    "Marks: ▲ regressed, ▼ improved, = unchanged (against the previous complete run of the same "
+    "workload+compiler), ≠ not comparable, · first run (nothing to compare with)."
+)
+
+
+@dataclass
+class Point:
+    run: RunInfo
+    result: Result
+    cmp: Comparison | None = None  # against the previous point; None for the first
+
+
+@dataclass
+class History:
+    """Series per (workload, compiler), each a list of points oldest first; runs: every run of a point."""
+
+    series: dict[tuple[str, str], list[Point]] = field(default_factory=dict)
+    runs: list[RunInfo] = field(default_factory=list)
+    kinds: dict[str, tuple[str, str]] = field(default_factory=dict)  # workload -> (profile, device name)
+
+    def workloads(self) -> list[str]:
+        return list(dict.fromkeys(w for w, _ in self.series))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                   help="fnmatch patterns of workload names (default: all), e.g. 'softmax.*' 'model.gpt2.*'")
+    p.add_argument("--db", type=Path, default=None,
+                   help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)")
+    p.add_argument("--profile", help="tiny or gpu (model cases: models-PROFILE); default: each workload's "
+                   "newest run's profile")
+    p.add_argument("--device", help="only runs whose device (cpu, cuda) or device name contains this")
+    p.add_argument("--last", type=int, default=10, help="runs in the table (default 10)")
+    p.add_argument("--out", type=Path, help="folder of the PNG plots (default: history/ beside the store)")
+    p.add_argument("--md", type=Path, help="write the Markdown table here")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="as `bench compare` (default $KILN_BENCH_THRESHOLD, else 0.05 GPU, 0.10 CPU)")
+    p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
+    p.add_argument("--drift", choices=["auto", "on", "off"], default="auto",
+                   help="divide out eager's median ratio over all workloads (auto: on for CPU runs)")
+
+
+def _profile_ok(run: RunInfo, workload: str, profile: str | None) -> bool:
+    if profile is None:
+        return True
+    want = f"models-{profile}" if workload.startswith("model.") else profile
+    return run.profile in (want, profile)
+
+
+def _device_ok(run: RunInfo, device: str | None) -> bool:
+    if not device:
+        return True
+    d = device.lower()
+    return run.device.lower() == d or d in (run.device_name or "").lower()
+
+
+def collect(store: Store, patterns: list[str], profile: str | None = None, device: str | None = None,
+            cfg: CompareConfig | None = None) -> History:
+    """The series of every workload matching `patterns` over the complete runs (see module docstring)."""
+    cfg = cfg or CompareConfig()
+    runs = [r for r in reversed(store.runs(complete_only=True)) if _device_ok(r, device)]
+    if not runs:
+        where = f" on device {device!r}" if device else ""
+        raise StoreError(f"no complete runs{where} in {store.path}")
+    results = {r.id: store.results(r.id) for r in runs}
+    pats = patterns or ["*"]
+    names = list(dict.fromkeys(x.workload for r in runs for x in results[r.id]))
+    chosen = [w for w in names if any(fnmatch(w, p) for p in pats)]
+    if profile is not None:
+        chosen = [w for w in chosen if any(_profile_ok(r, w, profile) and any(x.workload == w for x in
+                                                                              results[r.id]) for r in runs)]
+    if not chosen:
+        raise UsageError(
+            f"no stored workload matches {' '.join(pats)}"
+            + (f" in profile {profile}" if profile else "")
+            + f" ({len(names)} workloads in {len(runs)} complete runs; see `bench show latest`)"
+        )
+    hist = History()
+    drifts: dict[tuple[int, int], float] = {}
+    used: dict[int, RunInfo] = {}
+    for w in chosen:
+        have = [r for r in runs if _profile_ok(r, w, profile) and any(x.workload == w for x in results[r.id])]
+        kind = (have[-1].profile, have[-1].device_name)
+        hist.kinds[w] = kind
+        have = [r for r in have if (r.profile, r.device_name) == kind]
+        for run in have:
+            for res in results[run.id]:
+                if res.workload != w:
+                    continue
+                pts = hist.series.setdefault((w, res.compiler), [])
+                pt = Point(run, res)
+                if pts:
+                    prev = pts[-1]
+                    pt.cmp = _step(prev, pt, results, cfg, drifts)
+                pts.append(pt)
+                used[run.id] = run
+    hist.runs = [used[i] for i in sorted(used)]
+    return hist
+
+
+def _step(prev: Point, pt: Point, results: dict[int, list[Result]], cfg: CompareConfig,
+          drifts: dict[tuple[int, int], float]) -> Comparison:
+    """`bench compare`'s verdict for one workload+compiler: `pt`'s run against `prev`'s run."""
+    c = cfg.for_device(pt.run.device)
+    key = (pt.run.id, prev.run.id)
+    if key not in drifts:
+        drifts[key] = (
+            drift_of(results[pt.run.id], Baseline.of([prev.run], [results[prev.run.id]]))
+            if c.normalize_drift else 1.0
+        )
+    base = Baseline.of([prev.run], [[prev.result]])
+    return compare([pt.result], base, c, new_run=pt.run, drift=drifts[key])[0]
+
+
+# ------------------------------------------------------------------ table
+def _label(run: RunInfo) -> tuple[str, str, str]:
+    return str(run.id), (run.created_at or "")[:10], (run.git_commit or "-")[:8]
+
+
+def cell(pt: Point | None) -> str:
+    if pt is None:
+        return ""
+    med = fmt_ns(pt.result.median_ns) if pt.result.status == "ok" else "failed"
+    if pt.cmp is None:
+        return f"{med} {MARKS['new']}"
+    ratio = f" x{pt.cmp.ratio:.2f}" if pt.cmp.ratio is not None else ""
+    return f"{med}{ratio} {MARKS.get(pt.cmp.verdict, '?')}"
+
+
+def table(hist: History, last: int = 10) -> list[list[str]]:
+    """Rows: the last `last` runs, newest first; a column per workload+compiler (median, ratio, mark)."""
+    keys = list(hist.series)
+    by_run = {k: {p.run.id: p for p in pts} for k, pts in hist.series.items()}
+    rows = [["run", "date", "commit"] + [f"{w} [{c}]" for w, c in keys]]
+    for run in list(reversed(hist.runs))[: max(1, last)]:
+        rows.append([*_label(run)] + [cell(by_run[k].get(run.id)) for k in keys])
+    return rows
+
+
+def regressions(hist: History) -> list[Point]:
+    return [p for pts in hist.series.values() for p in pts if p.cmp and p.cmp.verdict == "regressed"]
+
+
+def markdown_report(hist: History, last: int = 10) -> str:
+    regs = regressions(hist)
+    lines = [
+        f"## Bench history: {len(hist.workloads())} workload(s), {len(hist.runs)} complete run(s)",
+        "",
+        markdown(table(hist, last)),
+        "",
+        LEGEND,
+        "",
+    ]
+    if regs:
+        lines.append("Regressed steps: " + "; ".join(
+            f"{p.result.workload} [{p.result.compiler}] run {p.run.id} x{p.cmp.ratio:.2f}" for p in regs  # type: ignore[union-attr]
+        ))
+    else:
+        lines.append("No regressed step.")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ plots
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def plot_workload(hist: History, workload: str, path: Path) -> Path:
+    """Median per compiler over the workload's runs, IQR bars, regressed steps ringed in red."""
+    plt = _plt()
+    runs = sorted({p.run.id: p.run for (w, _), pts in hist.series.items() if w == workload for p in pts}.values(),
+                  key=lambda r: r.id or 0)
+    xs = {r.id: i for i, r in enumerate(runs)}
+    meds = [p.result.median_ns for (w, _), pts in hist.series.items() if w == workload for p in pts
+            if p.result.median_ns]
+    div, unit = next(((d, u) for d, u in ((1e6, "ms"), (1e3, "us")) if meds and min(meds) >= d), (1.0, "ns"))
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(runs) + 2), 3.6))
+    flagged = False
+    for (w, c), pts in hist.series.items():
+        pts = [p for p in pts if w == workload and p.result.stats]
+        if not pts:
+            continue
+        x = [xs[p.run.id] for p in pts]
+        st = [p.result.stats for p in pts]
+        y = [s.median / div for s in st]  # type: ignore[union-attr]
+        err = [[(s.median - s.q1) / div for s in st], [(s.q3 - s.median) / div for s in st]]  # type: ignore
+        ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=c)
+        reg = [(xx, yy) for xx, yy, p in zip(x, y, pts) if p.cmp and p.cmp.verdict == "regressed"]
+        if reg:
+            flagged = True
+            ax.scatter([r[0] for r in reg], [r[1] for r in reg], s=160, facecolors="none",
+                       edgecolors="tab:red", linewidths=2, zorder=5)
+    if flagged:
+        ax.scatter([], [], s=80, facecolors="none", edgecolors="tab:red", linewidths=2, label="regressed")
+    ax.set_xticks(range(len(runs)), [f"{(r.git_commit or '-')[:7]}\n{(r.created_at or '')[:10]}" for r in runs],
+                  fontsize=6)
+    ax.set_xlim(-0.5, len(runs) - 0.5)
+    prof, dev = hist.kinds.get(workload, ("", ""))
+    ax.set_title(f"{workload}  ({prof}, {dev})", fontsize=8)
+    ax.set_ylabel(f"median ({unit}), bar: IQR", fontsize=7)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_all(hist: History, out: Path) -> list[Path]:
+    return [plot_workload(hist, w, out / f"history_{_safe(w)}.png") for w in hist.workloads()]
+
+
+# ------------------------------------------------------------------ command
+def cmd_history(args: argparse.Namespace) -> int:
+    from harness.results import atomic_write_text
+    from harness.settings import bench_settings
+
+    from .compare import config_from_args
+
+    if args.last < 1:
+        raise UsageError(f"--last must be at least 1, not {args.last}")
+    cfg = config_from_args(args)
+    db = Path(args.db or bench_settings().db)
+    if not db.is_file():
+        raise StoreError(f"no bench store at {db} (give --db, or record runs with `bench run`)")
+    with Store(db) as store:
+        hist = collect(store, list(args.workloads), args.profile, args.device, cfg)
+    print(terminal(table(hist, args.last)))
+    print(LEGEND)
+    for p in regressions(hist):
+        print(f"regressed: {p.result.workload} [{p.result.compiler}] run {p.run.id} "
+              f"x{p.cmp.ratio:.2f} (p={p.cmp.p:.2g}) against the previous run")  # type: ignore[union-attr]
+    for (w, c), pts in hist.series.items():
+        if len(pts) < 2:
+            print(f"note: {w} [{c}] has only 1 complete run (run {pts[0].run.id}): no comparison is possible",
+                  file=sys.stderr)
+    if args.md:
+        atomic_write_text(args.md, markdown_report(hist, args.last))
+    out = args.out or db.parent / "history"
+    try:
+        paths = plot_all(hist, out)
+        print(f"wrote {len(paths)} plot(s) into {out}")
+    except PlotUnavailable as e:
+        print(f"note: {e}", file=sys.stderr)
+    return 0

@@ -1,0 +1,114 @@
+"""`bench history`: series over stored runs, the table of the last runs with ratios and verdict marks, the
+per-workload PNG plots, and one-line errors (missing store, no matching workload, no complete run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.bench import history
+from harness.bench.cli import main
+from harness.bench.store import Store
+
+from bench_helpers import make_results, medians, store_run
+
+pytest.importorskip("matplotlib")
+
+PLANTED = ("w03", "inductor")
+
+
+def _fill(path: Path, n: int = 4, planted_at: int = 3) -> None:
+    """`n` complete CPU runs of 24 workloads; run `planted_at` (0-based) makes w03 under inductor 30% slower,
+    the runs after it keep that level; an aborted run and a model-tier run are stored too."""
+    with Store(path) as s:
+        for i in range(n):
+            scale = {PLANTED: 1.3} if i >= planted_at else None
+            store_run(s, make_results(medians(scale), seed=i), commit=f"c{i}0000000000")
+        store_run(s, make_results(medians({PLANTED: 3.0}), seed=99), complete=False, commit="dead")
+        store_run(s, make_results({("model.gpt2.infer.fp32", "eager"): 1e6}), profile="models-tiny", commit="m0")
+
+
+def test_table_marks_the_planted_regression_only(tmp_path):
+    db = tmp_path / "b.sqlite"
+    _fill(db, n=5, planted_at=3)
+    with Store(db) as s:
+        h = history.collect(s, ["w0[0-4]"], profile="tiny")
+    assert h.workloads() == ["w00", "w01", "w02", "w03", "w04"]
+    assert [r.git_commit[:2] for r in h.runs] == ["c0", "c1", "c2", "c3", "c4"]  # the aborted run is left out
+    regs = history.regressions(h)
+    assert [(p.result.workload, p.result.compiler, p.run.git_commit[:2]) for p in regs] == [
+        ("w03", "inductor", "c3")
+    ]
+    assert 1.2 < regs[0].cmp.ratio < 1.4
+    rows = history.table(h, last=3)
+    assert rows[0][:3] == ["run", "date", "commit"]
+    assert len(rows) == 1 + 3 and [r[2] for r in rows[1:]] == ["c4000000", "c3000000", "c2000000"]
+    col = rows[0].index("w03 [inductor]")
+    assert rows[2][col].endswith("▲") and "x1.3" in rows[2][col]  # run c3: the planted step
+    assert rows[1][col].endswith("=")  # c4 stays at the new level: unchanged against c3
+    assert all(r[c].endswith("=") for r in rows[1:] for c in range(3, len(r)) if c != col)
+    first = history.table(h, last=10)[-1]
+    assert first[2] == "c0000000" and all(x.endswith(history.MARKS["new"]) for x in first[3:])
+
+
+def test_cli_writes_markdown_and_plots(tmp_path, capsys):
+    db, md, out = tmp_path / "b.sqlite", tmp_path / "h.md", tmp_path / "plots"
+    _fill(db)
+    code = main(["history", "w03", "w1*", "--db", str(db), "--md", str(md), "--out", str(out), "--last", "2"])
+    assert code == 0
+    text = md.read_text()
+    assert "| run | date | commit | w03 [inductor] | w03 [eager] |" in text
+    assert "Regressed steps: w03 [inductor] run 4 x1.3" in text
+    assert text.count("| c3000000 |") == 1 and "c1000000" not in text  # --last 2
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs[0] == "history_w03.png" and len(pngs) == 11
+    assert all((out / p).stat().st_size > 1000 for p in pngs)
+    o = capsys.readouterr().out
+    assert "regressed: w03 [inductor] run 4" in o and "wrote 11 plot(s)" in o
+
+
+def test_model_cases_use_their_models_profile(tmp_path, capsys):
+    db, out = tmp_path / "b.sqlite", tmp_path / "plots"
+    _fill(db)
+    assert main(["history", "model.*", "--profile", "tiny", "--db", str(db), "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert "model.gpt2.infer.fp32 [eager]" in cap.out
+    assert "only 1 complete run" in cap.err and "no comparison is possible" in cap.err
+    assert (out / "history_model.gpt2.infer.fp32.png").is_file()
+
+
+def test_default_out_is_beside_the_store(tmp_path):
+    db = tmp_path / "sub" / "b.sqlite"
+    _fill(db, n=2)
+    assert main(["history", "w00", "--db", str(db)]) == 0
+    assert (tmp_path / "sub" / "history" / "history_w00.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv, fill, message",
+    [
+        (["history"], False, "no bench store at"),
+        (["history", "nothing.*"], True, "no stored workload matches nothing.*"),
+        (["history", "w00", "--device", "cuda"], True, "no complete runs on device 'cuda'"),
+        (["history", "model.*", "--profile", "gpu"], True, "no stored workload matches model.* in profile gpu"),
+        (["history", "--last", "0"], True, "--last must be at least 1"),
+        (["history", "--threshold", "2"], True, "--threshold and --alpha must be between 0 and 1"),
+    ],
+)
+def test_errors_are_one_line_with_exit_2(tmp_path, capsys, argv, fill, message):
+    db = tmp_path / "b.sqlite"
+    if fill:
+        _fill(db, n=2)
+    assert main([*argv, "--db", str(db), "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+    assert fill or not db.exists()  # a missing store is not created
+
+
+def test_only_incomplete_runs_is_an_error(tmp_path, capsys):
+    db = tmp_path / "b.sqlite"
+    with Store(db) as s:
+        store_run(s, make_results(medians()), complete=False)
+    assert main(["history", "--db", str(db)]) == 2
+    assert "no complete runs in" in capsys.readouterr().err
