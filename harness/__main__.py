@@ -24,6 +24,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "repro": ("harness.repro", "print one command per failing test that reproduces it"),
     "merge": ("harness.merge", "merge the shards of a run (`run --shard I/N` folders) into one report"),
     "durations": ("harness.shard", "record tests' durations from results folders (balances `run --shard`)"),
+    "history": ("harness.history", "test history (SQLite): record results folders, show failure counts"),
     "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
     "flakes": ("harness.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
     "compile-check": ("harness.compile_check", "compile every dumped kernel for the matrix's GPU targets"),

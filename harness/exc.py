@@ -97,3 +97,8 @@ class ImportFormatError(BenchError):
 
 class BaselineError(BenchError):
     """A baseline spec (`run:ID`, `ref:NAME`, `window:N`) resolves to no complete run."""
+
+
+class HistoryError(HarnessError):
+    """The test-history store (harness/history.py) is not a readable SQLite file, is from a newer schema, or a
+    results folder given to it cannot be recorded."""

@@ -219,7 +219,10 @@ def build_report(
     command: Sequence[str],
     pytest_exit: int,
     complete: bool,
+    history: dict | None = None,
 ) -> dict:
+    """The report (schema 1). `history`: node id -> harness.history.FailureCount from the test-history store;
+    each failing or flaky test it names gets `history`: "failed K of the last N runs" (else "")."""
     counts = {s: sum(t.status == s for t in stats) for s in (PASSING, FAILING, FLAKY, SKIPPED)}
     quarantined = {r.id: r.entry.reason for r in verdict.quarantined_failing + verdict.ready_to_leave}
     tests = []
@@ -228,6 +231,8 @@ def build_report(
         row["quarantined"] = t.id in quarantined
         row["reason"] = quarantined.get(t.id, "")
         row["rerun"] = rerun_command(backend, runs, t.id) if t.status in (FAILING, FLAKY) else ""
+        past = (history or {}).get(t.id) if t.status in (FAILING, FLAKY) else None
+        row["history"] = past.phrase() if past is not None else ""
         tests.append(row)
     return {
         "schema": SCHEMA,
@@ -277,6 +282,9 @@ def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
             lines.append(
                 f"| `{t['id']}` | {t['status']} | {t['failed']} / {counted} | {t['failure_rate']:.0%} | {q} |"
             )
+        past = [t for t in bad if t.get("history")]
+        if past:
+            lines += ["", "History:", ""] + [f"- `{t['id']}`: {t['history']}" for t in past]
         lines += ["", "Rerun one:", "", "```"] + [t["rerun"] for t in bad] + ["```", ""]
     section = verdict.markdown()
     return "\n".join(lines) + ("\n" + section if section else "")
@@ -359,6 +367,9 @@ def detect(
     all_runs = read_junit(junit, root)
     stats = classify(all_runs)
     verdict = quarantine_mod.apply(outcomes(all_runs), quarantine, backend)
+    from harness.history import failure_counts_if_any  # read-only; {} without a store
+
+    history = failure_counts_if_any([t.id for t in stats if t.status in (FAILING, FLAKY)], backend=backend)
     report = build_report(
         stats,
         verdict,
@@ -368,6 +379,7 @@ def detect(
         command=cmd,
         pytest_exit=code,
         complete=not interrupted,
+        history=history,
     )
     write_report(out_dir, report, render_markdown(report, verdict))
     if interrupted:

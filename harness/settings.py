@@ -13,6 +13,8 @@ Variables (all optional):
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
+  KILN_HISTORY_DB   the test-history SQLite store (harness/history.py; may be the bench's file; default:
+                    <results>/history.sqlite); `--history DB` overrides it
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
@@ -71,15 +73,17 @@ class Settings:
     pip_index_url: str = ""
     pip_extra_index_url: str = ""
     github_step_summary: str = ""
+    history_db: Path = Path("results") / "history.sqlite"
 
 
 def settings() -> Settings:
     """Read the environment now and return the settings."""
     root = Path(os.environ.get("KILN_ROOT") or PACKAGE_ROOT).resolve()
+    results_root = Path(os.environ.get("KILN_RESULTS") or root / "results")
     return Settings(
         root=root,
         matrix_path=Path(os.environ.get("KILN_MATRIX") or root / "ci" / "matrix.json"),
-        results_root=Path(os.environ.get("KILN_RESULTS") or root / "results"),
+        results_root=results_root,
         state_dir=Path(os.environ.get("KILN_STATE") or root / ".kiln"),
         docker=os.environ.get("KILN_DOCKER") or _default_docker(),
         native=_flag("KILN_NATIVE"),
@@ -89,6 +93,7 @@ def settings() -> Settings:
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),
         pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
         github_step_summary=os.environ.get("GITHUB_STEP_SUMMARY", "").strip(),
+        history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip() or results_root / "history.sqlite"),
     )
 
 

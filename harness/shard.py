@@ -243,11 +243,14 @@ def pin_devices(b: Any, devices: Sequence[str], *, native: bool) -> Any:
     return replace(b, container_options=tuple(out))
 
 
-# ---- CLI: `python -m harness durations RUN_DIR... --out FILE` --------------------------------------------
+# ---- CLI: `python -m harness durations RUN_DIR... | --from-history DB --backend B  --out FILE` -------------
 
 
 def cli_durations_add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results_dirs", nargs="+", help="results folders (plain or merged shard runs), oldest first")
+    p.add_argument("results_dirs", nargs="*", help="results folders (plain or merged shard runs), oldest first")
+    p.add_argument("--from-history", metavar="DB", help="instead: the median durations of the history store DB "
+                   "(harness/history.py) for --backend")
+    p.add_argument("--backend", help="with --from-history: whose runs' durations")
     p.add_argument("--out", help="durations file to update (default: ci/durations/<backend>.json)")
     p.add_argument("--replace", action="store_true", help="start from nothing instead of the file's entries")
 
@@ -256,7 +259,16 @@ def cli_durations_main(args: argparse.Namespace) -> int:
     """Record the tests' durations of results folders into a durations file (shards are balanced by it)."""
     from harness.settings import settings
 
-    found, backend = durations_of_runs([Path(d) for d in args.results_dirs])
+    if args.from_history:
+        if args.results_dirs or not args.backend:
+            raise HarnessError("--from-history DB takes --backend B and no results folders")
+        from harness.history import median_durations
+
+        found, backend = median_durations(Path(args.from_history), args.backend), args.backend
+    elif not args.results_dirs or args.backend:
+        raise HarnessError("name results folders, or --from-history DB --backend B")
+    else:
+        found, backend = durations_of_runs([Path(d) for d in args.results_dirs])
     out = Path(args.out) if args.out else default_durations_path(settings().root, backend)
     old = load_durations(out) if out.exists() and not args.replace else {}
     write_durations(out, {**old, **found}, backend)
