@@ -80,8 +80,25 @@ class SubgraphRef:
 Step = Union[ComputedBuffer, ExternCall, SubgraphCall]
 
 
+class BufferNames:
+    """Buffer naming and registration, shared by the lowering and its ``Program`` (which goes on numbering
+    where the lowering stopped). Needs ``buffers`` (name -> buffer) and ``next_id`` on the instance."""
+
+    buffers: dict[str, Buffer]
+    next_id: int
+
+    def new_name(self, prefix: str = "buf") -> str:
+        name = f"{prefix}{self.next_id}"
+        self.next_id += 1
+        return name
+
+    def add_buffer(self, buf: Buffer) -> Buffer:
+        self.buffers[buf.name] = buf
+        return buf
+
+
 @dataclasses.dataclass
-class Program:
+class Program(BufferNames):
     """The ``lower`` pass's product: the graph as kiln IR, ready to schedule.
 
     ``inputs``: (placeholder, value) in order (a value: ``Strided`` of an ``InputBuffer``, ``SymScalar`` or
@@ -102,15 +119,6 @@ class Program:
     attributes: list[tuple[Opaque, str, Any]]
     fallbacks: list[FallbackReason]
     next_id: int = 0
-
-    def new_name(self, prefix: str = "buf") -> str:
-        name = f"{prefix}{self.next_id}"
-        self.next_id += 1
-        return name
-
-    def add_buffer(self, buf: Buffer) -> Buffer:
-        self.buffers[buf.name] = buf
-        return buf
 
     def verify(self) -> None:
         """Structural invariants (``InvariantError`` names the first broken one): buffers registered under
@@ -190,7 +198,7 @@ def register_lowering(*ops: Any) -> Callable:
     return deco
 
 
-class GraphLowering:
+class GraphLowering(BufferNames):
     """Lowers one FX graph. ``name`` prefixes buffer and kernel names to keep them unique and stable."""
 
     def __init__(self, gm: fx.GraphModule, name: str = "graph", subgraph_compiler: Any = None) -> None:
@@ -206,20 +214,10 @@ class GraphLowering:
         self.subgraph_compiler = subgraph_compiler
         self.constants: dict[str, torch.Tensor] = {}  # buffer name -> tensor constant (get_attr in the wrapper)
         self.attributes: list[tuple[Opaque, str, Any]] = []  # other get_attr values (subgraphs of map/scan)
-        self._counter = 0
+        self.next_id = 0  # buffer numbering (BufferNames)
         self.current_node: Optional[fx.Node] = None
         self.interpret = config.interpreting()
         self._moved: dict[tuple, Strided] = {}  # CPU scalar -> its GPU copy
-
-    # ------------------------------------------------------------------ naming and registration
-    def new_name(self, prefix: str = "buf") -> str:
-        name = f"{prefix}{self._counter}"
-        self._counter += 1
-        return name
-
-    def add_buffer(self, buf: Buffer) -> Buffer:
-        self.buffers[buf.name] = buf
-        return buf
 
     # ------------------------------------------------------------------ realization
     def realize(self, value: Value, meta: Optional[torch.Tensor] = None) -> Strided:
@@ -271,7 +269,7 @@ class GraphLowering:
                 raise LoweringError(f"unsupported FX node kind {node.op} ({node.name})")
         self.current_node = None
         return Program(self.name, self.inputs, self.steps, self.outputs, self.buffers, self.constants,
-                       self.attributes, self.fallbacks, self._counter)
+                       self.attributes, self.fallbacks, self.next_id)
 
     def _placeholder(self, node: fx.Node) -> Any:
         val = node.meta.get("val")
