@@ -13,10 +13,11 @@ or ``mode="reduce-overhead"``), each compiled graph runs through a ``CudaGraphRu
   placeholders, e.g. a training forward's saved activations and inputs, read by its backward; they sit at the
   same address at every replay of the forward, though not at the backward's warm-up, when the forward still
   ran unrecorded): the recording reads it in place. Every replay checks that each static input is still where
-  it was recorded, so a static input is only a guess that saves a copy, never a correctness assumption. Every other tensor
-  argument is *copied in* to a placeholder that the recording reads, and copied back after the replay when the
-  graph writes to it (an in-place update must reach the caller's tensor). When a static input moves later, it
-  becomes copied-in and the key is recorded again (at most ``MAX_RECORDINGS`` times, then it runs unrecorded).
+  it was recorded, so a static input is only a guess that saves a copy, never a correctness assumption. Every
+  other tensor argument is *copied in* to a placeholder that the recording reads, and copied back after the
+  replay when the graph writes to it (an in-place update must reach the caller's tensor). When a static input
+  moves later, it becomes copied-in and the key is recorded again (at most ``MAX_RECORDINGS`` times, then it
+  runs unrecorded).
 - *pool-owned output*: an output allocated during recording. Every replay hands them out as fresh tensors over
   the same memory, which the next replay of the same recording overwrites: as with Inductor's
   ``reduce-overhead``, a user-visible output is valid until the same graph runs again (clone it to keep it).
@@ -50,7 +51,8 @@ log = logging.getLogger("kiln")
 #: re-recordings of one key (a static input moved) before the key runs unrecorded for good
 MAX_RECORDINGS = 8
 
-#: storage address -> the number of live recordings whose pool-owned outputs start there (recorded outputs)
+#: storage address -> how many live recordings own memory starting there: their pool-owned outputs and
+#: placeholders (*recorded outputs*, static inputs of later recordings)
 _RECORDED_OUTPUTS: dict[int, int] = {}
 
 

@@ -106,10 +106,11 @@ def cmd_selftest(args: argparse.Namespace) -> int:
                 others = [x for x in _regressed(c.comparisons) if not x.startswith(f"{target}@{compiler} ")]
                 if (flagged and not others) or attempt == 2:
                     break
-                retried = (f"; attempt 1 failed (planted verdict {hit[0].verdict if hit else 'none'}, "
-                           f"others regressed: {', '.join(others) or 'none'}) and was measured again against "
-                           "a baseline measured again right before it")
-                print(f"note: planted run {retried[len('; '):]}", file=sys.stderr)
+                first = (f"attempt 1 failed (planted verdict {hit[0].verdict if hit else 'none'}, others regressed: "
+                         f"{', '.join(others) or 'none'}) and was measured again against a baseline measured again "
+                         "right before it")
+                retried = "; " + first
+                print(f"note: planted run {first}", file=sys.stderr)
             checks.append(
                 (
                     f"planted {args.fraction:.0%} slowdown in {target}@{compiler} is flagged",
