@@ -202,6 +202,9 @@ def _add_models(sub) -> None:
     p.add_argument("--report", action="store_true", help="measure nothing: rewrite the report over every "
                    "case stored for the profile")
     p.add_argument("--list", action="store_true", help="list the profile's cases and whether they can run here")
+    p.add_argument("--compile-only", action="store_true", help="measure only the cold/warm compile s of the "
+                   "--compile-times compilers (no step timing); the report puts them beside the newest step "
+                   "results of the same case definition")
     p.add_argument("--resume", action="store_true", help="skip cases already stored in the store for this "
                    "profile, device and source hash (with every selected compiler)")
     p.add_argument("--budget-s", type=float, help="start no case that would likely end after this many seconds "

@@ -8,7 +8,9 @@ kiln step time over cases both pass (> 1: kiln is faster), and the same for thei
 Which results: runs of profile `models-<profile>` on the device of the newest such run; per case, every
 compiler's result from the newest run that measured the case, and compilers that run lacks from older runs
 with the same source hash. Results of interrupted runs count (each result is committed whole); their runs
-are listed with their status.
+are listed with their status. Compile times (`compile_s`, `meta["compile_warm_s"]`) come from the newest run
+that measured them for the case's source hash: a step run with probes, or a `--compile-only` run (results of
+phase "compile", which carry no step samples and only ever fill in those two numbers).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from harness.exc import UsageError
 
 from . import models as mdl
 from .compare import Comparison
-from .records import Result, RunInfo
+from .records import COMPILE_PHASE, Result, RunInfo
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line,
                      interpreted, latency_cell, markdown, terminal, text_bars)
 from .store import Store
@@ -63,6 +65,7 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
                     r.meta["run_id"] = run.id
                     have[r.compiler] = r
                     used[run.id] = run
+    notes += _merge_compile_times(store, runs, chosen, used)
     order: dict[str, int] = {}
     for device in ("cuda", "cpu"):
         for i, c in enumerate(mdl.all_cases(profile, device)):
@@ -82,6 +85,36 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
     if missing:
         notes.append(f"not measured here yet: {', '.join(missing)} (`--only` them, or `--resume`)")
     return [r for r in runs if r.id in used], results, notes
+
+
+def _merge_compile_times(
+    store: Store, runs: list[RunInfo], chosen: dict[str, dict[str, Result]], used: dict[int, RunInfo]
+) -> list[str]:
+    """Put the newest compile-only measurement (see module docstring) of each chosen (case, compiler) into
+    its step result when that measurement is newer than the step run; notes for those with no step result."""
+    notes: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for run in runs:  # newest first
+        for r in store.results(run.id, phase=COMPILE_PHASE):
+            key = (r.workload, r.compiler)
+            if key in seen:
+                continue
+            seen.add(key)
+            step = chosen.get(r.workload, {}).get(r.compiler)
+            if step is None or step.source_hash != r.source_hash:
+                notes.append(f"{r.workload}: compile times of {r.compiler} (run {run.id}) have no step result "
+                             "of the same definition beside them; left out")
+                continue
+            if step.meta.get("run_id", -1) > run.id:  # the step run measured its own, later
+                continue
+            step.compile_s = r.compile_s
+            step.meta["compile_warm_s"] = r.meta.get("compile_warm_s")
+            step.meta.pop("compile_probe_error", None)
+            if r.meta.get("compile_probe_error"):
+                step.meta["compile_probe_error"] = r.meta["compile_probe_error"]
+            step.meta["compile_run_id"] = run.id
+            used[run.id] = run
+    return notes
 
 
 def _interp(runs: list[RunInfo], compilers: Sequence[str]) -> frozenset:

@@ -2,6 +2,8 @@
 
     python -m harness bench models [--profile tiny|gpu] [--only PATTERNS] [--compilers ...] [--out DIR]
     python -m harness bench models --report --out DIR        (report over everything stored there)
+    python -m harness bench models --compile-only --compile-times kiln,inductor [--resume]
+                                                             (cold/warm compile s alone, beside stored steps)
 
 Compilers: `eager` (the baseline), `kiln` (`torch.compile(m, backend="kiln")` after `import compiler`),
 `inductor`, and on CUDA only `kiln-cg` (`backend="kiln", options={"cudagraphs": True}`) and `inductor-cg`
@@ -69,7 +71,7 @@ from harness.exc import BaselineError, UsageError
 from . import env
 from . import models as mdl
 from .execute import _deadline, gc_paused, one_line
-from .records import Result, RunInfo
+from .records import COMPILE_PHASE, Result, RunInfo
 from .stats import Stats
 from .store import Store
 
@@ -104,6 +106,7 @@ class ModelBenchConfig:
     seed: int = 0
     compile_timeout_s: float = 900.0  # compile + first step, in process and in each subprocess
     budget_s: float | None = None  # stop starting cases past this (see run_models)
+    compile_only: bool = False  # only the cold/warm subprocesses of `compile_times` (phase "compile")
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -436,6 +439,23 @@ class ModelExecutor:
                     r.meta["compile_probe_error"] = err
         return out
 
+    def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
+        """Cold/warm compile s of `case` under each of `compilers`, with no step measurement in this process:
+        one `phase="compile"` Result per compiler (no samples; `error` when a probe failed). The report
+        merges them into the newest step results of the same source hash (model_report.collect)."""
+        out = []
+        for c in compilers:
+            res = Result(case.name, c, case.source_hash, phase=COMPILE_PHASE, timer=TIMER, meta=case.describe())
+            cold, warm, err = compile_times(case, c, self.cfg)
+            res.compile_s = cold
+            res.meta["compile_warm_s"] = warm
+            if err:
+                res.meta["compile_probe_error"] = err
+            if cold is None:
+                res.status, res.error = "error", err
+            out.append(res)
+        return out
+
     def _measure(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
         self._eager_errs: dict[str, float] = {}  # eager's error per captured tensor, for this case
         try:
@@ -612,6 +632,10 @@ def _progress(i: int, total: int, name: str, results: list[Result], t0: float) -
         if r.status != "ok":
             cells.append(f"{r.compiler} error")
             continue
+        if r.phase == COMPILE_PHASE:
+            warm = r.meta.get("compile_warm_s")
+            cells.append(f"{r.compiler} cold {r.compile_s:.1f} s warm {'-' if warm is None else f'{warm:.1f}'} s")
+            continue
         ok = r.meta.get("accuracy", {}).get("pass", True)
         cells.append(f"{r.compiler} {fmt_ns(r.median_ns)}{'' if ok else ' FAIL'}")
     print(
@@ -647,7 +671,10 @@ def run_models(
             if cfg.budget_s and i and spent + spent / i > cfg.budget_s:  # the next case would likely overrun
                 deferred = [c.name for c in cases[i:]]
                 break
-            rs = ex.measure_case(case, cfg.compilers)
+            if cfg.compile_only:
+                rs = ex.compile_case(case, cfg.compilers)
+            else:
+                rs = ex.measure_case(case, cfg.compilers)
             for r in rs:
                 store.add_result(run.id, r)
             results += rs
@@ -688,17 +715,22 @@ def _model_baseline(store: Store, spec: str, run: RunInfo, results: list[Result]
 
 
 def stored_cases(
-    store: Store, profile: str, device: str, cases: list[mdl.ModelCase], compilers: list[str]
+    store: Store,
+    profile: str,
+    device: str,
+    cases: list[mdl.ModelCase],
+    compilers: list[str],
+    phase: str = "main",
 ) -> set[str]:
-    """Names of `cases` whose every compiler has a result (ok or error) with the case's current source hash
-    in a run of this profile on this device (`--resume` skips them)."""
+    """Names of `cases` whose every compiler has a result (ok or error) of `phase` with the case's current
+    source hash in a run of this profile on this device (`--resume` skips them)."""
     name = env.device_name(device)
     want = {c.name: c.source_hash for c in cases}
     have: dict[str, set[str]] = {}
     for run in store.runs():
         if run.profile != f"models-{profile}" or run.device_name != name:
             continue
-        for r in store.results(run.id):
+        for r in store.results(run.id, phase=phase):
             if want.get(r.workload) == r.source_hash:
                 have.setdefault(r.workload, set()).add(r.compiler)
     return {w for w, cs in have.items() if set(compilers) <= cs}
@@ -731,6 +763,14 @@ def cmd_models(args: argparse.Namespace) -> int:
             else [c.strip() for c in args.compile_times.split(",") if c.strip()]
         )
     compilers, notes = check_compilers([c.strip() for c in args.compilers.split(",") if c.strip()], device)
+    if args.compile_only:  # the compilers are those of --compile-times; eager has no compile time
+        if not kw["compile_times"]:
+            raise UsageError("--compile-only needs --compile-times with at least one compiler")
+        compilers, notes = check_compilers(kw["compile_times"], device)
+        compilers = [c for c in compilers if c != BASELINE_COMPILER]
+        if not compilers:
+            raise UsageError("--compile-only: eager has no compile time; name a compiler in --compile-times")
+        kw["compile_only"] = True
     cfg = ModelBenchConfig(
         device=device, compilers=compilers, only=args.only, profile=profile, notes=notes, **kw
     )
@@ -743,7 +783,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0
     with Store(db) as store:
         if args.resume:
-            done = stored_cases(store, profile, device, runnable, compilers)
+            phase = COMPILE_PHASE if args.compile_only else "main"
+            done = stored_cases(store, profile, device, runnable, compilers, phase)
             if done:
                 print(
                     f"resume: {len(done)} case(s) already stored in {db}: "
@@ -774,7 +815,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             progress=not args.quiet,
         )
         cmps = None
-        if args.baseline and results:
+        if args.baseline and results and not args.compile_only:  # compile times have no samples to compare
             from .compare import config_from_args
             from .compare import compare
             from .report import comparison_table, counts_line, terminal

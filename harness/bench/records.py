@@ -3,8 +3,8 @@
 Terms:
 - *run*: one invocation of the bench over a profile and a list of compilers; `status` is `running` until
   the very end, when it becomes `complete` (an interrupted run stays `running`/`aborted`: never a baseline).
-- *result*: one workload under one compiler in one run and phase (`main`, or `confirm` for re-measurements
-  of flagged workloads), with every sample in nanoseconds.
+- *result*: one workload under one compiler in one run and phase (`main`, `confirm` for re-measurements
+  of flagged workloads, or `compile` for a model's compile times alone), with every sample in nanoseconds.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .stats import Stats
+
+COMPILE_PHASE = "compile"  # phase of compile-time-only results (`bench models --compile-only`): no samples
 
 SCHEMA_VERSION = 1
 

@@ -18,7 +18,7 @@ from harness.bench import model_report as mrep
 from harness.bench import model_run as mr
 from harness.bench import models as mdl
 from harness.bench.cli import main
-from harness.bench.records import Result, RunInfo
+from harness.bench.records import COMPILE_PHASE, Result, RunInfo
 from harness.bench.store import Store, now
 from harness.exc import UsageError
 
@@ -603,3 +603,81 @@ def test_interrupted_run_is_aborted_keeps_its_results_and_is_never_a_baseline(tm
         )
         with pytest.raises(mr.BaselineError):
             mr._model_baseline(store, "latest", later, store.results(later.id))
+
+
+# ------------------------------------------------------------------ compile times alone
+def _compile_res(case: str, compiler: str, cold: float | None, warm: float | None, h: str = "h1") -> Result:
+    r = Result(f"model.{case}", compiler, f"{h}-{case}", phase=COMPILE_PHASE, timer="step")
+    r.compile_s, r.meta["compile_warm_s"] = cold, warm
+    if cold is None:
+        r.status, r.error = "error", "cold: probe exit 1: boom"
+        r.meta["compile_probe_error"] = r.error
+    return r
+
+
+def test_compile_only_results_fill_in_compile_times_of_older_step_results(tmp_path):
+    """A `--compile-only` run's numbers go beside the step results of the same definition when they are
+    newer; a step run measured after them keeps its own; a changed definition or a case without steps
+    gets a note instead; the step samples never change."""
+    with Store(tmp_path / "b.sqlite") as store:
+        steps = _store_run(store, _synthetic())
+        probes = _store_run(
+            store,
+            [
+                _compile_res("gpt2.infer.bf16", "kiln", 7.0, 0.5),
+                _compile_res("gpt2.infer.bf16", "inductor", None, None),  # the newest probe failed
+                _compile_res("bert.infer.bf16", "kiln", 9.0, 1.0, h="h0"),  # an older definition
+                _compile_res("t5.infer.bf16", "kiln", 3.0, 0.2),  # no step result at all
+            ],
+        )
+        later = _store_run(store, [_res("resnet50.infer.bf16", "inductor", 9.0, cold=11.0, warm=2.5)])
+        _store_run(store, [_compile_res("resnet50.infer.bf16", "inductor", 99.0, 9.0)])  # newer than `later`: it wins
+        runs, results, notes = mrep.collect(store, "gpu")
+    by = {(r.workload, r.compiler): r for r in results}
+    assert all(r.phase == "main" for r in results)
+    kiln = by[("model.gpt2.infer.bf16", "kiln")]
+    assert (kiln.compile_s, kiln.meta["compile_warm_s"], kiln.meta["compile_run_id"]) == (7.0, 0.5, probes.id)
+    assert kiln.median_ns == pytest.approx(5e6, rel=0.01) and kiln.meta["run_id"] == steps.id
+    ind = by[("model.gpt2.infer.bf16", "inductor")]
+    assert ind.compile_s is None and "boom" in ind.meta["compile_probe_error"]
+    assert by[("model.bert.infer.bf16", "kiln")].compile_s == 30.0  # the h0 probe is another definition
+    # the newest compile-only run is newer than `later`, so it wins; a step run after it would keep its own
+    assert by[("model.resnet50.infer.bf16", "inductor")].compile_s == 99.0
+    assert probes.id in {r.id for r in runs} and later.id in {r.id for r in runs}
+    assert any("model.t5.infer.bf16: compile times of kiln" in n for n in notes)
+    assert any("model.bert.infer.bf16: compile times of kiln" in n for n in notes)
+    s = mrep.summary(results)
+    assert s["compilers"]["kiln"]["compile_cold_s_mean"] == pytest.approx((7.0 + 30.0) / 2)
+
+
+def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, monkeypatch, capsys):
+    """`--compile-only` through the CLI (the subprocess probes replaced: the real ones are covered by the
+    end-to-end test above): one compile-phase result per --compile-times compiler and case, no step run,
+    `--resume` skips what is stored, and bad option combinations are one-line usage errors."""
+    calls = []
+
+    def fake_times(case, compiler, cfg):
+        calls.append((case.name, compiler))
+        return (2.5, 0.25, "") if compiler == "kiln" else (None, None, "cold: probe exit 1: no")
+
+    monkeypatch.setattr(mr, "compile_times", fake_times)
+    out = tmp_path / "m"
+    args = ["models", "--device", "cpu", "--only", "gpt2.infer.*", "--out", str(out), "--quiet"]
+    assert main([*args, "--compile-only", "--compile-times", "kiln,inductor"]) == 0
+    assert calls == [("model.gpt2.infer.fp32", "kiln"), ("model.gpt2.infer.fp32", "inductor")]
+    with Store(out / "bench.sqlite") as store:
+        (run,) = store.runs()
+        assert store.results(run.id) == []  # nothing of phase main
+        got = {r.compiler: r for r in store.results(run.id, phase=COMPILE_PHASE)}
+    assert run.compilers == ["kiln", "inductor"] and run.config["compile_only"] is True
+    assert got["kiln"].status == "ok" and got["kiln"].compile_s == 2.5 and got["kiln"].samples == []
+    assert got["inductor"].status == "error" and "probe exit 1" in got["inductor"].error
+    capsys.readouterr()
+    assert main([*args, "--compile-only", "--compile-times", "kiln,inductor", "--resume"]) == 0
+    assert "resume: every selected case is stored" in capsys.readouterr().err and len(calls) == 2
+    for bad, why in (
+        (["--compile-only", "--compile-times", "none"], "needs --compile-times"),
+        (["--compile-only", "--compile-times", "eager"], "eager has no compile time"),
+    ):
+        assert main([*args, *bad]) == 2
+        assert why in capsys.readouterr().err
