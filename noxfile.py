@@ -220,6 +220,74 @@ for _backend in ("cuda", "rocm"):
     nox.session(name=f"bench-{_backend}", python=False)(_bench_backend_session(_backend))
 
 
+# ---- Bench jobs of the workflows (issue 13): .github/workflows/bench.yml ----------------------------------
+# `nox -s bench-record -- --backend B` (pushes to main) and `nox -s bench-pr -- --backend B` (pull requests).
+# Backend B's lasting store lives on the runner outside the checkout (`--lasting B`: $KILN_BENCH_STORE, else
+# ~/.local/share/kiln/bench/B.sqlite; locked while in use; a corrupt one is moved aside). Steps: the latest
+# complete run of main is exported from it into the job's own store (results/bench/B), the bench runs against
+# it (`bench backend`: B's container, or `--native`) with the confirmation re-measure, its Markdown report goes
+# to the job summary, the run's JSON export to results/bench/B/run.json (the artifact); bench-record then
+# imports that run into the lasting store (a pull request never writes it). After the options: more `bench run`
+# flags (`--only 'softmax*'`).
+BENCH_MAIN_REF = "main"
+
+
+def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: list[str] | None = None,
+                    out: str | None = None, python: str = sys.executable) -> list[tuple[str, list[str], dict]]:
+    """(name, argv, env) of each command of a bench job, in order; `measure` exits 1 on a confirmed regression."""
+    out = out or os.path.join("results", "bench", backend)
+    bench = [python, "-m", "harness", "bench"]
+    store = os.path.join(out, "bench.sqlite")
+    steps = [
+        ("seed", [*bench, "export", os.path.join(out, "baseline.json"), "--lasting", backend,
+                  "--baseline", f"ref:{BENCH_MAIN_REF}?"], {}),
+        ("seed", [*bench, "import", os.path.join(out, "baseline.json"), "--db", store], {}),
+        # the job summary is written once, below, by the host: blank here so a native run does not add it too
+        ("measure", [*bench, "backend", "--backend", backend, *(["--native"] if native else []), "--results", out,
+                     "--", "--baseline", f"ref:{BENCH_MAIN_REF}?", "--plots", "{out}/plots", *(extra or [])],
+         {"GITHUB_STEP_SUMMARY": ""}),
+        ("report", [*bench, "summary", os.path.join(out, "last.md")], {}),
+        ("report", [*bench, "export", os.path.join(out, "run.json"), "--db", store, "--runs", "latest"], {}),
+    ]
+    if record:
+        steps.append(("record", [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend], {}))
+    return steps
+
+
+def _bench_job(session: nox.Session, record: bool) -> None:
+    import shutil
+
+    native, rest = _split_native(session)
+    if "--backend" not in rest[:-1]:
+        session.error("give the backend: `-- --backend cuda` (a backend of ci/matrix.json)")
+    i = rest.index("--backend")
+    backend, rest = rest[i + 1], rest[:i] + rest[i + 2:]
+    steps = bench_job_steps(backend, record=record, native=bool(native), extra=rest)
+    shutil.rmtree(os.path.join("results", "bench", backend), ignore_errors=True)  # this job's own store
+    failed = []
+    for name, argv, env in steps:
+        try:
+            session.run(*argv, env=env, external=True)
+        except nox.command.CommandFailed:
+            if name == "seed":
+                raise
+            failed.append(name)  # a confirmed regression still reports and records the run
+    if failed:
+        session.error(f"bench {backend}: {', '.join(failed)} failed (exit 1 of measure: a confirmed regression)")
+
+
+@nox.session(name="bench-record", python=False)
+def bench_record(session: nox.Session) -> None:
+    """Bench job on main (`-- --backend B`): compare with main's last run, record into the runner's lasting store."""
+    _bench_job(session, record=True)
+
+
+@nox.session(name="bench-pr", python=False)
+def bench_pr(session: nox.Session) -> None:
+    """Bench job of a pull request (`-- --backend B`): compare with main's last run in the lasting store; summary."""
+    _bench_job(session, record=False)
+
+
 # ---- Numerics triage (issue 10): harness/numerics; `python -m harness numerics --help` --------------------
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
 def numerics(session: nox.Session) -> None:

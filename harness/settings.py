@@ -25,6 +25,8 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
   KILN_BENCH_THRESHOLD, KILN_BENCH_ALPHA  regression threshold (fraction slower; default by device kind, see
                     bench/compare.py) and Mann-Whitney test level (default 0.01)
   KILN_BENCH_GIT_REF  the git ref recorded for a bench run (else GITHUB_REF_NAME, else `git` itself)
+  KILN_BENCH_STORE  the lasting store of the CI bench jobs (`--lasting BACKEND`; `{backend}` is replaced): a path
+                    on the runner outside the checkout (default: ~/.local/share/kiln/bench/{backend}.sqlite)
 
 No package index or mirror host is written in the repository: they come from these variables or from the
 tools' own configuration, so mirrors and air-gapped sites work unchanged.
@@ -44,6 +46,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BENCH_DB = Path("results") / "bench.sqlite"
 DEFAULT_BENCH_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
+DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
 
 
 def _flag(name: str) -> bool:
@@ -137,6 +140,7 @@ class BenchSettings:
     threshold: float | None
     alpha: float
     git_ref: str | None
+    store: Path = DEFAULT_BENCH_STORE  # the lasting store's path, `{backend}` not yet replaced
 
 
 def _float(name: str, default: float | None) -> float | None:
@@ -163,4 +167,5 @@ def bench_settings() -> BenchSettings:
         threshold=_float("KILN_BENCH_THRESHOLD", None),
         alpha=_float("KILN_BENCH_ALPHA", DEFAULT_BENCH_ALPHA) or DEFAULT_BENCH_ALPHA,
         git_ref=os.environ.get("KILN_BENCH_GIT_REF") or os.environ.get("GITHUB_REF_NAME") or None,
+        store=Path(os.environ.get("KILN_BENCH_STORE", "").strip() or DEFAULT_BENCH_STORE),
     )

@@ -1,6 +1,7 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
-Verbs: run, compare, list, show, export, import, plot, history, workloads, selftest, gpu, models, model-profile.
+Verbs: run, compare, list, show, export, import, summary, plot, history, workloads, selftest, gpu, models,
+model-profile.
 Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
@@ -20,6 +21,16 @@ from harness.settings import Plant, bench_settings
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)"
+    )
+
+
+def _add_lasting(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lasting",
+        metavar="BACKEND",
+        help="instead of --db: the CI's lasting store of BACKEND on this runner ($KILN_BENCH_STORE, else "
+        "~/.local/share/kiln/bench/BACKEND.sqlite), locked while in use; missing: a fresh one (readers: empty); "
+        "corrupt: moved aside to STORE.corrupt-TIME",
     )
 
 
@@ -86,7 +97,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     """The bench sub-verbs (also used by `python -m harness bench`)."""
     sub = ap.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = sub.add_parser("run", help="measure workloads under several compilers, store, optionally compare")
-    _add_measure(p), _add_store(p), _add_reports(p), _add_compare(p)
+    _add_measure(p), _add_store(p), _add_lasting(p), _add_reports(p), _add_compare(p)
     p.add_argument(
         "--baseline",
         help="compare with: run:ID, ref:NAME, window:N or latest (a trailing ? makes "
@@ -98,17 +109,19 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     _add_store(p), _add_reports(p), _add_compare(p)
     p = sub.add_parser("list", help="list stored runs, newest first")
     p.add_argument("--limit", type=int, default=20)
-    _add_store(p)
+    _add_store(p), _add_lasting(p)
     p = sub.add_parser("show", help="report of one stored run")
     p.add_argument("run", help="run id, or 'latest'")
     _add_store(p), _add_reports(p)
     p = sub.add_parser("export", help="write runs (with every sample) as JSON")
     p.add_argument("out", type=Path)
-    p.add_argument("--runs", help="comma-separated run ids (default: all)")
-    _add_store(p)
+    p.add_argument("--runs", help="comma-separated run ids, or latest (default: all)")
+    p.add_argument("--baseline", help="the runs a baseline names instead (ref:main: the latest complete run of "
+                   "main); a trailing ? exports none when nothing matches")
+    _add_store(p), _add_lasting(p)
     p = sub.add_parser("import", help="merge JSON exports into the store (runs already present are skipped)")
     p.add_argument("files", type=Path, nargs="+")
-    _add_store(p)
+    _add_store(p), _add_lasting(p)
     p = sub.add_parser("plot", help="PNG plots: speedups of a run and history of every workload")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--from-json", dest="from_json", type=Path, help="plot an export instead of the store")
@@ -119,6 +132,8 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     from .history import add_arguments as _add_history
 
     _add_history(p)
+    p = sub.add_parser("summary", help="append Markdown reports (a run's --md) to $GITHUB_STEP_SUMMARY")
+    p.add_argument("files", type=Path, nargs="+")
     p = sub.add_parser("workloads", help="list the workloads of a profile")
     p.add_argument("--profile", choices=["tiny", "gpu"], default="tiny")
     p = sub.add_parser("selftest", help="CI check: self-compare, identical runs and a planted 20%% slowdown")
@@ -220,9 +235,14 @@ def _add_models(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def _open(db: Path | None):
-    from .store import Store
+def _open(db: Path | None, lasting: str | None = None, *, write: bool = True):
+    """The store of `--db` (else $KILN_BENCH_DB), or with `--lasting BACKEND` that backend's lasting store."""
+    from .store import Store, lasting_path, open_lasting
 
+    if lasting:
+        if db:
+            raise UsageError("give --db or --lasting, not both")
+        return open_lasting(lasting_path(lasting), write=write)
     return Store(db or bench_settings().db)
 
 
@@ -307,7 +327,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         **kw,
     )
     cmp_cfg = _cmp_cfg(args).for_device(device)
-    with _open(args.db) as store:
+    with _open(args.db, args.lasting) as store:
         out = run_bench(
             cfg,
             store,
@@ -340,7 +360,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from .report import terminal
 
-    with _open(args.db) as store:
+    with _open(args.db, args.lasting, write=False) as store:
         rows = [["id", "status", "created", "profile", "device", "compilers", "ref", "commit", "label"]]
         for r in store.runs(limit=args.limit):
             rows.append(
@@ -373,9 +393,31 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with _open(args.db) as store:
-        ids = [int(x) for x in args.runs.split(",")] if args.runs else None
-        data = store.export(ids)
+    from harness.exc import BaselineError
+
+    from .compare import resolve_baseline
+
+    with _open(args.db, args.lasting, write=False) as store:
+        if args.runs and args.baseline:
+            raise UsageError("give --runs or --baseline, not both")
+        ids = None
+        if args.runs:
+            ids = [_run_id(store, x.strip()) for x in args.runs.split(",")]
+        elif args.baseline:
+            try:
+                ids = [r.id for r in resolve_baseline(store, args.baseline.rstrip("?"))]
+            except BaselineError as e:
+                if not args.baseline.endswith("?"):
+                    raise
+                print(f"note: no baseline to export ({e})", file=sys.stderr)
+                ids = []
+        if ids == []:  # Store.export([]) would export every run
+            from .records import SCHEMA_VERSION
+            from .store import EXPORT_FORMAT, now
+
+            data = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(), "runs": []}
+        else:
+            data = store.export(ids)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, default=str))
     print(f"exported {len(data['runs'])} run(s) to {args.out}")
@@ -394,7 +436,7 @@ def _read_json(path: Path) -> dict:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    with _open(args.db) as store:
+    with _open(args.db, args.lasting) as store:
         for f in args.files:
             added, skipped = store.import_(_read_json(f))
             print(f"{f}: {added} run(s) added, {skipped} already present")
@@ -421,6 +463,19 @@ def cmd_plot(args: argparse.Namespace) -> int:
         )
         b = report.plot_history(hist, args.out / "history.png")
     print(f"wrote {a} and {b}")
+    return 0
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from harness.results import append_job_summary
+
+    for f in args.files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except OSError as e:
+            text = f"> bench: no report {f} ({e.strerror}): the run ended before writing it; see the job log"
+        if not append_job_summary(text):
+            print(f"note: $GITHUB_STEP_SUMMARY is not set; {f} not appended", file=sys.stderr)
     return 0
 
 

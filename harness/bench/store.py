@@ -13,13 +13,15 @@ Safety:
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from harness.exc import ImportFormatError, StoreError
 
@@ -315,3 +317,199 @@ class Store:
                     self._insert_result(db, rid, res)
                 added += 1
         return added, skipped
+
+
+# ------------------------------------------------------------ the lasting store of the CI bench jobs
+# A store on the runner, outside the checkout (a fresh checkout would wipe it): the bench jobs of the workflows
+# record main's runs into it and compare pull requests with them. Its path is KILN_BENCH_STORE (`{backend}`
+# replaced), else ~/.local/share/kiln/bench/<backend>.sqlite. An OS file lock (`<store>.lock`) is held while
+# it is in use: exclusive for writers, shared for readers. A missing store starts fresh (writers) or reads as
+# empty (readers), with a note; a corrupt one (not SQLite, failing `PRAGMA integrity_check`, no bench tables,
+# an older schema) is moved aside to `<store>.corrupt-<UTC time>` with an error line, never overwritten.
+
+LOCK_TIMEOUT_S = 1200.0
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_REQUIRED_COLUMNS = {
+    "meta": {"key", "value"},
+    "runs": set(_RUN_COLS),
+    "results": {"run_id", "median_ns", "n", "meta", *_RESULT_COLS},
+    "samples": {"result_id", "seq", "ns"},
+}
+
+
+def _say(msg: str) -> None:
+    """A note or error line on stderr, also in the GitHub job summary when there is one."""
+    import sys
+
+    from harness.results import append_job_summary
+
+    print(msg, file=sys.stderr, flush=True)
+    append_job_summary(f"> {msg}")
+
+
+def lasting_path(backend: str) -> Path:
+    """The lasting store of `backend` (see above); a UsageError when it lies inside the checkout."""
+    from harness.exc import UsageError
+    from harness.settings import bench_settings, settings
+
+    raw = str(bench_settings().store).replace("{backend}", backend)
+    path = Path(raw).expanduser().absolute()
+    root = settings().root.resolve()
+    if path.resolve() == root or root in path.resolve().parents:
+        raise UsageError(
+            f"the lasting bench store {path} lies inside the checkout {root}, which a fresh checkout wipes; "
+            "set KILN_BENCH_STORE to a path outside it"
+        )
+    return path
+
+
+class StoreLock:
+    """An OS file lock (`flock`) on `<store>.lock`: exclusive for writers, shared for readers. Waiting is said
+    once (with the holder a writer left in the lock file); giving up after `timeout_s` is a StoreError."""
+
+    def __init__(self, store_path: Path, *, exclusive: bool, timeout_s: float = LOCK_TIMEOUT_S,
+                 log: Callable[[str], None] | None = None):
+        self.path = store_path.with_name(store_path.name + ".lock")
+        self.exclusive, self.timeout_s, self.log = exclusive, timeout_s, log or _say
+        self.fd: int | None = None
+
+    def holder(self) -> str:
+        try:
+            text = self.path.read_text().strip()
+        except OSError:
+            text = ""
+        return f"held by {text}" if text else "held by a reader, or a writer that left no note"
+
+    def __enter__(self) -> "StoreLock":
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        mode = fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH
+        deadline, waited = time.monotonic() + self.timeout_s, False
+        while True:
+            try:
+                fcntl.flock(self.fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = self.holder()
+                    os.close(self.fd)
+                    self.fd = None
+                    raise StoreError(
+                        f"gave up after {self.timeout_s:g} s waiting for the lock on {self.path} ({holder}): "
+                        "another bench job is using this store; run again when it is done"
+                    ) from None
+                if not waited:
+                    self.log(f"note: waiting for the lock on {self.path} ({self.holder()}; "
+                             f"up to {self.timeout_s:g} s)")
+                    waited = True
+                time.sleep(0.2)
+        if self.exclusive:
+            note = f"pid {os.getpid()} on {socket.gethostname()} since {now()}\n".encode()
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, note, 0)
+        if waited:
+            self.log(f"note: got the lock on {self.path}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            if self.exclusive:
+                os.ftruncate(self.fd, 0)
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = None
+
+
+def store_problem(path: Path) -> tuple[str, str] | None:
+    """Why the file at `path` is no usable bench store: ("corrupt", why), ("newer", why) for a store of a newer
+    schema than this code reads, or None when it is usable (an empty file counts as usable: SQLite starts it)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        return "corrupt", f"cannot be read ({e.strerror})"
+    if not head:
+        return None
+    if head != _SQLITE_MAGIC:
+        return "corrupt", "it is not an SQLite database"
+    try:
+        db = sqlite3.connect(str(path), timeout=30)  # read-write: a read-only open fails on a leftover WAL
+    except sqlite3.Error as e:
+        return "corrupt", f"SQLite cannot open it ({e})"
+    try:
+        rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
+        if rows != ["ok"]:
+            return "corrupt", f"PRAGMA integrity_check says: {'; '.join(map(str, rows[:3]))}"
+        for table, need in _REQUIRED_COLUMNS.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            if not have:
+                return "corrupt", f"it has no `{table}` table: not a kiln bench store"
+            if need - have:
+                return "corrupt", f"its `{table}` table lacks {', '.join(sorted(need - have))}: wrong schema"
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row and str(row[0]).isdigit() else None
+    except sqlite3.DatabaseError as e:
+        return "corrupt", f"SQLite cannot read it ({e})"
+    finally:
+        db.close()
+    if version is None:
+        return "corrupt", "it records no schema version"
+    if version > SCHEMA_VERSION:
+        return "newer", f"it has schema v{version}; this code reads v{SCHEMA_VERSION} (update the checkout)"
+    if version < SCHEMA_VERSION:
+        return "corrupt", f"it has schema v{version} of older code; this code reads v{SCHEMA_VERSION}"
+    return None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename `path` (and its -wal/-shm files) to `<path>.corrupt-<UTC time>`, never over an existing file."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    k = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{k}")
+        k += 1
+    os.rename(path, aside)  # same folder: a rename, never a copy over something
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.rename(side, aside.with_name(aside.name + suffix))
+    return aside
+
+
+@contextmanager
+def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOUT_S,
+                 log: Callable[[str], None] | None = None) -> Iterator[Store]:
+    """The lasting store at `path`, locked while the block runs (see above). Writers get it created when missing
+    and a fresh one after a corrupt one is moved aside; readers then get an empty in-memory store instead (a
+    pull request never creates the store). A store of a newer schema is a StoreError for writers (nothing is
+    moved) and reads as empty."""
+    say = log or _say
+    path = Path(path)
+    if path.is_dir():
+        raise StoreError(f"lasting store path {path} is a directory; give a file such as {path / 'bench.sqlite'}")
+    if not write and not path.exists():
+        say(f"note: no lasting bench store at {path} yet (a recording run on main creates it): "
+            "nothing recorded to compare with")
+        with Store(":memory:") as empty:
+            yield empty
+        return
+    with StoreLock(path, exclusive=write, timeout_s=lock_timeout_s, log=say):
+        usable = True
+        if not path.exists():
+            say(f"note: no lasting bench store at {path}: starting a fresh one")
+        elif (problem := store_problem(path)) is not None:
+            kind, why = problem
+            if kind == "newer":
+                if write:
+                    raise StoreError(f"lasting bench store {path}: {why}; nothing was moved or written")
+                say(f"error: lasting bench store {path}: {why}; nothing recorded to compare with")
+                usable = False
+            else:
+                aside = set_aside(path)
+                say(f"error: lasting bench store {path} is corrupt: {why}; moved aside to {aside}"
+                    + ("; starting a fresh store" if write else "; nothing recorded to compare with"))
+                usable = write
+        with Store(path if usable else ":memory:") as store:
+            yield store

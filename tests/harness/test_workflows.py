@@ -51,8 +51,8 @@ def _nox_sessions() -> set[str]:
     return set(re.findall(r"^[*-] (\S+)", proc.stdout, flags=re.MULTILINE))
 
 
-def test_there_are_ci_and_flakes_workflows():
-    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "flakes.yml"}
+def test_there_are_ci_flakes_and_bench_workflows():
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "flakes.yml", "bench.yml"}
 
 
 def test_every_backend_has_a_tests_job_and_a_flakes_job():
@@ -78,6 +78,32 @@ def test_backend_jobs_use_the_matrix_runner_labels_timeouts_and_sessions():
             assert other is None or other.group(1) == backend.name, f"{wf}:{job_id} runs {s}"
         seen += 1
     assert seen == 2 * len(MATRIX.backends)
+
+
+def _nox_steps(job: dict) -> list[tuple[dict, list[str]]]:
+    """(step, argv) of the job's steps that run nox."""
+    return [(st, shlex.split(st["run"])) for st in job["steps"] if st.get("run", "").startswith(NOX + " -s ")]
+
+
+def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox():
+    """bench.yml: one job per GPU backend, on the matrix's runner labels and job timeout, recording into the lasting
+    store on pushes to main (`bench-record`) and comparing on pull requests (`bench-pr`), for its own backend."""
+    jobs = _load(ROOT / ".github" / "workflows" / "bench.yml")["jobs"]
+    gpu = [b for b in MATRIX.backends.values() if b.is_gpu]
+    assert gpu and set(jobs) == {f"bench-{b.name}" for b in gpu}
+    sessions = _nox_sessions()
+    for b in gpu:
+        job = jobs[f"bench-{b.name}"]
+        assert job["runs-on"] == list(b.runner_labels), f"bench-{b.name} runs-on"
+        assert job["timeout-minutes"] == b.timeouts.job_min, f"bench-{b.name} timeout-minutes"
+        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job)}
+        assert set(steps) == {"bench-record", "bench-pr"}, f"bench-{b.name} runs {sorted(steps)}"
+        assert set(steps) <= sessions
+        for name, (step, argv) in steps.items():
+            assert argv[3:] == ["--", "--backend", b.name], f"bench-{b.name}: {name} runs {argv[3:]}"
+        record_if, pr_if = steps["bench-record"][0]["if"], steps["bench-pr"][0]["if"]
+        assert "github.event_name != 'pull_request'" in record_if and "refs/heads/main" in record_if
+        assert "github.event_name == 'pull_request'" in pr_if
 
 
 def test_self_hosted_jobs_match_a_matrix_backend():
@@ -133,4 +159,5 @@ def test_workflows_upload_results_and_write_a_job_summary():
         uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
         assert uploads and uploads[0]["if"] == "always()" and uploads[0]["with"]["path"] == "results/"
         runs = " ".join(s.get("run", "") for s in job["steps"])
-        assert "-s ci-report" in runs or "--github-summary" in runs, f"{wf}:{job_id} writes no job summary"
+        writes = ("-s ci-report", "--github-summary", "-s bench-record", "-s bench-pr")  # bench: `bench summary`
+        assert any(w in runs for w in writes), f"{wf}:{job_id} writes no job summary"
