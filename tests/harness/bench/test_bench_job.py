@@ -1,0 +1,120 @@
+"""The bench jobs of the workflows, on CPU (issue 13's done-when): the commands of `nox -s bench-record` /
+`bench-pr` (noxfile.bench_job_steps, run here one by one as the session runs them) against one lasting store
+outside the checkout; each job has its own fresh results folder, as a fresh checkout would. One tiny workload
+under kiln (Triton's interpreter) and eager, a few seconds a job."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+WORKLOAD = "softmax.fwd.fp32.64x128"
+EXTRA = ["--compilers", "kiln", "--only", WORKLOAD, "--target-s", "0.05", "--passes", "1", "--quiet"]
+
+
+@functools.cache
+def _noxfile():
+    """noxfile.py as a module, loaded once (loading registers its sessions)."""
+    pytest.importorskip("nox")
+    spec = importlib.util.spec_from_file_location("kiln_noxfile", ROOT / "noxfile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _job(tmp_path: Path, name: str, *, record: bool, ref: str, extra: list[str] = EXTRA) -> dict:
+    """Run one job's commands as the session does: seed steps must pass, the others all run. Returns the job's
+    exit codes, stderr, summary and its results folder."""
+    nf = _noxfile()
+    job = tmp_path / name
+    out = job / "results" / "bench" / "cpu"
+    steps = nf.bench_job_steps("cpu", record=record, native=True, extra=extra, out=str(out))
+    env = {**os.environ, **nf.SUITE_ENV, "KILN_BENCH_STORE": str(tmp_path / "runner" / "{backend}.sqlite"),
+           "KILN_BENCH_GIT_REF": ref, "GITHUB_STEP_SUMMARY": str(job / "summary.md")}
+    job.mkdir(parents=True)
+    codes, err = [], []
+    for step, argv, step_env in steps:
+        p = subprocess.run(argv, cwd=ROOT, env={**env, **step_env}, capture_output=True, text=True, timeout=300)
+        codes.append((step, p.returncode))
+        err.append(p.stderr)
+        assert p.returncode == 0 or step != "seed", p.stderr
+    summary = (job / "summary.md").read_text() if (job / "summary.md").exists() else ""
+    return {"codes": codes, "stderr": "\n".join(err), "summary": summary, "out": out}
+
+
+def _lasting_runs(tmp_path: Path) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(tmp_path / "runner" / "cpu.sqlite") as db:
+        return db.execute("SELECT uid, git_ref, status FROM runs ORDER BY id").fetchall()
+
+
+def _exported_uid(out: Path) -> str:
+    (run,) = json.loads((out / "run.json").read_text())["runs"]
+    return run["uid"]
+
+
+def _baseline_uids(out: Path) -> list[str]:
+    report = json.loads((out / "last.json").read_text())
+    with sqlite3.connect(out / "bench.sqlite") as db:
+        return [db.execute("SELECT uid FROM runs WHERE id = ?", (i,)).fetchone()[0] for i in report["baseline_runs"]]
+
+
+def test_two_main_jobs_share_the_lasting_store_and_the_second_compares_with_the_first(tmp_path):
+    first = _job(tmp_path, "job1", record=True, ref="main")
+    assert all(rc == 0 for _, rc in first["codes"]), first["stderr"]
+    assert "no lasting bench store" in first["stderr"] and "starting a fresh one" in first["summary"]
+    assert "no baseline" in first["stderr"]
+    uid1 = _exported_uid(first["out"])
+    assert _lasting_runs(tmp_path) == [(uid1, "main", "complete")]
+    assert "## kiln bench: run" in first["summary"] and "Against baseline" not in first["summary"]
+
+    second = _job(tmp_path, "job2", record=True, ref="main")
+    assert [s for s, rc in second["codes"] if rc not in (0, 1)] == [], second["stderr"]
+    assert _baseline_uids(second["out"]) == [uid1]  # compared with the first job's run, from the lasting store
+    report = json.loads((second["out"] / "last.json").read_text())
+    assert {(c["workload"], c["compiler"]) for c in report["comparisons"]} == {(WORKLOAD, "kiln"), (WORKLOAD, "eager")}
+    assert "Against baseline run(s)" in second["summary"] and "no lasting bench store" not in second["stderr"]
+    uid2 = _exported_uid(second["out"])
+    assert _lasting_runs(tmp_path) == [(uid1, "main", "complete"), (uid2, "main", "complete")]
+    assert list((second["out"] / "plots").glob("*.png")) or "matplotlib" in second["stderr"]
+
+    pr = _job(tmp_path, "pr", record=False, ref="7/merge")
+    assert _baseline_uids(pr["out"]) == [uid2]  # the latest complete main run
+    assert "record" not in [s for s, _ in pr["codes"]] and len(_lasting_runs(tmp_path)) == 2
+    assert "Against baseline run(s)" in pr["summary"]
+
+
+def test_a_corrupt_lasting_store_gets_a_clear_error_and_is_kept_aside(tmp_path):
+    store = tmp_path / "runner" / "cpu.sqlite"
+    store.parent.mkdir(parents=True)
+    store.write_bytes(b"this was a store once\n" * 100)
+    job = _job(tmp_path, "job1", record=True, ref="main", extra=["--compilers", "eager", *EXTRA[2:]])
+    assert all(rc == 0 for _, rc in job["codes"]), job["stderr"]
+    (aside,) = store.parent.glob("cpu.sqlite.corrupt-*")
+    assert aside.read_bytes() == b"this was a store once\n" * 100
+    assert f"error: lasting bench store {store} is corrupt: it is not an SQLite database; moved aside to {aside}" \
+        in job["stderr"]
+    assert "is corrupt" in job["summary"]  # the seed step found it; the record step then starts a fresh store:
+    assert f"no lasting bench store at {store}: starting a fresh one" in job["summary"]
+    assert _lasting_runs(tmp_path) == [(_exported_uid(job["out"]), "main", "complete")]
+
+
+def test_steps_of_the_sessions():
+    nf = _noxfile()
+    record = nf.bench_job_steps("cuda", record=True, python="py")
+    assert [s for s, _, _ in record] == ["seed", "seed", "measure", "report", "report", "record"]
+    assert record[0][1][4:] == ["export", "results/bench/cuda/baseline.json", "--lasting", "cuda", "--baseline",
+                                "ref:main?"]
+    assert record[-1][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda"]
+    assert "--native" not in record[2][1] and record[2][2] == {"GITHUB_STEP_SUMMARY": ""}
+    pr = nf.bench_job_steps("cuda", record=False, native=True, extra=["--only", "x"], python="py")
+    assert [s for s, _, _ in pr] == ["seed", "seed", "measure", "report", "report"]
+    assert "--native" in pr[2][1] and pr[2][1][-2:] == ["--only", "x"]
+    assert not any("--lasting" in argv and "import" in argv for _, argv, _ in pr)  # a PR never writes the store
