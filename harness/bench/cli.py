@@ -1,7 +1,7 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
-Verbs: run, compare, list, show, export, import, summary, plot, history, workloads, selftest, gpu, models,
-model-profile.
+Verbs: run, compare, list, show, export, import, summary, plot, history, workloads, selftest, bisect, gpu,
+models, model-profile.
 Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
@@ -148,6 +148,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--fraction", type=float, default=0.2)
     _add_store(p)
     p.add_argument("--md", type=Path, help="write the self-test Markdown report here")
+    p = sub.add_parser("bisect", help="find the commit of GOOD..BAD that slowed a workload (scratch worktree, "
+                       "each commit measured by its own code)")
+    from .bisect import add_arguments as _add_bisect
+
+    _add_bisect(p)
     p = sub.add_parser("backend", help="bench one backend of ci/matrix.json in its container (or --native)")
     p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
     p.add_argument("--native", action="store_true", help="this machine's Python instead of a container")
@@ -520,6 +525,10 @@ def cli_main(args: argparse.Namespace) -> int:
             from .model_run import cmd_models
 
             return cmd_models(args)
+        if args.verb == "bisect":
+            from .bisect import cmd_bisect
+
+            return cmd_bisect(args)
         if args.verb == "history":
             from .history import cmd_history
 
