@@ -273,7 +273,8 @@ def _bench_job(session: nox.Session, record: bool) -> None:
                 raise
             failed.append(name)  # a confirmed regression still reports and records the run
     if failed:
-        session.error(f"bench {backend}: {', '.join(failed)} failed (exit 1 of measure: a confirmed regression)")
+        session.error(f"bench {backend}: the {', '.join(failed)} step failed (measure's exit 1: a confirmed "
+                      "regression, in the job summary; other codes: see the log); the steps after it still ran")
 
 
 @nox.session(name="bench-record", python=False)
