@@ -10,12 +10,13 @@ Which commit of GOOD..BAD made one workload slower under one compiler (default k
 - Statistics are `bench compare`'s (`compare.judge`: ratio of medians and a one-sided Mann-Whitney test at
   `alpha`, regressed above 1 + threshold); for a compiler other than eager, eager on the same workload,
   measured in the same process, is the local clock divided out (`--drift off` keeps raw ratios).
-- GOOD is measured first (the reference), then BAD. If BAD is not regressed against GOOD, or the verdict does
-  not hold in the confirm step, the range is noise and nothing is bisected. Otherwise the reference
-  is GOOD's first measurement, and the first-parent commits in between are searched by halving. The confirm
-  step is two of three: a commit whose ratio is regressed (or above 1 + threshold/2) is measured again right
-  after a fresh GOOD, in pairs, until two verdicts agree (a burst of load on a shared machine spoils one
-  measurement, rarely two); bad when two say regressed, else good.
+- GOOD is measured first, then BAD. If BAD is not regressed against GOOD, or the verdict does not hold in
+  the confirm step, the range is noise and nothing is bisected. Otherwise the reference is the GOOD measured
+  in the confirm step's last pair that found BAD regressed, and the first-parent commits in between are
+  searched by halving. The confirm step is two of three: a commit whose ratio is regressed (or above
+  1 + threshold/2, or nearer BAD's ratio than 1 on a log scale) is measured again right after a fresh GOOD,
+  in pairs, until two verdicts agree (a burst of load on a shared machine spoils one measurement, rarely
+  two); bad when two say regressed, else good. BAD faster than GOOD at first is confirmed the same way.
 - The verdict names the first bad commit with its confirmed ratio against GOOD and the p-value; skips that
   leave several commits possible make the verdict inconclusive, listing them.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import shutil
@@ -164,18 +166,12 @@ class BisectReport:
         def jd(j: Judgement | None) -> dict | None:
             return asdict(j) if j else None
 
+        fb = self.first_bad
         return {
-            "workload": self.workload,
-            "compiler": self.compiler,
-            "device": self.device,
-            "good": asdict(self.good),
-            "bad": asdict(self.bad),
-            "outcome": self.outcome,
-            "message": self.message,
+            "workload": self.workload, "compiler": self.compiler, "device": self.device,
+            "good": asdict(self.good), "bad": asdict(self.bad), "outcome": self.outcome, "message": self.message,
             "range": {"first": jd(self.range_first), "confirmed": jd(self.range_confirmed)},
-            "first_bad": {**asdict(self.first_bad), **(jd(self.first_bad_judgement) or {})}
-            if self.first_bad
-            else None,
+            "first_bad": {**asdict(fb), **(jd(self.first_bad_judgement) or {})} if fb else None,
             "candidates": [asdict(c) for c in self.candidates],
             "commits": [{**asdict(c), "decision": self.decisions.get(c.sha, "not measured")} for c in self.commits],
             "skipped": [{"sha": s, "why": w} for s, w in self.skipped.items()],
@@ -286,12 +282,12 @@ def run_bisect(
     def borderline(j: Judgement) -> bool:
         return j.verdict == "regressed" or j.ratio > 1 + thr / 2
 
-    def vote(c: Commit, first: Judgement, role: str) -> tuple[str, list[Judgement]]:
+    def vote(c: Commit, first: Judgement, role: str) -> tuple[str, list[tuple[Judgement, Measured]]]:
         """Two of three: `first` and then pairs (a fresh GOOD, then `c` against it) until two verdicts agree;
-        bad when two say regressed; skip when `c` fails to run."""
+        bad when two say regressed; skip when `c` fails to run. Returns the pairs' (judgement, GOOD) too."""
         yes = int(first.verdict == "regressed")
         no = 1 - yes
-        pairs: list[Judgement] = []
+        pairs: list[tuple[Judgement, Measured]] = []
         while yes < 2 and no < 2:
             fresh, _ = take(good, "GOOD again", None)
             need(fresh, f"GOOD {good.short} (again)")
@@ -299,12 +295,9 @@ def run_bisect(
             if j is None:
                 rep.skipped[c.sha] = m.error
                 return "skip", pairs
-            pairs.append(j)
+            pairs.append((j, fresh))
             yes, no = (yes + 1, no) if j.verdict == "regressed" else (yes, no + 1)
         return ("bad" if yes >= 2 else "good"), pairs
-
-    def last_regressed(pairs: list[Judgement], first: Judgement) -> Judgement:
-        return next((j for j in reversed(pairs) if j.verdict == "regressed"), first)
 
     ref, _ = take(good, "GOOD", None)
     need(ref, f"GOOD {good.short}")
@@ -312,7 +305,7 @@ def run_bisect(
     need(bad_m, f"BAD {bad.short}")
     assert first is not None
     rep.range_first = first
-    if not borderline(first):
+    if not borderline(first) and first.verdict != "improved":  # BAD faster than GOOD is suspect: confirm it
         rep.outcome = "noise"
         rep.message = (f"range is noise: BAD is not significantly slower than GOOD ({first.verdict}, "
                        f"{first.text()}); nothing bisected")
@@ -321,13 +314,16 @@ def run_bisect(
     if verdict == "skip":
         raise BisectError(f"BAD {bad.short} could not be measured again: {rep.skipped.pop(bad.sha)}")
     if verdict == "good":
-        rep.range_confirmed = pairs[-1]
-        rep.outcome = "noise"
-        rep.message = (f"range is noise: BAD was {first.verdict} against GOOD at first ({first.text()}) but "
-                       f"not in two of three measurements (last: {pairs[-1].verdict}, {pairs[-1].text()}); "
+        last = pairs[-1][0]
+        rep.range_confirmed, rep.outcome = last, "noise"
+        rep.message = (f"range is noise: BAD was {first.verdict} against GOOD at first ({first.text()}) and "
+                       f"not regressed in two of three measurements (last: {last.verdict}, {last.text()}); "
                        "nothing bisected")
         return rep
-    rep.range_confirmed = last_regressed(pairs, first)
+    # the reference from here on: the GOOD of the last pair in which BAD was regressed (never one measured
+    # slow by chance, which would make every probe look good); `level`: BAD's ratio against it
+    rep.range_confirmed, ref = next((j, g) for j, g in reversed(pairs) if j.verdict == "regressed")
+    level = rep.range_confirmed.ratio
     confirmed: dict[int, Judgement] = {len(commits) - 1: rep.range_confirmed}
 
     def classify(i: int) -> str:
@@ -336,11 +332,11 @@ def run_bisect(
         if j is None:
             rep.skipped[c.sha] = m.error
             return "skip"
-        if not borderline(j):
+        if not borderline(j) and j.ratio < math.sqrt(level):  # nearer GOOD's level than BAD's: good
             return "good"
         v, pairs = vote(c, j, "probe")
         if v == "bad":
-            confirmed[i] = last_regressed(pairs, j)
+            confirmed[i] = next((pj for pj, _ in reversed(pairs) if pj.verdict == "regressed"), j)
         return v
 
     res = search(len(commits), classify)

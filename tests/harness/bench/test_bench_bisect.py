@@ -73,7 +73,7 @@ def test_bisect_search_skips() -> None:
 # ------------------------------------------------------------------ driver with a fake measure function
 def _commits(n: int) -> tuple[Commit, list[Commit]]:
     good = Commit("0" * 40, "good base")
-    return good, [Commit(f"{i + 1:040x}", f"commit {i + 1}") for i in range(n)]
+    return good, [Commit(f"{i + 1:02x}" + "c" * 38, f"commit {i + 1}") for i in range(n)]
 
 
 class FakeMeasure:
@@ -142,10 +142,11 @@ def test_bisect_fake_unconfirmed_range_is_noise() -> None:
     assert rep.outcome == "noise" and "two of three" in rep.message and len(fake.calls) == 6
 
 
-@pytest.mark.parametrize("spoil", [{3}, {5}, {4, 9}])
+@pytest.mark.parametrize("spoil", [{1}, {3}, {5}, {4, 9}])
 def test_bisect_fake_one_spoiled_measurement_is_outvoted(spoil: set[int]) -> None:
-    """3: GOOD measured again in the range's confirm step; 5: the first probe (commit 3, good); 4 and 9:
-    BAD again and a later probe."""
+    """1: GOOD's first measurement (BAD looks faster; the reference must not be that one); 3: GOOD measured
+    again in the range's confirm step; 5: the first probe (commit 3, good); 4 and 9: BAD again and a later
+    probe."""
     good, commits = _commits(9)
     rep = _run(commits, FakeMeasure(commits, first_slow=5, spoil=spoil), good)
     assert rep.outcome == "first-bad" and rep.first_bad == commits[5], rep.markdown()
