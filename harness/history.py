@@ -7,11 +7,14 @@ Terms:
               history_meta      key/value; `schema_version` (SCHEMA_VERSION)
               history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique)
               history_outcomes  run id, node id, outcome (passed/failed/error/skipped/xfailed), duration s
+              history_retries   run id, node id, attempt (1..), outcome, duration s: the reruns alone of a
+                                test that failed in the run (harness.retries), with the test's verdict
+                                `status` (flaky: passed on a retry; failing: failed every attempt)
   recording a finished results folder: a `harness run` folder (run.json; merged shard runs too), read with
             harness.collect.load_run, or a `harness flakes` folder (flakes.json + pytest.xml), read with
             harness.results.parse_junit: one row per repetition of a test. A folder is recorded once.
   failure count  per test over the last N runs (newest dates first) that ran it: in how many at least one
-            row failed or errored.
+            row failed or errored, and in how many of those it was flaky (a rerun alone passed).
   durations per test, the median over `run` sources of a backend (flake repetitions are left out: a test run
             N times in one process is no sample of its time in a suite).
 
@@ -27,12 +30,14 @@ import json
 import os
 import sqlite3
 import statistics
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TextIO
 
 from harness.exc import HarnessError, HistoryError
 
@@ -58,6 +63,15 @@ CREATE TABLE IF NOT EXISTS history_outcomes (
 );
 CREATE INDEX IF NOT EXISTS history_outcomes_node ON history_outcomes (node_id, run_id);
 CREATE INDEX IF NOT EXISTS history_outcomes_run ON history_outcomes (run_id);
+CREATE TABLE IF NOT EXISTS history_retries (
+    run_id INTEGER NOT NULL REFERENCES history_runs(id) ON DELETE CASCADE,
+    node_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL CHECK (attempt >= 1),
+    outcome TEXT NOT NULL CHECK (outcome IN ('passed', 'failed', 'error', 'skipped', 'xfailed')),
+    duration_s REAL NOT NULL DEFAULT 0,
+    status TEXT NOT NULL CHECK (status IN ('flaky', 'failing'))
+);
+CREATE INDEX IF NOT EXISTS history_retries_node ON history_retries (node_id, run_id);
 """
 
 
@@ -135,6 +149,7 @@ class Recorded:
     source: str
     backend: str
     tests: int
+    retried: int = 0  # rerun rows (harness.retries)
 
 
 def _commit_of(folder: Path) -> str | None:
@@ -146,17 +161,24 @@ def _commit_of(folder: Path) -> str | None:
     return git.get("sha") if isinstance(git, dict) else None
 
 
-def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, float]]]:
-    """(source, date, backend, [(node id, outcome, seconds)]) of a results folder, with the existing readers."""
+Retry = tuple[str, int, str, float, str]  # node id, attempt, outcome, seconds, status
+
+
+def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, float]], list[Retry]]:
+    """(source, date, backend, [(node id, outcome, seconds)], reruns) of a results folder, with the existing
+    readers (a run's reruns with harness.retries)."""
     if (folder / "run.json").is_file():
+        from harness import retries
         from harness.collect import load_run
 
         run = load_run(folder)
         if run.manifest.get("status") in (None, "running"):
             raise HistoryError(f"{folder} is not a finished run (status {run.manifest.get('status')!r})")
         rows = [(t.id, t.outcome, t.duration_s) for s in run.suites for t in s.tests]
+        reruns = [(r.id, a.n, a.outcome, a.duration_s, r.status) for r in retries.load(run).values()
+                  for a in r.attempts if a.n >= 1]
         date = str(run.manifest.get("started") or "")
-        return "run", date, str(run.manifest.get("backend", "?")), rows
+        return "run", date, str(run.manifest.get("backend", "?")), rows, reruns
     if (folder / "flakes.json").is_file():
         from harness.results import parse_junit, read_json
 
@@ -166,7 +188,7 @@ def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, floa
         tests = parse_junit(folder / "pytest.xml")  # one case per repetition, each under the test's node id
         mtime = (folder / "flakes.json").stat().st_mtime
         date = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
-        return "flakes", date, str(report.get("backend", "?")), [(t.id, t.outcome, t.duration_s) for t in tests]
+        return "flakes", date, str(report.get("backend", "?")), [(t.id, t.outcome, t.duration_s) for t in tests], []
     if not folder.is_dir():
         raise HistoryError(f"results folder {folder} does not exist")
     raise HistoryError(f"{folder} is neither a run's results folder (run.json) nor a flakes folder (flakes.json)")
@@ -175,17 +197,32 @@ def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, floa
 def record(db_path: Path | str, folder: Path | str) -> Recorded:
     """Record a finished results folder (read before the store is opened: a bad folder leaves no trace)."""
     folder = Path(folder).resolve()
-    source, date, backend, rows = _read_folder(folder)
+    source, date, backend, rows, reruns = _read_folder(folder)
     date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
     with connect(db_path) as db:
         if db.execute("SELECT 1 FROM history_runs WHERE folder = ?", (str(folder),)).fetchone():
-            return Recorded(folder, None, source, backend, len(rows))
+            return Recorded(folder, None, source, backend, len(rows), len(reruns))
         cur = db.execute("INSERT INTO history_runs (date, git_commit, backend, source, folder) VALUES (?, ?, ?, ?, ?)",
                          (date, _commit_of(folder), backend, source, str(folder)))
         run_id = int(cur.lastrowid or 0)
         db.executemany("INSERT INTO history_outcomes VALUES (?, ?, ?, ?)",
                        [(run_id, n, o, float(d)) for n, o, d in rows])
-    return Recorded(folder, run_id, source, backend, len(rows))
+        db.executemany("INSERT INTO history_retries VALUES (?, ?, ?, ?, ?, ?)",
+                       [(run_id, n, a, o, float(d), st) for n, a, o, d, st in reruns])
+    return Recorded(folder, run_id, source, backend, len(rows), len(reruns))
+
+
+def record_or_warn(db_path: Path | str, folder: Path | str, out: TextIO | None = None) -> Recorded | None:
+    """record(), for a run that has just finished: a store that cannot take it is reported in one line on `out`
+    (default stdout) and the run goes on; None then."""
+    try:
+        r = record(db_path, folder)
+    except HarnessError as e:
+        print(f"test history not recorded: {e}", file=out or sys.stdout, flush=True)
+        return None
+    reruns = f" and {r.retried} reruns" if r.retried else ""
+    print(f"test history: {r.tests} test outcomes{reruns} recorded in {db_path}", file=out or sys.stdout, flush=True)
+    return r
 
 
 # ---- queries -----------------------------------------------------------------------------------------------
@@ -196,9 +233,11 @@ class FailureCount:
     node_id: str
     failed: int  # runs of the window in which it failed or errored
     runs: int  # runs of the window that ran it
+    flaky: int = 0  # of the `failed` runs, those in which a rerun alone passed (harness.retries)
 
     def phrase(self) -> str:
-        return f"failed {self.failed} of the last {self.runs} runs"
+        tail = f" (flaky in {self.flaky}: passed when run again alone)" if self.flaky else ""
+        return f"failed {self.failed} of the last {self.runs} runs{tail}"
 
 
 def _last_runs(db: sqlite3.Connection, last: int, backend: str | None) -> list[int]:
@@ -221,9 +260,12 @@ def failure_counts(db_path: Path | str, *, last: int = DEFAULT_LAST, backend: st
             f"SELECT node_id, COUNT(DISTINCT run_id) AS runs, "
             f"COUNT(DISTINCT CASE WHEN outcome IN ('failed', 'error') THEN run_id END) AS failed "
             f"FROM history_outcomes WHERE run_id IN ({marks}) GROUP BY node_id", ids).fetchall()
+        flaky = dict(db.execute(
+            f"SELECT node_id, COUNT(DISTINCT run_id) FROM history_retries WHERE run_id IN ({marks}) "
+            f"AND status = 'flaky' GROUP BY node_id", ids).fetchall()) if _has_table(db, "history_retries") else {}
     wanted = set(tests) if tests is not None else None
-    return {r["node_id"]: FailureCount(r["node_id"], int(r["failed"]), int(r["runs"])) for r in rows
-            if wanted is None or r["node_id"] in wanted}
+    return {r["node_id"]: FailureCount(r["node_id"], int(r["failed"]), int(r["runs"]), int(flaky.get(r["node_id"], 0)))
+            for r in rows if wanted is None or r["node_id"] in wanted}
 
 
 def failure_counts_if_any(tests: Sequence[str], *, backend: str | None = None, db_path: Path | str | None = None,
@@ -276,7 +318,8 @@ def cli_main(args: argparse.Namespace) -> int:
         for d in args.results_dirs:
             r = record(db, d)
             what = "already recorded" if r.run_id is None else f"recorded as run {r.run_id}"
-            print(f"{r.folder}: {r.source} of {r.backend}, {r.tests} test outcomes {what}")
+            reruns = f" (+{r.retried} reruns of failed tests)" if r.retried else ""
+            print(f"{r.folder}: {r.source} of {r.backend}, {r.tests} test outcomes{reruns} {what}")
         return 0
     if not db.is_file():
         raise HistoryError(f"history store {db} does not exist; record a run first (`history record RUN_DIR`)")

@@ -5,6 +5,9 @@ Terms:
             runner labels and timeouts.
   suite     a folder under tests/ that the harness runs as one pytest invocation (tests/<suite>).
   suite_env environment every suite runs with (one process, one compile thread, fixed hash seed).
+  retries   how a failing suite test is run again alone in a fresh process (harness.retries): `attempts`
+            (reruns per test, 0: none) and `max_tests` (tests retried per suite); top-level `retries`,
+            a backend's own `retries` replaces it. Without the key: DEFAULT_RETRIES.
 
 Every consumer (nox sessions, runner, repro lines, CI workflows) reads this file; nothing else
 repeats these values.
@@ -32,6 +35,17 @@ class Timeouts:
     suite_s: int
     health_s: int
     job_min: int
+
+
+@dataclass(frozen=True)
+class Retries:
+    """Reruns of a failing suite test, each alone in a fresh process (harness.retries)."""
+
+    attempts: int = 2  # reruns per failing test (0: no reruns)
+    max_tests: int = 10  # failing tests retried per suite; the rest are reported failing without a rerun
+
+
+DEFAULT_RETRIES = Retries()
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,7 @@ class Backend:
     runner_labels: tuple[str, ...]
     timeouts: Timeouts
     compile_targets: tuple[dict[str, Any], ...] = ()
+    retries: Retries | None = None  # None: the matrix's top-level `retries`
 
     @property
     def is_gpu(self) -> bool:
@@ -108,6 +123,11 @@ class Matrix:
     suites: tuple[str, ...]
     suite_env: dict[str, str]
     backends: dict[str, Backend] = field(default_factory=dict)
+    retries: Retries = DEFAULT_RETRIES
+
+    def retries_for(self, b: Backend) -> Retries:
+        """The retry settings of backend `b`: its own `retries`, else the matrix's."""
+        return b.retries or self.retries
 
     def backend(self, name: str) -> Backend:
         """The backend called `name`, or a clear error naming the known ones."""
@@ -175,6 +195,22 @@ def _positive(r: _Reader, key: str) -> int:
     return value
 
 
+def _retries(r: _Reader, key: str = "retries") -> Retries | None:
+    """An optional `retries` object: {"attempts": N >= 0, "max_tests": M >= 1} (either key may be left out)."""
+    sub = r.sub(key, optional=True)
+    if sub is None:
+        return None
+    values: dict[str, int] = {}
+    for name, least in (("attempts", 0), ("max_tests", 1)):
+        value = sub.get(name, int, optional=True)
+        if value is not None:
+            if value < least:
+                sub.fail(f"must be >= {least}, got {value}", name)
+            values[name] = value
+    sub.done()
+    return Retries(**values)
+
+
 def _backend(name: str, r: _Reader) -> Backend:
     t = r.sub("timeouts")
     assert t is not None
@@ -212,6 +248,7 @@ def _backend(name: str, r: _Reader) -> Backend:
         runner_labels=r.str_list("runner_labels"),
         timeouts=timeouts,
         compile_targets=tuple(targets),
+        retries=_retries(r),
     )
     r.done()
     for key, value in (("torch", backend.torch), ("triton", backend.triton)):
@@ -230,6 +267,7 @@ def parse(data: Any, path: Path) -> Matrix:
         r.fail(f"schema {schema} is not supported (this harness reads schema {SCHEMA})", "schema")
     suites = r.str_list("suites")
     suite_env = r.str_dict("suite_env")
+    retries = _retries(r) or DEFAULT_RETRIES
     raw = r.sub("backends")
     assert raw is not None
     backends = {}
@@ -240,7 +278,7 @@ def parse(data: Any, path: Path) -> Matrix:
     r.done()
     if not backends:
         r.fail("no backends defined", "backends")
-    return Matrix(path=path, suites=suites, suite_env=suite_env, backends=backends)
+    return Matrix(path=path, suites=suites, suite_env=suite_env, backends=backends, retries=retries)
 
 
 def load(path: Path | str | None = None) -> Matrix:

@@ -9,6 +9,10 @@ while the other shards' results stand. The shards must agree: each suite's shard
 harness.shard_plugin) must show the same collected tests and durations, disjoint selections that cover
 every collected test when all shards are there, and no test may appear in two shards' JUnit files;
 otherwise the merged run is `inconsistent`.
+
+Failed tests a shard reran alone (harness.retries) keep their verdicts (flaky or failing) and attempts' logs in
+that shard's run.json and folder; the merged report reads them from there, so a flaky test in one shard leaves
+the merged run green. `--history DB` records the merged run into the test history.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,7 +36,7 @@ MAX_PROBLEMS = 20
 SHARD_STATUSES = ("complete", "incomplete", "aborted", "crashed", "hung", "missing")
 # what a merged run copies from its first shard's run.json (the rest is per shard: env, GPUs, suites)
 _SHARED = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
-           "suite_timeout_s", "per_test_timeout")
+           "suite_timeout_s", "per_test_timeout", "retries")
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,7 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="exit 1 unless every shard is complete and green")
     p.add_argument("--github-summary", action="store_true",
                    help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
+    p.add_argument("--history", metavar="DB", help="record the merged run into this test-history store")
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -258,7 +264,13 @@ def cli_main(args: argparse.Namespace) -> int:
     from harness.collect import load_run
 
     folders, count = find_shards([Path(d) for d in args.dirs], exclude=Path(args.out))
-    summary = merge_shards(Path(args.out), folders, count)
+    history = str(Path(args.history).resolve()) if args.history else None
+    summary = merge_shards(Path(args.out), folders, count, base={"history": history} if history else None)
+    if history and summary.status == "complete":
+        from harness.history import record_or_warn
+
+        record_or_warn(Path(history), Path(args.out), out=sys.stderr)
+        summary = report.write_reports(Path(args.out))
     run = load_run(args.out)
     print(report.render_markdown(run) if args.markdown else report.render_text(run), end="")
     if args.github_summary:

@@ -3,15 +3,21 @@
 `write_reports(run_dir)` writes summary.json (every test, classified), report.txt and report.md into the
 run folder (atomically) and returns a `Summary`; `python -m harness report DIR` prints it. A shard's run says
 which shard it is; a merged run (harness.merge) adds one line per shard: its status, tests and wall time.
+
+Failed tests that the runner ran again alone (harness.retries) are `flaky` (passed on a retry: listed with
+their attempts and the failing attempt's log, not failing the run) or `failing` (failed every attempt); each
+comes with its repro line and, when the run's test-history store knows it, "failed K of the last N runs".
+Quarantined tests that passed every run are listed as ready to leave the quarantine.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import results as res
+from harness import retries as retries_mod
 from harness.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
 from harness.settings import settings
@@ -30,11 +36,23 @@ class Summary:
     blocking: list[str]  # failed/errored tests outside the quarantine
     quarantined: list[str]  # failed/errored tests the quarantine covers (reported, not blocking)
     shard: str = ""  # "shard 1/2" for one shard's run, "2 shards" for a merged run
-
+    flaky: list[str] = field(default_factory=list)  # failed, then passed on a retry alone: not blocking
+    ready_to_leave: list[str] = field(default_factory=list)  # quarantined tests that passed every run
 
     @property
     def ok(self) -> bool:
         return self.status == "complete" and not self.broken_suites and not self.blocking
+
+    def verdict_lines(self) -> list[str]:
+        """The lines that say what flaky and quarantined tests did to the verdict (empty when nothing)."""
+        lines = []
+        if self.flaky:
+            lines.append(f"flaky: {len(self.flaky)} test(s) failed, then passed when run again alone; they do not "
+                         f"fail the run: {', '.join(self.flaky)}")
+        if self.ready_to_leave:
+            lines.append(f"quarantined tests that passed all their runs ({len(self.ready_to_leave)}; remove them "
+                         f"from ci/quarantine.toml): {', '.join(self.ready_to_leave)}")
+        return lines
 
     def headline(self) -> str:
         body = ", ".join(f"{n} {o}" for o, n in self.counts.items() if n) or "no tests"
@@ -62,11 +80,8 @@ def verdict(run: RunResults):
     q = load_quarantine(Path(run.manifest.get("src") or settings().root))
     if q is None:
         return None
-    outcomes: dict[str, list[str]] = {}
-    for suite in run.suites:
-        for t in suite.tests:
-            outcomes.setdefault(t.id, []).append(t.outcome)
-    return quarantine.apply(outcomes, q, run.manifest.get("backend"))
+    # every attempt counts: a quarantined test that failed and then passed alone failed 1 of 2 runs
+    return quarantine.apply(retries_mod.outcomes(run), q, run.manifest.get("backend"))
 
 
 def summarize(run: RunResults) -> Summary:
@@ -75,12 +90,39 @@ def summarize(run: RunResults) -> Summary:
     if status == "running":
         status = "incomplete"  # nobody finished it: the process died
     failing = sorted({t.id for _, t in run.failing})
+    retried = retries_mod.load(run)
+    flaky = sorted(i for i in failing if i in retried and retried[i].status == retries_mod.FLAKY)
     v = verdict(run)
-    blocking = failing if v is None else list(v.failing)
+    blocking = [i for i in (failing if v is None else v.failing) if i not in flaky]
     quarantined = [] if v is None else [r.id for r in v.quarantined_failing]
+    ready = [] if v is None else [r.id for r in v.ready_to_leave]
     return Summary(run.path.name, run.manifest.get("backend", "?"), run.manifest.get("mode", "?"), status,
-                   res.counts(all_tests), [s.name for s in run.broken_suites], blocking, quarantined,
-                   shard_label(run.manifest))
+                   final_counts(all_tests, set(flaky)), [s.name for s in run.broken_suites], blocking, quarantined,
+                   shard_label(run.manifest), flaky, ready)
+
+
+def final_counts(tests: list[res.TestResult], flaky: set[str]) -> dict[str, int]:
+    """res.counts, with the flaky tests taken out of failed/error and counted as `flaky` (when there are any)."""
+    counts = res.counts([t for t in tests if t.id not in flaky])
+    n = len({t.id for t in tests if t.id in flaky})
+    return {**counts, "flaky": n} if n else counts
+
+
+def suite_label(suite: Any, flaky: list[str]) -> str:
+    """A suite's status for the report: FLAKY when it failed only by flaky tests."""
+    failed = {t.id for t in suite.tests if t.failing}
+    if suite.status == "failed" and failed and failed <= set(flaky):
+        return "FLAKY"
+    return suite.status.upper()
+
+
+def history_counts(run: RunResults, tests: list[str]) -> dict[str, Any]:
+    """node id -> harness.history.FailureCount from the run's test-history store ({} without one)."""
+    from harness.history import failure_counts_if_any
+
+    if not tests:
+        return {}
+    return failure_counts_if_any(tests, backend=run.manifest.get("backend"), db_path=run.manifest.get("history"))
 
 
 def shard_label(manifest: dict[str, Any]) -> str:
@@ -151,28 +193,55 @@ def render_text(run: RunResults) -> str:
 
     s = summarize(run)
     label = f"{s.backend}/{s.mode}"
-    lines = [s.headline(), f"run: {run.path}"]
+    lines = [s.headline(), *s.verdict_lines(), f"run: {run.path}"]
     if run.manifest.get("reason"):
         lines.append(f"reason: {run.manifest['reason']}")
     lines += _env_lines(run) + _numerics_lines(run)
     lines.append("")
     for suite in run.suites:
         lines.append(res.summary_line(suite.name, label, suite.tests, suite.entry.get("duration_s", 0.0),
-                                      suite.status.upper()))
+                                      suite_label(suite, s.flaky)))
     rows = shard_rows(run)
     if rows:
         lines += ["", *map(_shard_line, rows)]
-    failing = run.failing
-    if failing:
-        lines += ["", f"failing tests ({len(failing)}):"]
-        hint = image_hint(run.manifest_for(failing[0][1].id))
+    retried = retries_mod.load(run)
+    past = history_counts(run, sorted({t.id for _, t in run.failing}))
+    failing = [(suite, t) for suite, t in run.failing if t.id not in s.flaky]
+    flaky = [(suite, t) for suite, t in run.failing if t.id in s.flaky]
+    hint = image_hint(run.manifest_for(run.failing[0][1].id)) if run.failing else None
+    for title, group in ((f"failing tests ({len(failing)}):", failing),
+                         (f"flaky tests ({len(flaky)}): failed, then passed when run again alone; they do not fail "
+                          "the run", flaky)):
+        if not group:
+            continue
+        lines += ["", title]
         if hint:
             lines.append(f"  (image: {hint})")
-        for suite, t in failing:
+            hint = None
+        for suite, t in group:
             mark = " (quarantined)" if t.id in s.quarantined else ""
             lines.append(f"- [{suite}] {t.id}{mark}: {t.outcome}: {t.headline[:200]}")
+            lines += [f"    {line}" for line in _attempt_lines(retried.get(t.id), past.get(t.id))]
             lines.append(f"    {repro_line(run.manifest_for(t.id), t.id)}")
+    v = verdict(run)
+    if v is not None and v.ready_to_leave:
+        lines += ["", f"quarantined tests that passed all their runs ({len(v.ready_to_leave)}): remove them from "
+                  "ci/quarantine.toml"]
+        lines += [f"- {r.id}: passed {r.runs}/{r.runs}" for r in v.ready_to_leave]
     return "\n".join(lines) + "\n"
+
+
+def _attempt_lines(r: retries_mod.RetriedTest | None, past: Any) -> list[str]:
+    """Under a failed test: its attempts and the failing attempt's log, then its history (if known)."""
+    lines = []
+    if r is not None:
+        what = "failing attempt's log" if r.status == retries_mod.FLAKY else "log"
+        lines.append(f"attempts: {r.describe()}; {what}: {r.failing_log}")
+    else:
+        lines.append("attempts: failed the suite run; not run again (retries off, or past the suite's max_tests)")
+    if past is not None:
+        lines.append(f"history: {past.phrase()}")
+    return lines
 
 
 def render_markdown(run: RunResults) -> str:
@@ -184,7 +253,7 @@ def render_markdown(run: RunResults) -> str:
              "|---|---|" + "---|" * (len(res.OUTCOMES) + 1)]
     for suite in run.suites:
         c = res.counts(suite.tests)
-        lines.append(f"| {suite.name} | {suite.status} | " + " | ".join(str(c[o]) for o in res.OUTCOMES)
+        lines.append(f"| {suite.name} | {suite_label(suite, s.flaky).lower()} | " + " | ".join(str(c[o]) for o in res.OUTCOMES)
                      + f" | {suite.entry.get('duration_s', 0.0):.1f} |")
     rows = shard_rows(run)
     if rows:
@@ -197,17 +266,38 @@ def render_markdown(run: RunResults) -> str:
             lines.append(f"| {row['index']}/{row['count']} | {gpus} | {status} | "
                          + " | ".join(str(row["counts"][o]) for o in res.OUTCOMES)
                          + f" | {wall} | {row.get('dir') or '-'} |")
-    lines += ["", *(f"- {line}" for line in _env_lines(run) + _numerics_lines(run))]
-    if run.failing:
-        lines += ["", "#### Failing tests", ""]
-        for suite, t in run.failing:
+    lines += ["", *(f"- {line}" for line in s.verdict_lines() + _env_lines(run) + _numerics_lines(run))]
+    retried = retries_mod.load(run)
+    past = history_counts(run, sorted({t.id for _, t in run.failing}))
+    for title, flaky in (("#### Failing tests", False),
+                         ("#### Flaky tests (failed, then passed when run again alone; not failing the run)", True)):
+        group = [(suite, t) for suite, t in run.failing if (t.id in s.flaky) == flaky]
+        if not group:
+            continue
+        lines += ["", title, ""]
+        for suite, t in group:
             mark = ", quarantined" if t.id in s.quarantined else ""
-            lines += [f"- `{t.id}` ({suite}, {t.outcome}{mark})", "  ```sh",
-                      f"  {repro_line(run.manifest_for(t.id), t.id)}", "  ```"]
+            lines.append(f"- `{t.id}` ({suite}, {t.outcome}{mark})")
+            lines += [f"  {line}" for line in _attempt_lines(retried.get(t.id), past.get(t.id))]
+            lines += ["  ```sh", f"  {repro_line(run.manifest_for(t.id), t.id)}", "  ```"]
+            r = retried.get(t.id)
+            text = _log_excerpt(run.path / r.failing_log) if r is not None and r.failing_log else ""
+            if text:
+                lines += ["  <details><summary>failing attempt's log</summary>", "", "  ```",
+                          *(f"  {ln}" for ln in text.splitlines()), "  ```", "  </details>"]
     v = verdict(run)
     if v is not None and v.markdown():
         lines += ["", v.markdown()]
     return "\n".join(lines) + "\n"
+
+
+def _log_excerpt(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log (the traceback's end), or empty when it cannot be read."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.replace("```", "` ``").splitlines()[-lines:])
 
 
 def write_reports(run_dir: Path) -> Summary:
@@ -218,12 +308,22 @@ def write_reports(run_dir: Path) -> Summary:
         "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
         "counts": s.counts, "broken_suites": s.broken_suites, "blocking": s.blocking,
         "quarantined_failing": s.quarantined, "shard": run.manifest.get("shard"), "shards": shard_rows(run) or None,
-        "tests": [{"suite": suite.name, **res.to_json([t])[0]} for suite in run.suites for t in suite.tests],
+        "flaky": s.flaky, "quarantined_passed_all_runs": s.ready_to_leave,
+        "retried": {i: r.to_json() for i, r in sorted(retries_mod.load(run).items())},
+        "tests": [{"suite": suite.name, **res.to_json([t])[0], **_final(t, s)} for suite in run.suites
+                  for t in suite.tests],
     }
     res.atomic_write_json(run_dir / "summary.json", data)
     res.atomic_write_text(run_dir / "report.txt", render_text(run))
     res.atomic_write_text(run_dir / "report.md", render_markdown(run))
     return s
+
+
+def _final(t: res.TestResult, s: Summary) -> dict[str, str]:
+    """A failed test's classification in summary.json: flaky or failing."""
+    if not t.failing:
+        return {}
+    return {"status": retries_mod.FLAKY if t.id in s.flaky else retries_mod.FAILING}
 
 
 # ---- CLI: `python -m harness report [RESULTS_DIR]` -----------------------------------------------------

@@ -13,6 +13,12 @@ Terms:
   shards         `--shard I/N` runs shard I of N of every suite's tests (harness.shard, by a pytest plugin in
                  each suite's process); `--shards N|auto` runs N shards at once, each pinned to its GPUs,
                  into shard-I/ folders merged into one report (harness.sharded, harness.merge).
+  retries        a failed suite test is run again alone in a fresh process (harness.retries; the matrix's
+                 `retries`, `--retries N`): passed on a retry = flaky (reported, does not fail the run),
+                 failed every time = failing. Their attempts go into the suite's entry of run.json.
+  history        a complete run is recorded into the test history (harness.history; `--history DB`, else
+                 KILN_HISTORY_DB, else results/history.sqlite; `--no-history` skips it), so the report can
+                 say "failed K of the last N runs" and flake rates build up.
 
 Command lines come from `harness.commands`; step functions other modules call: `execute`, `run_pytest`,
 `run_python_module`, `run_suites`.
@@ -34,13 +40,14 @@ import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from harness import matrix as matrix_mod
 from harness import results as res
+from harness import retries as retries_mod
 from harness import shard as shard_mod
 from harness.exc import HarnessError, HealthError, MissingTool, RunInterrupted
-from harness.matrix import Backend, Matrix
+from harness.matrix import Backend, Matrix, Retries
 from harness.commands import (CONTAINER_RESULTS, container_argv, native_command, pytest_argv,
                               suite_env)
 from harness.process import execute
@@ -220,13 +227,17 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
                run_dir: Path | None = None, image_tag: str | None = None, base_image: str | None = None,
                extra: Sequence[str] = (), health: bool = True, echo: bool = True,
                save_numerics: bool = False, shard: shard_mod.Shard | None = None, durations: Path | None = None,
-               devices: Sequence[str] = ()) -> tuple[Path, int]:
+               devices: Sequence[str] = (), retries: Retries | None = None, history: Path | None = None,
+               record_history: bool = True) -> tuple[Path, int]:
     """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
 
     `shard`: run only that shard of every suite's tests, balanced by the `durations` file (None: by count);
-    `devices`: pin the run to these GPU ids (harness.shard.pin_devices).
-    Exit code: 0 when no test failed or errored and every suite ran, else 1. Raises HealthError when a
-    device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM (run.json then says `incomplete`).
+    `devices`: pin the run to these GPU ids (harness.shard.pin_devices); `retries`: how failed tests are
+    rerun (None: the matrix's); `history`: the test-history store a complete run is recorded into (None: the
+    default store; `record_history=False`: none).
+    Exit code: 0 when every suite ran and no test failed or errored except flaky ones (passed on a retry) and
+    quarantined ones, else 1. Raises HealthError when a device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM
+    (run.json then says `incomplete`).
     """
     from harness import envinfo, health as health_mod, image as image_mod, report
 
@@ -238,7 +249,9 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     unknown = [s for s in suites if s not in m.suites]
     if unknown:
         raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(m.suites)}")
-    report.load_quarantine(settings().root)  # a broken quarantine file stops the run before it starts
+    quarantine = report.load_quarantine(settings().root)  # a broken file stops the run before it starts
+    policy = retries or m.retries_for(b)
+    history_db = (history or settings().history_db).resolve() if record_history else None
     if native:
         _check_native_python()  # no pytest: stop before anything is written
     mode = "native" if native else "container"
@@ -264,6 +277,8 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         "container_options": list(b.container_options), "test_timeout_s": b.timeouts.test_s,
         "suite_timeout_s": b.timeouts.suite_s, "pytest_extra": list(extra), "suites": [], "health": None,
         "per_test_timeout": pytest_timeout_available() if native else True, "devices": list(devices),
+        "retries": {"attempts": policy.attempts, "max_tests": policy.max_tests},
+        "history": str(history_db) if history_db else None,
     })
     if shard is not None:
         state.data["shard"] = {"index": shard.index, "count": shard.count,
@@ -324,12 +339,22 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
             rel = run.junit.relative_to(run_dir)
             print(res.summary_line(suite, label, tests, run.duration_s, status.upper(), str(run_dir / rel)),
                   flush=True)
-            state.data["suites"].append({
+            entry = {
                 "name": suite, "status": status, "junit": str(rel), "log": str(run.log.relative_to(run_dir)),
                 "returncode": run.returncode, "timed_out": run.timed_out, "duration_s": run.duration_s,
                 "counts": res.counts(tests), "argv": run.argv,
-            })
+            }
+            state.data["suites"].append(entry)
             state.save()
+            failed = [t for t in tests if t.failing]
+            if failed and policy.attempts > 0:
+                current = f"retries of suite {suite}"
+                entry["retries"] = retry_failed(
+                    b, suite, failed, policy, run_dir=run_dir, junit=run.junit, native=native, image=image_tag,
+                    m=m, extra=extra, echo=echo,
+                    quarantined=lambda i: quarantine is not None and quarantine.match(i, b.name) is not None)
+                print(retry_line(suite, label, entry["retries"]), flush=True)
+                state.save()
         state.finish("complete")
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, _Terminated) else "interrupted"
@@ -344,9 +369,56 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    if history_db is not None:
+        from harness.history import record_or_warn
+
+        record_or_warn(history_db, run_dir)
     summary = report.write_reports(run_dir)
+    for line in summary.verdict_lines():
+        print(line, flush=True)
     print(summary.headline(), flush=True)
     return run_dir, 0 if summary.ok else 1
+
+
+def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], policy: Retries, *, run_dir: Path,
+                 junit: Path, native: bool, image: str | None, m: Matrix, extra: Sequence[str] = (),
+                 echo: bool = False, quarantined: Callable[[str], bool] = lambda _: False) -> dict[str, Any]:
+    """Rerun each failed test of one suite alone (its node id, a fresh `run_pytest`), up to `policy.attempts`
+    times until it passes; returns the suite entry's `retries` for run.json (harness.retries).
+
+    Tests outside the quarantine go first; past `policy.max_tests` the rest stay failing without a rerun.
+    `extra` are the run's own pytest arguments (never the shard options: one node id is one test).
+    """
+    out_dir = junit.parent / retries_mod.RETRY_DIR
+    ordered = retries_mod.order(failed, quarantined)
+    chosen = ordered[:policy.max_tests] if policy.attempts > 0 else []
+    first = {t.id: t for t in reversed(failed)}  # the first record of each id
+    extra = [a for a in extra if not a.startswith("--junitxml")]
+    root = settings().root
+    retried = []
+    for k, test_id in enumerate(chosen, 1):
+        tries = [retries_mod.write_first_attempt(out_dir, run_dir, suite, k, junit, first[test_id], root)]
+        for n in range(1, policy.attempts + 1):
+            run = run_pytest(b, [test_id], out_dir, f"{suite}-{k}.{n}", native=native, image=image, extra=extra,
+                             m=m, timeout_s=retries_mod.retry_timeout_s(b), echo=echo)
+            tries.append(retries_mod.rerun_attempt(n, test_id, run, run_dir, root))
+            if tries[-1].outcome not in res.FAILING:
+                break
+        r = retries_mod.RetriedTest(test_id, suite, retries_mod.classify([a.outcome for a in tries]), tuple(tries))
+        retried.append(r)
+        print(f"  retried {test_id} alone: {r.status.upper()}: {r.describe()}", flush=True)
+    return retries_mod.suite_retries(policy.attempts, policy.max_tests, retried, ordered[len(chosen):])
+
+
+def retry_line(suite: str, label: str, found: dict[str, Any]) -> str:
+    """`suite alpha [cpu/native] retried 2 failed tests alone: 1 flaky, 1 failing (1 more not retried)`."""
+    statuses = [t["status"] for t in found["tests"]]
+    body = ", ".join(f"{statuses.count(s)} {s}" for s in (retries_mod.FLAKY, retries_mod.FAILING)
+                     if statuses.count(s)) or "none"
+    more = f" ({len(found['not_retried'])} more not retried: past max_tests {found['max_tests']})" \
+        if found["not_retried"] else ""
+    return (f"suite {suite} [{label}] retried {len(statuses)} failed test(s) alone, up to {found['attempts']} "
+            f"time(s) each: {body}{more}")
 
 
 # ---- CLI: `python -m harness run` / `python -m harness detect` -----------------------------------------
@@ -373,6 +445,11 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
                         "ci/durations/<backend>.json when it exists, else shards are balanced by test count)")
     shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated)")
+    p.add_argument("--retries", type=int, metavar="N", help="rerun each failed test alone up to N times until it "
+                   "passes (flaky) or not (failing); 0: no reruns (default: the matrix's `retries`)")
+    p.add_argument("--history", metavar="DB", help="the test-history store a complete run is recorded into "
+                   "(default: KILN_HISTORY_DB, else <results>/history.sqlite)")
+    p.add_argument("--no-history", action="store_true", help="do not record the run into the test history")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
 
 
@@ -402,6 +479,8 @@ def cli_main(args: argparse.Namespace) -> int:
     shard, count, durations = shard_options(args, backend)
     devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
     run_dir = Path(args.results) if args.results else None
+    retries = retry_option(args.retries, backend)
+    history = Path(args.history) if args.history else None
     if args.shards:
         b = matrix_mod.load().backend(backend)
         gpus = list(devices) or (shard_mod.visible_gpus(b.name) if b.is_gpu else [])
@@ -415,13 +494,25 @@ def cli_main(args: argparse.Namespace) -> int:
             _, code = sharded.run_shards(
                 b.name, groups, native=native, run_dir=run_dir, suites=args.suites, image_tag=args.image,
                 base_image=args.base_image, extra=extra, health=not args.no_health, save_numerics=args.save_numerics,
-                durations=durations, echo=not args.quiet)
+                durations=durations, echo=not args.quiet, retries=retries, history=history,
+                record_history=not args.no_history)
             return code
         devices = groups[0]
     _, code = run_suites(backend, native=native, suites=args.suites, run_dir=run_dir, image_tag=args.image,
                          base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet,
-                         save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices)
+                         save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices,
+                         retries=retries, history=history, record_history=not args.no_history)
     return code
+
+
+def retry_option(value: int | None, backend: str) -> Retries | None:
+    """`--retries N` as the run's Retries (the matrix's max_tests), None when not given; N < 0 is an error."""
+    if value is None:
+        return None
+    if value < 0:
+        raise HarnessError(f"--retries {value}: expected 0 (no reruns) or more")
+    m = matrix_mod.load()
+    return Retries(attempts=value, max_tests=m.retries_for(m.backend(backend)).max_tests)
 
 
 def detect_mode() -> str:

@@ -6,7 +6,9 @@ The image is built once (container mode); then each shard is its own `python -m 
 to its GPUs (harness.shard.pin_devices), its output in RUN/shard-I.log and its summary lines echoed with a
 `[shard I/N]` prefix. A shard that runs past the time its suites may take is killed and reported as hung; one
 that dies is reported as crashed; the others' results stand. At the end (or on Ctrl-C/SIGTERM, which stops
-every shard) RUN holds one merged report (harness.merge).
+every shard) RUN holds one merged report (harness.merge). Each shard reruns its own failed tests alone
+(harness.retries; `--retries N` is passed on) and its run.json carries their verdicts, which the merged report
+reads; the shards record nothing into the test history, the merged run is recorded once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from harness import matrix as matrix_mod
 from harness.commands import with_pythonpath
 from harness.exc import HarnessError, RunInterrupted
+from harness.matrix import Retries
 from harness.merge import ShardProcess, merge_shards, shard_dir_name
 from harness.process import kill_group
 from harness.settings import PACKAGE_ROOT, settings
@@ -36,10 +39,14 @@ KILL_S = 15  # per suite: killing a suite that ran past its timeout
 
 def shard_argv(backend: str, shard: Shard, devices: Sequence[str], folder: Path, *, native: bool,
                suites: Sequence[str] | None, image_tag: str | None, base_image: str | None, extra: Sequence[str],
-               health: bool, save_numerics: bool, durations: Path | None) -> list[str]:
-    """The `python -m harness run` command line of one shard."""
+               health: bool, save_numerics: bool, durations: Path | None,
+               retries: Retries | None = None) -> list[str]:
+    """The `python -m harness run` command line of one shard (it records nothing into the test history: the
+    merged run is recorded)."""
     argv = [sys.executable, "-m", "harness", "run", "--backend", backend, "--shard", str(shard),
-            "--results", str(folder), "--quiet"]
+            "--results", str(folder), "--quiet", "--no-history"]
+    if retries is not None:
+        argv += ["--retries", str(retries.attempts)]
     argv += ["--native"] if native else ["--image", str(image_tag)]
     if base_image and not native:
         argv += ["--base-image", base_image]
@@ -56,9 +63,13 @@ def shard_argv(backend: str, shard: Shard, devices: Sequence[str], folder: Path,
     return [*argv, "--", *extra] if extra else argv
 
 
-def shard_timeout_s(b: matrix_mod.Backend, n_suites: int) -> float:
-    """How long a shard may take before it counts as hung: environment capture, health check, each suite."""
-    return 2 * b.timeouts.health_s + n_suites * (b.timeouts.suite_s + KILL_S) + SLACK_S
+def shard_timeout_s(b: matrix_mod.Backend, n_suites: int, retries: Retries | None = None) -> float:
+    """How long a shard may take before it counts as hung: environment capture, health check, each suite with
+    the reruns of its failed tests (at most `max_tests` x `attempts` of them, each within its own limit)."""
+    from harness.retries import retry_timeout_s
+
+    reruns = retries.attempts * retries.max_tests * (retry_timeout_s(b) + KILL_S) if retries else 0
+    return 2 * b.timeouts.health_s + n_suites * (b.timeouts.suite_s + KILL_S + reruns) + SLACK_S
 
 
 def stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
@@ -90,10 +101,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bool, run_dir: Path,
                suites: Sequence[str] | None = None, image_tag: str | None = None, base_image: str | None = None,
                extra: Sequence[str] = (), health: bool = True, save_numerics: bool = False,
-               durations: Path | None = None, echo: bool = True, timeout_s: float | None = None) -> tuple[Path, int]:
+               durations: Path | None = None, echo: bool = True, timeout_s: float | None = None,
+               retries: Retries | None = None, history: Path | None = None,
+               record_history: bool = True) -> tuple[Path, int]:
     """Run len(groups) shards at once, shard I pinned to GPU ids groups[I-1]; merge them into `run_dir`.
     A shard still running after `timeout_s` (default: `shard_timeout_s`) is stopped and reported as hung.
-    Returns (run folder, exit code: 0 when the merged run is complete and green, else 1)."""
+    `retries`: how the shards rerun failed tests (None: the matrix's); a complete merged run is recorded into
+    the test history `history` (None: the default store) unless `record_history` is False.
+    Returns (run folder, exit code: 0 when the merged run is complete and green (flaky tests allowed), else 1)."""
     from harness import health as health_mod, image as image_mod, report
 
     m = matrix_mod.load()
@@ -115,8 +130,10 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     mode = "native" if native else "container"
-    base = {"backend": b.name, "mode": mode, "src": str(settings().root)}
-    timeout_s = timeout_s or shard_timeout_s(b, len(suites or m.suites))
+    history_db = (history or settings().history_db).resolve() if record_history else None
+    base = {"backend": b.name, "mode": mode, "src": str(settings().root),
+            "history": str(history_db) if history_db else None}
+    timeout_s = timeout_s or shard_timeout_s(b, len(suites or m.suites), retries or m.retries_for(b))
     env = with_pythonpath(dict(os.environ), PACKAGE_ROOT)
     env["KILN_NATIVE"] = "1" if native else "0"
     label = f"{b.name}/{mode}"
@@ -152,7 +169,7 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
             folder = run_dir / shard_dir_name(index)
             argv = shard_argv(b.name, Shard(index, count), devices, folder, native=native, suites=suites,
                               image_tag=image_tag, base_image=base_image, extra=extra, health=health,
-                              save_numerics=save_numerics, durations=durations)
+                              save_numerics=save_numerics, durations=durations, retries=retries)
             procs[index] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                             cwd=settings().root, text=True, errors="replace", start_new_session=True)
             started[index] = time.monotonic()
@@ -189,5 +206,10 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
                              "incomplete)")
     from harness.collect import load_run
 
+    if history_db is not None and summary.status == "complete":
+        from harness.history import record_or_warn
+
+        record_or_warn(history_db, run_dir)
+        summary = report.write_reports(run_dir)  # now with the history's lines
     print(report.render_text(load_run(run_dir)), end="", flush=True)
     return run_dir, 0 if summary.ok else 1

@@ -82,12 +82,13 @@ def harness(root: Path, *args: str, plant: str = "", timeout: float = 240) -> su
     env = {**os.environ, "KILN_ROOT": str(root), "PYTHONPATH": str(ROOT), "KILN_PLANT": plant,
            "KILN_RESULTS": str(root / "results")}
     env.pop("KILN_NATIVE", None)
+    env.pop("KILN_HISTORY_DB", None)  # runs record into <results>/history.sqlite, never a real store
     return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
                           text=True, timeout=timeout)
 
 
 def only_run(root: Path) -> Path:
-    runs = sorted((root / "results").iterdir())
+    runs = sorted(p for p in (root / "results").iterdir() if p.is_dir())  # not history.sqlite
     assert len(runs) == 1, runs
     return runs[0]
 

@@ -1,0 +1,236 @@
+"""Retries that classify: a suite test that failed is run again alone, in a fresh pytest process, to tell a
+flaky test from a broken one.
+
+Terms:
+  attempt   one run of one test. Attempt 0 is the suite's own run; attempts 1..N are reruns of that test
+            alone (its exact node id, `harness.commands.pytest_argv` through `runner.run_pytest`: the same
+            container or Python, environment and per-test timeout), stopping at the first pass. N and how
+            many tests of a suite are retried come from the matrix (`retries`, harness.matrix.Retries).
+  status    of a retried test, from its attempts (harness.flakes.classify):
+              flaky    failed, then passed on a retry: reported, recorded, does not fail the run
+              failing  failed every attempt: fails the run (unless quarantined)
+            A failing test left without a rerun (past `max_tests`, or retries off) is failing. These are the
+            statuses of harness.flakes for the same attempts (there, N repetitions in one process).
+  log       each attempt's: attempt 0's is the failure JUnit recorded for the test (the suite's log holds
+            every test), written to `suites/retries/<suite>-<k>.0.txt`; a rerun's is its process's log,
+            `suites/retries/<suite>-<k>.<n>.log` next to its JUnit `.xml`.
+
+The runner (harness.runner.retry_failed) runs the reruns through its `run_pytest` and puts what they found
+into the suite's entry of run.json (`retries`: `suite_retries`); `load` reads it back from a run folder, a
+shard's folder or a merged run (from each shard's entry, log paths made relative to the merged folder), so
+reports, history and merges see the same classification. This module runs nothing.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import results as res
+
+FLAKY, FAILING = "flaky", "failing"  # as harness.flakes names them
+RETRY_SLACK_S = 120  # a rerun's limit: the per-test timeout plus this (start-up, imports, collection)
+RETRY_DIR = "retries"  # under the suites folder
+MAX_TEXT = 20_000  # characters of attempt 0's failure text kept
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a failed test: 0 is the suite's run, 1.. the reruns alone."""
+
+    n: int
+    outcome: str
+    message: str
+    log: str  # relative to the run folder
+    duration_s: float = 0.0
+    returncode: int | None = None
+    junit: str = ""
+
+
+@dataclass(frozen=True)
+class RetriedTest:
+    """A failed test and its attempts, classified (module docstring)."""
+
+    __test__ = False  # not a pytest test class
+
+    id: str
+    suite: str
+    status: str  # flaky | failing
+    attempts: tuple[Attempt, ...]
+
+    @property
+    def outcomes(self) -> list[str]:
+        return [a.outcome for a in self.attempts]
+
+    @property
+    def failing_log(self) -> str:
+        """The log of the first failing attempt (the suite run's failure text)."""
+        return next((a.log for a in self.attempts if a.outcome in res.FAILING), "")
+
+    @property
+    def passed_on(self) -> int | None:
+        """The attempt that passed (None when none did)."""
+        return next((a.n for a in self.attempts if a.outcome in PASSED), None)
+
+    def describe(self) -> str:
+        """`failed, failed, passed (passed on retry 2)` or `failed 3 of 3 attempts`."""
+        if self.status == FLAKY:
+            return f"{', '.join(self.outcomes)} (passed on retry {self.passed_on})"
+        failed = sum(o in res.FAILING for o in self.outcomes)
+        return f"failed {failed} of {len(self.attempts)} attempts ({', '.join(self.outcomes)})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "suite": self.suite, "status": self.status,
+                "attempts": [asdict(a) for a in self.attempts]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], prefix: str = "") -> RetriedTest:
+        """From run.json; `prefix` (a shard's folder) is put before every path."""
+        def place(p: str) -> str:
+            return f"{prefix}/{p}" if prefix and p else p
+
+        attempts = tuple(Attempt(**{**a, "log": place(a.get("log", "")), "junit": place(a.get("junit", ""))})
+                         for a in data.get("attempts", []))
+        return cls(data["id"], data.get("suite", ""), data.get("status", FAILING), attempts)
+
+
+PASSED = ("passed", "xfailed")  # as harness.quarantine counts a pass
+
+
+def classify(outcomes: Sequence[str]) -> str:
+    """flaky when an attempt failed and another passed, else failing (skips count as neither)."""
+    failed = any(o in res.FAILING for o in outcomes)
+    return FLAKY if failed and any(o in PASSED for o in outcomes) else FAILING
+
+
+# ---- reading JUnit -----------------------------------------------------------------------------------------
+
+
+def _cases(junit: Path, root: Path | None) -> list[tuple[str, ET.Element]]:
+    try:
+        tree = ET.parse(junit)
+    except (OSError, ET.ParseError):
+        return []
+    return [(res.node_id(c, root), c) for c in tree.iter("testcase") if not res.is_bare(c)]
+
+
+def failure_text(junit: Path, test_id: str, root: Path | None = None) -> str:
+    """What JUnit recorded of `test_id`'s failure: the failure/error text (pytest's --tb) and captured output."""
+    for case_id, case in _cases(junit, root):
+        if case_id != test_id:
+            continue
+        parts = []
+        for tag in ("failure", "error", "system-out", "system-err"):
+            for el in case.findall(tag):
+                body = (el.text or "").strip()
+                head = (el.get("message") or "").strip()
+                if body or head:
+                    parts.append(f"--- {tag}{': ' + head.splitlines()[0] if head else ''}\n{body}")
+        return "\n".join(parts)[:MAX_TEXT]
+    return ""
+
+
+def attempt_result(junit: Path, test_id: str, root: Path | None) -> tuple[str, str, float] | None:
+    """(outcome, message, seconds) of `test_id` in a rerun's JUnit (the only case, if ids differ), or None."""
+    cases = _cases(junit, root)
+    match = [c for i, c in cases if i == test_id] or ([c for _, c in cases] if len(cases) == 1 else [])
+    if not match:
+        return None
+    worst = None
+    for case in match:  # a teardown error comes as a second case of the same test
+        outcome, message = res.classify_case(case)
+        if worst is None or (outcome in res.FAILING and worst[0] not in res.FAILING):
+            worst = (outcome, message, float(case.get("time") or 0.0))
+    return worst
+
+
+# ---- running the reruns ------------------------------------------------------------------------------------
+
+
+def retry_timeout_s(b: Any) -> float:
+    """How long one rerun may take: the per-test timeout plus start-up slack, at most the suite timeout."""
+    return float(min(b.timeouts.suite_s, b.timeouts.test_s + RETRY_SLACK_S))
+
+
+def write_first_attempt(out_dir: Path, run_dir: Path, suite: str, k: int, junit: Path, test: res.TestResult,
+                        root: Path | None = None) -> Attempt:
+    """Attempt 0 of the k-th retried test of `suite`: its failure text from the suite's JUnit, saved as its log."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{suite}-{k}.0.txt"
+    whole = junit.with_suffix(".log")
+    where = whole.relative_to(run_dir) if whole.is_relative_to(run_dir) else whole
+    res.atomic_write_text(path, f"{test.id}: attempt 0 (the suite run; its whole log: {where})\n"
+                                f"{failure_text(junit, test.id, root)}\n")
+    return Attempt(0, test.outcome, test.headline[:300], str(path.relative_to(run_dir)), test.duration_s)
+
+
+def rerun_attempt(n: int, test_id: str, run: Any, run_dir: Path, root: Path | None = None) -> Attempt:
+    """Attempt `n` from a rerun's `runner.PytestRun` (its JUnit, log, exit status)."""
+    found = attempt_result(run.junit, test_id, root) if run.junit.exists() else None
+    if found is None:
+        why = "timed out" if run.timed_out else f"exit {run.returncode}"
+        found = ("error", f"the rerun left no result for the test ({why}); see its log", run.duration_s)
+    outcome, message, seconds = found
+    return Attempt(n, outcome, (message.splitlines() or [""])[0][:300], str(run.log.relative_to(run_dir)), seconds,
+                   run.returncode, str(run.junit.relative_to(run_dir)) if run.junit.exists() else "")
+
+
+def order(failed: Sequence[res.TestResult], quarantined: Any) -> list[str]:
+    """The failed tests' ids in the order they are retried: outside the quarantine first, then file order."""
+    return sorted(dict.fromkeys(t.id for t in failed), key=lambda i: bool(quarantined(i)))
+
+
+def suite_retries(attempts: int, max_tests: int, retried: Sequence[RetriedTest], not_retried: Sequence[str]
+                  ) -> dict[str, Any]:
+    """A suite entry's `retries` in run.json."""
+    return {"attempts": attempts, "max_tests": max_tests, "tests": [r.to_json() for r in retried],
+            "not_retried": list(not_retried)}
+
+
+# ---- reading them back -------------------------------------------------------------------------------------
+
+
+def _entries(run: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(path prefix, suite entry) of every suite of a run; a merged run's come from its shards."""
+    out = []
+    for suite in run.suites:
+        shards = suite.entry.get("shards")
+        if shards is None:
+            out.append(("", suite.entry))
+            continue
+        for index, entry in shards.items():
+            sub = getattr(run, "shard_runs", {}).get(int(index))
+            prefix = str(sub.path.relative_to(run.path)) if sub is not None else f"shard-{index}"
+            out.append((prefix, entry))
+    return out
+
+
+def load(run: Any) -> dict[str, RetriedTest]:
+    """test id -> RetriedTest for every test the run retried (harness.collect.RunResults, merged or not)."""
+    found: dict[str, RetriedTest] = {}
+    for prefix, entry in _entries(run):
+        for item in (entry.get("retries") or {}).get("tests", []):
+            r = RetriedTest.from_json(item, prefix)
+            found.setdefault(r.id, r)
+    return found
+
+
+def not_retried(run: Any) -> list[str]:
+    """Failed tests a suite left without a rerun (past `max_tests`)."""
+    return [i for _, entry in _entries(run) for i in (entry.get("retries") or {}).get("not_retried", [])]
+
+
+def outcomes(run: Any) -> dict[str, list[str]]:
+    """test id -> every attempt's outcome (the suite run's, then the reruns'), the input of quarantine.apply."""
+    retried = load(run)
+    out: dict[str, list[str]] = {}
+    for suite in run.suites:
+        for t in suite.tests:
+            out.setdefault(t.id, []).append(t.outcome)
+    for test_id, r in retried.items():
+        out.setdefault(test_id, [])
+        out[test_id] += [a.outcome for a in r.attempts[1:]]
+    return out
