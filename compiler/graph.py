@@ -18,6 +18,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from . import config
+from .contract import Lowering, Promotion
 from .exc import LoweringError, NotLowered, require
 from .ir import (
     Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
@@ -183,16 +184,28 @@ def _strided_in(obj: Any) -> list[Strided]:
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
                     torch.int16, torch.int8, torch.uint8, torch.bool)
 
-#: op overload -> lowering(g, node, *args, **kwargs); filled by compiler.lowering
-LOWERINGS: dict[Any, Callable[..., Any]] = {}
+#: op overload -> lowering(g, node, *args, **kwargs), the contract around it; filled by compiler.lowering
+LOWERINGS: dict[Any, Lowering] = {}
 
 
-def register_lowering(*ops: Any) -> Callable:
-    """Decorator: register one lowering for several op overloads."""
+def register_lowering(*ops: Any, promote: Optional[Promotion] = None, operands: Optional[Sequence[int]] = None,
+                      same_device: bool = True, exact: bool = False) -> Callable:
+    """Decorator: register one lowering for several op overloads, inside the lowering contract
+    (``compiler.contract``: device check, output dtype, rounding points under ``emulate_eager_precision``).
+
+    ``promote``: an elementwise op's type-promotion kind (or a function of the node choosing one), over the
+    node's ``operands`` (positions; all by default); the lowering is then called as
+    ``fn(Elementwise, *args, **kwargs)`` instead of ``fn(g, node, *args, **kwargs)``. ``same_device=False``:
+    the op may read operands on another device than its result's (factories, device copies). ``exact``: the
+    results are elements of an operand, so narrowing them needs no rounding point.
+    The function is returned unwrapped, for lowerings that call one another.
+    """
+    positions = None if operands is None else tuple(operands)
 
     def deco(fn: Callable) -> Callable:
+        wrapped = Lowering(fn, promote, positions, same_device, exact)
         for op in ops:
-            LOWERINGS[op] = fn
+            LOWERINGS[op] = wrapped
         return fn
 
     return deco

@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Optional, Sequence
 
+import numpy as np
 import sympy
 import torch
 
@@ -84,12 +85,40 @@ class Op(KExpr):
         return f"{self.op}({', '.join(map(repr, self.args))}):{self.dtype}"
 
 
-def mark_rounding(x: KExpr, emulate: bool) -> KExpr:
-    """Under ``emulate_eager_precision`` (``emulate``), make an op's narrowing result cast a rounding point
-    that a later widening keeps (``Op.round_trip``), as eager rounds every fp16/bf16 result."""
-    if emulate and isinstance(x, Op) and x.op == "to":
-        x.round_trip = True
+def mark_rounding(x: KExpr) -> KExpr:
+    """``x`` made a rounding point where it narrows to fp16/bf16, as eager rounds every fp16/bf16 result
+    (``emulate_eager_precision``; ``contract.rounding_points`` applies it to every lowering's results): an
+    implicit narrowing cast is kept by a later widening (``Op.round_trip``), a constant holds its rounded value."""
+    if x.dtype not in LOW_PRECISION:
+        return x
+    if isinstance(x, Op) and x.op == "to" and not x.round_trip and _narrows(x.args[0].dtype, x.dtype):
+        return Op("to", x.args, x.dtype, round_trip=True)
+    if isinstance(x, Const) and isinstance(x.value, (int, float)) and not isinstance(x.value, bool):
+        rounded = round_scalar(x.value, x.dtype)
+        if rounded == rounded and rounded != x.value:
+            return Const(rounded, x.dtype)
     return x
+
+
+def round_scalar(value: float, dtype: torch.dtype) -> float:
+    """``value`` as eager stores it in fp16/bf16 (through fp32, nearest even), computed without tensors
+    (lowerings run under a FakeTensor mode)."""
+    with np.errstate(over="ignore"):
+        f = np.float32(value)
+    if dtype == torch.float16:
+        with np.errstate(over="ignore"):
+            return float(np.float16(f))
+    if f != f:
+        return float(f)
+    u = int(f.view(np.uint32))
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return float(np.uint32(u).view(np.float32))
+
+
+def _narrows(src: torch.dtype, dst: torch.dtype) -> bool:
+    """A float -> float conversion that may lose precision."""
+    return (src.is_floating_point and dst.is_floating_point and src != dst
+            and torch.finfo(src).bits >= torch.finfo(dst).bits)
 
 
 def cast(x: KExpr, dtype: torch.dtype, *, explicit: bool = False) -> KExpr:
@@ -97,7 +126,8 @@ def cast(x: KExpr, dtype: torch.dtype, *, explicit: bool = False) -> KExpr:
 
     An *implicit* cast (an op's result stored back in its ATen dtype) that is immediately widened again
     is elided, so fused kernels keep fp32 intermediates. ``explicit`` casts (the program's own
-    ``.to()``) are kept. ``emulate_eager_precision`` keeps every cast (see ``Op.round_trip``).
+    ``.to()``) are kept. ``emulate_eager_precision`` keeps every narrowing result (see ``Op.round_trip``,
+    ``mark_rounding``).
     """
     if x.dtype == dtype:
         return x

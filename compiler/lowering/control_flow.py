@@ -46,5 +46,5 @@ def lower_hop(g: GraphLowering, node: fx.Node, *args, **kwargs):
     return _values_of(outputs)
 
 
-for _op in HOPS:
-    register_lowering(_op)(lower_hop)
+for _op in HOPS:  # operands (a CPU predicate...) go to the higher-order op as they are
+    register_lowering(_op, same_device=False)(lower_hop)

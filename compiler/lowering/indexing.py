@@ -10,11 +10,11 @@ from typing import Optional, Sequence
 import sympy
 import torch
 
+from ..contract import broadcast_index
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import Index, Lazy, Value, sym
 from ..kexpr import Const, IndexValue, KExpr, Op, bind_indirect, cast
-from .pointwise import broadcast_index, check_device
 
 aten = torch.ops.aten
 
@@ -55,7 +55,6 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
     out = node.meta["val"]
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
         raise NotLowered("boolean mask indexing has a data-dependent size")
-    check_device(node, [i for i in indices if i is not None] + [x])
     src = _source(g, node, x)
     rank = len(src.size)
     dims = [d for d, i in enumerate(indices) if i is not None]
@@ -93,7 +92,6 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
 def _take_along(g: GraphLowering, node, x: Value, dim: int, index: Value, position) -> Lazy:
     """Output element ``i`` reads ``x`` at ``i`` with dim ``dim`` replaced by ``position(index, i)``."""
     out = node.meta["val"]
-    check_device(node, [x, index])
     src = _source(g, node, x)
     rank = len(src.size)
     if rank == 0:
@@ -134,7 +132,6 @@ def _scatter_one_hot(g: GraphLowering, node, x: Value, dim: int, index: Value, s
     if isinstance(src, Value) and (len(src.size) != rank or any(
             src.size[d] != index.size[d] for d in range(rank))):
         raise NotLowered("scatter source shaped unlike its index")
-    check_device(node, [v for v in (x, index, src) if isinstance(v, Value)])
     size = tuple(sym(s) for s in out.shape)
 
     def fn(idx: Index) -> KExpr:

@@ -10,11 +10,11 @@ import sympy
 import torch
 from torch.utils._sympy.functions import FloorDiv
 
+from ..contract import arg_cost, broadcast_index, load_arg
 from ..exc import NotLowered
 from ..graph import ExternCall, GraphLowering, register_lowering
 from ..ir import EmptyBuffer, Index, InputBuffer, Lazy, Strided, SymScalar, Value, layout_from_meta, sym
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, cast
-from .pointwise import arg_cost, broadcast_index, check_device, load_arg
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -29,22 +29,18 @@ def _clone(g: GraphLowering, node, x: Value, *, memory_format=None):
     return Lazy(x.size, x.dtype, x.device, x.load, getattr(x, "cost", 0) + 1)
 
 
-@register_lowering(aten._to_copy.default)
+@register_lowering(aten._to_copy.default, same_device=False)
 def _to_copy(g: GraphLowering, node, x: Value, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):
     out = node.meta["val"]
     if out.device != x.device:
         raise NotLowered(f"device copy {x.device} -> {out.device}", kind="device")
-    if out.dtype.is_complex or x.dtype.is_complex:
-        raise NotLowered("complex dtypes", kind="dtype")
     return Lazy(x.size, out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype, explicit=True),
                 getattr(x, "cost", 0) + 1)
 
 
 @register_lowering(prims.convert_element_type.default)
 def _convert(g: GraphLowering, node, x: Value, dtype: torch.dtype):
-    if dtype.is_complex or x.dtype.is_complex:
-        raise NotLowered("complex dtypes", kind="dtype")
     return Lazy(x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True),
                 getattr(x, "cost", 0) + 1)
 
@@ -52,7 +48,6 @@ def _convert(g: GraphLowering, node, x: Value, dtype: torch.dtype):
 @register_lowering(aten.copy.default)
 def _copy(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
     out = node.meta["val"]
-    check_device(node, [dst, src])
     size = _size(node)
     return Lazy(size, out.dtype, dst.device,
                 lambda idx: cast(src.load(broadcast_index(src.size, size, idx)), out.dtype, explicit=True),
@@ -74,7 +69,8 @@ def _write_back(g: GraphLowering, node, dst: Value, src: Value, non_blocking=Fal
 
 
 @register_lowering(aten.full.default, aten.full_like.default, aten.scalar_tensor.default,
-                   aten.zeros.default, aten.ones.default, aten.zeros_like.default, aten.ones_like.default)
+                   aten.zeros.default, aten.ones.default, aten.zeros_like.default, aten.ones_like.default,
+                   same_device=False)
 def _full(g: GraphLowering, node, *args, **kwargs):
     out = node.meta["val"]
     t = node.target
@@ -86,8 +82,6 @@ def _full(g: GraphLowering, node, *args, **kwargs):
         value = args[0]
     else:
         value = args[1]
-    if out.dtype.is_complex:
-        raise NotLowered("complex dtypes", kind="dtype")
     size = _size(node)
     if not isinstance(value, (bool, int, float)):
         if not isinstance(value, SymScalar):
@@ -97,7 +91,7 @@ def _full(g: GraphLowering, node, *args, **kwargs):
 
 
 @register_lowering(aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
-                   aten.new_empty.default, aten.new_empty_strided.default)
+                   aten.new_empty.default, aten.new_empty_strided.default, same_device=False)
 def _empty(g: GraphLowering, node, *args, **kwargs):
     out = node.meta["val"]
     buf = EmptyBuffer(g.new_name(), layout_from_meta(out, sym(out.storage_offset())), sym(out.storage_offset()))
@@ -146,7 +140,6 @@ def _cat(g: GraphLowering, node, tensors, dim=0):
     if not parts:
         raise NotLowered("cat of empty tensors")
     dim = dim + rank if dim < 0 else dim
-    check_device(node, parts)
     offsets, acc = [], sympy.Integer(0)
     for t in parts:
         offsets.append(acc)
@@ -231,7 +224,6 @@ def _extern(out_overload):
         out = node.meta["val"]
         if out.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
             raise NotLowered("matmul of non-float dtype", kind="dtype")
-        check_device(node, [a for a in args if isinstance(a, Value)])
         return g.extern_out(node, out_overload, args, kwargs)
 
     return lower
@@ -248,7 +240,6 @@ register_lowering(aten.addbmm.default)(_extern(aten.addbmm.out))
 def _slice_scatter(g: GraphLowering, node, x: Value, src: Value, dim: int = 0, start=None, end=None, step: int = 1):
     """``x`` with ``src`` written into ``x[start:end:step]`` along ``dim`` (functionalized in-place slicing)."""
     out = node.meta["val"]
-    check_device(node, [x, src])
     size = _size(node)
     dim = dim + len(size) if dim < 0 else dim
     n = x.size[dim]

@@ -17,7 +17,7 @@ from ..ir import (ColumnSource, ComputedBuffer, Index, Layout, Lazy, Reduction, 
                   prod)
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype, mark_rounding
+from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype
 
 aten = torch.ops.aten
 
@@ -169,8 +169,7 @@ def _simple(rtype: str):
         r = reduce(g, x, d, keepdim, rtype, acc)
         if acc == out.dtype:
             return r
-        emulate = g.settings.emulate_eager_precision
-        return Lazy(r.size, out.dtype, x.device, lambda idx: mark_rounding(cast(r.load(idx), out.dtype), emulate))
+        return Lazy(r.size, out.dtype, x.device, lambda idx: cast(r.load(idx), out.dtype))
 
     return lower
 
@@ -237,7 +236,7 @@ register_lowering(aten.argmax.default)(_arg("argmax"))
 register_lowering(aten.argmin.default)(_arg("argmin"))
 
 
-@register_lowering(aten.max.dim, aten.min.dim)
+@register_lowering(aten.max.dim, aten.min.dim, exact=True)  # values of x: exact in its dtype
 def _max_dim(g, node, x: Value, dim: int, keepdim: bool = False):
     is_max = node.target is aten.max.dim
     out = node.meta["val"][0]
@@ -271,15 +270,12 @@ def _mean(g, node, x: Value, dims=None, keepdim: bool = False, *, dtype=None):
     acc = _acc_dtype(out.dtype)
     s = reduce(g, x, d, keepdim, "sum", acc)
     n = _count(x, d)
-    emulate = g.settings.emulate_eager_precision
     return Lazy(s.size, out.dtype, x.device,
-                lambda idx: mark_rounding(cast(Op("truediv", [s.load(idx), _scalar_value(n, acc)], acc), out.dtype),
-                                          emulate))
+                lambda idx: cast(Op("truediv", [s.load(idx), _scalar_value(n, acc)], acc), out.dtype))
 
 
-def _var_parts(g, node, x: Value, dims, correction, keepdim: bool, results: bool = True):
-    """(var, mean) Lazies. ``results``: they are the op's results (rounded where eager rounds under
-    ``emulate_eager_precision``); False when another op (std) consumes them in the accumulation dtype."""
+def _var_parts(g, node, x: Value, dims, correction, keepdim: bool):
+    """(var, mean) Lazies in the output dtype (std reads var back in the accumulation dtype: one rounding)."""
     out = node.meta["val"]
     out = out[0] if isinstance(out, (list, tuple)) else out
     acc = _acc_dtype(out.dtype)
@@ -300,20 +296,19 @@ def _var_parts(g, node, x: Value, dims, correction, keepdim: bool, results: bool
     corr = 1 if correction is None else correction
     if float(corr) == int(corr):
         corr = int(corr)
-    emulate = results and g.settings.emulate_eager_precision
 
     def var_fn(idx: Index) -> KExpr:
         # max(n - correction, 0) in the accumulation dtype (correction may be a float)
         dn = Op("sub", [cast(_scalar_value(n, torch.int64), acc), Const(float(corr), acc)], acc)
         dn = Op("maximum", [dn, Const(0.0, acc)], acc)
-        return mark_rounding(cast(Op("truediv", [m2.load(idx), dn], acc), out.dtype), emulate)
+        return cast(Op("truediv", [m2.load(idx), dn], acc), out.dtype)
 
     var = Lazy(m2.size, out.dtype, x.device, var_fn)
 
     def mean_fn(idx: Index) -> KExpr:
         it = iter(idx)
         kidx = [sympy.Integer(0) if i in dset else next(it) for i in range(len(x.size))] if not keepdim else list(idx)
-        return mark_rounding(cast(Op("truediv", [total.load(kidx), _scalar_value(n, acc)], acc), out.dtype), emulate)
+        return cast(Op("truediv", [total.load(kidx), _scalar_value(n, acc)], acc), out.dtype)
 
     mean = Lazy(m2.size, out.dtype, x.device, mean_fn)
     return var, mean
@@ -333,9 +328,7 @@ def _var_mean(g, node, x, dims=None, *, correction=None, keepdim=False):
 
 @register_lowering(aten.std.correction)
 def _std(g, node, x, dims=None, *, correction=None, keepdim=False):
-    var, _ = _var_parts(g, node, x, dims, correction, keepdim, results=False)  # eager: sqrt(var), one rounding
+    var, _ = _var_parts(g, node, x, dims, correction, keepdim)  # eager: sqrt(var), one rounding
     out = node.meta["val"]
     acc = _acc_dtype(out.dtype)
-    emulate = g.settings.emulate_eager_precision
-    return Lazy(var.size, out.dtype, x.device,
-                lambda idx: mark_rounding(cast(Op("sqrt", [cast(var.load(idx), acc)], acc), out.dtype), emulate))
+    return Lazy(var.size, out.dtype, x.device, lambda idx: cast(Op("sqrt", [cast(var.load(idx), acc)], acc), out.dtype))
