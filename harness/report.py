@@ -221,7 +221,7 @@ def render_text(run: RunResults) -> str:
         for suite, t in group:
             mark = " (quarantined)" if t.id in s.quarantined else ""
             lines.append(f"- [{suite}] {t.id}{mark}: {t.outcome}: {t.headline[:200]}")
-            lines += [f"    {line}" for line in _attempt_lines(retried.get(t.id), past.get(t.id))]
+            lines += [f"    {line}" for line in _attempt_lines(run, retried.get(t.id), past.get(t.id))]
             lines.append(f"    {repro_line(run.manifest_for(t.id), t.id)}")
     v = verdict(run)
     if v is not None and v.ready_to_leave:
@@ -231,13 +231,14 @@ def render_text(run: RunResults) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _attempt_lines(r: retries_mod.RetriedTest | None, past: Any) -> list[str]:
-    """Under a failed test: its attempts and the failing attempt's log, then its history (if known)."""
+def _attempt_lines(run: RunResults, r: retries_mod.RetriedTest | None, past: Any) -> list[str]:
+    """Under a failed test: its attempts and the failing attempt's log, then its history (if known). A run
+    written before retries existed (no `retries` in run.json) says nothing of attempts."""
     lines = []
     if r is not None:
         what = "failing attempt's log" if r.status == retries_mod.FLAKY else "log"
         lines.append(f"attempts: {r.describe()}; {what}: {r.failing_log}")
-    else:
+    elif run.manifest.get("retries") is not None:
         lines.append("attempts: failed the suite run; not run again (retries off, or past the suite's max_tests)")
     if past is not None:
         lines.append(f"history: {past.phrase()}")
@@ -278,7 +279,7 @@ def render_markdown(run: RunResults) -> str:
         for suite, t in group:
             mark = ", quarantined" if t.id in s.quarantined else ""
             lines.append(f"- `{t.id}` ({suite}, {t.outcome}{mark})")
-            lines += [f"  {line}" for line in _attempt_lines(retried.get(t.id), past.get(t.id))]
+            lines += [f"  {line}" for line in _attempt_lines(run, retried.get(t.id), past.get(t.id))]
             lines += ["  ```sh", f"  {repro_line(run.manifest_for(t.id), t.id)}", "  ```"]
             r = retried.get(t.id)
             text = _log_excerpt(run.path / r.failing_log) if r is not None and r.failing_log else ""
