@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
-# Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile
+# Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
+#   fx-passes, models, kernels-vs, bisect-demo
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -36,6 +37,10 @@ for stage in "$@"; do
                 --compilers "${MODELS_COMPILERS:-kiln,inductor,kiln-cg,inductor-cg,eager}" \
                 --compile-times "${MODELS_COMPILE_TIMES:-none}" \
                 --budget-s "${MODELS_BUDGET_S:-400}" --out "$OUT/models" > "$OUT/$stage.log" 2>&1 ;;
+    kernels-vs) # the kernel bench at $KERNELS_BASE (a worktree; carry a full clone) and at HEAD, one store, compared
+                timeout 560 bash ci/kernels_vs.sh "${KERNELS_BASE:?KERNELS_BASE=<commit> is needed}" "$OUT" > "$OUT/$stage.log" 2>&1 ;;
+    bisect-demo) # a scratch repo: base -> good -> planted host sleep in kiln's launcher -> good x2; bench bisect names it
+                timeout 560 bash ci/bisect_demo.sh "$OUT" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
