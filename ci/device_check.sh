@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo
+#   fx-passes, models, kernels-vs, bisect-demo, shards
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -41,6 +41,17 @@ for stage in "$@"; do
                 timeout 560 bash ci/kernels_vs.sh "${KERNELS_BASE:?KERNELS_BASE=<commit> is needed}" "$OUT" > "$OUT/$stage.log" 2>&1 ;;
     bisect-demo) # a scratch repo: base -> good -> planted host sleep in kiln's launcher -> good x2; bench bisect names it
                 timeout 560 bash ci/bisect_demo.sh "$OUT" > "$OUT/$stage.log" 2>&1 ;;
+    shards) # the suites natively as one shard, then as $SHARDS shards at once on $SHARD_DEVICES (default 0,0: two
+            # shards sharing GPU 0), merged and checked; nvidia-smi samples the compute processes each second
+            { timeout 300 python3 -m harness run --backend cuda --native --no-history --results "$OUT/shards1" --quiet
+              echo "one shard: exit $?"
+              nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader -l 1 > "$OUT/smi.csv" 2>&1 &
+              smi=$!
+              timeout 300 python3 -m harness run --backend cuda --native --no-history --shards "${SHARDS:-2}" \
+                --devices "${SHARD_DEVICES:-0,0}" --results "$OUT/shards2"
+              echo "sharded: exit $?"; kill $smi
+              python3 -m harness report "$OUT/shards2" --check
+              python3 ci/smi_overlap.py "$OUT/smi.csv"; } > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

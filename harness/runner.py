@@ -444,7 +444,9 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     shards.add_argument("--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)")
     shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
                         "ci/durations/<backend>.json when it exists, else shards are balanced by test count)")
-    shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated)")
+    shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated); "
+                        "with --shards, shard k takes the k-th --gpus-per-shard of them, and an id may repeat "
+                        "(--devices 0,0 --shards 2: two shards share GPU 0)")
     p.add_argument("--retries", type=int, metavar="N", help="rerun each failed test alone up to N times until it "
                    "passes (flaky) or not (failing); 0: no reruns (default: the matrix's `retries`)")
     p.add_argument("--history", metavar="DB", help="the test-history store a complete run is recorded into "

@@ -129,6 +129,8 @@ def test_device_groups_and_visible_gpus():
         shard.device_groups(True, None, 1, [])
     assert shard.device_groups(False, None, 1, []) == [[]]  # CPU: auto is one shard
     assert shard.device_groups(False, 3, 1, []) == [[], [], []]
+    # --devices 0,0: two shards share one GPU (a one-GPU box checking that shards run at once)
+    assert shard.device_groups(True, 2, 1, ["0", "0"]) == [["0"], ["0"]]
     assert shard.visible_gpus("cuda", {"CUDA_VISIBLE_DEVICES": "4,6"}) == ["4", "6"]
     assert shard.visible_gpus("rocm", {"HIP_VISIBLE_DEVICES": "1"}) == ["1"]
 
