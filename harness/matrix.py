@@ -8,6 +8,10 @@ Terms:
   retries   how a failing suite test is run again alone in a fresh process (harness.retries): `attempts`
             (reruns per test, 0: none) and `max_tests` (tests retried per suite); top-level `retries`,
             a backend's own `retries` replaces it. Without the key: DEFAULT_RETRIES.
+  bench_store the lasting bench store of the CI bench jobs on the backend's runner (`bench ... --lasting B`):
+            a backend's own `bench_store`, else the top-level one with `{backend}` replaced; absolute or
+            starting with `~` (a runner's home), never inside the checkout (refused when used). The
+            environment variable KILN_BENCH_STORE overrides it; neither: ~/.local/share/kiln/bench/B.sqlite.
 
 Every consumer (nox sessions, runner, repro lines, CI workflows) reads this file; nothing else
 repeats these values.
@@ -80,6 +84,7 @@ class Backend:
     timeouts: Timeouts
     compile_targets: tuple[dict[str, Any], ...] = ()
     retries: Retries | None = None  # None: the matrix's top-level `retries`
+    bench_store: str | None = None  # the lasting bench store's path, `{backend}` replaced (None: not in the matrix)
 
     @property
     def is_gpu(self) -> bool:
@@ -211,7 +216,19 @@ def _retries(r: _Reader, key: str = "retries") -> Retries | None:
     return Retries(**values)
 
 
-def _backend(name: str, r: _Reader) -> Backend:
+def _bench_store(r: _Reader, backend: str | None = None) -> str | None:
+    """An optional `bench_store` path: absolute or `~`-relative (a path on the runner, outside the checkout);
+    `{backend}` replaced when `backend` is given."""
+    value = r.get("bench_store", str, optional=True)
+    if value is None:
+        return None
+    if not value.strip() or not (value.startswith("/") or value.startswith("~")):
+        r.fail(f"must be an absolute path or start with ~ (a path on the runner outside the checkout), "
+               f"got {value!r}", "bench_store")
+    return value.replace("{backend}", backend) if backend else value
+
+
+def _backend(name: str, r: _Reader, bench_store: str | None = None) -> Backend:
     t = r.sub("timeouts")
     assert t is not None
     timeouts = Timeouts(*(_positive(t, k) for k in ("test_s", "suite_s", "health_s", "job_min")))
@@ -249,6 +266,7 @@ def _backend(name: str, r: _Reader) -> Backend:
         timeouts=timeouts,
         compile_targets=tuple(targets),
         retries=_retries(r),
+        bench_store=_bench_store(r, name) or (bench_store.replace("{backend}", name) if bench_store else None),
     )
     r.done()
     for key, value in (("torch", backend.torch), ("triton", backend.triton)):
@@ -268,13 +286,14 @@ def parse(data: Any, path: Path) -> Matrix:
     suites = r.str_list("suites")
     suite_env = r.str_dict("suite_env")
     retries = _retries(r) or DEFAULT_RETRIES
+    bench_store = _bench_store(r)
     raw = r.sub("backends")
     assert raw is not None
     backends = {}
     for name in raw.obj:
         sub = raw.sub(name)
         assert sub is not None
-        backends[name] = _backend(name, sub)
+        backends[name] = _backend(name, sub, bench_store)
     r.done()
     if not backends:
         r.fail("no backends defined", "backends")

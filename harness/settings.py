@@ -26,7 +26,8 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
                     bench/compare.py) and Mann-Whitney test level (default 0.01)
   KILN_BENCH_GIT_REF  the git ref recorded for a bench run (else GITHUB_REF_NAME, else `git` itself)
   KILN_BENCH_STORE  the lasting store of the CI bench jobs (`--lasting BACKEND`; `{backend}` is replaced): a path
-                    on the runner outside the checkout (default: ~/.local/share/kiln/bench/{backend}.sqlite)
+                    on the runner outside the checkout; it overrides the backend's `bench_store` in the matrix
+                    (neither: ~/.local/share/kiln/bench/{backend}.sqlite)
 
 No package index or mirror host is written in the repository: they come from these variables or from the
 tools' own configuration, so mirrors and air-gapped sites work unchanged.
@@ -140,7 +141,7 @@ class BenchSettings:
     threshold: float | None
     alpha: float
     git_ref: str | None
-    store: Path = DEFAULT_BENCH_STORE  # the lasting store's path, `{backend}` not yet replaced
+    store: Path | None = None  # KILN_BENCH_STORE, `{backend}` not yet replaced (None: unset; see store.lasting_path)
 
 
 def _float(name: str, default: float | None) -> float | None:
@@ -167,5 +168,5 @@ def bench_settings() -> BenchSettings:
         threshold=_float("KILN_BENCH_THRESHOLD", None),
         alpha=_float("KILN_BENCH_ALPHA", DEFAULT_BENCH_ALPHA) or DEFAULT_BENCH_ALPHA,
         git_ref=os.environ.get("KILN_BENCH_GIT_REF") or os.environ.get("GITHUB_REF_NAME") or None,
-        store=Path(os.environ.get("KILN_BENCH_STORE", "").strip() or DEFAULT_BENCH_STORE),
+        store=Path(store) if (store := os.environ.get("KILN_BENCH_STORE", "").strip()) else None,
     )

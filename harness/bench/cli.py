@@ -28,9 +28,10 @@ def _add_lasting(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lasting",
         metavar="BACKEND",
-        help="instead of --db: the CI's lasting store of BACKEND on this runner ($KILN_BENCH_STORE, else "
-        "~/.local/share/kiln/bench/BACKEND.sqlite), locked while in use; missing: a fresh one (readers: empty); "
-        "corrupt: moved aside to STORE.corrupt-TIME",
+        help="instead of --db: the CI's lasting store of BACKEND on this runner: $KILN_BENCH_STORE ({backend} "
+        "replaced), else the backend's bench_store in ci/matrix.json, else ~/.local/share/kiln/bench/BACKEND.sqlite "
+        "(never inside the checkout); locked while in use; missing: a fresh one (readers: empty); corrupt: moved "
+        "aside to STORE.corrupt-TIME",
     )
 
 

@@ -322,8 +322,8 @@ class Store:
 # ------------------------------------------------------------ the lasting store of the CI bench jobs
 # A store on the runner, outside the checkout (a fresh checkout would wipe it): the bench jobs of the workflows
 # record main's runs into it and compare pull requests with them. Its path is KILN_BENCH_STORE (`{backend}`
-# replaced), else ~/.local/share/kiln/bench/<backend>.sqlite. An OS file lock (`<store>.lock`) is held while
-# it is in use: exclusive for writers, shared for readers. A missing store starts fresh (writers) or reads as
+# replaced), else the backend's `bench_store` in ci/matrix.json, else ~/.local/share/kiln/bench/<backend>.sqlite.
+# An OS file lock (`<store>.lock`) is held while it is in use: exclusive for writers, shared for readers. A missing store starts fresh (writers) or reads as
 # empty (readers), with a note; a corrupt one (not SQLite, failing `PRAGMA integrity_check`, no bench tables,
 # an older schema) is moved aside to `<store>.corrupt-<UTC time>` with an error line, never overwritten.
 
@@ -348,17 +348,33 @@ def _say(msg: str) -> None:
 
 
 def lasting_path(backend: str) -> Path:
-    """The lasting store of `backend` (see above); a UsageError when it lies inside the checkout."""
-    from harness.exc import UsageError
-    from harness.settings import bench_settings, settings
+    """The lasting store of `backend`: $KILN_BENCH_STORE, else the matrix's `bench_store` of the backend, else
+    ~/.local/share/kiln/bench/<backend>.sqlite (`{backend}` replaced); a UsageError when it lies inside the
+    checkout or the backend is not in the matrix (without KILN_BENCH_STORE)."""
+    from harness.exc import MatrixError, UsageError
+    from harness.settings import DEFAULT_BENCH_STORE, bench_settings, settings
 
-    raw = str(bench_settings().store).replace("{backend}", backend)
-    path = Path(raw).expanduser().absolute()
+    env = bench_settings().store
+    if env is not None:
+        raw, source = str(env), "KILN_BENCH_STORE"
+    else:
+        from harness import matrix as matrix_mod
+
+        try:
+            m = matrix_mod.load()
+            configured = m.backend(backend).bench_store
+        except MatrixError as e:
+            raise UsageError(str(e)) from None
+        if configured:
+            raw, source = configured, f"the bench_store of {backend} in {m.path}"
+        else:
+            raw, source = str(DEFAULT_BENCH_STORE), "the default"
+    path = Path(raw.replace("{backend}", backend)).expanduser().absolute()
     root = settings().root.resolve()
     if path.resolve() == root or root in path.resolve().parents:
         raise UsageError(
-            f"the lasting bench store {path} lies inside the checkout {root}, which a fresh checkout wipes; "
-            "set KILN_BENCH_STORE to a path outside it"
+            f"the lasting bench store {path} ({source}) lies inside the checkout {root}, which a fresh checkout "
+            "wipes; set KILN_BENCH_STORE or the matrix's bench_store to a path outside it"
         )
     return path
 

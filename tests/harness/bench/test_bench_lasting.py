@@ -3,6 +3,7 @@ CLI verbs the jobs use (`--lasting`, `export --baseline/--runs latest`, `summary
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import subprocess
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import matrix
 from harness.bench.store import StoreLock, lasting_path, open_lasting, set_aside, store_problem
-from harness.exc import StoreError, UsageError
+from harness.exc import MatrixError, StoreError, UsageError
 
 from bench_helpers import make_results, store_run
 
@@ -42,6 +44,66 @@ def test_path_from_the_environment_outside_the_checkout(tmp_path, monkeypatch):
     assert lasting_path("rocm") == Path.home() / ".local" / "share" / "kiln" / "bench" / "rocm.sqlite"
     monkeypatch.setenv("KILN_BENCH_STORE", str(ROOT / "results" / "lasting.sqlite"))
     with pytest.raises(UsageError, match="inside the checkout"):
+        lasting_path("cuda")
+
+
+def _matrix_with(tmp_path: Path, top: str | None = None, **per_backend: str) -> Path:
+    """A copy of ci/matrix.json with a top-level `bench_store` (None: the key removed) and per-backend ones."""
+    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
+    data.pop("bench_store", None)
+    if top is not None:
+        data["bench_store"] = top
+    for name, value in per_backend.items():
+        data["backends"][name]["bench_store"] = value
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_real_matrix_names_the_lasting_store_of_every_backend():
+    m = matrix.load(ROOT / "ci" / "matrix.json")
+    for name, b in m.backends.items():
+        assert b.bench_store == f"~/.local/share/kiln/bench/{name}.sqlite"
+
+
+def test_matrix_bench_store_top_level_with_backend_and_a_backends_own(tmp_path):
+    m = matrix.load(_matrix_with(tmp_path, "/srv/kiln/{backend}/bench.sqlite", rocm="~/rocm-bench.sqlite"))
+    assert m.backend("cuda").bench_store == "/srv/kiln/cuda/bench.sqlite"
+    assert m.backend("rocm").bench_store == "~/rocm-bench.sqlite"
+    assert matrix.load(_matrix_with(tmp_path)).backend("cuda").bench_store is None
+
+
+@pytest.mark.parametrize("top, own, message", [
+    ("results/{backend}.sqlite", None, r"\.bench_store: must be an absolute path or start with ~"),
+    (None, "bench.sqlite", r"backends\.cuda\.bench_store: must be an absolute path or start with ~"),
+    (None, "", r"backends\.cuda\.bench_store: must be an absolute path"),
+    (7, None, r"bench_store: expected str"),
+])
+def test_matrix_bench_store_must_be_a_path_on_the_runner(tmp_path, top, own, message):
+    path = _matrix_with(tmp_path, top, **({"cuda": own} if own is not None else {}))
+    with pytest.raises(MatrixError, match=message):
+        matrix.load(path)
+
+
+def test_lasting_path_precedence_environment_then_matrix_then_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("KILN_BENCH_STORE", raising=False)
+    monkeypatch.setenv("KILN_MATRIX", str(_matrix_with(tmp_path, str(tmp_path / "m" / "{backend}.db"),
+                                                      rocm="~/own-rocm.sqlite")))
+    assert lasting_path("cuda") == tmp_path / "m" / "cuda.db"
+    assert lasting_path("rocm") == Path.home() / "own-rocm.sqlite"
+    monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "env" / "{backend}.sqlite"))
+    assert lasting_path("rocm") == tmp_path / "env" / "rocm.sqlite"  # the variable wins over the matrix
+    monkeypatch.delenv("KILN_BENCH_STORE")
+    monkeypatch.setenv("KILN_MATRIX", str(_matrix_with(tmp_path)))
+    assert lasting_path("cuda") == Path.home() / ".local" / "share" / "kiln" / "bench" / "cuda.sqlite"
+    with pytest.raises(UsageError, match="unknown backend 'tpu'"):
+        lasting_path("tpu")
+
+
+def test_a_matrix_bench_store_inside_the_checkout_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("KILN_BENCH_STORE", raising=False)
+    monkeypatch.setenv("KILN_MATRIX", str(_matrix_with(tmp_path, str(ROOT / "results" / "{backend}.sqlite"))))
+    with pytest.raises(UsageError, match=r"\(the bench_store of cuda in .*\) lies inside the checkout"):
         lasting_path("cuda")
 
 
