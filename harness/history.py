@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import statistics
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harness.exc import HarnessError, HistoryError
+from harness.results import set_aside
 
 SCHEMA_VERSION = 1
 DEFAULT_LAST = 40
@@ -81,17 +80,6 @@ def default_path() -> Path:
     return settings().history_db
 
 
-def _set_aside(path: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    k = 1
-    while aside.exists():
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{k}")
-        k += 1
-    os.rename(path, aside)  # same folder: a rename, never a copy over something
-    return aside
-
-
 @contextmanager
 def connect(path: Path | str, *, readonly: bool = False) -> Iterator[sqlite3.Connection]:
     """The store at `path`, schema checked (created unless `readonly`); committed on success."""
@@ -126,7 +114,7 @@ def connect(path: Path | str, *, readonly: bool = False) -> Iterator[sqlite3.Con
             db.close()
             if readonly:
                 raise HistoryError(f"history store {path} is not a readable SQLite database ({e})") from None
-            aside = _set_aside(path)
+            aside = set_aside(path)
             raise HistoryError(f"history store {path} is not a readable SQLite database ({e}); "
                                f"moved aside to {aside}, the next record starts a new store") from None
         yield db

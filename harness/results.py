@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -72,6 +73,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged SQLite store `path` (and its -wal/-shm files) to `<path>.corrupt-<UTC time>`, never
+    over an existing file; returns the new path. The test history and the bench's lasting stores use it."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    k = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{k}")
+        k += 1
+    os.rename(path, aside)  # same folder: a rename, never a copy over something
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            os.rename(side, aside.with_name(aside.name + suffix))
+    return aside
 
 
 def append_job_summary(markdown: str) -> bool:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.exc import ImportFormatError, StoreError
+from harness.results import set_aside
 
 from .records import SCHEMA_VERSION, Result, RunInfo
 
@@ -476,22 +477,6 @@ def store_problem(path: Path) -> tuple[str, str] | None:
     if version < SCHEMA_VERSION:
         return "corrupt", f"it has schema v{version} of older code; this code reads v{SCHEMA_VERSION}"
     return None
-
-
-def set_aside(path: Path) -> Path:
-    """Rename `path` (and its -wal/-shm files) to `<path>.corrupt-<UTC time>`, never over an existing file."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    k = 1
-    while aside.exists():
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{k}")
-        k += 1
-    os.rename(path, aside)  # same folder: a rename, never a copy over something
-    for suffix in ("-wal", "-shm"):
-        side = path.with_name(path.name + suffix)
-        if side.exists():
-            os.rename(side, aside.with_name(aside.name + suffix))
-    return aside
 
 
 @contextmanager
