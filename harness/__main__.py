@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 
 from harness.exc import HarnessError
 
@@ -59,12 +60,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness: error: unknown verb {verb!r}; known: {', '.join(VERBS)}", file=sys.stderr)
         return 2
     module_name, help_ = VERBS[verb]
-    try:
+
+    def run() -> int:
         module = importlib.import_module(module_name)
         parser = argparse.ArgumentParser(prog=f"python -m harness {verb}", description=help_)
         _entry(module, verb, "add_arguments")(parser)
         args = parser.parse_args(rest)
         return int(_entry(module, verb, "main")(args) or 0)
+
+    return guarded(verb, run)
+
+
+def guarded(verb: str, run: Callable[[], int]) -> int:
+    """`run()`'s exit code, with any `HarnessError` as one line `harness <verb>: error: ...` and its exit
+    code, Ctrl-C as 130 and a closed stdout pipe as 0 (for modules run as `python -m harness.<module>`)."""
+    try:
+        return run()
     except HarnessError as e:
         print(f"harness {verb}: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -74,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
         return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

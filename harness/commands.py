@@ -81,9 +81,3 @@ def with_pythonpath(env: dict[str, str], root: Path | str) -> dict[str, str]:
     out["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), out.get("PYTHONPATH", "")) if p)
     return out
 
-
-def backend_process_env(m: Matrix, b: Backend, root: Path | str, base: dict[str, str] | None = None
-                        ) -> dict[str, str]:
-    """The full environment of a native process for backend `b`: `base` (this process's environment by
-    default), the suite environment, the source tree on PYTHONPATH."""
-    return with_pythonpath({**(os.environ if base is None else base), **suite_env(m, b)}, root)

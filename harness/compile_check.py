@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.exc import CompileCheckError, HarnessError, MissingTool, RunInterrupted
-from harness.process import kill_group
+from harness.exc import CompileCheckError, MissingTool, RunInterrupted
+from harness.process import execute, kill_group
+from harness.results import append_job_summary, atomic_write_text
 from harness.settings import settings
 
 SCHEMA = 1
@@ -416,29 +417,15 @@ def dump_kernels(
 ) -> int:
     """Run `paths` on CPU in interpreter mode with KILN_DUMP_DIR=dump_dir; returns pytest's exit code."""
     from harness import matrix
-
-    from harness.commands import backend_process_env
+    from harness.commands import native_command, pytest_argv, suite_env
 
     m = matrix.load()
     cpu = m.backend("cpu")
-    env = backend_process_env(m, cpu, root)
-    env["TRITON_INTERPRET"] = "1"
-    env["KILN_DUMP_DIR"] = str(dump_dir.resolve())
+    env = {**suite_env(m, cpu), "TRITON_INTERPRET": "1", "KILN_DUMP_DIR": str(dump_dir.resolve())}
     dump_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:xdist",
-        "-q",
-        "--tb=line",
-        f"--timeout={cpu.timeouts.test_s}",
-        *extra,
-        *paths,
-    ]
-    with log.open("w", encoding="utf-8") as out:
-        code = subprocess.run(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    inner = pytest_argv(paths, test_timeout_s=cpu.timeouts.test_s, extra=["-q", "--tb=line", *extra])
+    cmd, full_env = native_command(inner, env, src=root)
+    code, _ = execute(cmd, log=log, timeout_s=None, env=full_env, cwd=root, echo=False)
     if code in (2, 3, 4):
         raise CompileCheckError(f"the suites did not run (pytest exit {code}); see {log}")
     return code
@@ -503,13 +490,9 @@ def render_markdown(report: dict) -> str:
 
 
 def write_report(out_dir: Path, report: dict) -> None:
-    for name, text in (
-        ("compile_check.json", json.dumps(report, indent=2) + "\n"),
-        ("compile_check.md", render_markdown(report)),
-    ):
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_dir / name)
+    """Write compile_check.json and compile_check.md atomically (a reader never sees half a report)."""
+    atomic_write_text(out_dir / "compile_check.json", json.dumps(report, indent=2) + "\n")
+    atomic_write_text(out_dir / "compile_check.md", render_markdown(report))
 
 
 def check(
@@ -619,8 +602,6 @@ def cli_main(args: argparse.Namespace) -> int:
         print(f"compile-check: note: the suites exited {suites_exit} (their failures are the suites' report)")
     print(f"report: {out / 'compile_check.md'}")
     if args.github_summary:
-        from harness.results import append_job_summary
-
         append_job_summary((out / "compile_check.md").read_text(encoding="utf-8"))
     if report["specializations"] < args.min_kernels:
         raise CompileCheckError(
@@ -631,21 +612,14 @@ def cli_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv[:1] == ["--worker"] and len(argv) == 3:
-            return worker(Path(argv[1]), Path(argv[2]))
-        parser = argparse.ArgumentParser(
-            prog="python -m harness.compile_check", description=__doc__.splitlines()[0]
-        )
-        cli_add_arguments(parser)
-        return cli_main(parser.parse_args(argv))
-    except HarnessError as e:
-        print(f"harness compile-check: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    """`python -m harness.compile_check ...` is `python -m harness compile-check ...`; `--worker REQUEST
+    RESULT` is one compile worker (started by `compile_all`)."""
+    from harness.__main__ import guarded, main as harness_main
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--worker"] and len(argv) == 3:
+        return guarded("compile-check", lambda: worker(Path(argv[1]), Path(argv[2])))
+    return harness_main(["compile-check", *argv])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,15 +24,15 @@ import shlex
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import quarantine as quarantine_mod
-from harness.exc import FlakeRunError, HarnessError, Interrupted, NoDeviceError, RunInterrupted
+from harness.commands import native_command, pytest_argv, suite_env
+from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
 from harness.process import Forward, execute
-from harness.results import append_job_summary, classify_case, is_bare, node_id
+from harness.results import append_job_summary, atomic_write_text, read_cases
 from harness.settings import settings
 
 SCHEMA = 1
@@ -70,29 +70,20 @@ class TestStats:
 
 
 def read_junit(path: Path, root: Path | None = None) -> list[Run]:
-    """Every `<testcase>` of a pytest JUnit XML file as a Run, in file order."""
+    """Every `<testcase>` of a pytest JUnit XML file as a Run, in file order (`results.read_cases`)."""
     try:
-        tree = ET.parse(path)
-    except FileNotFoundError:
-        raise FlakeRunError(f"no JUnit XML at {path}: pytest did not finish a session") from None
-    except ET.ParseError as e:
-        raise FlakeRunError(
-            f"{path}: unreadable JUnit XML ({e}); the run was cut off while writing"
-        ) from None
+        cases = read_cases(path, root)
+    except ResultsError as e:
+        raise FlakeRunError(f"{e}: pytest did not finish its session") from None
     runs: list[Run] = []
-    for case in tree.getroot().iter("testcase"):
-        if is_bare(case):
-            continue
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        test_id = node_id(case, root)
-        index = props.get("kiln_flake_run")
-        outcome, message = classify_case(case)
+    for case in cases:
+        index = case.props.get("kiln_flake_run")
         runs.append(
             Run(
-                test_id,
+                case.id,
                 int(index) if index is not None else None,
-                outcome,
-                message.splitlines()[0] if message else "",
+                case.outcome,
+                case.message.splitlines()[0] if case.message else "",
             )
         )
     return runs
@@ -148,18 +139,16 @@ def outcomes(runs: Iterable[Run]) -> dict[str, list[str]]:
 
 
 def flake_args(runs: int) -> list[str]:
-    """pytest arguments that repeat every selected test `runs` times and record exact ids in the JUnit."""
-    return ["-p", "harness.flake_plugin", "--flake-finder", f"--flake-runs={runs}", "-q", "-rN", "--tb=line"]
+    """pytest arguments that repeat every selected test `runs` times (pytest-flakefinder)."""
+    return ["--flake-finder", f"--flake-runs={runs}", "-q", "-rN", "--tb=line"]
 
 
 def pytest_command(
     paths: Sequence[str], runs: int, junit: Path, extra: Sequence[str] = (), timeout_s: int | None = None
 ) -> list[str]:
-    """The one native pytest call that runs `paths` `runs` times in a single process."""
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", *flake_args(runs), f"--junitxml={junit}"]
-    if timeout_s:
-        cmd.append(f"--timeout={timeout_s}")
-    return [*cmd, *extra, *paths]
+    """The inner command (`commands.pytest_argv`: one process, exact node ids in the JUnit) that runs `paths`
+    `runs` times."""
+    return pytest_argv(paths, junit=str(junit), test_timeout_s=timeout_s, extra=[*flake_args(runs), *extra])
 
 
 def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[int, bool]:
@@ -172,15 +161,13 @@ def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) ->
     return code, code == 2  # pytest exits 2 when interrupted from inside (KeyboardInterrupt in a test)
 
 
-def backend_env(backend_name: str, root: Path) -> tuple[dict[str, str], int | None]:
-    """Environment for the backend's tests (from ci/matrix.json), and its per-test timeout."""
+def backend_env(backend_name: str) -> tuple[dict[str, str], int | None]:
+    """The suite environment of the backend's tests (from ci/matrix.json), and its per-test timeout."""
     from harness import matrix
-
-    from harness.commands import backend_process_env
 
     m = matrix.load()
     backend = m.backend(backend_name)
-    env = backend_process_env(m, backend, root)
+    env = suite_env(m, backend)
     if backend.is_gpu:
         _require_gpu(backend_name)
     return env, backend.timeouts.test_s
@@ -292,10 +279,8 @@ def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
 
 def write_report(out_dir: Path, report: dict, markdown: str) -> None:
     """Write flakes.json and flakes.md atomically (a reader never sees half a report)."""
-    for name, text in (("flakes.json", json.dumps(report, indent=2) + "\n"), ("flakes.md", markdown)):
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_dir / name)
+    atomic_write_text(out_dir / "flakes.json", json.dumps(report, indent=2) + "\n")
+    atomic_write_text(out_dir / "flakes.md", markdown)
 
 
 # ---- the whole step -----------------------------------------------------------------------------------
@@ -353,9 +338,9 @@ def detect(
     junit = out_dir / "pytest.xml"
     junit.unlink(missing_ok=True)  # never read a previous run's results as this run's
     if native:
-        env, timeout_s = backend_env(backend, root)
-        cmd = pytest_command(paths, runs, junit.resolve(), extra, timeout_s)
-        code, interrupted = run_pytest(cmd, env, root, out_dir / "pytest.log")
+        env, timeout_s = backend_env(backend)
+        cmd, full_env = native_command(pytest_command(paths, runs, junit.resolve(), extra, timeout_s), env, src=root)
+        code, interrupted = run_pytest(cmd, full_env, root, out_dir / "pytest.log")
     else:
         code, interrupted, cmd = _run_in_container(backend, paths, runs, out_dir, extra, image)
     if code in (3, 4):
@@ -470,16 +455,10 @@ def cli_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.flakes", description=__doc__.splitlines()[0])
-    cli_add_arguments(parser)
-    try:
-        return cli_main(parser.parse_args(argv))
-    except HarnessError as e:
-        print(f"harness flakes: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    """`python -m harness.flakes ...` is `python -m harness flakes ...`."""
+    from harness.__main__ import main as harness_main
 
+    return harness_main(["flakes", *(sys.argv[1:] if argv is None else argv)])
 
 if __name__ == "__main__":
     sys.exit(main())

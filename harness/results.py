@@ -172,8 +172,21 @@ def is_bare(case: ET.Element) -> bool:
     return not case.get("name") and not case.get("classname")
 
 
-def parse_junit(path: Path, root: Path | None = None) -> list[TestResult]:
-    """Every test case of a pytest JUnit XML file, classified, in file order."""
+@dataclass(frozen=True)
+class Case:
+    """One finished ``<testcase>`` of a JUnit file: node id, outcome, full message, seconds and its
+    ``<property>`` values (the ones `harness.flake_plugin` writes: kiln_nodeid, kiln_flake_run)."""
+
+    id: str
+    outcome: str
+    message: str
+    duration_s: float
+    props: dict[str, str]
+
+
+def read_cases(path: Path, root: Path | None = None) -> list[Case]:
+    """Every finished test case of a pytest JUnit XML file, in file order: the one JUnit reader (suite
+    results here, flake runs in `harness.flakes`)."""
     try:
         tree = ET.parse(path)
     except FileNotFoundError:
@@ -185,8 +198,14 @@ def parse_junit(path: Path, root: Path | None = None) -> list[TestResult]:
         if is_bare(case):
             continue
         outcome, msg = classify_case(case)
-        out.append(TestResult(node_id(case, root), outcome, msg.strip()[:500], float(case.get("time") or 0.0)))
+        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        out.append(Case(node_id(case, root), outcome, msg, float(case.get("time") or 0.0), props))
     return out
+
+
+def parse_junit(path: Path, root: Path | None = None) -> list[TestResult]:
+    """Every test case of a pytest JUnit XML file, classified, in file order."""
+    return [TestResult(c.id, c.outcome, c.message.strip()[:500], c.duration_s) for c in read_cases(path, root)]
 
 
 def counts(tests: list[TestResult]) -> dict[str, int]:

@@ -6,6 +6,7 @@ is deterministic: the same runs give byte-identical reports (no times, numbers a
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from . import SCHEMA
 from .compare import ULP_BUCKETS, fmt
 from .exc import NumericsError
-from .store import write_json as _write_json
+from .store import write_bytes, write_json as _write_json
 
 LIST_SHOWN = 20
 
@@ -157,8 +158,6 @@ def write_json(path: Path, reports: list[dict[str, Any]], check: dict[str, Any] 
 
 
 def write_text(path: Path, text: str) -> None:
-    from .store import write_bytes
-
     write_bytes(path, text.encode())
 
 
@@ -188,11 +187,10 @@ def plot(path: Path, reports: list[dict[str, Any]]) -> Path:
         ax.axis("off")
     fig.suptitle("elements per ULP error against fp64")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=90, metadata={"Software": None})
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=90, metadata={"Software": None})
     plt.close(fig)
-    tmp.replace(path)
+    write_bytes(path, png.getvalue())
     return path
 
 

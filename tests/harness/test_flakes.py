@@ -188,9 +188,9 @@ def test_gpu_backend_without_gpu_is_a_clear_error(planted):
 def test_truncated_junit_is_an_error_not_a_result(tmp_path):
     path = tmp_path / "junit.xml"
     path.write_text('<?xml version="1.0"?><testsuites><testsuite><testcase classname="a" name="b">')
-    with pytest.raises(FlakeRunError, match="unreadable JUnit XML"):
+    with pytest.raises(FlakeRunError, match="not valid XML.*cut off.*did not finish"):
         flakes.read_junit(path)
-    with pytest.raises(FlakeRunError, match="no JUnit XML"):
+    with pytest.raises(FlakeRunError, match="not found: pytest did not finish"):
         flakes.read_junit(tmp_path / "missing.xml")
 
 
