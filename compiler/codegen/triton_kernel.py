@@ -36,21 +36,21 @@ class Scope:
         self.cache: dict = {}
         self.members: dict[str, str] = {}  # member buffer -> var in this scope
 
-    def lookup(self, key):
+    def _find(self, table: str, key):
+        """``key`` in this scope's ``table`` ("cache" or "members"), else in the enclosing scopes'; None."""
         s = self
         while s is not None:
-            if key in s.cache:
-                return s.cache[key]
+            found = getattr(s, table)
+            if key in found:
+                return found[key]
             s = s.parent
         return None
 
+    def lookup(self, key):
+        return self._find("cache", key)
+
     def member_var(self, name: str) -> Optional[str]:
-        s = self
-        while s is not None:
-            if name in s.members:
-                return s.members[name]
-            s = s.parent
-        return None
+        return self._find("members", name)
 
     def line(self, text: str) -> None:
         self.lines.append(self.indent + text)

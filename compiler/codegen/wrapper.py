@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 import sympy
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 
 from ..exc import InvariantError, SymbolResolutionError, require
@@ -205,6 +206,10 @@ class WrapperBuilder:
         return node
 
     def value(self, v: Any) -> Any:
+        """``v`` as a wrapper graph argument; lists, tuples and dicts are mapped leaf by leaf, in order."""
+        return pytree.tree_map(self._leaf_value, v)
+
+    def _leaf_value(self, v: Any) -> Any:
         if isinstance(v, Strided):
             base = self.buffer_node(v.buffer)
             if v.is_whole_buffer():
@@ -223,12 +228,6 @@ class WrapperBuilder:
             return self.opaque[id(v)]
         if isinstance(v, SubgraphRef):
             return self.graph.get_attr(v.attr)
-        if isinstance(v, list):
-            return [self.value(x) for x in v]
-        if isinstance(v, tuple):
-            return tuple(self.value(x) for x in v)
-        if isinstance(v, dict):
-            return {k: self.value(x) for k, x in v.items()}
         return v
 
     def attribute(self, v: Opaque) -> fx.Node:
