@@ -423,27 +423,60 @@ class Scratch:
         git(self.tree, "clean", "-ffdxq")
 
 
+@dataclass(frozen=True)
+class Container:
+    """Measure in a backend's container (`--backend B` without `--native`), as `bench backend` does: the
+    worktree mounted read-only as the source, the scratch folder as the results folder, the backend's suite
+    environment, no network. The image is the harness's image of B (built from the caller's checkout)."""
+
+    backend: Any  # harness.matrix.Backend
+    image: str
+    env: dict[str, str]  # the backend's suite environment (harness.commands.suite_env)
+
+    def argv(self, inner: list[str], tree: Path, results: Path, name: str) -> list[str]:
+        from harness.commands import container_argv
+        from harness.settings import settings
+
+        env = {**self.env, "PYTHONDONTWRITEBYTECODE": "1"}
+        return container_argv(self.backend, self.image, inner, src=tree, env=env, results=results, name=name,
+                              docker=settings().docker)
+
+
 class CommitRunner:
-    """`measure(commit)`: that commit's `python -m harness bench run` in the scratch worktree, read back."""
+    """`measure(commit)`: that commit's `python -m harness bench run` in the scratch worktree, read back; in
+    `container` when given (`--backend B`), else with `python` on this machine (`env`: more variables)."""
 
     def __init__(self, scratch: Scratch, workload: str, compiler: str, device: str, *, profile: str | None,
-                 run_args: list[str], timeout_s: float, python: str = sys.executable):
+                 run_args: list[str], timeout_s: float, python: str = sys.executable,
+                 container: Container | None = None, env: dict[str, str] | None = None):
         self.scratch, self.workload, self.compiler, self.device = scratch, workload, compiler, device
         self.profile, self.run_args, self.timeout_s, self.python = profile, run_args, timeout_s, python
+        self.container, self.extra_env = container, dict(env or {})
         self.count = 0
 
-    def argv(self, commit: Commit, db: Path) -> list[str]:
-        argv = [self.python, "-m", "harness", "bench", "run", "--device", self.device, "--only", self.workload,
-                "--compilers", self.compiler, "--db", str(db), "--quiet", "--no-fail",
+    def argv(self, commit: Commit, db: Path | str, python: str | None = None) -> list[str]:
+        argv = [python or self.python, "-m", "harness", "bench", "run", "--device", self.device, "--only",
+                self.workload, "--compilers", self.compiler, "--db", str(db), "--quiet", "--no-fail",
                 "--label", f"bisect {commit.short}", "--git-ref", "bisect", "--git-commit", commit.sha]
         return argv + (["--profile", self.profile] if self.profile else []) + self.run_args
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "KILN_BENCH_DB")}
+        env.update(self.extra_env)
         tree = str(self.scratch.tree)
         env["PYTHONPATH"] = tree + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # same-size edits within a second must not reuse stale bytecode
         return env
+
+    def command(self, commit: Commit, name: str) -> tuple[list[str], dict[str, str] | None, str | None]:
+        """(argv, environment, container name) of the step `name` measuring `commit`."""
+        if self.container is None:
+            return self.argv(commit, self.scratch.dir / f"{name}.sqlite"), self.env(), None
+        from harness.commands import CONTAINER_RESULTS
+
+        cname = f"kiln-{self.container.backend.name}-bisect-{os.getpid()}-{name}"
+        inner = self.argv(commit, f"{CONTAINER_RESULTS}/{name}.sqlite", python="python")
+        return self.container.argv(inner, self.scratch.tree, self.scratch.dir, cname), None, cname
 
     def __call__(self, commit: Commit) -> Measured:
         from harness.process import execute
@@ -458,8 +491,11 @@ class CommitRunner:
         except subprocess.CalledProcessError as e:
             m.error = f"git checkout failed: {(e.stderr or '').strip()[:200]}"
             return m
-        rc, timed_out = execute(self.argv(commit, db), log=log, timeout_s=self.timeout_s, env=self.env(),
-                                cwd=self.scratch.tree, echo=False)
+        argv, env, container = self.command(commit, name)
+        if container:
+            os.chmod(self.scratch.dir, 0o777)  # the container's user writes the step's store there
+        rc, timed_out = execute(argv, log=log, timeout_s=self.timeout_s, env=env, cwd=self.scratch.tree,
+                                container=container, echo=False)
         m.seconds = time.monotonic() - t0
         if timed_out:
             m.error = f"bench run timed out after {self.timeout_s:.0f}s"
@@ -510,6 +546,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "measured beside it as the local clock)")
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
     p.add_argument("--profile", choices=["tiny", "gpu"], help="size table (default: gpu on a GPU, else tiny)")
+    p.add_argument("--backend", help="measure as the bench job of this backend of ci/matrix.json does: in its "
+                   "container (the harness's image; each commit's code mounted as the source), the device its "
+                   "matrix entry says; with --native on this machine's Python with its suite environment")
+    p.add_argument("--native", action="store_true", help="with --backend: this machine's Python, no container")
+    p.add_argument("--image", help="with --backend: this local image instead of building the hash-tagged one")
     p.add_argument("--repo", type=Path, default=Path("."), help="the git repository (default: the current one)")
     p.add_argument("--threshold", type=float, default=None, help="fraction slower that counts as a regression "
                    "(default $KILN_BENCH_THRESHOLD, else 0.05 on GPU, 0.10 on CPU)")
@@ -536,6 +577,37 @@ def _one_workload(pattern: str, profile: str) -> str:
     return names[0]
 
 
+def _backend_setup(args: argparse.Namespace) -> tuple[str, str, str, Container | None, dict[str, str]]:
+    """(device, profile, workload, container or None, more environment) of `--backend B [--native]`: the
+    device of B's matrix entry; in a container the host may have no torch, so the workload is checked against
+    the profile only where torch imports (a wrong name then shows as GOOD failing to measure)."""
+    from harness import image as image_mod, matrix as matrix_mod
+    from harness.commands import suite_env
+    from harness.settings import settings
+
+    m = matrix_mod.load()
+    try:
+        b = m.backend(args.backend)
+    except matrix_mod.MatrixError as e:
+        raise UsageError(str(e)) from None
+    native = bool(args.native or settings().native)
+    env = suite_env(m, b)
+    if native:
+        from .execute import defaults_for, resolve_device
+
+        device = resolve_device("cpu" if b.device == "cpu" else args.device)
+        profile = args.profile or defaults_for(device)["profile"]
+        return device, profile, _one_workload(args.only, profile), None, env
+    device = "cpu" if b.device == "cpu" else "cuda"
+    profile = args.profile or ("tiny" if device == "cpu" else "gpu")
+    try:
+        workload = _one_workload(args.only, profile)
+    except ImportError:  # no torch on this host: the container has it
+        workload = args.only
+    image_mod.require_docker()
+    return device, profile, workload, Container(b, args.image or image_mod.build(b).tag, env), {}
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -558,7 +630,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from harness.results import append_job_summary, atomic_write_text
     from harness.settings import bench_settings
 
-    from .execute import defaults_for, resolve_device
     from .report import terminal
 
     s = bench_settings()
@@ -569,20 +640,29 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     repo = repo_root(args.repo)
     good, bad = resolve(repo, args.good), resolve(repo, args.bad)
     commits = commit_range(repo, good, bad)
-    device = resolve_device(args.device)
-    profile = args.profile or defaults_for(device)["profile"]
-    workload = _one_workload(args.only, profile)
+    container, extra_env = None, {}
+    if args.backend:
+        device, profile, workload, container, extra_env = _backend_setup(args)
+    else:
+        from .execute import defaults_for, resolve_device
+
+        device = resolve_device(args.device)
+        profile = args.profile or defaults_for(device)["profile"]
+        workload = _one_workload(args.only, profile)
     cfg = CompareConfig(threshold=thr, alpha=alpha).for_device(device)
     try:
         run_args = shlex.split(args.run_args)
     except ValueError as e:
         raise UsageError(f"bad --run-args: {e}") from None
-    print(f"bisect {workload} under {args.compiler} on {device}: GOOD {good.label()} .. BAD {bad.label()} "
-          f"({len(commits)} commit(s)), threshold {cfg.threshold:.0%}, alpha {cfg.alpha}", file=sys.stderr)
+    where = f"{args.backend}'s container" if container else (f"{args.backend}, native" if args.backend else "")
+    print(f"bisect {workload} under {args.compiler} on {device}{f' ({where})' if where else ''}: GOOD "
+          f"{good.label()} .. BAD {bad.label()} ({len(commits)} commit(s)), threshold {cfg.threshold:.0%}, "
+          f"alpha {cfg.alpha}", file=sys.stderr)
     try:
         with sigterm_as_interrupt(), Scratch(repo, good.sha, keep=args.keep) as scratch:
             runner = CommitRunner(scratch, workload, args.compiler, device, profile=args.profile,
-                                  run_args=run_args, timeout_s=args.step_timeout)
+                                  run_args=run_args, timeout_s=args.step_timeout, container=container,
+                                  env=extra_env)
             rep = run_bisect(good, commits, runner, cfg, workload=workload, compiler=args.compiler,
                              device=device, use_clock=args.drift == "on")
             if args.keep:

@@ -1,7 +1,7 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
 Verbs: run, compare, list, show, export, import, summary, plot, history, workloads, selftest, bisect, gpu,
-models, model-profile.
+models, model-profile, job-summary.
 Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
@@ -154,6 +154,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     from .bisect import add_arguments as _add_bisect
 
     _add_bisect(p)
+    p = sub.add_parser("job-summary", help="end of a CI bench job: the runs compared and, on main, automatic "
+                       "bisection of confirmed regressions, into the job summary")
+    from .job import add_arguments as _add_job
+
+    _add_job(p)
     p = sub.add_parser("backend", help="bench one backend of ci/matrix.json in its container (or --native)")
     p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
     p.add_argument("--native", action="store_true", help="this machine's Python instead of a container")
@@ -530,6 +535,10 @@ def cli_main(args: argparse.Namespace) -> int:
             from .bisect import cmd_bisect
 
             return cmd_bisect(args)
+        if args.verb == "job-summary":
+            from .job import cmd_job_summary
+
+            return cmd_job_summary(args)
         if args.verb == "history":
             from .history import cmd_history
 

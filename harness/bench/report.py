@@ -269,6 +269,9 @@ def json_report(
         "environment": run.env,
         "results": [{k: v for k, v in r.as_dict().items() if k != "samples"} for r in results],
         "baseline_runs": [b.id for b in baseline or []],
+        # who the baseline runs are beyond this store (ids differ between stores; uid and commit do not)
+        "baseline": [{k: getattr(b, k) for k in ("id", "uid", "created_at", "git_ref", "git_commit")}
+                     for b in baseline or []],
         "comparisons": [c.as_dict() for c in cmps] if cmps is not None else None,
         "counts": counts(cmps) if cmps is not None else None,
         "verdicts": list(VERDICTS),

@@ -104,6 +104,27 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         record_if, pr_if = steps["bench-record"][0]["if"], steps["bench-pr"][0]["if"]
         assert "github.event_name != 'pull_request'" in record_if and "refs/heads/main" in record_if
         assert "github.event_name == 'pull_request'" in pr_if
+        # main's run bisects a confirmed regression back to main's previous run: the whole history (0) there
+        (checkout,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+        assert job["steps"].index(checkout) < job["steps"].index(steps["bench-record"][0])
+        assert checkout["with"]["fetch-depth"] in (0, "${{ github.event_name == 'pull_request' && 1 || 0 }}"), (
+            f"bench-{b.name}: the checkout must fetch the whole history on main")
+
+
+@pytest.mark.parametrize("tool, argv", [
+    ("actionlint", ["-color=false"]),
+    ("zizmor", ["--offline", "--no-progress", "--min-severity=low"]),
+])
+def test_workflow_linters_are_clean_when_installed(tool, argv):
+    """`nox -s lint` runs them (pinned in noxfile.LINT_PINS); here too where they are on PATH."""
+    import shutil
+
+    exe = shutil.which(tool)
+    if exe is None:
+        pytest.skip(f"{tool} is not installed (`nox -s lint` installs it)")
+    proc = subprocess.run([exe, *argv, *map(str, WORKFLOWS)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_self_hosted_jobs_match_a_matrix_backend():
