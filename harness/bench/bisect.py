@@ -6,7 +6,9 @@ Which commit of GOOD..BAD made one workload slower under one compiler (default k
   folder, removed at the end, Ctrl-C and SIGTERM included); nothing in the caller's checkout is touched.
 - Each measurement is a fresh `python -m harness bench run` of that commit's own code (the worktree first on
   PYTHONPATH) into a scratch store; the compiler's and eager's samples are read back from it. A commit whose
-  run fails (no such flag, import error, error result, timeout) is skipped and reported.
+  run fails (no such flag, import error, error result, timeout) is skipped and reported. With `--backend B`
+  (the CI bench jobs: harness/bench/job.py) each run is in B's container as `bench backend` runs it (B's image,
+  built from the caller's checkout; the worktree mounted as the source), or natively with `--native`.
 - Statistics are `bench compare`'s (`compare.judge`: ratio of medians and a one-sided Mann-Whitney test at
   `alpha`, regressed above 1 + threshold); for a compiler other than eager, eager on the same workload,
   measured in the same process, is the local clock divided out (`--drift off` keeps raw ratios).
