@@ -2,10 +2,13 @@
 
 Two halves, because in container mode they are taken in different places:
   host    taken by the harness process: git sha and dirty state, host name, docker server version,
-          the image tag and id, the host's driver (nvidia-smi / amdgpu module).
+          the image tag and id (with its base digest or id and lock digest), the host's driver (nvidia-smi /
+          amdgpu module), the backend's lock file in the tree (`lock`: path, sha256, stale).
   device  taken by the Python that runs the suites (inside the container, or natively): Python,
           torch/triton/CUDA/ROCm versions, driver, GPU name and count, the compiler's settings
-          (`compiler.config.settings()` when importable, else the import error).
+          (`compiler.config.settings()` when importable, else the import error), and the lock this
+          Python was installed from (`lock`: $KILN_LOCK_FILE in the images, natively the backend's lock
+          in the tree; its sha256 and the locked packages installed at another version).
 """
 
 from __future__ import annotations
@@ -72,8 +75,21 @@ def driver_info() -> dict[str, Any]:
     return out
 
 
-def capture_host(image: dict[str, Any] | None = None, root: Path | None = None) -> dict[str, Any]:
-    """The host half of the record."""
+def lock_record(backend: str | None, root: Path | None = None) -> dict[str, Any] | None:
+    """The backend's lock file in the tree: path, sha256 (None: no lock) and whether it is stale."""
+    if not backend:
+        return None
+    from harness import lock, matrix
+
+    try:
+        return lock.state(matrix.load().backend(backend), root).record()
+    except Exception as e:  # noqa: BLE001 - a broken matrix is reported by the run itself; the record says how
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def capture_host(image: dict[str, Any] | None = None, root: Path | None = None,
+                 backend: str | None = None) -> dict[str, Any]:
+    """The host half of the record (`backend`: record its lock file too)."""
     root = root or settings().root
     docker = settings().docker
     server = _cmd([docker, "version", "--format", "{{.Server.Version}}"]) if shutil.which(docker) else None
@@ -84,6 +100,7 @@ def capture_host(image: dict[str, Any] | None = None, root: Path | None = None) 
         "cpu_count": os.cpu_count(),
         "docker_server": server,
         "image": image,
+        "lock": lock_record(backend, root),
         "driver": driver_info(),
     }
 
@@ -102,7 +119,18 @@ def _compiler_config() -> dict[str, Any]:
     return {"repr": repr(cfg)}
 
 
-def capture_device() -> dict[str, Any]:
+def device_lock(backend: str | None) -> dict[str, Any] | None:
+    """The lock this Python was installed from (harness.lock.device_record)."""
+    from harness import lock, matrix
+
+    try:
+        b = matrix.load().backend(backend) if backend else None
+        return lock.device_record(b)
+    except Exception as e:  # noqa: BLE001 - in a container the tree may lack what the host has; say why
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def capture_device(backend: str | None = None) -> dict[str, Any]:
     """The device half of the record, taken by the Python that runs the suites."""
     out: dict[str, Any] = {
         "python": sys.version.split()[0],
@@ -111,6 +139,7 @@ def capture_device() -> dict[str, Any]:
                 if k.startswith(("KILN_", "TRITON_", "TORCH", "CUDA_", "HIP_", "ROCR_", "PYTHONHASHSEED",
                                  "OMP_NUM_THREADS"))},
         "driver": driver_info(),
+        "lock": device_lock(backend),
     }
     try:
         import torch
@@ -140,9 +169,9 @@ def capture_device() -> dict[str, Any]:
     return out
 
 
-def capture(image: dict[str, Any] | None = None) -> dict[str, Any]:
+def capture(image: dict[str, Any] | None = None, backend: str | None = None) -> dict[str, Any]:
     """Both halves in this process (native runs)."""
-    return {"schema": SCHEMA, "host": capture_host(image), "device": capture_device()}
+    return {"schema": SCHEMA, "host": capture_host(image, backend=backend), "device": capture_device(backend)}
 
 
 # ---- CLI: `python -m harness env` ----------------------------------------------------------------------
@@ -162,11 +191,11 @@ def cli_main(args: Any) -> int:
         for key, value in matrix.load().backend(args.backend).env.items():
             os.environ.setdefault(key, value)
     if args.part == "host":
-        data: dict[str, Any] = capture_host()
+        data: dict[str, Any] = capture_host(backend=args.backend)
     elif args.part == "device":
-        data = capture_device()
+        data = capture_device(args.backend)
     else:
-        data = capture()
+        data = capture(backend=args.backend)
     text = json.dumps(data, indent=2, sort_keys=True, default=str)
     if args.out:
         from harness.results import atomic_write_text

@@ -1,14 +1,22 @@
 """Backend images: tagged by the hash of what goes into them, rebuilt only when that hash changes.
 
 Terms:
-  inputs     everything that determines an image: the Dockerfile, the build args (base image, torch and
-             triton pins, pip index args), docker/requirements-test.txt and the project metadata
-             (pyproject.toml's [project] table). Their sha256 (first 16 hex digits) is the image tag.
-  base image the FROM image. When it is neither present locally nor pullable (no registry reachable)
+  inputs     everything that determines an image: the Dockerfile, the build args (base image reference,
+             `tag@sha256:...` when the matrix pins its digest; torch and triton pins), the base's local image
+             id when it is not pinned by digest (a bootstrapped or tag-only base), the lock file
+             (docker/lock/<backend>.txt, harness/lock.py), docker/requirements-test.txt and the project
+             metadata (pyproject.toml's [project] table). Their sha256 (first 16 hex digits) is the image tag.
+  base image the FROM image: the matrix's `base_image` tag, pinned by `base_digest` when set (`image --pin`
+             fills it where the registry is reachable; a build on an unpinned tag warns "base image not
+             pinned by digest"). When it is neither present locally nor pullable (no registry reachable)
              and the backend has a `bootstrap` entry, it is made with `debootstrap` + `docker import`.
+  lock       the image's Python packages, each with its hashes; installed with `--require-hashes --no-deps`.
+             A backend without a lock does not build unless KILN_ALLOW_UNLOCKED=1 (then loudly unlocked).
+  labels     kiln.inputs-hash, kiln.base-image, kiln.base-digest, kiln.base-id, kiln.lock-sha256: what
+             `image --check` (harness/image_check.py) compares with the matrix and the tree.
   wheelhouse a folder of wheels the harness downloads with the host's pip (which reaches this
              machine's wheel cache) and hands to the build as `wheels/`, so the build needs no index.
-  context    .kiln/build/<backend>/: Dockerfile, requirements-test.txt, wheels/.
+  context    .kiln/build/<backend>/: Dockerfile, requirements-test.txt, lock.txt, wheels/.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import lock as lock_mod
 from harness import matrix as matrix_mod
 from harness.exc import DockerError, ImageError, MissingTool
 from harness.matrix import Backend
@@ -97,27 +106,56 @@ def _project_metadata(root: Path) -> str:
     return json.dumps(project, sort_keys=True)
 
 
-def image_inputs(backend: Backend, base_image: str | None = None, root: Path | None = None) -> dict[str, str]:
-    """Everything that determines the image, as name -> text, in a fixed order."""
+def image_inputs(backend: Backend, base_image: str | None = None, root: Path | None = None,
+                 base_id: str | None = None) -> dict[str, str]:
+    """Everything that determines the image, as name -> text, in a fixed order. `base_id`: the base's local
+    image id, for a base not pinned by digest (see base_id_for_hash)."""
     root = root or settings().root
     dockerfile = root / backend.dockerfile
     for path in (dockerfile, root / REQUIREMENTS):
         if not path.exists():
             raise ImageError(f"{path} not found (backend {backend.name})")
-    return {
+    lock = lock_mod.lock_path(backend, root)
+    inputs = {
         "dockerfile": dockerfile.read_text(),
         "build_args": json.dumps(backend.build_args(base_image), sort_keys=True),
+        "lock": lock.read_text() if lock.exists() else lock_mod.unlocked_text(backend, root),
         "requirements": (root / REQUIREMENTS).read_text(),
         "project": _project_metadata(root),
     }
+    if base_id:
+        inputs["base_id"] = base_id
+    return inputs
 
 
-def image_tag(backend: Backend, base_image: str | None = None, root: Path | None = None) -> str:
+def image_tag(backend: Backend, base_image: str | None = None, root: Path | None = None,
+              base_id: str | None = None) -> str:
     """`<image>:<hash>` for the backend, e.g. `kiln-cpu:3f2a...`."""
     h = hashlib.sha256()
-    for name, text in image_inputs(backend, base_image, root).items():
+    for name, text in image_inputs(backend, base_image, root, base_id).items():
         h.update(name.encode() + b"\0" + text.encode() + b"\0")
     return f"{backend.image}:{h.hexdigest()[:HASH_LEN]}"
+
+
+def digest_pinned(backend: Backend, base: str) -> bool:
+    """True when `base` is the matrix's base pinned by digest (the digest then names its content)."""
+    return bool(backend.base_digest) and base == backend.base_ref
+
+
+def unpinned_warning(backend: Backend, base: str) -> str | None:
+    """"base image not pinned by digest" when the build would take a registry tag as it is today."""
+    if digest_pinned(backend, base) or "@sha256:" in base:
+        return None
+    if backend.bootstrap is not None and base == backend.bootstrap.image:
+        return None  # made here by debootstrap: recorded by its local id (kiln.base-id), not by a registry digest
+    return (f"base image not pinned by digest: {base} (set base_digest for {backend.name} in ci/matrix.json "
+            f"with `python -m harness image --pin --backend {backend.name}` where the registry is reachable)")
+
+
+def base_id_for_hash(backend: Backend, base: str) -> str | None:
+    """The base's local image id when it goes into the hash: any base not pinned by digest (its name alone
+    does not say what it holds); None for a digest-pinned base or one not present locally."""
+    return None if digest_pinned(backend, base) else image_id(base)
 
 
 # ---- base image ----------------------------------------------------------------------------------------
@@ -221,15 +259,16 @@ def resolve_base(backend: Backend, base_image: str | None = None, *, bootstrap: 
     if backend.bootstrap is not None and image_id(backend.bootstrap.image):
         return backend.bootstrap.image
     if not bootstrap:
-        if image_id(backend.base_image):
-            return backend.base_image
-        pulled = docker("pull", backend.base_image, check=False, timeout=600)
+        ref = backend.base_ref  # tag@sha256:... when pinned: the pull gets exactly that content
+        if image_id(ref):
+            return ref
+        pulled = docker("pull", ref, check=False, timeout=600)
         if pulled.returncode == 0:
-            return backend.base_image
+            return ref
         if backend.bootstrap is None:
-            raise ImageError(f"cannot pull base image {backend.base_image} and backend {backend.name} has "
+            raise ImageError(f"cannot pull base image {ref} and backend {backend.name} has "
                              "no bootstrap entry; pass --base-image")
-        print(f"harness image: cannot pull {backend.base_image}; bootstrapping a base instead", file=sys.stderr)
+        print(f"harness image: cannot pull {ref}; bootstrapping a base instead", file=sys.stderr)
     return bootstrap_base(backend)
 
 
@@ -237,14 +276,16 @@ def resolve_base(backend: Backend, base_image: str | None = None, *, bootstrap: 
 
 
 def wheelhouse_argv(backend: Backend, dest: Path, root: Path) -> list[str]:
-    """`pip download` of the backend's pins for the image's Python into `dest`."""
+    """`pip download` for the image's Python into `dest`: the lock's files, hashes checked (no lock: the pins)."""
     major_minor = backend.python.replace(".", "")
+    lock = lock_mod.lock_path(backend, root)
+    what = (["--require-hashes", "--no-deps", "-r", str(lock)] if lock.exists()
+            else [backend.torch, backend.triton, "-r", str(root / REQUIREMENTS)])
     return [
         sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), "--only-binary=:all:",
         "--python-version", backend.python, "--implementation", "cp", "--abi", f"cp{major_minor}",
         "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-        "--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64",
-        backend.torch, backend.triton, "-r", str(root / REQUIREMENTS),
+        "--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64", *what,
     ]
 
 
@@ -258,6 +299,8 @@ def prepare_context(backend: Backend, root: Path | None = None) -> Path:
     (ctx / "wheels").mkdir(parents=True)
     shutil.copy2(root / backend.dockerfile, ctx / "Dockerfile")
     shutil.copy2(root / REQUIREMENTS, ctx / "requirements-test.txt")
+    lock = lock_mod.lock_path(backend, root)
+    (ctx / "lock.txt").write_text(lock.read_text() if lock.exists() else lock_mod.unlocked_text(backend, root))
     if backend.wheelhouse:
         cache = state / "wheels" / f"py{backend.python}"
         cache.mkdir(parents=True, exist_ok=True)
@@ -274,11 +317,32 @@ def prepare_context(backend: Backend, root: Path | None = None) -> Path:
     return ctx
 
 
-def build_argv(backend: Backend, tag: str, ctx: Path, base_image: str) -> list[str]:
-    """The `docker build` command for the backend's image."""
-    argv = [*docker_base(), "build", "--progress=plain", "--tag", tag,
-            "--label", f"kiln.backend={backend.name}", "--label", f"kiln.inputs-hash={tag.split(':')[-1]}"]
-    for key, value in {**backend.build_args(base_image), "PIP_INDEX_ARGS": backend.index_args()}.items():
+LOCKED_PIP_ARGS = "--require-hashes --no-deps"  # the Dockerfiles' PIP_LOCK_ARGS default
+
+
+def image_labels(backend: Backend, tag: str, base_image: str, base_id: str | None = None,
+                 root: Path | None = None) -> dict[str, str]:
+    """The labels that tie a built image to the matrix and the tree (read back by `image --check`)."""
+    lock = lock_mod.state(backend, root)
+    return {
+        "kiln.backend": backend.name,
+        "kiln.inputs-hash": tag.split(":")[-1],
+        "kiln.base-image": base_image,
+        "kiln.base-digest": backend.base_digest if digest_pinned(backend, base_image) else "",
+        "kiln.base-id": base_id or "",
+        "kiln.lock-sha256": lock.digest or "none",
+    }
+
+
+def build_argv(backend: Backend, tag: str, ctx: Path, base_image: str, *, base_id: str | None = None,
+               root: Path | None = None) -> list[str]:
+    """The `docker build` command for the backend's image: labels, then the build args."""
+    argv = [*docker_base(), "build", "--progress=plain", "--tag", tag]
+    for key, value in image_labels(backend, tag, base_image, base_id, root).items():
+        argv += ["--label", f"{key}={value}"]
+    locked = lock_mod.lock_path(backend, root).exists()
+    for key, value in {**backend.build_args(base_image), "PIP_INDEX_ARGS": backend.index_args(),
+                       "PIP_LOCK_ARGS": LOCKED_PIP_ARGS if locked else ""}.items():
         argv += ["--build-arg", f"{key}={value}"]
     return [*argv, str(ctx)]
 
@@ -291,24 +355,75 @@ class Image:
     id: str
     built: bool
     base_image: str
+    base_digest: str | None = None
+    base_id: str | None = None
+    lock_sha256: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The image's entry of run.json and the environment record."""
+        return {"tag": self.tag, "id": self.id, "base": self.base_image, "built": self.built,
+                "base_digest": self.base_digest, "base_id": self.base_id, "lock_sha256": self.lock_sha256}
+
+
+def labels(ref: str) -> dict[str, str]:
+    """The labels of a local image ({} when it has none or is absent)."""
+    proc = docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref, check=False)
+    if proc.returncode != 0:
+        return {}
+    try:
+        return json.loads(proc.stdout.strip() or "null") or {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def describe(tag: str, base_image: str | None = None) -> dict[str, Any] | None:
+    """The record of an existing local image (run --image TAG), from its labels; None when absent."""
+    img_id = image_id(tag)
+    if not img_id:
+        return None
+    lab = labels(tag)
+    return Image(tag, img_id, False, base_image or lab.get("kiln.base-image", ""),
+                 lab.get("kiln.base-digest") or None, lab.get("kiln.base-id") or None,
+                 lab.get("kiln.lock-sha256") or None).record()
+
+
+def require_lock(backend: Backend, allow_unlocked: bool | None = None) -> lock_mod.LockState:
+    """The backend's lock; a missing or stale one stops the build unless unlocked builds are allowed
+    (KILN_ALLOW_UNLOCKED=1), which then says so on stderr."""
+    state = lock_mod.state(backend)
+    problem = state.problem()
+    if problem:
+        allow = settings().allow_unlocked if allow_unlocked is None else allow_unlocked
+        if not allow:
+            raise ImageError(f"{problem} (or set KILN_ALLOW_UNLOCKED=1 to build without a current lock)")
+        print(f"harness image: warning: {problem}; building anyway (KILN_ALLOW_UNLOCKED=1)"
+              + ("" if state.exists else ": packages are NOT hash-checked"), file=sys.stderr)
+    return state
 
 
 def build(backend: Backend, *, base_image: str | None = None, force: bool = False,
-          bootstrap: bool | None = None) -> Image:
+          bootstrap: bool | None = None, allow_unlocked: bool | None = None) -> Image:
     """Make sure the backend's image exists locally, building it only when its hash tag is absent."""
     require_docker()
+    lock = require_lock(backend, allow_unlocked)
     base = resolve_base(backend, base_image, bootstrap=bootstrap)
-    tag = image_tag(backend, base)
+    warning = unpinned_warning(backend, base)
+    if warning:
+        print(f"harness image: warning: {warning}", file=sys.stderr)
+    base_id = base_id_for_hash(backend, base)
+    tag = image_tag(backend, base, base_id=base_id)
+    digest = backend.base_digest if digest_pinned(backend, base) else None
     existing = image_id(tag)
     if existing and not force:
         print(f"harness image: {tag} is up to date", file=sys.stderr)
-        return Image(tag, existing, False, base)
+        return Image(tag, existing, False, base, digest, base_id, lock.digest)
     ctx = prepare_context(backend)
     log = settings().state_dir / f"build-{backend.name}.log"
     print(f"harness image: building {tag} on {base}; log {log}", file=sys.stderr)
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
     with open(log, "w") as fh:
-        proc = subprocess.run(build_argv(backend, tag, ctx, base), stdout=fh, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.run(build_argv(backend, tag, ctx, base, base_id=base_id), stdout=fh,
+                              stderr=subprocess.STDOUT, env=env)
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-15:]
         raise ImageError(f"docker build of {tag} failed (exit {proc.returncode}); last lines of {log}:\n  "
@@ -317,24 +432,40 @@ def build(backend: Backend, *, base_image: str | None = None, force: bool = Fals
     new_id = image_id(tag)
     if not new_id:
         raise ImageError(f"docker build reported success but {tag} is not present")
-    return Image(tag, new_id, True, base)
+    return Image(tag, new_id, True, base, digest, base_id, lock.digest)
+
+
+def local_base(backend: Backend) -> str:
+    """The base `build` would take now without pulling or bootstrapping: the bootstrapped one when it exists
+    locally, else the matrix's (tag@digest when pinned)."""
+    if backend.bootstrap is not None and image_id(backend.bootstrap.image):
+        return backend.bootstrap.image
+    return backend.base_ref
 
 
 def current_tag(backend: Backend, base_image: str | None = None) -> str:
     """The tag `build` would use now, without building: the bootstrapped base when it exists locally."""
-    if base_image is None and backend.bootstrap is not None and image_id(backend.bootstrap.image):
-        base_image = backend.bootstrap.image
-    return image_tag(backend, base_image)
+    base = base_image or local_base(backend)
+    return image_tag(backend, base, base_id=base_id_for_hash(backend, base))
 
 
-# ---- CLI: `python -m harness image {build,bootstrap,tag}` ------------------------------------------------
+# ---- CLI: `python -m harness image {build,bootstrap,tag,inputs,lock} | --check | --pin` -----------------
 
 
 def cli_add_arguments(p: Any) -> None:
-    p.add_argument("action", choices=["build", "bootstrap", "tag", "inputs"],
+    p.add_argument("action", nargs="?", choices=["build", "bootstrap", "tag", "inputs", "lock"],
                    help="build: build if the hash tag is missing; bootstrap: make the base image; "
-                        "tag: print the hash tag; inputs: print what the hash covers")
-    p.add_argument("--backend", required=True)
+                        "tag: print the hash tag; inputs: print what the hash covers; lock: write the backend's "
+                        "lock file with pip-compile under this Python (`nox -s lock` sets that up)")
+    p.add_argument("--check", action="store_true",
+                   help="say per backend whether the local image matches the matrix and the tree "
+                        "(tag hash, base digest, lock digest); exit 1 when one does not")
+    p.add_argument("--pin", action="store_true",
+                   help="pull each base image by its tag and write its digest into ci/matrix.json "
+                        "(base_digest) and the Dockerfile's BASE_IMAGE default; needs the registry")
+    p.add_argument("--strict", action="store_true",
+                   help="--check: a base image not pinned by digest fails the check (CI of the GPU images)")
+    p.add_argument("--backend", help="the backend (--check/--pin: default every backend of the matrix)")
     p.add_argument("--base-image", help="build on this image instead of the pinned/bootstrapped one")
     p.add_argument("--force", action="store_true", help="rebuild even when the tag exists")
     p.add_argument("--bootstrap", action="store_true", default=None,
@@ -342,20 +473,30 @@ def cli_add_arguments(p: Any) -> None:
 
 
 def cli_main(args: Any) -> int:
-    """Bootstrap the base image and build the hash-tagged backend image."""
+    """Bootstrap the base image, build the hash-tagged backend image, check it against the matrix."""
+    if args.check or args.pin:
+        if args.action:
+            raise ImageError(f"give either the action {args.action!r} or --check/--pin, not both")
+        from harness import image_check
+
+        return image_check.cli_check(args) if args.check else image_check.cli_pin(args)
+    if not args.action or not args.backend:
+        raise ImageError("give an action (build, bootstrap, tag, inputs, lock) and --backend B, or --check / --pin")
     backend = matrix_mod.load().backend(args.backend)
-    if args.action == "inputs":
-        for name, text in image_inputs(backend, args.base_image).items():
-            print(f"== {name} ({hashlib.sha256(text.encode()).hexdigest()[:12]})")
+    if args.action == "lock":
+        state = lock_mod.write(backend)
+        print(f"{state.rel} {state.digest}")
         return 0
-    if args.action == "tag":
-        if args.base_image:
-            print(image_tag(backend, args.base_image))
-        else:
-            require_docker()
-            print(current_tag(backend))
+    if args.action == "inputs":
+        base = args.base_image or backend.base_ref
+        for name, text in image_inputs(backend, base).items():
+            print(f"== {name} ({hashlib.sha256(text.encode()).hexdigest()[:12]})")
+        print("== base_id (the base's local image id unless it is pinned by digest; `image tag` looks it up)")
         return 0
     require_docker()
+    if args.action == "tag":
+        print(current_tag(backend, args.base_image))
+        return 0
     if args.action == "bootstrap":
         print(bootstrap_base(backend, force=args.force))
         return 0

@@ -12,6 +12,9 @@ Terms:
             a backend's own `bench_store`, else the top-level one with `{backend}` replaced; absolute or
             starting with `~` (a runner's home), never inside the checkout (refused when used). The
             environment variable KILN_BENCH_STORE overrides it; neither: ~/.local/share/kiln/bench/B.sqlite.
+  base      `base_image` names the FROM image by tag (for people; never `latest`), `base_digest` pins it by
+            content (`sha256:<64 hex>`, or null while unpinned: `python -m harness image --pin` fills it on a
+            machine that reaches the registry). Builds use `tag@digest` when pinned (Backend.base_ref).
 
 Every consumer (nox sessions, runner, repro lines, CI workflows) reads this file; nothing else
 repeats these values.
@@ -20,6 +23,7 @@ repeats these values.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from harness.exc import MatrixError, UnknownBackend
 from harness.settings import settings
 
 SCHEMA = 1
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _DEVICES = ("cpu", "cuda")  # torch device type the suites use; ROCm shows up as "cuda" in torch
 
 
@@ -85,6 +90,12 @@ class Backend:
     compile_targets: tuple[dict[str, Any], ...] = ()
     retries: Retries | None = None  # None: the matrix's top-level `retries`
     bench_store: str | None = None  # the lasting bench store's path, `{backend}` replaced (None: not in the matrix)
+    base_digest: str | None = None  # `sha256:...` of the base image's manifest (None: pinned by tag only)
+
+    @property
+    def base_ref(self) -> str:
+        """The FROM reference: `tag@sha256:...` when the base is pinned by digest, else the tag."""
+        return f"{self.base_image}@{self.base_digest}" if self.base_digest else self.base_image
 
     @property
     def is_gpu(self) -> bool:
@@ -95,7 +106,7 @@ class Backend:
         """Docker build arguments that determine the image (hashed into its tag), in a fixed order; the
         Dockerfile's ARG defaults equal these."""
         return {
-            "BASE_IMAGE": base_image or self.base_image,
+            "BASE_IMAGE": base_image or self.base_ref,
             "TORCH_SPEC": self.torch,
             "TRITON_SPEC": self.triton,
             "TORCH_VARIANT": self.torch_variant,
@@ -267,6 +278,7 @@ def _backend(name: str, r: _Reader, bench_store: str | None = None) -> Backend:
         compile_targets=tuple(targets),
         retries=_retries(r),
         bench_store=_bench_store(r, name) or (bench_store.replace("{backend}", name) if bench_store else None),
+        base_digest=r.get("base_digest", str, optional=True),
     )
     r.done()
     for key, value in (("torch", backend.torch), ("triton", backend.triton)):
@@ -274,6 +286,11 @@ def _backend(name: str, r: _Reader, bench_store: str | None = None) -> Backend:
             r.fail(f"must be an exact pin like 'pkg==1.2.3', got {value!r}", key)
     if ":" not in backend.base_image or backend.base_image.endswith(":latest"):
         r.fail(f"must be pinned to a tag, got {backend.base_image!r}", "base_image")
+    if "@" in backend.base_image:
+        r.fail(f"must be the tag alone; the digest goes into base_digest, got {backend.base_image!r}", "base_image")
+    if backend.base_digest is not None and not DIGEST_RE.fullmatch(backend.base_digest):
+        r.fail(f"must be 'sha256:' and 64 hex digits (or null: not pinned), got {backend.base_digest!r}",
+               "base_digest")
     return backend
 
 

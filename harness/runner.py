@@ -260,13 +260,12 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         health_mod.require_host_devices(b)
         image_mod.require_docker()
         if image_tag:
-            img_id = image_mod.image_id(image_tag)
-            if not img_id:
+            img_info = image_mod.describe(image_tag, base_image)  # its labels: base digest/id, lock digest
+            if not img_info:
                 raise HarnessError(f"image {image_tag} is not present locally")
-            img_info = {"tag": image_tag, "id": img_id, "base": base_image, "built": False}
         else:
             built = image_mod.build(b, base_image=base_image)
-            img_info = {"tag": built.tag, "id": built.id, "base": built.base_image, "built": built.built}
+            img_info = built.record()
             image_tag = built.tag
     run_dir = (run_dir or new_run_dir(b.name, mode)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -290,6 +289,7 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     label = f"{b.name}/{mode}" + (f" shard {shard}" if shard is not None else "")
     try:
         host = envinfo.capture_host(img_info)
+        host["lock"] = envinfo.lock_record(b.name)  # the backend's lock in the tree: path, sha256, stale
         current = "environment capture"
         run_python_module(b, ["env", "--part", "device", "--backend", b.name, "--out", "{out}/env-device.json"],
                           run_dir, "env", native=native, image=image_tag, m=m, timeout_s=b.timeouts.health_s,

@@ -8,6 +8,8 @@ Variables (all optional):
   KILN_DOCKER       docker client to call (default: /usr/bin/docker when present, else `docker` on PATH)
   KILN_NATIVE       "1" runs the suites on this machine's Python instead of in a container
   KILN_BOOTSTRAP    "1" bootstraps the base image with debootstrap without trying to pull it first
+  KILN_ALLOW_UNLOCKED "1" lets an image build without a current lock file (docker/lock/<backend>.txt): its
+                    packages are then not hash-checked, which the build says (default: such a build fails)
   KILN_DEBIAN_MIRROR  Debian mirror for debootstrap (default: the one apt's sources name for the suite)
   KILN_TORCH_INDEX_URL  base URL of PyTorch's per-variant wheel indexes (the matrix's `torch_variant`, e.g.
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
@@ -72,6 +74,7 @@ class Settings:
     docker: str
     native: bool
     bootstrap: bool
+    allow_unlocked: bool = False
     debian_mirror: str = ""
     torch_index_url: str = ""
     pip_index_url: str = ""
@@ -92,6 +95,7 @@ def settings() -> Settings:
         docker=os.environ.get("KILN_DOCKER") or _default_docker(),
         native=_flag("KILN_NATIVE"),
         bootstrap=_flag("KILN_BOOTSTRAP"),
+        allow_unlocked=_flag("KILN_ALLOW_UNLOCKED"),
         debian_mirror=os.environ.get("KILN_DEBIAN_MIRROR", "").strip(),
         torch_index_url=os.environ.get("KILN_TORCH_INDEX_URL", "").strip().rstrip("/"),
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),

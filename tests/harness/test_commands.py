@@ -88,7 +88,8 @@ def test_build_argv_passes_the_matrix_build_args(tmp_path):
     b = M.backend("cuda")
     argv = image.build_argv(b, "kiln-cuda:0123", tmp_path, b.base_image)
     args = dict(a.split("=", 1) for a in _pairs(argv, "--build-arg"))
-    assert args == {**b.build_args(), "PIP_INDEX_ARGS": b.index_args()}
+    assert args == {**b.build_args(), "PIP_INDEX_ARGS": b.index_args(),
+                    "PIP_LOCK_ARGS": "--require-hashes --no-deps" if (ROOT / "docker/lock/cuda.txt").exists() else ""}
     assert args["BASE_IMAGE"] == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
     assert _pairs(argv, "--tag") == ["kiln-cuda:0123"] and argv[-1] == str(tmp_path)
 
@@ -98,7 +99,9 @@ def test_bootstrap_and_wheelhouse_commands(tmp_path):
     assert image.bootstrap_argv(cpu, tmp_path, "http://mirror.test/debian") == [
         "debootstrap", "--variant=minbase", "bookworm", str(tmp_path), "http://mirror.test/debian"]
     wh = image.wheelhouse_argv(cpu, tmp_path, ROOT)
-    assert wh[1:4] == ["-m", "pip", "download"] and "torch==2.13.0" in wh and "triton==3.9.0" in wh
+    assert wh[1:4] == ["-m", "pip", "download"]
+    # the wheelhouse is the lock's files, hash-checked (docker/lock/cpu.txt pins torch 2.13.0 and triton 3.9.0)
+    assert wh[-4:] == ["--require-hashes", "--no-deps", "-r", str(ROOT / "docker/lock/cpu.txt")]
     assert _pairs(wh, "--python-version") == ["3.11"] and _pairs(wh, "--abi") == ["cp311"]
     with pytest.raises(Exception, match="no bootstrap entry"):
         image.bootstrap_argv(M.backend("cuda"), tmp_path, "http://mirror.test/debian")
@@ -138,7 +141,7 @@ def test_build_is_skipped_when_the_tag_exists(monkeypatch):
     monkeypatch.setattr(image, "prepare_context", lambda *a: calls.append(a))
     img = image.build(M.backend("cpu"))
     assert img.built is False and img.id == "sha256:feed" and not calls
-    assert img.tag == image.image_tag(M.backend("cpu"), "base:1")
+    assert img.tag == image.image_tag(M.backend("cpu"), "base:1", base_id="sha256:feed")
 
 
 def test_detect_backend_uses_the_matrix_host_devices(tmp_path):

@@ -47,7 +47,10 @@ def test_dockerfile_arg_defaults_equal_the_matrix(name):
     b = matrix.load(ROOT / "ci" / "matrix.json").backend(name)
     dockerfile = ROOT / b.dockerfile
     index_default = "--no-index" if b.wheelhouse else ""  # the index itself comes from the environment
-    assert _arg_defaults(dockerfile) == {**b.build_args(), "PIP_INDEX_ARGS": index_default}
+    assert _arg_defaults(dockerfile) == {**b.build_args(), "PIP_INDEX_ARGS": index_default,
+                                         "PIP_LOCK_ARGS": "--require-hashes --no-deps"}
+    assert _arg_defaults(dockerfile)["BASE_IMAGE"] == b.base_ref  # tag@sha256:... once pinned (image --pin)
+    assert "-r /opt/kiln/lock.txt" in dockerfile.read_text() and "${PIP_LOCK_ARGS}" in dockerfile.read_text()
     text = dockerfile.read_text()
     assert "USER 1000:1000" in text and "useradd --create-home --uid 1000" in text  # non-root user
     assert text.index("FROM ${BASE_IMAGE}") > text.index("ARG BASE_IMAGE=")
