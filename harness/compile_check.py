@@ -35,7 +35,7 @@ from typing import Any
 
 from harness.exc import CompileCheckError, MissingTool, RunInterrupted
 from harness.process import execute, kill_group
-from harness.results import append_job_summary, atomic_write_text
+from harness.results import append_job_summary, atomic_write_text, markdown_table
 from harness.settings import settings
 
 SCHEMA = 1
@@ -470,12 +470,11 @@ def summary_line(report: dict) -> str:
 def render_markdown(report: dict) -> str:
     lines = ["## Compile check", "", summary_line(report), ""]
     if report["failures"]:
-        lines += ["| kernel source | spec | target | error |", "|---|---|---|---|"]
-        for f in report["failures"]:
-            error = f["error"].replace("|", "\\|")
-            lines.append(
-                f"| `{f['location'] or f['source']}` | `{f['spec_file']}` | {f['target']} | {error} |"
-            )
+        lines += markdown_table(
+            ["kernel source", "spec", "target", "error"],
+            [[f"`{f['location'] or f['source']}`", f"`{f['spec_file']}`", f["target"], f["error"]]
+             for f in report["failures"]],
+        )
         lines.append("")
     if report.get("slowest") and report["slowest"][0]["seconds"] > 0:
         lines += [f"Compile time {report['compile_seconds']} s in all; slowest:", ""]

@@ -32,7 +32,7 @@ from harness import quarantine as quarantine_mod
 from harness.commands import native_command, pytest_argv, suite_env
 from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
 from harness.process import Forward, execute
-from harness.results import append_job_summary, atomic_write_text, read_cases
+from harness.results import append_job_summary, atomic_write_text, markdown_table, read_cases
 from harness.settings import settings
 
 SCHEMA = 1
@@ -262,13 +262,11 @@ def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
     lines = [f"## Flake detection: {report['backend']}", "", summary_line(report), ""]
     bad = [t for t in report["tests"] if t["status"] in (FAILING, FLAKY)]
     if bad:
-        lines += ["| test | status | failed / runs | failure rate | quarantined |", "|---|---|---|---|---|"]
-        for t in bad:
-            counted = t["passed"] + t["failed"]
-            q = f"yes: {t['reason']}" if t["quarantined"] else "no"
-            lines.append(
-                f"| `{t['id']}` | {t['status']} | {t['failed']} / {counted} | {t['failure_rate']:.0%} | {q} |"
-            )
+        lines += markdown_table(
+            ["test", "status", "failed / runs", "failure rate", "quarantined"],
+            [[f"`{t['id']}`", t["status"], f"{t['failed']} / {t['passed'] + t['failed']}", f"{t['failure_rate']:.0%}",
+              f"yes: {t['reason']}" if t["quarantined"] else "no"] for t in bad],
+        )
         past = [t for t in bad if t.get("history")]
         if past:
             lines += ["", "History:", ""] + [f"- `{t['id']}`: {t['history']}" for t in past]

@@ -250,23 +250,19 @@ def render_markdown(run: RunResults) -> str:
     from harness.repro import repro_line
 
     s = summarize(run)
-    lines = [f"### {s.headline()}", "", "| suite | status | " + " | ".join(res.OUTCOMES) + " | seconds |",
-             "|---|---|" + "---|" * (len(res.OUTCOMES) + 1)]
-    for suite in run.suites:
-        c = res.counts(suite.tests)
-        lines.append(f"| {suite.name} | {suite_label(suite, s.flaky).lower()} | " + " | ".join(str(c[o]) for o in res.OUTCOMES)
-                     + f" | {suite.entry.get('duration_s', 0.0):.1f} |")
+    lines = [f"### {s.headline()}", "", *res.markdown_table(
+        ["suite", "status", *res.OUTCOMES, "seconds"],
+        [[suite.name, suite_label(suite, s.flaky).lower(), *res.counts(suite.tests).values(),
+          f"{suite.entry.get('duration_s', 0.0):.1f}"] for suite in run.suites])]
     rows = shard_rows(run)
     if rows:
-        lines += ["", "| shard | gpus | status | " + " | ".join(res.OUTCOMES) + " | wall seconds | folder |",
-                  "|---|---|---|" + "---|" * (len(res.OUTCOMES) + 2)]
-        for row in rows:
-            status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
-            wall = f"{row['wall_s']:.1f}" if row.get("wall_s") is not None else "-"
-            gpus = ",".join(row.get("devices") or []) or "-"
-            lines.append(f"| {row['index']}/{row['count']} | {gpus} | {status} | "
-                         + " | ".join(str(row["counts"][o]) for o in res.OUTCOMES)
-                         + f" | {wall} | {row.get('dir') or '-'} |")
+        lines += ["", *res.markdown_table(
+            ["shard", "gpus", "status", *res.OUTCOMES, "wall seconds", "folder"],
+            [[f"{row['index']}/{row['count']}", ",".join(row.get("devices") or []) or "-",
+              row["status"] + (f" ({row['reason']})" if row.get("reason") else ""),
+              *(row["counts"][o] for o in res.OUTCOMES),
+              f"{row['wall_s']:.1f}" if row.get("wall_s") is not None else "-", row.get("dir") or "-"]
+             for row in rows])]
     lines += ["", *(f"- {line}" for line in s.verdict_lines() + _env_lines(run) + _numerics_lines(run))]
     retried = retries_mod.load(run)
     past = history_counts(run, sorted({t.id for _, t in run.failing}))

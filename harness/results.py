@@ -17,6 +17,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,16 @@ def set_aside(path: Path) -> Path:
         if side.exists():
             os.rename(side, aside.with_name(aside.name + suffix))
     return aside
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The lines of a Markdown table: header, rule, one line per row (a `|` inside a cell is escaped).
+    The harness's reports (run, flakes, compile-check) build their tables with it."""
+
+    def line(cells: Sequence[object]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *map(line, rows)]
 
 
 def append_job_summary(markdown: str) -> bool:
