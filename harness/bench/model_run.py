@@ -521,8 +521,9 @@ def _probe_env(cache: Path) -> dict[str, str]:
     ):
         (cache / sub).mkdir(parents=True, exist_ok=True)
         e[var] = str(cache / sub)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [e.get("PYTHONPATH")])])
-    return e
+    from harness.commands import with_pythonpath
+
+    return with_pythonpath(e, REPO)
 
 
 def probe_command(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> list[str]:
