@@ -296,3 +296,49 @@ def numerics(session: nox.Session) -> None:
     python = _bench_python(session)
     args = session.posargs or ["gpu", "--out", "results/numerics/gpu"]
     session.run(python, "-m", "harness", "numerics", *args, env=SUITE_ENV, external=True)
+
+
+# ---- Hermetic images (issue 13): lock files and base digests; harness/lock.py, harness/image_check.py ----------
+# `nox -s lock` writes docker/lock/<backend>.txt (every package with its sha256 hashes) for each backend, each
+# in a session of that backend's Python (`lock-cpu`, `lock-cuda`, `lock-rocm`; pip-compile resolves for the
+# Python it runs under, on linux x86-64 like the images). Indexes: pip's own configuration, plus
+# KILN_TORCH_INDEX_URL/<torch_variant> for PyTorch's wheels: run it where those are reachable.
+LOCK_PINS = ["pip-tools==7.6.2"]
+
+
+def _lock_session(backend: str):
+    def lock_backend(session: nox.Session) -> None:
+        session.install(*LOCK_PINS)
+        session.run("python", "-m", "harness", "image", "lock", "--backend", backend)
+
+    lock_backend.__doc__ = (f"Write docker/lock/{backend}.txt (pip-compile --generate-hashes under Python "
+                            f"{MATRIX['backends'][backend]['python']}).")
+    return lock_backend
+
+
+for _backend in _matrix_backends():
+    nox.session(name=f"lock-{_backend}", python=MATRIX["backends"][_backend]["python"])(_lock_session(_backend))
+
+
+@nox.session(python=False)
+def lock(session: nox.Session) -> None:
+    """Write the image lock files with hashes (`-- --backend B`, repeatable; default: every backend)."""
+    args = list(session.posargs)
+    backends = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--backend"] or _matrix_backends()
+    unknown = [b for b in backends if b not in _matrix_backends()]
+    if unknown:
+        session.error(f"unknown backend(s) {', '.join(unknown)}; ci/matrix.json defines {', '.join(_matrix_backends())}")
+    for backend in backends:
+        session.notify(f"lock-{backend}")
+
+
+@nox.session(name="images-pin", python=False)
+def images_pin(session: nox.Session) -> None:
+    """Pin each base image by digest (docker pull + RepoDigests) into ci/matrix.json (`-- --backend B`)."""
+    session.run(sys.executable, "-m", "harness", "image", "--pin", *session.posargs, external=True)
+
+
+@nox.session(name="images-check", python=False)
+def images_check(session: nox.Session) -> None:
+    """Say per backend whether the local image matches the matrix, lock and base digest (`-- --strict`)."""
+    session.run(sys.executable, "-m", "harness", "image", "--check", *session.posargs, external=True)
