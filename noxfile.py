@@ -227,14 +227,18 @@ for _backend in ("cuda", "rocm"):
 # complete run of main is exported from it into the job's own store (results/bench/B), the bench runs against
 # it (`bench backend`: B's container, or `--native`) with the confirmation re-measure, its Markdown report goes
 # to the job summary, the run's JSON export to results/bench/B/run.json (the artifact); bench-record then
-# imports that run into the lasting store (a pull request never writes it). After the options: more `bench run`
-# flags (`--only 'softmax*'`).
+# imports that run into the lasting store (a pull request never writes it). Last, `bench job-summary` names the
+# runs compared (ids in the lasting store, commits) and, on main, bisects each regression the re-measure
+# confirmed between main's previous run's commit and this one (at most $KILN_BENCH_BISECT_MAX, default 2; the
+# verdicts in the summary, bisect-W-C.json beside run.json; harness/bench/job.py). After the options: more
+# `bench run` flags (`--only 'softmax*'`).
 BENCH_MAIN_REF = "main"
 
 
 def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: list[str] | None = None,
                     out: str | None = None, python: str = sys.executable) -> list[tuple[str, list[str], dict]]:
-    """(name, argv, env) of each command of a bench job, in order; `measure` exits 1 on a confirmed regression."""
+    """(name, argv, env) of each command of a bench job, in order; `measure` exits 1 on a confirmed regression
+    (the bisections of `bisect` never fail the job: they add their verdicts to the summary)."""
     out = out or os.path.join("results", "bench", backend)
     bench = [python, "-m", "harness", "bench"]
     store = os.path.join(out, "bench.sqlite")
@@ -249,8 +253,12 @@ def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: 
         ("report", [*bench, "summary", os.path.join(out, "last.md")], {}),
         ("report", [*bench, "export", os.path.join(out, "run.json"), "--db", store, "--runs", "latest"], {}),
     ]
+    job = [*bench, "job-summary", "--backend", backend, "--results", out, *(["--native"] if native else [])]
     if record:
         steps.append(("record", [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend], {}))
+        steps.append(("bisect", [*job, "--recorded"], {}))  # after the record: a long bisection loses nothing
+    else:
+        steps.append(("report", [*job, "--bisect-max", "0"], {}))
     return steps
 
 
@@ -279,7 +287,7 @@ def _bench_job(session: nox.Session, record: bool) -> None:
 
 @nox.session(name="bench-record", python=False)
 def bench_record(session: nox.Session) -> None:
-    """Bench job on main (`-- --backend B`): compare with main's last run, record into the runner's lasting store."""
+    """Bench job on main (`-- --backend B`): compare with main's last run, record it, bisect regressions."""
     _bench_job(session, record=True)
 
 

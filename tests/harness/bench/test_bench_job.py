@@ -30,7 +30,8 @@ def _noxfile():
     return mod
 
 
-def _job(tmp_path: Path, name: str, *, record: bool, ref: str, extra: list[str] = EXTRA) -> dict:
+def _job(tmp_path: Path, name: str, *, record: bool, ref: str, extra: list[str] = EXTRA,
+         more_env: dict[str, str] | None = None) -> dict:
     """Run one job's commands as the session does: seed steps must pass, the others all run. Returns the job's
     exit codes, stderr, summary and its results folder."""
     nf = _noxfile()
@@ -38,7 +39,7 @@ def _job(tmp_path: Path, name: str, *, record: bool, ref: str, extra: list[str] 
     out = job / "results" / "bench" / "cpu"
     steps = nf.bench_job_steps("cpu", record=record, native=True, extra=extra, out=str(out))
     env = {**os.environ, **nf.SUITE_ENV, "KILN_BENCH_STORE": str(tmp_path / "runner" / "{backend}.sqlite"),
-           "KILN_BENCH_GIT_REF": ref, "GITHUB_STEP_SUMMARY": str(job / "summary.md")}
+           "KILN_BENCH_GIT_REF": ref, "GITHUB_STEP_SUMMARY": str(job / "summary.md"), **(more_env or {})}
     job.mkdir(parents=True)
     codes, err = [], []
     for step, argv, step_env in steps:
@@ -84,11 +85,26 @@ def test_two_main_jobs_share_the_lasting_store_and_the_second_compares_with_the_
     uid2 = _exported_uid(second["out"])
     assert _lasting_runs(tmp_path) == [(uid1, "main", "complete"), (uid2, "main", "complete")]
     assert list((second["out"] / "plots").glob("*.png")) or "matplotlib" in second["stderr"]
+    # the runs compared, by their ids in the lasting store (the report's own ids are the job store's)
+    assert "### Runs compared" in second["summary"]
+    assert "recorded as run 2 of the lasting store" in second["summary"]
+    assert f"- against: run 1 of the lasting store (main's previous complete run), uid `{uid1}`" in second["summary"]
 
     pr = _job(tmp_path, "pr", record=False, ref="7/merge")
     assert _baseline_uids(pr["out"]) == [uid2]  # the latest complete main run
     assert "record" not in [s for s, _ in pr["codes"]] and len(_lasting_runs(tmp_path)) == 2
     assert "Against baseline run(s)" in pr["summary"]
+    assert "not recorded (only main's runs are)" in pr["summary"] and f"uid `{uid2}`" in pr["summary"]
+
+    # a planted slowdown on main, confirmed by the re-measure: the job fails on it; the automatic bisection
+    # says why it bisects nothing (main's previous run is of this very commit), the steps after it still ran
+    slow = _job(tmp_path, "job3", record=True, ref="main", more_env={"KILN_BENCH_PLANT": f"{WORKLOAD}@kiln=1.0"})
+    assert dict(slow["codes"]) == {"seed": 0, "measure": 1, "report": 0, "record": 0, "bisect": 0}, slow["stderr"]
+    decided = json.loads((slow["out"] / "auto-bisect.json").read_text())
+    assert [(b["workload"], b["compiler"]) for b in decided["not_bisected"]] == [(WORKLOAD, "kiln")]
+    assert decided["reason"].startswith("the baseline run is of this very commit") and decided["bisected"] == []
+    assert "1 confirmed regression(s), **none bisected**: the baseline run is of this very commit" in slow["summary"]
+    assert "recorded as run 3 of the lasting store" in slow["summary"]
 
 
 def test_a_corrupt_lasting_store_gets_a_clear_error_and_is_kept_aside(tmp_path):
@@ -109,12 +125,16 @@ def test_a_corrupt_lasting_store_gets_a_clear_error_and_is_kept_aside(tmp_path):
 def test_steps_of_the_sessions():
     nf = _noxfile()
     record = nf.bench_job_steps("cuda", record=True, python="py")
-    assert [s for s, _, _ in record] == ["seed", "seed", "measure", "report", "report", "record"]
+    assert [s for s, _, _ in record] == ["seed", "seed", "measure", "report", "report", "record", "bisect"]
     assert record[0][1][4:] == ["export", "results/bench/cuda/baseline.json", "--lasting", "cuda", "--baseline",
                                 "ref:main?"]
-    assert record[-1][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda"]
+    assert record[-2][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda"]
+    # after the record: the runs compared and the automatic bisection of confirmed regressions (its default cap)
+    assert record[-1][1][4:] == ["job-summary", "--backend", "cuda", "--results", "results/bench/cuda", "--recorded"]
     assert "--native" not in record[2][1] and record[2][2] == {"GITHUB_STEP_SUMMARY": ""}
     pr = nf.bench_job_steps("cuda", record=False, native=True, extra=["--only", "x"], python="py")
-    assert [s for s, _, _ in pr] == ["seed", "seed", "measure", "report", "report"]
+    assert [s for s, _, _ in pr] == ["seed", "seed", "measure", "report", "report", "report"]
     assert "--native" in pr[2][1] and pr[2][1][-2:] == ["--only", "x"]
+    assert pr[-1][1][4:] == ["job-summary", "--backend", "cuda", "--results", "results/bench/cuda", "--native",
+                             "--bisect-max", "0"]  # a pull request bisects nothing
     assert not any("--lasting" in argv and "import" in argv for _, argv, _ in pr)  # a PR never writes the store
