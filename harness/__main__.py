@@ -20,7 +20,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "detect": ("harness.runner", "print the backend this machine supports: cuda, rocm or cpu"),
     "health": ("harness.health", "GPU health check: a matmul and a compiled kernel on every device"),
     "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),
-    "image": ("harness.image", "bootstrap the base image and build the hash-tagged backend image"),
+    "image": ("harness.image_check", "build the hash-tagged backend image, --check it, --pin base images by digest"),
     "report": ("harness.report", "print the report of a results folder"),
     "repro": ("harness.repro", "print one command per failing test that reproduces it"),
     "merge": ("harness.merge", "merge the shards of a run (`run --shard I/N` folders) into one report"),

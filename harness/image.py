@@ -14,6 +14,7 @@ Terms:
              A backend without a lock does not build unless KILN_ALLOW_UNLOCKED=1 (then loudly unlocked).
   labels     kiln.inputs-hash, kiln.base-image, kiln.base-digest, kiln.base-id, kiln.lock-sha256: what
              `image --check` (harness/image_check.py) compares with the matrix and the tree.
+The `python -m harness image` command line lives in harness/image_check.py (it uses both modules).
   wheelhouse a folder of wheels the harness downloads with the host's pip (which reaches this
              machine's wheel cache) and hands to the build as `wheels/`, so the build needs no index.
   context    .kiln/build/<backend>/: Dockerfile, requirements-test.txt, lock.txt, wheels/.
@@ -34,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from harness import lock as lock_mod
-from harness import matrix as matrix_mod
 from harness.exc import DockerError, ImageError, MissingTool
 from harness.matrix import Backend
 from harness.settings import settings
@@ -447,59 +447,3 @@ def current_tag(backend: Backend, base_image: str | None = None) -> str:
     """The tag `build` would use now, without building: the bootstrapped base when it exists locally."""
     base = base_image or local_base(backend)
     return image_tag(backend, base, base_id=base_id_for_hash(backend, base))
-
-
-# ---- CLI: `python -m harness image {build,bootstrap,tag,inputs,lock} | --check | --pin` -----------------
-
-
-def cli_add_arguments(p: Any) -> None:
-    p.add_argument("action", nargs="?", choices=["build", "bootstrap", "tag", "inputs", "lock"],
-                   help="build: build if the hash tag is missing; bootstrap: make the base image; "
-                        "tag: print the hash tag; inputs: print what the hash covers; lock: write the backend's "
-                        "lock file with pip-compile under this Python (`nox -s lock` sets that up)")
-    p.add_argument("--check", action="store_true",
-                   help="say per backend whether the local image matches the matrix and the tree "
-                        "(tag hash, base digest, lock digest); exit 1 when one does not")
-    p.add_argument("--pin", action="store_true",
-                   help="pull each base image by its tag and write its digest into ci/matrix.json "
-                        "(base_digest) and the Dockerfile's BASE_IMAGE default; needs the registry")
-    p.add_argument("--strict", action="store_true",
-                   help="--check: a base image not pinned by digest fails the check (CI of the GPU images)")
-    p.add_argument("--backend", help="the backend (--check/--pin: default every backend of the matrix)")
-    p.add_argument("--base-image", help="build on this image instead of the pinned/bootstrapped one")
-    p.add_argument("--force", action="store_true", help="rebuild even when the tag exists")
-    p.add_argument("--bootstrap", action="store_true", default=None,
-                   help="bootstrap the base without trying to pull (also KILN_BOOTSTRAP=1)")
-
-
-def cli_main(args: Any) -> int:
-    """Bootstrap the base image, build the hash-tagged backend image, check it against the matrix."""
-    if args.check or args.pin:
-        if args.action:
-            raise ImageError(f"give either the action {args.action!r} or --check/--pin, not both")
-        from harness import image_check
-
-        return image_check.cli_check(args) if args.check else image_check.cli_pin(args)
-    if not args.action or not args.backend:
-        raise ImageError("give an action (build, bootstrap, tag, inputs, lock) and --backend B, or --check / --pin")
-    backend = matrix_mod.load().backend(args.backend)
-    if args.action == "lock":
-        state = lock_mod.write(backend)
-        print(f"{state.rel} {state.digest}")
-        return 0
-    if args.action == "inputs":
-        base = args.base_image or backend.base_ref
-        for name, text in image_inputs(backend, base).items():
-            print(f"== {name} ({hashlib.sha256(text.encode()).hexdigest()[:12]})")
-        print("== base_id (the base's local image id unless it is pinned by digest; `image tag` looks it up)")
-        return 0
-    require_docker()
-    if args.action == "tag":
-        print(current_tag(backend, args.base_image))
-        return 0
-    if args.action == "bootstrap":
-        print(bootstrap_base(backend, force=args.force))
-        return 0
-    img = build(backend, base_image=args.base_image, force=args.force, bootstrap=args.bootstrap)
-    print(img.tag)
-    return 0

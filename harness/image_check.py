@@ -1,5 +1,6 @@
-"""Does a local image match the matrix? (`python -m harness image --check`), and pinning base images by
-digest (`python -m harness image --pin`).
+"""Does a local image match the matrix? (`python -m harness image --check`), pinning base images by digest
+(`python -m harness image --pin`), and the `python -m harness image` command line (build, bootstrap, tag,
+inputs, lock; harness/image.py and harness/lock.py do the work).
 
 Check, per backend, one line: `ok`, `ok (warning: ...)` or `MISMATCH: reason; reason`. An image matches when
   - its lock file (docker/lock/<backend>.txt) exists and is current (made from today's pins);
@@ -17,6 +18,7 @@ Needs a machine that reaches the registry; nothing is invented where the pull fa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -221,3 +223,57 @@ def cli_pin(args: Any) -> int:
     if not failed:
         print("review and commit ci/matrix.json and the Dockerfiles; images rebuild on the pinned bases")
     return 1 if failed else 0
+
+
+# ---- CLI: `python -m harness image {build,bootstrap,tag,inputs,lock} | --check | --pin` -----------------
+
+
+def cli_add_arguments(p: Any) -> None:
+    p.add_argument("action", nargs="?", choices=["build", "bootstrap", "tag", "inputs", "lock"],
+                   help="build: build if the hash tag is missing; bootstrap: make the base image; "
+                        "tag: print the hash tag; inputs: print what the hash covers; lock: write the backend's "
+                        "lock file with pip-compile under this Python (`nox -s lock` sets that up)")
+    p.add_argument("--check", action="store_true",
+                   help="say per backend whether the local image matches the matrix and the tree "
+                        "(tag hash, base digest, lock digest); exit 1 when one does not")
+    p.add_argument("--pin", action="store_true",
+                   help="pull each base image by its tag and write its digest into ci/matrix.json "
+                        "(base_digest) and the Dockerfile's BASE_IMAGE default; needs the registry")
+    p.add_argument("--strict", action="store_true",
+                   help="--check: a base image not pinned by digest fails the check (CI of the GPU images)")
+    p.add_argument("--backend", help="the backend (--check/--pin: default every backend of the matrix)")
+    p.add_argument("--base-image", help="build on this image instead of the pinned/bootstrapped one")
+    p.add_argument("--force", action="store_true", help="rebuild even when the tag exists")
+    p.add_argument("--bootstrap", action="store_true", default=None,
+                   help="bootstrap the base without trying to pull (also KILN_BOOTSTRAP=1)")
+
+
+def cli_main(args: Any) -> int:
+    """Bootstrap the base image, build the hash-tagged backend image, check it against the matrix."""
+    if args.check or args.pin:
+        if args.action:
+            raise ImageError(f"give either the action {args.action!r} or --check/--pin, not both")
+        return cli_check(args) if args.check else cli_pin(args)
+    if not args.action or not args.backend:
+        raise ImageError("give an action (build, bootstrap, tag, inputs, lock) and --backend B, or --check / --pin")
+    backend = matrix_mod.load().backend(args.backend)
+    if args.action == "lock":
+        state = lock_mod.write(backend)
+        print(f"{state.rel} {state.digest}")
+        return 0
+    if args.action == "inputs":
+        base = args.base_image or backend.base_ref
+        for name, text in image.image_inputs(backend, base).items():
+            print(f"== {name} ({hashlib.sha256(text.encode()).hexdigest()[:12]})")
+        print("== base_id (the base's local image id unless it is pinned by digest; `image tag` looks it up)")
+        return 0
+    image.require_docker()
+    if args.action == "tag":
+        print(image.current_tag(backend, args.base_image))
+        return 0
+    if args.action == "bootstrap":
+        print(image.bootstrap_base(backend, force=args.force))
+        return 0
+    img = image.build(backend, base_image=args.base_image, force=args.force, bootstrap=args.bootstrap)
+    print(img.tag)
+    return 0

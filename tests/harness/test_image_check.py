@@ -93,7 +93,8 @@ def test_a_matching_image_is_ok(fake):
     v = image_check.check(_cpu(fake.root))
     assert v.ok and v.tag == tag
     line = v.line()
-    assert line.startswith(f"cpu: ok: {tag} (base kiln-base/debian:bookworm-minbase id sha256:111111111111, lock sha256:")
+    assert line.startswith(f"cpu: ok: {tag} (base kiln-base/debian:bookworm-minbase id sha256:111111111111, "
+                           "lock sha256:")
     assert "warning" not in line
 
 
@@ -114,10 +115,12 @@ def test_no_image_and_a_stale_image_are_mismatches(fake):
 def test_labels_that_disagree_are_a_mismatch(fake):
     tag = _build_cpu(fake, **{"kiln.lock-sha256": "sha256:" + "99" * 32})
     v = image_check.check(_cpu(fake.root))
-    assert v.line() == (f"cpu: MISMATCH: {tag} was built with lock sha256:999999999999, the tree says "
-                        f"{image_check.short(image.image_labels(_cpu(fake.root), tag, '', None, fake.root)['kiln.lock-sha256'])}")
+    now = image.lock_mod.file_digest(fake.root / "docker/lock/cpu.txt")
+    want = f"cpu: MISMATCH: {tag} was built with lock sha256:999999999999, the tree says {image_check.short(now)}"
+    assert v.line() == want
     fake.images[tag]["labels"].pop("kiln.lock-sha256")
-    assert "has no kiln.lock-sha256 label (built before images were locked)" in image_check.check(_cpu(fake.root)).line()
+    line = image_check.check(_cpu(fake.root)).line()
+    assert "has no kiln.lock-sha256 label (built before images were locked)" in line
 
 
 def test_missing_or_stale_lock_fails_the_check(fake):
@@ -132,10 +135,10 @@ def test_missing_or_stale_lock_fails_the_check(fake):
 
 def test_unpinned_base_warns_and_fails_under_strict(fake):
     cuda = matrix.load(fake.root / "ci/matrix.json").backend("cuda")
-    (fake.root / "docker/lock/cuda.txt").write_text(
-        (fake.root / "docker/lock/cpu.txt").read_text().replace(
-            *[ln for ln in (fake.root / "docker/lock/cpu.txt").read_text().splitlines() if ln.startswith("# kiln-lock-inputs")],
-            f"# kiln-lock-inputs: {image.lock_mod.inputs_digest(cuda, fake.root)}"))
+    text = (fake.root / "docker/lock/cpu.txt").read_text()  # a current lock for cuda: its inputs in the header
+    header = next(ln for ln in text.splitlines() if ln.startswith("# kiln-lock-inputs"))
+    current = f"# kiln-lock-inputs: {image.lock_mod.inputs_digest(cuda, fake.root)}"
+    (fake.root / "docker/lock/cuda.txt").write_text(text.replace(header, current))
     fake.images[cuda.base_image] = {"id": "sha256:" + "33" * 32}
     base_id = image.base_id_for_hash(cuda, cuda.base_image)
     tag = image.image_tag(cuda, cuda.base_image, fake.root, base_id)
@@ -159,7 +162,8 @@ def test_pin_writes_the_digest_into_the_matrix_and_the_dockerfile(fake):
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
     assert changed == [('      "base_digest": null,', f'      "base_digest": "{DIGEST}",')]  # layout kept
     pinned = matrix.load(fake.root / "ci/matrix.json").backend("cuda")
-    assert pinned.base_digest == DIGEST and matrix.load(fake.root / "ci/matrix.json").backend("rocm").base_digest is None
+    assert pinned.base_digest == DIGEST
+    assert matrix.load(fake.root / "ci/matrix.json").backend("rocm").base_digest is None
     assert f"ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04@{DIGEST}\n" in \
         (fake.root / "docker/cuda.Dockerfile").read_text()
     assert image.unpinned_warning(pinned, pinned.base_ref) is None
