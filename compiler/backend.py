@@ -45,15 +45,38 @@ class CompileState:
     gm: fx.GraphModule
     name: str
     role: str = "inference"  # AOTAutograd's: inference, forward or backward; "subgraph" for torch.cond branches
+    example_inputs: Optional[list] = None  # what AOTAutograd passed (FakeTensors with the inputs' real strides)
     program: Optional[Program] = None
     schedule: Optional[Schedule] = None
     wrapper: Optional[Wrapper] = None
     subgraphs: list[CompiledGraph] = dataclasses.field(default_factory=list)
 
 
+def input_strides_pass(st: CompileState) -> None:
+    if st.example_inputs is not None:
+        fx_passes.adopt_input_strides(st.gm, st.example_inputs)
+
+
 def conv_layout_pass(st: CompileState) -> None:
-    if st.role == "inference":  # a training graph's saved activations are read by a backward traced NCHW
+    if st.role in ("inference", "backward"):
         fx_passes.convs_channels_last(st.gm)
+    elif st.role == "forward":  # saved activations may stay NHWC: the backward adopts their strides
+        saved = _saved_outputs(len(fx_passes.graph_outputs(st.gm)))
+        if saved is not None:
+            fx_passes.convs_channels_last(st.gm, free_outputs=saved)
+
+
+def _saved_outputs(n_outputs: int) -> Optional[frozenset[int]]:
+    """Positions among the ``n_outputs`` outputs of the training forward being compiled that only its backward
+    reads (AOTAutograd's ``tensors_saved_for_backwards_slice``), or None when its metadata is not at hand."""
+    import torch
+
+    ctx = torch._guards.TracingContext.try_get()
+    try:
+        saved = ctx.fw_metadata.tensors_saved_for_backwards_slice
+    except (AttributeError, AssertionError, TypeError):  # no context or metadata, or counts not set yet
+        return None
+    return frozenset(range(n_outputs)[saved]) if isinstance(saved, slice) else None
 
 
 def mm_layout_pass(st: CompileState) -> None:
@@ -114,8 +137,10 @@ class Pass(NamedTuple):
 
 #: the pipeline, in order
 PASSES: list[Pass] = [
-    Pass("conv_layout", "inference graphs of fp16/bf16 GPU convolutions run channels-last (cuDNN's NHWC kernels, "
-         "no transposes around each convolution)", conv_layout_pass),
+    Pass("input_strides", "inputs laid out otherwise than traced (a backward's channels-last saved activations) "
+         "are traced again with their real strides: kernels index inputs by them", input_strides_pass),
+    Pass("conv_layout", "fp16/bf16 GPU convolutions, forward and backward, run channels-last (cuDNN's NHWC "
+         "kernels, no transposes around each convolution)", conv_layout_pass),
     Pass("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
          "says it pays: cuBLAS's aligned kernels", mm_layout_pass),
     Pass("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass,
@@ -151,14 +176,15 @@ def run_pass(st: CompileState, p: Pass) -> None:
         raise InvariantError(f"after kiln pass '{p.name}' on {st.name}: {detail}") from e
 
 
-def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference") -> CompiledGraph:
+def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference",
+                  example_inputs: Optional[list] = None) -> CompiledGraph:
     """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
-    st = CompileState(gm, name, role)
+    st = CompileState(gm, name, role, list(example_inputs) if example_inputs is not None else None)
     for p in PASSES:
         run_pass(st, p)
     kernels = st.schedule.kernels
     return CompiledGraph(name, st.wrapper.module, {ks.name: ks.source for ks in kernels}, len(kernels),
-                         st.schedule.extern_count(), list(st.program.fallbacks), st.subgraphs)
+                         st.schedule.extern_count(), list(st.program.fallbacks), st.subgraphs, aten_graph=gm)
 
 
 _graph_ids = itertools.count()
@@ -177,8 +203,9 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     name = f"graph_{next(_graph_ids)}"
     strict = config.settings().strict
     facts = _cudagraph_facts(gm, example_inputs, role) if config.settings().cudagraphs else None
+    outputs_before = [n.meta.get("val") if isinstance(n, fx.Node) else n for n in fx_passes.graph_outputs(gm)]
     try:
-        cg = compile_graph(gm, name, role)
+        cg = compile_graph(gm, name, role, example_inputs)
     except Exception as e:
         if strict:
             raise
@@ -186,6 +213,8 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
         reason = FallbackReason("graph_compile_error", name, f"{type(e).__name__}: {e}")
         cg = CompiledGraph(name, gm, {}, 0, 0, [reason])
     record(cg)
+    if role == "forward":
+        _report_output_strides(fx_passes.moved_output_strides(outputs_before, gm))
     log.debug("kiln compiled %s:\n%s", name, cg.code)
     # call forward directly: a wrapper has no module hooks, and nn.Module.__call__ costs microseconds a call
     state = {"fn": cg.wrapper.forward, "verified": cg.wrapper is gm}
@@ -216,6 +245,18 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
 
     run_graphs._boxed_call = True
     return run_graphs
+
+
+def _report_output_strides(strides: Optional[list]) -> None:
+    """Tell AOTAutograd the strides of a forward's outputs whose layout the passes changed (its saved
+    activations, channels-last): it compiles the backward with example inputs of those strides, as it does for
+    Inductor's layout optimization."""
+    import torch
+
+    ctx = torch._guards.TracingContext.try_get()
+    if strides is None or ctx is None or getattr(ctx, "output_strides", None) is None:
+        return
+    ctx.output_strides.extend(strides)
 
 
 def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Optional[GraphFacts]:

@@ -30,6 +30,8 @@ class CompiledGraph:
     subgraphs: list["CompiledGraph"] = dataclasses.field(default_factory=list)
     #: the ``CudaGraphRunner`` when the graph runs through CUDA graphs (its ``stats`` count replays), else None
     cudagraphs: Any = None
+    #: the ATen graph as kiln lowered it (after the FX rewrites: layouts, adopted input strides)
+    aten_graph: Any = None
 
     @property
     def kernel_count(self) -> int:

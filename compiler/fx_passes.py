@@ -13,10 +13,12 @@ Terms:
 - *channels-last*: NHWC strides for 4-D activations. cuDNN runs fp16/bf16 convolutions in NHWC; given NCHW
   tensors it transposes in and out around every convolution (ResNet-50: 67 transposes, 0.6 ms a step).
   Converting the graph's convolution inputs and weights once makes every activation NHWC, since ATen's
-  convolutions and kiln's kernels keep the layout of their inputs.
+  convolutions and kiln's kernels keep the layout of their inputs. In training, the forward's saved
+  activations stay NHWC: the forward reports their strides to AOTAutograd (``moved_output_strides``), the
+  backward adopts them (``adopt_input_strides``) and runs its ``convolution_backward`` ops NHWC too.
 
 Both rewrites recompute the FX metadata (FakeTensors) of what they change, and keep every graph output in
-the layout eager gave it.
+the layout eager gave it (a training forward's saved activations excepted).
 """
 
 from __future__ import annotations
@@ -86,6 +88,79 @@ def _like(val: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
         return torch.empty(val.shape, dtype=val.dtype, device=val.device, memory_format=fmt)
 
 
+def graph_outputs(gm: fx.GraphModule) -> list[Any]:
+    """The graph's outputs in order (nodes, or constants such as None), as a new list."""
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _set_graph_outputs(gm: fx.GraphModule, outs: list[Any]) -> None:
+    node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    old = node.args[0]
+    node.args = (type(old)(outs) if isinstance(old, (list, tuple)) else outs[0],) + tuple(node.args[1:])
+
+
+def moved_output_strides(before: list[Any], gm: fx.GraphModule) -> Optional[list[Optional[tuple[int, ...]]]]:
+    """Per graph output, its new strides where a rewrite changed its layout from ``before`` (the outputs'
+    FakeTensors before the passes), else None; None when no output moved. This is what a forward reports to
+    AOTAutograd (``TracingContext.output_strides``), which then compiles the backward against the saved
+    activations' real layout."""
+    strides: list[Optional[tuple[int, ...]]] = []
+    for old, node in zip(before, graph_outputs(gm)):
+        new = _val(node)
+        moved = (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and _static(*new.stride())
+                 and not _same_strides(old, new))
+        strides.append(tuple(int(s) for s in new.stride()) if moved else None)
+    return strides if any(s is not None for s in strides) else None
+
+
+def adopt_input_strides(gm: fx.GraphModule, example_inputs: list[Any]) -> int:
+    """Trace the graph against the strides its inputs really have, where they differ from the traced ones.
+
+    A backward's saved activations arrive laid out as its forward made them (channels-last, see
+    ``convs_channels_last``), and AOTAutograd hands the backward compiler example inputs with those strides
+    while the graph's placeholders still carry the traced ones. Kernels index inputs by the placeholders'
+    strides, so they are replaced and every FakeTensor downstream recomputed (graph outputs keep their
+    layout). Where an op rejects the new layout, the graph instead copies each such input into its traced
+    layout first (always correct, one copy each). Returns the number of placeholders whose strides changed.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    moved: list[tuple[fx.Node, torch.Tensor, torch.Tensor]] = []
+    for ph, ex in zip(placeholders, example_inputs):
+        val = ph.meta.get("val")
+        if not (isinstance(val, torch.Tensor) and isinstance(ex, torch.Tensor)) or val.dim() != ex.dim():
+            continue
+        if _static(*val.shape, *val.stride(), *ex.stride()) and tuple(val.stride()) != tuple(ex.stride()):
+            with val.fake_mode:
+                real = torch.empty_strided(val.shape, tuple(int(s) for s in ex.stride()), dtype=val.dtype,
+                                           device=val.device)
+            moved.append((ph, val, real))
+    if not moved:
+        return 0
+    rw = Rewrite(gm, moved[0][1].fake_mode)
+    for ph, _, real in moved:
+        ph.meta["val"] = real
+    if rw.commit(changed=True):
+        return len(moved)
+    for ph, traced, real in moved:  # rolled back: every consumer reads a copy in the traced layout
+        ph.meta["val"] = real
+        users = list(ph.users)
+        with gm.graph.inserting_after(ph):
+            empty = gm.graph.call_function(aten.empty_strided.default, (
+                list(traced.shape), list(traced.stride())), {"dtype": traced.dtype, "device": traced.device})
+        with gm.graph.inserting_after(empty):
+            copy = gm.graph.call_function(aten.copy.default, (empty, ph))
+        with traced.fake_mode:
+            empty.meta["val"] = torch.empty_strided(traced.shape, traced.stride(), dtype=traced.dtype,
+                                                    device=traced.device)
+        copy.meta["val"] = traced
+        for u in users:
+            u.replace_input_with(ph, copy)
+    gm.graph.lint()
+    gm.recompile()
+    return len(moved)
+
+
 class Rewrite:
     """One pass's edits of a graph, made whole or not at all.
 
@@ -96,8 +171,9 @@ class Rewrite:
     When an op rejects the new layout (a ``view`` that cannot be expressed on it) the graph is restored.
     """
 
-    def __init__(self, gm: fx.GraphModule, mode: Any):
+    def __init__(self, gm: fx.GraphModule, mode: Any, free_outputs: frozenset[int] = frozenset()):
         self.gm, self.graph, self.mode = gm, gm.graph, mode
+        self.free_outputs = free_outputs  # output positions whose layout may change (saved for a backward)
         self.out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
         self.saved = {n: n.meta.get("val") for n in gm.graph.nodes}
         self.added: list[fx.Node] = []
@@ -112,10 +188,12 @@ class Rewrite:
         old.replace_all_uses_with(new)
         self.replaced.append((old, new))
 
-    def commit(self) -> bool:
+    def commit(self, changed: bool = False) -> bool:
+        """Apply the edits (``changed``: placeholders' FakeTensors were replaced, even with no node added);
+        False when there was nothing to do or the graph was rolled back."""
         from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-        if not self.added:
+        if not self.added and not changed:
             return False
         try:
             inputs = [n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"]
@@ -128,19 +206,26 @@ class Rewrite:
         for old, new in self.replaced:
             before[new] = self.saved[old]
             self.graph.erase_node(old)
-        for arg in list(self.out_node.all_input_nodes):
-            if arg in before:
-                self._keep_layout(arg, before[arg])
+        outs = graph_outputs(self.gm)
+        restored: dict[fx.Node, fx.Node] = {}
+        for i, arg in enumerate(outs):
+            if i in self.free_outputs or not isinstance(arg, fx.Node) or arg not in before:
+                continue
+            if arg not in restored:
+                restored[arg] = self._keep_layout(arg, before[arg])
+            outs[i] = restored[arg]
+        _set_graph_outputs(self.gm, outs)
         self.graph.lint()
         self.gm.recompile()
         return True
 
-    def _keep_layout(self, arg: fx.Node, old_val: Any) -> None:
+    def _keep_layout(self, arg: fx.Node, old_val: Any) -> fx.Node:
+        """``arg`` itself when its layout did not move, else a copy of it laid out as ``old_val``."""
         new_val = _val(arg)
         if not (isinstance(old_val, torch.Tensor) and isinstance(new_val, torch.Tensor)):
-            return
+            return arg
         if _same_strides(old_val, new_val):
-            return
+            return arg
         kwargs = {}
         for fmt in (torch.contiguous_format, torch.channels_last):  # so that ATen running the graph agrees
             if _same_strides(old_val, _like(old_val, fmt)):
@@ -149,7 +234,7 @@ class Rewrite:
         with self.graph.inserting_before(self.out_node):
             copy = self.graph.call_function(aten.clone.default, (arg,), kwargs)
         copy.meta["val"] = old_val  # kiln realizes a graph output with its FakeTensor's strides, dense or not
-        self.out_node.replace_input_with(arg, copy)
+        return copy
 
     def rollback(self) -> None:
         for old, new in reversed(self.replaced):
@@ -335,26 +420,34 @@ def matmul_layouts(gm: fx.GraphModule) -> int:
 
 
 # ---------------------------------------------------------------------------------------- channels-last
+#: convolution ops -> positions of their 4-D tensor operands that run channels-last (activation, weight and, for
+#: the backward, the output gradient)
+CONV_OPERANDS: dict[Any, tuple[int, ...]] = {
+    aten.convolution.default: (0, 1),
+    aten.convolution_backward.default: (0, 1, 2),
+}
+
+
 def _wants_channels_last(gm: fx.GraphModule, anywhere: bool) -> list[fx.Node]:
-    """The convolutions of a graph that should run channels-last: all 2-D, floating point and, unless
-    ``anywhere``, fp16/bf16 on a GPU (where cuDNN prefers NHWC). [] when any convolution is not."""
-    convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is aten.convolution.default]
+    """The convolutions (forward and backward) of a graph that should run channels-last: all 2-D, floating
+    point and, unless ``anywhere``, fp16/bf16 on a GPU (where cuDNN prefers NHWC). [] when any is not."""
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in CONV_OPERANDS]
     for c in convs:
-        x, w = _val(c.args[0]), _val(c.args[1])
-        if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or x.dim() != 4:
-            return []
-        if not _static(*x.shape, *w.shape):  # layouts of symbolic shapes would need guards
-            return []
-        if not x.dtype.is_floating_point:
-            return []
-        if not anywhere and (x.dtype not in (torch.float16, torch.bfloat16) or x.device.type != "cuda"):
-            return []
+        for i in CONV_OPERANDS[c.target]:
+            x = _val(c.args[i])
+            if not isinstance(x, torch.Tensor) or x.dim() != 4 or not _static(*x.shape):
+                return []  # layouts of symbolic shapes would need guards
+            if not x.dtype.is_floating_point:
+                return []
+            if not anywhere and (x.dtype not in (torch.float16, torch.bfloat16) or x.device.type != "cuda"):
+                return []
     return convs
 
 
-def convs_channels_last(gm: fx.GraphModule) -> int:
-    """Run an inference graph's convolutions channels-last (module docstring); returns the copies inserted
-    (0: the graph is unchanged)."""
+def convs_channels_last(gm: fx.GraphModule, free_outputs: frozenset[int] = frozenset()) -> int:
+    """Run a graph's convolutions channels-last (module docstring); returns the copies inserted (0: the graph
+    is unchanged). Graph outputs keep their layout, except those at ``free_outputs`` (a training forward's
+    saved activations: its backward is compiled against the layout they get, see ``moved_output_strides``)."""
     mode = config.settings().conv_layout
     if mode == "off" or (mode == "auto" and config.interpreting()):
         return 0
@@ -362,15 +455,15 @@ def convs_channels_last(gm: fx.GraphModule) -> int:
     fake = _fake_mode(gm)
     if not convs or fake is None:
         return 0
-    rw = Rewrite(gm, fake)
+    rw = Rewrite(gm, fake, free_outputs)
     for conv in convs:
-        for i in (0, 1):  # the activation and the weight
+        for i in CONV_OPERANDS[conv.target]:
             arg = conv.args[i]
             if _same_strides(_val(arg), _like(_val(arg), torch.channels_last)):
                 continue
             with gm.graph.inserting_before(conv):
                 cl = rw.node(aten.clone.default, (arg,), {"memory_format": torch.channels_last})
-            conv.replace_input_with(arg, cl)
+            conv.update_arg(i, cl)
     if not rw.commit():
         return 0
     kept = 0

@@ -7,6 +7,7 @@ the ``pad``/``contiguous``/``always`` modes force the rewrites that ``bench``/``
 
 import pytest
 import torch
+import torch.fx as fx
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -205,18 +206,60 @@ def test_auto_layout_converts_bf16_gpu_convolutions():
         assert fx_passes.convs_channels_last(gm) == 3
 
 
-def test_training_graphs_keep_their_layout(device, no_tf32):
-    """Saved activations are read by a backward traced against NCHW strides: only inference graphs move."""
-    x, w1, w2, scale = _block_args(device)
-    w1.requires_grad_()
+def _nhwc(t: torch.Tensor) -> bool:
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+def test_training_graphs_run_channels_last_end_to_end(device, no_tf32):
+    """The forward saves its activations NHWC and reports their strides; the backward adopts them and runs its
+    convolution_backward ops NHWC; outputs, gradients and their strides match eager's."""
+    args = _block_args(device)
+    x, w1, w2 = (t.requires_grad_() for t in args[:3])
     with compiler.config.patch(conv_layout="always", strict=True), compiler.capture() as graphs:
-        out = torch.compile(_block, backend="kiln")(x, w1, w2, scale)
-        (out[0].sum() + out[1].sum()).backward()
-    ref_w = w1.detach().clone().requires_grad_()
-    ref = _block(x, ref_w, w2, scale)
-    (ref[0].sum() + ref[1].sum()).backward()
-    torch.testing.assert_close(w1.grad, ref_w.grad, rtol=1e-4, atol=1e-4)
-    assert "channels_last" not in "".join(g.code for g in graphs)
+        out = torch.compile(_block, backend="kiln")(*args)
+        (out[0].sum() + out[1].square().sum()).backward()
+    got = [t.grad for t in (x, w1, w2)]
+    refs = [t.detach().clone().requires_grad_() for t in (x, w1, w2)]
+    ref = _block(*refs, args[3])
+    (ref[0].sum() + ref[1].square().sum()).backward()
+    for g, r in zip(list(out) + got, list(ref) + [t.grad for t in refs]):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+        assert g.stride() == r.stride()
+    fw, bw = graphs
+    saved = [n.meta["val"] for n in fx_passes.graph_outputs(fw.aten_graph)[2:] if isinstance(n, fx.Node)]
+    assert any(_nhwc(v) for v in saved), "no activation was saved channels-last"
+    bw_inputs = [n for n in bw.aten_graph.graph.nodes if n.op == "placeholder"]
+    assert any(_nhwc(n.meta["val"]) for n in bw_inputs), "the backward did not adopt the saved layout"
+    conv_bw = [n for n in bw.aten_graph.graph.nodes if n.target is aten.convolution_backward.default]
+    assert len(conv_bw) == 2 and all(_nhwc(n.args[1].meta["val"]) for n in conv_bw)
+
+
+def test_adopt_input_strides_retraces_and_keeps_outputs():
+    gm = make_fx(lambda x: ((x * 2).relu(), x.sum((2, 3))), tracing_mode="fake")(torch.randn(2, 3, 4, 5))
+    before = [v.stride() for v in output_vals(gm)]
+    fake = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"]
+    with fake.fake_mode:
+        real = torch.empty_strided(fake.shape, (60, 1, 15, 3))
+    assert fx_passes.adopt_input_strides(gm, [real]) == 1
+    mul = next(n for n in gm.graph.nodes if n.target is aten.mul.Tensor)
+    assert mul.meta["val"].stride() == (60, 1, 15, 3)
+    assert [v.stride() for v in output_vals(gm)] == before
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    got = gm(x)
+    torch.testing.assert_close(got[0], (x * 2).relu())
+    assert got[0].stride() == before[0]
+    assert fx_passes.adopt_input_strides(gm, [real]) == 0  # nothing left to adopt
+
+
+def test_adopt_input_strides_copies_where_a_view_rejects_the_layout():
+    gm = make_fx(lambda x: x.view(2, -1) * 3, tracing_mode="fake")(torch.randn(2, 3, 4, 5))
+    fake = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"]
+    with fake.fake_mode:
+        real = torch.empty_strided(fake.shape, (60, 1, 15, 3))
+    assert fx_passes.adopt_input_strides(gm, [real]) == 1
+    assert aten.copy.default in targets(gm)
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    torch.testing.assert_close(gm(x), x.reshape(2, -1) * 3)
 
 
 @pytest.mark.parametrize("name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc")])

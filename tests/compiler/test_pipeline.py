@@ -19,9 +19,10 @@ def run(fn, *args, dynamic=False):
 
 def test_passes_are_named_and_explained():
     names = [p.name for p in PASSES]
-    assert names == ["conv_layout", "mm_layout", "lower", "schedule", "render", "wrap", "precompile", "dump"]
+    assert names == ["input_strides", "conv_layout", "mm_layout", "lower", "schedule", "render", "wrap",
+                     "precompile", "dump"]
     assert all(p.why for p in PASSES)
-    assert [p.makes for p in PASSES] == [None, None, "program", "schedule", "schedule", "wrapper", None, None]
+    assert [p.makes for p in PASSES] == [None, None, None, "program", "schedule", "schedule", "wrapper", None, None]
 
 
 def test_relu_chain_is_one_kernel(device):
