@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -52,6 +52,8 @@ for stage in "$@"; do
               echo "sharded: exit $?"; kill $smi
               python3 -m harness report "$OUT/shards2" --check
               python3 ci/smi_overlap.py "$OUT/smi.csv"; } > "$OUT/$stage.log" 2>&1 ;;
+    sweep) # launch configs of real steps' reduction kernels: the heuristic's against the best measured
+            timeout 400 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

@@ -172,6 +172,27 @@ def walk(expr: KExpr):
             stack.extend(e for _, e in reversed(node.indirect))
 
 
+def address_steps(index: sympy.Expr, a: sympy.Symbol, b: sympy.Symbol,
+                  point: Optional[dict] = None) -> tuple[Optional[int], Optional[int]]:
+    """Address steps of ``index`` when ``a`` grows by one and when ``b`` does, evaluated at a sample point:
+    ``a`` = 3, ``b`` = 5, the symbols of ``point`` as given, every other symbol (a size) a large sample value.
+    Evaluating sees through the floor divisions and modulos of views (``(768*r + x) // 768 % 197``), which
+    ``coeff`` cannot. (None, None) where the index does not evaluate to a number."""
+    point = dict(point or {})
+    others = sorted((s for s in index.free_symbols if s not in (a, b) and s not in point), key=lambda s: s.name)
+    point.update({s: 1024 + 16 * i for i, s in enumerate(others)})
+    point[a], point[b] = 3, 5
+
+    def at(da: int = 0, db: int = 0) -> Optional[int]:
+        v = index.subs({**point, a: point[a] + da, b: point[b] + db})
+        return int(v) if v.is_number else None
+
+    base, step_a, step_b = at(), at(da=1), at(db=1)
+    if base is None or step_a is None or step_b is None:
+        return None, None
+    return step_a - base, step_b - base
+
+
 def loads(expr: KExpr) -> list[Load]:
     """All loads in the DAG, in a deterministic order."""
     return [n for n in walk(expr) if isinstance(n, Load)]

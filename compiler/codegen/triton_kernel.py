@@ -20,7 +20,7 @@ import torch
 
 from ..exc import CodegenError
 from ..ir import Reduction
-from ..kexpr import Const, IndexValue, KExpr, Load, Op, fold_condition, kexpr_equal, loads
+from ..kexpr import Const, IndexValue, KExpr, Load, Op, address_steps, fold_condition, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
 from .ops_table import HELPERS, cast, render_op, tl_dtype
 from .printer import _lit, _raw, pexpr, pfloat
@@ -268,13 +268,20 @@ class KernelRenderer:
 
     def render_mixed(self, lines: list[str]) -> None:
         """A row kernel that also sums columns: each program loops over its ``row_chunk`` rows, ``XBLOCK`` at a
-        time (whole rows in registers), and stores per-column partial sums (see Scheduler.mix_column_partials)."""
+        time (whole rows in registers), and stores per-column partial sums (see Scheduler.mix_column_partials).
+        Each step adds its ``XBLOCK`` rows' column sums to a one-row accumulator: a full ``XBLOCK x RBLOCK``
+        accumulator per partial held a whole extra tile in registers (a LayerNorm backward's two partials made
+        ptxas spill at 4 rows x 1024 columns on sm_90)."""
         g = self.group
         top = Scope(self, "x", lines, "    ")
         top.line(f"pid = tl.program_id(0).to({self.index_dtype})")
         top.line("rindex = tl.arange(0, RBLOCK)[None, :]")
         top.line("rmask = rindex < rnumel")
-        accs = [self._acc_init(top, p) for p in g.partials]  # a partial's definition is its column sum
+        accs = []
+        for p in g.partials:  # a partial's definition is its column sum
+            acc = self.new_var()
+            top.line(f"{acc} = tl.full([1, RBLOCK], 0, {tl_dtype(p.buf.definition.src_dtype)})")
+            accs.append(acc)
         top.line(f"for xsub in range(0, {g.row_chunk}, XBLOCK):")
         xs = Scope(self, "x", lines, "        ")
         xs.line("xlocal = xsub + tl.arange(0, XBLOCK)[:, None]")
@@ -283,9 +290,12 @@ class KernelRenderer:
         xs.line("xrmask = xmask & rmask")
         xr = self._persistent(xs)
         for p, acc in zip(g.partials, accs):
-            self._acc_update(xr, p, acc, xr.emit(p.value))
+            src = tl_dtype(p.buf.definition.src_dtype)
+            v = xr.emit(p.value)
+            xr.line(f"{acc} = {acc} + tl.sum(tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({src}), 0), "
+                    "0)[None, :]")
         for p, acc in zip(g.partials, accs):
-            top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, tl.sum({acc}, 0)[None, :], rmask)")
+            top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, {acc}, rmask)")
 
     def _persistent(self, xs: Scope) -> Scope:
         xr = Scope(self, "xr", xs.lines, xs.indent, parent=xs)
@@ -559,7 +569,7 @@ class KernelRenderer:
             for ld in loads(m.value):
                 if ld.indirect:
                     continue
-                step_x, step_r = _steps(ld.index)
+                step_x, step_r = address_steps(ld.index, XINDEX, RINDEX)
                 if not step_x or not step_r:
                     continue  # a vector broadcast along rows or along the reduction: no say in the tiling
                 if step_r == 1:
@@ -567,25 +577,6 @@ class KernelRenderer:
                 elif step_x == 1:
                     votes += 1
         return "outer" if votes > 0 else "inner"
-
-
-def _steps(index: sympy.Expr) -> tuple:
-    """(address step for xindex+1, for rindex+1) at a sample point, or None where it cannot be evaluated."""
-    syms = sorted((s for s in index.free_symbols if s not in (XINDEX, RINDEX)), key=lambda s: s.name)
-    sample = {s: 1024 + 16 * i for i, s in enumerate(syms)}
-    base = {**sample, XINDEX: 3, RINDEX: 5}
-
-    def at(**delta) -> object:
-        point = dict(base)
-        point[XINDEX] += delta.get("x", 0)
-        point[RINDEX] += delta.get("r", 0)
-        v = index.subs(point)
-        return int(v) if v.is_number else None
-
-    a, bx, br = at(), at(x=1), at(r=1)
-    if a is None or bx is None or br is None:
-        return None, None
-    return bx - a, br - a
 
 
 def render_group(group: KernelGroup, buffer_dtypes: dict[str, torch.dtype], index_dtype: str) -> KernelSource:

@@ -93,18 +93,22 @@ def _split_count(out_ranges, red_ranges, rtype: str, outer: bool) -> int:
 
 
 def _is_outer(fn, out_ranges, red_ranges) -> bool:
-    """True when the reduced elements of a row are far apart and neighbouring rows are adjacent."""
-    from ..kexpr import loads
+    """True when the reduced elements of a row are far apart and neighbouring rows are adjacent (the address
+    steps of each load, evaluated as the renderer's ``reduction_hint`` does: views put floor divisions and
+    modulos into indices, and a column sum through a reshape was taken for a row sum and never split)."""
+    from ..kexpr import address_steps, loads
     idx = [sympy.Symbol(f"o{i}", integer=True, nonnegative=True) for i in range(len(out_ranges))]
     ridx = [sympy.Symbol(f"q{i}", integer=True, nonnegative=True) for i in range(len(red_ranges))]
     if not idx or not ridx:
         return False
+    others = {s: 0 for s in idx[:-1] + ridx[:-1]}
     votes = 0
     for ld in loads(fn(idx, ridx)):
-        e = sympy.expand(ld.index)
-        cx, cr = e.coeff(idx[-1]), e.coeff(ridx[-1])
-        if cx == 0 or cr == 0:
-            continue  # broadcast along rows or along the reduction: no say in the tiling
+        if ld.indirect:
+            continue
+        cx, cr = address_steps(ld.index, idx[-1], ridx[-1], others)
+        if not cx or not cr:
+            continue  # broadcast along rows or along the reduction (or not evaluable): no say in the tiling
         if cr == 1:
             votes -= 1
         elif cx == 1:

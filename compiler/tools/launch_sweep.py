@@ -1,0 +1,173 @@
+"""Launch configs of a real step's reduction kernels, measured: `python -m compiler.tools.launch_sweep`.
+
+kiln picks block sizes and warps by heuristics (``runtime/launcher.py``), not by autotuning. This tool is the
+evidence for those heuristics: it compiles a training step under kiln on a GPU, records the arguments of each
+reduction kernel's first launch, and times each kernel (``triton.testing.do_bench``, median) under the
+heuristic's config and under alternatives (rows per program ``XBLOCK`` and ``num_warps``; column reductions
+also ``RBLOCK``). One row per kernel: its *tile loads* (full-tile ``tl.load`` calls, the register-pressure
+proxy the heuristic reads), the heuristic's config and time, the best config and time.
+
+Cases (``--case``): ``vit`` (a ViT-B block: LayerNorm, fused-QKV attention, GELU MLP; batch 32 x 197 tokens,
+bf16 autocast, forward + backward), ``resnet`` (a ResNet-50 bottleneck stage, channels-last, bf16 autocast,
+forward + backward), ``bert`` (a BERT-base layer, bf16 inference). Kernels whose heuristic time is below
+``--min-us`` are listed without sweeping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class _VitBlock(nn.Module):
+    def __init__(self, d: int = 768, h: int = 12) -> None:
+        super().__init__()
+        self.h = h
+        self.n1, self.n2 = nn.LayerNorm(d, eps=1e-6), nn.LayerNorm(d, eps=1e-6)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(self.n1(x)).reshape(b, n, 3, self.h, c // self.h).permute(2, 0, 3, 1, 4).unbind(0)
+        x = x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c))
+        return x + self.fc2(F.gelu(self.fc1(self.n2(x))))
+
+
+class _Bottleneck(nn.Module):
+    def __init__(self, c: int = 256, mid: int = 64) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(c, mid, 1, bias=False), nn.BatchNorm2d(mid)
+        self.c2, self.b2 = nn.Conv2d(mid, mid, 3, padding=1, bias=False), nn.BatchNorm2d(mid)
+        self.c3, self.b3 = nn.Conv2d(mid, c, 1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.b1(self.c1(x)))
+        y = F.relu(self.b2(self.c2(y)))
+        return F.relu(self.b3(self.c3(y)) + x)
+
+
+def _train_step(model: nn.Module, x: torch.Tensor) -> Callable[[], Any]:
+    f = torch.compile(model, backend="kiln")
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = f(x)
+        y.float().square().mean().backward()
+    return step
+
+
+def build_case(name: str) -> Callable[[], Any]:
+    """A step function for ``name`` (module docstring), on the GPU, not yet run."""
+    torch.manual_seed(0)
+    if name == "vit":
+        model = nn.Sequential(_VitBlock(), _VitBlock()).cuda()
+        return _train_step(model, torch.randn(32, 197, 768, device="cuda", requires_grad=True))
+    if name == "resnet":
+        model = nn.Sequential(_Bottleneck(), _Bottleneck()).cuda().to(memory_format=torch.channels_last)
+        return _train_step(model, torch.randn(32, 256, 56, 56, device="cuda").to(memory_format=torch.channels_last))
+    if name == "bert":
+        import transformers
+        cfg = transformers.BertConfig(num_hidden_layers=2)
+        model = transformers.AutoModel.from_config(cfg).cuda().to(torch.bfloat16).eval()
+        ids = torch.randint(0, 1000, (8, 256), device="cuda")
+        f = torch.compile(model, backend="kiln")
+
+        def step() -> None:
+            with torch.no_grad():
+                f(input_ids=ids)
+        return step
+    raise SystemExit(f"launch_sweep: unknown case {name!r} (vit, resnet, bert)")
+
+
+def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, Any]]:
+    """Alternatives to ``cfg``: rows per program and warps around it (and chunk rows for column reductions)."""
+    out = []
+    xs = sorted({max(1, cfg["XBLOCK"] // 4), max(1, cfg["XBLOCK"] // 2), cfg["XBLOCK"], cfg["XBLOCK"] * 2})
+    rs = [cfg["RBLOCK"]] if hint != "outer" or programs else sorted({32, 64, 128, cfg["RBLOCK"]})
+    for x in xs:
+        for r in rs:
+            for w in (2, 4, 8, 16):
+                if x * r < 32 * w:  # fewer elements than threads
+                    continue
+                out.append({**cfg, "XBLOCK": x, "RBLOCK": r, "num_warps": w})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m compiler.tools.launch_sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--case", default="vit", help="vit, resnet or bert (comma-separated for several)")
+    p.add_argument("--min-us", type=float, default=15.0, help="sweep kernels at least this slow (us)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("launch_sweep: needs a CUDA GPU (launch configs of the interpreter mean nothing)", file=sys.stderr)
+        return 2
+    import triton.testing
+
+    import compiler  # noqa: F401  (registers the backend)
+    from compiler.runtime.launcher import TritonKernel
+
+    rows = []
+    for case in args.case.split(","):
+        torch._dynamo.reset()
+        step = build_case(case)
+        firsts: dict[str, tuple[TritonKernel, tuple]] = {}
+        orig = TritonKernel.forward
+
+        def spy(self: TritonKernel, *a: Any) -> None:
+            if self.reduction and self.name not in firsts:
+                firsts[self.name] = (self, a)
+            return orig(self, *a)
+
+        TritonKernel.forward = spy
+        try:
+            step()
+            torch.cuda.synchronize()
+        finally:
+            TritonKernel.forward = orig
+        for name, (k, a) in sorted(firsts.items()):
+            nptr = len(k.ptr_args)
+            xnumel, rnumel = int(a[nptr + len(k.size_args)]), int(a[nptr + len(k.size_args) + 1])
+            base = k.heuristic_config(xnumel, rnumel, interp=False)
+
+            def timed(cfg: dict[str, Any]) -> float:
+                k.launch_config = lambda x, r, d, c=cfg: c  # instance attribute: this kernel only
+                k._launches.clear()
+                try:
+                    return triton.testing.do_bench(lambda: k(*a), warmup=5, rep=25, return_mode="median") * 1e3
+                finally:
+                    del k.launch_config
+                    k._launches.clear()
+
+            t0 = timed(base)
+            best, tbest = base, t0
+            if t0 >= args.min_us:
+                for cfg in candidates(base, k.hint, k.programs):
+                    try:
+                        t = timed(cfg)
+                    except Exception as e:  # noqa: BLE001 - a config a kernel cannot compile is no candidate
+                        print(f"  {name} {cfg}: {type(e).__name__}", file=sys.stderr)
+                        continue
+                    if t < tbest:
+                        best, tbest = cfg, t
+            rows.append((case, name, k.hint + (" mixed" if k.programs else ""), k.tile_loads, xnumel, rnumel,
+                         base, t0, best, tbest))
+            print(f"{case:6} {name:44} {rows[-1][2]:12} loads {rows[-1][3]:2}  {xnumel}x{rnumel}  "
+                  f"heuristic {_cfg(base)} {t0:8.1f} us   best {_cfg(best)} {tbest:8.1f} us  ({t0 / tbest:.2f}x)",
+                  flush=True)
+    total0, total1 = sum(r[7] for r in rows), sum(r[9] for r in rows)
+    print(f"all reduction kernels: heuristic {total0:.0f} us, best configs {total1:.0f} us ({total0 / total1:.2f}x)")
+    return 0
+
+
+def _cfg(c: dict[str, Any]) -> str:
+    return f"X{c['XBLOCK']}/R{c['RBLOCK']}/w{c['num_warps']}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
