@@ -101,12 +101,15 @@ def _is_outer(fn, out_ranges, red_ranges) -> bool:
     ridx = [sympy.Symbol(f"q{i}", integer=True, nonnegative=True) for i in range(len(red_ranges))]
     if not idx or not ridx:
         return False
-    others = {s: 0 for s in idx[:-1] + ridx[:-1]}
+    # the innermost dims that are not 1 (keepdim leaves size-1 dims among the kept ones)
+    xi = max((i for i, r in enumerate(out_ranges) if r != 1), default=len(idx) - 1)
+    ri = max((i for i, r in enumerate(red_ranges) if r != 1), default=len(ridx) - 1)
+    others = {s: 0 for s in idx + ridx if s not in (idx[xi], ridx[ri])}
     votes = 0
     for ld in loads(fn(idx, ridx)):
         if ld.indirect:
             continue
-        cx, cr = address_steps(ld.index, idx[-1], ridx[-1], others)
+        cx, cr = address_steps(ld.index, idx[xi], ridx[ri], others)
         if not cx or not cr:
             continue  # broadcast along rows or along the reduction (or not evaluable): no say in the tiling
         if cr == 1:
