@@ -42,13 +42,15 @@ for stage in "$@"; do
     bisect-demo) # a scratch repo: base -> good -> planted host sleep in kiln's launcher -> good x2; bench bisect names it
                 timeout 560 bash ci/bisect_demo.sh "$OUT" > "$OUT/$stage.log" 2>&1 ;;
     shards) # the suites natively as one shard, then as $SHARDS shards at once on $SHARD_DEVICES (default 0,0: two
-            # shards sharing GPU 0), merged and checked; nvidia-smi samples the compute processes each second
+            # shards sharing GPU 0; empty: one per GPU), merged and checked; nvidia-smi samples compute processes and
+            # their GPUs each second
             { timeout 300 python3 -m harness run --backend cuda --native --no-history --results "$OUT/shards1" --quiet
               echo "one shard: exit $?"
-              nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader -l 1 > "$OUT/smi.csv" 2>&1 &
+              nvidia-smi --query-compute-apps=timestamp,pid,used_memory,gpu_bus_id --format=csv,noheader -l 1 > "$OUT/smi.csv" 2>&1 &
               smi=$!
+              devs=${SHARD_DEVICES-0,0}  # SHARD_DEVICES= (empty): every visible GPU, one shard each (--shards auto)
               timeout 300 python3 -m harness run --backend cuda --native --no-history --shards "${SHARDS:-2}" \
-                --devices "${SHARD_DEVICES:-0,0}" --results "$OUT/shards2"
+                --gpus-per-shard 1 ${devs:+--devices "$devs"} --results "$OUT/shards2"
               echo "sharded: exit $?"; kill $smi
               python3 -m harness report "$OUT/shards2" --check
               python3 ci/smi_overlap.py "$OUT/smi.csv"; } > "$OUT/$stage.log" 2>&1 ;;
