@@ -19,6 +19,10 @@ Which commit of GOOD..BAD made one workload slower under one compiler (default k
   1 + threshold/2, or nearer BAD's ratio than 1 on a log scale) is measured again right after a fresh GOOD,
   in pairs, until two verdicts agree (a burst of load on a shared machine spoils one measurement, rarely
   two); bad when two say regressed, else good. BAD faster than GOOD at first is confirmed the same way.
+  A probe's vote says bad only when it is regressed at a ratio nearer BAD's than 1 (log scale): a bisection
+  asks on which side of GOOD..BAD's step a commit lies, and a good commit measured 1.5x slower than GOOD
+  under a load that set in after GOOD was measured (eager has no same-process clock) is not on BAD's side
+  of a 100x step. Of two regressions in one range, the one that makes most of BAD's ratio is named.
 - The verdict names the first bad commit with its confirmed ratio against GOOD and the p-value; skips that
   leave several commits possible make the verdict inconclusive, listing them.
 
@@ -284,10 +288,16 @@ def run_bisect(
     def borderline(j: Judgement) -> bool:
         return j.verdict == "regressed" or j.ratio > 1 + thr / 2
 
-    def vote(c: Commit, first: Judgement, role: str) -> tuple[str, list[tuple[Judgement, Measured]]]:
+    def vote(c: Commit, first: Judgement, role: str, level: float = 1.0) -> tuple[str, list[tuple[Judgement, Measured]]]:
         """Two of three: `first` and then pairs (a fresh GOOD, then `c` against it) until two verdicts agree;
-        bad when two say regressed; skip when `c` fails to run. Returns the pairs' (judgement, GOOD) too."""
-        yes = int(first.verdict == "regressed")
+        bad when two say regressed at a ratio nearer BAD's `level` than 1 (log scale: a probe 1.5x slower on a
+        loaded machine is still on GOOD's side of a 100x step; the range's own vote has no level yet: 1);
+        skip when `c` fails to run.
+        Returns the pairs' (judgement, GOOD) too."""
+        def bad(j: Judgement) -> bool:
+            return j.verdict == "regressed" and j.ratio >= math.sqrt(level)
+
+        yes = int(bad(first))
         no = 1 - yes
         pairs: list[tuple[Judgement, Measured]] = []
         while yes < 2 and no < 2:
@@ -298,7 +308,7 @@ def run_bisect(
                 rep.skipped[c.sha] = m.error
                 return "skip", pairs
             pairs.append((j, fresh))
-            yes, no = (yes + 1, no) if j.verdict == "regressed" else (yes, no + 1)
+            yes, no = (yes + 1, no) if bad(j) else (yes, no + 1)
         return ("bad" if yes >= 2 else "good"), pairs
 
     ref, _ = take(good, "GOOD", None)
@@ -325,7 +335,9 @@ def run_bisect(
     # the reference from here on: the GOOD of the last pair in which BAD was regressed (never one measured
     # slow by chance, which would make every probe look good); `level`: BAD's ratio against it
     rep.range_confirmed, ref = next((j, g) for j, g in reversed(pairs) if j.verdict == "regressed")
-    level = rep.range_confirmed.ratio
+    # BAD's level: the smallest of its regressed ratios (a measurement spoiled by load only inflates it, and
+    # the level decides on which side of the step a probe lies)
+    level = min(j.ratio for j in [first] + [pj for pj, _ in pairs] if j.verdict == "regressed")
     confirmed: dict[int, Judgement] = {len(commits) - 1: rep.range_confirmed}
 
     def classify(i: int) -> str:
@@ -336,7 +348,7 @@ def run_bisect(
             return "skip"
         if not borderline(j) and j.ratio < math.sqrt(level):  # nearer GOOD's level than BAD's: good
             return "good"
-        v, pairs = vote(c, j, "probe")
+        v, pairs = vote(c, j, "probe", level)
         if v == "bad":
             confirmed[i] = next((pj for pj, _ in reversed(pairs) if pj.verdict == "regressed"), j)
         return v

@@ -152,6 +152,35 @@ def test_bisect_fake_one_spoiled_measurement_is_outvoted(spoil: set[int]) -> Non
     assert rep.outcome == "first-bad" and rep.first_bad == commits[5], rep.markdown()
 
 
+class UnluckyRuns(FakeMeasure):
+    """`FakeMeasure` whose every measurement of the commits at `unlucky` is `load` times slower, eager's too:
+    on a shared 2-core machine each run's process lands on a busy or an idle core (a CI run once measured a
+    good commit 1.5x slower twice in a row, with GOOD normal in between, and named it)."""
+
+    def __init__(self, commits: list[Commit], first_slow: int, slow: float, unlucky: set[int], load: float):
+        super().__init__(commits, first_slow, slow)
+        self.unlucky, self.load = unlucky, load
+
+    def __call__(self, c: Commit) -> Measured:
+        m = super().__call__(c)
+        if self.index.get(c.sha, -1) not in self.unlucky:
+            return m
+        return Measured(c, [x * self.load for x in m.samples], [x * self.load for x in m.eager], m.source_hash)
+
+
+@pytest.mark.parametrize("compiler", ["eager", "kiln"])
+def test_bisect_a_good_commit_measured_slower_stays_on_goods_side_of_the_step(compiler: str) -> None:
+    """A 100x step at commit 1; commit 0 is measured 1.5x slower every time (eager too, so kiln's clock does
+    not divide it out either): regressed against GOOD, but far nearer GOOD's level than BAD's."""
+    good, commits = _commits(4)
+    fake = UnluckyRuns(commits, first_slow=1, slow=100.0, unlucky={0}, load=1.5)
+    rep = _run(commits, fake, good, compiler=compiler)
+    assert rep.outcome == "first-bad" and rep.first_bad == commits[1], rep.markdown()
+    assert rep.decisions[commits[0].sha] == "good"
+    if compiler == "eager":  # regressed against GOOD, so judged by a vote (kiln's eager clock divides it out)
+        assert fake.calls.count(commits[0].sha) >= 2
+
+
 def test_bisect_fake_machine_drift_divided_out() -> None:
     good, commits = _commits(4)
     fake = FakeMeasure(commits, first_slow=None, machine=1.4)  # kiln and eager both 1.4x: the machine
