@@ -475,10 +475,11 @@ class CommitRunner:
         return argv + (["--profile", self.profile] if self.profile else []) + self.run_args
 
     def env(self) -> dict[str, str]:
+        from harness.commands import with_pythonpath
+
         env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "KILN_BENCH_DB")}
         env.update(self.extra_env)
-        tree = str(self.scratch.tree)
-        env["PYTHONPATH"] = tree + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = with_pythonpath(env, self.scratch.tree)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # same-size edits within a second must not reuse stale bytecode
         return env
 
