@@ -30,6 +30,8 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
   KILN_BENCH_STORE  the lasting store of the CI bench jobs (`--lasting BACKEND`; `{backend}` is replaced): a path
                     on the runner outside the checkout; it overrides the backend's `bench_store` in the matrix
                     (neither: ~/.local/share/kiln/bench/{backend}.sqlite)
+  KILN_BENCH_BISECT_MAX  confirmed regressions a CI bench job bisects at most (`bench job-summary`; default 2;
+                    0: none); `--bisect-max N` overrides it
 
 No package index or mirror host is written in the repository: they come from these variables or from the
 tools' own configuration, so mirrors and air-gapped sites work unchanged.
@@ -50,6 +52,7 @@ DEFAULT_BENCH_DB = Path("results") / "bench.sqlite"
 DEFAULT_BENCH_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
 DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
+DEFAULT_BENCH_BISECT_MAX = 2
 
 
 def _flag(name: str) -> bool:
@@ -146,6 +149,7 @@ class BenchSettings:
     alpha: float
     git_ref: str | None
     store: Path | None = None  # KILN_BENCH_STORE, `{backend}` not yet replaced (None: unset; see store.lasting_path)
+    bisect_max: int = DEFAULT_BENCH_BISECT_MAX  # KILN_BENCH_BISECT_MAX (`--bisect-max` wins)
 
 
 def _float(name: str, default: float | None) -> float | None:
@@ -156,6 +160,15 @@ def _float(name: str, default: float | None) -> float | None:
         return float(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a number") from None
+
+
+def _count(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit():
+        raise SettingsError(f"{name}={raw!r} is not a count")
+    return int(raw)
 
 
 def bench_settings() -> BenchSettings:
@@ -173,4 +186,5 @@ def bench_settings() -> BenchSettings:
         alpha=_float("KILN_BENCH_ALPHA", DEFAULT_BENCH_ALPHA) or DEFAULT_BENCH_ALPHA,
         git_ref=os.environ.get("KILN_BENCH_GIT_REF") or os.environ.get("GITHUB_REF_NAME") or None,
         store=Path(store) if (store := os.environ.get("KILN_BENCH_STORE", "").strip()) else None,
+        bisect_max=_count("KILN_BENCH_BISECT_MAX", DEFAULT_BENCH_BISECT_MAX),
     )

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.exc import UsageError
-
-DEFAULT_BISECT_MAX = 2
+from harness.settings import DEFAULT_BENCH_BISECT_MAX as DEFAULT_BISECT_MAX
+from harness.settings import bench_settings
 EAGER = "eager"
 
 
@@ -275,14 +275,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def bisect_max(arg: int | None) -> int:
-    if arg is not None:
-        return arg
-    raw = os.environ.get("KILN_BENCH_BISECT_MAX", "").strip()
-    if not raw:
-        return DEFAULT_BISECT_MAX
-    if not raw.isdigit():
-        raise UsageError(f"KILN_BENCH_BISECT_MAX={raw!r} is not a count")
-    return int(raw)
+    """`--bisect-max N` when given, else KILN_BENCH_BISECT_MAX (harness/settings.py), else the default."""
+    return arg if arg is not None else bench_settings().bisect_max
 
 
 def cmd_job_summary(args: argparse.Namespace,
