@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.exc import ImageError, MissingTool
 from harness.matrix import Backend
+from harness.results import atomic_write_text
 from harness.settings import settings
 
 LOCK_DIR = "docker/lock"
@@ -236,7 +237,5 @@ def write(backend: Backend, root: Path | None = None) -> LockState:
         print(f"harness image: warning: torch resolved as {torch}, without +{backend.torch_variant}: check that "
               f"KILN_TORCH_INDEX_URL/{backend.torch_variant} served it (PyPI's default build may be another variant)",
               file=sys.stderr)
-    tmp_path = path.with_suffix(".txt.tmp")
-    tmp_path.write_text(header(backend, root) + body)
-    os.replace(tmp_path, path)
+    atomic_write_text(path, header(backend, root) + body)
     return state(backend, root)
