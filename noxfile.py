@@ -54,6 +54,11 @@ def _matrix_backends() -> list[str]:
     return list(MATRIX["backends"])
 
 
+def _gpu_backends() -> list[str]:
+    """GPU backend names, in matrix order: those with host devices (harness.matrix.Backend.is_gpu)."""
+    return [name for name, b in MATRIX["backends"].items() if b["host_devices"]]
+
+
 def _split_native(session: nox.Session) -> tuple[list[str], list[str]]:
     """(['--native'] or [], the other posargs) from the session's posargs and KILN_NATIVE."""
     native = "--native" in session.posargs or os.environ.get("KILN_NATIVE", "") in {"1", "true", "yes"}
@@ -216,7 +221,7 @@ def _bench_backend_session(backend: str):
     return bench_backend
 
 
-for _backend in ("cuda", "rocm"):
+for _backend in _gpu_backends():
     nox.session(name=f"bench-{_backend}", python=False)(_bench_backend_session(_backend))
 
 

@@ -40,6 +40,9 @@ def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
     assert names["SUITE_ENV"] == M.suite_env and names["SUITES"] == list(M.suites)  # read from the matrix
     cpu = M.backend("cpu")
     assert (names["TORCH_PIN"], names["TRITON_PIN"]) == (cpu.torch, cpu.triton)
+    gpu = sorted(b.name for b in M.backends.values() if b.is_gpu)  # `nox -s bench-B`: one per GPU backend
+    assert gpu and sorted(names["_gpu_backends"]()) == gpu
+    assert {f"bench-{n}" for n in M.backends} & set(sessions) == {f"bench-{n}" for n in gpu}
 
 
 def _manifest(backend: str, mode: str = "container") -> dict:
