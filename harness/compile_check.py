@@ -569,7 +569,7 @@ def cli_main(args: argparse.Namespace) -> int:
         dump = Path(args.dump)
     else:
         dump = out / "dump"
-        from harness.flakes import resolve_test_paths
+        from harness.matrix import resolve_test_paths
 
         paths, missing = resolve_test_paths(s.root, args.paths)
         if missing and args.paths:

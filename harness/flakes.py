@@ -31,6 +31,7 @@ from pathlib import Path
 from harness import quarantine as quarantine_mod
 from harness.commands import native_command, pytest_argv, suite_env
 from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
+from harness.matrix import resolve_test_paths
 from harness.process import Forward, execute
 from harness.results import append_job_summary, atomic_write_text, markdown_table, read_cases
 from harness.settings import settings
@@ -368,18 +369,6 @@ def detect(
     if interrupted:
         raise RunInterrupted(f"interrupted; partial results (marked incomplete) kept in {out_dir}")
     return report
-
-
-def resolve_test_paths(root: Path, given: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(existing, missing) test paths: `given` paths or node ids, else the matrix's suite folders."""
-    if given:
-        paths = list(given)
-    else:
-        from harness import matrix
-
-        paths = [f"tests/{suite}" for suite in matrix.load().suites]
-    exists = [p for p in paths if (root / p.split("::", 1)[0]).exists()]
-    return exists, [p for p in paths if p not in exists]
 
 
 # ---- CLI ----------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -358,6 +359,13 @@ def _as_json(b: Backend) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(b)
+
+
+def resolve_test_paths(root: Path, given: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(existing, missing) test paths: `given` paths or node ids, else the matrix's suite folders."""
+    paths = list(given) if given else [f"tests/{suite}" for suite in load().suites]
+    exists = [p for p in paths if (root / p.split("::", 1)[0]).exists()]
+    return exists, [p for p in paths if p not in exists]
 
 
 def detect_backend(m: Matrix | None = None) -> str:
