@@ -410,9 +410,9 @@ def reuse_buffers(graph: fx.Graph) -> int:
     """Give an allocation the memory of an earlier buffer that is dead by then (Inductor's buffer reuse): one
     of the same sizes, strides, dtype and device (the same allocator call), whose every use (``_pooled_last_use``)
     comes before it. The later allocation node is replaced by the earlier one, so FX frees the buffer after
-    its new last use. A chain of N softmaxes then allocates 2 buffers instead of N: a launch of the
-    50-kernel chain of ``harness bench overhead`` spent a microsecond of its 12 in the allocator. Returns the
-    allocations removed."""
+    its new last use. A chain of 5 softmaxes allocates 4 buffers instead of 10, and the 50-kernel chain of
+    ``harness bench overhead`` 4 instead of 76 a call (each allocation cost the H100 box about a microsecond of
+    host time). Returns the allocations removed."""
     nodes = list(graph.nodes)
     pos = {n: i for i, n in enumerate(nodes)}
     free: dict[tuple, list[fx.Node]] = {}
