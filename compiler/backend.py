@@ -203,7 +203,9 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     name = f"graph_{next(_graph_ids)}"
     strict = config.settings().strict
     facts = _cudagraph_facts(gm, example_inputs, role) if config.settings().cudagraphs else None
-    outputs_before = [n.meta.get("val") if isinstance(n, fx.Node) else n for n in fx_passes.graph_outputs(gm)]
+    # a training forward's outputs before the passes: those whose layout the passes change are reported below
+    outputs_before = ([n.meta.get("val") if isinstance(n, fx.Node) else n for n in fx_passes.graph_outputs(gm)]
+                      if role == "forward" else [])
     try:
         cg = compile_graph(gm, name, role, example_inputs)
     except Exception as e:
