@@ -22,7 +22,7 @@ import threading
 import time
 import types
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -100,7 +100,11 @@ def resolve_device(spec: str) -> str:
 
 def check_compilers(names: list[str]) -> list[str]:
     """Validate compiler names; `eager` (the baseline) is always measured and listed last."""
-    known = set(torch._dynamo.list_backends()) | {"eager", "kiln", "inductor", "aot_eager"}
+    known = {"eager", "kiln", "inductor", "aot_eager"}
+    if not set(names) <= known:
+        # loading the backends' entry points imports kiln: only when a name needs it (kiln imported after
+        # Inductor's triton warns that it cannot choose the interpreter, which an inductor-only run need not say)
+        known |= set(torch._dynamo.list_backends())
     bad = [n for n in names if n not in known]
     if bad:
         raise UsageError(f"unknown compiler {bad[0]!r} (known: {', '.join(sorted(known))})")
@@ -334,12 +338,7 @@ class Executor:
         rounds = max(1, self.cfg.rounds)
         for _ in range(rounds):
             for p in oc.live():
-                n = max(1, math.ceil(p.reps * reps_scale / rounds))
-                try:
-                    with gc_paused():
-                        p.result.samples += self.timer.sample(p.call, n)
-                except Exception as e:  # noqa: BLE001
-                    p.result.status, p.result.error = "error", one_line(e)
+                self._sample(p, max(1, math.ceil(p.reps * reps_scale / rounds)))
 
     def close_case(self, oc: "OpenCase") -> list[Result]:
         """The case's results (error results keep no samples); its compiled state and memory released."""
@@ -397,6 +396,75 @@ class Executor:
         finally:
             gc.unfreeze()
         return out
+
+    def measure_arms(
+        self,
+        cases: list[wl.Case],
+        compilers: list[str],
+        arms: dict[str, Plant | None],
+        done: Callable[[int, wl.Case, dict[str, list[Result]]], None],
+    ) -> dict[str, list[Result]]:
+        """Every case under every compiler in several arms measured side by side: an arm is a run of its own
+        (its own results) whose calls may carry a planted slowdown. Each case is compiled once; in every round
+        the arms take turns (their order rotating from round to round), so a swing of the machine lasting
+        seconds or minutes lands on every arm alike. Used by the self-test, where runs measured one after
+        another on a shared 2-core host differed by up to 2x (see `selftest`)."""
+        torch._dynamo.reset()
+        opened: list[tuple[OpenCase, dict[str, dict[str, Prepared | Result]]]] = []
+        for i, case in enumerate(cases):
+            self.log(f"[prepare {i + 1:>3}/{len(cases)}] {case.name}")
+            oc = self.open_case(case, compilers)
+            opened.append((oc, {arm: self._arm(oc, plant) for arm, plant in arms.items()}))
+        gc.collect()
+        gc.freeze()
+        out: dict[str, list[Result]] = {arm: [] for arm in arms}
+        passes, rounds = max(1, self.cfg.passes), max(1, self.cfg.rounds)
+        try:
+            for p in range(passes):
+                for i, (oc, by_arm) in enumerate(opened):
+                    for r in range(rounds):
+                        order = list(by_arm)[r % len(by_arm):] + list(by_arm)[: r % len(by_arm)]
+                        for arm in order:
+                            for prep in by_arm[arm].values():
+                                if isinstance(prep, Prepared) and prep.result.status == "ok":
+                                    self._sample(prep, max(1, math.ceil(prep.reps / (passes * rounds))))
+                    if p == passes - 1:
+                        self.close_case(oc)
+                        rs = {arm: [_finished(x) for x in by_arm[arm].values()] for arm in by_arm}
+                        for arm, r_arm in rs.items():
+                            out[arm] += r_arm
+                        done(i, oc.case, rs)
+        finally:
+            gc.unfreeze()
+        return out
+
+    def _arm(self, oc: "OpenCase", plant: Plant | None) -> dict[str, Prepared | Result]:
+        """Per compiler, an arm's own copy of the case's prepared call (planted where `plant` applies)."""
+        arm: dict[str, Prepared | Result] = {}
+        for c, prep in oc.prepared.items():
+            if not isinstance(prep, Prepared):
+                arm[c] = replace(prep)
+                continue
+            res, call = replace(prep.result, samples=[], meta=dict(prep.result.meta)), prep.call
+            if plant and plant.applies(oc.case.name, c):
+                call, res.planted = self.timer.planted(call, plant.fraction * prep.est_ns), plant.fraction
+            arm[c] = Prepared(call, res, prep.reps, prep.est_ns)
+        return arm
+
+    def _sample(self, p: Prepared, n: int) -> None:
+        try:
+            with gc_paused():
+                p.result.samples += self.timer.sample(p.call, n)
+        except Exception as e:  # noqa: BLE001
+            p.result.status, p.result.error = "error", one_line(e)
+
+
+def _finished(p: Prepared | Result) -> Result:
+    res = p.result if isinstance(p, Prepared) else p
+    if res.status == "error":
+        res.samples = []
+    return res
+
 
 
 @dataclass

@@ -101,9 +101,14 @@ def test_two_main_jobs_share_the_lasting_store_and_the_second_compares_with_the_
     slow = _job(tmp_path, "job3", record=True, ref="main", more_env={"KILN_BENCH_PLANT": f"{WORKLOAD}@kiln=1.0"})
     assert dict(slow["codes"]) == {"seed": 0, "measure": 1, "report": 0, "record": 0, "bisect": 0}, slow["stderr"]
     decided = json.loads((slow["out"] / "auto-bisect.json").read_text())
-    assert [(b["workload"], b["compiler"]) for b in decided["not_bisected"]] == [(WORKLOAD, "kiln")]
+    # A run of one workload has no local clock for eager (its clock is other eager workloads), so eager itself may
+    # be confirmed slower when the two jobs meet different load (pytest-xdist's other worker shares the 2 cores):
+    # kiln's planted 2x must be there, and anything else can only be eager on this workload.
+    flagged = [(b["workload"], b["compiler"]) for b in decided["not_bisected"]]
+    assert (WORKLOAD, "kiln") in flagged and set(flagged) <= {(WORKLOAD, "kiln"), (WORKLOAD, "eager")}, flagged
     assert decided["reason"].startswith("the baseline run is of this very commit") and decided["bisected"] == []
-    assert "1 confirmed regression(s), **none bisected**: the baseline run is of this very commit" in slow["summary"]
+    assert f"{len(flagged)} confirmed regression(s), **none bisected**: the baseline run is of this very commit" \
+        in slow["summary"]
     assert "recorded as run 3 of the lasting store" in slow["summary"]
 
 
