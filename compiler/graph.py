@@ -497,16 +497,30 @@ def _map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
 
 def _realize_like(values: Any, fx_args: Any, realize: Callable) -> Any:
     """Realize every Value in ``values`` with the FakeTensor of the matching FX argument as its layout."""
-    if isinstance(values, Value):
-        meta = fx_args.meta.get("val") if isinstance(fx_args, fx.Node) else None
-        return realize(values, meta if isinstance(meta, torch.Tensor) else None)
-    if isinstance(values, (list, tuple)):
-        fx_items = fx_args if isinstance(fx_args, (list, tuple)) and len(fx_args) == len(values) else [None] * len(values)
-        return type(values)(_realize_like(v, a, realize) for v, a in zip(values, fx_items))
-    if isinstance(values, dict):
-        fx_map = fx_args if isinstance(fx_args, dict) else {}
-        return {k: _realize_like(v, fx_map.get(k), realize) for k, v in values.items()}
-    return values
+
+    def one(path: tuple, value: Any) -> Any:
+        node = _fx_arg_at(values, fx_args, path)
+        meta = node.meta.get("val") if isinstance(node, fx.Node) else None
+        return realize(value, meta if isinstance(meta, torch.Tensor) else None)
+
+    return pytree.tree_map_with_path(lambda path, v: one(path, v) if isinstance(v, Value) else v, values)
+
+
+def _fx_arg_at(values: Any, fx_args: Any, path: tuple) -> Any:
+    """The FX argument at a value's pytree key path: lists of equal length and dicts are followed in step, any
+    other shape of ``fx_args`` has no argument to match (None)."""
+    for key in path:
+        if isinstance(key, pytree.SequenceKey):
+            if not (isinstance(fx_args, (list, tuple)) and len(fx_args) == len(values)):
+                return None
+            values, fx_args = values[key.idx], fx_args[key.idx]
+        elif isinstance(key, pytree.MappingKey):
+            if not isinstance(fx_args, dict):
+                return None
+            values, fx_args = values[key.key], fx_args.get(key.key)
+        else:
+            return None
+    return fx_args
 
 
 def _values_of(outputs: Any) -> Any:

@@ -93,14 +93,16 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> list[str]:
     """The lines of a Markdown table: header, rule, one line per row (a `|` inside a cell is escaped).
-    The harness's reports (run, flakes, compile-check) build their tables with it."""
+    `align` has a letter per column, `l` or `r` (right: numbers); missing letters are left. Every report of
+    the harness (run, flakes, compile-check, bench, numerics) builds its tables with it."""
 
     def line(cells: Sequence[object]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
-    return [line(header), "|" + "---|" * len(header), *map(line, rows)]
+    rule = "|" + "".join("---:|" if align[i:i + 1] == "r" else "---|" for i in range(len(header)))
+    return [line(header), rule, *map(line, rows)]
 
 
 def append_job_summary(markdown: str) -> bool:
@@ -193,15 +195,30 @@ class Case:
     message: str
     duration_s: float
     props: dict[str, str]
+    text: str = ""  # what JUnit recorded of a failure: failure/error bodies (pytest's --tb) and captured output
+
+
+def case_text(case: ET.Element) -> str:
+    """A ``<testcase>``'s failure/error text and captured output, each part headed by its tag (and message)."""
+    parts = []
+    for tag in ("failure", "error", "system-out", "system-err"):
+        for el in case.findall(tag):
+            body = (el.text or "").strip()
+            head = (el.get("message") or "").strip()
+            if body or head:
+                parts.append(f"--- {tag}{': ' + head.splitlines()[0] if head else ''}\n{body}")
+    return "\n".join(parts)
 
 
 def read_cases(path: Path, root: Path | None = None) -> list[Case]:
     """Every finished test case of a pytest JUnit XML file, in file order: the one JUnit reader (suite
-    results here, flake runs in `harness.flakes`)."""
+    results here, flake runs in `harness.flakes`, retried tests in `harness.retries`)."""
     try:
         tree = ET.parse(path)
     except FileNotFoundError:
         raise ResultsError(f"JUnit file {path} not found") from None
+    except OSError as e:
+        raise ResultsError(f"JUnit file {path} is unreadable: {e}") from None
     except ET.ParseError as e:
         raise ResultsError(f"JUnit file {path} is not valid XML ({e}); the run was probably cut off") from None
     out = []
@@ -210,7 +227,7 @@ def read_cases(path: Path, root: Path | None = None) -> list[Case]:
             continue
         outcome, msg = classify_case(case)
         props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
-        out.append(Case(node_id(case, root), outcome, msg, float(case.get("time") or 0.0), props))
+        out.append(Case(node_id(case, root), outcome, msg, float(case.get("time") or 0.0), props, case_text(case)))
     return out
 
 

@@ -23,7 +23,6 @@ reports, history and merges see the same classification. This module runs nothin
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -109,41 +108,27 @@ def classify(outcomes: Sequence[str]) -> str:
 # ---- reading JUnit -----------------------------------------------------------------------------------------
 
 
-def _cases(junit: Path, root: Path | None) -> list[tuple[str, ET.Element]]:
+def _cases(junit: Path, root: Path | None) -> list[res.Case]:
+    """The JUnit file's cases; none when it is missing or cut off (a rerun killed before pytest wrote it)."""
     try:
-        tree = ET.parse(junit)
-    except (OSError, ET.ParseError):
+        return res.read_cases(junit, root)
+    except res.ResultsError:
         return []
-    return [(res.node_id(c, root), c) for c in tree.iter("testcase") if not res.is_bare(c)]
 
 
 def failure_text(junit: Path, test_id: str, root: Path | None = None) -> str:
     """What JUnit recorded of `test_id`'s failure: the failure/error text (pytest's --tb) and captured output."""
-    for case_id, case in _cases(junit, root):
-        if case_id != test_id:
-            continue
-        parts = []
-        for tag in ("failure", "error", "system-out", "system-err"):
-            for el in case.findall(tag):
-                body = (el.text or "").strip()
-                head = (el.get("message") or "").strip()
-                if body or head:
-                    parts.append(f"--- {tag}{': ' + head.splitlines()[0] if head else ''}\n{body}")
-        return "\n".join(parts)[:MAX_TEXT]
-    return ""
+    return next((c.text[:MAX_TEXT] for c in _cases(junit, root) if c.id == test_id), "")
 
 
 def attempt_result(junit: Path, test_id: str, root: Path | None) -> tuple[str, str, float] | None:
     """(outcome, message, seconds) of `test_id` in a rerun's JUnit (the only case, if ids differ), or None."""
     cases = _cases(junit, root)
-    match = [c for i, c in cases if i == test_id] or ([c for _, c in cases] if len(cases) == 1 else [])
-    if not match:
-        return None
+    match = [c for c in cases if c.id == test_id] or (cases if len(cases) == 1 else [])
     worst = None
     for case in match:  # a teardown error comes as a second case of the same test
-        outcome, message = res.classify_case(case)
-        if worst is None or (outcome in res.FAILING and worst[0] not in res.FAILING):
-            worst = (outcome, message, float(case.get("time") or 0.0))
+        if worst is None or (case.outcome in res.FAILING and worst[0] not in res.FAILING):
+            worst = (case.outcome, case.message, case.duration_s)
     return worst
 
 

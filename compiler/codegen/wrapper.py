@@ -249,28 +249,36 @@ class WrapperBuilder:
         A tensor result with two or more dims goes through ``ensure_strides``: kernels downstream were compiled
         for the strides of its FakeTensor, and a real ATen kernel may pick others.
         """
-        if isinstance(outputs, Buffer):
-            for d, s in enumerate(outputs.layout.size):  # data-dependent sizes are read off the result
+        items: dict[tuple, Any] = {(): node}  # key path -> the getitem node of that element, made once
+
+        def item(path: tuple) -> Any:
+            if path not in items:
+                key, parent = path[-1], item(path[:-1])
+                if isinstance(key, pytree.GetAttrKey):  # a named tuple's field
+                    items[path] = self.graph.call_function(getattr, (parent, key.name))
+                else:
+                    index = key.idx if isinstance(key, pytree.SequenceKey) else key.key
+                    items[path] = self.graph.call_function(operator.getitem, (parent, index))
+            return items[path]
+
+        for path, out in pytree.tree_flatten_with_path(outputs)[0]:  # None elements are no leaves
+            if isinstance(out, (Buffer, SymScalar, Opaque)):
+                self._bind_output(out, item(tuple(path)))
+
+    def _bind_output(self, out: Any, node: Any) -> None:
+        if isinstance(out, Buffer):
+            for d, s in enumerate(out.layout.size):  # data-dependent sizes are read off the result
                 if isinstance(s, sympy.Symbol) and s not in self.syms and _unbound(self, s):
                     self.syms[s] = self.graph.call_method("size", (node, d))
-            if sum(1 for s in outputs.layout.size if s != 1) >= 2:
-                stride = tuple(self.expr(s) for s in outputs.layout.stride)
+            if sum(1 for s in out.layout.size if s != 1) >= 2:
+                stride = tuple(self.expr(s) for s in out.layout.stride)
                 node = self.graph.call_function(ensure_strides, (node, stride))
-            self.nodes[outputs.name] = node
-        elif isinstance(outputs, (list, tuple)):
-            for i, o in enumerate(outputs):
-                if o is None:
-                    continue
-                self.bind_outputs(o, self.graph.call_function(operator.getitem, (node, i)))
-        elif isinstance(outputs, dict):
-            for k, o in outputs.items():
-                if o is not None:
-                    self.bind_outputs(o, self.graph.call_function(operator.getitem, (node, k)))
-        elif isinstance(outputs, SymScalar):
-            if isinstance(outputs.expr, sympy.Symbol) and outputs.expr not in self.syms:
-                self.syms[outputs.expr] = node
-        elif isinstance(outputs, Opaque):
-            self.opaque[id(outputs)] = node
+            self.nodes[out.name] = node
+        elif isinstance(out, SymScalar):
+            if isinstance(out.expr, sympy.Symbol) and out.expr not in self.syms:
+                self.syms[out.expr] = node
+        else:
+            self.opaque[id(out)] = node
 
     # ------------------------------------------------------------------ steps
     def build(self) -> Wrapper:

@@ -9,12 +9,13 @@ Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test e
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness.exc import BenchError, UsageError
+from harness.exc import UsageError
 from harness.settings import Plant, bench_settings
 
 
@@ -500,64 +501,36 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     return 0
 
 
+# verb -> (module, function) of the verbs that live in a module of their own (the others are cmd_<verb> here)
+VERB_MODULES: dict[str, tuple[str, str]] = {
+    "selftest": (".selftest", "cmd_selftest"),
+    "gpu": (".gpu_run", "cmd_gpu"),
+    "overhead": (".overhead", "cli_main"),
+    "backend": (".backend_run", "cmd_backend"),
+    "models": (".model_run", "cmd_models"),
+    "bisect": (".bisect", "cmd_bisect"),
+    "job-summary": (".job", "cmd_job_summary"),
+    "history": (".history", "cmd_history"),
+    "model-profile": (".model_profile", "cmd_model_profile"),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return cli_main(parser().parse_args(argv))
+    """`python -m harness.bench`: the verbs below, errors reported as `python -m harness bench` reports them."""
+    from harness.__main__ import guarded
+
+    return guarded("bench", lambda: cli_main(parser().parse_args(argv)))
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`)."""
+    """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`). Errors
+    (`HarnessError`s, the bench's included) and Ctrl-C are `harness.__main__.guarded`'s to report."""
     if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(args, "compilers", ""):
         from .session import prepare_kiln
 
         prepare_kiln()  # before Dynamo imports triton, so kiln may pick the interpreter
-    try:
-        if args.verb == "selftest":
-            from .selftest import cmd_selftest
-
-            return cmd_selftest(args)
-        if args.verb == "gpu":
-            from .gpu_run import cmd_gpu
-
-            return cmd_gpu(args)
-        if args.verb == "overhead":
-            from .overhead import cli_main as cmd_overhead
-
-            return cmd_overhead(args)
-        if args.verb == "backend":
-            from .backend_run import cmd_backend
-
-            return cmd_backend(args)
-        if args.verb == "models":
-            from .model_run import cmd_models
-
-            return cmd_models(args)
-        if args.verb == "bisect":
-            from .bisect import cmd_bisect
-
-            return cmd_bisect(args)
-        if args.verb == "job-summary":
-            from .job import cmd_job_summary
-
-            return cmd_job_summary(args)
-        if args.verb == "history":
-            from .history import cmd_history
-
-            return cmd_history(args)
-        if args.verb == "model-profile":
-            from .model_profile import cmd_model_profile
-
-            return cmd_model_profile(args)
-        return globals()[f"cmd_{args.verb}"](args)
-    except BenchError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except Exception as e:
-        from harness.exc import HarnessError  # the runner's errors (docker, images) when run through it
-
-        if not isinstance(e, HarnessError):
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: the run is marked aborted and will never be used as a baseline", file=sys.stderr)
-        return 130
+    where = VERB_MODULES.get(args.verb)
+    if where is not None:
+        module, function = where
+        return getattr(importlib.import_module(module, __package__), function)(args)
+    return globals()[f"cmd_{args.verb}"](args)

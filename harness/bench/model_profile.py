@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from harness.results import markdown_table
+
 from . import models as mdl
 
 
@@ -107,17 +109,16 @@ def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps
 
 def markdown(profiles: list[Profile]) -> str:
     lines = ["# Model step profiles", ""]
-    lines += ["| case | compiler | step ms | device ms | host-bound ms | launches/step |", "|---|---|---|---|---|---|"]
+    lines += markdown_table(
+        ["case", "compiler", "step ms", "device ms", "host-bound ms", "launches/step"],
+        ([p.case, p.compiler, f"{p.step_ms:.3f}", f"{p.device_ms:.3f}", f"{max(0.0, p.step_ms - p.device_ms):.3f}",
+          f"{p.launches:.0f}"] for p in profiles), "llrrrr")
     for p in profiles:
-        lines.append(
-            f"| {p.case} | {p.compiler} | {p.step_ms:.3f} | {p.device_ms:.3f} | "
-            f"{max(0.0, p.step_ms - p.device_ms):.3f} | {p.launches:.0f} |"
-        )
-    for p in profiles:
-        lines += ["", f"## {p.case} under {p.compiler}", "", "| kernel | ms/step | % | calls/step |", "|---|---|---|---|"]
-        for name, ms, calls in p.top:
-            share = 100 * ms / p.device_ms if p.device_ms else 0.0
-            lines.append(f"| `{_short(name)}` | {ms:.4f} | {share:.1f} | {calls:g} |")
+        lines += ["", f"## {p.case} under {p.compiler}", ""]
+        lines += markdown_table(
+            ["kernel", "ms/step", "%", "calls/step"],
+            ([f"`{_short(name)}`", f"{ms:.4f}", f"{100 * ms / p.device_ms if p.device_ms else 0.0:.1f}", f"{calls:g}"]
+             for name, ms, calls in p.top), "lrrr")
         if p.graphs:
             lines += ["", "kiln graphs:", ""] + [f"- {g}" for g in p.graphs]
     return "\n".join(lines) + "\n"

@@ -30,6 +30,7 @@ from typing import Callable
 import torch
 
 from harness.exc import UsageError
+from harness.results import markdown_table
 
 LAUNCHES = (1, 10, 50)
 SIZE = (64, 64)
@@ -155,15 +156,15 @@ def profile_calls(compiler: str, steps: int, device: torch.device, calls: int = 
 
 def report_markdown(results: list[OverheadResult]) -> str:
     """A table per graph: µs per call (spread), launches, µs per launch, ratio to Inductor."""
-    lines = ["| graph | compiler | us/call | spread | launches | us/launch | vs inductor |",
-             "|---|---|---:|---:|---:|---:|---:|"]
     by = {(r.graph, r.compiler): r for r in results}
+    rows = []
     for r in results:
         peer = by.get((r.graph, "inductor-cg" if r.compiler.endswith("-cg") else "inductor"))
         ratio = f"{r.us_per_call / peer.us_per_call:.2f}x" if peer else "-"
-        lines.append(f"| {r.graph} | {r.compiler} | {r.us_per_call:.1f} | {r.spread:.1%} | {r.launches} | "
-                     f"{r.us_per_launch:.2f} | {ratio} |")
-    return "\n".join(lines) + "\n"
+        rows.append([r.graph, r.compiler, f"{r.us_per_call:.1f}", f"{r.spread:.1%}", r.launches,
+                     f"{r.us_per_launch:.2f}", ratio])
+    header = ["graph", "compiler", "us/call", "spread", "launches", "us/launch", "vs inductor"]
+    return "\n".join(markdown_table(header, rows, "llrrrrr")) + "\n"
 
 
 def cli_main(args: argparse.Namespace) -> int:

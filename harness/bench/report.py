@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.exc import BenchError
+from harness.results import markdown_table
 
 from .compare import VERDICTS, Comparison, counts
 from .records import Result, RunInfo
@@ -50,10 +51,8 @@ def terminal(table: Table) -> str:
 
 
 def markdown(table: Table) -> str:
-    esc = [[c.replace("|", "\\|") for c in row] for row in table]
-    head = "| " + " | ".join(esc[0]) + " |"
-    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(esc[0]))) + "|"
-    return "\n".join([head, rule] + ["| " + " | ".join(r) + " |" for r in esc[1:]])
+    """A table (header row first) in Markdown: the first column left-aligned, the numbers right."""
+    return "\n".join(markdown_table(table[0], table[1:], "l" + "r" * (len(table[0]) - 1)))
 
 
 # ------------------------------------------------------------------ interpreter runs

@@ -150,9 +150,11 @@ def run_bench(
         store.finish_run(run.id, "complete")
         run.status = "complete"
         return Outcome(run, results, cmps, base_runs)
-    except BaseException:
+    except BaseException as e:
         try:
             store.finish_run(run.id, "aborted")
         except Exception:  # noqa: BLE001 - the store may be the thing that failed; keep the original error
             pass
+        if isinstance(e, KeyboardInterrupt):
+            print(f"note: run {run.id} is marked aborted and will never be used as a baseline", file=sys.stderr)
         raise

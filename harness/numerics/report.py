@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.results import markdown_table
+
 from . import SCHEMA
 from .compare import ULP_BUCKETS, fmt
 from .exc import NumericsError
@@ -30,8 +32,8 @@ def _side_cell(s: dict[str, Any]) -> str:
     git = (s.get("git") or "-")[:10] + (" (dirty)" if s.get("dirty") else "")
     info = s.get("info") or {}
     kiln = (f"{info['kernels']} kernels, {len(info.get('fallbacks') or [])} fallbacks" if "kernels" in info else "-")
-    return (f"| {s['label']} | `{s['run']}` | {s['compiler']} | {dev} | {s.get('torch') or '-'} | "
-            f"{s.get('triton') or '-'} | {git} | {s['repeats']} | {kiln} |")
+    return [s["label"], f"`{s['run']}`", s["compiler"], dev, s.get("torch") or "-", s.get("triton") or "-", git,
+            s["repeats"], kiln]
 
 
 def _run_to_run(nd: dict[str, Any] | None) -> str:
@@ -63,18 +65,14 @@ def _output_md(o: dict[str, Any], labels: list[str]) -> list[str]:
                 if o["sampled"] else f"all {o['numel']:,} elements")
     lines = [f"### `{o['name']}` {o['dtype']}{o['shape']}{red}", "",
              f"Compared: {compared}; rtol {o['rtol']:g}, atol {o['atol']:g}.", "",
-             "| side | max error vs fp64 (at) | mean error | max ULP | mean ULP | non-finite errors | run to run |",
-             "|---|---|---|---|---|---|---|"]
-    for s in o["sides"]:
-        lines.append(f"| {s['label']} | {fmt(s['max_abs'])} at {_at(s['max_abs_at'])} | {fmt(s['mean_abs'])} | "
-                     f"{fmt(s['max_ulp'])} | {fmt(s['mean_ulp'])} | {s['nonfinite_errors']} | "
-                     f"{_run_to_run(s['nondeterminism'])} |")
-    lines += ["", "Elements per ULP error against fp64:", "",
-              "| ULP error | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-    for i, bucket in enumerate(ULP_BUCKETS):
-        counts = [s["histogram"][i] for s in o["sides"]]
-        if any(counts):
-            lines.append(f"| {bucket} | " + " | ".join(f"{c:,}" for c in counts) + " |")
+             *markdown_table(
+                 ["side", "max error vs fp64 (at)", "mean error", "max ULP", "mean ULP", "non-finite errors",
+                  "run to run"],
+                 ([s["label"], f"{fmt(s['max_abs'])} at {_at(s['max_abs_at'])}", fmt(s["mean_abs"]), fmt(s["max_ulp"]),
+                   fmt(s["mean_ulp"]), s["nonfinite_errors"], _run_to_run(s["nondeterminism"])] for s in o["sides"]))]
+    histogram = ([bucket, *(f"{s['histogram'][i]:,}" for s in o["sides"])] for i, bucket in enumerate(ULP_BUCKETS)
+                 if any(s["histogram"][i] for s in o["sides"]))
+    lines += ["", "Elements per ULP error against fp64:", "", *markdown_table(["ULP error", *labels], histogram)]
     for p in o["pairs"]:
         a, b = p["a"], p["b"]
         lines += ["", f"#### {b} vs {a}", "", f"**{p['verdict']}.**", ""]
@@ -91,12 +89,11 @@ def _output_md(o: dict[str, Any], labels: list[str]) -> list[str]:
                   (f"- greatest absolute difference {fmt(p['max_abs_diff'])} at {_at(p['max_abs_diff_at'])}; "
                   f"greatest relative difference {fmt(p['max_rel_diff'])} at {_at(p['max_rel_diff_at'])}"), "",
                   f"Worst {'mismatched' if p['mismatched'] else 'differing'} elements:", "",
-                  f"| at | {a} | {b} | fp64 | error {a} (ULP) | error {b} (ULP) | closer | inputs |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for w in p["worst"]:
-            lines.append(f"| {_at(w['at'])} | {w[a]:.8g} | {w[b]:.8g} | {w['fp64']:.8g} | "
-                         f"{fmt(w['err_' + a])} ({fmt(w['ulp_' + a])}) | {fmt(w['err_' + b])} "
-                         f"({fmt(w['ulp_' + b])}) | {w['closer']} | {_inputs_cell(w['inputs'])} |")
+                  *markdown_table(
+                      ["at", a, b, "fp64", f"error {a} (ULP)", f"error {b} (ULP)", "closer", "inputs"],
+                      ([_at(w["at"]), f"{w[a]:.8g}", f"{w[b]:.8g}", f"{w['fp64']:.8g}",
+                        f"{fmt(w['err_' + a])} ({fmt(w['ulp_' + a])})", f"{fmt(w['err_' + b])} ({fmt(w['ulp_' + b])})",
+                        w["closer"], _inputs_cell(w["inputs"])] for w in p["worst"]))]
     return lines
 
 
@@ -110,16 +107,18 @@ def markdown(report: dict[str, Any], level: int = 1) -> str:
     if prog.get("note"):
         lines += [f"Program: {prog['note']}.", ""]
     lines += [(f"Reference: {report['reference']}. Seed {report['seed']}; inputs (sha256, identical on every side): "
-              f"{ins}."), "", "| side | run | compiler | device | torch | triton | git | repeats | kiln |",
-              "|---|---|---|---|---|---|---|---|---|", *map(_side_cell, report["sides"]), "",
-              f"{h}# Summary", "", "| output | " + " | ".join(f"max error {x} (ULP)" for x in labels)
-              + f" | mismatched vs {report['baseline']} | run to run |", "|---|" + "---|" * (len(labels) + 2)]
+              f"{ins}."), "",
+              *markdown_table(["side", "run", "compiler", "device", "torch", "triton", "git", "repeats", "kiln"],
+                              map(_side_cell, report["sides"])), "", f"{h}# Summary", ""]
+    summary = []
     for o in report["outputs"]:
-        errs = " | ".join(f"{fmt(s['max_abs'])} ({fmt(s['max_ulp'])})" for s in o["sides"])
+        errs = [f"{fmt(s['max_abs'])} ({fmt(s['max_ulp'])})" for s in o["sides"]]
         mis = ", ".join(f"{p['b']} {p['mismatched']:,}" for p in o["pairs"]) or "-"
         nd = ", ".join(f"{s['label']} {s['nondeterminism']['differing']:,}" for s in o["sides"]
                        if s["nondeterminism"] and not s["nondeterminism"]["identical"]) or "none seen"
-        lines.append(f"| `{o['name']}` | {errs} | {mis} | {nd} |")
+        summary.append([f"`{o['name']}`", *errs, mis, nd])
+    lines += markdown_table(["output", *(f"max error {x} (ULP)" for x in labels), f"mismatched vs {report['baseline']}",
+                             "run to run"], summary)
     lines += ["", ("ULP errors are measured at the fp64 value: results near zero (cancelling sums) show large ULP "
               "errors for small absolute ones; the absolute error is the steadier measure there."), ""]
     lines += [f"- `{o['name']}`, {p['b']} vs {p['a']}: {p['verdict']}" for o in report["outputs"] for p in o["pairs"]]
@@ -138,11 +137,9 @@ def markdown_many(reports: list[dict[str, Any]], title: str) -> str:
     """One Markdown document for several comparisons (the cases of a suite run): a summary, then each."""
     if len(reports) == 1:
         return markdown(reports[0])
-    lines = [f"# {title}", "", "| program | output | verdict |", "|---|---|---|"]
-    for r in reports:
-        for o in r["outputs"]:
-            for p in o["pairs"] or [{"b": "-", "a": "-", "verdict": "one side"}]:
-                lines.append(f"| `{r['program']['ref']}` | `{o['name']}` | {p['b']} vs {p['a']}: {p['verdict']} |")
+    rows = ([f"`{r['program']['ref']}`", f"`{o['name']}`", f"{p['b']} vs {p['a']}: {p['verdict']}"]
+            for r in reports for o in r["outputs"] for p in o["pairs"] or [{"b": "-", "a": "-", "verdict": "one side"}])
+    lines = [f"# {title}", "", *markdown_table(["program", "output", "verdict"], rows)]
     return "\n".join(lines) + "\n\n" + "\n".join(markdown(r, level=2) for r in reports)
 
 

@@ -110,7 +110,7 @@ def test_compare_exit_code_on_regression(tmp_path, capsys):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert main([*argv, "--db", str(tmp_path / "b.sqlite")]) == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1 and err.startswith("error: ")
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("harness bench: error: ")
 
 
 def test_import_of_non_json_is_exit_2(tmp_path, capsys):
@@ -132,7 +132,7 @@ def test_bad_environment_value_is_one_line_and_exit_2(tmp_path, capsys, monkeypa
     """The bench's variables are read through harness/settings.py; a bad value stops the run before it starts."""
     monkeypatch.setenv(var, value)
     assert main(["run", "--device", "cpu", "--only", "nope*", "--db", str(tmp_path / "b.sqlite")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {message}"
+    assert capsys.readouterr().err.strip() == f"harness bench: error: {message}"
 
 
 def test_bench_errors_are_harness_errors():

@@ -102,7 +102,7 @@ def test_errors_are_one_line_with_exit_2(tmp_path, capsys, argv, fill, message):
         _fill(db, n=2)
     assert main([*argv, "--db", str(db), "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and message in err and "\n" not in err
+    assert err.startswith("harness bench: error: ") and message in err and "\n" not in err
     assert fill or not db.exists()  # a missing store is not created
 
 
