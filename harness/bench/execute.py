@@ -342,10 +342,7 @@ class Executor:
 
     def close_case(self, oc: "OpenCase") -> list[Result]:
         """The case's results (error results keep no samples); its compiled state and memory released."""
-        out = [p.result if isinstance(p, Prepared) else p for p in oc.prepared.values()]
-        for res in out:
-            if res.status == "error":
-                res.samples = []
+        out = [_finished(p) for p in oc.prepared.values()]
         oc.prepared.clear()
         self.timer.reset()
         if self.device.type == "cuda":
@@ -460,11 +457,11 @@ class Executor:
 
 
 def _finished(p: Prepared | Result) -> Result:
+    """The result of a prepared call or an error; an error keeps no samples (they would mix into stats)."""
     res = p.result if isinstance(p, Prepared) else p
     if res.status == "error":
         res.samples = []
     return res
-
 
 
 @dataclass

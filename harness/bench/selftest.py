@@ -31,7 +31,7 @@ from . import env, report, workloads as wl
 from .compare import CompareConfig, Comparison, compare, judge, load_baseline
 from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers, defaults_for
 from .records import Result, RunInfo
-from .session import prepare_kiln
+from .session import open_runs, prepare_kiln, set_threads
 from .store import Store
 
 MIN_WORKLOADS = 20
@@ -56,9 +56,7 @@ def measure_side_by_side(cfg: BenchConfig, store: Store, plant: Plant) -> dict[s
     """Runs A, B (identical) and C (`plant`) measured side by side, each stored as a complete run."""
     if "kiln" in cfg.compilers:
         prepare_kiln()
-    import torch
-
-    torch.set_num_threads(1)  # as `bench run` does on CPU
+    set_threads(cfg, 1)  # as `bench run` does on CPU
     cases = wl.cases(cfg.profile, cfg.only)
     ex = Executor(cfg)
     runs: dict[str, RunInfo] = {}
@@ -66,31 +64,19 @@ def measure_side_by_side(cfg: BenchConfig, store: Store, plant: Plant) -> dict[s
         arm_cfg = cfg.as_dict() | {"plant": plant.spec() if arm == "C" else None, "side_by_side": list(ARMS)}
         runs[arm] = env.new_run(cfg.profile, cfg.device, cfg.compilers, arm_cfg,
                                 f"selftest-{arm}" + (f" plant {plant.spec()}" if arm == "C" else ""))
-        store.begin_run(runs[arm])
-    try:
-        ceiling = ex.measure_ceiling()
-        for run in runs.values():
-            store.set_ceiling(run.id, ceiling)
-            run.ceiling_gbps = ceiling
 
-        def done(i: int, case: wl.Case, by_arm: dict[str, list[Result]]) -> None:
-            for arm, rs in by_arm.items():
-                for r in rs:
-                    store.add_result(runs[arm].id, r)
-            cells = "  ".join(
-                f"{arm}:" + ",".join(report.fmt_ns(r.median_ns) if r.status == "ok" else "error" for r in rs)
-                for arm, rs in by_arm.items()
-            )
-            print(f"[{i + 1:>3}/{len(cases)}] {case.name:<36} {cells}", file=sys.stderr, flush=True)
+    def done(i: int, case: wl.Case, by_arm: dict[str, list[Result]]) -> None:
+        for arm, rs in by_arm.items():
+            for r in rs:
+                store.add_result(runs[arm].id, r)
+        cells = "  ".join(
+            f"{arm}:" + ",".join(report.fmt_ns(r.median_ns) if r.status == "ok" else "error" for r in rs)
+            for arm, rs in by_arm.items()
+        )
+        print(f"[{i + 1:>3}/{len(cases)}] {case.name:<36} {cells}", file=sys.stderr, flush=True)
 
+    with open_runs(store, list(runs.values()), ex):
         results = ex.measure_arms(cases, cfg.compilers, {a: plant if a == "C" else None for a in ARMS}, done)
-    except BaseException:
-        for run in runs.values():
-            store.finish_run(run.id, "aborted")
-        raise
-    for run in runs.values():
-        store.finish_run(run.id, "complete")
-        run.status = "complete"
     return {arm: (runs[arm], results[arm]) for arm in ARMS}
 
 

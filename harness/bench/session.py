@@ -8,8 +8,9 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -73,9 +74,37 @@ def prepare_kiln() -> None:
         )
 
 
-def _set_threads(cfg: BenchConfig, threads: int | None) -> None:
+def set_threads(cfg: BenchConfig, threads: int | None) -> None:
+    """CPU runs measure with `threads` intra-op threads (1 by default: the other core stays for the OS)."""
     if cfg.device == "cpu" and threads:
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def open_runs(store: Store, runs: list[RunInfo], ex: Executor) -> Iterator[None]:
+    """Begin `runs` in the store with the machine's measured ceiling; mark them `complete` when the block
+    ends normally and `aborted` when it raises (never a baseline then), the original error kept."""
+    for run in runs:
+        store.begin_run(run)
+    try:
+        ceiling = ex.measure_ceiling()
+        for run in runs:
+            store.set_ceiling(run.id, ceiling)
+            run.ceiling_gbps = ceiling
+        yield
+    except BaseException as e:
+        for run in runs:
+            try:
+                store.finish_run(run.id, "aborted")
+            except Exception:  # noqa: BLE001 - the store may be what failed; keep the original error
+                pass
+            if isinstance(e, KeyboardInterrupt):
+                print(f"note: run {run.id} is marked aborted and will never be used as a baseline",
+                      file=sys.stderr)
+        raise
+    for run in runs:
+        store.finish_run(run.id, "complete")
+        run.status = "complete"
 
 
 def run_bench(
@@ -96,7 +125,7 @@ def run_bench(
     if "kiln" in cfg.compilers:
         prepare_kiln()
     cfg.compilers = check_compilers(cfg.compilers)
-    _set_threads(cfg, threads)
+    set_threads(cfg, threads)
     run = env.new_run(cfg.profile, cfg.device, cfg.compilers, cfg.as_dict(), label, git_ref, git_commit)
     base_runs: list[RunInfo] = []
     if baseline:  # "SPEC?" means: compare when SPEC resolves, else run without a baseline
@@ -107,10 +136,7 @@ def run_bench(
                 raise
             print(f"note: no baseline ({e}); this run is stored without comparison", file=sys.stderr)
     ex = Executor(cfg, log=log)
-    store.begin_run(run)
-    try:
-        store.set_ceiling(run.id, ex.measure_ceiling())
-        run.ceiling_gbps = ex.ceiling
+    with open_runs(store, [run], ex):
         show = Progress(len(cases), progress)
 
         def done(i: int, case: wl.Case, rs: list[Result]) -> None:
@@ -147,14 +173,4 @@ def run_bench(
                 return out
 
             cmps = confirm(cmps, results, base, remeasure, cmp_cfg, drift)
-        store.finish_run(run.id, "complete")
-        run.status = "complete"
-        return Outcome(run, results, cmps, base_runs)
-    except BaseException as e:
-        try:
-            store.finish_run(run.id, "aborted")
-        except Exception:  # noqa: BLE001 - the store may be the thing that failed; keep the original error
-            pass
-        if isinstance(e, KeyboardInterrupt):
-            print(f"note: run {run.id} is marked aborted and will never be used as a baseline", file=sys.stderr)
-        raise
+    return Outcome(run, results, cmps, base_runs)

@@ -272,7 +272,7 @@ def test_a_real_bisect_that_fails_fast_is_reported_with_its_last_line(repo, tmp_
     out.mkdir()
     v = job.run_one(Plan(c0, c2), Target("no.such.workload", "kiln"), "cpu", out, native=True,
                     step_timeout_s=60, repo=r)
-    assert v.rc == 2 and v.markdown == "" and v.line.startswith("bisect exited 2: error: ")
+    assert v.rc == 2 and v.markdown == "" and v.line.startswith("bisect exited 2: harness bench: error: ")
     assert "no.such.workload" in v.line
 
 
