@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 import torch
 
 import compiler  # noqa: F401  (registers the "kiln" backend)
-
-
-def _pick_device() -> str:
-    forced = os.environ.get("KILN_TEST_DEVICE")
-    if forced:
-        return forced
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-DEVICE = _pick_device()
+from kiln_testing import DEVICE
 
 
 @pytest.fixture

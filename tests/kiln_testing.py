@@ -10,6 +10,7 @@ Terms:
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -17,6 +18,23 @@ from torch._dynamo.utils import counters
 
 import compiler
 from compiler.runtime.launcher import TritonKernel
+
+def _pick_device() -> str:
+    forced = os.environ.get("KILN_TEST_DEVICE")
+    if forced:
+        return forced
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+#: The device every suite compiles for: CUDA/ROCm when present (``KILN_TEST_DEVICE`` overrides), else CPU
+#: through Triton's interpreter.
+DEVICE: str = _pick_device()
+
+
+def randn(*shape: int) -> torch.Tensor:
+    """A standard-normal tensor on the test device."""
+    return torch.randn(*shape, device=DEVICE)
+
 
 #: (rtol, atol) for comparing compiled results with eager ones, by dtype
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {

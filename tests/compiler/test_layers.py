@@ -15,6 +15,7 @@ from compiler.backend import PASSES, CompileState, run_pass
 from compiler.decompositions import decomposition_table
 from compiler.graph import ExternCall
 from compiler.scheduler import KernelGroup
+from kiln_testing import randn
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -39,14 +40,14 @@ def groups(st: CompileState) -> list[KernelGroup]:
 
 # ------------------------------------------------------------------------------------------- scheduler
 def test_pointwise_chain_fuses_into_its_row_reduction():
-    st = staged(lambda x: torch.relu(x * 2 + 1).sum(-1), torch.randn(64, 32), upto="schedule")
+    st = staged(lambda x: torch.relu(x * 2 + 1).sum(-1), randn(64, 32), upto="schedule")
     (g,) = groups(st)
     assert g.has_reduction and len(st.schedule.items) == 1
     assert int(g.xnumel) == 64 and int(g.rnumel) == 32
 
 
 def test_softmax_is_one_persistent_group_and_is_stored_for_the_matmul():
-    st = staged(lambda x, w: torch.softmax(x, -1) @ w, torch.randn(16, 40), torch.randn(40, 8), upto="schedule")
+    st = staged(lambda x, w: torch.softmax(x, -1) @ w, randn(16, 40), randn(40, 8), upto="schedule")
     kinds = [type(it).__name__ for it in st.schedule.items]
     assert kinds == ["KernelGroup", "ExternCall"]
     (g,) = groups(st)
@@ -60,7 +61,7 @@ def test_dead_buffers_are_dropped():
         unused = x.exp() * 3  # noqa: F841 - traced, then dead
         return x + 1
 
-    st = staged(fn, torch.randn(8, 8), upto="schedule")
+    st = staged(fn, randn(8, 8), upto="schedule")
     (g,) = groups(st)
     assert len(g.members) == 1
 
@@ -68,7 +69,7 @@ def test_dead_buffers_are_dropped():
 # -------------------------------------------------------------------------------------------- renderer
 def test_rendered_pointwise_kernel_matches_its_golden_file():
     """A reviewer reads generated code here: update with KILN_UPDATE_GOLDEN=1 when a change is intended."""
-    st = staged(lambda x: torch.relu(x * 2 + 1), torch.randn(64, 32), upto="render")
+    st = staged(lambda x: torch.relu(x * 2 + 1), randn(64, 32), upto="render")
     (ks,) = st.schedule.kernels
     path = GOLDEN / "pointwise_relu_chain.py"
     if os.environ.get("KILN_UPDATE_GOLDEN") == "1":
@@ -78,14 +79,14 @@ def test_rendered_pointwise_kernel_matches_its_golden_file():
 
 def test_rendering_is_deterministic():
     fn = lambda x: torch.softmax(x * 1.5, -1) + x.mean(-1, keepdim=True)  # noqa: E731
-    a = staged(fn, torch.randn(16, 40), upto="render")
-    b = staged(fn, torch.randn(16, 40), upto="render")
+    a = staged(fn, randn(16, 40), upto="render")
+    b = staged(fn, randn(16, 40), upto="render")
     assert [k.source for k in a.schedule.kernels] == [k.source for k in b.schedule.kernels]
 
 
 # --------------------------------------------------------------------------------------------- wrapper
 def test_wrapper_allocates_launches_and_calls_the_extern_out_variant():
-    st = staged(lambda a, b: torch.relu(a @ b) * 2, torch.randn(8, 16), torch.randn(16, 4))
+    st = staged(lambda a, b: torch.relu(a @ b) * 2, randn(8, 16), randn(16, 4))
     code = st.wrapper.code
     assert code.count("torch.mm(") == 1 and "out = " in code
     assert code.count("self.kiln_") == 1  # one fused epilogue kernel
@@ -120,7 +121,7 @@ def test_attention_softmax_through_a_reshape_is_one_kernel():
         p = torch.softmax(s, -1)
         return torch.bmm(p.reshape(-1, 32, 32), v.reshape(-1, 32, 16)).reshape(2, 2, 32, 16)
 
-    q, k, v = (torch.randn(2, 2, 32, 16) for _ in range(3))
+    q, k, v = (randn(2, 2, 32, 16) for _ in range(3))
     st = staged(attn, q, k, v, upto="schedule")
     reductions = [g for g in groups(st) if g.has_reduction]
     assert len(reductions) == 1 and len([g for g in groups(st)]) == 1
@@ -142,7 +143,7 @@ def _allocations(st: CompileState) -> list:
 def test_wrapper_reuses_the_memory_of_dead_buffers():
     """Five softmaxes: their row statistics and activations go to recycled buffers (4 allocations, not 10);
     the wrapper still computes the chain."""
-    x = torch.randn(64, 64)
+    x = randn(64, 64)
     st = staged(_softmax_chain, x)
     launches = [n for n in st.wrapper.module.graph.nodes if n.op == "call_module"]
     assert len(launches) >= 5 and len(_allocations(st)) == 4
@@ -157,7 +158,7 @@ def test_wrapper_never_hands_out_memory_that_escapes():
         b = torch.sort(a + 1, dim=1).values
         return a, (b * 3).exp()
 
-    x = torch.randn(16, 32)
+    x = randn(16, 32)
     st = staged(f, x)
     allocs = _allocations(st)
     assert len(allocs) == len({n.name for n in allocs})

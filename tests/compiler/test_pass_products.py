@@ -14,6 +14,7 @@ from compiler import backend
 from compiler.exc import InvariantError
 from compiler.graph import ExternCall
 from compiler.scheduler import Schedule
+from kiln_testing import randn
 from test_layers import staged  # the compile state after the passes up to one (strict: products verified)
 
 
@@ -26,7 +27,7 @@ def two_kernels(x):
     return y.sum(0), y.sum(1)
 
 
-ARGS = (torch.randn(16, 40), torch.randn(40, 8))
+ARGS = (randn(16, 40), randn(40, 8))
 
 
 def _fails(product, match: str) -> None:
@@ -181,7 +182,7 @@ def test_wrapper_node_used_before_defined():
 
 
 # ------------------------------------------------------------------------------------------------ pipeline
-def test_strict_pipeline_stops_at_the_pass_that_broke_its_product(monkeypatch, device):
+def test_strict_pipeline_stops_at_the_pass_that_broke_its_product(monkeypatch):
     def careless_schedule(st):
         backend.schedule_pass(st)
         for g in st.schedule.groups:
@@ -192,18 +193,18 @@ def test_strict_pipeline_stops_at_the_pass_that_broke_its_product(monkeypatch, d
     monkeypatch.setattr(backend, "PASSES", passes)
     # Dynamo wraps the backend's error (BackendCompilerFailed)
     with compiler.config.patch(strict=True), pytest.raises(Exception, match="after kiln pass 'schedule'.*registers"):
-        torch.compile(lambda x: torch.softmax(x, -1) @ x.t(), backend="kiln")(torch.randn(4, 8, device=device))
+        torch.compile(lambda x: torch.softmax(x, -1) @ x.t(), backend="kiln")(randn(4, 8))
 
 
-def test_products_are_not_verified_outside_strict(monkeypatch, device):
+def test_products_are_not_verified_outside_strict(monkeypatch):
     calls = []
     verify = Schedule.verify
     monkeypatch.setattr(Schedule, "verify", lambda self: calls.append(self) or verify(self))
     fn = lambda x: torch.relu(x) + 1  # noqa: E731
     with compiler.config.patch(strict=False):
-        torch.compile(fn, backend="kiln")(torch.randn(8, device=device))
+        torch.compile(fn, backend="kiln")(randn(8))
     assert calls == []
     torch._dynamo.reset()
     with compiler.config.patch(strict=True):
-        torch.compile(fn, backend="kiln")(torch.randn(8, device=device))
+        torch.compile(fn, backend="kiln")(randn(8))
     assert len(calls) == 2  # after schedule and after render
