@@ -46,6 +46,9 @@ class CompileState:
     name: str
     role: str = "inference"  # AOTAutograd's: inference, forward or backward; "subgraph" for torch.cond branches
     example_inputs: Optional[list] = None  # what AOTAutograd passed (FakeTensors with the inputs' real strides)
+    #: outputs may leave in a layout the passes chose (Dynamo's inference graphs: AOTAutograd hands them to the
+    #: caller as they are); else each keeps the strides eager gave it
+    free_output_layouts: bool = False
     program: Optional[Program] = None
     schedule: Optional[Schedule] = None
     wrapper: Optional[Wrapper] = None
@@ -80,7 +83,7 @@ def _saved_outputs(n_outputs: int) -> Optional[frozenset[int]]:
 
 
 def mm_layout_pass(st: CompileState) -> None:
-    fx_passes.matmul_layouts(st.gm)
+    fx_passes.matmul_layouts(st.gm, free_outputs=st.free_output_layouts)
 
 
 def lower_pass(st: CompileState) -> None:
@@ -177,9 +180,10 @@ def run_pass(st: CompileState, p: Pass) -> None:
 
 
 def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference",
-                  example_inputs: Optional[list] = None) -> CompiledGraph:
+                  example_inputs: Optional[list] = None, free_output_layouts: bool = False) -> CompiledGraph:
     """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
-    st = CompileState(gm, name, role, list(example_inputs) if example_inputs is not None else None)
+    st = CompileState(gm, name, role, list(example_inputs) if example_inputs is not None else None,
+                      free_output_layouts=free_output_layouts)
     for p in PASSES:
         run_pass(st, p)
     kernels = st.schedule.kernels
@@ -207,7 +211,7 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     outputs_before = ([n.meta.get("val") if isinstance(n, fx.Node) else n for n in fx_passes.graph_outputs(gm)]
                       if role == "forward" else [])
     try:
-        cg = compile_graph(gm, name, role, example_inputs)
+        cg = compile_graph(gm, name, role, example_inputs, free_output_layouts=role == "inference")
     except Exception as e:
         if strict:
             raise

@@ -66,6 +66,28 @@ def test_padding_rewrites_and_keeps_output_layout(small_pads, setting, padded):
     torch.testing.assert_close(outs[1], (a @ b).relu())
 
 
+def test_free_outputs_keep_the_padded_layout(small_pads):
+    """An inference graph's outputs leave padded (no copy back), also through a view of the matmul."""
+    a, b = torch.randn(30, 21), torch.randn(21, 45)
+    gm = make_fx(lambda a, b: ((a @ b).view(3, 10, 45), (a @ b).relu()), tracing_mode="fake")(a, b)
+    with compiler.config.patch(mm_layout="pad"):
+        assert fx_passes.matmul_layouts(gm, free_outputs=True) == 2
+    assert aten.clone.default not in targets(gm)
+    view, relu = output_vals(gm)
+    assert tuple(view.shape) == (3, 10, 45) and view.stride() == (480, 48, 1)
+    assert relu.stride() == (45, 1)  # computed by an op of its own: eager's layout
+    got = gm(a, b)
+    assert got[0].stride() == (480, 48, 1)
+    torch.testing.assert_close(got[0], (a @ b).view(3, 10, 45))
+    torch.testing.assert_close(got[1], (a @ b).relu())
+
+
+def test_a_copy_back_is_timed_for_an_output_behind_a_view():
+    gm = make_fx(lambda a, b: (a @ b).view(3, 10, 45), tracing_mode="fake")(torch.randn(30, 21), torch.randn(21, 45))
+    mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
+    assert [u.op for u in fx_passes._through_views(mm)] == ["call_function", "output"]
+
+
 def test_addmm_pads_its_bias_and_bmm_its_batches(small_pads):
     x, w, bias = torch.randn(6, 13), torch.randn(19, 13), torch.randn(19)
     q, k = torch.randn(3, 10, 6), torch.randn(3, 6, 7)
@@ -106,6 +128,19 @@ def test_padded_matmuls_compile_end_to_end(device, small_pads):
     assert out.stride() == ref.stride()
     torch.testing.assert_close(h.grad, ref_h.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(emb.grad, ref_e.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_inference_logits_leave_padded_and_equal_eager(device, small_pads):
+    """Under no_grad AOTAutograd compiles an inference graph: the tied LM head's logits reach the caller
+    with the padded row stride (Inductor's padded matmuls do the same), values as eager's; with autograd
+    recording, the same head keeps eager's layout (test above)."""
+    emb, h = torch.randn(101, 24, device=device), torch.randn(2, 9, 24, device=device)
+    head = lambda h, emb: F.linear(h, emb)  # noqa: E731
+    with compiler.config.patch(mm_layout="pad", strict=True), torch.no_grad():
+        out = torch.compile(head, backend="kiln")(h, emb)
+    assert out.stride() == (9 * 104, 104, 1)  # fp32: 101 -> 104
+    torch.testing.assert_close(out, head(h, emb), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.view(-1, 101), head(h, emb).view(-1, 101), rtol=1e-4, atol=1e-4)
 
 
 def test_transposed_operand_is_padded_in_its_own_layout(small_pads):
