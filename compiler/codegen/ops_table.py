@@ -78,6 +78,23 @@ def _sign(a, dts, out) -> str:
     return f"(({a[0]} > 0).to({cast}) - ({a[0]} < 0).to({cast}))"
 
 
+def _shift(left: bool) -> Render:
+    """Integer shifts as eager computes them: a shift by a negative amount or by the width or more gives 0
+    (left; right on unsigned types) or the sign fill (right on signed types), where LLVM's would be poison."""
+
+    def render(a, dts, out):
+        bits = torch.iinfo(out).bits
+        x, n = a
+        ok = f"(({n} >= 0) & ({n} < {bits}))"
+        safe = f"tl.where({ok}, {n}, {n} * 0)"
+        if left:
+            return f"tl.where({ok}, {x} << {safe}, {x} * 0)"
+        far = f"({x} >> {bits - 1})" if out.is_signed else f"({x} * 0)"
+        return f"tl.where({ok}, {x} >> {safe}, {far})"
+
+    return render
+
+
 def _bool_not(a, dts, out) -> str:
     return f"({a[0]} == 0)" if dts[0] == torch.bool else f"(~{a[0]})"
 
@@ -114,7 +131,7 @@ OPS: dict[str, Union[str, Render]] = {
     "logical_not": "({0} == 0)", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
     "logical_xor": "({0} ^ {1})",
     "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
-    "bitwise_not": _bool_not,
+    "bitwise_not": _bool_not, "lshift": _shift(left=True), "rshift": _shift(left=False),
     "pow": _pow,
     "fmod": "({0} % {1})",
     "remainder": _float_or_int("_remainder_float({0}, {1})", "_remainder_int({0}, {1})"),

@@ -48,6 +48,12 @@ POINTWISE: dict[Any, tuple[str, K]] = {
     aten.bitwise_xor.Tensor: ("bitwise_xor", D), aten.bitwise_not.default: ("bitwise_not", D),
     aten.bitwise_and.Scalar: ("bitwise_and", D), aten.bitwise_or.Scalar: ("bitwise_or", D),
     aten.bitwise_xor.Scalar: ("bitwise_xor", D),
+    aten.__lshift__.Tensor: ("lshift", D), aten.__lshift__.Scalar: ("lshift", D),
+    aten.__rshift__.Tensor: ("rshift", D), aten.__rshift__.Scalar: ("rshift", D),
+    aten.bitwise_left_shift.Tensor: ("lshift", D), aten.bitwise_left_shift.Tensor_Scalar: ("lshift", D),
+    aten.bitwise_left_shift.Scalar_Tensor: ("lshift", D),
+    aten.bitwise_right_shift.Tensor: ("rshift", D), aten.bitwise_right_shift.Tensor_Scalar: ("rshift", D),
+    aten.bitwise_right_shift.Scalar_Tensor: ("rshift", D),
     aten.pow.Tensor_Tensor: ("pow", K.BOOL_TO_LONG), aten.pow.Tensor_Scalar: ("pow", K.BOOL_TO_LONG),
     aten.pow.Scalar: ("pow", K.BOOL_TO_LONG),
     aten.fmod.Tensor: ("fmod", D), aten.fmod.Scalar: ("fmod", D),
@@ -68,6 +74,7 @@ _FLOAT_ONLY = {"exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", 
                "sigmoid", "erf", "truediv", "reciprocal", "atan2", "erfc", "sinh", "cosh", "tan", "asin", "acos",
                "atan", "log10"}
 _INT_IDENTITY = {"floor", "ceil", "round", "trunc"}  # no-ops on integer tensors
+_INT_ONLY = {"lshift", "rshift"}  # eager has no float or bool kernels for them
 #: arithmetic on bools is logic in eager (True + True is True); 1-bit integer adds would wrap to False
 _BOOL_FORMS = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or", "minimum": "logical_and"}
 
@@ -84,6 +91,8 @@ def pointwise(op: str, kind: K) -> Callable[..., Lazy]:
             raise NotLowered(f"keyword arguments {sorted(kwargs)}")
         if op in _INT_IDENTITY and not e.comp.is_floating_point:
             return e.lazy(lambda idx: e.load(args[0], idx, e.out), args)
+        if op in _INT_ONLY and (e.comp.is_floating_point or e.comp == torch.bool):
+            raise NotLowered(f"{op} of {e.comp}")
         if op in _FLOAT_ONLY and not e.comp.is_floating_point:
             e = dataclasses.replace(e, comp=torch.float32)
         comp = e.comp
@@ -168,6 +177,21 @@ def _gelu(e: Elementwise, x, approximate: str = "none") -> Lazy:
 
 
 register_lowering(aten.silu.default, promote=F)(pointwise("silu", F))
+
+
+@register_lowering(aten.round.decimals, promote=D)
+def _round_decimals(e: Elementwise, x, *, decimals: int = 0) -> Lazy:
+    """Eager's form: nearbyint(x * 10^d) / 10^d, or for d < 0, nearbyint(x / 10^-d) * 10^-d."""
+    if not e.comp.is_floating_point:
+        raise NotLowered(f"round(decimals=) of {e.comp}")
+    comp, scale = e.comp, 10.0 ** abs(decimals)
+    into, back = ("mul", "truediv") if decimals >= 0 else ("truediv", "mul")
+
+    def element(idx: Index) -> KExpr:
+        scaled = Op(into, [e.load(x, idx), Const(scale, comp)], comp)
+        return Op(back, [Op("round", [scaled], comp), Const(scale, comp)], comp)
+
+    return e.lazy(element, [x])
 
 
 @register_lowering(aten.leaky_relu.default, promote=D, operands=(0,))

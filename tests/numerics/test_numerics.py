@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from kiln_testing import assert_close, check, compile_kiln, kernels, launch_log, run_compiled
+from kiln_testing import assert_close, check, compile_kiln, fallbacks, kernels, launch_log, run_compiled
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 #: absolute floor added to 2x eager's error (eager can be exact on easy inputs)
@@ -279,6 +279,28 @@ def test_float_floor_div_and_remainder_negatives(device):
 
 def test_integer_scalar_modulo_negative(device):
     check(lambda a: (a % 3, a % -3, a // 3, a // -3), torch.arange(-6, 7, device=device))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+def test_integer_shifts_out_of_range_as_eager(dtype, device):
+    """Shifts by a negative amount or by the width or more: 0 for left shifts (and right shifts of unsigned
+    types), the sign fill for right shifts of signed ones, never the hardware's wrapped shift amount."""
+    bits = torch.iinfo(dtype).bits
+    lo = 0 if dtype == torch.uint8 else -100
+    x = torch.tensor([lo, 1, 100, 77, 3, lo + 1, 64, 5], dtype=dtype, device=device)
+    n = torch.tensor([1, bits - 1, bits, bits + 3, 0, 2, 7, 3], dtype=dtype, device=device)
+    if dtype != torch.uint8:
+        n[-1] = -1
+    graphs = check(lambda x, n: (x << n, x >> n, x << 3, x >> 2, torch.bitwise_left_shift(x, n),
+                                 torch.bitwise_right_shift(21, n.abs() % 4)), x, n)
+    assert not fallbacks(graphs) and kernels(graphs) >= 1
+
+
+@pytest.mark.parametrize("decimals", [0, 2, -1])
+def test_round_with_decimals_as_eager(decimals, device):
+    x = torch.tensor([1.25, -2.675, 0.5, 1234.5678, -0.05, 1e-3, 15.0, -25.0], device=device)
+    graphs = check(lambda x: x.round(decimals=decimals) * 1, x, rtol=0, atol=0)
+    assert not fallbacks(graphs)
 
 
 # ------------------------------------------------------------------------------ type promotion with scalars
