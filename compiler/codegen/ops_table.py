@@ -95,6 +95,14 @@ def _shift(left: bool) -> Render:
     return render
 
 
+def _div_rn(a, dts, out) -> str:
+    """Division rounded to nearest as eager's CUDA kernels divide (Triton's ``/`` on fp32 may be the
+    approximate ``div.full``); for the ops whose results users compare exactly (``round(decimals=)``)."""
+    if out in (torch.float32, torch.float64):
+        return f"libdevice.div_rn({a[0]}, {a[1]})"
+    return f"({a[0]} / {a[1]})"
+
+
 def _bool_not(a, dts, out) -> str:
     return f"({a[0]} == 0)" if dts[0] == torch.bool else f"(~{a[0]})"
 
@@ -109,7 +117,7 @@ def _maxmin(fn: str) -> Render:
 
 
 OPS: dict[str, Union[str, Render]] = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})", "div_rn": _div_rn,
     "neg": "(-{0})", "abs": "tl.abs({0})",
     "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "expm1": "libdevice.expm1({0})",
     "log": "tl.log({0})", "log2": "tl.log2({0})", "log1p": "libdevice.log1p({0})",

@@ -185,7 +185,7 @@ def _round_decimals(e: Elementwise, x, *, decimals: int = 0) -> Lazy:
     if not e.comp.is_floating_point:
         raise NotLowered(f"round(decimals=) of {e.comp}")
     comp, scale = e.comp, 10.0 ** abs(decimals)
-    into, back = ("mul", "truediv") if decimals >= 0 else ("truediv", "mul")
+    into, back = ("mul", "div_rn") if decimals >= 0 else ("div_rn", "mul")
 
     def element(idx: Index) -> KExpr:
         scaled = Op(into, [e.load(x, idx), Const(scale, comp)], comp)
