@@ -97,9 +97,10 @@ def _shift(left: bool) -> Render:
 
 def _div_rn(a, dts, out) -> str:
     """Division rounded to nearest as eager's CUDA kernels divide (Triton's ``/`` on fp32 may be the
-    approximate ``div.full``); for the ops whose results users compare exactly (``round(decimals=)``)."""
-    if out in (torch.float32, torch.float64):
-        return f"libdevice.div_rn({a[0]}, {a[1]})"
+    approximate ``div.full``); for the ops whose results users compare exactly (``round(decimals=)``).
+    ``tl.div_rn`` is core Triton (CUDA, ROCm and the interpreter) and takes fp32 only; fp64's ``/`` is IEEE."""
+    if out == torch.float32:
+        return f"tl.div_rn({a[0]}, {a[1]})"
     return f"({a[0]} / {a[1]})"
 
 

@@ -68,7 +68,6 @@ erfc = _unary(lambda a: np.asarray(__import__("scipy.special", fromlist=["erfc"]
               if _has_scipy() else 1.0 - np.vectorize(math.erf)(a))
 pow = _binary(np.power)
 atan2 = _binary(np.arctan2)
-div_rn = _binary(np.divide)  # NumPy divides with IEEE rounding, as div_rn does
 
 
 _rounding_fixed = False
