@@ -390,7 +390,7 @@ VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, 
 
 
 def _through_views(node: fx.Node) -> list[fx.Node]:
-    """``node``'s users, and through views of it their users, in graph order without repeats."""
+    """``node``'s users and, through the views of it, their users (breadth first, without repeats)."""
     seen: dict[fx.Node, None] = {}
     todo = list(node.users)
     while todo:
