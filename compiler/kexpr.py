@@ -199,16 +199,18 @@ def loads(expr: KExpr) -> list[Load]:
 
 
 def free_symbols(expr: KExpr) -> list[sympy.Symbol]:
-    """Sorted symbols appearing in load indices and index values."""
+    """Sorted symbols appearing in load indices and index values, without the indirect ones (those stand
+    for loaded values; the sizes that scale them, ``s1`` of ``s1 * i0``, are kept)."""
     syms: dict[str, sympy.Symbol] = {}
     for n in walk(expr):
         if isinstance(n, Load):
-            e = n.index.subs({s: 0 for s, _ in n.indirect}) if n.indirect else n.index
+            e = n.index
         elif isinstance(n, IndexValue):
-            e = n.expr.subs({s: 0 for s, _ in n.indirect}) if n.indirect else n.expr
+            e = n.expr
         else:
             continue
-        for s in e.free_symbols:
+        bound = {s for s, _ in n.indirect}
+        for s in e.free_symbols - bound:
             syms[s.name] = s
     return [syms[k] for k in sorted(syms)]
 

@@ -100,7 +100,8 @@ class Scope:
         if e.indirect:
             subs = {s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect}
             index = index.subs(subs)
-            self.r.note_symbols(e.index.subs({s: 0 for s in subs}))
+            self.r.note_symbols(index)  # the loaded values' names (tmpN) are skipped; a size that scales
+            # one of them (a row stride ``s1 * tmp3``) stays, where substituting 0 for them dropped it
             mask = self.r.scope_mask(self.shape)
         else:
             self.r.note_symbols(index)

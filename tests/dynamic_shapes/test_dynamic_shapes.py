@@ -296,6 +296,18 @@ def test_attention_scores_dynamic_scale_fuses_into_softmax(device):
     assert kernels(graphs) == 1 and graphs[0].extern_count == 1
 
 
+@pytest.mark.parametrize("fn", [lambda x, idx: x[idx, 2] * 2 + 1,
+                                lambda x, idx: (x[idx].sum(-1), x.index_select(0, idx) * 3)],
+                         ids=["element", "rows"])
+def test_gather_at_indices_scaled_by_a_dynamic_row_stride(fn, device):
+    """``x[idx, 2]`` reads at ``2 + s1 * idx``: the row stride ``s1`` is a kernel argument even when nothing
+    else in the kernel uses it (it once went missing beside the loaded index: NameError at launch)."""
+    graphs = run_sizes(fn, lambda n: (torch.randn(n, n + 3, device=device),
+                                      torch.tensor([0, n - 1, n // 2, 1], device=device)), SIZES, device,
+                       rtol=1e-4, atol=1e-5)
+    assert not [f for g in graphs for f in g.fallbacks]
+
+
 def test_cross_entropy_dynamic_batch(device):
     def fn(logits, target):
         return F.cross_entropy(logits, target)
