@@ -95,6 +95,28 @@ def test_wrapper_allocates_launches_and_calls_the_extern_out_variant():
     assert calls[0] == "placeholder" and calls[-1] == "output"
 
 
+def test_wrapper_writes_mutated_inputs_back_in_one_foreach_copy():
+    """Mutated inputs (BatchNorm's running statistics in training) get their new values in one
+    ``torch._foreach_copy_`` after every kernel, not one copy launch each; the caller sees every update."""
+    def f(a, b, c):
+        a.add_(1)
+        b.mul_(2)
+        c.copy_(a + b)
+        return (a * b).sum()
+
+    args = [randn(8, 8) for _ in range(3)]
+    expected_args = [t.clone() for t in args]
+    expected = f(*expected_args)
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        got = torch.compile(f, backend="kiln")(*args)
+    code = graphs[0].code
+    assert code.count("torch._foreach_copy_(") == 1 and ".copy_(" not in code
+    assert code.rindex("torch._foreach_copy_(") > code.rindex("self.kiln_")  # after every kernel
+    torch.testing.assert_close(got, expected)
+    for a, e in zip(args, expected_args):
+        torch.testing.assert_close(a, e)
+
+
 def test_index_equality_on_a_static_domain_sees_through_reshapes():
     from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
