@@ -15,7 +15,7 @@ from compiler.backend import PASSES, CompileState, run_pass
 from compiler.decompositions import decomposition_table
 from compiler.graph import ExternCall
 from compiler.scheduler import KernelGroup
-from kiln_testing import randn
+from kiln_testing import DEVICE, randn
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -95,23 +95,26 @@ def test_wrapper_allocates_launches_and_calls_the_extern_out_variant():
     assert calls[0] == "placeholder" and calls[-1] == "output"
 
 
-def test_wrapper_writes_mutated_inputs_back_in_one_foreach_copy():
-    """Mutated inputs (BatchNorm's running statistics in training) get their new values in one
-    ``torch._foreach_copy_`` after every kernel, not one copy launch each; the caller sees every update."""
-    def f(a, b, c):
+def test_wrapper_writes_mutated_inputs_back_in_one_foreach_copy_per_dtype():
+    """Mutated inputs (BatchNorm's running statistics and step counters in training) get their new values
+    in one ``torch._foreach_copy_`` per dtype after every kernel, not one copy launch each (a list of mixed
+    dtypes would take ATen's slow path); the caller sees every update."""
+    def f(a, b, c, n, m):
         a.add_(1)
         b.mul_(2)
         c.copy_(a + b)
+        n.add_(1)
+        m.add_(n)
         return (a * b).sum()
 
-    args = [randn(8, 8) for _ in range(3)]
+    args = [randn(8, 8) for _ in range(3)] + [torch.zeros((), dtype=torch.int64, device=DEVICE) for _ in range(2)]
     expected_args = [t.clone() for t in args]
     expected = f(*expected_args)
     with compiler.config.patch(strict=True), compiler.capture() as graphs:
         got = torch.compile(f, backend="kiln")(*args)
     code = graphs[0].code
-    assert code.count("torch._foreach_copy_(") == 1 and ".copy_(" not in code
-    assert code.rindex("torch._foreach_copy_(") > code.rindex("self.kiln_")  # after every kernel
+    assert code.count("torch._foreach_copy_(") == 2 and ".copy_(" not in code  # float32 and int64
+    assert code.index("torch._foreach_copy_(") > code.rindex("self.kiln_")  # after every kernel
     torch.testing.assert_close(got, expected)
     for a, e in zip(args, expected_args):
         torch.testing.assert_close(a, e)
