@@ -100,12 +100,12 @@ class Scope:
         if e.indirect:
             subs = {s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect}
             index = index.subs(subs)
-            self.r.note_symbols(index)  # the loaded values' names (tmpN) are skipped; a size that scales
-            # one of them (a row stride ``s1 * tmp3``) stays, where substituting 0 for them dropped it
             mask = self.r.scope_mask(self.shape)
         else:
-            self.r.note_symbols(index)
             mask = self.r.mask_for(index)
+        # the loaded values' names (tmpN) are skipped; a size that scales one of them (the row stride of
+        # ``s1 * tmp3``) stays, where substituting 0 for them dropped it
+        self.r.note_symbols(index)
         idx = pexpr(index)
         if e.indirect and not ({XINDEX, RINDEX} & index.free_symbols):
             # every position comes from loaded values, which may all be scalars (a gather at a constant

@@ -23,7 +23,7 @@ import time
 import types
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -422,9 +422,8 @@ class Executor:
                     for r in range(rounds):
                         order = list(by_arm)[r % len(by_arm):] + list(by_arm)[: r % len(by_arm)]
                         for arm in order:
-                            for prep in by_arm[arm].values():
-                                if isinstance(prep, Prepared) and prep.result.status == "ok":
-                                    self._sample(prep, max(1, math.ceil(prep.reps / (passes * rounds))))
+                            for prep in _live(by_arm[arm].values()):
+                                self._sample(prep, max(1, math.ceil(prep.reps / (passes * rounds))))
                     if p == passes - 1:
                         self.close_case(oc)
                         rs = {arm: [_finished(x) for x in by_arm[arm].values()] for arm in by_arm}
@@ -456,6 +455,11 @@ class Executor:
             p.result.status, p.result.error = "error", one_line(e)
 
 
+def _live(prepared: Iterable[Prepared | Result]) -> list[Prepared]:
+    """The prepared calls still measuring (not failed at preparation or while sampling)."""
+    return [p for p in prepared if isinstance(p, Prepared) and p.result.status == "ok"]
+
+
 def _finished(p: Prepared | Result) -> Result:
     """The result of a prepared call or an error; an error keeps no samples (they would mix into stats)."""
     res = p.result if isinstance(p, Prepared) else p
@@ -472,4 +476,4 @@ class OpenCase:
     prepared: dict[str, Prepared | Result]
 
     def live(self) -> list[Prepared]:
-        return [p for p in self.prepared.values() if isinstance(p, Prepared) and p.result.status == "ok"]
+        return _live(self.prepared.values())

@@ -52,6 +52,11 @@ def plant_compiler(compilers: list[str]) -> str:
     return order[0]
 
 
+def _plants(plant: Plant) -> dict[str, Plant | None]:
+    """Each arm's plant: the slowdown in run C only."""
+    return {arm: plant if arm == "C" else None for arm in ARMS}
+
+
 def measure_side_by_side(cfg: BenchConfig, store: Store, plant: Plant) -> dict[str, tuple[RunInfo, list[Result]]]:
     """Runs A, B (identical) and C (`plant`) measured side by side, each stored as a complete run."""
     if "kiln" in cfg.compilers:
@@ -76,7 +81,7 @@ def measure_side_by_side(cfg: BenchConfig, store: Store, plant: Plant) -> dict[s
         print(f"[{i + 1:>3}/{len(cases)}] {case.name:<36} {cells}", file=sys.stderr, flush=True)
 
     with open_runs(store, list(runs.values()), ex):
-        results = ex.measure_arms(cases, cfg.compilers, {a: plant if a == "C" else None for a in ARMS}, done)
+        results = ex.measure_arms(cases, cfg.compilers, _plants(plant), done)
     return {arm: (runs[arm], results[arm]) for arm in ARMS}
 
 
@@ -105,7 +110,7 @@ def confirm_side_by_side(
                 store.add_result(runs[arm].id, r)
 
     fresh = Executor(cfg, log=lambda msg: None).measure_arms(
-        cases, cfg.compilers, {a: plant if a == "C" else None for a in ARMS}, done)
+        cases, cfg.compilers, _plants(plant), done)
     samples = {(arm, r.workload, r.compiler): r.samples for arm in ARMS for r in fresh[arm] if r.status == "ok"}
     for arm, cmps in cmps_of.items():
         for c in cmps:
