@@ -15,11 +15,14 @@ Interrupt policies (Ctrl-C, i.e. KeyboardInterrupt in the main thread, while `ex
 from __future__ import annotations
 
 import codecs
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,23 +80,90 @@ def forward_interrupt(proc: subprocess.Popen, container: str | None, grace_s: fl
         raise
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Any:
+    """libc's prctl, looked up once in the parent: a child between fork and exec must not import or load."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def die_with_parent() -> None:
+    """In a child before exec: ask Linux to SIGKILL this process when the harness dies (even by SIGKILL), so no
+    pytest outlives a killed harness and keeps writing into an abandoned run folder. Elsewhere a no-op.
+    It only calls a C function that was looked up before the fork (safe beside the harness's threads)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _child_setup() -> None:
+    die_with_parent()
+
+
 def _default_sigint() -> None:
     # a job started in the background of a non-interactive shell ignores SIGINT, and so would its children:
     # restore the default so that a forwarded SIGINT stops the command (runs in the child before exec)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    die_with_parent()
+
+
+def start_reaper(container: str) -> subprocess.Popen | None:
+    """A detached watcher that removes `container` if this harness process dies without doing so (SIGKILL,
+    OOM): the container is no child of ours, so the parent-death signal cannot reach it (harness.reaper)."""
+    from harness.settings import settings
+
+    try:
+        return subprocess.Popen([sys.executable, "-m", "harness.reaper", str(os.getpid()), container,
+                                 settings().docker], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(settings().root)})
+    except OSError:
+        return None
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _wait(proc: subprocess.Popen, timeout_s: float | None, watchdog: Callable[[], str | None] | None, fh: Any,
+          container: str | None) -> int:
+    """Wait for `proc` (TimeoutExpired past `timeout_s`); a watchdog's reason stops it at once (logged)."""
+    if watchdog is None:
+        return proc.wait(timeout=timeout_s)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        step = 1.0 if deadline is None else min(1.0, max(deadline - time.monotonic(), 0.0))
+        try:
+            return proc.wait(timeout=step)
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        reason = watchdog()
+        if reason:
+            fh.write(f"\n[harness] killed by the watchdog: {reason}\n")
+            fh.flush()
+            stop(proc, container)
+            return proc.wait()
+
+
 def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[str, str] | None = None,
             cwd: Path | None = None, container: str | None = None, echo: bool = True,
-            on_interrupt: Forward | None = None) -> tuple[int, bool]:
+            on_interrupt: Forward | None = None, watchdog: Callable[[], str | None] | None = None
+            ) -> tuple[int, bool]:
     """Run `argv` with output teed live to `log` (and stdout when `echo`); kill it after `timeout_s` (None: no
     limit). The container (if named) is removed whatever happens. Returns (returncode, timed_out).
     An interrupt is handled by `on_interrupt` (module docstring): by default the command is stopped and the
-    KeyboardInterrupt propagates; under `Forward` it raises `Interrupted` once the command has ended."""
+    KeyboardInterrupt propagates; under `Forward` it raises `Interrupted` once the command has ended.
+    `watchdog`, asked every second while the command runs, returns a reason to kill it now (a hung test) or None.
+    The command dies with the harness (parent-death signal); a container, through a reaper process."""
     from harness import image
 
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +176,8 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
         with open(log, "w", encoding="utf-8") as fh:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                     start_new_session=True,
-                                    preexec_fn=_default_sigint if on_interrupt is not None else None)
+                                    preexec_fn=_default_sigint if on_interrupt is not None else _child_setup)  # noqa: PLW1509
+            reaper = start_reaper(container) if container else None
 
             def pump() -> None:
                 assert proc.stdout is not None
@@ -128,7 +199,7 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
             reader.start()
             try:
                 try:
-                    rc = proc.wait(timeout=timeout_s)
+                    rc = _wait(proc, timeout_s, watchdog, fh, container)
                 except subprocess.TimeoutExpired:
                     timed_out = True
                     fh.write(f"\n[harness] killed after the suite timeout of {timeout_s:.0f}s\n")
@@ -147,6 +218,9 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
                 reader.join(timeout=10)
                 if container:
                     image.docker("rm", "--force", container, check=False)
+                if reaper is not None:
+                    reaper.kill()
+                    reaper.wait()
     finally:
         if sigterm:  # None: the handler was not set from Python
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_sigterm is None else previous_sigterm)

@@ -37,19 +37,20 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
+from harness import isolation
 from harness import matrix as matrix_mod
 from harness import results as res
 from harness import retries as retries_mod
 from harness import shard as shard_mod
+from harness.commands import CONTAINER_RESULTS, container_argv, native_command, pytest_argv, suite_env
 from harness.exc import HarnessError, HealthError, MissingTool, RunInterrupted
 from harness.matrix import Backend, Matrix, Retries
-from harness.commands import (CONTAINER_RESULTS, container_argv, native_command, pytest_argv,
-                              suite_env)
 from harness.process import execute
 from harness.settings import settings
 
@@ -97,12 +98,14 @@ def _container_name(backend: str, name: str) -> str:
 
 def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: str, *, native: bool,
                image: str | None = None, extra: Sequence[str] = (), m: Matrix | None = None,
-               timeout_s: float | None = None, echo: bool = True, env_extra: dict[str, str] | None = None) -> PytestRun:
+               timeout_s: float | None = None, echo: bool = True, env_extra: dict[str, str] | None = None,
+               watchdog: Callable[[], str | None] | None = None) -> PytestRun:
     """Run pytest once on `targets` (paths or node ids relative to the source root).
 
     JUnit lands in `out_dir/<name>.xml`, the output in `out_dir/<name>.log`. This is the step the
     suites, the flake session and others call; `extra` are more pytest arguments; `env_extra` more
-    environment variables, where {out} stands for `out_dir` as pytest sees it.
+    environment variables, where {out} stands for `out_dir` as pytest sees it; `watchdog` (process.execute)
+    may stop the process early.
     """
     m = m or matrix_mod.load()
     src = settings().root
@@ -120,7 +123,8 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
             test_timeout = 0
         inner = pytest_argv(targets, junit=str(junit), test_timeout_s=test_timeout, extra=extra)
         argv, full_env = native_command(inner, env, src=src)
-        rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, env=full_env, cwd=src, echo=echo)
+        rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, env=full_env, cwd=src, echo=echo,
+                                watchdog=watchdog)
     else:
         if not image:
             raise HarnessError("container mode needs an image tag (build one with `python -m harness image build`)")
@@ -130,7 +134,8 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
         container = _container_name(backend.name, name)
         argv = container_argv(backend, image, inner, src=src, env=env, results=out_dir, name=container,
                               docker=settings().docker)
-        rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, container=container, echo=echo)
+        rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, container=container, echo=echo,
+                                watchdog=watchdog)
     return PytestRun(name, junit, log, rc, timed_out, round(time.monotonic() - start, 2), argv)
 
 
@@ -228,18 +233,21 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
                extra: Sequence[str] = (), health: bool = True, echo: bool = True,
                save_numerics: bool = False, shard: shard_mod.Shard | None = None, durations: Path | None = None,
                devices: Sequence[str] = (), retries: Retries | None = None, history: Path | None = None,
-               record_history: bool = True) -> tuple[Path, int]:
+               record_history: bool = True, isolate: bool = True) -> tuple[Path, int]:
     """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
 
     `shard`: run only that shard of every suite's tests, balanced by the `durations` file (None: by count);
     `devices`: pin the run to these GPU ids (harness.shard.pin_devices); `retries`: how failed tests are
     rerun (None: the matrix's); `history`: the test-history store a complete run is recorded into (None: the
-    default store; `record_history=False`: none).
+    default store; `record_history=False`: none); `isolate`: crash isolation (harness.isolation: a test that
+    kills its process costs that test alone), off only to measure what it costs.
     Exit code: 0 when every suite ran and no test failed or errored except flaky ones (passed on a retry) and
     quarantined ones, else 1. Raises HealthError when a device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM
     (run.json then says `incomplete`).
     """
-    from harness import envinfo, health as health_mod, image as image_mod, report
+    from harness import envinfo, report
+    from harness import health as health_mod
+    from harness import image as image_mod
 
     m = matrix_mod.load()
     b = shard_mod.pin_devices(m.backend(backend_name), list(devices), native=native)
@@ -286,6 +294,7 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() \
         else None
     current = "setup"
+    interrupted: list[str | None] = []  # the test running when a suite was interrupted
     label = f"{b.name}/{mode}" + (f" shard {shard}" if shard is not None else "")
     try:
         host = envinfo.capture_host(img_info)
@@ -330,27 +339,29 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
             # the k-th suite's split starts at shard k: the heaviest test of each suite goes to a different shard
             record = [f"--kiln-shard-offset={m.suites.index(suite)}",
                       f"--kiln-shard-record={seen}/{suite}.shard.json"] if shard_args else []
-            run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image_tag,
-                             extra=[*extra, *shard_args, *record], m=m, echo=echo, env_extra=save)
-            tests = res.parse_junit(run.junit, settings().root) if run.junit.exists() else []
-            status = suite_status(run, tests)
-            if not run.junit.exists() and status == "passed":
-                status = "error"
-            rel = run.junit.relative_to(run_dir)
-            print(res.summary_line(suite, label, tests, run.duration_s, status.upper(), str(run_dir / rel)),
+            if isolate:
+                entry, tests, junit = run_suite_isolated(
+                    b, suite, suite_dir, seen=seen, native=native, image=image_tag,
+                    extra=[*extra, *shard_args, *record], m=m, echo=echo, env_extra=save,
+                    on_interrupt=lambda e, running: (state.data["suites"].append(e), interrupted.append(running)))
+            else:
+                entry, tests, junit = run_suite_plain(b, suite, suite_dir, native=native, image=image_tag,
+                                                      extra=[*extra, *shard_args, *record], m=m, echo=echo,
+                                                      env_extra=save)
+            print(res.summary_line(suite, label, tests, entry["duration_s"], entry["status"].upper(), str(junit)),
                   flush=True)
-            entry = {
-                "name": suite, "status": status, "junit": str(rel), "log": str(run.log.relative_to(run_dir)),
-                "returncode": run.returncode, "timed_out": run.timed_out, "duration_s": run.duration_s,
-                "counts": res.counts(tests), "argv": run.argv,
-            }
+            for crash in entry.get("crashes", []):
+                print(f"  crashed: {crash['id']}: {crash['reason']} (attempt {crash['attempt']}, {crash['log']}); "
+                      "the rest of the suite ran in a fresh process", flush=True)
+            if entry.get("collect_failed") or entry.get("ended_badly"):
+                print(f"  suite {suite}: {entry.get('collect_failed') or entry.get('ended_badly')}", flush=True)
             state.data["suites"].append(entry)
             state.save()
             failed = [t for t in tests if t.failing]
             if failed and policy.attempts > 0:
                 current = f"retries of suite {suite}"
                 entry["retries"] = retry_failed(
-                    b, suite, failed, policy, run_dir=run_dir, junit=run.junit, native=native, image=image_tag,
+                    b, suite, failed, policy, run_dir=run_dir, junit=junit, native=native, image=image_tag,
                     m=m, extra=extra, echo=echo,
                     quarantined=lambda i: quarantine is not None and quarantine.match(i, b.name) is not None)
                 print(retry_line(suite, label, entry["retries"]), flush=True)
@@ -358,7 +369,8 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         state.finish("complete")
     except KeyboardInterrupt as e:
         what = "terminated" if isinstance(e, _Terminated) else "interrupted"
-        state.finish("incomplete", f"{what} during {current}")
+        running = f" while running {interrupted[-1]}" if interrupted and interrupted[-1] else ""
+        state.finish("incomplete", f"{what} during {current}{running}")
         report.write_reports(run_dir)
         raise RunInterrupted(f"run {what} during {current}; results so far kept in {run_dir} (marked incomplete)") \
             from None
@@ -378,6 +390,56 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         print(line, flush=True)
     print(summary.headline(), flush=True)
     return run_dir, 0 if summary.ok else 1
+
+
+def run_suite_isolated(b: Backend, suite: str, suite_dir: Path, *, seen: str, native: bool, image: str | None,
+                       extra: Sequence[str], m: Matrix, echo: bool, env_extra: dict[str, str] | None,
+                       on_interrupt: Callable[[dict[str, Any], str | None], None]
+                       ) -> tuple[dict[str, Any], list[res.TestResult], Path]:
+    """One suite under crash isolation (harness.isolation): (run.json entry, tests, the suite's JUnit).
+    On Ctrl-C/SIGTERM the entry of what finished goes to `on_interrupt(entry, running test)` first."""
+    junit = suite_dir / f"{suite}.xml"
+
+    def attempt(k: int, name: str, more: list[str], timeout_s: float, watchdog: Callable[[], str | None]):
+        return run_pytest(b, [f"tests/{suite}"], suite_dir, name, native=native, image=image, extra=[*extra, *more],
+                          m=m, timeout_s=timeout_s, echo=echo, env_extra=env_extra, watchdog=watchdog)
+
+    def entry_of(sr: isolation.SuiteRun, status: str) -> dict[str, Any]:
+        isolation.write_junit(junit, suite, sr.finished)
+        tests = sr.tests()
+        return {
+            "name": suite, "status": status, "junit": f"suites/{junit.name}", "log": f"suites/{suite}.log",
+            "returncode": sr.attempts[-1].returncode if sr.attempts else None, "timed_out": sr.timed_out,
+            "duration_s": round(sum(a.duration_s for a in sr.attempts), 2), "counts": res.counts(tests),
+            "argv": sr.attempts[0].argv if sr.attempts else [],
+            "attempts": [{"log": f"suites/{a.log.name}", "returncode": a.returncode, "duration_s": a.duration_s}
+                         for a in sr.attempts],
+            "crashes": [c.to_json() for c in sr.crashes], "not_run": sr.not_run,
+            "collect_failed": sr.collect_failed, "ended_badly": sr.ended_badly,
+        }
+
+    sr = isolation.run_suite(attempt, suite, suite_dir, seen, suite_s=b.timeouts.suite_s, test_s=b.timeouts.test_s,
+                             on_interrupt=lambda part: on_interrupt(entry_of(part, "interrupted"), part.running))
+    return entry_of(sr, sr.status()), sr.tests(), junit
+
+
+def run_suite_plain(b: Backend, suite: str, suite_dir: Path, *, native: bool, image: str | None,
+                    extra: Sequence[str], m: Matrix, echo: bool, env_extra: dict[str, str] | None
+                    ) -> tuple[dict[str, Any], list[res.TestResult], Path]:
+    """One suite as one pytest process, no isolation (`--no-isolation`: what isolation costs is measured
+    against this); a crash loses the suite's JUnit."""
+    run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image, extra=extra, m=m,
+                     echo=echo, env_extra=env_extra)
+    tests = res.parse_junit(run.junit, settings().root) if run.junit.exists() else []
+    status = suite_status(run, tests)
+    if not run.junit.exists() and status == "passed":
+        status = "error"
+    entry = {
+        "name": suite, "status": status, "junit": f"suites/{run.junit.name}", "log": f"suites/{run.log.name}",
+        "returncode": run.returncode, "timed_out": run.timed_out, "duration_s": run.duration_s,
+        "counts": res.counts(tests), "argv": run.argv,
+    }
+    return entry, tests, run.junit
 
 
 def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], policy: Retries, *, run_dir: Path,
@@ -452,6 +514,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", metavar="DB", help="the test-history store a complete run is recorded into "
                    "(default: KILN_HISTORY_DB, else <results>/history.sqlite)")
     p.add_argument("--no-history", action="store_true", help="do not record the run into the test history")
+    p.add_argument("--no-isolation", action="store_true", help="run each suite as one pytest process with no "
+                   "crash isolation (a crashing test then loses its suite's results; for measuring its cost)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
 
 
@@ -503,7 +567,8 @@ def cli_main(args: argparse.Namespace) -> int:
     _, code = run_suites(backend, native=native, suites=args.suites, run_dir=run_dir, image_tag=args.image,
                          base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet,
                          save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices,
-                         retries=retries, history=history, record_history=not args.no_history)
+                         retries=retries, history=history, record_history=not args.no_history,
+                         isolate=not args.no_isolation)
     return code
 
 

@@ -28,7 +28,7 @@ from harness.commands import with_pythonpath
 from harness.exc import HarnessError, RunInterrupted
 from harness.matrix import Retries
 from harness.merge import ShardProcess, merge_shards, shard_dir_name
-from harness.process import kill_group
+from harness.process import die_with_parent, kill_group
 from harness.settings import PACKAGE_ROOT, settings
 from harness.shard import Shard
 
@@ -109,7 +109,9 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
     `retries`: how the shards rerun failed tests (None: the matrix's); a complete merged run is recorded into
     the test history `history` (None: the default store) unless `record_history` is False.
     Returns (run folder, exit code: 0 when the merged run is complete and green (flaky tests allowed), else 1)."""
-    from harness import health as health_mod, image as image_mod, report
+    from harness import health as health_mod
+    from harness import image as image_mod
+    from harness import report
 
     m = matrix_mod.load()
     b = m.backend(backend_name)
@@ -171,7 +173,8 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
                               image_tag=image_tag, base_image=base_image, extra=extra, health=health,
                               save_numerics=save_numerics, durations=durations, retries=retries)
             procs[index] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                            cwd=settings().root, text=True, errors="replace", start_new_session=True)
+                                            cwd=settings().root, text=True, errors="replace", start_new_session=True,
+                                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no shard outlives the harness
             started[index] = time.monotonic()
             reader = threading.Thread(target=pump, args=(index, procs[index], run_dir / f"{folder.name}.log"),
                                       daemon=True)

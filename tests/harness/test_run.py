@@ -137,8 +137,11 @@ def test_interrupted_run_keeps_results_and_is_marked_incomplete(tmp_path):
     assert "results so far kept" in proc.stderr and "Traceback" not in proc.stderr
     run_dir = only_run(root)
     manifest = json.loads((run_dir / "run.json").read_text())
-    assert manifest["status"] == "incomplete" and manifest["reason"] == "terminated during suite beta"
-    assert [s["name"] for s in manifest["suites"]] == ["alpha"]  # the finished suite is kept
+    assert manifest["status"] == "incomplete"
+    assert manifest["reason"] == "terminated during suite beta while running tests/beta/test_beta.py::test_maybe_stop"
+    # the finished suite is kept, and so is what the interrupted one had finished
+    assert [s["name"] for s in manifest["suites"]] == ["alpha", "beta"]
+    assert manifest["suites"][1]["status"] == "interrupted" and manifest["suites"][1]["counts"]["passed"] == 1
     assert (run_dir / "suites" / "alpha.xml").exists()
     run = collect.load_run(run_dir)
     assert not run.complete and len(run.failing) == 2

@@ -1,0 +1,296 @@
+"""Crash isolation of a suite: one test at a time, and a test that kills its process costs that test alone.
+
+A suite runs as one pytest process with `harness.journal_plugin`, which journals every test's start and
+outcome as it happens. When the process ends abnormally (a segfault, `abort()`, the OOM killer, SIGKILL,
+pytest-timeout's thread method, a device left unusable, or a test running past the harness's watchdog), the
+journal says which tests finished and which one was running: that one is recorded as *crashed*, and the suite
+resumes in a fresh process that skips every test already decided, until all of them are (PyTorch's
+`run_test.py` resumes after a crash the same way). Execution stays single-threaded: one process at a time.
+
+Terms:
+  attempt     one pytest process of the suite: the first is named `<suite>` (log `<suite>.log`), a resumed
+              one `<suite>.resume-<k>` (its own log); the suite's JUnit `<suite>.xml` is written by the harness
+              from every attempt's journal (`<name>.journal`), so it holds every result whatever ended each.
+  crash       a test whose process ended while it ran: its reason (signal name or exit status, "device
+              unusable: ...", "hung"), the attempt and the last lines of that attempt's log. It is a JUnit
+              `<error>` with property `kiln_crash`, so the report, the repro lines, the retries and the test
+              history see it as an errored test.
+  watchdog    a test still running `test_s + WATCHDOG_GRACE_S` after it started (pytest-timeout did not get it
+              out: a hang in C code, a GPU kernel that never ends) has its process killed and is recorded as
+              hung; the rest of the suite resumes.
+  budget      the suite timeout covers all attempts together; when it runs out the running test is recorded as
+              hung, the tests not run yet are counted as `not_run`, and the suite's status is `timeout`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import results as res
+from harness.journal_plugin import EXIT_POISONED
+
+WATCHDOG_GRACE_S = 30.0  # past the per-test timeout, pytest-timeout has had its chance
+MAX_CRASHES = 25  # per suite: past this many, the rest is not run (something is broken for every test)
+TAIL_LINES = 30
+NORMAL_EXITS = (0, 1, 5)  # pytest: all passed, some failed, no tests
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A test whose process ended while it ran (module docstring)."""
+
+    id: str
+    reason: str
+    returncode: int | None
+    attempt: int
+    log: str
+    tail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "reason": self.reason, "returncode": self.returncode, "attempt": self.attempt,
+                "log": self.log, "tail": self.tail}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One test's outcome as journaled (or a crash's, as the harness decided it)."""
+
+    id: str
+    outcome: str
+    message: str
+    text: str
+    duration_s: float
+    crash: str = ""
+
+
+@dataclass
+class JournalRead:
+    """What one attempt's journal says: tests collected, finished in order, the one running at the end."""
+
+    collected: list[str] | None = None
+    finished: list[Finished] = field(default_factory=list)
+    collect_errors: list[Finished] = field(default_factory=list)
+    running: str | None = None
+    running_since: float | None = None
+    poisoned: tuple[str, str] | None = None
+    exit_status: int | None = None
+
+
+def read_journal(path: Path) -> JournalRead:
+    """Parse a journal; a last line cut short by the process's death is ignored."""
+    out = JournalRead()
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        kind = ev.get("event")
+        if kind == "collected":
+            out.collected = list(ev["ids"])
+        elif kind == "collect_error":
+            out.collect_errors.append(Finished(ev["id"] or "<collection>", "error",
+                                               f"collection error: {ev.get('message', '')}", ev.get("text", ""), 0.0))
+        elif kind == "start":
+            out.running, out.running_since = ev["id"], ev.get("t")
+        elif kind == "finish":
+            out.finished.append(Finished(ev["id"], ev["outcome"], ev.get("message", ""), ev.get("text", ""),
+                                         float(ev.get("duration_s") or 0.0)))
+            out.running = out.running_since = None if out.running == ev["id"] else out.running
+        elif kind == "poisoned":
+            out.poisoned = (ev["id"], ev.get("error", ""))
+        elif kind == "exit":
+            out.exit_status = int(ev["status"])
+    return out
+
+
+def exit_reason(returncode: int | None) -> str:
+    """`killed by SIGSEGV` / `exit status 3` for a process's return code (negative: a signal)."""
+    if returncode is None:
+        return "no exit status"
+    if returncode < 0 or returncode > 128:
+        num = -returncode if returncode < 0 else returncode - 128
+        try:
+            return f"killed by {signal.Signals(num).name}"
+        except ValueError:
+            return f"killed by signal {num}"
+    return f"exit status {returncode}"
+
+
+def log_tail(log: Path, lines: int = TAIL_LINES) -> str:
+    if not log.exists():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class SuiteRun:
+    """Everything a suite's attempts decided: outcomes in run order, crashes, tests not run, attempts made."""
+
+    finished: list[Finished] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    attempts: list[Any] = field(default_factory=list)  # runner.PytestRun of each attempt
+    collect_failed: str = ""  # the cause when the suite could not be collected at all
+    ended_badly: str = ""  # an abnormal end that no test is to blame for (a crash after the last test)
+    timed_out: bool = False
+    running: str | None = None  # the test that was running when the suite was interrupted
+
+    @property
+    def decided(self) -> set[str]:
+        return {f.id for f in self.finished}
+
+    def status(self) -> str:
+        """timeout / error (could not collect, ended badly, tests left unrun) / failed / empty / passed."""
+        if self.timed_out:
+            return "timeout"
+        if self.collect_failed or self.ended_badly or self.not_run:
+            return "error"
+        if any(f.outcome in res.FAILING for f in self.finished):
+            return "failed"
+        return "passed" if self.finished else "empty"
+
+    def tests(self) -> list[res.TestResult]:
+        return [res.TestResult(f.id, f.outcome, f.message.strip()[:500], f.duration_s) for f in self.finished]
+
+
+Attempt = Callable[[int, str, list[str], float, Callable[[], str | None]], Any]
+
+
+def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, suite_s: float, test_s: float,
+              on_interrupt: Callable[[SuiteRun], None] | None = None) -> SuiteRun:
+    """Run one suite to the end through `attempt(k, name, extra_args, timeout_s, watchdog) -> PytestRun`
+    (runner.run_pytest with the suite's arguments), resuming after every crash (module docstring).
+
+    `seen_dir` is `suite_dir` as pytest sees it (the container's mount). On Ctrl-C/SIGTERM the journal's
+    results are kept in the returned state: `on_interrupt(state)` is called, then the interrupt propagates.
+    """
+    out = SuiteRun()
+    deadline = time.monotonic() + suite_s
+    k = 0
+    while True:
+        k += 1
+        name = suite if k == 1 else f"{suite}.resume-{k}"
+        journal = suite_dir / f"{name}.journal"
+        journal.unlink(missing_ok=True)
+        extra = ["-p", "harness.journal_plugin", f"--kiln-journal={seen_dir}/{journal.name}",
+                 "--continue-on-collection-errors"]  # a file that fails to import costs its own tests alone
+        if out.finished:
+            skip = suite_dir / f"{name}.skip.json"
+            res.atomic_write_json(skip, sorted(out.decided))
+            extra.append(f"--kiln-skip={seen_dir}/{skip.name}")
+        hung: list[str] = []
+
+        def watchdog(journal: Path = journal, hung: list[str] = hung) -> str | None:
+            read = read_journal(journal)
+            limit = test_s + WATCHDOG_GRACE_S
+            if test_s and read.running and read.running_since and time.time() - read.running_since > limit:
+                hung.append(read.running)
+                return f"{read.running} still running after {limit:.0f}s"
+            return None
+
+        try:
+            run = attempt(k, name, extra, max(deadline - time.monotonic(), 1.0), watchdog)
+        except KeyboardInterrupt:
+            read = read_journal(journal)
+            out.finished += read.finished
+            out.running = read.running
+            _collected_rest(out, read)
+            if on_interrupt is not None:
+                on_interrupt(out)
+            raise
+        out.attempts.append(run)
+        read = read_journal(journal)
+        before = len(out.finished)
+        out.finished += read.finished + [e for e in read.collect_errors if e.id not in out.decided]
+        if run.returncode in NORMAL_EXITS and not run.timed_out and not hung and read.exit_status is not None:
+            return out
+        culprit, why = _culprit(read, run, hung, suite_s)
+        if culprit is not None:
+            crash = Crash(culprit, why, run.returncode, k, run.log.name, log_tail(run.log))
+            out.crashes.append(crash)
+            out.finished.append(Finished(culprit, "error", f"crashed: {why} (attempt {k}; see {run.log.name})",
+                                         crash.tail, 0.0, crash=why))
+        if read.collected is None and not read.finished:  # died before its tests were known: conftest, imports
+            out.collect_failed = f"{why}: {res_error_line(run.log)}"
+            out.timed_out = run.timed_out
+            return out
+        _collected_rest(out, read)
+        if run.timed_out or time.monotonic() >= deadline:
+            out.timed_out = True
+            return out
+        if not out.not_run:
+            if culprit is None:  # every test decided, yet the process ended badly (a crash at exit)
+                out.ended_badly = f"{why} after its last test"
+            return out
+        if len(out.crashes) >= MAX_CRASHES or (culprit is None and len(out.finished) == before):
+            out.ended_badly = f"{why}; gave up after {len(out.crashes)} crash(es), {len(out.not_run)} test(s) not run"
+            return out
+
+
+def _collected_rest(out: SuiteRun, read: JournalRead) -> None:
+    """Count what the last attempt collected but nobody decided as not run."""
+    out.not_run = [i for i in (read.collected or []) if i not in out.decided and i != out.running]
+
+
+def _culprit(read: JournalRead, run: Any, hung: list[str], suite_s: float) -> tuple[str | None, str]:
+    """(the test to blame, why) for an attempt that ended abnormally."""
+    if read.poisoned is not None:
+        return read.poisoned[0], f"device unusable after this test: {read.poisoned[1]}"
+    if hung:
+        return hung[0], f"hung: still running {WATCHDOG_GRACE_S:.0f}s past the test timeout (process killed)"
+    if run.timed_out:
+        return read.running, f"hung: still running when the suite timeout ({suite_s:.0f}s) passed"
+    if run.returncode == EXIT_POISONED:
+        return read.running, "device unusable (no test named)"
+    return read.running, exit_reason(run.returncode)
+
+
+def res_error_line(log: Path) -> str:
+    """The most telling line of a log: the last one that mentions an error, else the last line."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    return (errors or lines or ["no output"])[-1][:500]
+
+
+# ---- the suite's JUnit, written from the journals ------------------------------------------------------------
+
+
+def _names(test_id: str) -> tuple[str, str, str]:
+    """(classname, name, file) as pytest's xunit1 JUnit would write them for a node id."""
+    parts = test_id.split("::")
+    file = parts[0]
+    module = file[:-3].replace("/", ".") if file.endswith(".py") else file.replace("/", ".")
+    return ".".join([module, *parts[1:-1]]), parts[-1] if len(parts) > 1 else file, file
+
+
+def write_junit(path: Path, suite: str, finished: list[Finished]) -> None:
+    """The suite's JUnit XML (xunit1, with each test's `kiln_nodeid`; a crash also carries `kiln_crash`)."""
+    counts = res.counts([res.TestResult(f.id, f.outcome, "", 0.0) for f in finished])
+    top = ET.Element("testsuites")
+    ts = ET.SubElement(top, "testsuite", name=suite, tests=str(len(finished)), failures=str(counts["failed"]),
+                       errors=str(counts["error"]), skipped=str(counts["skipped"] + counts["xfailed"]),
+                       time=f"{sum(f.duration_s for f in finished):.3f}")
+    for f in finished:
+        classname, name, file = _names(f.id)
+        case = ET.SubElement(ts, "testcase", classname=classname, name=name, file=file, time=f"{f.duration_s:.3f}")
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="kiln_nodeid", value=f.id)
+        if f.crash:
+            ET.SubElement(props, "property", name="kiln_crash", value=f.crash)
+        if f.outcome in ("failed", "error"):
+            el = ET.SubElement(case, "failure" if f.outcome == "failed" else "error", message=f.message)
+            el.text = f.text
+        elif f.outcome in ("skipped", "xfailed"):
+            ET.SubElement(case, "skipped", message=f.message,
+                          type="pytest.xfail" if f.outcome == "xfailed" else "pytest.skip")
+    ET.indent(top)
+    res.atomic_write_bytes(path, ET.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n")
