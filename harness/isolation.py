@@ -15,9 +15,10 @@ Terms:
               unusable: ...", "hung"), the attempt and the last lines of that attempt's log. It is a JUnit
               `<error>` with property `kiln_crash`, so the report, the repro lines, the retries and the test
               history see it as an errored test.
-  watchdog    a test still running `test_s + WATCHDOG_GRACE_S` after it started (pytest-timeout did not get it
-              out: a hang in C code, a GPU kernel that never ends) has its process killed and is recorded as
-              hung; the rest of the suite resumes.
+  watchdog    a test still running `test_s + grace` after it started (grace: the per-test timeout again, at
+              least 3 s, at most WATCHDOG_GRACE_S; pytest-timeout did not get it out: a hang in C code with
+              signals blocked, a GPU kernel that never ends) has its process killed and is recorded as hung; the
+              rest of the suite resumes.
   budget      the suite timeout covers all attempts together; when it runs out the running test is recorded as
               hung, the tests not run yet are counted as `not_run`, and the suite's status is `timeout`.
 """
@@ -36,7 +37,7 @@ from typing import Any
 from harness import results as res
 from harness.journal_plugin import EXIT_POISONED
 
-WATCHDOG_GRACE_S = 30.0  # past the per-test timeout, pytest-timeout has had its chance
+WATCHDOG_GRACE_S = 30.0  # at most this long past the per-test timeout: pytest-timeout has had its chance
 MAX_CRASHES = 25  # per suite: past this many, the rest is not run (something is broken for every test)
 TAIL_LINES = 30
 NORMAL_EXITS = (0, 1, 5)  # pytest: all passed, some failed, no tests
@@ -188,15 +189,7 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
             res.atomic_write_json(skip, sorted(out.decided))
             extra.append(f"--kiln-skip={seen_dir}/{skip.name}")
         hung: list[str] = []
-
-        def watchdog(journal: Path = journal, hung: list[str] = hung) -> str | None:
-            read = read_journal(journal)
-            limit = test_s + WATCHDOG_GRACE_S
-            if test_s and read.running and read.running_since and time.time() - read.running_since > limit:
-                hung.append(read.running)
-                return f"{read.running} still running after {limit:.0f}s"
-            return None
-
+        watchdog = make_watchdog(journal, test_s, hung)
         try:
             run = attempt(k, name, extra, max(deadline - time.monotonic(), 1.0), watchdog)
         except KeyboardInterrupt:
@@ -212,8 +205,9 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
         before = len(out.finished)
         out.finished += read.finished + [e for e in read.collect_errors if e.id not in out.decided]
         if run.returncode in NORMAL_EXITS and not run.timed_out and not hung and read.exit_status is not None:
+            _collected_rest(out, read)
             return out
-        culprit, why = _culprit(read, run, hung, suite_s)
+        culprit, why = _culprit(read, run, hung, suite_s, test_s)
         if culprit is not None:
             crash = Crash(culprit, why, run.returncode, k, run.log.name, log_tail(run.log))
             out.crashes.append(crash)
@@ -236,17 +230,39 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
             return out
 
 
+def make_watchdog(journal: Path, test_s: float, hung: list[str]) -> Callable[[], str | None]:
+    """A process.execute watchdog over a journal: the reason to kill the process once its running test is
+    `test_s + watchdog_grace_s(test_s)` old (that test is appended to `hung`), else None. Off for test_s 0."""
+    limit = test_s + watchdog_grace_s(test_s)
+
+    def watchdog() -> str | None:
+        read = read_journal(journal)
+        if test_s and read.running and read.running_since and time.time() - read.running_since > limit:
+            hung.append(read.running)
+            return f"{read.running} still running after {limit:.0f}s"
+        return None
+
+    return watchdog
+
+
 def _collected_rest(out: SuiteRun, read: JournalRead) -> None:
     """Count what the last attempt collected but nobody decided as not run."""
     out.not_run = [i for i in (read.collected or []) if i not in out.decided and i != out.running]
 
 
-def _culprit(read: JournalRead, run: Any, hung: list[str], suite_s: float) -> tuple[str | None, str]:
+def watchdog_grace_s(test_s: float) -> float:
+    """How long past the per-test timeout the watchdog waits (module docstring)."""
+    return min(WATCHDOG_GRACE_S, max(3.0, test_s))
+
+
+def _culprit(read: JournalRead, run: Any, hung: list[str], suite_s: float, test_s: float
+             ) -> tuple[str | None, str]:
     """(the test to blame, why) for an attempt that ended abnormally."""
     if read.poisoned is not None:
         return read.poisoned[0], f"device unusable after this test: {read.poisoned[1]}"
     if hung:
-        return hung[0], f"hung: still running {WATCHDOG_GRACE_S:.0f}s past the test timeout (process killed)"
+        return hung[0], f"hung: still running {watchdog_grace_s(test_s):.0f}s past the test timeout of {test_s:.0f}s " \
+                        "(process killed)"
     if run.timed_out:
         return read.running, f"hung: still running when the suite timeout ({suite_s:.0f}s) passed"
     if run.returncode == EXIT_POISONED:

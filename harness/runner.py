@@ -372,6 +372,10 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         running = f" while running {interrupted[-1]}" if interrupted and interrupted[-1] else ""
         state.finish("incomplete", f"{what} during {current}{running}")
         report.write_reports(run_dir)
+        if history_db is not None:  # what finished before the interrupt counts (the run stays incomplete)
+            from harness.history import record_or_warn
+
+            record_or_warn(history_db, run_dir)
         raise RunInterrupted(f"run {what} during {current}; results so far kept in {run_dir} (marked incomplete)") \
             from None
     except HarnessError:
@@ -457,12 +461,16 @@ def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], polic
     first = {t.id: t for t in reversed(failed)}  # the first record of each id
     extra = [a for a in extra if not a.startswith("--junitxml")]
     root = settings().root
+    seen = str(out_dir.resolve()) if native else CONTAINER_RESULTS  # the reruns' folder as pytest sees it
     retried = []
     for k, test_id in enumerate(chosen, 1):
         tries = [retries_mod.write_first_attempt(out_dir, run_dir, suite, k, junit, first[test_id], root)]
         for n in range(1, policy.attempts + 1):
-            run = run_pytest(b, [test_id], out_dir, f"{suite}-{k}.{n}", native=native, image=image, extra=extra,
-                             m=m, timeout_s=retries_mod.retry_timeout_s(b), echo=echo)
+            name = f"{suite}-{k}.{n}"  # a rerun that hangs is stopped by the same watchdog as the suite's tests
+            journal = ["-p", "harness.journal_plugin", f"--kiln-journal={seen}/{name}.journal"]
+            watchdog = isolation.make_watchdog(out_dir / f"{name}.journal", b.timeouts.test_s, [])
+            run = run_pytest(b, [test_id], out_dir, name, native=native, image=image, extra=[*extra, *journal],
+                             m=m, timeout_s=retries_mod.retry_timeout_s(b), echo=echo, watchdog=watchdog)
             tries.append(retries_mod.rerun_attempt(n, test_id, run, run_dir, root))
             if tries[-1].outcome not in res.FAILING:
                 break
