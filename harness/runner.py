@@ -91,6 +91,43 @@ def _check_native_python() -> bool:
     return True
 
 
+def compiler_settings_problem(env: dict[str, str]) -> str | None:
+    """What is wrong with the kiln compiler settings (`KILN_*`) in `env`, in one line, or None.
+
+    compiler/config.py reads every compiler variable and needs only the standard library (and compiler/exc.py);
+    it is loaded here under a private package name, so the harness checks the settings the suites will see
+    without importing torch, before any suite starts (a bad value would otherwise fail every test's import)."""
+    import importlib.util
+    import types
+
+    folder = settings().root / "compiler"
+    if not (folder / "config.py").is_file():
+        return None  # a project without kiln's compiler (e.g. a scratch project in the harness's tests)
+    name = "_kiln_settings_check"
+    pkg = types.ModuleType(name)
+    pkg.__path__ = [str(folder)]
+    saved = {k: sys.modules.get(k) for k in (name, f"{name}.exc", f"{name}.config")}
+    sys.modules[name] = pkg
+    try:
+        for mod in ("exc", "config"):
+            spec = importlib.util.spec_from_file_location(f"{name}.{mod}", folder / f"{mod}.py")
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[f"{name}.{mod}"] = module
+            spec.loader.exec_module(module)
+        try:
+            module.from_env(env)
+        except ValueError as e:  # compiler.exc.ConfigError is a ValueError
+            return str(e)
+        return None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
 def _container_name(backend: str, name: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", name)[:40]
     return f"kiln-{backend}-{safe}-{secrets.token_hex(4)}"
@@ -262,6 +299,9 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     history_db = (history or settings().history_db).resolve() if record_history else None
     if native:
         _check_native_python()  # no pytest: stop before anything is written
+    problem = compiler_settings_problem({**(os.environ if native else {}), **suite_env(m, b)})
+    if problem:  # every suite would die importing the compiler: one line, before anything is written
+        raise HarnessError(f"bad compiler setting for the suites: {problem}")
     mode = "native" if native else "container"
     img_info = None
     if not native:

@@ -249,3 +249,30 @@ def test_a_sigkilled_harness_leaves_no_child_and_no_finished_run(tmp_path):
     # the history was not written (the run never finished); a store it left is intact
     db = root / "history.sqlite"
     assert not db.exists() or integrity_ok(db)
+
+
+def test_a_file_that_fails_to_collect_costs_its_own_tests_and_says_why(tmp_path):
+    root = make_project(tmp_path, "def test_fine():\n    pass\n")
+    (root / "tests" / "faults" / "test_broken_import.py").write_text("import not_a_module_anywhere\n")
+    proc = harness(root, *run_args(root, "--retries", "0"))
+    assert proc.returncode == 1
+    report = (only_run(root) / "report.txt").read_text()
+    assert report.splitlines()[0].endswith("FAILED: 1 passed, 1 error")
+    assert ("tests/faults/test_broken_import.py: error: collection error: ModuleNotFoundError: No module named "
+            "'not_a_module_anywhere'") in report
+    repro = harness(root, "repro", str(only_run(root))).stdout
+    assert any(ln.endswith("tests/faults/test_broken_import.py") for ln in repro.splitlines()), repro
+
+
+def test_a_bad_compiler_setting_is_one_line_before_any_suite(tmp_path):
+    root = make_project(tmp_path, "def test_fine():\n    pass\n")
+    (root / "compiler").mkdir()
+    for name in ("config.py", "exc.py"):  # the project's compiler settings module, as in the real tree
+        (root / "compiler" / name).write_text((ROOT / "compiler" / name).read_text())
+    env = {**env_for(root), "KILN_POINTWISE_XBLOCK": "abc"}
+    proc = subprocess.run([sys.executable, "-m", "harness", *run_args(root)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("harness run: error: bad compiler setting for the suites: "
+                                   "KILN_POINTWISE_XBLOCK='abc': expected an integer")
+    assert not (root / "results").exists() or not any((root / "results").iterdir())
