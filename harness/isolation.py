@@ -211,8 +211,11 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
         if culprit is not None:
             crash = Crash(culprit, why, run.returncode, k, run.log.name, log_tail(run.log))
             out.crashes.append(crash)
+            own = next((f for f in out.finished if f.id == culprit), None)  # it finished, then broke the device
+            out.finished = [f for f in out.finished if f.id != culprit]
+            text = f"{own.message}\n{own.text}\n--- log tail\n{crash.tail}" if own else crash.tail
             out.finished.append(Finished(culprit, "error", f"crashed: {why} (attempt {k}; see {run.log.name})",
-                                         crash.tail, 0.0, crash=why))
+                                         text, own.duration_s if own else 0.0, crash=why))
         if read.collected is None and not read.finished:  # died before its tests were known: conftest, imports
             out.collect_failed = f"{why}: {res_error_line(run.log)}"
             out.timed_out = run.timed_out
