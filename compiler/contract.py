@@ -34,7 +34,8 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K, elementwis
 
 from .exc import LoweringError, NotLowered
 from .ir import Index, Lazy, SymScalar, Value, sym
-from .kexpr import Const, IndexValue, KExpr, cast, compute_dtype, mark_rounding
+from .dtypes import compute_dtype
+from .kexpr import Const, IndexValue, KExpr, cast, mark_rounding
 
 if TYPE_CHECKING:
     from .graph import GraphLowering

@@ -13,14 +13,7 @@ import numpy as np
 import sympy
 import torch
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)
-#: fp32 -> fp32 ops that round to the given dtype's precision (round-to-nearest-even)
-ROUNDING_OPS = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype arithmetic runs in: fp16/bf16 are computed in fp32 inside kernels."""
-    return torch.float32 if dtype in LOW_PRECISION else dtype
+from .dtypes import LOW_PRECISION, ROUNDING_OPS
 
 
 class KExpr:

@@ -27,7 +27,7 @@ MAX_TYPES = (sympy.Max, SymMax)
 MIN_TYPES = (sympy.Min, SymMin)
 
 from ..exc import CodegenError
-from .ops_table import tl_dtype
+from ..dtypes import tl_dtype
 
 
 def pexpr(e: sympy.Expr) -> str:

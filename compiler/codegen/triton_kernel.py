@@ -22,7 +22,8 @@ from ..exc import CodegenError
 from ..ir import Reduction
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, address_steps, fold_condition, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
-from .ops_table import HELPERS, cast, render_op, tl_dtype
+from ..dtypes import tl_dtype
+from .ops_table import HELPERS, cast, render_op
 from .printer import _lit, _raw, pexpr, pfloat
 
 

@@ -10,6 +10,7 @@ import sympy
 import torch
 from torch.utils._sympy.functions import FloorDiv
 
+from .. import dtypes
 from ..contract import arg_cost, broadcast_index, load_arg
 from ..exc import NotLowered
 from ..graph import ExternCall, GraphLowering, register_lowering
@@ -222,7 +223,7 @@ def _pad(g: GraphLowering, node, x: Value, pad, value=0):
 def _extern(out_overload):
     def lower(g: GraphLowering, node, *args, **kwargs):
         out = node.meta["val"]
-        if out.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        if out.dtype not in dtypes.FLOAT:
             raise NotLowered("matmul of non-float dtype", kind="dtype")
         return g.extern_out(node, out_overload, args, kwargs)
 

@@ -27,14 +27,12 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 import torch
 
-from ..codegen.ops_table import SIGNATURE_TYPES
+from .. import dtypes
 from ..exc import KernelCompileError
 
 log = logging.getLogger("kiln")
 
 CONSTEXPR_NAMES = ("XBLOCK", "RBLOCK", "PERSISTENT")
-#: pointer element types as Triton's JIT names them (bool tensors are ``*u1`` there)
-POINTER_TYPES = {**SIGNATURE_TYPES, torch.bool: "u1"}
 
 
 class Unsupported(TypeError):
@@ -114,8 +112,8 @@ def specialize(value: Any) -> tuple[str, Any]:
 
 def _pointer_type(dtype: torch.dtype) -> str:
     try:
-        return POINTER_TYPES[dtype]
-    except KeyError:
+        return dtypes.info(dtype).pointer  # as Triton's JIT names them (bool tensors are ``*u1`` there)
+    except NotImplementedError:
         raise Unsupported(f"no Triton pointer type for {dtype}") from None
 
 
