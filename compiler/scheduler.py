@@ -24,6 +24,7 @@ from torch.utils._sympy.symbol import SymT, symbol_is_type
 from . import config
 from .exc import InvariantError, require
 from .graph import ExternCall, Program, Step, SubgraphCall
+from .index_eval import Unevaluable, evaluate
 from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Strided, SymScalar, contiguous_strides, is_dense, prod,
                  stride_order)
 from .kexpr import KExpr, free_symbols, loads
@@ -71,21 +72,14 @@ def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sym
         return False
     import numpy as np
 
-    from .codegen.printer import pexpr  # the integer arithmetic the kernel itself will compute
-    from .exc import CodegenError
-
-    try:
-        fa, fb = (compile(pexpr(e), "<index>", "eval") for e in (a, b))
-    except CodegenError:
-        return False
     rows = max(1, _EVAL_CHUNK // max(rs_n, 1))
     r = np.arange(rs_n, dtype=np.int64)[None, :]
     for x0 in range(0, xs_n, rows):
         x = np.arange(x0, min(xs_n, x0 + rows), dtype=np.int64)[:, None]
-        env = {"__builtins__": {}, XINDEX.name: x, RINDEX.name: r}
-        try:
-            va, vb = eval(fa, env), eval(fb, env)  # noqa: S307 - index source printed by kiln itself
-        except NameError:  # tl.maximum/tl.minimum: not evaluated here
+        env = {XINDEX: x, RINDEX: r}
+        try:  # the integer arithmetic the kernel itself computes
+            va, vb = evaluate(a, env), evaluate(b, env)
+        except Unevaluable:  # Max/Min (tl.maximum/tl.minimum), rationals: not evaluated here
             return False
         shape = (x.shape[0], rs_n)
         if not np.array_equal(np.broadcast_to(va, shape), np.broadcast_to(vb, shape)):
