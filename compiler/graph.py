@@ -69,6 +69,8 @@ class SubgraphCall:
     subgraphs: dict[str, Any]  # attr name -> compiled wrapper GraphModule (or original, on fallback)
     outputs: Any
     fx_name: str
+    #: keyword operands (higher-order ops take theirs positionally: kept empty, read like an ``ExternCall``'s)
+    kwargs: dict = dataclasses.field(default_factory=dict)
 
 
 class SubgraphRef:
@@ -146,7 +148,7 @@ class Program(BufferNames):
         for k, step in enumerate(self.steps):
             if isinstance(step, ComputedBuffer):
                 continue
-            for v in _strided_in((step.args, getattr(step, "kwargs", {}))):
+            for v in _strided_in((step.args, step.kwargs)):
                 self._registered(v.buffer, f"an argument of step {k} ({_describe(step)})")
                 require(made.get(v.buffer.name, -1) < k,
                          f"{where}: step {k} ({_describe(step)}) reads {v.buffer.name} before step "
@@ -171,7 +173,7 @@ def _step_buffers(step: Step) -> list[Buffer]:
     if isinstance(step, ComputedBuffer):
         return [step]
     out = [o for o in pytree.tree_leaves(step.outputs) if isinstance(o, Buffer)]
-    if getattr(step, "out", None) is not None and step.out not in out:
+    if isinstance(step, ExternCall) and step.out is not None and step.out not in out:
         out.append(step.out)
     return out
 

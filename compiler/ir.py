@@ -260,6 +260,8 @@ class Value:
     size: tuple[Expr, ...]
     dtype: torch.dtype
     device: torch.device
+    #: rough count of ops an element of this value inlines into its users (0: a realized buffer, read as is)
+    cost: int = 0
 
     def load(self, index: Index) -> KExpr:
         raise NotImplementedError

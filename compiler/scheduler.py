@@ -272,7 +272,7 @@ class Scheduler:
         if isinstance(step, ComputedBuffer):
             return _body_reads(step)
         names: list[str] = []
-        for v in _iter_values((step.args, getattr(step, "kwargs", {}))):
+        for v in _iter_values((step.args, step.kwargs)):
             if isinstance(v, Strided):
                 names.append(v.buffer.name)
         return names
@@ -307,8 +307,8 @@ class Scheduler:
                 consumers.setdefault(name, []).append(step)
         # write-backs into mutated inputs go last: fused kernels recompute values from the inputs' old contents
         # wherever they are placed, so no kernel may run after an input is overwritten
-        write_backs = [s for s in steps if getattr(s, "write_back", False)]
-        steps = [s for s in steps if not getattr(s, "write_back", False)] + write_backs
+        write_backs = [s for s in steps if isinstance(s, ExternCall) and s.write_back]
+        steps = [s for s in steps if not (isinstance(s, ExternCall) and s.write_back)] + write_backs
         for step in steps:
             if isinstance(step, ComputedBuffer):
                 self._place(step)
@@ -455,8 +455,10 @@ class Scheduler:
         c1 = self.items[j]
         if not isinstance(c1, KernelGroup) or not c1.has_reduction or not c1.members:
             return None
-        sources = [getattr(m.buf.definition, "column", None) for m in c1.members]
-        if not all(m.is_reduction for m in c1.members) or any(cs is None for cs in sources):
+        if not all(m.is_reduction for m in c1.members):
+            return None
+        sources = [m.buf.definition.column for m in c1.members]
+        if any(cs is None for cs in sources):
             return None
         cols, rows = sources[0].cols, sources[0].rows
         if any(len(cs.cols) != len(cols) or len(cs.rows) != len(rows) or
@@ -637,7 +639,8 @@ def _body_reads(buf: ComputedBuffer) -> list[str]:
 def _body_symbols(buf: ComputedBuffer) -> set[sympy.Symbol]:
     """Size symbols a buffer's kernel needs: in its element expression, its ranges and its layout."""
     d = buf.definition
-    exprs = list(d.ranges) + list(getattr(d, "reduction_ranges", ())) + list(buf.layout.size)
+    reduced = d.reduction_ranges if isinstance(d, Reduction) else ()
+    exprs = list(d.ranges) + list(reduced) + list(buf.layout.size)
     exprs += list(buf.layout.stride)
     out = set(free_symbols(_body(buf)))
     for e in exprs:
@@ -666,7 +669,7 @@ def _scheduled_reads(item: Scheduled) -> list[str]:
             for ld in loads(m.value):
                 names[ld.buffer] = None
     else:
-        for v in _iter_values((item.args, getattr(item, "kwargs", {}))):
+        for v in _iter_values((item.args, item.kwargs)):
             if isinstance(v, Strided):
                 names[v.buffer.name] = None
     return list(names)
@@ -679,6 +682,6 @@ def _iter_values(obj):
 
 def _step_outputs(step) -> list[str]:
     out = [o.name for o in pytree.tree_leaves(step.outputs) if isinstance(o, Buffer)]
-    if getattr(step, "out", None) is not None:
+    if isinstance(step, ExternCall) and step.out is not None:
         out.append(step.out.name)
     return out

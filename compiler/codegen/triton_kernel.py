@@ -37,21 +37,23 @@ class Scope:
         self.cache: dict = {}
         self.members: dict[str, str] = {}  # member buffer -> var in this scope
 
-    def _find(self, table: str, key):
-        """``key`` in this scope's ``table`` ("cache" or "members"), else in the enclosing scopes'; None."""
+    def lookup(self, key) -> Optional[str]:
+        """The variable holding ``key``'s value in this scope or an enclosing one (CSE), or None."""
         s = self
         while s is not None:
-            found = getattr(s, table)
-            if key in found:
-                return found[key]
+            if key in s.cache:
+                return s.cache[key]
             s = s.parent
         return None
 
-    def lookup(self, key):
-        return self._find("cache", key)
-
     def member_var(self, name: str) -> Optional[str]:
-        return self._find("members", name)
+        """The variable holding group member ``name``'s value in this scope or an enclosing one, or None."""
+        s = self
+        while s is not None:
+            if name in s.members:
+                return s.members[name]
+            s = s.parent
+        return None
 
     def line(self, text: str) -> None:
         self.lines.append(self.indent + text)

@@ -27,7 +27,7 @@ def _size(node) -> tuple:
 
 @register_lowering(aten.clone.default)
 def _clone(g: GraphLowering, node, x: Value, *, memory_format=None):
-    return Lazy(x.size, x.dtype, x.device, x.load, getattr(x, "cost", 0) + 1)
+    return Lazy(x.size, x.dtype, x.device, x.load, x.cost + 1)
 
 
 @register_lowering(aten._to_copy.default, same_device=False)
@@ -37,13 +37,13 @@ def _to_copy(g: GraphLowering, node, x: Value, *, dtype=None, layout=None, devic
     if out.device != x.device:
         raise NotLowered(f"device copy {x.device} -> {out.device}", kind="device")
     return Lazy(x.size, out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype, explicit=True),
-                getattr(x, "cost", 0) + 1)
+                x.cost + 1)
 
 
 @register_lowering(prims.convert_element_type.default)
 def _convert(g: GraphLowering, node, x: Value, dtype: torch.dtype):
     return Lazy(x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True),
-                getattr(x, "cost", 0) + 1)
+                x.cost + 1)
 
 
 @register_lowering(aten.copy.default)
@@ -52,7 +52,7 @@ def _copy(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
     size = _size(node)
     return Lazy(size, out.dtype, dst.device,
                 lambda idx: cast(src.load(broadcast_index(src.size, size, idx)), out.dtype, explicit=True),
-                getattr(src, "cost", 0) + 1)
+                src.cost + 1)
 
 
 @register_lowering(aten.copy_.default)

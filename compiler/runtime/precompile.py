@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 import sympy
 import torch
 
-from ..ir import sym
+from ..ir import Strided, sym
 from .. import config
 from . import cache, compile_jobs, compile_pool, gpu_compile
 
@@ -139,7 +139,7 @@ def _pointer(name: str, lowering: Any, hints: dict) -> tuple[torch.dtype, torch.
         raise gpu_compile.Unsupported(f"buffer {name} is unknown")
     aligned = True
     for ph, value in lowering.inputs:  # graph inputs: aligned when their storage offset is (allocations are)
-        if getattr(value, "buffer", None) is buf:
+        if isinstance(value, Strided) and value.buffer is buf:
             meta = ph.meta.get("val")
             if isinstance(meta, torch.Tensor):
                 try:
