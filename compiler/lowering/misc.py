@@ -173,8 +173,7 @@ def _masked(t: Value, index: Index, mask: KExpr) -> KExpr:
     """Load ``t`` at ``index`` only where ``mask`` holds (other lanes must not touch memory)."""
     v = t.load(index)
     if isinstance(v, Load):
-        return Load(v.buffer, v.index, v.dtype, mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool),
-                    v.indirect)
+        return v.with_mask(mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool))
     # Lazy producers: mask every load inside (they may be out of bounds too)
     return _mask_loads(v, mask, {})
 
@@ -183,8 +182,7 @@ def _mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
     if id(e) in memo:
         return memo[id(e)]
     if isinstance(e, Load):
-        r = Load(e.buffer, e.index, e.dtype, mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool),
-                 e.indirect)
+        r = e.with_mask(mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool))
     elif isinstance(e, Op):
         r = Op(e.op, [_mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
     else:
