@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import sympy
 import torch
@@ -28,9 +28,6 @@ from .index_eval import Unevaluable, evaluate
 from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Strided, SymScalar, contiguous_strides, is_dense, prod,
                  stride_order)
 from .kexpr import KExpr, free_symbols, loads
-
-if TYPE_CHECKING:
-    from .codegen.triton_kernel import KernelSource
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
 #: (H100 sweep, 16384 x 4096 bf16 norm backward: 256 programs beat 512 and 1024 by 10 to 35 us, the second
@@ -143,9 +140,6 @@ class KernelGroup:
     partials: list[Member] = dataclasses.field(default_factory=list)
     row_chunk: int = 0
     programs: int = 0
-    #: the group's Triton kernel, set by the ``render`` pass (a kernel another group shares keeps its own
-    #: buffers and sizes: see ``codegen.dedup``)
-    kernel: Optional["KernelSource"] = None
 
     def member(self, name: str) -> Optional[Member]:
         for m in self.members:
@@ -164,20 +158,15 @@ Scheduled = Union[KernelGroup, ExternCall, SubgraphCall]
 @dataclasses.dataclass
 class Schedule:
     """The ``schedule`` pass's product: the program's work in launch order (``items``: kernel groups,
-    extern and subgraph calls). The ``render`` pass fills every group's ``kernel`` and sets ``rendered``."""
+    extern and subgraph calls). The ``render`` pass reads it and makes the groups' kernels
+    (``codegen.kernels.Kernels``)."""
 
     program: Program
     items: list[Scheduled]
-    rendered: bool = False
 
     @property
     def groups(self) -> list[KernelGroup]:
         return [it for it in self.items if isinstance(it, KernelGroup)]
-
-    @property
-    def kernels(self) -> list["KernelSource"]:
-        """One kernel per launch, in launch order (groups that share a kernel list it once each)."""
-        return [g.kernel for g in self.groups]
 
     def extern_count(self) -> int:
         """Extern-kernel calls (``out=`` ATen such as ``mm.out``; not fallbacks, not copies)."""
@@ -190,10 +179,7 @@ class Schedule:
           buffer with role "x" or "xr" (partial sums "col", always stored); a buffer is produced by one item;
         - what an item reads is produced by an earlier item (or the same group), or is an input, constant or
           empty; a group's member another item or the graph's outputs read is stored (values that stay in
-          registers are read inside their group only);
-        - before ``render`` no group has a kernel; after it every group has one, storing exactly its stored
-          members, reading registered buffers only, over the group's sizes; a kernel name stands for one
-          source.
+          registers are read inside their group only).
         """
         where = f"schedule of {self.program.name}"
         buffers = self.program.buffers
@@ -233,28 +219,12 @@ class Schedule:
                 require(name in producer or not isinstance(v.buffer, ComputedBuffer),
                          f"{where}: graph output {name} is computed by no item")
                 require(stored.get(name, True), f"{where}: graph output {name} is not stored")
-        names: dict[str, str] = {}
-        for k, item in enumerate(self.items):
-            if not isinstance(item, KernelGroup):
-                continue
-            ks = item.kernel
-            if not self.rendered:
-                require(ks is None, f"{where}: group {k} has a kernel before render")
-                continue
-            require(ks is not None, f"{where}: group {k} has no kernel after render")
-            want = [m.buf.name for m in item.members + item.partials if m.store]
-            require(list(ks.stores) == want, f"{where}: kernel {ks.name} (group {k}) stores {ks.stores}, "
-                                              f"its group stores {want}")
-            for param, name in ks.ptr_args:
-                require(name in buffers or name in self.program.constants,
-                         f"{where}: kernel {ks.name} (group {k}) passes unknown buffer {name} as {param}")
-            outs = [name for param, name in ks.ptr_args if param.startswith("out_ptr")]
-            require(sorted(outs) == sorted(want), f"{where}: kernel {ks.name} (group {k}) writes {outs}, stores {want}")
-            require(same(ks.xnumel, item.xnumel) and same(ks.rnumel, item.rnumel),
-                     f"{where}: kernel {ks.name} (group {k}) launches over ({ks.xnumel}, {ks.rnumel}), its group "
-                     f"over ({item.xnumel}, {item.rnumel})")
-            require(names.setdefault(ks.name, ks.source) == ks.source,
-                     f"{where}: kernel name {ks.name} stands for two different sources")
+
+
+def schedule(program: Program) -> Schedule:
+    """The ``schedule`` pass: ``program``'s live steps fused into kernel groups, with extern and subgraph calls,
+    in launch order."""
+    return Scheduler(program).run()
 
 
 class Scheduler:
