@@ -7,7 +7,9 @@ import dataclasses
 from typing import Iterator
 
 import sympy
+import torch
 
+from ..dtypes import tl_dtype
 from ..exc import require
 from ..graph import Program
 from ..scheduler import KernelGroup, Schedule, same
@@ -78,5 +80,5 @@ def index_dtype(group: KernelGroup, program: Program) -> str:
     for e in exprs:
         e = sympy.sympify(e)
         if not e.is_number or int(e) > limit:
-            return "tl.int64"
-    return "tl.int32"
+            return tl_dtype(torch.int64)
+    return tl_dtype(torch.int32)
