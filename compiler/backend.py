@@ -164,14 +164,11 @@ def run_pass(job: GraphJob, p: Pass, products: dict[str, Any]) -> None:
         raise InvariantError(f"after kiln pass '{p.name}' on {job.name}: {detail}") from e
 
 
-def run_passes(job: GraphJob, upto: Optional[str] = None) -> dict[str, Any]:
-    """Run ``PASSES`` in order on ``job`` (through the pass named ``upto``, when given); the products made, by
-    name (``"job"`` included)."""
+def run_passes(job: GraphJob) -> dict[str, Any]:
+    """Run ``PASSES`` in order on ``job``; the products made, by name (``"job"`` included)."""
     products: dict[str, Any] = {"job": job}
     for p in PASSES:
         run_pass(job, p, products)
-        if p.name == upto:
-            break
     return products
 
 
