@@ -13,33 +13,31 @@ import logging
 import os
 from typing import Any, Callable, NamedTuple, Optional
 
-import sympy
 import torch.fx as fx
 
 from . import config, fx_passes
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
-from .codegen.dedup import share_identical
-from .codegen.triton_kernel import render_group
-from .codegen.wrapper import Wrapper, WrapperBuilder
+from .codegen.kernels import Kernels, render
+from .codegen.triton_kernel import KernelSource
+from .codegen.wrapper import Wrapper, wrap
 from .decompositions import decomposition_table
 from .exc import InvariantError, KernelLaunchError, KilnError
 from .graph import FallbackReason, GraphLowering, Program
 from .runtime import cache, precompile
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
-from .scheduler import KernelGroup, Schedule, Scheduler
+from .scheduler import Schedule, schedule
 
 log = logging.getLogger("kiln")
 
 
 @dataclasses.dataclass
-class CompileState:
-    """One ATen graph going through ``PASSES``: the graph, and the typed product each pass makes.
+class GraphJob:
+    """One ATen graph going through ``PASSES``, and what the passes know of it. Not a product: the products
+    (``program``, ``schedule``, ``kernels``, ``wrapper``) are what the passes return (``run_passes``).
 
-    ``program`` (``graph.Program``, made by ``lower``) -> ``schedule`` (``scheduler.Schedule``, made by
-    ``schedule``; ``render`` gives each of its kernel groups its ``KernelSource``) -> ``wrapper``
-    (``codegen.wrapper.Wrapper``, made by ``wrap``). ``subgraphs``: records of ``torch.cond`` branches
-    compiled while lowering.
+    The FX passes rewrite ``gm`` in place; ``lower`` appends to ``subgraphs`` the records of the ``torch.cond``
+    branches it compiles.
     """
 
     gm: fx.GraphModule
@@ -49,24 +47,21 @@ class CompileState:
     #: outputs may leave in a layout the passes chose (Dynamo's inference graphs: AOTAutograd hands them to the
     #: caller as they are); else each keeps the strides eager gave it
     free_output_layouts: bool = False
-    program: Optional[Program] = None
-    schedule: Optional[Schedule] = None
-    wrapper: Optional[Wrapper] = None
     subgraphs: list[CompiledGraph] = dataclasses.field(default_factory=list)
 
 
-def input_strides_pass(st: CompileState) -> None:
-    if st.example_inputs is not None:
-        fx_passes.adopt_input_strides(st.gm, st.example_inputs)
+def input_strides_pass(job: GraphJob) -> None:
+    if job.example_inputs is not None:
+        fx_passes.adopt_input_strides(job.gm, job.example_inputs)
 
 
-def conv_layout_pass(st: CompileState) -> None:
-    if st.role in ("inference", "backward"):
-        fx_passes.convs_channels_last(st.gm)
-    elif st.role == "forward":  # saved activations may stay NHWC: the backward adopts their strides
-        saved = _saved_outputs(len(fx_passes.graph_outputs(st.gm)))
+def conv_layout_pass(job: GraphJob) -> None:
+    if job.role in ("inference", "backward"):
+        fx_passes.convs_channels_last(job.gm)
+    elif job.role == "forward":  # saved activations may stay NHWC: the backward adopts their strides
+        saved = _saved_outputs(len(fx_passes.graph_outputs(job.gm)))
         if saved is not None:
-            fx_passes.convs_channels_last(st.gm, free_outputs=saved)
+            fx_passes.convs_channels_last(job.gm, free_outputs=saved)
 
 
 def _saved_outputs(n_outputs: int) -> Optional[frozenset[int]]:
@@ -82,63 +77,48 @@ def _saved_outputs(n_outputs: int) -> Optional[frozenset[int]]:
     return frozenset(range(n_outputs)[saved]) if isinstance(saved, slice) else None
 
 
-def mm_layout_pass(st: CompileState) -> None:
-    fx_passes.matmul_layouts(st.gm, free_outputs=st.free_output_layouts)
+def mm_layout_pass(job: GraphJob) -> None:
+    fx_passes.matmul_layouts(job.gm, free_outputs=job.free_output_layouts)
 
 
-def lower_pass(st: CompileState) -> None:
+def lower_pass(job: GraphJob) -> Program:
     def compile_sub(sub: fx.GraphModule, name: str) -> fx.GraphModule:
         cg = compile_graph(sub, name, role="subgraph")
-        st.subgraphs.append(cg)
+        job.subgraphs.append(cg)
         return cg.wrapper
 
-    st.program = GraphLowering(st.gm, st.name, subgraph_compiler=compile_sub).run()
+    return GraphLowering(job.gm, job.name, subgraph_compiler=compile_sub).run()
 
 
-def schedule_pass(st: CompileState) -> None:
-    st.schedule = Scheduler(st.program).run()
+def precompile_pass(kernels: Kernels, wrapper: Wrapper) -> None:
+    precompile.precompile_graph(kernels.schedule.program, kernels.launches, wrapper.module)
 
 
-def render_pass(st: CompileState) -> None:
-    program, groups = st.program, st.schedule.groups
-    dtypes = {name: b.dtype for name, b in program.buffers.items()}
-    kernels = [render_group(g, dtypes, _index_dtype(g, program)) for g in groups]
-    for g, ks in zip(groups, share_identical(kernels)):  # one kernel per distinct body (transformer layers repeat)
-        g.kernel = ks
-    st.schedule.rendered = True
-
-
-def wrap_pass(st: CompileState) -> None:
-    st.wrapper = WrapperBuilder(st.schedule).build()
-
-
-def precompile_pass(st: CompileState) -> None:
-    precompile.precompile_graph(st.program, st.schedule.kernels, st.wrapper.module)
-
-
-def dump_pass(st: CompileState) -> None:
+def dump_pass(job: GraphJob, kernels: Kernels, wrapper: Wrapper) -> None:
     folder = config.settings().dump_dir
     if not folder:
         return
-    text = f"# kiln wrapper for {st.name}\n" + st.wrapper.code
-    cache.write_atomic(os.path.join(folder, "graphs", f"{_safe(st.name)}.py"), text)
-    for ks in st.schedule.kernels:
+    text = f"# kiln wrapper for {job.name}\n" + wrapper.code
+    cache.write_atomic(os.path.join(folder, "graphs", f"{_safe(job.name)}.py"), text)
+    for ks in kernels.launches:
         path = os.path.join(folder, "kernels", f"{ks.name}.py")
         if not os.path.exists(path):
             cache.write_atomic(path, ks.source)
 
 
 class Pass(NamedTuple):
-    """One step of the pipeline: ``run`` reads the ``CompileState`` products earlier passes made and makes
-    (or fills) the one named by ``makes``, whose ``verify()`` runs right after it under ``strict``."""
+    """One step of the pipeline: a function of the products named by ``needs`` (``"job"``: the ``GraphJob``)
+    that returns the product named by ``makes`` (None: it makes none), whose ``verify()`` runs right after it
+    under ``strict``."""
 
     name: str
     why: str
-    run: Callable[[CompileState], None]
+    run: Callable[..., Any]
+    needs: tuple[str, ...] = ("job",)
     makes: Optional[str] = None
 
 
-#: the pipeline, in order
+#: the pipeline, in order: job -> program -> schedule -> kernels -> wrapper
 PASSES: list[Pass] = [
     Pass("input_strides", "inputs laid out otherwise than traced (a backward's channels-last saved activations) "
          "are traced again with their real strides: kernels index inputs by them", input_strides_pass),
@@ -147,48 +127,63 @@ PASSES: list[Pass] = [
     Pass("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
          "says it pays: cuBLAS's aligned kernels", mm_layout_pass),
     Pass("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass,
-         "program"),
+         ("job",), "program"),
     Pass("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups",
-         schedule_pass, "schedule"),
-    Pass("render", "render each kernel group to deterministic Triton source", render_pass, "schedule"),
-    Pass("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap_pass, "wrapper"),
+         schedule, ("program",), "schedule"),
+    Pass("render", "render each kernel group to deterministic Triton source", render, ("schedule",), "kernels"),
+    Pass("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap,
+         ("schedule", "kernels"), "wrapper"),
     Pass("precompile", "send each kernel's expected GPU specialization to the compile workers (parallel compile)",
-         precompile_pass),
-    Pass("dump", "write wrapper and kernel sources to KILN_DUMP_DIR when it is set", dump_pass),
+         precompile_pass, ("kernels", "wrapper")),
+    Pass("dump", "write wrapper and kernel sources to KILN_DUMP_DIR when it is set", dump_pass,
+         ("job", "kernels", "wrapper")),
 ]
 
 
-def run_pass(st: CompileState, p: Pass) -> None:
-    """Run one pass on ``st`` (errors other than kiln's own reraised as ``KilnError`` naming the pass and
-    graph); under ``strict``, then verify the product it made (``InvariantError``)."""
+def run_pass(job: GraphJob, p: Pass, products: dict[str, Any]) -> None:
+    """Run one pass on the products it needs (errors other than kiln's own reraised as ``KilnError`` naming the
+    pass and graph) and add the product it makes to ``products``; under ``strict``, verify that product
+    (``InvariantError``)."""
     try:
-        p.run(st)
+        made = p.run(*(products[n] for n in p.needs))
     except KilnError:
         raise
     except Exception as e:
-        raise KilnError(f"kiln pass '{p.name}' failed on {st.name}: {type(e).__name__}: {e}") from e
-    if p.makes is None or not config.settings().strict:
+        raise KilnError(f"kiln pass '{p.name}' failed on {job.name}: {type(e).__name__}: {e}") from e
+    if p.makes is None:
         return
-    product = getattr(st, p.makes)
+    products[p.makes] = made
+    if not config.settings().strict:
+        return
     try:
-        if product is None:
+        if made is None:
             raise InvariantError(f"no {p.makes} was made")
-        product.verify()
+        made.verify()
     except Exception as e:  # a product broken enough to trip verify() itself is broken all the same
         detail = str(e) if isinstance(e, InvariantError) else f"{type(e).__name__}: {e}"
-        raise InvariantError(f"after kiln pass '{p.name}' on {st.name}: {detail}") from e
+        raise InvariantError(f"after kiln pass '{p.name}' on {job.name}: {detail}") from e
+
+
+def run_passes(job: GraphJob) -> dict[str, Any]:
+    """Run ``PASSES`` in order on ``job``; the products made, by name (``"job"`` included)."""
+    products: dict[str, Any] = {"job": job}
+    for p in PASSES:
+        run_pass(job, p, products)
+    return products
 
 
 def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference",
                   example_inputs: Optional[list] = None, free_output_layouts: bool = False) -> CompiledGraph:
     """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
-    st = CompileState(gm, name, role, list(example_inputs) if example_inputs is not None else None,
-                      free_output_layouts=free_output_layouts)
-    for p in PASSES:
-        run_pass(st, p)
-    kernels = st.schedule.kernels
-    return CompiledGraph(name, st.wrapper.module, {ks.name: ks.source for ks in kernels}, len(kernels),
-                         st.schedule.extern_count(), list(st.program.fallbacks), st.subgraphs, aten_graph=gm)
+    job = GraphJob(gm, name, role, list(example_inputs) if example_inputs is not None else None,
+                   free_output_layouts=free_output_layouts)
+    products = run_passes(job)
+    program: Program = products["program"]
+    schedule_: Schedule = products["schedule"]
+    kernels: list[KernelSource] = products["kernels"].launches
+    wrapper: Wrapper = products["wrapper"]
+    return CompiledGraph(name, wrapper.module, {ks.name: ks.source for ks in kernels}, len(kernels),
+                         schedule_.extern_count(), list(program.fallbacks), job.subgraphs, aten_graph=gm)
 
 
 _graph_ids = itertools.count()
@@ -356,21 +351,6 @@ def _compile_backward(compile_fn: Callable) -> Callable:
         return _no_trace(_no_trace(compile_fn)(gm, example_inputs))
 
     return compile_backward
-
-
-def _index_dtype(group: KernelGroup, g: Program) -> str:
-    """int32 index math when every size is static and small; int64 otherwise."""
-    limit = 2 ** 31 - 1
-    exprs = [group.xnumel * group.rnumel]
-    for m in group.members:
-        exprs.append(m.buf.layout.storage_extent())
-    for b in g.buffers.values():
-        exprs.append(b.layout.storage_extent())
-    for e in exprs:
-        e = sympy.sympify(e)
-        if not e.is_number or int(e) > limit:
-            return "tl.int64"
-    return "tl.int32"
 
 
 def _safe(name: str) -> str:

@@ -24,7 +24,7 @@ compute in fp32), ``Elementwise.load`` broadcasts an operand to the output's siz
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 import sympy
 import torch
@@ -32,12 +32,19 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K, elementwise_dtypes
 
+from .config import Settings
 from .exc import LoweringError, NotLowered
+from .dtypes import compute_dtype
 from .ir import Index, Lazy, SymScalar, Value, sym
-from .kexpr import Const, IndexValue, KExpr, cast, compute_dtype, mark_rounding
+from .kexpr import Const, IndexValue, KExpr, cast, mark_rounding
 
-if TYPE_CHECKING:
-    from .graph import GraphLowering
+
+class LoweringContext(Protocol):
+    """What the contract reads of the lowering it runs in (``graph.GraphLowering``): its settings. A protocol,
+    so that ``graph`` (which registers lowerings with this contract) and this module do not import each other."""
+
+    settings: Settings
+
 
 #: a promotion kind, or a function of the node choosing one (``div`` with a rounding mode)
 Promotion = Union[K, Callable[[fx.Node], K]]
@@ -132,7 +139,7 @@ class Lowering:
     same_device: bool = True
     exact: bool = False  # results are elements of an operand (max.dim values): narrowing them loses nothing
 
-    def __call__(self, g: "GraphLowering", node: fx.Node, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, g: LoweringContext, node: fx.Node, *args: Any, **kwargs: Any) -> Any:
         if self.same_device:
             check_device(node, (args, kwargs))
         if self.promote is None:

@@ -35,7 +35,7 @@ from typing import Any, Optional
 import torch
 import torch.fx as fx
 
-from . import config
+from . import config, dtypes
 
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
@@ -51,7 +51,8 @@ MATMULS: dict[Any, tuple[int, int]] = {
     aten.bmm.default: (0, 1),
     aten.addmm.default: (1, 2),
 }
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: dtypes whose matmuls the layout rewrites consider (fp64 has no tensor-core kernels to reach)
+FLOAT_DTYPES = tuple(d for d in dtypes.FLOAT if d != torch.float64)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -465,7 +466,7 @@ def _wants_channels_last(gm: fx.GraphModule, anywhere: bool) -> list[fx.Node]:
                 return []  # layouts of symbolic shapes would need guards
             if not x.dtype.is_floating_point:
                 return []
-            if not anywhere and (x.dtype not in (torch.float16, torch.bfloat16) or x.device.type != "cuda"):
+            if not anywhere and (x.dtype not in dtypes.LOW_PRECISION or x.device.type != "cuda"):
                 return []
     return convs
 

@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from . import config
+from . import config, dtypes
 from .contract import Lowering, Promotion
 from .exc import LoweringError, NotLowered, require
 from .ir import (
@@ -69,6 +69,8 @@ class SubgraphCall:
     subgraphs: dict[str, Any]  # attr name -> compiled wrapper GraphModule (or original, on fallback)
     outputs: Any
     fx_name: str
+    #: keyword operands (higher-order ops take theirs positionally: kept empty, read like an ``ExternCall``'s)
+    kwargs: dict = dataclasses.field(default_factory=dict)
 
 
 class SubgraphRef:
@@ -146,7 +148,7 @@ class Program(BufferNames):
         for k, step in enumerate(self.steps):
             if isinstance(step, ComputedBuffer):
                 continue
-            for v in _strided_in((step.args, getattr(step, "kwargs", {}))):
+            for v in _strided_in((step.args, step.kwargs)):
                 self._registered(v.buffer, f"an argument of step {k} ({_describe(step)})")
                 require(made.get(v.buffer.name, -1) < k,
                          f"{where}: step {k} ({_describe(step)}) reads {v.buffer.name} before step "
@@ -171,7 +173,7 @@ def _step_buffers(step: Step) -> list[Buffer]:
     if isinstance(step, ComputedBuffer):
         return [step]
     out = [o for o in pytree.tree_leaves(step.outputs) if isinstance(o, Buffer)]
-    if getattr(step, "out", None) is not None and step.out not in out:
+    if isinstance(step, ExternCall) and step.out is not None and step.out not in out:
         out.append(step.out)
     return out
 
@@ -179,10 +181,6 @@ def _step_buffers(step: Step) -> list[Buffer]:
 def _strided_in(obj: Any) -> list[Strided]:
     return [v for v in pytree.tree_leaves(obj) if isinstance(v, Strided)]
 
-
-#: dtypes kiln kernels load, compute and store; anything else (complex, float8, uint32...) falls back
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-                    torch.int16, torch.int8, torch.uint8, torch.bool)
 
 #: op overload -> lowering(g, node, *args, **kwargs), the contract around it; filled by compiler.lowering
 LOWERINGS: dict[Any, Lowering] = {}
@@ -364,7 +362,7 @@ class GraphLowering(BufferNames):
         lowering = LOWERINGS.get(target) or LOWERINGS.get(op_name)  # prims are registered by name
         if lowering is None:
             return self.fallback(node, FallbackReason("unsupported_op", op_name, "no kiln lowering for this op"))
-        bad = [str(v.dtype) for v in _tensor_metas(node) if v.dtype not in SUPPORTED_DTYPES]
+        bad = [str(v.dtype) for v in _tensor_metas(node) if v.dtype not in dtypes.SUPPORTED]
         if bad:
             return self.fallback(node, FallbackReason("dtype", op_name, f"kiln kernels do not handle {bad[0]}"))
         if self._needs_device_fallback(node):

@@ -260,6 +260,8 @@ class Value:
     size: tuple[Expr, ...]
     dtype: torch.dtype
     device: torch.device
+    #: rough count of ops an element of this value inlines into its users (0: a realized buffer, read as is)
+    cost: int = 0
 
     def load(self, index: Index) -> KExpr:
         raise NotImplementedError
@@ -274,7 +276,7 @@ class Strided(Value):
         self.size, self.dtype, self.device = layout.size, layout.dtype, layout.device
 
     def load(self, index: Index) -> KExpr:
-        return Load(self.buffer.name, self.layout.index(index), self.dtype)
+        return Load(self.buffer.name, self.layout.index(index), self.dtype, buffer_dtype=self.buffer.dtype)
 
     def is_whole_buffer(self) -> bool:
         return self.layout == self.buffer.layout

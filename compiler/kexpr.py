@@ -13,14 +13,7 @@ import numpy as np
 import sympy
 import torch
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)
-#: fp32 -> fp32 ops that round to the given dtype's precision (round-to-nearest-even)
-ROUNDING_OPS = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype arithmetic runs in: fp16/bf16 are computed in fp32 inside kernels."""
-    return torch.float32 if dtype in LOW_PRECISION else dtype
+from .dtypes import LOW_PRECISION, ROUNDING_OPS
 
 
 class KExpr:
@@ -33,16 +26,24 @@ class KExpr:
 class Load(KExpr):
     """Read ``buffer`` at flat element offset ``index`` (a sympy expression of index symbols).
 
+    ``buffer_dtype`` is the dtype the buffer holds; ``dtype`` the one the value is read as (they differ for
+    same-width reinterpretations, ``view.dtype``: the kernel bitcasts the loaded value).
     ``mask`` (a bool KExpr or None) guards the read; masked-off lanes read 0 (padding, concatenation).
     ``indirect`` binds symbols of ``index`` to int64 KExprs computed in the kernel (gather, ``x[idx]``).
     """
 
-    __slots__ = ("buffer", "index", "mask", "indirect")
+    __slots__ = ("buffer", "buffer_dtype", "index", "mask", "indirect")
 
     def __init__(self, buffer: str, index: sympy.Expr, dtype: torch.dtype, mask: "KExpr | None" = None,
-                 indirect: tuple = ()) -> None:
+                 indirect: tuple = (), *, buffer_dtype: torch.dtype) -> None:
         self.buffer, self.index, self.dtype, self.mask = buffer, sympy.sympify(index), dtype, mask
+        self.buffer_dtype = buffer_dtype
         self.indirect = tuple(indirect)
+
+    def with_mask(self, mask: "KExpr | None", indirect: "tuple | None" = None) -> "Load":
+        """This read with another ``mask`` (and, when given, other ``indirect`` bindings)."""
+        return Load(self.buffer, self.index, self.dtype, mask, self.indirect if indirect is None else indirect,
+                    buffer_dtype=self.buffer_dtype)
 
     def __repr__(self) -> str:
         return f"Load({self.buffer}[{self.index}]:{self.dtype})"
@@ -229,7 +230,7 @@ def bind_indirect(expr: KExpr, bindings: Sequence[tuple]) -> KExpr:
             mask = visit(e.mask) if e.mask is not None else None
             inner = visit_bound(e.indirect)  # a gather of a gather: the inner index reads the outer symbol
             if used or mask is not e.mask or inner is not e.indirect:
-                r = Load(e.buffer, e.index, e.dtype, mask, inner + used)
+                r = e.with_mask(mask, inner + used)
         elif isinstance(e, IndexValue):
             used = tuple(b for b in bindings if b[0] in e.expr.free_symbols)
             inner = visit_bound(e.indirect)

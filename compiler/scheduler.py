@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import sympy
 import torch
@@ -24,12 +24,10 @@ from torch.utils._sympy.symbol import SymT, symbol_is_type
 from . import config
 from .exc import InvariantError, require
 from .graph import ExternCall, Program, Step, SubgraphCall
+from .index_eval import Unevaluable, evaluate
 from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Strided, SymScalar, contiguous_strides, is_dense, prod,
                  stride_order)
 from .kexpr import KExpr, free_symbols, loads
-
-if TYPE_CHECKING:
-    from .codegen.triton_kernel import KernelSource
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
 #: (H100 sweep, 16384 x 4096 bf16 norm backward: 256 programs beat 512 and 1024 by 10 to 35 us, the second
@@ -71,21 +69,14 @@ def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sym
         return False
     import numpy as np
 
-    from .codegen.printer import pexpr  # the integer arithmetic the kernel itself will compute
-    from .exc import CodegenError
-
-    try:
-        fa, fb = (compile(pexpr(e), "<index>", "eval") for e in (a, b))
-    except CodegenError:
-        return False
     rows = max(1, _EVAL_CHUNK // max(rs_n, 1))
     r = np.arange(rs_n, dtype=np.int64)[None, :]
     for x0 in range(0, xs_n, rows):
         x = np.arange(x0, min(xs_n, x0 + rows), dtype=np.int64)[:, None]
-        env = {"__builtins__": {}, XINDEX.name: x, RINDEX.name: r}
-        try:
-            va, vb = eval(fa, env), eval(fb, env)  # noqa: S307 - index source printed by kiln itself
-        except NameError:  # tl.maximum/tl.minimum: not evaluated here
+        env = {XINDEX: x, RINDEX: r}
+        try:  # the integer arithmetic the kernel itself computes
+            va, vb = evaluate(a, env), evaluate(b, env)
+        except Unevaluable:  # Max/Min (tl.maximum/tl.minimum), rationals: not evaluated here
             return False
         shape = (x.shape[0], rs_n)
         if not np.array_equal(np.broadcast_to(va, shape), np.broadcast_to(vb, shape)):
@@ -149,9 +140,6 @@ class KernelGroup:
     partials: list[Member] = dataclasses.field(default_factory=list)
     row_chunk: int = 0
     programs: int = 0
-    #: the group's Triton kernel, set by the ``render`` pass (a kernel another group shares keeps its own
-    #: buffers and sizes: see ``codegen.dedup``)
-    kernel: Optional["KernelSource"] = None
 
     def member(self, name: str) -> Optional[Member]:
         for m in self.members:
@@ -170,20 +158,15 @@ Scheduled = Union[KernelGroup, ExternCall, SubgraphCall]
 @dataclasses.dataclass
 class Schedule:
     """The ``schedule`` pass's product: the program's work in launch order (``items``: kernel groups,
-    extern and subgraph calls). The ``render`` pass fills every group's ``kernel`` and sets ``rendered``."""
+    extern and subgraph calls). The ``render`` pass reads it and makes the groups' kernels
+    (``codegen.kernels.Kernels``)."""
 
     program: Program
     items: list[Scheduled]
-    rendered: bool = False
 
     @property
     def groups(self) -> list[KernelGroup]:
         return [it for it in self.items if isinstance(it, KernelGroup)]
-
-    @property
-    def kernels(self) -> list["KernelSource"]:
-        """One kernel per launch, in launch order (groups that share a kernel list it once each)."""
-        return [g.kernel for g in self.groups]
 
     def extern_count(self) -> int:
         """Extern-kernel calls (``out=`` ATen such as ``mm.out``; not fallbacks, not copies)."""
@@ -196,10 +179,7 @@ class Schedule:
           buffer with role "x" or "xr" (partial sums "col", always stored); a buffer is produced by one item;
         - what an item reads is produced by an earlier item (or the same group), or is an input, constant or
           empty; a group's member another item or the graph's outputs read is stored (values that stay in
-          registers are read inside their group only);
-        - before ``render`` no group has a kernel; after it every group has one, storing exactly its stored
-          members, reading registered buffers only, over the group's sizes; a kernel name stands for one
-          source.
+          registers are read inside their group only).
         """
         where = f"schedule of {self.program.name}"
         buffers = self.program.buffers
@@ -239,28 +219,12 @@ class Schedule:
                 require(name in producer or not isinstance(v.buffer, ComputedBuffer),
                          f"{where}: graph output {name} is computed by no item")
                 require(stored.get(name, True), f"{where}: graph output {name} is not stored")
-        names: dict[str, str] = {}
-        for k, item in enumerate(self.items):
-            if not isinstance(item, KernelGroup):
-                continue
-            ks = item.kernel
-            if not self.rendered:
-                require(ks is None, f"{where}: group {k} has a kernel before render")
-                continue
-            require(ks is not None, f"{where}: group {k} has no kernel after render")
-            want = [m.buf.name for m in item.members + item.partials if m.store]
-            require(list(ks.stores) == want, f"{where}: kernel {ks.name} (group {k}) stores {ks.stores}, "
-                                              f"its group stores {want}")
-            for param, name in ks.ptr_args:
-                require(name in buffers or name in self.program.constants,
-                         f"{where}: kernel {ks.name} (group {k}) passes unknown buffer {name} as {param}")
-            outs = [name for param, name in ks.ptr_args if param.startswith("out_ptr")]
-            require(sorted(outs) == sorted(want), f"{where}: kernel {ks.name} (group {k}) writes {outs}, stores {want}")
-            require(same(ks.xnumel, item.xnumel) and same(ks.rnumel, item.rnumel),
-                     f"{where}: kernel {ks.name} (group {k}) launches over ({ks.xnumel}, {ks.rnumel}), its group "
-                     f"over ({item.xnumel}, {item.rnumel})")
-            require(names.setdefault(ks.name, ks.source) == ks.source,
-                     f"{where}: kernel name {ks.name} stands for two different sources")
+
+
+def schedule(program: Program) -> Schedule:
+    """The ``schedule`` pass: ``program``'s live steps fused into kernel groups, with extern and subgraph calls,
+    in launch order."""
+    return Scheduler(program).run()
 
 
 class Scheduler:
@@ -278,7 +242,7 @@ class Scheduler:
         if isinstance(step, ComputedBuffer):
             return _body_reads(step)
         names: list[str] = []
-        for v in _iter_values((step.args, getattr(step, "kwargs", {}))):
+        for v in _iter_values((step.args, step.kwargs)):
             if isinstance(v, Strided):
                 names.append(v.buffer.name)
         return names
@@ -313,8 +277,8 @@ class Scheduler:
                 consumers.setdefault(name, []).append(step)
         # write-backs into mutated inputs go last: fused kernels recompute values from the inputs' old contents
         # wherever they are placed, so no kernel may run after an input is overwritten
-        write_backs = [s for s in steps if getattr(s, "write_back", False)]
-        steps = [s for s in steps if not getattr(s, "write_back", False)] + write_backs
+        write_backs = [s for s in steps if isinstance(s, ExternCall) and s.write_back]
+        steps = [s for s in steps if not (isinstance(s, ExternCall) and s.write_back)] + write_backs
         for step in steps:
             if isinstance(step, ComputedBuffer):
                 self._place(step)
@@ -461,8 +425,10 @@ class Scheduler:
         c1 = self.items[j]
         if not isinstance(c1, KernelGroup) or not c1.has_reduction or not c1.members:
             return None
-        sources = [getattr(m.buf.definition, "column", None) for m in c1.members]
-        if not all(m.is_reduction for m in c1.members) or any(cs is None for cs in sources):
+        if not all(m.is_reduction for m in c1.members):
+            return None
+        sources = [m.buf.definition.column for m in c1.members]
+        if any(cs is None for cs in sources):
             return None
         cols, rows = sources[0].cols, sources[0].rows
         if any(len(cs.cols) != len(cols) or len(cs.rows) != len(rows) or
@@ -643,7 +609,8 @@ def _body_reads(buf: ComputedBuffer) -> list[str]:
 def _body_symbols(buf: ComputedBuffer) -> set[sympy.Symbol]:
     """Size symbols a buffer's kernel needs: in its element expression, its ranges and its layout."""
     d = buf.definition
-    exprs = list(d.ranges) + list(getattr(d, "reduction_ranges", ())) + list(buf.layout.size)
+    reduced = d.reduction_ranges if isinstance(d, Reduction) else ()
+    exprs = list(d.ranges) + list(reduced) + list(buf.layout.size)
     exprs += list(buf.layout.stride)
     out = set(free_symbols(_body(buf)))
     for e in exprs:
@@ -672,7 +639,7 @@ def _scheduled_reads(item: Scheduled) -> list[str]:
             for ld in loads(m.value):
                 names[ld.buffer] = None
     else:
-        for v in _iter_values((item.args, getattr(item, "kwargs", {}))):
+        for v in _iter_values((item.args, item.kwargs)):
             if isinstance(v, Strided):
                 names[v.buffer.name] = None
     return list(names)
@@ -685,6 +652,6 @@ def _iter_values(obj):
 
 def _step_outputs(step) -> list[str]:
     out = [o.name for o in pytree.tree_leaves(step.outputs) if isinstance(o, Buffer)]
-    if getattr(step, "out", None) is not None:
+    if isinstance(step, ExternCall) and step.out is not None:
         out.append(step.out.name)
     return out

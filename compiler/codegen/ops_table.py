@@ -12,25 +12,7 @@ from typing import Callable, Sequence, Union
 
 import torch
 
-TRITON_DTYPES = {
-    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
-    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
-}
-
-SIGNATURE_TYPES = {
-    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "i1",
-}
-
-
-def tl_dtype(dtype: torch.dtype) -> str:
-    try:
-        return TRITON_DTYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"dtype {dtype} has no Triton equivalent") from None
-
+from ..dtypes import tl_dtype
 
 Render = Callable[[Sequence[str], Sequence[torch.dtype], torch.dtype], str]
 

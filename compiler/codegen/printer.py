@@ -9,8 +9,8 @@ scalars); ``ToFloat`` and ``sqrt`` become ``torch.sym_float``/``torch._sym_sqrt`
 parenthesize by precedence, while kiln sorts terms by ``sympy.default_sort_key`` and parenthesizes every
 compound term: a switch would change the text (so the hashed name) of every kernel and the golden files. And
 a type it has no rule for prints as ``Name(args)``, which fails only when Triton compiles the kernel; here it
-raises ``CodegenError`` at render time, which ``scheduler.same_on_domain`` relies on as well (it evaluates
-``pexpr``'s output). A subclass would override every method these printers use, and the fallback, so it
+raises ``CodegenError`` at render time (``index_eval.evaluate``, which ``scheduler.same_on_domain`` uses,
+computes the same integer forms without printing). A subclass would override every method these printers use, and the fallback, so it
 would share no code.
 """
 
@@ -27,7 +27,7 @@ MAX_TYPES = (sympy.Max, SymMax)
 MIN_TYPES = (sympy.Min, SymMin)
 
 from ..exc import CodegenError
-from .ops_table import tl_dtype
+from ..dtypes import tl_dtype
 
 
 def pexpr(e: sympy.Expr) -> str:

@@ -22,7 +22,8 @@ from ..exc import CodegenError
 from ..ir import Reduction
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, address_steps, fold_condition, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
-from .ops_table import HELPERS, cast, render_op, tl_dtype
+from ..dtypes import tl_dtype
+from .ops_table import HELPERS, cast, render_op
 from .printer import _lit, _raw, pexpr, pfloat
 
 
@@ -36,21 +37,23 @@ class Scope:
         self.cache: dict = {}
         self.members: dict[str, str] = {}  # member buffer -> var in this scope
 
-    def _find(self, table: str, key):
-        """``key`` in this scope's ``table`` ("cache" or "members"), else in the enclosing scopes'; None."""
+    def lookup(self, key) -> Optional[str]:
+        """The variable holding ``key``'s value in this scope or an enclosing one (CSE), or None."""
         s = self
         while s is not None:
-            found = getattr(s, table)
-            if key in found:
-                return found[key]
+            if key in s.cache:
+                return s.cache[key]
             s = s.parent
         return None
 
-    def lookup(self, key):
-        return self._find("cache", key)
-
     def member_var(self, name: str) -> Optional[str]:
-        return self._find("members", name)
+        """The variable holding group member ``name``'s value in this scope or an enclosing one, or None."""
+        s = self
+        while s is not None:
+            if name in s.members:
+                return s.members[name]
+            s = s.parent
+        return None
 
     def line(self, text: str) -> None:
         self.lines.append(self.indent + text)
@@ -118,8 +121,7 @@ class Scope:
             # bounds test at a constant index) as int32, which loads reject ("mask has unsupported dtype")
             mask = extra if mask is None else f"tl.where({extra}, {mask}, False)"
         code = f"tl.load({ptr} + {idx}" + (f", {mask}, other=0)" if mask else ")")
-        buf_dtype = self.r.buffer_dtype(e.buffer)
-        if buf_dtype != e.dtype:
+        if e.buffer_dtype != e.dtype:
             code += f".to({tl_dtype(e.dtype)}, bitcast=True)"
         return self.assign(("load", e.buffer, idx, mask, e.dtype), code)
 
@@ -142,9 +144,8 @@ class KernelSource:
 
 
 class KernelRenderer:
-    def __init__(self, group: KernelGroup, buffer_dtypes: dict[str, torch.dtype], index_dtype: str) -> None:
+    def __init__(self, group: KernelGroup, index_dtype: str) -> None:
         self.group = group
-        self.buffer_dtypes = buffer_dtypes
         self.index_dtype = index_dtype
         self._var = 0
         self.ins: dict[str, str] = {}
@@ -159,9 +160,6 @@ class KernelRenderer:
         v = f"tmp{self._var}"
         self._var += 1
         return v
-
-    def buffer_dtype(self, name: str) -> torch.dtype:
-        return self.buffer_dtypes[name]
 
     def in_ptr(self, name: str) -> str:
         if name not in self.ins:
@@ -580,5 +578,6 @@ class KernelRenderer:
         return "outer" if votes > 0 else "inner"
 
 
-def render_group(group: KernelGroup, buffer_dtypes: dict[str, torch.dtype], index_dtype: str) -> KernelSource:
-    return KernelRenderer(group, buffer_dtypes, index_dtype).render()
+def render_group(group: KernelGroup, index_dtype: str) -> KernelSource:
+    """``group`` as a Triton kernel with ``index_dtype`` index math (``tl.int32`` or ``tl.int64``)."""
+    return KernelRenderer(group, index_dtype).render()

@@ -32,6 +32,7 @@ from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
 from ..runtime.launcher import TritonKernel
 from ..runtime.restride import ensure_strides, reinterpret_tensor
 from ..scheduler import KernelGroup, Schedule
+from .kernels import Kernels
 from .printer import MAX_TYPES, MIN_TYPES
 from .triton_kernel import KernelSource
 
@@ -40,10 +41,11 @@ aten = torch.ops.aten
 
 @dataclasses.dataclass
 class Wrapper:
-    """The ``wrap`` pass's product: the wrapper ``GraphModule`` that runs a rendered ``schedule``."""
+    """The ``wrap`` pass's product: the wrapper ``GraphModule`` that runs ``schedule`` with its ``kernels``."""
 
     module: fx.GraphModule
     schedule: Schedule
+    kernels: Kernels
 
     @property
     def code(self) -> str:
@@ -67,7 +69,7 @@ class Wrapper:
                  f"{where}: {len(placeholders)} placeholders for {len(self.schedule.program.inputs)} inputs")
         launches = [n for n in nodes if n.op == "call_module"
                     and isinstance(self.module.get_submodule(n.target), TritonKernel)]
-        kernels = self.schedule.kernels
+        kernels = self.kernels.launches
         require([n.target for n in launches] == [ks.name for ks in kernels],
                  f"{where}: launches {[n.target for n in launches]} are not the schedule's kernels "
                  f"{[ks.name for ks in kernels]}")
@@ -82,11 +84,19 @@ class Wrapper:
                              f"{where}: {ks.name} writes {name} through {arg}, not an allocation")
 
 
+def wrap(schedule: Schedule, kernels: Kernels) -> Wrapper:
+    """The ``wrap`` pass: the wrapper that runs ``schedule``, launching ``kernels`` (the ``render`` pass's)."""
+    return WrapperBuilder(schedule, kernels).build()
+
+
 class WrapperBuilder:
-    def __init__(self, schedule: Schedule) -> None:
-        require(schedule.rendered, f"schedule of {schedule.program.name} wrapped before render")
+    def __init__(self, schedule: Schedule, kernels: Kernels) -> None:
+        require(kernels.schedule is schedule, f"schedule of {schedule.program.name} wrapped with the kernels of "
+                                               f"another schedule ({kernels.schedule.program.name})")
         self.g = schedule.program
         self.schedule = schedule
+        self.kernels = kernels
+        self.kernel_of: dict[int, KernelSource] = {id(g): ks for g, ks in kernels.pairs()}  # group -> its kernel
         self.graph = fx.Graph()
         self.root = torch.nn.Module()
         self.nodes: dict[str, Any] = {}  # buffer name -> fx node
@@ -301,7 +311,7 @@ class WrapperBuilder:
             tail -= 1
         for item in items[:tail]:
             if isinstance(item, KernelGroup):
-                self.emit_kernel(item, item.kernel)
+                self.emit_kernel(item, self.kernel_of[id(item)])
             elif isinstance(item, ExternCall):
                 self.emit_extern(item)
             elif isinstance(item, SubgraphCall):
@@ -317,7 +327,7 @@ class WrapperBuilder:
                 # found by plain attribute lookup: `self.<kernel>` in the wrapper skips nn.Module.__getattr__
                 # (a microsecond per launch); the kernel stays a submodule for printing and state
                 gm.__dict__[name] = module
-        return Wrapper(gm, self.schedule)
+        return Wrapper(gm, self.schedule, self.kernels)
 
     def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
         for m in group.members + group.partials:

@@ -10,6 +10,7 @@ import sympy
 import torch
 from torch.utils._sympy.functions import FloorDiv
 
+from .. import dtypes
 from ..contract import arg_cost, broadcast_index, load_arg
 from ..exc import NotLowered
 from ..graph import ExternCall, GraphLowering, register_lowering
@@ -26,7 +27,7 @@ def _size(node) -> tuple:
 
 @register_lowering(aten.clone.default)
 def _clone(g: GraphLowering, node, x: Value, *, memory_format=None):
-    return Lazy(x.size, x.dtype, x.device, x.load, getattr(x, "cost", 0) + 1)
+    return Lazy(x.size, x.dtype, x.device, x.load, x.cost + 1)
 
 
 @register_lowering(aten._to_copy.default, same_device=False)
@@ -36,13 +37,13 @@ def _to_copy(g: GraphLowering, node, x: Value, *, dtype=None, layout=None, devic
     if out.device != x.device:
         raise NotLowered(f"device copy {x.device} -> {out.device}", kind="device")
     return Lazy(x.size, out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype, explicit=True),
-                getattr(x, "cost", 0) + 1)
+                x.cost + 1)
 
 
 @register_lowering(prims.convert_element_type.default)
 def _convert(g: GraphLowering, node, x: Value, dtype: torch.dtype):
     return Lazy(x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True),
-                getattr(x, "cost", 0) + 1)
+                x.cost + 1)
 
 
 @register_lowering(aten.copy.default)
@@ -51,7 +52,7 @@ def _copy(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
     size = _size(node)
     return Lazy(size, out.dtype, dst.device,
                 lambda idx: cast(src.load(broadcast_index(src.size, size, idx)), out.dtype, explicit=True),
-                getattr(src, "cost", 0) + 1)
+                src.cost + 1)
 
 
 @register_lowering(aten.copy_.default)
@@ -172,8 +173,7 @@ def _masked(t: Value, index: Index, mask: KExpr) -> KExpr:
     """Load ``t`` at ``index`` only where ``mask`` holds (other lanes must not touch memory)."""
     v = t.load(index)
     if isinstance(v, Load):
-        return Load(v.buffer, v.index, v.dtype, mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool),
-                    v.indirect)
+        return v.with_mask(mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool))
     # Lazy producers: mask every load inside (they may be out of bounds too)
     return _mask_loads(v, mask, {})
 
@@ -182,8 +182,7 @@ def _mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
     if id(e) in memo:
         return memo[id(e)]
     if isinstance(e, Load):
-        r = Load(e.buffer, e.index, e.dtype, mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool),
-                 e.indirect)
+        r = e.with_mask(mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool))
     elif isinstance(e, Op):
         r = Op(e.op, [_mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
     else:
@@ -222,7 +221,7 @@ def _pad(g: GraphLowering, node, x: Value, pad, value=0):
 def _extern(out_overload):
     def lower(g: GraphLowering, node, *args, **kwargs):
         out = node.meta["val"]
-        if out.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        if out.dtype not in dtypes.FLOAT:
             raise NotLowered("matmul of non-float dtype", kind="dtype")
         return g.extern_out(node, out_overload, args, kwargs)
 

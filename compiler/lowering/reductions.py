@@ -17,7 +17,8 @@ from ..ir import (ColumnSource, ComputedBuffer, Index, Layout, Lazy, Reduction, 
                   prod)
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from ..kexpr import Const, IndexValue, KExpr, Op, cast, compute_dtype
+from ..dtypes import compute_dtype
+from ..kexpr import Const, IndexValue, KExpr, Op, cast
 
 aten = torch.ops.aten
 

@@ -174,7 +174,7 @@ def lower_view(g: GraphLowering, node, x: Any, *args, **kwargs):
         raise NotLowered("view of a buffer whose layout differs from eager's", kind="layout")
     out_size = tuple(sym(s) for s in out.shape)
     remap = builder(x, out_size, *args)
-    return Lazy(out_size, x.dtype, x.device, lambda idx: x.load(remap(idx)), getattr(x, "cost", 0))
+    return Lazy(out_size, x.dtype, x.device, lambda idx: x.load(remap(idx)), x.cost)
 
 
 def _layout_matches_meta(x: Strided, arg_node) -> bool:
@@ -194,7 +194,7 @@ def lower_remap_copy(g: GraphLowering, node, x: Any, *args):
     out = node.meta["val"]
     out_size = tuple(sym(s) for s in out.shape)
     remap = COPY_REMAPS.get(node.target, _flip)(x, out_size, *args)
-    return Lazy(out_size, x.dtype, x.device, lambda idx: x.load(remap(idx)), getattr(x, "cost", 0) + 1)
+    return Lazy(out_size, x.dtype, x.device, lambda idx: x.load(remap(idx)), x.cost + 1)
 
 
 for _op in COPY_REMAPS:
@@ -209,4 +209,4 @@ def _view_dtype(g: GraphLowering, node, x: Value, dtype: torch.dtype):
         raise NotLowered("view.dtype between different widths")
     if isinstance(x, Strided) and _layout_matches_meta(x, node.args[0]):
         return Strided(x.buffer, layout_from_meta(out, x.buffer.base_offset))
-    return Lazy(x.size, dtype, x.device, lambda idx: Op("bitcast", [x.load(idx)], dtype), getattr(x, "cost", 0))
+    return Lazy(x.size, dtype, x.device, lambda idx: Op("bitcast", [x.load(idx)], dtype), x.cost)

@@ -4,7 +4,7 @@ Triton's JIT specializes a kernel on its arguments at every launch and compiles 
 serially on the launching thread. kiln instead builds the ``ASTSource(fn, signature, constexprs, attrs)``
 itself — from a launch's arguments (``compile_launch``, the launcher's compile-on-miss) or, ahead of time,
 from the sizes a graph was compiled for (``runtime.precompile``, which sends the requests to the worker
-pool of ``runtime.compile_pool``). Both sides build a request with ``make_request``, so a worker's compile
+pool of ``runtime.compile_pool`` and leaves the jobs in ``runtime.compile_jobs``). Both sides build a request with ``make_request``, so a worker's compile
 and the first launch's compile of the same specialization have the same Triton cache key: the launch finds
 the worker's result in Triton's on-disk cache (``TRITON_CACHE_DIR``), and a later process finds both.
 
@@ -27,14 +27,13 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 import torch
 
-from ..codegen.ops_table import SIGNATURE_TYPES
+from .. import dtypes
+from . import compile_jobs
 from ..exc import KernelCompileError
 
 log = logging.getLogger("kiln")
 
 CONSTEXPR_NAMES = ("XBLOCK", "RBLOCK", "PERSISTENT")
-#: pointer element types as Triton's JIT names them (bool tensors are ``*u1`` there)
-POINTER_TYPES = {**SIGNATURE_TYPES, torch.bool: "u1"}
 
 
 class Unsupported(TypeError):
@@ -114,8 +113,8 @@ def specialize(value: Any) -> tuple[str, Any]:
 
 def _pointer_type(dtype: torch.dtype) -> str:
     try:
-        return POINTER_TYPES[dtype]
-    except KeyError:
+        return dtypes.info(dtype).pointer  # as Triton's JIT names them (bool tensors are ``*u1`` there)
+    except NotImplementedError:
         raise Unsupported(f"no Triton pointer type for {dtype}") from None
 
 
@@ -297,8 +296,6 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
     A worker job for the same request (``precompile``) is waited for first; its result is in the on-disk
     cache, so the compile here only loads it. A compile error raises ``KernelCompileError``.
     """
-    from . import precompile
-
     if not _OWN["ok"]:
         return None
     start = time.perf_counter()
@@ -314,7 +311,7 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
     except Exception as e:  # noqa: BLE001 - arguments or a Triton kiln cannot drive: the JIT path
         _disable(e)
         return None
-    answer = precompile.wait_for(req)
+    answer = compile_jobs.wait_for(req)
     wait = time.perf_counter() - start
     try:
         kernel, hit = compile_here(req, fn)

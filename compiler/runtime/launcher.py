@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .. import config
-from ..codegen.ops_table import SIGNATURE_TYPES
+from ..dtypes import signature_type
 from ..exc import KernelLaunchError
 from . import cache, gpu_compile
 
@@ -226,7 +226,7 @@ class TritonKernel(torch.nn.Module):
         signature: dict[str, str] = {}
         for n, a in zip(names, args):
             if isinstance(a, torch.Tensor):
-                signature[n] = "*" + SIGNATURE_TYPES[a.dtype]
+                signature[n] = "*" + signature_type(a.dtype)
             else:
                 signature[n] = "i32" if -(2 ** 31) <= int(a) < 2 ** 31 else "i64"
         constexprs = {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}

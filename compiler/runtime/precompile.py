@@ -21,15 +21,11 @@ from typing import Any, Optional, Sequence
 import sympy
 import torch
 
-from ..exc import KernelCompileError
-from ..ir import sym
+from ..ir import Strided, sym
 from .. import config
-from . import cache, compile_pool, gpu_compile
+from . import cache, compile_jobs, compile_pool, gpu_compile
 
 log = logging.getLogger("kiln")
-
-#: request key -> (request, the worker's future); popped by the first launch that needs it
-_pending: dict[str, tuple[gpu_compile.CompileRequest, Future]] = {}
 
 
 def enabled() -> bool:
@@ -70,7 +66,7 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
         if req_fn is None:
             continue
         req, fn = req_fn
-        if req.key in _pending:
+        if compile_jobs.has(req.key):
             continue
         if gpu_compile.on_disk(req, fn):
             gpu_compile.count(skipped_on_disk=1)
@@ -90,31 +86,12 @@ def warm_up(example_inputs: Any) -> bool:
 
 
 def submit(req: gpu_compile.CompileRequest) -> Future:
-    """Send ``req`` to the compile pool; the first launch of the same specialization waits for it."""
+    """Send ``req`` to the compile pool; the first launch of the same specialization waits for it
+    (``compile_jobs``)."""
     fut = compile_pool.get_pool().submit(req.wire(gpu_compile.cache_env()), req.label)
-    _pending[req.key] = (req, fut)
+    compile_jobs.add(req, fut)
     gpu_compile.count(submitted=1)
     return fut
-
-
-def wait_for(req: gpu_compile.CompileRequest) -> Optional[dict]:
-    """Wait for the worker job of ``req``, if one was sent: its answer, or None (no job, or the worker was
-    lost: the caller compiles in-process). A compile error in the worker raises ``KernelCompileError``."""
-    item = _pending.pop(req.key, None)
-    if item is None:
-        return None
-    try:
-        return item[1].result()
-    except KernelCompileError as e:
-        if e.worker_failed:
-            log.warning("kiln: %s; compiling it in this process", e)
-            return None
-        raise
-
-
-def pending() -> int:
-    """Requests sent and not yet claimed by a launch."""
-    return len(_pending)
 
 
 def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -> Optional[tuple]:
@@ -162,7 +139,7 @@ def _pointer(name: str, lowering: Any, hints: dict) -> tuple[torch.dtype, torch.
         raise gpu_compile.Unsupported(f"buffer {name} is unknown")
     aligned = True
     for ph, value in lowering.inputs:  # graph inputs: aligned when their storage offset is (allocations are)
-        if getattr(value, "buffer", None) is buf:
+        if isinstance(value, Strided) and value.buffer is buf:
             meta = ph.meta.get("val")
             if isinstance(meta, torch.Tensor):
                 try:

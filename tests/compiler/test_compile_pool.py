@@ -16,7 +16,7 @@ import torch
 import compiler
 from compiler import backend
 from compiler.exc import KernelCompileError
-from compiler.runtime import cache, compile_pool, gpu_compile, precompile
+from compiler.runtime import cache, compile_jobs, compile_pool, gpu_compile, precompile
 from compiler.runtime.launcher import TritonKernel
 
 triton = pytest.importorskip("triton")
@@ -37,7 +37,7 @@ def _own_path_on(monkeypatch):
 def triton_cache(tmp_path, monkeypatch):
     folder = tmp_path / "triton-cache"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(folder))
-    monkeypatch.setattr(precompile, "_pending", {})
+    monkeypatch.setattr(compile_jobs, "_pending", {})
     gpu_compile.reset_compile_stats()
     yield folder
     gpu_compile.reset_compile_stats()
@@ -240,11 +240,11 @@ def test_first_launch_waits_for_the_worker_and_loads_its_result(triton_cache, po
     monkeypatch.setattr(triton.compiler.CompiledKernel, "_init_handles",  # no GPU to load the binary on
                         lambda self: (setattr(self, "function", 1), setattr(self, "_run", print)))
     precompile.submit(req)
-    assert precompile.pending() == 1
+    assert compile_jobs.pending() == 1
     x = torch.randn(1024)
     kernel = gpu_compile.compile_launch(name, req.path, fn, [x, torch.empty_like(x), 1024],
                                         {"XBLOCK": 1024, "num_warps": 4}, 0)
-    assert kernel is not None and kernel.function == 1 and precompile.pending() == 0
+    assert kernel is not None and kernel.function == 1 and compile_jobs.pending() == 0
     s = gpu_compile.compile_stats()
     assert (s.compiled, s.worker_compiles, s.worker_misses, s.cache_hits, s.submitted) == (1, 1, 0, 0, 1)
     assert s.worker_seconds > 0 and gpu_compile._OWN["ok"]
@@ -267,9 +267,9 @@ def test_worker_compile_error_names_the_kernel(triton_cache, pool):
     with pytest.raises(KernelCompileError, match="kiln_test_broken for cuda sm_90.*power of 2") as info:
         fut.result(timeout=300)
     assert not info.value.worker_failed
-    precompile._pending[req.key] = (req, fut)
+    compile_jobs.add(req, fut)
     with pytest.raises(KernelCompileError, match="kiln_test_broken"):
-        precompile.wait_for(req)
+        compile_jobs.wait_for(req)
 
 
 def test_a_lost_worker_fails_its_job_only(triton_cache, pool):
@@ -282,8 +282,8 @@ def test_a_lost_worker_fails_its_job_only(triton_cache, pool):
     with pytest.raises(KernelCompileError, match="kiln_test_crash.*exited with code 3") as info:
         fut.result(timeout=300)
     assert info.value.worker_failed
-    precompile._pending[crash.key] = (crash, fut)
-    assert precompile.wait_for(crash) is None  # the launch then compiles in-process
+    compile_jobs.add(crash, fut)
+    assert compile_jobs.wait_for(crash) is None  # the launch then compiles in-process
     assert pool.submit(req.wire(gpu_compile.cache_env()), req.label).result(timeout=300)["ok"]
     missing = gpu_compile.CompileRequest(**{**req.__dict__, "path": str(triton_cache / "gone.py")})
     with pytest.raises(KernelCompileError, match="kiln_test_crash.*FileNotFoundError") as info:

@@ -5,13 +5,14 @@ wrapper's structure. End-to-end behaviour is covered by the suites; these pin ea
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
-from compiler.backend import PASSES, CompileState, run_pass
+from compiler.backend import PASSES, GraphJob, run_pass
 from compiler.decompositions import decomposition_table
 from compiler.graph import ExternCall
 from compiler.scheduler import KernelGroup
@@ -20,21 +21,23 @@ from kiln_testing import DEVICE, randn
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def staged(fn, *args, upto: str = "wrap") -> CompileState:
-    """The compile state of ``fn``'s ATen graph after the passes up to ``upto`` (strict mode: each product
-    verified after the pass that made it)."""
+def staged(fn, *args, upto: str = "wrap") -> types.SimpleNamespace:
+    """The products of ``fn``'s ATen graph after the passes up to ``upto`` (``.job``, ``.program``,
+    ``.schedule``, ``.kernels``, ``.wrapper`` as far as made; strict mode: each product verified after the pass
+    that made it)."""
     gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="fake")(*args)
-    st = CompileState(gm, "t")
+    job = GraphJob(gm, "t")
+    products = {"job": job}
     layers = {p.name: p for p in PASSES}
     with compiler.config.patch(strict=True):
         for name in ("lower", "schedule", "render", "wrap"):
-            run_pass(st, layers[name])
+            run_pass(job, layers[name], products)
             if name == upto:
                 break
-    return st
+    return types.SimpleNamespace(**products)
 
 
-def groups(st: CompileState) -> list[KernelGroup]:
+def groups(st: types.SimpleNamespace) -> list[KernelGroup]:
     return st.schedule.groups
 
 
@@ -70,7 +73,7 @@ def test_dead_buffers_are_dropped():
 def test_rendered_pointwise_kernel_matches_its_golden_file():
     """A reviewer reads generated code here: update with KILN_UPDATE_GOLDEN=1 when a change is intended."""
     st = staged(lambda x: torch.relu(x * 2 + 1), randn(64, 32), upto="render")
-    (ks,) = st.schedule.kernels
+    (ks,) = st.kernels.launches
     path = GOLDEN / "pointwise_relu_chain.py"
     if os.environ.get("KILN_UPDATE_GOLDEN") == "1":
         path.write_text(ks.source)
@@ -81,7 +84,7 @@ def test_rendering_is_deterministic():
     fn = lambda x: torch.softmax(x * 1.5, -1) + x.mean(-1, keepdim=True)  # noqa: E731
     a = staged(fn, randn(16, 40), upto="render")
     b = staged(fn, randn(16, 40), upto="render")
-    assert [k.source for k in a.schedule.kernels] == [k.source for k in b.schedule.kernels]
+    assert [k.source for k in a.kernels.launches] == [k.source for k in b.kernels.launches]
 
 
 # --------------------------------------------------------------------------------------------- wrapper
@@ -160,7 +163,7 @@ def _softmax_chain(x):
     return x
 
 
-def _allocations(st: CompileState) -> list:
+def _allocations(st: types.SimpleNamespace) -> list:
     from compiler.codegen.wrapper import _allocates
     return [n for n in st.wrapper.module.graph.nodes if _allocates(n)]
 

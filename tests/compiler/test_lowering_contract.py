@@ -80,7 +80,7 @@ def test_rounding_points_mark_narrowing_results_and_fill_constants():
     from compiler.ir import Lazy
     from compiler.kexpr import Const, Load, Op, cast
 
-    wide = Load("buf0", 0, torch.float32)
+    wide = Load("buf0", 0, torch.float32, buffer_dtype=torch.float32)
     narrowed = Lazy((), torch.bfloat16, torch.device("cpu"), lambda idx: cast(wide, torch.bfloat16))
     fill = Lazy((), torch.bfloat16, torch.device("cpu"), lambda idx: Const(1.7, torch.bfloat16))
     a, b = rounding_points((narrowed, fill))

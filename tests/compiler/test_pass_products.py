@@ -1,5 +1,5 @@
-"""The typed products of the pass pipeline (``graph.Program``, ``scheduler.Schedule``, ``codegen.wrapper.Wrapper``)
-and their ``verify()``: a sound product passes, a product broken the way a pass bug would break it is caught,
+"""The typed products of the pass pipeline (``graph.Program``, ``scheduler.Schedule``, ``codegen.kernels.Kernels``,
+``codegen.wrapper.Wrapper``) and their ``verify()``: a sound product passes, a product broken the way a pass bug would break it is caught,
 and under ``strict`` the pipeline verifies each product right after the pass that made it."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import compiler
 from compiler import backend
 from compiler.exc import InvariantError
 from compiler.graph import ExternCall
-from compiler.scheduler import Schedule
+from compiler.codegen.kernels import Kernels
+from compiler.scheduler import Schedule, schedule
 from kiln_testing import randn
 from test_layers import staged  # the compile state after the passes up to one (strict: products verified)
 
@@ -43,10 +44,20 @@ def test_sound_products_verify(fn, args):
     st = staged(fn, *args)
     st.program.verify()
     st.schedule.verify()
+    st.kernels.verify()
     st.wrapper.verify()
-    assert st.schedule.rendered and all(g.kernel is not None for g in st.schedule.groups)
+    assert st.kernels.schedule is st.schedule and len(st.kernels.sources) == len(st.schedule.groups)
     assert [n.target for n in st.wrapper.module.graph.nodes if n.op == "call_module"] == \
-        [ks.name for ks in st.schedule.kernels]
+        [ks.name for ks in st.kernels.launches]
+
+
+def test_render_leaves_the_schedule_as_it_was():
+    """``render`` is a function of the schedule: it returns the kernels and sets nothing on the schedule."""
+    st = staged(two_kernels, ARGS[0], upto="schedule")
+    before = [dict(vars(g)) for g in st.schedule.groups]
+    kernels = backend.render(st.schedule)
+    assert [dict(vars(g)) for g in st.schedule.groups] == before
+    assert isinstance(kernels, Kernels) and [g for g, _ in kernels.pairs()] == st.schedule.groups
 
 
 # ------------------------------------------------------------------------------------------------ program
@@ -113,37 +124,33 @@ def test_schedule_unknown_item():
     _fails(st.schedule, "item 2 is a str")
 
 
-def test_schedule_group_without_kernel_after_render():
+def _with_sources(kernels: Kernels, sources) -> Kernels:
+    return dataclasses.replace(kernels, sources=tuple(sources))
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+def test_kernels_one_missing():
     st = staged(two_kernels, ARGS[0], upto="render")
-    st.schedule.groups[-1].kernel = None
-    _fails(st.schedule, "no kernel after render")
+    _fails(_with_sources(st.kernels, st.kernels.sources[:-1]), "1 kernels for 2 groups")
 
 
-def test_schedule_kernel_before_render():
+def test_kernels_of_another_group():
     st = staged(two_kernels, ARGS[0], upto="render")
-    st.schedule.rendered = False
-    _fails(st.schedule, "kernel before render")
+    a, b = st.kernels.sources[:2]
+    _fails(_with_sources(st.kernels, [b, a]), "stores")
 
 
-def test_schedule_kernel_of_another_group():
+def test_kernels_one_name_for_two_sources():
     st = staged(two_kernels, ARGS[0], upto="render")
-    a, b = st.schedule.groups[:2]
-    a.kernel, b.kernel = b.kernel, a.kernel
-    _fails(st.schedule, "stores")
+    a, b = st.kernels.sources[:2]
+    _fails(_with_sources(st.kernels, [a, dataclasses.replace(b, name=a.name)]), "two different sources")
 
 
-def test_schedule_one_kernel_name_for_two_sources():
+def test_kernels_passing_an_unknown_buffer():
     st = staged(two_kernels, ARGS[0], upto="render")
-    a, b = st.schedule.groups[:2]
-    b.kernel = dataclasses.replace(b.kernel, name=a.kernel.name)
-    _fails(st.schedule, "two different sources")
-
-
-def test_schedule_kernel_passing_an_unknown_buffer():
-    st = staged(two_kernels, ARGS[0], upto="render")
-    g = st.schedule.groups[0]
-    g.kernel = dataclasses.replace(g.kernel, ptr_args=[("in_ptr0", "nowhere")] + g.kernel.ptr_args[1:])
-    _fails(st.schedule, "unknown buffer nowhere")
+    a, *rest = st.kernels.sources
+    a = dataclasses.replace(a, ptr_args=[("in_ptr0", "nowhere")] + a.ptr_args[1:])
+    _fails(_with_sources(st.kernels, [a, *rest]), "unknown buffer nowhere")
 
 
 # ------------------------------------------------------------------------------------------------ wrapper
@@ -160,7 +167,7 @@ def test_wrapper_kernel_writes_a_graph_input():
     graph = st.wrapper.module.graph
     x = next(n for n in graph.nodes if n.op == "placeholder")
     launch = next(n for n in graph.nodes if n.op == "call_module")
-    ks = st.schedule.kernels[0]
+    ks = st.kernels.launches[0]
     out = next(i for i, (p, _) in enumerate(ks.ptr_args) if p.startswith("out_ptr"))
     launch.args = launch.args[:out] + (x,) + launch.args[out + 1:]
     _fails(st.wrapper, "not an allocation")
@@ -168,7 +175,7 @@ def test_wrapper_kernel_writes_a_graph_input():
 
 def test_wrapper_module_with_another_source():
     st = staged(two_kernels, ARGS[0])
-    name = st.schedule.kernels[0].name
+    name = st.kernels.launches[0].name
     getattr(st.wrapper.module, name).source += "# edited\n"
     _fails(st.wrapper, "does not hold its kernel's source")
 
@@ -183,11 +190,12 @@ def test_wrapper_node_used_before_defined():
 
 # ------------------------------------------------------------------------------------------------ pipeline
 def test_strict_pipeline_stops_at_the_pass_that_broke_its_product(monkeypatch):
-    def careless_schedule(st):
-        backend.schedule_pass(st)
-        for g in st.schedule.groups:
+    def careless_schedule(program):
+        made = schedule(program)
+        for g in made.groups:
             for m in g.members:
                 m.store = False
+        return made
 
     passes = [p._replace(run=careless_schedule) if p.name == "schedule" else p for p in backend.PASSES]
     monkeypatch.setattr(backend, "PASSES", passes)
@@ -198,8 +206,8 @@ def test_strict_pipeline_stops_at_the_pass_that_broke_its_product(monkeypatch):
 
 def test_products_are_not_verified_outside_strict(monkeypatch):
     calls = []
-    verify = Schedule.verify
-    monkeypatch.setattr(Schedule, "verify", lambda self: calls.append(self) or verify(self))
+    for product in (Schedule, Kernels):
+        monkeypatch.setattr(product, "verify", lambda self, verify=product.verify: calls.append(self) or verify(self))
     fn = lambda x: torch.relu(x) + 1  # noqa: E731
     with compiler.config.patch(strict=False):
         torch.compile(fn, backend="kiln")(randn(8))
@@ -207,4 +215,4 @@ def test_products_are_not_verified_outside_strict(monkeypatch):
     torch._dynamo.reset()
     with compiler.config.patch(strict=True):
         torch.compile(fn, backend="kiln")(randn(8))
-    assert len(calls) == 2  # after schedule and after render
+    assert [type(c) for c in calls] == [Schedule, Kernels]  # after schedule and after render

@@ -22,7 +22,12 @@ def test_passes_are_named_and_explained():
     assert names == ["input_strides", "conv_layout", "mm_layout", "lower", "schedule", "render", "wrap",
                      "precompile", "dump"]
     assert all(p.why for p in PASSES)
-    assert [p.makes for p in PASSES] == [None, None, None, "program", "schedule", "schedule", "wrapper", None, None]
+    assert [p.makes for p in PASSES] == [None, None, None, "program", "schedule", "kernels", "wrapper", None, None]
+    # each pass reads only products made before it (or the job itself)
+    made = {"job"}
+    for p in PASSES:
+        assert set(p.needs) <= made, p.name
+        made |= {p.makes} - {None}
 
 
 def test_relu_chain_is_one_kernel(device):

@@ -1,5 +1,10 @@
-"""The harness's modules import each other without circles, counting imports inside functions too (they
-hide a circle from Python but not from a reader)."""
+"""The harness's and the compiler's modules import each other without circles, counting imports inside
+functions and under ``TYPE_CHECKING`` too (they hide a circle from Python but not from a reader).
+
+``from package import module`` is an edge to that module, not to the package's ``__init__``: Python runs
+every parent package's ``__init__`` before any of its modules, which is no dependency a reader follows
+(``compiler/__init__.py`` imports the backend, which every ``from . import config`` would otherwise close
+into a circle)."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path, mods: set[str]) -> set[str]:
-    """The harness modules `path` imports anywhere in its body."""
+    """The modules of `mods` that `path` imports anywhere in its body."""
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found: set[str] = set()
@@ -28,15 +33,18 @@ def imports_of(path: Path, mods: set[str]) -> set[str]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [base] + [f"{base}.{a.name}" for a in node.names]
+            subs = [f"{base}.{a.name}" for a in node.names]
+            names = [n for n in subs if n in mods]
+            if len(names) < len(subs):  # a name defined by the module (or package) `base` itself
+                names.append(base)
         else:
             continue
         found |= {n for n in names if n in mods and n != me}
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    files = sorted((ROOT / "harness").rglob("*.py"))
+def graph(package: str = "harness") -> dict[str, set[str]]:
+    files = sorted((ROOT / package).rglob("*.py"))
     mods = {module_name(f) for f in files}
     return {module_name(f): imports_of(f, mods) for f in files}
 
@@ -67,3 +75,21 @@ def test_no_import_circles_in_the_harness():
     assert "harness.runner" in g and "harness.commands" in g["harness.runner"]
     found = cycles(g)
     assert found == [], "\n".join(" -> ".join(c + [c[0]]) for c in found)
+
+
+def test_no_import_circles_in_the_compiler():
+    g = graph("compiler")
+    assert "compiler.backend" in g and "compiler.scheduler" in g["compiler.backend"]
+    found = cycles(g)
+    assert found == [], "\n".join(" -> ".join(c + [c[0]]) for c in found)
+
+
+def test_a_module_imported_from_its_package_is_an_edge_to_the_module(tmp_path, monkeypatch):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from . import a\n")
+    (pkg / "a.py").write_text("from . import b\nfrom .b import thing\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg import VERSION\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    assert graph("pkg") == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg"}}
+    assert cycles(graph("pkg")) == [["pkg", "pkg.a", "pkg.b"]]
