@@ -263,6 +263,7 @@ def cli_main(args: argparse.Namespace) -> int:
     from harness import report
     from harness.collect import load_run
 
+    res.output_folder(args.out, "--out")  # a file there: one line, before anything is copied
     folders, count = find_shards([Path(d) for d in args.dirs], exclude=Path(args.out))
     history = str(Path(args.history).resolve()) if args.history else None
     summary = merge_shards(Path(args.out), folders, count, base={"history": history} if history else None)

@@ -480,7 +480,7 @@ def cli_main(args: argparse.Namespace) -> int:
         extra = extra[1:]
     shard, count, durations = shard_options(args, backend)
     devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
-    run_dir = Path(args.results) if args.results else None
+    run_dir = res.output_folder(args.results, "--results") if args.results else None
     retries = retry_option(args.retries, backend)
     history = Path(args.history) if args.history else None
     if args.shards:
