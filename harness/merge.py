@@ -36,7 +36,7 @@ MAX_PROBLEMS = 20
 SHARD_STATUSES = ("complete", "incomplete", "aborted", "crashed", "hung", "missing")
 # what a merged run copies from its first shard's run.json (the rest is per shard: env, GPUs, suites)
 _SHARED = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
-           "suite_timeout_s", "per_test_timeout", "retries")
+           "suite_timeout_s", "per_test_timeout", "retries", "quarantine")
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,7 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         "per_test_timeout": pytest_timeout_available() if native else True, "devices": list(devices),
         "retries": {"attempts": policy.attempts, "max_tests": policy.max_tests},
         "history": str(history_db) if history_db else None,
+        "quarantine": report.quarantine_json(quarantine),  # the entries in force: a later report judges by them
     })
     if shard is not None:
         state.data["shard"] = {"index": shard.index, "count": shard.count,
