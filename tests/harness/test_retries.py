@@ -84,7 +84,7 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def test_flaky_and_failing_in_the_report_and_the_history(tmp_path):
-    root = make_project(tmp_path)
+    root = make_project(tmp_path, retries_key={"attempts": 2, "max_tests": 10})  # 2 reruns keep it short
     proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "alpha")
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr  # test_broken fails every attempt
@@ -258,7 +258,7 @@ def _matrix(tmp_path: Path, top: object = None, cpu: object = None) -> Path:
 
 def test_the_matrix_retries_key(tmp_path):
     real = matrix.load(ROOT / "ci" / "matrix.json")
-    assert real.retries_for(real.backend("cuda")) == matrix.Retries(2, 10)
+    assert real.retries_for(real.backend("cuda")) == matrix.Retries(4, 10)  # a 30% flake: failing 0.81%
     assert matrix.load(_matrix(tmp_path)).retries == matrix.DEFAULT_RETRIES
     m = matrix.load(_matrix(tmp_path, {"attempts": 0}, {"attempts": 3, "max_tests": 4}))
     assert m.retries == matrix.Retries(0, 10) and m.retries_for(m.backend("cpu")) == matrix.Retries(3, 4)
