@@ -105,6 +105,11 @@ def consistency_problems(folders: dict[int, Path], manifests: dict[int, dict[str
 
     problems: list[str] = []
     suites: dict[str, dict[int, dict[str, Any] | None]] = {}
+    quarantines = {i: json.dumps(m["quarantine"], sort_keys=True) for i, m in manifests.items() if "quarantine" in m}
+    if len(set(quarantines.values())) > 1:  # the merged run is judged by one quarantine: the shards' must agree
+        problems.append("the shards ran under different quarantines (run.json `quarantine`): "
+                        + "; ".join(f"shard {i}: {len(manifests[i]['quarantine'].get('entries') or [])} entries"
+                                    for i in sorted(quarantines)))
     for index, manifest in sorted(manifests.items()):
         shard = manifest.get("shard") or {}
         if shard.get("index") != index or shard.get("count") != count:

@@ -111,3 +111,41 @@ def test_an_old_run_without_a_recorded_quarantine_keeps_the_verdict_it_finished_
     (run_dir / "summary.json").unlink()
     fresh = harness(root, "report", str(run_dir), "--check")
     assert fresh.returncode == 1 and "none recorded in run.json" in fresh.stdout
+
+
+def fake_shard(folder: Path, index: int, tests: list[str], collected: list[str], quarantined: list[str]) -> Path:
+    """A shard's results folder as `harness run --shard I/2` writes it, with the quarantine it recorded."""
+    from harness import shard
+
+    (folder / "suites").mkdir(parents=True)
+    cases = "".join(f'<testcase classname="x" name="{t}" time="0.5"><properties><property name="kiln_nodeid" '
+                    f'value="{t}"/></properties></testcase>' for t in tests)
+    (folder / "suites" / "alpha.xml").write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
+    (folder / "suites" / "alpha.shard.json").write_text(json.dumps({
+        "shard": [index, 2], "collected": len(collected), "collected_sha256": shard.digest(collected),
+        "durations_sha256": None, "selected": tests}))
+    (folder / "run.json").write_text(json.dumps({
+        "backend": "cpu", "mode": "native", "status": "complete", "src": str(folder), "env": {}, "python": "python",
+        "shard": {"index": index, "count": 2}, "started": "2025-01-01T00:00:00+00:00", "wall_s": 1.5,
+        "quarantine": {"file": "ci/quarantine.toml", "entries": [
+            {"id": i, "reason": "planted", "backends": [], "issue": ""} for i in quarantined]},
+        "suites": [{"name": "alpha", "status": "passed", "junit": "suites/alpha.xml", "duration_s": 1.0}]}))
+    return folder
+
+
+def test_a_merged_run_keeps_the_shards_quarantine_and_they_must_agree(tmp_path):
+    from harness import merge
+
+    ids = ["t.py::a", "t.py::b"]
+    one = fake_shard(tmp_path / "one", 1, ["t.py::a"], ids, ["t.py::z"])
+    two = fake_shard(tmp_path / "two", 2, ["t.py::b"], ids, ["t.py::z"])
+    assert merge.merge_shards(tmp_path / "out", {1: one, 2: two}, 2).ok
+    merged = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert merged["quarantine"]["entries"][0]["id"] == "t.py::z"
+
+    other = fake_shard(tmp_path / "other", 2, ["t.py::b"], ids, [])
+    summary = merge.merge_shards(tmp_path / "out2", {1: one, 2: other}, 2)
+    problems = json.loads((tmp_path / "out2" / "run.json").read_text())["problems"]
+    assert summary.status == "inconsistent" and not summary.ok
+    assert ("the shards ran under different quarantines (run.json `quarantine`): shard 1: 1 entries; "
+            "shard 2: 0 entries") in problems
