@@ -406,8 +406,7 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 def cli_main(args: argparse.Namespace) -> int:
     """Run the flake detector; exit 0 when nothing outside the quarantine is failing or flaky, else 1."""
     s = settings()
-    if args.out:
-        output_folder(args.out, "--out")  # a file there: one line, before anything runs
+    output_folder(args.out or s.results_root, "--out" if args.out else "KILN_RESULTS")  # a file: one line, now
     default = quarantine_mod.default_path(s.root)
     if args.quarantine or default.exists():  # a named file must exist; the project's may be absent
         q = quarantine_mod.load(args.quarantine or default)

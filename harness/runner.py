@@ -482,6 +482,8 @@ def cli_main(args: argparse.Namespace) -> int:
     shard, count, durations = shard_options(args, backend)
     devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
     run_dir = res.output_folder(args.results, "--results") if args.results else None
+    if run_dir is None:
+        res.output_folder(settings().results_root, "KILN_RESULTS")  # where new_run_dir would make the folder
     retries = retry_option(args.retries, backend)
     history = Path(args.history) if args.history else None
     if args.shards:

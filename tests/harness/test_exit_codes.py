@@ -74,6 +74,15 @@ def test_an_output_folder_that_is_a_file_exits_2_naming_it(tmp_path, verb, flag)
     assert target.read_text() == "not a folder\n"
 
 
+@pytest.mark.parametrize("verb", ["run", "flakes"])
+def test_a_results_root_that_is_a_file_exits_2_naming_the_variable(tmp_path, verb):
+    target = tmp_path / "results_file"
+    target.write_text("")
+    line = one_line(cli(verb, "--backend", "cpu", "--native", KILN_RESULTS=str(target)), 2)
+    assert line == (f"harness {verb}: error: KILN_RESULTS {target}: is a file, not a folder; give a folder to write "
+                    "the results into")
+
+
 @pytest.mark.parametrize("var", ["KILN_NATIVE", "KILN_BOOTSTRAP", "KILN_ALLOW_UNLOCKED"])
 def test_a_boolean_variable_that_is_not_a_boolean_exits_2_naming_it(var):
     line = one_line(cli("run", "--backend", "cpu", **{var: "maybe"}), 2)
