@@ -237,8 +237,8 @@ class Verdict:
                 for r in self.quarantined_failing
             ]
         if self.ready_to_leave and not leave_advice:
-            lines += ["", "**Quarantined tests that passed in this run** (only `harness flakes` with N runs says "
-                      "whether they may leave the quarantine):", ""]
+            lines += ["", ("**Quarantined tests that passed in this run** (only `harness flakes` with N runs says "
+                           "whether they may leave the quarantine):"), ""]
             lines += [f"- `{r.id}`: passed {r.runs}/{r.runs}" for r in self.ready_to_leave]
         elif self.ready_to_leave:
             lines += ["", "**Ready to leave quarantine (passed every run):**", ""]

@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from harness.exc import QuarantineError
+
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN = "tests/alpha/test_alpha.py::test_broken"
 PLANTED = '''
@@ -149,3 +153,23 @@ def test_a_merged_run_keeps_the_shards_quarantine_and_they_must_agree(tmp_path):
     assert summary.status == "inconsistent" and not summary.ok
     assert ("the shards ran under different quarantines (run.json `quarantine`): shard 1: 1 entries; "
             "shard 2: 0 entries") in problems
+
+
+def test_the_recorded_quarantine_round_trips_and_a_normal_run_gives_no_leave_advice(tmp_path):
+    from harness import quarantine as q_mod
+
+    path = tmp_path / "ci" / "quarantine.toml"
+    path.parent.mkdir()
+    path.write_text('[[test]]\nid = "t.py::a"\nreason = "r"\nbackends = ["cpu"]\nissue = "#1"\n\n'
+                    '[[test]]\nid = "t.py::b"\nreason = "s"\n')
+    q = q_mod.load(path)
+    data = json.loads(json.dumps(q.to_json()))  # plain JSON, as run.json holds it
+    assert data["file"] == str(path) and [e["id"] for e in data["entries"]] == ["t.py::a", "t.py::b"]
+    back = q_mod.Quarantine.from_json(data)
+    assert back == q and back.match("t.py::a", "cpu") and not back.match("t.py::a", "cuda")
+    v = q_mod.apply({"t.py::b": "passed"}, back, "cpu")
+    assert "Ready to leave" in v.markdown() and "remove it" in v.markdown()  # a flakes run's advice
+    normal = v.markdown(leave_advice=False)
+    assert "`t.py::b`: passed 1/1" in normal and "Ready to leave" not in normal and "remove" not in normal
+    with pytest.raises(QuarantineError, match="run.json: 'quarantine' must be"):
+        q_mod.Quarantine.from_json({"entries": "t.py::a"})
