@@ -17,13 +17,51 @@ nox.options.sessions = ["tests"]
 
 # ci/matrix.json is the one source of truth: the CPU (interpreter) environment's pins, the suites and the
 # environment every suite runs with (one process, one compile thread, fixed seeds) are read from it.
+# A matrix that cannot be read stops nox (even `nox -l`) with one line naming the file, not a traceback;
+# `python -m harness matrix` validates the whole schema.
 MATRIX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ci", "matrix.json")
-with open(MATRIX_FILE) as _fh:
-    MATRIX = json.load(_fh)
-TORCH_PIN = MATRIX["backends"]["cpu"]["torch"]
-TRITON_PIN = MATRIX["backends"]["cpu"]["triton"]
-SUITES = list(MATRIX["suites"])
-SUITE_ENV = dict(MATRIX["suite_env"])
+
+
+def _load_matrix(path: str) -> dict:
+    """The matrix's JSON, with the keys read here checked; any problem is SystemExit with one line."""
+    where = os.path.relpath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        cpu = data["backends"]["cpu"]
+        for b in data["backends"].values():  # what the session loops below read of every backend
+            list(b["host_devices"]), str(b["python"])
+        return {"data": data, "torch": str(cpu["torch"]), "triton": str(cpu["triton"]),
+                "suites": list(data["suites"]), "suite_env": dict(data["suite_env"])}
+    except OSError as e:
+        raise SystemExit(f"nox: {where}: cannot read the matrix: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"nox: {where}: not valid JSON: {e}") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise SystemExit(f"nox: {where}: missing or malformed key {e} (see `python -m harness matrix`)") from None
+
+
+_MATRIX = _load_matrix(MATRIX_FILE)
+MATRIX = _MATRIX["data"]
+TORCH_PIN = _MATRIX["torch"]
+TRITON_PIN = _MATRIX["triton"]
+SUITES = _MATRIX["suites"]
+SUITE_ENV = _MATRIX["suite_env"]
+
+# Boolean variables: as harness/settings.py `parse_bool` reads them (this file does not import the harness).
+_TRUE_WORDS, _FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _env_flag(name: str) -> bool:
+    """The boolean environment variable `name`; a value that is not a boolean stops nox with one line."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE_WORDS:
+        return True
+    if not value or value in _FALSE_WORDS:
+        return False
+    raise SystemExit(f"nox: {name}={raw!r} is not a boolean: use one of {'/'.join(_TRUE_WORDS)} or "
+                     f"{'/'.join(_FALSE_WORDS)}")
 
 
 def install_project(session: nox.Session) -> None:
@@ -61,7 +99,7 @@ def _gpu_backends() -> list[str]:
 
 def _split_native(session: nox.Session) -> tuple[list[str], list[str]]:
     """(['--native'] or [], the other posargs) from the session's posargs and KILN_NATIVE."""
-    native = "--native" in session.posargs or os.environ.get("KILN_NATIVE", "") in {"1", "true", "yes"}
+    native = "--native" in session.posargs or _env_flag("KILN_NATIVE")
     return (["--native"] if native else []), [a for a in session.posargs if a != "--native"]
 
 

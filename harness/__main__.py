@@ -3,6 +3,8 @@
 A verb is a module that defines `cli_add_arguments(parser)` and `cli_main(args) -> int` (its docstring
 is the verb's help). Adding a verb is one line in VERBS. Only the chosen verb's module is imported.
 Any `HarnessError` is printed as one line `harness <verb>: error: ...` with its exit code, no traceback.
+Exit codes (harness/exc.py, listed in every verb's `--help`): 0 ok, 1 tests failed or a regression, 2 usage or
+input error, 3 infrastructure (docker, image, health, device, tools, locks), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from harness.exc import HarnessError
+from harness.exc import EXIT_CODES_EPILOG, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HarnessError
 
 # verb -> (module, one-line help). Keep sorted by the order a person meets them.
 VERBS: dict[str, tuple[str, str]] = {
@@ -40,7 +42,7 @@ def _usage() -> str:
     width = max(map(len, VERBS))
     lines = ["usage: python -m harness <verb> [options]", "", "verbs:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in VERBS.items()]
-    lines += ["", "`python -m harness <verb> --help` shows a verb's options."]
+    lines += ["", "`python -m harness <verb> --help` shows a verb's options.", "", EXIT_CODES_EPILOG]
     return "\n".join(lines)
 
 
@@ -54,21 +56,35 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in {"-h", "--help", "help"}:
         print(_usage())
-        return 0 if argv else 2
+        return EXIT_OK if argv else EXIT_USAGE
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
         print(f"harness: error: unknown verb {verb!r}; known: {', '.join(VERBS)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     module_name, help_ = VERBS[verb]
 
     def run() -> int:
         module = importlib.import_module(module_name)
         parser = argparse.ArgumentParser(prog=f"python -m harness {verb}", description=help_)
         _entry(module, verb, "add_arguments")(parser)
+        with_exit_codes(parser)
         args = parser.parse_args(rest)
         return int(_entry(module, verb, "main")(args) or 0)
 
     return guarded(verb, run)
+
+
+def with_exit_codes(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Put the exit codes (EXIT_CODES_EPILOG) at the end of `parser`'s help and of every sub-verb's under it
+    (`bench run --help`, `history show --help`), kept as written (RawDescriptionHelpFormatter)."""
+    parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
+    if parser.formatter_class is argparse.HelpFormatter:
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
+                with_exit_codes(sub)
+    return parser
 
 
 def guarded(verb: str, run: Callable[[], int]) -> int:
@@ -81,10 +97,11 @@ def guarded(verb: str, run: Callable[[], int]) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print(f"harness {verb}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
-        return 0
+        return EXIT_OK
+
 
 if __name__ == "__main__":
     sys.exit(main())

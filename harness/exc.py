@@ -1,13 +1,43 @@
-"""Errors of the harness, the benchmarks' included. The CLI prints any `HarnessError` as one line and exits
-with its `exit_code`. (harness/numerics/exc.py holds numerics triage's, all `HarnessError`s too.)"""
+"""Errors of the harness, the benchmarks' included, and the exit codes of every CLI. The CLI prints any
+`HarnessError` as one line and exits with its `exit_code`. (harness/numerics/exc.py holds numerics triage's,
+all `HarnessError`s too.)
+
+Exit codes (the same for every verb, `python -m harness.bench` and `python -m harness.numerics` included):
+  0  EXIT_OK        done; the tests passed, no regression
+  1  EXIT_FAILED    tests failed, a check failed or a regression was found: the code is at fault
+  2  EXIT_USAGE     usage or input error: a bad flag, a malformed file or variable, a missing folder (argparse's
+                    own usage errors exit 2 too); running again unchanged fails again
+  3  EXIT_INFRA     infrastructure: docker, an image build, the health check, no device, a missing tool on the
+                    machine, a lock or store that cannot be reached in time; the runner is at fault, a CI retry
+                    (on another machine) may pass
+  130 EXIT_INTERRUPTED  interrupted (Ctrl-C / SIGTERM)
+A CI retry policy retries 3 (and 130), never 1 or 2.
+"""
 
 from __future__ import annotations
 
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+EXIT_CODES_EPILOG = f"""exit codes:
+  {EXIT_OK}    ok (tests passed, no regression)
+  {EXIT_FAILED}    tests failed, a check failed, or a regression was found
+  {EXIT_USAGE}    usage or input error (bad flag, malformed file or variable, missing folder)
+  {EXIT_INFRA}    infrastructure error (docker, image build, health check, no device, missing tool,
+       lock or store unreachable): retrying on a working runner may pass
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C / SIGTERM)"""
+
 
 class HarnessError(Exception):
-    """An expected failure with a message meant for a person: printed as one line, no traceback."""
+    """An expected failure with a message meant for a person: printed as one line, no traceback. By default a
+    usage or input error (exit 2); `InfrastructureError`s exit 3."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
+
+
+class InfrastructureError(HarnessError):
+    """The machine, not the code or the command line, is at fault: docker, images, devices, tools, locks."""
+
+    exit_code = EXIT_INFRA
 
 
 class MatrixError(HarnessError):
@@ -18,19 +48,27 @@ class UnknownBackend(MatrixError):
     """A backend name that the matrix does not define."""
 
 
-class DockerError(HarnessError):
+class DockerError(InfrastructureError):
     """The docker client is missing, the daemon is unreachable, or a docker command failed."""
 
 
-class ImageError(HarnessError):
+class ImageError(InfrastructureError):
     """An image could not be bootstrapped or built."""
 
 
-class NoDeviceError(HarnessError):
+class ImageInputError(ImageError):
+    """The image cannot be made from what the checkout holds (a missing Dockerfile, requirements or lock file, a
+    stale lock, no bootstrap entry in the matrix, a lock written under the wrong Python): exit 2, the input is at
+    fault, not the machine."""
+
+    exit_code = EXIT_USAGE
+
+
+class NoDeviceError(InfrastructureError):
     """The backend needs a GPU (or its driver) that this machine does not have."""
 
 
-class HealthError(HarnessError):
+class HealthError(InfrastructureError):
     """A device is present but failed the health check (wrong matmul, kernel did not compile/run)."""
 
 
@@ -42,14 +80,14 @@ class SettingsError(HarnessError):
     """An environment variable read by harness/settings.py holds a value it cannot use."""
 
 
-class MissingTool(HarnessError):
+class MissingTool(InfrastructureError):
     """A program or Python package the requested step needs is not installed."""
 
 
 class RunInterrupted(HarnessError):
     """The run was interrupted (Ctrl-C / SIGTERM); results written so far are kept, marked incomplete."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
 
 
 class Interrupted(KeyboardInterrupt):
@@ -89,6 +127,13 @@ class UsageError(BenchError):
 
 class StoreError(BenchError):
     """The SQLite store cannot be opened, is from another schema version, or lacks a requested run."""
+
+
+class StoreUnavailable(StoreError, InfrastructureError):
+    """The store is there but cannot be used now: its lock was not released in time, or it cannot be reached
+    (exit 3, where a wrong path or schema is an input error, 2). For bench/store.py's lock wait to raise."""
+
+    exit_code = EXIT_INFRA
 
 
 class ImportFormatError(BenchError):

@@ -33,7 +33,7 @@ from harness.commands import native_command, pytest_argv, suite_env
 from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
 from harness.matrix import resolve_test_paths
 from harness.process import Forward, execute
-from harness.results import append_job_summary, atomic_write_text, markdown_table, read_cases
+from harness.results import append_job_summary, atomic_write_text, markdown_table, output_folder, read_cases
 from harness.settings import settings
 
 SCHEMA = 1
@@ -406,6 +406,7 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 def cli_main(args: argparse.Namespace) -> int:
     """Run the flake detector; exit 0 when nothing outside the quarantine is failing or flaky, else 1."""
     s = settings()
+    output_folder(args.out or s.results_root, "--out" if args.out else "KILN_RESULTS")  # a file: one line, now
     default = quarantine_mod.default_path(s.root)
     if args.quarantine or default.exists():  # a named file must exist; the project's may be absent
         q = quarantine_mod.load(args.quarantine or default)

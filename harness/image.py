@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import lock as lock_mod
-from harness.exc import DockerError, ImageError, MissingTool
+from harness.exc import DockerError, ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
 from harness.settings import settings
 
@@ -114,7 +114,7 @@ def image_inputs(backend: Backend, base_image: str | None = None, root: Path | N
     dockerfile = root / backend.dockerfile
     for path in (dockerfile, root / REQUIREMENTS):
         if not path.exists():
-            raise ImageError(f"{path} not found (backend {backend.name})")
+            raise ImageInputError(f"{path} not found (backend {backend.name})")
     lock = lock_mod.lock_path(backend, root)
     inputs = {
         "dockerfile": dockerfile.read_text(),
@@ -211,7 +211,7 @@ def bootstrap_argv(backend: Backend, rootfs: Path, mirror: str) -> list[str]:
     """The debootstrap command that makes the backend's base root file system in `rootfs`."""
     b = backend.bootstrap
     if b is None:
-        raise ImageError(f"backend {backend.name} has no bootstrap entry in the matrix")
+        raise ImageInputError(f"backend {backend.name} has no bootstrap entry in the matrix")
     return ["debootstrap", f"--variant={b.variant}", b.suite, str(rootfs), mirror]
 
 
@@ -219,7 +219,7 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
     """Make the base image with debootstrap + `docker import` unless it exists; return its name."""
     b = backend.bootstrap
     if b is None:
-        raise ImageError(f"backend {backend.name} has no bootstrap entry in the matrix")
+        raise ImageInputError(f"backend {backend.name} has no bootstrap entry in the matrix")
     if not force and image_id(b.image):
         return b.image
     if shutil.which("debootstrap") is None:
@@ -395,7 +395,7 @@ def require_lock(backend: Backend, allow_unlocked: bool | None = None) -> lock_m
     if problem:
         allow = settings().allow_unlocked if allow_unlocked is None else allow_unlocked
         if not allow:
-            raise ImageError(f"{problem} (or set KILN_ALLOW_UNLOCKED=1 to build without a current lock)")
+            raise ImageInputError(f"{problem} (or set KILN_ALLOW_UNLOCKED=1 to build without a current lock)")
         print(f"harness image: warning: {problem}; building anyway (KILN_ALLOW_UNLOCKED=1)"
               + ("" if state.exists else ": packages are NOT hash-checked"), file=sys.stderr)
     return state

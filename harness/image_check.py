@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import image, lock as lock_mod, matrix as matrix_mod
-from harness.exc import ImageError
+from harness.exc import HarnessError, ImageError
 from harness.matrix import DIGEST_RE, Backend
 from harness.settings import settings
 
@@ -252,10 +252,10 @@ def cli_main(args: Any) -> int:
     """Bootstrap the base image, build the hash-tagged backend image, check it against the matrix."""
     if args.check or args.pin:
         if args.action:
-            raise ImageError(f"give either the action {args.action!r} or --check/--pin, not both")
+            raise HarnessError(f"give either the action {args.action!r} or --check/--pin, not both")
         return cli_check(args) if args.check else cli_pin(args)
     if not args.action or not args.backend:
-        raise ImageError("give an action (build, bootstrap, tag, inputs, lock) and --backend B, or --check / --pin")
+        raise HarnessError("give an action (build, bootstrap, tag, inputs, lock) and --backend B, or --check / --pin")
     backend = matrix_mod.load().backend(args.backend)
     if args.action == "lock":
         state = lock_mod.write(backend)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.exc import ImageError, MissingTool
+from harness.exc import ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
 from harness.results import atomic_write_text
 from harness.settings import settings
@@ -54,7 +54,7 @@ def requirement_lines(backend: Backend, root: Path | None = None) -> list[str]:
     """The top-level requirements a lock is resolved from: torch and triton pins, then the test pins."""
     path = (root or settings().root) / REQUIREMENTS
     if not path.exists():
-        raise ImageError(f"{path} not found (backend {backend.name})")
+        raise ImageInputError(f"{path} not found (backend {backend.name})")
     tests = [ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines()]
     return [backend.torch, backend.triton, *[ln for ln in tests if ln]]
 
@@ -209,8 +209,8 @@ def write(backend: Backend, root: Path | None = None) -> LockState:
     want = backend.python
     have = f"{sys.version_info.major}.{sys.version_info.minor}"
     if have != want:
-        raise ImageError(f"backend {backend.name}'s image runs Python {want}, this is Python {have}: run "
-                         f"`nox -s lock-{backend.name}` (a Python {want} session)")
+        raise ImageInputError(f"backend {backend.name}'s image runs Python {want}, this is Python {have}: run "
+                              f"`nox -s lock-{backend.name}` (a Python {want} session)")
     try:
         import piptools  # noqa: F401
     except ImportError:

@@ -51,7 +51,7 @@ class Timeouts:
 class Retries:
     """Reruns of a failing suite test, each alone in a fresh process (harness.retries)."""
 
-    attempts: int = 2  # reruns per failing test (0: no reruns)
+    attempts: int = 4  # reruns per failing test (0: no reruns); 4: a 30% flake is called failing < 1% (retries.py)
     max_tests: int = 10  # failing tests retried per suite; the rest are reported failing without a rerun
 
 

@@ -36,7 +36,7 @@ MAX_PROBLEMS = 20
 SHARD_STATUSES = ("complete", "incomplete", "aborted", "crashed", "hung", "missing")
 # what a merged run copies from its first shard's run.json (the rest is per shard: env, GPUs, suites)
 _SHARED = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
-           "suite_timeout_s", "per_test_timeout", "retries")
+           "suite_timeout_s", "per_test_timeout", "retries", "quarantine")
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,11 @@ def consistency_problems(folders: dict[int, Path], manifests: dict[int, dict[str
 
     problems: list[str] = []
     suites: dict[str, dict[int, dict[str, Any] | None]] = {}
+    quarantines = {i: json.dumps(m["quarantine"], sort_keys=True) for i, m in manifests.items() if "quarantine" in m}
+    if len(set(quarantines.values())) > 1:  # the merged run is judged by one quarantine: the shards' must agree
+        problems.append("the shards ran under different quarantines (run.json `quarantine`): "
+                        + "; ".join(f"shard {i}: {len(manifests[i]['quarantine'].get('entries') or [])} entries"
+                                    for i in sorted(quarantines)))
     for index, manifest in sorted(manifests.items()):
         shard = manifest.get("shard") or {}
         if shard.get("index") != index or shard.get("count") != count:
@@ -263,6 +268,7 @@ def cli_main(args: argparse.Namespace) -> int:
     from harness import report
     from harness.collect import load_run
 
+    res.output_folder(args.out, "--out")  # a file there: one line, before anything is copied
     folders, count = find_shards([Path(d) for d in args.dirs], exclude=Path(args.out))
     history = str(Path(args.history).resolve()) if args.history else None
     summary = merge_shards(Path(args.out), folders, count, base={"history": history} if history else None)

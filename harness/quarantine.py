@@ -15,8 +15,11 @@ Terms:
                     quarantined failures that do not, and the quarantined tests ready to leave quarantine
                     (they passed every run).
 
-The runner calls `load(path)` once, then `apply(outcomes, quarantine, backend)` on a run's results; the
-verdict's `ok` decides the build, `markdown()` goes into the report.
+The runner calls `load(path)` once, records the entries in force into run.json (`to_json`: the file's path and
+its entries, so a later report judges the run by them, `from_json`), then `apply(outcomes, quarantine, backend)`
+on a run's results; the verdict's `ok` decides the build, `markdown()` goes into the report. Only a flake run
+(harness.flakes: N repetitions of each test) may call a quarantined test ready to leave; a normal run's report
+lists the quarantined tests that passed without that advice (`markdown(leave_advice=False)`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,27 @@ class Quarantine:
 
     entries: tuple[Entry, ...] = ()
     path: str = ""
+
+    def to_json(self) -> dict:
+        """The quarantine as plain JSON for run.json: {"file": path or None, "entries": [{id, reason, backends,
+        issue}, ...]} (an empty quarantine or no file: no entries)."""
+        return {"file": self.path or None,
+                "entries": [{"id": e.id, "reason": e.reason, "backends": list(e.backends), "issue": e.issue}
+                            for e in self.entries]}
+
+    @classmethod
+    def from_json(cls, data: Mapping, source: str = "run.json") -> Quarantine:
+        """The quarantine `to_json` recorded, as it was (not checked against today's matrix); a malformed record
+        raises QuarantineError naming `source`."""
+        entries = data.get("entries") if isinstance(data, Mapping) else None
+        if not isinstance(entries, list):
+            raise QuarantineError(f"{source}: 'quarantine' must be {{\"file\": ..., \"entries\": [...]}}")
+        try:
+            parsed = tuple(Entry(str(e["id"]), str(e.get("reason", "")), tuple(e.get("backends") or ()),
+                                 str(e.get("issue", ""))) for e in entries)
+        except (KeyError, TypeError) as e:
+            raise QuarantineError(f"{source}: malformed quarantine entry ({e})") from None
+        return cls(parsed, str(data.get("file") or ""))
 
     def match(self, test_id: str, backend: str | None = None) -> Entry | None:
         """The entry that quarantines `test_id` on `backend`, or None."""
@@ -201,8 +225,10 @@ class Verdict:
             "not_run": [e.id for e in self.not_run],
         }
 
-    def markdown(self) -> str:
-        """A short Markdown section for the report (empty string when the quarantine played no part)."""
+    def markdown(self, leave_advice: bool = True) -> str:
+        """A short Markdown section for the report (empty string when the quarantine played no part).
+        `leave_advice`: call the quarantined tests that passed every run ready to leave (a flake run of N
+        repetitions); False for a normal run, where one pass says little about a flake."""
         lines: list[str] = []
         if self.quarantined_failing:
             lines += ["", "**Quarantined failures (do not fail the build):**", ""]
@@ -210,7 +236,11 @@ class Verdict:
                 f"- `{r.id}`: failed {r.failures}/{r.runs}; {r.entry.reason}"
                 for r in self.quarantined_failing
             ]
-        if self.ready_to_leave:
+        if self.ready_to_leave and not leave_advice:
+            lines += ["", ("**Quarantined tests that passed in this run** (only `harness flakes` with N runs says "
+                           "whether they may leave the quarantine):"), ""]
+            lines += [f"- `{r.id}`: passed {r.runs}/{r.runs}" for r in self.ready_to_leave]
+        elif self.ready_to_leave:
             lines += ["", "**Ready to leave quarantine (passed every run):**", ""]
             lines += [
                 f"- `{r.id}`: passed {r.runs}/{r.runs}; remove it from ci/quarantine.toml"

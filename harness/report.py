@@ -7,12 +7,21 @@ which shard it is; a merged run (harness.merge) adds one line per shard: its sta
 Failed tests that the runner ran again alone (harness.retries) are `flaky` (passed on a retry: listed with
 their attempts and the failing attempt's log, not failing the run) or `failing` (failed every attempt); each
 comes with its repro line and, when the run's test-history store knows it, "failed K of the last N runs".
-Quarantined tests that passed every run are listed as ready to leave the quarantine.
+Quarantined tests that passed are listed, never as ready to leave: one pass of a flake says little, and only a
+flake run of N repetitions (harness.flakes) may say a test can leave the quarantine.
+
+A finished run is never re-judged:
+  quarantine in force  the one run.json recorded when the run started (`quarantine`: its file and entries);
+                       a run from before that was recorded is judged with today's file, and the report says so.
+  kept verdict         summary.json's `ok`, written when the run finished (with run.json's `finished` time):
+                       a later `report` keeps it (and `--check` returns what the run returned); when judging
+                       again today would differ, the report says both. A run folder finished again (a merge
+                       rewritten) is judged afresh.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +47,35 @@ class Summary:
     shard: str = ""  # "shard 1/2" for one shard's run, "2 shards" for a merged run
     flaky: list[str] = field(default_factory=list)  # failed, then passed on a retry alone: not blocking
     ready_to_leave: list[str] = field(default_factory=list)  # quarantined tests that passed every run
+    quarantine_note: str = ""  # set when the run recorded no quarantine: judged with today's file
+    kept: bool | None = None  # the verdict the run finished with, where judging it again now differs
+    finished: str | None = None  # run.json's `finished`: the kept verdict belongs to this finish
+
+    @property
+    def judged_ok(self) -> bool:
+        """The verdict from the results and the quarantine in force, judged now."""
+        return self.status == "complete" and not self.broken_suites and not self.blocking
 
     @property
     def ok(self) -> bool:
-        return self.status == "complete" and not self.broken_suites and not self.blocking
+        """The run's verdict: the one it finished with (`kept`) when that differs from judging it now."""
+        return self.judged_ok if self.kept is None else self.kept
 
     def verdict_lines(self) -> list[str]:
-        """The lines that say what flaky and quarantined tests did to the verdict (empty when nothing)."""
+        """The lines that say what flaky and quarantined tests, and the quarantine in force, did to the verdict
+        (empty when nothing)."""
         lines = []
         if self.flaky:
             lines.append(f"flaky: {len(self.flaky)} test(s) failed, then passed when run again alone; they do not "
                          f"fail the run: {', '.join(self.flaky)}")
         if self.ready_to_leave:
-            lines.append(f"quarantined tests that passed all their runs ({len(self.ready_to_leave)}; remove them "
-                         f"from ci/quarantine.toml): {', '.join(self.ready_to_leave)}")
+            lines.append(f"quarantined tests that passed in this run ({len(self.ready_to_leave)}; one run does not "
+                         f"show a flake is fixed: `harness flakes` decides): {', '.join(self.ready_to_leave)}")
+        if self.quarantine_note:
+            lines.append(self.quarantine_note)
+        if self.kept is not None:
+            lines.append(f"verdict kept: the run finished {_word(self.kept)}; judged again now it would be "
+                         f"{_word(self.judged_ok)} (a report never rewrites a finished run's verdict)")
         return lines
 
     def headline(self) -> str:
@@ -65,6 +89,10 @@ class Summary:
         return f"kiln {self.backend}/{self.mode}{shard} {verdict}{status}: {body}{extra}"
 
 
+def _word(ok: bool) -> str:
+    return "OK" if ok else "FAILED"
+
+
 def load_quarantine(root: Path):
     """The project's quarantine (ci/quarantine.toml) or None when there is none; a broken file raises."""
     from harness import quarantine
@@ -73,15 +101,57 @@ def load_quarantine(root: Path):
     return quarantine.load(path) if path.exists() else None
 
 
-def verdict(run: RunResults):
-    """The quarantine's verdict on the run's outcomes (None without a quarantine file)."""
+def quarantine_json(q: Any) -> dict[str, Any]:
+    """What run.json records of the quarantine in force (`load_quarantine`'s result; None: no file, no
+    entries): {"file": path or None, "entries": [...]} (harness.quarantine.Quarantine.to_json)."""
     from harness import quarantine
 
-    q = load_quarantine(Path(run.manifest.get("src") or settings().root))
+    return (q or quarantine.Quarantine()).to_json()
+
+
+def quarantine_in_force(run: RunResults) -> tuple[Any, str]:
+    """(the quarantine the run is judged with, a note for the report or ""). The one run.json recorded; for a
+    run from before it was recorded, today's file, and a note that says so. None: no quarantine at all."""
+    from harness import quarantine
+
+    if "quarantine" in run.manifest:
+        q = quarantine.Quarantine.from_json(run.manifest["quarantine"] or {"entries": []}, str(run.path / "run.json"))
+        return (q if q.entries else None), ""
+    root = Path(run.manifest.get("src") or settings().root)
+    q = load_quarantine(root)
+    where = quarantine.default_path(root)
+    return q, (f"quarantine: none recorded in run.json (a run from before it was); judged with today's {where}"
+               + ("" if q is not None else " (absent: no quarantine)"))
+
+
+def verdict(run: RunResults):
+    """The quarantine's verdict on the run's outcomes (None without a quarantine in force)."""
+    from harness import quarantine
+
+    q, _ = quarantine_in_force(run)
     if q is None:
         return None
     # every attempt counts: a quarantined test that failed and then passed alone failed 1 of 2 runs
     return quarantine.apply(retries_mod.outcomes(run), q, run.manifest.get("backend"))
+
+
+def kept_verdict(run: RunResults) -> bool | None:
+    """The `ok` the run finished with (summary.json written when run.json said `complete`, at the same
+    `finished` time; a summary.json from before that time was written counts when its status matches), or None
+    when there is none to keep (not complete, never reported, or finished again since)."""
+    if run.manifest.get("status") != "complete":
+        return None
+    try:
+        previous = res.read_json(run.path / "summary.json")
+    except ResultsError:
+        return None
+    if not isinstance(previous, dict) or not isinstance(previous.get("ok"), bool):
+        return None
+    if previous.get("status") != "complete":
+        return None
+    if "finished" in previous and previous["finished"] != run.manifest.get("finished"):
+        return None
+    return previous["ok"]
 
 
 def summarize(run: RunResults) -> Summary:
@@ -92,13 +162,16 @@ def summarize(run: RunResults) -> Summary:
     failing = sorted({t.id for _, t in run.failing})
     retried = retries_mod.load(run)
     flaky = sorted(i for i in failing if i in retried and retried[i].status == retries_mod.FLAKY)
+    _, note = quarantine_in_force(run)
     v = verdict(run)
     blocking = [i for i in (failing if v is None else v.failing) if i not in flaky]
     quarantined = [] if v is None else [r.id for r in v.quarantined_failing]
     ready = [] if v is None else [r.id for r in v.ready_to_leave]
-    return Summary(run.path.name, run.manifest.get("backend", "?"), run.manifest.get("mode", "?"), status,
-                   final_counts(all_tests, set(flaky)), [s.name for s in run.broken_suites], blocking, quarantined,
-                   shard_label(run.manifest), flaky, ready)
+    s = Summary(run.path.name, run.manifest.get("backend", "?"), run.manifest.get("mode", "?"), status,
+                final_counts(all_tests, set(flaky)), [s.name for s in run.broken_suites], blocking, quarantined,
+                shard_label(run.manifest), flaky, ready, note, None, run.manifest.get("finished"))
+    kept = kept_verdict(run)
+    return s if kept is None or kept == s.judged_ok else replace(s, kept=kept)
 
 
 def final_counts(tests: list[res.TestResult], flaky: set[str]) -> dict[str, int]:
@@ -225,8 +298,8 @@ def render_text(run: RunResults) -> str:
             lines.append(f"    {repro_line(run.manifest_for(t.id), t.id)}")
     v = verdict(run)
     if v is not None and v.ready_to_leave:
-        lines += ["", f"quarantined tests that passed all their runs ({len(v.ready_to_leave)}): remove them from "
-                  "ci/quarantine.toml"]
+        lines += ["", f"quarantined tests that passed in this run ({len(v.ready_to_leave)}); only `harness flakes` "
+                  "with N runs says whether they may leave the quarantine:"]
         lines += [f"- {r.id}: passed {r.runs}/{r.runs}" for r in v.ready_to_leave]
     return "\n".join(lines) + "\n"
 
@@ -283,8 +356,8 @@ def render_markdown(run: RunResults) -> str:
                 lines += ["  <details><summary>failing attempt's log</summary>", "", "  ```",
                           *(f"  {ln}" for ln in text.splitlines()), "  ```", "  </details>"]
     v = verdict(run)
-    if v is not None and v.markdown():
-        lines += ["", v.markdown()]
+    if v is not None and v.markdown(leave_advice=False):
+        lines += ["", v.markdown(leave_advice=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -303,6 +376,7 @@ def write_reports(run_dir: Path) -> Summary:
     s = summarize(run)
     data: dict[str, Any] = {
         "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
+        "finished": s.finished, "judged_ok": s.judged_ok, "quarantine_note": s.quarantine_note,
         "counts": s.counts, "broken_suites": s.broken_suites, "blocking": s.blocking,
         "quarantined_failing": s.quarantined, "shard": run.manifest.get("shard"), "shards": shard_rows(run) or None,
         "flaky": s.flaky, "quarantined_passed_all_runs": s.ready_to_leave,
@@ -329,7 +403,8 @@ def _final(t: res.TestResult, s: Summary) -> dict[str, str]:
 def cli_add_arguments(p: Any) -> None:
     p.add_argument("results_dir", nargs="?", help="a run folder (default: the latest under results/)")
     p.add_argument("--markdown", action="store_true", help="print markdown instead of text")
-    p.add_argument("--check", action="store_true", help="exit 1 unless the run is complete and green")
+    p.add_argument("--check", action="store_true", help="exit 1 unless the run is complete and green (a finished "
+                   "run: the verdict it finished with)")
     p.add_argument("--github-summary", action="store_true",
                    help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
 

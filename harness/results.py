@@ -118,6 +118,19 @@ def append_job_summary(markdown: str) -> bool:
     return True
 
 
+def output_folder(path: str | Path, option: str) -> Path:
+    """`path` as a folder a command is about to write (it may not exist yet). A ResultsError (exit 2) naming
+    `option` (the flag or variable that gave it) when it, or a folder above it, exists and is not a folder:
+    checked before anything starts, so the mistake is one line rather than a traceback after the work."""
+    p = Path(path)
+    for where in (p, *p.parents):
+        if where.exists() and not where.is_dir():
+            what = "is" if where == p else f"lies under {where}, which is"
+            raise ResultsError(f"{option} {path}: {what} a file, not a folder; give a folder to write the results "
+                               "into")
+    return p
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     """atomic_write_text of `data` as indented, key-sorted JSON."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

@@ -326,6 +326,7 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
         "per_test_timeout": pytest_timeout_available() if native else True, "devices": list(devices),
         "retries": {"attempts": policy.attempts, "max_tests": policy.max_tests},
         "history": str(history_db) if history_db else None,
+        "quarantine": report.quarantine_json(quarantine),  # the entries in force: a later report judges by them
     })
     if shard is not None:
         state.data["shard"] = {"index": shard.index, "count": shard.count,
@@ -592,7 +593,9 @@ def cli_main(args: argparse.Namespace) -> int:
         extra = extra[1:]
     shard, count, durations = shard_options(args, backend)
     devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
-    run_dir = Path(args.results) if args.results else None
+    run_dir = res.output_folder(args.results, "--results") if args.results else None
+    if run_dir is None:
+        res.output_folder(settings().results_root, "KILN_RESULTS")  # where new_run_dir would make the folder
     retries = retry_option(args.retries, backend)
     history = Path(args.history) if args.history else None
     if args.shards:

@@ -33,6 +33,10 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
   KILN_BENCH_BISECT_MAX  confirmed regressions a CI bench job bisects at most (`bench job-summary`; default 2;
                     0: none); `--bisect-max N` overrides it
 
+Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED) are read by `flag`: 1/true/yes/on or
+0/false/no/off (any case; unset or empty: off); anything else is a SettingsError naming the variable (exit 2),
+never silently off.
+
 No package index or mirror host is written in the repository: they come from these variables or from the
 tools' own configuration, so mirrors and air-gapped sites work unchanged.
 """
@@ -55,8 +59,27 @@ DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
 DEFAULT_BENCH_BISECT_MAX = 2
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def parse_bool(name: str, raw: str | None, default: bool = False) -> bool:
+    """`raw` (the value of variable `name`) as a boolean: TRUE_WORDS or FALSE_WORDS in any case, `default` when
+    unset or empty; any other value raises SettingsError naming the variable and what it accepts."""
+    value = (raw or "").strip().lower()
+    if not value:
+        return default
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean: use one of {'/'.join(TRUE_WORDS)} or "
+                        f"{'/'.join(FALSE_WORDS)}")
+
+
+def flag(name: str, default: bool = False) -> bool:
+    """The boolean environment variable `name` (parse_bool)."""
+    return parse_bool(name, os.environ.get(name), default)
 
 
 def _default_docker() -> str:
@@ -96,9 +119,9 @@ def settings() -> Settings:
         results_root=results_root,
         state_dir=Path(os.environ.get("KILN_STATE") or root / ".kiln"),
         docker=os.environ.get("KILN_DOCKER") or _default_docker(),
-        native=_flag("KILN_NATIVE"),
-        bootstrap=_flag("KILN_BOOTSTRAP"),
-        allow_unlocked=_flag("KILN_ALLOW_UNLOCKED"),
+        native=flag("KILN_NATIVE"),
+        bootstrap=flag("KILN_BOOTSTRAP"),
+        allow_unlocked=flag("KILN_ALLOW_UNLOCKED"),
         debian_mirror=os.environ.get("KILN_DEBIAN_MIRROR", "").strip(),
         torch_index_url=os.environ.get("KILN_TORCH_INDEX_URL", "").strip().rstrip("/"),
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),

@@ -118,7 +118,7 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
     unknown = [s for s in suites or () if s not in m.suites]
     if unknown:
         raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(m.suites)}")
-    report.load_quarantine(settings().root)
+    quarantine = report.load_quarantine(settings().root)
     if not native:
         health_mod.require_host_devices(b)
         image_mod.require_docker()
@@ -134,7 +134,7 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
     mode = "native" if native else "container"
     history_db = (history or settings().history_db).resolve() if record_history else None
     base = {"backend": b.name, "mode": mode, "src": str(settings().root),
-            "history": str(history_db) if history_db else None}
+            "history": str(history_db) if history_db else None, "quarantine": report.quarantine_json(quarantine)}
     timeout_s = timeout_s or shard_timeout_s(b, len(suites or m.suites), retries or m.retries_for(b))
     env = with_pythonpath(dict(os.environ), PACKAGE_ROOT)
     env["KILN_NATIVE"] = "1" if native else "0"

@@ -1,7 +1,14 @@
-"""Shared fixtures: fixed seeds, a fresh Dynamo cache per test, and the device the suites run on."""
+"""Shared fixtures: fixed seeds, a fresh Dynamo cache per test, and the device the suites run on; the `needs`
+marker for optional extras.
+
+Optional extra: a package the project's extras install (transformers: `models`; matplotlib, scipy: `bench`) that
+a plain `pip install -e .[test]` lacks. A test that needs one is marked `@pytest.mark.needs("matplotlib")` and
+is skipped, with the import error as the reason, where it does not import; it never fails for that.
+"""
 
 from __future__ import annotations
 
+import importlib
 import random
 
 import pytest
@@ -9,6 +16,28 @@ import torch
 
 import compiler  # noqa: F401  (registers the "kiln" backend)
 from kiln_testing import DEVICE
+
+
+def import_problem(module: str) -> str | None:
+    """None when `module` imports, else why not (one line)."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any import failure means the extra is not usable here
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*modules): skip, naming the module and why, where one of these "
+                            "optional extras does not import (transformers, matplotlib, scipy)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs"):
+        for module in mark.args:
+            problem = import_problem(module)
+            if problem is not None:
+                pytest.skip(f"needs the optional extra {module}, not importable here ({problem})")
 
 
 @pytest.fixture

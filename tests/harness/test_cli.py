@@ -43,15 +43,17 @@ def test_unknown_backend():
     assert line == f"harness run: error: unknown backend 'tpu': {ROOT / 'ci' / 'matrix.json'} defines cpu, cuda, rocm"
 
 
-def test_no_docker():
+def test_no_docker():  # infrastructure: exit 3 (harness/exc.py), not 2 like a bad flag
     proc = cli("run", "--backend", "cpu", KILN_DOCKER="/nonexistent/docker")
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert "docker client '/nonexistent/docker' not found" in one_error_line(proc)
 
 
 @pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="this machine has an NVIDIA driver")
 def test_no_gpu_for_a_gpu_session():
-    line = one_error_line(cli("run", "--backend", "cuda"))
+    proc = cli("run", "--backend", "cuda")
+    line = one_error_line(proc)
+    assert proc.returncode == 3
     assert "backend cuda needs a GPU but /dev/nvidiactl does not exist" in line
 
 

@@ -295,7 +295,7 @@ def test_container_mode_without_docker_is_a_clear_error(planted):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 3  # infrastructure (harness/exc.py EXIT_INFRA), not a usage error
     assert proc.stderr.startswith("harness flakes: error: docker client '/nonexistent/docker' not found")
     assert len(proc.stderr.strip().splitlines()) == 1
 

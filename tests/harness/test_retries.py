@@ -84,7 +84,7 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def test_flaky_and_failing_in_the_report_and_the_history(tmp_path):
-    root = make_project(tmp_path)
+    root = make_project(tmp_path, retries_key={"attempts": 2, "max_tests": 10})  # 2 reruns keep it short
     proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "alpha")
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr  # test_broken fails every attempt
@@ -151,16 +151,19 @@ def test_flaky_only_passes_and_quarantined_tests_are_reported(tmp_path):
     assert lines[-1] == "kiln cpu/native OK: 3 passed, 1 failed, 2 flaky (1 failing quarantined)"
     assert any(ln.startswith("flaky: 2 test(s) failed, then passed when run again alone; they do not fail the run")
                for ln in lines)
-    assert f"quarantined tests that passed all their runs (1; remove them from ci/quarantine.toml): {FINE}" in lines
+    # one pass of a quarantined test is listed, never as "ready to leave": only a flakes run of N says that
+    assert (f"quarantined tests that passed in this run (1; one run does not show a flake is fixed: `harness flakes` "
+            f"decides): {FINE}") in lines
+    assert "remove" not in proc.stdout
     run_dir = run_dirs(root)[0]
     report = (run_dir / "report.txt").read_text()
     assert "suite beta [cpu/native] FLAKY: 1 passed, 1 failed" in report  # failed only by its flaky test
     assert "suite alpha [cpu/native] FAILED" in report  # the quarantined broken test failed there
     assert f"- [alpha] {BROKEN} (quarantined): failed" in report
-    assert f"quarantined tests that passed all their runs (1): remove them from ci/quarantine.toml\n- {FINE}: " \
-           "passed 1/1" in report
+    assert ("quarantined tests that passed in this run (1); only `harness flakes` with N runs says whether they may "
+            f"leave the quarantine:\n- {FINE}: passed 1/1") in report
     md = (run_dir / "report.md").read_text()
-    assert f"- `{FINE}`: passed 1/1; remove it from ci/quarantine.toml" in md
+    assert f"- `{FINE}`: passed 1/1\n" in md and "Ready to leave" not in md and "remove" not in md + report
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["ok"] and summary["quarantined_failing"] == [BROKEN] and summary["blocking"] == []
     assert summary["quarantined_passed_all_runs"] == [FINE]
@@ -255,7 +258,7 @@ def _matrix(tmp_path: Path, top: object = None, cpu: object = None) -> Path:
 
 def test_the_matrix_retries_key(tmp_path):
     real = matrix.load(ROOT / "ci" / "matrix.json")
-    assert real.retries_for(real.backend("cuda")) == matrix.Retries(2, 10)
+    assert real.retries_for(real.backend("cuda")) == matrix.Retries(4, 10)  # a 30% flake: failing 0.81%
     assert matrix.load(_matrix(tmp_path)).retries == matrix.DEFAULT_RETRIES
     m = matrix.load(_matrix(tmp_path, {"attempts": 0}, {"attempts": 3, "max_tests": 4}))
     assert m.retries == matrix.Retries(0, 10) and m.retries_for(m.backend("cpu")) == matrix.Retries(3, 4)

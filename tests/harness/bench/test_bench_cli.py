@@ -32,6 +32,7 @@ FAST = [
 ]
 
 
+@pytest.mark.needs("matplotlib")
 def test_run_compare_report_export_import_plot(tmp_path, capsys):
     db = tmp_path / "b.sqlite"
     assert main(["run", *FAST, "--db", str(db), "--label", "first"]) == 0

@@ -650,6 +650,7 @@ def test_compile_only_results_fill_in_compile_times_of_older_step_results(tmp_pa
     assert s["compilers"]["kiln"]["compile_cold_s_mean"] == pytest.approx((7.0 + 30.0) / 2)
 
 
+@pytest.mark.needs("transformers")  # the CLI selects the tiny models only where their package imports
 def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, monkeypatch, capsys):
     """`--compile-only` through the CLI (the subprocess probes replaced: the real ones are covered by the
     end-to-end test above): one compile-phase result per --compile-times compiler and case, no step run,

@@ -61,6 +61,7 @@ def planted_runs(tmp_path_factory: pytest.TempPathFactory, last_bit_positions: l
     return a, b
 
 
+@pytest.mark.needs("matplotlib")  # --plot
 def test_compare_names_exactly_the_planted_elements_and_the_closer_side(planted_runs, last_bit_positions, tmp_path,
                                                                       capsys):
     a, b = planted_runs
