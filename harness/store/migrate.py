@@ -130,9 +130,11 @@ def read_state(conn: Connection, kind: StoreKind) -> State:
         meta_version = int(row[0]) if row and str(row[0]).isdigit() else None
     for table, need in kind.required.items():
         if table not in have:
-            if have & set(kind.required) or kind.version_table in have:
+            ours = set(tables.bench.tables) | set(tables.history.tables)
+            foreign = {n for n in have if n not in ours and not n.startswith(("sqlite_", "alembic_version_"))}
+            if have & set(kind.required) or kind.version_table in have or foreign:
                 return State(None, problem=f"it has no `{table}` table: not a kiln {kind.label}")
-            return State(None)
+            return State(None)  # empty (or the other store's tables only: both may share a file)
         cols = {c["name"] for c in inspect(conn).get_columns(table)}
         if need - cols:
             return State(None, problem=f"its `{table}` table lacks {', '.join(sorted(need - cols))}: wrong schema")
