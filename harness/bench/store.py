@@ -57,15 +57,17 @@ def now() -> str:
 class Store:
     """An open bench store (see module docstring). Use as a context manager or call `close()`.
 
-    `revision` is the store's schema revision (the head for writers; readers may find an older one)."""
+    `revision` is the store's schema revision (the head for writers; readers may find an older one). A reader
+    (`readonly=True`) of a missing or empty file reads an empty store and creates nothing."""
 
     def __init__(self, path: Path | str, timeout_s: float = 120.0, *, readonly: bool = False,
                  log: Callable[[str], None] | None = None):
-        self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
+        self.path = Path(path)
         self.readonly = readonly and str(path) != ":memory:"
-        if self.readonly and self.path.is_file() and not self.path.stat().st_size:
-            raise StoreError(f"bench store {self.path} is empty: nothing recorded in it yet")
-        opened = open_store(path, BENCH, write=not self.readonly, timeout_s=timeout_s, say=log)
+        if self.readonly and not self.path.is_dir() and (not self.path.exists() or not self.path.stat().st_size):
+            path = ":memory:"  # a reader of a missing or empty store reads no runs and creates nothing
+        opened = open_store(path, BENCH, write=not self.readonly or str(path) == ":memory:", timeout_s=timeout_s,
+                            say=log)
         self.engine, self.conn, self.revision = opened.engine, opened.conn, opened.revision
         self._opened = opened
 

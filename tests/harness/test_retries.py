@@ -272,7 +272,7 @@ def test_the_matrix_retries_key(tmp_path):
 def test_a_store_without_the_retries_table_still_answers(tmp_path):
     db = tmp_path / "old.sqlite"
     with history.connect(db) as con:
-        con.execute("DROP TABLE history_retries")  # a store written before retries were recorded
+        con.exec_driver_sql("DROP TABLE history_retries")  # a store written before retries were recorded
     assert history.failure_counts(db) == {}
     assert history.FailureCount("t", 2, 5, 1).phrase() == \
         "failed 2 of the last 5 runs (flaky in 1: passed when run again alone)"
