@@ -45,14 +45,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
-from sqlalchemy import Connection, case, func, insert, inspect, select
-from sqlalchemy.exc import SQLAlchemyError
-
-from harness.exc import HarnessError, HistoryError
+from harness.exc import HarnessError, HistoryError, MissingTool
 from harness.results import set_aside
-from harness.store import HISTORY, open_store, unreadable_problem
-from harness.store import tables as t
-from harness.store.sqlite import WRITE_TXN
+
+try:
+    from sqlalchemy import Connection, case, func, insert, inspect, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from harness.store import HISTORY, open_store, unreadable_problem
+    from harness.store import tables as t
+    from harness.store.sqlite import WRITE_TXN
+    _MISSING = ""
+except ImportError as _e:  # a host Python without the project's dependencies: every store use says so in one line
+    _MISSING = str(_e)
+    SQLAlchemyError = OSError  # type: ignore[misc, assignment]
 
 SCHEMA_VERSION = 1  # the history store's head revision (harness/store/migrations/history)
 DEFAULT_LAST = 40
@@ -70,6 +76,9 @@ def connect(path: Path | str, *, readonly: bool = False) -> Iterator[Connection]
     """The store at `path` as a SQLAlchemy connection inside one transaction, committed on success: created or
     migrated to the head revision unless `readonly` (see the module docstring)."""
     path = Path(path)
+    if _MISSING:
+        raise MissingTool(f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the project's "
+                          "dependencies (pyproject.toml) into this Python")
     if not readonly and path.is_file() and (why := unreadable_problem(path, HISTORY)) is not None:
         if why.startswith(("it is not an SQLite", "PRAGMA integrity_check", "SQLite cannot")):
             aside = set_aside(path)
