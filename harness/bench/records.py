@@ -11,8 +11,9 @@ Terms:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .stats import Stats
 
@@ -98,7 +99,7 @@ class Result:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Result":
+    def from_dict(cls, d: dict[str, Any]) -> Result:
         names = cls.__dataclass_fields__.keys()
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -123,7 +124,7 @@ class StoredVerdict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "StoredVerdict":
+    def from_dict(cls, d: Mapping[str, Any]) -> StoredVerdict:
         """From `as_dict()` output (unknown keys ignored; `confirmed` may be 0/1 as stored)."""
         names = cls.__dataclass_fields__.keys()
         kw = {k: v for k, v in d.items() if k in names}

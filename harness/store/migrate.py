@@ -20,7 +20,7 @@ import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ def known_revisions(kind: StoreKind) -> tuple[str, ...]:
     return _known(kind.name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _known(name: str) -> tuple[str, ...]:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS / name))

@@ -113,6 +113,7 @@ def backup(path: Path, revision: int) -> Path:
         out = sqlite3.connect(str(tmp))
         try:
             src.backup(out)
+            out.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no -wal/-shm beside it
         finally:
             out.close()
     finally:
