@@ -325,8 +325,8 @@ def cli_main(args: argparse.Namespace) -> int:
     if not db.is_file():
         raise HistoryError(f"history store {db} does not exist; record a run first (`history record RUN_DIR`)")
     counts = failure_counts(db, last=args.last, backend=args.backend)
-    shown = sorted((c for c in counts.values() if c.failed or not args.failing),
-                   key=lambda c: (-c.failed, c.node_id))
+    shown = sorted((c for c in counts.values() if c.failed or c.failed_repetitions or not args.failing),
+                   key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id))
     for c in shown:
         print(f"{c.node_id}: {c.phrase()}")
     print(f"{db}: {len(shown)} test(s) shown" + (" (failing only)" if args.failing else ""))
