@@ -182,3 +182,36 @@ def test_an_export_of_schema_v1_still_imports(store, tmp_path):
     assert store.import_(data) == (3, 0) and len(store.runs(complete_only=True)) == 2
     with pytest.raises(ImportFormatError, match="v1 to v2"):
         store.import_({**data, "schema_version": 3})
+
+
+def test_a_migration_that_fails_halfway_leaves_the_store_as_it_was(tmp_path, monkeypatch):
+    from harness.store import migrate
+
+    path = _rev1(tmp_path)
+    before = _rows(path)
+    real = migrate.command.upgrade
+
+    def upgrade_then_fail(cfg, rev):
+        real(cfg, rev)  # stamped and upgraded inside the one transaction ...
+        raise OSError("disk full")  # ... which this undoes
+
+    monkeypatch.setattr(migrate.command, "upgrade", upgrade_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        Store(path, log=lambda _: None)
+    with sqlite3.connect(path) as db:
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
+    assert "verdicts" not in names and not any(n.startswith("alembic") for n in names)
+    assert _rows(path) == before
+    monkeypatch.setattr(migrate.command, "upgrade", real)
+    with Store(path, log=lambda _: None) as store:  # the next write-open migrates it
+        assert store.revision == 2 and len(store.runs()) == 3
+
+
+def test_the_migrations_ship_as_package_modules():
+    from harness.store import HISTORY
+    from harness.store.migrate import MIGRATIONS, known_revisions
+
+    assert known_revisions(BENCH) == ("bench_0001", "bench_0002") and known_revisions(HISTORY) == ("history_0001",)
+    for folder in (MIGRATIONS, *MIGRATIONS.glob("*/"), *MIGRATIONS.glob("*/versions/")):
+        assert (folder / "__init__.py").is_file(), f"{folder}: setuptools' packages.find ships packages only"
