@@ -32,8 +32,9 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from harness.exc import HarnessError, HistoryError, StoreError
 
-from . import sqlite as sq
-from . import tables
+from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, unreadable
+from .tables import bench as bench_tables
+from .tables import history as history_tables
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -60,10 +61,10 @@ def _columns(md: Any, names: tuple[str, ...]) -> dict[str, frozenset[str]]:
     return {n: frozenset(c.name for c in md.tables[n].columns) for n in names}
 
 
-BENCH = StoreKind("bench", "bench store", "meta", _columns(tables.bench, ("meta", "runs", "results", "samples")),
+BENCH = StoreKind("bench", "bench store", "meta", _columns(bench_tables, ("meta", "runs", "results", "samples")),
                   StoreError)
 HISTORY = StoreKind("history", "history store", "history_meta",
-                    _columns(tables.history, ("history_meta", "history_runs", "history_outcomes")), HistoryError)
+                    _columns(history_tables, ("history_meta", "history_runs", "history_outcomes")), HistoryError)
 
 
 def _number(rev_id: str) -> int | None:
@@ -130,7 +131,7 @@ def read_state(conn: Connection, kind: StoreKind) -> State:
         meta_version = int(row[0]) if row and str(row[0]).isdigit() else None
     for table, need in kind.required.items():
         if table not in have:
-            ours = set(tables.bench.tables) | set(tables.history.tables)
+            ours = set(bench_tables.tables) | set(history_tables.tables)
             foreign = {n for n in have if n not in ours and not n.startswith(("sqlite_", "alembic_version_"))}
             if have & set(kind.required) or kind.version_table in have or foreign:
                 return State(None, problem=f"it has no `{table}` table: not a kiln {kind.label}")
@@ -186,7 +187,7 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
     the module docstring). Errors are `kind.error`, one line each: unreadable file, not a store of this kind,
     newer revision, a reader's missing file."""
     say = say or _say
-    memory = str(path) == sq.MEMORY
+    memory = str(path) == MEMORY
     if not memory:
         path = Path(path)
         if path.is_dir():
@@ -198,7 +199,7 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise kind.error(f"cannot open {kind.label} {path}: {e}") from None
-    engine = sq.open_engine(path, write=write or memory, timeout_s=timeout_s)
+    engine = open_engine(path, write=write or memory, timeout_s=timeout_s)
     conn: Connection | None = None
     try:
         conn = engine.connect()
@@ -211,7 +212,7 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
         top = head(kind)
         if write and (state.number < top or state.legacy):
             if state.revision is not None and not memory:
-                copy = sq.backup(Path(path), state.number)
+                copy = backup(Path(path), state.number)
                 what = "from before the version table" if state.legacy and state.number == top else ""
                 say(f"note: {kind.label} {path} is at revision {state.number}{' ' + what if what else ''}; this "
                     f"code writes revision {top}: copied it to {copy} and migrating it")
@@ -234,7 +235,7 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
 def _migrate(conn: Connection, kind: StoreKind) -> None:
     """Stamp a legacy store and upgrade it to head, all in one write transaction (re-reading the state inside
     it: a writer that raced us may have migrated it already)."""
-    conn.info[sq.WRITE_TXN] = True
+    conn.info[WRITE_TXN] = True
     try:
         with conn.begin():
             state = read_state(conn, kind)
@@ -243,16 +244,16 @@ def _migrate(conn: Connection, kind: StoreKind) -> None:
                 command.stamp(cfg, state.revision)
             command.upgrade(cfg, "head")
     finally:
-        conn.info[sq.WRITE_TXN] = False
+        conn.info[WRITE_TXN] = False
 
 
 def unreadable_problem(path: Path, kind: StoreKind) -> str | None:
     """Why the file at `path` cannot be a store of `kind` at all: unreadable (harness.store.sqlite.unreadable)
     or holding tables of the kind that are broken; None for a usable, empty, older or newer store."""
-    why = sq.unreadable(path)
+    why = unreadable(path)
     if why or not path.stat().st_size:
         return why
-    engine = sq.open_engine(path, write=False)
+    engine = open_engine(path, write=False)
     try:
         with engine.connect() as conn, conn.begin():
             return read_state(conn, kind).problem
