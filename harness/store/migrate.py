@@ -199,6 +199,8 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise kind.error(f"cannot open {kind.label} {path}: {e}") from None
+    if write and not memory and Path(path).is_file() and Path(path).stat().st_size:
+        _refuse(Path(path), kind, open_engine(path, write=False, timeout_s=timeout_s))  # before a byte changes
     engine = open_engine(path, write=write or memory, timeout_s=timeout_s)
     conn: Connection | None = None
     try:
@@ -230,6 +232,23 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
             conn.close()
         engine.dispose()
         raise
+
+
+def _refuse(path: Path, kind: StoreKind, engine: Engine) -> None:
+    """Raise `kind.error` for a store that is no store of `kind` or newer than this code, found through a
+    read-only engine (a writer's engine would switch the file to WAL first: a change of its header)."""
+    try:
+        with engine.connect() as conn, conn.begin():
+            state = read_state(conn, kind)
+    except (sqlite3.Error, SQLAlchemyError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise kind.error(f"cannot use {kind.label} {path}: {first}") from None
+    finally:
+        engine.dispose()
+    if state.problem:
+        raise kind.error(f"cannot use {kind.label} {path}: {state.problem}")
+    if (why := newer_problem(kind, path, state)) is not None:
+        raise kind.error(why)
 
 
 def _migrate(conn: Connection, kind: StoreKind) -> None:
