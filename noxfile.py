@@ -138,6 +138,12 @@ def ci_durations(session: nox.Session) -> None:
                     "--replace", "--out", out, external=True)
 
 
+@nox.session(name="history-record", python=False)
+def history_record(session: nox.Session) -> None:
+    """Record finished results folders (`-- DIR...`: runs or flakes folders) into the test history."""
+    session.run(sys.executable, "-m", "harness", "history", "record", *session.posargs, external=True)
+
+
 @nox.session(name="ci-report", python=False)
 def ci_report(session: nox.Session) -> None:
     """Print the report of a results folder (default: the latest) and fail unless it is green."""
