@@ -121,9 +121,9 @@ def ci_merge(session: nox.Session) -> None:
 @nox.session(name="ci-durations", python=False)
 def ci_durations(session: nox.Session) -> None:
     """Main's CI after the suites (`-- --backend B`): durations from the test history for `run --shard`."""
-    # The history store is KILN_HISTORY_DB (the workflows point it at the runner's lasting folder); the file goes
-    # next to it (harness.shard.lasting_durations_path), where `run --shard` looks when the checkout has no
-    # ci/durations/B.json, and a copy into results/durations/ for the job's artifact.
+    # The history store is KILN_HISTORY_DB (the workflows point it at the runner's lasting folder); the file
+    # goes next to it (harness.shard.lasting_durations_path), where `run --shard` looks when the checkout has
+    # no ci/durations/B.json, and a copy into results/durations/ for the job's artifact.
     if len(session.posargs) != 2 or session.posargs[0] != "--backend":
         session.error("usage: nox -s ci-durations -- --backend B")
     backend = session.posargs[1]
@@ -134,8 +134,8 @@ def ci_durations(session: nox.Session) -> None:
     history_db, lasting = where[0].strip(), where[1].strip()
     copy = os.path.join("results", "durations", f"{backend}.json")
     for out in (lasting, copy):
-        session.run(sys.executable, "-m", "harness", "durations", "--from-history", history_db, "--backend", backend,
-                    "--replace", "--out", out, external=True)
+        session.run(sys.executable, "-m", "harness", "durations", "--from-history", history_db,
+                    "--backend", backend, "--replace", "--out", out, external=True)
 
 
 @nox.session(name="history-record", python=False)

@@ -2,11 +2,11 @@
 "failed 3 of the last 40 runs" and sharding can balance by recorded times.
 
 Terms:
-  store     a SQLite file (`--history DB`, else KILN_HISTORY_DB, else the lasting folder outside the checkout,
-            $XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/... without it: see harness/settings.py),
-            opened through harness.store (SQLAlchemy Core, Alembic revisions in harness/store/migrations/history,
-            version table `alembic_version_history`). Its tables are prefixed `history_` so the file may be
-            the bench's store as well:
+  store     a SQLite file (`--history DB`, else KILN_HISTORY_DB, else the lasting folder outside the
+            checkout, $XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/... without it: see
+            harness/settings.py), opened through harness.store (SQLAlchemy Core, Alembic revisions in
+            harness/store/migrations/history, version table `alembic_version_history`). Its tables are
+            prefixed `history_` so the file may be the bench's store as well:
               history_meta      key/value; `schema_version` (SCHEMA_VERSION)
               history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique)
               history_outcomes  run id, node id, outcome (passed/failed/error/skipped/xfailed), duration s
@@ -56,7 +56,7 @@ try:
     from harness.store import tables as t
     from harness.store.sqlite import WRITE_TXN
     _MISSING = ""
-except ImportError as _e:  # a host Python without the project's dependencies: every store use says so in one line
+except ImportError as _e:  # a host Python without the project's dependencies: each store use says so
     _MISSING = str(_e)
     SQLAlchemyError = OSError  # type: ignore[misc, assignment]
 
@@ -77,8 +77,8 @@ def connect(path: Path | str, *, readonly: bool = False) -> Iterator[Connection]
     migrated to the head revision unless `readonly` (see the module docstring)."""
     path = Path(path)
     if _MISSING:
-        raise MissingTool(f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the project's "
-                          "dependencies (pyproject.toml) into this Python")
+        raise MissingTool(f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the "
+                          "project's dependencies (pyproject.toml) into this Python")
     if not readonly and path.is_file() and (why := unreadable_problem(path, HISTORY)) is not None:
         if why.startswith(("it is not an SQLite", "PRAGMA integrity_check", "SQLite cannot")):
             aside = set_aside(path)
@@ -177,8 +177,8 @@ def record(db_path: Path | str, folder: Path | str) -> Recorded:
                                                      "duration_s": float(d)} for n, o, d in rows])
         if reruns:
             db.execute(insert(t.history_retries), [
-                {"run_id": run_id, "node_id": n, "attempt": a, "outcome": o, "duration_s": float(d), "status": st}
-                for n, a, o, d, st in reruns])
+                {"run_id": run_id, "node_id": n, "attempt": a, "outcome": o, "duration_s": float(d),
+                 "status": st} for n, a, o, d, st in reruns])
     return Recorded(folder, run_id, source, backend, len(rows), len(reruns))
 
 
@@ -298,7 +298,8 @@ def median_durations(db_path: Path | str, backend: str) -> dict[str, float]:
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", metavar="DB",
                    help="the history store (default: KILN_HISTORY_DB, else "
-                   "$XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/kiln/... without XDG_DATA_HOME)")
+                   "$XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/kiln/... without "
+                   "XDG_DATA_HOME)")
     sub = p.add_subparsers(dest="action", metavar="{record,show}")
     sub.required = True
     rec = sub.add_parser("record", help="record finished results folders (runs or flakes folders)")

@@ -444,8 +444,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
                         "into RESULTS/shard-I/ and one merged report; auto: one per GPU group (CPU: 1)")
     shards.add_argument("--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)")
     shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
-                        "ci/durations/<backend>.json when it exists, else durations/<backend>.json next to the test "
-                        "history store, else shards are balanced by test count)")
+                        "ci/durations/<backend>.json when it exists, else durations/<backend>.json next "
+                        "to the test history store, else shards are balanced by test count)")
     shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated); "
                         "with --shards, shard k takes the k-th --gpus-per-shard of them, and an id may repeat "
                         "(--devices 0,0 --shards 2: two shards share GPU 0)")

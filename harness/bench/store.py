@@ -1,5 +1,6 @@
 """The bench store: runs, results, every sample and the compared verdicts, in SQLite through harness.store
-(SQLAlchemy Core + Alembic; the schema is harness/store/tables.py, its revisions harness/store/migrations/bench).
+(SQLAlchemy Core + Alembic; the schema is harness/store/tables.py, its revisions are
+harness/store/migrations/bench).
 
 Safety:
 - WAL journal + a busy timeout + `BEGIN IMMEDIATE` write transactions: two processes may write at once; one
@@ -64,10 +65,11 @@ class Store:
                  log: Callable[[str], None] | None = None):
         self.path = Path(path)
         self.readonly = readonly and str(path) != ":memory:"
-        if self.readonly and not self.path.is_dir() and (not self.path.exists() or not self.path.stat().st_size):
+        missing = not self.path.exists() or (self.path.is_file() and not self.path.stat().st_size)
+        if self.readonly and missing:
             path = ":memory:"  # a reader of a missing or empty store reads no runs and creates nothing
-        opened = open_store(path, BENCH, write=not self.readonly or str(path) == ":memory:", timeout_s=timeout_s,
-                            say=log)
+        memory = str(path) == ":memory:"
+        opened = open_store(path, BENCH, write=not self.readonly or memory, timeout_s=timeout_s, say=log)
         self.engine, self.conn, self.revision = opened.engine, opened.conn, opened.revision
         self._opened = opened
 
@@ -207,7 +209,8 @@ class Store:
 
     # ------------------------------------------------------------ verdicts (revision 2)
     def save_verdicts(self, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:
-        """Store `verdicts` as the compared verdicts of run `run_id`, replacing any it had, in one transaction."""
+        """Store `verdicts` as the compared verdicts of run `run_id`, replacing any it had, in one
+        transaction."""
         with self.transaction() as db:
             self._insert_verdicts(db, run_id, verdicts)
 
@@ -416,10 +419,11 @@ def store_problem(path: Path) -> tuple[str, str] | None:
 @contextmanager
 def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOUT_S,
                  log: Callable[[str], None] | None = None) -> Iterator[Store]:
-    """The lasting store at `path`, locked while the block runs (see above). Writers get it created when missing,
-    migrated when older (after a backup copy) and a fresh one after a corrupt one is moved aside; readers open it
-    read-only and get an empty in-memory store when it is missing or corrupt (a pull request never creates,
-    moves or migrates the store). A store of a newer revision is a StoreError for both; nothing is moved."""
+    """The lasting store at `path`, locked while the block runs (see above). Writers get it created when
+    missing, migrated when older (after a backup copy) and a fresh one after a corrupt one is moved aside;
+    readers open it read-only and get an empty in-memory store when it is missing or corrupt (a pull request
+    never creates, moves or migrates the store). A store of a newer revision is a StoreError for both; nothing
+    is moved."""
     say = log or _say
     path = Path(path)
     if path.is_dir():

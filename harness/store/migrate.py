@@ -1,8 +1,8 @@
 """Opening a store at the right revision: the version check, backup-then-migrate, readers that never write.
 
 Terms:
-  kind       one of the two stores (BENCH, HISTORY): its Alembic scripts (harness/store/migrations/<name>), its
-             own version table (`alembic_version_<name>`, so both stores may share one file) and the error
+  kind       one of the two stores (BENCH, HISTORY): its Alembic scripts (harness/store/migrations/<name>),
+             its own version table (`alembic_version_<name>`, so both stores may share one file) and the error
              class it raises (StoreError, HistoryError).
   revision   a store's schema, numbered 1, 2, ... (Alembic ids `<name>_0001`, ...). A store written before the
              Alembic stores has no version table and `schema_version` 1 in its meta table: it is revision 1
@@ -41,7 +41,7 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 @dataclass(frozen=True)
 class StoreKind:
-    """One of the two stores (see the module docstring); `required` holds the columns of revision 1's tables."""
+    """One of the two stores (see the module docstring); `required`: the columns of revision 1's tables."""
 
     name: str
     label: str
@@ -61,10 +61,11 @@ def _columns(md: Any, names: tuple[str, ...]) -> dict[str, frozenset[str]]:
     return {n: frozenset(c.name for c in md.tables[n].columns) for n in names}
 
 
-BENCH = StoreKind("bench", "bench store", "meta", _columns(bench_tables, ("meta", "runs", "results", "samples")),
-                  StoreError)
+BENCH = StoreKind("bench", "bench store", "meta",
+                  _columns(bench_tables, ("meta", "runs", "results", "samples")), StoreError)
 HISTORY = StoreKind("history", "history store", "history_meta",
-                    _columns(history_tables, ("history_meta", "history_runs", "history_outcomes")), HistoryError)
+                    _columns(history_tables, ("history_meta", "history_runs", "history_outcomes")),
+                    HistoryError)
 
 
 def _number(rev_id: str) -> int | None:
@@ -138,7 +139,8 @@ def read_state(conn: Connection, kind: StoreKind) -> State:
             return State(None)  # empty (or the other store's tables only: both may share a file)
         cols = {c["name"] for c in inspect(conn).get_columns(table)}
         if need - cols:
-            return State(None, problem=f"its `{table}` table lacks {', '.join(sorted(need - cols))}: wrong schema")
+            lacks = ", ".join(sorted(need - cols))
+            return State(None, problem=f"its `{table}` table lacks {lacks}: wrong schema")
     if kind.version_table in have:
         rows = conn.execute(text(f"SELECT version_num FROM {kind.version_table}")).all()
         if len(rows) == 1:
@@ -191,7 +193,8 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
     if not memory:
         path = Path(path)
         if path.is_dir():
-            raise kind.error(f"{kind.label} path {path} is a directory; give a file such as {path / 'store.sqlite'}")
+            raise kind.error(f"{kind.label} path {path} is a directory; give a file such as "
+                             f"{path / 'store.sqlite'}")
         if not write and not path.is_file():
             raise kind.error(f"{kind.label} {path} does not exist")
         if write:
@@ -200,7 +203,8 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
             except OSError as e:
                 raise kind.error(f"cannot open {kind.label} {path}: {e}") from None
     if write and not memory and Path(path).is_file() and Path(path).stat().st_size:
-        _refuse(Path(path), kind, open_engine(path, write=False, timeout_s=timeout_s))  # before a byte changes
+        # before a byte changes: checked read-only
+        _refuse(Path(path), kind, open_engine(path, write=False, timeout_s=timeout_s))
     engine = open_engine(path, write=write or memory, timeout_s=timeout_s)
     conn: Connection | None = None
     try:
@@ -216,8 +220,9 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
             if state.revision is not None and not memory:
                 copy = backup(Path(path), state.number)
                 what = "from before the version table" if state.legacy and state.number == top else ""
-                say(f"note: {kind.label} {path} is at revision {state.number}{' ' + what if what else ''}; this "
-                    f"code writes revision {top}: copied it to {copy} and migrating it")
+                at = f"{state.number} {what}".rstrip()
+                say(f"note: {kind.label} {path} is at revision {at}; this code writes revision {top}: "
+                    f"copied it to {copy} and migrating it")
             _migrate(conn, kind)
             state = State(kind.rev_id(top))
         return Opened(str(path), engine, conn, state.number)

@@ -50,7 +50,8 @@ def open_engine(path: Path | str, *, write: bool, timeout_s: float = 120.0) -> E
         target, uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro", True
 
     def creator() -> sqlite3.Connection:
-        return sqlite3.connect(target, uri=uri, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        return sqlite3.connect(target, uri=uri, timeout=timeout_s, isolation_level=None,
+                               check_same_thread=False)
 
     engine = create_engine("sqlite+pysqlite://", creator=creator,
                            poolclass=StaticPool if memory else NullPool)
@@ -99,8 +100,8 @@ def unreadable(path: Path) -> str | None:
 
 
 def backup(path: Path, revision: int) -> Path:
-    """Copy the store at `path` (with what its WAL holds) to `PATH.bak-<UTC time>-rev<revision>`, never over an
-    existing file, through a temporary file and a rename; returns the copy's path."""
+    """Copy the store at `path` (with what its WAL holds) to `PATH.bak-<UTC time>-rev<revision>`, never over
+    an existing file, through a temporary file and a rename; returns the copy's path."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     dest = path.with_name(f"{path.name}.bak-{stamp}-rev{revision}")
     k = 1

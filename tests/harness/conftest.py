@@ -1,5 +1,5 @@
-"""The harness tests never touch the real lasting stores: the lasting data folder (XDG_DATA_HOME, where the test
-history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB is unset."""
+"""The harness tests never touch the real lasting stores: the lasting data folder (XDG_DATA_HOME, where the
+test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB is unset."""
 
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def test_a_newer_schema_is_refused(tmp_path):
     with sqlite3.connect(db) as con:
         con.execute("UPDATE history_meta SET value = '99' WHERE key = 'schema_version'")
     before = db.read_bytes()
-    with pytest.raises(HistoryError, match=r"history store .* is at revision schema v99, newer than this code"):
+    with pytest.raises(HistoryError, match=r"history store .* is at revision schema v99, newer than this"):
         history.failure_counts(db)
     with pytest.raises(HistoryError, match="update the checkout; nothing was moved or written"):
         history.record(db, fake_run(tmp_path / "r2", {"t::a": ("passed", 1.0)}))
@@ -173,7 +173,8 @@ def test_settings_name_the_store(tmp_path, monkeypatch):
     assert settings().history_db == tmp_path / "data" / "kiln" / "history" / "history.sqlite"
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert settings().history_db == tmp_path / "home" / ".local" / "share" / "kiln" / "history" / "history.sqlite"
+    home = tmp_path / "home" / ".local" / "share"
+    assert settings().history_db == home / "kiln" / "history" / "history.sqlite"
     monkeypatch.setenv("KILN_HISTORY_DB", str(tmp_path / "x.sqlite"))
     assert settings().history_db == tmp_path / "x.sqlite" == history.default_path()
 

@@ -1,6 +1,6 @@
 """The test history through harness/store: a history written before the Alembic stores
-(fixtures/history-rev1.sqlite) is stamped by a write-open after a backup with nothing lost and read unchanged by
-readers; a newer one is refused; flakes folders are counted by repetitions; and with default settings the
+(fixtures/history-rev1.sqlite) is stamped by a write-open after a backup with nothing lost and read unchanged
+by readers; a newer one is refused; flakes folders are counted by repetitions; and with default settings the
 history lives outside the checkout, so two `harness run`s accumulate and feed a third, sharded one."""
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def _rows(db: Path, table: str, run_ids: tuple[int, ...] = (1, 2, 3)) -> list[tu
     marks = ",".join("?" * len(run_ids))
     key = "id" if table == "history_runs" else "run_id"
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        return con.execute(f"SELECT * FROM {table} WHERE {key} IN ({marks}) ORDER BY 1, 2", run_ids).fetchall()
+        sql = f"SELECT * FROM {table} WHERE {key} IN ({marks}) ORDER BY 1, 2"
+        return con.execute(sql, run_ids).fetchall()
 
 
 def _digest(path: Path) -> str:
@@ -56,7 +57,8 @@ def test_a_write_open_backs_up_stamps_and_keeps_every_row(tmp_path, capsys):
     assert f"copied it to {backup}" in err and len(err.strip().splitlines()) == 1
     assert {t: _rows(db, t) for t in before} == before == {t: _rows(backup, t) for t in before}
     with sqlite3.connect(db) as con:
-        assert con.execute("SELECT version_num FROM alembic_version_history").fetchall() == [("history_0001",)]
+        stamped = con.execute("SELECT version_num FROM alembic_version_history").fetchall()
+    assert stamped == [("history_0001",)]
     assert history.failure_counts(db)["t::flaky"].phrase() == "failed 2 of the last 4 runs"
     history.record(db, fake_run(tmp_path / "r5", {"t::ok": ("passed", 1.0)}))
     assert len([p for p in db.parent.iterdir() if ".bak-" in p.name]) == 1  # stamped once, backed up once
@@ -90,13 +92,15 @@ def test_a_newer_history_is_refused_in_one_line_and_left_alone(tmp_path, capsys)
         with pytest.raises(HistoryError) as err:
             call()
         msg = str(err.value)
-        assert len(msg.splitlines()) == 1 and str(db) in msg and "history_0042" in msg and "history_0001" in msg
+        assert len(msg.splitlines()) == 1 and str(db) in msg
+        assert "history_0042" in msg and "history_0001" in msg
     assert history.failure_counts_if_any(["t::ok"], db_path=db) == {}
     capsys.readouterr()
     assert main(["history", "show", "--history", str(db)]) == 2
     err_lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err_lines) == 1 and "newer than this code knows" in err_lines[0]
-    assert _digest(db) == digest and not [p for p in db.parent.iterdir() if ".corrupt-" in p.name or ".bak-" in p.name]
+    assert _digest(db) == digest
+    assert not [p for p in db.parent.iterdir() if ".corrupt-" in p.name or ".bak-" in p.name]
 
 
 def test_a_history_failing_the_integrity_check_is_set_aside_by_a_writer_only(tmp_path):
@@ -119,12 +123,14 @@ def test_a_history_failing_the_integrity_check_is_set_aside_by_a_writer_only(tmp
 def test_flakes_folders_say_how_many_repetitions_failed(tmp_path, capsys):
     db = tmp_path / "h.sqlite"
     history.record(db, fake_flakes(tmp_path / "f1", {
-        "t::flaky": ["failed"] * 6 + ["passed"] * 14, "t::broken": ["failed"] * 20, "t::ok": ["passed"] * 20}))
+        "t::flaky": ["failed"] * 6 + ["passed"] * 14, "t::broken": ["failed"] * 20,
+        "t::ok": ["passed"] * 20}))
     counts = history.failure_counts(db)
     assert counts["t::flaky"].phrase() == "failed 6 of 20 repetitions (flaky)"
     assert counts["t::broken"].phrase() == "failed 20 of 20 repetitions"
     assert counts["t::ok"].phrase() == "failed 0 of 20 repetitions"
-    history.record(db, fake_run(tmp_path / "r1", {"t::flaky": ("failed", 0.1)}, started="2027-01-01T00:00:00+00:00"))
+    history.record(db, fake_run(tmp_path / "r1", {"t::flaky": ("failed", 0.1)},
+                                started="2027-01-01T00:00:00+00:00"))
     assert history.failure_counts(db)["t::flaky"].phrase() == \
         "failed 1 of the last 1 runs; failed 6 of 20 repetitions (flaky)"
     assert main(["history", "show", "--history", str(db), "--failing"]) == 0
@@ -162,14 +168,14 @@ def test_two_default_runs_accumulate_outside_the_checkout_and_feed_a_sharded_thi
     (root / "tests" / "alpha").mkdir(parents=True)
     (root / "tests" / "alpha" / "test_alpha.py").write_text(PLANTED)
     data_home = tmp_path / "xdg"
-    env = {**os.environ, "KILN_ROOT": str(root), "KILN_RESULTS": str(root / "results"), "PYTHONPATH": str(ROOT),
-           "HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(data_home)}
+    env = {**os.environ, "KILN_ROOT": str(root), "KILN_RESULTS": str(root / "results"),
+           "PYTHONPATH": str(ROOT), "HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(data_home)}
     for name in ("KILN_NATIVE", "KILN_HISTORY_DB", "KILN_PLANT"):
         env.pop(name, None)
 
     def harness(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
-                              text=True, timeout=300, check=False)
+        return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=300, check=False)
 
     run = ("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "alpha")
     for _ in range(2):
@@ -178,7 +184,8 @@ def test_two_default_runs_accumulate_outside_the_checkout_and_feed_a_sharded_thi
     db = data_home / "kiln" / "history" / "history.sqlite"
     assert db.is_file() and not list(root.rglob("*.sqlite"))  # outside the checkout
     show = harness("history", "show")
-    assert show.returncode == 0 and "tests/alpha/test_alpha.py::test_slow: failed 0 of the last 2 runs" in show.stdout
+    assert show.returncode == 0
+    assert "tests/alpha/test_alpha.py::test_slow: failed 0 of the last 2 runs" in show.stdout
 
     monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
     lasting = shard.lasting_durations_path("cpu")  # where `nox -s ci-durations` writes it

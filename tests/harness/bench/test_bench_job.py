@@ -123,8 +123,8 @@ def test_a_corrupt_lasting_store_gets_a_clear_error_and_is_kept_aside(tmp_path):
     # the seed step (a reader) reports it and leaves it be; the record step (a writer) moves it aside
     assert f"error: lasting bench store {store} is corrupt: it is not an SQLite database; left as it is" \
         in job["stderr"]
-    assert f"error: lasting bench store {store} is corrupt: it is not an SQLite database; moved aside to {aside}; " \
-        "starting a fresh store" in job["stderr"]
+    assert f"error: lasting bench store {store} is corrupt: it is not an SQLite database; moved aside to " \
+        f"{aside}; starting a fresh store" in job["stderr"]
     assert job["stderr"].index("left as it is") < job["stderr"].index("moved aside to")
     assert "is corrupt" in job["summary"] and "starting a fresh store" in job["summary"]
     assert _lasting_runs(tmp_path) == [(_exported_uid(job["out"]), "main", "complete")]

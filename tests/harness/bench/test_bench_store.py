@@ -43,7 +43,8 @@ def test_schema_version_is_checked(tmp_path):
     db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match=f"revision schema v999, newer than this code knows.*bench_000{SCHEMA_VERSION}"):
+    newer = f"revision schema v999, newer than this code knows.*bench_000{SCHEMA_VERSION}"
+    with pytest.raises(StoreError, match=newer):
         Store(path)
 
 

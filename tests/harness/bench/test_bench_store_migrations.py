@@ -60,7 +60,7 @@ def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
         assert store.revision == 2
         runs = store.runs()
         assert [r.uid for r in runs] == ["uid-2", "uid-1", "uid-0"]
-        assert [r.uid for r in store.runs(complete_only=True)] == ["uid-1", "uid-0"]  # the killed run stays so
+        assert [r.uid for r in store.runs(complete_only=True)] == ["uid-1", "uid-0"]  # killed: stays so
         res = store.results(runs[-1].id)
         assert len(res) == 4 and res[0].samples == [1000.0, 1001.0, 1002.0, 1003.0, 1004.0]
         assert res[0].meta == {"n": 0} and runs[-1].config == {"k": 0}
@@ -68,7 +68,8 @@ def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
         store.save_verdicts(runs[-1].id, [StoredVerdict("add", "kiln", "ok")])  # the new table is there
     (backup,) = [tmp_path / n for n in _others(path)]
     assert backup.name.startswith("bench.sqlite.bak-") and backup.name.endswith("-rev1")
-    assert len(notes) == 1 and str(backup) in notes[0] and "revision 1" in notes[0] and "revision 2" in notes[0]
+    assert len(notes) == 1 and str(backup) in notes[0]
+    assert "revision 1" in notes[0] and "revision 2" in notes[0]
     assert _rows(path) == before == _rows(backup)  # every row kept, and in the backup as it was
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT version_num FROM alembic_version_bench").fetchall() == [("bench_0002",)]
@@ -149,8 +150,8 @@ def test_verdicts_are_stored_replaced_exported_and_imported(store, tmp_path):
     run = store_run(store, make_results({("w1", "kiln"): 1000.0, ("w1", "eager"): 2000.0}))
     other = store_run(store, make_results({("w1", "kiln"): 1000.0}))
     assert store.verdicts(run.id) is None
-    vs = [StoredVerdict("w1", "kiln", "regressed", ratio=1.25, p_value=1e-4, baseline="uid-a,uid-b", confirmed=True,
-                        detail={"threshold": 0.1}),
+    vs = [StoredVerdict("w1", "kiln", "regressed", ratio=1.25, p_value=1e-4, baseline="uid-a,uid-b",
+                        confirmed=True, detail={"threshold": 0.1}),
           StoredVerdict("w1", "eager", "ok", ratio=1.0, p_value=0.5, baseline="uid-a,uid-b"),
           StoredVerdict("w2", "kiln", "regressed", ratio=1.3, confirmed=False)]
     store.save_verdicts(run.id, vs)
@@ -166,7 +167,8 @@ def test_verdicts_are_stored_replaced_exported_and_imported(store, tmp_path):
 
     data = store.export([run.id, other.id])
     assert data["schema_version"] == SCHEMA_VERSION
-    assert data["runs"][0]["verdicts"] == [v.as_dict() for v in vs[1:]] and data["runs"][1]["verdicts"] is None
+    assert data["runs"][0]["verdicts"] == [v.as_dict() for v in vs[1:]]
+    assert data["runs"][1]["verdicts"] is None
     with Store(tmp_path / "other.sqlite") as dest:
         assert dest.import_(data) == (2, 0)
         got = {r.uid: dest.verdicts(r.id) for r in dest.runs()}
@@ -212,6 +214,7 @@ def test_the_migrations_ship_as_package_modules():
     from harness.store import HISTORY
     from harness.store.migrate import MIGRATIONS, known_revisions
 
-    assert known_revisions(BENCH) == ("bench_0001", "bench_0002") and known_revisions(HISTORY) == ("history_0001",)
+    assert known_revisions(BENCH) == ("bench_0001", "bench_0002")
+    assert known_revisions(HISTORY) == ("history_0001",)
     for folder in (MIGRATIONS, *MIGRATIONS.glob("*/"), *MIGRATIONS.glob("*/versions/")):
         assert (folder / "__init__.py").is_file(), f"{folder}: setuptools' packages.find ships packages only"

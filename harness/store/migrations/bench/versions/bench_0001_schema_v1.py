@@ -14,7 +14,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table("meta", sa.Column("key", sa.Text, primary_key=True), sa.Column("value", sa.Text, nullable=False))
+    op.create_table("meta", sa.Column("key", sa.Text, primary_key=True),
+                    sa.Column("value", sa.Text, nullable=False))
     op.create_table(
         "runs",
         sa.Column("id", sa.Integer, primary_key=True),
@@ -22,8 +23,8 @@ def upgrade() -> None:
         sa.Column("created_at", sa.Text, nullable=False),
         sa.Column("finished_at", sa.Text),
         sa.Column("status", sa.Text, nullable=False),
-        *(sa.Column(c, sa.Text) for c in ("profile", "device", "device_name", "compilers", "git_ref", "git_commit",
-                                          "label")),
+        *(sa.Column(c, sa.Text) for c in ("profile", "device", "device_name", "compilers", "git_ref",
+                                          "git_commit", "label")),
         sa.Column("ceiling_gbps", sa.REAL),
         sa.Column("config", sa.Text),
         sa.Column("env", sa.Text),
@@ -33,7 +34,8 @@ def upgrade() -> None:
         "results",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
-        *(sa.Column(c, sa.Text, nullable=False) for c in ("workload", "compiler", "phase", "source_hash", "status")),
+        *(sa.Column(c, sa.Text, nullable=False)
+          for c in ("workload", "compiler", "phase", "source_hash", "status")),
         sa.Column("error", sa.Text),
         sa.Column("median_ns", sa.REAL),
         *(sa.Column(c, sa.Integer) for c in ("n", "bytes", "flops")),

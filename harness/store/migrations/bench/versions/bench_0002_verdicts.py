@@ -30,7 +30,8 @@ def upgrade() -> None:
         sa.Column("detail", sa.Text, nullable=False, server_default="{}"),
         sa.UniqueConstraint("run_id", "workload", "compiler"),
     )
-    # code from before the Alembic stores reads meta's schema_version: 2 makes it refuse this store, not write it
+    # code from before the Alembic stores reads meta's schema_version: 2 makes it refuse this store, not
+    # write it
     op.execute(_meta.update().where(_meta.c.key == "schema_version").values(value="2"))
 
 
