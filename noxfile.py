@@ -156,6 +156,32 @@ def ci_merge(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "harness", "merge", *session.posargs, "--check", external=True)
 
 
+@nox.session(name="ci-durations", python=False)
+def ci_durations(session: nox.Session) -> None:
+    """Main's CI after the suites (`-- --backend B`): durations from the test history for `run --shard`."""
+    # The history store is KILN_HISTORY_DB (the workflows point it at the runner's lasting folder); the file
+    # goes next to it (harness.shard.lasting_durations_path), where `run --shard` looks when the checkout has
+    # no ci/durations/B.json, and a copy into results/durations/ for the job's artifact.
+    if len(session.posargs) != 2 or session.posargs[0] != "--backend":
+        session.error("usage: nox -s ci-durations -- --backend B")
+    backend = session.posargs[1]
+    where = session.run(sys.executable, "-c", "import sys; from harness.settings import settings; "
+                        "from harness.shard import lasting_durations_path as p; "
+                        "print(settings().history_db); print(p(sys.argv[1]))", backend,
+                        silent=True, external=True).split("\n")
+    history_db, lasting = where[0].strip(), where[1].strip()
+    copy = os.path.join("results", "durations", f"{backend}.json")
+    for out in (lasting, copy):
+        session.run(sys.executable, "-m", "harness", "durations", "--from-history", history_db,
+                    "--backend", backend, "--replace", "--out", out, external=True)
+
+
+@nox.session(name="history-record", python=False)
+def history_record(session: nox.Session) -> None:
+    """Record finished results folders (`-- DIR...`: runs or flakes folders) into the test history."""
+    session.run(sys.executable, "-m", "harness", "history", "record", *session.posargs, external=True)
+
+
 @nox.session(name="ci-report", python=False)
 def ci_report(session: nox.Session) -> None:
     """Print the report of a results folder (default: the latest) and fail unless it is green."""

@@ -2,8 +2,11 @@
 "failed 3 of the last 40 runs" and sharding can balance by recorded times.
 
 Terms:
-  store     a SQLite file (`--history DB`, else KILN_HISTORY_DB, else <results>/history.sqlite). Its tables are
-            prefixed `history_` so the file may be the bench's store (results/bench.sqlite) as well:
+  store     a SQLite file (`--history DB`, else KILN_HISTORY_DB, else the lasting folder outside the
+            checkout, $XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/... without it: see
+            harness/settings.py), opened through harness.store (SQLAlchemy Core, Alembic revisions in
+            harness/store/migrations/history, version table `alembic_version_history`). Its tables are
+            prefixed `history_` so the file may be the bench's store as well:
               history_meta      key/value; `schema_version` (SCHEMA_VERSION)
               history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique)
               history_outcomes  run id, node id, outcome (passed/failed/error/skipped/xfailed), duration s
@@ -13,14 +16,19 @@ Terms:
   recording a finished results folder: a `harness run` folder (run.json; merged shard runs too), read with
             harness.collect.load_run, or a `harness flakes` folder (flakes.json + pytest.xml), read with
             harness.results.parse_junit: one row per repetition of a test. A folder is recorded once.
-  failure count  per test over the last N runs (newest dates first) that ran it: in how many at least one
-            row failed or errored, and in how many of those it was flaky (a rerun alone passed).
+  failure count  per test over the last N recorded folders (newest dates first): of the `run` folders that ran
+            it, in how many at least one row failed or errored, and in how many of those it was flaky (a rerun
+            alone passed); of the `flakes` folders, how many of its repetitions failed out of how many ran
+            ("failed 6 of 20 repetitions (flaky)": some but not all failed).
   durations per test, the median over `run` sources of a backend (flake repetitions are left out: a test run
             N times in one process is no sample of its time in a suite).
 
-A file that is not a readable SQLite database is moved aside (`DB.corrupt-<time>`, never over an existing
-file) and a one-line HistoryError says so; the next write starts a new store. Readers that only want to add a
-line to a report (`failure_counts_if_any`) never raise and never move anything.
+A writer (`record`) migrates an older store after copying it (`DB.bak-<time>-rev<N>`, a note says so); a file
+that is not a readable SQLite database is moved aside by a writer (`DB.corrupt-<time>`, never over an existing
+file) and a one-line HistoryError says so; the next write starts a new store. Readers (`history show`, the
+failure counts of reports, `durations --from-history`) open the file read-only: they never move, migrate or
+write it, and a store newer than this code is a one-line HistoryError for all. Readers that only want to add a
+line to a report (`failure_counts_if_any`) never raise.
 """
 
 from __future__ import annotations
@@ -37,41 +45,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
-from harness.exc import HarnessError, HistoryError
+from harness.exc import HarnessError, HistoryError, MissingTool
 from harness.results import set_aside
 
-SCHEMA_VERSION = 1
+try:
+    from sqlalchemy import Connection, case, func, insert, inspect, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from harness.store import HISTORY, open_store, unreadable_problem
+    from harness.store import tables as t
+    from harness.store.sqlite import WRITE_TXN
+    _MISSING = ""
+except ImportError as _e:  # a host Python without the project's dependencies: each store use says so
+    _MISSING = str(_e)
+    SQLAlchemyError = OSError  # type: ignore[misc, assignment]
+
+SCHEMA_VERSION = 1  # the history store's head revision (harness/store/migrations/history)
 DEFAULT_LAST = 40
 SOURCES = ("run", "flakes")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS history_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS history_runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    date TEXT NOT NULL,
-    git_commit TEXT,
-    backend TEXT NOT NULL,
-    source TEXT NOT NULL CHECK (source IN ('run', 'flakes')),
-    folder TEXT NOT NULL UNIQUE
-);
-CREATE TABLE IF NOT EXISTS history_outcomes (
-    run_id INTEGER NOT NULL REFERENCES history_runs(id) ON DELETE CASCADE,
-    node_id TEXT NOT NULL,
-    outcome TEXT NOT NULL CHECK (outcome IN ('passed', 'failed', 'error', 'skipped', 'xfailed')),
-    duration_s REAL NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS history_outcomes_node ON history_outcomes (node_id, run_id);
-CREATE INDEX IF NOT EXISTS history_outcomes_run ON history_outcomes (run_id);
-CREATE TABLE IF NOT EXISTS history_retries (
-    run_id INTEGER NOT NULL REFERENCES history_runs(id) ON DELETE CASCADE,
-    node_id TEXT NOT NULL,
-    attempt INTEGER NOT NULL CHECK (attempt >= 1),
-    outcome TEXT NOT NULL CHECK (outcome IN ('passed', 'failed', 'error', 'skipped', 'xfailed')),
-    duration_s REAL NOT NULL DEFAULT 0,
-    status TEXT NOT NULL CHECK (status IN ('flaky', 'failing'))
-);
-CREATE INDEX IF NOT EXISTS history_retries_node ON history_retries (node_id, run_id);
-"""
 
 
 def default_path() -> Path:
@@ -81,50 +72,38 @@ def default_path() -> Path:
 
 
 @contextmanager
-def connect(path: Path | str, *, readonly: bool = False) -> Iterator[sqlite3.Connection]:
-    """The store at `path`, schema checked (created unless `readonly`); committed on success."""
+def connect(path: Path | str, *, readonly: bool = False) -> Iterator[Connection]:
+    """The store at `path` as a SQLAlchemy connection inside one transaction, committed on success: created or
+    migrated to the head revision unless `readonly` (see the module docstring)."""
     path = Path(path)
-    if readonly and not path.is_file():
-        raise HistoryError(f"history store {path} does not exist")
-    if not readonly:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    uri = f"file:{path.resolve()}?mode=ro" if readonly else str(path)
-    try:
-        db = sqlite3.connect(uri, uri=readonly, timeout=30)
-    except sqlite3.Error as e:
-        raise HistoryError(f"history store {path} cannot be opened: {e}") from None
-    try:
-        try:
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA foreign_keys = ON")
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            if not readonly:
-                db.executescript(_SCHEMA)
-            row = db.execute("SELECT value FROM history_meta WHERE key = 'schema_version'").fetchone() \
-                if _has_table(db, "history_meta") else None
-            if row is None and not readonly:
-                db.execute("INSERT INTO history_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                db.commit()
-            elif row is None:
-                raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise HistoryError(f"history store {path} has schema version {row[0]}; this harness reads "
-                                   f"{SCHEMA_VERSION} (update the checkout)")
-        except sqlite3.DatabaseError as e:
-            db.close()
-            if readonly:
-                raise HistoryError(f"history store {path} is not a readable SQLite database ({e})") from None
+    if _MISSING:
+        raise MissingTool(f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the "
+                          "project's dependencies (pyproject.toml) into this Python")
+    if not readonly and path.is_file() and (why := unreadable_problem(path, HISTORY)) is not None:
+        if why.startswith(("it is not an SQLite", "PRAGMA integrity_check", "SQLite cannot")):
             aside = set_aside(path)
-            raise HistoryError(f"history store {path} is not a readable SQLite database ({e}); "
-                               f"moved aside to {aside}, the next record starts a new store") from None
-        yield db
-        db.commit()
+            raise HistoryError(f"history store {path} is not a readable SQLite database ({why}); "
+                               f"moved aside to {aside}, the next record starts a new store")
+        raise HistoryError(f"cannot use history store {path}: {why}")
+    if readonly and path.is_file() and not path.stat().st_size:
+        raise HistoryError(f"history store {path} holds no test history (an empty file)")
+    opened = open_store(path, HISTORY, write=not readonly)
+    try:
+        if readonly and opened.revision == 0:
+            raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
+        opened.conn.info[WRITE_TXN] = not readonly
+        try:
+            with opened.conn.begin():
+                opened.conn.info[WRITE_TXN] = False
+                yield opened.conn
+        except SQLAlchemyError as e:
+            raise HistoryError(f"history store {path}: {str(e).splitlines()[0]}") from None
     finally:
-        db.close()
+        opened.close()
 
 
-def _has_table(db: sqlite3.Connection, name: str) -> bool:
-    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+def _has_table(db: Connection, name: str) -> bool:
+    return inspect(db).has_table(name)
 
 
 # ---- recording ---------------------------------------------------------------------------------------------
@@ -188,15 +167,18 @@ def record(db_path: Path | str, folder: Path | str) -> Recorded:
     source, date, backend, rows, reruns = _read_folder(folder)
     date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
     with connect(db_path) as db:
-        if db.execute("SELECT 1 FROM history_runs WHERE folder = ?", (str(folder),)).fetchone():
+        if db.execute(select(t.history_runs.c.id).where(t.history_runs.c.folder == str(folder))).first():
             return Recorded(folder, None, source, backend, len(rows), len(reruns))
-        cur = db.execute("INSERT INTO history_runs (date, git_commit, backend, source, folder) VALUES (?, ?, ?, ?, ?)",
-                         (date, _commit_of(folder), backend, source, str(folder)))
-        run_id = int(cur.lastrowid or 0)
-        db.executemany("INSERT INTO history_outcomes VALUES (?, ?, ?, ?)",
-                       [(run_id, n, o, float(d)) for n, o, d in rows])
-        db.executemany("INSERT INTO history_retries VALUES (?, ?, ?, ?, ?, ?)",
-                       [(run_id, n, a, o, float(d), st) for n, a, o, d, st in reruns])
+        run_id = int(db.execute(insert(t.history_runs).values(
+            date=date, git_commit=_commit_of(folder), backend=backend, source=source, folder=str(folder)
+        )).inserted_primary_key[0])
+        if rows:
+            db.execute(insert(t.history_outcomes), [{"run_id": run_id, "node_id": n, "outcome": o,
+                                                     "duration_s": float(d)} for n, o, d in rows])
+        if reruns:
+            db.execute(insert(t.history_retries), [
+                {"run_id": run_id, "node_id": n, "attempt": a, "outcome": o, "duration_s": float(d),
+                 "status": st} for n, a, o, d, st in reruns])
     return Recorded(folder, run_id, source, backend, len(rows), len(reruns))
 
 
@@ -218,42 +200,70 @@ def record_or_warn(db_path: Path | str, folder: Path | str, out: TextIO | None =
 
 @dataclass(frozen=True)
 class FailureCount:
+    """One test's failures over a window (see the module docstring): `failed` of `runs` run folders (`flaky`
+    of those passed on a rerun alone), `failed_repetitions` of `repetitions` in flakes folders."""
+
     node_id: str
-    failed: int  # runs of the window in which it failed or errored
-    runs: int  # runs of the window that ran it
+    failed: int  # run folders of the window in which it failed or errored
+    runs: int  # run folders of the window that ran it
     flaky: int = 0  # of the `failed` runs, those in which a rerun alone passed (harness.retries)
+    failed_repetitions: int = 0  # repetitions in the window's flakes folders that failed or errored
+    repetitions: int = 0  # repetitions of it in the window's flakes folders
 
     def phrase(self) -> str:
-        tail = f" (flaky in {self.flaky}: passed when run again alone)" if self.flaky else ""
-        return f"failed {self.failed} of the last {self.runs} runs{tail}"
+        parts = []
+        if self.runs or not self.repetitions:
+            tail = f" (flaky in {self.flaky}: passed when run again alone)" if self.flaky else ""
+            parts.append(f"failed {self.failed} of the last {self.runs} runs{tail}")
+        if self.repetitions:
+            flaky = " (flaky)" if 0 < self.failed_repetitions < self.repetitions else ""
+            parts.append(f"failed {self.failed_repetitions} of {self.repetitions} repetitions{flaky}")
+        return "; ".join(parts)
 
 
-def _last_runs(db: sqlite3.Connection, last: int, backend: str | None) -> list[int]:
-    where, params = ("WHERE backend = ?", [backend]) if backend else ("", [])
-    rows = db.execute(f"SELECT id FROM history_runs {where} ORDER BY date DESC, id DESC LIMIT ?", [*params, last])
-    return [int(r[0]) for r in rows]
+def _last_runs(db: Connection, last: int, backend: str | None) -> list[int]:
+    r = t.history_runs.c
+    q = select(r.id).order_by(r.date.desc(), r.id.desc()).limit(last)
+    if backend:
+        q = q.where(r.backend == backend)
+    return [int(x) for x in db.execute(q).scalars()]
 
 
 def failure_counts(db_path: Path | str, *, last: int = DEFAULT_LAST, backend: str | None = None,
                    tests: Sequence[str] | None = None) -> dict[str, FailureCount]:
-    """node id -> FailureCount over the last `last` runs (of `backend`, if given; of `tests`, if given)."""
+    """node id -> FailureCount over the last `last` recorded folders (of `backend`, if given; of `tests`, if
+    given). Reads only."""
     if last < 1:
         raise HistoryError(f"--last {last}: expected at least 1")
     with connect(db_path, readonly=True) as db:
         ids = _last_runs(db, last, backend)
         if not ids:
             return {}
-        marks = ",".join("?" * len(ids))
-        rows = db.execute(
-            f"SELECT node_id, COUNT(DISTINCT run_id) AS runs, "
-            f"COUNT(DISTINCT CASE WHEN outcome IN ('failed', 'error') THEN run_id END) AS failed "
-            f"FROM history_outcomes WHERE run_id IN ({marks}) GROUP BY node_id", ids).fetchall()
-        flaky = dict(db.execute(
-            f"SELECT node_id, COUNT(DISTINCT run_id) FROM history_retries WHERE run_id IN ({marks}) "
-            f"AND status = 'flaky' GROUP BY node_id", ids).fetchall()) if _has_table(db, "history_retries") else {}
+        o, r = t.history_outcomes.c, t.history_runs.c
+        bad = o.outcome.in_(("failed", "error"))
+        runs = db.execute(
+            select(o.node_id, func.count(o.run_id.distinct()),
+                   func.count(case((bad, o.run_id)).distinct()))
+            .join(t.history_runs, r.id == o.run_id)
+            .where(o.run_id.in_(ids), r.source == "run").group_by(o.node_id)).all()
+        reps = db.execute(
+            select(o.node_id, func.count(), func.count(case((bad, 1))))
+            .join(t.history_runs, r.id == o.run_id)
+            .where(o.run_id.in_(ids), r.source == "flakes").group_by(o.node_id)).all()
+        flaky: dict[str, int] = {}
+        if _has_table(db, "history_retries"):
+            x = t.history_retries.c
+            flaky = {n: int(k) for n, k in db.execute(
+                select(x.node_id, func.count(x.run_id.distinct()))
+                .where(x.run_id.in_(ids), x.status == "flaky").group_by(x.node_id))}
+    counts: dict[str, list[int]] = {}
+    for node, n, k in runs:
+        counts.setdefault(node, [0, 0, 0, 0])[0:2] = [int(k), int(n)]
+    for node, n, k in reps:
+        counts.setdefault(node, [0, 0, 0, 0])[2:4] = [int(k), int(n)]
     wanted = set(tests) if tests is not None else None
-    return {r["node_id"]: FailureCount(r["node_id"], int(r["failed"]), int(r["runs"]), int(flaky.get(r["node_id"], 0)))
-            for r in rows if wanted is None or r["node_id"] in wanted}
+    return {node: FailureCount(node, c[0], c[1], flaky.get(node, 0), c[2], c[3])
+            for node, c in counts.items() if wanted is None or node in wanted}
 
 
 def failure_counts_if_any(tests: Sequence[str], *, backend: str | None = None, db_path: Path | str | None = None,
@@ -264,15 +274,16 @@ def failure_counts_if_any(tests: Sequence[str], *, backend: str | None = None, d
         if not path.is_file():
             return {}
         return failure_counts(path, last=last, backend=backend, tests=tests)
-    except (HarnessError, sqlite3.Error, OSError, ValueError):
+    except (HarnessError, SQLAlchemyError, sqlite3.Error, OSError, ValueError):
         return {}
 
 
 def median_durations(db_path: Path | str, backend: str) -> dict[str, float]:
     """node id -> median seconds over the `run` sources of `backend` (HistoryError when it has none)."""
+    o, r = t.history_outcomes.c, t.history_runs.c
     with connect(db_path, readonly=True) as db:
-        rows = db.execute("SELECT o.node_id, o.duration_s FROM history_outcomes o JOIN history_runs r "
-                          "ON r.id = o.run_id WHERE r.backend = ? AND r.source = 'run'", (backend,)).fetchall()
+        rows = db.execute(select(o.node_id, o.duration_s).join(t.history_runs, r.id == o.run_id)
+                          .where(r.backend == backend, r.source == "run")).all()
     by_id: dict[str, list[float]] = {}
     for node, seconds in rows:
         by_id.setdefault(node, []).append(float(seconds))
@@ -286,12 +297,15 @@ def median_durations(db_path: Path | str, backend: str) -> dict[str, float]:
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", metavar="DB",
-                   help="the history store (default: KILN_HISTORY_DB, else <results>/history.sqlite)")
+                   help="the history store (default: KILN_HISTORY_DB, else "
+                   "$XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/kiln/... without "
+                   "XDG_DATA_HOME)")
     sub = p.add_subparsers(dest="action", metavar="{record,show}")
     sub.required = True
     rec = sub.add_parser("record", help="record finished results folders (runs or flakes folders)")
     rec.add_argument("results_dirs", nargs="+", metavar="RUN_DIR")
-    show = sub.add_parser("show", help="per-test failure counts over the last N runs")
+    show = sub.add_parser("show", help="per-test failure counts over the last N runs (read-only: never "
+                          "migrates or moves the store)")
     show.add_argument("--last", type=int, default=DEFAULT_LAST, help=f"runs to look back on (default {DEFAULT_LAST})")
     show.add_argument("--failing", action="store_true", help="only tests that failed in the window")
     show.add_argument("--backend", help="only runs of this backend")
@@ -312,8 +326,8 @@ def cli_main(args: argparse.Namespace) -> int:
     if not db.is_file():
         raise HistoryError(f"history store {db} does not exist; record a run first (`history record RUN_DIR`)")
     counts = failure_counts(db, last=args.last, backend=args.backend)
-    shown = sorted((c for c in counts.values() if c.failed or not args.failing),
-                   key=lambda c: (-c.failed, c.node_id))
+    shown = sorted((c for c in counts.values() if c.failed or c.failed_repetitions or not args.failing),
+                   key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id))
     for c in shown:
         print(f"{c.node_id}: {c.phrase()}")
     print(f"{db}: {len(shown)} test(s) shown" + (" (failing only)" if args.failing else ""))

@@ -17,7 +17,8 @@ Terms:
                  `retries`, `--retries N`): passed on a retry = flaky (reported, does not fail the run),
                  failed every time = failing. Their attempts go into the suite's entry of run.json.
   history        a complete run is recorded into the test history (harness.history; `--history DB`, else
-                 KILN_HISTORY_DB, else results/history.sqlite; `--no-history` skips it), so the report can
+                 KILN_HISTORY_DB, else history/history.sqlite in the lasting data folder outside the checkout,
+                 harness.settings.data_dir; `--no-history` skips it), so the report can
                  say "failed K of the last N runs" and flake rates build up.
 
 Command lines come from `harness.commands`; step functions other modules call: `execute`, `run_pytest`,
@@ -554,14 +555,16 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
                         "into RESULTS/shard-I/ and one merged report; auto: one per GPU group (CPU: 1)")
     shards.add_argument("--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)")
     shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
-                        "ci/durations/<backend>.json when it exists, else shards are balanced by test count)")
+                        "ci/durations/<backend>.json when it exists, else durations/<backend>.json next "
+                        "to the test history store, else shards are balanced by test count)")
     shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated); "
                         "with --shards, shard k takes the k-th --gpus-per-shard of them, and an id may repeat "
                         "(--devices 0,0 --shards 2: two shards share GPU 0)")
     p.add_argument("--retries", type=int, metavar="N", help="rerun each failed test alone up to N times until it "
                    "passes (flaky) or not (failing); 0: no reruns (default: the matrix's `retries`)")
     p.add_argument("--history", metavar="DB", help="the test-history store a complete run is recorded into "
-                   "(default: KILN_HISTORY_DB, else <results>/history.sqlite)")
+                   "(default: KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite, "
+                   "~/.local/share/kiln/... without XDG_DATA_HOME: outside the checkout, so it accumulates)")
     p.add_argument("--no-history", action="store_true", help="do not record the run into the test history")
     p.add_argument("--no-isolation", action="store_true", help="run each suite as one pytest process with no "
                    "crash isolation (a crashing test then loses its suite's results; for measuring its cost)")
@@ -579,8 +582,7 @@ def shard_options(args: argparse.Namespace, backend: str) -> tuple[shard_mod.Sha
         if not durations.is_file():
             raise HarnessError(f"durations file {args.durations} not found")
     else:
-        default = shard_mod.default_durations_path(settings().root, backend)
-        durations = default if default.is_file() else None
+        durations = shard_mod.find_durations(settings().root, backend)
     return shard, count, durations
 
 

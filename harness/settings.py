@@ -15,8 +15,12 @@ Variables (all optional):
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
-  KILN_HISTORY_DB   the test-history SQLite store (harness/history.py; may be the bench's file; default:
-                    <results>/history.sqlite); `--history DB` overrides it
+  KILN_HISTORY_DB   the test-history SQLite store (harness/history.py; may be the bench's file; `~` expanded);
+                    `--history DB` overrides it. Default: history/history.sqlite in the lasting data folder,
+                    outside the checkout (a fresh CI checkout would wipe it): $XDG_DATA_HOME/kiln, else
+                    ~/.local/share/kiln, the folder of the bench's lasting stores too; `run --shard` also
+                    finds durations/<backend>.json next to it (written by `durations --from-history`)
+  XDG_DATA_HOME     the base of the lasting data folder (default ~/.local/share)
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
@@ -106,7 +110,14 @@ class Settings:
     pip_index_url: str = ""
     pip_extra_index_url: str = ""
     github_step_summary: str = ""
-    history_db: Path = Path("results") / "history.sqlite"
+    history_db: Path = Path("~/.local/share/kiln/history/history.sqlite")
+    data_dir: Path = Path("~/.local/share/kiln")
+
+
+def data_dir() -> Path:
+    """The lasting data folder outside any checkout: $XDG_DATA_HOME/kiln, else ~/.local/share/kiln."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    return (Path(base).expanduser() if base else Path.home() / ".local" / "share") / "kiln"
 
 
 def settings() -> Settings:
@@ -127,7 +138,9 @@ def settings() -> Settings:
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),
         pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
         github_step_summary=os.environ.get("GITHUB_STEP_SUMMARY", "").strip(),
-        history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip() or results_root / "history.sqlite"),
+        history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
+                        or data_dir() / "history" / "history.sqlite").expanduser(),
+        data_dir=data_dir(),
     )
 
 

@@ -10,7 +10,9 @@ Terms:
   durations   seconds per test id from earlier runs' JUnit files, a JSON file
               `{"schema": 1, "tests": {node id: seconds}}` (`python -m harness durations RUN... --out FILE`).
               The default file is ci/durations/<backend>.json when it exists (committed, so every runner of
-              a CI job matrix balances with the same numbers); without one, shards are balanced by count.
+              a CI job matrix balances with the same numbers), else durations/<backend>.json next to the
+              test history outside the checkout (main's CI job writes it with `durations --from-history`
+              after every run, see lasting_durations_path); without one, shards are balanced by count.
   balance     greedy, longest first (ties by node id) into the lightest shard (ties: the lower index, counted
               from the suite's `offset`: the harness gives the k-th suite offset k, so the first and heaviest
               test of each suite's split lands on a different shard); a test missing from the durations
@@ -120,7 +122,25 @@ def digest(ids: Iterable[str]) -> str:
 
 
 def default_durations_path(root: Path, backend: str) -> Path:
+    """The checkout's durations file of `backend` (ci/durations/<backend>.json)."""
     return root / "ci" / "durations" / f"{backend}.json"
+
+
+def lasting_durations_path(backend: str) -> Path:
+    """The durations file kept next to the test history, outside the checkout (`durations/<backend>.json` in
+    the history store's folder): main's CI writes it from the history after every run, so it lasts."""
+    from harness.settings import settings
+
+    return settings().history_db.parent / "durations" / f"{backend}.json"
+
+
+def find_durations(root: Path, backend: str) -> Path | None:
+    """The durations file `run --shard` uses without `--durations`: the checkout's, else the lasting one, else
+    None (split by count)."""
+    for path in (default_durations_path(root, backend), lasting_durations_path(backend)):
+        if path.is_file():
+            return path
+    return None
 
 
 def load_durations(path: Path) -> dict[str, float]:

@@ -248,14 +248,15 @@ def _add_models(sub) -> None:
 
 
 def _open(db: Path | None, lasting: str | None = None, *, write: bool = True):
-    """The store of `--db` (else $KILN_BENCH_DB), or with `--lasting BACKEND` that backend's lasting store."""
+    """The store of `--db` (else $KILN_BENCH_DB), or with `--lasting BACKEND` that backend's lasting store;
+    `write=False` opens it read-only (never created, migrated or moved)."""
     from .store import Store, lasting_path, open_lasting
 
     if lasting:
         if db:
             raise UsageError("give --db or --lasting, not both")
         return open_lasting(lasting_path(lasting), write=write)
-    return Store(db or bench_settings().db)
+    return Store(db or bench_settings().db, readonly=not write)
 
 
 def _run_id(store, spec: str) -> int:
@@ -395,7 +396,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from . import report
 
-    with _open(args.db) as store:
+    with _open(args.db, write=False) as store:
         run = store.run(_run_id(store, args.run))
         results = store.results(run.id)
     emit_reports(args, run, results, None, [])
@@ -459,7 +460,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from . import report
     from .store import Store
 
-    store = Store(":memory:") if args.from_json else _open(args.db)
+    store = Store(":memory:") if args.from_json else _open(args.db, write=False)
     with store:
         if args.from_json:
             store.import_(_read_json(args.from_json))

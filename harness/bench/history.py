@@ -267,7 +267,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     db = Path(args.db or bench_settings().db)
     if not db.is_file():
         raise StoreError(f"no bench store at {db} (give --db, or record runs with `bench run`)")
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:
         hist = collect(store, list(args.workloads), args.profile, args.device, cfg)
     print(terminal(table(hist, args.last)))
     print(LEGEND)

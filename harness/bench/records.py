@@ -5,10 +5,13 @@ Terms:
   the very end, when it becomes `complete` (an interrupted run stays `running`/`aborted`: never a baseline).
 - *result*: one workload under one compiler in one run and phase (`main`, `confirm` for re-measurements
   of flagged workloads, or `compile` for a model's compile times alone), with every sample in nanoseconds.
+- *stored verdict*: what comparing a run with its baseline concluded for one workload under one compiler
+  (`verdict`, e.g. `ok`, `regressed`, `improved`, `noise`, `new`), kept with the run (store revision 2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,7 +19,7 @@ from .stats import Stats
 
 COMPILE_PHASE = "compile"  # phase of compile-time-only results (`bench models --compile-only`): no samples
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the bench store's head revision (harness/store/migrations/bench), also of JSON exports
 
 
 @dataclass
@@ -96,6 +99,36 @@ class Result:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Result":
+    def from_dict(cls, d: dict[str, Any]) -> Result:
         names = cls.__dataclass_fields__.keys()
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class StoredVerdict:
+    """One compared verdict of a run (see module docstring). `ratio`: new median / baseline median;
+    `p_value`: the comparison's test; `baseline`: the baseline run uids, comma-separated, or a description;
+    `confirmed`: True when a side-by-side re-measure confirmed it, False when it rejected it, None when it
+    was not re-measured; `detail`: anything else, JSON-able."""
+
+    workload: str
+    compiler: str
+    verdict: str
+    ratio: float | None = None
+    p_value: float | None = None
+    baseline: str | None = None
+    confirmed: bool | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StoredVerdict:
+        """From `as_dict()` output (unknown keys ignored; `confirmed` may be 0/1 as stored)."""
+        names = cls.__dataclass_fields__.keys()
+        kw = {k: v for k, v in d.items() if k in names}
+        if kw.get("confirmed") is not None:
+            kw["confirmed"] = bool(kw["confirmed"])
+        kw["detail"] = dict(kw.get("detail") or {})
+        return cls(**kw)

@@ -1,11 +1,16 @@
-"""SQLite store of bench runs: one file, every sample, a schema version, safe for concurrent writers.
+"""The bench store: runs, results, every sample and the compared verdicts, in SQLite through harness.store
+(SQLAlchemy Core + Alembic; the schema is harness/store/tables.py, its revisions are
+harness/store/migrations/bench).
 
 Safety:
-- WAL journal + a busy timeout + `BEGIN IMMEDIATE` transactions: two processes may write at once; one
+- WAL journal + a busy timeout + `BEGIN IMMEDIATE` write transactions: two processes may write at once; one
   waits for the other instead of failing.
 - A run row is inserted as `running` and becomes `complete` only in `finish_run`, after its last result;
   each result is committed on its own, so a killed run keeps what it wrote but is never `complete`, and
   baselines are chosen among complete runs only.
+- Opening for writing migrates an older store to the head revision after copying it to
+  `STORE.bak-<UTC time>-rev<N>` (a note says so); `readonly=True` opens it `mode=ro`, reads an older
+  revision as it is and never changes the file; a store newer than this code is a StoreError for both.
 - JSON export/import carries runs by their `uid`, so importing the same file twice, or files from several
   runners, merges without duplicates.
 """
@@ -15,85 +20,33 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
 import time
 import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from harness.exc import ImportFormatError, StoreError
 from harness.results import set_aside
+from harness.store import BENCH, open_store, unreadable_problem
+from harness.store import tables as t
+from harness.store.migrate import newer_problem, read_state
+from harness.store.sqlite import WRITE_TXN, open_engine
 
-from .records import SCHEMA_VERSION, Result, RunInfo
+from .records import SCHEMA_VERSION, Result, RunInfo, StoredVerdict
 
 EXPORT_FORMAT = "kiln-bench-export"
+VERDICTS_REVISION = 2  # the first revision with the `verdicts` table
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    uid TEXT NOT NULL UNIQUE,
-    created_at TEXT NOT NULL,
-    finished_at TEXT,
-    status TEXT NOT NULL,
-    profile TEXT, device TEXT, device_name TEXT, compilers TEXT,
-    git_ref TEXT, git_commit TEXT, label TEXT, ceiling_gbps REAL,
-    config TEXT, env TEXT
-);
-CREATE TABLE IF NOT EXISTS results (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    workload TEXT NOT NULL, compiler TEXT NOT NULL, phase TEXT NOT NULL,
-    source_hash TEXT NOT NULL, status TEXT NOT NULL, error TEXT,
-    median_ns REAL, n INTEGER, bytes INTEGER, flops INTEGER,
-    max_abs_err REAL, max_rel_err REAL, compile_s REAL, timer TEXT, planted REAL, ceiling_gbps REAL,
-    meta TEXT,
-    UNIQUE (run_id, workload, compiler, phase)
-);
-CREATE TABLE IF NOT EXISTS samples (
-    result_id INTEGER NOT NULL REFERENCES results(id) ON DELETE CASCADE,
-    seq INTEGER NOT NULL,
-    ns REAL NOT NULL,
-    PRIMARY KEY (result_id, seq)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id);
-CREATE INDEX IF NOT EXISTS results_by_workload ON results (workload, compiler);
-"""
-
-_RUN_COLS = (
-    "id",
-    "uid",
-    "created_at",
-    "finished_at",
-    "status",
-    "profile",
-    "device",
-    "device_name",
-    "compilers",
-    "git_ref",
-    "git_commit",
-    "label",
-    "ceiling_gbps",
-    "config",
-    "env",
-)
+_RUN_COLS = tuple(c.name for c in t.runs.columns)
 _RESULT_COLS = (
-    "workload",
-    "compiler",
-    "phase",
-    "source_hash",
-    "status",
-    "error",
-    "bytes",
-    "flops",
-    "max_abs_err",
-    "max_rel_err",
-    "compile_s",
-    "timer",
-    "planted",
-    "ceiling_gbps",
+    "workload", "compiler", "phase", "source_hash", "status", "error", "bytes", "flops", "max_abs_err",
+    "max_rel_err", "compile_s", "timer", "planted", "ceiling_gbps",
 )
 
 
@@ -103,55 +56,25 @@ def now() -> str:
 
 
 class Store:
-    """An open SQLite store (see module docstring). Use as a context manager or call `close()`."""
+    """An open bench store (see module docstring). Use as a context manager or call `close()`.
 
-    def __init__(self, path: Path | str, timeout_s: float = 120.0):
+    `revision` is the store's schema revision (the head for writers; readers may find an older one). A reader
+    (`readonly=True`) of a missing or empty file reads an empty store and creates nothing."""
+
+    def __init__(self, path: Path | str, timeout_s: float = 120.0, *, readonly: bool = False,
+                 log: Callable[[str], None] | None = None):
         self.path = Path(path)
-        if self.path.exists() and self.path.is_dir():
-            raise StoreError(
-                f"store path {self.path} is a directory; give a file such as {self.path / 'bench.sqlite'}"
-            )
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
-        except (OSError, sqlite3.Error) as e:
-            raise StoreError(f"cannot open store {self.path}: {e}") from None
-        self.db.row_factory = sqlite3.Row
-        try:
-            self.db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"), timeout_s)
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            self.db.execute("PRAGMA foreign_keys = ON")
-            with self.transaction() as db:
-                for stmt in filter(str.strip, _SCHEMA.split(";")):
-                    db.execute(stmt)
-                row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
-                    db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) != SCHEMA_VERSION:
-                    raise StoreError(
-                        f"store {self.path} has schema v{row[0]}; this code reads v{SCHEMA_VERSION}"
-                    )
-        except sqlite3.DatabaseError as e:
-            self.db.close()
-            raise StoreError(f"cannot use store {self.path}: {e}") from None
-        except StoreError:
-            self.db.close()
-            raise
-
-    @staticmethod
-    def _retry(fn, timeout_s: float):
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        self.readonly = readonly and str(path) != ":memory:"
+        missing = not self.path.exists() or (self.path.is_file() and not self.path.stat().st_size)
+        if self.readonly and missing:
+            path = ":memory:"  # a reader of a missing or empty store reads no runs and creates nothing
+        memory = str(path) == ":memory:"
+        opened = open_store(path, BENCH, write=not self.readonly or memory, timeout_s=timeout_s, say=log)
+        self.engine, self.conn, self.revision = opened.engine, opened.conn, opened.revision
+        self._opened = opened
 
     def close(self) -> None:
-        self.db.close()
+        self._opened.close()
 
     def __enter__(self) -> "Store":
         return self
@@ -160,16 +83,28 @@ class Store:
         self.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[Connection]:
         """A write transaction that takes the write lock up front (waits up to the busy timeout)."""
-        self._retry(lambda: self.db.execute("BEGIN IMMEDIATE"), 120.0)
+        if self.readonly:
+            raise StoreError(f"bench store {self.path} is open read-only: nothing can be written to it")
+        self.conn.info[WRITE_TXN] = True
         try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        else:
-            self.db.execute("COMMIT")
+            with self.conn.begin():
+                self.conn.info[WRITE_TXN] = False
+                yield self.conn
+        except SQLAlchemyError as e:
+            raise StoreError(f"bench store {self.path}: {str(e).splitlines()[0]}") from None
+        finally:
+            self.conn.info[WRITE_TXN] = False
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A read transaction (or the write transaction already open)."""
+        if self.conn.in_transaction():
+            yield self.conn
+            return
+        with self.conn.begin():
+            yield self.conn
 
     # ------------------------------------------------------------ runs
     def begin_run(self, run: RunInfo) -> int:
@@ -180,50 +115,47 @@ class Store:
             run.id = self._insert_run(db, run)
         return run.id
 
-    def _insert_run(self, db: sqlite3.Connection, run: RunInfo) -> int:
+    def _insert_run(self, db: Connection, run: RunInfo) -> int:
         vals = run.as_dict()
         vals["compilers"] = json.dumps(run.compilers)
         vals["config"] = json.dumps(run.config, sort_keys=True)
         vals["env"] = json.dumps(run.env, sort_keys=True)
-        cols = [c for c in _RUN_COLS if c != "id"]
-        cur = db.execute(
-            f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-            [vals[c] for c in cols],
-        )
-        return int(cur.lastrowid)
+        row = {c: vals[c] for c in _RUN_COLS if c != "id"}
+        return int(db.execute(insert(t.runs).values(**row)).inserted_primary_key[0])
 
     def set_ceiling(self, run_id: int, gbps: float | None) -> None:
         with self.transaction() as db:
-            db.execute("UPDATE runs SET ceiling_gbps = ? WHERE id = ?", (gbps, run_id))
+            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(ceiling_gbps=gbps))
 
     def finish_run(self, run_id: int, status: str = "complete") -> None:
         """Mark the run `complete` (or `aborted`): the last write of a run."""
         with self.transaction() as db:
-            db.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?", (status, now(), run_id))
+            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(status=status, finished_at=now()))
 
-    def _run_from_row(self, row: sqlite3.Row) -> RunInfo:
-        d = dict(row)
+    @staticmethod
+    def _run_from_row(row: Mapping[str, Any]) -> RunInfo:
+        d = {c: row[c] for c in _RUN_COLS}
         d["compilers"] = json.loads(d["compilers"] or "[]")
         d["config"] = json.loads(d["config"] or "{}")
         d["env"] = json.loads(d["env"] or "{}")
         return RunInfo(**d)
 
     def run(self, run_id: int) -> RunInfo:
-        row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        with self._read() as db:
+            row = db.execute(select(t.runs).where(t.runs.c.id == run_id)).mappings().first()
         if row is None:
             raise StoreError(f"no run {run_id} in {self.path}")
         return self._run_from_row(row)
 
     def runs(self, *, complete_only: bool = False, limit: int | None = None) -> list[RunInfo]:
         """Runs, newest first."""
-        sql = (
-            "SELECT * FROM runs"
-            + (" WHERE status = 'complete'" if complete_only else "")
-            + " ORDER BY id DESC"
-        )
+        q = select(t.runs).order_by(t.runs.c.id.desc())
+        if complete_only:
+            q = q.where(t.runs.c.status == "complete")
         if limit:
-            sql += f" LIMIT {int(limit)}"
-        return [self._run_from_row(r) for r in self.db.execute(sql)]
+            q = q.limit(int(limit))
+        with self._read() as db:
+            return [self._run_from_row(r) for r in db.execute(q).mappings()]
 
     # ------------------------------------------------------------ results
     def add_result(self, run_id: int, res: Result) -> None:
@@ -231,91 +163,120 @@ class Store:
         with self.transaction() as db:
             self._insert_result(db, run_id, res)
 
-    def _insert_result(self, db: sqlite3.Connection, run_id: int, res: Result) -> None:
-        db.execute(
-            "DELETE FROM results WHERE run_id = ? AND workload = ? AND compiler = ? AND phase = ?",
-            (run_id, res.workload, res.compiler, res.phase),
-        )
-        vals = [getattr(res, c) for c in _RESULT_COLS]
-        cols = ("run_id",) + _RESULT_COLS + ("median_ns", "n", "meta")
-        cur = db.execute(
-            f"INSERT INTO results ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-            [run_id, *vals, res.median_ns, len(res.samples), json.dumps(res.meta, sort_keys=True)],
-        )
-        rid = cur.lastrowid
-        db.executemany(
-            "INSERT INTO samples (result_id, seq, ns) VALUES (?, ?, ?)",
-            [(rid, i, float(x)) for i, x in enumerate(res.samples)],
-        )
+    def _insert_result(self, db: Connection, run_id: int, res: Result) -> None:
+        x = t.results.c
+        db.execute(delete(t.results).where(x.run_id == run_id, x.workload == res.workload,
+                                           x.compiler == res.compiler, x.phase == res.phase))
+        row = {c: getattr(res, c) for c in _RESULT_COLS}
+        row.update(run_id=run_id, median_ns=res.median_ns, n=len(res.samples),
+                   meta=json.dumps(res.meta, sort_keys=True))
+        rid = db.execute(insert(t.results).values(**row)).inserted_primary_key[0]
+        if res.samples:
+            db.execute(insert(t.samples), [{"result_id": rid, "seq": i, "ns": float(v)}
+                                           for i, v in enumerate(res.samples)])
 
     def results(self, run_id: int, phase: str | None = "main") -> list[Result]:
         """Results of a run in insertion order (one phase, or all when `phase` is None)."""
-        sql = "SELECT * FROM results WHERE run_id = ?" + (" AND phase = ?" if phase else "") + " ORDER BY id"
-        rows = self.db.execute(sql, (run_id, phase) if phase else (run_id,)).fetchall()
+        q = select(t.results).where(t.results.c.run_id == run_id).order_by(t.results.c.id)
+        if phase:
+            q = q.where(t.results.c.phase == phase)
+        with self._read() as db:
+            rows = db.execute(q).mappings().all()
+            by_result: dict[int, list[float]] = {r["id"]: [] for r in rows}
+            if rows:
+                sq = (select(t.samples.c.result_id, t.samples.c.ns)
+                      .where(t.samples.c.result_id.in_(list(by_result)))
+                      .order_by(t.samples.c.result_id, t.samples.c.seq))
+                for rid, ns in db.execute(sq):
+                    by_result[rid].append(ns)
         out = []
         for row in rows:
-            d = {c: row[c] for c in _RESULT_COLS}
+            d: dict[str, Any] = {c: row[c] for c in _RESULT_COLS}
             d["meta"] = json.loads(row["meta"] or "{}")
-            d["samples"] = [
-                r[0]
-                for r in self.db.execute(
-                    "SELECT ns FROM samples WHERE result_id = ? ORDER BY seq", (row["id"],)
-                )
-            ]
+            d["samples"] = by_result[row["id"]]
             out.append(Result(**d))
         return out
 
     def history(self, workload: str, compiler: str, limit: int = 50) -> list[tuple[RunInfo, float | None]]:
         """(run, median_ns) of complete runs for one workload+compiler, oldest first."""
-        rows = self.db.execute(
-            "SELECT r.*, x.median_ns AS m FROM results x JOIN runs r ON r.id = x.run_id "
-            "WHERE x.workload = ? AND x.compiler = ? AND x.phase = 'main' AND r.status = 'complete' "
-            "ORDER BY r.id DESC LIMIT ?",
-            (workload, compiler, limit),
-        ).fetchall()
-        out = []
-        for row in reversed(rows):
-            d = {k: row[k] for k in _RUN_COLS}
-            out.append((self._run_from_row(d), row["m"]))  # type: ignore[arg-type]
-        return out
+        x, r = t.results.c, t.runs.c
+        q = (select(t.runs, x.median_ns.label("m")).join(t.results, x.run_id == r.id)
+             .where(x.workload == workload, x.compiler == compiler, x.phase == "main", r.status == "complete")
+             .order_by(r.id.desc()).limit(limit))
+        with self._read() as db:
+            rows = db.execute(q).mappings().all()
+        return [(self._run_from_row(row), row["m"]) for row in reversed(rows)]
+
+    # ------------------------------------------------------------ verdicts (revision 2)
+    def save_verdicts(self, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:
+        """Store `verdicts` as the compared verdicts of run `run_id`, replacing any it had, in one
+        transaction."""
+        with self.transaction() as db:
+            self._insert_verdicts(db, run_id, verdicts)
+
+    def _insert_verdicts(self, db: Connection, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:
+        if db.execute(select(t.runs.c.id).where(t.runs.c.id == run_id)).first() is None:
+            raise StoreError(f"no run {run_id} in {self.path}: its verdicts cannot be stored")
+        db.execute(delete(t.verdicts).where(t.verdicts.c.run_id == run_id))
+        if verdicts:
+            db.execute(insert(t.verdicts), [
+                {"run_id": run_id, "workload": v.workload, "compiler": v.compiler, "verdict": v.verdict,
+                 "ratio": v.ratio, "p_value": v.p_value, "baseline": v.baseline,
+                 "confirmed": None if v.confirmed is None else int(bool(v.confirmed)),
+                 "detail": json.dumps(v.detail, sort_keys=True, default=str)} for v in verdicts])
+
+    def verdicts(self, run_id: int) -> list[StoredVerdict] | None:
+        """The compared verdicts stored with run `run_id`, in the order saved; None when it stored none (or
+        the store is of a revision before verdicts, read as it is)."""
+        if self.revision < VERDICTS_REVISION:
+            return None
+        v = t.verdicts.c
+        with self._read() as db:
+            rows = db.execute(select(t.verdicts).where(v.run_id == run_id).order_by(v.id)).mappings().all()
+        if not rows:
+            return None
+        return [StoredVerdict.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}) for row in rows]
 
     # ------------------------------------------------------------ export / import
     def export(self, run_ids: list[int] | None = None) -> dict[str, Any]:
-        """A JSON-able dict with the given runs (all when None), their results and every sample."""
+        """A JSON-able dict with the given runs (all when None), their results with every sample, and their
+        stored verdicts (`verdicts`: a list, or null when the run stored none)."""
         runs = [self.run(i) for i in run_ids] if run_ids else list(reversed(self.runs()))
-        return {
-            "format": EXPORT_FORMAT,
-            "schema_version": SCHEMA_VERSION,
-            "exported_at": now(),
-            "runs": [
-                {**r.as_dict(), "results": [x.as_dict() for x in self.results(r.id, phase=None)]}
-                for r in runs
-            ],
-        }
+        out = []
+        for r in runs:
+            stored = self.verdicts(r.id)
+            out.append({**r.as_dict(), "results": [x.as_dict() for x in self.results(r.id, phase=None)],
+                        "verdicts": [v.as_dict() for v in stored] if stored is not None else None})
+        return {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(), "runs": out}
 
     def import_(self, data: dict[str, Any]) -> tuple[int, int]:
-        """Merge an export into this store; returns (runs added, runs already present by uid)."""
+        """Merge an export (of this schema version or an older one) into this store; returns (runs added,
+        runs already present by uid)."""
         if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
             raise ImportFormatError('not a kiln bench export (missing "format": "kiln-bench-export")')
-        if data.get("schema_version") != SCHEMA_VERSION:
+        version = data.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
             raise ImportFormatError(
-                f"export has schema v{data.get('schema_version')}; this code reads v{SCHEMA_VERSION}"
+                f"export has schema v{version}; this code reads v1 to v{SCHEMA_VERSION}"
             )
         added = skipped = 0
         for rd in data.get("runs", []):
             try:
                 run = RunInfo(**{k: rd[k] for k in RunInfo.__dataclass_fields__ if k in rd})
                 results = [Result.from_dict(x) for x in rd.get("results", [])]
-            except (TypeError, KeyError) as e:
+                verdicts = [StoredVerdict.from_dict(v) for v in rd.get("verdicts") or []]
+            except (TypeError, KeyError, AttributeError) as e:
                 raise ImportFormatError(f"malformed run in export: {e}") from None
             with self.transaction() as db:
-                if db.execute("SELECT 1 FROM runs WHERE uid = ?", (run.uid,)).fetchone():
+                if db.execute(select(t.runs.c.id).where(t.runs.c.uid == run.uid)).first():
                     skipped += 1
                     continue
                 run.id = None
                 rid = self._insert_run(db, run)
                 for res in results:
                     self._insert_result(db, rid, res)
+                if verdicts:
+                    self._insert_verdicts(db, rid, verdicts)
                 added += 1
         return added, skipped
 
@@ -324,18 +285,14 @@ class Store:
 # A store on the runner, outside the checkout (a fresh checkout would wipe it): the bench jobs of the workflows
 # record main's runs into it and compare pull requests with them. Its path is KILN_BENCH_STORE (`{backend}`
 # replaced), else the backend's `bench_store` in ci/matrix.json, else ~/.local/share/kiln/bench/<backend>.sqlite.
-# An OS file lock (`<store>.lock`) is held while it is in use: exclusive for writers, shared for readers. A missing store starts fresh (writers) or reads as
-# empty (readers), with a note; a corrupt one (not SQLite, failing `PRAGMA integrity_check`, no bench tables,
-# an older schema) is moved aside to `<store>.corrupt-<UTC time>` with an error line, never overwritten.
+# An OS file lock (`<store>.lock`) is held while it is in use: exclusive for writers, shared for readers. A
+# missing store starts fresh (writers) or reads as empty (readers), with a note. An older revision is migrated
+# by a writer (after a backup copy) and read as it is by a reader. A corrupt one (not SQLite, failing
+# `PRAGMA integrity_check`, bench tables missing or lacking columns) is moved aside by a writer to
+# `<store>.corrupt-<UTC time>` with an error line, never overwritten; a reader reports it and leaves it be.
+# A newer store than this code is refused (StoreError) for both and never moved.
 
 LOCK_TIMEOUT_S = 1200.0
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_REQUIRED_COLUMNS = {
-    "meta": {"key", "value"},
-    "runs": set(_RUN_COLS),
-    "results": {"run_id", "median_ns", "n", "meta", *_RESULT_COLS},
-    "samples": {"result_id", "seq", "ns"},
-}
 
 
 def _say(msg: str) -> None:
@@ -439,53 +396,34 @@ class StoreLock:
 
 
 def store_problem(path: Path) -> tuple[str, str] | None:
-    """Why the file at `path` is no usable bench store: ("corrupt", why), ("newer", why) for a store of a newer
-    schema than this code reads, or None when it is usable (an empty file counts as usable: SQLite starts it)."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(_SQLITE_MAGIC))
-    except OSError as e:
-        return "corrupt", f"cannot be read ({e.strerror})"
-    if not head:
+    """Why the file at `path` is no usable bench store: ("corrupt", why) for an unreadable or broken one,
+    ("newer", why) for a store of a newer revision than this code knows, or None when it is usable (an older
+    revision included: a writer migrates it; an empty file counts as usable: SQLite starts it). Reads only."""
+    why = unreadable_problem(Path(path), BENCH)
+    if why is not None:
+        return "corrupt", why
+    if not Path(path).stat().st_size:
         return None
-    if head != _SQLITE_MAGIC:
-        return "corrupt", "it is not an SQLite database"
+    engine = open_engine(path, write=False)
     try:
-        db = sqlite3.connect(str(path), timeout=30)  # read-write: a read-only open fails on a leftover WAL
-    except sqlite3.Error as e:
-        return "corrupt", f"SQLite cannot open it ({e})"
-    try:
-        rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
-        if rows != ["ok"]:
-            return "corrupt", f"PRAGMA integrity_check says: {'; '.join(map(str, rows[:3]))}"
-        for table, need in _REQUIRED_COLUMNS.items():
-            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-            if not have:
-                return "corrupt", f"it has no `{table}` table: not a kiln bench store"
-            if need - have:
-                return "corrupt", f"its `{table}` table lacks {', '.join(sorted(need - have))}: wrong schema"
-        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        version = int(row[0]) if row and str(row[0]).isdigit() else None
-    except sqlite3.DatabaseError as e:
-        return "corrupt", f"SQLite cannot read it ({e})"
+        with engine.connect() as conn, conn.begin():
+            state = read_state(conn, BENCH)
+    except SQLAlchemyError as e:
+        return "corrupt", f"SQLite cannot read it ({str(e).splitlines()[0]})"
     finally:
-        db.close()
-    if version is None:
-        return "corrupt", "it records no schema version"
-    if version > SCHEMA_VERSION:
-        return "newer", f"it has schema v{version}; this code reads v{SCHEMA_VERSION} (update the checkout)"
-    if version < SCHEMA_VERSION:
-        return "corrupt", f"it has schema v{version} of older code; this code reads v{SCHEMA_VERSION}"
-    return None
+        engine.dispose()
+    newer = newer_problem(BENCH, path, state)
+    return ("newer", newer) if newer else None
 
 
 @contextmanager
 def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOUT_S,
                  log: Callable[[str], None] | None = None) -> Iterator[Store]:
-    """The lasting store at `path`, locked while the block runs (see above). Writers get it created when missing
-    and a fresh one after a corrupt one is moved aside; readers then get an empty in-memory store instead (a
-    pull request never creates the store). A store of a newer schema is a StoreError for writers (nothing is
-    moved) and reads as empty."""
+    """The lasting store at `path`, locked while the block runs (see above). Writers get it created when
+    missing, migrated when older (after a backup copy) and a fresh one after a corrupt one is moved aside;
+    readers open it read-only and get an empty in-memory store when it is missing or corrupt (a pull request
+    never creates, moves or migrates the store). A store of a newer revision is a StoreError for both; nothing
+    is moved."""
     say = log or _say
     path = Path(path)
     if path.is_dir():
@@ -503,14 +441,16 @@ def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOU
         elif (problem := store_problem(path)) is not None:
             kind, why = problem
             if kind == "newer":
-                if write:
-                    raise StoreError(f"lasting bench store {path}: {why}; nothing was moved or written")
-                say(f"error: lasting bench store {path}: {why}; nothing recorded to compare with")
-                usable = False
-            else:
+                raise StoreError(f"lasting {why}")
+            if write:
                 aside = set_aside(path)
-                say(f"error: lasting bench store {path} is corrupt: {why}; moved aside to {aside}"
-                    + ("; starting a fresh store" if write else "; nothing recorded to compare with"))
-                usable = write
-        with Store(path if usable else ":memory:") as store:
+                say(f"error: lasting bench store {path} is corrupt: {why}; moved aside to {aside}; "
+                    "starting a fresh store")
+            else:
+                say(f"error: lasting bench store {path} is corrupt: {why}; left as it is (the next recording "
+                    "run on main moves it aside); nothing recorded to compare with")
+                usable = False
+        elif not write and path.stat().st_size == 0:
+            usable = False
+        with Store(path if usable else ":memory:", readonly=not write, log=say) as store:
             yield store

@@ -82,8 +82,9 @@ def test_record_is_once_per_folder_and_keeps_backend_commit_source(tmp_path):
         outs = dict(con.execute("SELECT node_id, outcome FROM history_outcomes WHERE run_id = 1").fetchall())
     assert rows == [("cpu", "abc123", "run"), ("cpu", None, "flakes")]
     assert outs == {"t::a": "passed", "t::b": "error", "t::c": "xfailed"}
-    # the flakes folder counts as one run in which t::b failed
-    assert history.failure_counts(db)["t::b"].phrase() == "failed 2 of the last 2 runs"
+    # the flakes folder counts its repetitions, apart from the run folders
+    assert history.failure_counts(db)["t::b"].phrase() == \
+        "failed 1 of the last 1 runs; failed 1 of 3 repetitions (flaky)"
 
 
 def test_unfinished_and_unknown_folders_are_refused_and_leave_no_trace(tmp_path):
@@ -145,9 +146,12 @@ def test_a_newer_schema_is_refused(tmp_path):
     history.record(db, fake_run(tmp_path / "r1", {"t::a": ("passed", 1.0)}))
     with sqlite3.connect(db) as con:
         con.execute("UPDATE history_meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(HistoryError, match="schema version 99"):
+    before = db.read_bytes()
+    with pytest.raises(HistoryError, match=r"history store .* is at revision schema v99, newer than this"):
         history.failure_counts(db)
-    assert db.exists()
+    with pytest.raises(HistoryError, match="update the checkout; nothing was moved or written"):
+        history.record(db, fake_run(tmp_path / "r2", {"t::a": ("passed", 1.0)}))
+    assert db.read_bytes() == before and not list(tmp_path.glob("h.sqlite.*"))
 
 
 def test_the_store_shares_a_file_with_the_bench_store(tmp_path):
@@ -165,7 +169,12 @@ def test_the_store_shares_a_file_with_the_bench_store(tmp_path):
 def test_settings_name_the_store(tmp_path, monkeypatch):
     monkeypatch.delenv("KILN_HISTORY_DB", raising=False)
     monkeypatch.setenv("KILN_RESULTS", str(tmp_path / "res"))
-    assert settings().history_db == tmp_path / "res" / "history.sqlite"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert settings().history_db == tmp_path / "data" / "kiln" / "history" / "history.sqlite"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = tmp_path / "home" / ".local" / "share"
+    assert settings().history_db == home / "kiln" / "history" / "history.sqlite"
     monkeypatch.setenv("KILN_HISTORY_DB", str(tmp_path / "x.sqlite"))
     assert settings().history_db == tmp_path / "x.sqlite" == history.default_path()
 

@@ -123,7 +123,7 @@ def test_flaky_and_failing_in_the_report_and_the_history(tmp_path):
         "tests/alpha/test_alpha.py::test_ok": None, FLAKY: "flaky", BROKEN: "failing", FINE: None}
 
     # the history: the run and its reruns, flaky vs failing, and the flakes report's phrase
-    db = root / "results" / "history.sqlite"
+    db = history.default_path()
     counts = history.failure_counts(db)
     assert (counts[FLAKY].failed, counts[FLAKY].flaky, counts[BROKEN].failed, counts[BROKEN].flaky) == (1, 1, 1, 0)
     with sqlite3.connect(db) as con:
@@ -187,7 +187,7 @@ def test_retries_off_and_past_max_tests_leave_failures_failing(tmp_path):
                   "--retries", "0", "--no-history")
     assert off.returncode == 1 and "retried" not in off.stdout
     assert off.stdout.splitlines()[-1] == "kiln cpu/native FAILED: 2 passed, 2 failed"
-    assert history.failure_counts(root / "results" / "history.sqlite")[FLAKY].runs == 1  # only the first run
+    assert history.failure_counts(history.default_path())[FLAKY].runs == 1  # only the first run
     bad = harness(root, "run", "--backend", "cpu", "--native", "--retries", "-1")
     assert bad.returncode != 0 and "--retries -1: expected 0 (no reruns) or more" in bad.stderr
 
@@ -206,7 +206,7 @@ def test_sharded_runs_carry_the_classification_through_the_merge(tmp_path):
     logs = [ln.split("failing attempt's log: ")[1] for ln in flaky.splitlines() if "failing attempt's log" in ln]
     assert len(logs) == 2 and all(log.startswith("shard-") and (run_dir / log).is_file() for log in logs)
     # the shards recorded nothing: the merged run is recorded once, with its reruns
-    db = root / "results" / "history.sqlite"
+    db = history.default_path()
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT folder FROM history_runs").fetchall() == [(str(run_dir),)]
         assert con.execute("SELECT COUNT(*) FROM history_retries WHERE status = 'flaky'").fetchone() == (2,)
@@ -275,7 +275,7 @@ def test_the_matrix_retries_key(tmp_path):
 def test_a_store_without_the_retries_table_still_answers(tmp_path):
     db = tmp_path / "old.sqlite"
     with history.connect(db) as con:
-        con.execute("DROP TABLE history_retries")  # a store written before retries were recorded
+        con.exec_driver_sql("DROP TABLE history_retries")  # a store written before retries were recorded
     assert history.failure_counts(db) == {}
     assert history.FailureCount("t", 2, 5, 1).phrase() == \
         "failed 2 of the last 5 runs (flaky in 1: passed when run again alone)"

@@ -82,7 +82,7 @@ def harness(root: Path, *args: str, plant: str = "", timeout: float = 240) -> su
     env = {**os.environ, "KILN_ROOT": str(root), "PYTHONPATH": str(ROOT), "KILN_PLANT": plant,
            "KILN_RESULTS": str(root / "results")}
     env.pop("KILN_NATIVE", None)
-    env.pop("KILN_HISTORY_DB", None)  # runs record into <results>/history.sqlite, never a real store
+    env.pop("KILN_HISTORY_DB", None)  # runs record into the test's own XDG_DATA_HOME (conftest.py)
     return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
                           text=True, timeout=timeout)
 

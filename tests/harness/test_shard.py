@@ -152,7 +152,7 @@ def cli(*args: str, root: Path = ROOT, plant: str = "", timeout: float = 240) ->
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KILN_ROOT": str(root), "KILN_RESULTS": str(root / "results"),
            "KILN_PLANT": plant}
     env.pop("KILN_NATIVE", None)
-    env.pop("KILN_HISTORY_DB", None)  # runs record into <results>/history.sqlite, never a real store
+    env.pop("KILN_HISTORY_DB", None)  # runs record into the test's own XDG_DATA_HOME (conftest.py)
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=root,
                           env=env, timeout=timeout)
 

@@ -20,7 +20,7 @@ MATRIX = matrix.load(ROOT / "ci" / "matrix.json")
 NOX = '"$RUNNER_TEMP/venv/bin/nox"'
 NOX_INSTALL = re.compile(
     r'^python3 -m venv "\$RUNNER_TEMP/venv" && "\$RUNNER_TEMP/venv/bin/pip" install '
-    r"--quiet nox==[0-9.]+$"
+    r"--quiet nox==[0-9.]+ sqlalchemy==[0-9.]+ alembic==[0-9.]+$"  # the stores (harness/store) need them
 )
 GITHUB_LABELS = {"self-hosted", "linux", "x64", "arm64", "ubuntu-latest"}
 

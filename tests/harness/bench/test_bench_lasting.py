@@ -131,6 +131,13 @@ def _truncate_pages(path: Path) -> None:
         fh.write(b"\xff" * (size - 4096))
 
 
+def _legacy_v0(path: Path) -> None:
+    """A store without the version table whose meta claims schema v0 (never written by any kiln code)."""
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE alembic_version_bench")
+        db.execute("UPDATE meta SET value = '0'")
+
+
 def _sql(statement: str):
     def damage(path: Path) -> None:
         with sqlite3.connect(path) as db:
@@ -146,15 +153,21 @@ def _sql(statement: str):
         (_truncate_pages, r"integrity_check|SQLite cannot read it"),
         (_sql("DROP TABLE samples"), "no `samples` table"),
         (_sql("ALTER TABLE runs DROP COLUMN label"), "`runs` table lacks label: wrong schema"),
-        (_sql("UPDATE meta SET value = '0'"), "schema v0 of older code"),
+        (_sql("DROP TABLE alembic_version_bench"), None),
+        (_legacy_v0, "schema v0, which no kiln code wrote"),
     ],
-    ids=["not-sqlite", "integrity", "missing-table", "missing-column", "older-schema"],
+    ids=["not-sqlite", "integrity", "missing-table", "missing-column", "legacy-v1", "legacy-v0"],
 )
 def test_corrupt_store_is_reported_and_moved_aside_then_a_fresh_one_starts(tmp_path, damage, why):
     path = tmp_path / "cuda.sqlite"
     _lasting_with_runs(path, 2)
     damage(path)
     before = path.read_bytes()
+    if why is None:  # a store from before the version table with schema_version 1 is a usable revision 1
+        assert store_problem(path) is None
+        with open_lasting(path, write=True, log=lambda _: None) as store:
+            assert len(store.runs()) == 2
+        return
     kind, detail = store_problem(path)
     assert kind == "corrupt" and re.search(why, detail), detail
     notes, log = _notes()
@@ -176,14 +189,14 @@ def test_a_sqlite_file_of_something_else_is_not_a_bench_store(tmp_path):
     assert store_problem(path) is None  # an empty file is an empty database
 
 
-def test_reader_moves_a_corrupt_store_aside_but_creates_nothing(tmp_path):
+def test_a_reader_never_moves_a_corrupt_store_and_creates_nothing(tmp_path):
     path = tmp_path / "cuda.sqlite"
     path.write_text("garbage")
     notes, log = _notes()
     with open_lasting(path, write=False, log=log) as store:
         assert store.runs() == []
-    assert not path.exists() and len(list(tmp_path.glob("cuda.sqlite.corrupt-*"))) == 1
-    assert "nothing recorded to compare with" in notes[0]
+    assert path.read_text() == "garbage" and not list(tmp_path.glob("cuda.sqlite.corrupt-*"))
+    assert "left as it is" in notes[0] and "nothing recorded to compare with" in notes[0]
 
 
 def test_a_newer_schema_is_refused_by_writers_and_never_moved(tmp_path):
@@ -191,14 +204,12 @@ def test_a_newer_schema_is_refused_by_writers_and_never_moved(tmp_path):
     _lasting_with_runs(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
-    with pytest.raises(StoreError, match="schema v999.*update the checkout.*nothing was moved"):
-        with open_lasting(path, write=True, log=lambda _: None):
-            pass
-    notes, log = _notes()
-    with open_lasting(path, write=False, log=log) as store:
-        assert store.runs() == []
-    assert "schema v999" in notes[0]
-    assert path.exists() and not list(tmp_path.glob("*.corrupt-*"))
+    before = path.read_bytes()
+    for write in (True, False):
+        with pytest.raises(StoreError, match="schema v999.*update the checkout.*nothing was moved"):
+            with open_lasting(path, write=write, log=lambda _: None):
+                pass
+    assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
 
 
 def test_set_aside_never_overwrites_and_takes_the_wal_along(tmp_path):

@@ -1,0 +1,1 @@
+"""Alembic migration scripts of the stores (see harness/store/migrate.py); run programmatically."""

@@ -1,0 +1,40 @@
+"""Bench store revision 2: `verdicts`, a run's compared verdicts with their confirmation (issue 21, item 5).
+
+Revision ID: bench_0002
+Revises: bench_0001
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "bench_0002"
+down_revision = "bench_0001"
+branch_labels = None
+depends_on = None
+
+_meta = sa.table("meta", sa.column("key", sa.Text), sa.column("value", sa.Text))
+
+
+def upgrade() -> None:
+    op.create_table(
+        "verdicts",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("workload", sa.Text, nullable=False),
+        sa.Column("compiler", sa.Text, nullable=False),
+        sa.Column("verdict", sa.Text, nullable=False),
+        sa.Column("ratio", sa.REAL),
+        sa.Column("p_value", sa.REAL),
+        sa.Column("baseline", sa.Text),
+        sa.Column("confirmed", sa.Integer),
+        sa.Column("detail", sa.Text, nullable=False, server_default="{}"),
+        sa.UniqueConstraint("run_id", "workload", "compiler"),
+    )
+    # code from before the Alembic stores reads meta's schema_version: 2 makes it refuse this store, not
+    # write it
+    op.execute(_meta.update().where(_meta.c.key == "schema_version").values(value="2"))
+
+
+def downgrade() -> None:
+    op.drop_table("verdicts")
+    op.execute(_meta.update().where(_meta.c.key == "schema_version").values(value="1"))

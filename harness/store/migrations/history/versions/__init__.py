@@ -1,0 +1,1 @@
+"""Revisions of this store, oldest first (Alembic skips this file)."""

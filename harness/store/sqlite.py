@@ -1,0 +1,123 @@
+"""One SQLite helper for both stores (the bench store and the test history): engines, checks, copies.
+
+Terms:
+  writer engine  opens (and creates) the file read-write with WAL, a busy timeout and foreign keys on; its
+                 write transactions start with `BEGIN IMMEDIATE` (the write lock up front: two processes that
+                 write at once wait for each other instead of failing), its read transactions with `BEGIN`.
+  reader engine  opens the file with `mode=ro`: nothing it does can change the file's bytes.
+  unreadable     a file that is not an SQLite database or fails `PRAGMA integrity_check`; only such a file is
+                 ever set aside (harness.results.set_aside), and only by a writer.
+  backup         a consistent copy (SQLite's online backup) taken before a migration, next to the store:
+                 `STORE.bak-<UTC time>-rev<N>`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.pool import NullPool, StaticPool
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+MEMORY = ":memory:"
+WRITE_TXN = "kiln_write_txn"  # Connection.info flag: the next transaction is a write (BEGIN IMMEDIATE)
+
+
+def _retry_locked(fn: Any, timeout_s: float) -> Any:
+    """Call `fn` until it stops failing with `database is locked` (a WAL switch races other openers)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def open_engine(path: Path | str, *, write: bool, timeout_s: float = 120.0) -> Engine:
+    """An engine on the SQLite file `path` (or `:memory:`), writer or reader (see the module docstring)."""
+    memory = str(path) == MEMORY
+    if memory:
+        target, uri = MEMORY, False
+    elif write:
+        target, uri = str(path), False
+    else:
+        target, uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro", True
+
+    def creator() -> sqlite3.Connection:
+        return sqlite3.connect(target, uri=uri, timeout=timeout_s, isolation_level=None,
+                               check_same_thread=False)
+
+    engine = create_engine("sqlite+pysqlite://", creator=creator,
+                           poolclass=StaticPool if memory else NullPool)
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi: sqlite3.Connection, _record: object) -> None:
+        dbapi.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        dbapi.execute("PRAGMA foreign_keys = ON")
+        if write and not memory:
+            _retry_locked(lambda: dbapi.execute("PRAGMA journal_mode = WAL"), timeout_s)
+            dbapi.execute("PRAGMA synchronous = NORMAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        immediate = write and conn.info.get(WRITE_TXN)
+        _retry_locked(lambda: conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN"), timeout_s)
+
+    return engine
+
+
+def unreadable(path: Path) -> str | None:
+    """Why the file at `path` is no readable SQLite database (not SQLite, failing `PRAGMA integrity_check`),
+    or None. An empty file is readable (SQLite starts it). Opens the file read-only: it changes nothing."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as e:
+        return f"it cannot be read ({e.strerror})"
+    if not head:
+        return None
+    if head != SQLITE_MAGIC:
+        return "it is not an SQLite database"
+    try:
+        db = sqlite3.connect(f"file:{quote(str(Path(path).absolute()))}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as e:
+        return f"SQLite cannot open it ({e})"
+    try:
+        rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
+    except sqlite3.DatabaseError as e:
+        return f"SQLite cannot read it ({e})"
+    finally:
+        db.close()
+    if rows != ["ok"]:
+        return f"PRAGMA integrity_check says: {'; '.join(map(str, rows[:3]))}"
+    return None
+
+
+def backup(path: Path, revision: int) -> Path:
+    """Copy the store at `path` (with what its WAL holds) to `PATH.bak-<UTC time>-rev<revision>`, never over
+    an existing file, through a temporary file and a rename; returns the copy's path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = path.with_name(f"{path.name}.bak-{stamp}-rev{revision}")
+    k = 1
+    while dest.exists():
+        dest = path.with_name(f"{path.name}.bak-{stamp}-{k}-rev{revision}")
+        k += 1
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    src = sqlite3.connect(str(path), timeout=120)
+    try:
+        out = sqlite3.connect(str(tmp))
+        try:
+            src.backup(out)
+            out.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no -wal/-shm beside it
+        finally:
+            out.close()
+    finally:
+        src.close()
+    tmp.rename(dest)
+    return dest

@@ -1,0 +1,12 @@
+"""The harness tests never touch the real lasting stores: the lasting data folder (XDG_DATA_HOME, where the
+test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB is unset."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _private_data_home(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.delenv("KILN_HISTORY_DB", raising=False)
