@@ -131,7 +131,7 @@ class StoreError(BenchError):
 
 class StoreUnavailable(StoreError, InfrastructureError):
     """The store is there but cannot be used now: its lock was not released in time, or it cannot be reached
-    (exit 3, where a wrong path or schema is an input error, 2). For bench/store.py's lock wait to raise."""
+    (exit 3, where a wrong path or schema is an input error, 2). bench/store.py's lock wait raises it."""
 
     exit_code = EXIT_INFRA
 

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness.exc import ImportFormatError, StoreError
+from harness.exc import ImportFormatError, StoreError, StoreUnavailable
 from harness.results import set_aside
 from harness.store import BENCH, open_store, unreadable_problem
 from harness.store import tables as t
@@ -370,7 +370,7 @@ class StoreLock:
                     holder = self.holder()
                     os.close(self.fd)
                     self.fd = None
-                    raise StoreError(
+                    raise StoreUnavailable(  # exit 3: the runner, not the command, is at fault
                         f"gave up after {self.timeout_s:g} s waiting for the lock on {self.path} ({holder}): "
                         "another bench job is using this store; run again when it is done"
                     ) from None
