@@ -296,10 +296,8 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
         atomic_write_text(args.md, md)
     append_job_summary(md)
     if getattr(args, "json", None):
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(report.json_report(run, results, cmps, baseline), indent=1, default=str)
-        )
+        atomic_write_text(args.json, json.dumps(report.json_report(run, results, cmps, baseline), indent=1,
+                                                default=str))
     if getattr(args, "plots", None):
         try:
             args.plots.mkdir(parents=True, exist_ok=True)
@@ -339,7 +337,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         **kw,
     )
     cmp_cfg = _cmp_cfg(args).for_device(device)
-    with _open(args.db, args.lasting) as store:
+    from .bisect import sigterm_as_interrupt
+
+    # SIGTERM (a cancelled CI job) is Ctrl-C: the run is marked aborted, its stored results kept
+    with sigterm_as_interrupt(), _open(args.db, args.lasting) as store:
         out = run_bench(
             cfg,
             store,
@@ -430,8 +431,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             data = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(), "runs": []}
         else:
             data = store.export(ids)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, default=str))
+    from harness.results import atomic_write_text
+
+    atomic_write_text(args.out, json.dumps(data, default=str))
     print(f"exported {len(data['runs'])} run(s) to {args.out}")
     return 0
 

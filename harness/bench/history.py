@@ -29,7 +29,7 @@ from harness.exc import StoreError, UsageError
 
 from .compare import Baseline, CompareConfig, Comparison, compare, drift_of
 from .records import Result, RunInfo
-from .report import PlotUnavailable, _plt, fmt_ns, markdown, terminal
+from .report import PlotUnavailable, _plt, fmt_ns, markdown, save_figure, terminal
 from .store import Store
 
 MARKS = {
@@ -245,7 +245,7 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
     ax.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 

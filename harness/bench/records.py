@@ -99,3 +99,33 @@ class Result:
     def from_dict(cls, d: dict[str, Any]) -> "Result":
         names = cls.__dataclass_fields__.keys()
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class StoredVerdict:
+    """The verdict a `bench run` gave one workload under one compiler, stored with the run (`Store.save_verdicts`)
+    so that `bench history`, `bench show` and the reports repeat it instead of recomputing it.
+
+    `verdict`: regressed (confirmed side by side), improved, unchanged, rejected (a suspect that the side-by-side
+    measurement did not confirm), unconfirmed (a suspect that could not be measured side by side), suspect
+    (flagged by a stored comparison, never confirmed), new, missing or not comparable. `ratio`/`p_value`: the
+    statistic that decided it; `baseline`: the baseline run(s) it was judged against; `confirmed`: None when
+    no confirmation was attempted; `detail`: the stored comparison's numbers, the side-by-side ones, notes.
+    """
+
+    workload: str
+    compiler: str
+    verdict: str
+    ratio: float | None = None
+    p_value: float | None = None
+    baseline: str | None = None
+    confirmed: bool | None = None
+    detail: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StoredVerdict:
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in names})

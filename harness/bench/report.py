@@ -278,6 +278,17 @@ def json_report(
 
 
 # ------------------------------------------------------------------ plots
+def save_figure(fig: Any, path: Path, dpi: int) -> None:
+    """Save a matplotlib figure as PNG atomically: rendered in memory, then written and renamed into place."""
+    import io
+
+    from harness.results import atomic_write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def _plt():
     try:
         import matplotlib
@@ -314,7 +325,7 @@ def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path) -
     if others:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -335,7 +346,7 @@ def plot_ratios(cmps: list[Comparison], threshold: float, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("median new / baseline")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -359,7 +370,7 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
     if names:
         axes.flat[0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 

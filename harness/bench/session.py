@@ -99,12 +99,12 @@ def open_runs(store: Store, runs: list[RunInfo], ex: Executor) -> Iterator[None]
             except Exception:  # noqa: BLE001 - the store may be what failed; keep the original error
                 pass
             if isinstance(e, KeyboardInterrupt):
-                print(f"note: run {run.id} is marked aborted and will never be used as a baseline",
-                      file=sys.stderr)
+                print(f"note: run {run.id} is marked aborted (what was measured is kept) and will never be used "
+                      "as a baseline", file=sys.stderr)
         raise
     for run in runs:
         store.finish_run(run.id, "complete")
-        run.status = "complete"
+        run.status, run.finished_at = "complete", store.run(run.id).finished_at
 
 
 def run_bench(

@@ -319,6 +319,40 @@ class Store:
                 added += 1
         return added, skipped
 
+    # ==================== BEGIN verdicts (issue 21; stand-in, replaced at merge by the SQLAlchemy store's) ====
+    # The verdicts a `bench run` gave, stored with the run: `save_verdicts` replaces a run's verdicts,
+    # `verdicts` reads them back (None when the run stored none: an older run, or one never compared).
+    _VERDICTS_SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS verdicts (run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "
+        "workload TEXT NOT NULL, compiler TEXT NOT NULL, verdict TEXT NOT NULL, ratio REAL, p_value REAL, "
+        "baseline TEXT, confirmed INTEGER, detail TEXT, UNIQUE (run_id, workload, compiler))"
+    )
+
+    def save_verdicts(self, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:  # noqa: F821
+        with self.transaction() as db:
+            db.execute(self._VERDICTS_SCHEMA)
+            db.execute("DELETE FROM verdicts WHERE run_id = ?", (run_id,))
+            db.executemany(
+                "INSERT INTO verdicts (run_id, workload, compiler, verdict, ratio, p_value, baseline, confirmed, "
+                "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, v.workload, v.compiler, v.verdict, v.ratio, v.p_value, v.baseline,
+                  None if v.confirmed is None else int(v.confirmed), json.dumps(v.detail, default=str))
+                 for v in verdicts],
+            )
+
+    def verdicts(self, run_id: int) -> list[StoredVerdict] | None:  # noqa: F821
+        from .records import StoredVerdict
+
+        has = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'verdicts'").fetchone()
+        rows = self.db.execute("SELECT * FROM verdicts WHERE run_id = ? ORDER BY rowid", (run_id,)).fetchall() \
+            if has else []
+        if not rows:
+            return None
+        return [StoredVerdict(r["workload"], r["compiler"], r["verdict"], r["ratio"], r["p_value"], r["baseline"],
+                              None if r["confirmed"] is None else bool(r["confirmed"]),
+                              json.loads(r["detail"] or "{}")) for r in rows]
+    # ==================== END verdicts ============================================================================
+
 
 # ------------------------------------------------------------ the lasting store of the CI bench jobs
 # A store on the runner, outside the checkout (a fresh checkout would wipe it): the bench jobs of the workflows
