@@ -1,5 +1,6 @@
 """One bench run from start to finish: resolve baseline -> begin run -> ceiling -> measure every workload ->
-compare -> confirm flagged workloads -> mark complete. Interrupted runs are marked `aborted` (a killed one
+compare with the baseline's stored samples (suspects only) -> decide the suspects side by side with the
+baseline's own build (harness/bench/sidebyside.py) -> store the verdicts -> mark complete. Interrupted runs are marked `aborted` (a killed one
 stays `running`); neither is ever a baseline.
 """
 
@@ -16,21 +17,30 @@ import torch
 
 from harness.exc import BaselineError
 
-from . import env, workloads as wl
+from . import env
+from . import workloads as wl
 from .compare import (
     Baseline,
     CompareConfig,
     Comparison,
     compare,
-    confirm,
     drift_of,
     load_baseline,
     resolve_baseline,
+    to_stored,
 )
-from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
+from .execute import BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
-from .report import fmt_ns
+from .report import fmt_ns, interpreted
+from .sidebyside import confirm_side_by_side
 from .store import Store
+
+
+def baseline_label(runs: list[RunInfo]) -> str:
+    """`run:ID[,ID...] (commit C)`: what a stored verdict was judged against."""
+    ids = ",".join(str(r.id) for r in runs)
+    commit = (runs[0].git_commit or "-")[:10] if runs else "-"
+    return f"run:{ids} (commit {commit})"
 
 
 @dataclass
@@ -151,26 +161,12 @@ def run_bench(
             base: Baseline = load_baseline(store, base_runs)
             drift = drift_of(results, base) if cmp_cfg.normalize_drift else 1.0
             cmps = compare(results, base, cmp_cfg, new_run=run, drift=drift)
-
-            def remeasure(
-                workload: str, compilers: list[str], refs: list[str]
-            ) -> dict[tuple[str, str], list[float]]:
-                by_name = {c.name: c for c in cases}
-                names = [c for c in compilers if c != BASELINE_COMPILER] + [BASELINE_COMPILER]
-                before = {
-                    r: ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0] for r in refs
-                }
-                rs = ex.measure_case(by_name[workload], names, phase="confirm", reps_scale=2.0)
-                for r in refs:
-                    after = ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0]
-                    before[r].samples += after.samples
-                out: dict[tuple[str, str], list[float]] = {}
-                for r in rs + list(before.values()):
-                    store.add_result(run.id, r)
-                    if r.status == "ok":
-                        out[(r.workload, r.compiler)] = r.samples
-                show(0, workload, rs, phase="confirm")
-                return out
-
-            cmps = confirm(cmps, results, base, remeasure, cmp_cfg, drift)
+            interp = interpreted(cfg.device, cfg.compilers)
+            for c in cmps:
+                c.interpreter = c.compiler in interp
+            # the stored comparison only raises suspects; they are decided side by side, now
+            cmps = confirm_side_by_side(cmps, run, base_runs, cfg.as_dict(), cmp_cfg,
+                                        plant=cfg.plant.spec() if cfg.plant else None, threads=threads or 1,
+                                        log=log)
+            store.save_verdicts(run.id, to_stored(cmps, baseline_label(base_runs)))
     return Outcome(run, results, cmps, base_runs)

@@ -1,0 +1,74 @@
+"""One arm of a side-by-side confirmation (harness/bench/sidebyside.py): a process that measures workloads with
+the code of the tree first on its PYTHONPATH (the baseline commit's scratch worktree, or the candidate's tree).
+
+It is started by file path, so this driver is the caller's while `harness.bench.workloads`, the executor and
+`compiler` are the tree's own. Protocol: one JSON object a line on stdin, one answer a line on the original
+stdout (anything the measured code prints goes to stderr):
+
+- first line `{"cfg": {...BenchConfig fields...}, "cases": [names], "compilers": [...], "plant": spec|null,
+  "threads": n}` -> `{"ready": {case: {compiler: "ok" | error}}}` once every case is compiled and warmed up;
+- `{"op": "sample", "case": name, "scale": f}` -> `{"ok": true}` after `scale` of the case's planned samples;
+- `{"op": "finish"}` -> `{"results": [Result.as_dict() ...]}` and the process exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# started as a script: drop this folder from the path, so `harness` and `compiler` come from PYTHONPATH's tree
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+
+def main() -> int:
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # the measured code's prints go to stderr; stdout carries the protocol only
+
+    def send(obj: dict[str, Any]) -> None:
+        proto.write(json.dumps(obj, default=str) + "\n")
+        proto.flush()
+
+    hello = json.loads(sys.stdin.readline())
+    compilers: list[str] = hello["compilers"]
+    if "kiln" in compilers:
+        from harness.bench.session import prepare_kiln
+
+        prepare_kiln()
+    import torch
+
+    from harness.bench import workloads as wl
+    from harness.bench.execute import BenchConfig, Executor
+    from harness.settings import Plant
+
+    names = BenchConfig.__dataclass_fields__
+    cfg = BenchConfig(**{k: v for k, v in hello["cfg"].items() if k in names and k != "plant"})
+    cfg.plant = Plant.parse(hello["plant"]) if hello.get("plant") else None
+    if cfg.device == "cpu" and hello.get("threads"):
+        torch.set_num_threads(int(hello["threads"]))
+    ex = Executor(cfg, log=lambda msg: None)
+    ex.measure_ceiling()
+    wanted = set(hello["cases"])
+    cases = [c for c in wl.cases(cfg.profile, None) if c.name in wanted]
+    torch._dynamo.reset()
+    opened = {c.name: ex.open_case(c, compilers, phase="confirm") for c in cases}
+    send({"ready": {name: {c: ("ok" if p.__class__.__name__ == "Prepared" else (p.error or "error"))
+                           for c, p in oc.prepared.items()} for name, oc in opened.items()}})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "sample":
+            oc = opened.get(cmd["case"])
+            if oc is not None:
+                ex.sample_case(oc, float(cmd.get("scale", 1.0)))
+            send({"ok": oc is not None})
+        elif cmd["op"] == "finish":
+            results = [r.as_dict() for oc in opened.values() for r in ex.close_case(oc)]
+            send({"results": results})
+            return 0
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
