@@ -2,7 +2,8 @@
 
 Verbs: run, compare, list, show, export, import, summary, plot, history, workloads, selftest, bisect, gpu,
 models, model-profile, job-summary.
-Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
+Exit codes: 0 fine; 1 a regression was confirmed side by side (`bench run`; unless --no-fail) or a self-test
+expectation failed (`bench compare` of stored runs only raises suspects: exit 0);
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
 
@@ -357,7 +358,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import compare, load_baseline, resolve_baseline
+    from . import report
+    from .compare import compare, load_baseline, mark_suspects, resolve_baseline
 
     cmp_cfg = _cmp_cfg(args)
     with _open(args.db) as store:
@@ -366,6 +368,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base_runs = resolve_baseline(store, args.baseline, run)
         results = store.results(run.id)
         cmps = compare(results, load_baseline(store, base_runs), cmp_cfg, new_run=run)
+        # stored samples against stored samples: suspects only (no side-by-side measurement here)
+        mark_suspects(cmps, "the baseline's stored samples")
+        interp = report.interpreted(run.device, run.compilers)
+        for c in cmps:
+            c.interpreter = c.compiler in interp
         emit_reports(args, run, results, cmps, base_runs, cmp_cfg.threshold)
     return _exit_for(cmps, args.no_fail)
 
@@ -396,13 +403,33 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from . import report
 
+    from .compare import from_stored
+
     with _open(args.db) as store:
         run = store.run(_run_id(store, args.run))
         results = store.results(run.id)
-    emit_reports(args, run, results, None, [])
+        stored = store.verdicts(run.id)
+        cmps = from_stored(stored) if stored else None
+        base = _stored_baseline(store, stored)
+    emit_reports(args, run, results, cmps, base)
     print()
     print(report.terminal(report.details(results)))
     return 0
+
+
+def _stored_baseline(store, stored) -> list:
+    """The baseline runs that stored verdicts name (`run:ID,ID (commit C)`), those still in the store."""
+    from harness.exc import StoreError
+
+    if not stored or not (stored[0].baseline or "").startswith("run:"):
+        return []
+    out = []
+    for x in stored[0].baseline[4:].split(" ")[0].split(","):
+        try:
+            out.append(store.run(int(x)))
+        except (ValueError, StoreError):
+            pass
+    return out
 
 
 def cmd_export(args: argparse.Namespace) -> int:

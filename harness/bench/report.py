@@ -57,11 +57,15 @@ def markdown(table: Table) -> str:
 
 # ------------------------------------------------------------------ interpreter runs
 INTERPRETER_NOTE = (
-    "kiln on a CPU runs through Triton's interpreter: its times measure the interpreter (NumPy, program by "
+    "kiln (interpreter: pipeline check, not kernel speed): on a CPU kiln runs through Triton's interpreter: its times measure the interpreter (NumPy, program by "
     "program), not generated code, and compare with neither eager's nor Inductor's C++ kernels. kiln's "
     "column shows no speedup over eager; read it against kiln's own history (`of base`: its ratio to the "
-    "baseline run, when the run was compared)."
+    "baseline run, when the run was compared). Its regressions fail a job only when confirmed side by side "
+    "(both builds under the interpreter on this machine, taking turns): a slower pipeline, not slower kernels."
 )
+
+
+INTERPRETER_LABEL = "(interpreter: pipeline check, not kernel speed)"
 
 
 def interpreted(device: str, compilers: Sequence[str]) -> set[str]:
@@ -168,19 +172,22 @@ def details(results: list[Result]) -> Table:
 
 
 def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Table:
-    rows = [["workload", "compiler", "baseline", "new", "ratio", "p", "verdict", "note"]]
+    """Per comparison: the stored comparison's medians, ratio and p (baseline = its stored samples), the
+    side-by-side ratio and p where the suspect was measured beside the baseline build, the verdict."""
+    rows = [["workload", "compiler", "baseline", "new", "ratio", "p", "side by side", "verdict", "note"]]
     for c in cmps:
         if only_flagged and c.verdict == "unchanged":
             continue
         rows.append(
             [
                 c.workload,
-                c.compiler,
+                c.compiler + (" (interpreter)" if c.interpreter else ""),
                 fmt_ns(c.base_ns),
                 fmt_ns(c.new_ns),
                 _g(c.ratio, "{:.3f}"),
                 _g(c.p, "{:.2g}"),
-                c.verdict + (" (confirmed)" if c.confirmed else ""),
+                "-" if c.sbs_ratio is None else f"{c.sbs_ratio:.3f} (p={c.sbs_p:.2g})",
+                c.verdict + (" (confirmed)" if c.confirmed else "") + (" (recomputed)" if c.recomputed else ""),
                 c.note,
             ]
         )
@@ -188,7 +195,11 @@ def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Tabl
 
 
 def counts_line(cmps: list[Comparison]) -> str:
-    return ", ".join(f"{v}: {n}" for v, n in counts(cmps).items())
+    """Counts per verdict: regressed always, the others when present."""
+    line = ", ".join(f"{v}: {n}" for v, n in counts(cmps).items() if n or v == "regressed")
+    if any(c.interpreter for c in cmps):
+        line += f"; kiln {INTERPRETER_LABEL}"
+    return line
 
 
 def spread_table(
