@@ -1,7 +1,7 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
 Verbs: run, compare, list, show, export, import, summary, plot, history, workloads, selftest, bisect, gpu,
-models, model-profile, job-summary.
+models, model-profile, job-summary, verdict.
 Exit codes: 0 fine; 1 a regression was confirmed side by side (`bench run`; unless --no-fail) or a self-test
 expectation failed (`bench compare` of stored runs only raises suspects: exit 0);
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
@@ -161,6 +161,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     from .job import add_arguments as _add_job
 
     _add_job(p)
+    p = sub.add_parser("verdict", help="end of a job: one line per bench step (its report and exit status), "
+                       "exit 1 when a regression was confirmed side by side or a step failed")
+    from .verdict import add_arguments as _add_verdict
+
+    _add_verdict(p)
     p = sub.add_parser("backend", help="bench one backend of ci/matrix.json in its container (or --native)")
     p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
     p.add_argument("--native", action="store_true", help="this machine's Python instead of a container")
@@ -402,7 +407,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from . import report
-
     from .compare import from_stored
 
     with _open(args.db) as store:
@@ -539,6 +543,7 @@ VERB_MODULES: dict[str, tuple[str, str]] = {
     "models": (".model_run", "cmd_models"),
     "bisect": (".bisect", "cmd_bisect"),
     "job-summary": (".job", "cmd_job_summary"),
+    "verdict": (".verdict", "cmd_verdict"),
     "history": (".history", "cmd_history"),
     "model-profile": (".model_profile", "cmd_model_profile"),
 }
