@@ -36,6 +36,35 @@ from .sidebyside import confirm_side_by_side
 from .store import Store
 
 
+SCREEN_RUNS = 3  # complete runs (the baseline's among them) whose stored samples screen for suspects
+
+
+def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs: list[RunInfo],
+                   cmps: list[Comparison], cfg: CompareConfig, n: int = SCREEN_RUNS) -> None:
+    """Also flag as suspects (`regressed`, to be decided side by side) the workloads that are regressed against
+    any of the other last `n` complete runs of the baseline's kind: a baseline measured in a slow spell of the
+    host hides a real slowdown against itself (a planted 20% read 0.89x against a baseline measured under
+    load), rarely against all of the last few runs. Only a screen: the side-by-side measurement decides."""
+    try:
+        others = [r for r in resolve_baseline(store, f"window:{n}", run) if r.id not in {b.id for b in base_runs}]
+    except BaselineError:
+        return
+    by_key = {(c.workload, c.compiler): c for c in cmps}
+    for other in others[: max(0, n - len(base_runs))]:
+        base = load_baseline(store, [other])
+        drift = drift_of(results, base) if cfg.normalize_drift else 1.0
+        for o in compare(results, base, cfg, new_run=run, drift=drift):
+            c = by_key.get((o.workload, o.compiler))
+            if o.verdict == "regressed" and c is not None and c.verdict in ("unchanged", "improved"):
+                c.verdict = "regressed"
+                c.note = _join(c.note, f"regressed against run {other.id}'s stored samples (ratio {o.ratio:.3f}, "
+                                       f"p={o.p:.2g})")
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else (a or b)
+
+
 def baseline_label(runs: list[RunInfo]) -> str:
     """`run:ID[,ID...] (commit C)`: what a stored verdict was judged against."""
     ids = ",".join(str(r.id) for r in runs)
@@ -161,6 +190,7 @@ def run_bench(
             base: Baseline = load_baseline(store, base_runs)
             drift = drift_of(results, base) if cmp_cfg.normalize_drift else 1.0
             cmps = compare(results, base, cmp_cfg, new_run=run, drift=drift)
+            widen_suspects(store, run, results, base_runs, cmps, cmp_cfg)
             interp = interpreted(cfg.device, cfg.compilers)
             for c in cmps:
                 c.interpreter = c.compiler in interp

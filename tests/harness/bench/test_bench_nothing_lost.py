@@ -74,7 +74,8 @@ def test_history_repeats_the_verdict_and_times_of_the_run_that_stored_them(tmp_p
     assert f"{c['ratio']:.3f}" in table_line
     row = next(ln for ln in hist.stdout.splitlines() if ln.startswith("2 "))
     assert f"{fmt_ns(c['new_ns'])} x{c['ratio']:.2f} = rejected" in row and row.rstrip().endswith("stored")
-    assert "regressed" not in hist.stdout.replace("No regressed", "") and "improved:" not in hist.stdout
+    assert not [ln for ln in hist.stdout.splitlines() if ln.startswith(("regressed:", "improved:", "suspect:"))]
+    assert "▲" not in row and "▼" not in row
     shown = _bench("show", "2", "--db", str(db))
     assert shown.returncode == 0 and "rejected: 1" in shown.stdout, shown.stderr
 
