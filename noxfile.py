@@ -99,14 +99,14 @@ def ci(session: nox.Session) -> None:
 
     run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")
 
-    import nox.command
+    from nox.command import CommandFailed
 
     def step(*args: str, env: dict | None = None) -> int:
         """Run a command; its exit status instead of ending the session (the later steps still run)."""
         try:
             session.run(*args, env=env, external=True)
             return 0
-        except nox.command.CommandFailed as e:
+        except CommandFailed as e:
             return e.return_code or 1
 
     session.run(python, "-m", "harness", "run", "--backend", backend, "--results", run_dir, *native, *rest,

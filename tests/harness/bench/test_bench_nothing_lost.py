@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_helpers import make_run, samples
 
 from harness.bench import sidebyside, verdict
 from harness.bench.compare import CPU_THRESHOLD, CompareConfig, Comparison
 from harness.bench.records import Result
 from harness.bench.report import fmt_ns
-
-from bench_helpers import make_run, samples
 
 ROOT = Path(__file__).resolve().parents[3]
 W1, W2 = "softmax.fwd.fp32.64x128", "row_sum.fwd.fp32.64x128"
@@ -35,7 +34,7 @@ def _env(**more: str) -> dict[str, str]:
 
 def _bench(*argv: str, env: dict[str, str] | None = None, timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", "bench", *argv], cwd=ROOT, env=env or _env(),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 # ------------------------------------------------------------------ history repeats the run's verdicts
@@ -193,9 +192,9 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.parametrize("verb", ["export", "show"])
 def test_a_writer_killed_midway_leaves_the_previous_file(tmp_path, verb):
-    from harness.bench.store import Store
-
     from bench_helpers import make_results, medians, store_run
+
+    from harness.bench.store import Store
 
     db = tmp_path / "b.sqlite"
     with Store(db) as s:
@@ -206,13 +205,13 @@ def test_a_writer_killed_midway_leaves_the_previous_file(tmp_path, verb):
     argv = ["export", str(target), "--db", str(db)] if verb == "export" else \
         ["show", "1", "--db", str(db), "--json", str(target), "--md", str(tmp_path / "art" / "x.md")]
     p = subprocess.run([sys.executable, "-c", KILLED_WRITER, *argv], cwd=ROOT, env=_env(), capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=120, check=False)
     assert p.returncode == -signal.SIGKILL, p.stderr
     assert json.loads(target.read_text()) == {"previous": True}  # never a partial file under the final name
     assert not (tmp_path / "art" / "x.md").exists() or verb != "show"  # the Markdown, first, was never renamed
     # and without the kill the new file replaces it whole
     ok = subprocess.run([sys.executable, "-m", "harness", "bench", *argv], cwd=ROOT, env=_env(),
-                        capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=120, check=False)
     assert ok.returncode == 0, ok.stderr
     assert "previous" not in json.loads(target.read_text())
 
@@ -240,3 +239,82 @@ def test_sigterm_marks_the_run_aborted_and_keeps_what_was_measured(tmp_path):
         kept = con.execute("SELECT count(*) FROM results").fetchone()[0]
     assert status == "aborted" and finished and kept >= n
     assert "marked aborted" in err
+
+
+# ------------------------------------------------------------------ `nox -s ci`: its last lines and exit
+class _Quit(Exception):
+    pass
+
+
+class _FakeSession:
+    """Enough of nox.Session for the `ci` session: each command's effect is given by `effects`; `bench verdict`
+    runs for real."""
+
+    def __init__(self, effects: dict[str, tuple[int, dict | None, str | None]]):
+        import nox.virtualenv
+
+        self.posargs: list[str] = []
+        self.virtualenv = nox.virtualenv.PassthroughEnv()
+        self.effects, self.logged, self.ran = effects, [], []
+
+    def log(self, msg: str) -> None:
+        self.logged.append(msg)
+
+    def error(self, msg: str) -> None:
+        raise _Quit(msg)
+
+    def run(self, *argv: str, silent: bool = False, success_codes=None, env=None, external=None):
+        import nox.command
+
+        self.ran.append(list(argv))
+        if "detect" in argv:
+            return "native\n" if "--mode" in argv else "cpu\n"
+        if argv[3:5] == ("bench", "verdict"):
+            p = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd(), env=_env(), check=False)
+            self.logged.extend(p.stdout.splitlines())
+            if p.returncode not in (success_codes or [0]):
+                raise nox.command.CommandFailed(f"Returned code {p.returncode}", return_code=p.returncode)
+            return True
+        key = next((k for k in self.effects if k in argv), None)
+        rc, report, path = self.effects.get(key, (0, None, None))
+        if report is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(report))
+        if rc not in (success_codes or [0]):
+            raise nox.command.CommandFailed(f"Returned code {rc}", return_code=rc)
+        return True
+
+
+def _ci(tmp_path, monkeypatch, effects):
+    from test_bench_job import _noxfile  # noxfile.py loaded once (loading registers its sessions)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KILN_NO_VENV", "1")
+    nf = _noxfile()
+    s = _FakeSession(effects)
+    try:
+        nf.ci.func(s) if hasattr(nf.ci, "func") else nf.ci(s)
+        return s, None
+    except _Quit as e:
+        return s, str(e)
+
+
+def test_the_ci_session_ends_with_the_bench_verdicts_and_fails_on_a_confirmed_regression(tmp_path, monkeypatch):
+    last, models = "results/bench/cpu/last.json", "results/bench/cpu/models/report.json"
+    regressed = {"comparisons": [{"workload": "w", "compiler": "kiln", "verdict": "regressed", "confirmed": True,
+                                  "sbs_ratio": 1.2, "interpreter": True},
+                                 {"workload": "v", "compiler": "eager", "verdict": "rejected", "confirmed": False}]}
+    s, err = _ci(tmp_path, monkeypatch, {"backend": (1, regressed, last), "models": (0, {"comparisons": []}, models)})
+    assert err is not None and "bench: FAILED" in err  # the session fails ...
+    assert s.ran[-2][3] == "report" and s.ran[-1][3:5] == ["bench", "verdict"]  # the report ran, then the verdict
+    assert s.logged[-2:] == [  # ... after the report, its last lines one per bench step
+        ("bench kernels: 1 regressed (confirmed side by side): w@kiln x1.20 (interpreter: pipeline check, not "
+         "kernel speed), 1 suspect(s) rejected side by side -> FAIL"),
+        "bench models: 0 regressed (confirmed side by side), 0 suspect(s) rejected side by side -> ok"]
+    # identical code, nothing confirmed: success, and it says so
+    quiet = {"comparisons": [{"workload": "v", "compiler": "eager", "verdict": "rejected", "confirmed": False}]}
+    s, err = _ci(tmp_path, monkeypatch, {"backend": (0, quiet, last), "models": (0, {"comparisons": []}, models)})
+    assert err is None and s.logged[-2].startswith("bench kernels: 0 regressed (confirmed side by side), 1 suspect")
+    # a bench step that dies before writing its report (the stale one from before is gone): a failure
+    s, err = _ci(tmp_path, monkeypatch, {"backend": (137, None, None), "models": (0, {"comparisons": []}, models)})
+    assert err is not None and s.logged[-2] == "bench kernels: no report; the step failed (exit 137) -> FAIL"
