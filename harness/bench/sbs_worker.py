@@ -6,8 +6,10 @@ It is started by file path, so this driver is the caller's while `harness.bench.
 stdout (anything the measured code prints goes to stderr):
 
 - first line `{"cfg": {...BenchConfig fields...}, "cases": [names], "compilers": [...], "plant": spec|null,
-  "threads": n}` -> `{"ready": {case: {compiler: "ok" | error}}}` once every case is compiled and warmed up;
-- `{"op": "sample", "case": name, "scale": f}` -> `{"ok": true}` after `scale` of the case's planned samples;
+  "threads": n}` -> `{"ready": {case: {compiler: "ok" | error}}, "reps": {case: {compiler: planned samples}}}`
+  once every case is compiled and warmed up;
+- `{"op": "sample", "case": name, "n": {compiler: n}}` -> `{"block": {compiler: median ns}}`: one untimed call
+  (the first call after the other process ran is slow), then `n` timed samples added to the case's results;
 - `{"op": "finish"}` -> `{"results": [Result.as_dict() ...]}` and the process exits.
 """
 
@@ -54,15 +56,31 @@ def main() -> int:
     cases = [c for c in wl.cases(cfg.profile, None) if c.name in wanted]
     torch._dynamo.reset()
     opened = {c.name: ex.open_case(c, compilers, phase="confirm") for c in cases}
-    send({"ready": {name: {c: ("ok" if p.__class__.__name__ == "Prepared" else (p.error or "error"))
-                           for c, p in oc.prepared.items()} for name, oc in opened.items()}})
+    def live(oc: Any) -> dict[str, Any]:
+        return {c: p for c, p in oc.prepared.items() if hasattr(p, "call") and p.result.status == "ok"}
+
+    send({"ready": {name: {c: ("ok" if c in live(oc) else (getattr(p, "error", None) or "error"))
+                           for c, p in oc.prepared.items()} for name, oc in opened.items()},
+          "reps": {name: {c: p.reps for c, p in live(oc).items()} for name, oc in opened.items()}})
+    from harness.bench.execute import gc_paused
+    from harness.bench.stats import Stats
+
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] == "sample":
-            oc = opened.get(cmd["case"])
-            if oc is not None:
-                ex.sample_case(oc, float(cmd.get("scale", 1.0)))
-            send({"ok": oc is not None})
+            block: dict[str, float] = {}
+            for c, p in live(opened[cmd["case"]]).items():
+                try:
+                    with gc_paused():
+                        p.call()
+                        ex.timer.sync()
+                        got = ex.timer.sample(p.call, max(1, int(cmd["n"].get(c, 1))))
+                except Exception as e:  # noqa: BLE001 - a failing call is an error result, as in `bench run`
+                    p.result.status, p.result.error = "error", f"{type(e).__name__}: {e}"
+                    continue
+                p.result.samples += got
+                block[c] = Stats.of(got).median
+            send({"block": block})
         elif cmd["op"] == "finish":
             results = [r.as_dict() for oc in opened.values() for r in ex.close_case(oc)]
             send({"results": results})

@@ -7,8 +7,12 @@ Terms:
 - *side by side*: two worker processes (`sbs_worker.py`), one running the baseline run's commit (checked out
   in a scratch `git worktree`: `bisect.Scratch`), one the candidate's tree, each compiling the suspects once;
   then, for `ROUNDS` rounds, every suspect workload is sampled by one worker and then the other (the order
-  alternating), only one measuring at a time. Both see the same machine; `compare.judge` decides on the
-  pooled samples (no drift division: there is no drift between turns seconds apart).
+  alternating, as many samples each), only one measuring at a time. Both see the same machine.
+- *judgement*: `compare.judge` on the rounds' medians, each pair of turns normalized by its geometric mean
+  (baseline b, candidate c -> sqrt(b/c), sqrt(c/b)): the ratio is the median of the rounds' c/b and the
+  Mann-Whitney test asks whether the candidate's turns are slower than the baseline's turns beside them.
+  Samples within a turn are not independent (a burst of load spans them), so pooling them gave p < 0.01 to
+  identical code 1.18x apart under load; turns taken seconds apart share the machine's state.
 - Outcomes (`Comparison.verdict`): `regressed`/`improved` with `confirmed=True` when the side-by-side verdict
   repeats the suspect's; `rejected` when it does not; `unconfirmed` when it could not be measured (the
   baseline commit is not in this checkout, there is no git, a worker failed): never a failure of the job.
@@ -23,6 +27,7 @@ Terms:
 from __future__ import annotations
 
 import json
+import math
 import os
 import selectors
 import subprocess
@@ -38,7 +43,7 @@ from .compare import BASELINE_COMPILER, CompareConfig, Comparison, judge
 from .records import Result, RunInfo
 from .stats import Stats
 
-ROUNDS = 10  # turns per workload and arm
+ROUNDS = 12  # turns per workload and arm
 REPS_SCALE = 2.0  # of the run's planned samples per workload+compiler, per arm
 WORKER = Path(__file__).with_name("sbs_worker.py")
 FLAGGED = ("regressed", "improved")
@@ -117,7 +122,8 @@ class Worker:
                                      stderr=self.log, env=env, cwd=tree, text=True)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
-        self.ready = self.ask(hello)["ready"]
+        first = self.ask(hello)
+        self.ready, self.reps = first["ready"], first.get("reps", {})
 
     def ask(self, obj: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -149,7 +155,8 @@ class Worker:
 def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], base_tree: Path, cand_tree: Path,
                  plant: str | None, workdir: Path, *, threads: int = 1, rounds: int = ROUNDS,
                  timeout_s: float = 900.0) -> tuple[list[Result], list[Result]]:
-    """(baseline arm's results, candidate arm's results) of `cases` under `compilers`, measured in turns."""
+    """(baseline arm's results, candidate arm's results) of `cases` under `compilers`, measured in turns; each
+    result's `meta["rounds"]` holds its turns' medians in round order."""
     hello = {"cfg": {**cfg, "rounds": 1, "passes": 1}, "cases": cases, "compilers": compilers,
              "threads": threads}
     workers: list[Worker] = []
@@ -158,11 +165,18 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
         workers.append(base)
         cand = Worker("candidate", cand_tree, {**hello, "plant": plant}, workdir / "candidate.log", timeout_s)
         workers.append(cand)
+        n = {name: {c: math.ceil(max(w.reps.get(name, {}).get(c, 1) for w in workers) * REPS_SCALE / rounds)
+                    for c in compilers} for name in cases}
+        blocks: dict[tuple[str, str, str], list[float]] = {}
         for r in range(rounds):
             for i, name in enumerate(cases):
                 for w in ((base, cand) if (r + i) % 2 == 0 else (cand, base)):
-                    w.ask({"op": "sample", "case": name, "scale": REPS_SCALE / rounds})
+                    for c, med in w.ask({"op": "sample", "case": name, "n": n[name]})["block"].items():
+                        blocks.setdefault((w.name, name, c), []).append(med)
         got = [[Result.from_dict(d) for d in w.ask({"op": "finish"})["results"]] for w in (base, cand)]
+        for w, rs in zip((base, cand), got):
+            for x in rs:
+                x.meta["rounds"] = blocks.get((w.name, x.workload, x.compiler), [])
         return got[0], got[1]
     finally:
         for w in workers:
@@ -227,7 +241,7 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
         if b.source_hash != n.source_hash:
             _unconfirmed([c], "workload definition differs at the baseline commit", say)
             continue
-        verdict, ratio, p = judge(n.samples, b.samples, cmp_cfg)
+        verdict, ratio, p = judge_rounds(b, n, cmp_cfg)
         c.sbs_ratio, c.sbs_p = ratio, p
         c.sbs_base_ns, c.sbs_new_ns = Stats.of(b.samples).median, Stats.of(n.samples).median
         c.sbs_seconds = round(seconds, 1)
@@ -242,6 +256,15 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
             f"(p={p:.2g}): {c.verdict}")
     say(f"[confirm] side-by-side confirmation took {seconds:.0f}s")
     return cmps
+
+
+def judge_rounds(base: Result, cand: Result, cfg: CompareConfig) -> tuple[str, float, float]:
+    """`compare.judge` on paired turns (module docstring); on the pooled samples when no turns are recorded."""
+    b, c = base.meta.get("rounds") or [], cand.meta.get("rounds") or []
+    pairs = [(x, y) for x, y in zip(b, c) if x > 0 and y > 0]
+    if len(pairs) < 3:
+        return judge(cand.samples, base.samples, cfg)
+    return judge([math.sqrt(y / x) for x, y in pairs], [math.sqrt(x / y) for x, y in pairs], cfg)
 
 
 def _unconfirmed(cs: list[Comparison], why: str, say: Callable[[str], None]) -> list[Comparison]:
