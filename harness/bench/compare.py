@@ -6,7 +6,11 @@ Terms:
   complete runs on the same device and profile qualify.
 - *ratio*: median(new) / median(baseline); > 1 means slower.
 - A workload is *regressed* only if ratio > 1 + threshold AND a one-sided Mann-Whitney U test on the samples
-  gives p < alpha; *improved* symmetrically (ratio < 1 - threshold). Flagged workloads are then re-measured,
+  gives p < alpha; *improved* symmetrically (ratio < 1 - threshold). Against stored samples such a flag is only
+  a *suspect*: `bench run` decides it side by side (harness/bench/sidebyside.py: `rejected`, `unconfirmed`, or
+  regressed/improved `confirmed`); `bench compare`, the model tier and `bench history`'s recomputed steps
+  report it as `suspect` (`mark_suspects`). `confirm` below (the older re-measure against the baseline's
+  stored samples, no longer used by `bench run`) is kept for its tests: flagged workloads re-measured,
   interleaved with the baseline compiler (`eager`), and keep their verdict only if the re-measurement shows it
   too and, for compilers other than eager, the slowdown relative to eager exceeds the threshold as well (so
   a machine that became slower as a whole flags nothing); eager's own local clock is a few other eager
