@@ -35,30 +35,33 @@ from .report import fmt_ns, interpreted
 from .sidebyside import confirm_side_by_side
 from .store import Store
 
-
 SCREEN_RUNS = 3  # complete runs (the baseline's among them) whose stored samples screen for suspects
 
 
 def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs: list[RunInfo],
                    cmps: list[Comparison], cfg: CompareConfig, n: int = SCREEN_RUNS) -> None:
-    """Also flag as suspects (`regressed`, to be decided side by side) the workloads that are regressed against
-    any of the other last `n` complete runs of the baseline's kind: a baseline measured in a slow spell of the
-    host hides a real slowdown against itself (a planted 20% read 0.89x against a baseline measured under
-    load), rarely against all of the last few runs. Only a screen: the side-by-side measurement decides."""
+    """Also flag as suspects (`regressed`, to be decided side by side) the workloads more than half the
+    threshold slower than the baseline or than any of the other last `n` complete runs of its kind (no
+    significance asked: a screen): a baseline measured in a slow spell of the host hides a real slowdown
+    against itself (a planted 20% read 0.89x against a baseline measured under load), rarely against all of
+    the last few runs. Each suspect costs side-by-side time; only that measurement decides."""
     try:
         others = [r for r in resolve_baseline(store, f"window:{n}", run) if r.id not in {b.id for b in base_runs}]
     except BaselineError:
-        return
+        others = []
+    loose = 1 + (cfg.threshold or 0.0) / 2
     by_key = {(c.workload, c.compiler): c for c in cmps}
+    screens = [("the baseline's stored samples", cmps)]
     for other in others[: max(0, n - len(base_runs))]:
         base = load_baseline(store, [other])
         drift = drift_of(results, base) if cfg.normalize_drift else 1.0
-        for o in compare(results, base, cfg, new_run=run, drift=drift):
+        screens.append((f"run {other.id}'s stored samples", compare(results, base, cfg, new_run=run, drift=drift)))
+    for what, cs in screens:
+        for o in cs:
             c = by_key.get((o.workload, o.compiler))
-            if o.verdict == "regressed" and c is not None and c.verdict in ("unchanged", "improved"):
+            if o.ratio and o.ratio > loose and c is not None and c.verdict in ("unchanged", "improved"):
                 c.verdict = "regressed"
-                c.note = _join(c.note, f"regressed against run {other.id}'s stored samples (ratio {o.ratio:.3f}, "
-                                       f"p={o.p:.2g})")
+                c.note = _join(c.note, f"suspect: {o.ratio:.3f}x {what} (p={o.p:.2g})")
 
 
 def _join(a: str, b: str) -> str:
