@@ -6,10 +6,11 @@ It is started by file path, so this driver is the caller's while `harness.bench.
 stdout (anything the measured code prints goes to stderr):
 
 - first line `{"cfg": {...BenchConfig fields...}, "cases": [names], "compilers": [...], "plant": spec|null,
-  "threads": n}` -> `{"ready": {case: {compiler: "ok" | error}}, "reps": {case: {compiler: planned samples}}}`
-  once every case is compiled and warmed up;
-- `{"op": "sample", "case": name, "n": {compiler: n}}` -> `{"block": {compiler: median ns}}`: one untimed call
-  (the first call after the other process ran is slow), then `n` timed samples added to the case's results;
+  "threads": n}` -> `{"ready": {case: {compiler: "ok" | error}}, "reps": {case: {compiler: planned samples}},
+  "est": {case: {compiler: ns a call}}}` once every case is compiled and warmed up;
+- `{"op": "sample", "case": name, "n": {compiler: n}}` -> `{"block": {compiler: 25th percentile ns}}`: one
+  untimed call (the first call after the other process ran is slow), then `n` timed samples added to the
+  case's results; the block's lower quartile, since load on a shared host only ever adds time;
 - `{"op": "finish"}` -> `{"results": [Result.as_dict() ...]}` and the process exits.
 """
 
@@ -61,7 +62,8 @@ def main() -> int:
 
     send({"ready": {name: {c: ("ok" if c in live(oc) else (getattr(p, "error", None) or "error"))
                            for c, p in oc.prepared.items()} for name, oc in opened.items()},
-          "reps": {name: {c: p.reps for c, p in live(oc).items()} for name, oc in opened.items()}})
+          "reps": {name: {c: p.reps for c, p in live(oc).items()} for name, oc in opened.items()},
+          "est": {name: {c: p.est_ns for c, p in live(oc).items()} for name, oc in opened.items()}})
     from harness.bench.execute import gc_paused
     from harness.bench.stats import Stats
 
@@ -79,7 +81,7 @@ def main() -> int:
                     p.result.status, p.result.error = "error", f"{type(e).__name__}: {e}"
                     continue
                 p.result.samples += got
-                block[c] = Stats.of(got).median
+                block[c] = Stats.of(got).q1
             send({"block": block})
         elif cmd["op"] == "finish":
             results = [r.as_dict() for oc in opened.values() for r in ex.close_case(oc)]

@@ -8,7 +8,8 @@ Terms:
   in a scratch `git worktree`: `bisect.Scratch`), one the candidate's tree, each compiling the suspects once;
   then, for `ROUNDS` rounds, every suspect workload is sampled by one worker and then the other (the order
   alternating, as many samples each), only one measuring at a time. Both see the same machine.
-- *judgement*: `compare.judge` on the rounds' medians, each pair of turns normalized by its geometric mean
+- *judgement*: `compare.judge` on the rounds' turns (each turn's lower quartile: load only adds time; a turn
+  lasts at least `TURN_S`), each pair of turns normalized by its geometric mean
   (baseline b, candidate c -> sqrt(b/c), sqrt(c/b)): the ratio is the median of the rounds' c/b and the
   Mann-Whitney test asks whether the candidate's turns are slower than the baseline's turns beside them.
   Samples within a turn are not independent (a burst of load spans them), so pooling them gave p < 0.01 to
@@ -20,8 +21,9 @@ Terms:
   workers run the candidate's tree (two arms of the same code; only a planted slowdown can differ).
 - A planted slowdown (`--plant`, tests only) goes to the candidate's worker only.
 - Cost: two process starts (importing torch), compiling each suspect workload once per worker (kiln under
-  Triton's interpreter: a few seconds a workload), then about `2 * REPS_SCALE` of the run's per-workload
-  measuring time (`target_s`) per compiler and arm; plus a `git worktree add` when the commits differ.
+  Triton's interpreter: a few seconds a workload), then per workload, compiler and arm `ROUNDS` turns of at
+  least `TURN_S` (about 1.5 s; more when `REPS_SCALE` times the run's planned samples take longer); plus a
+  `git worktree add` when the commits differ. On the shared 2-core host: 15-30 s for 1-2 tiny kiln suspects.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from .records import Result, RunInfo
 from .stats import Stats
 
 ROUNDS = 12  # turns per workload and arm
+TURN_S = 0.12  # a turn measures at least this long (a scheduler's time slice must not decide a turn) ...
+TURN_MAX = 2000  # ... in at most this many samples
 REPS_SCALE = 2.0  # of the run's planned samples per workload+compiler, per arm
 WORKER = Path(__file__).with_name("sbs_worker.py")
 FLAGGED = ("regressed", "improved")
@@ -123,7 +127,7 @@ class Worker:
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
         first = self.ask(hello)
-        self.ready, self.reps = first["ready"], first.get("reps", {})
+        self.ready, self.reps, self.est = first["ready"], first.get("reps", {}), first.get("est", {})
 
     def ask(self, obj: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -156,7 +160,7 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
                  plant: str | None, workdir: Path, *, threads: int = 1, rounds: int = ROUNDS,
                  timeout_s: float = 900.0) -> tuple[list[Result], list[Result]]:
     """(baseline arm's results, candidate arm's results) of `cases` under `compilers`, measured in turns; each
-    result's `meta["rounds"]` holds its turns' medians in round order."""
+    result's `meta["rounds"]` holds its turns' lower quartiles in round order."""
     hello = {"cfg": {**cfg, "rounds": 1, "passes": 1}, "cases": cases, "compilers": compilers,
              "threads": threads}
     workers: list[Worker] = []
@@ -165,8 +169,12 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
         workers.append(base)
         cand = Worker("candidate", cand_tree, {**hello, "plant": plant}, workdir / "candidate.log", timeout_s)
         workers.append(cand)
-        n = {name: {c: math.ceil(max(w.reps.get(name, {}).get(c, 1) for w in workers) * REPS_SCALE / rounds)
-                    for c in compilers} for name in cases}
+        def turn(name: str, c: str) -> int:
+            planned = max(w.reps.get(name, {}).get(c, 1) for w in workers) * REPS_SCALE / rounds
+            est = max(w.est.get(name, {}).get(c, 0.0) or 0.0 for w in workers)
+            return min(TURN_MAX, math.ceil(max(planned, TURN_S * 1e9 / est if est > 0 else 1.0)))
+
+        n = {name: {c: turn(name, c) for c in compilers} for name in cases}
         blocks: dict[tuple[str, str, str], list[float]] = {}
         for r in range(rounds):
             for i, name in enumerate(cases):

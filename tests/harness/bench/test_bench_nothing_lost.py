@@ -318,3 +318,23 @@ def test_the_ci_session_ends_with_the_bench_verdicts_and_fails_on_a_confirmed_re
     # a bench step that dies before writing its report (the stale one from before is gone): a failure
     s, err = _ci(tmp_path, monkeypatch, {"backend": (137, None, None), "models": (0, {"comparisons": []}, models)})
     assert err is not None and s.logged[-2] == "bench kernels: no report; the step failed (exit 137) -> FAIL"
+
+
+def test_verdicts_are_stored_per_run_and_replaced_whole(store):
+    from bench_helpers import make_results, medians, store_run
+
+    from harness.bench.compare import from_stored, to_stored
+    from harness.bench.records import StoredVerdict
+
+    a = store_run(store, make_results(medians(), seed=1))
+    assert store.verdicts(a.id) is None  # stored none: readers recompute, labelled so
+    c = Comparison("w", "kiln", "rejected", ratio=1.4, p=1e-5, base_ns=1e6, new_ns=1.4e6, confirmed=False,
+                   suspect="regressed", sbs_ratio=1.01, sbs_p=0.4, interpreter=True)
+    store.save_verdicts(a.id, to_stored([c, Comparison("v", "eager", "unchanged", ratio=1.0)], "run:1 (commit x)"))
+    got = store.verdicts(a.id)
+    assert [(v.workload, v.verdict, v.confirmed, v.baseline) for v in got] == [
+        ("w", "rejected", False, "run:1 (commit x)"), ("v", "unchanged", None, "run:1 (commit x)")]
+    assert from_stored(got)[0] == c  # the run's comparison, side-by-side numbers included
+    store.save_verdicts(a.id, [StoredVerdict("w", "kiln", "regressed", 1.3, 1e-4, "run:1", True)])
+    assert [v.verdict for v in store.verdicts(a.id)] == ["regressed"]  # replaced, not added
+    assert StoredVerdict.from_dict(got[0].as_dict()) == got[0]
