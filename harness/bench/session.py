@@ -41,10 +41,11 @@ SCREEN_RUNS = 3  # complete runs (the baseline's among them) whose stored sample
 def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs: list[RunInfo],
                    cmps: list[Comparison], cfg: CompareConfig, n: int = SCREEN_RUNS) -> None:
     """Also flag as suspects (`regressed`, to be decided side by side) the workloads more than half the
-    threshold slower than the baseline or than any of the other last `n` complete runs of its kind (no
+    threshold slower than the baseline or than any of the other last `n` complete runs of its kind, in raw
+    time or with eager on the same workload (measured interleaved with it in each run) as the clock (no
     significance asked: a screen): a baseline measured in a slow spell of the host hides a real slowdown
-    against itself (a planted 20% read 0.89x against a baseline measured under load), rarely against all of
-    the last few runs. Each suspect costs side-by-side time; only that measurement decides."""
+    against itself (a planted 20% read 0.89x against a baseline measured under load). Each suspect costs
+    side-by-side time; only that measurement decides."""
     try:
         others = [r for r in resolve_baseline(store, f"window:{n}", run) if r.id not in {b.id for b in base_runs}]
     except BaselineError:
@@ -57,11 +58,16 @@ def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs:
         drift = drift_of(results, base) if cfg.normalize_drift else 1.0
         screens.append((f"run {other.id}'s stored samples", compare(results, base, cfg, new_run=run, drift=drift)))
     for what, cs in screens:
+        eager = {o.workload: o.ratio for o in cs if o.compiler == "eager" and o.ratio}
         for o in cs:
             c = by_key.get((o.workload, o.compiler))
-            if o.ratio and o.ratio > loose and c is not None and c.verdict in ("unchanged", "improved"):
+            if not o.ratio or c is None or c.verdict not in ("unchanged", "improved"):
+                continue
+            clocked = o.ratio / eager[o.workload] if o.compiler != "eager" and o.workload in eager else None
+            if o.ratio > loose or (clocked is not None and clocked > loose):
                 c.verdict = "regressed"
-                c.note = _join(c.note, f"suspect: {o.ratio:.3f}x {what} (p={o.p:.2g})")
+                c.note = _join(c.note, f"suspect: {o.ratio:.3f}x {what}" + (
+                    f", {clocked:.3f}x with eager as the clock" if clocked is not None else "") + f" (p={o.p:.2g})")
 
 
 def _join(a: str, b: str) -> str:
