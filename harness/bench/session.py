@@ -32,7 +32,7 @@ from .compare import (
 from .execute import BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
 from .report import fmt_ns, interpreted
-from .sidebyside import confirm_side_by_side
+from .sidebyside import ALWAYS_ON_CPU, confirm_side_by_side
 from .store import Store
 
 SCREEN_RUNS = 3  # complete runs (the baseline's among them) whose stored samples screen for suspects
@@ -206,6 +206,6 @@ def run_bench(
             # the stored comparison only raises suspects; they are decided side by side, now
             cmps = confirm_side_by_side(cmps, run, base_runs, cfg.as_dict(), cmp_cfg,
                                         plant=cfg.plant.spec() if cfg.plant else None, threads=threads or 1,
-                                        log=log)
+                                        log=log, always=ALWAYS_ON_CPU if cfg.device == "cpu" else ())
             store.save_verdicts(run.id, to_stored(cmps, baseline_label(base_runs)))
     return Outcome(run, results, cmps, base_runs)

@@ -20,6 +20,11 @@ Terms:
 - *same code*: the baseline run's commit is the candidate's and neither tree was dirty: no worktree, both
   workers run the candidate's tree (two arms of the same code; only a planted slowdown can differ).
 - A planted slowdown (`--plant`, tests only) goes to the candidate's worker only.
+- On a CPU, kiln (`ALWAYS_ON_CPU`) is measured side by side on every compared workload, suspect or not: the
+  shared host's speed swings 2x between runs (kiln's interpreter times 6.6 -> 7.1 -> 3.8 ms for one workload in
+  three runs minutes apart, eager's steady), so no screen against stored runs finds a 20% slowdown in a run
+  made in a fast spell. kiln is the code that changes between commits; inductor and eager come from the
+  pinned torch and are measured side by side when screened as suspects only.
 - Cost: two process starts (importing torch), compiling each suspect workload once per worker (kiln under
   Triton's interpreter: a few seconds a workload), then per workload, compiler and arm `ROUNDS` turns of at
   least `TURN_S` (about 1.5 s; more when `REPS_SCALE` times the run's planned samples take longer); plus a
@@ -36,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +50,7 @@ from .compare import BASELINE_COMPILER, CompareConfig, Comparison, judge
 from .records import Result, RunInfo
 from .stats import Stats
 
+ALWAYS_ON_CPU = ("kiln", "kiln-cg")  # measured side by side on every compared workload on a CPU (see below)
 ROUNDS = 12  # turns per workload and arm
 TURN_S = 0.12  # a turn measures at least this long (a scheduler's time slice must not decide a turn) ...
 TURN_MAX = 2000  # ... in at most this many samples
@@ -194,8 +200,10 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
 def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[RunInfo], bench_cfg: dict[str, Any],
                          cmp_cfg: CompareConfig, *, plant: str | None = None, threads: int = 1,
                          root: Path | None = None, log: Callable[[str], None] | None = None,
+                         always: Sequence[str] = (),
                          measure: Callable[..., tuple[list[Result], list[Result]]] = measure_pair) -> list[Comparison]:
-    """Decide every suspect of `cmps` (flagged regressed/improved) side by side (module docstring); the others
+    """Decide every suspect of `cmps` (flagged regressed/improved) side by side (module docstring), and measure
+    every comparable key of the `always` compilers too (`ALWAYS_ON_CPU`: a key the screen missed); the others
     are left as they are. Returns `cmps`. `measure` replaces `measure_pair` in tests."""
     say = log or (lambda m: print(m, file=sys.stderr, flush=True))
     wanted = FLAGGED if cmp_cfg.confirm_improved else ("regressed",)
@@ -203,22 +211,25 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
     for c in cmps:
         if c.verdict == "improved" and c not in suspects:
             c.verdict, c.note = "suspect", _join(c.note, "faster against stored samples; not confirmed")
+    for c in suspects:
+        c.suspect = c.verdict
+    suspects += [c for c in cmps if c.compiler in always and c.verdict == "unchanged" and c.ratio is not None]
     if not suspects:
         return cmps
     plan = plan_for(run, base_runs, root)
     for c in suspects:
-        c.suspect = c.verdict
         c.note = _join(c.note, "; ".join(plan.notes))
     if plan.reason:
-        _unconfirmed(suspects, plan.reason, say)
+        _unconfirmed([c for c in suspects if c.suspect], plan.reason, say)
         return cmps
     cases = list(dict.fromkeys(c.workload for c in suspects))
     compilers = list(dict.fromkeys([c.compiler for c in suspects if c.compiler != BASELINE_COMPILER]
                                    + [BASELINE_COMPILER]))
     what = "same code (baseline run of this very commit)" if plan.same_code else \
         f"baseline commit {plan.base_commit[:10]} in a scratch worktree"  # type: ignore[index]
-    say(f"[confirm] {len(suspects)} suspect(s) in {len(cases)} workload(s): measuring side by side, {what} "
-        f"against this tree, {ROUNDS} rounds")
+    n_sus = sum(1 for c in suspects if c.suspect)
+    say(f"[confirm] {n_sus} suspect(s) and {len(suspects) - n_sus} other key(s) of {', '.join(always) or '-'} in "
+        f"{len(cases)} workload(s): measuring side by side, {what} against this tree, {ROUNDS} rounds")
     t0 = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="kiln-sbs-") as tmp:
@@ -235,7 +246,7 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
                 except BisectError as e:
                     raise SideBySideError(str(e)) from None
     except (SideBySideError, OSError, ValueError, KeyError) as e:
-        _unconfirmed(suspects, f"side-by-side measurement failed: {e}", say)
+        _unconfirmed([c for c in suspects if c.suspect], f"side-by-side measurement failed: {e}", say)
         return cmps
     seconds = time.monotonic() - t0
     base_of = {(r.workload, r.compiler): r for r in base_res}
@@ -244,15 +255,22 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
         b, n = base_of.get((c.workload, c.compiler)), cand_of.get((c.workload, c.compiler))
         if not (b and n and b.status == "ok" and n.status == "ok" and b.samples and n.samples):
             why = next((x.error for x in (b, n) if x is not None and x.error), "no samples")
-            _unconfirmed([c], f"side-by-side measurement failed: {why}", say)
+            _unconfirmed([c] if c.suspect else [], f"side-by-side measurement failed: {why}", say)
             continue
         if b.source_hash != n.source_hash:
-            _unconfirmed([c], "workload definition differs at the baseline commit", say)
+            _unconfirmed([c] if c.suspect else [], "workload definition differs at the baseline commit", say)
             continue
         verdict, ratio, p = judge_rounds(b, n, cmp_cfg)
         c.sbs_ratio, c.sbs_p = ratio, p
         c.sbs_base_ns, c.sbs_new_ns = Stats.of(b.samples).median, Stats.of(n.samples).median
         c.sbs_seconds = round(seconds, 1)
+        if not c.suspect:  # not flagged by the stored comparison: measured because its compiler always is
+            if verdict in wanted:
+                c.suspect, c.verdict, c.confirmed = verdict, verdict, True
+                c.note = _join(c.note, f"missed against stored samples; {verdict} side by side: ratio {ratio:.3f}, "
+                                       f"p={p:.2g}")
+            say(f"[confirm] {c.workload}@{c.compiler}: side by side {ratio:.3f} (p={p:.2g}): {c.verdict}")
+            continue
         c.confirmed = verdict == c.suspect
         if c.confirmed:
             c.verdict = c.suspect
