@@ -136,18 +136,45 @@ def ci(session: nox.Session) -> None:
     from datetime import datetime, timezone
 
     run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")
+
+    from nox.command import CommandFailed
+
+    def step(*args: str, env: dict | None = None) -> int:
+        """Run a command; its exit status instead of ending the session (the later steps still run)."""
+        try:
+            session.run(*args, env=env, external=True)
+            return 0
+        except CommandFailed as e:
+            return e.return_code or 1
+
     session.run(python, "-m", "harness", "run", "--backend", backend, "--results", run_dir, *native, *rest,
                 external=True, success_codes=[0, 1])
-    session.run(python, "-m", "harness", "bench", "backend", "--backend", backend, *native, env=SUITE_ENV,
-                external=True, success_codes=[0, 1])
+    # each bench step: its report (removed first: a step that dies before writing it leaves none) and exit status
+    bench_dir = os.path.join("results", "bench", backend)
+    steps: list[tuple[str, str, int]] = []
+    report = os.path.join(bench_dir, "last.json")
+    if os.path.exists(report):
+        os.remove(report)
+    steps.append(("kernels", report, step(python, "-m", "harness", "bench", "backend", "--backend", backend,
+                                          *native, env=SUITE_ENV)))
     if native:  # the model tier needs transformers (the `models` extra), which the backend images lack
-        session.run(python, "-m", "harness", "bench", "models", "--profile", "tiny", "--db",
-                    f"results/bench/{backend}/bench.sqlite", "--out", f"results/bench/{backend}/models",
-                    "--baseline", "latest?", env=SUITE_ENV, external=True, success_codes=[0, 1])
+        report = os.path.join(bench_dir, "models", "report.json")
+        if os.path.exists(report):
+            os.remove(report)
+        steps.append(("models", report, step(python, "-m", "harness", "bench", "models", "--profile", "tiny",
+                                             "--db", f"{bench_dir}/bench.sqlite", "--out", f"{bench_dir}/models",
+                                             "--baseline", "latest?", env=SUITE_ENV)))
     else:
         session.log("bench models: skipped in container mode (the backend images carry no transformers); "
                     "run `nox -s bench` or `python -m harness bench models` natively")
-    session.run(python, "-m", "harness", "report", run_dir, "--check", "--github-summary", external=True)
+    suites = step(python, "-m", "harness", "report", run_dir, "--check", "--github-summary")
+    # the job's last lines: one verdict per bench step; the session fails on a confirmed regression, a failed
+    # bench step or red suites
+    verdict = step(python, "-m", "harness", "bench", "verdict",
+                   *[x for name, rep, rc in steps for x in ("--step", name, rep, str(rc))])
+    if suites or verdict:
+        session.error("suites: " + ("red (see the report above)" if suites else "green") + "; bench: "
+                      + ("FAILED (see the bench lines above)" if verdict else "ok"))
 
 
 @nox.session(name="ci-merge", python=False)

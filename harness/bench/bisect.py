@@ -696,6 +696,5 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         atomic_write_text(args.md, md)
     append_job_summary(md)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rep.as_dict(), indent=1))
+        atomic_write_text(args.json, json.dumps(rep.as_dict(), indent=1))
     return rep.exit_code

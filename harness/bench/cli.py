@@ -1,8 +1,9 @@
 """Command line: `python -m harness.bench VERB ...` (also `python -m harness bench VERB ...`).
 
 Verbs: run, compare, list, show, export, import, summary, plot, history, workloads, selftest, bisect, gpu,
-models, model-profile, job-summary.
-Exit codes: 0 fine; 1 a regression was found (unless --no-fail) or a self-test expectation failed;
+models, model-profile, job-summary, verdict.
+Exit codes: 0 fine; 1 a regression was confirmed side by side (`bench run`; unless --no-fail) or a self-test
+expectation failed (`bench compare` of stored runs only raises suspects: exit 0);
 2 bad input (one-line message); 130 interrupted (the run is marked aborted and never used as a baseline).
 """
 
@@ -160,6 +161,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     from .job import add_arguments as _add_job
 
     _add_job(p)
+    p = sub.add_parser("verdict", help="end of a job: one line per bench step (its report and exit status), "
+                       "exit 1 when a regression was confirmed side by side or a step failed")
+    from .verdict import add_arguments as _add_verdict
+
+    _add_verdict(p)
     p = sub.add_parser("backend", help="bench one backend of ci/matrix.json in its container (or --native)")
     p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
     p.add_argument("--native", action="store_true", help="this machine's Python instead of a container")
@@ -297,10 +303,8 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
         atomic_write_text(args.md, md)
     append_job_summary(md)
     if getattr(args, "json", None):
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(report.json_report(run, results, cmps, baseline), indent=1, default=str)
-        )
+        atomic_write_text(args.json, json.dumps(report.json_report(run, results, cmps, baseline), indent=1,
+                                                default=str))
     if getattr(args, "plots", None):
         try:
             args.plots.mkdir(parents=True, exist_ok=True)
@@ -340,7 +344,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         **kw,
     )
     cmp_cfg = _cmp_cfg(args).for_device(device)
-    with _open(args.db, args.lasting) as store:
+    from .bisect import sigterm_as_interrupt
+
+    # SIGTERM (a cancelled CI job) is Ctrl-C: the run is marked aborted, its stored results kept
+    with sigterm_as_interrupt(), _open(args.db, args.lasting) as store:
         out = run_bench(
             cfg,
             store,
@@ -357,7 +364,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import compare, load_baseline, resolve_baseline
+    from . import report
+    from .compare import compare, load_baseline, mark_suspects, resolve_baseline
 
     cmp_cfg = _cmp_cfg(args)
     with _open(args.db) as store:
@@ -366,6 +374,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base_runs = resolve_baseline(store, args.baseline, run)
         results = store.results(run.id)
         cmps = compare(results, load_baseline(store, base_runs), cmp_cfg, new_run=run)
+        # stored samples against stored samples: suspects only (no side-by-side measurement here)
+        mark_suspects(cmps, "the baseline's stored samples")
+        interp = report.interpreted(run.device, run.compilers)
+        for c in cmps:
+            c.interpreter = c.compiler in interp
         emit_reports(args, run, results, cmps, base_runs, cmp_cfg.threshold)
     return _exit_for(cmps, args.no_fail)
 
@@ -395,14 +408,33 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from . import report
+    from .compare import from_stored
 
     with _open(args.db, write=False) as store:
         run = store.run(_run_id(store, args.run))
         results = store.results(run.id)
-    emit_reports(args, run, results, None, [])
+        stored = store.verdicts(run.id)
+        cmps = from_stored(stored) if stored else None
+        base = _stored_baseline(store, stored)
+    emit_reports(args, run, results, cmps, base)
     print()
     print(report.terminal(report.details(results)))
     return 0
+
+
+def _stored_baseline(store, stored) -> list:
+    """The baseline runs that stored verdicts name (`run:ID,ID (commit C)`), those still in the store."""
+    from harness.exc import StoreError
+
+    if not stored or not (stored[0].baseline or "").startswith("run:"):
+        return []
+    out = []
+    for x in stored[0].baseline[4:].split(" ")[0].split(","):
+        try:
+            out.append(store.run(int(x)))
+        except (ValueError, StoreError):
+            pass
+    return out
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -431,8 +463,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             data = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(), "runs": []}
         else:
             data = store.export(ids)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, default=str))
+    from harness.results import atomic_write_text
+
+    atomic_write_text(args.out, json.dumps(data, default=str))
     print(f"exported {len(data['runs'])} run(s) to {args.out}")
     return 0
 
@@ -511,6 +544,7 @@ VERB_MODULES: dict[str, tuple[str, str]] = {
     "models": (".model_run", "cmd_models"),
     "bisect": (".bisect", "cmd_bisect"),
     "job-summary": (".job", "cmd_job_summary"),
+    "verdict": (".verdict", "cmd_verdict"),
     "history": (".history", "cmd_history"),
     "model-profile": (".model_profile", "cmd_model_profile"),
 }

@@ -6,7 +6,11 @@ Terms:
   complete runs on the same device and profile qualify.
 - *ratio*: median(new) / median(baseline); > 1 means slower.
 - A workload is *regressed* only if ratio > 1 + threshold AND a one-sided Mann-Whitney U test on the samples
-  gives p < alpha; *improved* symmetrically (ratio < 1 - threshold). Flagged workloads are then re-measured,
+  gives p < alpha; *improved* symmetrically (ratio < 1 - threshold). Against stored samples such a flag is only
+  a *suspect*: `bench run` decides it side by side (harness/bench/sidebyside.py: `rejected`, `unconfirmed`, or
+  regressed/improved `confirmed`); `bench compare`, the model tier and `bench history`'s recomputed steps
+  report it as `suspect` (`mark_suspects`). `confirm` below (the older re-measure against the baseline's
+  stored samples, no longer used by `bench run`) is kept for its tests: flagged workloads re-measured,
   interleaved with the baseline compiler (`eager`), and keep their verdict only if the re-measurement shows it
   too and, for compilers other than eager, the slowdown relative to eager exceeds the threshold as well (so
   a machine that became slower as a whole flags nothing); eager's own local clock is a few other eager
@@ -29,11 +33,12 @@ from typing import Callable
 
 from harness.exc import BaselineError
 
-from .records import Result, RunInfo
+from .records import Result, RunInfo, StoredVerdict
 from .stats import Stats, mann_whitney_u
 from .store import Store
 
-VERDICTS = ("regressed", "improved", "unchanged", "new", "missing", "not comparable")
+VERDICTS = ("regressed", "improved", "unchanged", "rejected", "unconfirmed", "suspect", "new", "missing",
+            "not comparable")
 BASELINE_COMPILER = "eager"
 
 Key = tuple[str, str]  # (workload, compiler)
@@ -83,9 +88,22 @@ class Comparison:
     norm_ratio: float | None = None  # ratio divided by the baseline compiler's ratio (confirmation only)
     confirmed: bool | None = None
     note: str = ""
+    suspect: str = ""  # the stored comparison's flag (regressed/improved) that asked for a confirmation
+    sbs_ratio: float | None = None  # side by side (harness/bench/sidebyside.py): candidate / baseline build
+    sbs_p: float | None = None
+    sbs_base_ns: float | None = None
+    sbs_new_ns: float | None = None
+    sbs_seconds: float | None = None
+    interpreter: bool = False  # kiln under Triton's interpreter: a pipeline check, not kernel speed
+    recomputed: bool = False  # recomputed from stored samples (an older run that stored no verdicts)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Comparison:
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def _median(xs: list[float]) -> float:
@@ -296,6 +314,34 @@ def confirm(
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
+
+
+def mark_suspects(cmps: list[Comparison], why: str = "stored samples only") -> list[Comparison]:
+    """Flags of a comparison with stored samples that nothing measured side by side: `suspect` (never a
+    regression: see harness/bench/sidebyside.py). Returns `cmps`."""
+    for c in cmps:
+        if c.verdict in ("regressed", "improved"):
+            c.suspect, c.verdict = c.verdict, "suspect"
+            c.note = _join(c.note, f"{'slower' if c.suspect == 'regressed' else 'faster'} against {why}; "
+                                   "not confirmed side by side")
+    return cmps
+
+
+def to_stored(cmps: list[Comparison], baseline: str) -> list[StoredVerdict]:
+    """The verdicts to store with a run (`Store.save_verdicts`): the comparison table's verdict, ratio and p,
+    the whole comparison (side-by-side numbers included) in `detail`."""
+    return [StoredVerdict(c.workload, c.compiler, c.verdict, c.ratio, c.p, baseline, c.confirmed, c.as_dict())
+            for c in cmps]
+
+
+def from_stored(verdicts: list[StoredVerdict]) -> list[Comparison]:
+    """The comparisons a run stored, as its comparison table showed them."""
+    out = []
+    for v in verdicts:
+        c = Comparison.from_dict({**v.detail, "workload": v.workload, "compiler": v.compiler,
+                                  "verdict": v.verdict, "ratio": v.ratio, "p": v.p_value, "confirmed": v.confirmed})
+        out.append(c)
+    return out
 
 
 def counts(cmps: list[Comparison]) -> dict[str, int]:

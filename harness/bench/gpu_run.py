@@ -15,6 +15,7 @@ import json
 import time
 
 from harness.exc import UsageError
+from harness.results import atomic_write_text
 
 from . import report
 from .compare import CompareConfig
@@ -76,11 +77,11 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     md = report.markdown_report(second.run, second.results, second.comparisons, second.baseline)
     md += "\n### Spread between run 1 and run 2 (workloads above 100 us)\n\n" + verdict + "\n\n"
     md += (report.markdown(rows) if len(rows) > 1 else "no workload above 100 us") + "\n"
-    (out / "report.md").write_text(md)
+    atomic_write_text(out / "report.md", md)
     js = report.json_report(second.run, second.results, second.comparisons, second.baseline)
     js["spread"] = {**summary, "rows": rows[1:]}
-    (out / "report.json").write_text(json.dumps(js, indent=1, default=str))
-    (out / "export.json").write_text(json.dumps(export, default=str))
+    atomic_write_text(out / "report.json", json.dumps(js, indent=1, default=str))
+    atomic_write_text(out / "export.json", json.dumps(export, default=str))
     print(report.run_header(second.run))
     print(report.terminal(report.side_by_side(second.results, second.run.compilers)))
     print()

@@ -6,10 +6,15 @@ Terms:
   runs of profile `tiny` and the model runs of profile `models-tiny`. Without `--profile`/`--device`, a
   workload's series uses the kind (profile, device name) of the newest complete run that has it, so one plot
   never mixes machines or sizes.
-- *step*: each point of a series is compared with the previous point of the same series (the previous complete
-  run that has the workload+compiler) by `compare.compare`, the statistics of `bench compare` (ratio of
-  medians, threshold, one-sided Mann-Whitney, eager's drift divided out where the device's defaults say so);
-  nothing here re-measures, so a verdict is the first verdict of `bench compare`, unconfirmed.
+- *step*: the verdict of each point is the one its `bench run` stored (`Store.verdicts`: the same verdict,
+  ratio and times as that run's comparison table, side-by-side confirmation included; its baseline is the
+  run's baseline). A run that stored none (an older run, or one run without a baseline) is *recomputed*:
+  compared with the previous point of the same series by `compare.compare` (ratio of medians, threshold,
+  one-sided Mann-Whitney, eager's drift divided out where the device's defaults say so); nothing here
+  re-measures, so a recomputed flag is only a `suspect`, never a regression, and the run is labelled
+  `recomputed` in the table.
+- Times are medians of the run's main samples, as `fmt_ns` prints them in the comparison table; kiln on a
+  CPU is labelled `(interpreter)`: those are pipeline checks, not kernel speed.
 - Plots: `OUT/history_<workload>.png`, median per compiler with an IQR bar (the samples' 25th to 75th
   percentile after outlier removal), x labelled by short commit and date, regressed steps marked.
 - Table: the last N runs (default 10), one column per workload+compiler: median, ratio to the previous run
@@ -27,22 +32,36 @@ from pathlib import Path
 
 from harness.exc import StoreError, UsageError
 
-from .compare import Baseline, CompareConfig, Comparison, compare, drift_of
+from .compare import Baseline, CompareConfig, Comparison, compare, drift_of, from_stored, mark_suspects
 from .records import Result, RunInfo
-from .report import PlotUnavailable, _plt, fmt_ns, markdown, terminal
+from .report import (
+    INTERPRETER_LABEL,
+    PlotUnavailable,
+    _plt,
+    fmt_ns,
+    interpreted,
+    markdown,
+    save_figure,
+    terminal,
+)
 from .store import Store
 
 MARKS = {
     "regressed": "▲",
     "improved": "▼",
     "unchanged": "=",
+    "rejected": "= rejected",
+    "unconfirmed": "? unconfirmed",
+    "suspect": "? suspect",
     "not comparable": "≠",
     "new": "·",
     "missing": "-",
 }
 LEGEND = (
-    "Marks: ▲ regressed, ▼ improved, = unchanged (against the previous complete run of the same "
-    "workload+compiler), ≠ not comparable, · first run (nothing to compare with)."
+    "Marks: ▲ regressed, ▼ improved (both confirmed side by side), = unchanged, '= rejected' (flagged against "
+    "stored samples, rejected side by side), '? unconfirmed' (could not be measured side by side), '? suspect' "
+    "(flagged against stored samples only), ≠ not comparable, · first run. The run's own stored verdicts; "
+    "runs marked `recomputed` stored none (compared here with the previous run of the series)."
 )
 
 
@@ -50,7 +69,7 @@ LEGEND = (
 class Point:
     run: RunInfo
     result: Result
-    cmp: Comparison | None = None  # against the previous point; None for the first
+    cmp: Comparison | None = None  # the run's stored verdict, else recomputed against the previous point
 
 
 @dataclass
@@ -119,6 +138,7 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
             + f" ({len(names)} workloads in {len(runs)} complete runs; see `bench show latest`)"
         )
     hist = History()
+    stored = {r.id: {(v.workload, v.compiler): v for v in (store.verdicts(r.id) or [])} for r in runs}
     drifts: dict[tuple[int, int], float] = {}
     used: dict[int, RunInfo] = {}
     for w in chosen:
@@ -132,9 +152,17 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
                     continue
                 pts = hist.series.setdefault((w, res.compiler), [])
                 pt = Point(run, res)
-                if pts:
-                    prev = pts[-1]
-                    pt.cmp = _step(prev, pt, results, cfg, drifts)
+                mine = stored[run.id].get((w, res.compiler))
+                if mine is not None:
+                    pt.cmp = from_stored([mine])[0]
+                elif stored[run.id] and mine is None and pts:
+                    pt.cmp = None  # the run compared and stored verdicts, this key had none
+                elif pts:
+                    pt.cmp = mark_suspects([_step(pts[-1], pt, results, cfg, drifts)], "the previous run's "
+                                           "stored samples (recomputed)")[0]
+                    pt.cmp.recomputed = True
+                if pt.cmp is not None:
+                    pt.cmp.interpreter = res.compiler in interpreted(run.device, [res.compiler])
                 pts.append(pt)
                 used[run.id] = run
     hist.runs = [used[i] for i in sorted(used)]
@@ -160,6 +188,15 @@ def _label(run: RunInfo) -> tuple[str, str, str]:
     return str(run.id), (run.created_at or "")[:10], (run.git_commit or "-")[:8]
 
 
+def _source(hist: History, run: RunInfo) -> str:
+    """`stored` when the run's verdicts were stored by its `bench run`, `recomputed` when they are recomputed
+    here, `-` when nothing of it was compared."""
+    cmps = [p.cmp for pts in hist.series.values() for p in pts if p.run.id == run.id and p.cmp is not None]
+    if not cmps:
+        return "-"
+    return "recomputed" if any(c.recomputed for c in cmps) else "stored"
+
+
 def cell(pt: Point | None) -> str:
     if pt is None:
         return ""
@@ -174,14 +211,36 @@ def table(hist: History, last: int = 10) -> list[list[str]]:
     """Rows: the last `last` runs, newest first; a column per workload+compiler (median, ratio, mark)."""
     keys = list(hist.series)
     by_run = {k: {p.run.id: p for p in pts} for k, pts in hist.series.items()}
-    rows = [["run", "date", "commit"] + [f"{w} [{c}]" for w, c in keys]]
+    interp = {k for k, pts in hist.series.items() if any(interpreted(p.run.device, [k[1]]) for p in pts)}
+    rows = [["run", "date", "commit"] + [f"{w} [{c}{' (interpreter)' if (w, c) in interp else ''}]"
+                                         for w, c in keys] + ["verdicts"]]
     for run in list(reversed(hist.runs))[: max(1, last)]:
-        rows.append([*_label(run)] + [cell(by_run[k].get(run.id)) for k in keys])
+        rows.append([*_label(run)] + [cell(by_run[k].get(run.id)) for k in keys] + [_source(hist, run)])
     return rows
 
 
 def regressions(hist: History) -> list[Point]:
+    """Points whose run confirmed a regression side by side."""
     return [p for pts in hist.series.values() for p in pts if p.cmp and p.cmp.verdict == "regressed"]
+
+
+def flagged(hist: History) -> list[Point]:
+    """Points with a verdict other than unchanged/new: regressed, improved, rejected, unconfirmed, suspect..."""
+    return [p for pts in hist.series.values() for p in pts
+            if p.cmp and p.cmp.verdict not in ("unchanged", "new")]
+
+
+def verdict_line(p: Point) -> str:
+    """One line of a flagged point, with the numbers of its run's comparison table."""
+    c = p.cmp
+    assert c is not None
+    text = f"{c.verdict}: {p.result.workload} [{p.result.compiler}] run {p.run.id}"
+    if c.ratio is not None:
+        text += f" x{c.ratio:.2f} (p={c.p:.2g}; {fmt_ns(c.base_ns)} -> {fmt_ns(c.new_ns)})"
+    if c.sbs_ratio is not None:
+        text += f", side by side x{c.sbs_ratio:.2f} (p={c.sbs_p:.2g})"
+    text += " recomputed against the previous run" if c.recomputed else " as its run stored it"
+    return text + (f" {INTERPRETER_LABEL}" if c.interpreter else "")
 
 
 def markdown_report(hist: History, last: int = 10) -> str:
@@ -200,6 +259,7 @@ def markdown_report(hist: History, last: int = 10) -> str:
         ))
     else:
         lines.append("No regressed step.")
+    lines += [""] + [f"- {verdict_line(p)}" for p in flagged(hist) if p.cmp.verdict != "regressed"]  # type: ignore[union-attr]
     return "\n".join(lines) + "\n"
 
 
@@ -245,7 +305,7 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
     ax.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 
@@ -271,9 +331,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         hist = collect(store, list(args.workloads), args.profile, args.device, cfg)
     print(terminal(table(hist, args.last)))
     print(LEGEND)
-    for p in regressions(hist):
-        print(f"regressed: {p.result.workload} [{p.result.compiler}] run {p.run.id} "
-              f"x{p.cmp.ratio:.2f} (p={p.cmp.p:.2g}) against the previous run")  # type: ignore[union-attr]
+    for p in flagged(hist):
+        print(verdict_line(p))
     for (w, c), pts in hist.series.items():
         if len(pts) < 2:
             print(f"note: {w} [{c}] has only 1 complete run (run {pts[0].run.id}): no comparison is possible",

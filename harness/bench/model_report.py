@@ -27,10 +27,10 @@ from harness.exc import UsageError
 from . import models as mdl
 from .compare import Comparison
 from .records import COMPILE_PHASE, Result, RunInfo
-from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line,
+from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line, save_figure,
                      interpreted, latency_cell, markdown, terminal, text_bars)
 from .store import Store
-from harness.results import append_job_summary
+from harness.results import append_job_summary, atomic_write_text
 
 BASELINE = "eager"
 ORDER = ("eager", "kiln", "inductor", "kiln-cg", "inductor-cg")
@@ -474,7 +474,7 @@ def plot_models(results: list[Result], path: Path) -> Path:
     if comp:
         axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -498,11 +498,10 @@ def write_reports(
     for p in (md_path, json_path, out):
         Path(p).parent.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(md)
-    json_path.write_text(
-        json.dumps(json_report(profile, runs, results, notes, comparisons), indent=1, default=str)
-    )
-    (out / "export.json").write_text(json.dumps(store.export([r.id for r in runs]), default=str))
+    atomic_write_text(md_path, md)
+    atomic_write_text(json_path,
+                      json.dumps(json_report(profile, runs, results, notes, comparisons), indent=1, default=str))
+    atomic_write_text(out / "export.json", json.dumps(store.export([r.id for r in runs]), default=str))
     append_job_summary(md)
     written = [str(md_path), str(json_path), str(out / "export.json")]
     try:

@@ -818,13 +818,18 @@ def cmd_models(args: argparse.Namespace) -> int:
         cmps = None
         if args.baseline and results and not args.compile_only:  # compile times have no samples to compare
             from .compare import config_from_args
-            from .compare import compare
+            from .compare import compare, mark_suspects
+            from .report import interpreted
             from .report import comparison_table, counts_line, terminal
 
             cmp_cfg = config_from_args(args).for_device(device)
             try:
                 base = _model_baseline(store, args.baseline.rstrip("?"), run, results)
-                cmps = compare(results, base, cmp_cfg, new_run=run)
+                # the model tier has no side-by-side confirmation: its flags stay suspects, never a failure
+                cmps = mark_suspects(compare(results, base, cmp_cfg, new_run=run), "earlier runs' stored samples")
+                interp = interpreted(device, compilers)
+                for c in cmps:
+                    c.interpreter = c.compiler in interp
                 print(f"against earlier runs {', '.join(str(b.id) for b in base.runs)}: {counts_line(cmps)}")
                 flagged = comparison_table(cmps, only_flagged=True)
                 if len(flagged) > 1:

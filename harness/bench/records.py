@@ -106,10 +106,15 @@ class Result:
 
 @dataclass(frozen=True)
 class StoredVerdict:
-    """One compared verdict of a run (see module docstring). `ratio`: new median / baseline median;
-    `p_value`: the comparison's test; `baseline`: the baseline run uids, comma-separated, or a description;
-    `confirmed`: True when a side-by-side re-measure confirmed it, False when it rejected it, None when it
-    was not re-measured; `detail`: anything else, JSON-able."""
+    """The verdict a `bench run` gave one workload under one compiler, stored with the run (`Store.save_verdicts`)
+    so that `bench history`, `bench show` and the reports repeat it instead of recomputing it.
+
+    `verdict`: regressed (confirmed side by side), improved, unchanged, rejected (a suspect that the side-by-side
+    measurement did not confirm), unconfirmed (a suspect that could not be measured side by side), suspect
+    (flagged by a stored comparison, never confirmed), new, missing or not comparable. `ratio`/`p_value`: the
+    statistic that decided it; `baseline`: the baseline run(s) it was judged against; `confirmed`: None when
+    no confirmation was attempted; `detail`: the stored comparison's numbers, the side-by-side ones, notes.
+    """
 
     workload: str
     compiler: str

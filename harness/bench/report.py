@@ -57,11 +57,15 @@ def markdown(table: Table) -> str:
 
 # ------------------------------------------------------------------ interpreter runs
 INTERPRETER_NOTE = (
-    "kiln on a CPU runs through Triton's interpreter: its times measure the interpreter (NumPy, program by "
+    "kiln (interpreter: pipeline check, not kernel speed): on a CPU kiln runs through Triton's interpreter: its times measure the interpreter (NumPy, program by "
     "program), not generated code, and compare with neither eager's nor Inductor's C++ kernels. kiln's "
     "column shows no speedup over eager; read it against kiln's own history (`of base`: its ratio to the "
-    "baseline run, when the run was compared)."
+    "baseline run, when the run was compared). Its regressions fail a job only when confirmed side by side "
+    "(both builds under the interpreter on this machine, taking turns): a slower pipeline, not slower kernels."
 )
+
+
+INTERPRETER_LABEL = "(interpreter: pipeline check, not kernel speed)"
 
 
 def interpreted(device: str, compilers: Sequence[str]) -> set[str]:
@@ -168,19 +172,22 @@ def details(results: list[Result]) -> Table:
 
 
 def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Table:
-    rows = [["workload", "compiler", "baseline", "new", "ratio", "p", "verdict", "note"]]
+    """Per comparison: the stored comparison's medians, ratio and p (baseline = its stored samples), the
+    side-by-side ratio and p where the suspect was measured beside the baseline build, the verdict."""
+    rows = [["workload", "compiler", "baseline", "new", "ratio", "p", "side by side", "verdict", "note"]]
     for c in cmps:
         if only_flagged and c.verdict == "unchanged":
             continue
         rows.append(
             [
                 c.workload,
-                c.compiler,
+                c.compiler + (" (interpreter)" if c.interpreter else ""),
                 fmt_ns(c.base_ns),
                 fmt_ns(c.new_ns),
                 _g(c.ratio, "{:.3f}"),
                 _g(c.p, "{:.2g}"),
-                c.verdict + (" (confirmed)" if c.confirmed else ""),
+                "-" if c.sbs_ratio is None else f"{c.sbs_ratio:.3f} (p={c.sbs_p:.2g})",
+                c.verdict + (" (confirmed)" if c.confirmed else "") + (" (recomputed)" if c.recomputed else ""),
                 c.note,
             ]
         )
@@ -188,7 +195,11 @@ def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Tabl
 
 
 def counts_line(cmps: list[Comparison]) -> str:
-    return ", ".join(f"{v}: {n}" for v, n in counts(cmps).items())
+    """Counts per verdict: regressed always, the others when present."""
+    line = ", ".join(f"{v}: {n}" for v, n in counts(cmps).items() if n or v == "regressed")
+    if any(c.interpreter for c in cmps):
+        line += f"; kiln {INTERPRETER_LABEL}"
+    return line
 
 
 def spread_table(
@@ -278,6 +289,17 @@ def json_report(
 
 
 # ------------------------------------------------------------------ plots
+def save_figure(fig: Any, path: Path, dpi: int) -> None:
+    """Save a matplotlib figure as PNG atomically: rendered in memory, then written and renamed into place."""
+    import io
+
+    from harness.results import atomic_write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def _plt():
     try:
         import matplotlib
@@ -314,7 +336,7 @@ def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path) -
     if others:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -335,7 +357,7 @@ def plot_ratios(cmps: list[Comparison], threshold: float, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("median new / baseline")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -359,7 +381,7 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
     if names:
         axes.flat[0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 

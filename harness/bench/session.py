@@ -1,5 +1,6 @@
 """One bench run from start to finish: resolve baseline -> begin run -> ceiling -> measure every workload ->
-compare -> confirm flagged workloads -> mark complete. Interrupted runs are marked `aborted` (a killed one
+compare with the baseline's stored samples (suspects only) -> decide the suspects side by side with the
+baseline's own build (harness/bench/sidebyside.py) -> store the verdicts -> mark complete. Interrupted runs are marked `aborted` (a killed one
 stays `running`); neither is ever a baseline.
 """
 
@@ -16,21 +17,68 @@ import torch
 
 from harness.exc import BaselineError
 
-from . import env, workloads as wl
+from . import env
+from . import workloads as wl
 from .compare import (
     Baseline,
     CompareConfig,
     Comparison,
     compare,
-    confirm,
     drift_of,
     load_baseline,
     resolve_baseline,
+    to_stored,
 )
-from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers
+from .execute import BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo
-from .report import fmt_ns
+from .report import fmt_ns, interpreted
+from .sidebyside import ALWAYS_ON_CPU, confirm_side_by_side
 from .store import Store
+
+SCREEN_RUNS = 3  # complete runs (the baseline's among them) whose stored samples screen for suspects
+
+
+def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs: list[RunInfo],
+                   cmps: list[Comparison], cfg: CompareConfig, n: int = SCREEN_RUNS) -> None:
+    """Also flag as suspects (`regressed`, to be decided side by side) the workloads more than half the
+    threshold slower than the baseline or than any of the other last `n` complete runs of its kind, in raw
+    time or with eager on the same workload (measured interleaved with it in each run) as the clock (no
+    significance asked: a screen): a baseline measured in a slow spell of the host hides a real slowdown
+    against itself (a planted 20% read 0.89x against a baseline measured under load). Each suspect costs
+    side-by-side time; only that measurement decides."""
+    try:
+        others = [r for r in resolve_baseline(store, f"window:{n}", run) if r.id not in {b.id for b in base_runs}]
+    except BaselineError:
+        others = []
+    loose = 1 + (cfg.threshold or 0.0) / 2
+    by_key = {(c.workload, c.compiler): c for c in cmps}
+    screens = [("the baseline's stored samples", cmps)]
+    for other in others[: max(0, n - len(base_runs))]:
+        base = load_baseline(store, [other])
+        drift = drift_of(results, base) if cfg.normalize_drift else 1.0
+        screens.append((f"run {other.id}'s stored samples", compare(results, base, cfg, new_run=run, drift=drift)))
+    for what, cs in screens:
+        eager = {o.workload: o.ratio for o in cs if o.compiler == "eager" and o.ratio}
+        for o in cs:
+            c = by_key.get((o.workload, o.compiler))
+            if not o.ratio or c is None or c.verdict not in ("unchanged", "improved"):
+                continue
+            clocked = o.ratio / eager[o.workload] if o.compiler != "eager" and o.workload in eager else None
+            if o.ratio > loose or (clocked is not None and clocked > loose):
+                c.verdict = "regressed"
+                c.note = _join(c.note, f"suspect: {o.ratio:.3f}x {what}" + (
+                    f", {clocked:.3f}x with eager as the clock" if clocked is not None else "") + f" (p={o.p:.2g})")
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else (a or b)
+
+
+def baseline_label(runs: list[RunInfo]) -> str:
+    """`run:ID[,ID...] (commit C)`: what a stored verdict was judged against."""
+    ids = ",".join(str(r.id) for r in runs)
+    commit = (runs[0].git_commit or "-")[:10] if runs else "-"
+    return f"run:{ids} (commit {commit})"
 
 
 @dataclass
@@ -99,12 +147,12 @@ def open_runs(store: Store, runs: list[RunInfo], ex: Executor) -> Iterator[None]
             except Exception:  # noqa: BLE001 - the store may be what failed; keep the original error
                 pass
             if isinstance(e, KeyboardInterrupt):
-                print(f"note: run {run.id} is marked aborted and will never be used as a baseline",
-                      file=sys.stderr)
+                print(f"note: run {run.id} is marked aborted (what was measured is kept) and will never be used "
+                      "as a baseline", file=sys.stderr)
         raise
     for run in runs:
         store.finish_run(run.id, "complete")
-        run.status = "complete"
+        run.status, run.finished_at = "complete", store.run(run.id).finished_at
 
 
 def run_bench(
@@ -151,26 +199,13 @@ def run_bench(
             base: Baseline = load_baseline(store, base_runs)
             drift = drift_of(results, base) if cmp_cfg.normalize_drift else 1.0
             cmps = compare(results, base, cmp_cfg, new_run=run, drift=drift)
-
-            def remeasure(
-                workload: str, compilers: list[str], refs: list[str]
-            ) -> dict[tuple[str, str], list[float]]:
-                by_name = {c.name: c for c in cases}
-                names = [c for c in compilers if c != BASELINE_COMPILER] + [BASELINE_COMPILER]
-                before = {
-                    r: ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0] for r in refs
-                }
-                rs = ex.measure_case(by_name[workload], names, phase="confirm", reps_scale=2.0)
-                for r in refs:
-                    after = ex.measure_case(by_name[r], [BASELINE_COMPILER], phase="confirm")[0]
-                    before[r].samples += after.samples
-                out: dict[tuple[str, str], list[float]] = {}
-                for r in rs + list(before.values()):
-                    store.add_result(run.id, r)
-                    if r.status == "ok":
-                        out[(r.workload, r.compiler)] = r.samples
-                show(0, workload, rs, phase="confirm")
-                return out
-
-            cmps = confirm(cmps, results, base, remeasure, cmp_cfg, drift)
+            widen_suspects(store, run, results, base_runs, cmps, cmp_cfg)
+            interp = interpreted(cfg.device, cfg.compilers)
+            for c in cmps:
+                c.interpreter = c.compiler in interp
+            # the stored comparison only raises suspects; they are decided side by side, now
+            cmps = confirm_side_by_side(cmps, run, base_runs, cfg.as_dict(), cmp_cfg,
+                                        plant=cfg.plant.spec() if cfg.plant else None, threads=threads or 1,
+                                        log=log, always=ALWAYS_ON_CPU if cfg.device == "cpu" else ())
+            store.save_verdicts(run.id, to_stored(cmps, baseline_label(base_runs)))
     return Outcome(run, results, cmps, base_runs)

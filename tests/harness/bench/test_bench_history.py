@@ -29,27 +29,30 @@ def _fill(path: Path, n: int = 4, planted_at: int = 3) -> None:
         store_run(s, make_results({("model.gpt2.infer.fp32", "eager"): 1e6}), profile="models-tiny", commit="m0")
 
 
-def test_table_marks_the_planted_regression_only(tmp_path):
+def test_runs_without_stored_verdicts_are_recomputed_and_flag_only_suspects(tmp_path):
     db = tmp_path / "b.sqlite"
     _fill(db, n=5, planted_at=3)
     with Store(db) as s:
         h = history.collect(s, ["w0[0-4]"], profile="tiny")
     assert h.workloads() == ["w00", "w01", "w02", "w03", "w04"]
     assert [r.git_commit[:2] for r in h.runs] == ["c0", "c1", "c2", "c3", "c4"]  # the aborted run is left out
-    regs = history.regressions(h)
-    assert [(p.result.workload, p.result.compiler, p.run.git_commit[:2]) for p in regs] == [
-        ("w03", "inductor", "c3")
+    # nothing measured side by side: a recomputed flag is a suspect, never a regression
+    assert history.regressions(h) == []
+    sus = history.flagged(h)
+    assert [(p.result.workload, p.result.compiler, p.run.git_commit[:2], p.cmp.verdict) for p in sus] == [
+        ("w03", "inductor", "c3", "suspect")
     ]
-    assert 1.2 < regs[0].cmp.ratio < 1.4
+    assert 1.2 < sus[0].cmp.ratio < 1.4 and sus[0].cmp.recomputed
     rows = history.table(h, last=3)
-    assert rows[0][:3] == ["run", "date", "commit"]
+    assert rows[0][:3] == ["run", "date", "commit"] and rows[0][-1] == "verdicts"
     assert len(rows) == 1 + 3 and [r[2] for r in rows[1:]] == ["c4000000", "c3000000", "c2000000"]
+    assert [r[-1] for r in rows[1:]] == ["recomputed"] * 3
     col = rows[0].index("w03 [inductor]")
-    assert rows[2][col].endswith("▲") and "x1.3" in rows[2][col]  # run c3: the planted step
+    assert rows[2][col].endswith("? suspect") and "x1.3" in rows[2][col]  # run c3: the planted step
     assert rows[1][col].endswith("=")  # c4 stays at the new level: unchanged against c3
-    assert all(r[c].endswith("=") for r in rows[1:] for c in range(3, len(r)) if c != col)
+    assert all(r[c].endswith("=") for r in rows[1:] for c in range(3, len(r) - 1) if c != col)
     first = history.table(h, last=10)[-1]
-    assert first[2] == "c0000000" and all(x.endswith(history.MARKS["new"]) for x in first[3:])
+    assert first[2] == "c0000000" and all(x.endswith(history.MARKS["new"]) for x in first[3:-1]) and first[-1] == "-"
 
 
 def test_cli_writes_markdown_and_plots(tmp_path, capsys):
@@ -59,13 +62,14 @@ def test_cli_writes_markdown_and_plots(tmp_path, capsys):
     assert code == 0
     text = md.read_text()
     assert "| run | date | commit | w03 [inductor] | w03 [eager] |" in text
-    assert "Regressed steps: w03 [inductor] run 4 x1.3" in text
+    assert "No regressed step." in text and "- suspect: w03 [inductor] run 4 x1.3" in text
     assert text.count("| c3000000 |") == 1 and "c1000000" not in text  # --last 2
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs[0] == "history_w03.png" and len(pngs) == 11
     assert all((out / p).stat().st_size > 1000 for p in pngs)
     o = capsys.readouterr().out
-    assert "regressed: w03 [inductor] run 4" in o and "wrote 11 plot(s)" in o
+    assert "suspect: w03 [inductor] run 4 x1.3" in o and "recomputed against the previous run" in o
+    assert "wrote 11 plot(s)" in o and "regressed:" not in o
 
 
 def test_model_cases_use_their_models_profile(tmp_path, capsys):

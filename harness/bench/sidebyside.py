@@ -1,0 +1,305 @@
+"""Confirmation of suspects side by side: the baseline build and the candidate measured in turns, now.
+
+Terms:
+- *suspect*: a workload+compiler that the comparison with the baseline's stored samples flags as regressed
+  (or improved). Stored samples are minutes or days old; on a host whose speed swings 2x in minutes they
+  cannot confirm anything, so a stored comparison only ever raises suspects.
+- *side by side*: two worker processes (`sbs_worker.py`), one running the baseline run's commit (checked out
+  in a scratch `git worktree`: `bisect.Scratch`), one the candidate's tree, each compiling the suspects once;
+  then, for `ROUNDS` rounds, every suspect workload is sampled by one worker and then the other (the order
+  alternating, as many samples each), only one measuring at a time. Both see the same machine.
+- *judgement*: `compare.judge` on the rounds' turns (each turn's lower quartile: load only adds time; a turn
+  lasts at least `TURN_S`), each pair of turns normalized by its geometric mean
+  (baseline b, candidate c -> sqrt(b/c), sqrt(c/b)): the ratio is the median of the rounds' c/b and the
+  Mann-Whitney test asks whether the candidate's turns are slower than the baseline's turns beside them.
+  Samples within a turn are not independent (a burst of load spans them), so pooling them gave p < 0.01 to
+  identical code 1.18x apart under load; turns taken seconds apart share the machine's state.
+- Outcomes (`Comparison.verdict`): `regressed`/`improved` with `confirmed=True` when the side-by-side verdict
+  repeats the suspect's; `rejected` when it does not; `unconfirmed` when it could not be measured (the
+  baseline commit is not in this checkout, there is no git, a worker failed): never a failure of the job.
+- *same code*: the baseline run's commit is the candidate's and neither tree was dirty: no worktree, both
+  workers run the candidate's tree (two arms of the same code; only a planted slowdown can differ).
+- A planted slowdown (`--plant`, tests only) goes to the candidate's worker only.
+- On a CPU, kiln (`ALWAYS_ON_CPU`) is measured side by side on every compared workload, suspect or not: the
+  shared host's speed swings 2x between runs (kiln's interpreter times 6.6 -> 7.1 -> 3.8 ms for one workload in
+  three runs minutes apart, eager's steady), so no screen against stored runs finds a 20% slowdown in a run
+  made in a fast spell. kiln is the code that changes between commits; inductor and eager come from the
+  pinned torch and are measured side by side when screened as suspects only.
+- Cost: two process starts (importing torch), compiling each suspect workload once per worker (kiln under
+  Triton's interpreter: a few seconds a workload), then per workload, compiler and arm `ROUNDS` turns of at
+  least `TURN_S` (about 1.5 s; more when `REPS_SCALE` times the run's planned samples take longer); plus a
+  `git worktree add` when the commits differ. On the shared 2-core host: 15-30 s for 1-2 tiny kiln suspects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .compare import BASELINE_COMPILER, CompareConfig, Comparison, judge
+from .records import Result, RunInfo
+from .stats import Stats
+
+ALWAYS_ON_CPU = ("kiln", "kiln-cg")  # measured side by side on every compared workload on a CPU (see below)
+ROUNDS = 12  # turns per workload and arm
+TURN_S = 0.12  # a turn measures at least this long (a scheduler's time slice must not decide a turn) ...
+TURN_MAX = 2000  # ... in at most this many samples
+REPS_SCALE = 2.0  # of the run's planned samples per workload+compiler, per arm
+WORKER = Path(__file__).with_name("sbs_worker.py")
+FLAGGED = ("regressed", "improved")
+
+
+class SideBySideError(Exception):
+    """A side-by-side measurement could not be made (the suspects stay unconfirmed, with this reason)."""
+
+
+@dataclass
+class Plan:
+    """How the suspects are measured: `base_tree` None means the baseline commit's tree is checked out in a
+    scratch worktree (`base_commit`); `same_code`: both arms run the candidate's tree; `reason`: why nothing
+    can be measured (the suspects stay unconfirmed)."""
+
+    candidate_tree: Path
+    base_commit: str | None = None
+    same_code: bool = False
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def source_root() -> Path:
+    """The tree the running harness (the candidate's code) was imported from."""
+    import harness
+
+    return Path(harness.__file__).resolve().parent.parent
+
+
+def plan_for(run: RunInfo, base_runs: list[RunInfo], root: Path | None = None) -> Plan:
+    """Which code measures the baseline arm (module docstring); git is asked only when the commits differ."""
+    root = root or source_root()
+    plan = Plan(root)
+    if not base_runs:
+        plan.reason = "no baseline run"
+        return plan
+    base = base_runs[0]
+    plan.base_commit = base.git_commit
+    if len({b.git_commit for b in base_runs}) > 1:
+        plan.notes.append(f"baseline runs of several commits: the newest ({(base.git_commit or '-')[:10]}) "
+                          "stands for them")
+    if not base.git_commit:
+        plan.reason = f"baseline run {base.id} recorded no git commit"
+        return plan
+    dirty = bool(run.config.get("git_dirty")) or bool(base.config.get("git_dirty"))
+    if base.git_commit == run.git_commit and not dirty:
+        plan.same_code = True
+        return plan
+    if base.config.get("git_dirty"):
+        plan.notes.append(f"baseline run {base.id} was made on a tree with uncommitted changes: its commit's "
+                          "code stands for it")
+    from .bisect import git
+
+    try:
+        ok = git(root, "cat-file", "-e", f"{base.git_commit}^{{commit}}", check=False).returncode == 0
+    except OSError:
+        ok = False
+    if not ok:
+        plan.reason = (f"the baseline commit {base.git_commit[:10]} is not available in {root} (no git "
+                       "checkout, a shallow clone, or another repository)")
+    return plan
+
+
+class Worker:
+    """One `sbs_worker.py` process over the code of `tree` (see that module for the protocol)."""
+
+    def __init__(self, name: str, tree: Path, hello: dict[str, Any], log: Path, timeout_s: float):
+        from harness.commands import with_pythonpath
+
+        env = {k: v for k, v in os.environ.items() if k not in ("KILN_BENCH_PLANT", "GITHUB_STEP_SUMMARY")}
+        env = with_pythonpath(env, tree)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        self.name, self.log_path, self.timeout_s = name, log, timeout_s
+        self.log = open(log, "w")  # noqa: SIM115 - open while the worker lives; closed in close()
+        self.proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env, cwd=tree, text=True)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+        first = self.ask(hello)
+        self.ready, self.reps, self.est = first["ready"], first.get("reps", {}), first.get("est", {})
+
+    def ask(self, obj: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError:
+            raise SideBySideError(f"{self.name} worker exited: {self._last()}") from None
+        if not self.sel.select(self.timeout_s):
+            raise SideBySideError(f"{self.name} worker gave no answer in {self.timeout_s:.0f}s")
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise SideBySideError(f"{self.name} worker exited: {self._last()}")
+        return json.loads(line)
+
+    def _last(self) -> str:
+        self.log.flush()
+        self.proc.wait(timeout=30)
+        from .bisect import last_line
+
+        return f"exit {self.proc.returncode}: {last_line(self.log_path)}"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], base_tree: Path, cand_tree: Path,
+                 plant: str | None, workdir: Path, *, threads: int = 1, rounds: int = ROUNDS,
+                 timeout_s: float = 900.0) -> tuple[list[Result], list[Result]]:
+    """(baseline arm's results, candidate arm's results) of `cases` under `compilers`, measured in turns; each
+    result's `meta["rounds"]` holds its turns' lower quartiles in round order."""
+    hello = {"cfg": {**cfg, "rounds": 1, "passes": 1}, "cases": cases, "compilers": compilers,
+             "threads": threads}
+    workers: list[Worker] = []
+    try:
+        base = Worker("baseline", base_tree, {**hello, "plant": None}, workdir / "baseline.log", timeout_s)
+        workers.append(base)
+        cand = Worker("candidate", cand_tree, {**hello, "plant": plant}, workdir / "candidate.log", timeout_s)
+        workers.append(cand)
+        def turn(name: str, c: str) -> int:
+            planned = max(w.reps.get(name, {}).get(c, 1) for w in workers) * REPS_SCALE / rounds
+            est = max(w.est.get(name, {}).get(c, 0.0) or 0.0 for w in workers)
+            return min(TURN_MAX, math.ceil(max(planned, TURN_S * 1e9 / est if est > 0 else 1.0)))
+
+        n = {name: {c: turn(name, c) for c in compilers} for name in cases}
+        blocks: dict[tuple[str, str, str], list[float]] = {}
+        for r in range(rounds):
+            for i, name in enumerate(cases):
+                for w in ((base, cand) if (r + i) % 2 == 0 else (cand, base)):
+                    for c, med in w.ask({"op": "sample", "case": name, "n": n[name]})["block"].items():
+                        blocks.setdefault((w.name, name, c), []).append(med)
+        got = [[Result.from_dict(d) for d in w.ask({"op": "finish"})["results"]] for w in (base, cand)]
+        for w, rs in zip((base, cand), got):
+            for x in rs:
+                x.meta["rounds"] = blocks.get((w.name, x.workload, x.compiler), [])
+        return got[0], got[1]
+    finally:
+        for w in workers:
+            w.close()
+
+
+def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[RunInfo], bench_cfg: dict[str, Any],
+                         cmp_cfg: CompareConfig, *, plant: str | None = None, threads: int = 1,
+                         root: Path | None = None, log: Callable[[str], None] | None = None,
+                         always: Sequence[str] = (),
+                         measure: Callable[..., tuple[list[Result], list[Result]]] = measure_pair) -> list[Comparison]:
+    """Decide every suspect of `cmps` (flagged regressed/improved) side by side (module docstring), and measure
+    every comparable key of the `always` compilers too (`ALWAYS_ON_CPU`: a key the screen missed); the others
+    are left as they are. Returns `cmps`. `measure` replaces `measure_pair` in tests."""
+    say = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    wanted = FLAGGED if cmp_cfg.confirm_improved else ("regressed",)
+    suspects = [c for c in cmps if c.verdict in wanted]
+    for c in cmps:
+        if c.verdict == "improved" and c not in suspects:
+            c.verdict, c.note = "suspect", _join(c.note, "faster against stored samples; not confirmed")
+    for c in suspects:
+        c.suspect = c.verdict
+    suspects += [c for c in cmps if c.compiler in always and c.verdict == "unchanged" and c.ratio is not None]
+    if not suspects:
+        return cmps
+    plan = plan_for(run, base_runs, root)
+    for c in suspects:
+        c.note = _join(c.note, "; ".join(plan.notes))
+    if plan.reason:
+        _unconfirmed([c for c in suspects if c.suspect], plan.reason, say)
+        return cmps
+    cases = list(dict.fromkeys(c.workload for c in suspects))
+    compilers = list(dict.fromkeys([c.compiler for c in suspects if c.compiler != BASELINE_COMPILER]
+                                   + [BASELINE_COMPILER]))
+    what = "same code (baseline run of this very commit)" if plan.same_code else \
+        f"baseline commit {plan.base_commit[:10]} in a scratch worktree"  # type: ignore[index]
+    n_sus = sum(1 for c in suspects if c.suspect)
+    say(f"[confirm] {n_sus} suspect(s) and {len(suspects) - n_sus} other key(s) of {', '.join(always) or '-'} in "
+        f"{len(cases)} workload(s): measuring side by side, {what} against this tree, {ROUNDS} rounds")
+    t0 = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="kiln-sbs-") as tmp:
+            if plan.same_code:
+                base_res, cand_res = measure(bench_cfg, cases, compilers, plan.candidate_tree, plan.candidate_tree,
+                                             plant, Path(tmp), threads=threads)
+            else:
+                from .bisect import BisectError, Scratch
+
+                try:
+                    with Scratch(plan.candidate_tree, plan.base_commit or "") as scratch:
+                        base_res, cand_res = measure(bench_cfg, cases, compilers, scratch.tree,
+                                                     plan.candidate_tree, plant, Path(tmp), threads=threads)
+                except BisectError as e:
+                    raise SideBySideError(str(e)) from None
+    except (SideBySideError, OSError, ValueError, KeyError) as e:
+        _unconfirmed([c for c in suspects if c.suspect], f"side-by-side measurement failed: {e}", say)
+        return cmps
+    seconds = time.monotonic() - t0
+    base_of = {(r.workload, r.compiler): r for r in base_res}
+    cand_of = {(r.workload, r.compiler): r for r in cand_res}
+    for c in suspects:
+        b, n = base_of.get((c.workload, c.compiler)), cand_of.get((c.workload, c.compiler))
+        if not (b and n and b.status == "ok" and n.status == "ok" and b.samples and n.samples):
+            why = next((x.error for x in (b, n) if x is not None and x.error), "no samples")
+            _unconfirmed([c] if c.suspect else [], f"side-by-side measurement failed: {why}", say)
+            continue
+        if b.source_hash != n.source_hash:
+            _unconfirmed([c] if c.suspect else [], "workload definition differs at the baseline commit", say)
+            continue
+        verdict, ratio, p = judge_rounds(b, n, cmp_cfg)
+        c.sbs_ratio, c.sbs_p = ratio, p
+        c.sbs_base_ns, c.sbs_new_ns = Stats.of(b.samples).median, Stats.of(n.samples).median
+        c.sbs_seconds = round(seconds, 1)
+        if not c.suspect:  # not flagged by the stored comparison: measured because its compiler always is
+            if verdict in wanted:
+                c.suspect, c.verdict, c.confirmed = verdict, verdict, True
+                c.note = _join(c.note, f"missed against stored samples; {verdict} side by side: ratio {ratio:.3f}, "
+                                       f"p={p:.2g}")
+            say(f"[confirm] {c.workload}@{c.compiler}: side by side {ratio:.3f} (p={p:.2g}): {c.verdict}")
+            continue
+        c.confirmed = verdict == c.suspect
+        if c.confirmed:
+            c.verdict = c.suspect
+            c.note = _join(c.note, f"confirmed side by side: ratio {ratio:.3f}, p={p:.2g}")
+        else:
+            c.verdict = "rejected"
+            c.note = _join(c.note, f"rejected side by side: ratio {ratio:.3f}, p={p:.2g} ({verdict})")
+        say(f"[confirm] {c.workload}@{c.compiler}: stored ratio {c.ratio:.3f} -> side by side {ratio:.3f} "
+            f"(p={p:.2g}): {c.verdict}")
+    say(f"[confirm] side-by-side confirmation took {seconds:.0f}s")
+    return cmps
+
+
+def judge_rounds(base: Result, cand: Result, cfg: CompareConfig) -> tuple[str, float, float]:
+    """`compare.judge` on paired turns (module docstring); on the pooled samples when no turns are recorded."""
+    b, c = base.meta.get("rounds") or [], cand.meta.get("rounds") or []
+    pairs = [(x, y) for x, y in zip(b, c) if x > 0 and y > 0]
+    if len(pairs) < 3:
+        return judge(cand.samples, base.samples, cfg)
+    return judge([math.sqrt(y / x) for x, y in pairs], [math.sqrt(x / y) for x, y in pairs], cfg)
+
+
+def _unconfirmed(cs: list[Comparison], why: str, say: Callable[[str], None]) -> list[Comparison]:
+    for c in cs:
+        c.verdict, c.confirmed = "unconfirmed", None
+        c.note = _join(c.note, f"unconfirmed ({c.suspect} against stored samples): {why}")
+        say(f"[confirm] {c.workload}@{c.compiler}: unconfirmed: {why}")
+    return cs
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else (a or b)
