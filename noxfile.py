@@ -120,9 +120,9 @@ for _backend in _matrix_backends():
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
 def ci(session: nox.Session) -> None:
     """Main job: detect the backend (CUDA, ROCm, else CPU interpreter), run its suites, then benchmarks, report."""
-    # The harness itself needs only the standard library; running natively, the suites need the compiler's
-    # dependencies, which this session's venv gets (pinned CPU torch/triton) unless KILN_NO_VENV is set
-    # (GPU boxes run with their own torch: `KILN_NO_VENV=1 nox -s ci` or `nox --no-venv -s ci`).
+    # The harness itself needs the standard library and its stores' SQLAlchemy + Alembic; running natively, the
+    # suites need the compiler's dependencies, which this session's venv gets (pinned CPU torch/triton) unless
+    # KILN_NO_VENV is set (GPU boxes run with their own torch: `KILN_NO_VENV=1 nox -s ci` or `nox --no-venv -s ci`).
     no_venv = bool(os.environ.get("KILN_NO_VENV")) or isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv)
     python = sys.executable if no_venv else "python"
     native, rest = _split_native(session)
@@ -133,6 +133,8 @@ def ci(session: nox.Session) -> None:
     session.log(f"backend: {backend} ({'native' if native else 'container'})")
     if native and not no_venv:
         install_project(session)
+    elif not no_venv:  # container mode: the suites run in the image; the harness here records the history
+        session.install("sqlalchemy>=2", "alembic>=1.13")
     from datetime import datetime, timezone
 
     run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")
