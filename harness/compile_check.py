@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import CompileCheckError, MissingTool, RunInterrupted
-from harness.process import execute, kill_group
+from harness.process import execute, kill_group, sigterm_interrupts
 from harness.results import append_job_summary, atomic_write_text, markdown_table
 from harness.settings import settings
 
@@ -514,10 +514,6 @@ def check(
 # ---- CLI ----------------------------------------------------------------------------------------------
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", help="use this existing dump folder instead of running the suites")
     p.add_argument(
@@ -581,13 +577,11 @@ def cli_main(args: argparse.Namespace) -> int:
             print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
             suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
     timeout_s = args.timeout or m.backend("cpu").timeouts.suite_s
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the workers like Ctrl-C does
     try:
-        report = check(dump, targets, out, args.jobs, suites_exit, timeout_s)
+        with sigterm_interrupts():  # SIGTERM stops the workers like Ctrl-C does
+            report = check(dump, targets, out, args.jobs, suites_exit, timeout_s)
     except KeyboardInterrupt:
         raise RunInterrupted(f"compile check interrupted; outcomes so far are in {out / 'work'}") from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     for failure in report["failures"]:
         print(f"compile-check: FAIL {Outcome(**failure).message(dump)}", file=sys.stderr)
     for o in report["slowest"]:
