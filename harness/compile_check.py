@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import CompileCheckError, MissingTool, RunInterrupted
-from harness.process import execute, kill_group, sigterm_interrupts
+from harness.process import execute, kill_group, sigterm_interrupts, spawn
 from harness.results import append_job_summary, atomic_write_text, markdown_table
 from harness.settings import settings
 
@@ -352,33 +352,24 @@ def compile_specs(
         )
         result.write_text("")
         cmd = [sys.executable, "-m", "harness.compile_check", "--worker", str(request), str(result)]
-        log = (work_dir / f"worker-{i}.log").open("w")
-        procs.append(
-            (
-                subprocess.Popen(
-                    cmd, env=compiler_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                ),
-                log,
-                result,
-                chunk,
-            )
-        )
+        log = work_dir / f"worker-{i}.log"
+        procs.append((spawn(cmd, log, env=compiler_env(), echo=False), log, result, chunk))
     outcomes: dict[tuple[str, str], Outcome] = {}
     failures = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        for proc, *_ in procs:
+        for worker, *_ in procs:
             try:
-                proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                worker.proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                kill_group(proc)
+                kill_group(worker.proc)
     except BaseException:
-        for proc, *_ in procs:
-            kill_group(proc)
+        for worker, *_ in procs:
+            kill_group(worker.proc)
         raise
-    for proc, log, result, chunk in procs:
-        code = proc.returncode
-        log.close()
+    for worker, log, result, chunk in procs:
+        code = worker.proc.returncode
+        worker.reader.join(timeout=10)
         for line in result.read_text().splitlines():
             o = Outcome(**json.loads(line))
             outcomes[(o.spec_file, o.target)] = o
@@ -398,7 +389,7 @@ def compile_specs(
             )
             why = f"not compiled: the compile worker was stopped after {timeout_s:.0f} s"
         else:
-            failures.append(f"compile worker exited {code}: {_one_line(Path(log.name).read_text())}")
+            failures.append(f"compile worker exited {code}: {_one_line(log.read_text())}")
             why = f"not compiled: the compile worker exited {code} first"
         for sp, t in pending:
             outcomes[(sp.spec_file, t.name)] = Outcome(sp.kernel, sp.source, sp.spec_file, t.name, False, why)

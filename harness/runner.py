@@ -21,8 +21,8 @@ Terms:
                  harness.settings.data_dir; `--no-history` skips it), so the report can
                  say "failed K of the last N runs" and flake rates build up.
 
-Command lines come from `harness.commands`; step functions other modules call: `execute`, `run_pytest`,
-`run_python_module`, `run_suites`.
+Command lines come from `harness.commands`; functions other modules call: `execute`, `run_pytest`,
+`run_python_module`, `run_suite_isolated`, `retry_failed` (harness.steps runs the suites: `harness run`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from harness import isolation
 from harness import matrix as matrix_mod
 from harness import results as res
 from harness import retries as retries_mod
-from harness import shard as shard_mod
 from harness.commands import CONTAINER_RESULTS, container_argv, native_command, pytest_argv, suite_env
 from harness.exc import HarnessError, MissingTool
 from harness.matrix import Backend, Matrix, Retries
@@ -88,43 +87,6 @@ def _check_native_python() -> bool:
     return True
 
 
-def compiler_settings_problem(env: dict[str, str]) -> str | None:
-    """What is wrong with the kiln compiler settings (`KILN_*`) in `env`, in one line, or None.
-
-    compiler/config.py reads every compiler variable and needs only the standard library (and compiler/exc.py);
-    it is loaded here under a private package name, so the harness checks the settings the suites will see
-    without importing torch, before any suite starts (a bad value would otherwise fail every test's import)."""
-    import importlib.util
-    import types
-
-    folder = settings().root / "compiler"
-    if not (folder / "config.py").is_file():
-        return None  # a project without kiln's compiler (e.g. a scratch project in the harness's tests)
-    name = "_kiln_settings_check"
-    pkg = types.ModuleType(name)
-    pkg.__path__ = [str(folder)]
-    saved = {k: sys.modules.get(k) for k in (name, f"{name}.exc", f"{name}.config")}
-    sys.modules[name] = pkg
-    try:
-        for mod in ("exc", "config"):
-            spec = importlib.util.spec_from_file_location(f"{name}.{mod}", folder / f"{mod}.py")
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[f"{name}.{mod}"] = module
-            spec.loader.exec_module(module)
-        try:
-            module.from_env(env)
-        except ValueError as e:  # compiler.exc.ConfigError is a ValueError
-            return str(e)
-        return None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-
-
 def _container_name(backend: str, name: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", name)[:40]
     return f"kiln-{backend}-{safe}-{secrets.token_hex(4)}"
@@ -142,6 +104,7 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
     may stop the process early.
     """
     m = m or matrix_mod.load()
+    container = _container_name(backend.name, name)  # container mode's (unused natively)
     src = settings().root
     out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -165,7 +128,6 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
         os.chmod(out_dir, 0o777)  # the image's non-root user writes here
         inner = pytest_argv(targets, junit=f"{CONTAINER_RESULTS}/{name}.xml", test_timeout_s=test_timeout,
                             extra=extra)
-        container = _container_name(backend.name, name)
         argv = container_argv(backend, image, inner, src=src, env=env, results=out_dir, name=container,
                               docker=settings().docker)
         rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, container=container, echo=echo,
@@ -181,6 +143,7 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
     src = settings().root
     out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
+    container = _container_name(backend.name, name)  # container mode's (unused natively)
     env = suite_env(m, backend)
     if native:
         args = [a.replace("{out}", str(out_dir)) for a in module_args]
@@ -189,7 +152,6 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
         return rc
     os.chmod(out_dir, 0o777)
     args = [a.replace("{out}", CONTAINER_RESULTS) for a in module_args]
-    container = _container_name(backend.name, name)
     argv = container_argv(backend, str(image), ["python", "-m", "harness", *args], src=src, env=env,
                           results=out_dir, name=container, docker=settings().docker)
     rc, _ = execute(argv, log=out_dir / f"{name}.log", timeout_s=timeout_s, container=container, echo=echo)
@@ -230,32 +192,6 @@ def _error_line(log: Path) -> str:
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
     errors = [ln for ln in lines if "error" in ln.lower()]
     return (errors or lines or ["no output"])[-1]
-
-
-def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None = None,
-               run_dir: Path | None = None, image_tag: str | None = None, base_image: str | None = None,
-               extra: Sequence[str] = (), health: bool = True, echo: bool = True,
-               save_numerics: bool = False, shard: shard_mod.Shard | None = None, durations: Path | None = None,
-               devices: Sequence[str] = (), retries: Retries | None = None, history: Path | None = None,
-               record_history: bool = True, isolate: bool = True) -> tuple[Path, int]:
-    """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
-    The steps are harness.steps' SETUP, STEPS and END.
-
-    `shard`: run only that shard of every suite's tests, balanced by the `durations` file (None: by count);
-    `devices`: pin the run to these GPU ids (harness.shard.pin_devices); `retries`: how failed tests are
-    rerun (None: the matrix's); `history`: the test-history store a complete run is recorded into (None: the
-    default store; `record_history=False`: none); `isolate`: crash isolation (harness.isolation: a test that
-    kills its process costs that test alone), off only to measure what it costs.
-    Exit code: 0 when every suite ran and no test failed or errored except flaky ones (passed on a retry) and
-    quarantined ones, else 1. Raises HealthError when a device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM
-    (run.json then says `incomplete`).
-    """
-    from harness import steps
-
-    return steps.run(steps.plan_of(
-        backend_name, native=native, suites=suites, run_dir=run_dir, image_tag=image_tag, base_image=base_image,
-        extra=extra, health=health, echo=echo, save_numerics=save_numerics, shard=shard, durations=durations,
-        devices=devices, retries=retries, history=history, record_history=record_history, isolate=isolate))
 
 
 def run_suite_isolated(b: Backend, suite: str, suite_dir: Path, *, seen: str, native: bool, image: str | None,
@@ -348,106 +284,7 @@ def retry_line(suite: str, label: str, found: SuiteRetries) -> str:
             f"time(s) each: {body}{more}")
 
 
-# ---- CLI: `python -m harness run` / `python -m harness detect` -----------------------------------------
-
-
-def cli_add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", help="cpu, cuda or rocm (default: detected, see `python -m harness detect`)")
-    p.add_argument("--native", action="store_true", default=None,
-                   help="run with this machine's Python instead of a container (also KILN_NATIVE=1)")
-    p.add_argument("--suite", action="append", dest="suites", help="run only this suite (repeatable)")
-    p.add_argument("--results", help="run folder to write (default: results/<time>-<backend>-<mode>)")
-    p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
-    p.add_argument("--base-image", help="build the image on this base")
-    p.add_argument("--no-health", action="store_true", help="skip the GPU health check")
-    p.add_argument("--quiet", action="store_true", help="do not echo pytest output (it is still logged)")
-    p.add_argument("--save-numerics", action="store_true",
-                   help="the numerics suite saves its outputs into suites/numerics-outputs (see `harness numerics`)")
-    shards = p.add_argument_group("shards", "split every suite's tests into N disjoint shards (harness.shard)")
-    shards.add_argument("--shard", metavar="I/N", help="run only shard I of N (e.g. one job of a CI matrix; "
-                        "`python -m harness merge` joins the shards' folders into one report)")
-    shards.add_argument("--shards", metavar="N|auto", help="run N shards at once, each pinned to its own GPU(s), "
-                        "into RESULTS/shard-I/ and one merged report; auto: one per GPU group (CPU: 1)")
-    shards.add_argument("--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)")
-    shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
-                        "ci/durations/<backend>.json when it exists, else durations/<backend>.json next "
-                        "to the test history store, else shards are balanced by test count)")
-    shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated); "
-                        "with --shards, shard k takes the k-th --gpus-per-shard of them, and an id may repeat "
-                        "(--devices 0,0 --shards 2: two shards share GPU 0)")
-    p.add_argument("--retries", type=int, metavar="N", help="rerun each failed test alone up to N times until it "
-                   "passes (flaky) or not (failing); 0: no reruns (default: the matrix's `retries`)")
-    p.add_argument("--history", metavar="DB", help="the test-history store a complete run is recorded into "
-                   "(default: KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite, "
-                   "~/.local/share/kiln/... without XDG_DATA_HOME: outside the checkout, so it accumulates)")
-    p.add_argument("--no-history", action="store_true", help="do not record the run into the test history")
-    p.add_argument("--no-isolation", action="store_true", help="run each suite as one pytest process with no "
-                   "crash isolation (a crashing test then loses its suite's results; for measuring its cost)")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
-
-
-def shard_options(args: argparse.Namespace, backend: str) -> tuple[shard_mod.Shard | None, int | None, Path | None]:
-    """(--shard, --shards with None for auto, the durations file) from the command line; bad values raise."""
-    if args.shard and args.shards:
-        raise HarnessError("--shard I/N runs one shard, --shards N runs them all: give one of them")
-    shard = shard_mod.parse_shard(args.shard) if args.shard else None
-    count = shard_mod.parse_shard_count(args.shards) if args.shards else None
-    if args.durations:
-        durations: Path | None = Path(args.durations).resolve()
-        if not durations.is_file():
-            raise HarnessError(f"durations file {args.durations} not found")
-    else:
-        durations = shard_mod.find_durations(settings().root, backend)
-    return shard, count, durations
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    """Run the suites for a backend, in its container or natively."""
-    native = settings().native if args.native is None else args.native
-    backend = args.backend or matrix_mod.detect_backend()
-    extra = list(args.pytest_args or [])
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    shard, count, durations = shard_options(args, backend)
-    devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
-    run_dir = res.output_folder(args.results, "--results") if args.results else None
-    if run_dir is None:
-        res.output_folder(settings().results_root, "KILN_RESULTS")  # where new_run_dir would make the folder
-    retries = retry_option(args.retries, backend)
-    history = Path(args.history) if args.history else None
-    if args.shards:
-        b = matrix_mod.load().backend(backend)
-        gpus = list(devices) or (shard_mod.visible_gpus(b.name) if b.is_gpu else [])
-        groups = shard_mod.device_groups(b.is_gpu, count, args.gpus_per_shard, gpus, backend=b.name)
-        if len(groups) > 1:  # one shard is the plain run (below)
-            from harness import sharded
-
-            if native:
-                _check_native_python()
-            run_dir = run_dir or new_run_dir(b.name, "native" if native else "container")
-            _, code = sharded.run_shards(
-                b.name, groups, native=native, run_dir=run_dir, suites=args.suites, image_tag=args.image,
-                base_image=args.base_image, extra=extra, health=not args.no_health, save_numerics=args.save_numerics,
-                durations=durations, echo=not args.quiet, retries=retries, history=history,
-                record_history=not args.no_history)
-            return code
-        devices = groups[0]
-    _, code = run_suites(backend, native=native, suites=args.suites, run_dir=run_dir, image_tag=args.image,
-                         base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet,
-                         save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices,
-                         retries=retries, history=history, record_history=not args.no_history,
-                         isolate=not args.no_isolation)
-    return code
-
-
-def retry_option(value: int | None, backend: str) -> Retries | None:
-    """`--retries N` as the run's Retries (the matrix's max_tests), None when not given; N < 0 is an error."""
-    if value is None:
-        return None
-    if value < 0:
-        raise HarnessError(f"--retries {value}: expected 0 (no reruns) or more")
-    m = matrix_mod.load()
-    return Retries(attempts=value, max_tests=m.retries_for(m.backend(backend)).max_tests)
+# ---- CLI: `python -m harness detect` (`run` is harness.steps') -------------------------------------------
 
 
 def detect_mode() -> str:

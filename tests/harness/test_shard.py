@@ -377,7 +377,7 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
 
 def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_it(tmp_path, monkeypatch):
     """The commands of `run --backend cuda --shard 2/2 --devices 1` in container mode (docker faked)."""
-    from harness import envinfo, health, image, runner
+    from harness import envinfo, health, image, runner, steps
 
     root = make_project(tmp_path)
     shard.write_durations(root / "d.json", {}, "cuda")
@@ -394,7 +394,7 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
         return 0, False
 
     monkeypatch.setattr(runner, "execute", fake_execute)
-    run_dir, _ = runner.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
+    run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
                                    image_tag="kiln-cuda:t", health=False, echo=False, extra=["-x"],
                                    shard=shard.Shard(2, 2), durations=root / "d.json", devices=["1"])
     argv = calls[-1]
