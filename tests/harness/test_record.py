@@ -171,3 +171,34 @@ def test_sigterm_is_an_interrupt_inside_the_supervisor_only():
             time.sleep(0.01)
     assert signal.getsignal(signal.SIGTERM) == before
     assert issubclass(Terminated, KeyboardInterrupt)
+
+
+def write_schema1_merged_run(folder: Path) -> Path:
+    """A merged run as `harness merge` wrote it before records (schema 1): shard 1 of 2 complete (the run of
+    `write_schema1_run`, as a shard), shard 2 missing."""
+    shard_dir = write_schema1_run(folder / "shard-1", Path("/repo"))
+    one = json.loads((shard_dir / "run.json").read_text())
+    one["shard"] = {"index": 1, "count": 2, "durations": None}
+    (shard_dir / "run.json").write_text(json.dumps(one))
+    shared = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
+              "suite_timeout_s", "per_test_timeout", "retries", "quarantine")
+    merged = {**{k: one[k] for k in shared}, "schema": 1, "run_id": folder.name, "status": "incomplete",
+              "started": one["started"], "finished": "2026-11-01T10:06:00+00:00", "shard_count": 2, "shards": [
+                  {"index": 1, "count": 2, "status": "complete", "reason": "", "dir": "shard-1", "devices": [],
+                   "wall_s": 300.0, "run_id": "shard-1", "started": one["started"], "finished": one["finished"]},
+                  {"index": 2, "count": 2, "status": "missing", "reason": "no results folder for this shard",
+                   "dir": "", "devices": [], "wall_s": None, "run_id": None, "started": None, "finished": None}],
+              "suites": [], "problems": [], "wall_s": 310.0,
+              "reason": "shard 2/2 missing: no results folder for this shard"}
+    (folder / "run.json").write_text(json.dumps(merged, indent=2, sort_keys=True))
+    return folder
+
+
+def test_a_schema1_merged_run_reports_as_the_previous_harness_reported_it(tmp_path):
+    run_dir = write_schema1_merged_run(tmp_path / "merged")
+    report.write_reports(run_dir)
+    for name in ("report.txt", "report.md", "summary.json"):
+        expected = (EXPECTED / f"merged-{name}").read_text().replace("{RUN}", str(run_dir))
+        assert (run_dir / name).read_text() == expected, name
+    run = load_run(run_dir)
+    assert run.merged and run.record_for("tests/alpha/test_a.py::test_q").shard.index == 1
