@@ -2,8 +2,8 @@
 matrix) into one results folder with one report: `python -m harness merge DIR... --out OUT`.
 
 OUT gets each shard's folder as OUT/shard-I/ (copied unless it is there already), env.json from the first
-shard, run.json with `shards` (a harness.record.ShardRecord per shard 1..N: status, reason, GPUs, wall seconds, folder) and
-the reports (harness.report). The merged run is `complete` when every shard is; a shard that crashed, hung,
+shard, run.json with `shards` (a harness.record.ShardRecord per shard 1..N: status, reason, GPUs, wall
+seconds, folder) and the reports (harness.report). The merged run is `complete` when every shard is; a shard that crashed, hung,
 was interrupted, failed its health check or is missing makes it `incomplete` (the reason names the shard),
 while the other shards' results stand. The shards must agree: each suite's shard records (written by
 harness.shard_plugin) must show the same collected tests and durations, disjoint selections that cover

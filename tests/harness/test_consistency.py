@@ -48,8 +48,9 @@ def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
 
 def _manifest(backend: str, mode: str = "container", **more) -> RunRecord:
     b = M.backend(backend)
-    return RunRecord.from_json({**more, "backend": backend, "mode": mode, "src": "/repo", "image": {"tag": f"{b.image}:0123"},
-            "env": commands.suite_env(M, b), "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"})
+    return RunRecord.from_json({**more, "backend": backend, "mode": mode, "src": "/repo",
+                                "image": {"tag": f"{b.image}:0123"}, "env": commands.suite_env(M, b),
+                                "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"})
 
 
 @pytest.mark.parametrize("backend", sorted(M.backends))

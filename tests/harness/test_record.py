@@ -202,3 +202,17 @@ def test_a_schema1_merged_run_reports_as_the_previous_harness_reported_it(tmp_pa
         assert (run_dir / name).read_text() == expected, name
     run = load_run(run_dir)
     assert run.merged and run.record_for("tests/alpha/test_a.py::test_q").shard.index == 1
+
+
+def test_the_shards_check_step_stops_an_unknown_suite_and_records_the_quarantine(tmp_path):
+    from harness import sharded
+
+    m = matrix.load()
+    st = sharded.ShardsState(m.backend("cpu"), m, [[], []], True, tmp_path / "run", ["no-such-suite"], None, None,
+                             (), True, False, None, False, None, None, None)
+    with pytest.raises(HarnessError, match="unknown suite"):
+        sharded.check_shards(st)
+    st.suites = list(m.suites)
+    st = sharded.check_shards(st)
+    assert st.base is not None and st.base.backend == "cpu" and st.base.mode == "native"
+    assert st.base.quarantine is not None and not (tmp_path / "run").exists()
