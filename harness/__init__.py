@@ -7,13 +7,17 @@ The harness is a chain of small steps, each a function another module (or a nox 
   health.check         -> a matmul and a compiled Triton kernel on every visible device
   envinfo.capture      -> git sha, versions, driver, GPUs, compiler config
   runner.run_pytest    -> one pytest invocation, natively or in a container; returns where JUnit landed
-  runner.run_suites    -> the four suites, one summary line each, into a results folder
+  runner.run_suites    -> the four suites, one summary line each, into a results folder (harness.steps:
+                          SETUP, STEPS, END, each a function of the run's typed state)
+  record.RunRecord     -> run.json, typed (suites, retries, crashes, shards); schema 2, schema 1 read
   shard.assign         -> which tests shard I of N runs (by recorded durations, else by count)
   sharded.run_shards   -> every shard at once, each pinned to its GPUs; merge.merge_shards -> one report
-  collect.load_run     -> a results folder parsed and classified
+  collect.load_run     -> a results folder parsed and classified: its RunRecord and every suite's tests
   report.render        -> the text/markdown report
   repro.repro_line     -> the command that reproduces one failing test
 
+Child processes are started and stopped through harness.process (SIGTERM becomes an interrupt only inside
+`process.sigterm_interrupts`, the one handler); every git call goes through harness.git.
 The command line is `python -m harness <verb>`; see harness/__main__.py.
 This package imports only the standard library at import time; torch/triton are imported lazily.
 """

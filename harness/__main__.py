@@ -18,7 +18,7 @@ from harness.exc import EXIT_CODES_EPILOG, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 # verb -> (module, one-line help). Keep sorted by the order a person meets them.
 VERBS: dict[str, tuple[str, str]] = {
-    "run": ("harness.runner", "run the suites for a backend, in its container or natively"),
+    "run": ("harness.steps", "run the suites for a backend, in its container or natively"),
     "detect": ("harness.runner", "print the backend this machine supports: cuda, rocm or cpu"),
     "health": ("harness.health", "GPU health check: a matmul and a compiled kernel on every device"),
     "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),

@@ -1,47 +1,49 @@
-"""Collecting a results folder: the manifest (run.json) and every suite's JUnit, parsed and classified.
+"""Collecting a results folder: its record (run.json as harness.record.RunRecord, schema 1 or 2) and every
+suite's JUnit, parsed and classified.
 
 A run is `complete` only when run.json says so; `running` left behind by a killed process and
 `incomplete`/`aborted` runs are reported as incomplete, with whatever suites finished.
 
 A merged run (harness.merge: the shards of one run, each a results folder of its own in `shard-I/`) has a
 run.json with `shards`; its suites are each suite's tests over every shard that has a run.json, and each
-test's repro line comes from the manifest of the shard that ran it (`manifest_for`).
+test's repro line comes from the record of the shard that ran it (`record_for`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness import results as res
 from harness.exc import ResultsError
+from harness.record import RunRecord, SuiteRecord, SuiteStatus
 from harness.settings import settings
 
 
 @dataclass(frozen=True)
 class SuiteResults:
-    """One suite of a run: its manifest entry and its classified tests."""
+    """One suite of a run: its record (run.json's entry; a merged run's holds its shards') and its tests."""
 
     name: str
-    status: str
+    status: SuiteStatus
     tests: list[res.TestResult]
-    entry: dict[str, Any]
+    record: SuiteRecord
 
 
 @dataclass(frozen=True)
 class RunResults:
-    """A whole results folder."""
+    """A whole results folder: its record (run.json) and every suite's tests."""
 
     path: Path
-    manifest: dict[str, Any]
+    record: RunRecord
     suites: list[SuiteResults]
     shard_runs: dict[int, RunResults] = field(default_factory=dict)  # merged runs: shard index -> its run
     test_shards: dict[str, int] = field(default_factory=dict)  # merged runs: test id -> the shard that ran it
 
     @property
     def complete(self) -> bool:
-        return self.manifest.get("status") == "complete"
+        return self.record.complete
 
     @property
     def failing(self) -> list[tuple[str, res.TestResult]]:
@@ -51,19 +53,19 @@ class RunResults:
     @property
     def broken_suites(self) -> list[SuiteResults]:
         """Suites that did not finish normally (timeout, pytest error) whatever their tests say."""
-        return [s for s in self.suites if s.status in ("timeout", "error")]
+        return [s for s in self.suites if s.status in (SuiteStatus.TIMEOUT, SuiteStatus.ERROR)]
 
     @property
     def merged(self) -> bool:
-        return self.manifest.get("shards") is not None
+        return self.record.merged
 
-    def manifest_for(self, test_id: str) -> dict[str, Any]:
-        """The manifest of the run that ran `test_id`: this one, or in a merged run its shard's (the first
+    def record_for(self, test_id: str) -> RunRecord:
+        """The record of the run that ran `test_id`: this one, or in a merged run its shard's (the first
         shard's for a test no shard ran)."""
         if not self.shard_runs:
-            return self.manifest
+            return self.record
         index = self.test_shards.get(test_id, min(self.shard_runs))
-        return self.shard_runs[index].manifest
+        return self.shard_runs[index].record
 
 
 SUITE_STATUS_ORDER = ("timeout", "error", "failed", "passed", "empty", "missing")
@@ -77,39 +79,49 @@ def merged_status(statuses: list[str]) -> str:
     return min(known, key=SUITE_STATUS_ORDER.index)
 
 
-def load_run(path: Path | str) -> RunResults:
-    """Parse the results folder at `path`."""
-    path = Path(path).resolve()
+def read_record(path: Path | str) -> RunRecord:
+    """The record (run.json) of the results folder at `path`, schema 1 or 2."""
+    path = Path(path)
     if not path.is_dir():
         raise ResultsError(f"results folder {path} does not exist")
     if not (path / "run.json").exists():
         raise ResultsError(f"{path} is not a harness results folder (no run.json)")
-    manifest = res.read_json(path / "run.json")
-    if not isinstance(manifest, dict) or "backend" not in manifest:
-        raise ResultsError(f"{path / 'run.json'} is not a harness run manifest")
-    if manifest.get("shards") is not None:
-        return _load_merged(path, manifest)
-    root = Path(manifest.get("src") or settings().root)
-    suites = []
-    for entry in manifest.get("suites", []):
-        junit = path / entry["junit"] if entry.get("junit") else None
+    return RunRecord.from_json(res.read_json(path / "run.json"), str(path / "run.json"))
+
+
+def load_run(path: Path | str) -> RunResults:
+    """Parse the results folder at `path`: its record and every suite's JUnit."""
+    path = Path(path).resolve()
+    record = read_record(path)
+    if record.merged:
+        return _load_merged(path, record)
+    root = Path(record.src or settings().root)
+    tests = {}
+    for suite in record.suites:
+        junit = path / suite.junit if suite.junit else None
         try:
-            tests = res.parse_junit(junit, root) if junit is not None and junit.exists() else []
+            tests[suite.name] = res.parse_junit(junit, root) if junit is not None and junit.exists() else []
         except ResultsError:
-            tests = []
-        suites.append(SuiteResults(entry["name"], entry.get("status", "error"), tests, entry))
-    return RunResults(path, manifest, suites)
+            tests[suite.name] = []
+    return from_record(path, record, tests)
 
 
-def _load_merged(path: Path, manifest: dict[str, Any]) -> RunResults:
+def from_record(path: Path, record: RunRecord, tests: Mapping[str, list[res.TestResult]]) -> RunResults:
+    """A plain run's results from its record and each suite's tests as already parsed (the runner's, in
+    memory: nothing is read back)."""
+    suites = [SuiteResults(s.name, s.status, list(tests.get(s.name, [])), s) for s in record.suites]
+    return RunResults(Path(path), record, suites)
+
+
+def _load_merged(path: Path, record: RunRecord) -> RunResults:
     shard_runs: dict[int, RunResults] = {}
-    for entry in manifest["shards"]:
-        folder = path / entry.get("dir", "")
-        if entry.get("dir") and (folder / "run.json").exists():
+    for shard in record.shards or ():
+        folder = path / shard.dir
+        if shard.dir and (folder / "run.json").exists():
             try:
-                shard_runs[int(entry["index"])] = load_run(folder)
+                shard_runs[shard.index] = load_run(folder)
             except ResultsError:
-                continue  # the merged manifest says what became of the shard
+                continue  # the merged record says what became of the shard
     names: list[str] = []
     parts: dict[str, list[tuple[int, SuiteResults]]] = {}
     test_shards: dict[str, int] = {}
@@ -122,13 +134,12 @@ def _load_merged(path: Path, manifest: dict[str, Any]) -> RunResults:
                 test_shards.setdefault(t.id, index)
     suites = []
     for name in names:
-        entries = {str(i): s.entry for i, s in parts[name]}
-        entry = {"name": name, "duration_s": round(sum(s.entry.get("duration_s", 0.0) for _, s in parts[name]), 2),
-                 "shards": entries}
-        status = merged_status([s.status for _, s in parts[name]])
+        status = SuiteStatus(merged_status([s.status for _, s in parts[name]]))
+        one = SuiteRecord(name, status, duration_s=round(sum(s.record.duration_s for _, s in parts[name]), 2),
+                          shards={i: s.record for i, s in parts[name]})
         tests = [t for _, s in parts[name] for t in s.tests]
-        suites.append(SuiteResults(name, status, tests, {**entry, "status": status}))
-    return RunResults(path, manifest, suites, shard_runs, test_shards)
+        suites.append(SuiteResults(name, status, tests, one))
+    return RunResults(path, record, suites, shard_runs, test_shards)
 
 
 def latest_run(results_root: Path | None = None) -> Path:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import CompileCheckError, MissingTool, RunInterrupted
-from harness.process import execute, kill_group
+from harness.process import execute, kill_group, sigterm_interrupts, spawn
 from harness.results import append_job_summary, atomic_write_text, markdown_table
 from harness.settings import settings
 
@@ -352,33 +352,24 @@ def compile_specs(
         )
         result.write_text("")
         cmd = [sys.executable, "-m", "harness.compile_check", "--worker", str(request), str(result)]
-        log = (work_dir / f"worker-{i}.log").open("w")
-        procs.append(
-            (
-                subprocess.Popen(
-                    cmd, env=compiler_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                ),
-                log,
-                result,
-                chunk,
-            )
-        )
+        log = work_dir / f"worker-{i}.log"
+        procs.append((spawn(cmd, log, env=compiler_env(), echo=False), log, result, chunk))
     outcomes: dict[tuple[str, str], Outcome] = {}
     failures = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        for proc, *_ in procs:
+        for worker, *_ in procs:
             try:
-                proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                worker.proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                kill_group(proc)
+                kill_group(worker.proc)
     except BaseException:
-        for proc, *_ in procs:
-            kill_group(proc)
+        for worker, *_ in procs:
+            kill_group(worker.proc)
         raise
-    for proc, log, result, chunk in procs:
-        code = proc.returncode
-        log.close()
+    for worker, log, result, chunk in procs:
+        code = worker.proc.returncode
+        worker.reader.join(timeout=10)
         for line in result.read_text().splitlines():
             o = Outcome(**json.loads(line))
             outcomes[(o.spec_file, o.target)] = o
@@ -398,7 +389,7 @@ def compile_specs(
             )
             why = f"not compiled: the compile worker was stopped after {timeout_s:.0f} s"
         else:
-            failures.append(f"compile worker exited {code}: {_one_line(Path(log.name).read_text())}")
+            failures.append(f"compile worker exited {code}: {_one_line(log.read_text())}")
             why = f"not compiled: the compile worker exited {code} first"
         for sp, t in pending:
             outcomes[(sp.spec_file, t.name)] = Outcome(sp.kernel, sp.source, sp.spec_file, t.name, False, why)
@@ -514,10 +505,6 @@ def check(
 # ---- CLI ----------------------------------------------------------------------------------------------
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump", help="use this existing dump folder instead of running the suites")
     p.add_argument(
@@ -581,13 +568,11 @@ def cli_main(args: argparse.Namespace) -> int:
             print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
             suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
     timeout_s = args.timeout or m.backend("cpu").timeouts.suite_s
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops the workers like Ctrl-C does
     try:
-        report = check(dump, targets, out, args.jobs, suites_exit, timeout_s)
+        with sigterm_interrupts():  # SIGTERM stops the workers like Ctrl-C does
+            report = check(dump, targets, out, args.jobs, suites_exit, timeout_s)
     except KeyboardInterrupt:
         raise RunInterrupted(f"compile check interrupted; outcomes so far are in {out / 'work'}") from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     for failure in report["failures"]:
         print(f"compile-check: FAIL {Outcome(**failure).message(dump)}", file=sys.stderr)
     for o in report["slowest"]:

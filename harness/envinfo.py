@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.git import output as git_output
 from harness.settings import settings
 
 SCHEMA = 1
@@ -44,15 +45,15 @@ def _cmd(argv: list[str], cwd: Path | None = None, timeout: float = 20, strip: b
 
 def git_info(root: Path) -> dict[str, Any]:
     """sha, branch and dirty state of the checkout (dirty: tracked files modified or staged)."""
-    sha = _cmd(["git", "rev-parse", "HEAD"], cwd=root)
+    sha = git_output(root, "rev-parse", "HEAD")
     if sha is None:
         return {"sha": None, "dirty": None, "branch": None, "note": "not a git checkout or git missing"}
-    status = _cmd(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, strip=False) or ""
+    status = git_output(root, "status", "--porcelain", "--untracked-files=no", strip=False) or ""
     return {
         "sha": sha,
         "dirty": bool(status.strip()),
         "dirty_files": sorted(line[3:] for line in status.splitlines() if line.strip())[:50],
-        "branch": _cmd(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=root),
+        "branch": git_output(root, "rev-parse", "--abbrev-ref", "HEAD"),
     }
 
 

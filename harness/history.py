@@ -43,9 +43,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from harness.exc import HarnessError, HistoryError, MissingTool
+from harness.record import RunStatus
 from harness.results import set_aside
 
 try:
@@ -135,17 +136,9 @@ def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, floa
     """(source, date, backend, [(node id, outcome, seconds)], reruns) of a results folder, with the existing
     readers (a run's reruns with harness.retries)."""
     if (folder / "run.json").is_file():
-        from harness import retries
         from harness.collect import load_run
 
-        run = load_run(folder)
-        if run.manifest.get("status") in (None, "running"):
-            raise HistoryError(f"{folder} is not a finished run (status {run.manifest.get('status')!r})")
-        rows = [(t.id, t.outcome, t.duration_s) for s in run.suites for t in s.tests]
-        reruns = [(r.id, a.n, a.outcome, a.duration_s, r.status) for r in retries.load(run).values()
-                  for a in r.attempts if a.n >= 1]
-        date = str(run.manifest.get("started") or "")
-        return "run", date, str(run.manifest.get("backend", "?")), rows, reruns
+        return _read_run(load_run(folder))
     if (folder / "flakes.json").is_file():
         from harness.results import parse_junit, read_json
 
@@ -161,10 +154,27 @@ def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, floa
     raise HistoryError(f"{folder} is neither a run's results folder (run.json) nor a flakes folder (flakes.json)")
 
 
-def record(db_path: Path | str, folder: Path | str) -> Recorded:
-    """Record a finished results folder (read before the store is opened: a bad folder leaves no trace)."""
-    folder = Path(folder).resolve()
-    source, date, backend, rows, reruns = _read_folder(folder)
+def _read_run(run: Any) -> tuple[str, str, str, list[tuple[str, str, float]], list[Retry]]:
+    """`_read_folder` of a run's results (harness.collect.RunResults), in memory or read from its folder."""
+    from harness import retries
+
+    if run.record.status == RunStatus.RUNNING:
+        raise HistoryError(f"{run.path} is not a finished run (status {str(run.record.status)!r})")
+    rows = [(t.id, str(t.outcome), t.duration_s) for s in run.suites for t in s.tests]
+    reruns = [(r.id, a.n, a.outcome, a.duration_s, str(r.status)) for r in retries.load(run).values()
+              for a in r.attempts if a.n >= 1]
+    return "run", str(run.record.started or ""), run.record.backend, rows, reruns
+
+
+def record(db_path: Path | str, folder: Any) -> Recorded:
+    """Record a finished results folder, or a run's results in memory (harness.collect.RunResults: the runner
+    hands its own); read before the store is opened, so a bad folder leaves no trace."""
+    if isinstance(folder, (str, Path)):
+        folder = Path(folder).resolve()
+        source, date, backend, rows, reruns = _read_folder(folder)
+    else:
+        source, date, backend, rows, reruns = _read_run(folder)
+        folder = folder.path
     date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
     with connect(db_path) as db:
         if db.execute(select(t.history_runs.c.id).where(t.history_runs.c.folder == str(folder))).first():
@@ -182,7 +192,7 @@ def record(db_path: Path | str, folder: Path | str) -> Recorded:
     return Recorded(folder, run_id, source, backend, len(rows), len(reruns))
 
 
-def record_or_warn(db_path: Path | str, folder: Path | str, out: TextIO | None = None) -> Recorded | None:
+def record_or_warn(db_path: Path | str, folder: Any, out: TextIO | None = None) -> Recorded | None:
     """record(), for a run that has just finished: a store that cannot take it is reported in one line on `out`
     (default stdout) and the run goes on; None then."""
     try:

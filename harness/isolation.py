@@ -36,6 +36,7 @@ from typing import Any
 
 from harness import results as res
 from harness.journal_plugin import EXIT_POISONED
+from harness.record import CrashRecord
 
 WATCHDOG_GRACE_S = 30.0  # at most this long past the per-test timeout: pytest-timeout has had its chance
 MAX_CRASHES = 25  # per suite: past this many, the rest is not run (something is broken for every test)
@@ -43,20 +44,7 @@ TAIL_LINES = 30
 NORMAL_EXITS = (0, 1, 5)  # pytest: all passed, some failed, no tests
 
 
-@dataclass(frozen=True)
-class Crash:
-    """A test whose process ended while it ran (module docstring)."""
-
-    id: str
-    reason: str
-    returncode: int | None
-    attempt: int
-    log: str
-    tail: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "reason": self.reason, "returncode": self.returncode, "attempt": self.attempt,
-                "log": self.log, "tail": self.tail}
+Crash = CrashRecord  # a test whose process ended while it ran (module docstring); run.json keeps it as is
 
 
 @dataclass(frozen=True)
@@ -160,7 +148,10 @@ class SuiteRun:
         return "passed" if self.finished else "empty"
 
     def tests(self) -> list[res.TestResult]:
-        return [res.TestResult(f.id, f.outcome, f.message.strip()[:500], f.duration_s) for f in self.finished]
+        """The finished tests as the suite's JUnit (`write_junit`) gives them back: seconds to 3 decimals, a
+        message only for a test that did not pass."""
+        return [res.TestResult(f.id, f.outcome, f.message.strip()[:500] if f.outcome != "passed" else "",
+                               round(f.duration_s, 3)) for f in self.finished]
 
 
 Attempt = Callable[[int, str, list[str], float, Callable[[], str | None]], Any]

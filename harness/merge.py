@@ -2,8 +2,8 @@
 matrix) into one results folder with one report: `python -m harness merge DIR... --out OUT`.
 
 OUT gets each shard's folder as OUT/shard-I/ (copied unless it is there already), env.json from the first
-shard, run.json with `shards` (one entry per shard 1..N: status, reason, GPUs, wall seconds, folder) and
-the reports (harness.report). The merged run is `complete` when every shard is; a shard that crashed, hung,
+shard, run.json with `shards` (a harness.record.ShardRecord per shard 1..N: status, reason, GPUs, wall
+seconds, folder) and the reports (harness.report). The merged run is `complete` when every shard is; a shard that crashed, hung,
 was interrupted, failed its health check or is missing makes it `incomplete` (the reason names the shard),
 while the other shards' results stand. The shards must agree: each suite's shard records (written by
 harness.shard_plugin) must show the same collected tests and durations, disjoint selections that cover
@@ -23,20 +23,18 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from harness import results as res
+from harness.collect import read_record
 from harness.exc import ResultsError
+from harness.record import SHARED_KEYS, RunRecord, RunStatus, ShardRecord, ShardStatus, SuiteRecord
 
-MERGED_SCHEMA = 1
 MAX_PROBLEMS = 20
-SHARD_STATUSES = ("complete", "incomplete", "aborted", "crashed", "hung", "missing")
-# what a merged run copies from its first shard's run.json (the rest is per shard: env, GPUs, suites)
-_SHARED = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
-           "suite_timeout_s", "per_test_timeout", "retries", "quarantine")
+SHARD_STATUSES = tuple(ShardStatus)
 
 
 @dataclass(frozen=True)
@@ -58,39 +56,38 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _manifest(folder: Path | None) -> dict[str, Any] | None:
+def _read(folder: Path | None) -> RunRecord | None:
+    """The record of a shard's folder, None when it has none or an unreadable one."""
     if folder is None or not (folder / "run.json").is_file():
         return None
     try:
-        data = res.read_json(folder / "run.json")
+        return read_record(folder)
     except ResultsError:
         return None
-    return data if isinstance(data, dict) else None
 
 
-def shard_state(manifest: dict[str, Any] | None, proc: ShardProcess | None, log: str = "") -> tuple[str, str]:
-    """(status, reason) of one shard from its run.json and, for a local shard, its process."""
+def shard_state(record: RunRecord | None, proc: ShardProcess | None, log: str = "") -> tuple[ShardStatus, str]:
+    """(status, reason) of one shard from its record and, for a local shard, its process."""
     see = f"; see {log}" if log else ""
     if proc is not None and proc.hung:
-        return "hung", f"killed after {proc.wall_s:.0f}s without finishing{see}"
-    if manifest is None:
+        return ShardStatus.HUNG, f"killed after {proc.wall_s:.0f}s without finishing{see}"
+    if record is None:
         if proc is None:
-            return "missing", "no results folder for this shard"
-        return "crashed", f"exit {proc.returncode} before writing run.json{see}"
-    status = manifest.get("status")
-    if status == "complete":
-        return "complete", ""
-    if status == "running":  # its process died without a word: a crash, or a kill (a CI job's timeout)
+            return ShardStatus.MISSING, "no results folder for this shard"
+        return ShardStatus.CRASHED, f"exit {proc.returncode} before writing run.json{see}"
+    if record.status == RunStatus.COMPLETE:
+        return ShardStatus.COMPLETE, ""
+    if record.status == RunStatus.RUNNING:  # its process died without a word: a crash, or a kill (a job timeout)
         rc = f" (exit {proc.returncode})" if proc is not None else " (crashed, or killed: a job timeout?)"
-        return "crashed", f"stopped without finishing{rc}{see}"
-    if status in ("incomplete", "aborted"):
-        return status, manifest.get("reason", "")
-    return "crashed", f"run.json says {status!r}"
+        return ShardStatus.CRASHED, f"stopped without finishing{rc}{see}"
+    if record.status in (RunStatus.INCOMPLETE, RunStatus.ABORTED):
+        return ShardStatus(record.status.value), record.reason or ""
+    return ShardStatus.CRASHED, f"run.json says {str(record.status)!r}"
 
 
-def _record(folder: Path, suite_entry: dict[str, Any]) -> dict[str, Any] | None:
-    junit = suite_entry.get("junit") or ""
-    path = folder / Path(junit).with_suffix(".shard.json") if junit else None
+def _shard_json(folder: Path, suite: SuiteRecord) -> dict[str, Any] | None:
+    """The shard record harness.shard_plugin wrote next to the suite's JUnit (`<suite>.shard.json`)."""
+    path = folder / Path(suite.junit).with_suffix(".shard.json") if suite.junit else None
     if path is None or not path.is_file():
         return None
     try:
@@ -99,50 +96,52 @@ def _record(folder: Path, suite_entry: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-def consistency_problems(folders: dict[int, Path], manifests: dict[int, dict[str, Any]], count: int) -> list[str]:
+def consistency_problems(folders: dict[int, Path], records: dict[int, RunRecord], count: int) -> list[str]:
     """Why the shards do not partition the tests (empty when they do, as far as the shards present tell)."""
     from harness.collect import load_run
 
     problems: list[str] = []
     suites: dict[str, dict[int, dict[str, Any] | None]] = {}
-    quarantines = {i: json.dumps(m["quarantine"], sort_keys=True) for i, m in manifests.items() if "quarantine" in m}
+    quarantines = {i: json.dumps(r.quarantine, sort_keys=True) for i, r in records.items()
+                   if r.quarantine is not None}
     if len(set(quarantines.values())) > 1:  # the merged run is judged by one quarantine: the shards' must agree
         problems.append("the shards ran under different quarantines (run.json `quarantine`): "
-                        + "; ".join(f"shard {i}: {len(manifests[i]['quarantine'].get('entries') or [])} entries"
+                        + "; ".join(f"shard {i}: {len((records[i].quarantine or {}).get('entries') or [])} entries"
                                     for i in sorted(quarantines)))
-    for index, manifest in sorted(manifests.items()):
-        shard = manifest.get("shard") or {}
-        if shard.get("index") != index or shard.get("count") != count:
-            problems.append(f"{folders[index]} is shard {shard.get('index')}/{shard.get('count')}, not {index}/{count}")
-        for entry in manifest.get("suites", []):
-            if entry.get("status") in ("missing", "error", "timeout") and not entry.get("junit"):
+    for index, record in sorted(records.items()):
+        shard = record.shard
+        if shard is None or shard.index != index or shard.count != count:
+            got = f"{shard.index}/{shard.count}" if shard is not None else "None/None"
+            problems.append(f"{folders[index]} is shard {got}, not {index}/{count}")
+        for suite in record.suites:
+            if suite.status in ("missing", "error", "timeout") and not suite.junit:
                 continue
-            suites.setdefault(entry["name"], {})[index] = _record(folders[index], entry)
-    for suite, records in sorted(suites.items()):
-        present = {i: r for i, r in records.items() if r is not None}
-        lacking = sorted(i for i, r in records.items() if r is None)
-        statuses = {i: next(e.get("status") for e in manifests[i]["suites"] if e["name"] == suite) for i in lacking}
+            suites.setdefault(suite.name, {})[index] = _shard_json(folders[index], suite)
+    for name, found in sorted(suites.items()):
+        present = {i: r for i, r in found.items() if r is not None}
+        lacking = sorted(i for i, r in found.items() if r is None)
+        statuses = {i: next(s.status for s in records[i].suites if s.name == name) for i in lacking}
         lacking = [i for i in lacking if statuses[i] not in ("error", "timeout")]  # a broken suite says so itself
         if lacking:
-            problems.append(f"suite {suite}: shard(s) {', '.join(map(str, lacking))} wrote no shard record "
+            problems.append(f"suite {name}: shard(s) {', '.join(map(str, lacking))} wrote no shard record "
                             "(was the suite run without --shard?)")
         if len({r.get("collected_sha256") for r in present.values()}) > 1:
             sizes = ", ".join(f"shard {i}: {r.get('collected')}" for i, r in sorted(present.items()))
-            problems.append(f"suite {suite}: the shards collected different tests ({sizes}); "
+            problems.append(f"suite {name}: the shards collected different tests ({sizes}); "
                             "a test may have run in two shards or in none")
         if len({r.get("durations_sha256") for r in present.values()}) > 1:
-            problems.append(f"suite {suite}: the shards were balanced with different durations files")
+            problems.append(f"suite {name}: the shards were balanced with different durations files")
         seen: dict[str, int] = {}
         for i, r in sorted(present.items()):
             for test in r.get("selected", []):
                 if test in seen:
-                    problems.append(f"suite {suite}: {test} was selected by shards {seen[test]} and {i}")
+                    problems.append(f"suite {name}: {test} was selected by shards {seen[test]} and {i}")
                 seen.setdefault(test, i)
         collected = {r.get("collected") for r in present.values()}
         if len(present) == count and len(collected) == 1 and len(seen) != collected.pop():
-            problems.append(f"suite {suite}: the shards selected {len(seen)} tests of {present[1].get('collected')}")
+            problems.append(f"suite {name}: the shards selected {len(seen)} tests of {present[1].get('collected')}")
     ran: dict[str, int] = {}
-    for index in sorted(manifests):
+    for index in sorted(records):
         try:
             run = load_run(folders[index])
         except ResultsError:
@@ -155,16 +154,8 @@ def consistency_problems(folders: dict[int, Path], manifests: dict[int, dict[str
     return problems
 
 
-def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: dict[int, ShardProcess] | None = None,
-                 base: dict[str, Any] | None = None, wall_s: float | None = None, reason: str = ""):
-    """Merge shard folders (index -> folder; absent indexes are missing shards) into `out`; returns the
-    report's Summary. `processes`: what the local shard processes did; `base`: manifest fields for when no
-    shard wrote a run.json; `reason`: why the whole run stopped early (an interrupt), if it did."""
-    from harness import report
-
-    out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    processes = processes or {}
+def _place(out: Path, folders: dict[int, Path]) -> dict[int, Path]:
+    """Copy each shard's folder to OUT/shard-I (unless it is there already); index -> its place."""
     placed: dict[int, Path] = {}
     for index, folder in sorted(folders.items()):
         target = out / shard_dir_name(index)
@@ -175,44 +166,61 @@ def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: 
             if folder.is_dir():
                 shutil.copytree(folder, target)
         placed[index] = target
-    manifests = {i: m for i, m in ((i, _manifest(f)) for i, f in placed.items()) if m is not None}
-    first = manifests[min(manifests)] if manifests else {}
-    entries, stopped = [], []
+    return placed
+
+
+def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: dict[int, ShardProcess] | None = None,
+                 base: RunRecord | None = None, history: str | None = None, wall_s: float | None = None,
+                 reason: str = ""):
+    """Merge shard folders (index -> folder; absent indexes are missing shards) into `out`; returns the
+    report's Summary. `processes`: what the local shard processes did; `base`: the record's fields for when no
+    shard wrote a run.json; `history`: the test-history store the merged run records into (else `base`'s);
+    `reason`: why the whole run stopped early (an interrupt), if it did."""
+    from harness import report
+    from harness.collect import load_run
+
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    processes = processes or {}
+    placed = _place(out, folders)
+    records = {i: r for i, r in ((i, _read(f)) for i, f in placed.items()) if r is not None}
+    first = records[min(records)] if records else None
+    shards, stopped = [], []
     for index in range(1, count + 1):
         proc = processes.get(index)
         log = f"{shard_dir_name(index)}.log"
         log = log if proc is not None and (out / log).exists() else ""
-        status, why = shard_state(manifests.get(index), proc, log)
-        manifest = manifests.get(index) or {}
-        entry = {"index": index, "count": count, "status": status, "reason": why,
-                 "dir": shard_dir_name(index) if index in placed and placed[index].is_dir() else "",
-                 "devices": list(proc.devices) if proc is not None else list(manifest.get("devices") or []),
-                 "wall_s": proc.wall_s if proc is not None else manifest.get("wall_s"),
-                 "run_id": manifest.get("run_id"), "started": manifest.get("started"),
-                 "finished": manifest.get("finished")}
-        entries.append(entry)
-        if status != "complete":
+        status, why = shard_state(records.get(index), proc, log)
+        rec = records.get(index)
+        shards.append(ShardRecord(
+            index, count, status, why, shard_dir_name(index) if index in placed and placed[index].is_dir() else "",
+            tuple(proc.devices) if proc is not None else (rec.devices if rec else ()),
+            proc.wall_s if proc is not None else (rec.wall_s if rec else None),
+            rec.run_id if rec else None, rec.started if rec else None, rec.finished if rec else None))
+        if status != ShardStatus.COMPLETE:
             stopped.append(f"shard {index}/{count} {status}" + (f": {why}" if why else ""))
-    problems = consistency_problems(placed, manifests, count)
+    problems = consistency_problems(placed, records, count)
     if len(problems) > MAX_PROBLEMS:
         problems = problems[:MAX_PROBLEMS] + [f"... and {len(problems) - MAX_PROBLEMS} more"]
-    status = "inconsistent" if problems else "incomplete" if stopped or reason else "complete"
+    status = RunStatus.INCONSISTENT if problems else RunStatus.INCOMPLETE if stopped or reason else RunStatus.COMPLETE
     reasons = ([reason] if reason else []) + stopped + problems
-    starts = [e["started"] for e in entries if e["started"]]
-    manifest = {**(base or {}), **{k: first[k] for k in _SHARED if k in first},
-                "schema": MERGED_SCHEMA, "run_id": out.name, "status": status, "started": min(starts, default=None),
-                "finished": _now(), "shard_count": count, "shards": entries, "suites": [], "problems": problems}
-    if wall_s is not None:
-        manifest["wall_s"] = round(wall_s, 2)
-    if reasons:
-        manifest["reason"] = "; ".join(reasons)
-    for index in sorted(manifests):
+    starts = [s.started for s in shards if s.started]
+    like = first or base or RunRecord("", "", RunStatus.RUNNING)
+    shared = {k: getattr(like, k) for k in SHARED_KEYS}
+    if first is not None and first.quarantine is None and base is not None:
+        shared["quarantine"] = base.quarantine
+    merged = replace(RunRecord(out.name, like.backend, status), **shared,
+                     history=history if history is not None else (base.history if base else None),
+                     started=min(starts, default=None), finished=_now(), shard_count=count, shards=tuple(shards),
+                     problems=tuple(problems), wall_s=round(wall_s, 2) if wall_s is not None else None,
+                     reason="; ".join(reasons) if reasons else None)
+    for index in sorted(records):
         env = placed[index] / "env.json"
         if env.is_file():
             shutil.copyfile(env, out / "env.json")
             break
-    res.atomic_write_json(out / "run.json", manifest)
-    return report.write_reports(out)
+    res.atomic_write_json(out / "run.json", merged.to_json())
+    return report.write_reports(load_run(out))
 
 
 def find_shards(paths: Sequence[Path], exclude: Path | None = None) -> tuple[dict[int, Path], int]:
@@ -230,13 +238,13 @@ def find_shards(paths: Sequence[Path], exclude: Path | None = None) -> tuple[dic
             dirnames[:] = sorted(d for d in dirnames if (Path(dirpath) / d).resolve() != skip)
             if "run.json" not in filenames:
                 continue
-            manifest = _manifest(Path(dirpath))
-            shard = (manifest or {}).get("shard")
-            if not isinstance(shard, dict):
+            record = _read(Path(dirpath))
+            shard = record.shard if record is not None else None
+            if shard is None:
                 continue  # a merged run's own run.json, or not a shard: look below it
             dirnames.clear()  # a shard's folder holds no other shard
             folder = Path(dirpath).resolve()
-            index, count = int(shard["index"]), int(shard["count"])
+            index, count = shard.index, shard.count
             if index in found and found[index] != folder:
                 raise ResultsError(f"two folders hold shard {index}/{count}: {found[index]} and {folder}")
             found[index] = folder
@@ -271,7 +279,7 @@ def cli_main(args: argparse.Namespace) -> int:
     res.output_folder(args.out, "--out")  # a file there: one line, before anything is copied
     folders, count = find_shards([Path(d) for d in args.dirs], exclude=Path(args.out))
     history = str(Path(args.history).resolve()) if args.history else None
-    summary = merge_shards(Path(args.out), folders, count, base={"history": history} if history else None)
+    summary = merge_shards(Path(args.out), folders, count, history=history)
     if history and summary.status == "complete":
         from harness.history import record_or_warn
 

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,8 +130,60 @@ def start_reaper(container: str) -> subprocess.Popen | None:
         return None
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a cancelled CI job), raised as an interrupt so that Ctrl-C's cleanup runs for it too."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread, as Ctrl-C would; the
+    handler before is put back on the way out. The one SIGTERM handler of the harness: the runner, `execute`'s
+    Forward policy, the shard supervisor, compile-check and the bench bisection use it. Outside the main thread
+    (where Python cannot set a handler) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:  # None: the handler was not set from Python
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A command started by `spawn`: its process and the thread that copies its output to the log."""
+
+    proc: subprocess.Popen
+    reader: threading.Thread
+
+
+def spawn(argv: list[str], log: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None,
+          echo: bool = True, prefix: str = "") -> Spawned:
+    """Start `argv` in its own process group (it dies with the harness) without waiting for it: its output goes
+    line by line to `log` and, when `echo`, to stdout with `prefix` before each line. The caller waits, stops it
+    (`kill_group`) and joins the reader (the shards of `harness run --shards` run side by side this way)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True,
+                            errors="replace", start_new_session=True,
+                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no child outlives the harness
+
+    def pump() -> None:
+        with open(log, "w", encoding="utf-8", errors="replace") as fh:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                fh.write(line)
+                fh.flush()
+                if echo:
+                    sys.stdout.write(f"{prefix}{line}")
+                    sys.stdout.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return Spawned(proc, reader)
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float | None, watchdog: Callable[[], str | None] | None, fh: Any,
@@ -168,11 +221,8 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
 
     log.parent.mkdir(parents=True, exist_ok=True)
     timed_out = False
-    sigterm = on_interrupt is not None and threading.current_thread() is threading.main_thread()
-    if sigterm:
-        # SIGTERM (a cancelled CI job) is handled like Ctrl-C: the command is asked to stop and keeps its outputs
-        previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
+    # under Forward, SIGTERM (a cancelled CI job) is handled like Ctrl-C: the command is asked to stop, keeps outputs
+    with sigterm_interrupts() if on_interrupt is not None else nullcontext():
         with open(log, "w", encoding="utf-8") as fh:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                     start_new_session=True,
@@ -221,7 +271,4 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
                 if reaper is not None:
                     reaper.kill()
                     reaper.wait()
-    finally:
-        if sigterm:  # None: the handler was not set from Python
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_sigterm is None else previous_sigterm)
     return rc, timed_out

@@ -21,7 +21,7 @@ A finished run is never re-judged:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from harness import results as res
 from harness import retries as retries_mod
 from harness.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
+from harness.record import RunRecord, RunStatus, ShardRecord
 from harness.settings import settings
 
 
@@ -114,10 +115,10 @@ def quarantine_in_force(run: RunResults) -> tuple[Any, str]:
     run from before it was recorded, today's file, and a note that says so. None: no quarantine at all."""
     from harness import quarantine
 
-    if "quarantine" in run.manifest:
-        q = quarantine.Quarantine.from_json(run.manifest["quarantine"] or {"entries": []}, str(run.path / "run.json"))
+    if run.record.quarantine is not None:
+        q = quarantine.Quarantine.from_json(run.record.quarantine, str(run.path / "run.json"))
         return (q if q.entries else None), ""
-    root = Path(run.manifest.get("src") or settings().root)
+    root = Path(run.record.src or settings().root)
     q = load_quarantine(root)
     where = quarantine.default_path(root)
     return q, (f"quarantine: none recorded in run.json (a run from before it was); judged with today's {where}"
@@ -132,14 +133,14 @@ def verdict(run: RunResults):
     if q is None:
         return None
     # every attempt counts: a quarantined test that failed and then passed alone failed 1 of 2 runs
-    return quarantine.apply(retries_mod.outcomes(run), q, run.manifest.get("backend"))
+    return quarantine.apply(retries_mod.outcomes(run), q, run.record.backend)
 
 
 def kept_verdict(run: RunResults) -> bool | None:
     """The `ok` the run finished with (summary.json written when run.json said `complete`, at the same
     `finished` time; a summary.json from before that time was written counts when its status matches), or None
     when there is none to keep (not complete, never reported, or finished again since)."""
-    if run.manifest.get("status") != "complete":
+    if not run.record.complete:
         return None
     try:
         previous = res.read_json(run.path / "summary.json")
@@ -149,15 +150,15 @@ def kept_verdict(run: RunResults) -> bool | None:
         return None
     if previous.get("status") != "complete":
         return None
-    if "finished" in previous and previous["finished"] != run.manifest.get("finished"):
+    if "finished" in previous and previous["finished"] != run.record.finished:
         return None
     return previous["ok"]
 
 
 def summarize(run: RunResults) -> Summary:
     all_tests = [t for s in run.suites for t in s.tests]
-    status = run.manifest.get("status", "unknown")
-    if status == "running":
+    status = str(run.record.status)
+    if status == RunStatus.RUNNING:
         status = "incomplete"  # nobody finished it: the process died
     failing = sorted({t.id for _, t in run.failing})
     retried = retries_mod.load(run)
@@ -167,9 +168,9 @@ def summarize(run: RunResults) -> Summary:
     blocking = [i for i in (failing if v is None else v.failing) if i not in flaky]
     quarantined = [] if v is None else [r.id for r in v.quarantined_failing]
     ready = [] if v is None else [r.id for r in v.ready_to_leave]
-    s = Summary(run.path.name, run.manifest.get("backend", "?"), run.manifest.get("mode", "?"), status,
+    s = Summary(run.path.name, run.record.backend, run.record.mode or "?", status,
                 final_counts(all_tests, set(flaky)), [s.name for s in run.broken_suites], blocking, quarantined,
-                shard_label(run.manifest), flaky, ready, note, None, run.manifest.get("finished"))
+                shard_label(run.record), flaky, ready, note, None, run.record.finished)
     kept = kept_verdict(run)
     return s if kept is None or kept == s.judged_ok else replace(s, kept=kept)
 
@@ -195,34 +196,44 @@ def history_counts(run: RunResults, tests: list[str]) -> dict[str, Any]:
 
     if not tests:
         return {}
-    return failure_counts_if_any(tests, backend=run.manifest.get("backend"), db_path=run.manifest.get("history"))
+    return failure_counts_if_any(tests, backend=run.record.backend, db_path=run.record.history)
 
 
-def shard_label(manifest: dict[str, Any]) -> str:
+def shard_label(record: RunRecord) -> str:
     """`shard I/N` for one shard's run, `N shards` for a merged run, else empty."""
-    if manifest.get("shards") is not None:
-        return f"{manifest.get('shard_count', len(manifest['shards']))} shards"
-    shard = manifest.get("shard")
-    return f"shard {shard['index']}/{shard['count']}" if isinstance(shard, dict) else ""
+    if record.shards is not None:
+        return f"{record.shard_count if record.shard_count is not None else len(record.shards)} shards"
+    return f"shard {record.shard.index}/{record.shard.count}" if record.shard is not None else ""
 
 
-def shard_rows(run: RunResults) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ShardRow:
+    """A merged run's shard in the report: its record and the counts of its tests."""
+
+    shard: ShardRecord
+    counts: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.shard.to_json(), "counts": self.counts}
+
+
+def shard_rows(run: RunResults) -> list[ShardRow]:
     """A merged run's shards: index, count, status, devices, wall seconds, test counts, folder, reason."""
     rows = []
-    for entry in run.manifest.get("shards") or []:
-        sub = run.shard_runs.get(int(entry["index"]))
+    for shard in run.record.shards or ():
+        sub = run.shard_runs.get(shard.index)
         tests = [t for s in sub.suites for t in s.tests] if sub else []
-        rows.append({**entry, "counts": res.counts(tests)})
+        rows.append(ShardRow(shard, res.counts(tests)))
     return rows
 
 
-def _shard_line(row: dict[str, Any]) -> str:
-    body = ", ".join(f"{n} {o}" for o, n in row["counts"].items() if n) or "no tests"
-    devices = f" [gpu {','.join(row['devices'])}]" if row.get("devices") else ""
-    wall = f" in {row['wall_s']:.1f}s" if row.get("wall_s") is not None else ""
-    reason = f" ({row['reason']})" if row.get("reason") else ""
-    return (f"shard {row['index']}/{row['count']}{devices} {row['status'].upper()}{reason}: {body}{wall} "
-            f"-> {row.get('dir') or '-'}")
+def _shard_line(row: ShardRow) -> str:
+    sh = row.shard
+    body = ", ".join(f"{n} {o}" for o, n in row.counts.items() if n) or "no tests"
+    devices = f" [gpu {','.join(sh.devices)}]" if sh.devices else ""
+    wall = f" in {sh.wall_s:.1f}s" if sh.wall_s is not None else ""
+    reason = f" ({sh.reason})" if sh.reason else ""
+    return f"shard {sh.index}/{sh.count}{devices} {sh.status.upper()}{reason}: {body}{wall} -> {sh.dir or '-'}"
 
 
 def _env_lines(run: RunResults) -> list[str]:
@@ -267,12 +278,12 @@ def render_text(run: RunResults) -> str:
     s = summarize(run)
     label = f"{s.backend}/{s.mode}"
     lines = [s.headline(), *s.verdict_lines(), f"run: {run.path}"]
-    if run.manifest.get("reason"):
-        lines.append(f"reason: {run.manifest['reason']}")
+    if run.record.reason:
+        lines.append(f"reason: {run.record.reason}")
     lines += _env_lines(run) + _numerics_lines(run)
     lines.append("")
     for suite in run.suites:
-        lines.append(res.summary_line(suite.name, label, suite.tests, suite.entry.get("duration_s", 0.0),
+        lines.append(res.summary_line(suite.name, label, suite.tests, suite.record.duration_s,
                                       suite_label(suite, s.flaky)))
     rows = shard_rows(run)
     if rows:
@@ -281,7 +292,7 @@ def render_text(run: RunResults) -> str:
     past = history_counts(run, sorted({t.id for _, t in run.failing}))
     failing = [(suite, t) for suite, t in run.failing if t.id not in s.flaky]
     flaky = [(suite, t) for suite, t in run.failing if t.id in s.flaky]
-    hint = image_hint(run.manifest_for(run.failing[0][1].id)) if run.failing else None
+    hint = image_hint(run.record_for(run.failing[0][1].id)) if run.failing else None
     for title, group in ((f"failing tests ({len(failing)}):", failing),
                          (f"flaky tests ({len(flaky)}): failed, then passed when run again alone; they do not fail "
                           "the run", flaky)):
@@ -295,7 +306,7 @@ def render_text(run: RunResults) -> str:
             mark = " (quarantined)" if t.id in s.quarantined else ""
             lines.append(f"- [{suite}] {t.id}{mark}: {t.outcome}: {t.headline[:200]}")
             lines += [f"    {line}" for line in _attempt_lines(run, retried.get(t.id), past.get(t.id))]
-            lines.append(f"    {repro_line(run.manifest_for(t.id), t.id)}")
+            lines.append(f"    {repro_line(run.record_for(t.id), t.id)}")
     v = verdict(run)
     if v is not None and v.ready_to_leave:
         lines += ["", f"quarantined tests that passed in this run ({len(v.ready_to_leave)}); only `harness flakes` "
@@ -311,7 +322,7 @@ def _attempt_lines(run: RunResults, r: retries_mod.RetriedTest | None, past: Any
     if r is not None:
         what = "failing attempt's log" if r.status == retries_mod.FLAKY else "log"
         lines.append(f"attempts: {r.describe()}; {what}: {r.failing_log}")
-    elif run.manifest.get("retries") is not None:
+    elif run.record.retries is not None:
         lines.append("attempts: failed the suite run; not run again (retries off, or past the suite's max_tests)")
     if past is not None:
         lines.append(f"history: {past.phrase()}")
@@ -326,16 +337,16 @@ def render_markdown(run: RunResults) -> str:
     lines = [f"### {s.headline()}", "", *res.markdown_table(
         ["suite", "status", *res.OUTCOMES, "seconds"],
         [[suite.name, suite_label(suite, s.flaky).lower(), *res.counts(suite.tests).values(),
-          f"{suite.entry.get('duration_s', 0.0):.1f}"] for suite in run.suites])]
+          f"{suite.record.duration_s:.1f}"] for suite in run.suites])]
     rows = shard_rows(run)
     if rows:
         lines += ["", *res.markdown_table(
             ["shard", "gpus", "status", *res.OUTCOMES, "wall seconds", "folder"],
-            [[f"{row['index']}/{row['count']}", ",".join(row.get("devices") or []) or "-",
-              row["status"] + (f" ({row['reason']})" if row.get("reason") else ""),
-              *(row["counts"][o] for o in res.OUTCOMES),
-              f"{row['wall_s']:.1f}" if row.get("wall_s") is not None else "-", row.get("dir") or "-"]
-             for row in rows])]
+            [[f"{r.shard.index}/{r.shard.count}", ",".join(r.shard.devices) or "-",
+              r.shard.status + (f" ({r.shard.reason})" if r.shard.reason else ""),
+              *(r.counts[o] for o in res.OUTCOMES),
+              f"{r.shard.wall_s:.1f}" if r.shard.wall_s is not None else "-", r.shard.dir or "-"]
+             for r in rows])]
     lines += ["", *(f"- {line}" for line in s.verdict_lines() + _env_lines(run) + _numerics_lines(run))]
     retried = retries_mod.load(run)
     past = history_counts(run, sorted({t.id for _, t in run.failing}))
@@ -349,7 +360,7 @@ def render_markdown(run: RunResults) -> str:
             mark = ", quarantined" if t.id in s.quarantined else ""
             lines.append(f"- `{t.id}` ({suite}, {t.outcome}{mark})")
             lines += [f"  {line}" for line in _attempt_lines(run, retried.get(t.id), past.get(t.id))]
-            lines += ["  ```sh", f"  {repro_line(run.manifest_for(t.id), t.id)}", "  ```"]
+            lines += ["  ```sh", f"  {repro_line(run.record_for(t.id), t.id)}", "  ```"]
             r = retried.get(t.id)
             text = _log_excerpt(run.path / r.failing_log) if r is not None and r.failing_log else ""
             if text:
@@ -370,15 +381,20 @@ def _log_excerpt(path: Path, lines: int = 40) -> str:
     return "\n".join(text.replace("```", "` ``").splitlines()[-lines:])
 
 
-def write_reports(run_dir: Path) -> Summary:
-    """summary.json, report.txt and report.md into the run folder; returns the Summary."""
-    run = load_run(run_dir)
+def write_reports(run: RunResults | Path) -> Summary:
+    """summary.json, report.txt and report.md into the run folder; returns the Summary. `run`: the results in
+    memory (the runner's, the merge's), or a folder to read them from."""
+    if not isinstance(run, RunResults):
+        run = load_run(run)
+    run_dir = run.path
     s = summarize(run)
     data: dict[str, Any] = {
         "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
         "finished": s.finished, "judged_ok": s.judged_ok, "quarantine_note": s.quarantine_note,
         "counts": s.counts, "broken_suites": s.broken_suites, "blocking": s.blocking,
-        "quarantined_failing": s.quarantined, "shard": run.manifest.get("shard"), "shards": shard_rows(run) or None,
+        "quarantined_failing": s.quarantined,
+        "shard": asdict(run.record.shard) if run.record.shard else None,
+        "shards": [r.to_json() for r in shard_rows(run)] or None,
         "flaky": s.flaky, "quarantined_passed_all_runs": s.ready_to_leave,
         "retried": {i: r.to_json() for i, r in sorted(retries_mod.load(run).items())},
         "tests": [{"suite": suite.name, **res.to_json([t])[0], **_final(t, s)} for suite in run.suites
@@ -411,9 +427,8 @@ def cli_add_arguments(p: Any) -> None:
 
 def cli_main(args: Any) -> int:
     """Print the report of a results folder (and rewrite its report files)."""
-    run_dir = Path(args.results_dir) if args.results_dir else latest_run()
-    summary = write_reports(run_dir)
-    run = load_run(run_dir)
+    run = load_run(Path(args.results_dir) if args.results_dir else latest_run())
+    summary = write_reports(run)
     print(render_markdown(run) if args.markdown else render_text(run), end="")
     if args.github_summary:
         res.append_job_summary(render_markdown(run))

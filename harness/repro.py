@@ -10,6 +10,7 @@ from the run.json of the shard that ran the test (its image, its GPU pinning), n
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,54 +18,48 @@ from harness import matrix as matrix_mod
 from harness.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
 from harness.commands import container_argv, native_shell_line, pytest_argv
+from harness.record import RunRecord
 
 
-def repro_argv(manifest: dict[str, Any], test_id: str) -> list[str]:
+def repro_argv(record: RunRecord, test_id: str) -> list[str]:
     """The inner pytest command for one test, with the run's per-test timeout and extra arguments."""
-    extra = [a for a in manifest.get("pytest_extra", []) if not a.startswith("--junitxml")]
-    timeout = manifest.get("test_timeout_s") if manifest.get("per_test_timeout", True) else None
+    extra = [a for a in record.pytest_extra if not a.startswith("--junitxml")]
+    timeout = record.test_timeout_s if record.per_test_timeout else None
     return pytest_argv([test_id], test_timeout_s=timeout, extra=extra)
 
 
-def repro_line(manifest: dict[str, Any], test_id: str) -> str:
-    """The shell line that reproduces `test_id` as run in the run described by `manifest` (run.json)."""
-    src = manifest.get("src")
-    if not src:
+def repro_line(record: RunRecord, test_id: str) -> str:
+    """The shell line that reproduces `test_id` as run in the run `record` describes (run.json)."""
+    if not record.src:
         raise ResultsError("run.json has no `src`; cannot build a repro line")
-    env = dict(manifest.get("env", {}))
-    inner = repro_argv(manifest, test_id)
-    if manifest.get("mode") == "native":
-        argv = [manifest.get("python") or "python", *inner[1:]]
-        return native_shell_line(argv, env, Path(src))
-    image = (manifest.get("image") or {}).get("tag")
+    env = dict(record.env)
+    inner = repro_argv(record, test_id)
+    if record.mode == "native":
+        argv = [record.python or "python", *inner[1:]]
+        return native_shell_line(argv, env, Path(record.src))
+    image = (record.image or {}).get("tag")
     if not image:
         raise ResultsError("run.json of a container run has no image tag")
-    backend = matrix_mod.load().backend(manifest["backend"])
+    backend = matrix_mod.load().backend(record.backend)
     # the run's own container options win over today's matrix, so the line matches what ran
-    if "container_options" in manifest:
-        backend = _with_options(backend, manifest["container_options"])
-    return shlex.join(container_argv(backend, image, inner, src=src, env=env, docker=manifest.get("docker", "docker")))
-
-
-def _with_options(backend: matrix_mod.Backend, options: list[str]) -> matrix_mod.Backend:
-    from dataclasses import replace
-
-    return replace(backend, container_options=tuple(options))
+    if record.container_options is not None:
+        backend = replace(backend, container_options=tuple(record.container_options))
+    return shlex.join(container_argv(backend, image, inner, src=record.src, env=env, docker=record.docker))
 
 
 def repro_lines(run: RunResults) -> list[tuple[str, str, str]]:
     """(suite, test id, line) for every failing test, in report order."""
-    return [(suite, t.id, repro_line(run.manifest_for(t.id), t.id)) for suite, t in run.failing]
+    return [(suite, t.id, repro_line(run.record_for(t.id), t.id)) for suite, t in run.failing]
 
 
-def image_hint(manifest: dict[str, Any]) -> str | None:
+def image_hint(record: RunRecord) -> str | None:
     """How to get the run's image on another machine (it is built locally, not pushed)."""
-    image = (manifest.get("image") or {}).get("tag")
-    if manifest.get("mode") == "native" or not image:
+    image = (record.image or {}).get("tag")
+    if record.mode == "native" or not image:
         return None
-    base = (manifest.get("image") or {}).get("base")
+    base = (record.image or {}).get("base")
     base_arg = f" --base-image {shlex.quote(base)}" if base else ""
-    return f"python -m harness image build --backend {manifest['backend']}{base_arg}  # builds {image}"
+    return f"python -m harness image build --backend {record.backend}{base_arg}  # builds {image}"
 
 
 # ---- CLI: `python -m harness repro [RESULTS_DIR]` ------------------------------------------------------
@@ -80,17 +75,17 @@ def cli_main(args: Any) -> int:
     run = load_run(args.results_dir or latest_run())
     make = repro_line
     if args.test:
-        print(make(run.manifest_for(args.test), args.test))
+        print(make(run.record_for(args.test), args.test))
         return 0
     failing = run.failing
     if not failing:
-        state = "" if run.complete else f" (run is {run.manifest.get('status')}, not complete)"
+        state = "" if run.complete else f" (run is {run.record.status}, not complete)"
         print(f"# no failing tests in {run.path}{state}")
         return 0
-    hint = image_hint(run.manifest_for(failing[0][1].id))
+    hint = image_hint(run.record_for(failing[0][1].id))
     if hint:
         print(f"# image: {hint}")
     for suite, test in failing:
         print(f"# {suite}: {test.id} ({test.outcome}: {test.headline[:120]})")
-        print(make(run.manifest_for(test.id), test.id))
+        print(make(run.record_for(test.id), test.id))
     return 0

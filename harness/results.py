@@ -18,33 +18,15 @@ import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.exc import ResultsError
+from harness.record import FAILING, OUTCOMES, TestOutcome  # noqa: F401 - re-exported: res.FAILING, res.OUTCOMES
 
-OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed")
-FAILING = ("failed", "error")
-
-
-@dataclass(frozen=True)
-class TestResult:
-    """One test case from a JUnit file."""
-
-    id: str
-    outcome: str
-    message: str
-    duration_s: float
-
-    @property
-    def failing(self) -> bool:
-        return self.outcome in FAILING
-
-    @property
-    def headline(self) -> str:
-        """The message's first non-empty line (messages may span lines)."""
-        return next((ln.strip() for ln in self.message.splitlines() if ln.strip()), "")
+# one test case of a JUnit file: harness.record.TestOutcome (TestResult is its older name)
+TestResult = TestOutcome
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -265,7 +247,7 @@ def summary_line(suite: str, label: str, tests: list[TestResult], duration_s: fl
 
 
 def to_json(tests: list[TestResult]) -> list[dict[str, Any]]:
-    return [asdict(t) for t in tests]
+    return [t.to_json() for t in tests]
 
 
 def from_json(items: list[dict[str, Any]]) -> list[TestResult]:

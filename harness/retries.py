@@ -36,79 +36,21 @@ reports, history and merges see the same classification. This module runs nothin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import results as res
+from harness.record import PASSED, AttemptRecord, RetryRecord, RetryStatus, SuiteRecord, SuiteRetries
 
-FLAKY, FAILING = "flaky", "failing"  # as harness.flakes names them
+FLAKY, FAILING = RetryStatus.FLAKY.value, RetryStatus.FAILING.value  # as harness.flakes names them
 RETRY_SLACK_S = 120  # a rerun's limit: the per-test timeout plus this (start-up, imports, collection)
 RETRY_DIR = "retries"  # under the suites folder
 MAX_TEXT = 20_000  # characters of attempt 0's failure text kept
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """One run of a failed test: 0 is the suite's run, 1.. the reruns alone."""
-
-    n: int
-    outcome: str
-    message: str
-    log: str  # relative to the run folder
-    duration_s: float = 0.0
-    returncode: int | None = None
-    junit: str = ""
-
-
-@dataclass(frozen=True)
-class RetriedTest:
-    """A failed test and its attempts, classified (module docstring)."""
-
-    __test__ = False  # not a pytest test class
-
-    id: str
-    suite: str
-    status: str  # flaky | failing
-    attempts: tuple[Attempt, ...]
-
-    @property
-    def outcomes(self) -> list[str]:
-        return [a.outcome for a in self.attempts]
-
-    @property
-    def failing_log(self) -> str:
-        """The log of the first failing attempt (the suite run's failure text)."""
-        return next((a.log for a in self.attempts if a.outcome in res.FAILING), "")
-
-    @property
-    def passed_on(self) -> int | None:
-        """The attempt that passed (None when none did)."""
-        return next((a.n for a in self.attempts if a.outcome in PASSED), None)
-
-    def describe(self) -> str:
-        """`failed, failed, passed (passed on retry 2)` or `failed 3 of 3 attempts`."""
-        if self.status == FLAKY:
-            return f"{', '.join(self.outcomes)} (passed on retry {self.passed_on})"
-        failed = sum(o in res.FAILING for o in self.outcomes)
-        return f"failed {failed} of {len(self.attempts)} attempts ({', '.join(self.outcomes)})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "suite": self.suite, "status": self.status,
-                "attempts": [asdict(a) for a in self.attempts]}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], prefix: str = "") -> RetriedTest:
-        """From run.json; `prefix` (a shard's folder) is put before every path."""
-        def place(p: str) -> str:
-            return f"{prefix}/{p}" if prefix and p else p
-
-        attempts = tuple(Attempt(**{**a, "log": place(a.get("log", "")), "junit": place(a.get("junit", ""))})
-                         for a in data.get("attempts", []))
-        return cls(data["id"], data.get("suite", ""), data.get("status", FAILING), attempts)
-
-
-PASSED = ("passed", "xfailed")  # as harness.quarantine counts a pass
+# the records live in harness.record (run.json's schema); these are their names here
+Attempt = AttemptRecord
+RetriedTest = RetryRecord
 
 
 def classify(outcomes: Sequence[str]) -> str:
@@ -189,44 +131,43 @@ def order(failed: Sequence[res.TestResult], quarantined: Any) -> list[str]:
     return sorted(dict.fromkeys(t.id for t in failed), key=lambda i: bool(quarantined(i)))
 
 
-def suite_retries(attempts: int, max_tests: int, retried: Sequence[RetriedTest], not_retried: Sequence[str]
-                  ) -> dict[str, Any]:
-    """A suite entry's `retries` in run.json."""
-    return {"attempts": attempts, "max_tests": max_tests, "tests": [r.to_json() for r in retried],
-            "not_retried": list(not_retried)}
+def suite_retries(attempts: int, max_tests: int, retried: Sequence[RetryRecord], not_retried: Sequence[str]
+                  ) -> SuiteRetries:
+    """A suite record's `retries`."""
+    return SuiteRetries(attempts, max_tests, tuple(retried), tuple(not_retried))
 
 
 # ---- reading them back -------------------------------------------------------------------------------------
 
 
-def _entries(run: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(path prefix, suite entry) of every suite of a run; a merged run's come from its shards."""
+def _suites(run: Any) -> list[tuple[str, SuiteRecord]]:
+    """(path prefix, suite record) of every suite of a run (harness.collect.RunResults); a merged run's come
+    from its shards."""
     out = []
     for suite in run.suites:
-        shards = suite.entry.get("shards")
+        shards = suite.record.shards
         if shards is None:
-            out.append(("", suite.entry))
+            out.append(("", suite.record))
             continue
-        for index, entry in shards.items():
-            sub = getattr(run, "shard_runs", {}).get(int(index))
+        for index, record in shards.items():
+            sub = run.shard_runs.get(index)
             prefix = str(sub.path.relative_to(run.path)) if sub is not None else f"shard-{index}"
-            out.append((prefix, entry))
+            out.append((prefix, record))
     return out
 
 
-def load(run: Any) -> dict[str, RetriedTest]:
-    """test id -> RetriedTest for every test the run retried (harness.collect.RunResults, merged or not)."""
-    found: dict[str, RetriedTest] = {}
-    for prefix, entry in _entries(run):
-        for item in (entry.get("retries") or {}).get("tests", []):
-            r = RetriedTest.from_json(item, prefix)
-            found.setdefault(r.id, r)
+def load(run: Any) -> dict[str, RetryRecord]:
+    """test id -> RetryRecord for every test the run retried (harness.collect.RunResults, merged or not)."""
+    found: dict[str, RetryRecord] = {}
+    for prefix, record in _suites(run):
+        for r in record.retries.tests if record.retries else ():
+            found.setdefault(r.id, r.placed(prefix) if prefix else r)
     return found
 
 
 def not_retried(run: Any) -> list[str]:
     """Failed tests a suite left without a rerun (past `max_tests`)."""
-    return [i for _, entry in _entries(run) for i in (entry.get("retries") or {}).get("not_retried", [])]
+    return [i for _, record in _suites(run) for i in (record.retries.not_retried if record.retries else ())]
 
 
 def outcomes(run: Any) -> dict[str, list[str]]:

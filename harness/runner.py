@@ -21,8 +21,8 @@ Terms:
                  harness.settings.data_dir; `--no-history` skips it), so the report can
                  say "failed K of the last N runs" and flake rates build up.
 
-Command lines come from `harness.commands`; step functions other modules call: `execute`, `run_pytest`,
-`run_python_module`, `run_suites`.
+Command lines come from `harness.commands`; functions other modules call: `execute`, `run_pytest`,
+`run_python_module`, `run_suite_isolated`, `retry_failed` (harness.steps runs the suites: `harness run`).
 """
 
 from __future__ import annotations
@@ -32,30 +32,25 @@ import importlib.util
 import os
 import re
 import secrets
-import shutil
-import signal
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from harness import isolation
 from harness import matrix as matrix_mod
 from harness import results as res
 from harness import retries as retries_mod
-from harness import shard as shard_mod
 from harness.commands import CONTAINER_RESULTS, container_argv, native_command, pytest_argv, suite_env
-from harness.exc import HarnessError, HealthError, MissingTool, RunInterrupted
+from harness.exc import HarnessError, MissingTool
 from harness.matrix import Backend, Matrix, Retries
 from harness.process import execute
+from harness.record import ProcessRecord, SuiteRecord, SuiteRetries, SuiteStatus
 from harness.settings import settings
 
-RUN_SCHEMA = 1
 EXIT_NO_TESTS = 5  # pytest: no tests collected
 
 
@@ -92,43 +87,6 @@ def _check_native_python() -> bool:
     return True
 
 
-def compiler_settings_problem(env: dict[str, str]) -> str | None:
-    """What is wrong with the kiln compiler settings (`KILN_*`) in `env`, in one line, or None.
-
-    compiler/config.py reads every compiler variable and needs only the standard library (and compiler/exc.py);
-    it is loaded here under a private package name, so the harness checks the settings the suites will see
-    without importing torch, before any suite starts (a bad value would otherwise fail every test's import)."""
-    import importlib.util
-    import types
-
-    folder = settings().root / "compiler"
-    if not (folder / "config.py").is_file():
-        return None  # a project without kiln's compiler (e.g. a scratch project in the harness's tests)
-    name = "_kiln_settings_check"
-    pkg = types.ModuleType(name)
-    pkg.__path__ = [str(folder)]
-    saved = {k: sys.modules.get(k) for k in (name, f"{name}.exc", f"{name}.config")}
-    sys.modules[name] = pkg
-    try:
-        for mod in ("exc", "config"):
-            spec = importlib.util.spec_from_file_location(f"{name}.{mod}", folder / f"{mod}.py")
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[f"{name}.{mod}"] = module
-            spec.loader.exec_module(module)
-        try:
-            module.from_env(env)
-        except ValueError as e:  # compiler.exc.ConfigError is a ValueError
-            return str(e)
-        return None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-
-
 def _container_name(backend: str, name: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", name)[:40]
     return f"kiln-{backend}-{safe}-{secrets.token_hex(4)}"
@@ -146,6 +104,7 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
     may stop the process early.
     """
     m = m or matrix_mod.load()
+    container = _container_name(backend.name, name)  # container mode's (unused natively)
     src = settings().root
     out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -169,7 +128,6 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
         os.chmod(out_dir, 0o777)  # the image's non-root user writes here
         inner = pytest_argv(targets, junit=f"{CONTAINER_RESULTS}/{name}.xml", test_timeout_s=test_timeout,
                             extra=extra)
-        container = _container_name(backend.name, name)
         argv = container_argv(backend, image, inner, src=src, env=env, results=out_dir, name=container,
                               docker=settings().docker)
         rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, container=container, echo=echo,
@@ -185,6 +143,7 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
     src = settings().root
     out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
+    container = _container_name(backend.name, name)  # container mode's (unused natively)
     env = suite_env(m, backend)
     if native:
         args = [a.replace("{out}", str(out_dir)) for a in module_args]
@@ -193,7 +152,6 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
         return rc
     os.chmod(out_dir, 0o777)
     args = [a.replace("{out}", CONTAINER_RESULTS) for a in module_args]
-    container = _container_name(backend.name, name)
     argv = container_argv(backend, str(image), ["python", "-m", "harness", *args], src=src, env=env,
                           results=out_dir, name=container, docker=settings().docker)
     rc, _ = execute(argv, log=out_dir / f"{name}.log", timeout_s=timeout_s, container=container, echo=echo)
@@ -216,28 +174,6 @@ def suite_status(run: PytestRun, tests: list[res.TestResult]) -> str:
     return "passed"
 
 
-@dataclass
-class RunState:
-    """The manifest (run.json) of one run, rewritten atomically after every step."""
-
-    run_dir: Path
-    data: dict[str, Any] = field(default_factory=dict)
-    t0: float = field(default_factory=time.monotonic)
-
-    def save(self) -> None:
-        res.atomic_write_json(self.run_dir / "run.json", self.data)
-
-    def finish(self, status: str, reason: str = "") -> None:
-        self.data.update(status=status, finished=_now(), wall_s=round(time.monotonic() - self.t0, 2))
-        if reason:
-            self.data["reason"] = reason
-        self.save()
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def new_run_dir(backend: str, mode: str, results_root: Path | None = None) -> Path:
     """results/<UTC time>-<backend>-<mode>[-n]: a fresh folder."""
     root = results_root or settings().results_root
@@ -258,220 +194,38 @@ def _error_line(log: Path) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into an interrupt so the same cleanup runs."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None = None,
-               run_dir: Path | None = None, image_tag: str | None = None, base_image: str | None = None,
-               extra: Sequence[str] = (), health: bool = True, echo: bool = True,
-               save_numerics: bool = False, shard: shard_mod.Shard | None = None, durations: Path | None = None,
-               devices: Sequence[str] = (), retries: Retries | None = None, history: Path | None = None,
-               record_history: bool = True, isolate: bool = True) -> tuple[Path, int]:
-    """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
-
-    `shard`: run only that shard of every suite's tests, balanced by the `durations` file (None: by count);
-    `devices`: pin the run to these GPU ids (harness.shard.pin_devices); `retries`: how failed tests are
-    rerun (None: the matrix's); `history`: the test-history store a complete run is recorded into (None: the
-    default store; `record_history=False`: none); `isolate`: crash isolation (harness.isolation: a test that
-    kills its process costs that test alone), off only to measure what it costs.
-    Exit code: 0 when every suite ran and no test failed or errored except flaky ones (passed on a retry) and
-    quarantined ones, else 1. Raises HealthError when a device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM
-    (run.json then says `incomplete`).
-    """
-    from harness import envinfo, report
-    from harness import health as health_mod
-    from harness import image as image_mod
-
-    m = matrix_mod.load()
-    b = shard_mod.pin_devices(m.backend(backend_name), list(devices), native=native)
-    if shard is not None and durations is not None:
-        shard_mod.load_durations(durations)  # a broken file stops the run before it starts
-    suites = list(suites or m.suites)
-    unknown = [s for s in suites if s not in m.suites]
-    if unknown:
-        raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(m.suites)}")
-    quarantine = report.load_quarantine(settings().root)  # a broken file stops the run before it starts
-    policy = retries or m.retries_for(b)
-    history_db = (history or settings().history_db).resolve() if record_history else None
-    if native:
-        _check_native_python()  # no pytest: stop before anything is written
-    problem = compiler_settings_problem({**(os.environ if native else {}), **suite_env(m, b)})
-    if problem:  # every suite would die importing the compiler: one line, before anything is written
-        raise HarnessError(f"bad compiler setting for the suites: {problem}")
-    mode = "native" if native else "container"
-    img_info = None
-    if not native:
-        health_mod.require_host_devices(b)
-        image_mod.require_docker()
-        if image_tag:
-            img_info = image_mod.describe(image_tag, base_image)  # its labels: base digest/id, lock digest
-            if not img_info:
-                raise HarnessError(f"image {image_tag} is not present locally")
-        else:
-            built = image_mod.build(b, base_image=base_image)
-            img_info = built.record()
-            image_tag = built.tag
-    run_dir = (run_dir or new_run_dir(b.name, mode)).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    state = RunState(run_dir, {
-        "schema": RUN_SCHEMA, "run_id": run_dir.name, "backend": b.name, "mode": mode, "status": "running",
-        "started": _now(), "src": str(settings().root), "python": sys.executable if native else "python",
-        "docker": "docker", "image": img_info, "env": suite_env(m, b),
-        "container_options": list(b.container_options), "test_timeout_s": b.timeouts.test_s,
-        "suite_timeout_s": b.timeouts.suite_s, "pytest_extra": list(extra), "suites": [], "health": None,
-        "per_test_timeout": pytest_timeout_available() if native else True, "devices": list(devices),
-        "retries": {"attempts": policy.attempts, "max_tests": policy.max_tests},
-        "history": str(history_db) if history_db else None,
-        "quarantine": report.quarantine_json(quarantine),  # the entries in force: a later report judges by them
-    })
-    if shard is not None:
-        state.data["shard"] = {"index": shard.index, "count": shard.count,
-                               "durations": "suites/shard-durations.json" if durations else None}
-    state.save()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() \
-        else None
-    current = "setup"
-    interrupted: list[str | None] = []  # the test running when a suite was interrupted
-    label = f"{b.name}/{mode}" + (f" shard {shard}" if shard is not None else "")
-    try:
-        host = envinfo.capture_host(img_info)
-        host["lock"] = envinfo.lock_record(b.name)  # the backend's lock in the tree: path, sha256, stale
-        current = "environment capture"
-        run_python_module(b, ["env", "--part", "device", "--backend", b.name, "--out", "{out}/env-device.json"],
-                          run_dir, "env", native=native, image=image_tag, m=m, timeout_s=b.timeouts.health_s,
-                          echo=False)
-        device = (res.read_json(run_dir / "env-device.json") if (run_dir / "env-device.json").exists()
-                  else {"error": "device environment capture failed; see env.log"})
-        res.atomic_write_json(run_dir / "env.json", {"schema": envinfo.SCHEMA, "host": host, "device": device})
-        if health:
-            current = "health check"
-            rc = run_python_module(b, ["health", "--backend", b.name, "--json", "{out}/health.json"], run_dir,
-                                   "health", native=native, image=image_tag, m=m, timeout_s=b.timeouts.health_s,
-                                   echo=echo)
-            state.data["health"] = {"ok": rc == 0, "log": "health.log"}
-            if rc != 0:
-                state.finish("aborted", "health check failed")
-                raise HealthError(f"health check failed for {label}: {_error_line(run_dir / 'health.log')} "
-                                  f"(see {run_dir / 'health.log'})")
-        suite_dir = run_dir / "suites"
-        shard_args: list[str] = []
-        seen = str(suite_dir) if native else CONTAINER_RESULTS  # the suites folder as pytest sees it
-        if shard is not None:
-            shard_args = ["-p", "harness.shard_plugin", f"--kiln-shard={shard}"]
-            if durations is not None:
-                suite_dir.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(durations, suite_dir / "shard-durations.json")
-                shard_args.append(f"--kiln-durations={seen}/shard-durations.json")
-        for suite in suites:
-            current = f"suite {suite}"
-            if not (settings().root / "tests" / suite).is_dir():  # git keeps no empty folder
-                print(f"suite {suite} [{label}] MISSING: tests/{suite} is not in this checkout", flush=True)
-                state.data["suites"].append({"name": suite, "status": "missing", "junit": "", "log": "",
-                                             "returncode": None, "timed_out": False, "duration_s": 0.0,
-                                             "counts": res.counts([]), "argv": []})
-                state.save()
-                continue
-            # numerics triage (harness/numerics/suite.py): the numerics suite saves every kiln run's outputs
-            save = {"KILN_NUMERICS_SAVE": "{out}/numerics-outputs"} if save_numerics and suite == "numerics" else None
-            # the k-th suite's split starts at shard k: the heaviest test of each suite goes to a different shard
-            record = [f"--kiln-shard-offset={m.suites.index(suite)}",
-                      f"--kiln-shard-record={seen}/{suite}.shard.json"] if shard_args else []
-            if isolate:
-                entry, tests, junit = run_suite_isolated(
-                    b, suite, suite_dir, seen=seen, native=native, image=image_tag,
-                    extra=[*extra, *shard_args, *record], m=m, echo=echo, env_extra=save,
-                    on_interrupt=lambda e, running: (state.data["suites"].append(e), interrupted.append(running)))
-            else:
-                entry, tests, junit = run_suite_plain(b, suite, suite_dir, native=native, image=image_tag,
-                                                      extra=[*extra, *shard_args, *record], m=m, echo=echo,
-                                                      env_extra=save)
-            print(res.summary_line(suite, label, tests, entry["duration_s"], entry["status"].upper(), str(junit)),
-                  flush=True)
-            for crash in entry.get("crashes", []):
-                print(f"  crashed: {crash['id']}: {crash['reason']} (attempt {crash['attempt']}, {crash['log']}); "
-                      "the rest of the suite ran in a fresh process", flush=True)
-            if entry.get("collect_failed") or entry.get("ended_badly"):
-                print(f"  suite {suite}: {entry.get('collect_failed') or entry.get('ended_badly')}", flush=True)
-            state.data["suites"].append(entry)
-            state.save()
-            failed = [t for t in tests if t.failing]
-            if failed and policy.attempts > 0:
-                current = f"retries of suite {suite}"
-                entry["retries"] = retry_failed(
-                    b, suite, failed, policy, run_dir=run_dir, junit=junit, native=native, image=image_tag,
-                    m=m, extra=extra, echo=echo,
-                    quarantined=lambda i: quarantine is not None and quarantine.match(i, b.name) is not None)
-                print(retry_line(suite, label, entry["retries"]), flush=True)
-                state.save()
-        state.finish("complete")
-    except KeyboardInterrupt as e:
-        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
-        running = f" while running {interrupted[-1]}" if interrupted and interrupted[-1] else ""
-        state.finish("incomplete", f"{what} during {current}{running}")
-        report.write_reports(run_dir)
-        if history_db is not None:  # what finished before the interrupt counts (the run stays incomplete)
-            from harness.history import record_or_warn
-
-            record_or_warn(history_db, run_dir)
-        raise RunInterrupted(f"run {what} during {current}; results so far kept in {run_dir} (marked incomplete)") \
-            from None
-    except HarnessError:
-        if state.data["status"] == "running":
-            state.finish("incomplete", f"error during {current}")
-        raise
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    if history_db is not None:
-        from harness.history import record_or_warn
-
-        record_or_warn(history_db, run_dir)
-    summary = report.write_reports(run_dir)
-    for line in summary.verdict_lines():
-        print(line, flush=True)
-    print(summary.headline(), flush=True)
-    return run_dir, 0 if summary.ok else 1
-
-
 def run_suite_isolated(b: Backend, suite: str, suite_dir: Path, *, seen: str, native: bool, image: str | None,
                        extra: Sequence[str], m: Matrix, echo: bool, env_extra: dict[str, str] | None,
-                       on_interrupt: Callable[[dict[str, Any], str | None], None]
-                       ) -> tuple[dict[str, Any], list[res.TestResult], Path]:
-    """One suite under crash isolation (harness.isolation): (run.json entry, tests, the suite's JUnit).
-    On Ctrl-C/SIGTERM the entry of what finished goes to `on_interrupt(entry, running test)` first."""
+                       on_interrupt: Callable[[SuiteRecord, list[res.TestResult], str | None], None]
+                       ) -> tuple[SuiteRecord, list[res.TestResult], Path]:
+    """One suite under crash isolation (harness.isolation): (its record, tests, the suite's JUnit).
+    On Ctrl-C/SIGTERM the record of what finished goes to `on_interrupt(record, tests, running test)` first."""
     junit = suite_dir / f"{suite}.xml"
 
     def attempt(k: int, name: str, more: list[str], timeout_s: float, watchdog: Callable[[], str | None]):
         return run_pytest(b, [f"tests/{suite}"], suite_dir, name, native=native, image=image, extra=[*extra, *more],
                           m=m, timeout_s=timeout_s, echo=echo, env_extra=env_extra, watchdog=watchdog)
 
-    def entry_of(sr: isolation.SuiteRun, status: str) -> dict[str, Any]:
+    def record_of(sr: isolation.SuiteRun, status: str) -> SuiteRecord:
         isolation.write_junit(junit, suite, sr.finished)
-        tests = sr.tests()
-        return {
-            "name": suite, "status": status, "junit": f"suites/{junit.name}", "log": f"suites/{suite}.log",
-            "returncode": sr.attempts[-1].returncode if sr.attempts else None, "timed_out": sr.timed_out,
-            "duration_s": round(sum(a.duration_s for a in sr.attempts), 2), "counts": res.counts(tests),
-            "argv": sr.attempts[0].argv if sr.attempts else [],
-            "attempts": [{"log": f"suites/{a.log.name}", "returncode": a.returncode, "duration_s": a.duration_s}
-                         for a in sr.attempts],
-            "crashes": [c.to_json() for c in sr.crashes], "not_run": sr.not_run,
-            "collect_failed": sr.collect_failed, "ended_badly": sr.ended_badly,
-        }
+        return SuiteRecord(
+            suite, SuiteStatus(status), f"suites/{junit.name}", f"suites/{suite}.log",
+            sr.attempts[-1].returncode if sr.attempts else None, sr.timed_out,
+            round(sum(a.duration_s for a in sr.attempts), 2), res.counts(sr.tests()),
+            tuple(sr.attempts[0].argv) if sr.attempts else (),
+            attempts=tuple(ProcessRecord(f"suites/{a.log.name}", a.returncode, a.duration_s) for a in sr.attempts),
+            crashes=tuple(sr.crashes), not_run=tuple(sr.not_run), collect_failed=sr.collect_failed,
+            ended_badly=sr.ended_badly)
 
     sr = isolation.run_suite(attempt, suite, suite_dir, seen, suite_s=b.timeouts.suite_s, test_s=b.timeouts.test_s,
-                             on_interrupt=lambda part: on_interrupt(entry_of(part, "interrupted"), part.running))
-    return entry_of(sr, sr.status()), sr.tests(), junit
+                             on_interrupt=lambda part: on_interrupt(record_of(part, "interrupted"), part.tests(),
+                                                                    part.running))
+    return record_of(sr, sr.status()), sr.tests(), junit
 
 
 def run_suite_plain(b: Backend, suite: str, suite_dir: Path, *, native: bool, image: str | None,
                     extra: Sequence[str], m: Matrix, echo: bool, env_extra: dict[str, str] | None
-                    ) -> tuple[dict[str, Any], list[res.TestResult], Path]:
+                    ) -> tuple[SuiteRecord, list[res.TestResult], Path]:
     """One suite as one pytest process, no isolation (`--no-isolation`: what isolation costs is measured
     against this); a crash loses the suite's JUnit."""
     run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image, extra=extra, m=m,
@@ -480,19 +234,16 @@ def run_suite_plain(b: Backend, suite: str, suite_dir: Path, *, native: bool, im
     status = suite_status(run, tests)
     if not run.junit.exists() and status == "passed":
         status = "error"
-    entry = {
-        "name": suite, "status": status, "junit": f"suites/{run.junit.name}", "log": f"suites/{run.log.name}",
-        "returncode": run.returncode, "timed_out": run.timed_out, "duration_s": run.duration_s,
-        "counts": res.counts(tests), "argv": run.argv,
-    }
-    return entry, tests, run.junit
+    return SuiteRecord(suite, SuiteStatus(status), f"suites/{run.junit.name}", f"suites/{run.log.name}",
+                       run.returncode, run.timed_out, run.duration_s, res.counts(tests), tuple(run.argv)), tests, \
+        run.junit
 
 
 def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], policy: Retries, *, run_dir: Path,
                  junit: Path, native: bool, image: str | None, m: Matrix, extra: Sequence[str] = (),
-                 echo: bool = False, quarantined: Callable[[str], bool] = lambda _: False) -> dict[str, Any]:
+                 echo: bool = False, quarantined: Callable[[str], bool] = lambda _: False) -> SuiteRetries:
     """Rerun each failed test of one suite alone (its node id, a fresh `run_pytest`), up to `policy.attempts`
-    times until it passes; returns the suite entry's `retries` for run.json (harness.retries).
+    times until it passes; returns the suite record's `retries` (harness.retries).
 
     Tests outside the quarantine go first; past `policy.max_tests` the rest stay failing without a rerun.
     `extra` are the run's own pytest arguments (never the shard options: one node id is one test).
@@ -522,117 +273,18 @@ def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], polic
     return retries_mod.suite_retries(policy.attempts, policy.max_tests, retried, ordered[len(chosen):])
 
 
-def retry_line(suite: str, label: str, found: dict[str, Any]) -> str:
+def retry_line(suite: str, label: str, found: SuiteRetries) -> str:
     """`suite alpha [cpu/native] retried 2 failed tests alone: 1 flaky, 1 failing (1 more not retried)`."""
-    statuses = [t["status"] for t in found["tests"]]
+    statuses = [str(t.status) for t in found.tests]
     body = ", ".join(f"{statuses.count(s)} {s}" for s in (retries_mod.FLAKY, retries_mod.FAILING)
                      if statuses.count(s)) or "none"
-    more = f" ({len(found['not_retried'])} more not retried: past max_tests {found['max_tests']})" \
-        if found["not_retried"] else ""
-    return (f"suite {suite} [{label}] retried {len(statuses)} failed test(s) alone, up to {found['attempts']} "
+    more = f" ({len(found.not_retried)} more not retried: past max_tests {found.max_tests})" \
+        if found.not_retried else ""
+    return (f"suite {suite} [{label}] retried {len(statuses)} failed test(s) alone, up to {found.attempts} "
             f"time(s) each: {body}{more}")
 
 
-# ---- CLI: `python -m harness run` / `python -m harness detect` -----------------------------------------
-
-
-def cli_add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", help="cpu, cuda or rocm (default: detected, see `python -m harness detect`)")
-    p.add_argument("--native", action="store_true", default=None,
-                   help="run with this machine's Python instead of a container (also KILN_NATIVE=1)")
-    p.add_argument("--suite", action="append", dest="suites", help="run only this suite (repeatable)")
-    p.add_argument("--results", help="run folder to write (default: results/<time>-<backend>-<mode>)")
-    p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
-    p.add_argument("--base-image", help="build the image on this base")
-    p.add_argument("--no-health", action="store_true", help="skip the GPU health check")
-    p.add_argument("--quiet", action="store_true", help="do not echo pytest output (it is still logged)")
-    p.add_argument("--save-numerics", action="store_true",
-                   help="the numerics suite saves its outputs into suites/numerics-outputs (see `harness numerics`)")
-    shards = p.add_argument_group("shards", "split every suite's tests into N disjoint shards (harness.shard)")
-    shards.add_argument("--shard", metavar="I/N", help="run only shard I of N (e.g. one job of a CI matrix; "
-                        "`python -m harness merge` joins the shards' folders into one report)")
-    shards.add_argument("--shards", metavar="N|auto", help="run N shards at once, each pinned to its own GPU(s), "
-                        "into RESULTS/shard-I/ and one merged report; auto: one per GPU group (CPU: 1)")
-    shards.add_argument("--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)")
-    shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
-                        "ci/durations/<backend>.json when it exists, else durations/<backend>.json next "
-                        "to the test history store, else shards are balanced by test count)")
-    shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated); "
-                        "with --shards, shard k takes the k-th --gpus-per-shard of them, and an id may repeat "
-                        "(--devices 0,0 --shards 2: two shards share GPU 0)")
-    p.add_argument("--retries", type=int, metavar="N", help="rerun each failed test alone up to N times until it "
-                   "passes (flaky) or not (failing); 0: no reruns (default: the matrix's `retries`)")
-    p.add_argument("--history", metavar="DB", help="the test-history store a complete run is recorded into "
-                   "(default: KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite, "
-                   "~/.local/share/kiln/... without XDG_DATA_HOME: outside the checkout, so it accumulates)")
-    p.add_argument("--no-history", action="store_true", help="do not record the run into the test history")
-    p.add_argument("--no-isolation", action="store_true", help="run each suite as one pytest process with no "
-                   "crash isolation (a crashing test then loses its suite's results; for measuring its cost)")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
-
-
-def shard_options(args: argparse.Namespace, backend: str) -> tuple[shard_mod.Shard | None, int | None, Path | None]:
-    """(--shard, --shards with None for auto, the durations file) from the command line; bad values raise."""
-    if args.shard and args.shards:
-        raise HarnessError("--shard I/N runs one shard, --shards N runs them all: give one of them")
-    shard = shard_mod.parse_shard(args.shard) if args.shard else None
-    count = shard_mod.parse_shard_count(args.shards) if args.shards else None
-    if args.durations:
-        durations: Path | None = Path(args.durations).resolve()
-        if not durations.is_file():
-            raise HarnessError(f"durations file {args.durations} not found")
-    else:
-        durations = shard_mod.find_durations(settings().root, backend)
-    return shard, count, durations
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    """Run the suites for a backend, in its container or natively."""
-    native = settings().native if args.native is None else args.native
-    backend = args.backend or matrix_mod.detect_backend()
-    extra = list(args.pytest_args or [])
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    shard, count, durations = shard_options(args, backend)
-    devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
-    run_dir = res.output_folder(args.results, "--results") if args.results else None
-    if run_dir is None:
-        res.output_folder(settings().results_root, "KILN_RESULTS")  # where new_run_dir would make the folder
-    retries = retry_option(args.retries, backend)
-    history = Path(args.history) if args.history else None
-    if args.shards:
-        b = matrix_mod.load().backend(backend)
-        gpus = list(devices) or (shard_mod.visible_gpus(b.name) if b.is_gpu else [])
-        groups = shard_mod.device_groups(b.is_gpu, count, args.gpus_per_shard, gpus, backend=b.name)
-        if len(groups) > 1:  # one shard is the plain run (below)
-            from harness import sharded
-
-            if native:
-                _check_native_python()
-            run_dir = run_dir or new_run_dir(b.name, "native" if native else "container")
-            _, code = sharded.run_shards(
-                b.name, groups, native=native, run_dir=run_dir, suites=args.suites, image_tag=args.image,
-                base_image=args.base_image, extra=extra, health=not args.no_health, save_numerics=args.save_numerics,
-                durations=durations, echo=not args.quiet, retries=retries, history=history,
-                record_history=not args.no_history)
-            return code
-        devices = groups[0]
-    _, code = run_suites(backend, native=native, suites=args.suites, run_dir=run_dir, image_tag=args.image,
-                         base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet,
-                         save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices,
-                         retries=retries, history=history, record_history=not args.no_history,
-                         isolate=not args.no_isolation)
-    return code
-
-
-def retry_option(value: int | None, backend: str) -> Retries | None:
-    """`--retries N` as the run's Retries (the matrix's max_tests), None when not given; N < 0 is an error."""
-    if value is None:
-        return None
-    if value < 0:
-        raise HarnessError(f"--retries {value}: expected 0 (no reruns) or more")
-    m = matrix_mod.load()
-    return Retries(attempts=value, max_tests=m.retries_for(m.backend(backend)).max_tests)
+# ---- CLI: `python -m harness detect` (`run` is harness.steps') -------------------------------------------
 
 
 def detect_mode() -> str:

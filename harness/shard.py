@@ -183,7 +183,7 @@ def durations_of_runs(run_dirs: Sequence[Path]) -> tuple[dict[str, float], str]:
     backends = set()
     for run_dir in run_dirs:
         run = load_run(run_dir)
-        backends.add(run.manifest.get("backend", "?"))
+        backends.add(run.record.backend)
         for suite in run.suites:
             for t in suite.tests:
                 out[t.id] = t.duration_s

@@ -19,7 +19,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from harness.commands import with_pythonpath
 from harness.exc import HarnessError, RunInterrupted
 from harness.matrix import Retries
 from harness.merge import ShardProcess, merge_shards, shard_dir_name
-from harness.process import die_with_parent, kill_group
+from harness.process import Terminated, kill_group, sigterm_interrupts, spawn
+from harness.record import RunRecord, RunStatus
 from harness.settings import PACKAGE_ROOT, settings
 from harness.shard import Shard
 
@@ -90,12 +92,158 @@ def stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
             kill_group(proc, 0)  # SIGTERM again, then at once SIGKILL
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into an interrupt so the same cleanup runs."""
+@dataclass
+class ShardsState:
+    """A `--shards` run in progress: what was asked, the shard processes, what became of them, the verdict.
+    Each step of SHARD_STEPS takes and returns it."""
+
+    b: matrix_mod.Backend
+    m: matrix_mod.Matrix
+    groups: Sequence[Sequence[str]]
+    native: bool
+    run_dir: Path
+    suites: Sequence[str] | None
+    image_tag: str | None
+    base_image: str | None
+    extra: Sequence[str]
+    health: bool
+    save_numerics: bool
+    durations: Path | None
+    echo: bool
+    timeout_s: float | None
+    retries: Retries | None
+    history_db: Path | None
+    base: RunRecord | None = None
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+    started: dict[int, float] = field(default_factory=dict)
+    ended: dict[int, ShardProcess] = field(default_factory=dict)
+    readers: list[threading.Thread] = field(default_factory=list)
+    interrupted: str = ""
+    t0: float = field(default_factory=time.monotonic)
+    summary: Any = None  # the merged run's report.Summary
+
+    @property
+    def count(self) -> int:
+        return len(self.groups)
+
+    @property
+    def mode(self) -> str:
+        return "native" if self.native else "container"
+
+    def finish(self, index: int, hung: bool = False) -> None:
+        """Note shard `index`'s process as ended (or hung): exit status, wall seconds, GPUs."""
+        proc = self.procs[index]
+        self.ended[index] = ShardProcess(proc.returncode, round(time.monotonic() - self.started[index], 2), hung,
+                                         tuple(self.groups[index - 1]))
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Terminated()
+def check_shards(st: ShardsState) -> ShardsState:
+    """The suites named exist; the quarantine file reads (it is recorded in the merged run)."""
+    from harness import report
+
+    unknown = [s for s in st.suites or () if s not in st.m.suites]
+    if unknown:
+        raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(st.m.suites)}")
+    quarantine = report.load_quarantine(settings().root)
+    st.base = RunRecord("", st.b.name, RunStatus.RUNNING, mode=st.mode, src=str(settings().root),
+                        history=str(st.history_db) if st.history_db else None,
+                        quarantine=report.quarantine_json(quarantine))
+    return st
+
+
+def shards_image(st: ShardsState) -> ShardsState:
+    """Container mode: the image, built once for every shard (or the one given, which must be present)."""
+    from harness import health as health_mod
+    from harness import image as image_mod
+
+    if st.native:
+        return st
+    health_mod.require_host_devices(st.b)
+    image_mod.require_docker()
+    if st.image_tag:
+        if not image_mod.image_id(st.image_tag):
+            raise HarnessError(f"image {st.image_tag} is not present locally")
+    else:
+        built = image_mod.build(st.b, base_image=st.base_image)  # once, not once per shard
+        st.image_tag, st.base_image = built.tag, built.base_image
+    return st
+
+
+def launch_shards(st: ShardsState) -> ShardsState:
+    """Each shard's `harness run --shard I/N` process, pinned to its GPUs, its output in RUN/shard-I.log."""
+    st.run_dir.mkdir(parents=True, exist_ok=True)
+    st.timeout_s = st.timeout_s or shard_timeout_s(st.b, len(st.suites or st.m.suites),
+                                                   st.retries or st.m.retries_for(st.b))
+    env = with_pythonpath(dict(os.environ), PACKAGE_ROOT)
+    env["KILN_NATIVE"] = "1" if st.native else "0"
+    print(f"{st.count} shards [{st.b.name}/{st.mode}] -> {st.run_dir}" + "".join(
+        f"; shard {i}: gpu {','.join(g)}" for i, g in enumerate(st.groups, 1) if g), flush=True)
+    for index, devices in enumerate(st.groups, 1):
+        folder = st.run_dir / shard_dir_name(index)
+        argv = shard_argv(st.b.name, Shard(index, st.count), devices, folder, native=st.native, suites=st.suites,
+                          image_tag=st.image_tag, base_image=st.base_image, extra=st.extra, health=st.health,
+                          save_numerics=st.save_numerics, durations=st.durations, retries=st.retries)
+        spawned = spawn(argv, st.run_dir / f"{folder.name}.log", env=env, cwd=settings().root, echo=st.echo,
+                        prefix=f"[shard {index}/{st.count}] ")
+        st.procs[index] = spawned.proc
+        st.started[index] = time.monotonic()
+        st.readers.append(spawned.reader)
+    return st
+
+
+def wait_shards(st: ShardsState) -> ShardsState:
+    """Until every shard has ended; one past `timeout_s` is stopped as hung."""
+    while len(st.ended) < st.count:
+        for index, proc in st.procs.items():
+            if index in st.ended:
+                continue
+            if proc.poll() is not None:
+                st.finish(index)
+            elif time.monotonic() - st.started[index] > (st.timeout_s or 0):
+                stop_all([proc], GRACE_S)
+                st.finish(index, hung=True)
+        time.sleep(0.2)
+    return st
+
+
+def merge_step(st: ShardsState) -> ShardsState:
+    """The shards' folders merged into RUN with one report (harness.merge)."""
+    st.summary = merge_shards(st.run_dir, {i: st.run_dir / shard_dir_name(i) for i in range(1, st.count + 1)},
+                              st.count, processes=st.ended, base=st.base, wall_s=time.monotonic() - st.t0,
+                              reason=f"run {st.interrupted}" if st.interrupted else "")
+    if st.interrupted:
+        raise RunInterrupted(f"run {st.interrupted}; the shards' results so far are merged in {st.run_dir} (marked "
+                             "incomplete)")
+    return st
+
+
+def history_step(st: ShardsState) -> ShardsState:
+    """A complete merged run into the test history, then its reports again (with the history's lines)."""
+    from harness import report
+
+    if st.history_db is not None and st.summary.status == "complete":
+        from harness.collect import load_run
+        from harness.history import record_or_warn
+
+        run = load_run(st.run_dir)
+        record_or_warn(st.history_db, run)
+        st.summary = report.write_reports(run)
+    return st
+
+
+def report_step(st: ShardsState) -> ShardsState:
+    from harness import report
+    from harness.collect import load_run
+
+    print(report.render_text(load_run(st.run_dir)), end="", flush=True)
+    return st
+
+
+Step = tuple[str, Callable[[ShardsState], ShardsState]]
+SETUP_STEPS: tuple[Step, ...] = (("check", check_shards), ("image", shards_image))
+SHARD_STEPS: tuple[Step, ...] = (("launch", launch_shards), ("wait", wait_shards))  # under the interrupt supervisor
+END_STEPS: tuple[Step, ...] = (
+    ("merge", merge_step), ("history", history_step), ("report", report_step))
 
 
 def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bool, run_dir: Path,
@@ -104,115 +252,31 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
                durations: Path | None = None, echo: bool = True, timeout_s: float | None = None,
                retries: Retries | None = None, history: Path | None = None,
                record_history: bool = True) -> tuple[Path, int]:
-    """Run len(groups) shards at once, shard I pinned to GPU ids groups[I-1]; merge them into `run_dir`.
+    """Run len(groups) shards at once, shard I pinned to GPU ids groups[I-1]; merge them into `run_dir`: the
+    steps of SETUP_STEPS, SHARD_STEPS (Ctrl-C/SIGTERM stops every shard), then END_STEPS.
     A shard still running after `timeout_s` (default: `shard_timeout_s`) is stopped and reported as hung.
     `retries`: how the shards rerun failed tests (None: the matrix's); a complete merged run is recorded into
     the test history `history` (None: the default store) unless `record_history` is False.
     Returns (run folder, exit code: 0 when the merged run is complete and green (flaky tests allowed), else 1)."""
-    from harness import health as health_mod
-    from harness import image as image_mod
-    from harness import report
-
     m = matrix_mod.load()
-    b = m.backend(backend_name)
-    unknown = [s for s in suites or () if s not in m.suites]
-    if unknown:
-        raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(m.suites)}")
-    quarantine = report.load_quarantine(settings().root)
-    if not native:
-        health_mod.require_host_devices(b)
-        image_mod.require_docker()
-        if image_tag:
-            if not image_mod.image_id(image_tag):
-                raise HarnessError(f"image {image_tag} is not present locally")
-        else:
-            built = image_mod.build(b, base_image=base_image)  # once, not once per shard
-            image_tag, base_image = built.tag, built.base_image
-    count = len(groups)
-    run_dir = Path(run_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    mode = "native" if native else "container"
-    history_db = (history or settings().history_db).resolve() if record_history else None
-    base = {"backend": b.name, "mode": mode, "src": str(settings().root),
-            "history": str(history_db) if history_db else None, "quarantine": report.quarantine_json(quarantine)}
-    timeout_s = timeout_s or shard_timeout_s(b, len(suites or m.suites), retries or m.retries_for(b))
-    env = with_pythonpath(dict(os.environ), PACKAGE_ROOT)
-    env["KILN_NATIVE"] = "1" if native else "0"
-    label = f"{b.name}/{mode}"
-    print(f"{count} shards [{label}] -> {run_dir}" + "".join(
-        f"; shard {i}: gpu {','.join(g)}" for i, g in enumerate(groups, 1) if g), flush=True)
-
-    procs: dict[int, subprocess.Popen] = {}
-    started: dict[int, float] = {}
-    ended: dict[int, ShardProcess] = {}
-    readers: list[threading.Thread] = []
-
-    def pump(index: int, proc: subprocess.Popen, log: Path) -> None:
-        with open(log, "w", encoding="utf-8", errors="replace") as fh:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                fh.write(line)
-                fh.flush()
-                if echo:
-                    sys.stdout.write(f"[shard {index}/{count}] {line}")
-                    sys.stdout.flush()
-
-    def finish(index: int, hung: bool = False) -> None:
-        proc = procs[index]
-        ended[index] = ShardProcess(proc.returncode, round(time.monotonic() - started[index], 2), hung,
-                                    tuple(groups[index - 1]))
-
-    t0 = time.monotonic()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() \
-        else None
-    interrupted = ""
+    st = ShardsState(m.backend(backend_name), m, groups, native, Path(run_dir).resolve(), suites, image_tag,
+                     base_image, extra, health, save_numerics, durations, echo, timeout_s, retries,
+                     (history or settings().history_db).resolve() if record_history else None)
+    for _, step in SETUP_STEPS:
+        st = step(st)
     try:
-        for index, devices in enumerate(groups, 1):
-            folder = run_dir / shard_dir_name(index)
-            argv = shard_argv(b.name, Shard(index, count), devices, folder, native=native, suites=suites,
-                              image_tag=image_tag, base_image=base_image, extra=extra, health=health,
-                              save_numerics=save_numerics, durations=durations, retries=retries)
-            procs[index] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                            cwd=settings().root, text=True, errors="replace", start_new_session=True,
-                                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no shard outlives the harness
-            started[index] = time.monotonic()
-            reader = threading.Thread(target=pump, args=(index, procs[index], run_dir / f"{folder.name}.log"),
-                                      daemon=True)
-            reader.start()
-            readers.append(reader)
-        while len(ended) < count:
-            for index, proc in procs.items():
-                if index in ended:
-                    continue
-                if proc.poll() is not None:
-                    finish(index)
-                elif time.monotonic() - started[index] > timeout_s:
-                    stop_all([proc], GRACE_S)
-                    finish(index, hung=True)
-            time.sleep(0.2)
+        with sigterm_interrupts():
+            for _, step in SHARD_STEPS:
+                st = step(st)
     except KeyboardInterrupt as e:
-        interrupted = "terminated" if isinstance(e, _Terminated) else "interrupted"
-        stop_all([p for i, p in procs.items() if i not in ended], GRACE_S)
-        for index in procs:
-            if index not in ended:
-                finish(index)
+        st.interrupted = "terminated" if isinstance(e, Terminated) else "interrupted"
+        stop_all([p for i, p in st.procs.items() if i not in st.ended], GRACE_S)
+        for index in st.procs:
+            if index not in st.ended:
+                st.finish(index)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-        for reader in readers:
+        for reader in st.readers:
             reader.join(timeout=10)
-    summary = merge_shards(run_dir, {i: run_dir / shard_dir_name(i) for i in range(1, count + 1)}, count,
-                           processes=ended, base=base, wall_s=time.monotonic() - t0,
-                           reason=f"run {interrupted}" if interrupted else "")
-    if interrupted:
-        raise RunInterrupted(f"run {interrupted}; the shards' results so far are merged in {run_dir} (marked "
-                             "incomplete)")
-    from harness.collect import load_run
-
-    if history_db is not None and summary.status == "complete":
-        from harness.history import record_or_warn
-
-        record_or_warn(history_db, run_dir)
-        summary = report.write_reports(run_dir)  # now with the history's lines
-    print(report.render_text(load_run(run_dir)), end="", flush=True)
-    return run_dir, 0 if summary.ok else 1
+    for _, step in END_STEPS:
+        st = step(st)
+    return st.run_dir, 0 if st.summary.ok else 1

@@ -38,18 +38,17 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from harness.exc import BenchError, UsageError
+from harness.git import git
+from harness.process import sigterm_interrupts
 
 from .compare import CompareConfig, judge
 from .report import fmt_ns
@@ -372,8 +371,6 @@ def run_bisect(
 
 
 # ------------------------------------------------------------------ git and the scratch worktree
-def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=check)
 
 
 def repo_root(path: Path) -> Path:
@@ -623,21 +620,7 @@ def _backend_setup(args: argparse.Namespace) -> tuple[str, str, str, Container |
     return device, profile, workload, Container(b, args.image or image_mod.build(b).tag, env), {}
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a cancelled CI job) raises KeyboardInterrupt like Ctrl-C, so the worktree is removed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+sigterm_as_interrupt = sigterm_interrupts  # SIGTERM raises KeyboardInterrupt like Ctrl-C: the worktree is removed
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:

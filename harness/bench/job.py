@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.exc import UsageError
+from harness.git import git
 from harness.settings import DEFAULT_BENCH_BISECT_MAX as DEFAULT_BISECT_MAX
 from harness.settings import bench_settings
 EAGER = "eager"
@@ -113,7 +114,7 @@ def plan_bisections(targets: list[Target], good: str | None, bad: str | None, ca
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    return git(repo, *args, check=False)
 
 
 def history_problem(repo: Path, good: str, bad: str) -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import commands, matrix, repro
+from harness.record import RunRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")
@@ -45,10 +46,11 @@ def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
     assert {f"bench-{n}" for n in M.backends} & set(sessions) == {f"bench-{n}" for n in gpu}
 
 
-def _manifest(backend: str, mode: str = "container") -> dict:
+def _manifest(backend: str, mode: str = "container", **more) -> RunRecord:
     b = M.backend(backend)
-    return {"backend": backend, "mode": mode, "src": "/repo", "image": {"tag": f"{b.image}:0123"},
-            "env": commands.suite_env(M, b), "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"}
+    return RunRecord.from_json({**more, "backend": backend, "mode": mode, "src": "/repo",
+                                "image": {"tag": f"{b.image}:0123"}, "env": commands.suite_env(M, b),
+                                "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"})
 
 
 @pytest.mark.parametrize("backend", sorted(M.backends))
@@ -74,9 +76,7 @@ def test_native_repro_line_uses_the_recorded_python_and_env():
 
 
 def test_repro_line_keeps_the_container_options_the_run_used():
-    m = _manifest("rocm")
-    m["container_options"] = ["--device=/dev/kfd"]
-    line = repro.repro_line(m, "tests/a.py::b")
+    line = repro.repro_line(_manifest("rocm", container_options=["--device=/dev/kfd"]), "tests/a.py::b")
     assert "--device=/dev/kfd" in line and "--device=/dev/dri" not in line
 
 

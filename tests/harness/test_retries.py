@@ -308,7 +308,7 @@ def test_the_flakes_report_shows_flaky_on_retry_from_the_history(tmp_path):
         "backend": "cpu", "mode": "native", "status": "complete", "src": str(folder),
         "started": "2026-01-01T00:00:00+00:00",
         "suites": [{"name": "alpha", "status": "failed", "junit": "suites/alpha.xml",
-                    "retries": retries.suite_retries(2, 10, [flaky], [])}]}))
+                    "retries": retries.suite_retries(2, 10, [flaky], []).to_json()}]}))
     db = tmp_path / "h.sqlite"
     assert history.record(db, folder).retried == 1
     stats = flakes.classify([flakes.Run("t.py::t", 0, "failed"), flakes.Run("t.py::t", 1, "passed")])

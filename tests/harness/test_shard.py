@@ -21,6 +21,7 @@ import pytest
 from harness import matrix, merge, repro, shard
 from harness.collect import load_run
 from harness.exc import HarnessError, ResultsError
+from harness.record import RunRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = Path(__file__).resolve().parent / "planted" / "shards"
@@ -140,7 +141,7 @@ def test_repro_line_of_a_pinned_shard_names_its_gpu_and_image_but_no_shard():
     manifest = {"backend": "cuda", "mode": "container", "src": "/repo", "image": {"tag": "kiln-cuda:0123"},
                 "env": {"KILN_TEST_DEVICE": "cuda"}, "test_timeout_s": 300, "pytest_extra": ["-x"],
                 "container_options": list(b.container_options), "shard": {"index": 2, "count": 2}}
-    line = shlex.split(repro.repro_line(manifest, "tests/a/test_b.py::test_c[1]"))
+    line = shlex.split(repro.repro_line(RunRecord.from_json(manifest), "tests/a/test_b.py::test_c[1]"))
     assert line[line.index("--gpus") + 1] == "device=1" and "kiln-cuda:0123" in line
     assert line[-1] == "tests/a/test_b.py::test_c[1]" and not any("shard" in a for a in line)
 
@@ -203,7 +204,8 @@ def test_merge_of_a_partition_is_complete(tmp_path):
     assert summary.ok and summary.counts["passed"] == 3 and summary.shard == "2 shards"
     run = load_run(tmp_path / "out")
     assert run.merged and run.test_shards == {"t::a": 1, "t::c": 1, "t::b": 2}
-    assert run.manifest_for("t::b") == json.loads((tmp_path / "out" / "shard-2" / "run.json").read_text())
+    shard_2 = json.loads((tmp_path / "out" / "shard-2" / "run.json").read_text())
+    assert run.record_for("t::b") == RunRecord.from_json(shard_2)
     # merging again into the same folder (from the merged folder itself) gives the same
     assert merge.merge_shards(tmp_path / "out", *merge.find_shards([tmp_path / "out"])).ok
 
@@ -375,7 +377,7 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
 
 def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_it(tmp_path, monkeypatch):
     """The commands of `run --backend cuda --shard 2/2 --devices 1` in container mode (docker faked)."""
-    from harness import envinfo, health, image, runner
+    from harness import envinfo, health, image, runner, steps
 
     root = make_project(tmp_path)
     shard.write_durations(root / "d.json", {}, "cuda")
@@ -392,7 +394,7 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
         return 0, False
 
     monkeypatch.setattr(runner, "execute", fake_execute)
-    run_dir, _ = runner.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
+    run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
                                    image_tag="kiln-cuda:t", health=False, echo=False, extra=["-x"],
                                    shard=shard.Shard(2, 2), durations=root / "d.json", devices=["1"])
     argv = calls[-1]
@@ -405,7 +407,7 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["shard"] == {"index": 2, "count": 2, "durations": "suites/shard-durations.json"}
     assert manifest["pytest_extra"] == ["-x"] and manifest["devices"] == ["1"]
-    line = repro.repro_line(manifest, "tests/alpha/test_alpha.py::test_broken")
+    line = repro.repro_line(RunRecord.from_json(manifest), "tests/alpha/test_alpha.py::test_broken")
     assert "--gpus device=1" in line and "kiln-cuda:t" in line and "shard" not in line.split("kiln-cuda:t")[1]
 
 

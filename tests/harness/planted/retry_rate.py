@@ -116,10 +116,10 @@ def measure(p: float, attempts: int, trials: int, first: int = 0, root: Path | N
             first_failure = results.TestResult(TEST_ID, "failed", "the suite run failed (planted)", 0.0)
             found = runner.retry_failed(b, "rate", [first_failure], policy, run_dir=run_dir,
                                         junit=run_dir / "suites" / "rate.xml", native=True, image=None, m=m)
-            (test,) = found["tests"]
-            called_failing = test["status"] == "failing"
+            (test,) = found.tests
+            called_failing = test.status == "failing"
             failing += called_failing
-            reruns += len(test["attempts"]) - 1
+            reruns += len(test.attempts) - 1
             if called_failing != predicted_failing(trial, p, attempts):
                 mismatches.append(trial)
         return Measured(trials, failing, mismatches, reruns)
