@@ -8,23 +8,13 @@ is skipped, with the import error as the reason, where it does not import; it ne
 
 from __future__ import annotations
 
-import importlib
 import random
 
 import pytest
 import torch
 
 import compiler  # noqa: F401  (registers the "kiln" backend)
-from kiln_testing import DEVICE
-
-
-def import_problem(module: str) -> str | None:
-    """None when `module` imports, else why not (one line)."""
-    try:
-        importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 - any import failure means the extra is not usable here
-        return f"{type(e).__name__}: {e}".splitlines()[0]
-    return None
+from kiln_testing import DEVICE, import_problem
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,6 +10,7 @@ Terms:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from typing import Any, Callable, Iterator, Sequence
 
@@ -18,6 +19,15 @@ from torch._dynamo.utils import counters
 
 import compiler
 from compiler.runtime.launcher import TritonKernel
+
+def import_problem(module: str) -> str | None:
+    """None when `module` imports, else why not (one line): the `needs` marker's check (tests/conftest.py)."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any import failure means the extra is not usable here
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    return None
+
 
 def _pick_device() -> str:
     forced = os.environ.get("KILN_TEST_DEVICE")

@@ -400,9 +400,11 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     argv = calls[-1]
     assert argv[argv.index("--gpus") + 1] == "device=1" and "all" not in argv
     inner = argv[argv.index("kiln-cuda:t") + 1:]
-    assert inner[-8:] == ["-x", "-p", "harness.shard_plugin", "--kiln-shard=2/2",
-                          "--kiln-durations=/results/shard-durations.json", "--kiln-shard-offset=0",
-                          "--kiln-shard-record=/results/alpha.shard.json", "tests/alpha"]
+    # the run's extra arguments, the shard plugin, then crash isolation's journal (harness.isolation)
+    assert inner[-12:] == ["-x", "-p", "harness.shard_plugin", "--kiln-shard=2/2",
+                           "--kiln-durations=/results/shard-durations.json", "--kiln-shard-offset=0",
+                           "--kiln-shard-record=/results/alpha.shard.json", "-p", "harness.journal_plugin",
+                           "--kiln-journal=/results/alpha.journal", "--continue-on-collection-errors", "tests/alpha"]
     assert (run_dir / "suites" / "shard-durations.json").exists()
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["shard"] == {"index": 2, "count": 2, "durations": "suites/shard-durations.json"}
