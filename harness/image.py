@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import lock as lock_mod
-from harness.exc import DockerError, ImageError, ImageInputError, MissingTool
+from harness.exc import DockerError, HarnessError, ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
 from harness.settings import settings
 
@@ -385,6 +385,19 @@ def describe(tag: str, base_image: str | None = None) -> dict[str, Any] | None:
     return Image(tag, img_id, False, base_image or lab.get("kiln.base-image", ""),
                  lab.get("kiln.base-digest") or None, lab.get("kiln.base-id") or None,
                  lab.get("kiln.lock-sha256") or None).record()
+
+
+def ready(backend: Backend, tag: str | None, base_image: str | None) -> dict[str, Any]:
+    """Container mode's image, once docker answers: `tag` described from its labels (it must be present locally),
+    else the backend's hash-tagged image, built when missing. Its record (`Image.record`); the runs and the
+    shards' parent use it."""
+    require_docker()
+    if tag:
+        info = describe(tag, base_image)
+        if not info:
+            raise HarnessError(f"image {tag} is not present locally")
+        return info
+    return build(backend, base_image=base_image).record()
 
 
 def require_lock(backend: Backend, allow_unlocked: bool | None = None) -> lock_mod.LockState:

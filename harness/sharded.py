@@ -159,13 +159,8 @@ def shards_image(st: ShardsState) -> ShardsState:
     if st.native:
         return st
     health_mod.require_host_devices(st.b)
-    image_mod.require_docker()
-    if st.image_tag:
-        if not image_mod.image_id(st.image_tag):
-            raise HarnessError(f"image {st.image_tag} is not present locally")
-    else:
-        built = image_mod.build(st.b, base_image=st.base_image)  # once, not once per shard
-        st.image_tag, st.base_image = built.tag, built.base_image
+    info = image_mod.ready(st.b, st.image_tag, st.base_image)  # built once, not once per shard
+    st.image_tag, st.base_image = info["tag"], info["base"]
     return st
 
 

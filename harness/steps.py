@@ -181,14 +181,8 @@ def prepare_image(plan: Plan) -> Plan:
     if plan.native:
         return plan
     health_mod.require_host_devices(plan.b)
-    image_mod.require_docker()
-    if plan.image_tag:
-        info = image_mod.describe(plan.image_tag, plan.base_image)  # its labels: base digest/id, lock digest
-        if not info:
-            raise HarnessError(f"image {plan.image_tag} is not present locally")
-        return replace(plan, image=info)
-    built = image_mod.build(plan.b, base_image=plan.base_image)
-    return replace(plan, image=built.record(), image_tag=built.tag)
+    info = image_mod.ready(plan.b, plan.image_tag, plan.base_image)
+    return replace(plan, image=info, image_tag=info["tag"])
 
 
 SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (("check host", check_host), ("image", prepare_image))
