@@ -101,12 +101,18 @@ class Arm:
 
         return compiler.config.patch(**self.settings)
 
-    def step_begin(self) -> None:
-        """Call before each step (module docstring: step marking); nothing for arms that need no marking."""
-        if self.marks_steps:
-            import torch
+    def step_hook(self) -> Callable[[], None]:
+        """What to call before each step (module docstring: step marking): a function doing nothing for arms
+        that need no marking."""
+        if not self.marks_steps:
+            return _nothing
+        import torch
 
-            torch.compiler.cudagraph_mark_step_begin()
+        return torch.compiler.cudagraph_mark_step_begin
+
+
+def _nothing() -> None:
+    return None
 
 
 ARMS: dict[str, Arm] = {a.name: a for a in (
