@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import math
-import sys
 import time
 import types
 from dataclasses import asdict, dataclass, field, replace
@@ -174,16 +173,10 @@ class Executor(CaseExecutor[Prepared]):
 
     setup_failure = "workload setup failed"
 
-    @property
-    def rounds(self) -> int:
-        return self.cfg.rounds
-
     def __init__(self, cfg: BenchConfig, log: Callable[[str], None] | None = None):
-        self.cfg = cfg
-        self.device = torch.device(cfg.device)
+        super().__init__(cfg, log)
         self.timer: Timer = make_timer(cfg.timer, self.device)
         self.ceiling: float | None = None
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
 
     def measure_ceiling(self) -> float:
         self.ceiling = ceiling_gbps(self.timer, self.cfg.ceiling_mib << 20)

@@ -23,10 +23,11 @@ from __future__ import annotations
 import gc
 import math
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Generic, Iterable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Protocol, TypeVar
 
 from .records import Result
 
@@ -119,16 +120,23 @@ class OpenCase(Generic[P]):
 
 
 class CaseExecutor(Generic[P]):
-    """The skeleton (module docstring); subclasses supply `rounds` and the hooks below."""
+    """The skeleton (module docstring) over a tier's config (`device`, `rounds`: turns per case); subclasses
+    supply the hooks below."""
 
     setup_failure = "setup failed"  # the error of every arm when `setup` raises
 
-    # ------------------------------------------------------------ what a tier supplies
+    def __init__(self, cfg: Any, log: Callable[[str], None] | None = None):
+        import torch
+
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+
     @property
     def rounds(self) -> int:
-        """Rounds of turns per case (at least one is taken)."""
-        return 1
+        return self.cfg.rounds
 
+    # ------------------------------------------------------------ what a tier supplies
     def setup(self, case: Any) -> Any:
         """What every arm of `case` shares (raises when the case cannot be set up)."""
         raise NotImplementedError

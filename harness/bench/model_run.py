@@ -58,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -344,15 +344,6 @@ class ModelExecutor(CaseExecutor[Prepared]):
 
     setup_failure = "model build failed"
 
-    @property
-    def rounds(self) -> int:
-        return self.cfg.rounds
-
-    def __init__(self, cfg: ModelBenchConfig, log: Callable[[str], None] | None = None):
-        self.cfg = cfg
-        self.device = torch.device(cfg.device)
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-
     def _reference(self, case: mdl.ModelCase, base: torch.nn.Module) -> tuple[dict | None, str]:
         """Captured step of a higher-precision copy (module docstring), or (None, why) when it fails."""
         try:
@@ -469,12 +460,15 @@ class ModelExecutor(CaseExecutor[Prepared]):
         out = super().measure_case(case, compilers, phase, reps_scale)
         for r in out:
             if r.status == "ok" and r.compiler in self.cfg.compile_times and r.compiler != BASELINE_COMPILER:
-                cold, warm, err = compile_times(case, r.compiler, self.cfg)
-                r.compile_s = cold
-                r.meta["compile_warm_s"] = warm
-                if err:
-                    r.meta["compile_probe_error"] = err
+                self._compile_times(case, r)
         return out
+
+    def _compile_times(self, case: mdl.ModelCase, res: Result) -> str:
+        """Cold/warm compile s of `res`'s compiler into `res`; the probes' error ('' when none)."""
+        res.compile_s, res.meta["compile_warm_s"], err = compile_times(case, res.compiler, self.cfg)
+        if err:
+            res.meta["compile_probe_error"] = err
+        return err
 
     def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
         """Cold/warm compile s of `case` under each of `compilers`, with no step measurement in this process:
@@ -483,12 +477,8 @@ class ModelExecutor(CaseExecutor[Prepared]):
         out = []
         for c in compilers:
             res = Result(case.name, c, case.source_hash, phase=COMPILE_PHASE, timer=TIMER, meta=case.describe())
-            cold, warm, err = compile_times(case, c, self.cfg)
-            res.compile_s = cold
-            res.meta["compile_warm_s"] = warm
-            if err:
-                res.meta["compile_probe_error"] = err
-            if cold is None:
+            err = self._compile_times(case, res)
+            if res.compile_s is None:
                 res.status, res.error = "error", err
             out.append(res)
         return out
