@@ -16,7 +16,8 @@ Terms:
                 ``inductor-cg`` for the CUDA-graph ones.
   step marking  ``torch.compiler.cudagraph_mark_step_begin()`` before each step: Inductor's CUDA-graph trees need it
                 when a step's outputs are still alive at the next (`Arm.marks_steps`: ``inductor-cg``; kiln's
-                own CUDA graphs do not).
+                own CUDA graphs do not). The overhead tier calls `Arm.step_hook` (so kiln-cg's calls carry no
+                marking); the model tier marks the steps of every CUDA-graph arm, as a user of either would.
 
 Each tier passes its own `torch.compile` extras to `Arm.compile` (the kernel tier ``dynamic=False``); everything
 else an arm does is here. Importing this module imports neither torch nor the compiler.
