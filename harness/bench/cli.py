@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from harness import arms
 from harness.exc import UsageError
 from harness.settings import Plant, bench_settings
 
@@ -67,7 +68,7 @@ def _add_measure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
     p.add_argument("--profile", choices=["tiny", "gpu"], help="size table (default: gpu on a GPU, else tiny)")
     p.add_argument(
-        "--compilers", default="kiln,inductor,eager", help="comma-separated; eager is always included"
+        "--compilers", default=arms.default("kernel"), help="comma-separated; eager is always included"
     )
     p.add_argument("--only", help="comma-separated fnmatch patterns of workload or family names")
     p.add_argument(
@@ -174,7 +175,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="after `--`: more `bench run` flags")
     p = sub.add_parser("overhead", help="host overhead: us per call of graphs with 1, 10 and 50 kernel launches")
     p.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    p.add_argument("--compilers", default="eager,kiln,inductor,kiln-cg,inductor-cg",
+    p.add_argument("--compilers", default=arms.default("overhead"),
                    help="comma-separated (the -cg modes need CUDA)")
     p.add_argument("--launches", default="1,10,50", help="chain lengths (kernel launches per call)")
     p.add_argument("--calls", type=int, default=200, help="calls per sample")
@@ -184,7 +185,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, help="also write a cProfile of each compiler's calls here")
     p = sub.add_parser("gpu", help="full GPU run twice (kiln, inductor, eager) and the spread between runs")
     p.add_argument("--out", type=Path, default=Path("results/gpu"))
-    p.add_argument("--compilers", default="kiln,inductor,eager")
+    p.add_argument("--compilers", default=arms.default("kernel"))
     p.add_argument("--only", help="restrict workloads (fnmatch patterns)")
     p.add_argument("--timer", default="event", help="event (default; includes host launch time, so host-bound "
                    "backward workloads vary between runs), profiler (kernel time), graph (CUDA graph replays)")
@@ -221,7 +222,7 @@ def _add_models(sub) -> None:
     p.add_argument("--profile", choices=["tiny", "gpu"], help="model sizes (default: gpu on a GPU, else tiny)")
     p.add_argument("--only", help="comma-separated fnmatch patterns of cases (model.gpt2.infer.bf16, "
                    "gpt2.infer.*) or models (gpt2)")
-    p.add_argument("--compilers", default="kiln,inductor,kiln-cg,inductor-cg,eager",
+    p.add_argument("--compilers", default=arms.default("model"),
                    help="comma-separated; eager is always included; -cg modes are skipped on CPU")
     p.add_argument("--compile-times", help="compilers whose cold/warm compile s are measured in fresh "
                    "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)")

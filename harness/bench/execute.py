@@ -7,35 +7,38 @@ committed to the store at once. A compiler that fails on a workload gives an `er
 With `passes` > 1 (the CPU default) every case is prepared first and the samples are taken in several sweeps
 over all cases (`Executor.measure_cases`).
 
-Compilers: `eager` (plain PyTorch, no torch.compile: the baseline), `kiln` (`import compiler`), `inductor`,
-or any other registered torch.compile backend.
+Compilers: the kernel tier's arms of `harness/arms.py` (`eager`: plain PyTorch, no torch.compile, the baseline;
+`kiln`; `inductor`), or any other registered torch.compile backend, each compiled with `dynamic=False`. The
+shape of a case (open, arms in turns, close) is `executor.CaseExecutor`'s; this module supplies what a kernel
+workload needs (inputs, float64 reference, bytes moved, planted slowdowns, sweeps over all cases).
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import math
-import signal
-import sys
-import threading
 import time
 import types
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
 
 import torch
 
+from harness import arms
 from harness.exc import UsageError
 from harness.settings import Plant
 
 from . import workloads as wl
+from .executor import CaseExecutor, OpenCase, finished, gc_paused, live, one_line
+from .executor import deadline as _deadline
 from .measure import Timer, ceiling_gbps, flatten, make_timer, max_errors, unique_bytes
 from .records import Result
 from .stats import Stats
 
-BASELINE_COMPILER = "eager"
+__all__ = ["BenchConfig", "Executor", "OpenCase", "Prepared", "gc_paused", "one_line"]  # sbs_worker imports these
+
+BASELINE_COMPILER = arms.EAGER
+TIER = "kernel"
 
 
 @dataclass
@@ -44,7 +47,7 @@ class BenchConfig:
 
     profile: str = "tiny"
     device: str = "cpu"
-    compilers: list[str] = field(default_factory=lambda: ["kiln", "inductor", "eager"])
+    compilers: list[str] = field(default_factory=lambda: list(arms.names(TIER)))
     timer: str = "wall"
     only: str | None = None
     target_s: float = 0.08  # measuring time per workload+compiler, split into `rounds`
@@ -99,44 +102,21 @@ def resolve_device(spec: str) -> str:
 
 
 def check_compilers(names: list[str]) -> list[str]:
-    """Validate compiler names; `eager` (the baseline) is always measured and listed last."""
-    known = {"eager", "kiln", "inductor", "aot_eager"}
-    if not set(names) <= known:
-        # loading the backends' entry points imports kiln: only when a name needs it (kiln imported after
-        # Inductor's triton warns that it cannot choose the interpreter, which an inductor-only run need not say)
-        known |= set(torch._dynamo.list_backends())
-    bad = [n for n in names if n not in known]
-    if bad:
-        raise UsageError(f"unknown compiler {bad[0]!r} (known: {', '.join(sorted(known))})")
-    out = [n for n in dict.fromkeys(names) if n != BASELINE_COMPILER]
+    """Validate compiler names (the kernel tier's arms or registered backends); `eager` (the baseline) is
+    always measured and listed last."""
+    out = [a.name for a in arms.check(names, TIER, any_backend=True) if a.name != BASELINE_COMPILER]
     return out + [BASELINE_COMPILER]
-
-
-def one_line(e: BaseException, limit: int = 300) -> str:
-    """`Type: first line`, naming the innermost cause too (Dynamo wraps backend errors)."""
-    root = e
-    for _ in range(10):
-        inner = getattr(root, "inner_exception", None) or root.__cause__
-        if inner is None or inner is root:
-            break
-        root = inner
-    lines = [ln for ln in str(root).strip().splitlines() if ln.strip()]
-    text = f"{type(root).__name__}: {lines[0].strip() if lines else ''}".strip()
-    if root is not e:
-        text = f"{type(e).__name__}: {text}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def compile_fn(fn: Callable[..., Any], compiler: str) -> Callable[..., Any]:
     """`fn` compiled by `compiler` (a private copy of its code object, so Dynamo caches never mix)."""
-    if compiler == BASELINE_COMPILER:
+    arm = arms.get(compiler, TIER, any_backend=True)
+    if arm.eager:
         return fn
-    if compiler == "kiln":
-        importlib.import_module("compiler")  # registers the backend
     clone = types.FunctionType(
         fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
     )
-    return torch.compile(clone, backend=compiler, dynamic=False)
+    return arm.compile(clone, dynamic=False)
 
 
 def make_call(
@@ -163,42 +143,6 @@ def _as_f64(inputs: tuple) -> tuple:
     )
 
 
-@contextmanager
-def _deadline(seconds: float, what: str) -> Iterator[None]:
-    """Raise TimeoutError in this (main) thread after `seconds` (SIGALRM; a no-op elsewhere or without it)."""
-    usable = (
-        seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
-        yield
-        return
-
-    def fire(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"{what} took longer than {seconds:.0f}s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while timing (as `timeit` does): a collection inside a
-    sample is host jitter, not the workload's cost."""
-    was = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 @dataclass
 class Prepared:
     """A compiled, checked, warmed-up workload+compiler ready to be sampled."""
@@ -208,16 +152,31 @@ class Prepared:
     reps: int
     est_ns: float
 
+    @property
+    def planned(self) -> int:
+        return self.reps
 
-class Executor:
+
+@dataclass
+class Setup:
+    """What every arm of a kernel case shares: its inputs, float64 reference outputs, output gradients (`bwd`)
+    and the bytes it moves."""
+
+    inputs: tuple
+    refs: list[torch.Tensor]
+    grad_outs: list[torch.Tensor] | None
+    bytes_moved: int
+
+
+class Executor(CaseExecutor[Prepared]):
     """Measures cases under compilers with one timer on one device (see module docstring)."""
 
+    setup_failure = "workload setup failed"
+
     def __init__(self, cfg: BenchConfig, log: Callable[[str], None] | None = None):
-        self.cfg = cfg
-        self.device = torch.device(cfg.device)
+        super().__init__(cfg, log)
         self.timer: Timer = make_timer(cfg.timer, self.device)
         self.ceiling: float | None = None
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
 
     def measure_ceiling(self) -> float:
         self.ceiling = ceiling_gbps(self.timer, self.cfg.ceiling_mib << 20)
@@ -252,24 +211,31 @@ class Executor:
             samples += self.timer.sample(call, max(1, len(samples) // 2))
         return Stats.of(samples[len(samples) // 3 :]).median
 
-    def prepare(
-        self,
-        case: wl.Case,
-        compiler: str,
-        inputs: tuple,
-        refs: list[torch.Tensor],
-        grad_outs: list[torch.Tensor] | None,
-        bytes_moved: int,
-        phase: str,
-    ) -> Prepared | Result:
+    def setup(self, case: wl.Case) -> Setup:
+        """Inputs, reference and bytes moved (`CaseExecutor.open_case` prepares every compiler on them)."""
+        inputs = case.make_inputs(self.device, self.cfg.seed)
+        refs, grad_outs = self._reference(case, inputs)
+        eager_outs = flatten(make_call(case.fn, case.mode, inputs, grad_outs)())
+        bytes_moved = unique_bytes(
+            [x for x in inputs if isinstance(x, torch.Tensor)] + eager_outs + (grad_outs or [])
+        )
+        del eager_outs
+        return Setup(inputs, refs, grad_outs, bytes_moved)
+
+    def failed(self, case: wl.Case, compiler: str, phase: str, error: str) -> Result:
+        return Result(case.name, compiler, case.source_hash, status="error", phase=phase, timer=self.timer.name,
+                      error=error)
+
+    def prepare(self, case: wl.Case, setup: Setup, compiler: str, phase: str) -> Prepared | Result:
         """Compile, check, warm up; returns a `Prepared`, or an `error` Result when anything fails."""
+        inputs, refs, grad_outs = setup.inputs, setup.refs, setup.grad_outs
         res = Result(
             workload=case.name,
             compiler=compiler,
             source_hash=case.source_hash,
             phase=phase,
             timer=self.timer.name,
-            bytes=bytes_moved,
+            bytes=setup.bytes_moved,
             flops=case.flops(),
             ceiling_gbps=self.ceiling,
             meta={
@@ -305,58 +271,13 @@ class Executor:
             res.status, res.error = "error", one_line(e)
             return res
 
-    def open_case(self, case: wl.Case, compilers: list[str], phase: str = "main") -> "OpenCase":
-        """Inputs, reference and every compiler prepared (compiled, checked, warmed up) for `case`."""
-        try:
-            inputs = case.make_inputs(self.device, self.cfg.seed)
-            refs, grad_outs = self._reference(case, inputs)
-            eager_outs = flatten(make_call(case.fn, case.mode, inputs, grad_outs)())
-            bytes_moved = unique_bytes(
-                [x for x in inputs if isinstance(x, torch.Tensor)] + eager_outs + (grad_outs or [])
-            )
-            del eager_outs
-        except Exception as e:  # noqa: BLE001 - a broken workload is reported for every compiler
-            failed = [
-                Result(
-                    case.name,
-                    c,
-                    case.source_hash,
-                    status="error",
-                    phase=phase,
-                    timer=self.timer.name,
-                    error=f"workload setup failed: {one_line(e)}",
-                )
-                for c in compilers
-            ]
-            return OpenCase(case, {r.compiler: r for r in failed})
-        return OpenCase(
-            case, {c: self.prepare(case, c, inputs, refs, grad_outs, bytes_moved, phase) for c in compilers}
-        )
+    def take(self, p: Prepared, n: int) -> list[float]:
+        return self.timer.sample(p.call, n)
 
-    def sample_case(self, oc: "OpenCase", reps_scale: float = 1.0) -> None:
-        """Add `reps_scale` of each compiler's planned samples to its result, in interleaved rounds."""
-        rounds = max(1, self.cfg.rounds)
-        for _ in range(rounds):
-            for p in oc.live():
-                self._sample(p, max(1, math.ceil(p.reps * reps_scale / rounds)))
-
-    def close_case(self, oc: "OpenCase") -> list[Result]:
-        """The case's results (error results keep no samples); its compiled state and memory released."""
-        out = [_finished(p) for p in oc.prepared.values()]
-        oc.prepared.clear()
+    def release(self) -> None:
         self.timer.reset()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        return out
-
-    def measure_case(
-        self, case: wl.Case, compilers: list[str], phase: str = "main", reps_scale: float = 1.0
-    ) -> list[Result]:
-        """Results of `case` under each compiler, sampled in interleaved rounds."""
-        torch._dynamo.reset()
-        oc = self.open_case(case, compilers, phase)
-        self.sample_case(oc, reps_scale)
-        return self.close_case(oc)
 
     def measure_cases(
         self, cases: list[wl.Case], compilers: list[str], done: Callable[[int, wl.Case, list[Result]], None]
@@ -407,7 +328,7 @@ class Executor:
         seconds or minutes lands on every arm alike. Used by the self-test, where runs measured one after
         another on a shared 2-core host differed by up to 2x (see `selftest`)."""
         torch._dynamo.reset()
-        opened: list[tuple[OpenCase, dict[str, dict[str, Prepared | Result]]]] = []
+        opened: list[tuple[OpenCase[Prepared], dict[str, dict[str, Prepared | Result]]]] = []
         for i, case in enumerate(cases):
             self.log(f"[prepare {i + 1:>3}/{len(cases)}] {case.name}")
             oc = self.open_case(case, compilers)
@@ -422,11 +343,11 @@ class Executor:
                     for r in range(rounds):
                         order = list(by_arm)[r % len(by_arm):] + list(by_arm)[: r % len(by_arm)]
                         for arm in order:
-                            for prep in _live(by_arm[arm].values()):
+                            for prep in live(by_arm[arm].values()):
                                 self._sample(prep, max(1, math.ceil(prep.reps / (passes * rounds))))
                     if p == passes - 1:
                         self.close_case(oc)
-                        rs = {arm: [_finished(x) for x in by_arm[arm].values()] for arm in by_arm}
+                        rs = {arm: [finished(x) for x in by_arm[arm].values()] for arm in by_arm}
                         for arm, r_arm in rs.items():
                             out[arm] += r_arm
                         done(i, oc.case, rs)
@@ -434,7 +355,7 @@ class Executor:
             gc.unfreeze()
         return out
 
-    def _arm(self, oc: "OpenCase", plant: Plant | None) -> dict[str, Prepared | Result]:
+    def _arm(self, oc: OpenCase, plant: Plant | None) -> dict[str, Prepared | Result]:
         """Per compiler, an arm's own copy of the case's prepared call (planted where `plant` applies)."""
         arm: dict[str, Prepared | Result] = {}
         for c, prep in oc.prepared.items():
@@ -446,34 +367,3 @@ class Executor:
                 call, res.planted = self.timer.planted(call, plant.fraction * prep.est_ns), plant.fraction
             arm[c] = Prepared(call, res, prep.reps, prep.est_ns)
         return arm
-
-    def _sample(self, p: Prepared, n: int) -> None:
-        try:
-            with gc_paused():
-                p.result.samples += self.timer.sample(p.call, n)
-        except Exception as e:  # noqa: BLE001
-            p.result.status, p.result.error = "error", one_line(e)
-
-
-def _live(prepared: Iterable[Prepared | Result]) -> list[Prepared]:
-    """The prepared calls still measuring (not failed at preparation or while sampling)."""
-    return [p for p in prepared if isinstance(p, Prepared) and p.result.status == "ok"]
-
-
-def _finished(p: Prepared | Result) -> Result:
-    """The result of a prepared call or an error; an error keeps no samples (they would mix into stats)."""
-    res = p.result if isinstance(p, Prepared) else p
-    if res.status == "error":
-        res.samples = []
-    return res
-
-
-@dataclass
-class OpenCase:
-    """A case between `open_case` and `close_case`: per compiler a `Prepared`, or an error `Result`."""
-
-    case: wl.Case
-    prepared: dict[str, Prepared | Result]
-
-    def live(self) -> list[Prepared]:
-        return _live(self.prepared.values())

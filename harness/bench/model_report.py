@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import arms
 from harness.exc import UsageError
 
 from . import models as mdl
@@ -32,9 +33,10 @@ from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_
 from .store import Store
 from harness.results import append_job_summary, atomic_write_text
 
-BASELINE = "eager"
-ORDER = ("eager", "kiln", "inductor", "kiln-cg", "inductor-cg")
-PAIRS = (("inductor", "kiln"), ("inductor-cg", "kiln-cg"))  # (numerator, denominator) of the step ratio
+BASELINE = arms.EAGER
+ORDER = tuple(arms.default("model", eager_first=True).split(","))
+# (numerator, denominator) of the step ratio: each kiln arm's peer and the kiln arm
+PAIRS = tuple((arms.peer(c), c) for c in ORDER if arms.is_kiln(c))
 
 
 # ------------------------------------------------------------------ selection

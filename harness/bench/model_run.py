@@ -5,11 +5,12 @@
     python -m harness bench models --compile-only --compile-times kiln,inductor [--resume]
                                                              (cold/warm compile s alone, beside stored steps)
 
-Compilers: `eager` (the baseline), `kiln` (`torch.compile(m, backend="kiln")` after `import compiler`),
-`inductor`, and on CUDA only `kiln-cg` (`backend="kiln", options={"cudagraphs": True}`) and `inductor-cg`
-(`mode="reduce-overhead"`; `torch.compiler.cudagraph_mark_step_begin()` is called before every step of
-both -cg modes, as users must). On CPU the -cg modes are skipped with a note. Any other registered
-torch.compile backend name works too.
+Compilers: the model tier's arms of `harness/arms.py`: `eager` (the baseline), `kiln`
+(`torch.compile(m, backend="kiln")` after `import compiler`), `inductor`, and on CUDA only `kiln-cg`
+(`backend="kiln", options={"cudagraphs": True}`) and `inductor-cg` (`mode="reduce-overhead"`);
+`torch.compiler.cudagraph_mark_step_begin()` is called before every step of both -cg modes, as users must.
+On CPU the -cg modes are skipped with a note. Any other registered torch.compile backend name works too.
+The shape of a case (open, arms in turns, close) is `executor.CaseExecutor`'s.
 
 Per case: build the model once on CPU in fp32 from the seed -> a higher-precision reference step (fp64 for
 fp32 cases, fp32 for bf16/amp ones; TF32 off) -> per compiler, eager first: deep-copy the model to the
@@ -49,7 +50,6 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import importlib
 import json
 import math
 import os
@@ -58,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,18 +66,20 @@ from typing import Any
 
 import torch
 
+from harness import arms
 from harness.exc import BaselineError, UsageError
 
 from . import env
 from . import models as mdl
-from .execute import _deadline, gc_paused, one_line
+from .executor import CaseExecutor, one_line
+from .executor import deadline as _deadline
 from .records import COMPILE_PHASE, Result, RunInfo
 from .stats import Stats
 from .store import Store
 
-BASELINE_COMPILER = "eager"
-CG_COMPILERS = ("kiln-cg", "inductor-cg")
-DEFAULT_COMPILERS = "kiln,inductor,kiln-cg,inductor-cg,eager"
+BASELINE_COMPILER = arms.EAGER
+TIER = "model"
+DEFAULT_COMPILERS = arms.default(TIER)
 TIMER = "step"  # Result.timer of model rows: host wall clock per step, device synchronized
 PROBE_TAG = "KILN_MODEL_PROBE "
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +97,7 @@ class ModelBenchConfig:
     device: str = "cpu"
     compilers: list[str] = field(default_factory=lambda: DEFAULT_COMPILERS.split(","))
     only: str | None = None
-    compile_times: list[str] = field(default_factory=lambda: ["kiln"])  # cold/warm subprocesses for these
+    compile_times: list[str] = field(default_factory=lambda: [arms.KILN])  # cold/warm subprocesses for these
     target_s: float = 0.5  # measuring seconds per case and compiler, split into `rounds`
     rounds: int = 3
     min_samples: int = 3
@@ -127,38 +129,22 @@ def defaults_for(device: str) -> dict[str, Any]:
             "sample_s": 0.02,
             "warmup_steps": 5,
             "warmup_s": 0.5,
-            "compile_times": ["kiln", "inductor"],
+            "compile_times": [arms.KILN, arms.INDUCTOR],
         }
     return {"profile": "tiny"}
 
 
 def check_compilers(names: list[str], device: str) -> tuple[list[str], list[str]]:
     """(compilers to run, eager first; notes) — unknown names raise UsageError, -cg modes need CUDA."""
-    known = set(torch._dynamo.list_backends()) | {"eager", "kiln", "inductor", *CG_COMPILERS}
-    bad = [n for n in names if n not in known]
-    if bad:
-        raise UsageError(f"unknown compiler {bad[0]!r} (known: {', '.join(sorted(known))})")
-    out = [BASELINE_COMPILER] + [n for n in dict.fromkeys(names) if n != BASELINE_COMPILER]
+    out = [a.name for a in arms.check(names, TIER, any_backend=True)]
+    out = [BASELINE_COMPILER] + [n for n in out if n != BASELINE_COMPILER]
     notes = []
     if not device.startswith("cuda"):
-        cg = [n for n in out if n in CG_COMPILERS]
+        cg = arms.cuda_graph_arms(out)
         if cg:
             notes.append(f"{', '.join(cg)}: CUDA graphs need a CUDA device; skipped on {device}")
-            out = [n for n in out if n not in CG_COMPILERS]
+            out = [n for n in out if n not in cg]
     return out, notes
-
-
-def compile_model(model: torch.nn.Module, compiler: str) -> Callable[..., Any]:
-    """`model` as the compiler runs it (see module docstring)."""
-    if compiler == BASELINE_COMPILER:
-        return model
-    if compiler in ("kiln", "kiln-cg"):
-        importlib.import_module("compiler")  # registers the backend
-    if compiler == "kiln-cg":
-        return torch.compile(model, backend="kiln", options={"cudagraphs": True})
-    if compiler == "inductor-cg":
-        return torch.compile(model, mode="reduce-overhead")
-    return torch.compile(model, backend=compiler)
 
 
 def _sync(device: torch.device) -> None:
@@ -198,9 +184,10 @@ class Stepper:
         self.model = copy.deepcopy(base).to(device=device, dtype=dtype or case.model_dtype)
         self.grad_names = mdl.grad_names(self.model) if case.mode == "train" else []
         self.opt = mdl.make_optimizer(case.optimizer, self.model.parameters()) if dtype is None else None
-        self.fn = compile_model(self.model, compiler)
+        arm = arms.get(compiler, TIER, any_backend=True)
+        self.fn = arm.compile(self.model)
         self.inputs = case.inputs(device, seed, float_dtype=dtype)
-        self.cg = compiler in CG_COMPILERS
+        self.cg = arm.cuda_graphs
         use_amp = case.autocast if autocast is None else autocast
         self.amp = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if use_amp else nullcontext
 
@@ -334,15 +321,28 @@ class Prepared:
     steps: int  # steps per sample
     samples: int  # samples in all
 
+    @property
+    def planned(self) -> int:
+        return self.samples
 
-class ModelExecutor:
+
+@dataclass
+class Setup:
+    """What every compiler of a model case shares: the model built on the CPU, the reference step's captured
+    tensors (None: eager is the reference, `ref_note` says why), eager's captured first step once eager ran,
+    and eager's own error per captured tensor."""
+
+    base: torch.nn.Module
+    ref: dict | None
+    ref_note: str
+    eager: dict | None = None
+    eager_errs: dict[str, float] = field(default_factory=dict)
+
+
+class ModelExecutor(CaseExecutor[Prepared]):
     """Measures model cases under compilers on one device (module docstring)."""
 
-    def __init__(self, cfg: ModelBenchConfig, log: Callable[[str], None] | None = None):
-        self.cfg = cfg
-        self.device = torch.device(cfg.device)
-        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self._eager_errs: dict[str, float] = {}
+    setup_failure = "model build failed"
 
     def _reference(self, case: mdl.ModelCase, base: torch.nn.Module) -> tuple[dict | None, str]:
         """Captured step of a higher-precision copy (module docstring), or (None, why) when it fails."""
@@ -370,13 +370,43 @@ class ModelExecutor:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def prepare(
-        self, case: mdl.ModelCase, base: torch.nn.Module, compiler: str, eager: dict | None, ref: dict | None
+    # ------------------------------------------------------------ CaseExecutor's hooks
+    def setup(self, case: mdl.ModelCase) -> Setup:
+        base = case.build(self.cfg.seed)  # a model that cannot be built fails for every compiler
+        ref, ref_note = self._reference(case, base)
+        return Setup(base, ref, ref_note)
+
+    def failed(self, case: mdl.ModelCase, compiler: str, phase: str, error: str) -> Result:
+        return Result(case.name, compiler, case.source_hash, status="error", phase=phase, error=error, timer=TIMER,
+                      meta=case.describe())
+
+    def prepare(self, case: mdl.ModelCase, setup: Setup, compiler: str, phase: str) -> Prepared | Result:
+        """Eager first (its captured first step is what the others are checked against): a compiler after a
+        failed eager is not run."""
+        if compiler != BASELINE_COMPILER and setup.eager is None:
+            return self.failed(case, compiler, phase, "not run: the eager baseline failed")
+        p, got = self._prepare(case, setup, compiler, phase)
+        if compiler == BASELINE_COMPILER:
+            setup.eager = got
+        if setup.ref_note and isinstance(p, Prepared):
+            p.result.meta["accuracy"]["reference"] = setup.ref_note
+        return p
+
+    def take(self, p: Prepared, n: int) -> list[float]:
+        return [p.stepper.timed(p.steps) for _ in range(n)]
+
+    def release(self) -> None:
+        torch._dynamo.reset()  # compiled graphs (and CUDA-graph pools) go before the compile-time subprocesses
+        self._free()
+
+    def _prepare(
+        self, case: mdl.ModelCase, setup: Setup, compiler: str, phase: str
     ) -> tuple[Prepared | Result, dict | None]:
         """Copy, compile, first step, accuracy, warm-up, memory, estimate; (Prepared or error Result, the
         captured first step)."""
         cfg, cuda = self.cfg, self.device.type == "cuda"
-        res = Result(case.name, compiler, case.source_hash, phase="main", timer=TIMER, meta=case.describe())
+        base, eager, ref = setup.base, setup.eager, setup.ref
+        res = Result(case.name, compiler, case.source_hash, phase=phase, timer=TIMER, meta=case.describe())
         self._free()
         a0 = torch.cuda.memory_allocated(self.device) if cuda else 0
         st: Stepper | None = None
@@ -389,7 +419,7 @@ class ModelExecutor:
             res.meta["first_call_s"] = round(time.perf_counter() - t0, 3)
             assert got is not None
             base_out = eager if eager is not None else got
-            acc = check_accuracy(got, base_out, ref, case.dtype_name, self.device, self._eager_errs)
+            acc = check_accuracy(got, base_out, ref, case.dtype_name, self.device, setup.eager_errs)
             checks = {"first": acc.as_dict()}
             ts: list[float] = []
             deadline = time.perf_counter() + cfg.warmup_s
@@ -397,7 +427,7 @@ class ModelExecutor:
                 ts.append(st.timed(1))
             if case.mode == "infer" and compiler != BASELINE_COMPILER:  # the same weights: check a replay
                 again = check_accuracy(
-                    st.step(capture=True), base_out, ref, case.dtype_name, self.device, self._eager_errs
+                    st.step(capture=True), base_out, ref, case.dtype_name, self.device, setup.eager_errs
                 )
                 checks["replay"] = again.as_dict()
                 if not again.ok and acc.ok:
@@ -423,21 +453,22 @@ class ModelExecutor:
             self._free()
             return res, None
 
-    def measure_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
+    def measure_case(self, case: mdl.ModelCase, compilers: list[str], phase: str = "main",
+                     reps_scale: float = 1.0) -> list[Result]:
         """Results of `case` under each compiler (eager first), then cold/warm compile times of those in
         `compile_times` that ran (their subprocesses start once this process has freed the device)."""
-        torch._dynamo.reset()
-        out = self._measure(case, compilers)
-        torch._dynamo.reset()  # compiled graphs (and CUDA-graph pools) go before the subprocesses start
-        self._free()
+        out = super().measure_case(case, compilers, phase, reps_scale)
         for r in out:
             if r.status == "ok" and r.compiler in self.cfg.compile_times and r.compiler != BASELINE_COMPILER:
-                cold, warm, err = compile_times(case, r.compiler, self.cfg)
-                r.compile_s = cold
-                r.meta["compile_warm_s"] = warm
-                if err:
-                    r.meta["compile_probe_error"] = err
+                self._compile_times(case, r)
         return out
+
+    def _compile_times(self, case: mdl.ModelCase, res: Result) -> str:
+        """Cold/warm compile s of `res`'s compiler into `res`; the probes' error ('' when none)."""
+        res.compile_s, res.meta["compile_warm_s"], err = compile_times(case, res.compiler, self.cfg)
+        if err:
+            res.meta["compile_probe_error"] = err
+        return err
 
     def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
         """Cold/warm compile s of `case` under each of `compilers`, with no step measurement in this process:
@@ -446,68 +477,11 @@ class ModelExecutor:
         out = []
         for c in compilers:
             res = Result(case.name, c, case.source_hash, phase=COMPILE_PHASE, timer=TIMER, meta=case.describe())
-            cold, warm, err = compile_times(case, c, self.cfg)
-            res.compile_s = cold
-            res.meta["compile_warm_s"] = warm
-            if err:
-                res.meta["compile_probe_error"] = err
-            if cold is None:
+            err = self._compile_times(case, res)
+            if res.compile_s is None:
                 res.status, res.error = "error", err
             out.append(res)
         return out
-
-    def _measure(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
-        self._eager_errs: dict[str, float] = {}  # eager's error per captured tensor, for this case
-        try:
-            base = case.build(self.cfg.seed)
-        except Exception as e:  # noqa: BLE001 - a model that cannot be built fails for every compiler
-            why = f"model build failed: {one_line(e)}"
-            return [
-                Result(
-                    case.name,
-                    c,
-                    case.source_hash,
-                    status="error",
-                    error=why,
-                    timer=TIMER,
-                    meta=case.describe(),
-                )
-                for c in compilers
-            ]
-        ref, ref_note = self._reference(case, base)
-        prepared: dict[str, Prepared | Result] = {}
-        eager: dict | None = None
-        for c in compilers:
-            if c != BASELINE_COMPILER and eager is None:
-                prepared[c] = Result(
-                    case.name,
-                    c,
-                    case.source_hash,
-                    status="error",
-                    timer=TIMER,
-                    meta=case.describe(),
-                    error="not run: the eager baseline failed",
-                )
-                continue
-            p, got = self.prepare(case, base, c, eager, ref)
-            if c == BASELINE_COMPILER:
-                eager = got
-            prepared[c] = p
-            if ref_note and isinstance(p, Prepared):
-                p.result.meta["accuracy"]["reference"] = ref_note
-        live = {c: p for c, p in prepared.items() if isinstance(p, Prepared)}
-        rounds = max(1, self.cfg.rounds)
-        for _ in range(rounds):
-            for c in list(live):
-                p = live[c]
-                try:
-                    with gc_paused():
-                        for _ in range(max(1, math.ceil(p.samples / rounds))):
-                            p.result.samples.append(p.stepper.timed(p.steps))
-                except Exception as e:  # noqa: BLE001
-                    p.result.status, p.result.error, p.result.samples = "error", one_line(e), []
-                    del live[c]
-        return [p.result if isinstance(p, Prepared) else p for p in prepared.values()]
 
 
 # ------------------------------------------------------------------ compile-time subprocesses

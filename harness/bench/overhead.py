@@ -12,6 +12,9 @@ Terms:
   launcher), which is what this benchmark measures. CUDA-graph modes replay all launches at once.
 - *launches*: kernels the compiler generated for the graph (kiln: its capture record; Inductor: its kernel
   counter). They may differ between compilers; the per-launch column divides by each compiler's own count.
+- *compilers*: the overhead tier's arms of ``harness/arms.py`` (the CUDA-graph ones need CUDA; ``inductor-cg``
+  marks each step's beginning); the ratio column is against each arm's peer (``inductor``, or ``inductor-cg`` for
+  the CUDA-graph arms).
 - Each sample times ``CALLS`` back-to-back calls with the device synchronized before and after; the result is
   the median over samples, with the spread (max - min over the middle half of the samples, as a fraction of
   the median).
@@ -29,6 +32,7 @@ from typing import Callable
 
 import torch
 
+from harness import arms
 from harness.exc import UsageError
 from harness.results import markdown_table
 
@@ -36,7 +40,8 @@ LAUNCHES = (1, 10, 50)
 SIZE = (64, 64)
 CALLS = 200
 SAMPLES = 25
-COMPILERS = ("eager", "kiln", "inductor", "kiln-cg", "inductor-cg")
+TIER = "overhead"
+COMPILERS = arms.names(TIER)
 
 
 def chain(steps: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -66,29 +71,20 @@ class OverheadResult:
 
 def compile_for(compiler: str, fn: Callable) -> tuple[Callable, Callable[[], None]]:
     """The compiled function and a per-step hook (``inductor-cg`` marks each step's beginning)."""
-    if compiler == "eager":
-        return fn, lambda: None
-    if compiler in ("kiln", "kiln-cg"):
-        import compiler as kiln  # noqa: F401  (registers the backend)
-
-        options = {"cudagraphs": True} if compiler == "kiln-cg" else None
-        return torch.compile(fn, backend="kiln", options=options), lambda: None
-    if compiler == "inductor":
-        return torch.compile(fn, backend="inductor"), lambda: None
-    if compiler == "inductor-cg":
-        return torch.compile(fn, mode="reduce-overhead"), torch.compiler.cudagraph_mark_step_begin
-    raise UsageError(f"unknown compiler {compiler!r}: expected one of {', '.join(COMPILERS)}")
+    arm = arms.get(compiler, TIER)
+    return arm.compile(fn), arm.step_hook()
 
 
 def _launch_count(compiler: str, call: Callable[[], object]) -> int:
     """Kernels generated while ``call`` compiles the graph (0 for eager)."""
-    if compiler.startswith("kiln"):
+    arm = arms.get(compiler, TIER)
+    if arm.kiln:
         import compiler as kiln
 
         with kiln.capture() as graphs:
             call()
         return sum(g.kernel_launches for g in graphs)
-    if compiler.startswith("inductor"):
+    if arm.backend == arms.INDUCTOR:
         from torch._inductor import metrics
 
         before = metrics.generated_kernel_count
@@ -159,7 +155,7 @@ def report_markdown(results: list[OverheadResult]) -> str:
     by = {(r.graph, r.compiler): r for r in results}
     rows = []
     for r in results:
-        peer = by.get((r.graph, "inductor-cg" if r.compiler.endswith("-cg") else "inductor"))
+        peer = by.get((r.graph, arms.peer(r.compiler)))
         ratio = f"{r.us_per_call / peer.us_per_call:.2f}x" if peer else "-"
         rows.append([r.graph, r.compiler, f"{r.us_per_call:.1f}", f"{r.spread:.1%}", r.launches,
                      f"{r.us_per_launch:.2f}", ratio])
@@ -169,15 +165,12 @@ def report_markdown(results: list[OverheadResult]) -> str:
 
 def cli_main(args: argparse.Namespace) -> int:
     device = _device(args.device)
-    compilers = [c.strip() for c in args.compilers.split(",") if c.strip()]
-    for c in compilers:
-        if c not in COMPILERS:
-            raise UsageError(f"unknown compiler {c!r}: expected one of {', '.join(COMPILERS)}")
+    compilers = [a.name for a in arms.check(arms.split(args.compilers), TIER)]
     if device.type != "cuda":
-        skipped = [c for c in compilers if c.endswith("-cg")]
+        skipped = arms.cuda_graph_arms(compilers)
         if skipped:
             print(f"overhead: {', '.join(skipped)} need a CUDA device: skipped on {device}")
-        compilers = [c for c in compilers if not c.endswith("-cg")]
+        compilers = [c for c in compilers if c not in skipped]
     try:
         steps = [int(s) for s in args.launches.split(",")]
     except ValueError:

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from harness import arms
 from harness.exc import BenchError
 from harness.results import markdown_table
 
@@ -70,7 +71,7 @@ INTERPRETER_LABEL = "(interpreter: pipeline check, not kernel speed)"
 
 def interpreted(device: str, compilers: Sequence[str]) -> set[str]:
     """Those of `compilers` whose times on `device` are interpreter times (kiln and its modes off the GPU)."""
-    return set() if device.startswith("cuda") else {"kiln", "kiln-cg"} & set(compilers)
+    return set() if device.startswith("cuda") else {c for c in compilers if arms.is_kiln(c)}
 
 
 def speedup_compilers(device: str, compilers: Sequence[str]) -> list[str]:

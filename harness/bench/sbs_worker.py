@@ -36,6 +36,8 @@ def main() -> int:
 
     hello = json.loads(sys.stdin.readline())
     compilers: list[str] = hello["compilers"]
+    # Only names every tree's harness has since this protocol began (no `harness.arms`, no `executor`): this
+    # driver runs over the baseline commit's harness too, which may predate them.
     if "kiln" in compilers:
         from harness.bench.session import prepare_kiln
 

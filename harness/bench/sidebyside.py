@@ -46,11 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import arms
+
 from .compare import BASELINE_COMPILER, CompareConfig, Comparison, judge
 from .records import Result, RunInfo
 from .stats import Stats
 
-ALWAYS_ON_CPU = ("kiln", "kiln-cg")  # measured side by side on every compared workload on a CPU (see below)
+# kiln's arms with kiln's own settings: measured side by side on every compared workload on a CPU (see above)
+ALWAYS_ON_CPU = tuple(a.name for a in arms.ARMS.values() if a.kiln and not a.settings)
 ROUNDS = 12  # turns per workload and arm
 TURN_S = 0.12  # a turn measures at least this long (a scheduler's time slice must not decide a turn) ...
 TURN_MAX = 2000  # ... in at most this many samples

@@ -1,10 +1,11 @@
 """Capture: run a program under several compilers on the device at hand, forward and backward, N times.
 
 Terms:
-  compiler      how a program's function is run: ``eager`` (as written), ``kiln`` (torch.compile with the
-                kiln backend, emulate_eager_precision off), ``kiln-emulate`` (kiln with
-                ``compiler.config.patch(emulate_eager_precision=True)``), ``inductor`` (torch.compile's
-                default backend). A `.pt2` program runs kiln through ``compiler.aot.compile_exported``.
+  compiler      how a program's function is run: the numerics tier's arms of ``harness/arms.py``: ``eager``
+                (as written), ``kiln`` (torch.compile with the kiln backend, emulate_eager_precision pinned
+                off), ``kiln-emulate`` (kiln with ``compiler.config.patch(emulate_eager_precision=True)``),
+                ``inductor`` (torch.compile's default backend). A `.pt2` program runs kiln through
+                ``compiler.aot.compile_exported``.
   execution     one call: fresh leaf copies of the device inputs, the forward, then (programs with a backward)
                 ``torch.autograd.grad`` of every float output with its seeded cotangent wrt the float inputs.
   repeat        the same compiled function executed again on the same inputs (compiled once): a run-to-run
@@ -21,10 +22,13 @@ from typing import Any
 
 import torch
 
+from harness import arms
+
 from . import inputs as inp
 from .program import Program
 
-COMPILERS = ("kiln", "kiln-emulate", "inductor", "eager")
+TIER = "numerics"
+COMPILERS = arms.names(TIER)
 
 
 @dataclass
@@ -55,42 +59,42 @@ class SideResult:
     error: str | None = None
 
 
-def _kiln_build(prog: Program) -> Callable[..., Any]:
-    import compiler  # noqa: F401 - registers the backend (and picks the interpreter without a GPU)
+def _builder(arm: arms.Arm) -> Callable[[Program], Callable[..., Any]]:
+    def build(prog: Program) -> Callable[..., Any]:
+        if arm.kiln:
+            import compiler  # noqa: F401 - registers the backend (and picks the interpreter without a GPU)
 
-    if prog.exported is not None:
-        from compiler.aot import compile_exported
+            if prog.exported is not None:
+                from compiler.aot import compile_exported
 
-        return compile_exported(prog.exported)
-    return torch.compile(prog.fn, backend="kiln")
+                return compile_exported(prog.exported)
+        return arm.compile(prog.fn)
+
+    return build
 
 
-def _kiln_context(emulate: bool) -> Callable[[], contextlib.AbstractContextManager]:
+def _kiln_context(settings: dict[str, Any]) -> Callable[[], contextlib.AbstractContextManager]:
     def ctx() -> contextlib.AbstractContextManager:
         import compiler
 
-        return compiler.config.patch(emulate_eager_precision=emulate)
+        return compiler.config.patch(**settings)
 
     return ctx
 
 
-def _inductor_build(prog: Program) -> Callable[..., Any]:
-    return torch.compile(prog.fn, backend="inductor")
-
-
 def standard(name: str) -> Compiler:
-    """One of COMPILERS."""
-    if name == "eager":
-        return Compiler("eager", lambda prog: prog.fn)
-    if name == "kiln":
-        return Compiler("kiln", _kiln_build, _kiln_context(False), kiln=True)
-    if name == "kiln-emulate":
-        return Compiler("kiln-emulate", _kiln_build, _kiln_context(True), kiln=True)
-    if name == "inductor":
-        return Compiler("inductor", _inductor_build)
+    """One of COMPILERS; a kiln arm runs with emulate_eager_precision pinned to its own (off unless it sets it),
+    whatever the environment says."""
     from .exc import NumericsError
 
-    raise NumericsError(f"unknown compiler {name!r}; known: {', '.join(COMPILERS)}")
+    try:
+        arm = arms.get(name, TIER)
+    except arms.UnknownArm as e:
+        raise NumericsError(str(e)) from None
+    if not arm.kiln:
+        return Compiler(arm.name, _builder(arm), arm.context)
+    return Compiler(arm.name, _builder(arm), _kiln_context({"emulate_eager_precision": False, **arm.settings}),
+                    kiln=True)
 
 
 def flatten_outputs(result: Any, prefix: str = "out") -> list[tuple[str, torch.Tensor]]:

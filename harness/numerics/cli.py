@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness import arms
+
 from . import capture as cap
 from . import compare as cmp
 from . import report as rep
@@ -20,7 +22,7 @@ from .exc import NotComparable, NumericsError, RunFolderError
 from .program import resolve
 from .store import FULL_MAX, SAMPLE, RunFolder, find_runs, safe_name, save_run
 
-DEFAULT_COMPILERS = "kiln,kiln-emulate,inductor,eager"
+DEFAULT_COMPILERS = arms.default(cap.TIER)
 
 
 def _add_run_options(p: argparse.ArgumentParser, compilers: str) -> None:
@@ -64,7 +66,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p = sub.add_parser("gpu", help="the bf16 attention block and LayerNorm+GELU MLP under every compiler, report")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs and report.md/json/png")
     p.add_argument("--programs", default="attention,mlp", help="comma-separated built-in programs")
-    _add_run_options(p, "eager,kiln,kiln-emulate,inductor")
+    _add_run_options(p, arms.default(cap.TIER, eager_first=True))
     p.set_defaults(repeat=2)
 
 

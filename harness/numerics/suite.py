@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from harness import arms
+
 from . import inputs as inp
 from .capture import SideResult, flatten_outputs
 from .program import Program
@@ -56,7 +58,7 @@ class Recorder:
                 ref = dict(flatten_outputs(fn(*[t.double() if t.is_floating_point() else t for t in cpu.values()])))
         except Exception:  # noqa: BLE001 - some programs have no float64 form; the case is still comparable
             ref = None
-        name = "kiln-emulate" if settings.get("emulate_eager_precision") else "kiln"
+        name = arms.KILN_EMULATE if settings.get("emulate_eager_precision") else arms.KILN
         sides = [SideResult(name, [{n: t.detach().to("cpu").contiguous() for n, t in kiln.items()}]),
                  SideResult("eager", [{n: t.detach().to("cpu").contiguous() for n, t in eager.items()}])]
         case = safe_name(self.test_id.replace("/", ".").replace("::", "."))[:180]
