@@ -55,7 +55,7 @@ try:
 
     from harness.store import HISTORY, open_store, unreadable_problem
     from harness.store import tables as t
-    from harness.store.sqlite import WRITE_TXN
+    from harness.store.sqlite import transaction
     _MISSING = ""
 except ImportError as _e:  # a host Python without the project's dependencies: each store use says so
     _MISSING = str(_e)
@@ -92,13 +92,8 @@ def connect(path: Path | str, *, readonly: bool = False) -> Iterator[Connection]
     try:
         if readonly and opened.revision == 0:
             raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
-        opened.conn.info[WRITE_TXN] = not readonly
-        try:
-            with opened.conn.begin():
-                opened.conn.info[WRITE_TXN] = False
-                yield opened.conn
-        except SQLAlchemyError as e:
-            raise HistoryError(f"history store {path}: {str(e).splitlines()[0]}") from None
+        with transaction(opened.conn, write=not readonly, error=HistoryError, what=f"history store {path}") as conn:
+            yield conn
     finally:
         opened.close()
 

@@ -36,7 +36,7 @@ from harness.results import set_aside
 from harness.store import BENCH, open_store, unreadable_problem
 from harness.store import tables as t
 from harness.store.migrate import newer_problem, read_state
-from harness.store.sqlite import WRITE_TXN, open_engine
+from harness.store.sqlite import open_engine, transaction
 
 from .records import SCHEMA_VERSION, Result, RunInfo, StoredVerdict
 
@@ -87,15 +87,8 @@ class Store:
         """A write transaction that takes the write lock up front (waits up to the busy timeout)."""
         if self.readonly:
             raise StoreError(f"bench store {self.path} is open read-only: nothing can be written to it")
-        self.conn.info[WRITE_TXN] = True
-        try:
-            with self.conn.begin():
-                self.conn.info[WRITE_TXN] = False
-                yield self.conn
-        except SQLAlchemyError as e:
-            raise StoreError(f"bench store {self.path}: {str(e).splitlines()[0]}") from None
-        finally:
-            self.conn.info[WRITE_TXN] = False
+        with transaction(self.conn, write=True, error=StoreError, what=f"bench store {self.path}") as conn:
+            yield conn
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -121,3 +124,18 @@ def backup(path: Path, revision: int) -> Path:
         src.close()
     tmp.rename(dest)
     return dest
+
+
+@contextmanager
+def transaction(conn: Connection, *, write: bool, error: type[Exception], what: str) -> Iterator[Connection]:
+    """One transaction on `conn` (`BEGIN IMMEDIATE` for a write: the write lock taken up front, waiting up to the
+    busy timeout); a database error leaves as `error("<what>: <its first line>")`. Both stores use it."""
+    conn.info[WRITE_TXN] = write
+    try:
+        with conn.begin():
+            conn.info[WRITE_TXN] = False
+            yield conn
+    except SQLAlchemyError as e:
+        raise error(f"{what}: {str(e).splitlines()[0]}") from None
+    finally:
+        conn.info[WRITE_TXN] = False
