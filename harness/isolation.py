@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import results as res
-from harness.journal_plugin import EXIT_POISONED
+from harness.exc import EXIT_POISONED
 from harness.record import CrashRecord
 
 WATCHDOG_GRACE_S = 30.0  # at most this long past the per-test timeout: pytest-timeout has had its chance

@@ -33,7 +33,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-EXIT_POISONED = 86  # the process ended itself after a test left the device unusable
+from harness.exc import EXIT_POISONED
+
 _TEXT_LIMIT = 20000
 _STICKY = ("illegal memory access", "illegal address", "device-side assert", "uncorrectable ecc",
            "unspecified launch failure", "misaligned address", "an illegal instruction", "hipErrorIllegal",

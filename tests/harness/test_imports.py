@@ -93,3 +93,22 @@ def test_a_module_imported_from_its_package_is_an_edge_to_the_module(tmp_path, m
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     assert graph("pkg") == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg"}}
     assert cycles(graph("pkg")) == [["pkg", "pkg.a", "pkg.b"]]
+
+
+def test_the_harness_runs_on_a_host_python_without_pytest():
+    """The host side of the harness (detect, run's parent, report) never imports pytest: `nox -s ci` asks
+    `harness detect` with a fresh venv's Python before anything is installed there. Only the plugins, which run
+    inside the suites' pytest, import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy; sys.modules['pytest'] = None; sys.argv = ['harness', 'detect']; "
+            "runpy.run_module('harness', run_name='__main__', alter_sys=True)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() in ("cpu", "cuda", "rocm"), proc.stderr[-2000:]
+    for module in ("harness.steps", "harness.runner", "harness.report", "harness.isolation"):
+        check = f"import sys; sys.modules['pytest'] = None; import {module}"
+        proc = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert proc.returncode == 0, (module, proc.stderr[-2000:])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import isolation, results
-from harness.journal_plugin import EXIT_POISONED
+from harness.exc import EXIT_POISONED
 
 IDS = [f"tests/s/test_x.py::test_{n}" for n in ("a", "b", "c", "d")]
 
