@@ -58,15 +58,20 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def unused_sibling(path: Path, label: str, tail: str = "") -> Path:
+    """`<path>.<label>-<UTC time><tail>` beside `path`, or with `-1`, `-2`... after the time when that name is
+    taken: the names of set-aside and backed-up stores, never over an existing file."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    found, k = path.with_name(f"{path.name}.{label}-{stamp}{tail}"), 1
+    while found.exists():
+        found, k = path.with_name(f"{path.name}.{label}-{stamp}-{k}{tail}"), k + 1
+    return found
+
+
 def set_aside(path: Path) -> Path:
     """Rename a damaged SQLite store `path` (and its -wal/-shm files) to `<path>.corrupt-<UTC time>`, never
     over an existing file; returns the new path. The test history and the bench's lasting stores use it."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    k = 1
-    while aside.exists():
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{k}")
-        k += 1
+    aside = unused_sibling(path, "corrupt")
     os.rename(path, aside)  # same folder: a rename, never a copy over something
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)

@@ -25,6 +25,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
+from harness.results import unused_sibling
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MEMORY = ":memory:"
 WRITE_TXN = "kiln_write_txn"  # Connection.info flag: the next transaction is a write (BEGIN IMMEDIATE)
@@ -105,12 +107,7 @@ def unreadable(path: Path) -> str | None:
 def backup(path: Path, revision: int) -> Path:
     """Copy the store at `path` (with what its WAL holds) to `PATH.bak-<UTC time>-rev<revision>`, never over
     an existing file, through a temporary file and a rename; returns the copy's path."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    dest = path.with_name(f"{path.name}.bak-{stamp}-rev{revision}")
-    k = 1
-    while dest.exists():
-        dest = path.with_name(f"{path.name}.bak-{stamp}-{k}-rev{revision}")
-        k += 1
+    dest = unused_sibling(path, "bak", f"-rev{revision}")
     tmp = dest.with_name(f".{dest.name}.tmp")
     src = sqlite3.connect(str(path), timeout=120)
     try:
