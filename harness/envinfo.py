@@ -80,7 +80,8 @@ def lock_record(backend: str | None, root: Path | None = None) -> dict[str, Any]
     """The backend's lock file in the tree: path, sha256 (None: no lock) and whether it is stale."""
     if not backend:
         return None
-    from harness import lock, matrix
+    from harness import matrix
+    from harness.images import lock
 
     try:
         return lock.state(matrix.load().backend(backend), root).record()
@@ -121,8 +122,9 @@ def _compiler_config() -> dict[str, Any]:
 
 
 def device_lock(backend: str | None) -> dict[str, Any] | None:
-    """The lock this Python was installed from (harness.lock.device_record)."""
-    from harness import lock, matrix
+    """The lock this Python was installed from (harness.images.lock.device_record)."""
+    from harness import matrix
+    from harness.images import lock
 
     try:
         b = matrix.load().backend(backend) if backend else None

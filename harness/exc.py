@@ -17,7 +17,7 @@ A CI retry policy retries 3 (and 130), never 1 or 2.
 from __future__ import annotations
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-# a suite's pytest process ended itself after a test left the GPU unusable (harness.journal_plugin); here so that
+# a suite's pytest process ended itself after a test left the GPU unusable (harness.suites.journal_plugin); here so that
 # the harness reads it without importing pytest (the host side of the harness never needs pytest)
 EXIT_POISONED = 86
 
@@ -148,5 +148,5 @@ class BaselineError(BenchError):
 
 
 class HistoryError(HarnessError):
-    """The test-history store (harness/history.py) is not a readable SQLite file, is from a newer schema, or a
+    """The test-history store (harness/suites/history.py) is not a readable SQLite file, is from a newer schema, or a
     results folder given to it cannot be recorded."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import envinfo, lock, matrix
+from harness import envinfo, matrix
+from harness.images import lock
 
 ROOT = Path(__file__).resolve().parents[2]
 

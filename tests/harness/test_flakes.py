@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import flakes
-from harness import quarantine as q
+from harness.suites import flakes
+from harness.suites import quarantine as q
 from harness.exc import FlakeRunError, NoDeviceError, RunInterrupted, UnknownBackend
-from harness.flake_plugin import base_nodeid
+from harness.suites.flake_plugin import base_nodeid
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "tests/harness/planted/planted_flakes.py"

@@ -1,4 +1,4 @@
-"""The test-history store (harness/history.py): planted results folders recorded, failure counts over the last
+"""The test-history store (harness/suites/history.py): planted results folders recorded, failure counts over the last
 N runs, durations exported for sharding, a corrupt file set aside, the CLI's errors. No pytest subprocesses."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import flakes, history, shard
-from harness import quarantine as q
+from harness.suites import flakes, history, shard
+from harness.suites import quarantine as q
 from harness.__main__ import main
 from harness.exc import HistoryError
 from harness.settings import settings

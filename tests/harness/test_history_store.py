@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_history import fake_flakes, fake_run
 
-from harness import history, shard
+from harness.suites import history, shard
 from harness.__main__ import main
 from harness.exc import HistoryError
 

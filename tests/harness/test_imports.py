@@ -72,7 +72,7 @@ def test_cycle_finder_finds_a_planted_circle():
 
 def test_no_import_circles_in_the_harness():
     g = graph()
-    assert "harness.runner" in g and "harness.commands" in g["harness.runner"]
+    assert "harness.suites.runner" in g and "harness.commands" in g["harness.suites.runner"]
     found = cycles(g)
     assert found == [], "\n".join(" -> ".join(c + [c[0]]) for c in found)
 
@@ -107,7 +107,7 @@ def test_the_harness_runs_on_a_host_python_without_pytest():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0 and proc.stdout.strip() in ("cpu", "cuda", "rocm"), proc.stderr[-2000:]
-    for module in ("harness.steps", "harness.runner", "harness.report", "harness.isolation"):
+    for module in ("harness.suites.steps", "harness.suites.runner", "harness.suites.report", "harness.suites.isolation"):
         check = f"import sys; sys.modules['pytest'] = None; import {module}"
         proc = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
                               timeout=120, check=False)

@@ -1,4 +1,4 @@
-"""A finished run keeps its verdict (harness/report.py): run.json records the quarantine in force when the run
+"""A finished run keeps its verdict (harness/suites/report.py): run.json records the quarantine in force when the run
 started, a later `harness report` judges the run with that one (today's ci/quarantine.toml only for a run from
 before it was recorded, and the report says so), and never turns a run's verdict around: `report --check`
 returns what the run returned. Real `python -m harness run` / `report` processes on a planted project."""
@@ -119,7 +119,7 @@ def test_an_old_run_without_a_recorded_quarantine_keeps_the_verdict_it_finished_
 
 def fake_shard(folder: Path, index: int, tests: list[str], collected: list[str], quarantined: list[str]) -> Path:
     """A shard's results folder as `harness run --shard I/2` writes it, with the quarantine it recorded."""
-    from harness import shard
+    from harness.suites import shard
 
     (folder / "suites").mkdir(parents=True)
     cases = "".join(f'<testcase classname="x" name="{t}" time="0.5"><properties><property name="kiln_nodeid" '
@@ -138,7 +138,7 @@ def fake_shard(folder: Path, index: int, tests: list[str], collected: list[str],
 
 
 def test_a_merged_run_keeps_the_shards_quarantine_and_they_must_agree(tmp_path):
-    from harness import merge
+    from harness.suites import merge
 
     ids = ["t.py::a", "t.py::b"]
     one = fake_shard(tmp_path / "one", 1, ["t.py::a"], ids, ["t.py::z"])
@@ -156,7 +156,7 @@ def test_a_merged_run_keeps_the_shards_quarantine_and_they_must_agree(tmp_path):
 
 
 def test_the_recorded_quarantine_round_trips_and_a_normal_run_gives_no_leave_advice(tmp_path):
-    from harness import quarantine as q_mod
+    from harness.suites import quarantine as q_mod
 
     path = tmp_path / "ci" / "quarantine.toml"
     path.parent.mkdir()

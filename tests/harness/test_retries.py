@@ -1,4 +1,4 @@
-"""Retries that classify (harness/retries.py): a failed suite test is run again alone in a fresh pytest process;
+"""Retries that classify (harness/suites/retries.py): a failed suite test is run again alone in a fresh pytest process;
 passed on a retry = flaky (reported with the failing attempt's log, recorded in the test history, not failing the
 run), failed every attempt = failing. End to end on planted projects with real pytest processes (a test whose
 failure depends on a counter file next to it), plain and sharded; the matrix key; the history's flaky counts."""
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import flakes, history, matrix, quarantine, retries
-from harness.collect import load_run
+from harness import matrix
+from harness.suites import flakes, history, quarantine, retries
+from harness.suites.collect import load_run
 from harness.exc import MatrixError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -283,7 +284,7 @@ def test_a_store_without_the_retries_table_still_answers(tmp_path):
 
 
 def test_a_rerun_without_a_result_is_an_error_attempt(tmp_path):
-    from harness.runner import PytestRun
+    from harness.suites.runner import PytestRun
 
     log = tmp_path / "suites" / "retries" / "alpha-1.1.log"
     log.parent.mkdir(parents=True)

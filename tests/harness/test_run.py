@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import collect, image, matrix, repro
+from harness import matrix
+from harness.suites import collect, repro
+from harness.images import image
 
 ROOT = Path(__file__).resolve().parents[2]
 

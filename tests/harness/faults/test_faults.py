@@ -207,7 +207,7 @@ def test_an_interrupt_keeps_what_finished_and_names_the_running_test(tmp_path, s
     assert manifest["status"] == "incomplete"
     what = "interrupted" if sig == signal.SIGINT else "terminated"
     assert manifest["reason"] == f"{what} during suite faults while running tests/faults/test_faults.py::test_waiting"
-    from harness import collect
+    from harness.suites import collect
 
     run = collect.load_run(run_dir)
     assert [(t.id.split("::")[1], t.outcome) for s in run.suites for t in s.tests] == [
@@ -243,7 +243,7 @@ def test_a_sigkilled_harness_leaves_no_child_and_no_finished_run(tmp_path):
     assert _gone(pytest_pid), "pytest outlived the SIGKILLed harness"
     run_dir = only_run(root)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # never counted as finished
-    from harness import collect
+    from harness.suites import collect
 
     assert not collect.load_run(run_dir).complete
     # the history was not written (the run never finished); a store it left is intact

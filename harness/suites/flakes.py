@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import quarantine as quarantine_mod
+from harness.suites import quarantine as quarantine_mod
 from harness.commands import native_command, pytest_argv, suite_env
 from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
 from harness.matrix import resolve_test_paths
@@ -209,7 +209,7 @@ def build_report(
     complete: bool,
     history: dict | None = None,
 ) -> dict:
-    """The report (schema 1). `history`: node id -> harness.history.FailureCount from the test-history store;
+    """The report (schema 1). `history`: node id -> harness.suites.history.FailureCount from the test-history store;
     each failing or flaky test it names gets `history`: "failed K of the last N runs" (else "")."""
     counts = {s: sum(t.status == s for t in stats) for s in (PASSING, FAILING, FLAKY, SKIPPED)}
     quarantined = {r.id: r.entry.reason for r in verdict.quarantined_failing + verdict.ready_to_leave}
@@ -289,7 +289,10 @@ def _run_in_container(
     backend: str, paths: Sequence[str], runs: int, out_dir: Path, extra: Sequence[str], image: str | None
 ) -> tuple[int, bool, list[str]]:
     """The flake run in the backend's image, through the runner (same mounts, GPU flags, timeouts)."""
-    from harness import health, image as image_mod, matrix, runner
+    from harness import matrix
+    from harness.checks import health
+    from harness.images import image as image_mod
+    from harness.suites import runner
 
     m = matrix.load()
     b = m.backend(backend)
@@ -351,7 +354,7 @@ def detect(
     all_runs = read_junit(junit, root)
     stats = classify(all_runs)
     verdict = quarantine_mod.apply(outcomes(all_runs), quarantine, backend)
-    from harness.history import failure_counts_if_any  # read-only; {} without a store
+    from harness.suites.history import failure_counts_if_any  # read-only; {} without a store
 
     history = failure_counts_if_any([t.id for t in stats if t.status in (FAILING, FLAKY)], backend=backend)
     report = build_report(
@@ -443,7 +446,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.flakes ...` is `python -m harness flakes ...`."""
+    """`python -m harness.suites.flakes ...` is `python -m harness flakes ...`."""
     from harness.__main__ import main as harness_main
 
     return harness_main(["flakes", *(sys.argv[1:] if argv is None else argv)])

@@ -4,7 +4,7 @@ Terms:
   inputs     everything that determines an image: the Dockerfile, the build args (base image reference,
              `tag@sha256:...` when the matrix pins its digest; torch and triton pins), the base's local image
              id when it is not pinned by digest (a bootstrapped or tag-only base), the lock file
-             (docker/lock/<backend>.txt, harness/lock.py), docker/requirements-test.txt and the project
+             (docker/lock/<backend>.txt, harness/images/lock.py), docker/requirements-test.txt and the project
              metadata (pyproject.toml's [project] table). Their sha256 (first 16 hex digits) is the image tag.
   base image the FROM image: the matrix's `base_image` tag, pinned by `base_digest` when set (`image --pin`
              fills it where the registry is reachable; a build on an unpinned tag warns "base image not
@@ -13,8 +13,8 @@ Terms:
   lock       the image's Python packages, each with its hashes; installed with `--require-hashes --no-deps`.
              A backend without a lock does not build unless KILN_ALLOW_UNLOCKED=1 (then loudly unlocked).
   labels     kiln.inputs-hash, kiln.base-image, kiln.base-digest, kiln.base-id, kiln.lock-sha256: what
-             `image --check` (harness/image_check.py) compares with the matrix and the tree.
-The `python -m harness image` command line lives in harness/image_check.py (it uses both modules).
+             `image --check` (harness/images/image_check.py) compares with the matrix and the tree.
+The `python -m harness image` command line lives in harness/images/image_check.py (it uses both modules).
   wheelhouse a folder of wheels the harness downloads with the host's pip (which reaches this
              machine's wheel cache) and hands to the build as `wheels/`, so the build needs no index.
   context    .kiln/build/<backend>/: Dockerfile, requirements-test.txt, lock.txt, wheels/.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import lock as lock_mod
+from harness.images import lock as lock_mod
 from harness.exc import DockerError, HarnessError, ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
 from harness.settings import settings

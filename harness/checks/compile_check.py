@@ -351,7 +351,7 @@ def compile_specs(
             )
         )
         result.write_text("")
-        cmd = [sys.executable, "-m", "harness.compile_check", "--worker", str(request), str(result)]
+        cmd = [sys.executable, "-m", "harness.checks.compile_check", "--worker", str(request), str(result)]
         log = work_dir / f"worker-{i}.log"
         procs.append((spawn(cmd, log, env=compiler_env(), echo=False), log, result, chunk))
     outcomes: dict[tuple[str, str], Outcome] = {}
@@ -596,7 +596,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.compile_check ...` is `python -m harness compile-check ...`; `--worker REQUEST
+    """`python -m harness.checks.compile_check ...` is `python -m harness compile-check ...`; `--worker REQUEST
     RESULT` is one compile worker (started by `compile_all`)."""
     from harness.__main__ import guarded, main as harness_main
 
