@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
 
-from harness.exc import EXIT_CODES_EPILOG, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HarnessError
+from harness.exc import EXIT_CODES_EPILOG, EXIT_OK, EXIT_USAGE, guarded
 
 # verb -> (module, one-line help). Keep sorted by the order a person meets them.
 VERBS: dict[str, tuple[str, str]] = {
@@ -85,22 +84,6 @@ def with_exit_codes(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
             for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
                 with_exit_codes(sub)
     return parser
-
-
-def guarded(verb: str, run: Callable[[], int]) -> int:
-    """`run()`'s exit code, with any `HarnessError` as one line `harness <verb>: error: ...` and its exit
-    code, Ctrl-C as 130 and a closed stdout pipe as 0 (for modules run as `python -m harness.<module>`)."""
-    try:
-        return run()
-    except HarnessError as e:
-        print(f"harness {verb}: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print(f"harness {verb}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:  # output piped into `head` and the like
-        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
-        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -443,13 +443,3 @@ def cli_main(args: argparse.Namespace) -> int:
     if args.github_summary:
         append_job_summary((out / "flakes.md").read_text(encoding="utf-8"))
     return 0 if report["ok"] else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.suites.flakes ...` is `python -m harness flakes ...`."""
-    from harness.__main__ import main as harness_main
-
-    return harness_main(["flakes", *(sys.argv[1:] if argv is None else argv)])
-
-if __name__ == "__main__":
-    sys.exit(main())
