@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.results import Case
 from harness import matrix
 from harness.suites import flakes, history, quarantine, retries
 from harness.suites.collect import load_run
@@ -312,7 +313,7 @@ def test_the_flakes_report_shows_flaky_on_retry_from_the_history(tmp_path):
                     "retries": retries.suite_retries(2, 10, [flaky], []).to_json()}]}))
     db = tmp_path / "h.sqlite"
     assert history.record(db, folder).retried == 1
-    stats = flakes.classify([flakes.Run("t.py::t", 0, "failed"), flakes.Run("t.py::t", 1, "passed")])
+    stats = flakes.classify([Case("t.py::t", "failed", "", 0.0, {"kiln_flake_run": "0"}), Case("t.py::t", "passed", "", 0.0, {"kiln_flake_run": "1"})])
     q = quarantine.Quarantine()
     report = flakes.build_report(stats, quarantine.apply({"t.py::t": ["failed", "passed"]}, q), backend="cpu",
                                  runs=2, paths=["t.py"], command=[], pytest_exit=1, complete=True,
