@@ -306,9 +306,9 @@ def render(res: Result, dump_dir: Optional[Path] = None) -> str:
         earlier = ("bitwise identical" if res.first_bitwise is None or res.first_bitwise["seq"] == ra["seq"] else
                    f"within tolerance (first bitwise difference at {where(res.first_bitwise)})")
         lines.append(f"  launches before it ({ra['seq']}): {earlier}")
-    g = res.a.graphs.get(ra["graph_index"], {}), res.b.graphs.get(rb["graph_index"], {})
-    if g[0].get("settings") != g[1].get("settings"):
-        lines.append(f"  graph settings: A {g[0].get('settings') or '(defaults)'}; B {g[1].get('settings') or '(defaults)'}")
+    sa, sb = (t.graphs.get(r["graph_index"], {}).get("settings") or "(defaults)" for t, r in ((res.a, ra), (res.b, rb)))
+    if sa != sb:
+        lines.append(f"  graph settings: A {sa}; B {sb}")
     if ra["kind"] != "triton":
         lines.append(f"no kernel source: {ra['kernel']} is an ATen {ra['kind']} call")
         return "\n".join(lines) + "\n"
