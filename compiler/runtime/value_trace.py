@@ -61,12 +61,17 @@ _NOT_MATH = {"trace_values", "trace_file", "dump_dir", "cache_dir", "compile_thr
 
 
 def resolve_path(s: Optional[config.Settings] = None) -> str:
-    """The trace file of settings ``s`` (the active ones by default), absolute (see ``Settings.trace_file``)."""
+    """The trace file of settings ``s`` (the active ones by default) in this process, absolute (see
+    ``Settings.trace_file``)."""
     s = s or config.settings()
+    return _resolve(s.trace_file, s.dump_dir)
+
+
+def _resolve(trace_file: str, dump_dir: str) -> str:
     name = f"kiln-trace-{os.getpid()}.jsonl"
-    raw = s.trace_file.replace("{pid}", str(os.getpid()))
+    raw = trace_file.replace("{pid}", str(os.getpid()))
     if not raw:
-        path = os.path.join(s.dump_dir, name) if s.dump_dir else name
+        path = os.path.join(dump_dir, name) if dump_dir else name
     elif raw.endswith(("/", os.sep)) or os.path.isdir(raw):
         path = os.path.join(raw, name)
     else:
@@ -176,18 +181,26 @@ def header() -> dict[str, Any]:
     """The first line of a trace: schema, versions and the device kernels run on."""
     import triton
 
-    gpu = None
+    gpu = backend = None
     if not config.interpreting() and torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()
-    backend = "hip" if getattr(torch.version, "hip", None) else ("cuda" if torch.version.cuda else "cpu")
+        backend = "hip" if getattr(torch.version, "hip", None) else "cuda"
     return {"type": "header", "schema": SCHEMA, "torch": torch.__version__, "triton": triton.__version__,
             "interpret": config.interpreting(), "gpu": gpu, "gpu_backend": backend}
 
 
 # ---------------------------------------------------------------------------------------------------- recording
-def begin_graph(path: str, graph: str, settings: str) -> GraphCall:
-    """Called first by a traced wrapper: a new call of ``graph`` in the trace ``path``."""
+def begin_graph(trace_file: str, dump_dir: str, graph: str, settings: str) -> GraphCall:
+    """Called first by a traced wrapper: a new call of ``graph`` in the trace of the wrapper's ``trace_file`` and
+    ``dump_dir`` settings (resolved in the process that runs it: a file name may hold its pid)."""
+    key = (trace_file, dump_dir, os.getpid())
+    path = _paths.get(key)
+    if path is None:
+        path = _paths[key] = _resolve(trace_file, dump_dir)
     return writer(path).begin(graph, settings)
+
+
+_paths: dict[tuple[str, str, int], str] = {}  # (trace_file, dump_dir, pid) -> trace path
 
 
 def record(call: GraphCall, kind: str, kernel: Any, names: tuple, *outputs: Any) -> None:
@@ -321,10 +334,10 @@ class TraceSite:
 def add_trace_calls(graph: fx.Graph, sites: list[TraceSite], graph_name: str) -> int:
     """Insert the trace calls into ``graph`` (after buffer reuse: the wrapper is otherwise the untraced one):
     ``begin_graph`` before the first step, and a ``record`` after each site. Returns the records added."""
-    path, summary = resolve_path(), settings_summary()
+    s = config.settings()
     first = next(n for n in graph.nodes if n.op != "placeholder")
     with graph.inserting_before(first):
-        call = graph.call_function(begin_graph, (path, graph_name, summary))
+        call = graph.call_function(begin_graph, (s.trace_file, s.dump_dir, graph_name, settings_summary(s)))
     for site in sites:
         with graph.inserting_after(site.anchor):
             kernel: Any = site.kernel

@@ -4,7 +4,8 @@ diverge beyond tolerance, with its kernel's source.
     python -m harness numerics trace-diff A.jsonl B.jsonl [--rtol R] [--atol A] [--allow-source-diff]
 
 Terms (the trace's own are in value_trace's docstring: graph index, call, launch, kind, source hash, statistics):
-  aligned      launch i of A and launch i of B (file order) have the same graph index, call, launch position
+  aligned      launch i of A and launch i of B (file order) have the same graph index, graph role (its name
+               without kiln's process-wide number: a cond branch meets the same branch), call, launch position
                and kind, outputs of the same shapes, and the same source hash (``allow_source_diff``: sources
                and output dtypes may differ, e.g. an fp64-upcast run or a setting that changes codegen).
                Traces that do not align are refused (``TraceError``, exit 2), naming the first launch that
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -58,7 +60,8 @@ class Trace:
 
     def describe(self) -> str:
         h = self.header
-        where = "CPU interpreter" if h.get("interpret") else (h.get("gpu") or h.get("gpu_backend") or "?")
+        where = ("CPU interpreter" if h.get("interpret") else
+                 f"{h.get('gpu') or 'no GPU'}" + (f" ({h['gpu_backend']})" if h.get("gpu_backend") else ""))
         return f"{self.path} ({len(self.launches)} launches; {where}, torch {h.get('torch')}, triton {h.get('triton')})"
 
 
@@ -120,13 +123,20 @@ def where(r: dict[str, Any]) -> str:
             f"{r['kind']} {r['kernel']}")
 
 
+def graph_role(name: str) -> str:
+    """A graph's name without kiln's process-wide number (``graph_7.true_graph_0`` -> ``graph.true_graph_0``): a
+    ``torch.cond`` branch must meet the same branch."""
+    return re.sub(r"^graph_\d+", "graph", name)
+
+
 def _shape(o: dict[str, Any]) -> str:
     return f"{o['dtype']}{list(o['shape'])}"
 
 
 def misalignment(a: dict[str, Any], b: dict[str, Any], allow_source_diff: bool) -> Optional[str]:
     """Why launches ``a`` (of trace A) and ``b`` (of B) do not align, or None when they do."""
-    if (a["graph_index"], a["call"], a["launch"], a["kind"]) != (b["graph_index"], b["call"], b["launch"], b["kind"]):
+    if ((a["graph_index"], a["call"], a["launch"], a["kind"], graph_role(a["graph"])) !=
+            (b["graph_index"], b["call"], b["launch"], b["kind"], graph_role(b["graph"]))):
         return f"A has {where(a)}, B has {where(b)}"
     if a["source_hash"] != b["source_hash"] and not allow_source_diff:
         return (f"{where(a)} has source {a['source_hash']} in A and {b['kernel']} source {b['source_hash']} in B "

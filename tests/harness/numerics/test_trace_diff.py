@@ -198,3 +198,20 @@ def test_a_setting_that_changes_the_math(tmp_path, capsys):
     assert rc == 1 and "first divergence at launch #0 " in out, out + err
     assert "graph settings: A (defaults); B emulate_eager_precision=True" in out
     assert [ln.split(" (")[1][0] for ln in out.splitlines() if ln.startswith("kernel source of ")] == ["A", "B"]
+
+
+def test_alignment_rules():
+    """Launches align on graph index, graph role (a cond branch meets the same branch), call, launch and kind, and
+    on output shapes; dtypes and sources only under --allow-source-diff."""
+    out = {"name": "buf0", "shape": [4], "dtype": "float32", "stats": {}}
+    a = {"seq": 3, "graph": "graph_0.true_graph_0", "graph_index": 1, "call": 0, "launch": 0, "kind": "triton",
+         "kernel": "k", "source_hash": "h", "outputs": [out]}
+    assert td.misalignment(a, {**a, "graph": "graph_9.true_graph_0"}, False) is None
+    assert "B has #3 graph 1 (graph_0.false_graph_0)" in td.misalignment(a, {**a, "graph": "graph_0.false_graph_0"},
+                                                                          False)
+    assert "B has #3 graph 1 (graph_0.true_graph_0) call 1" in td.misalignment(a, {**a, "call": 1}, False)
+    assert "writes float32[4] in A and float32[5] in B" in td.misalignment(
+        a, {**a, "outputs": [{**out, "shape": [5]}]}, True)
+    fp64 = {**a, "source_hash": "g", "outputs": [{**out, "dtype": "float64"}]}
+    assert "kernel sources differ" in td.misalignment(a, fp64, False)
+    assert td.misalignment(a, fp64, True) is None
