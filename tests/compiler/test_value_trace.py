@@ -197,3 +197,36 @@ def test_sample_positions():
     assert value_trace.sample_positions(1) == [0]
     assert value_trace.sample_positions(3) == [0, 1, 2]
     assert value_trace.sample_positions(800) == [0, 114, 228, 342, 456, 570, 684, 799]
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available() or config.interpreting(), reason="needs a CUDA device")
+
+
+@cuda
+def test_gpu_cudagraphs_asked_for_run_unrecorded(tmp_path):
+    """On a GPU, cudagraphs + trace_values: every call runs the traced wrapper (each call's launches recorded),
+    with the reason recorded, never a replay."""
+    x = torch.randn(64, 32, device="cuda")
+    path = tmp_path / "t.jsonl"
+    with config.patch(trace_values=True, trace_file=str(path), cudagraphs=True), compiler.capture() as graphs:
+        g = torch.compile(lambda x: torch.softmax(x * 2, -1), backend="kiln")
+        for _ in range(3):
+            torch.testing.assert_close(g(x), torch.softmax(x * 2, -1))
+    value_trace.close(str(path))
+    assert graphs[0].cudagraphs is None
+    assert value_trace.CUDAGRAPH_REASON in [r.detail for r in graphs[0].fallbacks if r.kind == "cudagraph"]
+    assert sorted({r["call"] for r in _launches(_read(path))}) == [0, 1, 2]
+
+
+@cuda
+def test_gpu_trace_inside_a_capture_is_refused(tmp_path):
+    from compiler.exc import ValueTraceError
+
+    x = torch.randn(64, device="cuda")
+    with config.patch(trace_values=True, trace_file=str(tmp_path / "t.jsonl")):
+        g = torch.compile(lambda x: x.exp() + 1, backend="kiln")
+        g(x)
+        with pytest.raises(ValueTraceError, match="inside a CUDA graph capture"):
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                g(x)
+    value_trace.close()
