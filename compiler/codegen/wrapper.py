@@ -30,8 +30,8 @@ from .. import config
 from ..exc import InvariantError, SymbolResolutionError, require
 from ..graph import ExternCall, SubgraphCall, SubgraphRef
 from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
-from ..runtime.launcher import TritonKernel
 from ..runtime import value_trace
+from ..runtime.launcher import TritonKernel
 from ..runtime.restride import ensure_strides, reinterpret_tensor
 from ..scheduler import KernelGroup, Schedule
 from .kernels import Kernels

@@ -288,7 +288,7 @@ def stats(t: torch.Tensor) -> dict[str, Any]:
         *flat[torch.tensor(pos, device=flat.device)]]).tolist()
     nan, inf, count, lo, hi, total, sumsq, abs_sum = values[:8]
     out.update(nan=int(nan), inf=int(inf), min=_num(lo) if count else None, max=_num(hi) if count else None,
-               mean=total / count if count else None, sum=total, sumsq=_num(sumsq), abs_sum=_num(abs_sum),
+               mean=_num(total / count) if count else None, sum=_num(total), sumsq=_num(sumsq), abs_sum=_num(abs_sum),
                samples=[[p, _num(v)] for p, v in zip(pos, values[8:])])
     return out
 
