@@ -35,9 +35,10 @@ control flow), inputs that overlap themselves, a failed capture, or too many re-
 - *CPU scalar input*: a 0-d CPU tensor among the inputs does not make a key unrecordable for good: ATen's
   memory-efficient attention returns its (unused without dropout) RNG seed and offset as 0-d CPU tensors when
   it runs outside a capture and as GPU tensors inside one, so a training backward sees CPU tensors at its
-  warm-up (its forward ran unrecorded) and GPU tensors once the forward replays. Such a call runs unrecorded
-  and the key records at the first call whose tensor inputs are all on the GPU (a recording never reads a CPU
-  tensor: its value would be frozen into the graph).
+  warm-up (its forward ran unrecorded) and GPU tensors once the forward replays. A later call that still has
+  one runs unrecorded (its reason recorded as a fallback), and the key records at the first call whose tensor
+  inputs are all on the GPU (a recording never reads a CPU tensor: its value would be frozen into the graph).
+  (Before, the backward's warm-up made its key unrecordable for good.)
 
 Every call that runs unrecorded after its key's warm-up is counted per reason (``RunnerStats.unrecorded_why``);
 ``CudaGraphRunner.summary()`` reports them with the graph's role, for the model tier's report.
@@ -324,10 +325,9 @@ class CudaGraphRunner:
             self._record_reason(entry.unrecordable)
             return None, entry.unrecordable
         never, not_now = input_devices(args)
-        if never or not_now:
-            if never:
-                entry.unrecordable = never
-                self._record_reason(never)
+        if never or not_now:  # a reason either way: a caller learns why a graph that ran never replayed
+            entry.unrecordable = never
+            self._record_reason(never or not_now)
             return None, never or not_now
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         static = [i for i in tensors if i not in entry.dynamic and (

@@ -327,3 +327,26 @@ def test_training_with_memory_efficient_attention_records_its_backward():
     assert {r.role for r in runners} == {"forward", "backward"}
     assert all(r.stats.recordings == 1 and r.stats.replays >= 3 for r in runners), [r.summary() for r in runners]
     assert not [f for g in graphs for f in g.all_fallbacks() if f.kind == "cudagraph"]
+
+
+def test_a_gpt2_style_training_step_has_nothing_that_keeps_it_off_cuda_graphs(device):
+    """The graphs of a tiny GPT-2-style training step (forward, loss, their backwards; HF's loss-type warning
+    breaks the graph before the loss) carry no host synchronization and write no input: what keeps such a
+    step off a recording is at run time (inputs' devices, kept outputs), which the runner reports."""
+    if device != "cpu":
+        pytest.skip("reads the graphs on the CPU path")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=64, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    ids = torch.randint(1, 128, (2, 16))
+    f = _compiled(model)
+    with compiler.capture() as graphs:
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            f(input_ids=ids, labels=ids).loss.backward()
+    assert len(graphs) >= 2
+    for g in graphs:
+        facts = GraphFacts.of(g.aten_graph)
+        assert facts.host_sync == "" and facts.mutated_args == frozenset(), (g.name, facts)
