@@ -88,12 +88,14 @@ def host_gaps(events: list[Any], steps: int, top: int = 10) -> dict[str, Any]:
 
 
 def kernel_time(step: Any, device: torch.device, steps: int) -> dict[str, float]:
-    """Device kernel + copy ms and launches per step over `steps` calls of `step` under `torch.profiler` (CUDA
-    activity only; kernels replayed from CUDA graphs included): the *kernel ms* of the model tier's table."""
+    """Device kernel + copy ms and launches per step over `steps` calls of `step` under `torch.profiler`
+    (kernels replayed from CUDA graphs included): the *kernel ms* of the model tier's table. CPU activity is
+    on too, as in `profile_case` (device events are read as that reads them)."""
     from .model_run import _sync
 
     _sync(device)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
         for _ in range(steps):
             step()
         _sync(device)

@@ -131,3 +131,19 @@ def test_ratios_only_between_equal_definitions():
     assert mm.definition_of(old.meta) == "window-v1" and mrep.mem_ratio(eager, old) is None
     assert mrep.mem_ratio(_r("eager", {"peak_mem_bytes": 300}), old) == 3.0  # two old ones: as before
     assert mm.definition_of({}) is None and mrep.mem_ratio(_r("eager", {}), _r("kiln", {})) is None
+
+
+def test_memcheck_markdown_shows_tier_and_by_hand_numbers_and_failures():
+    from harness.bench import model_memcheck as mc
+
+    point = {"point": "window opened", mm.ALLOC_NOW: 100 * MIB, mm.ALLOC_PEAK: 100 * MIB, mm.RES_NOW: 120 * MIB,
+             mm.RES_PEAK: 120 * MIB, "driver_used": 900 * MIB}
+    arm = {"tier": {"peak_allocated_bytes": 400 * MIB, "peak_reserved_bytes": 500 * MIB},
+           "by_hand": {"points": [point], "peak_allocated_bytes": 396 * MIB, "peak_reserved_bytes": 510 * MIB,
+                       "driver_used_delta_bytes": 530 * MIB, "static_bytes": 300 * MIB}}
+    res = {"case": "model.ci_bert.train.fp32", "definition": mm.DEFINITION, "counted": mm.DESCRIPTION,
+           "arms": {"inductor-cg": arm}, "failed": ["kiln-cg: the tier measured nothing (boom)"], "notes": []}
+    md = mc.markdown(res)
+    assert "| inductor-cg | 400.0 | 396.0 | 500.0 | 510.0 | 530.0 | 300.0 |" in md
+    assert "| window opened | 100.0 | 100.0 | 120.0 | 120.0 | 900.0 |" in md
+    assert "- FAILED: kiln-cg: the tier measured nothing (boom)" in md and mm.DESCRIPTION in md
