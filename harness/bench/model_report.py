@@ -33,7 +33,7 @@ from harness.exc import UsageError
 from . import model_memory
 from . import models as mdl
 from .compare import Comparison
-from .model_profile import unrecorded_lines
+from .step_facts import unrecorded_lines
 from .records import COMPILE_PHASE, Result, RunInfo
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line, save_figure,
                      interpreted, latency_cell, markdown, terminal, text_bars)

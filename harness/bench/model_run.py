@@ -79,7 +79,7 @@ from . import models as mdl
 from .executor import CaseExecutor, one_line
 from .executor import deadline as _deadline
 from .model_memory import MemoryWindow, cuda_source
-from .model_profile import graph_report, kernel_time
+from .step_facts import graph_report, kernel_time
 from .records import COMPILE_PHASE, Result, RunInfo
 from .stats import Stats
 from .store import Store

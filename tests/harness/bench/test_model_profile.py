@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness.bench import model_profile as mp
+from harness.bench import step_facts
 from harness.bench import models as mdl
 from harness.bench.cli import main
 
@@ -67,12 +68,12 @@ def _graphs_with_a_cpu_scalar_wait_and_a_host_sync():
 
 
 def test_graph_report_names_fallback_ops_and_why_graphs_ran_unrecorded():
-    rep = mp.graph_report(_graphs_with_a_cpu_scalar_wait_and_a_host_sync())
+    rep = step_facts.graph_report(_graphs_with_a_cpu_scalar_wait_and_a_host_sync())
     assert (rep["graphs"], rep["kernels"], rep["fallbacks"]) == (2, 5, {"aten.index_put.default": 2})
     bw, sync = rep["cudagraphs"]
     assert (bw["graph"], bw["role"], bw["replays"], bw["unrecorded"]) == ("graph_1", "backward", 5, 1)
     assert sync["role"] == "inference" and sync["reasons"][0].startswith("the graph syncs with the host")
-    lines = mp.unrecorded_lines(rep)
+    lines = step_facts.unrecorded_lines(rep)
     assert lines[0].startswith("graph_1 (backward): 1 of 6 calls after warm-up unrecorded: 0-d CPU tensor")
     assert lines[1].startswith("graph_2 (inference): 2 of 2 calls after warm-up unrecorded: the graph syncs")
     json.dumps(rep)
@@ -95,3 +96,13 @@ def test_host_gaps_sum_idle_device_time_and_count_runtime_calls():
     assert g["idle_ms"] == pytest.approx((50 + 10) / 1e3 / 2)  # k2 -> k3 and k4 -> k5; k3/k4 overlap
     assert g["top"] == [(50, "k2", "k3")]
     assert g["runtime_calls"] == {"cudaGraphLaunch": 0.5, "cudaLaunchKernel": 1.0}
+
+
+def test_kernel_time_is_per_step_device_work():
+    import torch
+
+    a = torch.randn(64, 64)
+    one = step_facts.kernel_time(lambda: a @ a, torch.device("cpu"), steps=4)
+    two = step_facts.kernel_time(lambda: (a @ a, a @ a), torch.device("cpu"), steps=4)
+    assert one["launches"] >= 1 and two["launches"] == 2 * one["launches"]  # innermost ops, per step
+    assert one["kernel_ms"] > 0 and two["kernel_ms"] > 0
