@@ -39,7 +39,7 @@ def kernel_time(step: Any, device: torch.device, steps: int) -> dict[str, float]
             step()
         sync(device)
     evs = device_events(prof, device.type)
-    total_us = sum(e.device_time_total for e in evs)
+    total_us = sum(e.device_time_total if device.type == "cuda" else e.cpu_time_total for e in evs)
     return {"kernel_ms": round(total_us / 1e3 / steps, 4), "launches": round(len(evs) / steps, 1)}
 
 
