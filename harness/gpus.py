@@ -189,7 +189,7 @@ def access(kind: str, host_ids: Sequence[str] | None, *, sys_root: Path = SYS,
 
 
 def pin(b: Any, devices: Sequence[str] = (), *, native: bool, env: Mapping[str, str] | None = None,
-        sys_root: Path = SYS, stat: Callable[[str], Any] = os.stat) -> Any:
+        sys_root: Path = SYS, stat: Callable[[str], Any] = os.stat, dri: Path = DRI) -> Any:
     """Backend `b` confined to `devices` (ids of the runner's visible set; empty: the whole visible set).
 
     Natively a subset is written to the variable the visible set came from (the child inherits the rest of
@@ -206,7 +206,7 @@ def pin(b: Any, devices: Sequence[str] = (), *, native: bool, env: Mapping[str, 
             vis.host_of(devices)  # an id outside the runner's set is an error, not a silent other GPU
         return replace(b, env={**b.env, vis.source: ",".join(devices)})
     host = vis.host_of(devices) if devices else vis.host
-    return with_gpus(b, access(kind, host, sys_root=sys_root, stat=stat))
+    return with_gpus(b, access(kind, host, sys_root=sys_root, stat=stat, dri=dri))
 
 
 def pinned(b: Any) -> bool:

@@ -109,15 +109,18 @@ def test_good_shards():
 
 def test_pin_devices():
     cuda, rocm, cpu = M.backend("cuda"), M.backend("rocm"), M.backend("cpu")
-    one = shard.pin_devices(cuda, ["1"], native=False)
+    one = shard.pin_devices(cuda, ["1"], native=False, env={})
     assert one.container_options[:2] == ("--gpus", "device=1") and "all" not in one.container_options
-    assert "CUDA_VISIBLE_DEVICES" not in one.env  # inside the container, its one GPU is device 0
-    two = shard.pin_devices(cuda, ["2", "3"], native=False)
+    assert one.env["CUDA_VISIBLE_DEVICES"] == "0"  # inside the container, its one GPU is device 0
+    two = shard.pin_devices(cuda, ["2", "3"], native=False, env={})
     assert two.container_options[:2] == ("--gpus", '"device=2,3"')  # docker reads --gpus as CSV
-    assert shard.pin_devices(cuda, ["1"], native=True).env["CUDA_VISIBLE_DEVICES"] == "1"
-    r = shard.pin_devices(rocm, ["3"], native=False)
-    assert r.env["HIP_VISIBLE_DEVICES"] == "3" and r.container_options == rocm.container_options
-    assert shard.pin_devices(cpu, ["0"], native=True) == cpu and shard.pin_devices(cuda, [], native=False) == cuda
+    assert shard.pin_devices(cuda, ["1"], native=True, env={}).env["CUDA_VISIBLE_DEVICES"] == "1"
+    r = shard.pin_devices(rocm, ["3"], native=False, env={})
+    assert r.env["HIP_VISIBLE_DEVICES"] == "0" and "--device=/dev/dri" not in r.container_options
+    assert "--device=/dev/kfd" in r.container_options and "video" not in r.container_options
+    assert shard.pin_devices(rocm, ["3"], native=True, env={}).env["HIP_VISIBLE_DEVICES"] == "3"
+    assert shard.pin_devices(cpu, ["0"], native=True) == cpu and shard.pin_devices(cuda, [], native=True) == cuda
+    assert shard.pin_devices(cuda, [], native=False, env={}).container_options[:2] == ("--gpus", "all")
 
 
 def test_device_groups_and_visible_gpus():
