@@ -110,8 +110,12 @@ def container_backend(b: Backend, env: dict[str, str]) -> tuple[Backend, dict[st
 def container_extras(b: Backend, image: str | None) -> dict[str, Any]:
     """container_argv's runner options: the docker client, the runner's uid:gid (KILN_CONTAINER_USER), the
     job's labels, and the compile-cache folder of this scope and image (made here, owned by the runner)."""
+    from harness.images.cleanup import mark_used
+
     s = settings()
     labels = {BACKEND_LABEL: b.name, **({JOB_LABEL: s.job_id} if s.job_id else {})}
+    if image:
+        mark_used(image)  # `harness cleanup` keeps an image a run started a container from lately
     cache = None
     if s.compile_cache is not None and image:
         cache = compile_cache_dir(s.compile_cache, s.cache_scope, image)
@@ -190,7 +194,7 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
     env = suite_env(m, backend)
     if native:
         args = [a.replace("{out}", str(out_dir)) for a in module_args]
-        argv, full_env = native_command(["python", "-m", "harness", *args], env, src=src)
+        argv, full_env = native_command(["python", "-m", "harness", *args], {**native_cache_env(), **env}, src=src)
         rc, _ = execute(argv, log=out_dir / f"{name}.log", timeout_s=timeout_s, env=full_env, cwd=src, echo=echo)
         return rc
     args = [a.replace("{out}", CONTAINER_RESULTS) for a in module_args]
