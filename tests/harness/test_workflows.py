@@ -96,7 +96,7 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         job = jobs[f"bench-{b.name}"]
         assert job["runs-on"] == list(b.runner_labels), f"bench-{b.name} runs-on"
         assert job["timeout-minutes"] == b.timeouts.job_min, f"bench-{b.name} timeout-minutes"
-        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job)}
+        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] != "ci-teardown"}
         assert set(steps) == {"bench-record", "bench-pr"}, f"bench-{b.name} runs {sorted(steps)}"
         assert set(steps) <= sessions
         for name, (step, argv) in steps.items():
@@ -182,3 +182,84 @@ def test_workflows_upload_results_and_write_a_job_summary():
         runs = " ".join(s.get("run", "") for s in job["steps"])
         writes = ("-s ci-report", "--github-summary", "-s bench-record", "-s bench-pr")  # bench: `bench summary`
         assert any(w in runs for w in writes), f"{wf}:{job_id} writes no job summary"
+
+
+# ---- runner-ready (issue 23): labels, concurrency, one set of variables, teardown ------------------------
+
+
+def _self_hosted_jobs():
+    for wf, job_id, job in _jobs():
+        labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
+        if "self-hosted" in labels:
+            yield wf, job_id, job, set(labels)
+
+
+def _runner_label_sets() -> dict[str, set[str]]:
+    """The labels a runner of each backend registers: its matrix runner_labels."""
+    return {name: set(b.runner_labels) for name, b in MATRIX.backends.items()}
+
+
+def test_cpu_jobs_cannot_match_a_gpu_runner_nor_gpu_jobs_a_cpu_runner():
+    """A runner takes a job when the job's labels are a subset of the runner's: every self-hosted job matches
+    the runners of exactly one backend, so a GPU runner never takes a CPU job (the `cpu` label) and back."""
+    runners = _runner_label_sets()
+    cpu = {n for n, b in MATRIX.backends.items() if not b.is_gpu}
+    assert cpu and all("cpu" in runners[n] for n in cpu)
+    assert not any("cpu" in runners[n] for n in runners if n not in cpu)
+    seen = set()
+    for wf, job_id, _, labels in _self_hosted_jobs():
+        matching = [n for n, registered in runners.items() if labels <= registered]
+        assert len(matching) == 1, f"{wf}:{job_id}: runs-on {sorted(labels)} matches the runners of {matching}"
+        seen.add(matching[0])
+    assert seen == set(runners)
+    # the old CPU labels, which every GPU runner matched, are gone
+    assert not any(labels == {"self-hosted", "linux", "x64"} for *_, labels in _self_hosted_jobs())
+
+
+def test_gpu_labels_name_the_gpu_model_and_bench_jobs_require_it():
+    bench = _load(ROOT / ".github" / "workflows" / "bench.yml")["jobs"]
+    for b in MATRIX.backends.values():
+        models = [lab for lab in b.runner_labels if lab.startswith("gpu-")]
+        if not b.is_gpu:
+            assert models == [], f"{b.name}: a CPU backend names a GPU model"
+            continue
+        assert len(models) == 1 and re.fullmatch(r"gpu-[a-z0-9]+", models[0]), f"{b.name}: {b.runner_labels}"
+        assert models[0] in bench[f"bench-{b.name}"]["runs-on"], f"bench-{b.name} does not require {models[0]}"
+
+
+def test_main_is_never_cancelled_nor_replaced():
+    """cancel-in-progress only off main; on main each run is its own concurrency group, since a pending run of a
+    group is replaced by a newer one even without cancel-in-progress."""
+    for path in WORKFLOWS:
+        conc = _load(path)["concurrency"]
+        assert conc["cancel-in-progress"] in (False, "${{ github.ref != 'refs/heads/main' }}"), path.name
+        assert "${{ github.ref == 'refs/heads/main' && github.run_id || github.ref }}" in conc["group"], path.name
+
+
+def test_every_workflow_sets_the_same_variables_from_one_list():
+    """Each workflow's top-level env is harness/settings.py WORKFLOW_ENV, written as workflow_env_yaml() makes
+    it, and no job or step sets one of them again."""
+    from harness.settings import WORKFLOW_ENV, workflow_env_yaml
+
+    assert {"KILN_ALLOW_UNLOCKED", "KILN_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
+            "KILN_HISTORY_DB", "KILN_BENCH_STORE"} <= set(WORKFLOW_ENV)
+    for path in WORKFLOWS:
+        data = _load(path)
+        assert data["env"] == WORKFLOW_ENV, f"{path.name}: top-level env differs from WORKFLOW_ENV"
+        assert workflow_env_yaml() in path.read_text(), (
+            f"{path.name}: paste harness.settings.workflow_env_yaml() as its top-level env block")
+        for job_id, job in data["jobs"].items():
+            for where in [job, *job["steps"]]:
+                again = set(where.get("env") or {}) & set(WORKFLOW_ENV)
+                assert not again, f"{path.name}:{job_id} sets {sorted(again)} again"
+    for value in WORKFLOW_ENV.values():  # repository variables or fixed paths: never an index host
+        assert "://" not in value
+
+
+def test_every_self_hosted_job_ends_with_the_teardown():
+    sessions = _nox_sessions()
+    assert "ci-teardown" in sessions
+    for wf, job_id, job, _ in _self_hosted_jobs():
+        last = job["steps"][-1]
+        assert last.get("if") == "always()" and last.get("run") == f"{NOX} -s ci-teardown", (
+            f"{wf}:{job_id} does not end with the teardown")
