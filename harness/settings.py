@@ -32,6 +32,8 @@ Variables (all optional):
   KILN_JOB_ID       this CI job's id, the `kiln.job` label of its containers (`harness cleanup` removes them);
                     default on GitHub Actions: <GITHUB_RUN_ID>-<GITHUB_RUN_ATTEMPT>-<RUNNER_NAME> (unique per
                     job on a host with several runners), else none
+  KILN_PRUNE_IMAGES "0" keeps superseded kiln image tags at a job's teardown (`harness cleanup`; default on; e.g.
+                    a rehearsal on a machine shared with other checkouts)
   CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES  the GPUs this runner was given (harness.gpus
                     reads them): runs and shards use only those
 
@@ -50,7 +52,7 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
   KILN_BENCH_BISECT_MAX  confirmed regressions a CI bench job bisects at most (`bench job-summary`; default 2;
                     0: none); `--bisect-max N` overrides it
 
-Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED) are read by `flag`: 1/true/yes/on or
+Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED, KILN_PRUNE_IMAGES) are read by `flag`: 1/true/yes/on or
 0/false/no/off (any case; unset or empty: off); anything else is a SettingsError naming the variable (exit 2),
 never silently off.
 
@@ -130,6 +132,7 @@ class Settings:
     cache_scope: str = "local"
     container_user: str | None = None  # `uid:gid`; None: the image's user
     job_id: str = ""
+    prune_images: bool = True
 
 
 def data_dir() -> Path:
@@ -196,6 +199,7 @@ def settings() -> Settings:
         cache_scope=os.environ.get("KILN_CACHE_SCOPE", "").strip() or "local",
         container_user=container_user(os.environ.get("KILN_CONTAINER_USER")),
         job_id=job_id(),
+        prune_images=flag("KILN_PRUNE_IMAGES", True),
     )
 
 

@@ -180,6 +180,7 @@ def cleanup(*, job: str, images: bool, grace_s: float, dry_run: bool = False) ->
     lines.append(f"{verb} {remove_containers(stale, dry_run)} stale kiln container(s) older than "
                  f"{grace_s / 60:.0f} min")
     if not images:
+        lines.append("image tags left alone (--no-images or KILN_PRUNE_IMAGES=0)")
         return lines
     keep = current_tags(m)
     found = local_images(keep)
@@ -215,7 +216,7 @@ def _remove_caches(ref: str) -> None:
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", help="the job whose containers to remove (default: KILN_JOB_ID, else GitHub's "
                    "<run id>-<attempt>-<runner name>)")
-    p.add_argument("--no-images", action="store_true", help="leave the image tags alone")
+    p.add_argument("--no-images", action="store_true", help="leave the image tags alone (also KILN_PRUNE_IMAGES=0)")
     p.add_argument("--grace-min", type=float, help="keep what was created or used this recently (default: the "
                    "matrix's longest job timeout)")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
@@ -232,7 +233,8 @@ def cli_main(args: argparse.Namespace) -> int:
     if args.grace_min is not None and args.grace_min < 0:
         raise HarnessError(f"--grace-min {args.grace_min}: expected 0 or more minutes")
     grace_s = grace_default(matrix_mod.load()) if args.grace_min is None else 60.0 * args.grace_min
-    for line in cleanup(job=args.job or settings().job_id, images=not args.no_images, grace_s=grace_s,
+    s = settings()
+    for line in cleanup(job=args.job or s.job_id, images=s.prune_images and not args.no_images, grace_s=grace_s,
                         dry_run=args.dry_run):
         print(f"harness cleanup: {line}", flush=True)
     return 0

@@ -142,3 +142,14 @@ def test_the_job_id(env, expected):
     from harness.settings import job_id
 
     assert job_id(env) == expected
+
+
+def test_prune_can_be_turned_off(monkeypatch, capsys):
+    from harness.__main__ import main
+
+    fake = FakeDocker(containers={}, images=[("kiln-cpu", "0", "2020-01-01 00:00:00 +0000 UTC")])
+    monkeypatch.setattr(cleanup, "docker", fake)
+    monkeypatch.setattr(cleanup, "require_docker", lambda: None)
+    monkeypatch.setenv("KILN_PRUNE_IMAGES", "0")
+    assert main(["cleanup", "--job", "j"]) == 0
+    assert not any(a[0] == "image" for a in fake.calls) and "image tags left alone" in capsys.readouterr().out
