@@ -15,6 +15,8 @@ Terms:
                (`--gpus "device=..."`, the render nodes of those GPUs).
   render node  /dev/dri/renderD<minor> of an AMD GPU: its KFD topology node's `drm_render_minor` (nodes with a
                `gpu_id` other than 0 are GPUs, in HIP's order), else 128 + index.
+NVIDIA indices: `--gpus device=K` counts GPUs in PCI order, CUDA in its own (fastest first) unless
+CUDA_DEVICE_ORDER=PCI_BUS_ID; a runner given its GPU by UUID (`nvidia-smi -L`) means the same GPU everywhere.
 Everything that reads the host takes the environment, the /sys root and `stat` as arguments, so the tests
 give fake ones; the argv itself is built by `harness.commands.with_gpus` (pure).
 """

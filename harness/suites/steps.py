@@ -221,7 +221,7 @@ def capture_environment(state: RunState) -> RunState:
 
     p, run_dir = state.plan, state.run_dir
     host = envinfo.capture_host(p.image)
-    host["lock"] = envinfo.lock_record(p.b.name)  # the backend's lock in the tree: path, sha256, stale
+    host["lock"] = envinfo.lock_record(p.b)  # the backend's lock in the tree: path, sha256, stale
     runner.run_python_module(p.b, ["env", "--part", "device", "--backend", p.b.name, "--out",
                                    "{out}/env-device.json"], run_dir, "env", native=p.native, image=p.image_tag,
                              m=p.m, timeout_s=p.b.timeouts.health_s, echo=False)

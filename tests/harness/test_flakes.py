@@ -208,7 +208,7 @@ def test_junit_without_plugin_properties_maps_back_to_node_ids(tmp_path):
         "</testsuite></testsuites>"
     )
     runs = flakes.read_junit(path, tmp_path)
-    assert [(r.test_id, r.outcome) for r in runs] == [
+    assert [(r.id, r.outcome) for r in runs] == [
         ("tests/sub/test_m.py::TestK::test_a[x]", "error"),
         ("tests/sub/test_m.py::test_b", "xfailed"),
         ("tests/sub/test_m.py::test_c", "skipped"),

@@ -10,12 +10,12 @@ import os
 import random
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
 from harness import matrix
@@ -263,16 +263,7 @@ def test_find_shards_errors(tmp_path):
 
 def make_project(tmp_path: Path) -> Path:
     """Suites alpha and beta from tests/harness/planted/shards, the real matrix otherwise."""
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha", "beta"]
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
-    for suite in ("alpha", "beta"):
-        (root / "tests" / suite).mkdir(parents=True)
-        shutil.copy(PLANTED / f"{suite}.py", root / "tests" / suite / f"test_{suite}.py")
-    return root
+    return scratch_project(tmp_path / "proj", {s: (PLANTED / f"{s}.py").read_text() for s in ("alpha", "beta")})
 
 
 def collected(root: Path) -> list[str]:
