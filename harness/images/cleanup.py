@@ -3,8 +3,9 @@
 Terms:
   job containers   containers labelled `kiln.job=<job id>` (harness.commands.container_argv; the id is
                    settings().job_id: KILN_JOB_ID, else GitHub's run id, attempt and runner name), removed.
-  stale containers kiln containers (label `kiln.backend`) created longer ago than the grace period: no job can
-                   still own them (a job ends within its `timeouts.job_min`), removed.
+  stale containers containers of any CI job (label `kiln.job`; a kiln image's own labels, which every container
+                   of it inherits, do not count) created longer ago than the grace period: no job can still
+                   own them (a job ends within its `timeouts.job_min`), removed.
   keep-list        per image repository of the matrix (`kiln-cpu`, `kiln-cuda`, `kiln-rocm`), the tag the matrix
                    and this tree hash to now (harness.images.image.current_tag), for every backend.
   superseded tag   any other tag of those repositories, unless created or used (a container started from it,
@@ -27,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from harness import matrix as matrix_mod
-from harness.commands import BACKEND_LABEL, JOB_LABEL
+from harness.commands import JOB_LABEL
 from harness.docker_client import docker, require_docker
 from harness.exc import DockerError, HarnessError
 from harness.settings import settings
@@ -176,7 +177,7 @@ def cleanup(*, job: str, images: bool, grace_s: float, dry_run: bool = False) ->
         lines.append(f"{verb} {n} container(s) of job {job}")
     else:
         lines.append("no job id (KILN_JOB_ID, GITHUB_RUN_ID): no job containers to remove")
-    stale = [cid for cid, created in containers(BACKEND_LABEL) if now - created > grace_s]
+    stale = [cid for cid, created in containers(JOB_LABEL) if now - created > grace_s]
     lines.append(f"{verb} {remove_containers(stale, dry_run)} stale kiln container(s) older than "
                  f"{grace_s / 60:.0f} min")
     if not images:

@@ -88,7 +88,8 @@ def test_cleanup_removes_the_jobs_containers_and_superseded_tags_only(tmp_path, 
         containers={"c-mine": ({"kiln.job": "7-1-r1", "kiln.backend": "cuda"}, recent),
                     "c-other": ({"kiln.job": "7-1-r2", "kiln.backend": "cuda"}, recent),  # another runner's job
                     "c-stale": ({"kiln.job": "3-1-r1", "kiln.backend": "cpu"}, old),
-                    "c-foreign": ({}, old)},  # not kiln's
+                    "c-foreign": ({}, old),  # not kiln's
+                    "c-manual": ({"kiln.backend": "cpu"}, old)},  # a kiln image run by hand: its image's labels
         images=[(r, t.split(":")[1], old) for r, t in keep.items()]
         + [("kiln-cuda", "0000000000000000", old), ("kiln-cpu", "1111111111111111", old),
            ("kiln-cpu", "2222222222222222", old), ("kiln-base/debian", "bookworm-minbase", old)],
