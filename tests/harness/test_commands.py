@@ -355,3 +355,20 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     monkeypatch.setenv("KILN_CONTAINER_USER", "image")
     runner.run_pytest(M.backend("cpu"), ["t"], out, "t", native=False, image="kiln-cpu:0", m=M, echo=False)
     assert "--user" not in calls[-1] and "--gpus" not in calls[-1]
+
+
+def test_native_runs_use_the_compile_cache_of_their_scope_and_toolchain(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setenv("KILN_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("KILN_CACHE_SCOPE", "main")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
+    env = runner.native_cache_env()
+    folder = Path(env["TRITON_CACHE_DIR"]).parent
+    assert folder.parent == tmp_path / "main" and env["KILN_CACHE_DIR"] == str(folder / "kiln")
+    assert f"torch{importlib.metadata.version('torch')}" in folder.name  # a new toolchain: another folder
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/runner/own")  # the runner's own setting wins
+    assert "TRITON_CACHE_DIR" not in runner.native_cache_env() and "KILN_CACHE_DIR" in runner.native_cache_env()
+    monkeypatch.setenv("KILN_COMPILE_CACHE", "0")
+    assert runner.native_cache_env() == {}
