@@ -247,7 +247,7 @@ def test_every_workflow_sets_the_same_variables_from_one_list():
         data = _load(path)
         assert data["env"] == WORKFLOW_ENV, f"{path.name}: top-level env differs from WORKFLOW_ENV"
         assert workflow_env_yaml() in path.read_text(), (
-            f"{path.name}: paste harness.settings.workflow_env_yaml() as its top-level env block")
+            f"{path.name}: its top-level env block is not WORKFLOW_ENV's (python -m harness workflows --write)")
         for job_id, job in data["jobs"].items():
             for where in [job, *job["steps"]]:
                 again = set(where.get("env") or {}) & set(WORKFLOW_ENV)
@@ -263,3 +263,21 @@ def test_every_self_hosted_job_ends_with_the_teardown():
         last = job["steps"][-1]
         assert last.get("if") == "always()" and last.get("run") == f"{NOX} -s ci-teardown", (
             f"{wf}:{job_id} does not end with the teardown")
+
+
+def test_the_workflows_are_what_the_matrix_and_the_list_write():
+    """`python -m harness workflows --write` would change nothing; a new label in the matrix reaches runs-on."""
+    from dataclasses import replace
+
+    from harness import workflows
+
+    for path in WORKFLOWS:
+        assert workflows.render(path.read_text(), MATRIX) == path.read_text(), (
+            f"{path.name} differs from ci/matrix.json or WORKFLOW_ENV: python -m harness workflows --write")
+    cuda = MATRIX.backend("cuda")
+    other = replace(MATRIX, backends={**MATRIX.backends, "cuda": replace(
+        cuda, runner_labels=(*cuda.runner_labels[:-1], "gpu-b200"))})
+    text = (ROOT / ".github" / "workflows" / "bench.yml").read_text()
+    jobs = yaml.safe_load(workflows.render(text, other))["jobs"]
+    assert jobs["bench-cuda"]["runs-on"][-1] == "gpu-b200" and jobs["bench-rocm"]["runs-on"] == list(
+        MATRIX.backend("rocm").runner_labels)

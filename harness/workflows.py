@@ -1,0 +1,79 @@
+"""`python -m harness workflows [--write]`: the parts of the GitHub workflows that come from one place.
+
+Terms:
+  shared env   each workflow's top-level `env:` block: harness/settings.py WORKFLOW_ENV as `workflow_env_yaml`
+               writes it (the same variables in ci.yml, bench.yml, flakes.yml).
+  runs-on      the labels of each backend job (`tests-B`, `flakes-B`, `bench-B`): backend B's `runner_labels` in
+               ci/matrix.json (`cpu` for CPU runners; the vendor and the GPU model for GPU runners).
+GitHub must know a job's labels before any job runs, so the workflows carry them written out; this verb writes
+them from the matrix and the list (`--write`) or says which file differs (exit 1), and
+tests/harness/test_workflows.py checks the committed files agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from harness import matrix as matrix_mod
+from harness.settings import settings, workflow_env_yaml
+
+JOB_RE = re.compile(r"^  ([\w-]+):\s*$")
+BACKEND_JOB_RE = re.compile(r"(?:tests|flakes|bench)-(\w+)")
+RUNS_ON_RE = re.compile(r"^(    runs-on: )\[.*\]\s*$")
+
+
+def render(text: str, m: matrix_mod.Matrix) -> str:
+    """`text` (a workflow file) with its top-level env block and its backend jobs' runs-on from the one
+    place each comes from; everything else kept as written."""
+    lines = text.splitlines()
+    out: list[str] = []
+    job = None
+    in_jobs = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line == "env:":  # the top-level block: replaced whole
+            out += workflow_env_yaml().splitlines()
+            i += 1
+            while i < len(lines) and lines[i].startswith("  "):
+                i += 1
+            continue
+        if line == "jobs:":
+            in_jobs = True
+        elif in_jobs and JOB_RE.match(line):
+            job = JOB_RE.match(line).group(1)
+        runs_on = RUNS_ON_RE.match(line)
+        backend = BACKEND_JOB_RE.fullmatch(job or "")
+        if runs_on and backend and backend.group(1) in m.backends:
+            line = runs_on.group(1) + "[" + ", ".join(m.backend(backend.group(1)).runner_labels) + "]"
+        out.append(line)
+        i += 1
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def workflow_files(root: Path) -> list[Path]:
+    return sorted((root / ".github" / "workflows").glob("*.yml"))
+
+
+def cli_add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--write", action="store_true", help="rewrite the files that differ (default: only say which)")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Write (or check) the workflows' shared env block and backend jobs' runner labels from their one place."""
+    m = matrix_mod.load()
+    differ = []
+    for path in workflow_files(settings().root):
+        text = path.read_text()
+        new = render(text, m)
+        if new != text:
+            differ.append(path)
+            if args.write:
+                path.write_text(new)
+    for path in differ:
+        print(f"{path}: {'rewritten' if args.write else 'differs from the matrix and WORKFLOW_ENV (--write)'}")
+    if not differ:
+        print("workflows agree with ci/matrix.json and harness/settings.py WORKFLOW_ENV")
+    return 0 if args.write or not differ else 1
