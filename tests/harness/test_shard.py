@@ -411,6 +411,41 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     assert "--gpus device=1" in line and "kiln-cuda:t" in line and "shard" not in line.split("kiln-cuda:t")[1]
 
 
+def test_a_container_run_on_a_runner_given_one_gpu_uses_only_it(tmp_path, monkeypatch):
+    """`run --backend cuda` (no --devices) on a runner whose CUDA_VISIBLE_DEVICES names one GPU by UUID: every
+    container (environment capture, suites) gets that GPU alone, renumbered 0, and the record and repro line
+    say so (docker faked)."""
+    from harness import envinfo
+    from harness.checks import health
+    from harness.images import image
+    from harness.suites import runner, steps
+
+    root = make_project(tmp_path)
+    uuid = "GPU-0f0e0d0c-0b0a-0908-0706-050403020100"
+    monkeypatch.setenv("KILN_ROOT", str(root))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
+    monkeypatch.setattr(health, "require_host_devices", lambda b: None)
+    monkeypatch.setattr(image, "require_docker", lambda: None)
+    monkeypatch.setattr(image, "image_id", lambda tag: "sha256:0")
+    monkeypatch.setattr(envinfo, "capture_host", lambda img: {})
+    calls: list[list[str]] = []
+
+    def fake_execute(argv, *, log, timeout_s, **kw):
+        calls.append(argv)
+        log.write_text("")
+        return 0, False
+
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
+                                   image_tag="kiln-cuda:t", health=False, echo=False)
+    assert len(calls) >= 2 and all(a[a.index("--gpus") + 1] == f"device={uuid}" for a in calls)
+    assert all("CUDA_VISIBLE_DEVICES=0" in a for a in calls)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["container_options"][:2] == ["--gpus", f"device={uuid}"]
+    line = repro.repro_line(RunRecord.from_json(manifest), "tests/alpha/test_alpha.py::test_broken")
+    assert f"--gpus device={uuid}" in line and "CUDA_VISIBLE_DEVICES=0" in line
+
+
 def test_merge_command_errors_are_one_line(tmp_path):
     for args, message in ((["merge", str(tmp_path / "none"), "--out", str(tmp_path / "o")], "is not a folder"),
                           (["merge", str(tmp_path), "--out", str(tmp_path / "o")], "no shard results folders")):
