@@ -30,6 +30,7 @@ Command lines come from `harness.commands`; functions other modules call: `execu
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -118,9 +119,27 @@ def container_extras(b: Backend, image: str | None) -> dict[str, Any]:
         mark_used(image)  # `harness cleanup` keeps an image a run started a container from lately
     cache = None
     if s.compile_cache is not None and image:
-        cache = compile_cache_dir(s.compile_cache, s.cache_scope, image)
+        cache = compile_cache_dir(s.compile_cache, s.cache_scope, toolchain_key(image))
         cache.mkdir(parents=True, exist_ok=True)
     return {"docker": s.docker, "user": s.container_user, "labels": labels, "cache": cache}
+
+
+HASH_TAG = re.compile(r":[0-9a-f]{16}$")  # harness.images.image's tags: the hash of the image's inputs
+
+
+@functools.lru_cache(maxsize=32)
+def toolchain_key(image: str) -> str:
+    """The compile cache's key of `image`: its tag when it is a hash tag (`kiln-cuda:<inputs hash>`: torch,
+    triton, the lock), else the tag and its local image id (`--image kiln-cuda:dev` rebuilt is another key)."""
+    if HASH_TAG.search(image):
+        return image
+    from harness.images.image import image_id
+
+    try:
+        found = image_id(image)
+    except (OSError, HarnessError):
+        found = None
+    return f"{image}-{found.split(':')[-1][:16]}" if found else image
 
 
 def native_cache_env() -> dict[str, str]:

@@ -373,3 +373,11 @@ def test_native_runs_use_the_compile_cache_of_their_scope_and_toolchain(tmp_path
     assert "TRITON_CACHE_DIR" not in runner.native_cache_env() and "KILN_CACHE_DIR" in runner.native_cache_env()
     monkeypatch.setenv("KILN_COMPILE_CACHE", "0")
     assert runner.native_cache_env() == {}
+
+
+def test_the_compile_cache_key_is_the_images_inputs_hash_or_its_id(monkeypatch):
+    runner.toolchain_key.cache_clear()
+    assert runner.toolchain_key("kiln-cuda:0123456789abcdef") == "kiln-cuda:0123456789abcdef"  # no docker asked
+    monkeypatch.setattr(image, "image_id", lambda ref: "sha256:feedfacecafebeef0000")
+    assert runner.toolchain_key("kiln-cuda:dev") == "kiln-cuda:dev-feedfacecafebeef"  # a rebuilt :dev: another key
+    runner.toolchain_key.cache_clear()
