@@ -30,8 +30,9 @@ Variables (all optional):
   KILN_CONTAINER_USER  `uid:gid` the suites' containers run as (default: this process's, the runner's, so
                     what they write in the checkout is the runner's); `image`: the image's own user
   KILN_JOB_ID       this CI job's id, the `kiln.job` label of its containers (`harness cleanup` removes them);
-                    default on GitHub Actions: <GITHUB_RUN_ID>-<GITHUB_RUN_ATTEMPT>-<RUNNER_NAME> (unique per
-                    job on a host with several runners), else none
+                    default on GitHub Actions: <GITHUB_RUN_ID>-<GITHUB_RUN_ATTEMPT>-<RUNNER_NAME>-<hash of
+                    RUNNER_TEMP> (unique per job on a host with several runners, and per job under `act`),
+                    else none
   KILN_PRUNE_IMAGES "0" keeps superseded kiln image tags at a job's teardown (`harness cleanup`; default on; e.g.
                     a rehearsal on a machine shared with other checkouts)
   CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES  the GPUs this runner was given (harness.gpus
@@ -62,6 +63,7 @@ tools' own configuration, so mirrors and air-gapped sites work unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -170,7 +172,10 @@ def job_id(env: dict[str, str] | None = None) -> str:
     env = dict(os.environ) if env is None else env
     raw = env.get("KILN_JOB_ID", "").strip()
     if not raw and env.get("GITHUB_RUN_ID"):
-        raw = "-".join(env.get(k, "") for k in ("GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT", "RUNNER_NAME"))
+        parts = [env.get(k, "") for k in ("GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT", "RUNNER_NAME")]
+        if env.get("RUNNER_TEMP"):  # per runner on GitHub; per job under `act`, whose runs all have run id 1
+            parts.append(hashlib.sha256(env["RUNNER_TEMP"].encode()).hexdigest()[:8])
+        raw = "-".join(parts)
     return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
 
 

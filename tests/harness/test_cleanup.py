@@ -154,3 +154,14 @@ def test_prune_can_be_turned_off(monkeypatch, capsys):
     monkeypatch.setenv("KILN_PRUNE_IMAGES", "0")
     assert main(["cleanup", "--job", "j"]) == 0
     assert not any(a[0] == "image" for a in fake.calls) and "image tags left alone" in capsys.readouterr().out
+
+
+def test_two_jobs_of_one_run_id_on_one_host_have_two_job_ids():
+    """Under `act` every run has run id 1 and no runner name: the job's own RUNNER_TEMP tells two jobs apart, so
+    one job's teardown never removes another's containers."""
+    from harness.settings import job_id
+
+    base = {"GITHUB_RUN_ID": "1", "GITHUB_RUN_ATTEMPT": "1"}
+    a, b = job_id({**base, "RUNNER_TEMP": "/cache/act/1a/tmp"}), job_id({**base, "RUNNER_TEMP": "/cache/act/2b/tmp"})
+    assert a != b and a.startswith("1-1-") and b.startswith("1-1-")
+    assert job_id({**base, "RUNNER_TEMP": "/cache/act/1a/tmp"}) == a  # every step of one job: the same id

@@ -331,6 +331,7 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     monkeypatch.setenv("KILN_CACHE_SCOPE", "untrusted")
     monkeypatch.delenv("KILN_CONTAINER_USER", raising=False)
     monkeypatch.delenv("KILN_JOB_ID", raising=False)
+    monkeypatch.delenv("RUNNER_TEMP", raising=False)
     out = tmp_path / "out"
     runner.run_pytest(M.backend("cuda"), ["tests/numerics"], out, "numerics", native=False,
                       image="kiln-cuda:0123456789abcdef", m=M, echo=False)
