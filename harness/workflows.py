@@ -1,8 +1,9 @@
 """`python -m harness workflows [--write]`: the parts of the GitHub workflows that come from one place.
 
 Terms:
-  shared env   each workflow's top-level `env:` block: harness/settings.py WORKFLOW_ENV as `workflow_env_yaml`
-               writes it (the same variables in ci.yml, bench.yml, flakes.yml).
+  shared env   each workflow's top-level `env:` block starts with harness/settings.py WORKFLOW_ENV as
+               `workflow_env_yaml` writes it (the same variables in ci.yml, bench.yml, flakes.yml); a workflow's
+               own variables (an input of its own, e.g. a test selection) follow it, kept as written.
   runs-on      the labels of each backend job (`tests-B`, `flakes-B`, `bench-B`): backend B's `runner_labels` in
                ci/matrix.json (`cpu` for CPU runners; the vendor and the GPU model for GPU runners).
 GitHub must know a job's labels before any job runs, so the workflows carry them written out; this verb writes
@@ -17,7 +18,7 @@ import re
 from pathlib import Path
 
 from harness import matrix as matrix_mod
-from harness.settings import settings, workflow_env_yaml
+from harness.settings import WORKFLOW_ENV, settings, workflow_env_yaml
 
 JOB_RE = re.compile(r"^  ([\w-]+):\s*$")
 BACKEND_JOB_RE = re.compile(r"(?:tests|flakes|bench)-(\w+)")
@@ -34,11 +35,21 @@ def render(text: str, m: matrix_mod.Matrix) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line == "env:":  # the top-level block: replaced whole
-            out += workflow_env_yaml().splitlines()
+        if line == "env:":  # the top-level block: WORKFLOW_ENV, then the workflow's own variables as they were
             i += 1
+            own: list[str] = []
+            pending: list[str] = []  # comment lines go with the variable below them
             while i < len(lines) and lines[i].startswith("  "):
+                key = lines[i].strip().split(":", 1)[0]
+                if lines[i].lstrip().startswith("#"):
+                    pending.append(lines[i])
+                elif key not in WORKFLOW_ENV:
+                    own += [*pending, lines[i]]
+                    pending = []
+                else:
+                    pending = []
                 i += 1
+            out += [*workflow_env_yaml().splitlines(), *own]
             continue
         if line == "jobs:":
             in_jobs = True

@@ -238,14 +238,19 @@ def test_main_is_never_cancelled_nor_replaced():
 
 def test_every_workflow_sets_the_same_variables_from_one_list():
     """Each workflow's top-level env is harness/settings.py WORKFLOW_ENV, written as workflow_env_yaml() makes
-    it, and no job or step sets one of them again."""
+    it (a workflow's own variables, such as an input of its own, may follow), and no job or step sets one of
+    them again."""
     from harness.settings import WORKFLOW_ENV, workflow_env_yaml
 
     assert {"KILN_ALLOW_UNLOCKED", "KILN_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
             "KILN_HISTORY_DB", "KILN_BENCH_STORE"} <= set(WORKFLOW_ENV)
+    shared_kinds = re.compile(r"PIP_.*|KILN_.*(INDEX|UNLOCKED|STORE|_DB|CACHE).*")  # what only the list may set
     for path in WORKFLOWS:
         data = _load(path)
-        assert data["env"] == WORKFLOW_ENV, f"{path.name}: top-level env differs from WORKFLOW_ENV"
+        shared = {k: v for k, v in data["env"].items() if k in WORKFLOW_ENV}
+        assert shared == WORKFLOW_ENV, f"{path.name}: top-level env differs from WORKFLOW_ENV"
+        own = [k for k in data["env"] if k not in WORKFLOW_ENV and shared_kinds.fullmatch(k)]
+        assert not own, f"{path.name} sets {own} outside WORKFLOW_ENV: add them to the list instead"
         assert workflow_env_yaml() in path.read_text(), (
             f"{path.name}: its top-level env block is not WORKFLOW_ENV's (python -m harness workflows --write)")
         for job_id, job in data["jobs"].items():
@@ -274,6 +279,12 @@ def test_the_workflows_are_what_the_matrix_and_the_list_write():
     for path in WORKFLOWS:
         assert workflows.render(path.read_text(), MATRIX) == path.read_text(), (
             f"{path.name} differs from ci/matrix.json or WORKFLOW_ENV: python -m harness workflows --write")
+    text = (ROOT / ".github" / "workflows" / "flakes.yml").read_text()
+    planted = text.replace("env:\n", "env:\n  # a workflow's own\n  OWN_VAR: x\n  PIP_INDEX_URL: planted-old-value\n", 1)
+    rendered = workflows.render(planted, MATRIX)
+    assert rendered.count("PIP_INDEX_URL") == text.count("PIP_INDEX_URL") and "planted-old-value" not in rendered
+    assert "  # a workflow's own\n  OWN_VAR: x\n" in rendered and _env_after(rendered) == {**_env_after(text),
+                                                                                          "OWN_VAR": "x"}
     cuda = MATRIX.backend("cuda")
     other = replace(MATRIX, backends={**MATRIX.backends, "cuda": replace(
         cuda, runner_labels=(*cuda.runner_labels[:-1], "gpu-b200"))})
@@ -281,3 +292,7 @@ def test_the_workflows_are_what_the_matrix_and_the_list_write():
     jobs = yaml.safe_load(workflows.render(text, other))["jobs"]
     assert jobs["bench-cuda"]["runs-on"][-1] == "gpu-b200" and jobs["bench-rocm"]["runs-on"] == list(
         MATRIX.backend("rocm").runner_labels)
+
+
+def _env_after(text: str) -> dict:
+    return yaml.safe_load(text)["env"]
