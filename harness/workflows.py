@@ -25,31 +25,56 @@ BACKEND_JOB_RE = re.compile(r"(?:tests|flakes|bench)-(\w+)")
 RUNS_ON_RE = re.compile(r"^(    runs-on: )\[.*\]\s*$")
 
 
+def _env_blocks(lines: list[str]) -> tuple[list[tuple[int, int]], list[str], int]:
+    """The top-level `env:` blocks as (first line, end), the workflow's own entries in them (variables not in
+    WORKFLOW_ENV, each with the comment lines above it), in order, and the first line of the shared block (the
+    first holding a WORKFLOW_ENV variable, else the first)."""
+    blocks, own, shared = [], [], -1
+    i = 0
+    while i < len(lines):
+        if lines[i] != "env:":
+            i += 1
+            continue
+        start, i = i, i + 1
+        pending: list[str] = []  # comment lines go with the variable below them
+        while i < len(lines) and lines[i].startswith("  "):
+            if lines[i].lstrip().startswith("#"):
+                pending.append(lines[i])
+            else:
+                if lines[i].strip().split(":", 1)[0] not in WORKFLOW_ENV:
+                    own += [*pending, lines[i]]
+                elif shared < 0:
+                    shared = start
+                pending = []
+            i += 1
+        blocks.append((start, i))
+    return blocks, own, shared if shared >= 0 else (blocks[0][0] if blocks else -1)
+
+
 def render(text: str, m: matrix_mod.Matrix) -> str:
-    """`text` (a workflow file) with its top-level env block and its backend jobs' runs-on from the one
-    place each comes from; everything else kept as written."""
+    """`text` (a workflow file) with its top-level env block (one, where the shared one was: WORKFLOW_ENV, then
+    the workflow's own variables from every top-level block) and its backend jobs' runs-on from the one place each comes from; everything else
+    kept as written."""
     lines = text.splitlines()
+    blocks, own, shared = _env_blocks(lines)
+    starts = {start: end for start, end in blocks}
     out: list[str] = []
     job = None
     in_jobs = False
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line == "env:":  # the top-level block: WORKFLOW_ENV, then the workflow's own variables as they were
-            i += 1
-            own: list[str] = []
-            pending: list[str] = []  # comment lines go with the variable below them
-            while i < len(lines) and lines[i].startswith("  "):
-                key = lines[i].strip().split(":", 1)[0]
-                if lines[i].lstrip().startswith("#"):
-                    pending.append(lines[i])
-                elif key not in WORKFLOW_ENV:
-                    own += [*pending, lines[i]]
-                    pending = []
-                else:
-                    pending = []
-                i += 1
-            out += [*workflow_env_yaml().splitlines(), *own]
+        if i in starts:
+            if i == shared:
+                out += [*workflow_env_yaml().splitlines(), *own]
+            else:  # another block (its variables moved into the shared one) goes with its comments and a blank
+                while out and out[-1].startswith("#"):
+                    out.pop()
+                i = starts[i]
+                if out and not out[-1].strip() and i < len(lines) and not lines[i].strip():
+                    i += 1
+                continue
+            i = starts[i]
             continue
         if line == "jobs:":
             in_jobs = True

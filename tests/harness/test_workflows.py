@@ -296,3 +296,18 @@ def test_the_workflows_are_what_the_matrix_and_the_list_write():
 
 def _env_after(text: str) -> dict:
     return yaml.safe_load(text)["env"]
+
+
+def test_two_top_level_env_blocks_become_one():
+    """A merge that adds a workflow's own top-level env block beside the shared one (a duplicate key) is made one
+    block by `harness workflows --write`: the shared variables, then the workflow's own."""
+    from harness import workflows
+
+    text = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    merged = text.replace("concurrency:\n", "env:\n  # its own input\n  OWN_SELECTION: ${{ inputs.selection }}\n\n"
+                          "concurrency:\n", 1)
+    assert merged.count("\nenv:\n") == 2
+    rendered = workflows.render(merged, MATRIX)
+    assert rendered.count("\nenv:\n") == 1 and workflows.render(rendered, MATRIX) == rendered
+    assert yaml.safe_load(rendered)["env"] == {**_env_after(text), "OWN_SELECTION": "${{ inputs.selection }}"}
+    assert rendered.replace("  # its own input\n  OWN_SELECTION: ${{ inputs.selection }}\n", "") == text
