@@ -205,6 +205,12 @@ def ci_durations(session: nox.Session) -> None:
                     "--backend", backend, "--replace", "--out", out, external=True)
 
 
+@nox.session(name="ci-teardown", python=False)
+def ci_teardown(session: nox.Session) -> None:
+    """A CI job's last step: its containers and stale ones removed, superseded kiln image tags pruned."""
+    session.run(sys.executable, "-m", "harness", "cleanup", *session.posargs, external=True)
+
+
 @nox.session(name="history-record", python=False)
 def history_record(session: nox.Session) -> None:
     """Record finished results folders (`-- DIR...`: runs or flakes folders) into the test history."""

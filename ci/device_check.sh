@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -60,6 +60,14 @@ for stage in "$@"; do
               python3 ci/smi_overlap.py "$OUT/smi.csv"; } > "$OUT/$stage.log" 2>&1 ;;
     sweep) # launch configs of real steps' reduction kernels: the heuristic's against the best measured
             timeout 400 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
+    visible) # issue 23: a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
+             # check runs on it; a runner given none (CUDA_VISIBLE_DEVICES empty) stops with one line, exit 2
+             { uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+               CUDA_VISIBLE_DEVICES=$uuid python3 -c "import torch; from harness.suites import shard
+print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_count())"
+               CUDA_VISIBLE_DEVICES=$uuid timeout 120 python3 -m harness health --backend cuda; echo "health on $uuid: exit $?"
+               CUDA_VISIBLE_DEVICES= timeout 60 python3 -m harness run --backend cuda --native --no-history \
+                 --results "$OUT/no-gpu"; echo "no GPU given: exit $? (expected 2)"; } > "$OUT/$stage.log" 2>&1 ;;
     faults) # issue 21: planted segfault + illegal memory access through the harness; suite time with/without isolation
             timeout 590 bash ci/gpu_faults.sh "$OUT/faults" > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and

@@ -28,6 +28,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "durations": ("harness.suites.shard", "record tests' durations from results folders (balances `run --shard`)"),
     "history": ("harness.suites.history", "test history (SQLite): record results folders, show failure counts"),
     "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
+    "workflows": ("harness.workflows", "write (or check) the workflows' shared env and runner labels from their one place"),
+    "cleanup": ("harness.images.cleanup", "a CI job's teardown: its containers, stale ones, superseded kiln image tags"),
     "flakes": ("harness.suites.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
     "compile-check": ("harness.checks.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
     "bench": ("harness.bench.cli", "benchmarks: measure latency/bandwidth, store history, flag regressions"),

@@ -4,7 +4,8 @@
 The image is built once (container mode); then each shard is its own `python -m harness run --shard I/N
 --devices IDS --results RUN/shard-I --quiet` process (one pytest process at a time inside it, as always), pinned
 to its GPUs (harness.suites.shard.pin_devices), its output in RUN/shard-I.log and its summary lines echoed with a
-`[shard I/N]` prefix. A shard that runs past the time its suites may take is killed and reported as hung; one
+`[shard I/N]` prefix. The GPUs split are the runner's visible set only (harness.gpus: a runner given GPUs 2,3
+runs shard 1 on 2 and shard 2 on 3). A shard that runs past the time its suites may take is killed and reported as hung; one
 that dies is reported as crashed; the others' results stand. At the end (or on Ctrl-C/SIGTERM, which stops
 every shard) RUN holds one merged report (harness.suites.merge). Each shard reruns its own failed tests alone
 (harness.suites.retries; `--retries N` is passed on) and its run.json carries their verdicts, which the merged report
