@@ -242,11 +242,21 @@ def wheelhouse_argv(backend: Backend, dest: Path, root: Path) -> list[str]:
     what = (["--require-hashes", "--no-deps", "-r", str(lock)] if lock.exists()
             else [backend.torch, backend.triton, "-r", str(root / REQUIREMENTS)])
     return [
-        sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), "--only-binary=:all:",
+        sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(dest), "--only-binary=:all:",
         "--python-version", backend.python, "--implementation", "cp", "--abi", f"cp{major_minor}",
-        "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-        "--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64", *what,
+        *platform_args(), *what,
     ]
+
+
+GLIBC = (2, 36)  # the images' C library (Debian bookworm): wheels for any older manylinux run on it
+
+
+def platform_args(glibc: tuple[int, int] = GLIBC) -> list[str]:
+    """pip's `--platform` list for the images: every manylinux_2_N from the image's glibc down to 2_5 (the
+    CUDA runtime wheels are tagged 2_18, 2_25, 2_27...), the legacy aliases and plain linux."""
+    tags = [f"manylinux_{glibc[0]}_{n}_x86_64" for n in range(glibc[1], 4, -1)]
+    tags += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    return [arg for tag in tags for arg in ("--platform", tag)]
 
 
 def prepare_context(backend: Backend, root: Path | None = None) -> Path:
@@ -262,7 +272,7 @@ def prepare_context(backend: Backend, root: Path | None = None) -> Path:
     lock = lock_mod.lock_path(backend, root)
     (ctx / "lock.txt").write_text(lock.read_text() if lock.exists() else lock_mod.unlocked_text(backend, root))
     if backend.wheelhouse:
-        cache = state / "wheels" / f"py{backend.python}"
+        cache = state / "wheels" / f"{backend.name}-py{backend.python}"  # per backend: only its wheels in ctx
         cache.mkdir(parents=True, exist_ok=True)
         print(f"harness image: downloading wheels for {backend.name} into {cache}", file=sys.stderr)
         proc = subprocess.run(wheelhouse_argv(backend, cache, root), capture_output=True, text=True)
