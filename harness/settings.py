@@ -14,6 +14,12 @@ Variables (all optional):
   KILN_TORCH_INDEX_URL  base URL of PyTorch's per-variant wheel indexes (the matrix's `torch_variant`, e.g.
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
+  KILN_MIN_FREE_GB  free disk (GB) the pre-flight wants at the docker root (harness/checks/preflight.py; default
+                    by backend, preflight.MIN_FREE_GB)
+  KILN_HEARTBEAT_S  seconds between the progress lines of a long step that prints nothing itself (image build,
+                    debootstrap, wheel download, compile-check: harness/process.py; default 30, 0: none)
+  KILN_LOGS         where image builds, debootstrap and wheel downloads write their logs (default <results>/logs,
+                    so that the workflows' upload of results/ carries them)
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
   KILN_HISTORY_DB   the test-history SQLite store (harness/suites/history.py; may be the bench's file; `~` expanded);
                     `--history DB` overrides it. Default: history/history.sqlite in the lasting data folder,
@@ -61,6 +67,7 @@ DEFAULT_BENCH_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
 DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
 DEFAULT_BENCH_BISECT_MAX = 2
+DEFAULT_HEARTBEAT_S = 30.0
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -112,6 +119,9 @@ class Settings:
     github_step_summary: str = ""
     history_db: Path = Path("~/.local/share/kiln/history/history.sqlite")
     data_dir: Path = Path("~/.local/share/kiln")
+    min_free_gb: float | None = None  # KILN_MIN_FREE_GB (None: the pre-flight's default for the backend)
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S  # KILN_HEARTBEAT_S (0: no progress lines)
+    logs_dir: Path = Path("results/logs")  # KILN_LOGS
 
 
 def data_dir() -> Path:
@@ -141,6 +151,9 @@ def settings() -> Settings:
         history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
                         or data_dir() / "history" / "history.sqlite").expanduser(),
         data_dir=data_dir(),
+        min_free_gb=_float("KILN_MIN_FREE_GB", None),
+        heartbeat_s=_float("KILN_HEARTBEAT_S", DEFAULT_HEARTBEAT_S) or 0.0,
+        logs_dir=Path(os.environ.get("KILN_LOGS", "").strip() or results_root / "logs"),
     )
 
 

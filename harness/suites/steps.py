@@ -173,6 +173,18 @@ def check_host(plan: Plan) -> Plan:
     return plan
 
 
+def preflight(plan: Plan) -> Plan:
+    """Before any image build or suite: the driver and enough visible GPUs, docker, free disk
+    (harness.checks.preflight); a problem stops the run with one line (exit 3)."""
+    from harness.checks import preflight as preflight_mod
+
+    report = preflight_mod.check(plan.b, native=plan.native, need_gpus=max(1, len(plan.devices)),
+                                 results=plan.run_dir or settings().results_root)
+    if plan.echo:
+        print(report.line(), flush=True)
+    return plan
+
+
 def prepare_image(plan: Plan) -> Plan:
     """Container mode: devices and docker present, then the given image described or the backend's built."""
     from harness.checks import health as health_mod
@@ -185,7 +197,8 @@ def prepare_image(plan: Plan) -> Plan:
     return replace(plan, image=info, image_tag=info["tag"])
 
 
-SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (("check host", check_host), ("image", prepare_image))
+SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (
+    ("check host", check_host), ("pre-flight", preflight), ("image", prepare_image))
 
 
 def open_run(plan: Plan) -> RunState:
