@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.exc import ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
+from harness.process import Heartbeat, heartbeat_interval
 from harness.results import atomic_write_text
 from harness.settings import settings
 
@@ -287,8 +288,9 @@ def write(backend: Backend, root: Path | None = None) -> LockState:
         text = "\n".join(requirement_lines(backend, root)) + "\n"
         print(f"harness image: resolving {backend.name}'s lock with pip-compile (Python {have})", file=sys.stderr)
         env = index_only_env() if backend.torch_index == "index" else None
-        proc = subprocess.run(compile_argv(backend, out), input=text, capture_output=True, text=True, cwd=root,
-                              env=env)
+        with Heartbeat(f"pip-compile of the {backend.name} lock", heartbeat_interval(None)):  # minutes, silent
+            proc = subprocess.run(compile_argv(backend, out), input=text, capture_output=True, text=True, cwd=root,
+                                  env=env)
         if proc.returncode != 0:
             tail = [ln for ln in proc.stderr.splitlines() if ln.strip() and "is ignored" not in ln][-4:]
             raise ImageError(f"pip-compile failed for {backend.name} (exit {proc.returncode}): {' | '.join(tail)}")
