@@ -140,6 +140,13 @@ def visible_hint(backend: str, env: Mapping[str, str]) -> str:
     return ""
 
 
+def driver_gpus(b: Backend, run: Runner = _run, dev: Path = Path("/dev")) -> list[Gpu]:
+    """The GPUs of a GPU backend's driver (none for cpu); PreflightError when the driver is missing."""
+    if not b.is_gpu:
+        return []
+    return nvidia_gpus(run) if b.name == "cuda" else amd_gpus(run, dev)
+
+
 # ---- disk ----------------------------------------------------------------------------------------------
 
 
@@ -194,7 +201,7 @@ def check(b: Backend, *, native: bool, need_gpus: int = 1, results: Path | None 
     env = os.environ if env is None else env
     report = Report(b.name)
     if b.is_gpu:
-        report.gpus = nvidia_gpus(run) if b.name == "cuda" else amd_gpus(run, dev)
+        report.gpus = driver_gpus(b, run, dev)
         report.visible = visible(b.name, report.gpus, env)
         if len(report.visible) < need_gpus:
             raise PreflightError(

@@ -500,6 +500,9 @@ def cli_main(args: argparse.Namespace) -> int:
     history = Path(args.history) if args.history else None
     if args.shards:
         b = matrix_mod.load().backend(backend)
+        from harness.checks import preflight as preflight_mod
+
+        preflight_mod.driver_gpus(b)  # no driver: the pre-flight's line, before the shards are counted
         gpus = list(devices) or (shard_mod.visible_gpus(b.name) if b.is_gpu else [])
         groups = shard_mod.device_groups(b.is_gpu, count, args.gpus_per_shard, gpus, backend=b.name)
         if len(groups) > 1:  # one shard is the plain run (below)

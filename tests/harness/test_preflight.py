@@ -184,6 +184,7 @@ def test_the_run_and_the_shards_check_before_the_image():
     ["flakes", "--backend", "cuda", "--runs", "2", "--out", "{tmp}/f", "tests/harness/test_preflight.py"],
     ["bench", "backend", "--backend", "cuda", "--results", "{tmp}/b"],
     ["run", "--backend", "rocm", "--shards", "2", "--devices", "0,1"],
+    ["run", "--backend", "cuda", "--shards", "auto"],  # the driver is checked before the GPUs are counted
 ])
 def test_flakes_bench_and_shards_stop_at_the_pre_flight(path_with, tmp_path, verb):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KILN_RESULTS": str(tmp_path / "r"), "KILN_NATIVE": "0"}
