@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, preflight
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -58,6 +58,10 @@ for stage in "$@"; do
             timeout 400 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
     faults) # issue 21: planted segfault + illegal memory access through the harness; suite time with/without isolation
             timeout 590 bash ci/gpu_faults.sh "$OUT/faults" > "$OUT/$stage.log" 2>&1 ;;
+    preflight) # issue 23: the runner pre-flight against a real driver (nvidia-smi -L), then 2 GPUs asked of 1 visible
+            { timeout 60 python3 -m harness preflight --backend cuda --native; echo "exit $?"
+              CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m harness preflight --backend cuda --native --gpus 2
+              echo "exit $? (3 expected)"; } > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
