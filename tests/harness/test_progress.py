@@ -102,6 +102,29 @@ def test_image_logs_go_under_the_results_folder(tmp_path, monkeypatch):
     assert image.log_path("debootstrap", cpu) == tmp_path / "elsewhere" / "debootstrap-cpu.log"
 
 
+def test_a_failed_debootstrap_quotes_its_log_under_the_results_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_RESULTS", str(tmp_path / "results"))
+    monkeypatch.delenv("KILN_LOGS", raising=False)
+    monkeypatch.setenv("KILN_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("KILN_DEBIAN_MIRROR", "http://mirror.test/debian")
+    monkeypatch.setattr(image, "image_id", lambda ref: None)
+    monkeypatch.setattr(image.shutil, "which", lambda name: f"/usr/sbin/{name}")
+    monkeypatch.setattr(image.os, "geteuid", lambda: 0)
+    seen = []
+
+    def fake_execute(argv, *, log, step=None, **kw):
+        seen.append((argv[0], log, step))
+        log.write_text("I: Retrieving InRelease\nE: Failed getting release file http://mirror.test/debian\n")
+        return 1, False
+
+    monkeypatch.setattr(image, "execute", fake_execute)
+    cuda = matrix.load(ROOT / "ci" / "matrix.json").backend("cuda")
+    with pytest.raises(image.ImageError, match=r"debootstrap failed \(exit 1\): .*E: Failed getting release file"):
+        image.bootstrap_base(cuda)
+    log = tmp_path / "results" / "logs" / "debootstrap-cuda.log"
+    assert seen == [("debootstrap", log, f"debootstrap of {cuda.bootstrap.image}")]
+
+
 def test_the_workflows_upload_the_results_folder_that_holds_the_logs():
     for wf in sorted((ROOT / ".github" / "workflows").glob("*.yml")):
         text = wf.read_text()
