@@ -60,8 +60,8 @@ def test_a_silent_command_gets_progress_lines_with_its_last_line(tmp_path, capsy
 
 
 def test_a_command_that_shows_its_output_gets_none_and_zero_turns_them_off(tmp_path, capsys):
-    chatty = "import time\nfor i in range(12):\n    print(i, flush=True); time.sleep(0.1)"
-    execute([sys.executable, "-c", chatty], log=tmp_path / "a.log", timeout_s=60, echo=True, heartbeat_s=0.4)
+    chatty = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo $i; sleep 0.1; done"  # sh: output from its first ms
+    execute(["sh", "-c", chatty], log=tmp_path / "a.log", timeout_s=60, echo=True, heartbeat_s=0.5)
     assert "progress:" not in capsys.readouterr().err
     execute([sys.executable, "-c", "import time; time.sleep(0.6)"], log=tmp_path / "b.log", timeout_s=60,
             echo=False, heartbeat_s=0)
