@@ -414,7 +414,9 @@ def numerics(session: nox.Session) -> None:
 # `nox -s lock` writes docker/lock/<backend>.txt (every package with its sha256 hashes) for each backend, each
 # in a session of that backend's Python (`lock-cpu`, `lock-cuda`, `lock-rocm`; pip-compile resolves for the
 # Python it runs under, on linux x86-64 like the images). Indexes: pip's own configuration, plus
-# KILN_TORCH_INDEX_URL/<torch_variant> for PyTorch's wheels: run it where those are reachable.
+# KILN_TORCH_INDEX_URL/<torch_variant> for PyTorch's wheels (rocm: run it where that index is reachable); cuda
+# (the matrix's `torch_index: "index"`) resolves against the package index alone, whose Linux torch is the CUDA
+# build with its nvidia-* runtime wheels (local wheel folders of pip's configuration are left out).
 LOCK_PINS = ["pip-tools==7.6.2"]
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -90,6 +90,10 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                 --steps 5 --top 20 --md "$OUT/cgtrain/profile.md"
               r=$?; echo "profile: exit $r"; [ $r -eq 0 ] || bad=1
               echo "cgtrain: $([ $bad -eq 0 ] && echo ok || echo 'a step failed')"; (exit $bad); } > "$OUT/$stage.log" 2>&1 ;;
+    preflight) # issue 23: the runner pre-flight against a real driver (nvidia-smi -L), then 2 GPUs asked of 1 visible
+            { timeout 60 python3 -m harness preflight --backend cuda --native; echo "exit $?"
+              CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m harness preflight --backend cuda --native --gpus 2
+              echo "exit $? (3 expected)"; } > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

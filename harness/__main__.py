@@ -19,6 +19,7 @@ from harness.exc import EXIT_CODES_EPILOG, EXIT_OK, EXIT_USAGE, guarded
 VERBS: dict[str, tuple[str, str]] = {
     "run": ("harness.suites.steps", "run the suites for a backend, in its container or natively"),
     "detect": ("harness.suites.runner", "print the backend this machine supports: cuda, rocm or cpu"),
+    "preflight": ("harness.checks.preflight", "cheap runner check before a job: GPU driver and count, docker, free disk"),
     "health": ("harness.checks.health", "GPU health check: a matmul and a compiled kernel on every device"),
     "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),
     "image": ("harness.images.image_check", "build the hash-tagged backend image, --check it, --pin base images by digest"),

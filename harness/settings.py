@@ -14,6 +14,12 @@ Variables (all optional):
   KILN_TORCH_INDEX_URL  base URL of PyTorch's per-variant wheel indexes (the matrix's `torch_variant`, e.g.
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
+  KILN_MIN_FREE_GB  free disk (GB) the pre-flight wants at the docker root (harness/checks/preflight.py; default
+                    by backend, preflight.MIN_FREE_GB)
+  KILN_HEARTBEAT_S  seconds between the progress lines of a long step that prints nothing itself (image build,
+                    debootstrap, wheel download, compile-check: harness/process.py; default 30, 0: none)
+  KILN_LOGS         where image builds, debootstrap and wheel downloads write their logs (default <results>/logs,
+                    so that the workflows' upload of results/ carries them)
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
   KILN_HISTORY_DB   the test-history SQLite store (harness/suites/history.py; may be the bench's file; `~` expanded);
                     `--history DB` overrides it. Default: history/history.sqlite in the lasting data folder,
@@ -79,6 +85,7 @@ DEFAULT_BENCH_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
 DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
 DEFAULT_BENCH_BISECT_MAX = 2
+DEFAULT_HEARTBEAT_S = 30.0
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -135,6 +142,9 @@ class Settings:
     container_user: str | None = None  # `uid:gid`; None: the image's user
     job_id: str = ""
     prune_images: bool = True
+    min_free_gb: float | None = None  # KILN_MIN_FREE_GB (None: the pre-flight's default for the backend)
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S  # KILN_HEARTBEAT_S (0: no progress lines)
+    logs_dir: Path = Path("results/logs")  # KILN_LOGS
 
 
 def data_dir() -> Path:
@@ -205,6 +215,9 @@ def settings() -> Settings:
         container_user=container_user(os.environ.get("KILN_CONTAINER_USER")),
         job_id=job_id(),
         prune_images=flag("KILN_PRUNE_IMAGES", True),
+        min_free_gb=_float("KILN_MIN_FREE_GB", None),
+        heartbeat_s=_float("KILN_HEARTBEAT_S", DEFAULT_HEARTBEAT_S) or 0.0,
+        logs_dir=Path(os.environ.get("KILN_LOGS", "").strip() or results_root / "logs"),
     )
 
 

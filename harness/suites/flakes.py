@@ -315,6 +315,10 @@ def detect(
     if runs < 2:
         raise FlakeRunError(f"--runs must be at least 2 to tell flaky from failing, got {runs}")
     root = root or settings().root
+    from harness import matrix
+    from harness.checks import preflight
+
+    print(preflight.check(matrix.load().backend(backend), native=native, results=out_dir).line(), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     junit = out_dir / "pytest.xml"
     junit.unlink(missing_ok=True)  # never read a previous run's results as this run's

@@ -152,6 +152,15 @@ def check_shards(st: ShardsState) -> ShardsState:
     return st
 
 
+def shards_preflight(st: ShardsState) -> ShardsState:
+    """Before the image: driver, every shard's GPUs visible, docker, free disk (harness.checks.preflight)."""
+    from harness.checks import preflight
+
+    need = len({gpu for group in st.groups for gpu in group})
+    print(preflight.check(st.b, native=st.native, need_gpus=max(1, need), results=st.run_dir).line(), flush=True)
+    return st
+
+
 def shards_image(st: ShardsState) -> ShardsState:
     """Container mode: the image, built once for every shard (or the one given, which must be present)."""
     from harness.checks import health as health_mod
@@ -236,7 +245,7 @@ def report_step(st: ShardsState) -> ShardsState:
 
 
 Step = tuple[str, Callable[[ShardsState], ShardsState]]
-SETUP_STEPS: tuple[Step, ...] = (("check", check_shards), ("image", shards_image))
+SETUP_STEPS: tuple[Step, ...] = (("check", check_shards), ("pre-flight", shards_preflight), ("image", shards_image))
 SHARD_STEPS: tuple[Step, ...] = (("launch", launch_shards), ("wait", wait_shards))  # under the interrupt supervisor
 END_STEPS: tuple[Step, ...] = (
     ("merge", merge_step), ("history", history_step), ("report", report_step))

@@ -89,13 +89,13 @@ def test_missing_pytest_is_a_clear_error(monkeypatch):
 
 
 def test_build_argv_passes_the_matrix_build_args(tmp_path):
-    b = M.backend("cuda")
-    argv = image.build_argv(b, "kiln-cuda:0123", tmp_path, b.base_image)
+    b = M.backend("rocm")
+    argv = image.build_argv(b, "kiln-rocm:0123", tmp_path, b.base_image)
     args = dict(a.split("=", 1) for a in _pairs(argv, "--build-arg"))
     assert args == {**b.build_args(), "PIP_INDEX_ARGS": b.index_args(),
-                    "PIP_LOCK_ARGS": "--require-hashes --no-deps" if (ROOT / "docker/lock/cuda.txt").exists() else ""}
-    assert args["BASE_IMAGE"] == "nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04"
-    assert _pairs(argv, "--tag") == ["kiln-cuda:0123"] and argv[-1] == str(tmp_path)
+                    "PIP_LOCK_ARGS": "--require-hashes --no-deps" if (ROOT / "docker/lock/rocm.txt").exists() else ""}
+    assert args["BASE_IMAGE"] == "rocm/dev-ubuntu-24.04:7.0.2"
+    assert _pairs(argv, "--tag") == ["kiln-rocm:0123"] and argv[-1] == str(tmp_path)
 
 
 def test_bootstrap_and_wheelhouse_commands(tmp_path):
@@ -108,7 +108,7 @@ def test_bootstrap_and_wheelhouse_commands(tmp_path):
     assert wh[-4:] == ["--require-hashes", "--no-deps", "-r", str(ROOT / "docker/lock/cpu.txt")]
     assert _pairs(wh, "--python-version") == ["3.11"] and _pairs(wh, "--abi") == ["cp311"]
     with pytest.raises(Exception, match="no bootstrap entry"):
-        image.bootstrap_argv(M.backend("cuda"), tmp_path, "http://mirror.test/debian")
+        image.bootstrap_argv(M.backend("rocm"), tmp_path, "http://mirror.test/debian")
 
 
 def _fake_root(tmp_path: Path) -> Path:

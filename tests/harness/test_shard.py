@@ -373,7 +373,7 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
 def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_it(tmp_path, monkeypatch):
     """The commands of `run --backend cuda --shard 2/2 --devices 1` in container mode (docker faked)."""
     from harness import envinfo
-    from harness.checks import health
+    from harness.checks import health, preflight
     from harness.images import image
     from harness.suites import runner, steps
 
@@ -381,6 +381,7 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     shard.write_durations(root / "d.json", {}, "cuda")
     monkeypatch.setenv("KILN_ROOT", str(root))
     monkeypatch.setattr(health, "require_host_devices", lambda b: None)
+    monkeypatch.setattr(preflight, "check", lambda b, **kw: preflight.Report(b.name))  # no driver here
     monkeypatch.setattr(image, "require_docker", lambda: None)
     monkeypatch.setattr(image, "image_id", lambda tag: "sha256:0")
     monkeypatch.setattr(envinfo, "capture_host", lambda img: {})
