@@ -107,14 +107,6 @@ def _result(out_dtype: torch.dtype, acc: Strided, fn: Optional[Callable[[Index],
     return Lazy(acc.size, out_dtype, acc.device, lambda idx: cast(load(idx), out_dtype), 1)
 
 
-def _values_at(values: Value, size: Sequence[sympy.Expr], idx: Index) -> KExpr:
-    """``values`` broadcast to ``size`` at ``idx`` (extra leading dims of ``values`` have size 1)."""
-    extra = len(values.size) - len(size)
-    if extra > 0:
-        if any(s != 1 for s in values.size[:extra]):
-            raise NotLowered("index_put values larger than the indexed shape")
-        return values.load([sympy.Integer(0)] * extra + broadcast_index(values.size[extra:], size, idx))
-    return values.load(broadcast_index(values.size, size, idx))
 
 
 # ------------------------------------------------------------------------------------------ index_put
@@ -143,6 +135,8 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
         size = list(x.size[:dims[0]]) + bshape + [x.size[d] for d in rest if d > dims[-1]]
     else:
         size = bshape + [x.size[d] for d in rest]
+    if len(values.size) > len(size):
+        raise NotLowered("index_put values of more dims than the indexed shape")
 
     def element(idx: Index):
         if adjacent:
@@ -160,7 +154,7 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
             bindings.append((s, w))
             conds.append(_in_range(w, x.size[d]))
             full[d] = s
-        return full, bindings, _values_at(values, size, idx), conds
+        return full, bindings, values.load(broadcast_index(values.size, size, idx)), conds
 
     b = ScatterBuilder(g, node, acc, x.load)
     return _result(out.dtype, b.scatter(size, reduce, element))

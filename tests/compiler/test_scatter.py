@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import compiler
+from kiln_testing import launch_log
 from test_layers import staged
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "i64": torch.int64}
@@ -198,6 +199,24 @@ def test_deterministic_algorithms_keep_aten_with_reason(device):
     assert_lowered(graphs)
 
 
+def test_flipping_determinism_recompiles(device):
+    """Dynamo guards on the switch: one compiled function gets an ATen graph while it is on, and its atomic graph
+    back when it is off again."""
+    x, v, i = torch.randn(6, 4, device=device), torch.randn(3, 4, device=device), torch.tensor([0, 1, 1], device=device)
+    torch._dynamo.reset()
+    f = torch.compile(_index_put_acc, backend="kiln")
+    prev = torch.are_deterministic_algorithms_enabled()
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        try:
+            f(x, i, v)
+            torch.use_deterministic_algorithms(True)
+            torch.testing.assert_close(f(x, i, v), _index_put_acc(x, i, v))
+        finally:
+            torch.use_deterministic_algorithms(prev)
+        torch.testing.assert_close(f(x, i, v), _index_put_acc(x, i, v))
+    assert [[r.kind for r in g.fallbacks] for g in graphs] == [[], ["determinism"]]
+
+
 # ------------------------------------------------------------------------------------------- scheduling
 def test_scatter_kernel_stands_alone_and_readers_run_after_it(device):
     """The target's fill/copy, the atomics and every read of the result are three kernels in that order; a
@@ -302,12 +321,20 @@ def test_scan_special_values(device):
 
 
 def test_looped_scan_carries_across_chunks_and_dynamic_rows(device):
-    """Rows longer than the run-time block loop over chunks with a carry (forced here with a tiny block)."""
-    x = torch.randn(3, 1000, device=device)
-    fn = SCANS["cumsum"]
-    out, graphs = run(fn, x, interp_persistent_rblock_max=64)
-    assert graphs[0].fallbacks == [], "1000 elements fit the compile-time limit"
-    torch.testing.assert_close(out, fn(x), rtol=1e-4, atol=1e-4)
+    """A dynamic row length that fitted a block when compiled but not when run loops over chunks with a carry
+    (blocks made tiny here: 256 elements)."""
+    small = {"persistent_rblock_max": 256, "interp_persistent_rblock_max": 256, "looped_rblock": 256}
+    for name in ("cumsum", "cumprod", "logcumsumexp"):
+        torch._dynamo.reset()
+        fn = SCANS[name]
+        f = torch.compile(fn, backend="kiln", dynamic=True)
+        with compiler.config.patch(strict=True, **small), compiler.capture() as graphs, launch_log() as log:
+            for n in (40, 1000):
+                x = torch.randn(3, n, device=device)
+                x = x / 50 + 1 if name == "cumprod" else x
+                torch.testing.assert_close(f(x), fn(x), rtol=1e-4, atol=1e-4)
+        assert len(graphs) == 1 and graphs[0].fallbacks == []
+        assert [cfg["PERSISTENT"] for _, cfg in log] == [True, False]
 
 
 def test_scans_that_do_not_pay_stay_aten_with_reasons(device):
