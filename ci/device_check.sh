@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, scatter
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
-#  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing)
+#  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
+#  scatter: the scatter family's atomic kernels and scans against eager CUDA, and their numerics cases)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout.
 # Carry the tree to the GPU box as a shallow clone (`git clone -q --depth 1 file://$PWD .kiln/head`), not a
 # `git archive`: bench runs record the commit from git, and an archive inside the checkout records its parent's.
@@ -58,6 +59,9 @@ for stage in "$@"; do
             timeout 400 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
     faults) # issue 21: planted segfault + illegal memory access through the harness; suite time with/without isolation
             timeout 590 bash ci/gpu_faults.sh "$OUT/faults" > "$OUT/$stage.log" 2>&1 ;;
+    scatter) ( timeout 140 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_scatter.py; a=$?
+               timeout 55 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/numerics/test_numerics.py \
+                 -k "embedding_grad or scatter_add or cumsum"; exit $(( a | $? )) ) > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
