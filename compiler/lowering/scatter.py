@@ -4,7 +4,7 @@ reach kiln as ``index_put(..., accumulate=True)``) and scans (``cumsum``, ``cump
 A scatter is three IR steps: a fresh *target* buffer (a copy of ``self`` or a fill, in the *accumulation dtype*:
 fp32 for fp16/bf16, int32 for 8/16-bit integers, as atomics exist for those), a ``Scatter`` that combines the
 sources into it with atomics (``ir.Scatter``), and the result read back, cast to eager's dtype (fused into its
-readers). Out-of-range indices write nothing (eager raises). Float sums (``add``, ``mean``) and last-write-wins
+readers; plain stores keep eager's dtype). Out-of-range indices write nothing (eager raises). Float sums (``add``, ``mean``) and last-write-wins
 stores depend on the order of the writes: with ``torch.use_deterministic_algorithms(True)`` at compile time they
 stay ATen (``FallbackReason`` kind ``determinism``); maxima, minima and integer sums do not.
 """
@@ -31,8 +31,11 @@ aten = torch.ops.aten
 _REDUCE = {"sum": "add", "mean": "add", "amax": "max", "amin": "min"}
 
 
-def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a scatter's target holds (atomics exist for 32/64-bit types only)."""
+def accumulation_dtype(dtype: torch.dtype, reduce: str) -> torch.dtype:
+    """The dtype a scatter's target holds: eager's for plain stores; for atomics (which exist for 32/64-bit types
+    only) fp32 for fp16/bf16 and int32 for 8/16-bit integers."""
+    if reduce == "store":
+        return dtype
     if dtype == torch.bool:
         raise NotLowered("scatter into a bool tensor", kind="dtype")
     if dtype in (torch.int8, torch.int16, torch.uint8):
@@ -122,8 +125,8 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
     dims = [d for d, i in enumerate(indices) if i is not None]
     if not dims:
         raise NotLowered("index_put without an index tensor")
-    acc = accumulation_dtype(out.dtype)
     reduce = "add" if accumulate else "store"
+    acc = accumulation_dtype(out.dtype, reduce)
     _check_determinism("index_put", reduce, acc)
     rank = len(x.size)
     tensors = [indices[d] for d in dims]
@@ -187,7 +190,7 @@ def _scatter_reduce(g: GraphLowering, node, x: Value, dim: int, index: Value, sr
     dim = dim + rank if dim < 0 else dim
     if rank == 0 or len(index.size) != rank:
         raise NotLowered("scatter of a 0-d tensor or an index of another rank")
-    acc = accumulation_dtype(out.dtype)
+    acc = accumulation_dtype(out.dtype, op)
     _check_determinism(f"scatter_reduce({reduce})", op, acc)
     element = _along(g, dim, index, src, x.size)
     b = ScatterBuilder(g, node, acc, x.load)
