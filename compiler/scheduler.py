@@ -182,7 +182,9 @@ class Schedule:
           buffer with role "x" or "xr" (partial sums "col", always stored); a buffer is produced by one item;
         - what an item reads is produced by an earlier item (or the same group), or is an input, constant or
           empty; a group's member another item or the graph's outputs read is stored (values that stay in
-          registers are read inside their group only).
+          registers are read inside their group only);
+        - a scatter or scan group holds its one ``Scatter``/``Scan`` member alone; a scatter's target (whose memory
+          it writes in place) is stored by an earlier group and read by no item but the scatter.
         """
         where = f"schedule of {self.program.name}"
         buffers = self.program.buffers
@@ -199,6 +201,10 @@ class Schedule:
                              f"{where}: group {k}: member {m.buf.name} is not a registered computed buffer")
                     stored[m.buf.name] = m.store
                     made.append(m.buf.name)
+                if item.kind:
+                    want = Scatter if item.kind == "scatter" else Scan
+                    require(len(item.members) == 1 and isinstance(item.members[0].buf.definition, want),
+                             f"{where}: {item.kind} group {k} holds {item.buffer_names}, not one {want.__name__}")
             elif isinstance(item, (ExternCall, SubgraphCall)):
                 made = list(dict.fromkeys(_step_outputs(item)))  # an ``out=`` buffer is also the result
             else:
@@ -216,6 +222,15 @@ class Schedule:
                 require(j <= k, f"{where}: item {k} reads {name} before item {j} produces it")
                 require(j == k or stored.get(name, True),
                          f"{where}: item {k} reads {name}, which group {j} keeps in registers (not stored)")
+        targets = {m.buf.definition.target: k for k, g in enumerate(self.items) if isinstance(g, KernelGroup)
+                   for m in g.members if isinstance(m.buf.definition, Scatter)}
+        for k, item in enumerate(self.items):
+            for name in _scheduled_reads(item):
+                require(targets.get(name, k) == k, f"{where}: item {k} reads {name}, which the scatter of item "
+                                                   f"{targets.get(name)} overwrites in place")
+        for name, k in targets.items():
+            require(producer.get(name, k) < k, f"{where}: the target {name} of the scatter of item {k} is not made "
+                                               "before it")
         for v in _iter_values(self.program.outputs):
             if isinstance(v, Strided):
                 name = v.buffer.name

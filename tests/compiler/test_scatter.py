@@ -244,6 +244,24 @@ def test_scatter_kernel_stands_alone_and_readers_run_after_it(device):
     assert_lowered(graphs)
 
 
+def test_schedule_verify_catches_a_scatter_sharing_its_kernel_or_running_first():
+    from compiler.exc import InvariantError
+
+    x, v, i = torch.randn(6, 4), torch.randn(9, 4), torch.randint(0, 6, (9,))
+    st = staged(lambda x, i, v: torch.index_put(x * 2, (i,), v, accumulate=True) + 1, x, i, v, upto="schedule")
+    st.schedule.verify()
+    items = st.schedule.items
+    k = next(j for j, it in enumerate(items) if getattr(it, "kind", "") == "scatter")
+    scatter = items[k]
+    scatter.members.append(items[k - 1].members[0])
+    with pytest.raises(InvariantError, match="holds"):
+        st.schedule.verify()
+    scatter.members.pop()
+    items[k - 1], items[k] = items[k], items[k - 1]
+    with pytest.raises(InvariantError, match="before"):
+        st.schedule.verify()
+
+
 def _loads(m):
     from compiler.kexpr import loads
     return loads(m.value)
