@@ -2,11 +2,11 @@
 reach kiln as ``index_put(..., accumulate=True)``) and scans (``cumsum``, ``cumprod``, ``logcumsumexp``).
 
 A scatter is three IR steps: a fresh *target* buffer (a copy of ``self`` or a fill, in the *accumulation dtype*:
-fp32 for fp16/bf16, int32 for 8/16-bit integers, as atomics exist for those), a ``Scatter`` that combines the
-sources into it with atomics (``ir.Scatter``), and the result read back, cast to eager's dtype (fused into its
-readers; plain stores keep eager's dtype). Out-of-range indices write nothing (eager raises). Float sums (``add``, ``mean``) and last-write-wins
-stores depend on the order of the writes: with ``torch.use_deterministic_algorithms(True)`` at compile time they
-stay ATen (``FallbackReason`` kind ``determinism``); maxima, minima and integer sums do not.
+fp32 for fp16/bf16, int32 for 8/16-bit integers, as atomics exist for those; plain stores keep eager's dtype), a
+``Scatter`` that combines the sources into it with atomics (``ir.Scatter``), and the result read back, cast to
+eager's dtype (fused into its readers). Out-of-range indices write nothing (eager raises). Float sums (``add``,
+``mean``) and racing stores depend on the order of the writes: with ``torch.use_deterministic_algorithms(True)``
+at compile time they stay ATen (``FallbackReason`` kind ``determinism``); maxima, minima and integer sums do not.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Callable, Optional, Sequence
 import sympy
 import torch
 
+from ..contract import broadcast_index
 from ..dtypes import compute_dtype
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
-from ..ir import (ComputedBuffer, Index, Layout, Lazy, Pointwise, Scan, Scatter, Strided, Value, contiguous_strides,
-                  is_dense, sym)
+from ..ir import (ComputedBuffer, Index, Layout, Lazy, Pointwise, Scan, Scatter, Strided, Value, _size_hints,
+                  contiguous_strides, is_dense, sym)
 from ..kexpr import Const, IndexValue, KExpr, Op, cast
 from .indexing import _wrap, broadcast_sizes
-from ..contract import broadcast_index
 
 aten = torch.ops.aten
 
@@ -45,8 +45,8 @@ def accumulation_dtype(dtype: torch.dtype, reduce: str) -> torch.dtype:
 
 def _check_determinism(op: str, reduce: str, acc: torch.dtype) -> None:
     """Order-dependent writes stay ATen when deterministic algorithms are asked for (at compile time)."""
-    if torch.are_deterministic_algorithms_enabled() and (reduce == "store" or acc.is_floating_point and
-                                                         reduce == "add"):
+    if torch.are_deterministic_algorithms_enabled() and (reduce == "store" or (acc.is_floating_point and
+                                                                               reduce == "add")):
         raise NotLowered(f"{op} with deterministic algorithms on: atomic float sums and racing stores are "
                          "order-dependent", kind="determinism")
 
@@ -79,7 +79,7 @@ class ScatterBuilder:
     """The steps of one scatter into a buffer shaped like ``node``'s result, in ``acc`` dtype."""
 
     def __init__(self, g: GraphLowering, node, acc: torch.dtype, init: Callable[[Index], KExpr]) -> None:
-        self.g, self.node, self.acc = g, node, acc
+        self.g, self.acc = g, acc
         self.layout = _layout(node, acc)
         size = self.layout.size
         target = ComputedBuffer(g.new_name(), self.layout, Pointwise(size, lambda i: cast(init(i), acc), acc))
@@ -108,8 +108,6 @@ def _result(out_dtype: torch.dtype, acc: Strided, fn: Optional[Callable[[Index],
         return acc
     load = fn or acc.load
     return Lazy(acc.size, out_dtype, acc.device, lambda idx: cast(load(idx), out_dtype), 1)
-
-
 
 
 # ------------------------------------------------------------------------------------------ index_put
@@ -290,7 +288,6 @@ def _hint(n: sympy.Expr) -> Optional[int]:
     """A scan length, or its example value when symbolic (None when unknown)."""
     if n.is_number:
         return int(n)
-    from ..ir import _size_hints
     hints = _size_hints()
     v = n.subs({s: hints[s] for s in n.free_symbols if s in hints})
     return int(v) if v.is_number else None
