@@ -309,6 +309,21 @@ def test_embedding_training_step_has_no_fallback(dtype, device):
     assert torch.all(model.word.weight.grad[0] == 0)
 
 
+def test_embedding_backward_scaled_by_frequency(device):
+    """``scale_grad_by_freq``: the decomposition counts each id with a second accumulating index_put"""
+    emb = nn.Embedding(20, 8, scale_grad_by_freq=True, padding_idx=3).to(device)
+    ref = nn.Embedding(20, 8, scale_grad_by_freq=True, padding_idx=3).to(device)
+    ref.load_state_dict(emb.state_dict())
+    ids = torch.tensor([[1, 1, 3, 5], [5, 5, 5, 0]], device=device)
+    torch._dynamo.reset()
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        torch.compile(lambda i: emb(i).pow(2).sum(), backend="kiln")(ids).backward()
+    ref(ids).pow(2).sum().backward()
+    torch.testing.assert_close(emb.weight.grad, ref.weight.grad)
+    assert_lowered(graphs)
+    assert len(scatter_kernels(graphs)) == 2
+
+
 # ------------------------------------------------------------------------------------------- scans
 SCANS = {"cumsum": lambda x: x.cumsum(-1), "cumprod": lambda x: x.cumprod(-1),
          "logcumsumexp": lambda x: x.logcumsumexp(-1), "cumsum_dim0_of_1d": lambda x: x.flatten().cumsum(0),
