@@ -200,10 +200,13 @@ def _scatter_reduce(g: GraphLowering, node, x: Value, dim: int, index: Value, sr
         count = cnt.scatter(index.size, "add", _replaced(element, value=Const(1, acc)))
         div = "truediv" if acc.is_floating_point else "floordiv"
 
+        def wrapped(v: KExpr) -> KExpr:  # eager sums and counts 8/16-bit integers in their own dtype
+            return v if out.dtype == acc else cast(cast(v, out.dtype, explicit=True), acc)
+
         def mean(idx: Index) -> KExpr:
-            n = count.load(idx)
+            n = wrapped(count.load(idx))
             n = Op("where", [Op("eq", [n, Const(0, acc)], torch.bool), Const(1, acc), n], acc)
-            return Op(div, [res.load(idx), n], acc)
+            return Op(div, [wrapped(res.load(idx)), n], acc)
 
         return _result(out.dtype, res, mean)
     if op in ("max", "min") and acc.is_floating_point:

@@ -131,6 +131,20 @@ def test_scatter_reduce_matches_eager(reduce, include_self, dtype, device):
     assert_lowered(graphs)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16], ids=["i8", "u8", "i16"])
+def test_narrow_integer_sums_wrap_like_eager(dtype, device):
+    """8/16-bit integers accumulate in int32 atomics; sums and means overflow (wrap) as eager's own-dtype ones do."""
+    x = torch.tensor([100, 5, 120], dtype=dtype, device=device)
+    src = torch.tensor([100, 90, 7, 120, 120], dtype=dtype, device=device)
+    index = torch.tensor([0, 0, 1, 2, 2], device=device)
+    for reduce in ("sum", "mean"):
+        for include_self in (True, False):
+            fn = lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self)  # noqa: E731
+            out, graphs = run(fn, x, index, src)
+            assert torch.equal(out, fn(x, index, src)), (reduce, include_self)
+            assert_lowered(graphs)
+
+
 def test_scatter_reduce_amax_propagates_nan(device):
     x = torch.tensor([[1.0, float("nan"), 3.0]], device=device)
     src = torch.tensor([[float("nan"), 5.0, 2.0], [4.0, 0.0, 9.0]], device=device)
