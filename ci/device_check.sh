@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
+#   scatter
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -9,7 +10,8 @@
 #  cgtrain (issue 24, at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
 #  cases past $CGTRAIN_BUDGET_S=200 s are deferred: rerun the models line with --resume) under every arm with
 #  kernel ms, fallbacks, unrecorded graphs and memory into $OUT/cgtrain, the memory check of one row by hand, and a
-#  kiln-cg profile of the GPT-2-style CI-size training step with its host gaps)
+#  kiln-cg profile of the GPT-2-style CI-size training step with its host gaps;
+#  scatter: the scatter family's atomic kernels and scans against eager CUDA, and their numerics cases)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout.
 # Carry the tree to the GPU box as a shallow clone (`git clone -q --depth 1 file://$PWD .kiln/head`), not a
 # `git archive`: bench runs record the commit from git, and an archive inside the checkout records its parent's.
@@ -70,6 +72,9 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                  --results "$OUT/no-gpu"; echo "no GPU given: exit $? (expected 2)"; } > "$OUT/$stage.log" 2>&1 ;;
     faults) # issue 21: planted segfault + illegal memory access through the harness; suite time with/without isolation
             timeout 590 bash ci/gpu_faults.sh "$OUT/faults" > "$OUT/$stage.log" 2>&1 ;;
+    scatter) ( timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_scatter.py; a=$?
+               timeout 45 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/numerics/test_numerics.py \
+                 -k "embedding_grad or scatter_add or cumsum"; exit $(( a | $? )) ) > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
                  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \

@@ -7,7 +7,8 @@ Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrappe
 - allocations -> ``torch.empty_strided`` (Dynamo's C allocator where there is one); views -> ``reinterpret_tensor``
   (``as_strided`` in C, a fifth of the aten op's host time);
 - kernel launches -> ``call_module`` of a ``TritonKernel``; extern kernels -> ``torch.mm(..., out=buf)`` (the
-  ``torch`` function of the ``.out`` overload, ``EXTERN_FUNCTIONS``: half the host time of the OpOverload);
+  ``torch`` function of the ``.out`` overload, ``EXTERN_FUNCTIONS``: half the host time of the OpOverload); a
+  scatter kernel writes into the allocation of its target (a copy or fill made by the kernel before it);
   fallbacks -> the ATen overload itself, or for the heavy common ones (convolution, attention) the ``torch``
   function of the same schema (``FALLBACK_FUNCTIONS``), multi-output -> ``getitem``; cond/while -> the
   higher-order op with ``get_attr`` subgraphs.
@@ -336,6 +337,9 @@ class WrapperBuilder:
         return Wrapper(gm, self.schedule, self.kernels)
 
     def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
+        if group.kind == "scatter":  # writes into its target's memory, which becomes the scattered buffer
+            m = group.members[0]
+            self.nodes[m.buf.name] = self.nodes[m.buf.definition.target]
         for m in group.members + group.partials:
             if m.store and m.buf.name not in self.nodes:
                 self.allocate(m.buf)
