@@ -5,9 +5,8 @@ Terms:
   driver      the host's GPU driver, seen from its tools and device files: NVIDIA's `nvidia-smi -L` (one line per
               GPU: `GPU 0: NVIDIA H100 ... (UUID: GPU-...)`); AMD's `/dev/kfd` plus the GPUs that `rocm-smi` lists,
               else the render nodes `/dev/dri/renderD*`.
-  visible     the GPUs this job may use: the driver's GPUs narrowed by CUDA_VISIBLE_DEVICES (cuda) or
-              HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES (rocm, first one set), as a runner
-              agent per GPU sets them. Like the CUDA runtime, the list stops at its first entry that names no GPU.
+  visible     the GPUs this job may use: the runner's visible set as every run reads it (`harness.gpus`), in
+              the driver's names. Like the CUDA runtime, the list stops at its first entry that names no GPU.
   need        how many visible GPUs the job needs (1; `--shards N --gpus-per-shard K`: N*K).
   free disk   free bytes at the docker daemon's root (container mode: images and layers) and at the results
               folder, against settings().min_free_gb (KILN_MIN_FREE_GB; unset: MIN_FREE_GB by backend) and
@@ -36,8 +35,6 @@ from harness.settings import settings
 GB = 1024 ** 3
 MIN_FREE_GB = {"cpu": 5.0, "cuda": 20.0, "rocm": 30.0}  # at the docker root; unknown backends: the largest
 RESULTS_MIN_FREE_GB = 1.0
-VISIBLE_VARS = {"cuda": ("CUDA_VISIBLE_DEVICES",),
-                "rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")}
 _NVIDIA_LINE = re.compile(r"^GPU (\d+):.*?(?:\(UUID: ([^)]+)\))?\s*$")
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -116,28 +113,31 @@ def amd_gpus(run: Runner = _run, dev: Path = Path("/dev")) -> list[Gpu]:
 
 
 def visible(backend: str, gpus: Sequence[Gpu], env: Mapping[str, str]) -> list[str]:
-    """The GPU ids this job may use (module docstring): the first visible-devices variable set, up to its first
-    entry that names no GPU (an index or a UUID, or its prefix); none set: every GPU."""
-    for name in VISIBLE_VARS.get(backend, ()):
-        raw = env.get(name)
-        if raw is None:
-            continue
-        out = []
-        for entry in (e.strip() for e in raw.split(",")):
-            uuid = entry.startswith(("GPU-", "MIG-"))
-            if not any(entry == g.index or (uuid and g.uuid.startswith(entry)) for g in gpus):
-                break
-            out.append(entry)
-        return out
-    return [g.index for g in gpus]
+    """The GPU ids this job may use, as the host's driver names them: the runner's visible set as every run
+    reads it (`harness.gpus.visible`: HIP's ids index ROCR's list; a variable naming no GPU is an error), then,
+    like the CUDA runtime, cut at its first id that names no GPU of the driver (an index, a UUID or its prefix);
+    none set: every GPU."""
+    from harness import gpus as runner_gpus
+
+    kind = runner_gpus.NVIDIA if backend == "cuda" else runner_gpus.AMD
+    host = runner_gpus.visible(kind, env).host
+    if host is None:
+        return [g.index for g in gpus]
+    out = []
+    for entry in host:
+        uuid = entry.startswith(("GPU-", "MIG-"))
+        if not any(entry == g.index or (uuid and g.uuid.startswith(entry)) for g in gpus):
+            break
+        out.append(entry)
+    return out
 
 
 def visible_hint(backend: str, env: Mapping[str, str]) -> str:
     """` (CUDA_VISIBLE_DEVICES=...)`: the variable that narrowed the GPUs, for the message; "" when none."""
-    for name in VISIBLE_VARS.get(backend, ()):
-        if env.get(name) is not None:
-            return f" ({name}={env[name]!r})"
-    return ""
+    from harness import gpus as runner_gpus
+
+    v = runner_gpus.visible(runner_gpus.NVIDIA if backend == "cuda" else runner_gpus.AMD, env)
+    return f" ({v.source}={env[v.source]!r})" if v.ids is not None else ""
 
 
 def driver_gpus(b: Backend, run: Runner = _run, dev: Path = Path("/dev")) -> list[Gpu]:

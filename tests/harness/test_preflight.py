@@ -13,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.exc import HarnessError
+
 from harness import matrix
 from harness.checks import preflight
 from harness.exc import EXIT_INFRA, PreflightError
@@ -82,10 +84,8 @@ def test_a_failing_nvidia_smi_quotes_its_last_line(path_with):
 @pytest.mark.parametrize("value, want", [
     ("1,3", ["1", "3"]),          # a runner agent given two GPUs
     ("2", ["2"]),                 # one runner agent per GPU
-    ("", []),                     # set but empty: no GPU at all
     ("0,7,1", ["0"]),             # the list stops at its first id that names no GPU (as the CUDA runtime reads it)
     ("GPU-3abc", ["GPU-3abc"]),   # a UUID prefix
-    ("-1", []),
 ])
 def test_cuda_visible_devices_narrow_the_gpus(value, want):
     gpus = [preflight.Gpu(str(i), f"GPU-{i}abc-{i}") for i in range(4)]
@@ -93,12 +93,21 @@ def test_cuda_visible_devices_narrow_the_gpus(value, want):
     assert preflight.visible("cuda", gpus, {}) == ["0", "1", "2", "3"]
 
 
-def test_rocm_reads_hip_then_rocr_then_cuda_visible_devices():
+@pytest.mark.parametrize("value", ["", "-1"])
+def test_a_visible_devices_variable_naming_no_gpu_is_an_error_as_in_every_run(value):
+    gpus = [preflight.Gpu(str(i), f"GPU-{i}abc-{i}") for i in range(4)]
+    with pytest.raises(HarnessError, match="names no GPU"):
+        preflight.visible("cuda", gpus, {"CUDA_VISIBLE_DEVICES": value})
+
+
+def test_rocm_reads_the_visible_set_as_runs_do_hip_indexing_rocr():
     gpus = [preflight.Gpu(str(i)) for i in range(8)]
-    env = {"HIP_VISIBLE_DEVICES": "5", "ROCR_VISIBLE_DEVICES": "1,2", "CUDA_VISIBLE_DEVICES": "0,1,2"}
-    assert preflight.visible("rocm", gpus, env) == ["5"]
+    env = {"HIP_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "5,2", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert preflight.visible("rocm", gpus, env) == ["2"]  # HIP's 1 is ROCR's second GPU: the host's GPU 2
     env.pop("HIP_VISIBLE_DEVICES")
-    assert preflight.visible("rocm", gpus, env) == ["1", "2"]
+    assert preflight.visible("rocm", gpus, env) == ["5", "2"]  # HIP reads CUDA_VISIBLE_DEVICES too, over ROCR's list
+    env.pop("CUDA_VISIBLE_DEVICES")
+    assert preflight.visible("rocm", gpus, env) == ["5", "2"]
     assert preflight.visible("rocm", gpus, {"CUDA_VISIBLE_DEVICES": "3"}) == ["3"]
 
 
