@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")
 
 
+ALL_GPUS = {"cuda": commands.GpuAccess("nvidia", None),  # what harness.gpus gives a runner given every GPU
+            "rocm": commands.GpuAccess("amd", None, groups=(44, 109))}
+
+
 def _run_argv(backend: str) -> list[str]:
     b = M.backend(backend)
+    if backend in ALL_GPUS:
+        b = commands.with_gpus(b, ALL_GPUS[backend])
     inner = commands.pytest_argv(["tests/numerics"], junit="/results/numerics.xml", test_timeout_s=b.timeouts.test_s)
     return commands.container_argv(b, "kiln-x:abc", inner, src="/repo", env=commands.suite_env(M, b),
                                  results="/out", name="kiln-x-1", docker="/usr/bin/docker")
@@ -51,7 +57,7 @@ def test_container_run_isolation(backend):
 def test_gpu_flags_per_backend():
     cuda, rocm, cpu = _run_argv("cuda"), _run_argv("rocm"), _run_argv("cpu")
     assert _pairs(cuda, "--gpus") == ["all"]
-    assert "--device=/dev/kfd" in rocm and "--device=/dev/dri" in rocm and _pairs(rocm, "--group-add") == ["video"]
+    assert "--device=/dev/kfd" in rocm and "--device=/dev/dri" in rocm and _pairs(rocm, "--group-add") == ["44", "109"]
     assert "--gpus" not in rocm and "--gpus" not in cpu and not any(a.startswith("--device") for a in cpu)
     assert dict(e.split("=", 1) for e in _pairs(cpu, "--env"))["TRITON_INTERPRET"] == "1"
     # GPU flags come before the image name, never after it

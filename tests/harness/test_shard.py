@@ -417,12 +417,13 @@ def test_a_container_run_on_a_runner_given_one_gpu_uses_only_it(tmp_path, monkey
     container (environment capture, suites) gets that GPU alone, renumbered 0, and the record and repro line
     say so (docker faked)."""
     from harness import envinfo
-    from harness.checks import health
+    from harness.checks import health, preflight
     from harness.images import image
     from harness.suites import runner, steps
 
     root = make_project(tmp_path)
     uuid = "GPU-0f0e0d0c-0b0a-0908-0706-050403020100"
+    monkeypatch.setattr(preflight, "check", lambda b, **kw: preflight.Report(b.name))  # no driver here
     monkeypatch.setenv("KILN_ROOT", str(root))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
     monkeypatch.setattr(health, "require_host_devices", lambda b: None)
