@@ -302,12 +302,12 @@ def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Opti
     return GraphFacts.of(gm, saved_from)
 
 
-#: ``torch.compile`` modes -> the settings they stand for (Inductor's names; kiln has no autotuning yet)
+#: ``torch.compile`` modes -> the settings they stand for (Inductor's names)
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
     "reduce-overhead": {"cudagraphs": True},
-    "max-autotune": {"cudagraphs": True},
-    "max-autotune-no-cudagraphs": {},
+    "max-autotune": {"cudagraphs": True, "autotune": True},
+    "max-autotune-no-cudagraphs": {"autotune": True},
 }
 
 
