@@ -28,6 +28,7 @@ import logging
 import os
 from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 
 from .. import config
@@ -129,8 +130,60 @@ def time_config(kernel: Any, args: tuple, cfg: dict, timer: Callable[[Callable[[
     if kernel._fn is None:
         kernel._fn = cache.load_kernel(kernel.source, kernel.name)
     grid = (kernel.programs or cdiv(xnumel, cfg["XBLOCK"]),)
-    launch = kernel._fn[grid]
-    return timer(lambda: launch(*args, **cfg), cfg)
+    jit = kernel._fn[grid]
+    on_cpu = not any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in args)
+    own = None if on_cpu or config.interpreting() else _own_launch(kernel, args, cfg, grid[0])
+    if own is not None:
+        return timer(own, cfg)
+
+    def launch() -> None:
+        if on_cpu:  # the interpreter: masked-off lanes may divide by zero, as in the launcher
+            with np.errstate(all="ignore"):
+                jit(*args, **cfg)
+        else:
+            jit(*args, **cfg)
+
+    return timer(launch, cfg)
+
+
+def _own_launch(kernel: Any, args: tuple, cfg: dict, grid0: int) -> Optional[Callable[[], None]]:
+    """A launch through kiln's own compile of this config (``gpu_compile.compile_launch``: it waits for the
+    worker job ``_submit`` sent, so candidates compile in parallel), as the launcher's fast path calls it; None
+    where that path does not apply (Triton's JIT then compiles the candidate)."""
+    device = next(a.device for a in args if isinstance(a, torch.Tensor))
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    compiled = gpu_compile.compile_launch(kernel.name, cache.source_path(kernel.source), kernel._fn, args, cfg, index)
+    if compiled is None:
+        return None
+    consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
+    stream = torch._C._cuda_getCurrentRawStream(index)
+    run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+
+    def launch() -> None:
+        run(grid0, 1, 1, stream, function, metadata, None, None, None, *args, *consts)
+
+    return launch
+
+
+def _submit(kernel: Any, args: tuple, cands: list[dict]) -> int:
+    """Send every candidate's compile to the compile workers at once (GPU, pool on); returns how many."""
+    from . import compile_jobs, precompile
+
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+    if device is None or device.type != "cuda" or not precompile.enabled():
+        return 0
+    sent = 0
+    try:
+        target = gpu_compile.device_target(device.index if device.index is not None else torch.cuda.current_device())
+        path = cache.source_path(kernel.source)
+        for cfg in cands:
+            req = gpu_compile.make_request(kernel.name, path, kernel._fn.arg_names, args, cfg, target)
+            if not compile_jobs.has(req.key) and not gpu_compile.on_disk(req, kernel._fn):
+                precompile.submit(req)
+                sent += 1
+    except Exception as e:  # noqa: BLE001 - an optimization: candidates then compile one by one
+        log.debug("kiln: autotune compiles of %s not sent to workers: %s: %s", kernel.name, type(e).__name__, e)
+    return sent
 
 
 def gpu_timer(fn: Callable[[], Any], cfg: dict) -> float:
@@ -181,8 +234,12 @@ def _tune(kernel: Any, cfg: dict, args: tuple) -> Optional[dict]:
             o.copy_(s)
 
     best, best_t, timed = None, float("inf"), []
+    cands = candidates(cfg, kernel.hint, kernel.programs)
+    if kernel._fn is None:
+        kernel._fn = cache.load_kernel(kernel.source, kernel.name)
+    _submit(kernel, args, cands)
     try:
-        for cand in candidates(cfg, kernel.hint, kernel.programs):
+        for cand in cands:
             restore()
             try:
                 t = time_config(kernel, args, cand, timer)
