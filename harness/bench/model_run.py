@@ -109,6 +109,7 @@ class ModelBenchConfig:
     compile_timeout_s: float = 900.0  # compile + first step, in process and in each subprocess
     budget_s: float | None = None  # stop starting cases past this (see run_models)
     compile_only: bool = False  # only the cold/warm subprocesses of `compile_times` (phase "compile")
+    autotune_times: bool = False  # also autotuned compile s of `compile_times` (compile_times.autotuned_meta)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -468,6 +469,10 @@ class ModelExecutor(CaseExecutor[Prepared]):
         res.compile_s, res.meta["compile_warm_s"], err = compile_times(case, res.compiler, self.cfg)
         if err:
             res.meta["compile_probe_error"] = err
+        elif self.cfg.autotune_times:
+            from .compile_times import autotuned_meta
+
+            res.meta.update(autotuned_meta(case, res.compiler, self.cfg))
         return err
 
     def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
@@ -737,6 +742,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             if args.compile_times in ("", "none")
             else [c.strip() for c in args.compile_times.split(",") if c.strip()]
         )
+    kw["autotune_times"] = bool(getattr(args, "autotune_times", False))
     compilers, notes = check_compilers([c.strip() for c in args.compilers.split(",") if c.strip()], device)
     if args.compile_only:  # the compilers are those of --compile-times; eager has no compile time
         if not kw["compile_times"]:
