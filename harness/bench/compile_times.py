@@ -150,7 +150,7 @@ def table(rows: list[CompileTimes]) -> list[str]:
 
 def report_lines(results: list[Any]) -> list[str]:
     """The model tier report's section for results carrying ``autotuned_meta`` (none: no lines)."""
-    rows = [CompileTimes(r.case, r.compiler, r.compile_s, r.meta.get("compile_warm_s"),
+    rows = [CompileTimes(r.workload, r.compiler, r.compile_s, r.meta.get("compile_warm_s"),
                          r.meta.get("compile_autotune_s"), r.meta.get("compile_autotune_warm_s"),
                          r.meta.get("probe_step_s"), r.meta.get("probe_autotune_step_s"),
                          r.meta.get("compile_autotune_error", ""))
@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="tiny or gpu (default: gpu on CUDA, else tiny)")
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     ap.add_argument("--no-autotune", action="store_true", help="cold and warm only")
-    ap.add_argument("--budget-s", type=float, default=None, help="start no measurement past this many seconds")
+    ap.add_argument("--budget-s", type=float, default=None, help="start no case past this many seconds")
+    ap.add_argument("--timeout-s", type=float, default=900.0, help="compile limit of one probe (it gets 120 s more)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--md", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -187,25 +188,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for line in problems.values():
         print(f"note: {line}", file=sys.stderr)
-    cfg = ModelBenchConfig(device=device, profile=profile, compilers=compilers)
+    cfg = ModelBenchConfig(device=device, profile=profile, compilers=compilers, compile_timeout_s=args.timeout_s)
+    note = ([f"Device {device}: kernels run through Triton's interpreter; autotuning is a no-op there and step "
+             "times are the interpreter's (pipeline check only)."] if device == "cpu" else [])
     rows: list[CompileTimes] = []
     start = time.monotonic()
     for case in runnable:
+        if args.budget_s is not None and time.monotonic() - start > args.budget_s:
+            print(f"note: budget of {args.budget_s:.0f}s spent; {case.name} not measured", file=sys.stderr)
+            continue
         for c in compilers:  # side by side: each case's compilers one after the other
-            if args.budget_s is not None and time.monotonic() - start > args.budget_s:
-                print(f"note: budget of {args.budget_s:.0f}s spent; {case.name} {c} not measured", file=sys.stderr)
-                continue
             rows.append(measure(case, c, cfg, autotune=not args.no_autotune))
             print(table(rows[-1:])[2], flush=True)
-    text = "\n".join(table(rows)) + "\n"
-    print(text)
+            _write(args, rows, note)  # after every row: a stage killed at its time limit keeps what it measured
+    print("\n".join(table(rows) + note))
+    return 0 if rows and not any(r.error for r in rows) else 1
+
+
+def _write(args: argparse.Namespace, rows: list[CompileTimes], note: list[str]) -> None:
     if args.md:
         args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text(text)
+        args.md.write_text("\n".join(table(rows) + ([""] + note if note else [])) + "\n")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-    return 0 if rows and not any(r.error for r in rows) else 1
 
 
 if __name__ == "__main__":
