@@ -193,6 +193,17 @@ def graph_key(gm: fx.GraphModule, example_inputs: Any, role: str, extra: Any = N
     """The cache key of compiling ``gm`` in ``role`` with these example inputs under the active settings
     (``extra``: anything else the passes read, such as the saved-activation slice). ``Unsupported`` when the
     graph cannot be keyed (then it is not cached)."""
+    with _real_tensors():  # the compiler runs under AOTAutograd's FakeTensorMode; constants are read for real
+        return _graph_key(gm, example_inputs, role, extra)
+
+
+def _real_tensors() -> Any:
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
+def _graph_key(gm: fx.GraphModule, example_inputs: Any, role: str, extra: Any) -> str:
     fp = _Fingerprint()
     s = config.settings()
     settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in NOT_IN_KEY}
@@ -295,7 +306,8 @@ def load(key: str, name: str, gm: fx.GraphModule) -> Optional[tuple[Any, Optiona
     if payload is None:
         return None
     try:
-        out = decode_entry(payload, key, name, gm)
+        with _real_tensors():
+            out = decode_entry(payload, key, name, gm)
     except Exception as e:  # noqa: BLE001 - a damaged or foreign entry is a miss; the compile replaces it
         log.info("kiln: graph cache: entry %s ignored (%s: %s)", os.path.basename(path), type(e).__name__, e)
         return None
@@ -305,7 +317,8 @@ def load(key: str, name: str, gm: fx.GraphModule) -> Optional[tuple[Any, Optiona
 
 def store(key: str, cg: Any, moved_strides: Optional[list]) -> None:
     """Write the entry of ``key`` and keep the folder under its size bound (``Unsupported``: not storable)."""
-    payload = encode_entry(key, cg, moved_strides)
+    with _real_tensors():
+        payload = encode_entry(key, cg, moved_strides)
     cache.write_entry(_path(key), payload)
     cache.evict(folder(), SUFFIX, config.settings().cache_max_mb << 20)
 
@@ -322,8 +335,9 @@ def compile_cached(gm: fx.GraphModule, example_inputs: Any, role: str, name: str
         key = graph_key(gm, example_inputs, role, extra)
     except Exception as e:  # noqa: BLE001 - an unkeyable graph is compiled as before
         gpu_compile.count(graph_misses=1)
-        _skip(name, f"no key ({type(e).__name__}: {e})")
-        return compile_fn()
+        cg, moved = compile_fn()
+        _skip(name, f"no key ({type(e).__name__}: {e})", cg)
+        return cg, moved
     hit = load(key, name, gm)
     if hit is not None:
         hit[0].cache = "hit"

@@ -253,3 +253,24 @@ def test_cache_command_info_and_clear(gc_dir, capsys):
     assert main(["cache", "clear", "--only", "bogus"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "bogus" in err
+
+
+def test_constants_are_stored_with_their_bytes_and_layout(gc_dir):
+    def f(x):
+        return x * torch.tensor([1.0, 2.0, 3.0]) + 1
+
+    x = torch.randn(4, 3)
+    _, first, _ = _compile_run(f, x)
+    compiled, second, out = _compile_run(f, x)
+    assert [g.cache for g in second] == ["hit"] and _close(out, f(x))
+    (name, want), = dict(first[0].wrapper.named_buffers()).items()
+    have = dict(second[0].wrapper.named_buffers())[name]
+    assert torch.equal(have, want)
+    base = torch.arange(24.0).reshape(4, 6)
+    view = base[1:, ::2]  # offset and strides of a view: kept, over a copy of its whole storage
+    gm = torch.fx.symbolic_trace(torch.nn.Identity())
+    gm.register_buffer("c", view)
+    blobs: list[bytes] = []
+    back = fx_codec.decode_attr(fx_codec.encode_attr(gm.c, blobs), blobs)
+    assert torch.equal(back, view) and back.stride() == view.stride()
+    assert back.storage_offset() == view.storage_offset()
