@@ -60,7 +60,7 @@ for stage in "$@"; do
             timeout 590 bash ci/gpu_faults.sh "$OUT/faults" > "$OUT/$stage.log" 2>&1 ;;
     warmcache) # issue 25: cold, warm (kiln's graph cache, kernels on disk) and autotuned compile s in fresh processes,
             # kiln and inductor side by side per row ($WARMCACHE_ONLY); table in $OUT/warmcache.md
-            timeout 400 python3 -m harness.bench.compile_times --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.gpt2.train.fp32,model.bert.infer.bf16}" \
+            timeout 400 python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.gpt2.train.fp32,model.bert.infer.bf16}" \
                 --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --budget-s "${WARMCACHE_BUDGET_S:-200}" --timeout-s 150 \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;

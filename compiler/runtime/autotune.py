@@ -97,9 +97,8 @@ def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, 
 
 
 def bucket(xnumel: int, rnumel: int) -> tuple[int, int]:
-    from .launcher import next_pow2
-
-    return next_pow2(xnumel), next_pow2(rnumel)
+    """(next power of two of ``xnumel``, of ``rnumel``)."""
+    return tuple(1 if n <= 1 else 1 << (int(n) - 1).bit_length() for n in (xnumel, rnumel))  # type: ignore
 
 
 def device_name(device: torch.device) -> str:
@@ -122,14 +121,12 @@ def choice_key(kernel: Any, xnumel: int, rnumel: int, device: torch.device, cfg:
 def time_config(kernel: Any, args: tuple, cfg: dict, timer: Callable[[Callable[[], Any], dict], float]) -> float:
     """Seconds of one launch of ``kernel`` (a ``TritonKernel``) with ``args`` under ``cfg`` (Triton's JIT
     launch: ``cfg`` need not be the one the launcher would pick)."""
-    from .launcher import cdiv
-
     nsizes = len(kernel.size_args)
     ints = args[len(kernel.ptr_args):]
     xnumel = int(ints[nsizes])
     if kernel._fn is None:
         kernel._fn = cache.load_kernel(kernel.source, kernel.name)
-    grid = (kernel.programs or cdiv(xnumel, cfg["XBLOCK"]),)
+    grid = (kernel.programs or (xnumel + cfg["XBLOCK"] - 1) // cfg["XBLOCK"],)
     jit = kernel._fn[grid]
     on_cpu = not any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in args)
     own = None if on_cpu or config.interpreting() else _own_launch(kernel, args, cfg, grid[0])

@@ -1,7 +1,7 @@
 """Cold, warm and autotuned compile times of model cases, each in fresh processes (issue 25).
 
-    python -m harness.bench.compile_times --only PATTERNS [--compilers kiln,inductor] [--profile gpu]
-                                          [--device cuda] [--no-autotune] [--budget-s S] [--json P] [--md P]
+    python -m harness.bench.warmcache --only PATTERNS [--compilers kiln,inductor] [--profile gpu]
+                                      [--device cuda] [--no-autotune] [--budget-s S] [--json P] [--md P]
 
 Terms, per case and compiler (every number from a fresh subprocess: the model tier's compile probe,
 `model_run.probe_command`, which times 3 first steps against 3 steady ones):
@@ -16,22 +16,20 @@ Terms, per case and compiler (every number from a fresh subprocess: the model ti
   autotuned warm one: a rough side-by-side, not the model tier's measured step time.
 
 The model tier calls `autotuned_meta` for its `--autotune-times` compilers and `report_lines` for its
-report; `ci/device_check.sh warmcache` runs this module for 2-3 rows, kiln and Inductor side by side.
+report; `harness/bench/warmcache.py` is the command line (`ci/device_check.sh warmcache`: 2-3 rows, kiln and
+Inductor side by side).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from harness import arms
 
@@ -62,47 +60,54 @@ def autotune_env(compiler: str) -> dict[str, str] | None:
     return AUTOTUNE_ENV.get(backend)
 
 
-def probe(cmd: list[str], environ: dict[str, str], timeout_s: float) -> dict[str, Any]:
+@dataclass
+class Probe:
+    """How to run one compile probe of one case and compiler (the model tier's, ``model_run.compile_probe``):
+    its command, the environment for a cache folder, the tag of its JSON line, where to run it, its limit."""
+
+    command: list[str]
+    environ: Callable[[Path], dict[str, str]]
+    tag: str
+    cwd: str
+    timeout_s: float
+
+
+def probe(p: Probe, environ: dict[str, str]) -> dict[str, Any]:
     """The JSON line of one compile probe (``compile_s``, ``steady_s``...), or ``{"error": one line}``."""
-    from .model_run import PROBE_TAG, REPO
-
     try:
-        p = subprocess.run(cmd, env=environ, cwd=str(REPO), capture_output=True, text=True, timeout=timeout_s,
-                           check=False)
+        done = subprocess.run(p.command, env=environ, cwd=p.cwd, capture_output=True, text=True,
+                              timeout=p.timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return {"error": f"probe took longer than {timeout_s:.0f}s"}
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(PROBE_TAG):
-            return json.loads(line[len(PROBE_TAG):])
-    tail = [ln.strip() for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
-    return {"error": f"probe exit {p.returncode}: {tail[-1][:200] if tail else 'no output'}"}
+        return {"error": f"probe took longer than {p.timeout_s:.0f}s"}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(p.tag):
+            return json.loads(line[len(p.tag):])
+    tail = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+    return {"error": f"probe exit {done.returncode}: {tail[-1][:200] if tail else 'no output'}"}
 
 
-def _pair(case: Any, compiler: str, cfg: Any, extra: dict[str, str]) -> tuple[dict, dict]:
-    """(first, second) probe of ``case`` in two fresh processes sharing new, initially empty cache folders."""
-    from .model_run import _probe_env, probe_command
-
+def _pair(p: Probe, extra: dict[str, str]) -> tuple[dict, dict]:
+    """(first, second) probe in two fresh processes sharing new, initially empty cache folders."""
     folder = Path(tempfile.mkdtemp(prefix="kiln-compile-times-"))
     try:
-        environ = {**_probe_env(folder), **extra}
-        cmd = probe_command(case, compiler, cfg)
-        first = probe(cmd, environ, cfg.compile_timeout_s + 120)
+        environ = {**p.environ(folder), **extra}
+        first = probe(p, environ)
         if "error" in first:
             return first, {}
-        return first, probe(cmd, environ, cfg.compile_timeout_s + 120)
+        return first, probe(p, environ)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def measure(case: Any, compiler: str, cfg: Any, autotune: bool = True) -> CompileTimes:
+def measure(case: str, compiler: str, p: Probe, autotune: bool = True) -> CompileTimes:
     """Cold and warm, then (when ``autotune`` and the compiler can) autotuned cold and warm compile s."""
-    out = CompileTimes(case.name, compiler)
-    first, second = _pair(case, compiler, cfg, {})
+    out = CompileTimes(case, compiler)
+    first, second = _pair(p, {})
     out.cold_s, out.warm_s, out.step_s = first.get("compile_s"), second.get("compile_s"), second.get("steady_s")
     errors = [f"{what}: {d['error']}" for what, d in (("cold", first), ("warm", second)) if "error" in d]
     extra = autotune_env(compiler)
     if autotune and extra is not None and not errors:
-        first, second = _pair(case, compiler, cfg, extra)
+        first, second = _pair(p, extra)
         out.autotune_s, out.autotune_warm_s = first.get("compile_s"), second.get("compile_s")
         out.autotune_step_s = second.get("steady_s")
         errors += [f"{what}: {d['error']}" for what, d in (("autotuned", first), ("autotuned warm", second))
@@ -111,10 +116,10 @@ def measure(case: Any, compiler: str, cfg: Any, autotune: bool = True) -> Compil
     return out
 
 
-def autotuned_meta(case: Any, compiler: str, cfg: Any) -> dict[str, Any]:
+def autotuned_meta(case: str, compiler: str, p: Probe) -> dict[str, Any]:
     """The model tier's extra ``Result.meta`` for one case and compiler: autotuned compile s (cold, warm) and
     the probes' steady step s with heuristic and autotuned configs."""
-    t = measure(case, compiler, cfg)
+    t = measure(case, compiler, p)
     meta = {"compile_autotune_s": t.autotune_s, "compile_autotune_warm_s": t.autotune_warm_s,
             "probe_step_s": t.step_s, "probe_autotune_step_s": t.autotune_step_s}
     if t.error:
@@ -158,61 +163,3 @@ def report_lines(results: list[Any]) -> list[str]:
     if not rows:
         return []
     return ["### Compile times: cold, warm, autotuned (fresh processes)", "", *table(rows), ""]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench.compile_times", description=__doc__.splitlines()[0])
-    ap.add_argument("--only", required=True, help="model case patterns (comma-separated), as `bench models`")
-    ap.add_argument("--compilers", default=f"{arms.KILN},{arms.INDUCTOR}")
-    ap.add_argument("--profile", default=None, help="tiny or gpu (default: gpu on CUDA, else tiny)")
-    ap.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
-    ap.add_argument("--no-autotune", action="store_true", help="cold and warm only")
-    ap.add_argument("--budget-s", type=float, default=None, help="start no case past this many seconds")
-    ap.add_argument("--timeout-s", type=float, default=900.0, help="compile limit of one probe (it gets 120 s more)")
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--md", type=Path, default=None)
-    args = ap.parse_args(argv)
-    from harness.exc import UsageError
-
-    from . import models as mdl
-    from .execute import resolve_device
-    from .model_run import ModelBenchConfig
-
-    try:
-        device = resolve_device(args.device)
-        profile = args.profile or ("gpu" if device.startswith("cuda") else "tiny")
-        compilers = [a.name for a in arms.check(arms.split(args.compilers), "model") if a.name != arms.EAGER]
-        runnable, problems = mdl.available(mdl.cases(profile, args.only, device))
-    except (UsageError, arms.UnknownArm) as e:
-        print(f"compile_times: {e}", file=sys.stderr)
-        return 2
-    for line in problems.values():
-        print(f"note: {line}", file=sys.stderr)
-    cfg = ModelBenchConfig(device=device, profile=profile, compilers=compilers, compile_timeout_s=args.timeout_s)
-    note = ([f"Device {device}: kernels run through Triton's interpreter; autotuning is a no-op there and step "
-             "times are the interpreter's (pipeline check only)."] if device == "cpu" else [])
-    rows: list[CompileTimes] = []
-    start = time.monotonic()
-    for case in runnable:
-        if args.budget_s is not None and time.monotonic() - start > args.budget_s:
-            print(f"note: budget of {args.budget_s:.0f}s spent; {case.name} not measured", file=sys.stderr)
-            continue
-        for c in compilers:  # side by side: each case's compilers one after the other
-            rows.append(measure(case, c, cfg, autotune=not args.no_autotune))
-            print(table(rows[-1:])[2], flush=True)
-            _write(args, rows, note)  # after every row: a stage killed at its time limit keeps what it measured
-    print("\n".join(table(rows) + note))
-    return 0 if rows and not any(r.error for r in rows) else 1
-
-
-def _write(args: argparse.Namespace, rows: list[CompileTimes], note: list[str]) -> None:
-    if args.md:
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text("\n".join(table(rows) + ([""] + note if note else [])) + "\n")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -472,7 +472,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
         elif self.cfg.autotune_times:
             from .compile_times import autotuned_meta
 
-            res.meta.update(autotuned_meta(case, res.compiler, self.cfg))
+            res.meta.update(autotuned_meta(case.name, res.compiler, compile_probe(case, res.compiler, self.cfg)))
         return err
 
     def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
@@ -523,6 +523,13 @@ def probe_command(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> 
         "--threads",
         str(torch.get_num_threads()),
     ]
+
+
+def compile_probe(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> Any:
+    """The probe of `case` under `compiler` for `compile_times` (its command, environment, tag and limit)."""
+    from .compile_times import Probe
+
+    return Probe(probe_command(case, compiler, cfg), _probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120)
 
 
 def run_probe(cmd: list[str], environ: dict[str, str], timeout_s: float) -> tuple[float | None, str]:

@@ -7,7 +7,12 @@ import types
 
 from harness.bench import compile_times as ct
 from harness.bench import models as mdl
-from harness.bench.model_run import ModelBenchConfig
+from harness.bench import warmcache
+from harness.bench.model_run import ModelBenchConfig, compile_probe
+
+
+def _probe(case="model.gpt2.infer.fp32"):
+    return compile_probe(mdl.find(case, "tiny", "cpu"), "kiln", ModelBenchConfig(device="cpu"))
 
 
 def test_autotune_env_per_compiler():
@@ -22,13 +27,12 @@ def test_measure_runs_a_cold_warm_pair_then_an_autotuned_pair(monkeypatch):
     answers = iter([{"compile_s": 10.0, "steady_s": 0.02}, {"compile_s": 2.0, "steady_s": 0.020},
                     {"compile_s": 30.0, "steady_s": 0.019}, {"compile_s": 2.5, "steady_s": 0.016}])
 
-    def fake_probe(cmd, environ, timeout_s):
+    def fake_probe(p, environ):
         calls.append((environ.get("KILN_AUTOTUNE"), environ["XDG_CACHE_HOME"]))
         return next(answers)
 
     monkeypatch.setattr(ct, "probe", fake_probe)
-    case = mdl.find("model.gpt2.infer.fp32", "tiny", "cpu")
-    t = ct.measure(case, "kiln", ModelBenchConfig(device="cpu"))
+    t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
     assert (t.cold_s, t.warm_s, t.autotune_s, t.autotune_warm_s) == (10.0, 2.0, 30.0, 2.5)
     assert [c[0] for c in calls] == [None, None, "1", "1"]
     assert calls[0][1] == calls[1][1] != calls[2][1] == calls[3][1]  # warm reuses cold's caches; autotune: fresh
@@ -36,8 +40,8 @@ def test_measure_runs_a_cold_warm_pair_then_an_autotuned_pair(monkeypatch):
 
 
 def test_a_failed_cold_probe_skips_the_rest(monkeypatch):
-    monkeypatch.setattr(ct, "probe", lambda cmd, environ, timeout_s: {"error": "boom"})
-    t = ct.measure(mdl.find("model.gpt2.infer.fp32", "tiny", "cpu"), "kiln", ModelBenchConfig(device="cpu"))
+    monkeypatch.setattr(ct, "probe", lambda p, environ: {"error": "boom"})
+    t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
     assert t.cold_s is None and t.autotune_s is None and t.error == "cold: boom"
 
 
@@ -55,3 +59,9 @@ def test_table_and_report_lines():
     section = ct.report_lines([result, types.SimpleNamespace(workload="b", compiler="kiln", compile_s=1.0, meta={})])
     assert section[0].startswith("### Compile times") and sum(ln.startswith("| model.a") for ln in section) == 1
     assert ct.report_lines([]) == []
+
+
+def test_warmcache_command_bad_input_is_one_line(capsys):
+    assert warmcache.main(["--only", "no-such-model", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no-such-model" in err
