@@ -203,6 +203,8 @@ def tuned_config(kernel: Any, cfg: dict, args: tuple, xnumel: int, rnumel: int, 
     ``args`` (the written buffers restored around it); ``cfg`` unchanged where tuning does not apply."""
     if xnumel == 0 or not active(device):
         return cfg
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():  # no timing inside a CUDA graph capture
+        return cfg
     key = choice_key(kernel, xnumel, rnumel, device, cfg)
     choice = _choices.get(key)
     if choice is None:
