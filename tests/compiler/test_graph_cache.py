@@ -274,3 +274,20 @@ def test_constants_are_stored_with_their_bytes_and_layout(gc_dir):
     back = fx_codec.decode_attr(fx_codec.encode_attr(gm.c, blobs), blobs)
     assert torch.equal(back, view) and back.stride() == view.stride()
     assert back.storage_offset() == view.storage_offset()
+
+
+def test_a_graph_whose_passes_add_shape_guards_is_not_stored(gc_dir, monkeypatch):
+    from compiler import backend
+
+    def guarding(job):  # a pass that specializes on an input size: a guard Dynamo must keep
+        val = next(n for n in job.gm.graph.nodes if n.op == "placeholder"
+                   and isinstance(n.meta.get("val"), torch.Tensor)).meta["val"]
+        assert isinstance(val.shape[0], torch.SymInt)
+        if val.shape[0] == 8:  # bool() of a symbolic comparison adds the guard
+            pass
+
+    monkeypatch.setattr(backend, "PASSES", [backend.Pass("guarding", "test", guarding), *backend.PASSES])
+    x, y = torch.randn(8, 100), torch.randn(8, 100)
+    _, graphs, out = _compile_run(_fn, x, y, dynamic=True)
+    assert graphs[0].cache.startswith("not stored: kiln's passes added 1 shape guards"), graphs[0].cache
+    assert _entries(gc_dir) == [] and _close(out, _fn(x, y))
