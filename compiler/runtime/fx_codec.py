@@ -286,7 +286,10 @@ def decode_module(data: dict, blobs: list[bytes]) -> fx.GraphModule:
         else:
             raise Unsupported(f"node op {op!r}")
         nodes.append(graph.create_node(op, target, args, kwargs, name=item["name"]))
-    gm = fx.GraphModule(root, graph, class_name=data.get("class") or "GraphModule")
+    cls = data.get("class") or "GraphModule"
+    if not cls.isidentifier():
+        raise Unsupported(f"class name {cls!r}")
+    gm = fx.GraphModule(root, graph, class_name=cls)
     for name, module in gm.named_children():
         if isinstance(module, TritonKernel):
             gm.__dict__[name] = module  # as ``codegen.wrapper`` does: plain attribute lookup at each launch
