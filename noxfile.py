@@ -84,7 +84,7 @@ def tests(session: nox.Session) -> None:
 # ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
 # Container mode needs only the standard library on the host; native mode (`-- --native` or
 # KILN_NATIVE=1) runs the suites with the Python that runs nox (e.g. `nox --no-venv` on a GPU box).
-# Shards (issue 11; harness/shard.py): `-- --shard I/N` runs shard I of N of every suite's tests (one job of a
+# Shards (issue 11; harness/suites/shard.py): `-- --shard I/N` runs shard I of N of every suite's tests (one job of a
 # CI matrix; `nox -s ci-merge -- DIR... --out OUT` joins the shards' folders into one report); `-- --shards
 # auto --gpus-per-shard 1` runs one shard per GPU at once, merged into one report (CPU: auto is 1 shard).
 def _matrix_backends() -> list[str]:
@@ -189,13 +189,13 @@ def ci_merge(session: nox.Session) -> None:
 def ci_durations(session: nox.Session) -> None:
     """Main's CI after the suites (`-- --backend B`): durations from the test history for `run --shard`."""
     # The history store is KILN_HISTORY_DB (the workflows point it at the runner's lasting folder); the file
-    # goes next to it (harness.shard.lasting_durations_path), where `run --shard` looks when the checkout has
+    # goes next to it (harness.suites.shard.lasting_durations_path), where `run --shard` looks when the checkout has
     # no ci/durations/B.json, and a copy into results/durations/ for the job's artifact.
     if len(session.posargs) != 2 or session.posargs[0] != "--backend":
         session.error("usage: nox -s ci-durations -- --backend B")
     backend = session.posargs[1]
     where = session.run(sys.executable, "-c", "import sys; from harness.settings import settings; "
-                        "from harness.shard import lasting_durations_path as p; "
+                        "from harness.suites.shard import lasting_durations_path as p; "
                         "print(settings().history_db); print(p(sys.argv[1]))", backend,
                         silent=True, external=True).split("\n")
     history_db, lasting = where[0].strip(), where[1].strip()
@@ -404,7 +404,7 @@ def numerics(session: nox.Session) -> None:
     session.run(python, "-m", "harness", "numerics", *args, env=SUITE_ENV, external=True)
 
 
-# ---- Hermetic images (issue 13): lock files and base digests; harness/lock.py, harness/image_check.py ----------
+# ---- Hermetic images (issue 13): lock files and base digests; harness/images/lock.py, harness/images/image_check.py ----------
 # `nox -s lock` writes docker/lock/<backend>.txt (every package with its sha256 hashes) for each backend, each
 # in a session of that backend's Python (`lock-cpu`, `lock-cuda`, `lock-rocm`; pip-compile resolves for the
 # Python it runs under, on linux x86-64 like the images). Indexes: pip's own configuration, plus

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, warmcache
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, warmcache
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -63,6 +63,10 @@ for stage in "$@"; do
             timeout 400 python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.gpt2.train.fp32,model.bert.infer.bf16}" \
                 --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --budget-s "${WARMCACHE_BUDGET_S:-200}" --timeout-s 150 \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
+    value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
+                 # trace-diff on two GPU traces
+                 timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \
+                   tests/harness/numerics/test_trace_diff.py > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

@@ -24,7 +24,7 @@ from .codegen.wrapper import Wrapper, wrap
 from .decompositions import decomposition_table
 from .exc import InvariantError, KernelLaunchError, KilnError
 from .graph import FallbackReason, GraphLowering, Program
-from .runtime import cache, graph_cache, precompile
+from .runtime import cache, graph_cache, precompile, value_trace
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
 from .scheduler import Schedule, schedule
 
@@ -226,6 +226,9 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     if cg.cache == "hit":  # the passes did not run: dump what they would have dumped
         for sub in [cg, *cg.subgraphs]:
             _dump(sub.name, sub.code, sub.kernel_sources)
+    if facts is not None and config.settings().trace_values:  # tracing reads outputs on the host at each launch
+        cg.fallbacks.append(FallbackReason("cudagraph", name, value_trace.CUDAGRAPH_REASON))
+        facts = None
     record(cg)
     if role == "forward":
         _report_output_strides(moved)

@@ -79,6 +79,15 @@ class Settings:
     autotune: bool = False
     #: Folder of the autotune choices; default ``$XDG_CACHE_HOME/kiln/autotune``.
     autotune_dir: str = ""
+    #: Value tracing for numerics triage (``runtime/value_trace.py``): wrappers built with it on record, after
+    #: every kernel launch and extern/fallback call, statistics of its outputs as JSON lines (read by
+    #: ``python -m harness numerics trace-diff``). Off: the wrapper holds no trace call at all. Graphs run
+    #: without CUDA graphs while it is on (a recorded ``cudagraph`` fallback reason).
+    trace_values: bool = False
+    #: Where value traces go: a file, or a folder (an existing one, or a path ending in ``/``) that gets
+    #: ``kiln-trace-<pid>.jsonl``; ``{pid}`` in the name is replaced. Default: ``kiln-trace-<pid>.jsonl`` in
+    #: ``dump_dir`` when set, else in the current folder.
+    trace_file: str = ""
 
     def resolved_cache_dir(self) -> str:
         """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""

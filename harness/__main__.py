@@ -12,25 +12,24 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable
 
-from harness.exc import EXIT_CODES_EPILOG, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, HarnessError
+from harness.exc import EXIT_CODES_EPILOG, EXIT_OK, EXIT_USAGE, guarded
 
 # verb -> (module, one-line help). Keep sorted by the order a person meets them.
 VERBS: dict[str, tuple[str, str]] = {
-    "run": ("harness.steps", "run the suites for a backend, in its container or natively"),
-    "detect": ("harness.runner", "print the backend this machine supports: cuda, rocm or cpu"),
-    "health": ("harness.health", "GPU health check: a matmul and a compiled kernel on every device"),
+    "run": ("harness.suites.steps", "run the suites for a backend, in its container or natively"),
+    "detect": ("harness.suites.runner", "print the backend this machine supports: cuda, rocm or cpu"),
+    "health": ("harness.checks.health", "GPU health check: a matmul and a compiled kernel on every device"),
     "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),
-    "image": ("harness.image_check", "build the hash-tagged backend image, --check it, --pin base images by digest"),
-    "report": ("harness.report", "print the report of a results folder"),
-    "repro": ("harness.repro", "print one command per failing test that reproduces it"),
-    "merge": ("harness.merge", "merge the shards of a run (`run --shard I/N` folders) into one report"),
-    "durations": ("harness.shard", "record tests' durations from results folders (balances `run --shard`)"),
-    "history": ("harness.history", "test history (SQLite): record results folders, show failure counts"),
+    "image": ("harness.images.image_check", "build the hash-tagged backend image, --check it, --pin base images by digest"),
+    "report": ("harness.suites.report", "print the report of a results folder"),
+    "repro": ("harness.suites.repro", "print one command per failing test that reproduces it"),
+    "merge": ("harness.suites.merge", "merge the shards of a run (`run --shard I/N` folders) into one report"),
+    "durations": ("harness.suites.shard", "record tests' durations from results folders (balances `run --shard`)"),
+    "history": ("harness.suites.history", "test history (SQLite): record results folders, show failure counts"),
     "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
-    "flakes": ("harness.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
-    "compile-check": ("harness.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
+    "flakes": ("harness.suites.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
+    "compile-check": ("harness.checks.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
     "bench": ("harness.bench.cli", "benchmarks: measure latency/bandwidth, store history, flag regressions"),
     "numerics": ("harness.numerics.cli", "numerics triage: run a program under several compilers, compare vs fp64"),
 }
@@ -85,22 +84,6 @@ def with_exit_codes(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
             for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
                 with_exit_codes(sub)
     return parser
-
-
-def guarded(verb: str, run: Callable[[], int]) -> int:
-    """`run()`'s exit code, with any `HarnessError` as one line `harness <verb>: error: ...` and its exit
-    code, Ctrl-C as 130 and a closed stdout pipe as 0 (for modules run as `python -m harness.<module>`)."""
-    try:
-        return run()
-    except HarnessError as e:
-        print(f"harness {verb}: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print(f"harness {verb}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:  # output piped into `head` and the like
-        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
-        return EXIT_OK
 
 
 if __name__ == "__main__":

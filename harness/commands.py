@@ -32,8 +32,8 @@ def suite_env(m: Matrix, b: Backend) -> dict[str, str]:
 def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeout_s: int | None = None,
                 extra: Sequence[str] = ()) -> list[str]:
     """The inner command: one process (`-p no:xdist`), JUnit with file names (xunit1) and every test's exact
-    node id (`-p harness.flake_plugin`: the id quarantine and repro lines use), per-test timeout."""
-    argv = ["python", "-m", "pytest", "-p", "no:xdist", "-p", "harness.flake_plugin", "-o", "junit_family=xunit1",
+    node id (`-p harness.suites.flake_plugin`: the id quarantine and repro lines use), per-test timeout."""
+    argv = ["python", "-m", "pytest", "-p", "no:xdist", "-p", "harness.suites.flake_plugin", "-o", "junit_family=xunit1",
             "--tb=short"]
     if junit:
         argv.append(f"--junitxml={junit}")

@@ -16,8 +16,11 @@ A CI retry policy retries 3 (and 130), never 1 or 2.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-# a suite's pytest process ended itself after a test left the GPU unusable (harness.journal_plugin); here so that
+# a suite's pytest process ended itself after a test left the GPU unusable (harness.suites.journal_plugin); here so that
 # the harness reads it without importing pytest (the host side of the harness never needs pytest)
 EXIT_POISONED = 86
 
@@ -148,5 +151,21 @@ class BaselineError(BenchError):
 
 
 class HistoryError(HarnessError):
-    """The test-history store (harness/history.py) is not a readable SQLite file, is from a newer schema, or a
+    """The test-history store (harness/suites/history.py) is not a readable SQLite file, is from a newer schema, or a
     results folder given to it cannot be recorded."""
+
+
+def guarded(verb: str, run: Callable[[], int]) -> int:
+    """`run()`'s exit code, with any `HarnessError` as one line `harness <verb>: error: ...` and its exit
+    code, Ctrl-C as 130 and a closed stdout pipe as 0 (for modules run as `python -m harness.<module>`)."""
+    try:
+        return run()
+    except HarnessError as e:
+        print(f"harness {verb}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"harness {verb}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
+        return EXIT_OK

@@ -5,7 +5,7 @@ Terms:
             runner labels and timeouts.
   suite     a folder under tests/ that the harness runs as one pytest invocation (tests/<suite>).
   suite_env environment every suite runs with (one process, one compile thread, fixed hash seed).
-  retries   how a failing suite test is run again alone in a fresh process (harness.retries): `attempts`
+  retries   how a failing suite test is run again alone in a fresh process (harness.suites.retries): `attempts`
             (reruns per test, 0: none) and `max_tests` (tests retried per suite); top-level `retries`,
             a backend's own `retries` replaces it. Without the key: DEFAULT_RETRIES.
   bench_store the lasting bench store of the CI bench jobs on the backend's runner (`bench ... --lasting B`):
@@ -49,7 +49,7 @@ class Timeouts:
 
 @dataclass(frozen=True)
 class Retries:
-    """Reruns of a failing suite test, each alone in a fresh process (harness.retries)."""
+    """Reruns of a failing suite test, each alone in a fresh process (harness.suites.retries)."""
 
     attempts: int = 4  # reruns per failing test (0: no reruns); 4: a 30% flake is called failing < 1% (retries.py)
     max_tests: int = 10  # failing tests retried per suite; the rest are reported failing without a rerun

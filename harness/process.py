@@ -58,10 +58,10 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 10) -> None:
 
 def stop(proc: subprocess.Popen, container: str | None) -> None:
     """Stop a running command: kill its container (if named), then its process group."""
-    from harness import image
+    from harness import docker_client
 
     if container:
-        image.docker("kill", container, check=False)
+        docker_client.docker("kill", container, check=False)
     kill_group(proc)
 
 
@@ -217,7 +217,7 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
     KeyboardInterrupt propagates; under `Forward` it raises `Interrupted` once the command has ended.
     `watchdog`, asked every second while the command runs, returns a reason to kill it now (a hung test) or None.
     The command dies with the harness (parent-death signal); a container, through a reaper process."""
-    from harness import image
+    from harness import docker_client
 
     log.parent.mkdir(parents=True, exist_ok=True)
     timed_out = False
@@ -267,7 +267,7 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
             finally:
                 reader.join(timeout=10)
                 if container:
-                    image.docker("rm", "--force", container, check=False)
+                    docker_client.docker("rm", "--force", container, check=False)
                 if reaper is not None:
                     reaper.kill()
                     reaper.wait()

@@ -7,8 +7,8 @@ Terms:
                 isolation its pytest processes (`attempts`), crashes, tests not run; `retries` when failed
                 tests were rerun alone. In memory only, a merged run's suite holds its shards' records.
   ShardRecord   one shard of a merged run: status, reason, folder, GPUs, wall seconds.
-  RetryRecord   one failed test rerun alone (harness.retries): its attempts (AttemptRecord), flaky or failing.
-  CrashRecord   a test whose process ended while it ran (harness.isolation).
+  RetryRecord   one failed test rerun alone (harness.suites.retries): its attempts (AttemptRecord), flaky or failing.
+  CrashRecord   a test whose process ended while it ran (harness.suites.isolation).
   TestOutcome   one test case of a JUnit file, classified (Outcome).
   schema        SCHEMA_VERSION (2) is written; schema 1 (the same keys, written before this module) is read as is.
 
@@ -43,7 +43,7 @@ class Outcome(StrEnum):
 
 OUTCOMES = tuple(o.value for o in Outcome)
 FAILING = (Outcome.FAILED.value, Outcome.ERROR.value)
-PASSED = (Outcome.PASSED.value, Outcome.XFAILED.value)  # as harness.quarantine counts a pass
+PASSED = (Outcome.PASSED.value, Outcome.XFAILED.value)  # as harness.suites.quarantine counts a pass
 
 
 class RunStatus(StrEnum):
@@ -112,7 +112,7 @@ class TestOutcome:
 
 @dataclass(frozen=True)
 class CrashRecord:
-    """A test whose process ended while it ran (harness.isolation): why, exit status, the attempt (process) it
+    """A test whose process ended while it ran (harness.suites.isolation): why, exit status, the attempt (process) it
     ran in, that process's log and its last lines."""
 
     id: str
@@ -128,7 +128,7 @@ class CrashRecord:
 
 @dataclass(frozen=True)
 class AttemptRecord:
-    """One run of a failed test: 0 is the suite's run, 1.. the reruns alone (harness.retries)."""
+    """One run of a failed test: 0 is the suite's run, 1.. the reruns alone (harness.suites.retries)."""
 
     n: int
     outcome: str
@@ -141,7 +141,7 @@ class AttemptRecord:
 
 @dataclass(frozen=True)
 class RetryRecord:
-    """A failed test and its attempts, classified (harness.retries)."""
+    """A failed test and its attempts, classified (harness.suites.retries)."""
 
     __test__ = False
 
@@ -274,7 +274,7 @@ class SuiteRecord:
 
 @dataclass(frozen=True)
 class ShardRecord:
-    """One shard of a merged run (harness.merge): `dir` is its folder under the merged one ("" when none)."""
+    """One shard of a merged run (harness.suites.merge): `dir` is its folder under the merged one ("" when none)."""
 
     index: int
     count: int
@@ -320,7 +320,7 @@ class RetryPolicy:
     max_tests: int
 
 
-# the keys a merged run.json copies from its first shard (harness.merge), the rest being per shard
+# the keys a merged run.json copies from its first shard (harness.suites.merge), the rest being per shard
 SHARED_KEYS = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
                "suite_timeout_s", "per_test_timeout", "retries", "quarantine")
 

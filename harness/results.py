@@ -134,7 +134,7 @@ def read_json(path: Path) -> Any:
 
 
 def node_id(case: ET.Element, root: Path | None = None) -> str:
-    """The pytest node id of a JUnit <testcase>: exactly as `harness.flake_plugin` recorded it (every suite
+    """The pytest node id of a JUnit <testcase>: exactly as `harness.suites.flake_plugin` recorded it (every suite
     run loads the plugin), else recovered from the names of a JUnit file written without it.
 
     pytest writes classname `pkg.mod.Class` and name `test[param]`. With junit_family=xunit1 it also
@@ -188,7 +188,7 @@ def is_bare(case: ET.Element) -> bool:
 @dataclass(frozen=True)
 class Case:
     """One finished ``<testcase>`` of a JUnit file: node id, outcome, full message, seconds and its
-    ``<property>`` values (the ones `harness.flake_plugin` writes: kiln_nodeid, kiln_flake_run)."""
+    ``<property>`` values (the ones `harness.suites.flake_plugin` writes: kiln_nodeid, kiln_flake_run)."""
 
     id: str
     outcome: str
@@ -212,7 +212,7 @@ def case_text(case: ET.Element) -> str:
 
 def read_cases(path: Path, root: Path | None = None) -> list[Case]:
     """Every finished test case of a pytest JUnit XML file, in file order: the one JUnit reader (suite
-    results here, flake runs in `harness.flakes`, retried tests in `harness.retries`)."""
+    results here, flake runs in `harness.suites.flakes`, retried tests in `harness.suites.retries`)."""
     try:
         tree = ET.parse(path)
     except FileNotFoundError:

@@ -15,7 +15,7 @@ Variables (all optional):
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
-  KILN_HISTORY_DB   the test-history SQLite store (harness/history.py; may be the bench's file; `~` expanded);
+  KILN_HISTORY_DB   the test-history SQLite store (harness/suites/history.py; may be the bench's file; `~` expanded);
                     `--history DB` overrides it. Default: history/history.sqlite in the lasting data folder,
                     outside the checkout (a fresh CI checkout would wipe it): $XDG_DATA_HOME/kiln, else
                     ~/.local/share/kiln, the folder of the bench's lasting stores too; `run --shard` also

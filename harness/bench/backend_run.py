@@ -18,7 +18,9 @@ from . import env
 
 
 def cmd_backend(args: argparse.Namespace) -> int:
-    from harness import image as image_mod, matrix as matrix_mod, runner
+    from harness import matrix as matrix_mod
+    from harness.images import image as image_mod
+    from harness.suites import runner
 
     m = matrix_mod.load()
     try:

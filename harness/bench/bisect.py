@@ -593,7 +593,8 @@ def _backend_setup(args: argparse.Namespace) -> tuple[str, str, str, Container |
     """(device, profile, workload, container or None, more environment) of `--backend B [--native]`: the
     device of B's matrix entry; in a container the host may have no torch, so the workload is checked against
     the profile only where torch imports (a wrong name then shows as GOOD failing to measure)."""
-    from harness import image as image_mod, matrix as matrix_mod
+    from harness import matrix as matrix_mod
+    from harness.images import image as image_mod
     from harness.commands import suite_env
     from harness.settings import settings
 

@@ -555,7 +555,7 @@ VERB_MODULES: dict[str, tuple[str, str]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m harness.bench`: the verbs below, errors reported as `python -m harness bench` reports them."""
-    from harness.__main__ import guarded
+    from harness.exc import guarded
 
     return guarded("bench", lambda: cli_main(parser().parse_args(argv)))
 

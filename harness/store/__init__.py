@@ -1,5 +1,5 @@
 """The harness's stores on SQLAlchemy Core + Alembic: the bench store (harness/bench/store.py) and the test
-history (harness/history.py) share this layer.
+history (harness/suites/history.py) share this layer.
 
   sqlite.py    one SQLite helper for both: writer/reader engines (WAL, busy timeout), unreadable files,
                backups

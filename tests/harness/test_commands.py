@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import commands, image, matrix, runner
+from harness import commands, matrix
+from harness.images import image
+from harness.suites import runner
 from harness.settings import settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import compile_check as cc
+from harness.checks import compile_check as cc
 from harness import matrix
 from harness.exc import CompileCheckError
 
@@ -229,7 +229,7 @@ def test_worker_refuses_interpreter_mode(dump, tmp_path):
         [
             sys.executable,
             "-m",
-            "harness.compile_check",
+            "harness.checks.compile_check",
             "--worker",
             str(request),
             str(tmp_path / "out.jsonl"),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import commands, matrix, repro
+from harness import commands, matrix
+from harness.suites import repro
 from harness.record import RunRecord
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import flakes
-from harness import quarantine as q
+from harness.suites import flakes
+from harness.suites import quarantine as q
 from harness.exc import FlakeRunError, NoDeviceError, RunInterrupted, UnknownBackend
-from harness.flake_plugin import base_nodeid
+from harness.suites.flake_plugin import base_nodeid
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "tests/harness/planted/planted_flakes.py"
@@ -208,7 +208,7 @@ def test_junit_without_plugin_properties_maps_back_to_node_ids(tmp_path):
         "</testsuite></testsuites>"
     )
     runs = flakes.read_junit(path, tmp_path)
-    assert [(r.test_id, r.outcome) for r in runs] == [
+    assert [(r.id, r.outcome) for r in runs] == [
         ("tests/sub/test_m.py::TestK::test_a[x]", "error"),
         ("tests/sub/test_m.py::test_b", "xfailed"),
         ("tests/sub/test_m.py::test_c", "skipped"),

@@ -1,4 +1,4 @@
-"""Hermetic images (harness/image.py): FROM tag@digest, the unpinned warning, what the hash tag covers, the
+"""Hermetic images (harness/images/image.py): FROM tag@digest, the unpinned warning, what the hash tag covers, the
 lock gate of a build and the labels (docker faked: nothing here runs docker)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import image, lock, matrix
+from harness import matrix
+from harness.images import image, lock
 from harness.exc import ImageError
 
 ROOT = Path(__file__).resolve().parents[2]

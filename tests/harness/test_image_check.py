@@ -1,4 +1,4 @@
-"""`python -m harness image --check` verdicts and `--pin` (harness/image_check.py), with docker faked."""
+"""`python -m harness image --check` verdicts and `--pin` (harness/images/image_check.py), with docker faked."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import image, image_check, matrix
+from harness import matrix
+from harness.images import image, image_check
 from harness.exc import ImageError
 
 ROOT = Path(__file__).resolve().parents[2]

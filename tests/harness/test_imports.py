@@ -72,7 +72,7 @@ def test_cycle_finder_finds_a_planted_circle():
 
 def test_no_import_circles_in_the_harness():
     g = graph()
-    assert "harness.runner" in g and "harness.commands" in g["harness.runner"]
+    assert "harness.suites.runner" in g and "harness.commands" in g["harness.suites.runner"]
     found = cycles(g)
     assert found == [], "\n".join(" -> ".join(c + [c[0]]) for c in found)
 
@@ -107,8 +107,41 @@ def test_the_harness_runs_on_a_host_python_without_pytest():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0 and proc.stdout.strip() in ("cpu", "cuda", "rocm"), proc.stderr[-2000:]
-    for module in ("harness.steps", "harness.runner", "harness.report", "harness.isolation"):
+    for module in ("harness.suites.steps", "harness.suites.runner", "harness.suites.report", "harness.suites.isolation"):
         check = f"import sys; sys.modules['pytest'] = None; import {module}"
         proc = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
                               timeout=120, check=False)
         assert proc.returncode == 0, (module, proc.stderr[-2000:])
+
+
+# The harness's floors, bottom to top (README's layout table): a module imports only from its own floor or
+# below. envinfo records the image and lock a run came from, so it sits on the images' floor.
+FLOORS = {"ground": 0, "images": 1, "checks": 2, "suites": 3, "numerics": 4, "bench": 4, "__main__": 5}
+ON_IMAGES_FLOOR = {"harness.envinfo"}
+
+
+def floor_of(module: str) -> int:
+    parts = module.split(".")
+    if module in ON_IMAGES_FLOOR:
+        return FLOORS["images"]
+    if len(parts) > 1 and parts[1] in FLOORS:
+        return FLOORS[parts[1]]
+    return FLOORS["ground"]
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {n}" for m, deps in g.items() for n in deps
+                  if floor_of(n) > floor_of(m) and n.count(".") > 0 and n.split(".")[-1] != "__init__")
+
+
+def test_floor_finder_finds_a_planted_upward_import():
+    g = {"harness.process": {"harness.suites.runner"}, "harness.suites.runner": {"harness.process"}}
+    assert upward_imports(g) == ["harness.process -> harness.suites.runner"]
+
+
+def test_the_harness_imports_only_downward():
+    g = graph()
+    assert {"harness.suites", "harness.images", "harness.checks"} <= set(g)
+    bad = [b for b in upward_imports(g) if b.split(" -> ")[1] not in ("harness.suites", "harness.images",
+                                                                        "harness.checks", "harness.bench")]
+    assert bad == [], "\n".join(bad)

@@ -1,4 +1,4 @@
-"""harness.isolation's resume loop on journals written by a stand-in for pytest (no process is started):
+"""harness.suites.isolation's resume loop on journals written by a stand-in for pytest (no process is started):
 which test is blamed for each way an attempt can end, what the next attempt skips, and the suite's JUnit."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import isolation, results
+from harness import results
+from harness.suites import isolation
 from harness.exc import EXIT_POISONED
 
 IDS = [f"tests/s/test_x.py::test_{n}" for n in ("a", "b", "c", "d")]

@@ -1,4 +1,4 @@
-"""Lock files (harness/lock.py): the committed CPU lock is complete and current, staleness, the record."""
+"""Lock files (harness/images/lock.py): the committed CPU lock is complete and current, staleness, the record."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import lock, matrix
+from harness import matrix
+from harness.images import lock
 
 ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import quarantine as q
+from harness.suites import quarantine as q
 from harness.exc import QuarantineError
 
 ROOT = Path(__file__).resolve().parents[2]

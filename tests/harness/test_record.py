@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import history, matrix, report, steps
-from harness.collect import load_run
+from harness import matrix
+from harness.suites import history, report, steps
+from harness.suites.collect import load_run
 from harness.exc import HarnessError, ResultsError
 from harness.process import Terminated, sigterm_interrupts
 from harness.record import (SCHEMA_VERSION, Outcome, RunRecord, RunStatus, SuiteRecord, SuiteStatus,
@@ -205,7 +206,7 @@ def test_a_schema1_merged_run_reports_as_the_previous_harness_reported_it(tmp_pa
 
 
 def test_the_shards_check_step_stops_an_unknown_suite_and_records_the_quarantine(tmp_path):
-    from harness import sharded
+    from harness.suites import sharded
 
     m = matrix.load()
     st = sharded.ShardsState(m.backend("cpu"), m, [[], []], True, tmp_path / "run", ["no-such-suite"], None, None,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import image, matrix
+from harness import matrix
+from harness.images import image
 from harness.exc import ImageError
 from harness.settings import Settings, settings
 

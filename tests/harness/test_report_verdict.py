@@ -1,4 +1,4 @@
-"""A finished run keeps its verdict (harness/report.py): run.json records the quarantine in force when the run
+"""A finished run keeps its verdict (harness/suites/report.py): run.json records the quarantine in force when the run
 started, a later `harness report` judges the run with that one (today's ci/quarantine.toml only for a run from
 before it was recorded, and the report says so), and never turns a run's verdict around: `report --check`
 returns what the run returned. Real `python -m harness run` / `report` processes on a planted project."""
@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scratch_project import scratch_project, write_quarantine
 import pytest
 
 from harness.exc import QuarantineError
@@ -28,18 +29,11 @@ def test_broken():
 
 
 def make_project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha"]
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "tests" / "alpha").mkdir(parents=True)
-    (root / "tests" / "alpha" / "test_alpha.py").write_text(PLANTED)
-    return root
+    return scratch_project(tmp_path / "proj", {"alpha": PLANTED})
 
 
 def quarantine(root: Path, *ids: str) -> None:
-    (root / "ci" / "quarantine.toml").write_text("".join(f'[[test]]\nid = "{i}"\nreason = "planted"\n\n' for i in ids))
+    write_quarantine(root, *ids)
 
 
 def harness(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -119,7 +113,7 @@ def test_an_old_run_without_a_recorded_quarantine_keeps_the_verdict_it_finished_
 
 def fake_shard(folder: Path, index: int, tests: list[str], collected: list[str], quarantined: list[str]) -> Path:
     """A shard's results folder as `harness run --shard I/2` writes it, with the quarantine it recorded."""
-    from harness import shard
+    from harness.suites import shard
 
     (folder / "suites").mkdir(parents=True)
     cases = "".join(f'<testcase classname="x" name="{t}" time="0.5"><properties><property name="kiln_nodeid" '
@@ -138,7 +132,7 @@ def fake_shard(folder: Path, index: int, tests: list[str], collected: list[str],
 
 
 def test_a_merged_run_keeps_the_shards_quarantine_and_they_must_agree(tmp_path):
-    from harness import merge
+    from harness.suites import merge
 
     ids = ["t.py::a", "t.py::b"]
     one = fake_shard(tmp_path / "one", 1, ["t.py::a"], ids, ["t.py::z"])
@@ -156,7 +150,7 @@ def test_a_merged_run_keeps_the_shards_quarantine_and_they_must_agree(tmp_path):
 
 
 def test_the_recorded_quarantine_round_trips_and_a_normal_run_gives_no_leave_advice(tmp_path):
-    from harness import quarantine as q_mod
+    from harness.suites import quarantine as q_mod
 
     path = tmp_path / "ci" / "quarantine.toml"
     path.parent.mkdir()

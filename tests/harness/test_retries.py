@@ -1,4 +1,4 @@
-"""Retries that classify (harness/retries.py): a failed suite test is run again alone in a fresh pytest process;
+"""Retries that classify (harness/suites/retries.py): a failed suite test is run again alone in a fresh pytest process;
 passed on a retry = flaky (reported with the failing attempt's log, recorded in the test history, not failing the
 run), failed every attempt = failing. End to end on planted projects with real pytest processes (a test whose
 failure depends on a counter file next to it), plain and sharded; the matrix key; the history's flaky counts."""
@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
-from harness import flakes, history, matrix, quarantine, retries
-from harness.collect import load_run
+from harness.results import Case
+from harness import matrix
+from harness.suites import flakes, history, quarantine, retries
+from harness.suites.collect import load_run
 from harness.exc import MatrixError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,22 +56,9 @@ FINE = "tests/alpha/test_alpha.py::test_quarantined_fine"
 def make_project(tmp_path: Path, *, broken: bool = True, retries_key: dict | None = None,
                  quarantined: tuple[str, ...] = ()) -> Path:
     """Suites alpha (the planted file, without test_broken unless `broken`) and beta (test_ok, a flaky test)."""
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha", "beta"]
-    if retries_key is not None:
-        data["retries"] = retries_key
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
     text = PLANTED if broken else PLANTED.replace("def test_broken", "def _not_a_test")
-    for suite, body in (("alpha", text), ("beta", BETA)):
-        (root / "tests" / suite).mkdir(parents=True)
-        (root / "tests" / suite / f"test_{suite}.py").write_text(body)
-    if quarantined:
-        (root / "ci" / "quarantine.toml").write_text("".join(
-            f'[[test]]\nid = "{t}"\nreason = "planted"\n\n' for t in quarantined))
-    return root
+    edit = (lambda d: d.__setitem__("retries", retries_key)) if retries_key is not None else None
+    return scratch_project(tmp_path / "proj", {"alpha": text, "beta": BETA}, matrix=edit, quarantined=quarantined)
 
 
 def harness(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -283,7 +273,7 @@ def test_a_store_without_the_retries_table_still_answers(tmp_path):
 
 
 def test_a_rerun_without_a_result_is_an_error_attempt(tmp_path):
-    from harness.runner import PytestRun
+    from harness.suites.runner import PytestRun
 
     log = tmp_path / "suites" / "retries" / "alpha-1.1.log"
     log.parent.mkdir(parents=True)
@@ -311,7 +301,7 @@ def test_the_flakes_report_shows_flaky_on_retry_from_the_history(tmp_path):
                     "retries": retries.suite_retries(2, 10, [flaky], []).to_json()}]}))
     db = tmp_path / "h.sqlite"
     assert history.record(db, folder).retried == 1
-    stats = flakes.classify([flakes.Run("t.py::t", 0, "failed"), flakes.Run("t.py::t", 1, "passed")])
+    stats = flakes.classify([Case("t.py::t", "failed", "", 0.0, {"kiln_flake_run": "0"}), Case("t.py::t", "passed", "", 0.0, {"kiln_flake_run": "1"})])
     q = quarantine.Quarantine()
     report = flakes.build_report(stats, quarantine.apply({"t.py::t": ["failed", "passed"]}, q), backend="cpu",
                                  runs=2, paths=["t.py"], command=[], pytest_exit=1, complete=True,

@@ -1,4 +1,4 @@
-"""The retry policy's false-failure rate (harness/retries.py): a flake failing with probability p is called failing
+"""The retry policy's false-failure rate (harness/suites/retries.py): a flake failing with probability p is called failing
 p ** attempts of the times it fails the suite run. Trials of a planted 30% flake (seeded draws per run) through the
 real rerun path (`runner.retry_failed`, one pytest process per rerun) must each give the call their draws predict;
 the draws' rate over many trials matches the formula; and the matrix's default keeps a 30% flake under 1%.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import matrix, retries
+from harness import matrix
+from harness.suites import retries
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,16 +10,17 @@ import os
 import random
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
-from harness import matrix, merge, repro, shard
-from harness.collect import load_run
+from harness import matrix
+from harness.suites import merge, repro, shard
+from harness.suites.collect import load_run
 from harness.exc import HarnessError, ResultsError
 from harness.record import RunRecord
 
@@ -259,16 +260,7 @@ def test_find_shards_errors(tmp_path):
 
 def make_project(tmp_path: Path) -> Path:
     """Suites alpha and beta from tests/harness/planted/shards, the real matrix otherwise."""
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha", "beta"]
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
-    for suite in ("alpha", "beta"):
-        (root / "tests" / suite).mkdir(parents=True)
-        shutil.copy(PLANTED / f"{suite}.py", root / "tests" / suite / f"test_{suite}.py")
-    return root
+    return scratch_project(tmp_path / "proj", {s: (PLANTED / f"{s}.py").read_text() for s in ("alpha", "beta")})
 
 
 def collected(root: Path) -> list[str]:
@@ -345,7 +337,7 @@ def test_parallel_shards_merge_into_one_report_with_repro_lines(tmp_path):
 
 
 def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path, monkeypatch):
-    from harness import sharded
+    from harness.suites import sharded
 
     root = make_project(tmp_path)
     alpha = [t for t in collected(root) if "alpha" in t]
@@ -377,7 +369,10 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
 
 def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_it(tmp_path, monkeypatch):
     """The commands of `run --backend cuda --shard 2/2 --devices 1` in container mode (docker faked)."""
-    from harness import envinfo, health, image, runner, steps
+    from harness import envinfo
+    from harness.checks import health
+    from harness.images import image
+    from harness.suites import runner, steps
 
     root = make_project(tmp_path)
     shard.write_durations(root / "d.json", {}, "cuda")
@@ -400,10 +395,10 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     argv = calls[-1]
     assert argv[argv.index("--gpus") + 1] == "device=1" and "all" not in argv
     inner = argv[argv.index("kiln-cuda:t") + 1:]
-    # the run's extra arguments, the shard plugin, then crash isolation's journal (harness.isolation)
-    assert inner[-12:] == ["-x", "-p", "harness.shard_plugin", "--kiln-shard=2/2",
+    # the run's extra arguments, the shard plugin, then crash isolation's journal (harness.suites.isolation)
+    assert inner[-12:] == ["-x", "-p", "harness.suites.shard_plugin", "--kiln-shard=2/2",
                            "--kiln-durations=/results/shard-durations.json", "--kiln-shard-offset=0",
-                           "--kiln-shard-record=/results/alpha.shard.json", "-p", "harness.journal_plugin",
+                           "--kiln-shard-record=/results/alpha.shard.json", "-p", "harness.suites.journal_plugin",
                            "--kiln-journal=/results/alpha.journal", "--continue-on-collection-errors", "tests/alpha"]
     assert (run_dir / "suites" / "shard-durations.json").exists()
     manifest = json.loads((run_dir / "run.json").read_text())

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -72,16 +73,8 @@ FAULT_IDS = {f"tests/faults/test_faults.py::test_{n}" for n in ("segfault", "abo
 
 
 def make_project(tmp_path: Path, suite: str, *, test_s: int = 2, suite_s: int = 300) -> Path:
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["faults"]
-    data["backends"]["cpu"]["timeouts"].update(test_s=test_s, suite_s=suite_s)
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
-    (root / "tests" / "faults").mkdir(parents=True)
-    (root / "tests" / "faults" / "test_faults.py").write_text(suite)
-    return root
+    return scratch_project(tmp_path / "proj", {"faults": suite},
+                           matrix=lambda d: d["backends"]["cpu"]["timeouts"].update(test_s=test_s, suite_s=suite_s))
 
 
 def env_for(root: Path) -> dict[str, str]:
@@ -207,7 +200,7 @@ def test_an_interrupt_keeps_what_finished_and_names_the_running_test(tmp_path, s
     assert manifest["status"] == "incomplete"
     what = "interrupted" if sig == signal.SIGINT else "terminated"
     assert manifest["reason"] == f"{what} during suite faults while running tests/faults/test_faults.py::test_waiting"
-    from harness import collect
+    from harness.suites import collect
 
     run = collect.load_run(run_dir)
     assert [(t.id.split("::")[1], t.outcome) for s in run.suites for t in s.tests] == [
@@ -243,7 +236,7 @@ def test_a_sigkilled_harness_leaves_no_child_and_no_finished_run(tmp_path):
     assert _gone(pytest_pid), "pytest outlived the SIGKILLed harness"
     run_dir = only_run(root)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # never counted as finished
-    from harness import collect
+    from harness.suites import collect
 
     assert not collect.load_run(run_dir).complete
     # the history was not written (the run never finished); a store it left is intact

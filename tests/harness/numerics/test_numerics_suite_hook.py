@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from numerics_helpers import harness, load_json
 
-from harness.report import _numerics_lines
+from harness.suites.report import _numerics_lines
 
 ROOT = Path(__file__).resolve().parents[3]
 TESTS = ["tests/numerics/test_numerics.py::test_error_vs_fp64_not_worse_than_eager[softmax-bf16]",

@@ -2,7 +2,7 @@
 
 Not part of any suite: the file name does not match `test_*.py`, so only an explicit path collects it,
 and without KILN_PLANTED_STATE (a scratch folder the caller makes) the module skips itself.
-`tests/harness/test_flakes.py` runs it through `harness.flakes` with pytest-flakefinder.
+`tests/harness/test_flakes.py` runs it through `harness.suites.flakes` with pytest-flakefinder.
 
 The flaky test keeps a counter file in KILN_PLANTED_STATE and fails every third run (runs 3, 6, 9, ...),
 so with N runs it fails N // 3 times: deterministic, yet neither always passing nor always failing.

@@ -3,8 +3,8 @@
 A planted project holds one test that fails with probability P on every run, drawn from a seeded generator
 (`random.Random("<trial>:<k>")` for its k-th run in trial <trial>, a counter file next to it counting the runs),
 so every trial is random yet reproducible. A trial is what the runner does after a suite run in which the test
-failed: the real `harness.runner.retry_failed` (a fresh pytest process per rerun, its JUnit read back,
-`harness.retries.classify`) with `attempts` reruns. The trial's status is compared with the one predicted from
+failed: the real `harness.suites.runner.retry_failed` (a fresh pytest process per rerun, its JUnit read back,
+`harness.suites.retries.classify`) with `attempts` reruns. The trial's status is compared with the one predicted from
 the same draws (failing iff the first `attempts` draws are all failures), and the rate over the trials with
 the policy's formula: P(called failing | failed the suite run) = p ** attempts.
 
@@ -58,8 +58,8 @@ def predicted_failing(trial: int, p: float, attempts: int) -> bool:
 
 
 def formula(p: float, attempts: int) -> float:
-    """P(a flake of failure rate p is called failing | it failed the suite run): harness.retries's formula."""
-    from harness.retries import called_failing_rate
+    """P(a flake of failure rate p is called failing | it failed the suite run): harness.suites.retries's formula."""
+    from harness.suites.retries import called_failing_rate
 
     return called_failing_rate(p, attempts)
 
@@ -99,11 +99,12 @@ def make_project(root: Path) -> Path:
 
 
 def measure(p: float, attempts: int, trials: int, first: int = 0, root: Path | None = None) -> Measured:
-    """Trials `first`..`first + trials - 1` through `harness.runner.retry_failed` (natively, cpu backend)."""
+    """Trials `first`..`first + trials - 1` through `harness.suites.runner.retry_failed` (natively, cpu backend)."""
     with tempfile.TemporaryDirectory(prefix="kiln-retry-rate-") as tmp:
         root = make_project(root or Path(tmp) / "proj")
         os.environ["KILN_ROOT"] = str(root)
-        from harness import matrix, results, runner
+        from harness import matrix, results
+        from harness.suites import runner
 
         m = matrix.load(root / "ci" / "matrix.json")
         b = m.backend("cpu")

@@ -3,7 +3,7 @@ with the same image (or Python), environment, options and per-test timeout as th
 
 Container runs give `docker run --rm --init --network none -v SRC:/src:ro ... IMAGE python -m pytest ...
 'tests/...::case'`; native runs give `cd SRC && env K=V ... PYTHON -m pytest ... 'tests/...::case'`.
-Both are built by the same functions the runner uses (harness.runner), from run.json; in a merged shard run,
+Both are built by the same functions the runner uses (harness.suites.runner), from run.json; in a merged shard run,
 from the run.json of the shard that ran the test (its image, its GPU pinning), never with the shard option.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import matrix as matrix_mod
-from harness.collect import RunResults, latest_run, load_run
+from harness.suites.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
 from harness.commands import container_argv, native_shell_line, pytest_argv
 from harness.record import RunRecord

@@ -95,7 +95,7 @@ def check_device(dev: str) -> DeviceHealth:
         result.matmul_max_err = float((got - ref).abs().max())
         if not result.matmul_max_err < 5e-2:  # tf32 allowed; NaN fails
             raise HealthError(f"matmul on {dev} off by {result.matmul_max_err}")
-        from harness._health_kernel import axpy
+        from harness.checks._health_kernel import axpy
 
         x = torch.randn(1000, generator=gen).to(dev)
         y = torch.randn(1000, generator=gen).to(dev)

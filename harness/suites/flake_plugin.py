@@ -1,4 +1,4 @@
-"""A pytest plugin (`-p harness.flake_plugin`) that writes each test's exact node id into the JUnit XML.
+"""A pytest plugin (`-p harness.suites.flake_plugin`) that writes each test's exact node id into the JUnit XML.
 
 JUnit XML names a test by `classname` + `name`, from which the pytest node id (the id the quarantine file
 and the repro lines use) cannot always be recovered. With this plugin every `<testcase>` carries:

@@ -1,4 +1,4 @@
-"""A pytest plugin (`-p harness.journal_plugin --kiln-journal FILE [--kiln-skip FILE]`) that writes every test's
+"""A pytest plugin (`-p harness.suites.journal_plugin --kiln-journal FILE [--kiln-skip FILE]`) that writes every test's
 start and outcome to a journal as it happens, so that nothing a suite ran is lost when its process dies.
 
 Terms:

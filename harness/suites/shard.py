@@ -3,7 +3,7 @@ shard gets.
 
 Terms:
   shard       `I/N`: the I-th (1-based) of N disjoint parts of every suite's tests. Each suite's pytest
-              process loads `harness.shard_plugin`, which deselects the tests outside the shard after
+              process loads `harness.suites.shard_plugin`, which deselects the tests outside the shard after
               collection (in the same process and environment as the run, so every shard sees the same
               tests); `assign` decides, from the collected node ids alone, so every test runs in exactly
               one shard.
@@ -177,7 +177,7 @@ def durations_of_runs(run_dirs: Sequence[Path]) -> tuple[dict[str, float], str]:
     """(test id -> seconds, backend) from the JUnit files of results folders (plain or merged shard runs);
     a later folder's value wins. Tests that did not run (skipped, errored at setup) count too: they cost
     their setup. Folders of different backends are refused."""
-    from harness.collect import load_run
+    from harness.suites.collect import load_run
 
     out: dict[str, float] = {}
     backends = set()
@@ -269,7 +269,7 @@ def pin_devices(b: Any, devices: Sequence[str], *, native: bool) -> Any:
 def cli_durations_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results_dirs", nargs="*", help="results folders (plain or merged shard runs), oldest first")
     p.add_argument("--from-history", metavar="DB", help="instead: the median durations of the history store DB "
-                   "(harness/history.py) for --backend")
+                   "(harness/suites/history.py) for --backend")
     p.add_argument("--backend", help="with --from-history: whose runs' durations")
     p.add_argument("--out", help="durations file to update (default: ci/durations/<backend>.json)")
     p.add_argument("--replace", action="store_true", help="start from nothing instead of the file's entries")
@@ -282,7 +282,7 @@ def cli_durations_main(args: argparse.Namespace) -> int:
     if args.from_history:
         if args.results_dirs or not args.backend:
             raise HarnessError("--from-history DB takes --backend B and no results folders")
-        from harness.history import median_durations
+        from harness.suites.history import median_durations
 
         found, backend = median_durations(Path(args.from_history), args.backend), args.backend
     elif not args.results_dirs or args.backend:

@@ -10,19 +10,19 @@ Terms:
   native mode    the inner command with this machine's Python, from the source tree, same env.
   run folder     results/<run id>/ (see harness.results); run.json records status
                  running -> complete, or incomplete when interrupted (what was written is kept).
-  shards         `--shard I/N` runs shard I of N of every suite's tests (harness.shard, by a pytest plugin in
+  shards         `--shard I/N` runs shard I of N of every suite's tests (harness.suites.shard, by a pytest plugin in
                  each suite's process); `--shards N|auto` runs N shards at once, each pinned to its GPUs,
-                 into shard-I/ folders merged into one report (harness.sharded, harness.merge).
-  retries        a failed suite test is run again alone in a fresh process (harness.retries; the matrix's
+                 into shard-I/ folders merged into one report (harness.suites.sharded, harness.suites.merge).
+  retries        a failed suite test is run again alone in a fresh process (harness.suites.retries; the matrix's
                  `retries`, `--retries N`): passed on a retry = flaky (reported, does not fail the run),
                  failed every time = failing. Their attempts go into the suite's entry of run.json.
-  history        a complete run is recorded into the test history (harness.history; `--history DB`, else
+  history        a complete run is recorded into the test history (harness.suites.history; `--history DB`, else
                  KILN_HISTORY_DB, else history/history.sqlite in the lasting data folder outside the checkout,
                  harness.settings.data_dir; `--no-history` skips it), so the report can
                  say "failed K of the last N runs" and flake rates build up.
 
 Command lines come from `harness.commands`; functions other modules call: `execute`, `run_pytest`,
-`run_python_module`, `run_suite_isolated`, `retry_failed` (harness.steps runs the suites: `harness run`).
+`run_python_module`, `run_suite_isolated`, `retry_failed` (harness.suites.steps runs the suites: `harness run`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import isolation
+from harness.suites import isolation
 from harness import matrix as matrix_mod
 from harness import results as res
-from harness import retries as retries_mod
+from harness.suites import retries as retries_mod
 from harness.commands import CONTAINER_RESULTS, container_argv, native_command, pytest_argv, suite_env
 from harness.exc import HarnessError, MissingTool
 from harness.matrix import Backend, Matrix, Retries
@@ -198,7 +198,7 @@ def run_suite_isolated(b: Backend, suite: str, suite_dir: Path, *, seen: str, na
                        extra: Sequence[str], m: Matrix, echo: bool, env_extra: dict[str, str] | None,
                        on_interrupt: Callable[[SuiteRecord, list[res.TestResult], str | None], None]
                        ) -> tuple[SuiteRecord, list[res.TestResult], Path]:
-    """One suite under crash isolation (harness.isolation): (its record, tests, the suite's JUnit).
+    """One suite under crash isolation (harness.suites.isolation): (its record, tests, the suite's JUnit).
     On Ctrl-C/SIGTERM the record of what finished goes to `on_interrupt(record, tests, running test)` first."""
     junit = suite_dir / f"{suite}.xml"
 
@@ -243,7 +243,7 @@ def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], polic
                  junit: Path, native: bool, image: str | None, m: Matrix, extra: Sequence[str] = (),
                  echo: bool = False, quarantined: Callable[[str], bool] = lambda _: False) -> SuiteRetries:
     """Rerun each failed test of one suite alone (its node id, a fresh `run_pytest`), up to `policy.attempts`
-    times until it passes; returns the suite record's `retries` (harness.retries).
+    times until it passes; returns the suite record's `retries` (harness.suites.retries).
 
     Tests outside the quarantine go first; past `policy.max_tests` the rest stay failing without a rerun.
     `extra` are the run's own pytest arguments (never the shard options: one node id is one test).
@@ -260,7 +260,7 @@ def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], polic
         tries = [retries_mod.write_first_attempt(out_dir, run_dir, suite, k, junit, first[test_id], root)]
         for n in range(1, policy.attempts + 1):
             name = f"{suite}-{k}.{n}"  # a rerun that hangs is stopped by the same watchdog as the suite's tests
-            journal = ["-p", "harness.journal_plugin", f"--kiln-journal={seen}/{name}.journal"]
+            journal = ["-p", "harness.suites.journal_plugin", f"--kiln-journal={seen}/{name}.journal"]
             watchdog = isolation.make_watchdog(out_dir / f"{name}.journal", b.timeouts.test_s, [])
             run = run_pytest(b, [test_id], out_dir, name, native=native, image=image, extra=[*extra, *journal],
                              m=m, timeout_s=retries_mod.retry_timeout_s(b), echo=echo, watchdog=watchdog)
@@ -284,12 +284,12 @@ def retry_line(suite: str, label: str, found: SuiteRetries) -> str:
             f"time(s) each: {body}{more}")
 
 
-# ---- CLI: `python -m harness detect` (`run` is harness.steps') -------------------------------------------
+# ---- CLI: `python -m harness detect` (`run` is harness.suites.steps') -------------------------------------------
 
 
 def detect_mode() -> str:
     """`container` when a docker daemon answers, else `native`."""
-    from harness import image
+    from harness.images import image
     from harness.exc import DockerError
 
     try:

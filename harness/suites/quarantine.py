@@ -18,7 +18,7 @@ Terms:
 The runner calls `load(path)` once, records the entries in force into run.json (`to_json`: the file's path and
 its entries, so a later report judges the run by them, `from_json`), then `apply(outcomes, quarantine, backend)`
 on a run's results; the verdict's `ok` decides the build, `markdown()` goes into the report. Only a flake run
-(harness.flakes: N repetitions of each test) may call a quarantined test ready to leave; a normal run's report
+(harness.suites.flakes: N repetitions of each test) may call a quarantined test ready to leave; a normal run's report
 lists the quarantined tests that passed without that advice (`markdown(leave_advice=False)`).
 """
 

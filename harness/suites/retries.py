@@ -11,7 +11,7 @@ Terms:
                        fail the run
               failing  failed, and passed in no attempt: fails the run (unless quarantined)
             A failing test left without a rerun (past `max_tests`, or retries off) is failing. These are the
-            statuses of harness.flakes for the same attempts (there, N repetitions in one process).
+            statuses of harness.suites.flakes for the same attempts (there, N repetitions in one process).
   log       each attempt's: attempt 0's is the failure JUnit recorded for the test (the suite's log holds
             every test), written to `suites/retries/<suite>-<k>.0.txt`; a rerun's is its process's log,
             `suites/retries/<suite>-<k>.<n>.log` next to its JUnit `.xml`.
@@ -27,7 +27,7 @@ reruns: a new flake has no history, and CI runners need not share one store; the
 single-test processes (each bounded by `retry_timeout_s`) per genuinely broken test, at most `max_tests` per
 suite, and nothing for a test that passes (reruns stop at the first pass: 1.4 reruns on average for a 30% flake).
 
-The runner (harness.runner.retry_failed) runs the reruns through its `run_pytest` and puts what they found
+The runner (harness.suites.runner.retry_failed) runs the reruns through its `run_pytest` and puts what they found
 into the suite's entry of run.json (`retries`: `suite_retries`); `load` reads it back from a run folder, a
 shard's folder or a merged run (from each shard's entry, log paths made relative to the merged folder), so
 reports, history and merges see the same classification. This module runs nothing.
@@ -42,7 +42,7 @@ from typing import Any
 from harness import results as res
 from harness.record import PASSED, AttemptRecord, RetryRecord, RetryStatus, SuiteRecord, SuiteRetries
 
-FLAKY, FAILING = RetryStatus.FLAKY.value, RetryStatus.FAILING.value  # as harness.flakes names them
+FLAKY, FAILING = RetryStatus.FLAKY.value, RetryStatus.FAILING.value  # as harness.suites.flakes names them
 RETRY_SLACK_S = 120  # a rerun's limit: the per-test timeout plus this (start-up, imports, collection)
 RETRY_DIR = "retries"  # under the suites folder
 MAX_TEXT = 20_000  # characters of attempt 0's failure text kept
@@ -141,7 +141,7 @@ def suite_retries(attempts: int, max_tests: int, retried: Sequence[RetryRecord],
 
 
 def _suites(run: Any) -> list[tuple[str, SuiteRecord]]:
-    """(path prefix, suite record) of every suite of a run (harness.collect.RunResults); a merged run's come
+    """(path prefix, suite record) of every suite of a run (harness.suites.collect.RunResults); a merged run's come
     from its shards."""
     out = []
     for suite in run.suites:
@@ -157,7 +157,7 @@ def _suites(run: Any) -> list[tuple[str, SuiteRecord]]:
 
 
 def load(run: Any) -> dict[str, RetryRecord]:
-    """test id -> RetryRecord for every test the run retried (harness.collect.RunResults, merged or not)."""
+    """test id -> RetryRecord for every test the run retried (harness.suites.collect.RunResults, merged or not)."""
     found: dict[str, RetryRecord] = {}
     for prefix, record in _suites(run):
         for r in record.retries.tests if record.retries else ():

@@ -3,11 +3,11 @@
 
 The image is built once (container mode); then each shard is its own `python -m harness run --shard I/N
 --devices IDS --results RUN/shard-I --quiet` process (one pytest process at a time inside it, as always), pinned
-to its GPUs (harness.shard.pin_devices), its output in RUN/shard-I.log and its summary lines echoed with a
+to its GPUs (harness.suites.shard.pin_devices), its output in RUN/shard-I.log and its summary lines echoed with a
 `[shard I/N]` prefix. A shard that runs past the time its suites may take is killed and reported as hung; one
 that dies is reported as crashed; the others' results stand. At the end (or on Ctrl-C/SIGTERM, which stops
-every shard) RUN holds one merged report (harness.merge). Each shard reruns its own failed tests alone
-(harness.retries; `--retries N` is passed on) and its run.json carries their verdicts, which the merged report
+every shard) RUN holds one merged report (harness.suites.merge). Each shard reruns its own failed tests alone
+(harness.suites.retries; `--retries N` is passed on) and its run.json carries their verdicts, which the merged report
 reads; the shards record nothing into the test history, the merged run is recorded once.
 """
 
@@ -28,11 +28,11 @@ from harness import matrix as matrix_mod
 from harness.commands import with_pythonpath
 from harness.exc import HarnessError, RunInterrupted
 from harness.matrix import Retries
-from harness.merge import ShardProcess, merge_shards, shard_dir_name
+from harness.suites.merge import ShardProcess, merge_shards, shard_dir_name
 from harness.process import Terminated, kill_group, sigterm_interrupts, spawn
 from harness.record import RunRecord, RunStatus
 from harness.settings import PACKAGE_ROOT, settings
-from harness.shard import Shard
+from harness.suites.shard import Shard
 
 GRACE_S = 60  # a stopped shard gets this long to kill its pytest/container and mark its run incomplete
 SLACK_S = 120  # on top of environment capture, health check and suites: reports, container start and removal
@@ -68,7 +68,7 @@ def shard_argv(backend: str, shard: Shard, devices: Sequence[str], folder: Path,
 def shard_timeout_s(b: matrix_mod.Backend, n_suites: int, retries: Retries | None = None) -> float:
     """How long a shard may take before it counts as hung: environment capture, health check, each suite with
     the reruns of its failed tests (at most `max_tests` x `attempts` of them, each within its own limit)."""
-    from harness.retries import retry_timeout_s
+    from harness.suites.retries import retry_timeout_s
 
     reruns = retries.attempts * retries.max_tests * (retry_timeout_s(b) + KILL_S) if retries else 0
     return 2 * b.timeouts.health_s + n_suites * (b.timeouts.suite_s + KILL_S + reruns) + SLACK_S
@@ -139,7 +139,7 @@ class ShardsState:
 
 def check_shards(st: ShardsState) -> ShardsState:
     """The suites named exist; the quarantine file reads (it is recorded in the merged run)."""
-    from harness import report
+    from harness.suites import report
 
     unknown = [s for s in st.suites or () if s not in st.m.suites]
     if unknown:
@@ -153,8 +153,8 @@ def check_shards(st: ShardsState) -> ShardsState:
 
 def shards_image(st: ShardsState) -> ShardsState:
     """Container mode: the image, built once for every shard (or the one given, which must be present)."""
-    from harness import health as health_mod
-    from harness import image as image_mod
+    from harness.checks import health as health_mod
+    from harness.images import image as image_mod
 
     if st.native:
         return st
@@ -202,7 +202,7 @@ def wait_shards(st: ShardsState) -> ShardsState:
 
 
 def merge_step(st: ShardsState) -> ShardsState:
-    """The shards' folders merged into RUN with one report (harness.merge)."""
+    """The shards' folders merged into RUN with one report (harness.suites.merge)."""
     st.summary = merge_shards(st.run_dir, {i: st.run_dir / shard_dir_name(i) for i in range(1, st.count + 1)},
                               st.count, processes=st.ended, base=st.base, wall_s=time.monotonic() - st.t0,
                               reason=f"run {st.interrupted}" if st.interrupted else "")
@@ -214,11 +214,11 @@ def merge_step(st: ShardsState) -> ShardsState:
 
 def history_step(st: ShardsState) -> ShardsState:
     """A complete merged run into the test history, then its reports again (with the history's lines)."""
-    from harness import report
+    from harness.suites import report
 
     if st.history_db is not None and st.summary.status == "complete":
-        from harness.collect import load_run
-        from harness.history import record_or_warn
+        from harness.suites.collect import load_run
+        from harness.suites.history import record_or_warn
 
         run = load_run(st.run_dir)
         record_or_warn(st.history_db, run)
@@ -227,8 +227,8 @@ def history_step(st: ShardsState) -> ShardsState:
 
 
 def report_step(st: ShardsState) -> ShardsState:
-    from harness import report
-    from harness.collect import load_run
+    from harness.suites import report
+    from harness.suites.collect import load_run
 
     print(report.render_text(load_run(st.run_dir)), end="", flush=True)
     return st

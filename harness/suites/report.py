@@ -2,13 +2,13 @@
 
 `write_reports(run_dir)` writes summary.json (every test, classified), report.txt and report.md into the
 run folder (atomically) and returns a `Summary`; `python -m harness report DIR` prints it. A shard's run says
-which shard it is; a merged run (harness.merge) adds one line per shard: its status, tests and wall time.
+which shard it is; a merged run (harness.suites.merge) adds one line per shard: its status, tests and wall time.
 
-Failed tests that the runner ran again alone (harness.retries) are `flaky` (passed on a retry: listed with
+Failed tests that the runner ran again alone (harness.suites.retries) are `flaky` (passed on a retry: listed with
 their attempts and the failing attempt's log, not failing the run) or `failing` (failed every attempt); each
 comes with its repro line and, when the run's test-history store knows it, "failed K of the last N runs".
 Quarantined tests that passed are listed, never as ready to leave: one pass of a flake says little, and only a
-flake run of N repetitions (harness.flakes) may say a test can leave the quarantine.
+flake run of N repetitions (harness.suites.flakes) may say a test can leave the quarantine.
 
 A finished run is never re-judged:
   quarantine in force  the one run.json recorded when the run started (`quarantine`: its file and entries);
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import results as res
-from harness import retries as retries_mod
-from harness.collect import RunResults, latest_run, load_run
+from harness.suites import retries as retries_mod
+from harness.suites.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
 from harness.record import RunRecord, RunStatus, ShardRecord
 from harness.settings import settings
@@ -96,7 +96,7 @@ def _word(ok: bool) -> str:
 
 def load_quarantine(root: Path):
     """The project's quarantine (ci/quarantine.toml) or None when there is none; a broken file raises."""
-    from harness import quarantine
+    from harness.suites import quarantine
 
     path = quarantine.default_path(root)
     return quarantine.load(path) if path.exists() else None
@@ -104,8 +104,8 @@ def load_quarantine(root: Path):
 
 def quarantine_json(q: Any) -> dict[str, Any]:
     """What run.json records of the quarantine in force (`load_quarantine`'s result; None: no file, no
-    entries): {"file": path or None, "entries": [...]} (harness.quarantine.Quarantine.to_json)."""
-    from harness import quarantine
+    entries): {"file": path or None, "entries": [...]} (harness.suites.quarantine.Quarantine.to_json)."""
+    from harness.suites import quarantine
 
     return (q or quarantine.Quarantine()).to_json()
 
@@ -113,7 +113,7 @@ def quarantine_json(q: Any) -> dict[str, Any]:
 def quarantine_in_force(run: RunResults) -> tuple[Any, str]:
     """(the quarantine the run is judged with, a note for the report or ""). The one run.json recorded; for a
     run from before it was recorded, today's file, and a note that says so. None: no quarantine at all."""
-    from harness import quarantine
+    from harness.suites import quarantine
 
     if run.record.quarantine is not None:
         q = quarantine.Quarantine.from_json(run.record.quarantine, str(run.path / "run.json"))
@@ -127,7 +127,7 @@ def quarantine_in_force(run: RunResults) -> tuple[Any, str]:
 
 def verdict(run: RunResults):
     """The quarantine's verdict on the run's outcomes (None without a quarantine in force)."""
-    from harness import quarantine
+    from harness.suites import quarantine
 
     q, _ = quarantine_in_force(run)
     if q is None:
@@ -191,8 +191,8 @@ def suite_label(suite: Any, flaky: list[str]) -> str:
 
 
 def history_counts(run: RunResults, tests: list[str]) -> dict[str, Any]:
-    """node id -> harness.history.FailureCount from the run's test-history store ({} without one)."""
-    from harness.history import failure_counts_if_any
+    """node id -> harness.suites.history.FailureCount from the run's test-history store ({} without one)."""
+    from harness.suites.history import failure_counts_if_any
 
     if not tests:
         return {}
@@ -273,7 +273,7 @@ def _numerics_lines(run: RunResults) -> list[str]:
 
 def render_text(run: RunResults) -> str:
     """Plain-text report."""
-    from harness.repro import image_hint, repro_line
+    from harness.suites.repro import image_hint, repro_line
 
     s = summarize(run)
     label = f"{s.backend}/{s.mode}"
@@ -331,7 +331,7 @@ def _attempt_lines(run: RunResults, r: retries_mod.RetriedTest | None, past: Any
 
 def render_markdown(run: RunResults) -> str:
     """Markdown report (for a CI job summary)."""
-    from harness.repro import repro_line
+    from harness.suites.repro import repro_line
 
     s = summarize(run)
     lines = [f"### {s.headline()}", "", *res.markdown_table(

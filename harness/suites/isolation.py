@@ -1,6 +1,6 @@
 """Crash isolation of a suite: one test at a time, and a test that kills its process costs that test alone.
 
-A suite runs as one pytest process with `harness.journal_plugin`, which journals every test's start and
+A suite runs as one pytest process with `harness.suites.journal_plugin`, which journals every test's start and
 outcome as it happens. When the process ends abnormally (a segfault, `abort()`, the OOM killer, SIGKILL,
 pytest-timeout's thread method, a device left unusable, or a test running past the harness's watchdog), the
 journal says which tests finished and which one was running: that one is recorded as *crashed*, and the suite
@@ -173,7 +173,7 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
         name = suite if k == 1 else f"{suite}.resume-{k}"
         journal = suite_dir / f"{name}.journal"
         journal.unlink(missing_ok=True)
-        extra = ["-p", "harness.journal_plugin", f"--kiln-journal={seen_dir}/{journal.name}",
+        extra = ["-p", "harness.suites.journal_plugin", f"--kiln-journal={seen_dir}/{journal.name}",
                  "--continue-on-collection-errors"]  # a file that fails to import costs its own tests alone
         if out.finished:
             skip = suite_dir / f"{name}.skip.json"

@@ -1,6 +1,6 @@
 """Does a local image match the matrix? (`python -m harness image --check`), pinning base images by digest
 (`python -m harness image --pin`), and the `python -m harness image` command line (build, bootstrap, tag,
-inputs, lock; harness/image.py and harness/lock.py do the work).
+inputs, lock; harness/images/image.py and harness/images/lock.py do the work).
 
 Check, per backend, one line: `ok`, `ok (warning: ...)` or `MISMATCH: reason; reason`. An image matches when
   - its lock file (docker/lock/<backend>.txt) exists and is current (made from today's pins);
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import image, lock as lock_mod, matrix as matrix_mod
+from harness import matrix as matrix_mod
+from harness.images import image, lock as lock_mod
 from harness.exc import HarnessError, ImageError
 from harness.matrix import DIGEST_RE, Backend
 from harness.settings import settings

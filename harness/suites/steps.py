@@ -1,5 +1,5 @@
 """`harness run` (the verb, `run_suites`) as a list of named steps, in the manner of the compiler's PASSES
-(compiler/backend.py); harness.runner runs the pytest processes the steps ask for.
+(compiler/backend.py); harness.suites.runner runs the pytest processes the steps ask for.
 
 Terms:
   Plan       what a run was asked to do, checked: backend, suites, shard, retry policy, quarantine, history
@@ -31,11 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import collect
+from harness.suites import collect
 from harness import matrix as matrix_mod
 from harness import results as res
-from harness import runner
-from harness import shard as shard_mod
+from harness.suites import runner
+from harness.suites import shard as shard_mod
 from harness.commands import CONTAINER_RESULTS, suite_env
 from harness.exc import HarnessError, HealthError, RunInterrupted
 from harness.matrix import Backend, Matrix, Retries
@@ -63,7 +63,7 @@ class Plan:
     policy: Retries = field(default_factory=Retries)
     history_db: Path | None = None
     isolate: bool = True
-    quarantine: Any = None  # harness.quarantine.Quarantine or None
+    quarantine: Any = None  # harness.suites.quarantine.Quarantine or None
     run_dir: Path | None = None
     image_tag: str | None = None
     base_image: str | None = None
@@ -109,7 +109,7 @@ class RunState:
                     reason=reason or self.record.reason)
 
     def results(self) -> collect.RunResults:
-        """The run's results from memory (harness.collect.RunResults), for the report and the history."""
+        """The run's results from memory (harness.suites.collect.RunResults), for the report and the history."""
         return collect.from_record(self.run_dir, self.record, self.tests)
 
 
@@ -157,7 +157,7 @@ def compiler_settings_problem(env: dict[str, str]) -> str | None:
 def check_host(plan: Plan) -> Plan:
     """Stop before anything is written on a bad durations file, suite, quarantine file, missing pytest or bad
     compiler setting (every suite would die importing the compiler); the quarantine in force is read."""
-    from harness import report
+    from harness.suites import report
 
     if plan.shard is not None and plan.durations is not None:
         shard_mod.load_durations(plan.durations)
@@ -175,8 +175,8 @@ def check_host(plan: Plan) -> Plan:
 
 def prepare_image(plan: Plan) -> Plan:
     """Container mode: devices and docker present, then the given image described or the backend's built."""
-    from harness import health as health_mod
-    from harness import image as image_mod
+    from harness.checks import health as health_mod
+    from harness.images import image as image_mod
 
     if plan.native:
         return plan
@@ -190,7 +190,7 @@ SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (("check host", check_ho
 
 def open_run(plan: Plan) -> RunState:
     """The run folder and its first record (status running), written."""
-    from harness import report
+    from harness.suites import report
 
     run_dir = (plan.run_dir or runner.new_run_dir(plan.b.name, plan.mode)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -221,7 +221,7 @@ def capture_environment(state: RunState) -> RunState:
 
     p, run_dir = state.plan, state.run_dir
     host = envinfo.capture_host(p.image)
-    host["lock"] = envinfo.lock_record(p.b.name)  # the backend's lock in the tree: path, sha256, stale
+    host["lock"] = envinfo.lock_record(p.b)  # the backend's lock in the tree: path, sha256, stale
     runner.run_python_module(p.b, ["env", "--part", "device", "--backend", p.b.name, "--out",
                                    "{out}/env-device.json"], run_dir, "env", native=p.native, image=p.image_tag,
                              m=p.m, timeout_s=p.b.timeouts.health_s, echo=False)
@@ -254,7 +254,7 @@ def run_all_suites(state: RunState) -> RunState:
     seen = str(suite_dir) if p.native else CONTAINER_RESULTS  # the suites folder as pytest sees it
     shard_args: list[str] = []
     if p.shard is not None:
-        shard_args = ["-p", "harness.shard_plugin", f"--kiln-shard={p.shard}"]
+        shard_args = ["-p", "harness.suites.shard_plugin", f"--kiln-shard={p.shard}"]
         if p.durations is not None:
             suite_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p.durations, suite_dir / "shard-durations.json")
@@ -326,7 +326,7 @@ STEPS: tuple[tuple[str, Callable[[RunState], RunState]], ...] = (
 def record_history(state: RunState) -> RunState:
     """The run's outcomes into the test history (unless `--no-history`), from memory."""
     if state.plan.history_db is not None:
-        from harness.history import record_or_warn
+        from harness.suites.history import record_or_warn
 
         record_or_warn(state.plan.history_db, state.results())
     return state
@@ -334,7 +334,7 @@ def record_history(state: RunState) -> RunState:
 
 def write_report(state: RunState) -> RunState:
     """summary.json and the reports, from memory; the verdict lines and the headline printed."""
-    from harness import report
+    from harness.suites import report
 
     summary = report.write_reports(state.results())
     for line in summary.verdict_lines():
@@ -365,7 +365,7 @@ def run(plan: Plan) -> tuple[Path, int]:
             what = "terminated" if isinstance(e, Terminated) else "interrupted"
             running = f" while running {state.running}" if state.running else ""
             state.finish(RunStatus.INCOMPLETE, f"{what} during {state.current}{running}")
-            from harness import report
+            from harness.suites import report
 
             report.write_reports(state.results())
             record_history(state)  # what finished before the interrupt counts (the run stays incomplete)
@@ -404,9 +404,9 @@ def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None 
     The steps: SETUP, STEPS and END.
 
     `shard`: run only that shard of every suite's tests, balanced by the `durations` file (None: by count);
-    `devices`: pin the run to these GPU ids (harness.shard.pin_devices); `retries`: how failed tests are
+    `devices`: pin the run to these GPU ids (harness.suites.shard.pin_devices); `retries`: how failed tests are
     rerun (None: the matrix's); `history`: the test-history store a complete run is recorded into (None: the
-    default store; `record_history=False`: none); `isolate`: crash isolation (harness.isolation: a test that
+    default store; `record_history=False`: none); `isolate`: crash isolation (harness.suites.isolation: a test that
     kills its process costs that test alone), off only to measure what it costs.
     Exit code: 0 when every suite ran and no test failed or errored except flaky ones (passed on a retry) and
     quarantined ones, else 1. Raises HealthError when a device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM
@@ -433,7 +433,7 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="do not echo pytest output (it is still logged)")
     p.add_argument("--save-numerics", action="store_true",
                    help="the numerics suite saves its outputs into suites/numerics-outputs (see `harness numerics`)")
-    shards = p.add_argument_group("shards", "split every suite's tests into N disjoint shards (harness.shard)")
+    shards = p.add_argument_group("shards", "split every suite's tests into N disjoint shards (harness.suites.shard)")
     shards.add_argument("--shard", metavar="I/N", help="run only shard I of N (e.g. one job of a CI matrix; "
                         "`python -m harness merge` joins the shards' folders into one report)")
     shards.add_argument("--shards", metavar="N|auto", help="run N shards at once, each pinned to its own GPU(s), "
@@ -490,7 +490,7 @@ def cli_main(args: argparse.Namespace) -> int:
         gpus = list(devices) or (shard_mod.visible_gpus(b.name) if b.is_gpu else [])
         groups = shard_mod.device_groups(b.is_gpu, count, args.gpus_per_shard, gpus, backend=b.name)
         if len(groups) > 1:  # one shard is the plain run (below)
-            from harness import sharded
+            from harness.suites import sharded
 
             if native:
                 runner._check_native_python()

@@ -3,14 +3,14 @@ matrix) into one results folder with one report: `python -m harness merge DIR...
 
 OUT gets each shard's folder as OUT/shard-I/ (copied unless it is there already), env.json from the first
 shard, run.json with `shards` (a harness.record.ShardRecord per shard 1..N: status, reason, GPUs, wall
-seconds, folder) and the reports (harness.report). The merged run is `complete` when every shard is; a shard that crashed, hung,
+seconds, folder) and the reports (harness.suites.report). The merged run is `complete` when every shard is; a shard that crashed, hung,
 was interrupted, failed its health check or is missing makes it `incomplete` (the reason names the shard),
 while the other shards' results stand. The shards must agree: each suite's shard records (written by
-harness.shard_plugin) must show the same collected tests and durations, disjoint selections that cover
+harness.suites.shard_plugin) must show the same collected tests and durations, disjoint selections that cover
 every collected test when all shards are there, and no test may appear in two shards' JUnit files;
 otherwise the merged run is `inconsistent`.
 
-Failed tests a shard reran alone (harness.retries) keep their verdicts (flaky or failing) and attempts' logs in
+Failed tests a shard reran alone (harness.suites.retries) keep their verdicts (flaky or failing) and attempts' logs in
 that shard's run.json and folder; the merged report reads them from there, so a flaky test in one shard leaves
 the merged run green. `--history DB` records the merged run into the test history.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import results as res
-from harness.collect import read_record
+from harness.suites.collect import read_record
 from harness.exc import ResultsError
 from harness.record import SHARED_KEYS, RunRecord, RunStatus, ShardRecord, ShardStatus, SuiteRecord
 
@@ -39,7 +39,7 @@ SHARD_STATUSES = tuple(ShardStatus)
 
 @dataclass(frozen=True)
 class ShardProcess:
-    """What the process that ran a shard next to the others saw (harness.sharded): exit status, wall
+    """What the process that ran a shard next to the others saw (harness.suites.sharded): exit status, wall
     seconds, whether it was killed for running past its time, its GPUs."""
 
     returncode: int | None
@@ -86,7 +86,7 @@ def shard_state(record: RunRecord | None, proc: ShardProcess | None, log: str = 
 
 
 def _shard_json(folder: Path, suite: SuiteRecord) -> dict[str, Any] | None:
-    """The shard record harness.shard_plugin wrote next to the suite's JUnit (`<suite>.shard.json`)."""
+    """The shard record harness.suites.shard_plugin wrote next to the suite's JUnit (`<suite>.shard.json`)."""
     path = folder / Path(suite.junit).with_suffix(".shard.json") if suite.junit else None
     if path is None or not path.is_file():
         return None
@@ -98,7 +98,7 @@ def _shard_json(folder: Path, suite: SuiteRecord) -> dict[str, Any] | None:
 
 def consistency_problems(folders: dict[int, Path], records: dict[int, RunRecord], count: int) -> list[str]:
     """Why the shards do not partition the tests (empty when they do, as far as the shards present tell)."""
-    from harness.collect import load_run
+    from harness.suites.collect import load_run
 
     problems: list[str] = []
     suites: dict[str, dict[int, dict[str, Any] | None]] = {}
@@ -176,8 +176,8 @@ def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: 
     report's Summary. `processes`: what the local shard processes did; `base`: the record's fields for when no
     shard wrote a run.json; `history`: the test-history store the merged run records into (else `base`'s);
     `reason`: why the whole run stopped early (an interrupt), if it did."""
-    from harness import report
-    from harness.collect import load_run
+    from harness.suites import report
+    from harness.suites.collect import load_run
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -273,15 +273,15 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 
 def cli_main(args: argparse.Namespace) -> int:
     """Merge the shards of a run into one results folder and report (`--check`: exit 1 unless green)."""
-    from harness import report
-    from harness.collect import load_run
+    from harness.suites import report
+    from harness.suites.collect import load_run
 
     res.output_folder(args.out, "--out")  # a file there: one line, before anything is copied
     folders, count = find_shards([Path(d) for d in args.dirs], exclude=Path(args.out))
     history = str(Path(args.history).resolve()) if args.history else None
     summary = merge_shards(Path(args.out), folders, count, history=history)
     if history and summary.status == "complete":
-        from harness.history import record_or_warn
+        from harness.suites.history import record_or_warn
 
         record_or_warn(Path(history), Path(args.out), out=sys.stderr)
         summary = report.write_reports(Path(args.out))

@@ -11,10 +11,10 @@ Terms:
               history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique)
               history_outcomes  run id, node id, outcome (passed/failed/error/skipped/xfailed), duration s
               history_retries   run id, node id, attempt (1..), outcome, duration s: the reruns alone of a
-                                test that failed in the run (harness.retries), with the test's verdict
+                                test that failed in the run (harness.suites.retries), with the test's verdict
                                 `status` (flaky: passed on a retry; failing: failed every attempt)
   recording a finished results folder: a `harness run` folder (run.json; merged shard runs too), read with
-            harness.collect.load_run, or a `harness flakes` folder (flakes.json + pytest.xml), read with
+            harness.suites.collect.load_run, or a `harness flakes` folder (flakes.json + pytest.xml), read with
             harness.results.parse_junit: one row per repetition of a test. A folder is recorded once.
   failure count  per test over the last N recorded folders (newest dates first): of the `run` folders that ran
             it, in how many at least one row failed or errored, and in how many of those it was flaky (a rerun
@@ -112,7 +112,7 @@ class Recorded:
     source: str
     backend: str
     tests: int
-    retried: int = 0  # rerun rows (harness.retries)
+    retried: int = 0  # rerun rows (harness.suites.retries)
 
 
 def _commit_of(folder: Path) -> str | None:
@@ -129,9 +129,9 @@ Retry = tuple[str, int, str, float, str]  # node id, attempt, outcome, seconds, 
 
 def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, float]], list[Retry]]:
     """(source, date, backend, [(node id, outcome, seconds)], reruns) of a results folder, with the existing
-    readers (a run's reruns with harness.retries)."""
+    readers (a run's reruns with harness.suites.retries)."""
     if (folder / "run.json").is_file():
-        from harness.collect import load_run
+        from harness.suites.collect import load_run
 
         return _read_run(load_run(folder))
     if (folder / "flakes.json").is_file():
@@ -150,8 +150,8 @@ def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, floa
 
 
 def _read_run(run: Any) -> tuple[str, str, str, list[tuple[str, str, float]], list[Retry]]:
-    """`_read_folder` of a run's results (harness.collect.RunResults), in memory or read from its folder."""
-    from harness import retries
+    """`_read_folder` of a run's results (harness.suites.collect.RunResults), in memory or read from its folder."""
+    from harness.suites import retries
 
     if run.record.status == RunStatus.RUNNING:
         raise HistoryError(f"{run.path} is not a finished run (status {str(run.record.status)!r})")
@@ -162,7 +162,7 @@ def _read_run(run: Any) -> tuple[str, str, str, list[tuple[str, str, float]], li
 
 
 def record(db_path: Path | str, folder: Any) -> Recorded:
-    """Record a finished results folder, or a run's results in memory (harness.collect.RunResults: the runner
+    """Record a finished results folder, or a run's results in memory (harness.suites.collect.RunResults: the runner
     hands its own); read before the store is opened, so a bad folder leaves no trace."""
     if isinstance(folder, (str, Path)):
         folder = Path(folder).resolve()
@@ -211,7 +211,7 @@ class FailureCount:
     node_id: str
     failed: int  # run folders of the window in which it failed or errored
     runs: int  # run folders of the window that ran it
-    flaky: int = 0  # of the `failed` runs, those in which a rerun alone passed (harness.retries)
+    flaky: int = 0  # of the `failed` runs, those in which a rerun alone passed (harness.suites.retries)
     failed_repetitions: int = 0  # repetitions in the window's flakes folders that failed or errored
     repetitions: int = 0  # repetitions of it in the window's flakes folders
 

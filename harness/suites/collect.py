@@ -4,7 +4,7 @@ suite's JUnit, parsed and classified.
 A run is `complete` only when run.json says so; `running` left behind by a killed process and
 `incomplete`/`aborted` runs are reported as incomplete, with whatever suites finished.
 
-A merged run (harness.merge: the shards of one run, each a results folder of its own in `shard-I/`) has a
+A merged run (harness.suites.merge: the shards of one run, each a results folder of its own in `shard-I/`) has a
 run.json with `shards`; its suites are each suite's tests over every shard that has a run.json, and each
 test's repro line comes from the record of the shard that ran it (`record_for`).
 """

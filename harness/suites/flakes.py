@@ -28,27 +28,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness import quarantine as quarantine_mod
+from harness.suites import quarantine as quarantine_mod
 from harness.commands import native_command, pytest_argv, suite_env
 from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
 from harness.matrix import resolve_test_paths
 from harness.process import Forward, execute
-from harness.results import append_job_summary, atomic_write_text, markdown_table, output_folder, read_cases
+from harness.results import Case, append_job_summary, atomic_write_text, markdown_table, output_folder, read_cases
 from harness.settings import settings
 
 SCHEMA = 1
 DEFAULT_RUNS = 20
 PASSING, FAILING, FLAKY, SKIPPED = "passing", "failing", "flaky", "skipped"
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run of one test, as JUnit recorded it."""
-
-    test_id: str
-    index: int | None
-    outcome: str  # passed | failed | error | skipped | xfailed
-    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,34 +60,23 @@ class TestStats:
 # ---- reading JUnit XML --------------------------------------------------------------------------------
 
 
-def read_junit(path: Path, root: Path | None = None) -> list[Run]:
-    """Every `<testcase>` of a pytest JUnit XML file as a Run, in file order (`results.read_cases`)."""
+def read_junit(path: Path, root: Path | None = None) -> list[Case]:
+    """Every `<testcase>` of a pytest JUnit XML file, in file order (`results.read_cases`); a repetition's
+    index is its `kiln_flake_run` property."""
     try:
-        cases = read_cases(path, root)
+        return read_cases(path, root)
     except ResultsError as e:
         raise FlakeRunError(f"{e}: pytest did not finish its session") from None
-    runs: list[Run] = []
-    for case in cases:
-        index = case.props.get("kiln_flake_run")
-        runs.append(
-            Run(
-                case.id,
-                int(index) if index is not None else None,
-                case.outcome,
-                case.message.splitlines()[0] if case.message else "",
-            )
-        )
-    return runs
 
 
 # ---- classification -----------------------------------------------------------------------------------
 
 
-def classify(runs: Iterable[Run]) -> list[TestStats]:
+def classify(runs: Iterable[Case]) -> list[TestStats]:
     """Fold runs into one TestStats per test id, sorted by id."""
-    by_id: dict[str, list[Run]] = {}
+    by_id: dict[str, list[Case]] = {}
     for run in runs:
-        by_id.setdefault(run.test_id, []).append(run)
+        by_id.setdefault(run.id, []).append(run)
     stats = []
     for test_id in sorted(by_id):
         rs = by_id[test_id]
@@ -122,17 +101,17 @@ def classify(runs: Iterable[Run]) -> list[TestStats]:
                 len(failed),
                 skipped,
                 round(len(failed) / counted, 4) if counted else 0.0,
-                failed[0].message if failed else "",
+                failed[0].message.split("\n", 1)[0] if failed else "",
             )
         )
     return stats
 
 
-def outcomes(runs: Iterable[Run]) -> dict[str, list[str]]:
+def outcomes(runs: Iterable[Case]) -> dict[str, list[str]]:
     """test id -> per-run outcomes, the input `quarantine.apply` takes."""
     result: dict[str, list[str]] = {}
     for run in runs:
-        result.setdefault(run.test_id, []).append(run.outcome)
+        result.setdefault(run.id, []).append(run.outcome)
     return result
 
 
@@ -209,7 +188,7 @@ def build_report(
     complete: bool,
     history: dict | None = None,
 ) -> dict:
-    """The report (schema 1). `history`: node id -> harness.history.FailureCount from the test-history store;
+    """The report (schema 1). `history`: node id -> harness.suites.history.FailureCount from the test-history store;
     each failing or flaky test it names gets `history`: "failed K of the last N runs" (else "")."""
     counts = {s: sum(t.status == s for t in stats) for s in (PASSING, FAILING, FLAKY, SKIPPED)}
     quarantined = {r.id: r.entry.reason for r in verdict.quarantined_failing + verdict.ready_to_leave}
@@ -289,7 +268,10 @@ def _run_in_container(
     backend: str, paths: Sequence[str], runs: int, out_dir: Path, extra: Sequence[str], image: str | None
 ) -> tuple[int, bool, list[str]]:
     """The flake run in the backend's image, through the runner (same mounts, GPU flags, timeouts)."""
-    from harness import health, image as image_mod, matrix, runner
+    from harness import matrix
+    from harness.checks import health
+    from harness.images import image as image_mod
+    from harness.suites import runner
 
     m = matrix.load()
     b = m.backend(backend)
@@ -351,7 +333,7 @@ def detect(
     all_runs = read_junit(junit, root)
     stats = classify(all_runs)
     verdict = quarantine_mod.apply(outcomes(all_runs), quarantine, backend)
-    from harness.history import failure_counts_if_any  # read-only; {} without a store
+    from harness.suites.history import failure_counts_if_any  # read-only; {} without a store
 
     history = failure_counts_if_any([t.id for t in stats if t.status in (FAILING, FLAKY)], backend=backend)
     report = build_report(
@@ -440,13 +422,3 @@ def cli_main(args: argparse.Namespace) -> int:
     if args.github_summary:
         append_job_summary((out / "flakes.md").read_text(encoding="utf-8"))
     return 0 if report["ok"] else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.flakes ...` is `python -m harness flakes ...`."""
-    from harness.__main__ import main as harness_main
-
-    return harness_main(["flakes", *(sys.argv[1:] if argv is None else argv)])
-
-if __name__ == "__main__":
-    sys.exit(main())

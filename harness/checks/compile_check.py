@@ -351,7 +351,7 @@ def compile_specs(
             )
         )
         result.write_text("")
-        cmd = [sys.executable, "-m", "harness.compile_check", "--worker", str(request), str(result)]
+        cmd = [sys.executable, "-m", "harness.checks.compile_check", "--worker", str(request), str(result)]
         log = work_dir / f"worker-{i}.log"
         procs.append((spawn(cmd, log, env=compiler_env(), echo=False), log, result, chunk))
     outcomes: dict[tuple[str, str], Outcome] = {}
@@ -596,14 +596,20 @@ def cli_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.compile_check ...` is `python -m harness compile-check ...`; `--worker REQUEST
-    RESULT` is one compile worker (started by `compile_all`)."""
-    from harness.__main__ import guarded, main as harness_main
+    """`python -m harness.checks.compile_check --worker REQUEST RESULT`: one compile worker (started by
+    `compile_all`). The verb itself is `python -m harness compile-check`."""
+    from harness.exc import UsageError, guarded
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--worker"] and len(argv) == 3:
-        return guarded("compile-check", lambda: worker(Path(argv[1]), Path(argv[2])))
-    return harness_main(["compile-check", *argv])
+
+    def run() -> int:
+        if argv[:1] != ["--worker"] or len(argv) != 3:
+            raise UsageError("this module runs one compile worker (--worker REQUEST RESULT); "
+                             "the verb is `python -m harness compile-check`")
+        return worker(Path(argv[1]), Path(argv[2]))
+
+    return guarded("compile-check", run)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""A pytest plugin (`-p harness.shard_plugin --kiln-shard I/N [--kiln-durations FILE] [--kiln-shard-offset K]
-[--kiln-shard-record FILE]`) that keeps only shard I of N of the collected tests (see harness.shard: the split depends only on the
+"""A pytest plugin (`-p harness.suites.shard_plugin --kiln-shard I/N [--kiln-durations FILE] [--kiln-shard-offset K]
+[--kiln-shard-record FILE]`) that keeps only shard I of N of the collected tests (see harness.suites.shard: the split depends only on the
 collected node ids and the durations file, so every shard of a run agrees and each test runs in exactly one).
 
 The tests outside the shard are deselected after every other selection (`-k`, `-m`), so the shards partition
@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from harness import shard as shard_mod
+from harness.suites import shard as shard_mod
 from harness.exc import HarnessError
 
 

@@ -4,7 +4,7 @@ Terms:
   inputs     everything that determines an image: the Dockerfile, the build args (base image reference,
              `tag@sha256:...` when the matrix pins its digest; torch and triton pins), the base's local image
              id when it is not pinned by digest (a bootstrapped or tag-only base), the lock file
-             (docker/lock/<backend>.txt, harness/lock.py), docker/requirements-test.txt and the project
+             (docker/lock/<backend>.txt, harness/images/lock.py), docker/requirements-test.txt and the project
              metadata (pyproject.toml's [project] table). Their sha256 (first 16 hex digits) is the image tag.
   base image the FROM image: the matrix's `base_image` tag, pinned by `base_digest` when set (`image --pin`
              fills it where the registry is reachable; a build on an unpinned tag warns "base image not
@@ -13,8 +13,8 @@ Terms:
   lock       the image's Python packages, each with its hashes; installed with `--require-hashes --no-deps`.
              A backend without a lock does not build unless KILN_ALLOW_UNLOCKED=1 (then loudly unlocked).
   labels     kiln.inputs-hash, kiln.base-image, kiln.base-digest, kiln.base-id, kiln.lock-sha256: what
-             `image --check` (harness/image_check.py) compares with the matrix and the tree.
-The `python -m harness image` command line lives in harness/image_check.py (it uses both modules).
+             `image --check` (harness/images/image_check.py) compares with the matrix and the tree.
+The `python -m harness image` command line lives in harness/images/image_check.py (it uses both modules).
   wheelhouse a folder of wheels the harness downloads with the host's pip (which reaches this
              machine's wheel cache) and hands to the build as `wheels/`, so the build needs no index.
   context    .kiln/build/<backend>/: Dockerfile, requirements-test.txt, lock.txt, wheels/.
@@ -34,54 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import lock as lock_mod
-from harness.exc import DockerError, HarnessError, ImageError, ImageInputError, MissingTool
+from harness.images import lock as lock_mod
+from harness.exc import HarnessError, ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
+from harness.docker_client import docker, docker_base, require_docker  # noqa: F401  (image.docker: the one client)
 from harness.settings import settings
 
 REQUIREMENTS = "docker/requirements-test.txt"
 HASH_LEN = 16
-
-
-# ---- docker client -----------------------------------------------------------------------------------
-
-
-def docker_base() -> list[str]:
-    """The docker client argv prefix (settings().docker)."""
-    return [settings().docker]
-
-
-def require_docker() -> None:
-    """Fail with a clear message when the docker client is missing or its daemon is unreachable."""
-    client = settings().docker
-    if shutil.which(client) is None:
-        raise DockerError(
-            f"docker client {client!r} not found: install docker (apt-get install docker.io) "
-            "or run natively with --native / KILN_NATIVE=1"
-        )
-    try:
-        proc = subprocess.run(
-            [client, "version", "--format", "{{.Server.Version}}"],
-            capture_output=True, text=True, timeout=30,
-        )
-    except subprocess.TimeoutExpired:
-        raise DockerError("docker daemon did not answer within 30 s (is dockerd hung?)") from None
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DockerError(
-            f"cannot reach the docker daemon ({detail}); start it (e.g. `dockerd > /tmp/dockerd.log 2>&1 &`)"
-            " or run natively with --native"
-        )
-
-
-def docker(*args: str, check: bool = True, capture: bool = True, **kw: Any) -> subprocess.CompletedProcess:
-    """Run one docker command; a failure raises DockerError with the last line of its stderr."""
-    argv = [*docker_base(), *args]
-    proc = subprocess.run(argv, capture_output=capture, text=True, **kw)
-    if check and proc.returncode != 0:
-        tail = (proc.stderr or "").strip().splitlines()[-1:] if capture else []
-        raise DockerError(f"`docker {' '.join(args[:2])}` failed (exit {proc.returncode}): {' '.join(tail)}")
-    return proc
 
 
 def image_id(ref: str) -> str | None:

@@ -1,0 +1,1 @@
+"""harness.checks: checks before and beside the suites: GPU health, the compile check."""

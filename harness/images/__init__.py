@@ -1,0 +1,1 @@
+"""harness.images: the pinned container images: build, lock files, the image check."""
