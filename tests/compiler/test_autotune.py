@@ -14,6 +14,7 @@ from compiler import config
 from compiler.backend import backend_overrides
 from compiler.runtime import autotune, compile_stats, reset_compile_stats
 from compiler.runtime.launcher import TritonKernel
+from kiln_testing import DEVICE
 
 
 class FakeTimer:
@@ -60,7 +61,7 @@ def _launch_cfgs(graphs):
 
 
 def test_the_fastest_candidate_is_used_and_the_second_compile_times_nothing(tuned):
-    x = torch.randn(3000)
+    x = torch.randn(3000, device=DEVICE)
     graphs, out = _run(_f, x)
     assert torch.allclose(out, _f(x))
     assert len(tuned.calls) > 1 and compile_stats().autotuned == 1
@@ -76,12 +77,12 @@ def test_the_fastest_candidate_is_used_and_the_second_compile_times_nothing(tune
 
 
 def test_a_size_bucket_shares_its_choice(tuned):
-    graphs, _ = _run(_f, torch.randn(3000), dynamic=True)
+    graphs, _ = _run(_f, torch.randn(3000, device=DEVICE), dynamic=True)
     n = len(tuned.calls)
     compiled = torch.compile(_f, backend="kiln", dynamic=True)
-    x = torch.randn(2500)  # same bucket (4096): no timing
+    x = torch.randn(2500, device=DEVICE)  # same bucket (4096): no timing
     assert torch.allclose(compiled(x), _f(x)) and len(tuned.calls) == n
-    x = torch.randn(9000)  # another bucket: timed
+    x = torch.randn(9000, device=DEVICE)  # another bucket: timed
     assert torch.allclose(compiled(x), _f(x)) and len(tuned.calls) > n
 
 
@@ -89,7 +90,7 @@ def test_reductions_are_tuned_and_stay_correct(tuned):
     def f(x):
         return torch.softmax(x, -1) * x.sum(0)
 
-    x = torch.randn(64, 300)
+    x = torch.randn(64, 300, device=DEVICE)
     _, out = _run(f, x)
     assert torch.allclose(out, f(x), atol=1e-5) and compile_stats().autotuned >= 2
     persistent = [c for c in tuned.calls if c.get("PERSISTENT")]
@@ -99,10 +100,10 @@ def test_reductions_are_tuned_and_stay_correct(tuned):
 
 def test_written_buffers_are_restored_before_every_candidate(tuned):
     with config.patch(autotune=False):
-        graphs, _ = _run(_f, torch.randn(3000))
+        graphs, _ = _run(_f, torch.randn(3000, device=DEVICE))
     (kernel,) = [m for _, m in graphs[0].wrapper.named_children() if isinstance(m, TritonKernel)]
-    x = torch.randn(3000)
-    out = torch.full((3000,), 7.0)
+    x = torch.randn(3000, device=DEVICE)
+    out = torch.full((3000,), 7.0, device=DEVICE)
     seen = []
 
     def timer(launch, cfg):
@@ -112,18 +113,19 @@ def test_written_buffers_are_restored_before_every_candidate(tuned):
 
     autotune.set_timer(timer)
     args = (x, out, 3000) if kernel.ptr_args == ["in_ptr0", "out_ptr0"] else pytest.skip(str(kernel.ptr_args))
-    cfg = kernel.heuristic_config(3000, 1, interp=True)
+    cfg = kernel.heuristic_config(3000, 1, interp=config.interpreting())
     choice = autotune._tune(kernel, cfg, args)
     assert choice is not None and len(seen) > 1 and all(seen)
     assert (out == 7.0).all()  # and the buffers are back to it afterwards: the real launch writes them
 
 
+@pytest.mark.skipif(not config.interpreting(), reason="on a GPU, autotuning without a timer times for real")
 def test_cpu_without_a_timer_is_a_logged_no_op(tmp_path, caplog):
     autotune.set_timer(None)
     autotune._noted.clear()
     reset_compile_stats()
     with config.patch(autotune=True, autotune_dir=str(tmp_path)), caplog.at_level(logging.INFO, "kiln"):
-        x = torch.randn(100)
+        x = torch.randn(100, device=DEVICE)
         _, out = _run(_f, x)
     assert torch.allclose(out, _f(x))
     assert compile_stats().autotuned == 0 and not list(tmp_path.iterdir())
@@ -134,7 +136,7 @@ def test_max_autotune_mode_turns_it_on(tuned):
     assert backend_overrides(mode="max-autotune")["autotune"] is True
     assert backend_overrides(mode="max-autotune-no-cudagraphs") == {"autotune": True}
     with config.patch(autotune=False):  # the mode alone turns it on, for this compiled function
-        x = torch.randn(3000)
+        x = torch.randn(3000, device=DEVICE)
         _, out = _run(_f, x, mode="max-autotune-no-cudagraphs")
     assert torch.allclose(out, _f(x)) and tuned.calls
 

@@ -16,6 +16,7 @@ import torch
 import compiler
 from compiler import config
 from compiler.runtime import cache, compile_stats, fx_codec, graph_cache, reset_compile_stats
+from kiln_testing import DEVICE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -52,7 +53,7 @@ def _entries(folder):
 
 
 def test_hit_rebuilds_what_the_fresh_compile_made(gc_dir):
-    x, y = torch.randn(8, 100), torch.randn(8, 100)
+    x, y = torch.randn(8, 100, device=DEVICE), torch.randn(8, 100, device=DEVICE)
     _, first, out1 = _compile_run(_fn, x, y)
     assert [g.cache for g in first] == ["stored"] and len(_entries(gc_dir)) == 1
     _, second, out2 = _compile_run(_fn, x, y)
@@ -67,7 +68,7 @@ def test_hit_rebuilds_what_the_fresh_compile_made(gc_dir):
 
 @pytest.mark.parametrize("change", [{"emulate_eager_precision": True}, {"interp_persistent_rblock_max": 64}])
 def test_a_codegen_setting_change_misses(gc_dir, change):
-    x, y = torch.randn(8, 100), torch.randn(8, 100)
+    x, y = torch.randn(8, 100, device=DEVICE), torch.randn(8, 100, device=DEVICE)
     _compile_run(_fn, x, y)
     with config.patch(**change):
         _, graphs, out = _compile_run(_fn, x, y)
@@ -80,7 +81,7 @@ def test_a_codegen_setting_change_misses(gc_dir, change):
 
 @pytest.mark.parametrize("what", ["torch", "kiln"])
 def test_a_version_change_misses(gc_dir, monkeypatch, what):
-    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    x, y = torch.randn(4, 16, device=DEVICE), torch.randn(4, 16, device=DEVICE)
     _compile_run(_fn, x, y)
     if what == "torch":
         real = graph_cache.toolchain
@@ -94,7 +95,7 @@ def test_a_version_change_misses(gc_dir, monkeypatch, what):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "foreign_json"])
 def test_a_damaged_entry_is_ignored_and_replaced(gc_dir, damage):
-    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    x, y = torch.randn(4, 16, device=DEVICE), torch.randn(4, 16, device=DEVICE)
     _compile_run(_fn, x, y)
     (name,) = _entries(gc_dir)
     path = os.path.join(gc_dir, name)
@@ -126,7 +127,7 @@ def test_the_folder_stays_under_its_size_bound(gc_dir):
         os.utime(p, (time.time() - 1000 + i, time.time() - 1000 + i))
         old.append(p)
     with config.patch(cache_max_mb=1):
-        _, graphs, _ = _compile_run(_fn, torch.randn(4, 16), torch.randn(4, 16))
+        _, graphs, _ = _compile_run(_fn, torch.randn(4, 16, device=DEVICE), torch.randn(4, 16, device=DEVICE))
     assert graphs[0].cache == "stored"
     total = sum(os.path.getsize(os.path.join(gc_dir, n)) for n in _entries(gc_dir))
     assert total <= 1 << 20
@@ -135,7 +136,7 @@ def test_the_folder_stays_under_its_size_bound(gc_dir):
 
 
 def test_cache_off_and_read_only(gc_dir):
-    x, y = torch.randn(4, 16), torch.randn(4, 16)
+    x, y = torch.randn(4, 16, device=DEVICE), torch.randn(4, 16, device=DEVICE)
     with config.patch(cache="0"):
         _, graphs, out = _compile_run(_fn, x, y)
     assert [g.cache for g in graphs] == [""] and _entries(gc_dir) == [] and _close(out, _fn(x, y))
@@ -151,12 +152,12 @@ def test_cache_off_and_read_only(gc_dir):
 
 
 def test_dynamic_shapes_through_a_cached_graph(gc_dir):
-    x, y = torch.randn(8, 100), torch.randn(8, 100)
+    x, y = torch.randn(8, 100, device=DEVICE), torch.randn(8, 100, device=DEVICE)
     _compile_run(_fn, x, y, dynamic=True)
     compiled, graphs, out = _compile_run(_fn, x, y, dynamic=True)
     assert [g.cache for g in graphs] == ["hit"] and _close(out, _fn(x, y))
     for shape in [(3, 7), (5, 33), (1, 129)]:
-        a, b = torch.randn(shape), torch.randn(shape)
+        a, b = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
         assert _close(compiled(a, b), _fn(a, b)), shape
 
 
@@ -164,7 +165,7 @@ def test_a_cond_graph_is_cached_with_its_compiled_branches(gc_dir):
     def f(x):
         return torch.cond(x.sum() > 0, lambda t: (t * 2).sin(), lambda t: (t - 1).cos(), (x,))
 
-    x = torch.randn(4, 8)
+    x = torch.randn(4, 8, device=DEVICE)
     _, first, _ = _compile_run(f, x)
     compiled, second, out = _compile_run(f, x)
     assert [g.cache for g in second] == ["hit"]
@@ -178,8 +179,8 @@ def test_training_graphs_hit_forward_and_backward(gc_dir):
     def run():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
-                                    torch.nn.Linear(32, 4))
-        inp = torch.randn(8, 16)
+                                    torch.nn.Linear(32, 4)).to(DEVICE)
+        inp = torch.randn(8, 16, device=DEVICE)
         torch._dynamo.reset()
         with compiler.capture() as graphs:
             torch.compile(model, backend="kiln")(inp).square().mean().backward()
@@ -194,7 +195,7 @@ def test_training_graphs_hit_forward_and_backward(gc_dir):
 
 def test_a_graph_the_codec_cannot_store_is_skipped_with_a_reason(gc_dir, monkeypatch):
     monkeypatch.setattr(fx_codec, "_FUNCTION_NAMES", {})  # the wrapper's allocator is now an unknown function
-    x, y = torch.randn(8, 100), torch.randn(8, 100)
+    x, y = torch.randn(8, 100, device=DEVICE), torch.randn(8, 100, device=DEVICE)
     _, graphs, out = _compile_run(_fn, x, y)
     assert graphs[0].cache.startswith("not stored: Unsupported: call target"), graphs[0].cache
     assert _entries(gc_dir) == [] and compile_stats().graph_skips == 1 and _close(out, _fn(x, y))
@@ -211,7 +212,8 @@ _WORKER = textwrap.dedent("""
     def f(x, y):
         return torch.softmax(x * 2 + y, -1).sum(0), x.relu() @ y.t()
     torch.manual_seed(0)
-    x, y = torch.randn(6, 50), torch.randn(6, 50)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x, y = torch.randn(6, 50, device=dev), torch.randn(6, 50, device=dev)
     with compiler.capture() as graphs:
         out = torch.compile(f, backend="kiln")(x, y)
     ref = f(x, y)
@@ -244,7 +246,7 @@ def test_two_processes_compiling_one_graph_at_once(tmp_path):
 def test_cache_command_info_and_clear(gc_dir, capsys):
     from compiler.__main__ import main
 
-    _compile_run(_fn, torch.randn(4, 16), torch.randn(4, 16))
+    _compile_run(_fn, torch.randn(4, 16, device=DEVICE), torch.randn(4, 16, device=DEVICE))
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert f"graph cache (on): {gc_dir}: 1 entries" in out
@@ -257,16 +259,16 @@ def test_cache_command_info_and_clear(gc_dir, capsys):
 
 def test_constants_are_stored_with_their_bytes_and_layout(gc_dir):
     def f(x):
-        return x * torch.tensor([1.0, 2.0, 3.0]) + 1
+        return x * torch.tensor([1.0, 2.0, 3.0], device=x.device) + 1
 
-    x = torch.randn(4, 3)
+    x = torch.randn(4, 3, device=DEVICE)
     _, first, _ = _compile_run(f, x)
     compiled, second, out = _compile_run(f, x)
     assert [g.cache for g in second] == ["hit"] and _close(out, f(x))
     (name, want), = dict(first[0].wrapper.named_buffers()).items()
     have = dict(second[0].wrapper.named_buffers())[name]
     assert torch.equal(have, want)
-    base = torch.arange(24.0).reshape(4, 6)
+    base = torch.arange(24.0, device=DEVICE).reshape(4, 6)
     view = base[1:, ::2]  # offset and strides of a view: kept, over a copy of its whole storage
     gm = torch.fx.symbolic_trace(torch.nn.Identity())
     gm.register_buffer("c", view)
@@ -287,7 +289,7 @@ def test_a_graph_whose_passes_add_shape_guards_is_not_stored(gc_dir, monkeypatch
             pass
 
     monkeypatch.setattr(backend, "PASSES", [backend.Pass("guarding", "test", guarding), *backend.PASSES])
-    x, y = torch.randn(8, 100), torch.randn(8, 100)
+    x, y = torch.randn(8, 100, device=DEVICE), torch.randn(8, 100, device=DEVICE)
     _, graphs, out = _compile_run(_fn, x, y, dynamic=True)
     assert graphs[0].cache.startswith("not stored: kiln's passes added 1 shape guards"), graphs[0].cache
     assert _entries(gc_dir) == [] and _close(out, _fn(x, y))
