@@ -150,7 +150,8 @@ class _Fingerprint:
                 node = getattr(s, "node", None)
                 if node is not None:
                     self.symbols |= node.expr.free_symbols
-            return f"T({v.dtype},{v.device},{v.requires_grad},{','.join(sizes)},s{share})"
+            return (f"T({type(v).__name__},{v.dtype},{v.layout},{v.device},{v.requires_grad},{','.join(sizes)},"
+                    f"s{share})")
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             self.symbols |= v.node.expr.free_symbols
             return f"S({_sym(v)})"
