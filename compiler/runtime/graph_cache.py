@@ -129,6 +129,7 @@ class _Fingerprint:
         self.h = hashlib.sha256()
         self.storages: dict[Any, int] = {}
         self.symbols: set = set()
+        self.constant_bytes = 0
 
     def add(self, *parts: Any) -> None:
         for p in parts:
@@ -182,8 +183,9 @@ class _Fingerprint:
             if type(obj) not in (torch.Tensor, torch.nn.Parameter):
                 raise fx_codec.Unsupported(f"constant {target} of type {type(obj).__name__}")
             storage = obj.untyped_storage()
-            if storage.nbytes() > fx_codec.MAX_CONSTANT_BYTES:
-                raise fx_codec.Unsupported(f"constant {target} above {fx_codec.MAX_CONSTANT_BYTES >> 20} MiB")
+            self.constant_bytes += storage.nbytes()
+            if self.constant_bytes > fx_codec.MAX_CONSTANT_BYTES:  # weights held as constants: not hashed each time
+                raise fx_codec.Unsupported(f"constants above {fx_codec.MAX_CONSTANT_BYTES >> 20} MiB")
             raw = torch.empty(0, dtype=torch.uint8).set_(storage.cpu() if storage.device.type != "cpu" else storage)
             self.add(target, self.value(obj), hashlib.sha256(raw.numpy().tobytes()).hexdigest())
         else:
