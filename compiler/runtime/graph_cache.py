@@ -20,11 +20,15 @@ ShapeEnv (a hit would not add them), graphs holding something ``fx_codec`` does 
 
 AOTAutograd's own cache (``torch._functorch._aot_autograd.autograd_cache``, checked on torch 2.13) is not open
 to kiln: ``aot_module_simplified`` consults it only when the forward compiler is a
-``SerializableAOTDispatchCompiler`` returning an Inductor ``OutputCode`` (``torch._inductor.output_code``), its
-key is Inductor's ``FxGraphHashDetails``, its ``check_cacheable`` requires Inductor's FX graph cache settings,
-and its entries are pickles. kiln does not import ``torch._inductor`` in ``compiler/`` and stores no pickles, so
-it caches at its own compile of each forward, backward or inference graph (Dynamo and AOTAutograd still
-trace in a warm process; kiln's passes and kernel renders do not run).
+``SerializableAOTDispatchCompiler`` returning an ``OutputCode`` (a class of ``torch._inductor.output_code``; the
+bundled entries of recent torch accept any subclass, which is how the regional-Inductor backend plugs in), its
+key is built on Inductor's ``FxGraphHashDetails``, its ``check_cacheable`` requires Inductor's FX graph cache
+setting, and its entries are pickles (the extra-key hook of newer torch only adds data to that key). All of it
+is private API, kiln does not import ``torch._inductor`` in ``compiler/`` and stores no pickles, so kiln caches
+at its own compile of each forward, backward or inference graph: Dynamo and AOTAutograd still trace in a warm
+process; kiln's passes and kernel renders do not run. Size hints (example sizes) are not in the key: the passes
+use them only to pick among choices that are valid at every size (an order of strides to try, an alias root),
+each then checked symbolically.
 """
 
 from __future__ import annotations
