@@ -5,7 +5,8 @@ is (op, name, target, args, kwargs); a *target* is named, and resolves only to w
 ATen/custom operator overloads (``torch.ops.<ns>.<op>.<overload>``), higher-order ops
 (``torch.ops.higher_order.<name>``), functions of ``operator``/``math``, a few builtins, C functions of the
 ``torch`` namespace, Dynamo's C allocators and kiln's runtime helpers; method calls are limited to
-``METHODS``. Submodules are kernels (``TritonKernel``: name, source and launch signature), compiled subgraphs
+``METHODS``. Submodules are kernels (``TritonKernel``: name, source and launch signature; the source is checked to
+be Triton only, ``check_kernel_source``, before it is imported), compiled subgraphs
 (wrappers of ``cond``/``while_loop`` branches, recursively) or other FX graphs (``map``'s body); tensor
 attributes (constants) are stored with their bytes, dtype, size, strides and offset. Anything else raises
 ``Unsupported``: that graph is not cached (``graph_cache`` records why) rather than rebuilt wrongly.
@@ -164,6 +165,59 @@ def decode_arg(v: Any, nodes: list[fx.Node]) -> Any:
     raise Unsupported(f"argument data {v!r}")
 
 
+# --------------------------------------------------------------------------------------------- kernels
+#: what a kernel module may import at its top level
+KERNEL_IMPORTS = frozenset({"import triton", "import triton.language as tl",
+                            "from triton.language.extra import libdevice"})
+#: builtins a kernel body may name (everything else: its module's names, its parameters and locals)
+KERNEL_BUILTINS = frozenset({"range", "min", "max", "int", "float", "bool", "len", "True", "False", "None"})
+
+
+def check_kernel_source(source: str) -> None:
+    """``Unsupported`` unless ``source`` is a kernel module as kiln renders it: the three Triton imports and
+    ``@triton.jit`` functions whose bodies name only Triton (``tl``, ``libdevice``, ``triton``), the module's
+    own functions, their parameters and locals, and a few builtins; no attribute starting with ``_``. A kernel
+    source from the graph cache is imported (and, under the interpreter, run as Python): it is checked first."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise Unsupported(f"kernel source does not parse: {e}") from None
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if ast.unparse(node) not in KERNEL_IMPORTS:
+                raise Unsupported(f"kernel import {ast.unparse(node)!r}")
+        elif isinstance(node, ast.FunctionDef):
+            if [ast.unparse(d) for d in node.decorator_list] != ["triton.jit"]:
+                raise Unsupported(f"kernel function {node.name} not a plain @triton.jit")
+            _check_body(node, functions)
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):  # a docstring
+            raise Unsupported(f"kernel module statement {type(node).__name__}")
+
+
+def _check_body(fn: Any, functions: set[str]) -> None:
+    import ast
+
+    local = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            local.add(node.id)
+    allowed = local | functions | KERNEL_BUILTINS | {"tl", "libdevice", "triton"}
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda, ast.ClassDef,
+                             ast.AsyncFunctionDef, ast.Await, ast.Yield, ast.YieldFrom, ast.With, ast.Try,
+                             ast.Delete)):
+            raise Unsupported(f"kernel {fn.name}: {type(node).__name__} statement")
+        if isinstance(node, ast.FunctionDef) and node is not fn:
+            raise Unsupported(f"kernel {fn.name}: nested function")
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            raise Unsupported(f"kernel {fn.name}: attribute {node.attr}")
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in allowed:
+            raise Unsupported(f"kernel {fn.name}: name {node.id}")
+
+
 # --------------------------------------------------------------------------------------------- tensors
 def encode_tensor(t: torch.Tensor, blobs: list[bytes]) -> dict:
     """A constant tensor: its whole storage's bytes go to ``blobs``; size, strides and offset are kept."""
@@ -222,6 +276,7 @@ def encode_module(gm: fx.GraphModule, blobs: list[bytes]) -> dict:
 
 def encode_attr(obj: Any, blobs: list[bytes]) -> dict:
     if isinstance(obj, TritonKernel):
+        check_kernel_source(obj.source)  # what the load checks: never store a kernel that would not load
         return {"kind": "kernel", "name": obj.name, "source": obj.source, "ptr_args": list(obj.ptr_args),
                 "size_args": list(obj.size_args), "reduction": bool(obj.reduction), "hint": obj.hint,
                 "programs": int(obj.programs)}
@@ -239,6 +294,7 @@ def encode_attr(obj: Any, blobs: list[bytes]) -> dict:
 def decode_attr(data: dict, blobs: list[bytes]) -> Any:
     kind = data["kind"]
     if kind == "kernel":
+        check_kernel_source(data["source"])
         return TritonKernel(data["name"], data["source"], list(data["ptr_args"]), list(data["size_args"]),
                             bool(data["reduction"]), data["hint"], int(data["programs"]))
     if kind == "graph":

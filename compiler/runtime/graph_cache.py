@@ -11,7 +11,8 @@ not, each input device's name and capability, the visible GPU count). *Entry*: `
 ``graph_cache_dir``, a checked file (``cache.write_entry``: magic, checksum, atomic replace; a truncated or
 corrupt one is a miss and is replaced), holding JSON (the wrapper as ``fx_codec`` data, kernel sources,
 fallback reasons, the strides a training forward reports to AOTAutograd) and the constants' bytes; nothing in
-it is unpickled or executed as Python (the kernels' sources are imported as they are on a fresh compile).
+it is unpickled or executed as Python (a kernel source is imported only after ``fx_codec.check_kernel_source``
+found it to be Triton only).
 The folder is kept under ``cache_max_mb`` (least recently used first; a hit renews an entry).
 
 Not stored, with a reason (``skipped()``), and compiled as before: graphs whose passes added guards to the

@@ -293,3 +293,34 @@ def test_a_graph_whose_passes_add_shape_guards_is_not_stored(gc_dir, monkeypatch
     _, graphs, out = _compile_run(_fn, x, y, dynamic=True)
     assert graphs[0].cache.startswith("not stored: kiln's passes added 1 shape guards"), graphs[0].cache
     assert _entries(gc_dir) == [] and _close(out, _fn(x, y))
+
+
+def test_a_stored_kernel_that_is_not_triton_only_is_refused(gc_dir):
+    import json
+    import struct
+
+    x, y = torch.randn(4, 16, device=DEVICE), torch.randn(4, 16, device=DEVICE)
+    _compile_run(_fn, x, y)
+    (name,) = _entries(gc_dir)
+    path = os.path.join(gc_dir, name)
+    payload = cache.read_entry(path)
+    (n,) = struct.unpack_from("<Q", payload)
+    header = json.loads(payload[8:8 + n])
+    kernel = next(a for a in header["wrapper"]["attrs"].values() if a["kind"] == "kernel")
+    kernel["source"] += "\nimport os\nos._exit(3)\n"  # a planted entry with a valid checksum
+    text = json.dumps(header).encode()
+    cache.write_entry(path, struct.pack("<Q", len(text)) + text + payload[8 + n:])
+    _, graphs, out = _compile_run(_fn, x, y)  # still alive: the entry was refused, the graph compiled
+    assert [g.cache for g in graphs] == ["stored"] and _close(out, _fn(x, y))
+
+
+@pytest.mark.parametrize("body", ["open('/etc/passwd')", "__import__('os')", "tl.__dict__", "x = lambda: 0",
+                                  "import os"])
+def test_kernel_source_check(body):
+    good = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+            "def k(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n"
+            "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+            "    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, xindex < xnumel), xindex < xnumel)\n")
+    fx_codec.check_kernel_source(good)
+    with pytest.raises(fx_codec.Unsupported):
+        fx_codec.check_kernel_source(good + f"    {body}\n")
