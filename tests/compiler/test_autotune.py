@@ -150,3 +150,16 @@ def test_candidates_keep_the_heuristic_and_fill_the_threads():
     assert {c["RBLOCK"] for c in outer} == {32, 64, 128}
     pw = autotune.candidates({"XBLOCK": 1024, "num_warps": 4}, "inner", 0)
     assert {"XBLOCK": 1024, "num_warps": 4} in pw and all("RBLOCK" not in c for c in pw)
+
+
+def test_choices_follow_the_cache_setting(tuned, tmp_path):
+    x = torch.randn(3000, device=DEVICE)
+    with config.patch(cache="0"):
+        _run(_f, x)
+    assert len(tuned.calls) > 1 and not (tmp_path / "autotune").exists()  # tuned, nothing written
+    n = len(tuned.calls)
+    autotune.set_timer(tuned)
+    with config.patch(cache="read"):
+        _, out = _run(_f, x)
+    assert len(tuned.calls) > n and not (tmp_path / "autotune").exists()  # read-only: timed again, not written
+    assert torch.allclose(out, _f(x))
