@@ -2,8 +2,8 @@
 side by side, in fresh processes (`compile_times`); the stage `warmcache` of `ci/device_check.sh`.
 
     python -m harness.bench.warmcache --only PATTERNS [--compilers kiln,inductor] [--profile gpu]
-                                      [--device cuda] [--no-autotune] [--budget-s S] [--timeout-s S]
-                                      [--json P] [--md P]
+                                      [--device cuda] [--no-autotune] [--autotune-compilers kiln]
+                                      [--budget-s S] [--timeout-s S] [--json P] [--md P]
 
 Exit 0 when every row was measured, 1 when a probe failed, 2 on bad arguments (one line).
 """
@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="tiny or gpu (default: gpu on CUDA, else tiny)")
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     ap.add_argument("--no-autotune", action="store_true", help="cold and warm only")
+    ap.add_argument("--autotune-compilers", default=None,
+                    help="compilers also measured autotuned (default: every one of --compilers)")
     ap.add_argument("--budget-s", type=float, default=None, help="start no case past this many seconds")
     ap.add_argument("--timeout-s", type=float, default=900.0, help="compile limit of one probe (it gets 120 s more)")
     ap.add_argument("--json", type=Path, default=None)
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: budget of {args.budget_s:.0f}s spent; {case.name} not measured", file=sys.stderr)
             continue
         for c in compilers:  # side by side: each case's compilers one after the other
-            rows.append(measure(case.name, c, compile_probe(case, c, cfg), autotune=not args.no_autotune))
+            tune = not args.no_autotune and (args.autotune_compilers is None or c in arms.split(args.autotune_compilers))
+            rows.append(measure(case.name, c, compile_probe(case, c, cfg), autotune=tune))
             print(table(rows[-1:])[2], flush=True)
             _write(args, rows, note)  # after every row: a stage killed at its time limit keeps what it measured
     print("\n".join(table(rows) + note))
