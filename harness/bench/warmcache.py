@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: budget of {args.budget_s:.0f}s spent; {case.name} not measured", file=sys.stderr)
             continue
         for c in compilers:  # side by side: each case's compilers one after the other
-            tune = not args.no_autotune and (args.autotune_compilers is None or c in arms.split(args.autotune_compilers))
+            tune = not args.no_autotune and (args.autotune_compilers is None
+                                             or c in arms.split(args.autotune_compilers))
             rows.append(measure(case.name, c, compile_probe(case, c, cfg), autotune=tune))
             print(table(rows[-1:])[2], flush=True)
             _write(args, rows, note)  # after every row: a stage killed at its time limit keeps what it measured
