@@ -27,9 +27,10 @@ import math
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness import arms
 
@@ -133,8 +134,9 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
 
 def table(rows: list[CompileTimes]) -> list[str]:
     """A Markdown table of ``rows``, with the autotuned step gain (heuristic step / autotuned step)."""
-    lines = ["| case | compiler | cold s | warm s | warm/cold | autotuned s | autotuned warm s | step ms | "
-             "autotuned step ms | gain |", "|---|---|---|---|---|---|---|---|---|---|"]
+    head = ("| case | compiler | cold s | warm s | warm/cold | autotuned s | autotuned warm s | step ms | "
+            "autotuned step ms | gain |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = r.warm_s / r.cold_s if r.cold_s and r.warm_s is not None else None
         gain = r.step_s / r.autotune_step_s if r.step_s and r.autotune_step_s else None

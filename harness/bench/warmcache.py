@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in problems.values():
         print(f"note: {line}", file=sys.stderr)
     cfg = ModelBenchConfig(device=device, profile=profile, compilers=compilers, compile_timeout_s=args.timeout_s)
-    note = ([f"Device {device}: kernels run through Triton's interpreter; autotuning is a no-op there and step "
-             "times are the interpreter's (pipeline check only)."] if device == "cpu" else [])
+    interp = (f"Device {device}: kernels run through Triton's interpreter; autotuning is a no-op there and step "
+              "times are the interpreter's (pipeline check only).")
+    note = [interp] if device == "cpu" else []
     rows: list[CompileTimes] = []
     start = time.monotonic()
     for case in runnable:
