@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter
+#   scatter, warmcache
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -75,6 +75,13 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
     scatter) ( timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_scatter.py; a=$?
                timeout 45 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/numerics/test_numerics.py \
                  -k "embedding_grad or scatter_add or cumsum"; exit $(( a | $? )) ) > "$OUT/$stage.log" 2>&1 ;;
+    warmcache) # issue 25: cold, warm (kiln's graph cache, kernels on disk) and autotuned compile s in fresh processes,
+            # kiln and inductor side by side per row ($WARMCACHE_ONLY); table in $OUT/warmcache.md
+            # (about 150 s a row: 8 fresh processes; WARMCACHE_AUTOTUNE=kiln leaves out Inductor's max-autotune, the slowest)
+            timeout 400 python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.bert.infer.bf16}" \
+                --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE:-kiln,inductor}" \
+                --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s 150 \
+                --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
                  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \

@@ -96,6 +96,11 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
     return [r for r in runs if r.id in used], results, notes
 
 
+#: the autotuned compile times a compile-only run adds (harness/bench/compile_times.autotuned_meta)
+AUTOTUNE_KEYS = ("compile_autotune_s", "compile_autotune_warm_s", "probe_step_s", "probe_autotune_step_s",
+                 "compile_autotune_error")
+
+
 def _merge_compile_times(
     store: Store, runs: list[RunInfo], chosen: dict[str, dict[str, Result]], used: dict[int, RunInfo]
 ) -> list[str]:
@@ -122,6 +127,7 @@ def _merge_compile_times(
             if r.meta.get("compile_probe_error"):
                 step.meta["compile_probe_error"] = r.meta["compile_probe_error"]
             step.meta["compile_run_id"] = run.id
+            step.meta.update({k: v for k, v in r.meta.items() if k in AUTOTUNE_KEYS})  # --autotune-times
             used[run.id] = run
     return notes
 
@@ -454,6 +460,9 @@ def markdown_report(
         parts += ["### kiln graphs run unrecorded under CUDA graphs", ""]
         parts += [f"- {line}" for line in unrec] if unrec else ["none: every graph replayed after warm-up"]
         parts += [""]
+    from .compile_times import report_lines
+
+    parts += report_lines(results)  # cold/warm/autotuned compile s, when measured (--autotune-times)
     probs = problems(results)
     if len(probs) > 1:
         parts += ["### Errors and failed checks", "", markdown(probs), ""]

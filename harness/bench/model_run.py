@@ -117,6 +117,7 @@ class ModelBenchConfig:
     budget_s: float | None = None  # stop starting cases past this (see run_models)
     compile_only: bool = False  # only the cold/warm subprocesses of `compile_times` (phase "compile")
     kernel_steps: int = 0  # profiled steps for the kernel-ms column (0: none; GPU default 3)
+    autotune_times: bool = False  # also autotuned compile s of `compile_times` (compile_times.autotuned_meta)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -490,6 +491,10 @@ class ModelExecutor(CaseExecutor[Prepared]):
         res.compile_s, res.meta["compile_warm_s"], err = compile_times(case, res.compiler, self.cfg)
         if err:
             res.meta["compile_probe_error"] = err
+        elif self.cfg.autotune_times:
+            from .compile_times import autotuned_meta
+
+            res.meta.update(autotuned_meta(case.name, res.compiler, compile_probe(case, res.compiler, self.cfg)))
         return err
 
     def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
@@ -552,6 +557,13 @@ def probe_command(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> 
         "--threads",
         str(torch.get_num_threads()),
     ]
+
+
+def compile_probe(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> Any:
+    """The probe of `case` under `compiler` for `compile_times` (its command, environment, tag and limit)."""
+    from .compile_times import Probe
+
+    return Probe(probe_command(case, compiler, cfg), _probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120)
 
 
 def run_probe(cmd: list[str], environ: dict[str, str], timeout_s: float) -> tuple[float | None, str]:
@@ -771,6 +783,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             if args.compile_times in ("", "none")
             else [c.strip() for c in args.compile_times.split(",") if c.strip()]
         )
+    kw["autotune_times"] = bool(getattr(args, "autotune_times", False))
     compilers, notes = check_compilers([c.strip() for c in args.compilers.split(",") if c.strip()], device)
     if args.compile_only:  # the compilers are those of --compile-times; eager has no compile time
         if not kw["compile_times"]:
