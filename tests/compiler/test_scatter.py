@@ -242,7 +242,8 @@ def test_scatter_kernel_stands_alone_and_readers_run_after_it(device):
         y = torch.index_put(x * 2, (i,), v, accumulate=True)
         return y.sum(1) + 1, y * 3
 
-    x, v, i = torch.randn(6, 4), torch.randn(9, 4), torch.randint(0, 6, (9,))
+    # on the test device: a GPU host lowers only GPU tensors (CPU ones run through ATen there)
+    x, v, i = torch.randn(6, 4, device=device), torch.randn(9, 4, device=device), torch.randint(0, 6, (9,), device=device)
     st = staged(fn, x, i, v, upto="schedule")
     groups = st.schedule.groups
     kinds = [g.kind for g in groups]
@@ -254,14 +255,14 @@ def test_scatter_kernel_stands_alone_and_readers_run_after_it(device):
     readers = [j for j, g in enumerate(groups) if any(member.buf.name in (ld.buffer for ld in _loads(m))
                                                       for m in g.members)]
     assert readers and min(readers) > k
-    graphs = check(fn, x.to(device), i.to(device), v.to(device))
+    graphs = check(fn, x, i, v)
     assert_lowered(graphs)
 
 
-def test_schedule_verify_catches_a_scatter_sharing_its_kernel_or_running_first():
+def test_schedule_verify_catches_a_scatter_sharing_its_kernel_or_running_first(device):
     from compiler.exc import InvariantError
 
-    x, v, i = torch.randn(6, 4), torch.randn(9, 4), torch.randint(0, 6, (9,))
+    x, v, i = torch.randn(6, 4, device=device), torch.randn(9, 4, device=device), torch.randint(0, 6, (9,), device=device)
     st = staged(lambda x, i, v: torch.index_put(x * 2, (i,), v, accumulate=True) + 1, x, i, v, upto="schedule")
     st.schedule.verify()
     items = st.schedule.items
