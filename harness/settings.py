@@ -21,6 +21,9 @@ Variables (all optional):
                     ~/.local/share/kiln, the folder of the bench's lasting stores too; `run --shard` also
                     finds durations/<backend>.json next to it (written by `durations --from-history`)
   XDG_DATA_HOME     the base of the lasting data folder (default ~/.local/share)
+  KILN_TEST_SELECTION  a pytest `-k` expression that `run`, `flakes` and `compile-check` add to every pytest they
+                    start (a reduced run: the workflows' `selection` input, the rehearsal in ci/rehearse/);
+                    unset or empty: every test
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
@@ -112,6 +115,7 @@ class Settings:
     github_step_summary: str = ""
     history_db: Path = Path("~/.local/share/kiln/history/history.sqlite")
     data_dir: Path = Path("~/.local/share/kiln")
+    test_selection: str = ""  # KILN_TEST_SELECTION: a pytest -k expression ("" selects every test)
 
 
 def data_dir() -> Path:
@@ -141,7 +145,17 @@ def settings() -> Settings:
         history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
                         or data_dir() / "history" / "history.sqlite").expanduser(),
         data_dir=data_dir(),
+        test_selection=os.environ.get("KILN_TEST_SELECTION", "").strip(),
     )
+
+
+def selection_args(verb: str) -> list[str]:
+    """`["-k", EXPR]` for KILN_TEST_SELECTION (one note line naming it, so a reduced run says so), else []."""
+    expr = settings().test_selection
+    if not expr:
+        return []
+    print(f"{verb}: note: KILN_TEST_SELECTION selects the tests matching -k {expr!r} (a reduced run)", flush=True)
+    return ["-k", expr]
 
 
 # ---- the benchmarks ------------------------------------------------------------------------------------
