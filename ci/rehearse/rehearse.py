@@ -199,13 +199,20 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
     return argv
 
 
-def act_env(environ: dict[str, str], venv: str | None) -> dict[str, str]:
+def act_env(environ: dict[str, str], venv: str | None, home: Path | None = None) -> dict[str, str]:
     """This shell's environment for act, less what must not reach a job (PRIVATE_ENV) and the rehearsal's own
-    venv on PATH (a step's `python3` is the machine's, as on a runner)."""
+    venv on PATH (a step's `python3` is the machine's, as on a runner). With `home`, HOME is that folder (the
+    runner's home: the workflows' `~/.local/share/kiln` stores land there, never in this user's), while pip and
+    other tools keep this user's configuration and caches (XDG_CONFIG_HOME, XDG_CACHE_HOME)."""
     env = {k: v for k, v in environ.items() if not PRIVATE_ENV.match(k)}
     if venv:
         env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                       if p and not p.startswith(venv))
+    if home is not None:
+        user_home = Path(environ.get("HOME") or Path.home())
+        env.setdefault("XDG_CONFIG_HOME", str(user_home / ".config"))
+        env.setdefault("XDG_CACHE_HOME", str(user_home / ".cache"))
+        env["HOME"] = str(home)
     return env
 
 
@@ -412,7 +419,11 @@ def rehearse(args: argparse.Namespace) -> int:
     artifacts, cache = out / "artifacts", out / "act-cache"
     shutil.rmtree(artifacts, ignore_errors=True)  # act gives every run id 1: a fresh folder per rehearsal
     artifacts.mkdir(parents=True)
-    env = act_env(dict(os.environ), os.environ.get("VIRTUAL_ENV"))
+    home = out / "home"  # a fresh runner's home for every rehearsal
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    env = act_env(dict(os.environ), os.environ.get("VIRTUAL_ENV"), home)
+    print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
     rows, verdicts = [], []
     for spec in specs:
         argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts,

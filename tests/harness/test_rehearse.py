@@ -119,6 +119,9 @@ def test_act_env_keeps_the_workflow_in_charge():
     env = rehearse.act_env({"PATH": "/venv/r/bin:/usr/bin", "KILN_TEST_SELECTION": "x", "GITHUB_TOKEN": "t",
                             "VIRTUAL_ENV": "/venv/r", "PIP_FIND_LINKS": "/w", "HOME": "/root"}, "/venv/r")
     assert env == {"PATH": "/usr/bin", "PIP_FIND_LINKS": "/w", "HOME": "/root"}
+    runner = rehearse.act_env({"PATH": "/usr/bin", "HOME": "/root"}, None, Path("/r/home"))
+    assert runner == {"PATH": "/usr/bin", "HOME": "/r/home", "XDG_CONFIG_HOME": "/root/.config",
+                      "XDG_CACHE_HOME": "/root/.cache"}  # pip keeps its configuration and cache
 
 
 # ---- act's output --------------------------------------------------------------------------------------------
