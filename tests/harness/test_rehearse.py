@@ -275,3 +275,16 @@ def test_selection_setting_becomes_pytest_k(monkeypatch, capsys):
     assert settings_mod.settings().test_selection == "test_a or test_b"
     assert settings_mod.selection_args("flakes") == ["-k", "test_a or test_b"]
     assert "flakes: note: KILN_TEST_SELECTION selects the tests matching -k 'test_a or test_b'" in capsys.readouterr().out
+
+
+def test_flakes_cli_runs_only_the_selected_tests(tmp_path):
+    """The selection reaches pytest for real: of the planted module's tests only the one matching -k runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_PLANTED")}
+    env.update(KILN_PLANTED_STATE=str(tmp_path), KILN_TEST_SELECTION="planted_passing")
+    out = subprocess.run([sys.executable, "-m", "harness", "flakes", "--native", "--runs", "2", "--out",
+                          str(tmp_path / "out"), "--pytest-arg=--confcutdir=tests/harness/planted",
+                          "tests/harness/planted/planted_flakes.py"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "KILN_TEST_SELECTION selects the tests matching -k 'planted_passing'" in out.stdout
+    assert "flakes cpu: 1 tests x 2 runs: 1 passing, 0 failing, 0 flaky, 0 blocking" in out.stdout
