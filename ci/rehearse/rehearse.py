@@ -23,6 +23,7 @@ Terms:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -67,7 +68,7 @@ class JobSpec:
 
 def default_jobs(selection: str, runs: int) -> list[JobSpec]:
     """lint, tests-cpu (with its compile check) and flakes-cpu, then one GPU job that must stop at its
-    pre-flight. workflow_dispatch carries the inputs (act hands `--input` to `inputs.*` only for it)."""
+    pre-flight. workflow_dispatch carries the inputs (act gives `inputs.*` only to it)."""
     sel = (("selection", selection),) if selection else ()
     return [
         JobSpec("ci.yml", "lint", "workflow_dispatch", inputs=sel),
@@ -176,14 +177,22 @@ def local_repository_args(uses: list[str], actions_dir: Path) -> list[str]:
     return args
 
 
+def event_payload(spec: JobSpec, ref: str) -> dict:
+    """The event act hands the job (`-e FILE`): the branch `ref` (so the rehearsal runs main's steps whatever
+    branch is checked out here) and the inputs (with an event file, act takes `inputs.*` from it alone)."""
+    return {"ref": ref, "inputs": dict(spec.inputs)}
+
+
 def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path, actions_dir: Path,
-             artifacts: Path, cache: Path, port: int) -> list[str]:
-    """The whole `act` command line for one rehearsal job (see the module docstring)."""
+             artifacts: Path, cache: Path, port: int, event_file: Path) -> list[str]:
+    """The whole `act` command line for one rehearsal job (see the module docstring); `event_file` holds
+    `event_payload`."""
     if spec.workflow not in workflows:
         raise RehearseError(f"no workflow {spec.workflow} under {root / WORKFLOWS_DIR}")
     if spec.job not in workflows[spec.workflow]["jobs"]:
         raise RehearseError(f"{spec.workflow} has no job {spec.job}")
-    argv = [act, spec.event, "-C", str(root), "-W", str(WORKFLOWS_DIR / spec.workflow), "-j", spec.job,
+    argv = [act, spec.event, "-e", str(event_file), "-C", str(root), "-W", str(WORKFLOWS_DIR / spec.workflow),
+            "-j", spec.job,
             *platform_args(all_labels(workflows)),
             "--no-skip-checkout",  # checkout runs (its stand-in) instead of act's silent copy
             *local_repository_args(remote_uses(workflows), actions_dir),
@@ -192,8 +201,6 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
             "--artifact-server-port", str(port),
             "--no-cache-server", "--cache-server-addr", "127.0.0.1",
             "--env", f"KILN_REHEARSE_SOURCE={root}", "--env", f"KILN_REHEARSE_ARTIFACTS={artifacts}"]
-    for key, value in spec.inputs:
-        argv += ["--input", f"{key}={value}"]
     for key, value in spec.matrix:
         argv += ["--matrix", f"{key}:{value}"]
     return argv
@@ -392,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--selection", default="", help="the workflows' `selection` input: a pytest -k expression "
                    "(a reduced rehearsal; default: every test)")
     p.add_argument("--runs", type=int, default=2, help="flakes.yml's `runs` input (default 2)")
+    p.add_argument("--ref", default="refs/heads/main", help="the branch the event names (default: %(default)s, "
+                   "so main's own steps run too)")
     p.add_argument("--job", action="append", default=[], help="rehearse only this job id (repeatable)")
     p.add_argument("--out", default="results/rehearse", help="logs, artifacts and summary (default: %(default)s)")
     p.add_argument("--act", default=shutil.which("act") or "act", help="the act binary (default: on PATH)")
@@ -426,8 +435,10 @@ def rehearse(args: argparse.Namespace) -> int:
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
     rows, verdicts = [], []
     for spec in specs:
+        event = out / f"{spec.job}.event.json"
+        event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
         argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts,
-                        cache=cache, port=free_port())
+                        cache=cache, port=free_port(), event_file=event)
         print(f"\n===== rehearse: {spec.workflow} job {spec.job} ({spec.event}; expected: {spec.expect}) =====",
               flush=True)
         print("rehearse: " + " ".join(argv), flush=True)

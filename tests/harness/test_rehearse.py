@@ -30,7 +30,8 @@ WORKFLOWS = rehearse.load_workflows(ROOT)
 
 def _argv(spec, workflows=WORKFLOWS, tmp=Path("/tmp/x")):
     return rehearse.act_argv("act", spec, workflows, root=ROOT, actions_dir=rehearse.ACTIONS_DIR,
-                             artifacts=tmp / "artifacts", cache=tmp / "cache", port=40000)
+                             artifacts=tmp / "artifacts", cache=tmp / "cache", port=40000,
+                             event_file=tmp / "event.json")
 
 
 def _pairs(argv, flag):
@@ -97,12 +98,15 @@ def test_servers_listen_on_loopback_only(tmp_path):
 def test_event_inputs_and_matrix_reach_act():
     specs = {s.job: s for s in rehearse.default_jobs("test_a or test_b", 3)}
     flakes = _argv(specs["flakes-cpu"])
-    assert flakes[1] == "workflow_dispatch"  # act hands --input to inputs.* only for workflow_dispatch
-    assert _pairs(flakes, "--input") == ["runs=3", "selection=test_a or test_b"]
+    assert flakes[1] == "workflow_dispatch"  # act gives inputs.* only to workflow_dispatch
+    assert _pairs(flakes, "-e") == ["/tmp/x/event.json"]  # with an event file, act reads the inputs from it
+    assert rehearse.event_payload(specs["flakes-cpu"], "refs/heads/main") == \
+        {"ref": "refs/heads/main", "inputs": {"runs": "3", "selection": "test_a or test_b"}}
+    assert rehearse.event_payload(rehearse.default_jobs("", 2)[0], "refs/heads/x") == \
+        {"ref": "refs/heads/x", "inputs": {}}
     assert _pairs(flakes, "-W") == [".github/workflows/flakes.yml"] and _pairs(flakes, "-j") == ["flakes-cpu"]
     assert _pairs(_argv(specs["tests-cuda"]), "--matrix") == ["shard:1"]
     assert specs["tests-cuda"].expect == "preflight"
-    assert "--input" not in _argv(rehearse.default_jobs("", 2)[0])
     with pytest.raises(rehearse.RehearseError, match="has no job"):
         _argv(rehearse.JobSpec("ci.yml", "nope", "push"))
 
