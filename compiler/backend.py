@@ -24,7 +24,7 @@ from .codegen.wrapper import Wrapper, wrap
 from .decompositions import decomposition_table
 from .exc import InvariantError, KernelLaunchError, KilnError
 from .graph import FallbackReason, GraphLowering, Program
-from .runtime import cache, precompile
+from .runtime import cache, precompile, value_trace
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
 from .scheduler import Schedule, schedule
 
@@ -213,6 +213,9 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
         log.warning("kiln: compiling %s failed (%s: %s); running its ATen graph instead", name, type(e).__name__, e)
         reason = FallbackReason("graph_compile_error", name, f"{type(e).__name__}: {e}")
         cg = CompiledGraph(name, gm, {}, 0, 0, [reason])
+    if facts is not None and config.settings().trace_values:  # tracing reads outputs on the host at each launch
+        cg.fallbacks.append(FallbackReason("cudagraph", name, value_trace.CUDAGRAPH_REASON))
+        facts = None
     record(cg)
     if role == "forward":
         _report_output_strides(fx_passes.moved_output_strides(outputs_before, gm))

@@ -66,6 +66,15 @@ class Settings:
     #: convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never
     #: (``fx_passes.convs_channels_last``).
     conv_layout: str = "auto"
+    #: Value tracing for numerics triage (``runtime/value_trace.py``): wrappers built with it on record, after
+    #: every kernel launch and extern/fallback call, statistics of its outputs as JSON lines (read by
+    #: ``python -m harness numerics trace-diff``). Off: the wrapper holds no trace call at all. Graphs run
+    #: without CUDA graphs while it is on (a recorded ``cudagraph`` fallback reason).
+    trace_values: bool = False
+    #: Where value traces go: a file, or a folder (an existing one, or a path ending in ``/``) that gets
+    #: ``kiln-trace-<pid>.jsonl``; ``{pid}`` in the name is replaced. Default: ``kiln-trace-<pid>.jsonl`` in
+    #: ``dump_dir`` when set, else in the current folder.
+    trace_file: str = ""
 
     def resolved_cache_dir(self) -> str:
         """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""

@@ -14,8 +14,9 @@ Terms:
   artifact folder  act's artifact server folder (`--artifact-server-path`, bound to 127.0.0.1 only), where
                 the upload stand-in puts each artifact as <run id>/<name>/.
   expected      `success` for CPU jobs; `preflight` for GPU jobs on a machine without a GPU: the job must
-                fail, and at its pre-flight step when the workflow has one (a step whose name or command says
-                preflight / pre-flight), with that step's last error line as the message.
+                fail at its first failing step with the harness's pre-flight line (`error: pre-flight B: ...`,
+                harness/checks/preflight.py), and at its pre-flight step if the workflow has one (a step whose
+                name or command says preflight / pre-flight); that line is the message.
   reduced       `--selection EXPR`: the workflows' `selection` input (KILN_TEST_SELECTION, a pytest -k
                 expression), so the suites, the compile check and the flake runs take a few tests.
 """
@@ -48,6 +49,7 @@ STAND_INS = {
 # variables of this shell that never reach act's steps: what a job sees comes from the workflow
 PRIVATE_ENV = re.compile(r"^(KILN_|GITHUB_|RUNNER_|ACTIONS_|ACT_|VIRTUAL_ENV$|NOX_|PYTHONPATH$)")
 PREFLIGHT = re.compile(r"pre-?flight", re.IGNORECASE)
+PREFLIGHT_LINE = re.compile(r"error: pre-flight [\w-]+: .+")  # harness.checks.preflight's one line, as the CLI prints it
 
 
 class RehearseError(Exception):
@@ -68,14 +70,15 @@ class JobSpec:
 
 def default_jobs(selection: str, runs: int) -> list[JobSpec]:
     """lint, tests-cpu (with its compile check) and flakes-cpu, then one GPU job that must stop at its
-    pre-flight. workflow_dispatch carries the inputs (act gives `inputs.*` only to it)."""
+    pre-flight: flakes-cuda (tests-cuda cannot reach it under act, which leaves `strategy.job-total` empty: its
+    `--shard 1/` is refused first). workflow_dispatch carries the inputs (act gives `inputs.*` only to it)."""
     sel = (("selection", selection),) if selection else ()
     return [
         JobSpec("ci.yml", "lint", "workflow_dispatch", inputs=sel),
         JobSpec("ci.yml", "tests-cpu", "workflow_dispatch", inputs=sel),
         JobSpec("flakes.yml", "flakes-cpu", "workflow_dispatch", inputs=(("runs", str(runs)), *sel)),
-        JobSpec("ci.yml", "tests-cuda", "workflow_dispatch", expect="preflight", inputs=sel,
-                matrix=(("shard", "1"),)),
+        JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch", expect="preflight",
+                inputs=(("runs", str(runs)), *sel)),
     ]
 
 
@@ -200,7 +203,10 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
             "--artifact-server-path", str(artifacts), "--artifact-server-addr", "127.0.0.1",
             "--artifact-server-port", str(port),
             "--no-cache-server", "--cache-server-addr", "127.0.0.1",
-            "--env", f"KILN_REHEARSE_SOURCE={root}", "--env", f"KILN_REHEARSE_ARTIFACTS={artifacts}"]
+            "--env", f"KILN_REHEARSE_SOURCE={root}", "--env", f"KILN_REHEARSE_ARTIFACTS={artifacts}",
+            # the runner's own setting: the jobs' teardown keeps superseded kiln image tags, which other
+            # checkouts of this machine may be using
+            "--env", "KILN_PRUNE_IMAGES=0"]
     for key, value in spec.matrix:
         argv += ["--matrix", f"{key}:{value}"]
     return argv
@@ -332,12 +338,12 @@ def judge(spec: JobSpec, workflow_job: dict, runs: list[JobRun], exit_code: int)
         return Verdict(False, "failed, but no step failed (act could not run it?)")
     step = failed[0]
     wanted = preflight_step(workflow_job)
-    if wanted is None:
-        return Verdict(True, f"failed as expected at {step.name!r} (the workflow has no pre-flight step yet): "
-                             f"{error_line(step)}")
-    if step.name != wanted:
-        return Verdict(False, f"failed at {step.name!r}, not at its pre-flight {wanted!r}: {error_line(step)}")
-    return Verdict(True, f"stopped at pre-flight with message: {error_line(step)}")
+    if wanted is not None and step.name != wanted:
+        return Verdict(False, f"failed at {step.name!r}, not at its pre-flight step {wanted!r}: {error_line(step)}")
+    lines = [m.group(0) for ln in step.output if (m := PREFLIGHT_LINE.search(ln))]
+    if not lines:
+        return Verdict(False, f"failed at {step.name!r} before or without its pre-flight: {error_line(step)}")
+    return Verdict(True, f"stopped at pre-flight (step {step.name!r}) with message: {lines[0]}")
 
 
 def summary_rows(spec: JobSpec, workflow_job: dict, runs: list[JobRun]) -> list[tuple[str, str, str]]:
@@ -423,7 +429,7 @@ def rehearse(args: argparse.Namespace) -> int:
     specs = [s for s in default_jobs(args.selection, args.runs) if not args.job or s.job in args.job]
     unknown = set(args.job) - {s.job for s in specs}
     if unknown:
-        raise RehearseError(f"no rehearsal job {sorted(unknown)[0]} (jobs: lint, tests-cpu, flakes-cpu, tests-cuda)")
+        raise RehearseError(f"no rehearsal job {sorted(unknown)[0]} (jobs: lint, tests-cpu, flakes-cpu, flakes-cuda)")
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     artifacts, cache = out / "artifacts", out / "act-cache"
     shutil.rmtree(artifacts, ignore_errors=True)  # act gives every run id 1: a fresh folder per rehearsal
