@@ -105,8 +105,10 @@ def test_event_inputs_and_matrix_reach_act():
     assert rehearse.event_payload(rehearse.default_jobs("", 2)[0], "refs/heads/x") == \
         {"ref": "refs/heads/x", "inputs": {}}
     assert _pairs(flakes, "-W") == [".github/workflows/flakes.yml"] and _pairs(flakes, "-j") == ["flakes-cpu"]
-    assert _pairs(_argv(specs["tests-cuda"]), "--matrix") == ["shard:1"]
-    assert specs["tests-cuda"].expect == "preflight"
+    assert specs["flakes-cuda"].expect == "preflight" and "--matrix" not in _argv(specs["flakes-cuda"])
+    matrix = rehearse.JobSpec("ci.yml", "tests-cuda", "workflow_dispatch", matrix=(("shard", "1"),))
+    assert _pairs(_argv(matrix), "--matrix") == ["shard:1"]
+    assert "KILN_PRUNE_IMAGES=0" in _pairs(flakes, "--env")  # the teardown keeps other checkouts' images
     with pytest.raises(rehearse.RehearseError, match="has no job"):
         _argv(rehearse.JobSpec("ci.yml", "nope", "push"))
 
@@ -148,27 +150,38 @@ def test_parse_a_successful_job():
     assert not rehearse.judge(gpu, WORKFLOWS["ci.yml"]["jobs"]["lint"], [run], 0).ok
 
 
-def test_parse_a_gpu_job_that_fails_and_judge_it():
-    text = (FIXTURES / "tests-cuda.log").read_text(encoding="utf-8")
+def test_gpu_job_must_stop_at_its_pre_flight():
+    text = (FIXTURES / "flakes-cuda.log").read_text(encoding="utf-8")
     (run,) = rehearse.parse_act_output(text)
+    assert run.result == "failed"
+    assert [s.name for s in run.steps if s.result == "failure"] == ["nox -s flakes-cuda"]
+    spec = rehearse.JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch", expect="preflight")
+    job = WORKFLOWS["flakes.yml"]["jobs"]["flakes-cuda"]
+    v = rehearse.judge(spec, job, [run], 1)
+    assert v.ok, v.line
+    assert v.line.startswith("stopped at pre-flight (step 'nox -s flakes-cuda') with message: "
+                             "error: pre-flight cuda: no NVIDIA driver")
+    # a workflow with a pre-flight step of its own: failing anywhere else is not the expected stop
+    with_step = {"steps": [{"name": "GPU pre-flight", "run": "python -m harness preflight"}, *job["steps"]]}
+    v = rehearse.judge(spec, with_step, [run], 1)
+    assert not v.ok and "not at its pre-flight step 'GPU pre-flight'" in v.line
+    renamed = rehearse.parse_act_output(text.replace("nox -s flakes-cuda", "GPU pre-flight"))
+    assert rehearse.judge(spec, with_step, renamed, 1).ok
+    # a CPU expectation for the same output fails and names the step
+    assert "at step 'nox -s flakes-cuda'" in rehearse.judge(
+        rehearse.JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch"), job, [run], 1).line
+
+
+def test_gpu_job_failing_before_its_pre_flight_is_not_the_expected_stop():
+    """tests-cuda under act: `strategy.job-total` is empty, so `--shard 1/` is refused before the pre-flight."""
+    (run,) = rehearse.parse_act_output((FIXTURES / "tests-cuda.log").read_text(encoding="utf-8"))
     assert run.result == "failed"
     failed = [s for s in run.steps if s.result == "failure"]
     assert [s.name for s in failed] == ["nox -s tests-cuda (one shard)", "Report and job summary"]
     assert rehearse.error_line(failed[0]).startswith("harness run: error: --shard '1/'")
     spec = rehearse.JobSpec("ci.yml", "tests-cuda", "workflow_dispatch", expect="preflight")
-    job = {"steps": [{"name": "nox -s tests-cuda (one shard)", "run": "nox"}]}
-    v = rehearse.judge(spec, job, [run], 1)
-    assert v.ok and "no pre-flight step yet" in v.line and "--shard '1/'" in v.line
-    # once the workflow has a pre-flight step, failing anywhere else is not the expected stop
-    with_preflight = {"steps": [{"name": "GPU pre-flight", "run": "python -m harness.checks.preflight"},
-                                *job["steps"]]}
-    v = rehearse.judge(spec, with_preflight, [run], 1)
-    assert not v.ok and "not at its pre-flight 'GPU pre-flight'" in v.line
-    renamed = text.replace("nox -s tests-cuda (one shard)", "GPU pre-flight")
-    v = rehearse.judge(spec, with_preflight, rehearse.parse_act_output(renamed), 1)
-    assert v.ok and v.line.startswith("stopped at pre-flight with message: harness run: error:")
-    ok_cpu = rehearse.JobSpec("ci.yml", "tests-cuda", "workflow_dispatch")
-    assert "at step 'nox -s tests-cuda (one shard)'" in rehearse.judge(ok_cpu, job, [run], 1).line
+    v = rehearse.judge(spec, WORKFLOWS["ci.yml"]["jobs"]["tests-cuda"], [run], 1)
+    assert not v.ok and "before or without its pre-flight: harness run: error: --shard '1/'" in v.line
 
 
 def test_summary_rows_list_steps_as_act_ran_them_and_the_skipped_ones():
