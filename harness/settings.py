@@ -43,6 +43,9 @@ Variables (all optional):
                     a rehearsal on a machine shared with other checkouts)
   CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES  the GPUs this runner was given (harness.gpus
                     reads them): runs and shards use only those
+  KILN_TEST_SELECTION  a pytest `-k` expression that `run`, `flakes` and `compile-check` add to every pytest they
+                    start (a reduced run: the workflows' `selection` input, the rehearsal in ci/rehearse/);
+                    unset or empty: every test
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
@@ -145,6 +148,7 @@ class Settings:
     min_free_gb: float | None = None  # KILN_MIN_FREE_GB (None: the pre-flight's default for the backend)
     heartbeat_s: float = DEFAULT_HEARTBEAT_S  # KILN_HEARTBEAT_S (0: no progress lines)
     logs_dir: Path = Path("results/logs")  # KILN_LOGS
+    test_selection: str = ""  # KILN_TEST_SELECTION: a pytest -k expression ("" selects every test)
 
 
 def data_dir() -> Path:
@@ -218,6 +222,7 @@ def settings() -> Settings:
         min_free_gb=_float("KILN_MIN_FREE_GB", None),
         heartbeat_s=_float("KILN_HEARTBEAT_S", DEFAULT_HEARTBEAT_S) or 0.0,
         logs_dir=Path(os.environ.get("KILN_LOGS", "").strip() or results_root / "logs"),
+        test_selection=os.environ.get("KILN_TEST_SELECTION", "").strip(),
     )
 
 
@@ -246,6 +251,15 @@ def workflow_env_yaml() -> str:
         quoted = value if value.startswith("${{") else f'"{value}"' if "{" in value else value
         lines.append(f"  {key}: {quoted}")
     return "\n".join(lines) + "\n"
+
+
+def selection_args(verb: str) -> list[str]:
+    """`["-k", EXPR]` for KILN_TEST_SELECTION (one note line naming it, so a reduced run says so), else []."""
+    expr = settings().test_selection
+    if not expr:
+        return []
+    print(f"{verb}: note: KILN_TEST_SELECTION selects the tests matching -k {expr!r} (a reduced run)", flush=True)
+    return ["-k", expr]
 
 
 # ---- the benchmarks ------------------------------------------------------------------------------------

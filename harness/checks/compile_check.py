@@ -36,7 +36,7 @@ from typing import Any
 from harness.exc import CompileCheckError, MissingTool, RunInterrupted
 from harness.process import Heartbeat, execute, heartbeat_interval, kill_group, sigterm_interrupts, spawn
 from harness.results import append_job_summary, atomic_write_text, markdown_table
-from harness.settings import settings
+from harness.settings import selection_args, settings
 
 SCHEMA = 1
 SLOW_COMPILE_S = 60.0  # a compile this slow is printed as a note: on a GPU the kernel likely spills
@@ -574,7 +574,8 @@ def cli_main(args: argparse.Namespace) -> int:
         dump.mkdir(parents=True, exist_ok=True)
         if paths:
             print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
-            suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
+            suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log",
+                                           [*args.pytest_arg, *selection_args("compile-check")])
     timeout_s = args.timeout or m.backend("cpu").timeouts.suite_s
     try:
         with sigterm_interrupts():  # SIGTERM stops the workers like Ctrl-C does

@@ -34,7 +34,7 @@ from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError,
 from harness.matrix import resolve_test_paths
 from harness.process import Forward, execute
 from harness.results import Case, append_job_summary, atomic_write_text, markdown_table, output_folder, read_cases
-from harness.settings import settings
+from harness.settings import selection_args, settings
 
 SCHEMA = 1
 DEFAULT_RUNS = 20
@@ -414,7 +414,7 @@ def cli_main(args: argparse.Namespace) -> int:
         runs=args.runs,
         out_dir=out,
         quarantine=q,
-        extra=args.pytest_arg,
+        extra=[*args.pytest_arg, *selection_args("flakes")],
         root=s.root,
         native=native,
         image=args.image,

@@ -42,7 +42,7 @@ from harness.matrix import Backend, Matrix, Retries
 from harness.process import Terminated, sigterm_interrupts
 from harness.record import (HealthRecord, RetryPolicy, RunRecord, RunStatus, ShardSpec, SuiteRecord, SuiteStatus,
                             TestOutcome)
-from harness.settings import settings
+from harness.settings import selection_args, settings
 
 
 @dataclass(frozen=True)
@@ -491,6 +491,7 @@ def cli_main(args: argparse.Namespace) -> int:
     extra = list(args.pytest_args or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
+    extra += selection_args("harness run")
     shard, count, durations = shard_options(args, backend)
     devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
     run_dir = res.output_folder(args.results, "--results") if args.results else None
