@@ -381,7 +381,7 @@ class WrapperBuilder:
         bufs = [b for b in pytree.tree_leaves(call.outputs) if isinstance(b, Buffer)]
         if bufs:
             nodes = [self.nodes[b.name] for b in bufs]
-            self.trace_sites.append(value_trace.TraceSite(next(reversed(self.graph.nodes)), "fallback",
+            self.trace_sites.append(value_trace.TraceSite(next(iter(reversed(self.graph.nodes))), "fallback",
                                                           str(call.target), tuple(b.name for b in bufs),
                                                           lambda: nodes))
 
