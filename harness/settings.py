@@ -15,6 +15,8 @@ Variables (all optional):
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
+  KILN_GITHUB_SUMMARY "1": reports append to $GITHUB_STEP_SUMMARY (set by every verb's `--github-summary`, for
+                    the verb and the processes it starts; harness/conventions.py)
   KILN_HISTORY_DB   the test-history SQLite store (harness/suites/history.py; may be the bench's file; `~` expanded);
                     `--history DB` overrides it. Default: history/history.sqlite in the lasting data folder,
                     outside the checkout (a fresh CI checkout would wipe it): $XDG_DATA_HOME/kiln, else
@@ -37,7 +39,7 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
   KILN_BENCH_BISECT_MAX  confirmed regressions a CI bench job bisects at most (`bench job-summary`; default 2;
                     0: none); `--bisect-max N` overrides it
 
-Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED) are read by `flag`: 1/true/yes/on or
+Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED, KILN_GITHUB_SUMMARY) are read by `flag`: 1/true/yes/on or
 0/false/no/off (any case; unset or empty: off); anything else is a SettingsError naming the variable (exit 2),
 never silently off.
 
@@ -110,6 +112,7 @@ class Settings:
     pip_index_url: str = ""
     pip_extra_index_url: str = ""
     github_step_summary: str = ""
+    github_summary: bool = False
     history_db: Path = Path("~/.local/share/kiln/history/history.sqlite")
     data_dir: Path = Path("~/.local/share/kiln")
 
@@ -138,6 +141,7 @@ def settings() -> Settings:
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),
         pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
         github_step_summary=os.environ.get("GITHUB_STEP_SUMMARY", "").strip(),
+        github_summary=flag("KILN_GITHUB_SUMMARY"),
         history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
                         or data_dir() / "history" / "history.sqlite").expanduser(),
         data_dir=data_dir(),

@@ -295,7 +295,12 @@ def run_one_suite(state: RunState, suite: str, suite_dir: Path, seen: str, shard
     else:
         rec, tests, junit = runner.run_suite_plain(p.b, suite, suite_dir, native=p.native, image=p.image_tag,
                                                    extra=extra, m=p.m, echo=p.echo, env_extra=save)
-    print(res.summary_line(suite, p.label, tests, rec.duration_s, rec.status.upper(), str(junit)), flush=True)
+    # a suite that could not be collected has no tests: its status says so and the pointer is its log (the cause)
+    label, where = ("COLLECTION ERROR", suite_dir / f"{suite}.log") if rec.collect_failed else \
+        (rec.status.upper(), junit)
+    if not where.exists():
+        where = suite_dir / f"{suite}.log"
+    print(res.summary_line(suite, p.label, tests, rec.duration_s, label, str(where)), flush=True)
     for crash in rec.crashes or ():
         print(f"  crashed: {crash.id}: {crash.reason} (attempt {crash.attempt}, {crash.log}); "
               "the rest of the suite ran in a fresh process", flush=True)
