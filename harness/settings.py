@@ -25,7 +25,9 @@ Variables (all optional):
   XDG_DATA_HOME     the base of the lasting data folder (default ~/.local/share)
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
-  KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
+  KILN_BENCH_DB     the bench's SQLite store (default: results/bench/<backend>/bench.sqlite, <backend> the one this
+                    machine runs, as `python -m harness detect` prints it: where `nox -s ci`, `nox -s bench` and
+                    `bench backend` write, and what every bench verb reads; harness.bench.store.default_path)
   KILN_BENCH_PLANT  a planted slowdown, `PATTERN[@COMPILER][=FRACTION]` (default fraction 0.2): extra time
                     equal to FRACTION of the measured time is added after every call of the matching workload
                     (on a GPU as device-side sleep), so CI can prove that a slowdown is flagged. Never set it
@@ -58,7 +60,6 @@ from pathlib import Path
 from harness.exc import SettingsError, UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_BENCH_DB = Path("results") / "bench.sqlite"
 DEFAULT_BENCH_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
 DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
@@ -183,7 +184,7 @@ class Plant:
 class BenchSettings:
     """Typed view of the benchmarks' environment variables (see the module docstring)."""
 
-    db: Path
+    db: Path | None  # KILN_BENCH_DB; None: unset (harness.bench.store.default_path picks the backend's store)
     plant: Plant | None
     threshold: float | None
     alpha: float
@@ -220,7 +221,7 @@ def bench_settings() -> BenchSettings:
     except UsageError as e:
         raise SettingsError(str(e)) from None
     return BenchSettings(
-        db=Path(os.environ.get("KILN_BENCH_DB") or DEFAULT_BENCH_DB),
+        db=Path(db) if (db := os.environ.get("KILN_BENCH_DB", "").strip()) else None,
         plant=parsed,
         threshold=_float("KILN_BENCH_THRESHOLD", None),
         alpha=_float("KILN_BENCH_ALPHA", DEFAULT_BENCH_ALPHA) or DEFAULT_BENCH_ALPHA,

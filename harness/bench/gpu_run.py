@@ -92,8 +92,8 @@ def cmd_gpu(args: argparse.Namespace) -> int:
         print(report.terminal([rows[0], *worst]))
     print(verdict)
     try:
-        report.plot_speedups(second.results, second.run.compilers, out / "speedups.png")
-        report.plot_ratios(second.comparisons or [], cmp_cfg.threshold or 0.05, out / "run2_vs_run1.png")
+        report.plot_speedups(second.results, second.run.compilers, out / "speedups.png", run=second.run)
+        report.plot_ratios(second.comparisons or [], cmp_cfg.threshold or 0.05, out / "run2_vs_run1.png", run=second.run)
         print(f"plots: {out / 'speedups.png'}, {out / 'run2_vs_run1.png'}")
     except report.PlotUnavailable as e:
         print(f"note: {e}")
