@@ -15,6 +15,7 @@ import sys
 
 from harness import conventions
 from harness.exc import EXIT_CODES_EPILOG, EXIT_OK, EXIT_USAGE, guarded
+from harness.settings import require_compiler_settings
 
 # verb -> (module, one-line help). Keep sorted by the order a person meets them.
 VERBS: dict[str, tuple[str, str]] = {
@@ -36,6 +37,10 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
+
+# verbs that compile with kiln in this process (or its native children): a bad compiler setting stops them first
+# (`run` checks the suites' own environment; `bench` checks the verbs that measure; `env` records the error)
+COMPILING_VERBS = frozenset({"health", "compile-check", "numerics"})
 
 # verb -> an example a person can paste (shown in the verb's --help, before the exit codes)
 EXAMPLES: dict[str, str] = {
@@ -90,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         conventions.finish(parser, EXAMPLES.get(verb))
         args = parser.parse_args(rest)
         conventions.apply(args)
+        if (verb in COMPILING_VERBS and getattr(args, "action", None) != "compare") or \
+                (verb == "flakes" and getattr(args, "native", False)):
+            require_compiler_settings()  # one line, exit 2, before any kernel or worker starts
         return int(_entry(module, verb, "main")(args) or 0)
 
     return guarded(verb, run)

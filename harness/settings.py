@@ -51,9 +51,13 @@ tools' own configuration, so mirrors and air-gapped sites work unchanged.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
+import types
 from dataclasses import dataclass
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -229,3 +233,57 @@ def bench_settings() -> BenchSettings:
         store=Path(store) if (store := os.environ.get("KILN_BENCH_STORE", "").strip()) else None,
         bisect_max=_count("KILN_BENCH_BISECT_MAX", DEFAULT_BENCH_BISECT_MAX),
     )
+
+
+# ---- the compiler's settings, read without importing the compiler ------------------------------------------
+
+
+def compiler_config(folder: Path | None = None) -> types.ModuleType | None:
+    """compiler/config.py of the tree under test (`folder`: its compiler/ folder), loaded under a private
+    package name with compiler/exc.py: it needs only the standard library, so the harness reads the compiler's
+    settings without importing torch, triton or the compiler package (whose import chooses Triton's
+    interpreter). None where the tree has no compiler (a scratch project in the harness's tests)."""
+    folder = folder or settings().root / "compiler"
+    if not (folder / "config.py").is_file():
+        return None
+    name = "_kiln_settings_check"
+    pkg = types.ModuleType(name)
+    pkg.__path__ = [str(folder)]
+    saved = {k: sys.modules.get(k) for k in (name, f"{name}.exc", f"{name}.config")}
+    sys.modules[name] = pkg
+    try:
+        module = None
+        for mod in ("exc", "config"):
+            spec = importlib.util.spec_from_file_location(f"{name}.{mod}", folder / f"{mod}.py")
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[f"{name}.{mod}"] = module
+            spec.loader.exec_module(module)
+        return module
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+def compiler_settings_problem(env: Mapping[str, str]) -> str | None:
+    """What is wrong with the kiln compiler settings (`KILN_*`) in `env`, in one line, or None (checked before
+    any suite or measurement starts: a bad value would otherwise fail every test's import or every kiln row)."""
+    config = compiler_config()
+    if config is None:
+        return None
+    try:
+        config.from_env(dict(env))
+    except ValueError as e:  # compiler.exc.ConfigError is a ValueError
+        return str(e)
+    return None
+
+
+def require_compiler_settings(env: Mapping[str, str] | None = None) -> None:
+    """A SettingsError (one line, exit 2) when the compiler settings in `env` (default: this process's
+    environment) are bad; for every verb that compiles with kiln in this process or its children."""
+    problem = compiler_settings_problem(os.environ if env is None else env)
+    if problem:
+        raise SettingsError(f"bad compiler setting: {problem} (compiler/config.py)")

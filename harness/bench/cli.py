@@ -577,6 +577,12 @@ VERB_MODULES: dict[str, tuple[str, str]] = {
 }
 
 
+# the verbs that compile and measure (in this process, its workers, or natively): they check the compiler
+# settings first
+MEASURING_VERBS = frozenset({"run", "selftest", "gpu", "overhead", "models", "model-profile", "bisect",
+                             "backend"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m harness.bench`: the verbs below, errors reported as `python -m harness bench` reports them."""
     from harness.exc import guarded
@@ -592,6 +598,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cli_main(args: argparse.Namespace) -> int:
     """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`). Errors
     (`HarnessError`s, the bench's included) and Ctrl-C are `harness.__main__.guarded`'s to report."""
+    if args.verb in MEASURING_VERBS and (args.verb != "backend" or args.native):
+        from harness.settings import require_compiler_settings
+
+        require_compiler_settings()  # one line, exit 2: not a run full of kiln errors, nor a traceback per worker
     if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(args, "compilers", ""):
         from .session import prepare_kiln
 
