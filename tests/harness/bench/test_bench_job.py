@@ -5,8 +5,6 @@ under kiln (Triton's interpreter) and eager, a few seconds a job."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 import sqlite3
@@ -20,14 +18,11 @@ WORKLOAD = "softmax.fwd.fp32.64x128"
 EXTRA = ["--compilers", "kiln", "--only", WORKLOAD, "--target-s", "0.05", "--passes", "1", "--quiet"]
 
 
-@functools.cache
 def _noxfile():
-    """noxfile.py as a module, loaded once (loading registers its sessions)."""
-    pytest.importorskip("nox")
-    spec = importlib.util.spec_from_file_location("kiln_noxfile", ROOT / "noxfile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """noxfile.py as a module, loaded once per process (noxfile_loader: its sessions registered once)."""
+    from noxfile_loader import noxfile
+
+    return noxfile()
 
 
 def _job(tmp_path: Path, name: str, *, record: bool, ref: str, extra: list[str] = EXTRA,
