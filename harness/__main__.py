@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(module_name)
         parser = argparse.ArgumentParser(prog=f"python -m harness {verb}", description=help_)
         _entry(module, verb, "add_arguments")(parser)
-        conventions.finish(parser, EXAMPLES.get(verb))
+        conventions.finish(parser, EXAMPLES.get(verb), getattr(module, "SUB_EXAMPLES", None))
         args = parser.parse_args(rest)
         conventions.apply(args)
         if (verb in COMPILING_VERBS and getattr(args, "action", None) != "compare") or \

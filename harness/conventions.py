@@ -32,9 +32,11 @@ SUMMARY_VARIABLE = "KILN_GITHUB_SUMMARY"
 SUMMARY_HELP = "append the Markdown report to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary) when it is set"
 
 
-def finish(parser: argparse.ArgumentParser, example: str | None = None) -> argparse.ArgumentParser:
+def finish(parser: argparse.ArgumentParser, example: str | None = None,
+           sub_examples: dict[str, str] | None = None) -> argparse.ArgumentParser:
     """Give `parser` and every sub-verb parser under it the shared tail of its help (an example, then the exit
-    codes, kept as written) and the `--github-summary` flag where it has none of its own."""
+    codes, kept as written) and the `--github-summary` flag where it has none of its own. A sub-verb without a
+    description gets its one-line help as one; `sub_examples`: sub-verb name -> its example."""
     parts = [parser.epilog] if parser.epilog else []
     if example:
         parts.append("example:\n" + "\n".join(f"  {line}" for line in example.strip().splitlines()))
@@ -46,8 +48,11 @@ def finish(parser: argparse.ArgumentParser, example: str | None = None) -> argpa
     if not subs and "--github-summary" not in parser._option_string_actions:
         parser.add_argument("--github-summary", action="store_true", help=SUMMARY_HELP)
     for action in subs:
-        for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
-            finish(sub)
+        helps = {a.dest: a.help for a in action._choices_actions}
+        for name, sub in dict((id(p), (n, p)) for n, p in action.choices.items()).values():  # aliases: once
+            if not sub.description and helps.get(name):
+                sub.description = helps[name]
+            finish(sub, (sub_examples or {}).get(name))
     return parser
 
 

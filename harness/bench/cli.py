@@ -95,12 +95,31 @@ python -m harness bench list --json - | jq '.[0]'
 python -m harness bench run --only 'softmax*' --baseline latest?"""
 
 
+# sub-verb -> its example in `bench VERB --help`
+SUB_EXAMPLES = {
+    "run": "python -m harness bench run --only 'softmax*' --baseline latest? --plots results/bench/plots",
+    "compare": "python -m harness bench compare latest run:1",
+    "list": "python -m harness bench list --limit 5 --json -",
+    "show": "python -m harness bench show latest --md run.md",
+    "export": "python -m harness bench export runs.json --runs latest",
+    "import": "python -m harness bench import runs.json",
+    "plot": "python -m harness bench plot --out results/bench/plots",
+    "history": "python -m harness bench history 'softmax.*' --top 10 --md history.md",
+    "summary": "python -m harness bench summary results/bench/cpu/last.md",
+    "workloads": "python -m harness bench workloads --profile gpu",
+    "selftest": "python -m harness bench selftest --md results/bench/selftest.md",
+    "backend": "python -m harness bench backend --backend cpu --native -- --only 'softmax*'",
+    "models": "python -m harness bench models --profile tiny --only 'gpt2*'",
+    "verdict": "python -m harness bench verdict --step kernels results/bench/cpu/last.json 0",
+}
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m harness.bench", description="kiln benchmarks: measure, store, compare, report."
     )
     cli_add_arguments(ap)
-    return conventions.finish(ap, EXAMPLE)
+    return conventions.finish(ap, EXAMPLE, SUB_EXAMPLES)
 
 
 def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -138,8 +157,8 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--from-json", dest="from_json", type=Path, help="plot an export instead of the store")
     p.add_argument("--run", default="latest", help="run for the speedup plot (default latest)")
     _add_store(p)
-    p = sub.add_parser("history", help="per workload: PNG plot of medians over the stored runs, regressions "
-                       "marked; Markdown table of the last runs")
+    p = sub.add_parser("history", help="what moved over the stored runs: the series that moved most (within 120 "
+                       "columns), --md the table of every run, --json every point, a PNG per workload")
     from .history import add_arguments as _add_history
 
     _add_history(p)

@@ -478,5 +478,5 @@ def cli_main(args: Any) -> int:
     if args.json:
         conventions.write_json(args.json, summary_json(run, summary))
     if args.github_summary:
-        res.append_job_summary(render_markdown(run))
+        res.append_job_summary(render_markdown(run), force=True)
     return 1 if args.check and not summary.ok else 0
