@@ -385,16 +385,20 @@ def terminal_report(hist: History, top: int | None = DEFAULT_TOP) -> str:
     if len(marked) > 10:
         lines.append(f"... {len(marked) - 10} more flagged steps (--md FILE or --json - lists them all)")
     if any(p.cmp is not None and p.cmp.recomputed for p in marked):
-        lines.append("(steps of runs that stored no verdicts are recomputed against the previous run: suspects only)")
+        lines.append("(recomputed: its run stored no verdicts; the step is recomputed against the previous run: a suspect at most)")
     return "\n".join(_fit(line) for text in lines for line in text.splitlines())
 
 
 def _short_verdict(p: Point) -> str:
-    """One flagged step in a terminal line: verdict, series, run, ratio and medians."""
+    """One flagged step in a terminal line: verdict, series, run, ratio, medians and the side-by-side ratio (the
+    p-values: `verdict_line`, in --md)."""
     c = p.cmp
     assert c is not None
-    ratio = f" x{c.ratio:.2f} ({fmt_ns(c.base_ns)} -> {fmt_ns(c.new_ns)}, p={c.p:.2g})" if c.ratio is not None else ""
-    return f"{c.verdict}: {p.result.workload} [{p.result.compiler}] run {p.run.id}{ratio}"
+    ratio = f" x{c.ratio:.2f} ({fmt_ns(c.base_ns)} -> {fmt_ns(c.new_ns)})" if c.ratio is not None else ""
+    if c.sbs_ratio is not None:
+        ratio += f", side by side x{c.sbs_ratio:.2f}"
+    source = "recomputed" if c.recomputed else "as its run stored it"
+    return f"{c.verdict}: {p.result.workload} [{p.result.compiler}] run {p.run.id}{ratio} {source}"
 
 
 def _fit(line: str) -> str:
