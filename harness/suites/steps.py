@@ -309,6 +309,9 @@ def write_report(state: RunState) -> RunState:
     for line in summary.verdict_lines():
         print(line, flush=True)
     print(summary.headline(), flush=True)
+    md = state.run_dir / "report.md"
+    if md.is_file():
+        res.append_job_summary(md.read_text(encoding="utf-8"))  # only with --github-summary (KILN_GITHUB_SUMMARY)
     state.ok = summary.ok
     return state
 

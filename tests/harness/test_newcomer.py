@@ -158,21 +158,27 @@ def test_json_dash_for_report_and_history_show(tmp_path):
     assert {t["node_id"] for t in tests} >= {"tests/beta/test_beta.py::test_fine"} and tests[0]["runs"] == 1
 
 
-def test_report_appends_to_the_job_summary_only_with_the_flag(tmp_path):
-    from test_run import harness as run_harness
+def test_run_and_report_append_to_the_job_summary_only_with_the_flag(tmp_path):
     from test_run import make_project, only_run
 
     root = make_project(tmp_path)
-    run_harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta")
     summary = tmp_path / "summary.md"
-    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(ROOT), "KILN_ROOT": str(root)}
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(ROOT), "KILN_ROOT": str(root),
+           "KILN_RESULTS": str(root / "results"), "KILN_HISTORY_DB": str(tmp_path / "h.sqlite")}
     env.pop("KILN_GITHUB_SUMMARY", None)
-    subprocess.run([sys.executable, "-m", "harness", "report", str(only_run(root))], env=env, cwd=root,
-                   capture_output=True, timeout=120)
+
+    def run(*args: str) -> None:
+        proc = subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
+                              text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr
+
+    run("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta")
+    run("report", str(only_run(root)))
     assert not summary.exists()
-    subprocess.run([sys.executable, "-m", "harness", "report", str(only_run(root)), "--github-summary"], env=env,
-                   cwd=root, capture_output=True, timeout=120)
-    assert "kiln cpu/native OK" in summary.read_text()
+    run("report", str(only_run(root)), "--github-summary")
+    assert summary.read_text().count("kiln cpu/native OK") == 1
+    run("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta", "--github-summary")
+    assert summary.read_text().count("kiln cpu/native OK") == 2
 
 
 # ---- items 4 and 9: nox sessions ---------------------------------------------------------------------------
