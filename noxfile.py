@@ -403,8 +403,9 @@ def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: 
     bench = [python, "-m", "harness", "bench"]
     store = os.path.join(out, "bench.sqlite")
     steps = [
+        # the lasting store's notes (missing, corrupt: moved aside) go to the job summary too (--github-summary)
         ("seed", [*bench, "export", os.path.join(out, "baseline.json"), "--lasting", backend,
-                  "--baseline", f"ref:{BENCH_MAIN_REF}?"], {}),
+                  "--baseline", f"ref:{BENCH_MAIN_REF}?", "--github-summary"], {}),
         ("seed", [*bench, "import", os.path.join(out, "baseline.json"), "--db", store], {}),
         # the job summary is written once, below, by the host: blank here so a native run does not add it too
         ("measure", [*bench, "backend", "--backend", backend, *(["--native"] if native else []), "--results", out,
@@ -415,7 +416,8 @@ def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: 
     ]
     job = [*bench, "job-summary", "--backend", backend, "--results", out, *(["--native"] if native else [])]
     if record:
-        steps.append(("record", [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend], {}))
+        steps.append(("record", [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend,
+                                 "--github-summary"], {}))
         steps.append(("bisect", [*job, "--recorded"], {}))  # after the record: a long bisection loses nothing
     else:
         steps.append(("report", [*job, "--bisect-max", "0"], {}))

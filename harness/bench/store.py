@@ -322,7 +322,8 @@ def missing_store(path: Path) -> StoreError:
     found = sorted(str(p) for p in Path("results").glob("bench/**/bench.sqlite"))[:5] if Path("results").is_dir() \
         else []
     there = f"; stores here: {', '.join(found)}" if found else ""
-    return StoreError(f"no bench store at {path} (give --db, or record runs with `bench run`){there}")
+    return StoreError(f"no bench store at {path} (give --db, or record runs: `nox -s bench`, `nox -s ci`, `bench run`)"
+                      f"{there}")
 
 
 def lasting_path(backend: str) -> Path:

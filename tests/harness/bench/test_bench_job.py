@@ -130,9 +130,10 @@ def test_steps_of_the_sessions():
     nf = _noxfile()
     record = nf.bench_job_steps("cuda", record=True, python="py")
     assert [s for s, _, _ in record] == ["seed", "seed", "measure", "report", "report", "record", "bisect"]
+    # the lasting store's steps write their notes into the job summary (opt-in, issue 26)
     assert record[0][1][4:] == ["export", "results/bench/cuda/baseline.json", "--lasting", "cuda", "--baseline",
-                                "ref:main?"]
-    assert record[-2][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda"]
+                                "ref:main?", "--github-summary"]
+    assert record[-2][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda", "--github-summary"]
     # after the record: the runs compared and the automatic bisection of confirmed regressions (its default cap)
     assert record[-1][1][4:] == ["job-summary", "--backend", "cuda", "--results", "results/bench/cuda", "--recorded"]
     assert "--native" not in record[2][1] and record[2][2] == {"GITHUB_STEP_SUMMARY": ""}
