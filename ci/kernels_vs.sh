@@ -11,7 +11,7 @@ trap 'git worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
 git worktree add -q --detach "$wt" "$base"
 args=(--profile gpu --timer profiler --compilers "${COMPILERS:-kiln}" --db "$db" --quiet)
 echo "== base $(git -C "$wt" rev-parse --short HEAD)"
-(cd "$wt" && PYTHONPATH="$wt" python3 -m harness bench run "${args[@]}" --label base --md "$out/kernels-base.md")
+(cd "$wt" && PYTHONPATH="$wt${PYTHONPATH:+:$PYTHONPATH}" python3 -m harness bench run "${args[@]}" --label base --md "$out/kernels-base.md")
 echo "== head $(git rev-parse --short HEAD)"
 python3 -m harness bench run "${args[@]}" --label head --baseline latest --no-fail --md "$out/kernels-head.md" \
   --json "$out/kernels-head.json" || true

@@ -34,7 +34,13 @@ def _select_interpreter() -> None:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
-_select_interpreter()
+try:
+    _select_interpreter()
+except config.ConfigError as _e:
+    if sys.argv[:1] == ["-m"]:  # `python -m compiler...` (the package imports first): one line, exit 2
+        print(f"python -m compiler: {_e}", file=sys.stderr)
+        sys.exit(2)
+    raise
 
 import torch  # noqa: E402
 

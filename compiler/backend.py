@@ -24,7 +24,7 @@ from .codegen.wrapper import Wrapper, wrap
 from .decompositions import decomposition_table
 from .exc import InvariantError, KernelLaunchError, KilnError
 from .graph import FallbackReason, GraphLowering, Program
-from .runtime import cache, precompile
+from .runtime import cache, graph_cache, precompile, value_trace
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
 from .scheduler import Schedule, schedule
 
@@ -95,15 +95,19 @@ def precompile_pass(kernels: Kernels, wrapper: Wrapper) -> None:
 
 
 def dump_pass(job: GraphJob, kernels: Kernels, wrapper: Wrapper) -> None:
+    _dump(job.name, wrapper.code, {ks.name: ks.source for ks in kernels.launches})
+
+
+def _dump(name: str, code: str, sources: dict[str, str]) -> None:
+    """The ``dump`` pass's writes (also for a graph rebuilt from the graph cache)."""
     folder = config.settings().dump_dir
     if not folder:
         return
-    text = f"# kiln wrapper for {job.name}\n" + wrapper.code
-    cache.write_atomic(os.path.join(folder, "graphs", f"{_safe(job.name)}.py"), text)
-    for ks in kernels.launches:
-        path = os.path.join(folder, "kernels", f"{ks.name}.py")
+    cache.write_atomic(os.path.join(folder, "graphs", f"{_safe(name)}.py"), f"# kiln wrapper for {name}\n" + code)
+    for kname, source in sources.items():
+        path = os.path.join(folder, "kernels", f"{kname}.py")
         if not os.path.exists(path):
-            cache.write_atomic(path, ks.source)
+            cache.write_atomic(path, source)
 
 
 class Pass(NamedTuple):
@@ -205,17 +209,29 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     # a training forward's outputs before the passes: those whose layout the passes change are reported below
     outputs_before = ([n.meta.get("val") if isinstance(n, fx.Node) else n for n in fx_passes.graph_outputs(gm)]
                       if role == "forward" else [])
-    try:
+
+    def compile_fresh() -> tuple[CompiledGraph, Optional[list]]:
         cg = compile_graph(gm, name, role, example_inputs, free_output_layouts=role == "inference")
+        return cg, fx_passes.moved_output_strides(outputs_before, gm) if role == "forward" else None
+
+    try:  # through the graph cache (runtime/graph_cache.py): a hit rebuilds the stored graph, no pass runs
+        cg, moved = graph_cache.compile_cached(gm, example_inputs, role, name, _cache_extra(gm, role), compile_fresh)
     except Exception as e:
         if strict:
             raise
         log.warning("kiln: compiling %s failed (%s: %s); running its ATen graph instead", name, type(e).__name__, e)
         reason = FallbackReason("graph_compile_error", name, f"{type(e).__name__}: {e}")
         cg = CompiledGraph(name, gm, {}, 0, 0, [reason])
+        moved = fx_passes.moved_output_strides(outputs_before, gm) if role == "forward" else None
+    if cg.cache == "hit":  # the passes did not run: dump what they would have dumped
+        for sub in [cg, *cg.subgraphs]:
+            _dump(sub.name, sub.code, sub.kernel_sources)
+    if facts is not None and config.settings().trace_values:  # tracing reads outputs on the host at each launch
+        cg.fallbacks.append(FallbackReason("cudagraph", name, value_trace.CUDAGRAPH_REASON))
+        facts = None
     record(cg)
     if role == "forward":
-        _report_output_strides(fx_passes.moved_output_strides(outputs_before, gm))
+        _report_output_strides(moved)
     log.debug("kiln compiled %s:\n%s", name, cg.code)
     # call forward directly: a wrapper has no module hooks, and nn.Module.__call__ costs microseconds a call
     state = {"fn": cg.wrapper.forward, "verified": cg.wrapper is gm}
@@ -246,6 +262,14 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
 
     run_graphs._boxed_call = True
     return run_graphs
+
+
+def _cache_extra(gm: fx.GraphModule, role: str) -> Any:
+    """What the passes read besides the graph, its inputs and the settings: a training forward's saved slice."""
+    if role != "forward":
+        return None
+    saved = _saved_outputs(len(fx_passes.graph_outputs(gm)))
+    return sorted(saved) if saved is not None else None
 
 
 def _report_output_strides(strides: Optional[list]) -> None:
@@ -281,12 +305,12 @@ def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Opti
     return GraphFacts.of(gm, saved_from)
 
 
-#: ``torch.compile`` modes -> the settings they stand for (Inductor's names; kiln has no autotuning yet)
+#: ``torch.compile`` modes -> the settings they stand for (Inductor's names)
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
     "reduce-overhead": {"cudagraphs": True},
-    "max-autotune": {"cudagraphs": True},
-    "max-autotune-no-cudagraphs": {},
+    "max-autotune": {"cudagraphs": True, "autotune": True},
+    "max-autotune-no-cudagraphs": {"autotune": True},
 }
 
 

@@ -32,6 +32,9 @@ class CompiledGraph:
     cudagraphs: Any = None
     #: the ATen graph as kiln lowered it (after the FX rewrites: layouts, adopted input strides)
     aten_graph: Any = None
+    #: what the graph cache did (``runtime/graph_cache.py``): "hit" (rebuilt from disk: no pass ran; ``aten_graph``
+    #: is then the graph before the FX rewrites), "stored", "not stored: <why>", "" (cache off)
+    cache: str = ""
 
     @property
     def kernel_count(self) -> int:

@@ -66,13 +66,48 @@ class Settings:
     #: convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never
     #: (``fx_passes.convs_channels_last``).
     conv_layout: str = "auto"
+    #: The graph cache (``runtime/graph_cache.py``) and the autotune choices (``runtime/autotune.py``) on disk:
+    #: "1" read and write, "read" read only (never write: jobs of a lower trust level, such as pull requests,
+    #: beside a cache that trusted jobs load), "0" off.
+    cache: str = "1"
+    #: Folder of the graph cache; default ``$XDG_CACHE_HOME/kiln/graphs`` (``~/.cache/kiln/graphs``).
+    graph_cache_dir: str = ""
+    #: Size bound of the graph cache folder in MiB (the least recently used entries go first).
+    cache_max_mb: int = 2048
+    #: Time candidate launch configs of each kernel on the GPU at its first launch and keep the fastest
+    #: (cached on disk per kernel, device and size bucket). Also ``mode="max-autotune"``. No-op on the CPU.
+    autotune: bool = False
+    #: Folder of the autotune choices; default ``$XDG_CACHE_HOME/kiln/autotune``.
+    autotune_dir: str = ""
+    #: Value tracing for numerics triage (``runtime/value_trace.py``): wrappers built with it on record, after
+    #: every kernel launch and extern/fallback call, statistics of its outputs as JSON lines (read by
+    #: ``python -m harness numerics trace-diff``). Off: the wrapper holds no trace call at all. Graphs run
+    #: without CUDA graphs while it is on (a recorded ``cudagraph`` fallback reason).
+    trace_values: bool = False
+    #: Where value traces go: a file, or a folder (an existing one, or a path ending in ``/``) that gets
+    #: ``kiln-trace-<pid>.jsonl``; ``{pid}`` in the name is replaced. Default: ``kiln-trace-<pid>.jsonl`` in
+    #: ``dump_dir`` when set, else in the current folder.
+    trace_file: str = ""
 
     def resolved_cache_dir(self) -> str:
         """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""
         if self.cache_dir:
             return self.cache_dir
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return os.path.join(base, "kiln", "kernels")
+        return os.path.join(_cache_home(), "kernels")
+
+    def resolved_graph_cache_dir(self) -> str:
+        """The graph cache folder: ``graph_cache_dir`` or ``$XDG_CACHE_HOME/kiln/graphs``."""
+        return self.graph_cache_dir or os.path.join(_cache_home(), "graphs")
+
+    def resolved_autotune_dir(self) -> str:
+        """The autotune choices' folder: ``autotune_dir`` or ``$XDG_CACHE_HOME/kiln/autotune``."""
+        return self.autotune_dir or os.path.join(_cache_home(), "autotune")
+
+
+def _cache_home() -> str:
+    """``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln`` without it)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "kiln")
 
 
 def _default_workers() -> int:
@@ -84,6 +119,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "interpret": ("auto", "0", "1"),
     "mm_layout": ("bench", "pad", "contiguous", "off"),
     "conv_layout": ("auto", "always", "off"),
+    "cache": ("1", "read", "0"),
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -107,6 +143,8 @@ def _parse(field: dataclasses.Field, raw: str) -> Any:
         if value <= 0:
             raise ConfigError(f"{name}={raw!r}: expected a positive integer")
         return value
+    if field.name == "cache" and raw.strip().lower() in _TRUE | _FALSE:  # KILN_CACHE=off is 0, =on is 1
+        raw = "1" if raw.strip().lower() in _TRUE else "0"
     choices = CHOICES.get(field.name)
     if choices is not None and raw not in choices:
         raise ConfigError(f"{name}={raw!r}: expected {', '.join(choices[:-1])} or {choices[-1]}")

@@ -62,3 +62,8 @@ class KernelCompileError(KernelLaunchError):
     def __init__(self, message: str, worker_failed: bool = False) -> None:
         super().__init__(message)
         self.worker_failed = worker_failed
+
+
+class ValueTraceError(KilnError):
+    """Value tracing (``trace_values``) cannot record here: inside a CUDA graph capture, or its trace file
+    cannot be written."""

@@ -5,7 +5,8 @@ Terms:
 - *Layout*: sizes, strides and offset (in elements) of a view into a buffer; sympy expressions.
 - *Strided* value: a view of a realized buffer (views of it cost nothing: no kernel, no copy).
 - *Lazy* value: an element function ``index -> KExpr`` not yet stored anywhere (fused into its users).
-- *ComputedBuffer*: a Lazy value or a reduction that a kernel stores, defined by ``Pointwise``/``Reduction``.
+- *ComputedBuffer*: a Lazy value or a reduction that a kernel stores, defined by ``Pointwise``/``Reduction``,
+  a ``Scatter`` (writes at positions loaded from index tensors, into a copy of its target) or a ``Scan``.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ class InputBuffer(Buffer):
 class ComputedBuffer(Buffer):
     """A buffer that a generated kernel writes. ``definition`` is a ``Pointwise`` or ``Reduction``."""
 
-    def __init__(self, name: str, layout: Layout, definition: "Union[Pointwise, Reduction]",
+    def __init__(self, name: str, layout: Layout, definition: "Union[Pointwise, Reduction, Scatter, Scan]",
                  origin: str = "") -> None:
         super().__init__(name, layout)
         self.definition = definition
@@ -240,6 +241,53 @@ class Reduction:
     src_dtype: torch.dtype
     #: set on the first stage of a split column reduction: what its partial sums reduce (see ColumnSource)
     column: Optional["ColumnSource"] = None
+
+
+#: how a ``Scatter`` combines a value into its target element: atomics, or a plain store
+SCATTER_OPS = ("add", "max", "min", "store")
+
+
+@dataclasses.dataclass
+class Scatter:
+    """Write ``body(index)`` into the buffer named ``target`` for every ``index`` over ``ranges``.
+
+    ``body`` returns ``Op("scatter", (offset, value, valid))``: the flat element offset in ``target`` (int64,
+    usually computed from loaded indices), the value (``dtype``) and whether to write it (bool). ``reduce``
+    (one of ``SCATTER_OPS``) combines it with what the element holds: ``add``/``max``/``min`` as atomics (the
+    order of floating-point sums is not fixed), ``store`` a plain store (duplicates: any one wins).
+    The scattered buffer *is* ``target``'s memory after the writes (the wrapper gives both one allocation):
+    the lowering makes ``target`` a fresh buffer (a copy, a fill) that nothing else reads, and the scheduler
+    gives the scatter a kernel of its own, so every read of the result comes after all the writes.
+    """
+
+    ranges: tuple[Expr, ...]
+    target: str
+    body: Callable[[Index], KExpr]
+    reduce: str
+    dtype: torch.dtype
+
+
+#: scan types of ``Scan`` (inclusive prefix combinations)
+SCAN_TYPES = ("sum", "prod", "logsumexp")
+
+
+@dataclasses.dataclass
+class Scan:
+    """Inclusive scan (``cumsum``, ``cumprod``, ``logcumsumexp``) of ``body(index, rindex)`` along the one dim of
+    ``reduction_ranges`` for every ``index`` over ``ranges``, combined in ``src_dtype``, stored as ``dtype``.
+    ``dim`` is where the scanned dim sits in the result's dims (the others are ``ranges`` in order)."""
+
+    ranges: tuple[Expr, ...]
+    reduction_ranges: tuple[Expr, ...]
+    body: Callable[[Index, Index], KExpr]
+    scan_type: str
+    dtype: torch.dtype
+    src_dtype: torch.dtype
+    dim: int
+
+    def full_index(self, index: Index, rindex: Index) -> list[Expr]:
+        """The result's index of element ``rindex`` of row ``index``."""
+        return list(index[:self.dim]) + list(rindex) + list(index[self.dim:])
 
 
 @dataclasses.dataclass

@@ -25,8 +25,8 @@ from . import config
 from .exc import InvariantError, require
 from .graph import ExternCall, Program, Step, SubgraphCall
 from .index_eval import Unevaluable, evaluate
-from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Strided, SymScalar, contiguous_strides, is_dense, prod,
-                 stride_order)
+from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Scan, Scatter, Strided, SymScalar, contiguous_strides,
+                 is_dense, prod, stride_order)
 from .kexpr import KExpr, free_symbols, loads
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
@@ -140,6 +140,9 @@ class KernelGroup:
     partials: list[Member] = dataclasses.field(default_factory=list)
     row_chunk: int = 0
     programs: int = 0
+    #: "" (fused pointwise/reduction members), "scatter" or "scan": one ``Scatter``/``Scan`` member alone in its
+    #: kernel (a scatter's result is complete only when every program has finished its writes)
+    kind: str = ""
 
     def member(self, name: str) -> Optional[Member]:
         for m in self.members:
@@ -179,7 +182,9 @@ class Schedule:
           buffer with role "x" or "xr" (partial sums "col", always stored); a buffer is produced by one item;
         - what an item reads is produced by an earlier item (or the same group), or is an input, constant or
           empty; a group's member another item or the graph's outputs read is stored (values that stay in
-          registers are read inside their group only).
+          registers are read inside their group only);
+        - a scatter or scan group holds its one ``Scatter``/``Scan`` member alone; a scatter's target (whose memory
+          it writes in place) is stored by an earlier group and read by no item but the scatter.
         """
         where = f"schedule of {self.program.name}"
         buffers = self.program.buffers
@@ -196,6 +201,10 @@ class Schedule:
                              f"{where}: group {k}: member {m.buf.name} is not a registered computed buffer")
                     stored[m.buf.name] = m.store
                     made.append(m.buf.name)
+                if item.kind:
+                    want = Scatter if item.kind == "scatter" else Scan
+                    require(len(item.members) == 1 and isinstance(item.members[0].buf.definition, want),
+                             f"{where}: {item.kind} group {k} holds {item.buffer_names}, not one {want.__name__}")
             elif isinstance(item, (ExternCall, SubgraphCall)):
                 made = list(dict.fromkeys(_step_outputs(item)))  # an ``out=`` buffer is also the result
             else:
@@ -213,6 +222,15 @@ class Schedule:
                 require(j <= k, f"{where}: item {k} reads {name} before item {j} produces it")
                 require(j == k or stored.get(name, True),
                          f"{where}: item {k} reads {name}, which group {j} keeps in registers (not stored)")
+        targets = {m.buf.definition.target: k for k, g in enumerate(self.items) if isinstance(g, KernelGroup)
+                   for m in g.members if isinstance(m.buf.definition, Scatter)}
+        for k, item in enumerate(self.items):
+            for name in _scheduled_reads(item):
+                require(targets.get(name, k) == k, f"{where}: item {k} reads {name}, which the scatter of item "
+                                                   f"{targets.get(name)} overwrites in place")
+        for name, k in targets.items():
+            require(producer.get(name, k) < k, f"{where}: the target {name} of the scatter of item {k} is not made "
+                                               "before it")
         for v in _iter_values(self.program.outputs):
             if isinstance(v, Strided):
                 name = v.buffer.name
@@ -314,7 +332,11 @@ class Scheduler:
 
     def _new_group(self, buf: ComputedBuffer) -> KernelGroup:
         d = buf.definition
-        if isinstance(d, Reduction):
+        if isinstance(d, Scatter):
+            group = KernelGroup(prod(d.ranges), sympy.Integer(1), [], kind="scatter")
+        elif isinstance(d, Scan):
+            group = KernelGroup(prod(d.ranges), prod(d.reduction_ranges), [], has_reduction=True, kind="scan")
+        elif isinstance(d, Reduction):
             group = KernelGroup(prod(d.ranges), prod(d.reduction_ranges), [], has_reduction=True)
         else:
             group = KernelGroup(prod(d.ranges), sympy.Integer(1), [])
@@ -324,6 +346,11 @@ class Scheduler:
 
     def _try_add(self, group: KernelGroup, buf: ComputedBuffer) -> bool:
         d = buf.definition
+        if group.kind or isinstance(d, (Scatter, Scan)):  # alone in a kernel of their own
+            if group.members:
+                return False
+            group.members.append(self._member(group, buf))
+            return True
         if isinstance(d, Reduction):
             X, R = prod(d.ranges), prod(d.reduction_ranges)
             if group.has_reduction:
@@ -363,6 +390,11 @@ class Scheduler:
         """Map ``buf`` onto the group's (xindex, rindex) space, or None if it does not fit."""
         d = buf.definition
         x_is_one = group.xnumel == 1
+        if isinstance(d, Scatter):  # iterates over its sources; where it writes is in its value
+            return Member(buf, "x", d.body(decompose(XINDEX, d.ranges, x_is_one)), sympy.Integer(0), store=True)
+        if isinstance(d, Scan):
+            idx, ridx = decompose(XINDEX, d.ranges, x_is_one), decompose(RINDEX, d.reduction_ranges)
+            return Member(buf, "xr", d.body(idx, ridx), buf.layout.index(d.full_index(idx, ridx)), store=True)
         if isinstance(d, Reduction):
             idx = decompose(XINDEX, d.ranges, x_is_one)
             ridx = decompose(RINDEX, d.reduction_ranges)
@@ -423,7 +455,7 @@ class Scheduler:
         (row kernel index, the row kernel as a rows x columns group, second-stage index, partial values,
         rows per program, programs)."""
         c1 = self.items[j]
-        if not isinstance(c1, KernelGroup) or not c1.has_reduction or not c1.members:
+        if not isinstance(c1, KernelGroup) or not c1.has_reduction or not c1.members or c1.kind:
             return None
         if not all(m.is_reduction for m in c1.members):
             return None
@@ -474,7 +506,7 @@ class Scheduler:
         """``item`` as a group over M rows x N columns: a row reduction group as it is, a pointwise group over
         M*N elements remapped onto (rows, columns) (a copy; None when a member does not map or align, or when
         its rows would fill less than ``MIX_MIN_FILL`` of their block)."""
-        if not isinstance(item, KernelGroup) or item.partials:
+        if not isinstance(item, KernelGroup) or item.partials or item.kind:
             return None
         if item.has_reduction:
             return item if same(item.xnumel, M) and same(item.rnumel, N) else None
@@ -557,7 +589,7 @@ class Scheduler:
                 users = consumers.get(m.buf.name, [])
                 outside = [u for u in users if not (isinstance(u, ComputedBuffer) and
                                                     (u.name in names or u.name not in scheduled))]
-                m.store = m.buf.name in outputs or bool(outside)
+                m.store = m.buf.name in outputs or bool(outside) or bool(item.kind)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -586,7 +618,7 @@ def _body(buf: ComputedBuffer) -> KExpr:
         return buf.body_expr
     d = buf.definition
     idx = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(d.ranges))]
-    if isinstance(d, Reduction):
+    if isinstance(d, (Reduction, Scan)):
         ridx = [sympy.Symbol(f"r{k}", integer=True, nonnegative=True) for k in range(len(d.reduction_ranges))]
         expr = d.body(idx, ridx)
     else:
@@ -602,6 +634,8 @@ def _body_reads(buf: ComputedBuffer) -> list[str]:
     for ld in loads(_body(buf)):
         if ld.buffer not in names:
             names.append(ld.buffer)
+    if isinstance(buf.definition, Scatter) and buf.definition.target not in names:
+        names.append(buf.definition.target)  # written in place: runs after the target is made
     buf.body_reads = names
     return names
 
@@ -609,7 +643,7 @@ def _body_reads(buf: ComputedBuffer) -> list[str]:
 def _body_symbols(buf: ComputedBuffer) -> set[sympy.Symbol]:
     """Size symbols a buffer's kernel needs: in its element expression, its ranges and its layout."""
     d = buf.definition
-    reduced = d.reduction_ranges if isinstance(d, Reduction) else ()
+    reduced = d.reduction_ranges if isinstance(d, (Reduction, Scan)) else ()
     exprs = list(d.ranges) + list(reduced) + list(buf.layout.size)
     exprs += list(buf.layout.stride)
     out = set(free_symbols(_body(buf)))
@@ -638,6 +672,8 @@ def _scheduled_reads(item: Scheduled) -> list[str]:
         for m in item.members + item.partials:
             for ld in loads(m.value):
                 names[ld.buffer] = None
+            if isinstance(m.buf.definition, Scatter):
+                names[m.buf.definition.target] = None
     else:
         for v in _iter_values((item.args, item.kwargs)):
             if isinstance(v, Strided):

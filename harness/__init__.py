@@ -11,10 +11,12 @@ The harness is a chain of small steps, each a function another module (or a nox 
                           SETUP, STEPS, END, each a function of the run's typed state)
   record.RunRecord     -> run.json, typed (suites, retries, crashes, shards); schema 2, schema 1 read
   shard.assign         -> which tests shard I of N runs (by recorded durations, else by count)
+  gpus.pin             -> a backend confined to the GPUs the runner was given (its *_VISIBLE_DEVICES)
   sharded.run_shards   -> every shard at once, each pinned to its GPUs; merge.merge_shards -> one report
   collect.load_run     -> a results folder parsed and classified: its RunRecord and every suite's tests
   report.render        -> the text/markdown report
   repro.repro_line     -> the command that reproduces one failing test
+  cleanup.cleanup      -> a CI job's teardown: its containers, stale ones, superseded kiln image tags
 
 Child processes are started and stopped through harness.process (SIGTERM becomes an interrupt only inside
 `process.sigterm_interrupts`, the one handler); every git call goes through harness.git.

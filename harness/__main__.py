@@ -21,6 +21,7 @@ from harness.settings import require_compiler_settings
 VERBS: dict[str, tuple[str, str]] = {
     "run": ("harness.suites.steps", "run the suites for a backend, in its container or natively"),
     "detect": ("harness.suites.runner", "print the backend this machine supports: cuda, rocm or cpu"),
+    "preflight": ("harness.checks.preflight", "cheap runner check before a job: GPU driver and count, docker, free disk"),
     "health": ("harness.checks.health", "GPU health check: a matmul and a compiled kernel on every device"),
     "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),
     "image": ("harness.images.image_check", "build the hash-tagged backend image, --check it, --pin base images by digest"),
@@ -30,6 +31,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "durations": ("harness.suites.shard", "record tests' durations from results folders (balances `run --shard`)"),
     "history": ("harness.suites.history", "test history (SQLite): record results folders, show failure counts"),
     "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
+    "workflows": ("harness.workflows", "write (or check) the workflows' shared env and runner labels from their one place"),
+    "cleanup": ("harness.images.cleanup", "a CI job's teardown: its containers, stale ones, superseded kiln image tags"),
     "flakes": ("harness.suites.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
     "compile-check": ("harness.checks.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
     "bench": ("harness.bench.cli", "benchmarks: measure latency/bandwidth, store history, flag regressions"),

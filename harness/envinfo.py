@@ -22,11 +22,14 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.git import output as git_output
 from harness.exc import SettingsError
 from harness.settings import settings
+
+if TYPE_CHECKING:
+    from harness.matrix import Backend
 
 SCHEMA = 1
 
@@ -77,15 +80,17 @@ def driver_info() -> dict[str, Any]:
     return out
 
 
-def lock_record(backend: str | None, root: Path | None = None) -> dict[str, Any] | None:
-    """The backend's lock file in the tree: path, sha256 (None: no lock) and whether it is stale."""
+def lock_record(backend: "Backend | str | None", root: Path | None = None) -> dict[str, Any] | None:
+    """The backend's lock file in the tree: path, sha256 (None: no lock) and whether it is stale. A name is
+    looked up in the matrix; a caller that holds the `Backend` passes it (no second read of the matrix)."""
     if not backend:
         return None
     from harness import matrix
     from harness.images import lock
 
     try:
-        return lock.state(matrix.load().backend(backend), root).record()
+        b = matrix.load().backend(backend) if isinstance(backend, str) else backend
+        return lock.state(b, root).record()
     except Exception as e:  # noqa: BLE001 - a broken matrix is reported by the run itself; the record says how
         return {"error": f"{type(e).__name__}: {e}"}
 

@@ -74,6 +74,11 @@ class NoDeviceError(InfrastructureError):
     """The backend needs a GPU (or its driver) that this machine does not have."""
 
 
+class PreflightError(InfrastructureError):
+    """The runner cannot take the job (harness/checks/preflight.py): no GPU driver, too few visible GPUs, docker not
+    reachable, too little free disk."""
+
+
 class HealthError(InfrastructureError):
     """A device is present but failed the health check (wrong matmul, kernel did not compile/run)."""
 

@@ -15,6 +15,11 @@ Terms:
   base      `base_image` names the FROM image by tag (for people; never `latest`), `base_digest` pins it by
             content (`sha256:<64 hex>`, or null while unpinned: `python -m harness image --pin` fills it on a
             machine that reaches the registry). Builds use `tag@digest` when pinned (Backend.base_ref).
+  torch_index where the lock (`nox -s lock`) resolves torch's wheels (TORCH_INDEXES): "pip" (default) pip as the host
+            configures it, local wheel folders included (the cpu image's `+cpu` wheels); "index" the package index
+            alone, without the configuration's local wheel folders and extra indexes (PyPI's Linux x86-64 torch is
+            the CUDA build, its runtime in `nvidia-*` wheels); "variant" plus KILN_TORCH_INDEX_URL/<torch_variant>
+            (PyTorch's per-variant index: ROCm).
 
 Every consumer (nox sessions, runner, repro lines, CI workflows) reads this file; nothing else
 repeats these values.
@@ -34,6 +39,7 @@ from harness.settings import settings
 
 SCHEMA = 1
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+TORCH_INDEXES = ("pip", "index", "variant")  # the matrix's `torch_index` (module docstring)
 _DEVICES = ("cpu", "cuda")  # torch device type the suites use; ROCm shows up as "cuda" in torch
 
 
@@ -92,6 +98,7 @@ class Backend:
     retries: Retries | None = None  # None: the matrix's top-level `retries`
     bench_store: str | None = None  # the lasting bench store's path, `{backend}` replaced (None: not in the matrix)
     base_digest: str | None = None  # `sha256:...` of the base image's manifest (None: pinned by tag only)
+    torch_index: str = "pip"  # where the lock resolves torch (TORCH_INDEXES, module docstring)
 
     @property
     def base_ref(self) -> str:
@@ -127,7 +134,7 @@ class Backend:
             args += ["--index-url", s.pip_index_url]
         for url in s.pip_extra_index_url.split():
             args += ["--extra-index-url", url]
-        if s.torch_index_url:
+        if s.torch_index_url and self.torch_index != "index":
             args += ["--extra-index-url", f"{s.torch_index_url}/{self.torch_variant}"]
         return " ".join(args)
 
@@ -280,11 +287,14 @@ def _backend(name: str, r: _Reader, bench_store: str | None = None) -> Backend:
         retries=_retries(r),
         bench_store=_bench_store(r, name) or (bench_store.replace("{backend}", name) if bench_store else None),
         base_digest=r.get("base_digest", str, optional=True),
+        torch_index=r.get("torch_index", str, optional=True) or "pip",
     )
     r.done()
     for key, value in (("torch", backend.torch), ("triton", backend.triton)):
         if "==" not in value:
             r.fail(f"must be an exact pin like 'pkg==1.2.3', got {value!r}", key)
+    if backend.torch_index not in TORCH_INDEXES:
+        r.fail(f"must be one of {', '.join(TORCH_INDEXES)}, got {backend.torch_index!r}", "torch_index")
     if ":" not in backend.base_image or backend.base_image.endswith(":latest"):
         r.fail(f"must be pinned to a tag, got {backend.base_image!r}", "base_image")
     if "@" in backend.base_image:

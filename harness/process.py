@@ -4,6 +4,11 @@
 its policy, and removes its container whatever happens; `kill_group` stops a process and everything it
 started. The suites runner, the bench backend verb, compile-check's workers and the flake detector use these.
 
+Progress: while a command runs, a `Heartbeat` prints `progress: <step>: running <elapsed>; last line: <line>` on
+stderr every `heartbeat_s` seconds (settings().heartbeat_s, KILN_HEARTBEAT_S; 30 by default, 0: none) in which
+nothing of the command was shown (its output is not echoed, or it said nothing), so a long silent step (an image
+build, debootstrap, a wheel download, the compile check) still says every 30 s that it is alive and what it did last.
+
 Interrupt policies (Ctrl-C, i.e. KeyboardInterrupt in the main thread, while `execute` waits):
   None (default)  stop the command at once (container, then process group) and re-raise the interrupt.
   Forward(grace_s)  SIGTERM counts as Ctrl-C too; SIGINT is sent to the command's process group, which gets
@@ -154,6 +159,89 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def elapsed_text(seconds: float) -> str:
+    """`45s`, `2m05s`, `1h02m`: a duration for progress lines."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class Heartbeat:
+    """A thread that prints a progress line for `step` every `interval_s` seconds in which nothing was shown
+    (module docstring): `last_line()` gives the command's last log line, `shown()` the monotonic time something was
+    last shown (None: never). A context manager; `interval_s` <= 0 prints nothing."""
+
+    def __init__(self, step: str, interval_s: float, last_line: Callable[[], str] = lambda: "",
+                 shown: Callable[[], float | None] = lambda: None, out: Any = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.step, self.interval_s, self.last_line, self.shown = step, interval_s, last_line, shown
+        self.out, self.clock = out, clock
+        self.t0 = clock()
+        self.beats = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def line(self) -> str:
+        """The progress line now."""
+        last = " ".join(self.last_line().split())
+        last = last if len(last) <= 160 else last[:157] + "..."
+        return (f"progress: {self.step}: running {elapsed_text(self.clock() - self.t0)}"
+                + (f"; last line: {last}" if last else ""))
+
+    def beat(self) -> bool:
+        """Print the progress line unless something was shown within the interval; True when printed."""
+        shown = self.shown()
+        if shown is not None and self.clock() - shown < self.interval_s:
+            return False
+        out = self.out or sys.stderr
+        out.write(self.line() + "\n")
+        out.flush()
+        self.beats += 1
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.beat()
+            except (OSError, ValueError):  # the stream went away: progress is best effort
+                return
+
+    def __enter__(self) -> "Heartbeat":
+        if self.interval_s > 0:
+            self._thread = threading.Thread(target=self._loop, name=f"heartbeat {self.step}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def heartbeat_interval(heartbeat_s: float | None) -> float:
+    """`heartbeat_s`, else settings().heartbeat_s (KILN_HEARTBEAT_S)."""
+    if heartbeat_s is not None:
+        return heartbeat_s
+    from harness.settings import settings
+
+    return settings().heartbeat_s
+
+
+def last_log_line(log: Path, tail_bytes: int = 4096) -> str:
+    """The last non-empty line of a log file ("" when it has none or cannot be read)."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - tail_bytes))
+            lines = fh.read().decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    except OSError:
+        return ""
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+
+
 @dataclass(frozen=True)
 class Spawned:
     """A command started by `spawn`: its process and the thread that copies its output to the log."""
@@ -209,14 +297,16 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None, watchdog: Callable[[]
 
 def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[str, str] | None = None,
             cwd: Path | None = None, container: str | None = None, echo: bool = True,
-            on_interrupt: Forward | None = None, watchdog: Callable[[], str | None] | None = None
-            ) -> tuple[int, bool]:
+            on_interrupt: Forward | None = None, watchdog: Callable[[], str | None] | None = None,
+            step: str | None = None, heartbeat_s: float | None = None) -> tuple[int, bool]:
     """Run `argv` with output teed live to `log` (and stdout when `echo`); kill it after `timeout_s` (None: no
     limit). The container (if named) is removed whatever happens. Returns (returncode, timed_out).
     An interrupt is handled by `on_interrupt` (module docstring): by default the command is stopped and the
     KeyboardInterrupt propagates; under `Forward` it raises `Interrupted` once the command has ended.
     `watchdog`, asked every second while the command runs, returns a reason to kill it now (a hung test) or None.
-    The command dies with the harness (parent-death signal); a container, through a reaper process."""
+    The command dies with the harness (parent-death signal); a container, through a reaper process.
+    Progress: a `Heartbeat` named `step` (default: the log's name) every `heartbeat_s` seconds of silence (default
+    settings().heartbeat_s)."""
     from harness import docker_client
 
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +318,7 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
                                     start_new_session=True,
                                     preexec_fn=_default_sigint if on_interrupt is not None else _child_setup)  # noqa: PLW1509
             reaper = start_reaper(container) if container else None
+            seen: dict[str, Any] = {"line": "", "partial": "", "shown": None}
 
             def pump() -> None:
                 assert proc.stdout is not None
@@ -242,11 +333,20 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
                         if echo:
                             sys.stdout.write(text)
                             sys.stdout.flush()
+                            seen["shown"] = time.monotonic()
+                        lines = (seen["partial"] + text).replace("\r", "\n").split("\n")
+                        seen["partial"] = lines[-1][-4096:]
+                        done = [ln for ln in lines[:-1] if ln.strip()]
+                        if done:
+                            seen["line"] = done[-1]
                     if not chunk:
                         return
 
             reader = threading.Thread(target=pump, daemon=True)
             reader.start()
+            beat = Heartbeat(step or log.stem, heartbeat_interval(heartbeat_s),
+                             last_line=lambda: seen["partial"].strip() or seen["line"], shown=lambda: seen["shown"])
+            beat.__enter__()
             try:
                 try:
                     rc = _wait(proc, timeout_s, watchdog, fh, container)
@@ -265,6 +365,7 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
                 stop(proc, container)
                 raise
             finally:
+                beat.__exit__()
                 reader.join(timeout=10)
                 if container:
                     docker_client.docker("rm", "--force", container, check=False)

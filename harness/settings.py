@@ -14,6 +14,12 @@ Variables (all optional):
   KILN_TORCH_INDEX_URL  base URL of PyTorch's per-variant wheel indexes (the matrix's `torch_variant`, e.g.
                     cu130, is appended) for GPU images; unset: pip's own configuration decides
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL  pip's own variables, handed to image builds as they are
+  KILN_MIN_FREE_GB  free disk (GB) the pre-flight wants at the docker root (harness/checks/preflight.py; default
+                    by backend, preflight.MIN_FREE_GB)
+  KILN_HEARTBEAT_S  seconds between the progress lines of a long step that prints nothing itself (image build,
+                    debootstrap, wheel download, compile-check: harness/process.py; default 30, 0: none)
+  KILN_LOGS         where image builds, debootstrap and wheel downloads write their logs (default <results>/logs,
+                    so that the workflows' upload of results/ carries them)
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
   KILN_GITHUB_SUMMARY "1": reports append to $GITHUB_STEP_SUMMARY (set by every verb's `--github-summary`, for
                     the verb and the processes it starts; harness/conventions.py)
@@ -23,6 +29,25 @@ Variables (all optional):
                     ~/.local/share/kiln, the folder of the bench's lasting stores too; `run --shard` also
                     finds durations/<backend>.json next to it (written by `durations --from-history`)
   XDG_DATA_HOME     the base of the lasting data folder (default ~/.local/share)
+  KILN_COMPILE_CACHE  the per-runner compile-cache folder mounted at /cache in the suites' containers (Triton's
+                    and kiln's kernel caches; natively TRITON_CACHE_DIR/KILN_CACHE_DIR point there), one folder
+                    per trust scope and toolchain below it (harness.commands.compile_cache_dir); default
+                    $XDG_CACHE_HOME/kiln/compile (~/.cache/kiln/compile); 0/off/false/no: no shared cache
+  KILN_CACHE_SCOPE  the trust scope of the compile cache (default `local`); the workflows set `main` for main's
+                    pushes and `untrusted` otherwise, so a pull request never writes kernels a main job loads
+  KILN_CONTAINER_USER  `uid:gid` the suites' containers run as (default: this process's, the runner's, so
+                    what they write in the checkout is the runner's); `image`: the image's own user
+  KILN_JOB_ID       this CI job's id, the `kiln.job` label of its containers (`harness cleanup` removes them);
+                    default on GitHub Actions: <GITHUB_RUN_ID>-<GITHUB_RUN_ATTEMPT>-<RUNNER_NAME>-<hash of
+                    RUNNER_TEMP> (unique per job on a host with several runners, and per job under `act`),
+                    else none
+  KILN_PRUNE_IMAGES "0" keeps superseded kiln image tags at a job's teardown (`harness cleanup`; default on; e.g.
+                    a rehearsal on a machine shared with other checkouts)
+  CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES  the GPUs this runner was given (harness.gpus
+                    reads them): runs and shards use only those
+  KILN_TEST_SELECTION  a pytest `-k` expression that `run`, `flakes` and `compile-check` add to every pytest they
+                    start (a reduced run: the workflows' `selection` input, the rehearsal in ci/rehearse/);
+                    unset or empty: every test
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench/<backend>/bench.sqlite, <backend> the one this
@@ -41,7 +66,8 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
   KILN_BENCH_BISECT_MAX  confirmed regressions a CI bench job bisects at most (`bench job-summary`; default 2;
                     0: none); `--bisect-max N` overrides it
 
-Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED, KILN_GITHUB_SUMMARY) are read by `flag`: 1/true/yes/on or
+Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED, KILN_PRUNE_IMAGES, KILN_GITHUB_SUMMARY) are read
+by `flag`: 1/true/yes/on or
 0/false/no/off (any case; unset or empty: off); anything else is a SettingsError naming the variable (exit 2),
 never silently off.
 
@@ -51,8 +77,10 @@ tools' own configuration, so mirrors and air-gapped sites work unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import types
@@ -68,6 +96,7 @@ DEFAULT_BENCH_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
 DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
 DEFAULT_BENCH_BISECT_MAX = 2
+DEFAULT_HEARTBEAT_S = 30.0
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -120,12 +149,57 @@ class Settings:
     github_summary: bool = False
     history_db: Path = Path("~/.local/share/kiln/history/history.sqlite")
     data_dir: Path = Path("~/.local/share/kiln")
+    compile_cache: Path | None = None  # None: off
+    cache_scope: str = "local"
+    container_user: str | None = None  # `uid:gid`; None: the image's user
+    job_id: str = ""
+    prune_images: bool = True
+    min_free_gb: float | None = None  # KILN_MIN_FREE_GB (None: the pre-flight's default for the backend)
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S  # KILN_HEARTBEAT_S (0: no progress lines)
+    logs_dir: Path = Path("results/logs")  # KILN_LOGS
+    test_selection: str = ""  # KILN_TEST_SELECTION: a pytest -k expression ("" selects every test)
 
 
 def data_dir() -> Path:
     """The lasting data folder outside any checkout: $XDG_DATA_HOME/kiln, else ~/.local/share/kiln."""
     base = os.environ.get("XDG_DATA_HOME", "").strip()
     return (Path(base).expanduser() if base else Path.home() / ".local" / "share") / "kiln"
+
+
+def compile_cache_root(raw: str | None) -> Path | None:
+    """KILN_COMPILE_CACHE: None when it is a false word (no shared cache), the folder it names, else the
+    default $XDG_CACHE_HOME/kiln/compile."""
+    value = (raw or "").strip()
+    if value.lower() in FALSE_WORDS:
+        return None
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base).expanduser() if base else Path.home() / ".cache") / "kiln" / "compile"
+
+
+def container_user(raw: str | None) -> str | None:
+    """KILN_CONTAINER_USER: `uid:gid` as given, None for `image`, else this process's uid:gid."""
+    value = (raw or "").strip()
+    if value.lower() == "image":
+        return None
+    if value:
+        if not re.fullmatch(r"\d+(:\d+)?", value):
+            raise SettingsError(f"KILN_CONTAINER_USER={raw!r}: expected uid:gid (numbers) or `image`")
+        return value
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def job_id(env: dict[str, str] | None = None) -> str:
+    """KILN_JOB_ID, else GitHub Actions' run id, attempt and runner name, else "" (module docstring)."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get("KILN_JOB_ID", "").strip()
+    if not raw and env.get("GITHUB_RUN_ID"):
+        parts = [env.get(k, "") for k in ("GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT", "RUNNER_NAME")]
+        if env.get("RUNNER_TEMP"):  # per runner on GitHub; per job under `act`, whose runs all have run id 1
+            parts.append(hashlib.sha256(env["RUNNER_TEMP"].encode()).hexdigest()[:8])
+        raw = "-".join(parts)
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)
 
 
 def settings() -> Settings:
@@ -150,7 +224,52 @@ def settings() -> Settings:
         history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
                         or data_dir() / "history" / "history.sqlite").expanduser(),
         data_dir=data_dir(),
+        compile_cache=compile_cache_root(os.environ.get("KILN_COMPILE_CACHE")),
+        cache_scope=os.environ.get("KILN_CACHE_SCOPE", "").strip() or "local",
+        container_user=container_user(os.environ.get("KILN_CONTAINER_USER")),
+        job_id=job_id(),
+        prune_images=flag("KILN_PRUNE_IMAGES", True),
+        min_free_gb=_float("KILN_MIN_FREE_GB", None),
+        heartbeat_s=_float("KILN_HEARTBEAT_S", DEFAULT_HEARTBEAT_S) or 0.0,
+        logs_dir=Path(os.environ.get("KILN_LOGS", "").strip() or results_root / "logs"),
+        test_selection=os.environ.get("KILN_TEST_SELECTION", "").strip(),
     )
+
+
+# ---- the workflows' variables ----------------------------------------------------------------------------
+
+# Every workflow (.github/workflows/*.yml) sets exactly these in its top-level `env:`, from this one list
+# (tests/harness/test_workflows.py checks it; no job or step sets them again). Index variables are repository
+# variables (an unset one is empty, which pip and the harness read as unset; no index host is written in the
+# repository); the stores are the runner's lasting folders outside the checkout; the compile cache's scope is
+# `main` only for main's pushes.
+WORKFLOW_ENV: dict[str, str] = {
+    "KILN_ALLOW_UNLOCKED": "${{ vars.KILN_ALLOW_UNLOCKED }}",
+    "KILN_TORCH_INDEX_URL": "${{ vars.KILN_TORCH_INDEX_URL }}",
+    "PIP_INDEX_URL": "${{ vars.PIP_INDEX_URL }}",
+    "PIP_EXTRA_INDEX_URL": "${{ vars.PIP_EXTRA_INDEX_URL }}",
+    "KILN_HISTORY_DB": "~/.local/share/kiln/history/history.sqlite",
+    "KILN_BENCH_STORE": "~/.local/share/kiln/bench/{backend}.sqlite",
+    "KILN_CACHE_SCOPE": "${{ github.event_name != 'pull_request' && github.ref == 'refs/heads/main' && 'main' || 'untrusted' }}",
+}
+
+
+def workflow_env_yaml() -> str:
+    """WORKFLOW_ENV as the workflows' top-level `env:` block (what each workflow file carries)."""
+    lines = ["env:"]
+    for key, value in WORKFLOW_ENV.items():
+        quoted = value if value.startswith("${{") else f'"{value}"' if "{" in value else value
+        lines.append(f"  {key}: {quoted}")
+    return "\n".join(lines) + "\n"
+
+
+def selection_args(verb: str) -> list[str]:
+    """`["-k", EXPR]` for KILN_TEST_SELECTION (one note line naming it, so a reduced run says so), else []."""
+    expr = settings().test_selection
+    if not expr:
+        return []
+    print(f"{verb}: note: KILN_TEST_SELECTION selects the tests matching -k {expr!r} (a reduced run)", flush=True)
+    return ["-k", expr]
 
 
 # ---- the benchmarks ------------------------------------------------------------------------------------

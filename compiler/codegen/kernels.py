@@ -14,6 +14,7 @@ from ..exc import require
 from ..graph import Program
 from ..scheduler import KernelGroup, Schedule, same
 from .dedup import share_identical
+from .scatter_kernel import render_special
 from .triton_kernel import KernelSource, render_group
 
 
@@ -65,7 +66,7 @@ def render(schedule: Schedule) -> Kernels:
     """Each kernel group of ``schedule`` as deterministic Triton source; one kernel per distinct body
     (transformer layers repeat)."""
     program = schedule.program
-    kernels = [render_group(g, index_dtype(g, program)) for g in schedule.groups]
+    kernels = [(render_special if g.kind else render_group)(g, index_dtype(g, program)) for g in schedule.groups]
     return Kernels(schedule, tuple(share_identical(kernels)))
 
 

@@ -244,6 +244,20 @@ def _min_final(v):
 def _prod_combine(a, b):
     return a * b
 ''',
+    "_add_combine": '''
+@triton.jit
+def _add_combine(a, b):
+    return a + b
+''',
+    "_logaddexp_combine": '''
+@triton.jit
+def _logaddexp_combine(a, b):
+    hi = tl.maximum(a, b)
+    lo = tl.minimum(a, b)
+    finite = (lo != hi) | (tl.abs(lo) != float('inf'))
+    out = tl.where(finite, hi + libdevice.log1p(tl.exp(lo - hi)), a)
+    return tl.where(a != a, a, tl.where(b != b, b, out))
+''',
     "_argmax_combine": '''
 @triton.jit
 def _argmax_combine(v1, i1, v2, i2):

@@ -518,14 +518,21 @@ class KernelRenderer:
         return var
 
     # -------------------------------------------------------------- module
-    def render(self) -> KernelSource:
-        body: list[str] = []
+    #: the kernel kind in its name (``kiln_<kind>_<origin>_<hash>``); None: pointwise or reduction
+    kind: Optional[str] = None
+
+    def render_body(self, body: list[str]) -> None:
+        """The kernel function's body lines, after its signature."""
         if self.group.partials:
             self.render_mixed(body)
         elif self.reduction:
             self.render_reduction(body)
         else:
             self.render_pointwise(body)
+
+    def render(self) -> KernelSource:
+        body: list[str] = []
+        self.render_body(body)
         self.note_symbols(self.group.xnumel)
         self.note_symbols(self.group.rnumel)
         size_args = [self.symbols[k] for k in sorted(self.symbols)]
@@ -536,7 +543,7 @@ class KernelRenderer:
         else:
             params += ["XBLOCK: tl.constexpr"]
         origins = [m.buf.origin or m.buf.name for m in self.group.members + self.group.partials]
-        kind = "reduction" if self.reduction else "pointwise"
+        kind = self.kind or ("reduction" if self.reduction else "pointwise")
         header = ["import triton", "import triton.language as tl",
                   "from triton.language.extra import libdevice", ""]
         for h in self.helpers:

@@ -7,7 +7,8 @@ Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrappe
 - allocations -> ``torch.empty_strided`` (Dynamo's C allocator where there is one); views -> ``reinterpret_tensor``
   (``as_strided`` in C, a fifth of the aten op's host time);
 - kernel launches -> ``call_module`` of a ``TritonKernel``; extern kernels -> ``torch.mm(..., out=buf)`` (the
-  ``torch`` function of the ``.out`` overload, ``EXTERN_FUNCTIONS``: half the host time of the OpOverload);
+  ``torch`` function of the ``.out`` overload, ``EXTERN_FUNCTIONS``: half the host time of the OpOverload); a
+  scatter kernel writes into the allocation of its target (a copy or fill made by the kernel before it);
   fallbacks -> the ATen overload itself, or for the heavy common ones (convolution, attention) the ``torch``
   function of the same schema (``FALLBACK_FUNCTIONS``), multi-output -> ``getitem``; cond/while -> the
   higher-order op with ``get_attr`` subgraphs.
@@ -26,9 +27,11 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 
+from .. import config
 from ..exc import InvariantError, SymbolResolutionError, require
 from ..graph import ExternCall, SubgraphCall, SubgraphRef
 from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
+from ..runtime import value_trace
 from ..runtime.launcher import TritonKernel
 from ..runtime.restride import ensure_strides, reinterpret_tensor
 from ..scheduler import KernelGroup, Schedule
@@ -104,6 +107,8 @@ class WrapperBuilder:
         self.exprs: dict[sympy.Expr, Any] = {}
         self.opaque: dict[int, Any] = {}
         self.placeholders: list[tuple[fx.Node, Any]] = []
+        # value tracing (``trace_values``): the steps whose outputs the trace records; None: no trace calls
+        self.trace_sites: Optional[list[value_trace.TraceSite]] = [] if config.settings().trace_values else None
 
     # ------------------------------------------------------------------ symbols and expressions
     def bind_symbol(self, s: sympy.Symbol) -> Any:
@@ -321,6 +326,8 @@ class WrapperBuilder:
         outs = [self.value(v) if v is not None else None for v in self.g.outputs]
         self.graph.output(tuple(outs))
         reuse_buffers(self.graph)
+        if self.trace_sites is not None:
+            value_trace.add_trace_calls(self.graph, self.trace_sites, self.g.name)
         gm = fx.GraphModule(self.root, self.graph, class_name="KilnWrapper")
         for name, module in gm.named_children():
             if isinstance(module, TritonKernel):
@@ -330,6 +337,9 @@ class WrapperBuilder:
         return Wrapper(gm, self.schedule, self.kernels)
 
     def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
+        if group.kind == "scatter":  # writes into its target's memory, which becomes the scattered buffer
+            m = group.members[0]
+            self.nodes[m.buf.name] = self.nodes[m.buf.definition.target]
         for m in group.members + group.partials:
             if m.store and m.buf.name not in self.nodes:
                 self.allocate(m.buf)
@@ -343,18 +353,37 @@ class WrapperBuilder:
         args.append(self.expr(ks.xnumel))
         if ks.reduction:
             args.append(self.expr(ks.rnumel))
-        self.graph.call_module(attr, tuple(args))
+        node = self.graph.call_module(attr, tuple(args))
+        if self.trace_sites is not None:
+            outs = [i for i, (param, _) in enumerate(ks.ptr_args) if param.startswith("out_ptr")]
+            self.trace_sites.append(value_trace.TraceSite(
+                node, "triton", attr, tuple(ks.ptr_args[i][1] for i in outs),
+                lambda: [node.args[i] for i in outs]))  # read after buffer reuse renamed allocations
 
     def emit_extern(self, call: ExternCall) -> None:
         args = self.value(call.args)
         kwargs = self.value(call.kwargs)
         if call.out is not None:
             kwargs["out"] = self.allocate(call.out)
-            self.graph.call_function(EXTERN_FUNCTIONS.get(call.target, call.target), tuple(args), kwargs)
+            node = self.graph.call_function(EXTERN_FUNCTIONS.get(call.target, call.target), tuple(args), kwargs)
+            if self.trace_sites is not None:
+                self.trace_sites.append(value_trace.TraceSite(node, "extern", str(call.target), (call.out.name,),
+                                                              lambda: [node.kwargs["out"]]))
             return
         target = FALLBACK_FUNCTIONS.get(call.target, call.target) if not kwargs else call.target
         node = self.graph.call_function(target, tuple(args), kwargs)
         self.bind_outputs(call.outputs, node)
+        if self.trace_sites is not None and not call.write_back:
+            self.trace_fallback(call)
+
+    def trace_fallback(self, call: ExternCall) -> None:
+        """Record a fallback's tensor results (after the nodes that name them, the graph's last ones now)."""
+        bufs = [b for b in pytree.tree_leaves(call.outputs) if isinstance(b, Buffer)]
+        if bufs:
+            nodes = [self.nodes[b.name] for b in bufs]
+            self.trace_sites.append(value_trace.TraceSite(next(reversed(self.graph.nodes)), "fallback",
+                                                          str(call.target), tuple(b.name for b in bufs),
+                                                          lambda: nodes))
 
     def emit_write_backs(self, calls: list[ExternCall]) -> None:
         """The new values of the mutated inputs copied into them (the schedule's last items): one

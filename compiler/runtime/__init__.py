@@ -1,5 +1,6 @@
 """Runtime layer: load generated kernel sources (cache), compile them for the GPU (gpu_compile, with the worker
-pool of compile_pool/precompile) and launch them (launcher). ``compile_stats()``: this process's compile counts."""
+pool of compile_pool/precompile) and launch them (launcher, autotune); store compiled graphs on disk (graph_cache,
+fx_codec). ``compile_stats()``: this process's compile counts, graph cache hits/misses and autotune timings."""
 
 from __future__ import annotations
 

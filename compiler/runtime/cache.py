@@ -1,4 +1,5 @@
-"""Compile/cache layer: write a kernel's source to the cache folder once and import it.
+"""Compile/cache layer: write a kernel's source to the cache folder once and import it; checked entry files
+(``write_entry``/``read_entry``: magic, checksum, atomic replace) and LRU eviction for the graph and autotune caches.
 
 The file name is the hash of the source, so the same graph always maps to the same file. Under the
 interpreter the module's ``libdevice`` is rebound to ``interp_libdevice``.
@@ -58,3 +59,109 @@ def load_kernel(source: str, name: str):
             interp_libdevice.fix_bf16_rounding()
         _modules[path] = mod
     return getattr(mod, name)
+
+
+# --------------------------------------------------------------------------------------------- entry files
+#: first bytes of every checked cache entry (graph cache, autotune choices); the digit is the file format
+ENTRY_MAGIC = b"KILNENT1"
+_DIGEST = 32  # sha256 of the payload, right after the magic
+
+
+def write_entry(path: str, payload: bytes) -> None:
+    """Write a checked entry: magic, the payload's sha256, the payload; through a temporary file in the same
+    folder and ``os.replace``, so that a reader in another process sees the old file or the new one, never
+    half of one (two writers of one key: the last rename wins, both files were whole)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(ENTRY_MAGIC + hashlib.sha256(payload).digest() + payload)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_entry(path: str) -> bytes | None:
+    """The payload of a checked entry, or None when the file is missing, of another format, truncated or
+    corrupt (its checksum does not match): such a file is a miss, and the next write replaces it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    head = len(ENTRY_MAGIC) + _DIGEST
+    if len(data) < head or not data.startswith(ENTRY_MAGIC):
+        return None
+    payload = data[head:]
+    if hashlib.sha256(payload).digest() != data[len(ENTRY_MAGIC):head]:
+        return None
+    return payload
+
+
+def touch(path: str) -> None:
+    """Mark an entry as used now (eviction removes the least recently used first, by modification time)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def entries(folder: str, suffix: str) -> list[tuple[float, int, str]]:
+    """(modification time, bytes, path) of the entries ending in ``suffix`` in ``folder``, oldest first."""
+    out = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(suffix):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            st = os.stat(path)
+        except OSError:  # removed by another process meanwhile
+            continue
+        out.append((st.st_mtime, st.st_size, path))
+    out.sort()
+    return out
+
+
+def evict(folder: str, suffix: str, max_bytes: int) -> int:
+    """Remove the least recently used entries of ``folder`` until they total at most 90% of ``max_bytes``
+    (when they exceed ``max_bytes``); returns how many were removed. Safe beside other processes doing the
+    same (a file another one removed first is skipped)."""
+    listed = entries(folder, suffix)
+    total = sum(size for _, size, _ in listed)
+    if total <= max_bytes:
+        return 0
+    removed = 0
+    for _, size, path in listed:
+        if total <= max_bytes * 0.9:
+            break
+        try:
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass
+        total -= size
+    return removed
+
+
+def clear(folder: str, suffix: str) -> int:
+    """Remove every entry ending in ``suffix`` (and stale temporary files) from ``folder``; returns the count."""
+    n = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        if name.endswith(suffix) or (name.startswith(".tmp-") and name.endswith(".part")):
+            try:
+                os.unlink(os.path.join(folder, name))
+                n += name.endswith(suffix)
+            except OSError:
+                pass
+    return n

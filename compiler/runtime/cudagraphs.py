@@ -31,6 +31,17 @@ or ``mode="reduce-overhead"``), each compiled graph runs through a ``CudaGraphRu
 A graph that cannot be recorded runs as before, and the reason is recorded on the compiled graph as
 ``FallbackReason("cudagraph", <graph name>, detail)``: CPU tensors, host synchronization (data-dependent ops,
 control flow), inputs that overlap themselves, a failed capture, or too many re-recordings.
+
+- *CPU scalar input*: a 0-d CPU tensor among the inputs does not make a key unrecordable for good: ATen's
+  memory-efficient attention returns its (unused without dropout) RNG seed and offset as 0-d CPU tensors when
+  it runs outside a capture and as GPU tensors inside one, so a training backward sees CPU tensors at its
+  warm-up (its forward ran unrecorded) and GPU tensors once the forward replays. A later call that still has
+  one runs unrecorded (its reason recorded as a fallback), and the key records at the first call whose tensor
+  inputs are all on the GPU (a recording never reads a CPU tensor: its value would be frozen into the graph).
+  (Before, the backward's warm-up made its key unrecordable for good.)
+
+Every call that runs unrecorded after its key's warm-up is counted per reason (``RunnerStats.unrecorded_why``);
+``CudaGraphRunner.summary()`` reports them with the graph's role, for the model tier's report.
 """
 
 from __future__ import annotations
@@ -124,6 +135,35 @@ class GraphFacts:
         return GraphFacts(tuple(ints), tuple(symbolic), frozenset(mutated), saved_from, host_sync)
 
 
+def input_devices(args: list) -> tuple[str, str]:
+    """(why the inputs can never be recorded, why not now) — each "" when nothing stands in the way. Never: a
+    CPU tensor with elements, several GPUs, no GPU tensor; not now: 0-d CPU tensors (module docstring)."""
+    devices, cpu_scalars, cpu_tensors = set(), [], []
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            continue
+        if a.device.type == "cuda":
+            devices.add(a.device)
+        elif a.device.type == "cpu" and a.dim() == 0:
+            cpu_scalars.append(i)
+        else:
+            cpu_tensors.append(f"{i} ({a.device})")
+    if cpu_tensors:
+        return "inputs not on a CUDA device: " + ", ".join(cpu_tensors), ""
+    if len(devices) > 1:
+        return "inputs on several devices: " + ", ".join(sorted(str(d) for d in devices)), ""
+    if not devices:
+        return "no tensor inputs on a CUDA device", ""
+    if cpu_scalars:
+        return "", ("0-d CPU tensor input(s) " + ", ".join(map(str, cpu_scalars))
+                    + ": recorded once every tensor input is on the GPU")
+    return "", ""
+
+
+#: reasons of unrecorded calls (``RunnerStats.unrecorded_why``) that are no fallback of their own
+SAVED_ALIVE = "saved outputs of the previous call still referenced (a backward still to run, or kept .grad)"
+
+
 @dataclasses.dataclass
 class _Recording:
     """One recorded graph: what to copy in and out, and how to hand out its outputs."""
@@ -164,13 +204,19 @@ class _Entry:
 @dataclasses.dataclass
 class RunnerStats:
     """Counters of one runner: ``replays``, ``recordings``, ``warmups``, ``unrecorded`` (calls run without a
-    graph after warm-up: saved outputs still alive, or a fallback), ``copied_in`` (argument copies)."""
+    graph after warm-up: saved outputs still alive, or a fallback) and ``unrecorded_why`` (those calls per
+    reason), ``copied_in`` (argument copies)."""
 
     replays: int = 0
     recordings: int = 0
     warmups: int = 0
     unrecorded: int = 0
     copied_in: int = 0
+    unrecorded_why: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def note_unrecorded(self, why: str) -> None:
+        self.unrecorded += 1
+        self.unrecorded_why[why] = self.unrecorded_why.get(why, 0) + 1
 
 
 class CudaGraphRunner:
@@ -192,13 +238,14 @@ class CudaGraphRunner:
     # ------------------------------------------------------------------ calling
     def __call__(self, args: list) -> Any:
         if self.disabled:
+            self.stats.note_unrecorded(self.disabled)
             return self.fn(args)
         key = self._key(args)
         entry = self.entries.get(key)
         if entry is None:
             return self._warm_up(key, args)
         if entry.unrecordable:
-            self.stats.unrecorded += 1
+            self.stats.note_unrecorded(entry.unrecordable)
             return self.fn(args)
         rec = entry.recording
         if rec is not None and not self._static_inputs_in_place(rec, args):
@@ -206,14 +253,27 @@ class CudaGraphRunner:
             rec.drop()
             rec = entry.recording = None
         if rec is not None and self._saved_outputs_alive(rec):
-            self.stats.unrecorded += 1
+            self.stats.note_unrecorded(SAVED_ALIVE)
             return self.fn(args)
         if rec is None:
-            rec = self._record(entry, args)
+            rec, why = self._record(entry, args)
             if rec is None:
-                self.stats.unrecorded += 1
+                self.stats.note_unrecorded(why)
                 return self.fn(args)
         return self._replay(rec, args)
+
+    @property
+    def role(self) -> str:
+        """``inference``, ``forward`` (of a training graph) or ``backward``, from the facts' kept outputs."""
+        saved = self.facts.saved_from
+        return "inference" if saved is None else "backward" if saved == 0 else "forward"
+
+    def summary(self) -> dict[str, Any]:
+        """What the model tier reports of this graph: role, counters, and why calls ran unrecorded."""
+        st = self.stats
+        return {"graph": self.name, "role": self.role, "warmups": st.warmups, "recordings": st.recordings,
+                "replays": st.replays, "unrecorded": st.unrecorded, "copied_in": st.copied_in,
+                "unrecorded_why": dict(st.unrecorded_why)}
 
     def _key(self, args: list) -> tuple:
         f = self.facts
@@ -223,7 +283,7 @@ class CudaGraphRunner:
 
     def _warm_up(self, key: tuple, args: list) -> Any:
         ptrs = {i: a.data_ptr() for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
-        reason = self._unrecordable_inputs(args)
+        reason = input_devices(args)[0]
         entry = _Entry(ptrs, unrecordable=reason)
         self.entries[key] = entry
         if reason:
@@ -257,22 +317,18 @@ class CudaGraphRunner:
         use_count = torch._C._storage_Use_Count
         return any(use_count(handle) > base for handle, base in rec.saved_storages)
 
-    def _unrecordable_inputs(self, args: list) -> str:
-        devices = {a.device for a in args if isinstance(a, torch.Tensor)}
-        if any(d.type != "cuda" for d in devices):
-            return "an input is not on a CUDA device: " + ", ".join(sorted(str(d) for d in devices))
-        if len(devices) > 1:
-            return "inputs on several devices: " + ", ".join(sorted(str(d) for d in devices))
-        if not devices:
-            return "no tensor inputs on a CUDA device"
-        return ""
-
     # ------------------------------------------------------------------ recording
-    def _record(self, entry: _Entry, args: list) -> Optional[_Recording]:
+    def _record(self, entry: _Entry, args: list) -> tuple[Optional[_Recording], str]:
+        """The new recording, or (None, why this call runs unrecorded)."""
         if entry.recordings >= MAX_RECORDINGS:
             entry.unrecordable = f"recorded {MAX_RECORDINGS} times: static inputs keep moving"
             self._record_reason(entry.unrecordable)
-            return None
+            return None, entry.unrecordable
+        never, not_now = input_devices(args)
+        if never or not_now:  # a reason either way: a caller learns why a graph that ran never replayed
+            entry.unrecordable = never
+            self._record_reason(never or not_now)
+            return None, never or not_now
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         static = [i for i in tensors if i not in entry.dynamic and (
             args[i].data_ptr() == entry.warm_ptrs.get(i) or args[i].untyped_storage().data_ptr() in _RECORDED_OUTPUTS)]
@@ -281,7 +337,7 @@ class CudaGraphRunner:
             if torch._debug_has_internal_overlap(args[i]) == 1:
                 entry.unrecordable = f"input {i} overlaps itself (an expanded view) and its address changes"
                 self._record_reason(entry.unrecordable)
-                return None
+                return None, entry.unrecordable
         device = args[tensors[0]].device
         placeholders = {i: _placeholder(args[i]) for i in copied}
         rec_args = [placeholders.get(i, a) for i, a in enumerate(args)]
@@ -297,7 +353,7 @@ class CudaGraphRunner:
             _reset_rng_after_failed_capture(device)
             entry.unrecordable = f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             self._record_reason(entry.unrecordable)
-            return None
+            return None, entry.unrecordable
         entry.recordings += 1
         self.stats.recordings += 1
         inputs = {a.untyped_storage().data_ptr() for a in rec_args if isinstance(a, torch.Tensor)}
@@ -330,7 +386,7 @@ class CudaGraphRunner:
         entry.recording = rec
         log.debug("kiln: recorded %s as a CUDA graph (%d static inputs, %d copied in, %d pool-owned outputs)",
                   self.name, len(static), len(copied), len(owned))
-        return rec
+        return rec, ""
 
     def _disable(self, reason: str) -> None:
         self.disabled = reason

@@ -61,11 +61,18 @@ class CompileStats:
     seconds: float = 0.0  # main thread, first launches: compile, load and wait
     wait_seconds: float = 0.0  # of ``seconds``: waiting for workers
     worker_seconds: float = 0.0  # summed time of workers' compiles
+    graph_hits: int = 0  # graphs rebuilt from the graph cache (``runtime/graph_cache.py``): no kiln passes ran
+    graph_misses: int = 0  # graphs compiled by the passes with the graph cache on (stored unless skipped)
+    graph_skips: int = 0  # of ``graph_misses``: not stored (``graph_cache.skipped()`` says why)
+    autotuned: int = 0  # kernels whose launch configs were timed (``runtime/autotune.py``)
+    autotune_hits: int = 0  # autotuned launches that found their choice cached (no timing)
 
     def summary(self) -> str:
         return (f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits, "
                 f"{self.jit_compiles} via Triton's JIT; {self.seconds:.2f} s at first launches "
-                f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers")
+                f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers; "
+                f"graph cache {self.graph_hits} hits, {self.graph_misses} misses ({self.graph_skips} not stored); "
+                f"autotune {self.autotuned} timed, {self.autotune_hits} cached")
 
 
 STATS = CompileStats()

@@ -65,6 +65,7 @@ class TritonKernel(torch.nn.Module):
         self._compiled: dict[tuple, Any] = {}  # specialization -> Triton CompiledKernel (GPU fast path)
         self._launches: dict[tuple, "_Launch"] = {}  # (xnumel, rnumel, device index or -1 for CPU) -> launch
         self._dump_dir = config.settings().dump_dir
+        self._autotune = config.settings().autotune  # read now: per-compile options are active only while compiling
 
     @property
     def fast_launches(self) -> int:
@@ -126,7 +127,7 @@ class TritonKernel(torch.nn.Module):
         ints = args[nptr:]
         launch = self._launches.get((ints, where))
         if launch is None:
-            launch = self._prepare(ints, where)
+            launch = self._prepare(ints, where, args)
         if launch.empty:
             return None
         try:
@@ -150,7 +151,7 @@ class TritonKernel(torch.nn.Module):
         # nn.Module.__call__ runs hook machinery on every launch; a kernel has no hooks
         return self.forward(*args)
 
-    def _prepare(self, ints: tuple, where: int) -> "_Launch":
+    def _prepare(self, ints: tuple, where: int, args: tuple = ()) -> "_Launch":
         nsizes = len(self.size_args)
         xnumel = int(ints[nsizes])
         rnumel = int(ints[nsizes + 1]) if self.reduction else 1
@@ -158,6 +159,9 @@ class TritonKernel(torch.nn.Module):
         cfg = self.launch_config(xnumel, rnumel, device)
         if self._fn is None:
             self._fn = cache.load_kernel(self.source, self.name)
+        if self._autotune and args:  # time candidates on these arguments once per size bucket (runtime/autotune.py)
+            from . import autotune
+            cfg = autotune.tuned_config(self, cfg, args, xnumel, rnumel, device)
         grid0 = self.programs or cdiv(xnumel, cfg["XBLOCK"])
         consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
         # Triton specializes an int on being 1, a multiple of 16 and 32-bit: launches whose ints agree on that

@@ -1,7 +1,8 @@
 """Launch configs of a real step's reduction kernels, measured: `python -m compiler.tools.launch_sweep`.
 
-kiln picks block sizes and warps by heuristics (``runtime/launcher.py``), not by autotuning. This tool is the
-evidence for those heuristics: it compiles a training step under kiln on a GPU, records the arguments of each
+kiln picks block sizes and warps by heuristics (``runtime/launcher.py``), or with ``KILN_AUTOTUNE=1`` times the
+same candidates at the first launch (``runtime/autotune.candidates``, shared with this tool). This tool is the
+evidence for the heuristics: it compiles a training step under kiln on a GPU, records the arguments of each
 reduction kernel's first launch, and times each kernel (``triton.testing.do_bench``, median) under the
 heuristic's config and under alternatives (rows per program ``XBLOCK`` and ``num_warps``; column reductions
 also ``RBLOCK``). One row per kernel: its *tile loads* (full-tile ``tl.load`` calls, the register-pressure
@@ -91,20 +92,6 @@ def tile_loads(source: str) -> int:
     return len(re.findall(r"tl\.load\([^\n]*xrmask", source))
 
 
-def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, Any]]:
-    """Alternatives to ``cfg``: rows per program and warps around it (and chunk rows for column reductions)."""
-    out = []
-    xs = sorted({max(1, cfg["XBLOCK"] // 4), max(1, cfg["XBLOCK"] // 2), cfg["XBLOCK"], cfg["XBLOCK"] * 2})
-    rs = [cfg["RBLOCK"]] if hint != "outer" or programs else sorted({32, 64, 128, cfg["RBLOCK"]})
-    for x in xs:
-        for r in rs:
-            for w in (2, 4, 8, 16):
-                if x * r < 32 * w:  # fewer elements than threads
-                    continue
-                out.append({**cfg, "XBLOCK": x, "RBLOCK": r, "num_warps": w})
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m compiler.tools.launch_sweep", description=__doc__.splitlines()[0])
     p.add_argument("--case", default="vit", help="vit, resnet or bert (comma-separated for several)")
@@ -116,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton.testing
 
     import compiler  # noqa: F401  (registers the backend)
+    from compiler.runtime.autotune import candidates
     from compiler.runtime.launcher import TritonKernel
 
     rows = []

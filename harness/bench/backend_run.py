@@ -54,6 +54,9 @@ def cmd_backend(args: argparse.Namespace) -> int:
         *(["--git-commit", git["commit"]] if git["commit"] else []),
         *extra,
     ]
+    from harness.checks import preflight
+
+    print(preflight.check(b, native=native, results=out_dir).line(), flush=True)
     image = None
     if not native:
         image_mod.require_docker()

@@ -446,11 +446,12 @@ class Container:
 
     def argv(self, inner: list[str], tree: Path, results: Path, name: str) -> list[str]:
         from harness.commands import container_argv
-        from harness.settings import settings
+        from harness.suites.runner import container_backend, container_extras
 
-        env = {**self.env, "PYTHONDONTWRITEBYTECODE": "1"}
-        return container_argv(self.backend, self.image, inner, src=tree, env=env, results=results, name=name,
-                              docker=settings().docker)
+        # the runner's GPUs only, as the runner's uid:gid (it writes the step's store), the job's labels
+        b, env = container_backend(self.backend, {**self.env, "PYTHONDONTWRITEBYTECODE": "1"})
+        return container_argv(b, self.image, inner, src=tree, env=env, results=results, name=name,
+                              **container_extras(self.backend, self.image))
 
 
 class CommitRunner:
@@ -504,8 +505,6 @@ class CommitRunner:
             m.error = f"git checkout failed: {(e.stderr or '').strip()[:200]}"
             return m
         argv, env, container = self.command(commit, name)
-        if container:
-            os.chmod(self.scratch.dir, 0o777)  # the container's user writes the step's store there
         rc, timed_out = execute(argv, log=log, timeout_s=self.timeout_s, env=env, cwd=self.scratch.tree,
                                 container=container, echo=False)
         m.seconds = time.monotonic() - t0

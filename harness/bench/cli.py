@@ -252,6 +252,8 @@ def _add_models(sub) -> None:
                    help="comma-separated; eager is always included; -cg modes are skipped on CPU")
     p.add_argument("--compile-times", help="compilers whose cold/warm compile s are measured in fresh "
                    "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)")
+    p.add_argument("--autotune-times", action="store_true", help="also autotuned compile s (cold, warm) of the "
+                   "--compile-times compilers, in fresh subprocesses (harness/bench/compile_times.py)")
     p.add_argument("--out", type=Path, help="run folder: store, report.md, report.json, export.json, "
                    "models.png (default results/bench/models-PROFILE)")
     p.add_argument("--db", type=Path, help="SQLite store (default OUT/bench.sqlite; may be shared with the "

@@ -6,7 +6,12 @@ then profile `--steps` steps with `torch.profiler` and report
 - *device ms*: summed kernel and copy time per step (the GPU's share; on CPU, the CPU ops' self time);
 - *launches*: device kernels and memcpy/memset per step (each one costs host time to launch);
 - the top kernels by device time, with their share and calls per step; and for kiln the graphs it made
-  (kernels, ATen fallback ops and their reasons), so a gap to Inductor names the kernels that make it.
+  (kernels, ATen fallback ops and their reasons, graphs that ran unrecorded under CUDA graphs and why), so a
+  gap to Inductor names the kernels that make it;
+- *host gaps* (GPU): the device's idle ms per step (time between consecutive kernels/copies inside the
+  profiled steps: the GPU waiting for the host), the largest gaps with the kernels around them, and the CUDA
+  runtime calls per step (`cudaGraphLaunch` replays vs `cudaLaunchKernel`/`cuLaunchKernel` launches outside
+  a graph, copies, synchronizations): where a CUDA-graph step still runs on the host.
 The Markdown goes to `--md` (written whole or not at all), a summary line per compiler to stdout.
 """
 
@@ -25,6 +30,8 @@ import torch
 from harness.results import markdown_table
 
 from . import models as mdl
+from .step_facts import device_events as _device_events
+from .step_facts import graph_report, unrecorded_lines
 
 
 @dataclass
@@ -38,19 +45,39 @@ class Profile:
     launches: float
     top: list[tuple[str, float, float]]  # (kernel name, ms per step, calls per step)
     graphs: list[str] = field(default_factory=list)
-
-
-def _device_events(prof: Any, device_type: str) -> list[Any]:
-    """Kernel and memcpy/memset events (GPU), or the innermost ATen ops (CPU: the work itself, whether
-    called by eager, Inductor's C++ or kiln's wrapper; Triton's interpreter shows as the ops it runs)."""
-    evs = prof.events()
-    if device_type == "cuda":
-        return [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
-    return [e for e in evs if e.name.startswith("aten::") and not e.cpu_children]
+    gaps: dict[str, Any] = field(default_factory=dict)  # host_gaps(); empty on CPU
 
 
 def _short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
+
+
+RUNTIME_CALLS = ("cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
+                 "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+                 "cudaEventSynchronize", "cudaMalloc", "cudaFree")
+
+
+def host_gaps(events: list[Any], steps: int, top: int = 10) -> dict[str, Any]:
+    """Idle device time between consecutive device events and the runtime calls, per step (module
+    docstring). `events`: the profile's FunctionEvents (`time_range` in us, `device_type`, `name`)."""
+    dev = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
+                 key=lambda e: e.time_range.start)
+    gaps = []
+    end = None
+    prev = ""
+    for e in dev:
+        if end is not None and e.time_range.start > end:
+            gaps.append((e.time_range.start - end, prev, e.name))
+        if end is None or e.time_range.end > end:
+            end, prev = e.time_range.end, e.name
+    calls = collections.Counter(e.name for e in events
+                                if e.device_type != torch.autograd.DeviceType.CUDA and e.name in RUNTIME_CALLS)
+    gaps.sort(key=lambda g: -g[0])
+    return {
+        "idle_ms": round(sum(g[0] for g in gaps) / 1e3 / steps, 4),
+        "top": [(round(us, 1), _short(a, 60), _short(b, 60)) for us, a, b in gaps[:top]],
+        "runtime_calls": {k: round(v / steps, 1) for k, v in sorted(calls.items())},
+    }
 
 
 def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps: int, top: int) -> Profile:
@@ -78,6 +105,7 @@ def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps
                     f"{g.kernel_count} kernels, fallbacks: "
                     + (", ".join(f"{op} x{n}" for op, n in sorted(fb.items())) or "none")
                 )
+            graphs += [f"unrecorded under CUDA graphs: {line}" for line in unrecorded_lines(graph_report(seen))]
     acts = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -93,6 +121,7 @@ def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps
         per[e.name][1] += 1
     total_us = sum(v[0] for v in per.values())
     ranked = sorted(per.items(), key=lambda kv: -kv[1][0])[:top]
+    gaps = host_gaps(list(prof.events()), steps) if device.type == "cuda" else {}
     del st
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -104,6 +133,7 @@ def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps
         launches=len(evs) / steps,
         top=[(n, v[0] / 1e3 / steps, v[1] / steps) for n, v in ranked],
         graphs=graphs,
+        gaps=gaps,
     )
 
 
@@ -121,6 +151,12 @@ def markdown(profiles: list[Profile]) -> str:
              for name, ms, calls in p.top), "lrrr")
         if p.graphs:
             lines += ["", "kiln graphs:", ""] + [f"- {g}" for g in p.graphs]
+        if p.gaps:
+            calls = ", ".join(f"{k} {v:g}" for k, v in p.gaps["runtime_calls"].items()) or "none"
+            lines += ["", f"GPU idle between kernels: {p.gaps['idle_ms']:.3f} ms/step; CUDA runtime calls per "
+                      f"step: {calls}", ""]
+            lines += markdown_table(["idle us", "after", "before"],
+                                    ([f"{us:.1f}", f"`{a}`", f"`{b}`"] for us, a, b in p.gaps["top"]), "rll")
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,11 @@ with the same source hash. Results of interrupted runs count (each result is com
 are listed with their status. Compile times (`compile_s`, `meta["compile_warm_s"]`) come from the newest run
 that measured them for the case's source hash: a step run with probes, or a `--compile-only` run (results of
 phase "compile", which carry no step samples and only ever fill in those two numbers).
+
+Memory (`model_memory.py`): a ratio is taken only between results measured with the same definition (results
+stored before the current one are `window-v1`: recording left out); the report says what is counted. GPU runs
+also carry kernel ms per step (profiled) and, for kiln arms, the ATen fallback ops and the graphs that ran
+unrecorded under CUDA graphs with the reason (`meta["kiln_graphs"]`).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from typing import Any
 from harness import arms
 from harness.exc import UsageError
 
+from . import model_memory
 from . import models as mdl
 from .compare import Comparison
+from .step_facts import unrecorded_lines
 from .records import COMPILE_PHASE, Result, RunInfo
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line, save_figure,
                      interpreted, latency_cell, markdown, terminal, text_bars)
@@ -89,6 +96,11 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
     return [r for r in runs if r.id in used], results, notes
 
 
+#: the autotuned compile times a compile-only run adds (harness/bench/compile_times.autotuned_meta)
+AUTOTUNE_KEYS = ("compile_autotune_s", "compile_autotune_warm_s", "probe_step_s", "probe_autotune_step_s",
+                 "compile_autotune_error")
+
+
 def _merge_compile_times(
     store: Store, runs: list[RunInfo], chosen: dict[str, dict[str, Result]], used: dict[int, RunInfo]
 ) -> list[str]:
@@ -115,6 +127,7 @@ def _merge_compile_times(
             if r.meta.get("compile_probe_error"):
                 step.meta["compile_probe_error"] = r.meta["compile_probe_error"]
             step.meta["compile_run_id"] = run.id
+            step.meta.update({k: v for k, v in r.meta.items() if k in AUTOTUNE_KEYS})  # --autotune-times
             used[run.id] = run
     return notes
 
@@ -159,10 +172,38 @@ def _f(x: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def mem_ratio(eager: Result | None, r: Result | None) -> float | None:
-    a = eager.meta.get("peak_mem_bytes") if eager else None
-    b = r.meta.get("peak_mem_bytes") if r else None
+def mem_ratio(eager: Result | None, r: Result | None, key: str = "peak_allocated_bytes") -> float | None:
+    """eager peak / `r`'s peak (`key` of `meta["memory"]`; results before it: `peak_mem_bytes`), None unless
+    both were measured with the same definition."""
+    if eager is None or r is None or not model_memory.comparable(eager.meta, r.meta):
+        return None
+    a, b = (x.meta.get("memory", {}).get(key, x.meta.get("peak_mem_bytes") if key == "peak_allocated_bytes"
+                                          else None) for x in (eager, r))
     return a / b if a and b else None
+
+
+def kernel_ms(r: Result | None) -> float | None:
+    k = r.meta.get("kernel") if r is not None and r.status == "ok" else None
+    return k.get("kernel_ms") if k else None
+
+
+def fallback_cell(r: Result | None) -> str:
+    """A kiln arm's ATen fallback ops with counts (`index_put x2`), `none`, or `-` when not recorded."""
+    g = r.meta.get("kiln_graphs") if r is not None else None
+    if not g:
+        return "-"
+    fb = g.get("fallbacks") or {}
+    return ", ".join(f"{op.removeprefix('aten.').removesuffix('.default')} x{n}" for op, n in fb.items()) or "none"
+
+
+def unrecorded_cell(r: Result | None) -> str:
+    """For a CUDA-graph kiln arm: `0/4` graphs with unrecorded calls after warm-up, else `k/n: graph (role)`."""
+    g = r.meta.get("kiln_graphs") if r is not None else None
+    if not g or not g.get("cudagraphs"):
+        return "-"
+    bad = [c for c in g["cudagraphs"] if c.get("unrecorded") or c.get("reasons")]
+    head = f"{len(bad)}/{len(g['cudagraphs'])}"
+    return head + (": " + ", ".join(f"{c['graph']} ({c.get('role', '?')})" for c in bad) if bad else "")
 
 
 # ------------------------------------------------------------------ numbers
@@ -212,10 +253,15 @@ def model_table(results: list[Result], compilers: Sequence[str] | None = None, i
     by = _by_case(results)
     has_compile = [c for c in comp if any(per.get(c) and per[c].compile_s is not None for per in by.values())]
     has_mem = any(r.meta.get("peak_mem_bytes") for r in results)
+    has_kernel = [c for c in compilers if any(kernel_ms(per.get(c)) is not None for per in by.values())]
+    has_graphs = [c for c in comp if any(per.get(c) and per[c].meta.get("kiln_graphs") for per in by.values())]
+    cg_graphs = [c for c in has_graphs if c in arms.ARMS and arms.ARMS[c].cuda_graphs]
     head = ["model", "pass"] + [f"{c} ms" + (" (interpreter)" if c in interp else "") for c in compilers]
     head += [f"{c} x" for c in fast]
+    head += [f"{c} kernel ms" for c in has_kernel]
     head += [f"{c} compile s cold/warm" for c in has_compile]
     head += [f"{c} mem ratio" for c in comp] if has_mem else ["mem ratio"]
+    head += [f"{c} fallbacks" for c in has_graphs[:1]] + [f"{c} unrecorded graphs" for c in cg_graphs]
     rows = [head]
     for w, per in by.items():
         eager = per.get(BASELINE)
@@ -233,6 +279,7 @@ def model_table(results: list[Result], compilers: Sequence[str] | None = None, i
                 row.append("-" if r is None or r.status == "ok" else "error")
                 continue
             row.append(f"{eager.median_ns / r.median_ns:.2f}x" + ("" if passed(r) else " FAIL"))
+        row += [_f(kernel_ms(per.get(c)), "{:.3g}") for c in has_kernel]
         for c in has_compile:
             r = per.get(c)
             cold = r.compile_s if r else None
@@ -242,8 +289,40 @@ def model_table(results: list[Result], compilers: Sequence[str] | None = None, i
             row += [_f(mem_ratio(eager, per.get(c))) for c in comp]
         else:
             row.append("n/a")
+        row += [fallback_cell(per.get(c)) for c in has_graphs[:1]] + [unrecorded_cell(per.get(c)) for c in cg_graphs]
         rows.append(row)
     return rows
+
+
+def _mib(x: int | None) -> str:
+    return "-" if x is None else f"{x / 2**20:.0f}"
+
+
+def memory_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
+    """Per case and compiler: peak allocated / peak reserved MiB (current definition; `old def` otherwise)."""
+    compilers = list(compilers or compilers_of(results))
+    rows = [["model"] + [f"{c} alloc/reserved MiB" for c in compilers]]
+    for w, per in _by_case(results).items():
+        row = [w.removeprefix(mdl.PREFIX)]
+        for c in compilers:
+            r = per.get(c)
+            m = r.meta.get("memory") if r is not None else None
+            if m and m.get("definition") == model_memory.DEFINITION:
+                row.append(f"{_mib(m.get('peak_allocated_bytes'))}/{_mib(m.get('peak_reserved_bytes'))}")
+            else:
+                row.append("old def" if r is not None and r.meta.get("peak_mem_bytes") else "-")
+        rows.append(row)
+    return rows
+
+
+def unrecorded_report(results: list[Result]) -> list[str]:
+    """`case compiler: graph (role): k of n calls unrecorded: why` for every kiln graph that ran unrecorded."""
+    out = []
+    for r in results:
+        g = r.meta.get("kiln_graphs")
+        for line in unrecorded_lines(g) if g else []:
+            out.append(f"{r.workload.removeprefix(mdl.PREFIX)} {r.compiler}: {line}")
+    return out
 
 
 def short_table(results: list[Result], compilers: Sequence[str] | None = None, interp: frozenset = frozenset()
@@ -360,8 +439,10 @@ def markdown_report(
         "",
         (
             "Step ms: median host wall-clock time per step, device synchronized (x: speedup over eager; "
-            "FAIL: accuracy check failed). Compile s: fresh-process cold / warm-cache. Memory ratio: eager "
-            "peak / compiler peak."
+            "FAIL: accuracy check failed). Kernel ms: device kernel + copy time per step (profiled, CUDA-graph "
+            "replays included). Compile s: fresh-process cold / warm-cache. Memory ratio: eager peak / compiler "
+            "peak (same definition only). Fallbacks: kiln's ATen fallback ops; unrecorded graphs: kiln graphs "
+            "that ran without CUDA graphs after warm-up (listed below with the reason)."
         ),
         "",
         markdown(model_table(results, compilers, interp)),
@@ -371,6 +452,17 @@ def markdown_report(
         "```",
         "",
     ]
+    if gpu and any(r.meta.get("peak_mem_bytes") for r in results):
+        parts += ["### Memory", "", f"Counted: {model_memory.DESCRIPTION}.", "",
+                  markdown(memory_table(results, compilers)), ""]
+    unrec = unrecorded_report(results)
+    if any(r.meta.get("kiln_graphs", {}).get("cudagraphs") for r in results):
+        parts += ["### kiln graphs run unrecorded under CUDA graphs", ""]
+        parts += [f"- {line}" for line in unrec] if unrec else ["none: every graph replayed after warm-up"]
+        parts += [""]
+    from .compile_times import report_lines
+
+    parts += report_lines(results)  # cold/warm/autotuned compile s, when measured (--autotune-times)
     probs = problems(results)
     if len(probs) > 1:
         parts += ["### Errors and failed checks", "", markdown(probs), ""]
@@ -412,7 +504,11 @@ def json_report(
                 "compile_warm_s": r.meta.get("compile_warm_s"),
                 "first_call_s": r.meta.get("first_call_s"),
                 "peak_mem_bytes": r.meta.get("peak_mem_bytes"),
+                "memory": r.meta.get("memory"),
                 "memory_ratio": mem_ratio(eager, r),
+                "reserved_ratio": mem_ratio(eager, r, "peak_reserved_bytes"),
+                "kernel": r.meta.get("kernel"),
+                "kiln_graphs": r.meta.get("kiln_graphs"),
                 "source_hash": r.source_hash,
                 "run_id": r.meta.get("run_id"),
             }
@@ -431,6 +527,7 @@ def json_report(
         "profile": profile,
         "runs": [{k: v for k, v in r.as_dict().items() if k != "env"} for r in runs],
         "summary": summary(results),
+        "memory_definition": {"name": model_memory.DEFINITION, "counted": model_memory.DESCRIPTION},
         "cases": rows,
         "notes": notes,
         "comparisons": [c.as_dict() for c in comparisons] if comparisons is not None else None,

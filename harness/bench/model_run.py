@@ -36,10 +36,15 @@ The numbers (those of PyTorch's compiler dashboard):
   time until the model runs at speed: compilation on the first call, and for the -cg modes the CUDA-graph
   warm-up and recording on the next calls. Stored in `compile_s` (cold) and `meta["compile_warm_s"]`;
   `meta["first_call_s"]` is the in-process first step, which shares the process's warm state.
-- *peak memory* (GPU): `torch.cuda.max_memory_allocated()` over two steps after warm-up, minus what was
-  allocated before the compiler's copy of the model was made: weights, gradients, optimizer state, CUDA
-  graph pools and caches, plus the step's transient memory (compile-time allocations are not counted).
-  The report's memory ratio is eager peak / compiler peak. n/a on CPU.
+- *peak memory* (GPU, `model_memory.py`, the same for every arm): peak allocated bytes from the end of the
+  first step (compilation left out) through warm-up, CUDA-graph recording and two steady steps, above what
+  was allocated before the compiler's copy of the model (weights, gradients, optimizer state and the step's
+  live tensors, graph-pool tensors while they live); the same window's peak reserved bytes (private graph
+  pools included) beside it. The report's memory ratio is eager peak / compiler peak. n/a on CPU.
+- *kernel ms* (GPU): device kernel and copy time per step over `kernel_steps` profiled steps (CUDA-graph
+  replays included), after the memory window; `launches` per step beside it.
+- *kiln graphs* (kiln arms): graphs, kernels, ATen fallback ops, and for CUDA-graph runs each graph's
+  recordings, replays and unrecorded calls with their reasons (`meta["kiln_graphs"]`, refreshed after sampling).
 
 `--baseline` compares with compare.py's statistics (ratio of medians + Mann-Whitney on the per-step
 samples, source hashes equal) but without the kernel tier's confirmation re-measure: re-run a flagged case.
@@ -73,6 +78,8 @@ from . import env
 from . import models as mdl
 from .executor import CaseExecutor, one_line
 from .executor import deadline as _deadline
+from .model_memory import MemoryWindow, cuda_source
+from .step_facts import graph_report, kernel_time
 from .records import COMPILE_PHASE, Result, RunInfo
 from .stats import Stats
 from .store import Store
@@ -109,6 +116,8 @@ class ModelBenchConfig:
     compile_timeout_s: float = 900.0  # compile + first step, in process and in each subprocess
     budget_s: float | None = None  # stop starting cases past this (see run_models)
     compile_only: bool = False  # only the cold/warm subprocesses of `compile_times` (phase "compile")
+    kernel_steps: int = 0  # profiled steps for the kernel-ms column (0: none; GPU default 3)
+    autotune_times: bool = False  # also autotuned compile s of `compile_times` (compile_times.autotuned_meta)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,6 +139,7 @@ def defaults_for(device: str) -> dict[str, Any]:
             "warmup_steps": 5,
             "warmup_s": 0.5,
             "compile_times": [arms.KILN, arms.INDUCTOR],
+            "kernel_steps": 3,
         }
     return {"profile": "tiny"}
 
@@ -320,6 +330,7 @@ class Prepared:
     result: Result
     steps: int  # steps per sample
     samples: int  # samples in all
+    graphs: list | None = None  # kiln's compiled graphs (compiler.capture records) for kiln arms
 
     @property
     def planned(self) -> int:
@@ -393,7 +404,10 @@ class ModelExecutor(CaseExecutor[Prepared]):
         return p
 
     def take(self, p: Prepared, n: int) -> list[float]:
-        return [p.stepper.timed(p.steps) for _ in range(n)]
+        out = [p.stepper.timed(p.steps) for _ in range(n)]
+        if p.graphs is not None:  # CUDA-graph counters move while sampling
+            p.result.meta["kiln_graphs"] = graph_report(p.graphs)
+        return out
 
     def release(self) -> None:
         torch._dynamo.reset()  # compiled graphs (and CUDA-graph pools) go before the compile-time subprocesses
@@ -408,15 +422,21 @@ class ModelExecutor(CaseExecutor[Prepared]):
         base, eager, ref = setup.base, setup.eager, setup.ref
         res = Result(case.name, compiler, case.source_hash, phase=phase, timer=TIMER, meta=case.describe())
         self._free()
-        a0 = torch.cuda.memory_allocated(self.device) if cuda else 0
+        mem = MemoryWindow(cuda_source(self.device)) if cuda else None
+        if mem is not None:
+            mem.baseline()
         st: Stepper | None = None
+        graphs: list | None = None
         try:
-            st = Stepper(case, base, compiler, self.device, cfg.seed)
-            t0 = time.perf_counter()
-            with _deadline(cfg.compile_timeout_s, f"{compiler} compile + first step"):
-                got = st.step(capture=True)
-                _sync(self.device)
+            with _kiln_capture(compiler) as graphs:
+                st = Stepper(case, base, compiler, self.device, cfg.seed)
+                t0 = time.perf_counter()
+                with _deadline(cfg.compile_timeout_s, f"{compiler} compile + first step"):
+                    got = st.step(capture=True)
+                    _sync(self.device)
             res.meta["first_call_s"] = round(time.perf_counter() - t0, 3)
+            if mem is not None:
+                mem.open()
             assert got is not None
             base_out = eager if eager is not None else got
             acc = check_accuracy(got, base_out, ref, case.dtype_name, self.device, setup.eager_errs)
@@ -436,17 +456,20 @@ class ModelExecutor(CaseExecutor[Prepared]):
             res.meta["accuracy"] = {"pass": all(c["ok"] for c in checks.values()), **checks}
             if not res.meta["accuracy"]["pass"]:
                 res.meta["accuracy"]["note"] = acc.note or "replay check failed"
-            if cuda:
-                gc.collect()
-                torch.cuda.reset_peak_memory_stats(self.device)
+            if mem is not None:
                 st.timed(2)
-                res.meta["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(self.device) - a0)
+                res.meta["memory"] = mem.close()
+                res.meta["peak_mem_bytes"] = res.meta["memory"]["peak_allocated_bytes"]
+            if cuda and cfg.kernel_steps > 0:
+                res.meta["kernel"] = kernel_time(st.step, self.device, cfg.kernel_steps)
+            if graphs is not None:
+                res.meta["kiln_graphs"] = graph_report(graphs)
             est = Stats.of(ts[len(ts) // 2 :]).median
             steps = max(1, min(50, math.ceil(cfg.sample_s * 1e9 / max(est, 1.0))))
             n = round(cfg.target_s * 1e9 / max(est * steps, 1.0))
             n = max(cfg.min_samples, min(cfg.max_samples, n))
             res.meta["steps_per_sample"] = steps
-            return Prepared(st, res, steps, n), got
+            return Prepared(st, res, steps, n, graphs), got
         except Exception as e:  # noqa: BLE001 - a compiler failing a case is a result, not a crash
             res.status, res.error = "error", one_line(e)
             del st
@@ -468,6 +491,10 @@ class ModelExecutor(CaseExecutor[Prepared]):
         res.compile_s, res.meta["compile_warm_s"], err = compile_times(case, res.compiler, self.cfg)
         if err:
             res.meta["compile_probe_error"] = err
+        elif self.cfg.autotune_times:
+            from .compile_times import autotuned_meta
+
+            res.meta.update(autotuned_meta(case.name, res.compiler, compile_probe(case, res.compiler, self.cfg)))
         return err
 
     def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
@@ -482,6 +509,18 @@ class ModelExecutor(CaseExecutor[Prepared]):
                 res.status, res.error = "error", err
             out.append(res)
         return out
+
+
+@contextmanager
+def _kiln_capture(compiler: str) -> Iterator[list | None]:
+    """kiln's graphs compiled inside the block (`compiler.capture()`) for kiln arms, else None."""
+    if not arms.is_kiln(compiler):
+        yield None
+        return
+    import compiler as kiln
+
+    with kiln.capture() as graphs:
+        yield graphs
 
 
 # ------------------------------------------------------------------ compile-time subprocesses
@@ -518,6 +557,13 @@ def probe_command(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> 
         "--threads",
         str(torch.get_num_threads()),
     ]
+
+
+def compile_probe(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> Any:
+    """The probe of `case` under `compiler` for `compile_times` (its command, environment, tag and limit)."""
+    from .compile_times import Probe
+
+    return Probe(probe_command(case, compiler, cfg), _probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120)
 
 
 def run_probe(cmd: list[str], environ: dict[str, str], timeout_s: float) -> tuple[float | None, str]:
@@ -737,6 +783,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             if args.compile_times in ("", "none")
             else [c.strip() for c in args.compile_times.split(",") if c.strip()]
         )
+    kw["autotune_times"] = bool(getattr(args, "autotune_times", False))
     compilers, notes = check_compilers([c.strip() for c in args.compilers.split(",") if c.strip()], device)
     if args.compile_only:  # the compilers are those of --compile-times; eager has no compile time
         if not kw["compile_times"]:

@@ -12,7 +12,9 @@ Terms:
   without a dtype means bf16 for inference on a GPU, fp32 otherwise.
 - *profile*: `tiny` (1-2 layers, hidden 32-64, short sequences, 32x32 images: runs on CPU through Triton's
   interpreter; transformers models only, since PyPI's torchvision does not load with the CPU torch) and
-  `gpu` (H100-sized).
+  `gpu` (H100-sized: the full-size rows and the *CI-size* rows `ci_*` of issue 24: GPT-2-, BERT- and
+  Llama-style training at 4 layers, hidden 512, 8 x 256 tokens; ResNet-18 and ConvNeXt-tiny inference at
+  batch 32 and 16). The CPU tier runs `tiny` only, so the `ci_*` rows never run there.
 - *weights*: every case builds its model on CPU in fp32 from `seed` (`torch.manual_seed`), so every compiler
   gets the same weights (the runner deep-copies that model to the device per compiler).
 - *source hash*: sha256 of `PROTOCOL`, the tier's shared code (input builder, forward/loss/step functions,
@@ -369,6 +371,14 @@ _RESNET_TINY = {
     "num_labels": 10,
 }
 
+# CI-size rows (issue 24): a few layers at hidden 512 and 8 x 256 tokens (the vocabularies of the full models),
+# and small torchvision/timm vision models at small batches; models `ci_*`, so `--only 'ci_*'` picks them all
+_GPT2_CI = {**_GPT2_GPU, "n_layer": 4, "n_embd": 512, "n_head": 8}
+_BERT_CI = {**_BERT_GPU, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048}
+_LLAMA_CI = {**_LLAMA_GPU, "hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
+             "num_key_value_heads": 4}
+CI_PREFIX = "ci_"
+
 MODELS: tuple[ModelSpec, ...] = (
     ModelSpec(
         "gpt2",
@@ -452,6 +462,28 @@ MODELS: tuple[ModelSpec, ...] = (
                 classes=1000,
             ),
         },
+        style="tensor",
+    ),
+    ModelSpec(
+        "ci_gpt2", "decoder", "transformers", build_gpt2,
+        {"gpu": Sizes(_GPT2_CI, 8, ("train:fp32:adamw",), seq=256)},
+    ),
+    ModelSpec(
+        "ci_bert", "encoder", "transformers", build_bert,
+        {"gpu": Sizes(_BERT_CI, 8, ("train:fp32:adamw",), seq=256)},
+    ),
+    ModelSpec(
+        "ci_llama", "decoder", "transformers", build_llama,
+        {"gpu": Sizes(_LLAMA_CI, 8, ("train:fp32:adamw",), seq=256)},
+    ),
+    ModelSpec(
+        "ci_resnet18", "vision", "torchvision", build_torchvision,
+        {"gpu": Sizes({"arch": "resnet18"}, 32, ("infer:bf16",), image=224, classes=1000)},
+        style="tensor",
+    ),
+    ModelSpec(
+        "ci_convnext_tiny", "vision", "timm", build_timm,
+        {"gpu": Sizes({"arch": "convnext_tiny"}, 16, ("infer:bf16",), image=224, classes=1000)},
         style="tensor",
     ),
 )

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import CompileCheckError, MissingTool, RunInterrupted
-from harness.process import execute, kill_group, sigterm_interrupts, spawn
+from harness.process import Heartbeat, execute, heartbeat_interval, kill_group, sigterm_interrupts, spawn
 from harness.results import append_job_summary, atomic_write_text, markdown_table
-from harness.settings import settings
+from harness.settings import selection_args, settings
 
 SCHEMA = 1
 SLOW_COMPILE_S = 60.0  # a compile this slow is printed as a note: on a GPU the kernel likely spills
@@ -357,12 +357,19 @@ def compile_specs(
     outcomes: dict[tuple[str, str], Outcome] = {}
     failures = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    total = len(specs) * len(targets)
+
+    def progress() -> str:  # the outcomes the workers have written so far
+        done = sum(len(r.read_text().splitlines()) for _, _, r, _ in procs if r.exists())
+        return f"{done} of {total} compiles done"
+
     try:
-        for worker, *_ in procs:
-            try:
-                worker.proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                kill_group(worker.proc)
+        with Heartbeat(f"compile-check: {len(procs)} compile worker(s)", heartbeat_interval(None), last_line=progress):
+            for worker, *_ in procs:
+                try:
+                    worker.proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    kill_group(worker.proc)
     except BaseException:
         for worker, *_ in procs:
             kill_group(worker.proc)
@@ -416,7 +423,8 @@ def dump_kernels(
     dump_dir.mkdir(parents=True, exist_ok=True)
     inner = pytest_argv(paths, test_timeout_s=cpu.timeouts.test_s, extra=["-q", "--tb=line", *extra])
     cmd, full_env = native_command(inner, env, src=root)
-    code, _ = execute(cmd, log=log, timeout_s=None, env=full_env, cwd=root, echo=False)
+    code, _ = execute(cmd, log=log, timeout_s=None, env=full_env, cwd=root, echo=False,
+                      step="compile-check: the suites in interpreter mode (kernel dump)")
     if code in (2, 3, 4):
         raise CompileCheckError(f"the suites did not run (pytest exit {code}); see {log}")
     return code
@@ -566,7 +574,8 @@ def cli_main(args: argparse.Namespace) -> int:
         dump.mkdir(parents=True, exist_ok=True)
         if paths:
             print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
-            suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log", args.pytest_arg)
+            suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log",
+                                           [*args.pytest_arg, *selection_args("compile-check")])
     timeout_s = args.timeout or m.backend("cpu").timeouts.suite_s
     try:
         with sigterm_interrupts():  # SIGTERM stops the workers like Ctrl-C does

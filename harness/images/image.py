@@ -18,6 +18,9 @@ The `python -m harness image` command line lives in harness/images/image_check.p
   wheelhouse a folder of wheels the harness downloads with the host's pip (which reaches this
              machine's wheel cache) and hands to the build as `wheels/`, so the build needs no index.
   context    .kiln/build/<backend>/: Dockerfile, requirements-test.txt, lock.txt, wheels/.
+  logs       debootstrap-<backend>.log, wheelhouse-<backend>.log, build-<backend>.log in settings().logs_dir
+             (<results>/logs: the workflows upload results/); each step prints a progress line every 30 s while
+             it runs (harness.process.Heartbeat), and a failure quotes the log's last lines.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from harness.images import lock as lock_mod
 from harness.exc import HarnessError, ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
 from harness.docker_client import docker, docker_base, require_docker  # noqa: F401  (image.docker: the one client)
+from harness.process import execute
 from harness.settings import settings
 
 REQUIREMENTS = "docker/requirements-test.txt"
@@ -192,14 +196,13 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
     state.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bootstrap-", dir=state) as tmp:
         rootfs = Path(tmp) / "rootfs"
-        log = state / f"debootstrap-{backend.name}.log"
+        log = log_path("debootstrap", backend)
         print(f"harness image: bootstrapping {b.image} ({b.suite}/{b.variant} from {mirror}); log {log}",
               file=sys.stderr)
-        with open(log, "w") as fh:
-            proc = subprocess.run(bootstrap_argv(backend, rootfs, mirror), stdout=fh, stderr=subprocess.STDOUT)
-        if proc.returncode != 0:
-            tail = log.read_text().strip().splitlines()[-3:]
-            raise ImageError(f"debootstrap failed (exit {proc.returncode}): {' | '.join(tail)}")
+        rc, _ = execute(bootstrap_argv(backend, rootfs, mirror), log=log, timeout_s=None, echo=False,
+                        step=f"debootstrap of {b.image}")
+        if rc != 0:
+            raise ImageError(f"debootstrap failed (exit {rc}): {' | '.join(log_tail(log, 3))} (log {log})")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         imp = subprocess.run([*docker_base(), "import", "-", b.image], stdin=tar.stdout,
                              capture_output=True, text=True)
@@ -235,6 +238,21 @@ def resolve_base(backend: Backend, base_image: str | None = None, *, bootstrap: 
 # ---- build ---------------------------------------------------------------------------------------------
 
 
+def log_path(what: str, backend: Backend) -> Path:
+    """`<logs>/<what>-<backend>.log` (settings().logs_dir: <results>/logs), its folder made."""
+    logs = settings().logs_dir
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"{what}-{backend.name}.log"
+
+
+def log_tail(log: Path, n: int) -> list[str]:
+    """The last `n` non-empty lines of a log ([] when unreadable)."""
+    try:
+        return [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-n:]
+    except OSError:
+        return []
+
+
 def wheelhouse_argv(backend: Backend, dest: Path, root: Path) -> list[str]:
     """`pip download` for the image's Python into `dest`: the lock's files, hashes checked (no lock: the pins)."""
     major_minor = backend.python.replace(".", "")
@@ -242,11 +260,21 @@ def wheelhouse_argv(backend: Backend, dest: Path, root: Path) -> list[str]:
     what = (["--require-hashes", "--no-deps", "-r", str(lock)] if lock.exists()
             else [backend.torch, backend.triton, "-r", str(root / REQUIREMENTS)])
     return [
-        sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), "--only-binary=:all:",
+        sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(dest), "--only-binary=:all:",
         "--python-version", backend.python, "--implementation", "cp", "--abi", f"cp{major_minor}",
-        "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-        "--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64", *what,
+        *platform_args(), *what,
     ]
+
+
+GLIBC = (2, 36)  # the images' C library (Debian bookworm): wheels for any older manylinux run on it
+
+
+def platform_args(glibc: tuple[int, int] = GLIBC) -> list[str]:
+    """pip's `--platform` list for the images: every manylinux_2_N from the image's glibc down to 2_5 (the
+    CUDA runtime wheels are tagged 2_18, 2_25, 2_27...), the legacy aliases and plain linux."""
+    tags = [f"manylinux_{glibc[0]}_{n}_x86_64" for n in range(glibc[1], 4, -1)]
+    tags += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    return [arg for tag in tags for arg in ("--platform", tag)]
 
 
 def prepare_context(backend: Backend, root: Path | None = None) -> Path:
@@ -262,13 +290,16 @@ def prepare_context(backend: Backend, root: Path | None = None) -> Path:
     lock = lock_mod.lock_path(backend, root)
     (ctx / "lock.txt").write_text(lock.read_text() if lock.exists() else lock_mod.unlocked_text(backend, root))
     if backend.wheelhouse:
-        cache = state / "wheels" / f"py{backend.python}"
+        cache = state / "wheels" / f"{backend.name}-py{backend.python}"  # per backend: only its wheels in ctx
         cache.mkdir(parents=True, exist_ok=True)
-        print(f"harness image: downloading wheels for {backend.name} into {cache}", file=sys.stderr)
-        proc = subprocess.run(wheelhouse_argv(backend, cache, root), capture_output=True, text=True)
-        if proc.returncode != 0:
-            errors = [ln for ln in proc.stderr.splitlines() if "ERROR" in ln] or proc.stderr.splitlines()[-2:]
-            raise ImageError(f"pip download of the wheelhouse failed: {' '.join(errors)}")
+        log = log_path("wheelhouse", backend)
+        print(f"harness image: downloading wheels for {backend.name} into {cache}; log {log}", file=sys.stderr)
+        rc, _ = execute(wheelhouse_argv(backend, cache, root), log=log, timeout_s=None, echo=False,
+                        step=f"wheel download for {backend.name}")
+        if rc != 0:
+            lines = log_tail(log, 40)
+            errors = [ln for ln in lines if "ERROR" in ln] or lines[-2:]
+            raise ImageError(f"pip download of the wheelhouse failed: {' '.join(errors)} (log {log})")
         for whl in sorted(cache.glob("*.whl")):
             try:
                 os.link(whl, ctx / "wheels" / whl.name)
@@ -391,16 +422,14 @@ def build(backend: Backend, *, base_image: str | None = None, force: bool = Fals
         print(f"harness image: {tag} is up to date", file=sys.stderr)
         return Image(tag, existing, False, base, digest, base_id, lock.digest)
     ctx = prepare_context(backend)
-    log = settings().state_dir / f"build-{backend.name}.log"
+    log = log_path("build", backend)
     print(f"harness image: building {tag} on {base}; log {log}", file=sys.stderr)
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    with open(log, "w") as fh:
-        proc = subprocess.run(build_argv(backend, tag, ctx, base, base_id=base_id), stdout=fh,
-                              stderr=subprocess.STDOUT, env=env)
-    if proc.returncode != 0:
-        tail = log.read_text().strip().splitlines()[-15:]
-        raise ImageError(f"docker build of {tag} failed (exit {proc.returncode}); last lines of {log}:\n  "
-                         + "\n  ".join(tail))
+    rc, _ = execute(build_argv(backend, tag, ctx, base, base_id=base_id), log=log, timeout_s=None, env=env,
+                    echo=False, step=f"image build {tag}")
+    if rc != 0:
+        raise ImageError(f"docker build of {tag} failed (exit {rc}); last lines of {log}:\n  "
+                         + "\n  ".join(log_tail(log, 15)))
     shutil.rmtree(ctx / "wheels", ignore_errors=True)
     new_id = image_id(tag)
     if not new_id:

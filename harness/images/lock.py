@@ -12,7 +12,11 @@ Terms:
            (kiln.lock-sha256) and in every run's environment record (env.json host.lock / device.lock).
 
 Where the packages come from is not in the lock or the repository: pip's own configuration and
-variables, plus `KILN_TORCH_INDEX_URL/<torch_variant>` for PyTorch's wheels (harness/settings.py).
+variables, plus `KILN_TORCH_INDEX_URL/<torch_variant>` for PyTorch's wheels (harness/settings.py) when the
+backend's `torch_index` is "pip" or "variant". A backend whose `torch_index` is "index" (cuda) is resolved
+against the package index alone (`index_only_env`): the configuration's local wheel folders (this machine's
+`+cpu` torch) and extra indexes are left out, its index URL and CA bundle kept, so the lock names PyPI's CUDA
+build and its `nvidia-*` runtime wheels (checked by `resolved_problems`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from harness.exc import ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
+from harness.process import Heartbeat, heartbeat_interval
 from harness.results import atomic_write_text
 from harness.settings import settings
 
@@ -185,14 +190,72 @@ def device_record(backend: Backend | None) -> dict[str, Any] | None:
 
 def compile_argv(backend: Backend, output: Path, python: str | None = None) -> list[str]:
     """pip-compile of the backend's requirements (read from stdin) into `output`, hashes for every package.
-    Indexes: pip's configuration, plus KILN_TORCH_INDEX_URL/<variant> when set; none are written out."""
+    Indexes: pip's configuration, plus KILN_TORCH_INDEX_URL/<variant> when set (not for `torch_index` "index",
+    see index_only_env); none are written out."""
     argv = [python or sys.executable, "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe",
             "--strip-extras", "--no-header", "--no-emit-index-url", "--no-emit-find-links",
             "--no-emit-trusted-host", "--quiet", "--output-file", str(output)]
     torch_index = settings().torch_index_url
-    if torch_index:
+    if torch_index and backend.torch_index != "index":
         argv += ["--extra-index-url", f"{torch_index}/{backend.torch_variant}"]
     return [*argv, "-"]
+
+
+def _pip_config(key: str, python: str) -> str:
+    """pip's configured value of `key` (e.g. global.index-url), "" when unset or pip cannot say."""
+    try:
+        proc = subprocess.run([python, "-m", "pip", "config", "get", key], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+# pip's variables that add wheels besides the index: left out of an index-only resolution
+_NOT_INDEX = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX")
+
+
+def index_only_env(env: dict[str, str] | None = None, python: str | None = None,
+                   config: Any = None) -> dict[str, str]:
+    """The environment of an index-only resolution (`torch_index` "index"): pip reads no configuration file
+    (PIP_CONFIG_FILE=os.devnull), the variables that add local wheel folders or other indexes are dropped, and
+    the index URL and CA bundle that pip is configured with are kept as PIP_INDEX_URL/PIP_CERT (none: pip's
+    default index). `config(key)` reads pip's configuration (default: `pip config get` under `python`)."""
+    env = dict(os.environ if env is None else env)
+    read = config or (lambda key: _pip_config(key, python or sys.executable))
+    for var, key in (("PIP_INDEX_URL", "global.index-url"), ("PIP_CERT", "global.cert")):
+        if not env.get(var):
+            value = read(key)
+            if value:
+                env[var] = value
+    for var in _NOT_INDEX:
+        env.pop(var, None)
+    env["PIP_CONFIG_FILE"] = os.devnull
+    return env
+
+
+def resolved_problems(backend: Backend, body: str) -> list[str]:
+    """What is wrong with a resolved lock body for the backend: pins without hashes, a torch or triton other than
+    the matrix's pins, and for a CUDA backend resolved from the index alone a torch with a local label (+cpu) or
+    without its CUDA runtime wheels (nvidia-cuda-runtime)."""
+    out = []
+    unhashed = [ln.strip() for ln in body.splitlines() if _PIN.match(ln.strip()) and not ln.rstrip().endswith("\\")]
+    if unhashed:
+        out.append(f"packages without hashes: {', '.join(unhashed[:3])}")
+    got = pins_text(body)
+    for spec in (backend.torch, backend.triton):
+        name, _, version = spec.partition("==")
+        have = got.get(normalize(name))
+        if have is None or (have != version and not (backend.torch_index != "index" and
+                                                      have.startswith(version + "+"))):
+            out.append(f"{name} resolved as {have or 'nothing'}, the matrix pins {spec}")
+    if backend.torch_index == "index" and backend.torch_variant.startswith("cu"):
+        torch = got.get("torch", "")
+        if "+" in torch:
+            out.append(f"torch resolved as {torch}: a local build, not the index's CUDA wheel")
+        if not any(name.startswith("nvidia-cuda-runtime") for name in got):
+            out.append("no nvidia-cuda-runtime wheel: the torch resolved is not a CUDA build")
+    return out
 
 
 def header(backend: Backend, root: Path | None = None) -> str:
@@ -224,16 +287,19 @@ def write(backend: Backend, root: Path | None = None) -> LockState:
             out.write_text(path.read_text())
         text = "\n".join(requirement_lines(backend, root)) + "\n"
         print(f"harness image: resolving {backend.name}'s lock with pip-compile (Python {have})", file=sys.stderr)
-        proc = subprocess.run(compile_argv(backend, out), input=text, capture_output=True, text=True, cwd=root)
+        env = index_only_env() if backend.torch_index == "index" else None
+        with Heartbeat(f"pip-compile of the {backend.name} lock", heartbeat_interval(None)):  # minutes, silent
+            proc = subprocess.run(compile_argv(backend, out), input=text, capture_output=True, text=True, cwd=root,
+                                  env=env)
         if proc.returncode != 0:
             tail = [ln for ln in proc.stderr.splitlines() if ln.strip() and "is ignored" not in ln][-4:]
             raise ImageError(f"pip-compile failed for {backend.name} (exit {proc.returncode}): {' | '.join(tail)}")
         body = out.read_text()
-    missing = [ln for ln in body.splitlines() if _PIN.match(ln) and not ln.rstrip().endswith("\\")]
-    if missing:
-        raise ImageError(f"pip-compile left packages without hashes in the {backend.name} lock: {missing[:3]}")
+    problems = resolved_problems(backend, body)
+    if problems:
+        raise ImageError(f"pip-compile's {backend.name} lock is not usable: {'; '.join(problems)}")
     torch = pins_text(body).get("torch", "")
-    if torch and not torch.endswith(f"+{backend.torch_variant}"):
+    if backend.torch_index != "index" and torch and not torch.endswith(f"+{backend.torch_variant}"):
         print(f"harness image: warning: torch resolved as {torch}, without +{backend.torch_variant}: check that "
               f"KILN_TORCH_INDEX_URL/{backend.torch_variant} served it (PyPI's default build may be another variant)",
               file=sys.stderr)

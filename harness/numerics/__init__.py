@@ -3,6 +3,8 @@
     python -m harness numerics run PROGRAM --out DIR [--compilers kiln,kiln-emulate,inductor,eager] [--repeat 2]
     python -m harness numerics compare A B [C ...] [--md report.md] [--json report.json] [--plot p.png] [--check]
     python -m harness numerics gpu --out DIR          (the two bf16 GPU programs, every compiler, report)
+    python -m harness numerics trace-diff A.jsonl B.jsonl   (two KILN_TRACE_VALUES traces: the first launch that
+                                                       diverges, with its kernel's source; trace_diff.py)
 
 Terms used across the package:
   program     a function with declared inputs (`module.path:function`, a built-in name, a test of the
@@ -18,7 +20,7 @@ Terms used across the package:
   run folder  written by `store.py`; complete only when its manifest.json (written last) exists.
 
 Modules, one per step: inputs, program (+ programs: the built-in programs), capture, store, reference,
-compare, report, cli; suite (the save hook of tests/numerics).
+compare, report, cli; suite (the save hook of tests/numerics); trace_diff (value traces, a step of its own).
 """
 
 from __future__ import annotations

@@ -1,19 +1,19 @@
-"""Command line: `python -m harness numerics run|compare|gpu ...` (also `nox -s numerics -- ...`).
+"""Command line: `python -m harness numerics run|compare|gpu|trace-diff ...` (also `nox -s numerics -- ...`).
 
-Exit codes: 0 fine; 1 a compiler failed during `run`, or `compare --check` found a side further from fp64
-than the bound; 2 bad input, incomplete/corrupt run folders, or runs that cannot be compared (one line).
+Exit codes: 0 fine; 1 a compiler failed during `run`, `compare --check` found a side further from fp64
+than the bound, or `trace-diff` found a launch whose outputs diverge; 2 bad input, incomplete/corrupt run
+folders or traces, or runs or traces that cannot be compared (one line).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import string
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness import arms
 
@@ -36,7 +36,8 @@ class _Later:
         return getattr(importlib.import_module(self._name, __package__), attr)
 
 
-cap, cmp, rep, _program, _store = (_Later(f".{m}") for m in ("capture", "compare", "report", "program", "store"))
+cap, cmp, rep, td, _program, _store = (_Later(f".{m}") for m in ("capture", "compare", "report", "trace_diff", "program",
+                                                                  "store"))
 TIER = "numerics"  # capture.TIER, the arms tier this triage runs
 DEFAULT_COMPILERS = arms.default(TIER)
 
@@ -85,6 +86,17 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--programs", default="attention,mlp", help="comma-separated built-in programs")
     _add_run_options(p, arms.default(TIER, eager_first=True))
     p.set_defaults(repeat=2)
+    p = sub.add_parser("trace-diff", help="two value traces (KILN_TRACE_VALUES=1): the first kernel launch whose "
+                       "outputs diverge, with its source (exit 1 when one does)")
+    p.add_argument("traces", nargs=2, type=Path, metavar="TRACE", help="trace files (.jsonl), A then B")
+    p.add_argument("--rtol", type=float, help="relative tolerance for every dtype (default per dtype: fp32 1e-4, "
+                   "fp16 4e-3, bf16 3.2e-2, fp64 1e-9, integers exact), scaled per statistic (see trace_diff.py)")
+    p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance added (default 0)")
+    p.add_argument("--allow-source-diff", action="store_true",
+                   help="compare launches whose kernel sources or output dtypes differ (a setting that changes "
+                   "codegen, an fp64-upcast run); shapes must still match")
+    p.add_argument("--dump-dir", type=Path, help="a KILN_DUMP_DIR folder: kernel sources a trace lacks")
+    p.add_argument("--json", type=Path, help="write the result as JSON here")
 
 
 def _say(line: str) -> None:
@@ -248,7 +260,19 @@ def cli_main(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     if args.action == "compare":
         return compare_cli(args, [args.sides])
+    if args.action == "trace-diff":
+        return trace_diff_cli(args)
     return gpu(args)
+
+
+def trace_diff_cli(args: argparse.Namespace) -> int:
+    """trace-diff: exit 0 when every aligned launch agrees within tolerance, 1 at the first that does not."""
+    a, b = (td.load(p) for p in args.traces)
+    res = td.diff(a, b, args.rtol, args.atol, args.allow_source_diff)
+    sys.stdout.write(td.render(res, args.dump_dir))
+    if args.json:
+        rep.write_text(args.json, json.dumps(res.to_json(), indent=1, sort_keys=True) + "\n")
+    return 0 if res.first is None else 1
 
 
 def gpu(args: argparse.Namespace) -> int:

@@ -23,3 +23,8 @@ class RunFolderError(NumericsError):
 
 class NotComparable(NumericsError):
     """Runs that differ in program, inputs (digests), output shapes or schema: never compared silently."""
+
+
+class TraceError(NumericsError):
+    """A value trace (``KILN_TRACE_VALUES``) that is missing, empty, not JSON lines or of another schema, or two
+    traces whose launches do not align (other graphs, kernels, shapes): never compared silently."""

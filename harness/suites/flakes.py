@@ -33,22 +33,12 @@ from harness.commands import native_command, pytest_argv, suite_env
 from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
 from harness.matrix import resolve_test_paths
 from harness.process import Forward, execute
-from harness.results import append_job_summary, atomic_write_text, markdown_table, output_folder, read_cases
-from harness.settings import settings
+from harness.results import Case, append_job_summary, atomic_write_text, markdown_table, output_folder, read_cases
+from harness.settings import selection_args, settings
 
 SCHEMA = 1
 DEFAULT_RUNS = 20
 PASSING, FAILING, FLAKY, SKIPPED = "passing", "failing", "flaky", "skipped"
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run of one test, as JUnit recorded it."""
-
-    test_id: str
-    index: int | None
-    outcome: str  # passed | failed | error | skipped | xfailed
-    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,34 +60,23 @@ class TestStats:
 # ---- reading JUnit XML --------------------------------------------------------------------------------
 
 
-def read_junit(path: Path, root: Path | None = None) -> list[Run]:
-    """Every `<testcase>` of a pytest JUnit XML file as a Run, in file order (`results.read_cases`)."""
+def read_junit(path: Path, root: Path | None = None) -> list[Case]:
+    """Every `<testcase>` of a pytest JUnit XML file, in file order (`results.read_cases`); a repetition's
+    index is its `kiln_flake_run` property."""
     try:
-        cases = read_cases(path, root)
+        return read_cases(path, root)
     except ResultsError as e:
         raise FlakeRunError(f"{e}: pytest did not finish its session") from None
-    runs: list[Run] = []
-    for case in cases:
-        index = case.props.get("kiln_flake_run")
-        runs.append(
-            Run(
-                case.id,
-                int(index) if index is not None else None,
-                case.outcome,
-                case.message.splitlines()[0] if case.message else "",
-            )
-        )
-    return runs
 
 
 # ---- classification -----------------------------------------------------------------------------------
 
 
-def classify(runs: Iterable[Run]) -> list[TestStats]:
+def classify(runs: Iterable[Case]) -> list[TestStats]:
     """Fold runs into one TestStats per test id, sorted by id."""
-    by_id: dict[str, list[Run]] = {}
+    by_id: dict[str, list[Case]] = {}
     for run in runs:
-        by_id.setdefault(run.test_id, []).append(run)
+        by_id.setdefault(run.id, []).append(run)
     stats = []
     for test_id in sorted(by_id):
         rs = by_id[test_id]
@@ -122,17 +101,17 @@ def classify(runs: Iterable[Run]) -> list[TestStats]:
                 len(failed),
                 skipped,
                 round(len(failed) / counted, 4) if counted else 0.0,
-                failed[0].message if failed else "",
+                failed[0].message.split("\n", 1)[0] if failed else "",
             )
         )
     return stats
 
 
-def outcomes(runs: Iterable[Run]) -> dict[str, list[str]]:
+def outcomes(runs: Iterable[Case]) -> dict[str, list[str]]:
     """test id -> per-run outcomes, the input `quarantine.apply` takes."""
     result: dict[str, list[str]] = {}
     for run in runs:
-        result.setdefault(run.test_id, []).append(run.outcome)
+        result.setdefault(run.id, []).append(run.outcome)
     return result
 
 
@@ -336,6 +315,10 @@ def detect(
     if runs < 2:
         raise FlakeRunError(f"--runs must be at least 2 to tell flaky from failing, got {runs}")
     root = root or settings().root
+    from harness import matrix
+    from harness.checks import preflight
+
+    print(preflight.check(matrix.load().backend(backend), native=native, results=out_dir).line(), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     junit = out_dir / "pytest.xml"
     junit.unlink(missing_ok=True)  # never read a previous run's results as this run's
@@ -431,7 +414,7 @@ def cli_main(args: argparse.Namespace) -> int:
         runs=args.runs,
         out_dir=out,
         quarantine=q,
-        extra=args.pytest_arg,
+        extra=[*args.pytest_arg, *selection_args("flakes")],
         root=s.root,
         native=native,
         image=args.image,

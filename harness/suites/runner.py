@@ -4,7 +4,9 @@ Terms:
   inner command  the `python -m pytest ...` argv that runs inside the container (or, with this
                  machine's Python, natively). Built by `pytest_argv`; identical in both modes.
   container mode `docker run --rm --init --network none` with the source tree mounted read-only at /src,
-                 the output folder at /results, the backend's container options (GPU flags) and env.
+                 the output folder at /results, the backend's container options (GPU flags: only the
+                 runner's visible GPUs, harness.gpus) and env; run as the runner's uid:gid (nothing
+                 world-writable), labelled with the job, with the per-runner compile cache at /cache.
                  The harness kills the container when the suite timeout passes (on top of
                  pytest-timeout's per-test limit) and removes it whatever happens.
   native mode    the inner command with this machine's Python, from the source tree, same env.
@@ -28,6 +30,8 @@ Command lines come from `harness.commands`; functions other modules call: `execu
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -39,12 +43,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from harness.suites import isolation
 from harness import matrix as matrix_mod
 from harness import results as res
 from harness.suites import retries as retries_mod
-from harness.commands import CONTAINER_RESULTS, container_argv, native_command, pytest_argv, suite_env
+from harness import gpus
+from harness.commands import (BACKEND_LABEL, CONTAINER_RESULTS, JOB_LABEL, cache_env, compile_cache_dir,
+                              container_argv, native_command, pytest_argv, suite_env)
 from harness.exc import HarnessError, MissingTool
 from harness.matrix import Backend, Matrix, Retries
 from harness.process import execute
@@ -92,6 +99,65 @@ def _container_name(backend: str, name: str) -> str:
     return f"kiln-{backend}-{safe}-{secrets.token_hex(4)}"
 
 
+def container_backend(b: Backend, env: dict[str, str]) -> tuple[Backend, dict[str, str]]:
+    """(backend, env) of a container run: a GPU backend not yet confined to its GPUs (harness.gpus.pin: shards
+    and `run` pin theirs) gets the runner's visible set, its renumbered variables added to `env`."""
+    if gpus.vendor(b) is None or gpus.pinned(b):
+        return b, env
+    pinned = gpus.pin(b, native=False)
+    return pinned, {**env, **{k: v for k, v in pinned.env.items() if k not in b.env}}
+
+
+def container_extras(b: Backend, image: str | None) -> dict[str, Any]:
+    """container_argv's runner options: the docker client, the runner's uid:gid (KILN_CONTAINER_USER), the
+    job's labels, and the compile-cache folder of this scope and image (made here, owned by the runner)."""
+    from harness.images.cleanup import mark_used
+
+    s = settings()
+    labels = {BACKEND_LABEL: b.name, **({JOB_LABEL: s.job_id} if s.job_id else {})}
+    if image:
+        mark_used(image)  # `harness cleanup` keeps an image a run started a container from lately
+    cache = None
+    if s.compile_cache is not None and image:
+        cache = compile_cache_dir(s.compile_cache, s.cache_scope, toolchain_key(image))
+        cache.mkdir(parents=True, exist_ok=True)
+    return {"docker": s.docker, "user": s.container_user, "labels": labels, "cache": cache}
+
+
+HASH_TAG = re.compile(r":[0-9a-f]{16}$")  # harness.images.image's tags: the hash of the image's inputs
+
+
+@functools.lru_cache(maxsize=32)
+def toolchain_key(image: str) -> str:
+    """The compile cache's key of `image`: its tag when it is a hash tag (`kiln-cuda:<inputs hash>`: torch,
+    triton, the lock), else the tag and its local image id (`--image kiln-cuda:dev` rebuilt is another key)."""
+    if HASH_TAG.search(image):
+        return image
+    from harness.images.image import image_id
+
+    try:
+        found = image_id(image)
+    except (OSError, HarnessError):
+        found = None
+    return f"{image}-{found.split(':')[-1][:16]}" if found else image
+
+
+def native_cache_env() -> dict[str, str]:
+    """Natively: Triton's and kiln's caches in the compile cache of this scope and toolchain (torch and triton
+    versions), unless the runner set them or the cache is off (KILN_COMPILE_CACHE)."""
+    s = settings()
+    if s.compile_cache is None or ("TRITON_CACHE_DIR" in os.environ and "KILN_CACHE_DIR" in os.environ):
+        return {}
+    versions = []
+    for dist in ("torch", "triton", "pytorch-triton-rocm"):
+        try:
+            versions.append(f"{dist}{importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    folder = compile_cache_dir(s.compile_cache, s.cache_scope, "-".join(["native", *versions]))
+    return {k: v for k, v in cache_env(str(folder)).items() if k not in os.environ}
+
+
 def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: str, *, native: bool,
                image: str | None = None, extra: Sequence[str] = (), m: Matrix | None = None,
                timeout_s: float | None = None, echo: bool = True, env_extra: dict[str, str] | None = None,
@@ -119,17 +185,17 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
         if not _check_native_python():
             test_timeout = 0
         inner = pytest_argv(targets, junit=str(junit), test_timeout_s=test_timeout, extra=extra)
-        argv, full_env = native_command(inner, env, src=src)
+        argv, full_env = native_command(inner, {**native_cache_env(), **env}, src=src)
         rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, env=full_env, cwd=src, echo=echo,
                                 watchdog=watchdog)
     else:
         if not image:
             raise HarnessError("container mode needs an image tag (build one with `python -m harness image build`)")
-        os.chmod(out_dir, 0o777)  # the image's non-root user writes here
         inner = pytest_argv(targets, junit=f"{CONTAINER_RESULTS}/{name}.xml", test_timeout_s=test_timeout,
                             extra=extra)
-        argv = container_argv(backend, image, inner, src=src, env=env, results=out_dir, name=container,
-                              docker=settings().docker)
+        cb, cenv = container_backend(backend, env)
+        argv = container_argv(cb, image, inner, src=src, env=cenv, results=out_dir, name=container,
+                              **container_extras(backend, image))
         rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, container=container, echo=echo,
                                 watchdog=watchdog)
     return PytestRun(name, junit, log, rc, timed_out, round(time.monotonic() - start, 2), argv)
@@ -147,13 +213,13 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
     env = suite_env(m, backend)
     if native:
         args = [a.replace("{out}", str(out_dir)) for a in module_args]
-        argv, full_env = native_command(["python", "-m", "harness", *args], env, src=src)
+        argv, full_env = native_command(["python", "-m", "harness", *args], {**native_cache_env(), **env}, src=src)
         rc, _ = execute(argv, log=out_dir / f"{name}.log", timeout_s=timeout_s, env=full_env, cwd=src, echo=echo)
         return rc
-    os.chmod(out_dir, 0o777)
     args = [a.replace("{out}", CONTAINER_RESULTS) for a in module_args]
-    argv = container_argv(backend, str(image), ["python", "-m", "harness", *args], src=src, env=env,
-                          results=out_dir, name=container, docker=settings().docker)
+    cb, cenv = container_backend(backend, env)
+    argv = container_argv(cb, str(image), ["python", "-m", "harness", *args], src=src, env=cenv,
+                          results=out_dir, name=container, **container_extras(backend, str(image)))
     rc, _ = execute(argv, log=out_dir / f"{name}.log", timeout_s=timeout_s, container=container, echo=echo)
     return rc
 

@@ -17,8 +17,9 @@ Terms:
               from the suite's `offset`: the harness gives the k-th suite offset k, so the first and heaviest
               test of each suite's split lands on a different shard); a test missing from the durations
               weighs the mean of the known ones.
-  devices     the GPU ids a shard is pinned to (`--gpus device=K` for CUDA containers, CUDA_VISIBLE_DEVICES
-              natively; HIP_VISIBLE_DEVICES for ROCm, containers included).
+  devices     the GPU ids a shard is pinned to, drawn from the runner's visible set only (harness.gpus):
+              `--gpus device=K` for CUDA containers, the GPU's render node for ROCm containers (renumbered
+              from 0 inside), the runner's own visible-devices variable natively.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ import argparse
 import hashlib
 import heapq
 import json
-import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -197,27 +197,18 @@ def durations_of_runs(run_dirs: Sequence[Path]) -> tuple[dict[str, float], str]:
 
 
 def visible_gpus(backend: str, env: dict[str, str] | None = None) -> list[str]:
-    """The GPU ids this machine offers to `backend` (cuda, rocm): the *_VISIBLE_DEVICES list when set, else
-    0..count-1 from the driver's device files (CUDA: /dev/nvidiaK; ROCm: the KFD topology's GPU nodes)."""
-    env = os.environ if env is None else env
-    names = ("CUDA_VISIBLE_DEVICES",) if backend == "cuda" else ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-                                                                   "CUDA_VISIBLE_DEVICES")
-    for name in names:
-        if env.get(name) is not None:
-            return [d.strip() for d in env[name].split(",") if d.strip()]
-    if backend == "cuda":
-        found = [p for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
-        return [str(i) for i in range(len(found))]
-    if backend == "rocm":
-        nodes = Path("/sys/class/kfd/kfd/topology/nodes")
-        count = 0
-        for node in sorted(nodes.glob("*")) if nodes.is_dir() else []:
-            try:
-                count += (node / "gpu_id").read_text().strip() not in ("", "0")  # 0: a CPU node
-            except OSError:
-                continue
-        return [str(i) for i in range(count)]
-    return []
+    """The GPU ids this runner offers to `backend` (cuda, rocm): its visible set (harness.gpus.visible: the
+    *_VISIBLE_DEVICES ids as written) when set, else 0..count-1 from the driver's device files (CUDA:
+    /dev/nvidiaK; ROCm: the KFD topology's GPU nodes)."""
+    from harness import gpus
+
+    kind = {"cuda": gpus.NVIDIA, "rocm": gpus.AMD}.get(backend)
+    if kind is None:
+        return []
+    vis = gpus.visible(kind, env)
+    if vis.ids is not None:
+        return list(vis.ids)
+    return [str(i) for i in range(gpus.count_gpus(kind))]
 
 
 def device_groups(is_gpu: bool, shards: int | None, gpus_per_shard: int, gpus: Sequence[str], *,
@@ -238,29 +229,14 @@ def device_groups(is_gpu: bool, shards: int | None, gpus_per_shard: int, gpus: S
     return [list(gpus[k * gpus_per_shard:(k + 1) * gpus_per_shard]) for k in range(n)]
 
 
-def pin_devices(b: Any, devices: Sequence[str], *, native: bool) -> Any:
-    """Backend `b` (harness.matrix.Backend) pinned to `devices`: CUDA containers get `--gpus device=...`
-    instead of `--gpus all`, native CUDA runs CUDA_VISIBLE_DEVICES; ROCm gets HIP_VISIBLE_DEVICES (the
-    container keeps /dev/kfd and /dev/dri, HIP enumerates the host's GPUs in the same order)."""
-    if not devices or not b.is_gpu:
-        return b
-    ids = ",".join(devices)
-    if b.name == "rocm" or any(opt.startswith("--device=/dev/kfd") for opt in b.container_options):
-        return replace(b, env={**b.env, "HIP_VISIBLE_DEVICES": ids})
-    if native:
-        return replace(b, env={**b.env, "CUDA_VISIBLE_DEVICES": ids})
-    opts, out, i = list(b.container_options), [], 0
-    value = f"device={ids}" if len(devices) == 1 else f'"device={ids}"'  # docker reads --gpus as CSV
-    while i < len(opts):
-        if opts[i] == "--gpus" and i + 1 < len(opts):
-            out += ["--gpus", value]
-            i += 2
-            continue
-        out.append(f"--gpus={value}" if opts[i].startswith("--gpus=") else opts[i])
-        i += 1
-    if "--gpus" not in out and not any(o.startswith("--gpus=") for o in out):
-        out += ["--gpus", value]
-    return replace(b, container_options=tuple(out))
+def pin_devices(b: Any, devices: Sequence[str], *, native: bool, env: dict[str, str] | None = None) -> Any:
+    """Backend `b` (harness.matrix.Backend) confined to `devices`, ids of the runner's visible set (empty: the
+    whole set): harness.gpus.pin. Containers get only those GPUs (`--gpus "device=..."`; ROCm: their render
+    nodes and the host's render gid), renumbered from 0 inside; natively the visible-devices variable the
+    runner set (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES) names the subset."""
+    from harness import gpus
+
+    return gpus.pin(b, devices, native=native, env=env)
 
 
 # ---- CLI: `python -m harness durations RUN_DIR... | --from-history DB --backend B  --out FILE` -------------

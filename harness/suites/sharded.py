@@ -4,7 +4,8 @@
 The image is built once (container mode); then each shard is its own `python -m harness run --shard I/N
 --devices IDS --results RUN/shard-I --quiet` process (one pytest process at a time inside it, as always), pinned
 to its GPUs (harness.suites.shard.pin_devices), its output in RUN/shard-I.log and its summary lines echoed with a
-`[shard I/N]` prefix. A shard that runs past the time its suites may take is killed and reported as hung; one
+`[shard I/N]` prefix. The GPUs split are the runner's visible set only (harness.gpus: a runner given GPUs 2,3
+runs shard 1 on 2 and shard 2 on 3). A shard that runs past the time its suites may take is killed and reported as hung; one
 that dies is reported as crashed; the others' results stand. At the end (or on Ctrl-C/SIGTERM, which stops
 every shard) RUN holds one merged report (harness.suites.merge). Each shard reruns its own failed tests alone
 (harness.suites.retries; `--retries N` is passed on) and its run.json carries their verdicts, which the merged report
@@ -151,6 +152,15 @@ def check_shards(st: ShardsState) -> ShardsState:
     return st
 
 
+def shards_preflight(st: ShardsState) -> ShardsState:
+    """Before the image: driver, every shard's GPUs visible, docker, free disk (harness.checks.preflight)."""
+    from harness.checks import preflight
+
+    need = len({gpu for group in st.groups for gpu in group})
+    print(preflight.check(st.b, native=st.native, need_gpus=max(1, need), results=st.run_dir).line(), flush=True)
+    return st
+
+
 def shards_image(st: ShardsState) -> ShardsState:
     """Container mode: the image, built once for every shard (or the one given, which must be present)."""
     from harness.checks import health as health_mod
@@ -235,7 +245,7 @@ def report_step(st: ShardsState) -> ShardsState:
 
 
 Step = tuple[str, Callable[[ShardsState], ShardsState]]
-SETUP_STEPS: tuple[Step, ...] = (("check", check_shards), ("image", shards_image))
+SETUP_STEPS: tuple[Step, ...] = (("check", check_shards), ("pre-flight", shards_preflight), ("image", shards_image))
 SHARD_STEPS: tuple[Step, ...] = (("launch", launch_shards), ("wait", wait_shards))  # under the interrupt supervisor
 END_STEPS: tuple[Step, ...] = (
     ("merge", merge_step), ("history", history_step), ("report", report_step))

@@ -40,7 +40,7 @@ from harness.matrix import Backend, Matrix, Retries
 from harness.process import Terminated, sigterm_interrupts
 from harness.record import (HealthRecord, RetryPolicy, RunRecord, RunStatus, ShardSpec, SuiteRecord, SuiteStatus,
                             TestOutcome)
-from harness.settings import compiler_settings_problem, settings
+from harness.settings import compiler_settings_problem, selection_args, settings
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,18 @@ def check_host(plan: Plan) -> Plan:
     return plan
 
 
+def preflight(plan: Plan) -> Plan:
+    """Before any image build or suite: the driver and enough visible GPUs, docker, free disk
+    (harness.checks.preflight); a problem stops the run with one line (exit 3)."""
+    from harness.checks import preflight as preflight_mod
+
+    report = preflight_mod.check(plan.b, native=plan.native, need_gpus=max(1, len(plan.devices)),
+                                 results=plan.run_dir or settings().results_root)
+    if plan.echo:
+        print(report.line(), flush=True)
+    return plan
+
+
 def prepare_image(plan: Plan) -> Plan:
     """Container mode: devices and docker present, then the given image described or the backend's built."""
     from harness.checks import health as health_mod
@@ -149,7 +161,8 @@ def prepare_image(plan: Plan) -> Plan:
     return replace(plan, image=info, image_tag=info["tag"])
 
 
-SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (("check host", check_host), ("image", prepare_image))
+SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (
+    ("check host", check_host), ("pre-flight", preflight), ("image", prepare_image))
 
 
 def open_run(plan: Plan) -> RunState:
@@ -185,7 +198,7 @@ def capture_environment(state: RunState) -> RunState:
 
     p, run_dir = state.plan, state.run_dir
     host = envinfo.capture_host(p.image)
-    host["lock"] = envinfo.lock_record(p.b.name)  # the backend's lock in the tree: path, sha256, stale
+    host["lock"] = envinfo.lock_record(p.b)  # the backend's lock in the tree: path, sha256, stale
     runner.run_python_module(p.b, ["env", "--part", "device", "--backend", p.b.name, "--out",
                                    "{out}/env-device.json"], run_dir, "env", native=p.native, image=p.image_tag,
                              m=p.m, timeout_s=p.b.timeouts.health_s, echo=False)
@@ -450,6 +463,7 @@ def cli_main(args: argparse.Namespace) -> int:
     extra = list(args.pytest_args or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
+    extra += selection_args("harness run")
     shard, count, durations = shard_options(args, backend)
     devices = [d.strip() for d in (args.devices or "").split(",") if d.strip()]
     run_dir = res.output_folder(args.results, "--results") if args.results else None
@@ -459,6 +473,9 @@ def cli_main(args: argparse.Namespace) -> int:
     history = Path(args.history) if args.history else None
     if args.shards:
         b = matrix_mod.load().backend(backend)
+        from harness.checks import preflight as preflight_mod
+
+        preflight_mod.driver_gpus(b)  # no driver: the pre-flight's line, before the shards are counted
         gpus = list(devices) or (shard_mod.visible_gpus(b.name) if b.is_gpu else [])
         groups = shard_mod.device_groups(b.is_gpu, count, args.gpus_per_shard, gpus, backend=b.name)
         if len(groups) > 1:  # one shard is the plain run (below)

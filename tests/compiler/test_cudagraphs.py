@@ -255,3 +255,100 @@ def test_outputs_at_a_storage_offset_are_handed_out_in_place():
         for got, want in zip(f(x), fn(x)):
             assert got.storage_offset() == want.storage_offset()
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------ inputs' devices and unrecorded calls (any machine)
+def _on(device: str, *shape: int) -> torch.Tensor:
+    """A tensor that reports `device` without that device being here (a FakeTensor over a meta tensor)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    return FakeTensor(FakeTensorMode(), torch.empty(shape, device="meta"), torch.device(device))
+
+
+def test_cpu_scalar_inputs_wait_for_the_gpu_other_cpu_inputs_never_record():
+    from compiler.runtime.cudagraphs import input_devices
+
+    gpu_args = [_on("cuda:0", 4, 4), 3, _on("cuda:0", 4)]
+    assert input_devices(gpu_args) == ("", "")
+    # memory-efficient attention's RNG seed and offset outside a capture: 0-d CPU tensors (unused without
+    # dropout); inside one they are GPU tensors, so the graph records once its forward replays
+    never, not_now = input_devices(gpu_args + [_on("cpu"), _on("cpu")])
+    assert never == "" and not_now.startswith("0-d CPU tensor input(s) 3, 4")
+    never, not_now = input_devices(gpu_args + [_on("cpu", 2)])
+    assert never == "inputs not on a CUDA device: 3 (cpu)" and not_now == ""
+    if not torch.cuda.is_available() or torch.cuda.device_count() > 1:  # where CUDA is real, a FakeTensor on
+        # cuda:1 needs that device (a one-GPU box checks the rest; the CPU run checks this too)
+        assert input_devices([_on("cuda:0", 2), _on("cuda:1", 2)])[0].startswith("inputs on several devices")
+    assert input_devices([_on("cpu"), 1])[0] == "no tensor inputs on a CUDA device"
+
+
+def test_unrecorded_calls_are_counted_per_reason_and_summarized():
+    from compiler.runtime.cudagraphs import CudaGraphRunner
+
+    calls = []
+    facts = GraphFacts((), (), frozenset(), 0, "aten::nonzero")  # a backward (kept outputs from 0) that syncs
+    fallbacks = []
+    runner = CudaGraphRunner(lambda args: calls.append(len(args)) or args[0], "graph_7", facts, fallbacks)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert runner([x]) is x
+    assert calls == [1, 1, 1]
+    assert [f.kind for f in fallbacks] == ["cudagraph"] and "syncs with the host" in fallbacks[0].detail
+    s = runner.summary()
+    assert (s["graph"], s["role"], s["unrecorded"], s["replays"]) == ("graph_7", "backward", 3, 0)
+    assert s["unrecorded_why"] == {fallbacks[0].detail: 3}
+    assert CudaGraphRunner(lambda a: a, "g", GraphFacts((), (), frozenset(), None, ""), []).role == "inference"
+    assert CudaGraphRunner(lambda a: a, "g", GraphFacts((), (), frozenset(), 2, ""), []).role == "forward"
+
+
+@gpu
+def test_training_with_memory_efficient_attention_records_its_backward():
+    """fp32 SDPA runs ATen's memory-efficient attention, whose seed and offset are 0-d CPU tensors at the
+    backward's warm-up (its forward ran unrecorded) and GPU tensors once the forward replays: the backward
+    must record then, not run unrecorded for good."""
+    torch.manual_seed(0)
+    qkv = torch.nn.Linear(64, 192).cuda()
+    ref = copy.deepcopy(qkv)
+
+    def attn(lin, x):
+        q, k, v = lin(x).view(2, 128, 3, 4, 16).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).pow(2).mean()
+
+    step = _compiled(lambda x: attn(qkv, x))
+    x = torch.randn(2, 128, 64, device="cuda")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION), compiler.capture() as graphs:
+        for _ in range(5):
+            for lin, f in ((qkv, step), (ref, lambda x: attn(ref, x))):
+                lin.zero_grad(set_to_none=True)
+                f(x).backward()
+    for p, q in zip(qkv.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    runners = _runners(graphs)
+    assert {r.role for r in runners} == {"forward", "backward"}
+    assert all(r.stats.recordings == 1 and r.stats.replays >= 3 for r in runners), [r.summary() for r in runners]
+    assert not [f for g in graphs for f in g.all_fallbacks() if f.kind == "cudagraph"]
+
+
+def test_a_gpt2_style_training_step_has_nothing_that_keeps_it_off_cuda_graphs(device):
+    """The graphs of a tiny GPT-2-style training step (forward, loss, their backwards; HF's loss-type warning
+    breaks the graph before the loss) carry no host synchronization and write no input: what keeps such a
+    step off a recording is at run time (inputs' devices, kept outputs), which the runner reports."""
+    if device != "cpu":
+        pytest.skip("reads the graphs on the CPU path")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=64, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    ids = torch.randint(1, 128, (2, 16))
+    f = _compiled(model)
+    with compiler.capture() as graphs:
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            f(input_ids=ids, labels=ids).loss.backward()
+    assert len(graphs) >= 2
+    for g in graphs:
+        facts = GraphFacts.of(g.aten_graph)
+        assert facts.host_sync == "" and facts.mutated_args == frozenset(), (g.name, facts)

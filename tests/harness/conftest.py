@@ -1,5 +1,7 @@
 """The harness tests never touch the real lasting stores: the lasting data folder (XDG_DATA_HOME, where the
-test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB is unset."""
+test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB is unset; nor the
+runner's compile cache (KILN_COMPILE_CACHE, a fresh folder too), nor a CI job's id (containers labelled with it
+would be the job's teardown's)."""
 
 from __future__ import annotations
 
@@ -9,4 +11,6 @@ import pytest
 @pytest.fixture(autouse=True)
 def _private_data_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+    monkeypatch.setenv("KILN_COMPILE_CACHE", str(tmp_path_factory.mktemp("compile-cache")))
     monkeypatch.delenv("KILN_HISTORY_DB", raising=False)
+    monkeypatch.delenv("KILN_JOB_ID", raising=False)

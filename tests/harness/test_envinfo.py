@@ -34,3 +34,11 @@ def test_device_record_carries_the_installed_lock(monkeypatch, tmp_path):
     f.write_text(lock.unlocked_text(matrix.load(ROOT / "ci/matrix.json").backend("cuda"), ROOT))
     monkeypatch.setenv(lock.LOCK_ENV, str(f))
     assert envinfo.device_lock("cuda")["unlocked"] is True and envinfo.device_lock("cuda")["sha256"] is None
+
+
+def test_lock_record_takes_the_backend_the_caller_holds():
+    from harness import matrix
+
+    by_name = envinfo.lock_record("cpu", ROOT)
+    assert by_name is not None and "error" not in by_name
+    assert envinfo.lock_record(matrix.load(ROOT / "ci" / "matrix.json").backend("cpu"), ROOT) == by_name

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.results import Case
 from harness.suites import flakes, history, shard
 from harness.suites import quarantine as q
 from harness.__main__ import main
@@ -215,8 +216,8 @@ def test_cli_errors_are_one_line(argv, message, tmp_path, monkeypatch, capsys):
 def test_the_flakes_report_says_how_often_a_test_failed_before(tmp_path):
     db = tmp_path / "h.sqlite"
     record_series(tmp_path, db, 40, {3, 20, 39})
-    stats = flakes.classify([flakes.Run("t::flaky", 0, "passed"), flakes.Run("t::flaky", 1, "failed"),
-                             flakes.Run("t::ok", 0, "passed"), flakes.Run("t::ok", 1, "passed")])
+    stats = flakes.classify([Case("t::flaky", "passed", "", 0.0, {"kiln_flake_run": "0"}), Case("t::flaky", "failed", "", 0.0, {"kiln_flake_run": "1"}),
+                             Case("t::ok", "passed", "", 0.0, {"kiln_flake_run": "0"}), Case("t::ok", "passed", "", 0.0, {"kiln_flake_run": "1"})])
     verdict = q.apply({"t::flaky": ["passed", "failed"], "t::ok": ["passed", "passed"]}, q.Quarantine(), "cpu")
     past = history.failure_counts_if_any(["t::flaky"], backend="cpu", db_path=db)
     report = flakes.build_report(stats, verdict, backend="cpu", runs=2, paths=["t"], command=["pytest"],

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 from test_history import fake_flakes, fake_run
 
@@ -160,13 +161,7 @@ def test_c():
 
 
 def test_two_default_runs_accumulate_outside_the_checkout_and_feed_a_sharded_third(tmp_path, monkeypatch):
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha"]
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "tests" / "alpha").mkdir(parents=True)
-    (root / "tests" / "alpha" / "test_alpha.py").write_text(PLANTED)
+    root = scratch_project(tmp_path / "proj", {"alpha": PLANTED})
     data_home = tmp_path / "xdg"
     env = {**os.environ, "KILN_ROOT": str(root), "KILN_RESULTS": str(root / "results"),
            "PYTHONPATH": str(ROOT), "HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(data_home)}

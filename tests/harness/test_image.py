@@ -18,9 +18,10 @@ DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
 
 
-def _matrix(tmp_path: Path, **cuda: object) -> matrix.Matrix:
+def _matrix(tmp_path: Path, **rocm: object) -> matrix.Matrix:
+    """The repository's matrix with fields of the rocm backend (a registry base, no lock, no wheelhouse) changed."""
     data = json.loads((ROOT / "ci/matrix.json").read_text())
-    data["backends"]["cuda"].update(cuda)
+    data["backends"]["rocm"].update(rocm)
     path = tmp_path / "matrix.json"
     path.write_text(json.dumps(data))
     return matrix.load(path)
@@ -29,8 +30,8 @@ def _matrix(tmp_path: Path, **cuda: object) -> matrix.Matrix:
 def _root(tmp_path: Path) -> Path:
     root = tmp_path / "root"
     (root / "docker" / "lock").mkdir(parents=True)
-    for rel in ("docker/cpu.Dockerfile", "docker/cuda.Dockerfile", "docker/requirements-test.txt",
-                "docker/lock/cpu.txt", "pyproject.toml"):
+    for rel in ("docker/cpu.Dockerfile", "docker/cuda.Dockerfile", "docker/rocm.Dockerfile",
+                "docker/requirements-test.txt", "docker/lock/cpu.txt", "docker/lock/cuda.txt", "pyproject.toml"):
         shutil.copy(ROOT / rel, root / rel)
     return root
 
@@ -40,20 +41,20 @@ def _pairs(argv: list[str], flag: str) -> dict[str, str]:
 
 
 def test_a_pinned_base_is_built_from_tag_at_digest(tmp_path):
-    cuda = _matrix(tmp_path, base_digest=DIGEST).backend("cuda")
-    ref = f"nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04@{DIGEST}"
+    cuda = _matrix(tmp_path, base_digest=DIGEST).backend("rocm")
+    ref = f"rocm/dev-ubuntu-24.04:7.0.2@{DIGEST}"
     assert cuda.base_ref == ref and cuda.build_args()["BASE_IMAGE"] == ref
-    argv = image.build_argv(cuda, "kiln-cuda:0123", tmp_path, cuda.base_ref, root=_root(tmp_path))
+    argv = image.build_argv(cuda, "kiln-rocm:0123", tmp_path, cuda.base_ref, root=_root(tmp_path))
     assert _pairs(argv, "--build-arg")["BASE_IMAGE"] == ref  # the Dockerfile's `FROM ${BASE_IMAGE}`
     labels = _pairs(argv, "--label")
     assert labels["kiln.base-digest"] == DIGEST and labels["kiln.base-image"] == ref
     assert image.unpinned_warning(cuda, cuda.base_ref) is None and image.digest_pinned(cuda, cuda.base_ref)
-    unpinned = _matrix(tmp_path).backend("cuda")
+    unpinned = _matrix(tmp_path).backend("rocm")
     assert unpinned.base_ref == unpinned.base_image and unpinned.build_args()["BASE_IMAGE"] == unpinned.base_image
 
 
 def test_resolve_base_pulls_the_digest(monkeypatch, tmp_path):
-    cuda = _matrix(tmp_path, base_digest=DIGEST).backend("cuda")
+    cuda = _matrix(tmp_path, base_digest=DIGEST).backend("rocm")
     pulled = []
     monkeypatch.setattr(image, "image_id", lambda ref: None)
     monkeypatch.setattr(image, "docker", lambda *a, **k: pulled.append(a) or type("P", (), {"returncode": 0})())
@@ -65,26 +66,27 @@ def test_resolve_base_pulls_the_digest(monkeypatch, tmp_path):
 def test_a_malformed_digest_is_refused(tmp_path, bad):
     from harness.exc import MatrixError
 
-    with pytest.raises(MatrixError, match=r"backends\.cuda\.base_digest: must be 'sha256:' and 64 hex"):
+    with pytest.raises(MatrixError, match=r"backends\.rocm\.base_digest: must be 'sha256:' and 64 hex"):
         _matrix(tmp_path, base_digest=bad)
     with pytest.raises(MatrixError, match=r"base_image: must be the tag alone"):
-        _matrix(tmp_path, base_image=f"nvidia/cuda:13@{DIGEST}")
+        _matrix(tmp_path, base_image=f"rocm/dev-ubuntu-24.04:7@{DIGEST}")
 
 
 def test_an_unpinned_base_is_named_in_a_warning(tmp_path):
     m = _matrix(tmp_path)
-    cuda, cpu = m.backend("cuda"), m.backend("cpu")
-    warning = image.unpinned_warning(cuda, cuda.base_ref)
-    assert warning.startswith("base image not pinned by digest: nvidia/cuda:13.0.1")
-    assert "image --pin --backend cuda" in warning
+    rocm, cpu, cuda = m.backend("rocm"), m.backend("cpu"), m.backend("cuda")
+    warning = image.unpinned_warning(rocm, rocm.base_ref)
+    assert warning.startswith("base image not pinned by digest: rocm/dev-ubuntu-24.04:7.0.2")
+    assert "image --pin --backend rocm" in warning
+    assert image.unpinned_warning(cuda, cuda.bootstrap.image) is None  # cuda builds on the same bootstrapped base
     assert image.unpinned_warning(cpu, cpu.bootstrap.image) is None  # bootstrapped here: recorded by its id
     assert "not pinned by digest" in image.unpinned_warning(cpu, cpu.base_image)
 
 
 def test_the_hash_tag_covers_the_lock_the_base_digest_and_the_base_id(tmp_path):
     root = _root(tmp_path)
-    pinned = _matrix(tmp_path, base_digest=DIGEST).backend("cuda")
-    repinned = _matrix(tmp_path, base_digest=OTHER).backend("cuda")
+    pinned = _matrix(tmp_path, base_digest=DIGEST).backend("rocm")
+    repinned = _matrix(tmp_path, base_digest=OTHER).backend("rocm")
     cpu = matrix.load(ROOT / "ci/matrix.json").backend("cpu")
     assert image.image_tag(pinned, root=root) != image.image_tag(repinned, root=root)
     tag = image.image_tag(cpu, root=root)
@@ -99,7 +101,7 @@ def test_the_hash_tag_covers_the_lock_the_base_digest_and_the_base_id(tmp_path):
 
 
 def test_a_digest_pinned_base_id_is_not_hashed(monkeypatch, tmp_path):
-    pinned = _matrix(tmp_path, base_digest=DIGEST).backend("cuda")
+    pinned = _matrix(tmp_path, base_digest=DIGEST).backend("rocm")
     monkeypatch.setattr(image, "image_id", lambda ref: "sha256:local")
     assert image.base_id_for_hash(pinned, pinned.base_ref) is None  # the digest names the content
     assert image.base_id_for_hash(pinned, "kiln-base/other:1") == "sha256:local"
@@ -110,13 +112,15 @@ def _fake_build(monkeypatch, tmp_path, base="base:1"):
     monkeypatch.setattr(image, "resolve_base", lambda b, base_image=None, bootstrap=None: base)
     monkeypatch.setattr(image, "image_id", lambda ref: None)
     monkeypatch.setenv("KILN_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("KILN_LOGS", str(tmp_path / "logs"))
     runs = []
 
-    def fake_run(argv, **kw):
+    def fake_execute(argv, *, log, **kw):
         runs.append(argv)
-        return type("P", (), {"returncode": 1})()
+        log.write_text("#1 planted build failure\n")
+        return 1, False
 
-    monkeypatch.setattr(image.subprocess, "run", fake_run)
+    monkeypatch.setattr(image, "execute", fake_execute)
     monkeypatch.setattr(image, "prepare_context", lambda b, root=None: tmp_path)
     (tmp_path / "state").mkdir(exist_ok=True)
     return runs
@@ -125,14 +129,14 @@ def _fake_build(monkeypatch, tmp_path, base="base:1"):
 def test_a_build_without_a_lock_fails_unless_asked(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("KILN_ROOT", str(_root(tmp_path)))
     monkeypatch.delenv("KILN_ALLOW_UNLOCKED", raising=False)
-    cuda = matrix.load(ROOT / "ci/matrix.json").backend("cuda")
+    rocm = matrix.load(ROOT / "ci/matrix.json").backend("rocm")
     runs = _fake_build(monkeypatch, tmp_path)
-    with pytest.raises(ImageError, match=r"no lock file docker/lock/cuda\.txt.*KILN_ALLOW_UNLOCKED=1"):
-        image.build(cuda)
+    with pytest.raises(ImageError, match=r"no lock file docker/lock/rocm\.txt.*KILN_ALLOW_UNLOCKED=1"):
+        image.build(rocm)
     assert not runs
     monkeypatch.setenv("KILN_ALLOW_UNLOCKED", "1")
-    with pytest.raises(ImageError, match="docker build of kiln-cuda:"):  # the faked build fails after the argv
-        image.build(cuda)
+    with pytest.raises(ImageError, match="(?s)docker build of kiln-rocm:.*logs/build-rocm.log.*planted build failure"):
+        image.build(rocm)
     err = capsys.readouterr().err
     assert "packages are NOT hash-checked" in err and "base image not pinned by digest: base:1" in err
     argv = runs[-1]
@@ -155,11 +159,11 @@ def test_a_locked_build_labels_the_lock_digest(monkeypatch, tmp_path, capsys):
 def test_prepare_context_ships_the_lock(monkeypatch, tmp_path):
     root = _root(tmp_path)
     monkeypatch.setenv("KILN_STATE", str(tmp_path / "state"))
-    cuda = matrix.load(ROOT / "ci/matrix.json").backend("cuda")  # no wheelhouse: nothing downloaded
-    ctx = image.prepare_context(cuda, root)
+    rocm = matrix.load(ROOT / "ci/matrix.json").backend("rocm")  # no wheelhouse: nothing downloaded
+    ctx = image.prepare_context(rocm, root)
     assert (ctx / "lock.txt").read_text().startswith("# UNLOCKED")
-    (root / "docker/lock/cuda.txt").write_text("x==1 \\\n    --hash=sha256:00\n")
-    assert (image.prepare_context(cuda, root) / "lock.txt").read_text().startswith("x==1")
+    (root / "docker/lock/rocm.txt").write_text("x==1 \\\n    --hash=sha256:00\n")
+    assert (image.prepare_context(rocm, root) / "lock.txt").read_text().startswith("x==1")
 
 
 def test_describe_reads_the_labels_of_a_given_image(monkeypatch):

@@ -129,47 +129,47 @@ def test_missing_or_stale_lock_fails_the_check(fake):
     (fake.root / "docker/requirements-test.txt").write_text("pytest==1.0\n")
     line = image_check.check(_cpu(fake.root)).line()
     assert line.startswith("cpu: MISMATCH: lock file docker/lock/cpu.txt is stale")
-    cuda = matrix.load(fake.root / "ci/matrix.json").backend("cuda")
-    line = image_check.check(cuda).line()
-    assert line.startswith("cuda: MISMATCH: no lock file docker/lock/cuda.txt: run `nox -s lock -- --backend cuda`")
+    rocm = matrix.load(fake.root / "ci/matrix.json").backend("rocm")
+    line = image_check.check(rocm).line()
+    assert line.startswith("rocm: MISMATCH: no lock file docker/lock/rocm.txt: run `nox -s lock -- --backend rocm`")
 
 
 def test_unpinned_base_warns_and_fails_under_strict(fake):
-    cuda = matrix.load(fake.root / "ci/matrix.json").backend("cuda")
-    text = (fake.root / "docker/lock/cpu.txt").read_text()  # a current lock for cuda: its inputs in the header
+    rocm = matrix.load(fake.root / "ci/matrix.json").backend("rocm")
+    text = (fake.root / "docker/lock/cpu.txt").read_text()  # a current lock for rocm: its inputs in the header
     header = next(ln for ln in text.splitlines() if ln.startswith("# kiln-lock-inputs"))
-    current = f"# kiln-lock-inputs: {image.lock_mod.inputs_digest(cuda, fake.root)}"
-    (fake.root / "docker/lock/cuda.txt").write_text(text.replace(header, current))
-    fake.images[cuda.base_image] = {"id": "sha256:" + "33" * 32}
-    base_id = image.base_id_for_hash(cuda, cuda.base_image)
-    tag = image.image_tag(cuda, cuda.base_image, fake.root, base_id)
-    fake.images[tag] = {"id": "sha256:44", "labels": image.image_labels(cuda, tag, cuda.base_image, base_id, fake.root)}
-    v = image_check.check(cuda)
-    assert v.ok and "(warning: base image not pinned by digest: nvidia/cuda:13.0.1" in v.line()
-    strict = image_check.check(cuda, strict=True)
-    assert not strict.ok and strict.line().startswith("cuda: MISMATCH: base image not pinned by digest")
+    current = f"# kiln-lock-inputs: {image.lock_mod.inputs_digest(rocm, fake.root)}"
+    (fake.root / "docker/lock/rocm.txt").write_text(text.replace(header, current))
+    fake.images[rocm.base_image] = {"id": "sha256:" + "33" * 32}
+    base_id = image.base_id_for_hash(rocm, rocm.base_image)
+    tag = image.image_tag(rocm, rocm.base_image, fake.root, base_id)
+    fake.images[tag] = {"id": "sha256:44", "labels": image.image_labels(rocm, tag, rocm.base_image, base_id, fake.root)}
+    v = image_check.check(rocm)
+    assert v.ok and "(warning: base image not pinned by digest: rocm/dev-ubuntu-24.04:7.0.2" in v.line()
+    strict = image_check.check(rocm, strict=True)
+    assert not strict.ok and strict.line().startswith("rocm: MISMATCH: base image not pinned by digest")
 
 
 def test_pin_writes_the_digest_into_the_matrix_and_the_dockerfile(fake):
     m = matrix.load(fake.root / "ci/matrix.json")
-    cuda = m.backend("cuda")
+    rocm = m.backend("rocm")
     before = (fake.root / "ci/matrix.json").read_text()
     with pytest.raises(ImageError, match="pinning needs a machine that reaches its registry"):
-        image_check.pin(cuda)
+        image_check.pin(rocm)
     assert (fake.root / "ci/matrix.json").read_text() == before  # nothing invented
-    fake.pullable[cuda.base_image] = ["other/repo@sha256:" + "00" * 32, f"nvidia/cuda@{DIGEST}"]
-    assert image_check.pin(cuda) == DIGEST
+    fake.pullable[rocm.base_image] = ["other/repo@sha256:" + "00" * 32, f"rocm/dev-ubuntu-24.04@{DIGEST}"]
+    assert image_check.pin(rocm) == DIGEST
     after = (fake.root / "ci/matrix.json").read_text()
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
     assert changed == [('      "base_digest": null,', f'      "base_digest": "{DIGEST}",')]  # layout kept
-    pinned = matrix.load(fake.root / "ci/matrix.json").backend("cuda")
+    pinned = matrix.load(fake.root / "ci/matrix.json").backend("rocm")
     assert pinned.base_digest == DIGEST
-    assert matrix.load(fake.root / "ci/matrix.json").backend("rocm").base_digest is None
-    assert f"ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04@{DIGEST}\n" in \
-        (fake.root / "docker/cuda.Dockerfile").read_text()
+    assert matrix.load(fake.root / "ci/matrix.json").backend("cuda").base_digest is None
+    assert f"ARG BASE_IMAGE=rocm/dev-ubuntu-24.04:7.0.2@{DIGEST}\n" in \
+        (fake.root / "docker/rocm.Dockerfile").read_text()
     assert image.unpinned_warning(pinned, pinned.base_ref) is None
-    image_check.write_matrix_digest(fake.root / "ci/matrix.json", "cuda", "sha256:" + "ef" * 32)  # re-pin
-    assert matrix.load(fake.root / "ci/matrix.json").backend("cuda").base_digest == "sha256:" + "ef" * 32
+    image_check.write_matrix_digest(fake.root / "ci/matrix.json", "rocm", "sha256:" + "ef" * 32)  # re-pin
+    assert matrix.load(fake.root / "ci/matrix.json").backend("rocm").base_digest == "sha256:" + "ef" * 32
 
 
 def test_repository_names():
@@ -203,7 +203,7 @@ def test_check_through_the_cli_with_a_fake_docker_client(tmp_path):
     lines = proc.stdout.strip().splitlines()
     assert [ln.split(":")[0] for ln in lines] == ["cpu", "cuda", "rocm"]
     assert all(": MISMATCH: " in ln for ln in lines)
-    assert "no lock file docker/lock/cuda.txt" in lines[1]
+    assert "no lock file docker/lock/rocm.txt" in lines[2]
     proc = _cli("--check", "--backend", "cpu", KILN_DOCKER=str(client))
     assert len(proc.stdout.strip().splitlines()) == 1
     assert _cli("build", "--check").stderr.strip().endswith("give either the action 'build' or --check/--pin, not both")

@@ -74,13 +74,15 @@ def test_device_record_names_the_lock_digest_and_what_differs(tmp_path, monkeypa
 
 def test_compile_argv_hashes_everything_and_names_no_index(monkeypatch, tmp_path):
     monkeypatch.delenv("KILN_TORCH_INDEX_URL", raising=False)
-    argv = lock.compile_argv(M.backend("cuda"), tmp_path / "out.txt", python="/py")
+    argv = lock.compile_argv(M.backend("rocm"), tmp_path / "out.txt", python="/py")
     assert argv[:4] == ["/py", "-m", "piptools", "compile"] and argv[-1] == "-"
     assert {"--generate-hashes", "--allow-unsafe", "--no-emit-index-url", "--no-emit-find-links"} <= set(argv)
     assert "--extra-index-url" not in argv  # pip's own configuration decides
     monkeypatch.setenv("KILN_TORCH_INDEX_URL", "http://torch.test/whl/")
-    argv = lock.compile_argv(M.backend("cuda"), tmp_path / "out.txt")
-    assert argv[argv.index("--extra-index-url") + 1] == "http://torch.test/whl/cu130"
+    argv = lock.compile_argv(M.backend("rocm"), tmp_path / "out.txt")
+    assert argv[argv.index("--extra-index-url") + 1] == "http://torch.test/whl/rocm7.0"
+    # cuda resolves from the package index alone (torch_index "index"): PyPI's Linux torch is the CUDA build
+    assert "--extra-index-url" not in lock.compile_argv(M.backend("cuda"), tmp_path / "out.txt")
 
 
 def test_write_refuses_another_python(tmp_path):

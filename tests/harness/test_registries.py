@@ -60,14 +60,14 @@ def test_debian_mirror_variable_wins(tmp_path, monkeypatch):
 def test_index_args_come_from_the_environment():
     m = matrix.load(ROOT / "ci" / "matrix.json")
     base = settings()
-    cuda, cpu = m.backend("cuda"), m.backend("cpu")
+    rocm, cpu, cuda = m.backend("rocm"), m.backend("cpu"), m.backend("cuda")
     empty = Settings(**{**base.__dict__, "pip_index_url": "", "pip_extra_index_url": "", "torch_index_url": ""})
-    assert cuda.index_args(empty) == ""  # pip's own configuration decides
-    assert cpu.index_args(empty) == "--no-index"  # the wheelhouse build needs no index
+    assert rocm.index_args(empty) == ""  # pip's own configuration decides
+    assert cpu.index_args(empty) == "--no-index" == cuda.index_args(empty)  # a wheelhouse build needs no index
     full = Settings(**{**base.__dict__, "pip_index_url": "http://idx.test/simple",
                        "pip_extra_index_url": "http://a.test/simple http://b.test/simple",
                        "torch_index_url": "http://torch.test/whl"})
-    assert cuda.index_args(full).split() == [
+    assert rocm.index_args(full).split() == [
         "--index-url", "http://idx.test/simple", "--extra-index-url", "http://a.test/simple",
-        "--extra-index-url", "http://b.test/simple", "--extra-index-url", "http://torch.test/whl/cu130"]
-    assert "torch.test" not in " ".join(cuda.build_args().values())  # where packages come from is not hashed
+        "--extra-index-url", "http://b.test/simple", "--extra-index-url", "http://torch.test/whl/rocm7.0"]
+    assert "torch.test" not in " ".join(rocm.build_args().values())  # where packages come from is not hashed

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scratch_project import scratch_project, write_quarantine
 import pytest
 
 from harness.exc import QuarantineError
@@ -28,18 +29,11 @@ def test_broken():
 
 
 def make_project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha"]
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "tests" / "alpha").mkdir(parents=True)
-    (root / "tests" / "alpha" / "test_alpha.py").write_text(PLANTED)
-    return root
+    return scratch_project(tmp_path / "proj", {"alpha": PLANTED})
 
 
 def quarantine(root: Path, *ids: str) -> None:
-    (root / "ci" / "quarantine.toml").write_text("".join(f'[[test]]\nid = "{i}"\nreason = "planted"\n\n' for i in ids))
+    write_quarantine(root, *ids)
 
 
 def harness(root: Path, *args: str) -> subprocess.CompletedProcess:

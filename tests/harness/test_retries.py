@@ -12,8 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
+from harness.results import Case
 from harness import matrix
 from harness.suites import flakes, history, quarantine, retries
 from harness.suites.collect import load_run
@@ -54,22 +56,9 @@ FINE = "tests/alpha/test_alpha.py::test_quarantined_fine"
 def make_project(tmp_path: Path, *, broken: bool = True, retries_key: dict | None = None,
                  quarantined: tuple[str, ...] = ()) -> Path:
     """Suites alpha (the planted file, without test_broken unless `broken`) and beta (test_ok, a flaky test)."""
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha", "beta"]
-    if retries_key is not None:
-        data["retries"] = retries_key
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
     text = PLANTED if broken else PLANTED.replace("def test_broken", "def _not_a_test")
-    for suite, body in (("alpha", text), ("beta", BETA)):
-        (root / "tests" / suite).mkdir(parents=True)
-        (root / "tests" / suite / f"test_{suite}.py").write_text(body)
-    if quarantined:
-        (root / "ci" / "quarantine.toml").write_text("".join(
-            f'[[test]]\nid = "{t}"\nreason = "planted"\n\n' for t in quarantined))
-    return root
+    edit = (lambda d: d.__setitem__("retries", retries_key)) if retries_key is not None else None
+    return scratch_project(tmp_path / "proj", {"alpha": text, "beta": BETA}, matrix=edit, quarantined=quarantined)
 
 
 def harness(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -312,7 +301,7 @@ def test_the_flakes_report_shows_flaky_on_retry_from_the_history(tmp_path):
                     "retries": retries.suite_retries(2, 10, [flaky], []).to_json()}]}))
     db = tmp_path / "h.sqlite"
     assert history.record(db, folder).retried == 1
-    stats = flakes.classify([flakes.Run("t.py::t", 0, "failed"), flakes.Run("t.py::t", 1, "passed")])
+    stats = flakes.classify([Case("t.py::t", "failed", "", 0.0, {"kiln_flake_run": "0"}), Case("t.py::t", "passed", "", 0.0, {"kiln_flake_run": "1"})])
     q = quarantine.Quarantine()
     report = flakes.build_report(stats, quarantine.apply({"t.py::t": ["failed", "passed"]}, q), backend="cpu",
                                  runs=2, paths=["t.py"], command=[], pytest_exit=1, complete=True,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
 from harness import matrix
@@ -61,17 +62,8 @@ def test_maybe_hang_again():
 
 def make_project(tmp_path: Path, *, suite_s: int | None = None, with_harness: bool = False) -> Path:
     """A project with two suites, alpha (planted failures) and beta, and the real matrix otherwise."""
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha", "beta"]
-    if suite_s:
-        data["backends"]["cpu"]["timeouts"].update(suite_s=suite_s, test_s=suite_s)
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
-    for suite, text in (("alpha", PLANTED_A), ("beta", PLANTED_B)):
-        (root / "tests" / suite).mkdir(parents=True)
-        (root / "tests" / suite / f"test_{suite}.py").write_text(text)
+    timeouts = (lambda d: d["backends"]["cpu"]["timeouts"].update(suite_s=suite_s, test_s=suite_s)) if suite_s else None
+    root = scratch_project(tmp_path / "proj", {"alpha": PLANTED_A, "beta": PLANTED_B}, matrix=timeouts)
     if with_harness:  # the container runs `python -m harness` from the mounted tree
         shutil.copytree(ROOT / "harness", root / "harness", ignore=shutil.ignore_patterns("__pycache__", "bench"))
         shutil.copytree(ROOT / "docker", root / "docker")

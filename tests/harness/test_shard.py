@@ -10,12 +10,12 @@ import os
 import random
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
 from harness import matrix
@@ -109,15 +109,18 @@ def test_good_shards():
 
 def test_pin_devices():
     cuda, rocm, cpu = M.backend("cuda"), M.backend("rocm"), M.backend("cpu")
-    one = shard.pin_devices(cuda, ["1"], native=False)
+    one = shard.pin_devices(cuda, ["1"], native=False, env={})
     assert one.container_options[:2] == ("--gpus", "device=1") and "all" not in one.container_options
-    assert "CUDA_VISIBLE_DEVICES" not in one.env  # inside the container, its one GPU is device 0
-    two = shard.pin_devices(cuda, ["2", "3"], native=False)
+    assert one.env["CUDA_VISIBLE_DEVICES"] == "0"  # inside the container, its one GPU is device 0
+    two = shard.pin_devices(cuda, ["2", "3"], native=False, env={})
     assert two.container_options[:2] == ("--gpus", '"device=2,3"')  # docker reads --gpus as CSV
-    assert shard.pin_devices(cuda, ["1"], native=True).env["CUDA_VISIBLE_DEVICES"] == "1"
-    r = shard.pin_devices(rocm, ["3"], native=False)
-    assert r.env["HIP_VISIBLE_DEVICES"] == "3" and r.container_options == rocm.container_options
-    assert shard.pin_devices(cpu, ["0"], native=True) == cpu and shard.pin_devices(cuda, [], native=False) == cuda
+    assert shard.pin_devices(cuda, ["1"], native=True, env={}).env["CUDA_VISIBLE_DEVICES"] == "1"
+    r = shard.pin_devices(rocm, ["3"], native=False, env={})
+    assert r.env["HIP_VISIBLE_DEVICES"] == "0" and "--device=/dev/dri" not in r.container_options
+    assert "--device=/dev/kfd" in r.container_options and "video" not in r.container_options
+    assert shard.pin_devices(rocm, ["3"], native=True, env={}).env["HIP_VISIBLE_DEVICES"] == "3"
+    assert shard.pin_devices(cpu, ["0"], native=True) == cpu and shard.pin_devices(cuda, [], native=True) == cuda
+    assert shard.pin_devices(cuda, [], native=False, env={}).container_options[:2] == ("--gpus", "all")
 
 
 def test_device_groups_and_visible_gpus():
@@ -260,16 +263,7 @@ def test_find_shards_errors(tmp_path):
 
 def make_project(tmp_path: Path) -> Path:
     """Suites alpha and beta from tests/harness/planted/shards, the real matrix otherwise."""
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["alpha", "beta"]
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
-    for suite in ("alpha", "beta"):
-        (root / "tests" / suite).mkdir(parents=True)
-        shutil.copy(PLANTED / f"{suite}.py", root / "tests" / suite / f"test_{suite}.py")
-    return root
+    return scratch_project(tmp_path / "proj", {s: (PLANTED / f"{s}.py").read_text() for s in ("alpha", "beta")})
 
 
 def collected(root: Path) -> list[str]:
@@ -379,7 +373,7 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
 def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_it(tmp_path, monkeypatch):
     """The commands of `run --backend cuda --shard 2/2 --devices 1` in container mode (docker faked)."""
     from harness import envinfo
-    from harness.checks import health
+    from harness.checks import health, preflight
     from harness.images import image
     from harness.suites import runner, steps
 
@@ -387,6 +381,7 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     shard.write_durations(root / "d.json", {}, "cuda")
     monkeypatch.setenv("KILN_ROOT", str(root))
     monkeypatch.setattr(health, "require_host_devices", lambda b: None)
+    monkeypatch.setattr(preflight, "check", lambda b, **kw: preflight.Report(b.name))  # no driver here
     monkeypatch.setattr(image, "require_docker", lambda: None)
     monkeypatch.setattr(image, "image_id", lambda tag: "sha256:0")
     monkeypatch.setattr(envinfo, "capture_host", lambda img: {})
@@ -415,6 +410,42 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
     assert manifest["pytest_extra"] == ["-x"] and manifest["devices"] == ["1"]
     line = repro.repro_line(RunRecord.from_json(manifest), "tests/alpha/test_alpha.py::test_broken")
     assert "--gpus device=1" in line and "kiln-cuda:t" in line and "shard" not in line.split("kiln-cuda:t")[1]
+
+
+def test_a_container_run_on_a_runner_given_one_gpu_uses_only_it(tmp_path, monkeypatch):
+    """`run --backend cuda` (no --devices) on a runner whose CUDA_VISIBLE_DEVICES names one GPU by UUID: every
+    container (environment capture, suites) gets that GPU alone, renumbered 0, and the record and repro line
+    say so (docker faked)."""
+    from harness import envinfo
+    from harness.checks import health, preflight
+    from harness.images import image
+    from harness.suites import runner, steps
+
+    root = make_project(tmp_path)
+    uuid = "GPU-0f0e0d0c-0b0a-0908-0706-050403020100"
+    monkeypatch.setattr(preflight, "check", lambda b, **kw: preflight.Report(b.name))  # no driver here
+    monkeypatch.setenv("KILN_ROOT", str(root))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
+    monkeypatch.setattr(health, "require_host_devices", lambda b: None)
+    monkeypatch.setattr(image, "require_docker", lambda: None)
+    monkeypatch.setattr(image, "image_id", lambda tag: "sha256:0")
+    monkeypatch.setattr(envinfo, "capture_host", lambda img: {})
+    calls: list[list[str]] = []
+
+    def fake_execute(argv, *, log, timeout_s, **kw):
+        calls.append(argv)
+        log.write_text("")
+        return 0, False
+
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
+                                   image_tag="kiln-cuda:t", health=False, echo=False)
+    assert len(calls) >= 2 and all(a[a.index("--gpus") + 1] == f"device={uuid}" for a in calls)
+    assert all("CUDA_VISIBLE_DEVICES=0" in a for a in calls)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["container_options"][:2] == ["--gpus", f"device={uuid}"]
+    line = repro.repro_line(RunRecord.from_json(manifest), "tests/alpha/test_alpha.py::test_broken")
+    assert f"--gpus device={uuid}" in line and "CUDA_VISIBLE_DEVICES=0" in line
 
 
 def test_merge_command_errors_are_one_line(tmp_path):

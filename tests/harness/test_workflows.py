@@ -96,7 +96,7 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         job = jobs[f"bench-{b.name}"]
         assert job["runs-on"] == list(b.runner_labels), f"bench-{b.name} runs-on"
         assert job["timeout-minutes"] == b.timeouts.job_min, f"bench-{b.name} timeout-minutes"
-        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job)}
+        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] != "ci-teardown"}
         assert set(steps) == {"bench-record", "bench-pr"}, f"bench-{b.name} runs {sorted(steps)}"
         assert set(steps) <= sessions
         for name, (step, argv) in steps.items():
@@ -182,3 +182,132 @@ def test_workflows_upload_results_and_write_a_job_summary():
         runs = " ".join(s.get("run", "") for s in job["steps"])
         writes = ("-s ci-report", "--github-summary", "-s bench-record", "-s bench-pr")  # bench: `bench summary`
         assert any(w in runs for w in writes), f"{wf}:{job_id} writes no job summary"
+
+
+# ---- runner-ready (issue 23): labels, concurrency, one set of variables, teardown ------------------------
+
+
+def _self_hosted_jobs():
+    for wf, job_id, job in _jobs():
+        labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
+        if "self-hosted" in labels:
+            yield wf, job_id, job, set(labels)
+
+
+def _runner_label_sets() -> dict[str, set[str]]:
+    """The labels a runner of each backend registers: its matrix runner_labels."""
+    return {name: set(b.runner_labels) for name, b in MATRIX.backends.items()}
+
+
+def test_cpu_jobs_cannot_match_a_gpu_runner_nor_gpu_jobs_a_cpu_runner():
+    """A runner takes a job when the job's labels are a subset of the runner's: every self-hosted job matches
+    the runners of exactly one backend, so a GPU runner never takes a CPU job (the `cpu` label) and back."""
+    runners = _runner_label_sets()
+    cpu = {n for n, b in MATRIX.backends.items() if not b.is_gpu}
+    assert cpu and all("cpu" in runners[n] for n in cpu)
+    assert not any("cpu" in runners[n] for n in runners if n not in cpu)
+    seen = set()
+    for wf, job_id, _, labels in _self_hosted_jobs():
+        matching = [n for n, registered in runners.items() if labels <= registered]
+        assert len(matching) == 1, f"{wf}:{job_id}: runs-on {sorted(labels)} matches the runners of {matching}"
+        seen.add(matching[0])
+    assert seen == set(runners)
+    # the old CPU labels, which every GPU runner matched, are gone
+    assert not any(labels == {"self-hosted", "linux", "x64"} for *_, labels in _self_hosted_jobs())
+
+
+def test_gpu_labels_name_the_gpu_model_and_bench_jobs_require_it():
+    bench = _load(ROOT / ".github" / "workflows" / "bench.yml")["jobs"]
+    for b in MATRIX.backends.values():
+        models = [lab for lab in b.runner_labels if lab.startswith("gpu-")]
+        if not b.is_gpu:
+            assert models == [], f"{b.name}: a CPU backend names a GPU model"
+            continue
+        assert len(models) == 1 and re.fullmatch(r"gpu-[a-z0-9]+", models[0]), f"{b.name}: {b.runner_labels}"
+        assert models[0] in bench[f"bench-{b.name}"]["runs-on"], f"bench-{b.name} does not require {models[0]}"
+
+
+def test_main_is_never_cancelled_nor_replaced():
+    """cancel-in-progress only off main; on main each run is its own concurrency group, since a pending run of a
+    group is replaced by a newer one even without cancel-in-progress."""
+    for path in WORKFLOWS:
+        conc = _load(path)["concurrency"]
+        assert conc["cancel-in-progress"] in (False, "${{ github.ref != 'refs/heads/main' }}"), path.name
+        assert "${{ github.ref == 'refs/heads/main' && github.run_id || github.ref }}" in conc["group"], path.name
+
+
+def test_every_workflow_sets_the_same_variables_from_one_list():
+    """Each workflow's top-level env is harness/settings.py WORKFLOW_ENV, written as workflow_env_yaml() makes
+    it (a workflow's own variables, such as an input of its own, may follow), and no job or step sets one of
+    them again."""
+    from harness.settings import WORKFLOW_ENV, workflow_env_yaml
+
+    assert {"KILN_ALLOW_UNLOCKED", "KILN_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
+            "KILN_HISTORY_DB", "KILN_BENCH_STORE"} <= set(WORKFLOW_ENV)
+    shared_kinds = re.compile(r"PIP_.*|KILN_.*(INDEX|UNLOCKED|STORE|_DB|CACHE).*")  # what only the list may set
+    for path in WORKFLOWS:
+        data = _load(path)
+        shared = {k: v for k, v in data["env"].items() if k in WORKFLOW_ENV}
+        assert shared == WORKFLOW_ENV, f"{path.name}: top-level env differs from WORKFLOW_ENV"
+        own = [k for k in data["env"] if k not in WORKFLOW_ENV and shared_kinds.fullmatch(k)]
+        assert not own, f"{path.name} sets {own} outside WORKFLOW_ENV: add them to the list instead"
+        assert workflow_env_yaml() in path.read_text(), (
+            f"{path.name}: its top-level env block is not WORKFLOW_ENV's (python -m harness workflows --write)")
+        for job_id, job in data["jobs"].items():
+            for where in [job, *job["steps"]]:
+                again = set(where.get("env") or {}) & set(WORKFLOW_ENV)
+                assert not again, f"{path.name}:{job_id} sets {sorted(again)} again"
+    for value in WORKFLOW_ENV.values():  # repository variables or fixed paths: never an index host
+        assert "://" not in value
+
+
+def test_every_self_hosted_job_ends_with_the_teardown():
+    sessions = _nox_sessions()
+    assert "ci-teardown" in sessions
+    for wf, job_id, job, _ in _self_hosted_jobs():
+        last = job["steps"][-1]
+        assert last.get("if") == "always()" and last.get("run") == f"{NOX} -s ci-teardown", (
+            f"{wf}:{job_id} does not end with the teardown")
+
+
+def test_the_workflows_are_what_the_matrix_and_the_list_write():
+    """`python -m harness workflows --write` would change nothing; a new label in the matrix reaches runs-on."""
+    from dataclasses import replace
+
+    from harness import workflows
+
+    for path in WORKFLOWS:
+        assert workflows.render(path.read_text(), MATRIX) == path.read_text(), (
+            f"{path.name} differs from ci/matrix.json or WORKFLOW_ENV: python -m harness workflows --write")
+    text = (ROOT / ".github" / "workflows" / "flakes.yml").read_text()
+    planted = text.replace("env:\n", "env:\n  # a workflow's own\n  OWN_VAR: x\n  PIP_INDEX_URL: planted-old-value\n", 1)
+    rendered = workflows.render(planted, MATRIX)
+    assert rendered.count("PIP_INDEX_URL") == text.count("PIP_INDEX_URL") and "planted-old-value" not in rendered
+    assert "  # a workflow's own\n  OWN_VAR: x\n" in rendered and _env_after(rendered) == {**_env_after(text),
+                                                                                          "OWN_VAR": "x"}
+    cuda = MATRIX.backend("cuda")
+    other = replace(MATRIX, backends={**MATRIX.backends, "cuda": replace(
+        cuda, runner_labels=(*cuda.runner_labels[:-1], "gpu-b200"))})
+    text = (ROOT / ".github" / "workflows" / "bench.yml").read_text()
+    jobs = yaml.safe_load(workflows.render(text, other))["jobs"]
+    assert jobs["bench-cuda"]["runs-on"][-1] == "gpu-b200" and jobs["bench-rocm"]["runs-on"] == list(
+        MATRIX.backend("rocm").runner_labels)
+
+
+def _env_after(text: str) -> dict:
+    return yaml.safe_load(text)["env"]
+
+
+def test_two_top_level_env_blocks_become_one():
+    """A merge that adds a workflow's own top-level env block beside the shared one (a duplicate key) is made one
+    block by `harness workflows --write`: the shared variables, then the workflow's own."""
+    from harness import workflows
+
+    text = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    merged = text.replace("concurrency:\n", "env:\n  # its own input\n  OWN_SELECTION: ${{ inputs.selection }}\n\n"
+                          "concurrency:\n", 1)
+    assert merged.count("\nenv:\n") == 2
+    rendered = workflows.render(merged, MATRIX)
+    assert rendered.count("\nenv:\n") == 1 and workflows.render(rendered, MATRIX) == rendered
+    assert yaml.safe_load(rendered)["env"] == {**_env_after(text), "OWN_SELECTION": "${{ inputs.selection }}"}
+    assert rendered.replace("  # its own input\n  OWN_SELECTION: ${{ inputs.selection }}\n", "") == text

@@ -54,6 +54,11 @@ def _masked_scores(s):
     return torch.softmax((s / math.sqrt(16)).masked_fill(mask, float("-inf")), dim=-1)
 
 
+def _embedding_grad(grad, ids):
+    """An embedding's weight gradient as AOTAutograd lowers it: ``index_put(zeros, [ids], grad, accumulate)``."""
+    return torch.ops.aten.embedding_dense_backward(grad, ids, 24, -1, False)
+
+
 # Inputs are made on the CPU, then moved: every device sees the same values, so saved runs of two machines
 # compare (KILN_NUMERICS_SAVE, `python -m harness numerics compare`).
 PROGRAMS = {
@@ -71,6 +76,11 @@ PROGRAMS = {
     "causal_softmax": (_masked_scores, lambda d, dev: (torch.randn(2, 12, 12).to(dev, d),)),
     "mse_loss": (lambda a, b: F.mse_loss(a, b), lambda d, dev: (torch.randn(64, 8).to(dev, d),
                                                                   torch.randn(64, 8).to(dev, d))),
+    # the scatter family: atomic sums accumulated in fp32 for fp16/bf16 (eager may round after each add)
+    "embedding_grad": (_embedding_grad, lambda d, dev: (torch.randn(512, 32).to(dev, d),
+                                                        torch.randint(0, 24, (512,)).to(dev))),
+    "scatter_add": (lambda x, i, s: x.scatter_add(1, i, s), lambda d, dev: (
+        torch.randn(8, 16).to(dev, d), torch.randint(0, 16, (8, 200)).to(dev), torch.randn(8, 200).to(dev, d))),
 }
 
 
@@ -79,6 +89,20 @@ PROGRAMS = {
 def test_error_vs_fp64_not_worse_than_eager(name, dtype, device):
     fn, make = PROGRAMS[name]
     assert_not_worse_than_eager(fn, *make(dtype, device), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])
+def test_cumsum_error_vs_fp64_not_worse_than_an_fp32_running_sum(dtype, device):
+    """Scans accumulate in fp32 (fp16/bf16 too), as CUDA's eager cumsum does; eager on a CPU accumulates fp32 in
+    fp64, so the bar is the better of eager and a plain fp32 running sum (numpy's, rounded to the dtype)."""
+    import numpy as np
+
+    x = torch.randn(6, 700).to(device, dtype)
+    ref = torch.cumsum(x.double(), -1)
+    running = torch.from_numpy(np.cumsum(x.float().cpu().numpy(), -1, dtype=np.float32)).to(device, dtype)
+    bar = max(error(torch.cumsum(x, -1), ref), error(running, ref))
+    out, graphs = run_compiled(lambda t: torch.cumsum(t, -1), x)
+    assert fallbacks(graphs) == [] and error(out, ref) <= 2 * bar + FLOOR[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])

@@ -39,7 +39,7 @@ def test_tiny_and_gpu_profiles():
     assert {c.mode for c in tiny} == {"infer", "train"} and {c.dtype_name for c in tiny} == {"fp32"}
     assert {c.spec.kind for c in tiny} == {"decoder", "encoder", "encoder-decoder", "vision"}
     gpu = {c.name: c for c in mdl.all_cases("gpu", "cuda")}
-    assert 10 <= len(gpu) <= 14
+    assert 10 <= len(gpu) - len(mdl.cases("gpu", "ci_*", "cuda")) <= 14
     for name in (
         "model.gpt2.infer.bf16",
         "model.gpt2.train.fp32",
@@ -55,6 +55,31 @@ def test_tiny_and_gpu_profiles():
     assert gpu["model.gpt2.train.fp32"].optimizer == "adamw"
     assert gpu["model.resnet50.train.amp"].autocast and gpu["model.resnet50.train.amp"].optimizer == "sgd"
     assert gpu["model.resnet50.infer.bf16"].sizes.batch == 32
+
+
+def test_ci_size_rows_are_gpu_only_distinct_and_leave_the_other_rows_alone():
+    ci = mdl.cases("gpu", "ci_*", "cuda")
+    assert [c.name for c in ci] == [
+        "model.ci_gpt2.train.fp32",
+        "model.ci_bert.train.fp32",
+        "model.ci_llama.train.fp32",
+        "model.ci_resnet18.infer.bf16",
+        "model.ci_convnext_tiny.infer.bf16",
+    ]
+    for c in ci:
+        assert c.name.startswith(mdl.PREFIX + mdl.CI_PREFIX) and "tiny" not in c.spec.sizes  # never on the CPU tier
+    train = [c for c in ci if c.mode == "train"]
+    for c in train:
+        cfg = c.sizes.config
+        hidden = cfg.get("n_embd", cfg.get("hidden_size"))
+        layers = cfg.get("n_layer", cfg.get("num_hidden_layers"))
+        assert (hidden, layers, c.sizes.batch, c.sizes.seq) == (512, 4, 8, 256) and c.optimizer == "adamw"
+    assert {c.spec.package for c in ci if c.mode == "infer"} == {"torchvision", "timm"}
+    assert all(8 <= c.sizes.batch <= 32 and c.model_dtype == torch.bfloat16 for c in ci if c.mode == "infer")
+    full = {c.name: c.source_hash for c in mdl.all_cases("gpu", "cuda") if c not in ci}
+    assert not set(full) & {c.name for c in ci} and len(set(full.values())) == len(full)
+    assert mdl.cases("gpu", "gpt2", "cuda") == [c for c in mdl.all_cases("gpu", "cuda") if c.spec.name == "gpt2"]
+    assert all(not c.spec.name.startswith(mdl.CI_PREFIX) for c in mdl.all_cases("tiny", "cpu"))
 
 
 def test_dtype_follows_the_device_for_unspecified_cases():
@@ -305,6 +330,46 @@ def test_tables_markdown_json_and_plot(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_gpu_report_has_kernel_ms_fallbacks_unrecorded_graphs_and_says_what_memory_counts():
+    from harness.bench import model_memory
+
+    def mem(alloc):
+        return {"definition": model_memory.DEFINITION, "peak_allocated_bytes": alloc,
+                "peak_reserved_bytes": 2 * alloc}
+
+    graphs = {"graphs": 2, "kernels": 9, "fallbacks": {"aten.index_put.default": 2},
+              "cudagraphs": [
+                  {"graph": "graph_4", "role": "forward", "replays": 9, "unrecorded": 0, "reasons": []},
+                  {"graph": "graph_5", "role": "backward", "replays": 0, "unrecorded": 9, "reasons": [],
+                   "unrecorded_why": {"saved outputs of the previous call still referenced": 9}}]}
+    results = [
+        _res("ci_bert.train.fp32", "eager", 10.0, peak=400 * 2**20),
+        _res("ci_bert.train.fp32", "kiln-cg", 5.0, peak=200 * 2**20),
+        _res("ci_bert.train.fp32", "inductor-cg", 4.0, peak=100),  # stored before the current definition
+    ]
+    for r, alloc in zip(results[:2], (400 * 2**20, 200 * 2**20)):
+        r.meta["memory"] = mem(alloc)
+        r.meta["kernel"] = {"kernel_ms": 3.25 if r.compiler == "eager" else 2.5, "launches": 100.0}
+    results[1].meta["kiln_graphs"] = graphs
+    table = mrep.model_table(results)
+    row = dict(zip(table[0], table[1]))
+    assert row["eager kernel ms"] == "3.25" and row["kiln-cg kernel ms"] == "2.5"
+    assert "inductor-cg kernel ms" not in row  # no column for a compiler never profiled
+    assert row["kiln-cg mem ratio"] == "2.00" and row["inductor-cg mem ratio"] == "-"  # definitions differ
+    assert row["kiln-cg fallbacks"] == "index_put x2"
+    assert row["kiln-cg unrecorded graphs"] == "1/2: graph_5 (backward)"
+    run = RunInfo(1, "u", now(), status="complete", profile="models-gpu", device="cuda", device_name="H100")
+    md = mrep.markdown_report("gpu", [run], results, [])
+    assert f"Counted: {model_memory.DESCRIPTION}." in md
+    assert "| ci_bert.train.fp32 | 400/800 | 200/400 | old def |" in md
+    assert ("- ci_bert.train.fp32 kiln-cg: graph_5 (backward): 9 of 9 calls after warm-up unrecorded: saved "
+            "outputs of the previous call still referenced (x9)") in md
+    js = mrep.json_report("gpu", [run], results, [])
+    cell = js["cases"][0]["compilers"]["kiln-cg"]
+    assert cell["reserved_ratio"] == 2.0 and cell["kiln_graphs"] == graphs and cell["kernel"]["kernel_ms"] == 2.5
+    assert js["memory_definition"]["name"] == model_memory.DEFINITION
+
+
 # ------------------------------------------------------------------ store round trip
 def _store_run(
     store: Store,
@@ -503,7 +568,10 @@ def test_tiny_model_end_to_end_kiln_vs_eager(tmp_path, capsys):
     assert len(kiln.samples) >= 2 and kiln.median_ns > 0 and eager.median_ns > 0
     assert kiln.compile_s is not None and kiln.compile_s >= 0, kiln.meta.get("compile_probe_error")
     assert kiln.meta["compile_warm_s"] is not None and kiln.meta["first_call_s"] > 0
-    assert "peak_mem_bytes" not in kiln.meta  # CPU: n/a
+    assert "peak_mem_bytes" not in kiln.meta and "kernel" not in kiln.meta  # CPU: n/a
+    graphs = kiln.meta["kiln_graphs"]  # kiln's graphs of the step, recorded while it compiled
+    assert graphs["graphs"] >= 1 and graphs["kernels"] >= 1 and graphs["cudagraphs"] == []  # no runner on CPU
+    assert "kiln_graphs" not in eager.meta
     for name in ("report.md", "report.json", "export.json"):
         assert (out / name).stat().st_size > 0
     assert "| bert.infer.fp32 | all |" in (out / "report.md").read_text()

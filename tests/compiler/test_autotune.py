@@ -1,0 +1,165 @@
+"""Autotuning (compiler/runtime/autotune.py) on CPU through the interpreter, with an injected timer: the fastest
+candidate is chosen and used, written buffers are restored around every candidate, choices are cached per size
+bucket on disk (a second compile times nothing), and without a timer the CPU is a logged no-op."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import compiler
+from compiler import config
+from compiler.backend import backend_overrides
+from compiler.runtime import autotune, compile_stats, reset_compile_stats
+from compiler.runtime.launcher import TritonKernel
+from kiln_testing import DEVICE
+
+
+class FakeTimer:
+    """Runs each candidate once (so the kernel really launches) and says the one with the fewest warps, then
+    the smallest XBLOCK, is fastest."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def __call__(self, launch, cfg: dict) -> float:
+        launch()
+        self.calls.append(dict(cfg))
+        return cfg["num_warps"] * 1e-3 + cfg["XBLOCK"] * 1e-9
+
+
+@pytest.fixture
+def tuned(tmp_path):
+    timer = FakeTimer()
+    autotune.set_timer(timer)
+    with config.patch(autotune=True, cache="1", autotune_dir=str(tmp_path / "autotune"), strict=True,
+                      cache_dir=str(tmp_path / "kernels")):
+        reset_compile_stats()
+        yield timer
+    autotune.set_timer(None)
+
+
+def _f(x):
+    return (x * 2).relu() + 1
+
+
+def _run(fn, *args, **kw):
+    torch._dynamo.reset()
+    with compiler.capture() as graphs:
+        out = torch.compile(fn, backend="kiln", **kw)(*args)
+    return graphs, out
+
+
+def _launch_cfgs(graphs):
+    out = []
+    for _, m in graphs[0].wrapper.named_children():
+        if isinstance(m, TritonKernel):
+            out += [launch.cfg for launch in m._launches.values()]
+    return out
+
+
+def test_the_fastest_candidate_is_used_and_the_second_compile_times_nothing(tuned):
+    x = torch.randn(3000, device=DEVICE)
+    graphs, out = _run(_f, x)
+    assert torch.allclose(out, _f(x))
+    assert len(tuned.calls) > 1 and compile_stats().autotuned == 1
+    best = min(tuned.calls, key=lambda c: (c["num_warps"], c["XBLOCK"]))
+    (cfg,) = _launch_cfgs(graphs)
+    assert (cfg["XBLOCK"], cfg["num_warps"]) == (best["XBLOCK"], best["num_warps"])
+    n = len(tuned.calls)
+    autotune.set_timer(tuned)  # forgets this process's choices: the next compile must read them from disk
+    graphs, out = _run(_f, x)
+    assert len(tuned.calls) == n and compile_stats().autotune_hits == 1  # no timing the second time
+    assert torch.allclose(out, _f(x))
+    assert _launch_cfgs(graphs)[0]["XBLOCK"] == best["XBLOCK"]
+
+
+def test_a_size_bucket_shares_its_choice(tuned):
+    graphs, _ = _run(_f, torch.randn(3000, device=DEVICE), dynamic=True)
+    n = len(tuned.calls)
+    compiled = torch.compile(_f, backend="kiln", dynamic=True)
+    x = torch.randn(2500, device=DEVICE)  # same bucket (4096): no timing
+    assert torch.allclose(compiled(x), _f(x)) and len(tuned.calls) == n
+    x = torch.randn(9000, device=DEVICE)  # another bucket: timed
+    assert torch.allclose(compiled(x), _f(x)) and len(tuned.calls) > n
+
+
+def test_reductions_are_tuned_and_stay_correct(tuned):
+    def f(x):
+        return torch.softmax(x, -1) * x.sum(0)
+
+    x = torch.randn(64, 300, device=DEVICE)
+    _, out = _run(f, x)
+    assert torch.allclose(out, f(x), atol=1e-5) and compile_stats().autotuned >= 2
+    persistent = [c for c in tuned.calls if c.get("PERSISTENT")]
+    # a whole row stays in one block: rows of 300 (softmax) and of 64 (the column sum)
+    assert persistent and {c["RBLOCK"] for c in persistent} == {512, 64}
+
+
+def test_written_buffers_are_restored_before_every_candidate(tuned):
+    with config.patch(autotune=False):
+        graphs, _ = _run(_f, torch.randn(3000, device=DEVICE))
+    (kernel,) = [m for _, m in graphs[0].wrapper.named_children() if isinstance(m, TritonKernel)]
+    x = torch.randn(3000, device=DEVICE)
+    out = torch.full((3000,), 7.0, device=DEVICE)
+    seen = []
+
+    def timer(launch, cfg):
+        seen.append(bool((out == 7.0).all()))  # each candidate starts from the state before the launch
+        launch()
+        return cfg["num_warps"]
+
+    autotune.set_timer(timer)
+    args = (x, out, 3000) if kernel.ptr_args == ["in_ptr0", "out_ptr0"] else pytest.skip(str(kernel.ptr_args))
+    cfg = kernel.heuristic_config(3000, 1, interp=config.interpreting())
+    choice = autotune._tune(kernel, cfg, args)
+    assert choice is not None and len(seen) > 1 and all(seen)
+    assert (out == 7.0).all()  # and the buffers are back to it afterwards: the real launch writes them
+
+
+@pytest.mark.skipif(not config.interpreting(), reason="on a GPU, autotuning without a timer times for real")
+def test_cpu_without_a_timer_is_a_logged_no_op(tmp_path, caplog):
+    autotune.set_timer(None)
+    autotune._noted.clear()
+    reset_compile_stats()
+    with config.patch(autotune=True, autotune_dir=str(tmp_path)), caplog.at_level(logging.INFO, "kiln"):
+        x = torch.randn(100, device=DEVICE)
+        _, out = _run(_f, x)
+    assert torch.allclose(out, _f(x))
+    assert compile_stats().autotuned == 0 and not list(tmp_path.iterdir())
+    assert any("autotuning skipped" in r.message and "interpreter" in r.message for r in caplog.records)
+
+
+def test_max_autotune_mode_turns_it_on(tuned):
+    assert backend_overrides(mode="max-autotune")["autotune"] is True
+    assert backend_overrides(mode="max-autotune-no-cudagraphs") == {"autotune": True}
+    with config.patch(autotune=False):  # the mode alone turns it on, for this compiled function
+        x = torch.randn(3000, device=DEVICE)
+        _, out = _run(_f, x, mode="max-autotune-no-cudagraphs")
+    assert torch.allclose(out, _f(x)) and tuned.calls
+
+
+def test_candidates_keep_the_heuristic_and_fill_the_threads():
+    cfg = {"XBLOCK": 8, "RBLOCK": 128, "PERSISTENT": True, "num_warps": 4}
+    cands = autotune.candidates(cfg, "inner", 0)
+    assert cfg in cands and all(c["RBLOCK"] == 128 for c in cands)
+    assert all(c["XBLOCK"] * c["RBLOCK"] >= 32 * c["num_warps"] for c in cands if c != cfg)
+    outer = autotune.candidates({"XBLOCK": 64, "RBLOCK": 64, "PERSISTENT": False, "num_warps": 8}, "outer", 0)
+    assert {c["RBLOCK"] for c in outer} == {32, 64, 128}
+    pw = autotune.candidates({"XBLOCK": 1024, "num_warps": 4}, "inner", 0)
+    assert {"XBLOCK": 1024, "num_warps": 4} in pw and all("RBLOCK" not in c for c in pw)
+
+
+def test_choices_follow_the_cache_setting(tuned, tmp_path):
+    x = torch.randn(3000, device=DEVICE)
+    with config.patch(cache="0"):
+        _run(_f, x)
+    assert len(tuned.calls) > 1 and not (tmp_path / "autotune").exists()  # tuned, nothing written
+    n = len(tuned.calls)
+    autotune.set_timer(tuned)
+    with config.patch(cache="read"):
+        _, out = _run(_f, x)
+    assert len(tuned.calls) > n and not (tmp_path / "autotune").exists()  # read-only: timed again, not written
+    assert torch.allclose(out, _f(x))

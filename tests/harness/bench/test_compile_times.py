@@ -1,0 +1,67 @@
+"""harness/bench/compile_times.py: which probes run with which environment, and the table it reports (the
+probes themselves are faked: real ones are fresh processes compiling a model, the device stage's job)."""
+
+from __future__ import annotations
+
+import types
+
+from harness.bench import compile_times as ct
+from harness.bench import models as mdl
+from harness.bench import warmcache
+from harness.bench.model_run import ModelBenchConfig, compile_probe
+
+
+def _probe(case="model.gpt2.infer.fp32"):
+    return compile_probe(mdl.find(case, "tiny", "cpu"), "kiln", ModelBenchConfig(device="cpu"))
+
+
+def test_autotune_env_per_compiler():
+    assert ct.autotune_env("kiln") == {"KILN_AUTOTUNE": "1"}
+    assert ct.autotune_env("kiln-cg") == {"KILN_AUTOTUNE": "1"}
+    assert ct.autotune_env("inductor") == {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
+    assert ct.autotune_env("eager") is None
+
+
+def test_measure_runs_a_cold_warm_pair_then_an_autotuned_pair(monkeypatch):
+    calls = []
+    answers = iter([{"compile_s": 10.0, "steady_s": 0.02}, {"compile_s": 2.0, "steady_s": 0.020},
+                    {"compile_s": 30.0, "steady_s": 0.019}, {"compile_s": 2.5, "steady_s": 0.016}])
+
+    def fake_probe(p, environ):
+        calls.append((environ.get("KILN_AUTOTUNE"), environ["XDG_CACHE_HOME"]))
+        return next(answers)
+
+    monkeypatch.setattr(ct, "probe", fake_probe)
+    t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
+    assert (t.cold_s, t.warm_s, t.autotune_s, t.autotune_warm_s) == (10.0, 2.0, 30.0, 2.5)
+    assert [c[0] for c in calls] == [None, None, "1", "1"]
+    assert calls[0][1] == calls[1][1] != calls[2][1] == calls[3][1]  # warm reuses cold's caches; autotune: fresh
+    assert t.step_s == 0.020 and t.autotune_step_s == 0.016 and not t.error
+
+
+def test_a_failed_cold_probe_skips_the_rest(monkeypatch):
+    monkeypatch.setattr(ct, "probe", lambda p, environ: {"error": "boom"})
+    t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
+    assert t.cold_s is None and t.autotune_s is None and t.error == "cold: boom"
+
+
+def test_table_and_report_lines():
+    rows = [ct.CompileTimes("model.a", "kiln", 10.0, 2.0, 30.0, 2.5, 0.020, 0.016),
+            ct.CompileTimes("model.a", "inductor", 20.0, 4.0, None, None, None, None, "autotuned: timeout")]
+    lines = ct.table(rows)
+    assert "| model.a | kiln | 10.0 | 2.0 | 20% | 30.0 | 2.5 | 20.00 | 16.00 | 1.250 |" in lines
+    assert any("geomean over 1 rows: kiln 1.250" in ln for ln in lines)
+    assert "- model.a inductor: autotuned: timeout" in lines
+    result = types.SimpleNamespace(workload="model.a", compiler="kiln", compile_s=10.0,
+                                   meta={"compile_warm_s": 2.0, "compile_autotune_s": 30.0,
+                                         "compile_autotune_warm_s": 2.5, "probe_step_s": 0.02,
+                                         "probe_autotune_step_s": 0.016})
+    section = ct.report_lines([result, types.SimpleNamespace(workload="b", compiler="kiln", compile_s=1.0, meta={})])
+    assert section[0].startswith("### Compile times") and sum(ln.startswith("| model.a") for ln in section) == 1
+    assert ct.report_lines([]) == []
+
+
+def test_warmcache_command_bad_input_is_one_line(capsys):
+    assert warmcache.main(["--only", "no-such-model", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no-such-model" in err

@@ -1,0 +1,307 @@
+"""The act rehearsal (ci/rehearse/rehearse.py, `nox -s rehearse`): the act command line it builds from the
+committed workflows (every runs-on label mapped to host mode, every remote action to a local stand-in, the
+artifact server on 127.0.0.1 only), its reading of act's output and verdicts, the stand-in actions themselves,
+and the test selection (KILN_TEST_SELECTION) the workflows hand to the harness."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import settings as settings_mod
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is in the test extras")
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "act"
+_spec = importlib.util.spec_from_file_location("kiln_rehearse", ROOT / "ci" / "rehearse" / "rehearse.py")
+rehearse = importlib.util.module_from_spec(_spec)
+sys.modules["kiln_rehearse"] = rehearse  # dataclasses look their module up
+_spec.loader.exec_module(rehearse)
+
+WORKFLOWS = rehearse.load_workflows(ROOT)
+
+
+def _argv(spec, workflows=WORKFLOWS, tmp=Path("/tmp/x")):
+    return rehearse.act_argv("act", spec, workflows, root=ROOT, actions_dir=rehearse.ACTIONS_DIR,
+                             artifacts=tmp / "artifacts", cache=tmp / "cache", port=40000,
+                             event_file=tmp / "event.json")
+
+
+def _pairs(argv, flag):
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+# ---- the act command line ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", rehearse.default_jobs("x", 2), ids=lambda s: s.job)
+def test_every_runs_on_label_of_every_workflow_runs_in_host_mode(spec):
+    argv = _argv(spec)
+    mapped = dict(p.split("=", 1) for p in _pairs(argv, "-P"))
+    labels = {lb for wf in WORKFLOWS.values() for job in wf["jobs"].values() for lb in rehearse.runs_on_labels(job)}
+    assert {"self-hosted", "ubuntu-latest"} <= labels  # read from the real workflows
+    assert set(mapped) == labels
+    assert set(mapped.values()) == {"-self-hosted"}
+    # the rehearsed job's own labels in particular
+    assert set(rehearse.runs_on_labels(WORKFLOWS[spec.workflow]["jobs"][spec.job])) <= set(mapped)
+
+
+def test_runs_on_forms_and_expression_labels():
+    assert rehearse.runs_on_labels({"runs-on": "ubuntu-latest"}) == ["ubuntu-latest"]
+    assert rehearse.runs_on_labels({"runs-on": ["self-hosted", "cpu"]}) == ["self-hosted", "cpu"]
+    assert rehearse.runs_on_labels({"runs-on": {"group": "g", "labels": ["self-hosted", "h100"]}}) == \
+        ["self-hosted", "h100"]
+    with pytest.raises(rehearse.RehearseError, match="expression"):
+        rehearse.platform_args(["self-hosted", "${{ matrix.runner }}"])
+
+
+@pytest.mark.parametrize("spec", rehearse.default_jobs("", 2), ids=lambda s: s.job)
+def test_every_remote_action_is_a_local_stand_in(spec):
+    argv = _argv(spec)
+    local = dict(p.split("=", 1) for p in _pairs(argv, "--local-repository"))
+    uses = {str(step["uses"]) for wf in WORKFLOWS.values() for job in wf["jobs"].values()
+            for step in job.get("steps", []) if "uses" in step}
+    assert any(u.startswith("actions/download-artifact@") for u in uses)  # merge jobs: mapped though not run
+    for u in uses:
+        assert u in local, f"{u} would be fetched from the network"
+        assert (Path(local[u]) / "action.yml").is_file()
+        assert Path(local[u]).is_relative_to(ROOT / "ci" / "rehearse" / "actions")
+    assert "--no-skip-checkout" in argv  # the checkout stand-in runs rather than act's silent copy
+    assert "--action-offline-mode" in argv
+
+
+def test_an_action_without_stand_in_is_refused():
+    with pytest.raises(rehearse.RehearseError, match="no local stand-in for actions/cache@v4"):
+        rehearse.local_repository_args(["actions/checkout@abc", "actions/cache@v4"], rehearse.ACTIONS_DIR)
+    wf = {"w.yml": {"jobs": {"j": {"runs-on": "ubuntu-latest", "steps": [{"uses": "docker://alpine"},
+                                                                          {"uses": "./local"},
+                                                                          {"uses": "actions/checkout@abc"}]}}}}
+    assert rehearse.remote_uses(wf) == ["actions/checkout@abc"]
+
+
+def test_servers_listen_on_loopback_only(tmp_path):
+    argv = _argv(rehearse.default_jobs("", 2)[1], tmp=tmp_path)
+    assert _pairs(argv, "--artifact-server-addr") == ["127.0.0.1"]
+    assert _pairs(argv, "--artifact-server-path") == [str(tmp_path / "artifacts")]
+    assert _pairs(argv, "--artifact-server-port") == ["40000"]
+    assert "--no-cache-server" in argv and _pairs(argv, "--cache-server-addr") == ["127.0.0.1"]
+    assert not [a for a in argv if a.endswith("-addr") and a not in ("--artifact-server-addr", "--cache-server-addr")]
+
+
+def test_event_inputs_and_matrix_reach_act():
+    specs = {s.job: s for s in rehearse.default_jobs("test_a or test_b", 3)}
+    flakes = _argv(specs["flakes-cpu"])
+    assert flakes[1] == "workflow_dispatch"  # act gives inputs.* only to workflow_dispatch
+    assert _pairs(flakes, "-e") == ["/tmp/x/event.json"]  # with an event file, act reads the inputs from it
+    assert rehearse.event_payload(specs["flakes-cpu"], "refs/heads/main") == \
+        {"ref": "refs/heads/main", "inputs": {"runs": "3", "selection": "test_a or test_b"}}
+    assert rehearse.event_payload(rehearse.default_jobs("", 2)[0], "refs/heads/x") == \
+        {"ref": "refs/heads/x", "inputs": {}}
+    assert _pairs(flakes, "-W") == [".github/workflows/flakes.yml"] and _pairs(flakes, "-j") == ["flakes-cpu"]
+    assert specs["flakes-cuda"].expect == "preflight" and "--matrix" not in _argv(specs["flakes-cuda"])
+    matrix = rehearse.JobSpec("ci.yml", "tests-cuda", "workflow_dispatch", matrix=(("shard", "1"),))
+    assert _pairs(_argv(matrix), "--matrix") == ["shard:1"]
+    assert "KILN_PRUNE_IMAGES=0" in _pairs(flakes, "--env")  # the teardown keeps other checkouts' images
+    with pytest.raises(rehearse.RehearseError, match="has no job"):
+        _argv(rehearse.JobSpec("ci.yml", "nope", "push"))
+
+
+def test_the_workflows_declare_the_inputs_the_rehearsal_sends():
+    for spec in rehearse.default_jobs("x", 2):
+        declared = WORKFLOWS[spec.workflow]["on"]["workflow_dispatch"]["inputs"]
+        assert {k for k, _ in spec.inputs} <= set(declared), spec.workflow
+        env = WORKFLOWS[spec.workflow].get("env", {})
+        assert env.get("KILN_TEST_SELECTION") == "${{ inputs.selection }}", spec.workflow
+
+
+def test_act_env_keeps_the_workflow_in_charge():
+    env = rehearse.act_env({"PATH": "/venv/r/bin:/usr/bin", "KILN_TEST_SELECTION": "x", "GITHUB_TOKEN": "t",
+                            "VIRTUAL_ENV": "/venv/r", "PIP_FIND_LINKS": "/w", "HOME": "/root"}, "/venv/r")
+    assert env == {"PATH": "/usr/bin", "PIP_FIND_LINKS": "/w", "HOME": "/root"}
+    runner = rehearse.act_env({"PATH": "/usr/bin", "HOME": "/root"}, None, Path("/r/home"))
+    assert runner == {"PATH": "/usr/bin", "HOME": "/r/home", "XDG_CONFIG_HOME": "/root/.config",
+                      "XDG_CACHE_HOME": "/root/.cache"}  # pip keeps its configuration and cache
+
+
+# ---- act's output --------------------------------------------------------------------------------------------
+
+
+def test_parse_a_successful_job():
+    (run,) = rehearse.parse_act_output((FIXTURES / "lint.log").read_text(encoding="utf-8"))
+    assert run.result == "succeeded"
+    main = [(s.name, s.result, s.depth) for s in run.steps if s.stage == "Main"]
+    assert main == [
+        ("actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683", "success", 0),
+        ("copy the local source tree (stand-in for actions/checkout)", "success", 1),
+        ("Install nox", "success", 0),
+        ("nox -s lint", "success", 0),
+    ]
+    spec = rehearse.JobSpec("ci.yml", "lint", "workflow_dispatch")
+    assert rehearse.judge(spec, WORKFLOWS["ci.yml"]["jobs"]["lint"], [run], 0).ok
+    assert not rehearse.judge(spec, WORKFLOWS["ci.yml"]["jobs"]["lint"], [run], 1).ok
+    gpu = rehearse.JobSpec("ci.yml", "lint", "workflow_dispatch", expect="preflight")
+    assert not rehearse.judge(gpu, WORKFLOWS["ci.yml"]["jobs"]["lint"], [run], 0).ok
+
+
+def test_gpu_job_must_stop_at_its_pre_flight():
+    text = (FIXTURES / "flakes-cuda.log").read_text(encoding="utf-8")
+    (run,) = rehearse.parse_act_output(text)
+    assert run.result == "failed"
+    assert [s.name for s in run.steps if s.result == "failure"] == ["nox -s flakes-cuda"]
+    spec = rehearse.JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch", expect="preflight")
+    job = WORKFLOWS["flakes.yml"]["jobs"]["flakes-cuda"]
+    v = rehearse.judge(spec, job, [run], 1)
+    assert v.ok, v.line
+    assert v.line.startswith("stopped at pre-flight (step 'nox -s flakes-cuda') with message: "
+                             "error: pre-flight cuda: no NVIDIA driver")
+    # a workflow with a pre-flight step of its own: failing anywhere else is not the expected stop
+    with_step = {"steps": [{"name": "GPU pre-flight", "run": "python -m harness preflight"}, *job["steps"]]}
+    v = rehearse.judge(spec, with_step, [run], 1)
+    assert not v.ok and "not at its pre-flight step 'GPU pre-flight'" in v.line
+    renamed = rehearse.parse_act_output(text.replace("nox -s flakes-cuda", "GPU pre-flight"))
+    assert rehearse.judge(spec, with_step, renamed, 1).ok
+    # a CPU expectation for the same output fails and names the step
+    assert "at step 'nox -s flakes-cuda'" in rehearse.judge(
+        rehearse.JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch"), job, [run], 1).line
+
+
+def test_gpu_job_failing_before_its_pre_flight_is_not_the_expected_stop():
+    """tests-cuda under act: `strategy.job-total` is empty, so `--shard 1/` is refused before the pre-flight."""
+    (run,) = rehearse.parse_act_output((FIXTURES / "tests-cuda.log").read_text(encoding="utf-8"))
+    assert run.result == "failed"
+    failed = [s for s in run.steps if s.result == "failure"]
+    assert [s.name for s in failed] == ["nox -s tests-cuda (one shard)", "Report and job summary"]
+    assert rehearse.error_line(failed[0]).startswith("harness run: error: --shard '1/'")
+    spec = rehearse.JobSpec("ci.yml", "tests-cuda", "workflow_dispatch", expect="preflight")
+    v = rehearse.judge(spec, WORKFLOWS["ci.yml"]["jobs"]["tests-cuda"], [run], 1)
+    assert not v.ok and "before or without its pre-flight: harness run: error: --shard '1/'" in v.line
+
+
+def test_summary_rows_list_steps_as_act_ran_them_and_the_skipped_ones():
+    (run,) = rehearse.parse_act_output((FIXTURES / "tests-cuda.log").read_text(encoding="utf-8"))
+    spec = rehearse.JobSpec("ci.yml", "tests-cuda", "workflow_dispatch", expect="preflight")
+    rows = rehearse.summary_rows(spec, WORKFLOWS["ci.yml"]["jobs"]["tests-cuda"], [run])
+    steps = {step.strip(): result for _, step, result in rows}
+    assert steps["nox -s tests-cuda (one shard)"].startswith("failure [")
+    assert steps["Install nox"].startswith("success [")
+    assert steps["nox -s ci-durations (main; per-test durations from the history, for --shard)"] == "skipped"
+    assert any(step.startswith("  copy the local source tree") for _, step, _ in rows)  # composite: indented
+    text = rehearse.table(rows)
+    assert text.splitlines()[0].split() == ["job", "step", "result"]
+    assert len(text.splitlines()) == len(rows) + 2
+
+
+def test_an_unfinished_or_missing_job_is_not_ok():
+    spec = rehearse.JobSpec("ci.yml", "lint", "push")
+    assert not rehearse.judge(spec, {}, [], 1).ok
+    (run,) = rehearse.parse_act_output("[ci/lint] ⭐ Run Main Install nox\n[ci/lint]   | x\n")
+    assert run.result == "unfinished" and run.steps[0].result == "running" and run.steps[0].output == ["x"]
+    assert not rehearse.judge(spec, {}, [run], 0).ok
+
+
+# ---- the stand-in actions (their scripts, run for real) -------------------------------------------------------
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+@pytest.mark.skipif(not shutil.which("git") or not shutil.which("tar"), reason="needs git and tar")
+def test_checkout_stand_in_copies_the_tree_as_it_is(tmp_path):
+    src, ws = tmp_path / "src", tmp_path / "ws"
+    src.mkdir()
+    ws.mkdir()
+    (ws / "stale").write_text("from a previous job")
+    _git("init", "-q", cwd=src)
+    for name in ("kept", "changed", "gone"):
+        (src / name).write_text(name)
+    (src / ".gitignore").write_text("ignored\n")
+    _git("add", "-A", cwd=src)
+    _git("commit", "-qm", "one", cwd=src)
+    (src / "changed").write_text("changed, not committed")
+    (src / "new").write_text("untracked")
+    (src / "ignored").write_text("ignored")
+    (src / "gone").unlink()
+    env = {**os.environ, "KILN_REHEARSE_SOURCE": str(src), "GITHUB_WORKSPACE": str(ws), "STANDIN_PATH": ""}
+    out = subprocess.run(["bash", str(rehearse.ACTIONS_DIR / "checkout" / "checkout.sh")], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "NOT actions/checkout" in out.stdout and "2 uncommitted or untracked" in out.stdout
+    assert sorted(p.name for p in ws.iterdir() if p.name != ".git") == [".gitignore", "changed", "kept", "new"]
+    assert (ws / "changed").read_text() == "changed, not committed"
+    env["STANDIN_PATH"] = "../escape"
+    bad = subprocess.run(["bash", str(rehearse.ACTIONS_DIR / "checkout" / "checkout.sh")], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "leaves the workspace" in bad.stderr
+
+
+def _upload(ws, store, name, paths, if_none="warn"):
+    env = {**os.environ, "KILN_REHEARSE_ARTIFACTS": str(store), "GITHUB_WORKSPACE": str(ws), "GITHUB_RUN_ID": "1",
+           "STANDIN_NAME": name, "STANDIN_PATHS": paths, "STANDIN_IF_NONE": if_none}
+    return subprocess.run(["bash", str(rehearse.ACTIONS_DIR / "upload-artifact" / "upload.sh")], env=env,
+                          capture_output=True, text=True)
+
+
+def _download(ws, store, **inputs):
+    env = {**os.environ, "KILN_REHEARSE_ARTIFACTS": str(store), "GITHUB_WORKSPACE": str(ws), "GITHUB_RUN_ID": "1",
+           "STANDIN_NAME": inputs.get("name", ""), "STANDIN_PATTERN": inputs.get("pattern", ""),
+           "STANDIN_PATH": inputs.get("path", "."), "STANDIN_MERGE": inputs.get("merge", "false")}
+    return subprocess.run(["bash", str(rehearse.ACTIONS_DIR / "download-artifact" / "download.sh")], env=env,
+                          capture_output=True, text=True)
+
+
+def test_upload_and_download_stand_ins_round_trip(tmp_path):
+    ws, store = tmp_path / "ws", tmp_path / "artifacts"
+    (ws / "results" / "suite").mkdir(parents=True)
+    (ws / "results" / "suite" / "a.xml").write_text("<a/>")
+    (ws / "results" / "run.json").write_text("{}")
+    up = _upload(ws, store, "results-cuda-shard-1", "results/\n")
+    assert up.returncode == 0, up.stderr
+    assert "NOT actions/upload-artifact" in up.stdout and "2 file(s)" in up.stdout and "suite/a.xml" in up.stdout
+    assert (store / "1" / "results-cuda-shard-1" / "suite" / "a.xml").read_text() == "<a/>"
+    again = _upload(ws, store, "results-cuda-shard-1", "results/")
+    assert again.returncode == 1 and "already exists" in again.stderr
+    assert _upload(ws, store, "none", "missing/", "warn").returncode == 0
+    missing = _upload(ws, store, "none", "missing/", "error")
+    assert missing.returncode == 1 and "no files found" in missing.stderr
+    assert _upload(ws, store, "results-cuda-shard-2", "results/*.json").returncode == 0
+    assert (store / "1" / "results-cuda-shard-2" / "results" / "run.json").exists()  # globs keep their paths
+    down = _download(ws, store, pattern="results-cuda-shard-*", path="results/shards")
+    assert down.returncode == 0, down.stderr
+    assert (ws / "results" / "shards" / "results-cuda-shard-1" / "suite" / "a.xml").exists()
+    assert (ws / "results" / "shards" / "results-cuda-shard-2" / "results" / "run.json").exists()
+    assert _download(ws, store, name="absent").returncode == 1
+
+
+# ---- the selection the workflows hand to the harness -------------------------------------------------------------
+
+
+def test_selection_setting_becomes_pytest_k(monkeypatch, capsys):
+    monkeypatch.delenv("KILN_TEST_SELECTION", raising=False)
+    assert settings_mod.selection_args("harness run") == []
+    monkeypatch.setenv("KILN_TEST_SELECTION", "  test_a or test_b ")
+    assert settings_mod.settings().test_selection == "test_a or test_b"
+    assert settings_mod.selection_args("flakes") == ["-k", "test_a or test_b"]
+    assert "flakes: note: KILN_TEST_SELECTION selects the tests matching -k 'test_a or test_b'" in capsys.readouterr().out
+
+
+def test_flakes_cli_runs_only_the_selected_tests(tmp_path):
+    """The selection reaches pytest for real: of the planted module's tests only the one matching -k runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_PLANTED")}
+    env.update(KILN_PLANTED_STATE=str(tmp_path), KILN_TEST_SELECTION="planted_passing")
+    out = subprocess.run([sys.executable, "-m", "harness", "flakes", "--native", "--runs", "2", "--out",
+                          str(tmp_path / "out"), "--pytest-arg=--confcutdir=tests/harness/planted",
+                          "tests/harness/planted/planted_flakes.py"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "KILN_TEST_SELECTION selects the tests matching -k 'planted_passing'" in out.stdout
+    assert "flakes cpu: 1 tests x 2 runs: 1 passing, 0 failing, 0 flaky, 0 blocking" in out.stdout
