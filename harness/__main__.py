@@ -63,6 +63,9 @@ EXAMPLES: dict[str, str] = {
     "bench": "python -m harness bench history            # the store `nox -s ci`/`nox -s bench` wrote\n"
              "python -m harness bench list --json -",
     "numerics": "python -m harness numerics run attention --repeat 2",
+    "preflight": "python -m harness preflight --backend cuda --gpus 2",
+    "workflows": "python -m harness workflows --write",
+    "cleanup": "python -m harness cleanup --dry-run",
 }
 
 

@@ -121,6 +121,7 @@ def test_every_verb_help_has_a_description_an_example_and_the_exit_codes(verb):
     proc = harness(verb, "--help")
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
+    assert set(EXAMPLES) == set(VERBS)  # a new verb comes with its example
     assert VERBS[verb][1] in text  # the description
     assert "example:\n  " + EXAMPLES[verb].splitlines()[0] in text
     assert text.index("example:") < text.index("exit codes:") and text.rstrip().endswith(
