@@ -389,7 +389,7 @@ def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path, r
     ax.invert_yaxis()
     ax.set_xlabel("speedup over eager (x, log scale; > 1: faster than eager)")
     skipped = sorted(interpreted(device, run.compilers)) if run is not None else []
-    ax.set_title(plot_title("Kernel speedup over eager (median step time)", run,
+    ax.set_title(plot_title("Kernel speedup over eager (median time per call)", run,
                             extra=f"not shown: {', '.join(skipped)} (interpreter)" if skipped else ""), fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
