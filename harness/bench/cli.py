@@ -254,10 +254,10 @@ def _add_models(sub) -> None:
                    "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)")
     p.add_argument("--autotune-times", action="store_true", help="also autotuned compile s (cold, warm) of the "
                    "--compile-times compilers, in fresh subprocesses (harness/bench/compile_times.py)")
-    p.add_argument("--out", type=Path, help="run folder: store, report.md, report.json, export.json, "
-                   "models.png (default results/bench/models-PROFILE)")
-    p.add_argument("--db", type=Path, help="SQLite store (default OUT/bench.sqlite; may be shared with the "
-                   "kernel tier: model runs have profile models-PROFILE)")
+    p.add_argument("--out", type=Path, help="run folder: report.md, report.json, export.json, models.png (default "
+                   "the models/ folder beside the machine's bench store, results/bench/<backend>/models)")
+    p.add_argument("--db", type=Path, help="SQLite store (default: with --out, OUT/bench.sqlite; else the machine's "
+                   "bench store, shared with the kernel tier: model runs have profile models-PROFILE)")
     p.add_argument("--md", type=Path, help="Markdown report here instead of OUT/report.md")
     p.add_argument("--json", type=Path, help="JSON report here instead of OUT/report.json")
     p.add_argument("--plots", type=Path, help="PNG plot folder instead of OUT")
