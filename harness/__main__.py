@@ -13,7 +13,9 @@ import argparse
 import importlib
 import sys
 
+from harness import conventions
 from harness.exc import EXIT_CODES_EPILOG, EXIT_OK, EXIT_USAGE, guarded
+from harness.settings import require_compiler_settings
 
 # verb -> (module, one-line help). Keep sorted by the order a person meets them.
 VERBS: dict[str, tuple[str, str]] = {
@@ -38,6 +40,33 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
+
+# verbs that compile with kiln in this process (or its native children): a bad compiler setting stops them first
+# (`run` checks the suites' own environment; `bench` checks the verbs that measure; `env` records the error)
+COMPILING_VERBS = frozenset({"health", "compile-check", "numerics"})
+
+# verb -> an example a person can paste (shown in the verb's --help, before the exit codes)
+EXAMPLES: dict[str, str] = {
+    "run": "python -m harness run --backend cpu --native --quiet",
+    "detect": "python -m harness detect --mode",
+    "health": "python -m harness health",
+    "env": "python -m harness env --part device",
+    "image": "python -m harness image --check",
+    "report": "python -m harness report --json - | jq .counts",
+    "repro": "python -m harness repro results/20261125T120000Z-cpu-native",
+    "merge": "python -m harness merge results/shard-1 results/shard-2 --out results/merged",
+    "durations": "python -m harness durations results/20261125T120000Z-cpu-native --backend cpu",
+    "history": "python -m harness history show --json -",
+    "matrix": "python -m harness matrix",
+    "flakes": "python -m harness flakes --backend cpu --native --runs 20 tests/numerics",
+    "compile-check": "python -m harness compile-check --help",
+    "bench": "python -m harness bench history            # the store `nox -s ci`/`nox -s bench` wrote\n"
+             "python -m harness bench list --json -",
+    "numerics": "python -m harness numerics run attention --repeat 2",
+    "preflight": "python -m harness preflight --backend cuda --gpus 2",
+    "workflows": "python -m harness workflows --write",
+    "cleanup": "python -m harness cleanup --dry-run",
+}
 
 
 def _usage() -> str:
@@ -69,24 +98,21 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(module_name)
         parser = argparse.ArgumentParser(prog=f"python -m harness {verb}", description=help_)
         _entry(module, verb, "add_arguments")(parser)
-        with_exit_codes(parser)
+        conventions.finish(parser, EXAMPLES.get(verb), getattr(module, "SUB_EXAMPLES", None))
         args = parser.parse_args(rest)
+        conventions.apply(args)
+        if (verb in COMPILING_VERBS and getattr(args, "action", None) != "compare") or \
+                (verb == "flakes" and getattr(args, "native", False)):
+            require_compiler_settings()  # one line, exit 2, before any kernel or worker starts
         return int(_entry(module, verb, "main")(args) or 0)
 
     return guarded(verb, run)
 
 
 def with_exit_codes(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Put the exit codes (EXIT_CODES_EPILOG) at the end of `parser`'s help and of every sub-verb's under it
-    (`bench run --help`, `history show --help`), kept as written (RawDescriptionHelpFormatter)."""
-    parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES_EPILOG}" if parser.epilog else EXIT_CODES_EPILOG
-    if parser.formatter_class is argparse.HelpFormatter:
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in dict.fromkeys(action.choices.values()):  # aliases map to the same parser
-                with_exit_codes(sub)
-    return parser
+    """The shared tail of `parser`'s help and every sub-verb's under it: the exit codes (EXIT_CODES_EPILOG) and
+    `--github-summary` (harness.conventions.finish, without an example)."""
+    return conventions.finish(parser)
 
 
 if __name__ == "__main__":

@@ -200,3 +200,24 @@ def peer(name: str) -> str:
     """The arm `name`'s ratios are taken against (inductor for names that are no arm)."""
     arm = ARMS.get(name)
     return arm.peer if arm is not None else INDUCTOR
+
+
+# One colour per arm in every plot the harness draws (matplotlib colour names; kernel, model and history plots
+# alike): a compiler keeps its colour from one figure to the next. Kiln's arms are warm, Inductor's cool.
+COLOURS: dict[str, str] = {
+    EAGER: "tab:gray",
+    KILN: "tab:orange",
+    KILN_CG: "tab:red",
+    KILN_EMULATE: "tab:brown",
+    INDUCTOR: "tab:blue",
+    INDUCTOR_CG: "tab:cyan",
+}
+_SPARE_COLOURS = ("tab:green", "tab:purple", "tab:pink", "tab:olive")
+
+
+def colour(name: str) -> str:
+    """The plot colour of arm `name`; another backend's name gets a spare colour chosen by its letters (the
+    same in every figure and every process)."""
+    if name in COLOURS:
+        return COLOURS[name]
+    return _SPARE_COLOURS[sum(name.encode()) % len(_SPARE_COLOURS)]

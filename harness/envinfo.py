@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.git import output as git_output
+from harness.exc import SettingsError
 from harness.settings import settings
 
 if TYPE_CHECKING:
@@ -113,10 +114,19 @@ def capture_host(image: dict[str, Any] | None = None, root: Path | None = None,
 
 
 def _compiler_config() -> dict[str, Any]:
-    try:
-        from compiler import config  # type: ignore[import-not-found]
+    """The compiler's settings as compiler/config.py reads them from this environment, read without importing
+    the compiler package (whose import picks Triton's interpreter, and warns when triton came first)."""
+    import importlib.util
 
-        cfg = config.settings()
+    from harness.settings import compiler_config
+
+    try:
+        spec = importlib.util.find_spec("compiler")
+        folder = Path(spec.origin).parent if spec is not None and spec.origin else None
+        config = compiler_config(folder)
+        if config is None:
+            return {"error": "no compiler/config.py in the tree under test"}
+        cfg = config.from_env()
     except Exception as e:  # noqa: BLE001 - the compiler may be broken; the record says how
         return {"error": f"{type(e).__name__}: {e}"}
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
@@ -211,4 +221,7 @@ def cli_main(args: Any) -> int:
         atomic_write_text(Path(args.out), text + "\n")
     else:
         print(text)
+    bad = ((data.get("device") or data).get("compiler_config") or {}).get("error", "")
+    if bad.startswith("ConfigError"):  # recorded above; the verb still says it in one line and exits 2
+        raise SettingsError(f"bad compiler setting: {bad.partition(': ')[2]} (compiler/config.py)")
     return 0

@@ -174,3 +174,22 @@ def guarded(verb: str, run: Callable[[], int]) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
         return EXIT_OK
+    except Exception as e:  # a bad compiler setting met deep inside a verb is still one line, exit 2
+        bad = compiler_config_error(e)
+        if bad is None:
+            raise
+        print(f"harness {verb}: error: bad compiler setting: {bad} (compiler/config.py)", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def compiler_config_error(e: BaseException) -> BaseException | None:
+    """The compiler's ConfigError (compiler/exc.py: a bad `KILN_*` value) that `e` is or was raised from
+    (torch wraps a backend's errors), or None; found by name so that the harness never imports the compiler."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if type(cur).__name__ == "ConfigError" and type(cur).__module__.endswith("exc") and isinstance(cur, ValueError):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None

@@ -92,13 +92,15 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]], alig
     return [line(header), rule, *map(line, rows)]
 
 
-def append_job_summary(markdown: str) -> bool:
-    """Append `markdown` to the GitHub Actions job summary when running there; True when it was written.
+def append_job_summary(markdown: str, *, force: bool = False) -> bool:
+    """Append `markdown` to the GitHub Actions job summary when running there and asked to (`--github-summary`,
+    which sets KILN_GITHUB_SUMMARY; `force`: the verbs that exist to write it); True when it was written.
     The one writer of the job summary for every harness report."""
     from harness.settings import settings
 
-    target = settings().github_step_summary
-    if not target:
+    s = settings()
+    target = s.github_step_summary
+    if not target or not (force or s.github_summary):
         return False
     with open(target, "a", encoding="utf-8") as fh:
         fh.write(markdown.rstrip("\n") + "\n\n")

@@ -21,6 +21,8 @@ Variables (all optional):
   KILN_LOGS         where image builds, debootstrap and wheel downloads write their logs (default <results>/logs,
                     so that the workflows' upload of results/ carries them)
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
+  KILN_GITHUB_SUMMARY "1": reports append to $GITHUB_STEP_SUMMARY (set by every verb's `--github-summary`, for
+                    the verb and the processes it starts; harness/conventions.py)
   KILN_HISTORY_DB   the test-history SQLite store (harness/suites/history.py; may be the bench's file; `~` expanded);
                     `--history DB` overrides it. Default: history/history.sqlite in the lasting data folder,
                     outside the checkout (a fresh CI checkout would wipe it): $XDG_DATA_HOME/kiln, else
@@ -48,7 +50,9 @@ Variables (all optional):
                     unset or empty: every test
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
-  KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
+  KILN_BENCH_DB     the bench's SQLite store (default: results/bench/<backend>/bench.sqlite, <backend> the one this
+                    machine runs, as `python -m harness detect` prints it: where `nox -s ci`, `nox -s bench` and
+                    `bench backend` write, and what every bench verb reads; harness.bench.store.default_path)
   KILN_BENCH_PLANT  a planted slowdown, `PATTERN[@COMPILER][=FRACTION]` (default fraction 0.2): extra time
                     equal to FRACTION of the measured time is added after every call of the matching workload
                     (on a GPU as device-side sleep), so CI can prove that a slowdown is flagged. Never set it
@@ -62,7 +66,8 @@ The benchmarks' variables, read by `bench_settings()` (only where the bench runs
   KILN_BENCH_BISECT_MAX  confirmed regressions a CI bench job bisects at most (`bench job-summary`; default 2;
                     0: none); `--bisect-max N` overrides it
 
-Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED, KILN_PRUNE_IMAGES) are read by `flag`: 1/true/yes/on or
+Boolean variables (KILN_NATIVE, KILN_BOOTSTRAP, KILN_ALLOW_UNLOCKED, KILN_PRUNE_IMAGES, KILN_GITHUB_SUMMARY) are read
+by `flag`: 1/true/yes/on or
 0/false/no/off (any case; unset or empty: off); anything else is a SettingsError naming the variable (exit 2),
 never silently off.
 
@@ -73,17 +78,20 @@ tools' own configuration, so mirrors and air-gapped sites work unchanged.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
+import sys
+import types
 from dataclasses import dataclass
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from harness.exc import SettingsError, UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_BENCH_DB = Path("results") / "bench.sqlite"
 DEFAULT_BENCH_ALPHA = 0.01
 DEFAULT_PLANT_FRACTION = 0.2
 DEFAULT_BENCH_STORE = Path("~/.local/share/kiln/bench/{backend}.sqlite")
@@ -138,6 +146,7 @@ class Settings:
     pip_index_url: str = ""
     pip_extra_index_url: str = ""
     github_step_summary: str = ""
+    github_summary: bool = False
     history_db: Path = Path("~/.local/share/kiln/history/history.sqlite")
     data_dir: Path = Path("~/.local/share/kiln")
     compile_cache: Path | None = None  # None: off
@@ -211,6 +220,7 @@ def settings() -> Settings:
         pip_index_url=os.environ.get("PIP_INDEX_URL", "").strip(),
         pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
         github_step_summary=os.environ.get("GITHUB_STEP_SUMMARY", "").strip(),
+        github_summary=flag("KILN_GITHUB_SUMMARY"),
         history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
                         or data_dir() / "history" / "history.sqlite").expanduser(),
         data_dir=data_dir(),
@@ -297,7 +307,7 @@ class Plant:
 class BenchSettings:
     """Typed view of the benchmarks' environment variables (see the module docstring)."""
 
-    db: Path
+    db: Path | None  # KILN_BENCH_DB; None: unset (harness.bench.store.default_path picks the backend's store)
     plant: Plant | None
     threshold: float | None
     alpha: float
@@ -334,7 +344,7 @@ def bench_settings() -> BenchSettings:
     except UsageError as e:
         raise SettingsError(str(e)) from None
     return BenchSettings(
-        db=Path(os.environ.get("KILN_BENCH_DB") or DEFAULT_BENCH_DB),
+        db=Path(db) if (db := os.environ.get("KILN_BENCH_DB", "").strip()) else None,
         plant=parsed,
         threshold=_float("KILN_BENCH_THRESHOLD", None),
         alpha=_float("KILN_BENCH_ALPHA", DEFAULT_BENCH_ALPHA) or DEFAULT_BENCH_ALPHA,
@@ -342,3 +352,57 @@ def bench_settings() -> BenchSettings:
         store=Path(store) if (store := os.environ.get("KILN_BENCH_STORE", "").strip()) else None,
         bisect_max=_count("KILN_BENCH_BISECT_MAX", DEFAULT_BENCH_BISECT_MAX),
     )
+
+
+# ---- the compiler's settings, read without importing the compiler ------------------------------------------
+
+
+def compiler_config(folder: Path | None = None) -> types.ModuleType | None:
+    """compiler/config.py of the tree under test (`folder`: its compiler/ folder), loaded under a private
+    package name with compiler/exc.py: it needs only the standard library, so the harness reads the compiler's
+    settings without importing torch, triton or the compiler package (whose import chooses Triton's
+    interpreter). None where the tree has no compiler (a scratch project in the harness's tests)."""
+    folder = folder or settings().root / "compiler"
+    if not (folder / "config.py").is_file():
+        return None
+    name = "_kiln_settings_check"
+    pkg = types.ModuleType(name)
+    pkg.__path__ = [str(folder)]
+    saved = {k: sys.modules.get(k) for k in (name, f"{name}.exc", f"{name}.config")}
+    sys.modules[name] = pkg
+    try:
+        module = None
+        for mod in ("exc", "config"):
+            spec = importlib.util.spec_from_file_location(f"{name}.{mod}", folder / f"{mod}.py")
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[f"{name}.{mod}"] = module
+            spec.loader.exec_module(module)
+        return module
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+def compiler_settings_problem(env: Mapping[str, str]) -> str | None:
+    """What is wrong with the kiln compiler settings (`KILN_*`) in `env`, in one line, or None (checked before
+    any suite or measurement starts: a bad value would otherwise fail every test's import or every kiln row)."""
+    config = compiler_config()
+    if config is None:
+        return None
+    try:
+        config.from_env(dict(env))
+    except ValueError as e:  # compiler.exc.ConfigError is a ValueError
+        return str(e)
+    return None
+
+
+def require_compiler_settings(env: Mapping[str, str] | None = None) -> None:
+    """A SettingsError (one line, exit 2) when the compiler settings in `env` (default: this process's
+    environment) are bad; for every verb that compiles with kiln in this process or its children."""
+    problem = compiler_settings_problem(os.environ if env is None else env)
+    if problem:
+        raise SettingsError(f"bad compiler setting: {problem} (compiler/config.py)")

@@ -16,14 +16,15 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness import arms
+from harness import arms, conventions
 from harness.exc import UsageError
 from harness.settings import Plant, bench_settings
 
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)"
+        "--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB, else "
+        "results/bench/<backend>/bench.sqlite: the store `nox -s ci` and `nox -s bench` write)"
     )
 
 
@@ -40,9 +41,9 @@ def _add_lasting(p: argparse.ArgumentParser) -> None:
 
 def _add_reports(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--md", type=Path, help="write a Markdown report here (also appended to $GITHUB_STEP_SUMMARY)"
+        "--md", type=Path, help="write a Markdown report here (and to $GITHUB_STEP_SUMMARY with --github-summary)"
     )
-    p.add_argument("--json", type=Path, help="write a JSON report here")
+    conventions.add_json(p)
     p.add_argument("--plots", type=Path, help="write PNG plots into this folder (needs matplotlib)")
 
 
@@ -89,12 +90,36 @@ def _add_measure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
+EXAMPLE = """python -m harness bench history             # what moved, in the store the sessions wrote
+python -m harness bench list --json - | jq '.[0]'
+python -m harness bench run --only 'softmax*' --baseline latest?"""
+
+
+# sub-verb -> its example in `bench VERB --help`
+SUB_EXAMPLES = {
+    "run": "python -m harness bench run --only 'softmax*' --baseline latest? --plots results/bench/plots",
+    "compare": "python -m harness bench compare latest run:1",
+    "list": "python -m harness bench list --limit 5 --json -",
+    "show": "python -m harness bench show latest --md run.md",
+    "export": "python -m harness bench export runs.json --runs latest",
+    "import": "python -m harness bench import runs.json",
+    "plot": "python -m harness bench plot --out results/bench/plots",
+    "history": "python -m harness bench history 'softmax.*' --top 10 --md history.md",
+    "summary": "python -m harness bench summary results/bench/cpu/last.md",
+    "workloads": "python -m harness bench workloads --profile gpu",
+    "selftest": "python -m harness bench selftest --md results/bench/selftest.md",
+    "backend": "python -m harness bench backend --backend cpu --native -- --only 'softmax*'",
+    "models": "python -m harness bench models --profile tiny --only 'gpt2*'",
+    "verdict": "python -m harness bench verdict --step kernels results/bench/cpu/last.json 0",
+}
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m harness.bench", description="kiln benchmarks: measure, store, compare, report."
     )
     cli_add_arguments(ap)
-    return ap
+    return conventions.finish(ap, EXAMPLE, SUB_EXAMPLES)
 
 
 def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -114,6 +139,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p = sub.add_parser("list", help="list stored runs, newest first")
     p.add_argument("--limit", type=int, default=20)
     _add_store(p), _add_lasting(p)
+    conventions.add_json(p, "the runs")
     p = sub.add_parser("show", help="report of one stored run")
     p.add_argument("run", help="run id, or 'latest'")
     _add_store(p), _add_reports(p)
@@ -131,8 +157,8 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--from-json", dest="from_json", type=Path, help="plot an export instead of the store")
     p.add_argument("--run", default="latest", help="run for the speedup plot (default latest)")
     _add_store(p)
-    p = sub.add_parser("history", help="per workload: PNG plot of medians over the stored runs, regressions "
-                       "marked; Markdown table of the last runs")
+    p = sub.add_parser("history", help="what moved over the stored runs: the series that moved most (within 120 "
+                       "columns), --md the table of every run, --json every point, a PNG per workload")
     from .history import add_arguments as _add_history
 
     _add_history(p)
@@ -228,10 +254,10 @@ def _add_models(sub) -> None:
                    "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)")
     p.add_argument("--autotune-times", action="store_true", help="also autotuned compile s (cold, warm) of the "
                    "--compile-times compilers, in fresh subprocesses (harness/bench/compile_times.py)")
-    p.add_argument("--out", type=Path, help="run folder: store, report.md, report.json, export.json, "
-                   "models.png (default results/bench/models-PROFILE)")
-    p.add_argument("--db", type=Path, help="SQLite store (default OUT/bench.sqlite; may be shared with the "
-                   "kernel tier: model runs have profile models-PROFILE)")
+    p.add_argument("--out", type=Path, help="run folder: report.md, report.json, export.json, models.png (default "
+                   "the models/ folder beside the machine's bench store, results/bench/<backend>/models)")
+    p.add_argument("--db", type=Path, help="SQLite store (default: with --out, OUT/bench.sqlite; else the machine's "
+                   "bench store, shared with the kernel tier: model runs have profile models-PROFILE)")
     p.add_argument("--md", type=Path, help="Markdown report here instead of OUT/report.md")
     p.add_argument("--json", type=Path, help="JSON report here instead of OUT/report.json")
     p.add_argument("--plots", type=Path, help="PNG plot folder instead of OUT")
@@ -256,16 +282,22 @@ def _add_models(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def _open(db: Path | None, lasting: str | None = None, *, write: bool = True):
-    """The store of `--db` (else $KILN_BENCH_DB), or with `--lasting BACKEND` that backend's lasting store;
-    `write=False` opens it read-only (never created, migrated or moved)."""
+def _open(db: Path | None, lasting: str | None = None, *, write: bool = True, must_exist: bool | None = None):
+    """The store of `--db` (else store.default_path: $KILN_BENCH_DB, else the backend's results/bench store), or
+    with `--lasting BACKEND` that backend's lasting store; `write=False` opens it read-only (never created,
+    migrated or moved). A store that must exist (readers' default) and is not there is one line, exit 2."""
     from .store import Store, lasting_path, open_lasting
 
     if lasting:
         if db:
             raise UsageError("give --db or --lasting, not both")
         return open_lasting(lasting_path(lasting), write=write)
-    return Store(db or bench_settings().db, readonly=not write)
+    from .store import default_path, missing_store
+
+    path = Path(db) if db else default_path()
+    if (not write if must_exist is None else must_exist) and not path.is_file():  # a reader never creates a store (nor a folder) at a mistyped path
+        raise missing_store(path)
+    return Store(path, readonly=not write)
 
 
 def _run_id(store, spec: str) -> int:
@@ -291,6 +323,32 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
 
     from . import report
 
+    with conventions.human_to_stderr(conventions.to_stdout(getattr(args, "json", None))):
+        _emit_terminal(run, results, cmps, baseline)
+    md = report.markdown_report(run, results, cmps, baseline)
+    if getattr(args, "md", None):
+        atomic_write_text(args.md, md)
+    append_job_summary(md)
+    if getattr(args, "json", None):
+        conventions.write_json(args.json, report.json_report(run, results, cmps, baseline))
+    if getattr(args, "plots", None):
+        try:
+            args.plots.mkdir(parents=True, exist_ok=True)
+            compilers = report.speedup_compilers(run.device, run.compilers)
+            if [c for c in compilers if c != "eager"]:
+                report.plot_speedups(results, compilers, args.plots / f"run{run.id}_speedups.png", run=run)
+            else:  # a CPU run of kiln alone: its interpreter times have no speedup to show
+                print(f"note: no speedup plot for run {run.id}: {report.no_speedup_reason(run)}", file=sys.stderr)
+            if cmps is not None:
+                report.plot_ratios(cmps, threshold, args.plots / f"run{run.id}_ratios.png", run=run)
+        except report.PlotUnavailable as e:
+            print(f"note: {e}", file=sys.stderr)
+
+
+def _emit_terminal(run, results, cmps, baseline) -> None:
+    """The terminal half of `emit_reports`: header, interpreter note, tables."""
+    from . import report
+
     print(report.run_header(run))
     if report.interpreted(run.device, run.compilers):
         print(f"note: {report.INTERPRETER_NOTE}")
@@ -301,23 +359,6 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
         flagged = report.comparison_table(cmps, only_flagged=True)
         if len(flagged) > 1:
             print(report.terminal(flagged))
-    md = report.markdown_report(run, results, cmps, baseline)
-    if getattr(args, "md", None):
-        atomic_write_text(args.md, md)
-    append_job_summary(md)
-    if getattr(args, "json", None):
-        atomic_write_text(args.json, json.dumps(report.json_report(run, results, cmps, baseline), indent=1,
-                                                default=str))
-    if getattr(args, "plots", None):
-        try:
-            args.plots.mkdir(parents=True, exist_ok=True)
-            report.plot_speedups(
-                results, report.speedup_compilers(run.device, run.compilers), args.plots / f"run{run.id}_speedups.png"
-            )
-            if cmps is not None:
-                report.plot_ratios(cmps, threshold, args.plots / f"run{run.id}_ratios.png")
-        except report.PlotUnavailable as e:
-            print(f"note: {e}", file=sys.stderr)
 
 
 def _exit_for(cmps, no_fail: bool) -> int:
@@ -371,7 +412,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .compare import compare, load_baseline, mark_suspects, resolve_baseline
 
     cmp_cfg = _cmp_cfg(args)
-    with _open(args.db) as store:
+    with _open(args.db, must_exist=True) as store:
         run = store.run(_run_id(store, args.run))
         cmp_cfg = cmp_cfg.for_device(run.device)
         base_runs = resolve_baseline(store, args.baseline, run)
@@ -390,23 +431,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     from .report import terminal
 
     with _open(args.db, args.lasting, write=False) as store:
-        rows = [["id", "status", "created", "profile", "device", "compilers", "ref", "commit", "label"]]
-        for r in store.runs(limit=args.limit):
-            rows.append(
-                [
-                    str(r.id),
-                    r.status,
-                    r.created_at,
-                    r.profile,
-                    r.device_name or r.device,
-                    ",".join(r.compilers),
-                    r.git_ref or "-",
-                    (r.git_commit or "-")[:10],
-                    r.label or "",
-                ]
-            )
+        runs = store.runs(limit=args.limit)
+    if args.json:
+        conventions.write_json(args.json, [_run_json(r) for r in runs])
+        if conventions.to_stdout(args.json):
+            return 0
+    rows = [["id", "status", "created", "profile", "device", "compilers", "ref", "commit", "label"]]
+    rows += [[str(r.id), r.status, r.created_at, r.profile, r.device_name or r.device, ",".join(r.compilers),
+              r.git_ref or "-", (r.git_commit or "-")[:10], r.label or ""] for r in runs]
     print(terminal(rows) if len(rows) > 1 else "no runs")
     return 0
+
+
+def _run_json(r) -> dict:
+    """One stored run as `bench list --json` writes it."""
+    return {"id": r.id, "uid": getattr(r, "uid", None), "status": r.status, "created_at": r.created_at,
+            "profile": r.profile, "device": r.device, "device_name": r.device_name, "compilers": list(r.compilers),
+            "git_ref": r.git_ref, "git_commit": r.git_commit, "label": r.label}
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -420,8 +461,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         cmps = from_stored(stored) if stored else None
         base = _stored_baseline(store, stored)
     emit_reports(args, run, results, cmps, base)
-    print()
-    print(report.terminal(report.details(results)))
+    with conventions.human_to_stderr(conventions.to_stdout(getattr(args, "json", None))):
+        print()
+        print(report.terminal(report.details(results)))
     return 0
 
 
@@ -507,11 +549,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
             pts = [(h.id, m) for h, m in store.history(r.workload, r.compiler) if m]
             hist.setdefault(r.workload, {})[r.compiler] = pts
         args.out.mkdir(parents=True, exist_ok=True)
-        a = report.plot_speedups(
-            results, report.speedup_compilers(run.device, run.compilers), args.out / f"run{run.id}_speedups.png"
-        )
-        b = report.plot_history(hist, args.out / "history.png")
-    print(f"wrote {a} and {b}")
+        written = []
+        compilers = report.speedup_compilers(run.device, run.compilers)
+        if [c for c in compilers if c != "eager"]:
+            written.append(report.plot_speedups(results, compilers, args.out / f"run{run.id}_speedups.png", run=run))
+        else:
+            print(f"note: no speedup plot for run {run.id}: {report.no_speedup_reason(run)}", file=sys.stderr)
+        written.append(report.plot_history(hist, args.out / "history.png", run=run))
+    print(f"wrote {' and '.join(map(str, written))}")
     return 0
 
 
@@ -523,7 +568,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
             text = f.read_text(encoding="utf-8")
         except OSError as e:
             text = f"> bench: no report {f} ({e.strerror}): the run ended before writing it; see the job log"
-        if not append_job_summary(text):
+        if not append_job_summary(text, force=True):  # this verb exists to write the job summary
             print(f"note: $GITHUB_STEP_SUMMARY is not set; {f} not appended", file=sys.stderr)
     return 0
 
@@ -553,16 +598,31 @@ VERB_MODULES: dict[str, tuple[str, str]] = {
 }
 
 
+# the verbs that compile and measure (in this process, its workers, or natively): they check the compiler
+# settings first
+MEASURING_VERBS = frozenset({"run", "selftest", "gpu", "overhead", "models", "model-profile", "bisect",
+                             "backend"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m harness.bench`: the verbs below, errors reported as `python -m harness bench` reports them."""
     from harness.exc import guarded
 
-    return guarded("bench", lambda: cli_main(parser().parse_args(argv)))
+    def run() -> int:
+        args = parser().parse_args(argv)
+        conventions.apply(args)
+        return cli_main(args)
+
+    return guarded("bench", run)
 
 
 def cli_main(args: argparse.Namespace) -> int:
     """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`). Errors
     (`HarnessError`s, the bench's included) and Ctrl-C are `harness.__main__.guarded`'s to report."""
+    if args.verb in MEASURING_VERBS and (args.verb != "backend" or args.native):
+        from harness.settings import require_compiler_settings
+
+        require_compiler_settings()  # one line, exit 2: not a run full of kiln errors, nor a traceback per worker
     if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(args, "compilers", ""):
         from .session import prepare_kiln
 

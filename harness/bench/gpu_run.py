@@ -92,9 +92,12 @@ def cmd_gpu(args: argparse.Namespace) -> int:
         print(report.terminal([rows[0], *worst]))
     print(verdict)
     try:
-        report.plot_speedups(second.results, second.run.compilers, out / "speedups.png")
-        report.plot_ratios(second.comparisons or [], cmp_cfg.threshold or 0.05, out / "run2_vs_run1.png")
-        print(f"plots: {out / 'speedups.png'}, {out / 'run2_vs_run1.png'}")
+        compilers = report.speedup_compilers(second.run.device, second.run.compilers)
+        plots = [report.plot_speedups(second.results, compilers, out / "speedups.png", run=second.run)] \
+            if [c for c in compilers if c != "eager"] else []
+        plots.append(report.plot_ratios(second.comparisons or [], cmp_cfg.threshold or 0.05, out / "run2_vs_run1.png",
+                                        run=second.run))
+        print(f"plots: {', '.join(map(str, plots))}")
     except report.PlotUnavailable as e:
         print(f"note: {e}")
     print(f"wrote {out / 'report.md'}, {out / 'report.json'}, {out / 'export.json'}, {out / 'bench.sqlite'}")

@@ -18,7 +18,10 @@ Terms:
 - Plots: `OUT/history_<workload>.png`, median per compiler with an IQR bar (the samples' 25th to 75th
   percentile after outlier removal), x labelled by short commit and date, regressed steps marked.
 - Table: the last N runs (default 10), one column per workload+compiler: median, ratio to the previous run
-  and a verdict mark (`MARKS`).
+  and a verdict mark (`MARKS`). That wide table is the Markdown report (`--md`); `--json` writes every point.
+- Terminal: the *long format*, one row per series (workload, compiler, runs, first and last median, the last
+  step's ratio and mark), the series that moved first (flagged, then by the size of the last step), `--top N`
+  of them (default 20; `--all`: every one), each line within 120 columns.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+from harness import arms, conventions
 from harness.exc import StoreError, UsageError
 
 from .compare import Baseline, CompareConfig, Comparison, compare, drift_of, from_stored, mark_suspects
@@ -41,10 +45,17 @@ from .report import (
     fmt_ns,
     interpreted,
     markdown,
+    plot_title,
     save_figure,
+    series_label,
+    spans_decades,
     terminal,
+    time_unit,
 )
-from .store import Store
+from .store import Store, default_path, missing_store
+
+WIDTH = 120  # the terminal report fits this many columns
+DEFAULT_TOP = 20
 
 MARKS = {
     "regressed": "▲",
@@ -88,13 +99,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("workloads", nargs="*", metavar="WORKLOAD",
                    help="fnmatch patterns of workload names (default: all), e.g. 'softmax.*' 'model.gpt2.*'")
     p.add_argument("--db", type=Path, default=None,
-                   help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)")
+                   help="SQLite store (default $KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite: the "
+                   "store `nox -s ci` and `nox -s bench` write)")
     p.add_argument("--profile", help="tiny or gpu (model cases: models-PROFILE); default: each workload's "
                    "newest run's profile")
     p.add_argument("--device", help="only runs whose device (cpu, cuda) or device name contains this")
     p.add_argument("--last", type=int, default=10, help="runs in the table (default 10)")
     p.add_argument("--out", type=Path, help="folder of the PNG plots (default: history/ beside the store)")
-    p.add_argument("--md", type=Path, help="write the Markdown table here")
+    p.add_argument("--top", type=int, default=DEFAULT_TOP,
+                   help=f"series in the terminal report, those that moved most first (default {DEFAULT_TOP})")
+    p.add_argument("--all", action="store_true", help="every series in the terminal report")
+    p.add_argument("--no-plots", action="store_true", help="write no PNG")
+    p.add_argument("--md", type=Path, help="write the wide Markdown table (a column per series) here")
+    conventions.add_json(p, "every series with its points")
     p.add_argument("--threshold", type=float, default=None,
                    help="as `bench compare` (default $KILN_BENCH_THRESHOLD, else 0.05 GPU, 0.10 CPU)")
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
@@ -276,7 +293,7 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
     xs = {r.id: i for i, r in enumerate(runs)}
     meds = [p.result.median_ns for (w, _), pts in hist.series.items() if w == workload for p in pts
             if p.result.median_ns]
-    div, unit = next(((d, u) for d, u in ((1e6, "ms"), (1e3, "us")) if meds and min(meds) >= d), (1.0, "ns"))
+    div, unit = time_unit(meds)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(runs) + 2), 3.6))
     flagged = False
     for (w, c), pts in hist.series.items():
@@ -287,7 +304,8 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
         st = [p.result.stats for p in pts]
         y = [s.median / div for s in st]  # type: ignore[union-attr]
         err = [[(s.median - s.q1) / div for s in st], [(s.q3 - s.median) / div for s in st]]  # type: ignore
-        ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=c)
+        ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=series_label(c, pts[-1].run.device),
+                    color=arms.colour(c))
         reg = [(xx, yy) for xx, yy, p in zip(x, y, pts) if p.cmp and p.cmp.verdict == "regressed"]
         if reg:
             flagged = True
@@ -299,8 +317,13 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
                   fontsize=6)
     ax.set_xlim(-0.5, len(runs) - 0.5)
     prof, dev = hist.kinds.get(workload, ("", ""))
-    ax.set_title(f"{workload}  ({prof}, {dev})", fontsize=8)
-    ax.set_ylabel(f"median ({unit}), bar: IQR", fontsize=7)
+    device = runs[-1].device if runs else ""
+    if spans_decades(meds):  # eager in us beside kiln's interpreter in ms: a linear axis would flatten one
+        ax.set_yscale("log")
+    ax.set_title(plot_title(f"{workload}: median time per run ({prof})", None, device=device, device_name=dev),
+                 fontsize=8)
+    ax.set_ylabel(f"median ({unit}{', log scale' if spans_decades(meds) else ''}), bar: IQR", fontsize=7)
+    ax.set_xlabel("run (commit, date)", fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
     ax.legend(fontsize=6)
     fig.tight_layout()
@@ -314,35 +337,115 @@ def plot_all(hist: History, out: Path) -> list[Path]:
     return [plot_workload(hist, w, out / f"history_{_safe(w)}.png") for w in hist.workloads()]
 
 
+# ------------------------------------------------------------------ terminal (long format) and JSON
+def _moved(pts: list[Point]) -> tuple[int, float]:
+    """Sort key of a series: flagged last step first, then the size of its last step (|log ratio|)."""
+    last = pts[-1].cmp
+    if last is None or last.ratio is None or last.ratio <= 0:
+        return (2, 0.0)
+    import math
+
+    return (0 if last.verdict not in ("unchanged", "new") else 1, -abs(math.log(last.ratio)))
+
+
+def long_rows(hist: History, top: int | None) -> tuple[list[list[str]], int]:
+    """(the long-format table, header first, of the `top` series that moved most (None: all); series left out)."""
+    keys = sorted(hist.series, key=lambda k: (_moved(hist.series[k]), k))
+    shown = keys if top is None else keys[:max(0, top)]
+    rows = [["workload", "compiler", "runs", "first", "last", "step", "mark"]]
+    for w, c in shown:
+        pts = hist.series[(w, c)]
+        first, last = pts[0].result, pts[-1].result
+        cmp = pts[-1].cmp
+        ratio = f"x{cmp.ratio:.2f}" if cmp is not None and cmp.ratio is not None else "-"
+        mark = MARKS.get(cmp.verdict, "?") if cmp is not None else MARKS["new"]
+        name = w if len(w) <= 48 else w[:45] + "..."
+        comp = f"{c} (interp.)" if interpreted(pts[-1].run.device, [c]) else c
+        rows.append([name, comp, str(len(pts)), fmt_ns(first.median_ns), fmt_ns(last.median_ns), ratio, mark])
+    return rows, len(keys) - len(shown)
+
+
+def terminal_report(hist: History, top: int | None = DEFAULT_TOP) -> str:
+    """What `bench history` prints: a header, the long-format table, the flagged steps; lines within WIDTH."""
+    rows, left = long_rows(hist, top)
+    runs = hist.runs
+    span = f"runs {runs[0].id}..{runs[-1].id}" if runs else "no runs"
+    lines = [f"bench history: {len(hist.series)} series ({len(hist.workloads())} workloads), "
+             f"{len(runs)} complete run(s), {span}", terminal(rows)]
+    if left:
+        lines.append(f"... {left} more series (--top N, --all; --md FILE for the table of every run)")
+    single = sum(1 for pts in hist.series.values() if len(pts) < 2)
+    if single:
+        lines.append(f"note: {single} series have only 1 complete run: nothing to compare them with yet")
+    if any(interpreted(p.run.device, [c]) for (_, c), pts in hist.series.items() for p in pts[-1:]):
+        lines.append(f"note: kiln on CPU {INTERPRETER_LABEL}")
+    lines.append("marks: ▲ regressed ▼ improved = unchanged ? suspect/unconfirmed ≠ not comparable · first run")
+    marked = flagged(hist)
+    lines += [_short_verdict(p) for p in marked[:10]]
+    if len(marked) > 10:
+        lines.append(f"... {len(marked) - 10} more flagged steps (--md FILE or --json - lists them all)")
+    if any(p.cmp is not None and p.cmp.recomputed for p in marked):
+        lines.append("(recomputed: its run stored no verdicts; the step is recomputed against the previous run: a suspect at most)")
+    return "\n".join(_fit(line) for text in lines for line in text.splitlines())
+
+
+def _short_verdict(p: Point) -> str:
+    """One flagged step in a terminal line: verdict, series, run, ratio, medians and the side-by-side ratio (the
+    p-values: `verdict_line`, in --md)."""
+    c = p.cmp
+    assert c is not None
+    ratio = f" x{c.ratio:.2f} ({fmt_ns(c.base_ns)} -> {fmt_ns(c.new_ns)})" if c.ratio is not None else ""
+    if c.sbs_ratio is not None:
+        ratio += f", side by side x{c.sbs_ratio:.2f}"
+    source = "recomputed" if c.recomputed else "as its run stored it"
+    return f"{c.verdict}: {p.result.workload} [{p.result.compiler}] run {p.run.id}{ratio} {source}"
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
+
+
+def json_report(hist: History) -> dict:
+    """Every series with its points (run, commit, median, ratio, verdict) for `--json`."""
+    def point(p: Point) -> dict:
+        c = p.cmp
+        return {"run": p.run.id, "commit": p.run.git_commit, "created_at": p.run.created_at,
+                "status": p.result.status, "median_ns": p.result.median_ns,
+                "ratio": c.ratio if c is not None else None, "verdict": c.verdict if c is not None else "new",
+                "recomputed": bool(c is not None and c.recomputed)}
+
+    return {"runs": [r.id for r in hist.runs],
+            "series": [{"workload": w, "compiler": c, "profile": hist.kinds.get(w, ("", ""))[0],
+                        "device_name": hist.kinds.get(w, ("", ""))[1],
+                        "interpreter": any(interpreted(p.run.device, [c]) for p in pts),
+                        "points": [point(p) for p in pts]} for (w, c), pts in hist.series.items()]}
+
+
 # ------------------------------------------------------------------ command
 def cmd_history(args: argparse.Namespace) -> int:
     from harness.results import atomic_write_text
-    from harness.settings import bench_settings
 
     from .compare import config_from_args
 
     if args.last < 1:
         raise UsageError(f"--last must be at least 1, not {args.last}")
     cfg = config_from_args(args)
-    db = Path(args.db or bench_settings().db)
+    db = Path(args.db) if args.db else default_path()
     if not db.is_file():
-        raise StoreError(f"no bench store at {db} (give --db, or record runs with `bench run`)")
+        raise missing_store(db)
     with Store(db, readonly=True) as store:
         hist = collect(store, list(args.workloads), args.profile, args.device, cfg)
-    print(terminal(table(hist, args.last)))
-    print(LEGEND)
-    for p in flagged(hist):
-        print(verdict_line(p))
-    for (w, c), pts in hist.series.items():
-        if len(pts) < 2:
-            print(f"note: {w} [{c}] has only 1 complete run (run {pts[0].run.id}): no comparison is possible",
-                  file=sys.stderr)
-    if args.md:
-        atomic_write_text(args.md, markdown_report(hist, args.last))
-    out = args.out or db.parent / "history"
-    try:
-        paths = plot_all(hist, out)
-        print(f"wrote {len(paths)} plot(s) into {out}")
-    except PlotUnavailable as e:
-        print(f"note: {e}", file=sys.stderr)
+    with conventions.human_to_stderr(conventions.to_stdout(args.json)):
+        print(terminal_report(hist, None if args.all else args.top))
+        if args.md:
+            atomic_write_text(args.md, markdown_report(hist, args.last))
+        out = args.out or db.parent / "history"
+        if not args.no_plots:
+            try:
+                paths = plot_all(hist, out)
+                print(f"wrote {len(paths)} plot(s) into {out}")
+            except PlotUnavailable as e:
+                print(f"note: {e}", file=sys.stderr)
+    if args.json:
+        conventions.write_json(args.json, json_report(hist))
     return 0

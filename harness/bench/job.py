@@ -290,7 +290,7 @@ def cmd_job_summary(args: argparse.Namespace,
     report = _read(out / "last.json")
     if report is None:
         append_job_summary(f"> bench {args.backend}: no run report ({out / 'last.json'}): the measure step ended "
-                           "before writing it; nothing compared or bisected (see the job log)")
+                           "before writing it; nothing compared or bisected (see the job log)", force=True)
         print(f"note: no run report {out / 'last.json'}", file=sys.stderr)
         return 0
     seed = _read(out / "baseline.json")
@@ -312,7 +312,7 @@ def cmd_job_summary(args: argparse.Namespace,
     lines += bisect_markdown(plan, verdicts, args.backend, args.native)
     md = "\n".join(lines)
     print(md)
-    append_job_summary(md)
+    append_job_summary(md, force=True)  # this verb exists to write the job summary
     atomic_write_text(out / "auto-bisect.json", json.dumps({
         "good": plan.good, "bad": plan.bad, "max": cap, "reason": plan.reason,
         "bisected": [{**asdict(v.target), "rc": v.rc, "outcome": v.outcome, "message": v.line,

@@ -534,14 +534,23 @@ def json_report(
     }
 
 
-def plot_models(results: list[Result], path: Path) -> Path:
-    """Three panels: speedup over eager per case and compiler, cold/warm compile s, memory ratio."""
+def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ()) -> Path | None:
+    """Three panels: speedup over eager per case and compiler, cold compile s, memory ratio; titled with the
+    backend and runs, one colour per compiler (arms.colour), log axes where values span decades. Compilers with
+    interpreter times (kiln on a CPU) are labelled so. Nothing to draw (no compiler besides eager): no figure,
+    None."""
+    from .report import plot_title, series_label, spans_decades
+
+    comp = [c for c in compilers_of(results) if c != BASELINE]
+    if not comp or not results:
+        return None
     plt = _plt()
     by = _by_case(results)
     names = [w[len(mdl.PREFIX) :] for w in by]
-    comp = [c for c in compilers_of(results) if c != BASELINE]
+    device = runs[0].device if runs else "cuda"
+    interp = _interp(list(runs), comp) if runs else frozenset()
     fig, axes = plt.subplots(
-        1, 3, figsize=(16, 0.45 * len(names) * max(1, len(comp)) ** 0.5 + 2), sharey=True
+        1, 3, figsize=(16, 0.45 * len(names) * max(1, len(comp)) ** 0.5 + 2.6), sharey=True
     )
     h = 0.8 / max(1, len(comp))
     for j, c in enumerate(comp):
@@ -553,25 +562,35 @@ def plot_models(results: list[Result], path: Path) -> Path:
             sp.append(e.median_ns / r.median_ns if ok else 0)  # type: ignore[union-attr]
             cold.append((r.compile_s or 0) if r else 0)
             mem.append(mem_ratio(e, r) or 0)
-        bars = axes[0].barh(ys, sp, height=h, label=c)
+        label = f"{c} (Triton CPU interpreter)" if c in interp else series_label(c, device)
+        colour = arms.colour(c)
+        bars = axes[0].barh(ys, sp, height=h, label=label, color=colour)
         for b, per in zip(bars, by.values()):
             if per.get(c) is not None and not passed(per[c]):
                 b.set_hatch("//")
-        axes[1].barh(ys, cold, height=h, label=c)
-        axes[2].barh(ys, mem, height=h, label=c)
+        axes[1].barh(ys, cold, height=h, label=label, color=colour)
+        axes[2].barh(ys, mem, height=h, label=label, color=colour)
     axes[0].axvline(1.0, color="k", lw=0.8)
     axes[2].axvline(1.0, color="k", lw=0.8)
-    if any(b.get_width() > 0 for b in axes[0].patches):
+    widths = [[b.get_width() for b in ax.patches] for ax in axes]
+    if any(w > 0 for w in widths[0]):
         axes[0].set_xscale("log")
-    if not any(b.get_width() > 0 for b in axes[2].patches):
-        axes[2].text(0.5, 0.5, "n/a (CPU run)", transform=axes[2].transAxes, ha="center")
+    if spans_decades(widths[1]):
+        axes[1].set_xscale("log")
+    if not any(w > 0 for w in widths[2]):
+        axes[2].text(0.5, 0.5, "n/a (CPU run: no device memory)", transform=axes[2].transAxes, ha="center")
     axes[0].set_yticks([i + 0.4 - h / 2 for i in range(len(names))], names, fontsize=8)
     axes[0].invert_yaxis()
-    axes[0].set_xlabel("speedup over eager (x; hatched: accuracy failed)")
-    axes[1].set_xlabel("cold compile s (fresh process)")
-    axes[2].set_xlabel("memory ratio eager peak / compiler peak (GPU)")
-    if comp:
-        axes[0].legend(fontsize=7)
+    axes[0].set_xlabel("speedup over eager (x, log scale; > 1: faster; hatched: accuracy failed)")
+    axes[1].set_xlabel("cold compile time (s, fresh process" + (", log scale)" if spans_decades(widths[1]) else ")"))
+    axes[2].set_xlabel("memory ratio eager peak / compiler peak (x; GPU)")
+    axes[0].legend(fontsize=7)
+    caveat = (f"{', '.join(sorted(interp))}: Triton CPU interpreter times, a pipeline check, not kernel speed "
+              "(their speedup is far below 1 by design)") if interp else ""
+    ids = ", ".join(str(r.id) for r in runs)
+    fig.suptitle(plot_title("Model tier: step time, compile time and memory against eager", None, device=device,
+                            device_name=runs[0].device_name if runs else None,
+                            extra="; ".join(x for x in (f"run(s) {ids}" if ids else "", caveat) if x)), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
@@ -605,7 +624,11 @@ def write_reports(
     written = [str(md_path), str(json_path), str(out / "export.json")]
     try:
         plots.mkdir(parents=True, exist_ok=True)
-        written.append(str(plot_models(results, plots / "models.png")))
+        drawn = plot_models(results, plots / "models.png", runs)
+        if drawn is None:
+            print("note: no models.png: no compiler besides eager has results", file=sys.stderr)
+        else:
+            written.append(str(drawn))
     except PlotUnavailable as e:
         print(f"note: {e}", file=sys.stderr)
     if print_table:

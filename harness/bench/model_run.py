@@ -767,8 +767,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     kw = defaults_for(device)
     profile = args.profile or kw["profile"]
     kw.pop("profile", None)
-    out = args.out or Path("results") / "bench" / f"models-{profile}"
-    db = args.db or out / "bench.sqlite"
+    from .store import default_path
+
+    # no --out: the machine's one bench store (results/bench/<backend>/bench.sqlite) and its models/ folder, as
+    # `nox -s ci` and `nox -s bench` write them; --out alone: a folder with its own store (a GPU tier in chunks)
+    out = args.out or default_path().parent / "models"
+    db = args.db or (out / "bench.sqlite" if args.out else default_path())
     if args.list:
         return _list(profile, device, args.only)
     if args.report:

@@ -317,36 +317,92 @@ def _plt():
     return plt
 
 
-def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path) -> Path:
-    """Horizontal bars: speedup of each compiler over eager, per workload (log scale)."""
+INTERPRETER_CAVEAT = "kiln on CPU: Triton CPU interpreter times (a pipeline check, not kernel speed)"
+
+
+def backend_label(device: str, device_name: str | None = None) -> str:
+    """The backend a plot's title names: `cuda: NVIDIA H100` or `cpu: AMD EPYC (Triton CPU interpreter)`."""
+    kind = "cuda" if device.startswith("cuda") else device
+    name = device_name if device_name and device_name.startswith(kind) else \
+        f"{kind}: {device_name}" if device_name and device_name != device else kind
+    return name if kind.startswith("cuda") else f"{name} (Triton CPU interpreter for kiln)"
+
+
+def plot_title(what: str, run: RunInfo | None = None, *, device: str | None = None,
+               device_name: str | None = None, extra: str = "") -> str:
+    """`what`, then the backend and run on a second line (`backend_label`)."""
+    dev = device or (run.device if run is not None else "")
+    name = device_name or (run.device_name if run is not None else None)
+    where = [backend_label(dev, name)] if dev else []
+    if run is not None:
+        where.append(f"run {run.id}, {run.profile}, {(run.git_commit or '-')[:8]}")
+    if extra:
+        where.append(extra)
+    return what + ("\n" + "; ".join(where) if where else "")
+
+
+def no_speedup_reason(run: RunInfo) -> str:
+    """Why a run has no speedup plot (only interpreted compilers besides eager)."""
+    return (f"its compilers ({', '.join(run.compilers)}) have no speedup over eager on {run.device}: "
+            f"{INTERPRETER_CAVEAT}")
+
+
+def series_label(compiler: str, device: str) -> str:
+    """A compiler's legend entry: `kiln (Triton CPU interpreter)` where its times are interpreter times."""
+    return f"{compiler} (Triton CPU interpreter)" if interpreted(device, [compiler]) else compiler
+
+
+def spans_decades(values: Sequence[float], decades: float = 1.0) -> bool:
+    """True when the positive `values` span more than `decades` powers of ten (a log axis reads them)."""
+    pos = [v for v in values if v and v > 0]
+    return bool(pos) and max(pos) / min(pos) > 10 ** decades
+
+
+def time_unit(values_ns: Sequence[float]) -> tuple[float, str]:
+    """(divisor, unit) that shows the smallest of `values_ns` as at least 1: ms, us or ns."""
+    pos = [v for v in values_ns if v and v > 0]
+    low = min(pos) if pos else 0.0
+    return next(((d, u) for d, u in ((1e6, "ms"), (1e3, "us")) if low >= d), (1.0, "ns"))
+
+
+def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path, run: RunInfo | None = None) -> Path:
+    """Horizontal bars: speedup of each compiler over eager, per workload (log scale), one colour per compiler
+    (arms.colour). `compilers` are those whose speedup means something (`speedup_compilers`): a caller with only
+    eager there writes no figure (no empty PNG)."""
     plt = _plt()
     eager = {r.workload: r.median_ns for r in results if r.compiler == "eager" and r.status == "ok"}
     workloads = list(dict.fromkeys(r.workload for r in results))
     others = [c for c in compilers if c != "eager"]
-    fig, ax = plt.subplots(figsize=(9, 0.28 * len(workloads) * max(1, len(others)) + 1.5))
+    if not others:
+        raise BenchError("no compiler besides eager to plot a speedup of")
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(workloads) * max(1, len(others)) + 2))
     h = 0.8 / max(1, len(others))
+    device = run.device if run is not None else "cuda"
     for j, c in enumerate(others):
         med = {r.workload: r.median_ns for r in results if r.compiler == c and r.status == "ok"}
         ys = [i + j * h for i in range(len(workloads))]
         vals = [eager[w] / med[w] if w in med and eager.get(w) else 0 for w in workloads]
-        ax.barh(ys, vals, height=h, label=c)
+        ax.barh(ys, vals, height=h, label=series_label(c, device), color=arms.colour(c))
     ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
     ax.set_yticks([i + 0.4 - h / 2 for i in range(len(workloads))], workloads, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("speedup over eager (x)")
-    if others:
-        ax.legend()
+    ax.set_xlabel("speedup over eager (x, log scale; > 1: faster than eager)")
+    skipped = sorted(interpreted(device, run.compilers)) if run is not None else []
+    ax.set_title(plot_title("Kernel speedup over eager (median time per call)", run,
+                            extra=f"not shown: {', '.join(skipped)} (interpreter)" if skipped else ""), fontsize=9)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
 
-def plot_ratios(cmps: list[Comparison], threshold: float, path: Path) -> Path:
+def plot_ratios(cmps: list[Comparison], threshold: float, path: Path, run: RunInfo | None = None) -> Path:
     """Bars: new/baseline median ratio per workload+compiler, threshold lines, regressions in red."""
     plt = _plt()
     rows = [c for c in cmps if c.ratio is not None]
-    fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.5))
+    fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 2))
     colors = [
         "tab:red" if c.verdict == "regressed" else "tab:green" if c.verdict == "improved" else "tab:gray"
         for c in rows
@@ -354,33 +410,48 @@ def plot_ratios(cmps: list[Comparison], threshold: float, path: Path) -> Path:
     ax.barh(range(len(rows)), [c.ratio - 1 for c in rows], left=1, color=colors)
     for x in (1 - threshold, 1 + threshold):
         ax.axvline(x, color="k", ls="--", lw=0.7)
-    ax.set_yticks(range(len(rows)), [f"{c.workload} [{c.compiler}]" for c in rows], fontsize=6)
+    device = run.device if run is not None else "cuda"
+    ax.set_yticks(range(len(rows)), [f"{c.workload} [{series_label(c.compiler, device)}]" for c in rows],
+                  fontsize=6)
     ax.invert_yaxis()
-    ax.set_xlabel("median new / baseline")
+    ax.set_xlabel(f"median time new / baseline (x; > 1: slower; dashed: +-{threshold:.0%}; red: regressed, "
+                  "green: improved)")
+    ax.set_title(plot_title("Change against the baseline run", run), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
 
-def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> Path:
-    """Small multiples: median per run for each workload, one line per compiler."""
+def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: Path,
+                 run: RunInfo | None = None) -> Path:
+    """Small multiples: median per run for each workload, one line per compiler (arms.colour), a log time axis
+    where a panel's times span more than a decade (eager in us beside kiln's interpreter in ms)."""
     plt = _plt()
     names = list(history)
     cols = 4
     nrows = max(1, math.ceil(len(names) / cols))
-    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 2.4 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 2.4 * nrows + 0.8), squeeze=False)
+    device = run.device if run is not None else "cuda"
     for ax, w in zip(axes.flat, names):
+        values = [p[1] for pts in history[w].values() for p in pts]
+        div, unit = time_unit(values)
         for c, pts in history[w].items():
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] / 1e3 for p in pts], marker="o", ms=3, label=c)
+                ax.plot([p[0] for p in pts], [p[1] / div for p in pts], marker="o", ms=3,
+                        label=series_label(c, device), color=arms.colour(c))
+        if spans_decades(values):
+            ax.set_yscale("log")
         ax.set_title(w, fontsize=7)
         ax.tick_params(labelsize=6)
-        ax.set_ylabel("us", fontsize=6)
+        ax.set_xlabel("run id", fontsize=6)
+        ax.set_ylabel(f"median ({unit})", fontsize=6)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     if names:
         axes.flat[0].legend(fontsize=6)
+    fig.suptitle(plot_title("Median time per run and workload", None, device=device,
+                            device_name=run.device_name if run is not None else None), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
     plt.close(fig)

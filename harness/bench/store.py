@@ -298,6 +298,34 @@ def _say(msg: str) -> None:
     append_job_summary(f"> {msg}")
 
 
+def default_path() -> Path:
+    """The bench store every session and verb agree on: $KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite
+    (relative to the folder the command runs in, the checkout for nox sessions) for the backend this machine
+    runs (`python -m harness detect`: the first GPU backend whose devices exist, else cpu). `nox -s ci`, `nox -s
+    bench` and `bench backend` write it; `bench list`, `show`, `history`, `plot`... read it."""
+    from harness import matrix
+    from harness.exc import HarnessError
+    from harness.settings import bench_settings
+
+    db = bench_settings().db
+    if db is not None:
+        return db
+    try:
+        backend = matrix.detect_backend()
+    except HarnessError:  # no readable matrix (a scratch folder): the CPU's store
+        backend = "cpu"
+    return Path("results") / "bench" / backend / "bench.sqlite"
+
+
+def missing_store(path: Path) -> StoreError:
+    """The one-line error of a reader given a store that is not there, naming the stores that are."""
+    found = sorted(str(p) for p in Path("results").glob("bench/**/bench.sqlite"))[:5] if Path("results").is_dir() \
+        else []
+    there = f"; stores here: {', '.join(found)}" if found else ""
+    return StoreError(f"no bench store at {path} (give --db, or record runs: `nox -s bench`, `nox -s ci`, `bench run`)"
+                      f"{there}")
+
+
 def lasting_path(backend: str) -> Path:
     """The lasting store of `backend`: $KILN_BENCH_STORE, else the matrix's `bench_store` of the backend, else
     ~/.local/share/kiln/bench/<backend>.sqlite (`{backend}` replaced); a UsageError when it lies inside the

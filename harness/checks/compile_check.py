@@ -595,7 +595,7 @@ def cli_main(args: argparse.Namespace) -> int:
         print(f"compile-check: note: the suites exited {suites_exit} (their failures are the suites' report)")
     print(f"report: {out / 'compile_check.md'}")
     if args.github_summary:
-        append_job_summary((out / "compile_check.md").read_text(encoding="utf-8"))
+        append_job_summary((out / "compile_check.md").read_text(encoding="utf-8"), force=True)
     if report["specializations"] < args.min_kernels:
         raise CompileCheckError(
             f"only {report['specializations']} kernel specializations were dumped to {dump}, "

@@ -13,28 +13,43 @@ import string
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import arms
 
-from . import capture as cap
-from . import compare as cmp
-from . import report as rep
-from . import trace_diff as td
 from .exc import NotComparable, NumericsError, RunFolderError
-from .program import resolve
-from .store import FULL_MAX, SAMPLE, RunFolder, find_runs, safe_name, save_run
 
-DEFAULT_COMPILERS = arms.default(cap.TIER)
+if TYPE_CHECKING:
+    from .store import RunFolder
+
+
+class _Later:
+    """A module of this package imported on first use: capture, compare, report, program and store import
+    torch, and `numerics --help` must not need it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self._name, __package__), attr)
+
+
+cap, cmp, rep, td, _program, _store = (_Later(f".{m}") for m in ("capture", "compare", "report", "trace_diff", "program",
+                                                                  "store"))
+TIER = "numerics"  # capture.TIER, the arms tier this triage runs
+DEFAULT_COMPILERS = arms.default(TIER)
 
 
 def _add_run_options(p: argparse.ArgumentParser, compilers: str) -> None:
-    p.add_argument("--compilers", default=compilers, help=f"comma-separated, of {', '.join(cap.COMPILERS)}")
+    p.add_argument("--compilers", default=compilers, help=f"comma-separated, of {', '.join(arms.names(TIER))}")
     p.add_argument("--repeat", type=int, default=1, help="executions per compiler (2: run-to-run check)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:N")
-    p.add_argument("--full-max", type=int, default=FULL_MAX, help="outputs up to this many elements are saved whole")
-    p.add_argument("--sample", type=int, default=SAMPLE, help="elements saved of a larger output")
+    p.add_argument("--full-max", type=int, default=None,
+                   help="outputs up to this many elements are saved whole (default: store.FULL_MAX)")
+    p.add_argument("--sample", type=int, default=None, help="elements saved of a larger output (default: store.SAMPLE)")
 
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
@@ -69,7 +84,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p = sub.add_parser("gpu", help="the bf16 attention block and LayerNorm+GELU MLP under every compiler, report")
     p.add_argument("--out", type=Path, required=True, help="folder for the runs and report.md/json/png")
     p.add_argument("--programs", default="attention,mlp", help="comma-separated built-in programs")
-    _add_run_options(p, arms.default(cap.TIER, eager_first=True))
+    _add_run_options(p, arms.default(TIER, eager_first=True))
     p.set_defaults(repeat=2)
     p = sub.add_parser("trace-diff", help="two value traces (KILN_TRACE_VALUES=1): the first kernel launch whose "
                        "outputs diverge, with its source (exit 1 when one does)")
@@ -98,19 +113,20 @@ def _env() -> dict[str, Any] | None:
 
 
 def run_program(ref: str, out: Path, compilers: list[str], repeat: int = 1, seed: int = 0, device: str = "auto",
-                inputs: list[str] | None = None, backward: bool = True, full_max: int = FULL_MAX,
-                sample: int = SAMPLE) -> tuple[Path, list[str]]:
+                inputs: list[str] | None = None, backward: bool = True, full_max: int | None = None,
+                sample: int | None = None) -> tuple[Path, list[str]]:
     """Capture and save one program; returns (run folder, failed compilers)."""
     if repeat < 1:
         raise NumericsError("--repeat must be at least 1")
     comps = [cap.standard(c.strip()) for c in compilers if c.strip()]
     if any(c.kiln for c in comps):
         import compiler  # noqa: F401 - first: it picks the Triton interpreter before anything imports triton
-    prog = resolve(ref, inputs)
+    prog = _program.resolve(ref, inputs)
     prog.backward = prog.backward and backward
     device = cap.resolve_device(device)
     cpu_inputs, cots, sides = cap.capture(prog, comps, seed, device, repeat, progress=_say)
-    save_run(out, prog, seed, device, cpu_inputs, cots, sides, _env(), full_max, sample)
+    _store.save_run(out, prog, seed, device, cpu_inputs, cots, sides, _env(),
+                    _store.FULL_MAX if full_max is None else full_max, _store.SAMPLE if sample is None else sample)
     return out, [s.compiler for s in sides if s.error]
 
 
@@ -138,13 +154,13 @@ def _sides_of(run: RunFolder, comps: list[str] | None, left_out: list[str]) -> l
 
 def build_cases(args: list[str]) -> tuple[list[tuple[str, list[cmp.Side], list[str]]], list[str]]:
     """(case name, labelled sides, left-out notes) per program compared, and notes on unmatched cases."""
-    specs = [(_split(a), find_runs(_split(a)[0])) for a in args]
+    specs = [(_split(a), _store.find_runs(_split(a)[0])) for a in args]
     collections = [len(runs) > 1 or (runs[0] != path) for (path, _), runs in specs]
     notes: list[str] = []
     if any(collections) and not all(collections):
         raise NotComparable("compare either run folders or suite save folders, not one with the other")
     if not any(collections):
-        groups = [("", [(RunFolder(path), comps) for (path, comps), _ in specs])]
+        groups = [("", [(_store.RunFolder(path), comps) for (path, comps), _ in specs])]
     else:
         names = [{r.name: r for r in runs} for _, runs in specs]
         common = sorted(set.intersection(*(set(n) for n in names)))
@@ -154,7 +170,7 @@ def build_cases(args: list[str]) -> tuple[list[tuple[str, list[cmp.Side], list[s
                 notes.append(f"{len(only)} case(s) only in {path}: {', '.join(only[:10])}")
         if not common:
             raise NotComparable("the suite folders share no case")
-        groups = [(c, [(RunFolder(n[c]), comps) for ((_, comps), _), n in zip(specs, names)]) for c in common]
+        groups = [(c, [(_store.RunFolder(n[c]), comps) for ((_, comps), _), n in zip(specs, names)]) for c in common]
     cases = []
     for case, runs in groups:
         left_out: list[str] = []
@@ -237,7 +253,7 @@ def cli_main(args: argparse.Namespace) -> int:
     """Numerics triage: run a program under several compilers, compare runs against fp64."""
     if args.action == "run":
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        out = args.out or Path("results") / "numerics" / f"{safe_name(args.program)}-{stamp}"
+        out = args.out or Path("results") / "numerics" / f"{_store.safe_name(args.program)}-{stamp}"
         path, failed = run_program(args.program, out, args.compilers.split(","), args.repeat, args.seed,
                                    args.device, args.inputs, not args.no_backward, args.full_max, args.sample)
         _say(f"wrote {path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
@@ -266,7 +282,7 @@ def gpu(args: argparse.Namespace) -> int:
         _say("note: no GPU found; running on the CPU (kiln through the Triton interpreter: slow at GPU sizes)")
     runs = []
     for name in [p.strip() for p in args.programs.split(",") if p.strip()]:
-        path = args.out / "runs" / safe_name(name)
+        path = args.out / "runs" / _store.safe_name(name)
         if (path / "manifest.json").exists():
             raise RunFolderError(f"{path} exists: give gpu a new --out folder")
         run_program(name, path, args.compilers.split(","), args.repeat, args.seed, device, None, True,

@@ -40,11 +40,12 @@ import statistics
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness import conventions
 from harness.exc import HarnessError, HistoryError, MissingTool
 from harness.record import RunStatus
 from harness.results import set_aside
@@ -314,6 +315,7 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     show.add_argument("--last", type=int, default=DEFAULT_LAST, help=f"runs to look back on (default {DEFAULT_LAST})")
     show.add_argument("--failing", action="store_true", help="only tests that failed in the window")
     show.add_argument("--backend", help="only runs of this backend")
+    conventions.add_json(show, "the counts")
     for sp in (rec, show):  # also accepted after the action
         sp.add_argument("--history", metavar="DB", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
@@ -333,7 +335,12 @@ def cli_main(args: argparse.Namespace) -> int:
     counts = failure_counts(db, last=args.last, backend=args.backend)
     shown = sorted((c for c in counts.values() if c.failed or c.failed_repetitions or not args.failing),
                    key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id))
-    for c in shown:
-        print(f"{c.node_id}: {c.phrase()}")
-    print(f"{db}: {len(shown)} test(s) shown" + (" (failing only)" if args.failing else ""))
+    with conventions.human_to_stderr(conventions.to_stdout(args.json)):
+        for c in shown:
+            print(f"{c.node_id}: {c.phrase()}")
+        print(f"{db}: {len(shown)} test(s) shown" + (" (failing only)" if args.failing else ""))
+    if args.json:
+        conventions.write_json(args.json, {"store": str(db), "last": args.last, "backend": args.backend,
+                                           "failing_only": args.failing,
+                                           "tests": [{**asdict(c), "phrase": c.phrase()} for c in shown]})
     return 0

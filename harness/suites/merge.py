@@ -288,5 +288,5 @@ def cli_main(args: argparse.Namespace) -> int:
     run = load_run(args.out)
     print(report.render_markdown(run) if args.markdown else report.render_text(run), end="")
     if args.github_summary:
-        res.append_job_summary(report.render_markdown(run))
+        res.append_job_summary(report.render_markdown(run), force=True)
     return 1 if args.check and not summary.ok else 0

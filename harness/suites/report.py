@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness import conventions
 from harness import results as res
 from harness.suites import retries as retries_mod
 from harness.suites.collect import RunResults, latest_run, load_run
@@ -183,7 +184,10 @@ def final_counts(tests: list[res.TestResult], flaky: set[str]) -> dict[str, int]
 
 
 def suite_label(suite: Any, flaky: list[str]) -> str:
-    """A suite's status for the report: FLAKY when it failed only by flaky tests."""
+    """A suite's status for the report: FLAKY when it failed only by flaky tests, COLLECTION ERROR when its
+    tests could not be collected (a conftest or import died: `collect_failed`)."""
+    if getattr(suite.record, "collect_failed", None):
+        return "COLLECTION ERROR"
     failed = {t.id for t in suite.tests if t.failing}
     if suite.status == "failed" and failed and failed <= set(flaky):
         return "FLAKY"
@@ -288,6 +292,11 @@ def render_text(run: RunResults) -> str:
     rows = shard_rows(run)
     if rows:
         lines += ["", *map(_shard_line, rows)]
+    broken = broken_suite_lines(run)
+    if broken:
+        lines += ["", f"suites that did not run their tests ({len(broken)}):"]
+        for suite, why, log, line in broken:
+            lines += [f"- [{suite}] {why}", f"    log: {log}", f"    {line}"]
     retried = retries_mod.load(run)
     past = history_counts(run, sorted({t.id for _, t in run.failing}))
     failing = [(suite, t) for suite, t in run.failing if t.id not in s.flaky]
@@ -313,6 +322,28 @@ def render_text(run: RunResults) -> str:
                   "with N runs says whether they may leave the quarantine:"]
         lines += [f"- {r.id}: passed {r.runs}/{r.runs}" for r in v.ready_to_leave]
     return "\n".join(lines) + "\n"
+
+
+def broken_suite_lines(run: RunResults) -> list[tuple[str, str, str, str]]:
+    """(suite, why, log, repro line) for every suite that died before or after its tests (a collection error:
+    a conftest or an import failed; or an abnormal end no test is to blame for). The repro line reruns the
+    suite's folder as the run did; the log is the run folder's path of the suite's output."""
+    from harness.suites.repro import suite_repro_line
+
+    out = []
+    for suite in run.suites:
+        rec = suite.record
+        why = (f"collection error: {rec.collect_failed}" if getattr(rec, "collect_failed", None)
+               else f"ended badly: {rec.ended_badly}" if getattr(rec, "ended_badly", None) else "")
+        if not why:
+            continue
+        log = run.path / rec.log if rec.log else run.path / "suites" / f"{suite.name}.log"
+        try:
+            line = suite_repro_line(run.record, suite.name)
+        except ResultsError as e:
+            line = f"(no repro line: {e})"
+        out.append((suite.name, why, str(log), line))
+    return out
 
 
 def _attempt_lines(run: RunResults, r: retries_mod.RetriedTest | None, past: Any) -> list[str]:
@@ -348,6 +379,8 @@ def render_markdown(run: RunResults) -> str:
               f"{r.shard.wall_s:.1f}" if r.shard.wall_s is not None else "-", r.shard.dir or "-"]
              for r in rows])]
     lines += ["", *(f"- {line}" for line in s.verdict_lines() + _env_lines(run) + _numerics_lines(run))]
+    for suite, why, log, line in broken_suite_lines(run):
+        lines += ["", f"#### Suite {suite}: {why}", "", f"log: `{log}`", "", "```sh", line, "```"]
     retried = retries_mod.load(run)
     past = history_counts(run, sorted({t.id for _, t in run.failing}))
     for title, flaky in (("#### Failing tests", False),
@@ -388,7 +421,16 @@ def write_reports(run: RunResults | Path) -> Summary:
         run = load_run(run)
     run_dir = run.path
     s = summarize(run)
-    data: dict[str, Any] = {
+    res.atomic_write_json(run_dir / "summary.json", summary_json(run, s))
+    res.atomic_write_text(run_dir / "report.txt", render_text(run))
+    res.atomic_write_text(run_dir / "report.md", render_markdown(run))
+    return s
+
+
+def summary_json(run: RunResults, s: Summary | None = None) -> dict[str, Any]:
+    """What summary.json (and `report --json`) holds: the verdict, counts, suites, shards and every test."""
+    s = s or summarize(run)
+    return {
         "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
         "finished": s.finished, "judged_ok": s.judged_ok, "quarantine_note": s.quarantine_note,
         "counts": s.counts, "broken_suites": s.broken_suites, "blocking": s.blocking,
@@ -397,13 +439,14 @@ def write_reports(run: RunResults | Path) -> Summary:
         "shards": [r.to_json() for r in shard_rows(run)] or None,
         "flaky": s.flaky, "quarantined_passed_all_runs": s.ready_to_leave,
         "retried": {i: r.to_json() for i, r in sorted(retries_mod.load(run).items())},
+        "suites": [{"name": suite.name, "status": str(suite.status), "label": suite_label(suite, s.flaky),
+                    "counts": res.counts(suite.tests), "duration_s": suite.record.duration_s}
+                   for suite in run.suites],
+        "broken_suite_details": [{"suite": n, "why": w, "log": lg, "repro": ln}
+                                 for n, w, lg, ln in broken_suite_lines(run)],
         "tests": [{"suite": suite.name, **res.to_json([t])[0], **_final(t, s)} for suite in run.suites
                   for t in suite.tests],
     }
-    res.atomic_write_json(run_dir / "summary.json", data)
-    res.atomic_write_text(run_dir / "report.txt", render_text(run))
-    res.atomic_write_text(run_dir / "report.md", render_markdown(run))
-    return s
 
 
 def _final(t: res.TestResult, s: Summary) -> dict[str, str]:
@@ -423,13 +466,17 @@ def cli_add_arguments(p: Any) -> None:
                    "run: the verdict it finished with)")
     p.add_argument("--github-summary", action="store_true",
                    help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
+    conventions.add_json(p, "the report (summary.json's content)")
 
 
 def cli_main(args: Any) -> int:
     """Print the report of a results folder (and rewrite its report files)."""
     run = load_run(Path(args.results_dir) if args.results_dir else latest_run())
     summary = write_reports(run)
-    print(render_markdown(run) if args.markdown else render_text(run), end="")
+    with conventions.human_to_stderr(conventions.to_stdout(args.json)):
+        print(render_markdown(run) if args.markdown else render_text(run), end="")
+    if args.json:
+        conventions.write_json(args.json, summary_json(run, summary))
     if args.github_summary:
-        res.append_job_summary(render_markdown(run))
+        res.append_job_summary(render_markdown(run), force=True)
     return 1 if args.check and not summary.ok else 0

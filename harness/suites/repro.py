@@ -47,6 +47,12 @@ def repro_line(record: RunRecord, test_id: str) -> str:
     return shlex.join(container_argv(backend, image, inner, src=record.src, env=env, docker=record.docker))
 
 
+def suite_repro_line(record: RunRecord, suite: str) -> str:
+    """The shell line that reruns a whole suite's folder as the run did: for a suite that never ran its tests
+    (a collection error), the one command that shows why."""
+    return repro_line(record, f"tests/{suite}")
+
+
 def repro_lines(run: RunResults) -> list[tuple[str, str, str]]:
     """(suite, test id, line) for every failing test, in report order."""
     return [(suite, t.id, repro_line(run.record_for(t.id), t.id)) for suite, t in run.failing]
@@ -78,13 +84,19 @@ def cli_main(args: Any) -> int:
         print(make(run.record_for(args.test), args.test))
         return 0
     failing = run.failing
-    if not failing:
+    broken = [s for s in run.suites if s.record.collect_failed or s.record.ended_badly]
+    if not failing and not broken:
         state = "" if run.complete else f" (run is {run.record.status}, not complete)"
         print(f"# no failing tests in {run.path}{state}")
         return 0
-    hint = image_hint(run.record_for(failing[0][1].id))
+    hint = image_hint(run.record_for(failing[0][1].id) if failing else run.record)
     if hint:
         print(f"# image: {hint}")
+    for suite in broken:  # died before (or after) its tests: rerun the whole folder to see why
+        why = (f"collection error: {suite.record.collect_failed}" if suite.record.collect_failed
+               else f"ended badly: {suite.record.ended_badly}")
+        print(f"# suite {suite.name}: {why}")
+        print(suite_repro_line(run.record, suite.name))
     for suite, test in failing:
         print(f"# {suite}: {test.id} ({test.outcome}: {test.headline[:120]})")
         print(make(run.record_for(test.id), test.id))

@@ -19,11 +19,9 @@ and raises RunInterrupted.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import sys
-import types
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,7 +40,7 @@ from harness.matrix import Backend, Matrix, Retries
 from harness.process import Terminated, sigterm_interrupts
 from harness.record import (HealthRecord, RetryPolicy, RunRecord, RunStatus, ShardSpec, SuiteRecord, SuiteStatus,
                             TestOutcome)
-from harness.settings import selection_args, settings
+from harness.settings import compiler_settings_problem, selection_args, settings
 
 
 @dataclass(frozen=True)
@@ -118,40 +116,6 @@ def now() -> str:
 
 
 # ---- setup steps: Plan -> Plan ---------------------------------------------------------------------------
-
-
-def compiler_settings_problem(env: dict[str, str]) -> str | None:
-    """What is wrong with the kiln compiler settings (`KILN_*`) in `env`, in one line, or None.
-
-    compiler/config.py reads every compiler variable and needs only the standard library (and compiler/exc.py);
-    it is loaded here under a private package name, so the harness checks the settings the suites will see
-    without importing torch, before any suite starts (a bad value would otherwise fail every test's import)."""
-    folder = settings().root / "compiler"
-    if not (folder / "config.py").is_file():
-        return None  # a project without kiln's compiler (e.g. a scratch project in the harness's tests)
-    name = "_kiln_settings_check"
-    pkg = types.ModuleType(name)
-    pkg.__path__ = [str(folder)]
-    saved = {k: sys.modules.get(k) for k in (name, f"{name}.exc", f"{name}.config")}
-    sys.modules[name] = pkg
-    try:
-        for mod in ("exc", "config"):
-            spec = importlib.util.spec_from_file_location(f"{name}.{mod}", folder / f"{mod}.py")
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[f"{name}.{mod}"] = module
-            spec.loader.exec_module(module)
-        try:
-            module.from_env(env)
-        except ValueError as e:  # compiler.exc.ConfigError is a ValueError
-            return str(e)
-        return None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
 
 
 def check_host(plan: Plan) -> Plan:
@@ -308,7 +272,12 @@ def run_one_suite(state: RunState, suite: str, suite_dir: Path, seen: str, shard
     else:
         rec, tests, junit = runner.run_suite_plain(p.b, suite, suite_dir, native=p.native, image=p.image_tag,
                                                    extra=extra, m=p.m, echo=p.echo, env_extra=save)
-    print(res.summary_line(suite, p.label, tests, rec.duration_s, rec.status.upper(), str(junit)), flush=True)
+    # a suite that could not be collected has no tests: its status says so and the pointer is its log (the cause)
+    label, where = ("COLLECTION ERROR", suite_dir / f"{suite}.log") if rec.collect_failed else \
+        (rec.status.upper(), junit)
+    if not where.exists():
+        where = suite_dir / f"{suite}.log"
+    print(res.summary_line(suite, p.label, tests, rec.duration_s, label, str(where)), flush=True)
     for crash in rec.crashes or ():
         print(f"  crashed: {crash.id}: {crash.reason} (attempt {crash.attempt}, {crash.log}); "
               "the rest of the suite ran in a fresh process", flush=True)
@@ -353,6 +322,9 @@ def write_report(state: RunState) -> RunState:
     for line in summary.verdict_lines():
         print(line, flush=True)
     print(summary.headline(), flush=True)
+    md = state.run_dir / "report.md"
+    if md.is_file():
+        res.append_job_summary(md.read_text(encoding="utf-8"))  # only with --github-summary (KILN_GITHUB_SUMMARY)
     state.ok = summary.ok
     return state
 

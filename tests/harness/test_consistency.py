@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import runpy
 import shlex
 from pathlib import Path
 
@@ -18,19 +17,10 @@ M = matrix.load(ROOT / "ci" / "matrix.json")
 
 
 def _run_noxfile() -> tuple[dict, dict]:
-    """(sessions, noxfile globals), leaving nox's session registry as it was."""
-    pytest.importorskip("nox")
-    from nox import registry
+    """(sessions, noxfile globals), the noxfile loaded once per process (noxfile_loader: no re-registration)."""
+    from noxfile_loader import noxfile, sessions
 
-    before = dict(registry.get())
-    registry.get().clear()
-    try:
-        names = runpy.run_path(str(ROOT / "noxfile.py"))
-        sessions = dict(registry.get())
-    finally:
-        registry.get().clear()
-        registry.get().update(before)
-    return sessions, names
+    return sessions(), vars(noxfile())
 
 
 def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():

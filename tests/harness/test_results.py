@@ -138,5 +138,9 @@ def test_job_summary_is_appended_only_on_github(tmp_path, monkeypatch):
     assert append_job_summary("# nothing") is False
     target = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+    monkeypatch.delenv("KILN_GITHUB_SUMMARY", raising=False)
+    assert append_job_summary("# not asked") is False and not target.exists()  # opt-in: --github-summary
+    assert append_job_summary("# forced\n", force=True)  # `bench summary`, `bench job-summary`
+    monkeypatch.setenv("KILN_GITHUB_SUMMARY", "1")  # what every verb's --github-summary sets
     assert append_job_summary("# one\n") and append_job_summary("# two")
-    assert target.read_text() == "# one\n\n# two\n\n"
+    assert target.read_text() == "# forced\n\n# one\n\n# two\n\n"

@@ -5,8 +5,6 @@ under kiln (Triton's interpreter) and eager, a few seconds a job."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import os
 import sqlite3
@@ -20,14 +18,11 @@ WORKLOAD = "softmax.fwd.fp32.64x128"
 EXTRA = ["--compilers", "kiln", "--only", WORKLOAD, "--target-s", "0.05", "--passes", "1", "--quiet"]
 
 
-@functools.cache
 def _noxfile():
-    """noxfile.py as a module, loaded once (loading registers its sessions)."""
-    pytest.importorskip("nox")
-    spec = importlib.util.spec_from_file_location("kiln_noxfile", ROOT / "noxfile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """noxfile.py as a module, loaded once per process (noxfile_loader: its sessions registered once)."""
+    from noxfile_loader import noxfile
+
+    return noxfile()
 
 
 def _job(tmp_path: Path, name: str, *, record: bool, ref: str, extra: list[str] = EXTRA,
@@ -135,9 +130,10 @@ def test_steps_of_the_sessions():
     nf = _noxfile()
     record = nf.bench_job_steps("cuda", record=True, python="py")
     assert [s for s, _, _ in record] == ["seed", "seed", "measure", "report", "report", "record", "bisect"]
+    # the lasting store's steps write their notes into the job summary (opt-in, issue 26)
     assert record[0][1][4:] == ["export", "results/bench/cuda/baseline.json", "--lasting", "cuda", "--baseline",
-                                "ref:main?"]
-    assert record[-2][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda"]
+                                "ref:main?", "--github-summary"]
+    assert record[-2][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda", "--github-summary"]
     # after the record: the runs compared and the automatic bisection of confirmed regressions (its default cap)
     assert record[-1][1][4:] == ["job-summary", "--backend", "cuda", "--results", "results/bench/cuda", "--recorded"]
     assert "--native" not in record[2][1] and record[2][2] == {"GITHUB_STEP_SUMMARY": ""}

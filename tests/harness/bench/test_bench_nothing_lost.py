@@ -61,7 +61,7 @@ def test_history_repeats_the_verdict_and_times_of_the_run_that_stored_them(tmp_p
     assert "rejected side by side" in second.stdout
     assert not any(x["verdict"] == "regressed" for x in report["comparisons"])
 
-    hist = _bench("history", W1, "--db", str(db), "--out", str(tmp_path / "plots"))
+    hist = _bench("history", W1, "--db", str(db), "--out", str(tmp_path / "plots"), "--md", str(tmp_path / "h.md"))
     assert hist.returncode == 0, hist.stderr
     line = next(ln for ln in hist.stdout.splitlines() if ln.startswith("rejected: "))
     # the same verdict, ratio and times as the run's comparison table
@@ -71,8 +71,11 @@ def test_history_repeats_the_verdict_and_times_of_the_run_that_stored_them(tmp_p
     table_line = next(ln for ln in second.stdout.splitlines() if ln.startswith(W1) and "rejected" in ln)
     assert fmt_ns(c["base_ns"]) in table_line and fmt_ns(c["new_ns"]) in table_line
     assert f"{c['ratio']:.3f}" in table_line
-    row = next(ln for ln in hist.stdout.splitlines() if ln.startswith("2 "))
-    assert f"{fmt_ns(c['new_ns'])} x{c['ratio']:.2f} = rejected" in row and row.rstrip().endswith("stored")
+    # the terminal's long format: the series' last step; the Markdown table: the run's row
+    series = next(ln for ln in hist.stdout.splitlines() if ln.startswith(W1) and " eager " in ln)
+    assert fmt_ns(c["new_ns"]) in series and f" x{c['ratio']:.2f} " in series and series.rstrip().endswith("= rejected")
+    row = next(ln for ln in (tmp_path / "h.md").read_text().splitlines() if ln.startswith("| 2 "))
+    assert f"{fmt_ns(c['new_ns'])} x{c['ratio']:.2f} = rejected" in row and row.rstrip(" |").endswith("stored")
     assert not [ln for ln in hist.stdout.splitlines() if ln.startswith(("regressed:", "improved:", "suspect:"))]
     assert "▲" not in row and "▼" not in row
     shown = _bench("show", "2", "--db", str(db))

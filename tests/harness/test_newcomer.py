@@ -1,0 +1,255 @@
+"""A newcomer's first day (issue 26), outside the bench (tests/harness/bench/test_bench_newcomer.py has its
+part): a bad compiler setting is one line through every verb, a suite that fails to collect is reported as a
+collection error with its cause and a repro line, `env` warns about nothing, `numerics --help` needs no torch,
+the CLI conventions (`--json -`, `--github-summary`, help with description, example and exit codes), and the
+nox sessions (one shared venv, native sessions that work, sessions registered once). CLI ones run
+`python -m harness` in a real subprocess."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from harness import exc
+from harness.__main__ import EXAMPLES, VERBS
+
+ROOT = Path(__file__).resolve().parents[2]
+BAD = {"KILN_MM_LAYOUT": "garbage"}
+
+
+def harness(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "KILN_GITHUB_SUMMARY")}
+    base["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd or ROOT, env={**base, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+# ---- item 6: a bad compiler setting is one line, exit 2, through every verb -------------------------------
+@pytest.mark.parametrize("argv", [["env"], ["health"], ["numerics", "run", "attention"],
+                                  ["bench", "run", "--only", "softmax.fwd.fp32*", "--db", "{tmp}/b.sqlite"],
+                                  ["bench", "models", "--only", "gpt2*", "--out", "{tmp}/m"],
+                                  ["flakes", "--native", "--runs", "2", "tests/fallback"]])
+def test_a_bad_compiler_setting_is_one_line_through_every_verb(tmp_path, argv):
+    proc = harness(*[a.format(tmp=tmp_path) for a in argv], **BAD)
+    assert proc.returncode == exc.EXIT_USAGE, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad compiler setting: KILN_MM_LAYOUT='garbage'" in lines[0], proc.stderr
+    assert not (tmp_path / "b.sqlite").exists() and not (tmp_path / "m").exists()  # stopped before any work
+
+
+def test_a_config_error_under_any_wrapper_is_one_line():
+    from compiler.exc import ConfigError
+
+    def deep() -> int:
+        try:
+            raise ConfigError("KILN_MM_LAYOUT='x': expected bench, pad, contiguous or off")
+        except ConfigError as e:
+            raise RuntimeError("backend compiler failed") from e  # as torch wraps a backend's error
+
+    assert exc.guarded("bench", deep) == exc.EXIT_USAGE
+    with pytest.raises(RuntimeError):  # anything else still raises
+        exc.guarded("bench", lambda: (_ for _ in ()).throw(RuntimeError("other")))
+
+
+# ---- item 7: a suite that fails to collect ---------------------------------------------------------------
+def test_a_suite_that_dies_collecting_is_a_collection_error_with_cause_and_repro(tmp_path):
+    from test_run import harness as run_harness
+    from test_run import make_project, only_run
+
+    root = make_project(tmp_path)
+    (root / "tests" / "alpha" / "conftest.py").write_text(
+        'raise ValueError("KILN_PLANTED=garbage: expected a planted value")\n')
+    proc = run_harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet")
+    assert proc.returncode == 1, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("suite alpha"))
+    assert "COLLECTION ERROR" in line
+    assert Path(line.rsplit(" -> ", 1)[1]).is_file()  # the pointer names a file that exists
+    assert "KILN_PLANTED=garbage" in proc.stdout  # the cause, even with --quiet
+    run_dir = only_run(root)
+    report = run_harness(root, "report", str(run_dir))
+    assert "suite alpha [cpu/native] COLLECTION ERROR" in report.stdout
+    assert "- [alpha] collection error: " in report.stdout and "KILN_PLANTED=garbage" in report.stdout
+    repro = run_harness(root, "repro", str(run_dir)).stdout.splitlines()
+    assert repro[0].startswith("# suite alpha: collection error:") and "no failing tests" not in repro
+    again = subprocess.run(["bash", "-c", repro[1]], capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "KILN_PLANTED=garbage" in again.stdout + again.stderr
+    data = json.loads(run_harness(root, "report", str(run_dir), "--json", "-").stdout)
+    assert data["broken_suite_details"][0]["suite"] == "alpha"
+    assert data["broken_suite_details"][0]["repro"] == repro[1]
+
+
+# ---- item 8: env warns about nothing; numerics --help needs no torch --------------------------------------
+def test_env_prints_no_kiln_warning():
+    proc = harness("env", "--part", "device")
+    assert proc.returncode == 0, proc.stderr
+    assert "kiln" not in proc.stderr.lower() and proc.stderr.strip() == ""
+    assert "compile_threads" in json.loads(proc.stdout)["compiler_config"]
+
+
+@pytest.mark.parametrize("argv", [["numerics", "--help"], ["numerics", "run", "--help"],
+                                  ["numerics", "compare", "--help"]])
+def test_numerics_help_needs_no_torch(argv):
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"  # any import of them fails
+            "from harness.__main__ import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert exc.EXIT_CODES_EPILOG in proc.stdout and ("example:" in proc.stdout or len(argv) > 2)
+
+
+# ---- item 10: conventions ----------------------------------------------------------------------------------
+def _leaves(parser: argparse.ArgumentParser):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for action in subs:
+        for sub in dict.fromkeys(action.choices.values()):
+            yield from _leaves(sub)
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_every_verb_help_has_a_description_an_example_and_the_exit_codes(verb):
+    proc = harness(verb, "--help")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert set(EXAMPLES) == set(VERBS)  # a new verb comes with its example
+    assert VERBS[verb][1] in text  # the description
+    assert "example:\n  " + EXAMPLES[verb].splitlines()[0] in text
+    assert text.index("example:") < text.index("exit codes:") and text.rstrip().endswith(
+        exc.EXIT_CODES_EPILOG.splitlines()[-1].strip())
+
+
+def test_every_verb_and_sub_verb_takes_github_summary():
+    from harness import conventions
+
+    for verb, (module_name, _) in VERBS.items():
+        module = importlib.import_module(module_name)
+        parser = argparse.ArgumentParser(prog=verb)
+        (getattr(module, f"cli_{verb}_add_arguments", None) or module.cli_add_arguments)(parser)
+        conventions.finish(parser)
+        for leaf in _leaves(parser):
+            assert "--github-summary" in leaf._option_string_actions, leaf.prog
+
+
+def test_json_dash_for_report_and_history_show(tmp_path):
+    from test_run import harness as run_harness
+    from test_run import make_project, only_run
+
+    root = make_project(tmp_path)
+    db = tmp_path / "history.sqlite"
+    run_harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta")
+    run_dir = only_run(root)
+    report = run_harness(root, "report", str(run_dir), "--json", "-")
+    data = json.loads(report.stdout)  # stdout is JSON only; the text report went to stderr
+    assert data["counts"]["passed"] == 3 and data["suites"][0]["name"] == "beta"
+    assert "kiln cpu/native OK" in report.stderr and not (root / "-").exists()
+    assert run_harness(root, "history", "--history", str(db), "record", str(run_dir)).returncode == 0
+    shown = run_harness(root, "history", "--history", str(db), "show", "--json", "-")
+    assert shown.returncode == 0, shown.stderr
+    tests = json.loads(shown.stdout)["tests"]
+    assert {t["node_id"] for t in tests} >= {"tests/beta/test_beta.py::test_fine"} and tests[0]["runs"] == 1
+
+
+def test_run_and_report_append_to_the_job_summary_only_with_the_flag(tmp_path):
+    from test_run import make_project, only_run
+
+    root = make_project(tmp_path)
+    summary = tmp_path / "summary.md"
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(ROOT), "KILN_ROOT": str(root),
+           "KILN_RESULTS": str(root / "results"), "KILN_HISTORY_DB": str(tmp_path / "h.sqlite")}
+    env.pop("KILN_GITHUB_SUMMARY", None)
+
+    def run(*args: str) -> None:
+        proc = subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
+                              text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr
+
+    run("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta")
+    run("report", str(only_run(root)))
+    assert not summary.exists()
+    run("report", str(only_run(root)), "--github-summary")
+    assert summary.read_text().count("kiln cpu/native OK") == 1
+    run("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta", "--github-summary")
+    assert summary.read_text().count("kiln cpu/native OK") == 2
+
+
+# ---- items 4 and 9: nox sessions ---------------------------------------------------------------------------
+class FakeSession:
+    """What the sessions call of nox.Session, recorded; `detect` answers cpu."""
+
+    def __init__(self, posargs: list[str] | None = None) -> None:
+        self.posargs = posargs or []
+        self.calls: list[tuple[str, tuple]] = []
+
+    def run(self, *args, **kw):
+        self.calls.append(("run", args))
+        return "cpu\n" if "detect" in args else ""
+
+    def run_install(self, *args, **kw):
+        self.calls.append(("install", args))
+        if args[1:3] == ("-m", "venv"):  # make the interpreter path exist, as venv would
+            python = Path(args[3]) / "bin" / "python"
+            python.parent.mkdir(parents=True)
+            python.write_text("")
+
+    def log(self, line):
+        self.calls.append(("log", (line,)))
+
+    def error(self, line):
+        raise SystemExit(line)
+
+
+def _call(session_fn, s: FakeSession) -> None:
+    (session_fn.func if hasattr(session_fn, "func") else session_fn)(s)
+
+
+def test_sessions_share_one_venv_filled_once_and_native_sessions_use_it(tmp_path, monkeypatch):
+    from noxfile_loader import noxfile, sessions
+
+    nf = noxfile()
+    for name in ("tests", "ci", "bench", "bench-check", "compile-check", "numerics", "tests-cpu", "flakes-cpu"):
+        assert sessions()[name].python is False, name  # nox makes no venv of its own for them
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    monkeypatch.delenv("KILN_NO_VENV", raising=False)
+    python = os.path.join(".nox", "kiln", "bin", "python")
+    first = FakeSession(["--native", "--suite", "fallback"])
+    _call(sessions()["tests-cpu"], first)
+    installs = [a for kind, a in first.calls if kind == "install"]
+    assert installs[0][1:] == ("-m", "venv", os.path.join(".nox", "kiln"))
+    assert any(nf.TORCH_PIN in a for a in installs) and any(".[test,bench,models]" in a for a in installs)
+    runs = [a for kind, a in first.calls if kind == "run"]
+    assert runs == [(python, "-m", "harness", "run", "--backend", "cpu", "--native", "--suite", "fallback")]
+    for name, posargs in (("flakes-cpu", ["--native", "--runs", "2"]), ("tests", []), ("bench-check", [])):
+        again = FakeSession(posargs)
+        _call(sessions()[name], again)
+        assert not [a for kind, a in again.calls if kind == "install"], name  # reused, not reinstalled
+        assert {a[0] for kind, a in again.calls if kind == "run"} == {python}, name
+    container = FakeSession([])
+    _call(sessions()["tests-cpu"], container)  # container mode: the harness needs only the standard library
+    assert [a[0] for kind, a in container.calls if kind == "run"] == [sys.executable]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '2'\n")
+    changed = FakeSession(["--native"])
+    _call(sessions()["tests-cpu"], changed)  # pyproject changed: the venv is refilled (not made again)
+    installs = [a for kind, a in changed.calls if kind == "install"]
+    assert installs and all(a[0] == python for a in installs)
+
+
+def test_loading_the_noxfile_again_registers_each_session_once():
+    from nox import registry
+    from noxfile_loader import _load, sessions
+
+    assert len(sessions()) > 20
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nox's "has already been registered" FutureWarning fails this
+        _load.__wrapped__()
+    assert set(registry.get()) == set(sessions())
