@@ -370,15 +370,15 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     assert "shard 1/3 CRASHED (stopped without finishing (exit -9); see shard-1.log)" in text
 
 
-def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_it(tmp_path, monkeypatch):
-    """The commands of `run --backend cuda --shard 2/2 --devices 1` in container mode (docker faked)."""
+def faked_container_run(tmp_path, monkeypatch) -> tuple[Path, list[list[str]]]:
+    """A planted project as KILN_ROOT and a container run's outside faked (no driver, docker, image or host
+    capture): (project root, the argv of every command the run executes, filled as it runs)."""
     from harness import envinfo
     from harness.checks import health, preflight
     from harness.images import image
-    from harness.suites import runner, steps
+    from harness.suites import runner
 
     root = make_project(tmp_path)
-    shard.write_durations(root / "d.json", {}, "cuda")
     monkeypatch.setenv("KILN_ROOT", str(root))
     monkeypatch.setattr(health, "require_host_devices", lambda b: None)
     monkeypatch.setattr(preflight, "check", lambda b, **kw: preflight.Report(b.name))  # no driver here
@@ -393,6 +393,15 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
         return 0, False
 
     monkeypatch.setattr(runner, "execute", fake_execute)
+    return root, calls
+
+
+def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_it(tmp_path, monkeypatch):
+    """The commands of `run --backend cuda --shard 2/2 --devices 1` in container mode (docker faked)."""
+    from harness.suites import steps
+
+    root, calls = faked_container_run(tmp_path, monkeypatch)
+    shard.write_durations(root / "d.json", {}, "cuda")
     run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
                                    image_tag="kiln-cuda:t", health=False, echo=False, extra=["-x"],
                                    shard=shard.Shard(2, 2), durations=root / "d.json", devices=["1"])
@@ -416,28 +425,11 @@ def test_a_container_run_on_a_runner_given_one_gpu_uses_only_it(tmp_path, monkey
     """`run --backend cuda` (no --devices) on a runner whose CUDA_VISIBLE_DEVICES names one GPU by UUID: every
     container (environment capture, suites) gets that GPU alone, renumbered 0, and the record and repro line
     say so (docker faked)."""
-    from harness import envinfo
-    from harness.checks import health, preflight
-    from harness.images import image
-    from harness.suites import runner, steps
+    from harness.suites import steps
 
-    root = make_project(tmp_path)
     uuid = "GPU-0f0e0d0c-0b0a-0908-0706-050403020100"
-    monkeypatch.setattr(preflight, "check", lambda b, **kw: preflight.Report(b.name))  # no driver here
-    monkeypatch.setenv("KILN_ROOT", str(root))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
-    monkeypatch.setattr(health, "require_host_devices", lambda b: None)
-    monkeypatch.setattr(image, "require_docker", lambda: None)
-    monkeypatch.setattr(image, "image_id", lambda tag: "sha256:0")
-    monkeypatch.setattr(envinfo, "capture_host", lambda img: {})
-    calls: list[list[str]] = []
-
-    def fake_execute(argv, *, log, timeout_s, **kw):
-        calls.append(argv)
-        log.write_text("")
-        return 0, False
-
-    monkeypatch.setattr(runner, "execute", fake_execute)
+    root, calls = faked_container_run(tmp_path, monkeypatch)
     run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
                                    image_tag="kiln-cuda:t", health=False, echo=False)
     assert len(calls) >= 2 and all(a[a.index("--gpus") + 1] == f"device={uuid}" for a in calls)
