@@ -22,6 +22,16 @@ Variables (all optional):
                     finds durations/<backend>.json next to it (written by `durations --from-history`)
   XDG_DATA_HOME     the base of the lasting data folder (default ~/.local/share)
 
+The fleet store's variables, read by `fleet_settings()` (harness/store/url.py, runner.py, spool.py):
+  KILN_STORE_URL    one location for both stores (`--store URL` overrides it): `sqlite:///PATH` or
+                    `postgresql://USER@HOST/DB` (psycopg 3). Unset: each store where it is today (KILN_BENCH_DB,
+                    the lasting stores, KILN_HISTORY_DB). An explicit `--db`/`--history` still wins over it.
+  KILN_STORE_SPOOL  the local SQLite spool that keeps results while the server is unreachable (default
+                    spool/store.sqlite in the lasting data folder); pushed by the next run that reaches it
+  KILN_STORE_STRICT "1": an unreachable server is an error (exit 3) instead of a spooled run (`--store-strict`)
+  RUNNER_NAME       the runner's name recorded with each run (GitHub Actions sets it; default: the host name)
+  KILN_GPU_LABEL    the matrix's GPU label of the job (e.g. h100), recorded with each run: the hardware class
+
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench.sqlite)
   KILN_BENCH_PLANT  a planted slowdown, `PATTERN[@COMPILER][=FRACTION]` (default fraction 0.2): extra time
@@ -141,6 +151,32 @@ def settings() -> Settings:
         history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
                         or data_dir() / "history" / "history.sqlite").expanduser(),
         data_dir=data_dir(),
+    )
+
+
+# ---- the fleet store ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Typed view of the fleet store's variables (see the module docstring)."""
+
+    store_url: str | None
+    spool: Path
+    strict: bool
+    runner_name: str
+    gpu_label: str
+
+
+def fleet_settings() -> FleetSettings:
+    """Read the fleet store's variables now."""
+    spool = os.environ.get("KILN_STORE_SPOOL", "").strip()
+    return FleetSettings(
+        store_url=os.environ.get("KILN_STORE_URL", "").strip() or None,
+        spool=Path(spool).expanduser() if spool else data_dir() / "spool" / "store.sqlite",
+        strict=flag("KILN_STORE_STRICT"),
+        runner_name=os.environ.get("RUNNER_NAME", "").strip(),
+        gpu_label=os.environ.get("KILN_GPU_LABEL", "").strip(),
     )
 
 

@@ -61,7 +61,7 @@ except ImportError as _e:  # a host Python without the project's dependencies: e
     _MISSING = str(_e)
     SQLAlchemyError = OSError  # type: ignore[misc, assignment]
 
-SCHEMA_VERSION = 1  # the history store's head revision (harness/store/migrations/history)
+SCHEMA_VERSION = 2  # the history store's head revision (harness/store/migrations/history)
 DEFAULT_LAST = 40
 SOURCES = ("run", "flakes")
 
