@@ -39,13 +39,26 @@ def hardware_class(gpu_label: str, gpu_model: str, device_name: str = "") -> str
 
 @cache
 def _gpu() -> tuple[str, str]:
-    from harness.envinfo import driver_info
+    """(first GPU's model, driver version) from nvidia-smi, else amdgpu's module version; ("", "") without.
+    (harness.envinfo records the whole environment; this floor asks for these two only.)"""
+    import shutil
+    import subprocess
+    from pathlib import Path
 
-    info = driver_info()
-    gpus = info.get("nvidia_gpus") or []
-    model = str(gpus[0]) if gpus else ""
-    driver = str(info.get("nvidia_driver") or info.get("amdgpu_driver") or "")
-    return model, driver
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        rows = [r.split(", ") for r in out.splitlines() if r.strip()]
+        if rows and len(rows[0]) == 2:
+            return rows[0][0].strip(), rows[0][1].strip()
+    amd = Path("/sys/module/amdgpu/version")
+    try:
+        return "", amd.read_text().strip() if amd.exists() else ""
+    except OSError:
+        return "", ""
 
 
 def current(device_name: str = "") -> Runner:
