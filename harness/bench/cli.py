@@ -23,8 +23,12 @@ from harness.settings import Plant, bench_settings
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB or results/bench.sqlite)"
+        "--db", type=Path, default=None, help="SQLite store (default $KILN_STORE_URL, else $KILN_BENCH_DB or "
+        "results/bench.sqlite)"
     )
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)  # --store URL, --store-strict
 
 
 def _add_lasting(p: argparse.ArgumentParser) -> None:
@@ -62,6 +66,8 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when something regressed")
+    p.add_argument("--any-hardware", action="store_true", help="baselines may come from another hardware "
+                   "class (GPU label or model) than the run's: off by default")
 
 
 def _add_measure(p: argparse.ArgumentParser) -> None:
@@ -257,13 +263,18 @@ def _add_models(sub) -> None:
 def _open(db: Path | None, lasting: str | None = None, *, write: bool = True):
     """The store of `--db` (else $KILN_BENCH_DB), or with `--lasting BACKEND` that backend's lasting store;
     `write=False` opens it read-only (never created, migrated or moved)."""
-    from .store import Store, lasting_path, open_lasting
+    from harness.store.cli import configured
 
+    from .store import Store, lasting_path, open_fleet, open_lasting
+
+    fleet = configured()  # KILN_STORE_URL (or --store URL)
     if lasting:
         if db:
             raise UsageError("give --db or --lasting, not both")
+        if fleet is not None:
+            return open_fleet(fleet, write=write)
         return open_lasting(lasting_path(lasting), write=write)
-    return Store(db or bench_settings().db, readonly=not write)
+    return Store(db or fleet or bench_settings().db, readonly=not write)
 
 
 def _run_id(store, spec: str) -> int:
@@ -372,7 +383,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with _open(args.db) as store:
         run = store.run(_run_id(store, args.run))
         cmp_cfg = cmp_cfg.for_device(run.device)
-        base_runs = resolve_baseline(store, args.baseline, run)
+        base_runs = resolve_baseline(store, args.baseline, run, any_hardware=cmp_cfg.any_hardware)
         results = store.results(run.id)
         cmps = compare(results, load_baseline(store, base_runs), cmp_cfg, new_run=run)
         # stored samples against stored samples: suspects only (no side-by-side measurement here)
@@ -561,6 +572,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cli_main(args: argparse.Namespace) -> int:
     """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`). Errors
     (`HarnessError`s, the bench's included) and Ctrl-C are `harness.__main__.guarded`'s to report."""
+    if getattr(args, "store", None) and getattr(args, "db", None):
+        raise UsageError("give --db or --store, not both")
+    if getattr(args, "store", None) or getattr(args, "store_strict", False):
+        from harness.store.cli import apply_store_flags
+
+        apply_store_flags(args)
     if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(args, "compilers", ""):
         from .session import prepare_kiln
 

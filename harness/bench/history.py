@@ -92,6 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="tiny or gpu (model cases: models-PROFILE); default: each workload's "
                    "newest run's profile")
     p.add_argument("--device", help="only runs whose device (cpu, cuda) or device name contains this")
+    p.add_argument("--runner", help="only runs recorded by this runner (RUNNER_NAME or host name)")
+    p.add_argument("--hw-class", help="only runs of this hardware class (GPU label, else GPU model)")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)
     p.add_argument("--last", type=int, default=10, help="runs in the table (default 10)")
     p.add_argument("--out", type=Path, help="folder of the PNG plots (default: history/ beside the store)")
     p.add_argument("--md", type=Path, help="write the Markdown table here")
@@ -117,10 +122,13 @@ def _device_ok(run: RunInfo, device: str | None) -> bool:
 
 
 def collect(store: Store, patterns: list[str], profile: str | None = None, device: str | None = None,
-            cfg: CompareConfig | None = None) -> History:
-    """The series of every workload matching `patterns` over the complete runs (see module docstring)."""
+            cfg: CompareConfig | None = None, *, runner: str | None = None,
+            hw_class: str | None = None) -> History:
+    """The series of every workload matching `patterns` over the complete runs (of one runner or hardware
+    class, when given; see module docstring)."""
     cfg = cfg or CompareConfig()
-    runs = [r for r in reversed(store.runs(complete_only=True)) if _device_ok(r, device)]
+    runs = [r for r in reversed(store.runs(complete_only=True, runner=runner, hw_class=hw_class))
+            if _device_ok(r, device)]
     if not runs:
         where = f" on device {device!r}" if device else ""
         raise StoreError(f"no complete runs{where} in {store.path}")
@@ -145,7 +153,8 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
         have = [r for r in runs if _profile_ok(r, w, profile) and any(x.workload == w for x in results[r.id])]
         kind = (have[-1].profile, have[-1].device_name)
         hist.kinds[w] = kind
-        have = [r for r in have if (r.profile, r.device_name) == kind]
+        cls = have[-1].hw_class  # nor hardware classes (runs from before runners were recorded name none)
+        have = [r for r in have if (r.profile, r.device_name) == kind and (not cls or r.hw_class in (None, cls))]
         for run in have:
             for res in results[run.id]:
                 if res.workload != w:
@@ -324,11 +333,14 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.last < 1:
         raise UsageError(f"--last must be at least 1, not {args.last}")
     cfg = config_from_args(args)
-    db = Path(args.db or bench_settings().db)
-    if not db.is_file():
+    from harness.store.cli import exists, location
+
+    db = location(args.db, bench_settings().db)
+    if not exists(db):
         raise StoreError(f"no bench store at {db} (give --db, or record runs with `bench run`)")
     with Store(db, readonly=True) as store:
-        hist = collect(store, list(args.workloads), args.profile, args.device, cfg)
+        hist = collect(store, list(args.workloads), args.profile, args.device, cfg,
+                       runner=getattr(args, "runner", None), hw_class=getattr(args, "hw_class", None))
     print(terminal(table(hist, args.last)))
     print(LEGEND)
     for p in flagged(hist):
@@ -339,7 +351,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     if args.md:
         atomic_write_text(args.md, markdown_report(hist, args.last))
-    out = args.out or db.parent / "history"
+    out = args.out or (db if isinstance(db, Path) else bench_settings().db).parent / "history"
     try:
         paths = plot_all(hist, out)
         print(f"wrote {len(paths)} plot(s) into {out}")

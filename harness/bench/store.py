@@ -569,3 +569,25 @@ def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOU
             usable = False
         with Store(path if usable else ":memory:", readonly=not write, log=say) as store:
             yield store
+
+
+@contextmanager
+def open_fleet(where: Path | ServerURL, *, write: bool, log: Callable[[str], None] | None = None) -> Iterator[Store]:
+    """The store KILN_STORE_URL names, for the CI bench jobs (`--lasting` with KILN_STORE_URL set): a file goes
+    through open_lasting (locked, set aside when corrupt); a server is opened as it is, and a reader that
+    cannot reach it reads an empty store with a note (a pull request's comparison is skipped, its verdict not
+    failed) unless strict (StoreUnreachable, exit 3). A writer spools (Store)."""
+    if isinstance(where, Path):
+        with open_lasting(where, write=write, log=log) as store:
+            yield store
+        return
+    say = log or _say
+    try:
+        store = Store(where, readonly=not write, log=say)
+    except StoreUnreachable as e:
+        if write or spool.strict():
+            raise
+        say(f"note: {e}: nothing recorded to compare with")
+        store = Store(":memory:")
+    with store:
+        yield store
