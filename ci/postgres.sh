@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL for the fleet-store tests (issue 27), on a Unix socket in DIR (no TCP port).
 #   ci/postgres.sh start DIR   initdb into DIR/data, start it, create database `kiln`, print its URL
+#                              (DIR/data there already: start that server again)
 #   ci/postgres.sh stop DIR    stop it (fast shutdown); DIR is left for the caller to remove
 # Run as root (as .ci/run is), the server runs as the `postgres` user (PostgreSQL refuses root); Debian's
 # `postgresql` package is installed when no initdb is found. Trust authentication: local socket only.
@@ -27,10 +28,16 @@ case "$cmd" in
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
-    as_owner "$bin/initdb" -D "$dir/data" -A trust -U kiln --no-sync >"$dir/initdb.log"
+    fresh=0
+    if [ ! -d "$dir/data" ]; then  # a second start of DIR restarts the server it made (the tests' outage)
+      as_owner "$bin/initdb" -D "$dir/data" -A trust -U kiln --no-sync >"$dir/initdb.log"
+      fresh=1
+    fi
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
       -o "-c listen_addresses='' -k $dir -c fsync=off -c max_connections=200" start >/dev/null
-    "$bin/psql" -h "$dir" -U kiln -d postgres -qAt -c "CREATE DATABASE kiln" >/dev/null
+    if [ "$fresh" = 1 ]; then
+      "$bin/psql" -h "$dir" -U kiln -d postgres -qAt -c "CREATE DATABASE kiln" >/dev/null
+    fi
     echo "postgresql://kiln@/kiln?host=$dir"
     ;;
   stop)

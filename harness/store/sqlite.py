@@ -142,4 +142,5 @@ def transaction(conn: Connection, *, write: bool, error: type[Exception], what: 
     except SQLAlchemyError as e:
         raise error(f"{what}: {str(e).splitlines()[0]}") from None
     finally:
-        conn.info[WRITE_TXN] = False
+        if not conn.invalidated:  # touching a lost server connection's info would reconnect
+            conn.info[WRITE_TXN] = False
