@@ -68,7 +68,7 @@ def install_project(session: nox.Session) -> None:
     """Install the pinned torch/triton and the project with its test extras into the session venv (`models`:
     transformers, for the bench's model tier and its tests)."""
     session.install(TORCH_PIN, TRITON_PIN)
-    session.install("-e", ".[test,bench,models]")
+    session.install("-e", ".[test,bench,models,fleet]")  # fleet: the store tests' PostgreSQL engine
 
 
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)

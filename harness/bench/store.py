@@ -280,7 +280,7 @@ class Store:
         row.update(run_id=run_id, median_ns=res.median_ns, n=len(res.samples),
                    meta=json.dumps(res.meta, sort_keys=True))
         rid = db.execute(insert(t.results).values(**row)).inserted_primary_key[0]
-        if res.samples:
+        if res.samples:  # executemany: psycopg pipelines it (faster than one multi-row INSERT, which compiles anew)
             db.execute(insert(t.samples), [{"result_id": rid, "seq": i, "ns": float(v)}
                                            for i, v in enumerate(res.samples)])
 

@@ -118,3 +118,16 @@ def test_a_store_of_another_kind_on_the_server_is_refused_in_one_line(store_url)
     with pytest.raises(StoreError) as err:
         Store(store_url)
     assert len(str(err.value).splitlines()) == 1 and "samples" in str(err.value)
+
+
+def test_without_psycopg_the_postgresql_params_skip_with_the_reason(tmp_path):
+    """Never a silent pass: with psycopg unimportable, the sqlite param runs and the postgresql one is skipped
+    naming psycopg (a real pytest process; a sitecustomize hides the module)."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['psycopg'] = None\n")
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env.pop("KILN_TEST_PG_URL", None)
+    test = f"{Path(__file__).relative_to(ROOT)}::test_both_stores_migrate_to_head_and_readers_cannot_write"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "1 passed, 1 skipped" in proc.stdout and "psycopg 3 is not installed" in proc.stdout
