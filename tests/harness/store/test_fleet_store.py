@@ -131,3 +131,21 @@ def test_without_psycopg_the_postgresql_params_skip_with_the_reason(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "1 passed, 1 skipped" in proc.stdout and "psycopg 3 is not installed" in proc.stdout
+
+
+def test_store_urls_parse_hide_passwords_and_refuse_other_schemes(tmp_path):
+    from harness.exc import UsageError
+    from harness.store.url import ServerURL
+
+    assert parse(f"sqlite:///{tmp_path}/a.sqlite") == tmp_path / "a.sqlite"
+    assert parse("sqlite:///rel/a.sqlite") == Path("rel/a.sqlite") and parse("plain.sqlite") == Path("plain.sqlite")
+    server = parse("postgresql://kiln:s3cret@db.example/kiln")
+    assert isinstance(server, ServerURL) and server.url.drivername == "postgresql+psycopg"
+    assert "s3cret" not in str(server) and "***" in str(server) and server.url.password == "s3cret"
+    for bad in ("mysql://u@h/db", "sqlite://", "sqlite:///:memory:"):
+        with pytest.raises(UsageError) as err:
+            parse(bad)
+        assert len(str(err.value).splitlines()) == 1
+    with pytest.raises(UsageError) as err:
+        parse("mysql://u:s3cret@h/db")
+    assert "s3cret" not in str(err.value)
