@@ -5,6 +5,7 @@ server stopped mid-run loses nothing."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,20 @@ def test_a_push_killed_midway_resumes_with_nothing_duplicated(store_url, tmp_pat
     assert (done.added, done.present, done.unfinished) == (1, 2, 1)
     assert main(["store", "push", "--from", str(src), "--to", store_url]) == 0
     assert _counts(store_url)["runs"] == 3 and _counts(store_url)["uids"] == 3
+
+
+def test_two_pushes_at_once_copy_each_run_once(store_url, tmp_path):
+    """The per-run lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock on the run's uid) makes two
+    pushers of the same runs wait for each other instead of both inserting."""
+    src = _source(tmp_path)
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", "store", "push", "--from", str(src), "--to",
+                               store_url], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in outs]
+    assert _counts(store_url) == {"runs": 3, "results": 6, "samples": 240, "uids": 3, "history": 2, "outcomes": 4}
 
 
 def _normalized(argv: list[str], url: str, capsys) -> str:
