@@ -132,7 +132,7 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
     if not runs:
         where = f" on device {device!r}" if device else ""
         raise StoreError(f"no complete runs{where} in {store.path}")
-    results = {r.id: store.results(r.id) for r in runs}
+    results = store.results_of([r.id for r in runs])
     pats = patterns or ["*"]
     names = list(dict.fromkeys(x.workload for r in runs for x in results[r.id]))
     chosen = [w for w in names if any(fnmatch(w, p) for p in pats)]
@@ -146,7 +146,8 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
             + f" ({len(names)} workloads in {len(runs)} complete runs; see `bench show latest`)"
         )
     hist = History()
-    stored = {r.id: {(v.workload, v.compiler): v for v in (store.verdicts(r.id) or [])} for r in runs}
+    stored = {i: {(v.workload, v.compiler): v for v in (vs or [])}
+              for i, vs in store.verdicts_of([r.id for r in runs]).items()}
     drifts: dict[tuple[int, int], float] = {}
     used: dict[int, RunInfo] = {}
     for w in chosen:

@@ -51,6 +51,11 @@ _RESULT_COLS = (
 )
 
 
+def _chunks(items: list[int], n: int) -> Iterator[list[int]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
 def now() -> str:
     """UTC timestamp, ISO 8601, second precision."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
@@ -286,24 +291,32 @@ class Store:
 
     def results(self, run_id: int, phase: str | None = "main") -> list[Result]:
         """Results of a run in insertion order (one phase, or all when `phase` is None)."""
-        q = select(t.results).where(t.results.c.run_id == self._rid(run_id)).order_by(t.results.c.id)
-        if phase:
-            q = q.where(t.results.c.phase == phase)
+        return self.results_of([run_id], phase)[run_id]
+
+    def results_of(self, run_ids: Sequence[int], phase: str | None = "main") -> dict[int, list[Result]]:
+        """results() of many runs in a few queries (a server's round trips add up over a thousand runs)."""
+        ids = {self._rid(i): i for i in run_ids}
+        rows: list[Any] = []
+        by_result: dict[int, list[float]] = {}
         with self._read() as db:
-            rows = db.execute(q).mappings().all()
-            by_result: dict[int, list[float]] = {r["id"]: [] for r in rows}
-            if rows:
-                sq = (select(t.samples.c.result_id, t.samples.c.ns)
-                      .where(t.samples.c.result_id.in_(list(by_result)))
+            for chunk in _chunks(list(ids), 500):
+                q = select(t.results).where(t.results.c.run_id.in_(chunk)).order_by(t.results.c.id)
+                if phase:
+                    q = q.where(t.results.c.phase == phase)
+                got = db.execute(q).mappings().all()
+                rows += got
+                by_result.update({r["id"]: [] for r in got})
+            for chunk in _chunks(list(by_result), 500):
+                sq = (select(t.samples.c.result_id, t.samples.c.ns).where(t.samples.c.result_id.in_(chunk))
                       .order_by(t.samples.c.result_id, t.samples.c.seq))
                 for rid, ns in db.execute(sq):
                     by_result[rid].append(ns)
-        out = []
+        out: dict[int, list[Result]] = {i: [] for i in run_ids}
         for row in rows:
             d: dict[str, Any] = {c: row[c] for c in _RESULT_COLS}
             d["meta"] = json.loads(row["meta"] or "{}")
             d["samples"] = by_result[row["id"]]
-            out.append(Result(**d))
+            out[ids[row["run_id"]]].append(Result(**d))
         return out
 
     def history(self, workload: str, compiler: str, limit: int = 50) -> list[tuple[RunInfo, float | None]]:
@@ -339,6 +352,22 @@ class Store:
                  "ratio": v.ratio, "p_value": v.p_value, "baseline": v.baseline,
                  "confirmed": None if v.confirmed is None else int(bool(v.confirmed)),
                  "detail": json.dumps(v.detail, sort_keys=True, default=str)} for v in verdicts])
+
+    def verdicts_of(self, run_ids: Sequence[int]) -> dict[int, list[StoredVerdict] | None]:
+        """verdicts() of many runs in a few queries."""
+        out: dict[int, list[StoredVerdict] | None] = {i: None for i in run_ids}
+        if self.revision < VERDICTS_REVISION:
+            return out
+        ids = {self._rid(i): i for i in run_ids}
+        v = t.verdicts.c
+        with self._read() as db:
+            for chunk in _chunks(list(ids), 500):
+                for row in db.execute(select(t.verdicts).where(v.run_id.in_(chunk)).order_by(v.id)).mappings():
+                    got = out[ids[row["run_id"]]]
+                    if got is None:
+                        got = out[ids[row["run_id"]]] = []
+                    got.append(StoredVerdict.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}))
+        return out
 
     def verdicts(self, run_id: int) -> list[StoredVerdict] | None:
         """The compared verdicts stored with run `run_id`, in the order saved; None when it stored none (or
