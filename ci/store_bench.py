@@ -87,7 +87,8 @@ def main() -> int:
         print("|---|---|---|---|")
         for engine, s in best.items():
             n = args.runs
-            print(f"| {engine} | {n / s:.1f} | {n * args.results / s:.0f} | {n * args.results * args.samples / s:.0f} |")
+            per = n * args.results
+            print(f"| {engine} | {n / s:.1f} | {per / s:.0f} | {per * args.samples / s:.0f} |")
         src = tmp / "history-source.sqlite"
         write_runs(f"sqlite:///{src}", args.history_runs, 4, 20)
         print(f"\n`bench history` on {args.history_runs} runs (4 results x 20 samples each; a fresh process):")
@@ -95,8 +96,8 @@ def main() -> int:
         print("|---|---|")
         for engine in ("sqlite", "postgresql"):
             url = f"sqlite:///{tmp / 'history.sqlite'}" if engine == "sqlite" else fresh_database(server)
-            subprocess.run([sys.executable, "-m", "harness", "store", "push", "--only", "bench", "--from", str(src),
-                            "--to", url], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+            subprocess.run([sys.executable, "-m", "harness", "store", "push", "--only", "bench",
+                            "--from", str(src), "--to", url], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
                            capture_output=True)
             print(f"| {engine} | {history_seconds(url, tmp / f'plots-{engine}'):.2f} |")
     finally:

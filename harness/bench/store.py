@@ -285,7 +285,7 @@ class Store:
         row.update(run_id=run_id, median_ns=res.median_ns, n=len(res.samples),
                    meta=json.dumps(res.meta, sort_keys=True))
         rid = db.execute(insert(t.results).values(**row)).inserted_primary_key[0]
-        if res.samples:  # executemany: psycopg pipelines it (faster than one multi-row INSERT, which compiles anew)
+        if res.samples:  # executemany: psycopg pipelines it (faster than a multi-row INSERT, compiled anew)
             db.execute(insert(t.samples), [{"result_id": rid, "seq": i, "ns": float(v)}
                                            for i, v in enumerate(res.samples)])
 
@@ -322,7 +322,8 @@ class Store:
     def history(self, workload: str, compiler: str, limit: int = 50) -> list[tuple[RunInfo, float | None]]:
         """(run, median_ns) of complete runs for one workload+compiler, oldest first."""
         x, r = t.results.c, t.runs.c
-        q = (select(*(t.runs.c[c] for c in self._run_cols), x.median_ns.label("m")).join(t.results, x.run_id == r.id)
+        q = (select(*(t.runs.c[c] for c in self._run_cols), x.median_ns.label("m"))
+             .join(t.results, x.run_id == r.id)
              .where(x.workload == workload, x.compiler == compiler, x.phase == "main", r.status == "complete")
              .order_by(r.id.desc()).limit(limit))
         with self._read() as db:
@@ -376,7 +377,8 @@ class Store:
             return None
         v = t.verdicts.c
         with self._read() as db:
-            rows = db.execute(select(t.verdicts).where(v.run_id == self._rid(run_id)).order_by(v.id)).mappings().all()
+            q = select(t.verdicts).where(v.run_id == self._rid(run_id)).order_by(v.id)
+            rows = db.execute(q).mappings().all()
         if not rows:
             return None
         return [StoredVerdict.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}) for row in rows]
@@ -601,7 +603,8 @@ def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOU
 
 
 @contextmanager
-def open_fleet(where: Path | ServerURL, *, write: bool, log: Callable[[str], None] | None = None) -> Iterator[Store]:
+def open_fleet(where: Path | ServerURL, *, write: bool,
+               log: Callable[[str], None] | None = None) -> Iterator[Store]:
     """The store KILN_STORE_URL names, for the CI bench jobs (`--lasting` with KILN_STORE_URL set): a file goes
     through open_lasting (locked, set aside when corrupt); a server is opened as it is, and a reader that
     cannot reach it reads an empty store with a note (a pull request's comparison is skipped, its verdict not

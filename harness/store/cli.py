@@ -74,7 +74,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="{push,pull}")
     sub.required = True
     push = sub.add_parser("push", help="copy this runner's stores into a fleet store (idempotent, resumable)")
-    push.add_argument("--to", metavar="URL", required=True, help="the fleet store (postgresql://... or sqlite:///...)")
+    push.add_argument("--to", metavar="URL", required=True,
+                      help="the fleet store (postgresql://... or sqlite:///...)")
     push.add_argument("--from", dest="source", metavar="DB", action="append",
                       help="a store file or URL to push (repeatable; default: the lasting bench stores "
                       "($XDG_DATA_HOME/kiln/bench/*.sqlite) and the test history)")

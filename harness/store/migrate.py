@@ -249,7 +249,8 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
 def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> StoreUnreachable:
     """The one-line StoreUnreachable for a server that refused, timed out or went away."""
     first = str(getattr(e, "orig", None) or e).strip().splitlines()
-    return StoreUnreachable(f"{kind.label} server {location} is unreachable: {first[0] if first else type(e).__name__}")
+    why = first[0] if first else type(e).__name__
+    return StoreUnreachable(f"{kind.label} server {location} is unreachable: {why}")
 
 
 def open_server(location: ServerURL, kind: StoreKind, *, write: bool,

@@ -137,7 +137,8 @@ def transaction(conn: Connection, *, write: bool, error: type[Exception], what: 
         if conn.dialect.name != "sqlite":  # a server that went away: the caller may spool (harness/store/spool.py)
             from harness.exc import StoreUnreachable
 
-            raise StoreUnreachable(f"{what}: the server is unreachable: {str(e.orig or e).splitlines()[0]}") from None
+            why = str(e.orig or e).splitlines()[0]
+            raise StoreUnreachable(f"{what}: the server is unreachable: {why}") from None
         raise error(f"{what}: {str(e).splitlines()[0]}") from None
     except SQLAlchemyError as e:
         raise error(f"{what}: {str(e).splitlines()[0]}") from None

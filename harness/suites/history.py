@@ -79,7 +79,8 @@ def default_path() -> Any:
 
 
 def plan_location(history: Path | None) -> Any:
-    """The store a run records into: `history` (an explicit `--history DB`), else default_path(); files resolved."""
+    """The store a run records into: `history` (an explicit `--history DB`), else default_path() (files
+    resolved)."""
     where = Path(history) if history else default_path()
     return where.resolve() if isinstance(where, Path) else where
 
@@ -125,7 +126,8 @@ def connect(path: Any, *, readonly: bool = False) -> Iterator[Connection]:
     try:
         if readonly and opened.revision == 0:
             raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
-        with transaction(opened.conn, write=not readonly, error=HistoryError, what=f"history store {path}") as conn:
+        with transaction(opened.conn, write=not readonly, error=HistoryError,
+                         what=f"history store {path}") as conn:
             yield conn
     finally:
         opened.close()

@@ -138,7 +138,8 @@ def test_store_urls_parse_hide_passwords_and_refuse_other_schemes(tmp_path):
     from harness.store.url import ServerURL
 
     assert parse(f"sqlite:///{tmp_path}/a.sqlite") == tmp_path / "a.sqlite"
-    assert parse("sqlite:///rel/a.sqlite") == Path("rel/a.sqlite") and parse("plain.sqlite") == Path("plain.sqlite")
+    assert parse("sqlite:///rel/a.sqlite") == Path("rel/a.sqlite")
+    assert parse("plain.sqlite") == Path("plain.sqlite")
     server = parse("postgresql://kiln:s3cret@db.example/kiln")
     assert isinstance(server, ServerURL) and server.url.drivername == "postgresql+psycopg"
     assert "s3cret" not in str(server) and "***" in str(server) and server.url.password == "s3cret"

@@ -49,7 +49,8 @@ def _bench_run(store: Store, i: int, *, finish: bool = True) -> RunInfo:
         store.add_result(run.id, Result("softmax.fwd", comp, "h", timer="wall", bytes=4096,
                                         samples=[slow * (1000.0 + j % 7) for j in range(40)]))
     if finish:
-        store.save_verdicts(run.id, [StoredVerdict("softmax.fwd", "inductor", "unchanged", ratio=1.0, p_value=0.5)])
+        store.save_verdicts(run.id, [StoredVerdict("softmax.fwd", "inductor", "unchanged", ratio=1.0,
+                                                   p_value=0.5)])
         store.finish_run(run.id)
     return run
 
