@@ -1,6 +1,6 @@
-"""The bench store: runs, results, every sample and the compared verdicts, in SQLite through harness.store
-(SQLAlchemy Core + Alembic; the schema is harness/store/tables.py, its revisions are
-harness/store/migrations/bench).
+"""The bench store: runs, results, every sample and the compared verdicts, in SQLite or on a PostgreSQL server
+through harness.store (SQLAlchemy Core + Alembic; the schema is harness/store/tables.py, its revisions are
+harness/store/migrations/bench; a store URL: harness/store/url.py).
 
 Safety:
 - WAL journal + a busy timeout + `BEGIN IMMEDIATE` write transactions: two processes may write at once; one

@@ -2,20 +2,23 @@
 "failed 3 of the last 40 runs" and sharding can balance by recorded times.
 
 Terms:
-  store     a SQLite file (`--history DB`, else KILN_HISTORY_DB, else the lasting folder outside the
+  store     a store URL (`--store URL`, KILN_STORE_URL: a SQLite file or a PostgreSQL server, harness/store/url.py;
+            a server that is down spools the record, harness/store/spool.py), else a SQLite file (`--history DB`,
+            else KILN_HISTORY_DB, else the lasting folder outside the
             checkout, $XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/... without it: see
             harness/settings.py), opened through harness.store (SQLAlchemy Core, Alembic revisions in
             harness/store/migrations/history, version table `alembic_version_history`). Its tables are
             prefixed `history_` so the file may be the bench's store as well:
               history_meta      key/value; `schema_version` (SCHEMA_VERSION)
-              history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique)
+              history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique per
+                                runner), uid (the run's UUID) and who recorded it (harness/store/runner.py)
               history_outcomes  run id, node id, outcome (passed/failed/error/skipped/xfailed), duration s
               history_retries   run id, node id, attempt (1..), outcome, duration s: the reruns alone of a
                                 test that failed in the run (harness.suites.retries), with the test's verdict
                                 `status` (flaky: passed on a retry; failing: failed every attempt)
   recording a finished results folder: a `harness run` folder (run.json; merged shard runs too), read with
             harness.suites.collect.load_run, or a `harness flakes` folder (flakes.json + pytest.xml), read with
-            harness.results.parse_junit: one row per repetition of a test. A folder is recorded once.
+            harness.results.parse_junit: one row per repetition of a test. A folder is recorded once per runner.
   failure count  per test over the last N recorded folders (newest dates first): of the `run` folders that ran
             it, in how many at least one row failed or errored, and in how many of those it was flaky (a rerun
             alone passed); of the `flakes` folders, how many of its repetitions failed out of how many ran
