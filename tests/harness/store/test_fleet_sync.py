@@ -154,12 +154,17 @@ def test_the_reports_are_identical_from_either_engine(both_urls, tmp_path, capsy
             _normalized(["bench", "show", "1", "--store", url], url, capsys),
             _normalized(["bench", "history", "--store", url, "--out", str(tmp_path / "plots")], url, capsys),
             _normalized(["bench", "list", "--store", url], url, capsys),
+            _normalized(["bench", "history", "--store", url, "--runner", "box-a", "--hw-class", "h100",
+                         "--out", str(tmp_path / "plots")], url, capsys),
             _normalized(["history", "show", "--store", url], url, capsys),
             _normalized(["history", "show", "--store", url, "--hw-class", "h100", "--failing"], url, capsys),
         ])
     sqlite_out, pg_out = outputs
     assert sqlite_out == pg_out
-    assert "softmax.fwd" in sqlite_out[2] and "t::flaky: failed 1 of the last 2 runs" in sqlite_out[4]
+    assert "softmax.fwd" in sqlite_out[2] and "t::flaky: failed 1 of the last 2 runs" in sqlite_out[5]
+    assert sqlite_out[4] == sqlite_out[2]  # every run is box-a's, of class h100
+    assert main(["bench", "history", "--store", both_urls[1], "--runner", "box-z"]) == 2  # no run of box-z
+    assert "no complete runs" in capsys.readouterr().err
 
 
 def test_an_unreachable_server_spools_and_strict_exits_3(tmp_path, capsys, monkeypatch):
