@@ -130,7 +130,8 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
     runs = [r for r in reversed(store.runs(complete_only=True, runner=runner, hw_class=hw_class))
             if _device_ok(r, device)]
     if not runs:
-        where = f" on device {device!r}" if device else ""
+        where = (f" on device {device!r}" if device else "") + (f" of runner {runner!r}" if runner else "") + (
+            f" of hardware class {hw_class!r}" if hw_class else "")
         raise StoreError(f"no complete runs{where} in {store.path}")
     results = store.results_of([r.id for r in runs])
     pats = patterns or ["*"]
