@@ -29,6 +29,8 @@ The fleet store's variables, read by `fleet_settings()` (harness/store/url.py, r
   KILN_STORE_SPOOL  the local SQLite spool that keeps results while the server is unreachable (default
                     spool/store.sqlite in the lasting data folder); pushed by the next run that reaches it
   KILN_STORE_STRICT "1": an unreachable server is an error (exit 3) instead of a spooled run (`--store-strict`)
+  KILN_STORE_READ_ONLY "1": KILN_STORE_URL is read (baselines, history, failure counts) but never written:
+                    writers keep their own defaults (a pull request's job: its results stay on the runner)
   RUNNER_NAME       the runner's name recorded with each run (GitHub Actions sets it; default: the host name)
   KILN_GPU_LABEL    the matrix's GPU label of the job (e.g. h100), recorded with each run: the hardware class
 
@@ -164,6 +166,7 @@ class FleetSettings:
     store_url: str | None
     spool: Path
     strict: bool
+    read_only: bool
     runner_name: str
     gpu_label: str
 
@@ -175,6 +178,7 @@ def fleet_settings() -> FleetSettings:
         store_url=os.environ.get("KILN_STORE_URL", "").strip() or None,
         spool=Path(spool).expanduser() if spool else data_dir() / "spool" / "store.sqlite",
         strict=flag("KILN_STORE_STRICT"),
+        read_only=flag("KILN_STORE_READ_ONLY"),
         runner_name=os.environ.get("RUNNER_NAME", "").strip(),
         gpu_label=os.environ.get("KILN_GPU_LABEL", "").strip(),
     )

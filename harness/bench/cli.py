@@ -267,7 +267,7 @@ def _open(db: Path | None, lasting: str | None = None, *, write: bool = True):
 
     from .store import Store, lasting_path, open_fleet, open_lasting
 
-    fleet = configured()  # KILN_STORE_URL (or --store URL)
+    fleet = configured(write=write)  # KILN_STORE_URL (or --store URL); KILN_STORE_READ_ONLY: readers only
     if lasting:
         if db:
             raise UsageError("give --db or --lasting, not both")

@@ -6,7 +6,8 @@ Terms:
                KILN_STORE_URL, which harness/settings.py documents; `--store-strict` sets KILN_STORE_STRICT
                (an unreachable server is exit 3 instead of a spooled run).
   location     where a verb's store is: its explicit file flag (`--db`, `--history`) when given, else
-               KILN_STORE_URL, else the store's own default (exactly where it was before the fleet store).
+               KILN_STORE_URL (for writers only without KILN_STORE_READ_ONLY), else the store's own default
+               (exactly where it was before the fleet store).
   push         every finished run of this runner's stores (the lasting bench stores and the test history, or
                `--from` a file/URL) copied into `--to` (harness/store/sync.py: by UUID, one transaction per run:
                a second push adds nothing, a killed push resumes).
@@ -47,19 +48,21 @@ def apply_store_flags(args: argparse.Namespace) -> None:
         os.environ["KILN_STORE_STRICT"] = "1"
 
 
-def configured() -> url.Location | None:
-    """KILN_STORE_URL's location, or None when unset."""
+def configured(*, write: bool = False) -> url.Location | None:
+    """KILN_STORE_URL's location, or None when unset (or, for a writer, when KILN_STORE_READ_ONLY is set)."""
     from harness.settings import fleet_settings
 
-    raw = fleet_settings().store_url
-    return url.parse(raw) if raw else None
+    s = fleet_settings()
+    if not s.store_url or (write and s.read_only):
+        return None
+    return url.parse(s.store_url)
 
 
-def location(explicit: str | Path | None, default: Path) -> url.Location:
+def location(explicit: str | Path | None, default: Path, *, write: bool = False) -> url.Location:
     """A verb's store: `explicit` (a file flag, or a URL given to it), else KILN_STORE_URL, else `default`."""
     if explicit:
         return url.parse(str(explicit))
-    return configured() or default
+    return configured(write=write) or default
 
 
 def exists(where: url.Location) -> bool:

@@ -69,22 +69,22 @@ DEFAULT_LAST = 40
 SOURCES = ("run", "flakes")
 
 
-def default_path() -> Any:
-    """The history's location: KILN_STORE_URL when set (a Path for `sqlite:///`, else a server), else
-    KILN_HISTORY_DB or the lasting folder's file (harness/settings.py)."""
+def default_path(*, write: bool = False) -> Any:
+    """The history's location: KILN_STORE_URL when set (a Path for `sqlite:///`, else a server; for a writer
+    not with KILN_STORE_READ_ONLY), else KILN_HISTORY_DB or the lasting folder's file (harness/settings.py)."""
     from harness.settings import settings
 
     if _MISSING:
         return settings().history_db
     from harness.store.cli import location
 
-    return location(None, settings().history_db)
+    return location(None, settings().history_db, write=write)
 
 
 def plan_location(history: Path | None) -> Any:
     """The store a run records into: `history` (an explicit `--history DB`), else default_path() (files
     resolved)."""
-    where = Path(history) if history else default_path()
+    where = Path(history) if history else default_path(write=True)
     return where.resolve() if isinstance(where, Path) else where
 
 
@@ -406,7 +406,7 @@ def cli_main(args: argparse.Namespace) -> int:
     if getattr(args, "store", None) and args.history:
         raise HistoryError("give --history DB or --store URL, not both")
     apply_store_flags(args)
-    db = location(args.history, default_path())
+    db = location(args.history, default_path(write=args.action == "record"), write=args.action == "record")
     if args.action == "record":
         for d in args.results_dirs:
             r = record(db, d)

@@ -232,3 +232,27 @@ def test_kinds_stay_apart_in_one_file(tmp_path):
         open_store(db, kind, write=True).close()
     with Store(db, readonly=True) as s:
         assert s.runs() == []
+
+
+def test_a_read_only_job_reads_the_fleet_store_and_writes_its_own(store_url, tmp_path, monkeypatch, capsys):
+    """KILN_STORE_READ_ONLY (a pull request's job): readers see the fleet store, writers keep their defaults."""
+    src = _source(tmp_path)
+    assert main(["store", "push", "--from", str(src), "--to", store_url]) == 0
+    before = _counts(store_url)
+    monkeypatch.setenv("KILN_STORE_URL", store_url)
+    monkeypatch.setenv("KILN_STORE_READ_ONLY", "1")
+    monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "lasting" / "{backend}.sqlite"))
+    capsys.readouterr()
+    assert main(["history", "show"]) == 0
+    assert "t::flaky: failed 1 of the last 2 runs" in capsys.readouterr().out  # read from the fleet store
+    folder = fake_run(tmp_path / "pr-run", {"t::ok": ("passed", 1.0)})
+    assert main(["history", "record", str(folder)]) == 0
+    local = history.default_path(write=True)
+    assert isinstance(local, Path) and local.is_file() and str(tmp_path) not in str(local)
+    from harness.bench.cli import _open
+
+    with _open(None, "cpu", write=True) as store:  # `bench run --lasting cpu`: the runner's own store
+        assert store.path == tmp_path / "lasting" / "cpu.sqlite" and store.runs() == []
+    with _open(None, "cpu", write=False) as store:  # the PR's baseline read: the fleet store
+        assert len(store.runs(complete_only=True)) == 3
+    assert _counts(store_url) == before
