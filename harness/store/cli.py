@@ -91,16 +91,30 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sources(given: list[str] | None) -> list[url.Location]:
+    """`--from`, else this runner's stores: each matrix backend's lasting bench store (KILN_BENCH_STORE, else the
+    matrix's bench_store, else the default; as harness.bench.store.lasting_path) and the test history's file."""
     if given:
         return [url.parse(s) for s in given]
-    from harness.settings import settings
+    from harness import matrix
+    from harness.exc import MatrixError
+    from harness.settings import DEFAULT_BENCH_STORE, bench_settings, settings
 
-    s = settings()
-    found: list[url.Location] = sorted((s.data_dir / "bench").glob("*.sqlite"))
+    s, env = settings(), bench_settings().store
+    try:
+        backends = matrix.load().backends
+    except MatrixError:
+        backends = {}
+    found: list[url.Location] = []
+    for name, b in backends.items():
+        raw = str(env) if env is not None else (b.bench_store or str(DEFAULT_BENCH_STORE))
+        path = Path(raw.replace("{backend}", name)).expanduser()
+        if path.is_file() and path not in found:
+            found.append(path)
     if s.history_db.is_file():
         found.append(s.history_db)
     if not found:
-        raise UsageError(f"nothing to push: no store under {s.data_dir} (give --from DB)")
+        raise UsageError("nothing to push: no lasting bench store and no test history on this runner "
+                         "(give --from DB)")
     return found
 
 

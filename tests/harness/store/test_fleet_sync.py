@@ -256,3 +256,15 @@ def test_a_read_only_job_reads_the_fleet_store_and_writes_its_own(store_url, tmp
     with _open(None, "cpu", write=False) as store:  # the PR's baseline read: the fleet store
         assert len(store.runs(complete_only=True)) == 3
     assert _counts(store_url) == before
+
+
+def test_push_without_from_takes_this_runners_lasting_stores_and_history(store_url, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "lasting" / "{backend}.sqlite"))
+    with Store(tmp_path / "lasting" / "cpu.sqlite") as store:
+        _bench_run(store, 0)
+    history.record(history.default_path(write=True), fake_run(tmp_path / "r1", {"t::ok": ("passed", 1.0)}))
+    assert main(["store", "push", "--to", store_url]) == 0
+    out = capsys.readouterr().out
+    assert out.count("1 run(s) copied") == 2, out
+    counts = _counts(store_url)
+    assert counts["runs"] == 1 and counts["history"] == 1
