@@ -268,3 +268,20 @@ def test_push_without_from_takes_this_runners_lasting_stores_and_history(store_u
     assert out.count("1 run(s) copied") == 2, out
     counts = _counts(store_url)
     assert counts["runs"] == 1 and counts["history"] == 1
+
+
+def test_bench_backend_hands_the_hosts_identity_to_the_measuring_process(tmp_path, monkeypatch):
+    """`bench backend` measures in a container (here natively: the same environment hand-over), whose host name
+    is no runner's: the host's runner name and GPU label reach the run it stores."""
+    from harness.store import runner
+
+    host = runner.Runner("host-x", "", "", "l40s", "l40s")
+    monkeypatch.setattr(runner, "current", lambda device_name="": host)
+    monkeypatch.delenv("RUNNER_NAME", raising=False)
+    monkeypatch.delenv("KILN_GPU_LABEL", raising=False)
+    out = tmp_path / "res"
+    assert main(["bench", "backend", "--backend", "cpu", "--native", "--results", str(out), "--", "--compilers",
+                 "eager", "--only", "row_sum.*", "--target-s", "0.01", "--quiet", "--no-fail"]) == 0
+    with Store(out / "bench.sqlite", readonly=True) as s:
+        (run,) = s.runs()
+        assert (run.runner, run.gpu_label, run.hw_class) == ("host-x", "l40s", "l40s")
