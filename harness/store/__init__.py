@@ -14,6 +14,16 @@ history (harness/suites/history.py) share this layer.
   cli.py       `--store URL`/`--store-strict` for every verb, and the `store` verb
 """
 
-from .migrate import BENCH, HISTORY, Opened, StoreKind, head, open_store, unreadable_problem
+from typing import Any
 
 __all__ = ["BENCH", "HISTORY", "Opened", "StoreKind", "head", "open_store", "unreadable_problem"]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of migrate.py, imported on first use: `harness.store.cli`'s flags load without SQLAlchemy (a
+    host Python that runs the suites in containers needs only the standard library)."""
+    if name in __all__:
+        from . import migrate
+
+        return getattr(migrate, name)
+    raise AttributeError(name)

@@ -21,9 +21,12 @@ import os
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from harness.exc import UsageError
 
-from . import url
+if TYPE_CHECKING:  # url.py needs SQLAlchemy: imported where a URL is used, so the flags load without it
+    from . import url
 
 
 def add_store_flags(p: argparse.ArgumentParser, *, hidden: bool = False) -> None:
@@ -42,6 +45,8 @@ def apply_store_flags(args: argparse.Namespace) -> None:
     """Make the parsed store flags the settings of this process and its children (see the module docstring)."""
     store = getattr(args, "store", None)
     if store:
+        from . import url
+
         url.parse(store)  # a bad URL is one line now, not deep in a verb
         os.environ["KILN_STORE_URL"] = store
     if getattr(args, "store_strict", False):
@@ -52,6 +57,8 @@ def configured(*, write: bool = False) -> url.Location | None:
     """KILN_STORE_URL's location, or None when unset (or, for a writer, when KILN_STORE_READ_ONLY is set)."""
     from harness.settings import fleet_settings
 
+    from . import url
+
     s = fleet_settings()
     if not s.store_url or (write and s.read_only):
         return None
@@ -60,6 +67,8 @@ def configured(*, write: bool = False) -> url.Location | None:
 
 def location(explicit: str | Path | None, default: Path, *, write: bool = False) -> url.Location:
     """A verb's store: `explicit` (a file flag, or a URL given to it), else KILN_STORE_URL, else `default`."""
+    from . import url
+
     if explicit:
         return url.parse(str(explicit))
     return configured(write=write) or default
@@ -67,7 +76,7 @@ def location(explicit: str | Path | None, default: Path, *, write: bool = False)
 
 def exists(where: url.Location) -> bool:
     """Whether a reader has something to read there (a server always may)."""
-    return isinstance(where, url.ServerURL) or Path(where).is_file()
+    return Path(where).is_file() if isinstance(where, Path) else True
 
 
 # ---- the `store` verb ------------------------------------------------------------------------------------
@@ -93,6 +102,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 def _sources(given: list[str] | None) -> list[url.Location]:
     """`--from`, else this runner's stores: each matrix backend's lasting bench store (KILN_BENCH_STORE, else the
     matrix's bench_store, else the default; as harness.bench.store.lasting_path) and the test history's file."""
+    from . import url
+
     if given:
         return [url.parse(s) for s in given]
     from harness import matrix
@@ -160,6 +171,8 @@ def copy(src: url.Location, dst: url.Location, only: str | None = None) -> list[
 
 def cli_main(args: argparse.Namespace) -> int:
     """Copy stores into a fleet store (`push`) or out of it (`pull`), by run UUID."""
+    from . import url
+
     if args.action == "push":
         dst = url.parse(args.to)
         for src in _sources(args.source):

@@ -406,7 +406,9 @@ def cli_main(args: argparse.Namespace) -> int:
     if getattr(args, "store", None) and args.history:
         raise HistoryError("give --history DB or --store URL, not both")
     apply_store_flags(args)
-    db = location(args.history, default_path(write=args.action == "record"), write=args.action == "record")
+    write = args.action == "record"
+    db = Path(args.history or default_path()) if _MISSING else location(args.history, default_path(write=write),
+                                                                         write=write)
     if args.action == "record":
         for d in args.results_dirs:
             r = record(db, d)

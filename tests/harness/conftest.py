@@ -1,5 +1,6 @@
 """The harness tests never touch the real lasting stores: the lasting data folder (XDG_DATA_HOME, where the
-test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB is unset."""
+test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB and the fleet store's
+settings (KILN_STORE_*) are unset."""
 
 from __future__ import annotations
 
@@ -10,3 +11,8 @@ import pytest
 def _private_data_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
     monkeypatch.delenv("KILN_HISTORY_DB", raising=False)
+    # nor a fleet store (KILN_STORE_URL, issue 27); `--store` sets these in-process: set then deleted, so
+    # monkeypatch restores them as unset after the test
+    for name in ("KILN_STORE_URL", "KILN_STORE_STRICT", "KILN_STORE_READ_ONLY", "KILN_STORE_SPOOL"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)

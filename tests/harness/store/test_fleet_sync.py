@@ -36,8 +36,7 @@ def _runner(monkeypatch, tmp_path):
     monkeypatch.setenv("RUNNER_NAME", "box-a")
     monkeypatch.setenv("KILN_GPU_LABEL", "h100")
     monkeypatch.setenv("KILN_STORE_SPOOL", str(tmp_path / "spool" / "store.sqlite"))
-    for name in ("KILN_STORE_URL", "KILN_STORE_STRICT", "KILN_BENCH_DB"):
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("KILN_BENCH_DB", raising=False)
 
 
 def _bench_run(store: Store, i: int, *, finish: bool = True) -> RunInfo:
