@@ -73,6 +73,7 @@ def _env_flag(name: str) -> bool:
 SHARED_VENV = os.path.join(".nox", "kiln")
 _STAMP = "kiln-installed.json"
 HARNESS_PINS = ["sqlalchemy>=2", "alembic>=1.13"]
+PROJECT = ".[test,bench,models,fleet]"  # fleet: psycopg, the store tests' PostgreSQL engine (issue 27)
 
 
 def _no_venv(session: nox.Session) -> bool:
@@ -89,7 +90,7 @@ def _want(level: str) -> dict:
     """What the shared venv must hold for `level` (`project` or `harness`): pins and pyproject's hash."""
     import hashlib
 
-    pins = [TORCH_PIN, TRITON_PIN, "-e", ".[test,bench,models]"] if level == "project" else list(HARNESS_PINS)
+    pins = [TORCH_PIN, TRITON_PIN, "-e", PROJECT] if level == "project" else list(HARNESS_PINS)
     with open("pyproject.toml", "rb") as fh:
         return {"pins": pins, "pyproject": hashlib.sha256(fh.read()).hexdigest()}
 
@@ -112,8 +113,7 @@ def shared_python(session: nox.Session, level: str = "project") -> str:
         session.run_install(sys.executable, "-m", "venv", SHARED_VENV, external=True)
     if level == "project":
         session.run_install(python, "-m", "pip", "install", TORCH_PIN, TRITON_PIN, external=True, silent=True)
-        session.run_install(python, "-m", "pip", "install", "-e", ".[test,bench,models]", external=True,
-                            silent=True)
+        session.run_install(python, "-m", "pip", "install", "-e", PROJECT, external=True, silent=True)
     else:
         session.run_install(python, "-m", "pip", "install", *HARNESS_PINS, external=True, silent=True)
     held[level] = _want(level)

@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache
+#   scatter, warmcache, runner-id
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -106,6 +106,15 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
             { timeout 60 python3 -m harness preflight --backend cuda --native; echo "exit $?"
               CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m harness preflight --backend cuda --native --gpus 2
               echo "exit $? (3 expected)"; } > "$OUT/$stage.log" 2>&1 ;;
+    runner-id) # issue 27: the runner identity a fleet store records (GPU model and driver from nvidia-smi), loaded
+               # alone (the GPU box may lack SQLAlchemy): hardware class = the GPU model without KILN_GPU_LABEL
+               timeout 60 env -u KILN_GPU_LABEL python3 -c "
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location('kiln_runner', 'harness/store/runner.py')
+m = importlib.util.module_from_spec(spec); sys.modules['kiln_runner'] = m; spec.loader.exec_module(m)
+r = m.current(torch.cuda.get_device_name(0)); print(r)
+assert r.gpu_model and r.driver and r.hw_class == r.gpu_model, r
+print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

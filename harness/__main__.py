@@ -37,6 +37,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "compile-check": ("harness.checks.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
     "bench": ("harness.bench.cli", "benchmarks: measure latency/bandwidth, store history, flag regressions"),
     "numerics": ("harness.numerics.cli", "numerics triage: run a program under several compilers, compare vs fp64"),
+    "store": ("harness.store.cli", "fleet store: push this runner's stores into a shared database, pull them back"),
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
@@ -101,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         conventions.finish(parser, EXAMPLES.get(verb), getattr(module, "SUB_EXAMPLES", None))
         args = parser.parse_args(rest)
         conventions.apply(args)
+        if getattr(args, "store", None) or getattr(args, "store_strict", False):
+            from harness.store.cli import apply_store_flags
+
+            apply_store_flags(args)  # `--store URL` / `--store-strict`: the settings of this process
         if (verb in COMPILING_VERBS and getattr(args, "action", None) != "compare") or \
                 (verb == "flakes" and getattr(args, "native", False)):
             require_compiler_settings()  # one line, exit 2, before any kernel or worker starts

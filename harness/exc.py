@@ -147,6 +147,13 @@ class StoreUnavailable(StoreError, InfrastructureError):
     exit_code = EXIT_INFRA
 
 
+class StoreUnreachable(InfrastructureError):
+    """A store's database server cannot be reached (refused, timed out, gone mid-run): the writers keep their
+    results in the local spool (harness/store/spool.py) unless `--store-strict` asks for this error (exit 3)."""
+
+    exit_code = EXIT_INFRA
+
+
 class ImportFormatError(BenchError):
     """A JSON file given to `bench import` is not a bench export this code can read."""
 

@@ -49,6 +49,18 @@ Variables (all optional):
                     start (a reduced run: the workflows' `selection` input, the rehearsal in ci/rehearse/);
                     unset or empty: every test
 
+The fleet store's variables, read by `fleet_settings()` (harness/store/url.py, runner.py, spool.py):
+  KILN_STORE_URL    one location for both stores (`--store URL` overrides it): `sqlite:///PATH` or
+                    `postgresql://USER@HOST/DB` (psycopg 3). Unset: each store where it is today (KILN_BENCH_DB,
+                    the lasting stores, KILN_HISTORY_DB). An explicit `--db`/`--history` still wins over it.
+  KILN_STORE_SPOOL  the local SQLite spool that keeps results while the server is unreachable (default
+                    spool/store.sqlite in the lasting data folder); pushed by the next run that reaches it
+  KILN_STORE_STRICT "1": an unreachable server is an error (exit 3) instead of a spooled run (`--store-strict`)
+  KILN_STORE_READ_ONLY "1": KILN_STORE_URL is read (baselines, history, failure counts) but never written:
+                    writers keep their own defaults (a pull request's job: its results stay on the runner)
+  RUNNER_NAME       the runner's name recorded with each run (GitHub Actions sets it; default: the host name)
+  KILN_GPU_LABEL    the matrix's GPU label of the job (e.g. h100), recorded with each run: the hardware class
+
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench/<backend>/bench.sqlite, <backend> the one this
                     machine runs, as `python -m harness detect` prints it: where `nox -s ci`, `nox -s bench` and
@@ -270,6 +282,34 @@ def selection_args(verb: str) -> list[str]:
         return []
     print(f"{verb}: note: KILN_TEST_SELECTION selects the tests matching -k {expr!r} (a reduced run)", flush=True)
     return ["-k", expr]
+
+
+# ---- the fleet store ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Typed view of the fleet store's variables (see the module docstring)."""
+
+    store_url: str | None
+    spool: Path
+    strict: bool
+    read_only: bool
+    runner_name: str
+    gpu_label: str
+
+
+def fleet_settings() -> FleetSettings:
+    """Read the fleet store's variables now."""
+    spool = os.environ.get("KILN_STORE_SPOOL", "").strip()
+    return FleetSettings(
+        store_url=os.environ.get("KILN_STORE_URL", "").strip() or None,
+        spool=Path(spool).expanduser() if spool else data_dir() / "spool" / "store.sqlite",
+        strict=flag("KILN_STORE_STRICT"),
+        read_only=flag("KILN_STORE_READ_ONLY"),
+        runner_name=os.environ.get("RUNNER_NAME", "").strip(),
+        gpu_label=os.environ.get("KILN_GPU_LABEL", "").strip(),
+    )
 
 
 # ---- the benchmarks ------------------------------------------------------------------------------------

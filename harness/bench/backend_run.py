@@ -61,8 +61,13 @@ def cmd_backend(args: argparse.Namespace) -> int:
     if not native:
         image_mod.require_docker()
         image = args.image or image_mod.build(b).tag
+    from harness.store.runner import current
+
+    who = current()  # the host's name and GPU label (a container's host name is its id): stored with the run
+    who_env = {"RUNNER_NAME": who.runner, **({"KILN_GPU_LABEL": who.gpu_label} if who.gpu_label else {})}
     rc = runner.run_python_module(
-        b, inner, out_dir, "bench", native=native, image=image, m=m, timeout_s=b.timeouts.suite_s
+        b, inner, out_dir, "bench", native=native, image=image, m=m, timeout_s=b.timeouts.suite_s,
+        extra_env=who_env,
     )
     print(
         f"bench {b.name} ({'native' if native else 'container'}): exit {rc}; store and reports in {out_dir}"

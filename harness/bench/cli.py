@@ -23,9 +23,12 @@ from harness.settings import Plant, bench_settings
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--db", type=Path, default=None, help="SQLite store (default $KILN_BENCH_DB, else "
-        "results/bench/<backend>/bench.sqlite: the store `nox -s ci` and `nox -s bench` write)"
+        "--db", type=Path, default=None, help="SQLite store or store URL (default $KILN_STORE_URL, else "
+        "$KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite: the store `nox -s ci` and `nox -s bench` write)"
     )
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)  # --store URL, --store-strict
 
 
 def _add_lasting(p: argparse.ArgumentParser) -> None:
@@ -63,6 +66,8 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when something regressed")
+    p.add_argument("--any-hardware", action="store_true", help="baselines may come from another hardware "
+                   "class (GPU label or model) than the run's: off by default")
 
 
 def _add_measure(p: argparse.ArgumentParser) -> None:
@@ -283,15 +288,27 @@ def _add_models(sub) -> None:
 
 
 def _open(db: Path | None, lasting: str | None = None, *, write: bool = True, must_exist: bool | None = None):
-    """The store of `--db` (else store.default_path: $KILN_BENCH_DB, else the backend's results/bench store), or
-    with `--lasting BACKEND` that backend's lasting store; `write=False` opens it read-only (never created,
-    migrated or moved). A store that must exist (readers' default) and is not there is one line, exit 2."""
-    from .store import Store, lasting_path, open_lasting
+    """The store of `--db` (a file or a URL), else $KILN_STORE_URL (the fleet store), else store.default_path
+    ($KILN_BENCH_DB, else the backend's results/bench store); with `--lasting BACKEND` that backend's lasting store
+    (or the fleet store). `write=False` opens it read-only (never created, migrated or moved). A local store that
+    must exist (readers' default) and is not there is one line, exit 2."""
+    from harness.store.cli import configured
 
+    from .store import Store, lasting_path, open_fleet, open_lasting
+
+    fleet = configured(write=write)  # KILN_STORE_URL (or --store URL); KILN_STORE_READ_ONLY: readers only
     if lasting:
         if db:
             raise UsageError("give --db or --lasting, not both")
+        if fleet is not None:
+            return open_fleet(fleet, write=write)
         return open_lasting(lasting_path(lasting), write=write)
+    if db and "://" in str(db):
+        from harness.store import url
+
+        return Store(url.parse(str(db)), readonly=not write)
+    if fleet is not None and not db:
+        return Store(fleet, readonly=not write)
     from .store import default_path, missing_store
 
     path = Path(db) if db else default_path()
@@ -415,7 +432,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with _open(args.db, must_exist=True) as store:
         run = store.run(_run_id(store, args.run))
         cmp_cfg = cmp_cfg.for_device(run.device)
-        base_runs = resolve_baseline(store, args.baseline, run)
+        base_runs = resolve_baseline(store, args.baseline, run, any_hardware=cmp_cfg.any_hardware)
         results = store.results(run.id)
         cmps = compare(results, load_baseline(store, base_runs), cmp_cfg, new_run=run)
         # stored samples against stored samples: suspects only (no side-by-side measurement here)
@@ -619,6 +636,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cli_main(args: argparse.Namespace) -> int:
     """Benchmarks: measure, store, compare and report latency and bandwidth (see `bench --help`). Errors
     (`HarnessError`s, the bench's included) and Ctrl-C are `harness.__main__.guarded`'s to report."""
+    if getattr(args, "store", None) and getattr(args, "db", None):
+        raise UsageError("give --db or --store, not both")
+    if getattr(args, "store", None) or getattr(args, "store_strict", False):
+        from harness.store.cli import apply_store_flags
+
+        apply_store_flags(args)
     if args.verb in MEASURING_VERBS and (args.verb != "backend" or args.native):
         from harness.settings import require_compiler_settings
 

@@ -60,6 +60,7 @@ class CompareConfig:
     normalize_drift: bool | None = None
     confirm_improved: bool = True
     references: int = 3
+    any_hardware: bool = False  # baselines may cross hardware classes (`--any-hardware`)
 
     def for_device(self, device: str) -> "CompareConfig":
         cpu = not device.startswith("cuda")
@@ -71,6 +72,7 @@ class CompareConfig:
             normalize_drift=self.normalize_drift if self.normalize_drift is not None else cpu,
             confirm_improved=self.confirm_improved,
             references=self.references,
+            any_hardware=self.any_hardware,
         )
 
 
@@ -350,18 +352,29 @@ def counts(cmps: list[Comparison]) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------ baselines from the store
-def _same_kind(run: RunInfo, like: RunInfo | None) -> bool:
+def _same_kind(run: RunInfo, like: RunInfo | None, any_hardware: bool = False) -> bool:
+    """Whether `run` may be a baseline of `like`: the same profile, and the same hardware class (both name one:
+    harness/store/runner.py; else the same device name), unless `any_hardware`."""
     if like is None:
         return True
-    return run.profile == like.profile and (not like.device_name or run.device_name == like.device_name)
+    if run.profile != like.profile:
+        return False
+    if any_hardware:
+        return True
+    if like.hw_class and run.hw_class:
+        return run.hw_class == like.hw_class
+    return not like.device_name or run.device_name == like.device_name
 
 
-def resolve_baseline(store: Store, spec: str, new_run: RunInfo | None = None) -> list[RunInfo]:
-    """Runs named by a baseline spec (see module docstring); raises BaselineError when none qualifies."""
+def resolve_baseline(store: Store, spec: str, new_run: RunInfo | None = None, *,
+                     any_hardware: bool = False) -> list[RunInfo]:
+    """Runs named by a baseline spec (see module docstring), of the new run's hardware class unless
+    `any_hardware`; raises BaselineError when none qualifies."""
     spec = spec.strip()
     new_id = new_run.id if new_run else None
     kind, _, arg = spec.partition(":") if ":" in spec else ("run" if spec.isdigit() else spec, "", spec)
-    complete = [r for r in store.runs(complete_only=True) if r.id != new_id and _same_kind(r, new_run)]
+    complete = [r for r in store.runs(complete_only=True)
+                if r.id != new_id and _same_kind(r, new_run, any_hardware)]
     if kind == "run":
         if not arg.isdigit():
             raise BaselineError(f"bad baseline {spec!r}: run id must be a number")
@@ -403,4 +416,5 @@ def config_from_args(args) -> CompareConfig:
     if (thr is not None and not 0 < thr < 1) or not 0 < alpha < 1:
         raise UsageError("--threshold and --alpha must be between 0 and 1")
     drift = {"auto": None, "on": True, "off": False}[args.drift]
-    return CompareConfig(threshold=thr, alpha=alpha, normalize_drift=drift)
+    return CompareConfig(threshold=thr, alpha=alpha, normalize_drift=drift,
+                         any_hardware=bool(getattr(args, "any_hardware", False)))

@@ -9,6 +9,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from harness.store import runner
+
 
 def git_info(ref_override: str | None = None, commit_override: str | None = None) -> dict[str, Any]:
     """Commit, ref (branch name, or the override) and whether the tree in the working folder has
@@ -74,11 +76,12 @@ def new_run(profile: str, device: str, compilers: list[str], config: dict[str, A
         created_at=now(),
         profile=profile,
         device=device,
-        device_name=device_name(device),
+        device_name=(name := device_name(device)),
         compilers=list(compilers),
         git_ref=git["ref"],
         git_commit=git["commit"],
         label=label,
         config={**config, "threads": torch.get_num_threads(), "pid": os.getpid(), "git_dirty": git["dirty"]},
         env=capture(),
+        **runner.current(name).as_dict(),  # who measures it: the hardware class baselines stay within
     )

@@ -104,6 +104,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="tiny or gpu (model cases: models-PROFILE); default: each workload's "
                    "newest run's profile")
     p.add_argument("--device", help="only runs whose device (cpu, cuda) or device name contains this")
+    p.add_argument("--runner", help="only runs recorded by this runner (RUNNER_NAME or host name)")
+    p.add_argument("--hw-class", help="only runs of this hardware class (GPU label, else GPU model)")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)
     p.add_argument("--last", type=int, default=10, help="runs in the table (default 10)")
     p.add_argument("--out", type=Path, help="folder of the PNG plots (default: history/ beside the store)")
     p.add_argument("--top", type=int, default=DEFAULT_TOP,
@@ -134,14 +139,18 @@ def _device_ok(run: RunInfo, device: str | None) -> bool:
 
 
 def collect(store: Store, patterns: list[str], profile: str | None = None, device: str | None = None,
-            cfg: CompareConfig | None = None) -> History:
-    """The series of every workload matching `patterns` over the complete runs (see module docstring)."""
+            cfg: CompareConfig | None = None, *, runner: str | None = None,
+            hw_class: str | None = None) -> History:
+    """The series of every workload matching `patterns` over the complete runs (of one runner or hardware
+    class, when given; see module docstring)."""
     cfg = cfg or CompareConfig()
-    runs = [r for r in reversed(store.runs(complete_only=True)) if _device_ok(r, device)]
+    runs = [r for r in reversed(store.runs(complete_only=True, runner=runner, hw_class=hw_class))
+            if _device_ok(r, device)]
     if not runs:
-        where = f" on device {device!r}" if device else ""
+        where = (f" on device {device!r}" if device else "") + (f" of runner {runner!r}" if runner else "") + (
+            f" of hardware class {hw_class!r}" if hw_class else "")
         raise StoreError(f"no complete runs{where} in {store.path}")
-    results = {r.id: store.results(r.id) for r in runs}
+    results = store.results_of([r.id for r in runs])
     pats = patterns or ["*"]
     names = list(dict.fromkeys(x.workload for r in runs for x in results[r.id]))
     chosen = [w for w in names if any(fnmatch(w, p) for p in pats)]
@@ -155,14 +164,16 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
             + f" ({len(names)} workloads in {len(runs)} complete runs; see `bench show latest`)"
         )
     hist = History()
-    stored = {r.id: {(v.workload, v.compiler): v for v in (store.verdicts(r.id) or [])} for r in runs}
+    stored = {i: {(v.workload, v.compiler): v for v in (vs or [])}
+              for i, vs in store.verdicts_of([r.id for r in runs]).items()}
     drifts: dict[tuple[int, int], float] = {}
     used: dict[int, RunInfo] = {}
     for w in chosen:
         have = [r for r in runs if _profile_ok(r, w, profile) and any(x.workload == w for x in results[r.id])]
         kind = (have[-1].profile, have[-1].device_name)
         hist.kinds[w] = kind
-        have = [r for r in have if (r.profile, r.device_name) == kind]
+        cls = have[-1].hw_class  # nor hardware classes (runs from before runners were recorded name none)
+        have = [r for r in have if (r.profile, r.device_name) == kind and (not cls or r.hw_class in (None, cls))]
         for run in have:
             for res in results[run.id]:
                 if res.workload != w:
@@ -430,16 +441,19 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.last < 1:
         raise UsageError(f"--last must be at least 1, not {args.last}")
     cfg = config_from_args(args)
-    db = Path(args.db) if args.db else default_path()
-    if not db.is_file():
+    from harness.store.cli import exists, location
+
+    db = location(args.db, default_path())
+    if not exists(db):
         raise missing_store(db)
     with Store(db, readonly=True) as store:
-        hist = collect(store, list(args.workloads), args.profile, args.device, cfg)
+        hist = collect(store, list(args.workloads), args.profile, args.device, cfg,
+                       runner=getattr(args, "runner", None), hw_class=getattr(args, "hw_class", None))
     with conventions.human_to_stderr(conventions.to_stdout(args.json)):
         print(terminal_report(hist, None if args.all else args.top))
         if args.md:
             atomic_write_text(args.md, markdown_report(hist, args.last))
-        out = args.out or db.parent / "history"
+        out = args.out or (db if isinstance(db, Path) else default_path()).parent / "history"
         if not args.no_plots:
             try:
                 paths = plot_all(hist, out)

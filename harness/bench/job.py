@@ -255,11 +255,15 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _lasting_id(backend: str, uid: str | None) -> int | None:
-    from .store import lasting_path, open_lasting
+    from harness.store.cli import configured
+
+    from .store import lasting_path, open_fleet, open_lasting
 
     if not uid:
         return None
-    with open_lasting(lasting_path(backend), write=False) as store:
+    fleet = configured()  # KILN_STORE_URL: the run was recorded there
+    opened = open_fleet(fleet, write=False) if fleet is not None else open_lasting(lasting_path(backend), write=False)
+    with opened as store:
         return next((r.id for r in store.runs() if r.uid == uid), None)
 
 

@@ -19,7 +19,7 @@ from .stats import Stats
 
 COMPILE_PHASE = "compile"  # phase of compile-time-only results (`bench models --compile-only`): no samples
 
-SCHEMA_VERSION = 2  # the bench store's head revision (harness/store/migrations/bench), also of JSON exports
+SCHEMA_VERSION = 3  # the bench store's head revision (harness/store/migrations/bench), also of JSON exports
 
 
 @dataclass
@@ -41,6 +41,11 @@ class RunInfo:
     ceiling_gbps: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
+    runner: str | None = None  # who recorded it (revision 3; harness/store/runner.py): name, GPU, driver,
+    gpu_model: str | None = None  # the matrix's GPU label and the hardware class baselines stay within
+    driver: str | None = None
+    gpu_label: str | None = None
+    hw_class: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

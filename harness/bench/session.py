@@ -47,7 +47,7 @@ def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs:
     against itself (a planted 20% read 0.89x against a baseline measured under load). Each suspect costs
     side-by-side time; only that measurement decides."""
     try:
-        others = [r for r in resolve_baseline(store, f"window:{n}", run) if r.id not in {b.id for b in base_runs}]
+        others = [r for r in resolve_baseline(store, f"window:{n}", run, any_hardware=cfg.any_hardware) if r.id not in {b.id for b in base_runs}]
     except BaselineError:
         others = []
     loose = 1 + (cfg.threshold or 0.0) / 2
@@ -178,7 +178,8 @@ def run_bench(
     base_runs: list[RunInfo] = []
     if baseline:  # "SPEC?" means: compare when SPEC resolves, else run without a baseline
         try:
-            base_runs = resolve_baseline(store, baseline.rstrip("?"), run)
+            base_runs = resolve_baseline(store, baseline.rstrip("?"), run,
+                                         any_hardware=bool(cmp_cfg and cmp_cfg.any_hardware))
         except BaselineError as e:
             if not baseline.endswith("?"):
                 raise

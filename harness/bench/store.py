@@ -1,6 +1,6 @@
-"""The bench store: runs, results, every sample and the compared verdicts, in SQLite through harness.store
-(SQLAlchemy Core + Alembic; the schema is harness/store/tables.py, its revisions are
-harness/store/migrations/bench).
+"""The bench store: runs, results, every sample and the compared verdicts, in SQLite or on a PostgreSQL server
+through harness.store (SQLAlchemy Core + Alembic; the schema is harness/store/tables.py, its revisions are
+harness/store/migrations/bench; a store URL: harness/store/url.py).
 
 Safety:
 - WAL journal + a busy timeout + `BEGIN IMMEDIATE` write transactions: two processes may write at once; one
@@ -28,15 +28,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, inspect, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from harness.exc import ImportFormatError, StoreError, StoreUnavailable
+from harness.exc import ImportFormatError, StoreError, StoreUnavailable, StoreUnreachable
 from harness.results import set_aside
-from harness.store import BENCH, open_store, unreadable_problem
+from harness.store import BENCH, open_store, runner, spool, unreadable_problem, url
 from harness.store import tables as t
 from harness.store.migrate import newer_problem, read_state
 from harness.store.sqlite import open_engine, transaction
+from harness.store.url import ServerURL
 
 from .records import SCHEMA_VERSION, Result, RunInfo, StoredVerdict
 
@@ -50,6 +51,11 @@ _RESULT_COLS = (
 )
 
 
+def _chunks(items: list[int], n: int) -> Iterator[list[int]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
 def now() -> str:
     """UTC timestamp, ISO 8601, second precision."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
@@ -58,20 +64,98 @@ def now() -> str:
 class Store:
     """An open bench store (see module docstring). Use as a context manager or call `close()`.
 
-    `revision` is the store's schema revision (the head for writers; readers may find an older one). A reader
-    (`readonly=True`) of a missing or empty file reads an empty store and creates nothing."""
+    `path`: a SQLite file, `:memory:`, or a store URL (harness/store/url.py: `sqlite:///PATH`,
+    `postgresql://...`). `revision` is the store's schema revision (the head for writers; readers may find an
+    older one). A reader (`readonly=True`) of a missing or empty file, or of a server database without the
+    bench's tables, reads an empty store and creates nothing. A writer whose server is unreachable, at open or
+    later mid-run, spools (harness/store/spool.py: one note line; `strict` raises StoreUnreachable instead,
+    exit 3); one that reaches it first pushes what an earlier run spooled."""
 
-    def __init__(self, path: Path | str, timeout_s: float = 120.0, *, readonly: bool = False,
-                 log: Callable[[str], None] | None = None):
-        self.path = Path(path)
+    def __init__(self, path: Path | str | ServerURL, timeout_s: float = 120.0, *, readonly: bool = False,
+                 log: Callable[[str], None] | None = None, strict: bool | None = None):
+        self.log = log
+        self.strict = spool.strict(strict)
+        self.spooled: Path | None = None  # the spool this writer fell back to, if it did
+        self._journal: dict[int, dict[str, Any]] = {}  # run id -> what this writer wrote of it (failover)
+        self._ids: dict[int, int] = {}  # server run id -> spool run id, after a failover
+        where = path if str(path) == ":memory:" else url.parse(path)
+        self.server = where if isinstance(where, ServerURL) else None
+        if self.server is not None:
+            self.path: Any = self.server
+            self.readonly = readonly
+            self._open_server(readonly)
+            return
+        self.path = Path(where)
         self.readonly = readonly and str(path) != ":memory:"
         missing = not self.path.exists() or (self.path.is_file() and not self.path.stat().st_size)
         if self.readonly and missing:
-            path = ":memory:"  # a reader of a missing or empty store reads no runs and creates nothing
-        memory = str(path) == ":memory:"
-        opened = open_store(path, BENCH, write=not self.readonly or memory, timeout_s=timeout_s, say=log)
+            where = ":memory:"  # a reader of a missing or empty store reads no runs and creates nothing
+        memory = str(where) == ":memory:"
+        self._use(open_store(where, BENCH, write=not self.readonly or memory, timeout_s=timeout_s, say=log))
+
+    def _use(self, opened: Any) -> None:
         self.engine, self.conn, self.revision = opened.engine, opened.conn, opened.revision
         self._opened = opened
+        have = {c["name"] for c in inspect(self.conn).get_columns("runs")} if opened.revision else set()
+        self._run_cols = tuple(c for c in _RUN_COLS if c in have) or _RUN_COLS
+        if self.conn.in_transaction():
+            self.conn.commit()
+
+    def _open_server(self, readonly: bool) -> None:
+        say = self.log or _say
+        try:
+            opened = open_store(self.server, BENCH, write=not readonly, say=say)
+        except StoreUnreachable as e:
+            if readonly or self.strict:
+                raise
+            self._spool(e)
+            return
+        if readonly and opened.revision == 0:  # no bench tables on the server yet: an empty store
+            opened.close()
+            opened = open_store(":memory:", BENCH, write=True)
+        self._use(opened)
+        if not readonly:
+            try:
+                spool.drain(self.server, say)
+            except StoreUnreachable as e:
+                say(f"note: spooled runs not pushed ({e}); the next run tries again")
+
+    def _spool(self, e: Exception) -> None:
+        """Go on in the local spool (see the class docstring): the runs this writer began are written there again
+        under their uids, with what it wrote of them."""
+        where = spool.path()
+        (self.log or _say)(spool.spooling_line(e, where))
+        self.spooled = where
+        old = getattr(self, "_opened", None)
+        if old is not None:
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - the server is gone; its connection may not close cleanly
+                pass
+        self._use(open_store(where, BENCH, write=True, say=self.log))
+        for old_id, j in list(self._journal.items()):
+            run = RunInfo(**{**j["run"].as_dict(), "id": None, "status": "running"})
+            with self.transaction() as db:
+                new_id = self._insert_run(db, run)
+                for res in j["results"].values():
+                    self._insert_result(db, new_id, res)
+                if j.get("verdicts") is not None:
+                    self._insert_verdicts(db, new_id, j["verdicts"])
+            self._ids[old_id] = new_id
+
+    def _rid(self, run_id: int) -> int:
+        return self._ids.get(run_id, run_id)
+
+    def _write(self, fn: Callable[[], Any]) -> Any:
+        """Run the write `fn`; a server that went away mid-run sends this writer to the spool and `fn` runs
+        again there (unless strict)."""
+        try:
+            return fn()
+        except StoreUnreachable as e:
+            if self.server is None or self.spooled is not None or self.strict:
+                raise
+            self._spool(e)
+            return fn()
 
     def close(self) -> None:
         self._opened.close()
@@ -101,11 +185,20 @@ class Store:
 
     # ------------------------------------------------------------ runs
     def begin_run(self, run: RunInfo) -> int:
-        """Insert `run` as `running`; sets and returns its id."""
+        """Insert `run` as `running` with this runner's identity (harness/store/runner.py) where it names none;
+        sets and returns its id."""
         run.uid = run.uid or uuid.uuid4().hex
         run.status = "running"
-        with self.transaction() as db:
-            run.id = self._insert_run(db, run)
+        if not run.runner:
+            for k, v in runner.current(run.device_name).as_dict().items():
+                setattr(run, k, v)
+
+        def write() -> int:
+            with self.transaction() as db:
+                return self._insert_run(db, run)
+
+        run.id = self._write(write)
+        self._journal[run.id] = {"run": run, "results": {}, "verdicts": None}
         return run.id
 
     def _insert_run(self, db: Connection, run: RunInfo) -> int:
@@ -113,38 +206,60 @@ class Store:
         vals["compilers"] = json.dumps(run.compilers)
         vals["config"] = json.dumps(run.config, sort_keys=True)
         vals["env"] = json.dumps(run.env, sort_keys=True)
-        row = {c: vals[c] for c in _RUN_COLS if c != "id"}
+        row = {c: vals[c] for c in self._run_cols if c != "id"}
         return int(db.execute(insert(t.runs).values(**row)).inserted_primary_key[0])
 
     def set_ceiling(self, run_id: int, gbps: float | None) -> None:
-        with self.transaction() as db:
-            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(ceiling_gbps=gbps))
+        if run_id in self._journal:
+            self._journal[run_id]["run"].ceiling_gbps = gbps
+
+        def write() -> None:
+            with self.transaction() as db:
+                db.execute(update(t.runs).where(t.runs.c.id == self._rid(run_id)).values(ceiling_gbps=gbps))
+
+        self._write(write)
 
     def finish_run(self, run_id: int, status: str = "complete") -> None:
         """Mark the run `complete` (or `aborted`): the last write of a run."""
-        with self.transaction() as db:
-            db.execute(update(t.runs).where(t.runs.c.id == run_id).values(status=status, finished_at=now()))
+        def write() -> None:
+            with self.transaction() as db:
+                db.execute(update(t.runs).where(t.runs.c.id == self._rid(run_id))
+                           .values(status=status, finished_at=now()))
+
+        self._write(write)
+        self._journal.pop(run_id, None)
 
     @staticmethod
     def _run_from_row(row: Mapping[str, Any]) -> RunInfo:
-        d = {c: row[c] for c in _RUN_COLS}
+        d = {c: row[c] for c in _RUN_COLS if c in row}
         d["compilers"] = json.loads(d["compilers"] or "[]")
         d["config"] = json.loads(d["config"] or "{}")
         d["env"] = json.loads(d["env"] or "{}")
         return RunInfo(**d)
 
+    def _runs_select(self) -> Any:
+        return select(*(t.runs.c[c] for c in self._run_cols))
+
     def run(self, run_id: int) -> RunInfo:
         with self._read() as db:
-            row = db.execute(select(t.runs).where(t.runs.c.id == run_id)).mappings().first()
+            row = db.execute(self._runs_select().where(t.runs.c.id == self._rid(run_id))).mappings().first()
         if row is None:
             raise StoreError(f"no run {run_id} in {self.path}")
-        return self._run_from_row(row)
+        out = self._run_from_row(row)
+        out.id = run_id
+        return out
 
-    def runs(self, *, complete_only: bool = False, limit: int | None = None) -> list[RunInfo]:
-        """Runs, newest first."""
-        q = select(t.runs).order_by(t.runs.c.id.desc())
+    def runs(self, *, complete_only: bool = False, limit: int | None = None, runner: str | None = None,
+             hw_class: str | None = None) -> list[RunInfo]:
+        """Runs, newest first (of one runner or hardware class, when given)."""
+        q = self._runs_select().order_by(t.runs.c.id.desc())
         if complete_only:
             q = q.where(t.runs.c.status == "complete")
+        for col, want in (("runner", runner), ("hw_class", hw_class)):
+            if want:
+                if col not in self._run_cols:
+                    return []  # a store of a revision before runners: no run names one
+                q = q.where(t.runs.c[col] == want)
         if limit:
             q = q.limit(int(limit))
         with self._read() as db:
@@ -153,8 +268,14 @@ class Store:
     # ------------------------------------------------------------ results
     def add_result(self, run_id: int, res: Result) -> None:
         """Insert (or replace) one result with its samples, in one transaction."""
-        with self.transaction() as db:
-            self._insert_result(db, run_id, res)
+        if run_id in self._journal:
+            self._journal[run_id]["results"][(res.workload, res.compiler, res.phase)] = res
+
+        def write() -> None:
+            with self.transaction() as db:
+                self._insert_result(db, self._rid(run_id), res)
+
+        self._write(write)
 
     def _insert_result(self, db: Connection, run_id: int, res: Result) -> None:
         x = t.results.c
@@ -164,36 +285,45 @@ class Store:
         row.update(run_id=run_id, median_ns=res.median_ns, n=len(res.samples),
                    meta=json.dumps(res.meta, sort_keys=True))
         rid = db.execute(insert(t.results).values(**row)).inserted_primary_key[0]
-        if res.samples:
+        if res.samples:  # executemany: psycopg pipelines it (faster than a multi-row INSERT, compiled anew)
             db.execute(insert(t.samples), [{"result_id": rid, "seq": i, "ns": float(v)}
                                            for i, v in enumerate(res.samples)])
 
     def results(self, run_id: int, phase: str | None = "main") -> list[Result]:
         """Results of a run in insertion order (one phase, or all when `phase` is None)."""
-        q = select(t.results).where(t.results.c.run_id == run_id).order_by(t.results.c.id)
-        if phase:
-            q = q.where(t.results.c.phase == phase)
+        return self.results_of([run_id], phase)[run_id]
+
+    def results_of(self, run_ids: Sequence[int], phase: str | None = "main") -> dict[int, list[Result]]:
+        """results() of many runs in a few queries (a server's round trips add up over a thousand runs)."""
+        ids = {self._rid(i): i for i in run_ids}
+        rows: list[Any] = []
+        by_result: dict[int, list[float]] = {}
         with self._read() as db:
-            rows = db.execute(q).mappings().all()
-            by_result: dict[int, list[float]] = {r["id"]: [] for r in rows}
-            if rows:
-                sq = (select(t.samples.c.result_id, t.samples.c.ns)
-                      .where(t.samples.c.result_id.in_(list(by_result)))
+            for chunk in _chunks(list(ids), 500):
+                q = select(t.results).where(t.results.c.run_id.in_(chunk)).order_by(t.results.c.id)
+                if phase:
+                    q = q.where(t.results.c.phase == phase)
+                got = db.execute(q).mappings().all()
+                rows += got
+                by_result.update({r["id"]: [] for r in got})
+            for chunk in _chunks(list(by_result), 500):
+                sq = (select(t.samples.c.result_id, t.samples.c.ns).where(t.samples.c.result_id.in_(chunk))
                       .order_by(t.samples.c.result_id, t.samples.c.seq))
                 for rid, ns in db.execute(sq):
                     by_result[rid].append(ns)
-        out = []
+        out: dict[int, list[Result]] = {i: [] for i in run_ids}
         for row in rows:
             d: dict[str, Any] = {c: row[c] for c in _RESULT_COLS}
             d["meta"] = json.loads(row["meta"] or "{}")
             d["samples"] = by_result[row["id"]]
-            out.append(Result(**d))
+            out[ids[row["run_id"]]].append(Result(**d))
         return out
 
     def history(self, workload: str, compiler: str, limit: int = 50) -> list[tuple[RunInfo, float | None]]:
         """(run, median_ns) of complete runs for one workload+compiler, oldest first."""
         x, r = t.results.c, t.runs.c
-        q = (select(t.runs, x.median_ns.label("m")).join(t.results, x.run_id == r.id)
+        q = (select(*(t.runs.c[c] for c in self._run_cols), x.median_ns.label("m"))
+             .join(t.results, x.run_id == r.id)
              .where(x.workload == workload, x.compiler == compiler, x.phase == "main", r.status == "complete")
              .order_by(r.id.desc()).limit(limit))
         with self._read() as db:
@@ -204,8 +334,14 @@ class Store:
     def save_verdicts(self, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:
         """Store `verdicts` as the compared verdicts of run `run_id`, replacing any it had, in one
         transaction."""
-        with self.transaction() as db:
-            self._insert_verdicts(db, run_id, verdicts)
+        if run_id in self._journal:
+            self._journal[run_id]["verdicts"] = list(verdicts)
+
+        def write() -> None:
+            with self.transaction() as db:
+                self._insert_verdicts(db, self._rid(run_id), verdicts)
+
+        self._write(write)
 
     def _insert_verdicts(self, db: Connection, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:
         if db.execute(select(t.runs.c.id).where(t.runs.c.id == run_id)).first() is None:
@@ -218,6 +354,22 @@ class Store:
                  "confirmed": None if v.confirmed is None else int(bool(v.confirmed)),
                  "detail": json.dumps(v.detail, sort_keys=True, default=str)} for v in verdicts])
 
+    def verdicts_of(self, run_ids: Sequence[int]) -> dict[int, list[StoredVerdict] | None]:
+        """verdicts() of many runs in a few queries."""
+        out: dict[int, list[StoredVerdict] | None] = {i: None for i in run_ids}
+        if self.revision < VERDICTS_REVISION:
+            return out
+        ids = {self._rid(i): i for i in run_ids}
+        v = t.verdicts.c
+        with self._read() as db:
+            for chunk in _chunks(list(ids), 500):
+                for row in db.execute(select(t.verdicts).where(v.run_id.in_(chunk)).order_by(v.id)).mappings():
+                    got = out[ids[row["run_id"]]]
+                    if got is None:
+                        got = out[ids[row["run_id"]]] = []
+                    got.append(StoredVerdict.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}))
+        return out
+
     def verdicts(self, run_id: int) -> list[StoredVerdict] | None:
         """The compared verdicts stored with run `run_id`, in the order saved; None when it stored none (or
         the store is of a revision before verdicts, read as it is)."""
@@ -225,7 +377,8 @@ class Store:
             return None
         v = t.verdicts.c
         with self._read() as db:
-            rows = db.execute(select(t.verdicts).where(v.run_id == run_id).order_by(v.id)).mappings().all()
+            q = select(t.verdicts).where(v.run_id == self._rid(run_id)).order_by(v.id)
+            rows = db.execute(q).mappings().all()
         if not rows:
             return None
         return [StoredVerdict.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}) for row in rows]
@@ -475,3 +628,26 @@ def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOU
             usable = False
         with Store(path if usable else ":memory:", readonly=not write, log=say) as store:
             yield store
+
+
+@contextmanager
+def open_fleet(where: Path | ServerURL, *, write: bool,
+               log: Callable[[str], None] | None = None) -> Iterator[Store]:
+    """The store KILN_STORE_URL names, for the CI bench jobs (`--lasting` with KILN_STORE_URL set): a file goes
+    through open_lasting (locked, set aside when corrupt); a server is opened as it is, and a reader that
+    cannot reach it reads an empty store with a note (a pull request's comparison is skipped, its verdict not
+    failed) unless strict (StoreUnreachable, exit 3). A writer spools (Store)."""
+    if isinstance(where, Path):
+        with open_lasting(where, write=write, log=log) as store:
+            yield store
+        return
+    say = log or _say
+    try:
+        store = Store(where, readonly=not write, log=say)
+    except StoreUnreachable as e:
+        if write or spool.strict():
+            raise
+        say(f"note: {e}: nothing recorded to compare with")
+        store = Store(":memory:")
+    with store:
+        yield store

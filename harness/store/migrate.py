@@ -28,13 +28,17 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
-from harness.exc import HarnessError, HistoryError, StoreError
+from harness.exc import HarnessError, HistoryError, StoreError, StoreUnreachable
 
 from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, unreadable
+from .tables import RUNNER_COLUMNS
 from .tables import bench as bench_tables
 from .tables import history as history_tables
+from .url import ServerURL, server_engine
+
+MIGRATION_LOCK = 0x6B696C6E  # PostgreSQL advisory lock key ("kiln") held while a writer migrates a server store
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -58,7 +62,8 @@ class StoreKind:
 
 
 def _columns(md: Any, names: tuple[str, ...]) -> dict[str, frozenset[str]]:
-    return {n: frozenset(c.name for c in md.tables[n].columns) for n in names}
+    later = {"uid", *RUNNER_COLUMNS}  # added by bench revision 3 / history revision 2: not required
+    return {n: frozenset(c.name for c in md.tables[n].columns if c.name not in later) for n in names}
 
 
 BENCH = StoreKind("bench", "bench store", "meta",
@@ -183,12 +188,14 @@ class Opened:
         self.engine.dispose()
 
 
-def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: float = 120.0,
+def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, timeout_s: float = 120.0,
                say: Callable[[str], None] | None = None) -> Opened:
-    """Open the store at `path` (or `:memory:`) as `kind`; a writer gets it created or migrated to head (see
-    the module docstring). Errors are `kind.error`, one line each: unreadable file, not a store of this kind,
-    newer revision, a reader's missing file."""
+    """Open the store at `path` (or `:memory:`, or a server: open_server) as `kind`; a writer gets it created
+    or migrated to head (see the module docstring). Errors are `kind.error`, one line each: unreadable file,
+    not a store of this kind, newer revision, a reader's missing file."""
     say = say or _say
+    if isinstance(path, ServerURL):
+        return open_server(path, kind, write=write, say=say)
     memory = str(path) == MEMORY
     if not memory:
         path = Path(path)
@@ -239,6 +246,60 @@ def open_store(path: Path | str, kind: StoreKind, *, write: bool, timeout_s: flo
         raise
 
 
+def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> StoreUnreachable:
+    """The one-line StoreUnreachable for a server that refused, timed out or went away."""
+    first = str(getattr(e, "orig", None) or e).strip().splitlines()
+    why = first[0] if first else type(e).__name__
+    return StoreUnreachable(f"{kind.label} server {location} is unreachable: {why}")
+
+
+def open_server(location: ServerURL, kind: StoreKind, *, write: bool,
+                say: Callable[[str], None] | None = None) -> Opened:
+    """Open a store on a PostgreSQL server: the same checks as a file (a store of another kind or a newer
+    revision refused in one line); a writer creates or migrates it in one transaction under an advisory lock
+    (transactional DDL: a killed migration leaves the old revision). No file copy is taken: the server's own
+    backups (pg_dump) are the admin's. A reader's transactions are read-only; an empty database reads as
+    revision 0. An unreachable server is StoreUnreachable."""
+    say = say or _say
+    engine = server_engine(location, write=write)
+    conn: Connection | None = None
+    try:
+        try:
+            conn = engine.connect()
+        except OperationalError as e:
+            raise unreachable(location, kind, e) from None
+        with conn.begin():
+            state = read_state(conn, kind)
+        if state.problem:
+            raise kind.error(f"cannot use {kind.label} {location}: {state.problem}")
+        if (why := newer_problem(kind, str(location), state)) is not None:
+            raise kind.error(why)
+        top = head(kind)
+        if write and (state.number < top or state.legacy):
+            if state.revision is not None:
+                say(f"note: {kind.label} {location} is at revision {state.number}; this code writes revision "
+                    f"{top}: migrating it in one transaction")
+            _migrate(conn, kind)
+            state = State(kind.rev_id(top))
+        return Opened(str(location), engine, conn, state.number)
+    except OperationalError as e:
+        if conn is not None:
+            conn.close()
+        engine.dispose()
+        raise unreachable(location, kind, e) from None
+    except (DBAPIError, SQLAlchemyError) as e:
+        if conn is not None:
+            conn.close()
+        engine.dispose()
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise kind.error(f"cannot use {kind.label} {location}: {first}") from None
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        engine.dispose()
+        raise
+
+
 def _refuse(path: Path, kind: StoreKind, engine: Engine) -> None:
     """Raise `kind.error` for a store that is no store of `kind` or newer than this code, found through a
     read-only engine (a writer's engine would switch the file to WAL first: a change of its header)."""
@@ -260,15 +321,26 @@ def _migrate(conn: Connection, kind: StoreKind) -> None:
     """Stamp a legacy store and upgrade it to head, all in one write transaction (re-reading the state inside
     it: a writer that raced us may have migrated it already)."""
     conn.info[WRITE_TXN] = True
+    sqlite = conn.dialect.name == "sqlite"
+    if sqlite:  # a revision that copies a table must not cascade its DROP into the children (checked below)
+        conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")  # type: ignore[union-attr]
     try:
         with conn.begin():
+            if conn.dialect.name == "postgresql":  # SQLite's BEGIN IMMEDIATE is its lock; a server needs one
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
             state = read_state(conn, kind)
+            if state.revision == kind.rev_id(head(kind)) and not state.legacy:
+                return  # a writer that held the lock before us migrated it
             cfg = _config(kind, conn)
             if state.legacy and state.revision:
                 command.stamp(cfg, state.revision)
             command.upgrade(cfg, "head")
+            if sqlite and (bad := conn.exec_driver_sql("PRAGMA foreign_key_check").all()):
+                raise kind.error(f"migrating the {kind.label} broke {len(bad)} foreign key(s): rolled back")
     finally:
         conn.info[WRITE_TXN] = False
+        if sqlite:
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")  # type: ignore[union-attr]
 
 
 def unreadable_problem(path: Path, kind: StoreKind) -> str | None:

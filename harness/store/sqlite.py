@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
 from harness.results import unused_sibling
@@ -125,14 +125,23 @@ def backup(path: Path, revision: int) -> Path:
 
 @contextmanager
 def transaction(conn: Connection, *, write: bool, error: type[Exception], what: str) -> Iterator[Connection]:
-    """One transaction on `conn` (`BEGIN IMMEDIATE` for a write: the write lock taken up front, waiting up to the
-    busy timeout); a database error leaves as `error("<what>: <its first line>")`. Both stores use it."""
+    """One transaction on `conn` (`BEGIN IMMEDIATE` for a write on SQLite: the write lock taken up front, waiting
+    up to the busy timeout; a server's own row locks otherwise); a database error leaves as
+    `error("<what>: <its first line>")`, a server gone away as StoreUnreachable. Both stores use it."""
     conn.info[WRITE_TXN] = write
     try:
         with conn.begin():
             conn.info[WRITE_TXN] = False
             yield conn
+    except OperationalError as e:
+        if conn.dialect.name != "sqlite":  # a server that went away: the caller may spool (harness/store/spool.py)
+            from harness.exc import StoreUnreachable
+
+            why = str(e.orig or e).splitlines()[0]
+            raise StoreUnreachable(f"{what}: the server is unreachable: {why}") from None
+        raise error(f"{what}: {str(e).splitlines()[0]}") from None
     except SQLAlchemyError as e:
         raise error(f"{what}: {str(e).splitlines()[0]}") from None
     finally:
-        conn.info[WRITE_TXN] = False
+        if not conn.invalidated:  # touching a lost server connection's info would reconnect
+            conn.info[WRITE_TXN] = False

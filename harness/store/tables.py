@@ -9,7 +9,6 @@ prefixes let both stores share one file.
 from __future__ import annotations
 
 from sqlalchemy import (
-    REAL,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -20,6 +19,11 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+
+from .types import INT8
+from .types import REAL8 as REAL
+
+RUNNER_COLUMNS = ("runner", "gpu_model", "driver", "gpu_label", "hw_class")  # revision 3 (bench), 2 (history)
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed")
 
@@ -44,6 +48,8 @@ runs = Table(
     Column("ceiling_gbps", REAL),
     Column("config", Text),
     Column("env", Text),
+    *(Column(c, Text) for c in RUNNER_COLUMNS),
+    Index("runs_by_class", "hw_class", "status"),
     sqlite_autoincrement=True,
 )
 
@@ -54,7 +60,7 @@ results = Table(
     *(Column(c, Text, nullable=False) for c in ("workload", "compiler", "phase", "source_hash", "status")),
     Column("error", Text),
     Column("median_ns", REAL),
-    *(Column(c, Integer) for c in ("n", "bytes", "flops")),
+    *(Column(c, INT8) for c in ("n", "bytes", "flops")),
     *(Column(c, REAL) for c in ("max_abs_err", "max_rel_err", "compile_s")),
     Column("timer", Text),
     *(Column(c, REAL) for c in ("planted", "ceiling_gbps")),
@@ -102,7 +108,11 @@ history_runs = Table(
     Column("git_commit", Text),
     Column("backend", Text, nullable=False),
     Column("source", Text, _in("source", ("run", "flakes")), nullable=False),
-    Column("folder", Text, nullable=False, unique=True),
+    Column("folder", Text, nullable=False),
+    Column("uid", Text),
+    *(Column(c, Text) for c in RUNNER_COLUMNS),
+    Index("history_runs_uid", "uid", unique=True),
+    Index("history_runs_folder", "runner", "folder", unique=True),
     sqlite_autoincrement=True,
 )
 

@@ -362,6 +362,9 @@ def detect(
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="cpu", help="backend from ci/matrix.json (default: cpu)")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)  # the failure counts' history
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"runs per test (default {DEFAULT_RUNS})")
     p.add_argument("--quarantine", help="quarantine file (default: ci/quarantine.toml)")
     p.add_argument(

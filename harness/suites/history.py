@@ -2,20 +2,23 @@
 "failed 3 of the last 40 runs" and sharding can balance by recorded times.
 
 Terms:
-  store     a SQLite file (`--history DB`, else KILN_HISTORY_DB, else the lasting folder outside the
+  store     a store URL (`--store URL`, KILN_STORE_URL: a SQLite file or a PostgreSQL server, harness/store/url.py;
+            a server that is down spools the record, harness/store/spool.py), else a SQLite file (`--history DB`,
+            else KILN_HISTORY_DB, else the lasting folder outside the
             checkout, $XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/... without it: see
             harness/settings.py), opened through harness.store (SQLAlchemy Core, Alembic revisions in
             harness/store/migrations/history, version table `alembic_version_history`). Its tables are
             prefixed `history_` so the file may be the bench's store as well:
               history_meta      key/value; `schema_version` (SCHEMA_VERSION)
-              history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique)
+              history_runs      id, date, git commit, backend, source (`run` or `flakes`), folder (unique per
+                                runner), uid (the run's UUID) and who recorded it (harness/store/runner.py)
               history_outcomes  run id, node id, outcome (passed/failed/error/skipped/xfailed), duration s
               history_retries   run id, node id, attempt (1..), outcome, duration s: the reruns alone of a
                                 test that failed in the run (harness.suites.retries), with the test's verdict
                                 `status` (flaky: passed on a retry; failing: failed every attempt)
   recording a finished results folder: a `harness run` folder (run.json; merged shard runs too), read with
             harness.suites.collect.load_run, or a `harness flakes` folder (flakes.json + pytest.xml), read with
-            harness.results.parse_junit: one row per repetition of a test. A folder is recorded once.
+            harness.results.parse_junit: one row per repetition of a test. A folder is recorded once per runner.
   failure count  per test over the last N recorded folders (newest dates first): of the `run` folders that ran
             it, in how many at least one row failed or errored, and in how many of those it was flaky (a rerun
             alone passed); of the `flakes` folders, how many of its repetitions failed out of how many ran
@@ -62,25 +65,59 @@ except ImportError as _e:  # a host Python without the project's dependencies: e
     _MISSING = str(_e)
     SQLAlchemyError = OSError  # type: ignore[misc, assignment]
 
-SCHEMA_VERSION = 1  # the history store's head revision (harness/store/migrations/history)
+SCHEMA_VERSION = 2  # the history store's head revision (harness/store/migrations/history)
 DEFAULT_LAST = 40
 SOURCES = ("run", "flakes")
 
 
-def default_path() -> Path:
+def default_path(*, write: bool = False) -> Any:
+    """The history's location: KILN_STORE_URL when set (a Path for `sqlite:///`, else a server; for a writer
+    not with KILN_STORE_READ_ONLY), else KILN_HISTORY_DB or the lasting folder's file (harness/settings.py)."""
     from harness.settings import settings
 
-    return settings().history_db
+    if _MISSING:
+        return settings().history_db
+    from harness.store.cli import location
+
+    return location(None, settings().history_db, write=write)
+
+
+def plan_location(history: Path | None) -> Any:
+    """The store a run records into: `history` (an explicit `--history DB`), else default_path() (files
+    resolved)."""
+    where = Path(history) if history else default_path(write=True)
+    return where.resolve() if isinstance(where, Path) else where
+
+
+def _where(path: Any) -> Any:
+    """`path` as a location: a Path, or a ServerURL for a `postgresql://` URL (harness/store/url.py)."""
+    if _MISSING or isinstance(path, Path):
+        return Path(path)
+    from harness.store.url import parse
+
+    return parse(path)
 
 
 @contextmanager
-def connect(path: Path | str, *, readonly: bool = False) -> Iterator[Connection]:
-    """The store at `path` as a SQLAlchemy connection inside one transaction, committed on success: created or
-    migrated to the head revision unless `readonly` (see the module docstring)."""
-    path = Path(path)
+def connect(path: Any, *, readonly: bool = False) -> Iterator[Connection]:
+    """The store at `path` (a file, or a store URL) as a SQLAlchemy connection inside one transaction,
+    committed on success: created or migrated to the head revision unless `readonly` (see the module
+    docstring)."""
     if _MISSING:
         raise MissingTool(f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the "
                           "project's dependencies (pyproject.toml) into this Python")
+    path = _where(path)
+    if not isinstance(path, Path):
+        opened = open_store(path, HISTORY, write=not readonly)
+        try:
+            if readonly and opened.revision == 0:
+                raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
+            with transaction(opened.conn, write=not readonly, error=HistoryError,
+                             what=f"history store {path}") as conn:
+                yield conn
+        finally:
+            opened.close()
+        return
     if not readonly and path.is_file() and (why := unreadable_problem(path, HISTORY)) is not None:
         if why.startswith(("it is not an SQLite", "PRAGMA integrity_check", "SQLite cannot")):
             aside = set_aside(path)
@@ -93,7 +130,8 @@ def connect(path: Path | str, *, readonly: bool = False) -> Iterator[Connection]
     try:
         if readonly and opened.revision == 0:
             raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
-        with transaction(opened.conn, write=not readonly, error=HistoryError, what=f"history store {path}") as conn:
+        with transaction(opened.conn, write=not readonly, error=HistoryError,
+                         what=f"history store {path}") as conn:
             yield conn
     finally:
         opened.close()
@@ -162,9 +200,36 @@ def _read_run(run: Any) -> tuple[str, str, str, list[tuple[str, str, float]], li
     return "run", str(run.record.started or ""), run.record.backend, rows, reruns
 
 
-def record(db_path: Path | str, folder: Any) -> Recorded:
+def record(db_path: Any, folder: Any, *, strict: bool | None = None) -> Recorded:
     """Record a finished results folder, or a run's results in memory (harness.suites.collect.RunResults: the runner
-    hands its own); read before the store is opened, so a bad folder leaves no trace."""
+    hands its own); read before the store is opened, so a bad folder leaves no trace. On a server store that
+    cannot be reached the run goes to the local spool with one line (harness/store/spool.py), unless `strict`
+    (StoreUnreachable, exit 3); a record that reaches the server first pushes what was spooled."""
+    where = _where(db_path)
+    if isinstance(where, Path) or _MISSING:
+        return _record(where, folder)
+    from harness.exc import StoreUnreachable
+    from harness.store import spool
+
+    try:
+        out = _record(where, folder)
+    except StoreUnreachable as e:
+        if spool.strict(strict):
+            raise
+        print(spool.spooling_line(e, spool.path()), file=sys.stderr, flush=True)
+        return _record(spool.path(), folder)
+    try:
+        spool.drain(where, lambda m: print(m, file=sys.stderr, flush=True))
+    except StoreUnreachable as e:
+        print(f"note: spooled runs not pushed ({e}); the next run tries again", file=sys.stderr, flush=True)
+    return out
+
+
+def _record(db_path: Any, folder: Any) -> Recorded:
+    """record() into one store."""
+    import uuid
+
+    from harness.store.runner import current
     if isinstance(folder, (str, Path)):
         folder = Path(folder).resolve()
         source, date, backend, rows, reruns = _read_folder(folder)
@@ -172,11 +237,14 @@ def record(db_path: Path | str, folder: Any) -> Recorded:
         source, date, backend, rows, reruns = _read_run(folder)
         folder = folder.path
     date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    who = current().as_dict()
+    r = t.history_runs.c
     with connect(db_path) as db:
-        if db.execute(select(t.history_runs.c.id).where(t.history_runs.c.folder == str(folder))).first():
+        if db.execute(select(r.id).where(r.folder == str(folder), r.runner == who["runner"])).first():
             return Recorded(folder, None, source, backend, len(rows), len(reruns))
         run_id = int(db.execute(insert(t.history_runs).values(
-            date=date, git_commit=_commit_of(folder), backend=backend, source=source, folder=str(folder)
+            date=date, git_commit=_commit_of(folder), backend=backend, source=source, folder=str(folder),
+            uid=uuid.uuid4().hex, **who,
         )).inserted_primary_key[0])
         if rows:
             db.execute(insert(t.history_outcomes), [{"run_id": run_id, "node_id": n, "outcome": o,
@@ -227,22 +295,29 @@ class FailureCount:
         return "; ".join(parts)
 
 
-def _last_runs(db: Connection, last: int, backend: str | None) -> list[int]:
+def _last_runs(db: Connection, last: int, backend: str | None, runner: str | None = None,
+               hw_class: str | None = None) -> list[int]:
     r = t.history_runs.c
     q = select(r.id).order_by(r.date.desc(), r.id.desc()).limit(last)
     if backend:
         q = q.where(r.backend == backend)
+    for col, want in (("runner", runner), ("hw_class", hw_class)):
+        if want:
+            if col not in {c["name"] for c in inspect(db).get_columns("history_runs")}:
+                return []  # a store of revision 1: no run names a runner
+            q = q.where(r[col] == want)
     return [int(x) for x in db.execute(q).scalars()]
 
 
-def failure_counts(db_path: Path | str, *, last: int = DEFAULT_LAST, backend: str | None = None,
-                   tests: Sequence[str] | None = None) -> dict[str, FailureCount]:
-    """node id -> FailureCount over the last `last` recorded folders (of `backend`, if given; of `tests`, if
-    given). Reads only."""
+def failure_counts(db_path: Any, *, last: int = DEFAULT_LAST, backend: str | None = None,
+                   tests: Sequence[str] | None = None, runner: str | None = None,
+                   hw_class: str | None = None) -> dict[str, FailureCount]:
+    """node id -> FailureCount over the last `last` recorded folders (of `backend`, runner `runner`, hardware
+    class `hw_class`, if given; of `tests`, if given). Reads only."""
     if last < 1:
         raise HistoryError(f"--last {last}: expected at least 1")
     with connect(db_path, readonly=True) as db:
-        ids = _last_runs(db, last, backend)
+        ids = _last_runs(db, last, backend, runner, hw_class)
         if not ids:
             return {}
         o, r = t.history_outcomes.c, t.history_runs.c
@@ -276,15 +351,15 @@ def failure_counts_if_any(tests: Sequence[str], *, backend: str | None = None, d
                           last: int = DEFAULT_LAST) -> dict[str, FailureCount]:
     """failure_counts for a report: {} when there is no store or it cannot be read (never raises)."""
     try:
-        path = Path(db_path) if db_path else default_path()
-        if not path.is_file():
+        path = _where(db_path) if db_path else default_path()
+        if isinstance(path, Path) and not path.is_file():
             return {}
         return failure_counts(path, last=last, backend=backend, tests=tests)
     except (HarnessError, SQLAlchemyError, sqlite3.Error, OSError, ValueError):
         return {}
 
 
-def median_durations(db_path: Path | str, backend: str) -> dict[str, float]:
+def median_durations(db_path: Any, backend: str) -> dict[str, float]:
     """node id -> median seconds over the `run` sources of `backend` (HistoryError when it has none)."""
     o, r = t.history_outcomes.c, t.history_runs.c
     with connect(db_path, readonly=True) as db:
@@ -316,13 +391,26 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     show.add_argument("--failing", action="store_true", help="only tests that failed in the window")
     show.add_argument("--backend", help="only runs of this backend")
     conventions.add_json(show, "the counts")
+    show.add_argument("--runner", help="only runs recorded by this runner (its RUNNER_NAME or host name)")
+    show.add_argument("--hw-class", help="only runs of this hardware class (the GPU label, else GPU model)")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)
     for sp in (rec, show):  # also accepted after the action
         sp.add_argument("--history", metavar="DB", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        add_store_flags(sp, hidden=True)
 
 
 def cli_main(args: argparse.Namespace) -> int:
     """Record results folders into the test history, or show per-test failure counts."""
-    db = Path(args.history) if args.history else default_path()
+    from harness.store.cli import apply_store_flags, exists, location
+
+    if getattr(args, "store", None) and args.history:
+        raise HistoryError("give --history DB or --store URL, not both")
+    apply_store_flags(args)
+    write = args.action == "record"
+    db = Path(args.history or default_path()) if _MISSING else location(args.history, default_path(write=write),
+                                                                         write=write)
     if args.action == "record":
         for d in args.results_dirs:
             r = record(db, d)
@@ -330,9 +418,9 @@ def cli_main(args: argparse.Namespace) -> int:
             reruns = f" (+{r.retried} reruns of failed tests)" if r.retried else ""
             print(f"{r.folder}: {r.source} of {r.backend}, {r.tests} test outcomes{reruns} {what}")
         return 0
-    if not db.is_file():
+    if not exists(db):
         raise HistoryError(f"history store {db} does not exist; record a run first (`history record RUN_DIR`)")
-    counts = failure_counts(db, last=args.last, backend=args.backend)
+    counts = failure_counts(db, last=args.last, backend=args.backend, runner=args.runner, hw_class=args.hw_class)
     shown = sorted((c for c in counts.values() if c.failed or c.failed_repetitions or not args.failing),
                    key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id))
     with conventions.human_to_stderr(conventions.to_stdout(args.json)):

@@ -269,6 +269,9 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--github-summary", action="store_true",
                    help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
     p.add_argument("--history", metavar="DB", help="record the merged run into this test-history store")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -278,12 +281,16 @@ def cli_main(args: argparse.Namespace) -> int:
 
     res.output_folder(args.out, "--out")  # a file there: one line, before anything is copied
     folders, count = find_shards([Path(d) for d in args.dirs], exclude=Path(args.out))
-    history = str(Path(args.history).resolve()) if args.history else None
-    summary = merge_shards(Path(args.out), folders, count, history=history)
+    history: Any = str(Path(args.history).resolve()) if args.history else None
+    if history is None and getattr(args, "store", None):  # `--store URL`: the merged run goes there
+        from harness.suites.history import plan_location
+
+        history = plan_location(None)
+    summary = merge_shards(Path(args.out), folders, count, history=str(history) if history else None)
     if history and summary.status == "complete":
         from harness.suites.history import record_or_warn
 
-        record_or_warn(Path(history), Path(args.out), out=sys.stderr)
+        record_or_warn(Path(history) if isinstance(history, str) else history, Path(args.out), out=sys.stderr)
         summary = report.write_reports(Path(args.out))
     run = load_run(args.out)
     print(report.render_markdown(run) if args.markdown else report.render_text(run), end="")

@@ -461,6 +461,9 @@ def _final(t: res.TestResult, s: Summary) -> dict[str, str]:
 
 def cli_add_arguments(p: Any) -> None:
     p.add_argument("results_dir", nargs="?", help="a run folder (default: the latest under results/)")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)  # the failure counts' history
     p.add_argument("--markdown", action="store_true", help="print markdown instead of text")
     p.add_argument("--check", action="store_true", help="exit 1 unless the run is complete and green (a finished "
                    "run: the verdict it finished with)")

@@ -203,14 +203,15 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
 
 def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Path, name: str, *,
                       native: bool, image: str | None, m: Matrix, timeout_s: float,
-                      echo: bool = True) -> int:
+                      echo: bool = True, extra_env: dict[str, str] | None = None) -> int:
     """Run `python -m harness <module_args>` where the suites run (container or native); return exit code.
-    Paths in `module_args` may use {out} for the output folder as seen by that process."""
+    Paths in `module_args` may use {out} for the output folder as seen by that process; `extra_env` is added
+    to the suites' environment (what the host knows and a container cannot: the runner's name)."""
     src = settings().root
     out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
     container = _container_name(backend.name, name)  # container mode's (unused natively)
-    env = suite_env(m, backend)
+    env = {**suite_env(m, backend), **(extra_env or {})}
     if native:
         args = [a.replace("{out}", str(out_dir)) for a in module_args]
         argv, full_env = native_command(["python", "-m", "harness", *args], {**native_cache_env(), **env}, src=src)

@@ -247,6 +247,9 @@ def cli_durations_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-history", metavar="DB", help="instead: the median durations of the history store DB "
                    "(harness/suites/history.py) for --backend")
     p.add_argument("--backend", help="with --from-history: whose runs' durations")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)  # `--from-history` may also be a store URL
     p.add_argument("--out", help="durations file to update (default: ci/durations/<backend>.json)")
     p.add_argument("--replace", action="store_true", help="start from nothing instead of the file's entries")
 
@@ -260,7 +263,7 @@ def cli_durations_main(args: argparse.Namespace) -> int:
             raise HarnessError("--from-history DB takes --backend B and no results folders")
         from harness.suites.history import median_durations
 
-        found, backend = median_durations(Path(args.from_history), args.backend), args.backend
+        found, backend = median_durations(args.from_history, args.backend), args.backend
     elif not args.results_dirs or args.backend:
         raise HarnessError("name results folders, or --from-history DB --backend B")
     else:

@@ -266,7 +266,7 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
     m = matrix_mod.load()
     st = ShardsState(m.backend(backend_name), m, groups, native, Path(run_dir).resolve(), suites, image_tag,
                      base_image, extra, health, save_numerics, durations, echo, timeout_s, retries,
-                     (history or settings().history_db).resolve() if record_history else None)
+                     _history_location(history) if record_history else None)
     for _, step in SETUP_STEPS:
         st = step(st)
     try:
@@ -285,3 +285,10 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
     for _, step in END_STEPS:
         st = step(st)
     return st.run_dir, 0 if st.summary.ok else 1
+
+
+def _history_location(history: Path | None) -> Any:
+    """The test-history store a run records into: `--history DB`, else KILN_STORE_URL, else the default file."""
+    from harness.suites.history import plan_location
+
+    return plan_location(history)

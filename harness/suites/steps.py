@@ -375,7 +375,7 @@ def plan_of(backend_name: str, *, native: bool, suites: Sequence[str] | None, ru
     policy = retries or m.retries_for(unpinned)
     b = shard_mod.pin_devices(unpinned, list(devices), native=native)
     return Plan(b, m, native, tuple(suites or m.suites), tuple(extra), health, echo, save_numerics, shard, durations,
-                tuple(devices), policy, (history or settings().history_db).resolve() if record_history else None,
+                tuple(devices), policy, _history_location(history) if record_history else None,
                 isolate, None, run_dir, image_tag, base_image, None, suite_env(m, b))
 
 
@@ -436,6 +436,9 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite, "
                    "~/.local/share/kiln/... without XDG_DATA_HOME: outside the checkout, so it accumulates)")
     p.add_argument("--no-history", action="store_true", help="do not record the run into the test history")
+    from harness.store.cli import add_store_flags
+
+    add_store_flags(p)
     p.add_argument("--no-isolation", action="store_true", help="run each suite as one pytest process with no "
                    "crash isolation (a crashing test then loses its suite's results; for measuring its cost)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
@@ -507,3 +510,10 @@ def retry_option(value: int | None, backend: str) -> Retries | None:
         raise HarnessError(f"--retries {value}: expected 0 (no reruns) or more")
     m = matrix_mod.load()
     return Retries(attempts=value, max_tests=m.retries_for(m.backend(backend)).max_tests)
+
+
+def _history_location(history: Path | None) -> Any:
+    """The test-history store a run records into: `--history DB`, else KILN_STORE_URL, else the default file."""
+    from harness.suites.history import plan_location
+
+    return plan_location(history)

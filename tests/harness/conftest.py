@@ -1,7 +1,7 @@
 """The harness tests never touch the real lasting stores: the lasting data folder (XDG_DATA_HOME, where the
-test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB is unset; nor the
-runner's compile cache (KILN_COMPILE_CACHE, a fresh folder too), nor a CI job's id (containers labelled with it
-would be the job's teardown's)."""
+test history lives by default) is a fresh temporary folder per test, and KILN_HISTORY_DB and the fleet store's
+settings (KILN_STORE_*) are unset; nor the runner's compile cache (KILN_COMPILE_CACHE, a fresh folder too),
+nor a CI job's id (containers labelled with it would be the job's teardown's)."""
 
 from __future__ import annotations
 
@@ -14,3 +14,8 @@ def _private_data_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KILN_COMPILE_CACHE", str(tmp_path_factory.mktemp("compile-cache")))
     monkeypatch.delenv("KILN_HISTORY_DB", raising=False)
     monkeypatch.delenv("KILN_JOB_ID", raising=False)
+    # nor a fleet store (KILN_STORE_URL, issue 27); `--store` sets these in-process: set then deleted, so
+    # monkeypatch restores them as unset after the test
+    for name in ("KILN_STORE_URL", "KILN_STORE_STRICT", "KILN_STORE_READ_ONLY", "KILN_STORE_SPOOL"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)

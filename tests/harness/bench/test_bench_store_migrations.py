@@ -49,7 +49,7 @@ def test_the_fixture_is_a_store_of_the_code_before_alembic():
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)
     assert {"meta", "runs", "results", "samples"} <= names and not any(n.startswith("alembic") for n in names)
-    assert "verdicts" not in names and head(BENCH) == SCHEMA_VERSION == 2
+    assert "verdicts" not in names and head(BENCH) == SCHEMA_VERSION == 3
 
 
 def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
@@ -57,7 +57,7 @@ def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
     before = _rows(path)
     notes: list[str] = []
     with Store(path, log=notes.append) as store:
-        assert store.revision == 2
+        assert store.revision == 3
         runs = store.runs()
         assert [r.uid for r in runs] == ["uid-2", "uid-1", "uid-0"]
         assert [r.uid for r in store.runs(complete_only=True)] == ["uid-1", "uid-0"]  # killed: stays so
@@ -69,11 +69,12 @@ def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
     (backup,) = [tmp_path / n for n in _others(path)]
     assert backup.name.startswith("bench.sqlite.bak-") and backup.name.endswith("-rev1")
     assert len(notes) == 1 and str(backup) in notes[0]
-    assert "revision 1" in notes[0] and "revision 2" in notes[0]
-    assert _rows(path) == before == _rows(backup)  # every row kept, and in the backup as it was
+    assert "revision 1" in notes[0] and "revision 3" in notes[0]
+    after = {t: [r[:len(before[t][0])] if before[t] else r for r in rows] for t, rows in _rows(path).items()}
+    assert after == before == _rows(backup)  # every row kept (revision 3 adds columns), the backup as it was
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version_num FROM alembic_version_bench").fetchall() == [("bench_0002",)]
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert db.execute("SELECT version_num FROM alembic_version_bench").fetchall() == [("bench_0003",)]
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
     with sqlite3.connect(backup) as db:  # the backup is the revision-1 store, still without a version table
         assert db.execute("SELECT value FROM meta").fetchone() == ("1",)
         assert not db.execute("SELECT 1 FROM sqlite_master WHERE name LIKE 'alembic%'").fetchall()
@@ -113,16 +114,16 @@ def test_a_newer_store_is_refused_in_one_line_and_left_byte_identical(tmp_path, 
     if stamp == "version-table":
         db.execute("UPDATE alembic_version_bench SET version_num = 'bench_0099'")
     else:
-        db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     db.execute("PRAGMA journal_mode = DELETE")  # no WAL: a writer's open would have to switch it first
     db.close()
     digest = _digest(path)
-    want = "bench_0099" if stamp == "version-table" else "schema v3"
+    want = "bench_0099" if stamp == "version-table" else "schema v4"
     for opener in (lambda: Store(path), lambda: Store(path, readonly=True)):
         with pytest.raises(StoreError) as err:
             opener()
         msg = str(err.value)
-        assert len(msg.splitlines()) == 1 and str(path) in msg and want in msg and "bench_0002" in msg
+        assert len(msg.splitlines()) == 1 and str(path) in msg and want in msg and "bench_0003" in msg
         assert "update the checkout" in msg
     for write in (True, False):
         with pytest.raises(StoreError, match=want), open_lasting(path, write=write, log=lambda _: None):
@@ -140,7 +141,7 @@ def test_an_unreadable_lasting_store_is_set_aside_by_a_writer_only(tmp_path):
     assert path.read_bytes() == b"not sqlite " * 100 and _others(path) == []
     assert "left as it is" in notes[0]
     with open_lasting(path, write=True, log=notes.append) as store:
-        assert store.runs() == [] and store.revision == 2
+        assert store.runs() == [] and store.revision == 3
     (aside,) = [tmp_path / n for n in _others(path)]
     assert aside.name.startswith("cuda.sqlite.corrupt-") and aside.read_bytes() == b"not sqlite " * 100
     assert str(aside) in notes[1] and "not an SQLite database" in notes[1]
@@ -182,8 +183,8 @@ def test_an_export_of_schema_v1_still_imports(store, tmp_path):
     for rd in data["runs"]:
         del rd["verdicts"]  # what the code before verdicts exported
     assert store.import_(data) == (3, 0) and len(store.runs(complete_only=True)) == 2
-    with pytest.raises(ImportFormatError, match="v1 to v2"):
-        store.import_({**data, "schema_version": 3})
+    with pytest.raises(ImportFormatError, match="v1 to v3"):
+        store.import_({**data, "schema_version": 4})
 
 
 def test_a_migration_that_fails_halfway_leaves_the_store_as_it_was(tmp_path, monkeypatch):
@@ -207,14 +208,14 @@ def test_a_migration_that_fails_halfway_leaves_the_store_as_it_was(tmp_path, mon
     assert _rows(path) == before
     monkeypatch.setattr(migrate.command, "upgrade", real)
     with Store(path, log=lambda _: None) as store:  # the next write-open migrates it
-        assert store.revision == 2 and len(store.runs()) == 3
+        assert store.revision == 3 and len(store.runs()) == 3
 
 
 def test_the_migrations_ship_as_package_modules():
     from harness.store import HISTORY
     from harness.store.migrate import MIGRATIONS, known_revisions
 
-    assert known_revisions(BENCH) == ("bench_0001", "bench_0002")
-    assert known_revisions(HISTORY) == ("history_0001",)
+    assert known_revisions(BENCH) == ("bench_0001", "bench_0002", "bench_0003")
+    assert known_revisions(HISTORY) == ("history_0001", "history_0002")
     for folder in (MIGRATIONS, *MIGRATIONS.glob("*/"), *MIGRATIONS.glob("*/versions/")):
         assert (folder / "__init__.py").is_file(), f"{folder}: setuptools' packages.find ships packages only"

@@ -7,6 +7,8 @@ Revises:
 import sqlalchemy as sa
 from alembic import op
 
+from harness.store.types import INT8, REAL8  # same DDL on SQLite; 8 bytes on PostgreSQL
+
 revision = "bench_0001"
 down_revision = None
 branch_labels = None
@@ -25,7 +27,7 @@ def upgrade() -> None:
         sa.Column("status", sa.Text, nullable=False),
         *(sa.Column(c, sa.Text) for c in ("profile", "device", "device_name", "compilers", "git_ref",
                                           "git_commit", "label")),
-        sa.Column("ceiling_gbps", sa.REAL),
+        sa.Column("ceiling_gbps", REAL8),
         sa.Column("config", sa.Text),
         sa.Column("env", sa.Text),
         sqlite_autoincrement=True,
@@ -37,11 +39,11 @@ def upgrade() -> None:
         *(sa.Column(c, sa.Text, nullable=False)
           for c in ("workload", "compiler", "phase", "source_hash", "status")),
         sa.Column("error", sa.Text),
-        sa.Column("median_ns", sa.REAL),
-        *(sa.Column(c, sa.Integer) for c in ("n", "bytes", "flops")),
-        *(sa.Column(c, sa.REAL) for c in ("max_abs_err", "max_rel_err", "compile_s")),
+        sa.Column("median_ns", REAL8),
+        *(sa.Column(c, INT8) for c in ("n", "bytes", "flops")),
+        *(sa.Column(c, REAL8) for c in ("max_abs_err", "max_rel_err", "compile_s")),
         sa.Column("timer", sa.Text),
-        *(sa.Column(c, sa.REAL) for c in ("planted", "ceiling_gbps")),
+        *(sa.Column(c, REAL8) for c in ("planted", "ceiling_gbps")),
         sa.Column("meta", sa.Text),
         sa.UniqueConstraint("run_id", "workload", "compiler", "phase"),
         sqlite_autoincrement=True,
@@ -50,7 +52,7 @@ def upgrade() -> None:
         "samples",
         sa.Column("result_id", sa.Integer, sa.ForeignKey("results.id", ondelete="CASCADE"), primary_key=True),
         sa.Column("seq", sa.Integer, primary_key=True),
-        sa.Column("ns", sa.REAL, nullable=False),
+        sa.Column("ns", REAL8, nullable=False),
         sqlite_with_rowid=False,
     )
     op.create_index("results_by_run", "results", ["run_id"])

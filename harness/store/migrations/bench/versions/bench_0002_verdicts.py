@@ -7,6 +7,8 @@ Revises: bench_0001
 import sqlalchemy as sa
 from alembic import op
 
+from harness.store.types import REAL8  # same DDL on SQLite; 8 bytes on PostgreSQL
+
 revision = "bench_0002"
 down_revision = "bench_0001"
 branch_labels = None
@@ -23,8 +25,8 @@ def upgrade() -> None:
         sa.Column("workload", sa.Text, nullable=False),
         sa.Column("compiler", sa.Text, nullable=False),
         sa.Column("verdict", sa.Text, nullable=False),
-        sa.Column("ratio", sa.REAL),
-        sa.Column("p_value", sa.REAL),
+        sa.Column("ratio", REAL8),
+        sa.Column("p_value", REAL8),
         sa.Column("baseline", sa.Text),
         sa.Column("confirmed", sa.Integer),
         sa.Column("detail", sa.Text, nullable=False, server_default="{}"),

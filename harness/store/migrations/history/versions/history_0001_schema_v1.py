@@ -7,6 +7,8 @@ Revises:
 import sqlalchemy as sa
 from alembic import op
 
+from harness.store.types import REAL8  # same DDL on SQLite; 8 bytes on PostgreSQL
+
 revision = "history_0001"
 down_revision = None
 branch_labels = None
@@ -33,7 +35,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.Integer, sa.ForeignKey("history_runs.id", ondelete="CASCADE"), nullable=False),
         sa.Column("node_id", sa.Text, nullable=False),
         sa.Column("outcome", sa.Text, sa.CheckConstraint(_OUTCOMES), nullable=False),
-        sa.Column("duration_s", sa.REAL, nullable=False, server_default="0"),
+        sa.Column("duration_s", REAL8, nullable=False, server_default="0"),
     )
     op.create_index("history_outcomes_node", "history_outcomes", ["node_id", "run_id"])
     op.create_index("history_outcomes_run", "history_outcomes", ["run_id"])
@@ -43,7 +45,7 @@ def upgrade() -> None:
         sa.Column("node_id", sa.Text, nullable=False),
         sa.Column("attempt", sa.Integer, sa.CheckConstraint("attempt >= 1"), nullable=False),
         sa.Column("outcome", sa.Text, sa.CheckConstraint(_OUTCOMES), nullable=False),
-        sa.Column("duration_s", sa.REAL, nullable=False, server_default="0"),
+        sa.Column("duration_s", REAL8, nullable=False, server_default="0"),
         sa.Column("status", sa.Text, sa.CheckConstraint("status IN ('flaky', 'failing')"), nullable=False),
     )
     op.create_index("history_retries_node", "history_retries", ["node_id", "run_id"])
