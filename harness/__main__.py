@@ -67,6 +67,7 @@ EXAMPLES: dict[str, str] = {
     "preflight": "python -m harness preflight --backend cuda --gpus 2",
     "workflows": "python -m harness workflows --write",
     "cleanup": "python -m harness cleanup --dry-run",
+    "store": "python -m harness store push --to postgresql://kiln@HOST/kiln",
 }
 
 
