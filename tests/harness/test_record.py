@@ -20,7 +20,7 @@ from harness.process import Terminated, sigterm_interrupts
 from harness.record import (SCHEMA_VERSION, Outcome, RunRecord, RunStatus, SuiteRecord, SuiteStatus,
                             TestOutcome)
 
-EXPECTED = Path(__file__).parent / "schema1"  # the reports the harness at 6f4b059 wrote of `write_schema1_run`
+EXPECTED = Path(__file__).parent / "schema1"  # the reports the harness at 6f4b059 wrote of `write_schema1_run` (summary.json: plus the keys added since, `suites` and `broken_suite_details`; every older key as it was)
 CASE = ('<testcase classname="tests.alpha.test_a" name="{name}" file="tests/alpha/test_a.py" time="{t}">'
         '<properties><property name="kiln_nodeid" value="tests/alpha/test_a.py::{name}"/></properties>{body}'
         '</testcase>')

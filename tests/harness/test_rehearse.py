@@ -282,6 +282,19 @@ def test_upload_and_download_stand_ins_round_trip(tmp_path):
     assert _download(ws, store, name="absent").returncode == 1
 
 
+
+def test_the_upload_stand_in_lists_40_files_of_thousands_and_succeeds(tmp_path):
+    """A real results folder holds over a thousand files (compile-check's dump): the listing stops at 40 and the
+    step still succeeds (a `head` in the listing ended the producer with SIGPIPE, exit 141 under pipefail)."""
+    ws, store = tmp_path / "ws", tmp_path / "artifacts"
+    (ws / "results" / "dump").mkdir(parents=True)
+    for i in range(3000):
+        (ws / "results" / "dump" / f"graph_{i:04d}.py").write_text("")
+    up = _upload(ws, store, "results-cpu", "results/")
+    assert up.returncode == 0, up.stderr
+    assert "3000 file(s)" in up.stdout and "  dump/graph_0039.py" in up.stdout and "graph_0040.py" not in up.stdout
+    assert "... and 2960 more" in up.stdout
+
 # ---- the selection the workflows hand to the harness -------------------------------------------------------------
 
 

@@ -36,5 +36,5 @@ fi
 files=$(find "$dest" -type f | wc -l)
 size=$(du -sh "$dest" | cut -f1)
 echo "upload-artifact stand-in (NOT actions/upload-artifact; nothing leaves this machine): artifact $STANDIN_NAME, $files file(s), $size, in $dest"
-(cd "$dest" && find . -type f | sed 's|^\./||' | sort | head -n 40 | sed 's/^/  /')
+(cd "$dest" && find . -type f | sed 's|^\./||' | sort | sed -n '1,40s/^/  /p')  # sed reads every line: no SIGPIPE under pipefail (head did, past 40 files)
 [ "$files" -le 40 ] || echo "  ... and $((files - 40)) more"
