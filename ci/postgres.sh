@@ -20,7 +20,7 @@ fi
 [ -n "$bin" ] || { echo "ci/postgres.sh: no initdb (install Debian's postgresql package)" >&2; exit 3; }
 
 as_owner() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+  if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi  # from /: the caller's folder may be closed to postgres
 }
 
 case "$cmd" in
