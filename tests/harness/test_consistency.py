@@ -95,3 +95,18 @@ def test_matrix_cli_prints_the_same_data():
     with contextlib.redirect_stdout(buf):
         assert main(["matrix", "--backend", "rocm", "--field", "container_options"]) == 0
     assert json.loads(buf.getvalue()) == list(M.backend("rocm").container_options)
+
+
+def test_the_images_carry_the_stores_dependencies_at_the_workflows_pins():
+    """`bench backend` measures inside the backend's container and writes its bench store there, so every image
+    installs SQLAlchemy and Alembic (docker/requirements-test.txt, hence each lock) at the pins the workflows give
+    the host (the main job failed with `No module named 'sqlalchemy'` in the container without them)."""
+    import re
+
+    reqs = dict(re.findall(r"^([\w-]+)==([\w.]+)$", (ROOT / "docker" / "requirements-test.txt").read_text(), re.M))
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    for name in ("sqlalchemy", "alembic"):
+        assert name in reqs, f"docker/requirements-test.txt lacks {name}"
+        assert f"{name}=={reqs[name]}" in workflow, f"{name}: image pin {reqs[name]} unlike the workflows'"
+        for lock in sorted((ROOT / "docker" / "lock").glob("*.txt")):
+            assert f"\n{name}=={reqs[name]} " in lock.read_text(), f"{lock.name} lacks {name}=={reqs[name]}"
