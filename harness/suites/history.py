@@ -107,25 +107,15 @@ def connect(path: Any, *, readonly: bool = False) -> Iterator[Connection]:
         raise MissingTool(f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the "
                           "project's dependencies (pyproject.toml) into this Python")
     path = _where(path)
-    if not isinstance(path, Path):
-        opened = open_store(path, HISTORY, write=not readonly)
-        try:
-            if readonly and opened.revision == 0:
-                raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
-            with transaction(opened.conn, write=not readonly, error=HistoryError,
-                             what=f"history store {path}") as conn:
-                yield conn
-        finally:
-            opened.close()
-        return
-    if not readonly and path.is_file() and (why := unreadable_problem(path, HISTORY)) is not None:
-        if why.startswith(("it is not an SQLite", "PRAGMA integrity_check", "SQLite cannot")):
-            aside = set_aside(path)
-            raise HistoryError(f"history store {path} is not a readable SQLite database ({why}); "
-                               f"moved aside to {aside}, the next record starts a new store")
-        raise HistoryError(f"cannot use history store {path}: {why}")
-    if readonly and path.is_file() and not path.stat().st_size:
-        raise HistoryError(f"history store {path} holds no test history (an empty file)")
+    if isinstance(path, Path):  # a file: damaged or empty ones are said (and set aside) first; a server URL is not
+        if not readonly and path.is_file() and (why := unreadable_problem(path, HISTORY)) is not None:
+            if why.startswith(("it is not an SQLite", "PRAGMA integrity_check", "SQLite cannot")):
+                aside = set_aside(path)
+                raise HistoryError(f"history store {path} is not a readable SQLite database ({why}); "
+                                   f"moved aside to {aside}, the next record starts a new store")
+            raise HistoryError(f"cannot use history store {path}: {why}")
+        if readonly and path.is_file() and not path.stat().st_size:
+            raise HistoryError(f"history store {path} holds no test history (an empty file)")
     opened = open_store(path, HISTORY, write=not readonly)
     try:
         if readonly and opened.revision == 0:
