@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from harness.exc import EXIT_CODES_EPILOG
 
@@ -74,22 +74,33 @@ def to_stdout(path: Any) -> bool:
     return path is not None and str(path) == STDOUT
 
 
+# the stdouts that human_to_stderr set aside, innermost last: `--json -` writes to the one set aside first
+_SET_ASIDE: list[TextIO] = []
+
+
 @contextlib.contextmanager
 def human_to_stderr(active: bool) -> Iterator[None]:
-    """While `active` (a `--json -` run), the human-readable lines go to stderr so stdout carries only JSON."""
+    """While `active` (a `--json -` run), the human-readable lines go to stderr so stdout carries only JSON;
+    `write_json(STDOUT, ...)` inside it still writes to the stdout it set aside."""
     if not active:
         yield
         return
-    with contextlib.redirect_stdout(sys.stderr):
-        yield
+    _SET_ASIDE.append(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _SET_ASIDE.pop()
 
 
 def write_json(path: Any, data: Any, *, indent: int | None = 1) -> None:
-    """Write `data` as JSON to `path`, or to stdout for `-` (atomically for a file)."""
+    """Write `data` as JSON to `path`, or to stdout for `-` (atomically for a file); inside human_to_stderr,
+    `-` is the stdout it set aside (a verb may write its JSON while its tables go to stderr)."""
     text = json.dumps(data, indent=indent, default=str)
     if to_stdout(path):
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+        out = _SET_ASIDE[0] if _SET_ASIDE else sys.stdout
+        out.write(text + "\n")
+        out.flush()
         return
     from harness.results import atomic_write_text
 

@@ -212,7 +212,8 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--calls", type=int, default=200, help="calls per sample")
     p.add_argument("--samples", type=int, default=25, help="samples per graph and compiler")
     p.add_argument("--md", type=Path, help="write the Markdown table here")
-    p.add_argument("--json", type=Path, help="write every result (samples included) here")
+    p.add_argument("--json", type=Path, help="write every result (samples included) here; `--json -` prints only "
+                   "the JSON on stdout")
     p.add_argument("--profile", type=Path, help="also write a cProfile of each compiler's calls here")
     p = sub.add_parser("gpu", help="full GPU run twice (kiln, inductor, eager) and the spread between runs")
     p.add_argument("--out", type=Path, default=Path("results/gpu"))
@@ -264,7 +265,8 @@ def _add_models(sub) -> None:
     p.add_argument("--db", type=Path, help="SQLite store (default: with --out, OUT/bench.sqlite; else the machine's "
                    "bench store, shared with the kernel tier: model runs have profile models-PROFILE)")
     p.add_argument("--md", type=Path, help="Markdown report here instead of OUT/report.md")
-    p.add_argument("--json", type=Path, help="JSON report here instead of OUT/report.json")
+    p.add_argument("--json", type=Path, help="JSON report here instead of OUT/report.json; `--json -` prints only "
+                   "the JSON on stdout (the tables go to stderr)")
     p.add_argument("--plots", type=Path, help="PNG plot folder instead of OUT")
     p.add_argument("--report", action="store_true", help="measure nothing: rewrite the report over every "
                    "case stored for the profile")

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import arms
+from harness import arms, conventions
 from harness.exc import UsageError
 
 from . import model_memory
@@ -613,15 +613,15 @@ def write_reports(
     json_path = getattr(args, "json", None) or out / "report.json"
     plots = getattr(args, "plots", None) or out
     md = markdown_report(profile, runs, results, notes, comparisons)
-    for p in (md_path, json_path, out):
+    json_stdout = conventions.to_stdout(json_path)  # `--json -`: the JSON on stdout (the caller sent the rest
+    for p in (md_path, out, *([] if json_stdout else [json_path])):  # to stderr: conventions.human_to_stderr)
         Path(p).parent.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(md_path, md)
-    atomic_write_text(json_path,
-                      json.dumps(json_report(profile, runs, results, notes, comparisons), indent=1, default=str))
+    conventions.write_json(json_path, json_report(profile, runs, results, notes, comparisons))
     atomic_write_text(out / "export.json", json.dumps(store.export([r.id for r in runs]), default=str))
     append_job_summary(md)
-    written = [str(md_path), str(json_path), str(out / "export.json")]
+    written = [str(md_path), *([] if json_stdout else [str(json_path)]), str(out / "export.json")]
     try:
         plots.mkdir(parents=True, exist_ok=True)
         drawn = plot_models(results, plots / "models.png", runs)

@@ -758,7 +758,15 @@ def stored_cases(
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    """The `models` verb (see `python -m harness bench models --help`)."""
+    """The `models` verb (see `python -m harness bench models --help`); with `--json -` the report's JSON is
+    all that goes to stdout (progress, tables and notes go to stderr)."""
+    from harness import conventions
+
+    with conventions.human_to_stderr(conventions.to_stdout(getattr(args, "json", None))):
+        return _models(args)
+
+
+def _models(args: argparse.Namespace) -> int:
     from . import model_report as mrep
     from .execute import resolve_device
     from harness.settings import bench_settings

@@ -23,7 +23,6 @@ Terms:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -32,7 +31,7 @@ from typing import Callable
 
 import torch
 
-from harness import arms
+from harness import arms, conventions
 from harness.exc import UsageError
 from harness.results import markdown_table
 
@@ -164,6 +163,12 @@ def report_markdown(results: list[OverheadResult]) -> str:
 
 
 def cli_main(args: argparse.Namespace) -> int:
+    """The `overhead` verb; with `--json -` the JSON is all that goes to stdout (the lines and table to stderr)."""
+    with conventions.human_to_stderr(conventions.to_stdout(args.json)):
+        return _overhead(args)
+
+
+def _overhead(args: argparse.Namespace) -> int:
     device = _device(args.device)
     compilers = [a.name for a in arms.check(arms.split(args.compilers), TIER)]
     if device.type != "cuda":
@@ -192,7 +197,9 @@ def cli_main(args: argparse.Namespace) -> int:
     if args.md:
         _write(args.md, text)
     if args.json:
-        _write(args.json, json.dumps({"device": str(device), "results": [asdict(r) for r in results]}, indent=1))
+        # eager launches no kernel: its µs per launch is null (a NaN is not JSON: `jq` refuses it)
+        rows = [{**asdict(r), "us_per_launch": r.us_per_launch if r.launches else None} for r in results]
+        conventions.write_json(args.json, {"device": str(device), "results": rows})
     return 0
 
 

@@ -17,6 +17,7 @@ from bench_helpers import make_results, make_run
 from harness import arms
 from harness.bench import history as hist_mod
 from harness.bench import model_report as mrep
+from harness.bench import models
 from harness.bench import report
 from harness.bench.records import Result, RunInfo
 from harness.bench.store import Store, default_path, now
@@ -134,6 +135,42 @@ def test_json_dash_writes_only_json_on_stdout_and_no_file_named_dash(tmp_path):
     assert show.returncode == 0, show.stderr
     assert json.loads(show.stdout)["run"]["id"] == 2
     assert "run 2 (complete)" in show.stderr  # the tables went to stderr
+    assert not (tmp_path / "-").exists()
+
+
+def test_models_json_dash_writes_the_report_json_on_stdout_and_no_file_named_dash(tmp_path):
+    """`bench models --json -` (one small case, kiln vs eager on CPU): stdout is the report's JSON alone, the
+    progress and tables are on stderr, and neither a file named `-` nor OUT/report.json is written."""
+    if models.package_problem("transformers"):
+        pytest.skip("transformers is not importable")
+    proc = harness(tmp_path, "bench", "models", "--device", "cpu", "--profile", "tiny", "--only", "bert.infer.fp32",
+                   "--compilers", "kiln", "--compile-times", "none", "--target-s", "0.05", "--rounds", "2",
+                   "--out", "m", "--json", "-", KILN_CACHE="0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    assert data["profile"] == "tiny" and [r["status"] for r in data["runs"]] == ["complete"]
+    assert "model.bert.infer.fp32" in json.dumps(data["cases"])
+    assert "model tier (tiny)" in proc.stderr and "wrote m/report.md, m/export.json" in proc.stderr
+    assert not (tmp_path / "-").exists() and not (tmp_path / "m" / "report.json").exists()
+    assert (tmp_path / "m" / "report.md").is_file()
+
+
+def test_overhead_json_dash_writes_strict_json_on_stdout_and_no_file_named_dash(tmp_path):
+    """`bench overhead --json -`: stdout is the JSON alone (strict: eager's µs per launch is null, not NaN),
+    the per-graph lines and the Markdown table go to stderr, no file named `-`."""
+    proc = harness(tmp_path, "bench", "overhead", "--device", "cpu", "--compilers", "eager,kiln", "--launches", "1",
+                   "--calls", "2", "--samples", "3", "--json", "-", KILN_CACHE="0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def strict(word: str) -> None:
+        raise AssertionError(f"{word} in the JSON")
+
+    data = json.loads(proc.stdout, parse_constant=strict)
+    rows = {r["compiler"]: r for r in data["results"]}
+    assert data["device"] == "cpu" and sorted(rows) == ["eager", "kiln"]
+    assert rows["eager"]["launches"] == 0 and rows["eager"]["us_per_launch"] is None
+    assert rows["kiln"]["launches"] >= 1 and rows["kiln"]["us_per_launch"] > 0
+    assert "| graph | compiler | us/call |" in proc.stderr and "chain_1" in proc.stderr
     assert not (tmp_path / "-").exists()
 
 
