@@ -181,12 +181,44 @@ def guarded(verb: str, run: Callable[[], int]) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
         return EXIT_OK
+    except ModuleNotFoundError as e:  # a dependency this Python lacks (nox's own Python has none): one line
+        line = missing_dependency_line(e)
+        if line is None:
+            raise
+        print(f"harness {verb}: error: {line}", file=sys.stderr)
+        return EXIT_INFRA
     except Exception as e:  # a bad compiler setting met deep inside a verb is still one line, exit 2
         bad = compiler_config_error(e)
         if bad is None:
             raise
         print(f"harness {verb}: error: bad compiler setting: {bad} (compiler/config.py)", file=sys.stderr)
         return EXIT_USAGE
+
+
+# the project's shared virtualenv (noxfile.py SHARED_VENV), made by the README's set-up (`nox -s ci`, `nox -s tests`)
+SHARED_VENV = (".nox", "kiln")
+
+
+def missing_dependency_line(e: ModuleNotFoundError, root: str | None = None) -> str | None:
+    """One line for a third-party module this Python lacks (SQLAlchemy, torch...), naming the Python and the
+    project's venv to run the harness with; None for the project's own modules (a bug, not a set-up problem).
+    `root`: the checkout (default: the one this file is in)."""
+    import os
+
+    top = (e.name or "").split(".")[0]
+    if not top or top in ("harness", "compiler", "tests"):
+        return None
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv = os.path.join(*SHARED_VENV)
+    python = os.path.join(venv, "Scripts" if os.name == "nt" else "bin", "python")
+    if not os.path.exists(os.path.join(root, python)):
+        hint = f"run `nox -s ci` or `nox -s tests` first: they make the project's venv, {venv}"
+    elif os.path.samefile(sys.prefix, os.path.join(root, venv)):
+        hint = f"the project's venv lacks it: `nox -s ci` refills {venv} (or `pip install -e '.[test,bench,models]'`)"
+    else:
+        hint = (f"run the harness with the project's venv, which the README's set-up made: `. {venv}/bin/activate` "
+                f"(or `{python} -m harness ...`)")
+    return f"no module named {top!r} in this Python ({sys.executable}): {hint}"
 
 
 def compiler_config_error(e: BaseException) -> BaseException | None:

@@ -253,3 +253,35 @@ def test_loading_the_noxfile_again_registers_each_session_once():
         warnings.simplefilter("error")  # nox's "has already been registered" FutureWarning fails this
         _load.__wrapped__()
     assert set(registry.get()) == set(sessions())
+
+
+# ---- the transcript (docs/newcomer): the harness run with the Python that has only nox ------------------------
+def test_a_python_without_the_dependencies_gets_one_line_naming_the_venv(tmp_path):
+    """After the README's set-up a newcomer runs `python -m harness bench list` with the Python they installed nox
+    into (no SQLAlchemy, no torch): one line naming the missing module and the project's venv, exit 3, no traceback."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = bare / ("Scripts" if os.name == "nt" else "bin") / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(ROOT)
+    for argv in (["bench", "list"], ["bench", "--help"], ["numerics", "run", "attention"]):
+        proc = subprocess.run([str(python), "-m", "harness", *argv], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == exc.EXIT_INFRA, (argv, proc.stderr)
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"harness {argv[0]}: error: no module named ") and str(bare) in line
+        assert ".nox/kiln" in line and "Traceback" not in proc.stderr
+
+
+def test_the_missing_dependency_hint_names_what_to_do_where_the_newcomer_is(tmp_path, monkeypatch):
+    """No venv yet: run the set-up; a venv and another Python: activate it; inside it: refill it. The project's
+    own modules are not a set-up problem (a bug: the traceback stays)."""
+    e = ModuleNotFoundError("No module named 'sqlalchemy'", name="sqlalchemy")
+    assert "run `nox -s ci` or `nox -s tests` first" in exc.missing_dependency_line(e, str(tmp_path))
+    bindir = tmp_path / ".nox" / "kiln" / ("Scripts" if os.name == "nt" else "bin")
+    bindir.mkdir(parents=True)
+    (bindir / "python").write_text("")
+    assert "`. .nox/kiln/bin/activate`" in exc.missing_dependency_line(e, str(tmp_path))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / ".nox" / "kiln"))  # running inside the venv
+    assert "the project's venv lacks it" in exc.missing_dependency_line(e, str(tmp_path))
+    assert exc.missing_dependency_line(ModuleNotFoundError("x", name="harness.nope"), str(tmp_path)) is None
