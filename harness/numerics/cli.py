@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import arms
 
-from .exc import NotComparable, NumericsError, RunFolderError
+from .exc import NoDevice, NotComparable, NumericsError, RunFolderError
 
 if TYPE_CHECKING:
     from .store import RunFolder
@@ -278,8 +278,12 @@ def trace_diff_cli(args: argparse.Namespace) -> int:
 def gpu(args: argparse.Namespace) -> int:
     """The GPU command: each program under every compiler (repeat 2), then one report over all of them."""
     device = cap.resolve_device(args.device)
+    if device == "cpu" and args.device == "auto":  # the GPU-size programs under the interpreter: minutes, not asked for
+        raise NoDevice("no GPU found: `numerics gpu` runs GPU-size programs (on a CPU, through the Triton interpreter, "
+                       "about 7 min on 2 cores); `--device cpu` runs them here anyway, `numerics run PROGRAM` one at a "
+                       "time")
     if device == "cpu":
-        _say("note: no GPU found; running on the CPU (kiln through the Triton interpreter: slow at GPU sizes)")
+        _say("note: running the GPU-size programs on the CPU (kiln through the Triton interpreter: slow)")
     runs = []
     for name in [p.strip() for p in args.programs.split(",") if p.strip()]:
         path = args.out / "runs" / _store.safe_name(name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.exc import HarnessError
+from harness.exc import HarnessError, InfrastructureError
 
 
 class NumericsError(HarnessError):
@@ -28,3 +28,8 @@ class NotComparable(NumericsError):
 class TraceError(NumericsError):
     """A value trace (``KILN_TRACE_VALUES``) that is missing, empty, not JSON lines or of another schema, or two
     traces whose launches do not align (other graphs, kernels, shapes): never compared silently."""
+
+
+class NoDevice(NumericsError, InfrastructureError):
+    """A verb meant for a GPU (`numerics gpu`) on a machine without one, and no `--device cpu` to say run it anyway
+    (exit 3: another runner may have the GPU)."""

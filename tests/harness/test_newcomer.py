@@ -285,3 +285,15 @@ def test_the_missing_dependency_hint_names_what_to_do_where_the_newcomer_is(tmp_
     monkeypatch.setattr(sys, "prefix", str(tmp_path / ".nox" / "kiln"))  # running inside the venv
     assert "the project's venv lacks it" in exc.missing_dependency_line(e, str(tmp_path))
     assert exc.missing_dependency_line(ModuleNotFoundError("x", name="harness.nope"), str(tmp_path)) is None
+
+
+def test_numerics_gpu_without_a_gpu_is_one_line_unless_asked_for_the_cpu(tmp_path):
+    """`numerics gpu --out results/numerics/h100` (the README's GPU-box command) on a laptop ran the GPU-size
+    programs through the interpreter for 7 minutes; now: one line naming `--device cpu`, exit 3, nothing written."""
+    out = tmp_path / "h100"
+    proc = harness("numerics", "gpu", "--out", str(out), cwd=tmp_path, CUDA_VISIBLE_DEVICES="",
+                   HIP_VISIBLE_DEVICES="")
+    assert proc.returncode == exc.EXIT_INFRA, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("harness numerics: error: no GPU found") and "--device cpu" in line
+    assert not out.exists()
