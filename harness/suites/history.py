@@ -366,6 +366,10 @@ def median_durations(db_path: Any, backend: str) -> dict[str, float]:
 # ---- CLI: `python -m harness history record RUN_DIR...` / `history show [--last N] [--failing]` ------------
 
 
+# `history show` in a terminal: past this many tests that never failed, one line counts them instead of listing them
+QUIET_AFTER = 20
+
+
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", metavar="DB",
                    help="the history store (default: KILN_HISTORY_DB, else "
@@ -379,6 +383,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
                           "migrates or moves the store)")
     show.add_argument("--last", type=int, default=DEFAULT_LAST, help=f"runs to look back on (default {DEFAULT_LAST})")
     show.add_argument("--failing", action="store_true", help="only tests that failed in the window")
+    show.add_argument("--all", action="store_true", help=f"list every test in the terminal (default: past "
+                      f"{QUIET_AFTER} tests that never failed in the window, one line counts them)")
     show.add_argument("--backend", help="only runs of this backend")
     conventions.add_json(show, "the counts")
     show.add_argument("--runner", help="only runs recorded by this runner (its RUNNER_NAME or host name)")
@@ -413,9 +419,17 @@ def cli_main(args: argparse.Namespace) -> int:
     counts = failure_counts(db, last=args.last, backend=args.backend, runner=args.runner, hw_class=args.hw_class)
     shown = sorted((c for c in counts.values() if c.failed or c.failed_repetitions or not args.failing),
                    key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id))
+    listed = shown
+    never = [c for c in shown if not (c.failed or c.failed_repetitions)]
+    if len(never) > QUIET_AFTER and not args.all:  # a terminal page, not one line per passing test (issue 26)
+        listed = [c for c in shown if c.failed or c.failed_repetitions]
     with conventions.human_to_stderr(conventions.to_stdout(args.json)):
-        for c in shown:
+        for c in listed:
             print(f"{c.node_id}: {c.phrase()}")
+        if listed is not shown:
+            runs = max(c.runs for c in never)
+            print(f"{len(never)} test(s) never failed in the last {runs} run(s) (`--all` lists them, "
+                  "`--json -` gives every count)")
         print(f"{db}: {len(shown)} test(s) shown" + (" (failing only)" if args.failing else ""))
     if args.json:
         conventions.write_json(args.json, {"store": str(db), "last": args.last, "backend": args.backend,

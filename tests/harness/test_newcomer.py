@@ -297,3 +297,27 @@ def test_numerics_gpu_without_a_gpu_is_one_line_unless_asked_for_the_cpu(tmp_pat
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("harness numerics: error: no GPU found") and "--device cpu" in line
     assert not out.exists()
+
+
+def test_history_show_in_a_terminal_counts_the_tests_that_never_failed_in_one_line(tmp_path):
+    """After `nox -s ci`, `history show` printed 225 lines of "failed 0 of the last 1 runs": past 20 such tests the
+    terminal gets the failing ones and one line counting the rest; `--all` and `--json -` still give every test."""
+    from test_history import fake_run
+
+    from harness.suites import history
+
+    db = tmp_path / "h.sqlite"
+    outcomes = {f"t::ok{i:02d}": ("passed", 1.0) for i in range(30)}
+    for k in range(2):
+        history.record(db, fake_run(tmp_path / f"r{k}", {**outcomes, "t::bad": ("failed", 1.0)},
+                                    started=f"2026-01-0{k + 1}T00:00:00+00:00"))
+    short = harness("history", "--history", str(db), "show", cwd=tmp_path)
+    assert short.returncode == 0, short.stderr
+    lines = short.stdout.strip().splitlines()
+    assert lines[0] == "t::bad: failed 2 of the last 2 runs"
+    assert "30 test(s) never failed in the last 2 run(s) (`--all` lists them" in lines[1]
+    assert lines[2].endswith("31 test(s) shown") and len(lines) == 3
+    every = harness("history", "--history", str(db), "show", "--all", cwd=tmp_path)
+    assert every.returncode == 0 and "t::ok29: failed 0 of the last 2 runs" in every.stdout
+    js = harness("history", "--history", str(db), "show", "--json", "-", cwd=tmp_path)
+    assert len(json.loads(js.stdout)["tests"]) == 31
