@@ -174,6 +174,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     if args.child:
         return child(args)
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():  # every child would fail with torch's traceback, one row at a time
+            print("compile_time: needs a CUDA GPU (--device cuda); `--device cpu --small` is a smoke test here",
+                  file=sys.stderr)
+            return 2
     work = args.work or tempfile.mkdtemp(prefix="kiln-compile-time-")
     rows = []
     try:

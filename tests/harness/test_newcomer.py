@@ -321,3 +321,14 @@ def test_history_show_in_a_terminal_counts_the_tests_that_never_failed_in_one_li
     assert every.returncode == 0 and "t::ok29: failed 0 of the last 2 runs" in every.stdout
     js = harness("history", "--history", str(db), "show", "--json", "-", cwd=tmp_path)
     assert len(json.loads(js.stdout)["tests"]) == 31
+
+
+def test_compile_time_tool_without_a_gpu_is_one_line(tmp_path):
+    """`python -m compiler.tools.compile_time` (named in the README) on a laptop ran 51 s of children that each
+    died with torch's "not compiled with CUDA" traceback; now one line, exit 2, as `launch_sweep` does."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-m", "compiler.tools.compile_time"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("compile_time: needs a CUDA GPU") and "--device cpu --small" in line
