@@ -56,6 +56,30 @@ class RehearseError(Exception):
     """A rehearsal that cannot start (bad workflow, missing stand-in, act missing): one line, exit 2."""
 
 
+class NoDocker(RehearseError):
+    """The jobs that run the suites in the cpu container (DOCKER_JOBS) on a machine whose docker daemon cannot be
+    reached: one line before any job runs, exit 3 (the machine, not the workflows, is at fault)."""
+
+
+# the rehearsal jobs that run the suites in the cpu container: they need a docker daemon (the others do not)
+DOCKER_JOBS = ("tests-cpu", "flakes-cpu")
+
+
+def docker_problem() -> str | None:
+    """Why the docker daemon cannot be used here (one line), or None when `docker info` answers."""
+    try:
+        proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
+                              timeout=30)
+    except FileNotFoundError:
+        return "docker is not installed"
+    except subprocess.TimeoutExpired:
+        return "`docker info` did not answer in 30 s"
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        return lines[-1] if lines else f"`docker info` exited {proc.returncode}"
+    return None
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One rehearsal job: `job` of `workflow` (a file name under .github/workflows) on `event`."""
@@ -416,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return rehearse(args)
     except RehearseError as e:
         print(f"rehearse: error: {e}", file=sys.stderr)
-        return 2
+        return 3 if isinstance(e, NoDocker) else 2
 
 
 def rehearse(args: argparse.Namespace) -> int:
@@ -430,6 +454,12 @@ def rehearse(args: argparse.Namespace) -> int:
     unknown = set(args.job) - {s.job for s in specs}
     if unknown:
         raise RehearseError(f"no rehearsal job {sorted(unknown)[0]} (jobs: lint, tests-cpu, flakes-cpu, flakes-cuda)")
+    needs_docker = [s.job for s in specs if s.job in DOCKER_JOBS]
+    problem = docker_problem() if needs_docker else None
+    if problem:  # they would run their compile check for minutes, then fail at the container (issue 26 transcript)
+        others = " ".join(f"--job {s.job}" for s in specs if s.job not in DOCKER_JOBS)
+        raise NoDocker(f"{' and '.join(needs_docker)} run the suites in the cpu container, and the docker daemon "
+                       f"cannot be reached ({problem}); start it, or rehearse the others: `nox -s rehearse -- {others}`")
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     artifacts, cache = out / "artifacts", out / "act-cache"
     shutil.rmtree(artifacts, ignore_errors=True)  # act gives every run id 1: a fresh folder per rehearsal
