@@ -430,16 +430,30 @@ def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: 
     return steps
 
 
-def _bench_job(session: nox.Session, record: bool) -> None:
-    import shutil
+def set_aside(folder: str) -> str | None:
+    """Rename `folder`, when it holds anything, to `folder.before-<UTC time>` beside it; returns the new name."""
+    if not os.path.isdir(folder) or not os.listdir(folder):
+        return None
+    from datetime import datetime, timezone
 
+    kept = f"{folder}.before-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+    os.rename(folder, kept)
+    return kept
+
+
+def _bench_job(session: nox.Session, record: bool) -> None:
     native, rest = _split_native(session)
     if "--backend" not in rest[:-1]:
         session.error("give the backend: `-- --backend cuda` (a backend of ci/matrix.json)")
     i = rest.index("--backend")
     backend, rest = rest[i + 1], rest[:i] + rest[i + 2:]
     steps = bench_job_steps(backend, record=record, native=bool(native), extra=rest)
-    shutil.rmtree(os.path.join("results", "bench", backend), ignore_errors=True)  # this job's own store
+    # the job's own store: a fresh folder. On a laptop that folder is the machine's bench store (`nox -s ci` and
+    # `nox -s bench` write it): set aside, never deleted
+    kept = set_aside(os.path.join("results", "bench", backend))
+    if kept:
+        session.log(f"bench job: the bench store folder results/bench/{backend} moved to {kept} (the job starts a "
+                    "fresh one)")
     failed = []
     for name, argv, env in steps:
         try:

@@ -283,3 +283,36 @@ def test_a_cpu_run_of_kiln_alone_writes_no_empty_speedup_png(tmp_path):
     assert "not shown: kiln (interpreter)" in ax.get_title() and "cpu" in ax.get_title()
     assert ax.get_xscale() == "log" and "x, log scale" in ax.get_xlabel()
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["inductor"]
+
+
+def test_a_bench_job_session_on_a_laptop_sets_the_bench_store_aside_never_deletes_it(tmp_path, monkeypatch):
+    """`nox -s bench-pr -- --backend cpu` (a CI job the README names) starts from a fresh results/bench/cpu; on a
+    laptop that folder is the store `nox -s ci` wrote: it deleted it. Now it is renamed beside it, with a log line."""
+    from noxfile_loader import noxfile
+
+    _wide_store(tmp_path / STORE, workloads=2, runs=1)
+    monkeypatch.chdir(tmp_path)
+    calls: list[tuple] = []
+
+    class Session:
+        posargs = ["--backend", "cpu"]
+
+        def run(self, *args, **kw):
+            calls.append(args)
+
+        def log(self, line):
+            calls.append(("log", line))
+
+        def error(self, line):
+            raise AssertionError(line)
+
+    session = noxfile().bench_pr
+    (session.func if hasattr(session, "func") else session)(Session())
+    kept = [p for p in (tmp_path / "results" / "bench").iterdir() if p.name.startswith("cpu.before-")]
+    assert len(kept) == 1 and (kept[0] / "bench.sqlite").is_file() and not (tmp_path / STORE).exists()
+    with Store(kept[0] / "bench.sqlite") as store:
+        assert len(store.runs()) == 1  # the store as it was
+    logs = [c[1] for c in calls if c[0] == "log"]
+    assert any(f"moved to results/bench/{kept[0].name}" in line for line in logs), logs
+    assert any(c[0] != "log" and "bench" in c and "backend" in c for c in calls)  # then the job's steps ran
+    assert noxfile().set_aside(str(tmp_path / "nothing")) is None
