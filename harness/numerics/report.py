@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness import arms
 from harness.results import markdown_table
 
 from . import SCHEMA
@@ -158,8 +159,23 @@ def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode())
 
 
+HATCHES = ("", "//", "..", "xx", "\\\\")
+
+
+def side_styles(sides: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(colour, hatch) of each side's bars: its compiler's colour in every harness plot (harness.arms.colour), a
+    hatch for the second, third... side of the same compiler (two runs' kiln: `A kiln`, `E kiln`)."""
+    seen: dict[str, int] = {}
+    styles = []
+    for s in sides:
+        k = seen.get(s["compiler"], 0)
+        seen[s["compiler"]] = k + 1
+        styles.append((arms.colour(s["compiler"]), HATCHES[k % len(HATCHES)]))
+    return styles
+
+
 def plot(path: Path, reports: list[dict[str, Any]]) -> Path:
-    """A PNG with one panel per output: elements per ULP-error bucket, one bar per side."""
+    """A PNG with one panel per output: elements per ULP-error bucket, one bar per side (coloured by compiler)."""
     try:
         import matplotlib
 
@@ -173,16 +189,23 @@ def plot(path: Path, reports: list[dict[str, Any]]) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
     for ax, (r, o) in zip(axes.flat, panels):
         n, names = len(o["sides"]), {s["label"]: s["compiler"] for s in r["sides"]}
-        for j, s in enumerate(o["sides"]):
+        styles = side_styles([{"compiler": names[s["label"]]} for s in o["sides"]])
+        for j, (s, (colour, hatch)) in enumerate(zip(o["sides"], styles)):
             xs = [i + (j - (n - 1) / 2) * 0.8 / n for i in range(len(ULP_BUCKETS))]
-            ax.bar(xs, [max(c, 0) for c in s["histogram"]], width=0.8 / n, label=f"{s['label']} {names[s['label']]}")
+            ax.bar(xs, [max(c, 0) for c in s["histogram"]], width=0.8 / n, color=colour, hatch=hatch,
+                   edgecolor="white" if hatch else colour, label=f"{s['label']} {names[s['label']]}")
         ax.set_yscale("symlog")
         ax.set_xticks(range(len(ULP_BUCKETS)), ULP_BUCKETS, rotation=45, fontsize=7)
+        ax.set_xlabel("error against fp64 (ULP of the output dtype)", fontsize=7)
+        ax.set_ylabel("elements (symlog)", fontsize=7)
         ax.set_title(f"{r['program']['ref']} {o['name']}", fontsize=8)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle("elements per ULP error against fp64")
+    devices = sorted({str(s.get("device") or "?") for r in reports for s in r["sides"]})
+    cpu = " (kiln on CPU: Triton interpreter)" if "cpu" in devices else ""
+    fig.suptitle(f"elements per ULP error against fp64; device {', '.join(devices)}{cpu}; colour: compiler, "
+                 "hatch: another run of it")
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=90, metadata={"Software": None})

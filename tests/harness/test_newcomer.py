@@ -332,3 +332,25 @@ def test_compile_time_tool_without_a_gpu_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("compile_time: needs a CUDA GPU") and "--device cpu --small" in line
+
+
+def test_numerics_plot_colours_each_compiler_as_every_harness_plot_does(tmp_path):
+    """The numerics report's ULP histogram used matplotlib's default cycle (kiln blue, inductor green, eager red,
+    where the bench plots draw kiln orange, inductor blue, eager grey): now each side has its compiler's colour,
+    a second run of the same compiler a hatch, and the figure names the device and its axes."""
+    pytest.importorskip("matplotlib")
+    from harness import arms
+    from harness.numerics import report
+    from harness.numerics.compare import ULP_BUCKETS
+
+    sides = [{"label": "A", "compiler": "kiln", "device": "cpu"}, {"label": "B", "compiler": "eager", "device": "cpu"},
+             {"label": "C", "compiler": "inductor", "device": "cpu"}, {"label": "D", "compiler": "kiln", "device": "cpu"}]
+    styles = report.side_styles(sides)
+    assert [c for c, _ in styles] == [arms.colour("kiln"), arms.colour("eager"), arms.colour("inductor"),
+                                      arms.colour("kiln")]
+    assert styles[0][1] == "" and styles[3][1] != "" and len({h for _, h in styles[:3]}) == 1
+    hist = [1] * len(ULP_BUCKETS)
+    rep = {"program": {"ref": "p"}, "sides": sides,
+           "outputs": [{"name": "out", "sides": [{"label": s["label"], "histogram": hist} for s in sides]}]}
+    png = report.plot(tmp_path / "r.png", [rep])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
