@@ -19,8 +19,10 @@ if [ -z "$bin" ] && [ "$cmd" = start ] && [ "$(id -u)" = 0 ]; then
 fi
 [ -n "$bin" ] || { echo "ci/postgres.sh: no initdb (install Debian's postgresql package)" >&2; exit 3; }
 
+# runuser lives in /usr/sbin (util-linux), which a root shell's PATH may lack (`env -i`, some terminals)
+runuser=$(command -v runuser 2>/dev/null || ls /usr/sbin/runuser /sbin/runuser 2>/dev/null | head -n 1 || true)
 as_owner() {
-  if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi  # from /: the caller's folder may be closed to postgres
+  if [ "$(id -u)" = 0 ]; then (cd / && "${runuser:-runuser}" -u postgres -- "$@"); else "$@"; fi  # from /: the caller's folder may be closed to postgres
 }
 
 case "$cmd" in

@@ -354,3 +354,28 @@ def test_numerics_plot_colours_each_compiler_as_every_harness_plot_does(tmp_path
            "outputs": [{"name": "out", "sides": [{"label": s["label"], "histogram": hist} for s in sides]}]}
     png = report.plot(tmp_path / "r.png", [rep])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_postgres_script_starts_with_a_root_shell_path_without_sbin():
+    """`nox -s tests` in the transcript's terminal (root, PATH=/usr/local/bin:/usr/bin:/bin) had 12 store tests error
+    with "ci/postgres.sh ... exit status 127": runuser is in /usr/sbin. The script finds it there."""
+    import glob
+    import shutil
+
+    if os.name != "posix" or os.geteuid() != 0:
+        pytest.skip("the runuser path is taken by root only")
+    if not (shutil.which("initdb") or glob.glob("/usr/lib/postgresql/*/bin/initdb")):
+        pytest.skip("no PostgreSQL here (initdb not found)")
+    script = str(ROOT / "ci" / "postgres.sh")
+    env = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="kiln-pg-")  # as the store fixtures: pytest's tmp_path is closed to postgres
+    try:
+        proc = subprocess.run(["bash", script, "start", str(folder)], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1].startswith("postgresql://kiln@/kiln?host=")
+    finally:
+        subprocess.run(["bash", script, "stop", str(folder)], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -44,7 +44,10 @@ def pg_server():
     folder = tempfile.mkdtemp(prefix="kiln-pg-")
     script = str(ROOT / "ci" / "postgres.sh")
     try:
-        out = subprocess.run([script, "start", folder], capture_output=True, text=True, timeout=120, check=True)
+        out = subprocess.run([script, "start", folder], capture_output=True, text=True, timeout=120)
+        if out.returncode:  # the script's own last line says why (not only "exit status 127")
+            why = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            pytest.fail(f"ci/postgres.sh start exited {out.returncode}: {why}", pytrace=False)
         yield out.stdout.strip().splitlines()[-1]
     finally:
         subprocess.run([script, "stop", folder], capture_output=True, timeout=120, check=False)
