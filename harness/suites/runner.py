@@ -84,9 +84,11 @@ def pytest_timeout_available() -> bool:
 
 def _check_native_python() -> bool:
     """Native mode needs pytest; without pytest-timeout per-test timeouts are off (warned)."""
-    if importlib.util.find_spec("pytest") is None:
-        raise MissingTool(f"pytest is not installed for {sys.executable}; native mode needs it: "
-                          "pip install pytest pytest-timeout")
+    if importlib.util.find_spec("pytest") is None:  # the suites need torch and triton too: name all it lacks
+        lacks = ", ".join(m for m in ("pytest", "torch", "triton") if importlib.util.find_spec(m) is None)
+        raise MissingTool(f"pytest is not installed for {sys.executable} (it lacks {lacks}); native mode runs the "
+                          "suites with this Python: drop KILN_NO_VENV (the sessions' shared venv .nox/kiln has them), "
+                          "or install the project into it (pip install -e '.[test]' with the matrix's torch and triton)")
     if not pytest_timeout_available():
         warnings.warn("pytest-timeout is not installed: per-test timeouts are off, only the suite timeout "
                       "applies (pip install pytest-timeout)", stacklevel=3)

@@ -379,3 +379,20 @@ def test_postgres_script_starts_with_a_root_shell_path_without_sbin():
     finally:
         subprocess.run(["bash", script, "stop", str(folder)], env=env, capture_output=True, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_kiln_no_venv_with_a_python_without_the_project_names_what_it_lacks_and_the_venv(tmp_path):
+    """`KILN_NO_VENV=1 nox -s ci` (the README's GPU-box command) from the Python nox was installed into said
+    "pip install pytest pytest-timeout", which would still fail on torch: now it names everything missing and the
+    shared venv, one line, exit 3."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = bare / ("Scripts" if os.name == "nt" else "bin") / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path / "data"))
+    proc = subprocess.run([str(python), "-m", "harness", "run", "--backend", "cpu", "--native", "--no-health",
+                           "--results", str(tmp_path / "r")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == exc.EXIT_INFRA, proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert "it lacks pytest, torch, triton" in line and "drop KILN_NO_VENV" in line and ".nox/kiln" in line
