@@ -458,13 +458,14 @@ def _bench_job(session: nox.Session, record: bool) -> None:
     for name, argv, env in steps:
         try:
             session.run(*argv, env=env, external=True)
-        except nox.command.CommandFailed:
+        except nox.command.CommandFailed as e:
             if name == "seed":
                 raise
-            failed.append(name)  # a confirmed regression still reports and records the run
+            failed.append(f"{name} (exit {e.return_code or 1})")  # a confirmed regression still reports and records
     if failed:
-        session.error(f"bench {backend}: the {', '.join(failed)} step failed (measure's exit 1: a confirmed "
-                      "regression, in the job summary; other codes: see the log); the steps after it still ran")
+        session.error(f"bench {backend}: the {', '.join(failed)} step(s) failed; the steps after them still ran "
+                      "(measure's exit 1: a confirmed regression, in the job summary; 2: usage; 3: infrastructure, "
+                      "such as docker: see the log above)")
 
 
 @nox.session(name="bench-record", python=False)

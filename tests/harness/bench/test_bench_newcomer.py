@@ -299,15 +299,25 @@ def test_a_bench_job_session_on_a_laptop_sets_the_bench_store_aside_never_delete
 
         def run(self, *args, **kw):
             calls.append(args)
+            if "backend" in args:  # the measure step without docker (what the transcript's laptop got)
+                raise CommandFailed("docker", return_code=3)
 
         def log(self, line):
             calls.append(("log", line))
 
         def error(self, line):
-            raise AssertionError(line)
+            raise SessionError(line)
+
+    class SessionError(Exception):
+        pass
+
+    from nox.command import CommandFailed
 
     session = noxfile().bench_pr
-    (session.func if hasattr(session, "func") else session)(Session())
+    with pytest.raises(SessionError) as failed:
+        (session.func if hasattr(session, "func") else session)(Session())
+    # the step and its exit code, not "measure's exit 1: a confirmed regression" for a docker failure
+    assert "the measure (exit 3) step(s) failed" in str(failed.value) and "3: infrastructure" in str(failed.value)
     kept = [p for p in (tmp_path / "results" / "bench").iterdir() if p.name.startswith("cpu.before-")]
     assert len(kept) == 1 and (kept[0] / "bench.sqlite").is_file() and not (tmp_path / STORE).exists()
     with Store(kept[0] / "bench.sqlite") as store:
