@@ -228,8 +228,9 @@ def cli_main(args: argparse.Namespace) -> int:
     ones, for every backend of the matrix, kept)."""
     try:
         require_docker()
-    except DockerError as e:
-        print(f"harness cleanup: nothing to clean: {e}", flush=True)
+    except DockerError as e:  # the error's advice (start dockerd, or --native) is for the verbs that need docker
+        reason = re.split(r"; start it| or run natively| or install docker|: install docker", str(e))[0]
+        print(f"harness cleanup: nothing to clean: {reason}", flush=True)
         return 0
     if args.grace_min is not None and args.grace_min < 0:
         raise HarnessError(f"--grace-min {args.grace_min}: expected 0 or more minutes")

@@ -134,6 +134,22 @@ def test_cleanup_without_docker_says_so_and_succeeds(monkeypatch, capsys):
     assert "nothing to clean" in capsys.readouterr().out
 
 
+def test_cleanup_without_a_daemon_gives_no_advice_meant_for_other_verbs(monkeypatch, capsys):
+    """The newcomer transcript: `harness cleanup` said "... start it ... or run natively with --native", which
+    cleanup has no use for (issue 26): the reason alone."""
+    from harness.__main__ import main
+    from harness.exc import DockerError
+
+    def no_daemon():
+        raise DockerError("cannot reach the docker daemon (Cannot connect); start it (e.g. `dockerd &`) or run "
+                          "natively with --native")
+
+    monkeypatch.setattr(cleanup, "require_docker", no_daemon)
+    assert main(["cleanup"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == "harness cleanup: nothing to clean: cannot reach the docker daemon (Cannot connect)"
+
+
 @pytest.mark.parametrize("env, expected", [
     ({"KILN_JOB_ID": "mine"}, "mine"),
     ({"GITHUB_RUN_ID": "12", "GITHUB_RUN_ATTEMPT": "3", "RUNNER_NAME": "h100 #2"}, "12-3-h100--2"),
