@@ -535,7 +535,8 @@ def json_report(
 
 
 def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ()) -> Path | None:
-    """Three panels: speedup over eager per case and compiler, cold compile s, memory ratio; titled with the
+    """Three panels: speedup over eager per case and compiler, cold compile s, memory ratio (where measured: no
+    memory panel for a CPU run); titled with the
     backend and runs, one colour per compiler (arms.colour), log axes where values span decades. Compilers with
     interpreter times (kiln on a CPU) are labelled so. Nothing to draw (no compiler besides eager): no figure,
     None."""
@@ -549,8 +550,11 @@ def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ())
     names = [w[len(mdl.PREFIX) :] for w in by]
     device = runs[0].device if runs else "cuda"
     interp = _interp(list(runs), comp) if runs else frozenset()
+    # the memory panel only where some compiler has a memory ratio (a CPU run has none: no empty third of the figure)
+    has_mem = any(mem_ratio(per.get(BASELINE), per.get(c)) for c in comp for per in by.values())
     fig, axes = plt.subplots(
-        1, 3, figsize=(16, 0.45 * len(names) * max(1, len(comp)) ** 0.5 + 2.6), sharey=True
+        1, 3 if has_mem else 2, figsize=(16 if has_mem else 11, 0.45 * len(names) * max(1, len(comp)) ** 0.5 + 2.6),
+        sharey=True
     )
     h = 0.8 / max(1, len(comp))
     for j, c in enumerate(comp):
@@ -568,27 +572,34 @@ def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ())
         for b, per in zip(bars, by.values()):
             if per.get(c) is not None and not passed(per[c]):
                 b.set_hatch("//")
-        axes[1].barh(ys, cold, height=h, label=label, color=colour)
-        axes[2].barh(ys, mem, height=h, label=label, color=colour)
+        if any(cold):  # the compile panel names its compilers (on a CPU only kiln's compile s is measured)
+            axes[1].barh(ys, cold, height=h, label=label, color=colour)
+        if has_mem:
+            axes[2].barh(ys, mem, height=h, label=label, color=colour)
     axes[0].axvline(1.0, color="k", lw=0.8)
-    axes[2].axvline(1.0, color="k", lw=0.8)
     widths = [[b.get_width() for b in ax.patches] for ax in axes]
     if any(w > 0 for w in widths[0]):
         axes[0].set_xscale("log")
     if spans_decades(widths[1]):
         axes[1].set_xscale("log")
-    if not any(w > 0 for w in widths[2]):
-        axes[2].text(0.5, 0.5, "n/a (CPU run: no device memory)", transform=axes[2].transAxes, ha="center")
+    if axes[1].patches:
+        axes[1].legend(fontsize=7)
+    else:
+        axes[1].text(0.5, 0.5, "no compile times measured", transform=axes[1].transAxes, ha="center")
+    if has_mem:
+        axes[2].axvline(1.0, color="k", lw=0.8)
+        axes[2].set_xlabel("memory ratio eager peak / compiler peak (x; GPU)")
     axes[0].set_yticks([i + 0.4 - h / 2 for i in range(len(names))], names, fontsize=8)
     axes[0].invert_yaxis()
     axes[0].set_xlabel("speedup over eager (x, log scale; > 1: faster; hatched: accuracy failed)")
     axes[1].set_xlabel("cold compile time (s, fresh process" + (", log scale)" if spans_decades(widths[1]) else ")"))
-    axes[2].set_xlabel("memory ratio eager peak / compiler peak (x; GPU)")
     axes[0].legend(fontsize=7)
     caveat = (f"{', '.join(sorted(interp))}: Triton CPU interpreter times, a pipeline check, not kernel speed "
               "(their speedup is far below 1 by design)") if interp else ""
     ids = ", ".join(str(r.id) for r in runs)
-    fig.suptitle(plot_title("Model tier: step time, compile time and memory against eager", None, device=device,
+    what = ("step time, compile time and memory against eager" if has_mem else
+            "step time and compile time against eager (memory: GPU runs only)")
+    fig.suptitle(plot_title(f"Model tier: {what}", None, device=device,
                             device_name=runs[0].device_name if runs else None,
                             extra="; ".join(x for x in (f"run(s) {ids}" if ids else "", caveat) if x)), fontsize=9)
     fig.tight_layout()

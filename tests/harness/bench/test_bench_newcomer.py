@@ -252,9 +252,20 @@ def test_models_plot_of_a_cpu_run_says_interpreter_and_keeps_colours(tmp_path, m
     assert "Model tier" in title and "Triton CPU interpreter" in title and "cpu" in title
     speed, compile_ax = fig.axes[0], fig.axes[1]
     assert speed.get_xscale() == "log" and compile_ax.get_xscale() == "log"  # 0.5 s beside 30 s
+    # no memory on a CPU: two panels, not an empty third one (the transcript's models.png), and the title says so
+    assert len(fig.axes) == 2 and "memory: GPU runs only" in title
+    assert set(_colours(compile_ax)) == {"kiln (Triton CPU interpreter)", "inductor"}  # the compile panel's legend
     colours = _colours(speed)
     assert colours["kiln (Triton CPU interpreter)"] == to_rgba(arms.colour("kiln"))
     assert colours["inductor"] == to_rgba(arms.colour("inductor"))
+    # a GPU run with memory measured: the third panel
+    gpu = RunInfo(2, "v", now(), status="complete", profile="models-gpu", device="cuda", device_name="H100")
+    measured = _model_results(("eager", "kiln"))
+    for r in measured:
+        r.meta["memory"] = {"definition": "window-v2", "peak_allocated_bytes": 100 if r.compiler == "eager" else 80}
+    assert mrep.plot_models(measured, tmp_path / "g.png", [gpu])
+    assert len(figs[-1].axes) == 3 and "compile time and memory against eager" in figs[-1]._suptitle.get_text()
+    assert figs[-1].axes[2].patches and figs[-1].axes[2].patches[0].get_width() == pytest.approx(1.25)
     # nothing but eager: no figure at all
     assert mrep.plot_models(_model_results(("eager",)), tmp_path / "e.png", [run]) is None
     assert not (tmp_path / "e.png").exists()
