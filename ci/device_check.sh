@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, runner-id
+#   scatter, warmcache, runner-id, memdiag
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -115,6 +115,12 @@ m = importlib.util.module_from_spec(spec); sys.modules['kiln_runner'] = m; spec.
 r = m.current(torch.cuda.get_device_name(0)); print(r)
 assert r.gpu_model and r.driver and r.hw_class == r.gpu_model, r
 print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
+    memdiag) # issue 24 item 4: the memory check of one row with each arm's CUDA-graph counters (tier and by hand),
+             # then what keeps a dropped kiln-cg model's graph memory alive (ci/cg_leak_probe.py)
+             { timeout 150 python3 -m harness.bench.model_memcheck "${MEMCHECK_CASE:-model.ci_bert.train.fp32}" \
+                 --md "$OUT/memcheck.md" --json "$OUT/memcheck.json"; echo "memory check: exit $?"
+               timeout 120 python3 ci/cg_leak_probe.py "${MEMCHECK_CASE:-model.ci_bert.train.fp32}"
+               echo "leak probe: exit $?"; } > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
