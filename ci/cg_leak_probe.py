@@ -18,6 +18,8 @@ import types
 
 import torch
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))  # run as a script from ci/
+
 MIB = 2**20
 
 

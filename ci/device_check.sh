@@ -5,7 +5,7 @@
 #   scatter, warmcache, runner-id, memdiag
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
-#  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
+#  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
 #  cgtrain (issue 24, at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
 #  cases past $CGTRAIN_BUDGET_S=200 s are deferred: rerun the models line with --resume) under every arm with
@@ -42,6 +42,7 @@ for stage in "$@"; do
                 --only "${MODELS_ONLY:-model.gpt2.infer.*,model.resnet50.infer.*}" \
                 --compilers "${MODELS_COMPILERS:-kiln,inductor,kiln-cg,inductor-cg,eager}" \
                 --compile-times "${MODELS_COMPILE_TIMES:-none}" \
+                ${MODELS_TARGET_S:+--target-s "$MODELS_TARGET_S"} ${MODELS_ROUNDS:+--rounds "$MODELS_ROUNDS"} \
                 --budget-s "${MODELS_BUDGET_S:-400}" --out "$OUT/models" > "$OUT/$stage.log" 2>&1 ;;
     kernels-vs) # the kernel bench at $KERNELS_BASE (a worktree; carry a full clone) and at HEAD, one store, compared
                 timeout 560 bash ci/kernels_vs.sh "${KERNELS_BASE:?KERNELS_BASE=<commit> is needed}" "$OUT" > "$OUT/$stage.log" 2>&1 ;;
