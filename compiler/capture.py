@@ -55,13 +55,14 @@ class CompiledGraph:
         return self.wrapper.code
 
 
+#: the open ``capture()`` blocks. Nothing else in the process keeps a compiled graph: a graph holds its CUDA-graph
+#: runner, whose recordings own their pools' memory, so a module-level list of recent graphs (there was one)
+#: kept a dropped model's CUDA-graph memory (1.1 GB for a 4-layer BERT training step) alive after
+#: ``torch._dynamo.reset()``.
 _sinks: list[list[CompiledGraph]] = []
-history: list[CompiledGraph] = []  # the last few graphs compiled in this process (bounded)
 
 
 def record(cg: CompiledGraph) -> None:
-    history.append(cg)
-    del history[:-32]
     for sink in _sinks:
         sink.append(cg)
 
