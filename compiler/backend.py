@@ -56,6 +56,7 @@ def input_strides_pass(job: GraphJob) -> None:
 
 
 def conv_layout_pass(job: GraphJob) -> None:
+    fx_passes.split_conv_bias(job.gm)  # before the layout: the bias add follows the convolution's layout
     if job.role in ("inference", "backward"):
         fx_passes.convs_channels_last(job.gm)
     elif job.role == "forward":  # saved activations may stay NHWC: the backward adopts their strides

@@ -66,6 +66,10 @@ class Settings:
     #: convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never
     #: (``fx_passes.convs_channels_last``).
     conv_layout: str = "auto"
+    #: Convolutions with a bias: "auto" moves the bias out of ATen's convolution on a GPU, where ATen adds it
+    #: in an elementwise kernel of its own after cuDNN's, into an add that fuses with the convolution's
+    #: consumers (kiln kernels); "split" does so on any device; "keep" never (``fx_passes.split_conv_bias``).
+    conv_bias: str = "auto"
     #: The graph cache (``runtime/graph_cache.py``) and the autotune choices (``runtime/autotune.py``) on disk:
     #: "1" read and write, "read" read only (never write: jobs of a lower trust level, such as pull requests,
     #: beside a cache that trusted jobs load), "0" off.
@@ -119,6 +123,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "interpret": ("auto", "0", "1"),
     "mm_layout": ("bench", "pad", "contiguous", "off"),
     "conv_layout": ("auto", "always", "off"),
+    "conv_bias": ("auto", "split", "keep"),
     "cache": ("1", "read", "0"),
 }
 
