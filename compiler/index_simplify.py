@@ -20,6 +20,7 @@ Every rule is an identity over the domain, so a simplified index addresses the s
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping, Optional
 
 import sympy
@@ -32,6 +33,12 @@ _Term = tuple[sympy.Expr, sympy.Expr, sympy.Expr, Optional[sympy.Expr]]
 def simplify(e: sympy.Expr, bounds: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     """``e`` with digit merges and range rules applied (module docstring); ``bounds`` maps index symbols to
     their largest value. Expressions with other forms are returned with only their parts simplified."""
+    return _simplify_cached(e, tuple(sorted(bounds.items(), key=lambda kv: kv[0].name)))
+
+
+@functools.lru_cache(maxsize=4096)  # a model's repeated layers render the same indices
+def _simplify_cached(e: sympy.Expr, bound_items: tuple) -> sympy.Expr:
+    bounds = dict(bound_items)
     for _ in range(8):
         new = _simp(e, bounds)
         if new == e:
