@@ -61,8 +61,9 @@ for stage in "$@"; do
               echo "sharded: exit $?"; kill $smi
               python3 -m harness report "$OUT/shards2" --check
               python3 ci/smi_overlap.py "$OUT/smi.csv"; } > "$OUT/$stage.log" 2>&1 ;;
-    sweep) # launch configs of real steps' reduction kernels: the heuristic's against the best measured
-            timeout 400 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
+    sweep) # launch configs of real steps' reduction kernels (convnext: its pointwise epilogues too): the heuristic's
+           # against the best measured, and each case's step time
+            timeout 560 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-convnext,vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
     visible) # issue 23: a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
              # check runs on it; a runner given none (CUDA_VISIBLE_DEVICES empty) stops with one line, exit 2
              { uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)

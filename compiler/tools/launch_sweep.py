@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from typing import Any, Callable
 
 import torch
@@ -162,11 +163,15 @@ def main(argv: list[str] | None = None) -> int:
             return orig(self, *a)
 
         TritonKernel.forward = spy
+        t_case = time.perf_counter()
         try:
             step()
             torch.cuda.synchronize()
         finally:
             TritonKernel.forward = orig
+        first_s = time.perf_counter() - t_case
+        step_ms = triton.testing.do_bench(step, warmup=5, rep=50, return_mode="median")
+        print(f"{case:6} step {step_ms:.3f} ms (median; first call, compile included, {first_s:.0f} s)", flush=True)
         for name, (k, a) in sorted(firsts.items()):
             nptr = len(k.ptr_args)
             xnumel = int(a[nptr + len(k.size_args)])
