@@ -5,6 +5,8 @@ outputs' layouts) and end to end through torch.compile (values and output stride
 the ``pad``/``contiguous``/``always`` modes force the rewrites that ``bench``/``auto`` keep for GPUs.
 """
 
+import copy
+
 import pytest
 import torch
 import torch.fx as fx
@@ -349,6 +351,25 @@ def test_split_conv_bias_fuses_the_add_into_the_consumer_kernel(device):
             assert all(", None, [" in ln for ln in conv_lines)  # no bias operand left in ATen's calls
             assert all(r.op == "aten.convolution.default" for r in g.fallbacks)
     assert counts["split"] == counts["keep"]
+
+
+def test_split_conv_bias_in_training_keeps_gradients(device, no_tf32):
+    """A training forward with its biases split: outputs and every parameter's gradient (the biases' come from
+    the backward's ``convolution_backward``, which the split leaves alone) equal eager's."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.GELU()).to(device)
+    ref_m = copy.deepcopy(m)
+    x = _biased_args(device)[0]
+    with compiler.config.patch(conv_layout="always", conv_bias="split", strict=True), compiler.capture() as gs:
+        y = torch.compile(m, backend="kiln")(x)
+        y.square().sum().backward()
+    ref = ref_m(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4)
+    for p, q in zip(m.parameters(), ref_m.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-3)
+    assert all(", None, [" in ln for ln in gs[0].code.splitlines() if "torch.convolution(" in ln)
 
 
 @pytest.mark.parametrize("name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc"), ("conv_bias", "fuse")])
