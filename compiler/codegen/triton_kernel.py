@@ -185,7 +185,9 @@ class KernelRenderer:
         for sym, n in ((XINDEX, self.group.xnumel), (RINDEX, self.group.rnumel)):
             if isinstance(n, (int, sympy.Integer)) and int(n) > 0:
                 bounds[sym] = int(n) - 1
-        return simplify(index, bounds)
+        out = simplify(index, bounds)
+        # an index that no longer varies over a block (a single row) keeps its form: pointers stay blocks
+        return out if (out.free_symbols & {XINDEX, RINDEX}) == (index.free_symbols & {XINDEX, RINDEX}) else index
 
     def note_helpers(self, code: str) -> None:
         for name in HELPERS:
