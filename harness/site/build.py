@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import marshal
 import os
+import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -62,7 +64,18 @@ class Built:
 
 
 def _hash(obj: Any) -> str:
-    return hashlib.sha256((RENDER_VERSION + repr(obj)).encode()).hexdigest()
+    """A page's inputs hash, with RENDER_VERSION: `obj` marshalled (plain tuples, lists, dicts, numbers and text:
+    the fast path for the large inputs), else pickled (the stores' records)."""
+    try:
+        raw = marshal.dumps(obj)
+    except ValueError:
+        raw = pickle.dumps(obj, protocol=5)
+    return hashlib.sha256(RENDER_VERSION.encode() + raw).hexdigest()
+
+
+def _vsig(data: BenchData, run_id: int) -> tuple:
+    return tuple((v.workload, v.compiler, v.verdict, v.ratio, v.p_value, v.baseline, v.confirmed)
+                 for v in data.verdicts.get(run_id) or [])
 
 
 _DATA: BenchData | None = None  # the bench data, inherited by the forked workers
@@ -80,7 +93,7 @@ def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], n
            PageSpec("numerics.html", _hash([(r.folder, r.rows, r.check) for r in numerics]),
                     lambda: pages.render_numerics(numerics))]
     bench_sig = data and [(r.id, r.uid, r.git_commit, r.created_at, r.profile, r.device, r.hw_class,
-                           r.device_name, data.verdicts.get(r.id)) for r in data.runs]
+                           r.device_name, r.git_ref, _vsig(data, r.id)) for r in data.runs]
     workloads_sig = data and [(k, len(v)) for k, v in sorted(data.marks.items())]
     out.append(PageSpec("index.html", _hash((bench_sig, workloads_sig, data and sorted(data.graphs),
                                              tests and (tests.runs, [(x.node_id, x.state) for x in tests.rows]),
@@ -89,17 +102,20 @@ def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], n
     if data is None:
         return out
     out.append(PageSpec("runs.html", _hash(bench_sig), lambda: pages.render_runs(data)))
-    out.append(PageSpec("models.html", _hash(sorted((k, sorted(v.items())) for k, v in data.graphs.items()
-                                                    if k[0].startswith("model.") or any(
-                                                        p.compile_s for pts in v.values() for p in pts))),
+    out.append(PageSpec("models.html", _hash([(k, [(c, [tuple(p) for p in pts]) for c, pts in sorted(v.items())])
+                                              for k, v in sorted(data.graphs.items())
+                                              if k[0].startswith("model.") or any(
+                                                  p.compile_s for pts in v.values() for p in pts)]),
                         lambda: pages.render_models(data)))
     for w in data.workloads():
         keys = data.graphs_of(w)
-        sig = [(k, data.devices[k], sorted(data.graphs[k].items()), data.marks.get(k, [])) for k in keys]
+        sig = [(k, data.devices[k], [(c, [tuple(p) for p in pts]) for c, pts in sorted(data.graphs[k].items())],
+                [tuple(m) for m in data.marks.get(k, [])]) for k in keys]
         out.append(PageSpec(pages.workload_page(w), _hash(sig), workload=w))
     for run in data.runs:
         export = f"run-{pages.slug(run.uid)}.json"
-        sig = (run.as_dict(), data.verdicts.get(run.id), data.results.get(run.id))
+        sig = (json.dumps(run.as_dict(), sort_keys=True, default=str), _vsig(data, run.id),
+               [(w, c, tuple(p)) for w, c, p in data.results.get(run.id) or []])
         out.append(PageSpec(pages.run_page(run.uid), _hash(sig), lambda run=run, e=export: pages.render_run(data, run, e)))
         out.append(PageSpec(export, _hash(("export", sig)), lambda run=run: pages.run_export(data, run)))
     for (w, c, commit), path in data.bisections.items():

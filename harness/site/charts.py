@@ -119,6 +119,7 @@ def _decorate(svg: str, chart_id: str, title: str, marks: Sequence[ChartMark]) -
     """Strip the prolog, name the chart (role, aria label, id) and give each mark's group its classes, data
     attributes and a <title>."""
     svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.S)  # the RDF block: nothing to show
     svg = svg.replace("<svg ", f'<svg id="{chart_id}" class="chart" role="img" '
                       f'aria-label="{html.escape(title.replace(chr(10), " "))}" ', 1)
     for m in marks:

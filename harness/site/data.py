@@ -19,10 +19,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.bench.records import RunInfo, StoredVerdict
-from harness.bench.stats import Stats
 
 MARKED = ("regressed", "rejected", "suspect", "unconfirmed", "improved")
 
@@ -32,8 +31,7 @@ def hw_class(run: RunInfo) -> str:
     return run.hw_class or run.device_name or run.device or "?"
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):
     """One result of a graph: a compiler's median in one run, its IQR and what else the run stored."""
 
     run_id: int
@@ -48,8 +46,7 @@ class Point:
     compile_s: float | None = None
 
 
-@dataclass(frozen=True)
-class Mark:
+class Mark(NamedTuple):
     """A stored verdict other than unchanged/new on a graph's point (see the package docstring)."""
 
     run_id: int
@@ -94,13 +91,39 @@ class BenchData:
         self._by_id = {r.id: r for r in self.runs}
 
 
-def _point(run: RunInfo, res: Any) -> Point:
-    st = Stats.of(res.samples) if res.samples else None
-    frac = None
-    if st is not None and res.bytes and res.ceiling_gbps and st.median > 0:
-        frac = res.bytes / st.median / res.ceiling_gbps
-    return Point(int(run.id or 0), run.uid, run.git_commit or "", run.created_at or "", res.status,
-                 st.median if st else None, st.q1 if st else None, st.q3 if st else None, frac, res.compile_s)
+def quartiles(sample_lists: list[list[float]]) -> list[tuple[float, float, float] | None]:
+    """(median, q1, q3) of each list as `Stats.of` gives them (Tukey's fences first, then linear quantiles of the
+    kept samples), computed for all lists of one length at once with numpy; None for an empty list."""
+    import numpy as np
+
+    out: list[tuple[float, float, float] | None] = [None] * len(sample_lists)
+    by_n: dict[int, list[int]] = {}
+    for i, xs in enumerate(sample_lists):
+        if xs:
+            by_n.setdefault(len(xs), []).append(i)
+    for n, idx in by_n.items():
+        a = np.sort(np.array([sample_lists[i] for i in idx], dtype=float), axis=1)
+        if n >= 4:
+            q1, q3 = _quantile(a, np.full(len(idx), n), 0.25), _quantile(a, np.full(len(idx), n), 0.75)
+            lo, hi = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
+            a = np.sort(np.where((a >= lo[:, None]) & (a <= hi[:, None]), a, np.nan), axis=1)  # NaN sort last
+        kept = np.sum(~np.isnan(a), axis=1)
+        med, q1, q3 = (_quantile(a, kept, q) for q in (0.5, 0.25, 0.75))
+        for j, i in enumerate(idx):
+            out[i] = (float(med[j]), float(q1[j]), float(q3[j]))
+    return out
+
+
+def _quantile(a: Any, kept: Any, q: float) -> Any:
+    """harness.bench.stats.quantile of each row's first `kept` (sorted) values."""
+    import numpy as np
+
+    pos = (kept - 1) * q
+    lo = np.floor(pos).astype(int)
+    hi = np.minimum(lo + 1, kept - 1)
+    vlo = np.take_along_axis(a, lo[:, None], 1)[:, 0]
+    vhi = np.take_along_axis(a, hi[:, None], 1)[:, 0]
+    return vlo + (vhi - vlo) * (pos - lo)
 
 
 def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
@@ -112,19 +135,27 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
     results = store.results_of(ids, phase=None)
     stored = store.verdicts_of(ids)
     data.bisections = find_bisections(bisection_dirs)
+    chosen: list[tuple[RunInfo, Any]] = []
     for run in data.runs:
-        cls = hw_class(run)
         by_key: dict[tuple[str, str], Any] = {}
         for res in results[run.id]:
             # the main phase's samples; a compile-only result (phase `compile`) where the run has no main one
             if res.phase == "main" or (res.workload, res.compiler) not in by_key:
                 by_key[(res.workload, res.compiler)] = res
-        for (workload, compiler), res in by_key.items():
-            key = (workload, cls, run.profile)
-            pt = _point(run, res)
-            data.graphs.setdefault(key, {}).setdefault(compiler, []).append(pt)
-            data.results.setdefault(run.id, []).append((workload, compiler, pt))
-            data.devices[key] = run.device
+        chosen += [(run, res) for res in by_key.values()]
+    stats = quartiles([res.samples for _, res in chosen])
+    for (run, res), st in zip(chosen, stats):
+        frac = None
+        if st is not None and res.bytes and res.ceiling_gbps and st[0] > 0:
+            frac = res.bytes / st[0] / res.ceiling_gbps
+        pt = Point(int(run.id or 0), run.uid, run.git_commit or "", run.created_at or "", res.status,
+                   *(st or (None, None, None)), frac, res.compile_s)
+        key = (res.workload, hw_class(run), run.profile)
+        data.graphs.setdefault(key, {}).setdefault(res.compiler, []).append(pt)
+        data.results.setdefault(run.id, []).append((res.workload, res.compiler, pt))
+        data.devices[key] = run.device
+    for run in data.runs:
+        cls = hw_class(run)
         data.verdicts[run.id] = list(stored.get(run.id) or [])
         for v in data.verdicts[run.id]:
             if v.verdict not in MARKED:

@@ -186,6 +186,8 @@ def render_workload(data: BenchData, workload: str) -> str:
         series = data.graphs[key]
         marks = data.marks.get(key, [])
         parts.append(f"<h2>{esc(cls)} &middot; profile {esc(profile)}</h2>")
+        if interpreted(data.devices[key], list(series)):
+            parts.append(f'<p class="note">kiln on {esc(data.devices[key])}: {esc(INTERPRETER_LABEL)}</p>')
         parts.append(graph_charts(key, series, marks, data.devices[key]))
         parts.append("<h3>Flagged steps</h3>" + marks_table(marks, data))
         parts.append("<h3>Last runs</h3>" + _last_runs(series, data))
@@ -345,7 +347,7 @@ def run_export(data: BenchData, run: RunInfo) -> str:
             "q3_ns": p.q3_ns, "frac_ceiling": p.frac_ceiling, "compile_s": p.compile_s}
            for w, c, p in data.results.get(run.id) or []]
     return json.dumps({"run": run.as_dict(), "verdicts": [v.as_dict() for v in data.verdicts.get(run.id) or []],
-                       "results": res}, indent=1, sort_keys=True, default=str) + "\n"
+                       "results": res}, sort_keys=True, default=str) + "\n"
 
 
 # ---- tests, models, numerics, bisections --------------------------------------------------------------------
