@@ -411,16 +411,18 @@ def render_models(data: BenchData | None) -> str:
                         speed.setdefault(comp, {}).setdefault(p.run_id, []).append(eager[p.run_id] / p.median_ns)
         where = f"{cls}, profile {profile}"
         if speed:
-            ser = [charts.Series(c, [pos[r] for r in sorted(v)], [_geomean(v[r]) or 0 for r in sorted(v)])
-                   for c, v in sorted(speed.items())]
+            ser = [charts.Series(c, [pos[r] for r in sorted(speed[c])], [_geomean(speed[c][r]) or 0
+                                                                         for r in sorted(speed[c])])
+                   for c in _ordered(speed)]
             vals = [y for s in ser for y in s.ys]
             figs.append(_figure(("model tier", cls, profile), "speedup", charts.trend_svg(
                 chart_id=f"{cid}-speedup", title=f"model tier: geomean step speedup over eager per run\n{where}",
                 ylabel=f"speedup over eager (x, geomean of cases{', log scale' if spans_decades(vals) else ''})",
                 xlabels=xlabels, series=ser, log=spans_decades(vals))))
         if comp_s:
-            ser = [charts.Series(c, [pos[r] for r in sorted(v)], [_geomean(v[r]) or 0 for r in sorted(v)])
-                   for c, v in sorted(comp_s.items())]
+            ser = [charts.Series(c, [pos[r] for r in sorted(comp_s[c])], [_geomean(comp_s[c][r]) or 0
+                                                                          for r in sorted(comp_s[c])])
+                   for c in _ordered(comp_s)]
             vals = [y for s in ser for y in s.ys]
             figs.append(_figure(("compile", cls, profile), "compile", charts.trend_svg(
                 chart_id=f"{cid}-compile", title=f"compile time per run (geomean over workloads)\n{where}",

@@ -22,7 +22,7 @@ from harness.site.data import quartiles
 from harness.site.pages import workload_page
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "results" / "site"
+SHOTS = ROOT / "results" / "site-screenshots"  # beside the sites nox -s site writes into results/site
 
 
 def chromium() -> str:
@@ -77,8 +77,11 @@ def planted(tmp_path_factory):
     ids = fixture.write_bench(db)
     fixture.write_history(hist, tmp / "runs")
     fixture.write_bisection(tmp / "bisect")
+    quarantine = tmp / "quarantine.toml"
+    quarantine.write_text(f'[[test]]\nid = "{fixture.FLAKY_TEST}"\nreason = "planted: flaky on purpose"\n')
     out = tmp / "site"
-    built = build.build(out, db=str(db), history=str(hist), bisections=[tmp / "bisect"], jobs=2)
+    built = build.build(out, db=str(db), history=str(hist), bisections=[tmp / "bisect"], quarantine=quarantine,
+                        jobs=2)
     assert built.written and not built.unchanged
     return out, ids, db, hist, tmp
 
@@ -112,6 +115,8 @@ def test_the_browser_finds_the_confirmed_regression_and_not_the_rejected_bump(pl
     assert rows[fixture.FAILING_TEST]["data-state"] == "failing" and "failing" in rows[fixture.FAILING_TEST]["class"]
     assert rows[fixture.FAILING_TEST]["data-failed"] == str(30 - fixture.FAILING_FROM)
     assert rows[fixture.FLAKY_TEST]["data-state"] == "flaky"
+    assert rows[fixture.FLAKY_TEST]["data-quarantined"] == "true"
+    assert rows[fixture.FAILING_TEST]["data-quarantined"] == "false"
     assert rows[fixture.FLAKY_TEST]["data-failed"] == str(len(fixture.FLAKY_RUNS))
 
     index = Elements(browse(exe, out / "index.html", tmp_path, "--dump-dom"))
@@ -190,3 +195,38 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("harness site: error: ") for line in err)
     assert not (tmp_path / "s").exists()
+
+
+def test_one_graph_per_hardware_class_and_a_log_axis_across_decades(tmp_path):
+    """Runs of two hardware classes give a workload two graphs; times that span decades get a log axis."""
+    from harness.bench.records import Result
+    from harness.bench.store import Store
+
+    db = tmp_path / "two.sqlite"
+    with Store(db) as store:
+        for i, cls in enumerate(("gpu-a", "gpu-a", "gpu-b", "gpu-b")):
+            info = fixture._run_info(i)
+            info.hw_class = cls
+            rid = store.begin_run(info)
+            slow = 1000.0 if cls == "gpu-b" else 1.0  # gpu-b: kiln 1000x eager, three decades apart
+            store.add_result(rid, Result("mm.small", "eager", "s", samples=[1e3 + k for k in range(5)]))
+            store.add_result(rid, Result("mm.small", "kiln", "s", samples=[2e3 * slow + k for k in range(5)]))
+            store.finish_run(rid)
+    out = tmp_path / "site"
+    build.build(out, db=str(db), no_history=True, jobs=1)
+    page = Elements((out / workload_page("mm.small")).read_text())
+    figs = {a["data-hw-class"]: a for a in page.with_class("graph")}
+    assert set(figs) == {"gpu-a", "gpu-b"} and {a["data-metric"] for a in figs.values()} == {"latency"}
+    text = (out / workload_page("mm.small")).read_text()
+    charts = {m: text[text.index(f'id="c-mm.small-{m}-tiny-latency"'):] for m in ("gpu-a", "gpu-b")}
+    assert "log scale" in charts["gpu-b"].split("</svg>")[0]
+    assert "log scale" not in charts["gpu-a"].split("</svg>")[0]
+
+
+def test_link_only_writes_the_job_summary(tmp_path, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    url = "https://github.invalid/o/r/actions/runs/1/artifacts/2"
+    assert main(["site", "--out", str(tmp_path / "s"), "--link", url]) == 0
+    assert url in summary.read_text() and "History site" in summary.read_text()
+    assert not (tmp_path / "s").exists()  # builds nothing
