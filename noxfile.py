@@ -491,6 +491,9 @@ def site(session: nox.Session) -> None:
     bisections = os.path.join("results", "bench", backend) if backend else ""
     if bisections and os.path.isdir(bisections):
         stores += ["--bisections", bisections]
+    server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
+    if server and repo and "--commit-url" not in args:  # each run's page links its commit's CI runs
+        stores += ["--commit-url", f"{server}/{repo}/commit/{{commit}}"]
     session.run(python, "-m", "harness", "site", "--out", out, *stores, "--github-summary", *args, external=True)
 
 

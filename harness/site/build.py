@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.exc import HarnessError, UsageError
+from harness.exc import UsageError
 from harness.results import append_job_summary, atomic_write_text
 
 from . import pages
@@ -114,7 +114,7 @@ def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], n
         out.append(PageSpec(pages.workload_page(w), _hash(sig), workload=w))
     for run in data.runs:
         export = f"run-{pages.slug(run.uid)}.json"
-        sig = (json.dumps(run.as_dict(), sort_keys=True, default=str), _vsig(data, run.id),
+        sig = (json.dumps(run.as_dict(), sort_keys=True, default=str), _vsig(data, run.id), data.commit_url,
                [(w, c, tuple(p)) for w, c, p in data.results.get(run.id) or []])
         out.append(PageSpec(pages.run_page(run.uid), _hash(sig), lambda run=run, e=export: pages.render_run(data, run, e)))
         out.append(PageSpec(export, _hash(("export", sig)), lambda run=run: pages.run_export(data, run)))
@@ -193,13 +193,16 @@ def write_site(out: Path, all_specs: list[PageSpec], *, jobs: int = 1, built: Bu
 
 def build(out: Path, *, db: Any = None, lasting: str | None = None, history: Any = None, no_history: bool = False,
           no_bench: bool = False, last: int = DEFAULT_LAST, bisections: list[Path] | None = None,
-          numerics: list[Path] | None = None, quarantine: Path | None = None, jobs: int | None = None) -> Built:
+          numerics: list[Path] | None = None, quarantine: Path | None = None, jobs: int | None = None,
+          commit_url: str = "") -> Built:
     """Read the stores and write the site into `out` (module docstring)."""
     global _DATA
     t0 = time.perf_counter()
     built = Built(out)
     notes: list[str] = []
     data = None if no_bench else _read_bench(db, lasting, bisections or [], notes)
+    if data is not None:
+        data.commit_url = commit_url
     tests = None if no_history else _read_history(history, last, quarantine, notes)
     nums = read_numerics(numerics or [])
     built.read_s = time.perf_counter() - t0
@@ -285,6 +288,9 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
                    help="folders of `numerics compare --out DIR` reports (report.json) to show (repeatable)")
     p.add_argument("--quarantine", type=Path, help="the quarantine file (default ci/quarantine.toml)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes for the charts (default: the CPUs)")
+    p.add_argument("--commit-url", default="", metavar="TEMPLATE",
+                   help="a commit's page, `{commit}` replaced, linked from each run's page (its CI runs and their "
+                   "artifacts), e.g. https://github.com/OWNER/REPO/commit/{commit}; `nox -s site` sets it on GitHub")
     p.add_argument("--link", metavar="URL", help="only add a link to the built site (the uploaded artifact's URL) "
                    "to the job summary; build nothing")
     from harness.store.cli import add_store_flags
@@ -310,12 +316,9 @@ def cli_main(args: argparse.Namespace) -> int:
     for folder in [*args.bisections, *args.numerics]:
         if not folder.is_dir():
             raise UsageError(f"{folder} is not a folder")
-    try:
-        built = build(args.out, db=args.db, lasting=args.lasting, history=args.history, no_history=args.no_history,
-                      no_bench=args.no_bench, last=args.last, bisections=args.bisections, numerics=args.numerics,
-                      quarantine=args.quarantine, jobs=args.jobs)
-    except HarnessError:
-        raise
+    built = build(args.out, db=args.db, lasting=args.lasting, history=args.history, no_history=args.no_history,
+                  no_bench=args.no_bench, last=args.last, bisections=args.bisections, numerics=args.numerics,
+                  quarantine=args.quarantine, jobs=args.jobs, commit_url=args.commit_url)
     for n in built.notes:
         print(f"note: {n}", file=sys.stderr)
     print(built.line())

@@ -77,6 +77,7 @@ class BenchData:
     results: dict[int, list[tuple[str, str, Point]]] = field(default_factory=dict)  # run -> (workload, compiler, pt)
     marks: dict[GraphKey, list[Mark]] = field(default_factory=dict)
     bisections: dict[tuple[str, str, str], Path] = field(default_factory=dict)  # (workload, compiler, commit)
+    commit_url: str = ""  # `--commit-url`: a run's commit page, `{commit}` replaced (its CI runs, their artifacts)
 
     def workloads(self) -> list[str]:
         return sorted({k[0] for k in self.graphs})

@@ -299,6 +299,9 @@ def render_run(data: BenchData, run: RunInfo, export_name: str) -> str:
     gh = _actions_url(run.env)
     if gh:
         links.append(f'<a href="{esc(gh)}">the CI run and its artifacts</a>')
+    if data.commit_url and run.git_commit:
+        url = data.commit_url.replace("{commit}", run.git_commit)
+        links.append(f'<a href="{esc(url)}">commit {esc(_short(run.git_commit))}: its CI runs and their artifacts</a>')
     parts.append("<h2>Artifacts</h2><ul>" + "".join(f"<li>{x}</li>" for x in links) + "</ul>")
     vs = data.verdicts.get(run.id) or []
     if vs:

@@ -213,7 +213,9 @@ def test_one_graph_per_hardware_class_and_a_log_axis_across_decades(tmp_path):
             store.add_result(rid, Result("mm.small", "kiln", "s", samples=[2e3 * slow + k for k in range(5)]))
             store.finish_run(rid)
     out = tmp_path / "site"
-    build.build(out, db=str(db), no_history=True, jobs=1)
+    build.build(out, db=str(db), no_history=True, jobs=1, commit_url="https://git.invalid/c/{commit}")
+    run_page = (out / "run-fixture-tiny-0002.html").read_text()
+    assert f'href="https://git.invalid/c/{fixture.commit_of(2)}"' in run_page  # its commit's CI runs
     page = Elements((out / workload_page("mm.small")).read_text())
     figs = {a["data-hw-class"]: a for a in page.with_class("graph")}
     assert set(figs) == {"gpu-a", "gpu-b"} and {a["data-metric"] for a in figs.values()} == {"latency"}
@@ -230,3 +232,18 @@ def test_link_only_writes_the_job_summary(tmp_path, monkeypatch, capsys):
     assert main(["site", "--out", str(tmp_path / "s"), "--link", url]) == 0
     assert url in summary.read_text() and "History site" in summary.read_text()
     assert not (tmp_path / "s").exists()  # builds nothing
+
+
+def test_numerics_reports_are_shown(tmp_path):
+    """A `numerics compare --out DIR` report (its report.json keys) is listed with each pair's verdict."""
+    import json
+
+    folder = tmp_path / "numerics" / "attention"
+    folder.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"schema": 1, "check": {"failures": []}, "reports": [{
+        "program": {"ref": "attention"}, "outputs": [{"name": "out", "pairs": [
+            {"a": "A:eager", "b": "B:kiln", "verdict": "B:kiln is closer to fp64"}]}]}]}))
+    out = tmp_path / "site"
+    build.build(out, no_bench=True, no_history=True, numerics=[tmp_path / "numerics"], jobs=1)
+    text = (out / "numerics.html").read_text()
+    assert "attention" in text and "B:kiln is closer to fp64" in text and "passed" in text
