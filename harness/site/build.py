@@ -43,7 +43,7 @@ class PageSpec:
     name: str
     inputs: str  # hash of what the page shows
     render: Callable[[], str] | None = None
-    workload: str | None = None  # rendered in a worker (charts)
+    job: tuple[str, str] | None = None  # (kind, key) rendered in a worker: ("workload", name), ("run", uid)
 
 
 @dataclass
@@ -81,9 +81,16 @@ def _vsig(data: BenchData, run_id: int) -> tuple:
 _DATA: BenchData | None = None  # the bench data, inherited by the forked workers
 
 
-def _render_workload(workload: str) -> str:
+def _render_job(job: tuple[str, str]) -> str:
+    """A page of the bench data (`PageSpec.job`), in this process or a forked worker."""
     assert _DATA is not None
-    return pages.render_workload(_DATA, workload)
+    kind, key = job
+    if kind == "workload":
+        return pages.render_workload(_DATA, key)
+    run = _DATA.run_by_uid(key)
+    if kind == "run":
+        return pages.render_run(_DATA, run, f"run-{pages.slug(run.uid)}.json")
+    return pages.run_export(_DATA, run)
 
 
 def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], notes: list[str]) -> list[PageSpec]:
@@ -111,13 +118,12 @@ def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], n
         keys = data.graphs_of(w)
         sig = [(k, data.devices[k], [(c, [tuple(p) for p in pts]) for c, pts in sorted(data.graphs[k].items())],
                 [tuple(m) for m in data.marks.get(k, [])]) for k in keys]
-        out.append(PageSpec(pages.workload_page(w), _hash(sig), workload=w))
+        out.append(PageSpec(pages.workload_page(w), _hash(sig), job=("workload", w)))
     for run in data.runs:
-        export = f"run-{pages.slug(run.uid)}.json"
         sig = (json.dumps(run.as_dict(), sort_keys=True, default=str), _vsig(data, run.id), data.commit_url,
                [(w, c, tuple(p)) for w, c, p in data.results.get(run.id) or []])
-        out.append(PageSpec(pages.run_page(run.uid), _hash(sig), lambda run=run, e=export: pages.render_run(data, run, e)))
-        out.append(PageSpec(export, _hash(("export", sig)), lambda run=run: pages.run_export(data, run)))
+        out.append(PageSpec(pages.run_page(run.uid), _hash(sig), job=("run", run.uid)))
+        out.append(PageSpec(f"run-{pages.slug(run.uid)}.json", _hash(("export", sig)), job=("export", run.uid)))
     for (w, c, commit), path in data.bisections.items():
         name = f"{path.stem}-{commit[:10]}"
         try:
@@ -159,7 +165,7 @@ def write_site(out: Path, all_specs: list[PageSpec], *, jobs: int = 1, built: Bu
         else:
             todo.append(s)
     rendered: dict[str, str] = {}
-    in_workers = [s for s in todo if s.workload is not None]
+    in_workers = [s for s in todo if s.job is not None]
     if jobs > 1 and len(in_workers) > 1:
         import multiprocessing
 
@@ -167,13 +173,18 @@ def write_site(out: Path, all_specs: list[PageSpec], *, jobs: int = 1, built: Bu
 
         with ProcessPoolExecutor(max_workers=min(jobs, len(in_workers)),
                                  mp_context=multiprocessing.get_context("fork")) as pool:
-            for s, text in zip(in_workers, pool.map(_render_workload, [s.workload for s in in_workers],
-                                                    chunksize=1)):
-                rendered[s.name] = text
+            charts = [s for s in in_workers if s.job[0] == "workload"]  # type: ignore[index]
+            light = [s for s in in_workers if s.job[0] != "workload"]  # type: ignore[index]
+            done = [(charts, pool.map(_render_job, [s.job for s in charts], chunksize=1)),
+                    (light, pool.map(_render_job, [s.job for s in light],
+                                     chunksize=max(1, len(light) // (4 * jobs))))]
+            for group, texts in done:
+                for s, text in zip(group, texts):
+                    rendered[s.name] = text
     for s in todo:
         text = rendered.get(s.name)
         if text is None:
-            text = _render_workload(s.workload) if s.workload is not None else s.render()  # type: ignore[misc]
+            text = _render_job(s.job) if s.job is not None else s.render()  # type: ignore[misc]
         sha = _sha(text)
         prev = old.get(s.name)
         if prev and prev.get("sha256") == sha and (out / s.name).is_file():

@@ -88,8 +88,12 @@ class BenchData:
     def run(self, run_id: int) -> RunInfo:
         return self._by_id[run_id]
 
+    def run_by_uid(self, uid: str) -> RunInfo:
+        return self._by_uid[uid]
+
     def index(self) -> None:
         self._by_id = {r.id: r for r in self.runs}
+        self._by_uid = {r.uid: r for r in self.runs}
 
 
 def quartiles(sample_lists: list[list[float]]) -> list[tuple[float, float, float] | None]:
