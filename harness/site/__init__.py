@@ -14,5 +14,6 @@ Terms:
                 change is neither rendered nor rewritten (incremental builds).
 
 Modules: `data.py` (what the stores hold, read once), `charts.py` (SVG charts), `pages.py` (HTML), `build.py`
-(the verb, the manifest).
+(the verb, the manifest), `fixture.py` (a planted history written through the stores' writers: the tests and
+ci/site_bench.py).
 """

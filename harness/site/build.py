@@ -5,16 +5,19 @@ Terms:
               KILN_STORE_URL / `--store URL`, else results/bench/<backend>/bench.sqlite; harness/bench/cli.py) and
               the test history (`--history DB`, else KILN_STORE_URL, else KILN_HISTORY_DB or the lasting folder's
               file; harness/suites/history.py), both opened read-only: the site never migrates or writes a store.
-  page spec   a page's name, its inputs (the data it shows, hashed with RENDER_VERSION) and how to render it.
-  manifest    DIR/manifest.json: per page its inputs hash and the sha256 of what was written. A page whose inputs
-              hash is unchanged (and whose file is still what was written) is skipped: not rendered, not
-              rewritten. Pages of an earlier build that this one no longer makes are removed.
-Workload pages (the charts) render in worker processes (`--jobs`, default: the CPUs this process may use).
+  page spec   a page's name, its inputs (the data it shows) and how to render it.
+  manifest    DIR/manifest.json: per page its inputs hash (its data, RENDER_VERSION and the source of the site's
+              modules) and the sha256 of what was written. A page whose inputs hash is unchanged (and whose file is
+              still there) is skipped: not rendered, not rewritten; one rendered again into the same bytes is not
+              rewritten either. Pages of an earlier build that this one no longer makes are removed.
+Workload pages (the charts), run pages and run exports render in worker processes (`--jobs`, default: the CPUs
+this process may use).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import marshal
@@ -33,7 +36,7 @@ from harness.results import append_job_summary, atomic_write_text
 from . import pages
 from .data import BenchData, TestData, read_bench, read_numerics, read_tests
 
-RENDER_VERSION = "1"  # bump when a page's rendering changes: every page is rebuilt once
+RENDER_VERSION = "1"  # bump to rebuild every page once (the renderers' own source is hashed in as well)
 MANIFEST = "manifest.json"
 DEFAULT_LAST = 50
 
@@ -63,14 +66,23 @@ class Built:
                 f"{len(self.removed)} removed in {self.seconds:.2f} s (stores read in {self.read_s:.2f} s)")
 
 
+@functools.lru_cache(maxsize=1)
+def _renderer() -> bytes:
+    """RENDER_VERSION and a hash of the site's own modules: a change to how pages look rebuilds them."""
+    h = hashlib.sha256(RENDER_VERSION.encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return h.digest()
+
+
 def _hash(obj: Any) -> str:
-    """A page's inputs hash, with RENDER_VERSION: `obj` marshalled (plain tuples, lists, dicts, numbers and text:
+    """A page's inputs hash (with `_renderer`): `obj` marshalled (plain tuples, lists, dicts, numbers and text:
     the fast path for the large inputs), else pickled (the stores' records)."""
     try:
         raw = marshal.dumps(obj)
     except ValueError:
         raw = pickle.dumps(obj, protocol=5)
-    return hashlib.sha256(RENDER_VERSION.encode() + raw).hexdigest()
+    return hashlib.sha256(_renderer() + raw).hexdigest()
 
 
 def _vsig(data: BenchData, run_id: int) -> tuple:

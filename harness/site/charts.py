@@ -92,7 +92,7 @@ def trend_svg(*, chart_id: str, title: str, ylabel: str, xlabels: Sequence[str],
             if m.url:
                 line.set_url(m.url)
         n = len(xlabels)
-        step = max(1, -(-n // 12))
+        step = max(1, -(-n // 8))  # at most 8 labelled runs: a label is a commit and a date
         ticks = list(range(0, n, step))
         ax.set_xticks(ticks, [xlabels[i] for i in ticks], fontsize=7)
         ax.set_xlim(-0.5, max(n - 0.5, 0.5))

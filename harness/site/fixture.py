@@ -30,6 +30,13 @@ FAILING_FROM, FLAKY_RUNS = 24, (7, 19)
 HW_CLASS = "fixture-cpu"
 
 
+def _date(i: int) -> str:
+    """Run `i`'s time: one run an hour from 2026-11-01."""
+    from datetime import datetime, timedelta, timezone
+
+    return (datetime(2026, 11, 1, tzinfo=timezone.utc) + timedelta(hours=i)).isoformat()
+
+
 def commit_of(i: int) -> str:
     return hashlib.sha1(f"kiln-site-fixture-{i}".encode()).hexdigest()
 
@@ -46,7 +53,7 @@ def _base(workload: str, compiler: str) -> float:
 def _run_info(i: int, profile: str = "tiny") -> Any:
     from harness.bench.records import RunInfo
 
-    return RunInfo(id=None, uid=f"fixture-{profile}-{i:04d}", created_at=f"2026-11-{1 + i // 24:02d}T{i % 24:02d}:00:00+00:00",
+    return RunInfo(id=None, uid=f"fixture-{profile}-{i:04d}", created_at=_date(i),
                    profile=profile, device="cpu", device_name="cpu: fixture", compilers=list(COMPILERS),
                    git_ref="main", git_commit=commit_of(i), label=None, ceiling_gbps=10.0,
                    env={"source": "fixture", "GITHUB_RUN_ID": str(1000 + i)},
@@ -122,7 +129,7 @@ def _run_folder(folder: Path, i: int, outcomes: dict[str, str]) -> Path:
     failed = any(o == "failed" for o in outcomes.values())
     (folder / "run.json").write_text(json.dumps({
         "backend": "cpu", "mode": "native", "status": "complete", "src": str(folder),
-        "started": f"2026-11-{1 + i // 24:02d}T{i % 24:02d}:00:00+00:00",
+        "started": _date(i),
         "suites": [{"name": "suite", "status": "failed" if failed else "passed", "junit": "suites/suite.xml",
                     "duration_s": 1.0}]}))
     (folder / "env.json").write_text(json.dumps({"git": {"sha": commit_of(i)}}))
