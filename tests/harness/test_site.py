@@ -38,7 +38,8 @@ def chromium() -> str:
 
 def browse(exe: str, page: Path, tmp: Path, *args: str) -> str:
     """Chromium's output for `page` opened from disk (file://) with `args` (--dump-dom, --screenshot=...)."""
-    proc = subprocess.run([exe, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={tmp / 'profile'}",
+    proc = subprocess.run([exe, "--headless", "--disable-gpu", "--no-sandbox", "--disable-dev-shm-usage",
+                           f"--user-data-dir={tmp / 'profile'}",
                            "--allow-file-access-from-files", *args, page.resolve().as_uri()],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -247,3 +248,13 @@ def test_numerics_reports_are_shown(tmp_path):
     build.build(out, no_bench=True, no_history=True, numerics=[tmp_path / "numerics"], jobs=1)
     text = (out / "numerics.html").read_text()
     assert "attention" in text and "B:kiln is closer to fp64" in text and "passed" in text
+
+
+def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true but chromium is not installed"):
+        chromium()
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception, match="chromium is not installed"):
+        chromium()
