@@ -142,7 +142,8 @@ def graph_charts(key: GraphKey, series: dict[str, list[Point]], marks: Sequence[
     for comp in _ordered(series):
         pts = [p for p in series[comp] if p.frac_ceiling]
         if pts:
-            bw.append(charts.Series(comp, [pos[p.run_id] for p in pts], [100 * p.frac_ceiling for p in pts]))
+            bw.append(charts.Series(comp, [pos[p.run_id] for p in pts], [100 * p.frac_ceiling for p in pts],
+                                    label=series_label(comp, device)))
     if bw:
         figs.append(_figure(key, "bandwidth", charts.trend_svg(
             chart_id=f"{cid}-bandwidth", title=f"{workload}: bandwidth per run, % of the copy ceiling\n{where}",
