@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch.fx as fx
 
-from . import config, fx_passes
+from . import config, fx_attention, fx_passes
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
 from .codegen.kernels import Kernels, render
@@ -53,6 +53,11 @@ class GraphJob:
 def input_strides_pass(job: GraphJob) -> None:
     if job.example_inputs is not None:
         fx_passes.adopt_input_strides(job.gm, job.example_inputs)
+
+
+def attention_pass(job: GraphJob) -> None:
+    if job.role == "inference":  # a training forward would have to save the probabilities for its backward
+        fx_attention.fuse_attention(job.gm)
 
 
 def conv_layout_pass(job: GraphJob) -> None:
@@ -127,6 +132,8 @@ class Pass(NamedTuple):
 PASSES: list[Pass] = [
     Pass("input_strides", "inputs laid out otherwise than traced (a backward's channels-last saved activations) "
          "are traced again with their real strides: kernels index inputs by them", input_strides_pass),
+    Pass("attention", "eager attention of inference graphs (bmm, scale, mask, softmax, bmm) becomes one fused ATen "
+         "attention call on a GPU: the scores are never written", attention_pass),
     Pass("conv_layout", "fp16/bf16 GPU convolutions, forward and backward, run channels-last (cuDNN's NHWC "
          "kernels, no transposes around each convolution)", conv_layout_pass),
     Pass("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "

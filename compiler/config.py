@@ -70,6 +70,11 @@ class Settings:
     #: in an elementwise kernel of its own after cuDNN's, into an add that fuses with the convolution's
     #: consumers (kiln kernels); "split" does so on any device; "keep" never (``fx_passes.split_conv_bias``).
     conv_bias: str = "auto"
+    #: Eager attention in inference graphs (``softmax(q @ k^T * scale + mask) @ v`` as bmm, softmax, bmm):
+    #: "auto" replaces each by one fused ATen attention call (``_scaled_dot_product_efficient_attention``) on a
+    #: GPU, "fuse" on any device (the CPU's ``_scaled_dot_product_flash_attention_for_cpu``), "keep" never
+    #: (``fx_attention.fuse_attention``).
+    attention: str = "auto"
     #: The graph cache (``runtime/graph_cache.py``) and the autotune choices (``runtime/autotune.py``) on disk:
     #: "1" read and write, "read" read only (never write: jobs of a lower trust level, such as pull requests,
     #: beside a cache that trusted jobs load), "0" off.
@@ -124,6 +129,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "mm_layout": ("bench", "pad", "contiguous", "off"),
     "conv_layout": ("auto", "always", "off"),
     "conv_bias": ("auto", "split", "keep"),
+    "attention": ("auto", "fuse", "keep"),
     "cache": ("1", "read", "0"),
 }
 

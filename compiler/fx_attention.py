@@ -1,0 +1,320 @@
+"""The ``attention`` rewrite: eager attention in an inference ATen graph becomes one fused ATen SDPA call.
+
+Terms:
+- *eager attention*: ``softmax(q @ k^T * scale + mask) @ v`` written out as ops, as HF BERT's eager path does.
+  After AOTAutograd it reaches kiln as ``bmm(view(clone(expand(q))), view(clone(expand(k^T))))``, a ``view`` back
+  to ``[B, H, S, Sk]``, optional ``mul``/``div`` by a number, an optional ``add`` of a mask, an optional cast to
+  fp32, the decomposed softmax (``amax``, ``sub``, ``exp``, ``sum``, ``div``; or ``_softmax``), an optional cast
+  back, and a second ``bmm`` with ``v``. kiln would run the two bmms as cuBLAS calls and the softmax as its own
+  kernel, writing and reading the ``[B, H, S, Sk]`` scores twice; a fused kernel never writes them.
+- *SDPA call*: on a GPU ``aten._scaled_dot_product_efficient_attention`` (takes an additive bias, fp16, bf16
+  and fp32); on the CPU ``aten._scaled_dot_product_flash_attention_for_cpu``. Both stay whole in kiln (no
+  lowering: an ATen fallback like the attention ops Dynamo already emits for ``F.scaled_dot_product_attention``).
+- *bias*: the mask expanded to ``[B, H, S, Sk]`` (the efficient kernel takes no broadcasting) in the query's
+  dtype; its strides, but the last (1), must be multiples of 16 elements, else the mask is padded to that and
+  sliced back first, as ATen's own ``scaled_dot_product_attention`` does.
+
+Matched only in inference graphs (a training forward would have to save the probabilities for its backward),
+only when every intermediate (scores, probabilities) has no user outside the pattern, q/k/v share a dtype and
+a static head dim that the kernel takes, and the scale is a plain number. Anything else leaves the graph as it
+was; a rewrite that fails to propagate its FakeTensors is rolled back (``fx_passes.Rewrite``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+
+from . import config
+from .fx_passes import Rewrite, _fake_mode, _val
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+#: head dims the rewrite takes: a multiple of 8 (the kernels' aligned loads for 16-bit types) up to this
+MAX_HEAD_DIM = 128
+HEAD_DIM_MULTIPLE = 8
+#: the efficient kernel's bias alignment (elements) for every stride but the last
+BIAS_ALIGN = 16
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+CASTS = (aten._to_copy.default, prims.convert_element_type.default)
+
+
+def _known(cond: Any) -> bool:
+    """``cond`` holds for every value of its symbols (no guard added); plain bools as they are."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return cond if isinstance(cond, bool) else statically_known_true(cond)
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    return len(a) == len(b) and all(_known(x == y) for x, y in zip(a, b))
+
+
+def _call(n: Any, *targets: Any) -> bool:
+    return isinstance(n, fx.Node) and n.op == "call_function" and n.target in targets
+
+
+def _only_user(n: fx.Node) -> Optional[fx.Node]:
+    return next(iter(n.users)) if len(n.users) == 1 else None
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass
+class Match:
+    """One eager attention: the 4-D q ``[B, H, S, D]``, k^T ``[B, H, D, Sk]`` and v ``[B, H, Sk, D]`` nodes, the
+    scale, the mask node (None: none), ``sizes`` (the scores' view sizes: ints or size nodes), the view of the
+    second bmm's result that the SDPA output replaces, and every node of the pattern."""
+
+    q: fx.Node
+    kt: fx.Node
+    v: fx.Node
+    scale: float
+    mask: Optional[fx.Node]
+    sizes: list
+    out: fx.Node
+    nodes: list[fx.Node]
+
+
+def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
+    """The 4-D tensor that ATen's matmul decomposition flattened into bmm operand ``n`` (``view`` of an
+    optional ``clone`` of an optional same-shape ``expand``); None when ``n`` is not such a view."""
+    if not _call(n, aten.view.default, aten._unsafe_view.default) or len(n.users) != 1:
+        return None
+    chain = [n]
+    x = n.args[0]
+    for target in (aten.clone.default, aten.expand.default):
+        if _call(x, target) and len(x.users) == 1:
+            if target is aten.expand.default and not _same_shape(_val(x).shape, _val(x.args[0]).shape):
+                return None  # broadcast heads (grouped-query attention): left alone
+            chain.append(x)
+            x = x.args[0]
+    val, flat = _val(x), _val(n)
+    if not isinstance(val, torch.Tensor) or val.dim() != 4 or flat.dim() != 3:
+        return None
+    if not _same_shape(flat.shape, (val.shape[0] * val.shape[1], val.shape[2], val.shape[3])):
+        return None
+    nodes.extend(chain)
+    return x
+
+
+def _absorb_scale(x: fx.Node, nodes: list[fx.Node]) -> tuple[fx.Node, float]:
+    """(input, factor) of a ``mul``/``div`` of ``x`` by a number read only by the pattern, else (x, 1)."""
+    if _call(x, aten.mul.Tensor, aten.div.Tensor) and len(x.users) == 1 and _number(x.args[1]) and x.args[1] != 0 \
+            and isinstance(x.args[0], fx.Node) and _val(x.args[0]).dtype == _val(x).dtype:
+        nodes.append(x)
+        return x.args[0], (float(x.args[1]) if x.target is aten.mul.Tensor else 1.0 / float(x.args[1]))
+    return x, 1.0
+
+
+def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
+    """The probabilities node of a softmax of ``x`` over its last dim (decomposed or ``_softmax``) whose
+    intermediates only the softmax reads; None when ``x`` feeds none."""
+    last = (-1, _val(x).dim() - 1)
+    u = _only_user(x)
+    if _call(u, aten._softmax.default):
+        if u.args[1] in last and not u.args[2]:
+            nodes.append(u)
+            return u
+        return None
+    users = list(x.users)
+    amax = next((m for m in users if _call(m, aten.amax.default)), None)
+    sub = next((s for s in users if _call(s, aten.sub.Tensor)), None)
+    if len(users) != 2 or amax is None or sub is None or list(amax.args[1]) not in ([d] for d in last):
+        return None
+    if not (len(amax.args) > 2 and amax.args[2]) or sub.args != (x, amax) or len(amax.users) != 1:
+        return None
+    exp = _only_user(sub)
+    if not _call(exp, aten.exp.default) or len(exp.users) != 2:
+        return None
+    total = next((s for s in exp.users if _call(s, aten.sum.dim_IntList)), None)
+    div = next((d for d in exp.users if _call(d, aten.div.Tensor)), None)
+    if total is None or div is None or list(total.args[1]) not in ([d] for d in last) or len(total.users) != 1:
+        return None
+    if not (len(total.args) > 2 and total.args[2]) or total.kwargs.get("dtype") or div.args != (exp, total):
+        return None
+    nodes.extend([amax, sub, exp, total, div])
+    return div
+
+
+def match(b1: fx.Node) -> Optional[Match]:
+    """The eager attention whose first matmul is ``bmm`` node ``b1``, or None."""
+    nodes: list[fx.Node] = [b1]
+    q, kt = _peel(b1.args[0], nodes), _peel(b1.args[1], nodes)
+    if q is None or kt is None:
+        return None
+    scale = 1.0
+    q, f = _absorb_scale(q, nodes)
+    scale *= f
+    kt, f = _absorb_scale(kt, nodes)
+    scale *= f
+    qv, ktv = _val(q), _val(kt)
+    sc = _only_user(b1)
+    if not _call(sc, aten.view.default) or _val(sc).dim() != 4:
+        return None
+    B, H, S, D = qv.shape
+    if not _same_shape(_val(sc).shape, (B, H, S, ktv.shape[3])) or not _same_shape(ktv.shape[:3], (B, H, D)):
+        return None
+    nodes.append(sc)
+    x, mask, dtype = sc, None, qv.dtype
+    while True:  # scale, mask and cast, one node each, each read only by the next
+        u = _only_user(x)
+        if u is None:  # the softmax's amax and sub
+            break
+        if _call(u, aten.mul.Tensor, aten.div.Tensor) and u.args[0] is x and _number(u.args[1]) and mask is None \
+                and u.args[1] != 0 and _val(u).dtype == _val(x).dtype:
+            scale *= float(u.args[1]) if u.target is aten.mul.Tensor else 1.0 / float(u.args[1])
+        elif _call(u, aten.add.Tensor) and mask is None and not u.kwargs and len(u.args) == 2 \
+                and x in u.args and u.args[0] is not u.args[1]:
+            mask = u.args[1] if u.args[0] is x else u.args[0]
+            mv = _val(mask)
+            if not isinstance(mv, torch.Tensor) or mv.dim() > 4 or not mv.dtype.is_floating_point:
+                return None
+            if not _same_shape(_val(u).shape, _val(x).shape) or _val(u).dtype != _val(x).dtype:
+                return None
+        elif _call(u, *CASTS) and _val(u).dtype == torch.float32 and _val(x).dtype in DTYPES:
+            pass
+        else:
+            break
+        nodes.append(u)
+        x = u
+    p = _softmax(x, nodes)
+    if p is None:
+        return None
+    u = _only_user(p)
+    if _call(u, *CASTS) and _val(u).dtype == dtype:
+        nodes.append(u)
+        p, u = u, _only_user(u)
+    if _call(u, aten.expand.default) and _same_shape(_val(u).shape, _val(p).shape) and len(u.users) == 1:
+        nodes.append(u)
+        u = _only_user(u)
+    if not _call(u, aten.view.default, aten._unsafe_view.default) or len(u.users) != 1:
+        return None
+    b2 = _only_user(u)
+    if not _call(b2, aten.bmm.default) or b2.args[0] is not u:
+        return None
+    nodes.extend([u, b2])
+    v = _peel(b2.args[1], nodes)
+    out = _only_user(b2)
+    if v is None or not _call(out, aten.view.default) or not _same_shape(_val(out).shape, qv.shape):
+        return None
+    if not _same_shape(_val(v).shape, (B, H, ktv.shape[3], D)):
+        return None
+    if not (_val(p).dtype == dtype and ktv.dtype == dtype and _val(v).dtype == dtype and dtype in DTYPES):
+        return None
+    if not isinstance(D, int) or D % HEAD_DIM_MULTIPLE or D > MAX_HEAD_DIM:
+        return None
+    if any(isinstance(s, int) and s < 0 for s in sc.args[1]):
+        return None
+    nodes.append(out)
+    return Match(q, kt, v, scale, mask, list(sc.args[1]), out, nodes)
+
+
+def _aligned(val: torch.Tensor) -> bool:
+    st = val.stride()
+    return _known(st[-1] == 1) and all(_known(s % BIAS_ALIGN == 0) for s in st[:-1])
+
+
+def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.dtype) -> Optional[fx.Node]:
+    """The mask as the kernel's bias (module docstring), inserted before ``at``; None (nothing inserted) when
+    it cannot be."""
+    mask, mv = m.mask, _val(m.mask)
+    sizes = _val(m.out).shape[:3] + (_val(m.kt).shape[3],)
+    with mv.fake_mode:
+        conv = torch.empty_like(mv, dtype=dtype) if mv.dtype != dtype else mv
+        aligned = _aligned(conv.expand(sizes))
+    last = mv.shape[-1] if mv.dim() else 1
+    if not aligned and (not isinstance(last, int) or last == 1):
+        return None  # a symbolic or broadcast key dim: no static padding to make
+    with gm.graph.inserting_before(at):
+        if mv.dtype != dtype:
+            mask = rw.node(aten._to_copy.default, (mask,), {"dtype": dtype})
+        if not aligned and last % BIAS_ALIGN == 0:  # a dense copy has every stride a multiple of the last dim
+            mask = rw.node(aten.clone.default, (mask,), {"memory_format": torch.contiguous_format})
+        elif not aligned:  # pad the last dim to the alignment and slice back: every other stride is then aligned
+            padded = rw.node(aten.constant_pad_nd.default, (mask, [0, (-last) % BIAS_ALIGN], 0.0))
+            mask = rw.node(aten.slice.Tensor, (padded, -1, 0, last))
+        return rw.node(aten.expand.default, (mask, m.sizes))
+
+
+def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, transpose: bool = False) -> fx.Node:
+    """``x`` (transposed in its last two dims) as a kernel operand: unit stride in its last dim."""
+    st = _val(x).stride()
+    with gm.graph.inserting_before(at):
+        if transpose:
+            if _call(x, aten.permute.default) and list(x.args[1]) == [0, 1, 3, 2]:
+                x = x.args[0]
+                st = _val(x).stride()
+            else:
+                x = rw.node(aten.permute.default, (x, [0, 1, 3, 2]))
+                st = st[:2] + (st[3], st[2])
+        if not _known(st[-1] == 1):
+            x = rw.node(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
+    return x
+
+
+def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
+    """Insert the SDPA call of ``m`` and move the users of its output to it; False (nothing inserted) when the
+    mask cannot be made a bias."""
+    at, qv = m.out, _val(m.q)
+    bias = _bias(m, rw, gm, at, qv.dtype) if m.mask is not None else None
+    if m.mask is not None and bias is None:
+        return False
+    q = _operand(m.q, rw, gm, at)
+    k = _operand(m.kt, rw, gm, at, transpose=True)
+    v = _operand(m.v, rw, gm, at)
+    with gm.graph.inserting_before(at):
+        if qv.device.type == "cuda":
+            sdpa = rw.node(aten._scaled_dot_product_efficient_attention.default,
+                           (q, k, v, bias, False, 0.0, False), {"scale": m.scale})
+        else:
+            sdpa = rw.node(aten._scaled_dot_product_flash_attention_for_cpu.default,
+                           (q, k, v, 0.0, False), {"attn_mask": bias, "scale": m.scale})
+        out = rw.node(operator.getitem, (sdpa, 0))
+    rw.replace(m.out, out)
+    return True
+
+
+def fuse_attention(gm: fx.GraphModule) -> int:
+    """Replace each eager attention of an inference graph by one SDPA call (module docstring); returns the
+    number replaced (0: the graph is unchanged). ``attention=auto`` does so for GPU graphs outside the
+    interpreter, ``fuse`` on any device, ``keep`` never."""
+    mode = config.settings().attention
+    if mode == "keep" or (mode == "auto" and config.interpreting()):
+        return 0
+    fake = _fake_mode(gm)
+    if fake is None:
+        return 0
+    matches, taken = [], set()
+    for n in list(gm.graph.nodes):
+        if not _call(n, aten.bmm.default) or n in taken:
+            continue
+        m = match(n)
+        if m is None or taken.intersection(m.nodes):
+            continue
+        if mode == "auto" and _val(m.q).device.type != "cuda":
+            continue
+        matches.append(m)
+        taken.update(m.nodes)
+    if not matches:
+        return 0
+    rw = Rewrite(gm, fake)
+    done = [m for m in matches if _replace(m, rw, gm)]
+    if not done or not rw.commit():
+        return 0
+    pos = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for m in done:  # the pattern's nodes are dead now: drop them, last first
+        dead = set(m.nodes) | {n for n in (m.q, m.kt, m.v) if n.op == "call_function"}  # a k^T unpermuted
+        for n in sorted((n for n in dead if n in pos), key=pos.__getitem__, reverse=True):
+            if not n.users:
+                gm.graph.erase_node(n)
+    gm.graph.lint()
+    gm.recompile()
+    return len(done)
