@@ -189,7 +189,7 @@ def match(b1: fx.Node) -> Optional[Match]:
     if p is None:
         return None
     u = _only_user(p)
-    if _call(u, *CASTS) and _val(u).dtype == dtype:
+    while _call(u, aten.clone.default) or (_call(u, *CASTS) and _val(u).dtype == dtype):  # eval dropout: a clone
         nodes.append(u)
         p, u = u, _only_user(u)
     if _call(u, aten.expand.default) and _same_shape(_val(u).shape, _val(p).shape) and len(u.users) == 1:
