@@ -2,9 +2,9 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, runner-id, memdiag
+#   scatter, warmcache, runner-id, memdiag, attention
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
-#  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
+#  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
 #  cgtrain (issue 24, at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
@@ -37,6 +37,9 @@ for stage in "$@"; do
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
+    attention) # the attention rewrite on the GPU: _scaled_dot_product_efficient_attention end to end, HF BERT eager
+               KILN_NO_VENV=1 timeout 240 python3 -m pytest -q -p no:cacheprovider -p no:xdist \
+                 tests/compiler/test_attention_pass.py > "$OUT/$stage.log" 2>&1 ;;
     models) if [ -n "${MODELS_FROM:-}" ]; then mkdir -p "$OUT/models" && cp -r "$MODELS_FROM"/. "$OUT/models/"; fi
             timeout "${MODELS_TIMEOUT_S:-540}" python3 -m harness bench models ${MODELS_RESUME---resume} ${MODELS_COMPILE_ONLY:+--compile-only} \
                 --only "${MODELS_ONLY:-model.gpt2.infer.*,model.resnet50.infer.*}" \

@@ -14,6 +14,9 @@ Terms:
   dtype; its strides, but the last (1), must be multiples of 16 elements, else the mask is padded to that and
   sliced back first, as ATen's own ``scaled_dot_product_attention`` does.
 
+Where eager differs: a row whose mask is -inf for every key gives NaN in eager's softmax and zeros from the
+fused kernels (masks of ``finfo.min``, as HF builds them, give the same result either way).
+
 Matched only in inference graphs (a training forward would have to save the probabilities for its backward),
 only when every intermediate (scores, probabilities) has no user outside the pattern, q/k/v share a dtype and
 a static head dim that the kernel takes, and the scale is a plain number. Anything else leaves the graph as it
@@ -284,11 +287,11 @@ def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
 
 def fuse_attention(gm: fx.GraphModule) -> int:
     """Replace each eager attention of an inference graph by one SDPA call (module docstring); returns the
-    number replaced (0: the graph is unchanged). ``attention=auto`` does so for GPU graphs outside the
+    number replaced (0: the graph is unchanged). ``attention=auto`` does so for CUDA graphs outside the
     interpreter, ``fuse`` on any device, ``keep`` never."""
     mode = config.settings().attention
-    if mode == "keep" or (mode == "auto" and config.interpreting()):
-        return 0
+    if mode == "keep" or (mode == "auto" and (config.interpreting() or torch.version.hip is not None)):
+        return 0  # auto: CUDA only (ROCm's efficient attention depends on how torch was built)
     fake = _fake_mode(gm)
     if fake is None:
         return 0
