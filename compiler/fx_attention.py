@@ -45,6 +45,7 @@ HEAD_DIM_MULTIPLE = 8
 BIAS_ALIGN = 16
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 CASTS = (aten._to_copy.default, prims.convert_element_type.default)
+VIEWS = (aten.view.default, aten._unsafe_view.default)
 
 
 def _known(cond: Any) -> bool:
@@ -89,7 +90,7 @@ class Match:
 def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
     """The 4-D tensor that ATen's matmul decomposition flattened into bmm operand ``n`` (``view`` of an
     optional ``clone`` of an optional same-shape ``expand``); None when ``n`` is not such a view."""
-    if not _call(n, aten.view.default, aten._unsafe_view.default) or len(n.users) != 1:
+    if not _call(n, *VIEWS) or len(n.users) != 1:
         return None
     chain = [n]
     x = n.args[0]
@@ -160,7 +161,7 @@ def match(b1: fx.Node) -> Optional[Match]:
     scale *= f
     qv, ktv = _val(q), _val(kt)
     sc = _only_user(b1)
-    if not _call(sc, aten.view.default) or _val(sc).dim() != 4:
+    if not _call(sc, *VIEWS) or _val(sc).dim() != 4:
         return None
     B, H, S, D = qv.shape
     if not _same_shape(_val(sc).shape, (B, H, S, ktv.shape[3])) or not _same_shape(ktv.shape[:3], (B, H, D)):
@@ -198,7 +199,7 @@ def match(b1: fx.Node) -> Optional[Match]:
     if _call(u, aten.expand.default) and _same_shape(_val(u).shape, _val(p).shape) and len(u.users) == 1:
         nodes.append(u)
         u = _only_user(u)
-    if not _call(u, aten.view.default, aten._unsafe_view.default) or len(u.users) != 1:
+    if not _call(u, *VIEWS) or len(u.users) != 1:
         return None
     b2 = _only_user(u)
     if not _call(b2, aten.bmm.default) or b2.args[0] is not u:
@@ -206,7 +207,7 @@ def match(b1: fx.Node) -> Optional[Match]:
     nodes.extend([u, b2])
     v = _peel(b2.args[1], nodes)
     out = _only_user(b2)
-    if v is None or not _call(out, aten.view.default) or not _same_shape(_val(out).shape, qv.shape):
+    if v is None or not _call(out, *VIEWS) or not _same_shape(_val(out).shape, qv.shape):
         return None
     if not _same_shape(_val(v).shape, (B, H, ktv.shape[3], D)):
         return None
