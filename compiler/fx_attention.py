@@ -3,7 +3,8 @@
 Terms:
 - *eager attention*: ``softmax(q @ k^T * scale + mask) @ v`` written out as ops, as HF BERT's eager path does.
   After AOTAutograd it reaches kiln as ``bmm(view(clone(expand(q))), view(clone(expand(k^T))))``, a ``view`` back
-  to ``[B, H, S, Sk]``, optional ``mul``/``div`` by a number, an optional ``add`` of a mask, an optional cast to
+  to ``[B, H, S, Sk]``, optional ``mul``/``div`` by a number, ``add``s of masks (T5: a position bias and a causal
+  mask; added up into one), an optional cast to
   fp32, the decomposed softmax (``amax``, ``sub``, ``exp``, ``sum``, ``div``; or ``_softmax``), an optional cast
   back, and a second ``bmm`` with ``v``. kiln would run the two bmms as cuBLAS calls and the softmax as its own
   kernel, writing and reading the ``[B, H, S, Sk]`` scores twice; a fused kernel never writes them.
@@ -26,6 +27,7 @@ was; a rewrite that fails to propagate its FakeTensors is rolled back (``fx_pass
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from typing import Any, Optional
 
@@ -74,14 +76,14 @@ def _number(x: Any) -> bool:
 @dataclasses.dataclass
 class Match:
     """One eager attention: the 4-D q ``[B, H, S, D]``, k^T ``[B, H, D, Sk]`` and v ``[B, H, Sk, D]`` nodes, the
-    scale, the mask node (None: none), ``sizes`` (the scores' view sizes: ints or size nodes), the view of the
-    second bmm's result that the SDPA output replaces, and every node of the pattern."""
+    scale, the additive mask nodes (in the order added), ``sizes`` (the scores' view sizes: ints or size
+    nodes), the view of the second bmm's result that the SDPA output replaces, and every node of the pattern."""
 
     q: fx.Node
     kt: fx.Node
     v: fx.Node
     scale: float
-    mask: Optional[fx.Node]
+    masks: list[fx.Node]
     sizes: list
     out: fx.Node
     nodes: list[fx.Node]
@@ -167,18 +169,18 @@ def match(b1: fx.Node) -> Optional[Match]:
     if not _same_shape(_val(sc).shape, (B, H, S, ktv.shape[3])) or not _same_shape(ktv.shape[:3], (B, H, D)):
         return None
     nodes.append(sc)
-    x, mask, dtype = sc, None, qv.dtype
-    while True:  # scale, mask and cast, one node each, each read only by the next
+    x, masks, dtype = sc, [], qv.dtype
+    while True:  # scales, then masks, and a cast, each read only by the next
         u = _only_user(x)
         if u is None:  # the softmax's amax and sub
             break
-        if _call(u, aten.mul.Tensor, aten.div.Tensor) and u.args[0] is x and _number(u.args[1]) and mask is None \
+        if _call(u, aten.mul.Tensor, aten.div.Tensor) and u.args[0] is x and _number(u.args[1]) and not masks \
                 and u.args[1] != 0 and _val(u).dtype == _val(x).dtype:
             scale *= float(u.args[1]) if u.target is aten.mul.Tensor else 1.0 / float(u.args[1])
-        elif _call(u, aten.add.Tensor) and mask is None and not u.kwargs and len(u.args) == 2 \
-                and x in u.args and u.args[0] is not u.args[1]:
-            mask = u.args[1] if u.args[0] is x else u.args[0]
-            mv = _val(mask)
+        elif _call(u, aten.add.Tensor) and not u.kwargs and len(u.args) == 2 and x in u.args \
+                and u.args[0] is not u.args[1]:
+            masks.append(u.args[1] if u.args[0] is x else u.args[0])
+            mv = _val(masks[-1])
             if not isinstance(mv, torch.Tensor) or mv.dim() > 4 or not mv.dtype.is_floating_point:
                 return None
             if not _same_shape(_val(u).shape, _val(x).shape) or _val(u).dtype != _val(x).dtype:
@@ -218,7 +220,7 @@ def match(b1: fx.Node) -> Optional[Match]:
     if any(isinstance(s, int) and s < 0 for s in sc.args[1]):
         return None
     nodes.append(out)
-    return Match(q, kt, v, scale, mask, list(sc.args[1]), out, nodes)
+    return Match(q, kt, v, scale, masks, list(sc.args[1]), out, nodes)
 
 
 def _aligned(val: torch.Tensor) -> bool:
@@ -227,17 +229,21 @@ def _aligned(val: torch.Tensor) -> bool:
 
 
 def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.dtype) -> Optional[fx.Node]:
-    """The mask as the kernel's bias (module docstring), inserted before ``at``; None (nothing inserted) when
-    it cannot be."""
-    mask, mv = m.mask, _val(m.mask)
+    """The masks as the kernel's bias (module docstring), inserted before ``at``; None (nothing inserted) when
+    they cannot be."""
+    vals = [_val(n) for n in m.masks]
     sizes = _val(m.out).shape[:3] + (_val(m.kt).shape[3],)
-    with mv.fake_mode:
+    with vals[0].fake_mode:
+        mv = functools.reduce(torch.add, vals)
         conv = torch.empty_like(mv, dtype=dtype) if mv.dtype != dtype else mv
         aligned = _aligned(conv.expand(sizes))
     last = mv.shape[-1] if mv.dim() else 1
     if not aligned and (not isinstance(last, int) or last == 1):
         return None  # a symbolic or broadcast key dim: no static padding to make
     with gm.graph.inserting_before(at):
+        mask = m.masks[0]
+        for other in m.masks[1:]:
+            mask = rw.node(aten.add.Tensor, (mask, other))
         if mv.dtype != dtype:
             mask = rw.node(aten._to_copy.default, (mask,), {"dtype": dtype})
         if not aligned and last % BIAS_ALIGN == 0:  # a dense copy has every stride a multiple of the last dim
@@ -268,8 +274,8 @@ def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
     """Insert the SDPA call of ``m`` and move the users of its output to it; False (nothing inserted) when the
     mask cannot be made a bias."""
     at, qv = m.out, _val(m.q)
-    bias = _bias(m, rw, gm, at, qv.dtype) if m.mask is not None else None
-    if m.mask is not None and bias is None:
+    bias = _bias(m, rw, gm, at, qv.dtype) if m.masks else None
+    if m.masks and bias is None:
         return False
     q = _operand(m.q, rw, gm, at)
     k = _operand(m.kt, rw, gm, at, transpose=True)

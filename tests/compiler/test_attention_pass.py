@@ -32,7 +32,8 @@ def _heads(t, d):
     return t.view(b, s, HEADS, d).permute(0, 2, 1, 3)
 
 
-def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_probs=False, bool_mask=False):
+def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_probs=False, bool_mask=False,
+                   two_masks=False):
     """BERT's eager self-attention: linear q/k/v, [B, H, S, D] heads, scaled scores plus an additive mask."""
     b, s, h = x.shape
     d = h // HEADS
@@ -48,6 +49,8 @@ def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_
         scores = (torch.matmul(q, k.transpose(-1, -2)) + mask) / math.sqrt(d)
     elif mask is not None:
         scores = scores + mask
+        if two_masks:  # T5's decoder: a position bias, then the causal mask
+            scores = scores + mask.transpose(-1, -2).sin()
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     out = torch.matmul(probs, v).permute(0, 2, 1, 3).reshape(b, s, h)
     return (out, probs) if return_probs else out
@@ -94,11 +97,11 @@ def _fused(fn, args, mode="fake", setting="fuse"):
 # ------------------------------------------------------------------------------------------------ matcher
 @pytest.mark.parametrize("variant", [
     dict(), dict(scale_q=True), dict(mask_shape=None), dict(mask_shape="b1ss"), dict(mask_shape="bhss"),
-    dict(mask_shape="s"), dict(s=8), dict(s=13, mask_shape="b1ss"), dict(h=32)])
+    dict(mask_shape="s"), dict(s=8), dict(s=13, mask_shape="b1ss"), dict(h=32), dict(two_masks=True)])
 def test_eager_attention_becomes_one_sdpa_call(variant):
-    """Each variant (scale on q or on the scores, masks of every broadcast shape, aligned or padded, head dims
-    16 and 8) leaves one SDPA node, no bmm or softmax piece, and the eager values."""
-    kwargs = {k: variant[k] for k in ("scale_q",) if k in variant}
+    """Each variant (scale on q or on the scores, masks of every broadcast shape, aligned or padded, two masks
+    added one after the other, head dims 16 and 8) leaves one SDPA node, no bmm or softmax piece, and the eager values."""
+    kwargs = {k: variant[k] for k in ("scale_q", "two_masks") if k in variant}
     args = _args(**{k: v for k, v in variant.items() if k not in kwargs})
 
     fn = attention(**kwargs)
