@@ -224,8 +224,10 @@ def match(b1: fx.Node) -> Optional[Match]:
 
 
 def _aligned(val: torch.Tensor) -> bool:
+    """The bias layout the efficient kernel takes: unit last stride, other strides and the offset multiples of
+    ``BIAS_ALIGN`` elements."""
     st = val.stride()
-    return _known(st[-1] == 1) and all(_known(s % BIAS_ALIGN == 0) for s in st[:-1])
+    return _known(st[-1] == 1) and all(_known(s % BIAS_ALIGN == 0) for s in (*st[:-1], val.storage_offset()))
 
 
 def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.dtype) -> Optional[fx.Node]:
@@ -255,8 +257,9 @@ def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.d
 
 
 def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, transpose: bool = False) -> fx.Node:
-    """``x`` (transposed in its last two dims) as a kernel operand: unit stride in its last dim."""
-    st = _val(x).stride()
+    """``x`` (transposed in its last two dims) as a kernel operand: unit stride in its last dim, data 16-byte
+    aligned (a copy where it is not)."""
+    st, offset = _val(x).stride(), _val(x).storage_offset() * _val(x).element_size()  # a permute keeps the offset
     with gm.graph.inserting_before(at):
         if transpose:
             if _call(x, aten.permute.default) and list(x.args[1]) == [0, 1, 3, 2]:
@@ -265,7 +268,7 @@ def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, transpose
             else:
                 x = rw.node(aten.permute.default, (x, [0, 1, 3, 2]))
                 st = st[:2] + (st[3], st[2])
-        if not _known(st[-1] == 1):
+        if not _known(st[-1] == 1) or not _known(offset % 16 == 0):  # the kernels load 16 bytes at a time
             x = rw.node(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
     return x
 

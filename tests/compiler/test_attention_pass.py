@@ -256,3 +256,20 @@ def test_reference_sdpa_agrees_with_the_eager_module():
     d = x.shape[-1] // HEADS
     ref = F.scaled_dot_product_attention(_heads(x @ wq, d), _heads(x @ wk, d), _heads(x @ wv, d), mask)
     torch.testing.assert_close(bert_attention(x, wq, wk, wv, mask), ref.permute(0, 2, 1, 3).reshape(x.shape))
+
+
+def test_misaligned_operands_and_mask_are_copied():
+    """q/k/v and a mask that start off a 16-byte boundary (views at an odd offset) reach the kernel as copies;
+    a k^T that is not a transpose of anything gets a permute."""
+    def fn(qkv, mask):
+        q, k, v = (qkv[:, :, :, 1 + 16 * i:17 + 16 * i] for i in range(3))
+        p = torch.softmax(q @ k.transpose(-1, -2).contiguous() * 0.25 + mask[..., 1:], -1)
+        return p @ v
+
+    args = [torch.randn(2, HEADS, 16, 49), torch.randn(2, 1, 1, 17)]
+    gm, n = _fused(fn, args)
+    assert n == 1
+    sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+    for t in [*(a.meta["val"] for a in sdpa.args[:3]), sdpa.kwargs["attn_mask"].meta["val"]]:
+        assert t.storage_offset() * t.element_size() % 16 == 0 and t.stride(-1) == 1
+    torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-5, atol=1e-5)
