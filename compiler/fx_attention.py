@@ -87,6 +87,9 @@ class Match:
     sizes: list
     out: fx.Node
     nodes: list[fx.Node]
+    #: q, k^T and v are ``[N, S, D]`` operands of the bmms themselves (heads folded into the batch), run as
+    #: ``[1, N, S, D]``
+    flat: bool = False
 
 
 def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
@@ -109,6 +112,18 @@ def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
         return None
     nodes.extend(chain)
     return x
+
+
+def _flat(n: Any) -> bool:
+    """A 3-D bmm operand of static shape (flat attention: ``[N, S, D]`` with heads folded into N)."""
+    val = _val(n)
+    return isinstance(val, torch.Tensor) and val.dim() == 3 and all(isinstance(s, int) for s in val.shape)
+
+
+def _shape4(n: fx.Node, flat: bool) -> tuple:
+    """``n``'s shape as the kernel sees it: ``[1, N, S, D]`` for a flat operand."""
+    shape = tuple(_val(n).shape)
+    return (1, *shape) if flat else shape
 
 
 def _absorb_scale(x: fx.Node, nodes: list[fx.Node]) -> tuple[fx.Node, float]:
@@ -154,22 +169,25 @@ def match(b1: fx.Node) -> Optional[Match]:
     """The eager attention whose first matmul is ``bmm`` node ``b1``, or None."""
     nodes: list[fx.Node] = [b1]
     q, kt = _peel(b1.args[0], nodes), _peel(b1.args[1], nodes)
-    if q is None or kt is None:
+    flat = q is None and kt is None and all(_flat(a) for a in b1.args)  # bmm of [N, S, D] operands as they are
+    if flat:
+        q, kt = b1.args
+    elif q is None or kt is None:
         return None
     scale = 1.0
     q, f = _absorb_scale(q, nodes)
     scale *= f
     kt, f = _absorb_scale(kt, nodes)
     scale *= f
-    qv, ktv = _val(q), _val(kt)
-    sc = _only_user(b1)
-    if not _call(sc, *VIEWS) or _val(sc).dim() != 4:
+    qs, ks, dtype = _shape4(q, flat), _shape4(kt, flat), _val(q).dtype
+    sc = b1 if flat else _only_user(b1)
+    if not flat and (not _call(sc, *VIEWS) or _val(sc).dim() != 4):
         return None
-    B, H, S, D = qv.shape
-    if not _same_shape(_val(sc).shape, (B, H, S, ktv.shape[3])) or not _same_shape(ktv.shape[:3], (B, H, D)):
+    B, H, S, D = qs
+    if not _same_shape(_shape4(sc, flat), (B, H, S, ks[3])) or not _same_shape(ks[:3], (B, H, D)):
         return None
     nodes.append(sc)
-    x, masks, dtype = sc, [], qv.dtype
+    x, masks = sc, []
     while True:  # scales, then masks, and a cast, each read only by the next
         u = _only_user(x)
         if u is None:  # the softmax's amax and sub
@@ -198,29 +216,35 @@ def match(b1: fx.Node) -> Optional[Match]:
     while _call(u, aten.clone.default) or (_call(u, *CASTS) and _val(u).dtype == dtype):  # eval dropout: a clone
         nodes.append(u)
         p, u = u, _only_user(u)
-    if _call(u, aten.expand.default) and _same_shape(_val(u).shape, _val(p).shape) and len(u.users) == 1:
-        nodes.append(u)
-        u = _only_user(u)
-    if not _call(u, *VIEWS) or len(u.users) != 1:
+    if flat:
+        b2, v, out = u, (u.args[1] if _call(u, aten.bmm.default) else None), u
+        if v is None or b2.args[0] is not p or not _flat(v):
+            return None
+        sizes = [1, *_val(b1).shape]
+    else:
+        if _call(u, aten.expand.default) and _same_shape(_val(u).shape, _val(p).shape) and len(u.users) == 1:
+            nodes.append(u)
+            u = _only_user(u)
+        if not _call(u, *VIEWS) or len(u.users) != 1:
+            return None
+        b2 = _only_user(u)
+        if not _call(b2, aten.bmm.default) or b2.args[0] is not u:
+            return None
+        nodes.extend([u, b2])
+        v, out = _peel(b2.args[1], nodes), _only_user(b2)
+        if v is None or not _call(out, *VIEWS):
+            return None
+        sizes = list(sc.args[1])
+    if not _same_shape(_shape4(out, flat), qs) or not _same_shape(_shape4(v, flat), (B, H, ks[3], D)):
         return None
-    b2 = _only_user(u)
-    if not _call(b2, aten.bmm.default) or b2.args[0] is not u:
-        return None
-    nodes.extend([u, b2])
-    v = _peel(b2.args[1], nodes)
-    out = _only_user(b2)
-    if v is None or not _call(out, *VIEWS) or not _same_shape(_val(out).shape, qv.shape):
-        return None
-    if not _same_shape(_val(v).shape, (B, H, ktv.shape[3], D)):
-        return None
-    if not (_val(p).dtype == dtype and ktv.dtype == dtype and _val(v).dtype == dtype and dtype in DTYPES):
+    if not (_val(p).dtype == dtype and _val(kt).dtype == dtype and _val(v).dtype == dtype and dtype in DTYPES):
         return None
     if not isinstance(D, int) or D % HEAD_DIM_MULTIPLE or D > MAX_HEAD_DIM:
         return None
-    if any(isinstance(s, int) and s < 0 for s in sc.args[1]):
+    if any(isinstance(s, int) and s < 0 for s in sizes):
         return None
     nodes.append(out)
-    return Match(q, kt, v, scale, masks, list(sc.args[1]), out, nodes)
+    return Match(q, kt, v, scale, masks, sizes, out, nodes, flat)
 
 
 def _aligned(val: torch.Tensor) -> bool:
@@ -234,7 +258,7 @@ def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.d
     """The masks as the kernel's bias (module docstring), inserted before ``at``; None (nothing inserted) when
     they cannot be."""
     vals = [_val(n) for n in m.masks]
-    sizes = _val(m.out).shape[:3] + (_val(m.kt).shape[3],)
+    sizes = _shape4(m.out, m.flat)[:3] + (_shape4(m.kt, m.flat)[3],)
     with vals[0].fake_mode:
         mv = functools.reduce(torch.add, vals)
         conv = torch.empty_like(mv, dtype=dtype) if mv.dtype != dtype else mv
@@ -256,18 +280,22 @@ def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.d
         return rw.node(aten.expand.default, (mask, m.sizes))
 
 
-def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, transpose: bool = False) -> fx.Node:
-    """``x`` (transposed in its last two dims) as a kernel operand: unit stride in its last dim, data 16-byte
-    aligned (a copy where it is not)."""
-    st, offset = _val(x).stride(), _val(x).storage_offset() * _val(x).element_size()  # a permute keeps the offset
+def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, flat: bool,
+             transpose: bool = False) -> fx.Node:
+    """``x`` (transposed in its last two dims; ``[1, N, S, D]`` when ``flat``) as a kernel operand: unit stride in
+    its last dim, data 16-byte aligned (a copy where it is not)."""
+    st, offset = _val(x).stride(), _val(x).storage_offset() * _val(x).element_size()  # views keep the offset
+    swap = [*range(len(st) - 2), len(st) - 1, len(st) - 2]
+    if transpose and _call(x, aten.permute.default) and list(x.args[1]) == swap:  # k^T = permute(k): k itself
+        x, transpose = x.args[0], False
+        st = _val(x).stride()
     with gm.graph.inserting_before(at):
+        if flat:
+            x = rw.node(aten.unsqueeze.default, (x, 0))
+            st = (0, *st)
         if transpose:
-            if _call(x, aten.permute.default) and list(x.args[1]) == [0, 1, 3, 2]:
-                x = x.args[0]
-                st = _val(x).stride()
-            else:
-                x = rw.node(aten.permute.default, (x, [0, 1, 3, 2]))
-                st = st[:2] + (st[3], st[2])
+            x = rw.node(aten.permute.default, (x, [0, 1, 3, 2]))
+            st = st[:2] + (st[3], st[2])
         if not _known(st[-1] == 1) or not _known(offset % 16 == 0):  # the kernels load 16 bytes at a time
             x = rw.node(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
     return x
@@ -280,9 +308,9 @@ def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
     bias = _bias(m, rw, gm, at, qv.dtype) if m.masks else None
     if m.masks and bias is None:
         return False
-    q = _operand(m.q, rw, gm, at)
-    k = _operand(m.kt, rw, gm, at, transpose=True)
-    v = _operand(m.v, rw, gm, at)
+    q = _operand(m.q, rw, gm, at, m.flat)
+    k = _operand(m.kt, rw, gm, at, m.flat, transpose=True)
+    v = _operand(m.v, rw, gm, at, m.flat)
     with gm.graph.inserting_before(at):
         if qv.device.type == "cuda":
             sdpa = rw.node(aten._scaled_dot_product_efficient_attention.default,
@@ -291,6 +319,8 @@ def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
             sdpa = rw.node(aten._scaled_dot_product_flash_attention_for_cpu.default,
                            (q, k, v, 0.0, False), {"attn_mask": bias, "scale": m.scale})
         out = rw.node(operator.getitem, (sdpa, 0))
+        if m.flat:
+            out = rw.node(aten.squeeze.dim, (out, 0))
     rw.replace(m.out, out)
     return True
 

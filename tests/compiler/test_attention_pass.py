@@ -100,7 +100,8 @@ def _fused(fn, args, mode="fake", setting="fuse"):
     dict(mask_shape="s"), dict(s=8), dict(s=13, mask_shape="b1ss"), dict(h=32), dict(two_masks=True)])
 def test_eager_attention_becomes_one_sdpa_call(variant):
     """Each variant (scale on q or on the scores, masks of every broadcast shape, aligned or padded, two masks
-    added one after the other, head dims 16 and 8) leaves one SDPA node, no bmm or softmax piece, and the eager values."""
+    added one after the other, head dims 16 and 8) leaves one SDPA node, no bmm or softmax piece, and the eager
+    values."""
     kwargs = {k: variant[k] for k in ("scale_q", "two_masks") if k in variant}
     args = _args(**{k: v for k, v in variant.items() if k not in kwargs})
 
@@ -213,7 +214,8 @@ def test_compiled_attention_runs_one_sdpa_fallback(device):
         got = torch.compile(BERT, backend="kiln")(*args)
     torch.testing.assert_close(got, bert_attention(*args), rtol=1e-4, atol=1e-4)
     (g,) = gs
-    want = "_scaled_dot_product_flash_attention_for_cpu" if device == "cpu" else "_scaled_dot_product_efficient_attention"
+    want = ("_scaled_dot_product_flash_attention_for_cpu" if device == "cpu"
+            else "_scaled_dot_product_efficient_attention")
     assert [op for op in g.fallback_ops if "attention" in op] == [f"aten.{want}.default"]
     assert _count(g.aten_graph, UNFUSED) == 0
 
@@ -273,3 +275,22 @@ def test_misaligned_operands_and_mask_are_copied():
     for t in [*(a.meta["val"] for a in sdpa.args[:3]), sdpa.kwargs["attn_mask"].meta["val"]]:
         assert t.storage_offset() * t.element_size() % 16 == 0 and t.stride(-1) == 1
     torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def _flat_attention(q, k, v, mask):
+    """BART's older eager attention: heads folded into the batch, ``torch.bmm`` on [N, S, D] operands."""
+    p = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * 0.25 + mask, dim=-1)
+    return torch.bmm(p, v)
+
+
+@pytest.mark.parametrize("d,fused", [(16, True), (4, False)])
+def test_flat_bmm_attention_runs_as_one_batch_of_heads(d, fused):
+    """[N, S, D] operands run as [1, N, S, D] (unsqueezed in, squeezed out); a head dim of 4 is left alone."""
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(6, 16, d, generator=g) for _ in range(3)] + [torch.randn(6, 1, 16, generator=g)]
+    gm, n = _fused(_flat_attention, args)
+    assert n == fused and _count(gm, SDPA) == fused and _count(gm, (aten.bmm.default,)) == 2 * (not fused)
+    if fused:
+        sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+        assert [list(a.meta["val"].shape) for a in sdpa.args[:3]] == [[1, 6, 16, d]] * 3
+    torch.testing.assert_close(gm(*args), _flat_attention(*args), rtol=1e-5, atol=1e-5)
