@@ -2,12 +2,14 @@
 
 Terms:
 - *eager attention*: ``softmax(q @ k^T * scale + mask) @ v`` written out as ops, as HF BERT's eager path does.
-  After AOTAutograd it reaches kiln as ``bmm(view(clone(expand(q))), view(clone(expand(k^T))))``, a ``view`` back
-  to ``[B, H, S, Sk]``, optional ``mul``/``div`` by a number, ``add``s of masks (T5: a position bias and a causal
-  mask; added up into one), an optional cast to
-  fp32, the decomposed softmax (``amax``, ``sub``, ``exp``, ``sum``, ``div``; or ``_softmax``), an optional cast
-  back, and a second ``bmm`` with ``v``. kiln would run the two bmms as cuBLAS calls and the softmax as its own
-  kernel, writing and reading the ``[B, H, S, Sk]`` scores twice; a fused kernel never writes them.
+  After AOTAutograd it reaches kiln as ``bmm(view(clone(expand(q))), view(clone(expand(k^T))))``, a ``view``
+  back to ``[B, H, S, Sk]``, optional ``mul``/``div`` by a number, ``add``s of masks (T5: a position bias, then
+  a causal mask; summed into one bias), an optional cast to fp32, the decomposed softmax (``amax``, ``sub``,
+  ``exp``, ``sum``, ``div``; or ``_softmax``), optional casts back and clones (eval dropout), and a second
+  ``bmm`` with ``v``. kiln would run the two bmms as cuBLAS calls and the softmax as its own kernel, writing and
+  reading the ``[B, H, S, Sk]`` scores twice; a fused kernel never writes them.
+- *flat attention*: older models fold the heads into the batch and call ``torch.bmm`` on ``[N, S, D]`` tensors
+  themselves; those run as ``[1, N, S, D]`` (static shapes only).
 - *SDPA call*: on a GPU ``aten._scaled_dot_product_efficient_attention`` (takes an additive bias, fp16, bf16
   and fp32); on the CPU ``aten._scaled_dot_product_flash_attention_for_cpu``. Both stay whole in kiln (no
   lowering: an ATen fallback like the attention ops Dynamo already emits for ``F.scaled_dot_product_attention``).
