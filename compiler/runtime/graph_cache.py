@@ -106,14 +106,26 @@ def kiln_source_hash() -> str:
     return _source_hash[0]
 
 
+#: (interpreting, device names) -> ``toolchain()``'s answer, once per process
+_toolchains: dict[tuple, dict[str, Any]] = {}
+
+
 def toolchain(devices: list[torch.device]) -> dict[str, Any]:
-    """Versions and devices the artifact depends on."""
+    """Versions and devices the artifact depends on (computed once per process and device set)."""
+    names = tuple(sorted({str(d) for d in devices}))
+    current = torch.cuda.current_device() if "cuda" in names and not config.interpreting() else None
+    memo = (config.interpreting(), names, current)  # "cuda" without an index: the current device's name
+    if memo not in _toolchains:
+        _toolchains[memo] = _toolchain(names)
+    return {**_toolchains[memo], "kiln": kiln_source_hash()}
+
+
+def _toolchain(names: tuple[str, ...]) -> dict[str, Any]:
     import triton
 
     out: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__,
-                           "python": sys.version.split()[0], "kiln": kiln_source_hash(),
-                           "interpreting": config.interpreting()}
-    for d in sorted({str(d) for d in devices}):
+                           "python": sys.version.split()[0], "interpreting": config.interpreting()}
+    for d in names:
         dev = torch.device(d)
         if dev.type == "cuda" and not config.interpreting():
             idx = dev.index if dev.index is not None else torch.cuda.current_device()
