@@ -64,6 +64,7 @@ class CompileStats:
     graph_hits: int = 0  # graphs rebuilt from the graph cache (``runtime/graph_cache.py``): no kiln passes ran
     graph_misses: int = 0  # graphs compiled by the passes with the graph cache on (stored unless skipped)
     graph_skips: int = 0  # of ``graph_misses``: not stored (``graph_cache.skipped()`` says why)
+    front_hits: int = 0  # of ``graph_hits``: inference graphs found by their Dynamo graph (AOTAutograd skipped)
     autotuned: int = 0  # kernels whose launch configs were timed (``runtime/autotune.py``)
     autotune_hits: int = 0  # autotuned launches that found their choice cached (no timing)
 
@@ -71,7 +72,8 @@ class CompileStats:
         return (f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits, "
                 f"{self.jit_compiles} via Triton's JIT; {self.seconds:.2f} s at first launches "
                 f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers; "
-                f"graph cache {self.graph_hits} hits, {self.graph_misses} misses ({self.graph_skips} not stored); "
+                f"graph cache {self.graph_hits} hits ({self.front_hits} before AOTAutograd), {self.graph_misses} misses "
+                f"({self.graph_skips} not stored); "
                 f"autotune {self.autotuned} timed, {self.autotune_hits} cached")
 
 
