@@ -110,6 +110,8 @@ def check_graph(gm: fx.GraphModule, example_inputs: list, depth: int = 0) -> Non
             raise Refused("a training graph (an input requires grad)")
         storages = set()
         for a in example_inputs:
+            if _symbolic(a):
+                raise Refused("symbolic sizes (dynamic shapes)")
             if type(a) not in (torch.Tensor, torch.nn.Parameter):
                 raise Refused(f"an input of type {type(a).__name__}")
             if a.is_complex() or a.is_sparse or a.is_quantized:
