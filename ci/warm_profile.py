@@ -1,7 +1,7 @@
 """Where a warm compile spends its time (issue 25): one model case compiled cold in a fresh process, then warm
 (kiln's graph cache and Triton's kernels on disk) in a second fresh process under cProfile, with the split.
 
-    python ci/warm_profile.py CASE [CASE...] [--profile tiny] [--device cpu] [--compiler kiln] [--top 25]
+    python ci/warm_profile.py CASE[,CASE...] [--profile tiny] [--device cpu] [--compiler kiln] [--top 25]
                                             [--prof-out FILE] [--autotune]
 
 Terms (seconds of the first step, as the model tier's compile probe counts them: the first step's wall time
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.bench.model_run import _probe_env
 
     out, bad = [], 0
-    for case in args.cases:
+    for case in [c for arg in args.cases for c in arg.split(",") if c]:
         folder = Path(tempfile.mkdtemp(prefix="kiln-warm-profile-"))
         try:
             env = {**_probe_env(folder), "KILN_CACHE": "1", "KILN_CACHE_DIR": str(folder / "kiln")}
@@ -187,16 +187,12 @@ def main(argv: list[str] | None = None) -> int:
             cold = run_child(case, args, env, None)
             warm = run_child(case, args, env, None) if "error" not in cold else {}
             warm_prof = run_child(case, args, env, prof) if "error" not in warm and warm else {}
-            if args.prof_out and "error" not in warm_prof:
-                shutil.copy(prof, args.prof_out) if prof != args.prof_out else None
             errors = [f"{w}: {d['error']}" for w, d in (("cold", cold), ("warm", warm), ("profiled", warm_prof))
                       if "error" in d]
-            if errors:
-                bad = 1
-                out += [f"## {case}", *errors, ""]
-            else:
-                out += report(case, cold, warm, warm_prof)
-            print("\n".join(out[-60:]) if not errors else "\n".join(errors), flush=True)
+            lines = [f"## {case}", *errors, ""] if errors else report(case, cold, warm, warm_prof)
+            bad = 1 if errors else bad
+            out += lines
+            print("\n".join(lines), flush=True)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     if args.md:

@@ -27,7 +27,10 @@ key is built on Inductor's ``FxGraphHashDetails``, its ``check_cacheable`` requi
 setting, and its entries are pickles (the extra-key hook of newer torch only adds data to that key). All of it
 is private API, kiln does not import ``torch._inductor`` in ``compiler/`` and stores no pickles, so kiln caches
 at its own compile of each forward, backward or inference graph: Dynamo and AOTAutograd still trace in a warm
-process; kiln's passes and kernel renders do not run. Size hints (example sizes) are not in the key: the passes
+process; kiln's passes and kernel renders do not run. Inference graphs of static shapes whose AOTAutograd
+wrapper is trivial are also found by their Dynamo graph before AOTAutograd runs (``runtime/inference_cache.py``:
+what it refuses and why); training graphs are not (their runtime wrapper is an ``autograd.Function`` built from
+AOTAutograd's metadata and its lazy backward, private API that changes between releases). Size hints (example sizes) are not in the key: the passes
 use them only to pick among choices that are valid at every size (an order of strides to try, an alias root),
 each then checked symbolically.
 """
