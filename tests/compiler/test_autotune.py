@@ -210,5 +210,5 @@ def test_cached_config_applies_a_stored_choice_only(tuned):
     (used,) = _launch_cfgs(graphs)
     assert used != heuristic  # the timer prefers fewer warps than the heuristic's
     autotune.set_timer(tuned)  # the choice is read from disk
-    assert autotune.cached_config(kernel, heuristic, 3000, 1, device) == used
-    assert autotune.cached_config(kernel, heuristic, 100000, 1, device) == heuristic  # another bucket: none cached
+    assert kernel.cached_tuned_config(heuristic, 3000, 1, device) == used
+    assert kernel.cached_tuned_config(heuristic, 100000, 1, device) == heuristic  # another bucket: none cached
