@@ -350,12 +350,12 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
 
     overrides = backend_overrides(kwargs.get("options"), kwargs.get("mode"))
     with config.patch(**overrides):
-        precompile.warm_up(example_inputs)  # GPU graphs: compile workers start while AOTAutograd traces
         # an inference graph found by its Dynamo graph: AOTAutograd does not run (runtime/inference_cache.py)
         front = inference_cache.Front(gm, example_inputs)
         hit = front.lookup(f"graph_{next(_graph_ids)}", lambda cg, fallback: _finish(cg, fallback, None))
-    if hit is not None:
-        return hit
+        if hit is not None:  # nothing to compile: the compile workers are not started for it
+            return hit
+        precompile.warm_up(example_inputs)  # GPU graphs: compile workers start while AOTAutograd traces
 
     def with_settings(role: str, compile_fn: Callable = compile_fx_graph) -> Callable:
         def compile_in_scope(g: fx.GraphModule, inputs: Any) -> Callable:
