@@ -75,13 +75,16 @@ def enabled() -> bool:
 
 # --------------------------------------------------------------------------------------------- eligibility
 _MODULES = ("torch", "_operator", "operator", "math", "builtins")
+#: higher-order ops whose every callable argument is a subgraph of the graph (hashed with it); others (user
+#: Triton kernels held in a side table, effects) are refused
+_HOPS = frozenset({"cond", "while_loop", "map_impl", "wrap", "tag_activation_checkpoint"})
 
 
 def _target_ok(target: Any) -> bool:
     if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return target.namespace in ("aten", "prims")
+        return getattr(target, "namespace", None) in ("aten", "prims")
     if isinstance(target, torch._ops.HigherOrderOperator):
-        return True
+        return target.name() in _HOPS
     if any(target is v for mod in (operator, math, builtins) for v in vars(mod).values()):
         return True
     module = getattr(target, "__module__", None) or ""
@@ -100,11 +103,19 @@ def _symbolic(v: Any) -> bool:
     return False
 
 
+def _no_callable(v: Any) -> Any:
+    """An argument that is a function or other callable object (its body is not in the graph's code) refuses."""
+    if callable(v) and not isinstance(v, (fx.Node, type, torch.dtype, torch.device, torch.memory_format,
+                                          torch.layout)):
+        raise Refused(f"a callable argument {getattr(v, '__qualname__', type(v).__name__)!r}")
+    return v
+
+
 def check_graph(gm: fx.GraphModule, example_inputs: list, depth: int = 0) -> None:
     """``Refused`` unless ``gm`` (a Dynamo graph) and its inputs can be answered by the front cache (module
     docstring, all but the facts only AOTAutograd's metadata gives)."""
     if depth == 0:
-        if torch._C._is_any_autocast_enabled():  # AOTAutograd's wrapper would turn it off around the call
+        if getattr(torch._C, "_is_any_autocast_enabled", lambda: True)():  # AOTAutograd's wrapper turns it off
             raise Refused("autocast is on")
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
             raise Refused("a training graph (an input requires grad)")
@@ -129,6 +140,7 @@ def check_graph(gm: fx.GraphModule, example_inputs: list, depth: int = 0) -> Non
             raise Refused(f"a module call ({n.target})")
         if n.op == "call_function" and not _target_ok(n.target):
             raise Refused(f"a call of {getattr(n.target, '__qualname__', n.target)!r}")
+        fx.node.map_aggregate((n.args, n.kwargs), _no_callable)
         if n.op == "get_attr":
             obj: Any = gm
             for part in n.target.split("."):

@@ -145,3 +145,17 @@ def test_cache_off_or_setting_off_stores_no_front_entry(gc_dir):
     with torch.no_grad(), config.patch(inference_cache=False):
         _compile_run(lambda t: t * 3, x)
     assert not _fronts(gc_dir)
+
+
+def test_a_cond_graph_is_answered_with_its_branches(gc_dir, monkeypatch):
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))
+
+    aot = _AotCalls(monkeypatch)
+    pos, neg = torch.ones(6, device=DEVICE), -torch.ones(6, device=DEVICE)
+    with torch.no_grad():
+        _compile_run(f, pos)
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="kiln")
+        assert torch.equal(compiled(pos), pos * 2) and torch.equal(compiled(neg), neg - 1)
+    assert aot.n == 1 and compile_stats().front_hits == 1
