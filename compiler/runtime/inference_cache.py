@@ -231,7 +231,9 @@ def _read(key: str) -> Optional[dict]:
         return None
     try:
         data = json.loads(payload)
-        if data.get("format") != FORMAT or data.get("key") != key or not isinstance(data.get("graph"), str):
+        graph = data.get("graph")
+        if data.get("format") != FORMAT or data.get("key") != key or not isinstance(graph, str) or \
+                len(graph) != 64 or any(c not in "0123456789abcdef" for c in graph):  # a sha256, never a path
             return None
         return data
     except ValueError:

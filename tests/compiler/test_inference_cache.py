@@ -159,3 +159,18 @@ def test_a_cond_graph_is_answered_with_its_branches(gc_dir, monkeypatch):
         compiled = torch.compile(f, backend="kiln")
         assert torch.equal(compiled(pos), pos * 2) and torch.equal(compiled(neg), neg - 1)
     assert aot.n == 1 and compile_stats().front_hits == 1
+
+
+def test_a_damaged_or_foreign_front_entry_is_a_miss(gc_dir):
+    from compiler.runtime import cache
+
+    x = torch.randn(8, device=DEVICE)
+    with torch.no_grad():
+        _compile_run(lambda t: t * 3, x)
+        (name,) = _fronts(gc_dir)
+        key = name[:-len(inference_cache.SUFFIX)]
+        cache.write_entry(str(gc_dir / name), b'{"format": 1, "key": "%s", "graph": "../../elsewhere"}' % key.encode())
+        reset_compile_stats()
+        _, out = _compile_run(lambda t: t * 3, x)  # not answered by the front cache; the graph cache still hits
+    assert compile_stats().front_hits == 0 and compile_stats().graph_hits == 1 and torch.allclose(out, x * 3)
+    assert inference_cache._read(key) is not None  # replaced by a whole entry
