@@ -10,9 +10,10 @@ warm compile of a third process):
 - *dynamo*: Dynamo's frame conversion (``convert_frame._compile``) less the backend call;
 - *aot*: AOTAutograd inside the backend (tracing, functionalization, partition), i.e. ``kiln_backend`` less
   kiln's forward/inference graph compiles; *aot backward*: the lazy backward compile less kiln's part;
-- *kiln*: ``compile_fx_graph`` of every graph, split into the key (``graph_cache.graph_key``), the entry
-  read (``cache.read_entry``: file read + checksum), the decode (``graph_cache.decode_entry``: JSON, the
-  wrapper's ``GraphModule``, kernel-source checks) and the rest;
+- *kiln*: the inference front cache (``inference_cache.Front``: its key, and on a hit the graph rebuilt
+  before AOTAutograd) and ``compile_fx_graph`` of every graph, split into the key (``graph_cache.graph_key``),
+  the entry read (``cache.read_entry``: file read + checksum), the decode (``graph_cache.decode_entry``: JSON,
+  the wrapper's ``GraphModule``, kernel-source checks) and the rest;
 - *first call*: what the compiled graphs do at their first run beyond a steady run: kernel modules
   imported and ``JITFunction`` objects made (``cache.load_kernel``), launches prepared, on a GPU each
   kernel's compile-or-load (``gpu_compile.compile_launch``, Triton's cache key and binary load).
@@ -33,6 +34,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the repository's packages (harness, compiler) come from here
+    sys.path.insert(0, str(REPO))
 TAG = "KILN_WARM_PROFILE "
 
 #: (label, file suffix, function name): cumulative seconds reported per row (first match of each)
@@ -41,6 +44,8 @@ POINTS = [
     ("backend call", "compiler/backend.py", "kiln_backend"),
     ("kiln compile_fx_graph", "compiler/backend.py", "compile_fx_graph"),
     ("kiln backward compiles", "compiler/backend.py", "compile_backward"),
+    ("kiln front cache: key", "compiler/runtime/inference_cache.py", "__init__"),
+    ("kiln front cache: lookup (hit: the graph rebuilt)", "compiler/runtime/inference_cache.py", "lookup"),
     ("  graph_key", "compiler/runtime/graph_cache.py", "graph_key"),
     ("    kiln_source_hash", "compiler/runtime/graph_cache.py", "kiln_source_hash"),
     ("    toolchain", "compiler/runtime/graph_cache.py", "toolchain"),
@@ -77,7 +82,8 @@ def split(stats: dict) -> dict[str, float]:
     out = {label: _cum(stats, suffix, name) for label, suffix, name in POINTS}
     kiln_fw = out["kiln compile_fx_graph"] - out["kiln backward compiles"]
     out["= dynamo (less backend)"] = out["dynamo compile (all)"] - out["backend call"]
-    out["= aot (fw/inference, less kiln)"] = out["backend call"] - kiln_fw
+    front = out["kiln front cache: key"] + out["kiln front cache: lookup (hit: the graph rebuilt)"]
+    out["= aot (fw/inference, less kiln)"] = out["backend call"] - kiln_fw - front
     return out
 
 
