@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, runner-id, memdiag
+#   scatter, warmcache, warmprofile, runner-id, memdiag
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -84,6 +84,11 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                 --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE:-kiln,inductor}" \
                 --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s 150 \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
+    warmprofile) # issue 25: where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
+                 # launches) for $WARMPROFILE_ONLY (default gpt2.infer.bf16), cProfile split in $OUT/warmprofile.md
+                 # (3 fresh processes a case, about 40 s a row)
+                 timeout 240 python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
+                   --device cuda --md "$OUT/warmprofile.md" > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
                  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \

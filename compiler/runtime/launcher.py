@@ -84,6 +84,15 @@ class TritonKernel(torch.nn.Module):
         """Block sizes and warps for a launch at these sizes on ``device`` in this process."""
         return self.heuristic_config(xnumel, rnumel, config.interpreting())
 
+    def cached_tuned_config(self, cfg: dict[str, Any], xnumel: int, rnumel: int, device: torch.device) -> dict:
+        """``cfg`` with the autotune choice already cached for these sizes applied (``cfg`` when none is, or
+        autotuning is off): what the ahead-of-time compile sends, so a warm compile compiles no other config."""
+        if not self._autotune:
+            return cfg
+        from . import autotune
+
+        return autotune.cached_config(self, cfg, xnumel, rnumel, device)
+
     def heuristic_config(self, xnumel: int, rnumel: int, interp: bool) -> dict[str, Any]:
         """Block sizes and warps for these sizes, for the interpreter or for a GPU (heuristics tuned on an
         H100; see the module docstring)."""
