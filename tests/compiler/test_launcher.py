@@ -91,3 +91,30 @@ def test_gpu_reduction_rules_at_their_edges():
     # many short rows: the rule needs rows of 32 to 128 elements, a row hint and INNER_MANY_ROWS rows
     assert _cfg("inner", 0, 16384, 64) == "X32/R64/w8" and _cfg("inner", 0, 16383, 64) == "X16/R64/w4"
     assert _cfg("inner", 0, 50176, 256) == "X4/R256/w4" and _cfg("outer", 0, 50176, 64) == "X16/R64/w4"
+
+
+def test_gpu_reduction_picks_compute_correctly(monkeypatch):
+    """The GPU heuristic's block sizes (16-column long column sums, mixed steps of 64 short rows, 32 short rows a
+    program) give the right values: run under the interpreter with the GPU configs."""
+    import torch.nn.functional as F
+    from kiln_testing import launch_log
+
+    monkeypatch.setattr(TritonKernel, "launch_config", lambda self, x, r, d: self.heuristic_config(x, r, interp=False))
+    torch._dynamo.reset()
+    x = torch.randn(8192, 64)
+    with launch_log() as seen:
+        got = torch.compile(lambda t: t.sum(0), backend="kiln")(x)
+    torch.testing.assert_close(got, x.sum(0), rtol=1e-4, atol=1e-3)
+    assert any(c["XBLOCK"] == 16 and c["num_warps"] == 16 and c["rnumel"] >= 512 for _, c in seen)
+
+    torch._dynamo.reset()
+    xs = [torch.randn(16384, 64, requires_grad=True), torch.randn(64, requires_grad=True),
+          torch.randn(64, requires_grad=True)]
+    go = torch.randn(16384, 64)
+    with compiler.config.patch(strict=True), launch_log() as seen:
+        out = torch.compile(lambda a, w, b: F.layer_norm(a, (64,), w, b, 1e-5), backend="kiln")(*xs)
+        got = torch.autograd.grad(out, xs, go)
+    want = torch.autograd.grad(F.layer_norm(xs[0], (64,), xs[1], xs[2], 1e-5), xs, go)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-3)
+    assert {(c["XBLOCK"], c["num_warps"]) for _, c in seen if c.get("RBLOCK") == 64} >= {(32, 8), (64, 8)}
