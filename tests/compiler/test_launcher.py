@@ -57,7 +57,7 @@ def _cfg(hint: str, programs: int, xnumel: int, rnumel: int) -> str:
 # columns (split partials x channels) and rnumel the rows each sums.
 NEW_PICKS = [
     ("inner", 0, 50176, 96, "X16/R128/w8"),  # ConvNeXt LayerNorm: many short rows, measured best
-    ("inner", 256, 100352, 256, "X16/R256/w4"),  # ResNet BatchNorm backward, mixed (loads 3 and 5): measured best
+    ("inner", 256, 100352, 256, "X16/R256/w4"),  # ResNet BatchNorm backward, mixed (loads 3, 5): measured best
     ("inner", 256, 100352, 64, "X64/R64/w8"),  # the same at 64 channels: measured best
     ("outer", 0, 6272, 1024, "X16/R64/w16"),  # BatchNorm var_mean, 98 programs at 64 columns: 16 columns and
     # 16 warps won in both sweeps (ci/h100/kernels-issue9/launch-sweep-after.log too)
