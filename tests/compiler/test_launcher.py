@@ -52,9 +52,9 @@ def _cfg(hint: str, programs: int, xnumel: int, rnumel: int) -> str:
 
 
 # (hint, programs of a mixed kernel, xnumel, rnumel, the GPU heuristic's pick). Shapes and best configs from an
-# H100 ``launch_sweep --case convnext,resnet,vit`` (ci/h100/session5/sweep/sweep-memdiag.log); mixed kernels have the grid the scheduler gives their rows
-# (100352 rows: 256 programs of 392, 6304 rows: 253 of 25). For column (outer) kernels xnumel is the output
-# columns (split partials x channels) and rnumel the rows each sums.
+# H100 ``launch_sweep --case convnext,resnet,vit`` (ci/h100/session5/sweep/sweep-memdiag.log); mixed kernels
+# have the grid the scheduler gives their rows (100352 rows: 256 programs of 392, 6304 rows: 253 of 25). For
+# column (outer) kernels xnumel is the output columns (split partials x channels) and rnumel the rows each sums.
 NEW_PICKS = [
     ("inner", 0, 50176, 96, "X16/R128/w8"),  # ConvNeXt LayerNorm: many short rows, measured best
     ("inner", 256, 100352, 256, "X16/R256/w4"),  # ResNet BatchNorm backward, mixed (loads 3, 5): measured best
