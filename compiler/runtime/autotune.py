@@ -87,6 +87,8 @@ def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, 
         return out
     looped_outer = hint == "outer" and not programs and not cfg.get("PERSISTENT", True)
     rs = sorted({32, 64, 128, cfg["RBLOCK"]}) if looped_outer else [cfg["RBLOCK"]]
+    if looped_outer:  # a narrowed column program still times the standard width (``outer_xblock`` columns)
+        xs = sorted(set(xs) | {config.settings().outer_xblock})
     for x in xs:
         for r in rs:
             for w in (2, 4, 8, 16):

@@ -152,6 +152,20 @@ def test_candidates_keep_the_heuristic_and_fill_the_threads():
     assert {"XBLOCK": 1024, "num_warps": 4} in pw and all("RBLOCK" not in c for c in pw)
 
 
+def test_candidates_hold_the_measured_winners():
+    """The winners of an H100 ``launch_sweep`` (convnext, resnet, vit) are among the candidates around the
+    heuristic's pick for their shapes, so autotuning can find them."""
+    def cands(hint, programs, xnumel, rnumel):
+        cfg = TritonKernel("k", "", [], [], True, hint, programs).heuristic_config(xnumel, rnumel, interp=False)
+        return {(c["XBLOCK"], c["RBLOCK"], c["num_warps"]) for c in autotune.candidates(cfg, hint, programs)}
+
+    assert (64, 128, 8) in cands("outer", 0, 25088, 1024) and (64, 32, 8) in cands("outer", 0, 13824, 1051)
+    assert {(64, 64, 16), (16, 64, 16)} <= cands("outer", 0, 6272, 1024)  # the standard width, narrowed
+    assert {(16, 128, 4), (16, 32, 16)} <= cands("outer", 0, 4608, 1051)
+    assert (1, 1024, 2) in cands("inner", 0, 6304, 768)
+    assert (16, 128, 8) in cands("inner", 0, 50176, 96) and (64, 64, 8) in cands("inner", 256, 100352, 64)
+
+
 def test_choices_follow_the_cache_setting(tuned, tmp_path):
     x = torch.randn(3000, device=DEVICE)
     with config.patch(cache="0"):
