@@ -33,7 +33,7 @@ for stage in "$@"; do
     suites) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES > "$OUT/$stage.log" 2>&1 ;;
     suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
                 > "$OUT/$stage.log" 2>&1 ;;
-    profile) timeout 200 python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
+    profile) timeout "${PROFILE_TIMEOUT_S:-200}" python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;

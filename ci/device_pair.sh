@@ -22,4 +22,7 @@ b=$!
 wait $a; ra=$?
 wait $b; rb=$?
 for g in g0 g1; do echo "=== $g ==="; sed -n '/=== summary ===/,$p' "$OUT/$g/device_check.log"; done
+if [ -n "${PAIR_TAR:-}" ]; then  # one archive instead of many files (the device returns only a few files a call)
+  tar czf "$OUT/pair.tgz" -C "$OUT" g0 g1 && rm -rf "$OUT/g0" "$OUT/g1" && echo "outputs in $OUT/pair.tgz"
+fi
 exit $(( ra | rb ))
