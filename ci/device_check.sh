@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, runner-id, memdiag, attention
+#   scatter, warmcache, warmprofile, runner-id, memdiag, attention
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -33,7 +33,7 @@ for stage in "$@"; do
     suites) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES > "$OUT/$stage.log" 2>&1 ;;
     suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
                 > "$OUT/$stage.log" 2>&1 ;;
-    profile) timeout 200 python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
+    profile) timeout "${PROFILE_TIMEOUT_S:-200}" python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
@@ -87,6 +87,11 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                 --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE:-kiln,inductor}" \
                 --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s 150 \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
+    warmprofile) # issue 25: where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
+                 # launches) for $WARMPROFILE_ONLY (default gpt2.infer.bf16), cProfile split in $OUT/warmprofile.md
+                 # (3 fresh processes a case, about 40 s a row)
+                 timeout 240 python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
+                   --device cuda --md "$OUT/warmprofile.md" > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
                  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \

@@ -35,6 +35,8 @@ class CompiledGraph:
     #: what the graph cache did (``runtime/graph_cache.py``): "hit" (rebuilt from disk: no pass ran; ``aten_graph``
     #: is then the graph before the FX rewrites), "stored", "not stored: <why>", "" (cache off)
     cache: str = ""
+    #: its graph cache key when the cache was consulted (a hit or a store), else ""
+    cache_key: str = ""
 
     @property
     def kernel_count(self) -> int:

@@ -83,6 +83,10 @@ class Settings:
     graph_cache_dir: str = ""
     #: Size bound of the graph cache folder in MiB (the least recently used entries go first).
     cache_max_mb: int = 2048
+    #: With the graph cache on: inference graphs of static shapes whose AOTAutograd wrapper is trivial (no input
+    #: mutation, no aliased output...) are also found by their Dynamo graph, so that a warm process skips
+    #: AOTAutograd's tracing for them (``runtime/inference_cache.py``).
+    inference_cache: bool = True
     #: Time candidate launch configs of each kernel on the GPU at its first launch and keep the fastest
     #: (cached on disk per kernel, device and size bucket). Also ``mode="max-autotune"``. No-op on the CPU.
     autotune: bool = False
