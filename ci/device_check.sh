@@ -90,7 +90,7 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
     warmprofile) # issue 25: where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
                  # launches) for $WARMPROFILE_ONLY (default gpt2.infer.bf16), cProfile split in $OUT/warmprofile.md
                  # (3 fresh processes a case, about 40 s a row)
-                 timeout 240 python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
+                 timeout "${WARMPROFILE_TIMEOUT_S:-240}" python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
                    --device cuda --md "$OUT/warmprofile.md" > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
