@@ -73,6 +73,8 @@ def _env_flag(name: str) -> bool:
 SHARED_VENV = os.path.join(".nox", "kiln")
 _STAMP = "kiln-installed.json"
 HARNESS_PINS = ["sqlalchemy>=2", "alembic>=1.13"]
+# the history site (issue 28, harness/site): the stores' pins, the fleet store's driver, and its charts
+SITE_PINS = [*HARNESS_PINS, "psycopg[binary]>=3.1", "numpy>=1.26", "matplotlib>=3.8"]
 PROJECT = ".[test,bench,models,fleet]"  # fleet: psycopg, the store tests' PostgreSQL engine (issue 27)
 
 
@@ -90,14 +92,15 @@ def _want(level: str) -> dict:
     """What the shared venv must hold for `level` (`project` or `harness`): pins and pyproject's hash."""
     import hashlib
 
-    pins = [TORCH_PIN, TRITON_PIN, "-e", PROJECT] if level == "project" else list(HARNESS_PINS)
+    pins = [TORCH_PIN, TRITON_PIN, "-e", PROJECT] if level == "project" else list(
+        SITE_PINS if level == "site" else HARNESS_PINS)
     with open("pyproject.toml", "rb") as fh:
         return {"pins": pins, "pyproject": hashlib.sha256(fh.read()).hexdigest()}
 
 
 def shared_python(session: nox.Session, level: str = "project") -> str:
     """The interpreter of the shared venv (module comment above), made and filled for `level` when it does
-    not hold it yet; with KILN_NO_VENV the Python that runs nox. `project` also satisfies `harness`."""
+    not hold it yet; with KILN_NO_VENV the Python that runs nox. `project` also satisfies `harness` and `site`."""
     if _no_venv(session):
         return sys.executable
     python = _venv_python(SHARED_VENV)
@@ -115,7 +118,7 @@ def shared_python(session: nox.Session, level: str = "project") -> str:
         session.run_install(python, "-m", "pip", "install", TORCH_PIN, TRITON_PIN, external=True, silent=True)
         session.run_install(python, "-m", "pip", "install", "-e", PROJECT, external=True, silent=True)
     else:
-        session.run_install(python, "-m", "pip", "install", *HARNESS_PINS, external=True, silent=True)
+        session.run_install(python, "-m", "pip", "install", *_want(level)["pins"], external=True, silent=True)
     held[level] = _want(level)
     with open(stamp, "w", encoding="utf-8") as fh:
         json.dump(held, fh, indent=1)
@@ -478,6 +481,35 @@ def bench_record(session: nox.Session) -> None:
 def bench_pr(session: nox.Session) -> None:
     """Bench job of a pull request (`-- --backend B`): compare with main's last run in the lasting store; summary."""
     _bench_job(session, record=False)
+
+
+# ---- The history site (issue 28): harness/site; `python -m harness site --help` ------------------------------
+# `nox -s site -- --backend B` builds results/site/B from B's lasting bench store (or the fleet store when
+# KILN_STORE_URL is set), the test history, and the bisections the bench job wrote into results/bench/B; the
+# bench workflow runs it on main and uploads the folder (artifact `site-B`), then `nox -s site -- --backend B
+# --link URL` puts the uploaded artifact's link in the job summary. Without `--backend`: the default stores into
+# results/site. More options after these go to the verb (`--last 100`).
+@nox.session(python=False)
+def site(session: nox.Session) -> None:
+    """The history site: static HTML of the stored runs (`-- --backend B`: B's lasting store, into results/site/B)."""
+    args = list(session.posargs)
+    backend = None
+    if "--backend" in args[:-1]:
+        i = args.index("--backend")
+        backend, args = args[i + 1], args[:i] + args[i + 2:]
+    out = os.path.join("results", "site", *([backend] if backend else []))
+    python = shared_python(session, "site")
+    if "--link" in args:
+        session.run(python, "-m", "harness", "site", "--out", out, *args, external=True)
+        return
+    stores = ["--lasting", backend] if backend else []
+    bisections = os.path.join("results", "bench", backend) if backend else ""
+    if bisections and os.path.isdir(bisections):
+        stores += ["--bisections", bisections]
+    server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
+    if server and repo and "--commit-url" not in args:  # each run's page links its commit's CI runs
+        stores += ["--commit-url", f"{server}/{repo}/commit/{{commit}}"]
+    session.run(python, "-m", "harness", "site", "--out", out, *stores, "--github-summary", *args, external=True)
 
 
 # ---- Numerics triage (issue 10): harness/numerics; `python -m harness numerics --help` --------------------

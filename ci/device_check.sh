@@ -2,10 +2,10 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, runner-id
+#   scatter, warmcache, warmprofile, runner-id, memdiag, attention
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
-#  fx-passes: the layout rewrites' and compile path's tests; models: the model tier for $MODELS_ONLY,
-#  resuming (MODELS_RESUME= to measure again) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
+#  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
+#  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
 #  cgtrain (issue 24, at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
 #  cases past $CGTRAIN_BUDGET_S=200 s are deferred: rerun the models line with --resume) under every arm with
@@ -33,15 +33,19 @@ for stage in "$@"; do
     suites) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES > "$OUT/$stage.log" 2>&1 ;;
     suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
                 > "$OUT/$stage.log" 2>&1 ;;
-    profile) timeout 200 python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
+    profile) timeout "${PROFILE_TIMEOUT_S:-200}" python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
+    attention) # the attention rewrite on the GPU: _scaled_dot_product_efficient_attention end to end, HF BERT eager
+               KILN_NO_VENV=1 timeout 240 python3 -m pytest -q -p no:cacheprovider -p no:xdist \
+                 tests/compiler/test_attention_pass.py > "$OUT/$stage.log" 2>&1 ;;
     models) if [ -n "${MODELS_FROM:-}" ]; then mkdir -p "$OUT/models" && cp -r "$MODELS_FROM"/. "$OUT/models/"; fi
             timeout "${MODELS_TIMEOUT_S:-540}" python3 -m harness bench models ${MODELS_RESUME---resume} ${MODELS_COMPILE_ONLY:+--compile-only} \
                 --only "${MODELS_ONLY:-model.gpt2.infer.*,model.resnet50.infer.*}" \
                 --compilers "${MODELS_COMPILERS:-kiln,inductor,kiln-cg,inductor-cg,eager}" \
                 --compile-times "${MODELS_COMPILE_TIMES:-none}" \
+                ${MODELS_TARGET_S:+--target-s "$MODELS_TARGET_S"} ${MODELS_ROUNDS:+--rounds "$MODELS_ROUNDS"} \
                 --budget-s "${MODELS_BUDGET_S:-400}" --out "$OUT/models" > "$OUT/$stage.log" 2>&1 ;;
     kernels-vs) # the kernel bench at $KERNELS_BASE (a worktree; carry a full clone) and at HEAD, one store, compared
                 timeout 560 bash ci/kernels_vs.sh "${KERNELS_BASE:?KERNELS_BASE=<commit> is needed}" "$OUT" > "$OUT/$stage.log" 2>&1 ;;
@@ -60,8 +64,9 @@ for stage in "$@"; do
               echo "sharded: exit $?"; kill $smi
               python3 -m harness report "$OUT/shards2" --check
               python3 ci/smi_overlap.py "$OUT/smi.csv"; } > "$OUT/$stage.log" 2>&1 ;;
-    sweep) # launch configs of real steps' reduction kernels: the heuristic's against the best measured
-            timeout 400 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
+    sweep) # launch configs of real steps' reduction kernels (convnext: its pointwise epilogues too): the heuristic's
+           # against the best measured, and each case's step time
+            timeout 560 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-convnext,vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
     visible) # issue 23: a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
              # check runs on it; a runner given none (CUDA_VISIBLE_DEVICES empty) stops with one line, exit 2
              { uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
@@ -78,10 +83,15 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
     warmcache) # issue 25: cold, warm (kiln's graph cache, kernels on disk) and autotuned compile s in fresh processes,
             # kiln and inductor side by side per row ($WARMCACHE_ONLY); table in $OUT/warmcache.md
             # (about 150 s a row: 8 fresh processes; WARMCACHE_AUTOTUNE=kiln leaves out Inductor's max-autotune, the slowest)
-            timeout 400 python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.bert.infer.bf16}" \
+            timeout "${WARMCACHE_TIMEOUT_S:-400}" python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.bert.infer.bf16}" \
                 --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE:-kiln,inductor}" \
                 --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s 150 \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
+    warmprofile) # issue 25: where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
+                 # launches) for $WARMPROFILE_ONLY (default gpt2.infer.bf16), cProfile split in $OUT/warmprofile.md
+                 # (3 fresh processes a case, about 40 s a row)
+                 timeout "${WARMPROFILE_TIMEOUT_S:-240}" python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
+                   --device cuda --md "$OUT/warmprofile.md" > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
                  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \
@@ -115,6 +125,12 @@ m = importlib.util.module_from_spec(spec); sys.modules['kiln_runner'] = m; spec.
 r = m.current(torch.cuda.get_device_name(0)); print(r)
 assert r.gpu_model and r.driver and r.hw_class == r.gpu_model, r
 print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
+    memdiag) # issue 24 item 4: the memory check of one row with each arm's CUDA-graph counters (tier and by hand),
+             # then what keeps a dropped kiln-cg model's graph memory alive (ci/cg_leak_probe.py)
+             { timeout 150 python3 -m harness.bench.model_memcheck "${MEMCHECK_CASE:-model.ci_bert.train.fp32}" \
+                 --md "$OUT/memcheck.md" --json "$OUT/memcheck.json"; echo "memory check: exit $?"
+               timeout 120 python3 ci/cg_leak_probe.py "${MEMCHECK_CASE:-model.ci_bert.train.fp32}"
+               echo "leak probe: exit $?"; } > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

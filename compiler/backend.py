@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch.fx as fx
 
-from . import config, fx_passes
+from . import config, fx_attention, fx_passes
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
 from .codegen.kernels import Kernels, render
@@ -24,7 +24,7 @@ from .codegen.wrapper import Wrapper, wrap
 from .decompositions import decomposition_table
 from .exc import InvariantError, KernelLaunchError, KilnError
 from .graph import FallbackReason, GraphLowering, Program
-from .runtime import cache, graph_cache, precompile, value_trace
+from .runtime import cache, graph_cache, inference_cache, precompile, value_trace
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
 from .scheduler import Schedule, schedule
 
@@ -55,7 +55,13 @@ def input_strides_pass(job: GraphJob) -> None:
         fx_passes.adopt_input_strides(job.gm, job.example_inputs)
 
 
+def attention_pass(job: GraphJob) -> None:
+    if job.role == "inference":  # a training forward would have to save the probabilities for its backward
+        fx_attention.fuse_attention(job.gm)
+
+
 def conv_layout_pass(job: GraphJob) -> None:
+    fx_passes.split_conv_bias(job.gm)  # before the layout: the bias add follows the convolution's layout
     if job.role in ("inference", "backward"):
         fx_passes.convs_channels_last(job.gm)
     elif job.role == "forward":  # saved activations may stay NHWC: the backward adopts their strides
@@ -126,6 +132,8 @@ class Pass(NamedTuple):
 PASSES: list[Pass] = [
     Pass("input_strides", "inputs laid out otherwise than traced (a backward's channels-last saved activations) "
          "are traced again with their real strides: kernels index inputs by them", input_strides_pass),
+    Pass("attention", "eager attention of inference graphs (bmm, scale, mask, softmax, bmm) becomes one fused ATen "
+         "attention call on a GPU: the scores are never written", attention_pass),
     Pass("conv_layout", "fp16/bf16 GPU convolutions, forward and backward, run channels-last (cuDNN's NHWC "
          "kernels, no transposes around each convolution)", conv_layout_pass),
     Pass("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
@@ -193,7 +201,8 @@ def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference",
 _graph_ids = itertools.count()
 
 
-def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "inference") -> Callable:
+def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "inference",
+                     front: Optional[inference_cache.Front] = None) -> Callable:
     """AOTAutograd's forward/backward/inference compiler (``role``: ``forward`` of a training graph,
     ``backward``, or ``inference``).
 
@@ -201,7 +210,8 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     whose compilation fails runs as its ATen graph, and a wrapper whose first launch fails switches to the
     ATen graph for good (safe: the only writes to inputs are the trailing write-back copies, after every
     kernel). Both are recorded as fallbacks. With the ``cudagraphs`` setting, graphs on a GPU run through
-    ``runtime.cudagraphs.CudaGraphRunner``.
+    ``runtime.cudagraphs.CudaGraphRunner``. ``front``: the inference front cache's view of the Dynamo graph
+    (an inference graph stored in the graph cache is noted there).
     """
     name = f"graph_{next(_graph_ids)}"
     strict = config.settings().strict
@@ -223,6 +233,18 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
         reason = FallbackReason("graph_compile_error", name, f"{type(e).__name__}: {e}")
         cg = CompiledGraph(name, gm, {}, 0, 0, [reason])
         moved = fx_passes.moved_output_strides(outputs_before, gm) if role == "forward" else None
+    if role == "forward":
+        _report_output_strides(moved)
+    if front is not None and role == "inference":
+        front.note(cg, gm)
+    return _finish(cg, gm, facts)
+
+
+def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) -> Callable:
+    """The boxed runner of a compiled graph (recorded; dumped when rebuilt from the cache): its wrapper, with
+    ``fallback`` (the ATen graph, or the Dynamo graph for a front cache hit) as the safety net of a failed
+    first launch and, with ``facts``, CUDA graphs."""
+    name, strict = cg.name, config.settings().strict
     if cg.cache == "hit":  # the passes did not run: dump what they would have dumped
         for sub in [cg, *cg.subgraphs]:
             _dump(sub.name, sub.code, sub.kernel_sources)
@@ -230,11 +252,10 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
         cg.fallbacks.append(FallbackReason("cudagraph", name, value_trace.CUDAGRAPH_REASON))
         facts = None
     record(cg)
-    if role == "forward":
-        _report_output_strides(moved)
     log.debug("kiln compiled %s:\n%s", name, cg.code)
+    gm = fallback
     # call forward directly: a wrapper has no module hooks, and nn.Module.__call__ costs microseconds a call
-    state = {"fn": cg.wrapper.forward, "verified": cg.wrapper is gm}
+    state = {"fn": cg.wrapper.forward, "verified": cg.wrapper is fallback}
 
     def run(args: list) -> Any:  # boxed calling convention: AOTAutograd passes one list
         if state["verified"]:
@@ -336,12 +357,17 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
 
     overrides = backend_overrides(kwargs.get("options"), kwargs.get("mode"))
     with config.patch(**overrides):
+        # an inference graph found by its Dynamo graph: AOTAutograd does not run (runtime/inference_cache.py)
+        front = inference_cache.Front(gm, example_inputs)
+        hit = front.lookup(f"graph_{next(_graph_ids)}", lambda cg, fallback: _finish(cg, fallback, None))
+        if hit is not None:  # nothing to compile: the compile workers are not started for it
+            return hit
         precompile.warm_up(example_inputs)  # GPU graphs: compile workers start while AOTAutograd traces
 
     def with_settings(role: str, compile_fn: Callable = compile_fx_graph) -> Callable:
         def compile_in_scope(g: fx.GraphModule, inputs: Any) -> Callable:
             with config.patch(**overrides):
-                return compile_fn(g, inputs, role)
+                return compile_fn(g, inputs, role, front=front) if role == "inference" else compile_fn(g, inputs, role)
         return compile_in_scope
 
     # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible

@@ -66,6 +66,15 @@ class Settings:
     #: convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never
     #: (``fx_passes.convs_channels_last``).
     conv_layout: str = "auto"
+    #: Convolutions with a bias: "auto" moves the bias out of ATen's convolution on a GPU, where ATen adds it
+    #: in an elementwise kernel of its own after cuDNN's, into an add that fuses with the convolution's
+    #: consumers (kiln kernels); "split" does so on any device; "keep" never (``fx_passes.split_conv_bias``).
+    conv_bias: str = "auto"
+    #: Eager attention in inference graphs (``softmax(q @ k^T * scale + mask) @ v`` as bmm, softmax, bmm):
+    #: "auto" replaces each by one fused ATen attention call (``_scaled_dot_product_efficient_attention``) on a
+    #: GPU, "fuse" on any device (the CPU's ``_scaled_dot_product_flash_attention_for_cpu``), "keep" never
+    #: (``fx_attention.fuse_attention``).
+    attention: str = "auto"
     #: The graph cache (``runtime/graph_cache.py``) and the autotune choices (``runtime/autotune.py``) on disk:
     #: "1" read and write, "read" read only (never write: jobs of a lower trust level, such as pull requests,
     #: beside a cache that trusted jobs load), "0" off.
@@ -74,6 +83,10 @@ class Settings:
     graph_cache_dir: str = ""
     #: Size bound of the graph cache folder in MiB (the least recently used entries go first).
     cache_max_mb: int = 2048
+    #: With the graph cache on: inference graphs of static shapes whose AOTAutograd wrapper is trivial (no input
+    #: mutation, no aliased output...) are also found by their Dynamo graph, so that a warm process skips
+    #: AOTAutograd's tracing for them (``runtime/inference_cache.py``).
+    inference_cache: bool = True
     #: Time candidate launch configs of each kernel on the GPU at its first launch and keep the fastest
     #: (cached on disk per kernel, device and size bucket). Also ``mode="max-autotune"``. No-op on the CPU.
     autotune: bool = False
@@ -119,6 +132,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "interpret": ("auto", "0", "1"),
     "mm_layout": ("bench", "pad", "contiguous", "off"),
     "conv_layout": ("auto", "always", "off"),
+    "conv_bias": ("auto", "split", "keep"),
+    "attention": ("auto", "fuse", "keep"),
     "cache": ("1", "read", "0"),
 }
 

@@ -502,3 +502,39 @@ def convs_channels_last(gm: fx.GraphModule, free_outputs: frozenset[int] = froze
             kept += 1
     gm.recompile()
     return kept
+
+
+# ---------------------------------------------------------------------------------------- conv_bias
+def split_conv_bias(gm: fx.GraphModule) -> int:
+    """Move the bias of each ``aten.convolution`` out of it: ``convolution(x, w, None) + b.view(C, 1, ...)``.
+
+    ATen's GPU convolutions add their bias after cuDNN's kernel in an elementwise kernel of its own (one more
+    read and write of the output); as a graph op the add is a kiln value that fuses into the convolution's
+    consumers (a LayerNorm's or an activation's kernel) at no cost. Under ``conv_bias=auto`` only GPU
+    convolutions outside the interpreter are split (CPU convolutions add the bias in their own kernel).
+    Returns the convolutions split (0: the graph is unchanged, or the rewrite was rolled back)."""
+    mode = config.settings().conv_bias
+    if mode == "keep" or (mode == "auto" and config.interpreting()):
+        return 0
+    fake = _fake_mode(gm)
+    if fake is None:
+        return 0
+    rw = Rewrite(gm, fake)
+    split = 0
+    for conv in list(gm.graph.nodes):
+        if conv.op != "call_function" or conv.target is not aten.convolution.default or len(conv.args) < 9:
+            continue
+        bias, out = conv.args[2], _val(conv)
+        if not isinstance(bias, fx.Node) or not isinstance(out, torch.Tensor) or out.dim() < 3:
+            continue
+        if mode == "auto" and out.device.type != "cuda":
+            continue
+        with gm.graph.inserting_after(conv):
+            bare = rw.node(aten.convolution.default, (conv.args[0], conv.args[1], None) + tuple(conv.args[3:]))
+        with gm.graph.inserting_after(bare):
+            b = rw.node(aten.view.default, (bias, [out.shape[1]] + [1] * (out.dim() - 2)))
+        with gm.graph.inserting_after(b):
+            add = rw.node(aten.add.Tensor, (bare, b))
+        rw.replace(conv, add)
+        split += 1
+    return split if rw.commit() else 0

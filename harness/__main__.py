@@ -38,6 +38,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "bench": ("harness.bench.cli", "benchmarks: measure latency/bandwidth, store history, flag regressions"),
     "numerics": ("harness.numerics.cli", "numerics triage: run a program under several compilers, compare vs fp64"),
     "store": ("harness.store.cli", "fleet store: push this runner's stores into a shared database, pull them back"),
+    "site": ("harness.site.build", "build the history site: static HTML of runs, trends, flaky tests (no server)"),
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
@@ -68,6 +69,7 @@ EXAMPLES: dict[str, str] = {
     "workflows": "python -m harness workflows --write",
     "cleanup": "python -m harness cleanup --dry-run",
     "store": "python -m harness store push --to postgresql://kiln@HOST/kiln",
+    "site": "python -m harness site --out results/site   # then open results/site/index.html",
 }
 
 

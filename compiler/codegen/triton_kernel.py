@@ -19,6 +19,7 @@ import sympy
 import torch
 
 from ..exc import CodegenError
+from ..index_simplify import simplify
 from ..ir import Reduction
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, address_steps, fold_condition, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
@@ -106,6 +107,7 @@ class Scope:
             mask = self.r.scope_mask(self.shape)
         else:
             mask = self.r.mask_for(index)
+            index = self.r.simplified(index)
         # the loaded values' names (tmpN) are skipped; a size that scales one of them (the row stride of
         # ``s1 * tmp3``) stays, where substituting 0 for them dropped it
         self.r.note_symbols(index)
@@ -176,6 +178,17 @@ class KernelRenderer:
             if s not in (XINDEX, RINDEX) and not s.name.startswith("tmp"):
                 self.symbols[s.name] = s
 
+    def simplified(self, index: sympy.Expr) -> sympy.Expr:
+        """``index`` with the digits views split joined again over this kernel's static domain
+        (``index_simplify``: ``128 * (xindex // 128) + xindex % 128`` is ``xindex``)."""
+        bounds = {}
+        for sym, n in ((XINDEX, self.group.xnumel), (RINDEX, self.group.rnumel)):
+            if isinstance(n, (int, sympy.Integer)) and int(n) > 0:
+                bounds[sym] = int(n) - 1
+        out = simplify(index, bounds)
+        # an index that no longer varies over a block (a single row) keeps its form: pointers stay blocks
+        return out if (out.free_symbols & {XINDEX, RINDEX}) == (index.free_symbols & {XINDEX, RINDEX}) else index
+
     def note_helpers(self, code: str) -> None:
         for name in HELPERS:
             if name in code and name not in self.helpers:
@@ -226,7 +239,7 @@ class KernelRenderer:
     def store(self, scope: Scope, m: Member, var: str) -> None:
         ptr = self.out_ptr(m.buf.name)
         self.note_symbols(m.store_index)
-        idx = pexpr(m.store_index)
+        idx = pexpr(self.simplified(m.store_index))
         dtype = m.buf.dtype
         if self.reduction:
             shape = "[XBLOCK, RBLOCK]" if m.role == "xr" else "[XBLOCK, 1]"

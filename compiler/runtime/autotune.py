@@ -87,6 +87,8 @@ def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, 
         return out
     looped_outer = hint == "outer" and not programs and not cfg.get("PERSISTENT", True)
     rs = sorted({32, 64, 128, cfg["RBLOCK"]}) if looped_outer else [cfg["RBLOCK"]]
+    if looped_outer:  # a narrowed column program still times the standard width (``outer_xblock`` columns)
+        xs = sorted(set(xs) | {config.settings().outer_xblock})
     for x in xs:
         for r in rs:
             for w in (2, 4, 8, 16):
@@ -206,14 +208,10 @@ def tuned_config(kernel: Any, cfg: dict, args: tuple, xnumel: int, rnumel: int, 
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():  # no timing inside a CUDA graph capture
         return cfg
     key = choice_key(kernel, xnumel, rnumel, device, cfg)
-    choice = _choices.get(key)
-    if choice is None:
-        choice = _read(key)
-        if choice is not None:
-            gpu_compile.count(autotune_hits=1)
-    else:
+    choice = _lookup(key)
+    if choice is not None:
         gpu_compile.count(autotune_hits=1)
-    if choice is None:
+    else:
         choice = _tune(kernel, cfg, args)
         if choice is None:
             return cfg
@@ -221,6 +219,26 @@ def tuned_config(kernel: Any, cfg: dict, args: tuple, xnumel: int, rnumel: int, 
         _write(key, choice, kernel.name)
     _choices[key] = choice
     return _apply(choice, cfg)
+
+
+def _lookup(key: str) -> Optional[dict]:
+    """The cached choice of ``key``: this process's, else the disk's (then kept for this process)."""
+    choice = _choices.get(key)
+    if choice is None:
+        choice = _read(key)
+        if choice is not None:
+            _choices[key] = choice
+    return choice
+
+
+def cached_config(kernel: Any, cfg: dict, xnumel: int, rnumel: int, device: torch.device) -> dict:
+    """``cfg`` with the choice already cached for this kernel, bucket and device applied (``cfg`` unchanged when
+    none is): what the ahead-of-time compile of an autotuned kernel sends to the workers, so that a warm
+    compile compiles the chosen config alone and times nothing."""
+    if xnumel == 0 or not kernel._autotune:
+        return cfg
+    choice = _lookup(choice_key(kernel, xnumel, rnumel, device, cfg))
+    return _apply(choice, cfg) if choice is not None else cfg
 
 
 def _tune(kernel: Any, cfg: dict, args: tuple) -> Optional[dict]:

@@ -19,10 +19,15 @@ from .. import config
 _modules: dict[str, ModuleType] = {}
 
 
+_made: set[str] = set()  # kernel folders this process made sure exist
+
+
 def source_path(source: str) -> str:
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     folder = config.settings().resolved_cache_dir()
-    os.makedirs(folder, exist_ok=True)
+    if folder not in _made:
+        os.makedirs(folder, exist_ok=True)
+        _made.add(folder)
     return os.path.join(folder, f"k{digest}.py")
 
 

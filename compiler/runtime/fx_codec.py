@@ -173,11 +173,26 @@ KERNEL_IMPORTS = frozenset({"import triton", "import triton.language as tl",
 KERNEL_BUILTINS = frozenset({"range", "min", "max", "int", "float", "bool", "len", "True", "False", "None"})
 
 
+#: sha256 digests of kernel sources this process found Triton only (a source is checked once per process)
+_checked: set[bytes] = set()
+
+
 def check_kernel_source(source: str) -> None:
     """``Unsupported`` unless ``source`` is a kernel module as kiln renders it: the three Triton imports and
     ``@triton.jit`` functions whose bodies name only Triton (``tl``, ``libdevice``, ``triton``), the module's
     own functions, their parameters and locals, and a few builtins; no attribute starting with ``_``. A kernel
-    source from the graph cache is imported (and, under the interpreter, run as Python): it is checked first."""
+    source from the graph cache is imported (and, under the interpreter, run as Python): it is checked first.
+    A source that passed is remembered by its digest (a warm process loads the same kernel for several graphs)."""
+    import hashlib
+
+    digest = hashlib.sha256(source.encode()).digest()
+    if digest in _checked:
+        return
+    _check_module(source)
+    _checked.add(digest)
+
+
+def _check_module(source: str) -> None:
     import ast
 
     try:
@@ -198,24 +213,32 @@ def check_kernel_source(source: str) -> None:
 
 
 def _check_body(fn: Any, functions: set[str]) -> None:
+    """One walk over the body: refused nodes raise at once; names read are checked after the walk against
+    parameters, every name the body stores, the module's functions and ``KERNEL_BUILTINS``."""
     import ast
 
+    refused = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda, ast.ClassDef, ast.AsyncFunctionDef,
+               ast.Await, ast.Yield, ast.YieldFrom, ast.With, ast.Try, ast.Delete)
     local = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    loads: list[str] = []
     for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            local.add(node.id)
-    allowed = local | functions | KERNEL_BUILTINS | {"tl", "libdevice", "triton"}
-    for node in ast.walk(fn):
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda, ast.ClassDef,
-                             ast.AsyncFunctionDef, ast.Await, ast.Yield, ast.YieldFrom, ast.With, ast.Try,
-                             ast.Delete)):
-            raise Unsupported(f"kernel {fn.name}: {type(node).__name__} statement")
-        if isinstance(node, ast.FunctionDef) and node is not fn:
+        t = type(node)
+        if t is ast.Name:
+            if isinstance(node.ctx, ast.Store):
+                local.add(node.id)
+            elif isinstance(node.ctx, ast.Load):
+                loads.append(node.id)
+        elif t is ast.Attribute:
+            if node.attr.startswith("_"):
+                raise Unsupported(f"kernel {fn.name}: attribute {node.attr}")
+        elif isinstance(node, refused):
+            raise Unsupported(f"kernel {fn.name}: {t.__name__} statement")
+        elif t is ast.FunctionDef and node is not fn:
             raise Unsupported(f"kernel {fn.name}: nested function")
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-            raise Unsupported(f"kernel {fn.name}: attribute {node.attr}")
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in allowed:
-            raise Unsupported(f"kernel {fn.name}: name {node.id}")
+    allowed = local | functions | KERNEL_BUILTINS | {"tl", "libdevice", "triton"}
+    for name in loads:
+        if name not in allowed:
+            raise Unsupported(f"kernel {fn.name}: name {name}")
 
 
 # --------------------------------------------------------------------------------------------- tensors

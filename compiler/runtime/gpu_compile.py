@@ -64,14 +64,18 @@ class CompileStats:
     graph_hits: int = 0  # graphs rebuilt from the graph cache (``runtime/graph_cache.py``): no kiln passes ran
     graph_misses: int = 0  # graphs compiled by the passes with the graph cache on (stored unless skipped)
     graph_skips: int = 0  # of ``graph_misses``: not stored (``graph_cache.skipped()`` says why)
+    front_hits: int = 0  # of ``graph_hits``: inference graphs found by their Dynamo graph (AOTAutograd skipped)
+    shared_loads: int = 0  # first launches answered by a kernel this process had loaded (same request and device)
     autotuned: int = 0  # kernels whose launch configs were timed (``runtime/autotune.py``)
     autotune_hits: int = 0  # autotuned launches that found their choice cached (no timing)
 
     def summary(self) -> str:
         return (f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits, "
+                f"{self.shared_loads} loaded once for several launch sites, "
                 f"{self.jit_compiles} via Triton's JIT; {self.seconds:.2f} s at first launches "
                 f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers; "
-                f"graph cache {self.graph_hits} hits, {self.graph_misses} misses ({self.graph_skips} not stored); "
+                f"graph cache {self.graph_hits} hits ({self.front_hits} before AOTAutograd), {self.graph_misses} misses "
+                f"({self.graph_skips} not stored); "
                 f"autotune {self.autotuned} timed, {self.autotune_hits} cached")
 
 
@@ -281,6 +285,9 @@ def compile_here(req: CompileRequest, fn: Any) -> tuple[Any, Optional[bool]]:
 #: False for good once this Triton cannot be driven (a launch then uses Triton's JIT)
 _OWN = {"ok": True}
 _targets: dict[int, Any] = {}
+#: (request key, device index) -> the CompiledKernel this process loaded for it: the launch sites of one source
+#: (a model's repeated layers share a kernel source; each is its own ``TritonKernel``) load its binary once
+_loaded: dict[tuple[str, int], Any] = {}
 
 
 def device_target(index: int) -> Any:
@@ -301,7 +308,8 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
     None when kiln's path does not apply (the caller then uses Triton's JIT).
 
     A worker job for the same request (``precompile``) is waited for first; its result is in the on-disk
-    cache, so the compile here only loads it. A compile error raises ``KernelCompileError``.
+    cache, so the compile here only loads it. A request this process already loaded on this device returns that
+    kernel (no Triton cache lookup, no second module load). A compile error raises ``KernelCompileError``.
     """
     if not _OWN["ok"]:
         return None
@@ -318,6 +326,12 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
     except Exception as e:  # noqa: BLE001 - arguments or a Triton kiln cannot drive: the JIT path
         _disable(e)
         return None
+    loaded = _loaded.get((req.key, device_index))
+    if loaded is not None:
+        if compile_jobs.has(req.key):  # a job sent for it meanwhile: claim it, its result is this kernel
+            compile_jobs.wait_for(req)
+        count(shared_loads=1)
+        return loaded
     answer = compile_jobs.wait_for(req)
     wait = time.perf_counter() - start
     try:
@@ -344,6 +358,7 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
     else:
         count(compiled=1)
     count(seconds=time.perf_counter() - start, wait_seconds=wait)
+    _loaded[(req.key, device_index)] = kernel
     return kernel
 
 

@@ -27,7 +27,10 @@ key is built on Inductor's ``FxGraphHashDetails``, its ``check_cacheable`` requi
 setting, and its entries are pickles (the extra-key hook of newer torch only adds data to that key). All of it
 is private API, kiln does not import ``torch._inductor`` in ``compiler/`` and stores no pickles, so kiln caches
 at its own compile of each forward, backward or inference graph: Dynamo and AOTAutograd still trace in a warm
-process; kiln's passes and kernel renders do not run. Size hints (example sizes) are not in the key: the passes
+process; kiln's passes and kernel renders do not run. Inference graphs of static shapes whose AOTAutograd
+wrapper is trivial are also found by their Dynamo graph before AOTAutograd runs (``runtime/inference_cache.py``:
+what it refuses and why); training graphs are not (their runtime wrapper is an ``autograd.Function`` built from
+AOTAutograd's metadata and its lazy backward, private API that changes between releases). Size hints (example sizes) are not in the key: the passes
 use them only to pick among choices that are valid at every size (an order of strides to try, an alias root),
 each then checked symbolically.
 """
@@ -57,7 +60,8 @@ SUFFIX = ".kgc"
 
 #: settings that cannot change what the passes make (runtime behaviour, logging, where caches live)
 NOT_IN_KEY = frozenset({"dump_dir", "compile_threads", "compile_workers", "log_fallbacks", "cudagraphs", "cache",
-                        "cache_dir", "graph_cache_dir", "cache_max_mb", "autotune", "autotune_dir"})
+                        "cache_dir", "graph_cache_dir", "cache_max_mb", "autotune", "autotune_dir",
+                        "inference_cache"})
 
 #: the last few reasons graphs were not stored, newest last: "graph_3: kiln's passes added 2 shape guards"
 _skipped: list[str] = []
@@ -106,14 +110,26 @@ def kiln_source_hash() -> str:
     return _source_hash[0]
 
 
+#: (interpreting, device names) -> ``toolchain()``'s answer, once per process
+_toolchains: dict[tuple, dict[str, Any]] = {}
+
+
 def toolchain(devices: list[torch.device]) -> dict[str, Any]:
-    """Versions and devices the artifact depends on."""
+    """Versions and devices the artifact depends on (computed once per process and device set)."""
+    names = tuple(sorted({str(d) for d in devices}))
+    current = torch.cuda.current_device() if "cuda" in names and not config.interpreting() else None
+    memo = (config.interpreting(), names, current)  # "cuda" without an index: the current device's name
+    if memo not in _toolchains:
+        _toolchains[memo] = _toolchain(names)
+    return {**_toolchains[memo], "kiln": kiln_source_hash()}
+
+
+def _toolchain(names: tuple[str, ...]) -> dict[str, Any]:
     import triton
 
     out: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__,
-                           "python": sys.version.split()[0], "kiln": kiln_source_hash(),
-                           "interpreting": config.interpreting()}
-    for d in sorted({str(d) for d in devices}):
+                           "python": sys.version.split()[0], "interpreting": config.interpreting()}
+    for d in names:
         dev = torch.device(d)
         if dev.type == "cuda" and not config.interpreting():
             idx = dev.index if dev.index is not None else torch.cuda.current_device()
@@ -135,6 +151,7 @@ class _Fingerprint:
         self.storages: dict[Any, int] = {}
         self.symbols: set = set()
         self.constant_bytes = 0
+        self.meta_key = "val"  # where nodes keep their FakeTensor: "val" (ATen graphs), "example_value" (Dynamo's)
 
     def add(self, *parts: Any) -> None:
         for p in parts:
@@ -174,7 +191,7 @@ class _Fingerprint:
             raise fx_codec.Unsupported("graphs nested more than 8 deep")
         self.add("graph", gm.code)
         for n in gm.graph.nodes:
-            self.add(n.name, self.value(n.meta.get("val")))
+            self.add(n.name, self.value(n.meta.get(self.meta_key)))
             if n.op == "get_attr":
                 self.attribute(gm, n.target, depth)
 
@@ -220,12 +237,17 @@ def _graph_key(gm: fx.GraphModule, example_inputs: Any, role: str, extra: Any) -
     inputs = list(example_inputs) if example_inputs is not None else []
     fp.add("inputs", len(inputs), *(fp.value(a) for a in inputs))
     devices = [a.device for a in inputs if isinstance(a, torch.Tensor)]
-    fp.add("toolchain", json.dumps(toolchain(devices), sort_keys=True))
+    fp.add("toolchain", json.dumps(toolchain(devices), sort_keys=True), "global", global_state())
     env = _shape_env()
     if env is not None:  # the symbols' value ranges (a graph specialized for s0 >= 2 is not one for s0 >= 0)
         ranges = getattr(env, "var_to_range", {})
         fp.add("ranges", *sorted(f"{s}:{ranges.get(s)}" for s in fp.symbols))
     return fp.h.hexdigest()
+
+
+def global_state() -> str:
+    """Process-wide torch state that the passes read (deterministic algorithms: float sums stay ATen)."""
+    return f"det={torch.are_deterministic_algorithms_enabled()},{torch.is_deterministic_algorithms_warn_only_enabled()}"
 
 
 def _shape_env() -> Any:
@@ -266,9 +288,9 @@ def encode_entry(key: str, cg: Any, moved_strides: Optional[list]) -> bytes:
     return struct.pack("<Q", len(text)) + text + b"".join(blobs)
 
 
-def decode_entry(payload: bytes, key: str, name: str, gm: fx.GraphModule) -> tuple[Any, Optional[list]]:
+def decode_entry(payload: bytes, key: str, name: str, gm: Optional[fx.GraphModule]) -> tuple[Any, Optional[list]]:
     """(CompiledGraph named ``name``, moved strides) from a payload (``Unsupported``/``ValueError`` when it is
-    not an entry of this key and format)."""
+    not an entry of this key and format); ``gm``: the ATen graph (None: not at hand, ``aten_graph`` stays None)."""
     from ..capture import CompiledGraph
     from ..graph import FallbackReason
 
@@ -284,7 +306,7 @@ def decode_entry(payload: bytes, key: str, name: str, gm: fx.GraphModule) -> tup
         raise ValueError("entry length does not match its header")
     wrapper = fx_codec.decode_module(header["wrapper"], blobs)
     placeholders = [p for p in wrapper.graph.nodes if p.op == "placeholder"]
-    originals = [p for p in gm.graph.nodes if p.op == "placeholder"]
+    originals = [p for p in gm.graph.nodes if p.op == "placeholder"] if gm is not None else []
     if len(placeholders) == len(originals):  # as the wrap pass leaves them: each with its input's FakeTensor
         for p, o in zip(placeholders, originals):
             p.meta["val"] = o.meta.get("val")
@@ -306,7 +328,7 @@ def decode_entry(payload: bytes, key: str, name: str, gm: fx.GraphModule) -> tup
     return build(header["record"], wrapper, name, gm), moved
 
 
-def load(key: str, name: str, gm: fx.GraphModule) -> Optional[tuple[Any, Optional[list]]]:
+def load(key: str, name: str, gm: Optional[fx.GraphModule]) -> Optional[tuple[Any, Optional[list]]]:
     """The cached (CompiledGraph, moved strides) of ``key``, or None (no entry, or one that is damaged, of
     another format or not rebuildable here: a miss, never an error)."""
     path = _path(key)
@@ -348,7 +370,7 @@ def compile_cached(gm: fx.GraphModule, example_inputs: Any, role: str, name: str
         return cg, moved
     hit = load(key, name, gm)
     if hit is not None:
-        hit[0].cache = "hit"
+        hit[0].cache, hit[0].cache_key = "hit", key
         gpu_compile.count(graph_hits=1)
         log.debug("kiln: graph cache hit for %s (%s)", name, key[:16])
         return hit
@@ -364,7 +386,7 @@ def compile_cached(gm: fx.GraphModule, example_inputs: Any, role: str, name: str
         return cg, moved
     try:
         store(key, cg, moved)
-        cg.cache = "stored"
+        cg.cache, cg.cache_key = "stored", key
     except Exception as e:  # noqa: BLE001 - a graph the codec cannot store, or a full disk: compiled, not stored
         _skip(name, f"{type(e).__name__}: {e}", cg)
     return cg, moved

@@ -7,10 +7,16 @@ The wrapper calls it as ``self.<kernel>(ptrs..., sizes..., xnumel[, rnumel])``. 
 - column (outer) reduction: ``outer_xblock`` adjacent columns x ``outer_rblock`` rows per step. 64 x 64 with
   8 warps was the best uniform choice of an H100 sweep (fwd+bwd kernel us, old 32 x 128 -> 64 x 64): col_sum
   fp32 187 -> 180, RMSNorm bwd weight grad 135 -> 102, LayerNorm bwd 157 -> 147, bias-GELU bwd 107 -> 96.
-  Fewer than ``OUTER_MIN_PROGRAMS`` x 64 columns: narrower programs (at least 16 columns).
-- mixed row/column kernels (``programs`` fixed): rows of at most 256 elements go 2048 elements a step, not
-  1024 (ResNet-50 BatchNorm backward at 100352 x 256 in ``launch_sweep`` on the H100: 290 us at 4 rows a step,
-  184 us at 8; the best measured, 151 us, was 16 rows at 2 warps).
+  Fewer than ``OUTER_MIN_PROGRAMS`` x 64 columns: narrower programs (at least 16 columns). Long columns
+  (``OUTER_LONG_RNUMEL`` rows or more) whose 64-column programs would not fill the SMs once
+  (``OUTER_FILL_PROGRAMS``): 16 columns and 16 warps (H100 ``launch_sweep``, ResNet BatchNorm var_mean
+  6272 x 1024: 23.4 -> 12.8 us; ViT LayerNorm weight grads 4608 x 1051: best measured configs were 16 columns).
+- short rows (32 to 128 elements, ``INNER_MANY_ROWS`` rows or more): 2048 elements and 8 warps a program, not
+  1024 and 4 (ConvNeXt LayerNorm 50176 x 96: 30.0 -> 21.3 us).
+- mixed row/column kernels (``programs`` fixed): rows of at most 256 elements go 4096 elements a step (ResNet-50
+  BatchNorm backward at 100352 x 256 in ``launch_sweep`` on the H100: 290 us at 4 rows a step, 184 us at 8,
+  157 us at 16), rows of at most 64 with 8 warps (100352 x 64: 52 us at 32 rows and 4 warps, 41 us at 64 and
+  8); never more rows a step than a program owns.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ from . import cache, gpu_compile
 #: ``compiler.tools.launch_sweep``: the second stage of a ViT LayerNorm's weight gradient, 768 columns x 253
 #: partial rows, 17.3 us at 64 columns a program (12 programs) and 8.0 us at 16)
 OUTER_MIN_PROGRAMS = 48
+
+#: column reductions over at least this many rows loop long enough per program that the grid must fill the GPU
+OUTER_LONG_RNUMEL = 512
+
+#: programs that fill the GPU once: the SM count of the H100 the launch heuristics were measured on
+OUTER_FILL_PROGRAMS = 132
+
+#: row reductions with at least this many rows have programs to spare (16 rows a program still gives 1024 programs)
+INNER_MANY_ROWS = 16384
 
 
 def next_pow2(n: int) -> int:
@@ -84,6 +99,15 @@ class TritonKernel(torch.nn.Module):
         """Block sizes and warps for a launch at these sizes on ``device`` in this process."""
         return self.heuristic_config(xnumel, rnumel, config.interpreting())
 
+    def cached_tuned_config(self, cfg: dict[str, Any], xnumel: int, rnumel: int, device: torch.device) -> dict:
+        """``cfg`` with the autotune choice already cached for these sizes applied (``cfg`` when none is, or
+        autotuning is off): what the ahead-of-time compile sends, so a warm compile compiles no other config."""
+        if not self._autotune:
+            return cfg
+        from . import autotune
+
+        return autotune.cached_config(self, cfg, xnumel, rnumel, device)
+
     def heuristic_config(self, xnumel: int, rnumel: int, interp: bool) -> dict[str, Any]:
         """Block sizes and warps for these sizes, for the interpreter or for a GPU (heuristics tuned on an
         H100; see the module docstring)."""
@@ -102,15 +126,34 @@ class TritonKernel(torch.nn.Module):
             # column reductions: adjacent columns per program (coalesced), a chunk of the reduced dim per step;
             # few columns get narrower programs, so that the grid still has OUTER_MIN_PROGRAMS of them
             xblock = min(s.outer_xblock, next_pow2(xnumel), max(16, next_pow2(xnumel // OUTER_MIN_PROGRAMS)))
+            warps = s.outer_num_warps
+            if rnumel >= OUTER_LONG_RNUMEL:
+                if cdiv(xnumel, xblock) < OUTER_FILL_PROGRAMS:
+                    # long columns in fewer programs than SMs: 16 columns a program (4x the programs at 64), so
+                    # that every SM streams (H100: 6272 x 1024 BatchNorm var_mean 23.4 -> 12.8 us)
+                    xblock = min(xblock, 16)
+                if xblock == 16:
+                    warps = 16  # narrow programs over long columns: more warps in flight along the reduced dim
             return {"XBLOCK": xblock, "RBLOCK": min(s.outer_rblock, next_pow2(rnumel)),
-                    "PERSISTENT": False, "num_warps": s.outer_num_warps}
+                    "PERSISTENT": False, "num_warps": warps}
         if rnumel <= s.persistent_rblock_max or self.programs:
             rblock = next_pow2(max(rnumel, 1))
-            # a mixed row/column kernel loops over its rows: short rows go twice as many at a time
-            per_row = (2048 if self.programs else 1024) if rblock <= 256 else 4096
-            xblock = max(1, min(next_pow2(xnumel), per_row // rblock, 64 if rblock <= 256 else 4))
-            return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": True,
-                    "num_warps": max(4, min(16, rblock // 256))}
+            warps = max(4, min(16, rblock // 256))
+            if self.programs:
+                # a mixed row/column kernel loops over its rows: short rows go 4096 elements a step (fewer
+                # steps of its loop), never more rows than a program owns (the rest would be masked lanes)
+                cap = min(64 if rblock <= 256 else 4, next_pow2(cdiv(xnumel, self.programs)))
+                xblock = max(1, min(next_pow2(xnumel), 4096 // rblock, cap))
+                if rblock <= 64 and xblock * rblock >= 4096:
+                    warps = 8  # 64 short rows a step: their row reductions spread over 8 warps (H100 100352 x 64)
+            else:
+                per_row = 1024 if rblock <= 256 else 4096
+                if self.hint == "inner" and 32 <= rblock <= 128 and xnumel >= INNER_MANY_ROWS:
+                    # many short rows: twice the rows (2048 elements) and warps a program halve the programs
+                    # and their per-program loads (a LayerNorm's weight and bias): ConvNeXt 50176 x 96 30 -> 21 us
+                    per_row, warps = 2048, 8
+                xblock = max(1, min(next_pow2(xnumel), per_row // rblock, 64 if rblock <= 256 else 4))
+            return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": True, "num_warps": warps}
         return {"XBLOCK": 1, "RBLOCK": s.looped_rblock, "PERSISTENT": False, "num_warps": 8}
 
     # ------------------------------------------------------------------ launching

@@ -105,6 +105,9 @@ def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -
         return None
     ptrs = [gpu_compile.Ptr(*_pointer(name, lowering, hints)[::2]) for _, name in ks.ptr_args]
     cfg = kernel.heuristic_config(xnumel, rnumel, interp=False)
+    if kernel._autotune:  # a choice cached by an earlier compile: compile that config, not the heuristic's
+        device = _pointer(ks.ptr_args[0][1], lowering, {})[1] if ks.ptr_args else torch.device("cuda")
+        cfg = kernel.cached_tuned_config(cfg, xnumel, rnumel, device)
     fn = cache.load_kernel(ks.source, ks.name)
     path = cache.source_path(ks.source)
     return gpu_compile.make_request(ks.name, path, fn.arg_names, ptrs + ints, cfg, target), fn

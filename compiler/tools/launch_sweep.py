@@ -1,4 +1,4 @@
-"""Launch configs of a real step's reduction kernels, measured: `python -m compiler.tools.launch_sweep`.
+"""Launch configs of a real step's reduction (and epilogue) kernels, measured: `python -m compiler.tools.launch_sweep`.
 
 kiln picks block sizes and warps by heuristics (``runtime/launcher.py``), or with ``KILN_AUTOTUNE=1`` times the
 same candidates at the first launch (``runtime/autotune.candidates``, shared with this tool). This tool is the
@@ -9,9 +9,13 @@ also ``RBLOCK``). One row per kernel: its *tile loads* (full-tile ``tl.load`` ca
 proxy the heuristic reads), the heuristic's config and time, the best config and time.
 
 Cases (``--case``): ``vit`` (a ViT-B block: LayerNorm, fused-QKV attention, GELU MLP; batch 32 x 197 tokens,
-bf16 autocast, forward + backward), ``resnet`` (a ResNet-50 bottleneck stage, channels-last, bf16 autocast,
-forward + backward), ``bert`` (a BERT-base layer, bf16 inference). Kernels whose heuristic time is below
-``--min-us`` are listed without sweeping.
+bf16 autocast, forward + backward: LayerNorm backward), ``resnet`` (a ResNet-50 bottleneck stage,
+channels-last, bf16 autocast, forward + backward: BatchNorm backward), ``bert`` (a BERT-base layer, bf16
+inference), ``convnext`` (a ConvNeXt-T stage, channels-last bf16 inference, batch 16 at 56 x 56 x 96: depthwise
+7x7 convolution, LayerNorm, Linear-GELU-Linear, layer scale, residual; then a LayerNorm2d downsample and a block at
+28 x 28 x 192). The ``convnext`` case also sweeps its pointwise kernels (the epilogues after ``addmm``: their
+rows say ``pointwise`` and have no ``RBLOCK``). Kernels whose heuristic time is below ``--min-us`` are listed
+without sweeping.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from typing import Any, Callable
 
 import torch
@@ -54,6 +59,36 @@ class _Bottleneck(nn.Module):
         return F.relu(self.b3(self.c3(y)) + x)
 
 
+class _LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of an NCHW tensor (through NHWC permutes, as timm's ConvNeXt does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class _ConvNeXtBlock(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c, eps=1e-6)
+        self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        self.gamma = nn.Parameter(torch.full((c,), 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc2(F.gelu(self.fc1(self.norm(self.dw(x).permute(0, 2, 3, 1)))))
+        return x + y.permute(0, 3, 1, 2).mul(self.gamma.reshape(1, -1, 1, 1))
+
+
+def _convnext_stage() -> nn.Module:
+    return nn.Sequential(_ConvNeXtBlock(96), _ConvNeXtBlock(96), _LayerNorm2d(96, eps=1e-6),
+                         nn.Conv2d(96, 192, 2, stride=2), _ConvNeXtBlock(192))
+
+
+#: cases whose pointwise kernels are swept too (the others: reduction kernels only)
+POINTWISE_CASES = ("convnext",)
+
+
 def _train_step(model: nn.Module, x: torch.Tensor) -> Callable[[], Any]:
     f = torch.compile(model, backend="kiln")
 
@@ -73,6 +108,15 @@ def build_case(name: str) -> Callable[[], Any]:
     if name == "resnet":
         model = nn.Sequential(_Bottleneck(), _Bottleneck()).cuda().to(memory_format=torch.channels_last)
         return _train_step(model, torch.randn(32, 256, 56, 56, device="cuda").to(memory_format=torch.channels_last))
+    if name == "convnext":
+        model = _convnext_stage().cuda().to(torch.bfloat16, memory_format=torch.channels_last).eval()
+        x = torch.randn(16, 96, 56, 56, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        f = torch.compile(model, backend="kiln")
+
+        def infer() -> None:
+            with torch.no_grad():
+                f(x)
+        return infer
     if name == "bert":
         import transformers
         cfg = transformers.BertConfig(num_hidden_layers=2)
@@ -84,7 +128,7 @@ def build_case(name: str) -> Callable[[], Any]:
             with torch.no_grad():
                 f(input_ids=ids)
         return step
-    raise SystemExit(f"launch_sweep: unknown case {name!r} (vit, resnet, bert)")
+    raise SystemExit(f"launch_sweep: unknown case {name!r} (vit, resnet, bert, convnext)")
 
 
 def tile_loads(source: str) -> int:
@@ -94,7 +138,7 @@ def tile_loads(source: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m compiler.tools.launch_sweep", description=__doc__.splitlines()[0])
-    p.add_argument("--case", default="vit", help="vit, resnet or bert (comma-separated for several)")
+    p.add_argument("--case", default="vit", help="vit, resnet, bert or convnext (comma-separated for several)")
     p.add_argument("--min-us", type=float, default=15.0, help="sweep kernels at least this slow (us)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -113,20 +157,25 @@ def main(argv: list[str] | None = None) -> int:
         firsts: dict[str, tuple[TritonKernel, tuple]] = {}
         orig = TritonKernel.forward
 
-        def spy(self: TritonKernel, *a: Any) -> None:
-            if self.reduction and self.name not in firsts:
+        def spy(self: TritonKernel, *a: Any, pointwise: bool = case in POINTWISE_CASES) -> None:
+            if (self.reduction or pointwise) and self.name not in firsts:
                 firsts[self.name] = (self, a)
             return orig(self, *a)
 
         TritonKernel.forward = spy
+        t_case = time.perf_counter()
         try:
             step()
             torch.cuda.synchronize()
         finally:
             TritonKernel.forward = orig
+        first_s = time.perf_counter() - t_case
+        step_ms = triton.testing.do_bench(step, warmup=5, rep=50, return_mode="median")
+        print(f"{case:6} step {step_ms:.3f} ms (median; first call, compile included, {first_s:.0f} s)", flush=True)
         for name, (k, a) in sorted(firsts.items()):
             nptr = len(k.ptr_args)
-            xnumel, rnumel = int(a[nptr + len(k.size_args)]), int(a[nptr + len(k.size_args) + 1])
+            xnumel = int(a[nptr + len(k.size_args)])
+            rnumel = int(a[nptr + len(k.size_args) + 1]) if k.reduction else 1
             base = k.heuristic_config(xnumel, rnumel, interp=False)
 
             def timed(cfg: dict[str, Any]) -> float:
@@ -149,18 +198,23 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     if t < tbest:
                         best, tbest = cfg, t
-            rows.append((case, name, k.hint + (" mixed" if k.programs else ""), tile_loads(k.source), xnumel, rnumel,
+            kind = (k.hint + (" mixed" if k.programs else "")) if k.reduction else "pointwise"
+            rows.append((case, name, kind, tile_loads(k.source), xnumel, rnumel,
                          base, t0, best, tbest))
             print(f"{case:6} {name:44} {rows[-1][2]:12} loads {rows[-1][3]:2}  {xnumel}x{rnumel}  "
                   f"heuristic {_cfg(base)} {t0:8.1f} us   best {_cfg(best)} {tbest:8.1f} us  ({t0 / tbest:.2f}x)",
                   flush=True)
-    total0, total1 = sum(r[7] for r in rows), sum(r[9] for r in rows)
-    print(f"all reduction kernels: heuristic {total0:.0f} us, best configs {total1:.0f} us ({total0 / total1:.2f}x)")
+    for label, sel in (("reduction", lambda r: r[2] != "pointwise"), ("pointwise", lambda r: r[2] == "pointwise")):
+        picked = [r for r in rows if sel(r)]
+        if picked:
+            total0, total1 = sum(r[7] for r in picked), sum(r[9] for r in picked)
+            print(f"all {label} kernels: heuristic {total0:.0f} us, best configs {total1:.0f} us "
+                  f"({total0 / total1:.2f}x)")
     return 0
 
 
 def _cfg(c: dict[str, Any]) -> str:
-    return f"X{c['XBLOCK']}/R{c['RBLOCK']}/w{c['num_warps']}"
+    return f"X{c['XBLOCK']}/R{c.get('RBLOCK', '-')}/w{c['num_warps']}"
 
 
 if __name__ == "__main__":

@@ -69,8 +69,12 @@ def by_hand(case: mdl.ModelCase, base: torch.nn.Module, compiler: str, device: t
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     points = [_snap(device, "before the model copy")]
-    st = Stepper(case, base, compiler, device)
-    st.step()
+    from .model_run import _kiln_capture
+    from .step_facts import graph_report
+
+    with _kiln_capture(compiler) as graphs:
+        st = Stepper(case, base, compiler, device)
+        st.step()
     points.append(_snap(device, "after the first step"))
     gc.collect()
     torch.cuda.synchronize(device)
@@ -87,8 +91,16 @@ def by_hand(case: mdl.ModelCase, base: torch.nn.Module, compiler: str, device: t
         "driver_used_delta_bytes": max(p["driver_used"] for p in points) - points[0]["driver_used"],
         "static_bytes": static_bytes(st.model, st.opt),
     }
-    del st
+    if graphs is not None:
+        out["graphs"] = graph_report(graphs)
+    del st, graphs
     torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    after = _snap(device, "after the arm was dropped (dynamo reset, gc, empty_cache)")
+    out["points"].append(after)
+    out["left_allocated_bytes"] = max(0, after[mm.ALLOC_NOW] - points[0][mm.ALLOC_NOW])
     return out
 
 
@@ -121,9 +133,12 @@ def check(case_name: str, compilers: list[str], steps: int = 6) -> tuple[dict[st
         hand = by_hand(case, base, c, device, steps)
         t_alloc = r.meta["memory"]["peak_allocated_bytes"]
         h_alloc = hand["peak_allocated_bytes"]
-        out["arms"][c] = {"tier": r.meta["memory"], "by_hand": hand}
+        out["arms"][c] = {"tier": r.meta["memory"], "by_hand": hand, "tier_graphs": r.meta.get("kiln_graphs")}
         if abs(t_alloc - h_alloc) > max(8 * MIB, 0.05 * h_alloc):
             failed.append(f"{c}: tier peak allocated {t_alloc / MIB:.1f} MiB != by hand {h_alloc / MIB:.1f} MiB")
+        if hand["left_allocated_bytes"] > max(8 * MIB, 0.05 * h_alloc):
+            failed.append(f"{c}: {hand['left_allocated_bytes'] / MIB:.1f} MiB still allocated after the arm's model, "
+                          "compiled graphs and Dynamo's caches were dropped")
         if case.mode == "train" and t_alloc < 0.95 * hand["static_bytes"]:
             failed.append(f"{c}: tier peak allocated {t_alloc / MIB:.1f} MiB < weights + gradients + optimizer "
                           f"state {hand['static_bytes'] / MIB:.1f} MiB")
@@ -147,6 +162,11 @@ def markdown(res: dict[str, Any]) -> str:
         lines += markdown_table(["point", "allocated", "allocated peak", "reserved", "reserved peak", "driver used"],
                                 ([p["point"]] + [f"{p[k] / MIB:.1f}" for k in (*KEYS, "driver_used")]
                                  for p in a["by_hand"]["points"]), "lrrrrr")
+        for where, rep in (("tier", a.get("tier_graphs")), ("by hand", a["by_hand"].get("graphs"))):
+            for g in (rep or {}).get("cudagraphs", []):
+                lines.append(f"- {where}: CUDA graph {g.get('graph')} ({g.get('role')}): warm-ups {g.get('warmups')}, "
+                             f"recordings {g.get('recordings')}, replays {g.get('replays')}, unrecorded "
+                             f"{g.get('unrecorded')} {g.get('unrecorded_why') or ''} {g.get('reasons') or ''}")
     lines += [""] + [f"- FAILED: {f}" for f in res["failed"]] + [f"- note: {n}" for n in res["notes"]]
     return "\n".join(lines) + "\n"
 

@@ -309,7 +309,7 @@ class Store:
             for chunk in _chunks(list(by_result), 500):
                 sq = (select(t.samples.c.result_id, t.samples.c.ns).where(t.samples.c.result_id.in_(chunk))
                       .order_by(t.samples.c.result_id, t.samples.c.seq))
-                for rid, ns in db.execute(sq):
+                for rid, ns in db.execute(sq).all():  # fetchall: a thousand runs' samples are a million rows
                     by_result[rid].append(ns)
         out: dict[int, list[Result]] = {i: [] for i in run_ids}
         for row in rows:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness import arms
 from harness.exc import UsageError
+from harness.results import atomic_write_text
 
 from . import models as mdl
 from .compile_times import CompileTimes, measure, table
@@ -72,11 +73,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(args: argparse.Namespace, rows: list[CompileTimes], note: list[str]) -> None:
     if args.md:
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text("\n".join(table(rows) + ([""] + note if note else [])) + "\n")
+        atomic_write_text(args.md, "\n".join(table(rows) + ([""] + note if note else [])) + "\n")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+        atomic_write_text(args.json, json.dumps([asdict(r) for r in rows], indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,20 @@ def test_candidates_keep_the_heuristic_and_fill_the_threads():
     assert {"XBLOCK": 1024, "num_warps": 4} in pw and all("RBLOCK" not in c for c in pw)
 
 
+def test_candidates_hold_the_measured_winners():
+    """The winners of an H100 ``launch_sweep`` (convnext, resnet, vit) are among the candidates around the
+    heuristic's pick for their shapes, so autotuning can find them."""
+    def cands(hint, programs, xnumel, rnumel):
+        cfg = TritonKernel("k", "", [], [], True, hint, programs).heuristic_config(xnumel, rnumel, interp=False)
+        return {(c["XBLOCK"], c["RBLOCK"], c["num_warps"]) for c in autotune.candidates(cfg, hint, programs)}
+
+    assert (64, 128, 8) in cands("outer", 0, 25088, 1024) and (64, 32, 8) in cands("outer", 0, 13824, 1051)
+    assert {(64, 64, 16), (16, 64, 16)} <= cands("outer", 0, 6272, 1024)  # the standard width, narrowed
+    assert {(16, 128, 4), (16, 32, 16)} <= cands("outer", 0, 4608, 1051)
+    assert (1, 1024, 2) in cands("inner", 0, 6304, 768)
+    assert (16, 128, 8) in cands("inner", 0, 50176, 96) and (64, 64, 8) in cands("inner", 256, 100352, 64)
+
+
 def test_choices_follow_the_cache_setting(tuned, tmp_path):
     x = torch.randn(3000, device=DEVICE)
     with config.patch(cache="0"):
@@ -163,3 +177,52 @@ def test_choices_follow_the_cache_setting(tuned, tmp_path):
         _, out = _run(_f, x)
     assert len(tuned.calls) > n and not (tmp_path / "autotune").exists()  # read-only: timed again, not written
     assert torch.allclose(out, _f(x))
+
+
+def test_a_cached_choice_compiles_no_candidate_and_costs_what_a_plain_warm_compile_costs(tuned, tmp_path, monkeypatch):
+    """A warm autotuned compile (graph cache hit, choice on disk): no candidate is listed, sent to the workers,
+    compiled or timed, and kernels are loaded exactly as often as in a plain warm compile."""
+    from compiler.runtime import cache
+
+    x = torch.randn(3000, device=DEVICE)
+    with config.patch(graph_cache_dir=str(tmp_path / "graphs")):
+        _run(_f, x)  # cold: tuned, graph and choice stored
+        assert compile_stats().autotuned == 1
+        counts = {"candidates": 0, "time_config": 0, "_submit": 0, "load_kernel": 0}
+
+        def counting(mod, name):
+            real = getattr(mod, name)
+
+            def wrapped(*a, **k):
+                counts[name] += 1
+                return real(*a, **k)
+            monkeypatch.setattr(mod, name, wrapped)
+
+        for name in ("candidates", "time_config", "_submit"):
+            counting(autotune, name)
+        counting(cache, "load_kernel")
+        loads = {}
+        for tune in (False, True):
+            autotune.set_timer(tuned)  # forget this process's choices and loaded kernels: as a new process would
+            cache._modules.clear()
+            counts["load_kernel"] = 0
+            reset_compile_stats()
+            with config.patch(autotune=tune):
+                graphs, out = _run(_f, x)
+            assert torch.allclose(out, _f(x)) and [g.cache for g in graphs] == ["hit"]
+            loads[tune] = counts["load_kernel"]
+        assert compile_stats().autotune_hits == 1 and compile_stats().autotuned == 0
+    assert counts["candidates"] == counts["time_config"] == counts["_submit"] == 0
+    assert loads[True] == loads[False] == 1
+
+
+def test_cached_config_applies_a_stored_choice_only(tuned):
+    graphs, _ = _run(_f, torch.randn(3000, device=DEVICE))
+    (kernel,) = [m for _, m in graphs[0].wrapper.named_children() if isinstance(m, TritonKernel)]
+    device = torch.device(DEVICE)
+    heuristic = kernel.heuristic_config(3000, 1, interp=config.interpreting())
+    (used,) = _launch_cfgs(graphs)
+    assert used != heuristic  # the timer prefers fewer warps than the heuristic's
+    autotune.set_timer(tuned)  # the choice is read from disk
+    assert kernel.cached_tuned_config(heuristic, 3000, 1, device) == used
+    assert kernel.cached_tuned_config(heuristic, 100000, 1, device) == heuristic  # another bucket: none cached

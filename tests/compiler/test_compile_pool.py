@@ -391,3 +391,28 @@ def test_gpu_kernels_compile_in_workers_and_a_second_process_compiles_nothing(tm
     warm = run()
     assert warm["compiled"] == 0 and warm["submitted"] == 0 and warm["jit_compiles"] == 0, warm
     assert warm["cache_hits"] >= cold["compiled"] and warm["skipped_on_disk"] >= 1, warm
+
+
+def test_launch_sites_of_one_source_load_its_kernel_once_per_device(triton_cache, monkeypatch):
+    """Two first launches of one request (two launch sites of a shared kernel source, as a model's repeated
+    layers have) compile-or-load once on a device; another device loads its own."""
+    name, source = small_kernel("kiln_test_shared_load", factor=7.0)
+    req, fn = request(name, source)
+    monkeypatch.setattr(gpu_compile, "device_target", lambda index: SM90)
+    monkeypatch.setattr(gpu_compile, "_loaded", {})
+    loads = []
+
+    def load(r, f):
+        kernel = type("Loaded", (), {"function": len(loads) + 1, "run": print})()
+        loads.append(r.key)
+        return kernel, True
+
+    monkeypatch.setattr(gpu_compile, "compile_here", load)
+    x = torch.randn(1024)
+    cfg = {"XBLOCK": 1024, "num_warps": 4}
+    first = gpu_compile.compile_launch(name, req.path, fn, [x, torch.empty_like(x), 1024], cfg, 0)
+    again = gpu_compile.compile_launch(name, req.path, fn, [torch.randn(1024), torch.empty_like(x), 1024], cfg, 0)
+    other = gpu_compile.compile_launch(name, req.path, fn, [x, torch.empty_like(x), 1024], cfg, 1)
+    assert first is again and other is not first and loads == [req.key, req.key]
+    s = gpu_compile.compile_stats()
+    assert (s.cache_hits, s.shared_loads) == (2, 1)

@@ -5,6 +5,8 @@ outputs' layouts) and end to end through torch.compile (values and output stride
 the ``pad``/``contiguous``/``always`` modes force the rewrites that ``bench``/``auto`` keep for GPUs.
 """
 
+import copy
+
 import pytest
 import torch
 import torch.fx as fx
@@ -297,7 +299,80 @@ def test_adopt_input_strides_copies_where_a_view_rejects_the_layout():
     torch.testing.assert_close(gm(x), x.reshape(2, -1) * 3)
 
 
-@pytest.mark.parametrize("name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc")])
+# -------------------------------------------------------------------------------------------- conv_bias
+def _biased(x, w, b, w2):
+    return F.layer_norm(F.conv2d(x, w, b, padding=1, groups=8).permute(0, 2, 3, 1), (8,)).permute(0, 3, 1, 2) \
+        + F.conv_transpose2d(x, w2, b)[:, :, :6, :6]
+
+
+def _biased_args(device="cpu"):
+    g = torch.Generator().manual_seed(0)
+    ts = (torch.randn(2, 8, 6, 6, generator=g), torch.randn(8, 1, 3, 3, generator=g), torch.randn(8, generator=g),
+          torch.randn(8, 8, 1, 1, generator=g))
+    return [t.to(device) for t in ts]
+
+
+def test_split_conv_bias_moves_every_bias_into_an_add():
+    args = _biased_args()
+    gm = make_fx(_biased, tracing_mode="fake")(*args)
+    with compiler.config.patch(conv_bias="split"):
+        assert fx_passes.split_conv_bias(gm) == 2  # the grouped convolution and the transposed one
+    convs = [n for n in gm.graph.nodes if n.target is aten.convolution.default]
+    assert len(convs) == 2 and all(c.args[2] is None for c in convs)
+    adds = [n for n in gm.graph.nodes if n.target is aten.add.Tensor and n.args[0] in convs]
+    assert len(adds) == 2 and all(list(a.args[1].meta["val"].shape) == [8, 1, 1] for a in adds)
+    torch.testing.assert_close(gm(*args), _biased(*args))
+
+
+@pytest.mark.parametrize("setting", ["auto", "keep"])
+def test_conv_bias_stays_in_cpu_convolutions_unless_split(setting):
+    gm = make_fx(_biased, tracing_mode="fake")(*_biased_args())
+    code = gm.code
+    with compiler.config.patch(conv_bias=setting):
+        assert fx_passes.split_conv_bias(gm) == 0
+    assert gm.code == code
+
+
+def test_split_conv_bias_fuses_the_add_into_the_consumer_kernel(device):
+    """The bias is read by the LayerNorm's kernel after the convolution: no ATen call adds it, and the kernel
+    count is that of the unsplit graph."""
+    args = _biased_args(device)
+    counts = {}
+    for setting in ("keep", "split"):
+        torch._dynamo.reset()
+        with compiler.config.patch(conv_bias=setting, strict=True), torch.no_grad(), compiler.capture() as gs:
+            got = torch.compile(_biased, backend="kiln")(*args)
+        torch.testing.assert_close(got, _biased(*args), rtol=1e-4, atol=1e-4)
+        (g,) = gs
+        counts[setting] = len(g.kernel_sources)
+        conv_lines = [ln for ln in g.code.splitlines() if "torch.convolution(" in ln]
+        assert len(conv_lines) == 2
+        if setting == "split":
+            assert all(", None, [" in ln for ln in conv_lines)  # no bias operand left in ATen's calls
+            assert all(r.op == "aten.convolution.default" for r in g.fallbacks)
+    assert counts["split"] == counts["keep"]
+
+
+def test_split_conv_bias_in_training_keeps_gradients(device, no_tf32):
+    """A training forward with its biases split: outputs and every parameter's gradient (the biases' come from
+    the backward's ``convolution_backward``, which the split leaves alone) equal eager's."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.GELU()).to(device)
+    ref_m = copy.deepcopy(m)
+    x = _biased_args(device)[0]
+    with compiler.config.patch(conv_layout="always", conv_bias="split", strict=True), compiler.capture() as gs:
+        y = torch.compile(m, backend="kiln")(x)
+        y.square().sum().backward()
+    ref = ref_m(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4)
+    for p, q in zip(m.parameters(), ref_m.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-3)
+    assert all(", None, [" in ln for ln in gs[0].code.splitlines() if "torch.convolution(" in ln)
+
+
+@pytest.mark.parametrize("name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc"), ("conv_bias", "fuse")])
 def test_bad_values_are_config_errors(name, value):
     with pytest.raises(ConfigError, match=f"KILN_{name.upper()}"):
         compiler.config.from_env({f"KILN_{name.upper()}": value})

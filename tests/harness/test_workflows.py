@@ -96,7 +96,7 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         job = jobs[f"bench-{b.name}"]
         assert job["runs-on"] == list(b.runner_labels), f"bench-{b.name} runs-on"
         assert job["timeout-minutes"] == b.timeouts.job_min, f"bench-{b.name} timeout-minutes"
-        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] != "ci-teardown"}
+        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] not in ("ci-teardown", "site")}
         assert set(steps) == {"bench-record", "bench-pr"}, f"bench-{b.name} runs {sorted(steps)}"
         assert set(steps) <= sessions
         for name, (step, argv) in steps.items():
@@ -109,6 +109,31 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         assert job["steps"].index(checkout) < job["steps"].index(steps["bench-record"][0])
         assert checkout["with"]["fetch-depth"] in (0, "${{ github.event_name == 'pull_request' && 1 || 0 }}"), (
             f"bench-{b.name}: the checkout must fetch the whole history on main")
+
+
+def test_bench_jobs_build_and_upload_the_history_site_on_main():
+    """bench.yml (issue 28): on main, after the record step, each bench job builds its backend's history site
+    (`nox -s site -- --backend B`, into results/site/B), uploads that folder as its own artifact after the results,
+    and a last nox step links the uploaded artifact in the job summary; pull requests build no site."""
+    jobs = _load(ROOT / ".github" / "workflows" / "bench.yml")["jobs"]
+    for b in (b for b in MATRIX.backends.values() if b.is_gpu):
+        steps = jobs[f"bench-{b.name}"]["steps"]
+        site = [(st, argv) for st, argv in _nox_steps(jobs[f"bench-{b.name}"]) if argv[2] == "site"]
+        assert [argv[3:] for _, argv in site] == [["--", "--backend", b.name],
+                                                  ["--", "--backend", b.name, "--link", "$SITE_URL"]]
+        (build, _), (link, _) = site
+        record = next(st for st in steps if "-s bench-record" in st.get("run", ""))
+        uploads = [st for st in steps if st.get("uses", "").startswith("actions/upload-artifact@")]
+        assert len(uploads) == 2 and uploads[1]["with"] == {
+            "name": f"site-{b.name}", "path": f"results/site/{b.name}/", "if-no-files-found": "warn",
+            "retention-days": 90}
+        order = [steps.index(x) for x in (record, build, uploads[0], uploads[1], link)]
+        assert order == sorted(order), f"bench-{b.name}: the site's steps are out of order"
+        for st in (build, uploads[1]):
+            assert "github.event_name != 'pull_request'" in st["if"] and "refs/heads/main" in st["if"]
+            assert st["if"].startswith("always()")  # a confirmed regression (exit 1) still gets its site
+        assert link["env"] == {"SITE_URL": "${{ steps.%s.outputs.artifact-url }}" % uploads[1]["id"]}
+        assert f"steps.{uploads[1]['id']}.outputs.artifact-url != ''" in link["if"]
 
 
 @pytest.mark.parametrize("tool, argv", [

@@ -1,0 +1,296 @@
+"""The ``attention`` rewrite (compiler/fx_attention.py): eager attention -> one fused ATen SDPA call.
+
+The matcher is checked on the ATen graph ``make_fx`` gives with kiln's decompositions (what AOTAutograd hands
+kiln): which nodes are left, and the rewritten graph's values against eager's. On CPU ``attention=fuse`` emits
+``_scaled_dot_product_flash_attention_for_cpu``; a graph traced on fake CUDA tensors shows the GPU's
+``_scaled_dot_product_efficient_attention`` under ``auto``. End to end, torch.compile records exactly the SDPA
+op as a fallback.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import compiler
+from compiler import config, fx_attention
+from compiler.decompositions import decomposition_table
+from compiler.exc import ConfigError
+
+aten = torch.ops.aten
+SDPA = (aten._scaled_dot_product_flash_attention_for_cpu.default, aten._scaled_dot_product_efficient_attention.default)
+UNFUSED = (aten.bmm.default, aten.amax.default, aten.exp.default, aten._softmax.default)
+
+HEADS = 4
+
+
+def _heads(t, d):
+    b, s, _ = t.shape
+    return t.view(b, s, HEADS, d).permute(0, 2, 1, 3)
+
+
+def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_probs=False, bool_mask=False,
+                   two_masks=False):
+    """BERT's eager self-attention: linear q/k/v, [B, H, S, D] heads, scaled scores plus an additive mask."""
+    b, s, h = x.shape
+    d = h // HEADS
+    q, k, v = _heads(x @ wq, d), _heads(x @ wk, d), _heads(x @ wv, d)
+    if scale_q:
+        q = q * d ** -0.5
+        scores = torch.matmul(q, k.transpose(-1, -2))
+    else:
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
+    if bool_mask:
+        scores = scores.masked_fill(mask, float("-inf"))
+    elif mask is not None and mask_first:
+        scores = (torch.matmul(q, k.transpose(-1, -2)) + mask) / math.sqrt(d)
+    elif mask is not None:
+        scores = scores + mask
+        if two_masks:  # T5's decoder: a position bias, then the causal mask
+            scores = scores + mask.transpose(-1, -2).sin()
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    out = torch.matmul(probs, v).permute(0, 2, 1, 3).reshape(b, s, h)
+    return (out, probs) if return_probs else out
+
+
+def attention(**opts):
+    """``bert_attention`` with ``opts``, as a function of its five tensors (what ``make_fx`` traces)."""
+    def fn(x, wq, wk, wv, mask):
+        return bert_attention(x, wq, wk, wv, mask, **opts)
+    return fn
+
+
+BERT = attention()
+
+
+def _args(b=2, s=16, h=64, mask_shape="b11s", dtype=torch.float32, device="cpu"):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, s, h, generator=g)
+    ws = [torch.randn(h, h, generator=g) / math.sqrt(h) for _ in range(3)]
+    shapes = {"b11s": (b, 1, 1, s), "b1ss": (b, 1, s, s), "bhss": (b, HEADS, s, s), "s": (s,)}
+    mask = None
+    if mask_shape is not None:
+        mask = torch.zeros(shapes[mask_shape])
+        mask[..., s - 3:] = -1e4  # the last keys are padding
+        mask = mask + 0.1 * torch.randn(shapes[mask_shape], generator=g)  # a bias, not only 0 / -inf
+    return [t.to(device=device, dtype=dtype) if t is not None else None for t in [x, *ws, mask]]
+
+
+def _trace(fn, args, mode="fake"):
+    return make_fx(fn, tracing_mode=mode, decomposition_table=decomposition_table())(*args)
+
+
+def _count(gm, targets):
+    return sum(n.op == "call_function" and n.target in targets for n in gm.graph.nodes)
+
+
+def _fused(fn, args, mode="fake", setting="fuse"):
+    gm = _trace(fn, args, mode)
+    with config.patch(attention=setting):
+        n = fx_attention.fuse_attention(gm)
+    return gm, n
+
+
+# ------------------------------------------------------------------------------------------------ matcher
+@pytest.mark.parametrize("variant", [
+    dict(), dict(scale_q=True), dict(mask_shape=None), dict(mask_shape="b1ss"), dict(mask_shape="bhss"),
+    dict(mask_shape="s"), dict(s=8), dict(s=13, mask_shape="b1ss"), dict(h=32), dict(two_masks=True)])
+def test_eager_attention_becomes_one_sdpa_call(variant):
+    """Each variant (scale on q or on the scores, masks of every broadcast shape, aligned or padded, two masks
+    added one after the other, head dims 16 and 8) leaves one SDPA node, no bmm or softmax piece, and the eager
+    values."""
+    kwargs = {k: variant[k] for k in ("scale_q", "two_masks") if k in variant}
+    args = _args(**{k: v for k, v in variant.items() if k not in kwargs})
+
+    fn = attention(**kwargs)
+    gm, n = _fused(fn, args)
+    assert n == 1
+    assert _count(gm, SDPA) == 1 and _count(gm, UNFUSED) == 0
+    sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+    d = args[0].shape[-1] // HEADS
+    assert sdpa.kwargs["scale"] == pytest.approx(d ** -0.5)
+    assert (sdpa.kwargs["attn_mask"] is None) == (args[4] is None)
+    torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_unaligned_mask_is_padded_and_aligned_mask_is_not():
+    """The bias's strides but the last must be multiples of 16 elements: an 8-key mask is padded to 16 and
+    sliced back, a 16-key one goes in as it is (expanded to [B, H, S, Sk])."""
+    for s, padded in ((8, True), (16, False)):
+        gm, _ = _fused(BERT, _args(s=s))
+        assert _count(gm, (aten.constant_pad_nd.default,)) == padded
+        sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+        bias = sdpa.kwargs["attn_mask"].meta["val"]
+        assert list(bias.shape) == [2, HEADS, s, s] and bias.stride(-1) == 1
+        assert all(st % 16 == 0 for st in bias.stride()[:-1])
+
+
+def _unchanged(fn, args):
+    gm = _trace(fn, args)
+    code = gm.code
+    with config.patch(attention="fuse"):
+        assert fx_attention.fuse_attention(gm) == 0
+    assert gm.code == code
+
+
+@pytest.mark.parametrize("case", ["probs_returned", "head_dim_12", "bool_mask", "mask_before_scale", "fp32_mask"])
+def test_what_does_not_match_leaves_the_graph_unchanged(case):
+    args = _args(h=48) if case == "head_dim_12" else _args()
+    kwargs = {"probs_returned": dict(return_probs=True), "bool_mask": dict(bool_mask=True),
+              "mask_before_scale": dict(mask_first=True)}.get(case, {})
+    if case == "bool_mask":
+        args[4] = args[4] < -1
+    if case == "fp32_mask":  # bf16 scores plus an fp32 mask: the add promotes, eager's softmax runs on fp32 scores
+        args = [t.to(torch.bfloat16) for t in args[:4]] + [args[4]]
+    _unchanged(attention(**kwargs), args)
+
+
+def test_attention_with_odd_head_dim_or_grouped_heads_is_left_alone():
+    """A head dim the kernel's aligned loads do not take (5), and k/v broadcast over the heads (an expand that
+    changes the shape: grouped-query attention), keep their bmms."""
+    x = torch.randn(2, 3, 8, 5)
+    _unchanged(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v, [x, x, x])
+    kv = torch.randn(2, 1, 8, 8)
+    _unchanged(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v, [torch.randn(2, 3, 8, 8), kv, kv])
+
+
+def test_bf16_attention_keeps_eager_accuracy():
+    """bf16: the softmax runs on fp32 casts of the scores, which the match takes in; the fused result is as close
+    to an fp64 reference as eager's."""
+    args = _args(s=32, dtype=torch.bfloat16)
+    gm, n = _fused(BERT, args)
+    assert n == 1 and _count(gm, (aten._to_copy.default,)) == 0
+    ref = bert_attention(*[t.double() for t in args])
+    eager_err = (bert_attention(*args).double() - ref).abs().max()
+    assert (gm(*args).double() - ref).abs().max() <= 2 * eager_err
+
+
+def test_dynamic_batch_is_fused_and_symbolic_head_dim_is_not(device):
+    """A symbolic batch (Dynamo's ``mark_dynamic``) keeps the rewrite: one graph serves two batch sizes. A
+    symbolic head dim cannot be checked against the kernel's limits without a guard: left alone."""
+    with config.patch(attention="fuse", strict=True), torch.no_grad(), compiler.capture() as gs:
+        fn = torch.compile(BERT, backend="kiln")
+        for b in (3, 5):
+            args = _args(b=b, device=device)
+            torch._dynamo.mark_dynamic(args[0], 0)
+            torch._dynamo.mark_dynamic(args[4], 0)
+            torch.testing.assert_close(fn(*args), BERT(*args), rtol=1e-4, atol=1e-4)
+    (g,) = gs
+    assert sum("attention" in op for op in g.fallback_ops) == 1 and _count(g.aten_graph, UNFUSED) == 0
+    assert any(isinstance(n.meta["val"], torch.SymInt) for n in g.aten_graph.graph.nodes if "val" in n.meta)
+    gm, n = _fused(BERT, _args(b=3), mode="symbolic")  # every size symbolic, the head dim too
+    assert n == 0 and _count(gm, SDPA) == 0
+
+
+@pytest.mark.parametrize("setting", ["auto", "keep"])
+def test_auto_and_keep_leave_cpu_graphs_alone(setting):
+    gm, n = _fused(BERT, _args(), setting=setting)
+    assert n == 0 and _count(gm, SDPA) == 0
+
+
+def test_auto_fuses_gpu_graphs_with_the_efficient_kernel(monkeypatch):
+    """A graph traced on (fake) CUDA tensors gets ``_scaled_dot_product_efficient_attention`` under ``auto``
+    outside the interpreter, with an additive bias in the query's dtype and q/k/v of unit last stride."""
+    monkeypatch.setattr(config, "interpreting", lambda: False)
+    with FakeTensorMode():
+        args = [torch.empty(t.shape, device="cuda", dtype=torch.float16) for t in _args(mask_shape="b1ss")]
+    gm = make_fx(BERT, tracing_mode="real", decomposition_table=decomposition_table())(*args)
+    with config.patch(attention="auto"):
+        assert fx_attention.fuse_attention(gm) == 1
+    (sdpa,) = [n for n in gm.graph.nodes if n.target is aten._scaled_dot_product_efficient_attention.default]
+    q, k, v, bias = (a.meta["val"] for a in sdpa.args[:4])
+    assert sdpa.args[4:] == (False, 0.0, False) and sdpa.kwargs["scale"] == pytest.approx(0.25)
+    assert all(t.stride(-1) == 1 and t.dtype == torch.float16 for t in (q, k, v, bias))
+    assert list(bias.shape) == [2, HEADS, 16, 16]
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+def test_compiled_attention_runs_one_sdpa_fallback(device):
+    args = _args(device=device)
+    with config.patch(attention="fuse", strict=True), torch.no_grad(), compiler.capture() as gs:
+        got = torch.compile(BERT, backend="kiln")(*args)
+    torch.testing.assert_close(got, bert_attention(*args), rtol=1e-4, atol=1e-4)
+    (g,) = gs
+    want = ("_scaled_dot_product_flash_attention_for_cpu" if device == "cpu"
+            else "_scaled_dot_product_efficient_attention")
+    assert [op for op in g.fallback_ops if "attention" in op] == [f"aten.{want}.default"]
+    assert _count(g.aten_graph, UNFUSED) == 0
+
+
+def test_training_graphs_keep_their_matmuls(device):
+    """The forward of a training graph would have to save the probabilities: the pass leaves it alone."""
+    args = _args(device=device)
+    args[1].requires_grad_(True)
+    with config.patch(attention="fuse", strict=True), compiler.capture() as gs:
+        torch.compile(BERT, backend="kiln")(*args).sum().backward()
+    assert gs and not any("attention" in op for g in gs for op in g.fallback_ops)
+
+
+def test_hf_bert_eager_attention_is_fused(device):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=32, attn_implementation="eager")
+    torch.manual_seed(0)
+    m = transformers.BertModel(cfg).eval().to(device)
+    ids = torch.randint(0, 64, (2, 16), device=device)
+    am = torch.ones(2, 16, dtype=torch.long, device=device)
+    am[1, 10:] = 0
+    with torch.no_grad():
+        ref = m(input_ids=ids, attention_mask=am).last_hidden_state
+        with config.patch(attention="fuse", strict=True), compiler.capture() as gs:
+            got = torch.compile(m, backend="kiln")(input_ids=ids, attention_mask=am).last_hidden_state
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    assert sum("attention" in op for g in gs for op in g.fallback_ops) == 2  # one per layer
+    assert all(_count(g.aten_graph, (aten.bmm.default,)) == 0 for g in gs)
+
+
+def test_bad_value_is_a_config_error():
+    with pytest.raises(ConfigError, match="KILN_ATTENTION"):
+        config.from_env({"KILN_ATTENTION": "flash"})
+
+
+def test_reference_sdpa_agrees_with_the_eager_module():
+    """The module under test is eager attention: F.scaled_dot_product_attention gives its values."""
+    x, wq, wk, wv, mask = _args()
+    d = x.shape[-1] // HEADS
+    ref = F.scaled_dot_product_attention(_heads(x @ wq, d), _heads(x @ wk, d), _heads(x @ wv, d), mask)
+    torch.testing.assert_close(bert_attention(x, wq, wk, wv, mask), ref.permute(0, 2, 1, 3).reshape(x.shape))
+
+
+def test_misaligned_operands_and_mask_are_copied():
+    """q/k/v and a mask that start off a 16-byte boundary (views at an odd offset) reach the kernel as copies;
+    a k^T that is not a transpose of anything gets a permute."""
+    def fn(qkv, mask):
+        q, k, v = (qkv[:, :, :, 1 + 16 * i:17 + 16 * i] for i in range(3))
+        p = torch.softmax(q @ k.transpose(-1, -2).contiguous() * 0.25 + mask[..., 1:], -1)
+        return p @ v
+
+    args = [torch.randn(2, HEADS, 16, 49), torch.randn(2, 1, 1, 17)]
+    gm, n = _fused(fn, args)
+    assert n == 1
+    sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+    for t in [*(a.meta["val"] for a in sdpa.args[:3]), sdpa.kwargs["attn_mask"].meta["val"]]:
+        assert t.storage_offset() * t.element_size() % 16 == 0 and t.stride(-1) == 1
+    torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def _flat_attention(q, k, v, mask):
+    """BART's older eager attention: heads folded into the batch, ``torch.bmm`` on [N, S, D] operands."""
+    p = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * 0.25 + mask, dim=-1)
+    return torch.bmm(p, v)
+
+
+@pytest.mark.parametrize("d,fused", [(16, True), (4, False)])
+def test_flat_bmm_attention_runs_as_one_batch_of_heads(d, fused):
+    """[N, S, D] operands run as [1, N, S, D] (unsqueezed in, squeezed out); a head dim of 4 is left alone."""
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(6, 16, d, generator=g) for _ in range(3)] + [torch.randn(6, 1, 16, generator=g)]
+    gm, n = _fused(_flat_attention, args)
+    assert n == fused and _count(gm, SDPA) == fused and _count(gm, (aten.bmm.default,)) == 2 * (not fused)
+    if fused:
+        sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+        assert [list(a.meta["val"].shape) for a in sdpa.args[:3]] == [[1, 6, 16, d]] * 3
+    torch.testing.assert_close(gm(*args), _flat_attention(*args), rtol=1e-5, atol=1e-5)
