@@ -15,19 +15,10 @@ import torch
 
 import compiler
 from compiler import config
-from compiler.runtime import cache, compile_stats, fx_codec, graph_cache, reset_compile_stats
+from compiler.runtime import cache, compile_stats, fx_codec, graph_cache
 from kiln_testing import DEVICE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture
-def gc_dir(tmp_path):
-    """The graph cache on, in a fresh folder (kernel sources beside it)."""
-    folder = tmp_path / "graphs"
-    with config.patch(cache="1", graph_cache_dir=str(folder), cache_dir=str(tmp_path / "kernels"), strict=True):
-        reset_compile_stats()
-        yield folder
 
 
 def _fn(x, y):

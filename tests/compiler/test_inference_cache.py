@@ -7,21 +7,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import torch
 
 import compiler
 from compiler import config
 from compiler.runtime import compile_stats, inference_cache, reset_compile_stats
 from kiln_testing import DEVICE
-
-
-@pytest.fixture
-def gc_dir(tmp_path):
-    folder = tmp_path / "graphs"
-    with config.patch(cache="1", graph_cache_dir=str(folder), cache_dir=str(tmp_path / "kernels"), strict=True):
-        reset_compile_stats()
-        yield folder
 
 
 def _fronts(folder):
