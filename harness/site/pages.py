@@ -414,24 +414,14 @@ def render_models(data: BenchData | None) -> str:
                     if comp != "eager" and p.median_ns and eager.get(p.run_id) and k[0].startswith("model."):
                         speed.setdefault(comp, {}).setdefault(p.run_id, []).append(eager[p.run_id] / p.median_ns)
         where = f"{cls}, profile {profile}"
-        if speed:
-            ser = [charts.Series(c, [pos[r] for r in sorted(speed[c])], [_geomean(speed[c][r]) or 0
-                                                                         for r in sorted(speed[c])])
-                   for c in _ordered(speed)]
-            vals = [y for s in ser for y in s.ys]
-            figs.append(_figure(("model tier", cls, profile), "speedup", charts.trend_svg(
-                chart_id=f"{cid}-speedup", title=f"model tier: geomean step speedup over eager per run\n{where}",
-                ylabel=f"speedup over eager (x, geomean of cases{', log scale' if spans_decades(vals) else ''})",
-                xlabels=xlabels, series=ser, log=spans_decades(vals))))
-        if comp_s:
-            ser = [charts.Series(c, [pos[r] for r in sorted(comp_s[c])], [_geomean(comp_s[c][r]) or 0
-                                                                          for r in sorted(comp_s[c])])
-                   for c in _ordered(comp_s)]
-            vals = [y for s in ser for y in s.ys]
-            figs.append(_figure(("compile", cls, profile), "compile", charts.trend_svg(
-                chart_id=f"{cid}-compile", title=f"compile time per run (geomean over workloads)\n{where}",
-                ylabel=f"compile time (s{', log scale' if spans_decades(vals) else ''})", xlabels=xlabels,
-                series=ser, log=spans_decades(vals))))
+        for what, per_run, title, unit in (
+                ("speedup", speed, "model tier: geomean step speedup over eager per run",
+                 "speedup over eager (x, geomean of cases"),
+                ("compile", comp_s, "compile time per run (geomean over workloads)", "compile time (s")):
+            if per_run:
+                figs.append(_geomean_trend(per_run, pos, xlabels, (("model tier" if what == "speedup" else what),
+                                                                   cls, profile), what,
+                                           f"{cid}-{what}", f"{title}\n{where}", unit))
         if figs:
             parts.append(f"<h2>{esc(cls)} &middot; profile {esc(profile)}</h2>" + "\n".join(figs))
     if model_keys:
@@ -469,3 +459,17 @@ def render_bisection(report: dict[str, Any], name: str, json_name: str) -> str:
              esc(fmt_ns(s.get("median_ns"))), esc(_ratio(s.get("ratio"))), esc(s.get("p")), esc(s.get("verdict"))]
             for s in steps))
     return document(f"Bisection {name}", body)
+
+
+def _geomean_trend(per_run: dict[str, dict[int, list[float]]], pos: dict[int, int], xlabels: list[str],
+                   key: tuple[str, str, str], what: str, chart_id: str, title: str, unit: str) -> str:
+    """One trend figure: per compiler, the geomean of its values in each run (`per_run[compiler][run id]`),
+    log scale where the values span decades (`unit` is the y label up to its closing parenthesis)."""
+    ser = [charts.Series(c, [pos[r] for r in sorted(per_run[c])], [_geomean(per_run[c][r]) or 0
+                                                                  for r in sorted(per_run[c])])
+           for c in _ordered(per_run)]
+    vals = [y for s in ser for y in s.ys]
+    log = spans_decades(vals)
+    return _figure(key, what, charts.trend_svg(chart_id=chart_id, title=title,
+                                               ylabel=f"{unit}{', log scale' if log else ''})", xlabels=xlabels,
+                                               series=ser, log=log))
