@@ -324,6 +324,7 @@ def match(b1: fx.Node) -> Optional[Match]:
     vo = _operand_of(v, False, False)
     low = _low(qo, ko, vo, out)
     if low is not None:  # upcasts of q, k, v and the downcast of the result: the SDPA runs on the originals
+        nodes.append(out)
         out = low
     q, qf, _ = qo.pick(low is not None, nodes)
     kt, kf, key = ko.pick(low is not None, nodes)
