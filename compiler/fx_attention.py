@@ -8,6 +8,17 @@ Terms:
   ``exp``, ``sum``, ``div``; or ``_softmax``), optional casts back and clones (eval dropout), and a second
   ``bmm`` with ``v``. kiln would run the two bmms as cuBLAS calls and the softmax as its own kernel, writing and
   reading the ``[B, H, S, Sk]`` scores twice; a fused kernel never writes them.
+- *math form*: PyTorch's math SDPA (``F.scaled_dot_product_attention`` when the math backend runs, as HF's
+  ``sdpa`` attention with a mask does on the GPU): fp16/bf16 q, k, v *upcast* to fp32 (``_to_copy`` or
+  ``convert_element_type``), sqrt(scale) multiplied on q and on k^T, the mask added (``where(bool, 0, -inf)``
+  for a bool mask), a *safe softmax* (rows of -inf give zeros, as the fused kernels' do) and the result cast
+  back. Matched as eager attention with: ``mul``/``div`` by numbers on q, on k^T (before or after its permute)
+  and on the scores, all multiplied into one scale; upcasts of q, k and v that only the pattern reads, dropped
+  (the SDPA call takes the fp16/bf16 tensors and its result replaces the downcast; the kernels accumulate in
+  fp32) when all three come from one dtype and the result is cast back to it, else kept (fp32 operands, the
+  dtype eager's result has); a float mask of another dtype than the scores (cast to the operands' dtype:
+  -inf and finfo.min stay -inf or a large negative), and an fp32 mask added to fp16/bf16 scores (the add
+  promotes them to fp32, as the kernels' softmax runs).
 - *flat attention*: older models fold the heads into the batch and call ``torch.bmm`` on ``[N, S, D]`` tensors
   themselves; those run as ``[1, N, S, D]`` (static shapes only).
 - *SDPA call*: on a GPU ``aten._scaled_dot_product_efficient_attention`` (takes an additive bias, fp16, bf16
@@ -21,9 +32,12 @@ Where eager differs: a row whose mask is -inf for every key gives NaN in eager's
 fused kernels (masks of ``finfo.min``, as HF builds them, give the same result either way).
 
 Matched only in inference graphs (a training forward would have to save the probabilities for its backward),
-only when every intermediate (scores, probabilities) has no user outside the pattern, q/k/v share a dtype and
-a static head dim that the kernel takes, and the scale is a plain number. Anything else leaves the graph as it
-was; a rewrite that fails to propagate its FakeTensors is rolled back (``fx_passes.Rewrite``).
+only when every intermediate (scores, probabilities; a scale, permute or upcast taken in) has no user outside
+the pattern, q/k/v share a dtype (after the upcasts) and a static head dim that the kernel takes, and the scale
+is a plain number. Not matched: a mask added before a scale, a mask promoting the scores to fp64, a bool mask
+used through ``masked_fill``, returned probabilities, broadcast (grouped-query) heads, a symbolic head dim.
+Anything else leaves the graph as it was; a rewrite that fails to propagate its FakeTensors is rolled back
+(``fx_passes.Rewrite``).
 """
 
 from __future__ import annotations

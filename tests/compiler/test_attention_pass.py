@@ -325,10 +325,11 @@ def _fused_dce(fn, args):
 def test_math_sdpa_runs_on_the_bf16_operands(mask):
     """The math form of bf16 SDPA: the upcasts of q/k/v and the downcast of the result go, the SDPA node takes
     the bf16 tensors (the kernels accumulate in fp32), the two sqrt(scale) factors make one scale, and the
-    ``where(bool, 0, -inf)`` mask goes in as a bf16 bias."""
+    ``where(bool, 0, -inf)`` mask goes in as a bf16 bias; the safe softmax's zero rows are the kernels' too."""
     q, k, v = _qkv()
     m = torch.ones(2, 1, 16, 16, dtype=torch.bool)
     m[1, ..., 11:] = False
+    m[0, 0, 3] = False  # a row with no key: zeros from the safe softmax and from the fused kernels
     am = {"bool": m, "bf16": torch.where(m, 0.0, -1e4).to(torch.bfloat16), "none": None}[mask]
     gm, n = _fused_dce(_math_sdpa, [q, k, v, am])
     assert n == 1 and _count(gm, UNFUSED) == 0
