@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 from typing import Any, Optional
 
@@ -151,7 +152,8 @@ SCALES = (aten.mul.Tensor, aten.div.Tensor, aten.mul.Scalar, aten.div.Scalar)
 def _factor(x: Any) -> Optional[float]:
     """The factor of ``x``, a ``mul``/``div`` of a tensor by a nonzero number in the tensor's dtype; else None."""
     if _call(x, *SCALES) and len(x.args) == 2 and not x.kwargs and isinstance(x.args[0], fx.Node) \
-            and _number(x.args[1]) and x.args[1] != 0 and _val(x.args[0]).dtype == _val(x).dtype:
+            and _number(x.args[1]) and x.args[1] != 0 and math.isfinite(x.args[1]) \
+            and _val(x.args[0]).dtype == _val(x).dtype:
         return float(x.args[1]) if x.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(x.args[1])
     return None
 
@@ -359,7 +361,7 @@ def _low(qo: Operand, ko: Operand, vo: Operand, out: fx.Node) -> Optional[fx.Nod
     u = _only_user(out)
     if len(lows) != 1 or None in lows or not _call(u, *CASTS) or _val(u).dtype not in lows:
         return None
-    return u
+    return u if _val(u).device == _val(out).device else None
 
 
 def _aligned(val: torch.Tensor) -> bool:
