@@ -434,3 +434,18 @@ def test_hf_bert_sdpa_math_form_is_fused():
     assert all(_count(g.aten_graph, (aten.bmm.default,)) == 0 for g in gs)
     torch.testing.assert_close(got, eager, rtol=2e-2, atol=6e-2)
     assert (got.float() - ref).abs().max() <= 2 * (eager.float() - ref).abs().max()
+
+
+def test_gpu_math_form_gets_the_efficient_kernel_on_bf16_operands(monkeypatch):
+    """On (fake) CUDA tensors under ``auto``: upcast bf16 attention with an fp32 mask (the GPU's math form adds
+    ``where(bool, 0, -inf)`` in fp32) becomes the efficient kernel on the bf16 tensors, with a bf16 bias."""
+    monkeypatch.setattr(config, "interpreting", lambda: False)
+    with FakeTensorMode():
+        args = [torch.empty(2, HEADS, 16, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        args.append(torch.empty(2, 1, 16, 16, device="cuda"))
+    gm = make_fx(_upcast_attention, tracing_mode="real", decomposition_table=decomposition_table())(*args)
+    with config.patch(attention="auto"):
+        assert fx_attention.fuse_attention(gm) == 1
+    (sdpa,) = [n for n in gm.graph.nodes if n.target is aten._scaled_dot_product_efficient_attention.default]
+    assert [a.meta["val"].dtype for a in sdpa.args[:4]] == [torch.bfloat16] * 4
+    assert sdpa.kwargs["scale"] == pytest.approx(0.0625) and _count(gm, (aten.bmm.default,)) == 0
