@@ -290,7 +290,7 @@ def match(b1: fx.Node) -> Optional[Match]:
         u = _only_user(x)
         if u is None:  # the softmax's amax and sub
             break
-        if u.args[0] is x and not masks and _factor(u) is not None:
+        if _factor(u) is not None and u.args[0] is x and not masks:
             scale *= _factor(u)
         elif _call(u, aten.add.Tensor) and not u.kwargs and len(u.args) == 2 and x in u.args \
                 and u.args[0] is not u.args[1]:
