@@ -37,7 +37,7 @@ for stage in "$@"; do
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
-    attention) # the attention rewrite on the GPU: _scaled_dot_product_efficient_attention end to end, HF BERT eager
+    attention) # the attention rewrite on the GPU: _scaled_dot_product_efficient_attention end to end, HF BERT eager and sdpa (math form)
                KILN_NO_VENV=1 timeout 240 python3 -m pytest -q -p no:cacheprovider -p no:xdist \
                  tests/compiler/test_attention_pass.py > "$OUT/$stage.log" 2>&1 ;;
     models) if [ -n "${MODELS_FROM:-}" ]; then mkdir -p "$OUT/models" && cp -r "$MODELS_FROM"/. "$OUT/models/"; fi

@@ -8,6 +8,17 @@ Terms:
   ``exp``, ``sum``, ``div``; or ``_softmax``), optional casts back and clones (eval dropout), and a second
   ``bmm`` with ``v``. kiln would run the two bmms as cuBLAS calls and the softmax as its own kernel, writing and
   reading the ``[B, H, S, Sk]`` scores twice; a fused kernel never writes them.
+- *math form*: PyTorch's math SDPA (``F.scaled_dot_product_attention`` when the math backend runs, as HF's
+  ``sdpa`` attention with a mask does on the GPU): fp16/bf16 q, k, v *upcast* to fp32 (``_to_copy`` or
+  ``convert_element_type``), sqrt(scale) multiplied on q and on k^T, the mask added (``where(bool, 0, -inf)``
+  for a bool mask), a *safe softmax* (rows of -inf give zeros, as the fused kernels' do) and the result cast
+  back. Matched as eager attention with: ``mul``/``div`` by numbers on q, on k^T (before or after its permute)
+  and on the scores, all multiplied into one scale; upcasts of q, k and v that only the pattern reads, dropped
+  (the SDPA call takes the fp16/bf16 tensors and its result replaces the downcast; the kernels accumulate in
+  fp32) when all three come from one dtype and the result is cast back to it, else kept (fp32 operands, the
+  dtype eager's result has); a float mask of another dtype than the scores (cast to the operands' dtype:
+  -inf and finfo.min stay -inf or a large negative), and an fp32 mask added to fp16/bf16 scores (the add
+  promotes them to fp32, as the kernels' softmax runs).
 - *flat attention*: older models fold the heads into the batch and call ``torch.bmm`` on ``[N, S, D]`` tensors
   themselves; those run as ``[1, N, S, D]`` (static shapes only).
 - *SDPA call*: on a GPU ``aten._scaled_dot_product_efficient_attention`` (takes an additive bias, fp16, bf16
@@ -21,15 +32,19 @@ Where eager differs: a row whose mask is -inf for every key gives NaN in eager's
 fused kernels (masks of ``finfo.min``, as HF builds them, give the same result either way).
 
 Matched only in inference graphs (a training forward would have to save the probabilities for its backward),
-only when every intermediate (scores, probabilities) has no user outside the pattern, q/k/v share a dtype and
-a static head dim that the kernel takes, and the scale is a plain number. Anything else leaves the graph as it
-was; a rewrite that fails to propagate its FakeTensors is rolled back (``fx_passes.Rewrite``).
+only when every intermediate (scores, probabilities; a scale, permute or upcast taken in) has no user outside
+the pattern, q/k/v share a dtype (after the upcasts) and a static head dim that the kernel takes, and the scale
+is a plain number. Not matched: a mask added before a scale, a mask promoting the scores to fp64, a bool mask
+used through ``masked_fill``, returned probabilities, broadcast (grouped-query) heads, a symbolic head dim.
+Anything else leaves the graph as it was; a rewrite that fails to propagate its FakeTensors is rolled back
+(``fx_passes.Rewrite``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 from typing import Any, Optional
 
@@ -48,6 +63,7 @@ HEAD_DIM_MULTIPLE = 8
 #: the efficient kernel's bias alignment (elements) for every stride but the last
 BIAS_ALIGN = 16
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOW = (torch.float16, torch.bfloat16)
 CASTS = (aten._to_copy.default, prims.convert_element_type.default)
 VIEWS = (aten.view.default, aten._unsafe_view.default)
 
@@ -92,6 +108,8 @@ class Match:
     #: q, k^T and v are ``[N, S, D]`` operands of the bmms themselves (heads folded into the batch), run as
     #: ``[1, N, S, D]``
     flat: bool = False
+    #: ``kt`` holds k itself (``[B, H, Sk, D]``): the pattern transposed it
+    key: bool = False
 
 
 def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
@@ -128,13 +146,69 @@ def _shape4(n: fx.Node, flat: bool) -> tuple:
     return (1, *shape) if flat else shape
 
 
-def _absorb_scale(x: fx.Node, nodes: list[fx.Node]) -> tuple[fx.Node, float]:
-    """(input, factor) of a ``mul``/``div`` of ``x`` by a number read only by the pattern, else (x, 1)."""
-    if _call(x, aten.mul.Tensor, aten.div.Tensor) and len(x.users) == 1 and _number(x.args[1]) and x.args[1] != 0 \
-            and isinstance(x.args[0], fx.Node) and _val(x.args[0]).dtype == _val(x).dtype:
-        nodes.append(x)
-        return x.args[0], (float(x.args[1]) if x.target is aten.mul.Tensor else 1.0 / float(x.args[1]))
-    return x, 1.0
+SCALES = (aten.mul.Tensor, aten.div.Tensor, aten.mul.Scalar, aten.div.Scalar)
+
+
+def _factor(x: Any) -> Optional[float]:
+    """The factor of ``x``, a ``mul``/``div`` of a tensor by a nonzero number in the tensor's dtype; else None."""
+    if _call(x, *SCALES) and len(x.args) == 2 and not x.kwargs and isinstance(x.args[0], fx.Node) \
+            and _number(x.args[1]) and x.args[1] != 0 and math.isfinite(x.args[1]) \
+            and _val(x.args[0]).dtype == _val(x).dtype:
+        return float(x.args[1]) if x.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(x.args[1])
+    return None
+
+
+def _upcast(x: Any) -> bool:
+    """``x`` casts an fp16/bf16 tensor to fp32 on its device (an *upcast*)."""
+    if not _call(x, *CASTS) or not isinstance(x.args[0], fx.Node) or _val(x).dtype != torch.float32:
+        return False
+    src = _val(x.args[0])
+    extra = set(x.kwargs) - {"dtype", "memory_format", "layout", "device"}
+    return src.dtype in LOW and src.device == _val(x).device and not extra
+
+
+@dataclasses.dataclass
+class Operand:
+    """An SDPA operand found above a bmm operand ``x``: ``hi`` (x less the scales and the k^T permute read only by
+    the pattern, down to the first upcast, itself kept) and, where there is an upcast, ``lo`` (below it too: the
+    low-precision tensor). ``*_k``: the node is k itself (the pattern transposes it), not k^T."""
+
+    hi: fx.Node
+    hi_scale: float
+    hi_k: bool
+    hi_nodes: list[fx.Node]
+    lo: Optional[fx.Node] = None
+    lo_scale: float = 1.0
+    lo_k: bool = False
+    lo_nodes: list[fx.Node] = dataclasses.field(default_factory=list)
+
+    def pick(self, low: bool, nodes: list[fx.Node]) -> tuple[fx.Node, float, bool]:
+        """(node, scale, is k) of the low-precision (``low``) or the fp32 form; its nodes join ``nodes``."""
+        nodes.extend(self.lo_nodes if low else self.hi_nodes)
+        return (self.lo, self.lo_scale, self.lo_k) if low else (self.hi, self.hi_scale, self.hi_k)
+
+
+def _operand_of(x: fx.Node, scales: bool, transpose: bool) -> Operand:
+    """The ``Operand`` above ``x``: ``scales`` absorbs ``mul``/``div`` by numbers, ``transpose`` one permute
+    swapping the last two dims (k^T = permute(k)); at most one upcast. Each node taken has one user."""
+    steps: list[fx.Node] = []
+    scale, is_k, cast_at = 1.0, False, None
+    swap = list(range(_val(x).dim() - 2)) + [_val(x).dim() - 1, _val(x).dim() - 2]
+    while len(x.users) == 1:  # every node taken is read by the pattern alone
+        f = _factor(x) if scales else None
+        if f is not None:
+            scale *= f
+        elif transpose and not is_k and _call(x, aten.permute.default) and list(x.args[1]) == swap:
+            is_k = True
+        elif cast_at is None and _upcast(x):
+            cast_at = (x, scale, is_k, list(steps))
+        else:
+            break
+        steps.append(x)
+        x = x.args[0]
+    if cast_at is None:
+        return Operand(x, scale, is_k, steps)
+    return Operand(cast_at[0], cast_at[1], cast_at[2], cast_at[3], x, scale, is_k, steps)
 
 
 def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
@@ -150,7 +224,10 @@ def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
     users = list(x.users)
     amax = next((m for m in users if _call(m, aten.amax.default)), None)
     sub = next((s for s in users if _call(s, aten.sub.Tensor)), None)
-    if len(users) != 2 or amax is None or sub is None or list(amax.args[1]) not in ([d] for d in last):
+    eq = next((e for e in users if _call(e, aten.eq.Scalar)), None)
+    if len(users) != 2 + (eq is not None) or amax is None or sub is None:
+        return None
+    if list(amax.args[1]) not in ([d] for d in last):
         return None
     if not (len(amax.args) > 2 and amax.args[2]) or sub.args != (x, amax) or len(amax.users) != 1:
         return None
@@ -164,7 +241,29 @@ def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
     if not (len(total.args) > 2 and total.args[2]) or total.kwargs.get("dtype") or div.args != (exp, total):
         return None
     nodes.extend([amax, sub, exp, total, div])
-    return div
+    if eq is None:
+        return div
+    return _safe(x, eq, div, last, nodes)
+
+
+def _safe(x: fx.Node, eq: fx.Node, div: fx.Node, last: tuple, nodes: list[fx.Node]) -> Optional[fx.Node]:
+    """The result of a *safe softmax* (SDPA's math form: rows of ``x`` that are -inf throughout give zeros, as the
+    fused kernels do): ``where(not(any(not(x == -inf), -1)), full_like(div, 0), div)``; None otherwise."""
+    not1 = _only_user(eq)
+    anyd = _only_user(not1) if _call(not1, aten.logical_not.default) else None
+    not2 = _only_user(anyd) if _call(anyd, aten.any.dim) else None
+    where = _only_user(not2) if _call(not2, aten.logical_not.default) else None
+    if not _call(where, aten.where.self) or eq.args != (x, float("-inf")) or len(div.users) != 2:
+        return None
+    if anyd.args[1] not in last or not (len(anyd.args) > 2 and anyd.args[2]) or len(anyd.args) > 3:
+        return None
+    zeros = where.args[1]
+    if not _call(zeros, aten.full_like.default) or zeros.args[:2] != (div, 0) or len(zeros.users) != 1:
+        return None
+    if zeros.kwargs.get("dtype") not in (None, _val(div).dtype) or where.args != (not2, zeros, div):
+        return None
+    nodes.extend([eq, not1, anyd, not2, zeros, where])
+    return where
 
 
 def match(b1: fx.Node) -> Optional[Match]:
@@ -176,12 +275,9 @@ def match(b1: fx.Node) -> Optional[Match]:
         q, kt = b1.args
     elif q is None or kt is None:
         return None
-    scale = 1.0
-    q, f = _absorb_scale(q, nodes)
-    scale *= f
-    kt, f = _absorb_scale(kt, nodes)
-    scale *= f
     qs, ks, dtype = _shape4(q, flat), _shape4(kt, flat), _val(q).dtype
+    qo, ko = _operand_of(q, True, False), _operand_of(kt, True, True)  # scales on q and on k^T: both taken
+    scale = 1.0
     sc = b1 if flat else _only_user(b1)
     if not flat and (not _call(sc, *VIEWS) or _val(sc).dim() != 4):
         return None
@@ -194,16 +290,16 @@ def match(b1: fx.Node) -> Optional[Match]:
         u = _only_user(x)
         if u is None:  # the softmax's amax and sub
             break
-        if _call(u, aten.mul.Tensor, aten.div.Tensor) and u.args[0] is x and _number(u.args[1]) and not masks \
-                and u.args[1] != 0 and _val(u).dtype == _val(x).dtype:
-            scale *= float(u.args[1]) if u.target is aten.mul.Tensor else 1.0 / float(u.args[1])
+        if _factor(u) is not None and u.args[0] is x and not masks:
+            scale *= _factor(u)
         elif _call(u, aten.add.Tensor) and not u.kwargs and len(u.args) == 2 and x in u.args \
                 and u.args[0] is not u.args[1]:
             masks.append(u.args[1] if u.args[0] is x else u.args[0])
             mv = _val(masks[-1])
             if not isinstance(mv, torch.Tensor) or mv.dim() > 4 or not mv.dtype.is_floating_point:
                 return None
-            if not _same_shape(_val(u).shape, _val(x).shape) or _val(u).dtype != _val(x).dtype:
+            promoted = _val(x).dtype in LOW and mv.dtype == _val(u).dtype == torch.float32  # an fp32 mask
+            if not _same_shape(_val(u).shape, _val(x).shape) or (_val(u).dtype != _val(x).dtype and not promoted):
                 return None
         elif _call(u, *CASTS) and _val(u).dtype == torch.float32 and _val(x).dtype in DTYPES:
             pass
@@ -241,12 +337,31 @@ def match(b1: fx.Node) -> Optional[Match]:
         return None
     if not (_val(p).dtype == dtype and _val(kt).dtype == dtype and _val(v).dtype == dtype and dtype in DTYPES):
         return None
+    vo = _operand_of(v, False, False)
+    low = _low(qo, ko, vo, out)
+    if low is not None:  # upcasts of q, k, v and the downcast of the result: the SDPA runs on the originals
+        nodes.append(out)
+        out = low
+    q, qf, _ = qo.pick(low is not None, nodes)
+    kt, kf, key = ko.pick(low is not None, nodes)
+    v, _, _ = vo.pick(low is not None, nodes)
+    scale *= qf * kf
     if not isinstance(D, int) or D % HEAD_DIM_MULTIPLE or D > MAX_HEAD_DIM:
         return None
     if any(isinstance(s, int) and s < 0 for s in sizes):
         return None
     nodes.append(out)
-    return Match(q, kt, v, scale, masks, sizes, out, nodes, flat)
+    return Match(q, kt, v, scale, masks, sizes, out, nodes, flat, key)
+
+
+def _low(qo: Operand, ko: Operand, vo: Operand, out: fx.Node) -> Optional[fx.Node]:
+    """The downcast of ``out`` when q, k and v are upcasts of one low-precision dtype that ``out`` (their fp32
+    attention) is cast back to, read by the pattern alone; else None (the fp32 operands stay)."""
+    lows = {None if o.lo is None else _val(o.lo).dtype for o in (qo, ko, vo)}
+    u = _only_user(out)
+    if len(lows) != 1 or None in lows or not _call(u, *CASTS) or _val(u).dtype not in lows:
+        return None
+    return u if _val(u).device == _val(out).device else None
 
 
 def _aligned(val: torch.Tensor) -> bool:
@@ -260,7 +375,7 @@ def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.d
     """The masks as the kernel's bias (module docstring), inserted before ``at``; None (nothing inserted) when
     they cannot be."""
     vals = [_val(n) for n in m.masks]
-    sizes = _shape4(m.out, m.flat)[:3] + (_shape4(m.kt, m.flat)[3],)
+    sizes = _shape4(m.out, m.flat)[:3] + (_shape4(m.v, m.flat)[2],)
     with vals[0].fake_mode:
         mv = functools.reduce(torch.add, vals)
         conv = torch.empty_like(mv, dtype=dtype) if mv.dtype != dtype else mv
@@ -311,7 +426,7 @@ def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
     if m.masks and bias is None:
         return False
     q = _operand(m.q, rw, gm, at, m.flat)
-    k = _operand(m.kt, rw, gm, at, m.flat, transpose=True)
+    k = _operand(m.kt, rw, gm, at, m.flat, transpose=not m.key)
     v = _operand(m.v, rw, gm, at, m.flat)
     with gm.graph.inserting_before(at):
         if qv.device.type == "cuda":

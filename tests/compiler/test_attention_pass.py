@@ -33,7 +33,7 @@ def _heads(t, d):
 
 
 def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_probs=False, bool_mask=False,
-                   two_masks=False):
+                   two_masks=False, out_dtype=None):
     """BERT's eager self-attention: linear q/k/v, [B, H, S, D] heads, scaled scores plus an additive mask."""
     b, s, h = x.shape
     d = h // HEADS
@@ -51,7 +51,7 @@ def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_
         scores = scores + mask
         if two_masks:  # T5's decoder: a position bias, then the causal mask
             scores = scores + mask.transpose(-1, -2).sin()
-    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    probs = torch.softmax(scores, dim=-1).to(out_dtype or v.dtype)
     out = torch.matmul(probs, v).permute(0, 2, 1, 3).reshape(b, s, h)
     return (out, probs) if return_probs else out
 
@@ -136,15 +136,16 @@ def _unchanged(fn, args):
     assert gm.code == code
 
 
-@pytest.mark.parametrize("case", ["probs_returned", "head_dim_12", "bool_mask", "mask_before_scale", "fp32_mask"])
+@pytest.mark.parametrize("case", ["probs_returned", "head_dim_12", "bool_mask", "mask_before_scale", "f64_mask"])
 def test_what_does_not_match_leaves_the_graph_unchanged(case):
     args = _args(h=48) if case == "head_dim_12" else _args()
     kwargs = {"probs_returned": dict(return_probs=True), "bool_mask": dict(bool_mask=True),
               "mask_before_scale": dict(mask_first=True)}.get(case, {})
     if case == "bool_mask":
         args[4] = args[4] < -1
-    if case == "fp32_mask":  # bf16 scores plus an fp32 mask: the add promotes, eager's softmax runs on fp32 scores
-        args = [t.to(torch.bfloat16) for t in args[:4]] + [args[4]]
+    if case == "f64_mask":  # the add promotes the scores to fp64: no kernel computes in that
+        args[4] = args[4].double()
+        kwargs = dict(out_dtype=torch.float32)
     _unchanged(attention(**kwargs), args)
 
 
@@ -294,3 +295,158 @@ def test_flat_bmm_attention_runs_as_one_batch_of_heads(d, fused):
         sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
         assert [list(a.meta["val"].shape) for a in sdpa.args[:3]] == [[1, 6, 16, d]] * 3
     torch.testing.assert_close(gm(*args), _flat_attention(*args), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ SDPA's math form
+def _math_sdpa(q, k, v, mask):
+    """PyTorch's math SDPA (what a model calling F.scaled_dot_product_attention reaches kiln as when the math
+    backend runs): fp32 upcasts, sqrt(scale) on q and on k^T, an additive mask, a safe softmax, a downcast."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _qkv(dtype=torch.bfloat16, b=2, s=16, d=16):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(b, HEADS, s, d, generator=g).to(dtype) for _ in range(3)]
+
+
+def _fused_dce(fn, args):
+    gm = _trace(fn, args)
+    gm.graph.eliminate_dead_code()  # make_fx keeps unused nodes that AOTAutograd's graphs do not have
+    gm.recompile()
+    with config.patch(attention="fuse"):
+        n = fx_attention.fuse_attention(gm)
+    return gm, n
+
+
+@pytest.mark.parametrize("mask", ["bool", "bf16", "none"])
+def test_math_sdpa_runs_on_the_bf16_operands(mask):
+    """The math form of bf16 SDPA: the upcasts of q/k/v and the downcast of the result go, the SDPA node takes
+    the bf16 tensors (the kernels accumulate in fp32), the two sqrt(scale) factors make one scale, and the
+    ``where(bool, 0, -inf)`` mask goes in as a bf16 bias; the safe softmax's zero rows are the kernels' too."""
+    q, k, v = _qkv()
+    m = torch.ones(2, 1, 16, 16, dtype=torch.bool)
+    m[1, ..., 11:] = False
+    m[0, 0, 3] = False  # a row with no key: zeros from the safe softmax and from the fused kernels
+    am = {"bool": m, "bf16": torch.where(m, 0.0, -1e4).to(torch.bfloat16), "none": None}[mask]
+    gm, n = _fused_dce(_math_sdpa, [q, k, v, am])
+    assert n == 1 and _count(gm, UNFUSED) == 0
+    assert _count(gm, (aten._to_copy.default, torch.ops.prims.convert_element_type.default)) == 0
+    sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+    assert all(a.meta["val"].dtype == torch.bfloat16 for a in sdpa.args[:3])
+    assert sdpa.kwargs["scale"] == pytest.approx(0.25)
+    bias = sdpa.kwargs["attn_mask"]
+    assert (bias is None) == (am is None) and (bias is None or bias.meta["val"].dtype == torch.bfloat16)
+    got, want = gm(q, k, v, am), _math_sdpa(q, k, v, am)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def _upcast_attention(q, k, v, mask):
+    """bf16 q/k/v cast to fp32 by hand, a scale on both q (a div) and k^T (a mul), an fp32 mask, the result cast
+    back to bf16."""
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    p = torch.softmax((q32 / 2.0) @ (k32.transpose(-1, -2) * 0.125) + mask, dim=-1)
+    return (p @ v32).to(torch.bfloat16)
+
+
+def test_scale_on_both_sides_and_upcast_downcast_are_taken_in():
+    q, k, v = _qkv()
+    mask = torch.zeros(2, 1, 1, 16)
+    mask[1, ..., 12:] = torch.finfo(torch.float32).min  # HF's padding: finfo.min becomes -inf in bf16
+    gm, n = _fused_dce(_upcast_attention, [q, k, v, mask])
+    assert n == 1 and _count(gm, (aten.bmm.default, aten.mul.Tensor, aten.div.Tensor)) == 0
+    sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+    assert sdpa.kwargs["scale"] == pytest.approx(0.0625)
+    assert [a.meta["val"].dtype for a in sdpa.args[:3]] == [torch.bfloat16] * 3
+    assert sdpa.kwargs["attn_mask"].meta["val"].dtype == torch.bfloat16  # the fp32 mask cast to the operands'
+    torch.testing.assert_close(gm(q, k, v, mask), _upcast_attention(q, k, v, mask), rtol=2e-2, atol=2e-2)
+
+
+def test_fp32_scale_on_both_sides_with_divisions():
+    q, k, v = _qkv(torch.float32)
+
+    def fn(q, k, v):
+        return torch.softmax((q / 2.0) @ (k.transpose(-1, -2) / 4.0), dim=-1) @ v
+
+    gm, n = _fused_dce(fn, [q, k, v])
+    assert n == 1 and next(n for n in gm.graph.nodes if n.target in SDPA).kwargs["scale"] == pytest.approx(0.125)
+    torch.testing.assert_close(gm(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+def test_fp32_mask_on_bf16_scores_is_cast_to_bf16():
+    """bf16 scores plus an fp32 mask (the add promotes; eager's softmax runs on fp32 scores): the mask goes in as
+    a bf16 bias, the fused kernel's softmax runs in fp32 as well."""
+    args = _args(dtype=torch.bfloat16)
+    args[4] = args[4].float()
+    gm, n = _fused(BERT, args)
+    assert n == 1 and _count(gm, UNFUSED) == 0
+    sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+    assert sdpa.kwargs["attn_mask"].meta["val"].dtype == torch.bfloat16
+    torch.testing.assert_close(gm(*args), BERT(*args), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("case", ["no_downcast", "upcast_read_elsewhere", "mixed_dtypes"])
+def test_upcasts_stay_where_dropping_them_would_change_the_result(case):
+    """The SDPA node runs on the fp32 casts (kept) when the result is not cast back (eager's output is fp32), when
+    the fp32 q is also read elsewhere, or when q and k come from different dtypes."""
+    q, k, v = _qkv()
+    if case == "mixed_dtypes":
+        k = k.half()
+
+    def fn(q, k, v):
+        q32, k32, v32 = q.float(), k.float(), v.float()
+        out = torch.softmax(q32 @ k32.transpose(-1, -2) * 0.25, dim=-1) @ v32
+        if case == "upcast_read_elsewhere":
+            return out.to(q.dtype), q32.sum()
+        return out if case == "no_downcast" else out.to(q.dtype)
+
+    gm, n = _fused_dce(fn, [q, k, v])
+    assert n == 1 and _count(gm, (aten._to_copy.default,)) == 3 + (case != "no_downcast")
+    sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
+    assert [a.meta["val"].dtype for a in sdpa.args[:3]] == [torch.float32] * 3
+    torch.testing.assert_close(gm(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+def test_hf_bert_sdpa_math_form_is_fused(device):
+    """HF BERT with ``attn_implementation="sdpa"`` in bf16 under the math backend (what reaches kiln on the GPU
+    with a mask): one SDPA fallback per layer, as close to an fp32 reference as eager."""
+    transformers = pytest.importorskip("transformers")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                  vocab_size=512, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    m = transformers.BertModel(cfg).eval().to(device)
+    ids = torch.randint(0, 512, (2, 16), device=device)
+    am = torch.ones(2, 16, dtype=torch.long, device=device)
+    am[1, 10:] = 0
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        ref = m(ids, attention_mask=am).last_hidden_state
+        m = m.to(torch.bfloat16)
+        eager = m(ids, attention_mask=am).last_hidden_state
+        with config.patch(attention="fuse", strict=True), compiler.capture() as gs:
+            got = torch.compile(m, backend="kiln")(ids, attention_mask=am).last_hidden_state
+    want = ("_scaled_dot_product_flash_attention_for_cpu" if device == "cpu"
+            else "_scaled_dot_product_efficient_attention")
+    assert [op for g in gs for op in g.fallback_ops if "attention" in op] == [f"aten.{want}.default"] * 2
+    assert all(_count(g.aten_graph, (aten.bmm.default,)) == 0 for g in gs)
+    torch.testing.assert_close(got, eager, rtol=2e-2, atol=6e-2)
+    assert (got.float() - ref).abs().max() <= 2 * (eager.float() - ref).abs().max()
+
+
+def test_gpu_math_form_gets_the_efficient_kernel_on_bf16_operands(monkeypatch):
+    """On (fake) CUDA tensors under ``auto``: upcast bf16 attention with an fp32 mask (the GPU's math form adds
+    ``where(bool, 0, -inf)`` in fp32) becomes the efficient kernel on the bf16 tensors, with a bf16 bias."""
+    monkeypatch.setattr(config, "interpreting", lambda: False)
+    with FakeTensorMode():
+        args = [torch.empty(2, HEADS, 16, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        args.append(torch.empty(2, 1, 16, 16, device="cuda"))
+    gm = make_fx(_upcast_attention, tracing_mode="real", decomposition_table=decomposition_table())(*args)
+    with config.patch(attention="auto"):
+        assert fx_attention.fuse_attention(gm) == 1
+    (sdpa,) = [n for n in gm.graph.nodes if n.target is aten._scaled_dot_product_efficient_attention.default]
+    assert [a.meta["val"].dtype for a in sdpa.args[:4]] == [torch.bfloat16] * 4
+    assert sdpa.kwargs["scale"] == pytest.approx(0.0625) and _count(gm, (aten.bmm.default,)) == 0
