@@ -40,9 +40,7 @@ class ScatterRenderer(KernelRenderer):
             raise CodegenError(f"scatter group of {m.buf.name} holds no scatter")
         offset, value, valid = m.value.args
         s = Scope(self, "x", lines, "    ")
-        s.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
-        s.line("xindex = xoffset + tl.arange(0, XBLOCK)")
-        s.line("xmask = xindex < xnumel")
+        self.program_block(s, rows=False)
         off = s.emit(offset)
         val = cast(f"tl.broadcast_to({s.emit(value)}, [XBLOCK])", value.dtype, m.buf.dtype)
         mask = "xmask"
@@ -69,14 +67,10 @@ class ScanRenderer(KernelRenderer):
         acc = tl_dtype(d.src_dtype)
         ident = _raw(identity if d.src_dtype.is_floating_point else int(identity), d.src_dtype)
         top = Scope(self, "x", lines, "    ")
-        top.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
-        top.line("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
-        top.line("xmask = xindex < xnumel")
+        self.program_block(top, rows=True)
         top.line("if PERSISTENT:")
         pers = Scope(self, "xr", lines, "        ")
-        pers.line("rindex = tl.arange(0, RBLOCK)[None, :]")
-        pers.line("rmask = rindex < rnumel")
-        pers.line("xrmask = xmask & rmask")
+        self.row_block(pers)
         self._chunk(pers, m, combine, acc, ident, None)
         top.line("else:")
         looped = Scope(self, "x", lines, "        ")
@@ -84,9 +78,7 @@ class ScanRenderer(KernelRenderer):
         looped.line(f"{carry} = tl.full([XBLOCK, 1], {ident}, {acc})")
         looped.line("for roffset in range(0, rnumel, RBLOCK):")
         body = Scope(self, "xr", lines, "            ")
-        body.line("rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
-        body.line("rmask = rindex < rnumel")
-        body.line("xrmask = xmask & rmask")
+        self.row_block(body, "roffset + ")
         self._chunk(body, m, combine, acc, ident, carry)
 
     def _chunk(self, s: Scope, m, combine: str, acc: str, ident: str, carry: Optional[str]) -> None:

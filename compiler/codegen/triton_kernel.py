@@ -251,12 +251,26 @@ class KernelRenderer:
         val = cast(f"tl.broadcast_to({var}, {shape})", m.value_dtype, dtype)
         scope.line(f"tl.store({ptr} + {idx}, {val}, {mask})")
 
+    # -------------------------------------------------------------- block headers
+    def program_block(self, scope: Scope, rows: bool) -> None:
+        """This program's ``XBLOCK`` x indices and their mask; ``rows``: as a column (``[:, None]``) of a 2-D
+        ``XBLOCK x RBLOCK`` tile, else a 1-D block."""
+        scope.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
+        scope.line(f"xindex = xoffset + tl.arange(0, XBLOCK){'[:, None]' if rows else ''}")
+        scope.line("xmask = xindex < xnumel")
+
+    @staticmethod
+    def row_block(scope: Scope, start: str = "") -> None:
+        """One ``RBLOCK`` step of the reduction dim (``start``: its offset expression plus ``+ ``, or nothing
+        for the first and only step) and the tile's mask."""
+        scope.line(f"rindex = {start}tl.arange(0, RBLOCK)[None, :]")
+        scope.line("rmask = rindex < rnumel")
+        scope.line("xrmask = xmask & rmask")
+
     # -------------------------------------------------------------- bodies
     def render_pointwise(self, lines: list[str]) -> None:
         s = Scope(self, "x", lines, "    ")
-        s.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
-        s.line("xindex = xoffset + tl.arange(0, XBLOCK)")
-        s.line("xmask = xindex < xnumel")
+        self.program_block(s, rows=False)
         for m in self.group.members:
             var = s.emit(m.value)
             s.members[m.buf.name] = var
@@ -265,14 +279,10 @@ class KernelRenderer:
 
     def render_reduction(self, lines: list[str]) -> None:
         top = Scope(self, "x", lines, "    ")
-        top.line(f"xoffset = tl.program_id(0).to({self.index_dtype}) * XBLOCK")
-        top.line("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
-        top.line("xmask = xindex < xnumel")
+        self.program_block(top, rows=True)
         top.line("if PERSISTENT:")
         pers = Scope(self, "x", lines, "        ")
-        pers.line("rindex = tl.arange(0, RBLOCK)[None, :]")
-        pers.line("rmask = rindex < rnumel")
-        pers.line("xrmask = xmask & rmask")
+        self.row_block(pers)
         self._persistent(pers)
         top.line("else:")
         looped = Scope(self, "x", lines, "        ")
@@ -391,9 +401,7 @@ class KernelRenderer:
             accs = {m.buf.name: self._acc_init(xs, m) for m in reds}
             xs.line("for roffset in range(0, rnumel, RBLOCK):")
             body = Scope(self, "xr", xs.lines, xs.indent + "    ", parent=xs)
-            body.line("rindex = roffset + tl.arange(0, RBLOCK)[None, :]")
-            body.line("rmask = rindex < rnumel")
-            body.line("xrmask = xmask & rmask")
+            self.row_block(body, "roffset + ")
             for m in members:
                 if m.is_reduction and m.buf.name in accs:
                     if m.buf.name in self._online:
