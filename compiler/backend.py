@@ -235,8 +235,13 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
         moved = fx_passes.moved_output_strides(outputs_before, gm) if role == "forward" else None
     if role == "forward":
         _report_output_strides(moved)
-    if front is not None and role == "inference":
-        front.note(cg, gm)
+    if front is not None:  # the front cache (runtime/inference_cache.py) notes what the graph cache now holds
+        if role == "inference":
+            front.note(cg, gm)
+        elif role == "forward":
+            front.note_forward(cg, gm)
+        else:
+            front.note_backward(cg, gm, example_inputs)
     return _finish(cg, gm, facts)
 
 
@@ -357,7 +362,7 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
 
     overrides = backend_overrides(kwargs.get("options"), kwargs.get("mode"))
     with config.patch(**overrides):
-        # an inference graph found by its Dynamo graph: AOTAutograd does not run (runtime/inference_cache.py)
+        # a graph found by its Dynamo graph: AOTAutograd does not run (runtime/inference_cache.py, training_cache.py)
         front = inference_cache.Front(gm, example_inputs)
         hit = front.lookup(f"graph_{next(_graph_ids)}", lambda cg, fallback: _finish(cg, fallback, None))
         if hit is not None:  # nothing to compile: the compile workers are not started for it
@@ -367,7 +372,7 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     def with_settings(role: str, compile_fn: Callable = compile_fx_graph) -> Callable:
         def compile_in_scope(g: fx.GraphModule, inputs: Any) -> Callable:
             with config.patch(**overrides):
-                return compile_fn(g, inputs, role, front=front) if role == "inference" else compile_fn(g, inputs, role)
+                return compile_fn(g, inputs, role, front=front)
         return compile_in_scope
 
     # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible

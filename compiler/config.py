@@ -87,6 +87,10 @@ class Settings:
     #: mutation, no aliased output...) are also found by their Dynamo graph, so that a warm process skips
     #: AOTAutograd's tracing for them (``runtime/inference_cache.py``).
     inference_cache: bool = True
+    #: With ``inference_cache`` on: training graphs of static shapes (their forward and backward both in the
+    #: graph cache, AOTAutograd's wrapper trivial) are found by their Dynamo graph too, and run through kiln's
+    #: own ``autograd.Function`` (``runtime/training_cache.py``).
+    training_cache: bool = True
     #: Time candidate launch configs of each kernel on the GPU at its first launch and keep the fastest
     #: (cached on disk per kernel, device and size bucket). Also ``mode="max-autotune"``. No-op on the CPU.
     autotune: bool = False

@@ -61,7 +61,7 @@ SUFFIX = ".kgc"
 #: settings that cannot change what the passes make (runtime behaviour, logging, where caches live)
 NOT_IN_KEY = frozenset({"dump_dir", "compile_threads", "compile_workers", "log_fallbacks", "cudagraphs", "cache",
                         "cache_dir", "graph_cache_dir", "cache_max_mb", "autotune", "autotune_dir",
-                        "inference_cache"})
+                        "inference_cache", "training_cache"})
 
 #: the last few reasons graphs were not stored, newest last: "graph_3: kiln's passes added 2 shape guards"
 _skipped: list[str] = []

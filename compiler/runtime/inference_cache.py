@@ -43,7 +43,7 @@ import torch
 import torch.fx as fx
 
 from .. import config
-from . import cache, gpu_compile, graph_cache
+from . import cache, gpu_compile, graph_cache, training_cache
 
 log = logging.getLogger("kiln")
 
@@ -111,14 +111,29 @@ def _no_callable(v: Any) -> Any:
     return v
 
 
+def is_training(example_inputs: list) -> bool:
+    """AOTAutograd traces a joint forward-backward graph for these inputs: grad mode on and one requires grad."""
+    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
+
+
+def _compiled_autograd() -> bool:
+    try:
+        return bool(torch._dynamo.config.compiled_autograd)
+    except AttributeError:
+        return False
+
+
 def check_graph(gm: fx.GraphModule, example_inputs: list, depth: int = 0) -> None:
     """``Refused`` unless ``gm`` (a Dynamo graph) and its inputs can be answered by the front cache (module
     docstring, all but the facts only AOTAutograd's metadata gives)."""
     if depth == 0:
-        if getattr(torch._C, "_is_any_autocast_enabled", lambda: True)():  # AOTAutograd's wrapper turns it off
-            raise Refused("autocast is on")
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs):
-            raise Refused("a training graph (an input requires grad)")
+        training = is_training(example_inputs)
+        if training and not config.settings().training_cache:
+            raise Refused("a training graph (an input requires grad; the training_cache setting is off)")
+        if not training and getattr(torch._C, "_is_any_autocast_enabled", lambda: True)():
+            raise Refused("autocast is on in an inference graph")  # the safety net's eager run would need it on
+        if training and _compiled_autograd():
+            raise Refused("compiled autograd is on")
         storages = set()
         for a in example_inputs:
             if _symbolic(a):
@@ -198,11 +213,33 @@ def aot_facts(n_inputs: int, aten_gm: fx.GraphModule) -> dict:
     meta = getattr(ctx, "fw_metadata", None)
     if meta is None:
         raise Refused("no AOTAutograd metadata")
+    trivial_metadata(meta)
+    placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != n_inputs:
+        raise Refused(f"the ATen graph takes {len(placeholders)} inputs, the Dynamo graph {n_inputs}")
+    return {"outputs": len(meta.output_info), "unsafe_views": unsafe_views(meta)}
+
+
+def unsafe_views(meta: Any) -> list[int]:
+    """The outputs AOTAutograd returns through ``aten._unsafe_view`` (views of an intermediate)."""
+    return [i for i, o in enumerate(meta.output_info)
+            if getattr(o.output_type, "name", str(o.output_type)) == "unsafe_view_alias"]
+
+
+def trivial_metadata(meta: Any) -> None:
+    """``Refused`` unless AOTAutograd's metadata (``ViewAndMutationMeta``) shows a trivial runtime wrapper: no
+    input mutation the wrapper applies (a data mutation kept in the graph, ``MUTATED_IN_GRAPH``, is the graph's
+    own trailing ``copy_``: a BatchNorm's running statistics), every output a fresh tensor, no intermediate
+    bases, effect tokens, functionalized RNG, grad-mode change or tensor subclass. (An *unsafe view* output, a
+    view of an intermediate, is returned as a fresh tensor by ``aten._unsafe_view``, as AOTAutograd does:
+    ``unsafe_views``.)"""
     for i in meta.input_info:
-        if i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata or i.mutation_inductor_storage_resize:
-            raise Refused("an input mutation")
+        if i.mutates_metadata or i.mutates_storage_metadata or i.mutation_inductor_storage_resize:
+            raise Refused("an input mutation of its metadata or storage")
+        if i.mutates_data and getattr(getattr(i, "mutation_type", None), "name", "") != "MUTATED_IN_GRAPH":
+            raise Refused("an input mutation applied outside the graph")
     for o in meta.output_info:
-        if getattr(o.output_type, "name", str(o.output_type)) != "non_alias":
+        if getattr(o.output_type, "name", str(o.output_type)) not in ("non_alias", "unsafe_view_alias"):
             raise Refused(f"an output of kind {getattr(o.output_type, 'name', o.output_type)}")
     if getattr(meta, "num_intermediate_bases", 0) or getattr(meta, "tokens", None):
         raise Refused("intermediate bases or effect tokens")
@@ -212,40 +249,52 @@ def aot_facts(n_inputs: int, aten_gm: fx.GraphModule) -> dict:
                                                                   or [])]:
         if not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta":
             raise Refused("tensor subclasses")
-    placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != n_inputs:
-        raise Refused(f"the ATen graph takes {len(placeholders)} inputs, the Dynamo graph {n_inputs}")
-    return {"outputs": len(meta.output_info)}
+    for o in meta.output_info:
+        if not issubclass(getattr(o, "raw_type", torch.Tensor), torch.Tensor):
+            raise Refused(f"an output of type {o.raw_type.__name__}")
 
 
-def store(key: str, graph_key: str, facts: dict) -> None:
+def store(key: str, graphs: dict[str, str], facts: dict) -> None:
+    """Write the front entry of ``key``: ``graphs`` names the graph cache keys (``graph`` of an inference graph,
+    ``fw``/``bw`` of a training graph), ``facts`` its calling convention."""
     if config.settings().cache != "1":
         return
-    payload = json.dumps({"format": FORMAT, "key": key, "graph": graph_key, **facts}).encode()
+    payload = json.dumps({"format": FORMAT, "key": key, **graphs, **facts}, sort_keys=True).encode()
     cache.write_entry(_path(key), payload)
 
 
+def _sha(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
 def _read(key: str) -> Optional[dict]:
+    """The checked front entry of ``key``, or None (none, damaged, of another format: a miss)."""
     payload = cache.read_entry(_path(key))
     if payload is None:
         return None
     try:
         data = json.loads(payload)
-        graph = data.get("graph")
-        if data.get("format") != FORMAT or data.get("key") != key or not isinstance(graph, str) or \
-                len(graph) != 64 or any(c not in "0123456789abcdef" for c in graph):  # a sha256, never a path
+        if data.get("format") != FORMAT or data.get("key") != key:
             return None
-        return data
-    except ValueError:
+        if data.get("kind") == "training":  # graph keys are sha256 digests, never paths
+            return training_cache.check_facts(data) if _sha(data.get("fw")) and _sha(data.get("bw")) else None
+        views, n = data.get("unsafe_views", []), data.get("outputs")
+        if not isinstance(views, list) or not all(type(i) is int and type(n) is int and 0 <= i < n for i in views):
+            return None
+        return data if _sha(data.get("graph")) else None
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 class Front:
-    """The front cache's view of one Dynamo graph being compiled: ``lookup()`` before AOTAutograd, ``note()``
-    from its inference compile (cold), ``key`` None when the graph is refused."""
+    """The front cache's view of one Dynamo graph being compiled: ``lookup()`` before AOTAutograd; from its
+    compiles (cold) ``note()`` (an inference graph) or ``note_forward()`` then ``note_backward()`` (a training
+    graph: the entry is written once both graphs are in the graph cache); ``key`` None when refused."""
 
     def __init__(self, gm: fx.GraphModule, example_inputs: list) -> None:
         self.gm, self.n_inputs, self.key = gm, len(example_inputs), None
+        self.training = is_training(list(example_inputs))
+        self._pending: Optional[tuple[str, dict]] = None  # a training forward's graph key and facts
         if not enabled():
             return
         try:
@@ -262,23 +311,32 @@ class Front:
         if self.key is None:
             return None
         data = _read(self.key)
-        if data is None:
+        if data is None or (data.get("kind") == "training") != self.training:
             return None
-        hit = graph_cache.load(data["graph"], name, None)
-        if hit is None:
+        graphs = [data["fw"], data["bw"]] if self.training else [data["graph"]]
+        cgs = []
+        for i, key in enumerate(graphs):
+            hit = graph_cache.load(key, f"{name}_bw" if i else name, None)
+            if hit is None:
+                return None
+            cg = hit[0]
+            cg.cache, cg.cache_key = "hit", key
+            cgs.append(cg)
+        n_in = [len([n for n in cg.wrapper.graph.nodes if n.op == "placeholder"]) for cg in cgs]
+        if n_in[0] != self.n_inputs or (self.training and n_in[1] != data["saved"] + len(data["tangents"])):
             return None
-        cg = hit[0]
-        cg.cache, cg.cache_key = "hit", data["graph"]
-        if len([n for n in cg.wrapper.graph.nodes if n.op == "placeholder"]) != self.n_inputs:
-            return None
-        gpu_compile.count(graph_hits=1, front_hits=1)
+        gpu_compile.count(graph_hits=len(cgs), front_hits=1)
         cache.touch(_path(self.key))
         gm = self.gm
+        if self.training:
+            fw = finish(cgs[0], training_cache.fw_fallback)
+            bw = finish(cgs[1], training_cache.bw_fallback)
+            return training_cache.rebuild(data, fw, bw, gm, name, cgs[0].fallbacks)
 
         def fallback(*args: Any) -> Any:  # the Dynamo graph, eagerly
             return gm(*args)
 
-        return wrap_inference(finish(cg, fallback))
+        return wrap_inference(finish(cgs[0], fallback), data.get("unsafe_views", []))
 
     def note(self, cg: Any, aten_gm: fx.GraphModule) -> None:
         """From the inference compile of a miss: store the front entry when the graph cache holds ``cg``."""
@@ -286,27 +344,49 @@ class Front:
             return
         try:
             facts = aot_facts(self.n_inputs, aten_gm)
-            store(self.key, cg.cache_key, facts)
-        except Refused as e:
+            store(self.key, {"graph": cg.cache_key}, facts)
+        except (Refused, OSError) as e:
             _refuse(f"not stored: {e}")
-        except OSError as e:
+
+    def note_forward(self, cg: Any, fw_gm: fx.GraphModule) -> None:
+        """From the forward compile of a training miss: keep its graph key and facts for ``note_backward``."""
+        if self.key is None or cg.cache not in ("stored", "hit") or not cg.cache_key:
+            return
+        try:
+            self._pending = (cg.cache_key, training_cache.forward_facts(self.n_inputs, fw_gm))
+        except (Refused, training_cache.Refused) as e:
+            _refuse(f"not stored: {e}")
+
+    def note_backward(self, cg: Any, bw_gm: fx.GraphModule, example_inputs: Any) -> None:
+        """From the backward compile of a training miss: store the front entry when both graphs are cached."""
+        pending, self._pending = self._pending, None
+        if self.key is None or pending is None or cg.cache not in ("stored", "hit") or not cg.cache_key:
+            return
+        try:
+            facts = training_cache.backward_facts(pending[1], bw_gm, list(example_inputs))
+            store(self.key, {"fw": pending[0], "bw": cg.cache_key}, facts)
+        except (training_cache.Refused, OSError) as e:
             _refuse(f"not stored: {e}")
 
 
-def wrap_inference(run: Callable) -> Callable:
+def wrap_inference(run: Callable, views: list[int]) -> Callable:
     """What AOTAutograd's runtime wrapper does around a trivial inference graph compiled without autocast: grad
-    mode off, the boxed call; called with the graph's inputs unboxed, as Dynamo calls it."""
+    mode off, the boxed call, ``views`` (outputs that are views of an intermediate) made fresh tensors; called
+    with the graph's inputs unboxed, as Dynamo calls it."""
+    unsafe_view = torch.ops.aten._unsafe_view
 
     def forward(*args: Any) -> list:
         grad = torch.is_grad_enabled()
         try:
             if grad:
                 torch._C._set_grad_enabled(False)
-            out = run(list(args))
+            out = list(run(list(args)))
         finally:
             if grad:
                 torch._C._set_grad_enabled(True)
-        return list(out)
+        for i in views:
+            out[i] = unsafe_view(out[i], out[i].shape)
+        return out
 
     return forward
 
