@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
 import nox
 
@@ -139,6 +140,14 @@ def tests(session: nox.Session) -> None:
     suite_paths = [f"tests/{s}" for s in SUITES] + ["tests/compiler"]
     session.run(python, "-m", "pytest", "-p", "no:xdist", *suite_paths, *session.posargs, env=SUITE_ENV,
                 external=True)
+    # the suites again through kiln's caches (the tests run with them off): a cold run fills a fresh cache, a warm
+    # run is answered from it (graph cache, inference and training front caches), as a CI retry or a second job
+    # on one runner is
+    with tempfile.TemporaryDirectory(prefix="kiln-warm-suites-") as folder:
+        for run in ("cold", "warm"):
+            session.log(f"suites with kiln's caches on ({run}): {folder}")
+            session.run(python, "-m", "pytest", "-p", "no:xdist", "-q", *suite_paths[:-1], *session.posargs,
+                        env={**SUITE_ENV, "KILN_CACHE": "1", "XDG_CACHE_HOME": folder}, external=True)
     session.run(python, "-m", "pytest", "tests/harness", *session.posargs, env=SUITE_ENV, external=True)
 
 

@@ -82,10 +82,11 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                  -k "embedding_grad or scatter_add or cumsum"; exit $(( a | $? )) ) > "$OUT/$stage.log" 2>&1 ;;
     warmcache) # issue 25: cold, warm (kiln's graph cache, kernels on disk) and autotuned compile s in fresh processes,
             # kiln and inductor side by side per row ($WARMCACHE_ONLY); table in $OUT/warmcache.md
-            # (about 150 s a row: 8 fresh processes; WARMCACHE_AUTOTUNE=kiln leaves out Inductor's max-autotune, the slowest)
+            # (about 150 s a row: 8 fresh processes; WARMCACHE_AUTOTUNE=kiln leaves out Inductor's max-autotune, the slowest, empty: none;
+            #  WARMCACHE_PROBE_S: compile limit of one probe, default 150)
             timeout "${WARMCACHE_TIMEOUT_S:-400}" python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.bert.infer.bf16}" \
-                --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE:-kiln,inductor}" \
-                --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s 150 \
+                --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE-kiln,inductor}" \
+                --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s "${WARMCACHE_PROBE_S:-150}" \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
     warmprofile) # issue 25: where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
                  # launches) for $WARMPROFILE_ONLY (default gpt2.infer.bf16), cProfile split in $OUT/warmprofile.md

@@ -250,9 +250,11 @@ def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) 
     ``fallback`` (the ATen graph, or the Dynamo graph for a front cache hit) as the safety net of a failed
     first launch and, with ``facts``, CUDA graphs."""
     name, strict = cg.name, config.settings().strict
-    if cg.cache == "hit":  # the passes did not run: dump what they would have dumped
+    if cg.cache == "hit":  # the passes did not run: dump and log what they would have
         for sub in [cg, *cg.subgraphs]:
             _dump(sub.name, sub.code, sub.kernel_sources)
+        for reason in cg.fallbacks:
+            (log.warning if config.settings().log_fallbacks else log.info)("kiln fallback: %s (graph cache)", reason)
     if facts is not None and config.settings().trace_values:  # tracing reads outputs on the host at each launch
         cg.fallbacks.append(FallbackReason("cudagraph", name, value_trace.CUDAGRAPH_REASON))
         facts = None

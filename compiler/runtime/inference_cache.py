@@ -13,16 +13,18 @@ inference graph AOTAutograd made for it and the facts of its calling convention.
 What AOTAutograd's runtime wrapper does for an inference graph is rebuilt exactly only when it is trivial, so a
 graph is refused (``skipped()`` says why; it then compiles through AOTAutograd as before) unless:
 - it is an inference graph: grad mode off, or no input requires grad; autocast is off (AOTAutograd's wrapper
-  would turn it off around the call, and the safety net's eager run would need it on);
+  would turn it off around the call, and the safety net's eager run would need it on); training graphs go to
+  ``training_cache.py`` (same key and rules, its own entry kind and wrapper);
 - every input is a plain tensor (no subclass, no symbolic size: static shapes only; AOTAutograd's trace could
   add shape guards to Dynamo's ShapeEnv that a hit would not add), no two inputs share a storage (AOTAutograd's
   de-duplication and synthetic bases), no complex dtype;
 - the Dynamo graph holds no parameters or buffers of its own (AOTAutograd would lift them), calls no module and
   calls only torch's operators and functions, ``operator``/``math``/builtins (a user function allowed in the
   graph could change behind the same graph code);
-- AOTAutograd's metadata of the cold compile (``fw_metadata``) shows no input mutation of any kind, every output
-  a fresh tensor (no alias of an input or of another output, no intermediate base), no effect tokens,
-  no functionalized RNG, no subclass, and the ATen graph takes exactly the Dynamo graph's inputs;
+- AOTAutograd's metadata of the cold compile (``fw_metadata``) shows no input mutation but data mutations kept in
+  the graph (its trailing ``copy_``), every output a fresh tensor or a view of an intermediate (returned through
+  ``aten._unsafe_view``, as AOTAutograd does; no alias of an input or of another output, no intermediate base),
+  no effect tokens, no functionalized RNG, no subclass, and the ATen graph takes exactly the Dynamo graph's inputs;
 - CUDA graphs and value tracing are off (they read the ATen graph, which a hit does not have).
 The rebuilt wrapper then does what AOTAutograd's does for such a graph: grad mode off around the call, the
 boxed call, the outputs as a list. A first launch that fails runs the Dynamo graph eagerly instead (the ATen graph is not at hand).
