@@ -95,6 +95,25 @@ def kiln_top(stats: dict, n: int) -> list[tuple[float, float, int, str]]:
     return sorted(rows, reverse=True)[:n]
 
 
+#: Dynamo's own timed phases reported per process (seconds, summed over graphs): its trace, the backend call
+#: (kiln, AOTAutograd inside it), AOTAutograd's parts, guards, the lazy backward
+PHASES = ("_compile.compile_inner", "bytecode_tracing", "OutputGraph.call_user_compiler",
+          "create_aot_dispatcher_function", "aot_trace_joint_graph", "build_guards", "backward._backward_impl")
+
+
+def dynamo_phases() -> dict[str, float]:
+    """``torch._dynamo.utils.compile_times`` of this process for ``PHASES`` (timers that work where cProfile
+    misses frames run under Dynamo's frame hook, as on Python 3.12)."""
+    try:
+        from torch._dynamo.utils import compile_times
+
+        names, values = compile_times(repr="csv", aggregate=True)
+        got = dict(zip(names, values))
+        return {k: float(got[k]) for k in PHASES if k in got}
+    except Exception:  # noqa: BLE001 - a torch without these timers: no phases
+        return {}
+
+
 # ------------------------------------------------------------------ child: one fresh process
 def child(args: argparse.Namespace) -> int:
     import cProfile
@@ -129,7 +148,7 @@ def child(args: argparse.Namespace) -> int:
     from compiler.runtime import compile_stats
 
     data = {"first_s": first, "steady_s": min(steady), "compile_s": max(0.0, first - min(steady)),
-            "stats": compile_stats().summary()}
+            "stats": compile_stats().summary(), "dynamo": dynamo_phases()}
     if prof is not None:
         prof.dump_stats(args.prof_out)
         stats = pstats.Stats(args.prof_out).stats  # type: ignore[attr-defined]
@@ -155,6 +174,9 @@ def report(case: str, cold: dict, warm: dict, warm_prof: dict) -> list[str]:
              f"({warm['compile_s'] / max(cold['compile_s'], 1e-9):.0%} of cold); steady step "
              f"{warm['steady_s'] * 1e3:.1f} ms", f"warm stats: {warm['stats']}",
              f"profiled warm: first step {warm_prof['first_s']:.2f} s, compile {warm_prof['compile_s']:.2f} s", "",
+             "| Dynamo's timed phase (unprofiled) | cold s | warm s |", "|---|---|---|",
+             *[f"| {k} | {cold.get('dynamo', {}).get(k, 0.0):.3f} | {v:.3f} |"
+               for k, v in warm.get("dynamo", {}).items()], "",
              "| part (cProfile cumulative) | s |", "|---|---|"]
     lines += [f"| {k} | {v:.3f} |" for k, v in warm_prof["split"].items()]
     lines += ["", "| kiln function | cum s | own s | calls |", "|---|---|---|---|"]
