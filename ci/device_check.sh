@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, warmprofile, runner-id, memdiag, attention
+#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -37,6 +37,11 @@ for stage in "$@"; do
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
+    caches) # issue 25: the graph cache, the inference and training front caches and kiln's binary index on the GPU
+            # (cold then warm in one process: CUDA tensors, Triton's real compile), about 60 s
+            KILN_NO_VENV=1 timeout 200 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_graph_cache.py \
+              tests/compiler/test_inference_cache.py tests/compiler/test_training_cache.py \
+              $(ls tests/compiler/test_binary_index.py 2>/dev/null) > "$OUT/$stage.log" 2>&1 ;;
     attention) # the attention rewrite on the GPU: _scaled_dot_product_efficient_attention end to end, HF BERT eager and sdpa (math form)
                KILN_NO_VENV=1 timeout 240 python3 -m pytest -q -p no:cacheprovider -p no:xdist \
                  tests/compiler/test_attention_pass.py > "$OUT/$stage.log" 2>&1 ;;
