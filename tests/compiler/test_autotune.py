@@ -76,6 +76,30 @@ def test_the_fastest_candidate_is_used_and_the_second_compile_times_nothing(tune
     assert _launch_cfgs(graphs)[0]["XBLOCK"] == best["XBLOCK"]
 
 
+def test_a_noise_level_win_keeps_the_heuristic(tmp_path):
+    x = torch.randn(3000, device=DEVICE)
+    with config.patch(strict=True, cache_dir=str(tmp_path / "kernels")):
+        (base,) = _launch_cfgs(_run(_f, x)[0])  # the heuristic's config, untuned
+    seen = []
+
+    def timer(launch, cfg):  # every other candidate 1% faster than the heuristic: noise
+        launch()
+        seen.append(dict(cfg))
+        same = all(cfg.get(k) == base.get(k) for k in autotune.TUNED)
+        return 1.0e-3 if same else 0.99e-3
+
+    autotune.set_timer(timer)
+    try:
+        with config.patch(autotune=True, cache="1", autotune_dir=str(tmp_path / "autotune"), strict=True,
+                          cache_dir=str(tmp_path / "kernels")):
+            graphs, out = _run(_f, x)
+    finally:
+        autotune.set_timer(None)
+    (cfg,) = _launch_cfgs(graphs)
+    assert len(seen) > 1 and torch.allclose(out, _f(x))
+    assert all(cfg[k] == base[k] for k in autotune.TUNED if k in base)
+
+
 def test_a_size_bucket_shares_its_choice(tuned):
     graphs, _ = _run(_f, torch.randn(3000, device=DEVICE), dynamic=True)
     n = len(tuned.calls)
