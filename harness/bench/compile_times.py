@@ -152,7 +152,40 @@ def table(rows: list[CompileTimes]) -> list[str]:
         lines += [""] + [f"- autotuned step gain, geomean over {len(g)} rows: {c} "
                          f"{math.exp(sum(map(math.log, g)) / len(g)):.3f}" for c, g in by.items()]
     errors = [f"- {r.case} {r.compiler}: {r.error}" for r in rows if r.error]
-    return lines + ([""] + errors if errors else [])
+    goal_lines = goals(rows)
+    return lines + ([""] + goal_lines if goal_lines else []) + ([""] + errors if errors else [])
+
+
+#: issue 25's compile goals: kiln's warm compile at most Inductor's warm compile and at most this share of its cold
+WARM_SHARE = 0.25
+
+
+def goals(rows: list[CompileTimes], compiler: str = arms.KILN, peer: str = arms.INDUCTOR) -> list[str]:
+    """Which of issue 25's goals hold, row by row and counted (rows where a number is missing are left out of
+    that goal): ``compiler``'s warm compile <= ``peer``'s warm compile of the same case, <= ``WARM_SHARE`` of its
+    own cold compile; its autotuned step no slower than its heuristic step (gain >= 1); its second autotuned
+    compile no dearer than its warm compile."""
+    mine = {r.case: r for r in rows if r.compiler == compiler}
+    theirs = {r.case: r for r in rows if r.compiler == peer}
+    checks: dict[str, list[tuple[str, bool]]] = {"warm <= peer warm": [], f"warm <= {WARM_SHARE:.0%} of cold": [],
+                                                 "autotuned step >= heuristic": [], "autotuned warm <= warm": []}
+    for case, r in mine.items():
+        p = theirs.get(case)
+        if r.warm_s is not None and p is not None and p.warm_s is not None:
+            checks["warm <= peer warm"].append((case, r.warm_s <= p.warm_s))
+        if r.warm_s is not None and r.cold_s:
+            checks[f"warm <= {WARM_SHARE:.0%} of cold"].append((case, r.warm_s <= WARM_SHARE * r.cold_s))
+        if r.step_s and r.autotune_step_s:
+            checks["autotuned step >= heuristic"].append((case, r.autotune_step_s <= r.step_s))
+        if r.autotune_warm_s is not None and r.warm_s is not None:
+            checks["autotuned warm <= warm"].append((case, r.autotune_warm_s <= r.warm_s))
+    out = []
+    for name, got in checks.items():
+        if got:
+            missed = [c for c, ok in got if not ok]
+            out.append(f"- goal {name.replace('peer', peer)} ({compiler}): {len(got) - len(missed)}/{len(got)} rows"
+                       + (f"; not on {', '.join(missed)}" if missed else ""))
+    return out
 
 
 def report_lines(results: list[Any]) -> list[str]:

@@ -61,6 +61,20 @@ def test_table_and_report_lines():
     assert ct.report_lines([]) == []
 
 
+def test_goals_are_counted_row_by_row():
+    rows = [ct.CompileTimes("model.a", "kiln", 10.0, 2.0, 30.0, 2.5, 0.020, 0.016),
+            ct.CompileTimes("model.a", "inductor", 20.0, 4.0),
+            ct.CompileTimes("model.b", "kiln", 8.0, 3.0, 20.0, 2.9, 0.010, 0.011),
+            ct.CompileTimes("model.b", "inductor", 9.0, 2.5),
+            ct.CompileTimes("model.c", "kiln", 5.0, None, error="warm: boom")]
+    lines = ct.goals(rows)
+    assert "- goal warm <= inductor warm (kiln): 1/2 rows; not on model.b" in lines
+    assert "- goal warm <= 25% of cold (kiln): 1/2 rows; not on model.b" in lines
+    assert "- goal autotuned step >= heuristic (kiln): 1/2 rows; not on model.b" in lines
+    assert "- goal autotuned warm <= warm (kiln): 1/2 rows; not on model.a" in lines
+    assert all(ln in ct.table(rows) for ln in lines) and ct.goals(rows[1:2]) == []
+
+
 def test_warmcache_command_bad_input_is_one_line(capsys):
     assert warmcache.main(["--only", "no-such-model", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
