@@ -75,7 +75,8 @@ class Settings:
     #: GPU, "fuse" on any device (the CPU's ``_scaled_dot_product_flash_attention_for_cpu``), "keep" never
     #: (``fx_attention.fuse_attention``).
     attention: str = "auto"
-    #: The graph cache (``runtime/graph_cache.py``) and the autotune choices (``runtime/autotune.py``) on disk:
+    #: The graph cache (``runtime/graph_cache.py``), the autotune choices (``runtime/autotune.py``) and the binary
+    #: index (``runtime/binary_index.py``) on disk:
     #: "1" read and write, "read" read only (never write: jobs of a lower trust level, such as pull requests,
     #: beside a cache that trusted jobs load), "0" off.
     cache: str = "1"
@@ -119,6 +120,12 @@ class Settings:
     def resolved_autotune_dir(self) -> str:
         """The autotune choices' folder: ``autotune_dir`` or ``$XDG_CACHE_HOME/kiln/autotune``."""
         return self.autotune_dir or os.path.join(_cache_home(), "autotune")
+
+    def resolved_binary_index_dir(self) -> str:
+        """The binary index's folder (``runtime/binary_index.py``; on and off with ``cache``): ``binaries`` in
+        ``cache_dir`` when set (the harness sets it per trust scope, beside ``TRITON_CACHE_DIR``, whose files
+        the index names), else ``$XDG_CACHE_HOME/kiln/binaries``."""
+        return os.path.join(self.cache_dir or _cache_home(), "binaries")
 
 
 def _cache_home() -> str:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 import torch
 
 from .. import dtypes
-from . import compile_jobs
+from . import binary_index, compile_jobs
 from ..exc import KernelCompileError
 
 log = logging.getLogger("kiln")
@@ -53,6 +53,7 @@ class CompileStats:
 
     compiled: int = 0  # specializations compiled from scratch, here or in a worker
     cache_hits: int = 0  # specializations found in Triton's on-disk cache (compiled by an earlier process)
+    binary_hits: int = 0  # of ``cache_hits``: loaded through kiln's binary index (no ``triton.compile``)
     worker_compiles: int = 0  # of ``compiled``: compiled in worker processes
     worker_misses: int = 0  # a worker compiled it, yet the launch's compile missed the cache (should be 0)
     jit_compiles: int = 0  # first launches left to Triton's JIT (launch hooks, non-CUDA, fallbacks)
@@ -70,7 +71,8 @@ class CompileStats:
     autotune_hits: int = 0  # autotuned launches that found their choice cached (no timing)
 
     def summary(self) -> str:
-        return (f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits, "
+        return (f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits "
+                f"({self.binary_hits} through the binary index), "
                 f"{self.shared_loads} loaded once for several launch sites, "
                 f"{self.jit_compiles} via Triton's JIT; {self.seconds:.2f} s at first launches "
                 f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers; "
@@ -233,7 +235,9 @@ def cache_env() -> dict:
 
 def on_disk(req: CompileRequest, fn: Any) -> bool:
     """True when Triton's on-disk cache already holds this request's kernel (the key ``triton.compile``
-    computes). False when unsure."""
+    computes, or the binary index's entry for it). False when unsure."""
+    if binary_index.lookup(req) is not None:
+        return True
     try:
         from triton import knobs
         from triton._C.libtriton import get_cache_invalidating_env_vars
@@ -303,23 +307,30 @@ def device_target(index: int) -> Any:
 
 
 def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cfg: dict,
-                   device_index: int) -> Optional[Any]:
+                   device_index: int, arg_names: Optional[Sequence[str]] = None) -> Optional[Any]:
     """The compiled kernel for a first launch of this specialization, ready for ``CompiledKernel.run``;
     None when kiln's path does not apply (the caller then uses Triton's JIT).
 
-    A worker job for the same request (``precompile``) is waited for first; its result is in the on-disk
-    cache, so the compile here only loads it. A request this process already loaded on this device returns that
-    kernel (no Triton cache lookup, no second module load). A compile error raises ``KernelCompileError``.
+    ``fn`` is the kernel's ``JITFunction``, or a function of no arguments that imports it (``arg_names``: the
+    kernel's parameter names, as the launcher knows them): it is called only when the kernel must go through
+    ``triton.compile``. A request this process already loaded on this device returns that kernel (no Triton
+    cache lookup, no second module load); one the binary index knows (``runtime/binary_index.py``: an earlier
+    process's compile or load of it under this toolchain) is built from its Triton cache files, with no
+    ``triton.compile`` and no import of the kernel's module. Otherwise a worker job for the same request
+    (``precompile``) is waited for first; its result is in the on-disk cache, so the compile here only loads it.
+    A compile error raises ``KernelCompileError``.
     """
     if not _OWN["ok"]:
         return None
     start = time.perf_counter()
+    jit_fn = fn if hasattr(fn, "arg_names") else None
     try:
         target = device_target(device_index)
         if target.backend != "cuda":
             _OWN["ok"] = False
             return None
-        req = make_request(name, source_path, fn.arg_names, args, cfg, target)
+        names = list(arg_names) if arg_names is not None else list(jit_fn.arg_names)
+        req = make_request(name, source_path, names, args, cfg, target)
     except Unsupported as e:
         log.debug("kiln: %s", e)
         return None
@@ -332,14 +343,26 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
             compile_jobs.wait_for(req)
         count(shared_loads=1)
         return loaded
+    if not compile_jobs.has(req.key):
+        kernel = _from_index(req, jit_fn)
+        if kernel is not None:
+            count(cache_hits=1, binary_hits=1, seconds=time.perf_counter() - start)
+            _loaded[(req.key, device_index)] = kernel
+            return kernel
+    if jit_fn is None:
+        try:
+            jit_fn = fn()
+            if list(jit_fn.arg_names) != names:  # the launcher's names were wrong: Triton's are the kernel's
+                req = make_request(name, source_path, jit_fn.arg_names, args, cfg, target)
+        except Unsupported as e:
+            log.debug("kiln: %s", e)
+            return None
+    fn = jit_fn
     answer = compile_jobs.wait_for(req)
     wait = time.perf_counter() - start
     try:
         kernel, hit = compile_here(req, fn)
-        if hasattr(kernel, "_init_handles"):
-            kernel._init_handles()  # load the binary now: the fast path reads .function before .run
-        if getattr(kernel, "function", None) is None or not callable(getattr(kernel, "run", None)):
-            raise TypeError("CompiledKernel has no function/run after _init_handles")
+        _check_loaded(kernel)
     except Exception as e:
         if _is_compile_error(e):
             raise KernelCompileError(f"compiling {req.label} failed: {type(e).__name__}: {e}") from e
@@ -357,8 +380,31 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
         count(cache_hits=1)
     else:
         count(compiled=1)
+    binary_index.record(req, kernel)
     count(seconds=time.perf_counter() - start, wait_seconds=wait)
     _loaded[(req.key, device_index)] = kernel
+    return kernel
+
+
+def _check_loaded(kernel: Any) -> None:
+    """Load the binary now (the fast path reads ``.function`` before ``.run``) and check it can be launched."""
+    if hasattr(kernel, "_init_handles"):
+        kernel._init_handles()
+    if getattr(kernel, "function", None) is None or not callable(getattr(kernel, "run", None)):
+        raise TypeError("CompiledKernel has no function/run after _init_handles")
+
+
+def _from_index(req: CompileRequest, fn: Any) -> Optional[Any]:
+    """``req``'s kernel loaded through the binary index, or None (no entry, or any doubt: then the caller's
+    ``triton.compile`` decides, and raises what it raises)."""
+    kernel = binary_index.load(req, fn)
+    if kernel is None:
+        return None
+    try:
+        _check_loaded(kernel)
+    except Exception as e:  # noqa: BLE001 - e.g. out of resources: today's path reports it as it does
+        log.debug("kiln: binary index hit of %s could not be loaded: %s", req.label, e)
+        return None
     return kernel
 
 

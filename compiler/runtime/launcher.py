@@ -200,7 +200,7 @@ class TritonKernel(torch.nn.Module):
         rnumel = int(ints[nsizes + 1]) if self.reduction else 1
         device = torch.device("cpu") if where < 0 else torch.device("cuda", where)
         cfg = self.launch_config(xnumel, rnumel, device)
-        if self._fn is None:
+        if where < 0 and self._fn is None:  # the interpreter runs the JITFunction; a GPU launch imports it lazily
             self._fn = cache.load_kernel(self.source, self.name)
         if self._autotune and args:  # time candidates on these arguments once per size bucket (runtime/autotune.py)
             from . import autotune
@@ -210,7 +210,8 @@ class TritonKernel(torch.nn.Module):
         # Triton specializes an int on being 1, a multiple of 16 and 32-bit: launches whose ints agree on that
         # share compiled kernels (``self._compiled``); a launch keeps its own by pointer alignment
         int_spec = tuple((a == 1, a % 16 == 0, -2147483648 <= a <= 2147483647) for a in ints)
-        launch = _Launch(self._fn[(grid0,)], cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))),
+        jit = self._fn[(grid0,)] if self._fn is not None else _LazyJit(self, grid0)
+        launch = _Launch(jit, cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))),
                          max(where, 0), device, xnumel, rnumel, xnumel == 0, where >= 0 and _multi_gpu(), {})
         if len(self._launches) >= MAX_LAUNCHES:  # sizes that never repeat (dynamic shapes): start over
             self._launches.clear()
@@ -258,12 +259,26 @@ class TritonKernel(torch.nn.Module):
             return
         launch.compiled[aligned] = (compiled.run, compiled.function, compiled.packed_metadata)
 
+    def jit_function(self) -> Any:
+        """The kernel's ``@triton.jit`` function (its module imported at the first call)."""
+        if self._fn is None:
+            self._fn = cache.load_kernel(self.source, self.name)
+        return self._fn
+
+    def param_names(self, cfg: dict[str, Any]) -> list[str]:
+        """The kernel's parameters as kiln's renderer writes them: pointers, sizes, ``xnumel`` (``rnumel``),
+        then the constexprs of ``cfg``: what ``gpu_compile`` needs to key a request without the module."""
+        names = self.ptr_args + self.size_args + ["xnumel"] + (["rnumel"] if self.reduction else [])
+        return names + [k for k in gpu_compile.CONSTEXPR_NAMES if k in cfg]
+
     def _compile_own(self, args: tuple, launch: "_Launch") -> Any:
-        """The compile-on-miss of the fast path: kiln's own ``triton.compile`` of this specialization
-        (``gpu_compile.compile_launch``; waits for a compile worker's job first), or None: then Triton's
-        JIT compiles it, as before."""
-        kernel = gpu_compile.compile_launch(self.name, cache.source_path(self.source), self._fn, args, launch.cfg,
-                                            launch.device_index)
+        """The compile-on-miss of the fast path: kiln's own load (binary index) or ``triton.compile`` of this
+        specialization (``gpu_compile.compile_launch``; waits for a compile worker's job first), or None: then
+        Triton's JIT compiles it, as before. The kernel's module is imported only when ``triton.compile`` runs."""
+        loaded = self._fn is not None
+        kernel = gpu_compile.compile_launch(self.name, cache.source_path(self.source),
+                                            self._fn if loaded else self.jit_function, args, launch.cfg,
+                                            launch.device_index, None if loaded else self.param_names(launch.cfg))
         if kernel is None:
             gpu_compile.count_jit()
         return kernel
@@ -295,10 +310,27 @@ class TritonKernel(torch.nn.Module):
             cache.write_atomic(src, self.source)
 
 
+class _LazyJit:
+    """Triton's JIT launcher for one grid of a kernel, made at its first call (a GPU launch that kiln's own path
+    serves, from the binary index, never imports the kernel's module nor builds its ``JITFunction``)."""
+
+    __slots__ = ("kernel", "grid0", "_jit")
+
+    def __init__(self, kernel: TritonKernel, grid0: int) -> None:
+        self.kernel = kernel
+        self.grid0 = grid0
+        self._jit: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._jit is None:
+            self._jit = self.kernel.jit_function()[(self.grid0,)]
+        return self._jit(*args, **kwargs)
+
+
 class _Launch(NamedTuple):
     """Everything a launch at one set of integer arguments and device needs, computed once."""
 
-    jit: Any  # Triton's JIT launcher for the grid
+    jit: Any  # Triton's JIT launcher for the grid (on a GPU a ``_LazyJit`` until the module is imported)
     cfg: dict
     grid0: int
     consts: tuple  # constexpr values in parameter order (appended to the arguments)
