@@ -16,7 +16,8 @@ warm compile of a third process):
   the wrapper's ``GraphModule``, kernel-source checks) and the rest;
 - *first call*: what the compiled graphs do at their first run beyond a steady run: kernel modules
   imported and ``JITFunction`` objects made (``cache.load_kernel``), launches prepared, on a GPU each
-  kernel's compile-or-load (``gpu_compile.compile_launch``, Triton's cache key and binary load).
+  kernel's compile-or-load (``gpu_compile.compile_launch``: the binary index's load, else Triton's cache key;
+  then the binary load).
 
 Exit 0, 1 when a child failed, 2 on bad arguments.
 """
@@ -64,7 +65,10 @@ POINTS = [
     ("  autotune tuned_config", "compiler/runtime/autotune.py", "tuned_config"),
     ("  autotune _tune", "compiler/runtime/autotune.py", "_tune"),
     ("  gpu compile_launch", "compiler/runtime/gpu_compile.py", "compile_launch"),
+    ("    binary index load (no triton.compile)", "compiler/runtime/binary_index.py", "load"),
     ("    triton.compile", "triton/compiler/compiler.py", "compile"),
+    ("    CompiledKernel _init_handles (launcher, binary load)", "triton/compiler/compiler.py", "_init_handles"),
+    ("      platform.architecture (Triton 3.6 launcher key)", "platform.py", "architecture"),
     ("    JIT cache_key", "triton/runtime/jit.py", "cache_key"),
 ]
 

@@ -1,5 +1,5 @@
-"""``python -m compiler cache info|clear``: the on-disk caches of kiln (graph cache, autotune choices, kernel
-sources). Errors are one line on stderr and exit status 2."""
+"""``python -m compiler cache info|clear``: the on-disk caches of kiln (graph cache, autotune choices, binary
+index, kernel sources). Errors are one line on stderr and exit status 2."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 
 #: what ``cache clear`` may remove
-PARTS = ("graphs", "autotune", "kernels")
+PARTS = ("graphs", "autotune", "binaries", "kernels")
 
 
 def _mb(n: int) -> str:
@@ -16,29 +16,34 @@ def _mb(n: int) -> str:
 
 def cache_info() -> list[str]:
     from . import config
-    from .runtime import autotune, cache, graph_cache
+    from .runtime import autotune, binary_index, cache, graph_cache
 
     g = graph_cache.info()
     state = {"1": "on", "read": "read-only", "0": "off"}[g["state"]]
     a = autotune.info()
+    b = binary_index.info()
     kdir = config.settings().resolved_cache_dir()
     kernels = cache.entries(kdir, ".py")
     return [f"graph cache ({state}): {g['folder']}: {g['entries']} entries, {_mb(g['bytes'])} of "
             f"{_mb(g['max_bytes'])}",
             f"autotune choices ({'on' if config.settings().autotune else 'off'} by default): {a['folder']}: "
             f"{a['entries']} entries, {_mb(a['bytes'])}",
+            f"binary index ({state}): {b['folder']}: {b['entries']} entries, {_mb(b['bytes'])} of "
+            f"{_mb(b['max_bytes'])}",
             f"kernel sources: {kdir}: {len(kernels)} files, {_mb(sum(s for _, s, _ in kernels))}"]
 
 
 def cache_clear(parts: tuple[str, ...]) -> list[str]:
     from . import config
-    from .runtime import autotune, cache, graph_cache
+    from .runtime import autotune, binary_index, cache, graph_cache
 
     out = []
     if "graphs" in parts:
         out.append(f"graph cache: removed {graph_cache.clear()} entries from {graph_cache.folder()}")
     if "autotune" in parts:
         out.append(f"autotune choices: removed {autotune.clear()} entries from {autotune.folder()}")
+    if "binaries" in parts:
+        out.append(f"binary index: removed {binary_index.clear()} entries from {binary_index.folder()}")
     if "kernels" in parts:
         kdir = config.settings().resolved_cache_dir()
         out.append(f"kernel sources: removed {cache.clear(kdir, '.py')} files from {kdir}")

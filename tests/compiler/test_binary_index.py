@@ -311,6 +311,16 @@ def test_read_mode_reads_only_and_off_mode_neither(here, monkeypatch):
         assert len(entries(here.index)) == 1
 
 
+def test_cache_command_lists_and_clears_the_index(here, capsys):
+    from compiler.__main__ import main
+
+    here()
+    assert main(["cache", "info"]) == 0
+    assert f"binary index (on): {here.index}: 1 entries" in capsys.readouterr().out
+    assert main(["cache", "clear", "--only", "binaries"]) == 0
+    assert "binary index: removed 1 entries" in capsys.readouterr().out and entries(here.index) == []
+
+
 def test_compile_listener_or_always_compile_bypass_the_index(here, monkeypatch):
     here()
     monkeypatch.setattr(knobs.compilation, "always_compile", True)
@@ -371,3 +381,48 @@ def test_gpu_launch_builds_the_jit_function_lazily(monkeypatch):
     other = TritonKernel("kiln_eager", "source", ["in_ptr0"], [], False)
     other._prepare((16,), -1, ())
     assert imported == ["kiln_lazy", "kiln_eager"]
+
+
+GPU_SCRIPT = r'''
+import json, sys, torch, compiler
+from compiler.runtime import compile_stats
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.GELU(),
+                            torch.nn.Linear(64, 64)).cuda()
+x = torch.randn(8, 16, 64, device="cuda", requires_grad=True)
+out = torch.compile(model, backend="kiln")(x)
+out.sum().backward()
+grad, x.grad = x.grad.clone(), None
+ref = model(x)
+ref.sum().backward()
+torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+torch.testing.assert_close(grad, x.grad, rtol=1e-4, atol=1e-4)
+print("STATS " + json.dumps({**compile_stats().__dict__,
+                             "modules": sorted(m for m in sys.modules if m.startswith("kiln_kernels."))}))
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_warm_process_loads_every_kernel_through_the_index(tmp_path):
+    """On a GPU: a warm process (graph cache and index written by a cold one) launches every kernel from the index:
+    nothing compiled, nothing left to Triton's JIT, no kernel module imported, results as eager's."""
+    script = tmp_path / "run.py"
+    script.write_text(GPU_SCRIPT)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), KILN_CACHE_DIR=str(tmp_path / "kiln"),
+               XDG_CACHE_HOME=str(tmp_path / "xdg"), KILN_CACHE="1", KILN_COMPILE_THREADS="1", KILN_STRICT="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+
+    def run() -> dict:
+        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("STATS "))
+        return json.loads(line[len("STATS "):])
+
+    cold = run()
+    assert cold["compiled"] >= 2 and cold["binary_hits"] == 0 and cold["jit_compiles"] == 0, cold
+    assert len(entries(tmp_path / "kiln" / "binaries")) == cold["compiled"] + cold["cache_hits"]
+    warm = run()
+    assert warm["graph_hits"] >= 2 and warm["compiled"] == 0 and warm["jit_compiles"] == 0, warm
+    assert warm["binary_hits"] == warm["cache_hits"] >= cold["compiled"], warm
+    assert warm["modules"] == [], warm
