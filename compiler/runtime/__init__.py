@@ -1,6 +1,7 @@
 """Runtime layer: load generated kernel sources (cache), compile them for the GPU (gpu_compile, with the worker
 pool of compile_pool/precompile) and launch them (launcher, autotune); store compiled graphs on disk (graph_cache,
-fx_codec). ``compile_stats()``: this process's compile counts, graph cache hits/misses and autotune timings."""
+fx_codec) and where each kernel's binary is (binary_index). ``compile_stats()``: this process's compile counts,
+graph cache hits/misses and autotune timings."""
 
 from __future__ import annotations
 

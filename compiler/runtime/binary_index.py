@@ -141,6 +141,21 @@ def toolchain() -> str:
     return fp
 
 
+def request_toolchain(req: Any) -> str:
+    """``toolchain()`` with the size and mtime_ns of ``req``'s ``extern_libs`` files (libdevice), whose contents
+    Triton's options hash covers and ``req.key`` (their paths only) does not."""
+    fp = toolchain()
+    libs = req.options.get("extern_libs") or ()
+    if not libs:
+        return fp
+    memo = (fp, repr(libs))
+    out = _toolchain.get(memo)
+    if out is None:
+        stats = [[name, _stat(path)] for name, path in libs]
+        out = _toolchain[memo] = hashlib.sha256(json.dumps([fp, stats]).encode()).hexdigest()
+    return out
+
+
 def forget_toolchain() -> None:
     """Compute the fingerprint again at the next use (tests; a Triton installed anew under a running process)."""
     _toolchain.clear()
@@ -177,7 +192,7 @@ def lookup(req: Any) -> Optional[tuple[str, dict[str, str]]]:
     if not usable():
         return None
     try:
-        fp = toolchain()
+        fp = request_toolchain(req)
         path = entry_path(req.key, fp)
         payload = cache.read_entry(path)
         if payload is None:
@@ -261,7 +276,7 @@ def record(req: Any, kernel: Any) -> bool:
         files = sorted(group)
         if _group(hash_, name, files) is None:  # what a later lookup will check: the files are where Triton keeps them
             return False
-        fp = toolchain()
+        fp = request_toolchain(req)
         payload = json.dumps({"format": FORMAT, "key": req.key, "toolchain": fp, "hash": hash_, "group": name,
                               "files": files, "kernel": req.kernel}, sort_keys=True).encode()
         cache.write_entry(entry_path(req.key, fp), payload)

@@ -6,7 +6,10 @@ itself — from a launch's arguments (``compile_launch``, the launcher's compile
 from the sizes a graph was compiled for (``runtime.precompile``, which sends the requests to the worker
 pool of ``runtime.compile_pool`` and leaves the jobs in ``runtime.compile_jobs``). Both sides build a request with ``make_request``, so a worker's compile
 and the first launch's compile of the same specialization have the same Triton cache key: the launch finds
-the worker's result in Triton's on-disk cache (``TRITON_CACHE_DIR``), and a later process finds both.
+the worker's result in Triton's on-disk cache (``TRITON_CACHE_DIR``), and a later process finds both. Each
+request compiled or loaded here is noted in the binary index (``runtime/binary_index.py``): a later process
+builds its ``CompiledKernel`` from the Triton cache files it names, without ``triton.compile`` (whose cache key
+hashes ``libtriton.so`` once per process) and without importing the kernel's module.
 
 Specialization (as Triton's JIT does it): pointers are ``*<dtype>`` with ``tt.divisibility=16`` when
 16-byte aligned; ints are i32/i64 (u64 above), ``tt.divisibility=16`` when divisible by 16, and a

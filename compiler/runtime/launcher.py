@@ -162,7 +162,9 @@ class TritonKernel(torch.nn.Module):
 
         The host time of this path is kiln's per-launch overhead (``harness bench overhead``): a launch is looked
         up by the exact integer arguments and device (``_Launch``), its compiled kernel by the 16-byte
-        alignment of the pointers, and called directly through Triton's launcher.
+        alignment of the pointers, and called directly through Triton's launcher. On a GPU the kernel's module is
+        imported (its ``JITFunction`` built) only when Triton must compile it or its JIT launches it: a first launch
+        that the binary index serves needs neither (``_LazyJit``, ``_compile_own``).
         """
         nptr = self._nptr
         first = args[0] if nptr else None

@@ -269,7 +269,9 @@ def test_another_toolchain_misses(here, monkeypatch):
              lambda m: m.setattr(binary_index, "_installed",
                                  lambda: {**installed, "libtriton": installed["libtriton"][:2] + [1]}),
              lambda m: m.setenv("TRITON_PTXAS_BLACKWELL_PATH", "/nonexistent/ptxas"),
-             lambda m: m.setenv("TRITON_MOCK_PTX_VERSION", "12.0")]
+             lambda m: m.setenv("TRITON_MOCK_PTX_VERSION", "12.0"),
+             lambda m: m.setattr(binary_index, "_stat", lambda p, s=binary_index._stat: (  # another libdevice
+                 s(p) + [1] if p.endswith(".bc") else s(p)))]
     for i, change in enumerate(cases):
         with monkeypatch.context() as m:
             change(m)
