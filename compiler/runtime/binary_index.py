@@ -21,12 +21,16 @@ hashing any large file:
 - where the groups live: ``TRITON_CACHE_DIR`` (``knobs.cache.dir``); only Triton's default file cache manager
   is used (a custom ``TRITON_CACHE_MANAGER``: no index).
 
-*Entry*: ``<sha256(req.key, fingerprint)>.kbi`` in ``binary_index_dir()``, a checked file (``cache.write_entry``)
-holding JSON: the request key, the fingerprint, Triton's hash, the group's name and its file names. ``load``
+*Entry*: ``<sha256(req.key, fingerprint)>.kbi`` in ``folder()`` (``Settings.resolved_binary_index_dir``: beside the
+kernel sources of ``KILN_CACHE_DIR``, which the harness keeps per trust scope next to ``TRITON_CACHE_DIR``), a
+checked file (``cache.write_entry``) holding JSON: the request key, the fingerprint, Triton's hash, the group's name
+and its file names (only files under this process's ``TRITON_CACHE_DIR`` are ever loaded). ``load``
 finds the entry, checks the group's files exist under the Triton cache folder, and builds Triton's
 ``CompiledKernel`` from them; any doubt (no entry, another fingerprint, a damaged entry, a missing file, a
 metadata mismatch, a Triton whose API differs) returns None and the caller compiles as before (its result is
 recorded again). Skipped while a compile listener, a stages-inspection hook or ``TRITON_ALWAYS_COMPILE`` is set.
+The ``CompiledKernel``'s source names the kernel through a stub (``source_stub``) when its ``JITFunction`` was not
+imported: Triton's launcher reads only the signature and constants (Triton 3.6 and 3.9).
 ``KILN_CACHE=0``: no index; ``KILN_CACHE=read``: read, never written. The folder is kept under
 ``MAX_BYTES`` (least recently used first).
 """
