@@ -237,11 +237,16 @@ def cache_env() -> dict:
 
 
 def on_disk(req: CompileRequest, fn: Any) -> bool:
-    """True when Triton's on-disk cache already holds this request's kernel (the key ``triton.compile``
-    computes, or the binary index's entry for it). False when unsure."""
+    """True when Triton's on-disk cache already holds this request's kernel (the binary index's entry for it, else
+    the key ``triton.compile`` computes; ``fn``: the kernel's ``JITFunction`` or a function returning it, called
+    only then). False when unsure."""
     if binary_index.lookup(req) is not None:
         return True
     try:
+        if not hasattr(fn, "arg_names"):
+            fn = fn()
+        if list(fn.arg_names) != list(req.signature):
+            return False
         from triton import knobs
         from triton._C.libtriton import get_cache_invalidating_env_vars
         from triton.backends.compiler import GPUTarget

@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, NamedTuple
+import re
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -74,6 +75,7 @@ class TritonKernel(torch.nn.Module):
         self.size_args = size_args
         self.reduction = reduction
         self._fn = None
+        self._params: Optional[list[str]] = None  # parameter names read from the source (``param_names``)
         self._dumped: set[str] = set()
         # GPU launch paths taken [fast, jit] (a list: nn.Module.__setattr__ costs microseconds per launch)
         self._counts = [0, 0]
@@ -268,8 +270,13 @@ class TritonKernel(torch.nn.Module):
         return self._fn
 
     def param_names(self, cfg: dict[str, Any]) -> list[str]:
-        """The kernel's parameters as kiln's renderer writes them: pointers, sizes, ``xnumel`` (``rnumel``),
-        then the constexprs of ``cfg``: what ``gpu_compile`` needs to key a request without the module."""
+        """The kernel's parameter names without importing its module (what ``gpu_compile`` keys a request by):
+        read from the ``def`` line of the source, else as kiln's renderer writes them (pointers, sizes,
+        ``xnumel``, ``rnumel``, then the constexprs of ``cfg``)."""
+        if self._params is None:
+            self._params = source_params(self.source, self.name) or []
+        if self._params:
+            return list(self._params)
         names = self.ptr_args + self.size_args + ["xnumel"] + (["rnumel"] if self.reduction else [])
         return names + [k for k in gpu_compile.CONSTEXPR_NAMES if k in cfg]
 
@@ -310,6 +317,19 @@ class TritonKernel(torch.nn.Module):
         src = os.path.join(folder, f"{self.name}.py")
         if not os.path.exists(src):
             cache.write_atomic(src, self.source)
+
+
+_DEF = re.compile(r"^def (\w+)\(([^()]*)\):", re.MULTILINE)
+
+
+def source_params(source: str, name: str) -> Optional[list[str]]:
+    """The parameter names of function ``name`` in ``source`` (annotations and defaults dropped), or None when its
+    ``def`` line is not the one-line form kiln's renderer writes."""
+    for m in _DEF.finditer(source):
+        if m.group(1) == name:
+            names = [p.split(":")[0].split("=")[0].strip() for p in m.group(2).split(",") if p.strip()]
+            return names if all(n.isidentifier() for n in names) else None
+    return None
 
 
 class _LazyJit:

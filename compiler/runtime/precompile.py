@@ -8,6 +8,9 @@ unless the example input's storage offset says otherwise; ints by their value. A
 wrong costs one more compile at the launch; never a wrong result (the launch builds its own request from
 the real arguments and uses a worker's result only when the requests are equal).
 
+A request the binary index knows (``runtime/binary_index.py``) is on disk already: it is not sent, and the
+kernel's module is not imported for it (its parameter names come from the source's ``def`` line).
+
 Nothing happens under the interpreter, on CPU, for non-CUDA targets, or with one compile thread/worker
 (``compile_pool.pool_size() == 0``): kernels then compile at their first launch, in-process.
 """
@@ -95,8 +98,10 @@ def submit(req: gpu_compile.CompileRequest) -> Future:
 
 
 def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -> Optional[tuple]:
-    """(request, JIT function) for the first launch of kernel ``ks`` (``KernelSource``; ``kernel`` its
-    ``TritonKernel``) at the example sizes ``hints`` on ``target``; None when that launch launches nothing."""
+    """(request, a function returning the kernel's ``JITFunction``) for the first launch of kernel ``ks``
+    (``KernelSource``; ``kernel`` its ``TritonKernel``) at the example sizes ``hints`` on ``target``; None when that
+    launch launches nothing. The module is imported only if ``on_disk`` must compute Triton's key (a binary
+    index hit needs no import)."""
     ints = [_value(s, hints) for s in ks.size_args]
     xnumel = _value(ks.xnumel, hints)
     rnumel = _value(ks.rnumel, hints) if ks.reduction else 1
@@ -108,9 +113,9 @@ def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -
     if kernel._autotune:  # a choice cached by an earlier compile: compile that config, not the heuristic's
         device = _pointer(ks.ptr_args[0][1], lowering, {})[1] if ks.ptr_args else torch.device("cuda")
         cfg = kernel.cached_tuned_config(cfg, xnumel, rnumel, device)
-    fn = cache.load_kernel(ks.source, ks.name)
     path = cache.source_path(ks.source)
-    return gpu_compile.make_request(ks.name, path, fn.arg_names, ptrs + ints, cfg, target), fn
+    req = gpu_compile.make_request(ks.name, path, kernel.param_names(cfg), ptrs + ints, cfg, target)
+    return req, kernel.jit_function
 
 
 def _cuda_device(ks: Any, lowering: Any) -> Optional[int]:

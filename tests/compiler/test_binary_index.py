@@ -22,7 +22,7 @@ import torch
 
 from compiler import config
 from compiler.runtime import binary_index, cache, compile_jobs, gpu_compile
-from compiler.runtime.launcher import TritonKernel, _LazyJit
+from compiler.runtime.launcher import TritonKernel, _LazyJit, source_params
 
 triton = pytest.importorskip("triton")
 from triton import knobs
@@ -183,7 +183,7 @@ def here(compiled, tmp_path, monkeypatch):
     with config.patch(cache="1", cache_dir=str(tmp_path / "kiln")):
         jit, path = jit_function(SOURCE, NAME)
         names = list(jit.arg_names)
-        launch.loads = fns
+        launch.loads, launch.jit, launch.path = fns, jit, path
         launch.index = tmp_path / "kiln" / "binaries"
         yield launch
     binary_index.forget_toolchain()
@@ -229,6 +229,22 @@ def test_recorded_then_found_with_no_module_import(here, monkeypatch):
         req = gpu_compile.make_request(NAME, cache.source_path(SOURCE), list(hit.src.signature),
                                        [torch.randn(4096), torch.randn(4096), 4096], dict(CFG), SM90)
         assert gpu_compile.on_disk(req, None)  # the ahead-of-time check asks the index first
+
+
+def test_ahead_of_time_check_imports_the_module_only_without_an_entry(here):
+    x = torch.randn(4096)
+    req = gpu_compile.make_request(NAME, here.path, list(here.jit.arg_names), [x, x, 4096], dict(CFG), SM90)
+    calls = []
+    with config.patch(cache="0"):  # no index: Triton's key, from the imported JITFunction
+        assert gpu_compile.on_disk(req, lambda: calls.append(1) or here.jit) and calls == [1]
+    assert not gpu_compile.on_disk(gpu_compile.CompileRequest(**{**req.__dict__, "key": "other"}),
+                                   lambda: fake_jit(["a"]))  # names that are not the request's: unsure
+    here()
+    assert gpu_compile.on_disk(req, lambda: pytest.fail("the module was imported"))
+
+
+def fake_jit(names):
+    return type("FakeJit", (), {"arg_names": names})()
 
 
 def test_damaged_entry_is_a_miss_and_is_replaced(here, monkeypatch):
@@ -337,8 +353,9 @@ def test_compile_listener_or_always_compile_bypass_the_index(here, monkeypatch):
 # ------------------------------------------------------------------------------------------ the launcher
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="compiles CPU graphs through the interpreter")
 def test_launcher_parameter_names_are_the_kernels(device):
-    """Without importing a kernel's module the launcher keys its request by the parameter names kiln's renderer
-    writes: for pointwise, reduction (inner, outer, looped), mixed and scan kernels they are the JITFunction's."""
+    """Without importing a kernel's module the launcher keys its request by the parameter names of the source's
+    ``def`` line (else those kiln's renderer writes): for pointwise, reduction (inner, outer, looped), mixed and
+    scan kernels both are the JITFunction's."""
     seen = []
     forward = TritonKernel.forward
 
@@ -357,9 +374,17 @@ def test_launcher_parameter_names_are_the_kernels(device):
         ints = args[len(k.ptr_args):]
         xnumel = ints[len(k.size_args)]
         rnumel = ints[-1] if k.reduction else 1
+        real = list(k.jit_function().arg_names)
+        assert source_params(k.source, k.name) == real
         for interp in (False, True):
             cfg = k.heuristic_config(xnumel, rnumel, interp)
-            assert k.param_names(cfg) == list(k.jit_function().arg_names), k.name
+            assert k.param_names(cfg) == real, k.name
+            k._params = []  # no def line found: the renderer's order
+            assert k.param_names(cfg) == real, k.name
+            k._params = None
+    assert source_params("def f(a, b: tl.constexpr = 4):\n", "f") == ["a", "b"]
+    assert source_params("def f(a,\n      b):\n", "f") == ["a", "b"]
+    assert source_params("def f(a: T(1)):\n", "f") is None and source_params("def g(a):\n", "f") is None
 
 
 def test_gpu_launch_builds_the_jit_function_lazily(monkeypatch):

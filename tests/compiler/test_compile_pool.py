@@ -202,7 +202,7 @@ def test_ahead_of_time_request_is_the_first_launchs(dynamic, device):
             ints = [a for a in args if not isinstance(a, torch.Tensor)]
             cfg = k.heuristic_config(ints[-2] if k.reduction else ints[-1], ints[-1] if k.reduction else 1,
                                      interp=False)
-            launch = gpu_compile.make_request(ks.name, cache.source_path(ks.source), fn.arg_names, args, cfg, SM90)
+            launch = gpu_compile.make_request(ks.name, cache.source_path(ks.source), fn().arg_names, args, cfg, SM90)
             assert req.key == launch.key, (ks.name, req.attrs, launch.attrs)
             compared += 1
     assert compared >= 2
