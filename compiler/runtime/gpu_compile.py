@@ -302,10 +302,29 @@ _targets: dict[int, Any] = {}
 _loaded: dict[tuple[str, int], Any] = {}
 
 
+def memo_platform_key() -> None:
+    """Make Triton's ``runtime.build.platform_key`` (part of the key of each kernel's C launcher, built at its first
+    load) answer from memory after its first call: it calls ``platform.architecture()``, which starts a ``file``
+    subprocess every time (about 4 ms a kernel: half a second for a ResNet-50 training step's 142 kernels in a
+    warm process). The machine, OS and interpreter it names cannot change within a process."""
+    import functools
+
+    try:
+        from triton.runtime import build
+    except ImportError:  # pragma: no cover - a Triton without it
+        return
+    fn = getattr(build, "platform_key", None)
+    if callable(fn) and not getattr(fn, "kiln_memo", False):
+        memo = functools.lru_cache(maxsize=1)(fn)
+        memo.kiln_memo = True  # type: ignore[attr-defined]
+        build.platform_key = memo
+
+
 def device_target(index: int) -> Any:
     """The ``GPUTarget`` of CUDA device ``index`` (Triton's driver, asked once per device)."""
     target = _targets.get(index)
     if target is None:
+        memo_platform_key()
         from triton.runtime import driver
 
         with torch.cuda.device(index):

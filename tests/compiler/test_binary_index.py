@@ -453,3 +453,21 @@ def test_gpu_warm_process_loads_every_kernel_through_the_index(tmp_path):
     assert warm["graph_hits"] >= 2 and warm["compiled"] == 0 and warm["jit_compiles"] == 0, warm
     assert warm["binary_hits"] == warm["cache_hits"] >= cold["compiled"], warm
     assert warm["modules"] == [], warm
+
+
+def test_tritons_platform_key_is_asked_once_a_process(monkeypatch):
+    from triton.runtime import build
+
+    from compiler.runtime import gpu_compile
+
+    calls = []
+
+    def key():
+        calls.append(1)
+        return "x86_64,Linux,64bit,ELF"
+
+    monkeypatch.setattr(build, "platform_key", key)
+    gpu_compile.memo_platform_key()
+    assert build.platform_key() == build.platform_key() == "x86_64,Linux,64bit,ELF" and len(calls) == 1
+    gpu_compile.memo_platform_key()  # a second call does not wrap the memo again
+    assert build.platform_key.kiln_memo and build.platform_key() and len(calls) == 1
