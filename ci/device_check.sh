@@ -39,7 +39,7 @@ for stage in "$@"; do
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
     caches) # issue 25: the graph cache, the inference and training front caches and kiln's binary index on the GPU
             # (cold then warm in one process: CUDA tensors, Triton's real compile), about 60 s
-            KILN_NO_VENV=1 timeout 200 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_graph_cache.py \
+            KILN_NO_VENV=1 timeout "${CACHES_TIMEOUT_S:-300}" python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_graph_cache.py \
               tests/compiler/test_inference_cache.py tests/compiler/test_training_cache.py \
               $(ls tests/compiler/test_binary_index.py 2>/dev/null) > "$OUT/$stage.log" 2>&1 ;;
     attention) # the attention rewrite on the GPU: _scaled_dot_product_efficient_attention end to end, HF BERT eager and sdpa (math form)
