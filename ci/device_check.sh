@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches
+#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -37,6 +37,14 @@ for stage in "$@"; do
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
+    autotune-diff) # issue 25: kiln against kiln autotuned (arm kiln-autotune) side by side for $AUTOTUNE_ONLY
+            # (default the row where autotuning lost most on 2026-11-26: ResNet-50 training, 15.3 -> 24.1 ms a step
+            # in the compile probes): model tier step times, then per-kernel device times of both
+            # (about 400 s for ResNet-50 training: its autotuning alone takes about 200 s)
+            { timeout "${AUTOTUNE_TIMEOUT_S:-300}" python3 -m harness bench models --only "${AUTOTUNE_ONLY:-model.resnet50.train.amp}" \
+                --compilers eager,kiln,kiln-autotune --compile-times none --target-s 1 --rounds 3 --out "$OUT/autotune-diff"
+              timeout 240 python3 -m harness bench model-profile --only "${AUTOTUNE_ONLY:-model.resnet50.train.amp}" \
+                --compilers kiln,kiln-autotune --steps 10 --top 40 --md "$OUT/autotune-diff.md"; } > "$OUT/$stage.log" 2>&1 ;;
     caches) # issue 25: the graph cache, the inference and training front caches and kiln's binary index on the GPU
             # (cold then warm in one process: CUDA tensors, Triton's real compile), about 60 s
             KILN_NO_VENV=1 timeout "${CACHES_TIMEOUT_S:-300}" python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_graph_cache.py \

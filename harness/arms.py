@@ -5,7 +5,9 @@ Terms:
                 baseline), ``kiln`` (``torch.compile(fn, backend="kiln")`` after ``import compiler``),
                 ``inductor`` (``backend="inductor"``), the CUDA-graph arms ``kiln-cg`` (``backend="kiln",
                 options={"cudagraphs": True}``) and ``inductor-cg`` (``mode="reduce-overhead"``), and the numerics
-                tier's ``kiln-emulate`` (kiln under ``compiler.config.patch(emulate_eager_precision=True)``).
+                tier's ``kiln-emulate`` (kiln under ``compiler.config.patch(emulate_eager_precision=True)``),
+                and ``kiln-autotune`` (``backend="kiln", mode="max-autotune-no-cudagraphs"``: the model and
+                kernel tiers run it when named, never by default, `OPTIONAL`).
                 `ARMS` holds them; `get` finds one by name.
   tier          a part of the harness that runs arms, and the arms it offers, default order first (`TIERS`):
                 ``kernel`` (``bench run``/``selftest``/``gpu`` and the side-by-side workers), ``model`` (``bench
@@ -39,6 +41,7 @@ INDUCTOR = "inductor"
 KILN_CG = "kiln-cg"
 INDUCTOR_CG = "inductor-cg"
 KILN_EMULATE = "kiln-emulate"
+KILN_AUTOTUNE = "kiln-autotune"
 
 
 class UnknownArm(UsageError):
@@ -126,6 +129,8 @@ ARMS: dict[str, Arm] = {a.name: a for a in (
         summary='mode="reduce-overhead"'),
     Arm(KILN_EMULATE, KILN, settings={"emulate_eager_precision": True},
         summary="kiln with compiler.config.patch(emulate_eager_precision=True)"),
+    Arm(KILN_AUTOTUNE, KILN, mode="max-autotune-no-cudagraphs",
+        summary='backend="kiln", mode="max-autotune-no-cudagraphs" (launch configs timed on the GPU)'),
 )}
 
 #: the arms each tier runs, in its default order (`default`)
@@ -135,6 +140,10 @@ TIERS: dict[str, tuple[str, ...]] = {
     "overhead": (EAGER, KILN, INDUCTOR, KILN_CG, INDUCTOR_CG),
     "numerics": (KILN, KILN_EMULATE, INDUCTOR, EAGER),
 }
+
+#: arms a tier runs when asked by name but leaves out of its default list (autotuning times candidate configs of
+#: every kernel at its first launch: minutes a model)
+OPTIONAL: dict[str, tuple[str, ...]] = {"model": (KILN_AUTOTUNE,), "kernel": (KILN_AUTOTUNE,)}
 
 #: registered torch.compile backends known without asking Dynamo: listing its backends loads their entry points,
 #: which imports kiln (after Inductor's triton it warns that it cannot choose the interpreter)
@@ -158,9 +167,9 @@ def get(name: str, tier: str | None = None, *, any_backend: bool = False) -> Arm
     """The arm `name` (of `tier` when given), or with `any_backend` a plain arm of a registered torch.compile
     backend of that name; else `UnknownArm` naming the known ones."""
     arm = ARMS.get(name)
-    if arm is not None and (tier is None or name in TIERS[tier]):
+    if arm is not None and (tier is None or name in TIERS[tier] or name in OPTIONAL.get(tier, ())):
         return arm
-    known = set(names(tier))
+    known = set(names(tier)) | set(OPTIONAL.get(tier, ()) if tier else ())
     if any_backend:
         if arm is None and name in _PLAIN_BACKENDS:
             return Arm(name, name)
@@ -170,7 +179,7 @@ def get(name: str, tier: str | None = None, *, any_backend: bool = False) -> Arm
         if arm is None and name in backends:
             return Arm(name, name)
         known |= backends
-    where = [t for t, ns in TIERS.items() if name in ns]
+    where = [t for t, ns in TIERS.items() if name in ns or name in OPTIONAL.get(t, ())]
     hint = f"; {name} runs in the {', '.join(where)} tier{'s' if len(where) > 1 else ''}" if where else ""
     raise UnknownArm(f"unknown compiler {name!r} (known: {', '.join(sorted(known))}){hint}")
 
@@ -209,6 +218,7 @@ COLOURS: dict[str, str] = {
     KILN: "tab:orange",
     KILN_CG: "tab:red",
     KILN_EMULATE: "tab:brown",
+    KILN_AUTOTUNE: "gold",
     INDUCTOR: "tab:blue",
     INDUCTOR_CG: "tab:cyan",
 }

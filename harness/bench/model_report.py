@@ -42,8 +42,9 @@ from harness.results import append_job_summary, atomic_write_text
 
 BASELINE = arms.EAGER
 ORDER = tuple(arms.default("model", eager_first=True).split(","))
-# (numerator, denominator) of the step ratio: each kiln arm's peer and the kiln arm
-PAIRS = tuple((arms.peer(c), c) for c in ORDER if arms.is_kiln(c))
+# (numerator, denominator) of the step ratio: each kiln arm's peer and the kiln arm; with the autotuned arm
+# (asked for by name), kiln over it: the autotuning gain, measured side by side in one run
+PAIRS = tuple((arms.peer(c), c) for c in ORDER if arms.is_kiln(c)) + ((arms.KILN, arms.KILN_AUTOTUNE),)
 
 
 # ------------------------------------------------------------------ selection

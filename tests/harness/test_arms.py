@@ -56,11 +56,11 @@ def test_eager_runs_the_function_as_written(compiled):
 
 def test_arm_facts():
     a = arms.ARMS
-    assert [n for n in a if a[n].kiln] == ["kiln", "kiln-cg", "kiln-emulate"]
+    assert [n for n in a if a[n].kiln] == ["kiln", "kiln-cg", "kiln-emulate", "kiln-autotune"]
     assert [n for n in a if a[n].needs_cuda] == ["kiln-cg", "inductor-cg"] == arms.cuda_graph_arms(list(a))
     assert {n: a[n].peer for n in a} == {"eager": "inductor", "kiln": "inductor", "inductor": "inductor",
                                           "kiln-cg": "inductor-cg", "inductor-cg": "inductor-cg",
-                                          "kiln-emulate": "inductor"}
+                                          "kiln-emulate": "inductor", "kiln-autotune": "inductor"}
     assert [n for n in a if a[n].marks_steps] == ["inductor-cg"]
     assert a["kiln-emulate"].settings == {"emulate_eager_precision": True}
     assert all(isinstance(a[n].context(), contextlib.nullcontext) for n in a if n != "kiln-emulate")
@@ -76,15 +76,23 @@ def test_the_tiers_defaults_are_unchanged():
     assert arms.default("numerics", eager_first=True) == "eager,kiln,kiln-emulate,inductor"
 
 
+def test_the_autotuned_arm_runs_when_named_and_never_by_default():
+    arm = arms.get("kiln-autotune", "model")
+    assert arm.compile_kwargs() == {"backend": "kiln", "mode": "max-autotune-no-cudagraphs"}
+    assert arms.get("kiln-autotune", "kernel") is arm and "kiln-autotune" not in arms.default("model").split(",")
+    with pytest.raises(UsageError, match="kiln-autotune runs in the kernel, model tiers"):
+        arms.get("kiln-autotune", "numerics")
+
+
 def test_an_unknown_name_is_one_usage_error_listing_the_known_ones():
     with pytest.raises(UsageError) as e:
         arms.get("tvm")
-    assert str(e.value) == ("unknown compiler 'tvm' (known: eager, inductor, inductor-cg, kiln, kiln-cg, "
-                            "kiln-emulate)")
+    assert str(e.value) == ("unknown compiler 'tvm' (known: eager, inductor, inductor-cg, kiln, kiln-autotune, "
+                            "kiln-cg, kiln-emulate)")
     with pytest.raises(arms.UnknownArm) as e:
         arms.get("kiln-cg", "kernel")
-    assert str(e.value) == ("unknown compiler 'kiln-cg' (known: eager, inductor, kiln); kiln-cg runs in the "
-                            "model, overhead tiers")
+    assert str(e.value) == ("unknown compiler 'kiln-cg' (known: eager, inductor, kiln, kiln-autotune); kiln-cg "
+                            "runs in the model, overhead tiers")
     with pytest.raises(arms.UnknownArm, match=r"unknown compiler 'tvm9' \(known: .*aot_eager.*\)"):
         arms.check(["kiln", "tvm9"], "kernel", any_backend=True)  # (tvm is a registered torch.compile backend)
 
