@@ -203,6 +203,9 @@ def rebuild(facts: dict, fw_run: Callable, bw_run: Callable, gm: fx.GraphModule,
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> Any:
             args = [*ctx.saved_tensors, *ctx.kiln_no_vc]
+            keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", lambda: True)()
+            if not keep:  # freed as save_for_backward's tensors are: not held until the graph is dropped
+                ctx.kiln_no_vc = []
             args += [_coerce(grads[i], t) for i, t in zip(tangent_of, tangents)]
             double = torch.is_grad_enabled()
             with torch.no_grad(), quiet_amp():

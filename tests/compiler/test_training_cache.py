@@ -225,3 +225,21 @@ def test_damaged_entries_are_misses_and_the_setting_turns_it_off(gc_dir, aot):
         reset_compile_stats()
         _step(_mlp, x)
     assert compile_stats().front_hits == 0 and aot["n"] == 4
+
+
+def test_retain_graph_runs_the_backward_twice_on_a_hit(gc_dir):
+    x = torch.randn(4, 16, device=DEVICE)
+    grads = []
+    for _ in range(2):  # cold, then warm
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = _mlp().to(DEVICE)
+        loss = torch.compile(model, backend="kiln")(x).pow(2).sum()
+        loss.backward(retain_graph=True)
+        once = [p.grad.clone() for p in model.parameters()]
+        loss.backward()
+        grads.append((once, [p.grad.clone() for p in model.parameters()]))
+    assert compile_stats().front_hits == 1
+    (cold_once, cold_twice), (warm_once, warm_twice) = grads
+    assert _same(cold_once, warm_once) and _same(cold_twice, warm_twice)
+    assert all(torch.allclose(t, 2 * o, rtol=1e-5, atol=1e-6) for o, t in zip(warm_once, warm_twice))
