@@ -196,3 +196,26 @@ def launch_log() -> Iterator[list[tuple[str, dict]]]:
 
 def reset_counters() -> None:
     counters.clear()
+
+
+def gpu_jit_function(source: str, name: str, prefix: str = "jit") -> tuple[Any, str]:
+    """``(JITFunction, path)`` of kernel ``name`` of ``source``, built with Triton's interpreter off (as a GPU or
+    worker process imports it; tests on CPU run under the interpreter), from kiln's kernel cache file."""
+    import importlib.util
+
+    from triton import knobs
+    from triton.runtime.jit import JITFunction
+
+    from compiler.runtime import cache
+
+    path = cache.source_path(source)
+    if not os.path.exists(path):
+        cache.write_atomic(path, source)
+    with knobs.runtime.scope():
+        knobs.runtime.interpret = False
+        spec = importlib.util.spec_from_file_location(f"{prefix}_{os.path.basename(path)[:-3]}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    fn = getattr(mod, name)
+    assert isinstance(fn, JITFunction)
+    return fn, path

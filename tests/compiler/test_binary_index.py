@@ -11,7 +11,6 @@ finds kernels in Triton's cache. Each test has its own TRITON_CACHE_DIR and kiln
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -24,12 +23,12 @@ import torch
 from compiler import config
 from compiler.runtime import binary_index, cache, compile_jobs, gpu_compile
 from compiler.runtime.launcher import TritonKernel, _LazyJit, source_params
+from kiln_testing import gpu_jit_function
 
 triton = pytest.importorskip("triton")
 from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import CompiledKernel
-from triton.runtime.jit import JITFunction
 
 SM90 = GPUTarget("cuda", 90, 32)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -194,18 +193,7 @@ def here(compiled, tmp_path, monkeypatch):
 
 
 def jit_function(source: str, name: str):
-    """The kernel as a real ``JITFunction`` built with the interpreter off (as a GPU process imports it)."""
-    path = cache.source_path(source)
-    if not os.path.exists(path):
-        cache.write_atomic(path, source)
-    with knobs.runtime.scope():
-        knobs.runtime.interpret = False
-        spec = importlib.util.spec_from_file_location(f"binidx_{os.path.basename(path)[:-3]}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    fn = getattr(mod, name)
-    assert isinstance(fn, JITFunction)
-    return fn, path
+    return gpu_jit_function(source, name, "binidx")
 
 
 def no_compile(monkeypatch):

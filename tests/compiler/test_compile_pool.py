@@ -7,7 +7,6 @@ TRITON_CACHE_DIR.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
@@ -18,9 +17,9 @@ from compiler import backend
 from compiler.exc import KernelCompileError
 from compiler.runtime import cache, compile_jobs, compile_pool, gpu_compile, precompile
 from compiler.runtime.launcher import TritonKernel
+from kiln_testing import gpu_jit_function
 
 triton = pytest.importorskip("triton")
-from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
@@ -51,19 +50,7 @@ def pool():
 
 
 def jit_function(source: str, name: str):
-    """The kernel as a real ``JITFunction`` (this process runs Triton's interpreter: build it with the
-    interpreter off, as a worker process imports it), from kiln's cache file."""
-    path = cache.source_path(source)
-    if not os.path.exists(path):
-        cache.write_atomic(path, source)
-    with knobs.runtime.scope():
-        knobs.runtime.interpret = False
-        spec = importlib.util.spec_from_file_location(f"jit_{os.path.basename(path)[:-3]}", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    fn = getattr(mod, name)
-    assert isinstance(fn, JITFunction)
-    return fn, path
+    return gpu_jit_function(source, name, "jit")
 
 
 def graph_kernels(fn, *inputs, dynamic=False):
