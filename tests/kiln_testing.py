@@ -219,3 +219,15 @@ def gpu_jit_function(source: str, name: str, prefix: str = "jit") -> tuple[Any, 
     fn = getattr(mod, name)
     assert isinstance(fn, JITFunction)
     return fn, path
+
+
+def run_tagged_json(cmd: Sequence[str], env: dict, tag: str = "STATS ", timeout: float = 600) -> dict:
+    """Run ``cmd`` in a fresh process with ``env`` (it must exit 0, else its stderr's tail is the failure) and return
+    the JSON object on its stdout line starting with ``tag``."""
+    import json
+    import subprocess
+
+    proc = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith(tag))
+    return json.loads(line[len(tag):])

@@ -23,7 +23,7 @@ import torch
 from compiler import config
 from compiler.runtime import binary_index, cache, compile_jobs, gpu_compile
 from compiler.runtime.launcher import TritonKernel, _LazyJit, source_params
-from kiln_testing import gpu_jit_function
+from kiln_testing import gpu_jit_function, run_tagged_json
 
 triton = pytest.importorskip("triton")
 from triton import knobs
@@ -432,10 +432,7 @@ def test_gpu_warm_process_loads_every_kernel_through_the_index(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
 
     def run() -> dict:
-        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("STATS "))
-        return json.loads(line[len("STATS "):])
+        return run_tagged_json([sys.executable, str(script)], env)
 
     cold = run()
     assert cold["compiled"] >= 2 and cold["binary_hits"] == 0 and cold["jit_compiles"] == 0, cold

@@ -17,7 +17,7 @@ from compiler import backend
 from compiler.exc import KernelCompileError
 from compiler.runtime import cache, compile_jobs, compile_pool, gpu_compile, precompile
 from compiler.runtime.launcher import TritonKernel
-from kiln_testing import gpu_jit_function
+from kiln_testing import gpu_jit_function, run_tagged_json
 
 triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget
@@ -355,8 +355,6 @@ print("STATS " + json.dumps(compile_stats().__dict__))
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_kernels_compile_in_workers_and_a_second_process_compiles_nothing(tmp_path):
-    import json
-    import subprocess
     import sys
 
     script = tmp_path / "run.py"
@@ -367,10 +365,7 @@ def test_gpu_kernels_compile_in_workers_and_a_second_process_compiles_nothing(tm
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
 
     def run() -> dict:
-        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("STATS "))
-        return json.loads(line[len("STATS "):])
+        return run_tagged_json([sys.executable, str(script)], env)
 
     cold = run()
     assert cold["submitted"] >= 1 and cold["worker_compiles"] >= 1 and cold["worker_misses"] == 0, cold
