@@ -2,6 +2,10 @@
 # Two stage lists of ci/device_check.sh at once on a two-GPU box, one GPU each (CUDA_VISIBLE_DEVICES=0 and 1),
 # outputs in $OUT/g0 and $OUT/g1; both summaries last. Stages that time GPU work must not share a GPU: give
 # each side its own (the model tier on one, compile-time probes on the other).
+# The two sides share the host's CPUs: a side that compiles (cold probes, autotuning, Inductor's workers) slows the
+# other side's host-bound steps (2026-11-26: ResNet-50 training's autotuned probe step, 24 vs 15 ms, was measured
+# while the other GPU autotuned ViT). Compare step times within one process (the model tier's arms, interleaved)
+# or with the other side idle; compile seconds of probes are far less sensitive.
 # Usage: ci/device_pair.sh "STAGE..." "STAGE..."   (the stages' own variables are shared by both sides; a variable
 # G0_NAME / G1_NAME sets NAME for that side alone, e.g. G0_MODELS_ONLY='*.train.*' G1_MODELS_ONLY='ci_*')
 set -uo pipefail

@@ -36,12 +36,12 @@ import torch
 import torch.fx as fx
 
 from ..graph import FallbackReason
+from . import aot_meta
 
 log = logging.getLogger("kiln")
 
 
-class Refused(Exception):
-    """The training graph is not for the front cache (the message says why)."""
+Refused = aot_meta.Refused
 
 
 def _outputs(gm: fx.GraphModule) -> list:
@@ -57,13 +57,11 @@ def _val(v: Any) -> Any:
 def forward_facts(n_inputs: int, fw_gm: fx.GraphModule) -> dict:
     """The facts AOTAutograd's metadata and the forward graph give (``Refused`` when its wrapper is not
     trivial); called while AOTAutograd compiles the forward."""
-    from . import inference_cache
-
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None)
     if meta is None:
         raise Refused("no AOTAutograd metadata")
-    inference_cache.trivial_metadata(meta)
+    aot_meta.trivial_metadata(meta)
     if len(meta.input_info) != n_inputs:
         raise Refused(f"AOTAutograd saw {len(meta.input_info)} inputs, the Dynamo graph {n_inputs}")
     if getattr(meta, "num_symints_saved_for_bw", 0) or getattr(meta, "num_opaque_objects_saved_for_bw", 0):
@@ -80,7 +78,7 @@ def forward_facts(n_inputs: int, fw_gm: fx.GraphModule) -> dict:
     if len(placeholders) != n_inputs:
         raise Refused(f"the forward graph takes {len(placeholders)} inputs, the Dynamo graph {n_inputs}")
     grads = [bool(getattr(o, "requires_grad_for_backward", o.requires_grad)) for o in meta.output_info]
-    return {"kind": "training", "returns": returns, "unsafe_views": inference_cache.unsafe_views(meta),
+    return {"kind": "training", "returns": returns, "unsafe_views": aot_meta.unsafe_views(meta),
             "saved": len(saved), "vc": len(saved) - no_vc,
             "nondiff": [i for i, o in enumerate(meta.output_info) if not o.requires_grad],
             "tangent_of": [i for i, g in enumerate(grads) if g],

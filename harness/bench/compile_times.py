@@ -13,7 +13,9 @@ Terms, per case and compiler (every number from a fresh subprocess: the model ti
   `TORCHINDUCTOR_MAX_AUTOTUNE=1`), then *autotuned warm*: a second process on those caches (no timing is
   expected: choices are cached on disk);
 - *step*: the median of the probe's 3 steady steps, of the warm process (heuristic configs) and of the
-  autotuned warm one: a rough side-by-side, not the model tier's measured step time.
+  autotuned warm one: a rough side-by-side, not the model tier's measured step time (the two processes run
+  minutes apart, so whatever else loads the host then moves host-bound steps; the model tier's arm
+  ``kiln-autotune`` measures the gain side by side, interleaved, in one process).
 
 The model tier calls `autotuned_meta` for its `--autotune-times` compilers and `report_lines` for its
 report; `harness/bench/warmcache.py` is the command line (`ci/device_check.sh warmcache`: 2-3 rows, kiln and
