@@ -182,14 +182,29 @@ def check_kernel_source(source: str) -> None:
     ``@triton.jit`` functions whose bodies name only Triton (``tl``, ``libdevice``, ``triton``), the module's
     own functions, their parameters and locals, and a few builtins; no attribute starting with ``_``. A kernel
     source from the graph cache is imported (and, under the interpreter, run as Python): it is checked first.
-    A source that passed is remembered by its digest (a warm process loads the same kernel for several graphs)."""
+    A source that passed is remembered by its digest (a warm process loads the same kernel for several graphs).
+    A source identical, byte for byte, to its file in kiln's kernel folder (``cache.source_path``) is taken as
+    checked: kiln imports that file as it is whenever the source is launched, so the check would add nothing to
+    what the folder is already trusted with (a warm process finds every kernel there: no parse)."""
     import hashlib
 
-    digest = hashlib.sha256(source.encode()).digest()
+    raw = source.encode()
+    digest = hashlib.sha256(raw).digest()
     if digest in _checked:
         return
-    _check_module(source)
+    if not _in_kernel_folder(source, raw):
+        _check_module(source)
     _checked.add(digest)
+
+
+def _in_kernel_folder(source: str, raw: bytes) -> bool:
+    from . import cache
+
+    try:
+        with open(cache.source_path(source), "rb") as f:
+            return f.read() == raw
+    except OSError:
+        return False
 
 
 def _check_module(source: str) -> None:

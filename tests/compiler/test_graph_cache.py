@@ -315,3 +315,26 @@ def test_kernel_source_check(body):
     fx_codec.check_kernel_source(good)
     with pytest.raises(fx_codec.Unsupported):
         fx_codec.check_kernel_source(good + f"    {body}\n")
+
+
+def test_a_kernel_source_already_in_the_kernel_folder_is_not_parsed_again(tmp_path, monkeypatch):
+    good = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+            "def k2(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n"
+            "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+            "    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, xindex < xnumel) * 3, xindex < xnumel)\n")
+    bad = good + "    __import__('os')\n"
+    parsed = []
+    real = fx_codec._check_module
+    monkeypatch.setattr(fx_codec, "_check_module", lambda src: (parsed.append(src), real(src)))
+    monkeypatch.setattr(fx_codec, "_checked", set())
+    with config.patch(cache_dir=str(tmp_path / "kernels")):
+        fx_codec.check_kernel_source(good)  # not in the folder: parsed
+        assert parsed == [good]
+        fx_codec._checked.clear()
+        cache.write_atomic(cache.source_path(good), good)  # as kiln writes a kernel it launches
+        fx_codec.check_kernel_source(good)  # the same bytes as its file: taken as checked, no parse
+        assert parsed == [good]
+        cache.write_atomic(cache.source_path(bad), good)  # a file whose bytes differ from the source: parsed, refused
+        with pytest.raises(fx_codec.Unsupported):
+            fx_codec.check_kernel_source(bad)
+        assert parsed == [good, bad]
