@@ -128,7 +128,8 @@ def check_facts(data: dict) -> dict:
     if not isinstance(tangents, list) or len(tangents) != len(data["tangent_of"]):
         raise ValueError("bad tangents")
     for t in tangents:
-        getattr(torch, t["dtype"])  # a dtype name
+        if not isinstance(getattr(torch, str(t["dtype"]), None), torch.dtype):
+            raise ValueError("bad tangent dtype")
         torch.device(t["device"])
         if len(t["shape"]) != len(t["stride"]) or not all(type(v) is int for v in (*t["shape"], *t["stride"])):
             raise ValueError("bad tangent layout")
