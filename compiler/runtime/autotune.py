@@ -291,13 +291,10 @@ def _path(key: str) -> str:
 def _read(key: str) -> Optional[dict]:
     if config.settings().cache == "0":
         return None
-    payload = cache.read_entry(_path(key))
-    if payload is None:
+    data = cache.read_json_entry(_path(key), FORMAT, key)
+    if data is None:
         return None
     try:
-        data = json.loads(payload)
-        if data.get("format") != FORMAT or data.get("key") != key:
-            return None
         choice = {k: int(v) for k, v in data["choice"].items() if k in TUNED}
     except (ValueError, TypeError, KeyError, AttributeError):
         return None

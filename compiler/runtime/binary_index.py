@@ -198,12 +198,8 @@ def lookup(req: Any) -> Optional[tuple[str, dict[str, str]]]:
     try:
         fp = request_toolchain(req)
         path = entry_path(req.key, fp)
-        payload = cache.read_entry(path)
-        if payload is None:
-            return None
-        data = json.loads(payload)
-        if (data.get("format") != FORMAT or data.get("key") != req.key or data.get("toolchain") != fp
-                or data.get("group") != group_name(req)):
+        data = cache.read_json_entry(path, FORMAT, req.key)
+        if data is None or data.get("toolchain") != fp or data.get("group") != group_name(req):
             return None
         group = _group(data["hash"], data["group"], data["files"])
         if group is None:

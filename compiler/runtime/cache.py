@@ -106,6 +106,23 @@ def read_entry(path: str) -> bytes | None:
     return payload
 
 
+def read_json_entry(path: str, fmt: int, key: str) -> dict | None:
+    """The JSON object of a checked entry written for ``key`` in format ``fmt`` (its ``format`` and ``key``
+    fields), or None: missing, damaged, not JSON, or another format or key (a miss, as ``read_entry``)."""
+    import json
+
+    payload = read_entry(path)
+    if payload is None:
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("format") != fmt or data.get("key") != key:
+        return None
+    return data
+
+
 def touch(path: str) -> None:
     """Mark an entry as used now (eviction removes the least recently used first, by modification time)."""
     try:

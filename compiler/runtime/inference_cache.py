@@ -238,13 +238,10 @@ def _sha(v: Any) -> bool:
 
 def _read(key: str) -> Optional[dict]:
     """The checked front entry of ``key``, or None (none, damaged, of another format: a miss)."""
-    payload = cache.read_entry(_path(key))
-    if payload is None:
+    data = cache.read_json_entry(_path(key), FORMAT, key)
+    if data is None:
         return None
     try:
-        data = json.loads(payload)
-        if data.get("format") != FORMAT or data.get("key") != key:
-            return None
         if data.get("kind") == "training":  # graph keys are sha256 digests, never paths
             return training_cache.check_facts(data) if _sha(data.get("fw")) and _sha(data.get("bw")) else None
         views, n = data.get("unsafe_views", []), data.get("outputs")
