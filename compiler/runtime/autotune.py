@@ -130,10 +130,8 @@ def time_config(kernel: Any, args: tuple, cfg: dict, timer: Callable[[Callable[[
     nsizes = len(kernel.size_args)
     ints = args[len(kernel.ptr_args):]
     xnumel = int(ints[nsizes])
-    if kernel._fn is None:
-        kernel._fn = cache.load_kernel(kernel.source, kernel.name)
     grid = (kernel.programs or (xnumel + cfg["XBLOCK"] - 1) // cfg["XBLOCK"],)
-    jit = kernel._fn[grid]
+    jit = kernel.jit_function()[grid]
     on_cpu = not any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in args)
     own = None if on_cpu or config.interpreting() else _own_launch(kernel, args, cfg, grid[0])
     if own is not None:
@@ -256,8 +254,7 @@ def _tune(kernel: Any, cfg: dict, args: tuple) -> Optional[dict]:
 
     best, best_t, timed, base_t = None, float("inf"), [], float("inf")
     cands = candidates(cfg, kernel.hint, kernel.programs)
-    if kernel._fn is None:
-        kernel._fn = cache.load_kernel(kernel.source, kernel.name)
+    kernel.jit_function()  # candidates compile through Triton with the module imported
     _submit(kernel, args, cands)
     try:
         for cand in cands:

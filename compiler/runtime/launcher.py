@@ -204,8 +204,8 @@ class TritonKernel(torch.nn.Module):
         rnumel = int(ints[nsizes + 1]) if self.reduction else 1
         device = torch.device("cpu") if where < 0 else torch.device("cuda", where)
         cfg = self.launch_config(xnumel, rnumel, device)
-        if where < 0 and self._fn is None:  # the interpreter runs the JITFunction; a GPU launch imports it lazily
-            self._fn = cache.load_kernel(self.source, self.name)
+        if where < 0:  # the interpreter runs the JITFunction; a GPU launch imports it lazily
+            self.jit_function()
         if self._autotune and args:  # time candidates on these arguments once per size bucket (runtime/autotune.py)
             from . import autotune
             cfg = autotune.tuned_config(self, cfg, args, xnumel, rnumel, device)
