@@ -104,8 +104,13 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
     warmprofile) # issue 25: where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
                  # launches) for $WARMPROFILE_ONLY (default gpt2.infer.bf16), cProfile split in $OUT/warmprofile.md
                  # (3 fresh processes a case, about 40 s a row)
-                 timeout "${WARMPROFILE_TIMEOUT_S:-240}" python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
-                   --device cuda --md "$OUT/warmprofile.md" > "$OUT/$stage.log" 2>&1 ;;
+                 # (WARMPROFILE_AUTOTUNE=1: the same with autotuning on in every process, into $OUT/warmprofile-autotune.md)
+                 { timeout "${WARMPROFILE_TIMEOUT_S:-240}" python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
+                     --device cuda --md "$OUT/warmprofile.md"
+                   if [ -n "${WARMPROFILE_AUTOTUNE:-}" ]; then
+                     timeout "${WARMPROFILE_TIMEOUT_S:-240}" python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
+                       --device cuda --autotune --md "$OUT/warmprofile-autotune.md"
+                   fi; } > "$OUT/$stage.log" 2>&1 ;;
     value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
                  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \
