@@ -30,7 +30,7 @@ from typing import Any
 from harness import arms, conventions
 from harness.exc import UsageError
 
-from . import model_memory
+from . import autotune_gain, model_memory
 from . import models as mdl
 from .compare import Comparison
 from .step_facts import unrecorded_lines
@@ -464,6 +464,7 @@ def markdown_report(
     from .compile_times import report_lines
 
     parts += report_lines(results)  # cold/warm/autotuned compile s, when measured (--autotune-times)
+    parts += autotune_gain.report_lines(results)  # kiln against kiln-autotune, when both arms ran
     probs = problems(results)
     if len(probs) > 1:
         parts += ["### Errors and failed checks", "", markdown(probs), ""]
@@ -528,6 +529,7 @@ def json_report(
         "profile": profile,
         "runs": [{k: v for k, v in r.as_dict().items() if k != "env"} for r in runs],
         "summary": summary(results),
+        "autotune_gain": [g.as_dict() for g in autotune_gain.gains(results)],
         "memory_definition": {"name": model_memory.DEFINITION, "counted": model_memory.DESCRIPTION},
         "cases": rows,
         "notes": notes,

@@ -600,15 +600,18 @@ def all_cases(profile: str, device: str = "cpu") -> list[ModelCase]:
 
 def select(cs: list[ModelCase], only: str | None) -> list[ModelCase]:
     """Cases matching any comma-separated fnmatch pattern, against the case name (`model.gpt2.infer.bf16`),
-    the name without `model.` (`gpt2.infer.bf16`) or the model (`gpt2`)."""
+    the name without `model.` (`gpt2.infer.bf16`) or the model (`gpt2`), in the patterns' order (cases of one
+    pattern in the tier's order): a run with a time budget measures the cases named first first."""
     if not only:
         return cs
     pats = [p.strip() for p in only.split(",") if p.strip()]
-    return [
-        c
-        for c in cs
-        if any(fnmatchcase(n, p) for p in pats for n in (c.name, c.name[len(PREFIX) :], c.spec.name))
-    ]
+
+    def first(c: ModelCase) -> int | None:
+        names = (c.name, c.name[len(PREFIX) :], c.spec.name)
+        return next((i for i, p in enumerate(pats) if any(fnmatchcase(n, p) for n in names)), None)
+
+    ranked = [(first(c), k, c) for k, c in enumerate(cs)]
+    return [c for i, _, c in sorted((r for r in ranked if r[0] is not None), key=lambda r: (r[0], r[1]))]
 
 
 def cases(profile: str, only: str | None = None, device: str = "cpu") -> list[ModelCase]:

@@ -101,6 +101,12 @@ def test_only_patterns_select_cases_and_models():
         "model.bert.infer.bf16",
         "model.t5.infer.bf16",
     ]
+    # the patterns' order (a budgeted run measures what was named first), each pattern's cases in the tier's
+    assert [c.name for c in mdl.cases("tiny", "llama,*.train.*,gpt2")] == [
+        "model.llama.infer.fp32",
+        "model.gpt2.train.fp32",
+        "model.gpt2.infer.fp32",
+    ]
     with pytest.raises(UsageError, match="no tiny model matches 'nope'"):
         mdl.cases("tiny", "nope")
     with pytest.raises(UsageError, match="unknown profile"):

@@ -70,7 +70,7 @@ def test_goals_are_counted_row_by_row():
     lines = ct.goals(rows)
     assert "- goal warm <= inductor warm (kiln): 1/2 rows; not on model.b" in lines
     assert "- goal warm <= 25% of cold (kiln): 1/2 rows; not on model.b" in lines
-    assert "- goal autotuned step >= heuristic (kiln): 1/2 rows; not on model.b" in lines
+    assert "- goal autotuned step >= heuristic (probes) (kiln): 1/2 rows; not on model.b" in lines
     assert "- goal autotuned warm <= warm (kiln): 1/2 rows; not on model.a" in lines
     assert all(ln in ct.table(rows) for ln in lines) and ct.goals(rows[1:2]) == []
 
