@@ -17,7 +17,8 @@ Terms, per case and compiler (every number from a fresh subprocess: the model ti
   minutes apart, so whatever else loads the host then moves host-bound steps; the model tier's arm
   ``kiln-autotune`` measures the gain side by side, interleaved, in one process).
 
-The model tier calls `autotuned_meta` for its `--autotune-times` compilers and `report_lines` for its
+The model tier calls `measure` for its `--compile-times` compilers (with autotuning for `--autotune-times`;
+`autotuned_meta` turns that into its results' meta) and `report_lines` for its
 report; `harness/bench/warmcache.py` is the command line (`ci/device_check.sh warmcache`: 2-3 rows, kiln and
 Inductor side by side).
 """
@@ -53,7 +54,13 @@ class CompileTimes:
     autotune_warm_s: float | None = None
     step_s: float | None = None
     autotune_step_s: float | None = None
-    error: str = ""
+    error: str = ""  # the cold and warm probes' ("cold: ...; warm: ...")
+    autotune_error: str = ""  # the autotuned probes'
+
+    @property
+    def problems(self) -> str:
+        """Every probe's error, one line ('' when none)."""
+        return "; ".join(e for e in (self.error, self.autotune_error) if e)
 
 
 def autotune_env(compiler: str) -> dict[str, str] | None:
@@ -107,26 +114,24 @@ def measure(case: str, compiler: str, p: Probe, autotune: bool = True) -> Compil
     out = CompileTimes(case, compiler)
     first, second = _pair(p, {})
     out.cold_s, out.warm_s, out.step_s = first.get("compile_s"), second.get("compile_s"), second.get("steady_s")
-    errors = [f"{what}: {d['error']}" for what, d in (("cold", first), ("warm", second)) if "error" in d]
+    out.error = "; ".join(f"{what}: {d['error']}" for what, d in (("cold", first), ("warm", second)) if "error" in d)
     extra = autotune_env(compiler)
-    if autotune and extra is not None and not errors:
+    if autotune and extra is not None and not out.error:
         first, second = _pair(p, extra)
         out.autotune_s, out.autotune_warm_s = first.get("compile_s"), second.get("compile_s")
         out.autotune_step_s = second.get("steady_s")
-        errors += [f"{what}: {d['error']}" for what, d in (("autotuned", first), ("autotuned warm", second))
-                   if "error" in d]
-    out.error = "; ".join(errors)
+        out.autotune_error = "; ".join(f"{what}: {d['error']}" for what, d in
+                                       (("autotuned", first), ("autotuned warm", second)) if "error" in d)
     return out
 
 
-def autotuned_meta(case: str, compiler: str, p: Probe) -> dict[str, Any]:
-    """The model tier's extra ``Result.meta`` for one case and compiler: autotuned compile s (cold, warm) and
-    the probes' steady step s with heuristic and autotuned configs."""
-    t = measure(case, compiler, p)
+def autotuned_meta(t: CompileTimes) -> dict[str, Any]:
+    """The model tier's extra ``Result.meta`` from one case and compiler's ``measure``: autotuned compile s
+    (cold, warm) and the probes' steady step s with heuristic and autotuned configs."""
     meta = {"compile_autotune_s": t.autotune_s, "compile_autotune_warm_s": t.autotune_warm_s,
             "probe_step_s": t.step_s, "probe_autotune_step_s": t.autotune_step_s}
-    if t.error:
-        meta["compile_autotune_error"] = t.error
+    if t.autotune_error:
+        meta["compile_autotune_error"] = t.autotune_error
     return meta
 
 
@@ -153,7 +158,7 @@ def table(rows: list[CompileTimes]) -> list[str]:
     if gains:
         lines += [""] + [f"- autotuned step gain, geomean over {len(g)} rows: {c} "
                          f"{math.exp(sum(map(math.log, g)) / len(g)):.3f}" for c, g in by.items()]
-    errors = [f"- {r.case} {r.compiler}: {r.error}" for r in rows if r.error]
+    errors = [f"- {r.case} {r.compiler}: {r.problems}" for r in rows if r.problems]
     goal_lines = goals(rows)
     return lines + ([""] + goal_lines if goal_lines else []) + ([""] + errors if errors else [])
 
@@ -196,7 +201,7 @@ def report_lines(results: list[Any]) -> list[str]:
     rows = [CompileTimes(r.workload, r.compiler, r.compile_s, r.meta.get("compile_warm_s"),
                          r.meta.get("compile_autotune_s"), r.meta.get("compile_autotune_warm_s"),
                          r.meta.get("probe_step_s"), r.meta.get("probe_autotune_step_s"),
-                         r.meta.get("compile_autotune_error", ""))
+                         autotune_error=r.meta.get("compile_autotune_error", ""))
             for r in results if "compile_autotune_s" in r.meta]
     if not rows:
         return []

@@ -58,10 +58,7 @@ import gc
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
@@ -487,15 +484,18 @@ class ModelExecutor(CaseExecutor[Prepared]):
         return out
 
     def _compile_times(self, case: mdl.ModelCase, res: Result) -> str:
-        """Cold/warm compile s of `res`'s compiler into `res`; the probes' error ('' when none)."""
-        res.compile_s, res.meta["compile_warm_s"], err = compile_times(case, res.compiler, self.cfg)
-        if err:
-            res.meta["compile_probe_error"] = err
-        elif self.cfg.autotune_times:
-            from .compile_times import autotuned_meta
+        """Cold/warm compile s of `res`'s compiler into `res` (and with `autotune_times` the autotuned pair into
+        its meta, `compile_times.autotuned_meta`); the cold/warm probes' error ('' when none)."""
+        from .compile_times import autotuned_meta, measure
 
-            res.meta.update(autotuned_meta(case.name, res.compiler, compile_probe(case, res.compiler, self.cfg)))
-        return err
+        t = measure(case.name, res.compiler, compile_probe(case, res.compiler, self.cfg),
+                    autotune=self.cfg.autotune_times)
+        res.compile_s, res.meta["compile_warm_s"] = t.cold_s, t.warm_s
+        if t.error:
+            res.meta["compile_probe_error"] = t.error
+        elif self.cfg.autotune_times:
+            res.meta.update(autotuned_meta(t))
+        return t.error
 
     def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
         """Cold/warm compile s of `case` under each of `compilers`, with no step measurement in this process:
@@ -564,38 +564,6 @@ def compile_probe(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> 
     from .compile_times import Probe
 
     return Probe(probe_command(case, compiler, cfg), _probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120)
-
-
-def run_probe(cmd: list[str], environ: dict[str, str], timeout_s: float) -> tuple[float | None, str]:
-    """(compile seconds, '') from one fresh-process probe, or (None, one-line reason)."""
-    try:
-        p = subprocess.run(
-            cmd, env=environ, cwd=str(REPO), capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"probe took longer than {timeout_s:.0f}s"
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(PROBE_TAG):
-            data = json.loads(line[len(PROBE_TAG) :])
-            return (data["compile_s"], "") if "compile_s" in data else (None, data.get("error", "no result"))
-    tail = [ln.strip() for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
-    return None, f"probe exit {p.returncode}: {tail[-1][:200] if tail else 'no output'}"
-
-
-def compile_times(
-    case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig
-) -> tuple[float | None, float | None, str]:
-    """(cold s, warm s, error) from two fresh subprocesses sharing new, initially empty cache folders."""
-    cache = Path(tempfile.mkdtemp(prefix="kiln-model-compile-"))
-    try:
-        environ, cmd = _probe_env(cache), probe_command(case, compiler, cfg)
-        cold, err = run_probe(cmd, environ, cfg.compile_timeout_s + 120)
-        if cold is None:
-            return None, None, f"cold: {err}"
-        warm, err = run_probe(cmd, environ, cfg.compile_timeout_s + 120)
-        return cold, warm, (f"warm: {err}" if err else "")
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
 
 
 def probe_main(argv: list[str]) -> int:

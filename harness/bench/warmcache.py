@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(rows[-1:])[2], flush=True)
             _write(args, rows, note)  # after every row: a stage killed at its time limit keeps what it measured
     print("\n".join(table(rows) + note))
-    return 0 if rows and not any(r.error for r in rows) else 1
+    return 0 if rows and not any(r.problems for r in rows) else 1
 
 
 def _write(args: argparse.Namespace, rows: list[CompileTimes], note: list[str]) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from bench_helpers import samples
 
+from harness.bench import compile_times as ct
 from harness.bench import model_report as mrep
 from harness.bench import model_run as mr
 from harness.bench import models as mdl
@@ -473,16 +474,15 @@ def test_report_command_and_errors(tmp_path, capsys):
 
 
 def test_probe_output_is_parsed_and_failures_are_one_line(tmp_path):
-    ok = [sys.executable, "-c", f"print('noise'); print({mr.PROBE_TAG!r} + '{{\"compile_s\": 1.5}}')"]
-    assert mr.run_probe(ok, {}, 60) == (1.5, "")
-    err = [sys.executable, "-c", f'print({mr.PROBE_TAG!r} + \'{{"error": "RuntimeError: x"}}\')']
-    assert mr.run_probe(err, {}, 60) == (None, "RuntimeError: x")
-    crash = [
-        sys.executable,
-        "-c",
-        "import sys; print('Traceback\\nValueError: bad', file=sys.stderr); sys.exit(3)",
-    ]
-    assert mr.run_probe(crash, {}, 60) == (None, "probe exit 3: ValueError: bad")
+    from harness.bench.compile_times import Probe, probe
+
+    def run(code: str) -> dict:
+        return probe(Probe([sys.executable, "-c", code], mr._probe_env, mr.PROBE_TAG, str(tmp_path), 60), {})
+
+    assert run(f"print('noise'); print({mr.PROBE_TAG!r} + '{{\"compile_s\": 1.5}}')") == {"compile_s": 1.5}
+    assert run(f'print({mr.PROBE_TAG!r} + \'{{"error": "RuntimeError: x"}}\')') == {"error": "RuntimeError: x"}
+    crash = "import sys; print('Traceback\\nValueError: bad', file=sys.stderr); sys.exit(3)"
+    assert run(crash) == {"error": "probe exit 3: ValueError: bad"}
     env = mr._probe_env(tmp_path)
     assert {
         Path(env[v]).name
@@ -731,11 +731,13 @@ def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, mon
     `--resume` skips what is stored, and bad option combinations are one-line usage errors."""
     calls = []
 
-    def fake_times(case, compiler, cfg):
-        calls.append((case.name, compiler))
-        return (2.5, 0.25, "") if compiler == "kiln" else (None, None, "cold: probe exit 1: no")
+    def fake_measure(case, compiler, p, autotune=True):
+        calls.append((case, compiler))
+        if compiler == "kiln":
+            return ct.CompileTimes(case, compiler, 2.5, 0.25)
+        return ct.CompileTimes(case, compiler, error="cold: probe exit 1: no")
 
-    monkeypatch.setattr(mr, "compile_times", fake_times)
+    monkeypatch.setattr(ct, "measure", fake_measure)
     out = tmp_path / "m"
     args = ["models", "--device", "cpu", "--only", "gpt2.infer.*", "--out", str(out), "--quiet"]
     assert main([*args, "--compile-only", "--compile-times", "kiln,inductor"]) == 0

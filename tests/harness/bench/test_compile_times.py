@@ -79,3 +79,34 @@ def test_warmcache_command_bad_input_is_one_line(capsys):
     assert warmcache.main(["--only", "no-such-model", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no-such-model" in err
+
+
+def test_the_model_tier_runs_each_pair_of_probes_once(monkeypatch):
+    """`--compile-times` with `--autotune-times`: one cold/warm pair and one autotuned pair (four fresh
+    processes, not six), the cold/warm error in `compile_probe_error`, an autotuned one in its own key."""
+    from harness.bench.model_run import ModelExecutor
+    from harness.bench.records import Result
+
+    seen = []
+    answers = iter([{"compile_s": 10.0, "steady_s": 0.02}, {"compile_s": 2.0, "steady_s": 0.02},
+                    {"compile_s": 30.0}, {"error": "timeout"}])
+
+    def fake_probe(p, environ):
+        seen.append(environ.get("KILN_AUTOTUNE"))
+        return next(answers)
+
+    monkeypatch.setattr(ct, "probe", fake_probe)
+    ex = ModelExecutor(ModelBenchConfig(device="cpu", compile_times=("kiln",), autotune_times=True))
+    res = Result("model.gpt2.infer.fp32", "kiln", "h")
+    assert ex._compile_times(mdl.find("model.gpt2.infer.fp32", "tiny", "cpu"), res) == ""
+    assert seen == [None, None, "1", "1"]
+    assert (res.compile_s, res.meta["compile_warm_s"], res.meta["compile_autotune_s"]) == (10.0, 2.0, 30.0)
+    assert res.meta["compile_autotune_error"] == "autotuned warm: timeout" and "compile_probe_error" not in res.meta
+
+
+def test_errors_of_the_two_pairs_stay_apart(monkeypatch):
+    answers = iter([{"compile_s": 1.0}, {"compile_s": 0.5}, {"error": "boom"}])
+    monkeypatch.setattr(ct, "probe", lambda p, environ: next(answers))
+    t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
+    assert (t.error, t.autotune_error, t.problems) == ("", "autotuned: boom", "autotuned: boom")
+    assert ct.autotuned_meta(t)["compile_autotune_error"] == "autotuned: boom"
