@@ -103,10 +103,16 @@ def report_lines(results: Sequence[Result]) -> list[str]:
         ([g.case, f"{g.step_ms:.3f}", f"{g.tuned_step_ms:.3f}", f"{g.step_gain:.3f}", f"{g.p:.2g}", g.verdict,
           f"{g.kernel_ms:.3f}" if g.kernel_ms else "-", f"{g.tuned_kernel_ms:.3f}" if g.tuned_kernel_ms else "-",
           f"{g.kernel_gain:.3f}" if g.kernel_gain else "-"] for g in gs), "lrrrrlrrr")
+    return lines + ["", *(f"- {line}" for line in summary_lines(gs)), ""]
+
+
+def summary_lines(gs: Sequence[Gain]) -> list[str]:
+    """The geomeans and the goal's count of ``gs`` (none when empty): the report's last lines, the terminal's."""
+    if not gs:
+        return []
     kernel = [g.kernel_gain for g in gs if g.kernel_gain]
     slower = [g.case for g in gs if g.verdict == "slower"]
-    lines += ["", f"- geomean step gain {_geomean([g.step_gain for g in gs]):.3f} over {len(gs)} case(s)"
-              + (f"; kernel gain {_geomean(kernel):.3f} over {len(kernel)}" if kernel else ""),
-              f"- goal autotuned step >= heuristic (side by side): {len(gs) - len(slower)}/{len(gs)} cases"
-              + (f"; slower on {', '.join(slower)}" if slower else ""), ""]
-    return lines
+    return [f"autotuning: geomean step gain {_geomean([g.step_gain for g in gs]):.3f} over {len(gs)} case(s)"
+            + (f"; kernel gain {_geomean(kernel):.3f} over {len(kernel)}" if kernel else ""),
+            f"goal autotuned step >= heuristic (side by side): {len(gs) - len(slower)}/{len(gs)} cases"
+            + (f"; slower on {', '.join(slower)}" if slower else "")]

@@ -659,6 +659,8 @@ def write_reports(
         print(terminal(summary_table(s, gpu, interp)))
         for line in ratio_lines(s, interp):
             print(line)
+        for line in autotune_gain.summary_lines(autotune_gain.gains(results)):
+            print(line)
         for n in notes:
             print(f"note: {n}")
         print(f"wrote {', '.join(written)}")

@@ -69,7 +69,8 @@ def test_report_section_counts_the_goal_and_names_the_slower_cases():
     assert lines[0].startswith("### Autotuning's gain")
     assert "\n| a | " in text and "| faster |" in text and "| slower |" in text
     assert "goal autotuned step >= heuristic (side by side): 1/2 cases; slower on b" in text
-    assert "kernel gain 1.250 over 1" in text
+    assert "kernel gain 1.250 over 1" in text and "- autotuning: geomean step gain" in text
+    assert ag.summary_lines([]) == []
     assert ag.report_lines(_pair("a", 10.0, 9.0)[:1]) == []
 
 
