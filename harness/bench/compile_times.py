@@ -114,15 +114,23 @@ def measure(case: str, compiler: str, p: Probe, autotune: bool = True) -> Compil
     out = CompileTimes(case, compiler)
     first, second = _pair(p, {})
     out.cold_s, out.warm_s, out.step_s = first.get("compile_s"), second.get("compile_s"), second.get("steady_s")
-    out.error = "; ".join(f"{what}: {d['error']}" for what, d in (("cold", first), ("warm", second)) if "error" in d)
+    out.error = _errors((("cold", first), ("warm", second)))
     extra = autotune_env(compiler)
     if autotune and extra is not None and not out.error:
         first, second = _pair(p, extra)
         out.autotune_s, out.autotune_warm_s = first.get("compile_s"), second.get("compile_s")
         out.autotune_step_s = second.get("steady_s")
-        out.autotune_error = "; ".join(f"{what}: {d['error']}" for what, d in
-                                       (("autotuned", first), ("autotuned warm", second)) if "error" in d)
+        out.autotune_error = _errors((("autotuned", first), ("autotuned warm", second)))
     return out
+
+
+def _errors(pair: tuple[tuple[str, dict], ...]) -> str:
+    """The first failed probe of a pair as ``what: error`` ('' when both gave compile seconds; the second of a
+    pair does not run after a failed first)."""
+    for what, d in pair:
+        if "error" in d or "compile_s" not in d:
+            return f"{what}: {d.get('error', 'no result')}"
+    return ""
 
 
 def autotuned_meta(t: CompileTimes) -> dict[str, Any]:

@@ -110,3 +110,9 @@ def test_errors_of_the_two_pairs_stay_apart(monkeypatch):
     t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
     assert (t.error, t.autotune_error, t.problems) == ("", "autotuned: boom", "autotuned: boom")
     assert ct.autotuned_meta(t)["compile_autotune_error"] == "autotuned: boom"
+
+
+def test_a_probe_line_without_seconds_is_an_error(monkeypatch):
+    monkeypatch.setattr(ct, "probe", lambda p, environ: {"steady_s": 0.01})
+    t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
+    assert t.cold_s is None and t.error == "cold: no result" and t.autotune_s is None
