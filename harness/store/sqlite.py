@@ -4,7 +4,10 @@ Terms:
   writer engine  opens (and creates) the file read-write with WAL, a busy timeout and foreign keys on; its
                  write transactions start with `BEGIN IMMEDIATE` (the write lock up front: two processes that
                  write at once wait for each other instead of failing), its read transactions with `BEGIN`.
-  reader engine  opens the file with `mode=ro`: nothing it does can change the file's bytes.
+  reader engine  opens the file with `mode=ro`: nothing it does can change the file's bytes. In a folder this
+                 process cannot write (a read-only mount, an artifact fetched read-only) SQLite cannot make the
+                 `-shm` file a WAL read needs, so a file with no `-wal` beside it (its last writer closed it:
+                 everything is in the file, and no writer can start there) is opened `immutable=1` (`read_uri`).
   unreadable     a file that is not an SQLite database or fails `PRAGMA integrity_check`; only such a file is
                  ever set aside (harness.results.set_aside), and only by a writer.
   backup         a consistent copy (SQLite's online backup) taken before a migration, next to the store:
@@ -13,6 +16,7 @@ Terms:
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -44,6 +48,17 @@ def _retry_locked(fn: Any, timeout_s: float) -> Any:
             time.sleep(0.05)
 
 
+def read_uri(path: Path | str) -> str:
+    """The URI a reader opens `path` with: `mode=ro`, plus `immutable=1` where the folder cannot be written and no
+    non-empty `-wal` file lies beside it (see the module docstring)."""
+    p = Path(path).absolute()
+    uri = f"file:{quote(str(p))}?mode=ro"
+    wal = p.with_name(p.name + "-wal")
+    if not os.access(p.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0):
+        uri += "&immutable=1"
+    return uri
+
+
 def open_engine(path: Path | str, *, write: bool, timeout_s: float = 120.0) -> Engine:
     """An engine on the SQLite file `path` (or `:memory:`), writer or reader (see the module docstring)."""
     memory = str(path) == MEMORY
@@ -52,7 +67,7 @@ def open_engine(path: Path | str, *, write: bool, timeout_s: float = 120.0) -> E
     elif write:
         target, uri = str(path), False
     else:
-        target, uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro", True
+        target, uri = read_uri(path), True
 
     def creator() -> sqlite3.Connection:
         return sqlite3.connect(target, uri=uri, timeout=timeout_s, isolation_level=None,
@@ -90,7 +105,7 @@ def unreadable(path: Path) -> str | None:
     if head != SQLITE_MAGIC:
         return "it is not an SQLite database"
     try:
-        db = sqlite3.connect(f"file:{quote(str(Path(path).absolute()))}?mode=ro", uri=True, timeout=30)
+        db = sqlite3.connect(read_uri(path), uri=True, timeout=30)
     except sqlite3.Error as e:
         return f"SQLite cannot open it ({e})"
     try:
