@@ -16,7 +16,6 @@ here: whatever else loads the host moves host-bound steps between the two (2026-
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -24,7 +23,7 @@ from harness import arms
 from harness.results import markdown_table
 
 from .records import Result
-from .stats import mann_whitney_u
+from .stats import geomean, mann_whitney_u
 
 #: significance level of the step samples' rank test
 ALPHA = 0.01
@@ -85,10 +84,6 @@ def gains(results: Sequence[Result], heuristic: str = arms.KILN, tuned: str = ar
             if _usable(per.get(heuristic)) and _usable(per.get(tuned))]
 
 
-def _geomean(xs: Sequence[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def report_lines(results: Sequence[Result]) -> list[str]:
     """The model report's section (none without both arms): a row per case, the geomeans and the goal's count."""
     gs = gains(results)
@@ -112,7 +107,7 @@ def summary_lines(gs: Sequence[Gain]) -> list[str]:
         return []
     kernel = [g.kernel_gain for g in gs if g.kernel_gain]
     slower = [g.case for g in gs if g.verdict == "slower"]
-    return [f"autotuning: geomean step gain {_geomean([g.step_gain for g in gs]):.3f} over {len(gs)} case(s)"
-            + (f"; kernel gain {_geomean(kernel):.3f} over {len(kernel)}" if kernel else ""),
+    return [f"autotuning: geomean step gain {geomean([g.step_gain for g in gs]) or 0:.3f} over {len(gs)} case(s)"
+            + (f"; kernel gain {geomean(kernel) or 0:.3f} over {len(kernel)}" if kernel else ""),
             f"goal autotuned step >= heuristic (side by side): {len(gs) - len(slower)}/{len(gs)} cases"
             + (f"; slower on {', '.join(slower)}" if slower else "")]

@@ -26,7 +26,6 @@ Inductor side by side).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 import tempfile
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import arms
+
+from .stats import geomean
 
 #: environment that turns autotuning on, per compiler backend
 AUTOTUNE_ENV: dict[str, dict[str, str]] = {arms.KILN: {"KILN_AUTOTUNE": "1"},
@@ -165,7 +166,7 @@ def table(rows: list[CompileTimes]) -> list[str]:
             by.setdefault(r.compiler, []).append(r.step_s / r.autotune_step_s)
     if gains:
         lines += [""] + [f"- autotuned step gain, geomean over {len(g)} rows: {c} "
-                         f"{math.exp(sum(map(math.log, g)) / len(g)):.3f}" for c, g in by.items()]
+                         f"{geomean(g) or 0:.3f}" for c, g in by.items()]
     errors = [f"- {r.case} {r.compiler}: {r.problems}" for r in rows if r.problems]
     goal_lines = goals(rows)
     return lines + ([""] + goal_lines if goal_lines else []) + ([""] + errors if errors else [])

@@ -21,7 +21,6 @@ unrecorded under CUDA graphs with the reason (`meta["kiln_graphs"]`).
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from .step_facts import unrecorded_lines
 from .records import COMPILE_PHASE, Result, RunInfo
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line, save_figure,
                      interpreted, latency_cell, markdown, terminal, text_bars)
+from .stats import geomean
 from .store import Store
 from harness.results import append_job_summary, atomic_write_text
 
@@ -157,11 +157,6 @@ def _by_case(results: list[Result]) -> dict[str, dict[str, Result]]:
     return by
 
 
-def _geomean(xs: Sequence[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 def _ms(ns: float | None) -> str:
     if ns is None:
         return "-"
@@ -227,17 +222,17 @@ def summary(results: list[Result], compilers: Sequence[str] | None = None) -> di
             "cases": len(rows),
             "passed": len(ok),
             "pass_rate": len(ok) / len(rows) if rows else None,
-            "geomean_speedup": _geomean(sp),
+            "geomean_speedup": geomean(sp),
             "speedup_cases": len(sp),
             "compile_cold_s_mean": sum(cold) / len(cold) if cold else None,
             "compile_warm_s_mean": sum(warm) / len(warm) if warm else None,
-            "memory_ratio_geomean": _geomean([m for m in mem if m]),
+            "memory_ratio_geomean": geomean([m for m in mem if m]),
         }
     for num, den in PAIRS:
         both = [per for per in by.values() if passed(per.get(num)) and passed(per.get(den))]
         if both:
             out["step_ratio"][f"{num}/{den}"] = {
-                "geomean": _geomean([per[num].median_ns / per[den].median_ns for per in both]),
+                "geomean": geomean([per[num].median_ns / per[den].median_ns for per in both]),
                 "cases": len(both),
             }
     return out

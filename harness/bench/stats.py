@@ -38,6 +38,12 @@ def drop_outliers(xs: Sequence[float], k: float = 1.5) -> list[float]:
     return [x for x in xs if lo <= x <= hi]
 
 
+def geomean(xs: Sequence[float | None]) -> float | None:
+    """The geometric mean of the positive, finite values of ``xs`` (ratios, speedups), None when there are none."""
+    kept = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in kept) / len(kept)) if kept else None
+
+
 @dataclass(frozen=True)
 class Stats:
     """Summary of one set of samples after dropping outliers beyond 1.5 IQR."""

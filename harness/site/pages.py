@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from harness import arms
 from harness.bench.records import RunInfo
+from harness.bench.stats import geomean
 from harness.bench.report import INTERPRETER_LABEL, fmt_ns, interpreted, series_label, spans_decades, time_unit
 
 from . import charts
@@ -384,11 +384,6 @@ def render_tests(tests: TestData | None) -> str:
     return document("Failing and flaky tests", body)
 
 
-def _geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
-
-
 def render_models(data: BenchData | None) -> str:
     if data is None or not data.runs:
         return document("Model tier and compile times", "<p>No bench runs.</p>")
@@ -465,7 +460,7 @@ def _geomean_trend(per_run: dict[str, dict[int, list[float]]], pos: dict[int, in
                    key: tuple[str, str, str], what: str, chart_id: str, title: str, unit: str) -> str:
     """One trend figure: per compiler, the geomean of its values in each run (`per_run[compiler][run id]`),
     log scale where the values span decades (`unit` is the y label up to its closing parenthesis)."""
-    ser = [charts.Series(c, [pos[r] for r in sorted(per_run[c])], [_geomean(per_run[c][r]) or 0
+    ser = [charts.Series(c, [pos[r] for r in sorted(per_run[c])], [geomean(per_run[c][r]) or 0
                                                                   for r in sorted(per_run[c])])
            for c in _ordered(per_run)]
     vals = [y for s in ser for y in s.ys]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.bench.stats import Stats, drop_outliers, mann_whitney_u, quantile
+from harness.bench.stats import Stats, drop_outliers, geomean, mann_whitney_u, quantile
 
 # (x, y, alternative, U of x, p): values from
 # scipy.stats.mannwhitneyu(x, y, alternative=..., method="asymptotic")
@@ -74,3 +74,9 @@ def test_stats_summary():
     assert math.isclose(s.mean, 11.5)
     with pytest.raises(ValueError):
         Stats.of([])
+
+
+def test_geomean_keeps_positive_finite_values():
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([2.0, None, 0.0, -1.0, float("inf"), float("nan"), 8.0]) == pytest.approx(4.0)
+    assert geomean([]) is None and geomean([0.0, None]) is None
