@@ -6,8 +6,9 @@ Terms:
                  write at once wait for each other instead of failing), its read transactions with `BEGIN`.
   reader engine  opens the file with `mode=ro`: nothing it does can change the file's bytes. In a folder this
                  process cannot write (a read-only mount, an artifact fetched read-only) SQLite cannot make the
-                 `-shm` file a WAL read needs, so a file with no `-wal` beside it (its last writer closed it:
-                 everything is in the file, and no writer can start there) is opened `immutable=1` (`read_uri`).
+                 `-shm` file a WAL read needs, so a file with neither `-wal` nor `-shm` beside it (its last
+                 connection closed it: everything is in the file, and no writer is at work) is opened
+                 `immutable=1` (`read_uri`).
   unreadable     a file that is not an SQLite database or fails `PRAGMA integrity_check`; only such a file is
                  ever set aside (harness.results.set_aside), and only by a writer.
   backup         a consistent copy (SQLite's online backup) taken before a migration, next to the store:
@@ -49,12 +50,13 @@ def _retry_locked(fn: Any, timeout_s: float) -> Any:
 
 
 def read_uri(path: Path | str) -> str:
-    """The URI a reader opens `path` with: `mode=ro`, plus `immutable=1` where the folder cannot be written and no
-    non-empty `-wal` file lies beside it (see the module docstring)."""
+    """The URI a reader opens `path` with: `mode=ro`, plus `immutable=1` where the folder cannot be written and
+    neither a `-wal` nor a `-shm` file lies beside it (see the module docstring; either one may mean a writer
+    with rights this process lacks is at work, and immutable reads would not see it)."""
     p = Path(path).absolute()
     uri = f"file:{quote(str(p))}?mode=ro"
-    wal = p.with_name(p.name + "-wal")
-    if not os.access(p.parent, os.W_OK) and not (wal.exists() and wal.stat().st_size > 0):
+    live = any(p.with_name(p.name + end).exists() for end in ("-wal", "-shm"))
+    if not live and not os.access(p.parent, os.W_OK):
         uri += "&immutable=1"
     return uri
 

@@ -51,8 +51,9 @@ def test_a_read_only_folder_reads_the_closed_file_immutable(tmp_path, read_only_
 
 
 def test_a_live_wal_is_never_skipped(tmp_path, monkeypatch):
-    """A `-wal` with frames holds commits the main file lacks yet: immutable would not read them, so the reader
-    keeps `mode=ro` (and SQLite says what it cannot do rather than answering from a stale file)."""
+    """A `-wal` (with frames: commits the main file lacks yet) or a `-shm` beside the file may mean a writer with
+    rights this process lacks is at work: immutable reads would miss or tear its commits, so the reader keeps
+    `mode=ro` (and SQLite says what it cannot do rather than answering from a stale file)."""
     path = tmp_path / "live.sqlite"
     writer = sqlite3.connect(path)
     writer.execute("PRAGMA journal_mode = WAL")
@@ -66,3 +67,7 @@ def test_a_live_wal_is_never_skipped(tmp_path, monkeypatch):
         assert hs.read_uri(path).endswith("?mode=ro")
     finally:
         writer.close()
+    assert not path.with_name("live.sqlite-wal").exists()  # the last connection closed: the file holds it all
+    assert hs.read_uri(path).endswith("&immutable=1")
+    path.with_name("live.sqlite-shm").write_bytes(b"")  # a -shm alone: a writer may have the file open
+    assert hs.read_uri(path).endswith("?mode=ro")
