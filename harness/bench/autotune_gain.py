@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from harness import arms
 from harness.results import markdown_table
 
-from .records import Result
+from .records import Result, by_case, passed
 from .stats import geomean, mann_whitney_u
 
 #: significance level of the step samples' rank test
@@ -59,10 +59,6 @@ def _kernel_ms(r: Result) -> float | None:
     return float(k["kernel_ms"]) if isinstance(k, dict) and k.get("kernel_ms") else None
 
 
-def _usable(r: Result | None) -> bool:
-    return r is not None and r.status == "ok" and bool(r.samples) and r.meta.get("accuracy", {}).get("pass", False)
-
-
 def gain(heuristic: Result, tuned: Result) -> Gain:
     """The gain of ``tuned`` (kiln-autotune) over ``heuristic`` (kiln) on one case (both with samples)."""
     a, b = heuristic.median_ns, tuned.median_ns
@@ -77,11 +73,8 @@ def gain(heuristic: Result, tuned: Result) -> Gain:
 
 def gains(results: Sequence[Result], heuristic: str = arms.KILN, tuned: str = arms.KILN_AUTOTUNE) -> list[Gain]:
     """One ``Gain`` per case where both arms ran, passed their accuracy check and have samples (results' order)."""
-    by: dict[str, dict[str, Result]] = {}
-    for r in results:
-        by.setdefault(r.workload, {})[r.compiler] = r
-    return [gain(per[heuristic], per[tuned]) for per in by.values()
-            if _usable(per.get(heuristic)) and _usable(per.get(tuned))]
+    return [gain(per[heuristic], per[tuned]) for per in by_case(results).values()
+            if passed(per.get(heuristic)) and passed(per.get(tuned))]
 
 
 def report_lines(results: Sequence[Result]) -> list[str]:

@@ -33,7 +33,7 @@ from . import autotune_gain, model_memory
 from . import models as mdl
 from .compare import Comparison
 from .step_facts import unrecorded_lines
-from .records import COMPILE_PHASE, Result, RunInfo
+from .records import COMPILE_PHASE, Result, RunInfo, by_case, passed
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line, save_figure,
                      interpreted, latency_cell, markdown, terminal, text_bars)
 from .stats import geomean
@@ -146,17 +146,6 @@ def compilers_of(results: list[Result]) -> list[str]:
     return sorted({r.compiler for r in results}, key=_rank)
 
 
-def passed(r: Result | None) -> bool:
-    return bool(r and r.status == "ok" and r.median_ns and r.meta.get("accuracy", {}).get("pass", False))
-
-
-def _by_case(results: list[Result]) -> dict[str, dict[str, Result]]:
-    by: dict[str, dict[str, Result]] = {}
-    for r in results:
-        by.setdefault(r.workload, {})[r.compiler] = r
-    return by
-
-
 def _ms(ns: float | None) -> str:
     if ns is None:
         return "-"
@@ -206,7 +195,7 @@ def unrecorded_cell(r: Result | None) -> str:
 def summary(results: list[Result], compilers: Sequence[str] | None = None) -> dict[str, Any]:
     """Per compiler: cases, passed, pass rate, geomean speedup, mean cold/warm compile s, geomean memory
     ratio; and the step-time ratios of `PAIRS` (module docstring)."""
-    by = _by_case(results)
+    by = by_case(results)
     compilers = [c for c in (compilers or compilers_of(results)) if c != BASELINE]
     out: dict[str, Any] = {"cases": len(by), "compilers": {}, "step_ratio": {}}
     for c in compilers:
@@ -246,7 +235,7 @@ def model_table(results: list[Result], compilers: Sequence[str] | None = None, i
     compilers = list(compilers or compilers_of(results))
     comp = [c for c in compilers if c != BASELINE]
     fast = [c for c in comp if c not in interp]
-    by = _by_case(results)
+    by = by_case(results)
     has_compile = [c for c in comp if any(per.get(c) and per[c].compile_s is not None for per in by.values())]
     has_mem = any(r.meta.get("peak_mem_bytes") for r in results)
     has_kernel = [c for c in compilers if any(kernel_ms(per.get(c)) is not None for per in by.values())]
@@ -298,7 +287,7 @@ def memory_table(results: list[Result], compilers: Sequence[str] | None = None) 
     """Per case and compiler: peak allocated / peak reserved MiB (current definition; `old def` otherwise)."""
     compilers = list(compilers or compilers_of(results))
     rows = [["model"] + [f"{c} alloc/reserved MiB" for c in compilers]]
-    for w, per in _by_case(results).items():
+    for w, per in by_case(results).items():
         row = [w.removeprefix(mdl.PREFIX)]
         for c in compilers:
             r = per.get(c)
@@ -325,7 +314,7 @@ def short_table(results: list[Result], compilers: Sequence[str] | None = None, i
                 ) -> Table:
     """The terminal table: per case, step ms per compiler with its speedup, FAIL/error marks, kiln cold s."""
     compilers = list(compilers or compilers_of(results))
-    by = _by_case(results)
+    by = by_case(results)
     rows = [
         ["model"]
         + [f"{c} ms" for c in compilers]
@@ -480,7 +469,7 @@ def json_report(
     notes: list[str],
     comparisons: list[Comparison] | None = None,
 ) -> dict[str, Any]:
-    by = _by_case(results)
+    by = by_case(results)
     rows = []
     for w, per in by.items():
         eager = per.get(BASELINE)
@@ -544,7 +533,7 @@ def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ())
     if not comp or not results:
         return None
     plt = _plt()
-    by = _by_case(results)
+    by = by_case(results)
     names = [w[len(mdl.PREFIX) :] for w in by]
     device = runs[0].device if runs else "cuda"
     interp = _interp(list(runs), comp) if runs else frozenset()

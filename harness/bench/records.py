@@ -11,7 +11,7 @@ Terms:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -142,3 +142,16 @@ class StoredVerdict:
             kw["confirmed"] = bool(kw["confirmed"])
         kw["detail"] = dict(kw.get("detail") or {})
         return cls(**kw)
+
+
+def passed(r: "Result | None") -> bool:
+    """Whether ``r`` ran, has a median and passed its accuracy check (the model tier's pass)."""
+    return bool(r and r.status == "ok" and r.median_ns and r.meta.get("accuracy", {}).get("pass", False))
+
+
+def by_case(results: Iterable["Result"]) -> dict[str, dict[str, "Result"]]:
+    """``results`` as {workload: {compiler: result}} (a later result of a pair replaces an earlier one)."""
+    by: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by.setdefault(r.workload, {})[r.compiler] = r
+    return by
