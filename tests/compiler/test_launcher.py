@@ -52,7 +52,7 @@ def _cfg(hint: str, programs: int, xnumel: int, rnumel: int) -> str:
 
 
 # (hint, programs of a mixed kernel, xnumel, rnumel, the GPU heuristic's pick). Shapes and best configs from an
-# H100 ``launch_sweep --case convnext,resnet,vit`` (ci/h100/session5/sweep/sweep-memdiag.log); mixed kernels
+# H100 ``python -m compiler.tools.launch_sweep --case convnext,resnet,vit``; mixed kernels
 # have the grid the scheduler gives their rows (100352 rows: 256 programs of 392, 6304 rows: 253 of 25). For
 # column (outer) kernels xnumel is the output columns (split partials x channels) and rnumel the rows each sums.
 NEW_PICKS = [
@@ -60,7 +60,7 @@ NEW_PICKS = [
     ("inner", 256, 100352, 256, "X16/R256/w4"),  # ResNet BatchNorm backward, mixed (loads 3, 5): measured best
     ("inner", 256, 100352, 64, "X64/R64/w8"),  # the same at 64 channels: measured best
     ("outer", 0, 6272, 1024, "X16/R64/w16"),  # BatchNorm var_mean, 98 programs at 64 columns: 16 columns and
-    # 16 warps won in both sweeps (ci/h100/kernels-issue9/launch-sweep-after.log too)
+    # 16 warps won in both sweeps
     ("outer", 0, 4608, 1051, "X16/R64/w16"),  # ViT LayerNorm weight grad, 72 programs at 64 columns
 ]
 
