@@ -26,7 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),
     "image": ("harness.images.image_check", "build the hash-tagged backend image, --check it, --pin base images by digest"),
     "report": ("harness.suites.report", "print the report of a results folder"),
-    "repro": ("harness.suites.repro", "print one command per failing test that reproduces it"),
+    "repro": ("harness.suites.repro", "rerun a run's failing tests here at its commit, in its image (--print: the commands)"),
     "merge": ("harness.suites.merge", "merge the shards of a run (`run --shard I/N` folders) into one report"),
     "durations": ("harness.suites.shard", "record tests' durations from results folders (balances `run --shard`)"),
     "history": ("harness.suites.history", "test history (SQLite): record results folders, show failure counts"),
@@ -55,7 +55,8 @@ EXAMPLES: dict[str, str] = {
     "env": "python -m harness env --part device",
     "image": "python -m harness image --check",
     "report": "python -m harness report --json - | jq .counts",
-    "repro": "python -m harness repro results/20261125T120000Z-cpu-native",
+    "repro": "python -m harness repro results-cpu.zip       # a CI artifact, a results folder or a store run id\n"
+             "python -m harness repro --print results/20261125T120000Z-cpu-native",
     "merge": "python -m harness merge results/shard-1 results/shard-2 --out results/merged",
     "durations": "python -m harness durations results/20261125T120000Z-cpu-native --backend cpu",
     "history": "python -m harness history show --json -",

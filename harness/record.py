@@ -10,7 +10,12 @@ Terms:
   RetryRecord   one failed test rerun alone (harness.suites.retries): its attempts (AttemptRecord), flaky or failing.
   CrashRecord   a test whose process ended while it ran (harness.suites.isolation).
   TestOutcome   one test case of a JUnit file, classified (Outcome).
-  schema        SCHEMA_VERSION (2) is written; schema 1 (the same keys, written before this module) is read as is.
+  schema        SCHEMA_VERSION (3) is written; schema 1 (the same keys, written before this module) and 2 (without
+                `commit` and `seeds`) are read as they are, those two keys then None and empty.
+  commit        the source tree the run tested (schema 3): git sha, dirty (tracked files changed), the dirty files,
+                the branch; None when it was not a git checkout. `harness repro` checks this commit out.
+  seeds         the seed variables the suites ran with (schema 3; PYTHONHASHSEED and any *_SEED of the suites'
+                environment), applied again by `harness repro`; the tests seed torch and random themselves.
 
 `RunRecord.to_json()` gives run.json's dict; `RunRecord.from_json(data, where)` reads one back and raises a
 one-line ResultsError naming `where` when it is malformed. Records are frozen: the runner makes new ones with
@@ -26,8 +31,8 @@ from typing import Any
 
 from harness.exc import ResultsError
 
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
 
 
 class Outcome(StrEnum):
@@ -320,9 +325,17 @@ class RetryPolicy:
     max_tests: int
 
 
+SEED_VARIABLES = ("PYTHONHASHSEED",)  # and any variable ending in _SEED
+
+
+def seeds_of(env: Mapping[str, str]) -> dict[str, str]:
+    """The seed variables of a suites' environment: PYTHONHASHSEED and every *_SEED (the record's `seeds`)."""
+    return {k: str(v) for k, v in sorted(env.items()) if k in SEED_VARIABLES or k.endswith("_SEED")}
+
+
 # the keys a merged run.json copies from its first shard (harness.suites.merge), the rest being per shard
 SHARED_KEYS = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
-               "suite_timeout_s", "per_test_timeout", "retries", "quarantine")
+               "suite_timeout_s", "per_test_timeout", "retries", "quarantine", "commit", "seeds")
 
 
 @dataclass(frozen=True)
@@ -358,6 +371,8 @@ class RunRecord:
     shards: tuple[ShardRecord, ...] | None = None
     shard_count: int | None = None
     problems: tuple[str, ...] = ()
+    commit: Mapping[str, Any] | None = None
+    seeds: Mapping[str, str] = field(default_factory=dict)
     schema: int = SCHEMA_VERSION
 
     @property
@@ -378,7 +393,8 @@ class RunRecord:
         return replace(self, suites=tuple(suites))
 
     def to_json(self) -> dict[str, Any]:
-        """run.json's dict: the keys a plain run (or a merged one) wrote before records, schema 2."""
+        """run.json's dict: the keys a plain run (or a merged one) wrote before records, and schema 3's `commit` and
+        `seeds` when known."""
         out: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "backend": self.backend,
                                "mode": self.mode, "status": str(self.status), "started": self.started,
                                "src": self.src, "suites": [s.to_json() for s in self.suites],
@@ -398,6 +414,10 @@ class RunRecord:
                 out["shard"] = asdict(self.shard)
         if self.quarantine is not None:
             out["quarantine"] = dict(self.quarantine)
+        if self.commit is not None:
+            out["commit"] = dict(self.commit)
+        if self.seeds:
+            out["seeds"] = dict(self.seeds)
         for key in ("finished", "wall_s", "reason"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -405,7 +425,7 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: Any, where: str = "run.json") -> RunRecord:
-        """A run.json of schema 1 or 2; a malformed one raises ResultsError naming `where`."""
+        """A run.json of schema 1, 2 or 3; a malformed one raises ResultsError naming `where`."""
         if not isinstance(data, dict) or "backend" not in data:
             raise ResultsError(f"{where} is not a harness run manifest")
         schema = data.get("schema", 1)
@@ -440,4 +460,5 @@ class RunRecord:
             suites=tuple(SuiteRecord.from_json(s) for s in d.get("suites") or ()),
             finished=d.get("finished"), wall_s=d.get("wall_s"), reason=d.get("reason"),
             shards=opt("shards", lambda xs: tuple(ShardRecord.from_json(x) for x in xs)),
-            shard_count=d.get("shard_count"), problems=tuple(d.get("problems") or ()), schema=int(d.get("schema", 1)))
+            shard_count=d.get("shard_count"), problems=tuple(d.get("problems") or ()), commit=opt("commit", dict),
+            seeds={str(k): str(v) for k, v in (d.get("seeds") or {}).items()}, schema=int(d.get("schema", 1)))

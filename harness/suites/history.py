@@ -144,13 +144,19 @@ class Recorded:
     retried: int = 0  # rerun rows (harness.suites.retries)
 
 
-def _commit_of(folder: Path) -> str | None:
-    try:
-        env = json.loads((folder / "env.json").read_text())
-    except (OSError, ValueError):
-        return None
-    git = env.get("git") if isinstance(env, dict) else None
-    return git.get("sha") if isinstance(git, dict) else None
+def folder_commit(folder: Path) -> str | None:
+    """The git sha a results folder tested: run.json's `commit` (schema 3), else env.json's (a run's `host.git`, or
+    `git` at its top), else None."""
+    for name, path in (("run.json", ("commit",)), ("env.json", ("host", "git")), ("env.json", ("git",))):
+        try:
+            data = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        for key in path:
+            data = data.get(key) if isinstance(data, dict) else None
+        if isinstance(data, dict) and data.get("sha"):
+            return str(data["sha"])
+    return None
 
 
 Retry = tuple[str, int, str, float, str]  # node id, attempt, outcome, seconds, status
@@ -233,7 +239,7 @@ def _record(db_path: Any, folder: Any) -> Recorded:
         if db.execute(select(r.id).where(r.folder == str(folder), r.runner == who["runner"])).first():
             return Recorded(folder, None, source, backend, len(rows), len(reruns))
         run_id = int(db.execute(insert(t.history_runs).values(
-            date=date, git_commit=_commit_of(folder), backend=backend, source=source, folder=str(folder),
+            date=date, git_commit=folder_commit(folder), backend=backend, source=source, folder=str(folder),
             uid=uuid.uuid4().hex, **who,
         )).inserted_primary_key[0])
         if rows:

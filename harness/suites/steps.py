@@ -39,7 +39,7 @@ from harness.exc import HarnessError, HealthError, RunInterrupted
 from harness.matrix import Backend, Matrix, Retries
 from harness.process import Terminated, sigterm_interrupts
 from harness.record import (HealthRecord, RetryPolicy, RunRecord, RunStatus, ShardSpec, SuiteRecord, SuiteStatus,
-                            TestOutcome)
+                            TestOutcome, seeds_of)
 from harness.settings import compiler_settings_problem, selection_args, settings
 
 
@@ -183,10 +183,18 @@ def open_run(plan: Plan) -> RunState:
         retries=RetryPolicy(plan.policy.attempts, plan.policy.max_tests),
         history=str(plan.history_db) if plan.history_db else None,
         quarantine=report.quarantine_json(plan.quarantine),  # the entries in force: a later report judges by them
-        shard=shard)
+        shard=shard, commit=commit_of(settings().root), seeds=seeds_of(plan.env))
     state = RunState(plan, run_dir, record)
     state.save()
     return state
+
+
+def commit_of(root: Path) -> dict[str, Any] | None:
+    """The record's `commit`: the tree's git sha, dirty state and files, branch; None outside a git checkout."""
+    from harness import envinfo
+
+    info = envinfo.git_info(root)
+    return None if info.get("sha") is None else {k: info[k] for k in ("sha", "dirty", "dirty_files", "branch")}
 
 
 # ---- run steps: RunState -> RunState ---------------------------------------------------------------------

@@ -78,7 +78,7 @@ def test_a_suite_that_dies_collecting_is_a_collection_error_with_cause_and_repro
     report = run_harness(root, "report", str(run_dir))
     assert "suite alpha [cpu/native] COLLECTION ERROR" in report.stdout
     assert "- [alpha] collection error: " in report.stdout and "KILN_PLANTED=garbage" in report.stdout
-    repro = run_harness(root, "repro", str(run_dir)).stdout.splitlines()
+    repro = run_harness(root, "repro", "--print", str(run_dir)).stdout.splitlines()
     assert repro[0].startswith("# suite alpha: collection error:") and "no failing tests" not in repro
     again = subprocess.run(["bash", "-c", repro[1]], capture_output=True, text=True, timeout=120)
     assert again.returncode != 0 and "KILN_PLANTED=garbage" in again.stdout + again.stderr

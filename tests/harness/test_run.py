@@ -108,7 +108,7 @@ def test_native_run_classifies_reports_and_reproduces(tmp_path):
     assert env["device"]["torch"] and env["device"]["gpu_count"] == 0 and "git" in env["host"]
     assert env["device"]["env"]["TRITON_INTERPRET"] == "1" and env["device"]["env"]["PYTHONHASHSEED"] == "0"
 
-    out = harness(root, "repro", str(run_dir)).stdout
+    out = harness(root, "repro", "--print", str(run_dir)).stdout
     cmds = [ln for ln in out.splitlines() if not ln.startswith("#")]
     assert len(cmds) == 2
     assert cmds[0].endswith("tests/alpha/test_alpha.py::test_broken")

@@ -330,7 +330,7 @@ def test_parallel_shards_merge_into_one_report_with_repro_lines(tmp_path):
     assert all(r["wall_s"] > 0 for r in rows) and (run_dir / "shard-1.log").exists()
     assert "| 1/2 | - | complete | 7 | 1 |" in (run_dir / "report.md").read_text()
 
-    lines = [ln for ln in cli("repro", str(run_dir), root=root).stdout.splitlines() if not ln.startswith("#")]
+    lines = [ln for ln in cli("repro", "--print", str(run_dir), root=root).stdout.splitlines() if not ln.startswith("#")]
     assert len(lines) == 1 and lines[0].endswith("tests/alpha/test_alpha.py::test_broken")
     assert "kiln-shard" not in lines[0] and "shard_plugin" not in lines[0] and f"cd {root} " in lines[0]
     again = subprocess.run(["bash", "-c", lines[0]], capture_output=True, text=True, timeout=120,

@@ -146,7 +146,7 @@ def test_each_fault_costs_its_test_alone(tmp_path):
     assert "3 passed, 1 failed, 4 error" in report.splitlines()[0]
     for test_id in FAULT_IDS:
         assert f"{test_id}: error: crashed: " in report
-    repro = harness(root, "repro", str(run_dir)).stdout
+    repro = harness(root, "repro", "--print", str(run_dir)).stdout
     for test_id in FAULT_IDS:  # a repro line names each fault by its node id
         assert any(ln.rstrip("'").endswith(test_id) for ln in repro.splitlines() if not ln.startswith("#")), repro
 
@@ -253,7 +253,7 @@ def test_a_file_that_fails_to_collect_costs_its_own_tests_and_says_why(tmp_path)
     assert report.splitlines()[0].endswith("FAILED: 1 passed, 1 error")
     assert ("tests/faults/test_broken_import.py: error: collection error: ModuleNotFoundError: No module named "
             "'not_a_module_anywhere'") in report
-    repro = harness(root, "repro", str(only_run(root))).stdout
+    repro = harness(root, "repro", "--print", str(only_run(root))).stdout
     assert any(ln.endswith("tests/faults/test_broken_import.py") for ln in repro.splitlines()), repro
 
 
