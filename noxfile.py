@@ -207,6 +207,7 @@ def ci(session: nox.Session) -> None:
         mode = session.run(sys.executable, "-m", "harness", "detect", "--mode", silent=True, external=True)
         native = ["--native"] if (mode or "native").strip() == "native" else []
     session.log(f"backend: {backend} ({'native' if native else 'container'})")
+    preflight_first(session, sys.executable, backend, native)  # before the venv, the run folder and the stores
     # container mode: the suites run in the image; the harness here records the history
     python = shared_python(session, "project" if native else "harness")
     from datetime import datetime, timezone
@@ -413,6 +414,25 @@ for _backend in _gpu_backends():
 BENCH_MAIN_REF = "main"
 
 
+def preflight_first(session: nox.Session, python: str, backend: str, native: list[str]) -> None:
+    """`python -m harness preflight --backend B` before anything of a job that needs a device is opened, created or
+    uploaded: on failure the session stops with the pre-flight's one line (nothing else is printed; the command's
+    own output is captured), on success its `pre-flight B: ok (...)` line is logged. Nothing runs under
+    `nox --install-only`."""
+    import subprocess
+
+    options = getattr(getattr(session, "_runner", None), "global_config", None)
+    if getattr(options, "install_only", False):
+        return
+    argv = [python, "-m", "harness", "preflight", "--backend", backend, *native]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    if proc.returncode:
+        session.error(lines[-1] if lines else f"pre-flight {backend}: `{' '.join(argv)}` failed (exit "
+                      f"{proc.returncode})")
+    session.log(lines[-1] if lines else f"pre-flight {backend}: ok")
+
+
 def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: list[str] | None = None,
                     out: str | None = None, python: str = sys.executable) -> list[tuple[str, list[str], dict]]:
     """(name, argv, env) of each command of a bench job, in order; `measure` exits 1 on a confirmed regression
@@ -460,6 +480,7 @@ def _bench_job(session: nox.Session, record: bool) -> None:
     i = rest.index("--backend")
     backend, rest = rest[i + 1], rest[:i] + rest[i + 2:]
     steps = bench_job_steps(backend, record=record, native=bool(native), extra=rest)
+    preflight_first(session, sys.executable, backend, native)  # before the store folder is touched or opened
     # the job's own store: a fresh folder. On a laptop that folder is the machine's bench store (`nox -s ci` and
     # `nox -s bench` write it): set aside, never deleted
     kept = set_aside(os.path.join("results", "bench", backend))
@@ -478,6 +499,15 @@ def _bench_job(session: nox.Session, record: bool) -> None:
         session.error(f"bench {backend}: the {', '.join(failed)} step(s) failed; the steps after them still ran "
                       "(measure's exit 1: a confirmed regression, in the job summary; 2: usage; 3: infrastructure, "
                       "such as docker: see the log above)")
+
+
+@nox.session(name="preflight", python=False)
+def preflight_session(session: nox.Session) -> None:
+    """A GPU job's first step (`-- --backend B [--native]`): driver, visible GPUs, docker, free disk; one line."""
+    native, rest = _split_native(session)
+    if rest[:1] != ["--backend"] or len(rest) != 2:
+        session.error("usage: nox -s preflight -- --backend B [--native]")
+    preflight_first(session, sys.executable, rest[1], native)
 
 
 @nox.session(name="bench-record", python=False)

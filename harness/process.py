@@ -295,16 +295,30 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None, watchdog: Callable[[]
             return proc.wait()
 
 
+def _end_leftovers(sid: int, fh: Any, left: list[Any] | None) -> None:
+    """End what the command of session `sid` left running; name it in its log and append it to `left`."""
+    from harness import leftovers
+
+    ended = leftovers.end_session(sid)
+    if ended:
+        fh.write(f"\n[harness] ended {len(ended)} process(es) the command left running: {leftovers.describe(ended)}\n")
+        fh.flush()
+        if left is not None:
+            left.extend(ended)
+
+
 def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[str, str] | None = None,
             cwd: Path | None = None, container: str | None = None, echo: bool = True,
             on_interrupt: Forward | None = None, watchdog: Callable[[], str | None] | None = None,
-            step: str | None = None, heartbeat_s: float | None = None) -> tuple[int, bool]:
+            step: str | None = None, heartbeat_s: float | None = None,
+            left: list[Any] | None = None) -> tuple[int, bool]:
     """Run `argv` with output teed live to `log` (and stdout when `echo`); kill it after `timeout_s` (None: no
     limit). The container (if named) is removed whatever happens. Returns (returncode, timed_out).
     An interrupt is handled by `on_interrupt` (module docstring): by default the command is stopped and the
     KeyboardInterrupt propagates; under `Forward` it raises `Interrupted` once the command has ended.
     `watchdog`, asked every second while the command runs, returns a reason to kill it now (a hung test) or None.
-    The command dies with the harness (parent-death signal); a container, through a reaper process.
+    The command dies with the harness (parent-death signal); a container, through a reaper process. What it left
+    running in its session once it has ended is ended too (harness.leftovers), logged, and appended to `left`.
     Progress: a `Heartbeat` named `step` (default: the log's name) every `heartbeat_s` seconds of silence (default
     settings().heartbeat_s)."""
     from harness import docker_client
@@ -366,6 +380,8 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
                 raise
             finally:
                 beat.__exit__()
+                if proc.poll() is not None:  # before the reader's wait: a leftover may hold the output pipe open
+                    _end_leftovers(proc.pid, fh, left)
                 reader.join(timeout=10)
                 if container:
                     docker_client.docker("rm", "--force", container, check=False)

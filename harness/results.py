@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -29,9 +30,23 @@ from harness.record import FAILING, OUTCOMES, TestOutcome  # noqa: F401 - re-exp
 TestResult = TestOutcome
 
 
+# what XML 1.0 cannot hold (C0 controls but tab, newline and return; U+FFFE, U+FFFF) and unpaired surrogates
+# (UTF-8 cannot encode them): a test's message or output may hold any of them
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """`text` with every character that XML 1.0 or UTF-8 cannot carry (and DEL, ESC's terminal codes) written as
+    its Python escape (`\\x00`, `\\x1b`, `\\ud800`): what any test said survives, readable, into the JUnit
+    files, the reports and the stores."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else
+                            f"\\u{ord(m.group()):04x}", text)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so readers see the old file or the new one, never half of one."""
-    atomic_write_bytes(path, text.encode())
+    """Write `text` to `path` so readers see the old file or the new one, never half of one (a character UTF-8
+    cannot encode, an unpaired surrogate, is written as its escape)."""
+    atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -19,6 +19,14 @@ Terms:
               least 3 s, at most WATCHDOG_GRACE_S; pytest-timeout did not get it out: a hang in C code with
               signals blocked, a GPU kernel that never ends) has its process killed and is recorded as hung; the
               rest of the suite resumes.
+  collection crash  a process that dies while importing a test file (a collector started, never done): that file
+              is recorded as crashed, with an `<error>` under the file's id, and the suite resumes without it
+              (`--ignore`); a death before any file is known (a root conftest, a plugin) fails the suite's
+              collection.
+  leftover    a process a test started that still runs after the pytest process ended (the journal's `spawned`
+              events name the test; `process.execute` ends its session's): ended by the harness and named in the
+              test's outcome, an error `left N process(es) running: pid P (command), ...`; one that no test is
+              known to have started ends the suite badly, named the same way.
   budget      the suite timeout covers all attempts together; when it runs out the running test is recorded as
               hung, the tests not run yet are counted as `not_run`, and the suite's status is `timeout`.
 """
@@ -34,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import leftovers
 from harness import results as res
 from harness.exc import EXIT_POISONED
 from harness.record import CrashRecord
@@ -70,6 +79,12 @@ class JournalRead:
     running_since: float | None = None
     poisoned: tuple[str, str] | None = None
     exit_status: int | None = None
+    collecting: list[str] = field(default_factory=list)  # collectors started and not done, outermost first
+    spawned: dict[str, list[leftovers.Proc]] = field(default_factory=dict)  # test id -> processes it left running
+
+    def collecting_file(self) -> str | None:
+        """The file (or folder) whose collection the process died in, when it died collecting one."""
+        return self.collecting[-1].split("::")[0] if self.collecting and self.collected is None else None
 
 
 def read_journal(path: Path) -> JournalRead:
@@ -86,13 +101,21 @@ def read_journal(path: Path) -> JournalRead:
         if kind == "collected":
             out.collected = list(ev["ids"])
         elif kind == "collect_error":
-            out.collect_errors.append(Finished(ev["id"] or "<collection>", "error",
-                                               f"collection error: {ev.get('message', '')}", ev.get("text", ""), 0.0))
+            out.collect_errors.append(Finished(res.printable(ev["id"] or "<collection>"), "error",
+                                               res.printable(f"collection error: {ev.get('message', '')}"),
+                                               res.printable(ev.get("text", "")), 0.0))
+        elif kind == "collect_start":
+            out.collecting.append(str(ev["id"]))
+        elif kind == "collect_done":
+            if ev["id"] in out.collecting:
+                out.collecting.remove(ev["id"])
+        elif kind == "spawned":
+            out.spawned.setdefault(ev["id"], []).extend(leftovers.Proc.from_json(p) for p in ev.get("procs", []))
         elif kind == "start":
             out.running, out.running_since = ev["id"], ev.get("t")
         elif kind == "finish":
-            out.finished.append(Finished(ev["id"], ev["outcome"], ev.get("message", ""), ev.get("text", ""),
-                                         float(ev.get("duration_s") or 0.0)))
+            out.finished.append(Finished(ev["id"], ev["outcome"], res.printable(ev.get("message", "")),
+                                         res.printable(ev.get("text", "")), float(ev.get("duration_s") or 0.0)))
             out.running = out.running_since = None if out.running == ev["id"] else out.running
         elif kind == "poisoned":
             out.poisoned = (ev["id"], ev.get("error", ""))
@@ -167,6 +190,7 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
     """
     out = SuiteRun()
     deadline = time.monotonic() + suite_s
+    ignored: list[str] = []  # files whose import killed a process: the later attempts leave them out
     k = 0
     while True:
         k += 1
@@ -175,6 +199,7 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
         journal.unlink(missing_ok=True)
         extra = ["-p", "harness.suites.journal_plugin", f"--kiln-journal={seen_dir}/{journal.name}",
                  "--continue-on-collection-errors"]  # a file that fails to import costs its own tests alone
+        extra += [f"--ignore={path}" for path in ignored]
         if out.finished:
             skip = suite_dir / f"{name}.skip.json"
             res.atomic_write_json(skip, sorted(out.decided))
@@ -195,6 +220,7 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
         read = read_journal(journal)
         before = len(out.finished)
         out.finished += read.finished + [e for e in read.collect_errors if e.id not in out.decided]
+        _charge_leftovers(out, read, getattr(run, "left", []))
         if run.returncode in NORMAL_EXITS and not run.timed_out and not hung and read.exit_status is not None:
             _collected_rest(out, read)
             return out
@@ -207,6 +233,16 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
             text = f"{own.message}\n{own.text}\n--- log tail\n{crash.tail}" if own else crash.tail
             out.finished.append(Finished(culprit, "error", f"crashed: {why} (attempt {k}; see {run.log.name})",
                                          text, own.duration_s if own else 0.0, crash=why))
+        crashed_file = read.collecting_file()
+        if culprit is None and crashed_file and crashed_file not in ignored and len(out.crashes) < MAX_CRASHES:
+            crash = Crash(crashed_file, f"crashed while collecting: {why}", run.returncode, k, run.log.name,
+                          log_tail(run.log))
+            out.crashes.append(crash)
+            out.finished = [f for f in out.finished if f.id != crashed_file]
+            out.finished.append(Finished(crashed_file, "error", f"crashed while collecting: {why} (attempt {k}; see "
+                                         f"{run.log.name})", crash.tail, 0.0, crash=crash.reason))
+            ignored.append(crashed_file)
+            continue  # the rest of the suite, without that file
         if read.collected is None and not read.finished:  # died before its tests were known: conftest, imports
             out.collect_failed = f"{why}: {res_error_line(run.log)}"
             out.timed_out = run.timed_out
@@ -222,6 +258,33 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
         if len(out.crashes) >= MAX_CRASHES or (culprit is None and len(out.finished) == before):
             out.ended_badly = f"{why}; gave up after {len(out.crashes)} crash(es), {len(out.not_run)} test(s) not run"
             return out
+
+
+def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Proc]) -> None:
+    """End the processes an attempt's tests left running (module docstring: leftover) and charge each test that
+    started one: its outcome becomes an error naming them. `left`: those `process.execute` ended already."""
+    started = {(p.pid, p.start): test for test, procs in read.spawned.items() for p in procs}
+    escaped = [p for procs in read.spawned.values() for p in procs
+               if not any((q.pid, q.start) == (p.pid, p.start) for q in left)]
+    ended = [*left, *leftovers.end(escaped)]
+    if not ended:
+        return
+    by_test: dict[str, list[leftovers.Proc]] = {}
+    for p in ended:
+        by_test.setdefault(started.get((p.pid, p.start), ""), []).append(p)
+    unknown = by_test.pop("", [])
+    if unknown:
+        note = f"left {len(unknown)} process(es) running that no test is known to have started: " \
+               f"{leftovers.describe(unknown)} (ended by the harness)"
+        out.ended_badly = f"{out.ended_badly}; {note}" if out.ended_badly else note
+    for test, procs in by_test.items():
+        note = f"left {len(procs)} process(es) running: {leftovers.describe(procs)} (ended by the harness)"
+        own = next((f for f in out.finished if f.id == test), None)
+        if own is None:
+            out.finished.append(Finished(test, "error", note, "", 0.0))
+            continue
+        message = note if own.outcome not in res.FAILING else f"{own.message}; {note}"
+        out.finished[out.finished.index(own)] = Finished(test, "error", message, own.text, own.duration_s, own.crash)
 
 
 def make_watchdog(journal: Path, test_s: float, hung: list[str]) -> Callable[[], str | None]:
@@ -297,10 +360,10 @@ def write_junit(path: Path, suite: str, finished: list[Finished]) -> None:
         if f.crash:
             ET.SubElement(props, "property", name="kiln_crash", value=f.crash)
         if f.outcome in ("failed", "error"):
-            el = ET.SubElement(case, "failure" if f.outcome == "failed" else "error", message=f.message)
-            el.text = f.text
+            el = ET.SubElement(case, "failure" if f.outcome == "failed" else "error", message=res.printable(f.message))
+            el.text = res.printable(f.text)
         elif f.outcome in ("skipped", "xfailed"):
-            ET.SubElement(case, "skipped", message=f.message,
+            ET.SubElement(case, "skipped", message=res.printable(f.message),
                           type="pytest.xfail" if f.outcome == "xfailed" else "pytest.skip")
     ET.indent(top)
     res.atomic_write_bytes(path, ET.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n")

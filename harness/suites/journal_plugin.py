@@ -6,8 +6,16 @@ Terms:
             segfaults, aborts, is OOM-killed or SIGKILLed has written every event before its end):
               {"event": "collected", "ids": [...]}          the tests this process will run, in order
               {"event": "collect_error", "id", "message", "text"}   a file that failed to collect
+              {"event": "collect_start", "id"} / {"event": "collect_done", "id"}   a collector (a folder, a
+                                                            file, a class) began / ended collecting: one
+                                                            started and not done names the file whose import
+                                                            the process died in
               {"event": "start", "id"}                      a test began (its setup)
               {"event": "finish", "id", "outcome", "message", "text", "duration_s"}   a test ended
+              {"event": "spawned", "id", "procs"}           processes the test started that still ran after
+                                                            its teardown ([pid, start, sid, cmdline] each,
+                                                            harness.leftovers.Proc): the harness ends and names
+                                                            those still running when the process ends
               {"event": "poisoned", "id", "error"}          the device is unusable after this test (below)
               {"event": "exit", "status"}                   the session ended normally
             A `start` without its `finish` names the test that was running when the process ended.
@@ -16,6 +24,8 @@ Terms:
   skip file JSON list of node ids this process must not run (done or crashed in an earlier process of the
             same suite); they are deselected after every other selection (`-k`, `-m`, the shard plugin), so a
             resumed process runs exactly the rest of what the first one would have run.
+  text      every string of an event is `harness.results.printable`: control characters and unpaired surrogates
+            in a message arrive as their escapes, so the JUnit files and reports built from it stay readable.
   poisoned  a CUDA/HIP error is sticky: after an illegal address, a device-side assert or an uncorrectable
             ECC error, every later kernel of the process fails. After each test that used the GPU the plugin
             synchronizes the device; when that raises, the test is recorded as the culprit and the process
@@ -33,7 +43,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+from harness import leftovers
 from harness.exc import EXIT_POISONED
+from harness.results import printable
 
 _TEXT_LIMIT = 20000
 _STICKY = ("illegal memory access", "illegal address", "device-side assert", "uncorrectable ecc",
@@ -48,7 +60,18 @@ class Journal:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, **event: Any) -> None:
-        os.write(self.fd, (json.dumps(event, default=str) + "\n").encode())
+        os.write(self.fd, (json.dumps(_printable(event), default=str) + "\n").encode())
+
+
+def _printable(value: Any) -> Any:
+    """`value` with every string in it `printable` (module docstring)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable(v) for v in value]
+    return value
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,6 +85,7 @@ class _State:
 
     journal: Journal | None = None
     reports: ClassVar[dict[str, list[pytest.TestReport]]] = {}
+    before: ClassVar[set[tuple[int, int]]] = set()  # (pid, start) of the processes below this one at a test's start
 
 
 def _journal(_: object = None) -> Journal | None:
@@ -73,6 +97,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if path:
         _State.journal = Journal(path)
         _State.reports = {}
+        leftovers.become_subreaper()  # a test's double-forked daemon stays below this process, to be named
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    journal = _journal()
+    if journal is not None and collector.nodeid:
+        journal.write(event="collect_start", id=collector.nodeid)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -92,12 +123,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
-    if report.failed:
-        journal = _journal()
-        if journal is not None:
-            text = str(report.longrepr)
-            journal.write(event="collect_error", id=report.nodeid, message=_last_error_line(text),
-                          text=text[-_TEXT_LIMIT:])
+    journal = _journal()
+    if journal is not None and report.nodeid:
+        journal.write(event="collect_done", id=report.nodeid)
+    if report.failed and journal is not None:
+        text = str(report.longrepr)
+        journal.write(event="collect_error", id=report.nodeid, message=_last_error_line(text),
+                      text=text[-_TEXT_LIMIT:])
 
 
 def _last_error_line(text: str) -> str:
@@ -111,6 +143,7 @@ def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
     journal = _journal()
     if journal is not None:
         _State.reports[nodeid] = []
+        _State.before = {(p.pid, p.start) for p in leftovers.descendants(os.getpid())}
         journal.write(event="start", id=nodeid, t=round(time.time(), 3))
 
 
@@ -154,6 +187,9 @@ def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
     outcome, message, text = outcome_of(reports)
     journal.write(event="finish", id=nodeid, outcome=outcome, message=message, text=text,
                   duration_s=round(sum(r.duration for r in reports), 3))
+    spawned = [p for p in leftovers.descendants(os.getpid()) if (p.pid, p.start) not in _State.before]
+    if spawned:
+        journal.write(event="spawned", id=nodeid, procs=[p.as_json() for p in spawned])
     error = device_error()
     if error is not None:
         journal.write(event="poisoned", id=nodeid, error=error)

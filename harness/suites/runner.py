@@ -40,7 +40,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,7 @@ class PytestRun:
     timed_out: bool
     duration_s: float
     argv: list[str]
+    left: list[Any] = field(default_factory=list)  # processes it left running, ended (harness.leftovers.Proc)
 
 
 def pytest_timeout_available() -> bool:
@@ -183,13 +184,14 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
     junit, log = out_dir / f"{name}.xml", out_dir / f"{name}.log"
     junit.unlink(missing_ok=True)
     start = time.monotonic()
+    left: list[Any] = []
     if native:
         if not _check_native_python():
             test_timeout = 0
         inner = pytest_argv(targets, junit=str(junit), test_timeout_s=test_timeout, extra=extra)
         argv, full_env = native_command(inner, {**native_cache_env(), **env}, src=src)
         rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, env=full_env, cwd=src, echo=echo,
-                                watchdog=watchdog)
+                                watchdog=watchdog, left=left)
     else:
         if not image:
             raise HarnessError("container mode needs an image tag (build one with `python -m harness image build`)")
@@ -200,7 +202,7 @@ def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: st
                               **container_extras(backend, image))
         rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, container=container, echo=echo,
                                 watchdog=watchdog)
-    return PytestRun(name, junit, log, rc, timed_out, round(time.monotonic() - start, 2), argv)
+    return PytestRun(name, junit, log, rc, timed_out, round(time.monotonic() - start, 2), argv, left)
 
 
 def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Path, name: str, *,

@@ -96,7 +96,7 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         job = jobs[f"bench-{b.name}"]
         assert job["runs-on"] == list(b.runner_labels), f"bench-{b.name} runs-on"
         assert job["timeout-minutes"] == b.timeouts.job_min, f"bench-{b.name} timeout-minutes"
-        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] not in ("ci-teardown", "site")}
+        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] not in ("ci-teardown", "site", "preflight")}
         assert set(steps) == {"bench-record", "bench-pr"}, f"bench-{b.name} runs {sorted(steps)}"
         assert set(steps) <= sessions
         for name, (step, argv) in steps.items():
@@ -109,6 +109,27 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         assert job["steps"].index(checkout) < job["steps"].index(steps["bench-record"][0])
         assert checkout["with"]["fetch-depth"] in (0, "${{ github.event_name == 'pull_request' && 1 || 0 }}"), (
             f"bench-{b.name}: the checkout must fetch the whole history on main")
+
+
+def test_bench_jobs_stop_at_their_preflight_before_anything_is_opened_built_or_uploaded():
+    """bench.yml: each bench job's first nox step is its pre-flight (`nox -s preflight -- --backend B`); the bench
+    sessions run only after it passed (their default `success()`), and the history site is built and uploaded
+    only when it passed (those steps run `always()` otherwise: a confirmed regression still gets its site)."""
+    jobs = _load(ROOT / ".github" / "workflows" / "bench.yml")["jobs"]
+    for b in (b for b in MATRIX.backends.values() if b.is_gpu):
+        job = jobs[f"bench-{b.name}"]
+        nox_steps = _nox_steps(job)
+        first, argv = nox_steps[0]
+        assert argv[2:] == ["preflight", "--", "--backend", b.name] and first.get("id") == "preflight"
+        assert "if" not in first, f"bench-{b.name}: the pre-flight always runs"
+        for st, argv in nox_steps[1:]:
+            if argv[2] in ("bench-record", "bench-pr"):
+                assert "always()" not in st["if"] and "!cancelled()" not in st["if"]
+        uploads = [st for st in job["steps"] if st.get("uses", "").startswith("actions/upload-artifact@")]
+        site_build = next(st for st, argv in nox_steps if argv[2] == "site" and "--link" not in argv)
+        for st in (site_build, uploads[1]):
+            assert "steps.preflight.outcome == 'success'" in st["if"], f"bench-{b.name}: {st.get('name')}"
+        assert job["steps"].index(first) < job["steps"].index(site_build)
 
 
 def test_bench_jobs_build_and_upload_the_history_site_on_main():

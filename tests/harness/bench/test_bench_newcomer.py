@@ -324,6 +324,9 @@ def test_a_bench_job_session_on_a_laptop_sets_the_bench_store_aside_never_delete
 
     from nox.command import CommandFailed
 
+    # the pre-flight (a real one needs docker here) is the job's first command: before the folder is set aside
+    monkeypatch.setattr(noxfile(), "preflight_first", lambda s, python, backend, native: calls.append(
+        ("preflight", backend, tuple(native), (tmp_path / STORE).exists())))
     session = noxfile().bench_pr
     with pytest.raises(SessionError) as failed:
         (session.func if hasattr(session, "func") else session)(Session())
@@ -333,6 +336,7 @@ def test_a_bench_job_session_on_a_laptop_sets_the_bench_store_aside_never_delete
     assert len(kept) == 1 and (kept[0] / "bench.sqlite").is_file() and not (tmp_path / STORE).exists()
     with Store(kept[0] / "bench.sqlite") as store:
         assert len(store.runs()) == 1  # the store as it was
+    assert calls[0] == ("preflight", "cpu", (), True)
     logs = [c[1] for c in calls if c[0] == "log"]
     assert any(f"moved to results/bench/{kept[0].name}" in line for line in logs), logs
     assert any(c[0] != "log" and "bench" in c and "backend" in c for c in calls)  # then the job's steps ran
