@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff
+#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff, numerics-flakes
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -150,6 +150,19 @@ print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
                  --md "$OUT/memcheck.md" --json "$OUT/memcheck.json"; echo "memory check: exit $?"
                timeout 120 python3 ci/cg_leak_probe.py "${MEMCHECK_CASE:-model.ci_bert.train.fp32}"
                echo "leak probe: exit $?"; } > "$OUT/$stage.log" 2>&1 ;;
+    numerics-flakes) # run-to-run identity: the numerics suite $FLAKE_RUNS times (default 50) under pytest-flakefinder, spread
+            # over $FLAKE_PROCS processes sharing the GPU (default 8; runs rounded up per process); 0 flaky, 0 failing
+            # expected (ci/flakes_summary.py). Without the plugin installed, a carried pytest_flakefinder.py in
+            # $FLAKEFINDER_DIR (default .flakefinder) is loaded
+            { fp=() ; python3 -c "import pytest_flakefinder" 2>/dev/null || { export PYTHONPATH="${FLAKEFINDER_DIR:-.flakefinder}${PYTHONPATH:+:$PYTHONPATH}"; fp=(-p pytest_flakefinder); }
+              procs=${FLAKE_PROCS:-8}; per=$(( (${FLAKE_RUNS:-50} + procs - 1) / procs )); pids=()
+              for k in $(seq 1 "$procs"); do
+                KILN_COMPILE_THREADS=1 KILN_COMPILE_WORKERS=1 timeout -s INT "${FLAKES_TIMEOUT_S:-540}" python3 -m pytest -q -p no:cacheprovider -p no:xdist \
+                  "${fp[@]}" tests/numerics --flake-finder --flake-runs="$per" --junitxml="$OUT/flakes-$k.xml" > "$OUT/flakes-$k.log" 2>&1 &
+                pids+=($!)
+              done
+              for p in "${pids[@]}"; do wait "$p"; done
+              tail -n 2 "$OUT"/flakes-*.log; python3 ci/flakes_summary.py "$OUT"/flakes-*.xml; } > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

@@ -195,7 +195,8 @@ def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference",
     kernels: list[KernelSource] = products["kernels"].launches
     wrapper: Wrapper = products["wrapper"]
     return CompiledGraph(name, wrapper.module, {ks.name: ks.source for ks in kernels}, len(kernels),
-                         schedule_.extern_count(), list(program.fallbacks), job.subgraphs, aten_graph=gm)
+                         schedule_.extern_count(), list(program.fallbacks), job.subgraphs, aten_graph=gm,
+                         nondeterministic=list(program.nondeterministic))
 
 
 _graph_ids = itertools.count()

@@ -37,6 +37,9 @@ class CompiledGraph:
     cache: str = ""
     #: its graph cache key when the cache was consulted (a hit or a store), else ""
     cache_key: str = ""
+    #: where kiln chose speed over run-to-run identity (kind ``nondeterministic``: atomic float sums, racing
+    #: stores); empty when every result of the graph is bitwise identical run to run
+    nondeterministic: list[FallbackReason] = dataclasses.field(default_factory=list)
 
     @property
     def kernel_count(self) -> int:
@@ -50,6 +53,12 @@ class CompiledGraph:
         out = list(self.fallbacks)
         for s in self.subgraphs:
             out.extend(s.all_fallbacks())
+        return out
+
+    def all_nondeterministic(self) -> list[FallbackReason]:
+        out = list(self.nondeterministic)
+        for s in self.subgraphs:
+            out.extend(s.all_nondeterministic())
         return out
 
     @property

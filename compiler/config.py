@@ -106,6 +106,15 @@ class Settings:
     #: ``kiln-trace-<pid>.jsonl``; ``{pid}`` in the name is replaced. Default: ``kiln-trace-<pid>.jsonl`` in
     #: ``dump_dir`` when set, else in the current folder.
     trace_file: str = ""
+    #: Floating-point sums of scatters (``index_put(accumulate=True)``, the embedding backward, ``scatter_add``,
+    #: ``scatter_reduce`` sum/mean): "fixed" sums each target element's sources in one fixed order (an
+    #: order-fixed kernel without atomics: bitwise identical results run to run) when the scatter has at most
+    #: ``ordered_scatter_max`` source elements, and uses atomics above that; "atomic" always uses atomics. Each
+    #: atomic float sum is listed in ``CompiledGraph.nondeterministic`` (kiln chose speed over run-to-run identity).
+    scatter_order: str = "fixed"
+    #: Source elements up to which a float-sum scatter is order-fixed (its kernel compares every source's target
+    #: with every other's: quadratic work, cheap only for small scatters).
+    ordered_scatter_max: int = 16384
 
     def resolved_cache_dir(self) -> str:
         """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""
@@ -146,6 +155,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "conv_bias": ("auto", "split", "keep"),
     "attention": ("auto", "fuse", "keep"),
     "cache": ("1", "read", "0"),
+    "scatter_order": ("fixed", "atomic"),
 }
 
 _TRUE = {"1", "true", "yes", "on"}

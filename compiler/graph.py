@@ -122,6 +122,8 @@ class Program(BufferNames):
     attributes: list[tuple[Opaque, str, Any]]
     fallbacks: list[FallbackReason]
     next_id: int = 0
+    #: steps whose results may differ run to run (atomic float sums, racing stores): kind ``nondeterministic``
+    nondeterministic: list[FallbackReason] = dataclasses.field(default_factory=list)
 
     def verify(self) -> None:
         """Structural invariants (``InvariantError`` names the first broken one): buffers registered under
@@ -222,6 +224,7 @@ class GraphLowering(BufferNames):
         self.inputs: list[tuple[fx.Node, Any]] = []  # placeholder -> InputBuffer | SymScalar | Opaque
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReason] = []
+        self.nondeterministic: list[FallbackReason] = []  # where kiln chose speed over run-to-run identity
         self.subgraph_compiler = subgraph_compiler
         self.constants: dict[str, torch.Tensor] = {}  # buffer name -> tensor constant (get_attr in the wrapper)
         self.attributes: list[tuple[Opaque, str, Any]] = []  # other get_attr values (subgraphs of map/scan)
@@ -280,7 +283,7 @@ class GraphLowering(BufferNames):
                 raise LoweringError(f"unsupported FX node kind {node.op} ({node.name})")
         self.current_node = None
         return Program(self.name, self.inputs, self.steps, self.outputs, self.buffers, self.constants,
-                       self.attributes, self.fallbacks, self.next_id)
+                       self.attributes, self.fallbacks, self.next_id, self.nondeterministic)
 
     def _placeholder(self, node: fx.Node) -> Any:
         val = node.meta.get("val")

@@ -254,7 +254,7 @@ class Scatter:
     ``body`` returns ``Op("scatter", (offset, value, valid))``: the flat element offset in ``target`` (int64,
     usually computed from loaded indices), the value (``dtype``) and whether to write it (bool). ``reduce``
     (one of ``SCATTER_OPS``) combines it with what the element holds: ``add``/``max``/``min`` as atomics (the
-    order of floating-point sums is not fixed), ``store`` a plain store (duplicates: any one wins).
+    order of floating-point sums is not fixed; ``ordered``: a float ``add`` summed in a fixed order), ``store`` a plain store (duplicates: any one wins).
     The scattered buffer *is* ``target``'s memory after the writes (the wrapper gives both one allocation):
     the lowering makes ``target`` a fresh buffer (a copy, a fill) that nothing else reads, and the scheduler
     gives the scatter a kernel of its own, so every read of the result comes after all the writes.
@@ -265,6 +265,8 @@ class Scatter:
     body: Callable[[Index], KExpr]
     reduce: str
     dtype: torch.dtype
+    #: an ``add`` whose sums run in a fixed order (no atomics; see ``codegen/scatter_kernel.py``)
+    ordered: bool = False
 
 
 #: scan types of ``Scan`` (inclusive prefix combinations)

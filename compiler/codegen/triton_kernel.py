@@ -156,6 +156,9 @@ class KernelRenderer:
         self.helpers: list[str] = []
         self.reduction = group.has_reduction
         self._online: dict[str, Member] = {}
+        #: the block size name a pointwise value's block has (an ordered scatter's inner loop renders its body
+        #: over a block of another size)
+        self.xblock = "XBLOCK"
 
     # -------------------------------------------------------------- bookkeeping
     def new_var(self) -> str:
@@ -197,7 +200,7 @@ class KernelRenderer:
     def block_shape(self, shape: str) -> str:
         """The block a value of scope ``shape`` ("x" or "xr") has in this kernel."""
         if not self.reduction:
-            return "[XBLOCK]"
+            return f"[{self.xblock}]"
         return "[XBLOCK, RBLOCK]" if shape == "xr" else "[XBLOCK, 1]"
 
     def scope_mask(self, shape: str) -> str:

@@ -7,6 +7,9 @@ fp32 for fp16/bf16, int32 for 8/16-bit integers, as atomics exist for those; pla
 eager's dtype (fused into its readers). Out-of-range indices write nothing (eager raises). Float sums (``add``,
 ``mean``) and racing stores depend on the order of the writes: with ``torch.use_deterministic_algorithms(True)``
 at compile time they stay ATen (``FallbackReason`` kind ``determinism``); maxima, minima and integer sums do not.
+Otherwise a float sum is *ordered* (summed in a fixed order by a kernel without atomics, bitwise identical run to
+run) when the ``scatter_order`` setting is ``fixed`` and it has at most ``ordered_scatter_max`` source elements;
+an atomic float sum or a store that may race is noted in ``Program.nondeterministic`` (kind ``nondeterministic``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 from ..contract import broadcast_index
 from ..dtypes import compute_dtype
 from ..exc import NotLowered
-from ..graph import GraphLowering, register_lowering
+from ..graph import FallbackReason, GraphLowering, register_lowering
 from ..ir import (ComputedBuffer, Index, Layout, Lazy, Pointwise, Scan, Scatter, Strided, Value, _size_hints,
                   contiguous_strides, is_dense, sym)
 from ..kexpr import Const, IndexValue, KExpr, Op, cast
@@ -49,6 +52,29 @@ def _check_determinism(op: str, reduce: str, acc: torch.dtype) -> None:
                                                                                reduce == "add")):
         raise NotLowered(f"{op} with deterministic algorithms on: atomic float sums and racing stores are "
                          "order-dependent", kind="determinism")
+
+
+def _ordered(g: GraphLowering, op: str, reduce: str, acc: torch.dtype, ranges: Sequence[sympy.Expr],
+             exact: bool = False) -> bool:
+    """Whether this scatter's float sum runs order-fixed; notes the cases that stay order-dependent (``exact``:
+    the values summed are small integers, exact in any order)."""
+    if reduce == "store":
+        if "index_put" in op:
+            g.nondeterministic.append(FallbackReason("nondeterministic", op, "racing stores: where positions repeat, "
+                                                     "any one value is kept (as eager's on a GPU)"))
+        return False
+    if reduce != "add" or not acc.is_floating_point or exact:
+        return False
+    n = _hint(sympy.Mul(*ranges)) if ranges else 1
+    s = g.settings
+    if s.scatter_order == "fixed" and n is not None and n <= s.ordered_scatter_max:
+        return True
+    why = ("scatter_order=atomic" if s.scatter_order == "atomic" else
+           f"{n if n is not None else 'an unknown number of'} source elements, more than ordered_scatter_max="
+           f"{s.ordered_scatter_max}")
+    g.nondeterministic.append(FallbackReason("nondeterministic", op, f"atomic float sum ({why}): the order of the "
+                                             "additions, and so the last bits, may change run to run"))
+    return False
 
 
 def _valid(conds: Sequence[KExpr]) -> KExpr:
@@ -86,10 +112,13 @@ class ScatterBuilder:
         self.last = g.add_computed(target)
 
     def scatter(self, ranges: Sequence[sympy.Expr], reduce: str,
-                element: Callable[[Index], tuple[list, list, KExpr, list]]) -> Strided:
+                element: Callable[[Index], tuple[list, list, KExpr, list]], op: str = "scatter",
+                exact: bool = False) -> Strided:
         """Write ``element(index)`` for every index over ``ranges``: (target index with indirect symbols, their
-        bindings, value, validity conditions)."""
+        bindings, value, validity conditions). ``op`` names the ATen op in notes; ``exact``: the values summed
+        are exact in any order (counts)."""
         layout, acc = self.layout, self.acc
+        ordered = _ordered(self.g, op, reduce, acc, ranges, exact)
 
         def body(idx: Index) -> KExpr:
             full, bindings, value, conds = element(idx)
@@ -97,7 +126,7 @@ class ScatterBuilder:
             return Op("scatter", (offset, cast(value, acc), _valid(conds)), acc)
 
         buf = ComputedBuffer(self.g.new_name(), layout, Scatter(tuple(ranges), self.last.buffer.name, body, reduce,
-                                                                acc))
+                                                                acc, ordered))
         self.last = self.g.add_computed(buf)
         return self.last
 
@@ -158,7 +187,7 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
         return full, bindings, values.load(broadcast_index(values.size, size, idx)), conds
 
     b = ScatterBuilder(g, node, acc, x.load)
-    return _result(out.dtype, b.scatter(size, reduce, element))
+    return _result(out.dtype, b.scatter(size, reduce, element, str(node.target)))
 
 
 # ------------------------------------------------------------------------------------------ scatter_add/reduce
@@ -192,12 +221,13 @@ def _scatter_reduce(g: GraphLowering, node, x: Value, dim: int, index: Value, sr
     _check_determinism(f"scatter_reduce({reduce})", op, acc)
     element = _along(g, dim, index, src, x.size)
     b = ScatterBuilder(g, node, acc, x.load)
+    name = str(node.target)
     if not include_self:  # positions that receive a source start from the reduction's identity
         b.scatter(index.size, "store", _replaced(element, value=Const(_identity(op, acc), acc)))
-    res = b.scatter(index.size, op, element)
+    res = b.scatter(index.size, op, element, name)
     if reduce == "mean":
         cnt = ScatterBuilder(g, node, acc, lambda idx: Const(1 if include_self else 0, acc))
-        count = cnt.scatter(index.size, "add", _replaced(element, value=Const(1, acc)))
+        count = cnt.scatter(index.size, "add", _replaced(element, value=Const(1, acc)), name, exact=True)
         div = "truediv" if acc.is_floating_point else "floordiv"
 
         def wrapped(v: KExpr) -> KExpr:  # eager sums and counts 8/16-bit integers in their own dtype

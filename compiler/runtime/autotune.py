@@ -80,7 +80,10 @@ def active(device: torch.device) -> bool:
 
 def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, Any]]:
     """Alternatives to ``cfg``: blocks per program and warps around it (and chunk rows for column reductions);
-    ``cfg`` itself is among them. Pointwise configs have no ``RBLOCK``."""
+    ``cfg`` itself is among them. Pointwise configs have no ``RBLOCK``. An ordered scatter (hint ``ordered``)
+    keeps its config: its sums' order depends on the block shape, and must not depend on a timing."""
+    if hint == "ordered":
+        return [cfg]
     out = []
     xs = sorted({max(1, cfg["XBLOCK"] // 4), max(1, cfg["XBLOCK"] // 2), cfg["XBLOCK"], cfg["XBLOCK"] * 2})
     if "RBLOCK" not in cfg:
@@ -205,7 +208,7 @@ def _apply(choice: dict, cfg: dict) -> dict:
 def tuned_config(kernel: Any, cfg: dict, args: tuple, xnumel: int, rnumel: int, device: torch.device) -> dict:
     """The config for this launch: the cached choice for its bucket, else the fastest candidate timed now on
     ``args`` (the written buffers restored around it); ``cfg`` unchanged where tuning does not apply."""
-    if xnumel == 0 or not active(device):
+    if xnumel == 0 or kernel.hint == "ordered" or not active(device):
         return cfg
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():  # no timing inside a CUDA graph capture
         return cfg

@@ -275,6 +275,7 @@ def _record(cg: Any, parent: str = "") -> dict:
     return {"attr": cg.name[len(parent) + 1:] if parent else "", "kernel_sources": dict(cg.kernel_sources),
             "kernel_launches": int(cg.kernel_launches), "extern_count": int(cg.extern_count),
             "fallbacks": [[f.kind, f.op, f.detail] for f in cg.fallbacks],
+            "nondeterministic": [[f.kind, f.op, f.detail] for f in cg.nondeterministic],
             "subgraphs": [_record(sub, cg.name) for sub in cg.subgraphs]}
 
 
@@ -321,7 +322,8 @@ def decode_entry(payload: bytes, key: str, name: str, gm: Optional[fx.GraphModul
             subs.append(build(sub, inner, f"{graph_name}.{sub['attr']}", None))
         return CompiledGraph(graph_name, module, dict(rec["kernel_sources"]), rec["kernel_launches"],
                              rec["extern_count"], [FallbackReason(*f) for f in rec["fallbacks"]], subs,
-                             aten_graph=aten)
+                             aten_graph=aten,
+                             nondeterministic=[FallbackReason(*f) for f in rec.get("nondeterministic", [])])
 
     strides = header["moved_strides"]
     moved = [tuple(s) if s is not None else None for s in strides] if strides is not None else None

@@ -1,7 +1,8 @@
 """Launch layer: a ``TritonKernel`` module picks block sizes from run-time sizes and launches the kernel.
 
 The wrapper calls it as ``self.<kernel>(ptrs..., sizes..., xnumel[, rnumel])``. Launch heuristics:
-- pointwise: ``XBLOCK`` = next power of two of ``xnumel``, capped (1024 on GPUs, larger in the interpreter).
+- pointwise: ``XBLOCK`` = next power of two of ``xnumel``, capped (1024 on GPUs, larger in the interpreter;
+  ``ORDERED_XBLOCK`` for an ordered scatter on a GPU).
 - reduction: persistent (whole row in one block) when ``rnumel`` fits ``persistent_rblock_max``; otherwise a
   looped reduction over ``RBLOCK`` chunks. ``XBLOCK`` rows per program fill a block of a few thousand elements.
 - column (outer) reduction: ``outer_xblock`` adjacent columns x ``outer_rblock`` rows per step. 64 x 64 with
@@ -60,6 +61,10 @@ def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
+#: sources per program of an ordered scatter on a GPU (``codegen/scatter_kernel.py``)
+ORDERED_XBLOCK = 64
+
+
 class TritonKernel(torch.nn.Module):
     """One generated kernel. ``source`` is the module text; ``name`` its ``@triton.jit`` function."""
 
@@ -116,6 +121,8 @@ class TritonKernel(torch.nn.Module):
         s = config.settings()
         if not self.reduction:
             cap = s.interp_pointwise_xblock if interp else s.pointwise_xblock
+            if self.hint == "ordered" and not interp:  # an ordered scatter: XBLOCK x QBLOCK tiles per step
+                cap = min(cap, ORDERED_XBLOCK)
             xblock = min(next_pow2(xnumel), cap)
             return {"XBLOCK": xblock, "num_warps": 4 if xblock <= 1024 else 8}
         if interp:

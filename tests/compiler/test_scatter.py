@@ -1,5 +1,5 @@
-"""The scatter family (index_put, index_add, scatter_add, scatter_reduce, the embedding backward) as atomic Triton
-kernels, scans (cumsum, cumprod, logcumsumexp) through ``tl.associative_scan``, and the ATen fallbacks that stay
+"""The scatter family (index_put, index_add, scatter_add, scatter_reduce, the embedding backward) as Triton kernels
+(atomics; float sums order-fixed up to ``ordered_scatter_max`` sources, else atomics with a note), scans (cumsum, cumprod, logcumsumexp) through ``tl.associative_scan``, and the ATen fallbacks that stay
 (with their reasons): OpInfo-style cases over dtypes, duplicate and negative indices, broadcast index shapes,
 dynamic shapes, empty indices, the determinism switch and a training step of an embedding model."""
 
@@ -111,9 +111,12 @@ def test_scatter_family_matches_eager_without_fallback(name, dtype, device):
         store = next(line for line in src.splitlines() if "tl.store(" in line)
         assert ".to(tl.float32)" not in store or DTYPES[dtype] == torch.float32  # stores keep eager's dtype
         return
-    assert "tl.atomic_add(" in src
+    if not DTYPES[dtype].is_floating_point:  # integer sums are exact in any order: atomics
+        assert "tl.atomic_add(" in src
+        return
+    assert "atomic" not in src and "head" in src  # float sums: the order-fixed kernel
     if DTYPES[dtype] in (torch.float16, torch.bfloat16):  # accumulated in fp32, cast back when read
-        assert "tl.float32" in src and "tl.bfloat16" not in src.split("tl.atomic_add(")[-1]
+        assert "tl.float32" in src and "tl.bfloat16" not in src.split("total = tl.zeros(")[-1]
 
 
 @pytest.mark.parametrize("include_self", [True, False], ids=["self", "noself"])
@@ -404,3 +407,82 @@ def test_dynamic_scan(device):
             x = torch.randn(*shape, device=device)
             torch.testing.assert_close(fn(x), x.cumsum(-1) * 2, rtol=1e-5, atol=1e-5)
     assert len(graphs) == 1 and graphs[0].fallbacks == []
+
+
+# ------------------------------------------------------------------------------------------- order-fixed sums
+def _emb_grad(grad, ids):
+    return torch.ops.aten.embedding_dense_backward(grad, ids, 24, -1, False)
+
+
+def _emb_args(device, n=300):
+    torch.manual_seed(1)
+    return torch.randn(n, 16, device=device), torch.randint(0, 24, (n,), device=device)
+
+
+def test_small_float_sums_are_ordered_without_atomics_and_unnoted(device):
+    """Float-sum scatters up to ``ordered_scatter_max`` sources use the order-fixed kernel (no atomics) and leave
+    no ``nondeterministic`` note; integer sums keep their (exact) atomics."""
+    grad, ids = _emb_args(device)
+    out, graphs = run(_emb_grad, grad, ids)
+    torch.testing.assert_close(out, _emb_grad(grad, ids), rtol=1e-5, atol=1e-5)
+    (src,) = scatter_kernels(graphs)
+    assert "atomic" not in src and "head" in src
+    assert [n for g in graphs for n in g.all_nondeterministic()] == []
+    x, i = make((6, 4), torch.int64, device), torch.randint(0, 6, (9,), device=device)
+    _, graphs = run(_index_put_acc, x, i, make((9, 4), torch.int64, device))
+    assert "tl.atomic_add" in scatter_kernels(graphs)[0]
+
+
+def test_ordered_sum_adds_each_target_in_source_order(device):
+    """The ordered kernel's sum of one target's sources is fixed: equal to a float32 sum that adds chunks of
+    ``QBLOCK`` sources in source order (checked bitwise on values where order matters: 1e8 and ones)."""
+    from compiler.codegen.scatter_kernel import QBLOCK
+
+    n = 4 * QBLOCK
+    vals = torch.ones(n, 1)
+    vals[0] = 1e8  # 1e8 + 1 == 1e8 in fp32: a sum that adds the ones first differs
+    vals[QBLOCK] = -1e8
+    ids = torch.zeros(n, dtype=torch.int64)
+    grad, ids = vals.to(device), ids.to(device)
+    out, _ = run(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 2, -1, False), grad, ids)
+    chunks = [vals[k:k + QBLOCK, 0].sum() for k in range(0, n, QBLOCK)]  # each chunk's exact-enough sum
+    want = torch.zeros((), dtype=torch.float32)
+    for c in chunks:
+        want = want + c
+    assert out[0, 0].item() == want.item() and out[1, 0].item() == 0
+
+
+def test_large_or_atomic_float_sums_are_noted(device):
+    grad, ids = _emb_args(device)
+    for settings, why in (({"ordered_scatter_max": 64}, "more than ordered_scatter_max=64"),
+                          ({"scatter_order": "atomic"}, "scatter_order=atomic")):
+        out, graphs = run(_emb_grad, grad, ids, **settings)
+        torch.testing.assert_close(out, _emb_grad(grad, ids), rtol=1e-5, atol=1e-5)
+        assert "tl.atomic_add" in scatter_kernels(graphs)[0]
+        notes = [n for g in graphs for n in g.all_nondeterministic()]
+        assert [(n.kind, n.op) for n in notes] == [("nondeterministic", "aten.index_put.default")]
+        assert why in notes[0].detail
+
+
+def test_racing_index_put_stores_are_noted(device):
+    x, i, v = make((8, 3), torch.float32, device), torch.tensor([5, -1, 0], device=device), make((3, 3),
+                                                                                                   torch.float32, device)
+    _, graphs = run(lambda a, b, c: torch.index_put(a, (b,), c), x, i, v)
+    assert [n.kind for g in graphs for n in g.all_nondeterministic()] == ["nondeterministic"]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_ordered_scatters_are_bitwise_identical_run_to_run(dtype, device):
+    """Two compiles and several runs of every float-sum case give the same bits."""
+    t = DTYPES[dtype]
+    for name in ("index_put_acc_dup_neg", "index_put_acc_2d_bcast_index", "index_add_dim0", "scatter_add_dim0"):
+        fn, mk = CASES[name]
+        torch.manual_seed(2)
+        args = mk(t, device)
+        first, graphs = run(fn, *args)
+        assert [n for g in graphs for n in g.all_nondeterministic()] == [], name
+        again, _ = run(fn, *args)
+        compiled = torch.compile(fn, backend="kiln")
+        for out in [again] + [compiled(*args) for _ in range(3)]:
+            assert torch.equal(out.view(torch.uint8) if out.dtype.is_floating_point else out,
+                               first.view(torch.uint8) if first.dtype.is_floating_point else first), name
