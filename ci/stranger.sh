@@ -7,8 +7,8 @@
 #
 # Usage: ci/stranger.sh [COMMAND...]     (default: nox -s ci; e.g. `ci/stranger.sh nox -s tests -- -k mm`)
 # Environment (all optional):
-#   KILN_STRANGER_DIR        where the clean environment is made (default: a new folder under $TMPDIR, removed
-#                            at the end unless KILN_STRANGER_KEEP=1)
+#   KILN_STRANGER_DIR        where the clean environment is made and kept (default: a new folder under $TMPDIR,
+#                            removed at the end unless KILN_STRANGER_KEEP=1); given again, its clone is reused
 #   KILN_STRANGER_PIP_CACHE  pip's download cache to reuse (default: $XDG_CACHE_HOME/kiln/stranger-pip, else
 #                            ~/.cache/kiln/stranger-pip; `none`: no cache, every wheel downloaded)
 #   KILN_STRANGER_SELECTION  a pytest -k expression for the suites (KILN_TEST_SELECTION of the run): a reduced run
@@ -35,15 +35,18 @@ cert=${PIP_CERT:-$(python3 -m pip config get global.cert 2>/dev/null || true)}
   if [ "$cache" = none ]; then echo "no-cache-dir = true"; else mkdir -p "$cache"; echo "cache-dir = $cache"; fi
 } > "$work/pip.conf"
 
-git clone --quiet --no-hardlinks "$repo" "$work/kiln"
+# KILN_STRANGER_DIR given again: the same clone and venvs (the README's second command after its first)
+[ -d "$work/kiln" ] || git clone --quiet --no-hardlinks "$repo" "$work/kiln"
 clean_env=(env -i "PATH=$work/py/bin:/usr/local/bin:/usr/bin:/bin" "HOME=$work/home" "XDG_DATA_HOME=$work/data"
            "XDG_CACHE_HOME=$work/home/.cache" "PIP_CONFIG_FILE=$work/pip.conf" "LANG=C.UTF-8" "TERM=dumb")
 [ -n "${KILN_STRANGER_SELECTION:-}" ] && clean_env+=("KILN_TEST_SELECTION=$KILN_STRANGER_SELECTION")
 [ -n "${KILN_TORCH_INDEX_URL:-}" ] && clean_env+=("KILN_TORCH_INDEX_URL=$KILN_TORCH_INDEX_URL")
 
 start=$SECONDS
-echo "stranger: $work: python3 -m venv py && pip install nox (pip: the package index only)"
-(cd "$work" && "${clean_env[@]}" python3 -m venv py && "${clean_env[@]}" py/bin/pip install --quiet nox)
+if [ ! -x "$work/py/bin/nox" ]; then
+  echo "stranger: $work: python3 -m venv py && pip install nox (pip: the package index only)"
+  (cd "$work" && "${clean_env[@]}" python3 -m venv py && "${clean_env[@]}" py/bin/pip install --quiet nox)
+fi
 set_up=$((SECONDS - start))
 echo "stranger: ${cmd[*]} in $work/kiln"
 set +e
