@@ -115,8 +115,20 @@ def shared_python(session: nox.Session, level: str = "project") -> str:
         return python
     if not os.path.exists(python):
         session.run_install(sys.executable, "-m", "venv", SHARED_VENV, external=True)
+        # the venv's bundled pip may predate `--dry-run --report` (torch_pins)
+        session.run_install(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip", external=True, silent=True)
     if level == "project":
-        session.run_install(python, "-m", "pip", "install", TORCH_PIN, TRITON_PIN, external=True, silent=True)
+        asked = [TORCH_PIN, TRITON_PIN, os.environ.get(TORCH_INDEX_VAR, "")]
+        if held.get("torch_pair", {}).get("asked") == asked:  # resolved before (the venv is refilled)
+            pins = held["torch_pair"]["pins"]
+        else:
+            try:
+                pins, line = torch_pins(python)
+            except SystemExit as e:
+                session.error(str(e))
+            session.log(line)
+            held["torch_pair"] = {"asked": asked, "pins": pins}
+        session.run_install(python, "-m", "pip", "install", *pins, external=True, silent=True)
         session.run_install(python, "-m", "pip", "install", "-e", PROJECT, external=True, silent=True)
     else:
         session.run_install(python, "-m", "pip", "install", *_want(level)["pins"], external=True, silent=True)
@@ -125,6 +137,74 @@ def shared_python(session: nox.Session, level: str = "project") -> str:
         json.dump(held, fh, indent=1)
     session.log(f"shared venv {SHARED_VENV}: installed ({level})")
     return python
+
+
+# ---- torch and triton where pip reaches only the package index ---------------------------------------------
+# The matrix pins torch's CPU build (`torch_variant`) and the triton whose interpreter the suites are tested with.
+# Where pip reaches only the package index, that torch pin is, on Linux x86-64, the CUDA build (its nvidia-*
+# runtime wheels: several GB), which requires another triton. So the pair is resolved first with pip's
+# `--dry-run --report` (metadata only: nothing is downloaded; a few seconds); when the pinned triton conflicts, the torch pin is
+# installed with the triton it requires (its interpreter runs the CPU suites too) and the session says so in one
+# line; when neither resolves, nox stops with one line naming what to configure. KILN_TORCH_INDEX_URL, the base
+# URL of PyTorch's per-variant wheel indexes (as for the images, harness/settings.py), adds `<url>/<variant>` as
+# an extra index: its `+cpu` build outranks the package index's build of the same version.
+TORCH_INDEX_VAR = "KILN_TORCH_INDEX_URL"
+TORCH_VARIANT = str(MATRIX["backends"]["cpu"].get("torch_variant", "cpu"))
+
+
+def _dry_run(python: str, args: list[str]) -> tuple[dict | None, str]:
+    """pip's resolution of `args` for `python` without installing: (pip's report, "") or (None, pip's error)."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="kiln-resolve-") as tmp:
+        report = os.path.join(tmp, "report.json")
+        try:
+            # fast-deps: each wheel's metadata by HTTP range requests, where an index serves no PEP 658 metadata
+            p = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                                "--use-feature=fast-deps", "--report", report, *args],
+                               capture_output=True, text=True, check=False)
+        except OSError as e:
+            return None, f"cannot run {python}: {e.strerror or e}"
+        if p.returncode == 0 and os.path.exists(report):
+            with open(report, encoding="utf-8") as fh:
+                return json.load(fh), ""
+    lines = [ln.strip() for ln in p.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR:")]
+    return None, (errors or lines or [f"pip exited {p.returncode}"])[0].removeprefix("ERROR: ")
+
+
+def _resolved(report: dict) -> dict[str, str]:
+    """name -> version of what a pip report would install (names lower-case)."""
+    return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in report.get("install", [])}
+
+
+def torch_pins(python: str) -> tuple[list[str], str]:
+    """(pip arguments that install the matrix's torch pin with a triton pip resolves it with, one line saying
+    which); SystemExit with one line when pip resolves neither the matrix's pair nor the torch pin alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    index = os.environ.get(TORCH_INDEX_VAR, "").strip().rstrip("/")
+    extra = ["--extra-index-url", f"{index}/{TORCH_VARIANT}"] if index else []
+    with ThreadPoolExecutor(2) as pool:  # both at once: where the pair conflicts, the second answers
+        pair = pool.submit(_dry_run, python, [*extra, TORCH_PIN, TRITON_PIN])
+        alone = pool.submit(_dry_run, python, [*extra, TORCH_PIN])
+        (report, error), (alone_report, alone_error) = pair.result(), alone.result()
+    if report is not None:
+        got = _resolved(report)
+        return [*extra, TORCH_PIN, TRITON_PIN], (f"torch {got.get('torch', '?')}, triton {got.get('triton', '?')}: "
+                                                 "ci/matrix.json's pins")
+    got = _resolved(alone_report) if alone_report is not None else {}
+    if "triton" not in got:
+        raise SystemExit(f"nox: pip cannot install {TORCH_PIN} with {TRITON_PIN} (ci/matrix.json): "
+                         f"{alone_error or error}; set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes "
+                         f"(its /{TORCH_VARIANT} index is used) or PIP_FIND_LINKS to a folder holding torch's "
+                         f"{TORCH_VARIANT} wheel")
+    runtime = sorted(n for n in got if n.startswith("nvidia-"))
+    return [*extra, TORCH_PIN, f"triton=={got['triton']}"], (
+        f"torch {got['torch']}, triton {got['triton']}: pip's index has no {TORCH_PIN} that goes with {TRITON_PIN} "
+        f"(ci/matrix.json), so its torch build with the triton it requires"
+        + (f" ({len(runtime)} nvidia-* runtime wheels, several GB; the CPU interpreter runs on it)" if runtime else "")
+        + f"; for the {TORCH_VARIANT} build set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes")
 
 
 def install_project(session: nox.Session) -> str:
@@ -194,19 +274,38 @@ for _backend in _matrix_backends():
     nox.session(name=f"tests-{_backend}", python=False)(_tests_session(_backend))
 
 
+# The main job's mode is chosen by its arguments alone, never by what answers on the host at that moment (a docker
+# daemon that starts a minute later would change the job): native unless `-- --container` (or `-- --image REF`)
+# asks for the backend's container. Its first line says which and why. Container and native runs are separate
+# hardware classes for bench baselines (harness/store/runner.py).
+CI_MODE_RULE = "native unless `-- --container` or `-- --image REF`; the docker daemon is not consulted"
+
+
+def ci_mode(posargs: list[str]) -> tuple[str, str, list[str]]:
+    """(mode, the rule that chose it, the posargs left for `harness run`) of the main job."""
+    rest = [a for a in posargs if a not in ("--native", "--container")]
+    if "--container" in posargs and ("--native" in posargs or _env_flag("KILN_NATIVE")):
+        raise SystemExit("nox: --container and --native (or KILN_NATIVE=1) ask for both modes: give one")
+    if "--container" in posargs or "--image" in posargs:
+        return "container", CI_MODE_RULE, rest
+    return "native", CI_MODE_RULE, rest
+
+
 @nox.session(python=False)
 def ci(session: nox.Session) -> None:
     """Main job: detect the backend (CUDA, ROCm, else CPU interpreter), run its suites, then benchmarks, report."""
     # The harness itself needs the standard library and its stores' SQLAlchemy + Alembic; running natively, the
     # suites need the compiler's dependencies, which the shared venv gets (pinned CPU torch/triton) unless
     # KILN_NO_VENV is set (GPU boxes run with their own torch: `KILN_NO_VENV=1 nox -s ci` or `nox --no-venv -s ci`).
-    native, rest = _split_native(session)
+    try:
+        mode, rule, rest = ci_mode(session.posargs)
+    except SystemExit as e:
+        session.error(str(e))
+    session.log(f"mode: {mode} (rule: {rule})")
+    native = ["--native"] if mode == "native" else []
     backend = session.run(sys.executable, "-m", "harness", "detect", silent=True, external=True)
     backend = (backend or "cpu").strip()  # nox --install-only runs no command
-    if not native and "--image" not in rest:
-        mode = session.run(sys.executable, "-m", "harness", "detect", "--mode", silent=True, external=True)
-        native = ["--native"] if (mode or "native").strip() == "native" else []
-    session.log(f"backend: {backend} ({'native' if native else 'container'})")
+    session.log(f"backend: {backend} ({mode})")
     preflight_first(session, sys.executable, backend, native)  # before the venv, the run folder and the stores
     # container mode: the suites run in the image; the harness here records the history
     python = shared_python(session, "project" if native else "harness")
@@ -250,6 +349,9 @@ def ci(session: nox.Session) -> None:
     # bench step or red suites
     verdict = step(python, "-m", "harness", "bench", "verdict",
                    *[x for name, rep, rc in steps for x in ("--step", name, rep, str(rc))])
+    if not native:  # said again among the job's last lines, where the verdicts are read
+        session.log("bench models: not run (container mode: the backend images carry no transformers; the native "
+                    "mode, the default, runs them)")
     if suites or verdict:
         session.error("suites: " + ("red (see the report above)" if suites else "green") + "; bench: "
                       + ("FAILED (see the bench lines above)" if verdict else "ok"))

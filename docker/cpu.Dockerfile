@@ -25,8 +25,10 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# g++ and python3-dev: Inductor's CPU code generation compiles C++ (with Python's headers); the bench compares
+# kiln with Inductor in this image too
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates g++ python3-dev \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/venv
 

@@ -37,6 +37,7 @@ CONTAINER_RESULTS = "/results"
 CONTAINER_HOME = "/tmp/kiln-home"  # HOME of a container run as the runner's uid (no passwd entry there)
 CONTAINER_CACHE = "/cache"
 HOST_GPUS = "KILN_HOST_GPUS"  # in a container's env: the host GPU ids it was given, or `all`
+RUN_MODE = "KILN_RUN_MODE"  # `container` in every container's env: part of the hardware class (store/runner.py)
 JOB_LABEL = "kiln.job"
 BACKEND_LABEL = "kiln.backend"
 
@@ -81,7 +82,8 @@ def container_argv(b: Backend, image: str, inner: Sequence[str], *, src: Path | 
     if cache is not None:
         argv += ["--volume", f"{cache}:{CONTAINER_CACHE}"]
     argv += ["--workdir", CONTAINER_SRC]
-    env = {**(user_env() if user else {}), **(cache_env(CONTAINER_CACHE) if cache is not None else {}), **env}
+    env = {**(user_env() if user else {}), **(cache_env(CONTAINER_CACHE) if cache is not None else {}), **env,
+           RUN_MODE: "container"}
     for key in sorted(env):
         argv += ["--env", f"{key}={env[key]}"]
     return [*argv, *b.container_options, image, *inner]

@@ -60,6 +60,8 @@ The fleet store's variables, read by `fleet_settings()` (harness/store/url.py, r
                     writers keep their own defaults (a pull request's job: its results stay on the runner)
   RUNNER_NAME       the runner's name recorded with each run (GitHub Actions sets it; default: the host name)
   KILN_GPU_LABEL    the matrix's GPU label of the job (e.g. h100), recorded with each run: the hardware class
+  KILN_RUN_MODE     `container` inside the suites' and benchmarks' containers (the harness sets it in every
+                    `docker run`); unset: native. Part of the hardware class: the two modes are never compared
 
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench/<backend>/bench.sqlite, <backend> the one this
@@ -301,6 +303,7 @@ class FleetSettings:
     read_only: bool
     runner_name: str
     gpu_label: str
+    run_mode: str = "native"
 
 
 def fleet_settings() -> FleetSettings:
@@ -313,6 +316,7 @@ def fleet_settings() -> FleetSettings:
         read_only=flag("KILN_STORE_READ_ONLY"),
         runner_name=os.environ.get("RUNNER_NAME", "").strip(),
         gpu_label=os.environ.get("KILN_GPU_LABEL", "").strip(),
+        run_mode=os.environ.get("KILN_RUN_MODE", "").strip() or "native",
     )
 
 

@@ -6,8 +6,9 @@ Terms:
   driver        the GPU driver's version (NVIDIA's, else amdgpu's), "" without one.
   gpu label     the matrix's GPU label of the job ($KILN_GPU_LABEL, e.g. `h100`), "" when unset.
   hardware class  what results may be compared across: the gpu label, else the GPU model, else the device name
-                the caller measured on (`cpu: <model>`), else "cpu". A baseline, a bisection reference and a
-                history plot stay within one class unless asked (`--any-hardware`).
+                the caller measured on (`cpu: <model>`), else "cpu"; ` (container)` added inside the harness's
+                containers ($KILN_RUN_MODE), whose timings differ from the same machine's native ones. A baseline,
+                a bisection reference and a history plot stay within one class unless asked (`--any-hardware`).
 """
 
 from __future__ import annotations
@@ -33,8 +34,12 @@ class Runner:
         return asdict(self)
 
 
-def hardware_class(gpu_label: str, gpu_model: str, device_name: str = "") -> str:
-    return gpu_label or gpu_model or device_name or "cpu"
+CONTAINER_MARK = " (container)"
+
+
+def hardware_class(gpu_label: str, gpu_model: str, device_name: str = "", mode: str = "native") -> str:
+    """The hardware class (module docstring): a container's runs are a class apart from native ones."""
+    return (gpu_label or gpu_model or device_name or "cpu") + (CONTAINER_MARK if mode == "container" else "")
 
 
 @cache
@@ -73,7 +78,7 @@ def current(device_name: str = "") -> Runner:
     elif device_name:
         model = ""  # a CPU measurement: the GPU in the box says nothing about its class
     return Runner(s.runner_name or socket.gethostname(), model, driver, s.gpu_label,
-                  hardware_class(s.gpu_label, model, device_name))
+                  hardware_class(s.gpu_label, model, device_name, s.run_mode))
 
 
 def from_env() -> dict[str, str]:
