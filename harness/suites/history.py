@@ -195,8 +195,12 @@ def record(db_path: Any, folder: Any, *, strict: bool | None = None) -> Recorded
     hands its own); read before the store is opened, so a bad folder leaves no trace. On a server store that
     cannot be reached the run goes to the local spool with one line (harness/store/spool.py), unless `strict`
     (StoreUnreachable, exit 3); a record that reaches the server first pushes what was spooled."""
+    if _MISSING:
+        raise MissingTool(f"SQLAlchemy and Alembic are not installed in this Python ({sys.executable}: "
+                          f"{_MISSING}); to record it: {sys.executable} -m pip install 'sqlalchemy>=2' "
+                          "'alembic>=1.13' (or the project: pip install -e .)")
     where = _where(db_path)
-    if isinstance(where, Path) or _MISSING:
+    if isinstance(where, Path):
         return _record(where, folder)
     from harness.exc import StoreUnreachable
     from harness.store import spool
@@ -248,9 +252,14 @@ def _record(db_path: Any, folder: Any) -> Recorded:
 
 def record_or_warn(db_path: Path | str, folder: Any, out: TextIO | None = None) -> Recorded | None:
     """record(), for a run that has just finished: a store that cannot take it is reported in one line on `out`
-    (default stdout) and the run goes on; None then."""
+    (default stdout) and the run goes on; None then. A store that refuses access (StoreDenied) is raised: the
+    caller reports the run, then fails with it (exit 3)."""
+    from harness.exc import StoreDenied
+
     try:
         r = record(db_path, folder)
+    except StoreDenied:  # a configuration error (wrong password, no grants): the run's caller fails with it
+        raise
     except HarnessError as e:
         print(f"test history not recorded: {e}", file=out or sys.stdout, flush=True)
         return None
