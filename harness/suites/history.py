@@ -439,7 +439,9 @@ def cli_main(args: argparse.Namespace) -> int:
             runs = max(c.runs for c in never)
             print(f"{len(never)} test(s) never failed in the last {runs} run(s) (`--all` lists them, "
                   "`--json -` gives every count)")
-        print(f"{db}: {len(shown)} test(s) shown" + (" (failing only)" if args.failing else ""))
+        failing = len(shown) - len(never)
+        print(f"{db}: {len(listed)} of {len(shown)} test(s) listed ({failing} failed in the window)"
+              + (" (failing only)" if args.failing else ""))
     if args.json:
         conventions.write_json(args.json, {"store": str(db), "last": args.last, "backend": args.backend,
                                            "failing_only": args.failing,

@@ -316,7 +316,11 @@ def test_history_show_in_a_terminal_counts_the_tests_that_never_failed_in_one_li
     lines = short.stdout.strip().splitlines()
     assert lines[0] == "t::bad: failed 2 of the last 2 runs"
     assert "30 test(s) never failed in the last 2 run(s) (`--all` lists them" in lines[1]
-    assert lines[2].endswith("31 test(s) shown") and len(lines) == 3
+    assert lines[2].endswith("1 of 31 test(s) listed (1 failed in the window)") and len(lines) == 3
+    green = tmp_path / "green.sqlite"  # none failing: the count says none is listed, not "30 shown"
+    history.record(green, fake_run(tmp_path / "g", outcomes, started="2026-01-03T00:00:00+00:00"))
+    quiet = harness("history", "--history", str(green), "show", cwd=tmp_path).stdout.strip().splitlines()
+    assert quiet[-1].endswith("0 of 30 test(s) listed (0 failed in the window)"), quiet
     every = harness("history", "--history", str(db), "show", "--all", cwd=tmp_path)
     assert every.returncode == 0 and "t::ok29: failed 0 of the last 2 runs" in every.stdout
     js = harness("history", "--history", str(db), "show", "--json", "-", cwd=tmp_path)
