@@ -400,3 +400,18 @@ def test_kiln_no_venv_with_a_python_without_the_project_names_what_it_lacks_and_
     assert proc.returncode == exc.EXIT_INFRA, proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
     assert "it lacks pytest, torch, triton" in line and "drop KILN_NO_VENV" in line and ".nox/kiln" in line
+
+
+def test_the_readme_python_example_prints_readable_kernel_source(tmp_path):
+    """The README's first Python block, run as a newcomer pastes it: the kernels print as source lines (a
+    `@triton.jit` line of its own), not a dict with `\\n` escapes."""
+    import re
+
+    block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert block, "README.md has no ```python block"
+    proc = subprocess.run([sys.executable, "-c", block.group(1)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "@triton.jit" in lines and any(ln.startswith("# kernel ") for ln in lines), proc.stdout[-2000:]
+    assert "\\n" not in proc.stdout and not any(ln.startswith("{") for ln in lines)
