@@ -213,22 +213,96 @@ def install_project(session: nox.Session) -> str:
     return shared_python(session, "project")
 
 
+# `nox -s tests` runs in phases (`test_phases`), every phase even when an earlier one failed, then prints one recap
+# line per phase (name, passed/failed/skipped counts from its JUnit file, seconds) and fails if any phase failed.
+# The compiler suites run single-threaded (`-p no:xdist`: their verdicts must not depend on a neighbour); the unit
+# tests of tests/compiler and tests/harness run on pytest-xdist workers (KILN_TEST_WORKERS, default `auto`: one per
+# core; `0` runs them in one process), a file's tests on one worker (`--dist loadfile`: module fixtures and
+# scratch folders are shared within a file only).
+def test_workers() -> list[str]:
+    """The pytest-xdist arguments of the unit-test phases (see the comment above)."""
+    workers = os.environ.get("KILN_TEST_WORKERS", "auto").strip() or "auto"
+    if workers == "0":
+        return ["-p", "no:xdist"]
+    if workers != "auto" and not workers.isdigit():
+        raise SystemExit(f"nox: KILN_TEST_WORKERS={workers!r}: give a number of workers, 0 or auto")
+    return ["-n", workers, "--dist", "loadfile"]
+
+
+def test_phases(cache_folder: str) -> list[tuple[str, list[str], dict]]:
+    """(name, pytest arguments, environment) of each phase of `nox -s tests`, in order."""
+    suites = [f"tests/{s}" for s in SUITES]
+    cached = {**SUITE_ENV, "KILN_CACHE": "1", "XDG_CACHE_HOME": cache_folder}
+    return [
+        ("suites", ["-p", "no:xdist", *suites], SUITE_ENV),
+        # the suites again through kiln's caches (the tests run with them off): a cold run fills a fresh cache, a
+        # warm run is answered from it (graph cache, inference and training front caches), as a CI retry or a
+        # second job on one runner is
+        ("suites, caches cold", ["-p", "no:xdist", "-q", *suites], cached),
+        ("suites, caches warm", ["-p", "no:xdist", "-q", *suites], cached),
+        ("compiler unit tests", [*test_workers(), "-q", "tests/compiler"], SUITE_ENV),
+        ("harness unit tests", [*test_workers(), "-q", "tests/harness"], SUITE_ENV),
+    ]
+
+
+def junit_counts(path: str) -> dict[str, int]:
+    """passed/failed/skipped of a pytest JUnit file (failed: failures and errors); all 0 when it is missing or
+    unreadable (a pytest that died before writing it)."""
+    import xml.etree.ElementTree as ET
+
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return counts
+    for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+        total, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+        failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        counts["passed"] += total - failed - skipped
+        counts["failed"] += failed
+        counts["skipped"] += skipped
+    return counts
+
+
+def recap_lines(results: list[tuple[str, int, dict[str, int], float]]) -> list[str]:
+    """One line per phase (name, verdict, counts, seconds) from (name, exit status, junit_counts, seconds)."""
+    width = max((len(name) for name, *_ in results), default=0)
+    lines = []
+    for name, code, counts, seconds in results:
+        verdict = "ok" if code == 0 else f"FAILED (exit {code})"
+        lines.append(f"{name:<{width}}  {verdict:<16} {counts['passed']} passed, {counts['failed']} failed, "
+                     f"{counts['skipped']} skipped in {seconds:.0f}s")
+    total = sum(r[3] for r in results)
+    lines.append(f"{'total':<{width}}  {'ok' if all(r[1] == 0 for r in results) else 'FAILED':<16} {total:.0f}s")
+    return lines
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Run the compiler suites single-threaded and the harness unit tests, on the machine at hand."""
+    """Run the compiler suites single-threaded, then the unit tests on pytest-xdist workers; recap every phase."""
+    import time
+
+    from nox.command import CommandFailed
+
     python = install_project(session)
-    suite_paths = [f"tests/{s}" for s in SUITES] + ["tests/compiler"]
-    session.run(python, "-m", "pytest", "-p", "no:xdist", *suite_paths, *session.posargs, env=SUITE_ENV,
-                external=True)
-    # the suites again through kiln's caches (the tests run with them off): a cold run fills a fresh cache, a warm
-    # run is answered from it (graph cache, inference and training front caches), as a CI retry or a second job
-    # on one runner is
-    with tempfile.TemporaryDirectory(prefix="kiln-warm-suites-") as folder:
-        for run in ("cold", "warm"):
-            session.log(f"suites with kiln's caches on ({run}): {folder}")
-            session.run(python, "-m", "pytest", "-p", "no:xdist", "-q", *suite_paths[:-1], *session.posargs,
-                        env={**SUITE_ENV, "KILN_CACHE": "1", "XDG_CACHE_HOME": folder}, external=True)
-    session.run(python, "-m", "pytest", "tests/harness", *session.posargs, env=SUITE_ENV, external=True)
+    results: list[tuple[str, int, dict[str, int], float]] = []
+    with tempfile.TemporaryDirectory(prefix="kiln-tests-") as folder:
+        cache = os.path.join(folder, "cache")
+        for index, (name, args, env) in enumerate(test_phases(cache)):
+            junit = os.path.join(folder, f"phase-{index}.xml")
+            session.log(f"phase {index + 1}: {name}")
+            t0 = time.monotonic()
+            try:
+                session.run(python, "-m", "pytest", *args, f"--junitxml={junit}", *session.posargs, env=env,
+                            external=True)
+                code = 0
+            except CommandFailed as e:
+                code = e.return_code or 1
+            results.append((name, code, junit_counts(junit), time.monotonic() - t0))
+    for line in ["recap of `nox -s tests`:", *recap_lines(results)]:
+        session.log(line)
+    if failed := [name for name, code, *_ in results if code]:
+        session.error(f"failed phase(s): {', '.join(failed)}")
 
 
 # ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------

@@ -65,6 +65,12 @@ class CompiledGraph:
     def code(self) -> str:
         return self.wrapper.code
 
+    @property
+    def kernel_code(self) -> str:
+        """Every kernel's source as one readable text, each under a ``# kernel NAME`` line (``kernel_sources`` is
+        the dict of them, name -> source)."""
+        return "\n".join(f"# kernel {name}\n{src.rstrip()}\n" for name, src in self.kernel_sources.items())
+
 
 #: the open ``capture()`` blocks. Nothing else in the process keeps a compiled graph: a graph holds its CUDA-graph
 #: runner, whose recordings own their pools' memory, so a module-level list of recent graphs (there was one)

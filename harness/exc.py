@@ -154,6 +154,13 @@ class StoreUnreachable(InfrastructureError):
     exit_code = EXIT_INFRA
 
 
+class StoreDenied(InfrastructureError):
+    """A store's server answered and refused us: wrong password, unknown role or database, no permission. A
+    configuration error, never spooled as if the server were down (exit 3: CI must not go green over it)."""
+
+    exit_code = EXIT_INFRA
+
+
 class ImportFormatError(BenchError):
     """A JSON file given to `bench import` is not a bench export this code can read."""
 

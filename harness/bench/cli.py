@@ -21,9 +21,14 @@ from harness.exc import UsageError
 from harness.settings import Plant, bench_settings
 
 
+def path_or_url(value: str) -> Path | str:
+    """A `--db` value: a store URL kept as typed (a Path would fold its `://` into `:/`), else a Path."""
+    return value if "://" in value else Path(value)
+
+
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--db", type=Path, default=None, help="SQLite store or store URL (default $KILN_STORE_URL, else "
+        "--db", type=path_or_url, default=None, help="SQLite store or store URL (default $KILN_STORE_URL, else "
         "$KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite: the store `nox -s ci` and `nox -s bench` write)"
     )
     from harness.store.cli import add_store_flags

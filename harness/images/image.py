@@ -176,7 +176,15 @@ def bootstrap_argv(backend: Backend, rootfs: Path, mirror: str) -> list[str]:
     b = backend.bootstrap
     if b is None:
         raise ImageInputError(f"backend {backend.name} has no bootstrap entry in the matrix")
-    return ["debootstrap", f"--variant={b.variant}", b.suite, str(rootfs), mirror]
+    return [find_tool("debootstrap") or "debootstrap", f"--variant={b.variant}", b.suite, str(rootfs), mirror]
+
+
+SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")  # where Debian puts root's tools; a user's PATH often lacks them
+
+
+def find_tool(name: str) -> str | None:
+    """The program `name` on PATH, else in the sbin folders (SBIN); None when neither has it."""
+    return shutil.which(name) or shutil.which(name, path=os.pathsep.join(SBIN))
 
 
 def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
@@ -186,8 +194,9 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
         raise ImageInputError(f"backend {backend.name} has no bootstrap entry in the matrix")
     if not force and image_id(b.image):
         return b.image
-    if shutil.which("debootstrap") is None:
-        raise MissingTool("debootstrap not found: install it (apt-get install debootstrap) to bootstrap "
+    if find_tool("debootstrap") is None:
+        raise MissingTool(f"debootstrap not found on PATH nor in {', '.join(SBIN)}: install it (apt-get install "
+                          "debootstrap) to bootstrap "
                           f"{b.image}, or provide a base image with --base-image")
     if os.geteuid() != 0:
         raise ImageError("debootstrap needs root to bootstrap the base image")

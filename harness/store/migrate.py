@@ -16,6 +16,7 @@ Terms:
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
-from harness.exc import HarnessError, HistoryError, StoreError, StoreUnreachable
+from harness.exc import HarnessError, HistoryError, StoreDenied, StoreError, StoreUnreachable
 
 from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, unreadable
 from .tables import RUNNER_COLUMNS
@@ -246,8 +247,31 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
         raise
 
 
-def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> StoreUnreachable:
-    """The one-line StoreUnreachable for a server that refused, timed out or went away."""
+# what a server says when it answered and refused us (a configuration error, not an outage): SQLSTATE class 28
+# (authorization) and 42501 (insufficient privilege); a connection refused at login carries no SQLSTATE in
+# psycopg, so its FATAL line is matched too
+_DENIED = re.compile(r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
+                     r"role \S+ does not exist|database \S+ does not exist|permission denied|"
+                     r"no password supplied|not permitted to log in|must be owner|insufficient privilege")
+
+
+def denied_reason(e: BaseException) -> str | None:
+    """The server's refusal in `e` (a DBAPI error) as one line, when it is one (see _DENIED); else None."""
+    orig = getattr(e, "orig", None) or e
+    code = str(getattr(orig, "sqlstate", None) or "")
+    text = " ".join(str(orig).split())
+    if not (code.startswith("28") or code == "42501" or _DENIED.search(text)):
+        return None
+    fatal = re.search(r"FATAL:\s*(.*)", text)
+    return (fatal.group(1) if fatal else text) or type(orig).__name__
+
+
+def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> StoreUnreachable | StoreDenied:
+    """The one-line StoreUnreachable for a server that refused, timed out or went away; StoreDenied when it
+    answered and refused us (wrong password, unknown role or database, no permission), which is never spooled."""
+    if (why := denied_reason(e)) is not None:
+        return StoreDenied(f"{kind.label} server {location} refused access: {why} (check the store URL's user, "
+                           "password and database, and the role's grants)")
     first = str(getattr(e, "orig", None) or e).strip().splitlines()
     why = first[0] if first else type(e).__name__
     return StoreUnreachable(f"{kind.label} server {location} is unreachable: {why}")
@@ -291,6 +315,8 @@ def open_server(location: ServerURL, kind: StoreKind, *, write: bool,
         if conn is not None:
             conn.close()
         engine.dispose()
+        if denied_reason(e) is not None:
+            raise unreachable(location, kind, e) from None
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise kind.error(f"cannot use {kind.label} {location}: {first}") from None
     except BaseException:

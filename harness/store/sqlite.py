@@ -154,11 +154,24 @@ def transaction(conn: Connection, *, write: bool, error: type[Exception], what: 
         if conn.dialect.name != "sqlite":  # a server that went away: the caller may spool (harness/store/spool.py)
             from harness.exc import StoreUnreachable
 
+            _raise_if_denied(e, what)
             why = str(e.orig or e).splitlines()[0]
             raise StoreUnreachable(f"{what}: the server is unreachable: {why}") from None
         raise error(f"{what}: {str(e).splitlines()[0]}") from None
     except SQLAlchemyError as e:
+        if conn.dialect.name != "sqlite":
+            _raise_if_denied(e, what)
         raise error(f"{what}: {str(e).splitlines()[0]}") from None
     finally:
         if not conn.invalidated:  # touching a lost server connection's info would reconnect
             conn.info[WRITE_TXN] = False
+
+
+def _raise_if_denied(e: BaseException, what: str) -> None:
+    """StoreDenied when the server refused `e`'s statement for lack of rights (never spooled, exit 3)."""
+    from harness.exc import StoreDenied
+
+    from .migrate import denied_reason
+
+    if (why := denied_reason(e)) is not None:
+        raise StoreDenied(f"{what}: the server refused: {why} (check the role's grants)") from None

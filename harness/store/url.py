@@ -63,9 +63,11 @@ def parse(value: str | Path | ServerURL) -> Location:
         return Path(rest[1:]).expanduser()
     try:
         url = make_url(value)
-    except ArgumentError:
-        raise UsageError(f"store URL {_hide(value)!r} does not parse; expected sqlite:///PATH or "
-                         "postgresql://USER@HOST/DB") from None
+    except (ArgumentError, ValueError) as e:  # ValueError: a port that is not a number, among others
+        why = "" if not isinstance(e, ValueError) else (
+            " (its port is not a number)" if "int()" in str(e) else f" ({str(e).splitlines()[0]})")
+        raise UsageError(f"store URL {_hide(value)!r} does not parse{why}; expected sqlite:///PATH or "
+                         "postgresql://USER[:PASSWORD]@HOST[:PORT]/DB") from None
     if url.drivername not in SERVER_SCHEMES:
         raise UsageError(f"store URL scheme {url.drivername!r} is not one this code reads: sqlite:///PATH or "
                          "postgresql://USER@HOST/DB (psycopg 3)")

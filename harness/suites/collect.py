@@ -83,6 +83,9 @@ def read_record(path: Path | str) -> RunRecord:
     """The record (run.json) of the results folder at `path`, schema 1 or 2."""
     path = Path(path)
     if not path.is_dir():
+        if path.exists():
+            raise ResultsError(f"{path} is a file, not a results folder (give the folder a run wrote, e.g. "
+                               "results/<run>)")
         raise ResultsError(f"results folder {path} does not exist")
     if not (path / "run.json").exists():
         raise ResultsError(f"{path} is not a harness results folder (no run.json)")

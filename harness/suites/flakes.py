@@ -389,6 +389,8 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ARG",
         help="extra argument for pytest (repeatable), e.g. --pytest-arg=-k --pytest-arg=softmax",
     )
+    p.add_argument("-k", dest="keyword", metavar="EXPR",
+                   help="only the tests whose names match EXPR (pytest's -k), e.g. -k mm")
     p.add_argument("paths", nargs="*", help="test paths or node ids (default: the matrix's suites)")
 
 
@@ -417,7 +419,7 @@ def cli_main(args: argparse.Namespace) -> int:
         runs=args.runs,
         out_dir=out,
         quarantine=q,
-        extra=[*args.pytest_arg, *selection_args("flakes")],
+        extra=[*args.pytest_arg, *(["-k", args.keyword] if args.keyword else []), *selection_args("flakes")],
         root=s.root,
         native=native,
         image=args.image,

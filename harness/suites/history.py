@@ -201,8 +201,12 @@ def record(db_path: Any, folder: Any, *, strict: bool | None = None) -> Recorded
     hands its own); read before the store is opened, so a bad folder leaves no trace. On a server store that
     cannot be reached the run goes to the local spool with one line (harness/store/spool.py), unless `strict`
     (StoreUnreachable, exit 3); a record that reaches the server first pushes what was spooled."""
+    if _MISSING:
+        raise MissingTool(f"SQLAlchemy and Alembic are not installed in this Python ({sys.executable}: "
+                          f"{_MISSING}); to record it: {sys.executable} -m pip install 'sqlalchemy>=2' "
+                          "'alembic>=1.13' (or the project: pip install -e .)")
     where = _where(db_path)
-    if isinstance(where, Path) or _MISSING:
+    if isinstance(where, Path):
         return _record(where, folder)
     from harness.exc import StoreUnreachable
     from harness.store import spool
@@ -254,9 +258,14 @@ def _record(db_path: Any, folder: Any) -> Recorded:
 
 def record_or_warn(db_path: Path | str, folder: Any, out: TextIO | None = None) -> Recorded | None:
     """record(), for a run that has just finished: a store that cannot take it is reported in one line on `out`
-    (default stdout) and the run goes on; None then."""
+    (default stdout) and the run goes on; None then. A store that refuses access (StoreDenied) is raised: the
+    caller reports the run, then fails with it (exit 3)."""
+    from harness.exc import StoreDenied
+
     try:
         r = record(db_path, folder)
+    except StoreDenied:  # a configuration error (wrong password, no grants): the run's caller fails with it
+        raise
     except HarnessError as e:
         print(f"test history not recorded: {e}", file=out or sys.stdout, flush=True)
         return None
@@ -436,7 +445,9 @@ def cli_main(args: argparse.Namespace) -> int:
             runs = max(c.runs for c in never)
             print(f"{len(never)} test(s) never failed in the last {runs} run(s) (`--all` lists them, "
                   "`--json -` gives every count)")
-        print(f"{db}: {len(shown)} test(s) shown" + (" (failing only)" if args.failing else ""))
+        failing = len(shown) - len(never)
+        print(f"{db}: {len(listed)} of {len(shown)} test(s) listed ({failing} failed in the window)"
+              + (" (failing only)" if args.failing else ""))
     if args.json:
         conventions.write_json(args.json, {"store": str(db), "last": args.last, "backend": args.backend,
                                            "failing_only": args.failing,

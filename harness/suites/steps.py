@@ -88,6 +88,7 @@ class RunState:
     current: str = "setup"
     running: str | None = None
     ok: bool | None = None  # the report's verdict, set by the report step
+    history_error: HarnessError | None = None  # the store refused the record: the run fails with it (exit 3)
     t0: float = field(default_factory=time.monotonic)
 
     def save(self) -> None:
@@ -316,9 +317,13 @@ STEPS: tuple[tuple[str, Callable[[RunState], RunState]], ...] = (
 def record_history(state: RunState) -> RunState:
     """The run's outcomes into the test history (unless `--no-history`), from memory."""
     if state.plan.history_db is not None:
+        from harness.exc import StoreDenied
         from harness.suites.history import record_or_warn
 
-        record_or_warn(state.plan.history_db, state.results())
+        try:
+            record_or_warn(state.plan.history_db, state.results())
+        except StoreDenied as e:  # raised by run() once the report is written
+            state.history_error = e
     return state
 
 
@@ -370,6 +375,8 @@ def run(plan: Plan) -> tuple[Path, int]:
             raise
     for _, step in END:
         state = step(state)
+    if state.history_error is not None:
+        raise state.history_error
     return state.run_dir, 0 if state.ok else 1
 
 

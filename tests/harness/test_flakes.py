@@ -366,3 +366,15 @@ def _empty_ini(folder) -> object:
     ini = folder / "empty-pytest.ini"
     ini.write_text("[pytest]\n")
     return ini
+
+
+def test_dash_k_selects_tests_as_pytest_does(planted):
+    """`flakes ... -k EXPR` (not only `--pytest-arg=-k --pytest-arg=EXPR`): only the matching test runs."""
+    proc = subprocess.run(
+        [*FLAKES, "--native", "--runs", "2", "--quarantine", str(ROOT / "ci" / "quarantine.toml"),
+         *(f"--pytest-arg={a}" for a in ISOLATE), "--out", str(planted / "k"), PLANTED, "-k", "planted_passing"],
+        cwd=ROOT, env={**_env(), "KILN_PLANTED_STATE": str(planted / "state")}, capture_output=True, text=True,
+        timeout=300, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "flakes cpu: 1 tests x 2 runs: 1 passing, 0 failing, 0 flaky, 0 blocking" in proc.stdout

@@ -231,3 +231,30 @@ def test_the_flakes_report_says_how_often_a_test_failed_before(tmp_path):
     plain = flakes.build_report(stats, verdict, backend="cpu", runs=2, paths=["t"], command=["pytest"],
                                 pytest_exit=1, complete=True)
     assert "History:" not in flakes.render_markdown(plain, verdict)
+
+
+def test_a_python_without_sqlalchemy_runs_reports_and_says_history_was_not_recorded(tmp_path):
+    """Through the real harness, with SQLAlchemy and Alembic unimportable (a sitecustomize): the green run exits 0,
+    is reported, and one line says the history was not recorded and how to get it."""
+    import os
+    import subprocess
+    import sys
+
+    from scratch_project import scratch_project
+
+    root = Path(__file__).resolve().parents[2]
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text("import sys\nfor n in ('sqlalchemy', 'alembic'):\n    sys.modules[n] = None\n")
+    proj = scratch_project(tmp_path / "proj", {"beta": "def test_a():\n    assert True\n"})
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "KILN_ROOT": str(proj),
+           "KILN_RESULTS": str(proj / "results"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "PYTHONPATH": os.pathsep.join([str(block), str(root)])}
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--backend", "cpu", "--native", "--no-health",
+                           "--quiet"], cwd=proj, env=env, capture_output=True, text=True, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and "kiln cpu/native OK: 1 passed" in out
+    said = [ln for ln in out.splitlines() if "history" in ln]
+    assert len(said) == 1 and said[0].startswith("test history not recorded: SQLAlchemy and Alembic are not "
+                                                 "installed") and "pip install" in said[0], said

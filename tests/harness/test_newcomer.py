@@ -316,7 +316,11 @@ def test_history_show_in_a_terminal_counts_the_tests_that_never_failed_in_one_li
     lines = short.stdout.strip().splitlines()
     assert lines[0] == "t::bad: failed 2 of the last 2 runs"
     assert "30 test(s) never failed in the last 2 run(s) (`--all` lists them" in lines[1]
-    assert lines[2].endswith("31 test(s) shown") and len(lines) == 3
+    assert lines[2].endswith("1 of 31 test(s) listed (1 failed in the window)") and len(lines) == 3
+    green = tmp_path / "green.sqlite"  # none failing: the count says none is listed, not "30 shown"
+    history.record(green, fake_run(tmp_path / "g", outcomes, started="2026-01-03T00:00:00+00:00"))
+    quiet = harness("history", "--history", str(green), "show", cwd=tmp_path).stdout.strip().splitlines()
+    assert quiet[-1].endswith("0 of 30 test(s) listed (0 failed in the window)"), quiet
     every = harness("history", "--history", str(db), "show", "--all", cwd=tmp_path)
     assert every.returncode == 0 and "t::ok29: failed 0 of the last 2 runs" in every.stdout
     js = harness("history", "--history", str(db), "show", "--json", "-", cwd=tmp_path)
@@ -396,3 +400,18 @@ def test_kiln_no_venv_with_a_python_without_the_project_names_what_it_lacks_and_
     assert proc.returncode == exc.EXIT_INFRA, proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
     assert "it lacks pytest, torch, triton" in line and "drop KILN_NO_VENV" in line and ".nox/kiln" in line
+
+
+def test_the_readme_python_example_prints_readable_kernel_source(tmp_path):
+    """The README's first Python block, run as a newcomer pastes it: the kernels print as source lines (a
+    `@triton.jit` line of its own), not a dict with `\\n` escapes."""
+    import re
+
+    block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert block, "README.md has no ```python block"
+    proc = subprocess.run([sys.executable, "-c", block.group(1)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "@triton.jit" in lines and any(ln.startswith("# kernel ") for ln in lines), proc.stdout[-2000:]
+    assert "\\n" not in proc.stdout and not any(ln.startswith("{") for ln in lines)

@@ -16,6 +16,7 @@ import pytest
 from harness import matrix
 from harness.suites import collect, repro
 from harness.images import image
+from harness.settings import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,22 +166,28 @@ def test_health_check_runs_before_the_suites(tmp_path):
 
 
 def _cpu_image_present(root: Path) -> str | None:
+    """The CPU image's tag when it is built here; else the test is skipped with why not (no docker client, no daemon,
+    or no image), the client found as the harness finds it (KILN_DOCKER, /usr/bin/docker, PATH)."""
+    from harness.exc import HarnessError
+    from harness.settings import settings
+
+    docker = settings().docker
+    if shutil.which(docker) is None:
+        pytest.skip(f"no docker client here ({docker} not found; KILN_DOCKER names another)")
     try:
-        b = matrix.load(root / "ci" / "matrix.json").backend("cpu")
-        if shutil.which(os.environ.get("KILN_DOCKER", "/usr/bin/docker")) is None:
-            return None
         image.require_docker()
-        tag = image.image_tag(b, b.bootstrap.image if b.bootstrap else None, root=root)
-        return tag if image.image_id(tag) else None
-    except Exception:  # noqa: BLE001 - no docker here: the test is skipped
-        return None
+    except HarnessError as e:
+        pytest.skip(f"docker is not usable here: {e}")
+    b = matrix.load(root / "ci" / "matrix.json").backend("cpu")
+    tag = image.image_tag(b, b.bootstrap.image if b.bootstrap else None, root=root)
+    if not image.image_id(tag):
+        pytest.skip(f"CPU image {tag} not built on this machine (python -m harness image build --backend cpu)")
+    return tag
 
 
 def test_container_run_and_repro_line(tmp_path):
     root = make_project(tmp_path, with_harness=True)
     tag = _cpu_image_present(root)
-    if tag is None:
-        pytest.skip("CPU image not built on this machine (python -m harness image build --backend cpu)")
     proc = harness(root, "run", "--backend", "cpu", "--image", tag, "--quiet")
     assert proc.returncode == 1, proc.stderr
     assert "suite alpha [cpu/container] FAILED: 2 passed, 2 failed, 1 xfailed" in proc.stdout
@@ -197,8 +204,6 @@ def test_container_run_and_repro_line(tmp_path):
 def test_container_suite_timeout_kills_and_removes_the_container(tmp_path):
     root = make_project(tmp_path, with_harness=True)
     tag = _cpu_image_present(root)
-    if tag is None:
-        pytest.skip("CPU image not built on this machine (python -m harness image build --backend cpu)")
     data = json.loads((root / "ci" / "matrix.json").read_text())
     # pytest-timeout ends the first hanging test after 5 s; the container is killed at 8 s during the second
     data["backends"]["cpu"]["timeouts"].update(test_s=5, suite_s=8)
@@ -210,7 +215,7 @@ def test_container_suite_timeout_kills_and_removes_the_container(tmp_path):
     entry = json.loads((only_run(root) / "run.json").read_text())["suites"][0]
     assert entry["timed_out"] is True
     name = entry["argv"][entry["argv"].index("--name") + 1]
-    left = subprocess.run([os.environ.get("KILN_DOCKER", "/usr/bin/docker"), "ps", "-a", "-q", "--filter",
+    left = subprocess.run([settings().docker, "ps", "-a", "-q", "--filter",
                            f"name={name}"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == ""  # removed whatever happened
 

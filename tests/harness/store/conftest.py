@@ -83,3 +83,10 @@ def store_url(request, tmp_path):
 def both_urls(request, tmp_path):
     """(sqlite URL, postgresql URL), both fresh: for output compared across engines."""
     yield f"sqlite:///{tmp_path / 'same.sqlite'}", fresh_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture
+def pg_admin(request):
+    """(run SQL as the server's admin, make a fresh database's URL) on the PostgreSQL server of `pg_server`."""
+    server = request.getfixturevalue("pg_server")
+    return (lambda sql: _admin(server, sql)), (lambda: fresh_database(server))
