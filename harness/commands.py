@@ -161,6 +161,22 @@ def native_cache_env() -> dict[str, str]:
     return {**env, **scope_env(s.cache_scope)}
 
 
+def scope_this_process() -> dict[str, str]:
+    """Make this process's own environment its trust scope's (for the verbs that compile or measure in-process,
+    such as the bench's Inductor and kiln arms, and every child they start): `native_cache_env`'s folders, and no
+    cache key outside main (harness/trust.py). Returns what it set."""
+    from harness import trust
+    from harness.settings import settings
+
+    added = native_cache_env()
+    os.environ.update(added)
+    if settings().cache_scope != "main":
+        for name in KEY_VARIABLES:
+            if os.environ.pop(name, None) is not None:
+                print(trust.untrusted_key_problem(trust.resolve(), {name: "set"}), file=sys.stderr, flush=True)
+    return added
+
+
 def compile_cache_dir(root: Path | str, scope: str, key: str) -> Path:
     """The compile-cache folder of trust `scope` and toolchain `key` (an image tag `kiln-cuda:<inputs hash>`,
     or `native-torch<v>-triton<v>`) under the per-runner `root`."""

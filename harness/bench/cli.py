@@ -633,6 +633,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
         args = parser().parse_args(argv)
         conventions.apply(args)
+        from harness.commands import scope_this_process
+
+        scope_this_process()  # the trust scope's compiler caches (Inductor's, kiln's, Triton's) for every arm
         return cli_main(args)
 
     return guarded("bench", run)
