@@ -80,6 +80,17 @@ class Settings:
     #: "1" read and write, "read" read only (never write: jobs of a lower trust level, such as pull requests,
     #: beside a cache that trusted jobs load), "0" off.
     cache: str = "1"
+    #: Authenticate the on-disk caches' entries (graph, front, autotune, binary index): each is signed with an
+    #: HMAC-SHA256 keyed by ``cache_key`` (or ``cache_key_file``) and loaded only when the signature matches, so
+    #: a job that cannot read the key cannot forge one (a checksum anyone can recompute proves no origin). On
+    #: and without a key: those caches are off (nothing is loaded that cannot be authenticated). The harness
+    #: turns it on for main's CI jobs (harness/trust.py). Off: entries carry a key's HMAC when a key is set,
+    #: else a sha256 checksum, and are loaded when theirs matches.
+    cache_auth: bool = False
+    #: The secret that signs cache entries (a runner secret of main's jobs; README: Trust).
+    cache_key: str = dataclasses.field(default="", repr=False)
+    #: A file holding that secret (its bytes, surrounding whitespace dropped); ``cache_key`` wins when both are set.
+    cache_key_file: str = ""
     #: Folder of the graph cache; default ``$XDG_CACHE_HOME/kiln/graphs`` (``~/.cache/kiln/graphs``).
     graph_cache_dir: str = ""
     #: Size bound of the graph cache folder in MiB (the least recently used entries go first).
@@ -115,6 +126,26 @@ class Settings:
     #: Source elements up to which a float-sum scatter is order-fixed (its kernel compares every source's target
     #: with every other's: quadratic work, cheap only for small scatters).
     ordered_scatter_max: int = 16384
+
+    def cache_secret(self) -> bytes | None:
+        """The key that signs cache entries (``cache_key``, else the contents of ``cache_key_file``), or None:
+        unset, or a file that cannot be read or is empty (then entries are not signed)."""
+        if self.cache_key:
+            return self.cache_key.encode()
+        if self.cache_key_file:
+            try:
+                with open(os.path.expanduser(self.cache_key_file), "rb") as f:
+                    key = f.read().strip()
+            except OSError:
+                return None
+            return key or None
+        return None
+
+    def cache_mode(self) -> str:
+        """``cache`` as the on-disk caches apply it: "0" when ``cache_auth`` is on and there is no key."""
+        if self.cache_auth and self.cache_secret() is None:
+            return "0"
+        return self.cache
 
     def resolved_cache_dir(self) -> str:
         """The kernel cache folder: ``cache_dir`` or ``$XDG_CACHE_HOME/kiln`` (``~/.cache/kiln``)."""

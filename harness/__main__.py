@@ -39,6 +39,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "numerics": ("harness.numerics.cli", "numerics triage: run a program under several compilers, compare vs fp64"),
     "store": ("harness.store.cli", "fleet store: push this runner's stores into a shared database, pull them back"),
     "site": ("harness.site.build", "build the history site: static HTML of runs, trends, flaky tests (no server)"),
+    "trust": ("harness.trust_cli", "print this job's trust scope and the folders and stores it reads and writes"),
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
@@ -71,6 +72,7 @@ EXAMPLES: dict[str, str] = {
     "cleanup": "python -m harness cleanup --dry-run",
     "store": "python -m harness store push --to postgresql://kiln@HOST/kiln",
     "site": "python -m harness site --out results/site   # then open results/site/index.html",
+    "trust": "python -m harness trust",
 }
 
 
@@ -106,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         conventions.finish(parser, EXAMPLES.get(verb), getattr(module, "SUB_EXAMPLES", None))
         args = parser.parse_args(rest)
         conventions.apply(args)
+        from harness import trust
+
+        trust.resolve()  # a KILN_CACHE_SCOPE that would widen the job's trust: one line, exit 2, before anything
+        from harness.commands import scope_this_process
+
+        scope_this_process()  # this process's compiler caches (and its children's) are its scope's
         if getattr(args, "store", None) or getattr(args, "store_strict", False):
             from harness.store.cli import apply_store_flags
 

@@ -15,9 +15,12 @@ Terms:
                   it reads the value as CSV); AMD `/dev/kfd`, `/dev/dri` or the render nodes of the given GPUs,
                   and `--group-add` of the host's gids owning them (never a group name resolved in the image).
                   Inside, the given GPUs are renumbered from 0 (CUDA_/HIP_VISIBLE_DEVICES=0,...).
-  compile cache   a per-runner host folder mounted at /cache for Triton's and kiln's kernel caches
-                  (TRITON_CACHE_DIR, KILN_CACHE_DIR), one per trust scope and image (`compile_cache_dir`), so
-                  a new toolchain never reads an old cache and a pull request never writes main's.
+  compile cache   a per-runner host folder mounted at /cache for every lasting compiler cache (`cache_env`:
+                  Triton's, kiln's kernels and binary index, kiln's graph and front caches, the autotune
+                  choices, Inductor's), one per trust scope (harness/trust.py) and image (`compile_cache_dir`),
+                  so a new toolchain never reads an old cache and a pull request never writes main's. Main's
+                  jobs also get KILN_CACHE_AUTH=1 (entries must carry the runner key's HMAC) and the key; no
+                  other scope is handed the key (`scope_env`, `native_command`).
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.matrix import Backend, Matrix
+from harness.trust import KEY_VARIABLES
 
 CONTAINER_SRC = "/src"
 CONTAINER_RESULTS = "/results"
 CONTAINER_HOME = "/tmp/kiln-home"  # HOME of a container run as the runner's uid (no passwd entry there)
 CONTAINER_CACHE = "/cache"
+CONTAINER_KEY_FILE = "/run/kiln-cache.key"
 HOST_GPUS = "KILN_HOST_GPUS"  # in a container's env: the host GPU ids it was given, or `all`
 RUN_MODE = "KILN_RUN_MODE"  # `container` in every container's env: part of the hardware class (store/runner.py)
 JOB_LABEL = "kiln.job"
@@ -63,10 +68,14 @@ def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeou
 def container_argv(b: Backend, image: str, inner: Sequence[str], *, src: Path | str, env: dict[str, str],
                    results: Path | str | None = None, name: str | None = None, network: bool = False,
                    docker: str = "docker", user: str | None = None, cache: Path | str | None = None,
-                   labels: Mapping[str, str] | None = None) -> list[str]:
+                   labels: Mapping[str, str] | None = None, scope_vars: Mapping[str, str] | None = None,
+                   key_file: Path | str | None = None, key_env: bool = False) -> list[str]:
     """`docker run` of `inner` in backend `b`'s image: source read-only, results mounted, no network.
     `user` (`uid:gid`): run as that user, HOME and XDG caches in the container's /tmp; `cache`: the host's
-    compile-cache folder, mounted at /cache for Triton and kiln; `labels`: `--label k=v` (the job's)."""
+    compile-cache folder, mounted at /cache for every compiler cache; `labels`: `--label k=v` (the job's);
+    `scope_vars`: the trust scope's (`scope_env`); main's cache key as `key_file` (mounted read-only) or
+    `key_env` (`--env KILN_CACHE_KEY` by name: docker copies its value from its own environment, so the
+    secret is never on a command line)."""
     argv = [docker, "run", "--rm", "--init"]
     if name:
         argv += ["--name", name]
@@ -81,11 +90,17 @@ def container_argv(b: Backend, image: str, inner: Sequence[str], *, src: Path | 
         argv += ["--volume", f"{results}:{CONTAINER_RESULTS}"]
     if cache is not None:
         argv += ["--volume", f"{cache}:{CONTAINER_CACHE}"]
+    if key_file is not None:
+        argv += ["--volume", f"{key_file}:{CONTAINER_KEY_FILE}:ro"]
     argv += ["--workdir", CONTAINER_SRC]
-    env = {**(user_env() if user else {}), **(cache_env(CONTAINER_CACHE) if cache is not None else {}), **env,
-           RUN_MODE: "container"}
+    env = {**(user_env() if user else {}), **(cache_env(CONTAINER_CACHE) if cache is not None else {}),
+           **key_free(env, "other"), **(scope_vars or {}), RUN_MODE: "container"}
+    if key_file is not None:
+        env["KILN_CACHE_KEY_FILE"] = CONTAINER_KEY_FILE
     for key in sorted(env):
         argv += ["--env", f"{key}={env[key]}"]
+    if key_env:
+        argv += ["--env", "KILN_CACHE_KEY"]
     return [*argv, *b.container_options, image, *inner]
 
 
@@ -96,8 +111,71 @@ def user_env(home: str = CONTAINER_HOME) -> dict[str, str]:
 
 
 def cache_env(folder: str) -> dict[str, str]:
-    """Triton's and kiln's kernel caches under `folder` (the compile cache, harness.commands docstring)."""
-    return {"TRITON_CACHE_DIR": f"{folder}/triton", "KILN_CACHE_DIR": f"{folder}/kiln"}
+    """Every lasting compiler cache under `folder` (the compile cache, harness.commands docstring): Triton's,
+    kiln's kernels (and binary index, kept in KILN_CACHE_DIR), kiln's graph and front caches, the autotune
+    choices and Inductor's."""
+    return {"TRITON_CACHE_DIR": f"{folder}/triton", "KILN_CACHE_DIR": f"{folder}/kiln",
+            "KILN_GRAPH_CACHE_DIR": f"{folder}/graphs", "KILN_AUTOTUNE_DIR": f"{folder}/autotune",
+            "TORCHINDUCTOR_CACHE_DIR": f"{folder}/inductor"}
+
+
+def scope_env(scope: str) -> dict[str, str]:
+    """What the trust `scope` adds to a suite's environment: main's jobs authenticate their cache entries
+    (KILN_CACHE_AUTH=1; without KILN_CACHE_KEY or KILN_CACHE_KEY_FILE they then load none)."""
+    return {"KILN_CACHE_AUTH": "1"} if scope == "main" else {}
+
+
+def key_free(env: Mapping[str, str], scope: str) -> dict[str, str]:
+    """`env` less the cache key, for every scope but main (harness/trust.py: the key is main's alone)."""
+    if scope == "main":
+        return dict(env)
+    return {k: v for k, v in env.items() if k not in KEY_VARIABLES}
+
+
+def native_cache_env() -> dict[str, str]:
+    """Natively: every lasting compiler cache (`cache_env`) in the compile-cache folder of this job's trust scope
+    and toolchain (torch and triton versions), with the scope's variables (`scope_env`). Outside CI (scope
+    local) a cache variable the runner set itself wins and KILN_COMPILE_CACHE=0 leaves the caches where the tools
+    put them; in CI the scope's folders always win (no workflow or runner variable points a job at another
+    scope's folder), and KILN_COMPILE_CACHE=0 gives the job folders under KILN_STATE (the checkout's .kiln)."""
+    import importlib.metadata
+
+    from harness.settings import settings
+
+    s = settings()
+    local = s.cache_scope == "local"
+    root = s.compile_cache
+    if root is None:
+        if local:
+            return {}
+        root = s.state_dir / "compile-cache"
+    versions = []
+    for dist in ("torch", "triton", "pytorch-triton-rocm"):
+        try:
+            versions.append(f"{dist}{importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    folder = compile_cache_dir(root, s.cache_scope, "-".join(["native", *versions]))
+    env = cache_env(str(folder))
+    if local:
+        env = {k: v for k, v in env.items() if k not in os.environ}
+    return {**env, **scope_env(s.cache_scope)}
+
+
+def scope_this_process() -> dict[str, str]:
+    """Make this process's own environment its trust scope's (for the verbs that compile or measure in-process,
+    such as the bench's Inductor and kiln arms, and every child they start): `native_cache_env`'s folders, and no
+    cache key outside main (harness/trust.py). Returns what it set."""
+    from harness import trust
+    from harness.settings import settings
+
+    added = native_cache_env()
+    os.environ.update(added)
+    if settings().cache_scope != "main":
+        for name in KEY_VARIABLES:
+            if os.environ.pop(name, None) is not None:
+                print(trust.untrusted_key_problem(trust.resolve(), {name: "set"}), file=sys.stderr, flush=True)
+    return added
 
 
 def compile_cache_dir(root: Path | str, scope: str, key: str) -> Path:
@@ -170,9 +248,11 @@ def with_gpus(b: Backend, access: GpuAccess) -> Backend:
 
 def native_command(inner: Sequence[str], env: dict[str, str], *, src: Path,
                    python: str | None = None) -> tuple[list[str], dict[str, str]]:
-    """(argv, full environment) that run `inner` with this machine's Python from the source tree."""
+    """(argv, full environment) that run `inner` with this machine's Python from the source tree: this
+    process's environment, then `env`; the cache key only where `env` holds main's KILN_CACHE_AUTH=1."""
     argv = [python or sys.executable, *inner[1:]] if inner and inner[0] == "python" else list(inner)
-    full = {**os.environ, **env}
+    # the cache key travels only with main's KILN_CACHE_AUTH=1 (scope_env), which the harness adds itself
+    full = key_free({**os.environ, **env}, "main" if env.get("KILN_CACHE_AUTH") == "1" else "other")
     full["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     return argv, full
 

@@ -23,7 +23,8 @@ Variables (all optional):
   GITHUB_STEP_SUMMARY  the job summary file of a GitHub Actions step (reports append to it when asked)
   KILN_GITHUB_SUMMARY "1": reports append to $GITHUB_STEP_SUMMARY (set by every verb's `--github-summary`, for
                     the verb and the processes it starts; harness/conventions.py)
-  KILN_HISTORY_DB   the test-history SQLite store (harness/suites/history.py; may be the bench's file; `~` expanded);
+  KILN_HISTORY_DB   the test-history SQLite store (harness/suites/history.py; may be the bench's file; `~` expanded;
+                    a job of scope branch, pr or fork keeps its own beside it: trust.scoped_path);
                     `--history DB` overrides it. Default: history/history.sqlite in the lasting data folder,
                     outside the checkout (a fresh CI checkout would wipe it): $XDG_DATA_HOME/kiln, else
                     ~/.local/share/kiln, the folder of the bench's lasting stores too; `run --shard` also
@@ -33,8 +34,12 @@ Variables (all optional):
                     and kiln's kernel caches; natively TRITON_CACHE_DIR/KILN_CACHE_DIR point there), one folder
                     per trust scope and toolchain below it (harness.commands.compile_cache_dir); default
                     $XDG_CACHE_HOME/kiln/compile (~/.cache/kiln/compile); 0/off/false/no: no shared cache
-  KILN_CACHE_SCOPE  the trust scope of the compile cache (default `local`); the workflows set `main` for main's
-                    pushes and `untrusted` otherwise, so a pull request never writes kernels a main job loads
+  KILN_CACHE_SCOPE  narrows the job's trust scope, which the harness derives from the GitHub event, ref and
+                    repository (harness/trust.py: main, branch, local, pr, fork); naming a wider scope than the
+                    derived one is an error (exit 2). The scope picks the compile-cache folders, the history and
+                    bench files a job writes, whether it may write the fleet store and which image tags it sets
+  KILN_CACHE_KEY, KILN_CACHE_KEY_FILE  the runner secret (or a file holding it) that signs and checks main's
+                    cache entries (HMAC, compiler/runtime/cache.py); handed to main's jobs only (README: Trust)
   KILN_CONTAINER_USER  `uid:gid` the suites' containers run as (default: this process's, the runner's, so
                     what they write in the checkout is the runner's); `image`: the image's own user
   KILN_JOB_ID       this CI job's id, the `kiln.job` label of its containers (`harness cleanup` removes them);
@@ -57,7 +62,9 @@ The fleet store's variables, read by `fleet_settings()` (harness/store/url.py, r
                     spool/store.sqlite in the lasting data folder); pushed by the next run that reaches it
   KILN_STORE_STRICT "1": an unreachable server is an error (exit 3) instead of a spooled run (`--store-strict`)
   KILN_STORE_READ_ONLY "1": KILN_STORE_URL is read (baselines, history, failure counts) but never written:
-                    writers keep their own defaults (a pull request's job: its results stay on the runner)
+                    writers keep their own defaults (a pull request's job: its results stay on the runner).
+                    A job of trust scope branch, pr or fork (harness/trust.py) is read-only whatever this says
+                    and whatever URL it is given: only main (and a machine outside CI) writes the fleet store
   RUNNER_NAME       the runner's name recorded with each run (GitHub Actions sets it; default: the host name)
   KILN_GPU_LABEL    the matrix's GPU label of the job (e.g. h100), recorded with each run: the hardware class
   KILN_RUN_MODE     `container` inside the suites' and benchmarks' containers (the harness sets it in every
@@ -103,6 +110,7 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from harness import trust
 from harness.exc import SettingsError, UsageError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -219,6 +227,7 @@ def job_id(env: dict[str, str] | None = None) -> str:
 def settings() -> Settings:
     """Read the environment now and return the settings."""
     root = Path(os.environ.get("KILN_ROOT") or PACKAGE_ROOT).resolve()
+    scope = trust.resolve().scope
     results_root = Path(os.environ.get("KILN_RESULTS") or root / "results")
     return Settings(
         root=root,
@@ -235,11 +244,11 @@ def settings() -> Settings:
         pip_extra_index_url=os.environ.get("PIP_EXTRA_INDEX_URL", "").strip(),
         github_step_summary=os.environ.get("GITHUB_STEP_SUMMARY", "").strip(),
         github_summary=flag("KILN_GITHUB_SUMMARY"),
-        history_db=Path(os.environ.get("KILN_HISTORY_DB", "").strip()
-                        or data_dir() / "history" / "history.sqlite").expanduser(),
+        history_db=trust.scoped_path(Path(os.environ.get("KILN_HISTORY_DB", "").strip()
+                                          or data_dir() / "history" / "history.sqlite").expanduser(), scope),
         data_dir=data_dir(),
         compile_cache=compile_cache_root(os.environ.get("KILN_COMPILE_CACHE")),
-        cache_scope=os.environ.get("KILN_CACHE_SCOPE", "").strip() or "local",
+        cache_scope=scope,
         container_user=container_user(os.environ.get("KILN_CONTAINER_USER")),
         job_id=job_id(),
         prune_images=flag("KILN_PRUNE_IMAGES", True),
@@ -264,7 +273,6 @@ WORKFLOW_ENV: dict[str, str] = {
     "PIP_EXTRA_INDEX_URL": "${{ vars.PIP_EXTRA_INDEX_URL }}",
     "KILN_HISTORY_DB": "~/.local/share/kiln/history/history.sqlite",
     "KILN_BENCH_STORE": "~/.local/share/kiln/bench/{backend}.sqlite",
-    "KILN_CACHE_SCOPE": "${{ github.event_name != 'pull_request' && github.ref == 'refs/heads/main' && 'main' || 'untrusted' }}",
     # the fleet store (issue 27): unset secrets keep every store on the runner (SQLite, as before); pull requests
     # read the fleet store through a read-only URL (a SELECT-only role) and never write it
     "KILN_STORE_URL": "${{ github.event_name == 'pull_request' && secrets.KILN_STORE_READ_URL || secrets.KILN_STORE_URL }}",
@@ -311,9 +319,10 @@ def fleet_settings() -> FleetSettings:
     spool = os.environ.get("KILN_STORE_SPOOL", "").strip()
     return FleetSettings(
         store_url=os.environ.get("KILN_STORE_URL", "").strip() or None,
-        spool=Path(spool).expanduser() if spool else data_dir() / "spool" / "store.sqlite",
+        spool=trust.scoped_path(Path(spool).expanduser() if spool else data_dir() / "spool" / "store.sqlite",
+                                trust.resolve().scope),  # main drains its own spool only
         strict=flag("KILN_STORE_STRICT"),
-        read_only=flag("KILN_STORE_READ_ONLY"),
+        read_only=flag("KILN_STORE_READ_ONLY") or not trust.resolve().writes_fleet,
         runner_name=os.environ.get("RUNNER_NAME", "").strip(),
         gpu_label=os.environ.get("KILN_GPU_LABEL", "").strip(),
         run_mode=os.environ.get("KILN_RUN_MODE", "").strip() or "native",

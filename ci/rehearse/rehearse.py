@@ -239,8 +239,10 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
 def act_env(environ: dict[str, str], venv: str | None, home: Path | None = None) -> dict[str, str]:
     """This shell's environment for act, less what must not reach a job (PRIVATE_ENV) and the rehearsal's own
     venv on PATH (a step's `python3` is the machine's, as on a runner). With `home`, HOME is that folder (the
-    runner's home: the workflows' `~/.local/share/kiln` stores land there, never in this user's), while pip and
-    other tools keep this user's configuration and caches (XDG_CONFIG_HOME, XDG_CACHE_HOME)."""
+    runner's home), and so are the lasting data and cache folders (XDG_DATA_HOME, XDG_CACHE_HOME; Triton's and
+    Inductor's cache variables are dropped): the workflows' stores and main's compile caches of a rehearsal,
+    whose checkout may hold uncommitted code, land there, never in this user's trusted folders. pip keeps this
+    user's configuration (XDG_CONFIG_HOME) and its download cache (PIP_CACHE_DIR)."""
     env = {k: v for k, v in environ.items() if not PRIVATE_ENV.match(k)}
     if venv:
         env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
@@ -248,7 +250,11 @@ def act_env(environ: dict[str, str], venv: str | None, home: Path | None = None)
     if home is not None:
         user_home = Path(environ.get("HOME") or Path.home())
         env.setdefault("XDG_CONFIG_HOME", str(user_home / ".config"))
-        env.setdefault("XDG_CACHE_HOME", str(user_home / ".cache"))
+        env.setdefault("PIP_CACHE_DIR", str(Path(environ.get("XDG_CACHE_HOME") or user_home / ".cache") / "pip"))
+        for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+            env.pop(name, None)
+        env["XDG_CACHE_HOME"] = str(home / ".cache")
+        env["XDG_DATA_HOME"] = str(home / ".local" / "share")
         env["HOME"] = str(home)
     return env
 

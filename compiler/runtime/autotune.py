@@ -289,7 +289,7 @@ def _path(key: str) -> str:
 
 
 def _read(key: str) -> Optional[dict]:
-    if config.settings().cache == "0":
+    if config.settings().cache_mode() == "0":
         return None
     data = cache.read_json_entry(_path(key), FORMAT, key)
     if data is None:
@@ -303,7 +303,7 @@ def _read(key: str) -> Optional[dict]:
 
 
 def _write(key: str, choice: dict, name: str) -> None:
-    if config.settings().cache != "1":
+    if config.settings().cache_mode() != "1":
         return
     try:
         cache.write_entry(_path(key), json.dumps({"format": FORMAT, "key": key, "kernel": name,

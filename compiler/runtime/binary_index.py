@@ -67,7 +67,7 @@ def folder() -> str:
 
 def mode() -> str:
     """The ``cache`` setting: "1" read and write, "read" read only, "0" off."""
-    return config.settings().cache
+    return config.settings().cache_mode()
 
 
 # ------------------------------------------------------------------------------------------- fingerprint

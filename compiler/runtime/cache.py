@@ -1,14 +1,24 @@
 """Compile/cache layer: write a kernel's source to the cache folder once and import it; checked entry files
-(``write_entry``/``read_entry``: magic, checksum, atomic replace) and LRU eviction for the graph and autotune caches.
+(``write_entry``/``read_entry``: magic, checksum or signature, atomic replace) and LRU eviction for the graph and
+autotune caches.
 
-The file name is the hash of the source, so the same graph always maps to the same file. Under the
-interpreter the module's ``libdevice`` is rebound to ``interp_libdevice``.
+The file name is the hash of the source, so the same graph always maps to the same file; the module is run from
+the source kiln holds, never from what the file holds now (a file another process changed is rewritten). Under
+the interpreter the module's ``libdevice`` is rebound to ``interp_libdevice``.
+
+Entries come in two kinds. *Checked* (``KILNENT1``): the payload's sha256, which proves the file whole but not
+who wrote it (anyone can recompute it). *Signed* (``KILNENT2``): an HMAC-SHA256 of the payload keyed by the
+cache key (``config.Settings.cache_secret``), which only a holder of the key can make. With a key, entries are
+written signed and only signed entries whose HMAC matches are loaded; without one, checked entries are written
+and loaded, and with ``cache_auth`` on and no key nothing is (``Settings.cache_mode``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import importlib.util
+import linecache
 import os
 import sys
 import tempfile
@@ -46,18 +56,31 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
+def _file_holds(path: str, source: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read() == source
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def load_kernel(source: str, name: str):
-    """Import the module holding ``source`` and return its ``@triton.jit`` function ``name``."""
+    """Run the module of ``source`` (its file in the kernel folder, written or rewritten when it does not hold
+    ``source`` byte for byte) and return its ``@triton.jit`` function ``name``. The module runs from ``source``
+    itself, and ``linecache`` serves that text for the file (Triton reads a kernel's source through
+    ``inspect``), so what the file holds when it is read again cannot change the kernel."""
     path = source_path(source)
     mod = _modules.get(path)
     if mod is None:
-        if not os.path.exists(path):
+        if not _file_holds(path, source):
             write_atomic(path, source)
         mod_name = "kiln_kernels." + os.path.splitext(os.path.basename(path))[0]
-        spec = importlib.util.spec_from_file_location(mod_name, path)
+        spec = importlib.util.spec_from_loader(mod_name, loader=None, origin=path)
         mod = importlib.util.module_from_spec(spec)
+        mod.__file__ = path
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
         sys.modules[mod_name] = mod
-        spec.loader.exec_module(mod)
+        exec(compile(source, path, "exec"), mod.__dict__)  # noqa: S102 - kiln's own generated kernel source
         if config.interpreting():
             from . import interp_libdevice
             mod.libdevice = interp_libdevice
@@ -69,19 +92,33 @@ def load_kernel(source: str, name: str):
 # --------------------------------------------------------------------------------------------- entry files
 #: first bytes of every checked cache entry (graph cache, autotune choices); the digit is the file format
 ENTRY_MAGIC = b"KILNENT1"
-_DIGEST = 32  # sha256 of the payload, right after the magic
+#: first bytes of every signed entry: an HMAC-SHA256 of the payload keyed by the cache key (module docstring)
+SIGNED_MAGIC = b"KILNENT2"
+_DIGEST = 32  # sha256 or HMAC-SHA256 of the payload, right after the magic
+
+
+def _seal(payload: bytes) -> bytes:
+    """Magic and digest of ``payload``: signed with the cache key when there is one, else checked."""
+    key = config.settings().cache_secret()
+    if key is not None:
+        return SIGNED_MAGIC + hmac.new(key, payload, hashlib.sha256).digest()
+    return ENTRY_MAGIC + hashlib.sha256(payload).digest()
 
 
 def write_entry(path: str, payload: bytes) -> None:
-    """Write a checked entry: magic, the payload's sha256, the payload; through a temporary file in the same
-    folder and ``os.replace``, so that a reader in another process sees the old file or the new one, never
-    half of one (two writers of one key: the last rename wins, both files were whole)."""
+    """Write an entry: magic, the payload's digest (signed or checked, module docstring), the payload; through a
+    temporary file in the same folder and ``os.replace``, so that a reader in another process sees the old file
+    or the new one, never half of one (two writers of one key: the last rename wins, both files were whole).
+    Nothing is written with ``cache_auth`` on and no key."""
+    s = config.settings()
+    if s.cache_auth and s.cache_secret() is None:
+        return
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(ENTRY_MAGIC + hashlib.sha256(payload).digest() + payload)
+            f.write(_seal(payload) + payload)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -90,18 +127,32 @@ def write_entry(path: str, payload: bytes) -> None:
 
 
 def read_entry(path: str) -> bytes | None:
-    """The payload of a checked entry, or None when the file is missing, of another format, truncated or
-    corrupt (its checksum does not match): such a file is a miss, and the next write replaces it."""
+    """The payload of an entry this process may trust, or None: the file is missing, of another format,
+    truncated or corrupt, or it does not carry the digest this process requires (with a cache key: a matching
+    HMAC; without one: a matching sha256, and nothing at all with ``cache_auth`` on). Such a file is a miss, and
+    the next write replaces it."""
+    s = config.settings()
+    if s.cache_auth and s.cache_secret() is None:
+        return None
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError:
         return None
     head = len(ENTRY_MAGIC) + _DIGEST
-    if len(data) < head or not data.startswith(ENTRY_MAGIC):
+    if len(data) < head:
         return None
     payload = data[head:]
-    if hashlib.sha256(payload).digest() != data[len(ENTRY_MAGIC):head]:
+    key = s.cache_secret()
+    if key is not None:
+        if not data.startswith(SIGNED_MAGIC):
+            return None
+        expected = hmac.new(key, payload, hashlib.sha256).digest()
+    else:
+        if not data.startswith(ENTRY_MAGIC):
+            return None
+        expected = hashlib.sha256(payload).digest()
+    if not hmac.compare_digest(expected, data[len(ENTRY_MAGIC):head]):
         return None
     return payload
 

@@ -61,14 +61,14 @@ SUFFIX = ".kgc"
 #: settings that cannot change what the passes make (runtime behaviour, logging, where caches live)
 NOT_IN_KEY = frozenset({"dump_dir", "compile_threads", "compile_workers", "log_fallbacks", "cudagraphs", "cache",
                         "cache_dir", "graph_cache_dir", "cache_max_mb", "autotune", "autotune_dir",
-                        "inference_cache", "training_cache"})
+                        "inference_cache", "training_cache", "cache_auth", "cache_key", "cache_key_file"})
 
 #: the last few reasons graphs were not stored, newest last: "graph_3: kiln's passes added 2 shape guards"
 _skipped: list[str] = []
 
 
 def enabled() -> bool:
-    return config.settings().cache != "0"
+    return config.settings().cache_mode() != "0"
 
 
 def folder() -> str:
@@ -379,7 +379,7 @@ def compile_cached(gm: fx.GraphModule, example_inputs: Any, role: str, name: str
     gpu_compile.count(graph_misses=1)
     before = _guard_state()
     cg, moved = compile_fn()
-    if config.settings().cache != "1":
+    if config.settings().cache_mode() != "1":
         return cg, moved
     after = _guard_state()
     if after != before:
@@ -398,7 +398,7 @@ def info() -> dict[str, Any]:
     """Entries and bytes of the graph cache folder, with its bound and state."""
     listed = cache.entries(folder(), SUFFIX)
     return {"folder": folder(), "entries": len(listed), "bytes": sum(size for _, size, _ in listed),
-            "max_bytes": config.settings().cache_max_mb << 20, "state": config.settings().cache}
+            "max_bytes": config.settings().cache_max_mb << 20, "state": config.settings().cache_mode()}
 
 
 def clear() -> int:

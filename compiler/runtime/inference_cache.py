@@ -73,7 +73,7 @@ def _refuse(reason: str) -> None:
 
 def enabled() -> bool:
     s = config.settings()
-    return s.cache != "0" and s.inference_cache and not s.cudagraphs and not s.trace_values
+    return s.cache_mode() != "0" and s.inference_cache and not s.cudagraphs and not s.trace_values
 
 
 # --------------------------------------------------------------------------------------------- eligibility
@@ -226,7 +226,7 @@ def aot_facts(n_inputs: int, aten_gm: fx.GraphModule) -> dict:
 def store(key: str, graphs: dict[str, str], facts: dict) -> None:
     """Write the front entry of ``key``: ``graphs`` names the graph cache keys (``graph`` of an inference graph,
     ``fw``/``bw`` of a training graph), ``facts`` its calling convention."""
-    if config.settings().cache != "1":
+    if config.settings().cache_mode() != "1":
         return
     payload = json.dumps({"format": FORMAT, "key": key, **graphs, **facts}, sort_keys=True).encode()
     cache.write_entry(_path(key), payload)

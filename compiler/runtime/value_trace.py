@@ -57,7 +57,8 @@ CUDAGRAPH_REASON = ("value tracing (trace_values) reads every launch's outputs o
                     "runs unrecorded")
 #: settings left out of a graph record's ``settings`` (where files go, how compiles are spread: not the math)
 _NOT_MATH = {"trace_values", "trace_file", "dump_dir", "cache_dir", "compile_threads", "compile_workers",
-             "log_fallbacks", "cache", "graph_cache_dir", "cache_max_mb", "autotune_dir"}
+             "log_fallbacks", "cache", "graph_cache_dir", "cache_max_mb", "autotune_dir", "cache_auth",
+             "cache_key", "cache_key_file"}
 
 
 def resolve_path(s: Optional[config.Settings] = None) -> str:

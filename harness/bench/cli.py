@@ -18,7 +18,7 @@ from typing import Sequence
 
 from harness import arms, conventions
 from harness.exc import UsageError
-from harness.settings import Plant, bench_settings
+from harness.settings import Plant, bench_settings, settings
 
 
 def path_or_url(value: str) -> Path | str:
@@ -299,7 +299,8 @@ def _open(db: Path | None, lasting: str | None = None, *, write: bool = True, mu
     ($KILN_BENCH_DB, else the backend's results/bench store); with `--lasting BACKEND` that backend's lasting store
     (or the fleet store). `write=False` opens it read-only (never created, migrated or moved). A local store that
     must exist (readers' default) and is not there is one line, exit 2."""
-    from harness.store.cli import configured
+    from harness import trust
+    from harness.store.cli import configured, guard_write
 
     from .store import Store, lasting_path, open_fleet, open_lasting
 
@@ -309,11 +310,13 @@ def _open(db: Path | None, lasting: str | None = None, *, write: bool = True, mu
             raise UsageError("give --db or --lasting, not both")
         if fleet is not None:
             return open_fleet(fleet, write=write)
-        return open_lasting(lasting_path(lasting), write=write)
+        path = lasting_path(lasting)  # a scope other than main's writes its own file beside main's, never main's
+        return open_lasting(trust.scoped_path(path, settings().cache_scope) if write else path, write=write)
     if db and "://" in str(db):
         from harness.store import url
 
-        return Store(url.parse(str(db)), readonly=not write)
+        where = url.parse(str(db))
+        return Store(guard_write(where) if write else where, readonly=not write)
     if fleet is not None and not db:
         return Store(fleet, readonly=not write)
     from .store import default_path, missing_store
@@ -635,6 +638,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
         args = parser().parse_args(argv)
         conventions.apply(args)
+        from harness.commands import scope_this_process
+
+        scope_this_process()  # the trust scope's compiler caches (Inductor's, kiln's, Triton's) for every arm
         return cli_main(args)
 
     return guarded("bench", run)

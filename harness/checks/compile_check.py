@@ -309,10 +309,12 @@ def worker(request: Path, results: Path) -> int:
 
 
 def compiler_env() -> dict[str, str]:
-    """This process's environment without TRITON_INTERPRET, with the harness importable."""
-    from harness.commands import with_pythonpath
+    """This process's environment without TRITON_INTERPRET, with the harness importable and the compiler caches
+    of this job's trust scope (harness.commands.native_cache_env: never another scope's folders)."""
+    from harness.commands import native_cache_env, native_command
 
-    env = with_pythonpath({k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, settings().root)
+    _, full = native_command([], native_cache_env(), src=settings().root)  # the source tree first on PYTHONPATH
+    env = {k: v for k, v in full.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 is its default
     return env
 
@@ -415,11 +417,12 @@ def dump_kernels(
 ) -> int:
     """Run `paths` on CPU in interpreter mode with KILN_DUMP_DIR=dump_dir; returns pytest's exit code."""
     from harness import matrix
-    from harness.commands import native_command, pytest_argv, suite_env
+    from harness.commands import native_cache_env, native_command, pytest_argv, suite_env
 
     m = matrix.load()
     cpu = m.backend("cpu")
-    env = {**suite_env(m, cpu), "TRITON_INTERPRET": "1", "KILN_DUMP_DIR": str(dump_dir.resolve())}
+    env = {**native_cache_env(), **suite_env(m, cpu), "TRITON_INTERPRET": "1",
+           "KILN_DUMP_DIR": str(dump_dir.resolve())}
     dump_dir.mkdir(parents=True, exist_ok=True)
     inner = pytest_argv(paths, test_timeout_s=cpu.timeouts.test_s, extra=["-q", "--tb=line", *extra])
     cmd, full_env = native_command(inner, env, src=root)

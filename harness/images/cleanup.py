@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from harness import matrix as matrix_mod
+from harness import trust
 from harness.commands import JOB_LABEL
 from harness.docker_client import docker, require_docker
 from harness.exc import DockerError, HarnessError
@@ -73,6 +74,10 @@ def current_tags(m: matrix_mod.Matrix) -> dict[str, str | None]:
     for b in m.backends.values():
         try:
             keep[b.image] = image.current_tag(b)
+            own = trust.scoped_image(b.image, settings().cache_scope)
+            if own != b.image:  # a job of branch, pr or fork prunes its scope's own builds only, never main's
+                current = keep.pop(b.image)
+                keep[own] = trust.scoped_image(current, settings().cache_scope) if current else None
         except HarnessError as e:
             print(f"harness cleanup: keeping every {b.image} tag: its current tag is unknown ({e})", flush=True)
             keep[b.image] = None
@@ -205,10 +210,12 @@ def _remove_caches(ref: str) -> None:
     """The compile-cache folders of image `ref` in every trust scope."""
     from harness.commands import compile_cache_dir
 
-    root = settings().compile_cache
+    s = settings()
+    root = s.compile_cache
     if root is None or not root.is_dir():
         return
-    for scope in root.iterdir():
+    # main's teardown clears the image's folders of every scope; any other scope's, only its own
+    for scope in root.iterdir() if s.cache_scope in ("main", "local") else [root / s.cache_scope]:
         folder = compile_cache_dir(root, scope.name, ref)
         if folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)

@@ -14,6 +14,9 @@ Terms:
              A backend without a lock does not build unless KILN_ALLOW_UNLOCKED=1 (then loudly unlocked).
   labels     kiln.inputs-hash, kiln.base-image, kiln.base-digest, kiln.base-id, kiln.lock-sha256: what
              `image --check` (harness/images/image_check.py) compares with the matrix and the tree.
+  scope      an image a job of trust scope branch, pr or fork builds or bootstraps is named with the scope
+             (`kiln-cpu-pr:<hash>`, harness.trust.scoped_image): never a name main reuses. Any scope runs main's
+             image of the same inputs hash when it is there (same inputs, same image).
 The `python -m harness image` command line lives in harness/images/image_check.py (it uses both modules).
   wheelhouse a folder of wheels the harness downloads with the host's pip (which reaches this
              machine's wheel cache) and hands to the build as `wheels/`, so the build needs no index.
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import trust
 from harness.images import lock as lock_mod
 from harness.exc import HarnessError, ImageError, ImageInputError, MissingTool
 from harness.matrix import Backend
@@ -194,6 +198,9 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
         raise ImageInputError(f"backend {backend.name} has no bootstrap entry in the matrix")
     if not force and image_id(b.image):
         return b.image
+    name = trust.scoped_image(b.image, settings().cache_scope)  # an untrusted job never makes main's base
+    if not force and image_id(name):
+        return name
     if find_tool("debootstrap") is None:
         raise MissingTool(f"debootstrap not found on PATH nor in {', '.join(SBIN)}: install it (apt-get install "
                           "debootstrap) to bootstrap "
@@ -213,13 +220,13 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
         if rc != 0:
             raise ImageError(f"debootstrap failed (exit {rc}): {' | '.join(log_tail(log, 3))} (log {log})")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run([*docker_base(), "import", "-", b.image], stdin=tar.stdout,
+        imp = subprocess.run([*docker_base(), "import", "-", name], stdin=tar.stdout,
                              capture_output=True, text=True)
         assert tar.stdout is not None
         tar.stdout.close()
         if tar.wait() != 0 or imp.returncode != 0:
             raise ImageError(f"docker import of the bootstrapped root failed: {imp.stderr.strip()}")
-    return b.image
+    return name
 
 
 def resolve_base(backend: Backend, base_image: str | None = None, *, bootstrap: bool | None = None) -> str:
@@ -426,7 +433,10 @@ def build(backend: Backend, *, base_image: str | None = None, force: bool = Fals
     base_id = base_id_for_hash(backend, base)
     tag = image_tag(backend, base, base_id=base_id)
     digest = backend.base_digest if digest_pinned(backend, base) else None
-    existing = image_id(tag)
+    existing = image_id(tag)  # main's image of these inputs: any scope may run it (same inputs, same image)
+    own = trust.scoped_image(tag, settings().cache_scope)  # what this scope tags an image it builds
+    if own != tag and not (existing and not force):
+        tag, existing = own, image_id(own)
     if existing and not force:
         print(f"harness image: {tag} is up to date", file=sys.stderr)
         return Image(tag, existing, False, base, digest, base_id, lock.digest)

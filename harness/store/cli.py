@@ -66,12 +66,29 @@ def configured(*, write: bool = False) -> url.Location | None:
 
 
 def location(explicit: str | Path | None, default: Path, *, write: bool = False) -> url.Location:
-    """A verb's store: `explicit` (a file flag, or a URL given to it), else KILN_STORE_URL, else `default`."""
+    """A verb's store: `explicit` (a file flag, or a URL given to it), else KILN_STORE_URL, else `default`; a
+    writer's server URL passes `guard_write`."""
     from . import url
 
     if explicit:
-        return url.parse(str(explicit))
+        where = url.parse(str(explicit))
+        return guard_write(where) if write else where
     return configured(write=write) or default
+
+
+def guard_write(where: url.Location) -> url.Location:
+    """`where` for a writer. A store server (any URL but a local SQLite file) is written only by a job whose trust
+    scope writes the fleet store (harness/trust.py: main, or a machine outside CI); a pull request's or another
+    branch's job given one is a UsageError (one line, exit 2), whatever flag or variable named it."""
+    from harness import trust
+
+    if isinstance(where, Path):
+        return where
+    t = trust.resolve()
+    if not t.writes_fleet:
+        raise UsageError(f"a job of trust scope {t.scope} ({t.reason}) never writes a store server; "
+                         "its results stay on the runner (README: Trust)")
+    return where
 
 
 def exists(where: url.Location) -> bool:
@@ -174,7 +191,7 @@ def cli_main(args: argparse.Namespace) -> int:
     from . import url
 
     if args.action == "push":
-        dst = url.parse(args.to)
+        dst = guard_write(url.parse(args.to))
         for src in _sources(args.source):
             for line in copy(src, dst, args.only):
                 print(line)

@@ -50,8 +50,8 @@ from harness import matrix as matrix_mod
 from harness import results as res
 from harness.suites import retries as retries_mod
 from harness import gpus
-from harness.commands import (BACKEND_LABEL, CONTAINER_RESULTS, JOB_LABEL, cache_env, compile_cache_dir,
-                              container_argv, native_command, pytest_argv, suite_env)
+from harness.commands import (BACKEND_LABEL, CONTAINER_RESULTS, JOB_LABEL, compile_cache_dir,
+                              container_argv, native_cache_env, native_command, pytest_argv, scope_env, suite_env)
 from harness.exc import HarnessError, MissingTool
 from harness.matrix import Backend, Matrix, Retries
 from harness.process import execute
@@ -113,7 +113,8 @@ def container_backend(b: Backend, env: dict[str, str]) -> tuple[Backend, dict[st
 
 def container_extras(b: Backend, image: str | None) -> dict[str, Any]:
     """container_argv's runner options: the docker client, the runner's uid:gid (KILN_CONTAINER_USER), the
-    job's labels, and the compile-cache folder of this scope and image (made here, owned by the runner)."""
+    job's labels, the compile-cache folder of this trust scope and image (made here, owned by the runner), the
+    scope's variables and, for main's jobs only, the cache key (harness/trust.py)."""
     from harness.images.cleanup import mark_used
 
     s = settings()
@@ -124,7 +125,11 @@ def container_extras(b: Backend, image: str | None) -> dict[str, Any]:
     if s.compile_cache is not None and image:
         cache = compile_cache_dir(s.compile_cache, s.cache_scope, toolchain_key(image))
         cache.mkdir(parents=True, exist_ok=True)
-    return {"docker": s.docker, "user": s.container_user, "labels": labels, "cache": cache}
+    key_file = os.environ.get("KILN_CACHE_KEY_FILE", "").strip() if s.cache_scope == "main" else ""
+    key_env = s.cache_scope == "main" and bool(os.environ.get("KILN_CACHE_KEY", "").strip())
+    return {"docker": s.docker, "user": s.container_user, "labels": labels, "cache": cache,
+            "scope_vars": scope_env(s.cache_scope), "key_file": Path(key_file).expanduser() if key_file else None,
+            "key_env": key_env}
 
 
 HASH_TAG = re.compile(r":[0-9a-f]{16}$")  # harness.images.image's tags: the hash of the image's inputs
@@ -143,22 +148,6 @@ def toolchain_key(image: str) -> str:
     except (OSError, HarnessError):
         found = None
     return f"{image}-{found.split(':')[-1][:16]}" if found else image
-
-
-def native_cache_env() -> dict[str, str]:
-    """Natively: Triton's and kiln's caches in the compile cache of this scope and toolchain (torch and triton
-    versions), unless the runner set them or the cache is off (KILN_COMPILE_CACHE)."""
-    s = settings()
-    if s.compile_cache is None or ("TRITON_CACHE_DIR" in os.environ and "KILN_CACHE_DIR" in os.environ):
-        return {}
-    versions = []
-    for dist in ("torch", "triton", "pytorch-triton-rocm"):
-        try:
-            versions.append(f"{dist}{importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    folder = compile_cache_dir(s.compile_cache, s.cache_scope, "-".join(["native", *versions]))
-    return {k: v for k, v in cache_env(str(folder)).items() if k not in os.environ}
 
 
 def run_pytest(backend: Backend, targets: Sequence[str], out_dir: Path, name: str, *, native: bool,

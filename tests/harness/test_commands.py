@@ -334,7 +334,7 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "2")
     monkeypatch.setenv("RUNNER_NAME", "gpu box 1")
     monkeypatch.setenv("KILN_COMPILE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("KILN_CACHE_SCOPE", "untrusted")
+    monkeypatch.setenv("KILN_CACHE_SCOPE", "untrusted")  # narrowed from local: fork
     monkeypatch.delenv("KILN_CONTAINER_USER", raising=False)
     monkeypatch.delenv("KILN_JOB_ID", raising=False)
     monkeypatch.delenv("RUNNER_TEMP", raising=False)
@@ -345,10 +345,12 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     assert _pairs(argv, "--gpus") == ["device=1"] and "all" not in argv
     assert _pairs(argv, "--user") == [f"{os.getuid()}:{os.getgid()}"]
     assert _pairs(argv, "--label") == ["kiln.backend=cuda", "kiln.job=77-2-gpu-box-1"]
-    cache = tmp_path / "cache" / "untrusted" / "kiln-cuda-0123456789abcdef"
+    cache = tmp_path / "cache" / "fork" / "kiln-cuda-0123456789abcdef"
     assert f"{cache}:/cache" in _pairs(argv, "--volume") and cache.is_dir()
     env = _env_of(argv)
     assert env["TRITON_CACHE_DIR"] == "/cache/triton" and env["KILN_CACHE_DIR"] == "/cache/kiln"
+    assert env["KILN_GRAPH_CACHE_DIR"] == "/cache/graphs" and env["KILN_AUTOTUNE_DIR"] == "/cache/autotune"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/cache/inductor" and "KILN_CACHE_AUTH" not in env
     assert env["HOME"].startswith("/tmp/") and env["XDG_CACHE_HOME"].startswith(env["HOME"])
     assert env["CUDA_VISIBLE_DEVICES"] == "0"
     assert out.stat().st_mode & 0o002 == 0  # nothing world-writable: the container writes as the runner
@@ -368,17 +370,27 @@ def test_native_runs_use_the_compile_cache_of_their_scope_and_toolchain(tmp_path
     import importlib.metadata
 
     monkeypatch.setenv("KILN_COMPILE_CACHE", str(tmp_path))
-    monkeypatch.setenv("KILN_CACHE_SCOPE", "main")
-    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    monkeypatch.delenv("KILN_CACHE_DIR", raising=False)
+    for name in ("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "KILN_GRAPH_CACHE_DIR", "KILN_AUTOTUNE_DIR",
+                 "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
     env = runner.native_cache_env()
     folder = Path(env["TRITON_CACHE_DIR"]).parent
-    assert folder.parent == tmp_path / "main" and env["KILN_CACHE_DIR"] == str(folder / "kiln")
+    assert folder.parent == tmp_path / "local" and env["KILN_CACHE_DIR"] == str(folder / "kiln")
+    assert env["KILN_GRAPH_CACHE_DIR"] == str(folder / "graphs") and "KILN_CACHE_AUTH" not in env
     version = importlib.metadata.version('torch').replace('+', '-')
     assert f"torch{version}" in folder.name  # a new toolchain: another folder
-    monkeypatch.setenv("TRITON_CACHE_DIR", "/runner/own")  # the runner's own setting wins
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/runner/own")  # outside CI the runner's own setting wins
     assert "TRITON_CACHE_DIR" not in runner.native_cache_env() and "KILN_CACHE_DIR" in runner.native_cache_env()
-    monkeypatch.setenv("KILN_COMPILE_CACHE", "0")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")  # in CI the scope's folder wins: main's job gets main's
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
+    monkeypatch.setenv("GITHUB_REF", "refs/heads/main")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "kiln-org/kiln")
+    env = runner.native_cache_env()
+    assert Path(env["TRITON_CACHE_DIR"]).parent.parent == tmp_path / "main" and env["KILN_CACHE_AUTH"] == "1"
+    monkeypatch.setenv("KILN_COMPILE_CACHE", "0")  # off in CI: folders of the job's own, never the user's
+    assert Path(runner.native_cache_env()["KILN_GRAPH_CACHE_DIR"]).is_relative_to(runner.settings().state_dir)
+    for name in ("GITHUB_ACTIONS", "GITHUB_EVENT_NAME"):
+        monkeypatch.delenv(name)
     assert runner.native_cache_env() == {}
 
 

@@ -125,9 +125,13 @@ def test_act_env_keeps_the_workflow_in_charge():
     env = rehearse.act_env({"PATH": "/venv/r/bin:/usr/bin", "KILN_TEST_SELECTION": "x", "GITHUB_TOKEN": "t",
                             "VIRTUAL_ENV": "/venv/r", "PIP_FIND_LINKS": "/w", "HOME": "/root"}, "/venv/r")
     assert env == {"PATH": "/usr/bin", "PIP_FIND_LINKS": "/w", "HOME": "/root"}
-    runner = rehearse.act_env({"PATH": "/usr/bin", "HOME": "/root"}, None, Path("/r/home"))
+    runner = rehearse.act_env({"PATH": "/usr/bin", "HOME": "/root", "TRITON_CACHE_DIR": "/root/.triton/cache",
+                               "XDG_DATA_HOME": "/root/.local/share"}, None, Path("/r/home"))
+    # pip keeps its configuration and download cache; every lasting kiln, Triton and data folder is the
+    # rehearsal's own scratch home, never the user's trusted ones
     assert runner == {"PATH": "/usr/bin", "HOME": "/r/home", "XDG_CONFIG_HOME": "/root/.config",
-                      "XDG_CACHE_HOME": "/root/.cache"}  # pip keeps its configuration and cache
+                      "PIP_CACHE_DIR": "/root/.cache/pip", "XDG_CACHE_HOME": "/r/home/.cache",
+                      "XDG_DATA_HOME": "/r/home/.local/share"}
 
 
 # ---- act's output --------------------------------------------------------------------------------------------
