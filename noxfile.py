@@ -151,6 +151,64 @@ def tests(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", "tests/harness", *session.posargs, env=SUITE_ENV, external=True)
 
 
+# ---- The unit tests in CI: tests/compiler and tests/harness with JUnit results ----------------------------
+UNIT_TEST_PARTS = ("compiler", "harness")
+
+
+def _junit_counts(path: str) -> dict[str, int]:
+    """tests / failures / errors / skipped of one JUnit XML file (pytest's `<testsuites><testsuite ...>`)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    return {k: sum(int(s.get(k, 0) or 0) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+
+
+@nox.session(name="unit-tests", python=False)
+def unit_tests(session: nox.Session) -> None:
+    """Run the unit tests (tests/compiler, tests/harness) with JUnit XML (`-- --results DIR [--github-summary]`)."""
+    args = list(session.posargs)
+    summary = "--github-summary" in args
+    args = [a for a in args if a != "--github-summary"]
+    results = "results/unit-tests"
+    if "--results" in args:
+        i = args.index("--results")
+        if i + 1 >= len(args):
+            session.error("usage: nox -s unit-tests -- [--results DIR] [--github-summary] [pytest args]")
+        results = args[i + 1]
+        del args[i:i + 2]
+    selection = os.environ.get("KILN_TEST_SELECTION", "").strip()  # the workflows' `selection` input
+    select = ["-k", selection] if selection else []
+    python = install_project(session)
+    os.makedirs(results, exist_ok=True)
+    from nox.command import CommandFailed
+
+    failed = []
+    for part in UNIT_TEST_PARTS:  # the compiler's tests single-threaded, as `tests` runs them
+        xdist = ["-p", "no:xdist"] if part == "compiler" else []
+        try:
+            session.run(python, "-m", "pytest", *xdist, "-q", f"tests/{part}", *select, *args,
+                        f"--junitxml={results}/{part}.xml", "-o", f"junit_suite_name={part}",
+                        env=SUITE_ENV, external=True)
+        except CommandFailed:
+            failed.append(part)
+    rows = []
+    for part in UNIT_TEST_PARTS:
+        xml = os.path.join(results, f"{part}.xml")
+        c = _junit_counts(xml) if os.path.exists(xml) else None
+        rows.append(f"| tests/{part} | " + (" | ".join(str(c[k]) for k in ("tests", "failures", "errors", "skipped"))
+                                          if c else "no JUnit file | | |") + " |")
+    text = "\n".join(["### unit tests", "", "| part | tests | failures | errors | skipped |", "|---|---|---|---|---|",
+                      *rows, ""])
+    session.log(text)
+    target = os.environ.get("GITHUB_STEP_SUMMARY", "")
+    if summary and target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    if failed:
+        session.error("unit tests failed: " + ", ".join(f"tests/{p}" for p in failed))
+
+
 # ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
 # Container mode needs only the standard library on the host; native mode (`-- --native` or
 # KILN_NATIVE=1) runs the suites with the Python that runs nox (e.g. `nox --no-venv` on a GPU box).
@@ -274,6 +332,9 @@ def ci_durations(session: nox.Session) -> None:
                         "print(settings().history_db); print(p(sys.argv[1]))", backend,
                         silent=True, external=True).split("\n")
     history_db, lasting = where[0].strip(), where[1].strip()
+    if not os.path.exists(os.path.expanduser(history_db)):  # a first run that failed before recording: no second error
+        session.log(f"ci-durations: no history store at {history_db} yet (no run has recorded into it): nothing to do")
+        return
     copy = os.path.join("results", "durations", f"{backend}.json")
     for out in (lasting, copy):
         session.run(sys.executable, "-m", "harness", "durations", "--from-history", history_db,
@@ -295,6 +356,10 @@ def history_record(session: nox.Session) -> None:
 @nox.session(name="ci-report", python=False)
 def ci_report(session: nox.Session) -> None:
     """Print the report of a results folder (default: the latest) and fail unless it is green."""
+    folder = next((a for a in session.posargs if not a.startswith("-")), None)
+    if folder is not None and not os.path.exists(folder):  # the step that writes it failed first: one line, no error
+        session.log(f"ci-report: no results folder {folder} (the step that writes it stopped before): nothing to report")
+        return
     session.run(sys.executable, "-m", "harness", "report", *session.posargs, "--check", "--github-summary",
                 external=True)
 
