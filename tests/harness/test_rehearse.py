@@ -115,10 +115,13 @@ def test_event_inputs_and_matrix_reach_act():
 
 def test_the_workflows_declare_the_inputs_the_rehearsal_sends():
     for spec in rehearse.default_jobs("x", 2):
+        if not spec.inputs:
+            assert spec.event != "workflow_dispatch" or spec.workflow == "bench.yml", spec
+            continue
         declared = WORKFLOWS[spec.workflow]["on"]["workflow_dispatch"]["inputs"]
         assert {k for k, _ in spec.inputs} <= set(declared), spec.workflow
         env = WORKFLOWS[spec.workflow].get("env", {})
-        assert env.get("KILN_TEST_SELECTION") == "${{ inputs.selection }}", spec.workflow
+        assert env.get("KILN_TEST_SELECTION") == "${{ inputs.selection || vars.KILN_TEST_SELECTION }}", spec.workflow
 
 
 def test_act_env_keeps_the_workflow_in_charge():
@@ -345,8 +348,96 @@ def test_without_a_docker_daemon_the_container_jobs_stop_before_any_job_runs(tmp
     assert proc.returncode == 3, proc.stderr[-2000:]
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("rehearse: error: tests-cpu and flakes-cpu run the suites in the cpu container")
-    assert "Cannot connect to the Docker daemon" in line and "--job lint --job flakes-cuda" in line
+    assert "Cannot connect to the Docker daemon" in line and "--job bench-cuda --job bench-rocm --job lint" in line
     assert not (tmp_path / "act-calls").exists()
     proc = subprocess.run([sys.executable, script, "--act", str(act), "--out", out, "--job", "lint"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert "docker daemon" not in proc.stderr and "lint" in (tmp_path / "act-calls").read_text()
+
+
+# ---- every job on every event that reaches it; the cancel check ---------------------------------------------
+
+
+def test_every_job_of_every_workflow_on_every_event_of_its_workflow():
+    """`--list`'s pairs: each job of each workflow once per event its `on:` names (pull_request twice: same-repo
+    and fork), with the end it must reach here: skipped by the fork guard, the pre-flight line for GPU jobs and the
+    merges that need them, success otherwise."""
+    specs = rehearse.default_jobs("x", 2)
+    jobs = {(wf, j) for wf, data in WORKFLOWS.items() for j in data["jobs"]}
+    assert {(s.workflow, s.job) for s in specs} == jobs
+    by = {(s.job, s.label): s.expect for s in specs}
+    assert by[("lint", "pull_request (fork)")] == "success"  # no guard: ubuntu-latest runs forks' lint
+    for job in ("unit-tests", "tests-cpu", "tests-cuda", "merge-cuda", "bench-rocm"):
+        assert by[(job, "pull_request (fork)")] == "skipped"
+    assert by[("unit-tests", "push")] == by[("tests-cpu", "pull_request (same-repo)")] == "success"
+    assert by[("merge-rocm", "push")] == by[("tests-cuda", "workflow_dispatch")] == "preflight"
+    assert by[("flakes-cuda", "schedule")] == "preflight" and ("flakes-cpu", "push") not in by
+    assert ("bench-cuda", "schedule") not in by and len(specs) == len(set((s.workflow, s.key) for s in specs))
+    listed = rehearse.list_table(specs).splitlines()
+    assert listed[-1] == f"{len(specs)} job x event pair(s)" and listed[0].split() == ["workflow", "job", "event",
+                                                                                       "expected"]
+
+
+def test_list_prints_the_pairs_and_runs_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "ci" / "rehearse" / "rehearse.py"), "--list", "--act",
+                           str(tmp_path / "no-act"), "--job", "tests-cuda", "--event", "pull_request:fork"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].split() == ["ci.yml", "tests-cuda", "pull_request", "(fork)", "skipped"]
+    assert not (tmp_path / "no-act").exists()
+    with pytest.raises(rehearse.RehearseError, match="no event pull_request:forks"):
+        rehearse.select(rehearse.default_jobs("", 2), [], ["pull_request:forks"])
+    with pytest.raises(rehearse.RehearseError, match="no job nope in the workflows"):
+        rehearse.select(rehearse.default_jobs("", 2), ["nope"], [])
+
+
+def test_pull_request_payloads_name_the_head_repository_and_the_selection_reaches_every_event(tmp_path):
+    specs = {(s.job, s.label): s for s in rehearse.default_jobs("test_a", 2)}
+    fork = rehearse.event_payload(specs[("tests-cpu", "pull_request (fork)")], "refs/heads/main")
+    same = rehearse.event_payload(specs[("tests-cpu", "pull_request (same-repo)")], "refs/heads/main")
+    assert fork["pull_request"]["head"]["repo"]["full_name"] == "contributor/kiln" != rehearse.REPOSITORY
+    assert same["pull_request"]["head"]["repo"]["full_name"] == rehearse.REPOSITORY == same["repository"]["full_name"]
+    argv = rehearse.act_argv("act", specs[("tests-cpu", "push")], WORKFLOWS, root=ROOT,
+                             actions_dir=rehearse.ACTIONS_DIR, artifacts=tmp_path, cache=tmp_path, port=1,
+                             event_file=tmp_path / "e.json", selection="test_a")
+    assert _pairs(argv, "--var") == ["KILN_TEST_SELECTION=test_a"]  # push carries no inputs: the variable does
+    assert f"GITHUB_REPOSITORY={rehearse.REPOSITORY}" in _pairs(argv, "--env")
+    assert specs[("tests-cpu", "push")].inputs == ()
+
+
+def _run(*steps: tuple[str, str]) -> list:
+    return [rehearse.JobRun("ci/unit tests", [rehearse.StepRun("Main", n, r) for n, r in steps], "failed")]
+
+
+def test_the_cancel_verdict():
+    teardown = "nox -s ci-teardown (this job's containers, stale ones, superseded kiln image tags)"
+    good = _run(("Install nox", "success"), ("nox -s unit-tests", "failure"), (teardown, "success"))
+    assert rehearse.cancel_verdict(good, {}, set(), True).ok
+    assert "never reached pytest" in rehearse.cancel_verdict(good, {}, set(), False).line
+    later = _run(("nox -s unit-tests", "failure"), ("Upload results", "success"), (teardown, "success"))
+    assert rehearse.cancel_verdict(later, {}, set(), True).line == "after the cancel act started 'Upload results'"
+    assert "teardown did not run" in rehearse.cancel_verdict(_run(("nox -s unit-tests", "failure")), {}, set(),
+                                                             True).line
+    left = rehearse.cancel_verdict(good, {42: "python -m pytest tests/compiler"}, set(), True)
+    assert not left.ok and "pid 42: python -m pytest" in left.line
+    assert "1 container(s) still ran" in rehearse.cancel_verdict(good, {}, {"abc"}, True).line
+
+
+def test_descendants_and_alive_read_proc():
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"])
+    try:
+        import time
+
+        for _ in range(100):
+            found = rehearse.descendants(os.getpid())
+            if any(cmd.startswith("sleep 30") for cmd in found.values()):
+                break
+            time.sleep(0.1)
+        assert child.pid in found and any(cmd.startswith("sleep 30") for cmd in found.values())
+        assert rehearse.alive(child.pid)
+    finally:
+        for pid in rehearse.descendants(child.pid):
+            os.kill(pid, 9)
+        child.kill()
+        child.wait()
+    assert not rehearse.alive(child.pid)

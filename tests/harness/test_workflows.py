@@ -152,7 +152,7 @@ def test_bench_jobs_build_and_upload_the_history_site_on_main():
         assert order == sorted(order), f"bench-{b.name}: the site's steps are out of order"
         for st in (build, uploads[1]):
             assert "github.event_name != 'pull_request'" in st["if"] and "refs/heads/main" in st["if"]
-            assert st["if"].startswith("always()")  # a confirmed regression (exit 1) still gets its site
+            assert st["if"].startswith("!cancelled()")  # a confirmed regression (exit 1) still gets its site
         assert link["env"] == {"SITE_URL": "${{ steps.%s.outputs.artifact-url }}" % uploads[1]["id"]}
         assert f"steps.{uploads[1]['id']}.outputs.artifact-url != ''" in link["if"]
 
@@ -230,7 +230,7 @@ def test_workflows_upload_results_and_write_a_job_summary():
         if job_id == "lint":
             continue
         uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
-        assert uploads and uploads[0]["if"] == "always()" and uploads[0]["with"]["path"] == "results/"
+        assert uploads and uploads[0]["if"] == "!cancelled()" and uploads[0]["with"]["path"] == "results/"
         runs = " ".join(s.get("run", "") for s in job["steps"])
         writes = ("-s ci-report", "--github-summary", "-s bench-record", "-s bench-pr")  # bench: `bench summary`
         assert any(w in runs for w in writes), f"{wf}:{job_id} writes no job summary"
@@ -363,3 +363,123 @@ def test_two_top_level_env_blocks_become_one():
     assert rendered.count("\nenv:\n") == 1 and workflows.render(rendered, MATRIX) == rendered
     assert yaml.safe_load(rendered)["env"] == {**_env_after(text), "OWN_SELECTION": "${{ inputs.selection }}"}
     assert rendered.replace("  # its own input\n  OWN_SELECTION: ${{ inputs.selection }}\n", "") == text
+
+
+# ---- proven whole: the unit tests, cancel, one failure one error, labels, timeouts ---------------------------
+
+
+def test_a_cpu_job_runs_the_unit_tests_and_uploads_their_junit_results():
+    """ci.yml's unit-tests job: on the CPU runners, `nox -s unit-tests` (tests/compiler and tests/harness, this file
+    among them) with JUnit XML under results/ and a job summary, uploaded as results-unit-tests."""
+    from noxfile_loader import noxfile
+
+    assert noxfile().UNIT_TEST_PARTS == ("compiler", "harness")
+    job = _load(ROOT / ".github" / "workflows" / "ci.yml")["jobs"]["unit-tests"]
+    assert job["runs-on"] == list(MATRIX.backend("cpu").runner_labels)
+    (step, argv), *rest = [(s, a) for s, a in _nox_steps(job) if a[2] != "ci-teardown"]
+    assert not rest and argv[2:] == ["unit-tests", "--", "--results", "results/unit-tests", "--github-summary"]
+    (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["with"]["name"] == "results-unit-tests" and upload["with"]["path"] == "results/"
+    assert job["steps"].index(step) < job["steps"].index(upload)
+    assert "unit-tests" in _nox_sessions()
+
+
+def _condition(step_or_job: dict) -> str:
+    return str(step_or_job.get("if", ""))
+
+
+def test_a_cancel_stops_the_job_and_only_the_teardown_runs_after_it():
+    """GitHub runs `always()` steps and jobs after a cancel too: every step or job that reports, uploads or checks
+    after a failure says `!cancelled()`; `always()` is the teardown's alone (it must run on a cancel)."""
+    for path in WORKFLOWS:
+        for job_id, job in _load(path)["jobs"].items():
+            assert "always()" not in _condition(job), f"{path.name}:{job_id}: a job-level always() runs after a cancel"
+            for step in job["steps"]:
+                cond = _condition(step)
+                teardown = step.get("run") == f"{NOX} -s ci-teardown"
+                if teardown:
+                    assert cond == "always()", f"{path.name}:{job_id}: the teardown must run on a cancel too"
+                    continue
+                assert "always()" not in cond, f"{path.name}:{job_id}: {step.get('name')!r} runs after a cancel"
+                after_failure = step.get("uses", "").startswith("actions/upload-artifact@") or any(
+                    f"-s {s}" in step.get("run", "") for s in ("ci-report", "ci-durations", "site", "history-record",
+                                                                "compile-check"))
+                if after_failure:  # reports, uploads, the compile check: after a failed step, never after a cancel
+                    assert cond.startswith("!cancelled()"), f"{path.name}:{job_id}: {step.get('name')!r} if: {cond!r}"
+    text = "".join(p.read_text() for p in WORKFLOWS)
+    assert text.count("if: always()") == sum(1 for *_, in _self_hosted_jobs())  # one per self-hosted job's teardown
+
+
+def test_sharded_jobs_take_the_shard_count_from_their_matrix():
+    """`--shard I/N`: N is the matrix's `shards` (the length of its `shard` list), not strategy.job-total (which
+    act leaves empty), so a shard can be run as written by a workflow runner other than GitHub's."""
+    seen = 0
+    for wf, job_id, job in _jobs():
+        strategy = job.get("strategy") or {}
+        if "shard" not in (strategy.get("matrix") or {}):
+            continue
+        m = strategy["matrix"]
+        assert m["shard"] == list(range(1, len(m["shard"]) + 1)) and m["shards"] == [len(m["shard"])], job_id
+        assert job["env"]["SHARD_COUNT"] == "${{ matrix.shards }}" and job["env"]["SHARD_INDEX"] == "${{ matrix.shard }}"
+        assert "job-total" not in str(job)
+        seen += 1
+    assert seen == len([b for b in MATRIX.backends.values() if b.is_gpu])
+
+
+def test_gpu_jobs_record_and_check_the_gpu_model_their_label_names():
+    """Every GPU job sets KILN_GPU_LABEL to the model of its `gpu-*` runs-on label (recorded with each run; the
+    pre-flight fails when the GPU found is another model); CPU jobs set none."""
+    seen = 0
+    for wf, job_id, job, labels in _self_hosted_jobs():
+        models = [lab.removeprefix("gpu-") for lab in labels if lab.startswith("gpu-")]
+        env = job.get("env") or {}
+        if not models:
+            assert "KILN_GPU_LABEL" not in env, f"{wf}:{job_id}"
+            continue
+        assert env.get("KILN_GPU_LABEL") == models[0], f"{wf}:{job_id}: KILN_GPU_LABEL {env.get('KILN_GPU_LABEL')!r}"
+        seen += 1
+    assert seen >= 3 * len([b for b in MATRIX.backends.values() if b.is_gpu])  # tests, flakes, bench
+
+
+JOB_SETUP_S = 10 * 60  # checkout, nox's venv and the project's install, reports, upload, teardown
+
+
+def test_job_timeouts_cover_their_suites_limits():
+    """A tests job's timeout-minutes covers what the harness may take before it calls a shard hung (environment
+    capture, health checks, every suite at its matrix limit: harness.suites.sharded.shard_timeout_s) plus the job's
+    setup; tests-cpu also runs the compile check (the suites again on CPU) within it."""
+    from harness.suites.sharded import shard_timeout_s
+
+    for wf, job_id, job in _jobs():
+        m = re.fullmatch(r"tests-(\w+)", job_id)
+        if not m:
+            continue
+        b = MATRIX.backend(m.group(1))
+        need = shard_timeout_s(b, len(MATRIX.suites)) + JOB_SETUP_S
+        if any(a[2] == "compile-check" for _, a in _nox_steps(job)):
+            need += 15 * 60
+        assert job["timeout-minutes"] * 60 >= need, (
+            f"{wf}:{job_id}: timeout-minutes {job['timeout-minutes']} < the suites' limits ({need / 60:.0f} min)")
+
+
+def _nox(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import os
+
+    pytest.importorskip("nox")
+    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "KILN_NO_VENV": "1", **env})
+
+
+def test_a_failed_job_later_steps_say_one_line_for_a_missing_folder_or_store(tmp_path):
+    """One failure, one error: a job whose suites step stopped before writing its results folder, or a first run
+    with no history store yet, gets one line from its report and durations steps, and they succeed."""
+    missing = tmp_path / "results" / "ci-cuda-shard-1"
+    proc = _nox("-s", "ci-report", "--", str(missing), env={})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"ci-report: no results folder {missing} (the step that writes it stopped before): nothing to report" in (
+        proc.stdout + proc.stderr)
+    store = tmp_path / "history" / "history.sqlite"
+    proc = _nox("-s", "ci-durations", "--", "--backend", "cuda", env={"KILN_HISTORY_DB": str(store)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and f"ci-durations: no history store at {store} yet" in out, out
+    assert not (tmp_path / "history").exists() and "Traceback" not in out
