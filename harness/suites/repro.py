@@ -202,7 +202,7 @@ def cli_main(args: Any) -> int:
     repo = Path(args.repo).resolve() if args.repo else settings().root
     use_here = bool(args.here) or sha is None
     here = Here(docker=rr.docker_answers(), gpus=rr.local_gpus(), versions=rr.local_versions(),
-                has_commit=bool(sha) and rr.has_commit(repo, sha), head=git_output(repo, "rev-parse", "HEAD"))
+                has_commit=sha is not None and rr.has_commit(repo, sha), head=git_output(repo, "rev-parse", "HEAD"))
     commit_differences(src, here, use_here)  # a commit not here stops before anything is made
     tree = repo if use_here else rr.add_worktree(repo, str(sha), scratch / rr.TREE)
     try:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from scratch_project import scratch_project
-from test_run import _cpu_image_present, harness, make_project, only_run
+from harness import matrix
+from harness.images import image
+from test_run import harness, make_project, only_run
 
 GIT = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
 
@@ -118,9 +120,22 @@ def test_a_commit_that_is_not_here_is_one_line_and_nothing_is_run(tmp_path):
     assert "reproduced:" not in proc.stdout
 
 
+def cpu_image_built(root: Path) -> str | None:
+    """The CPU image tag the project at `root` builds (its base's local id in the hash, as a build computes it)
+    when docker answers and that image is present, else None."""
+    try:
+        image.require_docker()
+        b = matrix.load(root / "ci" / "matrix.json").backend("cpu")
+        base = image.local_base(b)
+        tag = image.image_tag(b, base, root=root, base_id=image.base_id_for_hash(b, base))
+        return tag if image.image_id(tag) else None
+    except Exception:  # noqa: BLE001 - no docker here: the test is skipped
+        return None
+
+
 def test_a_planted_ci_failure_is_reproduced_in_the_cpu_container_from_the_runs_artifact(tmp_path):
     root = make_project(tmp_path, with_harness=True)
-    tag = _cpu_image_present(root)
+    tag = cpu_image_built(root)
     if tag is None:
         pytest.skip("CPU image not built on this machine (python -m harness image build --backend cpu)")
     shutil.rmtree(root / "tests" / "beta")
