@@ -255,6 +255,9 @@ def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, 
             out.finished.append(Finished(crashed_file, "error", f"crashed while collecting: {why} (attempt {k}; see "
                                          f"{run.log.name})", crash.tail, 0.0, crash=crash.reason))
             ignored.append(crashed_file)
+            if run.timed_out or time.monotonic() >= deadline:  # it hung importing: the budget is spent
+                out.timed_out = True
+                return out
             continue  # the rest of the suite, without that file
         if read.collected is None and not read.finished:  # died before its tests were known: conftest, imports
             out.collect_failed = f"{why}: {res_error_line(run.log)}"
