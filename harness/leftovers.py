@@ -138,6 +138,15 @@ def end_session(sid: int, grace_s: float = 2.0) -> list[Proc]:
     return end([p for p in session(sid) if p.pid != os.getpid()], grace_s)
 
 
+def pid_namespace() -> str:
+    """This process's pid namespace (`pid:[4026531836]`), "" where /proc does not say: pids journaled in a
+    container's namespace name other processes here, so only those of the harness's own namespace are ended."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def become_subreaper() -> bool:
     """Make this process the child subreaper of its descendants (Linux); True when it is one now."""
     if not sys.platform.startswith("linux"):

@@ -109,7 +109,7 @@ def read_journal(path: Path) -> JournalRead:
         elif kind == "collect_done":
             if ev["id"] in out.collecting:
                 out.collecting.remove(ev["id"])
-        elif kind == "spawned":
+        elif kind == "spawned" and ev.get("ns", "") == leftovers.pid_namespace():  # module docstring: leftover
             out.spawned.setdefault(ev["id"], []).extend(leftovers.Proc.from_json(p) for p in ev.get("procs", []))
         elif kind == "start":
             out.running, out.running_since = ev["id"], ev.get("t")
@@ -155,6 +155,7 @@ class SuiteRun:
     ended_badly: str = ""  # an abnormal end that no test is to blame for (a crash after the last test)
     timed_out: bool = False
     running: str | None = None  # the test that was running when the suite was interrupted
+    unowned: list[leftovers.Proc] = field(default_factory=list)  # leftovers no test is known to have started
 
     @property
     def decided(self) -> set[str]:
@@ -164,7 +165,7 @@ class SuiteRun:
         """timeout / error (could not collect, ended badly, tests left unrun) / failed / empty / passed."""
         if self.timed_out:
             return "timeout"
-        if self.collect_failed or self.ended_badly or self.not_run:
+        if self.collect_failed or self.ended_badly or self.not_run or self.unowned:
             return "error"
         if any(f.outcome in res.FAILING for f in self.finished):
             return "failed"
@@ -187,7 +188,19 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
 
     `seen_dir` is `suite_dir` as pytest sees it (the container's mount). On Ctrl-C/SIGTERM the journal's
     results are kept in the returned state: `on_interrupt(state)` is called, then the interrupt propagates.
+    Leftovers that no test started (module docstring) end the suite badly, named.
     """
+    out = _run_attempts(attempt, suite, suite_dir, seen_dir, suite_s=suite_s, test_s=test_s, on_interrupt=on_interrupt)
+    if out.unowned:
+        note = (f"left {len(out.unowned)} process(es) running that no test is known to have started: "
+                f"{leftovers.describe(out.unowned)} (ended by the harness)")
+        out.ended_badly = f"{out.ended_badly}; {note}" if out.ended_badly else note
+    return out
+
+
+def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, suite_s: float, test_s: float,
+                  on_interrupt: Callable[[SuiteRun], None] | None) -> SuiteRun:
+    """`run_suite`'s attempts, one after the other until every test is decided (or the budget is spent)."""
     out = SuiteRun()
     deadline = time.monotonic() + suite_s
     ignored: list[str] = []  # files whose import killed a process: the later attempts leave them out
@@ -242,6 +255,9 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
             out.finished.append(Finished(crashed_file, "error", f"crashed while collecting: {why} (attempt {k}; see "
                                          f"{run.log.name})", crash.tail, 0.0, crash=crash.reason))
             ignored.append(crashed_file)
+            if run.timed_out or time.monotonic() >= deadline:  # it hung importing: the budget is spent
+                out.timed_out = True
+                return out
             continue  # the rest of the suite, without that file
         if read.collected is None and not read.finished:  # died before its tests were known: conftest, imports
             out.collect_failed = f"{why}: {res_error_line(run.log)}"
@@ -272,11 +288,7 @@ def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Pro
     by_test: dict[str, list[leftovers.Proc]] = {}
     for p in ended:
         by_test.setdefault(started.get((p.pid, p.start), ""), []).append(p)
-    unknown = by_test.pop("", [])
-    if unknown:
-        note = f"left {len(unknown)} process(es) running that no test is known to have started: " \
-               f"{leftovers.describe(unknown)} (ended by the harness)"
-        out.ended_badly = f"{out.ended_badly}; {note}" if out.ended_badly else note
+    out.unowned += by_test.pop("", [])
     for test, procs in by_test.items():
         note = f"left {len(procs)} process(es) running: {leftovers.describe(procs)} (ended by the harness)"
         own = next((f for f in out.finished if f.id == test), None)

@@ -12,10 +12,12 @@ Terms:
                                                             the process died in
               {"event": "start", "id"}                      a test began (its setup)
               {"event": "finish", "id", "outcome", "message", "text", "duration_s"}   a test ended
-              {"event": "spawned", "id", "procs"}           processes the test started that still ran after
+              {"event": "spawned", "id", "procs", "ns"}     processes the test started that still ran after
                                                             its teardown ([pid, start, sid, cmdline] each,
-                                                            harness.leftovers.Proc): the harness ends and names
-                                                            those still running when the process ends
+                                                            harness.leftovers.Proc; ns: the pid namespace): the
+                                                            harness ends and names those still running when the
+                                                            process ends (natively: a container's are ended by
+                                                            its removal)
               {"event": "poisoned", "id", "error"}          the device is unusable after this test (below)
               {"event": "exit", "status"}                   the session ended normally
             A `start` without its `finish` names the test that was running when the process ended.
@@ -189,7 +191,7 @@ def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
                   duration_s=round(sum(r.duration for r in reports), 3))
     spawned = [p for p in leftovers.descendants(os.getpid()) if (p.pid, p.start) not in _State.before]
     if spawned:
-        journal.write(event="spawned", id=nodeid, procs=[p.as_json() for p in spawned])
+        journal.write(event="spawned", id=nodeid, procs=[p.as_json() for p in spawned], ns=leftovers.pid_namespace())
     error = device_error()
     if error is not None:
         journal.write(event="poisoned", id=nodeid, error=error)

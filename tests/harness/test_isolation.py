@@ -87,3 +87,17 @@ def test_exit_reasons():
     assert isolation.exit_reason(-11) == "killed by SIGSEGV"
     assert isolation.exit_reason(134) == "killed by SIGABRT"
     assert isolation.exit_reason(3) == "exit status 3"
+
+
+def test_the_suite_junit_stays_readable_whatever_a_message_holds(tmp_path):
+    from harness import results as res
+
+    nasty = "a\x00b\x1b[31mred\ud800 \x07\uffff"
+    finished = [isolation.Finished("t.py::test_a", "failed", nasty, nasty, 0.1),
+                isolation.Finished("t.py::test_b", "skipped", nasty, "", 0.0),
+                isolation.Finished("t.py::test_c", "passed", "", "", 0.0)]
+    isolation.write_junit(tmp_path / "s.xml", "s", finished)
+    tests = res.parse_junit(tmp_path / "s.xml")
+    assert [(t.outcome, t.message) for t in tests] == [
+        ("failed", "a\\x00b\\x1b[31mred\\ud800 \\x07\\uffff"), ("skipped", "a\\x00b\\x1b[31mred\\ud800 \\x07\\uffff"),
+        ("passed", "")]

@@ -144,3 +144,14 @@ def test_job_summary_is_appended_only_on_github(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_GITHUB_SUMMARY", "1")  # what every verb's --github-summary sets
     assert append_job_summary("# one\n") and append_job_summary("# two")
     assert target.read_text() == "# forced\n\n# one\n\n# two\n\n"
+
+
+def test_printable_escapes_what_xml_and_utf8_cannot_carry_and_keeps_the_rest():
+    text = "a\x00b\x1b[31mred\ud800 \x07\x7f\uffff\t\n\r é ✓"
+    assert res.printable(text) == "a\\x00b\\x1b[31mred\\ud800 \\x07\\x7f\\uffff\t\n\r é ✓"
+    assert res.printable("plain") == "plain"
+
+
+def test_atomic_write_text_escapes_an_unpaired_surrogate(tmp_path):
+    res.atomic_write_text(tmp_path / "r.txt", "x\ud800y")
+    assert (tmp_path / "r.txt").read_text(encoding="utf-8") == "x\\ud800y"

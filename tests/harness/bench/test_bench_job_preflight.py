@@ -58,3 +58,36 @@ def test_a_bench_job_without_its_gpu_stops_at_the_preflight_and_leaves_nothing(p
     assert "bench export" not in out and "bench import" not in out and "bench backend" not in out, out
     assert not (project / "results").exists(), sorted(p.name for p in (project / "results").rglob("*"))
     assert not (project.parent / f"{project.name}-runner").exists() and not (project / "summary.md").exists()
+
+
+def test_the_main_job_runs_the_preflight_before_its_venv_its_suites_and_its_stores(project, monkeypatch):
+    """`nox -s ci` on a runner whose detected backend is cuda but whose driver fails: the session stops with the
+    pre-flight's line after detecting the backend, before the shared venv, the suites or any bench step."""
+    from noxfile_loader import noxfile
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("PATH", f"{project / 'tools'}{os.pathsep}{os.environ['PATH']}")
+    ran: list[tuple] = []
+
+    class Stop(Exception):
+        pass
+
+    class Session:
+        posargs: tuple[str, ...] = ()
+
+        def run(self, *args, **kw):
+            ran.append(args)
+            return "native" if "--mode" in args else "cuda"
+
+        def log(self, line):
+            pass
+
+        def error(self, line):
+            raise Stop(line)
+
+    monkeypatch.setattr(noxfile(), "shared_python", lambda *a, **k: ran.append(("shared_python",)) or "py")
+    ci = noxfile().ci
+    with pytest.raises(Stop) as stopped:
+        (ci.func if hasattr(ci, "func") else ci)(Session())
+    assert "error: pre-flight cuda: nvidia-smi failed (exit 9" in str(stopped.value)
+    assert [a[3:] for a in ran] == [("detect",), ("detect", "--mode")], ran  # nothing after the detection

@@ -196,3 +196,63 @@ def test_a_file_that_kills_the_interpreter_while_imported_costs_that_file_alone(
                                                                    ("test_aborts.py", "test_segfaults.py", "test_exits.py")}
     repro = harness(root, "repro", str(run_dir)).stdout
     assert any(ln.endswith("tests/faults/test_aborts.py") for ln in repro.splitlines()), repro
+
+
+# every phase a test process can die in or leave something behind in: import (a process started at module level,
+# which no test owns), setup, teardown, the call (an exit with status 0), and after the last test (at exit)
+PHASES = '''
+import os, signal, subprocess, sys, pytest
+
+STARTED_AT_IMPORT = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(300)", "import", "{mark}", os.environ["KILN_ROOT"]])
+
+@pytest.fixture
+def dies_in_setup():
+    os.abort()
+
+@pytest.fixture
+def dies_in_teardown():
+    yield
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def test_first():
+    pass
+
+def test_setup_crash(dies_in_setup):
+    pass
+
+def test_teardown_crash(dies_in_teardown):
+    pass
+
+def test_exits_zero():
+    os._exit(0)
+
+def test_last():
+    pass
+'''.replace("{mark}", MARK)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="the leftover search reads Linux's /proc")
+def test_every_phase_a_process_dies_in_or_leaves_processes_in_is_named(tmp_path):
+    root = make_project(tmp_path, PHASES)
+    (root / "tests" / "faults" / "conftest.py").write_text(
+        "import atexit, os\n\ndef pytest_sessionfinish(session):\n    atexit.register(os.abort)  # after the journal\n")
+    try:
+        proc = harness(root, *run_args(root, "--retries", "0"))
+        survivors = _survivors(root)
+    finally:
+        for pid in _survivors(root):
+            os.kill(pid, signal.SIGKILL)
+    assert survivors == [], "processes started at import outlived the run"
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (only_run(root) / "report.txt").read_text()
+    assert report.splitlines()[0].startswith("kiln cpu/native FAILED: 2 passed, 3 error"), report
+    for test, why in (("setup_crash", "killed by SIGABRT"), ("teardown_crash", "killed by SIGSEGV"),
+                      ("exits_zero", "exit status 0")):
+        assert f"tests/faults/test_faults.py::test_{test}: error: crashed: {why} (attempt " in report, (test, report)
+    (badly,) = [ln for ln in report.splitlines() if "ended badly: " in ln]
+    assert "killed by SIGABRT after its last test" in badly
+    assert "process(es) running that no test is known to have started: pid " in badly
+    assert f"time.sleep(300) import {MARK}" in badly
+    recorded = history_outcomes(root / "history.sqlite")
+    assert recorded["tests/faults/test_faults.py::test_last"] == "passed"
