@@ -2,7 +2,8 @@
 
 PyTorch's core-ATen set, plus composite ops kiln would rather see as pointwise + reduction pieces so they
 fuse into one kernel (softmax, layer_norm, gelu, batch_norm...). Ops kiln lowers directly (e.g. ``clamp``)
-are not decomposed. The table is built once; ``EXTRA`` lists what is added to the core set and why.
+are not decomposed. The table is built once; ``EXTRA`` lists what is added to the core set and why; the
+``_foreach_*`` ops become one op per tensor (``compiler/foreach.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any, Callable
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+
+from . import foreach
 
 aten = torch.ops.aten
 
@@ -68,6 +71,7 @@ def decomposition_table() -> dict[Any, Callable]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
     table.update(OVERRIDES)
+    table.update(foreach.table())  # optimizer steps: one fused kernel per parameter, not ATen foreach calls
     for op in KEEP:
         table.pop(op, None)
     return table
