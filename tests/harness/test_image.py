@@ -4,6 +4,8 @@ lock gate of a build and the labels (docker faked: nothing here runs docker)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import shutil
 from pathlib import Path
 
@@ -173,3 +175,19 @@ def test_describe_reads_the_labels_of_a_given_image(monkeypatch):
     rec = image.describe("kiln-cpu:1")
     assert rec == {"tag": "kiln-cpu:1", "id": "sha256:img", "base": "b:1", "built": False, "base_digest": None,
                    "base_id": "sha256:base", "lock_sha256": "sha256:99"}
+
+
+def test_the_cpu_image_carries_inductors_cpp_toolchain():
+    """Inductor's CPU code is C++ compiled against Python's headers: the bench's Inductor rows need both in the
+    image (without them every Inductor row is an error: no working C++ compiler)."""
+    from test_run import _cpu_image_present
+
+    tag = _cpu_image_present(ROOT)
+    if tag is None:
+        pytest.skip("CPU image not built on this machine (python -m harness image build --backend cpu)")
+    probe = ("import subprocess, sysconfig, torch._inductor.cpp_builder as cb; cxx = cb.get_cpp_compiler(); "
+             "subprocess.run([cxx, '-x', 'c++', '-fsyntax-only', '-I', sysconfig.get_paths()['include'], '-'], "
+             "input=b'#include <Python.h>\\nint main() { return 0; }\\n', check=True); print('cxx', cxx)")
+    p = subprocess.run([os.environ.get("KILN_DOCKER", "/usr/bin/docker"), "run", "--rm", "--network", "none", tag,
+                        "python", "-c", probe], capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0 and p.stdout.startswith("cxx "), p.stderr[-2000:]
