@@ -352,3 +352,19 @@ def test_progress_estimates_from_the_later_workloads_not_the_first(tmp_path):
     assert len(lines) == 3, proc.stderr[-2000:]
     assert lines[0].endswith("time left: after the next step)") and lines[1].endswith("s left)"), lines
     assert lines[2].endswith(", done)"), lines
+
+
+def test_read_only_verbs_leave_no_wal_or_shm_beside_a_store(tmp_path):
+    """A writer's close leaves the store in rollback mode: `bench list/show/history` (readers, `mode=ro`) then make
+    no `-wal`/`-shm` beside it, and the next writer still works (WAL again while it is open)."""
+    db = tmp_path / "b.sqlite"
+    _wide_store(db, workloads=3, runs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.sqlite"]
+    for verb in (["list"], ["show", "latest"], ["history", "--no-plots"]):
+        proc = harness(tmp_path, "bench", *verb, "--db", str(db))
+        assert proc.returncode == 0, (verb, proc.stderr[-2000:])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["b.sqlite"], verb
+    _wide_store(db, workloads=3, runs=1)
+    proc = harness(tmp_path, "bench", "list", "--db", str(db))
+    assert proc.returncode == 0 and len([ln for ln in proc.stdout.splitlines() if " complete " in ln]) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.sqlite"]
