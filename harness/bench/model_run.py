@@ -611,11 +611,13 @@ def probe_main(argv: list[str]) -> int:
 
 
 # ------------------------------------------------------------------ a run
-def _progress(i: int, total: int, name: str, results: list[Result], t0: float) -> None:
+def _progress(i: int, total: int, name: str, results: list[Result], t0: float, ends: list[float]) -> None:
     from .report import fmt_ns
+    from .stats import eta_text
 
     spent = time.monotonic() - t0
-    eta = spent / (i + 1) * (total - i - 1)
+    ends.append(spent)
+    eta = eta_text(ends, total)
     cells = []
     for r in results:
         if r.status != "ok":
@@ -628,7 +630,7 @@ def _progress(i: int, total: int, name: str, results: list[Result], t0: float) -
         ok = r.meta.get("accuracy", {}).get("pass", True)
         cells.append(f"{r.compiler} {fmt_ns(r.median_ns)}{'' if ok else ' FAIL'}")
     print(
-        f"[{i + 1:>2}/{total}] {name:<28} {'  '.join(cells)}  ({spent:.0f}s, ~{eta:.0f}s left)",
+        f"[{i + 1:>2}/{total}] {name:<28} {'  '.join(cells)}  ({spent:.0f}s, {eta})",
         file=sys.stderr,
         flush=True,
     )
@@ -655,6 +657,7 @@ def run_models(
     deferred: list[str] = []
     try:
         t0 = time.monotonic()
+        ends: list[float] = []  # when each case ended (the progress line's estimate)
         for i, case in enumerate(cases):
             spent = time.monotonic() - t0
             if cfg.budget_s and i and spent + spent / i > cfg.budget_s:  # the next case would likely overrun
@@ -668,7 +671,7 @@ def run_models(
                 store.add_result(run.id, r)
             results += rs
             if progress:
-                _progress(i, len(cases), case.name, rs, t0)
+                _progress(i, len(cases), case.name, rs, t0, ends)
         store.finish_run(run.id, "complete")
         run.status = "complete"
         return run, results, deferred

@@ -96,17 +96,22 @@ class Progress:
 
     def __init__(self, total: int, enabled: bool = True):
         self.total, self.enabled, self.t0 = total, enabled, time.monotonic()
+        self.ends: list[float] = []  # seconds from the start at which each main-phase workload ended
 
     def __call__(self, i: int, name: str, results: list[Result], phase: str = "main") -> None:
+        from .stats import eta_text
+
+        spent = time.monotonic() - self.t0
+        if phase == "main":
+            self.ends.append(spent)
         if not self.enabled:
             return
-        spent = time.monotonic() - self.t0
-        eta = spent / (i + 1) * (self.total - i - 1) if phase == "main" else 0
+        eta = eta_text(self.ends, self.total) if phase == "main" else "confirming"
         cells = "  ".join(
             f"{r.compiler} {fmt_ns(r.median_ns) if r.status == 'ok' else 'error'}" for r in results
         )
         tag = f"[{i + 1:>3}/{self.total}]" if phase == "main" else "[confirm]"
-        print(f"{tag} {name:<40} {cells}  ({spent:.0f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
+        print(f"{tag} {name:<40} {cells}  ({spent:.0f}s, {eta})", file=sys.stderr, flush=True)
 
 
 def prepare_kiln() -> None:

@@ -158,3 +158,25 @@ def mann_whitney_u(
     else:
         raise ValueError(f"unknown alternative {alternative!r}")
     return MannWhitney(u=u1, z=z, p=min(1.0, max(0.0, p)))
+
+
+def time_left(ends: Sequence[float], total: int) -> float | None:
+    """Seconds a sequence of `total` steps has left, from `ends` (the seconds since its start at which each step so
+    far ended): the median step times the steps left. The first step pays the one-time costs (imports, the first
+    compile, the interpreter's start) and is left out once a second step has ended; None until then (no honest
+    estimate exists from one step)."""
+    if len(ends) < 2:
+        return None
+    steps = [b - a for a, b in zip(ends, ends[1:])]
+    steps.sort()
+    mid = len(steps) // 2
+    median = steps[mid] if len(steps) % 2 else (steps[mid - 1] + steps[mid]) / 2
+    return median * max(total - len(ends), 0)
+
+
+def eta_text(ends: Sequence[float], total: int) -> str:
+    """`~Ns left` for time_left, `estimate after the next step` before it has one, `done` at the end."""
+    if len(ends) >= total:
+        return "done"
+    left = time_left(ends, total)
+    return "time left: after the next step" if left is None else f"~{left:.0f}s left"

@@ -252,6 +252,9 @@ def _read_bench(db: Any, lasting: str | None, bisections: list[Path], notes: lis
     from harness.store.cli import configured
 
     explicit = bool(db or lasting or configured())
+    if lasting and not db and configured() is None:
+        db = _lasting_or_local(lasting, notes)
+        lasting = None if db else lasting
     try:
         with _open(db, lasting, write=False) as store:
             data = read_bench(store, bisection_dirs=bisections)
@@ -262,6 +265,24 @@ def _read_bench(db: Any, lasting: str | None, bisections: list[Path], notes: lis
         return None
     notes.append(f"bench store: {data.source} ({len(data.runs)} complete runs)")
     return data
+
+
+def _lasting_or_local(backend: str, notes: list[str]) -> Path | None:
+    """For `--lasting B` (`nox -s site -- --backend B`): None when B's lasting store exists (it is read); else the
+    store the local sessions write (results/bench/B/bench.sqlite), with a note, when that one exists; else a
+    StoreError naming both (a site of no runs is not built)."""
+    from harness.bench.store import lasting_path
+    from harness.exc import StoreError
+
+    lasting = lasting_path(backend)
+    if lasting.is_file():
+        return None
+    local = Path("results") / "bench" / backend / "bench.sqlite"
+    if local.is_file():
+        notes.append(f"no lasting bench store at {lasting} (CI's); read the local one, {local}")
+        return local
+    raise StoreError(f"no bench store for {backend}: neither the lasting store {lasting} (CI's) nor the local "
+                     f"{local} exists; record runs first (`nox -s ci`, `nox -s bench`) or give --db FILE")
 
 
 def _read_history(history: Any, last: int, quarantine: Path | None, notes: list[str]) -> TestData | None:

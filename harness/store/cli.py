@@ -133,11 +133,18 @@ def _sources(given: list[str] | None) -> list[url.Location]:
     except MatrixError:
         backends = {}
     found: list[url.Location] = []
+    looked: list[Path] = []
     for name, b in backends.items():
         raw = str(env) if env is not None else (b.bench_store or str(DEFAULT_BENCH_STORE))
-        path = Path(raw.replace("{backend}", name)).expanduser()
-        if path.is_file() and path not in found:
-            found.append(path)
+        # CI's lasting store, and the one `nox -s ci` / `nox -s bench` write in the checkout (a developer's runs)
+        for path in (Path(raw.replace("{backend}", name)).expanduser(),
+                     s.results_root / "bench" / name / "bench.sqlite"):
+            looked.append(path)
+            if path.is_file() and path.resolve() not in [Path(f).resolve() for f in found]:
+                found.append(path)
+    if not found and looked:
+        print(f"note: no bench store on this runner to push (looked for {', '.join(map(str, looked))})",
+              file=sys.stderr, flush=True)
     if s.history_db.is_file():
         found.append(s.history_db)
     if not found:

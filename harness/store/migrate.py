@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from harness.exc import HarnessError, HistoryError, StoreDenied, StoreError, StoreUnreachable
 
-from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, unreadable
+from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, settle, unreadable
 from .tables import RUNNER_COLUMNS
 from .tables import bench as bench_tables
 from .tables import history as history_tables
@@ -183,10 +183,13 @@ class Opened:
     engine: Engine
     conn: Connection
     revision: int
+    file_writer: bool = False  # a writer of a SQLite file: its close leaves the file in rollback mode (settle)
 
     def close(self) -> None:
         self.conn.close()
         self.engine.dispose()
+        if self.file_writer:
+            settle(Path(self.path))
 
 
 def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, timeout_s: float = 120.0,
@@ -233,7 +236,7 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
                     f"copied it to {copy} and migrating it")
             _migrate(conn, kind)
             state = State(kind.rev_id(top))
-        return Opened(str(path), engine, conn, state.number)
+        return Opened(str(path), engine, conn, state.number, file_writer=write and not memory)
     except (sqlite3.Error, DBAPIError, SQLAlchemyError) as e:
         if conn is not None:
             conn.close()

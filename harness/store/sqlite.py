@@ -94,6 +94,26 @@ def open_engine(path: Path | str, *, write: bool, timeout_s: float = 120.0) -> E
     return engine
 
 
+def settle(path: Path) -> None:
+    """After a writer's last connection closed: switch the file out of WAL into rollback-journal mode, so that a
+    reader (`mode=ro`) of the closed store makes no `-wal`/`-shm` beside it (a read-only verb creates no file); the
+    next writer switches it back to WAL. Skipped, without waiting, while any other connection has the file open
+    (the switch needs it alone)."""
+    if not path.is_file():
+        return
+    try:
+        db = sqlite3.connect(str(path), timeout=0, isolation_level=None)
+    except sqlite3.Error:
+        return
+    try:
+        db.execute("PRAGMA busy_timeout = 0")
+        db.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error:  # another connection is open (busy) or the file is not ours to change: leave it in WAL
+        pass
+    finally:
+        db.close()
+
+
 def unreadable(path: Path) -> str | None:
     """Why the file at `path` is no readable SQLite database (not SQLite, failing `PRAGMA integrity_check`),
     or None. An empty file is readable (SQLite starts it). Opens the file read-only: it changes nothing."""

@@ -258,3 +258,44 @@ def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(monkeypatch):
     monkeypatch.setenv("CI", "")
     with pytest.raises(pytest.skip.Exception, match="chromium is not installed"):
         chromium()
+
+
+def test_site_of_a_backend_reads_a_store_or_fails_clearly_never_builds_from_an_empty_one(tmp_path):
+    """`nox -s site -- --backend cpu` (`harness site --lasting cpu`) on a machine without CI's lasting store: the
+    local store the sessions write is read (with a note), and without that one too the verb fails in one line,
+    exit 2, and writes no site."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "harness" / "bench"))
+    from bench_helpers import make_results, make_run
+
+    from harness.bench.store import Store
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "PYTHONPATH": str(ROOT),
+           "KILN_MATRIX": str(ROOT / "ci" / "matrix.json"), "KILN_BENCH_STORE": str(tmp_path / "no-lasting.sqlite"),
+           "XDG_DATA_HOME": str(tmp_path / "data")}
+
+    def site() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", "site", "--out", "results/site/cpu", "--lasting",
+                               "cpu"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+                              check=False)
+
+    none = site()
+    assert none.returncode == 2, none.stdout + none.stderr
+    (line,) = none.stderr.strip().splitlines()
+    assert "no bench store for cpu" in line and "results/bench/cpu/bench.sqlite" in line
+    assert not (tmp_path / "results").exists()
+    local = tmp_path / "results" / "bench" / "cpu" / "bench.sqlite"
+    local.parent.mkdir(parents=True)
+    with Store(local) as store:
+        for k in range(2):
+            run = make_run(device="cpu", commit=f"c{k}")
+            store.begin_run(run)
+            for r in make_results({("w.fwd.fp32.8", "eager"): 5000.0}, seed=k):
+                store.add_result(run.id, r)
+            store.finish_run(run.id)
+    built = site()
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert "read the local one, results/bench/cpu/bench.sqlite" in built.stderr
+    assert "bench store: results/bench/cpu/bench.sqlite (2 complete runs)" in built.stderr
+    assert len(list((tmp_path / "results" / "site" / "cpu").glob("run-*.html"))) == 2

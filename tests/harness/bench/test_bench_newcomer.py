@@ -341,3 +341,34 @@ def test_a_bench_job_session_on_a_laptop_sets_the_bench_store_aside_never_delete
     assert any(f"moved to results/bench/{kept[0].name}" in line for line in logs), logs
     assert any(c[0] != "log" and "bench" in c and "backend" in c for c in calls)  # then the job's steps ran
     assert noxfile().set_aside(str(tmp_path / "nothing")) is None
+
+
+# ---- the time estimate: no guess from the first workload (it pays the one-time costs) ----------------------
+def test_progress_estimates_from_the_later_workloads_not_the_first(tmp_path):
+    from harness.bench.stats import eta_text, time_left
+
+    assert time_left([30.0], 10) is None and eta_text([30.0], 10) == "time left: after the next step"
+    assert time_left([30.0, 35.0, 40.0], 10) == 35.0  # 7 left at the median step (5 s), not at 40 s / 3
+    proc = harness(tmp_path, "bench", "run", "--device", "cpu", "--compilers", "eager", "--only", "*_s*.fwd.fp32.*",
+                   "--target-s", "0.1", "--passes", "1", "--db", str(tmp_path / "b.sqlite"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
+    assert len(lines) == 3, proc.stderr[-2000:]
+    assert lines[0].endswith("time left: after the next step)") and lines[1].endswith("s left)"), lines
+    assert lines[2].endswith(", done)"), lines
+
+
+def test_read_only_verbs_leave_no_wal_or_shm_beside_a_store(tmp_path):
+    """A writer's close leaves the store in rollback mode: `bench list/show/history` (readers, `mode=ro`) then make
+    no `-wal`/`-shm` beside it, and the next writer still works (WAL again while it is open)."""
+    db = tmp_path / "b.sqlite"
+    _wide_store(db, workloads=3, runs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.sqlite"]
+    for verb in (["list"], ["show", "latest"], ["history", "--no-plots"]):
+        proc = harness(tmp_path, "bench", *verb, "--db", str(db))
+        assert proc.returncode == 0, (verb, proc.stderr[-2000:])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["b.sqlite"], verb
+    _wide_store(db, workloads=3, runs=1)
+    proc = harness(tmp_path, "bench", "list", "--db", str(db))
+    assert proc.returncode == 0 and len([ln for ln in proc.stdout.splitlines() if " complete " in ln]) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.sqlite"]

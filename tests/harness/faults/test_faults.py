@@ -220,8 +220,9 @@ def test_an_interrupt_keeps_what_finished_and_names_the_running_test(tmp_path, s
 def test_a_suite_timeout_keeps_what_finished_and_names_the_hung_test(tmp_path):
     # the suite timeout is what is tested, so it cannot be a mere bound; 45 s leaves a loaded host time to start
     # pytest and pass the two quick tests before it, and test_waiting sleeps far past it
+    # (no reruns: each would wait out the timeout again, and the reruns are tested elsewhere)
     root = make_project(tmp_path, WAITING, test_s=45, suite_s=45)
-    proc = harness(root, *run_args(root))
+    proc = harness(root, *run_args(root, "--retries", "0"), timeout=HANG_S)
     assert proc.returncode == 1
     assert "suite faults [cpu/native] TIMEOUT: 2 passed, 1 error" in proc.stdout
     manifest = json.loads((only_run(root) / "run.json").read_text())

@@ -25,6 +25,7 @@ from harness.store.url import parse
 from harness.suites import history
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent))  # test_history's results-folder maker
 from test_history import fake_run  # noqa: E402
 
@@ -284,3 +285,32 @@ def test_bench_backend_hands_the_hosts_identity_to_the_measuring_process(tmp_pat
     with Store(out / "bench.sqlite", readonly=True) as s:
         (run,) = s.runs()
         assert (run.runner, run.gpu_label, run.hw_class) == ("host-x", "l40s", "l40s")
+
+
+def test_push_takes_the_checkouts_bench_store_and_says_when_there_is_none(tmp_path):
+    """`store push --to sqlite:///...` on a developer's machine: the bench store `nox -s ci`/`nox -s bench` write
+    (results/bench/<backend>/bench.sqlite) is pushed with the test history; with no bench store anywhere, a note
+    says where it looked (never a silent history-only push)."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "PYTHONPATH": str(ROOT),
+           "XDG_DATA_HOME": str(tmp_path / "data"), "KILN_RESULTS": str(tmp_path / "results"),
+           "KILN_BENCH_STORE": str(tmp_path / "no-lasting" / "{backend}.sqlite")}
+    history.record(tmp_path / "data" / "kiln" / "history" / "history.sqlite",
+                   fake_run(tmp_path / "r1", {"t::ok": ("passed", 1.0)}))
+
+    def push(to: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", "store", "push", "--to", f"sqlite:///{to}"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+    alone = push(tmp_path / "fleet1.sqlite")
+    assert alone.returncode == 0, alone.stderr
+    assert "note: no bench store on this runner to push (looked for" in alone.stderr
+    assert str(tmp_path / "results" / "bench" / "cpu" / "bench.sqlite") in alone.stderr
+    local = tmp_path / "results" / "bench" / "cpu" / "bench.sqlite"
+    local.parent.mkdir(parents=True)
+    with Store(local) as store:
+        _bench_run(store, 0)
+    both = push(tmp_path / "fleet2.sqlite")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.count("1 run(s) copied") == 2, both.stdout
+    counts = _counts(tmp_path / "fleet2.sqlite")
+    assert counts["runs"] == 1 and counts["history"] == 1
