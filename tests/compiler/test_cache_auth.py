@@ -103,3 +103,21 @@ def test_a_kernel_file_changed_on_disk_never_changes_the_kernel(gc_dir):
     with config.patch(cache="0"):
         _, out = _run(x)
     assert torch.equal(out, _fn(x)) and on_disk() == source  # kiln's source ran; the file is whole again
+
+
+def test_a_compile_worker_refuses_a_kernel_file_changed_on_disk(tmp_path):
+    import pytest
+
+    from compiler.runtime import compile_worker
+
+    source = "def f():\n    return 1\n"
+    name = "k" + hashlib.sha256(source.encode()).hexdigest()[:24]
+    good = tmp_path / "good" / f"{name}.py"
+    good.parent.mkdir()
+    good.write_text(source)
+    assert compile_worker.load_function(str(good), "f", "kiln_kernels.test_worker_good")() == 1
+    bad = tmp_path / "bad" / f"{name}.py"
+    bad.parent.mkdir()
+    bad.write_text(source.replace("1", "1000"))  # the name of kiln's source, another job's text
+    with pytest.raises(ValueError, match="does not hold the source its name hashes"):
+        compile_worker.load_function(str(bad), "f", "kiln_kernels.test_worker_bad")
