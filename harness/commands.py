@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness import trust
 from harness.matrix import Backend, Matrix
 from harness.trust import KEY_VARIABLES
 
@@ -126,8 +127,8 @@ def scope_env(scope: str) -> dict[str, str]:
 
 
 def key_free(env: Mapping[str, str], scope: str) -> dict[str, str]:
-    """`env` less the cache key, for every scope but main (harness/trust.py: the key is main's alone)."""
-    if scope == "main":
+    """`env` less the cache key, for every scope but main and local (harness/trust.py: Trust.holds_key)."""
+    if scope in ("main", "local"):
         return dict(env)
     return {k: v for k, v in env.items() if k not in KEY_VARIABLES}
 
@@ -166,12 +167,9 @@ def scope_this_process() -> dict[str, str]:
     """Make this process's own environment its trust scope's (for the verbs that compile or measure in-process,
     such as the bench's Inductor and kiln arms, and every child they start): `native_cache_env`'s folders, and no
     cache key outside main (harness/trust.py). Returns what it set."""
-    from harness import trust
-    from harness.settings import settings
-
     added = native_cache_env()
     os.environ.update(added)
-    if settings().cache_scope != "main":
+    if not trust.resolve().holds_key:
         for name in KEY_VARIABLES:
             if os.environ.pop(name, None) is not None:
                 print(trust.untrusted_key_problem(trust.resolve(), {name: "set"}), file=sys.stderr, flush=True)
@@ -251,8 +249,10 @@ def native_command(inner: Sequence[str], env: dict[str, str], *, src: Path,
     """(argv, full environment) that run `inner` with this machine's Python from the source tree: this
     process's environment, then `env`; the cache key only where `env` holds main's KILN_CACHE_AUTH=1."""
     argv = [python or sys.executable, *inner[1:]] if inner and inner[0] == "python" else list(inner)
-    # the cache key travels only with main's KILN_CACHE_AUTH=1 (scope_env), which the harness adds itself
-    full = key_free({**os.environ, **env}, "main" if env.get("KILN_CACHE_AUTH") == "1" else "other")
+    # the cache key travels only with main's KILN_CACHE_AUTH=1 (scope_env, which the harness adds itself) and
+    # outside CI (a developer's own key)
+    keeps = env.get("KILN_CACHE_AUTH") == "1" or trust.derive()[0] == "local"
+    full = key_free({**os.environ, **env}, "main" if keeps else "other")
     full["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     return argv, full
 

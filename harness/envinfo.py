@@ -113,6 +113,10 @@ def capture_host(image: dict[str, Any] | None = None, root: Path | None = None,
     }
 
 
+SECRET = "<set, not recorded>"
+SECRET_VARIABLES = frozenset({"KILN_CACHE_KEY"})  # recorded as SECRET (harness/trust.py: main's cache key)
+
+
 def _compiler_config() -> dict[str, Any]:
     """The compiler's settings as compiler/config.py reads them from this environment, read without importing
     the compiler package (whose import picks Triton's interpreter, and warns when triton came first)."""
@@ -130,7 +134,10 @@ def _compiler_config() -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - the compiler may be broken; the record says how
         return {"error": f"{type(e).__name__}: {e}"}
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+        out = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+        if out.get("cache_key"):
+            out["cache_key"] = SECRET  # the cache key signs main's entries: a record never holds it
+        return out
     if hasattr(cfg, "__dict__"):
         return json.loads(json.dumps(vars(cfg), default=str))
     return {"repr": repr(cfg)}
@@ -153,7 +160,7 @@ def capture_device(backend: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "python": sys.version.split()[0],
         "executable": sys.executable,
-        "env": {k: v for k, v in sorted(os.environ.items())
+        "env": {k: SECRET if k in SECRET_VARIABLES else v for k, v in sorted(os.environ.items())
                 if k.startswith(("KILN_", "TRITON_", "TORCH", "CUDA_", "HIP_", "ROCR_", "PYTHONHASHSEED",
                                  "OMP_NUM_THREADS"))},
         "driver": driver_info(),

@@ -72,6 +72,11 @@ class Trust:
         return self.scope in ("main", "local")
 
     @property
+    def holds_key(self) -> bool:
+        """May hold the cache key: main's jobs, and a machine outside CI (its own key, its own caches)."""
+        return self.scope in ("main", "local")
+
+    @property
     def auth_required(self) -> bool:
         """Its on-disk compiler caches load only entries signed with the runner's key (KILN_CACHE_AUTH)."""
         return self.scope == "main"
@@ -153,7 +158,7 @@ def untrusted_key_problem(t: Trust, env: Mapping[str, str] | None = None) -> str
     """One line when the cache key reached a job that must not hold it (a setting to fix), else None."""
     env = os.environ if env is None else env
     given = [k for k in KEY_VARIABLES if env.get(k, "").strip()]
-    if given and not t.auth_required:
+    if given and not t.holds_key:
         return (f"trust: {' and '.join(given)} set in scope {t.scope}: not handed to this job's processes (the "
                 f"key that signs main's cache entries belongs to main's jobs only; README: Trust)")
     return None

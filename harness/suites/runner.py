@@ -125,8 +125,9 @@ def container_extras(b: Backend, image: str | None) -> dict[str, Any]:
     if s.compile_cache is not None and image:
         cache = compile_cache_dir(s.compile_cache, s.cache_scope, toolchain_key(image))
         cache.mkdir(parents=True, exist_ok=True)
-    key_file = os.environ.get("KILN_CACHE_KEY_FILE", "").strip() if s.cache_scope == "main" else ""
-    key_env = s.cache_scope == "main" and bool(os.environ.get("KILN_CACHE_KEY", "").strip())
+    holds_key = s.cache_scope in ("main", "local")  # harness.trust.Trust.holds_key
+    key_file = os.environ.get("KILN_CACHE_KEY_FILE", "").strip() if holds_key else ""
+    key_env = holds_key and bool(os.environ.get("KILN_CACHE_KEY", "").strip())
     return {"docker": s.docker, "user": s.container_user, "labels": labels, "cache": cache,
             "scope_vars": scope_env(s.cache_scope), "key_file": Path(key_file).expanduser() if key_file else None,
             "key_env": key_env}

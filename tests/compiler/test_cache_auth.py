@@ -9,11 +9,11 @@ import hashlib
 import os
 
 import torch
+from kiln_testing import DEVICE
 
 import compiler
 from compiler import config
 from compiler.runtime import cache, graph_cache
-from kiln_testing import DEVICE
 
 
 def _fn(x):
@@ -35,7 +35,8 @@ def test_a_signed_entry_loads_only_with_its_key(tmp_path):
     path = str(tmp_path / "e.kgc")
     with config.patch(cache_key="k1"):
         cache.write_entry(path, b"payload")
-        data = open(path, "rb").read()
+        with open(path, "rb") as f:
+            data = f.read()
         assert data.startswith(cache.SIGNED_MAGIC) and cache.read_entry(path) == b"payload"
     with config.patch(cache_key="k2"):
         assert cache.read_entry(path) is None  # another key: not ours
@@ -90,10 +91,33 @@ def test_a_kernel_file_changed_on_disk_never_changes_the_kernel(gc_dir):
         torch.compile(_fn, backend="kiln")(x)
     (source,) = graphs[0].kernel_sources.values()
     path = cache.source_path(source)
-    assert open(path).read() == source
+
+    def on_disk() -> str:
+        with open(path) as f:
+            return f.read()
+
+    assert on_disk() == source
     with open(path, "w") as f:  # another job with write access to the kernel folder
         f.write(source.replace("tl.full([], 1.0, tl.float32)", "tl.full([], 1000.0, tl.float32)"))
     cache._modules.clear()
     with config.patch(cache="0"):
         _, out = _run(x)
-    assert torch.equal(out, _fn(x)) and open(path).read() == source  # kiln's source ran; the file is whole again
+    assert torch.equal(out, _fn(x)) and on_disk() == source  # kiln's source ran; the file is whole again
+
+
+def test_a_compile_worker_refuses_a_kernel_file_changed_on_disk(tmp_path):
+    import pytest
+
+    from compiler.runtime import compile_worker
+
+    source = "def f():\n    return 1\n"
+    name = "k" + hashlib.sha256(source.encode()).hexdigest()[:24]
+    good = tmp_path / "good" / f"{name}.py"
+    good.parent.mkdir()
+    good.write_text(source)
+    assert compile_worker.load_function(str(good), "f", "kiln_kernels.test_worker_good")() == 1
+    bad = tmp_path / "bad" / f"{name}.py"
+    bad.parent.mkdir()
+    bad.write_text(source.replace("1", "1000"))  # the name of kiln's source, another job's text
+    with pytest.raises(ValueError, match="does not hold the source its name hashes"):
+        compile_worker.load_function(str(bad), "f", "kiln_kernels.test_worker_bad")

@@ -144,10 +144,10 @@ def test_untrusted_and_main_jobs_never_share_a_cache_folder(tmp_path, monkeypatc
         envs[name] = commands.native_cache_env()
         assert set(CACHE_VARS) <= set(envs[name]), name
     folders = {name: {Path(env[v]) for v in CACHE_VARS} for name, env in envs.items()}
-    for a in folders:
-        for b in folders:
+    for a, mine in folders.items():
+        for b, theirs in folders.items():
             if a != b:
-                assert not any(x == y or y in x.parents or x in y.parents for x in folders[a] for y in folders[b])
+                assert not any(x == y or y in x.parents or x in y.parents for x in mine for y in theirs), (a, b)
     assert envs["main"]["KILN_CACHE_AUTH"] == "1" and all("KILN_CACHE_AUTH" not in envs[n] for n in ("pr", "fork"))
 
 
@@ -177,7 +177,7 @@ def test_containers_get_their_scopes_folder_and_only_main_the_key(tmp_path, monk
         as_job(monkeypatch, job)
         argvs[name] = " ".join(commands.container_argv(b, "kiln-cpu:0123456789abcdef", ["true"], src=REPO, env={},
                                                        **runner.container_extras(b, "kiln-cpu:0123456789abcdef")))
-    assert f"/pr/kiln-cpu-0123456789abcdef:/cache " in argvs["pr"] and "/main/" not in argvs["pr"]
+    assert "/pr/kiln-cpu-0123456789abcdef:/cache " in argvs["pr"] and "/main/" not in argvs["pr"]
     assert "kiln-cache.key" not in argvs["pr"] and "KILN_CACHE_AUTH" not in argvs["pr"]
     assert f"{key}:/run/kiln-cache.key:ro" in argvs["main"] and "KILN_CACHE_AUTH=1" in argvs["main"]
     assert "s3cret" not in argvs["main"]  # never on a command line
