@@ -437,3 +437,27 @@ def test_descendants_and_alive_read_proc():
         child.kill()
         child.wait()
     assert not rehearse.alive(child.pid)
+
+
+def test_our_artifact_actions_use_the_real_client_and_built_real_actions_replace_them(tmp_path):
+    """upload/download-artifact map to our node actions over @actions/artifact (NODE_PATH: the npm scratch folder);
+    with `--actions DIR`, a built copy of the real action there replaces ours, and only where DIR has one."""
+    for name in ("upload-artifact", "download-artifact"):
+        folder = rehearse.ACTIONS_DIR / name
+        action = yaml.safe_load((folder / "action.yml").read_text())
+        assert action["runs"] == {"using": "node20", "main": "index.js"}
+        assert "require('@actions/artifact')" in (folder / "index.js").read_text()
+    assert "artifact-url" in yaml.safe_load((rehearse.ACTIONS_DIR / "upload-artifact" / "action.yml").read_text())[
+        "outputs"]
+    assert not list(rehearse.ACTIONS_DIR.rglob("node_modules"))  # installed at rehearsal time, never committed
+    real = tmp_path / "real"
+    (real / "actions" / "upload-artifact").mkdir(parents=True)
+    (real / "actions" / "upload-artifact" / "action.yml").write_text("name: built\n")
+    uses = ["actions/upload-artifact@" + "a" * 40, "actions/download-artifact@" + "b" * 40]
+    local = dict(p.split("=", 1) for p in rehearse.local_repository_args(uses, rehearse.ACTIONS_DIR, real)[1::2])
+    assert local[uses[0]] == str(real / "actions" / "upload-artifact")
+    assert local[uses[1]] == str(rehearse.ACTIONS_DIR / "download-artifact")
+    spec = rehearse.default_jobs("", 2)[0]
+    argv = rehearse.act_argv("act", spec, WORKFLOWS, root=ROOT, actions_dir=rehearse.ACTIONS_DIR, artifacts=tmp_path,
+                             cache=tmp_path, port=1, event_file=tmp_path / "e.json", node_path=tmp_path / "nm")
+    assert f"NODE_PATH={tmp_path / 'nm'}" in _pairs(argv, "--env")
