@@ -757,7 +757,8 @@ def rehearse(args: argparse.Namespace) -> int:
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
     rows, verdicts = [], []
     for spec in specs:
-        shutil.rmtree(artifacts / "1", ignore_errors=True)  # each job x event is its own run (act: run id 1)
+        shutil.rmtree(artifacts / "1", ignore_errors=True)  # each job x event is its own run (act: run id 1), which
+        (artifacts / "1").mkdir()  # starts with no artifacts: act's server fails to list a run without its folder
         event = out / f"{spec.key}.event.json"
         event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
         argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts,
