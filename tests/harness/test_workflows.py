@@ -483,3 +483,16 @@ def test_a_failed_job_later_steps_say_one_line_for_a_missing_folder_or_store(tmp
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and f"ci-durations: no history store at {store} yet" in out, out
     assert not (tmp_path / "history").exists() and "Traceback" not in out
+
+
+def test_the_unit_tests_summary_counts_what_pytest_wrote(tmp_path):
+    """`nox -s unit-tests` tables each part's JUnit XML (as pytest writes it) in the job summary."""
+    from noxfile_loader import noxfile
+
+    (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_ok():\n    pass\n\ndef test_bad():\n    assert 0\n\n"
+                                        "@pytest.mark.skip(reason='no')\ndef test_skip():\n    pass\n")
+    xml = tmp_path / "x.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                    str(tmp_path / "test_x.py"), f"--junitxml={xml}"], cwd=tmp_path, capture_output=True, timeout=120,
+                   check=False)
+    assert noxfile()._junit_counts(str(xml)) == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1}
