@@ -16,7 +16,6 @@ Terms:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, settle, unreadable
 from .tables import RUNNER_COLUMNS
 from .tables import bench as bench_tables
 from .tables import history as history_tables
-from .url import ServerURL, server_engine
+from .url import ServerURL, denied_reason, server_engine
 
 MIGRATION_LOCK = 0x6B696C6E  # PostgreSQL advisory lock key ("kiln") held while a writer migrates a server store
 
@@ -253,22 +252,6 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
 # what a server says when it answered and refused us (a configuration error, not an outage): SQLSTATE class 28
 # (authorization) and 42501 (insufficient privilege); a connection refused at login carries no SQLSTATE in
 # psycopg, so its FATAL line is matched too
-_DENIED = re.compile(r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
-                     r"role \S+ does not exist|database \S+ does not exist|permission denied|"
-                     r"no password supplied|not permitted to log in|must be owner|insufficient privilege")
-
-
-def denied_reason(e: BaseException) -> str | None:
-    """The server's refusal in `e` (a DBAPI error) as one line, when it is one (see _DENIED); else None."""
-    orig = getattr(e, "orig", None) or e
-    code = str(getattr(orig, "sqlstate", None) or "")
-    text = " ".join(str(orig).split())
-    if not (code.startswith("28") or code == "42501" or _DENIED.search(text)):
-        return None
-    fatal = re.search(r"FATAL:\s*(.*)", text)
-    return (fatal.group(1) if fatal else text) or type(orig).__name__
-
-
 def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> StoreUnreachable | StoreDenied:
     """The one-line StoreUnreachable for a server that refused, timed out or went away; StoreDenied when it
     answered and refused us (wrong password, unknown role or database, no permission), which is never spooled."""

@@ -191,7 +191,7 @@ def _raise_if_denied(e: BaseException, what: str) -> None:
     """StoreDenied when the server refused `e`'s statement for lack of rights (never spooled, exit 3)."""
     from harness.exc import StoreDenied
 
-    from .migrate import denied_reason
+    from .url import denied_reason
 
     if (why := denied_reason(e)) is not None:
         raise StoreDenied(f"{what}: the server refused: {why} (check the role's grants)") from None
