@@ -14,7 +14,9 @@ import pytest
 
 from scratch_project import scratch_project
 from harness import matrix
+from harness.exc import ImageError
 from harness.images import image
+from harness.suites import repro_rerun as rr
 from test_run import harness, make_project, only_run
 
 GIT = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
@@ -156,3 +158,8 @@ def test_a_planted_ci_failure_is_reproduced_in_the_cpu_container_from_the_runs_a
     assert_untouched(root, head)
     left = subprocess.run([env_docker, "ps", "-aq", "--filter", "name=kiln-repro-"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+    # the tree's own harness computes the same content-hash tag, and "rebuilds" it (up to date: nothing to do)
+    assert rr.worktree_image_tag(root, "cpu") == tag
+    rr.build_image(root, "cpu", tag)
+    with pytest.raises(ImageError, match="not kiln-cpu:0000000000000000"):
+        rr.build_image(root, "cpu", "kiln-cpu:0000000000000000")
