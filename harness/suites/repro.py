@@ -17,6 +17,7 @@ from the run.json of the shard that ran the test (its image, its GPU pinning), n
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 import tempfile
 from dataclasses import replace
@@ -26,7 +27,7 @@ from typing import Any
 from harness import matrix as matrix_mod
 from harness.commands import (CONTAINER_RESULTS, container_argv, native_command, native_shell_line, pytest_argv,
                               suite_env, without_gpu_options)
-from harness.exc import EXIT_FAILED, EXIT_INFRA, EXIT_OK, ImageError, ResultsError
+from harness.exc import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HarnessError, ImageError, ResultsError
 from harness.git import output as git_output
 from harness.matrix import Backend
 from harness.record import FAILING, RunRecord
@@ -182,11 +183,22 @@ def cli_main(args: Any) -> int:
     """Rerun a run's failing tests here at its commit, in its image or natively, with its environment and seeds."""
     if args.print_lines or args.test:
         return print_lines(args)
+    scratch = Path(args.out).resolve() if args.out else Path(tempfile.mkdtemp(prefix="kiln-repro-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        return _repro(args, scratch)
+    except HarnessError:
+        from harness.suites.repro_rerun import LOG
+
+        if not args.out and not (scratch / LOG).exists():  # stopped before the rerun: nothing worth keeping
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def _repro(args: Any, scratch: Path) -> int:
     from harness.suites import repro_rerun as rr
     from harness.suites.repro_source import open_source
 
-    scratch = Path(args.out).resolve() if args.out else Path(tempfile.mkdtemp(prefix="kiln-repro-"))
-    scratch.mkdir(parents=True, exist_ok=True)
     src = open_source(args.source or str(latest_run()), scratch, args.run)
     rec = src.record
     sha = src.commit

@@ -89,8 +89,10 @@ def local_versions() -> dict[str, str]:
 
 
 def worktree_env(tree: Path) -> dict[str, str]:
-    """The environment of `python -m harness` in the worktree: its own root and code, this checkout's state."""
+    """The environment of `python -m harness` in the worktree: its own root and code, this checkout's state, the
+    build logs in the scratch folder (they outlive the worktree)."""
     env = {**os.environ, "KILN_ROOT": str(tree), "KILN_STATE": str(settings().state_dir),
+           "KILN_LOGS": str(tree.parent / "logs"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)}
     env.pop("KILN_MATRIX", None)
     return env

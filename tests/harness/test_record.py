@@ -217,3 +217,32 @@ def test_the_shards_check_step_stops_an_unknown_suite_and_records_the_quarantine
     st = sharded.check_shards(st)
     assert st.base is not None and st.base.backend == "cpu" and st.base.mode == "native"
     assert st.base.quarantine is not None and not (tmp_path / "run").exists()
+
+
+def test_schema3_records_the_commit_and_seeds_and_reads_schema2_without_them():
+    from harness.record import seeds_of
+
+    assert seeds_of({"PYTHONHASHSEED": "0", "KILN_NUMERICS_SEED": "3", "OMP_NUM_THREADS": "1"}) == \
+        {"KILN_NUMERICS_SEED": "3", "PYTHONHASHSEED": "0"}
+    commit = {"sha": "a" * 40, "dirty": True, "dirty_files": ["compiler/x.py"], "branch": "main"}
+    record = RunRecord("r", "cpu", RunStatus.COMPLETE, container_options=(), commit=commit,
+                       seeds={"PYTHONHASHSEED": "0"})
+    data = record.to_json()
+    assert data["schema"] == SCHEMA_VERSION == 3 and data["commit"] == commit
+    assert data["seeds"] == {"PYTHONHASHSEED": "0"} and RunRecord.from_json(data) == record
+    older = RunRecord.from_json({k: v for k, v in {**data, "schema": 2}.items() if k not in ("commit", "seeds")})
+    assert older.commit is None and older.seeds == {} and older.schema == 2
+
+
+def test_a_run_records_the_commit_it_tested(tmp_path):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("x")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
+    subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t", "-C", str(tmp_path), "commit",
+                    "-qm", "x"], check=True)
+    (tmp_path / "f").write_text("changed")
+    commit = steps.commit_of(tmp_path)
+    assert commit is not None and len(commit["sha"]) == 40 and commit["dirty"] and commit["dirty_files"] == ["f"]
+    assert steps.commit_of(tmp_path / "not-a-repo") is None

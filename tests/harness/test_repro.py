@@ -14,7 +14,9 @@ import pytest
 
 from scratch_project import scratch_project
 from harness import matrix
+from harness.exc import ImageError
 from harness.images import image
+from harness.suites import repro_rerun as rr
 from test_run import harness, make_project, only_run
 
 GIT = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
@@ -93,17 +95,17 @@ def test_a_planted_ci_failure_is_reproduced_natively_from_the_runs_artifact(tmp_
     assert out.splitlines()[-1] == "reproduced: 1 of 1 failing test(s) fail again"
     assert_untouched(root, head)
 
-    here = harness(root, "repro", str(zipped), "--here")  # on the fixed checkout the failure is gone
+    here = harness(root, "repro", str(zipped), "--here", "--out", str(tmp_path / "here"))  # on the fixed checkout the failure is gone
     assert here.returncode == 0, here.stdout[-2000:]
     assert f"differs: commit: this checkout's tree (HEAD {head[:12]}) instead of the run's {sha[:12]}" in here.stdout
     assert here.stdout.splitlines()[-1] == "reproduced: 0 of 1 failing test(s) fail again"
 
-    by_store = harness(root, "repro", only_run(root).name)  # the run's id in the test history store
+    by_store = harness(root, "repro", only_run(root).name, "--out", str(tmp_path / "store"))  # the run's id in the test history store
     assert by_store.returncode == 1 and "reproduced: 1 of 1" in by_store.stdout, by_store.stdout[-2000:]
     assert_untouched(root, head)
 
 
-def test_a_commit_that_is_not_here_is_one_line_and_nothing_is_run(tmp_path):
+def test_a_commit_that_is_not_here_is_one_line_and_nothing_is_run(tmp_path, monkeypatch):
     root = scratch_project(tmp_path / "proj", {"alpha": PLANTED})
     sha = planted_repo(root)
     assert harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--retries",
@@ -113,11 +115,13 @@ def test_a_commit_that_is_not_here_is_one_line_and_nothing_is_run(tmp_path):
     subprocess.run(["git", "init", "-q", str(other)], check=True)
     (other / "x").write_text("x\n")
     commit(other, "unrelated")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # where the scratch folder would be made
+    (tmp_path / "tmp").mkdir()
     proc = harness(root, "repro", str(only_run(root)), "--repo", str(other))
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and f"commit {sha[:12]} of the run is not in this repository" in err[0]
-    assert "reproduced:" not in proc.stdout
+    assert "reproduced:" not in proc.stdout and list((tmp_path / "tmp").iterdir()) == []
 
 
 def cpu_image_built(root: Path) -> str | None:
@@ -146,7 +150,7 @@ def test_a_planted_ci_failure_is_reproduced_in_the_cpu_container_from_the_runs_a
     assert run.returncode == 1 and "[cpu/container] FAILED" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
     zipped = artifact(root, tmp_path / "results-cpu.zip")
     head = move_on(root)
-    proc = harness(root, "repro", str(zipped), timeout=600)
+    proc = harness(root, "repro", str(zipped), "--out", str(tmp_path / "scratch"), timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert f"(cpu/container, commit {sha[:12]})" in proc.stdout and f"in {tag}" in proc.stdout
     assert "planted CI failure: VALUE is broken" in proc.stdout
@@ -154,3 +158,8 @@ def test_a_planted_ci_failure_is_reproduced_in_the_cpu_container_from_the_runs_a
     assert_untouched(root, head)
     left = subprocess.run([env_docker, "ps", "-aq", "--filter", "name=kiln-repro-"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+    # the tree's own harness computes the same content-hash tag, and "rebuilds" it (up to date: nothing to do)
+    assert rr.worktree_image_tag(root, "cpu") == tag
+    rr.build_image(root, "cpu", tag)
+    with pytest.raises(ImageError, match="not kiln-cpu:0000000000000000"):
+        rr.build_image(root, "cpu", "kiln-cpu:0000000000000000")
