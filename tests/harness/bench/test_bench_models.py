@@ -758,3 +758,28 @@ def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, mon
     ):
         assert main([*args, *bad]) == 2
         assert why in capsys.readouterr().err
+
+
+def test_optimizer_rows_compile_the_step_alone():
+    """`opt` cases: the optimizer's step alone over fixed gradients (foreach), named with their optimizer; the
+    step moves the weights, and the captured tensors are the compared parameters after it."""
+    from harness.bench.model_run import Stepper
+
+    gpu = {c.name: c for c in mdl.all_cases("gpu", "cuda")}
+    assert {"model.resnet50.opt_adamw.fp32", "model.resnet50.opt_sgd.fp32", "model.gpt2.opt_adamw.fp32"} <= set(gpu)
+    assert gpu["model.resnet50.opt_sgd.fp32"].optimizer == "sgd" and gpu["model.resnet50.opt_sgd.fp32"].mode == "opt"
+    with pytest.raises(ValueError, match="without its optimizer"):
+        mdl._parse(mdl.MODELS[0], "tiny", "opt", "cpu")
+    _transformers_or_skip()
+    case = mdl._parse(mdl.MODELS[0], "tiny", "opt:sgd", "cpu")
+    assert case.name == "model.gpt2.opt_sgd.fp32"
+    base = case.build(0)
+    st = Stepper(case, base, "eager", torch.device("cpu"))
+    assert st.opt is not None and all(g["foreach"] for g in st.opt.param_groups)
+    first = st.step(capture=True)
+    assert first and all(k.startswith("param:") for k in first)
+    again = st.step(capture=True)
+    assert any(not torch.equal(first[k], again[k]) for k in first)  # momentum keeps moving the weights
+    ref = Stepper(case, base, "eager", torch.device("cpu"), dtype=torch.float64).step(capture=True)
+    for k, v in first.items():
+        torch.testing.assert_close(v.double(), ref[k], rtol=1e-5, atol=1e-6)
