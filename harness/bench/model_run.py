@@ -76,7 +76,7 @@ from . import models as mdl
 from .executor import CaseExecutor, one_line
 from .executor import deadline as _deadline
 from .model_memory import MemoryWindow, cuda_source
-from .step_facts import graph_report, kernel_time
+from .step_facts import graph_report, host_time, kernel_time
 from .records import COMPILE_PHASE, Result, RunInfo
 from .stats import Stats
 from .store import Store
@@ -473,6 +473,8 @@ class ModelExecutor(CaseExecutor[Prepared]):
                 res.meta["peak_mem_bytes"] = res.meta["memory"]["peak_allocated_bytes"]
             if cuda and cfg.kernel_steps > 0:
                 res.meta["kernel"] = kernel_time(st.step, self.device, cfg.kernel_steps)
+                res.meta["host"] = host_time(st.step, self.device, max(5, cfg.kernel_steps),
+                                             res.meta["kernel"].get("launches"))
             if graphs is not None:
                 res.meta["kiln_graphs"] = graph_report(graphs)
             est = Stats.of(ts[len(ts) // 2 :]).median
