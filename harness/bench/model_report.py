@@ -300,6 +300,23 @@ def memory_table(results: list[Result], compilers: Sequence[str] | None = None) 
     return rows
 
 
+def host_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
+    """Per case and compiler: host ms per step (`step_facts.host_time`: the time a step takes to return on an
+    idle device), launches per step and host us per launch; `-` where not measured."""
+    compilers = list(compilers or compilers_of(results))
+    rows: Table = [["model"] + [f"{c} {k}" for c in compilers for k in ("host ms", "launches", "us/launch")]]
+    for w, per in by_case(results).items():
+        row = [w[len(mdl.PREFIX):]]
+        for c in compilers:
+            r = per.get(c)
+            h = r.meta.get("host") if r is not None and r.status == "ok" else None
+            k = r.meta.get("kernel") if r is not None and r.status == "ok" else None
+            row += [f"{h['host_ms']:.3f}" if h else "-", f"{k['launches']:g}" if k else "-",
+                    f"{h['host_us_per_launch']:.1f}" if h and h.get("host_us_per_launch") else "-"]
+        rows.append(row)
+    return rows
+
+
 def unrecorded_report(results: list[Result]) -> list[str]:
     """`case compiler: graph (role): k of n calls unrecorded: why` for every kiln graph that ran unrecorded."""
     out = []
@@ -437,6 +454,11 @@ def markdown_report(
         "```",
         "",
     ]
+    if any(r.meta.get("host") for r in results):
+        parts += ["### Host time", "", "Host ms: median time a step takes to return when started on an idle device "
+                  "(its kernels queued, not waited for): Python, guards, argument binding and launches. "
+                  "Launches: kernel and copy launches per step (profiled).", "",
+                  markdown(host_table(results, compilers)), ""]
     if gpu and any(r.meta.get("peak_mem_bytes") for r in results):
         parts += ["### Memory", "", f"Counted: {model_memory.DESCRIPTION}.", "",
                   markdown(memory_table(results, compilers)), ""]

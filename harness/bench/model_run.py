@@ -76,7 +76,7 @@ from . import models as mdl
 from .executor import CaseExecutor, one_line
 from .executor import deadline as _deadline
 from .model_memory import MemoryWindow, cuda_source
-from .step_facts import graph_report, kernel_time
+from .step_facts import graph_report, host_time, kernel_time
 from .records import COMPILE_PHASE, Result, RunInfo
 from .stats import Stats
 from .store import Store
@@ -189,10 +189,18 @@ class Stepper:
     ):
         self.case, self.device = case, device
         self.model = copy.deepcopy(base).to(device=device, dtype=dtype or case.model_dtype)
-        self.grad_names = mdl.grad_names(self.model) if case.mode == "train" else []
-        self.opt = mdl.make_optimizer(case.optimizer, self.model.parameters()) if dtype is None else None
+        self.grad_names = mdl.grad_names(self.model) if case.mode != "infer" else []
         arm = arms.get(compiler, TIER, any_backend=True)
-        self.fn = arm.compile(self.model)
+        if case.mode == "opt":  # the optimizer step alone, compiled; the gradients are drawn once and stay
+            gen = torch.Generator().manual_seed(seed + 2)
+            for p in self.model.parameters():
+                p.grad = (torch.randn(p.shape, generator=gen) * 1e-2).to(device=device, dtype=p.dtype)
+            self.opt = mdl.make_optimizer(case.optimizer, self.model.parameters(), foreach=True)
+            assert self.opt is not None
+            self.fn = arm.compile(self.opt.step)
+        else:
+            self.opt = mdl.make_optimizer(case.optimizer, self.model.parameters()) if dtype is None else None
+            self.fn = arm.compile(self.model)
         self.inputs = case.inputs(device, seed, float_dtype=dtype)
         self.cg = arm.cuda_graphs
         use_amp = case.autocast if autocast is None else autocast
@@ -203,6 +211,12 @@ class Stepper:
         if self.cg:
             torch.compiler.cudagraph_mark_step_begin()
         style = self.case.spec.style
+        if self.case.mode == "opt":
+            self.fn()
+            if not capture:
+                return None
+            params = dict(self.model.named_parameters())
+            return {f"param:{n}": _host(params[n].detach()) for n in self.grad_names}
         if self.case.mode == "infer":
             with torch.no_grad(), self.amp():
                 out = mdl.forward(style, self.fn, self.inputs)
@@ -459,6 +473,8 @@ class ModelExecutor(CaseExecutor[Prepared]):
                 res.meta["peak_mem_bytes"] = res.meta["memory"]["peak_allocated_bytes"]
             if cuda and cfg.kernel_steps > 0:
                 res.meta["kernel"] = kernel_time(st.step, self.device, cfg.kernel_steps)
+                res.meta["host"] = host_time(st.step, self.device, max(5, cfg.kernel_steps),
+                                             res.meta["kernel"].get("launches"))
             if graphs is not None:
                 res.meta["kiln_graphs"] = graph_report(graphs)
             est = Stats.of(ts[len(ts) // 2 :]).median

@@ -7,7 +7,10 @@ Terms:
   and the cases to run).
 - *case*: one model in one mode and dtype, named `model.<model>.<mode>.<dtype>` (e.g. `model.gpt2.infer.bf16`):
   `infer` is a no_grad forward; `train` is zero_grad + forward + loss + backward (+ an optimizer step when
-  the case names one: `adamw` or `sgd`). Dtypes: `fp32`; `bf16` (weights and floating inputs in bf16,
+  the case names one: `adamw` or `sgd`); `opt` is the optimizer step alone (the case names its optimizer): the
+  compiler compiles `opt.step` of a `foreach` AdamW or SGD-momentum over the model's parameters (hundreds of
+  tensors of mixed sizes for the vision models), whose gradients are drawn once from the seed and stay; every
+  step moves the weights. Its name carries the optimizer: `model.<model>.opt_<optimizer>.<dtype>`. Dtypes: `fp32`; `bf16` (weights and floating inputs in bf16,
   inference only); `amp` (fp32 weights under `torch.autocast(bfloat16)`). A case spec `MODE[:DTYPE][:OPT]`
   without a dtype means bf16 for inference on a GPU, fp32 otherwise.
 - *profile*: `tiny` (1-2 layers, hidden 32-64, short sequences, 32x32 images: runs on CPU through Triton's
@@ -49,7 +52,7 @@ from harness.exc import UsageError
 PROTOCOL = "kiln-bench-model-v1"
 PREFIX = "model."
 PROFILES = ("tiny", "gpu")
-MODES = ("infer", "train")
+MODES = ("infer", "train", "opt")
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "amp": torch.float32}
 OPTIMIZERS = ("adamw", "sgd")
 PACKAGES = ("transformers", "torchvision", "timm")
@@ -154,13 +157,13 @@ def primary(out: Any) -> torch.Tensor:
     raise TypeError(f"no logits or last_hidden_state in {type(out).__name__}")
 
 
-def make_optimizer(name: str | None, params: Any) -> torch.optim.Optimizer | None:
+def make_optimizer(name: str | None, params: Any, foreach: bool | None = None) -> torch.optim.Optimizer | None:
     if name is None:
         return None
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4)
+        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-2, momentum=0.9)
+        return torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=foreach)
     raise ValueError(f"unknown optimizer {name!r} (choose from {', '.join(OPTIMIZERS)})")
 
 
@@ -227,7 +230,7 @@ class ModelCase:
         """The model in fp32 on CPU with weights drawn from `seed`, in train/eval mode as the case needs."""
         torch.manual_seed(seed)
         model = self.spec.build(self.sizes.config)
-        return model.train() if self.mode == "train" else model.eval()
+        return model.eval() if self.mode == "infer" else model.train()
 
     def inputs(
         self, device: torch.device | str, seed: int = 0, float_dtype: torch.dtype | None = None
@@ -387,7 +390,7 @@ MODELS: tuple[ModelSpec, ...] = (
         build_gpt2,
         {
             "tiny": Sizes(_GPT2_TINY, 2, ("infer", "train:adamw"), seq=32),
-            "gpu": Sizes(_GPT2_GPU, 8, ("infer:bf16", "train:fp32:adamw"), seq=256),
+            "gpu": Sizes(_GPT2_GPU, 8, ("infer:bf16", "train:fp32:adamw", "opt:fp32:adamw"), seq=256),
         },
     ),
     ModelSpec(
@@ -444,7 +447,8 @@ MODELS: tuple[ModelSpec, ...] = (
         "torchvision",
         build_torchvision,
         {
-            "gpu": Sizes({"arch": "resnet50"}, 32, ("infer:bf16", "train:amp:sgd"), image=224, classes=1000),
+            "gpu": Sizes({"arch": "resnet50"}, 32, ("infer:bf16", "train:amp:sgd", "opt:fp32:adamw", "opt:fp32:sgd"),
+                         image=224, classes=1000),
         },
         style="tensor",
     ),
@@ -581,8 +585,10 @@ def _parse(spec: ModelSpec, profile: str, text: str, device: str) -> ModelCase:
     dtype = resolve_dtype(mode, dtype, device)
     if mode == "infer" and opt:
         raise ValueError(f"{spec.name}: an optimizer in an infer case ({text!r})")
+    if mode == "opt" and not opt:
+        raise ValueError(f"{spec.name}: an opt case without its optimizer ({text!r})")
     sizes = spec.sizes[profile]
-    name = f"{PREFIX}{spec.name}.{mode}.{dtype}"
+    name = f"{PREFIX}{spec.name}.{mode}_{opt}.{dtype}" if mode == "opt" else f"{PREFIX}{spec.name}.{mode}.{dtype}"
     version = package_version(spec.package)
     return ModelCase(
         name, spec, profile, mode, dtype, opt, sizes, _hash(spec, sizes, mode, dtype, opt, version)

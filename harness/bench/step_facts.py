@@ -43,6 +43,29 @@ def kernel_time(step: Any, device: torch.device, steps: int) -> dict[str, float]
     return {"kernel_ms": round(total_us / 1e3 / steps, 4), "launches": round(len(evs) / steps, 1)}
 
 
+def host_time(step: Any, device: torch.device, steps: int, launches: float | None = None) -> dict[str, float]:
+    """Host ms per step: the median over `steps` calls of the time `step()` takes to return, each call started on
+    an idle device (synchronized before, not inside: kernel launches are queued, not waited for), so it measures
+    the host's work (Python, guards, argument binding, launches), not the kernels. With `launches` (per step,
+    from `kernel_time`): host us per launch beside it."""
+    import time
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda d: None)
+    ts = []
+    for _ in range(max(1, steps)):
+        sync(device)
+        t0 = time.perf_counter_ns()
+        step()
+        ts.append(time.perf_counter_ns() - t0)
+    sync(device)
+    ts.sort()
+    ms = ts[len(ts) // 2] / 1e6
+    out = {"host_ms": round(ms, 4)}
+    if launches:
+        out["host_us_per_launch"] = round(ms * 1e3 / launches, 2)
+    return out
+
+
 def graph_report(graphs: list[Any]) -> dict[str, Any]:
     """What kiln made of a step, for the model tier (`meta["kiln_graphs"]`): graphs and kernels, ATen fallback
     ops with counts (`fallbacks`), and per graph run through CUDA graphs its role, counters and why calls ran

@@ -758,3 +758,53 @@ def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, mon
     ):
         assert main([*args, *bad]) == 2
         assert why in capsys.readouterr().err
+
+
+def test_optimizer_rows_compile_the_step_alone():
+    """`opt` cases: the optimizer's step alone over fixed gradients (foreach), named with their optimizer; the
+    step moves the weights, and the captured tensors are the compared parameters after it."""
+    from harness.bench.model_run import Stepper
+
+    gpu = {c.name: c for c in mdl.all_cases("gpu", "cuda")}
+    assert {"model.resnet50.opt_adamw.fp32", "model.resnet50.opt_sgd.fp32", "model.gpt2.opt_adamw.fp32"} <= set(gpu)
+    assert gpu["model.resnet50.opt_sgd.fp32"].optimizer == "sgd" and gpu["model.resnet50.opt_sgd.fp32"].mode == "opt"
+    with pytest.raises(ValueError, match="without its optimizer"):
+        mdl._parse(mdl.MODELS[0], "tiny", "opt", "cpu")
+    _transformers_or_skip()
+    case = mdl._parse(mdl.MODELS[0], "tiny", "opt:sgd", "cpu")
+    assert case.name == "model.gpt2.opt_sgd.fp32"
+    base = case.build(0)
+    st = Stepper(case, base, "eager", torch.device("cpu"))
+    assert st.opt is not None and all(g["foreach"] for g in st.opt.param_groups)
+    first = st.step(capture=True)
+    assert first and all(k.startswith("param:") for k in first)
+    again = st.step(capture=True)
+    assert any(not torch.equal(first[k], again[k]) for k in first)  # momentum keeps moving the weights
+    ref = Stepper(case, base, "eager", torch.device("cpu"), dtype=torch.float64).step(capture=True)
+    for k, v in first.items():
+        torch.testing.assert_close(v.double(), ref[k], rtol=1e-5, atol=1e-6)
+
+
+def test_host_time_and_its_table():
+    """`host_time` times each step's return on an idle device (here: a CPU step of known work) and divides by the
+    launches it is given; the report's host table shows it per compiler, `-` where not measured."""
+    from harness.bench.model_report import host_table
+    from harness.bench.records import Result
+    from harness.bench.step_facts import host_time
+
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(0.002)
+
+    h = host_time(step, torch.device("cpu"), 5, launches=4.0)
+    assert len(calls) == 5 and h["host_ms"] >= 2.0 and h["host_us_per_launch"] == pytest.approx(h["host_ms"] * 250,
+                                                                                                   rel=0.01)
+    assert "host_us_per_launch" not in host_time(step, torch.device("cpu"), 1)
+    rs = [Result("model.x.opt_sgd.fp32", "kiln", "h", meta={"host": {"host_ms": 1.5, "host_us_per_launch": 7.5},
+                                                             "kernel": {"kernel_ms": 0.2, "launches": 200}}),
+          Result("model.x.opt_sgd.fp32", "inductor", "h")]
+    table = host_table(rs, ["kiln", "inductor"])
+    assert table[0][:4] == ["model", "kiln host ms", "kiln launches", "kiln us/launch"]
+    assert table[1] == ["x.opt_sgd.fp32", "1.500", "200", "7.5", "-", "-", "-"]
