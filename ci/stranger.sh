@@ -43,6 +43,7 @@ clean_env=(env -i "PATH=$work/py/bin:/usr/local/bin:/usr/bin:/bin" "HOME=$work/h
 [ -n "${KILN_TORCH_INDEX_URL:-}" ] && clean_env+=("KILN_TORCH_INDEX_URL=$KILN_TORCH_INDEX_URL")
 
 start=$SECONDS
+log="$work/log-$(date -u +%Y%m%dT%H%M%S).txt"  # one per command: a second one may run beside the first
 if [ ! -x "$work/py/bin/nox" ]; then
   echo "stranger: $work: python3 -m venv py && pip install nox (pip: the package index only)"
   (cd "$work" && "${clean_env[@]}" python3 -m venv py && "${clean_env[@]}" py/bin/pip install --quiet nox)
@@ -50,12 +51,12 @@ fi
 set_up=$((SECONDS - start))
 echo "stranger: ${cmd[*]} in $work/kiln"
 set +e
-(cd "$work/kiln" && "${clean_env[@]}" "${cmd[@]}") 2>&1 | tee "$work/log.txt"
+(cd "$work/kiln" && "${clean_env[@]}" "${cmd[@]}") 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 took=$((SECONDS - start))
 
-first=$(grep -m1 -E "^nox > (mode|shared venv|torch)" "$work/log.txt" || true)
+first=$(grep -m1 -E "^nox > (mode|shared venv|torch)" "$log" || true)
 disk() { du -sh "$1" 2>/dev/null | cut -f1; }
 echo "stranger: exit $rc; ${cmd[*]} took $((took - set_up))s after ${set_up}s of set-up (venv + nox)"
 echo "stranger: first line of the session: ${first:-none}"
