@@ -25,24 +25,22 @@ if [ "${KILN_STRANGER_KEEP:-0}" != 1 ] && [ -z "${KILN_STRANGER_DIR:-}" ]; then
 fi
 cache=${KILN_STRANGER_PIP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/stranger-pip}
 
-# pip's configuration: the package index (pip's default) and nothing else of this machine's
+# pip's configuration: none of this machine's files (PIP_CONFIG_FILE=/dev/null: pip then reads no configuration
+# file at all, not even /etc's), the package index (pip's default) and nothing else
 cert=${PIP_CERT:-$(python3 -m pip config get global.cert 2>/dev/null || true)}
-{
-  echo "[global]"
-  [ -n "$cert" ] && [ -f "$cert" ] && echo "cert = $cert"
-  echo "disable-pip-version-check = true"
-  echo "default-timeout = 180"
-  if [ "$cache" = none ]; then echo "no-cache-dir = true"; else mkdir -p "$cache"; echo "cache-dir = $cache"; fi
-} > "$work/pip.conf"
+pip_env=("PIP_CONFIG_FILE=/dev/null" "PIP_DISABLE_PIP_VERSION_CHECK=1" "PIP_DEFAULT_TIMEOUT=180")
+[ -n "$cert" ] && [ -f "$cert" ] && pip_env+=("PIP_CERT=$cert")
+if [ "$cache" = none ]; then pip_env+=("PIP_NO_CACHE_DIR=1"); else mkdir -p "$cache"; pip_env+=("PIP_CACHE_DIR=$cache"); fi
 
 # KILN_STRANGER_DIR given again: the same clone and venvs (the README's second command after its first)
 [ -d "$work/kiln" ] || git clone --quiet --no-hardlinks "$repo" "$work/kiln"
 clean_env=(env -i "PATH=$work/py/bin:/usr/local/bin:/usr/bin:/bin" "HOME=$work/home" "XDG_DATA_HOME=$work/data"
-           "XDG_CACHE_HOME=$work/home/.cache" "PIP_CONFIG_FILE=$work/pip.conf" "LANG=C.UTF-8" "TERM=dumb")
+           "XDG_CACHE_HOME=$work/home/.cache" "${pip_env[@]}" "LANG=C.UTF-8" "TERM=dumb")
 [ -n "${KILN_STRANGER_SELECTION:-}" ] && clean_env+=("KILN_TEST_SELECTION=$KILN_STRANGER_SELECTION")
 [ -n "${KILN_TORCH_INDEX_URL:-}" ] && clean_env+=("KILN_TORCH_INDEX_URL=$KILN_TORCH_INDEX_URL")
 
 start=$SECONDS
+log="$work/log-$(date -u +%Y%m%dT%H%M%S).txt"  # one per command: a second one may run beside the first
 if [ ! -x "$work/py/bin/nox" ]; then
   echo "stranger: $work: python3 -m venv py && pip install nox (pip: the package index only)"
   (cd "$work" && "${clean_env[@]}" python3 -m venv py && "${clean_env[@]}" py/bin/pip install --quiet nox)
@@ -50,12 +48,12 @@ fi
 set_up=$((SECONDS - start))
 echo "stranger: ${cmd[*]} in $work/kiln"
 set +e
-(cd "$work/kiln" && "${clean_env[@]}" "${cmd[@]}") 2>&1 | tee "$work/log.txt"
+(cd "$work/kiln" && "${clean_env[@]}" "${cmd[@]}") 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 took=$((SECONDS - start))
 
-first=$(grep -m1 -E "^nox > (mode|shared venv|torch)" "$work/log.txt" || true)
+first=$(grep -m1 -E "^nox > (mode|shared venv|torch)" "$log" || true)
 disk() { du -sh "$1" 2>/dev/null | cut -f1; }
 echo "stranger: exit $rc; ${cmd[*]} took $((took - set_up))s after ${set_up}s of set-up (venv + nox)"
 echo "stranger: first line of the session: ${first:-none}"
