@@ -173,3 +173,25 @@ def test_describe_reads_the_labels_of_a_given_image(monkeypatch):
     rec = image.describe("kiln-cpu:1")
     assert rec == {"tag": "kiln-cpu:1", "id": "sha256:img", "base": "b:1", "built": False, "base_digest": None,
                    "base_id": "sha256:base", "lock_sha256": "sha256:99"}
+
+
+def test_debootstrap_in_sbin_is_found_off_a_users_path(tmp_path):
+    """A user's PATH often lacks /usr/sbin, where Debian installs debootstrap: the harness looks there too, and
+    says where it looked when it is nowhere."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.images.image import SBIN
+
+    root = Path(__file__).resolve().parents[2]
+    probe = "from harness.images.image import find_tool; print(find_tool('debootstrap'))"
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(root)}  # a PATH with nothing on it
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    there = [str(Path(d) / "debootstrap") for d in SBIN if os.access(Path(d) / "debootstrap", os.X_OK)]
+    if not there:
+        assert proc.stdout.strip() == "None"
+        pytest.skip("debootstrap is not installed in any sbin folder here")
+    assert proc.stdout.strip() == there[0]
