@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -110,11 +111,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_store_flags(p)
     p.add_argument("--last", type=int, default=10, help="runs in the table (default 10)")
-    p.add_argument("--out", type=Path, help="folder of the PNG plots (default: history/ beside the store)")
+    p.add_argument("--out", type=Path, help="write a PNG plot per workload into this folder (no plots without it)")
     p.add_argument("--top", type=int, default=DEFAULT_TOP,
                    help=f"series in the terminal report, those that moved most first (default {DEFAULT_TOP})")
     p.add_argument("--all", action="store_true", help="every series in the terminal report")
-    p.add_argument("--no-plots", action="store_true", help="write no PNG")
+    p.add_argument("--no-plots", action="store_true", help="write no PNG even with --out")
     p.add_argument("--md", type=Path, help="write the wide Markdown table (a column per series) here")
     conventions.add_json(p, "every series with its points")
     p.add_argument("--threshold", type=float, default=None,
@@ -344,8 +345,16 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
     return path
 
 
-def plot_all(hist: History, out: Path) -> list[Path]:
-    return [plot_workload(hist, w, out / f"history_{_safe(w)}.png") for w in hist.workloads()]
+def plot_all(hist: History, out: Path, say: Callable[[str], None] | None = None) -> list[Path]:
+    """One PNG per workload into `out`; `say` gets a progress line every few plots (they take a second each)."""
+    import time
+
+    workloads, paths, t0 = hist.workloads(), [], time.monotonic()
+    for i, w in enumerate(workloads):
+        paths.append(plot_workload(hist, w, out / f"history_{_safe(w)}.png"))
+        if say and (i + 1 == len(workloads) or (i + 1) % 5 == 0):
+            say(f"plots: {i + 1}/{len(workloads)} written ({time.monotonic() - t0:.0f}s)")
+    return paths
 
 
 # ------------------------------------------------------------------ terminal (long format) and JSON
@@ -453,13 +462,14 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(terminal_report(hist, None if args.all else args.top))
         if args.md:
             atomic_write_text(args.md, markdown_report(hist, args.last))
-        out = args.out or (db if isinstance(db, Path) else default_path()).parent / "history"
-        if not args.no_plots:
+        if args.out and not args.no_plots:  # plots only when asked for, with progress lines
             try:
-                paths = plot_all(hist, out)
-                print(f"wrote {len(paths)} plot(s) into {out}")
+                paths = plot_all(hist, args.out, say=lambda m: print(m, file=sys.stderr, flush=True))
+                print(f"wrote {len(paths)} plot(s) into {args.out}")
             except PlotUnavailable as e:
                 print(f"note: {e}", file=sys.stderr)
+        elif not args.out:
+            print("(a PNG plot per workload: --out DIR)", file=sys.stderr)
     if args.json:
         conventions.write_json(args.json, json_report(hist))
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -144,10 +145,27 @@ def markdown_many(reports: list[dict[str, Any]], title: str) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(markdown(r, level=2) for r in reports)
 
 
+def side_names(r: dict[str, Any]) -> dict[str, str]:
+    """Each side's label -> `label (compiler)`, as the terminal names sides (`A (kiln)`)."""
+    return {s["label"]: f"{s['label']} ({s['compiler']})" for s in r.get("sides", [])}
+
+
 def verdict_lines(reports: list[dict[str, Any]]) -> list[str]:
-    """One line per (program, output, pair), for the terminal."""
-    return [f"{r['program']['ref']} {o['name']}: {p['b']} vs {p['a']}: {p['verdict']}"
-            for r in reports for o in r["outputs"] for p in o["pairs"]]
+    """For the terminal: per program, one line saying which compiler and run folder each side label is, then one
+    line per (output, pair) with each label followed by its compiler (`B (eager) vs A (kiln): run B (eager) ...`)."""
+    lines = []
+    for r in reports:
+        names = side_names(r)
+        if r.get("sides"):
+            lines.append(f"{r['program']['ref']} sides: " + ", ".join(
+                f"{s['label']} = {s['compiler']} ({s['run']})" for s in r["sides"]))
+        for o in r["outputs"]:
+            for p in o["pairs"]:
+                text = re.sub(r"\b(run |for )([A-Z]|S\d+)\b",
+                              lambda m: m.group(1) + names.get(m.group(2), m.group(2)), p["verdict"])
+                lines.append(f"{r['program']['ref']} {o['name']}: {names.get(p['b'], p['b'])} vs "
+                             f"{names.get(p['a'], p['a'])}: {text}")
+    return lines
 
 
 def write_json(path: Path, reports: list[dict[str, Any]], check: dict[str, Any] | None = None) -> None:

@@ -191,3 +191,25 @@ def test_the_cpu_image_carries_inductors_cpp_toolchain():
     p = subprocess.run([os.environ.get("KILN_DOCKER", "/usr/bin/docker"), "run", "--rm", "--network", "none", tag,
                         "python", "-c", probe], capture_output=True, text=True, timeout=300, check=False)
     assert p.returncode == 0 and p.stdout.startswith("cxx "), p.stderr[-2000:]
+
+
+def test_debootstrap_in_sbin_is_found_off_a_users_path(tmp_path):
+    """A user's PATH often lacks /usr/sbin, where Debian installs debootstrap: the harness looks there too, and
+    says where it looked when it is nowhere."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.images.image import SBIN
+
+    root = Path(__file__).resolve().parents[2]
+    probe = "from harness.images.image import find_tool; print(find_tool('debootstrap'))"
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(root)}  # a PATH with nothing on it
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    there = [str(Path(d) / "debootstrap") for d in SBIN if os.access(Path(d) / "debootstrap", os.X_OK)]
+    if not there:
+        assert proc.stdout.strip() == "None"
+        pytest.skip("debootstrap is not installed in any sbin folder here")
+    assert proc.stdout.strip() == there[0]

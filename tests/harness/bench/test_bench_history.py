@@ -83,11 +83,30 @@ def test_model_cases_use_their_models_profile(tmp_path, capsys):
     assert (out / "history_model.gpt2.infer.fp32.png").is_file()
 
 
-def test_default_out_is_beside_the_store(tmp_path):
+def test_plots_only_when_asked_with_progress_lines(tmp_path):
+    """`bench history` writes no PNG unasked (nothing beside the store); `--out DIR` writes one per workload and
+    says how far it got while it plots. Through a real process, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
     db = tmp_path / "sub" / "b.sqlite"
     _fill(db, n=2)
-    assert main(["history", "w00", "--db", str(db)]) == 0
-    assert (tmp_path / "sub" / "history" / "history_w00.png").is_file()
+
+    def history(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", "bench", "history", "--db", str(db), *more],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+
+    plain = history()
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert sorted(p.name for p in db.parent.iterdir()) == ["b.sqlite"] and not list(tmp_path.rglob("*.png"))
+    assert "(a PNG plot per workload: --out DIR)" in plain.stderr
+    plotted = history("--out", str(tmp_path / "plots"))
+    assert plotted.returncode == 0, plotted.stderr[-2000:]
+    pngs = sorted((tmp_path / "plots").glob("history_*.png"))
+    assert pngs and f"plots: {len(pngs)}/{len(pngs)} written" in plotted.stderr
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,24 @@ def _compare(capsys, *args) -> str:
 def test_good_runs_compare(runs, capsys):
     rc, out, err = harness(capsys, "numerics", "compare", runs["a"], runs["b"], "--md", "/dev/null")
     assert rc == 0, err
-    assert "run A and run B are bitwise identical on 4096 compared elements" in out
+    # the terminal says which compiler (and run folder) each side label is
+    assert "run A (eager) and run B (eager) are bitwise identical on 4096 compared elements" in out
+    assert f"sides: A = eager ({runs['a']}), B = eager ({runs['b']})" in out
+
+
+def test_the_terminal_names_each_sides_compiler_in_a_real_process(runs):
+    """`python -m harness numerics compare` as a user runs it: no bare side letters on the terminal."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-m", "harness", "numerics", "compare", f"{runs['a']}:eager",
+                           f"{runs['b']}:eager", "--md", os.devnull], cwd=root, capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdicts = [ln for ln in proc.stdout.splitlines() if " vs " in ln]
+    assert verdicts and all("B (eager) vs A (eager): run A (eager) and run B (eager)" in ln for ln in verdicts)
 
 
 def test_truncated_output_file(runs, tmp_path, capsys):

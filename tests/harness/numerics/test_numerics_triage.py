@@ -98,7 +98,9 @@ def test_compare_names_exactly_the_planted_elements_and_the_closer_side(planted_
     assert p["verdict"] in md
     assert "mismatched (rtol 0.016, atol 0.016): 3 at " + ", ".join(f"[{i}, {j}]" for i, j in _multi(BIG)) in md
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
-    assert p["verdict"] in out  # the terminal gets the verdict lines
+    # the terminal gets the verdict lines, each side named with its compiler
+    assert ("run B (eager-plus-one) is further from fp64 on 3 of 3 mismatched elements; its max error there is "
+            "1.01 vs 0.00675 for A (eager-lastbit)") in out
 
 
 def test_check_fails_on_the_side_further_from_fp64(planted_runs, capsys):
