@@ -528,9 +528,9 @@ def table(rows: list[tuple[str, str, str]]) -> str:
 
 
 def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int,
-            on_line: Callable[[str, subprocess.Popen], None] | None = None) -> tuple[int, str]:
-    """Run act, echo its output line by line and keep it in `log`; (exit code, output). Past `timeout_s` act's
-    process group is ended and the exit code is 124. `on_line(line, process)` sees every line as it comes."""
+            on_line: Callable[[str, subprocess.Popen], None] | None = None, echo: bool = True) -> tuple[int, str]:
+    """Run act, echo its output line by line (unless `echo` is off) and keep it in `log`; (exit code, output). Past
+    `timeout_s` act's process group is ended and the exit code is 124. `on_line(line, process)` sees every line."""
     log.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     with open(log, "w", encoding="utf-8") as fh:
@@ -541,8 +541,9 @@ def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int,
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
-                sys.stdout.write(line)
-                sys.stdout.flush()
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
                 fh.write(line)
                 lines.append(line)
                 if on_line is not None:
@@ -692,6 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cancel", action="store_true", help="also the cancel check: the unit tests' job cancelled "
                    "mid-run (SIGINT to act), no later heavy step, no process or container left after 30 s")
     p.add_argument("--cancel-only", action="store_true", help="the cancel check alone")
+    p.add_argument("--parallel", type=int, default=1, help="job x event runs side by side (default 1: one at a "
+                   "time, act's output printed as it comes; more: each in its own act folder and runner home, "
+                   "act's output in the logs)")
     p.add_argument("--actions", type=Path, help="a folder of built copies of the real pinned actions "
                    "(DIR/OWNER/REPO/action.yml); they replace our own actions where present")
     p.add_argument("--npm-dir", type=Path, help="the scratch folder for the artifact client's npm install "
@@ -761,24 +765,44 @@ def rehearse(args: argparse.Namespace) -> int:
     node_path = artifact_client(npm_dir)
     extra = {"selection": args.selection, "node_path": node_path, "real_actions": args.actions}
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
-    rows, verdicts = [], []
-    for spec in specs:
-        shutil.rmtree(artifacts / "1", ignore_errors=True)  # each job x event is its own run (act: run id 1), which
-        (artifacts / "1").mkdir()  # starts with no artifacts: act's server fails to list a run without its folder
+    parallel = max(1, args.parallel)
+
+    def one(spec: JobSpec) -> tuple[JobSpec, Verdict, float, list[tuple[str, str, str]]]:
+        """One job x event as a fresh run: its own empty artifact run (act gives every run id 1; its server cannot
+        list a run without its folder) and, side by side with others, its own act folder and runner home."""
+        own = out / "jobs" / spec.key if parallel > 1 else out
+        run_artifacts = own / "artifacts" if parallel > 1 else artifacts
+        shutil.rmtree(run_artifacts / "1", ignore_errors=True)
+        (run_artifacts / "1").mkdir(parents=True)
+        job_env = env
+        if parallel > 1:
+            (own / "home").mkdir(parents=True, exist_ok=True)
+            job_env = {**env, "HOME": str(own / "home")}
         event = out / f"{spec.key}.event.json"
         event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
-        argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts,
-                        cache=cache, port=free_port(), event_file=event, **extra)
-        print(f"\n===== rehearse: {spec.workflow} job {spec.job} ({spec.label}; expected: {spec.expect}) =====",
-              flush=True)
-        print("rehearse: " + " ".join(argv), flush=True)
+        argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=run_artifacts,
+                        cache=own / "act-cache" if parallel > 1 else cache, port=free_port(), event_file=event,
+                        **extra)
+        head = f"===== rehearse: {spec.workflow} job {spec.job} ({spec.label}; expected: {spec.expect}) ====="
+        print(f"\n{head}\nrehearse: " + " ".join(argv) if parallel == 1 else f"rehearse: started {spec.workflow} "
+              f"{spec.job} on {spec.label} (log: {out / (spec.key + '.log')})", flush=True)
         started = time.monotonic()
-        code, text = run_act(argv, env, out / f"{spec.key}.log", args.timeout)
+        code, text = run_act(argv, job_env, out / f"{spec.key}.log", args.timeout, echo=parallel == 1)
         runs = parse_act_output(text)
         job = workflows[spec.workflow]["jobs"][spec.job]
-        verdict = judge(spec, job, runs, code)
-        verdicts.append((spec, verdict, time.monotonic() - started))
-        rows += summary_rows(spec, job, runs)
+        verdict, took = judge(spec, job, runs, code), time.monotonic() - started
+        if parallel > 1:
+            print(f"rehearse: {'ok  ' if verdict.ok else 'FAIL'} {spec.job} on {spec.label} ({took:.0f} s): "
+                  f"{verdict.line}", flush=True)
+        return spec, verdict, took, summary_rows(spec, job, runs)
+
+    rows, verdicts = [], []
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for spec, verdict, took, spec_rows in pool.map(one, specs):
+            verdicts.append((spec, verdict, took))
+            rows += spec_rows
     if args.cancel:
         verdicts.append(cancel_check(act, workflows, env, out=out, artifacts=artifacts, cache=cache,
                                      ref=args.ref, **extra))
