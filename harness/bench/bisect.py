@@ -51,6 +51,7 @@ from harness.git import git
 from harness.process import sigterm_interrupts
 
 from .compare import CompareConfig, judge
+from .records import Verdict
 from .report import fmt_ns
 from .stats import Stats
 
@@ -316,7 +317,7 @@ def run_bisect(
     need(bad_m, f"BAD {bad.short}")
     assert first is not None
     rep.range_first = first
-    if not borderline(first) and first.verdict != "improved":  # BAD faster than GOOD is suspect: confirm it
+    if not borderline(first) and first.verdict != Verdict.IMPROVED:  # BAD faster than GOOD is suspect: confirm it
         rep.outcome = "noise"
         rep.message = (f"range is noise: BAD is not significantly slower than GOOD ({first.verdict}, "
                        f"{first.text()}); nothing bisected")

@@ -20,6 +20,8 @@ from harness import arms, conventions
 from harness.exc import UsageError
 from harness.settings import Plant, bench_settings
 
+from .records import Verdict
+
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -383,7 +385,7 @@ def _emit_terminal(run, results, cmps, baseline) -> None:
 def _exit_for(cmps, no_fail: bool) -> int:
     if cmps is None or no_fail:
         return 0
-    return 1 if any(c.verdict == "regressed" for c in cmps) else 0
+    return 1 if any(c.verdict == Verdict.REGRESSED for c in cmps) else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -6,18 +6,66 @@ Terms:
 - *result*: one workload under one compiler in one run and phase (`main`, `confirm` for re-measurements
   of flagged workloads, or `compile` for a model's compile times alone), with every sample in nanoseconds.
 - *stored verdict*: what comparing a run with its baseline concluded for one workload under one compiler
-  (`verdict`, e.g. `ok`, `regressed`, `improved`, `noise`, `new`), kept with the run (store revision 2).
+  (a `Verdict`, stored as its string value), kept with the run (store revision 2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 from .stats import Stats
 
 COMPILE_PHASE = "compile"  # phase of compile-time-only results (`bench models --compile-only`): no samples
+
+class Verdict(str, Enum):
+    """What comparing one workload under one compiler with its baseline concluded. A `str` whose value is what
+    the stores, JSON reports and the site hold (`Verdict("regressed")` reads it back).
+
+    - `regressed` / `improved`: slower / faster beyond the threshold; from `bench run` only when confirmed
+      side by side (harness/bench/sidebyside.py);
+    - `unchanged`: measured, within the threshold, on a host quiet enough to tell;
+    - `inconclusive`: measured side by side on a host too noisy to tell a threshold-sized change (the noise
+      floor is in the comparison): neither a pass nor a failure;
+    - `rejected`: a suspect the side-by-side measurement did not confirm;
+    - `unconfirmed`: a suspect that could not be measured side by side (no baseline build);
+    - `suspect`: flagged against stored samples only, never measured side by side;
+    - `new` (no baseline result), `missing` (no new result), `not comparable` (definition, timer or device
+      differs, or a side failed).
+    """
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+    REJECTED = "rejected"
+    UNCONFIRMED = "unconfirmed"
+    SUSPECT = "suspect"
+    NEW = "new"
+    MISSING = "missing"
+    NOT_COMPARABLE = "not comparable"
+
+    __hash__ = str.__hash__  # a member and its value are one dict key (Enum hashes the name otherwise)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def read(cls, value: str) -> Verdict | str:
+        """A stored or reported verdict as a member; a string no member has (written by an older harness, e.g.
+        `ok`) is kept as it is, so that old stores still read."""
+        try:
+            return cls(value)
+        except ValueError:
+            return value
+
+    @property
+    def flagged(self) -> bool:
+        """regressed or improved: a change beyond the threshold."""
+        return self in (Verdict.REGRESSED, Verdict.IMPROVED)
+
 
 SCHEMA_VERSION = 3  # the bench store's head revision (harness/store/migrations/bench), also of JSON exports
 
@@ -123,7 +171,7 @@ class StoredVerdict:
 
     workload: str
     compiler: str
-    verdict: str
+    verdict: Verdict | str
     ratio: float | None = None
     p_value: float | None = None
     baseline: str | None = None
@@ -141,6 +189,8 @@ class StoredVerdict:
         if kw.get("confirmed") is not None:
             kw["confirmed"] = bool(kw["confirmed"])
         kw["detail"] = dict(kw.get("detail") or {})
+        if isinstance(kw.get("verdict"), str):
+            kw["verdict"] = Verdict.read(kw["verdict"])
         return cls(**kw)
 
 

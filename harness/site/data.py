@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.bench.records import RunInfo, StoredVerdict
+from harness.bench.records import RunInfo, StoredVerdict, Verdict
 
-MARKED = ("regressed", "rejected", "suspect", "unconfirmed", "improved")
+MARKED = (Verdict.REGRESSED, Verdict.REJECTED, Verdict.SUSPECT, Verdict.UNCONFIRMED, Verdict.IMPROVED)
 
 
 def hw_class(run: RunInfo) -> str:
@@ -170,7 +170,7 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
             found = data.bisections.get((v.workload, v.compiler, commit)) if commit else None
             data.marks.setdefault(key, []).append(Mark(
                 int(run.id), run.uid, commit, v.workload, v.compiler, v.verdict, v.confirmed, v.ratio, v.p_value,
-                v.baseline, bisection_page(found, commit) if found is not None and v.verdict == "regressed" else None))
+                v.baseline, bisection_page(found, commit) if found is not None and v.verdict == Verdict.REGRESSED else None))
     return data
 
 

@@ -141,10 +141,15 @@ def test_same_clean_commit_measures_the_candidate_tree_against_itself():
     run.id, base.id = 2, 1
     seen = {}
 
-    def measure(cfg, cases, compilers, base_tree, cand_tree, plant, workdir, threads=1):
+    def measure(cfg, cases, compilers, base_tree, cand_tree, plant, workdir, threads=1, undecided=None):
         seen.update(cases=cases, compilers=compilers, same=base_tree == cand_tree, plant=plant)
-        mk = [Result("w", c, "h", samples=samples(1e6, seed=i)) for i, c in enumerate(compilers)]
-        return mk, [Result("w", c, "h", samples=samples(1e6, seed=10 + i)) for i, c in enumerate(compilers)]
+
+        def arm(seed: int) -> list[Result]:  # 12 rounds' turns of a quiet host, 2% apart at most
+            return [Result("w", c, "h", samples=samples(1e6, seed=seed + i),
+                           meta={"rounds": samples(1e6, n=12, noise=0.005, seed=seed + i)})
+                    for i, c in enumerate(compilers)]
+
+        return arm(0), arm(10), arm(20)
 
     c = sidebyside.confirm_side_by_side([_suspect()], run, [base], {}, CPU, measure=measure, log=lambda m: None)[0]
     assert seen == {"cases": ["w"], "compilers": ["kiln", "eager"], "same": True, "plant": None}
