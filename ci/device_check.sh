@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff
+#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff, verdicts-aa
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -150,6 +150,12 @@ print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
                  --md "$OUT/memcheck.md" --json "$OUT/memcheck.json"; echo "memory check: exit $?"
                timeout 120 python3 ci/cg_leak_probe.py "${MEMCHECK_CASE:-model.ci_bert.train.fp32}"
                echo "leak probe: exit $?"; } > "$OUT/$stage.log" 2>&1 ;;
+    verdicts-aa) # side-by-side verdicts beside another GPU process (a loop of matrix products): $VERDICTS_RUNS A/A
+            # checks (identical code: a regressed/improved verdict is a false positive) and as many with a planted 20%
+            # slowdown under kiln (regressed: a true positive); the rates are the last line (harness/bench/noise_check.py)
+            timeout "${VERDICTS_TIMEOUT_S:-560}" python3 -m harness.bench.noise_check --device cuda --load gpu \
+              --runs "${VERDICTS_RUNS:-4}" --compilers "${VERDICTS_COMPILERS:-kiln}" ${VERDICTS_ONLY:+--only "$VERDICTS_ONLY"} \
+              --json "$OUT/verdicts-aa.json" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

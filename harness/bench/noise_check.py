@@ -16,7 +16,8 @@ both rates come from the same measurements.
 
 `--load cpu:K` runs K busy loops beside the checks (one Python process each); `--load gpu` runs a process
 that keeps the GPU busy with matrix products. The load processes are ended when the checks end. The last
-line gives the rates; `--json PATH` writes every check's verdicts. Exit 0 when no A/A check gave a flagged
+line gives the rates (a line after every check gives them so far); `--json PATH` writes every check's verdicts
+(rewritten after every check). Exit 0 when no A/A check gave a flagged
 verdict, else 1.
 """
 
@@ -107,6 +108,17 @@ def rates(checks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _line(device: str, args: argparse.Namespace, n_cases: int, compilers: list[str], checks: list[dict[str, Any]],
+          summary: dict[str, Any]) -> str:
+    n_aa = sum(1 for c in checks if not c["plant"])
+    return (f"noise check ({device}, load {args.load or 'none'}, {n_aa} A/A + {len(checks) - n_aa} planted "
+            f"{args.fraction:.0%} checks of {n_cases} workload(s) x {', '.join(compilers)}): "
+            f"false positives {summary['false_positive']} (earlier statistic {summary['false_positive_old']}), "
+            f"A/A inconclusive {summary['aa_inconclusive']}; planted confirmed {summary['true_positive']} "
+            f"(earlier statistic {summary['true_positive_old']}), planted inconclusive "
+            f"{summary['planted_inconclusive']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.bench.noise_check", description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=10, help="A/A checks, and as many planted checks (default 10)")
@@ -135,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     plant = f"*@{compilers[0]}={args.fraction:g}"
     load = start_load(args.load)
     checks: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
     try:
         for i in range(args.runs):
             for spec in (None, plant):
@@ -143,22 +156,19 @@ def main(argv: list[str] | None = None) -> int:
                 checks.append({"plant": spec, "rows": rows, "seconds": round(time.monotonic() - t0, 1)})
                 for r in rows:
                     print(f"[{i + 1}/{args.runs}] {'planted' if spec else 'A/A    '} {r['key']:<40} {r['verdict']:<12} "
-                          f"x{r.get('ratio') or 0:.3f} noise {r.get('noise') or 0:.0%} (earlier statistic: {r['old']})",
-                          flush=True)
+                          f"x{r.get('ratio') or 0:.3f} noise {r.get('noise') or 0:.0%} over {r.get('rounds', 0)} "
+                          f"rounds (earlier statistic: {r['old']})", flush=True)
+                # after every check, so that a run cut short by a time limit still leaves its rates
+                summary = rates(checks)
+                if args.json:
+                    args.json.write_text(json.dumps({"checks": checks, "rates": summary, "load": args.load,
+                                                     "device": cfg.device, "cases": cases, "compilers": compilers},
+                                                    indent=1))
+                print(_line(cfg.device, args, len(cases), compilers, checks, summary), flush=True)
     finally:
         for proc in load:
             proc.kill()
             proc.wait()
-    summary = rates(checks)
-    if args.json:
-        args.json.write_text(json.dumps({"checks": checks, "rates": summary, "load": args.load,
-                                         "device": cfg.device, "cases": cases, "compilers": compilers}, indent=1))
-    print(f"noise check ({cfg.device}, load {args.load or 'none'}, {args.runs} A/A + {args.runs} planted "
-          f"{args.fraction:.0%} checks of {len(cases)} workload(s) x {', '.join(compilers)}): "
-          f"false positives {summary['false_positive']} (earlier statistic {summary['false_positive_old']}), "
-          f"A/A inconclusive {summary['aa_inconclusive']}; planted confirmed {summary['true_positive']} "
-          f"(earlier statistic {summary['true_positive_old']}), planted inconclusive "
-          f"{summary['planted_inconclusive']}")
     return 0 if summary["false_positive"].startswith("0/") else 1
 
 

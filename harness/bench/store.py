@@ -349,7 +349,7 @@ class Store:
         db.execute(delete(t.verdicts).where(t.verdicts.c.run_id == run_id))
         if verdicts:
             db.execute(insert(t.verdicts), [
-                {"run_id": run_id, "workload": v.workload, "compiler": v.compiler, "verdict": v.verdict,
+                {"run_id": run_id, "workload": v.workload, "compiler": v.compiler, "verdict": str(v.verdict),
                  "ratio": v.ratio, "p_value": v.p_value, "baseline": v.baseline,
                  "confirmed": None if v.confirmed is None else int(bool(v.confirmed)),
                  "detail": json.dumps(v.detail, sort_keys=True, default=str)} for v in verdicts])
