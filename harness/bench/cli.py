@@ -473,13 +473,12 @@ def _run_json(r) -> dict:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from . import report
-    from .compare import from_stored
 
     with _open(args.db, write=False) as store:
         run = store.run(_run_id(store, args.run))
         results = store.results(run.id)
         stored = store.verdicts(run.id)
-        cmps = from_stored(stored) if stored else None
+        cmps = stored or None
         base = _stored_baseline(store, stored)
     emit_reports(args, run, results, cmps, base)
     with conventions.human_to_stderr(conventions.to_stdout(getattr(args, "json", None))):

@@ -29,12 +29,12 @@ Terms:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
 from harness.exc import BaselineError
 
-from .records import Result, RunInfo, StoredVerdict, Verdict
+from .records import Comparison, Result, RunInfo, Verdict
 from .stats import Stats, mann_whitney_u
 from .store import Store
 
@@ -74,43 +74,6 @@ class CompareConfig:
             references=self.references,
             any_hardware=self.any_hardware,
         )
-
-
-@dataclass
-class Comparison:
-    """The verdict for one workload+compiler."""
-
-    workload: str
-    compiler: str
-    verdict: Verdict | str  # a str only when read from a store written by an older harness (`Verdict.read`)
-    ratio: float | None = None
-    p: float | None = None
-    base_ns: float | None = None
-    new_ns: float | None = None
-    norm_ratio: float | None = None  # ratio divided by the baseline compiler's ratio (confirmation only)
-    confirmed: bool | None = None
-    note: str = ""
-    suspect: str = ""  # the stored comparison's flag (regressed/improved) that asked for a confirmation
-    sbs_ratio: float | None = None  # side by side (harness/bench/sidebyside.py): candidate / baseline build
-    sbs_p: float | None = None
-    sbs_noise: float | None = None  # side by side: the noise floor the A/A pair measured (a fraction)
-    sbs_aa_ratio: float | None = None  # side by side: the A/A pair's ratio (identical code in two processes)
-    sbs_base_ns: float | None = None
-    sbs_new_ns: float | None = None
-    sbs_seconds: float | None = None
-    interpreter: bool = False  # kiln under Triton's interpreter: a pipeline check, not kernel speed
-    recomputed: bool = False  # recomputed from stored samples (an older run that stored no verdicts)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Comparison:
-        names = cls.__dataclass_fields__.keys()
-        kw = {k: v for k, v in d.items() if k in names}
-        if isinstance(kw.get("verdict"), str):
-            kw["verdict"] = Verdict.read(kw["verdict"])
-        return cls(**kw)
 
 
 def _median(xs: list[float]) -> float:
@@ -334,21 +297,11 @@ def mark_suspects(cmps: list[Comparison], why: str = "stored samples only") -> l
     return cmps
 
 
-def to_stored(cmps: list[Comparison], baseline: str) -> list[StoredVerdict]:
-    """The verdicts to store with a run (`Store.save_verdicts`): the comparison table's verdict, ratio and p,
-    the whole comparison (side-by-side numbers included) in `detail`."""
-    return [StoredVerdict(c.workload, c.compiler, c.verdict, c.ratio, c.p, baseline, c.confirmed, c.as_dict())
-            for c in cmps]
-
-
-def from_stored(verdicts: list[StoredVerdict]) -> list[Comparison]:
-    """The comparisons a run stored, as its comparison table showed them."""
-    out = []
-    for v in verdicts:
-        c = Comparison.from_dict({**v.detail, "workload": v.workload, "compiler": v.compiler,
-                                  "verdict": v.verdict, "ratio": v.ratio, "p": v.p_value, "confirmed": v.confirmed})
-        out.append(c)
-    return out
+def with_baseline(cmps: list[Comparison], baseline: str) -> list[Comparison]:
+    """`cmps`, each naming the baseline run(s) it was judged against (what `Store.save_verdicts` stores)."""
+    for c in cmps:
+        c.baseline = baseline
+    return cmps
 
 
 def counts(cmps: list[Comparison]) -> dict[str, int]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from harness import arms, conventions
 from harness.exc import StoreError, UsageError
 
-from .compare import Baseline, CompareConfig, Comparison, compare, drift_of, from_stored, mark_suspects
+from .compare import Baseline, CompareConfig, Comparison, compare, drift_of, mark_suspects
 from .records import Result, RunInfo, Verdict
 from .report import (
     INTERPRETER_LABEL,
@@ -182,7 +182,7 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
                 pt = Point(run, res)
                 mine = stored[run.id].get((w, res.compiler))
                 if mine is not None:
-                    pt.cmp = from_stored([mine])[0]
+                    pt.cmp = mine
                 elif stored[run.id] and mine is None and pts:
                     pt.cmp = None  # the run compared and stored verdicts, this key had none
                 elif pts:

@@ -157,41 +157,65 @@ class Result:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-@dataclass(frozen=True)
-class StoredVerdict:
-    """The verdict a `bench run` gave one workload under one compiler, stored with the run (`Store.save_verdicts`)
-    so that `bench history`, `bench show` and the reports repeat it instead of recomputing it.
+@dataclass
+class Comparison:
+    """The one verdict record: what comparing one workload under one compiler with its baseline concluded, as
+    `bench run` gives it, stores it with the run (`Store.save_verdicts`) and `bench history`, `bench show`,
+    `bench verdict`, the reports and the site read it back.
 
-    `verdict`: regressed (confirmed side by side), improved, unchanged, rejected (a suspect that the side-by-side
-    measurement did not confirm), unconfirmed (a suspect that could not be measured side by side), suspect
-    (flagged by a stored comparison, never confirmed), new, missing or not comparable. `ratio`/`p_value`: the
-    statistic that decided it; `baseline`: the baseline run(s) it was judged against; `confirmed`: None when
-    no confirmation was attempted; `detail`: the stored comparison's numbers, the side-by-side ones, notes.
-    """
+    `verdict`: a `Verdict` (a plain string only when read from a store an older harness wrote); `ratio`/`p`:
+    the stored comparison's statistic; `baseline`: the baseline run(s) it was judged against (set when it is
+    stored); `confirmed`: None when no confirmation was attempted or it could not decide; `suspect`: the stored
+    comparison's flag that asked for a side-by-side confirmation; `sbs_*`: the side-by-side numbers
+    (harness/bench/sidebyside.py, harness/bench/paired.py)."""
 
     workload: str
     compiler: str
     verdict: Verdict | str
     ratio: float | None = None
-    p_value: float | None = None
-    baseline: str | None = None
+    p: float | None = None
+    base_ns: float | None = None
+    new_ns: float | None = None
+    norm_ratio: float | None = None  # ratio divided by the baseline compiler's ratio (confirmation only)
     confirmed: bool | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    suspect: Verdict | str = ""  # the stored comparison's flag (regressed/improved) that asked for a confirmation
+    sbs_ratio: float | None = None  # side by side (harness/bench/sidebyside.py): candidate / baseline build
+    sbs_p: float | None = None
+    sbs_noise: float | None = None  # side by side: the noise floor the A/A pair measured (a fraction)
+    sbs_aa_ratio: float | None = None  # side by side: the A/A pair's ratio (identical code in two processes)
+    sbs_base_ns: float | None = None
+    sbs_new_ns: float | None = None
+    sbs_seconds: float | None = None
+    interpreter: bool = False  # kiln under Triton's interpreter: a pipeline check, not kernel speed
+    recomputed: bool = False  # recomputed from stored samples (an older run that stored no verdicts)
+    baseline: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> StoredVerdict:
-        """From `as_dict()` output (unknown keys ignored; `confirmed` may be 0/1 as stored)."""
+    def from_dict(cls, d: Mapping[str, Any]) -> Comparison:
+        """From `as_dict()` output or a stored row (unknown keys ignored; `confirmed` may be 0/1 as stored;
+        `p_value` and a `detail` dict, the stored row's shape, are read too)."""
         names = cls.__dataclass_fields__.keys()
-        kw = {k: v for k, v in d.items() if k in names}
+        merged = {**dict(d.get("detail") or {}), **{k: v for k, v in d.items() if k != "detail"}}
+        if "p_value" in d:
+            merged["p"] = d["p_value"]
+        kw = {k: v for k, v in merged.items() if k in names}
         if kw.get("confirmed") is not None:
             kw["confirmed"] = bool(kw["confirmed"])
-        kw["detail"] = dict(kw.get("detail") or {})
-        if isinstance(kw.get("verdict"), str):
-            kw["verdict"] = Verdict.read(kw["verdict"])
+        for k in ("verdict", "suspect"):
+            if isinstance(kw.get(k), str) and kw[k]:
+                kw[k] = Verdict.read(kw[k])
         return cls(**kw)
+
+    def stored(self) -> dict[str, Any]:
+        """The stored row's shape (the `verdicts` table, JSON exports): the table's columns and the whole
+        record in `detail`."""
+        return {"workload": self.workload, "compiler": self.compiler, "verdict": str(self.verdict),
+                "ratio": self.ratio, "p_value": self.p, "baseline": self.baseline, "confirmed": self.confirmed,
+                "detail": self.as_dict()}
 
 
 def passed(r: "Result | None") -> bool:

@@ -27,7 +27,7 @@ from .compare import (
     drift_of,
     load_baseline,
     resolve_baseline,
-    to_stored,
+    with_baseline,
 )
 from .execute import BenchConfig, Executor, check_compilers
 from .records import Result, RunInfo, Verdict
@@ -208,5 +208,5 @@ def run_bench(
             cmps = confirm_side_by_side(cmps, run, base_runs, cfg.as_dict(), cmp_cfg,
                                         plant=cfg.plant.spec() if cfg.plant else None, threads=threads or 1,
                                         log=log, always=ALWAYS_ON_CPU if cfg.device == "cpu" else ())
-            store.save_verdicts(run.id, to_stored(cmps, baseline_label(base_runs)))
+            store.save_verdicts(run.id, with_baseline(cmps, baseline_label(base_runs)))
     return Outcome(run, results, cmps, base_runs)

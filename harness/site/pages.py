@@ -309,7 +309,7 @@ def render_run(data: BenchData, run: RunInfo, export_name: str) -> str:
         parts.append("<h2>Verdicts</h2>" + table(["workload", "compiler", "verdict", "ratio", "p", "confirmed"], (
             [f'<a href="{workload_page(v.workload)}">{esc(v.workload)}</a>', esc(v.compiler),
              f'<span class="{esc(v.verdict)}">{esc(v.verdict)}</span>', esc(_ratio(v.ratio)),
-             "-" if v.p_value is None else f"{v.p_value:.2g}", esc(v.confirmed)] for v in vs)))
+             "-" if v.p is None else f"{v.p:.2g}", esc(v.confirmed)] for v in vs)))
     res = data.results.get(run.id) or []
     parts.append("<h2>Results</h2>" + table(
         ["workload", "compiler", "status", "median", "IQR", "% of copy ceiling", "compile s"],
