@@ -63,6 +63,7 @@ MARKS = {
     Verdict.UNCHANGED: "=",
     Verdict.REJECTED: "= rejected",
     Verdict.UNCONFIRMED: "? unconfirmed",
+    Verdict.INCONCLUSIVE: "? inconclusive",
     Verdict.SUSPECT: "? suspect",
     Verdict.NOT_COMPARABLE: "≠",
     Verdict.NEW: "·",

@@ -157,3 +157,28 @@ def test_noise_check_rates_count_false_and_true_positives():
     r = rates(checks)
     assert r["false_positive"] == "1/2" and r["aa_inconclusive"] == "1/2" and r["false_positive_old"] == "1/2"
     assert r["true_positive"] == "1/2" and r["true_positive_old"] == "2/2" and r["planted_inconclusive"] == "1/2"
+
+
+def test_a_cpu_plant_adds_its_fraction_of_the_calls_own_cpu_time():
+    """The CPU timer's plant is work on the thread's CPU clock, a fraction of each call's own CPU time: on a
+    loaded host it is slowed as much as the call (a wall-clock wait would shrink to nothing beside it)."""
+    import time
+
+    import torch
+
+    from harness.bench.measure import Timer
+
+    seen: list[int] = []
+
+    def work() -> None:
+        t0 = time.thread_time_ns()
+        end = t0 + 2_000_000
+        while time.thread_time_ns() < end:
+            pass
+        seen.append(time.thread_time_ns() - t0)
+
+    slow = Timer(torch.device("cpu")).planted(work, 0.0, 0.5)
+    t0 = time.thread_time_ns()
+    slow()
+    total = time.thread_time_ns() - t0
+    assert total >= 1.5 * seen[0]  # by construction: the spin ends only after half the call's CPU time more
