@@ -2,7 +2,7 @@
 # GPU checks and timings in one device call (the GPU box: no docker, the machine's own torch/triton).
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
-#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff, numerics-flakes
+#   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff, numerics-flakes, verdicts-aa
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -163,6 +163,12 @@ print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
               done
               for p in "${pids[@]}"; do wait "$p"; done
               tail -n 2 "$OUT"/flakes-*.log; python3 ci/flakes_summary.py "$OUT"/flakes-*.xml; } > "$OUT/$stage.log" 2>&1 ;;
+    verdicts-aa) # side-by-side verdicts beside another GPU process (a loop of matrix products): $VERDICTS_RUNS A/A
+            # checks (identical code: a regressed/improved verdict is a false positive) and as many with a planted 20%
+            # slowdown under kiln (regressed: a true positive); the rates are the last line (harness/bench/noise_check.py)
+            timeout "${VERDICTS_TIMEOUT_S:-560}" python3 -m harness.bench.noise_check --device cuda --load gpu \
+              --runs "${VERDICTS_RUNS:-4}" --compilers "${VERDICTS_COMPILERS:-kiln}" ${VERDICTS_ONLY:+--only "$VERDICTS_ONLY"} \
+              --json "$OUT/verdicts-aa.json" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac

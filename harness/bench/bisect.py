@@ -51,6 +51,7 @@ from harness.git import git
 from harness.process import sigterm_interrupts
 
 from .compare import CompareConfig, judge
+from .records import Verdict
 from .report import fmt_ns
 from .stats import Stats
 
@@ -101,7 +102,7 @@ class Measured:
 class Judgement:
     """A commit's measurement against the reference's: `ratio` has the eager clock (`clock`) divided out."""
 
-    verdict: str  # regressed / improved / unchanged
+    verdict: Verdict  # regressed / improved / unchanged
     ratio: float
     p: float
     raw_ratio: float
@@ -285,7 +286,7 @@ def run_bisect(
             raise BisectError(f"{what} could not be measured: {m.error}")
 
     def borderline(j: Judgement) -> bool:
-        return j.verdict == "regressed" or j.ratio > 1 + thr / 2
+        return j.verdict == Verdict.REGRESSED or j.ratio > 1 + thr / 2
 
     def vote(c: Commit, first: Judgement, role: str, level: float = 1.0) -> tuple[str, list[tuple[Judgement, Measured]]]:
         """Two of three: `first` and then pairs (a fresh GOOD, then `c` against it) until two verdicts agree;
@@ -294,7 +295,7 @@ def run_bisect(
         skip when `c` fails to run.
         Returns the pairs' (judgement, GOOD) too."""
         def bad(j: Judgement) -> bool:
-            return j.verdict == "regressed" and j.ratio >= math.sqrt(level)
+            return j.verdict == Verdict.REGRESSED and j.ratio >= math.sqrt(level)
 
         yes = int(bad(first))
         no = 1 - yes
@@ -316,7 +317,7 @@ def run_bisect(
     need(bad_m, f"BAD {bad.short}")
     assert first is not None
     rep.range_first = first
-    if not borderline(first) and first.verdict != "improved":  # BAD faster than GOOD is suspect: confirm it
+    if not borderline(first) and first.verdict != Verdict.IMPROVED:  # BAD faster than GOOD is suspect: confirm it
         rep.outcome = "noise"
         rep.message = (f"range is noise: BAD is not significantly slower than GOOD ({first.verdict}, "
                        f"{first.text()}); nothing bisected")
@@ -333,10 +334,10 @@ def run_bisect(
         return rep
     # the reference from here on: the GOOD of the last pair in which BAD was regressed (never one measured
     # slow by chance, which would make every probe look good); `level`: BAD's ratio against it
-    rep.range_confirmed, ref = next((j, g) for j, g in reversed(pairs) if j.verdict == "regressed")
+    rep.range_confirmed, ref = next((j, g) for j, g in reversed(pairs) if j.verdict == Verdict.REGRESSED)
     # BAD's level: the smallest of its regressed ratios (a measurement spoiled by load only inflates it, and
     # the level decides on which side of the step a probe lies)
-    level = min(j.ratio for j in [first] + [pj for pj, _ in pairs] if j.verdict == "regressed")
+    level = min(j.ratio for j in [first] + [pj for pj, _ in pairs] if j.verdict == Verdict.REGRESSED)
     confirmed: dict[int, Judgement] = {len(commits) - 1: rep.range_confirmed}
 
     def classify(i: int) -> str:
@@ -349,7 +350,7 @@ def run_bisect(
             return "good"
         v, pairs = vote(c, j, "probe", level)
         if v == "bad":
-            confirmed[i] = next((pj for pj, _ in reversed(pairs) if pj.verdict == "regressed"), j)
+            confirmed[i] = next((pj for pj, _ in reversed(pairs) if pj.verdict == Verdict.REGRESSED), j)
         return v
 
     res = search(len(commits), classify)

@@ -25,6 +25,8 @@ def path_or_url(value: str) -> Path | str:
     """A `--db` value: a store URL kept as typed (a Path would fold its `://` into `:/`), else a Path."""
     return value if "://" in value else Path(value)
 
+from .records import Verdict
+
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -391,7 +393,7 @@ def _emit_terminal(run, results, cmps, baseline) -> None:
 def _exit_for(cmps, no_fail: bool) -> int:
     if cmps is None or no_fail:
         return 0
-    return 1 if any(c.verdict == "regressed" for c in cmps) else 0
+    return 1 if any(c.verdict == Verdict.REGRESSED for c in cmps) else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -479,13 +481,12 @@ def _run_json(r) -> dict:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from . import report
-    from .compare import from_stored
 
     with _open(args.db, write=False) as store:
         run = store.run(_run_id(store, args.run))
         results = store.results(run.id)
         stored = store.verdicts(run.id)
-        cmps = from_stored(stored) if stored else None
+        cmps = stored or None
         base = _stored_baseline(store, stored)
     emit_reports(args, run, results, cmps, base)
     with conventions.human_to_stderr(conventions.to_stdout(getattr(args, "json", None))):

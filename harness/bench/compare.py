@@ -15,8 +15,9 @@ Terms:
   too and, for compilers other than eager, the slowdown relative to eager exceeds the threshold as well (so
   a machine that became slower as a whole flags nothing); eager's own local clock is a few other eager
   workloads re-measured right before and after it.
-- Verdicts: regressed, improved, unchanged, new (no baseline result), missing (no new result), not comparable
-  (workload definition changed, a side failed, or another device/timer).
+- Verdicts (`records.Verdict`): regressed, improved, unchanged, new (no baseline result), missing (no new
+  result), not comparable (workload definition changed, a side failed, or another device/timer); the side by
+  side confirmation adds rejected, unconfirmed and inconclusive.
 - *drift*: the median, over all workloads, of eager's ratio: how much slower the machine as a whole ran.
   With `normalize_drift` (default on CPU, where a shared 2-core machine drifts by 5-10% between runs) every
   ratio is divided by it, and the new samples scaled by 1/drift before the test. A regression of one
@@ -28,17 +29,16 @@ Terms:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
 from harness.exc import BaselineError
 
-from .records import Result, RunInfo, StoredVerdict
+from .records import Comparison, Result, RunInfo, Verdict
 from .stats import Stats, mann_whitney_u
 from .store import Store
 
-VERDICTS = ("regressed", "improved", "unchanged", "rejected", "unconfirmed", "suspect", "new", "missing",
-            "not comparable")
+VERDICTS = tuple(Verdict)
 BASELINE_COMPILER = "eager"
 
 Key = tuple[str, str]  # (workload, compiler)
@@ -76,45 +76,13 @@ class CompareConfig:
         )
 
 
-@dataclass
-class Comparison:
-    """The verdict for one workload+compiler."""
-
-    workload: str
-    compiler: str
-    verdict: str
-    ratio: float | None = None
-    p: float | None = None
-    base_ns: float | None = None
-    new_ns: float | None = None
-    norm_ratio: float | None = None  # ratio divided by the baseline compiler's ratio (confirmation only)
-    confirmed: bool | None = None
-    note: str = ""
-    suspect: str = ""  # the stored comparison's flag (regressed/improved) that asked for a confirmation
-    sbs_ratio: float | None = None  # side by side (harness/bench/sidebyside.py): candidate / baseline build
-    sbs_p: float | None = None
-    sbs_base_ns: float | None = None
-    sbs_new_ns: float | None = None
-    sbs_seconds: float | None = None
-    interpreter: bool = False  # kiln under Triton's interpreter: a pipeline check, not kernel speed
-    recomputed: bool = False  # recomputed from stored samples (an older run that stored no verdicts)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Comparison:
-        names = cls.__dataclass_fields__.keys()
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-
 def _median(xs: list[float]) -> float:
     return Stats.of(xs).median
 
 
 def judge(
     new: list[float], base: list[float], cfg: CompareConfig, drift: float = 1.0
-) -> tuple[str, float, float]:
+) -> tuple[Verdict, float, float]:
     """(verdict: regressed/improved/unchanged, ratio, p) for two sample sets; `new` is divided by `drift`."""
     assert cfg.threshold is not None
     if drift != 1.0:
@@ -122,11 +90,11 @@ def judge(
     ratio = _median(new) / _median(base)
     if ratio > 1 + cfg.threshold:
         p = mann_whitney_u(new, base, "greater").p
-        return ("regressed" if p < cfg.alpha else "unchanged"), ratio, p
+        return (Verdict.REGRESSED if p < cfg.alpha else Verdict.UNCHANGED), ratio, p
     if ratio < 1 - cfg.threshold:
         p = mann_whitney_u(new, base, "less").p
-        return ("improved" if p < cfg.alpha else "unchanged"), ratio, p
-    return "unchanged", ratio, mann_whitney_u(new, base, "two-sided").p
+        return (Verdict.IMPROVED if p < cfg.alpha else Verdict.UNCHANGED), ratio, p
+    return Verdict.UNCHANGED, ratio, mann_whitney_u(new, base, "two-sided").p
 
 
 @dataclass
@@ -189,9 +157,9 @@ def compare(
         seen.add(key)
         brs = base.results.get(key)
         if not brs:
-            out.append(Comparison(r.workload, r.compiler, "new", new_ns=r.median_ns))
+            out.append(Comparison(r.workload, r.compiler, Verdict.NEW, new_ns=r.median_ns))
             continue
-        c = Comparison(r.workload, r.compiler, "not comparable", new_ns=r.median_ns)
+        c = Comparison(r.workload, r.compiler, Verdict.NOT_COMPARABLE, new_ns=r.median_ns)
         base_ok = [b for b in brs if b.status == "ok"]
         if run_problem:
             c.note = run_problem
@@ -215,7 +183,7 @@ def compare(
     for key in sorted(base.results):
         if key not in seen:
             med = [b.median_ns for b in base.results[key] if b.median_ns]
-            out.append(Comparison(key[0], key[1], "missing", base_ns=med[-1] if med else None))
+            out.append(Comparison(key[0], key[1], Verdict.MISSING, base_ns=med[-1] if med else None))
     return out
 
 
@@ -229,7 +197,7 @@ def _run_mismatch(new_run: RunInfo | None, base_runs: list[RunInfo]) -> str:
 
 
 def flagged(cmps: list[Comparison], cfg: CompareConfig) -> list[Comparison]:
-    wanted = ("regressed", "improved") if cfg.confirm_improved else ("regressed",)
+    wanted = (Verdict.REGRESSED, Verdict.IMPROVED) if cfg.confirm_improved else (Verdict.REGRESSED,)
     return [c for c in cmps if c.verdict in wanted]
 
 
@@ -239,7 +207,7 @@ def _references(cmps: list[Comparison], workload: str, base_ns: float | None, n:
         c
         for c in cmps
         if c.compiler == BASELINE_COMPILER
-        and c.verdict == "unchanged"
+        and c.verdict == Verdict.UNCHANGED
         and c.workload != workload
         and c.base_ns
         and c.ratio is not None
@@ -294,7 +262,7 @@ def confirm(
             first, first_ratio = c.verdict, c.ratio
             again = fresh.get((workload, c.compiler)) or []
             if not again:
-                c.verdict, c.confirmed = "unchanged", False
+                c.verdict, c.confirmed = Verdict.UNCHANGED, False
                 c.note = _join(c.note, f"re-measure failed; first ratio {first_ratio:.3f}")
                 continue
             bs = base_samples((workload, c.compiler))
@@ -303,9 +271,9 @@ def confirm(
             local, what = clocks.get(c.compiler, (eager_here, "eager re-measured beside it"))
             if verdict == first and local:
                 c.norm_ratio = _median(again) / _median(bs) / local
-                holds = c.norm_ratio > 1 + thr if first == "regressed" else c.norm_ratio < 1 - thr
+                holds = c.norm_ratio > 1 + thr if first == Verdict.REGRESSED else c.norm_ratio < 1 - thr
                 if not holds:
-                    verdict = "unchanged"
+                    verdict = Verdict.UNCHANGED
                     c.note = _join(c.note, f"machine drift: {what} ratio {local:.3f}")
             c.confirmed = verdict == first
             if not c.confirmed:
@@ -322,28 +290,18 @@ def mark_suspects(cmps: list[Comparison], why: str = "stored samples only") -> l
     """Flags of a comparison with stored samples that nothing measured side by side: `suspect` (never a
     regression: see harness/bench/sidebyside.py). Returns `cmps`."""
     for c in cmps:
-        if c.verdict in ("regressed", "improved"):
-            c.suspect, c.verdict = c.verdict, "suspect"
-            c.note = _join(c.note, f"{'slower' if c.suspect == 'regressed' else 'faster'} against {why}; "
+        if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+            c.suspect, c.verdict = c.verdict, Verdict.SUSPECT
+            c.note = _join(c.note, f"{'slower' if c.suspect == Verdict.REGRESSED else 'faster'} against {why}; "
                                    "not confirmed side by side")
     return cmps
 
 
-def to_stored(cmps: list[Comparison], baseline: str) -> list[StoredVerdict]:
-    """The verdicts to store with a run (`Store.save_verdicts`): the comparison table's verdict, ratio and p,
-    the whole comparison (side-by-side numbers included) in `detail`."""
-    return [StoredVerdict(c.workload, c.compiler, c.verdict, c.ratio, c.p, baseline, c.confirmed, c.as_dict())
-            for c in cmps]
-
-
-def from_stored(verdicts: list[StoredVerdict]) -> list[Comparison]:
-    """The comparisons a run stored, as its comparison table showed them."""
-    out = []
-    for v in verdicts:
-        c = Comparison.from_dict({**v.detail, "workload": v.workload, "compiler": v.compiler,
-                                  "verdict": v.verdict, "ratio": v.ratio, "p": v.p_value, "confirmed": v.confirmed})
-        out.append(c)
-    return out
+def with_baseline(cmps: list[Comparison], baseline: str) -> list[Comparison]:
+    """`cmps`, each naming the baseline run(s) it was judged against (what `Store.save_verdicts` stores)."""
+    for c in cmps:
+        c.baseline = baseline
+    return cmps
 
 
 def counts(cmps: list[Comparison]) -> dict[str, int]:

@@ -259,7 +259,7 @@ class Executor(CaseExecutor[Prepared]):
                 res.compile_s = max(0.0, first_s - est * 1e-9)
             plant = self.cfg.plant
             if plant and plant.applies(case.name, compiler):
-                call = self.timer.planted(call, plant.fraction * est)
+                call = self.timer.planted(call, plant.fraction * est, plant.fraction)
                 res.planted = plant.fraction
                 est *= 1 + plant.fraction
             reps = int(
@@ -364,6 +364,6 @@ class Executor(CaseExecutor[Prepared]):
                 continue
             res, call = replace(prep.result, samples=[], meta=dict(prep.result.meta)), prep.call
             if plant and plant.applies(oc.case.name, c):
-                call, res.planted = self.timer.planted(call, plant.fraction * prep.est_ns), plant.fraction
+                call, res.planted = self.timer.planted(call, plant.fraction * prep.est_ns, plant.fraction), plant.fraction
             arm[c] = Prepared(call, res, prep.reps, prep.est_ns)
         return arm

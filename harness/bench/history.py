@@ -37,8 +37,8 @@ from pathlib import Path
 from harness import arms, conventions
 from harness.exc import StoreError, UsageError
 
-from .compare import Baseline, CompareConfig, Comparison, compare, drift_of, from_stored, mark_suspects
-from .records import Result, RunInfo
+from .compare import Baseline, CompareConfig, Comparison, compare, drift_of, mark_suspects
+from .records import Result, RunInfo, Verdict
 from .report import (
     INTERPRETER_LABEL,
     PlotUnavailable,
@@ -59,15 +59,16 @@ WIDTH = 120  # the terminal report fits this many columns
 DEFAULT_TOP = 20
 
 MARKS = {
-    "regressed": "▲",
-    "improved": "▼",
-    "unchanged": "=",
-    "rejected": "= rejected",
-    "unconfirmed": "? unconfirmed",
-    "suspect": "? suspect",
-    "not comparable": "≠",
-    "new": "·",
-    "missing": "-",
+    Verdict.REGRESSED: "▲",
+    Verdict.IMPROVED: "▼",
+    Verdict.UNCHANGED: "=",
+    Verdict.REJECTED: "= rejected",
+    Verdict.UNCONFIRMED: "? unconfirmed",
+    Verdict.INCONCLUSIVE: "? inconclusive",
+    Verdict.SUSPECT: "? suspect",
+    Verdict.NOT_COMPARABLE: "≠",
+    Verdict.NEW: "·",
+    Verdict.MISSING: "-",
 }
 LEGEND = (
     "Marks: ▲ regressed, ▼ improved (both confirmed side by side), = unchanged, '= rejected' (flagged against "
@@ -183,7 +184,7 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
                 pt = Point(run, res)
                 mine = stored[run.id].get((w, res.compiler))
                 if mine is not None:
-                    pt.cmp = from_stored([mine])[0]
+                    pt.cmp = mine
                 elif stored[run.id] and mine is None and pts:
                     pt.cmp = None  # the run compared and stored verdicts, this key had none
                 elif pts:
@@ -250,13 +251,13 @@ def table(hist: History, last: int = 10) -> list[list[str]]:
 
 def regressions(hist: History) -> list[Point]:
     """Points whose run confirmed a regression side by side."""
-    return [p for pts in hist.series.values() for p in pts if p.cmp and p.cmp.verdict == "regressed"]
+    return [p for pts in hist.series.values() for p in pts if p.cmp and p.cmp.verdict == Verdict.REGRESSED]
 
 
 def flagged(hist: History) -> list[Point]:
     """Points with a verdict other than unchanged/new: regressed, improved, rejected, unconfirmed, suspect..."""
     return [p for pts in hist.series.values() for p in pts
-            if p.cmp and p.cmp.verdict not in ("unchanged", "new")]
+            if p.cmp and p.cmp.verdict not in (Verdict.UNCHANGED, Verdict.NEW)]
 
 
 def verdict_line(p: Point) -> str:
@@ -288,7 +289,7 @@ def markdown_report(hist: History, last: int = 10) -> str:
         ))
     else:
         lines.append("No regressed step.")
-    lines += [""] + [f"- {verdict_line(p)}" for p in flagged(hist) if p.cmp.verdict != "regressed"]  # type: ignore[union-attr]
+    lines += [""] + [f"- {verdict_line(p)}" for p in flagged(hist) if p.cmp.verdict != Verdict.REGRESSED]  # type: ignore[union-attr]
     return "\n".join(lines) + "\n"
 
 
@@ -318,7 +319,7 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
         err = [[(s.median - s.q1) / div for s in st], [(s.q3 - s.median) / div for s in st]]  # type: ignore
         ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=series_label(c, pts[-1].run.device),
                     color=arms.colour(c))
-        reg = [(xx, yy) for xx, yy, p in zip(x, y, pts) if p.cmp and p.cmp.verdict == "regressed"]
+        reg = [(xx, yy) for xx, yy, p in zip(x, y, pts) if p.cmp and p.cmp.verdict == Verdict.REGRESSED]
         if reg:
             flagged = True
             ax.scatter([r[0] for r in reg], [r[1] for r in reg], s=160, facecolors="none",
@@ -365,7 +366,7 @@ def _moved(pts: list[Point]) -> tuple[int, float]:
         return (2, 0.0)
     import math
 
-    return (0 if last.verdict not in ("unchanged", "new") else 1, -abs(math.log(last.ratio)))
+    return (0 if last.verdict not in (Verdict.UNCHANGED, Verdict.NEW) else 1, -abs(math.log(last.ratio)))
 
 
 def long_rows(hist: History, top: int | None) -> tuple[list[list[str]], int]:
@@ -378,7 +379,7 @@ def long_rows(hist: History, top: int | None) -> tuple[list[list[str]], int]:
         first, last = pts[0].result, pts[-1].result
         cmp = pts[-1].cmp
         ratio = f"x{cmp.ratio:.2f}" if cmp is not None and cmp.ratio is not None else "-"
-        mark = MARKS.get(cmp.verdict, "?") if cmp is not None else MARKS["new"]
+        mark = MARKS.get(cmp.verdict, "?") if cmp is not None else MARKS[Verdict.NEW]
         name = w if len(w) <= 48 else w[:45] + "..."
         comp = f"{c} (interp.)" if interpreted(pts[-1].run.device, [c]) else c
         rows.append([name, comp, str(len(pts)), fmt_ns(first.median_ns), fmt_ns(last.median_ns), ratio, mark])
@@ -431,7 +432,7 @@ def json_report(hist: History) -> dict:
         c = p.cmp
         return {"run": p.run.id, "commit": p.run.git_commit, "created_at": p.run.created_at,
                 "status": p.result.status, "median_ns": p.result.median_ns,
-                "ratio": c.ratio if c is not None else None, "verdict": c.verdict if c is not None else "new",
+                "ratio": c.ratio if c is not None else None, "verdict": c.verdict if c is not None else Verdict.NEW,
                 "recomputed": bool(c is not None and c.recomputed)}
 
     return {"runs": [r.id for r in hist.runs],

@@ -38,6 +38,9 @@ from harness.exc import UsageError
 from harness.git import git
 from harness.settings import DEFAULT_BENCH_BISECT_MAX as DEFAULT_BISECT_MAX
 from harness.settings import bench_settings
+
+from .records import Verdict
+
 EAGER = "eager"
 
 
@@ -77,7 +80,7 @@ def confirmed_regressions(report: dict[str, Any]) -> list[Target]:
     hits = [
         Target(c["workload"], c["compiler"], c.get("ratio"), c.get("p"))
         for c in report.get("comparisons") or []
-        if c.get("verdict") == "regressed" and c.get("confirmed") is True
+        if c.get("verdict") == Verdict.REGRESSED and c.get("confirmed") is True
     ]
     return sorted(hits, key=lambda t: (t.compiler == EAGER, -(t.ratio or 0.0), t.workload, t.compiler))
 
@@ -148,7 +151,7 @@ def bisect_argv(plan: Plan, t: Target, backend: str, *, native: bool = False, ou
 
 
 @dataclass
-class Verdict:
+class BisectOutcome:
     """What one bisection said: its exit code, Markdown report (empty when it wrote none) and a line."""
 
     target: Target
@@ -160,8 +163,8 @@ class Verdict:
 
 
 def run_one(plan: Plan, t: Target, backend: str, out: Path, *, native: bool, step_timeout_s: float,
-            repo: Path) -> Verdict:
-    """One real bisection, its output teed to the log and `out/bisect-W-C.log`, read back as a Verdict."""
+            repo: Path) -> BisectOutcome:
+    """One real bisection, its output teed to the log and `out/bisect-W-C.log`, read back as a BisectOutcome."""
     from harness.process import execute
 
     from .bisect import last_line
@@ -172,7 +175,7 @@ def run_one(plan: Plan, t: Target, backend: str, out: Path, *, native: bool, ste
     log = out / f"bisect-{t.slug}.log"
     print(f"auto-bisect: {shlex.join(argv)}", file=sys.stderr, flush=True)
     rc, _ = execute(argv, log=log, timeout_s=None, env=env, cwd=repo)
-    v = Verdict(t, rc)
+    v = BisectOutcome(t, rc)
     md, js = out / f"bisect-{t.slug}.md", out / f"bisect-{t.slug}.json"
     if md.exists():
         v.markdown = md.read_text(encoding="utf-8")
@@ -216,7 +219,7 @@ def runs_markdown(report: dict[str, Any], seed: dict[str, Any] | None, *, lastin
     return lines + [""]
 
 
-def bisect_markdown(plan: Plan, verdicts: list[Verdict], backend: str, native: bool) -> list[str]:
+def bisect_markdown(plan: Plan, verdicts: list[BisectOutcome], backend: str, native: bool) -> list[str]:
     """The 'Automatic bisection' section."""
     n = len(plan.targets) + len(plan.skipped)
     if not n:
@@ -285,7 +288,7 @@ def bisect_max(arg: int | None) -> int:
 
 
 def cmd_job_summary(args: argparse.Namespace,
-                    run_bisect: Callable[[Plan, Target], Verdict] | None = None) -> int:
+                    run_bisect: Callable[[Plan, Target], BisectOutcome] | None = None) -> int:
     """The `bench job-summary` verb (module docstring); `run_bisect` replaces the real bisections (tests)."""
     from harness.results import append_job_summary, atomic_write_text
 
@@ -308,7 +311,7 @@ def cmd_job_summary(args: argparse.Namespace,
     plan = plan_bisections(confirmed_regressions(report), good, run.get("git_commit"), cap,
                            lambda g, b: history_problem(repo, g, b))
     if run_bisect is None:
-        def run_bisect(plan: Plan, t: Target) -> Verdict:
+        def run_bisect(plan: Plan, t: Target) -> BisectOutcome:
             return run_one(plan, t, args.backend, out, native=args.native, step_timeout_s=args.step_timeout,
                            repo=repo)
     verdicts = [run_bisect(plan, t) for t in plan.targets]

@@ -8,8 +8,9 @@ Terms:
   kernels are attributed to a call by time, so backward kernels launched from autograd's thread count).
 - *bytes moved*: every unique storage of the inputs and outputs, counted once (-> GB/s = bytes / ns).
 - *ceiling*: GB/s of a large elementwise device copy (`out = -src`) measured with the same timer in the same run.
-- *plant*: `Timer.planted(fn, ns)` adds `ns` of extra time after each call (busy wait on CPU, device sleep on
-  GPU), so that tests can prove a known slowdown is detected.
+- *plant*: `Timer.planted(fn, ns)` adds `ns` of extra work after each call (on CPU a busy wait on the thread's
+  CPU clock, so that on a loaded host the extra work is slowed as much as the call itself, like a real 20%
+  slower code; device sleep on GPU), so that tests can prove a known slowdown is detected.
 """
 
 from __future__ import annotations
@@ -97,13 +98,16 @@ class Timer:
             out.append(float(clock() - t0))
         return out
 
-    def planted(self, fn: Fn, extra_ns: float) -> Fn:
-        """`fn` followed by `extra_ns` of busy waiting."""
-        clock = time.perf_counter_ns
+    def planted(self, fn: Fn, extra_ns: float, fraction: float | None = None) -> Fn:
+        """`fn` followed by busy waiting on this thread's CPU clock (work, not wall time): `fraction` of the
+        call's own CPU time when given, else `extra_ns`."""
+        clock = time.thread_time_ns
 
         def slow() -> Any:
+            t0 = clock()
             r = fn()
-            end = clock() + extra_ns
+            now = clock()
+            end = now + (fraction * (now - t0) if fraction is not None else extra_ns)
             while clock() < end:
                 pass
             return r
@@ -151,8 +155,8 @@ class EventTimer(Timer):
                 self._cycles_per_ns = 10_000_000 / (s.elapsed_time(e) * 1e6)
         return self._cycles_per_ns
 
-    def planted(self, fn: Fn, extra_ns: float) -> Fn:
-        """`fn` followed by a device-side sleep of about `extra_ns`."""
+    def planted(self, fn: Fn, extra_ns: float, fraction: float | None = None) -> Fn:
+        """`fn` followed by a device-side sleep of about `extra_ns` (`fraction` is the CPU timer's)."""
         cycles = int(extra_ns * self._calibrate())
 
         def slow() -> Any:

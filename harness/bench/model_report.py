@@ -33,7 +33,7 @@ from . import autotune_gain, model_memory
 from . import models as mdl
 from .compare import Comparison
 from .step_facts import unrecorded_lines
-from .records import COMPILE_PHASE, Result, RunInfo, by_case, passed
+from .records import COMPILE_PHASE, Result, RunInfo, Verdict, by_case, passed
 from .report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line, save_figure,
                      interpreted, latency_cell, markdown, terminal, text_bars)
 from .stats import geomean
@@ -477,7 +477,7 @@ def markdown_report(
     if notes:
         parts += ["### Notes", ""] + [f"- {n}" for n in notes] + [""]
     if comparisons is not None:
-        flagged = [c for c in comparisons if c.verdict != "unchanged"]
+        flagged = [c for c in comparisons if c.verdict != Verdict.UNCHANGED]
         parts += ["### Against earlier runs", "", counts_line(comparisons), ""]
         if flagged:
             parts += [markdown(comparison_table(flagged)), ""]

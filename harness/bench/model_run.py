@@ -77,7 +77,7 @@ from .executor import CaseExecutor, one_line
 from .executor import deadline as _deadline
 from .model_memory import MemoryWindow, cuda_source
 from .step_facts import graph_report, host_time, kernel_time
-from .records import COMPILE_PHASE, Result, RunInfo
+from .records import COMPILE_PHASE, Result, RunInfo, Verdict
 from .stats import Stats
 from .store import Store
 
@@ -864,7 +864,7 @@ def _models(args: argparse.Namespace) -> int:
             f"time budget ({cfg.budget_s:.0f} s) used: not run: {', '.join(deferred)}; run the same command "
             "with --resume to continue"
         )
-    if cmps is not None and not args.no_fail and any(c.verdict == "regressed" for c in cmps):
+    if cmps is not None and not args.no_fail and any(c.verdict == Verdict.REGRESSED for c in cmps):
         return 1
     return 0
 

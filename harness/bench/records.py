@@ -6,18 +6,66 @@ Terms:
 - *result*: one workload under one compiler in one run and phase (`main`, `confirm` for re-measurements
   of flagged workloads, or `compile` for a model's compile times alone), with every sample in nanoseconds.
 - *stored verdict*: what comparing a run with its baseline concluded for one workload under one compiler
-  (`verdict`, e.g. `ok`, `regressed`, `improved`, `noise`, `new`), kept with the run (store revision 2).
+  (a `Verdict`, stored as its string value), kept with the run (store revision 2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 from .stats import Stats
 
 COMPILE_PHASE = "compile"  # phase of compile-time-only results (`bench models --compile-only`): no samples
+
+class Verdict(str, Enum):
+    """What comparing one workload under one compiler with its baseline concluded. A `str` whose value is what
+    the stores, JSON reports and the site hold (`Verdict("regressed")` reads it back).
+
+    - `regressed` / `improved`: slower / faster beyond the threshold; from `bench run` only when confirmed
+      side by side (harness/bench/sidebyside.py);
+    - `unchanged`: measured, within the threshold, on a host quiet enough to tell;
+    - `inconclusive`: measured side by side on a host too noisy to tell a threshold-sized change (the noise
+      floor is in the comparison): neither a pass nor a failure;
+    - `rejected`: a suspect the side-by-side measurement did not confirm;
+    - `unconfirmed`: a suspect that could not be measured side by side (no baseline build);
+    - `suspect`: flagged against stored samples only, never measured side by side;
+    - `new` (no baseline result), `missing` (no new result), `not comparable` (definition, timer or device
+      differs, or a side failed).
+    """
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+    REJECTED = "rejected"
+    UNCONFIRMED = "unconfirmed"
+    SUSPECT = "suspect"
+    NEW = "new"
+    MISSING = "missing"
+    NOT_COMPARABLE = "not comparable"
+
+    __hash__ = str.__hash__  # a member and its value are one dict key (Enum hashes the name otherwise)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def read(cls, value: str) -> Verdict | str:
+        """A stored or reported verdict as a member; a string no member has (written by an older harness, e.g.
+        `ok`) is kept as it is, so that old stores still read."""
+        try:
+            return cls(value)
+        except ValueError:
+            return value
+
+    @property
+    def flagged(self) -> bool:
+        """regressed or improved: a change beyond the threshold."""
+        return self in (Verdict.REGRESSED, Verdict.IMPROVED)
+
 
 SCHEMA_VERSION = 3  # the bench store's head revision (harness/store/migrations/bench), also of JSON exports
 
@@ -109,39 +157,65 @@ class Result:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-@dataclass(frozen=True)
-class StoredVerdict:
-    """The verdict a `bench run` gave one workload under one compiler, stored with the run (`Store.save_verdicts`)
-    so that `bench history`, `bench show` and the reports repeat it instead of recomputing it.
+@dataclass
+class Comparison:
+    """The one verdict record: what comparing one workload under one compiler with its baseline concluded, as
+    `bench run` gives it, stores it with the run (`Store.save_verdicts`) and `bench history`, `bench show`,
+    `bench verdict`, the reports and the site read it back.
 
-    `verdict`: regressed (confirmed side by side), improved, unchanged, rejected (a suspect that the side-by-side
-    measurement did not confirm), unconfirmed (a suspect that could not be measured side by side), suspect
-    (flagged by a stored comparison, never confirmed), new, missing or not comparable. `ratio`/`p_value`: the
-    statistic that decided it; `baseline`: the baseline run(s) it was judged against; `confirmed`: None when
-    no confirmation was attempted; `detail`: the stored comparison's numbers, the side-by-side ones, notes.
-    """
+    `verdict`: a `Verdict` (a plain string only when read from a store an older harness wrote); `ratio`/`p`:
+    the stored comparison's statistic; `baseline`: the baseline run(s) it was judged against (set when it is
+    stored); `confirmed`: None when no confirmation was attempted or it could not decide; `suspect`: the stored
+    comparison's flag that asked for a side-by-side confirmation; `sbs_*`: the side-by-side numbers
+    (harness/bench/sidebyside.py, harness/bench/paired.py)."""
 
     workload: str
     compiler: str
-    verdict: str
+    verdict: Verdict | str
     ratio: float | None = None
-    p_value: float | None = None
-    baseline: str | None = None
+    p: float | None = None
+    base_ns: float | None = None
+    new_ns: float | None = None
+    norm_ratio: float | None = None  # ratio divided by the baseline compiler's ratio (confirmation only)
     confirmed: bool | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    suspect: Verdict | str = ""  # the stored comparison's flag (regressed/improved) that asked for a confirmation
+    sbs_ratio: float | None = None  # side by side (harness/bench/sidebyside.py): candidate / baseline build
+    sbs_p: float | None = None
+    sbs_noise: float | None = None  # side by side: the noise floor the A/A pair measured (a fraction)
+    sbs_aa_ratio: float | None = None  # side by side: the A/A pair's ratio (identical code in two processes)
+    sbs_base_ns: float | None = None
+    sbs_new_ns: float | None = None
+    sbs_seconds: float | None = None
+    interpreter: bool = False  # kiln under Triton's interpreter: a pipeline check, not kernel speed
+    recomputed: bool = False  # recomputed from stored samples (an older run that stored no verdicts)
+    baseline: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> StoredVerdict:
-        """From `as_dict()` output (unknown keys ignored; `confirmed` may be 0/1 as stored)."""
+    def from_dict(cls, d: Mapping[str, Any]) -> Comparison:
+        """From `as_dict()` output or a stored row (unknown keys ignored; `confirmed` may be 0/1 as stored;
+        `p_value` and a `detail` dict, the stored row's shape, are read too)."""
         names = cls.__dataclass_fields__.keys()
-        kw = {k: v for k, v in d.items() if k in names}
+        merged = {**dict(d.get("detail") or {}), **{k: v for k, v in d.items() if k != "detail"}}
+        if "p_value" in d:
+            merged["p"] = d["p_value"]
+        kw = {k: v for k, v in merged.items() if k in names}
         if kw.get("confirmed") is not None:
             kw["confirmed"] = bool(kw["confirmed"])
-        kw["detail"] = dict(kw.get("detail") or {})
+        for k in ("verdict", "suspect"):
+            if isinstance(kw.get(k), str) and kw[k]:
+                kw[k] = Verdict.read(kw[k])
         return cls(**kw)
+
+    def stored(self) -> dict[str, Any]:
+        """The stored row's shape (the `verdicts` table, JSON exports): the table's columns and the whole
+        record in `detail`."""
+        return {"workload": self.workload, "compiler": self.compiler, "verdict": str(self.verdict),
+                "ratio": self.ratio, "p_value": self.p, "baseline": self.baseline, "confirmed": self.confirmed,
+                "detail": self.as_dict()}
 
 
 def passed(r: "Result | None") -> bool:

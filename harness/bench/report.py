@@ -15,7 +15,7 @@ from harness.exc import BenchError
 from harness.results import markdown_table
 
 from .compare import VERDICTS, Comparison, counts
-from .records import Result, RunInfo
+from .records import Result, RunInfo, Verdict
 from .stats import Stats
 
 Table = list[list[str]]
@@ -177,7 +177,7 @@ def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Tabl
     side-by-side ratio and p where the suspect was measured beside the baseline build, the verdict."""
     rows = [["workload", "compiler", "baseline", "new", "ratio", "p", "side by side", "verdict", "note"]]
     for c in cmps:
-        if only_flagged and c.verdict == "unchanged":
+        if only_flagged and c.verdict == Verdict.UNCHANGED:
             continue
         rows.append(
             [
@@ -197,7 +197,7 @@ def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Tabl
 
 def counts_line(cmps: list[Comparison]) -> str:
     """Counts per verdict: regressed always, the others when present."""
-    line = ", ".join(f"{v}: {n}" for v, n in counts(cmps).items() if n or v == "regressed")
+    line = ", ".join(f"{v}: {n}" for v, n in counts(cmps).items() if n or v == Verdict.REGRESSED)
     if any(c.interpreter for c in cmps):
         line += f"; kiln {INTERPRETER_LABEL}"
     return line
@@ -244,7 +244,7 @@ def markdown_report(
     if cmps is not None:
         names = ", ".join(str(b.id) for b in baseline or [])
         parts += [f"### Against baseline run(s) {names}", "", counts_line(cmps), ""]
-        flagged = [c for c in cmps if c.verdict != "unchanged"]
+        flagged = [c for c in cmps if c.verdict != Verdict.UNCHANGED]
         parts += [
             markdown(comparison_table(flagged))
             if flagged
@@ -404,7 +404,7 @@ def plot_ratios(cmps: list[Comparison], threshold: float, path: Path, run: RunIn
     rows = [c for c in cmps if c.ratio is not None]
     fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 2))
     colors = [
-        "tab:red" if c.verdict == "regressed" else "tab:green" if c.verdict == "improved" else "tab:gray"
+        "tab:red" if c.verdict == Verdict.REGRESSED else "tab:green" if c.verdict == Verdict.IMPROVED else "tab:gray"
         for c in rows
     ]
     ax.barh(range(len(rows)), [c.ratio - 1 for c in rows], left=1, color=colors)

@@ -6,11 +6,14 @@ It is started by file path, so this driver is the caller's while `harness.bench.
 stdout (anything the measured code prints goes to stderr):
 
 - first line `{"cfg": {...BenchConfig fields...}, "cases": [names], "compilers": [...], "plant": spec|null,
-  "threads": n}` -> `{"ready": {case: {compiler: "ok" | error}}, "reps": {case: {compiler: planned samples}},
+  "threads": n, "clock": "process"|null}` -> `{"ready": {case: {compiler: "ok" | error}}, "reps": {case: {compiler: planned samples}},
   "est": {case: {compiler: ns a call}}}` once every case is compiled and warmed up;
 - `{"op": "sample", "case": name, "n": {compiler: n}}` -> `{"block": {compiler: 25th percentile ns}}`: one
   untimed call (the first call after the other process ran is slow), then `n` timed samples added to the
-  case's results; the block's lower quartile, since load on a shared host only ever adds time;
+  case's results; the block's lower quartile, since load on a shared host only ever adds time. With
+  `"clock": "process"` (CPU runs) each sample is the process's CPU time over the call
+  (`time.process_time_ns`), not wall time: the time the process waited for a core while other processes
+  ran is then not counted, only the work it did;
 - `{"op": "finish"}` -> `{"results": [Result.as_dict() ...]}` and the process exits.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -69,6 +73,16 @@ def main() -> int:
     from harness.bench.execute import gc_paused
     from harness.bench.stats import Stats
 
+    def cpu_sample(fn: Any, reps: int) -> list[float]:
+        clock, out = time.process_time_ns, []
+        for _ in range(reps):
+            t0 = clock()
+            fn()
+            out.append(float(clock() - t0))
+        return out
+
+    sample = cpu_sample if hello.get("clock") == "process" else ex.timer.sample
+
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] == "sample":
@@ -78,7 +92,7 @@ def main() -> int:
                     with gc_paused():
                         p.call()
                         ex.timer.sync()
-                        got = ex.timer.sample(p.call, max(1, int(cmd["n"].get(c, 1))))
+                        got = sample(p.call, max(1, int(cmd["n"].get(c, 1))))
                 except Exception as e:  # noqa: BLE001 - a failing call is an error result, as in `bench run`
                     p.result.status, p.result.error = "error", f"{type(e).__name__}: {e}"
                     continue

@@ -30,7 +30,7 @@ from harness.settings import Plant, bench_settings
 from . import env, report, workloads as wl
 from .compare import CompareConfig, Comparison, compare, judge, load_baseline
 from .execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers, defaults_for
-from .records import Result, RunInfo
+from .records import Result, RunInfo, Verdict
 from .session import open_runs, prepare_kiln, set_threads
 from .store import Store
 
@@ -43,7 +43,7 @@ SIDE_BY_SIDE = {"rounds": 20, "target_s": 0.24, "max_reps": 1200}
 
 
 def _regressed(cmps: list[Comparison]) -> list[str]:
-    return [f"{c.workload}@{c.compiler} ({c.ratio:.3f}, p={c.p:.2g})" for c in cmps if c.verdict == "regressed"]
+    return [f"{c.workload}@{c.compiler} ({c.ratio:.3f}, p={c.p:.2g})" for c in cmps if c.verdict == Verdict.REGRESSED]
 
 
 def plant_compiler(compilers: list[str]) -> str:
@@ -97,7 +97,7 @@ def confirm_side_by_side(
     and keep a verdict only if the fresh samples give it again: `bench run`'s confirmation, with the baseline
     arm measured beside it as the local clock. A host's slow spell that one arm caught in the first
     measurement (1-2 of 108 keys a run on the 2-core host) rarely catches the same arm twice."""
-    flagged = [c for cmps in cmps_of.values() for c in cmps if c.verdict in ("regressed", "improved")]
+    flagged = [c for cmps in cmps_of.values() for c in cmps if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
     if not flagged:
         return
     names = list(dict.fromkeys(c.workload for c in flagged))
@@ -114,14 +114,14 @@ def confirm_side_by_side(
     samples = {(arm, r.workload, r.compiler): r.samples for arm in ARMS for r in fresh[arm] if r.status == "ok"}
     for arm, cmps in cmps_of.items():
         for c in cmps:
-            if c.verdict not in ("regressed", "improved"):
+            if c.verdict not in (Verdict.REGRESSED, Verdict.IMPROVED):
                 continue
             first, first_ratio = c.verdict, c.ratio
             new, base = samples.get((arm, c.workload, c.compiler)), samples.get(("A", c.workload, c.compiler))
-            verdict = judge(new, base, cmp_cfg)[0] if new and base else "unchanged"
+            verdict = judge(new, base, cmp_cfg)[0] if new and base else Verdict.UNCHANGED
             c.confirmed = verdict == first
             if not c.confirmed:
-                c.verdict = "unchanged"
+                c.verdict = Verdict.UNCHANGED
                 c.note = f"{c.note}; not confirmed side by side (first ratio {first_ratio:.3f})".lstrip("; ")
             print(f"[confirm] {c.workload}@{c.compiler} run {arm}: first {first} ({first_ratio:.3f}), again "
                   f"{verdict}", file=sys.stderr, flush=True)
@@ -156,7 +156,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     hit = [x for x in c_cmps if (x.workload, x.compiler) == (target, compiler)]
     checks.append((
         f"planted {args.fraction:.0%} slowdown in {target}@{compiler} is flagged",
-        bool(hit) and hit[0].verdict == "regressed",
+        bool(hit) and hit[0].verdict == Verdict.REGRESSED,
         f"verdict {hit[0].verdict}, ratio {hit[0].ratio:.3f}" if hit and hit[0].ratio else
         f"no comparison: {target}@{compiler} has no result in both runs",
     ))

@@ -27,10 +27,10 @@ from .compare import (
     drift_of,
     load_baseline,
     resolve_baseline,
-    to_stored,
+    with_baseline,
 )
 from .execute import BenchConfig, Executor, check_compilers
-from .records import Result, RunInfo
+from .records import Result, RunInfo, Verdict
 from .report import fmt_ns, interpreted
 from .sidebyside import ALWAYS_ON_CPU, confirm_side_by_side
 from .store import Store
@@ -61,11 +61,11 @@ def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs:
         eager = {o.workload: o.ratio for o in cs if o.compiler == "eager" and o.ratio}
         for o in cs:
             c = by_key.get((o.workload, o.compiler))
-            if not o.ratio or c is None or c.verdict not in ("unchanged", "improved"):
+            if not o.ratio or c is None or c.verdict not in (Verdict.UNCHANGED, Verdict.IMPROVED):
                 continue
             clocked = o.ratio / eager[o.workload] if o.compiler != "eager" and o.workload in eager else None
             if o.ratio > loose or (clocked is not None and clocked > loose):
-                c.verdict = "regressed"
+                c.verdict = Verdict.REGRESSED
                 c.note = _join(c.note, f"suspect: {o.ratio:.3f}x {what}" + (
                     f", {clocked:.3f}x with eager as the clock" if clocked is not None else "") + f" (p={o.p:.2g})")
 
@@ -213,5 +213,5 @@ def run_bench(
             cmps = confirm_side_by_side(cmps, run, base_runs, cfg.as_dict(), cmp_cfg,
                                         plant=cfg.plant.spec() if cfg.plant else None, threads=threads or 1,
                                         log=log, always=ALWAYS_ON_CPU if cfg.device == "cpu" else ())
-            store.save_verdicts(run.id, to_stored(cmps, baseline_label(base_runs)))
+            store.save_verdicts(run.id, with_baseline(cmps, baseline_label(base_runs)))
     return Outcome(run, results, cmps, base_runs)

@@ -4,31 +4,33 @@ Terms:
 - *suspect*: a workload+compiler that the comparison with the baseline's stored samples flags as regressed
   (or improved). Stored samples are minutes or days old; on a host whose speed swings 2x in minutes they
   cannot confirm anything, so a stored comparison only ever raises suspects.
-- *side by side*: two worker processes (`sbs_worker.py`), one running the baseline run's commit (checked out
-  in a scratch `git worktree`: `bisect.Scratch`), one the candidate's tree, each compiling the suspects once;
-  then, for `ROUNDS` rounds, every suspect workload is sampled by one worker and then the other (the order
-  alternating, as many samples each), only one measuring at a time. Both see the same machine.
-- *judgement*: `compare.judge` on the rounds' turns (each turn's lower quartile: load only adds time; a turn
-  lasts at least `TURN_S`), each pair of turns normalized by its geometric mean
-  (baseline b, candidate c -> sqrt(b/c), sqrt(c/b)): the ratio is the median of the rounds' c/b and the
-  Mann-Whitney test asks whether the candidate's turns are slower than the baseline's turns beside them.
-  Samples within a turn are not independent (a burst of load spans them), so pooling them gave p < 0.01 to
-  identical code 1.18x apart under load; turns taken seconds apart share the machine's state.
+- *side by side*: three worker processes (`sbs_worker.py`): two running the baseline run's commit (checked
+  out in a scratch `git worktree`: `bisect.Scratch`; the second is the *A/A* arm), one the candidate's tree,
+  each compiling the suspects once; then, for `ROUNDS` rounds, every suspect workload is sampled by each
+  worker in turn (the order rotating through `ORDERS`, as many samples each), only one measuring at a time.
+  All see the same machine.
+- *judgement*: `paired.judge_side_by_side` on the rounds' turns (each turn's lower quartile: load only adds
+  time; a turn lasts at least `TURN_S`). The round is the independent unit: samples within a turn share a
+  burst of load, and so do the turns of one round, which is what pairing by round uses. The candidate's
+  per-round log ratio to each baseline process is tested with an exact signed-rank test; the A/A arm's
+  ratio to the baseline, measured in the same rounds, gives the noise floor a change must clear. A host too
+  noisy to tell a threshold-sized change gives `inconclusive`, with the noise floor in the comparison.
 - Outcomes (`Comparison.verdict`): `regressed`/`improved` with `confirmed=True` when the side-by-side verdict
-  repeats the suspect's; `rejected` when it does not; `unconfirmed` when it could not be measured (the
-  baseline commit is not in this checkout, there is no git, a worker failed): never a failure of the job.
-- *same code*: the baseline run's commit is the candidate's and neither tree was dirty: no worktree, both
-  workers run the candidate's tree (two arms of the same code; only a planted slowdown can differ).
+  repeats the suspect's; `rejected` when it measures the suspect unchanged (or the other way); `inconclusive`
+  when the host was too noisy to decide; `unconfirmed` when it could not be measured (the baseline commit is
+  not in this checkout, there is no git, a worker failed). Neither of the last two fails the job.
+- *same code*: the baseline run's commit is the candidate's and neither tree was dirty: no worktree, all
+  three workers run the candidate's tree (arms of the same code; only a planted slowdown can differ).
 - A planted slowdown (`--plant`, tests only) goes to the candidate's worker only.
 - On a CPU, kiln (`ALWAYS_ON_CPU`) is measured side by side on every compared workload, suspect or not: the
   shared host's speed swings 2x between runs (kiln's interpreter times 6.6 -> 7.1 -> 3.8 ms for one workload in
   three runs minutes apart, eager's steady), so no screen against stored runs finds a 20% slowdown in a run
   made in a fast spell. kiln is the code that changes between commits; inductor and eager come from the
   pinned torch and are measured side by side when screened as suspects only.
-- Cost: two process starts (importing torch), compiling each suspect workload once per worker (kiln under
+- Cost: three process starts (importing torch), compiling each suspect workload once per worker (kiln under
   Triton's interpreter: a few seconds a workload), then per workload, compiler and arm `ROUNDS` turns of at
   least `TURN_S` (about 1.5 s; more when `REPS_SCALE` times the run's planned samples take longer); plus a
-  `git worktree add` when the commits differ. On the shared 2-core host: 15-30 s for 1-2 tiny kiln suspects.
+  `git worktree add` when the commits differ. On the shared 2-core host: 25-45 s for 1-2 tiny kiln suspects.
 """
 
 from __future__ import annotations
@@ -48,18 +50,20 @@ from typing import Any
 
 from harness import arms
 
-from .compare import BASELINE_COMPILER, CompareConfig, Comparison, judge
-from .records import Result, RunInfo
+from .compare import BASELINE_COMPILER, CompareConfig, Comparison
+from .paired import SideBySide, judge_side_by_side
+from .records import Result, RunInfo, Verdict
 from .stats import Stats
 
 # kiln's arms with kiln's own settings: measured side by side on every compared workload on a CPU (see above)
 ALWAYS_ON_CPU = tuple(a.name for a in arms.ARMS.values() if a.kiln and not a.settings)
-ROUNDS = 12  # turns per workload and arm
+ROUNDS = 12  # turns per workload and arm ...
+MAX_ROUNDS = 36  # ... and, while a key is undecided (`inconclusive`), up to this many, `ROUNDS` at a time
 TURN_S = 0.12  # a turn measures at least this long (a scheduler's time slice must not decide a turn) ...
 TURN_MAX = 2000  # ... in at most this many samples
 REPS_SCALE = 2.0  # of the run's planned samples per workload+compiler, per arm
 WORKER = Path(__file__).with_name("sbs_worker.py")
-FLAGGED = ("regressed", "improved")
+FLAGGED = (Verdict.REGRESSED, Verdict.IMPROVED)
 
 
 class SideBySideError(Exception):
@@ -165,19 +169,29 @@ class Worker:
         self.log.close()
 
 
+# Every order of the three arms, used in turn over rounds and workloads: each arm takes every place equally
+# often, so a place that is slower (the first turn after the other processes ran) favours none of them.
+ORDERS = ((0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (2, 1, 0), (1, 0, 2))
+
+
 def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], base_tree: Path, cand_tree: Path,
                  plant: str | None, workdir: Path, *, threads: int = 1, rounds: int = ROUNDS,
-                 timeout_s: float = 900.0) -> tuple[list[Result], list[Result]]:
-    """(baseline arm's results, candidate arm's results) of `cases` under `compilers`, measured in turns; each
-    result's `meta["rounds"]` holds its turns' lower quartiles in round order."""
+                 max_rounds: int = MAX_ROUNDS, undecided: Callable[[list[float], list[float], list[float]], bool]
+                 | None = None, timeout_s: float = 900.0) -> tuple[list[Result], list[Result], list[Result]]:
+    """(baseline arm's results, the baseline A/A arm's results, candidate arm's results) of `cases` under
+    `compilers`, measured in turns: the baseline's code runs in two processes, so that the same rounds measure
+    how far identical code lies apart on this host (the noise floor). Each result's `meta["rounds"]` holds its
+    turns' lower quartiles in round order. After every `rounds` rounds, while `undecided(baseline turns,
+    A/A turns, candidate turns)` holds for some workload+compiler, `rounds` more are measured, up to
+    `max_rounds`."""
     hello = {"cfg": {**cfg, "rounds": 1, "passes": 1}, "cases": cases, "compilers": compilers,
-             "threads": threads}
+             "threads": threads, "clock": "process" if str(cfg.get("device", "cpu")) == "cpu" else None}
     workers: list[Worker] = []
     try:
-        base = Worker("baseline", base_tree, {**hello, "plant": None}, workdir / "baseline.log", timeout_s)
-        workers.append(base)
-        cand = Worker("candidate", cand_tree, {**hello, "plant": plant}, workdir / "candidate.log", timeout_s)
-        workers.append(cand)
+        for name, tree, arm_plant in (("baseline", base_tree, None), ("baseline-aa", base_tree, None),
+                                      ("candidate", cand_tree, plant)):
+            workers.append(Worker(name, tree, {**hello, "plant": arm_plant}, workdir / f"{name}.log", timeout_s))
+
         def turn(name: str, c: str) -> int:
             planned = max(w.reps.get(name, {}).get(c, 1) for w in workers) * REPS_SCALE / rounds
             est = max(w.est.get(name, {}).get(c, 0.0) or 0.0 for w in workers)
@@ -185,38 +199,51 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
 
         n = {name: {c: turn(name, c) for c in compilers} for name in cases}
         blocks: dict[tuple[str, str, str], list[float]] = {}
-        for r in range(rounds):
-            for i, name in enumerate(cases):
-                for w in ((base, cand) if (r + i) % 2 == 0 else (cand, base)):
-                    for c, med in w.ask({"op": "sample", "case": name, "n": n[name]})["block"].items():
-                        blocks.setdefault((w.name, name, c), []).append(med)
-        got = [[Result.from_dict(d) for d in w.ask({"op": "finish"})["results"]] for w in (base, cand)]
-        for w, rs in zip((base, cand), got):
+        done = 0
+        while done == 0 or (undecided and done + rounds <= max_rounds and any(
+                undecided(*(blocks.get((w.name, name, c), []) for w in workers))
+                for name in cases for c in compilers)):
+            _rounds(workers, cases, n, blocks, done, rounds)
+            done += rounds
+        got = [[Result.from_dict(d) for d in w.ask({"op": "finish"})["results"]] for w in workers]
+        for w, rs in zip(workers, got):
             for x in rs:
                 x.meta["rounds"] = blocks.get((w.name, x.workload, x.compiler), [])
-        return got[0], got[1]
+        return got[0], got[1], got[2]
     finally:
         for w in workers:
             w.close()
+
+
+def _rounds(workers: list[Worker], cases: list[str], n: dict[str, dict[str, int]],
+            blocks: dict[tuple[str, str, str], list[float]], start: int, rounds: int) -> None:
+    """Rounds `start` .. `start + rounds - 1`: every case sampled by every worker in turn, in rotating order."""
+    for r in range(start, start + rounds):
+        for i, name in enumerate(cases):
+            for k in ORDERS[(r + i) % len(ORDERS)]:
+                w = workers[k]
+                for c, med in w.ask({"op": "sample", "case": name, "n": n[name]})["block"].items():
+                    blocks.setdefault((w.name, name, c), []).append(med)
 
 
 def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[RunInfo], bench_cfg: dict[str, Any],
                          cmp_cfg: CompareConfig, *, plant: str | None = None, threads: int = 1,
                          root: Path | None = None, log: Callable[[str], None] | None = None,
                          always: Sequence[str] = (),
-                         measure: Callable[..., tuple[list[Result], list[Result]]] = measure_pair) -> list[Comparison]:
+                         measure: Callable[..., tuple[list[Result], list[Result], list[Result]]] = measure_pair
+                         ) -> list[Comparison]:
     """Decide every suspect of `cmps` (flagged regressed/improved) side by side (module docstring), and measure
     every comparable key of the `always` compilers too (`ALWAYS_ON_CPU`: a key the screen missed); the others
     are left as they are. Returns `cmps`. `measure` replaces `measure_pair` in tests."""
     say = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    wanted = FLAGGED if cmp_cfg.confirm_improved else ("regressed",)
+    wanted = FLAGGED if cmp_cfg.confirm_improved else (Verdict.REGRESSED,)
     suspects = [c for c in cmps if c.verdict in wanted]
     for c in cmps:
-        if c.verdict == "improved" and c not in suspects:
-            c.verdict, c.note = "suspect", _join(c.note, "faster against stored samples; not confirmed")
+        if c.verdict == Verdict.IMPROVED and c not in suspects:
+            c.verdict, c.note = Verdict.SUSPECT, _join(c.note, "faster against stored samples; not confirmed")
     for c in suspects:
         c.suspect = c.verdict
-    suspects += [c for c in cmps if c.compiler in always and c.verdict == "unchanged" and c.ratio is not None]
+    suspects += [c for c in cmps if c.compiler in always and c.verdict == Verdict.UNCHANGED and c.ratio is not None]
     if not suspects:
         return cmps
     plan = plan_for(run, base_runs, root)
@@ -233,72 +260,84 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
     n_sus = sum(1 for c in suspects if c.suspect)
     say(f"[confirm] {n_sus} suspect(s) and {len(suspects) - n_sus} other key(s) of {', '.join(always) or '-'} in "
         f"{len(cases)} workload(s): measuring side by side, {what} against this tree, {ROUNDS} rounds")
+    undecided = undecided_at(cmp_cfg)
     t0 = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="kiln-sbs-") as tmp:
             if plan.same_code:
-                base_res, cand_res = measure(bench_cfg, cases, compilers, plan.candidate_tree, plan.candidate_tree,
-                                             plant, Path(tmp), threads=threads)
+                base_res, aa_res, cand_res = measure(bench_cfg, cases, compilers, plan.candidate_tree,
+                                                     plan.candidate_tree, plant, Path(tmp), threads=threads,
+                                                     undecided=undecided)
             else:
                 from .bisect import BisectError, Scratch
 
                 try:
                     with Scratch(plan.candidate_tree, plan.base_commit or "") as scratch:
-                        base_res, cand_res = measure(bench_cfg, cases, compilers, scratch.tree,
-                                                     plan.candidate_tree, plant, Path(tmp), threads=threads)
+                        base_res, aa_res, cand_res = measure(bench_cfg, cases, compilers, scratch.tree,
+                                                             plan.candidate_tree, plant, Path(tmp), threads=threads,
+                                                             undecided=undecided)
                 except BisectError as e:
                     raise SideBySideError(str(e)) from None
     except (SideBySideError, OSError, ValueError, KeyError) as e:
         _unconfirmed([c for c in suspects if c.suspect], f"side-by-side measurement failed: {e}", say)
         return cmps
     seconds = time.monotonic() - t0
-    base_of = {(r.workload, r.compiler): r for r in base_res}
-    cand_of = {(r.workload, r.compiler): r for r in cand_res}
+    of = [{(r.workload, r.compiler): r for r in rs} for rs in (base_res, aa_res, cand_res)]
     for c in suspects:
-        b, n = base_of.get((c.workload, c.compiler)), cand_of.get((c.workload, c.compiler))
-        if not (b and n and b.status == "ok" and n.status == "ok" and b.samples and n.samples):
-            why = next((x.error for x in (b, n) if x is not None and x.error), "no samples")
+        b, a2, n = (m.get((c.workload, c.compiler)) for m in of)
+        if not all(x and x.status == "ok" and x.samples for x in (b, a2, n)):
+            why = next((x.error for x in (b, a2, n) if x is not None and x.error), "no samples")
             _unconfirmed([c] if c.suspect else [], f"side-by-side measurement failed: {why}", say)
             continue
+        assert b and a2 and n
         if b.source_hash != n.source_hash:
             _unconfirmed([c] if c.suspect else [], "workload definition differs at the baseline commit", say)
             continue
-        verdict, ratio, p = judge_rounds(b, n, cmp_cfg)
-        c.sbs_ratio, c.sbs_p = ratio, p
+        j = judge_rounds(b, a2, n, cmp_cfg)
+        c.sbs_ratio, c.sbs_p, c.sbs_noise, c.sbs_aa_ratio = j.ratio, j.p, j.noise, j.aa_ratio
         c.sbs_base_ns, c.sbs_new_ns = Stats.of(b.samples).median, Stats.of(n.samples).median
         c.sbs_seconds = round(seconds, 1)
         if not c.suspect:  # not flagged by the stored comparison: measured because its compiler always is
-            if verdict in wanted:
-                c.suspect, c.verdict, c.confirmed = verdict, verdict, True
-                c.note = _join(c.note, f"missed against stored samples; {verdict} side by side: ratio {ratio:.3f}, "
-                                       f"p={p:.2g}")
-            say(f"[confirm] {c.workload}@{c.compiler}: side by side {ratio:.3f} (p={p:.2g}): {c.verdict}")
+            if j.verdict in wanted:
+                c.suspect, c.verdict, c.confirmed = j.verdict, j.verdict, True
+                c.note = _join(c.note, f"missed against stored samples; side by side {j.why}")
+            elif j.verdict is Verdict.INCONCLUSIVE:
+                c.verdict = Verdict.INCONCLUSIVE
+                c.note = _join(c.note, f"inconclusive side by side: {j.why}")
+            say(f"[confirm] {c.workload}@{c.compiler}: side by side {j.why}: {c.verdict}")
             continue
-        c.confirmed = verdict == c.suspect
-        if c.confirmed:
-            c.verdict = c.suspect
-            c.note = _join(c.note, f"confirmed side by side: ratio {ratio:.3f}, p={p:.2g}")
+        if j.verdict == c.suspect:
+            c.verdict, c.confirmed = Verdict(c.suspect), True
+            c.note = _join(c.note, f"confirmed side by side: {j.why}")
+        elif j.verdict is Verdict.INCONCLUSIVE:
+            c.verdict, c.confirmed = Verdict.INCONCLUSIVE, None
+            c.note = _join(c.note, f"inconclusive side by side: {j.why}")
         else:
-            c.verdict = "rejected"
-            c.note = _join(c.note, f"rejected side by side: ratio {ratio:.3f}, p={p:.2g} ({verdict})")
-        say(f"[confirm] {c.workload}@{c.compiler}: stored ratio {c.ratio:.3f} -> side by side {ratio:.3f} "
-            f"(p={p:.2g}): {c.verdict}")
+            c.verdict, c.confirmed = Verdict.REJECTED, False
+            c.note = _join(c.note, f"rejected side by side ({j.verdict}): {j.why}")
+        say(f"[confirm] {c.workload}@{c.compiler}: stored ratio {c.ratio:.3f} -> side by side {j.why}: {c.verdict}")
     say(f"[confirm] side-by-side confirmation took {seconds:.0f}s")
     return cmps
 
 
-def judge_rounds(base: Result, cand: Result, cfg: CompareConfig) -> tuple[str, float, float]:
-    """`compare.judge` on paired turns (module docstring); on the pooled samples when no turns are recorded."""
-    b, c = base.meta.get("rounds") or [], cand.meta.get("rounds") or []
-    pairs = [(x, y) for x, y in zip(b, c) if x > 0 and y > 0]
-    if len(pairs) < 3:
-        return judge(cand.samples, base.samples, cfg)
-    return judge([math.sqrt(y / x) for x, y in pairs], [math.sqrt(x / y) for x, y in pairs], cfg)
+def undecided_at(cfg: CompareConfig) -> Callable[[list[float], list[float], list[float]], bool]:
+    """Whether turns measured so far leave a key `inconclusive` at `cfg`'s threshold and alpha (more rounds
+    may decide it)."""
+    assert cfg.threshold is not None
+    thr, alpha = cfg.threshold, cfg.alpha
+    return lambda a, a2, c: judge_side_by_side(a, a2, c, thr, alpha).verdict is Verdict.INCONCLUSIVE
+
+
+def judge_rounds(base: Result, base2: Result, cand: Result, cfg: CompareConfig) -> SideBySide:
+    """`paired.judge_side_by_side` on the three arms' turns (`meta["rounds"]`), at `cfg`'s threshold and alpha."""
+    assert cfg.threshold is not None
+    return judge_side_by_side(base.meta.get("rounds") or [], base2.meta.get("rounds") or [],
+                              cand.meta.get("rounds") or [], cfg.threshold, cfg.alpha)
 
 
 def _unconfirmed(cs: list[Comparison], why: str, say: Callable[[str], None]) -> list[Comparison]:
     for c in cs:
-        c.verdict, c.confirmed = "unconfirmed", None
+        c.verdict, c.confirmed = Verdict.UNCONFIRMED, None
         c.note = _join(c.note, f"unconfirmed ({c.suspect} against stored samples): {why}")
         say(f"[confirm] {c.workload}@{c.compiler}: unconfirmed: {why}")
     return cs

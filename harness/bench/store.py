@@ -39,7 +39,7 @@ from harness.store.migrate import newer_problem, read_state
 from harness.store.sqlite import open_engine, transaction
 from harness.store.url import ServerURL
 
-from .records import SCHEMA_VERSION, Result, RunInfo, StoredVerdict
+from .records import SCHEMA_VERSION, Comparison, Result, RunInfo
 
 EXPORT_FORMAT = "kiln-bench-export"
 VERDICTS_REVISION = 2  # the first revision with the `verdicts` table
@@ -331,9 +331,9 @@ class Store:
         return [(self._run_from_row(row), row["m"]) for row in reversed(rows)]
 
     # ------------------------------------------------------------ verdicts (revision 2)
-    def save_verdicts(self, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:
+    def save_verdicts(self, run_id: int, verdicts: Sequence[Comparison]) -> None:
         """Store `verdicts` as the compared verdicts of run `run_id`, replacing any it had, in one
-        transaction."""
+        transaction (each as `Comparison.stored()`: the verdict's string value, the whole record in `detail`)."""
         if run_id in self._journal:
             self._journal[run_id]["verdicts"] = list(verdicts)
 
@@ -343,20 +343,19 @@ class Store:
 
         self._write(write)
 
-    def _insert_verdicts(self, db: Connection, run_id: int, verdicts: Sequence[StoredVerdict]) -> None:
+    def _insert_verdicts(self, db: Connection, run_id: int, verdicts: Sequence[Comparison]) -> None:
         if db.execute(select(t.runs.c.id).where(t.runs.c.id == run_id)).first() is None:
             raise StoreError(f"no run {run_id} in {self.path}: its verdicts cannot be stored")
         db.execute(delete(t.verdicts).where(t.verdicts.c.run_id == run_id))
         if verdicts:
+            rows = [v.stored() for v in verdicts]
             db.execute(insert(t.verdicts), [
-                {"run_id": run_id, "workload": v.workload, "compiler": v.compiler, "verdict": v.verdict,
-                 "ratio": v.ratio, "p_value": v.p_value, "baseline": v.baseline,
-                 "confirmed": None if v.confirmed is None else int(bool(v.confirmed)),
-                 "detail": json.dumps(v.detail, sort_keys=True, default=str)} for v in verdicts])
+                {**row, "run_id": run_id, "confirmed": None if row["confirmed"] is None else int(bool(row["confirmed"])),
+                 "detail": json.dumps(row["detail"], sort_keys=True, default=str)} for row in rows])
 
-    def verdicts_of(self, run_ids: Sequence[int]) -> dict[int, list[StoredVerdict] | None]:
+    def verdicts_of(self, run_ids: Sequence[int]) -> dict[int, list[Comparison] | None]:
         """verdicts() of many runs in a few queries."""
-        out: dict[int, list[StoredVerdict] | None] = {i: None for i in run_ids}
+        out: dict[int, list[Comparison] | None] = {i: None for i in run_ids}
         if self.revision < VERDICTS_REVISION:
             return out
         ids = {self._rid(i): i for i in run_ids}
@@ -367,10 +366,10 @@ class Store:
                     got = out[ids[row["run_id"]]]
                     if got is None:
                         got = out[ids[row["run_id"]]] = []
-                    got.append(StoredVerdict.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}))
+                    got.append(Comparison.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}))
         return out
 
-    def verdicts(self, run_id: int) -> list[StoredVerdict] | None:
+    def verdicts(self, run_id: int) -> list[Comparison] | None:
         """The compared verdicts stored with run `run_id`, in the order saved; None when it stored none (or
         the store is of a revision before verdicts, read as it is)."""
         if self.revision < VERDICTS_REVISION:
@@ -381,7 +380,7 @@ class Store:
             rows = db.execute(q).mappings().all()
         if not rows:
             return None
-        return [StoredVerdict.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}) for row in rows]
+        return [Comparison.from_dict({**row, "detail": json.loads(row["detail"] or "{}")}) for row in rows]
 
     # ------------------------------------------------------------ export / import
     def export(self, run_ids: list[int] | None = None) -> dict[str, Any]:
@@ -392,7 +391,7 @@ class Store:
         for r in runs:
             stored = self.verdicts(r.id)
             out.append({**r.as_dict(), "results": [x.as_dict() for x in self.results(r.id, phase=None)],
-                        "verdicts": [v.as_dict() for v in stored] if stored is not None else None})
+                        "verdicts": [v.stored() for v in stored] if stored is not None else None})
         return {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(), "runs": out}
 
     def import_(self, data: dict[str, Any]) -> tuple[int, int]:
@@ -410,7 +409,7 @@ class Store:
             try:
                 run = RunInfo(**{k: rd[k] for k in RunInfo.__dataclass_fields__ if k in rd})
                 results = [Result.from_dict(x) for x in rd.get("results", [])]
-                verdicts = [StoredVerdict.from_dict(v) for v in rd.get("verdicts") or []]
+                verdicts = [Comparison.from_dict(v) for v in rd.get("verdicts") or []]
             except (TypeError, KeyError, AttributeError) as e:
                 raise ImportFormatError(f"malformed run in export: {e}") from None
             with self.transaction() as db:

@@ -8,6 +8,8 @@ confirmed regression; a report missing after a non-zero exit), else 0. Terms:
   turns in one process pair (harness/bench/sidebyside.py); fails the job.
 - *suspect rejected*: flagged against the baseline's stored samples, not confirmed side by side.
 - *unconfirmed*: flagged, but the baseline build could not be measured (its commit not in this checkout...).
+- *inconclusive*: measured side by side on a host too noisy to tell a threshold-sized change (the line gives
+  the noise floor the A/A pair measured); never fails, never counts as a pass.
 - *suspect*: flagged against stored samples only (the model tier: no side-by-side confirmation); never fails.
 A kiln timing under Triton's interpreter (CPU) is labelled: it checks the pipeline, not kernel speed.
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from harness.exc import UsageError
 
+from .records import Verdict
 from .report import INTERPRETER_LABEL
 
 
@@ -49,19 +52,23 @@ def step_verdict(name: str, report: dict[str, Any] | None, rc: int) -> tuple[str
         failed = rc != 0
         return f"bench {name}: {what}" + (f"; the step failed (exit {rc})" if failed else "") + \
             f" -> {'FAIL' if failed else 'ok'}", failed
-    regressed = [c for c in cmps if c.get("verdict") == "regressed" and c.get("confirmed") is True]
-    n = {v: sum(1 for c in cmps if c.get("verdict") == v) for v in ("rejected", "unconfirmed", "suspect",
-                                                                     "improved")}
+    regressed = [c for c in cmps if c.get("verdict") == Verdict.REGRESSED and c.get("confirmed") is True]
+    n = {v: sum(1 for c in cmps if c.get("verdict") == v) for v in (
+        Verdict.REJECTED, Verdict.UNCONFIRMED, Verdict.INCONCLUSIVE, Verdict.SUSPECT, Verdict.IMPROVED)}
     parts = [f"{len(regressed)} regressed (confirmed side by side)" + (
         ": " + ", ".join(_target(c) for c in regressed) if regressed else "")]
-    parts.append(f"{n['rejected']} suspect(s) rejected side by side")
-    if n["unconfirmed"]:
-        parts.append(f"{n['unconfirmed']} unconfirmed (baseline build not measurable): " + ", ".join(
-            _target(c) for c in cmps if c.get("verdict") == "unconfirmed"))
-    if n["suspect"]:
-        parts.append(f"{n['suspect']} suspect(s) against stored samples only (not failing)")
-    if n["improved"]:
-        parts.append(f"{n['improved']} improved")
+    parts.append(f"{n[Verdict.REJECTED]} suspect(s) rejected side by side")
+    if n[Verdict.UNCONFIRMED]:
+        parts.append(f"{n[Verdict.UNCONFIRMED]} unconfirmed (baseline build not measurable): " + ", ".join(
+            _target(c) for c in cmps if c.get("verdict") == Verdict.UNCONFIRMED))
+    if n[Verdict.INCONCLUSIVE]:
+        parts.append(f"{n[Verdict.INCONCLUSIVE]} inconclusive (host too noisy to decide, not failing): " + ", ".join(
+            _target(c) + (f" noise {c['sbs_noise']:.0%}" if c.get("sbs_noise") is not None else "")
+            for c in cmps if c.get("verdict") == Verdict.INCONCLUSIVE))
+    if n[Verdict.SUSPECT]:
+        parts.append(f"{n[Verdict.SUSPECT]} suspect(s) against stored samples only (not failing)")
+    if n[Verdict.IMPROVED]:
+        parts.append(f"{n[Verdict.IMPROVED]} improved")
     failed = bool(regressed) or rc not in (0, 1) or (rc == 1 and not regressed)
     if rc != 0 and not (rc == 1 and regressed):
         parts.append(f"the step failed (exit {rc})")

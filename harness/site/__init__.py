@@ -7,7 +7,7 @@ Terms:
                 GPU label, else GPU model, else the device name; harness/store/runner.py): median per compiler arm
                 with its IQR band, in the arm's colour (harness/arms.py COLOURS).
   mark          a point of a graph whose run stored a verdict other than unchanged/new (harness/bench/records.py
-                StoredVerdict): `regressed` (confirmed side by side), `rejected` (a suspect the confirmation did not
+                Comparison): `regressed` (confirmed side by side), `rejected` (a suspect the confirmation did not
                 confirm), `suspect`, `unconfirmed`, `improved`. Each is an SVG group with the class `mark` and its
                 verdict, and data attributes (run, commit, workload, compiler, ratio) a test can read in the DOM.
   manifest      `manifest.json` in the site: each page's input hash and content hash. A page whose inputs did not

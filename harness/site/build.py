@@ -86,7 +86,7 @@ def _hash(obj: Any) -> str:
 
 
 def _vsig(data: BenchData, run_id: int) -> tuple:
-    return tuple((v.workload, v.compiler, v.verdict, v.ratio, v.p_value, v.baseline, v.confirmed)
+    return tuple((v.workload, v.compiler, str(v.verdict), v.ratio, v.p, v.baseline, v.confirmed)
                  for v in data.verdicts.get(run_id) or [])
 
 

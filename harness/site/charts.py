@@ -18,18 +18,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness import arms
+from harness.bench.records import Verdict
 
 # one marker per verdict: a filled red triangle for a confirmed regression, hollow ones for the rest
 MARK_STYLE: dict[str, dict[str, object]] = {
-    "regressed": {"marker": "^", "ms": 11, "mfc": "tab:red", "mec": "black", "mew": 1.0},
-    "rejected": {"marker": "o", "ms": 11, "mfc": "none", "mec": "dimgray", "mew": 1.5},
-    "suspect": {"marker": "D", "ms": 9, "mfc": "none", "mec": "goldenrod", "mew": 1.5},
-    "unconfirmed": {"marker": "s", "ms": 9, "mfc": "none", "mec": "purple", "mew": 1.5},
-    "improved": {"marker": "v", "ms": 11, "mfc": "tab:green", "mec": "black", "mew": 1.0},
+    Verdict.REGRESSED: {"marker": "^", "ms": 11, "mfc": "tab:red", "mec": "black", "mew": 1.0},
+    Verdict.REJECTED: {"marker": "o", "ms": 11, "mfc": "none", "mec": "dimgray", "mew": 1.5},
+    Verdict.SUSPECT: {"marker": "D", "ms": 9, "mfc": "none", "mec": "goldenrod", "mew": 1.5},
+    Verdict.UNCONFIRMED: {"marker": "s", "ms": 9, "mfc": "none", "mec": "purple", "mew": 1.5},
+    Verdict.IMPROVED: {"marker": "v", "ms": 11, "mfc": "tab:green", "mec": "black", "mew": 1.0},
 }
-MARK_LABEL = {"regressed": "regressed (confirmed side by side)", "rejected": "suspect rejected side by side",
-              "suspect": "suspect (stored samples only)", "unconfirmed": "suspect, unconfirmed",
-              "improved": "improved (confirmed)"}
+MARK_LABEL = {Verdict.REGRESSED: "regressed (confirmed side by side)", Verdict.REJECTED: "suspect rejected side by side",
+              Verdict.SUSPECT: "suspect (stored samples only)", Verdict.UNCONFIRMED: "suspect, unconfirmed",
+              Verdict.IMPROVED: "improved (confirmed)"}
 
 
 @dataclass
@@ -84,7 +85,7 @@ def trend_svg(*, chart_id: str, title: str, ylabel: str, xlabels: Sequence[str],
                     label=s.label or s.name, gid=f"{chart_id}-line-{_slug(s.name)}")
         shown: set[str] = set()
         for m in marks:
-            style = MARK_STYLE.get(m.verdict, MARK_STYLE["suspect"])
+            style = MARK_STYLE.get(m.verdict, MARK_STYLE[Verdict.SUSPECT])
             (line,) = ax.plot([m.x], [m.y], linestyle="none", zorder=5, gid=m.gid,
                               label=MARK_LABEL.get(m.verdict, m.verdict) if m.verdict not in shown else None,
                               **style)  # type: ignore[arg-type]

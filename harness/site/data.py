@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.bench.records import RunInfo, StoredVerdict
+from harness.bench.records import Comparison, RunInfo, Verdict
 
-MARKED = ("regressed", "rejected", "suspect", "unconfirmed", "improved")
+MARKED = (Verdict.REGRESSED, Verdict.REJECTED, Verdict.SUSPECT, Verdict.UNCONFIRMED, Verdict.IMPROVED)
 
 
 def hw_class(run: RunInfo) -> str:
@@ -73,7 +73,7 @@ class BenchData:
     runs: list[RunInfo] = field(default_factory=list)  # complete runs, oldest first
     graphs: dict[GraphKey, dict[str, list[Point]]] = field(default_factory=dict)
     devices: dict[GraphKey, str] = field(default_factory=dict)  # the device of the graph's newest run
-    verdicts: dict[int, list[StoredVerdict]] = field(default_factory=dict)
+    verdicts: dict[int, list[Comparison]] = field(default_factory=dict)
     results: dict[int, list[tuple[str, str, Point]]] = field(default_factory=dict)  # run -> (workload, compiler, pt)
     marks: dict[GraphKey, list[Mark]] = field(default_factory=dict)
     bisections: dict[tuple[str, str, str], Path] = field(default_factory=dict)  # (workload, compiler, commit)
@@ -169,8 +169,8 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
             commit = run.git_commit or ""
             found = data.bisections.get((v.workload, v.compiler, commit)) if commit else None
             data.marks.setdefault(key, []).append(Mark(
-                int(run.id), run.uid, commit, v.workload, v.compiler, v.verdict, v.confirmed, v.ratio, v.p_value,
-                v.baseline, bisection_page(found, commit) if found is not None and v.verdict == "regressed" else None))
+                int(run.id), run.uid, commit, v.workload, v.compiler, v.verdict, v.confirmed, v.ratio, v.p,
+                v.baseline, bisection_page(found, commit) if found is not None and v.verdict == Verdict.REGRESSED else None))
     return data
 
 

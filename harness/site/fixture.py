@@ -62,7 +62,7 @@ def _run_info(i: int, profile: str = "tiny") -> Any:
 
 def write_bench(where: Any, runs: int = 30, *, models: int = 6, seed: int = 0) -> list[int]:
     """The planted bench history (module docstring) into the store at `where` (a file or a store URL); run ids."""
-    from harness.bench.records import Result, StoredVerdict
+    from harness.bench.records import Comparison, Result, Verdict
     from harness.bench.store import Store
 
     rng = random.Random(seed)
@@ -83,15 +83,17 @@ def write_bench(where: Any, runs: int = 30, *, models: int = 6, seed: int = 0) -
             for w in WORKLOADS:
                 for c in COMPILERS:
                     if i == 0:
-                        verdicts.append(StoredVerdict(w, c, "new"))
+                        verdicts.append(Comparison(w, c, Verdict.NEW))
                     elif c == "kiln" and w == STEP_WORKLOAD and i == STEP_RUN:
-                        verdicts.append(StoredVerdict(w, c, "regressed", 1.3, 1e-6, f"run:{ids[-1]}", True,
-                                                      {"suspect": "regressed", "sbs_ratio": 1.29, "sbs_p": 1e-5}))
+                        verdicts.append(Comparison(w, c, Verdict.REGRESSED, 1.3, 1e-6, baseline=f"run:{ids[-1]}",
+                                                   confirmed=True, suspect=Verdict.REGRESSED, sbs_ratio=1.29,
+                                                   sbs_p=1e-5))
                     elif c == "kiln" and w == BUMP_WORKLOAD and i == BUMP_RUN:
-                        verdicts.append(StoredVerdict(w, c, "rejected", 1.25, 1e-4, f"run:{ids[-1]}", False,
-                                                      {"suspect": "regressed", "sbs_ratio": 1.01, "sbs_p": 0.4}))
+                        verdicts.append(Comparison(w, c, Verdict.REJECTED, 1.25, 1e-4, baseline=f"run:{ids[-1]}",
+                                                   confirmed=False, suspect=Verdict.REGRESSED, sbs_ratio=1.01,
+                                                   sbs_p=0.4))
                     else:
-                        verdicts.append(StoredVerdict(w, c, "unchanged", 1.0, 0.5, f"run:{ids[-1]}", None))
+                        verdicts.append(Comparison(w, c, Verdict.UNCHANGED, 1.0, 0.5, baseline=f"run:{ids[-1]}"))
             store.save_verdicts(rid, verdicts)
             store.finish_run(rid)
             ids.append(rid)
@@ -150,7 +152,7 @@ def write_history(where: Any, folders: Path, runs: int = 30) -> None:
 def big_export(runs: int, workloads: int, *, samples: int = 10, seed: int = 1) -> dict[str, Any]:
     """A bench export (harness/bench/store.py EXPORT_FORMAT) of `runs` runs x `workloads` workloads x 3 compilers,
     every run with stored verdicts (one confirmed regression per 100 runs), for `Store.import_`."""
-    from harness.bench.records import SCHEMA_VERSION
+    from harness.bench.records import SCHEMA_VERSION, Verdict
 
     rng = random.Random(seed)
     names = [f"w{j:02d}.op" for j in range(workloads)]
@@ -165,8 +167,8 @@ def big_export(runs: int, workloads: int, *, samples: int = 10, seed: int = 1) -
                 base = _base(w, c) * step
                 res.append({"workload": w, "compiler": c, "source_hash": f"s{j}", "bytes": 100_000 * (j + 1),
                             "ceiling_gbps": 10.0, "compile_s": 0.4, "samples": _samples(rng, base, samples)})
-                verdict = "regressed" if (step > 1 and i == 500) else ("new" if i == 0 else "unchanged")
-                vs.append({"workload": w, "compiler": c, "verdict": verdict, "ratio": step, "confirmed":
-                           True if verdict == "regressed" else None})
+                verdict = Verdict.REGRESSED if (step > 1 and i == 500) else (Verdict.NEW if i == 0 else Verdict.UNCHANGED)
+                vs.append({"workload": w, "compiler": c, "verdict": verdict.value, "ratio": step, "confirmed":
+                           True if verdict is Verdict.REGRESSED else None})
         out.append({**info.as_dict(), "results": res, "verdicts": vs})
     return {"format": "kiln-bench-export", "schema_version": SCHEMA_VERSION, "runs": out}

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from harness import arms
-from harness.bench.records import RunInfo
+from harness.bench.records import RunInfo, Verdict
 from harness.bench.stats import geomean
 from harness.bench.report import INTERPRETER_LABEL, fmt_ns, interpreted, series_label, spans_decades, time_unit
 
@@ -248,7 +248,7 @@ def render_index(data: BenchData | None, tests: TestData | None, notes: Sequence
             latest[(r.device, hw_class(r), r.profile)] = r
         rows = []
         for (dev, cls, prof), r in sorted(latest.items()):
-            flagged = [v for v in data.verdicts.get(r.id) or [] if v.verdict not in ("unchanged", "new")]
+            flagged = [v for v in data.verdicts.get(r.id) or [] if v.verdict not in (Verdict.UNCHANGED, Verdict.NEW)]
             links = ", ".join(f'<a href="{workload_page(v.workload)}" class="{esc(v.verdict)}">'
                               f'{esc(v.workload)} [{esc(v.compiler)}] {esc(v.verdict)} {esc(_ratio(v.ratio))}</a>'
                               for v in flagged[:12])
@@ -260,8 +260,8 @@ def render_index(data: BenchData | None, tests: TestData | None, notes: Sequence
         for w in data.workloads():
             keys = data.graphs_of(w)
             marks = [m for k in keys for m in data.marks.get(k, [])]
-            reg = sum(m.verdict == "regressed" for m in marks)
-            rej = sum(m.verdict == "rejected" for m in marks)
+            reg = sum(m.verdict == Verdict.REGRESSED for m in marks)
+            rej = sum(m.verdict == Verdict.REJECTED for m in marks)
             n = max(len(_runs_of(data.graphs[k])) for k in keys)
             rows.append([f'<a href="{workload_page(w)}">{esc(w)}</a>', esc(", ".join(sorted({k[1] for k in keys}))),
                          str(n), f'<span class="regressed">{reg}</span>' if reg else "0", str(rej)])
@@ -309,7 +309,7 @@ def render_run(data: BenchData, run: RunInfo, export_name: str) -> str:
         parts.append("<h2>Verdicts</h2>" + table(["workload", "compiler", "verdict", "ratio", "p", "confirmed"], (
             [f'<a href="{workload_page(v.workload)}">{esc(v.workload)}</a>', esc(v.compiler),
              f'<span class="{esc(v.verdict)}">{esc(v.verdict)}</span>', esc(_ratio(v.ratio)),
-             "-" if v.p_value is None else f"{v.p_value:.2g}", esc(v.confirmed)] for v in vs)))
+             "-" if v.p is None else f"{v.p:.2g}", esc(v.confirmed)] for v in vs)))
     res = data.results.get(run.id) or []
     parts.append("<h2>Results</h2>" + table(
         ["workload", "compiler", "status", "median", "IQR", "% of copy ceiling", "compile s"],

@@ -79,7 +79,7 @@ samples = Table(
     sqlite_with_rowid=False,
 )
 
-# revision 2: a run's compared verdicts, confirmation included (records.StoredVerdict)
+# revision 2: a run's compared verdicts, confirmation included (records.Comparison.stored())
 verdicts = Table(
     "verdicts", bench,
     Column("id", Integer, primary_key=True),

@@ -15,7 +15,7 @@ import pytest
 
 from harness.bench import job
 from harness.bench.bisect import Commit, CommitRunner, Container, Scratch
-from harness.bench.job import Plan, Target, Verdict, confirmed_regressions, history_problem, plan_bisections
+from harness.bench.job import BisectOutcome, Plan, Target, confirmed_regressions, history_problem, plan_bisections
 from harness.exc import SettingsError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -150,11 +150,11 @@ class FakeBisect:
         self.asked: list[tuple[str, str, str, str]] = []
         self.first_bad, self.rc = first_bad, rc
 
-    def __call__(self, plan: Plan, t: Target) -> Verdict:
+    def __call__(self, plan: Plan, t: Target) -> BisectOutcome:
         self.asked.append((plan.good, plan.bad, t.workload, t.compiler))
         if self.rc:
-            return Verdict(t, self.rc, line=f"bisect exited {self.rc}: error: GOOD could not be measured")
-        return Verdict(t, 0, markdown=f"## kiln bench bisect: `{t.workload}` under {t.compiler}",
+            return BisectOutcome(t, self.rc, line=f"bisect exited {self.rc}: error: GOOD could not be measured")
+        return BisectOutcome(t, 0, markdown=f"## kiln bench bisect: `{t.workload}` under {t.compiler}",
                        line=f"first bad commit: {self.first_bad[:10]} slow", outcome="first-bad",
                        first_bad=self.first_bad)
 

@@ -108,6 +108,11 @@ def test_the_main_jobs_bench_step_twice_under_load_flags_nothing_and_a_planted_s
     rc, line, log = _job_step(out, plant=f"{W1}@kiln=0.2")
     report = json.loads((out / "last.json").read_text())
     confirmed = [(c["workload"], c["compiler"]) for c in report["comparisons"] if c["verdict"] == "regressed"]
+    planted = next(c for c in report["comparisons"] if (c["workload"], c["compiler"]) == (W1, "kiln"))
+    if planted["verdict"] == "inconclusive":  # a host this busy cannot tell 20%: it says so, with its noise floor
+        assert rc == 0 and planted["sbs_noise"] > 0.1 and not confirmed and line.endswith("-> ok"), log
+        assert f"inconclusive (host too noisy to decide, not failing): {W1}@kiln" in line, line
+        return
     assert rc == 1 and confirmed == [(W1, "kiln")], log
     assert line.startswith(f"bench kernels: 1 regressed (confirmed side by side): {W1}@kiln x1.") and \
         "(interpreter: pipeline check, not kernel speed)" in line and line.endswith("-> FAIL"), line
@@ -141,10 +146,15 @@ def test_same_clean_commit_measures_the_candidate_tree_against_itself():
     run.id, base.id = 2, 1
     seen = {}
 
-    def measure(cfg, cases, compilers, base_tree, cand_tree, plant, workdir, threads=1):
+    def measure(cfg, cases, compilers, base_tree, cand_tree, plant, workdir, threads=1, undecided=None):
         seen.update(cases=cases, compilers=compilers, same=base_tree == cand_tree, plant=plant)
-        mk = [Result("w", c, "h", samples=samples(1e6, seed=i)) for i, c in enumerate(compilers)]
-        return mk, [Result("w", c, "h", samples=samples(1e6, seed=10 + i)) for i, c in enumerate(compilers)]
+
+        def arm(seed: int) -> list[Result]:  # 12 rounds' turns of a quiet host, 2% apart at most
+            return [Result("w", c, "h", samples=samples(1e6, seed=seed + i),
+                           meta={"rounds": samples(1e6, n=12, noise=0.005, seed=seed + i)})
+                    for i, c in enumerate(compilers)]
+
+        return arm(0), arm(10), arm(20)
 
     c = sidebyside.confirm_side_by_side([_suspect()], run, [base], {}, CPU, measure=measure, log=lambda m: None)[0]
     assert seen == {"cases": ["w"], "compilers": ["kiln", "eager"], "same": True, "plant": None}
@@ -326,18 +336,18 @@ def test_the_ci_session_ends_with_the_bench_verdicts_and_fails_on_a_confirmed_re
 def test_verdicts_are_stored_per_run_and_replaced_whole(store):
     from bench_helpers import make_results, medians, store_run
 
-    from harness.bench.compare import from_stored, to_stored
-    from harness.bench.records import StoredVerdict
+    from harness.bench.compare import with_baseline
+    from harness.bench.records import Verdict
 
     a = store_run(store, make_results(medians(), seed=1))
     assert store.verdicts(a.id) is None  # stored none: readers recompute, labelled so
     c = Comparison("w", "kiln", "rejected", ratio=1.4, p=1e-5, base_ns=1e6, new_ns=1.4e6, confirmed=False,
                    suspect="regressed", sbs_ratio=1.01, sbs_p=0.4, interpreter=True)
-    store.save_verdicts(a.id, to_stored([c, Comparison("v", "eager", "unchanged", ratio=1.0)], "run:1 (commit x)"))
+    store.save_verdicts(a.id, with_baseline([c, Comparison("v", "eager", "unchanged", ratio=1.0)], "run:1 (commit x)"))
     got = store.verdicts(a.id)
     assert [(v.workload, v.verdict, v.confirmed, v.baseline) for v in got] == [
         ("w", "rejected", False, "run:1 (commit x)"), ("v", "unchanged", None, "run:1 (commit x)")]
-    assert from_stored(got)[0] == c  # the run's comparison, side-by-side numbers included
-    store.save_verdicts(a.id, [StoredVerdict("w", "kiln", "regressed", 1.3, 1e-4, "run:1", True)])
+    assert got[0] == c and got[0].verdict is Verdict.REJECTED  # the run's comparison, side-by-side numbers included
+    store.save_verdicts(a.id, [Comparison("w", "kiln", Verdict.REGRESSED, 1.3, 1e-4, baseline="run:1", confirmed=True)])
     assert [v.verdict for v in store.verdicts(a.id)] == ["regressed"]  # replaced, not added
-    assert StoredVerdict.from_dict(got[0].as_dict()) == got[0]
+    assert Comparison.from_dict(got[0].as_dict()) == got[0]

@@ -14,7 +14,7 @@ import pytest
 from bench_helpers import make_results, store_run
 
 from harness.bench.cli import main as bench_main
-from harness.bench.records import SCHEMA_VERSION, StoredVerdict
+from harness.bench.records import SCHEMA_VERSION, Comparison, Verdict
 from harness.bench.store import Store, open_lasting, store_problem
 from harness.exc import ImportFormatError, StoreError
 from harness.store import BENCH, head
@@ -65,7 +65,7 @@ def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
         assert len(res) == 4 and res[0].samples == [1000.0, 1001.0, 1002.0, 1003.0, 1004.0]
         assert res[0].meta == {"n": 0} and runs[-1].config == {"k": 0}
         assert store.verdicts(runs[-1].id) is None
-        store.save_verdicts(runs[-1].id, [StoredVerdict("add", "kiln", "ok")])  # the new table is there
+        store.save_verdicts(runs[-1].id, [Comparison("add", "kiln", "ok")])  # the new table is there
     (backup,) = [tmp_path / n for n in _others(path)]
     assert backup.name.startswith("bench.sqlite.bak-") and backup.name.endswith("-rev1")
     assert len(notes) == 1 and str(backup) in notes[0]
@@ -151,10 +151,10 @@ def test_verdicts_are_stored_replaced_exported_and_imported(store, tmp_path):
     run = store_run(store, make_results({("w1", "kiln"): 1000.0, ("w1", "eager"): 2000.0}))
     other = store_run(store, make_results({("w1", "kiln"): 1000.0}))
     assert store.verdicts(run.id) is None
-    vs = [StoredVerdict("w1", "kiln", "regressed", ratio=1.25, p_value=1e-4, baseline="uid-a,uid-b",
-                        confirmed=True, detail={"threshold": 0.1}),
-          StoredVerdict("w1", "eager", "ok", ratio=1.0, p_value=0.5, baseline="uid-a,uid-b"),
-          StoredVerdict("w2", "kiln", "regressed", ratio=1.3, confirmed=False)]
+    vs = [Comparison("w1", "kiln", Verdict.REGRESSED, ratio=1.25, p=1e-4, baseline="uid-a,uid-b", confirmed=True,
+                     note="threshold 0.1", sbs_ratio=1.2, sbs_noise=0.04),
+          Comparison("w1", "eager", "ok", ratio=1.0, p=0.5, baseline="uid-a,uid-b"),  # an older harness's verdict
+          Comparison("w2", "kiln", Verdict.REGRESSED, ratio=1.3, confirmed=False)]
     store.save_verdicts(run.id, vs)
     assert store.verdicts(run.id) == vs and store.verdicts(other.id) is None
     store.save_verdicts(run.id, vs[1:])  # replaces, in one transaction
@@ -164,11 +164,12 @@ def test_verdicts_are_stored_replaced_exported_and_imported(store, tmp_path):
     with pytest.raises(StoreError, match="UNIQUE"):  # the same workload and compiler twice: nothing replaced
         store.save_verdicts(run.id, [vs[0], vs[0]])
     assert store.verdicts(run.id) == vs[1:]
-    assert StoredVerdict.from_dict(vs[0].as_dict()) == vs[0]
+    assert Comparison.from_dict(vs[0].as_dict()) == vs[0] == Comparison.from_dict(vs[0].stored())
+    assert vs[0].stored()["verdict"] == "regressed" and type(vs[0].stored()["verdict"]) is str  # stored: the value
 
     data = store.export([run.id, other.id])
     assert data["schema_version"] == SCHEMA_VERSION
-    assert data["runs"][0]["verdicts"] == [v.as_dict() for v in vs[1:]]
+    assert data["runs"][0]["verdicts"] == [v.stored() for v in vs[1:]]
     assert data["runs"][1]["verdicts"] is None
     with Store(tmp_path / "other.sqlite") as dest:
         assert dest.import_(data) == (2, 0)

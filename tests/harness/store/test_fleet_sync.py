@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
-from harness.bench.records import Result, RunInfo, StoredVerdict
+from harness.bench.records import Comparison, Result, RunInfo, Verdict
 from harness.bench.store import Store, now
 from harness.exc import StoreUnreachable
 from harness.store import BENCH, HISTORY, open_store
@@ -49,8 +49,7 @@ def _bench_run(store: Store, i: int, *, finish: bool = True) -> RunInfo:
         store.add_result(run.id, Result("softmax.fwd", comp, "h", timer="wall", bytes=4096,
                                         samples=[slow * (1000.0 + j % 7) for j in range(40)]))
     if finish:
-        store.save_verdicts(run.id, [StoredVerdict("softmax.fwd", "inductor", "unchanged", ratio=1.0,
-                                                   p_value=0.5)])
+        store.save_verdicts(run.id, [Comparison("softmax.fwd", "inductor", Verdict.UNCHANGED, ratio=1.0, p=0.5)])
         store.finish_run(run.id)
     return run
 
@@ -202,7 +201,7 @@ def test_a_server_stopped_mid_run_loses_nothing(pg_server, tmp_path, capsys):
             store.add_result(run.id, Result("a", "eager", "h", timer="wall", samples=[1.0, 2.0, 3.0]))
             subprocess.run([script, "stop", folder], check=True, timeout=120)
             store.add_result(run.id, Result("b", "eager", "h", timer="wall", samples=[4.0, 5.0]))
-            store.save_verdicts(run.id, [StoredVerdict("a", "eager", "new")])
+            store.save_verdicts(run.id, [Comparison("a", "eager", Verdict.NEW)])
             store.finish_run(run.id)
             assert store.spooled is not None and [x.workload for x in store.results(run.id)] == ["a", "b"]
         assert capsys.readouterr().out.count("results spooled to") == 1
