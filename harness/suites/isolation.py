@@ -26,7 +26,8 @@ Terms:
   leftover    a process a test started that still runs after the pytest process ended (the journal's `spawned`
               events name the test; `process.execute` ends its session's): ended by the harness and named in the
               test's outcome, an error `left N process(es) running: pid P (command), ...`; one that no test is
-              known to have started ends the suite badly, named the same way.
+              known to have started, or any after a pytest process that died (no atexit ran: a process-wide
+              worker pool was not stopped either), ends the suite badly, named, with its test where known.
   budget      the suite timeout covers all attempts together; when it runs out the running test is recorded as
               hung, the tests not run yet are counted as `not_run`, and the suite's status is `timeout`.
 """
@@ -155,7 +156,7 @@ class SuiteRun:
     ended_badly: str = ""  # an abnormal end that no test is to blame for (a crash after the last test)
     timed_out: bool = False
     running: str | None = None  # the test that was running when the suite was interrupted
-    unowned: list[leftovers.Proc] = field(default_factory=list)  # leftovers no test is known to have started
+    unowned: list[str] = field(default_factory=list)  # leftovers charged to no test (labels, their test if known)
 
     @property
     def decided(self) -> set[str]:
@@ -192,8 +193,7 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
     """
     out = _run_attempts(attempt, suite, suite_dir, seen_dir, suite_s=suite_s, test_s=test_s, on_interrupt=on_interrupt)
     if out.unowned:
-        note = (f"left {len(out.unowned)} process(es) running that no test is known to have started: "
-                f"{leftovers.describe(out.unowned)} (ended by the harness)")
+        note = f"left {len(out.unowned)} process(es) running: {', '.join(out.unowned)} (ended by the harness)"
         out.ended_badly = f"{out.ended_badly}; {note}" if out.ended_badly else note
     return out
 
@@ -233,7 +233,7 @@ def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, 
         read = read_journal(journal)
         before = len(out.finished)
         out.finished += read.finished + [e for e in read.collect_errors if e.id not in out.decided]
-        _charge_leftovers(out, read, getattr(run, "left", []))
+        _charge_leftovers(out, read, getattr(run, "left", []), clean=read.exit_status is not None)
         if run.returncode in NORMAL_EXITS and not run.timed_out and not hung and read.exit_status is not None:
             _collected_rest(out, read)
             return out
@@ -276,9 +276,11 @@ def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, 
             return out
 
 
-def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Proc]) -> None:
+def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Proc], *, clean: bool) -> None:
     """End the processes an attempt's tests left running (module docstring: leftover) and charge each test that
-    started one: its outcome becomes an error naming them. `left`: those `process.execute` ended already."""
+    started one: its outcome becomes an error naming them. `left`: those `process.execute` ended already. After
+    an attempt that did not end `clean` (pytest died: no atexit ran, so a process-wide worker pool was not
+    stopped either) no test is charged: the suite names them, with the test that started each where known."""
     started = {(p.pid, p.start): test for test, procs in read.spawned.items() for p in procs}
     escaped = [p for procs in read.spawned.values() for p in procs
                if not any((q.pid, q.start) == (p.pid, p.start) for q in left)]
@@ -288,7 +290,11 @@ def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Pro
     by_test: dict[str, list[leftovers.Proc]] = {}
     for p in ended:
         by_test.setdefault(started.get((p.pid, p.start), ""), []).append(p)
-    out.unowned += by_test.pop("", [])
+    if not clean:
+        out.unowned += [p.label() + (f" started by {test}" if test else "") for test, procs in by_test.items()
+                        for p in procs]
+        return
+    out.unowned += [p.label() for p in by_test.pop("", [])]
     for test, procs in by_test.items():
         note = f"left {len(procs)} process(es) running: {leftovers.describe(procs)} (ended by the harness)"
         own = next((f for f in out.finished if f.id == test), None)

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from harness import results
 from harness.suites import isolation
 from harness.exc import EXIT_POISONED
@@ -101,3 +103,23 @@ def test_the_suite_junit_stays_readable_whatever_a_message_holds(tmp_path):
     assert [(t.outcome, t.message) for t in tests] == [
         ("failed", "a\\x00b\\x1b[31mred\\ud800 \\x07\\uffff"), ("skipped", "a\\x00b\\x1b[31mred\\ud800 \\x07\\uffff"),
         ("passed", "")]
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_leftovers_are_charged_to_their_test_only_after_a_clean_exit(clean):
+    from harness.leftovers import Proc
+
+    ended = Proc(4242, 7, 4000, "sleep 300")  # what process.execute ended when pytest exited
+    out = isolation.SuiteRun(finished=[isolation.Finished("t.py::test_a", "passed", "", "", 0.1),
+                                       isolation.Finished("t.py::test_b", "passed", "", "", 0.1)])
+    read = isolation.JournalRead(spawned={"t.py::test_a": [ended]})
+    isolation._charge_leftovers(out, read, [ended], clean=clean)
+    outcomes = {f.id: (f.outcome, f.message) for f in out.finished}
+    if clean:
+        assert outcomes["t.py::test_a"] == ("error", "left 1 process(es) running: pid 4242 (sleep 300) (ended by the "
+                                                     "harness)")
+        assert out.unowned == [] and out.status() == "failed"
+    else:  # pytest died: a process-wide pool would be left too; the suite names it with its test
+        assert outcomes["t.py::test_a"] == ("passed", "")
+        assert out.unowned == ["pid 4242 (sleep 300) started by t.py::test_a"] and out.status() == "error"
+    assert outcomes["t.py::test_b"] == ("passed", "")
