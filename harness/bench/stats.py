@@ -167,8 +167,9 @@ def time_left(ends: Sequence[float], total: int) -> float | None:
     estimate exists from one step)."""
     if len(ends) < 2:
         return None
-    steps = [b - a for a, b in zip(ends, ends[1:])]
-    steps.sort()
+    from itertools import pairwise
+
+    steps = sorted(b - a for a, b in pairwise(ends))
     mid = len(steps) // 2
     median = steps[mid] if len(steps) % 2 else (steps[mid - 1] + steps[mid]) / 2
     return median * max(total - len(ends), 0)

@@ -162,7 +162,7 @@ def verdict_lines(reports: list[dict[str, Any]]) -> list[str]:
         for o in r["outputs"]:
             for p in o["pairs"]:
                 text = re.sub(r"\b(run |for )([A-Z]|S\d+)\b",
-                              lambda m: m.group(1) + names.get(m.group(2), m.group(2)), p["verdict"])
+                              lambda m, names=names: m.group(1) + names.get(m.group(2), m.group(2)), p["verdict"])
                 lines.append(f"{r['program']['ref']} {o['name']}: {names.get(p['b'], p['b'])} vs "
                              f"{names.get(p['a'], p['a'])}: {text}")
     return lines

@@ -409,7 +409,7 @@ def test_the_readme_python_example_prints_readable_kernel_source(tmp_path):
     `@triton.jit` line of its own), not a dict with `\\n` escapes."""
     import re
 
-    block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
     assert block, "README.md has no ```python block"
     proc = subprocess.run([sys.executable, "-c", block.group(1)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})

@@ -13,6 +13,7 @@ class FakeSession:
     def __init__(self, fail: set[int]) -> None:
         self.fail, self.calls, self.logged, self.errors = fail, [], [], []
         self._runner = None
+        self.posargs: list[str] = []
 
     def run(self, *args, env=None, external=False):
         from nox.command import CommandFailed
@@ -33,8 +34,6 @@ class FakeSession:
     def error(self, line):
         self.errors.append(line)
         raise SystemExit(line)
-
-    posargs: list[str] = []
 
 
 def test_every_phase_runs_after_a_failure_and_the_recap_names_each(monkeypatch):
