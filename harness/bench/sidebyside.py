@@ -29,8 +29,10 @@ Terms:
   pinned torch and are measured side by side when screened as suspects only.
 - Cost: three process starts (importing torch), compiling each suspect workload once per worker (kiln under
   Triton's interpreter: a few seconds a workload), then per workload, compiler and arm `ROUNDS` turns of at
-  least `TURN_S` (about 1.5 s; more when `REPS_SCALE` times the run's planned samples take longer); plus a
-  `git worktree add` when the commits differ. On the shared 2-core host: 25-45 s for 1-2 tiny kiln suspects.
+  least `TURN_S` (about 1.5 s; more when `REPS_SCALE` times the run's planned samples take longer), up to
+  `MAX_ROUNDS` for a workload left `inconclusive`; plus a `git worktree add` when the commits differ. On the
+  shared 2-core host with a load average of 10-20 (other jobs and a busy loop): 4-11 minutes for one tiny kiln
+  workload, most of it starting and compiling in the three workers.
 """
 
 from __future__ import annotations
@@ -181,8 +183,8 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
     """(baseline arm's results, the baseline A/A arm's results, candidate arm's results) of `cases` under
     `compilers`, measured in turns: the baseline's code runs in two processes, so that the same rounds measure
     how far identical code lies apart on this host (the noise floor). Each result's `meta["rounds"]` holds its
-    turns' lower quartiles in round order. After every `rounds` rounds, while `undecided(baseline turns,
-    A/A turns, candidate turns)` holds for some workload+compiler, `rounds` more are measured, up to
+    turns' lower quartiles in round order. After every `rounds` rounds, the workloads for which
+    `undecided(baseline turns, A/A turns, candidate turns)` holds under some compiler get `rounds` more, up to
     `max_rounds`."""
     hello = {"cfg": {**cfg, "rounds": 1, "passes": 1}, "cases": cases, "compilers": compilers,
              "threads": threads, "clock": "process" if str(cfg.get("device", "cpu")) == "cpu" else None}
@@ -199,12 +201,14 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
 
         n = {name: {c: turn(name, c) for c in compilers} for name in cases}
         blocks: dict[tuple[str, str, str], list[float]] = {}
-        done = 0
-        while done == 0 or (undecided and done + rounds <= max_rounds and any(
-                undecided(*(blocks.get((w.name, name, c), []) for w in workers))
-                for name in cases for c in compilers)):
-            _rounds(workers, cases, n, blocks, done, rounds)
+        todo, done = list(cases), 0
+        while todo:
+            _rounds(workers, todo, n, blocks, done, rounds)
             done += rounds
+            if undecided is None or done + rounds > max_rounds:
+                break
+            todo = [name for name in todo if any(undecided(*(blocks.get((w.name, name, c), []) for w in workers))
+                                                 for c in compilers)]
         got = [[Result.from_dict(d) for d in w.ask({"op": "finish"})["results"]] for w in workers]
         for w, rs in zip(workers, got):
             for x in rs:

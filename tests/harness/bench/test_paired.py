@@ -182,3 +182,27 @@ def test_a_cpu_plant_adds_its_fraction_of_the_calls_own_cpu_time():
     slow()
     total = time.thread_time_ns() - t0
     assert total >= 1.5 * seen[0]  # by construction: the spin ends only after half the call's CPU time more
+
+
+def test_only_workloads_left_inconclusive_get_more_rounds(tmp_path, monkeypatch):
+    rng = random.Random(5)
+
+    class FakeWorker:  # the protocol of sbs_worker.py, answered at once: "quiet" steady, "noisy" anything
+        def __init__(self, name, tree, hello, log, timeout_s):
+            self.name, self.reps, self.est = name, {}, {}
+
+        def ask(self, obj):
+            if obj["op"] == "finish":
+                return {"results": [Result(c, "kiln", "h", samples=[1.0]).as_dict() for c in ("quiet", "noisy")]}
+            t = 1e6 * (1 + rng.gauss(0, 0.002) if obj["case"] == "quiet" else math.exp(rng.gauss(0, 0.5)))
+            return {"block": {"kiln": t}}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(sidebyside, "Worker", FakeWorker)
+    base, aa, cand = sidebyside.measure_pair({}, ["quiet", "noisy"], ["kiln"], tmp_path, tmp_path, None, tmp_path,
+                                             undecided=sidebyside.undecided_at(CPU))
+    rounds = {r.workload: len(r.meta["rounds"]) for r in cand}
+    assert rounds == {"quiet": sidebyside.ROUNDS, "noisy": sidebyside.MAX_ROUNDS}
+    assert [len(r.meta["rounds"]) for r in base] == [len(r.meta["rounds"]) for r in aa] == list(rounds.values())
