@@ -87,17 +87,28 @@ class Trust:
         return f"trust: scope {self.scope}{narrowed}: {self.reason}"
 
 
+_heads: dict[tuple[str, int, int], str | None] = {}  # (payload path, size, mtime_ns) -> its head repository
+
+
 def _head_repo(env: Mapping[str, str]) -> str | None:
-    """`pull_request.head.repo.full_name` of the event payload, or None where it cannot be read."""
+    """`pull_request.head.repo.full_name` of the event payload, or None where it cannot be read (read once per
+    payload file: settings() asks for the scope often)."""
     path = env.get("GITHUB_EVENT_PATH", "").strip()
     if not path:
         return None
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        name = data["pull_request"]["head"]["repo"]["full_name"]
-    except (OSError, ValueError, KeyError, TypeError):
+        st = os.stat(path)
+    except OSError:
         return None
-    return name if isinstance(name, str) and name else None
+    memo = (path, st.st_size, st.st_mtime_ns)
+    if memo not in _heads:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            name = data["pull_request"]["head"]["repo"]["full_name"]
+        except (OSError, ValueError, KeyError, TypeError):
+            name = None
+        _heads[memo] = name if isinstance(name, str) and name else None
+    return _heads[memo]
 
 
 def derive(env: Mapping[str, str] | None = None) -> tuple[str, str]:
