@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from harness.exc import HarnessError, HistoryError, StoreDenied, StoreError, StoreUnreachable
 
-from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, settle, unreadable
+from .sqlite import MEMORY, WRITE_TXN, backup, denied_reason, open_engine, settle, unreadable
 from .tables import RUNNER_COLUMNS
 from .tables import bench as bench_tables
 from .tables import history as history_tables
@@ -248,25 +248,6 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
             conn.close()
         engine.dispose()
         raise
-
-
-# what a server says when it answered and refused us (a configuration error, not an outage): SQLSTATE class 28
-# (authorization) and 42501 (insufficient privilege); a connection refused at login carries no SQLSTATE in
-# psycopg, so its FATAL line is matched too
-_DENIED = re.compile(r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
-                     r"role \S+ does not exist|database \S+ does not exist|permission denied|"
-                     r"no password supplied|not permitted to log in|must be owner|insufficient privilege")
-
-
-def denied_reason(e: BaseException) -> str | None:
-    """The server's refusal in `e` (a DBAPI error) as one line, when it is one (see _DENIED); else None."""
-    orig = getattr(e, "orig", None) or e
-    code = str(getattr(orig, "sqlstate", None) or "")
-    text = " ".join(str(orig).split())
-    if not (code.startswith("28") or code == "42501" or _DENIED.search(text)):
-        return None
-    fatal = re.search(r"FATAL:\s*(.*)", text)
-    return (fatal.group(1) if fatal else text) or type(orig).__name__
 
 
 def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> StoreUnreachable | StoreDenied:
