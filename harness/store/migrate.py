@@ -16,7 +16,6 @@ Terms:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import sys
 from collections.abc import Callable
