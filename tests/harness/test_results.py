@@ -144,3 +144,20 @@ def test_job_summary_is_appended_only_on_github(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_GITHUB_SUMMARY", "1")  # what every verb's --github-summary sets
     assert append_job_summary("# one\n") and append_job_summary("# two")
     assert target.read_text() == "# forced\n\n# one\n\n# two\n\n"
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
+    """Parallel test workers (or two jobs on one runner) may start runs in one second: each process gets its own
+    folder (the mkdir is the claim), none fails."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; from pathlib import Path; from harness.suites.runner import new_run_dir; "
+            "print(new_run_dir('cpu', 'native', Path(sys.argv[1])))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "results")], cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    made = [out.strip() for out, _ in outs]
+    assert len(set(made)) == 6 and all(Path(m).is_dir() for m in made)
