@@ -32,11 +32,11 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from harness.exc import HarnessError, HistoryError, StoreDenied, StoreError, StoreUnreachable
 
-from .sqlite import MEMORY, WRITE_TXN, backup, open_engine, settle, unreadable
+from .sqlite import MEMORY, WRITE_TXN, backup, denied_reason, open_engine, settle, unreadable
 from .tables import RUNNER_COLUMNS
 from .tables import bench as bench_tables
 from .tables import history as history_tables
-from .url import ServerURL, denied_reason, server_engine
+from .url import ServerURL, server_engine
 
 MIGRATION_LOCK = 0x6B696C6E  # PostgreSQL advisory lock key ("kiln") held while a writer migrates a server store
 
@@ -249,9 +249,6 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
         raise
 
 
-# what a server says when it answered and refused us (a configuration error, not an outage): SQLSTATE class 28
-# (authorization) and 42501 (insufficient privilege); a connection refused at login carries no SQLSTATE in
-# psycopg, so its FATAL line is matched too
 def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> StoreUnreachable | StoreDenied:
     """The one-line StoreUnreachable for a server that refused, timed out or went away; StoreDenied when it
     answered and refused us (wrong password, unknown role or database, no permission), which is never spooled."""

@@ -18,6 +18,7 @@ Terms:
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -191,7 +192,24 @@ def _raise_if_denied(e: BaseException, what: str) -> None:
     """StoreDenied when the server refused `e`'s statement for lack of rights (never spooled, exit 3)."""
     from harness.exc import StoreDenied
 
-    from .url import denied_reason
-
     if (why := denied_reason(e)) is not None:
         raise StoreDenied(f"{what}: the server refused: {why} (check the role's grants)") from None
+
+
+# what a server says when it answered and refused us (a configuration error, not an outage): SQLSTATE class 28
+# (authorization) and 42501 (insufficient privilege); a connection refused at login carries no SQLSTATE in
+# psycopg, so its FATAL line is matched too
+_DENIED = re.compile(r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
+                     r"role \S+ does not exist|database \S+ does not exist|permission denied|"
+                     r"no password supplied|not permitted to log in|must be owner|insufficient privilege")
+
+
+def denied_reason(e: BaseException) -> str | None:
+    """The server's refusal in `e` (a DBAPI error) as one line, when it is one (see _DENIED); else None."""
+    orig = getattr(e, "orig", None) or e
+    code = str(getattr(orig, "sqlstate", None) or "")
+    text = " ".join(str(orig).split())
+    if not (code.startswith("28") or code == "42501" or _DENIED.search(text)):
+        return None
+    fatal = re.search(r"FATAL:\s*(.*)", text)
+    return (fatal.group(1) if fatal else text) or type(orig).__name__

@@ -13,7 +13,6 @@ Terms:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,19 +101,3 @@ def server_engine(location: ServerURL, *, write: bool) -> Engine:
     if not write:
         args["options"] = "-c default_transaction_read_only=on"
     return create_engine(location.url, poolclass=NullPool, connect_args=args)
-
-
-_DENIED = re.compile(r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
-                     r"role \S+ does not exist|database \S+ does not exist|permission denied|"
-                     r"no password supplied|not permitted to log in|must be owner|insufficient privilege")
-
-
-def denied_reason(e: BaseException) -> str | None:
-    """The server's refusal in `e` (a DBAPI error) as one line, when it is one (see _DENIED); else None."""
-    orig = getattr(e, "orig", None) or e
-    code = str(getattr(orig, "sqlstate", None) or "")
-    text = " ".join(str(orig).split())
-    if not (code.startswith("28") or code == "42501" or _DENIED.search(text)):
-        return None
-    fatal = re.search(r"FATAL:\s*(.*)", text)
-    return (fatal.group(1) if fatal else text) or type(orig).__name__

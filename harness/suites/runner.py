@@ -240,12 +240,15 @@ def new_run_dir(backend: str, mode: str, results_root: Path | None = None) -> Pa
     root = results_root or settings().results_root
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = root / f"{stamp}-{backend}-{mode}"
+    root.mkdir(parents=True, exist_ok=True)
     path, n = base, 1
-    while path.exists():
-        n += 1
-        path = Path(f"{base}-{n}")
-    path.mkdir(parents=True)
-    return path
+    while True:  # mkdir is the claim: two runs started in one second (parallel test workers) get two folders
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+            path = Path(f"{base}-{n}")
 
 
 def _error_line(log: Path) -> str:

@@ -155,3 +155,20 @@ def test_printable_escapes_what_xml_and_utf8_cannot_carry_and_keeps_the_rest():
 def test_atomic_write_text_escapes_an_unpaired_surrogate(tmp_path):
     res.atomic_write_text(tmp_path / "r.txt", "x\ud800y")
     assert (tmp_path / "r.txt").read_text(encoding="utf-8") == "x\\ud800y"
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
+    """Parallel test workers (or two jobs on one runner) may start runs in one second: each process gets its own
+    folder (the mkdir is the claim), none fails."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; from pathlib import Path; from harness.suites.runner import new_run_dir; "
+            "print(new_run_dir('cpu', 'native', Path(sys.argv[1])))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "results")], cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    made = [out.strip() for out, _ in outs]
+    assert len(set(made)) == 6 and all(Path(m).is_dir() for m in made)
