@@ -107,7 +107,8 @@ def test_build_argv_passes_the_matrix_build_args(tmp_path):
 def test_bootstrap_and_wheelhouse_commands(tmp_path):
     cpu = M.backend("cpu")
     assert image.bootstrap_argv(cpu, tmp_path, "http://mirror.test/debian") == [
-        "debootstrap", "--variant=minbase", "bookworm", str(tmp_path), "http://mirror.test/debian"]
+        image.find_tool("debootstrap") or "debootstrap", "--variant=minbase", "bookworm", str(tmp_path),
+        "http://mirror.test/debian"]
     wh = image.wheelhouse_argv(cpu, tmp_path, ROOT)
     assert wh[1:4] == ["-m", "pip", "download"]
     # the wheelhouse is the lock's files, hash-checked (docker/lock/cpu.txt pins torch 2.13.0 and triton 3.9.0)

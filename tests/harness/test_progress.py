@@ -122,7 +122,7 @@ def test_a_failed_debootstrap_quotes_its_log_under_the_results_folder(tmp_path, 
     with pytest.raises(image.ImageError, match=r"debootstrap failed \(exit 1\): .*E: Failed getting release file"):
         image.bootstrap_base(cuda)
     log = tmp_path / "results" / "logs" / "debootstrap-cuda.log"
-    assert seen == [("debootstrap", log, f"debootstrap of {cuda.bootstrap.image}")]
+    assert seen == [("/usr/sbin/debootstrap", log, f"debootstrap of {cuda.bootstrap.image}")]  # the one found
 
 
 def test_the_workflows_upload_the_results_folder_that_holds_the_logs():
