@@ -465,15 +465,23 @@ def ci(session: nox.Session) -> None:
     report = os.path.join(bench_dir, "last.json")
     if os.path.exists(report):
         os.remove(report)
+    # a reduced main job (CI's proof on a stranger's machine, ci/stranger.sh): KILN_CI_BENCH_ONLY and
+    # KILN_CI_MODELS_ONLY narrow the two bench steps to the given fnmatch patterns (unset: every workload and case)
+    kernels_only = os.environ.get("KILN_CI_BENCH_ONLY", "").strip()
+    models_only = os.environ.get("KILN_CI_MODELS_ONLY", "").strip()
+    if kernels_only or models_only:
+        session.log(f"bench: reduced (kernels: {kernels_only or 'all'}; models: {models_only or 'all'})")
     steps.append(("kernels", report, step(python, "-m", "harness", "bench", "backend", "--backend", backend,
-                                          *native, "--github-summary", env=SUITE_ENV)))
+                                          *native, "--github-summary",
+                                          *(["--", "--only", kernels_only] if kernels_only else []), env=SUITE_ENV)))
     if native:  # the model tier needs transformers (the `models` extra), which the backend images lack
         report = os.path.join(bench_dir, "models", "report.json")
         if os.path.exists(report):
             os.remove(report)
         steps.append(("models", report, step(python, "-m", "harness", "bench", "models", "--profile", "tiny",
                                              "--db", f"{bench_dir}/bench.sqlite", "--out", f"{bench_dir}/models",
-                                             "--baseline", "latest?", "--github-summary", env=SUITE_ENV)))
+                                             "--baseline", "latest?", "--github-summary",
+                                             *(["--only", models_only] if models_only else []), env=SUITE_ENV)))
     else:
         session.log("bench models: skipped in container mode (the backend images carry no transformers); "
                     "run `nox -s bench` or `python -m harness bench models` natively")

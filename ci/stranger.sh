@@ -13,6 +13,7 @@
 #                            ~/.cache/kiln/stranger-pip; `none`: no cache, every wheel downloaded)
 #   KILN_STRANGER_SELECTION  a pytest -k expression for the suites (KILN_TEST_SELECTION of the run): a reduced run
 #   KILN_TORCH_INDEX_URL     passed through: the base URL of PyTorch's wheel indexes (torch's CPU build)
+#   KILN_CI_BENCH_ONLY, KILN_CI_MODELS_ONLY  passed through: the main job's bench steps narrowed (see noxfile.py)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cmd=("$@")
@@ -38,6 +39,9 @@ clean_env=(env -i "PATH=$work/py/bin:/usr/local/bin:/usr/bin:/bin" "HOME=$work/h
            "XDG_CACHE_HOME=$work/home/.cache" "${pip_env[@]}" "LANG=C.UTF-8" "TERM=dumb")
 [ -n "${KILN_STRANGER_SELECTION:-}" ] && clean_env+=("KILN_TEST_SELECTION=$KILN_STRANGER_SELECTION")
 [ -n "${KILN_TORCH_INDEX_URL:-}" ] && clean_env+=("KILN_TORCH_INDEX_URL=$KILN_TORCH_INDEX_URL")
+for var in KILN_CI_BENCH_ONLY KILN_CI_MODELS_ONLY; do  # a reduced main job: the bench steps narrowed (noxfile.py ci)
+  [ -n "${!var:-}" ] && clean_env+=("$var=${!var}")
+done
 
 start=$SECONDS
 log="$work/log-$(date -u +%Y%m%dT%H%M%S).txt"  # one per command: a second one may run beside the first
