@@ -316,6 +316,9 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
         elif j.verdict is Verdict.INCONCLUSIVE:
             c.verdict, c.confirmed = Verdict.INCONCLUSIVE, None
             c.note = _join(c.note, f"inconclusive side by side: {j.why}")
+        elif j.verdict in wanted:  # the other direction, beyond the noise floor: the measurement decides
+            c.note = _join(c.note, f"the stored comparison said {c.suspect}; side by side {j.why}")
+            c.suspect, c.verdict, c.confirmed = j.verdict, j.verdict, True
         else:
             c.verdict, c.confirmed = Verdict.REJECTED, False
             c.note = _join(c.note, f"rejected side by side ({j.verdict}): {j.why}")

@@ -194,7 +194,7 @@ def test_a_file_that_kills_the_interpreter_while_imported_costs_that_file_alone(
     manifest = json.loads((run_dir / "run.json").read_text())
     assert {c["id"] for c in manifest["suites"][0]["crashes"]} == {f"tests/faults/{n}" for n in
                                                                    ("test_aborts.py", "test_segfaults.py", "test_exits.py")}
-    repro = harness(root, "repro", str(run_dir)).stdout
+    repro = harness(root, "repro", "--print", str(run_dir)).stdout
     assert any(ln.endswith("tests/faults/test_aborts.py") for ln in repro.splitlines()), repro
 
 
