@@ -196,11 +196,10 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
     b = backend.bootstrap
     if b is None:
         raise ImageInputError(f"backend {backend.name} has no bootstrap entry in the matrix")
-    if not force and image_id(b.image):
-        return b.image
     name = trust.scoped_image(b.image, settings().cache_scope)  # an untrusted job never makes main's base
-    if not force and image_id(name):
-        return name
+    for have in dict.fromkeys((b.image, name)):  # main's base serves every scope (one lookup when they are one)
+        if not force and image_id(have):
+            return have
     if find_tool("debootstrap") is None:
         raise MissingTool(f"debootstrap not found on PATH nor in {', '.join(SBIN)}: install it (apt-get install "
                           "debootstrap) to bootstrap "

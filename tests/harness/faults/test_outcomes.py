@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -71,15 +72,22 @@ def _survivors(root: Path) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="the leftover search reads Linux's /proc")
-def test_processes_a_test_leaves_running_are_ended_and_named(tmp_path):
-    root = make_project(tmp_path, LEFTOVERS)
+
+def _run_and_reap(root: Path) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """The harness run of the planted project and the planted processes still alive after it; whatever survived
+    is killed afterwards, so that a failing test leaves nothing behind."""
     try:
         proc = harness(root, *run_args(root, "--retries", "0"))
         survivors = _survivors(root)
     finally:
         for pid in _survivors(root):
             os.kill(pid, signal.SIGKILL)
+    return proc, survivors
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="the leftover search reads Linux's /proc")
+def test_processes_a_test_leaves_running_are_ended_and_named(tmp_path):
+    root = make_project(tmp_path, LEFTOVERS)
+    proc, survivors = _run_and_reap(root)
     assert survivors == [], "processes of the planted tests outlived the run"
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (only_run(root) / "report.txt").read_text()
@@ -237,12 +245,7 @@ def test_every_phase_a_process_dies_in_or_leaves_processes_in_is_named(tmp_path)
     root = make_project(tmp_path, PHASES)
     (root / "tests" / "faults" / "conftest.py").write_text(
         "import atexit, os\n\ndef pytest_sessionfinish(session):\n    atexit.register(os.abort)  # after the journal\n")
-    try:
-        proc = harness(root, *run_args(root, "--retries", "0"))
-        survivors = _survivors(root)
-    finally:
-        for pid in _survivors(root):
-            os.kill(pid, signal.SIGKILL)
+    proc, survivors = _run_and_reap(root)
     assert survivors == [], "processes started at import outlived the run"
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (only_run(root) / "report.txt").read_text()
