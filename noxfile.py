@@ -79,10 +79,15 @@ SITE_PINS = [*HARNESS_PINS, "psycopg[binary]>=3.1", "numpy>=1.26", "matplotlib>=
 PROJECT = ".[test,bench,models,fleet]"  # fleet: psycopg, the store tests' PostgreSQL engine (issue 27)
 
 
+def _nox_option(session: nox.Session, name: str) -> bool:
+    """nox's own command-line flag `name` (`no_venv`, `install_only`), read from its options where this nox has them."""
+    options = getattr(getattr(session, "_runner", None), "global_config", None)
+    return bool(getattr(options, name, False))
+
+
 def _no_venv(session: nox.Session) -> bool:
     """KILN_NO_VENV, or `nox --no-venv` (nox's own flag, read from its options where this nox has them)."""
-    options = getattr(getattr(session, "_runner", None), "global_config", None)
-    return bool(os.environ.get("KILN_NO_VENV")) or bool(getattr(options, "no_venv", False))
+    return bool(os.environ.get("KILN_NO_VENV")) or _nox_option(session, "no_venv")
 
 
 def _venv_python(venv: str) -> str:
@@ -672,8 +677,7 @@ def preflight_first(session: nox.Session, python: str, backend: str, native: lis
     `nox --install-only`."""
     import subprocess
 
-    options = getattr(getattr(session, "_runner", None), "global_config", None)
-    if getattr(options, "install_only", False):
+    if _nox_option(session, "install_only"):
         return
     argv = [python, "-m", "harness", "preflight", "--backend", backend, *native]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
