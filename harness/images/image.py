@@ -463,7 +463,8 @@ def local_base(backend: Backend) -> str:
     return backend.base_ref
 
 
-def current_tag(backend: Backend, base_image: str | None = None) -> str:
-    """The tag `build` would use now, without building: the bootstrapped base when it exists locally."""
+def current_tag(backend: Backend, base_image: str | None = None, root: Path | None = None) -> str:
+    """The tag `build` would use now for the tree at `root` (default: this checkout), without building: the
+    bootstrapped base when it exists locally."""
     base = base_image or local_base(backend)
-    return image_tag(backend, base, base_id=base_id_for_hash(backend, base))
+    return image_tag(backend, base, root=root, base_id=base_id_for_hash(backend, base))

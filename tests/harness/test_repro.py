@@ -130,8 +130,7 @@ def cpu_image_built(root: Path) -> str | None:
     try:
         image.require_docker()
         b = matrix.load(root / "ci" / "matrix.json").backend("cpu")
-        base = image.local_base(b)
-        tag = image.image_tag(b, base, root=root, base_id=image.base_id_for_hash(b, base))
+        tag = image.current_tag(b, root=root)
         return tag if image.image_id(tag) else None
     except Exception:  # noqa: BLE001 - no docker here: the test is skipped
         return None

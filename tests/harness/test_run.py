@@ -179,7 +179,7 @@ def _cpu_image_present(root: Path) -> str | None:
     except HarnessError as e:
         pytest.skip(f"docker is not usable here: {e}")
     b = matrix.load(root / "ci" / "matrix.json").backend("cpu")
-    tag = image.image_tag(b, b.bootstrap.image if b.bootstrap else None, root=root)
+    tag = image.current_tag(b, root=root)  # as a build computes it (the local base's id in the hash)
     if not image.image_id(tag):
         pytest.skip(f"CPU image {tag} not built on this machine (python -m harness image build --backend cpu)")
     return tag
