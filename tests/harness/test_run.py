@@ -16,6 +16,7 @@ import pytest
 from harness import matrix
 from harness.suites import collect, repro
 from harness.images import image
+from harness.record import RunRecord
 from harness.settings import settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,7 +196,8 @@ def test_container_run_and_repro_line(tmp_path):
     assert json.loads((run_dir / "health.json").read_text())["ok"]
     env = json.loads((run_dir / "env.json").read_text())
     assert env["host"]["image"]["tag"] == tag and env["device"]["executable"] == "/opt/venv/bin/python"
-    line = repro.repro_line(json.loads((run_dir / "run.json").read_text()), "tests/alpha/test_alpha.py::test_broken")
+    record = RunRecord.from_json(json.loads((run_dir / "run.json").read_text()))
+    line = repro.repro_line(record, "tests/alpha/test_alpha.py::test_broken")
     assert "--network none" in line and f"{root}:/src:ro" in line and tag in line
     again = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "1 failed" in again.stdout
