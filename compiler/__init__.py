@@ -1,64 +1,85 @@
 """kiln: a ``torch.compile`` backend that lowers ATen graphs to fused Triton kernels.
 
-``import compiler`` registers the backend ``"kiln"``. With no GPU present (or ``KILN_INTERPRET=1``) it
-sets ``TRITON_INTERPRET=1`` before Triton is imported, so kernels run on CPU tensors through Triton's
-interpreter. Public API: ``config``, ``capture()``, ``kiln_backend``, ``compile_graph``.
+``import compiler`` on its own has no side effects: it sets no variable, imports neither torch nor triton and
+never exits, so ``compiler.config`` (the settings) is readable anywhere. Hooking kiln into torch is
+``register()``: it applies the ``interpret`` setting (``config.select_interpreter``: with no GPU, or
+``KILN_INTERPRET=1``, ``TRITON_INTERPRET=1`` so that kernels run on CPU tensors through Triton's interpreter)
+and then registers the backend ``"kiln"`` with Dynamo. The order matters: Dynamo's import loads
+``triton.language``, whose own ``@jit`` helpers are built as interpreted functions only when
+``TRITON_INTERPRET`` is set by then. ``import compiler`` calls ``register()`` when torch is already imported
+(the usual ``import torch; import compiler``); where the project is installed, the entry point
+(``torch_dynamo_backends`` in pyproject.toml) registers the backend too, and compiling applies the setting
+again at its start (too late for Triton's helpers if nothing did before: set ``TRITON_INTERPRET=1`` or call
+``register()`` first).
+
+Public API: ``config``, ``register()``, ``capture()``, ``CompiledGraph``, ``FallbackReason``, ``kiln_backend``,
+``compile_graph``; all but the first three load the compiler (torch, triton) on first use.
 """
 
 from __future__ import annotations
 
-import logging
-import os
+import contextlib
+import importlib
 import sys
+import types
+from typing import Any
 
 from . import config
 
-log = logging.getLogger("kiln")
+# public name -> the module that defines it (imported on first use: it imports torch and triton)
+_LAZY = {"CompiledGraph": "capture", "FallbackReason": "graph", "kiln_backend": "backend",
+         "compile_graph": "backend"}
 
 
-def _select_interpreter() -> None:
-    mode = config.settings().interpret
-    if mode == "0":
-        return
-    if mode == "auto":
-        import torch
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-        if torch.cuda.is_available():
+
+def capture() -> contextlib.AbstractContextManager[list]:
+    """Collect every top-level graph compiled inside the block (``compiler.capture.capture``)."""
+    from .capture import capture as collect
+
+    return collect()
+
+
+class _Package(types.ModuleType):
+    """This package's module type: importing the submodule ``compiler.capture`` leaves the attribute
+    ``capture`` the function above (the import system binds a submodule to its parent's attribute)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "capture" and isinstance(value, types.ModuleType):
             return
-    if config.interpreting():
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def _kiln(gm: Any, example_inputs: list, **kwargs: Any) -> Any:
+    """The backend as Dynamo calls it before ``compiler.backend`` is loaded: loads it, then compiles."""
+    from .backend import kiln_backend
+
+    return kiln_backend(gm, example_inputs, **kwargs)
+
+
+def register() -> None:
+    """Choose Triton's interpreter or not (``config.select_interpreter``), then register ``"kiln"`` with Dynamo
+    (which imports torch and triton); the registration is skipped when it is registered already."""
+    config.select_interpreter()  # before Dynamo imports triton.language (module docstring)
+    from torch._dynamo.backends import registry
+
+    if "kiln" in registry._COMPILER_FNS:
         return
-    if "triton" in sys.modules:
-        log.warning("kiln: triton was imported before kiln chose the interpreter; CPU graphs will fall back "
-                    "to ATen. Import compiler first or set TRITON_INTERPRET=1.")
-        return
-    os.environ["TRITON_INTERPRET"] = "1"
-
-
-try:
-    _select_interpreter()
-except config.ConfigError as _e:
-    if sys.argv[:1] == ["-m"]:  # `python -m compiler...` (the package imports first): one line, exit 2
-        print(f"python -m compiler: {_e}", file=sys.stderr)
-        sys.exit(2)
-    raise
-
-import torch  # noqa: E402
-
-if config.interpreting():
-    # triton lazily imports gluon on its first launch; do it now, outside the interpreter's patched scope
     try:
-        import triton.experimental.gluon  # noqa: F401
-    except Exception:  # older tritons have no gluon
-        pass
+        registry.register_backend(name="kiln")(_kiln)
+    except AssertionError as e:  # registered meanwhile (the entry point, another thread)
+        if "kiln" not in str(e):
+            raise
 
-from .backend import compile_graph, kiln_backend  # noqa: E402
-from .capture import CompiledGraph, capture  # noqa: E402
-from .graph import FallbackReason  # noqa: E402
 
-try:
-    torch._dynamo.register_backend(name="kiln")(kiln_backend)
-except Exception as e:  # already registered through the entry point
-    if "kiln" not in str(e):
-        raise
+if "torch" in sys.modules:  # torch came first (the usual order): `torch.compile(backend="kiln")` works at once
+    register()
 
-__all__ = ["config", "capture", "CompiledGraph", "FallbackReason", "kiln_backend", "compile_graph"]
+__all__ = ["config", "capture", "CompiledGraph", "FallbackReason", "kiln_backend", "compile_graph", "register"]

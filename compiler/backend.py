@@ -187,6 +187,7 @@ def run_passes(job: GraphJob) -> dict[str, Any]:
 def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference",
                   example_inputs: Optional[list] = None, free_output_layouts: bool = False) -> CompiledGraph:
     """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
+    config.select_interpreter()  # before the graph's first kernel is decorated (Triton reads it then)
     job = GraphJob(gm, name, role, list(example_inputs) if example_inputs is not None else None,
                    free_output_layouts=free_output_layouts)
     products = run_passes(job)
@@ -363,6 +364,7 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    config.select_interpreter()  # compiling starts here: Triton's interpreter without a GPU (config.interpret)
     overrides = backend_overrides(kwargs.get("options"), kwargs.get("mode"))
     with config.patch(**overrides):
         # a graph found by its Dynamo graph: AOTAutograd does not run (runtime/inference_cache.py, training_cache.py)

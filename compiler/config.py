@@ -1,7 +1,9 @@
 """Typed settings for the kiln compiler. The one module that reads environment variables.
 
-Every knob has a field here, an environment variable ``KILN_<FIELD>`` (upper case), a type and a default.
-``settings()`` returns the active values; ``patch(**overrides)`` scopes changes (for tests).
+Every knob is declared once, as a field of ``Settings`` (``compiler/envvars.py``): its variable ``KILN_<FIELD>``
+(upper case), type, default, accepted values and help text. ``settings()`` returns the active values;
+``patch(**overrides)`` scopes changes (for tests). ``python -m harness settings --md`` prints the table.
+``select_interpreter()`` applies the ``interpret`` setting; compiling calls it before the first kernel exists.
 """
 
 from __future__ import annotations
@@ -11,121 +13,246 @@ import dataclasses
 import os
 from typing import Any, Iterator
 
+from .envvars import FALSE_WORDS, TRUE_WORDS, power_of_two, read, replace, setting
 from .exc import ConfigError
+
+PREFIX = "KILN_"
+
+
+def _default_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _cache_mode(raw: str) -> str:
+    """KILN_CACHE: 1, read or 0; a boolean word (on, off, ...) is 1 or 0, empty is 0."""
+    low = raw.strip().lower()
+    if low in TRUE_WORDS:
+        return "1"
+    if low in FALSE_WORDS or not low:
+        return "0"
+    return raw.strip()
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Compiler settings. Field docs double as the env var reference (``KILN_<NAME>``)."""
+    """Compiler settings, each declared once (variable ``KILN_<NAME>``, type, default, help)."""
 
-    #: "auto" (interpreter when no GPU is present), "1" (always the Triton interpreter), "0" (never).
-    interpret: str = "auto"
-    #: Folder where every graph's wrapper and every kernel's source and launch specs are written.
-    dump_dir: str = ""
-    #: Raise internal lowering errors instead of falling back to ATen (tests run strict).
-    strict: bool = False
-    #: Round to fp16/bf16 after every op whose ATen result is fp16/bf16, as eager does.
-    emulate_eager_precision: bool = False
-    #: Largest reduction row (elements) computed in registers in one pass on a GPU.
-    persistent_rblock_max: int = 8192
-    #: Same, under the interpreter (bigger blocks mean fewer, faster interpreted programs).
-    interp_persistent_rblock_max: int = 65536
-    #: Elements per program for pointwise kernels on a GPU.
-    pointwise_xblock: int = 1024
-    #: Elements per program for pointwise kernels under the interpreter.
-    interp_pointwise_xblock: int = 16384
-    #: Reduction chunk for looped (non-persistent) reductions on a GPU.
-    looped_rblock: int = 4096
-    #: Column (outer) reductions on a GPU: adjacent output columns per program.
-    outer_xblock: int = 64
-    #: Column (outer) reductions on a GPU: reduced rows per loop step.
-    outer_rblock: int = 64
-    #: Column (outer) reductions on a GPU: warps per program.
-    outer_num_warps: int = 8
-    #: Where generated kernel modules are written before import.
-    cache_dir: str = ""
-    #: Compile threads, as Inductor's: 1 compiles each kernel serially in this process at its first launch
-    #: (the test suites set KILN_COMPILE_THREADS=1); more lets kiln compile kernels ahead of time in
-    #: ``compile_workers`` worker processes (``runtime/precompile.py``). Default: min(8, CPU count).
-    compile_threads: int = dataclasses.field(default_factory=lambda: _default_workers())
-    #: Kernel compile worker processes, one pool per process shared by every graph (1: no pool).
-    #: Default: min(8, CPU count).
-    compile_workers: int = dataclasses.field(default_factory=lambda: _default_workers())
-    #: Log every fallback at WARNING instead of INFO.
-    log_fallbacks: bool = False
-    #: Record each compiled graph into CUDA graphs and replay them (one recording per size key; see
-    #: ``runtime/cudagraphs.py``). Also ``torch.compile(..., options={"cudagraphs": True})`` or
-    #: ``mode="reduce-overhead"``.
-    cudagraphs: bool = False
-    #: Misaligned large matmuls (M, K or N not a multiple of 16 bytes): "bench" rewrites them where a timing
-    #: on the GPU at compile time shows it pays (zero-padding, or a row-major copy of a transposed operand);
-    #: "pad" and "contiguous" apply that rewrite to every one (any device); "off" never
-    #: (``fx_passes.matmul_layouts``).
-    mm_layout: str = "bench"
-    #: Inference graphs with convolutions: "auto" runs them channels-last when all are fp16/bf16 2-D
-    #: convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never
-    #: (``fx_passes.convs_channels_last``).
-    conv_layout: str = "auto"
-    #: Convolutions with a bias: "auto" moves the bias out of ATen's convolution on a GPU, where ATen adds it
-    #: in an elementwise kernel of its own after cuDNN's, into an add that fuses with the convolution's
-    #: consumers (kiln kernels); "split" does so on any device; "keep" never (``fx_passes.split_conv_bias``).
-    conv_bias: str = "auto"
-    #: Eager attention in inference graphs (``softmax(q @ k^T * scale + mask) @ v`` as bmm, softmax, bmm):
-    #: "auto" replaces each by one fused ATen attention call (``_scaled_dot_product_efficient_attention``) on a
-    #: GPU, "fuse" on any device (the CPU's ``_scaled_dot_product_flash_attention_for_cpu``), "keep" never
-    #: (``fx_attention.fuse_attention``).
-    attention: str = "auto"
-    #: The graph cache (``runtime/graph_cache.py``), the autotune choices (``runtime/autotune.py``) and the binary
-    #: index (``runtime/binary_index.py``) on disk:
-    #: "1" read and write, "read" read only (never write: jobs of a lower trust level, such as pull requests,
-    #: beside a cache that trusted jobs load), "0" off.
-    cache: str = "1"
-    #: Authenticate the on-disk caches' entries (graph, front, autotune, binary index): each is signed with an
-    #: HMAC-SHA256 keyed by ``cache_key`` (or ``cache_key_file``) and loaded only when the signature matches, so
-    #: a job that cannot read the key cannot forge one (a checksum anyone can recompute proves no origin). On
-    #: and without a key: those caches are off (nothing is loaded that cannot be authenticated). The harness
-    #: turns it on for main's CI jobs (harness/trust.py). Off: entries carry a key's HMAC when a key is set,
-    #: else a sha256 checksum, and are loaded when theirs matches.
-    cache_auth: bool = False
-    #: The secret that signs cache entries (a runner secret of main's jobs; README: Trust).
-    cache_key: str = dataclasses.field(default="", repr=False)
-    #: A file holding that secret (its bytes, surrounding whitespace dropped); ``cache_key`` wins when both are set.
-    cache_key_file: str = ""
-    #: Folder of the graph cache; default ``$XDG_CACHE_HOME/kiln/graphs`` (``~/.cache/kiln/graphs``).
-    graph_cache_dir: str = ""
-    #: Size bound of the graph cache folder in MiB (the least recently used entries go first).
-    cache_max_mb: int = 2048
-    #: With the graph cache on: inference graphs of static shapes whose AOTAutograd wrapper is trivial (no input
-    #: mutation, no aliased output...) are also found by their Dynamo graph, so that a warm process skips
-    #: AOTAutograd's tracing for them (``runtime/inference_cache.py``).
-    inference_cache: bool = True
-    #: With ``inference_cache`` on: training graphs of static shapes (their forward and backward both in the
-    #: graph cache, AOTAutograd's wrapper trivial) are found by their Dynamo graph too, and run through kiln's
-    #: own ``autograd.Function`` (``runtime/training_cache.py``).
-    training_cache: bool = True
-    #: Time candidate launch configs of each kernel on the GPU at its first launch and keep the fastest
-    #: (cached on disk per kernel, device and size bucket). Also ``mode="max-autotune"``. No-op on the CPU.
-    autotune: bool = False
-    #: Folder of the autotune choices; default ``$XDG_CACHE_HOME/kiln/autotune``.
-    autotune_dir: str = ""
-    #: Value tracing for numerics triage (``runtime/value_trace.py``): wrappers built with it on record, after
-    #: every kernel launch and extern/fallback call, statistics of its outputs as JSON lines (read by
-    #: ``python -m harness numerics trace-diff``). Off: the wrapper holds no trace call at all. Graphs run
-    #: without CUDA graphs while it is on (a recorded ``cudagraph`` fallback reason).
-    trace_values: bool = False
-    #: Where value traces go: a file, or a folder (an existing one, or a path ending in ``/``) that gets
-    #: ``kiln-trace-<pid>.jsonl``; ``{pid}`` in the name is replaced. Default: ``kiln-trace-<pid>.jsonl`` in
-    #: ``dump_dir`` when set, else in the current folder.
-    trace_file: str = ""
-    #: Floating-point sums of scatters (``index_put(accumulate=True)``, the embedding backward, ``scatter_add``,
-    #: ``scatter_reduce`` sum/mean): "fixed" sums each target element's sources in one fixed order (an
-    #: order-fixed kernel without atomics: bitwise identical results run to run) when the scatter has at most
-    #: ``ordered_scatter_max`` source elements, and uses atomics above that; "atomic" always uses atomics. Each
-    #: atomic float sum is listed in ``CompiledGraph.nondeterministic`` (kiln chose speed over run-to-run identity).
-    scatter_order: str = "fixed"
-    #: Source elements up to which a float-sum scatter is order-fixed (its kernel compares every source's target
-    #: with every other's: quadratic work, cheap only for small scatters).
-    ordered_scatter_max: int = 16384
+    interpret: str = setting(
+        "auto", choices=("auto", "0", "1"),
+        help=(
+            "\"auto\" (interpreter when no GPU is present), \"1\" (always the Triton interpreter), \"0\" (never)."
+        ),
+    )
+    dump_dir: str = setting(
+        "",
+        help="Folder where every graph's wrapper and every kernel's source and launch specs are written.",
+    )
+    strict: bool = setting(
+        False,
+        help="Raise internal lowering errors instead of falling back to ATen (tests run strict).",
+    )
+    emulate_eager_precision: bool = setting(
+        False,
+        help="Round to fp16/bf16 after every op whose ATen result is fp16/bf16, as eager does.",
+    )
+    persistent_rblock_max: int = setting(
+        8192, check=power_of_two,
+        help="Largest reduction row (elements) computed in registers in one pass on a GPU.",
+    )
+    interp_persistent_rblock_max: int = setting(
+        65536, check=power_of_two,
+        help="Same, under the interpreter (bigger blocks mean fewer, faster interpreted programs).",
+    )
+    pointwise_xblock: int = setting(
+        1024, check=power_of_two,
+        help="Elements per program for pointwise kernels on a GPU.",
+    )
+    interp_pointwise_xblock: int = setting(
+        16384, check=power_of_two,
+        help="Elements per program for pointwise kernels under the interpreter.",
+    )
+    looped_rblock: int = setting(
+        4096, check=power_of_two,
+        help="Reduction chunk for looped (non-persistent) reductions on a GPU.",
+    )
+    outer_xblock: int = setting(
+        64, check=power_of_two,
+        help="Column (outer) reductions on a GPU: adjacent output columns per program.",
+    )
+    outer_rblock: int = setting(
+        64, check=power_of_two,
+        help="Column (outer) reductions on a GPU: reduced rows per loop step.",
+    )
+    outer_num_warps: int = setting(
+        8, check=power_of_two,
+        help="Column (outer) reductions on a GPU: warps per program.",
+    )
+    cache_dir: str = setting("", help="Where generated kernel modules are written before import.")
+    compile_threads: int = setting(
+        default_factory=_default_workers, default_doc="min(8, CPU count)",
+        help=(
+            "Compile threads, as Inductor's: 1 compiles each kernel serially in this process at its first "
+            "launch (the test suites set KILN_COMPILE_THREADS=1); more lets kiln compile kernels ahead of "
+            "time in ``compile_workers`` worker processes (``runtime/precompile.py``). Default: min(8, CPU "
+            "count)."
+        ),
+    )
+    compile_workers: int = setting(
+        default_factory=_default_workers, default_doc="min(8, CPU count)",
+        help=(
+            "Kernel compile worker processes, one pool per process shared by every graph (1: no pool). "
+            "Default: min(8, CPU count)."
+        ),
+    )
+    log_fallbacks: bool = setting(False, help="Log every fallback at WARNING instead of INFO.")
+    cudagraphs: bool = setting(
+        False,
+        help=(
+            "Record each compiled graph into CUDA graphs and replay them (one recording per size key; see "
+            "``runtime/cudagraphs.py``). Also ``torch.compile(..., options={\"cudagraphs\": True})`` or "
+            "``mode=\"reduce-overhead\"``."
+        ),
+    )
+    mm_layout: str = setting(
+        "bench", choices=("bench", "pad", "contiguous", "off"),
+        help=(
+            "Misaligned large matmuls (M, K or N not a multiple of 16 bytes): \"bench\" rewrites them where a "
+            "timing on the GPU at compile time shows it pays (zero-padding, or a row-major copy of a "
+            "transposed operand); \"pad\" and \"contiguous\" apply that rewrite to every one (any device); \"off\" "
+            "never (``fx_passes.matmul_layouts``)."
+        ),
+    )
+    conv_layout: str = setting(
+        "auto", choices=("auto", "always", "off"),
+        help=(
+            "Inference graphs with convolutions: \"auto\" runs them channels-last when all are fp16/bf16 2-D "
+            "convolutions on a GPU, \"always\" whenever they are 2-D floating point (any device), \"off\" never "
+            "(``fx_passes.convs_channels_last``)."
+        ),
+    )
+    conv_bias: str = setting(
+        "auto", choices=("auto", "split", "keep"),
+        help=(
+            "Convolutions with a bias: \"auto\" moves the bias out of ATen's convolution on a GPU, where ATen "
+            "adds it in an elementwise kernel of its own after cuDNN's, into an add that fuses with the "
+            "convolution's consumers (kiln kernels); \"split\" does so on any device; \"keep\" never "
+            "(``fx_passes.split_conv_bias``)."
+        ),
+    )
+    attention: str = setting(
+        "auto", choices=("auto", "fuse", "keep"),
+        help=(
+            "Eager attention in inference graphs (``softmax(q @ k^T * scale + mask) @ v`` as bmm, softmax, "
+            "bmm): \"auto\" replaces each by one fused ATen attention call "
+            "(``_scaled_dot_product_efficient_attention``) on a GPU, \"fuse\" on any device (the CPU's "
+            "``_scaled_dot_product_flash_attention_for_cpu``), \"keep\" never "
+            "(``fx_attention.fuse_attention``)."
+        ),
+    )
+    cache: str = setting(
+        "1", choices=("1", "read", "0"), parse=_cache_mode,
+        help=(
+            "The graph cache (``runtime/graph_cache.py``), the autotune choices (``runtime/autotune.py``) and "
+            "the binary index (``runtime/binary_index.py``) on disk: \"1\" read and write, \"read\" read only "
+            "(never write: jobs of a lower trust level, such as pull requests, beside a cache that trusted "
+            "jobs load), \"0\" off."
+        ),
+    )
+    cache_auth: bool = setting(
+        False,
+        help=(
+            "Authenticate the on-disk caches' entries (graph, front, autotune, binary index): each is signed "
+            "with an HMAC-SHA256 keyed by ``cache_key`` (or ``cache_key_file``) and loaded only when the "
+            "signature matches, so a job that cannot read the key cannot forge one (a checksum anyone can "
+            "recompute proves no origin). On and without a key: those caches are off (nothing is loaded that "
+            "cannot be authenticated). The harness turns it on for main's CI jobs (harness/trust.py). Off: "
+            "entries carry a key's HMAC when a key is set, else a sha256 checksum, and are loaded when theirs "
+            "matches."
+        ),
+    )
+    cache_key: str = setting(
+        "", secret=True,
+        help="The secret that signs cache entries (a runner secret of main's jobs; README: Trust).",
+    )
+    cache_key_file: str = setting(
+        "",
+        help=(
+            "A file holding that secret (its bytes, surrounding whitespace dropped); ``cache_key`` wins when "
+            "both are set."
+        ),
+    )
+    graph_cache_dir: str = setting(
+        "",
+        help="Folder of the graph cache; default ``$XDG_CACHE_HOME/kiln/graphs`` (``~/.cache/kiln/graphs``).",
+    )
+    cache_max_mb: int = setting(
+        2048,
+        help="Size bound of the graph cache folder in MiB (the least recently used entries go first).",
+    )
+    inference_cache: bool = setting(
+        True,
+        help=(
+            "With the graph cache on: inference graphs of static shapes whose AOTAutograd wrapper is trivial "
+            "(no input mutation, no aliased output...) are also found by their Dynamo graph, so that a warm "
+            "process skips AOTAutograd's tracing for them (``runtime/inference_cache.py``)."
+        ),
+    )
+    training_cache: bool = setting(
+        True,
+        help=(
+            "With ``inference_cache`` on: training graphs of static shapes (their forward and backward both "
+            "in the graph cache, AOTAutograd's wrapper trivial) are found by their Dynamo graph too, and run "
+            "through kiln's own ``autograd.Function`` (``runtime/training_cache.py``)."
+        ),
+    )
+    autotune: bool = setting(
+        False,
+        help=(
+            "Time candidate launch configs of each kernel on the GPU at its first launch and keep the fastest "
+            "(cached on disk per kernel, device and size bucket). Also ``mode=\"max-autotune\"``. No-op on the "
+            "CPU."
+        ),
+    )
+    autotune_dir: str = setting(
+        "",
+        help="Folder of the autotune choices; default ``$XDG_CACHE_HOME/kiln/autotune``.",
+    )
+    trace_values: bool = setting(
+        False,
+        help=(
+            "Value tracing for numerics triage (``runtime/value_trace.py``): wrappers built with it on "
+            "record, after every kernel launch and extern/fallback call, statistics of its outputs as JSON "
+            "lines (read by ``python -m harness numerics trace-diff``). Off: the wrapper holds no trace call "
+            "at all. Graphs run without CUDA graphs while it is on (a recorded ``cudagraph`` fallback "
+            "reason)."
+        ),
+    )
+    trace_file: str = setting(
+        "",
+        help=(
+            "Where value traces go: a file, or a folder (an existing one, or a path ending in ``/``) that "
+            "gets ``kiln-trace-<pid>.jsonl``; ``{pid}`` in the name is replaced. Default: "
+            "``kiln-trace-<pid>.jsonl`` in ``dump_dir`` when set, else in the current folder."
+        ),
+    )
+    scatter_order: str = setting(
+        "fixed", choices=("fixed", "atomic"),
+        help=(
+            "Floating-point sums of scatters (``index_put(accumulate=True)``, the embedding backward, "
+            "``scatter_add``, ``scatter_reduce`` sum/mean): \"fixed\" sums each target element's sources in one "
+            "fixed order (an order-fixed kernel without atomics: bitwise identical results run to run) when "
+            "the scatter has at most ``ordered_scatter_max`` source elements, and uses atomics above that; "
+            "\"atomic\" always uses atomics. Each atomic float sum is listed in "
+            "``CompiledGraph.nondeterministic`` (kiln chose speed over run-to-run identity)."
+        ),
+    )
+    ordered_scatter_max: int = setting(
+        16384,
+        help=(
+            "Source elements up to which a float-sum scatter is order-fixed (its kernel compares every "
+            "source's target with every other's: quadratic work, cheap only for small scatters)."
+        ),
+    )
 
     def cache_secret(self) -> bytes | None:
         """The key that signs cache entries (``cache_key``, else the contents of ``cache_key_file``), or None:
@@ -174,78 +301,47 @@ def _cache_home() -> str:
     return os.path.join(base, "kiln")
 
 
-def _default_workers() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
-
-
-#: the values a string setting accepts
-CHOICES: dict[str, tuple[str, ...]] = {
-    "interpret": ("auto", "0", "1"),
-    "mm_layout": ("bench", "pad", "contiguous", "off"),
-    "conv_layout": ("auto", "always", "off"),
-    "conv_bias": ("auto", "split", "keep"),
-    "attention": ("auto", "fuse", "keep"),
-    "cache": ("1", "read", "0"),
-    "scatter_order": ("fixed", "atomic"),
-}
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-def _parse(field: dataclasses.Field, raw: str) -> Any:
-    name = f"KILN_{field.name.upper()}"
-    if field.type in ("bool", bool):
-        low = raw.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        raise ConfigError(f"{name}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
-    if field.type in ("int", int):
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigError(f"{name}={raw!r}: expected an integer") from None
-        if value <= 0:
-            raise ConfigError(f"{name}={raw!r}: expected a positive integer")
-        return value
-    if field.name == "cache" and raw.strip().lower() in _TRUE | _FALSE:  # KILN_CACHE=off is 0, =on is 1
-        raw = "1" if raw.strip().lower() in _TRUE else "0"
-    choices = CHOICES.get(field.name)
-    if choices is not None and raw not in choices:
-        raise ConfigError(f"{name}={raw!r}: expected {', '.join(choices[:-1])} or {choices[-1]}")
-    return raw
-
-
-def _validate(s: Settings) -> Settings:
-    for f, choices in CHOICES.items():
-        if getattr(s, f) not in choices:
-            raise ConfigError(f"kiln setting {f}={getattr(s, f)!r}: expected one of {', '.join(choices)}")
-    for f in ("persistent_rblock_max", "interp_persistent_rblock_max", "pointwise_xblock",
-              "interp_pointwise_xblock", "looped_rblock", "outer_xblock", "outer_rblock", "outer_num_warps"):
-        v = getattr(s, f)
-        if v & (v - 1):
-            raise ConfigError(f"KILN_{f.upper()}={v}: expected a power of two")
-    return s
-
-
 def interpreting() -> bool:
-    """True when kernels run through Triton's interpreter in this process (``TRITON_INTERPRET=1``, which
-    ``import compiler`` sets before Triton is imported when the ``interpret`` setting asks for it). The one
-    place kiln reads that variable; Triton reads it once, at import."""
+    """True when kernels run through Triton's interpreter in this process (``TRITON_INTERPRET=1``, set by
+    ``select_interpreter`` when the ``interpret`` setting asks for it). The one place kiln reads that variable;
+    Triton reads it when a kernel is decorated, so it must be set before kiln's first kernel exists."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+_selected = False
+
+
+def select_interpreter() -> bool:
+    """Apply the ``interpret`` setting once per process: "1" (or "auto" without a CUDA/ROCm device) sets
+    ``TRITON_INTERPRET=1`` so that kernels run on CPU tensors through Triton's interpreter; "0" leaves it.
+    Called where compiling starts (the backend's module and its first compile, the kernel helpers' module),
+    never by ``import compiler``. Returns ``interpreting()``. A bad setting raises ConfigError."""
+    global _selected
+    if _selected:
+        return interpreting()
+    mode = settings().interpret
+    if mode == "1" or (mode == "auto" and not interpreting() and not _has_gpu()):
+        os.environ["TRITON_INTERPRET"] = "1"
+    _selected = True
+    if interpreting():
+        # triton imports gluon lazily at its first launch; do it now, outside the interpreter's patched scope
+        try:
+            import triton.experimental.gluon  # noqa: F401
+        except Exception:  # older tritons have no gluon
+            pass
+    return interpreting()
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def from_env(environ: dict[str, str] | None = None) -> Settings:
     """Build settings from ``KILN_*`` environment variables, with clear errors for bad values."""
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for field in dataclasses.fields(Settings):
-        raw = env.get(f"KILN_{field.name.upper()}")
-        if raw is not None:
-            values[field.name] = _parse(field, raw)
-    return _validate(Settings(**values))
+    return read(Settings, env, prefix=PREFIX, error=ConfigError, empty_is_unset=False)
 
 
 _active: Settings | None = None
@@ -271,11 +367,10 @@ def patch(**overrides: Any) -> Iterator[Settings]:
     """Temporarily override fields: ``with config.patch(strict=True): ...``."""
     global _active
     old = settings()
-    names = {f.name for f in dataclasses.fields(Settings)}
-    unknown = sorted(set(overrides) - names)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(Settings)})
     if unknown:
         raise ConfigError(f"unknown kiln setting(s): {', '.join(unknown)}")
-    _active = _validate(dataclasses.replace(old, **overrides))
+    _active = replace(old, overrides, prefix=PREFIX, error=ConfigError)
     try:
         yield _active
     finally:

@@ -40,6 +40,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "store": ("harness.store.cli", "fleet store: push this runner's stores into a shared database, pull them back"),
     "site": ("harness.site.build", "build the history site: static HTML of runs, trends, flaky tests (no server)"),
     "trust": ("harness.trust_cli", "print this job's trust scope and the folders and stores it reads and writes"),
+    "settings": ("harness.settings", "print every environment variable of the harness and the compiler (docs/settings.md)"),
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
@@ -73,6 +74,7 @@ EXAMPLES: dict[str, str] = {
     "store": "python -m harness store push --to postgresql://kiln@HOST/kiln",
     "site": "python -m harness site --out results/site   # then open results/site/index.html",
     "trust": "python -m harness trust",
+    "settings": "python -m harness settings --md   # --write refreshes docs/settings.md, --check compares",
 }
 
 

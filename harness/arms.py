@@ -88,11 +88,12 @@ class Arm:
 
     def compile(self, fn: Callable[..., Any], **extra: Any) -> Callable[..., Any]:
         """`fn` as this arm runs it: itself for eager, else `torch.compile(fn, **compile_kwargs(**extra))` (kiln
-        arms import the compiler first: it registers the backend)."""
+        arms register the backend first: `compiler.register()`, which also picks Triton's interpreter without a
+        GPU)."""
         if self.eager:
             return fn
         if self.kiln:
-            importlib.import_module("compiler")
+            importlib.import_module("compiler").register()
         import torch
 
         return torch.compile(fn, **self.compile_kwargs(**extra))

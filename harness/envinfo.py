@@ -119,7 +119,7 @@ SECRET_VARIABLES = frozenset({"KILN_CACHE_KEY"})  # recorded as SECRET (harness/
 
 def _compiler_config() -> dict[str, Any]:
     """The compiler's settings as compiler/config.py reads them from this environment, read without importing
-    the compiler package (whose import picks Triton's interpreter, and warns when triton came first)."""
+    torch or triton (``import compiler`` has no side effects)."""
     import importlib.util
 
     from harness.settings import compiler_config

@@ -18,7 +18,11 @@ import torch
 # kiln's passes or launcher must compile, not find yesterday's graph on disk (tests of the cache turn it on)
 os.environ.setdefault("KILN_CACHE", "0")
 
-import compiler  # noqa: E402,F401  (registers the "kiln" backend)
+import compiler  # noqa: E402
+
+# Triton's interpreter without a GPU (before anything imports triton.language), then the "kiln" backend
+compiler.register()
+
 from kiln_testing import DEVICE, import_problem  # noqa: E402
 
 

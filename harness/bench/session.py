@@ -115,11 +115,11 @@ class Progress:
 
 
 def prepare_kiln() -> None:
-    """Import the compiler before anything else imports triton (Dynamo's backend list does), so that on a
-    machine without a GPU kiln can still choose Triton's interpreter. A broken compiler is left for each
-    workload to report as an error result."""
+    """Register the compiler (`compiler.register()`) before anything else imports triton (Dynamo's backend list
+    does), so that on a machine without a GPU kiln can still choose Triton's interpreter. A broken compiler is
+    left for each workload to report as an error result."""
     try:
-        importlib.import_module("compiler")
+        importlib.import_module("compiler").register()
     except Exception as e:  # noqa: BLE001
         print(
             f"note: `import compiler` failed ({type(e).__name__}: {e}); kiln results will be errors",

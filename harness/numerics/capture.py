@@ -62,7 +62,9 @@ class SideResult:
 def _builder(arm: arms.Arm) -> Callable[[Program], Callable[..., Any]]:
     def build(prog: Program) -> Callable[..., Any]:
         if arm.kiln:
-            import compiler  # noqa: F401 - registers the backend (and picks the interpreter without a GPU)
+            import compiler
+
+            compiler.register()  # the backend (and the interpreter without a GPU)
 
             if prog.exported is not None:
                 from compiler.aot import compile_exported
@@ -192,7 +194,9 @@ def capture(prog: Program, compilers: list[Compiler], seed: int = 0, device: str
     """Inputs (CPU), cotangents (CPU) and one SideResult per compiler, in the order given."""
     device = resolve_device(device)
     if any(c.kiln for c in compilers):
-        import compiler  # noqa: F401 - before triton is imported by anything else
+        import compiler
+
+        compiler.register()  # before triton is imported by anything else
     cpu_inputs = prog.cpu_inputs(seed)
     cots = Cotangents(seed)
     sides = []

@@ -120,7 +120,9 @@ def run_program(ref: str, out: Path, compilers: list[str], repeat: int = 1, seed
         raise NumericsError("--repeat must be at least 1")
     comps = [cap.standard(c.strip()) for c in compilers if c.strip()]
     if any(c.kiln for c in comps):
-        import compiler  # noqa: F401 - first: it picks the Triton interpreter before anything imports triton
+        import compiler
+
+        compiler.register()  # first: it picks the Triton interpreter before anything imports triton
     prog = _program.resolve(ref, inputs)
     prog.backward = prog.backward and backward
     device = cap.resolve_device(device)

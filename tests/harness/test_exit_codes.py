@@ -86,7 +86,7 @@ def test_a_results_root_that_is_a_file_exits_2_naming_the_variable(tmp_path, ver
 @pytest.mark.parametrize("var", ["KILN_NATIVE", "KILN_BOOTSTRAP", "KILN_ALLOW_UNLOCKED"])
 def test_a_boolean_variable_that_is_not_a_boolean_exits_2_naming_it(var):
     line = one_line(cli("run", "--backend", "cpu", **{var: "maybe"}), 2)
-    assert line == (f"harness run: error: {var}='maybe' is not a boolean: use one of 1/true/yes/on or "
+    assert line == (f"harness run: error: {var}='maybe': expected a boolean: one of 1/true/yes/on or "
                      "0/false/no/off")
 
 
@@ -96,7 +96,7 @@ def test_the_boolean_words(monkeypatch):
         assert parse_bool("X", raw) is want, raw
     assert parse_bool("X", "", default=True) is True
     for raw in ("maybe", "2", "y", "enabled"):
-        with pytest.raises(exc.SettingsError, match=f"X={raw!r} is not a boolean"):
+        with pytest.raises(exc.SettingsError, match=f"X={raw!r}: expected a boolean"):
             parse_bool("X", raw)
     monkeypatch.setenv("KILN_NATIVE", "off")
     assert settings().native is False

@@ -129,8 +129,8 @@ def test_import_of_non_json_is_exit_2(tmp_path, capsys):
 @pytest.mark.parametrize(
     "var,value,message",
     [
-        ("KILN_BENCH_ALPHA", "often", "KILN_BENCH_ALPHA='often' is not a number"),
-        ("KILN_BENCH_THRESHOLD", "5%", "KILN_BENCH_THRESHOLD='5%' is not a number"),
+        ("KILN_BENCH_ALPHA", "often", "KILN_BENCH_ALPHA='often': expected a number"),
+        ("KILN_BENCH_THRESHOLD", "5%", "KILN_BENCH_THRESHOLD='5%': expected a number"),
         ("KILN_BENCH_PLANT", "softmax*=lots", "bad plant 'softmax*=lots': fraction 'lots' is not a number"),
     ],
 )
