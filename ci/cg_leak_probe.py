@@ -1,4 +1,4 @@
-"""What keeps a dropped kiln-cg model's CUDA-graph memory alive (issue 24, item 4; GPU only).
+"""What keeps a dropped kiln-cg model's CUDA-graph memory alive (GPU only).
 
     python ci/cg_leak_probe.py [CASE] [--steps N]
 

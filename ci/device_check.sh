@@ -7,7 +7,7 @@
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
-#  cgtrain (issue 24, at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
+#  cgtrain (at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
 #  cases past $CGTRAIN_BUDGET_S=200 s are deferred: rerun the models line with --resume) under every arm with
 #  kernel ms, fallbacks, unrecorded graphs and memory into $OUT/cgtrain, the memory check of one row by hand, and a
 #  kiln-cg profile of the GPT-2-style CI-size training step with its host gaps;
@@ -37,7 +37,7 @@ for stage in "$@"; do
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
-    autotune-diff) # issue 25: kiln against kiln autotuned (arm kiln-autotune) side by side for $AUTOTUNE_ONLY
+    autotune-diff) # kiln against kiln autotuned (arm kiln-autotune) side by side for $AUTOTUNE_ONLY
             # (default ResNet-50 training, which read 15.3 -> 24.1 ms a step in two compile probes on a busy host and
             # 23.6 -> 23.9 ms, p 0.94, here, kernel ms 8.02 -> 7.46): model tier step times with the report's
             # "Autotuning's gain" verdicts, then per-kernel device times of both (about 250 s for ResNet-50 training)
@@ -45,7 +45,7 @@ for stage in "$@"; do
                 --compilers eager,kiln,kiln-autotune --compile-times none --target-s 1 --rounds 3 --out "$OUT/autotune-diff"
               timeout 240 python3 -m harness bench model-profile --only "${AUTOTUNE_ONLY:-model.resnet50.train.amp}" \
                 --compilers kiln,kiln-autotune --steps 10 --top 40 --md "$OUT/autotune-diff.md"; } > "$OUT/$stage.log" 2>&1 ;;
-    caches) # issue 25: the graph cache, the inference and training front caches and kiln's binary index on the GPU
+    caches) # the graph cache, the inference and training front caches and kiln's binary index on the GPU
             # (cold then warm in one process: CUDA tensors, Triton's real compile), about 60 s
             KILN_NO_VENV=1 timeout "${CACHES_TIMEOUT_S:-300}" python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_graph_cache.py \
               tests/compiler/test_inference_cache.py tests/compiler/test_training_cache.py \
@@ -80,7 +80,7 @@ for stage in "$@"; do
     sweep) # launch configs of real steps' reduction kernels (convnext: its pointwise epilogues too): the heuristic's
            # against the best measured, and each case's step time
             timeout 560 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-convnext,vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
-    visible) # issue 23: a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
+    visible) # a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
              # check runs on it; a runner given none (CUDA_VISIBLE_DEVICES empty) stops with one line, exit 2
              { uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
                CUDA_VISIBLE_DEVICES=$uuid python3 -c "import torch; from harness.suites import shard
@@ -88,12 +88,12 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                CUDA_VISIBLE_DEVICES=$uuid timeout 120 python3 -m harness health --backend cuda; echo "health on $uuid: exit $?"
                CUDA_VISIBLE_DEVICES= timeout 60 python3 -m harness run --backend cuda --native --no-history \
                  --results "$OUT/no-gpu"; echo "no GPU given: exit $? (expected 2)"; } > "$OUT/$stage.log" 2>&1 ;;
-    faults) # issue 21: planted segfault + illegal memory access through the harness; suite time with/without isolation
+    faults) # planted segfault + illegal memory access through the harness; suite time with/without isolation
             timeout 590 bash ci/gpu_faults.sh "$OUT/faults" > "$OUT/$stage.log" 2>&1 ;;
     scatter) ( timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_scatter.py; a=$?
                timeout 45 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/numerics/test_numerics.py \
                  -k "embedding_grad or scatter_add or cumsum"; exit $(( a | $? )) ) > "$OUT/$stage.log" 2>&1 ;;
-    warmcache) # issue 25: cold, warm (kiln's graph cache, kernels on disk) and autotuned compile s in fresh processes,
+    warmcache) # cold, warm (kiln's graph cache, kernels on disk) and autotuned compile s in fresh processes,
             # kiln and inductor side by side per row ($WARMCACHE_ONLY); table in $OUT/warmcache.md
             # (about 150 s a row: 8 fresh processes; WARMCACHE_AUTOTUNE=kiln leaves out Inductor's max-autotune, the slowest, empty: none;
             #  WARMCACHE_PROBE_S: compile limit of one probe, default 150)
@@ -101,7 +101,7 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                 --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE-kiln,inductor}" \
                 --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s "${WARMCACHE_PROBE_S:-150}" \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
-    warmprofile) # issue 25: where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
+    warmprofile) # where a warm compile spends its time (Dynamo, AOTAutograd, kiln's cache read, first
                  # launches) for $WARMPROFILE_ONLY (default gpt2.infer.bf16), cProfile split in $OUT/warmprofile.md
                  # (3 fresh processes a case, about 40 s a row)
                  # (WARMPROFILE_AUTOTUNE=1: the same with autotuning on in every process, into $OUT/warmprofile-autotune.md)
@@ -111,7 +111,7 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                      timeout "${WARMPROFILE_TIMEOUT_S:-240}" python3 ci/warm_profile.py ${WARMPROFILE_ONLY:-model.gpt2.infer.bf16} --profile gpu \
                        --device cuda --autotune --md "$OUT/warmprofile-autotune.md"
                    fi; } > "$OUT/$stage.log" 2>&1 ;;
-    value-trace) # issue 25: value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
+    value-trace) # value traces on the GPU (synchronized stats; CUDA graphs refused with a reason) and
                  # trace-diff on two GPU traces
                  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_value_trace.py \
                    tests/harness/numerics/test_trace_diff.py > "$OUT/$stage.log" 2>&1 ;;
@@ -131,11 +131,11 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                 --steps 5 --top 20 --md "$OUT/cgtrain/profile.md"
               r=$?; echo "profile: exit $r"; [ $r -eq 0 ] || bad=1
               echo "cgtrain: $([ $bad -eq 0 ] && echo ok || echo 'a step failed')"; (exit $bad); } > "$OUT/$stage.log" 2>&1 ;;
-    preflight) # issue 23: the runner pre-flight against a real driver (nvidia-smi -L), then 2 GPUs asked of 1 visible
+    preflight) # the runner pre-flight against a real driver (nvidia-smi -L), then 2 GPUs asked of 1 visible
             { timeout 60 python3 -m harness preflight --backend cuda --native; echo "exit $?"
               CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m harness preflight --backend cuda --native --gpus 2
               echo "exit $? (3 expected)"; } > "$OUT/$stage.log" 2>&1 ;;
-    runner-id) # issue 27: the runner identity a fleet store records (GPU model and driver from nvidia-smi), loaded
+    runner-id) # the runner identity a fleet store records (GPU model and driver from nvidia-smi), loaded
                # alone (the GPU box may lack SQLAlchemy): hardware class = the GPU model without KILN_GPU_LABEL
                timeout 60 env -u KILN_GPU_LABEL python3 -c "
 import importlib.util, sys, torch
@@ -144,7 +144,7 @@ m = importlib.util.module_from_spec(spec); sys.modules['kiln_runner'] = m; spec.
 r = m.current(torch.cuda.get_device_name(0)); print(r)
 assert r.gpu_model and r.driver and r.hw_class == r.gpu_model, r
 print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
-    memdiag) # issue 24 item 4: the memory check of one row with each arm's CUDA-graph counters (tier and by hand),
+    memdiag) # the memory check of one row with each arm's CUDA-graph counters (tier and by hand),
              # then what keeps a dropped kiln-cg model's graph memory alive (ci/cg_leak_probe.py)
              { timeout 150 python3 -m harness.bench.model_memcheck "${MEMCHECK_CASE:-model.ci_bert.train.fp32}" \
                  --md "$OUT/memcheck.md" --json "$OUT/memcheck.json"; echo "memory check: exit $?"

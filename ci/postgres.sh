@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL for the fleet-store tests (issue 27), on a Unix socket in DIR (no TCP port).
+# A throwaway PostgreSQL for the fleet-store tests, on a Unix socket in DIR (no TCP port).
 #   ci/postgres.sh start DIR   initdb into DIR/data, start it, create database `kiln`, print its URL
 #                              (DIR/data there already: start that server again)
 #   ci/postgres.sh stop DIR    stop it (fast shutdown); DIR is left for the caller to remove

@@ -1,4 +1,4 @@
-"""How long `python -m harness site` takes on a large history (issue 28: 1,000 runs x 30 workloads in seconds).
+"""How long `python -m harness site` takes on a large history (1,000 runs x 30 workloads in seconds).
 
     python ci/site_bench.py [--runs 1000] [--workloads 30] [--tests-runs 100] [--jobs N] [--keep DIR]
 

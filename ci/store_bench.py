@@ -1,4 +1,4 @@
-"""Fleet store throughput, both engines side by side (issue 27): `python ci/store_bench.py [--pg URL]`.
+"""Fleet store throughput, both engines side by side: `python ci/store_bench.py [--pg URL]`.
 
 Writes RUNS bench runs of RESULTS results with SAMPLES samples each, the way `bench run` does (a run row, one
 transaction per result, the finishing update), into a fresh SQLite file and a fresh PostgreSQL database, in turns,

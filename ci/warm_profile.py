@@ -1,4 +1,4 @@
-"""Where a warm compile spends its time (issue 25): one model case compiled cold in a fresh process, then warm
+"""Where a warm compile spends its time: one model case compiled cold in a fresh process, then warm
 (kiln's graph cache and Triton's kernels on disk) in a second fresh process under cProfile, with the split.
 
     python ci/warm_profile.py CASE[,CASE...] [--profile tiny] [--device cpu] [--compiler kiln] [--top 25]

@@ -1,4 +1,4 @@
-"""The GPUs this runner was given, and how a run is confined to them (issue 23).
+"""The GPUs this runner was given, and how a run is confined to them.
 
 A host with one runner agent per GPU sets a visible-devices variable per runner; the harness must use only
 those GPUs, natively and in containers, sharded or not.

@@ -285,7 +285,7 @@ WORKFLOW_ENV: dict[str, str] = {
     "PIP_EXTRA_INDEX_URL": "${{ vars.PIP_EXTRA_INDEX_URL }}",
     "KILN_HISTORY_DB": "~/.local/share/kiln/history/history.sqlite",
     "KILN_BENCH_STORE": "~/.local/share/kiln/bench/{backend}.sqlite",
-    # the fleet store (issue 27): unset secrets keep every store on the runner (SQLite, as before); pull requests
+    # the fleet store: unset secrets keep every store on the runner (SQLite, as before); pull requests
     # read the fleet store through a read-only URL (a SELECT-only role) and never write it
     "KILN_STORE_URL": "${{ github.event_name == 'pull_request' && secrets.KILN_STORE_READ_URL || secrets.KILN_STORE_URL }}",
     "KILN_STORE_READ_ONLY": "${{ github.event_name == 'pull_request' && '1' || '' }}",

@@ -3,7 +3,7 @@
 
 test_segfault kills its process; test_illegal_access leaves the device unusable (a Triton store far out of
 bounds: CUDA's error is sticky, every later kernel of that process fails). The tests around them are healthy
-and must pass: the ones after the faults in a fresh process, neither failed nor flaky (issue 21)."""
+and must pass: the ones after the faults in a fresh process, neither failed nor flaky."""
 
 import ctypes
 

@@ -749,7 +749,7 @@ def rehearse(args: argparse.Namespace) -> int:
     act = shutil.which(args.act) or args.act
     needs_docker = list(dict.fromkeys(s.job for s in specs if s.job in DOCKER_JOBS and s.expect == "success"))
     problem = docker_problem() if needs_docker else None
-    if problem:  # they would run their compile check for minutes, then fail at the container (issue 26 transcript)
+    if problem:  # they would run their compile check for minutes, then fail at the container
         others = " ".join(f"--job {j}" for j in dict.fromkeys(s.job for s in specs if s.job not in DOCKER_JOBS))
         raise NoDocker(f"{' and '.join(needs_docker)} run the suites in the cpu container, and the docker daemon "
                        f"cannot be reached ({problem}); start it, or rehearse the others: `nox -s rehearse -- {others}`")

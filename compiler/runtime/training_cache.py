@@ -1,5 +1,5 @@
 """The training front cache: a Dynamo graph that needs autograd, whose compiled forward and backward are both in
-the graph cache, is answered before AOTAutograd runs (issue 25: a warm process skips AOTAutograd's joint trace,
+the graph cache, is answered before AOTAutograd runs (a warm process skips AOTAutograd's joint trace,
 functionalization and min-cut partition, seconds for a model's training step).
 
 Terms: the *front key* and the eligibility of the Dynamo graph are the inference front cache's

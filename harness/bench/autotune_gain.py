@@ -1,5 +1,5 @@
 """Autotuning's gain per model case, from the model tier's arms ``kiln`` and ``kiln-autotune`` measured side by
-side (interleaved rounds in one process): what issue 25's goal "autotuned step >= heuristic" is judged on.
+side (interleaved rounds in one process): what the goal "autotuned step >= heuristic" is judged on.
 
 Terms:
 - *step gain*: kiln's median step time / kiln-autotune's (above 1: the autotuned configs are faster);

@@ -1,4 +1,4 @@
-"""Cold, warm and autotuned compile times of model cases, each in fresh processes (issue 25).
+"""Cold, warm and autotuned compile times of model cases, each in fresh processes.
 
     python -m harness.bench.warmcache --only PATTERNS [--compilers kiln,inductor] [--profile gpu]
                                       [--device cuda] [--no-autotune] [--budget-s S] [--json P] [--md P]
@@ -172,12 +172,12 @@ def table(rows: list[CompileTimes]) -> list[str]:
     return lines + ([""] + goal_lines if goal_lines else []) + ([""] + errors if errors else [])
 
 
-#: issue 25's compile goals: kiln's warm compile at most Inductor's warm compile and at most this share of its cold
+#: the compile goals: kiln's warm compile at most Inductor's warm compile and at most this share of its cold
 WARM_SHARE = 0.25
 
 
 def goals(rows: list[CompileTimes], compiler: str = arms.KILN, peer: str = arms.INDUCTOR) -> list[str]:
-    """Which of issue 25's goals hold, row by row and counted (rows where a number is missing are left out of
+    """Which of the compile goals hold, row by row and counted (rows where a number is missing are left out of
     that goal): ``compiler``'s warm compile <= ``peer``'s warm compile of the same case, <= ``WARM_SHARE`` of its
     own cold compile; its autotuned step no slower than its heuristic step (gain >= 1; *probes*: one step
     median from each of two processes minutes apart, a rough reading: ``autotune_gain`` judges this goal on the

@@ -1,4 +1,4 @@
-"""The end of a CI bench job (issue 13): `python -m harness bench job-summary --backend B [--recorded]
+"""The end of a CI bench job: `python -m harness bench job-summary --backend B [--recorded]
 [--bisect-max N] [--native]`, the last step of `nox -s bench-record` / `bench-pr`.
 
 It reads the job's results folder (default results/bench/B): `last.json`, the run's JSON report (its

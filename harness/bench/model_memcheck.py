@@ -1,4 +1,4 @@
-"""One model row's memory, by hand against `torch.cuda.memory_stats` (GPU; issue 24 item 4):
+"""One model row's memory, by hand against `torch.cuda.memory_stats` (GPU):
 
     python -m harness.bench.model_memcheck model.ci_gpt2.train.fp32 [--compilers eager,kiln-cg,inductor-cg]
         [--json FILE] [--md FILE]

@@ -1,4 +1,4 @@
-"""Peak memory of a model step, measured the same way for every compiler arm (issue 24, item 4).
+"""Peak memory of a model step, measured the same way for every compiler arm.
 
 Terms:
 - *stats source*: a function returning the caching allocator's counters as `torch.cuda.memory_stats(device)`

@@ -15,7 +15,7 @@ Terms:
   without a dtype means bf16 for inference on a GPU, fp32 otherwise.
 - *profile*: `tiny` (1-2 layers, hidden 32-64, short sequences, 32x32 images: runs on CPU through Triton's
   interpreter; transformers models only, since PyPI's torchvision does not load with the CPU torch) and
-  `gpu` (H100-sized: the full-size rows and the *CI-size* rows `ci_*` of issue 24: GPT-2-, BERT- and
+  `gpu` (H100-sized: the full-size rows and the *CI-size* rows `ci_*`: GPT-2-, BERT- and
   Llama-style training at 4 layers, hidden 512, 8 x 256 tokens; ResNet-18 and ConvNeXt-tiny inference at
   batch 32 and 16). The CPU tier runs `tiny` only, so the `ci_*` rows never run there.
 - *weights*: every case builds its model on CPU in fp32 from `seed` (`torch.manual_seed`), so every compiler
@@ -374,7 +374,7 @@ _RESNET_TINY = {
     "num_labels": 10,
 }
 
-# CI-size rows (issue 24): a few layers at hidden 512 and 8 x 256 tokens (the vocabularies of the full models),
+# CI-size rows: a few layers at hidden 512 and 8 x 256 tokens (the vocabularies of the full models),
 # and small torchvision/timm vision models at small batches; models `ci_*`, so `--only 'ci_*'` picks them all
 _GPT2_CI = {**_GPT2_GPU, "n_layer": 4, "n_embd": 512, "n_head": 8}
 _BERT_CI = {**_BERT_GPU, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048}

@@ -1,4 +1,4 @@
-"""`python -m harness cleanup`: a CI job's teardown on a self-hosted runner (issue 23).
+"""`python -m harness cleanup`: a CI job's teardown on a self-hosted runner.
 
 Terms:
   job containers   containers labelled `kiln.job=<job id>` (harness.commands.container_argv; the id is

@@ -1,4 +1,4 @@
-"""The history site (issue 28): `python -m harness site --out DIR`, a static HTML site of the stored runs.
+"""The history site: `python -m harness site --out DIR`, a static HTML site of the stored runs.
 
 Terms:
   site          a folder of plain HTML pages with their charts inlined as SVG (matplotlib), opened from disk or any

@@ -436,7 +436,7 @@ def cli_main(args: argparse.Namespace) -> int:
                    key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id))
     listed = shown
     never = [c for c in shown if not (c.failed or c.failed_repetitions)]
-    if len(never) > QUIET_AFTER and not args.all:  # a terminal page, not one line per passing test (issue 26)
+    if len(never) > QUIET_AFTER and not args.all:  # a terminal page, not one line per passing test
         listed = [c for c in shown if c.failed or c.failed_repetitions]
     with conventions.human_to_stderr(conventions.to_stdout(args.json)):
         for c in listed:

@@ -63,7 +63,7 @@ def test_integer_matmul_falls_back_with_dtype_reason(device):
 
 
 # ------------------------------------------------------------------------------ scatter / index_put
-# the scatter family is lowered to atomic kernels (issue 24, tests/compiler/test_scatter.py); what stays ATen:
+# the scatter family is lowered to atomic kernels (tests/compiler/test_scatter.py); what stays ATen:
 # general ``scatter`` (racing stores), ``scatter_reduce(prod)`` (no atomic multiply), and order-dependent float
 # sums under ``torch.use_deterministic_algorithms(True)``
 def test_scatter_add_then_fused_epilogue(device):

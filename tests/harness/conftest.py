@@ -15,7 +15,7 @@ def _private_data_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KILN_COMPILE_CACHE", str(tmp_path_factory.mktemp("compile-cache")))
     monkeypatch.delenv("KILN_HISTORY_DB", raising=False)
     monkeypatch.delenv("KILN_JOB_ID", raising=False)
-    # nor a fleet store (KILN_STORE_URL, issue 27); `--store` sets these in-process: set then deleted, so
+    # nor a fleet store (KILN_STORE_URL); `--store` sets these in-process: set then deleted, so
     # monkeypatch restores them as unset after the test
     for name in ("KILN_STORE_URL", "KILN_STORE_STRICT", "KILN_STORE_READ_ONLY", "KILN_STORE_SPOOL"):
         monkeypatch.setenv(name, "")

@@ -136,7 +136,7 @@ def test_cleanup_without_docker_says_so_and_succeeds(monkeypatch, capsys):
 
 def test_cleanup_without_a_daemon_gives_no_advice_meant_for_other_verbs(monkeypatch, capsys):
     """The newcomer transcript: `harness cleanup` said "... start it ... or run natively with --native", which
-    cleanup has no use for (issue 26): the reason alone."""
+    cleanup has no use for: the reason alone."""
     from harness.__main__ import main
     from harness.exc import DockerError
 

@@ -179,7 +179,7 @@ def test_settings_read_the_environment(monkeypatch, tmp_path):
     assert s.native and s.docker == "/opt/docker" and s.results_root == tmp_path / "results"
 
 
-# ---- GPU isolation: one runner agent per GPU (issue 23) -------------------------------------------------
+# ---- GPU isolation: one runner agent per GPU -------------------------------------------------
 
 
 def _csv(value: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The CUDA image without a CUDA base image (issue 23): the matrix, docker/cuda.Dockerfile and the committed
+"""The CUDA image without a CUDA base image: the matrix, docker/cuda.Dockerfile and the committed
 docker/lock/cuda.txt agree; the lock names PyPI's CUDA build of torch with its nvidia-* runtime wheels and hashes
 for every package, and its resolution leaves this machine's local wheel folders out. Nothing here builds it (a
 5-6 GB image: by hand only, never in .ci/run)."""

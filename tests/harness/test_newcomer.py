@@ -1,4 +1,4 @@
-"""A newcomer's first day (issue 26), outside the bench (tests/harness/bench/test_bench_newcomer.py has its
+"""A newcomer's first day, outside the bench (tests/harness/bench/test_bench_newcomer.py has its
 part): a bad compiler setting is one line through every verb, a suite that fails to collect is reported as a
 collection error with its cause and a repro line, `env` warns about nothing, `numerics --help` needs no torch,
 the CLI conventions (`--json -`, `--github-summary`, help with description, example and exit codes), and the

@@ -1,4 +1,4 @@
-"""Progress and logs of long steps (issue 23): `process.Heartbeat` prints a line every interval of silence with the
+"""Progress and logs of long steps: `process.Heartbeat` prints a line every interval of silence with the
 step, the elapsed time and the last log line; `execute` runs one for every command; image builds, debootstrap and
 wheel downloads write their logs under <results>/logs, which the workflows upload with results/."""
 

@@ -360,7 +360,7 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     assert manifest["status"] == "incomplete" and "shard 1/3 crashed" in manifest["reason"]
     assert "shard 2/3 hung: killed after" in manifest["reason"]
     run = load_run(run_dir)
-    # the hung shard's harness, stopped and then terminated, kept the test it had finished (issue 21: an
+    # the hung shard's harness, stopped and then terminated, kept the test it had finished (an
     # interrupt keeps what ran); the crashed shard's pytest died with its harness and wrote nothing
     assert sorted(t.id for s in run.suites for t in s.tests) == sorted(
         [*junit_ids(run_dir / "shard-3"), "tests/alpha/test_alpha.py::test_hang"])

@@ -1,4 +1,4 @@
-"""The history site (harness/site, issue 28): a planted history written through the stores' own writers
+"""The history site (harness/site): a planted history written through the stores' own writers
 (harness/site/fixture.py) builds a site that headless Chromium opens from disk; its DOM marks the confirmed
 regression on the right workload's chart and not the rejected bump, and lists the failing and the flaky test in
 the right rows. Also: the quartiles match `Stats.of`, builds are incremental, bad input is one line."""

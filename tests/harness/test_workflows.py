@@ -133,7 +133,7 @@ def test_bench_jobs_stop_at_their_preflight_before_anything_is_opened_built_or_u
 
 
 def test_bench_jobs_build_and_upload_the_history_site_on_main():
-    """bench.yml (issue 28): on main, after the record step, each bench job builds its backend's history site
+    """bench.yml: on main, after the record step, each bench job builds its backend's history site
     (`nox -s site -- --backend B`, into results/site/B), uploads that folder as its own artifact after the results,
     and a last nox step links the uploaded artifact in the job summary; pull requests build no site."""
     jobs = _load(ROOT / ".github" / "workflows" / "bench.yml")["jobs"]
@@ -216,7 +216,7 @@ def test_least_privilege_pinned_actions_no_credentials():
                 )
                 if step["uses"].startswith("actions/checkout@"):
                     assert step["with"]["persist-credentials"] is False
-        # the only secrets: the fleet store's URLs (issue 27), read once in the shared env (a read-only URL for
+        # the only secrets: the fleet store's URLs, read once in the shared env (a read-only URL for
         # pull requests); no step or job hands a secret to anything else
         text = path.read_text()
         assert set(re.findall(r"secrets\.(\w+)", text)) <= {"KILN_STORE_URL", "KILN_STORE_READ_URL"}, path.name
@@ -236,7 +236,7 @@ def test_workflows_upload_results_and_write_a_job_summary():
         assert any(w in runs for w in writes), f"{wf}:{job_id} writes no job summary"
 
 
-# ---- runner-ready (issue 23): labels, concurrency, one set of variables, teardown ------------------------
+# ---- runner-ready: labels, concurrency, one set of variables, teardown ------------------------
 
 
 def _self_hosted_jobs():

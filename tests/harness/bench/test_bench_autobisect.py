@@ -1,4 +1,4 @@
-"""The end of a CI bench job (issue 13; harness/bench/job.py): which confirmed regressions are bisected
+"""The end of a CI bench job (harness/bench/job.py): which confirmed regressions are bisected
 automatically on main (the cap, the order), why none are (no baseline commit, the same commit, a shallow
 checkout), the runs compared in the job summary, and the bisections measuring in the backend's container.
 The bisections themselves are fakes here (test_bench_bisect.py bisects a planted slowdown for real)."""

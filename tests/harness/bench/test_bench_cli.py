@@ -63,7 +63,7 @@ def test_run_compare_report_export_import_plot(tmp_path, capsys):
     assert report["counts"]["regressed"] == 0 and len(report["results"]) == 4
     assert report["results"][0]["gbps"] > 0 and report["environment"]
     assert "## kiln bench: run 2" in md.read_text()
-    # eager alone has no speedup to draw: no empty figure (issue 26), a note instead; the ratios are drawn
+    # eager alone has no speedup to draw: no empty figure, a note instead; the ratios are drawn
     assert not (plots / "run2_speedups.png").exists() and (plots / "run2_ratios.png").stat().st_size > 0
     assert "note: no speedup plot for run 2" in cap.err
 

@@ -36,7 +36,7 @@ def test_gpu_run_pipeline_on_cpu(tmp_path, capsys):
         "run2_vs_run1.png",
     ):
         assert (out / name).exists(), name
-    assert not (out / "speedups.png").exists()  # eager alone: no empty speedup figure (issue 26)
+    assert not (out / "speedups.png").exists()  # eager alone: no empty speedup figure
     rep = json.loads((out / "report.json").read_text())
     assert rep["spread"]["goal"] == 0.03 and rep["baseline_runs"] == [1]
     assert len(json.loads((out / "export.json").read_text())["runs"]) == 2

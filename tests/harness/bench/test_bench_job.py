@@ -1,4 +1,4 @@
-"""The bench jobs of the workflows, on CPU (issue 13's done-when): the commands of `nox -s bench-record` /
+"""The bench jobs of the workflows, on CPU: the commands of `nox -s bench-record` /
 `bench-pr` (noxfile.bench_job_steps, run here one by one as the session runs them) against one lasting store
 outside the checkout; each job has its own fresh results folder, as a fresh checkout would. One tiny workload
 under kiln (Triton's interpreter) and eager, a few seconds a job."""
@@ -130,7 +130,7 @@ def test_steps_of_the_sessions():
     nf = _noxfile()
     record = nf.bench_job_steps("cuda", record=True, python="py")
     assert [s for s, _, _ in record] == ["seed", "seed", "measure", "report", "report", "record", "bisect"]
-    # the lasting store's steps write their notes into the job summary (opt-in, issue 26)
+    # the lasting store's steps write their notes into the job summary (opt-in)
     assert record[0][1][4:] == ["export", "results/bench/cuda/baseline.json", "--lasting", "cuda", "--baseline",
                                 "ref:main?", "--github-summary"]
     assert record[-2][1][4:] == ["import", "results/bench/cuda/run.json", "--lasting", "cuda", "--github-summary"]

@@ -1,4 +1,4 @@
-"""The lasting store of the CI bench jobs (issue 13): its path, the OS lock, missing and corrupt stores, and the
+"""The lasting store of the CI bench jobs: its path, the OS lock, missing and corrupt stores, and the
 CLI verbs the jobs use (`--lasting`, `export --baseline/--runs latest`, `summary`). Real files, no GPU."""
 
 from __future__ import annotations

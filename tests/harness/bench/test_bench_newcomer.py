@@ -1,4 +1,4 @@
-"""A newcomer's first day with the bench (issue 26): one store location every session and verb agree on, a
+"""A newcomer's first day with the bench: one store location every session and verb agree on, a
 terminal `bench history` within 120 columns, read-only verbs that create nothing, `--json -`, the opt-in job
 summary, and plots that say what they show (title, units, backend, interpreter caveat, one colour per arm, log
 axes across decades, no empty figure). The CLI ones run `python -m harness` in a real subprocess."""

@@ -2,7 +2,7 @@
 segfault, an `os.abort()`, a hang past the test timeout that pytest-timeout cannot end, a test whose process
 is SIGKILLed; a harness SIGKILLed, interrupted (SIGINT, SIGTERM) or timed out mid-suite. Each fault costs its
 test alone: every other result stays in the report and the history, the fault is named with its test id and
-repro line, and the stores pass `PRAGMA integrity_check` (issue 21, "Nothing lost")."""
+repro line, and the stores pass `PRAGMA integrity_check` ("Nothing lost")."""
 
 from __future__ import annotations
 

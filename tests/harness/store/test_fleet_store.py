@@ -1,4 +1,4 @@
-"""The fleet store (issue 27) on both engines (conftest.py: `store_url` is a SQLite file and a real PostgreSQL
+"""The fleet store on both engines (conftest.py: `store_url` is a SQLite file and a real PostgreSQL
 database): migrations to head, 4 writer processes x 50 runs at once with nothing lost, a killed writer's run never
 complete, two runners whose baselines never cross hardware classes, UUID-keyed push/pull (twice adds nothing, a
 killed push resumes), identical CLI output from either engine, and the read-only readers."""

@@ -1,4 +1,4 @@
-"""Moving history between stores (issue 27): `store push` twice adds nothing, a killed push resumes, `store pull`
+"""Moving history between stores: `store push` twice adds nothing, a killed push resumes, `store pull`
 brings a fleet store home; `bench show`, `bench history` and `history show` print the same from either engine;
 an unreachable server spools the results (one line) and the next run pushes them, `--store-strict` exits 3; a
 server stopped mid-run loses nothing."""

@@ -1,4 +1,4 @@
-"""Bench store revision 2: `verdicts`, a run's compared verdicts with their confirmation (issue 21, item 5).
+"""Bench store revision 2: `verdicts`, a run's compared verdicts with their confirmation.
 
 Revision ID: bench_0002
 Revises: bench_0001

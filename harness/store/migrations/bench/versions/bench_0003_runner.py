@@ -1,4 +1,4 @@
-"""Bench store revision 3: who recorded each run (issue 27, fleet store): runner name, GPU model, driver, the
+"""Bench store revision 3: who recorded each run (fleet store): runner name, GPU model, driver, the
 matrix's GPU label and the hardware class baselines stay within (harness/store/runner.py).
 
 Revision ID: bench_0003

@@ -1,4 +1,4 @@
-"""Test history revision 2 (issue 27, fleet store): each recorded run gets a UUID (`uid`, its identity across
+"""Test history revision 2 (fleet store): each recorded run gets a UUID (`uid`, its identity across
 stores: `store push`/`pull` key on it) and who recorded it (runner name, GPU model, driver, GPU label, hardware
 class); a folder is unique per runner, no longer across the whole store (two runners may write the same path).
 
