@@ -3,14 +3,17 @@
 Every knob is declared once, as a field of ``Settings`` (``compiler/envvars.py``): its variable ``KILN_<FIELD>``
 (upper case), type, default, accepted values and help text. ``settings()`` returns the active values;
 ``patch(**overrides)`` scopes changes (for tests). ``python -m harness settings --md`` prints the table.
-``select_interpreter()`` applies the ``interpret`` setting; compiling calls it before the first kernel exists.
+``select_interpreter()`` applies the ``interpret`` setting: ``compiler.register()`` calls it before Dynamo imports
+Triton, and compiling calls it again at its start (a no-op by then).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
+import sys
 from typing import Any, Iterator
 
 from .envvars import FALSE_WORDS, TRUE_WORDS, power_of_two, read, replace, setting
@@ -304,7 +307,7 @@ def _cache_home() -> str:
 def interpreting() -> bool:
     """True when kernels run through Triton's interpreter in this process (``TRITON_INTERPRET=1``, set by
     ``select_interpreter`` when the ``interpret`` setting asks for it). The one place kiln reads that variable;
-    Triton reads it when a kernel is decorated, so it must be set before kiln's first kernel exists."""
+    Triton reads it when a function is decorated with ``@triton.jit``, its own library's included."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
@@ -314,15 +317,22 @@ _selected = False
 def select_interpreter() -> bool:
     """Apply the ``interpret`` setting once per process: "1" (or "auto" without a CUDA/ROCm device) sets
     ``TRITON_INTERPRET=1`` so that kernels run on CPU tensors through Triton's interpreter; "0" leaves it.
-    Called where compiling starts (the backend's module and its first compile, the kernel helpers' module),
-    never by ``import compiler``. Returns ``interpreting()``. A bad setting raises ConfigError."""
+    Called by ``compiler.register()`` (before Dynamo imports ``triton.language``, whose own ``@jit`` helpers
+    must be built as interpreted functions) and at the start of every compile; never by ``import compiler``
+    alone. Returns ``interpreting()``. A bad setting raises ConfigError."""
     global _selected
     if _selected:
         return interpreting()
     mode = settings().interpret
-    if mode == "1" or (mode == "auto" and not interpreting() and not _has_gpu()):
-        os.environ["TRITON_INTERPRET"] = "1"
     _selected = True
+    if not interpreting() and mode != "0" and not (mode == "auto" and _has_gpu()):
+        if "triton.language" in sys.modules:  # its @jit helpers are compiled functions already: too late
+            logging.getLogger("kiln").warning(
+                "kiln: triton was imported before kiln chose Triton's interpreter; CPU graphs will fail and fall "
+                "back to ATen. Call compiler.register() (or `import compiler` after torch) before torch.compile, "
+                "or set TRITON_INTERPRET=1.")
+            return False
+        os.environ["TRITON_INTERPRET"] = "1"
     if interpreting():
         # triton imports gluon lazily at its first launch; do it now, outside the interpreter's patched scope
         try:

@@ -195,7 +195,7 @@ def replace(obj: T, overrides: Mapping[str, Any], *, prefix: str = "", error: ty
 
 def _default_text(f: dataclasses.Field, m: Meta) -> str:
     if m.default_doc is not None:
-        return m.default_doc
+        return m.default_doc.replace("<", "&lt;")
     if m.secret:
         return "unset"
     if f.default is dataclasses.MISSING:
@@ -205,7 +205,7 @@ def _default_text(f: dataclasses.Field, m: Meta) -> str:
         return "on" if value else "off"
     if value is None or value == "":
         return "unset"
-    return str(value)
+    return f"`{value}`"
 
 
 def _type_text(f: dataclasses.Field, m: Meta) -> str:

@@ -391,8 +391,8 @@ class Plant:
 def _plant(raw: str) -> Plant:
     try:
         return Plant.parse(raw)
-    except UsageError as e:
-        raise ValueError(str(e)) from None
+    except UsageError as e:  # the variable and its value lead the line already
+        raise ValueError(str(e).removeprefix(f"bad plant {raw!r}: ")) from None
 
 
 def _optional_path(raw: str) -> Path | None:

@@ -131,7 +131,7 @@ def test_import_of_non_json_is_exit_2(tmp_path, capsys):
     [
         ("KILN_BENCH_ALPHA", "often", "KILN_BENCH_ALPHA='often': expected a number"),
         ("KILN_BENCH_THRESHOLD", "5%", "KILN_BENCH_THRESHOLD='5%': expected a number"),
-        ("KILN_BENCH_PLANT", "softmax*=lots", "bad plant 'softmax*=lots': fraction 'lots' is not a number"),
+        ("KILN_BENCH_PLANT", "softmax*=lots", "KILN_BENCH_PLANT='softmax*=lots': fraction 'lots' is not a number"),
     ],
 )
 def test_bad_environment_value_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, var, value, message):
