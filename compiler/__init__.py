@@ -79,7 +79,7 @@ def register() -> None:
             raise
 
 
-if "torch" in sys.modules:  # torch came first (the usual order): `torch.compile(backend="kiln")` works at once
+if sys.modules.get("torch") is not None:  # torch came first (the usual order): "kiln" works at once
     register()
 
 __all__ = ["config", "capture", "CompiledGraph", "FallbackReason", "kiln_backend", "compile_graph", "register"]

@@ -63,11 +63,6 @@ def parse_bool(name: str, raw: str | None, default: bool = False) -> bool:
         raise SettingsError(f"{name}={raw!r}: {e}") from None
 
 
-def flag(name: str, default: bool = False) -> bool:
-    """The boolean environment variable `name` (parse_bool)."""
-    return parse_bool(name, os.environ.get(name), default)
-
-
 def _default_docker() -> str:
     # Debian's client builds with its built-in BuildKit; a newer client on PATH may need a buildx plugin.
     if Path("/usr/bin/docker").exists():
