@@ -33,3 +33,13 @@ def test_import_after_torch_registers_kiln():
             "print(lookup_backend('kiln').__module__)")
     proc = _run(code)
     assert proc.returncode == 0 and proc.stdout.strip() == "compiler", proc.stderr[-2000:]
+
+
+def test_a_bad_setting_after_torch_registers_and_fails_at_the_first_compile():
+    code = ("import os; os.environ['KILN_INTERPRET'] = 'sometimes'; import torch; import compiler\n"
+            "try:\n    torch.compile(lambda x: x + 1, backend='kiln')(torch.ones(2))\n"
+            "except Exception as e:\n    from harness.exc import compiler_config_error\n"
+            "    print(compiler_config_error(e))")
+    proc = _run(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "KILN_INTERPRET='sometimes': expected auto, 0 or 1"
