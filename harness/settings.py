@@ -161,7 +161,7 @@ class Settings:
                               help="Bootstrap the base image with debootstrap without trying to pull it first.")
     allow_unlocked: bool = setting(
         False, env="KILN_ALLOW_UNLOCKED",
-        help="Let an image build without a current lock file (docker/lock/<backend>.txt): its packages are then "
+        help="Let an image build without a current lock file (`docker/lock/<backend>.txt`): its packages are then "
              "not hash-checked, which the build says (off: such a build fails).")
     debian_mirror: str = setting("", env="KILN_DEBIAN_MIRROR", default_doc="the one apt's sources name for the suite",
                                  help="The Debian mirror for debootstrap.")
@@ -181,9 +181,10 @@ class Settings:
              "processes it starts; harness/conventions.py).")
     data_dir: Path = setting(
         env="XDG_DATA_HOME", parse=lambda raw: path(raw) / "kiln", derive=lambda v: data_dir(),
-        default_doc="~/.local/share (the folder: <it>/kiln)",
-        help="The base of the lasting data folder <it>/kiln, outside any checkout (a fresh CI checkout would wipe "
-             "it): the test history, the bench's lasting stores and the fleet store's spool live there.")
+        default_doc="~/.local/share",
+        help="The base of the lasting data folder, its `kiln` sub-folder (`data_dir`), outside any checkout (a "
+             "fresh CI checkout would wipe it): the test history, the bench's lasting stores and the fleet "
+             "store's spool live there.")
     cache_scope: str = setting(
         env="KILN_CACHE_SCOPE", parse=lambda raw: _scope(), derive=lambda v: _scope(),
         default_doc="derived from the GitHub event, ref and repository",
@@ -402,7 +403,7 @@ class BenchSettings:
         None, env="KILN_BENCH_DB", parse=_optional_path,
         default_doc="results/bench/<backend>/bench.sqlite (harness.bench.store.default_path)",
         help="The bench's SQLite store: where `nox -s ci`, `nox -s bench` and `bench backend` write, and what "
-             "every bench verb reads (<backend>: the one this machine runs, as `python -m harness detect` "
+             "every bench verb reads (`<backend>`: the one this machine runs, as `python -m harness detect` "
              "prints it).")
     plant: Plant | None = setting(
         None, env="KILN_BENCH_PLANT", parse=_plant, default_doc="unset",
