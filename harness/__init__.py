@@ -6,8 +6,9 @@ The harness is a chain of small steps, each a function another module (or a nox 
   image.build          -> a hash-tagged image for a backend (bootstrapping a base image if needed)
   health.check         -> a matmul and a compiled Triton kernel on every visible device
   envinfo.capture      -> git sha, versions, driver, GPUs, compiler config
-  runner.run_pytest    -> one pytest invocation, natively or in a container; returns where JUnit landed
-  runner.run_suites    -> the four suites, one summary line each, into a results folder (harness.suites.steps:
+  place.chosen         -> where a run's processes run (NativePlace or ContainerPlace), chosen once per run
+  runner.run_pytest    -> one pytest invocation at a place; returns where JUnit landed
+  steps.run_suites     -> the four suites, one summary line each, into a results folder (harness.suites.steps:
                           SETUP, STEPS, END, each a function of the run's typed state)
   record.RunRecord     -> run.json, typed (suites, retries, crashes, shards); schema 2, schema 1 read
   shard.assign         -> which tests shard I of N runs (by recorded durations, else by count)

@@ -65,8 +65,11 @@ def cmd_backend(args: argparse.Namespace) -> int:
 
     who = current()  # the host's name and GPU label (a container's host name is its id): stored with the run
     who_env = {"RUNNER_NAME": who.runner, **({"KILN_GPU_LABEL": who.gpu_label} if who.gpu_label else {})}
+    from harness.commands import suite_env
+    from harness.suites.place import chosen
+
     rc = runner.run_python_module(
-        b, inner, out_dir, "bench", native=native, image=image, m=m, timeout_s=b.timeouts.suite_s,
+        chosen(native, image), b, inner, out_dir, "bench", env=suite_env(m, b), timeout_s=b.timeouts.suite_s,
         extra_env=who_env,
     )
     print(

@@ -447,7 +447,7 @@ class Container:
 
     def argv(self, inner: list[str], tree: Path, results: Path, name: str) -> list[str]:
         from harness.commands import container_argv
-        from harness.suites.runner import container_backend, container_extras
+        from harness.suites.place import container_backend, container_extras
 
         # the runner's GPUs only, as the runner's uid:gid (it writes the step's store), the job's labels
         b, env = container_backend(self.backend, {**self.env, "PYTHONDONTWRITEBYTECODE": "1"})

@@ -272,6 +272,7 @@ def _run_in_container(
     from harness.checks import health
     from harness.images import image as image_mod
     from harness.suites import runner
+    from harness.suites.place import ContainerPlace
 
     m = matrix.load()
     b = m.backend(backend)
@@ -280,13 +281,12 @@ def _run_in_container(
     tag = image or image_mod.build(b).tag
     try:
         run = runner.run_pytest(
+            ContainerPlace(tag),
             b,
             paths,
             out_dir,
             "pytest",
-            native=False,
-            image=tag,
-            m=m,
+            env=suite_env(m, b),
             extra=[*flake_args(runs), *extra],
             timeout_s=b.timeouts.suite_s * runs,
         )

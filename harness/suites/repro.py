@@ -107,7 +107,7 @@ def rerun_command(p: ReproPlan, record: RunRecord, backend: Backend, root: Path,
     b = replace(backend, container_options=options)
     env = dict(p.env)
     if not p.drop_gpus:
-        from harness.suites.runner import container_backend
+        from harness.suites.place import container_backend
 
         b, env = container_backend(b, env)
     inner = repro_argv(record, *p.targets, junit=f"{CONTAINER_RESULTS}/{JUNIT}")

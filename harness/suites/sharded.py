@@ -29,6 +29,8 @@ from harness import matrix as matrix_mod
 from harness.commands import with_pythonpath
 from harness.exc import HarnessError, RunInterrupted
 from harness.matrix import Retries
+from harness.suites.place import Place
+from harness.suites.options import RunOptions
 from harness.suites.merge import ShardProcess, merge_shards, shard_dir_name
 from harness.process import Terminated, kill_group, sigterm_interrupts, spawn
 from harness.record import RunRecord, RunStatus
@@ -40,30 +42,26 @@ SLACK_S = 120  # on top of environment capture, health check and suites: reports
 KILL_S = 15  # per suite: killing a suite that ran past its timeout
 
 
-def shard_argv(backend: str, shard: Shard, devices: Sequence[str], folder: Path, *, native: bool,
-               suites: Sequence[str] | None, image_tag: str | None, base_image: str | None, extra: Sequence[str],
-               health: bool, save_numerics: bool, durations: Path | None,
-               retries: Retries | None = None) -> list[str]:
-    """The `python -m harness run` command line of one shard (it records nothing into the test history: the
-    merged run is recorded)."""
+def shard_argv(backend: str, shard: Shard, devices: Sequence[str], folder: Path, place: Place,
+               options: RunOptions) -> list[str]:
+    """The `python -m harness run` command line of one shard at `place` (its `--native` or `--image`), with the
+    run's `options` (it records nothing into the test history: the merged run is recorded)."""
     argv = [sys.executable, "-m", "harness", "run", "--backend", backend, "--shard", str(shard),
             "--results", str(folder), "--quiet", "--no-history"]
-    if retries is not None:
-        argv += ["--retries", str(retries.attempts)]
-    argv += ["--native"] if native else ["--image", str(image_tag)]
-    if base_image and not native:
-        argv += ["--base-image", base_image]
+    if options.retries is not None:
+        argv += ["--retries", str(options.retries.attempts)]
+    argv += place.cli_args()
     if devices:
         argv += ["--devices", ",".join(devices)]
-    if durations is not None:
-        argv += ["--durations", str(durations)]
-    if not health:
+    if options.durations is not None:
+        argv += ["--durations", str(options.durations)]
+    if not options.health:
         argv.append("--no-health")
-    if save_numerics:
+    if options.save_numerics:
         argv.append("--save-numerics")
-    for suite in suites or ():
+    for suite in options.suites or ():
         argv += ["--suite", suite]
-    return [*argv, "--", *extra] if extra else argv
+    return [*argv, "--", *options.extra] if options.extra else argv
 
 
 def shard_timeout_s(b: matrix_mod.Backend, n_suites: int, retries: Retries | None = None) -> float:
@@ -93,27 +91,20 @@ def stop_all(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
             kill_group(proc, 0)  # SIGTERM again, then at once SIGKILL
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShardsState:
-    """A `--shards` run in progress: what was asked, the shard processes, what became of them, the verdict.
-    Each step of SHARD_STEPS takes and returns it."""
+    """A `--shards` run in progress: what was asked (the backend, each shard's GPUs, the place, the run's
+    options), the shard processes, what became of them, the verdict. Each step of SHARD_STEPS takes and
+    returns it."""
 
     b: matrix_mod.Backend
     m: matrix_mod.Matrix
     groups: Sequence[Sequence[str]]
-    native: bool
+    place: Place
+    options: RunOptions
     run_dir: Path
-    suites: Sequence[str] | None
-    image_tag: str | None
-    base_image: str | None
-    extra: Sequence[str]
-    health: bool
-    save_numerics: bool
-    durations: Path | None
-    echo: bool
-    timeout_s: float | None
-    retries: Retries | None
-    history_db: Path | None
+    timeout_s: float | None = None
+    history_db: Path | None = None
     base: RunRecord | None = None
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
     started: dict[int, float] = field(default_factory=dict)
@@ -129,7 +120,11 @@ class ShardsState:
 
     @property
     def mode(self) -> str:
-        return "native" if self.native else "container"
+        return self.place.mode
+
+    @property
+    def suites(self) -> Sequence[str] | None:
+        return self.options.suites
 
     def finish(self, index: int, hung: bool = False) -> None:
         """Note shard `index`'s process as ended (or hung): exit status, wall seconds, GPUs."""
@@ -154,23 +149,15 @@ def check_shards(st: ShardsState) -> ShardsState:
 
 def shards_preflight(st: ShardsState) -> ShardsState:
     """Before the image: driver, every shard's GPUs visible, docker, free disk (harness.checks.preflight)."""
-    from harness.checks import preflight
-
     need = len({gpu for group in st.groups for gpu in group})
-    print(preflight.check(st.b, native=st.native, need_gpus=max(1, need), results=st.run_dir).line(), flush=True)
+    print(st.place.preflight(st.b, need_gpus=max(1, need), results=st.run_dir).line(), flush=True)
     return st
 
 
 def shards_image(st: ShardsState) -> ShardsState:
-    """Container mode: the image, built once for every shard (or the one given, which must be present)."""
-    from harness.checks import health as health_mod
-    from harness.images import image as image_mod
-
-    if st.native:
-        return st
-    health_mod.require_host_devices(st.b)
-    info = image_mod.ready(st.b, st.image_tag, st.base_image)  # built once, not once per shard
-    st.image_tag, st.base_image = info["tag"], info["base"]
+    """The place made ready once for every shard: in container mode the image built (not once per shard) or
+    the one given, which must be present."""
+    st.place = st.place.prepared(st.b)
     return st
 
 
@@ -178,17 +165,14 @@ def launch_shards(st: ShardsState) -> ShardsState:
     """Each shard's `harness run --shard I/N` process, pinned to its GPUs, its output in RUN/shard-I.log."""
     st.run_dir.mkdir(parents=True, exist_ok=True)
     st.timeout_s = st.timeout_s or shard_timeout_s(st.b, len(st.suites or st.m.suites),
-                                                   st.retries or st.m.retries_for(st.b))
-    env = with_pythonpath(dict(os.environ), PACKAGE_ROOT)
-    env["KILN_NATIVE"] = "1" if st.native else "0"
+                                                   st.options.retries or st.m.retries_for(st.b))
+    env = {**with_pythonpath(dict(os.environ), PACKAGE_ROOT), **st.place.cli_env()}
     print(f"{st.count} shards [{st.b.name}/{st.mode}] -> {st.run_dir}" + "".join(
         f"; shard {i}: gpu {','.join(g)}" for i, g in enumerate(st.groups, 1) if g), flush=True)
     for index, devices in enumerate(st.groups, 1):
         folder = st.run_dir / shard_dir_name(index)
-        argv = shard_argv(st.b.name, Shard(index, st.count), devices, folder, native=st.native, suites=st.suites,
-                          image_tag=st.image_tag, base_image=st.base_image, extra=st.extra, health=st.health,
-                          save_numerics=st.save_numerics, durations=st.durations, retries=st.retries)
-        spawned = spawn(argv, st.run_dir / f"{folder.name}.log", env=env, cwd=settings().root, echo=st.echo,
+        argv = shard_argv(st.b.name, Shard(index, st.count), devices, folder, st.place, st.options)
+        spawned = spawn(argv, st.run_dir / f"{folder.name}.log", env=env, cwd=settings().root, echo=st.options.echo,
                         prefix=f"[shard {index}/{st.count}] ")
         st.procs[index] = spawned.proc
         st.started[index] = time.monotonic()
@@ -251,22 +235,21 @@ END_STEPS: tuple[Step, ...] = (
     ("merge", merge_step), ("history", history_step), ("report", report_step))
 
 
-def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bool, run_dir: Path,
-               suites: Sequence[str] | None = None, image_tag: str | None = None, base_image: str | None = None,
-               extra: Sequence[str] = (), health: bool = True, save_numerics: bool = False,
-               durations: Path | None = None, echo: bool = True, timeout_s: float | None = None,
-               retries: Retries | None = None, history: Path | None = None,
-               record_history: bool = True) -> tuple[Path, int]:
-    """Run len(groups) shards at once, shard I pinned to GPU ids groups[I-1]; merge them into `run_dir`: the
-    steps of SETUP_STEPS, SHARD_STEPS (Ctrl-C/SIGTERM stops every shard), then END_STEPS.
-    A shard still running after `timeout_s` (default: `shard_timeout_s`) is stopped and reported as hung.
-    `retries`: how the shards rerun failed tests (None: the matrix's); a complete merged run is recorded into
-    the test history `history` (None: the default store) unless `record_history` is False.
+def run_shards(backend_name: str, groups: Sequence[Sequence[str]], place: Place, options: RunOptions,
+               timeout_s: float | None = None) -> tuple[Path, int]:
+    """Run len(groups) shards at once at `place`, shard I pinned to GPU ids groups[I-1]; merge them into
+    `options.run_dir` (required): the steps of SETUP_STEPS, SHARD_STEPS (Ctrl-C/SIGTERM stops every shard), then
+    END_STEPS. A shard still running after `timeout_s` (default: `shard_timeout_s`) is stopped and reported as
+    hung. `options.retries`: how the shards rerun failed tests (None: the matrix's); a complete merged run is
+    recorded into the test history `options.history` (None: the default store) unless `options.record_history`
+    is False; `options.shard`, `devices` and `isolate` are not used (each shard's own).
     Returns (run folder, exit code: 0 when the merged run is complete and green (flaky tests allowed), else 1)."""
+    if options.run_dir is None:
+        raise HarnessError("a --shards run needs its run folder")
     m = matrix_mod.load()
-    st = ShardsState(m.backend(backend_name), m, groups, native, Path(run_dir).resolve(), suites, image_tag,
-                     base_image, extra, health, save_numerics, durations, echo, timeout_s, retries,
-                     _history_location(history) if record_history else None)
+    st = ShardsState(b=m.backend(backend_name), m=m, groups=groups, place=place, options=options,
+                     run_dir=Path(options.run_dir).resolve(), timeout_s=timeout_s,
+                     history_db=options.history_location())
     for _, step in SETUP_STEPS:
         st = step(st)
     try:
@@ -285,10 +268,3 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], *, native: bo
     for _, step in END_STEPS:
         st = step(st)
     return st.run_dir, 0 if st.summary.ok else 1
-
-
-def _history_location(history: Path | None) -> Any:
-    """The test-history store a run records into: `--history DB`, else KILN_STORE_URL, else the default file."""
-    from harness.suites.history import plan_location
-
-    return plan_location(history)

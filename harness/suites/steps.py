@@ -2,9 +2,12 @@
 (compiler/backend.py); harness.suites.runner runs the pytest processes the steps ask for.
 
 Terms:
-  Plan       what a run was asked to do, checked: backend, suites, shard, retry policy, quarantine, history
-             store, image. The setup steps (`SETUP`) each take a Plan and return one, before any folder is
-             written.
+  RunOptions what `harness run` was asked for besides the backend and the place: suites, folder, pytest
+             arguments, shard, devices, retries, history, isolation (one dataclass, passed through whole).
+  Plan       what a run was asked to do, checked: backend, place (harness.suites.place: natively or in the
+             container, chosen once), suites, shard, retry policy, quarantine, history store, and the suites'
+             environment (computed once, carried to every process). The setup steps (`SETUP`) each take a
+             Plan and return one, before any folder is written.
   RunState   the run in progress: its folder, its record (harness.record.RunRecord, rewritten atomically to
              run.json after every change), each suite's tests as parsed, the step (`current`) and the test that
              was running when an interrupt came. The run steps (`STEPS`) each take and return it.
@@ -19,9 +22,7 @@ and raises RunInterrupted.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,22 +35,25 @@ from harness import matrix as matrix_mod
 from harness import results as res
 from harness.suites import runner
 from harness.suites import shard as shard_mod
-from harness.commands import CONTAINER_RESULTS, suite_env
+from harness.commands import suite_env
 from harness.exc import HarnessError, HealthError, RunInterrupted
 from harness.matrix import Backend, Matrix, Retries
 from harness.process import Terminated, sigterm_interrupts
 from harness.record import (HealthRecord, RetryPolicy, RunRecord, RunStatus, ShardSpec, SuiteRecord, SuiteStatus,
                             TestOutcome, seeds_of)
 from harness.settings import compiler_settings_problem, selection_args, settings
+from harness.suites import place as place_mod
+from harness.suites.options import RunOptions
+from harness.suites.place import Place
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
-    """What the run was asked to do (module docstring); `image_tag`/`image` are set by the image step."""
+    """What the run was asked to do (module docstring); the image step gives `place` its image."""
 
     b: Backend
     m: Matrix
-    native: bool
+    place: Place
     suites: tuple[str, ...]
     extra: tuple[str, ...] = ()
     health: bool = True
@@ -63,14 +67,11 @@ class Plan:
     isolate: bool = True
     quarantine: Any = None  # harness.suites.quarantine.Quarantine or None
     run_dir: Path | None = None
-    image_tag: str | None = None
-    base_image: str | None = None
-    image: dict[str, Any] | None = None
-    env: dict[str, str] = field(default_factory=dict)  # the suites' environment (commands.suite_env)
+    env: dict[str, str] = field(default_factory=dict)  # the suites' environment (commands.suite_env), once
 
     @property
     def mode(self) -> str:
-        return "native" if self.native else "container"
+        return self.place.mode
 
     @property
     def label(self) -> str:
@@ -130,9 +131,8 @@ def check_host(plan: Plan) -> Plan:
     if unknown:
         raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(plan.m.suites)}")
     plan = replace(plan, quarantine=report.load_quarantine(settings().root))  # a broken file stops the run here
-    if plan.native:
-        runner._check_native_python()
-    problem = compiler_settings_problem({**(os.environ if plan.native else {}), **plan.env})
+    plan.place.check_host()
+    problem = compiler_settings_problem({**plan.place.inherited(), **plan.env})
     if problem:
         raise HarnessError(f"bad compiler setting for the suites: {problem}")
     return plan
@@ -141,25 +141,17 @@ def check_host(plan: Plan) -> Plan:
 def preflight(plan: Plan) -> Plan:
     """Before any image build or suite: the driver and enough visible GPUs, docker, free disk
     (harness.checks.preflight); a problem stops the run with one line (exit 3)."""
-    from harness.checks import preflight as preflight_mod
-
-    report = preflight_mod.check(plan.b, native=plan.native, need_gpus=max(1, len(plan.devices)),
-                                 results=plan.run_dir or settings().results_root)
+    report = plan.place.preflight(plan.b, need_gpus=max(1, len(plan.devices)),
+                                  results=plan.run_dir or settings().results_root)
     if plan.echo:
         print(report.line(), flush=True)
     return plan
 
 
 def prepare_image(plan: Plan) -> Plan:
-    """Container mode: devices and docker present, then the given image described or the backend's built."""
-    from harness.checks import health as health_mod
-    from harness.images import image as image_mod
-
-    if plan.native:
-        return plan
-    health_mod.require_host_devices(plan.b)
-    info = image_mod.ready(plan.b, plan.image_tag, plan.base_image)
-    return replace(plan, image=info, image_tag=info["tag"])
+    """The place made ready (harness.suites.place): in container mode devices and docker present, then the
+    given image described or the backend's built; natively nothing to do."""
+    return replace(plan, place=plan.place.prepared(plan.b))
 
 
 SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (
@@ -177,10 +169,10 @@ def open_run(plan: Plan) -> RunState:
         plan.shard.index, plan.shard.count, "suites/shard-durations.json" if plan.durations else None)
     record = RunRecord(
         run_id=run_dir.name, backend=b.name, status=RunStatus.RUNNING, mode=plan.mode, started=now(),
-        src=str(settings().root), python=sys.executable if plan.native else "python", docker="docker",
-        image=plan.image, env=plan.env, container_options=tuple(b.container_options),
+        src=str(settings().root), python=plan.place.python, docker="docker", image=plan.place.image, env=plan.env,
+        container_options=tuple(b.container_options),
         test_timeout_s=b.timeouts.test_s, suite_timeout_s=b.timeouts.suite_s, pytest_extra=plan.extra,
-        per_test_timeout=runner.pytest_timeout_available() if plan.native else True, devices=plan.devices,
+        per_test_timeout=plan.place.per_test_timeout, devices=plan.devices,
         retries=RetryPolicy(plan.policy.attempts, plan.policy.max_tests),
         history=str(plan.history_db) if plan.history_db else None,
         quarantine=report.quarantine_json(plan.quarantine),  # the entries in force: a later report judges by them
@@ -206,11 +198,11 @@ def capture_environment(state: RunState) -> RunState:
     from harness import envinfo
 
     p, run_dir = state.plan, state.run_dir
-    host = envinfo.capture_host(p.image)
+    host = envinfo.capture_host(p.place.image)
     host["lock"] = envinfo.lock_record(p.b)  # the backend's lock in the tree: path, sha256, stale
-    runner.run_python_module(p.b, ["env", "--part", "device", "--backend", p.b.name, "--out",
-                                   "{out}/env-device.json"], run_dir, "env", native=p.native, image=p.image_tag,
-                             m=p.m, timeout_s=p.b.timeouts.health_s, echo=False)
+    runner.run_python_module(p.place, p.b, ["env", "--part", "device", "--backend", p.b.name, "--out",
+                                            "{out}/env-device.json"], run_dir, "env", env=p.env,
+                             timeout_s=p.b.timeouts.health_s, echo=False)
     device = (res.read_json(run_dir / "env-device.json") if (run_dir / "env-device.json").exists()
               else {"error": "device environment capture failed; see env.log"})
     res.atomic_write_json(run_dir / "env.json", {"schema": envinfo.SCHEMA, "host": host, "device": device})
@@ -222,9 +214,8 @@ def check_health(state: RunState) -> RunState:
     p, run_dir = state.plan, state.run_dir
     if not p.health:
         return state
-    rc = runner.run_python_module(p.b, ["health", "--backend", p.b.name, "--json", "{out}/health.json"], run_dir,
-                                  "health", native=p.native, image=p.image_tag, m=p.m,
-                                  timeout_s=p.b.timeouts.health_s, echo=p.echo)
+    rc = runner.run_python_module(p.place, p.b, ["health", "--backend", p.b.name, "--json", "{out}/health.json"],
+                                  run_dir, "health", env=p.env, timeout_s=p.b.timeouts.health_s, echo=p.echo)
     state.update(health=HealthRecord(rc == 0, "health.log"))
     if rc != 0:
         state.finish(RunStatus.ABORTED, "health check failed")
@@ -237,7 +228,7 @@ def run_all_suites(state: RunState) -> RunState:
     """Every suite in turn: under isolation (or plain), then its failed tests rerun alone."""
     p = state.plan
     suite_dir = state.run_dir / "suites"
-    seen = str(suite_dir) if p.native else CONTAINER_RESULTS  # the suites folder as pytest sees it
+    seen = p.place.seen(suite_dir)  # the suites folder as pytest sees it
     shard_args: list[str] = []
     if p.shard is not None:
         shard_args = ["-p", "harness.suites.shard_plugin", f"--kiln-shard={p.shard}"]
@@ -276,11 +267,11 @@ def run_one_suite(state: RunState, suite: str, suite_dir: Path, seen: str, shard
 
     if p.isolate:
         rec, tests, junit = runner.run_suite_isolated(
-            p.b, suite, suite_dir, seen=seen, native=p.native, image=p.image_tag, extra=extra, m=p.m, echo=p.echo,
-            env_extra=save, on_interrupt=interrupted)
+            p.place, p.b, suite, suite_dir, env=p.env, extra=extra, echo=p.echo, env_extra=save,
+            on_interrupt=interrupted)
     else:
-        rec, tests, junit = runner.run_suite_plain(p.b, suite, suite_dir, native=p.native, image=p.image_tag,
-                                                   extra=extra, m=p.m, echo=p.echo, env_extra=save)
+        rec, tests, junit = runner.run_suite_plain(p.place, p.b, suite, suite_dir, env=p.env, extra=extra,
+                                                   echo=p.echo, env_extra=save)
     # a suite that could not be collected has no tests: its status says so and the pointer is its log (the cause)
     label, where = ("COLLECTION ERROR", suite_dir / f"{suite}.log") if rec.collect_failed else \
         (rec.status.upper(), junit)
@@ -300,8 +291,8 @@ def retry_suite(state: RunState, suite: str, failed: list[TestOutcome], junit: P
     """Rerun a suite's failed tests alone (runner.retry_failed) and put the verdicts in its record."""
     p = state.plan
     q = p.quarantine
-    found = runner.retry_failed(p.b, suite, failed, p.policy, run_dir=state.run_dir, junit=junit, native=p.native,
-                                image=p.image_tag, m=p.m, extra=p.extra, echo=p.echo,
+    found = runner.retry_failed(p.place, p.b, suite, failed, p.policy, run_dir=state.run_dir, junit=junit,
+                                env=p.env, extra=p.extra, echo=p.echo,
                                 quarantined=lambda i: q is not None and q.match(i, p.b.name) is not None)
     print(runner.retry_line(suite, p.label, found), flush=True)
     state.add_suite(replace(state.record.suites[-1], retries=found), state.tests[suite])
@@ -380,42 +371,35 @@ def run(plan: Plan) -> tuple[Path, int]:
     return state.run_dir, 0 if state.ok else 1
 
 
-def plan_of(backend_name: str, *, native: bool, suites: Sequence[str] | None, run_dir: Path | None,
-            image_tag: str | None, base_image: str | None, extra: Sequence[str], health: bool, echo: bool,
-            save_numerics: bool, shard: shard_mod.Shard | None, durations: Path | None, devices: Sequence[str],
-            retries: Retries | None, history: Path | None, record_history: bool, isolate: bool) -> Plan:
+def plan_of(backend_name: str, place: Place, options: RunOptions) -> Plan:
     """The Plan of `run_suites`' arguments: the matrix loaded, the devices pinned, the suites' environment."""
+    o = options
     m = matrix_mod.load()
     unpinned = m.backend(backend_name)
-    policy = retries or m.retries_for(unpinned)
-    b = shard_mod.pin_devices(unpinned, list(devices), native=native)
-    return Plan(b, m, native, tuple(suites or m.suites), tuple(extra), health, echo, save_numerics, shard, durations,
-                tuple(devices), policy, _history_location(history) if record_history else None,
-                isolate, None, run_dir, image_tag, base_image, None, suite_env(m, b))
+    b = place.pin(unpinned, list(o.devices))
+    return Plan(b=b, m=m, place=place, suites=tuple(o.suites or m.suites), extra=tuple(o.extra), health=o.health,
+                echo=o.echo, save_numerics=o.save_numerics, shard=o.shard, durations=o.durations,
+                devices=tuple(o.devices), policy=o.retries or m.retries_for(unpinned),
+                history_db=o.history_location(), isolate=o.isolate,
+                run_dir=o.run_dir, env=suite_env(m, b))
 
 
-def run_suites(backend_name: str, *, native: bool, suites: Sequence[str] | None = None,
-               run_dir: Path | None = None, image_tag: str | None = None, base_image: str | None = None,
-               extra: Sequence[str] = (), health: bool = True, echo: bool = True,
-               save_numerics: bool = False, shard: shard_mod.Shard | None = None, durations: Path | None = None,
-               devices: Sequence[str] = (), retries: Retries | None = None, history: Path | None = None,
-               record_history: bool = True, isolate: bool = True) -> tuple[Path, int]:
-    """Health check, environment capture and every suite for one backend; returns (run folder, exit code).
-    The steps: SETUP, STEPS and END.
+def run_suites(backend_name: str, place: Place, options: RunOptions) -> tuple[Path, int]:
+    """Health check, environment capture and every suite for one backend at `place` (harness.suites.place);
+    returns (run folder, exit code). The steps: SETUP, STEPS and END.
 
-    `shard`: run only that shard of every suite's tests, balanced by the `durations` file (None: by count);
-    `devices`: pin the run to these GPU ids (harness.suites.shard.pin_devices); `retries`: how failed tests are
-    rerun (None: the matrix's); `history`: the test-history store a complete run is recorded into (None: the
-    default store; `record_history=False`: none); `isolate`: crash isolation (harness.suites.isolation: a test that
-    kills its process costs that test alone), off only to measure what it costs.
+    `options` (RunOptions): `suites` (None: the matrix's), `run_dir` (None: a new folder under the results
+    root), `extra` pytest arguments; `shard`: run only that shard of every suite's tests, balanced by the
+    `durations` file (None: by count); `devices`: pin the run to these GPU ids (harness.suites.shard.pin_devices);
+    `retries`: how failed tests are rerun (None: the matrix's); `history`: the test-history store a complete run
+    is recorded into (None: the default store; `record_history=False`: none); `isolate`: crash isolation
+    (harness.suites.isolation: a test that kills its process costs that test alone), off only to measure what
+    it costs.
     Exit code: 0 when every suite ran and no test failed or errored except flaky ones (passed on a retry) and
     quarantined ones, else 1. Raises HealthError when a device is unhealthy, RunInterrupted on Ctrl-C/SIGTERM
     (run.json then says `incomplete`).
     """
-    return run(plan_of(
-        backend_name, native=native, suites=suites, run_dir=run_dir, image_tag=image_tag, base_image=base_image,
-        extra=extra, health=health, echo=echo, save_numerics=save_numerics, shard=shard, durations=durations,
-        devices=devices, retries=retries, history=history, record_history=record_history, isolate=isolate))
+    return run(plan_of(backend_name, place, options))
 
 
 # ---- CLI: `python -m harness run` ------------------------------------------------------------------------
@@ -476,7 +460,7 @@ def shard_options(args: argparse.Namespace, backend: str) -> tuple[shard_mod.Sha
 
 def cli_main(args: argparse.Namespace) -> int:
     """Run the suites for a backend, in its container or natively."""
-    native = settings().native if args.native is None else args.native
+    place = place_mod.chosen(args.native, args.image, args.base_image)
     backend = args.backend or matrix_mod.detect_backend()
     extra = list(args.pytest_args or [])
     if extra[:1] == ["--"]:
@@ -487,8 +471,11 @@ def cli_main(args: argparse.Namespace) -> int:
     run_dir = res.output_folder(args.results, "--results") if args.results else None
     if run_dir is None:
         res.output_folder(settings().results_root, "KILN_RESULTS")  # where new_run_dir would make the folder
-    retries = retry_option(args.retries, backend)
-    history = Path(args.history) if args.history else None
+    options = RunOptions(
+        suites=args.suites, run_dir=run_dir, extra=extra, health=not args.no_health, echo=not args.quiet,
+        save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices,
+        retries=retry_option(args.retries, backend), history=Path(args.history) if args.history else None,
+        record_history=not args.no_history, isolate=not args.no_isolation)
     if args.shards:
         b = matrix_mod.load().backend(backend)
         from harness.checks import preflight as preflight_mod
@@ -499,21 +486,12 @@ def cli_main(args: argparse.Namespace) -> int:
         if len(groups) > 1:  # one shard is the plain run (below)
             from harness.suites import sharded
 
-            if native:
-                runner._check_native_python()
-            run_dir = run_dir or runner.new_run_dir(b.name, "native" if native else "container")
-            _, code = sharded.run_shards(
-                b.name, groups, native=native, run_dir=run_dir, suites=args.suites, image_tag=args.image,
-                base_image=args.base_image, extra=extra, health=not args.no_health, save_numerics=args.save_numerics,
-                durations=durations, echo=not args.quiet, retries=retries, history=history,
-                record_history=not args.no_history)
+            place.check_host()
+            run_dir = run_dir or runner.new_run_dir(b.name, place.mode)
+            _, code = sharded.run_shards(b.name, groups, place, replace(options, run_dir=run_dir))
             return code
-        devices = groups[0]
-    _, code = run_suites(backend, native=native, suites=args.suites, run_dir=run_dir, image_tag=args.image,
-                         base_image=args.base_image, extra=extra, health=not args.no_health, echo=not args.quiet,
-                         save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices,
-                         retries=retries, history=history, record_history=not args.no_history,
-                         isolate=not args.no_isolation)
+        options = replace(options, devices=groups[0])
+    _, code = run_suites(backend, place, options)
     return code
 
 
@@ -525,10 +503,3 @@ def retry_option(value: int | None, backend: str) -> Retries | None:
         raise HarnessError(f"--retries {value}: expected 0 (no reruns) or more")
     m = matrix_mod.load()
     return Retries(attempts=value, max_tests=m.retries_for(m.backend(backend)).max_tests)
-
-
-def _history_location(history: Path | None) -> Any:
-    """The test-history store a run records into: `--history DB`, else KILN_STORE_URL, else the default file."""
-    from harness.suites.history import plan_location
-
-    return plan_location(history)

@@ -12,7 +12,7 @@ import pytest
 from harness import commands, matrix
 from harness.exc import HarnessError
 from harness.images import image
-from harness.suites import runner
+from harness.suites import place, runner
 from harness.settings import settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,19 +79,19 @@ def test_pytest_argv_without_timeout_plugin():
 
 
 def test_missing_pytest_timeout_falls_back_with_a_warning(monkeypatch):
-    real = runner.importlib.util.find_spec
-    monkeypatch.setattr(runner.importlib.util, "find_spec",
+    real = place.importlib.util.find_spec
+    monkeypatch.setattr(place.importlib.util, "find_spec",
                         lambda name, *a: None if name == "pytest_timeout" else real(name, *a))
     with pytest.warns(UserWarning, match="pytest-timeout is not installed"):
-        assert runner._check_native_python() is False
+        assert place.check_native_python() is False
 
 
 def test_missing_pytest_is_a_clear_error(monkeypatch):
     from harness.exc import MissingTool
 
-    monkeypatch.setattr(runner.importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(place.importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(MissingTool, match="pytest is not installed"):
-        runner._check_native_python()
+        place.check_native_python()
 
 
 def test_build_argv_passes_the_matrix_build_args(tmp_path):
@@ -340,8 +340,9 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     monkeypatch.delenv("KILN_JOB_ID", raising=False)
     monkeypatch.delenv("RUNNER_TEMP", raising=False)
     out = tmp_path / "out"
-    runner.run_pytest(M.backend("cuda"), ["tests/numerics"], out, "numerics", native=False,
-                      image="kiln-cuda:0123456789abcdef", m=M, echo=False)
+    cuda = M.backend("cuda")
+    runner.run_pytest(place.ContainerPlace("kiln-cuda:0123456789abcdef"), cuda, ["tests/numerics"], out, "numerics",
+                      env=commands.suite_env(M, cuda), echo=False)
     argv = calls[-1]
     assert _pairs(argv, "--gpus") == ["device=1"] and "all" not in argv
     assert _pairs(argv, "--user") == [f"{os.getuid()}:{os.getgid()}"]
@@ -359,11 +360,11 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     assert commands.compile_cache_dir(tmp_path, "untrusted", "kiln-cuda:fedcba") != cache
     assert commands.compile_cache_dir(tmp_path, "main", "kiln-cuda:0123456789abcdef") != cache
     monkeypatch.setenv("KILN_COMPILE_CACHE", "off")
-    runner.run_pytest(M.backend("cuda"), ["t"], out, "t", native=False, image="kiln-cuda:0", m=M, echo=False)
+    runner.run_pytest(place.ContainerPlace("kiln-cuda:0"), cuda, ["t"], out, "t", env={}, echo=False)
     assert not any(v.endswith(":/cache") for v in _pairs(calls[-1], "--volume"))
     assert "TRITON_CACHE_DIR" not in _env_of(calls[-1])
     monkeypatch.setenv("KILN_CONTAINER_USER", "image")
-    runner.run_pytest(M.backend("cpu"), ["t"], out, "t", native=False, image="kiln-cpu:0", m=M, echo=False)
+    runner.run_pytest(place.ContainerPlace("kiln-cpu:0"), M.backend("cpu"), ["t"], out, "t", env={}, echo=False)
     assert "--user" not in calls[-1] and "--gpus" not in calls[-1]
 
 
@@ -374,30 +375,30 @@ def test_native_runs_use_the_compile_cache_of_their_scope_and_toolchain(tmp_path
     for name in ("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "KILN_GRAPH_CACHE_DIR", "KILN_AUTOTUNE_DIR",
                  "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
-    env = runner.native_cache_env()
+    env = commands.native_cache_env()
     folder = Path(env["TRITON_CACHE_DIR"]).parent
     assert folder.parent == tmp_path / "local" and env["KILN_CACHE_DIR"] == str(folder / "kiln")
     assert env["KILN_GRAPH_CACHE_DIR"] == str(folder / "graphs") and "KILN_CACHE_AUTH" not in env
     version = importlib.metadata.version('torch').replace('+', '-')
     assert f"torch{version}" in folder.name  # a new toolchain: another folder
     monkeypatch.setenv("TRITON_CACHE_DIR", "/runner/own")  # outside CI the runner's own setting wins
-    assert "TRITON_CACHE_DIR" not in runner.native_cache_env() and "KILN_CACHE_DIR" in runner.native_cache_env()
+    assert "TRITON_CACHE_DIR" not in commands.native_cache_env() and "KILN_CACHE_DIR" in commands.native_cache_env()
     monkeypatch.setenv("GITHUB_ACTIONS", "true")  # in CI the scope's folder wins: main's job gets main's
     monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
     monkeypatch.setenv("GITHUB_REF", "refs/heads/main")
     monkeypatch.setenv("GITHUB_REPOSITORY", "kiln-org/kiln")
-    env = runner.native_cache_env()
+    env = commands.native_cache_env()
     assert Path(env["TRITON_CACHE_DIR"]).parent.parent == tmp_path / "main" and env["KILN_CACHE_AUTH"] == "1"
     monkeypatch.setenv("KILN_COMPILE_CACHE", "0")  # off in CI: folders of the job's own, never the user's
-    assert Path(runner.native_cache_env()["KILN_GRAPH_CACHE_DIR"]).is_relative_to(runner.settings().state_dir)
+    assert Path(commands.native_cache_env()["KILN_GRAPH_CACHE_DIR"]).is_relative_to(settings().state_dir)
     for name in ("GITHUB_ACTIONS", "GITHUB_EVENT_NAME"):
         monkeypatch.delenv(name)
-    assert runner.native_cache_env() == {}
+    assert commands.native_cache_env() == {}
 
 
 def test_the_compile_cache_key_is_the_images_inputs_hash_or_its_id(monkeypatch):
-    runner.toolchain_key.cache_clear()
-    assert runner.toolchain_key("kiln-cuda:0123456789abcdef") == "kiln-cuda:0123456789abcdef"  # no docker asked
+    place.toolchain_key.cache_clear()
+    assert place.toolchain_key("kiln-cuda:0123456789abcdef") == "kiln-cuda:0123456789abcdef"  # no docker asked
     monkeypatch.setattr(image, "image_id", lambda ref: "sha256:feedfacecafebeef0000")
-    assert runner.toolchain_key("kiln-cuda:dev") == "kiln-cuda:dev-feedfacecafebeef"  # a rebuilt :dev: another key
-    runner.toolchain_key.cache_clear()
+    assert place.toolchain_key("kiln-cuda:dev") == "kiln-cuda:dev-feedfacecafebeef"  # a rebuilt :dev: another key
+    place.toolchain_key.cache_clear()

@@ -15,6 +15,8 @@ import pytest
 from harness import matrix
 from harness.suites import history, report, steps
 from harness.suites.collect import load_run
+from harness.suites.options import RunOptions
+from harness.suites.place import NativePlace
 from harness.exc import HarnessError, ResultsError
 from harness.process import Terminated, sigterm_interrupts
 from harness.record import (SCHEMA_VERSION, Outcome, RunRecord, RunStatus, SuiteRecord, SuiteStatus,
@@ -125,7 +127,7 @@ def test_a_malformed_run_json_is_one_line_naming_the_file(tmp_path, data, says):
 def _planted_state(tmp_path: Path, history_db: Path | None) -> steps.RunState:
     """A finished run held in memory only: no JUnit file on disk, so what the end steps report came from memory."""
     m = matrix.load()
-    plan = steps.Plan(m.backend("cpu"), m, True, ("alpha",), history_db=history_db)
+    plan = steps.Plan(b=m.backend("cpu"), m=m, place=NativePlace(), suites=("alpha",), history_db=history_db)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     tests = [TestOutcome("tests/alpha/test_a.py::test_ok", Outcome.PASSED, "", 0.1),
@@ -158,7 +160,8 @@ def test_the_history_step_records_the_record_in_memory(tmp_path, capsys):
 
 def test_the_host_check_step_stops_an_unknown_suite_before_anything_is_written(tmp_path):
     m = matrix.load()
-    plan = steps.Plan(m.backend("cpu"), m, True, ("no-such-suite",), run_dir=tmp_path / "run")
+    plan = steps.Plan(b=m.backend("cpu"), m=m, place=NativePlace(), suites=("no-such-suite",),
+                      run_dir=tmp_path / "run")
     with pytest.raises(HarnessError, match="unknown suite"):
         steps.check_host(plan)
     assert not (tmp_path / "run").exists()
@@ -209,11 +212,11 @@ def test_the_shards_check_step_stops_an_unknown_suite_and_records_the_quarantine
     from harness.suites import sharded
 
     m = matrix.load()
-    st = sharded.ShardsState(m.backend("cpu"), m, [[], []], True, tmp_path / "run", ["no-such-suite"], None, None,
-                             (), True, False, None, False, None, None, None)
+    st = sharded.ShardsState(b=m.backend("cpu"), m=m, groups=[[], []], place=NativePlace(),
+                             options=RunOptions(suites=["no-such-suite"], echo=False), run_dir=tmp_path / "run")
     with pytest.raises(HarnessError, match="unknown suite"):
         sharded.check_shards(st)
-    st.suites = list(m.suites)
+    st.options = replace(st.options, suites=list(m.suites))
     st = sharded.check_shards(st)
     assert st.base is not None and st.base.backend == "cpu" and st.base.mode == "native"
     assert st.base.quarantine is not None and not (tmp_path / "run").exists()

@@ -21,6 +21,8 @@ import pytest
 from harness import matrix
 from harness.suites import merge, repro, shard
 from harness.suites.collect import load_run
+from harness.suites.options import RunOptions
+from harness.suites.place import ContainerPlace, NativePlace
 from harness.exc import HarnessError, ResultsError
 from harness.record import RunRecord
 
@@ -352,8 +354,9 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     monkeypatch.setenv("KILN_RESULTS", str(root / "results"))
     monkeypatch.setenv("KILN_PLANT", "crash,hang")
     monkeypatch.delenv("KILN_NATIVE", raising=False)
-    run_dir, code = sharded.run_shards("cpu", [[], [], []], native=True, run_dir=root / "results" / "three",
-                                       health=False, durations=root / "durations.json", echo=False, timeout_s=30)
+    options = RunOptions(run_dir=root / "results" / "three", health=False, durations=root / "durations.json",
+                         echo=False)
+    run_dir, code = sharded.run_shards("cpu", [[], [], []], NativePlace(), options, timeout_s=30)
     assert code == 1
     manifest = json.loads((run_dir / "run.json").read_text())
     assert [s["status"] for s in manifest["shards"]] == ["crashed", "hung", "complete"]
@@ -402,9 +405,9 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
 
     root, calls = faked_container_run(tmp_path, monkeypatch)
     shard.write_durations(root / "d.json", {}, "cuda")
-    run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
-                                   image_tag="kiln-cuda:t", health=False, echo=False, extra=["-x"],
-                                   shard=shard.Shard(2, 2), durations=root / "d.json", devices=["1"])
+    run_dir, _ = steps.run_suites("cuda", ContainerPlace("kiln-cuda:t"), RunOptions(
+        suites=["alpha"], run_dir=tmp_path / "run", health=False, echo=False, extra=["-x"],
+        shard=shard.Shard(2, 2), durations=root / "d.json", devices=["1"]))
     argv = calls[-1]
     assert argv[argv.index("--gpus") + 1] == "device=1" and "all" not in argv
     inner = argv[argv.index("kiln-cuda:t") + 1:]
@@ -430,8 +433,8 @@ def test_a_container_run_on_a_runner_given_one_gpu_uses_only_it(tmp_path, monkey
     uuid = "GPU-0f0e0d0c-0b0a-0908-0706-050403020100"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
     root, calls = faked_container_run(tmp_path, monkeypatch)
-    run_dir, _ = steps.run_suites("cuda", native=False, suites=["alpha"], run_dir=tmp_path / "run",
-                                   image_tag="kiln-cuda:t", health=False, echo=False)
+    run_dir, _ = steps.run_suites("cuda", ContainerPlace("kiln-cuda:t"), RunOptions(
+        suites=["alpha"], run_dir=tmp_path / "run", health=False, echo=False))
     assert len(calls) >= 2 and all(a[a.index("--gpus") + 1] == f"device={uuid}" for a in calls)
     assert all("CUDA_VISIBLE_DEVICES=0" in a for a in calls)
     manifest = json.loads((run_dir / "run.json").read_text())

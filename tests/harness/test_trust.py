@@ -164,7 +164,7 @@ def test_the_cache_key_reaches_main_only(tmp_path, monkeypatch):
 
 def test_containers_get_their_scopes_folder_and_only_main_the_key(tmp_path, monkeypatch):
     from harness import matrix
-    from harness.suites import runner
+    from harness.suites import place
 
     key = tmp_path / "cache.key"
     key.write_text("s3cret\n")
@@ -176,7 +176,7 @@ def test_containers_get_their_scopes_folder_and_only_main_the_key(tmp_path, monk
                       "main": gh(tmp_path, "push", "refs/heads/main")}.items():
         as_job(monkeypatch, job)
         argvs[name] = " ".join(commands.container_argv(b, "kiln-cpu:0123456789abcdef", ["true"], src=REPO, env={},
-                                                       **runner.container_extras(b, "kiln-cpu:0123456789abcdef")))
+                                                       **place.container_extras(b, "kiln-cpu:0123456789abcdef")))
     assert "/pr/kiln-cpu-0123456789abcdef:/cache " in argvs["pr"] and "/main/" not in argvs["pr"]
     assert "kiln-cache.key" not in argvs["pr"] and "KILN_CACHE_AUTH" not in argvs["pr"]
     assert f"{key}:/run/kiln-cache.key:ro" in argvs["main"] and "KILN_CACHE_AUTH=1" in argvs["main"]

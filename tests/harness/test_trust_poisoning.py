@@ -47,7 +47,7 @@ def job_env(monkeypatch: pytest.MonkeyPatch, runner_cache: Path, github: dict[st
             secrets: dict[str, str]) -> dict[str, str]:
     """The environment the harness gives a native suite process of this job on this runner."""
     from harness.commands import native_command
-    from harness.suites import runner
+    from harness import commands as runner_commands
 
     for name in ("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "KILN_GRAPH_CACHE_DIR", "KILN_AUTOTUNE_DIR", "KILN_CACHE",
                  "KILN_CACHE_SCOPE", "KILN_COMPILE_CACHE", "KILN_CACHE_KEY", "KILN_CACHE_KEY_FILE",
@@ -56,7 +56,7 @@ def job_env(monkeypatch: pytest.MonkeyPatch, runner_cache: Path, github: dict[st
     monkeypatch.setenv("XDG_CACHE_HOME", str(runner_cache))
     for k, v in {**github, **secrets}.items():
         monkeypatch.setenv(k, v)
-    _, env = native_command(["python"], {**runner.native_cache_env(), "KILN_INTERPRET": "1"}, src=REPO)
+    _, env = native_command(["python"], {**runner_commands.native_cache_env(), "KILN_INTERPRET": "1"}, src=REPO)
     env["KILN_CACHE"] = "1"  # the cache on, as in CI (the test tree's default is off)
     return env
 

@@ -104,7 +104,9 @@ def measure(p: float, attempts: int, trials: int, first: int = 0, root: Path | N
         root = make_project(root or Path(tmp) / "proj")
         os.environ["KILN_ROOT"] = str(root)
         from harness import matrix, results
+        from harness.commands import suite_env
         from harness.suites import runner
+        from harness.suites.place import NativePlace
 
         m = matrix.load(root / "ci" / "matrix.json")
         b = m.backend("cpu")
@@ -115,8 +117,8 @@ def measure(p: float, attempts: int, trials: int, first: int = 0, root: Path | N
             run_dir = Path(tmp) / f"trial-{trial}"
             state.write_text(json.dumps({"trial": trial, "runs": 0, "p": p}))
             first_failure = results.TestResult(TEST_ID, "failed", "the suite run failed (planted)", 0.0)
-            found = runner.retry_failed(b, "rate", [first_failure], policy, run_dir=run_dir,
-                                        junit=run_dir / "suites" / "rate.xml", native=True, image=None, m=m)
+            found = runner.retry_failed(NativePlace(), b, "rate", [first_failure], policy, run_dir=run_dir,
+                                        junit=run_dir / "suites" / "rate.xml", env=suite_env(m, b))
             (test,) = found.tests
             called_failing = test.status == "failing"
             failing += called_failing
