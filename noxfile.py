@@ -223,14 +223,21 @@ def install_project(session: nox.Session) -> str:
 # The compiler suites run single-threaded (`-p no:xdist`: their verdicts must not depend on a neighbour); the unit
 # tests of tests/compiler and tests/harness run on pytest-xdist workers (KILN_TEST_WORKERS, default `auto`: one per
 # core; `0` runs them in one process), a file's tests on one worker (`--dist loadfile`: module fixtures and
-# scratch folders are shared within a file only).
-def test_workers() -> list[str]:
-    """The pytest-xdist arguments of the unit-test phases (see the comment above)."""
+# scratch folders are shared within a file only). The harness's unit tests get HARNESS_WORKERS_PER_CORE workers per
+# core by default: most of their time is spent waiting on the processes they start (a harness run, its pytest, a
+# planted hang or timeout, docker), so one worker per core leaves the cores idle about half the time.
+HARNESS_WORKERS_PER_CORE = 2
+
+
+def test_workers(per_core: int = 1) -> list[str]:
+    """The pytest-xdist arguments of a unit-test phase whose default is `per_core` workers per core (see above)."""
     workers = os.environ.get("KILN_TEST_WORKERS", "auto").strip() or "auto"
     if workers == "0":
         return ["-p", "no:xdist"]
     if workers != "auto" and not workers.isdigit():
         raise SystemExit(f"nox: KILN_TEST_WORKERS={workers!r}: give a number of workers, 0 or auto")
+    if workers == "auto" and per_core > 1:
+        workers = str(per_core * (os.cpu_count() or 1))
     return ["-n", workers, "--dist", "loadfile"]
 
 
@@ -253,7 +260,7 @@ def test_phases(cache_folder: str) -> list[tuple[str, list[str], dict]]:
         ("suites, caches warm", ["-p", "no:xdist", "-q", *cache_subset, *suites],
          {**cached, "KILN_EXPECT_WARM_CACHE": "1"}),  # fails unless every graph the cold run stored is a hit
         ("compiler unit tests", [*test_workers(), "-q", "tests/compiler"], SUITE_ENV),
-        ("harness unit tests", [*test_workers(), "-q", "tests/harness"], SUITE_ENV),
+        ("harness unit tests", [*test_workers(HARNESS_WORKERS_PER_CORE), "-q", "tests/harness"], SUITE_ENV),
     ]
 
 
