@@ -298,7 +298,11 @@ def recap_lines(results: list[tuple[str, int, dict[str, int], float]]) -> list[s
 
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """Run the compiler suites single-threaded, then the unit tests on pytest-xdist workers; recap every phase."""
+    """Run the compiler suites single-threaded, then the unit tests on pytest-xdist workers; recap every phase.
+
+    The suites run whole without kiln's caches, then a third of every suite (the same tests twice) through a fresh
+    cache: cold fills it, warm must be answered from it (it fails on a stored graph compiled again). The harness's
+    unit tests run on two workers per core (they mostly wait on the processes they start)."""
     import time
 
     from nox.command import CommandFailed
