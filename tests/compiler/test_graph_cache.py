@@ -346,7 +346,7 @@ def test_a_run_expected_warm_fails_when_the_graph_cache_answered_nothing(tmp_pat
     env = {**os.environ, "KILN_EXPECT_WARM_CACHE": "1", "KILN_CACHE": "1", "XDG_CACHE_HOME": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
                            "tests/compiler/test_config.py::test_compile_threads_and_workers"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout
     assert "kiln graph cache, warm run: 0 hits (0 before AOTAutograd), 0 graphs compiled again" in proc.stdout
