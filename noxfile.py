@@ -225,8 +225,8 @@ def install_project(session: nox.Session) -> str:
 # core; `0` runs them in one process), a file's tests on one worker (`--dist loadfile`: module fixtures and
 # scratch folders are shared within a file only). The harness's unit tests get HARNESS_WORKERS_PER_CORE workers per
 # core by default: most of their time is spent waiting on the processes they start (a harness run, its pytest, a
-# planted hang or timeout, docker), so one worker per core leaves the cores idle about half the time.
-HARNESS_WORKERS_PER_CORE = 2
+# planted hang or timeout, docker): on one worker per core they kept the cores busy about a third of the time.
+HARNESS_WORKERS_PER_CORE = 3
 
 
 def test_workers(per_core: int = 1) -> list[str]:
@@ -302,7 +302,7 @@ def tests(session: nox.Session) -> None:
 
     The suites run whole without kiln's caches, then a third of every suite (the same tests twice) through a fresh
     cache: cold fills it, warm must be answered from it (it fails on a stored graph compiled again). The harness's
-    unit tests run on two workers per core (they mostly wait on the processes they start)."""
+    unit tests run on three workers per core (they mostly wait on the processes they start)."""
     import time
 
     from nox.command import CommandFailed
