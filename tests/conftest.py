@@ -53,3 +53,39 @@ def _fresh_state():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def _expects_warm_caches() -> bool:
+    """KILN_EXPECT_WARM_CACHE=1: this run is answered from kiln's graph cache that an earlier run filled (`nox -s
+    tests`' warm cache phase); its session then fails unless the cache answered (see pytest_sessionfinish)."""
+    return os.environ.get("KILN_EXPECT_WARM_CACHE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under KILN_EXPECT_WARM_CACHE, a session whose tests passed fails when kiln's graph cache answered no graph or
+    compiled again a graph it stores (a miss that was not a graph the cache declines to store)."""
+    if not _expects_warm_caches() or exitstatus != 0:
+        return
+    from compiler.runtime import compile_stats
+
+    stats = compile_stats()
+    stored_misses = stats.graph_misses - stats.graph_skips
+    if stats.graph_hits == 0 or stored_misses:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    session.config.stash[_WARM_STATS] = stats
+
+
+_WARM_STATS = pytest.StashKey[object]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The graph cache's counts of a warm run (KILN_EXPECT_WARM_CACHE), and why it failed when it did."""
+    stats = config.stash.get(_WARM_STATS, None)
+    if stats is None:
+        return
+    stored_misses = stats.graph_misses - stats.graph_skips
+    terminalreporter.write_line(f"kiln graph cache, warm run: {stats.graph_hits} hits ({stats.front_hits} before "
+                                f"AOTAutograd), {stored_misses} graphs compiled again, {stats.graph_skips} not stored")
+    if stats.graph_hits == 0 or stored_misses:
+        terminalreporter.write_line("FAILED: a warm run must answer every stored graph from the cache "
+                                    "(KILN_EXPECT_WARM_CACHE=1)", red=True)

@@ -338,3 +338,16 @@ def test_a_kernel_source_already_in_the_kernel_folder_is_not_parsed_again(tmp_pa
         with pytest.raises(fx_codec.Unsupported):
             fx_codec.check_kernel_source(bad)
         assert parsed == [good, bad]
+
+
+def test_a_run_expected_warm_fails_when_the_graph_cache_answered_nothing(tmp_path):
+    """KILN_EXPECT_WARM_CACHE=1 (`nox -s tests`' warm cache phase, tests/conftest.py): a session whose tests pass
+    still fails, saying why, when kiln's graph cache answered no graph (here: a test that compiles none)."""
+    env = {**os.environ, "KILN_EXPECT_WARM_CACHE": "1", "KILN_CACHE": "1", "XDG_CACHE_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                           "tests/compiler/test_config.py::test_compile_threads_and_workers"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
+    assert "kiln graph cache, warm run: 0 hits (0 before AOTAutograd), 0 graphs compiled again" in proc.stdout
+    assert "FAILED: a warm run must answer every stored graph from the cache" in proc.stdout

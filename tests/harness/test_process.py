@@ -24,13 +24,14 @@ def test_execute_tees_output_and_keeps_the_exit_code(tmp_path, capsys):
 
 def test_timeout_kills_the_command_and_its_children(tmp_path):
     pidfile = tmp_path / "child.pid"
+    # the timeout leaves a loaded host time to start both processes; the command would sleep far longer than it
     script = ("import subprocess, sys, time; "
-              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(60)")
+              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(600)")
     t0 = time.monotonic()
-    rc, timed_out = execute([sys.executable, "-c", script], log=tmp_path / "t.log", timeout_s=3, echo=False)
-    assert timed_out and rc != 0 and time.monotonic() - t0 < 30
-    assert "killed after the suite timeout of 3s" in (tmp_path / "t.log").read_text()
+    rc, timed_out = execute([sys.executable, "-c", script], log=tmp_path / "t.log", timeout_s=15, echo=False)
+    assert timed_out and rc != 0 and time.monotonic() - t0 < 300
+    assert "killed after the suite timeout of 15s" in (tmp_path / "t.log").read_text()
     child = int(pidfile.read_text())
     for _ in range(50):  # the grandchild was in the same process group: it is gone too (or a zombie)
         if not _alive(child):

@@ -60,8 +60,10 @@ def test_a_silent_command_gets_progress_lines_with_its_last_line(tmp_path, capsy
 
 
 def test_a_command_that_shows_its_output_gets_none_and_zero_turns_them_off(tmp_path, capsys):
-    chatty = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo $i; sleep 0.1; done"  # sh: output from its first ms
-    execute(["sh", "-c", chatty], log=tmp_path / "a.log", timeout_s=60, echo=True, heartbeat_s=0.5)
+    # sh: output from its first ms, then every 0.1 s for 7 s, past two intervals of 3 s (far above any gap between
+    # its lines, even on a loaded host)
+    chatty = "echo start; for i in $(seq 70); do echo $i; sleep 0.1; done"
+    execute(["sh", "-c", chatty], log=tmp_path / "a.log", timeout_s=300, echo=True, heartbeat_s=3)
     assert "progress:" not in capsys.readouterr().err
     execute([sys.executable, "-c", "import time; time.sleep(0.6)"], log=tmp_path / "b.log", timeout_s=60,
             echo=False, heartbeat_s=0)

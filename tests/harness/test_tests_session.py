@@ -3,6 +3,8 @@ phase run even after one fails, and the recap of every phase at the end."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from noxfile_loader import noxfile
 
@@ -59,10 +61,15 @@ def test_suites_stay_single_threaded_and_unit_tests_use_workers(monkeypatch):
     for name, args in phases.items():
         if name.startswith("suites"):
             assert args[:2] == ["-p", "no:xdist"], name
-        else:
-            assert args[:4] == ["-n", "auto", "--dist", "loadfile"], name
+    assert phases["compiler unit tests"][:4] == ["-n", "auto", "--dist", "loadfile"]
+    # the harness's tests mostly wait on the processes they start: more workers than cores
+    per_core = nf.HARNESS_WORKERS_PER_CORE
+    assert per_core > 1
+    assert phases["harness unit tests"][:4] == ["-n", str(per_core * os.cpu_count()), "--dist", "loadfile"]
+    monkeypatch.setenv("KILN_TEST_WORKERS", "3")  # a number given is the number for every unit-test phase
+    assert nf.test_workers() == nf.test_workers(per_core) == ["-n", "3", "--dist", "loadfile"]
     monkeypatch.setenv("KILN_TEST_WORKERS", "0")
-    assert nf.test_workers() == ["-p", "no:xdist"]
+    assert nf.test_workers() == nf.test_workers(per_core) == ["-p", "no:xdist"]
     monkeypatch.setenv("KILN_TEST_WORKERS", "many")
     with pytest.raises(SystemExit, match="KILN_TEST_WORKERS='many'"):
         nf.test_workers()
@@ -70,3 +77,16 @@ def test_suites_stay_single_threaded_and_unit_tests_use_workers(monkeypatch):
 
 def test_a_missing_junit_counts_nothing(tmp_path):
     assert noxfile().junit_counts(str(tmp_path / "none.xml")) == {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def test_the_cache_phases_run_one_subset_of_every_suite_and_the_warm_one_expects_hits():
+    nf = noxfile()
+    phases = {name: (args, env) for name, args, env in nf.test_phases("/x")}
+    cold, cold_env = phases["suites, caches cold"]
+    warm, warm_env = phases["suites, caches warm"]
+    assert cold == warm  # the same tests: warm is answered from what cold stored
+    assert cold[cold.index("--kiln-shard") + 1] == nf.CACHED_SHARD and "harness.suites.shard_plugin" in cold
+    assert [a for a in cold if a.startswith("tests/")] == [f"tests/{s}" for s in nf.SUITES]
+    assert cold_env["KILN_CACHE"] == warm_env["KILN_CACHE"] == "1" and cold_env["XDG_CACHE_HOME"] == "/x"
+    assert warm_env["KILN_EXPECT_WARM_CACHE"] == "1" and "KILN_EXPECT_WARM_CACHE" not in cold_env
+    assert "--kiln-shard" not in phases["suites"][0]  # the uncached phase runs every test
