@@ -40,8 +40,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness import gpus
-from harness.commands import (BACKEND_LABEL, CONTAINER_RESULTS, JOB_LABEL, compile_cache_dir, container_argv,
-                              native_cache_env, native_command, scope_env)
+from harness.commands import (
+    BACKEND_LABEL,
+    CONTAINER_RESULTS,
+    JOB_LABEL,
+    compile_cache_dir,
+    container_argv,
+    native_cache_env,
+    native_command,
+    scope_env,
+)
 from harness.exc import HarnessError, MissingTool
 from harness.matrix import Backend
 from harness.settings import settings
