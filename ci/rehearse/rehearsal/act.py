@@ -45,9 +45,10 @@ def event_payload(spec: JobSpec, ref: str) -> dict:
 
 def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path, actions_dir: Path,
              artifacts: Path, cache: Path, port: int, event_file: Path, selection: str = "",
-             node_path: Path | None = None, real_actions: Path | None = None) -> list[str]:
-    """The whole `act` command line for one rehearsal job (see the module docstring); `event_file` holds
-    `event_payload`."""
+             node_path: Path | None = None, real_actions: Path | None = None,
+             extra_env: dict[str, str] | None = None) -> list[str]:
+    """The whole `act` command line for one rehearsal job (ci/rehearse/rehearse.py's docstring); `event_file` holds
+    `event_payload`; `extra_env`: more variables for the job's steps (the venv seed's)."""
     if spec.workflow not in workflows:
         raise RehearseError(f"no workflow {spec.workflow} under {root / WORKFLOWS_DIR}")
     if spec.job not in workflows[spec.workflow]["jobs"]:
@@ -68,7 +69,8 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
             *(["--var", f"KILN_TEST_SELECTION={selection}"] if selection else []),
             # the runner's own setting: the jobs' teardown keeps superseded kiln image tags, which other
             # checkouts of this machine may be using
-            "--env", "KILN_PRUNE_IMAGES=0"]
+            "--env", "KILN_PRUNE_IMAGES=0",
+            *[arg for key, value in (extra_env or {}).items() for arg in ("--env", f"{key}={value}")]]
     for key, value in spec.matrix:
         argv += ["--matrix", f"{key}:{value}"]
     return argv

@@ -102,3 +102,20 @@ def table(rows: list[tuple[str, str, str]]) -> str:
                       *(fmt.format(*r) for r in rows)])
 
 
+
+
+def pairs_table(verdicts: list[tuple[JobSpec, Verdict, float]],
+                cancel: tuple[JobSpec, Verdict, float] | None = None) -> str:
+    """The job x event table: workflow, job, event, expected end, result (`ok` or `FAIL`, then the verdict's line)
+    and seconds, one row a pair, then the cancel check's row (`cancel`) and a count of what ended as expected."""
+    rows = [(s.workflow, s.job, s.label, s.expect, "ok" if v.ok else "FAIL", f"{took:.0f}", v.line)
+            for s, v, took in verdicts]
+    if cancel is not None:
+        s, v, took = cancel
+        rows.append((s.workflow, s.job, "cancel check", "cancelled", "ok" if v.ok else "FAIL", f"{took:.0f}", v.line))
+    head = ("workflow", "job", "event", "expected", "result", "s", "what happened")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(6)]
+    fmt = "  ".join([*(f"{{:<{w}}}" for w in widths[:5]), f"{{:>{widths[5]}}}", "{}"])
+    ok = sum(1 for r in rows if r[4] == "ok")
+    return "\n".join(["job x event:", fmt.format(*head), *(fmt.format(*r) for r in rows),
+                      f"{ok} of {len(rows)} ended as expected"])

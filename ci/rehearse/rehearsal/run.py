@@ -9,7 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rehearsal.act import act_argv, act_env, event_payload, free_port, parse_act_output, run_act
@@ -25,7 +27,8 @@ from rehearsal.plan import (
     load_workflows,
     select,
 )
-from rehearsal.report import Verdict, judge, summary_rows, table
+from rehearsal.report import Verdict, judge, pairs_table, summary_rows, table
+from rehearsal.seed import Seed, build_seed, default_seed_root, waits_for_seed
 
 # the rehearsal jobs that run the suites in the cpu container: they need a docker daemon (the others do not)
 DOCKER_JOBS = ("tests-cpu", "flakes-cpu")
@@ -45,6 +48,15 @@ def docker_problem() -> str | None:
         return lines[-1] if lines else f"`docker info` exited {proc.returncode}"
     return None
 
+
+# how long a pair's job runs here, roughly, relative to the others (the rest: seconds): the longest start first
+JOB_WEIGHT = {"tests-cpu": 5, "flakes-cpu": 4, "unit-tests": 3, "lint": 2}
+
+
+def run_order(specs: list[JobSpec]) -> list[JobSpec]:
+    """The order the pairs start in: those that need no seed first (skipped by a guard: instant; the pre-flight stops:
+    seconds), then the others, longest job first, so that side by side the last to end is not a long one."""
+    return sorted(specs, key=lambda s: (waits_for_seed(s), -JOB_WEIGHT.get(s.job, 0) if waits_for_seed(s) else 0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                    "(DIR/OWNER/REPO/action.yml); they replace our own actions where present")
     p.add_argument("--npm-dir", type=Path, help="the scratch folder for the artifact client's npm install "
                    "(default: ~/.cache/kiln/rehearse-npm; reused while it holds the same packages)")
+    p.add_argument("--venv-seed", type=Path, default=default_seed_root(), help="the folder of the venv seed: nox's "
+                   "venvs for this tree's pins, built once and linked into every job's workspace (default: "
+                   "~/.cache/kiln/rehearse-venvs; kept between rehearsals)")
+    p.add_argument("--no-venv-seed", action="store_true", help="no seed: every job installs its venvs itself, as "
+                   "on GitHub (each job that runs the tests then installs torch: minutes a job)")
     p.add_argument("--out", default="results/rehearse", help="logs, artifacts and summary (default: %(default)s)")
     p.add_argument("--act", default=shutil.which("act") or "act", help="the act binary (default: on PATH)")
     p.add_argument("--timeout", type=int, default=5400, help="seconds per job (default: %(default)s)")
@@ -78,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     except RehearseError as e:
         print(f"rehearse: error: {e}", file=sys.stderr)
         return 3 if isinstance(e, NoDocker) else 2
-
 
 
 def rehearse(args: argparse.Namespace) -> int:
@@ -113,6 +129,14 @@ def rehearse(args: argparse.Namespace) -> int:
     extra = {"selection": args.selection, "node_path": node_path, "real_actions": args.actions}
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
     parallel = max(1, args.parallel)
+    seed = Seed(args.venv_seed.resolve())
+    if args.no_venv_seed or not (args.cancel or any(waits_for_seed(s) for s in specs)):
+        seed.line = "none (--no-venv-seed)" if args.no_venv_seed else "none (no job needs it)"
+        seed.ready.set()
+    else:
+        print(f"rehearse: building the venv seed in {seed.root} (log: {out / 'venv-seed.log'})", flush=True)
+        threading.Thread(target=build_seed, args=(seed, env, out / "venv-seed.log"), daemon=True).start()
+    wall = time.monotonic()
 
     def one(spec: JobSpec) -> tuple[JobSpec, Verdict, float, list[tuple[str, str, str]]]:
         """One job x event as a fresh run: its own empty artifact run (act gives every run id 1; its server cannot
@@ -127,9 +151,12 @@ def rehearse(args: argparse.Namespace) -> int:
             job_env = {**env, "HOME": str(own / "home")}
         event = out / f"{spec.key}.event.json"
         event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
+        if waits_for_seed(spec) and not seed.ready.is_set():
+            print(f"rehearse: {spec.job} on {spec.label} waits for the venv seed", flush=True)
+            seed.ready.wait()
         argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=run_artifacts,
                         cache=own / "act-cache" if parallel > 1 else cache, port=free_port(), event_file=event,
-                        **extra)
+                        extra_env=seed.env(), **extra)
         head = f"===== rehearse: {spec.workflow} job {spec.job} ({spec.label}; expected: {spec.expect}) ====="
         print(f"\n{head}\nrehearse: " + " ".join(argv) if parallel == 1 else f"rehearse: started {spec.workflow} "
               f"{spec.job} on {spec.label} (log: {out / (spec.key + '.log')})", flush=True)
@@ -143,26 +170,24 @@ def rehearse(args: argparse.Namespace) -> int:
                   f"{verdict.line}", flush=True)
         return spec, verdict, took, summary_rows(spec, job, runs)
 
-    rows, verdicts = [], []
-    from concurrent.futures import ThreadPoolExecutor
-
+    done: dict[JobSpec, tuple[JobSpec, Verdict, float, list[tuple[str, str, str]]]] = {}
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        for spec, verdict, took, spec_rows in pool.map(one, specs):
-            verdicts.append((spec, verdict, took))
-            rows += spec_rows
+        for result in pool.map(one, run_order(specs)):
+            done[result[0]] = result
+    verdicts = [done[s][:3] for s in specs]  # the table in the plan's order
+    rows = [row for s in specs for row in done[s][3]]
+    cancel = None
     if args.cancel:
-        verdicts.append(cancel_check(act, workflows, env, out=out, artifacts=artifacts, cache=cache,
-                                     ref=args.ref, **extra))
-    report = ["", "===== rehearse: summary =====", table(rows), "", "job x event:"]
-    for spec, v, took in verdicts:
-        report.append(f"{'ok  ' if v.ok else 'FAIL'} {spec.workflow} {spec.job} on {spec.label} ({took:.0f} s): "
-                      f"{v.line}")
-    bad = [f"{s.job} on {s.label}" for s, v, _ in verdicts if not v.ok]
-    report.append(f"rehearse: {'FAILED: ' + ', '.join(bad) if bad else 'OK'} ({len(verdicts)} job x event run(s))")
+        seed.ready.wait()
+        cancel = cancel_check(act, workflows, env, out=out, artifacts=artifacts, cache=cache, ref=args.ref,
+                              extra_env=seed.env(), **extra)
+    report = ["", "===== rehearse: summary =====", table(rows), "",
+              f"venv seed: {seed.line}" + (f" ({seed.took:.0f} s)" if seed.took else ""), "",
+              pairs_table(verdicts, cancel)]
+    bad = [f"{s.job} on {s.label}" for s, v, _ in [*verdicts, *([cancel] if cancel else [])] if not v.ok]
+    report.append(f"rehearse: {'FAILED: ' + ', '.join(bad) if bad else 'OK'} ({len(verdicts)} job x event run(s)"
+                  f"{', the cancel check' if cancel else ''}; {time.monotonic() - wall:.0f} s in all)")
     print("\n".join(report), flush=True)
     (out / "summary.txt").write_text("\n".join(report[1:]) + "\n", encoding="utf-8")
     return 1 if bad else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

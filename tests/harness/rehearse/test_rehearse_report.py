@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rehearsal.act import parse_act_output
 from rehearsal.plan import JobSpec
-from rehearsal.report import error_line, judge, summary_rows, table
+from rehearsal.report import Verdict, error_line, judge, pairs_table, summary_rows, table
 from rehearse_helpers import FIXTURES, WORKFLOWS
 
 
@@ -80,3 +80,17 @@ def test_an_unfinished_or_missing_job_is_not_ok():
     (run,) = parse_act_output("[ci/lint] ⭐ Run Main Install nox\n[ci/lint]   | x\n")
     assert run.result == "unfinished" and run.steps[0].result == "running" and run.steps[0].output == ["x"]
     assert not judge(spec, {}, [run], 0).ok
+
+
+def test_the_pairs_table_has_every_pair_its_result_and_time_then_the_cancel_check():
+    ok, bad = Verdict(True, "succeeded"), Verdict(False, "failed (act exit 1) at step 'nox -s lint': E501")
+    verdicts = [(JobSpec("ci.yml", "lint", "push"), ok, 61.4),
+                (JobSpec("ci.yml", "unit-tests", "pull_request", expect="skipped", variant="fork"), bad, 0.2)]
+    cancel = (JobSpec("ci.yml", "unit-tests", "workflow_dispatch", variant="cancelled"), ok, 95.0)
+    lines = pairs_table(verdicts, cancel).splitlines()
+    assert lines[0] == "job x event:" and lines[1].split()[:6] == ["workflow", "job", "event", "expected", "result", "s"]
+    assert lines[2].split() == ["ci.yml", "lint", "push", "success", "ok", "61", "succeeded"]
+    assert lines[3].split()[:7] == ["ci.yml", "unit-tests", "pull_request", "(fork)", "skipped", "FAIL", "0"]
+    assert lines[4].split()[:7] == ["ci.yml", "unit-tests", "cancel", "check", "cancelled", "ok", "95"]
+    assert lines[-1] == "2 of 3 ended as expected"
+    assert pairs_table(verdicts).splitlines()[-1] == "1 of 2 ended as expected"

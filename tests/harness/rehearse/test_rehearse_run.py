@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+from rehearsal.plan import default_jobs
+from rehearsal.run import run_order
+from rehearsal.seed import waits_for_seed
 from rehearse_helpers import SCRIPT
 
 
@@ -32,6 +35,16 @@ def test_without_a_docker_daemon_the_container_jobs_stop_before_any_job_runs(tmp
     assert line.startswith("rehearse: error: tests-cpu and flakes-cpu run the suites in the cpu container")
     assert "Cannot connect to the Docker daemon" in line and "--job bench-cuda --job bench-rocm --job lint" in line
     assert not (tmp_path / "act-calls").exists()
-    proc = subprocess.run([sys.executable, script, "--act", str(act), "--out", out, "--job", "lint"], env=env,
+    proc = subprocess.run([sys.executable, script, "--act", str(act), "--out", out, "--job", "lint", "--no-venv-seed"], env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert "docker daemon" not in proc.stderr and "lint" in (tmp_path / "act-calls").read_text()
+
+
+def test_pairs_that_need_no_seed_start_first_and_the_longest_jobs_lead_the_rest():
+    specs = default_jobs("", 2)
+    order = run_order(specs)
+    assert sorted(order, key=specs.index) == specs  # every pair once
+    waiting = [s for s in order if waits_for_seed(s)]
+    assert order[-len(waiting):] == waiting and order[: len(order) - len(waiting)] == [
+        s for s in specs if not waits_for_seed(s)]
+    assert [s.job for s in waiting][:3] == ["tests-cpu"] * 3 and waiting[-1].job == "lint"
