@@ -28,7 +28,7 @@ from rehearsal.plan import (
     select,
 )
 from rehearsal.report import Verdict, judge, pairs_table, summary_rows, table
-from rehearsal.seed import Seed, build_seed, default_seed_root, waits_for_seed
+from rehearsal.seed import Seed, build_seed, default_seed_root, install_steps, waits_for_seed
 
 # the rehearsal jobs that run the suites in the cpu container: they need a docker daemon (the others do not)
 DOCKER_JOBS = ("tests-cpu", "flakes-cpu")
@@ -130,12 +130,12 @@ def rehearse(args: argparse.Namespace) -> int:
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
     parallel = max(1, args.parallel)
     seed = Seed(args.venv_seed.resolve())
-    if args.no_venv_seed or not (args.cancel or any(waits_for_seed(s) for s in specs)):
-        seed.line = "none (--no-venv-seed)" if args.no_venv_seed else "none (no job needs it)"
-        seed.ready.set()
+    if args.no_venv_seed or not (args.cancel or any(s.expect != "skipped" for s in specs)):
+        seed.skip("none (--no-venv-seed)" if args.no_venv_seed else "none (no job runs a step)")
     else:
         print(f"rehearse: building the venv seed in {seed.root} (log: {out / 'venv-seed.log'})", flush=True)
-        threading.Thread(target=build_seed, args=(seed, env, out / "venv-seed.log"), daemon=True).start()
+        threading.Thread(target=build_seed, args=(seed, env, out / "venv-seed.log", install_steps(workflows)),
+                         daemon=True).start()
     wall = time.monotonic()
 
     def one(spec: JobSpec) -> tuple[JobSpec, Verdict, float, list[tuple[str, str, str]]]:
@@ -151,12 +151,13 @@ def rehearse(args: argparse.Namespace) -> int:
             job_env = {**env, "HOME": str(own / "home")}
         event = out / f"{spec.key}.event.json"
         event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
-        if waits_for_seed(spec) and not seed.ready.is_set():
+        whole = waits_for_seed(spec)
+        if spec.expect != "skipped" and not (seed.ready if whole else seed.temp_ready).is_set():
             print(f"rehearse: {spec.job} on {spec.label} waits for the venv seed", flush=True)
-            seed.ready.wait()
+            (seed.ready if whole else seed.temp_ready).wait()
         argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=run_artifacts,
                         cache=own / "act-cache" if parallel > 1 else cache, port=free_port(), event_file=event,
-                        extra_env=seed.env(), **extra)
+                        extra_env=seed.env(whole), **extra)
         head = f"===== rehearse: {spec.workflow} job {spec.job} ({spec.label}; expected: {spec.expect}) ====="
         print(f"\n{head}\nrehearse: " + " ".join(argv) if parallel == 1 else f"rehearse: started {spec.workflow} "
               f"{spec.job} on {spec.label} (log: {out / (spec.key + '.log')})", flush=True)
@@ -180,7 +181,7 @@ def rehearse(args: argparse.Namespace) -> int:
     if args.cancel:
         seed.ready.wait()
         cancel = cancel_check(act, workflows, env, out=out, artifacts=artifacts, cache=cache, ref=args.ref,
-                              extra_env=seed.env(), **extra)
+                              extra_env=seed.env(True), **extra)
     report = ["", "===== rehearse: summary =====", table(rows), "",
               f"venv seed: {seed.line}" + (f" ({seed.took:.0f} s)" if seed.took else ""), "",
               pairs_table(verdicts, cancel)]

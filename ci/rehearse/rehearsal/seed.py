@@ -1,12 +1,13 @@
-"""The venv seed: nox's virtualenvs for this tree's pins, built once per rehearsal (and kept between rehearsals) in a
-scratch copy of the tree, and linked into every job's workspace by the checkout stand-in (KILN_REHEARSE_VENV_SEED).
+"""The venv seed: what the jobs install for this tree's pins, built once per rehearsal (and kept between rehearsals) in
+a scratch copy of the tree, and linked into every job's workspace by the checkout stand-in.
 
-Without it every job that runs the project's tests installs torch, triton and the project into a fresh `.nox/kiln`
-(about two minutes a job here), the same install each time. With it the jobs' `nox` finds the venv its stamp asks for
-and reuses it; a job whose pins differ from the seed's (nox's own stamp check) installs as before. The seed is built by
-the jobs' own sessions with `nox --install-only`, in the runner's environment (`act_env`), so it holds what a job
-would install. `SEEDED_SESSIONS` names them: the unit tests' session (the project venv `.nox/kiln`, which every
-session of the shared venv reuses) and lint (its own venv, `.nox/lint`).
+Without it every job makes the same venvs again: its "Install nox" step a venv in $RUNNER_TEMP (nox and the stores'
+packages: 20 to 80 s a job here), and the jobs that run the project's tests a fresh `.nox/kiln` with torch, triton and
+the project (minutes a job). The seed is built in two phases by the jobs' own commands in the runner's environment
+(`act_env`), so it holds what a job would install: first the workflows' install steps (`install_steps`) with
+RUNNER_TEMP its `runner-temp` folder (KILN_REHEARSE_TEMP_SEED: every pair that runs a step gets it), then the seeded
+sessions (`SEEDED_SESSIONS`) with `nox --install-only` in the tree (KILN_REHEARSE_VENV_SEED: the pairs that run them,
+`waits_for_seed`). A job's pip and nox still decide: nox reuses `.nox/kiln` only where its stamp matches the pins.
 """
 
 from __future__ import annotations
@@ -23,65 +24,106 @@ from rehearsal.actions import ACTIONS_DIR
 from rehearsal.plan import ROOT, JobSpec
 
 SEEDED_SESSIONS = ("unit-tests", "lint")
-# the pairs that wait for the seed before they start: the jobs whose steps install a seeded venv
+# the pairs that wait for the whole seed before they start: the jobs whose steps install a seeded nox venv
 WAITING_JOBS = ("lint", "unit-tests", "tests-cpu", "flakes-cpu")
 
 
 def waits_for_seed(spec: JobSpec) -> bool:
-    """Whether `spec`'s job installs a venv the seed holds (only where it is expected to run to its end)."""
+    """Whether `spec`'s job installs a venv the seed's second phase holds (only where it is expected to run to its
+    end); every other pair that runs steps waits for the first phase only."""
     return spec.expect == "success" and spec.job in WAITING_JOBS
 
 
 @dataclass
 class Seed:
-    """The seed folder (`root`: a copy of the tree whose `.nox` holds the seeded venvs) and its state: `ready` is set
-    once the build ended, `ok` says whether it holds them, `line` what happened (one line), `took` its seconds."""
+    """The seed folder (`root`: a copy of the tree whose `.nox` holds the seeded venvs; `root/runner-temp`: what the
+    install steps put in RUNNER_TEMP) and its state: `temp_ready`/`ready` are set once the first phase/the whole
+    build ended, `temp_ok`/`ok` say whether they hold it, `line` what happened (one line), `took` its seconds."""
 
     root: Path
+    temp_ready: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
+    temp_ok: bool = False
     ok: bool = False
     line: str = ""
     took: float = 0.0
 
-    def env(self) -> dict[str, str]:
-        """What the checkout stand-in needs to link the seed (nothing when the build failed)."""
-        return {"KILN_REHEARSE_VENV_SEED": str(self.root)} if self.ok else {}
+    @property
+    def temp(self) -> Path:
+        """The first phase's RUNNER_TEMP."""
+        return self.root / "runner-temp"
+
+    def env(self, whole: bool) -> dict[str, str]:
+        """The variables that make the checkout stand-in link the seed: its first phase, and with `whole` its second
+        (each only where it was built)."""
+        out = {"KILN_REHEARSE_TEMP_SEED": str(self.temp)} if self.temp_ok else {}
+        if whole and self.ok:
+            out["KILN_REHEARSE_VENV_SEED"] = str(self.root)
+        return out
+
+    def skip(self, why: str) -> None:
+        """No seed (`why`): both phases end at once, and the jobs install their own."""
+        self.line = why
+        self.temp_ready.set()
+        self.ready.set()
 
 
-def seed_commands(python: str) -> list[list[str]]:
-    """The commands that fill the seed folder's venvs: each seeded session with `nox --install-only`."""
-    return [[python, "-m", "nox", "--install-only", "-s", *SEEDED_SESSIONS]]
+def install_steps(workflows: dict[str, dict]) -> list[str]:
+    """The distinct `run` commands of the workflows' steps that make a venv in $RUNNER_TEMP (their "Install nox")."""
+    found = [str(step.get("run", "")) for wf in workflows.values() for job in wf["jobs"].values()
+             for step in job.get("steps", []) or []]
+    return list(dict.fromkeys(r for r in found if "-m venv" in r and "$RUNNER_TEMP" in r))
 
 
-def build_seed(seed: Seed, env: dict[str, str], log: Path, timeout_s: int = 1800) -> Seed:
-    """Refresh the seed folder's tree from this tree (the checkout stand-in, keeping `.nox`), then run
-    `seed_commands` there with the runner's environment `env`; output in `log`. Sets `seed.ready` whatever happens."""
+def seed_commands(python: str, steps: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """The two phases' commands: the workflows' own install steps (`install_steps`, run with RUNNER_TEMP the seed's
+    runner-temp), then the seeded sessions with `nox --install-only`."""
+    return ([["bash", "-e", "-c", step] for step in steps],
+            [[python, "-m", "nox", "--install-only", "-s", *SEEDED_SESSIONS]])
+
+
+def build_seed(seed: Seed, env: dict[str, str], log: Path, steps: list[str], timeout_s: int = 1800) -> Seed:
+    """Refresh the seed folder's tree from this tree (the checkout stand-in, keeping `.nox`), then run the two phases
+    of `seed_commands` there with the runner's environment `env`; output in `log`. Sets `seed.temp_ready` after the
+    first phase and `seed.ready` at the end, whatever happens; a phase that fails leaves the jobs to install."""
     started = time.monotonic()
     try:
         seed.root.mkdir(parents=True, exist_ok=True)
         python = shutil.which("python3", path=env.get("PATH")) or "python3"
         checkout = ["bash", str(ACTIONS_DIR / "checkout" / "checkout.sh")]
-        run_env = {**env, "KILN_REHEARSE_SOURCE": str(ROOT), "GITHUB_WORKSPACE": str(seed.root),
-                   "KILN_REHEARSE_KEEP": ".nox", "STANDIN_PATH": ""}
-        run_env.pop("KILN_REHEARSE_VENV_SEED", None)
+        run_env = {k: v for k, v in env.items() if not k.startswith("KILN_REHEARSE_")}
+        run_env.update(KILN_REHEARSE_SOURCE=str(ROOT), GITHUB_WORKSPACE=str(seed.root), KILN_REHEARSE_KEEP=".nox",
+                       STANDIN_PATH="", RUNNER_TEMP=str(seed.temp))
+        first, second = seed_commands(python, steps)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w", encoding="utf-8") as fh:
-            for argv in [checkout, *seed_commands(python)]:
+
+            def run(argv: list[str]) -> bool:
                 fh.write("$ " + " ".join(argv) + "\n")
                 fh.flush()
                 proc = subprocess.run(argv, cwd=seed.root, env=run_env, stdin=subprocess.DEVNULL, stdout=fh,
                                       stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
                 if proc.returncode != 0:
-                    seed.line = f"`{' '.join(argv[-4:])}` exited {proc.returncode} (log: {log}); jobs install their own"
-                    return seed
+                    seed.line = f"`{' '.join(argv)[-80:]}` exited {proc.returncode} (log: {log}); jobs install their own"
+                return proc.returncode == 0
+
+            if not run(checkout):
+                return seed
+            shutil.rmtree(seed.temp, ignore_errors=True)  # made afresh by the install steps, as in a job
+            seed.temp.mkdir()
+            seed.temp_ok = all(run(argv) for argv in first)
+            seed.temp_ready.set()
+            if not all(run(argv) for argv in second):
+                return seed
         venvs = sorted(p.name for p in (seed.root / ".nox").iterdir() if (p / "pyvenv.cfg").is_file())
         seed.ok = bool(venvs)
-        seed.line = (f".nox/{{{','.join(venvs)}}} in {seed.root}" if venvs
-                     else f"no venv in {seed.root / '.nox'} (log: {log}); jobs install their own")
+        seed.line = (f".nox/{{{','.join(venvs)}}} and runner-temp/{{{','.join(sorted(os.listdir(seed.temp)))}}} "
+                     f"in {seed.root}" if venvs else f"no venv in {seed.root / '.nox'} (log: {log})")
     except (OSError, subprocess.TimeoutExpired) as e:
         seed.line = f"could not build the venv seed: {e}; jobs install their own"
     finally:
         seed.took = time.monotonic() - started
+        seed.temp_ready.set()
         seed.ready.set()
     return seed
 

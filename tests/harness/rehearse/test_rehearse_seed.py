@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from rehearsal.actions import ACTIONS_DIR
 from rehearsal.plan import JobSpec, default_jobs
-from rehearsal.seed import SEEDED_SESSIONS, Seed, build_seed, seed_commands, waits_for_seed
+from rehearsal.seed import SEEDED_SESSIONS, Seed, build_seed, install_steps, seed_commands, waits_for_seed
+from rehearse_helpers import WORKFLOWS
 
 
 def test_the_pairs_that_run_the_seeded_sessions_wait_for_it():
@@ -23,11 +24,21 @@ def test_the_pairs_that_run_the_seeded_sessions_wait_for_it():
     assert not waits_for_seed(JobSpec("bench.yml", "bench-cuda", "push", expect="preflight"))
 
 
-def test_the_seed_is_built_by_the_jobs_own_sessions_install_only():
-    (argv,) = seed_commands("/usr/bin/python3")
+def test_the_seed_is_built_by_the_jobs_own_install_steps_then_their_sessions_install_only():
+    steps = install_steps(WORKFLOWS)
+    assert len(steps) == 1 and steps[0].startswith('python3 -m venv "$RUNNER_TEMP/venv" && ')  # every "Install nox"
+    first, (argv,) = seed_commands("/usr/bin/python3", steps)
+    assert first == [["bash", "-e", "-c", steps[0]]]
     assert argv[:4] == ["/usr/bin/python3", "-m", "nox", "--install-only"]
     assert argv[argv.index("-s") + 1:] == list(SEEDED_SESSIONS) == ["unit-tests", "lint"]
-    assert Seed(Path("/s")).env() == {}  # not built: the jobs install their own
+    seed = Seed(Path("/s"))
+    assert seed.env(True) == {}  # not built: the jobs install their own
+    seed.temp_ok = True
+    assert seed.env(True) == seed.env(False) == {"KILN_REHEARSE_TEMP_SEED": "/s/runner-temp"}
+    seed.ok = True
+    assert seed.env(True) == {"KILN_REHEARSE_TEMP_SEED": "/s/runner-temp", "KILN_REHEARSE_VENV_SEED": "/s"}
+    seed.skip("none (--no-venv-seed)")
+    assert seed.ready.is_set() and seed.temp_ready.is_set()
 
 
 def _git(*args: str, cwd: Path) -> None:
@@ -53,8 +64,9 @@ def test_a_failed_seed_build_says_so_and_leaves_the_jobs_to_install(tmp_path, mo
     seed = Seed(tmp_path / "seed")
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     monkeypatch.setattr(seed_mod, "ROOT", src)
-    build_seed(seed, env, tmp_path / "seed.log")
-    assert seed.ready.is_set() and not seed.ok and seed.env() == {}
+    build_seed(seed, env, tmp_path / "seed.log", ["true"])
+    assert seed.ready.is_set() and seed.temp_ok and not seed.ok  # the install step ran; nox did not
+    assert seed.env(True) == {"KILN_REHEARSE_TEMP_SEED": str(seed.temp)}
     assert "exited 3" in seed.line and "jobs install their own" in seed.line
     assert "nox: no such session" in (tmp_path / "seed.log").read_text()
 
@@ -78,12 +90,17 @@ def test_checkout_links_the_seed_venvs_with_their_paths_rewritten(tmp_path):
     (site / "__editable___kiln_finder.py").write_text(f"MAPPING = {{'compiler': '{seed}/compiler'}}\n")
     (site / "kiln-0.1.0.dist-info" / "direct_url.json").write_text(f'{{"url": "file://{seed}"}}\n')
     (site / "torch.py").write_text("big = 1\n")  # a package's file: linked, not copied
+    temp_seed, temp = tmp_path / "temp-seed", tmp_path / "runner-temp"
+    (temp_seed / "venv" / "bin").mkdir(parents=True)
+    (temp_seed / "venv" / "bin" / "nox").write_text(f"#!{temp_seed}/venv/bin/python\n")
     env = {**os.environ, "KILN_REHEARSE_SOURCE": str(src), "GITHUB_WORKSPACE": str(ws), "STANDIN_PATH": "",
-           "KILN_REHEARSE_VENV_SEED": str(seed)}
+           "KILN_REHEARSE_VENV_SEED": str(seed), "KILN_REHEARSE_TEMP_SEED": str(temp_seed), "RUNNER_TEMP": str(temp)}
     out = subprocess.run(["bash", str(ACTIONS_DIR / "checkout" / "checkout.sh")], env=env, capture_output=True,
                          text=True, check=False)
     assert out.returncode == 0, out.stderr
-    assert f".nox/{{kiln}} linked from the rehearsal's venv seed {seed}" in out.stdout
+    assert "checkout stand-in: .nox/kiln $RUNNER_TEMP/venv from the rehearsal's venv seed" in out.stdout
+    assert (temp / "venv" / "bin" / "nox").read_text() == f"#!{temp}/venv/bin/python\n"
+    assert (temp_seed / "venv" / "bin" / "nox").read_text() == f"#!{temp_seed}/venv/bin/python\n"
     got = ws / ".nox" / "kiln"
     gsite = got / "lib" / "python3.11" / "site-packages"
     assert (got / "bin" / "pytest").read_text().startswith(f"#!{got}/bin/python\n")

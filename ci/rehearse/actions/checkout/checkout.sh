@@ -30,23 +30,38 @@ changed=$(tr -cd '\0' < "$list" | wc -c)
 rm -f "$list"
 echo "checkout stand-in: HEAD $(git -C "$dest" rev-parse --short HEAD); $changed uncommitted or untracked file(s) copied over"
 
-# The rehearsal's venv seed (KILN_REHEARSE_VENV_SEED: a folder whose .nox holds nox's virtualenvs, built once by the
-# rehearsal in that folder for this tree's pins, ci/rehearse/rehearsal/seed.py): its venvs are linked into the
-# workspace's .nox (hard links: seconds, no copy) and the seed folder's path in their scripts and the editable
-# install's files is rewritten to the workspace, so `nox` reuses them (its own stamp still decides) instead of
-# installing torch again in every job, as a runner with a lasting venv would. A real runner's job installs them.
+# The rehearsal's venv seed, built once by the rehearsal for this tree's pins (ci/rehearse/rehearsal/seed.py):
+# KILN_REHEARSE_VENV_SEED, a folder whose .nox holds nox's virtualenvs, and KILN_REHEARSE_TEMP_SEED, a folder holding
+# what the jobs' "Install nox" step puts in $RUNNER_TEMP. The .nox venvs are hard-linked into the workspace's .nox
+# (seconds, no copy), the other is copied into $RUNNER_TEMP, and the seed's paths in their scripts and the editable install's
+# files are rewritten to where they now are; the jobs' steps then find them installed (nox's stamp and pip still
+# decide) instead of installing torch again in every job, as on a runner with lasting venvs. On GitHub the jobs
+# install them.
 seed=${KILN_REHEARSE_VENV_SEED:-}
+temp_seed=${KILN_REHEARSE_TEMP_SEED:-}
+linked=()
+relink() {  # relink FROM TO VENV: FROM rewritten to TO in the small text files of the venv VENV that name it
+  { find "$3" -maxdepth 3 -path '*/bin/*' -type f; find "$3" -maxdepth 2 -name pyvenv.cfg
+    find "$3" -maxdepth 5 -path '*/site-packages/*' -type f \( -name '*.pth' -o -name '__editable__*.py' \)
+    find "$3" -maxdepth 6 -path '*.dist-info/direct_url.json'; } 2>/dev/null \
+    | xargs -r grep -lIF "$1" 2>/dev/null | while IFS= read -r f; do
+        sed "s|$1|$2|g" "$f" > "$f.seed" && chmod --reference="$f" "$f.seed" && mv -f "$f.seed" "$f"; done
+}
 if [ -n "$seed" ] && [ -d "$seed/.nox" ]; then
   mkdir -p "$dest/.nox"
   for venv in "$seed"/.nox/*/; do
     venv=${venv%/}; name=$(basename "$venv"); [ -f "$venv/pyvenv.cfg" ] || continue
-    cp -al "$venv" "$dest/.nox/$name"
-    # only small text files name the seed's path: scripts, pyvenv.cfg, .pth files, the editable finder, direct_url
-    { find "$dest/.nox/$name/bin" -maxdepth 1 -type f; echo "$dest/.nox/$name/pyvenv.cfg"
-      find "$dest/.nox/$name"/lib/python*/site-packages -maxdepth 1 -type f \( -name '*.pth' -o -name '__editable__*.py' \)
-      find "$dest/.nox/$name"/lib/python*/site-packages -maxdepth 2 -path '*.dist-info/direct_url.json'; } 2>/dev/null \
-      | xargs -r grep -lIF "$seed" 2>/dev/null | while IFS= read -r f; do
-          sed "s|$seed|$dest|g" "$f" > "$f.seed" && chmod --reference="$f" "$f.seed" && mv -f "$f.seed" "$f"; done
+    cp -al "$venv" "$dest/.nox/$name" && relink "$seed" "$dest" "$dest/.nox/$name" && linked+=(".nox/$name")
   done
-  echo "checkout stand-in: .nox/{$(ls "$seed/.nox" | paste -sd, -)} linked from the rehearsal's venv seed $seed (not on GitHub: a runner's job installs them)"
+fi
+if [ -n "$temp_seed" ] && [ -n "${RUNNER_TEMP:-}" ] && [ -d "$temp_seed" ]; then
+  mkdir -p "$RUNNER_TEMP"
+  for item in "$temp_seed"/*; do
+    [ -e "$item" ] || continue
+    name=$(basename "$item"); rm -rf "${RUNNER_TEMP:?}/$name"
+    cp -a "$item" "$RUNNER_TEMP/$name" && relink "$item" "$RUNNER_TEMP/$name" "$RUNNER_TEMP/$name" && linked+=("\$RUNNER_TEMP/$name")
+  done
+fi
+if [ ${#linked[@]} -gt 0 ]; then
+  echo "checkout stand-in: ${linked[*]} from the rehearsal's venv seed (not on GitHub: there the job installs them)"
 fi
