@@ -82,6 +82,48 @@ def seed_commands(python: str, steps: list[str]) -> tuple[list[list[str]], list[
             [[python, "-m", "nox", "--install-only", "-s", *SEEDED_SESSIONS]])
 
 
+def venv_text_files(venv: Path) -> list[Path]:
+    """The small text files of a venv that name its folder or its project's: scripts, pyvenv.cfg, .pth files, the
+    editable install's finder and direct_url.json."""
+    site = list(venv.glob("lib/python*/site-packages"))
+    found = [*(venv / "bin").glob("*"), venv / "pyvenv.cfg"]
+    for folder in site:
+        found += [*folder.glob("*.pth"), *folder.glob("__editable__*.py"), *folder.glob("*.dist-info/direct_url.json")]
+    return [f for f in found if f.is_file() and not f.is_symlink()]
+
+
+def link_venv(source: Path, target: Path, old: str, new: str) -> None:
+    """`source` (a venv) hard-linked at `target` (no copy), `old` rewritten to `new` in `venv_text_files` (each written
+    anew, so that the source's files are untouched)."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(source), str(target)], check=True, capture_output=True)
+    for f in venv_text_files(target):
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if old in text:
+            tmp = f.with_name(f.name + ".seed")
+            tmp.write_text(text.replace(old, new), encoding="utf-8")
+            shutil.copymode(f, tmp)
+            os.replace(tmp, f)
+
+
+def adopt_tree_venv(seed: Seed, root: Path = ROOT) -> str:
+    """Where this tree already has nox's project venv (`root/.nox/kiln`, e.g. made by `nox -s tests`) and the seed's
+    differs from it (its stamp), the seed takes it (`link_venv`): `nox --install-only` then finds it filled. Returns
+    one line saying so, or ""."""
+    mine, theirs = root / ".nox" / "kiln", seed.root / ".nox" / "kiln"
+    stamp = "kiln-installed.json"
+    if not (mine / stamp).is_file():
+        return ""
+    if (theirs / stamp).is_file() and (theirs / stamp).read_bytes() == (mine / stamp).read_bytes():
+        return ""
+    link_venv(mine, theirs, str(root), str(seed.root))
+    return f"the seed's .nox/kiln linked from {mine}"
+
+
 def build_seed(seed: Seed, env: dict[str, str], log: Path, steps: list[str], timeout_s: int = 1800) -> Seed:
     """Refresh the seed folder's tree from this tree (the checkout stand-in, keeping `.nox`), then run the two phases
     of `seed_commands` there with the runner's environment `env`; output in `log`. Sets `seed.temp_ready` after the
@@ -113,6 +155,8 @@ def build_seed(seed: Seed, env: dict[str, str], log: Path, steps: list[str], tim
             seed.temp.mkdir()
             seed.temp_ok = all(run(argv) for argv in first)
             seed.temp_ready.set()
+            if adopted := adopt_tree_venv(seed):
+                fh.write(adopted + "\n")
             if not all(run(argv) for argv in second):
                 return seed
         venvs = sorted(p.name for p in (seed.root / ".nox").iterdir() if (p / "pyvenv.cfg").is_file())

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 from rehearsal.actions import ACTIONS_DIR
 from rehearsal.plan import JobSpec, default_jobs
-from rehearsal.seed import SEEDED_SESSIONS, Seed, build_seed, install_steps, seed_commands, waits_for_seed
+from rehearsal.seed import (
+    SEEDED_SESSIONS,
+    Seed,
+    adopt_tree_venv,
+    build_seed,
+    install_steps,
+    seed_commands,
+    waits_for_seed,
+)
 from rehearse_helpers import WORKFLOWS
 
 
@@ -133,3 +141,31 @@ def test_refreshing_the_seed_tree_keeps_its_venvs(tmp_path):
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in ws.iterdir()) == [".git", ".nox", "new"]
     assert (ws / ".nox" / "kiln" / "pyvenv.cfg").is_file()  # the venvs stay; nothing else of the old tree
+
+
+def _fake_venv(ws: Path, stamp: str) -> Path:
+    venv = ws / ".nox" / "kiln"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (venv / "bin").mkdir(parents=True)
+    site.mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "pip").write_text(f"#!{venv}/bin/python\n")
+    (site / "__editable___kiln_finder.py").write_text(f"MAPPING = {{'harness': '{ws}/harness'}}\n")
+    (site / "torch.py").write_text("big = 1\n")
+    (venv / "kiln-installed.json").write_text(stamp)
+    return venv
+
+
+def test_the_seed_adopts_the_trees_own_project_venv_once(tmp_path):
+    tree, seed = tmp_path / "tree", Seed(tmp_path / "seed")
+    mine = _fake_venv(tree, '{"project": 1}')
+    assert adopt_tree_venv(seed, tree) == f"the seed's .nox/kiln linked from {mine}"
+    got = seed.root / ".nox" / "kiln"
+    site = got / "lib" / "python3.11" / "site-packages"
+    assert (site / "__editable___kiln_finder.py").read_text() == f"MAPPING = {{'harness': '{seed.root}/harness'}}\n"
+    assert (got / "bin" / "pip").read_text() == f"#!{got}/bin/python\n"
+    assert (site / "torch.py").stat().st_ino == (mine / "lib" / "python3.11" / "site-packages" / "torch.py").stat().st_ino
+    assert str(tree) in (mine / "bin" / "pip").read_text()  # the tree's own venv is untouched
+    assert adopt_tree_venv(seed, tree) == ""  # the same stamp: nothing to do
+    (mine / "kiln-installed.json").unlink()
+    assert adopt_tree_venv(Seed(tmp_path / "other"), tree) == ""  # no filled venv in the tree: nothing to adopt
