@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rehearsal.actions import local_repository_args
+from rehearsal.actions import CHECKOUT_TOKEN, local_repository_args, real_checkout
 from rehearsal.plan import FORK, REPOSITORY, WORKFLOWS_DIR, JobSpec, RehearseError, all_labels, remote_uses
 
 # variables of this shell that never reach act's steps: what a job sees comes from the workflow
@@ -58,6 +58,7 @@ def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path,
             *platform_args(all_labels(workflows)),
             "--no-skip-checkout",  # checkout runs (its stand-in) instead of act's silent copy
             *local_repository_args(remote_uses(workflows), actions_dir, real_actions),
+            *(["--secret", f"GITHUB_TOKEN={CHECKOUT_TOKEN}"] if real_checkout(real_actions) else []),
             "--action-offline-mode", "--action-cache-path", str(cache),
             "--artifact-server-path", str(artifacts), "--artifact-server-addr", "127.0.0.1",
             "--artifact-server-port", str(port),

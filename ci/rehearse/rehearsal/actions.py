@@ -76,3 +76,21 @@ def local_repository_args(uses: list[str], actions_dir: Path, real: Path | None 
     return args
 
 
+
+
+# the real actions/checkout needs a token input (github.token, which act leaves empty): one that opens nothing
+CHECKOUT_TOKEN = "rehearsal-not-a-token"
+
+
+def real_checkout(real: Path | None) -> bool:
+    """Whether `--actions DIR` holds a built copy of actions/checkout (then it replaces our checkout)."""
+    return real is not None and (real / "actions" / "checkout" / "action.yml").is_file()
+
+
+def serve_checkout(home: Path, root: Path, repository: str) -> None:
+    """In the runner's home `home`: git's `url.file://ROOT.insteadOf https://github.com/REPOSITORY`, so that the real
+    actions/checkout (which keeps the runner's git configuration) fetches the job's commit from this tree's repository,
+    offline. It checks out that commit (HEAD): uncommitted changes are not rehearsed then."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".gitconfig").write_text(f'[url "file://{root}"]\n\tinsteadOf = https://github.com/{repository}\n',
+                                     encoding="utf-8")

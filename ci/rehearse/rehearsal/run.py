@@ -15,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rehearsal.act import act_argv, act_env, event_payload, free_port, parse_act_output, run_act
-from rehearsal.actions import ACTIONS_DIR, artifact_client
+from rehearsal.actions import ACTIONS_DIR, artifact_client, real_checkout, serve_checkout
 from rehearsal.cancel import cancel_check
 from rehearsal.plan import (
+    REPOSITORY,
     ROOT,
     JobSpec,
     NoDocker,
@@ -124,6 +125,12 @@ def rehearse(args: argparse.Namespace) -> int:
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     env = act_env(dict(os.environ), os.environ.get("VIRTUAL_ENV"), home)
+    if args.actions is not None and not args.actions.is_dir():
+        raise RehearseError(f"--actions {args.actions}: no such folder (it holds OWNER/REPO/action.yml of built actions)")
+    if real_checkout(args.actions):  # the real checkout fetches HEAD from this repository through git's insteadOf
+        serve_checkout(home, ROOT, REPOSITORY)
+        print("rehearse: the real actions/checkout fetches this repository's HEAD: uncommitted changes are not "
+              "rehearsed", flush=True)
     npm_dir = args.npm_dir or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln" / "rehearse-npm"
     node_path = artifact_client(npm_dir)
     extra = {"selection": args.selection, "node_path": node_path, "real_actions": args.actions}
@@ -149,6 +156,8 @@ def rehearse(args: argparse.Namespace) -> int:
         if parallel > 1:
             (own / "home").mkdir(parents=True, exist_ok=True)
             job_env = {**env, "HOME": str(own / "home")}
+            if real_checkout(args.actions):
+                serve_checkout(own / "home", ROOT, REPOSITORY)
         event = out / f"{spec.key}.event.json"
         event.write_text(json.dumps(event_payload(spec, args.ref), indent=1) + "\n", encoding="utf-8")
         whole = waits_for_seed(spec)

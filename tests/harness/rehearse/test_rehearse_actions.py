@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 from rehearsal.act import ANSI, act_argv, free_port
-from rehearsal.actions import ACTIONS_DIR, local_repository_args
+from rehearsal.actions import (
+    ACTIONS_DIR,
+    CHECKOUT_TOKEN,
+    local_repository_args,
+    real_checkout,
+    serve_checkout,
+)
 from rehearsal.plan import REPOSITORY, RehearseError, default_jobs, remote_uses
 from rehearse_helpers import ROOT, WORKFLOWS, argv_for, pairs
 
@@ -159,3 +165,23 @@ def test_our_artifact_actions_use_the_real_client_and_built_real_actions_replace
     argv = act_argv("act", spec, WORKFLOWS, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=tmp_path,
                              cache=tmp_path, port=1, event_file=tmp_path / "e.json", node_path=tmp_path / "nm")
     assert f"NODE_PATH={tmp_path / 'nm'}" in pairs(argv, "--env")
+
+
+def test_a_built_real_checkout_gets_a_token_and_fetches_this_repository_through_insteadof(tmp_path):
+    real = tmp_path / "real"
+    assert not real_checkout(real) and not real_checkout(None)
+    (real / "actions" / "checkout").mkdir(parents=True)
+    (real / "actions" / "checkout" / "action.yml").write_text("name: built\n")
+    assert real_checkout(real)
+    spec = default_jobs("", 2)[0]
+    argv = act_argv("act", spec, WORKFLOWS, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=tmp_path, cache=tmp_path,
+                    port=1, event_file=tmp_path / "e.json", real_actions=real)
+    assert pairs(argv, "--secret") == [f"GITHUB_TOKEN={CHECKOUT_TOKEN}"]
+    local = dict(p.split("=", 1) for p in pairs(argv, "--local-repository"))
+    assert {u: v for u, v in local.items() if u.startswith("actions/checkout@")} == {
+        u: str(real / "actions" / "checkout") for u in local if u.startswith("actions/checkout@")}
+    assert "--secret" not in argv_for(spec)  # our checkout needs no token
+    serve_checkout(tmp_path / "home", ROOT, REPOSITORY)
+    config = subprocess.run(["git", "config", "--file", str(tmp_path / "home" / ".gitconfig"), "--get-regexp", "url"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert config == [f"url.file://{ROOT}.insteadof", f"https://github.com/{REPOSITORY}"]
