@@ -4,7 +4,9 @@ the job x event pairs with their result and time."""
 from __future__ import annotations
 
 import re
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from rehearsal.act import JobRun, StepRun
 from rehearsal.plan import JobSpec, preflight_step, step_names
@@ -119,3 +121,40 @@ def pairs_table(verdicts: list[tuple[JobSpec, Verdict, float]],
     ok = sum(1 for r in rows if r[4] == "ok")
     return "\n".join(["job x event:", fmt.format(*head), *(fmt.format(*r) for r in rows),
                       f"{ok} of {len(rows)} ended as expected"])
+
+
+# what a job that runs to its end must have uploaded: artifact name -> paths (in the artifact) it must hold
+EXPECTED_UPLOADS = {
+    "unit-tests": {"results-unit-tests": ("unit-tests/compiler.xml", "unit-tests/harness.xml")},
+    "tests-cpu": {"results-cpu": ("ci-cpu/", "compile-check/")},
+}
+
+
+def uploaded(artifacts: Path) -> dict[str, list[str]]:
+    """The artifacts of run 1 in act's artifact server folder (`artifacts`/1/NAME/NAME.zip): name -> their paths."""
+    found = {}
+    for archive in sorted((artifacts / "1").glob("*/*.zip")):
+        try:
+            with zipfile.ZipFile(archive) as z:
+                found[archive.parent.name] = sorted(z.namelist())
+        except (OSError, zipfile.BadZipFile):
+            found[archive.parent.name] = []
+    return found
+
+
+def judge_uploads(spec: JobSpec, verdict: Verdict, artifacts: Path) -> Verdict:
+    """`verdict` with what the pair uploaded added to its line; a pair that ended as expected with `success` but
+    lacks an upload of EXPECTED_UPLOADS (or a path in it) is not ok."""
+    if not verdict.ok or spec.expect != "success":
+        return verdict
+    got = uploaded(artifacts)
+    for name, paths in EXPECTED_UPLOADS.get(spec.job, {}).items():
+        if name not in got:
+            return Verdict(False, f"{verdict.line}, but no artifact {name} was uploaded (artifacts: "
+                                  f"{', '.join(got) or 'none'})")
+        missing = [p for p in paths if not any(f == p or (p.endswith("/") and f.startswith(p)) for f in got[name])]
+        if missing:
+            return Verdict(False, f"{verdict.line}, but the artifact {name} lacks {', '.join(missing)}")
+    if not got:
+        return verdict
+    return Verdict(True, f"{verdict.line}; uploaded " + ", ".join(f"{n} ({len(f)} files)" for n, f in got.items()))

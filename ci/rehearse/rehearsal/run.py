@@ -28,7 +28,7 @@ from rehearsal.plan import (
     load_workflows,
     select,
 )
-from rehearsal.report import Verdict, judge, pairs_table, summary_rows, table
+from rehearsal.report import Verdict, judge, judge_uploads, pairs_table, summary_rows, table
 from rehearsal.seed import Seed, build_seed, default_seed_root, install_steps, waits_for_seed
 
 # the rehearsal jobs that run the suites in the cpu container: they need a docker daemon (the others do not)
@@ -174,7 +174,8 @@ def rehearse(args: argparse.Namespace) -> int:
         code, text = run_act(argv, job_env, out / f"{spec.key}.log", args.timeout, echo=parallel == 1)
         runs = parse_act_output(text)
         job = workflows[spec.workflow]["jobs"][spec.job]
-        verdict, took = judge(spec, job, runs, code), time.monotonic() - started
+        verdict = judge_uploads(spec, judge(spec, job, runs, code), run_artifacts)
+        took = time.monotonic() - started
         if parallel > 1:
             print(f"rehearse: {'ok  ' if verdict.ok else 'FAIL'} {spec.job} on {spec.label} ({took:.0f} s): "
                   f"{verdict.line}", flush=True)

@@ -3,9 +3,21 @@ real output (tests/harness/fixtures/act), and the tables a rehearsal prints."""
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 from rehearsal.act import parse_act_output
 from rehearsal.plan import JobSpec
-from rehearsal.report import Verdict, error_line, judge, pairs_table, summary_rows, table
+from rehearsal.report import (
+    Verdict,
+    error_line,
+    judge,
+    judge_uploads,
+    pairs_table,
+    summary_rows,
+    table,
+    uploaded,
+)
 from rehearse_helpers import FIXTURES, WORKFLOWS
 
 
@@ -94,3 +106,29 @@ def test_the_pairs_table_has_every_pair_its_result_and_time_then_the_cancel_chec
     assert lines[4].split()[:7] == ["ci.yml", "unit-tests", "cancel", "check", "cancelled", "ok", "95"]
     assert lines[-1] == "2 of 3 ended as expected"
     assert pairs_table(verdicts).splitlines()[-1] == "1 of 2 ended as expected"
+
+
+def _artifact(folder: Path, name: str, files: list[str]) -> None:
+    (folder / "1" / name).mkdir(parents=True)
+    with zipfile.ZipFile(folder / "1" / name / f"{name}.zip", "w") as z:
+        for f in files:
+            z.writestr(f, "x")
+
+
+def test_a_unit_tests_pair_must_have_uploaded_both_junit_files(tmp_path):
+    spec, ok = JobSpec("ci.yml", "unit-tests", "push"), Verdict(True, "succeeded")
+    (tmp_path / "1").mkdir()
+    v = judge_uploads(spec, ok, tmp_path)
+    assert not v.ok and v.line == "succeeded, but no artifact results-unit-tests was uploaded (artifacts: none)"
+    _artifact(tmp_path, "results-unit-tests", ["unit-tests/compiler.xml"])
+    assert judge_uploads(spec, ok, tmp_path).line.endswith("lacks unit-tests/harness.xml")
+    _artifact(tmp_path, "other", ["a"])
+    with zipfile.ZipFile(tmp_path / "1" / "results-unit-tests" / "results-unit-tests.zip", "a") as z:
+        z.writestr("unit-tests/harness.xml", "x")
+    v = judge_uploads(spec, ok, tmp_path)
+    assert v.ok and v.line == "succeeded; uploaded other (1 files), results-unit-tests (2 files)"
+    assert uploaded(tmp_path)["results-unit-tests"] == ["unit-tests/compiler.xml", "unit-tests/harness.xml"]
+    # a pair that failed, or that ends at its guard or pre-flight, is judged by its steps alone
+    assert judge_uploads(spec, Verdict(False, "failed"), tmp_path) == Verdict(False, "failed")
+    gpu = JobSpec("ci.yml", "tests-cuda", "push", expect="preflight")
+    assert judge_uploads(gpu, Verdict(True, "stopped"), tmp_path / "none") == Verdict(True, "stopped")
