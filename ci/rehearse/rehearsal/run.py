@@ -126,7 +126,8 @@ def rehearse(args: argparse.Namespace) -> int:
     home.mkdir(parents=True)
     env = act_env(dict(os.environ), os.environ.get("VIRTUAL_ENV"), home)
     if args.actions is not None and not args.actions.is_dir():
-        raise RehearseError(f"--actions {args.actions}: no such folder (it holds OWNER/REPO/action.yml of built actions)")
+        raise RehearseError(f"--actions {args.actions}: no such folder (it holds OWNER/REPO/action.yml of built "
+                            "actions)")
     if real_checkout(args.actions):  # the real checkout fetches HEAD from this repository through git's insteadOf
         serve_checkout(home, ROOT, REPOSITORY)
         print("rehearse: the real actions/checkout fetches this repository's HEAD: uncommitted changes are not "

@@ -146,7 +146,8 @@ def build_seed(seed: Seed, env: dict[str, str], log: Path, steps: list[str], tim
                 proc = subprocess.run(argv, cwd=seed.root, env=run_env, stdin=subprocess.DEVNULL, stdout=fh,
                                       stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
                 if proc.returncode != 0:
-                    seed.line = f"`{' '.join(argv)[-80:]}` exited {proc.returncode} (log: {log}); jobs install their own"
+                    seed.line = (f"`{' '.join(argv)[-80:]}` exited {proc.returncode} (log: {log}); jobs install "
+                                 "their own")
                 return proc.returncode == 0
 
             if not run(checkout):

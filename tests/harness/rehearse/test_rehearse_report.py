@@ -100,7 +100,8 @@ def test_the_pairs_table_has_every_pair_its_result_and_time_then_the_cancel_chec
                 (JobSpec("ci.yml", "unit-tests", "pull_request", expect="skipped", variant="fork"), bad, 0.2)]
     cancel = (JobSpec("ci.yml", "unit-tests", "workflow_dispatch", variant="cancelled"), ok, 95.0)
     lines = pairs_table(verdicts, cancel).splitlines()
-    assert lines[0] == "job x event:" and lines[1].split()[:6] == ["workflow", "job", "event", "expected", "result", "s"]
+    assert lines[0] == "job x event:"
+    assert lines[1].split()[:6] == ["workflow", "job", "event", "expected", "result", "s"]
     assert lines[2].split() == ["ci.yml", "lint", "push", "success", "ok", "61", "succeeded"]
     assert lines[3].split()[:7] == ["ci.yml", "unit-tests", "pull_request", "(fork)", "skipped", "FAIL", "0"]
     assert lines[4].split()[:7] == ["ci.yml", "unit-tests", "cancel", "check", "cancelled", "ok", "95"]

@@ -35,7 +35,8 @@ def test_without_a_docker_daemon_the_container_jobs_stop_before_any_job_runs(tmp
     assert line.startswith("rehearse: error: tests-cpu and flakes-cpu run the suites in the cpu container")
     assert "Cannot connect to the Docker daemon" in line and "--job bench-cuda --job bench-rocm --job lint" in line
     assert not (tmp_path / "act-calls").exists()
-    proc = subprocess.run([sys.executable, script, "--act", str(act), "--out", out, "--job", "lint", "--no-venv-seed"], env=env,
+    proc = subprocess.run([sys.executable, script, "--act", str(act), "--out", out, "--job", "lint", "--no-venv-seed"],
+                          env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert "docker daemon" not in proc.stderr and "lint" in (tmp_path / "act-calls").read_text()
 

@@ -1,5 +1,6 @@
 """The venv seed (ci/rehearse/rehearsal/seed.py and the checkout stand-in's linking of it): which pairs wait for it,
-what builds it, and the stand-in's copy of a seeded venv into a workspace, its paths rewritten and the seed untouched."""
+what builds it, and the stand-in's copy of a seeded venv into a workspace, its paths rewritten and the seed
+untouched."""
 
 from __future__ import annotations
 
@@ -164,7 +165,8 @@ def test_the_seed_adopts_the_trees_own_project_venv_once(tmp_path):
     site = got / "lib" / "python3.11" / "site-packages"
     assert (site / "__editable___kiln_finder.py").read_text() == f"MAPPING = {{'harness': '{seed.root}/harness'}}\n"
     assert (got / "bin" / "pip").read_text() == f"#!{got}/bin/python\n"
-    assert (site / "torch.py").stat().st_ino == (mine / "lib" / "python3.11" / "site-packages" / "torch.py").stat().st_ino
+    mine_site = mine / "lib" / "python3.11" / "site-packages"
+    assert (site / "torch.py").stat().st_ino == (mine_site / "torch.py").stat().st_ino
     assert str(tree) in (mine / "bin" / "pip").read_text()  # the tree's own venv is untouched
     assert adopt_tree_venv(seed, tree) == ""  # the same stamp: nothing to do
     (mine / "kiln-installed.json").unlink()
