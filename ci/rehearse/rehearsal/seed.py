@@ -120,7 +120,11 @@ def adopt_tree_venv(seed: Seed, root: Path = ROOT) -> str:
         return ""
     if (theirs / stamp).is_file() and (theirs / stamp).read_bytes() == (mine / stamp).read_bytes():
         return ""
-    link_venv(mine, theirs, str(root), str(seed.root))
+    try:
+        link_venv(mine, theirs, str(root), str(seed.root))
+    except (OSError, subprocess.CalledProcessError) as e:  # e.g. another file system: nox installs it instead
+        shutil.rmtree(theirs, ignore_errors=True)
+        return f"could not link {mine} into the seed ({e}): nox installs it"
     return f"the seed's .nox/kiln linked from {mine}"
 
 

@@ -171,3 +171,18 @@ def test_the_seed_adopts_the_trees_own_project_venv_once(tmp_path):
     assert adopt_tree_venv(seed, tree) == ""  # the same stamp: nothing to do
     (mine / "kiln-installed.json").unlink()
     assert adopt_tree_venv(Seed(tmp_path / "other"), tree) == ""  # no filled venv in the tree: nothing to adopt
+
+
+def test_a_tree_venv_that_cannot_be_linked_is_left_to_nox(tmp_path, monkeypatch):
+    import rehearsal.seed as seed_mod
+
+    tree, seed = tmp_path / "tree", Seed(tmp_path / "seed")
+    _fake_venv(tree, '{"project": 1}')
+
+    def refuse(*args, **kwargs):
+        raise subprocess.CalledProcessError(1, ["cp", "-al"], stderr="Invalid cross-device link")
+
+    monkeypatch.setattr(seed_mod.subprocess, "run", refuse)
+    line = adopt_tree_venv(seed, tree)
+    assert line.startswith(f"could not link {tree / '.nox' / 'kiln'} into the seed") and line.endswith("nox installs it")
+    assert not (seed.root / ".nox" / "kiln").exists()
