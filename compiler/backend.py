@@ -18,6 +18,7 @@ import torch.fx as fx
 from . import config, fx_attention, fx_passes
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
+from .codegen.combo import combine
 from .codegen.kernels import Kernels, render
 from .codegen.triton_kernel import KernelSource
 from .codegen.wrapper import Wrapper, wrap
@@ -97,7 +98,9 @@ def lower_pass(job: GraphJob) -> Program:
 
 
 def precompile_pass(kernels: Kernels, wrapper: Wrapper) -> None:
-    precompile.precompile_graph(kernels.schedule.program, kernels.launches, wrapper.module)
+    # a combo kernel compiles at its first launch (its parts' block sizes are chosen there)
+    launched = [ks for ks in kernels.launches if isinstance(ks, KernelSource)]
+    precompile.precompile_graph(kernels.schedule.program, launched, wrapper.module)
 
 
 def dump_pass(job: GraphJob, kernels: Kernels, wrapper: Wrapper) -> None:
@@ -143,6 +146,9 @@ PASSES: list[Pass] = [
     Pass("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups",
          schedule, ("program",), "schedule"),
     Pass("render", "render each kernel group to deterministic Triton source", render, ("schedule",), "kernels"),
+    Pass("combo", "independent small pointwise kernels adjacent in launch order become one combo launch (a "
+         "launch-bound step, such as an optimizer's per-parameter updates, pays per launch)", combine,
+         ("schedule", "kernels"), "kernels"),
     Pass("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap,
          ("schedule", "kernels"), "wrapper"),
     Pass("precompile", "send each kernel's expected GPU specialization to the compile workers (parallel compile)",

@@ -123,6 +123,16 @@ class Settings:
     #: ``ordered_scatter_max`` source elements, and uses atomics above that; "atomic" always uses atomics. Each
     #: atomic float sum is listed in ``CompiledGraph.nondeterministic`` (kiln chose speed over run-to-run identity).
     scatter_order: str = "fixed"
+    #: Combo kernels (``codegen/combo.py``): independent small pointwise kernels adjacent in launch order run as
+    #: one launch that dispatches on program id ranges; at its first launch on a GPU a combo is timed against
+    #: its parts, which run instead when they are faster (``runtime/combo.py``; cached with the autotune choices).
+    combo_kernels: bool = True
+    #: Most kernels one combo kernel runs.
+    combo_max_parts: int = 8
+    #: Most pointer arguments of one combo kernel (all its parts' together).
+    combo_max_args: int = 64
+    #: Largest kernel (elements) that becomes a part: bigger ones are not launch-bound.
+    combo_max_numel: int = 1 << 20
     #: Source elements up to which a float-sum scatter is order-fixed (its kernel compares every source's target
     #: with every other's: quadratic work, cheap only for small scatters).
     ordered_scatter_max: int = 16384
