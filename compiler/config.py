@@ -123,6 +123,9 @@ class Settings:
     #: ``ordered_scatter_max`` source elements, and uses atomics above that; "atomic" always uses atomics. Each
     #: atomic float sum is listed in ``CompiledGraph.nondeterministic`` (kiln chose speed over run-to-run identity).
     scatter_order: str = "fixed"
+    #: Mutated inputs (optimizer parameters and state) stored into by the kernel that computes their new value,
+    #: with no write-back copy after it, where nothing needs their old value later (``inplace.py``).
+    write_in_place: bool = True
     #: Combo kernels (``codegen/combo.py``): independent small pointwise kernels adjacent in launch order run as
     #: one launch that dispatches on program id ranges; at its first launch on a GPU a combo is timed against
     #: its parts, which run instead when they are faster (``runtime/combo.py``; cached with the autotune choices).

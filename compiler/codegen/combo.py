@@ -10,7 +10,8 @@ size, as for a launch of its own) and its own buffers.
 Which kernels are combined: runs of consecutive kernel groups of the schedule (no extern or subgraph call
 between them) that are pointwise (no reduction, scatter, scan or fixed grid), of static sizes without size
 arguments and at most ``combo_max_numel`` elements (launch-bound), with no part reading what an earlier part of
-the run stores (independent: the parts of one launch run in any order). A run is cut at ``combo_max_parts``
+the run stores, nor storing (in place: ``Schedule.in_place``) an input an earlier part reads (independent: the
+parts of one launch run in any order). A run is cut at ``combo_max_parts``
 parts or ``combo_max_args`` pointer arguments (a kernel's parameters share a few kilobytes of launch memory, and
 its compile time grows with its size); a run of one kernel stays as it is.
 
@@ -66,24 +67,28 @@ def combinable(group: KernelGroup, ks: KernelSource, max_numel: int) -> bool:
 
 def _runs(schedule: Schedule, kernels: Kernels, max_numel: int) -> list[list[int]]:
     """Indices (into ``kernels.sources``) of maximal runs of combinable kernels adjacent in launch order; a run is
-    cut before a kernel that reads what the run already stores."""
+    cut before a kernel that reads what the run already stores, or stores what it already reads."""
     runs: list[list[int]] = []
     cur: list[int] = []
     stored: set[str] = set()
+    read: set[str] = set()
     k = 0
     for item in schedule.items:
         if not isinstance(item, KernelGroup):
-            cur, stored = _close(runs, cur), set()
+            cur, stored, read = _close(runs, cur), set(), set()
             continue
         ks = kernels.sources[k]
         if not combinable(item, ks, max_numel):
-            cur, stored = _close(runs, cur), set()
+            cur, stored, read = _close(runs, cur), set(), set()
         else:
             reads = {name for param, name in ks.ptr_args if param.startswith("in_ptr")}
-            if reads & stored:
-                cur, stored = _close(runs, cur), set()
+            # a buffer stored in place is the input's memory: it stores the input too
+            stores = set(ks.stores) | {schedule.in_place[b] for b in ks.stores if b in schedule.in_place}
+            if reads & stored or stores & read:
+                cur, stored, read = _close(runs, cur), set(), set()
             cur.append(k)
-            stored |= set(ks.stores)
+            stored |= stores
+            read |= reads
         k += 1
     _close(runs, cur)
     return runs

@@ -60,7 +60,8 @@ class Wrapper:
         (nodes defined before use, targets exist); one placeholder per program input; the launches are the
         schedule's kernels in its order, each a ``TritonKernel`` module holding its group's source, and no
         kernel module goes unlaunched; every buffer a launch writes is allocated by this wrapper (kernels
-        never write a graph input: mutations reach inputs through the trailing write-back copies)."""
+        write a graph input only where the ``in_place`` pass let them; other mutations reach inputs through
+        the trailing write-back copies)."""
         where = f"wrapper of {self.schedule.program.name}"
         graph = self.module.graph
         try:
@@ -83,7 +84,7 @@ class Wrapper:
             require(self.module.get_submodule(node.target).source == ks.source,
                      f"{where}: module {ks.name} does not hold its kernel's source")
             for (param, name), arg in zip(ks.ptr_args, node.args):
-                if param.startswith("out_ptr"):
+                if param.startswith("out_ptr") and name not in self.schedule.in_place:
                     require(isinstance(arg, fx.Node) and _allocates(arg),
                              f"{where}: {ks.name} writes {name} through {arg}, not an allocation")
 
@@ -311,6 +312,8 @@ class WrapperBuilder:
         for name, tensor in self.g.constants.items():
             self.root.register_buffer(name, tensor)
             self.nodes[name] = self.graph.get_attr(name)
+        for name, target in self.schedule.in_place.items():  # stored into the input itself (``inplace.py``)
+            self.nodes[name] = self.nodes[target]
         items = self.schedule.items
         tail = len(items)  # the trailing write-backs into mutated inputs, emitted together
         while tail and isinstance(items[tail - 1], ExternCall) and items[tail - 1].write_back:
@@ -461,6 +464,21 @@ _FLOAT_FUNCTIONS = {"CeilToInt": math.ceil, "FloorToInt": math.floor, "TruncToIn
 _RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.StrictLessThan: operator.lt,
               sympy.GreaterThan: operator.ge, sympy.LessThan: operator.le,
               sympy.Equality: operator.eq, sympy.Unequality: operator.ne}
+
+
+def written_inputs(gm: fx.GraphModule) -> list[int]:
+    """Positions of the wrapper's inputs that its kernels write (in place: ``Schedule.in_place``)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written: set[fx.Node] = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_module":
+            continue
+        kernel = gm.get_submodule(n.target)
+        if isinstance(kernel, TritonKernel):
+            for param, arg in zip(kernel.ptr_args, n.args):
+                if param.startswith("out_ptr") and isinstance(arg, fx.Node) and arg.op == "placeholder":
+                    written.add(arg)
+    return [i for i, p in enumerate(placeholders) if p in written]
 
 
 def fast_allocator(device: torch.device) -> Optional[Callable]:
