@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import sympy
 
@@ -175,7 +175,7 @@ def combo_source(parts: Sequence[KernelSource], indices: tuple[int, ...]) -> Com
         ptr_args += ptrs
         params += [p for p, _ in ptrs]
         numel, block = f"xnumel_p{k}", f"XBLOCK_p{k}"
-        ends.append(f"    end{k} = {'end%d + ' % (k - 1) if k else ''}tl.cdiv({numel}, {block})")
+        ends.append(f"    end{k} = {f'end{k - 1} + ' if k else ''}tl.cdiv({numel}, {block})")
         start = f"pid - end{k - 1}" if k else "pid"
         want = [p for p, _ in ks.ptr_args] + ["xnumel", "XBLOCK"]
         if names != want:

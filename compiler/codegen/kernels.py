@@ -4,7 +4,7 @@ kernels with the same body sharing one name and source). The schedule itself is 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Optional, Union
+from typing import Iterator
 
 import sympy
 import torch
@@ -47,7 +47,7 @@ class Kernels:
     combos: tuple[ComboSource, ...] = ()
 
     @property
-    def launches(self) -> list[Union[KernelSource, ComboSource]]:
+    def launches(self) -> list[KernelSource | ComboSource]:
         """One kernel per launch, in launch order (groups that share a kernel list it once each; a combo
         kernel, at the place of its first part, stands for its parts)."""
         if not self.combos:
@@ -56,7 +56,7 @@ class Kernels:
         inside = {k for c in self.combos for k in c.indices}
         return [first[k] if k in first else ks for k, ks in enumerate(self.sources) if k in first or k not in inside]
 
-    def combo_of(self, index: int) -> Optional[ComboSource]:
+    def combo_of(self, index: int) -> ComboSource | None:
         """The combo kernel that launches the kernel at ``index`` of ``sources``, or None."""
         return next((c for c in self.combos if index in c.indices), None)
 

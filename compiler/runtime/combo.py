@@ -21,26 +21,27 @@ import hashlib
 import json
 import logging
 import os
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .. import config
 from . import autotune, cache
-from .launcher import MAX_LAUNCHES, TritonKernel, _LazyJit, _Launch, _multi_gpu, _where, cdiv
+from .launcher import MAX_LAUNCHES, TritonKernel, _Launch, _LazyJit, _multi_gpu, _where, cdiv
 
 log = logging.getLogger("kiln")
 
 FORMAT = 1
 SUFFIX = ".kcb"
 #: (fn) -> seconds, replacing the GPU timer (tests); None: ``triton.testing.do_bench`` on CUDA
-_timer: list[Optional[Callable[[Callable[[], Any]], float]]] = [None]
+_timer: list[Callable[[Callable[[], Any]], float] | None] = [None]
 _decided: dict[str, bool] = {}  # key -> split (parts faster), this process
 #: what the guard chose in this process: "combined"/"split" (timed now), "cached" (read), "rule" (no timing)
 _counts = {"combined": 0, "split": 0, "cached": 0, "rule": 0}
 
 
-def set_timer(timer: Optional[Callable[[Callable[[], Any]], float]]) -> None:
+def set_timer(timer: Callable[[Callable[[], Any]], float] | None) -> None:
     """Use ``timer(launch) -> seconds`` on any device (tests); None restores the GPU timer. Also forgets this
     process's decisions, so that the next first launch reads the disk cache."""
     _timer[0] = timer
@@ -119,7 +120,7 @@ class ComboKernel(TritonKernel):
 
     def _dump_spec(self, args: tuple, cfg: dict[str, Any]) -> None:
         """No ahead-of-time spec for a combo: its parts' block sizes are chosen at launch."""
-        return None
+        return
 
     # ------------------------------------------------------------------ the guard
     def _decide(self, args: tuple, where: int) -> bool:
@@ -183,7 +184,7 @@ def _path(key: str) -> str:
     return os.path.join(autotune.folder(), key + SUFFIX)
 
 
-def _read(key: str) -> Optional[bool]:
+def _read(key: str) -> bool | None:
     if config.settings().cache_mode() == "0":
         return None
     data = cache.read_json_entry(_path(key), FORMAT, key)

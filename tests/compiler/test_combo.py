@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_layers import staged  # the products after the passes up to one (strict: verified)
 
 import compiler
 from compiler.codegen import combo as combo_pass
 from compiler.runtime import combo as combo_runtime
 from compiler.runtime.combo import ComboKernel
 from compiler.runtime.launcher import TritonKernel
-from test_layers import staged  # the products after the passes up to one (strict: verified)
 
 GOLDEN = Path(__file__).parent / "golden"
 
