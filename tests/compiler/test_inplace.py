@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from kiln_testing import randn
 
 import compiler
 
@@ -29,7 +30,7 @@ def _scale(x, y):
 
 
 def test_a_pointwise_update_is_stored_into_its_input(device):
-    x, y = torch.randn(64, device=device), torch.randn(64, device=device)
+    x, y = randn(64), randn(64)
     ex, gx = x.clone(), x.clone()
     want = _scale(ex, y)
     got, graphs = _run(_scale, (gx, y))
@@ -38,7 +39,7 @@ def test_a_pointwise_update_is_stored_into_its_input(device):
 
 
 def test_the_store_into_the_input_comes_after_every_load():
-    x, y = torch.randn(64), torch.randn(64)
+    x, y = randn(64), randn(64)
     _, graphs = _run(lambda x, y: (x.mul_(2), (x * 0 + y).cos())[1], (x, y))
     for src in graphs[0].kernel_sources.values():
         lines = src.splitlines()
@@ -52,7 +53,7 @@ def test_an_update_read_at_other_positions_keeps_its_write_back():
         x.mul_(2)
         return x.flip(0) + 1  # the same kernel reads element 63 - i where it writes element i
 
-    x = torch.randn(64)
+    x = randn(64)
     ex, gx = x.clone(), x.clone()
     want = flipped(ex)
     got, graphs = _run(flipped, (gx,))
@@ -65,13 +66,13 @@ def test_a_reduction_update_keeps_its_write_back():
         x.mul_(2)
         return x.sum()
 
-    x = torch.randn(64)
+    x = randn(64)
     _, graphs = _run(summed, (x.clone(),))
     assert _copies(graphs[0]) == 1
 
 
 def test_setting_off_keeps_every_write_back():
-    x, y = torch.randn(64), torch.randn(64)
+    x, y = randn(64), randn(64)
     gx = x.clone()
     _, graphs = _run(_scale, (gx, y), write_in_place=False)
     assert _copies(graphs[0]) == 1
