@@ -53,9 +53,11 @@ def write_in_place(schedule: Schedule) -> Schedule:
             continue
         if not (dst.is_whole_buffer() and src.is_whole_buffer() and dst.layout == src.buffer.layout):
             continue
-        if _safe(schedule, j, name, target, k):
+        group = schedule.items[j]
+        member = group.member(name) if isinstance(group, KernelGroup) else None
+        if member is not None and _safe(schedule, j, name, target, k):
             schedule.in_place[name] = target
-            schedule.items[j].member(name).in_place = True
+            member.in_place = True
             dropped.append(k)
     if dropped:
         schedule.items = [it for k, it in enumerate(schedule.items) if k not in set(dropped)]
@@ -65,7 +67,7 @@ def write_in_place(schedule: Schedule) -> Schedule:
 def _safe(schedule: Schedule, j: int, name: str, target: str, write_back: int) -> bool:
     """The group at ``j`` may store ``name`` into the input ``target`` (module docstring)."""
     group = schedule.items[j]
-    if group.has_reduction or group.kind or group.partials:
+    if not isinstance(group, KernelGroup) or group.has_reduction or group.kind or group.partials:
         return False
     member = group.member(name)
     if member is None or not member.store:

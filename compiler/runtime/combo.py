@@ -66,7 +66,7 @@ class ComboKernel(TritonKernel):
 
     def __init__(self, name: str, source: str, ptr_args: list[str], parts: list[TritonKernel]) -> None:
         super().__init__(name, source, ptr_args, [], False, "combo", 0)
-        self.parts = torch.nn.ModuleList(parts)
+        self.parts: list[TritonKernel] = torch.nn.ModuleList(parts)  # type: ignore[assignment]
         self._autotune = False  # each part keeps its own launch's config
         self._ranges: list[tuple[int, int]] = []
         start = 0
