@@ -18,12 +18,14 @@ import torch.fx as fx
 from . import config, fx_attention, fx_passes
 from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
 from .capture import CompiledGraph, record
+from .codegen.combo import combine
 from .codegen.kernels import Kernels, render
 from .codegen.triton_kernel import KernelSource
-from .codegen.wrapper import Wrapper, wrap
+from .codegen.wrapper import Wrapper, wrap, written_inputs
 from .decompositions import decomposition_table
 from .exc import InvariantError, KernelLaunchError, KilnError
 from .graph import FallbackReason, GraphLowering, Program
+from .inplace import write_in_place
 from .runtime import cache, graph_cache, inference_cache, precompile, value_trace
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
 from .scheduler import Schedule, schedule
@@ -97,7 +99,9 @@ def lower_pass(job: GraphJob) -> Program:
 
 
 def precompile_pass(kernels: Kernels, wrapper: Wrapper) -> None:
-    precompile.precompile_graph(kernels.schedule.program, kernels.launches, wrapper.module)
+    # a combo kernel compiles at its first launch (its parts' block sizes are chosen there)
+    launched = [ks for ks in kernels.launches if isinstance(ks, KernelSource)]
+    precompile.precompile_graph(kernels.schedule.program, launched, wrapper.module)
 
 
 def dump_pass(job: GraphJob, kernels: Kernels, wrapper: Wrapper) -> None:
@@ -142,7 +146,13 @@ PASSES: list[Pass] = [
          ("job",), "program"),
     Pass("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups",
          schedule, ("program",), "schedule"),
+    Pass("in_place", "a mutated input's new value is stored into the input by its kernel where nothing reads the "
+         "old value later: no write-back copy (an optimizer step's parameters and state)", write_in_place,
+         ("schedule",), "schedule"),
     Pass("render", "render each kernel group to deterministic Triton source", render, ("schedule",), "kernels"),
+    Pass("combo", "independent small pointwise kernels adjacent in launch order become one combo launch (a "
+         "launch-bound step, such as an optimizer's per-parameter updates, pays per launch)", combine,
+         ("schedule", "kernels"), "kernels"),
     Pass("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap,
          ("schedule", "kernels"), "wrapper"),
     Pass("precompile", "send each kernel's expected GPU specialization to the compile workers (parallel compile)",
@@ -211,7 +221,8 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     Two safety nets keep a program running when kiln has a bug (both are off under ``strict``): a graph
     whose compilation fails runs as its ATen graph, and a wrapper whose first launch fails switches to the
     ATen graph for good (safe: the only writes to inputs are the trailing write-back copies, after every
-    kernel). Both are recorded as fallbacks. With the ``cudagraphs`` setting, graphs on a GPU run through
+    kernel, and the in-place stores of kernels, whose inputs are restored first). Both are recorded as
+    fallbacks. With the ``cudagraphs`` setting, graphs on a GPU run through
     ``runtime.cudagraphs.CudaGraphRunner``. ``front``: the inference front cache's view of the Dynamo graph
     (an inference graph stored in the graph cache is noted there).
     """
@@ -269,11 +280,15 @@ def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) 
     def run(args: list) -> Any:  # boxed calling convention: AOTAutograd passes one list
         if state["verified"]:
             return state["fn"](*args)
+        # inputs the kernels write in place: kept, so that the ATen graph starts from them after a failed launch
+        saved = [] if strict else [(args[i], args[i].clone()) for i in written_inputs(cg.wrapper)]
         try:
             out = state["fn"](*args)
         except KernelLaunchError as e:
             if strict:
                 raise
+            for t, old in saved:
+                t.copy_(old)
             log.warning("kiln: %s failed at its first run (%s); running its ATen graph instead", name, e)
             cg.fallbacks.append(FallbackReason("graph_launch_error", name, str(e)))
             state["fn"] = gm

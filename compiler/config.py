@@ -256,6 +256,30 @@ class Settings:
             "source's target with every other's: quadratic work, cheap only for small scatters)."
         ),
     )
+    write_in_place: bool = setting(
+        True,
+        help=(
+            "Mutated inputs (optimizer parameters and state) stored into by the kernel that computes their new "
+            "value, with no write-back copy after it, where nothing needs their old value later (``inplace.py``)."
+        ),
+    )
+    combo_kernels: bool = setting(
+        True,
+        help=(
+            "Combo kernels (``codegen/combo.py``): independent small pointwise kernels adjacent in launch order "
+            "run as one launch that dispatches on program id ranges; at its first launch on a GPU a combo is "
+            "timed against its parts, which run instead when they are faster (``runtime/combo.py``; cached "
+            "with the autotune choices)."
+        ),
+    )
+    combo_max_parts: int = setting(8, help="Most kernels one combo kernel runs.")
+    combo_max_args: int = setting(
+        64, help="Most pointer arguments of one combo kernel (all its parts' together)."
+    )
+    combo_max_numel: int = setting(
+        1 << 20,
+        help="Largest kernel (elements) that becomes a combo part: bigger ones are not launch-bound.",
+    )
 
     def cache_secret(self) -> bytes | None:
         """The key that signs cache entries (``cache_key``, else the contents of ``cache_key_file``), or None:

@@ -25,8 +25,8 @@ from . import config
 from .exc import InvariantError, require
 from .graph import ExternCall, Program, Step, SubgraphCall
 from .index_eval import Unevaluable, evaluate
-from .ir import (Buffer, ComputedBuffer, Layout, Reduction, Scan, Scatter, Strided, SymScalar, contiguous_strides,
-                 is_dense, prod, stride_order)
+from .ir import (Buffer, ComputedBuffer, InputBuffer, Layout, Reduction, Scan, Scatter, Strided, SymScalar,
+                 contiguous_strides, is_dense, prod, stride_order)
 from .kexpr import KExpr, free_symbols, loads
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
@@ -113,6 +113,8 @@ class Member:
     value: KExpr = None  # element value (reductions: the value reduced at (x, r))
     store_index: sympy.Expr = None  # flat offset the element is stored at
     store: bool = False
+    #: stored into a graph input's memory (the ``in_place`` pass): stored after every member's value is computed
+    in_place: bool = False
 
     @property
     def is_reduction(self) -> bool:
@@ -166,6 +168,8 @@ class Schedule:
 
     program: Program
     items: list[Scheduled]
+    #: computed buffer -> the graph input its kernel stores it into (the ``in_place`` pass: no write-back copy)
+    in_place: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def groups(self) -> list[KernelGroup]:
@@ -231,6 +235,9 @@ class Schedule:
         for name, k in targets.items():
             require(producer.get(name, k) < k, f"{where}: the target {name} of the scatter of item {k} is not made "
                                                "before it")
+        for name, target in self.in_place.items():
+            require(stored.get(name, False) and isinstance(buffers.get(target), InputBuffer),
+                     f"{where}: {name} is stored into {target} in place, but is no stored member or that no input")
         for v in _iter_values(self.program.outputs):
             if isinstance(v, Strided):
                 name = v.buffer.name

@@ -19,6 +19,23 @@ from .triton_kernel import KernelSource, render_group
 
 
 @dataclasses.dataclass(frozen=True)
+class ComboSource:
+    """A combo kernel (``codegen.combo``): one launch running ``parts`` (kernels adjacent in launch order, at
+    ``indices`` of ``Kernels.sources``), each over its own program id range. ``ptr_args``: every part's pointers,
+    renamed ``<param>_p<part>``; the launch passes them, then each part's ``xnumel``."""
+
+    name: str
+    source: str
+    ptr_args: list[tuple[str, str]]
+    parts: tuple[KernelSource, ...]
+    indices: tuple[int, ...]
+
+    @property
+    def stores(self) -> list[str]:
+        return [b for ks in self.parts for b in ks.stores]
+
+
+@dataclasses.dataclass(frozen=True)
 class Kernels:
     """The ``render`` pass's product: the kernel of each kernel group of ``schedule``, in launch order
     (``sources[k]`` belongs to ``schedule.groups[k]``). A kernel another group shares keeps its own buffers and
@@ -26,11 +43,22 @@ class Kernels:
 
     schedule: Schedule
     sources: tuple[KernelSource, ...]
+    #: the ``combo`` pass's combo kernels, in launch order; each launches in place of its parts
+    combos: tuple[ComboSource, ...] = ()
 
     @property
-    def launches(self) -> list[KernelSource]:
-        """One kernel per launch, in launch order (groups that share a kernel list it once each)."""
-        return list(self.sources)
+    def launches(self) -> list[KernelSource | ComboSource]:
+        """One kernel per launch, in launch order (groups that share a kernel list it once each; a combo
+        kernel, at the place of its first part, stands for its parts)."""
+        if not self.combos:
+            return list(self.sources)
+        first = {c.indices[0]: c for c in self.combos}
+        inside = {k for c in self.combos for k in c.indices}
+        return [first[k] if k in first else ks for k, ks in enumerate(self.sources) if k in first or k not in inside]
+
+    def combo_of(self, index: int) -> ComboSource | None:
+        """The combo kernel that launches the kernel at ``index`` of ``sources``, or None."""
+        return next((c for c in self.combos if index in c.indices), None)
 
     def pairs(self) -> Iterator[tuple[KernelGroup, KernelSource]]:
         """(group, its kernel), in launch order."""
@@ -60,6 +88,21 @@ class Kernels:
                      f"over ({group.xnumel}, {group.rnumel})")
             require(names.setdefault(ks.name, ks.source) == ks.source,
                      f"{where}: kernel name {ks.name} stands for two different sources")
+        taken: set[int] = set()
+        for c in self.combos:
+            require(len(c.indices) >= 2 and list(c.indices) == list(range(c.indices[0], c.indices[-1] + 1)),
+                     f"{where}: combo {c.name} launches kernels {list(c.indices)}, not a run of two or more")
+            require(not taken & set(c.indices), f"{where}: combo {c.name} shares a kernel with another combo")
+            taken |= set(c.indices)
+            require(list(c.parts) == [self.sources[k] for k in c.indices],
+                     f"{where}: combo {c.name}'s parts are not the kernels at {list(c.indices)}")
+            stored: set[str] = set()
+            for ks in c.parts:
+                reads = {b for p, b in ks.ptr_args if p.startswith("in_ptr")}
+                require(not reads & stored, f"{where}: combo {c.name}: {ks.name} reads what an earlier part stores")
+                stored |= set(ks.stores)
+            require(names.setdefault(c.name, c.source) == c.source,
+                     f"{where}: kernel name {c.name} stands for two different sources")
 
 
 def render(schedule: Schedule) -> Kernels:

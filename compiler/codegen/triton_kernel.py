@@ -274,11 +274,16 @@ class KernelRenderer:
     def render_pointwise(self, lines: list[str]) -> None:
         s = Scope(self, "x", lines, "    ")
         self.program_block(s, rows=False)
+        late = []  # stores into inputs (``Member.in_place``): after every load of the kernel
         for m in self.group.members:
             var = s.emit(m.value)
             s.members[m.buf.name] = var
-            if m.store:
+            if m.store and m.in_place:
+                late.append((m, var))
+            elif m.store:
                 self.store(s, m, var)
+        for m, var in late:
+            self.store(s, m, var)
 
     def render_reduction(self, lines: list[str]) -> None:
         top = Scope(self, "x", lines, "    ")

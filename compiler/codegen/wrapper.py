@@ -32,10 +32,11 @@ from ..exc import InvariantError, SymbolResolutionError, require
 from ..graph import ExternCall, SubgraphCall, SubgraphRef
 from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
 from ..runtime import value_trace
+from ..runtime.combo import ComboKernel
 from ..runtime.launcher import TritonKernel
 from ..runtime.restride import ensure_strides, reinterpret_tensor
 from ..scheduler import KernelGroup, Schedule
-from .kernels import Kernels
+from .kernels import ComboSource, Kernels
 from .printer import MAX_TYPES, MIN_TYPES
 from .triton_kernel import KernelSource
 
@@ -59,7 +60,8 @@ class Wrapper:
         (nodes defined before use, targets exist); one placeholder per program input; the launches are the
         schedule's kernels in its order, each a ``TritonKernel`` module holding its group's source, and no
         kernel module goes unlaunched; every buffer a launch writes is allocated by this wrapper (kernels
-        never write a graph input: mutations reach inputs through the trailing write-back copies)."""
+        write a graph input only where the ``in_place`` pass let them; other mutations reach inputs through
+        the trailing write-back copies)."""
         where = f"wrapper of {self.schedule.program.name}"
         graph = self.module.graph
         try:
@@ -82,7 +84,7 @@ class Wrapper:
             require(self.module.get_submodule(node.target).source == ks.source,
                      f"{where}: module {ks.name} does not hold its kernel's source")
             for (param, name), arg in zip(ks.ptr_args, node.args):
-                if param.startswith("out_ptr"):
+                if param.startswith("out_ptr") and name not in self.schedule.in_place:
                     require(isinstance(arg, fx.Node) and _allocates(arg),
                              f"{where}: {ks.name} writes {name} through {arg}, not an allocation")
 
@@ -310,13 +312,20 @@ class WrapperBuilder:
         for name, tensor in self.g.constants.items():
             self.root.register_buffer(name, tensor)
             self.nodes[name] = self.graph.get_attr(name)
+        for name, target in self.schedule.in_place.items():  # stored into the input itself (``inplace.py``)
+            self.nodes[name] = self.nodes[target]
         items = self.schedule.items
         tail = len(items)  # the trailing write-backs into mutated inputs, emitted together
         while tail and isinstance(items[tail - 1], ExternCall) and items[tail - 1].write_back:
             tail -= 1
+        groups = {id(g): k for k, g in enumerate(self.schedule.groups)}
         for item in items[:tail]:
             if isinstance(item, KernelGroup):
-                self.emit_kernel(item, self.kernel_of[id(item)])
+                combo = self.kernels.combo_of(groups[id(item)]) if self.kernels.combos else None
+                if combo is None:
+                    self.emit_kernel(item, self.kernel_of[id(item)])
+                elif combo.indices[0] == groups[id(item)]:  # its parts are adjacent: launched at the first
+                    self.emit_combo(combo)
             elif isinstance(item, ExternCall):
                 self.emit_extern(item)
             elif isinstance(item, SubgraphCall):
@@ -359,6 +368,28 @@ class WrapperBuilder:
             self.trace_sites.append(value_trace.TraceSite(
                 node, "triton", attr, tuple(ks.ptr_args[i][1] for i in outs),
                 lambda: [node.args[i] for i in outs]))  # read after buffer reuse renamed allocations
+
+    def emit_combo(self, combo: ComboSource) -> None:
+        """One launch of a combo kernel: its parts' stored buffers allocated, then ``self.<combo>(pointers of
+        every part..., xnumel of each part...)``."""
+        groups = self.schedule.groups
+        for k in combo.indices:
+            for m in groups[k].members:
+                if m.store and m.buf.name not in self.nodes:
+                    self.allocate(m.buf)
+        if not hasattr(self.root, combo.name):
+            parts = [TritonKernel(ks.name, ks.source, [p for p, _ in ks.ptr_args], [], False, ks.hint, 0)
+                     for ks in combo.parts]
+            self.root.add_module(combo.name, ComboKernel(combo.name, combo.source, [p for p, _ in combo.ptr_args],
+                                                         parts))
+        args = [self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b]) for _, b in combo.ptr_args]
+        args += [self.expr(ks.xnumel) for ks in combo.parts]
+        node = self.graph.call_module(combo.name, tuple(args))
+        if self.trace_sites is not None:
+            outs = [i for i, (param, _) in enumerate(combo.ptr_args) if param.startswith("out_ptr")]
+            self.trace_sites.append(value_trace.TraceSite(
+                node, "triton", combo.name, tuple(combo.ptr_args[i][1] for i in outs),
+                lambda: [node.args[i] for i in outs]))
 
     def emit_extern(self, call: ExternCall) -> None:
         args = self.value(call.args)
@@ -433,6 +464,21 @@ _FLOAT_FUNCTIONS = {"CeilToInt": math.ceil, "FloorToInt": math.floor, "TruncToIn
 _RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.StrictLessThan: operator.lt,
               sympy.GreaterThan: operator.ge, sympy.LessThan: operator.le,
               sympy.Equality: operator.eq, sympy.Unequality: operator.ne}
+
+
+def written_inputs(gm: fx.GraphModule) -> list[int]:
+    """Positions of the wrapper's inputs that its kernels write (in place: ``Schedule.in_place``)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written: set[fx.Node] = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_module":
+            continue
+        kernel = gm.get_submodule(n.target)
+        if isinstance(kernel, TritonKernel):
+            for param, arg in zip(kernel.ptr_args, n.args):
+                if param.startswith("out_ptr") and isinstance(arg, fx.Node) and arg.op == "placeholder":
+                    written.add(arg)
+    return [i for i, p in enumerate(placeholders) if p in written]
 
 
 def fast_allocator(device: torch.device) -> Optional[Callable]:

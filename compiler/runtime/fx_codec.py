@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from .combo import ComboKernel
 from .launcher import TritonKernel
 from .restride import ensure_strides, reinterpret_tensor
 
@@ -313,6 +314,10 @@ def encode_module(gm: fx.GraphModule, blobs: list[bytes]) -> dict:
 
 
 def encode_attr(obj: Any, blobs: list[bytes]) -> dict:
+    if isinstance(obj, ComboKernel):  # a combo holds its parts' kernels (the guard may run them instead)
+        check_kernel_source(obj.source)
+        return {"kind": "combo", "name": obj.name, "source": obj.source, "ptr_args": list(obj.ptr_args),
+                "parts": [encode_attr(p, blobs) for p in obj.parts]}
     if isinstance(obj, TritonKernel):
         check_kernel_source(obj.source)  # what the load checks: never store a kernel that would not load
         return {"kind": "kernel", "name": obj.name, "source": obj.source, "ptr_args": list(obj.ptr_args),
@@ -335,6 +340,12 @@ def decode_attr(data: dict, blobs: list[bytes]) -> Any:
         check_kernel_source(data["source"])
         return TritonKernel(data["name"], data["source"], list(data["ptr_args"]), list(data["size_args"]),
                             bool(data["reduction"]), data["hint"], int(data["programs"]))
+    if kind == "combo":
+        check_kernel_source(data["source"])
+        parts = [decode_attr(p, blobs) for p in data["parts"]]
+        if not all(type(p) is TritonKernel for p in parts):
+            raise Unsupported("a combo kernel whose parts are not kernels")
+        return ComboKernel(data["name"], data["source"], list(data["ptr_args"]), parts)
     if kind == "graph":
         return decode_module(data["graph"], blobs)
     if kind == "tensor":

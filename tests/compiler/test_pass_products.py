@@ -215,4 +215,5 @@ def test_products_are_not_verified_outside_strict(monkeypatch):
     torch._dynamo.reset()
     with compiler.config.patch(strict=True):
         torch.compile(fn, backend="kiln")(randn(8))
-    assert [type(c) for c in calls] == [Schedule, Kernels]  # after schedule and after render
+    # after schedule and in_place, after render and combo
+    assert [type(c) for c in calls] == [Schedule, Schedule, Kernels, Kernels]

@@ -19,10 +19,11 @@ def run(fn, *args, dynamic=False):
 
 def test_passes_are_named_and_explained():
     names = [p.name for p in PASSES]
-    assert names == ["input_strides", "attention", "conv_layout", "mm_layout", "lower", "schedule", "render", "wrap",
-                     "precompile", "dump"]
+    assert names == ["input_strides", "attention", "conv_layout", "mm_layout", "lower", "schedule", "in_place",
+                     "render", "combo", "wrap", "precompile", "dump"]
     assert all(p.why for p in PASSES)
-    assert [p.makes for p in PASSES] == [None, None, None, None, "program", "schedule", "kernels", "wrapper", None, None]
+    assert [p.makes for p in PASSES] == [None, None, None, None, "program", "schedule", "schedule", "kernels", "kernels",
+                                         "wrapper", None, None]
     # each pass reads only products made before it (or the job itself)
     made = {"job"}
     for p in PASSES:

@@ -1,0 +1,87 @@
+"""The ``in_place`` pass: a mutated input's new value stored by its kernel straight into the input.
+
+A mutated graph input (a parameter or optimizer state updated under ``no_grad``: every optimizer step) is
+lowered as a kernel that computes the new value into a fresh buffer and a trailing write-back copy into the
+input (``ExternCall(write_back=True)``; the wrapper groups them into ``torch._foreach_copy_``). The copy reads
+and writes every updated tensor once more. Where it is safe, this pass drops the write-back and lets the
+kernel store into the input's memory (``Schedule.in_place``: buffer -> input; the wrapper passes the input where
+the kernel writes the buffer).
+
+Safe means that nothing needs the input's old value once the kernel has stored the new one:
+- the new value is a whole computed buffer laid out exactly as the whole input (sizes, strides, offset, dtype),
+  stored by a member of a pointwise group (no reduction, scatter, scan or partial sums), and no graph output;
+- in that group, every load of the input reads the element the member stores at that position (same index,
+  no mask, no indirection): each lane reads only the elements it writes, and the kernel stores members kept
+  in place after every member's value is computed (``Member.in_place``), so after every load;
+- no later item (kernel group, extern or subgraph call) reads the input.
+Kernels that run before it may read the input; the ``combo`` pass keeps them out of its launch.
+"""
+
+from __future__ import annotations
+
+import torch.utils._pytree as pytree
+
+from . import config
+from .graph import ExternCall
+from .ir import ComputedBuffer, InputBuffer, Strided
+from .kexpr import loads
+from .scheduler import KernelGroup, Schedule, _scheduled_reads, same_on_domain
+
+
+def write_in_place(schedule: Schedule) -> Schedule:
+    """The ``in_place`` pass: ``schedule`` with the write-backs it can drop dropped and recorded in
+    ``schedule.in_place`` (the same object, changed); unchanged with the ``write_in_place`` setting off."""
+    if not config.settings().write_in_place:
+        return schedule
+    outputs = {v.buffer.name for v in pytree.tree_leaves(schedule.program.outputs) if isinstance(v, Strided)}
+    producer: dict[str, int] = {}
+    for k, item in enumerate(schedule.items):
+        if isinstance(item, KernelGroup):
+            for m in item.members:
+                producer[m.buf.name] = k
+    dropped: list[int] = []
+    for k, item in enumerate(schedule.items):
+        if not (isinstance(item, ExternCall) and item.write_back):
+            continue
+        dst, src = item.args[0], item.args[1]
+        if not (isinstance(dst, Strided) and isinstance(src, Strided) and isinstance(dst.buffer, InputBuffer)
+                and isinstance(src.buffer, ComputedBuffer)):
+            continue
+        name, target = src.buffer.name, dst.buffer.name
+        j = producer.get(name)
+        if j is None or name in outputs or name in schedule.in_place or target in schedule.in_place.values():
+            continue
+        if not (dst.is_whole_buffer() and src.is_whole_buffer() and dst.layout == src.buffer.layout):
+            continue
+        group = schedule.items[j]
+        member = group.member(name) if isinstance(group, KernelGroup) else None
+        if member is not None and _safe(schedule, j, name, target, k):
+            schedule.in_place[name] = target
+            member.in_place = True
+            dropped.append(k)
+    if dropped:
+        schedule.items = [it for k, it in enumerate(schedule.items) if k not in set(dropped)]
+    return schedule
+
+
+def _safe(schedule: Schedule, j: int, name: str, target: str, write_back: int) -> bool:
+    """The group at ``j`` may store ``name`` into the input ``target`` (module docstring)."""
+    group = schedule.items[j]
+    if not isinstance(group, KernelGroup) or group.has_reduction or group.kind or group.partials:
+        return False
+    member = group.member(name)
+    if member is None or not member.store:
+        return False
+    for m in group.members:
+        for ld in loads(m.value):
+            if ld.buffer != target:
+                continue
+            if ld.mask is not None or ld.indirect or ld.dtype != member.buf.dtype:
+                return False
+            if not same_on_domain(ld.index, member.store_index, group.xnumel, group.rnumel):
+                return False
+    for k in range(j + 1, len(schedule.items)):
+        item = schedule.items[k]
+        if k != write_back and target in _scheduled_reads(item):
+            return False
+    return True

@@ -1,0 +1,238 @@
+"""Combo kernels (``codegen/combo.py``, ``runtime/combo.py``): which kernels are combined, the generated source
+(a golden file), results identical to the kernels launched one by one, the size limits, and the guard's
+decisions (an injected timer, the disk cache beside the autotune choices)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from kiln_testing import DEVICE, randn
+from test_layers import staged  # the products after the passes up to one (strict: verified)
+
+import compiler
+from compiler.codegen import combo as combo_pass
+from compiler.runtime import combo as combo_runtime
+from compiler.runtime.combo import ComboKernel
+from compiler.runtime.launcher import TritonKernel
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _three(a, b, c, d):
+    """Three independent pointwise kernels of different sizes."""
+    return a * 2 + 1, (c - d).relu(), b.sigmoid() * 3
+
+
+def _args():
+    torch.manual_seed(0)
+    return randn(100), randn(7, 5), randn(50, 3), randn(50, 3)
+
+
+def _compile(fn, args, **settings):
+    torch._dynamo.reset()
+    with compiler.config.patch(strict=True, **settings), compiler.capture() as graphs:
+        out = torch.compile(fn, backend="kiln")(*args)
+    return out, graphs
+
+
+def _combos(graph) -> list[ComboKernel]:
+    return [m for _, m in graph.wrapper.named_children() if isinstance(m, ComboKernel)]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_guard():
+    combo_runtime.set_timer(None)
+    combo_runtime.reset_decisions()
+    yield
+    combo_runtime.set_timer(None)
+
+
+def test_independent_pointwise_kernels_launch_as_one_combo_with_identical_results(device):
+    args = _args()
+    # small blocks: every part runs several programs, so the program id ranges are exercised
+    got, graphs = _compile(_three, args, interp_pointwise_xblock=16)
+    want, plain = _compile(_three, args, interp_pointwise_xblock=16, combo_kernels=False)
+    assert plain[0].kernel_launches == 3 and graphs[0].kernel_launches == 1
+    (combo,) = _combos(graphs[0])
+    assert [p.name for p in combo.parts] == list(plain[0].kernel_sources)
+    assert combo.name in graphs[0].code and "kiln_pointwise" not in graphs[0].code
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
+def test_the_combo_source_shows_its_parts():
+    _, graphs = _compile(_three, _args())
+    (name,) = graphs[0].kernel_sources
+    src = graphs[0].kernel_sources[name]
+    assert name.startswith("kiln_combo3_")
+    for part in _combos(graphs[0])[0].parts:
+        assert f"def {part.name}(pid, " in src and f"        {part.name}(" in src
+    assert src.count("tl.program_id(0)") == 1 and src.count("@triton.jit") == 5  # 3 parts, _relu, the combo
+
+
+def test_generated_combo_kernel_matches_its_golden_file():
+    """A reviewer reads generated code here: update with KILN_UPDATE_GOLDEN=1 when a change is intended."""
+    _, graphs = _compile(_three, _args())
+    (src,) = graphs[0].kernel_sources.values()
+    path = GOLDEN / "combo_three_pointwise.py"
+    if os.environ.get("KILN_UPDATE_GOLDEN") == "1":
+        path.write_text(src)
+    assert src == path.read_text(), f"combo kernel source changed; diff against {path}"
+
+
+def test_combo_pass_is_deterministic():
+    _, a = _compile(_three, _args())
+    _, b = _compile(_three, _args())
+    assert a[0].kernel_sources == b[0].kernel_sources
+
+
+def _five(a, b, c, d, e):
+    return a + 1, b * 2, c.exp(), d.abs(), e.cos()
+
+
+def _five_args():
+    torch.manual_seed(0)
+    return tuple(randn(n) for n in (10, 11, 12, 13, 14))  # five sizes: five kernels
+
+
+def test_size_limits_cut_runs_into_several_combos():
+    args = _five_args()
+    want, plain = _compile(_five, args, combo_kernels=False)
+    got, graphs = _compile(_five, args, combo_max_parts=2)
+    assert plain[0].kernel_launches == 5 and graphs[0].kernel_launches == 3  # 2 + 2 + 1
+    assert [len(c.parts) for c in _combos(graphs[0])] == [2, 2]
+    _, by_args = _compile(_five, args, combo_max_args=5)  # 2 pointers a kernel: two kernels a combo
+    assert [len(c.parts) for c in _combos(by_args[0])] == [2, 2]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
+def test_large_kernels_are_not_parts():
+    args = _five_args()
+    _, graphs = _compile(_five, args, combo_max_numel=12)  # the 13- and 14-element kernels are too big
+    (combo,) = _combos(graphs[0])
+    assert len(combo.parts) == 3 and graphs[0].kernel_launches == 3
+    _, none = _compile(_five, args, combo_max_numel=10)  # one kernel left: nothing to combine
+    assert not _combos(none[0]) and none[0].kernel_launches == 5
+
+
+def test_a_kernel_reading_what_the_run_stores_starts_a_new_run():
+    st = staged(lambda a, b, c: (a * 2, b + 1, c.cos()), randn(10), randn(11), randn(12),
+                upto="render")
+    k0, k1, k2 = st.kernels.sources
+    assert combo_pass._runs(st.schedule, st.kernels, 1 << 20) == [[0, 1, 2]]
+    reader = dataclasses.replace(k1, ptr_args=[("in_ptr0", k0.stores[0])] + k1.ptr_args[1:])
+    kernels = dataclasses.replace(st.kernels, sources=(k0, reader, k2))
+    assert combo_pass._runs(st.schedule, kernels, 1 << 20) == [[1, 2]]
+
+
+def test_combo_off_keeps_every_kernel():
+    _, graphs = _compile(_three, _args(), combo_kernels=False)
+    assert not _combos(graphs[0]) and graphs[0].kernel_launches == 3
+
+
+@pytest.mark.parametrize("opt", ["adamw", "sgd"])
+def test_optimizer_step_with_combos_is_bitwise_the_step_without(opt, device):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(device)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-2
+    results, launches = {}, {}
+    for on in (False, True):
+        m = copy.deepcopy(model)
+        for p, q in zip(m.parameters(), model.parameters()):
+            p.grad = q.grad.clone()
+        o = (torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True) if opt == "adamw" else
+             torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True))
+        torch._dynamo.reset()
+        with compiler.config.patch(strict=True, combo_kernels=on, interp_pointwise_xblock=16), \
+                compiler.capture() as graphs:
+            step = torch.compile(o.step, backend="kiln")
+            for _ in range(3):
+                step()
+        results[on] = [p.detach().clone() for p in m.parameters()]
+        launches[on] = graphs[-1].kernel_launches
+    assert launches[True] < launches[False]
+    for a, b in zip(results[False], results[True]):
+        if device == "cpu":
+            assert torch.equal(a, b)
+        else:  # the GPU compiles a part inside the combo (inlined) and alone: float contraction may differ
+            diff = (a - b).abs().max().item()
+            torch.testing.assert_close(a, b, rtol=2e-6, atol=1e-7, msg=lambda m, d=diff: f"{m}; max abs diff {d:.3g}")
+
+
+# ------------------------------------------------------------------------------------------------ the guard
+def test_without_a_timer_the_interpreter_combines_by_rule_and_a_gpu_times():
+    _compile(_three, _args())
+    d = combo_runtime.decisions()
+    if DEVICE == "cpu":
+        assert d["rule"] == 1 and d["split"] == d["combined"] == 0
+    else:  # the first launch on the GPU times the combo against its parts
+        assert d["rule"] == 0 and d["split"] + d["combined"] + d["cached"] == 1
+
+
+def test_guard_runs_the_parts_when_they_are_faster_and_results_stay_identical(monkeypatch):
+    launched: list[str] = []
+    orig = TritonKernel.forward
+
+    def spy(self, *a):
+        launched.append(self.name)
+        return orig(self, *a)
+
+    monkeypatch.setattr(TritonKernel, "forward", spy)
+    # the timer: the combo is slow (its launch passes through ``TritonKernel.forward`` of the combo)
+    combo_runtime.set_timer(lambda fn: 1.0 if _times_combo(fn) else 0.5)
+    args = _args()
+    got, graphs = _compile(_three, args)
+    (combo,) = _combos(graphs[0])
+    assert combo_runtime.decisions()["split"] == 1
+    launched.clear()
+    graphs[0].wrapper(*[a for a in (args[0], args[1], args[2], args[3])])
+    assert combo.name not in launched and sorted(launched) == sorted(p.name for p in combo.parts)
+    want, _ = _compile(_three, args, combo_kernels=False)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
+def _times_combo(fn) -> bool:
+    return fn.__name__ == "combo"
+
+
+def test_guard_keeps_the_combo_when_it_is_faster_and_caches_the_decision(tmp_path):
+    combo_runtime.set_timer(lambda fn: 0.5 if _times_combo(fn) else 1.0)
+    with compiler.config.patch(cache="1", autotune_dir=str(tmp_path)):
+        _compile(_three, _args())
+        assert combo_runtime.decisions()["combined"] == 1
+        assert len(list(tmp_path.glob("*.kcb"))) == 1
+        combo_runtime.set_timer(lambda fn: pytest.fail("a cached decision is timed again"))
+        _compile(_three, _args())
+    assert combo_runtime.decisions()["cached"] == 1
+
+
+def test_guard_restores_the_buffers_it_wrote_while_timing():
+    def timer(fn):
+        fn()
+        return 1.0
+
+    combo_runtime.set_timer(timer)
+    args = _args()
+    got, _ = _compile(_three, args)
+    want, _ = _compile(_three, args, combo_kernels=False)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
+def test_graph_cache_round_trips_a_combo(gc_dir):
+    args = _args()
+    first, graphs = _compile(_three, args)
+    assert graphs[0].cache == "stored"
+    again, hit = _compile(_three, args)
+    assert hit[0].cache == "hit" and len(_combos(hit[0])) == 1
+    assert [p.name for p in _combos(hit[0])[0].parts] == [p.name for p in _combos(graphs[0])[0].parts]
+    for g, w in zip(again, first):
+        assert torch.equal(g, w)
