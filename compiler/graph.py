@@ -415,7 +415,7 @@ class GraphLowering(BufferNames):
                 self._moved[key] = Strided(buf, layout)
             return self._moved[key]
 
-        return _map_values(args, move), _map_values(kwargs, move)
+        return map_values(args, move), map_values(kwargs, move)
 
     def _maybe_realize(self, node: fx.Node, out: Any) -> Any:
         """Realize a Lazy result read by several users when inlining it everywhere would cost too much."""
@@ -441,7 +441,7 @@ class GraphLowering(BufferNames):
         outputs = self._extern_outputs(node.meta.get("val"))
         call = ExternCall(target or node.target, tuple(args), dict(kwargs), outputs, node.name, reason)
         self.steps.append(call)
-        return _values_of(outputs)
+        return values_of(outputs)
 
     def extern_out(self, node: fx.Node, target: Any, args: tuple, kwargs: dict) -> Strided:
         """An extern kernel called with ``out=``: the output buffer is allocated by the wrapper."""
@@ -492,7 +492,7 @@ def _tensor_metas(node: fx.Node) -> list[torch.Tensor]:
     return out
 
 
-def _map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
+def map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
     return pytree.tree_map_only(Value, fn, obj)
 
 
@@ -524,7 +524,7 @@ def _fx_arg_at(values: Any, fx_args: Any, path: tuple) -> Any:
     return fx_args
 
 
-def _values_of(outputs: Any) -> Any:
+def values_of(outputs: Any) -> Any:
     return pytree.tree_map_only(Buffer, lambda b: Strided(b, b.layout), outputs)
 
 
@@ -570,8 +570,8 @@ def _span(size: Sequence, stride: Sequence) -> sympy.Expr:
 
 
 def _hints(exprs: Sequence) -> dict:
-    from .ir import _size_hints
-    hints = _size_hints()
+    from .ir import size_hints
+    hints = size_hints()
     return {s: hints.get(s, 8) for e in exprs for s in sympy.sympify(e).free_symbols}
 
 

@@ -121,7 +121,7 @@ def _cmp(a: Expr, b: Expr) -> int:
         return -1
     # symbols are positive sizes: compare at the traced sizes (hints), else at a few large samples
     syms = sorted(d.free_symbols, key=lambda s: s.name)
-    hints = _size_hints()
+    hints = size_hints()
     samples = [{s: hints[s] for s in syms if s in hints}, {s: 1000 + i for i, s in enumerate(syms)},
                {s: 1000 for s in syms}, {s: 1000 + 7 * (len(syms) - i) for i, s in enumerate(syms)}]
     for subs in samples:
@@ -136,7 +136,7 @@ def _cmp(a: Expr, b: Expr) -> int:
     raise TypeError("cannot order strides")
 
 
-def _size_hints() -> dict:
+def size_hints() -> dict:
     """Symbol -> the size it had in the example inputs (from the ShapeEnv being compiled), if any."""
     from torch._guards import TracingContext
     ctx = TracingContext.try_get()

@@ -175,16 +175,16 @@ def _masked(t: Value, index: Index, mask: KExpr) -> KExpr:
     if isinstance(v, Load):
         return v.with_mask(mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool))
     # Lazy producers: mask every load inside (they may be out of bounds too)
-    return _mask_loads(v, mask, {})
+    return mask_loads(v, mask, {})
 
 
-def _mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
+def mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
     if id(e) in memo:
         return memo[id(e)]
     if isinstance(e, Load):
         r = e.with_mask(mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool))
     elif isinstance(e, Op):
-        r = Op(e.op, [_mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
+        r = Op(e.op, [mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
     else:
         r = e
     memo[id(e)] = r

@@ -322,9 +322,9 @@ def encode_attr(obj: Any, blobs: list[bytes]) -> dict:
         return {"kind": "graph", "graph": encode_module(obj, blobs)}
     if isinstance(obj, torch.Tensor):
         return {"kind": "tensor", "tensor": encode_tensor(obj, blobs)}
-    from ..lowering.control_flow import _Single
+    from ..lowering.control_flow import SingleOutput
 
-    if type(obj) is _Single and isinstance(obj.wrapper, fx.GraphModule):
+    if type(obj) is SingleOutput and isinstance(obj.wrapper, fx.GraphModule):
         return {"kind": "single", "graph": encode_module(obj.wrapper, blobs)}
     raise Unsupported(f"an attribute of type {type(obj).__name__}")
 
@@ -340,9 +340,9 @@ def decode_attr(data: dict, blobs: list[bytes]) -> Any:
     if kind == "tensor":
         return decode_tensor(data["tensor"], blobs)
     if kind == "single":
-        from ..lowering.control_flow import _Single
+        from ..lowering.control_flow import SingleOutput
 
-        return _Single(decode_module(data["graph"], blobs))
+        return SingleOutput(decode_module(data["graph"], blobs))
     raise Unsupported(f"attribute kind {kind!r}")
 
 

@@ -55,7 +55,7 @@ from harness.commands import (BACKEND_LABEL, CONTAINER_RESULTS, JOB_LABEL, compi
 from harness.exc import HarnessError, MissingTool
 from harness.matrix import Backend, Matrix, Retries
 from harness.process import execute
-from harness.record import ProcessRecord, SuiteRecord, SuiteRetries, SuiteStatus
+from harness.record import ProcessRecord, RetryRecord, SuiteRecord, SuiteRetries, SuiteStatus, TestOutcome
 from harness.settings import settings
 
 EXIT_NO_TESTS = 5  # pytest: no tests collected
@@ -222,7 +222,7 @@ def run_python_module(backend: Backend, module_args: Sequence[str], out_dir: Pat
 # ---- the suites ------------------------------------------------------------------------------------------
 
 
-def suite_status(run: PytestRun, tests: list[res.TestResult]) -> str:
+def suite_status(run: PytestRun, tests: list[TestOutcome]) -> str:
     """passed / failed / empty / timeout / error for one suite run."""
     if run.timed_out:
         return "timeout"
@@ -260,8 +260,8 @@ def _error_line(log: Path) -> str:
 
 def run_suite_isolated(b: Backend, suite: str, suite_dir: Path, *, seen: str, native: bool, image: str | None,
                        extra: Sequence[str], m: Matrix, echo: bool, env_extra: dict[str, str] | None,
-                       on_interrupt: Callable[[SuiteRecord, list[res.TestResult], str | None], None]
-                       ) -> tuple[SuiteRecord, list[res.TestResult], Path]:
+                       on_interrupt: Callable[[SuiteRecord, list[TestOutcome], str | None], None]
+                       ) -> tuple[SuiteRecord, list[TestOutcome], Path]:
     """One suite under crash isolation (harness.suites.isolation): (its record, tests, the suite's JUnit).
     On Ctrl-C/SIGTERM the record of what finished goes to `on_interrupt(record, tests, running test)` first."""
     junit = suite_dir / f"{suite}.xml"
@@ -289,7 +289,7 @@ def run_suite_isolated(b: Backend, suite: str, suite_dir: Path, *, seen: str, na
 
 def run_suite_plain(b: Backend, suite: str, suite_dir: Path, *, native: bool, image: str | None,
                     extra: Sequence[str], m: Matrix, echo: bool, env_extra: dict[str, str] | None
-                    ) -> tuple[SuiteRecord, list[res.TestResult], Path]:
+                    ) -> tuple[SuiteRecord, list[TestOutcome], Path]:
     """One suite as one pytest process, no isolation (`--no-isolation`: what isolation costs is measured
     against this); a crash loses the suite's JUnit."""
     run = run_pytest(b, [f"tests/{suite}"], suite_dir, suite, native=native, image=image, extra=extra, m=m,
@@ -303,7 +303,7 @@ def run_suite_plain(b: Backend, suite: str, suite_dir: Path, *, native: bool, im
         run.junit
 
 
-def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], policy: Retries, *, run_dir: Path,
+def retry_failed(b: Backend, suite: str, failed: Sequence[TestOutcome], policy: Retries, *, run_dir: Path,
                  junit: Path, native: bool, image: str | None, m: Matrix, extra: Sequence[str] = (),
                  echo: bool = False, quarantined: Callable[[str], bool] = lambda _: False) -> SuiteRetries:
     """Rerun each failed test of one suite alone (its node id, a fresh `run_pytest`), up to `policy.attempts`
@@ -331,7 +331,7 @@ def retry_failed(b: Backend, suite: str, failed: Sequence[res.TestResult], polic
             tries.append(retries_mod.rerun_attempt(n, test_id, run, run_dir, root))
             if tries[-1].outcome not in res.FAILING:
                 break
-        r = retries_mod.RetriedTest(test_id, suite, retries_mod.classify([a.outcome for a in tries]), tuple(tries))
+        r = RetryRecord(test_id, suite, retries_mod.classify([a.outcome for a in tries]), tuple(tries))
         retried.append(r)
         print(f"  retried {test_id} alone: {r.status.upper()}: {r.describe()}", flush=True)
     return retries_mod.suite_retries(policy.attempts, policy.max_tests, retried, ordered[len(chosen):])

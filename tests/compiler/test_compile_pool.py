@@ -58,8 +58,8 @@ def graph_kernels(fn, *inputs, dynamic=False):
     seen, launches = [], []
 
     def record(lowering, kernels, wrapper):
-        from compiler.ir import _size_hints
-        seen.append((lowering, list(kernels), wrapper, _size_hints()))
+        from compiler.ir import size_hints
+        seen.append((lowering, list(kernels), wrapper, size_hints()))
         return 0
 
     forward = TritonKernel.forward
