@@ -80,7 +80,7 @@ class SubgraphRef:
         self.attr = attr
 
 
-Step = Union[ComputedBuffer, ExternCall, SubgraphCall]
+Step = ComputedBuffer | ExternCall | SubgraphCall
 
 
 class BufferNames:

@@ -22,12 +22,12 @@ from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonM
 from torch.utils._sympy.functions import Max as SymMax
 from torch.utils._sympy.functions import Min as SymMin
 
+from ..dtypes import tl_dtype
+from ..exc import CodegenError
+
 #: sympy's Max/Min and torch's own (shape guards and ``sym_max`` produce the latter)
 MAX_TYPES = (sympy.Max, SymMax)
 MIN_TYPES = (sympy.Min, SymMin)
-
-from ..exc import CodegenError
-from ..dtypes import tl_dtype
 
 
 def pexpr(e: sympy.Expr) -> str:

@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         firsts: dict[str, tuple[TritonKernel, tuple]] = {}
         orig = TritonKernel.forward
 
-        def spy(self: TritonKernel, *a: Any, pointwise: bool = case in POINTWISE_CASES) -> None:
+        def spy(self: TritonKernel, *a: Any, pointwise: bool = case in POINTWISE_CASES,
+                firsts: dict[str, tuple[TritonKernel, tuple]] = firsts, orig: Any = orig) -> None:
             if (self.reduction or pointwise) and self.name not in firsts:
                 firsts[self.name] = (self, a)
             return orig(self, *a)
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             rnumel = int(a[nptr + len(k.size_args) + 1]) if k.reduction else 1
             base = k.heuristic_config(xnumel, rnumel, interp=False)
 
-            def timed(cfg: dict[str, Any]) -> float:
+            def timed(cfg: dict[str, Any], k: TritonKernel = k, a: tuple = a) -> float:
                 k.launch_config = lambda x, r, d, c=cfg: c  # instance attribute: this kernel only
                 k._launches.clear()
                 try:

@@ -20,9 +20,9 @@ from compiler.runtime.launcher import TritonKernel
 from kiln_testing import gpu_jit_function, run_tagged_json
 
 triton = pytest.importorskip("triton")
-from triton.backends.compiler import GPUTarget
-from triton.compiler.compiler import make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from triton.backends.compiler import GPUTarget  # noqa: E402 - triton is optional: imported after importorskip
+from triton.compiler.compiler import make_backend  # noqa: E402 - triton is optional: imported after importorskip
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402 - triton is optional: imported after importorskip
 
 SM90 = GPUTarget("cuda", 90, 32)
 
