@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import ResultsError
-from harness.record import FAILING, OUTCOMES, TestOutcome  # noqa: F401 - re-exported: res.FAILING, res.OUTCOMES
+from harness.record import FAILING, OUTCOMES, Outcome, TestOutcome  # noqa: F401 - re-exported: res.FAILING, res.OUTCOMES
 
 
 # what XML 1.0 cannot hold (C0 controls but tab, newline and return; U+FFFE, U+FFFF) and unpaired surrogates
@@ -247,13 +247,14 @@ def read_cases(path: Path, root: Path | None = None) -> list[Case]:
 
 def parse_junit(path: Path, root: Path | None = None) -> list[TestOutcome]:
     """Every test case of a pytest JUnit XML file, classified, in file order."""
-    return [TestOutcome(c.id, c.outcome, c.message.strip()[:500], c.duration_s) for c in read_cases(path, root)]
+    return [TestOutcome(c.id, Outcome(c.outcome), c.message.strip()[:500], c.duration_s)
+            for c in read_cases(path, root)]
 
 
 def counts(tests: list[TestOutcome]) -> dict[str, int]:
     """outcome -> number of tests, every outcome present, in OUTCOMES order."""
     c = Counter(t.outcome for t in tests)
-    return {o: c.get(o, 0) for o in OUTCOMES}
+    return {o: c[Outcome(o)] for o in OUTCOMES}
 
 
 def summary_line(suite: str, label: str, tests: list[TestOutcome], duration_s: float, status: str,

@@ -286,9 +286,9 @@ def render_text(run: RunResults) -> str:
         lines.append(f"reason: {run.record.reason}")
     lines += _env_lines(run) + _numerics_lines(run)
     lines.append("")
-    for suite in run.suites:
-        lines.append(res.summary_line(suite.name, label, suite.tests, suite.record.duration_s,
-                                      suite_label(suite, s.flaky)))
+    for one in run.suites:
+        lines.append(res.summary_line(one.name, label, one.tests, one.record.duration_s,
+                                      suite_label(one, s.flaky)))
     rows = shard_rows(run)
     if rows:
         lines += ["", *map(_shard_line, rows)]
