@@ -30,12 +30,15 @@ import functools
 import logging
 import statistics
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import torch
 import torch.fx as fx
 
 from . import config, dtypes
+
+if TYPE_CHECKING:
+    from torch._subclasses.fake_tensor import FakeTensor
 
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
@@ -83,12 +86,17 @@ def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
         eq(size, 1) or eq(x, y) for size, x, y in zip(a.shape, a.stride(), b.stride()))
 
 
+def _mode(val: torch.Tensor) -> Any:
+    """The fake mode of ``val``, a node's ``meta["val"]`` (a FakeTensor, typed as the tensor it stands for)."""
+    return cast("FakeTensor", val).fake_mode
+
+
 def _like(val: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
     """An empty FakeTensor of ``val``'s size in memory format ``fmt`` (``val`` itself where ``fmt`` does not
     apply to its rank)."""
     if fmt is torch.channels_last and val.dim() != 4:
         return val
-    with val.fake_mode:
+    with _mode(val):
         return torch.empty(val.shape, dtype=val.dtype, device=val.device, memory_format=fmt)
 
 
@@ -135,13 +143,13 @@ def adopt_input_strides(gm: fx.GraphModule, example_inputs: list[Any]) -> int:
         if not (isinstance(val, torch.Tensor) and isinstance(ex, torch.Tensor)) or val.dim() != ex.dim():
             continue
         if _static(*val.shape, *val.stride(), *ex.stride()) and tuple(val.stride()) != tuple(ex.stride()):
-            with val.fake_mode:
+            with _mode(val):
                 real = torch.empty_strided(val.shape, tuple(int(s) for s in ex.stride()), dtype=val.dtype,
                                            device=val.device)
             moved.append((ph, val, real))
     if not moved:
         return 0
-    rw = Rewrite(gm, moved[0][1].fake_mode)
+    rw = Rewrite(gm, _mode(moved[0][1]))
     for ph, _, real in moved:
         ph.meta["val"] = real
     if rw.commit(changed=True):
@@ -154,7 +162,7 @@ def adopt_input_strides(gm: fx.GraphModule, example_inputs: list[Any]) -> int:
                 list(traced.shape), list(traced.stride())), {"dtype": traced.dtype, "device": traced.device})
         with gm.graph.inserting_after(empty):
             copy = gm.graph.call_function(aten.copy.default, (empty, ph))
-        with traced.fake_mode:
+        with _mode(traced):
             empty.meta["val"] = torch.empty_strided(traced.shape, traced.stride(), dtype=traced.dtype,
                                                     device=traced.device)
         copy.meta["val"] = traced
@@ -230,7 +238,7 @@ class Rewrite:
             return arg
         if _same_strides(old_val, new_val):
             return arg
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for fmt in (torch.contiguous_format, torch.channels_last):  # so that ATen running the graph agrees
             if _same_strides(old_val, _like(old_val, fmt)):
                 kwargs = {"memory_format": fmt}
@@ -245,7 +253,9 @@ class Rewrite:
             new.replace_all_uses_with(old)
         for n in reversed(self.added):
             if n.users:  # a copy put in front of a user (channels-last): the user reads the original again
-                n.replace_all_uses_with(n.args[0])
+                original = n.args[0]
+                assert isinstance(original, fx.Node)  # the copies this rewrite adds read a node
+                n.replace_all_uses_with(original)
             self.graph.erase_node(n)
         for n, v in self.saved.items():
             n.meta["val"] = v
@@ -427,6 +437,7 @@ def matmul_layouts(gm: fx.GraphModule, free_outputs: bool = False) -> int:
                 args[ia], args[ib] = _row_major(rw, a), _row_major(rw, b)
                 rw.replace(node, rw.node(node.target, tuple(args), dict(node.kwargs)))
                 continue
+            assert pads is not None  # a layout was chosen for the misaligned operands
             pm, pk, pn = pads
             m, n = val.shape[-2], val.shape[-1]
             ap, bp = _pad(rw, a, pm, pk), _pad(rw, b, pk, pn)
@@ -495,8 +506,9 @@ def convs_channels_last(gm: fx.GraphModule, free_outputs: frozenset[int] = froze
         return 0
     kept = 0
     for cl in rw.added:  # a copy of what already became channels-last (a later conv's input) does nothing
-        if _same_strides(meta_val(cl.args[0]), meta_val(cl)):
-            cl.replace_all_uses_with(cl.args[0])
+        original = cl.args[0]
+        if isinstance(original, fx.Node) and _same_strides(meta_val(original), meta_val(cl)):
+            cl.replace_all_uses_with(original)
             gm.graph.erase_node(cl)
         else:
             kept += 1

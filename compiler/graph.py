@@ -292,7 +292,7 @@ class GraphLowering(BufferNames):
             layout = layout_from_meta(val, base_offset=base)
             buf = InputBuffer(node.name, layout, base)
             self.add_buffer(buf)
-            value = Strided(buf, layout)
+            value: Strided | SymScalar | Opaque = Strided(buf, layout)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
             value = SymScalar(sym(val), type(val))
         else:
@@ -301,6 +301,7 @@ class GraphLowering(BufferNames):
         return value
 
     def _get_attr(self, node: fx.Node) -> Any:
+        assert isinstance(node.target, str)  # a get_attr node names its attribute
         obj = getattr(self.gm, node.target)
         if isinstance(obj, torch.Tensor):  # a constant (``torch.tensor([...])`` in user code): read like an input
             base = sym(obj.storage_offset())
@@ -355,6 +356,7 @@ class GraphLowering(BufferNames):
         target = node.target
         val = node.meta.get("val")
         if target is operator.getitem:
+            assert isinstance(node.args[0], fx.Node)
             src = self.env[node.args[0]]
             if isinstance(src, Opaque):
                 return self.fallback(node, FallbackReason("opaque_getitem", "getitem", "item of an opaque value"))

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, TypeAlias, Union
 
 import sympy
 import torch
 
 from .kexpr import KExpr, Load
 
-Expr = sympy.Expr
+Expr: TypeAlias = sympy.Expr
 Index = Sequence[Expr]
 
 
@@ -106,7 +106,7 @@ def stride_order(layout: Layout) -> Optional[list[int]]:
         return layout.stride[i]
 
     try:
-        return sorted(idx, key=functools.cmp_to_key(lambda a, b: _cmp(key(b), key(a))))
+        return sorted(idx, key=functools.cmp_to_key(lambda a, b: _cmp(key(int(b)), key(int(a)))))
     except TypeError:
         return None
 
@@ -359,7 +359,8 @@ class SymScalar:
     def __init__(self, expr: Expr, py_type: type) -> None:
         self.expr = expr
         # the Python type the value has at run time (SymFloat -> float, SymInt -> int, SymBool -> bool)
-        self.py_type = {torch.SymFloat: float, torch.SymInt: int, torch.SymBool: bool}.get(py_type, py_type)
+        sym_types: dict[type, type] = {torch.SymFloat: float, torch.SymInt: int, torch.SymBool: bool}
+        self.py_type = sym_types.get(py_type, py_type)
 
     def __repr__(self) -> str:
         return f"SymScalar({self.expr})"

@@ -32,6 +32,7 @@ def lower_hop(g: GraphLowering, node: fx.Node, *args, **kwargs):
     subgraphs = {}
     for a_fx, a in zip(node.args, args):
         if isinstance(a_fx, fx.Node) and a_fx.op == "get_attr":
+            assert isinstance(a_fx.target, str)  # a get_attr node names its attribute
             sub = getattr(g.gm, a_fx.target)
             attr = f"{a_fx.target}"
             compiled = g.subgraph_compiler(sub, f"{g.name}.{a_fx.target}")

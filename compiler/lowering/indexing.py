@@ -58,7 +58,7 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
     src = _source(g, node, x)
     rank = len(src.size)
     dims = [d for d, i in enumerate(indices) if i is not None]
-    idx_tensors = [indices[d] for d in dims]
+    idx_tensors = [i for i in indices if i is not None]
     bshape = broadcast_sizes([i.size for i in idx_tensors])
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     out_size = tuple(sym(s) for s in out.shape)

@@ -253,7 +253,7 @@ def _max_dim(g, node, x: Value, dim: int, keepdim: bool = False):
                 Lazy((), torch.int64, x.device, lambda idx: Const(0, torch.int64)))
     d = _dims(dim, len(x.size))
     acc = _acc_dtype(out.dtype)
-    vals = reduce(g, x, d, keepdim, "max" if is_max else "min", acc)
+    vals: Value = reduce(g, x, d, keepdim, "max" if is_max else "min", acc)
     idxs = reduce(g, x, d, keepdim, "argmax" if is_max else "argmin", torch.int64, acc)
     if acc != out.dtype:
         v = vals

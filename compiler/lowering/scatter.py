@@ -156,7 +156,7 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
     acc = accumulation_dtype(out.dtype, reduce)
     _check_determinism("index_put", reduce, acc)
     rank = len(x.size)
-    tensors = [indices[d] for d in dims]
+    tensors = [i for i in indices if i is not None]
     bshape = list(broadcast_sizes([t.size for t in tensors]))
     nb = len(bshape)
     adjacent = dims == list(range(dims[0], dims[-1] + 1))

@@ -67,6 +67,7 @@ def load_function(path: str, name: str, module_name: str) -> Any:
         if mod is None or getattr(mod, "__file__", None) != path:
             text = verified_source(path)
             spec = importlib.util.spec_from_loader(module_name, loader=None, origin=path)
+            assert spec is not None  # a spec with no loader always exists
             mod = importlib.util.module_from_spec(spec)
             mod.__file__ = path
             linecache.cache[path] = (len(text), None, text.splitlines(True), path)

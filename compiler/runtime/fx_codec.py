@@ -238,12 +238,12 @@ def _check_body(fn: Any, functions: set[str]) -> None:
     loads: list[str] = []
     for node in ast.walk(fn):
         t = type(node)
-        if t is ast.Name:
+        if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Store):
                 local.add(node.id)
             elif isinstance(node.ctx, ast.Load):
                 loads.append(node.id)
-        elif t is ast.Attribute:
+        elif isinstance(node, ast.Attribute):
             if node.attr.startswith("_"):
                 raise Unsupported(f"kernel {fn.name}: attribute {node.attr}")
         elif isinstance(node, refused):
