@@ -105,8 +105,11 @@ def stride_order(layout: Layout) -> Optional[list[int]]:
     def key(i: int):
         return layout.stride[i]
 
+    def by_stride(a: int, b: int) -> int:
+        return _cmp(key(b), key(a))
+
     try:
-        return sorted(idx, key=functools.cmp_to_key(lambda a, b: _cmp(key(int(b)), key(int(a)))))
+        return sorted(idx, key=functools.cmp_to_key(by_stride))
     except TypeError:
         return None
 

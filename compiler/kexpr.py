@@ -260,7 +260,8 @@ def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
         return False
     if isinstance(a, Load) and isinstance(b, Load):
         ok = (a.buffer == b.buffer and a.index == b.index and not a.indirect and not b.indirect
-              and (a.mask is None) == (b.mask is None) and (a.mask is None or kexpr_equal(a.mask, b.mask, memo)))
+              and (a.mask is None and b.mask is None
+                   or a.mask is not None and b.mask is not None and kexpr_equal(a.mask, b.mask, memo)))
     elif isinstance(a, Const) and isinstance(b, Const):
         ok = repr(a.value) == repr(b.value)
     elif isinstance(a, IndexValue) and isinstance(b, IndexValue):

@@ -448,7 +448,7 @@ def _is_compile_error(e: Exception) -> bool:
     try:
         from triton.runtime.errors import OutOfResources
     except ImportError:  # pragma: no cover - older layouts
-        OutOfResources = ()  # type: ignore[assignment]
+        OutOfResources = ()
     return isinstance(e, (CompilationError, OutOfResources))
 
 

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                 def fixed(x: int, r: int, d: Any) -> dict[str, Any]:
                     return cfg
 
-                k.launch_config = fixed  # type: ignore[method-assign]  # instance attribute: this kernel only
+                k.launch_config = fixed  # type: ignore[assignment]  # an instance attribute: this kernel only
                 k._launches.clear()
                 try:
                     return triton.testing.do_bench(lambda: k(*a), warmup=5, rep=25, return_mode="median") * 1e3

@@ -140,7 +140,7 @@ def _sources(given: list[str] | None) -> list[url.Location]:
         for path in (Path(raw.replace("{backend}", name)).expanduser(),
                      s.results_root / "bench" / name / "bench.sqlite"):
             looked.append(path)
-            if path.is_file() and path.resolve() not in [Path(f).resolve() for f in found]:
+            if path.is_file() and path.resolve() not in [Path(f).resolve() for f in found if isinstance(f, Path)]:
                 found.append(path)
     if not found and looked:
         print(f"note: no bench store on this runner to push (looked for {', '.join(map(str, looked))})",

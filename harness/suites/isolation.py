@@ -117,7 +117,8 @@ def read_journal(path: Path) -> JournalRead:
         elif kind == "finish":
             out.finished.append(Finished(ev["id"], ev["outcome"], res.printable(ev.get("message", "")),
                                          res.printable(ev.get("text", "")), float(ev.get("duration_s") or 0.0)))
-            out.running = out.running_since = None if out.running == ev["id"] else out.running
+            if out.running == ev["id"]:  # the test that was running finished
+                out.running = out.running_since = None
         elif kind == "poisoned":
             out.poisoned = (ev["id"], ev.get("error", ""))
         elif kind == "exit":
