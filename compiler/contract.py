@@ -47,7 +47,7 @@ class LoweringContext(Protocol):
 
 
 #: a promotion kind, or a function of the node choosing one (``div`` with a rounding mode)
-Promotion = Union[K, Callable[[fx.Node], K]]
+Promotion = K | Callable[[fx.Node], K]
 
 
 # ------------------------------------------------------------------------------------- operands

@@ -46,13 +46,13 @@ import dataclasses
 import functools
 import math
 import operator
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import torch
 import torch.fx as fx
 
 from . import config
-from .fx_passes import Rewrite, _fake_mode, _val
+from .fx_passes import Rewrite, fake_mode_of, meta_val
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -79,15 +79,27 @@ def _same_shape(a: Any, b: Any) -> bool:
     return len(a) == len(b) and all(_known(x == y) for x, y in zip(a, b))
 
 
-def _call(n: Any, *targets: Any) -> bool:
+def _call(n: Any, *targets: Any) -> TypeGuard[fx.Node]:
     return isinstance(n, fx.Node) and n.op == "call_function" and n.target in targets
 
 
-def _only_user(n: fx.Node) -> Optional[fx.Node]:
-    return next(iter(n.users)) if len(n.users) == 1 else None
+def _only_user(n: Optional[fx.Node]) -> Optional[fx.Node]:
+    return next(iter(n.users)) if n is not None and len(n.users) == 1 else None
 
 
-def _number(x: Any) -> bool:
+def _seq(a: Any) -> list[Any]:
+    """An FX argument that is a list or tuple (dims, sizes), as a list; [] for any other argument."""
+    return list(a) if isinstance(a, (list, tuple)) else []
+
+
+def _input(n: fx.Node) -> fx.Node:
+    """The tensor node that ``n`` (a view, scale, permute or cast the patterns walk through) reads."""
+    x = n.args[0]
+    assert isinstance(x, fx.Node), f"{n.name} reads no tensor node"
+    return x
+
+
+def _number(x: Any) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
@@ -118,14 +130,14 @@ def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
     if not _call(n, *VIEWS) or len(n.users) != 1:
         return None
     chain = [n]
-    x = n.args[0]
+    x = _input(n)
     for target in (aten.clone.default, aten.expand.default):
         if _call(x, target) and len(x.users) == 1:
-            if target is aten.expand.default and not _same_shape(_val(x).shape, _val(x.args[0]).shape):
+            if target is aten.expand.default and not _same_shape(meta_val(x).shape, meta_val(x.args[0]).shape):
                 return None  # broadcast heads (grouped-query attention): left alone
             chain.append(x)
-            x = x.args[0]
-    val, flat = _val(x), _val(n)
+            x = _input(x)
+    val, flat = meta_val(x), meta_val(n)
     if not isinstance(val, torch.Tensor) or val.dim() != 4 or flat.dim() != 3:
         return None
     if not _same_shape(flat.shape, (val.shape[0] * val.shape[1], val.shape[2], val.shape[3])):
@@ -134,15 +146,16 @@ def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
     return x
 
 
-def _flat(n: Any) -> bool:
+def _flat(n: Any) -> TypeGuard[fx.Node]:
     """A 3-D bmm operand of static shape (flat attention: ``[N, S, D]`` with heads folded into N)."""
-    val = _val(n)
-    return isinstance(val, torch.Tensor) and val.dim() == 3 and all(isinstance(s, int) for s in val.shape)
+    val = meta_val(n)
+    return isinstance(n, fx.Node) and isinstance(val, torch.Tensor) and val.dim() == 3 \
+        and all(isinstance(s, int) for s in val.shape)
 
 
 def _shape4(n: fx.Node, flat: bool) -> tuple:
     """``n``'s shape as the kernel sees it: ``[1, N, S, D]`` for a flat operand."""
-    shape = tuple(_val(n).shape)
+    shape = tuple(meta_val(n).shape)
     return (1, *shape) if flat else shape
 
 
@@ -153,18 +166,18 @@ def _factor(x: Any) -> Optional[float]:
     """The factor of ``x``, a ``mul``/``div`` of a tensor by a nonzero number in the tensor's dtype; else None."""
     if _call(x, *SCALES) and len(x.args) == 2 and not x.kwargs and isinstance(x.args[0], fx.Node) \
             and _number(x.args[1]) and x.args[1] != 0 and math.isfinite(x.args[1]) \
-            and _val(x.args[0]).dtype == _val(x).dtype:
+            and meta_val(x.args[0]).dtype == meta_val(x).dtype:
         return float(x.args[1]) if x.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(x.args[1])
     return None
 
 
 def _upcast(x: Any) -> bool:
     """``x`` casts an fp16/bf16 tensor to fp32 on its device (an *upcast*)."""
-    if not _call(x, *CASTS) or not isinstance(x.args[0], fx.Node) or _val(x).dtype != torch.float32:
+    if not _call(x, *CASTS) or not isinstance(x.args[0], fx.Node) or meta_val(x).dtype != torch.float32:
         return False
-    src = _val(x.args[0])
+    src = meta_val(x.args[0])
     extra = set(x.kwargs) - {"dtype", "memory_format", "layout", "device"}
-    return src.dtype in LOW and src.device == _val(x).device and not extra
+    return src.dtype in LOW and src.device == meta_val(x).device and not extra
 
 
 @dataclasses.dataclass
@@ -185,7 +198,10 @@ class Operand:
     def pick(self, low: bool, nodes: list[fx.Node]) -> tuple[fx.Node, float, bool]:
         """(node, scale, is k) of the low-precision (``low``) or the fp32 form; its nodes join ``nodes``."""
         nodes.extend(self.lo_nodes if low else self.hi_nodes)
-        return (self.lo, self.lo_scale, self.lo_k) if low else (self.hi, self.hi_scale, self.hi_k)
+        if low:
+            assert self.lo is not None  # low only where every operand has an upcast (_low)
+            return self.lo, self.lo_scale, self.lo_k
+        return self.hi, self.hi_scale, self.hi_k
 
 
 def _operand_of(x: fx.Node, scales: bool, transpose: bool) -> Operand:
@@ -193,19 +209,19 @@ def _operand_of(x: fx.Node, scales: bool, transpose: bool) -> Operand:
     swapping the last two dims (k^T = permute(k)); at most one upcast. Each node taken has one user."""
     steps: list[fx.Node] = []
     scale, is_k, cast_at = 1.0, False, None
-    swap = list(range(_val(x).dim() - 2)) + [_val(x).dim() - 1, _val(x).dim() - 2]
+    swap = list(range(meta_val(x).dim() - 2)) + [meta_val(x).dim() - 1, meta_val(x).dim() - 2]
     while len(x.users) == 1:  # every node taken is read by the pattern alone
         f = _factor(x) if scales else None
         if f is not None:
             scale *= f
-        elif transpose and not is_k and _call(x, aten.permute.default) and list(x.args[1]) == swap:
+        elif transpose and not is_k and _call(x, aten.permute.default) and _seq(x.args[1]) == swap:
             is_k = True
         elif cast_at is None and _upcast(x):
             cast_at = (x, scale, is_k, list(steps))
         else:
             break
         steps.append(x)
-        x = x.args[0]
+        x = _input(x)
     if cast_at is None:
         return Operand(x, scale, is_k, steps)
     return Operand(cast_at[0], cast_at[1], cast_at[2], cast_at[3], x, scale, is_k, steps)
@@ -214,7 +230,7 @@ def _operand_of(x: fx.Node, scales: bool, transpose: bool) -> Operand:
 def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
     """The probabilities node of a softmax of ``x`` over its last dim (decomposed or ``_softmax``) whose
     intermediates only the softmax reads; None when ``x`` feeds none."""
-    last = (-1, _val(x).dim() - 1)
+    last = (-1, meta_val(x).dim() - 1)
     u = _only_user(x)
     if _call(u, aten._softmax.default):
         if u.args[1] in last and not u.args[2]:
@@ -227,7 +243,7 @@ def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
     eq = next((e for e in users if _call(e, aten.eq.Scalar)), None)
     if len(users) != 2 + (eq is not None) or amax is None or sub is None:
         return None
-    if list(amax.args[1]) not in ([d] for d in last):
+    if _seq(amax.args[1]) not in ([d] for d in last):
         return None
     if not (len(amax.args) > 2 and amax.args[2]) or sub.args != (x, amax) or len(amax.users) != 1:
         return None
@@ -236,7 +252,7 @@ def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
         return None
     total = next((s for s in exp.users if _call(s, aten.sum.dim_IntList)), None)
     div = next((d for d in exp.users if _call(d, aten.div.Tensor)), None)
-    if total is None or div is None or list(total.args[1]) not in ([d] for d in last) or len(total.users) != 1:
+    if total is None or div is None or _seq(total.args[1]) not in ([d] for d in last) or len(total.users) != 1:
         return None
     if not (len(total.args) > 2 and total.args[2]) or total.kwargs.get("dtype") or div.args != (exp, total):
         return None
@@ -253,14 +269,15 @@ def _safe(x: fx.Node, eq: fx.Node, div: fx.Node, last: tuple, nodes: list[fx.Nod
     anyd = _only_user(not1) if _call(not1, aten.logical_not.default) else None
     not2 = _only_user(anyd) if _call(anyd, aten.any.dim) else None
     where = _only_user(not2) if _call(not2, aten.logical_not.default) else None
-    if not _call(where, aten.where.self) or eq.args != (x, float("-inf")) or len(div.users) != 2:
+    if not1 is None or anyd is None or not2 is None or not _call(where, aten.where.self) \
+            or eq.args != (x, float("-inf")) or len(div.users) != 2:
         return None
     if anyd.args[1] not in last or not (len(anyd.args) > 2 and anyd.args[2]) or len(anyd.args) > 3:
         return None
     zeros = where.args[1]
     if not _call(zeros, aten.full_like.default) or zeros.args[:2] != (div, 0) or len(zeros.users) != 1:
         return None
-    if zeros.kwargs.get("dtype") not in (None, _val(div).dtype) or where.args != (not2, zeros, div):
+    if zeros.kwargs.get("dtype") not in (None, meta_val(div).dtype) or where.args != (not2, zeros, div):
         return None
     nodes.extend([eq, not1, anyd, not2, zeros, where])
     return where
@@ -269,39 +286,45 @@ def _safe(x: fx.Node, eq: fx.Node, div: fx.Node, last: tuple, nodes: list[fx.Nod
 def match(b1: fx.Node) -> Optional[Match]:
     """The eager attention whose first matmul is ``bmm`` node ``b1``, or None."""
     nodes: list[fx.Node] = [b1]
-    q, kt = _peel(b1.args[0], nodes), _peel(b1.args[1], nodes)
-    flat = q is None and kt is None and all(_flat(a) for a in b1.args)  # bmm of [N, S, D] operands as they are
-    if flat:
-        q, kt = b1.args
+    a0, a1 = b1.args[0], b1.args[1]
+    q, kt = _peel(a0, nodes), _peel(a1, nodes)
+    if q is None and kt is None and _flat(a0) and _flat(a1):  # bmm of [N, S, D] operands as they are
+        flat, q, kt = True, a0, a1
     elif q is None or kt is None:
         return None
-    qs, ks, dtype = _shape4(q, flat), _shape4(kt, flat), _val(q).dtype
+    else:
+        flat = False
+    qs, ks, dtype = _shape4(q, flat), _shape4(kt, flat), meta_val(q).dtype
     qo, ko = _operand_of(q, True, False), _operand_of(kt, True, True)  # scales on q and on k^T: both taken
     scale = 1.0
     sc = b1 if flat else _only_user(b1)
-    if not flat and (not _call(sc, *VIEWS) or _val(sc).dim() != 4):
+    if sc is None or (not flat and (not _call(sc, *VIEWS) or meta_val(sc).dim() != 4)):
         return None
     B, H, S, D = qs
     if not _same_shape(_shape4(sc, flat), (B, H, S, ks[3])) or not _same_shape(ks[:3], (B, H, D)):
         return None
     nodes.append(sc)
-    x, masks = sc, []
+    x, masks = sc, list[fx.Node]()
     while True:  # scales, then masks, and a cast, each read only by the next
         u = _only_user(x)
         if u is None:  # the softmax's amax and sub
             break
-        if _factor(u) is not None and u.args[0] is x and not masks:
-            scale *= _factor(u)
+        factor = _factor(u)
+        if factor is not None and u.args[0] is x and not masks:
+            scale *= factor
         elif _call(u, aten.add.Tensor) and not u.kwargs and len(u.args) == 2 and x in u.args \
                 and u.args[0] is not u.args[1]:
-            masks.append(u.args[1] if u.args[0] is x else u.args[0])
-            mv = _val(masks[-1])
+            mask = u.args[1] if u.args[0] is x else u.args[0]
+            if not isinstance(mask, fx.Node):  # a number added: no mask
+                return None
+            masks.append(mask)
+            mv = meta_val(mask)
             if not isinstance(mv, torch.Tensor) or mv.dim() > 4 or not mv.dtype.is_floating_point:
                 return None
-            promoted = _val(x).dtype in LOW and mv.dtype == _val(u).dtype == torch.float32  # an fp32 mask
-            if not _same_shape(_val(u).shape, _val(x).shape) or (_val(u).dtype != _val(x).dtype and not promoted):
+            promoted = meta_val(x).dtype in LOW and mv.dtype == meta_val(u).dtype == torch.float32  # an fp32 mask
+            if not _same_shape(meta_val(u).shape, meta_val(x).shape) or (meta_val(u).dtype != meta_val(x).dtype and not promoted):
                 return None
-        elif _call(u, *CASTS) and _val(u).dtype == torch.float32 and _val(x).dtype in DTYPES:
+        elif _call(u, *CASTS) and meta_val(u).dtype == torch.float32 and meta_val(x).dtype in DTYPES:
             pass
         else:
             break
@@ -311,16 +334,20 @@ def match(b1: fx.Node) -> Optional[Match]:
     if p is None:
         return None
     u = _only_user(p)
-    while _call(u, aten.clone.default) or (_call(u, *CASTS) and _val(u).dtype == dtype):  # eval dropout: a clone
+    while _call(u, aten.clone.default) or (_call(u, *CASTS) and meta_val(u).dtype == dtype):  # eval dropout: a clone
         nodes.append(u)
         p, u = u, _only_user(u)
+    v: Optional[fx.Node]
+    out: Optional[fx.Node]
+    sizes: list[Any]
     if flat:
-        b2, v, out = u, (u.args[1] if _call(u, aten.bmm.default) else None), u
-        if v is None or b2.args[0] is not p or not _flat(v):
+        second = u.args[1] if _call(u, aten.bmm.default) else None
+        if not _call(u, aten.bmm.default) or u.args[0] is not p or not _flat(second):
             return None
-        sizes = [1, *_val(b1).shape]
+        v, out = second, u
+        sizes = [1, *meta_val(b1).shape]
     else:
-        if _call(u, aten.expand.default) and _same_shape(_val(u).shape, _val(p).shape) and len(u.users) == 1:
+        if _call(u, aten.expand.default) and _same_shape(meta_val(u).shape, meta_val(p).shape) and len(u.users) == 1:
             nodes.append(u)
             u = _only_user(u)
         if not _call(u, *VIEWS) or len(u.users) != 1:
@@ -332,10 +359,10 @@ def match(b1: fx.Node) -> Optional[Match]:
         v, out = _peel(b2.args[1], nodes), _only_user(b2)
         if v is None or not _call(out, *VIEWS):
             return None
-        sizes = list(sc.args[1])
+        sizes = _seq(sc.args[1])
     if not _same_shape(_shape4(out, flat), qs) or not _same_shape(_shape4(v, flat), (B, H, ks[3], D)):
         return None
-    if not (_val(p).dtype == dtype and _val(kt).dtype == dtype and _val(v).dtype == dtype and dtype in DTYPES):
+    if not (meta_val(p).dtype == dtype and meta_val(kt).dtype == dtype and meta_val(v).dtype == dtype and dtype in DTYPES):
         return None
     vo = _operand_of(v, False, False)
     low = _low(qo, ko, vo, out)
@@ -357,11 +384,11 @@ def match(b1: fx.Node) -> Optional[Match]:
 def _low(qo: Operand, ko: Operand, vo: Operand, out: fx.Node) -> Optional[fx.Node]:
     """The downcast of ``out`` when q, k and v are upcasts of one low-precision dtype that ``out`` (their fp32
     attention) is cast back to, read by the pattern alone; else None (the fp32 operands stay)."""
-    lows = {None if o.lo is None else _val(o.lo).dtype for o in (qo, ko, vo)}
+    lows = {None if o.lo is None else meta_val(o.lo).dtype for o in (qo, ko, vo)}
     u = _only_user(out)
-    if len(lows) != 1 or None in lows or not _call(u, *CASTS) or _val(u).dtype not in lows:
+    if len(lows) != 1 or None in lows or not _call(u, *CASTS) or meta_val(u).dtype not in lows:
         return None
-    return u if _val(u).device == _val(out).device else None
+    return u if meta_val(u).device == meta_val(out).device else None
 
 
 def _aligned(val: torch.Tensor) -> bool:
@@ -374,7 +401,7 @@ def _aligned(val: torch.Tensor) -> bool:
 def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.dtype) -> Optional[fx.Node]:
     """The masks as the kernel's bias (module docstring), inserted before ``at``; None (nothing inserted) when
     they cannot be."""
-    vals = [_val(n) for n in m.masks]
+    vals = [meta_val(n) for n in m.masks]
     sizes = _shape4(m.out, m.flat)[:3] + (_shape4(m.v, m.flat)[2],)
     with vals[0].fake_mode:
         mv = functools.reduce(torch.add, vals)
@@ -401,11 +428,11 @@ def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, flat: boo
              transpose: bool = False) -> fx.Node:
     """``x`` (transposed in its last two dims; ``[1, N, S, D]`` when ``flat``) as a kernel operand: unit stride in
     its last dim, data 16-byte aligned (a copy where it is not)."""
-    st, offset = _val(x).stride(), _val(x).storage_offset() * _val(x).element_size()  # views keep the offset
+    st, offset = meta_val(x).stride(), meta_val(x).storage_offset() * meta_val(x).element_size()  # views keep the offset
     swap = [*range(len(st) - 2), len(st) - 1, len(st) - 2]
-    if transpose and _call(x, aten.permute.default) and list(x.args[1]) == swap:  # k^T = permute(k): k itself
-        x, transpose = x.args[0], False
-        st = _val(x).stride()
+    if transpose and _call(x, aten.permute.default) and _seq(x.args[1]) == swap:  # k^T = permute(k): k itself
+        x, transpose = _input(x), False
+        st = meta_val(x).stride()
     with gm.graph.inserting_before(at):
         if flat:
             x = rw.node(aten.unsqueeze.default, (x, 0))
@@ -421,7 +448,7 @@ def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, flat: boo
 def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
     """Insert the SDPA call of ``m`` and move the users of its output to it; False (nothing inserted) when the
     mask cannot be made a bias."""
-    at, qv = m.out, _val(m.q)
+    at, qv = m.out, meta_val(m.q)
     bias = _bias(m, rw, gm, at, qv.dtype) if m.masks else None
     if m.masks and bias is None:
         return False
@@ -449,17 +476,18 @@ def fuse_attention(gm: fx.GraphModule) -> int:
     mode = config.settings().attention
     if mode == "keep" or (mode == "auto" and (config.interpreting() or torch.version.hip is not None)):
         return 0  # auto: CUDA only (ROCm's efficient attention depends on how torch was built)
-    fake = _fake_mode(gm)
+    fake = fake_mode_of(gm)
     if fake is None:
         return 0
-    matches, taken = [], set()
+    matches: list[Match] = []
+    taken: set[fx.Node] = set()
     for n in list(gm.graph.nodes):
         if not _call(n, aten.bmm.default) or n in taken:
             continue
         m = match(n)
         if m is None or taken.intersection(m.nodes):
             continue
-        if mode == "auto" and _val(m.q).device.type != "cuda":
+        if mode == "auto" and meta_val(m.q).device.type != "cuda":
             continue
         matches.append(m)
         taken.update(m.nodes)

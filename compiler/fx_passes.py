@@ -30,12 +30,15 @@ import functools
 import logging
 import statistics
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import torch
 import torch.fx as fx
 
 from . import config, dtypes
+
+if TYPE_CHECKING:
+    from torch._subclasses.fake_tensor import FakeTensor
 
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
@@ -56,11 +59,11 @@ FLOAT_DTYPES = tuple(d for d in dtypes.FLOAT if d != torch.float64)
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _val(n: Any) -> Any:
+def meta_val(n: Any) -> Any:
     return n.meta.get("val") if isinstance(n, fx.Node) else n
 
 
-def _fake_mode(gm: fx.GraphModule) -> Any:
+def fake_mode_of(gm: fx.GraphModule) -> Any:
     """The FakeTensorMode the graph was traced in (the active tracing context's, else its FakeTensors')."""
     from torch._guards import detect_fake_mode
 
@@ -83,12 +86,17 @@ def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
         eq(size, 1) or eq(x, y) for size, x, y in zip(a.shape, a.stride(), b.stride()))
 
 
+def _mode(val: torch.Tensor) -> Any:
+    """The fake mode of ``val``, a node's ``meta["val"]`` (a FakeTensor, typed as the tensor it stands for)."""
+    return cast("FakeTensor", val).fake_mode
+
+
 def _like(val: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
     """An empty FakeTensor of ``val``'s size in memory format ``fmt`` (``val`` itself where ``fmt`` does not
     apply to its rank)."""
     if fmt is torch.channels_last and val.dim() != 4:
         return val
-    with val.fake_mode:
+    with _mode(val):
         return torch.empty(val.shape, dtype=val.dtype, device=val.device, memory_format=fmt)
 
 
@@ -111,7 +119,7 @@ def moved_output_strides(before: list[Any], gm: fx.GraphModule) -> Optional[list
     activations' real layout."""
     strides: list[Optional[tuple[int, ...]]] = []
     for old, node in zip(before, graph_outputs(gm)):
-        new = _val(node)
+        new = meta_val(node)
         moved = (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and _static(*new.stride())
                  and not _same_strides(old, new))
         strides.append(tuple(int(s) for s in new.stride()) if moved else None)
@@ -135,13 +143,13 @@ def adopt_input_strides(gm: fx.GraphModule, example_inputs: list[Any]) -> int:
         if not (isinstance(val, torch.Tensor) and isinstance(ex, torch.Tensor)) or val.dim() != ex.dim():
             continue
         if _static(*val.shape, *val.stride(), *ex.stride()) and tuple(val.stride()) != tuple(ex.stride()):
-            with val.fake_mode:
+            with _mode(val):
                 real = torch.empty_strided(val.shape, tuple(int(s) for s in ex.stride()), dtype=val.dtype,
                                            device=val.device)
             moved.append((ph, val, real))
     if not moved:
         return 0
-    rw = Rewrite(gm, moved[0][1].fake_mode)
+    rw = Rewrite(gm, _mode(moved[0][1]))
     for ph, _, real in moved:
         ph.meta["val"] = real
     if rw.commit(changed=True):
@@ -154,7 +162,7 @@ def adopt_input_strides(gm: fx.GraphModule, example_inputs: list[Any]) -> int:
                 list(traced.shape), list(traced.stride())), {"dtype": traced.dtype, "device": traced.device})
         with gm.graph.inserting_after(empty):
             copy = gm.graph.call_function(aten.copy.default, (empty, ph))
-        with traced.fake_mode:
+        with _mode(traced):
             empty.meta["val"] = torch.empty_strided(traced.shape, traced.stride(), dtype=traced.dtype,
                                                     device=traced.device)
         copy.meta["val"] = traced
@@ -225,12 +233,12 @@ class Rewrite:
 
     def _keep_layout(self, arg: fx.Node, old_val: Any) -> fx.Node:
         """``arg`` itself when its layout did not move, else a copy of it laid out as ``old_val``."""
-        new_val = _val(arg)
+        new_val = meta_val(arg)
         if not (isinstance(old_val, torch.Tensor) and isinstance(new_val, torch.Tensor)):
             return arg
         if _same_strides(old_val, new_val):
             return arg
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for fmt in (torch.contiguous_format, torch.channels_last):  # so that ATen running the graph agrees
             if _same_strides(old_val, _like(old_val, fmt)):
                 kwargs = {"memory_format": fmt}
@@ -245,7 +253,9 @@ class Rewrite:
             new.replace_all_uses_with(old)
         for n in reversed(self.added):
             if n.users:  # a copy put in front of a user (channels-last): the user reads the original again
-                n.replace_all_uses_with(n.args[0])
+                original = n.args[0]
+                assert isinstance(original, fx.Node)  # the copies this rewrite adds read a node
+                n.replace_all_uses_with(original)
             self.graph.erase_node(n)
         for n, v in self.saved.items():
             n.meta["val"] = v
@@ -258,7 +268,7 @@ def _misaligned(node: fx.Node) -> Optional[tuple[int, int, int]]:
     ia, ib = MATMULS[node.target]
     if node.target is aten.addmm.default and (node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1):
         return None
-    out, a, b = _val(node), _val(node.args[ia]), _val(node.args[ib])
+    out, a, b = meta_val(node), meta_val(node.args[ia]), meta_val(node.args[ib])
     if not all(isinstance(t, torch.Tensor) for t in (out, a, b)) or out.dtype not in FLOAT_DTYPES:
         return None
     (m, k), n = a.shape[-2:], b.shape[-1]
@@ -346,7 +356,7 @@ def _choose(node: fx.Node, pads: tuple[int, int, int], free_outputs: bool = Fals
     graph output may keep the padded layout, no copy back timed)."""
     mode = config.settings().mm_layout
     ia, ib = MATMULS[node.target]
-    out, a, b = _val(node), _val(node.args[ia]), _val(node.args[ib])
+    out, a, b = meta_val(node), meta_val(node.args[ia]), meta_val(node.args[ib])
     if mode in ("pad", "contiguous"):
         return mode if mode in _candidates(a, b) else None
     if mode == "off" or out.device.type != "cuda" or config.interpreting() \
@@ -367,10 +377,10 @@ def _pad(rw: Rewrite, x: fx.Node, rows: int, cols: int) -> fx.Node:
     a column-major operand is padded through its transpose, so the copy reads and writes in order."""
     if not rows and not cols:
         return x
-    if _val(x).dim() == 1:  # a 1-D bias has no rows
+    if meta_val(x).dim() == 1:  # a 1-D bias has no rows
         return rw.node(aten.constant_pad_nd.default, (x, [0, cols], 0.0))
-    if _column_major(_val(x)):
-        dims = list(range(_val(x).dim()))
+    if _column_major(meta_val(x)):
+        dims = list(range(meta_val(x).dim()))
         dims[-2], dims[-1] = dims[-1], dims[-2]
         t = rw.node(aten.permute.default, (x, dims))
         return rw.node(aten.permute.default, (rw.node(aten.constant_pad_nd.default, (t, [0, rows, 0, cols], 0.0)),
@@ -379,7 +389,7 @@ def _pad(rw: Rewrite, x: fx.Node, rows: int, cols: int) -> fx.Node:
 
 
 def _row_major(rw: Rewrite, x: fx.Node) -> fx.Node:
-    if not _column_major(_val(x)):
+    if not _column_major(meta_val(x)):
         return x
     return rw.node(aten.clone.default, (x,), {"memory_format": torch.contiguous_format})
 
@@ -408,7 +418,7 @@ def matmul_layouts(gm: fx.GraphModule, free_outputs: bool = False) -> int:
     """Rewrite misaligned large matmuls (module docstring) where that pays; returns how many changed.
     ``free_outputs``: the graph's outputs may leave in the layout the rewrite gives them (an inference
     graph's: see the module docstring), else they are copied back to the layout eager gave them."""
-    mode = _fake_mode(gm)
+    mode = fake_mode_of(gm)
     if mode is None:
         return 0
     rw = Rewrite(gm, mode, frozenset(range(len(graph_outputs(gm)))) if free_outputs else frozenset())
@@ -420,19 +430,20 @@ def matmul_layouts(gm: fx.GraphModule, free_outputs: bool = False) -> int:
         if how is None:
             continue
         ia, ib = MATMULS[node.target]
-        a, b, val = node.args[ia], node.args[ib], _val(node)
+        a, b, val = node.args[ia], node.args[ib], meta_val(node)
         with gm.graph.inserting_before(node):
             if how == "contiguous":
                 args = list(node.args)
                 args[ia], args[ib] = _row_major(rw, a), _row_major(rw, b)
                 rw.replace(node, rw.node(node.target, tuple(args), dict(node.kwargs)))
                 continue
+            assert pads is not None  # a layout was chosen for the misaligned operands
             pm, pk, pn = pads
             m, n = val.shape[-2], val.shape[-1]
             ap, bp = _pad(rw, a, pm, pk), _pad(rw, b, pk, pn)
             if node.target is aten.addmm.default:
                 bias = node.args[0]
-                bv = _val(bias)
+                bv = meta_val(bias)
                 brows = pm if bv.dim() == 2 and bv.shape[0] == m and m > 1 else 0
                 bcols = pn if bv.dim() >= 1 and bv.shape[-1] == n and n > 1 else 0
                 res = rw.node(aten.addmm.default, (_pad(rw, bias, brows, bcols), ap, bp))
@@ -461,7 +472,7 @@ def _wants_channels_last(gm: fx.GraphModule, anywhere: bool) -> list[fx.Node]:
     convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in CONV_OPERANDS]
     for c in convs:
         for i in CONV_OPERANDS[c.target]:
-            x = _val(c.args[i])
+            x = meta_val(c.args[i])
             if not isinstance(x, torch.Tensor) or x.dim() != 4 or not _static(*x.shape):
                 return []  # layouts of symbolic shapes would need guards
             if not x.dtype.is_floating_point:
@@ -479,14 +490,14 @@ def convs_channels_last(gm: fx.GraphModule, free_outputs: frozenset[int] = froze
     if mode == "off" or (mode == "auto" and config.interpreting()):
         return 0
     convs = _wants_channels_last(gm, anywhere=mode == "always")
-    fake = _fake_mode(gm)
+    fake = fake_mode_of(gm)
     if not convs or fake is None:
         return 0
     rw = Rewrite(gm, fake, free_outputs)
     for conv in convs:
         for i in CONV_OPERANDS[conv.target]:
             arg = conv.args[i]
-            if _same_strides(_val(arg), _like(_val(arg), torch.channels_last)):
+            if _same_strides(meta_val(arg), _like(meta_val(arg), torch.channels_last)):
                 continue
             with gm.graph.inserting_before(conv):
                 cl = rw.node(aten.clone.default, (arg,), {"memory_format": torch.channels_last})
@@ -495,8 +506,9 @@ def convs_channels_last(gm: fx.GraphModule, free_outputs: frozenset[int] = froze
         return 0
     kept = 0
     for cl in rw.added:  # a copy of what already became channels-last (a later conv's input) does nothing
-        if _same_strides(_val(cl.args[0]), _val(cl)):
-            cl.replace_all_uses_with(cl.args[0])
+        original = cl.args[0]
+        if isinstance(original, fx.Node) and _same_strides(meta_val(original), meta_val(cl)):
+            cl.replace_all_uses_with(original)
             gm.graph.erase_node(cl)
         else:
             kept += 1
@@ -516,7 +528,7 @@ def split_conv_bias(gm: fx.GraphModule) -> int:
     mode = config.settings().conv_bias
     if mode == "keep" or (mode == "auto" and config.interpreting()):
         return 0
-    fake = _fake_mode(gm)
+    fake = fake_mode_of(gm)
     if fake is None:
         return 0
     rw = Rewrite(gm, fake)
@@ -524,7 +536,7 @@ def split_conv_bias(gm: fx.GraphModule) -> int:
     for conv in list(gm.graph.nodes):
         if conv.op != "call_function" or conv.target is not aten.convolution.default or len(conv.args) < 9:
             continue
-        bias, out = conv.args[2], _val(conv)
+        bias, out = conv.args[2], meta_val(conv)
         if not isinstance(bias, fx.Node) or not isinstance(out, torch.Tensor) or out.dim() < 3:
             continue
         if mode == "auto" and out.device.type != "cuda":

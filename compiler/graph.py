@@ -80,7 +80,7 @@ class SubgraphRef:
         self.attr = attr
 
 
-Step = Union[ComputedBuffer, ExternCall, SubgraphCall]
+Step = ComputedBuffer | ExternCall | SubgraphCall
 
 
 class BufferNames:
@@ -292,7 +292,7 @@ class GraphLowering(BufferNames):
             layout = layout_from_meta(val, base_offset=base)
             buf = InputBuffer(node.name, layout, base)
             self.add_buffer(buf)
-            value = Strided(buf, layout)
+            value: Strided | SymScalar | Opaque = Strided(buf, layout)
         elif isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)):
             value = SymScalar(sym(val), type(val))
         else:
@@ -301,6 +301,7 @@ class GraphLowering(BufferNames):
         return value
 
     def _get_attr(self, node: fx.Node) -> Any:
+        assert isinstance(node.target, str)  # a get_attr node names its attribute
         obj = getattr(self.gm, node.target)
         if isinstance(obj, torch.Tensor):  # a constant (``torch.tensor([...])`` in user code): read like an input
             base = sym(obj.storage_offset())
@@ -355,6 +356,7 @@ class GraphLowering(BufferNames):
         target = node.target
         val = node.meta.get("val")
         if target is operator.getitem:
+            assert isinstance(node.args[0], fx.Node)
             src = self.env[node.args[0]]
             if isinstance(src, Opaque):
                 return self.fallback(node, FallbackReason("opaque_getitem", "getitem", "item of an opaque value"))
@@ -415,7 +417,7 @@ class GraphLowering(BufferNames):
                 self._moved[key] = Strided(buf, layout)
             return self._moved[key]
 
-        return _map_values(args, move), _map_values(kwargs, move)
+        return map_values(args, move), map_values(kwargs, move)
 
     def _maybe_realize(self, node: fx.Node, out: Any) -> Any:
         """Realize a Lazy result read by several users when inlining it everywhere would cost too much."""
@@ -441,7 +443,7 @@ class GraphLowering(BufferNames):
         outputs = self._extern_outputs(node.meta.get("val"))
         call = ExternCall(target or node.target, tuple(args), dict(kwargs), outputs, node.name, reason)
         self.steps.append(call)
-        return _values_of(outputs)
+        return values_of(outputs)
 
     def extern_out(self, node: fx.Node, target: Any, args: tuple, kwargs: dict) -> Strided:
         """An extern kernel called with ``out=``: the output buffer is allocated by the wrapper."""
@@ -492,7 +494,7 @@ def _tensor_metas(node: fx.Node) -> list[torch.Tensor]:
     return out
 
 
-def _map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
+def map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:
     return pytree.tree_map_only(Value, fn, obj)
 
 
@@ -524,7 +526,7 @@ def _fx_arg_at(values: Any, fx_args: Any, path: tuple) -> Any:
     return fx_args
 
 
-def _values_of(outputs: Any) -> Any:
+def values_of(outputs: Any) -> Any:
     return pytree.tree_map_only(Buffer, lambda b: Strided(b, b.layout), outputs)
 
 
@@ -570,8 +572,8 @@ def _span(size: Sequence, stride: Sequence) -> sympy.Expr:
 
 
 def _hints(exprs: Sequence) -> dict:
-    from .ir import _size_hints
-    hints = _size_hints()
+    from .ir import size_hints
+    hints = size_hints()
     return {s: hints.get(s, 8) for e in exprs for s in sympy.sympify(e).free_symbols}
 
 

@@ -100,10 +100,10 @@ def _same(a: sympy.Expr, b: sympy.Expr) -> bool:
 
 def _merge(e: sympy.Add, bounds: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     """Join the digits of one base within the sum ``e``, then apply the range rules to each term."""
-    terms = [_term(a) for a in e.args]
-    if any(t is None for t in terms):
+    found = [_term(a) for a in e.args]
+    terms = [t for t in found if t is not None]
+    if len(terms) < len(found):
         return e
-    terms = list(terms)
     changed = True
     while changed:
         changed = False
@@ -154,7 +154,8 @@ def upper(e: sympy.Expr, bounds: Mapping[sympy.Symbol, int]) -> Optional[int]:
         return bounds.get(e)
     if isinstance(e, sympy.Add):
         parts = [upper(a, bounds) for a in e.args]
-        return None if any(p is None or p < 0 for p in parts) else sum(parts)
+        known = [p for p in parts if p is not None]
+        return None if len(known) < len(parts) or any(p < 0 for p in known) else sum(known)
     if isinstance(e, sympy.Mul):
         out = 1
         for a in e.args:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, TypeAlias, Union
 
 import sympy
 import torch
 
 from .kexpr import KExpr, Load
 
-Expr = sympy.Expr
+Expr: TypeAlias = sympy.Expr
 Index = Sequence[Expr]
 
 
@@ -105,8 +105,11 @@ def stride_order(layout: Layout) -> Optional[list[int]]:
     def key(i: int):
         return layout.stride[i]
 
+    def by_stride(a: int, b: int) -> int:
+        return _cmp(key(b), key(a))
+
     try:
-        return sorted(idx, key=functools.cmp_to_key(lambda a, b: _cmp(key(b), key(a))))
+        return sorted(idx, key=functools.cmp_to_key(by_stride))
     except TypeError:
         return None
 
@@ -121,7 +124,7 @@ def _cmp(a: Expr, b: Expr) -> int:
         return -1
     # symbols are positive sizes: compare at the traced sizes (hints), else at a few large samples
     syms = sorted(d.free_symbols, key=lambda s: s.name)
-    hints = _size_hints()
+    hints = size_hints()
     samples = [{s: hints[s] for s in syms if s in hints}, {s: 1000 + i for i, s in enumerate(syms)},
                {s: 1000 for s in syms}, {s: 1000 + 7 * (len(syms) - i) for i, s in enumerate(syms)}]
     for subs in samples:
@@ -136,7 +139,7 @@ def _cmp(a: Expr, b: Expr) -> int:
     raise TypeError("cannot order strides")
 
 
-def _size_hints() -> dict:
+def size_hints() -> dict:
     """Symbol -> the size it had in the example inputs (from the ShapeEnv being compiled), if any."""
     from torch._guards import TracingContext
     ctx = TracingContext.try_get()
@@ -359,7 +362,8 @@ class SymScalar:
     def __init__(self, expr: Expr, py_type: type) -> None:
         self.expr = expr
         # the Python type the value has at run time (SymFloat -> float, SymInt -> int, SymBool -> bool)
-        self.py_type = {torch.SymFloat: float, torch.SymInt: int, torch.SymBool: bool}.get(py_type, py_type)
+        sym_types: dict[type, type] = {torch.SymFloat: float, torch.SymInt: int, torch.SymBool: bool}
+        self.py_type = sym_types.get(py_type, py_type)
 
     def __repr__(self) -> str:
         return f"SymScalar({self.expr})"

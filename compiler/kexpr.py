@@ -7,7 +7,7 @@ Nodes carry the torch dtype of the value they produce. Codegen renders a DAG to 
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import sympy
@@ -258,14 +258,15 @@ def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
         return True
     if type(a) is not type(b) or a.dtype != b.dtype:
         return False
-    if isinstance(a, Load):
+    if isinstance(a, Load) and isinstance(b, Load):
         ok = (a.buffer == b.buffer and a.index == b.index and not a.indirect and not b.indirect
-              and (a.mask is None) == (b.mask is None) and (a.mask is None or kexpr_equal(a.mask, b.mask, memo)))
-    elif isinstance(a, Const):
+              and (a.mask is None and b.mask is None
+                   or a.mask is not None and b.mask is not None and kexpr_equal(a.mask, b.mask, memo)))
+    elif isinstance(a, Const) and isinstance(b, Const):
         ok = repr(a.value) == repr(b.value)
-    elif isinstance(a, IndexValue):
+    elif isinstance(a, IndexValue) and isinstance(b, IndexValue):
         ok = a.expr == b.expr and not a.indirect and not b.indirect
-    elif isinstance(a, Op):
+    elif isinstance(a, Op) and isinstance(b, Op):
         ok = (a.op == b.op and a.round_trip == b.round_trip and len(a.args) == len(b.args)
               and all(kexpr_equal(x, y, memo) for x, y in zip(a.args, b.args)))
     else:
@@ -277,7 +278,7 @@ def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
 
 #: comparisons and logic on constants, folded when rendered (Triton's interpreter mis-types 0-d comparisons
 #: of int64 constants: combined into a load mask they fail with "mask has unsupported dtype")
-_FOLDABLE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
+_FOLDABLE: dict[str, Callable[..., Any]] = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
              "ge": operator.ge, "logical_and": lambda a, b: bool(a) and bool(b),
              "logical_or": lambda a, b: bool(a) or bool(b), "logical_not": lambda a: not a}
 

@@ -157,7 +157,7 @@ class KernelGroup:
         return [m.buf.name for m in self.members]
 
 
-Scheduled = Union[KernelGroup, ExternCall, SubgraphCall]
+Scheduled = KernelGroup | ExternCall | SubgraphCall
 
 
 @dataclasses.dataclass

@@ -53,7 +53,7 @@ def suite_env(m: Matrix, b: Backend) -> dict[str, str]:
     return {**m.suite_env, **b.env}
 
 
-def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeout_s: int | None = None,
+def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeout_s: float | None = None,
                 extra: Sequence[str] = ()) -> list[str]:
     """The inner command: one process (`-p no:xdist`), JUnit with file names (xunit1) and every test's exact
     node id (`-p harness.suites.flake_plugin`: the id quarantine and repro lines use), per-test timeout."""

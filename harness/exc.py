@@ -186,7 +186,7 @@ def guarded(verb: str, run: Callable[[], int]) -> int:
         print(f"harness {verb}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into `head` and the like
-        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
+        sys.stdout = None  # no flush error at exit
         return EXIT_OK
     except ModuleNotFoundError as e:  # a dependency this Python lacks (nox's own Python has none): one line
         line = missing_dependency_line(e)

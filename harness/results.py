@@ -24,10 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import ResultsError
-from harness.record import FAILING, OUTCOMES, TestOutcome  # noqa: F401 - re-exported: res.FAILING, res.OUTCOMES
-
-# one test case of a JUnit file: harness.record.TestOutcome (TestResult is its older name)
-TestResult = TestOutcome
+from harness.record import FAILING, OUTCOMES, Outcome, TestOutcome  # noqa: F401 - re-exported: res.FAILING, res.OUTCOMES
 
 
 # what XML 1.0 cannot hold (C0 controls but tab, newline and return; U+FFFE, U+FFFF) and unpaired surrogates
@@ -248,18 +245,19 @@ def read_cases(path: Path, root: Path | None = None) -> list[Case]:
     return out
 
 
-def parse_junit(path: Path, root: Path | None = None) -> list[TestResult]:
+def parse_junit(path: Path, root: Path | None = None) -> list[TestOutcome]:
     """Every test case of a pytest JUnit XML file, classified, in file order."""
-    return [TestResult(c.id, c.outcome, c.message.strip()[:500], c.duration_s) for c in read_cases(path, root)]
+    return [TestOutcome(c.id, Outcome(c.outcome), c.message.strip()[:500], c.duration_s)
+            for c in read_cases(path, root)]
 
 
-def counts(tests: list[TestResult]) -> dict[str, int]:
+def counts(tests: list[TestOutcome]) -> dict[str, int]:
     """outcome -> number of tests, every outcome present, in OUTCOMES order."""
     c = Counter(t.outcome for t in tests)
-    return {o: c.get(o, 0) for o in OUTCOMES}
+    return {o: c[Outcome(o)] for o in OUTCOMES}
 
 
-def summary_line(suite: str, label: str, tests: list[TestResult], duration_s: float, status: str,
+def summary_line(suite: str, label: str, tests: list[TestOutcome], duration_s: float, status: str,
                  where: str = "") -> str:
     """One line per suite, e.g. `suite fallback [cpu/container] FAIL: 10 passed, 1 failed ... in 3.2s`."""
     c = counts(tests)
@@ -268,9 +266,9 @@ def summary_line(suite: str, label: str, tests: list[TestResult], duration_s: fl
     return f"suite {suite} [{label}] {status}: {body} in {duration_s:.1f}s{tail}"
 
 
-def to_json(tests: list[TestResult]) -> list[dict[str, Any]]:
+def to_json(tests: list[TestOutcome]) -> list[dict[str, Any]]:
     return [t.to_json() for t in tests]
 
 
-def from_json(items: list[dict[str, Any]]) -> list[TestResult]:
-    return [TestResult(**item) for item in items]
+def from_json(items: list[dict[str, Any]]) -> list[TestOutcome]:
+    return [TestOutcome(**item) for item in items]

@@ -78,8 +78,8 @@ def render(text: str, m: matrix_mod.Matrix) -> str:
             continue
         if line == "jobs:":
             in_jobs = True
-        elif in_jobs and JOB_RE.match(line):
-            job = JOB_RE.match(line).group(1)
+        elif in_jobs and (job_match := JOB_RE.match(line)):
+            job = job_match.group(1)
         runs_on = RUNS_ON_RE.match(line)
         backend = BACKEND_JOB_RE.fullmatch(job or "")
         if runs_on and backend and backend.group(1) in m.backends:

@@ -22,12 +22,12 @@ from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonM
 from torch.utils._sympy.functions import Max as SymMax
 from torch.utils._sympy.functions import Min as SymMin
 
+from ..dtypes import tl_dtype
+from ..exc import CodegenError
+
 #: sympy's Max/Min and torch's own (shape guards and ``sym_max`` produce the latter)
 MAX_TYPES = (sympy.Max, SymMax)
 MIN_TYPES = (sympy.Min, SymMin)
-
-from ..exc import CodegenError
-from ..dtypes import tl_dtype
 
 
 def pexpr(e: sympy.Expr) -> str:
@@ -77,7 +77,7 @@ def pexpr(e: sympy.Expr) -> str:
     raise CodegenError(f"cannot print index expression {e!r} ({type(e).__name__})")
 
 
-def _raw(value, dtype: torch.dtype) -> str:
+def raw_literal(value, dtype: torch.dtype) -> str:
     """A Python literal for ``value`` (for constexpr positions such as ``tl.full``'s fill value)."""
     if dtype == torch.bool:
         return "1" if value else "0"
@@ -101,9 +101,9 @@ def _wrap_int(v: int, dtype: torch.dtype) -> int:
     return (v - info.min) % span + info.min
 
 
-def _lit(value, dtype: torch.dtype) -> str:
+def typed_literal(value, dtype: torch.dtype) -> str:
     """A 0-d constant of exactly ``dtype`` (so Triton's type promotion never widens or narrows it)."""
-    return f"tl.full([], {_raw(value, dtype)}, {tl_dtype(dtype)})"
+    return f"tl.full([], {raw_literal(value, dtype)}, {tl_dtype(dtype)})"
 
 
 def pfloat(e: sympy.Expr) -> str:

@@ -25,7 +25,7 @@ from ..ir import Scan, Scatter
 from ..kexpr import Const, Op
 from ..scheduler import KernelGroup
 from .ops_table import cast
-from .printer import _raw, pexpr
+from .printer import raw_literal, pexpr
 from .triton_kernel import KernelRenderer, KernelSource, Scope
 
 #: scatter reduce -> the Triton call that writes (``store``: a plain store)
@@ -115,7 +115,7 @@ class ScanRenderer(KernelRenderer):
         combine, identity = _SCAN[d.scan_type]
         self._use(combine)
         acc = tl_dtype(d.src_dtype)
-        ident = _raw(identity if d.src_dtype.is_floating_point else int(identity), d.src_dtype)
+        ident = raw_literal(identity if d.src_dtype.is_floating_point else int(identity), d.src_dtype)
         top = Scope(self, "x", lines, "    ")
         self.program_block(top, rows=True)
         top.line("if PERSISTENT:")

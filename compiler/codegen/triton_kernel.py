@@ -25,7 +25,7 @@ from ..kexpr import Const, IndexValue, KExpr, Load, Op, address_steps, fold_cond
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
 from ..dtypes import tl_dtype
 from .ops_table import HELPERS, cast, render_op
-from .printer import _lit, _raw, pexpr, pfloat
+from .printer import typed_literal, raw_literal, pexpr, pfloat
 
 
 # ------------------------------------------------------------------------------------------ emitter
@@ -75,10 +75,10 @@ class Scope:
                 return self.r.member_value(self, m)
             return self._load(e)
         if isinstance(e, Const):
-            return self.assign(("c", repr(e.value), e.dtype), _lit(e.value, e.dtype))
+            return self.assign(("c", repr(e.value), e.dtype), typed_literal(e.value, e.dtype))
         if isinstance(e, IndexValue):
             if e.expr.is_number:
-                return self.assign(("c", int(e.expr), e.dtype), _lit(int(e.expr), e.dtype))
+                return self.assign(("c", int(e.expr), e.dtype), typed_literal(int(e.expr), e.dtype))
             expr = e.expr
             if e.indirect:
                 expr = expr.subs({s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect})
@@ -91,7 +91,7 @@ class Scope:
         if isinstance(e, Op):
             folded = fold_condition(e)
             if folded is not None:  # e.g. a pad's bounds test at an index that is the constant 0
-                return self.assign(("c", repr(folded), e.dtype), _lit(folded, e.dtype))
+                return self.assign(("c", repr(folded), e.dtype), typed_literal(folded, e.dtype))
             args = [self.emit(a) for a in e.args]
             code = render_op(e.op, args, [a.dtype for a in e.args], e.dtype)
             self.r.note_helpers(code)
@@ -441,14 +441,14 @@ class KernelRenderer:
         d: Reduction = m.buf.definition
         t, dt = d.reduction_type, d.src_dtype
         if t == "sum":
-            return _raw(0, dt)
+            return raw_literal(0, dt)
         if t == "prod":
-            return _raw(1, dt)
+            return raw_literal(1, dt)
         big = t in ("max", "argmax")
         if dt.is_floating_point:
-            return _raw(float("-inf") if big else float("inf"), dt)
+            return raw_literal(float("-inf") if big else float("inf"), dt)
         info = torch.iinfo(dt) if dt != torch.bool else None
-        return _raw((info.min if big else info.max) if info else int(not big), dt)
+        return raw_literal((info.min if big else info.max) if info else int(not big), dt)
 
     def _combine(self, m: Member) -> str:
         d: Reduction = m.buf.definition

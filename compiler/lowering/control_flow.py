@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from ..graph import GraphLowering, SubgraphCall, SubgraphRef, _map_values, _values_of, register_lowering
+from ..graph import GraphLowering, SubgraphCall, SubgraphRef, map_values, values_of, register_lowering
 
 HOPS = []
 for _name in ("cond", "while_loop"):
@@ -16,7 +16,7 @@ for _name in ("cond", "while_loop"):
         HOPS.append(_op)
 
 
-class _Single(torch.nn.Module):
+class SingleOutput(torch.nn.Module):
     """A compiled subgraph whose source returned a single value rather than a tuple."""
 
     def __init__(self, wrapper: torch.nn.Module) -> None:
@@ -32,18 +32,19 @@ def lower_hop(g: GraphLowering, node: fx.Node, *args, **kwargs):
     subgraphs = {}
     for a_fx, a in zip(node.args, args):
         if isinstance(a_fx, fx.Node) and a_fx.op == "get_attr":
+            assert isinstance(a_fx.target, str)  # a get_attr node names its attribute
             sub = getattr(g.gm, a_fx.target)
             attr = f"{a_fx.target}"
             compiled = g.subgraph_compiler(sub, f"{g.name}.{a_fx.target}")
             # kiln wrappers return tuples; a subgraph returning one bare value (while_loop's cond_fn) keeps that form
             out_node = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
-            subgraphs[attr] = compiled if isinstance(out_node.args[0], (tuple, list)) else _Single(compiled)
+            subgraphs[attr] = compiled if isinstance(out_node.args[0], (tuple, list)) else SingleOutput(compiled)
             new_args.append(SubgraphRef(attr))
         else:
-            new_args.append(_map_values(a, g.realize))
+            new_args.append(map_values(a, g.realize))
     outputs = g._extern_outputs(node.meta.get("val"))
     g.steps.append(SubgraphCall(node.target, tuple(new_args), subgraphs, outputs, node.name))
-    return _values_of(outputs)
+    return values_of(outputs)
 
 
 for _op in HOPS:  # operands (a CPU predicate...) go to the higher-order op as they are

@@ -31,7 +31,7 @@ def broadcast_sizes(sizes: Sequence[Sequence[sympy.Expr]]) -> tuple:
     return tuple(out)
 
 
-def _wrap(i: KExpr, size: sympy.Expr) -> KExpr:
+def wrap_index(i: KExpr, size: sympy.Expr) -> KExpr:
     """Python-style negative indices: ``i < 0 ? i + size : i`` (int64)."""
     i = cast(i, torch.int64)
     n = Const(int(size), torch.int64) if size.is_number else IndexValue(size)
@@ -58,7 +58,7 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
     src = _source(g, node, x)
     rank = len(src.size)
     dims = [d for d, i in enumerate(indices) if i is not None]
-    idx_tensors = [indices[d] for d in dims]
+    idx_tensors = [i for i in indices if i is not None]
     bshape = broadcast_sizes([i.size for i in idx_tensors])
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     out_size = tuple(sym(s) for s in out.shape)
@@ -82,7 +82,7 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
         for d, t in zip(dims, idx_tensors):
             s = sympy.Symbol(g.new_name("indirect"), integer=True)
             val = t.load(broadcast_index(t.size, bshape, bidx))
-            bindings.append((s, _wrap(val, src.size[d])))
+            bindings.append((s, wrap_index(val, src.size[d])))
             full[d] = s
         return _indirect_load(g, src, full, bindings)
 
@@ -102,7 +102,7 @@ def _take_along(g: GraphLowering, node, x: Value, dim: int, index: Value, positi
         s = sympy.Symbol(g.new_name("indirect"), integer=True)
         full = list(oidx)
         full[dim] = s
-        return _indirect_load(g, src, full, [(s, _wrap(position(index, oidx, dim), src.size[dim]))])
+        return _indirect_load(g, src, full, [(s, wrap_index(position(index, oidx, dim), src.size[dim]))])
 
     return Lazy(tuple(sym(v) for v in out.shape), out.dtype, out.device, fn, 2)
 
@@ -137,7 +137,7 @@ def _scatter_one_hot(g: GraphLowering, node, x: Value, dim: int, index: Value, s
     def fn(idx: Index) -> KExpr:
         at = list(idx)
         at[dim] = sympy.Integer(0)
-        target = _wrap(index.load(at), x.size[dim])
+        target = wrap_index(index.load(at), x.size[dim])
         hit = Op("eq", [cast(IndexValue(idx[dim]), torch.int64), target], torch.bool)
         new = cast(src.load(at), out.dtype) if isinstance(src, Value) else Const(src, out.dtype)
         return Op("where", [hit, new, cast(x.load(idx), out.dtype)], out.dtype)

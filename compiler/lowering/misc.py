@@ -147,13 +147,14 @@ def _cat(g: GraphLowering, node, tensors, dim=0):
         acc = acc + t.size[dim]
 
     def fn(idx: Index) -> KExpr:
-        result = None
+        result: KExpr | None = None
         for t, off in reversed(list(zip(parts, offsets))):
             local = list(idx)
             local[dim] = idx[dim] - off
             inside = _in_range(idx[dim] - off, t.size[dim])
             v = cast(_masked(t, local, inside), out.dtype)
             result = v if result is None else Op("where", [inside, v, result], out.dtype)
+        assert result is not None  # parts is not empty
         return result
 
     return Lazy(size, out.dtype, out.device, fn, arg_cost(parts) + len(parts))
@@ -175,16 +176,17 @@ def _masked(t: Value, index: Index, mask: KExpr) -> KExpr:
     if isinstance(v, Load):
         return v.with_mask(mask if v.mask is None else Op("logical_and", [v.mask, mask], torch.bool))
     # Lazy producers: mask every load inside (they may be out of bounds too)
-    return _mask_loads(v, mask, {})
+    return mask_loads(v, mask, {})
 
 
-def _mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
+def mask_loads(e: KExpr, mask: KExpr, memo: dict) -> KExpr:
     if id(e) in memo:
         return memo[id(e)]
+    r: KExpr
     if isinstance(e, Load):
         r = e.with_mask(mask if e.mask is None else Op("logical_and", [e.mask, mask], torch.bool))
     elif isinstance(e, Op):
-        r = Op(e.op, [_mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
+        r = Op(e.op, [mask_loads(a, mask, memo) for a in e.args], e.dtype, e.round_trip)
     else:
         r = e
     memo[id(e)] = r

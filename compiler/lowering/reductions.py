@@ -133,7 +133,7 @@ def _identity(rtype: str, dtype: torch.dtype):
 
 def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, split: int,
                   outer: bool = False) -> Strided:
-    from .misc import _mask_loads
+    from .misc import mask_loads
 
     R = int(prod(red_ranges))
     chunk = -(-R // split)
@@ -145,7 +145,7 @@ def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, spli
         inside = Op("lt", [IndexValue(flat), Const(R, torch.int64)], torch.bool)
         parts = [FloorDiv(flat, red_strides[0]) if i == 0 else ModularIndexing(flat, st, sz)
                  for i, (st, sz) in enumerate(zip(red_strides, red_ranges))]
-        v = _mask_loads(fn(list(idx[1:]), parts), inside, {})
+        v = mask_loads(fn(list(idx[1:]), parts), inside, {})
         return Op("where", [inside, v, ident], src)
 
     # partial results laid out (split, *rows): for column reductions, adjacent rows stay adjacent
@@ -227,8 +227,8 @@ def _arg(rtype: str):
             return Lazy((), torch.int64, x.device, lambda idx: Const(0, torch.int64))
         if dim is None:
             flat_size = (prod(x.size),)
-            from .views import _view
-            remap = _view(x, flat_size)
+            from .views import reshape_value
+            remap = reshape_value(x, flat_size)
             flat = Lazy(flat_size, x.dtype, x.device, lambda idx: x.load(remap(idx)))
             r = reduce(g, flat, [0], False, rtype, torch.int64, compute_dtype(x.dtype))
             if keepdim:
@@ -253,7 +253,7 @@ def _max_dim(g, node, x: Value, dim: int, keepdim: bool = False):
                 Lazy((), torch.int64, x.device, lambda idx: Const(0, torch.int64)))
     d = _dims(dim, len(x.size))
     acc = _acc_dtype(out.dtype)
-    vals = reduce(g, x, d, keepdim, "max" if is_max else "min", acc)
+    vals: Value = reduce(g, x, d, keepdim, "max" if is_max else "min", acc)
     idxs = reduce(g, x, d, keepdim, "argmax" if is_max else "argmin", torch.int64, acc)
     if acc != out.dtype:
         v = vals

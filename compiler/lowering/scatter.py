@@ -23,10 +23,10 @@ from ..contract import broadcast_index
 from ..dtypes import compute_dtype
 from ..exc import NotLowered
 from ..graph import FallbackReason, GraphLowering, register_lowering
-from ..ir import (ComputedBuffer, Index, Layout, Lazy, Pointwise, Scan, Scatter, Strided, Value, _size_hints,
+from ..ir import (ComputedBuffer, Index, Layout, Lazy, Pointwise, Scan, Scatter, Strided, Value, size_hints,
                   contiguous_strides, is_dense, sym)
 from ..kexpr import Const, IndexValue, KExpr, Op, cast
-from .indexing import _wrap, broadcast_sizes
+from .indexing import wrap_index, broadcast_sizes
 
 aten = torch.ops.aten
 
@@ -156,7 +156,7 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
     acc = accumulation_dtype(out.dtype, reduce)
     _check_determinism("index_put", reduce, acc)
     rank = len(x.size)
-    tensors = [indices[d] for d in dims]
+    tensors = [i for i in indices if i is not None]
     bshape = list(broadcast_sizes([t.size for t in tensors]))
     nb = len(bshape)
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
@@ -180,7 +180,7 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
         bindings, conds = [], []
         for d, t in zip(dims, tensors):
             s = sympy.Symbol(g.new_name("indirect"), integer=True)
-            w = _wrap(t.load(broadcast_index(t.size, bshape, bidx)), x.size[d])
+            w = wrap_index(t.load(broadcast_index(t.size, bshape, bidx)), x.size[d])
             bindings.append((s, w))
             conds.append(_in_range(w, x.size[d]))
             full[d] = s
@@ -321,7 +321,7 @@ def _hint(n: sympy.Expr) -> Optional[int]:
     """A scan length, or its example value when symbolic (None when unknown)."""
     if n.is_number:
         return int(n)
-    hints = _size_hints()
+    hints = size_hints()
     v = n.subs({s: hints[s] for s in n.free_symbols if s in hints})
     return int(v) if v.is_number else None
 

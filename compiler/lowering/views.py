@@ -100,7 +100,7 @@ def _squeeze(x: Value, out_size, dims=None):
     return remap
 
 
-def _view(x: Value, out_size, *_):
+def reshape_value(x: Value, out_size, *_):
     """Reshape of a logically contiguous value: flatten the output index, unflatten into the input's."""
     in_size = x.size
 
@@ -144,9 +144,9 @@ REMAPS: dict[Any, Callable] = {
     aten.squeeze.default: _squeeze,
     aten.squeeze.dim: _squeeze,
     aten.squeeze.dims: _squeeze,
-    aten.view.default: _view,
-    aten._unsafe_view.default: _view,
-    aten.reshape.default: _view,
+    aten.view.default: reshape_value,
+    aten._unsafe_view.default: reshape_value,
+    aten.reshape.default: reshape_value,
     aten.alias.default: _alias,
     aten.lift_fresh_copy.default: _alias,
 }

@@ -107,7 +107,8 @@ def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, 
 
 def bucket(xnumel: int, rnumel: int) -> tuple[int, int]:
     """(next power of two of ``xnumel``, of ``rnumel``)."""
-    return tuple(1 if n <= 1 else 1 << (int(n) - 1).bit_length() for n in (xnumel, rnumel))  # type: ignore
+    x, r = (1 if n <= 1 else 1 << (int(n) - 1).bit_length() for n in (xnumel, rnumel))
+    return x, r
 
 
 def device_name(device: torch.device) -> str:

@@ -76,6 +76,7 @@ def load_kernel(source: str, name: str):
             write_atomic(path, source)
         mod_name = "kiln_kernels." + os.path.splitext(os.path.basename(path))[0]
         spec = importlib.util.spec_from_loader(mod_name, loader=None, origin=path)
+        assert spec is not None  # a spec with no loader always exists
         mod = importlib.util.module_from_spec(spec)
         mod.__file__ = path
         linecache.cache[path] = (len(source), None, source.splitlines(True), path)
@@ -83,7 +84,7 @@ def load_kernel(source: str, name: str):
         exec(compile(source, path, "exec"), mod.__dict__)  # noqa: S102 - kiln's own generated kernel source
         if config.interpreting():
             from . import interp_libdevice
-            mod.libdevice = interp_libdevice
+            mod.__dict__["libdevice"] = interp_libdevice
             interp_libdevice.fix_bf16_rounding()
         _modules[path] = mod
     return getattr(mod, name)

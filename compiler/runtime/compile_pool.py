@@ -78,6 +78,7 @@ class CompilePool:
         with self._lock:
             self._procs.add(proc)
             self.started += 1
+        assert proc.stdout is not None  # a pipe
         hello = read_message(proc.stdout)
         if not isinstance(hello, dict) or "ready" not in hello:
             self._stop(proc)
@@ -101,6 +102,7 @@ class CompilePool:
             try:
                 if proc is None or proc.poll() is not None:
                     proc = self._spawn()
+                assert proc.stdin is not None and proc.stdout is not None  # pipes (_spawn)
                 write_message(proc.stdin, message)
                 answer = read_message(proc.stdout)
                 if answer is None:
@@ -125,7 +127,8 @@ class CompilePool:
             self._procs.discard(proc)
         for stream in (proc.stdin, proc.stdout):
             try:
-                stream.close()
+                if stream is not None:
+                    stream.close()
             except Exception:  # noqa: BLE001 - a broken pipe is what we are closing
                 pass
         try:

@@ -20,7 +20,7 @@ import struct
 import sys
 import time
 import traceback
-from typing import Any, BinaryIO, Optional
+from typing import IO, Any, Optional
 
 if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)  # the script's folder (compiler/runtime) must not shadow top-level modules
@@ -29,7 +29,7 @@ _HEADER = struct.Struct(">Q")
 _functions: dict[tuple[str, str], Any] = {}
 
 
-def read_message(stream: BinaryIO) -> Optional[Any]:
+def read_message(stream: IO[bytes]) -> Optional[Any]:
     """One length-prefixed pickle from ``stream``, or None at end of file."""
     head = stream.read(_HEADER.size)
     if len(head) < _HEADER.size:
@@ -41,7 +41,7 @@ def read_message(stream: BinaryIO) -> Optional[Any]:
     return pickle.loads(body)
 
 
-def write_message(stream: BinaryIO, obj: Any) -> None:
+def write_message(stream: IO[bytes], obj: Any) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_HEADER.pack(len(data)) + data)
     stream.flush()
@@ -67,6 +67,7 @@ def load_function(path: str, name: str, module_name: str) -> Any:
         if mod is None or getattr(mod, "__file__", None) != path:
             text = verified_source(path)
             spec = importlib.util.spec_from_loader(module_name, loader=None, origin=path)
+            assert spec is not None  # a spec with no loader always exists
             mod = importlib.util.module_from_spec(spec)
             mod.__file__ = path
             linecache.cache[path] = (len(text), None, text.splitlines(True), path)

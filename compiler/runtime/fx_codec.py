@@ -239,12 +239,12 @@ def _check_body(fn: Any, functions: set[str]) -> None:
     loads: list[str] = []
     for node in ast.walk(fn):
         t = type(node)
-        if t is ast.Name:
+        if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Store):
                 local.add(node.id)
             elif isinstance(node.ctx, ast.Load):
                 loads.append(node.id)
-        elif t is ast.Attribute:
+        elif isinstance(node, ast.Attribute):
             if node.attr.startswith("_"):
                 raise Unsupported(f"kernel {fn.name}: attribute {node.attr}")
         elif isinstance(node, refused):
@@ -327,9 +327,9 @@ def encode_attr(obj: Any, blobs: list[bytes]) -> dict:
         return {"kind": "graph", "graph": encode_module(obj, blobs)}
     if isinstance(obj, torch.Tensor):
         return {"kind": "tensor", "tensor": encode_tensor(obj, blobs)}
-    from ..lowering.control_flow import _Single
+    from ..lowering.control_flow import SingleOutput
 
-    if type(obj) is _Single and isinstance(obj.wrapper, fx.GraphModule):
+    if type(obj) is SingleOutput and isinstance(obj.wrapper, fx.GraphModule):
         return {"kind": "single", "graph": encode_module(obj.wrapper, blobs)}
     raise Unsupported(f"an attribute of type {type(obj).__name__}")
 
@@ -351,9 +351,9 @@ def decode_attr(data: dict, blobs: list[bytes]) -> Any:
     if kind == "tensor":
         return decode_tensor(data["tensor"], blobs)
     if kind == "single":
-        from ..lowering.control_flow import _Single
+        from ..lowering.control_flow import SingleOutput
 
-        return _Single(decode_module(data["graph"], blobs))
+        return SingleOutput(decode_module(data["graph"], blobs))
     raise Unsupported(f"attribute kind {kind!r}")
 
 

@@ -356,7 +356,10 @@ def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cf
         if target.backend != "cuda":
             _OWN["ok"] = False
             return None
-        names = list(arg_names) if arg_names is not None else list(jit_fn.arg_names)
+        if arg_names is None:
+            assert jit_fn is not None, "a kernel loader comes with the kernel's parameter names"
+            arg_names = jit_fn.arg_names
+        names = list(arg_names)
         req = make_request(name, source_path, names, args, cfg, target)
     except Unsupported as e:
         log.debug("kiln: %s", e)
@@ -445,7 +448,7 @@ def _is_compile_error(e: Exception) -> bool:
     try:
         from triton.runtime.errors import OutOfResources
     except ImportError:  # pragma: no cover - older layouts
-        OutOfResources = ()  # type: ignore[assignment]
+        OutOfResources = ()
     return isinstance(e, (CompilationError, OutOfResources))
 
 

@@ -316,7 +316,7 @@ def decode_entry(payload: bytes, key: str, name: str, gm: Optional[fx.GraphModul
         subs = []
         for sub in rec["subgraphs"]:
             inner = getattr(module, sub["attr"], None)
-            inner = getattr(inner, "wrapper", inner)  # a ``_Single`` holds the compiled subgraph
+            inner = getattr(inner, "wrapper", inner)  # a ``SingleOutput`` holds the compiled subgraph
             if not isinstance(inner, fx.GraphModule):
                 raise fx_codec.Unsupported(f"subgraph {sub['attr']} not in the stored wrapper")
             subs.append(build(sub, inner, f"{graph_name}.{sub['attr']}", None))

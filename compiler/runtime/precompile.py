@@ -50,9 +50,9 @@ def precompile_graph(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Mo
 
 
 def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module) -> int:
-    from ..ir import _size_hints
+    from ..ir import size_hints
 
-    hints = _size_hints()
+    hints = size_hints()
     sent = 0
     for ks in kernels:
         try:

@@ -191,10 +191,10 @@ def rebuild(facts: dict, fw_run: Callable, bw_run: Callable, gm: fx.GraphModule,
             kept = [x.detach() if x._is_view() else x for x in kept]
             ctx.save_for_backward(*kept[:vc])
             ctx.kiln_no_vc = kept[vc:]
-            ret = list(outs[:returns])
+            fresh = list(outs[:returns])
             for i in views:  # views of an intermediate leave as fresh tensors (autograd's view checks)
-                ret[i] = unsafe_view(ret[i], ret[i].shape)
-            ret = tuple(ret)
+                fresh[i] = unsafe_view(fresh[i], fresh[i].shape)
+            ret = tuple(fresh)
             ctx.mark_non_differentiable(*[ret[i] for i in nondiff if isinstance(ret[i], torch.Tensor)])
             ctx._materialize_non_diff_grads = False
             return ret

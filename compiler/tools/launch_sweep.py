@@ -106,10 +106,11 @@ def build_case(name: str) -> Callable[[], Any]:
         model = nn.Sequential(_VitBlock(), _VitBlock()).cuda()
         return _train_step(model, torch.randn(32, 197, 768, device="cuda", requires_grad=True))
     if name == "resnet":
-        model = nn.Sequential(_Bottleneck(), _Bottleneck()).cuda().to(memory_format=torch.channels_last)
+        # torch's stubs lack Module.to's memory_format keyword, which it accepts
+        model = nn.Sequential(_Bottleneck(), _Bottleneck()).cuda().to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         return _train_step(model, torch.randn(32, 256, 56, 56, device="cuda").to(memory_format=torch.channels_last))
     if name == "convnext":
-        model = _convnext_stage().cuda().to(torch.bfloat16, memory_format=torch.channels_last).eval()
+        model = _convnext_stage().cuda().to(torch.bfloat16, memory_format=torch.channels_last).eval()  # type: ignore[call-overload]
         x = torch.randn(16, 96, 56, 56, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         f = torch.compile(model, backend="kiln")
 
@@ -157,18 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         firsts: dict[str, tuple[TritonKernel, tuple]] = {}
         orig = TritonKernel.forward
 
-        def spy(self: TritonKernel, *a: Any, pointwise: bool = case in POINTWISE_CASES) -> None:
+        def spy(self: TritonKernel, *a: Any, pointwise: bool = case in POINTWISE_CASES,
+                firsts: dict[str, tuple[TritonKernel, tuple]] = firsts, orig: Any = orig) -> None:
             if (self.reduction or pointwise) and self.name not in firsts:
                 firsts[self.name] = (self, a)
             return orig(self, *a)
 
-        TritonKernel.forward = spy
+        TritonKernel.forward = spy  # type: ignore[method-assign]  # the spy records each kernel's first launch
         t_case = time.perf_counter()
         try:
             step()
             torch.cuda.synchronize()
         finally:
-            TritonKernel.forward = orig
+            TritonKernel.forward = orig  # type: ignore[method-assign]
         first_s = time.perf_counter() - t_case
         step_ms = triton.testing.do_bench(step, warmup=5, rep=50, return_mode="median")
         print(f"{case:6} step {step_ms:.3f} ms (median; first call, compile included, {first_s:.0f} s)", flush=True)
@@ -178,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             rnumel = int(a[nptr + len(k.size_args) + 1]) if k.reduction else 1
             base = k.heuristic_config(xnumel, rnumel, interp=False)
 
-            def timed(cfg: dict[str, Any]) -> float:
-                k.launch_config = lambda x, r, d, c=cfg: c  # instance attribute: this kernel only
+            def timed(cfg: dict[str, Any], k: TritonKernel = k, a: tuple = a) -> float:
+                def fixed(x: int, r: int, d: Any) -> dict[str, Any]:
+                    return cfg
+
+                k.launch_config = fixed  # type: ignore[assignment]  # an instance attribute: this kernel only
                 k._launches.clear()
                 try:
                     return triton.testing.do_bench(lambda: k(*a), warmup=5, rep=25, return_mode="median") * 1e3

@@ -230,7 +230,7 @@ def _compile_one_untimed(fn: Any, spec: KernelSpec, target: Target, source_path:
     from triton.compiler import ASTSource
     from triton.compiler.errors import CompilationError
 
-    base = dict(kernel=spec.kernel, source=spec.source, spec_file=spec.spec_file, target=target.name)
+    base: dict[str, Any] = dict(kernel=spec.kernel, source=spec.source, spec_file=spec.spec_file, target=target.name)
     if set(spec.signature) != set(fn.arg_names):
         return Outcome(
             **base,

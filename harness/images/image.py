@@ -334,7 +334,7 @@ def image_labels(backend: Backend, tag: str, base_image: str, base_id: str | Non
         "kiln.backend": backend.name,
         "kiln.inputs-hash": tag.split(":")[-1],
         "kiln.base-image": base_image,
-        "kiln.base-digest": backend.base_digest if digest_pinned(backend, base_image) else "",
+        "kiln.base-digest": (backend.base_digest or "") if digest_pinned(backend, base_image) else "",
         "kiln.base-id": base_id or "",
         "kiln.lock-sha256": lock.digest or "none",
     }

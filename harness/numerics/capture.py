@@ -164,7 +164,7 @@ def run_side(prog: Program, comp: Compiler, cpu_inputs: dict[str, torch.Tensor],
     try:
         with comp.context(), _kiln_record(comp.kiln) as graphs:
             fn = comp.build(prog)
-            for r in range(repeat):
+            for _ in range(repeat):
                 t0 = time.perf_counter()
                 outs = execute(fn, prog, dev_inputs, cotangent_for)
                 _sync(device)

@@ -20,6 +20,7 @@ from harness import arms
 from .exc import NoDevice, NotComparable, NumericsError, RunFolderError
 
 if TYPE_CHECKING:
+    from .compare import Side
     from .store import RunFolder
 
 
@@ -154,7 +155,7 @@ def _sides_of(run: RunFolder, comps: list[str] | None, left_out: list[str]) -> l
     return out
 
 
-def build_cases(args: list[str]) -> tuple[list[tuple[str, list[cmp.Side], list[str]]], list[str]]:
+def build_cases(args: list[str]) -> tuple[list[tuple[str, list[Side], list[str]]], list[str]]:
     """(case name, labelled sides, left-out notes) per program compared, and notes on unmatched cases."""
     specs = [(_split(a), _store.find_runs(_split(a)[0])) for a in args]
     collections = [len(runs) > 1 or (runs[0] != path) for (path, _), runs in specs]
@@ -193,7 +194,7 @@ def _labels(n: int) -> list[str]:
     return [letters[i] if n <= 26 else f"S{i + 1}" for i in range(n)]
 
 
-def _baseline(sides: list[cmp.Side], name: str | None) -> int:
+def _baseline(sides: list[Side], name: str | None) -> int:
     if not name:
         return 0
     for i, s in enumerate(sides):

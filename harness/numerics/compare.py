@@ -187,9 +187,11 @@ def _row(t: torch.Tensor, shape: tuple[int, ...], where: list[int], row_dim: int
     d = row_dim % t.ndim
     if t.ndim == len(shape) and all(a == b for i, (a, b) in enumerate(zip(t.shape, shape)) if i != d) \
             and shape[d] in (1, t.shape[d]):
-        return t[(*where[:d], slice(None), *where[d + 1:])]
+        row: tuple[int | slice, ...] = (*where[:d], slice(None), *where[d + 1:])
+        return t[row]
     if t.ndim == len(shape) + 1 and tuple(t.shape[:d]) + tuple(t.shape[d + 1:]) == tuple(shape):
-        return t[(*where[:d], slice(None), *where[d:])]
+        row = (*where[:d], slice(None), *where[d:])
+        return t[row]
     return None
 
 

@@ -208,7 +208,7 @@ def _resolve_suite(ref: str, root: Path | None) -> Program:
     if "::" in ref and "test_error_vs_fp64_not_worse_than_eager" not in ref:
         raise ProgramError(f"{ref}: only test_error_vs_fp64_not_worse_than_eager[NAME-DTYPE] (the PROGRAMS table) "
                            "names a program of the numerics suite")
-    if name not in table or dtype_tok is None:
+    if name is None or name not in table or dtype_tok is None:
         raise ProgramError(f"{ref}: unknown suite program; known names {', '.join(sorted(table))}, "
                            f"dtypes {', '.join(SUITE_DTYPES)}")
     fn, make = table[name]

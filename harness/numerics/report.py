@@ -27,7 +27,7 @@ def _at(where: list[int]) -> str:
     return "[" + ", ".join(map(str, where)) + "]"
 
 
-def _side_cell(s: dict[str, Any]) -> str:
+def _side_cell(s: dict[str, Any]) -> list[Any]:
     dev = s.get("device") or "?"
     if s.get("gpus"):
         dev += f" ({', '.join(s['gpus'])})"
@@ -156,13 +156,16 @@ def verdict_lines(reports: list[dict[str, Any]]) -> list[str]:
     lines = []
     for r in reports:
         names = side_names(r)
+
+        def named(m: re.Match[str], names: dict[str, str] = names) -> str:
+            return m.group(1) + names.get(m.group(2), m.group(2))
+
         if r.get("sides"):
             lines.append(f"{r['program']['ref']} sides: " + ", ".join(
                 f"{s['label']} = {s['compiler']} ({s['run']})" for s in r["sides"]))
         for o in r["outputs"]:
             for p in o["pairs"]:
-                text = re.sub(r"\b(run |for )([A-Z]|S\d+)\b",
-                              lambda m, names=names: m.group(1) + names.get(m.group(2), m.group(2)), p["verdict"])
+                text = re.sub(r"\b(run |for )([A-Z]|S\d+)\b", named, p["verdict"])
                 lines.append(f"{r['program']['ref']} {o['name']}: {names.get(p['b'], p['b'])} vs "
                              f"{names.get(p['a'], p['a'])}: {text}")
     return lines

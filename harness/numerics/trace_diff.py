@@ -101,9 +101,9 @@ def load(path: Path) -> Trace:
     for i, r in enumerate(records[1:], 2):
         kind = r["type"]
         if kind == "graph":
-            trace.graphs[r.get("graph_index")] = r
+            trace.graphs[r["graph_index"]] = r
         elif kind == "kernel":
-            trace.sources[r.get("source_hash")] = r.get("source")
+            trace.sources[r["source_hash"]] = r["source"]
         elif kind == "launch":
             missing = [k for k in _LAUNCH_KEYS if k not in r]
             if missing:

@@ -136,7 +136,7 @@ def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], n
                [(w, c, tuple(p)) for w, c, p in data.results.get(run.id) or []])
         out.append(PageSpec(pages.run_page(run.uid), _hash(sig), job=("run", run.uid)))
         out.append(PageSpec(f"run-{pages.slug(run.uid)}.json", _hash(("export", sig)), job=("export", run.uid)))
-    for (w, c, commit), path in data.bisections.items():
+    for (_w, _c, commit), path in data.bisections.items():
         name = f"{path.stem}-{commit[:10]}"
         try:
             text = path.read_text()

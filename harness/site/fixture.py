@@ -66,7 +66,7 @@ def write_bench(where: Any, runs: int = 30, *, models: int = 6, seed: int = 0) -
     from harness.bench.store import Store
 
     rng = random.Random(seed)
-    ids = []
+    ids: list[int] = []
     with Store(where) as store:
         for i in range(runs):
             rid = store.begin_run(_run_info(i))

@@ -115,9 +115,9 @@ def graph_charts(key: GraphKey, series: dict[str, list[Point]], marks: Sequence[
     lat = []
     for comp in _ordered(series):
         pts = [p for p in series[comp] if p.median_ns]
-        lat.append(charts.Series(comp, [pos[p.run_id] for p in pts], [p.median_ns / div for p in pts],
-                                 [(p.q1_ns or p.median_ns) / div for p in pts],
-                                 [(p.q3_ns or p.median_ns) / div for p in pts],
+        lat.append(charts.Series(comp, [pos[p.run_id] for p in pts], [(p.median_ns or 0.0) / div for p in pts],
+                                 [(p.q1_ns or p.median_ns or 0.0) / div for p in pts],
+                                 [(p.q3_ns or p.median_ns or 0.0) / div for p in pts],
                                  series_label(comp, device)))
     by_point = {(p.run_id, comp): p for comp, pts in series.items() for p in pts}
     cmarks = []
@@ -142,7 +142,7 @@ def graph_charts(key: GraphKey, series: dict[str, list[Point]], marks: Sequence[
     for comp in _ordered(series):
         pts = [p for p in series[comp] if p.frac_ceiling]
         if pts:
-            bw.append(charts.Series(comp, [pos[p.run_id] for p in pts], [100 * p.frac_ceiling for p in pts],
+            bw.append(charts.Series(comp, [pos[p.run_id] for p in pts], [100 * (p.frac_ceiling or 0.0) for p in pts],
                                     label=series_label(comp, device)))
     if bw:
         figs.append(_figure(key, "bandwidth", charts.trend_svg(

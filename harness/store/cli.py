@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.exc import UsageError
 
@@ -36,7 +36,7 @@ def add_store_flags(p: argparse.ArgumentParser, *, hidden: bool = False) -> None
         "else each store's own file)")
     help_strict = argparse.SUPPRESS if hidden else (
         "an unreachable store server is an error (exit 3) instead of results kept in the local spool")
-    extra = {"default": argparse.SUPPRESS} if hidden else {}
+    extra: dict[str, Any] = {"default": argparse.SUPPRESS} if hidden else {}
     p.add_argument("--store", metavar="URL", help=help_url, **extra)
     p.add_argument("--store-strict", action="store_true", help=help_strict, **extra)
 
@@ -140,7 +140,7 @@ def _sources(given: list[str] | None) -> list[url.Location]:
         for path in (Path(raw.replace("{backend}", name)).expanduser(),
                      s.results_root / "bench" / name / "bench.sqlite"):
             looked.append(path)
-            if path.is_file() and path.resolve() not in [Path(f).resolve() for f in found]:
+            if path.is_file() and path.resolve() not in [Path(f).resolve() for f in found if isinstance(f, Path)]:
                 found.append(path)
     if not found and looked:
         print(f"note: no bench store on this runner to push (looked for {', '.join(map(str, looked))})",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, CursorResult, Engine, create_engine, event
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
@@ -159,6 +159,13 @@ def backup(path: Path, revision: int) -> Path:
         src.close()
     tmp.rename(dest)
     return dest
+
+
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key of the one row an `INSERT` (`result`, from `Connection.execute`) added."""
+    key = result.inserted_primary_key
+    assert key is not None, "not the result of a single-row INSERT"
+    return int(key[0])
 
 
 @contextmanager

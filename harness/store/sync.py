@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Table, delete, insert, select, text
 
 from . import tables as t
 from .migrate import BENCH, StoreKind
-from .sqlite import transaction
+from .sqlite import inserted_id, transaction
 
 
 @dataclass
@@ -58,7 +58,7 @@ def _copy_one(src: Connection, dst: Connection, kind: StoreKind, run: dict, fill
     row = {k: v for k, v in run.items() if k != "id"}
     if not row.get("runner"):
         row["runner"] = fill_runner
-    new_id = int(dst.execute(insert(runs).values(**row)).inserted_primary_key[0])
+    new_id = inserted_id(dst.execute(insert(runs).values(**row)))
     for table, fk in children:
         rows = _rows(src, table, table.c[fk] == run["id"])
         if not rows:
@@ -66,7 +66,7 @@ def _copy_one(src: Connection, dst: Connection, kind: StoreKind, run: dict, fill
         if table is t.results:
             for r in rows:
                 old = r.pop("id")
-                rid = int(dst.execute(insert(t.results).values(**{**r, fk: new_id})).inserted_primary_key[0])
+                rid = inserted_id(dst.execute(insert(t.results).values(**{**r, fk: new_id})))
                 samples = [{**s, "result_id": rid} for s in _rows(src, t.samples, t.samples.c.result_id == old)]
                 if samples:
                     dst.execute(insert(t.samples), samples)

@@ -7,6 +7,7 @@
 
 from sqlalchemy import REAL, BigInteger, Integer
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
+from sqlalchemy.types import TypeEngine
 
-REAL8 = REAL().with_variant(DOUBLE_PRECISION(), "postgresql")
+REAL8: TypeEngine[float] = REAL().with_variant(DOUBLE_PRECISION(), "postgresql")
 INT8 = Integer().with_variant(BigInteger(), "postgresql")

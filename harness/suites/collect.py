@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness import results as res
 from harness.exc import ResultsError
-from harness.record import RunRecord, SuiteRecord, SuiteStatus
+from harness.record import RunRecord, SuiteRecord, SuiteStatus, TestOutcome
 from harness.settings import settings
 
 
@@ -27,7 +27,7 @@ class SuiteResults:
 
     name: str
     status: SuiteStatus
-    tests: list[res.TestResult]
+    tests: list[TestOutcome]
     record: SuiteRecord
 
 
@@ -46,7 +46,7 @@ class RunResults:
         return self.record.complete
 
     @property
-    def failing(self) -> list[tuple[str, res.TestResult]]:
+    def failing(self) -> list[tuple[str, TestOutcome]]:
         """(suite, test) for every failed or errored test, in suite then file order."""
         return [(s.name, t) for s in self.suites for t in s.tests if t.failing]
 
@@ -109,7 +109,7 @@ def load_run(path: Path | str) -> RunResults:
     return from_record(path, record, tests)
 
 
-def from_record(path: Path, record: RunRecord, tests: Mapping[str, list[res.TestResult]]) -> RunResults:
+def from_record(path: Path, record: RunRecord, tests: Mapping[str, list[TestOutcome]]) -> RunResults:
     """A plain run's results from its record and each suite's tests as already parsed (the runner's, in
     memory: nothing is read back)."""
     suites = [SuiteResults(s.name, s.status, list(tests.get(s.name, [])), s) for s in record.suites]

@@ -230,6 +230,8 @@ def _record(db_path: Any, folder: Any) -> Recorded:
     import uuid
 
     from harness.store.runner import current
+    from harness.store.sqlite import inserted_id
+
     if isinstance(folder, (str, Path)):
         folder = Path(folder).resolve()
         source, date, backend, rows, reruns = _read_folder(folder)
@@ -242,10 +244,10 @@ def _record(db_path: Any, folder: Any) -> Recorded:
     with connect(db_path) as db:
         if db.execute(select(r.id).where(r.folder == str(folder), r.runner == who["runner"])).first():
             return Recorded(folder, None, source, backend, len(rows), len(reruns))
-        run_id = int(db.execute(insert(t.history_runs).values(
+        run_id = inserted_id(db.execute(insert(t.history_runs).values(
             date=date, git_commit=folder_commit(folder), backend=backend, source=source, folder=str(folder),
             uid=uuid.uuid4().hex, **who,
-        )).inserted_primary_key[0])
+        )))
         if rows:
             db.execute(insert(t.history_outcomes), [{"run_id": run_id, "node_id": n, "outcome": o,
                                                      "duration_s": float(d)} for n, o, d in rows])

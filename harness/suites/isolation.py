@@ -46,7 +46,7 @@ from typing import Any
 from harness import leftovers
 from harness import results as res
 from harness.exc import EXIT_POISONED
-from harness.record import CrashRecord
+from harness.record import CrashRecord, Outcome, TestOutcome
 
 WATCHDOG_GRACE_S = 30.0  # at most this long past the per-test timeout: pytest-timeout has had its chance
 MAX_CRASHES = 25  # per suite: past this many, the rest is not run (something is broken for every test)
@@ -117,7 +117,8 @@ def read_journal(path: Path) -> JournalRead:
         elif kind == "finish":
             out.finished.append(Finished(ev["id"], ev["outcome"], res.printable(ev.get("message", "")),
                                          res.printable(ev.get("text", "")), float(ev.get("duration_s") or 0.0)))
-            out.running = out.running_since = None if out.running == ev["id"] else out.running
+            if out.running == ev["id"]:  # the test that was running finished
+                out.running = out.running_since = None
         elif kind == "poisoned":
             out.poisoned = (ev["id"], ev.get("error", ""))
         elif kind == "exit":
@@ -172,10 +173,10 @@ class SuiteRun:
             return "failed"
         return "passed" if self.finished else "empty"
 
-    def tests(self) -> list[res.TestResult]:
+    def tests(self) -> list[TestOutcome]:
         """The finished tests as the suite's JUnit (`write_junit`) gives them back: seconds to 3 decimals, a
         message only for a test that did not pass."""
-        return [res.TestResult(f.id, f.outcome, f.message.strip()[:500] if f.outcome != "passed" else "",
+        return [TestOutcome(f.id, Outcome(f.outcome), f.message.strip()[:500] if f.outcome != "passed" else "",
                                round(f.duration_s, 3)) for f in self.finished]
 
 
@@ -365,7 +366,7 @@ def _names(test_id: str) -> tuple[str, str, str]:
 
 def write_junit(path: Path, suite: str, finished: list[Finished]) -> None:
     """The suite's JUnit XML (xunit1, with each test's `kiln_nodeid`; a crash also carries `kiln_crash`)."""
-    counts = res.counts([res.TestResult(f.id, f.outcome, "", 0.0) for f in finished])
+    counts = res.counts([TestOutcome(f.id, Outcome(f.outcome), "", 0.0) for f in finished])
     top = ET.Element("testsuites")
     ts = ET.SubElement(top, "testsuite", name=suite, tests=str(len(finished)), failures=str(counts["failed"]),
                        errors=str(counts["error"]), skipped=str(counts["skipped"] + counts["xfailed"]),

@@ -202,14 +202,14 @@ def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: 
     problems = consistency_problems(placed, records, count)
     if len(problems) > MAX_PROBLEMS:
         problems = problems[:MAX_PROBLEMS] + [f"... and {len(problems) - MAX_PROBLEMS} more"]
-    status = RunStatus.INCONSISTENT if problems else RunStatus.INCOMPLETE if stopped or reason else RunStatus.COMPLETE
+    run_status = RunStatus.INCONSISTENT if problems else RunStatus.INCOMPLETE if stopped or reason else RunStatus.COMPLETE
     reasons = ([reason] if reason else []) + stopped + problems
     starts = [s.started for s in shards if s.started]
     like = first or base or RunRecord("", "", RunStatus.RUNNING)
     shared = {k: getattr(like, k) for k in SHARED_KEYS}
     if first is not None and first.quarantine is None and base is not None:
         shared["quarantine"] = base.quarantine
-    merged = replace(RunRecord(out.name, like.backend, status), **shared,
+    merged = replace(RunRecord(out.name, like.backend, run_status), **shared,
                      history=history if history is not None else (base.history if base else None),
                      started=min(starts, default=None), finished=_now(), shard_count=count, shards=tuple(shards),
                      problems=tuple(problems), wall_s=round(wall_s, 2) if wall_s is not None else None,

@@ -292,7 +292,7 @@ def apply(
 
 
 def outcomes_of(tests: Iterable[object]) -> dict[str, list[str]]:
-    """test id -> outcomes from result records with `.id` and `.outcome` (e.g. harness.results.TestResult);
+    """test id -> outcomes from result records with `.id` and `.outcome` (e.g. harness.record.TestOutcome);
     a test listed twice (same id in two suites or runs) keeps both outcomes."""
     result: dict[str, list[str]] = {}
     for t in tests:

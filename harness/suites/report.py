@@ -30,7 +30,7 @@ from harness import results as res
 from harness.suites import retries as retries_mod
 from harness.suites.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
-from harness.record import RunRecord, RunStatus, ShardRecord
+from harness.record import RetryRecord, RunRecord, RunStatus, ShardRecord, TestOutcome
 from harness.settings import settings
 
 
@@ -176,7 +176,7 @@ def summarize(run: RunResults) -> Summary:
     return s if kept is None or kept == s.judged_ok else replace(s, kept=kept)
 
 
-def final_counts(tests: list[res.TestResult], flaky: set[str]) -> dict[str, int]:
+def final_counts(tests: list[TestOutcome], flaky: set[str]) -> dict[str, int]:
     """res.counts, with the flaky tests taken out of failed/error and counted as `flaky` (when there are any)."""
     counts = res.counts([t for t in tests if t.id not in flaky])
     n = len({t.id for t in tests if t.id in flaky})
@@ -286,9 +286,9 @@ def render_text(run: RunResults) -> str:
         lines.append(f"reason: {run.record.reason}")
     lines += _env_lines(run) + _numerics_lines(run)
     lines.append("")
-    for suite in run.suites:
-        lines.append(res.summary_line(suite.name, label, suite.tests, suite.record.duration_s,
-                                      suite_label(suite, s.flaky)))
+    for one in run.suites:
+        lines.append(res.summary_line(one.name, label, one.tests, one.record.duration_s,
+                                      suite_label(one, s.flaky)))
     rows = shard_rows(run)
     if rows:
         lines += ["", *map(_shard_line, rows)]
@@ -346,7 +346,7 @@ def broken_suite_lines(run: RunResults) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def _attempt_lines(run: RunResults, r: retries_mod.RetriedTest | None, past: Any) -> list[str]:
+def _attempt_lines(run: RunResults, r: RetryRecord | None, past: Any) -> list[str]:
     """Under a failed test: its attempts and the failing attempt's log, then its history (if known). A run
     written before retries existed (no `retries` in run.json) says nothing of attempts."""
     lines = []
@@ -449,7 +449,7 @@ def summary_json(run: RunResults, s: Summary | None = None) -> dict[str, Any]:
     }
 
 
-def _final(t: res.TestResult, s: Summary) -> dict[str, str]:
+def _final(t: TestOutcome, s: Summary) -> dict[str, str]:
     """A failed test's classification in summary.json: flaky or failing."""
     if not t.failing:
         return {}

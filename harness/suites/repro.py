@@ -168,11 +168,11 @@ def print_lines(args: Any) -> int:
     hint = image_hint(run.record_for(failing[0][1].id) if failing else run.record)
     if hint:
         print(f"# image: {hint}")
-    for suite in broken:  # died before (or after) its tests: rerun the whole folder to see why
-        why = (f"collection error: {suite.record.collect_failed}" if suite.record.collect_failed
-               else f"ended badly: {suite.record.ended_badly}")
-        print(f"# suite {suite.name}: {why}")
-        print(suite_repro_line(run.record, suite.name))
+    for one in broken:  # died before (or after) its tests: rerun the whole folder to see why
+        why = (f"collection error: {one.record.collect_failed}" if one.record.collect_failed
+               else f"ended badly: {one.record.ended_badly}")
+        print(f"# suite {one.name}: {why}")
+        print(suite_repro_line(run.record, one.name))
     for suite, test in failing:
         print(f"# {suite}: {test.id} ({test.outcome}: {test.headline[:120]})")
         print(make(run.record_for(test.id), test.id))

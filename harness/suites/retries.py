@@ -40,17 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import results as res
-from harness.record import PASSED, AttemptRecord, RetryRecord, RetryStatus, SuiteRecord, SuiteRetries
+from harness.record import PASSED, AttemptRecord, RetryRecord, RetryStatus, SuiteRecord, SuiteRetries, TestOutcome
 
 FLAKY, FAILING = RetryStatus.FLAKY.value, RetryStatus.FAILING.value  # as harness.suites.flakes names them
 RETRY_SLACK_S = 120  # a rerun's limit: the per-test timeout plus this (start-up, imports, collection)
 RETRY_DIR = "retries"  # under the suites folder
 MAX_TEXT = 20_000  # characters of attempt 0's failure text kept
-
-
-# the records live in harness.record (run.json's schema); these are their names here
-Attempt = AttemptRecord
-RetriedTest = RetryRecord
 
 
 def classify(outcomes: Sequence[str]) -> str:
@@ -103,8 +98,8 @@ def retry_timeout_s(b: Any) -> float:
     return float(min(b.timeouts.suite_s, b.timeouts.test_s + RETRY_SLACK_S))
 
 
-def write_first_attempt(out_dir: Path, run_dir: Path, suite: str, k: int, junit: Path, test: res.TestResult,
-                        root: Path | None = None) -> Attempt:
+def write_first_attempt(out_dir: Path, run_dir: Path, suite: str, k: int, junit: Path, test: TestOutcome,
+                        root: Path | None = None) -> AttemptRecord:
     """Attempt 0 of the k-th retried test of `suite`: its failure text from the suite's JUnit, saved as its log."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{suite}-{k}.0.txt"
@@ -112,21 +107,21 @@ def write_first_attempt(out_dir: Path, run_dir: Path, suite: str, k: int, junit:
     where = whole.relative_to(run_dir) if whole.is_relative_to(run_dir) else whole
     res.atomic_write_text(path, f"{test.id}: attempt 0 (the suite run; its whole log: {where})\n"
                                 f"{failure_text(junit, test.id, root)}\n")
-    return Attempt(0, test.outcome, test.headline[:300], str(path.relative_to(run_dir)), test.duration_s)
+    return AttemptRecord(0, test.outcome, test.headline[:300], str(path.relative_to(run_dir)), test.duration_s)
 
 
-def rerun_attempt(n: int, test_id: str, run: Any, run_dir: Path, root: Path | None = None) -> Attempt:
+def rerun_attempt(n: int, test_id: str, run: Any, run_dir: Path, root: Path | None = None) -> AttemptRecord:
     """Attempt `n` from a rerun's `runner.PytestRun` (its JUnit, log, exit status)."""
     found = attempt_result(run.junit, test_id, root) if run.junit.exists() else None
     if found is None:
         why = "timed out" if run.timed_out else f"exit {run.returncode}"
         found = ("error", f"the rerun left no result for the test ({why}); see its log", run.duration_s)
     outcome, message, seconds = found
-    return Attempt(n, outcome, (message.splitlines() or [""])[0][:300], str(run.log.relative_to(run_dir)), seconds,
+    return AttemptRecord(n, outcome, (message.splitlines() or [""])[0][:300], str(run.log.relative_to(run_dir)), seconds,
                    run.returncode, str(run.junit.relative_to(run_dir)) if run.junit.exists() else "")
 
 
-def order(failed: Sequence[res.TestResult], quarantined: Any) -> list[str]:
+def order(failed: Sequence[TestOutcome], quarantined: Any) -> list[str]:
     """The failed tests' ids in the order they are retried: outside the quarantine first, then file order."""
     return sorted(dict.fromkeys(t.id for t in failed), key=lambda i: bool(quarantined(i)))
 

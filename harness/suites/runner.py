@@ -43,7 +43,7 @@ from harness.suites import retries as retries_mod
 from harness.commands import pytest_argv
 from harness.matrix import Backend, Retries
 from harness.process import execute
-from harness.record import ProcessRecord, SuiteRecord, SuiteRetries, SuiteStatus
+from harness.record import ProcessRecord, RetryRecord, SuiteRecord, SuiteRetries, SuiteStatus, TestOutcome
 from harness.settings import settings
 from harness.suites.place import Place
 
@@ -113,7 +113,7 @@ def run_python_module(place: Place, backend: Backend, module_args: Sequence[str]
 # ---- the suites ------------------------------------------------------------------------------------------
 
 
-def suite_status(run: PytestRun, tests: list[res.TestResult]) -> str:
+def suite_status(run: PytestRun, tests: list[TestOutcome]) -> str:
     """passed / failed / empty / timeout / error for one suite run."""
     if run.timed_out:
         return "timeout"
@@ -151,8 +151,8 @@ def _error_line(log: Path) -> str:
 
 def run_suite_isolated(place: Place, b: Backend, suite: str, suite_dir: Path, *, env: dict[str, str],
                        extra: Sequence[str], echo: bool, env_extra: dict[str, str] | None,
-                       on_interrupt: Callable[[SuiteRecord, list[res.TestResult], str | None], None]
-                       ) -> tuple[SuiteRecord, list[res.TestResult], Path]:
+                       on_interrupt: Callable[[SuiteRecord, list[TestOutcome], str | None], None]
+                       ) -> tuple[SuiteRecord, list[TestOutcome], Path]:
     """One suite under crash isolation (harness.suites.isolation): (its record, tests, the suite's JUnit).
     On Ctrl-C/SIGTERM the record of what finished goes to `on_interrupt(record, tests, running test)` first."""
     junit = suite_dir / f"{suite}.xml"
@@ -181,7 +181,7 @@ def run_suite_isolated(place: Place, b: Backend, suite: str, suite_dir: Path, *,
 
 def run_suite_plain(place: Place, b: Backend, suite: str, suite_dir: Path, *, env: dict[str, str],
                     extra: Sequence[str], echo: bool, env_extra: dict[str, str] | None
-                    ) -> tuple[SuiteRecord, list[res.TestResult], Path]:
+                    ) -> tuple[SuiteRecord, list[TestOutcome], Path]:
     """One suite as one pytest process, no isolation (`--no-isolation`: what isolation costs is measured
     against this); a crash loses the suite's JUnit."""
     run = run_pytest(place, b, [f"tests/{suite}"], suite_dir, suite, env=env, extra=extra, echo=echo,
@@ -195,7 +195,7 @@ def run_suite_plain(place: Place, b: Backend, suite: str, suite_dir: Path, *, en
         run.junit
 
 
-def retry_failed(place: Place, b: Backend, suite: str, failed: Sequence[res.TestResult], policy: Retries, *,
+def retry_failed(place: Place, b: Backend, suite: str, failed: Sequence[TestOutcome], policy: Retries, *,
                  run_dir: Path, junit: Path, env: dict[str, str], extra: Sequence[str] = (),
                  echo: bool = False, quarantined: Callable[[str], bool] = lambda _: False) -> SuiteRetries:
     """Rerun each failed test of one suite alone (its node id, a fresh `run_pytest`), up to `policy.attempts`
@@ -223,7 +223,7 @@ def retry_failed(place: Place, b: Backend, suite: str, failed: Sequence[res.Test
             tries.append(retries_mod.rerun_attempt(n, test_id, run, run_dir, root))
             if tries[-1].outcome not in res.FAILING:
                 break
-        r = retries_mod.RetriedTest(test_id, suite, retries_mod.classify([a.outcome for a in tries]), tuple(tries))
+        r = RetryRecord(test_id, suite, retries_mod.classify([a.outcome for a in tries]), tuple(tries))
         retried.append(r)
         print(f"  retried {test_id} alone: {r.status.upper()}: {r.describe()}", flush=True)
     return retries_mod.suite_retries(policy.attempts, policy.max_tests, retried, ordered[len(chosen):])

@@ -341,8 +341,8 @@ END: tuple[tuple[str, Callable[[RunState], RunState]], ...] = (("history", recor
 
 def run(plan: Plan) -> tuple[Path, int]:
     """SETUP, then STEPS under the interrupt supervisor, then END (module docstring); (run folder, exit code)."""
-    for _, step in SETUP:
-        plan = step(plan)
+    for _, prepare in SETUP:
+        plan = prepare(plan)
     state = open_run(plan)
     with sigterm_interrupts():
         try:
@@ -451,7 +451,7 @@ def shard_options(args: argparse.Namespace, backend: str) -> tuple[shard_mod.Sha
     count = shard_mod.parse_shard_count(args.shards) if args.shards else None
     if args.durations:
         durations: Path | None = Path(args.durations).resolve()
-        if not durations.is_file():
+        if not (durations and durations.is_file()):
             raise HarnessError(f"durations file {args.durations} not found")
     else:
         durations = shard_mod.find_durations(settings().root, backend)

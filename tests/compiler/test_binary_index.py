@@ -26,9 +26,9 @@ from compiler.runtime.launcher import TritonKernel, _LazyJit, source_params
 from kiln_testing import gpu_jit_function, run_tagged_json
 
 triton = pytest.importorskip("triton")
-from triton import knobs
-from triton.backends.compiler import GPUTarget
-from triton.compiler import CompiledKernel
+from triton import knobs  # noqa: E402 - triton is optional: imported after importorskip
+from triton.backends.compiler import GPUTarget  # noqa: E402 - triton is optional: imported after importorskip
+from triton.compiler import CompiledKernel  # noqa: E402 - triton is optional: imported after importorskip
 
 SM90 = GPUTarget("cuda", 90, 32)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

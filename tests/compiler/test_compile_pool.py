@@ -20,9 +20,9 @@ from compiler.runtime.launcher import TritonKernel
 from kiln_testing import gpu_jit_function, run_tagged_json
 
 triton = pytest.importorskip("triton")
-from triton.backends.compiler import GPUTarget
-from triton.compiler.compiler import make_backend
-from triton.runtime.jit import JITFunction, create_function_from_signature
+from triton.backends.compiler import GPUTarget  # noqa: E402 - triton is optional: imported after importorskip
+from triton.compiler.compiler import make_backend  # noqa: E402 - triton is optional: imported after importorskip
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402 - triton is optional: imported after importorskip
 
 SM90 = GPUTarget("cuda", 90, 32)
 
@@ -58,8 +58,8 @@ def graph_kernels(fn, *inputs, dynamic=False):
     seen, launches = [], []
 
     def record(lowering, kernels, wrapper):
-        from compiler.ir import _size_hints
-        seen.append((lowering, list(kernels), wrapper, _size_hints()))
+        from compiler.ir import size_hints
+        seen.append((lowering, list(kernels), wrapper, size_hints()))
         return 0
 
     forward = TritonKernel.forward

@@ -131,7 +131,7 @@ def test_training_steps_match_eager_and_replay_forward_and_backward():
     with compiler.capture() as graphs:
         for _ in range(5):
             x, y = torch.randn(16, 32, device="cuda"), torch.randint(0, 8, (16,), device="cuda")
-            for m, o, f in ((model, opt, step), (ref, ref_opt, lambda x, y: F.cross_entropy(ref(x), y))):
+            for _m, o, f in ((model, opt, step), (ref, ref_opt, lambda x, y: F.cross_entropy(ref(x), y))):
                 o.zero_grad()
                 f(x, y).backward()
                 o.step()
@@ -183,7 +183,7 @@ def test_gradients_adopted_as_grad_are_not_overwritten_by_the_next_backward(micr
     with compiler.capture() as graphs:
         for _ in range(5):
             xs = [torch.randn(16, 32, device="cuda") for _ in range(micro_batches)]
-            for m, o, f in ((model, opt, step), (ref, ref_opt, lambda x: ref(x).pow(2).mean())):
+            for _m, o, f in ((model, opt, step), (ref, ref_opt, lambda x: ref(x).pow(2).mean())):
                 o.zero_grad(set_to_none=True)
                 for x in xs:
                     f(x).backward()

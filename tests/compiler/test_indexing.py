@@ -18,7 +18,7 @@ def run(fn, *args):
     ("gather", lambda x, i: torch.gather(x, 1, i) + 1, lambda d: (torch.randn(4, 10, device=d), torch.randint(0, 10, (4, 3), device=d))),
     ("negative_index", lambda x, i: x[i], lambda d: (torch.randn(10, 3, device=d), torch.tensor([-1, 0, -10, 4], device=d))),
     ("two_index_tensors", lambda x, i, j: x[i, :, j], lambda d: (torch.randn(5, 3, 7, device=d), torch.tensor([0, 4, 2], device=d), torch.tensor([6, 0, 1], device=d))),
-    ("cross_entropy", lambda l, t: F.cross_entropy(l, t), lambda d: (torch.randn(8, 10, device=d), torch.randint(0, 10, (8,), device=d))),
+    ("cross_entropy", lambda logits, t: F.cross_entropy(logits, t), lambda d: (torch.randn(8, 10, device=d), torch.randint(0, 10, (8,), device=d))),
 ])
 def test_indirect_reads_fuse(device, name, fn, make):
     args = make(device)
@@ -49,7 +49,7 @@ def test_one_hot_scatter_is_pointwise_and_cross_entropy_backward_has_no_fallback
     logits = torch.randn(8, 10, device=device, requires_grad=True)
     target = torch.randint(0, 10, (8,), device=device)
     with compiler.config.patch(strict=True), compiler.capture() as graphs:
-        torch.compile(lambda l, t: F.cross_entropy(l, t), backend="kiln")(logits, target).backward()
+        torch.compile(lambda lg, t: F.cross_entropy(lg, t), backend="kiln")(logits, target).backward()
     grad = logits.grad.clone()
     logits.grad = None
     F.cross_entropy(logits, target).backward()

@@ -290,7 +290,7 @@ def test_weight_gradient_reduction_is_outer_despite_row_vectors(device):
 @pytest.mark.parametrize("name, fn, make", [
     ("embedding", lambda w, i: F.embedding(i, w).sum(-1), lambda d, n: (torch.randn(30, 8, device=d), torch.randint(0, 30, (n, 6), device=d))),
     ("std_mean", lambda x: torch.std_mean(x, 0), lambda d, n: (torch.randn(n, 3, device=d),)),
-    ("label_smoothing", lambda l, t: F.cross_entropy(l, t, label_smoothing=0.05),
+    ("label_smoothing", lambda lg, t: F.cross_entropy(lg, t, label_smoothing=0.05),
      lambda d, n: (torch.randn(n, 11, device=d), torch.randint(0, 11, (n,), device=d))),
 ], ids=["embedding", "std_mean", "label_smoothing"])
 def test_dynamic_programs_with_symbolic_scalars(device, name, fn, make):

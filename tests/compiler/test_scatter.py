@@ -142,7 +142,8 @@ def test_narrow_integer_sums_wrap_like_eager(dtype, device):
     index = torch.tensor([0, 0, 1, 2, 2], device=device)
     for reduce in ("sum", "mean"):
         for include_self in (True, False):
-            fn = lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self)  # noqa: E731
+            fn = lambda x, i, s, reduce=reduce, include_self=include_self: x.scatter_reduce(  # noqa: E731
+                0, i, s, reduce, include_self=include_self)
             out, graphs = run(fn, x, index, src)
             assert torch.equal(out, fn(x, index, src)), (reduce, include_self)
             assert_lowered(graphs)
@@ -153,7 +154,7 @@ def test_scatter_reduce_amax_propagates_nan(device):
     src = torch.tensor([[float("nan"), 5.0, 2.0], [4.0, 0.0, 9.0]], device=device)
     index = torch.zeros(2, 3, dtype=torch.int64, device=device)
     for reduce in ("amax", "amin"):
-        fn = lambda x, i, s: x.scatter_reduce(0, i, s, reduce)  # noqa: E731
+        fn = lambda x, i, s, reduce=reduce: x.scatter_reduce(0, i, s, reduce)  # noqa: E731
         out, graphs = run(fn, x, index, src)
         torch.testing.assert_close(out, fn(x, index, src), equal_nan=True)
         assert_lowered(graphs)

@@ -213,9 +213,9 @@ def test_damaged_entries_are_misses_and_the_setting_turns_it_off(gc_dir, aot):
     key = name[:-len(inference_cache.SUFFIX)]
     data = inference_cache._read(key)
     assert data is not None and data["kind"] == "training"
-    for bad in ('{"format": 1, "key": "%s", "kind": "training", "fw": "../x", "bw": "../y"}' % key,
-                '{"format": 1, "key": "%s", "kind": "training", "fw": "%s", "bw": "%s", "returns": -1}'
-                % (key, data["fw"], data["bw"]),
+    for bad in (f'{{"format": 1, "key": "{key}", "kind": "training", "fw": "../x", "bw": "../y"}}',
+                f'{{"format": 1, "key": "{key}", "kind": "training", "fw": "{data["fw"]}", "bw": "{data["bw"]}", '
+                '"returns": -1}',
                 json.dumps({**data, "tangents": [{**t, "dtype": "save"} for t in data["tangents"]]})):
         cache.write_entry(str(gc_dir / name), bad.encode())
         assert inference_cache._read(key) is None

@@ -166,11 +166,11 @@ def test_cli_reports_broken_quarantine_file_in_one_line(tmp_path):
 
 
 def test_apply_takes_the_runners_test_results():
-    from harness.results import TestResult
+    from harness.record import TestOutcome
 
     tests = [
-        TestResult("tests/a.py::t", "failed", "boom", 0.1),
-        TestResult("tests/a.py::u", "passed", "", 0.1),
+        TestOutcome("tests/a.py::t", "failed", "boom", 0.1),
+        TestOutcome("tests/a.py::u", "passed", "", 0.1),
     ]
     quarantine = q.parse({"test": [{"id": "tests/a.py::t", "reason": "known"}]})
     verdict = q.apply(q.outcomes_of(tests), quarantine, "cpu")

@@ -20,6 +20,7 @@ from harness import matrix
 from harness.suites import flakes, history, quarantine, retries
 from harness.suites.collect import load_run
 from harness.exc import MatrixError
+from harness.record import AttemptRecord, RetryRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -217,12 +218,12 @@ def test_classify_and_the_json_round_trip():
     assert retries.classify(["failed", "passed"]) == retries.FLAKY == flakes.FLAKY
     assert retries.classify(["error", "failed", "failed"]) == retries.FAILING
     assert retries.classify(["failed", "skipped"]) == retries.FAILING
-    r = retries.RetriedTest("t::x", "alpha", "flaky", (
-        retries.Attempt(0, "failed", "boom", "suites/retries/alpha-1.0.txt"),
-        retries.Attempt(1, "failed", "boom", "suites/retries/alpha-1.1.log", 0.1, 1, "suites/retries/alpha-1.1.xml"),
-        retries.Attempt(2, "passed", "", "suites/retries/alpha-1.2.log", 0.1, 0, "suites/retries/alpha-1.2.xml")))
+    r = RetryRecord("t::x", "alpha", "flaky", (
+        AttemptRecord(0, "failed", "boom", "suites/retries/alpha-1.0.txt"),
+        AttemptRecord(1, "failed", "boom", "suites/retries/alpha-1.1.log", 0.1, 1, "suites/retries/alpha-1.1.xml"),
+        AttemptRecord(2, "passed", "", "suites/retries/alpha-1.2.log", 0.1, 0, "suites/retries/alpha-1.2.xml")))
     assert r.describe() == "failed, failed, passed (passed on retry 2)" and r.passed_on == 2
-    back = retries.RetriedTest.from_json(json.loads(json.dumps(r.to_json())), "shard-2")
+    back = RetryRecord.from_json(json.loads(json.dumps(r.to_json())), "shard-2")
     assert back.failing_log == "shard-2/suites/retries/alpha-1.0.txt"
     assert back.attempts[2].junit == "shard-2/suites/retries/alpha-1.2.xml" and back.outcomes == r.outcomes
 
@@ -291,9 +292,9 @@ def test_the_flakes_report_shows_flaky_on_retry_from_the_history(tmp_path):
     case = ('<testcase classname="x" name="t"><properties><property name="kiln_nodeid" value="t.py::t"/>'
             '</properties><failure message="boom"/></testcase>')
     (folder / "suites" / "alpha.xml").write_text(f"<testsuites><testsuite>{case}</testsuite></testsuites>")
-    flaky = retries.RetriedTest("t.py::t", "alpha", retries.FLAKY, (
-        retries.Attempt(0, "failed", "boom", "suites/retries/alpha-1.0.txt"),
-        retries.Attempt(1, "passed", "", "suites/retries/alpha-1.1.log", 0.2, 0)))
+    flaky = RetryRecord("t.py::t", "alpha", retries.FLAKY, (
+        AttemptRecord(0, "failed", "boom", "suites/retries/alpha-1.0.txt"),
+        AttemptRecord(1, "passed", "", "suites/retries/alpha-1.1.log", 0.2, 0)))
     (folder / "run.json").write_text(json.dumps({
         "backend": "cpu", "mode": "native", "status": "complete", "src": str(folder),
         "started": "2026-01-01T00:00:00+00:00",

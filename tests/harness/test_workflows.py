@@ -99,7 +99,7 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] not in ("ci-teardown", "site", "preflight")}
         assert set(steps) == {"bench-record", "bench-pr"}, f"bench-{b.name} runs {sorted(steps)}"
         assert set(steps) <= sessions
-        for name, (step, argv) in steps.items():
+        for name, (_step, argv) in steps.items():
             assert argv[3:] == ["--", "--backend", b.name], f"bench-{b.name}: {name} runs {argv[3:]}"
         record_if, pr_if = steps["bench-record"][0]["if"], steps["bench-pr"][0]["if"]
         assert "github.event_name != 'pull_request'" in record_if and "refs/heads/main" in record_if
@@ -153,7 +153,7 @@ def test_bench_jobs_build_and_upload_the_history_site_on_main():
         for st in (build, uploads[1]):
             assert "github.event_name != 'pull_request'" in st["if"] and "refs/heads/main" in st["if"]
             assert st["if"].startswith("!cancelled()")  # a confirmed regression (exit 1) still gets its site
-        assert link["env"] == {"SITE_URL": "${{ steps.%s.outputs.artifact-url }}" % uploads[1]["id"]}
+        assert link["env"] == {"SITE_URL": f"${{{{ steps.{uploads[1]['id']}.outputs.artifact-url }}}}"}
         assert f"steps.{uploads[1]['id']}.outputs.artifact-url != ''" in link["if"]
 
 
@@ -414,7 +414,7 @@ def test_sharded_jobs_take_the_shard_count_from_their_matrix():
     """`--shard I/N`: N is the matrix's `shards` (the length of its `shard` list), not strategy.job-total (which
     act leaves empty), so a shard can be run as written by a workflow runner other than GitHub's."""
     seen = 0
-    for wf, job_id, job in _jobs():
+    for _wf, job_id, job in _jobs():
         strategy = job.get("strategy") or {}
         if "shard" not in (strategy.get("matrix") or {}):
             continue

@@ -103,8 +103,9 @@ def measure(p: float, attempts: int, trials: int, first: int = 0, root: Path | N
     with tempfile.TemporaryDirectory(prefix="kiln-retry-rate-") as tmp:
         root = make_project(root or Path(tmp) / "proj")
         os.environ["KILN_ROOT"] = str(root)
-        from harness import matrix, results
+        from harness import matrix
         from harness.commands import suite_env
+        from harness.record import TestOutcome
         from harness.suites import runner
         from harness.suites.place import NativePlace
 
@@ -116,7 +117,7 @@ def measure(p: float, attempts: int, trials: int, first: int = 0, root: Path | N
         for trial in range(first, first + trials):
             run_dir = Path(tmp) / f"trial-{trial}"
             state.write_text(json.dumps({"trial": trial, "runs": 0, "p": p}))
-            first_failure = results.TestResult(TEST_ID, "failed", "the suite run failed (planted)", 0.0)
+            first_failure = TestOutcome(TEST_ID, "failed", "the suite run failed (planted)", 0.0)
             found = runner.retry_failed(NativePlace(), b, "rate", [first_failure], policy, run_dir=run_dir,
                                         junit=run_dir / "suites" / "rate.xml", env=suite_env(m, b))
             (test,) = found.tests
