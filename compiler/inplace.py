@@ -25,7 +25,7 @@ from . import config
 from .graph import ExternCall
 from .ir import ComputedBuffer, InputBuffer, Strided
 from .kexpr import loads
-from .scheduler import KernelGroup, Schedule, _scheduled_reads, same_on_domain
+from .scheduler import KernelGroup, Schedule, scheduled_reads, same_on_domain
 
 
 def write_in_place(schedule: Schedule) -> Schedule:
@@ -82,6 +82,6 @@ def _safe(schedule: Schedule, j: int, name: str, target: str, write_back: int) -
                 return False
     for k in range(j + 1, len(schedule.items)):
         item = schedule.items[k]
-        if k != write_back and target in _scheduled_reads(item):
+        if k != write_back and target in scheduled_reads(item):
             return False
     return True

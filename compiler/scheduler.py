@@ -217,7 +217,7 @@ class Schedule:
                 require(name not in producer, f"{where}: {name} produced by items {producer.get(name)} and {k}")
                 producer[name] = k
         for k, item in enumerate(self.items):
-            for name in _scheduled_reads(item):
+            for name in scheduled_reads(item):
                 j = producer.get(name)
                 if j is None:
                     require(name in buffers and not isinstance(buffers[name], ComputedBuffer),
@@ -229,7 +229,7 @@ class Schedule:
         targets = {m.buf.definition.target: k for k, g in enumerate(self.items) if isinstance(g, KernelGroup)
                    for m in g.members if isinstance(m.buf.definition, Scatter)}
         for k, item in enumerate(self.items):
-            for name in _scheduled_reads(item):
+            for name in scheduled_reads(item):
                 require(targets.get(name, k) == k, f"{where}: item {k} reads {name}, which the scatter of item "
                                                    f"{targets.get(name)} overwrites in place")
         for name, k in targets.items():
@@ -671,7 +671,7 @@ def _unbacked_symbols(outputs) -> set[sympy.Symbol]:
     return {s for s in found if symbol_is_type(s, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT))}
 
 
-def _scheduled_reads(item: Scheduled) -> list[str]:
+def scheduled_reads(item: Scheduled) -> list[str]:
     """Buffers a scheduled item reads, from what it computes: the loads of a group's members (and partial
     sums) in the group's index space, the tensor arguments of a call. Evaluates no definition."""
     names: dict[str, None] = {}

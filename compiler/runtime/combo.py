@@ -28,7 +28,7 @@ import torch
 
 from .. import config
 from . import autotune, cache
-from .launcher import MAX_LAUNCHES, TritonKernel, _Launch, _LazyJit, _multi_gpu, _where, cdiv
+from .launcher import MAX_LAUNCHES, TritonKernel, Launch, LazyJit, multi_gpu, device_index_of, cdiv
 
 log = logging.getLogger("kiln")
 
@@ -80,7 +80,7 @@ class ComboKernel(TritonKernel):
 
     def forward(self, *args: Any) -> None:
         nptr = self._nptr
-        key = (args[nptr:], _where(args[:nptr]))
+        key = (args[nptr:], device_index_of(args[:nptr]))
         split = self._split.get(key)
         if split is None:
             split = self._split[key] = self._decide(args, key[1])
@@ -102,7 +102,7 @@ class ComboKernel(TritonKernel):
         cfg["num_warps"] = max(c["num_warps"] for c in cfgs)
         return cfg
 
-    def _prepare(self, ints: tuple, where: int, args: tuple = ()) -> _Launch:
+    def _prepare(self, ints: tuple, where: int, args: tuple = ()) -> Launch:
         device = torch.device("cpu") if where < 0 else torch.device("cuda", where)
         cfg = self.combo_config(ints, config.interpreting())
         if where < 0:
@@ -110,9 +110,9 @@ class ComboKernel(TritonKernel):
         grid0 = sum(cdiv(int(n), cfg[f"XBLOCK_p{k}"]) for k, n in enumerate(ints))
         consts = tuple(cfg[f"XBLOCK_p{k}"] for k in range(len(ints)))
         int_spec = tuple((a == 1, a % 16 == 0, -2147483648 <= a <= 2147483647) for a in ints)
-        jit = self._fn[(grid0,)] if self._fn is not None else _LazyJit(self, grid0)
-        launch = _Launch(jit, cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))), max(where, 0),
-                         device, sum(int(n) for n in ints), 1, grid0 == 0, where >= 0 and _multi_gpu(), {})
+        jit = self._fn[(grid0,)] if self._fn is not None else LazyJit(self, grid0)
+        launch = Launch(jit, cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))), max(where, 0),
+                         device, sum(int(n) for n in ints), 1, grid0 == 0, where >= 0 and multi_gpu(), {})
         if len(self._launches) >= MAX_LAUNCHES:
             self._launches.clear()
         self._launches[(ints, where)] = launch

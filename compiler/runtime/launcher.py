@@ -85,7 +85,7 @@ class TritonKernel(torch.nn.Module):
         # GPU launch paths taken [fast, jit] (a list: nn.Module.__setattr__ costs microseconds per launch)
         self._counts = [0, 0]
         self._compiled: dict[tuple, Any] = {}  # specialization -> Triton CompiledKernel (GPU fast path)
-        self._launches: dict[tuple, "_Launch"] = {}  # (xnumel, rnumel, device index or -1 for CPU) -> launch
+        self._launches: dict[tuple, "Launch"] = {}  # (xnumel, rnumel, device index or -1 for CPU) -> launch
         self._dump_dir = config.settings().dump_dir
         self._autotune = config.settings().autotune  # read now: per-compile options are active only while compiling
 
@@ -170,14 +170,14 @@ class TritonKernel(torch.nn.Module):
         """Launch with ``args`` = pointers, sizes, ``xnumel`` (and ``rnumel``) as the wrapper passes them.
 
         The host time of this path is kiln's per-launch overhead (``harness bench overhead``): a launch is looked
-        up by the exact integer arguments and device (``_Launch``), its compiled kernel by the 16-byte
+        up by the exact integer arguments and device (``Launch``), its compiled kernel by the 16-byte
         alignment of the pointers, and called directly through Triton's launcher. On a GPU the kernel's module is
         imported (its ``JITFunction`` built) only when Triton must compile it or its JIT launches it: a first launch
-        that the binary index serves needs neither (``_LazyJit``, ``_compile_own``).
+        that the binary index serves needs neither (``LazyJit``, ``_compile_own``).
         """
         nptr = self._nptr
         first = args[0] if nptr else None
-        where = first.get_device() if type(first) is torch.Tensor else _where(args[:nptr])
+        where = first.get_device() if type(first) is torch.Tensor else device_index_of(args[:nptr])
         ints = args[nptr:]
         launch = self._launches.get((ints, where))
         if launch is None:
@@ -205,7 +205,7 @@ class TritonKernel(torch.nn.Module):
         # nn.Module.__call__ runs hook machinery on every launch; a kernel has no hooks
         return self.forward(*args)
 
-    def _prepare(self, ints: tuple, where: int, args: tuple = ()) -> "_Launch":
+    def _prepare(self, ints: tuple, where: int, args: tuple = ()) -> "Launch":
         nsizes = len(self.size_args)
         xnumel = int(ints[nsizes])
         rnumel = int(ints[nsizes + 1]) if self.reduction else 1
@@ -221,15 +221,15 @@ class TritonKernel(torch.nn.Module):
         # Triton specializes an int on being 1, a multiple of 16 and 32-bit: launches whose ints agree on that
         # share compiled kernels (``self._compiled``); a launch keeps its own by pointer alignment
         int_spec = tuple((a == 1, a % 16 == 0, -2147483648 <= a <= 2147483647) for a in ints)
-        jit = self._fn[(grid0,)] if self._fn is not None else _LazyJit(self, grid0)
-        launch = _Launch(jit, cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))),
-                         max(where, 0), device, xnumel, rnumel, xnumel == 0, where >= 0 and _multi_gpu(), {})
+        jit = self._fn[(grid0,)] if self._fn is not None else LazyJit(self, grid0)
+        launch = Launch(jit, cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))),
+                         max(where, 0), device, xnumel, rnumel, xnumel == 0, where >= 0 and multi_gpu(), {})
         if len(self._launches) >= MAX_LAUNCHES:  # sizes that never repeat (dynamic shapes): start over
             self._launches.clear()
         self._launches[(ints, where)] = launch
         return launch
 
-    def _launch_gpu(self, launch: "_Launch", args: tuple) -> None:
+    def _launch_gpu(self, launch: "Launch", args: tuple) -> None:
         """Call the compiled kernel for this launch and pointer alignment directly (Triton's ``JITFunction.run``
         re-binds and re-specializes every argument on every call: tens of microseconds of Python). A miss
         (first launch of a specialization) or active launch hooks (profilers) take ``_launch_slow``."""
@@ -242,7 +242,7 @@ class TritonKernel(torch.nn.Module):
         run(launch.grid0, 1, 1, torch._C._cuda_getCurrentRawStream(launch.device_index), function, metadata,
             None, None, None, *args, *launch.consts)
 
-    def _launch_slow(self, launch: "_Launch", args: tuple, aligned: tuple) -> None:
+    def _launch_slow(self, launch: "Launch", args: tuple, aligned: tuple) -> None:
         """Launch through a compiled kernel found or made for this specialization (kiln's own compile, else
         Triton's JIT), and remember it for the fast path."""
         key = (aligned, launch.key)
@@ -287,7 +287,7 @@ class TritonKernel(torch.nn.Module):
         names = self.ptr_args + self.size_args + ["xnumel"] + (["rnumel"] if self.reduction else [])
         return names + [k for k in gpu_compile.CONSTEXPR_NAMES if k in cfg]
 
-    def _compile_own(self, args: tuple, launch: "_Launch") -> Any:
+    def _compile_own(self, args: tuple, launch: "Launch") -> Any:
         """The compile-on-miss of the fast path: kiln's own load (binary index) or ``triton.compile`` of this
         specialization (``gpu_compile.compile_launch``; waits for a compile worker's job first), or None: then
         Triton's JIT compiles it, as before. The kernel's module is imported only when ``triton.compile`` runs."""
@@ -339,7 +339,7 @@ def source_params(source: str, name: str) -> Optional[list[str]]:
     return None
 
 
-class _LazyJit:
+class LazyJit:
     """Triton's JIT launcher for one grid of a kernel, made at its first call (a GPU launch that kiln's own path
     serves, from the binary index, never imports the kernel's module nor builds its ``JITFunction``)."""
 
@@ -356,10 +356,10 @@ class _LazyJit:
         return self._jit(*args, **kwargs)
 
 
-class _Launch(NamedTuple):
+class Launch(NamedTuple):
     """Everything a launch at one set of integer arguments and device needs, computed once."""
 
-    jit: Any  # Triton's JIT launcher for the grid (on a GPU a ``_LazyJit`` until the module is imported)
+    jit: Any  # Triton's JIT launcher for the grid (on a GPU a ``LazyJit`` until the module is imported)
     cfg: dict
     grid0: int
     consts: tuple  # constexpr values in parameter order (appended to the arguments)
@@ -414,14 +414,14 @@ if hasattr(getattr(_HOOKS, "launch_enter_hook", None), "calls"):  # Triton 3.5+:
 _gpu_count: list[int] = []
 
 
-def _multi_gpu() -> bool:
+def multi_gpu() -> bool:
     """More than one visible GPU (then launches set the device of their tensors)."""
     if not _gpu_count:
         _gpu_count.append(torch.cuda.device_count())
     return _gpu_count[0] > 1
 
 
-def _where(values: tuple) -> int:
+def device_index_of(values: tuple) -> int:
     """The device index of the first tensor among ``values``: -1 for CPU (or no tensor), else the CUDA index."""
     for t in values:
         if isinstance(t, torch.Tensor):

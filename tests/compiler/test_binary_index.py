@@ -22,7 +22,7 @@ import torch
 
 from compiler import config
 from compiler.runtime import binary_index, cache, compile_jobs, gpu_compile
-from compiler.runtime.launcher import TritonKernel, _LazyJit, source_params
+from compiler.runtime.launcher import TritonKernel, LazyJit, source_params
 from kiln_testing import gpu_jit_function, run_tagged_json
 
 triton = pytest.importorskip("triton")
@@ -121,7 +121,7 @@ def test_a_fresh_process_loads_the_binary_without_compiling_or_importing(tmp_pat
     warm = first_launch(tmp_path)
     assert warm["calls"] == {"compile": 0, "triton_key": 0}, warm
     assert (warm["stats"]["binary_hits"], warm["stats"]["cache_hits"], warm["stats"]["compiled"]) == (1, 1, 0)
-    assert warm["modules"] == [] and not warm["fn_loaded"] and warm["lazy"] == "_LazyJit"
+    assert warm["modules"] == [] and not warm["fn_loaded"] and warm["lazy"] == "LazyJit"
     assert (warm["cubin"], warm["name"]) == (cold["cubin"], NAME)
 
     cubins = [p for p in (tmp_path / "triton").rglob("*.cubin")]
@@ -379,7 +379,7 @@ def test_launcher_parameter_names_are_the_kernels(device):
 
 
 def test_gpu_launch_builds_the_jit_function_lazily(monkeypatch):
-    """A GPU launch's ``_Launch`` holds a ``_LazyJit``: the kernel's module is imported at its first call
+    """A GPU launch's ``Launch`` holds a ``LazyJit``: the kernel's module is imported at its first call
     (Triton's JIT fallback), once; a CPU launch imports it when prepared, as before."""
     imported = []
 
@@ -388,14 +388,14 @@ def test_gpu_launch_builds_the_jit_function_lazily(monkeypatch):
             return lambda *a, **kw: ("launched", grid, a, kw)
 
     monkeypatch.setattr(cache, "load_kernel", lambda source, name: imported.append(name) or FakeJit())
-    monkeypatch.setattr("compiler.runtime.launcher._multi_gpu", lambda: False)
+    monkeypatch.setattr("compiler.runtime.launcher.multi_gpu", lambda: False)
     k = TritonKernel("kiln_lazy", "source", ["in_ptr0", "out_ptr0"], [], False)
     launch = k._prepare((4096,), 0, ())
-    assert isinstance(launch.jit, _LazyJit) and imported == [] and k._fn is None
+    assert isinstance(launch.jit, LazyJit) and imported == [] and k._fn is None
     assert launch.jit(1, 2, XBLOCK=8) == ("launched", (launch.grid0,), (1, 2), {"XBLOCK": 8})
     assert launch.jit(3) == ("launched", (launch.grid0,), (3,), {}) and imported == ["kiln_lazy"]
     cpu = k._prepare((4096,), -1, ())
-    assert not isinstance(cpu.jit, _LazyJit) and imported == ["kiln_lazy"]
+    assert not isinstance(cpu.jit, LazyJit) and imported == ["kiln_lazy"]
     other = TritonKernel("kiln_eager", "source", ["in_ptr0"], [], False)
     other._prepare((16,), -1, ())
     assert imported == ["kiln_lazy", "kiln_eager"]
