@@ -73,7 +73,7 @@ The fleet store's variables, read by `fleet_settings()` (harness/store/url.py, r
 The benchmarks' variables, read by `bench_settings()` (only where the bench runs; command-line flags override):
   KILN_BENCH_DB     the bench's SQLite store (default: results/bench/<backend>/bench.sqlite, <backend> the one this
                     machine runs, as `python -m harness detect` prints it: where `nox -s ci`, `nox -s bench` and
-                    `bench backend` write, and what every bench verb reads; harness.bench.store.default_path)
+                    `bench backend` write, and what every bench verb reads; harness.bench.stores.store.default_path)
   KILN_BENCH_PLANT  a planted slowdown, `PATTERN[@COMPILER][=FRACTION]` (default fraction 0.2): extra time
                     equal to FRACTION of the measured time is added after every call of the matching workload
                     (on a GPU as device-side sleep), so CI can prove that a slowdown is flagged. Never set it
@@ -364,7 +364,7 @@ class Plant:
 class BenchSettings:
     """Typed view of the benchmarks' environment variables (see the module docstring)."""
 
-    db: Path | None  # KILN_BENCH_DB; None: unset (harness.bench.store.default_path picks the backend's store)
+    db: Path | None  # KILN_BENCH_DB; None: unset (harness.bench.stores.store.default_path picks the backend's store)
     plant: Plant | None
     threshold: float | None
     alpha: float

@@ -6,6 +6,6 @@ run), cli (`python -m harness.bench`), selftest (the CI check), gpu_run (the GPU
 tier: models (registry of real models), model_run (`bench models`), model_report (its tables and plots).
 """
 
-from .records import SCHEMA_VERSION
+from harness.bench.core.records import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION"]

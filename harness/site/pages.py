@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from harness import arms
-from harness.bench.records import RunInfo, Verdict
-from harness.bench.stats import geomean
-from harness.bench.report import INTERPRETER_LABEL, fmt_ns, interpreted, series_label, spans_decades, time_unit
+from harness.bench.core.records import RunInfo, Verdict
+from harness.bench.core.stats import geomean
+from harness.bench.reports.report import INTERPRETER_LABEL, fmt_ns, interpreted, series_label, spans_decades, time_unit
 
 from . import charts
 from .data import BenchData, GraphKey, Mark, NumericsReport, Point, TestData, hw_class
