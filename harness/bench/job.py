@@ -39,7 +39,7 @@ from harness.git import git
 from harness.settings import DEFAULT_BENCH_BISECT_MAX as DEFAULT_BISECT_MAX
 from harness.settings import bench_settings
 
-from harness.bench.core.records import Verdict
+from harness.bench.core.records import comparisons_of
 
 EAGER = "eager"
 
@@ -77,11 +77,8 @@ class Plan:
 def confirmed_regressions(report: dict[str, Any]) -> list[Target]:
     """The comparisons of a run's JSON report that stayed regressed after the confirmation re-measure;
     compilers before eager (eager is the clock, rarely the culprit), then worst ratio first."""
-    hits = [
-        Target(c["workload"], c["compiler"], c.get("ratio"), c.get("p"))
-        for c in report.get("comparisons") or []
-        if c.get("verdict") == Verdict.REGRESSED and c.get("confirmed") is True
-    ]
+    hits = [Target(c.workload, c.compiler, c.ratio, c.p) for c in comparisons_of(report) or []
+            if c.confirmed_regression]
     return sorted(hits, key=lambda t: (t.compiler == EAGER, -(t.ratio or 0.0), t.workload, t.compiler))
 
 

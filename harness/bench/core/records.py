@@ -328,12 +328,24 @@ class Comparison:
                 kw[k] = Verdict.read(kw[k])
         return cls(**kw)
 
+    @property
+    def confirmed_regression(self) -> bool:
+        """Regressed and confirmed side by side: what fails a bench job."""
+        return self.verdict == Verdict.REGRESSED and self.confirmed is True
+
     def stored(self) -> dict[str, Any]:
         """The stored row's shape (the `verdicts` table, JSON exports): the table's columns and the whole
         record in `detail`."""
         return {"workload": self.workload, "compiler": self.compiler, "verdict": str(self.verdict),
                 "ratio": self.ratio, "p_value": self.p, "baseline": self.baseline, "confirmed": self.confirmed,
                 "detail": self.as_dict()}
+
+
+def comparisons_of(report: Mapping[str, Any] | None) -> list[Comparison] | None:
+    """The comparisons of a bench step's JSON report (`bench run --json`, `bench models`' report.json); None
+    when there is no report or it compared nothing (no baseline run)."""
+    cmps = report.get("comparisons") if report else None
+    return None if cmps is None else [Comparison.from_dict(c) for c in cmps]
 
 
 def passed(r: Result | None) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.exc import UsageError
 
-from harness.bench.core.records import INTERPRETER_LABEL, Verdict
+from harness.bench.core.records import INTERPRETER_LABEL, Comparison, Verdict, comparisons_of
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -37,33 +37,33 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _target(c: dict[str, Any]) -> str:
-    ratio = c.get("sbs_ratio") or c.get("ratio")
-    text = f"{c.get('workload')}@{c.get('compiler')}" + (f" x{ratio:.2f}" if ratio else "")
-    return text + (f" {INTERPRETER_LABEL}" if c.get("interpreter") else "")
+def _target(c: Comparison) -> str:
+    ratio = c.sbs_ratio or c.ratio
+    text = f"{c.workload}@{c.compiler}" + (f" x{ratio:.2f}" if ratio else "")
+    return text + (f" {INTERPRETER_LABEL}" if c.interpreter else "")
 
 
 def step_verdict(name: str, report: dict[str, Any] | None, rc: int) -> tuple[str, bool]:
     """(the step's line, whether it fails the job) from its report and exit status (module docstring)."""
-    cmps = report.get("comparisons") if report else None
+    cmps = comparisons_of(report)
     if cmps is None:
         what = "no report" if report is None else "nothing compared (no baseline run)"
         failed = rc != 0
         return f"bench {name}: {what}" + (f"; the step failed (exit {rc})" if failed else "") + \
             f" -> {'FAIL' if failed else 'ok'}", failed
-    regressed = [c for c in cmps if c.get("verdict") == Verdict.REGRESSED and c.get("confirmed") is True]
-    n = {v: sum(1 for c in cmps if c.get("verdict") == v) for v in (
+    regressed = [c for c in cmps if c.confirmed_regression]
+    n = {v: sum(1 for c in cmps if c.verdict == v) for v in (
         Verdict.REJECTED, Verdict.UNCONFIRMED, Verdict.INCONCLUSIVE, Verdict.SUSPECT, Verdict.IMPROVED)}
     parts = [f"{len(regressed)} regressed (confirmed side by side)" + (
         ": " + ", ".join(_target(c) for c in regressed) if regressed else "")]
     parts.append(f"{n[Verdict.REJECTED]} suspect(s) rejected side by side")
     if n[Verdict.UNCONFIRMED]:
         parts.append(f"{n[Verdict.UNCONFIRMED]} unconfirmed (baseline build not measurable): " + ", ".join(
-            _target(c) for c in cmps if c.get("verdict") == Verdict.UNCONFIRMED))
+            _target(c) for c in cmps if c.verdict == Verdict.UNCONFIRMED))
     if n[Verdict.INCONCLUSIVE]:
         parts.append(f"{n[Verdict.INCONCLUSIVE]} inconclusive (host too noisy to decide, not failing): " + ", ".join(
-            _target(c) + (f" noise {c['sbs_noise']:.0%}" if c.get("sbs_noise") is not None else "")
-            for c in cmps if c.get("verdict") == Verdict.INCONCLUSIVE))
+            _target(c) + (f" noise {c.sbs_noise:.0%}" if c.sbs_noise is not None else "")
+            for c in cmps if c.verdict == Verdict.INCONCLUSIVE))
     if n[Verdict.SUSPECT]:
         parts.append(f"{n[Verdict.SUSPECT]} suspect(s) against stored samples only (not failing)")
     if n[Verdict.IMPROVED]:
