@@ -325,7 +325,7 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
             ax.scatter([r[0] for r in reg], [r[1] for r in reg], s=160, facecolors="none",
                        edgecolors="tab:red", linewidths=2, zorder=5)
     if flagged:
-        ax.scatter([], [], s=80, facecolors="none", edgecolors="tab:red", linewidths=2, label="regressed")
+        ax.scatter([], [], s=80, facecolors="none", edgecolors="tab:red", linewidths=2, label=str(Verdict.REGRESSED))
     ax.set_xticks(range(len(runs)), [f"{(r.git_commit or '-')[:7]}\n{(r.created_at or '')[:10]}" for r in runs],
                   fontsize=6)
     ax.set_xlim(-0.5, len(runs) - 0.5)
