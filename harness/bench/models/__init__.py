@@ -1,1 +1,1 @@
-"""models"""
+"""The model tier: real models, their step measurement, memory, compile times and reports."""
