@@ -7,7 +7,7 @@ import pytest
 
 from harness.bench.models import memory as mm
 from harness.bench.models import report as mrep
-from harness.bench.core.records import Result
+from harness.bench.core.records import Meta, Result
 
 MIB = 2**20
 
@@ -130,7 +130,7 @@ def test_ratios_only_between_equal_definitions():
     old = _r("inductor-cg", {"peak_mem_bytes": 100})
     assert mm.definition_of(old.meta) == "window-v1" and mrep.mem_ratio(eager, old) is None
     assert mrep.mem_ratio(_r("eager", {"peak_mem_bytes": 300}), old) == 3.0  # two old ones: as before
-    assert mm.definition_of({}) is None and mrep.mem_ratio(_r("eager", {}), _r("kiln", {})) is None
+    assert mm.definition_of(Meta()) is None and mrep.mem_ratio(_r("eager", {}), _r("kiln", {})) is None
 
 
 def test_memcheck_markdown_shows_tier_and_by_hand_numbers_and_failures():
