@@ -642,7 +642,7 @@ def bench(session: nox.Session) -> None:
                 env=SUITE_ENV, external=True)
     # the model tier's tiny profile (a few minutes on CPU) into the same store, compared but never failing:
     # it has no confirmation re-measure, and interpreter step times on a shared CPU move by 20%; the H100
-    # tier is `python -m harness bench models --profile gpu --out DIR` (see harness/bench/model_run.py)
+    # tier is `python -m harness bench models --profile gpu --out DIR` (see harness/bench/models/run.py)
     session.run(python, "-m", "harness.bench", "models", "--device", "auto", "--profile", "tiny", "--db",
                 f"{out}/bench.sqlite", "--out", f"{out}/models", "--baseline", "latest?", "--no-fail",
                 env=SUITE_ENV, external=True)

@@ -58,8 +58,8 @@ def main() -> int:
         print("error: needs a CUDA device", file=sys.stderr)
         return 3
     from compiler.runtime import cudagraphs as cg
-    from harness.bench import models as mdl
-    from harness.bench.model_run import Stepper
+    from harness.bench.models import catalog as mdl
+    from harness.bench.models.run import Stepper
 
     dev = torch.device("cuda")
     case = mdl.find(args.case, "gpu", "cuda")

@@ -97,7 +97,7 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
             # kiln and inductor side by side per row ($WARMCACHE_ONLY); table in $OUT/warmcache.md
             # (about 150 s a row: 8 fresh processes; WARMCACHE_AUTOTUNE=kiln leaves out Inductor's max-autotune, the slowest, empty: none;
             #  WARMCACHE_PROBE_S: compile limit of one probe, default 150)
-            timeout "${WARMCACHE_TIMEOUT_S:-400}" python3 -m harness.bench.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.bert.infer.bf16}" \
+            timeout "${WARMCACHE_TIMEOUT_S:-400}" python3 -m harness.bench.models.warmcache --only "${WARMCACHE_ONLY:-model.gpt2.infer.bf16,model.bert.infer.bf16}" \
                 --compilers "${WARMCACHE_COMPILERS:-kiln,inductor}" --autotune-compilers "${WARMCACHE_AUTOTUNE-kiln,inductor}" \
                 --budget-s "${WARMCACHE_BUDGET_S:-180}" --timeout-s "${WARMCACHE_PROBE_S:-150}" \
                 --md "$OUT/warmcache.md" --json "$OUT/warmcache.json" > "$OUT/$stage.log" 2>&1 ;;
@@ -124,7 +124,7 @@ print('visible', shard.visible_gpus('cuda'), 'torch sees', torch.cuda.device_cou
                 --compilers eager,kiln,inductor,kiln-cg,inductor-cg --compile-times none --target-s 0.8 --rounds 3 \
                 --budget-s "${CGTRAIN_BUDGET_S:-200}" --out "$OUT/cgtrain"
               r=$?; echo "models: exit $r"; [ $r -eq 0 ] || bad=1
-              timeout 65 python3 -m harness.bench.model_memcheck model.ci_bert.train.fp32 \
+              timeout 65 python3 -m harness.bench.models.memcheck model.ci_bert.train.fp32 \
                 --json "$OUT/cgtrain/memcheck.json" --md "$OUT/cgtrain/memcheck.md" > "$OUT/cgtrain/memcheck.log" 2>&1
               r=$?; echo "memory check: exit $r ($(tail -n 1 "$OUT/cgtrain/memcheck.log"))"; [ $r -eq 0 ] || bad=1
               timeout 55 python3 -m harness bench model-profile --only model.ci_gpt2.train.fp32 --compilers kiln-cg \
@@ -146,7 +146,7 @@ assert r.gpu_model and r.driver and r.hw_class == r.gpu_model, r
 print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
     memdiag) # the memory check of one row with each arm's CUDA-graph counters (tier and by hand),
              # then what keeps a dropped kiln-cg model's graph memory alive (ci/cg_leak_probe.py)
-             { timeout 150 python3 -m harness.bench.model_memcheck "${MEMCHECK_CASE:-model.ci_bert.train.fp32}" \
+             { timeout 150 python3 -m harness.bench.models.memcheck "${MEMCHECK_CASE:-model.ci_bert.train.fp32}" \
                  --md "$OUT/memcheck.md" --json "$OUT/memcheck.json"; echo "memory check: exit $?"
                timeout 120 python3 ci/cg_leak_probe.py "${MEMCHECK_CASE:-model.ci_bert.train.fp32}"
                echo "leak probe: exit $?"; } > "$OUT/$stage.log" 2>&1 ;;
@@ -165,8 +165,8 @@ print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
               tail -n 2 "$OUT"/flakes-*.log; python3 ci/flakes_summary.py "$OUT"/flakes-*.xml; } > "$OUT/$stage.log" 2>&1 ;;
     verdicts-aa) # side-by-side verdicts beside another GPU process (a loop of matrix products): $VERDICTS_RUNS A/A
             # checks (identical code: a regressed/improved verdict is a false positive) and as many with a planted 20%
-            # slowdown under kiln (regressed: a true positive); the rates are the last line (harness/bench/noise_check.py)
-            timeout "${VERDICTS_TIMEOUT_S:-560}" python3 -m harness.bench.noise_check --device cuda --load gpu \
+            # slowdown under kiln (regressed: a true positive); the rates are the last line (harness/bench/kernels/noise_check.py)
+            timeout "${VERDICTS_TIMEOUT_S:-560}" python3 -m harness.bench.kernels.noise_check --device cuda --load gpu \
               --runs "${VERDICTS_RUNS:-4}" --compilers "${VERDICTS_COMPILERS:-kiln}" ${VERDICTS_ONLY:+--only "$VERDICTS_ONLY"} \
               --json "$OUT/verdicts-aa.json" > "$OUT/$stage.log" 2>&1 ;;
     compiler-tests) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler > "$OUT/$stage.log" 2>&1 ;;

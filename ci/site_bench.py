@@ -36,7 +36,7 @@ def main() -> int:
     p.add_argument("--keep", type=Path, help="build here and keep it (default: a temporary folder)")
     args = p.parse_args()
 
-    from harness.bench.store import Store
+    from harness.bench.stores.store import Store
     from harness.site import build, fixture
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="kiln-site-bench-"))
@@ -61,7 +61,7 @@ def main() -> int:
 
     for what in ("cold", "warm"):
         timed(what)
-    from harness.bench.records import Result
+    from harness.bench.core.records import Result
 
     with Store(db) as store:
         info = fixture._run_info(args.runs)

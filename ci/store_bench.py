@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.bench.records import Result, RunInfo  # noqa: E402
-from harness.bench.store import Store, now  # noqa: E402
+from harness.bench.core.records import Result, RunInfo  # noqa: E402
+from harness.bench.stores.store import Store, now  # noqa: E402
 
 
 def fresh_database(server: str) -> str:

@@ -126,8 +126,8 @@ def child(args: argparse.Namespace) -> int:
     import compiler  # noqa: F401  (before triton: picks the interpreter without a GPU)
     import torch
 
-    from harness.bench import models as mdl
-    from harness.bench.model_run import BASELINE_COMPILER, Stepper, _sync
+    from harness.bench.models import catalog as mdl
+    from harness.bench.models.run import BASELINE_COMPILER, Stepper, _sync
 
     case = mdl.find(args.case, args.profile, args.device)
     device = torch.device(args.device)
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cases:
         print("warm_profile: name at least one model case (python -m harness bench models --list)", file=sys.stderr)
         return 2
-    from harness.bench.model_run import _probe_env
+    from harness.bench.models.run import _probe_env
 
     out, bad = [], 0
     for case in [c for arg in args.cases for c in arg.split(",") if c]:

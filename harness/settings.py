@@ -401,7 +401,7 @@ class BenchSettings:
 
     db: Path | None = setting(
         None, env="KILN_BENCH_DB", parse=_optional_path,
-        default_doc="results/bench/<backend>/bench.sqlite (harness.bench.store.default_path)",
+        default_doc="results/bench/<backend>/bench.sqlite (harness.bench.stores.store.default_path)",
         help="The bench's SQLite store: where `nox -s ci`, `nox -s bench` and `bench backend` write, and what "
              "every bench verb reads (`<backend>`: the one this machine runs, as `python -m harness detect` "
              "prints it).")

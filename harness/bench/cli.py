@@ -14,7 +14,7 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from harness import arms, conventions
 from harness.exc import UsageError
@@ -25,7 +25,7 @@ def path_or_url(value: str) -> Path | str:
     """A `--db` value: a store URL kept as typed (a Path would fold its `://` into `:/`), else a Path."""
     return value if "://" in value else Path(value)
 
-from .records import Verdict
+from harness.bench.core.records import Verdict
 
 
 def _add_store(p: argparse.ArgumentParser) -> None:
@@ -138,7 +138,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     """The bench sub-verbs (also used by `python -m harness bench`)."""
     sub = ap.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = sub.add_parser("run", help="measure workloads under several compilers, store, optionally compare")
-    _add_measure(p), _add_store(p), _add_lasting(p), _add_reports(p), _add_compare(p)
+    _add_measure(p)
+    _add_store(p)
+    _add_lasting(p)
+    _add_reports(p)
+    _add_compare(p)
     p.add_argument(
         "--baseline",
         help="compare with: run:ID, ref:NAME, window:N or latest (a trailing ? makes "
@@ -147,23 +151,29 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p = sub.add_parser("compare", help="compare a stored run with a baseline (no re-measurement)")
     p.add_argument("run", help="run id, or 'latest'")
     p.add_argument("baseline", help="run:ID, ID, ref:NAME, window:N or latest")
-    _add_store(p), _add_reports(p), _add_compare(p)
+    _add_store(p)
+    _add_reports(p)
+    _add_compare(p)
     p = sub.add_parser("list", help="list stored runs, newest first")
     p.add_argument("--limit", type=int, default=20)
-    _add_store(p), _add_lasting(p)
+    _add_store(p)
+    _add_lasting(p)
     conventions.add_json(p, "the runs")
     p = sub.add_parser("show", help="report of one stored run")
     p.add_argument("run", help="run id, or 'latest'")
-    _add_store(p), _add_reports(p)
+    _add_store(p)
+    _add_reports(p)
     p = sub.add_parser("export", help="write runs (with every sample) as JSON")
     p.add_argument("out", type=Path)
     p.add_argument("--runs", help="comma-separated run ids, or latest (default: all)")
     p.add_argument("--baseline", help="the runs a baseline names instead (ref:main: the latest complete run of "
                    "main); a trailing ? exports none when nothing matches")
-    _add_store(p), _add_lasting(p)
+    _add_store(p)
+    _add_lasting(p)
     p = sub.add_parser("import", help="merge JSON exports into the store (runs already present are skipped)")
     p.add_argument("files", type=Path, nargs="+")
-    _add_store(p), _add_lasting(p)
+    _add_store(p)
+    _add_lasting(p)
     p = sub.add_parser("plot", help="PNG plots: speedups of a run and history of every workload")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--from-json", dest="from_json", type=Path, help="plot an export instead of the store")
@@ -171,7 +181,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     _add_store(p)
     p = sub.add_parser("history", help="what moved over the stored runs: the series that moved most (within 120 "
                        "columns), --md the table of every run, --json every point, a PNG per workload")
-    from .history import add_arguments as _add_history
+    from harness.bench.reports.history import add_arguments as _add_history
 
     _add_history(p)
     p = sub.add_parser("summary", help="append Markdown reports (a run's --md) to $GITHUB_STEP_SUMMARY")
@@ -192,7 +202,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--md", type=Path, help="write the self-test Markdown report here")
     p = sub.add_parser("bisect", help="find the commit of GOOD..BAD that slowed a workload (scratch worktree, "
                        "each commit measured by its own code)")
-    from .bisect import add_arguments as _add_bisect
+    from harness.bench.kernels.bisect import add_arguments as _add_bisect
 
     _add_bisect(p)
     p = sub.add_parser("job-summary", help="end of a CI bench job: the runs compared and, on main, automatic "
@@ -202,7 +212,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     _add_job(p)
     p = sub.add_parser("verdict", help="end of a job: one line per bench step (its report and exit status), "
                        "exit 1 when a regression was confirmed side by side or a step failed")
-    from .verdict import add_arguments as _add_verdict
+    from harness.bench.judge.verdict import add_arguments as _add_verdict
 
     _add_verdict(p)
     p = sub.add_parser("backend", help="bench one backend of ci/matrix.json in its container (or --native)")
@@ -247,7 +257,7 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _add_models(sub) -> None:
-    """The `models` verb: the model tier (harness/bench/model_run.py)."""
+    """The `models` verb: the model tier (harness/bench/models/run.py)."""
     p = sub.add_parser(
         "models",
         help="model tier: transformers/torchvision/timm models with random weights under each compiler",
@@ -266,7 +276,7 @@ def _add_models(sub) -> None:
     p.add_argument("--compile-times", help="compilers whose cold/warm compile s are measured in fresh "
                    "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)")
     p.add_argument("--autotune-times", action="store_true", help="also autotuned compile s (cold, warm) of the "
-                   "--compile-times compilers, in fresh subprocesses (harness/bench/compile_times.py)")
+                   "--compile-times compilers, in fresh subprocesses (harness/bench/models/compile_times.py)")
     p.add_argument("--out", type=Path, help="run folder: report.md, report.json, export.json, models.png (default "
                    "the models/ folder beside the machine's bench store, results/bench/<backend>/models)")
     p.add_argument("--db", type=Path, help="SQLite store (default: with --out, OUT/bench.sqlite; else the machine's "
@@ -304,7 +314,7 @@ def _open(db: Path | None, lasting: str | None = None, *, write: bool = True, mu
     from harness import trust
     from harness.store.cli import configured, guard_write
 
-    from .store import Store, lasting_path, open_fleet, open_lasting
+    from harness.bench.stores.store import Store, lasting_path, open_fleet, open_lasting
 
     fleet = configured(write=write)  # KILN_STORE_URL (or --store URL); KILN_STORE_READ_ONLY: readers only
     if lasting:
@@ -321,7 +331,7 @@ def _open(db: Path | None, lasting: str | None = None, *, write: bool = True, mu
         return Store(guard_write(where) if write else where, readonly=not write)
     if fleet is not None and not db:
         return Store(fleet, readonly=not write)
-    from .store import default_path, missing_store
+    from harness.bench.stores.store import default_path, missing_store
 
     path = Path(db) if db else default_path()
     if (not write if must_exist is None else must_exist) and not path.is_file():  # a reader never creates a store (nor a folder) at a mistyped path
@@ -341,7 +351,7 @@ def _run_id(store, spec: str) -> int:
 
 
 def _cmp_cfg(args: argparse.Namespace):
-    from .compare import config_from_args
+    from harness.bench.judge.compare import config_from_args
 
     return config_from_args(args)
 
@@ -350,7 +360,7 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
     """Terminal tables on stdout; Markdown/JSON/PNG where asked."""
     from harness.results import append_job_summary, atomic_write_text
 
-    from . import report
+    from harness.bench.reports import report
 
     with conventions.human_to_stderr(conventions.to_stdout(getattr(args, "json", None))):
         _emit_terminal(run, results, cmps, baseline)
@@ -376,7 +386,7 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
 
 def _emit_terminal(run, results, cmps, baseline) -> None:
     """The terminal half of `emit_reports`: header, interpreter note, tables."""
-    from . import report
+    from harness.bench.reports import report
 
     print(report.run_header(run))
     if report.interpreted(run.device, run.compilers):
@@ -397,8 +407,8 @@ def _exit_for(cmps, no_fail: bool) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .execute import BenchConfig, defaults_for, resolve_device
-    from .session import run_bench
+    from harness.bench.kernels.execute import BenchConfig, defaults_for, resolve_device
+    from harness.bench.kernels.session import run_bench
 
     device = resolve_device(args.device)
     kw = defaults_for(device)
@@ -417,7 +427,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         **kw,
     )
     cmp_cfg = _cmp_cfg(args).for_device(device)
-    from .bisect import sigterm_as_interrupt
+    from harness.bench.kernels.bisect import sigterm_as_interrupt
 
     # SIGTERM (a cancelled CI job) is Ctrl-C: the run is marked aborted, its stored results kept
     with sigterm_as_interrupt(), _open(args.db, args.lasting) as store:
@@ -437,8 +447,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from . import report
-    from .compare import compare, load_baseline, mark_suspects, resolve_baseline
+    from harness.bench.reports import report
+    from harness.bench.judge.compare import compare, load_baseline, mark_suspects, resolve_baseline
 
     cmp_cfg = _cmp_cfg(args)
     with _open(args.db, must_exist=True) as store:
@@ -457,7 +467,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .report import terminal
+    from harness.bench.reports.report import terminal
 
     with _open(args.db, args.lasting, write=False) as store:
         runs = store.runs(limit=args.limit)
@@ -480,7 +490,7 @@ def _run_json(r) -> dict:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from . import report
+    from harness.bench.reports import report
 
     with _open(args.db, write=False) as store:
         run = store.run(_run_id(store, args.run))
@@ -513,7 +523,7 @@ def _stored_baseline(store, stored) -> list:
 def cmd_export(args: argparse.Namespace) -> int:
     from harness.exc import BaselineError
 
-    from .compare import resolve_baseline
+    from harness.bench.judge.compare import resolve_baseline
 
     with _open(args.db, args.lasting, write=False) as store:
         if args.runs and args.baseline:
@@ -523,17 +533,18 @@ def cmd_export(args: argparse.Namespace) -> int:
             ids = [_run_id(store, x.strip()) for x in args.runs.split(",")]
         elif args.baseline:
             try:
-                ids = [r.id for r in resolve_baseline(store, args.baseline.rstrip("?"))]
+                ids = [r.rid for r in resolve_baseline(store, args.baseline.rstrip("?"))]
             except BaselineError as e:
                 if not args.baseline.endswith("?"):
                     raise
                 print(f"note: no baseline to export ({e})", file=sys.stderr)
                 ids = []
         if ids == []:  # Store.export([]) would export every run
-            from .records import SCHEMA_VERSION
-            from .store import EXPORT_FORMAT, now
+            from harness.bench.core.records import SCHEMA_VERSION
+            from harness.bench.stores.store import EXPORT_FORMAT, now
 
-            data = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(), "runs": []}
+            data: dict[str, Any] = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(),
+                                    "runs": []}
         else:
             data = store.export(ids)
     from harness.results import atomic_write_text
@@ -563,18 +574,18 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from . import report
-    from .store import Store
+    from harness.bench.reports import report
+    from harness.bench.stores.store import Store
 
     store = Store(":memory:") if args.from_json else _open(args.db, write=False)
     with store:
         if args.from_json:
             store.import_(_read_json(args.from_json))
         run = store.run(_run_id(store, args.run))
-        results = store.results(run.id)
+        results = store.results(run.rid)
         hist: dict[str, dict[str, list[tuple[int, float]]]] = {}
         for r in results:
-            pts = [(h.id, m) for h, m in store.history(r.workload, r.compiler) if m]
+            pts = [(h.rid, m) for h, m in store.history(r.workload, r.compiler) if m]
             hist.setdefault(r.workload, {})[r.compiler] = pts
         args.out.mkdir(parents=True, exist_ok=True)
         written = []
@@ -602,7 +613,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_workloads(args: argparse.Namespace) -> int:
-    from . import workloads as wl
+    from harness.bench.kernels import workloads as wl
 
     cs = wl.cases(args.profile)
     for c in cs:
@@ -613,16 +624,16 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 # verb -> (module, function) of the verbs that live in a module of their own (the others are cmd_<verb> here)
 VERB_MODULES: dict[str, tuple[str, str]] = {
-    "selftest": (".selftest", "cmd_selftest"),
-    "gpu": (".gpu_run", "cmd_gpu"),
-    "overhead": (".overhead", "cli_main"),
-    "backend": (".backend_run", "cmd_backend"),
-    "models": (".model_run", "cmd_models"),
-    "bisect": (".bisect", "cmd_bisect"),
+    "selftest": (".kernels.selftest", "cmd_selftest"),
+    "gpu": (".kernels.gpu_run", "cmd_gpu"),
+    "overhead": (".kernels.overhead", "cli_main"),
+    "backend": (".kernels.backend_run", "cmd_backend"),
+    "models": (".models.run", "cmd_models"),
+    "bisect": (".kernels.bisect", "cmd_bisect"),
     "job-summary": (".job", "cmd_job_summary"),
-    "verdict": (".verdict", "cmd_verdict"),
-    "history": (".history", "cmd_history"),
-    "model-profile": (".model_profile", "cmd_model_profile"),
+    "verdict": (".judge.verdict", "cmd_verdict"),
+    "history": (".reports.history", "cmd_history"),
+    "model-profile": (".models.profile", "cmd_model_profile"),
 }
 
 
@@ -661,7 +672,7 @@ def cli_main(args: argparse.Namespace) -> int:
 
         require_compiler_settings()  # one line, exit 2: not a run full of kiln errors, nor a traceback per worker
     if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(args, "compilers", ""):
-        from .session import prepare_kiln
+        from harness.bench.kernels.session import prepare_kiln
 
         prepare_kiln()  # before Dynamo imports triton, so kiln may pick the interpreter
     where = VERB_MODULES.get(args.verb)

@@ -39,7 +39,7 @@ from harness.git import git
 from harness.settings import DEFAULT_BENCH_BISECT_MAX as DEFAULT_BISECT_MAX
 from harness.settings import bench_settings
 
-from .records import Verdict
+from harness.bench.core.records import comparisons_of
 
 EAGER = "eager"
 
@@ -77,11 +77,8 @@ class Plan:
 def confirmed_regressions(report: dict[str, Any]) -> list[Target]:
     """The comparisons of a run's JSON report that stayed regressed after the confirmation re-measure;
     compilers before eager (eager is the clock, rarely the culprit), then worst ratio first."""
-    hits = [
-        Target(c["workload"], c["compiler"], c.get("ratio"), c.get("p"))
-        for c in report.get("comparisons") or []
-        if c.get("verdict") == Verdict.REGRESSED and c.get("confirmed") is True
-    ]
+    hits = [Target(c.workload, c.compiler, c.ratio, c.p) for c in comparisons_of(report) or []
+            if c.confirmed_regression]
     return sorted(hits, key=lambda t: (t.compiler == EAGER, -(t.ratio or 0.0), t.workload, t.compiler))
 
 
@@ -167,7 +164,7 @@ def run_one(plan: Plan, t: Target, backend: str, out: Path, *, native: bool, ste
     """One real bisection, its output teed to the log and `out/bisect-W-C.log`, read back as a BisectOutcome."""
     from harness.process import execute
 
-    from .bisect import last_line
+    from harness.bench.kernels.bisect import last_line
 
     argv = bisect_argv(plan, t, backend, native=native, out=out, python=sys.executable,
                        step_timeout_s=step_timeout_s)
@@ -260,7 +257,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 def _lasting_id(backend: str, uid: str | None) -> int | None:
     from harness.store.cli import configured
 
-    from .store import lasting_path, open_fleet, open_lasting
+    from harness.bench.stores.store import lasting_path, open_fleet, open_lasting
 
     if not uid:
         return None

@@ -6,7 +6,7 @@ Terms:
   graph         one workload's trend over the runs of one hardware class and profile (a hardware class: the runner's
                 GPU label, else GPU model, else the device name; harness/store/runner.py): median per compiler arm
                 with its IQR band, in the arm's colour (harness/arms.py COLOURS).
-  mark          a point of a graph whose run stored a verdict other than unchanged/new (harness/bench/records.py
+  mark          a point of a graph whose run stored a verdict other than unchanged/new (harness/bench/core/records.py
                 Comparison): `regressed` (confirmed side by side), `rejected` (a suspect the confirmation did not
                 confirm), `suspect`, `unconfirmed`, `improved`. Each is an SVG group with the class `mark` and its
                 verdict, and data attributes (run, commit, workload, compiler, ratio) a test can read in the DOM.

@@ -271,7 +271,7 @@ def _lasting_or_local(backend: str, notes: list[str]) -> Path | None:
     """For `--lasting B` (`nox -s site -- --backend B`): None when B's lasting store exists (it is read); else the
     store the local sessions write (results/bench/B/bench.sqlite), with a note, when that one exists; else a
     StoreError naming both (a site of no runs is not built)."""
-    from harness.bench.store import lasting_path
+    from harness.bench.stores.store import lasting_path
     from harness.exc import StoreError
 
     lasting = lasting_path(backend)

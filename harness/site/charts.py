@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness import arms
-from harness.bench.records import Verdict
+from harness.bench.core.records import Verdict
 
 # one marker per verdict: a filled red triangle for a confirmed regression, hollow ones for the rest
 MARK_STYLE: dict[str, dict[str, object]] = {

@@ -1,7 +1,7 @@
 """What the site shows, read once from the stores through their own readers.
 
 Terms:
-  bench data    the complete runs of the bench store (harness/bench/store.py `Store.runs`, `results_of`,
+  bench data    the complete runs of the bench store (harness/bench/stores/store.py `Store.runs`, `results_of`,
                 `verdicts_of`), folded into `Point`s per graph (workload, hardware class, profile) and compiler.
   test data     the last N recorded folders of the test history (harness/suites/history.py), folded into one
                 `TestRow` per test that failed in the window: failing (it failed, and no rerun passed, in the latest
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.bench.records import Comparison, RunInfo, Verdict
+from harness.bench.core.records import Comparison, RunInfo, Verdict
 
 MARKED = (Verdict.REGRESSED, Verdict.REJECTED, Verdict.SUSPECT, Verdict.UNCONFIRMED, Verdict.IMPROVED)
 
@@ -120,7 +120,7 @@ def quartiles(sample_lists: list[list[float]]) -> list[tuple[float, float, float
 
 
 def _quantile(a: Any, kept: Any, q: float) -> Any:
-    """harness.bench.stats.quantile of each row's first `kept` (sorted) values."""
+    """harness.bench.core.stats.quantile of each row's first `kept` (sorted) values."""
     import numpy as np
 
     pos = (kept - 1) * q
@@ -132,7 +132,7 @@ def _quantile(a: Any, kept: Any, q: float) -> Any:
 
 
 def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
-    """Every complete run of `store` (an open harness.bench.store.Store) with its results and verdicts."""
+    """Every complete run of `store` (an open harness.bench.stores.store.Store) with its results and verdicts."""
     data = BenchData(str(store.path))
     data.runs = list(reversed(store.runs(complete_only=True)))
     data.index()

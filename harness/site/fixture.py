@@ -51,7 +51,7 @@ def _base(workload: str, compiler: str) -> float:
 
 
 def _run_info(i: int, profile: str = "tiny") -> Any:
-    from harness.bench.records import RunInfo
+    from harness.bench.core.records import RunInfo
 
     return RunInfo(id=None, uid=f"fixture-{profile}-{i:04d}", created_at=_date(i),
                    profile=profile, device="cpu", device_name="cpu: fixture", compilers=list(COMPILERS),
@@ -62,8 +62,8 @@ def _run_info(i: int, profile: str = "tiny") -> Any:
 
 def write_bench(where: Any, runs: int = 30, *, models: int = 6, seed: int = 0) -> list[int]:
     """The planted bench history (module docstring) into the store at `where` (a file or a store URL); run ids."""
-    from harness.bench.records import Comparison, Result, Verdict
-    from harness.bench.store import Store
+    from harness.bench.core.records import Comparison, Result, Verdict
+    from harness.bench.stores.store import Store
 
     rng = random.Random(seed)
     ids: list[int] = []
@@ -150,9 +150,9 @@ def write_history(where: Any, folders: Path, runs: int = 30) -> None:
 
 
 def big_export(runs: int, workloads: int, *, samples: int = 10, seed: int = 1) -> dict[str, Any]:
-    """A bench export (harness/bench/store.py EXPORT_FORMAT) of `runs` runs x `workloads` workloads x 3 compilers,
+    """A bench export (harness/bench/stores/store.py EXPORT_FORMAT) of `runs` runs x `workloads` workloads x 3 compilers,
     every run with stored verdicts (one confirmed regression per 100 runs), for `Store.import_`."""
-    from harness.bench.records import SCHEMA_VERSION, Verdict
+    from harness.bench.core.records import SCHEMA_VERSION, Verdict
 
     rng = random.Random(seed)
     names = [f"w{j:02d}.op" for j in range(workloads)]

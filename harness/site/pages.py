@@ -19,9 +19,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from harness import arms
-from harness.bench.records import RunInfo, Verdict
-from harness.bench.stats import geomean
-from harness.bench.report import INTERPRETER_LABEL, fmt_ns, interpreted, series_label, spans_decades, time_unit
+from harness.bench.core.records import INTERPRETER_LABEL, RunInfo, Verdict
+from harness.bench.core.stats import geomean
+from harness.bench.reports.report import fmt_ns, interpreted, series_label, spans_decades, time_unit
 
 from . import charts
 from .data import BenchData, GraphKey, Mark, NumericsReport, Point, TestData, hw_class
@@ -264,7 +264,7 @@ def render_index(data: BenchData | None, tests: TestData | None, notes: Sequence
             rej = sum(m.verdict == Verdict.REJECTED for m in marks)
             n = max(len(_runs_of(data.graphs[k])) for k in keys)
             rows.append([f'<a href="{workload_page(w)}">{esc(w)}</a>', esc(", ".join(sorted({k[1] for k in keys}))),
-                         str(n), f'<span class="regressed">{reg}</span>' if reg else "0", str(rej)])
+                         str(n), f'<span class="{Verdict.REGRESSED}">{reg}</span>' if reg else "0", str(rej)])
         parts.append(f"<h2>Workloads ({len(rows)})</h2>" + table(
             ["workload", "hardware classes", "runs", "confirmed regressions", "suspects rejected"], rows))
     elif data is not None:

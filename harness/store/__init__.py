@@ -1,4 +1,4 @@
-"""The harness's stores on SQLAlchemy Core + Alembic: the bench store (harness/bench/store.py) and the test
+"""The harness's stores on SQLAlchemy Core + Alembic: the bench store (harness/bench/stores/store.py) and the test
 history (harness/suites/history.py) share this layer.
 
   sqlite.py    one SQLite helper for both: writer/reader engines (WAL, busy timeout), unreadable files,

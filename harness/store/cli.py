@@ -118,7 +118,7 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _sources(given: list[str] | None) -> list[url.Location]:
     """`--from`, else this runner's stores: each matrix backend's lasting bench store (KILN_BENCH_STORE, else the
-    matrix's bench_store, else the default; as harness.bench.store.lasting_path) and the test history's file."""
+    matrix's bench_store, else the default; as harness.bench.stores.store.lasting_path) and the test history's file."""
     from . import url
 
     if given:

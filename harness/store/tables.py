@@ -2,7 +2,7 @@
 
 The migrations (harness/store/migrations/*/versions) build the same tables step by step and stay as they were
 written; these tables describe the head revision. Tables of the bench store: `meta`, `runs`, `results`,
-`samples`, `verdicts` (harness/bench/store.py); of the test history: `history_*` (harness/suites/history.py). The
+`samples`, `verdicts` (harness/bench/stores/store.py); of the test history: `history_*` (harness/suites/history.py). The
 prefixes let both stores share one file.
 """
 

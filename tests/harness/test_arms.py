@@ -108,7 +108,9 @@ def test_a_registered_backend_is_a_plain_arm_where_a_tier_takes_any(compiled):
 
 
 def test_every_tier_builds_from_the_registry(compiled):
-    from harness.bench import execute, model_run, overhead
+    from harness.bench.kernels import execute
+    from harness.bench.models import run as model_run
+    from harness.bench.kernels import overhead
     from harness.numerics import capture
 
     def fn(x):

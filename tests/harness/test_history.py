@@ -156,7 +156,7 @@ def test_a_newer_schema_is_refused(tmp_path):
 
 
 def test_the_store_shares_a_file_with_the_bench_store(tmp_path):
-    from harness.bench.store import Store
+    from harness.bench.stores.store import Store
 
     db = tmp_path / "bench.sqlite"
     with Store(db) as store:

@@ -201,3 +201,54 @@ def test_the_harness_imports_only_downward():
                                                                         "harness.checks", "harness.bench",
                                                                         "harness.site")]
     assert bad == [], "\n".join(bad)
+
+
+# The bench's sub-packages, bottom to top: each imports only from itself, from the ones before it and from
+# outside the bench. The bench's own top modules (cli, job, __main__) sit above them all.
+BENCH_LAYERS = ("core", "stores", "judge", "reports", "kernels", "models")
+
+
+def bench_layer(module: str) -> int | None:
+    """The index of `module`'s bench sub-package in BENCH_LAYERS; len(BENCH_LAYERS) for the bench's top
+    modules; None outside the bench."""
+    parts = module.split(".")
+    if parts[:2] != ["harness", "bench"]:
+        return None
+    if len(parts) > 2 and parts[2] in BENCH_LAYERS:
+        return BENCH_LAYERS.index(parts[2])
+    return len(BENCH_LAYERS)
+
+
+def upward_bench_imports(g: dict[str, set[str]]) -> list[str]:
+    """One line for each import from a bench sub-package into a later one (or into the bench's top)."""
+    order = " < ".join(BENCH_LAYERS) + " < harness.bench's top modules"
+    bad = []
+    for m, deps in sorted(g.items()):
+        lm = bench_layer(m)
+        for n in sorted(deps):
+            ln = bench_layer(n)
+            if lm is not None and ln is not None and ln > lm and n != "harness.bench":
+                bad.append(f"{m} imports {n}, which sits above it ({order})")
+    return bad
+
+
+def test_bench_layer_finder_finds_a_planted_upward_import():
+    g = {"harness.bench.core.records": {"harness.bench.judge.compare", "harness.exc"},
+         "harness.bench.judge.compare": {"harness.bench.core.records", "harness.bench.judge.paired"},
+         "harness.bench.models.run": {"harness.bench.kernels.execute", "harness.bench.cli"}}
+    assert upward_bench_imports(g) == [
+        "harness.bench.core.records imports harness.bench.judge.compare, which sits above it "
+        "(core < stores < judge < reports < kernels < models < harness.bench's top modules)",
+        "harness.bench.models.run imports harness.bench.cli, which sits above it "
+        "(core < stores < judge < reports < kernels < models < harness.bench's top modules)",
+    ]
+
+
+def test_the_bench_is_sub_packages_that_import_only_downward():
+    g = graph()
+    bench = [m for m in g if m.startswith("harness.bench.")]
+    flat = [m for m in bench if bench_layer(m) == len(BENCH_LAYERS)]
+    assert set(flat) <= {"harness.bench.cli", "harness.bench.job", "harness.bench.__main__"}, flat
+    assert {f"harness.bench.{p}" for p in BENCH_LAYERS} <= set(g)
+    bad = upward_bench_imports(g)
+    assert bad == [], "\n".join(bad)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
-from harness.bench.stats import Stats
+from harness.bench.core.stats import Stats
 from harness.site import build, fixture
 from harness.site.data import quartiles
 from harness.site.pages import workload_page
@@ -163,8 +163,8 @@ def test_a_second_build_rewrites_nothing_and_a_new_run_only_its_pages(planted):
     assert again.written == [] and len(again.unchanged) > 40
     step_page = site / workload_page(fixture.STEP_WORKLOAD)
     before = step_page.stat().st_mtime_ns
-    from harness.bench.records import Result
-    from harness.bench.store import Store
+    from harness.bench.core.records import Result
+    from harness.bench.stores.store import Store
 
     with Store(db) as store:  # one more run that measured one workload only
         rid = store.begin_run(fixture._run_info(99))
@@ -200,8 +200,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 
 def test_one_graph_per_hardware_class_and_a_log_axis_across_decades(tmp_path):
     """Runs of two hardware classes give a workload two graphs; times that span decades get a log axis."""
-    from harness.bench.records import Result
-    from harness.bench.store import Store
+    from harness.bench.core.records import Result
+    from harness.bench.stores.store import Store
 
     db = tmp_path / "two.sqlite"
     with Store(db) as store:
@@ -269,7 +269,7 @@ def test_site_of_a_backend_reads_a_store_or_fails_clearly_never_builds_from_an_e
     sys.path.insert(0, str(ROOT / "tests" / "harness" / "bench"))
     from bench_helpers import make_results, make_run
 
-    from harness.bench.store import Store
+    from harness.bench.stores.store import Store
 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "PYTHONPATH": str(ROOT),
            "KILN_MATRIX": str(ROOT / "ci" / "matrix.json"), "KILN_BENCH_STORE": str(tmp_path / "no-lasting.sqlite"),

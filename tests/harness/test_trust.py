@@ -268,7 +268,7 @@ def test_an_untrusted_bench_record_never_writes_mains_lasting_store(tmp_path, mo
 
     monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "bench" / "{backend}.sqlite"))
     opened = []
-    monkeypatch.setattr("harness.bench.store.open_lasting", lambda path, write: opened.append((path, write)))
+    monkeypatch.setattr("harness.bench.stores.store.open_lasting", lambda path, write: opened.append((path, write)))
     as_job(monkeypatch, gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE))
     cli._open(None, "cpu", write=True)
     cli._open(None, "cpu", write=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 import uuid
 
-from harness.bench.records import Result, RunInfo
-from harness.bench.store import Store, now
+from harness.bench.core.records import Result, RunInfo
+from harness.bench.stores.store import Store, now
 
 
 def samples(median: float, n: int = 120, noise: float = 0.02, seed: int = 0) -> list[float]:

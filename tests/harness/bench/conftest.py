@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.store import Store
+from harness.bench.stores.store import Store
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""harness/bench/autotune_gain.py: autotuning's gain judged on the two arms' step samples side by side (a rank
+"""harness/bench/models/autotune_gain.py: autotuning's gain judged on the two arms' step samples side by side (a rank
 test plus a smallest effect), and its section of the model report."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from harness.bench import autotune_gain as ag
-from harness.bench import model_report
-from harness.bench.records import Result
+from harness.bench.models import autotune_gain as ag
+from harness.bench.models import report as model_report
+from harness.bench.core.records import Result
 
 
 def _samples(ms: float, n: int = 40, noise: float = 0.02, seed: int = 0) -> list[float]:

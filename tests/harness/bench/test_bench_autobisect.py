@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.bench import job
-from harness.bench.bisect import Commit, CommitRunner, Container, Scratch
+from harness.bench.kernels.bisect import Commit, CommitRunner, Container, Scratch
 from harness.bench.job import BisectOutcome, Plan, Target, confirmed_regressions, history_problem, plan_bisections
 from harness.exc import SettingsError
 

@@ -1,4 +1,4 @@
-"""`bench bisect` (harness/bench/bisect.py): the search, the driver with a fake measure function, bad input,
+"""`bench bisect` (harness/bench/kernels/bisect.py): the search, the driver with a fake measure function, bad input,
 and (CPU, under a minute) a real bisection of a scratch repository with a planted slowdown in one workload's
 code on one commit between good ones."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.bench import cli
-from harness.bench.bisect import (
+from harness.bench.kernels.bisect import (
     BisectError,
     Commit,
     Measured,
@@ -25,7 +25,7 @@ from harness.bench.bisect import (
     run_bisect,
     search,
 )
-from harness.bench.compare import CompareConfig
+from harness.bench.judge.compare import CompareConfig
 
 from bench_helpers import samples
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.bench.cli import main
-from harness.bench.store import Store
+from harness.bench.stores.store import Store
 
 from bench_helpers import make_results, medians, store_run
 
@@ -180,7 +180,7 @@ def test_backend_verb_native_keeps_history_in_the_results_folder(tmp_path, capsy
     ]
     assert main(argv) == 0
     assert main(argv) == 0
-    from harness.bench.store import Store
+    from harness.bench.stores.store import Store
 
     with Store(out / "bench.sqlite") as s:
         runs = s.runs()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.bench.compare import (
+from harness.bench.judge.compare import (
     Baseline,
     CompareConfig,
     compare,

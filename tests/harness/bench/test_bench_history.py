@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import history
+from harness.bench.reports import history
 from harness.bench.cli import main
-from harness.bench.store import Store
+from harness.bench.stores.store import Store
 
 from bench_helpers import make_results, medians, store_run
 

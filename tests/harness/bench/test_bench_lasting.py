@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import matrix
-from harness.bench.store import StoreLock, lasting_path, open_lasting, set_aside, store_problem
+from harness.bench.stores.store import StoreLock, lasting_path, open_lasting, set_aside, store_problem
 from harness.exc import MatrixError, StoreError, UsageError
 
 from bench_helpers import make_results, store_run

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.bench.measure import attribute_kernel_time
+from harness.bench.kernels.measure import attribute_kernel_time
 
 CPU, GPU = "cpu", "cuda"
 

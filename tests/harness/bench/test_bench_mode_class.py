@@ -10,7 +10,7 @@ import pytest
 from bench_helpers import make_results, store_run
 
 from harness import commands, matrix
-from harness.bench.compare import BaselineError, resolve_baseline
+from harness.bench.judge.compare import BaselineError, resolve_baseline
 from harness.store import runner
 
 CPU_NAME = "cpu: Test CPU @ 2.0GHz"

@@ -14,13 +14,13 @@ import pytest
 import torch
 from bench_helpers import samples
 
-from harness.bench import compile_times as ct
-from harness.bench import model_report as mrep
-from harness.bench import model_run as mr
-from harness.bench import models as mdl
+from harness.bench.models import compile_times as ct
+from harness.bench.models import report as mrep
+from harness.bench.models import run as mr
+from harness.bench.models import catalog as mdl
 from harness.bench.cli import main
-from harness.bench.records import COMPILE_PHASE, Result, RunInfo
-from harness.bench.store import Store, now
+from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo
+from harness.bench.stores.store import Store, now
 from harness.exc import UsageError
 
 
@@ -254,11 +254,11 @@ def _res(
         r.status, r.error = "error", "BackendCompilerFailed: boom"
         return r
     r.samples = samples(ms * 1e6, n=30, noise=0.001, seed=seed)
-    r.meta["accuracy"] = {"pass": passed, **({} if passed else {"note": "output: error 0.1 > limit 0.0001"})}
+    r.meta.accuracy = {"pass": passed, **({} if passed else {"note": "output: error 0.1 > limit 0.0001"})}
     if peak:
-        r.meta["peak_mem_bytes"] = peak
+        r.meta.peak_mem_bytes = peak
     if warm is not None:
-        r.meta["compile_warm_s"] = warm
+        r.meta.compile_warm_s = warm
     r.compile_s = cold
     return r
 
@@ -338,7 +338,7 @@ def test_tables_markdown_json_and_plot(tmp_path):
 
 
 def test_gpu_report_has_kernel_ms_fallbacks_unrecorded_graphs_and_says_what_memory_counts():
-    from harness.bench import model_memory
+    from harness.bench.models import memory as model_memory
 
     def mem(alloc):
         return {"definition": model_memory.DEFINITION, "peak_allocated_bytes": alloc,
@@ -355,9 +355,9 @@ def test_gpu_report_has_kernel_ms_fallbacks_unrecorded_graphs_and_says_what_memo
         _res("ci_bert.train.fp32", "inductor-cg", 4.0, peak=100),  # stored before the current definition
     ]
     for r, alloc in zip(results[:2], (400 * 2**20, 200 * 2**20)):
-        r.meta["memory"] = mem(alloc)
-        r.meta["kernel"] = {"kernel_ms": 3.25 if r.compiler == "eager" else 2.5, "launches": 100.0}
-    results[1].meta["kiln_graphs"] = graphs
+        r.meta.memory = mem(alloc)
+        r.meta.kernel = {"kernel_ms": 3.25 if r.compiler == "eager" else 2.5, "launches": 100.0}
+    results[1].meta.kiln_graphs = graphs
     table = mrep.model_table(results)
     row = dict(zip(table[0], table[1]))
     assert row["eager kernel ms"] == "3.25" and row["kiln-cg kernel ms"] == "2.5"
@@ -428,16 +428,16 @@ def test_store_round_trip_and_report_over_chunks(tmp_path):
     assert [r.id for r in runs] == [newest.id, again.id, chunk.id, first.id]
     assert f"runs {other.id} ran on another device and are left out" in notes
     assert by[("model.gpt2.infer.bf16", "kiln")].median_ns == pytest.approx(3e6, rel=0.01)
-    assert by[("model.gpt2.infer.bf16", "inductor")].meta["run_id"] == first.id
+    assert by[("model.gpt2.infer.bf16", "inductor")].meta.run_id == first.id
     assert by[("model.bert.infer.bf16", "kiln")].source_hash == "h2-bert.infer.bf16"
     assert ("model.bert.infer.bf16", "inductor") not in by
-    assert by[("model.resnet50.infer.bf16", "inductor")].meta["run_id"] == chunk.id
+    assert by[("model.resnet50.infer.bf16", "inductor")].meta.run_id == chunk.id
     assert "model.gpt2.infer.fp32" not in {r.workload for r in results}
     assert [r.workload for r in results][:3] == ["model.gpt2.infer.bf16"] * 3  # registry order, eager first
     assert [r.compiler for r in results][:3] == ["eager", "kiln", "inductor"]
     assert "model.vit_b16.infer.bf16: skipped (timm: not importable (x): vit_b16 skipped)" in notes
     stored = by[("model.bert.infer.bf16", "kiln")]
-    assert stored.meta["accuracy"]["pass"] is True and stored.timer == "step"
+    assert stored.meta.accuracy["pass"] is True and stored.timer == "step"
     assert by[("model.gpt2.infer.bf16", "kiln")].samples == _res("gpt2.infer.bf16", "kiln", 3.0).samples
 
 
@@ -450,7 +450,7 @@ def test_export_import_keeps_model_meta(tmp_path):
         _, results, _ = mrep.collect(b, "gpu")
     kiln = next(r for r in results if r.workload == "model.gpt2.infer.bf16" and r.compiler == "kiln")
     assert (
-        kiln.compile_s == 20.0 and kiln.meta["compile_warm_s"] == 4.0 and kiln.meta["peak_mem_bytes"] == 2000
+        kiln.compile_s == 20.0 and kiln.meta.compile_warm_s == 4.0 and kiln.meta.peak_mem_bytes == 2000
     )
 
 
@@ -474,7 +474,7 @@ def test_report_command_and_errors(tmp_path, capsys):
 
 
 def test_probe_output_is_parsed_and_failures_are_one_line(tmp_path):
-    from harness.bench.compile_times import Probe, probe
+    from harness.bench.models.compile_times import Probe, probe
 
     def run(code: str) -> dict:
         return probe(Probe([sys.executable, "-c", code], mr._probe_env, mr.PROBE_TAG, str(tmp_path), 60), {})
@@ -525,13 +525,13 @@ def test_failing_and_wrong_compilers_are_results_not_crashes():
     )
     case = mdl.find("hf_resnet.infer.fp32", "tiny")
     out = {r.compiler: r for r in mr.ModelExecutor(cfg).measure_case(case, cfg.compilers)}
-    assert out["eager"].status == "ok" and out["eager"].meta["accuracy"]["pass"] is True
-    assert "replay" not in out["eager"].meta["accuracy"]  # eager is the baseline: only its first step counts
+    assert out["eager"].status == "ok" and out["eager"].meta.accuracy["pass"] is True
+    assert "replay" not in out["eager"].meta.accuracy  # eager is the baseline: only its first step counts
     broken = out["kiln_test_broken_model"]
     assert broken.status == "error" and "planted compile failure" in broken.error and "\n" not in broken.error
     wrong = out["kiln_test_wrong"]
     assert wrong.status == "ok" and len(wrong.samples) == 2
-    assert wrong.meta["accuracy"]["pass"] is False and wrong.meta["accuracy"]["first"]["worst"] == "output"
+    assert wrong.meta.accuracy["pass"] is False and wrong.meta.accuracy["first"]["worst"] == "output"
     assert wrong.max_rel_err == pytest.approx(0.1, rel=1e-3)
 
 
@@ -569,15 +569,15 @@ def test_tiny_model_end_to_end_kiln_vs_eager(tmp_path, capsys):
     assert run.status == "complete" and run.profile == "models-tiny" and run.compilers == ["eager", "kiln"]
     kiln, eager = results["kiln"], results["eager"]
     assert kiln.status == "ok", kiln.error
-    assert kiln.meta["accuracy"]["pass"] is True and kiln.meta["accuracy"]["replay"]["ok"] is True
+    assert kiln.meta.accuracy["pass"] is True and kiln.meta.accuracy["replay"]["ok"] is True
     assert kiln.max_rel_err < 1e-4 and kiln.source_hash == eager.source_hash
     assert len(kiln.samples) >= 2 and kiln.median_ns > 0 and eager.median_ns > 0
-    assert kiln.compile_s is not None and kiln.compile_s >= 0, kiln.meta.get("compile_probe_error")
-    assert kiln.meta["compile_warm_s"] is not None and kiln.meta["first_call_s"] > 0
-    assert "peak_mem_bytes" not in kiln.meta and "kernel" not in kiln.meta  # CPU: n/a
-    graphs = kiln.meta["kiln_graphs"]  # kiln's graphs of the step, recorded while it compiled
+    assert kiln.compile_s is not None and kiln.compile_s >= 0, kiln.meta.compile_probe_error
+    assert kiln.meta.compile_warm_s is not None and kiln.meta.first_call_s > 0
+    assert kiln.meta.peak_mem_bytes is None and kiln.meta.kernel is None  # CPU: n/a
+    graphs = kiln.meta.kiln_graphs  # kiln's graphs of the step, recorded while it compiled
     assert graphs["graphs"] >= 1 and graphs["kernels"] >= 1 and graphs["cudagraphs"] == []  # no runner on CPU
-    assert "kiln_graphs" not in eager.meta
+    assert eager.meta.kiln_graphs is None
     for name in ("report.md", "report.json", "export.json"):
         assert (out / name).stat().st_size > 0
     assert "| bert.infer.fp32 | all |" in (out / "report.md").read_text()
@@ -588,7 +588,7 @@ def test_tiny_model_end_to_end_kiln_vs_eager(tmp_path, capsys):
 
 
 def test_resume_skips_stored_cases_and_budget_defers_the_rest(tmp_path, monkeypatch):
-    from harness.bench import env
+    from harness.bench.stores import env
 
     cases = mdl.cases("tiny", "gpt2,bert")
     gpt2_infer, gpt2_train, bert = cases
@@ -633,7 +633,7 @@ def test_resume_skips_stored_cases_and_budget_defers_the_rest(tmp_path, monkeypa
 
 
 def test_latest_baseline_is_per_case_and_ignores_other_chunks(tmp_path):
-    from harness.bench.compare import CompareConfig, compare
+    from harness.bench.judge.compare import CompareConfig, compare
 
     with Store(tmp_path / "b.sqlite") as store:
         old = _store_run(store, _synthetic())
@@ -682,10 +682,10 @@ def test_interrupted_run_is_aborted_keeps_its_results_and_is_never_a_baseline(tm
 # ------------------------------------------------------------------ compile times alone
 def _compile_res(case: str, compiler: str, cold: float | None, warm: float | None, h: str = "h1") -> Result:
     r = Result(f"model.{case}", compiler, f"{h}-{case}", phase=COMPILE_PHASE, timer="step")
-    r.compile_s, r.meta["compile_warm_s"] = cold, warm
+    r.compile_s, r.meta.compile_warm_s = cold, warm
     if cold is None:
         r.status, r.error = "error", "cold: probe exit 1: boom"
-        r.meta["compile_probe_error"] = r.error
+        r.meta.compile_probe_error = r.error
     return r
 
 
@@ -710,10 +710,10 @@ def test_compile_only_results_fill_in_compile_times_of_older_step_results(tmp_pa
     by = {(r.workload, r.compiler): r for r in results}
     assert all(r.phase == "main" for r in results)
     kiln = by[("model.gpt2.infer.bf16", "kiln")]
-    assert (kiln.compile_s, kiln.meta["compile_warm_s"], kiln.meta["compile_run_id"]) == (7.0, 0.5, probes.id)
-    assert kiln.median_ns == pytest.approx(5e6, rel=0.01) and kiln.meta["run_id"] == steps.id
+    assert (kiln.compile_s, kiln.meta.compile_warm_s, kiln.meta.compile_run_id) == (7.0, 0.5, probes.id)
+    assert kiln.median_ns == pytest.approx(5e6, rel=0.01) and kiln.meta.run_id == steps.id
     ind = by[("model.gpt2.infer.bf16", "inductor")]
-    assert ind.compile_s is None and "boom" in ind.meta["compile_probe_error"]
+    assert ind.compile_s is None and "boom" in ind.meta.compile_probe_error
     assert by[("model.bert.infer.bf16", "kiln")].compile_s == 30.0  # the h0 probe is another definition
     # the newest compile-only run is newer than `later`, so it wins; a step run after it would keep its own
     assert by[("model.resnet50.infer.bf16", "inductor")].compile_s == 99.0
@@ -763,7 +763,7 @@ def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, mon
 def test_optimizer_rows_compile_the_step_alone():
     """`opt` cases: the optimizer's step alone over fixed gradients (foreach), named with their optimizer; the
     step moves the weights, and the captured tensors are the compared parameters after it."""
-    from harness.bench.model_run import Stepper
+    from harness.bench.models.run import Stepper
 
     gpu = {c.name: c for c in mdl.all_cases("gpu", "cuda")}
     assert {"model.resnet50.opt_adamw.fp32", "model.resnet50.opt_sgd.fp32", "model.gpt2.opt_adamw.fp32"} <= set(gpu)
@@ -788,9 +788,9 @@ def test_optimizer_rows_compile_the_step_alone():
 def test_host_time_and_its_table():
     """`host_time` times each step's return on an idle device (here: a CPU step of known work) and divides by the
     launches it is given; the report's host table shows it per compiler, `-` where not measured."""
-    from harness.bench.model_report import host_table
-    from harness.bench.records import Result
-    from harness.bench.step_facts import host_time
+    from harness.bench.models.report import host_table
+    from harness.bench.core.records import Result
+    from harness.bench.models.step_facts import host_time
 
     calls = []
 

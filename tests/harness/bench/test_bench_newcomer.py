@@ -15,12 +15,12 @@ import pytest
 from bench_helpers import make_results, make_run
 
 from harness import arms
-from harness.bench import history as hist_mod
-from harness.bench import model_report as mrep
-from harness.bench import models
-from harness.bench import report
-from harness.bench.records import Result, RunInfo
-from harness.bench.store import Store, default_path, now
+from harness.bench.reports import history as hist_mod
+from harness.bench.models import report as mrep
+from harness.bench.models import catalog as models
+from harness.bench.reports import report
+from harness.bench.core.records import Meta, Result, RunInfo
+from harness.bench.stores.store import Store, default_path, now
 
 ROOT = Path(__file__).resolve().parents[3]
 STORE = Path("results") / "bench" / "cpu" / "bench.sqlite"  # where nox -s ci / nox -s bench write on a CPU
@@ -235,7 +235,7 @@ def _model_results(compilers: tuple[str, ...]) -> list[Result]:
             ms = eager_ms * (100 if c == "kiln" else 0.8 if c == "inductor" else 1)
             r = Result(f"model.{case}", c, "h", samples=[ms * 1e6] * 5, timer="wall")
             r.compile_s = None if c == "eager" else (30.0 if c == "kiln" else 0.5)
-            r.meta = {"accuracy": {"pass": True}}
+            r.meta = Meta(accuracy={"pass": True})
             out.append(r)
     return out
 
@@ -262,7 +262,7 @@ def test_models_plot_of_a_cpu_run_says_interpreter_and_keeps_colours(tmp_path, m
     gpu = RunInfo(2, "v", now(), status="complete", profile="models-gpu", device="cuda", device_name="H100")
     measured = _model_results(("eager", "kiln"))
     for r in measured:
-        r.meta["memory"] = {"definition": "window-v2", "peak_allocated_bytes": 100 if r.compiler == "eager" else 80}
+        r.meta.memory = {"definition": "window-v2", "peak_allocated_bytes": 100 if r.compiler == "eager" else 80}
     assert mrep.plot_models(measured, tmp_path / "g.png", [gpu])
     assert len(figs[-1].axes) == 3 and "compile time and memory against eager" in figs[-1]._suptitle.get_text()
     assert figs[-1].axes[2].patches and figs[-1].axes[2].patches[0].get_width() == pytest.approx(1.25)
@@ -345,7 +345,7 @@ def test_a_bench_job_session_on_a_laptop_sets_the_bench_store_aside_never_delete
 
 # ---- the time estimate: no guess from the first workload (it pays the one-time costs) ----------------------
 def test_progress_estimates_from_the_later_workloads_not_the_first(tmp_path):
-    from harness.bench.stats import eta_text, time_left
+    from harness.bench.core.stats import eta_text, time_left
 
     assert time_left([30.0], 10) is None and eta_text([30.0], 10) == "time left: after the next step"
     assert time_left([30.0, 35.0, 40.0], 10) == 35.0  # 7 left at the median step (5 s), not at 40 s / 3

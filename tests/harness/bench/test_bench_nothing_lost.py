@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from bench_helpers import make_run, samples
 
-from harness.bench import sidebyside, verdict
-from harness.bench.compare import CPU_THRESHOLD, CompareConfig, Comparison
-from harness.bench.records import Result
-from harness.bench.report import fmt_ns
+from harness.bench.kernels import sidebyside
+
+from harness.bench.judge import verdict
+from harness.bench.judge.compare import CPU_THRESHOLD, CompareConfig, Comparison
+from harness.bench.core.records import Result
+from harness.bench.reports.report import fmt_ns
 
 ROOT = Path(__file__).resolve().parents[3]
 W1, W2 = "softmax.fwd.fp32.64x128", "row_sum.fwd.fp32.64x128"
@@ -212,7 +214,7 @@ sys.exit(main(sys.argv[1:]))
 def test_a_writer_killed_midway_leaves_the_previous_file(tmp_path, verb):
     from bench_helpers import make_results, medians, store_run
 
-    from harness.bench.store import Store
+    from harness.bench.stores.store import Store
 
     db = tmp_path / "b.sqlite"
     with Store(db) as s:
@@ -341,8 +343,8 @@ def test_the_ci_session_ends_with_the_bench_verdicts_and_fails_on_a_confirmed_re
 def test_verdicts_are_stored_per_run_and_replaced_whole(store):
     from bench_helpers import make_results, medians, store_run
 
-    from harness.bench.compare import with_baseline
-    from harness.bench.records import Verdict
+    from harness.bench.judge.compare import with_baseline
+    from harness.bench.core.records import Verdict
 
     a = store_run(store, make_results(medians(), seed=1))
     assert store.verdicts(a.id) is None  # stored none: readers recompute, labelled so

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from bench_helpers import make_results, make_run
 
-from harness.bench import model_report as mrep
-from harness.bench import report
-from harness.bench.compare import Comparison
+from harness.bench.models import report as mrep
+from harness.bench.reports import report
+from harness.bench.judge.compare import Comparison
+from harness.bench.core.records import Meta
 
 MEDIANS = {("softmax", "kiln"): 9e6, ("softmax", "inductor"): 2e4, ("softmax", "eager"): 1e4}
 
@@ -42,7 +43,7 @@ def test_cpu_markdown_report_says_interpreter_and_plots_no_kiln_speedup():
 def test_model_tier_summary_on_cpu_has_no_kiln_speedup_or_ratio():
     results = make_results({("model.gpt2.infer.fp32", c): m for (_, c), m in MEDIANS.items()})
     for r in results:
-        r.meta = {"accuracy": {"ok": True}}
+        r.meta = Meta(accuracy={"ok": True})
     interp = frozenset({"kiln"})
     s = mrep.summary(results)
     table = mrep.summary_table(s, device_is_gpu=False, interp=interp)

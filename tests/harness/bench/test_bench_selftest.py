@@ -1,12 +1,12 @@
-"""The bench self-test's side-by-side confirmation (harness/bench/selftest.py), without timing anything: the
+"""The bench self-test's side-by-side confirmation (harness/bench/kernels/selftest.py), without timing anything: the
 re-measure is a fake returning chosen samples."""
 
 from __future__ import annotations
 
-from harness.bench import selftest
-from harness.bench.compare import CompareConfig, Comparison
-from harness.bench.execute import BenchConfig
-from harness.bench.store import Store
+from harness.bench.kernels import selftest
+from harness.bench.judge.compare import CompareConfig, Comparison
+from harness.bench.kernels.execute import BenchConfig
+from harness.bench.stores.store import Store
 from harness.settings import Plant
 
 from bench_helpers import make_results, store_run

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.bench.stats import Stats, drop_outliers, geomean, mann_whitney_u, quantile
+from harness.bench.core.stats import Stats, drop_outliers, geomean, mann_whitney_u, quantile
 
 # (x, y, alternative, U of x, p): values from
 # scipy.stats.mannwhitneyu(x, y, alternative=..., method="asymptotic")

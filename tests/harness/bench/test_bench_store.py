@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.compare import resolve_baseline
-from harness.bench.env import device_name
-from harness.bench.records import SCHEMA_VERSION
-from harness.bench.store import Store
+from harness.bench.judge.compare import resolve_baseline
+from harness.bench.stores.env import device_name
+from harness.bench.core.records import SCHEMA_VERSION, Meta
+from harness.bench.stores.store import Store
 from harness.exc import BaselineError, ImportFormatError, StoreError
 
 from bench_helpers import make_results, make_run, medians, store_run
@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_roundtrip_keeps_every_sample_and_field(store):
     res = make_results({("w1", "inductor"): 1000.0, ("w1", "eager"): 2000.0})
-    res[0].max_abs_err, res[0].compile_s, res[0].meta = 1e-6, 1.5, {"dtype": "fp32"}
+    res[0].max_abs_err, res[0].compile_s, res[0].meta = 1e-6, 1.5, Meta(dtype="fp32")
     run = store_run(store, res)
     back = store.results(run.id)
     assert [r.samples for r in back] == [r.samples for r in res]
-    assert back[0].max_abs_err == 1e-6 and back[0].compile_s == 1.5 and back[0].meta == {"dtype": "fp32"}
+    assert back[0].max_abs_err == 1e-6 and back[0].compile_s == 1.5 and back[0].meta == Meta(dtype="fp32")
     assert store.run(run.id).status == "complete" and store.run(run.id).finished_at
     assert store.conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
 

@@ -14,8 +14,8 @@ import pytest
 from bench_helpers import make_results, store_run
 
 from harness.bench.cli import main as bench_main
-from harness.bench.records import SCHEMA_VERSION, Comparison, Verdict
-from harness.bench.store import Store, open_lasting, store_problem
+from harness.bench.core.records import SCHEMA_VERSION, Comparison, Verdict
+from harness.bench.stores.store import Store, open_lasting, store_problem
 from harness.exc import ImportFormatError, StoreError
 from harness.store import BENCH, head
 
@@ -63,7 +63,7 @@ def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
         assert [r.uid for r in store.runs(complete_only=True)] == ["uid-1", "uid-0"]  # killed: stays so
         res = store.results(runs[-1].id)
         assert len(res) == 4 and res[0].samples == [1000.0, 1001.0, 1002.0, 1003.0, 1004.0]
-        assert res[0].meta == {"n": 0} and runs[-1].config == {"k": 0}
+        assert res[0].meta.extra == {"n": 0} and runs[-1].config == {"k": 0}
         assert store.verdicts(runs[-1].id) is None
         store.save_verdicts(runs[-1].id, [Comparison("add", "kiln", "ok")])  # the new table is there
     (backup,) = [tmp_path / n for n in _others(path)]

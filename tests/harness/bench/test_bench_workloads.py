@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from harness.bench import workloads as wl
-from harness.bench.execute import BenchConfig, Executor, check_compilers, make_call
-from harness.bench.measure import flatten, make_timer, max_errors, unique_bytes
+from harness.bench.kernels import workloads as wl
+from harness.bench.kernels.execute import BenchConfig, Executor, check_compilers, make_call
+from harness.bench.kernels.measure import flatten, make_timer, max_errors, unique_bytes
 from harness.exc import UsageError
 from harness.settings import Plant
 

@@ -1,14 +1,14 @@
-"""harness/bench/compile_times.py: which probes run with which environment, and the table it reports (the
+"""harness/bench/models/compile_times.py: which probes run with which environment, and the table it reports (the
 probes themselves are faked: real ones are fresh processes compiling a model, the device stage's job)."""
 
 from __future__ import annotations
 
-import types
 
-from harness.bench import compile_times as ct
-from harness.bench import models as mdl
-from harness.bench import warmcache
-from harness.bench.model_run import ModelBenchConfig, compile_probe
+from harness.bench.models import compile_times as ct
+from harness.bench.core.records import AutotuneTimes, Result
+from harness.bench.models import catalog as mdl
+from harness.bench.models import warmcache
+from harness.bench.models.run import ModelBenchConfig, compile_probe
 
 
 def _probe(case="model.gpt2.infer.fp32"):
@@ -52,11 +52,11 @@ def test_table_and_report_lines():
     assert "| model.a | kiln | 10.0 | 2.0 | 20% | 30.0 | 2.5 | 20.00 | 16.00 | 1.250 |" in lines
     assert any("geomean over 1 rows: kiln 1.250" in ln for ln in lines)
     assert "- model.a inductor: autotuned: timeout" in lines
-    result = types.SimpleNamespace(workload="model.a", compiler="kiln", compile_s=10.0,
-                                   meta={"compile_warm_s": 2.0, "compile_autotune_s": 30.0,
-                                         "compile_autotune_warm_s": 2.5, "probe_step_s": 0.02,
-                                         "probe_autotune_step_s": 0.016})
-    section = ct.report_lines([result, types.SimpleNamespace(workload="b", compiler="kiln", compile_s=1.0, meta={})])
+    result = Result("model.a", "kiln", "h", compile_s=10.0,
+                    meta={"compile_warm_s": 2.0, "compile_autotune_s": 30.0, "compile_autotune_warm_s": 2.5,
+                          "probe_step_s": 0.02, "probe_autotune_step_s": 0.016})  # a stored result's keys
+    assert result.meta.autotune == AutotuneTimes(30.0, 2.5, 0.02, 0.016)
+    section = ct.report_lines([result, Result("b", "kiln", "h", compile_s=1.0)])
     assert section[0].startswith("### Compile times") and sum(ln.startswith("| model.a") for ln in section) == 1
     assert ct.report_lines([]) == []
 
@@ -84,8 +84,8 @@ def test_warmcache_command_bad_input_is_one_line(capsys):
 def test_the_model_tier_runs_each_pair_of_probes_once(monkeypatch):
     """`--compile-times` with `--autotune-times`: one cold/warm pair and one autotuned pair (four fresh
     processes, not six), the cold/warm error in `compile_probe_error`, an autotuned one in its own key."""
-    from harness.bench.model_run import ModelExecutor
-    from harness.bench.records import Result
+    from harness.bench.models.run import ModelExecutor
+    from harness.bench.core.records import Result
 
     seen = []
     answers = iter([{"compile_s": 10.0, "steady_s": 0.02}, {"compile_s": 2.0, "steady_s": 0.02},
@@ -100,8 +100,9 @@ def test_the_model_tier_runs_each_pair_of_probes_once(monkeypatch):
     res = Result("model.gpt2.infer.fp32", "kiln", "h")
     assert ex._compile_times(mdl.find("model.gpt2.infer.fp32", "tiny", "cpu"), res) == ""
     assert seen == [None, None, "1", "1"]
-    assert (res.compile_s, res.meta["compile_warm_s"], res.meta["compile_autotune_s"]) == (10.0, 2.0, 30.0)
-    assert res.meta["compile_autotune_error"] == "autotuned warm: timeout" and "compile_probe_error" not in res.meta
+    assert (res.compile_s, res.meta.compile_warm_s, res.meta.autotune.cold_s) == (10.0, 2.0, 30.0)
+    assert res.meta.autotune.error == "autotuned warm: timeout" and res.meta.compile_probe_error is None
+    assert res.meta.as_dict()["compile_autotune_error"] == "autotuned warm: timeout"  # the stored key
 
 
 def test_errors_of_the_two_pairs_stay_apart(monkeypatch):
@@ -109,7 +110,7 @@ def test_errors_of_the_two_pairs_stay_apart(monkeypatch):
     monkeypatch.setattr(ct, "probe", lambda p, environ: next(answers))
     t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
     assert (t.error, t.autotune_error, t.problems) == ("", "autotuned: boom", "autotuned: boom")
-    assert ct.autotuned_meta(t)["compile_autotune_error"] == "autotuned: boom"
+    assert ct.autotune_times(t).error == "autotuned: boom"
 
 
 def test_a_probe_line_without_seconds_is_an_error(monkeypatch):

@@ -1,13 +1,13 @@
-"""The model tier's memory measurement (`harness/bench/model_memory.py`) against a fake caching allocator: one
+"""The model tier's memory measurement (`harness/bench/models/memory.py`) against a fake caching allocator: one
 definition for every arm, CUDA-graph recording inside the window, compile-time allocations outside it."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.bench import model_memory as mm
-from harness.bench import model_report as mrep
-from harness.bench.records import Result
+from harness.bench.models import memory as mm
+from harness.bench.models import report as mrep
+from harness.bench.core.records import Meta, Result
 
 MIB = 2**20
 
@@ -130,11 +130,11 @@ def test_ratios_only_between_equal_definitions():
     old = _r("inductor-cg", {"peak_mem_bytes": 100})
     assert mm.definition_of(old.meta) == "window-v1" and mrep.mem_ratio(eager, old) is None
     assert mrep.mem_ratio(_r("eager", {"peak_mem_bytes": 300}), old) == 3.0  # two old ones: as before
-    assert mm.definition_of({}) is None and mrep.mem_ratio(_r("eager", {}), _r("kiln", {})) is None
+    assert mm.definition_of(Meta()) is None and mrep.mem_ratio(_r("eager", {}), _r("kiln", {})) is None
 
 
 def test_memcheck_markdown_shows_tier_and_by_hand_numbers_and_failures():
-    from harness.bench import model_memcheck as mc
+    from harness.bench.models import memcheck as mc
 
     point = {"point": "window opened", mm.ALLOC_NOW: 100 * MIB, mm.ALLOC_PEAK: 100 * MIB, mm.RES_NOW: 120 * MIB,
              mm.RES_PEAK: 120 * MIB, "driver_used": 900 * MIB}

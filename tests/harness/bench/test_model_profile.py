@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from harness.bench import model_profile as mp
-from harness.bench import step_facts
-from harness.bench import models as mdl
+from harness.bench.models import profile as mp
+from harness.bench.models import step_facts
+from harness.bench.models import catalog as mdl
 from harness.bench.cli import main
 
 

@@ -1,4 +1,4 @@
-"""The paired per-round statistics (harness/bench/paired.py) and the side-by-side verdicts built on them:
+"""The paired per-round statistics (harness/bench/judge/paired.py) and the side-by-side verdicts built on them:
 exact signed-rank test, Hodges-Lehmann interval, noise floor, `inconclusive`; a synthetic host whose load
 comes in bursts that span several turns (what a busy loop and other jobs make), on which the statistic used
 before the round became the unit calls identical code regressed and the paired one never does."""
@@ -11,12 +11,14 @@ import random
 import pytest
 from bench_helpers import make_run
 
-from harness.bench import sidebyside, verdict
-from harness.bench.compare import CompareConfig, Comparison
-from harness.bench.noise_check import old_verdict, rates
-from harness.bench.paired import MIN_ROUNDS, hodges_lehmann, judge_side_by_side, paired, signed_rank
-from harness.bench.records import Result, Verdict
-from harness.bench.sidebyside import ORDERS
+from harness.bench.kernels import sidebyside
+
+from harness.bench.judge import verdict
+from harness.bench.judge.compare import CompareConfig, Comparison
+from harness.bench.kernels.noise_check import old_verdict, rates
+from harness.bench.judge.paired import MIN_ROUNDS, hodges_lehmann, judge_side_by_side, paired, signed_rank
+from harness.bench.core.records import Result, Verdict
+from harness.bench.kernels.sidebyside import ORDERS
 
 CPU = CompareConfig().for_device("cpu")
 THR, ALPHA = CPU.threshold or 0.1, CPU.alpha
@@ -166,7 +168,7 @@ def test_a_cpu_plant_adds_its_fraction_of_the_calls_own_cpu_time():
 
     import torch
 
-    from harness.bench.measure import Timer
+    from harness.bench.kernels.measure import Timer
 
     seen: list[int] = []
 
@@ -203,6 +205,6 @@ def test_only_workloads_left_inconclusive_get_more_rounds(tmp_path, monkeypatch)
     monkeypatch.setattr(sidebyside, "Worker", FakeWorker)
     base, aa, cand = sidebyside.measure_pair({}, ["quiet", "noisy"], ["kiln"], tmp_path, tmp_path, None, tmp_path,
                                              undecided=sidebyside.undecided_at(CPU))
-    rounds = {r.workload: len(r.meta["rounds"]) for r in cand}
+    rounds = {r.workload: len(r.meta.rounds) for r in cand}
     assert rounds == {"quiet": sidebyside.ROUNDS, "noisy": sidebyside.MAX_ROUNDS}
-    assert [len(r.meta["rounds"]) for r in base] == [len(r.meta["rounds"]) for r in aa] == list(rounds.values())
+    assert [len(r.meta.rounds) for r in base] == [len(r.meta.rounds) for r in aa] == list(rounds.values())

@@ -10,8 +10,8 @@ import signal
 import sys
 import uuid
 
-from harness.bench.records import Result, RunInfo
-from harness.bench.store import Store, now
+from harness.bench.core.records import Result, RunInfo
+from harness.bench.stores.store import Store, now
 
 
 def main(url: str, runs: int, kill: bool = False) -> None:

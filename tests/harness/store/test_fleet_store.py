@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, insert, select
 
-from harness.bench.compare import resolve_baseline
-from harness.bench.records import RunInfo
-from harness.bench.store import Store, now
+from harness.bench.judge.compare import resolve_baseline
+from harness.bench.core.records import RunInfo
+from harness.bench.stores.store import Store, now
 from harness.exc import BaselineError, StoreError
 from harness.store import BENCH, HISTORY, head, open_store
 from harness.store import tables as t

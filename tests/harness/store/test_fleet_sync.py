@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
-from harness.bench.records import Comparison, Result, RunInfo, Verdict
-from harness.bench.store import Store, now
+from harness.bench.core.records import Comparison, Result, RunInfo, Verdict
+from harness.bench.stores.store import Store, now
 from harness.exc import StoreUnreachable
 from harness.store import BENCH, HISTORY, open_store
 from harness.store.sync import copy_runs

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.store import Store
+from harness.bench.stores.store import Store
 from harness.store import sqlite as hs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

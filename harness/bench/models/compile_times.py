@@ -1,0 +1,213 @@
+"""Cold, warm and autotuned compile times of model cases, each in fresh processes.
+
+    python -m harness.bench.models.warmcache --only PATTERNS [--compilers kiln,inductor] [--profile gpu]
+                                      [--device cuda] [--no-autotune] [--budget-s S] [--json P] [--md P]
+
+Terms, per case and compiler (every number from a fresh subprocess: the model tier's compile probe,
+`model_run.probe_command`, which times 3 first steps against 3 steady ones):
+- *cold*: empty caches (new TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, KILN_CACHE_DIR, XDG_CACHE_HOME: kiln's
+  graph cache and autotune choices live under the last);
+- *warm*: a second process on the same cache folders (kiln: the graph cache and Triton's kernels on disk;
+  Inductor: its FX graph and AOTAutograd caches);
+- *autotuned*: new empty caches with autotuning on (kiln: `KILN_AUTOTUNE=1`; Inductor:
+  `TORCHINDUCTOR_MAX_AUTOTUNE=1`), then *autotuned warm*: a second process on those caches (no timing is
+  expected: choices are cached on disk);
+- *step*: the median of the probe's 3 steady steps, of the warm process (heuristic configs) and of the
+  autotuned warm one: a rough side-by-side, not the model tier's measured step time (the two processes run
+  minutes apart, so whatever else loads the host then moves host-bound steps; the model tier's arm
+  ``kiln-autotune`` measures the gain side by side, interleaved, in one process).
+
+The model tier calls `measure` for its `--compile-times` compilers (with autotuning for `--autotune-times`;
+`autotune_times` turns that into its results' `meta.autotune`) and `report_lines` for its
+report; `harness/bench/models/warmcache.py` is the command line (`ci/device_check.sh warmcache`: 2-3 rows, kiln and
+Inductor side by side).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import arms
+
+from harness.bench.core.records import AutotuneTimes, Result
+from harness.bench.core.stats import geomean
+
+#: environment that turns autotuning on, per compiler backend
+AUTOTUNE_ENV: dict[str, dict[str, str]] = {arms.KILN: {"KILN_AUTOTUNE": "1"},
+                                           arms.INDUCTOR: {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}}
+
+
+@dataclass
+class CompileTimes:
+    """One case under one compiler; seconds, None where not measured (``error`` says why)."""
+
+    case: str
+    compiler: str
+    cold_s: float | None = None
+    warm_s: float | None = None
+    autotune_s: float | None = None
+    autotune_warm_s: float | None = None
+    step_s: float | None = None
+    autotune_step_s: float | None = None
+    error: str = ""  # the cold and warm probes' ("cold: ...; warm: ...")
+    autotune_error: str = ""  # the autotuned probes'
+
+    @property
+    def problems(self) -> str:
+        """Every probe's error, one line ('' when none)."""
+        return "; ".join(e for e in (self.error, self.autotune_error) if e)
+
+
+def autotune_env(compiler: str) -> dict[str, str] | None:
+    """The variables that autotune ``compiler``'s backend, or None (eager, unknown backends)."""
+    arm = arms.ARMS.get(compiler)
+    backend = arm.backend if arm is not None else compiler
+    return AUTOTUNE_ENV.get(backend) if backend is not None else None
+
+
+@dataclass
+class Probe:
+    """How to run one compile probe of one case and compiler (the model tier's, ``model_run.compile_probe``):
+    its command, the environment for a cache folder, the tag of its JSON line, where to run it, its limit."""
+
+    command: list[str]
+    environ: Callable[[Path], dict[str, str]]
+    tag: str
+    cwd: str
+    timeout_s: float
+
+
+def probe(p: Probe, environ: dict[str, str]) -> dict[str, Any]:
+    """The JSON line of one compile probe (``compile_s``, ``steady_s``...), or ``{"error": one line}``."""
+    try:
+        done = subprocess.run(p.command, env=environ, cwd=p.cwd, capture_output=True, text=True,
+                              timeout=p.timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"probe took longer than {p.timeout_s:.0f}s"}
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(p.tag):
+            return json.loads(line[len(p.tag):])
+    tail = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
+    return {"error": f"probe exit {done.returncode}: {tail[-1][:200] if tail else 'no output'}"}
+
+
+def _pair(p: Probe, extra: dict[str, str]) -> tuple[dict, dict]:
+    """(first, second) probe in two fresh processes sharing new, initially empty cache folders."""
+    folder = Path(tempfile.mkdtemp(prefix="kiln-compile-times-"))
+    try:
+        environ = {**p.environ(folder), **extra}
+        first = probe(p, environ)
+        if "error" in first:
+            return first, {}
+        return first, probe(p, environ)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure(case: str, compiler: str, p: Probe, autotune: bool = True) -> CompileTimes:
+    """Cold and warm, then (when ``autotune`` and the compiler can) autotuned cold and warm compile s."""
+    out = CompileTimes(case, compiler)
+    first, second = _pair(p, {})
+    out.cold_s, out.warm_s, out.step_s = first.get("compile_s"), second.get("compile_s"), second.get("steady_s")
+    out.error = _errors((("cold", first), ("warm", second)))
+    extra = autotune_env(compiler)
+    if autotune and extra is not None and not out.error:
+        first, second = _pair(p, extra)
+        out.autotune_s, out.autotune_warm_s = first.get("compile_s"), second.get("compile_s")
+        out.autotune_step_s = second.get("steady_s")
+        out.autotune_error = _errors((("autotuned", first), ("autotuned warm", second)))
+    return out
+
+
+def _errors(pair: tuple[tuple[str, dict], ...]) -> str:
+    """The first failed probe of a pair as ``what: error`` ('' when both gave compile seconds; the second of a
+    pair does not run after a failed first)."""
+    for what, d in pair:
+        if "error" in d or "compile_s" not in d:
+            return f"{what}: {d.get('error', 'no result')}"
+    return ""
+
+
+def autotune_times(t: CompileTimes) -> AutotuneTimes:
+    """The model tier's autotuned compile times (``Result.meta.autotune``) from one case and compiler's
+    ``measure``: autotuned compile s (cold, warm) and the probes' steady step s with heuristic and autotuned
+    configs."""
+    return AutotuneTimes(t.autotune_s, t.autotune_warm_s, t.step_s, t.autotune_step_s, t.autotune_error)
+
+
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def table(rows: list[CompileTimes]) -> list[str]:
+    """A Markdown table of ``rows``, with the autotuned step gain (heuristic step / autotuned step)."""
+    head = ("| case | compiler | cold s | warm s | warm/cold | autotuned s | autotuned warm s | step ms | "
+            "autotuned step ms | gain |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = r.warm_s / r.cold_s if r.cold_s and r.warm_s is not None else None
+        gain = r.step_s / r.autotune_step_s if r.step_s and r.autotune_step_s else None
+        lines.append(f"| {r.case} | {r.compiler} | {_f(r.cold_s)} | {_f(r.warm_s)} | {_f(ratio, '{:.0%}')} | "
+                     f"{_f(r.autotune_s)} | {_f(r.autotune_warm_s)} | {_f(r.step_s and r.step_s * 1e3, '{:.2f}')} | "
+                     f"{_f(r.autotune_step_s and r.autotune_step_s * 1e3, '{:.2f}')} | {_f(gain, '{:.3f}')} |")
+    gains = [r.step_s / r.autotune_step_s for r in rows if r.step_s and r.autotune_step_s]
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        if r.step_s and r.autotune_step_s:
+            by.setdefault(r.compiler, []).append(r.step_s / r.autotune_step_s)
+    if gains:
+        lines += [""] + [f"- autotuned step gain, geomean over {len(g)} rows: {c} "
+                         f"{geomean(g) or 0:.3f}" for c, g in by.items()]
+    errors = [f"- {r.case} {r.compiler}: {r.problems}" for r in rows if r.problems]
+    goal_lines = goals(rows)
+    return lines + ([""] + goal_lines if goal_lines else []) + ([""] + errors if errors else [])
+
+
+#: the compile goals: kiln's warm compile at most Inductor's warm compile and at most this share of its cold
+WARM_SHARE = 0.25
+
+
+def goals(rows: list[CompileTimes], compiler: str = arms.KILN, peer: str = arms.INDUCTOR) -> list[str]:
+    """Which of the compile goals hold, row by row and counted (rows where a number is missing are left out of
+    that goal): ``compiler``'s warm compile <= ``peer``'s warm compile of the same case, <= ``WARM_SHARE`` of its
+    own cold compile; its autotuned step no slower than its heuristic step (gain >= 1; *probes*: one step
+    median from each of two processes minutes apart, a rough reading: ``autotune_gain`` judges this goal on the
+    model tier's side-by-side arms); its second autotuned compile no dearer than its warm compile."""
+    mine = {r.case: r for r in rows if r.compiler == compiler}
+    theirs = {r.case: r for r in rows if r.compiler == peer}
+    checks: dict[str, list[tuple[str, bool]]] = {"warm <= peer warm": [], f"warm <= {WARM_SHARE:.0%} of cold": [],
+                                                 "autotuned step >= heuristic (probes)": [], "autotuned warm <= warm": []}
+    for case, r in mine.items():
+        p = theirs.get(case)
+        if r.warm_s is not None and p is not None and p.warm_s is not None:
+            checks["warm <= peer warm"].append((case, r.warm_s <= p.warm_s))
+        if r.warm_s is not None and r.cold_s:
+            checks[f"warm <= {WARM_SHARE:.0%} of cold"].append((case, r.warm_s <= WARM_SHARE * r.cold_s))
+        if r.step_s and r.autotune_step_s:
+            checks["autotuned step >= heuristic (probes)"].append((case, r.autotune_step_s <= r.step_s))
+        if r.autotune_warm_s is not None and r.warm_s is not None:
+            checks["autotuned warm <= warm"].append((case, r.autotune_warm_s <= r.warm_s))
+    out = []
+    for name, got in checks.items():
+        if got:
+            missed = [c for c, ok in got if not ok]
+            out.append(f"- goal {name.replace('peer', peer)} ({compiler}): {len(got) - len(missed)}/{len(got)} rows"
+                       + (f"; not on {', '.join(missed)}" if missed else ""))
+    return out
+
+
+def report_lines(results: list[Result]) -> list[str]:
+    """The model tier report's section for results carrying ``meta.autotune`` (none: no lines)."""
+    rows = [CompileTimes(r.workload, r.compiler, r.compile_s, r.meta.compile_warm_s, a.cold_s, a.warm_s, a.step_s,
+                         a.autotune_step_s, autotune_error=a.error)
+            for r in results if (a := r.meta.autotune) is not None]
+    if not rows:
+        return []
+    return ["### Compile times: cold, warm, autotuned (fresh processes)", "", *table(rows), ""]

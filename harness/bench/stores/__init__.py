@@ -1,0 +1,1 @@
+"""The bench store (runs, results, samples, verdicts) and the environment a run records."""
