@@ -127,7 +127,7 @@ def child(args: argparse.Namespace) -> int:
     import torch
 
     from harness.bench.models import catalog as mdl
-    from harness.bench.models.run import BASELINE_COMPILER, Stepper, _sync
+    from harness.bench.models.run import BASELINE_COMPILER, Stepper, sync
 
     case = mdl.find(args.case, args.profile, args.device)
     device = torch.device(args.device)
@@ -139,7 +139,7 @@ def child(args: argparse.Namespace) -> int:
     if prof is not None:
         prof.enable()
     st.step()
-    _sync(device)
+    sync(device)
     if prof is not None:
         prof.disable()
     first = time.perf_counter() - t0
@@ -147,7 +147,7 @@ def child(args: argparse.Namespace) -> int:
     for _ in range(2):
         t0 = time.perf_counter()
         st.step()
-        _sync(device)
+        sync(device)
         steady.append(time.perf_counter() - t0)
     from compiler.runtime import compile_stats
 
@@ -206,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cases:
         print("warm_profile: name at least one model case (python -m harness bench models --list)", file=sys.stderr)
         return 2
-    from harness.bench.models.run import _probe_env
+    from harness.bench.models.run import probe_env
 
     out, bad = [], 0
     for case in [c for arg in args.cases for c in arg.split(",") if c]:
         folder = Path(tempfile.mkdtemp(prefix="kiln-warm-profile-"))
         try:
-            env = {**_probe_env(folder), "KILN_CACHE": "1", "KILN_CACHE_DIR": str(folder / "kiln")}
+            env = {**probe_env(folder), "KILN_CACHE": "1", "KILN_CACHE_DIR": str(folder / "kiln")}
             if args.autotune:
                 env["KILN_AUTOTUNE"] = "1"
             prof = args.prof_out or str(folder / "warm.prof")

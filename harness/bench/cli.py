@@ -306,7 +306,7 @@ def _add_models(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def _open(db: Path | None, lasting: str | None = None, *, write: bool = True, must_exist: bool | None = None):
+def open_bench_store(db: Path | None, lasting: str | None = None, *, write: bool = True, must_exist: bool | None = None):
     """The store of `--db` (a file or a URL), else $KILN_STORE_URL (the fleet store), else store.default_path
     ($KILN_BENCH_DB, else the backend's results/bench store); with `--lasting BACKEND` that backend's lasting store
     (or the fleet store). `write=False` opens it read-only (never created, migrated or moved). A local store that
@@ -430,7 +430,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.bench.kernels.bisect import sigterm_as_interrupt
 
     # SIGTERM (a cancelled CI job) is Ctrl-C: the run is marked aborted, its stored results kept
-    with sigterm_as_interrupt(), _open(args.db, args.lasting) as store:
+    with sigterm_as_interrupt(), open_bench_store(args.db, args.lasting) as store:
         out = run_bench(
             cfg,
             store,
@@ -451,7 +451,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.bench.judge.compare import compare, load_baseline, mark_suspects, resolve_baseline
 
     cmp_cfg = _cmp_cfg(args)
-    with _open(args.db, must_exist=True) as store:
+    with open_bench_store(args.db, must_exist=True) as store:
         run = store.run(_run_id(store, args.run))
         cmp_cfg = cmp_cfg.for_device(run.device)
         base_runs = resolve_baseline(store, args.baseline, run, any_hardware=cmp_cfg.any_hardware)
@@ -469,7 +469,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from harness.bench.reports.report import terminal
 
-    with _open(args.db, args.lasting, write=False) as store:
+    with open_bench_store(args.db, args.lasting, write=False) as store:
         runs = store.runs(limit=args.limit)
     if args.json:
         conventions.write_json(args.json, [_run_json(r) for r in runs])
@@ -492,7 +492,7 @@ def _run_json(r) -> dict:
 def cmd_show(args: argparse.Namespace) -> int:
     from harness.bench.reports import report
 
-    with _open(args.db, write=False) as store:
+    with open_bench_store(args.db, write=False) as store:
         run = store.run(_run_id(store, args.run))
         results = store.results(run.id)
         stored = store.verdicts(run.id)
@@ -525,7 +525,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from harness.bench.judge.compare import resolve_baseline
 
-    with _open(args.db, args.lasting, write=False) as store:
+    with open_bench_store(args.db, args.lasting, write=False) as store:
         if args.runs and args.baseline:
             raise UsageError("give --runs or --baseline, not both")
         ids = None
@@ -566,7 +566,7 @@ def _read_json(path: Path) -> dict:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    with _open(args.db, args.lasting) as store:
+    with open_bench_store(args.db, args.lasting) as store:
         for f in args.files:
             added, skipped = store.import_(_read_json(f))
             print(f"{f}: {added} run(s) added, {skipped} already present")
@@ -577,7 +577,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from harness.bench.reports import report
     from harness.bench.stores.store import Store
 
-    store = Store(":memory:") if args.from_json else _open(args.db, write=False)
+    store = Store(":memory:") if args.from_json else open_bench_store(args.db, write=False)
     with store:
         if args.from_json:
             store.import_(_read_json(args.from_json))

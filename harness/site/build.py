@@ -247,7 +247,7 @@ def _cpus() -> int:
 
 
 def _read_bench(db: Any, lasting: str | None, bisections: list[Path], notes: list[str]) -> BenchData | None:
-    from harness.bench.cli import _open
+    from harness.bench.cli import open_bench_store
     from harness.exc import StoreError
     from harness.store.cli import configured
 
@@ -256,7 +256,7 @@ def _read_bench(db: Any, lasting: str | None, bisections: list[Path], notes: lis
         db = _lasting_or_local(lasting, notes)
         lasting = None if db else lasting
     try:
-        with _open(db, lasting, write=False) as store:
+        with open_bench_store(db, lasting, write=False) as store:
             data = read_bench(store, bisection_dirs=bisections)
     except StoreError as e:
         if explicit:

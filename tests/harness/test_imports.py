@@ -97,15 +97,7 @@ def test_a_module_imported_from_its_package_is_an_edge_to_the_module(tmp_path, m
 
 # A module's underscore names are its own: no module of the products imports another's (`from x import _y`).
 # Tests may, to test a private helper directly. Each exception names why it stays.
-PRIVATE_IMPORTS_ALLOWED = {
-    # harness/bench is being split into sub-packages by role; these go public or away with that move
-    ("harness.bench.history", "harness.bench.report", "_plt"): "bench restructure pending",
-    ("harness.bench.model_report", "harness.bench.report", "_plt"): "bench restructure pending",
-    ("harness.bench.model_memcheck", "harness.bench.model_run", "_kiln_capture"): "bench restructure pending",
-    ("harness.bench.model_profile", "harness.bench.model_run", "_sync"): "bench restructure pending",
-    ("harness.bench.model_run", "harness.bench.compare", "_same_kind"): "bench restructure pending",
-    ("harness.site.build", "harness.bench.cli", "_open"): "bench restructure pending",
-}
+PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str, str], str] = {}
 
 
 def private_imports(path: Path, mods: set[str]) -> list[tuple[str, str, str]]:

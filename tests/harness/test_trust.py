@@ -270,8 +270,8 @@ def test_an_untrusted_bench_record_never_writes_mains_lasting_store(tmp_path, mo
     opened = []
     monkeypatch.setattr("harness.bench.stores.store.open_lasting", lambda path, write: opened.append((path, write)))
     as_job(monkeypatch, gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE))
-    cli._open(None, "cpu", write=True)
-    cli._open(None, "cpu", write=False)
+    cli.open_bench_store(None, "cpu", write=True)
+    cli.open_bench_store(None, "cpu", write=False)
     assert opened == [(tmp_path / "bench" / "pr" / "cpu.sqlite", True), (tmp_path / "bench" / "cpu.sqlite", False)]
 
 

@@ -310,7 +310,7 @@ def counts(cmps: list[Comparison]) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------ baselines from the store
-def _same_kind(run: RunInfo, like: RunInfo | None, any_hardware: bool = False) -> bool:
+def same_kind(run: RunInfo, like: RunInfo | None, any_hardware: bool = False) -> bool:
     """Whether `run` may be a baseline of `like`: the same profile, and the same hardware class (both name one:
     harness/store/runner.py; else the same device name), unless `any_hardware`."""
     if like is None:
@@ -332,7 +332,7 @@ def resolve_baseline(store: Store, spec: str, new_run: RunInfo | None = None, *,
     new_id = new_run.id if new_run else None
     kind, _, arg = spec.partition(":") if ":" in spec else ("run" if spec.isdigit() else spec, "", spec)
     complete = [r for r in store.runs(complete_only=True)
-                if r.id != new_id and _same_kind(r, new_run, any_hardware)]
+                if r.id != new_id and same_kind(r, new_run, any_hardware)]
     if kind == "run":
         if not arg.isdigit():
             raise BaselineError(f"bad baseline {spec!r}: run id must be a number")

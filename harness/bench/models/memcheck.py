@@ -69,10 +69,10 @@ def by_hand(case: mdl.ModelCase, base: torch.nn.Module, compiler: str, device: t
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     points = [_snap(device, "before the model copy")]
-    from harness.bench.models.run import _kiln_capture
+    from harness.bench.models.run import kiln_capture
     from harness.bench.models.step_facts import graph_report
 
-    with _kiln_capture(compiler) as graphs:
+    with kiln_capture(compiler) as graphs:
         st = Stepper(case, base, compiler, device)
         st.step()
     points.append(_snap(device, "after the first step"))

@@ -81,7 +81,7 @@ def host_gaps(events: list[Any], steps: int, top: int = 10) -> dict[str, Any]:
 
 
 def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps: int, top: int) -> Profile:
-    from harness.bench.models.run import Stepper, _sync
+    from harness.bench.models.run import Stepper, sync
 
     graphs: list[str] = []
     ctx: Any = None
@@ -94,7 +94,7 @@ def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps
         st = Stepper(case, case.build(), compiler, device)
         for _ in range(3):
             st.step()
-        _sync(device)
+        sync(device)
         wall = st.timed(steps) / 1e6
     finally:
         if ctx is not None:
@@ -112,7 +112,7 @@ def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(steps):
             st.step()
-        _sync(device)
+        sync(device)
     evs = _device_events(prof, device.type)
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for e in evs:

@@ -36,7 +36,7 @@ from harness.bench.models import catalog as mdl
 from harness.bench.judge.compare import Comparison
 from harness.bench.models.step_facts import unrecorded_lines
 from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo, Verdict, by_case, passed
-from harness.bench.reports.report import (INTERPRETER_NOTE, PlotUnavailable, Table, _plt, comparison_table, counts_line, save_figure,
+from harness.bench.reports.report import (INTERPRETER_NOTE, PlotUnavailable, Table, pyplot, comparison_table, counts_line, save_figure,
                      interpreted, latency_cell, markdown, terminal, text_bars)
 from harness.bench.core.stats import geomean
 from harness.bench.stores.store import Store
@@ -548,7 +548,7 @@ def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ())
     comp = [c for c in compilers_of(results) if c != BASELINE]
     if not comp or not results:
         return None
-    plt = _plt()
+    plt = pyplot()
     by = by_case(results)
     names = [w[len(mdl.PREFIX) :] for w in by]
     device = runs[0].device if runs else "cuda"

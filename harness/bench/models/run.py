@@ -154,7 +154,7 @@ def check_compilers(names: list[str], device: str) -> tuple[list[str], list[str]
     return out, notes
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -242,11 +242,11 @@ class Stepper:
 
     def timed(self, steps: int) -> float:
         """ns per step over `steps` consecutive steps, device synchronized before and after."""
-        _sync(self.device)
+        sync(self.device)
         t0 = time.perf_counter_ns()
         for _ in range(steps):
             self.step()
-        _sync(self.device)
+        sync(self.device)
         return (time.perf_counter_ns() - t0) / steps
 
 
@@ -439,12 +439,12 @@ class ModelExecutor(CaseExecutor[Prepared]):
         st: Stepper | None = None
         graphs: list | None = None
         try:
-            with _kiln_capture(compiler) as graphs:
+            with kiln_capture(compiler) as graphs:
                 st = Stepper(case, base, compiler, self.device, cfg.seed)
                 t0 = time.perf_counter()
                 with _deadline(cfg.compile_timeout_s, f"{compiler} compile + first step"):
                     got = st.step(capture=True)
-                    _sync(self.device)
+                    sync(self.device)
             res.meta.first_call_s = round(time.perf_counter() - t0, 3)
             if mem is not None:
                 mem.open()
@@ -529,7 +529,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
 
 
 @contextmanager
-def _kiln_capture(compiler: str) -> Iterator[list | None]:
+def kiln_capture(compiler: str) -> Iterator[list | None]:
     """kiln's graphs compiled inside the block (`compiler.capture()`) for kiln arms, else None."""
     if not arms.is_kiln(compiler):
         yield None
@@ -541,7 +541,7 @@ def _kiln_capture(compiler: str) -> Iterator[list | None]:
 
 
 # ------------------------------------------------------------------ compile-time subprocesses
-def _probe_env(cache: Path) -> dict[str, str]:
+def probe_env(cache: Path) -> dict[str, str]:
     e = dict(os.environ)
     for var, sub in (
         ("TRITON_CACHE_DIR", "triton"),
@@ -580,7 +580,7 @@ def compile_probe(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> 
     """The probe of `case` under `compiler` for `compile_times` (its command, environment, tag and limit)."""
     from harness.bench.models.compile_times import Probe
 
-    return Probe(probe_command(case, compiler, cfg), _probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120)
+    return Probe(probe_command(case, compiler, cfg), probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120)
 
 
 def probe_main(argv: list[str]) -> int:
@@ -613,7 +613,7 @@ def probe_main(argv: list[str]) -> int:
         for _ in range(PROBE_READY_STEPS + PROBE_STEADY_STEPS):
             t0 = time.perf_counter()
             st.step()
-            _sync(device)
+            sync(device)
             ts.append(time.perf_counter() - t0)
         steady = Stats.of(ts[PROBE_READY_STEPS:]).median
         data: dict[str, Any] = {
@@ -701,13 +701,13 @@ def run_models(
 def _model_baseline(store: Store, spec: str, run: RunInfo, results: list[Result]):
     """A baseline restricted to this run's cases. `latest`: per case, the newest earlier complete run of the
     same profile and device that has it (runs are often chunks of the tier); else compare.py's specs."""
-    from harness.bench.judge.compare import Baseline, _same_kind, load_baseline, resolve_baseline
+    from harness.bench.judge.compare import Baseline, same_kind, load_baseline, resolve_baseline
 
     names = {r.workload for r in results}
     if spec.strip() == "latest":
         picked: dict[str, tuple[RunInfo, list[Result]]] = {}
         for b in store.runs(complete_only=True):
-            if b.id == run.id or not _same_kind(b, run):
+            if b.id == run.id or not same_kind(b, run):
                 continue
             rs = [r for r in store.results(b.rid) if r.workload in names and r.workload not in picked]
             for w in {r.workload for r in rs}:

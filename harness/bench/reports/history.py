@@ -42,7 +42,7 @@ from harness.bench.core.records import Result, RunInfo, Verdict
 from harness.bench.reports.report import (
     INTERPRETER_LABEL,
     PlotUnavailable,
-    _plt,
+    pyplot,
     fmt_ns,
     interpreted,
     markdown,
@@ -300,7 +300,7 @@ def _safe(name: str) -> str:
 
 def plot_workload(hist: History, workload: str, path: Path) -> Path:
     """Median per compiler over the workload's runs, IQR bars, regressed steps ringed in red."""
-    plt = _plt()
+    plt = pyplot()
     runs = sorted({p.run.id: p.run for (w, _), pts in hist.series.items() if w == workload for p in pts}.values(),
                   key=lambda r: r.id or 0)
     xs = {r.id: i for i, r in enumerate(runs)}

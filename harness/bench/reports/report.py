@@ -298,7 +298,7 @@ def save_figure(fig: Any, path: Path, dpi: int) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _plt():
+def pyplot():
     try:
         import matplotlib
 
@@ -366,7 +366,7 @@ def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path, r
     """Horizontal bars: speedup of each compiler over eager, per workload (log scale), one colour per compiler
     (arms.colour). `compilers` are those whose speedup means something (`speedup_compilers`): a caller with only
     eager there writes no figure (no empty PNG)."""
-    plt = _plt()
+    plt = pyplot()
     eager = {r.workload: r.median for r in results if r.compiler == "eager" and r.status == "ok" and r.median_ns}
     workloads = list(dict.fromkeys(r.workload for r in results))
     others = [c for c in compilers if c != "eager"]
@@ -397,7 +397,7 @@ def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path, r
 
 def plot_ratios(cmps: list[Comparison], threshold: float, path: Path, run: RunInfo | None = None) -> Path:
     """Bars: new/baseline median ratio per workload+compiler, threshold lines, regressions in red."""
-    plt = _plt()
+    plt = pyplot()
     rows = [c for c in cmps if c.ratio is not None]
     ratios = [c.ratio - 1 for c in cmps if c.ratio is not None]
     fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 2))
@@ -425,7 +425,7 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
                  run: RunInfo | None = None) -> Path:
     """Small multiples: median per run for each workload, one line per compiler (arms.colour), a log time axis
     where a panel's times span more than a decade (eager in us beside kiln's interpreter in ms)."""
-    plt = _plt()
+    plt = pyplot()
     names = list(history)
     cols = 4
     nrows = max(1, math.ceil(len(names) / cols))

@@ -19,7 +19,7 @@ from harness.__main__ import main
 from harness.bench.core.records import Comparison, Result, RunInfo, Verdict
 from harness.bench.stores.store import Store, now
 from harness.exc import StoreUnreachable
-from harness.store import BENCH, HISTORY, open_store
+from harness.store import BENCH, HISTORY, open_bench_store
 from harness.store.sync import copy_runs
 from harness.store.url import parse
 from harness.suites import history
@@ -101,8 +101,8 @@ def test_push_twice_adds_nothing_and_pull_brings_it_home(store_url, tmp_path, ca
 
 def test_a_push_killed_midway_resumes_with_nothing_duplicated(store_url, tmp_path):
     src = _source(tmp_path)
-    a = open_store(src, BENCH, write=True)
-    b = open_store(parse(store_url), BENCH, write=True)
+    a = open_bench_store(src, BENCH, write=True)
+    b = open_bench_store(parse(store_url), BENCH, write=True)
 
     def kill_after(n: int) -> None:
         if n == 1:
@@ -228,7 +228,7 @@ def test_kinds_stay_apart_in_one_file(tmp_path):
     """Both stores in one SQLite file (the `sqlite:///` URL's layout), neither seeing the other's tables."""
     db = tmp_path / "both.sqlite"
     for kind in (BENCH, HISTORY):
-        open_store(db, kind, write=True).close()
+        open_bench_store(db, kind, write=True).close()
     with Store(db, readonly=True) as s:
         assert s.runs() == []
 
@@ -248,11 +248,11 @@ def test_a_read_only_job_reads_the_fleet_store_and_writes_its_own(store_url, tmp
     assert main(["history", "record", str(folder)]) == 0
     local = history.default_path(write=True)
     assert isinstance(local, Path) and local.is_file() and str(tmp_path) not in str(local)
-    from harness.bench.cli import _open
+    from harness.bench.cli import open_bench_store
 
-    with _open(None, "cpu", write=True) as store:  # `bench run --lasting cpu`: the runner's own store
+    with open_bench_store(None, "cpu", write=True) as store:  # `bench run --lasting cpu`: the runner's own store
         assert store.path == tmp_path / "lasting" / "cpu.sqlite" and store.runs() == []
-    with _open(None, "cpu", write=False) as store:  # the PR's baseline read: the fleet store
+    with open_bench_store(None, "cpu", write=False) as store:  # the PR's baseline read: the fleet store
         assert len(store.runs(complete_only=True)) == 3
     assert _counts(store_url) == before
 
