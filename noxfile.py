@@ -226,7 +226,7 @@ def install_project(session: nox.Session) -> str:
 # scratch folders are shared within a file only). The harness's unit tests get HARNESS_WORKERS_PER_CORE workers per
 # core by default: most of their time is spent waiting on the processes they start (a harness run, its pytest, a
 # planted hang or timeout, docker): on one worker per core they kept the cores busy about a third of the time.
-HARNESS_WORKERS_PER_CORE = 3
+HARNESS_WORKERS_PER_CORE = 2
 
 
 def test_workers(per_core: int = 1) -> list[str]:
