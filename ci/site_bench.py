@@ -48,8 +48,10 @@ def main() -> int:
             store.import_(fixture.big_export(args.runs, args.workloads))
     if not hist.exists():
         fixture.write_history(hist, root / "runs", args.tests_runs)
-    print(f"stores written in {time.perf_counter() - t0:.1f} s: {db} ({args.runs} runs x {args.workloads} "
-          f"workloads x 3 compilers), {hist} ({args.tests_runs} recorded runs)")
+    print(
+        f"stores written in {time.perf_counter() - t0:.1f} s: {db} ({args.runs} runs x {args.workloads} "
+        f"workloads x 3 compilers), {hist} ({args.tests_runs} recorded runs)"
+    )
     kw = dict(db=str(db), history=str(hist), jobs=args.jobs)
 
     def timed(what: str) -> None:

@@ -2,6 +2,7 @@
 samples: how many seconds saw 1, 2, ... compute processes at once, and on how many GPUs (shards side by side;
 the bus id column is optional).
 Usage: python3 ci/smi_overlap.py SMI_CSV"""
+
 from __future__ import annotations
 
 import sys
@@ -21,12 +22,18 @@ def main(path: str) -> int:
                     gpus[second].add(parts[3])
     seen = Counter(len(v) for v in pids.values())
     most = max(seen, default=0)
-    print("seconds by compute processes at once: " + (", ".join(f"{k}: {seen[k]}" for k in sorted(seen)) or "none"))
+    print(
+        "seconds by compute processes at once: "
+        + (", ".join(f"{k}: {seen[k]}" for k in sorted(seen)) or "none")
+    )
     print(f"most at once: {most}; distinct processes: {len(set().union(*pids.values())) if pids else 0}")
     if gpus:
         busy = Counter(len(v) for v in gpus.values())
-        print("seconds by GPUs busy at once: " + ", ".join(f"{k}: {busy[k]}" for k in sorted(busy))
-              + f"; GPUs seen: {', '.join(sorted(set().union(*gpus.values())))}")
+        print(
+            "seconds by GPUs busy at once: "
+            + ", ".join(f"{k}: {busy[k]}" for k in sorted(busy))
+            + f"; GPUs seen: {', '.join(sorted(set().union(*gpus.values())))}"
+        )
     return 0
 
 

@@ -41,12 +41,29 @@ def write_runs(url: str, runs: int, results: int, samples: int) -> float:
     with Store(url) as store:
         t0 = time.perf_counter()
         for i in range(runs):
-            run = RunInfo(id=None, uid=uuid.uuid4().hex, created_at=now(), device="cpu", device_name="cpu: bench",
-                          compilers=["kiln", "eager"], git_ref="main", git_commit=f"c{i:05d}")
+            run = RunInfo(
+                id=None,
+                uid=uuid.uuid4().hex,
+                created_at=now(),
+                device="cpu",
+                device_name="cpu: bench",
+                compilers=["kiln", "eager"],
+                git_ref="main",
+                git_commit=f"c{i:05d}",
+            )
             store.begin_run(run)
             for k in range(results):
-                store.add_result(run.id, Result(f"w{k // 2}", ("kiln", "eager")[k % 2], "h", timer="wall",
-                                                bytes=1 << 20, samples=[1e5 + j + i for j in range(samples)]))
+                store.add_result(
+                    run.id,
+                    Result(
+                        f"w{k // 2}",
+                        ("kiln", "eager")[k % 2],
+                        "h",
+                        timer="wall",
+                        bytes=1 << 20,
+                        samples=[1e5 + j + i for j in range(samples)],
+                    ),
+                )
             store.finish_run(run.id)
         return time.perf_counter() - t0
 
@@ -54,8 +71,14 @@ def write_runs(url: str, runs: int, results: int, samples: int) -> float:
 def history_seconds(url: str, out: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "harness", "bench", "history", "--store", url, "--out", str(out)],
-                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=1800)
+    subprocess.run(
+        [sys.executable, "-m", "harness", "bench", "history", "--store", url, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=1800,
+    )
     return time.perf_counter() - t0
 
 
@@ -74,15 +97,21 @@ def main() -> int:
         server = args.pg
         if not server:
             pg_dir = tempfile.mkdtemp(prefix="kiln-pg-bench-")
-            server = subprocess.run([str(ROOT / "ci" / "postgres.sh"), "start", pg_dir], check=True, text=True,
-                                    capture_output=True).stdout.split()[-1]
+            server = subprocess.run(
+                [str(ROOT / "ci" / "postgres.sh"), "start", pg_dir],
+                check=True,
+                text=True,
+                capture_output=True,
+            ).stdout.split()[-1]
         best: dict[str, float] = {}
         for r in range(args.rounds):
             for engine in ("sqlite", "postgresql"):
                 url = f"sqlite:///{tmp / f'w{r}.sqlite'}" if engine == "sqlite" else fresh_database(server)
                 s = write_runs(url, args.runs, args.results, args.samples)
                 best[engine] = min(best.get(engine, s), s)
-        print(f"write: {args.runs} runs x {args.results} results x {args.samples} samples, best of {args.rounds}")
+        print(
+            f"write: {args.runs} runs x {args.results} results x {args.samples} samples, best of {args.rounds}"
+        )
         print("| engine | runs/s | results/s | samples/s |")
         print("|---|---|---|---|")
         for engine, s in best.items():
@@ -91,18 +120,38 @@ def main() -> int:
             print(f"| {engine} | {n / s:.1f} | {per / s:.0f} | {per * args.samples / s:.0f} |")
         src = tmp / "history-source.sqlite"
         write_runs(f"sqlite:///{src}", args.history_runs, 4, 20)
-        print(f"\n`bench history` on {args.history_runs} runs (4 results x 20 samples each; a fresh process):")
+        print(
+            f"\n`bench history` on {args.history_runs} runs (4 results x 20 samples each; a fresh process):"
+        )
         print("| engine | seconds |")
         print("|---|---|")
         for engine in ("sqlite", "postgresql"):
             url = f"sqlite:///{tmp / 'history.sqlite'}" if engine == "sqlite" else fresh_database(server)
-            subprocess.run([sys.executable, "-m", "harness", "store", "push", "--only", "bench",
-                            "--from", str(src), "--to", url], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
-                           capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "harness",
+                    "store",
+                    "push",
+                    "--only",
+                    "bench",
+                    "--from",
+                    str(src),
+                    "--to",
+                    url,
+                ],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                check=True,
+                capture_output=True,
+            )
             print(f"| {engine} | {history_seconds(url, tmp / f'plots-{engine}'):.2f} |")
     finally:
         if pg_dir:
-            subprocess.run([str(ROOT / "ci" / "postgres.sh"), "stop", pg_dir], capture_output=True, check=False)
+            subprocess.run(
+                [str(ROOT / "ci" / "postgres.sh"), "stop", pg_dir], capture_output=True, check=False
+            )
             shutil.rmtree(pg_dir, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -67,7 +67,11 @@ POINTS = [
     ("  gpu compile_launch", "compiler/runtime/gpu_compile.py", "compile_launch"),
     ("    binary index load (no triton.compile)", "compiler/runtime/binary_index.py", "load"),
     ("    triton.compile", "triton/compiler/compiler.py", "compile"),
-    ("    CompiledKernel _init_handles (launcher, binary load)", "triton/compiler/compiler.py", "_init_handles"),
+    (
+        "    CompiledKernel _init_handles (launcher, binary load)",
+        "triton/compiler/compiler.py",
+        "_init_handles",
+    ),
     ("      platform.architecture (Triton 3.6 launcher key)", "platform.py", "architecture"),
     ("    JIT cache_key", "triton/runtime/jit.py", "cache_key"),
 ]
@@ -94,15 +98,25 @@ def split(stats: dict) -> dict[str, float]:
 def kiln_top(stats: dict, n: int) -> list[tuple[float, float, int, str]]:
     """(cumulative s, own s, calls, where) of the ``n`` kiln functions of largest cumulative time."""
     root = str(REPO / "compiler")
-    rows = [(ct, tt, nc, f"{os.path.relpath(path, REPO)}:{line}:{fn}")
-            for (path, line, fn), (_cc, nc, tt, ct, _callers) in stats.items() if path.startswith(root)]
+    rows = [
+        (ct, tt, nc, f"{os.path.relpath(path, REPO)}:{line}:{fn}")
+        for (path, line, fn), (_cc, nc, tt, ct, _callers) in stats.items()
+        if path.startswith(root)
+    ]
     return sorted(rows, reverse=True)[:n]
 
 
 #: Dynamo's own timed phases reported per process (seconds, summed over graphs): its trace, the backend call
 #: (kiln, AOTAutograd inside it), AOTAutograd's parts, guards, the lazy backward
-PHASES = ("_compile.compile_inner", "bytecode_tracing", "OutputGraph.call_user_compiler",
-          "create_aot_dispatcher_function", "aot_trace_joint_graph", "build_guards", "backward._backward_impl")
+PHASES = (
+    "_compile.compile_inner",
+    "bytecode_tracing",
+    "OutputGraph.call_user_compiler",
+    "create_aot_dispatcher_function",
+    "aot_trace_joint_graph",
+    "build_guards",
+    "backward._backward_impl",
+)
 
 
 def dynamo_phases() -> dict[str, float]:
@@ -123,9 +137,9 @@ def child(args: argparse.Namespace) -> int:
     import cProfile
     import pstats
 
-    import compiler  # noqa: F401  (before triton: picks the interpreter without a GPU)
     import torch
 
+    import compiler  # noqa: F401  (before triton: picks the interpreter without a GPU)
     from harness.bench.models import catalog as mdl
     from harness.bench.models.run import BASELINE_COMPILER, Stepper, sync
 
@@ -151,8 +165,13 @@ def child(args: argparse.Namespace) -> int:
         steady.append(time.perf_counter() - t0)
     from compiler.runtime import compile_stats
 
-    data = {"first_s": first, "steady_s": min(steady), "compile_s": max(0.0, first - min(steady)),
-            "stats": compile_stats().summary(), "dynamo": dynamo_phases()}
+    data = {
+        "first_s": first,
+        "steady_s": min(steady),
+        "compile_s": max(0.0, first - min(steady)),
+        "stats": compile_stats().summary(),
+        "dynamo": dynamo_phases(),
+    }
     if prof is not None:
         prof.dump_stats(args.prof_out)
         stats = pstats.Stats(args.prof_out).stats  # type: ignore[attr-defined]
@@ -163,25 +182,47 @@ def child(args: argparse.Namespace) -> int:
 
 
 def run_child(case: str, args: argparse.Namespace, env: dict, prof_out: str | None) -> dict:
-    cmd = [sys.executable, __file__, "--child", case, "--profile", args.profile, "--device", args.device,
-           "--compiler", args.compiler, "--top", str(args.top)] + (["--prof-out", prof_out] if prof_out else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        case,
+        "--profile",
+        args.profile,
+        "--device",
+        args.device,
+        "--compiler",
+        args.compiler,
+        "--top",
+        str(args.top),
+    ] + (["--prof-out", prof_out] if prof_out else [])
     done = subprocess.run(cmd, env=env, cwd=str(REPO), capture_output=True, text=True, check=False)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(TAG):
-            return json.loads(line[len(TAG):])
+            return json.loads(line[len(TAG) :])
     tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
     return {"error": f"exit {done.returncode}: {tail[-1][:300] if tail else 'no output'}"}
 
 
 def report(case: str, cold: dict, warm: dict, warm_prof: dict) -> list[str]:
-    lines = [f"## {case}", f"cold compile {cold['compile_s']:.2f} s; warm {warm['compile_s']:.2f} s "
-             f"({warm['compile_s'] / max(cold['compile_s'], 1e-9):.0%} of cold); steady step "
-             f"{warm['steady_s'] * 1e3:.1f} ms", f"warm stats: {warm['stats']}",
-             f"profiled warm: first step {warm_prof['first_s']:.2f} s, compile {warm_prof['compile_s']:.2f} s", "",
-             "| Dynamo's timed phase (unprofiled) | cold s | warm s |", "|---|---|---|",
-             *[f"| {k} | {cold.get('dynamo', {}).get(k, 0.0):.3f} | {v:.3f} |"
-               for k, v in warm.get("dynamo", {}).items()], "",
-             "| part (cProfile cumulative) | s |", "|---|---|"]
+    lines = [
+        f"## {case}",
+        f"cold compile {cold['compile_s']:.2f} s; warm {warm['compile_s']:.2f} s "
+        f"({warm['compile_s'] / max(cold['compile_s'], 1e-9):.0%} of cold); steady step "
+        f"{warm['steady_s'] * 1e3:.1f} ms",
+        f"warm stats: {warm['stats']}",
+        f"profiled warm: first step {warm_prof['first_s']:.2f} s, compile {warm_prof['compile_s']:.2f} s",
+        "",
+        "| Dynamo's timed phase (unprofiled) | cold s | warm s |",
+        "|---|---|---|",
+        *[
+            f"| {k} | {cold.get('dynamo', {}).get(k, 0.0):.3f} | {v:.3f} |"
+            for k, v in warm.get("dynamo", {}).items()
+        ],
+        "",
+        "| part (cProfile cumulative) | s |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v:.3f} |" for k, v in warm_prof["split"].items()]
     lines += ["", "| kiln function | cum s | own s | calls |", "|---|---|---|---|"]
     lines += [f"| {where} | {ct:.3f} | {tt:.3f} | {nc} |" for ct, tt, nc, where in warm_prof["top"]]
@@ -204,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         args.case = args.child
         return child(args)
     if not args.cases:
-        print("warm_profile: name at least one model case (python -m harness bench models --list)", file=sys.stderr)
+        print(
+            "warm_profile: name at least one model case (python -m harness bench models --list)",
+            file=sys.stderr,
+        )
         return 2
     from harness.bench.models.run import probe_env
 
@@ -219,8 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             cold = run_child(case, args, env, None)
             warm = run_child(case, args, env, None) if "error" not in cold else {}
             warm_prof = run_child(case, args, env, prof) if "error" not in warm and warm else {}
-            errors = [f"{w}: {d['error']}" for w, d in (("cold", cold), ("warm", warm), ("profiled", warm_prof))
-                      if "error" in d]
+            errors = [
+                f"{w}: {d['error']}"
+                for w, d in (("cold", cold), ("warm", warm), ("profiled", warm_prof))
+                if "error" in d
+            ]
             lines = [f"## {case}", *errors, ""] if errors else report(case, cold, warm, warm_prof)
             bad = 1 if errors else bad
             out += lines

@@ -27,8 +27,12 @@ from typing import Any
 from . import config
 
 # public name -> the module that defines it (imported on first use: it imports torch and triton)
-_LAZY = {"CompiledGraph": "capture", "FallbackReason": "graph", "kiln_backend": "backend",
-         "compile_graph": "backend"}
+_LAZY = {
+    "CompiledGraph": "capture",
+    "FallbackReason": "graph",
+    "kiln_backend": "backend",
+    "compile_graph": "backend",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -86,4 +90,12 @@ if sys.modules.get("torch") is not None:  # torch came first (the usual order): 
     except config.ConfigError:  # a bad KILN_* value: the first compile raises it (one line in the harness)
         pass
 
-__all__ = ["config", "capture", "CompiledGraph", "FallbackReason", "kiln_backend", "compile_graph", "register"]
+__all__ = [
+    "config",
+    "capture",
+    "CompiledGraph",
+    "FallbackReason",
+    "kiln_backend",
+    "compile_graph",
+    "register",
+]

@@ -24,13 +24,15 @@ def cache_info() -> list[str]:
     b = binary_index.info()
     kdir = config.settings().resolved_cache_dir()
     kernels = cache.entries(kdir, ".py")
-    return [f"graph cache ({state}): {g['folder']}: {g['entries']} entries, {_mb(g['bytes'])} of "
-            f"{_mb(g['max_bytes'])}",
-            f"autotune choices ({'on' if config.settings().autotune else 'off'} by default): {a['folder']}: "
-            f"{a['entries']} entries, {_mb(a['bytes'])}",
-            f"binary index ({state}): {b['folder']}: {b['entries']} entries, {_mb(b['bytes'])} of "
-            f"{_mb(b['max_bytes'])}",
-            f"kernel sources: {kdir}: {len(kernels)} files, {_mb(sum(s for _, s, _ in kernels))}"]
+    return [
+        f"graph cache ({state}): {g['folder']}: {g['entries']} entries, {_mb(g['bytes'])} of "
+        f"{_mb(g['max_bytes'])}",
+        f"autotune choices ({'on' if config.settings().autotune else 'off'} by default): {a['folder']}: "
+        f"{a['entries']} entries, {_mb(a['bytes'])}",
+        f"binary index ({state}): {b['folder']}: {b['entries']} entries, {_mb(b['bytes'])} of "
+        f"{_mb(b['max_bytes'])}",
+        f"kernel sources: {kdir}: {len(kernels)} files, {_mb(sum(s for _, s, _ in kernels))}",
+    ]
 
 
 def cache_clear(parts: tuple[str, ...]) -> list[str]:
@@ -55,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="verb", required=True)
     c = sub.add_parser("cache", help="the on-disk caches: info, clear")
     c.add_argument("action", choices=("info", "clear"))
-    c.add_argument("--only", default=",".join(PARTS),
-                   help=f"clear: comma-separated parts among {', '.join(PARTS)} (default: all)")
+    c.add_argument(
+        "--only",
+        default=",".join(PARTS),
+        help=f"clear: comma-separated parts among {', '.join(PARTS)} (default: all)",
+    )
     args = p.parse_args(argv)
     from .exc import KilnError
 
@@ -67,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             parts = tuple(x.strip() for x in args.only.split(",") if x.strip())
             bad = [x for x in parts if x not in PARTS]
             if bad or not parts:
-                print(f"compiler cache clear: --only {args.only!r}: expected parts among {', '.join(PARTS)}",
-                      file=sys.stderr)
+                print(
+                    f"compiler cache clear: --only {args.only!r}: expected parts among {', '.join(PARTS)}",
+                    file=sys.stderr,
+                )
                 return 2
             lines = cache_clear(parts)
     except (KilnError, OSError) as e:

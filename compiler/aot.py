@@ -38,7 +38,7 @@ class CompiledExport(torch.nn.Module):
         return outs[0] if len(outs) == 1 else outs
 
 
-def compile_exported(ep: "torch.export.ExportedProgram", name: str = "export") -> CompiledExport:
+def compile_exported(ep: torch.export.ExportedProgram, name: str = "export") -> CompiledExport:
     """Compile an ExportedProgram with kiln. Parameters and buffers are bound; user inputs stay inputs."""
     ep = ep.run_decompositions(decomposition_table())
     sig = ep.graph_signature

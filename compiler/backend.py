@@ -11,12 +11,17 @@ import dataclasses
 import itertools
 import logging
 import os
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch.fx as fx
 
-from . import config, fx_attention, fx_passes
-from . import lowering  # noqa: F401  (fills graph.LOWERINGS)
+from . import (
+    config,
+    fx_attention,
+    fx_passes,
+    lowering,  # noqa: F401  (fills graph.LOWERINGS)
+)
 from .capture import CompiledGraph, record
 from .codegen.combo import combine
 from .codegen.kernels import Kernels, render
@@ -44,8 +49,10 @@ class GraphJob:
 
     gm: fx.GraphModule
     name: str
-    role: str = "inference"  # AOTAutograd's: inference, forward or backward; "subgraph" for torch.cond branches
-    example_inputs: Optional[list] = None  # what AOTAutograd passed (FakeTensors with the inputs' real strides)
+    role: str = (
+        "inference"  # AOTAutograd's: inference, forward or backward; "subgraph" for torch.cond branches
+    )
+    example_inputs: list | None = None  # what AOTAutograd passed (FakeTensors with the inputs' real strides)
     #: outputs may leave in a layout the passes chose (Dynamo's inference graphs: AOTAutograd hands them to the
     #: caller as they are); else each keeps the strides eager gave it
     free_output_layouts: bool = False
@@ -72,7 +79,7 @@ def conv_layout_pass(job: GraphJob) -> None:
             fx_passes.convs_channels_last(job.gm, free_outputs=saved)
 
 
-def _saved_outputs(n_outputs: int) -> Optional[frozenset[int]]:
+def _saved_outputs(n_outputs: int) -> frozenset[int] | None:
     """Positions among the ``n_outputs`` outputs of the training forward being compiled that only its backward
     reads (AOTAutograd's ``tensors_saved_for_backwards_slice``), or None when its metadata is not at hand."""
     import torch
@@ -115,7 +122,9 @@ def _dump(name: str, code: str, sources: dict[str, str]) -> None:
     folder = config.settings().dump_dir
     if not folder:
         return
-    cache.write_atomic(os.path.join(folder, "graphs", f"{_safe(name)}.py"), f"# kiln wrapper for {name}\n" + code)
+    cache.write_atomic(
+        os.path.join(folder, "graphs", f"{_safe(name)}.py"), f"# kiln wrapper for {name}\n" + code
+    )
     for kname, source in sources.items():
         path = os.path.join(folder, "kernels", f"{kname}.py")
         if not os.path.exists(path):
@@ -131,36 +140,87 @@ class Pass(NamedTuple):
     why: str
     run: Callable[..., Any]
     needs: tuple[str, ...] = ("job",)
-    makes: Optional[str] = None
+    makes: str | None = None
 
 
 #: the pipeline, in order: job -> program -> schedule -> kernels -> wrapper
 PASSES: list[Pass] = [
-    Pass("input_strides", "inputs laid out otherwise than traced (a backward's channels-last saved activations) "
-         "are traced again with their real strides: kernels index inputs by them", input_strides_pass),
-    Pass("attention", "eager attention of inference graphs (bmm, scale, mask, softmax, bmm) becomes one fused ATen "
-         "attention call on a GPU: the scores are never written", attention_pass),
-    Pass("conv_layout", "fp16/bf16 GPU convolutions, forward and backward, run channels-last (cuDNN's NHWC "
-         "kernels, no transposes around each convolution)", conv_layout_pass),
-    Pass("mm_layout", "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
-         "says it pays: cuBLAS's aligned kernels", mm_layout_pass),
-    Pass("lower", "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason", lower_pass,
-         ("job",), "program"),
-    Pass("schedule", "drop dead buffers, fuse buffers that share an iteration space into kernel groups",
-         schedule, ("program",), "schedule"),
-    Pass("in_place", "a mutated input's new value is stored into the input by its kernel where nothing reads the "
-         "old value later: no write-back copy (an optimizer step's parameters and state)", write_in_place,
-         ("schedule",), "schedule"),
-    Pass("render", "render each kernel group to deterministic Triton source", render, ("schedule",), "kernels"),
-    Pass("combo", "independent small pointwise kernels adjacent in launch order become one combo launch (a "
-         "launch-bound step, such as an optimizer's per-parameter updates, pays per launch)", combine,
-         ("schedule", "kernels"), "kernels"),
-    Pass("wrap", "emit allocations, launches and ATen calls as the wrapper FX GraphModule", wrap,
-         ("schedule", "kernels"), "wrapper"),
-    Pass("precompile", "send each kernel's expected GPU specialization to the compile workers (parallel compile)",
-         precompile_pass, ("kernels", "wrapper")),
-    Pass("dump", "write wrapper and kernel sources to KILN_DUMP_DIR when it is set", dump_pass,
-         ("job", "kernels", "wrapper")),
+    Pass(
+        "input_strides",
+        "inputs laid out otherwise than traced (a backward's channels-last saved activations) "
+        "are traced again with their real strides: kernels index inputs by them",
+        input_strides_pass,
+    ),
+    Pass(
+        "attention",
+        "eager attention of inference graphs (bmm, scale, mask, softmax, bmm) becomes one fused ATen "
+        "attention call on a GPU: the scores are never written",
+        attention_pass,
+    ),
+    Pass(
+        "conv_layout",
+        "fp16/bf16 GPU convolutions, forward and backward, run channels-last (cuDNN's NHWC "
+        "kernels, no transposes around each convolution)",
+        conv_layout_pass,
+    ),
+    Pass(
+        "mm_layout",
+        "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
+        "says it pays: cuBLAS's aligned kernels",
+        mm_layout_pass,
+    ),
+    Pass(
+        "lower",
+        "ATen nodes -> kiln IR; ops without a lowering become ATen fallbacks with a reason",
+        lower_pass,
+        ("job",),
+        "program",
+    ),
+    Pass(
+        "schedule",
+        "drop dead buffers, fuse buffers that share an iteration space into kernel groups",
+        schedule,
+        ("program",),
+        "schedule",
+    ),
+    Pass(
+        "in_place",
+        "a mutated input's new value is stored into the input by its kernel where nothing reads the "
+        "old value later: no write-back copy (an optimizer step's parameters and state)",
+        write_in_place,
+        ("schedule",),
+        "schedule",
+    ),
+    Pass(
+        "render", "render each kernel group to deterministic Triton source", render, ("schedule",), "kernels"
+    ),
+    Pass(
+        "combo",
+        "independent small pointwise kernels adjacent in launch order become one combo launch (a "
+        "launch-bound step, such as an optimizer's per-parameter updates, pays per launch)",
+        combine,
+        ("schedule", "kernels"),
+        "kernels",
+    ),
+    Pass(
+        "wrap",
+        "emit allocations, launches and ATen calls as the wrapper FX GraphModule",
+        wrap,
+        ("schedule", "kernels"),
+        "wrapper",
+    ),
+    Pass(
+        "precompile",
+        "send each kernel's expected GPU specialization to the compile workers (parallel compile)",
+        precompile_pass,
+        ("kernels", "wrapper"),
+    ),
+    Pass(
+        "dump",
+        "write wrapper and kernel sources to KILN_DUMP_DIR when it is set",
+        dump_pass,
+        ("job", "kernels", "wrapper"),
+    ),
 ]
 
 
@@ -196,27 +256,49 @@ def run_passes(job: GraphJob) -> dict[str, Any]:
     return products
 
 
-def compile_graph(gm: fx.GraphModule, name: str, role: str = "inference",
-                  example_inputs: Optional[list] = None, free_output_layouts: bool = False) -> CompiledGraph:
+def compile_graph(
+    gm: fx.GraphModule,
+    name: str,
+    role: str = "inference",
+    example_inputs: list | None = None,
+    free_output_layouts: bool = False,
+) -> CompiledGraph:
     """Run every pass on one ATen graph and return its record (wrapper, kernels, fallbacks)."""
     config.select_interpreter()  # before the graph's first kernel is decorated (Triton reads it then)
-    job = GraphJob(gm, name, role, list(example_inputs) if example_inputs is not None else None,
-                   free_output_layouts=free_output_layouts)
+    job = GraphJob(
+        gm,
+        name,
+        role,
+        list(example_inputs) if example_inputs is not None else None,
+        free_output_layouts=free_output_layouts,
+    )
     products = run_passes(job)
     program: Program = products["program"]
     schedule_: Schedule = products["schedule"]
     kernels: list[KernelSource] = products["kernels"].launches
     wrapper: Wrapper = products["wrapper"]
-    return CompiledGraph(name, wrapper.module, {ks.name: ks.source for ks in kernels}, len(kernels),
-                         schedule_.extern_count(), list(program.fallbacks), job.subgraphs, aten_graph=gm,
-                         nondeterministic=list(program.nondeterministic))
+    return CompiledGraph(
+        name,
+        wrapper.module,
+        {ks.name: ks.source for ks in kernels},
+        len(kernels),
+        schedule_.extern_count(),
+        list(program.fallbacks),
+        job.subgraphs,
+        aten_graph=gm,
+        nondeterministic=list(program.nondeterministic),
+    )
 
 
 _graph_ids = itertools.count()
 
 
-def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "inference",
-                     front: Optional[inference_cache.Front] = None) -> Callable:
+def compile_fx_graph(
+    gm: fx.GraphModule,
+    example_inputs: Any,
+    role: str = "inference",
+    front: inference_cache.Front | None = None,
+) -> Callable:
     """AOTAutograd's forward/backward/inference compiler (``role``: ``forward`` of a training graph,
     ``backward``, or ``inference``).
 
@@ -232,19 +314,26 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     strict = config.settings().strict
     facts = _cudagraph_facts(gm, example_inputs, role) if config.settings().cudagraphs else None
     # a training forward's outputs before the passes: those whose layout the passes change are reported below
-    outputs_before = ([n.meta.get("val") if isinstance(n, fx.Node) else n for n in fx_passes.graph_outputs(gm)]
-                      if role == "forward" else [])
+    outputs_before = (
+        [n.meta.get("val") if isinstance(n, fx.Node) else n for n in fx_passes.graph_outputs(gm)]
+        if role == "forward"
+        else []
+    )
 
-    def compile_fresh() -> tuple[CompiledGraph, Optional[list]]:
+    def compile_fresh() -> tuple[CompiledGraph, list | None]:
         cg = compile_graph(gm, name, role, example_inputs, free_output_layouts=role == "inference")
         return cg, fx_passes.moved_output_strides(outputs_before, gm) if role == "forward" else None
 
     try:  # through the graph cache (runtime/graph_cache.py): a hit rebuilds the stored graph, no pass runs
-        cg, moved = graph_cache.compile_cached(gm, example_inputs, role, name, _cache_extra(gm, role), compile_fresh)
+        cg, moved = graph_cache.compile_cached(
+            gm, example_inputs, role, name, _cache_extra(gm, role), compile_fresh
+        )
     except Exception as e:
         if strict:
             raise
-        log.warning("kiln: compiling %s failed (%s: %s); running its ATen graph instead", name, type(e).__name__, e)
+        log.warning(
+            "kiln: compiling %s failed (%s: %s); running its ATen graph instead", name, type(e).__name__, e
+        )
         reason = FallbackReason("graph_compile_error", name, f"{type(e).__name__}: {e}")
         cg = CompiledGraph(name, gm, {}, 0, 0, [reason])
         moved = fx_passes.moved_output_strides(outputs_before, gm) if role == "forward" else None
@@ -260,7 +349,7 @@ def compile_fx_graph(gm: fx.GraphModule, example_inputs: Any, role: str = "infer
     return _finish(cg, gm, facts)
 
 
-def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) -> Callable:
+def _finish(cg: CompiledGraph, fallback: Callable, facts: GraphFacts | None) -> Callable:
     """The boxed runner of a compiled graph (recorded; dumped when rebuilt from the cache): its wrapper, with
     ``fallback`` (the ATen graph, or the Dynamo graph for a front cache hit) as the safety net of a failed
     first launch and, with ``facts``, CUDA graphs."""
@@ -269,8 +358,12 @@ def _finish(cg: CompiledGraph, fallback: Callable, facts: Optional[GraphFacts]) 
         for sub in [cg, *cg.subgraphs]:
             _dump(sub.name, sub.code, sub.kernel_sources)
         for reason in cg.fallbacks:
-            (log.warning if config.settings().log_fallbacks else log.info)("kiln fallback: %s (graph cache)", reason)
-    if facts is not None and config.settings().trace_values:  # tracing reads outputs on the host at each launch
+            (log.warning if config.settings().log_fallbacks else log.info)(
+                "kiln fallback: %s (graph cache)", reason
+            )
+    if (
+        facts is not None and config.settings().trace_values
+    ):  # tracing reads outputs on the host at each launch
         cg.fallbacks.append(FallbackReason("cudagraph", name, value_trace.CUDAGRAPH_REASON))
         facts = None
     record(cg)
@@ -319,7 +412,7 @@ def _cache_extra(gm: fx.GraphModule, role: str) -> Any:
     return sorted(saved) if saved is not None else None
 
 
-def _report_output_strides(strides: Optional[list]) -> None:
+def _report_output_strides(strides: list | None) -> None:
     """Tell AOTAutograd the strides of a forward's outputs whose layout the passes changed (its saved
     activations, channels-last): it compiles the backward with example inputs of those strides, as it does for
     Inductor's layout optimization."""
@@ -332,7 +425,7 @@ def _report_output_strides(strides: Optional[list]) -> None:
     known.extend(strides)
 
 
-def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Optional[GraphFacts]:
+def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> GraphFacts | None:
     """The graph's facts for CUDA graphs, or None where they cannot apply (no CUDA tensor among the inputs:
     CPU graphs, the interpreter). *Kept outputs* (``saved_from`` on) may still be held when the graph runs
     again: a training forward's outputs from AOTAutograd's ``num_forward`` on (saved for backward), and every
@@ -341,7 +434,8 @@ def _cudagraph_facts(gm: fx.GraphModule, example_inputs: Any, role: str) -> Opti
     import torch
 
     if config.interpreting() or not any(
-            isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs):
+        isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs
+    ):
         return None
     saved_from = None
     if role == "forward":
@@ -362,7 +456,7 @@ MODES: dict[str, dict[str, Any]] = {
 }
 
 
-def backend_overrides(options: Optional[dict] = None, mode: Optional[str] = None) -> dict[str, Any]:
+def backend_overrides(options: dict | None = None, mode: str | None = None) -> dict[str, Any]:
     """Settings for one ``torch.compile`` call from its ``mode`` and ``options`` (setting names of
     ``config.Settings``; unknown names and bad values raise ``ConfigError``)."""
     from .exc import ConfigError
@@ -396,6 +490,7 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
         def compile_in_scope(g: fx.GraphModule, inputs: Any) -> Callable:
             with config.patch(**overrides):
                 return compile_fn(g, inputs, role, front=front)
+
         return compile_in_scope
 
     # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible
@@ -404,11 +499,16 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     # (Dynamo already runs the returned forward without tracing it; backwards run from autograd, see below).
     # Input mutations stay in the graph as trailing copy_ write-backs, as with Inductor: returned as outputs
     # instead, parameters updated under no_grad got gradients (zeros) where eager leaves None.
-    return aot_module_simplified(gm, example_inputs, fw_compiler=with_settings("forward"),
-                                 bw_compiler=_compile_backward(with_settings("backward")),
-                                 inference_compiler=with_settings("inference"),
-                                 partition_fn=min_cut_rematerialization_partition,
-                                 keep_inference_input_mutations=True, decompositions=decomposition_table())
+    return aot_module_simplified(
+        gm,
+        example_inputs,
+        fw_compiler=with_settings("forward"),
+        bw_compiler=_compile_backward(with_settings("backward")),
+        inference_compiler=with_settings("inference"),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+        decompositions=decomposition_table(),
+    )
 
 
 def _no_trace(fn: Callable) -> Callable:

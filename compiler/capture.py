@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch.fx as fx
 
@@ -27,7 +28,7 @@ class CompiledGraph:
     kernel_launches: int
     extern_count: int
     fallbacks: list[FallbackReason]
-    subgraphs: list["CompiledGraph"] = dataclasses.field(default_factory=list)
+    subgraphs: list[CompiledGraph] = dataclasses.field(default_factory=list)
     #: the ``CudaGraphRunner`` when the graph runs through CUDA graphs (its ``stats`` count replays), else None
     cudagraphs: Any = None
     #: the ATen graph as kiln lowered it (after the FX rewrites: layouts, adopted input strides)

@@ -14,7 +14,8 @@ import dataclasses
 import logging
 import os
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .envvars import FALSE_WORDS, TRUE_WORDS, power_of_two, read, replace, setting
 from .exc import ConfigError
@@ -41,9 +42,10 @@ class Settings:
     """Compiler settings, each declared once (variable ``KILN_<NAME>``, type, default, help)."""
 
     interpret: str = setting(
-        "auto", choices=("auto", "0", "1"),
+        "auto",
+        choices=("auto", "0", "1"),
         help=(
-            "\"auto\" (interpreter when no GPU is present), \"1\" (always the Triton interpreter), \"0\" (never)."
+            '"auto" (interpreter when no GPU is present), "1" (always the Triton interpreter), "0" (never).'
         ),
     )
     dump_dir: str = setting(
@@ -59,40 +61,49 @@ class Settings:
         help="Round to fp16/bf16 after every op whose ATen result is fp16/bf16, as eager does.",
     )
     persistent_rblock_max: int = setting(
-        8192, check=power_of_two,
+        8192,
+        check=power_of_two,
         help="Largest reduction row (elements) computed in registers in one pass on a GPU.",
     )
     interp_persistent_rblock_max: int = setting(
-        65536, check=power_of_two,
+        65536,
+        check=power_of_two,
         help="Same, under the interpreter (bigger blocks mean fewer, faster interpreted programs).",
     )
     pointwise_xblock: int = setting(
-        1024, check=power_of_two,
+        1024,
+        check=power_of_two,
         help="Elements per program for pointwise kernels on a GPU.",
     )
     interp_pointwise_xblock: int = setting(
-        16384, check=power_of_two,
+        16384,
+        check=power_of_two,
         help="Elements per program for pointwise kernels under the interpreter.",
     )
     looped_rblock: int = setting(
-        4096, check=power_of_two,
+        4096,
+        check=power_of_two,
         help="Reduction chunk for looped (non-persistent) reductions on a GPU.",
     )
     outer_xblock: int = setting(
-        64, check=power_of_two,
+        64,
+        check=power_of_two,
         help="Column (outer) reductions on a GPU: adjacent output columns per program.",
     )
     outer_rblock: int = setting(
-        64, check=power_of_two,
+        64,
+        check=power_of_two,
         help="Column (outer) reductions on a GPU: reduced rows per loop step.",
     )
     outer_num_warps: int = setting(
-        8, check=power_of_two,
+        8,
+        check=power_of_two,
         help="Column (outer) reductions on a GPU: warps per program.",
     )
     cache_dir: str = setting("", help="Where generated kernel modules are written before import.")
     compile_threads: int = setting(
-        default_factory=_default_workers, default_doc="min(8, CPU count)",
+        default_factory=_default_workers,
+        default_doc="min(8, CPU count)",
         help=(
             "Compile threads, as Inductor's: 1 compiles each kernel serially in this process at its first "
             "launch (the test suites set KILN_COMPILE_THREADS=1); more lets kiln compile kernels ahead of "
@@ -101,7 +112,8 @@ class Settings:
         ),
     )
     compile_workers: int = setting(
-        default_factory=_default_workers, default_doc="min(8, CPU count)",
+        default_factory=_default_workers,
+        default_doc="min(8, CPU count)",
         help=(
             "Kernel compile worker processes, one pool per process shared by every graph (1: no pool). "
             "Default: min(8, CPU count)."
@@ -112,53 +124,59 @@ class Settings:
         False,
         help=(
             "Record each compiled graph into CUDA graphs and replay them (one recording per size key; see "
-            "``runtime/cudagraphs.py``). Also ``torch.compile(..., options={\"cudagraphs\": True})`` or "
-            "``mode=\"reduce-overhead\"``."
+            '``runtime/cudagraphs.py``). Also ``torch.compile(..., options={"cudagraphs": True})`` or '
+            '``mode="reduce-overhead"``.'
         ),
     )
     mm_layout: str = setting(
-        "bench", choices=("bench", "pad", "contiguous", "off"),
+        "bench",
+        choices=("bench", "pad", "contiguous", "off"),
         help=(
-            "Misaligned large matmuls (M, K or N not a multiple of 16 bytes): \"bench\" rewrites them where a "
+            'Misaligned large matmuls (M, K or N not a multiple of 16 bytes): "bench" rewrites them where a '
             "timing on the GPU at compile time shows it pays (zero-padding, or a row-major copy of a "
-            "transposed operand); \"pad\" and \"contiguous\" apply that rewrite to every one (any device); \"off\" "
+            'transposed operand); "pad" and "contiguous" apply that rewrite to every one (any device); "off" '
             "never (``fx_passes.matmul_layouts``)."
         ),
     )
     conv_layout: str = setting(
-        "auto", choices=("auto", "always", "off"),
+        "auto",
+        choices=("auto", "always", "off"),
         help=(
-            "Inference graphs with convolutions: \"auto\" runs them channels-last when all are fp16/bf16 2-D "
-            "convolutions on a GPU, \"always\" whenever they are 2-D floating point (any device), \"off\" never "
+            'Inference graphs with convolutions: "auto" runs them channels-last when all are fp16/bf16 2-D '
+            'convolutions on a GPU, "always" whenever they are 2-D floating point (any device), "off" never '
             "(``fx_passes.convs_channels_last``)."
         ),
     )
     conv_bias: str = setting(
-        "auto", choices=("auto", "split", "keep"),
+        "auto",
+        choices=("auto", "split", "keep"),
         help=(
-            "Convolutions with a bias: \"auto\" moves the bias out of ATen's convolution on a GPU, where ATen "
+            'Convolutions with a bias: "auto" moves the bias out of ATen\'s convolution on a GPU, where ATen '
             "adds it in an elementwise kernel of its own after cuDNN's, into an add that fuses with the "
-            "convolution's consumers (kiln kernels); \"split\" does so on any device; \"keep\" never "
+            'convolution\'s consumers (kiln kernels); "split" does so on any device; "keep" never '
             "(``fx_passes.split_conv_bias``)."
         ),
     )
     attention: str = setting(
-        "auto", choices=("auto", "fuse", "keep"),
+        "auto",
+        choices=("auto", "fuse", "keep"),
         help=(
             "Eager attention in inference graphs (``softmax(q @ k^T * scale + mask) @ v`` as bmm, softmax, "
-            "bmm): \"auto\" replaces each by one fused ATen attention call "
-            "(``_scaled_dot_product_efficient_attention``) on a GPU, \"fuse\" on any device (the CPU's "
-            "``_scaled_dot_product_flash_attention_for_cpu``), \"keep\" never "
+            'bmm): "auto" replaces each by one fused ATen attention call '
+            '(``_scaled_dot_product_efficient_attention``) on a GPU, "fuse" on any device (the CPU\'s '
+            '``_scaled_dot_product_flash_attention_for_cpu``), "keep" never '
             "(``fx_attention.fuse_attention``)."
         ),
     )
     cache: str = setting(
-        "1", choices=("1", "read", "0"), parse=_cache_mode,
+        "1",
+        choices=("1", "read", "0"),
+        parse=_cache_mode,
         help=(
             "The graph cache (``runtime/graph_cache.py``), the autotune choices (``runtime/autotune.py``) and "
-            "the binary index (``runtime/binary_index.py``) on disk: \"1\" read and write, \"read\" read only "
+            'the binary index (``runtime/binary_index.py``) on disk: "1" read and write, "read" read only '
             "(never write: jobs of a lower trust level, such as pull requests, beside a cache that trusted "
-            "jobs load), \"0\" off."
+            'jobs load), "0" off.'
         ),
     )
     cache_auth: bool = setting(
@@ -174,7 +192,8 @@ class Settings:
         ),
     )
     cache_key: str = setting(
-        "", secret=True,
+        "",
+        secret=True,
         help="The secret that signs cache entries (a runner secret of main's jobs; README: Trust).",
     )
     cache_key_file: str = setting(
@@ -212,7 +231,7 @@ class Settings:
         False,
         help=(
             "Time candidate launch configs of each kernel on the GPU at its first launch and keep the fastest "
-            "(cached on disk per kernel, device and size bucket). Also ``mode=\"max-autotune\"``. No-op on the "
+            '(cached on disk per kernel, device and size bucket). Also ``mode="max-autotune"``. No-op on the '
             "CPU."
         ),
     )
@@ -239,13 +258,14 @@ class Settings:
         ),
     )
     scatter_order: str = setting(
-        "fixed", choices=("fixed", "atomic"),
+        "fixed",
+        choices=("fixed", "atomic"),
         help=(
             "Floating-point sums of scatters (``index_put(accumulate=True)``, the embedding backward, "
-            "``scatter_add``, ``scatter_reduce`` sum/mean): \"fixed\" sums each target element's sources in one "
+            '``scatter_add``, ``scatter_reduce`` sum/mean): "fixed" sums each target element\'s sources in one '
             "fixed order (an order-fixed kernel without atomics: bitwise identical results run to run) when "
             "the scatter has at most ``ordered_scatter_max`` source elements, and uses atomics above that; "
-            "\"atomic\" always uses atomics. Each atomic float sum is listed in "
+            '"atomic" always uses atomics. Each atomic float sum is listed in '
             "``CompiledGraph.nondeterministic`` (kiln chose speed over run-to-run identity)."
         ),
     )
@@ -354,7 +374,8 @@ def select_interpreter() -> bool:
             logging.getLogger("kiln").warning(
                 "kiln: triton was imported before kiln chose Triton's interpreter; CPU graphs will fail and fall "
                 "back to ATen. Call compiler.register() (or `import compiler` after torch) before torch.compile, "
-                "or set TRITON_INTERPRET=1.")
+                "or set TRITON_INTERPRET=1."
+            )
             return False
         os.environ["TRITON_INTERPRET"] = "1"
     if interpreting():

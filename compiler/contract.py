@@ -24,17 +24,19 @@ compute in fp32), ``Elementwise.load`` broadcasts an operand to the output's siz
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Protocol, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K, elementwise_dtypes
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as K
+from torch._prims_common import elementwise_dtypes
 
 from .config import Settings
-from .exc import LoweringError, NotLowered
 from .dtypes import compute_dtype
+from .exc import LoweringError, NotLowered
 from .ir import Index, Lazy, SymScalar, Value, sym
 from .kexpr import Const, IndexValue, KExpr, cast, mark_rounding
 
@@ -54,8 +56,10 @@ Promotion = K | Callable[[fx.Node], K]
 def broadcast_index(size: Sequence[sympy.Expr], out_size: Sequence[sympy.Expr], index: Index) -> list:
     """Index into a tensor of ``size`` broadcast to ``out_size`` (trailing-aligned, 1-dims read at 0)."""
     off = len(out_size) - len(size)
-    return [sympy.Integer(0) if (s == 1 and out_size[off + i] != 1) else index[off + i]
-            for i, s in enumerate(size)]
+    return [
+        sympy.Integer(0) if (s == 1 and out_size[off + i] != 1) else index[off + i]
+        for i, s in enumerate(size)
+    ]
 
 
 def load_arg(arg: Any, out_size: Sequence[sympy.Expr], index: Index, dtype: torch.dtype) -> KExpr:
@@ -67,6 +71,7 @@ def load_arg(arg: Any, out_size: Sequence[sympy.Expr], index: Index, dtype: torc
         if arg.py_type is float:
             from .codegen.printer import pfloat
             from .exc import CodegenError
+
             try:
                 pfloat(arg.expr)
             except CodegenError as e:
@@ -110,14 +115,14 @@ class Elementwise:
     comp: torch.dtype
 
     @classmethod
-    def of(cls, node: fx.Node, kind: K, operands: Optional[Sequence[int]] = None) -> "Elementwise":
+    def of(cls, node: fx.Node, kind: K, operands: Sequence[int] | None = None) -> Elementwise:
         """Torch's elementwise type promotion of ``kind`` over the operands (``None`` args skipped)."""
         out = node.meta["val"]
         args = node.args if operands is None else [node.args[i] for i in operands]
         comp, _ = elementwise_dtypes(*[meta_of(a) for a in args if a is not None], type_promotion_kind=kind)
         return cls(node, tuple(sym(s) for s in out.shape), out.device, out.dtype, compute_dtype(comp))
 
-    def load(self, arg: Any, index: Index, dtype: Optional[torch.dtype] = None) -> KExpr:
+    def load(self, arg: Any, index: Index, dtype: torch.dtype | None = None) -> KExpr:
         """Operand ``arg`` broadcast to the output and cast to ``dtype`` (default: the compute dtype)."""
         return load_arg(arg, self.size, index, self.comp if dtype is None else dtype)
 
@@ -134,8 +139,8 @@ class Lowering:
     ``fn(g, node, *args, **kwargs)``, or ``fn(Elementwise, *args, **kwargs)`` when ``promote`` is set."""
 
     fn: Callable[..., Any]
-    promote: Optional[Promotion] = None
-    operands: Optional[tuple[int, ...]] = None
+    promote: Promotion | None = None
+    operands: tuple[int, ...] | None = None
     same_device: bool = True
     exact: bool = False  # results are elements of an operand (max.dim values): narrowing them loses nothing
 
@@ -163,7 +168,7 @@ def check_device(node: fx.Node, operands: Any) -> None:
             raise NotLowered(f"operands on {a.device} and {device}", kind="device")
 
 
-def _result_device(val: Any) -> Optional[torch.device]:
+def _result_device(val: Any) -> torch.device | None:
     for v in pytree.tree_leaves(val):
         if isinstance(v, torch.Tensor):
             return v.device
@@ -178,11 +183,14 @@ def check_dtypes(node: fx.Node, out: Any) -> None:
         return  # results eager has but kiln does not model (None outputs, opaque values)
     for v, meta in zip(got, want):
         if isinstance(v, Value) and isinstance(meta, torch.Tensor) and v.dtype != meta.dtype:
-            raise LoweringError(f"{node.target} ({node.name}) returned {v.dtype} where eager has {meta.dtype}")
+            raise LoweringError(
+                f"{node.target} ({node.name}) returned {v.dtype} where eager has {meta.dtype}"
+            )
 
 
 def rounding_points(out: Any) -> Any:
     """``out`` with every Lazy result's narrowing to fp16/bf16 made a rounding point (``mark_rounding``)."""
+
     def marked(v: Lazy) -> Lazy:
         fn = v.fn
         return Lazy(v.size, v.dtype, v.device, lambda idx: mark_rounding(fn(idx)), v.cost)

@@ -9,7 +9,8 @@ are not decomposed. The table is built once; ``EXTRA`` lists what is added to th
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -48,11 +49,19 @@ EXTRA = [
 ]
 
 #: ops kiln lowers itself, removed from the core table so they reach kiln intact
-KEEP = [aten.clamp.default, aten.clamp.Tensor, aten.gelu.default, aten.silu.default, aten.hardtanh.default,
-        aten._to_copy.default, aten.var_mean.correction, aten.std.correction,
-        # attention kernels stay whole (ATen fallbacks): the CPU flash decomposition saves the attention
-        # probabilities where its ATen backward expects the log-sum-exp, which corrupts gradients
-        aten._scaled_dot_product_flash_attention_for_cpu.default]
+KEEP = [
+    aten.clamp.default,
+    aten.clamp.Tensor,
+    aten.gelu.default,
+    aten.silu.default,
+    aten.hardtanh.default,
+    aten._to_copy.default,
+    aten.var_mean.correction,
+    aten.std.correction,
+    # attention kernels stay whole (ATen fallbacks): the CPU flash decomposition saves the attention
+    # probabilities where its ATen backward expects the log-sum-exp, which corrupts gradients
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+]
 
 
 def _repeat(a: torch.Tensor, repeats: list) -> torch.Tensor:

@@ -6,7 +6,6 @@ JIT specializes on, the rounding op that emulates eager's precision). Every othe
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import torch
 
@@ -23,9 +22,9 @@ class DtypeInfo:
     #: fp16/bf16: computed in fp32 inside kernels, rounded where eager rounds (``emulate_eager_precision``)
     low_precision: bool = False
     #: the fp32 -> fp32 op that rounds to this dtype's precision (low-precision dtypes only)
-    rounding_op: Optional[str] = None
+    rounding_op: str | None = None
     #: pointer element type as Triton's JIT names it, where it differs from ``signature`` (bool: ``u1``)
-    pointer_override: Optional[str] = None
+    pointer_override: str | None = None
 
     @property
     def pointer(self) -> str:
@@ -33,18 +32,21 @@ class DtypeInfo:
 
 
 #: every dtype kiln kernels handle; anything else (complex, float8, uint32...) falls back to ATen
-TABLE: dict[torch.dtype, DtypeInfo] = {d.dtype: d for d in (
-    DtypeInfo(torch.float32, "tl.float32", "fp32"),
-    DtypeInfo(torch.float16, "tl.float16", "fp16", low_precision=True, rounding_op="round_fp16"),
-    DtypeInfo(torch.bfloat16, "tl.bfloat16", "bf16", low_precision=True, rounding_op="round_bf16"),
-    DtypeInfo(torch.float64, "tl.float64", "fp64"),
-    DtypeInfo(torch.int64, "tl.int64", "i64"),
-    DtypeInfo(torch.int32, "tl.int32", "i32"),
-    DtypeInfo(torch.int16, "tl.int16", "i16"),
-    DtypeInfo(torch.int8, "tl.int8", "i8"),
-    DtypeInfo(torch.uint8, "tl.uint8", "u8"),
-    DtypeInfo(torch.bool, "tl.int1", "i1", pointer_override="u1"),
-)}
+TABLE: dict[torch.dtype, DtypeInfo] = {
+    d.dtype: d
+    for d in (
+        DtypeInfo(torch.float32, "tl.float32", "fp32"),
+        DtypeInfo(torch.float16, "tl.float16", "fp16", low_precision=True, rounding_op="round_fp16"),
+        DtypeInfo(torch.bfloat16, "tl.bfloat16", "bf16", low_precision=True, rounding_op="round_bf16"),
+        DtypeInfo(torch.float64, "tl.float64", "fp64"),
+        DtypeInfo(torch.int64, "tl.int64", "i64"),
+        DtypeInfo(torch.int32, "tl.int32", "i32"),
+        DtypeInfo(torch.int16, "tl.int16", "i16"),
+        DtypeInfo(torch.int8, "tl.int8", "i8"),
+        DtypeInfo(torch.uint8, "tl.uint8", "u8"),
+        DtypeInfo(torch.bool, "tl.int1", "i1", pointer_override="u1"),
+    )
+}
 
 #: the supported dtypes, in the table's order
 SUPPORTED: tuple[torch.dtype, ...] = tuple(TABLE)

@@ -36,17 +36,27 @@ class Meta:
     env: str | None = None  # None: the reader's prefix + the field's name in upper case
     parse: Callable[[str], Any] | None = None  # None: by the field's type (bool, int, float, str, Path)
     choices: tuple[str, ...] = ()
-    check: Callable[[Any], str | None] | None = None  # what is wrong with a value (also for overrides), or None
+    check: Callable[[Any], str | None] | None = (
+        None  # what is wrong with a value (also for overrides), or None
+    )
     derive: Callable[[dict[str, Any]], Any] | None = None
     default_doc: str | None = None  # the default as the docs show it (a derived or computed one)
     secret: bool = False  # never shown (docs show "set"/"unset", repr hides it)
 
 
-def setting(default: Any = dataclasses.MISSING, *, help: str, env: str | None = None,
-            parse: Callable[[str], Any] | None = None, choices: tuple[str, ...] = (),
-            check: Callable[[Any], str | None] | None = None, derive: Callable[[dict[str, Any]], Any] | None = None,
-            default_factory: Callable[[], Any] | None = None, default_doc: str | None = None,
-            secret: bool = False) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    env: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    choices: tuple[str, ...] = (),
+    check: Callable[[Any], str | None] | None = None,
+    derive: Callable[[dict[str, Any]], Any] | None = None,
+    default_factory: Callable[[], Any] | None = None,
+    default_doc: str | None = None,
+    secret: bool = False,
+) -> Any:
     """One setting's declaration (a dataclass field carrying its variable, parser and help)."""
     meta = {_META: Meta(help, env, parse, choices, check, derive, default_doc, secret)}
     if default_factory is not None:
@@ -107,11 +117,20 @@ def path(raw: str) -> Path:
 
 def power_of_two(value: Any) -> str | None:
     """A check: None for a power of two, else what was expected."""
-    return None if isinstance(value, int) and value > 0 and not value & (value - 1) else "expected a power of two"
+    return (
+        None
+        if isinstance(value, int) and value > 0 and not value & (value - 1)
+        else "expected a power of two"
+    )
 
 
-_BY_TYPE: dict[str, Callable[[str], Any]] = {"bool": boolean, "int": positive_int, "float": number, "str": text,
-                                             "Path": path}
+_BY_TYPE: dict[str, Callable[[str], Any]] = {
+    "bool": boolean,
+    "int": positive_int,
+    "float": number,
+    "str": text,
+    "Path": path,
+}
 
 
 def meta(f: dataclasses.Field) -> Meta:
@@ -143,13 +162,22 @@ def _parser(f: dataclasses.Field, m: Meta) -> Callable[[str], Any]:
 
 def _problem(m: Meta, value: Any) -> str | None:
     if m.choices and value not in m.choices:
-        return f"expected {', '.join(m.choices[:-1])} or {m.choices[-1]}" if len(m.choices) > 1 else \
-            f"expected {m.choices[0]}"
+        return (
+            f"expected {', '.join(m.choices[:-1])} or {m.choices[-1]}"
+            if len(m.choices) > 1
+            else f"expected {m.choices[0]}"
+        )
     return m.check(value) if m.check is not None else None
 
 
-def read(cls: type[T], env: Mapping[str, str], *, prefix: str = "", error: type[Exception] = ValueError,
-         empty_is_unset: bool = True) -> T:
+def read(
+    cls: type[T],
+    env: Mapping[str, str],
+    *,
+    prefix: str = "",
+    error: type[Exception] = ValueError,
+    empty_is_unset: bool = True,
+) -> T:
     """An instance of dataclass `cls` from `env`: each declared variable parsed and checked, else its default
     (or derived default). A bad value raises `error` with one line naming the variable and what it expects."""
     values: dict[str, Any] = {}
@@ -184,7 +212,9 @@ def validate(obj: T, *, prefix: str = "", error: type[Exception] = ValueError) -
     return obj
 
 
-def replace(obj: T, overrides: Mapping[str, Any], *, prefix: str = "", error: type[Exception] = ValueError) -> T:
+def replace(
+    obj: T, overrides: Mapping[str, Any], *, prefix: str = "", error: type[Exception] = ValueError
+) -> T:
     """`obj` with `overrides` (field names), checked; an unknown name raises `error`."""
     names = {f.name for f in dataclasses.fields(obj)}  # type: ignore[arg-type]
     unknown = sorted(set(overrides) - names)
@@ -219,7 +249,11 @@ def markdown(cls: type, prefix: str = "") -> str:
     """The declarations of `cls` as a markdown table: variable, type, default, meaning."""
     lines = ["| variable | type | default | meaning |", "|---|---|---|---|"]
     for f, m in declared(cls):
-        cells = [f"`{env_name(f, prefix)}`", _type_text(f, m), _default_text(f, m),
-                 " ".join(m.help.split()).replace("|", "\\|")]
+        cells = [
+            f"`{env_name(f, prefix)}`",
+            _type_text(f, m),
+            _default_text(f, m),
+            " ".join(m.help.split()).replace("|", "\\|"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

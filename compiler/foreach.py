@@ -12,17 +12,61 @@ t2`` (``/`` for addcdiv); ``maximum``/``minimum`` with a number are ``clamp_min`
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 aten = torch.ops.aten
 
 #: foreach ops whose elements are ``aten.<name>`` of the same arguments
-SAME_NAME = ("add", "sub", "mul", "div", "addcmul", "addcdiv", "lerp", "pow", "clamp_min", "clamp_max", "abs",
-             "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "exp", "expm1", "floor", "frac", "lgamma",
-             "log", "log10", "log1p", "log2", "neg", "reciprocal", "round", "rsqrt", "sigmoid", "sign", "sin",
-             "sinh", "sqrt", "tan", "tanh", "trunc", "maximum", "minimum", "copy", "zero", "norm")
+SAME_NAME = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "pow",
+    "clamp_min",
+    "clamp_max",
+    "abs",
+    "acos",
+    "asin",
+    "atan",
+    "ceil",
+    "cos",
+    "cosh",
+    "erf",
+    "erfc",
+    "exp",
+    "expm1",
+    "floor",
+    "frac",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "neg",
+    "reciprocal",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sinh",
+    "sqrt",
+    "tan",
+    "tanh",
+    "trunc",
+    "maximum",
+    "minimum",
+    "copy",
+    "zero",
+    "norm",
+)
 
 
 def _pick(value: Any, i: int) -> Any:
@@ -45,7 +89,10 @@ def _element(name: str, overload: str) -> Callable[..., Any]:
             return aten.add.Tensor(s, aten.mul.Tensor(scalars[i], combine(t1, t2)))
 
         return scaled
-    if name in ("addcmul", "addcdiv"):  # the foreach form passes ``value`` by position, ATen's takes it by name
+    if name in (
+        "addcmul",
+        "addcdiv",
+    ):  # the foreach form passes ``value`` by position, ATen's takes it by name
         op3 = getattr(aten, name)
         return lambda s, t1, t2, value=1, i=0: op3(s, t1, t2, value=value)
     if name in ("maximum", "minimum") and overload in ("Scalar", "ScalarList"):

@@ -46,7 +46,7 @@ import dataclasses
 import functools
 import math
 import operator
-from typing import Any, Optional, TypeGuard
+from typing import Any, TypeGuard
 
 import torch
 import torch.fx as fx
@@ -83,7 +83,7 @@ def _call(n: Any, *targets: Any) -> TypeGuard[fx.Node]:
     return isinstance(n, fx.Node) and n.op == "call_function" and n.target in targets
 
 
-def _only_user(n: Optional[fx.Node]) -> Optional[fx.Node]:
+def _only_user(n: fx.Node | None) -> fx.Node | None:
     return next(iter(n.users)) if n is not None and len(n.users) == 1 else None
 
 
@@ -124,7 +124,7 @@ class Match:
     key: bool = False
 
 
-def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
+def _peel(n: Any, nodes: list[fx.Node]) -> fx.Node | None:
     """The 4-D tensor that ATen's matmul decomposition flattened into bmm operand ``n`` (``view`` of an
     optional ``clone`` of an optional same-shape ``expand``); None when ``n`` is not such a view."""
     if not _call(n, *VIEWS) or len(n.users) != 1:
@@ -133,7 +133,9 @@ def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
     x = _input(n)
     for target in (aten.clone.default, aten.expand.default):
         if _call(x, target) and len(x.users) == 1:
-            if target is aten.expand.default and not _same_shape(meta_val(x).shape, meta_val(x.args[0]).shape):
+            if target is aten.expand.default and not _same_shape(
+                meta_val(x).shape, meta_val(x.args[0]).shape
+            ):
                 return None  # broadcast heads (grouped-query attention): left alone
             chain.append(x)
             x = _input(x)
@@ -149,8 +151,12 @@ def _peel(n: Any, nodes: list[fx.Node]) -> Optional[fx.Node]:
 def _flat(n: Any) -> TypeGuard[fx.Node]:
     """A 3-D bmm operand of static shape (flat attention: ``[N, S, D]`` with heads folded into N)."""
     val = meta_val(n)
-    return isinstance(n, fx.Node) and isinstance(val, torch.Tensor) and val.dim() == 3 \
+    return (
+        isinstance(n, fx.Node)
+        and isinstance(val, torch.Tensor)
+        and val.dim() == 3
         and all(isinstance(s, int) for s in val.shape)
+    )
 
 
 def _shape4(n: fx.Node, flat: bool) -> tuple:
@@ -162,11 +168,18 @@ def _shape4(n: fx.Node, flat: bool) -> tuple:
 SCALES = (aten.mul.Tensor, aten.div.Tensor, aten.mul.Scalar, aten.div.Scalar)
 
 
-def _factor(x: Any) -> Optional[float]:
+def _factor(x: Any) -> float | None:
     """The factor of ``x``, a ``mul``/``div`` of a tensor by a nonzero number in the tensor's dtype; else None."""
-    if _call(x, *SCALES) and len(x.args) == 2 and not x.kwargs and isinstance(x.args[0], fx.Node) \
-            and _number(x.args[1]) and x.args[1] != 0 and math.isfinite(x.args[1]) \
-            and meta_val(x.args[0]).dtype == meta_val(x).dtype:
+    if (
+        _call(x, *SCALES)
+        and len(x.args) == 2
+        and not x.kwargs
+        and isinstance(x.args[0], fx.Node)
+        and _number(x.args[1])
+        and x.args[1] != 0
+        and math.isfinite(x.args[1])
+        and meta_val(x.args[0]).dtype == meta_val(x).dtype
+    ):
         return float(x.args[1]) if x.target in (aten.mul.Tensor, aten.mul.Scalar) else 1.0 / float(x.args[1])
     return None
 
@@ -190,7 +203,7 @@ class Operand:
     hi_scale: float
     hi_k: bool
     hi_nodes: list[fx.Node]
-    lo: Optional[fx.Node] = None
+    lo: fx.Node | None = None
     lo_scale: float = 1.0
     lo_k: bool = False
     lo_nodes: list[fx.Node] = dataclasses.field(default_factory=list)
@@ -227,7 +240,7 @@ def _operand_of(x: fx.Node, scales: bool, transpose: bool) -> Operand:
     return Operand(cast_at[0], cast_at[1], cast_at[2], cast_at[3], x, scale, is_k, steps)
 
 
-def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
+def _softmax(x: fx.Node, nodes: list[fx.Node]) -> fx.Node | None:
     """The probabilities node of a softmax of ``x`` over its last dim (decomposed or ``_softmax``) whose
     intermediates only the softmax reads; None when ``x`` feeds none."""
     last = (-1, meta_val(x).dim() - 1)
@@ -252,7 +265,12 @@ def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
         return None
     total = next((s for s in exp.users if _call(s, aten.sum.dim_IntList)), None)
     div = next((d for d in exp.users if _call(d, aten.div.Tensor)), None)
-    if total is None or div is None or _seq(total.args[1]) not in ([d] for d in last) or len(total.users) != 1:
+    if (
+        total is None
+        or div is None
+        or _seq(total.args[1]) not in ([d] for d in last)
+        or len(total.users) != 1
+    ):
         return None
     if not (len(total.args) > 2 and total.args[2]) or total.kwargs.get("dtype") or div.args != (exp, total):
         return None
@@ -262,15 +280,21 @@ def _softmax(x: fx.Node, nodes: list[fx.Node]) -> Optional[fx.Node]:
     return _safe(x, eq, div, last, nodes)
 
 
-def _safe(x: fx.Node, eq: fx.Node, div: fx.Node, last: tuple, nodes: list[fx.Node]) -> Optional[fx.Node]:
+def _safe(x: fx.Node, eq: fx.Node, div: fx.Node, last: tuple, nodes: list[fx.Node]) -> fx.Node | None:
     """The result of a *safe softmax* (SDPA's math form: rows of ``x`` that are -inf throughout give zeros, as the
     fused kernels do): ``where(not(any(not(x == -inf), -1)), full_like(div, 0), div)``; None otherwise."""
     not1 = _only_user(eq)
     anyd = _only_user(not1) if _call(not1, aten.logical_not.default) else None
     not2 = _only_user(anyd) if _call(anyd, aten.any.dim) else None
     where = _only_user(not2) if _call(not2, aten.logical_not.default) else None
-    if not1 is None or anyd is None or not2 is None or not _call(where, aten.where.self) \
-            or eq.args != (x, float("-inf")) or len(div.users) != 2:
+    if (
+        not1 is None
+        or anyd is None
+        or not2 is None
+        or not _call(where, aten.where.self)
+        or eq.args != (x, float("-inf"))
+        or len(div.users) != 2
+    ):
         return None
     if anyd.args[1] not in last or not (len(anyd.args) > 2 and anyd.args[2]) or len(anyd.args) > 3:
         return None
@@ -283,7 +307,7 @@ def _safe(x: fx.Node, eq: fx.Node, div: fx.Node, last: tuple, nodes: list[fx.Nod
     return where
 
 
-def match(b1: fx.Node) -> Optional[Match]:
+def match(b1: fx.Node) -> Match | None:
     """The eager attention whose first matmul is ``bmm`` node ``b1``, or None."""
     nodes: list[fx.Node] = [b1]
     a0, a1 = b1.args[0], b1.args[1]
@@ -312,8 +336,13 @@ def match(b1: fx.Node) -> Optional[Match]:
         factor = _factor(u)
         if factor is not None and u.args[0] is x and not masks:
             scale *= factor
-        elif _call(u, aten.add.Tensor) and not u.kwargs and len(u.args) == 2 and x in u.args \
-                and u.args[0] is not u.args[1]:
+        elif (
+            _call(u, aten.add.Tensor)
+            and not u.kwargs
+            and len(u.args) == 2
+            and x in u.args
+            and u.args[0] is not u.args[1]
+        ):
             mask = u.args[1] if u.args[0] is x else u.args[0]
             if not isinstance(mask, fx.Node):  # a number added: no mask
                 return None
@@ -321,8 +350,12 @@ def match(b1: fx.Node) -> Optional[Match]:
             mv = meta_val(mask)
             if not isinstance(mv, torch.Tensor) or mv.dim() > 4 or not mv.dtype.is_floating_point:
                 return None
-            promoted = meta_val(x).dtype in LOW and mv.dtype == meta_val(u).dtype == torch.float32  # an fp32 mask
-            if not _same_shape(meta_val(u).shape, meta_val(x).shape) or (meta_val(u).dtype != meta_val(x).dtype and not promoted):
+            promoted = (
+                meta_val(x).dtype in LOW and mv.dtype == meta_val(u).dtype == torch.float32
+            )  # an fp32 mask
+            if not _same_shape(meta_val(u).shape, meta_val(x).shape) or (
+                meta_val(u).dtype != meta_val(x).dtype and not promoted
+            ):
                 return None
         elif _call(u, *CASTS) and meta_val(u).dtype == torch.float32 and meta_val(x).dtype in DTYPES:
             pass
@@ -334,11 +367,13 @@ def match(b1: fx.Node) -> Optional[Match]:
     if p is None:
         return None
     u = _only_user(p)
-    while _call(u, aten.clone.default) or (_call(u, *CASTS) and meta_val(u).dtype == dtype):  # eval dropout: a clone
+    while _call(u, aten.clone.default) or (
+        _call(u, *CASTS) and meta_val(u).dtype == dtype
+    ):  # eval dropout: a clone
         nodes.append(u)
         p, u = u, _only_user(u)
-    v: Optional[fx.Node]
-    out: Optional[fx.Node]
+    v: fx.Node | None
+    out: fx.Node | None
     sizes: list[Any]
     if flat:
         second = u.args[1] if _call(u, aten.bmm.default) else None
@@ -347,7 +382,11 @@ def match(b1: fx.Node) -> Optional[Match]:
         v, out = second, u
         sizes = [1, *meta_val(b1).shape]
     else:
-        if _call(u, aten.expand.default) and _same_shape(meta_val(u).shape, meta_val(p).shape) and len(u.users) == 1:
+        if (
+            _call(u, aten.expand.default)
+            and _same_shape(meta_val(u).shape, meta_val(p).shape)
+            and len(u.users) == 1
+        ):
             nodes.append(u)
             u = _only_user(u)
         if not _call(u, *VIEWS) or len(u.users) != 1:
@@ -362,7 +401,12 @@ def match(b1: fx.Node) -> Optional[Match]:
         sizes = _seq(sc.args[1])
     if not _same_shape(_shape4(out, flat), qs) or not _same_shape(_shape4(v, flat), (B, H, ks[3], D)):
         return None
-    if not (meta_val(p).dtype == dtype and meta_val(kt).dtype == dtype and meta_val(v).dtype == dtype and dtype in DTYPES):
+    if not (
+        meta_val(p).dtype == dtype
+        and meta_val(kt).dtype == dtype
+        and meta_val(v).dtype == dtype
+        and dtype in DTYPES
+    ):
         return None
     vo = _operand_of(v, False, False)
     low = _low(qo, ko, vo, out)
@@ -381,7 +425,7 @@ def match(b1: fx.Node) -> Optional[Match]:
     return Match(q, kt, v, scale, masks, sizes, out, nodes, flat, key)
 
 
-def _low(qo: Operand, ko: Operand, vo: Operand, out: fx.Node) -> Optional[fx.Node]:
+def _low(qo: Operand, ko: Operand, vo: Operand, out: fx.Node) -> fx.Node | None:
     """The downcast of ``out`` when q, k and v are upcasts of one low-precision dtype that ``out`` (their fp32
     attention) is cast back to, read by the pattern alone; else None (the fp32 operands stay)."""
     lows = {None if o.lo is None else meta_val(o.lo).dtype for o in (qo, ko, vo)}
@@ -398,7 +442,7 @@ def _aligned(val: torch.Tensor) -> bool:
     return _known(st[-1] == 1) and all(_known(s % BIAS_ALIGN == 0) for s in (*st[:-1], val.storage_offset()))
 
 
-def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.dtype) -> Optional[fx.Node]:
+def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.dtype) -> fx.Node | None:
     """The masks as the kernel's bias (module docstring), inserted before ``at``; None (nothing inserted) when
     they cannot be."""
     vals = [meta_val(n) for n in m.masks]
@@ -418,17 +462,23 @@ def _bias(m: Match, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, dtype: torch.d
             mask = rw.node(aten._to_copy.default, (mask,), {"dtype": dtype})
         if not aligned and last % BIAS_ALIGN == 0:  # a dense copy has every stride a multiple of the last dim
             mask = rw.node(aten.clone.default, (mask,), {"memory_format": torch.contiguous_format})
-        elif not aligned:  # pad the last dim to the alignment and slice back: every other stride is then aligned
+        elif (
+            not aligned
+        ):  # pad the last dim to the alignment and slice back: every other stride is then aligned
             padded = rw.node(aten.constant_pad_nd.default, (mask, [0, (-last) % BIAS_ALIGN], 0.0))
             mask = rw.node(aten.slice.Tensor, (padded, -1, 0, last))
         return rw.node(aten.expand.default, (mask, m.sizes))
 
 
-def _operand(x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, flat: bool,
-             transpose: bool = False) -> fx.Node:
+def _operand(
+    x: fx.Node, rw: Rewrite, gm: fx.GraphModule, at: fx.Node, flat: bool, transpose: bool = False
+) -> fx.Node:
     """``x`` (transposed in its last two dims; ``[1, N, S, D]`` when ``flat``) as a kernel operand: unit stride in
     its last dim, data 16-byte aligned (a copy where it is not)."""
-    st, offset = meta_val(x).stride(), meta_val(x).storage_offset() * meta_val(x).element_size()  # views keep the offset
+    st, offset = (
+        meta_val(x).stride(),
+        meta_val(x).storage_offset() * meta_val(x).element_size(),
+    )  # views keep the offset
     swap = [*range(len(st) - 2), len(st) - 1, len(st) - 2]
     if transpose and _call(x, aten.permute.default) and _seq(x.args[1]) == swap:  # k^T = permute(k): k itself
         x, transpose = _input(x), False
@@ -457,11 +507,17 @@ def _replace(m: Match, rw: Rewrite, gm: fx.GraphModule) -> bool:
     v = _operand(m.v, rw, gm, at, m.flat)
     with gm.graph.inserting_before(at):
         if qv.device.type == "cuda":
-            sdpa = rw.node(aten._scaled_dot_product_efficient_attention.default,
-                           (q, k, v, bias, False, 0.0, False), {"scale": m.scale})
+            sdpa = rw.node(
+                aten._scaled_dot_product_efficient_attention.default,
+                (q, k, v, bias, False, 0.0, False),
+                {"scale": m.scale},
+            )
         else:
-            sdpa = rw.node(aten._scaled_dot_product_flash_attention_for_cpu.default,
-                           (q, k, v, 0.0, False), {"attn_mask": bias, "scale": m.scale})
+            sdpa = rw.node(
+                aten._scaled_dot_product_flash_attention_for_cpu.default,
+                (q, k, v, 0.0, False),
+                {"attn_mask": bias, "scale": m.scale},
+            )
         out = rw.node(operator.getitem, (sdpa, 0))
         if m.flat:
             out = rw.node(aten.squeeze.dim, (out, 0))

@@ -30,7 +30,7 @@ import functools
 import logging
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.fx as fx
@@ -83,7 +83,8 @@ def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
         return x == y if isinstance(x, int) and isinstance(y, int) else statically_known_true(x == y)
 
     return a.dim() == b.dim() and all(
-        eq(size, 1) or eq(x, y) for size, x, y in zip(a.shape, a.stride(), b.stride()))
+        eq(size, 1) or eq(x, y) for size, x, y in zip(a.shape, a.stride(), b.stride())
+    )
 
 
 def _mode(val: torch.Tensor) -> Any:
@@ -112,16 +113,20 @@ def _set_graph_outputs(gm: fx.GraphModule, outs: list[Any]) -> None:
     node.args = (type(old)(outs) if isinstance(old, (list, tuple)) else outs[0],) + tuple(node.args[1:])
 
 
-def moved_output_strides(before: list[Any], gm: fx.GraphModule) -> Optional[list[Optional[tuple[int, ...]]]]:
+def moved_output_strides(before: list[Any], gm: fx.GraphModule) -> list[tuple[int, ...] | None] | None:
     """Per graph output, its new strides where a rewrite changed its layout from ``before`` (the outputs'
     FakeTensors before the passes), else None; None when no output moved. This is what a forward reports to
     AOTAutograd (``TracingContext.output_strides``), which then compiles the backward against the saved
     activations' real layout."""
-    strides: list[Optional[tuple[int, ...]]] = []
+    strides: list[tuple[int, ...] | None] = []
     for old, node in zip(before, graph_outputs(gm)):
         new = meta_val(node)
-        moved = (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and _static(*new.stride())
-                 and not _same_strides(old, new))
+        moved = (
+            isinstance(old, torch.Tensor)
+            and isinstance(new, torch.Tensor)
+            and _static(*new.stride())
+            and not _same_strides(old, new)
+        )
         strides.append(tuple(int(s) for s in new.stride()) if moved else None)
     return strides if any(s is not None for s in strides) else None
 
@@ -144,8 +149,9 @@ def adopt_input_strides(gm: fx.GraphModule, example_inputs: list[Any]) -> int:
             continue
         if _static(*val.shape, *val.stride(), *ex.stride()) and tuple(val.stride()) != tuple(ex.stride()):
             with _mode(val):
-                real = torch.empty_strided(val.shape, tuple(int(s) for s in ex.stride()), dtype=val.dtype,
-                                           device=val.device)
+                real = torch.empty_strided(
+                    val.shape, tuple(int(s) for s in ex.stride()), dtype=val.dtype, device=val.device
+                )
             moved.append((ph, val, real))
     if not moved:
         return 0
@@ -158,13 +164,17 @@ def adopt_input_strides(gm: fx.GraphModule, example_inputs: list[Any]) -> int:
         ph.meta["val"] = real
         users = list(ph.users)
         with gm.graph.inserting_after(ph):
-            empty = gm.graph.call_function(aten.empty_strided.default, (
-                list(traced.shape), list(traced.stride())), {"dtype": traced.dtype, "device": traced.device})
+            empty = gm.graph.call_function(
+                aten.empty_strided.default,
+                (list(traced.shape), list(traced.stride())),
+                {"dtype": traced.dtype, "device": traced.device},
+            )
         with gm.graph.inserting_after(empty):
             copy = gm.graph.call_function(aten.copy.default, (empty, ph))
         with _mode(traced):
-            empty.meta["val"] = torch.empty_strided(traced.shape, traced.stride(), dtype=traced.dtype,
-                                                    device=traced.device)
+            empty.meta["val"] = torch.empty_strided(
+                traced.shape, traced.stride(), dtype=traced.dtype, device=traced.device
+            )
         copy.meta["val"] = traced
         for u in users:
             u.replace_input_with(ph, copy)
@@ -185,13 +195,15 @@ class Rewrite:
 
     def __init__(self, gm: fx.GraphModule, mode: Any, free_outputs: frozenset[int] = frozenset()):
         self.gm, self.graph, self.mode = gm, gm.graph, mode
-        self.free_outputs = free_outputs  # output positions whose layout may change (saved for a backward, or inference)
+        self.free_outputs = (
+            free_outputs  # output positions whose layout may change (saved for a backward, or inference)
+        )
         self.out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
         self.saved = {n: n.meta.get("val") for n in gm.graph.nodes}
         self.added: list[fx.Node] = []
         self.replaced: list[tuple[fx.Node, fx.Node]] = []
 
-    def node(self, target: Any, args: tuple, kwargs: Optional[dict] = None) -> fx.Node:
+    def node(self, target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:
         n = self.graph.call_function(target, args, kwargs or {})
         self.added.append(n)
         return n
@@ -211,7 +223,11 @@ class Rewrite:
             inputs = [n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"]
             FakeTensorProp(self.gm, mode=self.mode).propagate_dont_convert_inputs(*inputs)
         except Exception as e:  # noqa: BLE001 - an op rejects the new layout: keep the graph as it was
-            log.info("kiln: a layout rewrite failed to propagate (%s: %s); graph left as it was", type(e).__name__, e)
+            log.info(
+                "kiln: a layout rewrite failed to propagate (%s: %s); graph left as it was",
+                type(e).__name__,
+                e,
+            )
             self.rollback()
             return False
         before = dict(self.saved)
@@ -263,10 +279,12 @@ class Rewrite:
 
 
 # ---------------------------------------------------------------------------------------- mm_layout
-def _misaligned(node: fx.Node) -> Optional[tuple[int, int, int]]:
+def _misaligned(node: fx.Node) -> tuple[int, int, int] | None:
     """(pad M, pad K, pad N) of a misaligned, large matmul on floats; None when it is aligned or small."""
     ia, ib = MATMULS[node.target]
-    if node.target is aten.addmm.default and (node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1):
+    if node.target is aten.addmm.default and (
+        node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1
+    ):
         return None
     out, a, b = meta_val(node), meta_val(node.args[ia]), meta_val(node.args[ib])
     if not all(isinstance(t, torch.Tensor) for t in (out, a, b)) or out.dtype not in FLOAT_DTYPES:
@@ -315,8 +333,15 @@ def _padded(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=256)
-def _fastest(target: Any, a_geom: tuple, b_geom: tuple, dtype: torch.dtype, device: str,
-             pads: tuple[int, int, int], copy_out: bool) -> Optional[str]:
+def _fastest(
+    target: Any,
+    a_geom: tuple,
+    b_geom: tuple,
+    dtype: torch.dtype,
+    device: str,
+    pads: tuple[int, int, int],
+    copy_out: bool,
+) -> str | None:
     """The fastest rewrite of a matmul, timed on random data of its sizes and strides against the matmul as
     it is (copies and slices included, and for a graph output the copy back to eager's layout); None
     unless one is ``PAD_MIN_SPEEDUP`` faster. Cached per geometry for the process."""
@@ -346,12 +371,18 @@ def _fastest(target: Any, a_geom: tuple, b_geom: tuple, dtype: torch.dtype, devi
         plain = _bench_ms(lambda: mm(a, b))
         times = {name: _bench_ms(runs[name]) for name in _candidates(a, b)}
     best = min(times, key=times.__getitem__)
-    log.debug("kiln mm_layout %s x %s %s: plain %.3f ms, %s", a_geom, b_geom, dtype, plain,
-              ", ".join(f"{k} {v:.3f} ms" for k, v in times.items()))
+    log.debug(
+        "kiln mm_layout %s x %s %s: plain %.3f ms, %s",
+        a_geom,
+        b_geom,
+        dtype,
+        plain,
+        ", ".join(f"{k} {v:.3f} ms" for k, v in times.items()),
+    )
     return best if plain > PAD_MIN_SPEEDUP * times[best] else None
 
 
-def _choose(node: fx.Node, pads: tuple[int, int, int], free_outputs: bool = False) -> Optional[str]:
+def _choose(node: fx.Node, pads: tuple[int, int, int], free_outputs: bool = False) -> str | None:
     """The rewrite for a misaligned matmul under the ``mm_layout`` setting, or None (``free_outputs``: a
     graph output may keep the padded layout, no copy back timed)."""
     mode = config.settings().mm_layout
@@ -359,14 +390,20 @@ def _choose(node: fx.Node, pads: tuple[int, int, int], free_outputs: bool = Fals
     out, a, b = meta_val(node), meta_val(node.args[ia]), meta_val(node.args[ib])
     if mode in ("pad", "contiguous"):
         return mode if mode in _candidates(a, b) else None
-    if mode == "off" or out.device.type != "cuda" or config.interpreting() \
-            or not torch.cuda.is_available():
+    if mode == "off" or out.device.type != "cuda" or config.interpreting() or not torch.cuda.is_available():
         return None
     target = aten.bmm.default if node.target is aten.bmm.default else aten.mm.default
     copy_out = not free_outputs and any(u.op == "output" for u in _through_views(node))
     try:
-        return _fastest(target, (tuple(a.shape), tuple(a.stride())), (tuple(b.shape), tuple(b.stride())),
-                        out.dtype, str(out.device), pads, copy_out)
+        return _fastest(
+            target,
+            (tuple(a.shape), tuple(a.stride())),
+            (tuple(b.shape), tuple(b.stride())),
+            out.dtype,
+            str(out.device),
+            pads,
+            copy_out,
+        )
     except Exception as e:  # noqa: BLE001 - a failed measurement (out of memory) means: leave it alone
         log.info("kiln mm_layout: timing %s failed (%s: %s); left as it is", node.name, type(e).__name__, e)
         return None
@@ -383,8 +420,9 @@ def _pad(rw: Rewrite, x: fx.Node, rows: int, cols: int) -> fx.Node:
         dims = list(range(meta_val(x).dim()))
         dims[-2], dims[-1] = dims[-1], dims[-2]
         t = rw.node(aten.permute.default, (x, dims))
-        return rw.node(aten.permute.default, (rw.node(aten.constant_pad_nd.default, (t, [0, rows, 0, cols], 0.0)),
-                                              dims))
+        return rw.node(
+            aten.permute.default, (rw.node(aten.constant_pad_nd.default, (t, [0, rows, 0, cols], 0.0)), dims)
+        )
     return rw.node(aten.constant_pad_nd.default, (x, [0, cols, 0, rows], 0.0))
 
 
@@ -396,8 +434,15 @@ def _row_major(rw: Rewrite, x: fx.Node) -> fx.Node:
 
 #: ops whose result is a view of their first argument: a graph output reached through them shows the
 #: matmul's layout (HF models return ``addmm(...).view(batch, seq, vocab)``)
-VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.slice.Tensor,
-            aten.unsqueeze.default, aten.squeeze.dim, aten.expand.default)
+VIEW_OPS = (
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.slice.Tensor,
+    aten.unsqueeze.default,
+    aten.squeeze.dim,
+    aten.expand.default,
+)
 
 
 def _through_views(node: fx.Node) -> list[fx.Node]:
@@ -542,7 +587,9 @@ def split_conv_bias(gm: fx.GraphModule) -> int:
         if mode == "auto" and out.device.type != "cuda":
             continue
         with gm.graph.inserting_after(conv):
-            bare = rw.node(aten.convolution.default, (conv.args[0], conv.args[1], None) + tuple(conv.args[3:]))
+            bare = rw.node(
+                aten.convolution.default, (conv.args[0], conv.args[1], None) + tuple(conv.args[3:])
+            )
         with gm.graph.inserting_after(bare):
             b = rw.node(aten.view.default, (bias, [out.shape[1]] + [1] * (out.dim() - 2)))
         with gm.graph.inserting_after(b):

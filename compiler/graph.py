@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
-from typing import Any, Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import sympy
 import torch
@@ -21,8 +22,22 @@ from . import config, dtypes
 from .contract import Lowering, Promotion
 from .exc import LoweringError, NotLowered, require
 from .ir import (
-    Buffer, ComputedBuffer, ExternBuffer, InputBuffer, Layout, Lazy, Opaque, Pointwise,
-    Strided, SymScalar, Value, contiguous_strides, is_dense, layout_from_meta, prod, sym,
+    Buffer,
+    ComputedBuffer,
+    ExternBuffer,
+    InputBuffer,
+    Layout,
+    Lazy,
+    Opaque,
+    Pointwise,
+    Strided,
+    SymScalar,
+    Value,
+    contiguous_strides,
+    is_dense,
+    layout_from_meta,
+    prod,
+    sym,
 )
 
 log = logging.getLogger("kiln")
@@ -54,8 +69,8 @@ class ExternCall:
     kwargs: dict
     outputs: Any
     fx_name: str
-    reason: Optional[FallbackReason] = None  # None for extern kernels we chose on purpose (mm.out)
-    out: Optional[Buffer] = None
+    reason: FallbackReason | None = None  # None for extern kernels we chose on purpose (mm.out)
+    out: Buffer | None = None
     transfer: bool = False  # a copy, not a compute kernel (CPU scalar -> GPU, an input's write-back)
     write_back: bool = False  # the new value of a mutated input copied into it: runs after every kernel
 
@@ -132,36 +147,51 @@ class Program(BufferNames):
         an earlier step. Bodies of computed buffers are not evaluated (that stays the scheduler's work)."""
         where = f"program {self.name}"
         for name, buf in self.buffers.items():
-            require(isinstance(buf, Buffer) and buf.name == name, f"{where}: buffer {name!r} registered as {buf!r}")
+            require(
+                isinstance(buf, Buffer) and buf.name == name,
+                f"{where}: buffer {name!r} registered as {buf!r}",
+            )
         names = [ph.name for ph, _ in self.inputs]
         require(len(set(names)) == len(names), f"{where}: duplicate placeholders {names}")
         for ph, value in self.inputs:
             if isinstance(value, Strided):
-                require(isinstance(value.buffer, InputBuffer), f"{where}: input {ph.name} is {value.buffer!r}")
+                require(
+                    isinstance(value.buffer, InputBuffer), f"{where}: input {ph.name} is {value.buffer!r}"
+                )
                 self._registered(value.buffer, f"input {ph.name}")
         for name in self.constants:
-            require(isinstance(self.buffers.get(name), InputBuffer), f"{where}: constant {name} has no buffer")
+            require(
+                isinstance(self.buffers.get(name), InputBuffer), f"{where}: constant {name} has no buffer"
+            )
         made: dict[str, int] = {}
         for k, step in enumerate(self.steps):
             for buf in _step_buffers(step):
                 self._registered(buf, f"step {k} ({_describe(step)})")
-                require(buf.name not in made, f"{where}: {buf.name} produced by steps {made.get(buf.name)} and {k}")
+                require(
+                    buf.name not in made,
+                    f"{where}: {buf.name} produced by steps {made.get(buf.name)} and {k}",
+                )
                 made[buf.name] = k
         for k, step in enumerate(self.steps):
             if isinstance(step, ComputedBuffer):
                 continue
             for v in _strided_in((step.args, step.kwargs)):
                 self._registered(v.buffer, f"an argument of step {k} ({_describe(step)})")
-                require(made.get(v.buffer.name, -1) < k,
-                         f"{where}: step {k} ({_describe(step)}) reads {v.buffer.name} before step "
-                         f"{made.get(v.buffer.name)} produces it")
+                require(
+                    made.get(v.buffer.name, -1) < k,
+                    f"{where}: step {k} ({_describe(step)}) reads {v.buffer.name} before step "
+                    f"{made.get(v.buffer.name)} produces it",
+                )
         for v in _strided_in(self.outputs):
             self._registered(v.buffer, "a graph output")
         for r in self.fallbacks:
             require(isinstance(r, FallbackReason), f"{where}: fallback {r!r} is not a FallbackReason")
 
     def _registered(self, buf: Buffer, what: str) -> None:
-        require(self.buffers.get(buf.name) is buf, f"program {self.name}: {what}: {buf!r} is not its registered buffer")
+        require(
+            self.buffers.get(buf.name) is buf,
+            f"program {self.name}: {what}: {buf!r} is not its registered buffer",
+        )
 
 
 def _describe(step: Any) -> str:
@@ -188,8 +218,13 @@ def _strided_in(obj: Any) -> list[Strided]:
 LOWERINGS: dict[Any, Lowering] = {}
 
 
-def register_lowering(*ops: Any, promote: Optional[Promotion] = None, operands: Optional[Sequence[int]] = None,
-                      same_device: bool = True, exact: bool = False) -> Callable:
+def register_lowering(
+    *ops: Any,
+    promote: Promotion | None = None,
+    operands: Sequence[int] | None = None,
+    same_device: bool = True,
+    exact: bool = False,
+) -> Callable:
     """Decorator: register one lowering for several op overloads, inside the lowering contract
     (``compiler.contract``: device check, output dtype, rounding points under ``emulate_eager_precision``).
 
@@ -226,15 +261,17 @@ class GraphLowering(BufferNames):
         self.fallbacks: list[FallbackReason] = []
         self.nondeterministic: list[FallbackReason] = []  # where kiln chose speed over run-to-run identity
         self.subgraph_compiler = subgraph_compiler
-        self.constants: dict[str, torch.Tensor] = {}  # buffer name -> tensor constant (get_attr in the wrapper)
+        self.constants: dict[
+            str, torch.Tensor
+        ] = {}  # buffer name -> tensor constant (get_attr in the wrapper)
         self.attributes: list[tuple[Opaque, str, Any]] = []  # other get_attr values (subgraphs of map/scan)
         self.next_id = 0  # buffer numbering (BufferNames)
-        self.current_node: Optional[fx.Node] = None
+        self.current_node: fx.Node | None = None
         self.interpret = config.interpreting()
         self._moved: dict[tuple, Strided] = {}  # CPU scalar -> its GPU copy
 
     # ------------------------------------------------------------------ realization
-    def realize(self, value: Value, meta: Optional[torch.Tensor] = None) -> Strided:
+    def realize(self, value: Value, meta: torch.Tensor | None = None) -> Strided:
         """Make ``value`` live in memory. Strided values are returned as they are.
 
         A Lazy value becomes a ComputedBuffer laid out like ``meta`` (the eager result's strides) when
@@ -246,14 +283,20 @@ class GraphLowering(BufferNames):
             raise LoweringError(f"cannot realize {value!r}")
         stride = contiguous_strides(value.size)
         if meta is not None and isinstance(meta, torch.Tensor) and len(meta.shape) == len(value.size):
-            cand = Layout(tuple(value.size), tuple(sym(s) for s in meta.stride()), sympy.Integer(0),
-                          value.dtype, value.device)
+            cand = Layout(
+                tuple(value.size),
+                tuple(sym(s) for s in meta.stride()),
+                sympy.Integer(0),
+                value.dtype,
+                value.device,
+            )
             if is_dense(cand):
                 stride = cand.stride
         layout = Layout(tuple(value.size), tuple(stride), sympy.Integer(0), value.dtype, value.device)
         origin = self.current_node.name if self.current_node is not None else ""
-        buf = ComputedBuffer(self.new_name(), layout, Pointwise(tuple(value.size), value.fn, value.dtype),
-                             origin=origin)
+        buf = ComputedBuffer(
+            self.new_name(), layout, Pointwise(tuple(value.size), value.fn, value.dtype), origin=origin
+        )
         self.add_buffer(buf)
         self.steps.append(buf)
         return Strided(buf, layout)
@@ -282,8 +325,18 @@ class GraphLowering(BufferNames):
             else:
                 raise LoweringError(f"unsupported FX node kind {node.op} ({node.name})")
         self.current_node = None
-        return Program(self.name, self.inputs, self.steps, self.outputs, self.buffers, self.constants,
-                       self.attributes, self.fallbacks, self.next_id, self.nondeterministic)
+        return Program(
+            self.name,
+            self.inputs,
+            self.steps,
+            self.outputs,
+            self.buffers,
+            self.constants,
+            self.attributes,
+            self.fallbacks,
+            self.next_id,
+            self.nondeterministic,
+        )
 
     def _placeholder(self, node: fx.Node) -> Any:
         val = node.meta.get("val")
@@ -303,7 +356,9 @@ class GraphLowering(BufferNames):
     def _get_attr(self, node: fx.Node) -> Any:
         assert isinstance(node.target, str)  # a get_attr node names its attribute
         obj = getattr(self.gm, node.target)
-        if isinstance(obj, torch.Tensor):  # a constant (``torch.tensor([...])`` in user code): read like an input
+        if isinstance(
+            obj, torch.Tensor
+        ):  # a constant (``torch.tensor([...])`` in user code): read like an input
             base = sym(obj.storage_offset())
             buf = InputBuffer(node.name, layout_from_meta(obj, base_offset=base), base)
             self.add_buffer(buf)
@@ -359,21 +414,33 @@ class GraphLowering(BufferNames):
             assert isinstance(node.args[0], fx.Node)
             src = self.env[node.args[0]]
             if isinstance(src, Opaque):
-                return self.fallback(node, FallbackReason("opaque_getitem", "getitem", "item of an opaque value"))
+                return self.fallback(
+                    node, FallbackReason("opaque_getitem", "getitem", "item of an opaque value")
+                )
             return src[node.args[1]]
         if _is_symbolic_scalar(val) and target is not aten._local_scalar_dense.default:
             return SymScalar(sym(val), type(val))
         op_name = _op_name(target)
         lowering = LOWERINGS.get(target) or LOWERINGS.get(op_name)  # prims are registered by name
         if lowering is None:
-            return self.fallback(node, FallbackReason("unsupported_op", op_name, "no kiln lowering for this op"))
+            return self.fallback(
+                node, FallbackReason("unsupported_op", op_name, "no kiln lowering for this op")
+            )
         bad = [str(v.dtype) for v in _tensor_metas(node) if v.dtype not in dtypes.SUPPORTED]
         if bad:
-            return self.fallback(node, FallbackReason("dtype", op_name, f"kiln kernels do not handle {bad[0]}"))
+            return self.fallback(
+                node, FallbackReason("dtype", op_name, f"kiln kernels do not handle {bad[0]}")
+            )
         if self._needs_device_fallback(node):
-            return self.fallback(node, FallbackReason(
-                "device", op_name, "CPU tensors run through Triton's interpreter, which this process did not "
-                "enable (set KILN_INTERPRET=1 before importing triton)"))
+            return self.fallback(
+                node,
+                FallbackReason(
+                    "device",
+                    op_name,
+                    "CPU tensors run through Triton's interpreter, which this process did not "
+                    "enable (set KILN_INTERPRET=1 before importing triton)",
+                ),
+            )
         args, kwargs = self._move_cpu_scalars(node, self.fetch(node.args), self.fetch(node.kwargs))
         try:
             out = lowering(self, node, *args, **kwargs)
@@ -412,8 +479,17 @@ class GraphLowering(BufferNames):
                 layout = Layout((), (), sympy.Integer(0), v.dtype, out.device)
                 buf = ExternBuffer(self.new_name(), layout)
                 self.add_buffer(buf)
-                self.steps.append(ExternCall(aten._to_copy.default, (src,), {"device": out.device}, buf,
-                                             node.name, None, transfer=True))
+                self.steps.append(
+                    ExternCall(
+                        aten._to_copy.default,
+                        (src,),
+                        {"device": out.device},
+                        buf,
+                        node.name,
+                        None,
+                        transfer=True,
+                    )
+                )
                 self._moved[key] = Strided(buf, layout)
             return self._moved[key]
 
@@ -429,8 +505,14 @@ class GraphLowering(BufferNames):
         return out
 
     # ------------------------------------------------------------------ fallback
-    def fallback(self, node: fx.Node, reason: Optional[FallbackReason], target: Any = None,
-                 args: Optional[tuple] = None, kwargs: Optional[dict] = None) -> Any:
+    def fallback(
+        self,
+        node: fx.Node,
+        reason: FallbackReason | None,
+        target: Any = None,
+        args: tuple | None = None,
+        kwargs: dict | None = None,
+    ) -> Any:
         """Run ``node`` as an ATen call from the wrapper. Tensor inputs are realized first."""
         if reason is not None:
             self.fallbacks.append(reason)
@@ -464,7 +546,9 @@ class GraphLowering(BufferNames):
     def _extern_output(self, val: Any) -> Any:
         if isinstance(val, torch.Tensor):
             base = sym(val.storage_offset())
-            return self.add_buffer(ExternBuffer(self.new_name(), layout_from_meta(val, base_offset=base), base))
+            return self.add_buffer(
+                ExternBuffer(self.new_name(), layout_from_meta(val, base_offset=base), base)
+            )
         if _is_symbolic_scalar(val):
             return SymScalar(sym(val), type(val))
         return Opaque("") if val is not None else None
@@ -478,8 +562,9 @@ def _op_name(target: Any) -> str:
 
 
 def _is_symbolic_scalar(val: Any) -> bool:
-    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) and not isinstance(
-        val, torch.Tensor)
+    return isinstance(
+        val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+    ) and not isinstance(val, torch.Tensor)
 
 
 def _tensor_metas(node: fx.Node) -> list[torch.Tensor]:
@@ -543,13 +628,23 @@ def _alias_outputs(args: list, values: list) -> list:
     groups: dict[Any, list[int]] = {}
     for i, a in enumerate(args):
         meta = a.meta.get("val") if isinstance(a, fx.Node) else None
-        if isinstance(meta, torch.Tensor) and isinstance(values[i], Strided) and not isinstance(
-                values[i].buffer, InputBuffer) and all(sym(d) != 0 for d in meta.shape):
+        if (
+            isinstance(meta, torch.Tensor)
+            and isinstance(values[i], Strided)
+            and not isinstance(values[i].buffer, InputBuffer)
+            and all(sym(d) != 0 for d in meta.shape)
+        ):
             groups.setdefault(StorageWeakRef(meta.untyped_storage()), []).append(i)
     out = list(values)
     for idxs in groups.values():
-        roots = [i for i in idxs if values[i].is_whole_buffer() and is_dense(values[i].layout)
-                 and sympy.expand(_span(values[i].layout.size, values[i].layout.stride) - prod(values[i].size)) == 0]
+        roots = [
+            i
+            for i in idxs
+            if values[i].is_whole_buffer()
+            and is_dense(values[i].layout)
+            and sympy.expand(_span(values[i].layout.size, values[i].layout.stride) - prod(values[i].size))
+            == 0
+        ]
         if len(idxs) < 2 or not roots:
             continue
         root = max(roots, key=lambda i: int(sympy.sympify(prod(values[i].size)).subs(_hints(values[i].size))))
@@ -573,6 +668,7 @@ def _span(size: Sequence, stride: Sequence) -> sympy.Expr:
 
 def _hints(exprs: Sequence) -> dict:
     from .ir import size_hints
+
     hints = size_hints()
     return {s: hints.get(s, 8) for e in exprs for s in sympy.sympify(e).free_symbols}
 
@@ -582,8 +678,10 @@ def _restride_output(value: Strided, meta: torch.Tensor) -> bool:
     their views keep their own layout: they may alias the caller's tensors)."""
     if isinstance(value.buffer, InputBuffer) or len(meta.shape) != len(value.size):
         return False
-    return any(sz != 1 and sympy.simplify(have - sym(want)) != 0
-               for sz, have, want in zip(value.size, value.layout.stride, meta.stride()))
+    return any(
+        sz != 1 and sympy.simplify(have - sym(want)) != 0
+        for sz, have, want in zip(value.size, value.layout.stride, meta.stride())
+    )
 
 
 def _flatten_output(arg: Any) -> list:

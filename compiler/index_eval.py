@@ -10,7 +10,8 @@ functions) raises ``Unevaluable``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import sympy
 from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod

@@ -21,13 +21,13 @@ Every rule is an identity over the domain, so a simplified index addresses the s
 from __future__ import annotations
 
 import functools
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import sympy
 from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonMod
 
 #: one term of a sum: coefficient * ((base // div) % mod); mod None: a plain floor division (no modulo)
-_Term = tuple[sympy.Expr, sympy.Expr, sympy.Expr, Optional[sympy.Expr]]
+_Term = tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr | None]
 
 
 def simplify(e: sympy.Expr, bounds: Mapping[sympy.Symbol, int]) -> sympy.Expr:
@@ -64,7 +64,7 @@ def _simp(e: sympy.Expr, bounds: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     return e
 
 
-def _term(e: sympy.Expr) -> Optional[_Term]:
+def _term(e: sympy.Expr) -> _Term | None:
     """``e`` as a ``_Term`` (``None`` for a form that is none)."""
     coef, rest = sympy.Integer(1), e
     if isinstance(e, sympy.Mul):
@@ -146,7 +146,7 @@ def _ranged(t: _Term, bounds: Mapping[sympy.Symbol, int]) -> sympy.Expr:
     return _build((coef, base, div, mod))
 
 
-def upper(e: sympy.Expr, bounds: Mapping[sympy.Symbol, int]) -> Optional[int]:
+def upper(e: sympy.Expr, bounds: Mapping[sympy.Symbol, int]) -> int | None:
     """The largest value of the non-negative index expression ``e`` given ``bounds`` (None: unknown)."""
     if isinstance(e, sympy.Integer):
         return int(e)

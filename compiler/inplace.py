@@ -25,7 +25,7 @@ from . import config
 from .graph import ExternCall
 from .ir import ComputedBuffer, InputBuffer, Strided
 from .kexpr import loads
-from .scheduler import KernelGroup, Schedule, scheduled_reads, same_on_domain
+from .scheduler import KernelGroup, Schedule, same_on_domain, scheduled_reads
 
 
 def write_in_place(schedule: Schedule) -> Schedule:
@@ -44,8 +44,12 @@ def write_in_place(schedule: Schedule) -> Schedule:
         if not (isinstance(item, ExternCall) and item.write_back):
             continue
         dst, src = item.args[0], item.args[1]
-        if not (isinstance(dst, Strided) and isinstance(src, Strided) and isinstance(dst.buffer, InputBuffer)
-                and isinstance(src.buffer, ComputedBuffer)):
+        if not (
+            isinstance(dst, Strided)
+            and isinstance(src, Strided)
+            and isinstance(dst.buffer, InputBuffer)
+            and isinstance(src.buffer, ComputedBuffer)
+        ):
             continue
         name, target = src.buffer.name, dst.buffer.name
         j = producer.get(name)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from typing import Callable, Optional, Sequence, TypeAlias, Union
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import sympy
 import torch
@@ -73,12 +74,16 @@ class Layout:
         return prod(self.size)
 
     def is_contiguous(self) -> bool:
-        return all(is_one(sz) or sympy.simplify(a - b) == 0
-                   for sz, a, b in zip(self.size, self.stride, contiguous_strides(self.size)))
+        return all(
+            is_one(sz) or sympy.simplify(a - b) == 0
+            for sz, a, b in zip(self.size, self.stride, contiguous_strides(self.size))
+        )
 
     def storage_extent(self) -> Expr:
         """Elements a buffer must hold to back this layout (for allocation)."""
-        return self.offset + 1 + sum(((sz - 1) * st for sz, st in zip(self.size, self.stride)), sympy.Integer(0))
+        return (
+            self.offset + 1 + sum(((sz - 1) * st for sz, st in zip(self.size, self.stride)), sympy.Integer(0))
+        )
 
 
 def layout_from_meta(val: torch.Tensor, base_offset: Expr = sympy.Integer(0)) -> Layout:
@@ -98,7 +103,7 @@ def is_dense(layout: Layout) -> bool:
     return order is not None and _dense_in_order(layout, order)
 
 
-def stride_order(layout: Layout) -> Optional[list[int]]:
+def stride_order(layout: Layout) -> list[int] | None:
     """Dims sorted from largest to smallest stride, or None if symbolic strides cannot be ordered."""
     idx = list(range(len(layout.size)))
 
@@ -125,8 +130,12 @@ def _cmp(a: Expr, b: Expr) -> int:
     # symbols are positive sizes: compare at the traced sizes (hints), else at a few large samples
     syms = sorted(d.free_symbols, key=lambda s: s.name)
     hints = size_hints()
-    samples = [{s: hints[s] for s in syms if s in hints}, {s: 1000 + i for i, s in enumerate(syms)},
-               {s: 1000 for s in syms}, {s: 1000 + 7 * (len(syms) - i) for i, s in enumerate(syms)}]
+    samples = [
+        {s: hints[s] for s in syms if s in hints},
+        {s: 1000 + i for i, s in enumerate(syms)},
+        {s: 1000 for s in syms},
+        {s: 1000 + 7 * (len(syms) - i) for i, s in enumerate(syms)},
+    ]
     for subs in samples:
         if len(subs) != len(syms):
             continue
@@ -142,6 +151,7 @@ def _cmp(a: Expr, b: Expr) -> int:
 def size_hints() -> dict:
     """Symbol -> the size it had in the example inputs (from the ShapeEnv being compiled), if any."""
     from torch._guards import TracingContext
+
     ctx = TracingContext.try_get()
     env = getattr(getattr(ctx, "fake_mode", None), "shape_env", None)
     if env is None:
@@ -193,15 +203,16 @@ class InputBuffer(Buffer):
 class ComputedBuffer(Buffer):
     """A buffer that a generated kernel writes. ``definition`` is a ``Pointwise`` or ``Reduction``."""
 
-    def __init__(self, name: str, layout: Layout, definition: "Union[Pointwise, Reduction, Scatter, Scan]",
-                 origin: str = "") -> None:
+    def __init__(
+        self, name: str, layout: Layout, definition: Pointwise | Reduction | Scatter | Scan, origin: str = ""
+    ) -> None:
         super().__init__(name, layout)
         self.definition = definition
         self.origin = origin  # FX node name it came from, for readable kernel names and reports
         #: the scheduler's caches of the definition's element expression and the buffers it reads
         #: (``forget_body()`` when the definition is replaced)
-        self.body_expr: Optional[KExpr] = None
-        self.body_reads: Optional[list[str]] = None
+        self.body_expr: KExpr | None = None
+        self.body_reads: list[str] | None = None
 
     def forget_body(self) -> None:
         self.body_expr = self.body_reads = None
@@ -243,7 +254,7 @@ class Reduction:
     dtype: torch.dtype
     src_dtype: torch.dtype
     #: set on the first stage of a split column reduction: what its partial sums reduce (see ColumnSource)
-    column: Optional["ColumnSource"] = None
+    column: ColumnSource | None = None
 
 
 #: how a ``Scatter`` combines a value into its target element: atomics, or a plain store
@@ -292,7 +303,7 @@ class Scan:
 
     def full_index(self, index: Index, rindex: Index) -> list[Expr]:
         """The result's index of element ``rindex`` of row ``index``."""
-        return list(index[:self.dim]) + list(rindex) + list(index[self.dim:])
+        return list(index[: self.dim]) + list(rindex) + list(index[self.dim :])
 
 
 @dataclasses.dataclass
@@ -341,8 +352,14 @@ class Strided(Value):
 class Lazy(Value):
     """An unrealized pointwise value."""
 
-    def __init__(self, size: Sequence[Expr], dtype: torch.dtype, device: torch.device,
-                 fn: Callable[[Index], KExpr], cost: int = 1) -> None:
+    def __init__(
+        self,
+        size: Sequence[Expr],
+        dtype: torch.dtype,
+        device: torch.device,
+        fn: Callable[[Index], KExpr],
+        cost: int = 1,
+    ) -> None:
         self.size = tuple(size)
         self.dtype = dtype
         self.device = device

@@ -7,7 +7,8 @@ Nodes carry the torch dtype of the value they produce. Codegen renders a DAG to 
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import sympy
@@ -34,16 +35,30 @@ class Load(KExpr):
 
     __slots__ = ("buffer", "buffer_dtype", "index", "mask", "indirect")
 
-    def __init__(self, buffer: str, index: sympy.Expr, dtype: torch.dtype, mask: "KExpr | None" = None,
-                 indirect: tuple = (), *, buffer_dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        buffer: str,
+        index: sympy.Expr,
+        dtype: torch.dtype,
+        mask: KExpr | None = None,
+        indirect: tuple = (),
+        *,
+        buffer_dtype: torch.dtype,
+    ) -> None:
         self.buffer, self.index, self.dtype, self.mask = buffer, sympy.sympify(index), dtype, mask
         self.buffer_dtype = buffer_dtype
         self.indirect = tuple(indirect)
 
-    def with_mask(self, mask: "KExpr | None", indirect: "tuple | None" = None) -> "Load":
+    def with_mask(self, mask: KExpr | None, indirect: tuple | None = None) -> Load:
         """This read with another ``mask`` (and, when given, other ``indirect`` bindings)."""
-        return Load(self.buffer, self.index, self.dtype, mask, self.indirect if indirect is None else indirect,
-                    buffer_dtype=self.buffer_dtype)
+        return Load(
+            self.buffer,
+            self.index,
+            self.dtype,
+            mask,
+            self.indirect if indirect is None else indirect,
+            buffer_dtype=self.buffer_dtype,
+        )
 
     def __repr__(self) -> str:
         return f"Load({self.buffer}[{self.index}]:{self.dtype})"
@@ -118,8 +133,12 @@ def round_scalar(value: float, dtype: torch.dtype) -> float:
 
 def _narrows(src: torch.dtype, dst: torch.dtype) -> bool:
     """A float -> float conversion that may lose precision."""
-    return (src.is_floating_point and dst.is_floating_point and src != dst
-            and torch.finfo(src).bits >= torch.finfo(dst).bits)
+    return (
+        src.is_floating_point
+        and dst.is_floating_point
+        and src != dst
+        and torch.finfo(src).bits >= torch.finfo(dst).bits
+    )
 
 
 def cast(x: KExpr, dtype: torch.dtype, *, explicit: bool = False) -> KExpr:
@@ -173,18 +192,21 @@ def walk(expr: KExpr):
             stack.extend(e for _, e in reversed(node.indirect))
 
 
-def address_steps(index: sympy.Expr, a: sympy.Symbol, b: sympy.Symbol,
-                  point: Optional[dict] = None) -> tuple[Optional[int], Optional[int]]:
+def address_steps(
+    index: sympy.Expr, a: sympy.Symbol, b: sympy.Symbol, point: dict | None = None
+) -> tuple[int | None, int | None]:
     """Address steps of ``index`` when ``a`` grows by one and when ``b`` does, evaluated at a sample point:
     ``a`` = 3, ``b`` = 5, the symbols of ``point`` as given, every other symbol (a size) a large sample value.
     Evaluating sees through the floor divisions and modulos of views (``(768*r + x) // 768 % 197``), which
     ``coeff`` cannot. (None, None) where the index does not evaluate to a number."""
     point = dict(point or {})
-    others = sorted((s for s in index.free_symbols if s not in (a, b) and s not in point), key=lambda s: s.name)
+    others = sorted(
+        (s for s in index.free_symbols if s not in (a, b) and s not in point), key=lambda s: s.name
+    )
     point.update({s: 1024 + 16 * i for i, s in enumerate(others)})
     point[a], point[b] = 3, 5
 
-    def at(da: int = 0, db: int = 0) -> Optional[int]:
+    def at(da: int = 0, db: int = 0) -> int | None:
         v = index.subs({**point, a: point[a] + da, b: point[b] + db})
         return int(v) if v.is_number else None
 
@@ -250,7 +272,7 @@ def bind_indirect(expr: KExpr, bindings: Sequence[tuple]) -> KExpr:
     return visit(expr) if syms else expr
 
 
-def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
+def kexpr_equal(a: KExpr, b: KExpr, memo: dict | None = None) -> bool:
     """Structural equality of two kernel expressions (same ops, loads, constants and dtypes)."""
     memo = {} if memo is None else memo
     key = (id(a), id(b))
@@ -259,16 +281,30 @@ def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
     if type(a) is not type(b) or a.dtype != b.dtype:
         return False
     if isinstance(a, Load) and isinstance(b, Load):
-        ok = (a.buffer == b.buffer and a.index == b.index and not a.indirect and not b.indirect
-              and (a.mask is None and b.mask is None
-                   or a.mask is not None and b.mask is not None and kexpr_equal(a.mask, b.mask, memo)))
+        ok = (
+            a.buffer == b.buffer
+            and a.index == b.index
+            and not a.indirect
+            and not b.indirect
+            and (
+                a.mask is None
+                and b.mask is None
+                or a.mask is not None
+                and b.mask is not None
+                and kexpr_equal(a.mask, b.mask, memo)
+            )
+        )
     elif isinstance(a, Const) and isinstance(b, Const):
         ok = repr(a.value) == repr(b.value)
     elif isinstance(a, IndexValue) and isinstance(b, IndexValue):
         ok = a.expr == b.expr and not a.indirect and not b.indirect
     elif isinstance(a, Op) and isinstance(b, Op):
-        ok = (a.op == b.op and a.round_trip == b.round_trip and len(a.args) == len(b.args)
-              and all(kexpr_equal(x, y, memo) for x, y in zip(a.args, b.args)))
+        ok = (
+            a.op == b.op
+            and a.round_trip == b.round_trip
+            and len(a.args) == len(b.args)
+            and all(kexpr_equal(x, y, memo) for x, y in zip(a.args, b.args))
+        )
     else:
         ok = False
     if ok:
@@ -278,12 +314,20 @@ def kexpr_equal(a: KExpr, b: KExpr, memo: Optional[dict] = None) -> bool:
 
 #: comparisons and logic on constants, folded when rendered (Triton's interpreter mis-types 0-d comparisons
 #: of int64 constants: combined into a load mask they fail with "mask has unsupported dtype")
-_FOLDABLE: dict[str, Callable[..., Any]] = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt,
-             "ge": operator.ge, "logical_and": lambda a, b: bool(a) and bool(b),
-             "logical_or": lambda a, b: bool(a) or bool(b), "logical_not": lambda a: not a}
+_FOLDABLE: dict[str, Callable[..., Any]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "logical_and": lambda a, b: bool(a) and bool(b),
+    "logical_or": lambda a, b: bool(a) or bool(b),
+    "logical_not": lambda a: not a,
+}
 
 
-def fold_condition(e: Op) -> Optional[bool]:
+def fold_condition(e: Op) -> bool | None:
     """The value of a comparison or logical op whose operands are constants (recursively), else None."""
     fn = _FOLDABLE.get(e.op)
     if fn is None and e.op in ("bitwise_and", "bitwise_or") and e.dtype == torch.bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 import sympy
 import torch
@@ -25,8 +25,21 @@ from . import config
 from .exc import InvariantError, require
 from .graph import ExternCall, Program, Step, SubgraphCall
 from .index_eval import Unevaluable, evaluate
-from .ir import (Buffer, ComputedBuffer, InputBuffer, Layout, Reduction, Scan, Scatter, Strided, SymScalar,
-                 contiguous_strides, is_dense, prod, stride_order)
+from .ir import (
+    Buffer,
+    ComputedBuffer,
+    InputBuffer,
+    Layout,
+    Reduction,
+    Scan,
+    Scatter,
+    Strided,
+    SymScalar,
+    contiguous_strides,
+    is_dense,
+    prod,
+    stride_order,
+)
 from .kexpr import KExpr, free_symbols, loads
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
@@ -84,14 +97,16 @@ def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sym
     return True
 
 
-def decompose(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool = False) -> list[sympy.Expr]:
+def decompose(
+    var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool = False
+) -> list[sympy.Expr]:
     """Row-major multi-index of the flat ``var`` over ``ranges``; size-1 dims read index 0."""
     if numel_is_one:
         return [sympy.Integer(0)] * len(ranges)
     if any(r == 0 for r in ranges):  # never iterated; keep ``var`` in the index so its loads stay masked
         return [var] * len(ranges)
     out: list[sympy.Expr] = []
-    inner = [prod(ranges[i + 1:]) for i in range(len(ranges))]
+    inner = [prod(ranges[i + 1 :]) for i in range(len(ranges))]
     first = True
     for size, div in zip(ranges, inner):
         if size == 1:
@@ -146,7 +161,7 @@ class KernelGroup:
     #: kernel (a scatter's result is complete only when every program has finished its writes)
     kind: str = ""
 
-    def member(self, name: str) -> Optional[Member]:
+    def member(self, name: str) -> Member | None:
         for m in self.members:
             if m.buf.name == name:
                 return m
@@ -177,7 +192,9 @@ class Schedule:
 
     def extern_count(self) -> int:
         """Extern-kernel calls (``out=`` ATen such as ``mm.out``; not fallbacks, not copies)."""
-        return sum(1 for it in self.items if isinstance(it, ExternCall) and it.reason is None and not it.transfer)
+        return sum(
+            1 for it in self.items if isinstance(it, ExternCall) and it.reason is None and not it.transfer
+        )
 
     def verify(self) -> None:
         """Structural invariants (``InvariantError`` names the first broken one):
@@ -198,51 +215,80 @@ class Schedule:
             if isinstance(item, KernelGroup):
                 require(bool(item.members), f"{where}: group {k} has no members")
                 made = []
-                for m, roles in [(m, ("x", "xr")) for m in item.members] + [(p, ("col",)) for p in item.partials]:
+                for m, roles in [(m, ("x", "xr")) for m in item.members] + [
+                    (p, ("col",)) for p in item.partials
+                ]:
                     require(m.role in roles, f"{where}: group {k}: member {m.buf.name} has role {m.role!r}")
-                    require(m.store or m.role != "col", f"{where}: group {k}: partial sums {m.buf.name} not stored")
-                    require(isinstance(m.buf, ComputedBuffer) and buffers.get(m.buf.name) is m.buf,
-                             f"{where}: group {k}: member {m.buf.name} is not a registered computed buffer")
+                    require(
+                        m.store or m.role != "col",
+                        f"{where}: group {k}: partial sums {m.buf.name} not stored",
+                    )
+                    require(
+                        isinstance(m.buf, ComputedBuffer) and buffers.get(m.buf.name) is m.buf,
+                        f"{where}: group {k}: member {m.buf.name} is not a registered computed buffer",
+                    )
                     stored[m.buf.name] = m.store
                     made.append(m.buf.name)
                 if item.kind:
                     want = Scatter if item.kind == "scatter" else Scan
-                    require(len(item.members) == 1 and isinstance(item.members[0].buf.definition, want),
-                             f"{where}: {item.kind} group {k} holds {item.buffer_names}, not one {want.__name__}")
+                    require(
+                        len(item.members) == 1 and isinstance(item.members[0].buf.definition, want),
+                        f"{where}: {item.kind} group {k} holds {item.buffer_names}, not one {want.__name__}",
+                    )
             elif isinstance(item, (ExternCall, SubgraphCall)):
                 made = list(dict.fromkeys(_step_outputs(item)))  # an ``out=`` buffer is also the result
             else:
                 raise InvariantError(f"{where}: item {k} is a {type(item).__name__}")
             for name in made:
-                require(name not in producer, f"{where}: {name} produced by items {producer.get(name)} and {k}")
+                require(
+                    name not in producer, f"{where}: {name} produced by items {producer.get(name)} and {k}"
+                )
                 producer[name] = k
         for k, item in enumerate(self.items):
             for name in scheduled_reads(item):
                 j = producer.get(name)
                 if j is None:
-                    require(name in buffers and not isinstance(buffers[name], ComputedBuffer),
-                             f"{where}: item {k} reads {name}, which nothing computes")
+                    require(
+                        name in buffers and not isinstance(buffers[name], ComputedBuffer),
+                        f"{where}: item {k} reads {name}, which nothing computes",
+                    )
                     continue
                 require(j <= k, f"{where}: item {k} reads {name} before item {j} produces it")
-                require(j == k or stored.get(name, True),
-                         f"{where}: item {k} reads {name}, which group {j} keeps in registers (not stored)")
-        targets = {m.buf.definition.target: k for k, g in enumerate(self.items) if isinstance(g, KernelGroup)
-                   for m in g.members if isinstance(m.buf.definition, Scatter)}
+                require(
+                    j == k or stored.get(name, True),
+                    f"{where}: item {k} reads {name}, which group {j} keeps in registers (not stored)",
+                )
+        targets = {
+            m.buf.definition.target: k
+            for k, g in enumerate(self.items)
+            if isinstance(g, KernelGroup)
+            for m in g.members
+            if isinstance(m.buf.definition, Scatter)
+        }
         for k, item in enumerate(self.items):
             for name in scheduled_reads(item):
-                require(targets.get(name, k) == k, f"{where}: item {k} reads {name}, which the scatter of item "
-                                                   f"{targets.get(name)} overwrites in place")
+                require(
+                    targets.get(name, k) == k,
+                    f"{where}: item {k} reads {name}, which the scatter of item "
+                    f"{targets.get(name)} overwrites in place",
+                )
         for name, k in targets.items():
-            require(producer.get(name, k) < k, f"{where}: the target {name} of the scatter of item {k} is not made "
-                                               "before it")
+            require(
+                producer.get(name, k) < k,
+                f"{where}: the target {name} of the scatter of item {k} is not made before it",
+            )
         for name, target in self.in_place.items():
-            require(stored.get(name, False) and isinstance(buffers.get(target), InputBuffer),
-                     f"{where}: {name} is stored into {target} in place, but is no stored member or that no input")
+            require(
+                stored.get(name, False) and isinstance(buffers.get(target), InputBuffer),
+                f"{where}: {name} is stored into {target} in place, but is no stored member or that no input",
+            )
         for v in _iter_values(self.program.outputs):
             if isinstance(v, Strided):
                 name = v.buffer.name
-                require(name in producer or not isinstance(v.buffer, ComputedBuffer),
-                         f"{where}: graph output {name} is computed by no item")
+                require(
+                    name in producer or not isinstance(v.buffer, ComputedBuffer),
+                    f"{where}: graph output {name} is computed by no item",
+                )
                 require(stored.get(name, True), f"{where}: graph output {name} is not stored")
 
 
@@ -383,7 +429,7 @@ class Scheduler:
         group.members.append(member)
         return True
 
-    def _remapped(self, group: KernelGroup, X: sympy.Expr, R: sympy.Expr) -> Optional[KernelGroup]:
+    def _remapped(self, group: KernelGroup, X: sympy.Expr, R: sympy.Expr) -> KernelGroup | None:
         """A copy of ``group`` with every member mapped onto a reduction group over (X, R), or None."""
         candidate = KernelGroup(X, R, [], has_reduction=True)
         for m in group.members:
@@ -393,12 +439,14 @@ class Scheduler:
             candidate.members.append(mm)
         return candidate
 
-    def _member(self, group: KernelGroup, buf: ComputedBuffer) -> Optional[Member]:
+    def _member(self, group: KernelGroup, buf: ComputedBuffer) -> Member | None:
         """Map ``buf`` onto the group's (xindex, rindex) space, or None if it does not fit."""
         d = buf.definition
         x_is_one = group.xnumel == 1
         if isinstance(d, Scatter):  # iterates over its sources; where it writes is in its value
-            return Member(buf, "x", d.body(decompose(XINDEX, d.ranges, x_is_one)), sympy.Integer(0), store=True)
+            return Member(
+                buf, "x", d.body(decompose(XINDEX, d.ranges, x_is_one)), sympy.Integer(0), store=True
+            )
         if isinstance(d, Scan):
             idx, ridx = decompose(XINDEX, d.ranges, x_is_one), decompose(RINDEX, d.reduction_ranges)
             return Member(buf, "xr", d.body(idx, ridx), buf.layout.index(d.full_index(idx, ridx)), store=True)
@@ -470,8 +518,12 @@ class Scheduler:
         if any(cs is None for cs in sources):
             return None
         cols, rows = sources[0].cols, sources[0].rows
-        if any(len(cs.cols) != len(cols) or len(cs.rows) != len(rows) or
-               not all(same(a, b) for a, b in zip(cs.cols + cs.rows, cols + rows)) for cs in sources):
+        if any(
+            len(cs.cols) != len(cols)
+            or len(cs.rows) != len(rows)
+            or not all(same(a, b) for a, b in zip(cs.cols + cs.rows, cols + rows))
+            for cs in sources
+        ):
             return None
         M, N = prod(rows), prod(cols)
         if not (M.is_number and N.is_number) or int(N) > config.settings().persistent_rblock_max:
@@ -487,8 +539,11 @@ class Scheduler:
         c2 = self.items[readers[0]]
         for m in c2.members:  # the second stage: reductions of one partial each, and row-wise epilogues
             reads = set(_body_reads(m.buf))
-            if m.role != "x" or (m.is_reduction and reads & names and len(reads) != 1) or \
-                    (not m.is_reduction and reads & names):
+            if (
+                m.role != "x"
+                or (m.is_reduction and reads & names and len(reads) != 1)
+                or (not m.is_reduction and reads & names)
+            ):
                 return None
         cols_idx, rows_idx = decompose(RINDEX, cols), decompose(XINDEX, rows)
         values = [cs.body(cols_idx, rows_idx) for cs in sources]
@@ -502,14 +557,14 @@ class Scheduler:
                 continue
             if any(self.symbol_producer.get(sy, -1) > i for sy in syms):
                 return None
-            if i > k2 and any(c2_names & set(self._item_reads(it)) for it in self.items[k2 + 1:i + 1]):
+            if i > k2 and any(c2_names & set(self._item_reads(it)) for it in self.items[k2 + 1 : i + 1]):
                 continue  # something up to the row kernel needs the second stage's result
             if all(self._mix_aligned(g, i, v) for v in values):
                 chunk = max(MIX_MIN_ROWS, -(-M // MIX_PROGRAMS))
                 return i, g, k2, values, chunk, -(-M // chunk)
         return None
 
-    def _as_rows(self, item, M: int, N: int) -> Optional[KernelGroup]:
+    def _as_rows(self, item, M: int, N: int) -> KernelGroup | None:
         """``item`` as a group over M rows x N columns: a row reduction group as it is, a pointwise group over
         M*N elements remapped onto (rows, columns) (a copy; None when a member does not map or align, or when
         its rows would fill less than ``MIX_MIN_FILL`` of their block)."""
@@ -538,8 +593,9 @@ class Scheduler:
                 return False
         return True
 
-    def _apply_mix(self, j: int, i: int, g: KernelGroup, k2: int, values: list[KExpr], chunk: int,
-                   programs: int) -> None:
+    def _apply_mix(
+        self, j: int, i: int, g: KernelGroup, k2: int, values: list[KExpr], chunk: int, programs: int
+    ) -> None:
         self.items[i] = g  # a pointwise row kernel is replaced by its rows x columns form
         c1, c2 = self.items[j], self.items[k2]
         renamed: dict[str, Strided] = {}
@@ -556,9 +612,14 @@ class Scheduler:
             reads = _body_reads(m.buf)
             if m.is_reduction and reads and reads[0] in renamed:
                 src = renamed[reads[0]]
-                m.buf.definition = Reduction(d.ranges, (sympy.Integer(programs),),
-                                             lambda idx, ridx, src=src: src.load([ridx[0]] + list(idx)),
-                                             d.reduction_type, d.dtype, d.src_dtype)
+                m.buf.definition = Reduction(
+                    d.ranges,
+                    (sympy.Integer(programs),),
+                    lambda idx, ridx, src=src: src.load([ridx[0]] + list(idx)),
+                    d.reduction_type,
+                    d.dtype,
+                    d.src_dtype,
+                )
                 m.buf.forget_body()
         c2.rnumel = sympy.Integer(programs)
         c2.members = [self._member(c2, m.buf) for m in c2.members]
@@ -574,8 +635,11 @@ class Scheduler:
         """Rebuild ``producer`` and ``symbol_producer`` after items were removed or moved."""
         self.producer, symbols = {}, {}
         for k, it in enumerate(self.items):
-            names = [m.buf.name for m in it.members + it.partials] if isinstance(it, KernelGroup) else \
-                _step_outputs(it)
+            names = (
+                [m.buf.name for m in it.members + it.partials]
+                if isinstance(it, KernelGroup)
+                else _step_outputs(it)
+            )
             for n in names:
                 self.producer[n] = k
             if not isinstance(it, KernelGroup):
@@ -594,8 +658,11 @@ class Scheduler:
             names = set(item.buffer_names)
             for m in item.members:
                 users = consumers.get(m.buf.name, [])
-                outside = [u for u in users if not (isinstance(u, ComputedBuffer) and
-                                                    (u.name in names or u.name not in scheduled))]
+                outside = [
+                    u
+                    for u in users
+                    if not (isinstance(u, ComputedBuffer) and (u.name in names or u.name not in scheduled))
+                ]
                 m.store = m.buf.name in outputs or bool(outside) or bool(item.kind)
 
 
@@ -611,7 +678,7 @@ def _iteration_order(buf: ComputedBuffer) -> list[int]:
     return list(range(n))
 
 
-def _split(ranges: Sequence[sympy.Expr], rnumel: sympy.Expr) -> Optional[int]:
+def _split(ranges: Sequence[sympy.Expr], rnumel: sympy.Expr) -> int | None:
     """Index j such that prod(ranges[j:]) == rnumel, preferring the largest j (fewest reduced dims)."""
     for j in range(len(ranges), -1, -1):
         if same(prod(ranges[j:]), rnumel):
@@ -690,6 +757,7 @@ def scheduled_reads(item: Scheduled) -> list[str]:
 
 def _iter_values(obj):
     from .ir import Value
+
     return (o for o in pytree.tree_leaves(obj) if isinstance(o, Value))
 
 

@@ -21,26 +21,68 @@ from harness.settings import require_compiler_settings
 VERBS: dict[str, tuple[str, str]] = {
     "run": ("harness.suites.steps", "run the suites for a backend, in its container or natively"),
     "detect": ("harness.suites.runner", "print the backend this machine supports: cuda, rocm or cpu"),
-    "preflight": ("harness.checks.preflight", "cheap runner check before a job: GPU driver and count, docker, free disk"),
+    "preflight": (
+        "harness.checks.preflight",
+        "cheap runner check before a job: GPU driver and count, docker, free disk",
+    ),
     "health": ("harness.checks.health", "GPU health check: a matmul and a compiled kernel on every device"),
     "env": ("harness.envinfo", "print the environment record (git, versions, driver, GPUs, config)"),
-    "image": ("harness.images.image_check", "build the hash-tagged backend image, --check it, --pin base images by digest"),
+    "image": (
+        "harness.images.image_check",
+        "build the hash-tagged backend image, --check it, --pin base images by digest",
+    ),
     "report": ("harness.suites.report", "print the report of a results folder"),
-    "repro": ("harness.suites.repro", "rerun a run's failing tests here at its commit, in its image (--print: the commands)"),
-    "merge": ("harness.suites.merge", "merge the shards of a run (`run --shard I/N` folders) into one report"),
-    "durations": ("harness.suites.shard", "record tests' durations from results folders (balances `run --shard`)"),
-    "history": ("harness.suites.history", "test history (SQLite): record results folders, show failure counts"),
+    "repro": (
+        "harness.suites.repro",
+        "rerun a run's failing tests here at its commit, in its image (--print: the commands)",
+    ),
+    "merge": (
+        "harness.suites.merge",
+        "merge the shards of a run (`run --shard I/N` folders) into one report",
+    ),
+    "durations": (
+        "harness.suites.shard",
+        "record tests' durations from results folders (balances `run --shard`)",
+    ),
+    "history": (
+        "harness.suites.history",
+        "test history (SQLite): record results folders, show failure counts",
+    ),
     "matrix": ("harness.matrix", "validate and print ci/matrix.json"),
-    "workflows": ("harness.workflows", "write (or check) the workflows' shared env and runner labels from their one place"),
-    "cleanup": ("harness.images.cleanup", "a CI job's teardown: its containers, stale ones, superseded kiln image tags"),
+    "workflows": (
+        "harness.workflows",
+        "write (or check) the workflows' shared env and runner labels from their one place",
+    ),
+    "cleanup": (
+        "harness.images.cleanup",
+        "a CI job's teardown: its containers, stale ones, superseded kiln image tags",
+    ),
     "flakes": ("harness.suites.flakes", "run tests N times (pytest-flakefinder): passing, failing or flaky"),
-    "compile-check": ("harness.checks.compile_check", "compile every dumped kernel for the matrix's GPU targets"),
+    "compile-check": (
+        "harness.checks.compile_check",
+        "compile every dumped kernel for the matrix's GPU targets",
+    ),
     "bench": ("harness.bench.cli", "benchmarks: measure latency/bandwidth, store history, flag regressions"),
-    "numerics": ("harness.numerics.cli", "numerics triage: run a program under several compilers, compare vs fp64"),
-    "store": ("harness.store.cli", "fleet store: push this runner's stores into a shared database, pull them back"),
-    "site": ("harness.site.build", "build the history site: static HTML of runs, trends, flaky tests (no server)"),
-    "trust": ("harness.trust_cli", "print this job's trust scope and the folders and stores it reads and writes"),
-    "settings": ("harness.settings", "print every environment variable of the harness and the compiler (docs/settings.md)"),
+    "numerics": (
+        "harness.numerics.cli",
+        "numerics triage: run a program under several compilers, compare vs fp64",
+    ),
+    "store": (
+        "harness.store.cli",
+        "fleet store: push this runner's stores into a shared database, pull them back",
+    ),
+    "site": (
+        "harness.site.build",
+        "build the history site: static HTML of runs, trends, flaky tests (no server)",
+    ),
+    "trust": (
+        "harness.trust_cli",
+        "print this job's trust scope and the folders and stores it reads and writes",
+    ),
+    "settings": (
+        "harness.settings",
+        "print every environment variable of the harness and the compiler (docs/settings.md)",
+    ),
 }
 
 # Verbs whose module serves several verbs use cli_<verb>_add_arguments / cli_<verb>_main.
@@ -58,7 +100,7 @@ EXAMPLES: dict[str, str] = {
     "image": "python -m harness image --check",
     "report": "python -m harness report --json - | jq .counts",
     "repro": "python -m harness repro results-cpu.zip       # a CI artifact, a results folder or a store run id\n"
-             "python -m harness repro --print results/20261125T120000Z-cpu-native",
+    "python -m harness repro --print results/20261125T120000Z-cpu-native",
     "merge": "python -m harness merge results/shard-1 results/shard-2 --out results/merged",
     "durations": "python -m harness durations results/20261125T120000Z-cpu-native --backend cpu",
     "history": "python -m harness history show --json -",
@@ -66,7 +108,7 @@ EXAMPLES: dict[str, str] = {
     "flakes": "python -m harness flakes --backend cpu --native --runs 20 tests/numerics",
     "compile-check": "python -m harness compile-check --help",
     "bench": "python -m harness bench history            # the store `nox -s ci`/`nox -s bench` wrote\n"
-             "python -m harness bench list --json -",
+    "python -m harness bench list --json -",
     "numerics": "python -m harness numerics run attention --repeat 2",
     "preflight": "python -m harness preflight --backend cuda --gpus 2",
     "workflows": "python -m harness workflows --write",
@@ -120,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             from harness.store.cli import apply_store_flags
 
             apply_store_flags(args)  # `--store URL` / `--store-strict`: the settings of this process
-        if (verb in COMPILING_VERBS and getattr(args, "action", None) != "compare") or \
-                (verb == "flakes" and getattr(args, "native", False)):
+        if (verb in COMPILING_VERBS and getattr(args, "action", None) != "compare") or (
+            verb == "flakes" and getattr(args, "native", False)
+        ):
             require_compiler_settings()  # one line, exit 2, before any kernel or worker starts
         return int(_entry(module, verb, "main")(args) or 0)
 

@@ -120,19 +120,43 @@ def _nothing() -> None:
     return None
 
 
-ARMS: dict[str, Arm] = {a.name: a for a in (
-    Arm(EAGER, None, summary="PyTorch as written (the baseline)"),
-    Arm(KILN, KILN, summary='torch.compile(fn, backend="kiln")'),
-    Arm(INDUCTOR, INDUCTOR, summary='torch.compile(fn, backend="inductor")'),
-    Arm(KILN_CG, KILN, options={"cudagraphs": True}, cuda_graphs=True, peer=INDUCTOR_CG,
-        summary='backend="kiln", options={"cudagraphs": True}'),
-    Arm(INDUCTOR_CG, INDUCTOR, mode="reduce-overhead", cuda_graphs=True, marks_steps=True, peer=INDUCTOR_CG,
-        summary='mode="reduce-overhead"'),
-    Arm(KILN_EMULATE, KILN, settings={"emulate_eager_precision": True},
-        summary="kiln with compiler.config.patch(emulate_eager_precision=True)"),
-    Arm(KILN_AUTOTUNE, KILN, mode="max-autotune-no-cudagraphs",
-        summary='backend="kiln", mode="max-autotune-no-cudagraphs" (launch configs timed on the GPU)'),
-)}
+ARMS: dict[str, Arm] = {
+    a.name: a
+    for a in (
+        Arm(EAGER, None, summary="PyTorch as written (the baseline)"),
+        Arm(KILN, KILN, summary='torch.compile(fn, backend="kiln")'),
+        Arm(INDUCTOR, INDUCTOR, summary='torch.compile(fn, backend="inductor")'),
+        Arm(
+            KILN_CG,
+            KILN,
+            options={"cudagraphs": True},
+            cuda_graphs=True,
+            peer=INDUCTOR_CG,
+            summary='backend="kiln", options={"cudagraphs": True}',
+        ),
+        Arm(
+            INDUCTOR_CG,
+            INDUCTOR,
+            mode="reduce-overhead",
+            cuda_graphs=True,
+            marks_steps=True,
+            peer=INDUCTOR_CG,
+            summary='mode="reduce-overhead"',
+        ),
+        Arm(
+            KILN_EMULATE,
+            KILN,
+            settings={"emulate_eager_precision": True},
+            summary="kiln with compiler.config.patch(emulate_eager_precision=True)",
+        ),
+        Arm(
+            KILN_AUTOTUNE,
+            KILN,
+            mode="max-autotune-no-cudagraphs",
+            summary='backend="kiln", mode="max-autotune-no-cudagraphs" (launch configs timed on the GPU)',
+        ),
+    )
+}
 
 #: the arms each tier runs, in its default order (`default`)
 TIERS: dict[str, tuple[str, ...]] = {

@@ -43,7 +43,9 @@ CONTAINER_HOME = "/tmp/kiln-home"  # HOME of a container run as the runner's uid
 CONTAINER_CACHE = "/cache"
 CONTAINER_KEY_FILE = "/run/kiln-cache.key"
 HOST_GPUS = "KILN_HOST_GPUS"  # in a container's env: the host GPU ids it was given, or `all`
-RUN_MODE = "KILN_RUN_MODE"  # `container` in every container's env: part of the hardware class (store/runner.py)
+RUN_MODE = (
+    "KILN_RUN_MODE"  # `container` in every container's env: part of the hardware class (store/runner.py)
+)
 JOB_LABEL = "kiln.job"
 BACKEND_LABEL = "kiln.backend"
 
@@ -53,12 +55,27 @@ def suite_env(m: Matrix, b: Backend) -> dict[str, str]:
     return {**m.suite_env, **b.env}
 
 
-def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeout_s: float | None = None,
-                extra: Sequence[str] = ()) -> list[str]:
+def pytest_argv(
+    targets: Sequence[str],
+    *,
+    junit: str | None = None,
+    test_timeout_s: float | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The inner command: one process (`-p no:xdist`), JUnit with file names (xunit1) and every test's exact
     node id (`-p harness.suites.flake_plugin`: the id quarantine and repro lines use), per-test timeout."""
-    argv = ["python", "-m", "pytest", "-p", "no:xdist", "-p", "harness.suites.flake_plugin", "-o", "junit_family=xunit1",
-            "--tb=short"]
+    argv = [
+        "python",
+        "-m",
+        "pytest",
+        "-p",
+        "no:xdist",
+        "-p",
+        "harness.suites.flake_plugin",
+        "-o",
+        "junit_family=xunit1",
+        "--tb=short",
+    ]
     if junit:
         argv.append(f"--junitxml={junit}")
     if test_timeout_s:
@@ -66,11 +83,24 @@ def pytest_argv(targets: Sequence[str], *, junit: str | None = None, test_timeou
     return [*argv, *extra, *targets]
 
 
-def container_argv(b: Backend, image: str, inner: Sequence[str], *, src: Path | str, env: dict[str, str],
-                   results: Path | str | None = None, name: str | None = None, network: bool = False,
-                   docker: str = "docker", user: str | None = None, cache: Path | str | None = None,
-                   labels: Mapping[str, str] | None = None, scope_vars: Mapping[str, str] | None = None,
-                   key_file: Path | str | None = None, key_env: bool = False) -> list[str]:
+def container_argv(
+    b: Backend,
+    image: str,
+    inner: Sequence[str],
+    *,
+    src: Path | str,
+    env: dict[str, str],
+    results: Path | str | None = None,
+    name: str | None = None,
+    network: bool = False,
+    docker: str = "docker",
+    user: str | None = None,
+    cache: Path | str | None = None,
+    labels: Mapping[str, str] | None = None,
+    scope_vars: Mapping[str, str] | None = None,
+    key_file: Path | str | None = None,
+    key_env: bool = False,
+) -> list[str]:
     """`docker run` of `inner` in backend `b`'s image: source read-only, results mounted, no network.
     `user` (`uid:gid`): run as that user, HOME and XDG caches in the container's /tmp; `cache`: the host's
     compile-cache folder, mounted at /cache for every compiler cache; `labels`: `--label k=v` (the job's);
@@ -94,8 +124,13 @@ def container_argv(b: Backend, image: str, inner: Sequence[str], *, src: Path | 
     if key_file is not None:
         argv += ["--volume", f"{key_file}:{CONTAINER_KEY_FILE}:ro"]
     argv += ["--workdir", CONTAINER_SRC]
-    env = {**(user_env() if user else {}), **(cache_env(CONTAINER_CACHE) if cache is not None else {}),
-           **key_free(env, "other"), **(scope_vars or {}), RUN_MODE: "container"}
+    env = {
+        **(user_env() if user else {}),
+        **(cache_env(CONTAINER_CACHE) if cache is not None else {}),
+        **key_free(env, "other"),
+        **(scope_vars or {}),
+        RUN_MODE: "container",
+    }
     if key_file is not None:
         env["KILN_CACHE_KEY_FILE"] = CONTAINER_KEY_FILE
     for key in sorted(env):
@@ -115,9 +150,13 @@ def cache_env(folder: str) -> dict[str, str]:
     """Every lasting compiler cache under `folder` (the compile cache, harness.commands docstring): Triton's,
     kiln's kernels (and binary index, kept in KILN_CACHE_DIR), kiln's graph and front caches, the autotune
     choices and Inductor's."""
-    return {"TRITON_CACHE_DIR": f"{folder}/triton", "KILN_CACHE_DIR": f"{folder}/kiln",
-            "KILN_GRAPH_CACHE_DIR": f"{folder}/graphs", "KILN_AUTOTUNE_DIR": f"{folder}/autotune",
-            "TORCHINDUCTOR_CACHE_DIR": f"{folder}/inductor"}
+    return {
+        "TRITON_CACHE_DIR": f"{folder}/triton",
+        "KILN_CACHE_DIR": f"{folder}/kiln",
+        "KILN_GRAPH_CACHE_DIR": f"{folder}/graphs",
+        "KILN_AUTOTUNE_DIR": f"{folder}/autotune",
+        "TORCHINDUCTOR_CACHE_DIR": f"{folder}/inductor",
+    }
 
 
 def scope_env(scope: str) -> dict[str, str]:
@@ -172,7 +211,9 @@ def scope_this_process() -> dict[str, str]:
     if not trust.resolve().holds_key:
         for name in KEY_VARIABLES:
             if os.environ.pop(name, None) is not None:
-                print(trust.untrusted_key_problem(trust.resolve(), {name: "set"}), file=sys.stderr, flush=True)
+                print(
+                    trust.untrusted_key_problem(trust.resolve(), {name: "set"}), file=sys.stderr, flush=True
+                )
     return added
 
 
@@ -206,7 +247,10 @@ def gpu_options(access: GpuAccess) -> tuple[list[str], dict[str, str]]:
         if devices is None:
             return ["--gpus", "all"], env
         value = f"device={','.join(devices)}"
-        return ["--gpus", f'"{value}"' if "," in value else value], {**env, "CUDA_VISIBLE_DEVICES": str(inside)}
+        return ["--gpus", f'"{value}"' if "," in value else value], {
+            **env,
+            "CUDA_VISIBLE_DEVICES": str(inside),
+        }
     opts = ["--device=/dev/kfd"]
     opts += ["--device=/dev/dri"] if devices is None else [f"--device={n}" for n in access.render_nodes]
     for gid in access.groups:
@@ -228,8 +272,11 @@ def without_gpu_options(options: Sequence[str]) -> list[str]:
         flag, _, inline = opt.partition("=")
         if flag in ("--gpus", "--device", "--group-add"):
             given = inline if inline else value
-            gpu = flag == "--gpus" or (flag == "--device" and _gpu_device(given)) or \
-                (flag == "--group-add" and given in ("video", "render"))
+            gpu = (
+                flag == "--gpus"
+                or (flag == "--device" and _gpu_device(given))
+                or (flag == "--group-add" and given in ("video", "render"))
+            )
             if gpu:
                 i += 1 if inline else 2
                 continue
@@ -241,11 +288,14 @@ def without_gpu_options(options: Sequence[str]) -> list[str]:
 def with_gpus(b: Backend, access: GpuAccess) -> Backend:
     """Backend `b` with the GPU options of `access` in place of the matrix's, its env renumbered inside."""
     opts, env = gpu_options(access)
-    return replace(b, container_options=(*opts, *without_gpu_options(b.container_options)), env={**b.env, **env})
+    return replace(
+        b, container_options=(*opts, *without_gpu_options(b.container_options)), env={**b.env, **env}
+    )
 
 
-def native_command(inner: Sequence[str], env: dict[str, str], *, src: Path,
-                   python: str | None = None) -> tuple[list[str], dict[str, str]]:
+def native_command(
+    inner: Sequence[str], env: dict[str, str], *, src: Path, python: str | None = None
+) -> tuple[list[str], dict[str, str]]:
     """(argv, full environment) that run `inner` with this machine's Python from the source tree: this
     process's environment, then `env`; the cache key only where `env` holds main's KILN_CACHE_AUTH=1."""
     argv = [python or sys.executable, *inner[1:]] if inner and inner[0] == "python" else list(inner)
@@ -268,4 +318,3 @@ def with_pythonpath(env: dict[str, str], root: Path | str) -> dict[str, str]:
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), out.get("PYTHONPATH", "")) if p)
     return out
-

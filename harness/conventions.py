@@ -29,11 +29,14 @@ from harness.exc import EXIT_CODES_EPILOG
 
 STDOUT = "-"
 SUMMARY_VARIABLE = "KILN_GITHUB_SUMMARY"
-SUMMARY_HELP = "append the Markdown report to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary) when it is set"
+SUMMARY_HELP = (
+    "append the Markdown report to $GITHUB_STEP_SUMMARY (GitHub Actions' job summary) when it is set"
+)
 
 
-def finish(parser: argparse.ArgumentParser, example: str | None = None,
-           sub_examples: dict[str, str] | None = None) -> argparse.ArgumentParser:
+def finish(
+    parser: argparse.ArgumentParser, example: str | None = None, sub_examples: dict[str, str] | None = None
+) -> argparse.ArgumentParser:
     """Give `parser` and every sub-verb parser under it the shared tail of its help (an example, then the exit
     codes, kept as written) and the `--github-summary` flag where it has none of its own. A sub-verb without a
     description gets its one-line help as one; `sub_examples`: sub-verb name -> its example."""
@@ -65,8 +68,12 @@ def apply(args: argparse.Namespace) -> None:
 
 def add_json(p: argparse.ArgumentParser, what: str = "the report") -> None:
     """`--json PATH` (`-`: stdout) for a report-like verb."""
-    p.add_argument("--json", metavar="PATH", type=Path,
-                   help=f"write {what} as JSON to PATH; `--json -` prints only the JSON on stdout")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        type=Path,
+        help=f"write {what} as JSON to PATH; `--json -` prints only the JSON on stdout",
+    )
 
 
 def to_stdout(path: Any) -> bool:

@@ -28,7 +28,9 @@ def require_docker() -> None:
     try:
         proc = subprocess.run(
             [client, "version", "--format", "{{.Server.Version}}"],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except subprocess.TimeoutExpired:
         raise DockerError("docker daemon did not answer within 30 s (is dockerd hung?)") from None

@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.git import output as git_output
 from harness.exc import SettingsError
+from harness.git import output as git_output
 from harness.settings import settings
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def driver_info() -> dict[str, Any]:
     return out
 
 
-def lock_record(backend: "Backend | str | None", root: Path | None = None) -> dict[str, Any] | None:
+def lock_record(backend: Backend | str | None, root: Path | None = None) -> dict[str, Any] | None:
     """The backend's lock file in the tree: path, sha256 (None: no lock) and whether it is stale. A name is
     looked up in the matrix; a caller that holds the `Backend` passes it (no second read of the matrix)."""
     if not backend:
@@ -95,8 +95,9 @@ def lock_record(backend: "Backend | str | None", root: Path | None = None) -> di
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def capture_host(image: dict[str, Any] | None = None, root: Path | None = None,
-                 backend: str | None = None) -> dict[str, Any]:
+def capture_host(
+    image: dict[str, Any] | None = None, root: Path | None = None, backend: str | None = None
+) -> dict[str, Any]:
     """The host half of the record (`backend`: record its lock file too)."""
     root = root or settings().root
     docker = settings().docker
@@ -160,9 +161,13 @@ def capture_device(backend: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "python": sys.version.split()[0],
         "executable": sys.executable,
-        "env": {k: SECRET if k in SECRET_VARIABLES else v for k, v in sorted(os.environ.items())
-                if k.startswith(("KILN_", "TRITON_", "TORCH", "CUDA_", "HIP_", "ROCR_", "PYTHONHASHSEED",
-                                 "OMP_NUM_THREADS"))},
+        "env": {
+            k: SECRET if k in SECRET_VARIABLES else v
+            for k, v in sorted(os.environ.items())
+            if k.startswith(
+                ("KILN_", "TRITON_", "TORCH", "CUDA_", "HIP_", "ROCR_", "PYTHONHASHSEED", "OMP_NUM_THREADS")
+            )
+        },
         "driver": driver_info(),
         "lock": device_lock(backend),
     }

@@ -223,8 +223,10 @@ def missing_dependency_line(e: ModuleNotFoundError, root: str | None = None) -> 
     elif os.path.samefile(sys.prefix, os.path.join(root, venv)):
         hint = f"the project's venv lacks it: `nox -s ci` refills {venv} (or `pip install -e '.[test,bench,models]'`)"
     else:
-        hint = (f"run the harness with the project's venv, which the README's set-up made: `. {venv}/bin/activate` "
-                f"(or `{python} -m harness ...`)")
+        hint = (
+            f"run the harness with the project's venv, which the README's set-up made: `. {venv}/bin/activate` "
+            f"(or `{python} -m harness ...`)"
+        )
     return f"no module named {top!r} in this Python ({sys.executable}): {hint}"
 
 
@@ -235,7 +237,11 @@ def compiler_config_error(e: BaseException) -> BaseException | None:
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if type(cur).__name__ == "ConfigError" and type(cur).__module__.endswith("exc") and isinstance(cur, ValueError):
+        if (
+            type(cur).__name__ == "ConfigError"
+            and type(cur).__module__.endswith("exc")
+            and isinstance(cur, ValueError)
+        ):
             return cur
         cur = cur.__cause__ or cur.__context__
     return None

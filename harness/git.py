@@ -14,11 +14,13 @@ import subprocess
 from pathlib import Path
 
 
-def git(repo: Path | str, *args: str, check: bool = True, timeout: float | None = None
-        ) -> subprocess.CompletedProcess:
+def git(
+    repo: Path | str, *args: str, check: bool = True, timeout: float | None = None
+) -> subprocess.CompletedProcess:
     """`git -C repo args...`, its output captured as text (module docstring)."""
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=check,
-                          timeout=timeout)
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=check, timeout=timeout
+    )
 
 
 def output(repo: Path | str, *args: str, strip: bool = True, timeout: float = 20) -> str | None:

@@ -70,8 +70,10 @@ class Visible:
         table = dict(zip(self.ids, self.host))
         unknown = [i for i in ids if i not in table]
         if unknown:
-            raise HarnessError(f"GPU id(s) {', '.join(unknown)} are not among the runner's {self.source}="
-                               f"{','.join(self.ids)}")
+            raise HarnessError(
+                f"GPU id(s) {', '.join(unknown)} are not among the runner's {self.source}="
+                f"{','.join(self.ids)}"
+            )
         return tuple(table[i] for i in ids)
 
 
@@ -93,8 +95,10 @@ def visible(kind: str, env: Mapping[str, str] | None = None) -> Visible:
                 return Visible(ids, ids, name)
             bad = [i for i in ids if not i.isdigit() or int(i) >= len(rocr)]
             if bad:
-                raise HarnessError(f"{name}={env[name]} indexes ROCR_VISIBLE_DEVICES={rocr_raw}, which has "
-                                   f"{len(rocr)} GPU(s): no GPU {', '.join(bad)}")
+                raise HarnessError(
+                    f"{name}={env[name]} indexes ROCR_VISIBLE_DEVICES={rocr_raw}, which has "
+                    f"{len(rocr)} GPU(s): no GPU {', '.join(bad)}"
+                )
             return Visible(ids, tuple(rocr[int(i)] for i in ids), name)
     return Visible(rocr, rocr, "ROCR_VISIBLE_DEVICES" if rocr is not None else "HIP_VISIBLE_DEVICES")
 
@@ -102,7 +106,9 @@ def visible(kind: str, env: Mapping[str, str] | None = None) -> Visible:
 def _checked(name: str, raw: str) -> tuple[str, ...]:
     ids = _split(raw)
     if not ids or any(i.startswith("-") for i in ids):
-        raise HarnessError(f"{name}={raw!r} names no GPU: this runner was given none (unset it for every GPU)")
+        raise HarnessError(
+            f"{name}={raw!r} names no GPU: this runner was given none (unset it for every GPU)"
+        )
     return ids
 
 
@@ -125,13 +131,19 @@ def amd_gpus(sys_root: Path = SYS) -> list[AmdGpu]:
     """The GPU nodes of the KFD topology, in node order (HIP's device order); [] without one."""
     nodes = sys_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
     found = []
-    for node in sorted((p for p in nodes.glob("*") if p.name.isdigit()), key=lambda p: int(p.name)) \
-            if nodes.is_dir() else []:
+    for node in (
+        sorted((p for p in nodes.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
+        if nodes.is_dir()
+        else []
+    ):
         try:
             if (node / "gpu_id").read_text().strip() in ("", "0"):  # a CPU node
                 continue
-            props = dict(line.split(None, 1) for line in (node / "properties").read_text().splitlines()
-                         if len(line.split(None, 1)) == 2)
+            props = dict(
+                line.split(None, 1)
+                for line in (node / "properties").read_text().splitlines()
+                if len(line.split(None, 1)) == 2
+            )
         except OSError:
             continue
         found.append(AmdGpu(_int(props.get("drm_render_minor")), _int(props.get("unique_id"))))
@@ -157,8 +169,10 @@ def render_node(host_id: str, gpus: Sequence[AmdGpu]) -> str:
     for gpu in gpus:
         if gpu.unique_id and gpu.uuid.lower() == host_id.lower() and gpu.render_minor:
             return str(DRI / f"renderD{gpu.render_minor}")
-    raise HarnessError(f"AMD GPU {host_id!r}: no GPU of the KFD topology has that id (expected an index or "
-                       "GPU-<16 hex digits>)")
+    raise HarnessError(
+        f"AMD GPU {host_id!r}: no GPU of the KFD topology has that id (expected an index or "
+        "GPU-<16 hex digits>)"
+    )
 
 
 def host_gids(paths: Sequence[str], stat: Callable[[str], Any] = os.stat) -> tuple[int, ...]:
@@ -172,8 +186,14 @@ def host_gids(paths: Sequence[str], stat: Callable[[str], Any] = os.stat) -> tup
     return tuple(sorted(g for g in gids if g != 0))
 
 
-def access(kind: str, host_ids: Sequence[str] | None, *, sys_root: Path = SYS,
-           stat: Callable[[str], Any] = os.stat, dri: Path = DRI) -> GpuAccess:
+def access(
+    kind: str,
+    host_ids: Sequence[str] | None,
+    *,
+    sys_root: Path = SYS,
+    stat: Callable[[str], Any] = os.stat,
+    dri: Path = DRI,
+) -> GpuAccess:
     """What a container of vendor `kind` is given: `host_ids` (None: every GPU), and for AMD the render nodes
     and the host's gids of /dev/kfd and those nodes."""
     ids = None if host_ids is None else tuple(host_ids)
@@ -190,8 +210,16 @@ def access(kind: str, host_ids: Sequence[str] | None, *, sys_root: Path = SYS,
 # ---- pinning a backend ------------------------------------------------------------------------------------
 
 
-def pin(b: Any, devices: Sequence[str] = (), *, native: bool, env: Mapping[str, str] | None = None,
-        sys_root: Path = SYS, stat: Callable[[str], Any] = os.stat, dri: Path = DRI) -> Any:
+def pin(
+    b: Any,
+    devices: Sequence[str] = (),
+    *,
+    native: bool,
+    env: Mapping[str, str] | None = None,
+    sys_root: Path = SYS,
+    stat: Callable[[str], Any] = os.stat,
+    dri: Path = DRI,
+) -> Any:
     """Backend `b` confined to `devices` (ids of the runner's visible set; empty: the whole visible set).
 
     Natively a subset is written to the variable the visible set came from (the child inherits the rest of

@@ -58,13 +58,13 @@ def read(pid: int, proc: Path = PROC) -> Proc | None:
         raw = (proc / str(pid) / "cmdline").read_bytes()
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()  # after the command name, which may hold spaces and ')'
+    fields = stat[stat.rfind(")") + 2 :].split()  # after the command name, which may hold spaces and ')'
     if not fields or fields[0] in ("Z", "X"):
         return None
-    name = stat[stat.find("(") + 1:stat.rfind(")")]
+    name = stat[stat.find("(") + 1 : stat.rfind(")")]
     cmdline = " ".join(a.decode(errors="backslashreplace") for a in raw.split(b"\0") if a) or f"[{name}]"
     if len(cmdline) > CMDLINE_LIMIT:
-        cmdline = cmdline[:CMDLINE_LIMIT - 3] + "..."
+        cmdline = cmdline[: CMDLINE_LIMIT - 3] + "..."
     return Proc(pid, int(fields[19]), int(fields[3]), cmdline)
 
 

@@ -57,7 +57,9 @@ class Timeouts:
 class Retries:
     """Reruns of a failing suite test, each alone in a fresh process (harness.suites.retries)."""
 
-    attempts: int = 4  # reruns per failing test (0: no reruns); 4: a 30% flake is called failing < 1% (retries.py)
+    attempts: int = (
+        4  # reruns per failing test (0: no reruns); 4: a 30% flake is called failing < 1% (retries.py)
+    )
     max_tests: int = 10  # failing tests retried per suite; the rest are reported failing without a rerun
 
 
@@ -96,7 +98,9 @@ class Backend:
     timeouts: Timeouts
     compile_targets: tuple[dict[str, Any], ...] = ()
     retries: Retries | None = None  # None: the matrix's top-level `retries`
-    bench_store: str | None = None  # the lasting bench store's path, `{backend}` replaced (None: not in the matrix)
+    bench_store: str | None = (
+        None  # the lasting bench store's path, `{backend}` replaced (None: not in the matrix)
+    )
     base_digest: str | None = None  # `sha256:...` of the base image's manifest (None: pinned by tag only)
     torch_index: str = "pip"  # where the lock resolves torch (TORCH_INDEXES, module docstring)
 
@@ -242,8 +246,11 @@ def _bench_store(r: _Reader, backend: str | None = None) -> str | None:
     if value is None:
         return None
     if not value.strip() or not (value.startswith("/") or value.startswith("~")):
-        r.fail(f"must be an absolute path or start with ~ (a path on the runner outside the checkout), "
-               f"got {value!r}", "bench_store")
+        r.fail(
+            f"must be an absolute path or start with ~ (a path on the runner outside the checkout), "
+            f"got {value!r}",
+            "bench_store",
+        )
     return value.replace("{backend}", backend) if backend else value
 
 
@@ -285,7 +292,8 @@ def _backend(name: str, r: _Reader, bench_store: str | None = None) -> Backend:
         timeouts=timeouts,
         compile_targets=tuple(targets),
         retries=_retries(r),
-        bench_store=_bench_store(r, name) or (bench_store.replace("{backend}", name) if bench_store else None),
+        bench_store=_bench_store(r, name)
+        or (bench_store.replace("{backend}", name) if bench_store else None),
         base_digest=r.get("base_digest", str, optional=True),
         torch_index=r.get("torch_index", str, optional=True) or "pip",
     )
@@ -298,10 +306,15 @@ def _backend(name: str, r: _Reader, bench_store: str | None = None) -> Backend:
     if ":" not in backend.base_image or backend.base_image.endswith(":latest"):
         r.fail(f"must be pinned to a tag, got {backend.base_image!r}", "base_image")
     if "@" in backend.base_image:
-        r.fail(f"must be the tag alone; the digest goes into base_digest, got {backend.base_image!r}", "base_image")
+        r.fail(
+            f"must be the tag alone; the digest goes into base_digest, got {backend.base_image!r}",
+            "base_image",
+        )
     if backend.base_digest is not None and not DIGEST_RE.fullmatch(backend.base_digest):
-        r.fail(f"must be 'sha256:' and 64 hex digits (or null: not pinned), got {backend.base_digest!r}",
-               "base_digest")
+        r.fail(
+            f"must be 'sha256:' and 64 hex digits (or null: not pinned), got {backend.base_digest!r}",
+            "base_digest",
+        )
     return backend
 
 

@@ -127,10 +127,14 @@ def start_reaper(container: str) -> subprocess.Popen | None:
     from harness.settings import settings
 
     try:
-        return subprocess.Popen([sys.executable, "-m", "harness.reaper", str(os.getpid()), container,
-                                 settings().docker], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "PYTHONPATH": str(settings().root)})
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness.reaper", str(os.getpid()), container, settings().docker],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(settings().root)},
+        )
     except OSError:
         return None
 
@@ -174,9 +178,15 @@ class Heartbeat:
     (module docstring): `last_line()` gives the command's last log line, `shown()` the monotonic time something was
     last shown (None: never). A context manager; `interval_s` <= 0 prints nothing."""
 
-    def __init__(self, step: str, interval_s: float, last_line: Callable[[], str] = lambda: "",
-                 shown: Callable[[], float | None] = lambda: None, out: Any = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        step: str,
+        interval_s: float,
+        last_line: Callable[[], str] = lambda: "",
+        shown: Callable[[], float | None] = lambda: None,
+        out: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.step, self.interval_s, self.last_line, self.shown = step, interval_s, last_line, shown
         self.out, self.clock = out, clock
         self.t0 = clock()
@@ -188,8 +198,9 @@ class Heartbeat:
         """The progress line now."""
         last = " ".join(self.last_line().split())
         last = last if len(last) <= 160 else last[:157] + "..."
-        return (f"progress: {self.step}: running {elapsed_text(self.clock() - self.t0)}"
-                + (f"; last line: {last}" if last else ""))
+        return f"progress: {self.step}: running {elapsed_text(self.clock() - self.t0)}" + (
+            f"; last line: {last}" if last else ""
+        )
 
     def beat(self) -> bool:
         """Print the progress line unless something was shown within the interval; True when printed."""
@@ -209,7 +220,7 @@ class Heartbeat:
             except (OSError, ValueError):  # the stream went away: progress is best effort
                 return
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         if self.interval_s > 0:
             self._thread = threading.Thread(target=self._loop, name=f"heartbeat {self.step}", daemon=True)
             self._thread.start()
@@ -250,14 +261,29 @@ class Spawned:
     reader: threading.Thread
 
 
-def spawn(argv: list[str], log: Path, *, env: dict[str, str] | None = None, cwd: Path | None = None,
-          echo: bool = True, prefix: str = "") -> Spawned:
+def spawn(
+    argv: list[str],
+    log: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    echo: bool = True,
+    prefix: str = "",
+) -> Spawned:
     """Start `argv` in its own process group (it dies with the harness) without waiting for it: its output goes
     line by line to `log` and, when `echo`, to stdout with `prefix` before each line. The caller waits, stops it
     (`kill_group`) and joins the reader (the shards of `harness run --shards` run side by side this way)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True,
-                            errors="replace", start_new_session=True,
-                            preexec_fn=die_with_parent)  # noqa: PLW1509 - no child outlives the harness
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )  # noqa: PLW1509 - no child outlives the harness
 
     def pump() -> None:
         with open(log, "w", encoding="utf-8", errors="replace") as fh:
@@ -274,8 +300,13 @@ def spawn(argv: list[str], log: Path, *, env: dict[str, str] | None = None, cwd:
     return Spawned(proc, reader)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float | None, watchdog: Callable[[], str | None] | None, fh: Any,
-          container: str | None) -> int:
+def _wait(
+    proc: subprocess.Popen,
+    timeout_s: float | None,
+    watchdog: Callable[[], str | None] | None,
+    fh: Any,
+    container: str | None,
+) -> int:
     """Wait for `proc` (TimeoutExpired past `timeout_s`); a watchdog's reason stops it at once (logged)."""
     if watchdog is None:
         return proc.wait(timeout=timeout_s)
@@ -301,17 +332,29 @@ def _end_leftovers(sid: int, fh: Any, left: list[Any] | None) -> None:
 
     ended = leftovers.end_session(sid)
     if ended:
-        fh.write(f"\n[harness] ended {len(ended)} process(es) the command left running: {leftovers.describe(ended)}\n")
+        fh.write(
+            f"\n[harness] ended {len(ended)} process(es) the command left running: {leftovers.describe(ended)}\n"
+        )
         fh.flush()
         if left is not None:
             left.extend(ended)
 
 
-def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[str, str] | None = None,
-            cwd: Path | None = None, container: str | None = None, echo: bool = True,
-            on_interrupt: Forward | None = None, watchdog: Callable[[], str | None] | None = None,
-            step: str | None = None, heartbeat_s: float | None = None,
-            left: list[Any] | None = None) -> tuple[int, bool]:
+def execute(
+    argv: list[str],
+    *,
+    log: Path,
+    timeout_s: float | None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    container: str | None = None,
+    echo: bool = True,
+    on_interrupt: Forward | None = None,
+    watchdog: Callable[[], str | None] | None = None,
+    step: str | None = None,
+    heartbeat_s: float | None = None,
+    left: list[Any] | None = None,
+) -> tuple[int, bool]:
     """Run `argv` with output teed live to `log` (and stdout when `echo`); kill it after `timeout_s` (None: no
     limit). The container (if named) is removed whatever happens. Returns (returncode, timed_out).
     An interrupt is handled by `on_interrupt` (module docstring): by default the command is stopped and the
@@ -328,9 +371,15 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
     # under Forward, SIGTERM (a cancelled CI job) is handled like Ctrl-C: the command is asked to stop, keeps outputs
     with sigterm_interrupts() if on_interrupt is not None else nullcontext():
         with open(log, "w", encoding="utf-8") as fh:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                    start_new_session=True,
-                                    preexec_fn=_default_sigint if on_interrupt is not None else _child_setup)  # noqa: PLW1509
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_default_sigint if on_interrupt is not None else _child_setup,
+            )  # noqa: PLW1509
             reaper = start_reaper(container) if container else None
             seen: dict[str, Any] = {"line": "", "partial": "", "shown": None}
 
@@ -358,8 +407,12 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
 
             reader = threading.Thread(target=pump, daemon=True)
             reader.start()
-            beat = Heartbeat(step or log.stem, heartbeat_interval(heartbeat_s),
-                             last_line=lambda: seen["partial"].strip() or seen["line"], shown=lambda: seen["shown"])
+            beat = Heartbeat(
+                step or log.stem,
+                heartbeat_interval(heartbeat_s),
+                last_line=lambda: seen["partial"].strip() or seen["line"],
+                shown=lambda: seen["shown"],
+            )
             beat.__enter__()
             try:
                 try:
@@ -380,7 +433,9 @@ def execute(argv: list[str], *, log: Path, timeout_s: float | None, env: dict[st
                 raise
             finally:
                 beat.__exit__()
-                if proc.poll() is not None:  # before the reader's wait: a leftover may hold the output pipe open
+                if (
+                    proc.poll() is not None
+                ):  # before the reader's wait: a leftover may hold the output pipe open
                     _end_leftovers(proc.pid, fh, left)
                 reader.join(timeout=10)
                 if container:

@@ -27,8 +27,12 @@ def main(argv: list[str]) -> int:
     pid, container, docker = int(argv[0]), argv[1], argv[2]
     while alive(pid):
         time.sleep(1.0)
-    subprocess.run([docker, "rm", "--force", container], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=False)
+    subprocess.run(
+        [docker, "rm", "--force", container],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
     return 0
 
 

@@ -112,7 +112,12 @@ class TestOutcome:
         return next((ln.strip() for ln in self.message.splitlines() if ln.strip()), "")
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "outcome": self.outcome.value, "message": self.message, "duration_s": self.duration_s}
+        return {
+            "id": self.id,
+            "outcome": self.outcome.value,
+            "message": self.message,
+            "duration_s": self.duration_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -177,17 +182,24 @@ class RetryRecord:
         return f"failed {failed} of {len(self.attempts)} attempts ({', '.join(self.outcomes)})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "suite": self.suite, "status": str(self.status),
-                "attempts": [asdict(a) for a in self.attempts]}
+        return {
+            "id": self.id,
+            "suite": self.suite,
+            "status": str(self.status),
+            "attempts": [asdict(a) for a in self.attempts],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], prefix: str = "") -> RetryRecord:
         """From run.json; `prefix` (a shard's folder) is put before every path."""
+
         def place(p: str) -> str:
             return f"{prefix}/{p}" if prefix and p else p
 
-        attempts = tuple(AttemptRecord(**{**a, "log": place(a.get("log", "")), "junit": place(a.get("junit", ""))})
-                         for a in data.get("attempts", []))
+        attempts = tuple(
+            AttemptRecord(**{**a, "log": place(a.get("log", "")), "junit": place(a.get("junit", ""))})
+            for a in data.get("attempts", [])
+        )
         return cls(data["id"], data.get("suite", ""), data.get("status", RetryStatus.FAILING.value), attempts)
 
     def placed(self, prefix: str) -> RetryRecord:
@@ -205,14 +217,21 @@ class SuiteRetries:
     not_retried: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"attempts": self.attempts, "max_tests": self.max_tests, "tests": [r.to_json() for r in self.tests],
-                "not_retried": list(self.not_retried)}
+        return {
+            "attempts": self.attempts,
+            "max_tests": self.max_tests,
+            "tests": [r.to_json() for r in self.tests],
+            "not_retried": list(self.not_retried),
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SuiteRetries:
-        return cls(int(data.get("attempts", 0)), int(data.get("max_tests", 0)),
-                   tuple(RetryRecord.from_json(t) for t in data.get("tests", [])),
-                   tuple(data.get("not_retried", [])))
+        return cls(
+            int(data.get("attempts", 0)),
+            int(data.get("max_tests", 0)),
+            tuple(RetryRecord.from_json(t) for t in data.get("tests", [])),
+            tuple(data.get("not_retried", [])),
+        )
 
 
 @dataclass(frozen=True)
@@ -246,9 +265,17 @@ class SuiteRecord:
     shards: Mapping[int, SuiteRecord] | None = None  # merged runs, in memory only: shard index -> its suite
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": str(self.status), "junit": self.junit, "log": self.log,
-                               "returncode": self.returncode, "timed_out": self.timed_out,
-                               "duration_s": self.duration_s, "counts": dict(self.counts), "argv": list(self.argv)}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "status": str(self.status),
+            "junit": self.junit,
+            "log": self.log,
+            "returncode": self.returncode,
+            "timed_out": self.timed_out,
+            "duration_s": self.duration_s,
+            "counts": dict(self.counts),
+            "argv": list(self.argv),
+        }
         if self.attempts is not None:
             out["attempts"] = [asdict(a) for a in self.attempts]
         if self.crashes is not None:
@@ -267,14 +294,22 @@ class SuiteRecord:
             return make(data[key]) if data.get(key) is not None else None
 
         return cls(
-            str(data["name"]), SuiteStatus(data.get("status", "error")), str(data.get("junit") or ""),
-            str(data.get("log") or ""), data.get("returncode"), bool(data.get("timed_out", False)),
-            float(data.get("duration_s") or 0.0), {str(k): int(v) for k, v in (data.get("counts") or {}).items()},
+            str(data["name"]),
+            SuiteStatus(data.get("status", "error")),
+            str(data.get("junit") or ""),
+            str(data.get("log") or ""),
+            data.get("returncode"),
+            bool(data.get("timed_out", False)),
+            float(data.get("duration_s") or 0.0),
+            {str(k): int(v) for k, v in (data.get("counts") or {}).items()},
             tuple(data.get("argv") or ()),
             opt("attempts", lambda xs: tuple(ProcessRecord(**x) for x in xs)),
             opt("crashes", lambda xs: tuple(CrashRecord(**x) for x in xs)),
-            opt("not_run", tuple), opt("collect_failed", str), opt("ended_badly", str),
-            opt("retries", SuiteRetries.from_json))
+            opt("not_run", tuple),
+            opt("collect_failed", str),
+            opt("ended_badly", str),
+            opt("retries", SuiteRetries.from_json),
+        )
 
 
 @dataclass(frozen=True)
@@ -297,9 +332,18 @@ class ShardRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ShardRecord:
-        return cls(int(data["index"]), int(data["count"]), ShardStatus(data["status"]), str(data.get("reason") or ""),
-                   str(data.get("dir") or ""), tuple(data.get("devices") or ()), data.get("wall_s"),
-                   data.get("run_id"), data.get("started"), data.get("finished"))
+        return cls(
+            int(data["index"]),
+            int(data["count"]),
+            ShardStatus(data["status"]),
+            str(data.get("reason") or ""),
+            str(data.get("dir") or ""),
+            tuple(data.get("devices") or ()),
+            data.get("wall_s"),
+            data.get("run_id"),
+            data.get("started"),
+            data.get("finished"),
+        )
 
 
 @dataclass(frozen=True)
@@ -334,8 +378,22 @@ def seeds_of(env: Mapping[str, str]) -> dict[str, str]:
 
 
 # the keys a merged run.json copies from its first shard (harness.suites.merge), the rest being per shard
-SHARED_KEYS = ("backend", "mode", "src", "python", "docker", "image", "pytest_extra", "test_timeout_s",
-               "suite_timeout_s", "per_test_timeout", "retries", "quarantine", "commit", "seeds")
+SHARED_KEYS = (
+    "backend",
+    "mode",
+    "src",
+    "python",
+    "docker",
+    "image",
+    "pytest_extra",
+    "test_timeout_s",
+    "suite_timeout_s",
+    "per_test_timeout",
+    "retries",
+    "quarantine",
+    "commit",
+    "seeds",
+)
 
 
 @dataclass(frozen=True)
@@ -395,21 +453,42 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         """run.json's dict: the keys a plain run (or a merged one) wrote before records, and schema 3's `commit` and
         `seeds` when known."""
-        out: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "backend": self.backend,
-                               "mode": self.mode, "status": str(self.status), "started": self.started,
-                               "src": self.src, "suites": [s.to_json() for s in self.suites],
-                               "history": self.history}
-        shared = {"python": self.python, "docker": self.docker, "image": dict(self.image) if self.image else None,
-                  "pytest_extra": list(self.pytest_extra), "test_timeout_s": self.test_timeout_s,
-                  "suite_timeout_s": self.suite_timeout_s, "per_test_timeout": self.per_test_timeout,
-                  "retries": asdict(self.retries) if self.retries else None}
+        out: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "backend": self.backend,
+            "mode": self.mode,
+            "status": str(self.status),
+            "started": self.started,
+            "src": self.src,
+            "suites": [s.to_json() for s in self.suites],
+            "history": self.history,
+        }
+        shared = {
+            "python": self.python,
+            "docker": self.docker,
+            "image": dict(self.image) if self.image else None,
+            "pytest_extra": list(self.pytest_extra),
+            "test_timeout_s": self.test_timeout_s,
+            "suite_timeout_s": self.suite_timeout_s,
+            "per_test_timeout": self.per_test_timeout,
+            "retries": asdict(self.retries) if self.retries else None,
+        }
         if self.merged:
             out.update({k: v for k, v in shared.items() if v is not None})
-            out.update(shard_count=self.shard_count, shards=[s.to_json() for s in self.shards or ()],
-                       problems=list(self.problems))
+            out.update(
+                shard_count=self.shard_count,
+                shards=[s.to_json() for s in self.shards or ()],
+                problems=list(self.problems),
+            )
         else:
-            out.update(shared, env=dict(self.env), container_options=list(self.container_options or ()),
-                       devices=list(self.devices), health=asdict(self.health) if self.health else None)
+            out.update(
+                shared,
+                env=dict(self.env),
+                container_options=list(self.container_options or ()),
+                devices=list(self.devices),
+                health=asdict(self.health) if self.health else None,
+            )
             if self.shard is not None:
                 out["shard"] = asdict(self.shard)
         if self.quarantine is not None:
@@ -430,8 +509,10 @@ class RunRecord:
             raise ResultsError(f"{where} is not a harness run manifest")
         schema = data.get("schema", 1)
         if schema not in READABLE_SCHEMAS:
-            raise ResultsError(f"{where} has schema {schema!r}; this harness reads schemas "
-                               f"{', '.join(map(str, READABLE_SCHEMAS))}")
+            raise ResultsError(
+                f"{where} has schema {schema!r}; this harness reads schemas "
+                f"{', '.join(map(str, READABLE_SCHEMAS))}"
+            )
         try:
             return cls._parse(data)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -445,20 +526,39 @@ class RunRecord:
         retries = d.get("retries")
         shard = d.get("shard")
         return cls(
-            run_id=str(d.get("run_id") or ""), backend=str(d["backend"]), status=RunStatus(d.get("status", "running")),
-            mode=str(d.get("mode") or ""), started=d.get("started"), src=d.get("src"), python=d.get("python"),
-            docker=str(d.get("docker") or "docker"), image=opt("image", dict), env=dict(d.get("env") or {}),
+            run_id=str(d.get("run_id") or ""),
+            backend=str(d["backend"]),
+            status=RunStatus(d.get("status", "running")),
+            mode=str(d.get("mode") or ""),
+            started=d.get("started"),
+            src=d.get("src"),
+            python=d.get("python"),
+            docker=str(d.get("docker") or "docker"),
+            image=opt("image", dict),
+            env=dict(d.get("env") or {}),
             container_options=tuple(d["container_options"]) if "container_options" in d else None,
-            test_timeout_s=d.get("test_timeout_s"), suite_timeout_s=d.get("suite_timeout_s"),
-            pytest_extra=tuple(d.get("pytest_extra") or ()), per_test_timeout=bool(d.get("per_test_timeout", True)),
+            test_timeout_s=d.get("test_timeout_s"),
+            suite_timeout_s=d.get("suite_timeout_s"),
+            pytest_extra=tuple(d.get("pytest_extra") or ()),
+            per_test_timeout=bool(d.get("per_test_timeout", True)),
             devices=tuple(d.get("devices") or ()),
             retries=RetryPolicy(int(retries["attempts"]), int(retries["max_tests"])) if retries else None,
-            history=d.get("history"), quarantine=d["quarantine"] or {"entries": []} if "quarantine" in d else None,
-            health=HealthRecord(bool(d["health"]["ok"]), str(d["health"].get("log", ""))) if d.get("health") else None,
+            history=d.get("history"),
+            quarantine=d["quarantine"] or {"entries": []} if "quarantine" in d else None,
+            health=HealthRecord(bool(d["health"]["ok"]), str(d["health"].get("log", "")))
+            if d.get("health")
+            else None,
             shard=ShardSpec(int(shard["index"]), int(shard["count"]), shard.get("durations"))
-            if isinstance(shard, dict) else None,
+            if isinstance(shard, dict)
+            else None,
             suites=tuple(SuiteRecord.from_json(s) for s in d.get("suites") or ()),
-            finished=d.get("finished"), wall_s=d.get("wall_s"), reason=d.get("reason"),
+            finished=d.get("finished"),
+            wall_s=d.get("wall_s"),
+            reason=d.get("reason"),
             shards=opt("shards", lambda xs: tuple(ShardRecord.from_json(x) for x in xs)),
-            shard_count=d.get("shard_count"), problems=tuple(d.get("problems") or ()), commit=opt("commit", dict),
-            seeds={str(k): str(v) for k, v in (d.get("seeds") or {}).items()}, schema=int(d.get("schema", 1)))
+            shard_count=d.get("shard_count"),
+            problems=tuple(d.get("problems") or ()),
+            commit=opt("commit", dict),
+            seeds={str(k): str(v) for k, v in (d.get("seeds") or {}).items()},
+            schema=int(d.get("schema", 1)),
+        )

@@ -26,7 +26,6 @@ from typing import Any
 from harness.exc import ResultsError
 from harness.record import FAILING, OUTCOMES, Outcome, TestOutcome  # noqa: F401 - re-exported: res.FAILING, res.OUTCOMES
 
-
 # what XML 1.0 cannot hold (C0 controls but tab, newline and return; U+FFFE, U+FFFF) and unpaired surrogates
 # (UTF-8 cannot encode them): a test's message or output may hold any of them
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
@@ -36,8 +35,9 @@ def printable(text: str) -> str:
     """`text` with every character that XML 1.0 or UTF-8 cannot carry (and DEL, ESC's terminal codes) written as
     its Python escape (`\\x00`, `\\x1b`, `\\ud800`): what any test said survives, readable, into the JUnit
     files, the reports and the stores."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else
-                            f"\\u{ord(m.group()):04x}", text)
+    return _UNPRINTABLE.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -100,7 +100,7 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]], alig
     def line(cells: Sequence[object]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
-    rule = "|" + "".join("---:|" if align[i:i + 1] == "r" else "---|" for i in range(len(header)))
+    rule = "|" + "".join("---:|" if align[i : i + 1] == "r" else "---|" for i in range(len(header)))
     return [line(header), rule, *map(line, rows)]
 
 
@@ -127,8 +127,9 @@ def output_folder(path: str | Path, option: str) -> Path:
     for where in (p, *p.parents):
         if where.exists() and not where.is_dir():
             what = "is" if where == p else f"lies under {where}, which is"
-            raise ResultsError(f"{option} {path}: {what} a file, not a folder; give a folder to write the results "
-                               "into")
+            raise ResultsError(
+                f"{option} {path}: {what} a file, not a folder; give a folder to write the results into"
+            )
     return p
 
 
@@ -209,7 +210,9 @@ class Case:
     message: str
     duration_s: float
     props: dict[str, str]
-    text: str = ""  # what JUnit recorded of a failure: failure/error bodies (pytest's --tb) and captured output
+    text: str = (
+        ""  # what JUnit recorded of a failure: failure/error bodies (pytest's --tb) and captured output
+    )
 
 
 def case_text(case: ET.Element) -> str:
@@ -234,21 +237,27 @@ def read_cases(path: Path, root: Path | None = None) -> list[Case]:
     except OSError as e:
         raise ResultsError(f"JUnit file {path} is unreadable: {e}") from None
     except ET.ParseError as e:
-        raise ResultsError(f"JUnit file {path} is not valid XML ({e}); the run was probably cut off") from None
+        raise ResultsError(
+            f"JUnit file {path} is not valid XML ({e}); the run was probably cut off"
+        ) from None
     out = []
     for case in tree.iter("testcase"):
         if is_bare(case):
             continue
         outcome, msg = classify_case(case)
         props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
-        out.append(Case(node_id(case, root), outcome, msg, float(case.get("time") or 0.0), props, case_text(case)))
+        out.append(
+            Case(node_id(case, root), outcome, msg, float(case.get("time") or 0.0), props, case_text(case))
+        )
     return out
 
 
 def parse_junit(path: Path, root: Path | None = None) -> list[TestOutcome]:
     """Every test case of a pytest JUnit XML file, classified, in file order."""
-    return [TestOutcome(c.id, Outcome(c.outcome), c.message.strip()[:500], c.duration_s)
-            for c in read_cases(path, root)]
+    return [
+        TestOutcome(c.id, Outcome(c.outcome), c.message.strip()[:500], c.duration_s)
+        for c in read_cases(path, root)
+    ]
 
 
 def counts(tests: list[TestOutcome]) -> dict[str, int]:
@@ -257,8 +266,9 @@ def counts(tests: list[TestOutcome]) -> dict[str, int]:
     return {o: c[Outcome(o)] for o in OUTCOMES}
 
 
-def summary_line(suite: str, label: str, tests: list[TestOutcome], duration_s: float, status: str,
-                 where: str = "") -> str:
+def summary_line(
+    suite: str, label: str, tests: list[TestOutcome], duration_s: float, status: str, where: str = ""
+) -> str:
     """One line per suite, e.g. `suite fallback [cpu/container] FAIL: 10 passed, 1 failed ... in 3.2s`."""
     c = counts(tests)
     body = ", ".join(f"{n} {o}" for o, n in c.items() if n) or "no tests"

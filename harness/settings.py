@@ -144,95 +144,167 @@ def _history_db(p: Path) -> Path:
 class Settings:
     """The run's environment variables, each declared once (docs/settings.md is generated from them)."""
 
-    root: Path = setting(parse=_root, derive=lambda v: PACKAGE_ROOT.resolve(), env="KILN_ROOT",
-                         default_doc="this checkout", help="The source tree to test.")
-    matrix_path: Path = setting(env="KILN_MATRIX", derive=lambda v: v["root"] / "ci" / "matrix.json",
-                                default_doc="<root>/ci/matrix.json", help="The matrix file.")
-    results_root: Path = setting(env="KILN_RESULTS", derive=lambda v: v["root"] / "results",
-                                 default_doc="<root>/results", help="The folder that receives one sub-folder per run.")
-    state_dir: Path = setting(env="KILN_STATE", derive=lambda v: v["root"] / ".kiln", default_doc="<root>/.kiln",
-                              help="The harness's scratch folder: wheel caches, build contexts, bootstrap roots.")
-    docker: str = setting(env="KILN_DOCKER", derive=lambda v: _default_docker(),
-                          default_doc="/usr/bin/docker when present, else `docker` on PATH",
-                          help="The docker client to call.")
-    native: bool = setting(False, env="KILN_NATIVE",
-                           help="Run the suites on this machine's Python instead of in a container.")
-    bootstrap: bool = setting(False, env="KILN_BOOTSTRAP",
-                              help="Bootstrap the base image with debootstrap without trying to pull it first.")
+    root: Path = setting(
+        parse=_root,
+        derive=lambda v: PACKAGE_ROOT.resolve(),
+        env="KILN_ROOT",
+        default_doc="this checkout",
+        help="The source tree to test.",
+    )
+    matrix_path: Path = setting(
+        env="KILN_MATRIX",
+        derive=lambda v: v["root"] / "ci" / "matrix.json",
+        default_doc="<root>/ci/matrix.json",
+        help="The matrix file.",
+    )
+    results_root: Path = setting(
+        env="KILN_RESULTS",
+        derive=lambda v: v["root"] / "results",
+        default_doc="<root>/results",
+        help="The folder that receives one sub-folder per run.",
+    )
+    state_dir: Path = setting(
+        env="KILN_STATE",
+        derive=lambda v: v["root"] / ".kiln",
+        default_doc="<root>/.kiln",
+        help="The harness's scratch folder: wheel caches, build contexts, bootstrap roots.",
+    )
+    docker: str = setting(
+        env="KILN_DOCKER",
+        derive=lambda v: _default_docker(),
+        default_doc="/usr/bin/docker when present, else `docker` on PATH",
+        help="The docker client to call.",
+    )
+    native: bool = setting(
+        False, env="KILN_NATIVE", help="Run the suites on this machine's Python instead of in a container."
+    )
+    bootstrap: bool = setting(
+        False,
+        env="KILN_BOOTSTRAP",
+        help="Bootstrap the base image with debootstrap without trying to pull it first.",
+    )
     allow_unlocked: bool = setting(
-        False, env="KILN_ALLOW_UNLOCKED",
+        False,
+        env="KILN_ALLOW_UNLOCKED",
         help="Let an image build without a current lock file (`docker/lock/<backend>.txt`): its packages are then "
-             "not hash-checked, which the build says (off: such a build fails).")
-    debian_mirror: str = setting("", env="KILN_DEBIAN_MIRROR", default_doc="the one apt's sources name for the suite",
-                                 help="The Debian mirror for debootstrap.")
+        "not hash-checked, which the build says (off: such a build fails).",
+    )
+    debian_mirror: str = setting(
+        "",
+        env="KILN_DEBIAN_MIRROR",
+        default_doc="the one apt's sources name for the suite",
+        help="The Debian mirror for debootstrap.",
+    )
     torch_index_url: str = setting(
-        "", env="KILN_TORCH_INDEX_URL", parse=_url, default_doc="unset: pip's own configuration decides",
+        "",
+        env="KILN_TORCH_INDEX_URL",
+        parse=_url,
+        default_doc="unset: pip's own configuration decides",
         help="Base URL of PyTorch's per-variant wheel indexes for GPU images (the matrix's `torch_variant`, e.g. "
-             "cu130, is appended).")
-    pip_index_url: str = setting("", env="PIP_INDEX_URL", help="pip's own variable, handed to image builds as it is.")
-    pip_extra_index_url: str = setting("", env="PIP_EXTRA_INDEX_URL",
-                                       help="pip's own variable, handed to image builds as it is.")
-    github_step_summary: str = setting("", env="GITHUB_STEP_SUMMARY",
-                                       help="The job summary file of a GitHub Actions step (reports append to it "
-                                            "when asked).")
+        "cu130, is appended).",
+    )
+    pip_index_url: str = setting(
+        "", env="PIP_INDEX_URL", help="pip's own variable, handed to image builds as it is."
+    )
+    pip_extra_index_url: str = setting(
+        "", env="PIP_EXTRA_INDEX_URL", help="pip's own variable, handed to image builds as it is."
+    )
+    github_step_summary: str = setting(
+        "",
+        env="GITHUB_STEP_SUMMARY",
+        help="The job summary file of a GitHub Actions step (reports append to it when asked).",
+    )
     github_summary: bool = setting(
-        False, env="KILN_GITHUB_SUMMARY",
+        False,
+        env="KILN_GITHUB_SUMMARY",
         help="Reports append to $GITHUB_STEP_SUMMARY (set by every verb's `--github-summary`, for the verb and the "
-             "processes it starts; harness/conventions.py).")
+        "processes it starts; harness/conventions.py).",
+    )
     data_dir: Path = setting(
-        env="XDG_DATA_HOME", parse=lambda raw: path(raw) / "kiln", derive=lambda v: data_dir(),
+        env="XDG_DATA_HOME",
+        parse=lambda raw: path(raw) / "kiln",
+        derive=lambda v: data_dir(),
         default_doc="~/.local/share",
         help="The base of the lasting data folder, its `kiln` sub-folder (`data_dir`), outside any checkout (a "
-             "fresh CI checkout would wipe it): the test history, the bench's lasting stores and the fleet "
-             "store's spool live there.")
+        "fresh CI checkout would wipe it): the test history, the bench's lasting stores and the fleet "
+        "store's spool live there.",
+    )
     cache_scope: str = setting(
-        env="KILN_CACHE_SCOPE", parse=lambda raw: _scope(), derive=lambda v: _scope(),
+        env="KILN_CACHE_SCOPE",
+        parse=lambda raw: _scope(),
+        derive=lambda v: _scope(),
         default_doc="derived from the GitHub event, ref and repository",
         help="Narrows the job's trust scope (harness/trust.py: main, branch, local, pr, fork); naming a wider "
-             "scope than the derived one is an error (exit 2). The scope picks the compile-cache folders, the "
-             "history and bench files a job writes, whether it may write the fleet store and which image tags "
-             "it sets.")
+        "scope than the derived one is an error (exit 2). The scope picks the compile-cache folders, the "
+        "history and bench files a job writes, whether it may write the fleet store and which image tags "
+        "it sets.",
+    )
     history_db: Path = setting(
-        env="KILN_HISTORY_DB", parse=lambda raw: _history_db(path(raw)),
+        env="KILN_HISTORY_DB",
+        parse=lambda raw: _history_db(path(raw)),
         derive=lambda v: _history_db(v["data_dir"] / "history" / "history.sqlite"),
         default_doc="<data_dir>/history/history.sqlite",
         help="The test-history SQLite store (harness/suites/history.py; may be the bench's file); a job of scope "
-             "branch, pr or fork keeps its own beside it (trust.scoped_path); `--history DB` overrides it. "
-             "`run --shard` also finds durations/<backend>.json next to it.")
+        "branch, pr or fork keeps its own beside it (trust.scoped_path); `--history DB` overrides it. "
+        "`run --shard` also finds durations/<backend>.json next to it.",
+    )
     compile_cache: Path | None = setting(
-        env="KILN_COMPILE_CACHE", parse=compile_cache_root, derive=lambda v: compile_cache_root(None),
+        env="KILN_COMPILE_CACHE",
+        parse=compile_cache_root,
+        derive=lambda v: compile_cache_root(None),
         default_doc="$XDG_CACHE_HOME/kiln/compile",
         help="The per-runner compile-cache folder mounted at /cache in the suites' containers (Triton's and "
-             "kiln's kernel caches; natively TRITON_CACHE_DIR/KILN_CACHE_DIR point there), one folder per trust "
-             "scope and toolchain below it (harness.commands.compile_cache_dir); 0/off/false/no: no shared cache.")
+        "kiln's kernel caches; natively TRITON_CACHE_DIR/KILN_CACHE_DIR point there), one folder per trust "
+        "scope and toolchain below it (harness.commands.compile_cache_dir); 0/off/false/no: no shared cache.",
+    )
     container_user: str | None = setting(
-        env="KILN_CONTAINER_USER", parse=_uid_gid, derive=lambda v: container_user(None),
+        env="KILN_CONTAINER_USER",
+        parse=_uid_gid,
+        derive=lambda v: container_user(None),
         default_doc="this process's uid:gid",
         help="`uid:gid` the suites' containers run as (the runner's, so what they write in the checkout is the "
-             "runner's); `image`: the image's own user.")
+        "runner's); `image`: the image's own user.",
+    )
     job_id: str = setting(
-        env="KILN_JOB_ID", parse=lambda raw: job_id({"KILN_JOB_ID": raw}), derive=lambda v: job_id(),
+        env="KILN_JOB_ID",
+        parse=lambda raw: job_id({"KILN_JOB_ID": raw}),
+        derive=lambda v: job_id(),
         default_doc="on GitHub Actions: <GITHUB_RUN_ID>-<GITHUB_RUN_ATTEMPT>-<RUNNER_NAME>-<hash of RUNNER_TEMP>",
-        help="This CI job's id, the `kiln.job` label of its containers (`harness cleanup` removes them).")
+        help="This CI job's id, the `kiln.job` label of its containers (`harness cleanup` removes them).",
+    )
     prune_images: bool = setting(
-        True, env="KILN_PRUNE_IMAGES",
+        True,
+        env="KILN_PRUNE_IMAGES",
         help="Remove superseded kiln image tags at a job's teardown (`harness cleanup`); off e.g. for a "
-             "rehearsal on a machine shared with other checkouts.")
+        "rehearsal on a machine shared with other checkouts.",
+    )
     min_free_gb: float | None = setting(
-        None, env="KILN_MIN_FREE_GB", parse=_optional_float, default_doc="by backend (preflight.MIN_FREE_GB)",
-        help="Free disk (GB) the pre-flight wants at the docker root (harness/checks/preflight.py).")
+        None,
+        env="KILN_MIN_FREE_GB",
+        parse=_optional_float,
+        default_doc="by backend (preflight.MIN_FREE_GB)",
+        help="Free disk (GB) the pre-flight wants at the docker root (harness/checks/preflight.py).",
+    )
     heartbeat_s: float = setting(
-        DEFAULT_HEARTBEAT_S, env="KILN_HEARTBEAT_S",
+        DEFAULT_HEARTBEAT_S,
+        env="KILN_HEARTBEAT_S",
         help="Seconds between the progress lines of a long step that prints nothing itself (image build, "
-             "debootstrap, wheel download, compile-check: harness/process.py); 0: none.")
+        "debootstrap, wheel download, compile-check: harness/process.py); 0: none.",
+    )
     logs_dir: Path = setting(
-        env="KILN_LOGS", derive=lambda v: v["results_root"] / "logs", default_doc="<results>/logs",
+        env="KILN_LOGS",
+        derive=lambda v: v["results_root"] / "logs",
+        default_doc="<results>/logs",
         help="Where image builds, debootstrap and wheel downloads write their logs (the workflows' upload of "
-             "results/ carries them).")
+        "results/ carries them).",
+    )
     test_selection: str = setting(
-        "", env="KILN_TEST_SELECTION", default_doc="unset: every test",
+        "",
+        env="KILN_TEST_SELECTION",
+        default_doc="unset: every test",
         help="A pytest `-k` expression that `run`, `flakes` and `compile-check` add to every pytest they start "
-             "(a reduced run: the workflows' `selection` input, the rehearsal in ci/rehearse/).")
+        "(a reduced run: the workflows' `selection` input, the rehearsal in ci/rehearse/).",
+    )
 
 
 _overrides: dict[type, dict[str, Any]] = {}
@@ -248,7 +320,9 @@ def _read(cls: type[S]) -> S:
 def override(**fields: Any) -> Iterator[None]:
     """Scoped overrides of settings fields (of Settings, FleetSettings or BenchSettings, by field name) that
     `settings()`, `fleet_settings()` and `bench_settings()` return while the block runs (for tests)."""
-    owners = {f.name: cls for cls in (Settings, FleetSettings, BenchSettings) for f in dataclasses.fields(cls)}
+    owners = {
+        f.name: cls for cls in (Settings, FleetSettings, BenchSettings) for f in dataclasses.fields(cls)
+    }
     unknown = sorted(set(fields) - set(owners))
     if unknown:
         raise SettingsError(f"unknown harness setting(s): {', '.join(unknown)}")
@@ -302,7 +376,10 @@ def selection_args(verb: str) -> list[str]:
     expr = settings().test_selection
     if not expr:
         return []
-    print(f"{verb}: note: KILN_TEST_SELECTION selects the tests matching -k {expr!r} (a reduced run)", flush=True)
+    print(
+        f"{verb}: note: KILN_TEST_SELECTION selects the tests matching -k {expr!r} (a reduced run)",
+        flush=True,
+    )
     return ["-k", expr]
 
 
@@ -318,34 +395,53 @@ class FleetSettings:
     """The fleet store's environment variables (harness/store/url.py, runner.py, spool.py), declared once."""
 
     store_url: str | None = setting(
-        None, env="KILN_STORE_URL", default_doc="unset: each store where it is today",
+        None,
+        env="KILN_STORE_URL",
+        default_doc="unset: each store where it is today",
         help="One location for both stores (`--store URL` overrides it): `sqlite:///PATH` or "
-             "`postgresql://USER@HOST/DB` (psycopg 3). Unset: KILN_BENCH_DB, the lasting stores, KILN_HISTORY_DB. "
-             "An explicit `--db`/`--history` still wins over it.")
+        "`postgresql://USER@HOST/DB` (psycopg 3). Unset: KILN_BENCH_DB, the lasting stores, KILN_HISTORY_DB. "
+        "An explicit `--db`/`--history` still wins over it.",
+    )
     spool: Path = setting(
-        env="KILN_STORE_SPOOL", parse=lambda raw: _spool(path(raw)),
-        derive=lambda v: _spool(data_dir() / "spool" / "store.sqlite"), default_doc="<data_dir>/spool/store.sqlite",
+        env="KILN_STORE_SPOOL",
+        parse=lambda raw: _spool(path(raw)),
+        derive=lambda v: _spool(data_dir() / "spool" / "store.sqlite"),
+        default_doc="<data_dir>/spool/store.sqlite",
         help="The local SQLite spool that keeps results while the server is unreachable; pushed by the next run "
-             "that reaches it.")
-    strict: bool = setting(False, env="KILN_STORE_STRICT",
-                           help="An unreachable server is an error (exit 3) instead of a spooled run "
-                                "(`--store-strict`).")
+        "that reaches it.",
+    )
+    strict: bool = setting(
+        False,
+        env="KILN_STORE_STRICT",
+        help="An unreachable server is an error (exit 3) instead of a spooled run (`--store-strict`).",
+    )
     read_only: bool = setting(
-        env="KILN_STORE_READ_ONLY", parse=lambda raw: boolean(raw) or not trust.resolve().writes_fleet,
-        derive=lambda v: not trust.resolve().writes_fleet, default_doc="off (on for scopes branch, pr, fork)",
+        env="KILN_STORE_READ_ONLY",
+        parse=lambda raw: boolean(raw) or not trust.resolve().writes_fleet,
+        derive=lambda v: not trust.resolve().writes_fleet,
+        default_doc="off (on for scopes branch, pr, fork)",
         help="KILN_STORE_URL is read (baselines, history, failure counts) but never written: writers keep their "
-             "own defaults (a pull request's job: its results stay on the runner). A job of trust scope branch, "
-             "pr or fork is read-only whatever this says: only main (and a machine outside CI) writes the fleet "
-             "store.")
-    runner_name: str = setting("", env="RUNNER_NAME", default_doc="the host name (where recorded)",
-                               help="The runner's name recorded with each run (GitHub Actions sets it).")
-    gpu_label: str = setting("", env="KILN_GPU_LABEL",
-                             help="The matrix's GPU label of the job (e.g. h100), recorded with each run: the "
-                                  "hardware class.")
+        "own defaults (a pull request's job: its results stay on the runner). A job of trust scope branch, "
+        "pr or fork is read-only whatever this says: only main (and a machine outside CI) writes the fleet "
+        "store.",
+    )
+    runner_name: str = setting(
+        "",
+        env="RUNNER_NAME",
+        default_doc="the host name (where recorded)",
+        help="The runner's name recorded with each run (GitHub Actions sets it).",
+    )
+    gpu_label: str = setting(
+        "",
+        env="KILN_GPU_LABEL",
+        help="The matrix's GPU label of the job (e.g. h100), recorded with each run: the hardware class.",
+    )
     run_mode: str = setting(
-        "native", env="KILN_RUN_MODE",
+        "native",
+        env="KILN_RUN_MODE",
         help="`container` inside the suites' and benchmarks' containers (the harness sets it in every "
-             "`docker run`). Part of the hardware class: the two modes are never compared.")
+        "`docker run`). Part of the hardware class: the two modes are never compared.",
+    )
 
 
 def fleet_settings() -> FleetSettings:
@@ -365,7 +461,7 @@ class Plant:
     fraction: float
 
     @classmethod
-    def parse(cls, spec: str) -> "Plant":
+    def parse(cls, spec: str) -> Plant:
         """`PATTERN[@COMPILER][=FRACTION]`, from KILN_BENCH_PLANT or `--plant`; UsageError when malformed."""
         body, _, frac = spec.partition("=")
         pattern, _, compiler = body.partition("@")
@@ -400,34 +496,58 @@ class BenchSettings:
     """The benchmarks' environment variables (read only where the bench runs; flags override), declared once."""
 
     db: Path | None = setting(
-        None, env="KILN_BENCH_DB", parse=_optional_path,
+        None,
+        env="KILN_BENCH_DB",
+        parse=_optional_path,
         default_doc="results/bench/<backend>/bench.sqlite (harness.bench.stores.store.default_path)",
         help="The bench's SQLite store: where `nox -s ci`, `nox -s bench` and `bench backend` write, and what "
-             "every bench verb reads (`<backend>`: the one this machine runs, as `python -m harness detect` "
-             "prints it).")
+        "every bench verb reads (`<backend>`: the one this machine runs, as `python -m harness detect` "
+        "prints it).",
+    )
     plant: Plant | None = setting(
-        None, env="KILN_BENCH_PLANT", parse=_plant, default_doc="unset",
+        None,
+        env="KILN_BENCH_PLANT",
+        parse=_plant,
+        default_doc="unset",
         help="A planted slowdown, `PATTERN[@COMPILER][=FRACTION]` (fraction 0.2 when omitted): extra time equal "
-             "to FRACTION of the measured time is added after every call of the matching workload (on a GPU as "
-             "device-side sleep), so CI can prove that a slowdown is flagged. Never set it for real results.")
+        "to FRACTION of the measured time is added after every call of the matching workload (on a GPU as "
+        "device-side sleep), so CI can prove that a slowdown is flagged. Never set it for real results.",
+    )
     threshold: float | None = setting(
-        None, env="KILN_BENCH_THRESHOLD", parse=_optional_float, default_doc="by device kind (bench/compare.py)",
-        help="The regression threshold (fraction slower).")
-    alpha: float = setting(DEFAULT_BENCH_ALPHA, env="KILN_BENCH_ALPHA",
-                           parse=lambda raw: number(raw) or DEFAULT_BENCH_ALPHA,
-                           help="The Mann-Whitney test level of a regression.")
+        None,
+        env="KILN_BENCH_THRESHOLD",
+        parse=_optional_float,
+        default_doc="by device kind (bench/compare.py)",
+        help="The regression threshold (fraction slower).",
+    )
+    alpha: float = setting(
+        DEFAULT_BENCH_ALPHA,
+        env="KILN_BENCH_ALPHA",
+        parse=lambda raw: number(raw) or DEFAULT_BENCH_ALPHA,
+        help="The Mann-Whitney test level of a regression.",
+    )
     git_ref: str | None = setting(
-        env="KILN_BENCH_GIT_REF", parse=text,
-        derive=lambda v: os.environ.get("GITHUB_REF_NAME") or None, default_doc="GITHUB_REF_NAME, else `git`",
-        help="The git ref recorded for a bench run.")
+        env="KILN_BENCH_GIT_REF",
+        parse=text,
+        derive=lambda v: os.environ.get("GITHUB_REF_NAME") or None,
+        default_doc="GITHUB_REF_NAME, else `git`",
+        help="The git ref recorded for a bench run.",
+    )
     store: Path | None = setting(
-        None, env="KILN_BENCH_STORE", parse=_optional_path, default_doc=str(DEFAULT_BENCH_STORE),
+        None,
+        env="KILN_BENCH_STORE",
+        parse=_optional_path,
+        default_doc=str(DEFAULT_BENCH_STORE),
         help="The lasting store of the CI bench jobs (`--lasting BACKEND`; `{backend}` is replaced): a path on "
-             "the runner outside the checkout; it overrides the backend's `bench_store` in the matrix.")
+        "the runner outside the checkout; it overrides the backend's `bench_store` in the matrix.",
+    )
     bisect_max: int = setting(
-        DEFAULT_BENCH_BISECT_MAX, env="KILN_BENCH_BISECT_MAX", parse=count,
+        DEFAULT_BENCH_BISECT_MAX,
+        env="KILN_BENCH_BISECT_MAX",
+        parse=count,
         help="Confirmed regressions a CI bench job bisects at most (`bench job-summary`; 0: none); "
-             "`--bisect-max N` overrides it.")
+        "`--bisect-max N` overrides it.",
+    )
 
 
 def bench_settings() -> BenchSettings:
@@ -477,15 +597,21 @@ def docs_markdown() -> str:
     """docs/settings.md: every variable of the harness and of the compiler, from their declarations."""
     from compiler import config
 
-    parts = ["# Settings: the environment variables", "",
-             "Generated from the declarations (harness/settings.py, compiler/config.py) by "
-             "`python -m harness settings --write`; do not edit by hand. Booleans take "
-             f"{'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)} (any case); a bad value is one line naming the "
-             "variable (exit 2).", ""]
-    for title, cls, prefix in (("The harness (`settings()`)", Settings, ""),
-                               ("The fleet store (`fleet_settings()`)", FleetSettings, ""),
-                               ("The benchmarks (`bench_settings()`; flags override them)", BenchSettings, ""),
-                               ("The compiler (`compiler.config.settings()`)", config.Settings, config.PREFIX)):
+    parts = [
+        "# Settings: the environment variables",
+        "",
+        "Generated from the declarations (harness/settings.py, compiler/config.py) by "
+        "`python -m harness settings --write`; do not edit by hand. Booleans take "
+        f"{'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)} (any case); a bad value is one line naming the "
+        "variable (exit 2).",
+        "",
+    ]
+    for title, cls, prefix in (
+        ("The harness (`settings()`)", Settings, ""),
+        ("The fleet store (`fleet_settings()`)", FleetSettings, ""),
+        ("The benchmarks (`bench_settings()`; flags override them)", BenchSettings, ""),
+        ("The compiler (`compiler.config.settings()`)", config.Settings, config.PREFIX),
+    ):
         parts += [f"## {title}", "", envvars.markdown(cls, prefix)]
     return "\n".join(parts)
 
@@ -505,8 +631,10 @@ def cli_main(args: argparse.Namespace) -> int:
         print(f"harness settings: wrote {target}")
     elif args.check:
         if not target.is_file() or target.read_text() != text_:
-            print(f"harness settings: {DOCS} is not current: run `python -m harness settings --write`",
-                  file=sys.stderr)
+            print(
+                f"harness settings: {DOCS} is not current: run `python -m harness settings --write`",
+                file=sys.stderr,
+            )
             return 1
         print(f"harness settings: {DOCS} is current")
     else:

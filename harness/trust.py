@@ -37,8 +37,9 @@ SCOPES = ("main", "branch", "local", "pr", "fork")  # most trusted first
 ALIASES = {"untrusted": "fork"}
 MAIN_REF = "refs/heads/main"
 TRUSTED_EVENTS = frozenset({"push", "workflow_dispatch", "schedule"})
-PULL_REQUEST_EVENTS = frozenset({"pull_request", "pull_request_target", "pull_request_review",
-                                 "pull_request_review_comment"})
+PULL_REQUEST_EVENTS = frozenset(
+    {"pull_request", "pull_request_target", "pull_request_review", "pull_request_review_comment"}
+)
 KEY_VARIABLES = ("KILN_CACHE_KEY", "KILN_CACHE_KEY_FILE")  # the runner secret that signs main's cache entries
 
 
@@ -83,7 +84,9 @@ class Trust:
 
     def line(self) -> str:
         """One line for a job's log: the scope and why."""
-        narrowed = f" (narrowed from {self.derived} by KILN_CACHE_SCOPE)" if self.scope != self.derived else ""
+        narrowed = (
+            f" (narrowed from {self.derived} by KILN_CACHE_SCOPE)" if self.scope != self.derived else ""
+        )
         return f"trust: scope {self.scope}{narrowed}: {self.reason}"
 
 
@@ -147,8 +150,10 @@ def resolve(env: Mapping[str, str] | None = None) -> Trust:
     if asked not in SCOPES:
         raise SettingsError(f"KILN_CACHE_SCOPE={raw!r}: expected one of {', '.join(SCOPES)} (or untrusted)")
     if SCOPES.index(asked) < SCOPES.index(derived):
-        raise SettingsError(f"KILN_CACHE_SCOPE={raw!r} would widen this job's trust: it is {derived} ({reason}); "
-                            f"a setting may only narrow it ({', '.join(SCOPES[SCOPES.index(derived):])})")
+        raise SettingsError(
+            f"KILN_CACHE_SCOPE={raw!r} would widen this job's trust: it is {derived} ({reason}); "
+            f"a setting may only narrow it ({', '.join(SCOPES[SCOPES.index(derived) :])})"
+        )
     return Trust(asked, derived, reason)
 
 
@@ -170,8 +175,10 @@ def untrusted_key_problem(t: Trust, env: Mapping[str, str] | None = None) -> str
     env = os.environ if env is None else env
     given = [k for k in KEY_VARIABLES if env.get(k, "").strip()]
     if given and not t.holds_key:
-        return (f"trust: {' and '.join(given)} set in scope {t.scope}: not handed to this job's processes (the "
-                f"key that signs main's cache entries belongs to main's jobs only; README: Trust)")
+        return (
+            f"trust: {' and '.join(given)} set in scope {t.scope}: not handed to this job's processes (the "
+            f"key that signs main's cache entries belongs to main's jobs only; README: Trust)"
+        )
     return None
 
 

@@ -94,7 +94,9 @@ def workflow_files(root: Path) -> list[Path]:
 
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--write", action="store_true", help="rewrite the files that differ (default: only say which)")
+    p.add_argument(
+        "--write", action="store_true", help="rewrite the files that differ (default: only say which)"
+    )
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -109,7 +111,9 @@ def cli_main(args: argparse.Namespace) -> int:
             if args.write:
                 path.write_text(new)
     for path in differ:
-        print(f"{path}: {'rewritten' if args.write else 'differs from the matrix and WORKFLOW_ENV (--write)'}")
+        print(
+            f"{path}: {'rewritten' if args.write else 'differs from the matrix and WORKFLOW_ENV (--write)'}"
+        )
     if not differ:
         print("workflows agree with ci/matrix.json and harness/settings.py WORKFLOW_ENV")
     return 0 if args.write or not differ else 1

@@ -27,8 +27,11 @@ from kiln_testing import DEVICE, import_problem  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "needs(*modules): skip, naming the module and why, where one of these "
-                            "optional extras does not import (transformers, matplotlib, scipy)")
+    config.addinivalue_line(
+        "markers",
+        "needs(*modules): skip, naming the module and why, where one of these "
+        "optional extras does not import (transformers, matplotlib, scipy)",
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -84,8 +87,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if stats is None:
         return
     stored_misses = stats.graph_misses - stats.graph_skips
-    terminalreporter.write_line(f"kiln graph cache, warm run: {stats.graph_hits} hits ({stats.front_hits} before "
-                                f"AOTAutograd), {stored_misses} graphs compiled again, {stats.graph_skips} not stored")
+    terminalreporter.write_line(
+        f"kiln graph cache, warm run: {stats.graph_hits} hits ({stats.front_hits} before "
+        f"AOTAutograd), {stored_misses} graphs compiled again, {stats.graph_skips} not stored"
+    )
     if stats.graph_hits == 0 or stored_misses:
-        terminalreporter.write_line("FAILED: a warm run must answer every stored graph from the cache "
-                                    "(KILN_EXPECT_WARM_CACHE=1)", red=True)
+        terminalreporter.write_line(
+            "FAILED: a warm run must answer every stored graph from the cache (KILN_EXPECT_WARM_CACHE=1)",
+            red=True,
+        )

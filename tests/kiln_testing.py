@@ -12,13 +12,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch._dynamo.utils import counters
 
 import compiler
 from compiler.runtime.launcher import TritonKernel
+
 
 def import_problem(module: str) -> str | None:
     """None when `module` imports, else why not (one line): the `needs` marker's check (tests/conftest.py)."""
@@ -60,8 +62,9 @@ def compile_kiln(fn: Callable, **kwargs: Any) -> Callable:
     return torch.compile(fn, backend="kiln", **kwargs)
 
 
-def run_compiled(fn: Callable, *args: Any, strict: bool = True, compile_kwargs: dict | None = None,
-                 **settings: Any) -> tuple[Any, list]:
+def run_compiled(
+    fn: Callable, *args: Any, strict: bool = True, compile_kwargs: dict | None = None, **settings: Any
+) -> tuple[Any, list]:
     """Compile and run ``fn(*args)`` under kiln (strict by default); return (result, captured graphs).
 
     Dynamo's cache is reset first, so every call compiles afresh (a test may call this in a loop).
@@ -97,8 +100,9 @@ def _check_replays(compiled: Callable, originals: list, args: Sequence[Any], out
             assert runner.stats.replays or reasons, f"{g.name} neither replayed nor recorded why not"
 
 
-def assert_close(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None,
-                 equal_nan: bool = True) -> None:
+def assert_close(
+    actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None, equal_nan: bool = True
+) -> None:
     """Compare (nested) results with dtype-appropriate tolerances; dtypes and shapes must match exactly."""
     if isinstance(expected, (list, tuple)):
         assert isinstance(actual, (list, tuple)) and len(actual) == len(expected), (actual, expected)
@@ -112,12 +116,23 @@ def assert_close(actual: Any, expected: Any, rtol: float | None = None, atol: fl
     assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     r, a = TOLERANCES.get(expected.dtype, (0.0, 0.0))
-    torch.testing.assert_close(actual, expected, rtol=r if rtol is None else rtol, atol=a if atol is None else atol,
-                               equal_nan=equal_nan)
+    torch.testing.assert_close(
+        actual,
+        expected,
+        rtol=r if rtol is None else rtol,
+        atol=a if atol is None else atol,
+        equal_nan=equal_nan,
+    )
 
 
-def check(fn: Callable, *args: Any, rtol: float | None = None, atol: float | None = None,
-          compile_kwargs: dict | None = None, **settings: Any) -> list:
+def check(
+    fn: Callable,
+    *args: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    compile_kwargs: dict | None = None,
+    **settings: Any,
+) -> list:
     """Run ``fn`` eagerly and compiled on clones of ``args``; assert they agree; return the graphs."""
     expected = fn(*_clone(args))
     actual, graphs = run_compiled(fn, *_clone(args), compile_kwargs=compile_kwargs, **settings)
@@ -230,4 +245,4 @@ def run_tagged_json(cmd: Sequence[str], env: dict, tag: str = "STATS ", timeout:
     proc = subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith(tag))
-    return json.loads(line[len(tag):])
+    return json.loads(line[len(tag) :])

@@ -12,8 +12,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def scratch_project(root: Path, suites: dict[str, str], *, matrix: Callable[[dict], None] | None = None,
-                    quarantined: tuple[str, ...] = ()) -> Path:
+def scratch_project(
+    root: Path,
+    suites: dict[str, str],
+    *,
+    matrix: Callable[[dict], None] | None = None,
+    quarantined: tuple[str, ...] = (),
+) -> Path:
     """Write the project at `root`: the matrix (edited by `matrix(data)` when given), `pytest.ini` with
     strict xfail, each planted suite, and a quarantine of `quarantined` test ids when any. Returns `root`."""
     (root / "ci").mkdir(parents=True)
@@ -33,4 +38,6 @@ def scratch_project(root: Path, suites: dict[str, str], *, matrix: Callable[[dic
 
 def write_quarantine(root: Path, *ids: str) -> None:
     """`ci/quarantine.toml` naming `ids`, each with the reason "planted"."""
-    (root / "ci" / "quarantine.toml").write_text("".join(f'[[test]]\nid = "{i}"\nreason = "planted"\n\n' for i in ids))
+    (root / "ci" / "quarantine.toml").write_text(
+        "".join(f'[[test]]\nid = "{i}"\nreason = "planted"\n\n' for i in ids)
+    )

@@ -100,7 +100,9 @@ def _close(runs: list[list[int]], cur: list[int]) -> list[int]:
     return []
 
 
-def _chunks(run: list[int], sources: Sequence[KernelSource], max_parts: int, max_args: int) -> list[list[int]]:
+def _chunks(
+    run: list[int], sources: Sequence[KernelSource], max_parts: int, max_args: int
+) -> list[list[int]]:
     """``run`` cut into consecutive chunks of at most ``max_parts`` kernels and ``max_args`` pointer arguments, and
     where two parts' helper functions of one name differ."""
     out: list[list[int]] = []
@@ -188,8 +190,14 @@ def combo_source(parts: Sequence[KernelSource], indices: tuple[int, ...]) -> Com
     lines = [f"    # part {k}: {ks.name} over {ks.xnumel} elements" for k, ks in enumerate(parts)]
     body = "\n".join(lines + ["    pid = tl.program_id(0).to(tl.int32)"] + ends + calls) + "\n"
     signature = ", ".join(params + sizes + blocks)
-    text = "\n".join(imports) + "\n\n" + "\n".join(helpers.values()) + "\n" + "\n".join(functions.values()) + \
-        f"\n\n{_JIT}def KERNEL_NAME({signature}):\n{body}"
+    text = (
+        "\n".join(imports)
+        + "\n\n"
+        + "\n".join(helpers.values())
+        + "\n"
+        + "\n".join(functions.values())
+        + f"\n\n{_JIT}def KERNEL_NAME({signature}):\n{body}"
+    )
     digest = hashlib.sha256(_COMMENT_LINE.sub("", text).encode()).hexdigest()[:10]
     name = f"kiln_combo{len(parts)}_{digest}"
     return ComboSource(name, text.replace("KERNEL_NAME", name), ptr_args, tuple(parts), indices)

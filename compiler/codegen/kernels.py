@@ -4,7 +4,7 @@ kernels with the same body sharing one name and source). The schedule itself is 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from collections.abc import Iterator
 
 import sympy
 import torch
@@ -54,7 +54,11 @@ class Kernels:
             return list(self.sources)
         first = {c.indices[0]: c for c in self.combos}
         inside = {k for c in self.combos for k in c.indices}
-        return [first[k] if k in first else ks for k, ks in enumerate(self.sources) if k in first or k not in inside]
+        return [
+            first[k] if k in first else ks
+            for k, ks in enumerate(self.sources)
+            if k in first or k not in inside
+        ]
 
     def combo_of(self, index: int) -> ComboSource | None:
         """The combo kernel that launches the kernel at ``index`` of ``sources``, or None."""
@@ -71,51 +75,75 @@ class Kernels:
         program = self.schedule.program
         where = f"kernels of {program.name}"
         groups = self.schedule.groups
-        require(len(self.sources) == len(groups), f"{where}: {len(self.sources)} kernels for {len(groups)} groups")
+        require(
+            len(self.sources) == len(groups), f"{where}: {len(self.sources)} kernels for {len(groups)} groups"
+        )
         names: dict[str, str] = {}
         for k, (group, ks) in enumerate(self.pairs()):
             require(isinstance(ks, KernelSource), f"{where}: group {k} has no kernel ({ks!r})")
             want = [m.buf.name for m in group.members + group.partials if m.store]
-            require(list(ks.stores) == want, f"{where}: kernel {ks.name} (group {k}) stores {ks.stores}, "
-                                              f"its group stores {want}")
+            require(
+                list(ks.stores) == want,
+                f"{where}: kernel {ks.name} (group {k}) stores {ks.stores}, its group stores {want}",
+            )
             for param, name in ks.ptr_args:
-                require(name in program.buffers or name in program.constants,
-                         f"{where}: kernel {ks.name} (group {k}) passes unknown buffer {name} as {param}")
+                require(
+                    name in program.buffers or name in program.constants,
+                    f"{where}: kernel {ks.name} (group {k}) passes unknown buffer {name} as {param}",
+                )
             outs = [name for param, name in ks.ptr_args if param.startswith("out_ptr")]
-            require(sorted(outs) == sorted(want), f"{where}: kernel {ks.name} (group {k}) writes {outs}, stores {want}")
-            require(same(ks.xnumel, group.xnumel) and same(ks.rnumel, group.rnumel),
-                     f"{where}: kernel {ks.name} (group {k}) launches over ({ks.xnumel}, {ks.rnumel}), its group "
-                     f"over ({group.xnumel}, {group.rnumel})")
-            require(names.setdefault(ks.name, ks.source) == ks.source,
-                     f"{where}: kernel name {ks.name} stands for two different sources")
+            require(
+                sorted(outs) == sorted(want),
+                f"{where}: kernel {ks.name} (group {k}) writes {outs}, stores {want}",
+            )
+            require(
+                same(ks.xnumel, group.xnumel) and same(ks.rnumel, group.rnumel),
+                f"{where}: kernel {ks.name} (group {k}) launches over ({ks.xnumel}, {ks.rnumel}), its group "
+                f"over ({group.xnumel}, {group.rnumel})",
+            )
+            require(
+                names.setdefault(ks.name, ks.source) == ks.source,
+                f"{where}: kernel name {ks.name} stands for two different sources",
+            )
         taken: set[int] = set()
         for c in self.combos:
-            require(len(c.indices) >= 2 and list(c.indices) == list(range(c.indices[0], c.indices[-1] + 1)),
-                     f"{where}: combo {c.name} launches kernels {list(c.indices)}, not a run of two or more")
+            require(
+                len(c.indices) >= 2 and list(c.indices) == list(range(c.indices[0], c.indices[-1] + 1)),
+                f"{where}: combo {c.name} launches kernels {list(c.indices)}, not a run of two or more",
+            )
             require(not taken & set(c.indices), f"{where}: combo {c.name} shares a kernel with another combo")
             taken |= set(c.indices)
-            require(list(c.parts) == [self.sources[k] for k in c.indices],
-                     f"{where}: combo {c.name}'s parts are not the kernels at {list(c.indices)}")
+            require(
+                list(c.parts) == [self.sources[k] for k in c.indices],
+                f"{where}: combo {c.name}'s parts are not the kernels at {list(c.indices)}",
+            )
             stored: set[str] = set()
             for ks in c.parts:
                 reads = {b for p, b in ks.ptr_args if p.startswith("in_ptr")}
-                require(not reads & stored, f"{where}: combo {c.name}: {ks.name} reads what an earlier part stores")
+                require(
+                    not reads & stored,
+                    f"{where}: combo {c.name}: {ks.name} reads what an earlier part stores",
+                )
                 stored |= set(ks.stores)
-            require(names.setdefault(c.name, c.source) == c.source,
-                     f"{where}: kernel name {c.name} stands for two different sources")
+            require(
+                names.setdefault(c.name, c.source) == c.source,
+                f"{where}: kernel name {c.name} stands for two different sources",
+            )
 
 
 def render(schedule: Schedule) -> Kernels:
     """Each kernel group of ``schedule`` as deterministic Triton source; one kernel per distinct body
     (transformer layers repeat)."""
     program = schedule.program
-    kernels = [(render_special if g.kind else render_group)(g, index_dtype(g, program)) for g in schedule.groups]
+    kernels = [
+        (render_special if g.kind else render_group)(g, index_dtype(g, program)) for g in schedule.groups
+    ]
     return Kernels(schedule, tuple(share_identical(kernels)))
 
 
 def index_dtype(group: KernelGroup, program: Program) -> str:
     """int32 index math when every size is static and small; int64 otherwise."""
-    limit = 2 ** 31 - 1
+    limit = 2**31 - 1
     exprs = [group.xnumel * group.rnumel]
     for m in group.members:
         exprs.append(m.buf.layout.storage_extent())

@@ -8,7 +8,7 @@ Functions that Triton's core lacks come from ``libdevice`` (on GPUs) or the inte
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, Union
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -99,30 +99,65 @@ def _maxmin(fn: str) -> Render:
     return render
 
 
-OPS: dict[str, Union[str, Render]] = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})", "div_rn": _div_rn,
-    "neg": "(-{0})", "abs": "tl.abs({0})",
-    "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "expm1": "libdevice.expm1({0})",
-    "log": "tl.log({0})", "log2": "tl.log2({0})", "log1p": "libdevice.log1p({0})",
-    "sqrt": lambda a, dts, out: (f"tl.sqrt({a[0]})" if dts[0] == torch.float64 else f"tl.sqrt_rn({a[0]})"), "rsqrt": "tl.rsqrt({0})", "reciprocal": "(1.0 / {0})",
-    "sin": "libdevice.sin({0})", "cos": "libdevice.cos({0})", "tanh": "libdevice.tanh({0})",
-    "atan2": "libdevice.atan2({0}, {1})", "erfc": "libdevice.erfc({0})",
-    "sinh": "libdevice.sinh({0})", "cosh": "libdevice.cosh({0})", "tan": "libdevice.tan({0})",
-    "asin": "libdevice.asin({0})", "acos": "libdevice.acos({0})", "atan": "libdevice.atan({0})",
+OPS: dict[str, str | Render] = {
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "truediv": "({0} / {1})",
+    "div_rn": _div_rn,
+    "neg": "(-{0})",
+    "abs": "tl.abs({0})",
+    "exp": "tl.exp({0})",
+    "exp2": "tl.exp2({0})",
+    "expm1": "libdevice.expm1({0})",
+    "log": "tl.log({0})",
+    "log2": "tl.log2({0})",
+    "log1p": "libdevice.log1p({0})",
+    "sqrt": lambda a, dts, out: f"tl.sqrt({a[0]})" if dts[0] == torch.float64 else f"tl.sqrt_rn({a[0]})",
+    "rsqrt": "tl.rsqrt({0})",
+    "reciprocal": "(1.0 / {0})",
+    "sin": "libdevice.sin({0})",
+    "cos": "libdevice.cos({0})",
+    "tanh": "libdevice.tanh({0})",
+    "atan2": "libdevice.atan2({0}, {1})",
+    "erfc": "libdevice.erfc({0})",
+    "sinh": "libdevice.sinh({0})",
+    "cosh": "libdevice.cosh({0})",
+    "tan": "libdevice.tan({0})",
+    "asin": "libdevice.asin({0})",
+    "acos": "libdevice.acos({0})",
+    "atan": "libdevice.atan({0})",
     "log10": "libdevice.log10({0})",
-    "sigmoid": "(1.0 / (1.0 + tl.exp(-{0})))", "erf": "tl.math.erf({0})",
-    "floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "round": "libdevice.nearbyint({0})",
-    "trunc": "libdevice.trunc({0})", "sign": _sign,
+    "sigmoid": "(1.0 / (1.0 + tl.exp(-{0})))",
+    "erf": "tl.math.erf({0})",
+    "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})",
+    "round": "libdevice.nearbyint({0})",
+    "trunc": "libdevice.trunc({0})",
+    "sign": _sign,
     "relu": "_relu({0})",
-    "maximum": _maxmin("maximum"), "minimum": _maxmin("minimum"),
-    "clamp_min": _maxmin("maximum"), "clamp_max": _maxmin("minimum"),
-    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
-    "gt": "({0} > {1})", "ge": "({0} >= {1})",
-    "isnan": _isnan, "isinf": _isinf,
-    "logical_not": "({0} == 0)", "logical_and": "({0} & {1})", "logical_or": "({0} | {1})",
+    "maximum": _maxmin("maximum"),
+    "minimum": _maxmin("minimum"),
+    "clamp_min": _maxmin("maximum"),
+    "clamp_max": _maxmin("minimum"),
+    "eq": "({0} == {1})",
+    "ne": "({0} != {1})",
+    "lt": "({0} < {1})",
+    "le": "({0} <= {1})",
+    "gt": "({0} > {1})",
+    "ge": "({0} >= {1})",
+    "isnan": _isnan,
+    "isinf": _isinf,
+    "logical_not": "({0} == 0)",
+    "logical_and": "({0} & {1})",
+    "logical_or": "({0} | {1})",
     "logical_xor": "({0} ^ {1})",
-    "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
-    "bitwise_not": _bool_not, "lshift": _shift(left=True), "rshift": _shift(left=False),
+    "bitwise_and": "({0} & {1})",
+    "bitwise_or": "({0} | {1})",
+    "bitwise_xor": "({0} ^ {1})",
+    "bitwise_not": _bool_not,
+    "lshift": _shift(left=True),
+    "rshift": _shift(left=False),
     "pow": _pow,
     "fmod": "({0} % {1})",
     "remainder": _float_or_int("_remainder_float({0}, {1})", "_remainder_int({0}, {1})"),
@@ -133,31 +168,33 @@ OPS: dict[str, Union[str, Render]] = {
     "gelu_tanh": "(0.5 * {0} * (1.0 + libdevice.tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0}))))",
     "silu": "({0} / (1.0 + tl.exp(-{0})))",
     "fma": "({0} * {1} + {2})",
-    "to": _to, "bitcast": _bitcast,
-    "round_bf16": "_round_bf16({0})", "round_fp16": "_round_fp16({0})",
+    "to": _to,
+    "bitcast": _bitcast,
+    "round_bf16": "_round_bf16({0})",
+    "round_fp16": "_round_fp16({0})",
 }
 
 #: helper JIT functions, emitted into a kernel's module only when its source mentions them
 HELPERS: dict[str, str] = {
-    "_relu": '''
+    "_relu": """
 @triton.jit
 def _relu(x):
     return tl.where(x != x, x, tl.maximum(x, 0))
-''',
-    "_floordiv_int": '''
+""",
+    "_floordiv_int": """
 @triton.jit
 def _floordiv_int(a, b):
     q = a // b
     r = a % b
     return q - ((r != 0) & ((r < 0) != (b < 0))).to(q.dtype)
-''',
-    "_remainder_int": '''
+""",
+    "_remainder_int": """
 @triton.jit
 def _remainder_int(a, b):
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-''',
-    "_floordiv_float": '''
+""",
+    "_floordiv_float": """
 @triton.jit
 def _floordiv_float(a, b):
     m = a % b
@@ -166,14 +203,14 @@ def _floordiv_float(a, b):
     fd = tl.floor(d)
     fd = tl.where(d - fd > 0.5, fd + 1.0, fd)
     return tl.where(b == 0, a / b, fd)
-''',
-    "_remainder_float": '''
+""",
+    "_remainder_float": """
 @triton.jit
 def _remainder_float(a, b):
     m = a % b
     return tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
-''',
-    "_pow_int": '''
+""",
+    "_pow_int": """
 @triton.jit
 def _pow_int(a, b):
     result = a * 0 + 1
@@ -184,8 +221,8 @@ def _pow_int(a, b):
         base = base * base
         e = e >> 1
     return result
-''',
-    "_round_bf16": '''
+""",
+    "_round_bf16": """
 @triton.jit
 def _round_bf16(x):
     # fp32 rounded to bf16 precision (nearest even), kept in fp32, with integer ops: with the plain round trip
@@ -194,8 +231,8 @@ def _round_bf16(x):
     u = x.to(tl.uint32, bitcast=True)
     u = (u + (((u >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
     return tl.where(x != x, x, u.to(tl.float32, bitcast=True))
-''',
-    "_round_fp16": '''
+""",
+    "_round_fp16": """
 @triton.jit
 def _round_fp16(x):
     # fp32 rounded to fp16 precision and range (nearest even; subnormals, overflow to inf), kept in fp32
@@ -206,50 +243,50 @@ def _round_fp16(x):
     sub = ((x * 16777216.0 + 12582912.0) - 12582912.0) * 5.960464477539063e-08
     v = tl.where(tl.abs(x) < 6.103515625e-05, sub, v)
     return tl.where(x != x, x, v)
-''',
-    "_max_nan": '''
+""",
+    "_max_nan": """
 @triton.jit
 def _max_nan(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-''',
-    "_min_nan": '''
+""",
+    "_min_nan": """
 @triton.jit
 def _min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-''',
-    "_max_int": '''
+""",
+    "_max_int": """
 @triton.jit
 def _max_int(a, b):
     return tl.maximum(a, b)
-''',
-    "_min_int": '''
+""",
+    "_min_int": """
 @triton.jit
 def _min_int(a, b):
     return tl.minimum(a, b)
-''',
-    "_max_final": '''
+""",
+    "_max_final": """
 @triton.jit
 def _max_final(v):
     nan = tl.max((v != v).to(tl.int8), 1)[:, None] > 0
     return tl.where(nan, float('nan'), tl.max(v, 1)[:, None])
-''',
-    "_min_final": '''
+""",
+    "_min_final": """
 @triton.jit
 def _min_final(v):
     nan = tl.max((v != v).to(tl.int8), 1)[:, None] > 0
     return tl.where(nan, float('nan'), tl.min(v, 1)[:, None])
-''',
-    "_prod_combine": '''
+""",
+    "_prod_combine": """
 @triton.jit
 def _prod_combine(a, b):
     return a * b
-''',
-    "_add_combine": '''
+""",
+    "_add_combine": """
 @triton.jit
 def _add_combine(a, b):
     return a + b
-''',
-    "_logaddexp_combine": '''
+""",
+    "_logaddexp_combine": """
 @triton.jit
 def _logaddexp_combine(a, b):
     hi = tl.maximum(a, b)
@@ -257,8 +294,8 @@ def _logaddexp_combine(a, b):
     finite = (lo != hi) | (tl.abs(lo) != float('inf'))
     out = tl.where(finite, hi + libdevice.log1p(tl.exp(lo - hi)), a)
     return tl.where(a != a, a, tl.where(b != b, b, out))
-''',
-    "_argmax_combine": '''
+""",
+    "_argmax_combine": """
 @triton.jit
 def _argmax_combine(v1, i1, v2, i2):
     nan1 = v1 != v1
@@ -267,8 +304,8 @@ def _argmax_combine(v1, i1, v2, i2):
     tie = (v1 == v2) | (nan1 & nan2)
     pick1 = better | (tie & (i1 < i2))
     return tl.where(pick1, v1, v2), tl.where(pick1, i1, i2)
-''',
-    "_argmin_combine": '''
+""",
+    "_argmin_combine": """
 @triton.jit
 def _argmin_combine(v1, i1, v2, i2):
     nan1 = v1 != v1
@@ -277,7 +314,7 @@ def _argmin_combine(v1, i1, v2, i2):
     tie = (v1 == v2) | (nan1 & nan2)
     pick1 = better | (tie & (i1 < i2))
     return tl.where(pick1, v1, v2), tl.where(pick1, i1, i2)
-''',
+""",
 }
 
 
@@ -286,14 +323,14 @@ def _arg_final(kind: str, is_float: bool) -> str:
     red = "max" if kind == "max" else "min"
     name = f"_arg{kind}_final" + ("" if is_float else "_int")
     if not is_float:
-        return f'''
+        return f"""
 @triton.jit
 def {name}(v, i):
     best = tl.{red}(v, 1)[:, None]
     return tl.min(tl.where(v == best, i, 2147483647), 1)[:, None]
-'''
+"""
     inf = "float('inf')" if kind == "max" else "float('-inf')"
-    return f'''
+    return f"""
 @triton.jit
 def {name}(v, i):
     nan = v != v
@@ -302,7 +339,7 @@ def {name}(v, i):
     best = tl.{red}(key, 1)[:, None]
     cand = tl.where(anynan, nan, key == best)
     return tl.min(tl.where(cand, i, 2147483647), 1)[:, None]
-'''
+"""
 
 
 for _kind in ("max", "min"):

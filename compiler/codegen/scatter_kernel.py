@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 from ..dtypes import tl_dtype
 from ..exc import CodegenError
@@ -25,7 +24,7 @@ from ..ir import Scan, Scatter
 from ..kexpr import Const, Op
 from ..scheduler import KernelGroup
 from .ops_table import cast
-from .printer import raw_literal, pexpr
+from .printer import pexpr, raw_literal
 from .triton_kernel import KernelRenderer, KernelSource, Scope
 
 #: scatter reduce -> the Triton call that writes (``store``: a plain store)
@@ -38,7 +37,11 @@ _P_NAMES = re.compile(r"\bx(index|mask|offset)\b")
 QBLOCK = 64
 
 #: scan type -> (combine helper in ``ops_table.HELPERS``, identity)
-_SCAN = {"sum": ("_add_combine", 0), "prod": ("_prod_combine", 1), "logsumexp": ("_logaddexp_combine", float("-inf"))}
+_SCAN = {
+    "sum": ("_add_combine", 0),
+    "prod": ("_prod_combine", 1),
+    "logsumexp": ("_logaddexp_combine", float("-inf")),
+}
 
 
 class ScatterRenderer(KernelRenderer):
@@ -131,7 +134,7 @@ class ScanRenderer(KernelRenderer):
         self.row_block(body, "roffset + ")
         self._chunk(body, m, combine, acc, ident, carry)
 
-    def _chunk(self, s: Scope, m, combine: str, acc: str, ident: str, carry: Optional[str]) -> None:
+    def _chunk(self, s: Scope, m, combine: str, acc: str, ident: str, carry: str | None) -> None:
         """Scan one block of each row (after ``carry``, the rows' combination so far, when looping) and store it."""
         v = s.emit(m.value)
         a, out = self.new_var(), self.new_var()
@@ -141,8 +144,10 @@ class ScanRenderer(KernelRenderer):
             s.line(f"{out} = {combine}({carry}, {out})")
             s.line(f"{carry} = {combine}({carry}, tl.reduce({a}, 1, {combine})[:, None])")
         self.note_symbols(m.store_index)
-        s.line(f"tl.store({self.out_ptr(m.buf.name)} + tl.broadcast_to({pexpr(m.store_index)}, [XBLOCK, RBLOCK]), "
-               f"{cast(out, m.buf.definition.src_dtype, m.buf.dtype)}, xrmask)")
+        s.line(
+            f"tl.store({self.out_ptr(m.buf.name)} + tl.broadcast_to({pexpr(m.store_index)}, [XBLOCK, RBLOCK]), "
+            f"{cast(out, m.buf.definition.src_dtype, m.buf.dtype)}, xrmask)"
+        )
 
 
 #: group kind -> its renderer

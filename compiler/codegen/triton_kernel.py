@@ -13,32 +13,32 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from typing import Optional
 
 import sympy
 import torch
 
+from ..dtypes import tl_dtype
 from ..exc import CodegenError
 from ..index_simplify import simplify
 from ..ir import Reduction
 from ..kexpr import Const, IndexValue, KExpr, Load, Op, address_steps, fold_condition, kexpr_equal, loads
 from ..scheduler import RINDEX, XINDEX, KernelGroup, Member
-from ..dtypes import tl_dtype
 from .ops_table import HELPERS, cast, render_op
-from .printer import typed_literal, raw_literal, pexpr, pfloat
+from .printer import pexpr, pfloat, raw_literal, typed_literal
 
 
 # ------------------------------------------------------------------------------------------ emitter
 class Scope:
     """A block of generated lines with CSE. ``shape`` is "x" ([XBLOCK, 1] or [XBLOCK]) or "xr"."""
 
-    def __init__(self, renderer: "KernelRenderer", shape: str, lines: list[str], indent: str,
-                 parent: Optional["Scope"] = None) -> None:
+    def __init__(
+        self, renderer: KernelRenderer, shape: str, lines: list[str], indent: str, parent: Scope | None = None
+    ) -> None:
         self.r, self.shape, self.lines, self.indent, self.parent = renderer, shape, lines, indent, parent
         self.cache: dict = {}
         self.members: dict[str, str] = {}  # member buffer -> var in this scope
 
-    def lookup(self, key) -> Optional[str]:
+    def lookup(self, key) -> str | None:
         """The variable holding ``key``'s value in this scope or an enclosing one (CSE), or None."""
         s = self
         while s is not None:
@@ -47,7 +47,7 @@ class Scope:
             s = s.parent
         return None
 
-    def member_var(self, name: str) -> Optional[str]:
+    def member_var(self, name: str) -> str | None:
         """The variable holding group member ``name``'s value in this scope or an enclosing one, or None."""
         s = self
         while s is not None:
@@ -190,7 +190,9 @@ class KernelRenderer:
                 bounds[sym] = int(n) - 1
         out = simplify(index, bounds)
         # an index that no longer varies over a block (a single row) keeps its form: pointers stay blocks
-        return out if (out.free_symbols & {XINDEX, RINDEX}) == (index.free_symbols & {XINDEX, RINDEX}) else index
+        return (
+            out if (out.free_symbols & {XINDEX, RINDEX}) == (index.free_symbols & {XINDEX, RINDEX}) else index
+        )
 
     def note_helpers(self, code: str) -> None:
         for name in HELPERS:
@@ -208,7 +210,7 @@ class KernelRenderer:
             return "xmask"
         return "xrmask" if shape == "xr" else "xmask"
 
-    def mask_for(self, index: sympy.Expr) -> Optional[str]:
+    def mask_for(self, index: sympy.Expr) -> str | None:
         syms = index.free_symbols
         has_x, has_r = XINDEX in syms, RINDEX in syms
         if not self.reduction:
@@ -322,8 +324,10 @@ class KernelRenderer:
         for p, acc in zip(g.partials, accs):
             src = tl_dtype(p.buf.definition.src_dtype)
             v = xr.emit(p.value)
-            xr.line(f"{acc} = {acc} + tl.sum(tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({src}), 0), "
-                    "0)[None, :]")
+            xr.line(
+                f"{acc} = {acc} + tl.sum(tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({src}), 0), "
+                "0)[None, :]"
+            )
         for p, acc in zip(g.partials, accs):
             top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, {acc}, rmask)")
 
@@ -373,7 +377,9 @@ class KernelRenderer:
             if not m.is_reduction or d.reduction_type != "sum" or not d.src_dtype.is_floating_point:
                 continue
             e = m.value
-            if not (isinstance(e, Op) and e.op == "exp" and isinstance(e.args[0], Op) and e.args[0].op == "sub"):
+            if not (
+                isinstance(e, Op) and e.op == "exp" and isinstance(e.args[0], Op) and e.args[0].op == "sub"
+            ):
                 continue
             v, ld = e.args[0].args
             if not isinstance(ld, Load) or ld.indirect or ld.mask is not None:
@@ -395,8 +401,12 @@ class KernelRenderer:
         for k in range(nloops + 1):
             # row members whose inputs are ready before loop k
             for m in members:
-                if m.role == "x" and not m.is_reduction and self._avail[m.buf.name] == k \
-                        and xs.member_var(m.buf.name) is None:
+                if (
+                    m.role == "x"
+                    and not m.is_reduction
+                    and self._avail[m.buf.name] == k
+                    and xs.member_var(m.buf.name) is None
+                ):
                     var = self.compute_x_member(xs, m)
                     if m.store:
                         self.store(xs, m, var)
@@ -428,8 +438,10 @@ class KernelRenderer:
                 if partner is not None and partner.buf.name in accs:
                     var = self.new_var()
                     m_acc, m_row = accs[partner.buf.name], xs.members[partner.buf.name]
-                    xs.line(f"{var} = tl.sum({accs[m.buf.name]} * tl.where({m_acc} == float('-inf'), 0.0, "
-                            f"tl.exp({m_acc} - {m_row})), 1)[:, None]")
+                    xs.line(
+                        f"{var} = tl.sum({accs[m.buf.name]} * tl.where({m_acc} == float('-inf'), 0.0, "
+                        f"tl.exp({m_acc} - {m_row})), 1)[:, None]"
+                    )
                 else:
                     var = self._acc_final(xs, m, accs[m.buf.name])
                 xs.members[m.buf.name] = var
@@ -454,8 +466,11 @@ class KernelRenderer:
         d: Reduction = m.buf.definition
         t = d.reduction_type
         if t in ("max", "min"):
-            name = ("_max_nan" if t == "max" else "_min_nan") if d.src_dtype.is_floating_point else (
-                "_max_int" if t == "max" else "_min_int")
+            name = (
+                ("_max_nan" if t == "max" else "_min_nan")
+                if d.src_dtype.is_floating_point
+                else ("_max_int" if t == "max" else "_min_int")
+            )
         elif t == "prod":
             name = "_prod_combine"
         elif t in ("argmax", "argmin"):
@@ -531,8 +546,10 @@ class KernelRenderer:
         d: Reduction = m.buf.definition
         self._use("_max_nan")
         vm, new, alpha = self.new_var(), self.new_var(), self.new_var()
-        body.line(f"{vm} = tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), "
-                  "float('-inf'))")
+        body.line(
+            f"{vm} = tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), "
+            "float('-inf'))"
+        )
         body.line(f"{new} = _max_nan({m_acc}, {vm})")
         body.line(f"{alpha} = tl.where({new} == float('-inf'), 0.0, tl.exp({m_acc} - {new}))")
         body.line(f"{s_acc} = {s_acc} * {alpha} + tl.where({vm} == float('-inf'), 0.0, tl.exp({vm} - {new}))")
@@ -548,7 +565,7 @@ class KernelRenderer:
 
     # -------------------------------------------------------------- module
     #: the kernel kind in its name (``kiln_<kind>_<origin>_<hash>``); None: pointwise or reduction
-    kind: Optional[str] = None
+    kind: str | None = None
 
     def render_body(self, body: list[str]) -> None:
         """The kernel function's body lines, after its signature."""
@@ -573,8 +590,12 @@ class KernelRenderer:
             params += ["XBLOCK: tl.constexpr"]
         origins = [m.buf.origin or m.buf.name for m in self.group.members + self.group.partials]
         kind = self.kind or ("reduction" if self.reduction else "pointwise")
-        header = ["import triton", "import triton.language as tl",
-                  "from triton.language.extra import libdevice", ""]
+        header = [
+            "import triton",
+            "import triton.language as tl",
+            "from triton.language.extra import libdevice",
+            "",
+        ]
         for h in self.helpers:
             header.append(HELPERS[h].strip("\n"))
             header.append("")
@@ -585,12 +606,22 @@ class KernelRenderer:
         stem = re.sub(r"[^0-9a-zA-Z_]", "_", origins[-1])[:40]
         name = f"kiln_{kind}_{stem}_{tag}"
         text = text.replace("KERNEL_NAME", name)
-        return KernelSource(name, text, ptrs, size_args, self.group.xnumel, self.group.rnumel, self.reduction,
-                            [m.buf.name for m in self.group.members + self.group.partials if m.store], origins,
-                            self.reduction_hint(), self.group.programs)
+        return KernelSource(
+            name,
+            text,
+            ptrs,
+            size_args,
+            self.group.xnumel,
+            self.group.rnumel,
+            self.reduction,
+            [m.buf.name for m in self.group.members + self.group.partials if m.store],
+            origins,
+            self.reduction_hint(),
+            self.group.programs,
+        )
 
     def reduction_hint(self) -> str:
-        """"outer" when reduced elements are far apart in memory and rows are adjacent (column sums).
+        """ "outer" when reduced elements are far apart in memory and rows are adjacent (column sums).
 
         Decided from the address step of each load of a reduction member when xindex or rindex grows by
         one, evaluated at a sample point (size symbols set to large sample values).

@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
@@ -70,23 +71,37 @@ class Wrapper:
             raise InvariantError(f"{where}: {e}") from e
         nodes = list(graph.nodes)
         placeholders = [n for n in nodes if n.op == "placeholder"]
-        require(len(placeholders) == len(self.schedule.program.inputs),
-                 f"{where}: {len(placeholders)} placeholders for {len(self.schedule.program.inputs)} inputs")
-        launches = [n for n in nodes if n.op == "call_module"
-                    and isinstance(self.module.get_submodule(n.target), TritonKernel)]
+        require(
+            len(placeholders) == len(self.schedule.program.inputs),
+            f"{where}: {len(placeholders)} placeholders for {len(self.schedule.program.inputs)} inputs",
+        )
+        launches = [
+            n
+            for n in nodes
+            if n.op == "call_module" and isinstance(self.module.get_submodule(n.target), TritonKernel)
+        ]
         kernels = self.kernels.launches
-        require([n.target for n in launches] == [ks.name for ks in kernels],
-                 f"{where}: launches {[n.target for n in launches]} are not the schedule's kernels "
-                 f"{[ks.name for ks in kernels]}")
+        require(
+            [n.target for n in launches] == [ks.name for ks in kernels],
+            f"{where}: launches {[n.target for n in launches]} are not the schedule's kernels "
+            f"{[ks.name for ks in kernels]}",
+        )
         modules = {name for name, m in self.module.named_children() if isinstance(m, TritonKernel)}
-        require(modules == {ks.name for ks in kernels}, f"{where}: kernel modules {sorted(modules)} never launched")
+        require(
+            modules == {ks.name for ks in kernels},
+            f"{where}: kernel modules {sorted(modules)} never launched",
+        )
         for node, ks in zip(launches, kernels):
-            require(self.module.get_submodule(node.target).source == ks.source,
-                     f"{where}: module {ks.name} does not hold its kernel's source")
+            require(
+                self.module.get_submodule(node.target).source == ks.source,
+                f"{where}: module {ks.name} does not hold its kernel's source",
+            )
             for (param, name), arg in zip(ks.ptr_args, node.args):
                 if param.startswith("out_ptr") and name not in self.schedule.in_place:
-                    require(isinstance(arg, fx.Node) and _allocates(arg),
-                             f"{where}: {ks.name} writes {name} through {arg}, not an allocation")
+                    require(
+                        isinstance(arg, fx.Node) and _allocates(arg),
+                        f"{where}: {ks.name} writes {name} through {arg}, not an allocation",
+                    )
 
 
 def wrap(schedule: Schedule, kernels: Kernels) -> Wrapper:
@@ -96,12 +111,17 @@ def wrap(schedule: Schedule, kernels: Kernels) -> Wrapper:
 
 class WrapperBuilder:
     def __init__(self, schedule: Schedule, kernels: Kernels) -> None:
-        require(kernels.schedule is schedule, f"schedule of {schedule.program.name} wrapped with the kernels of "
-                                               f"another schedule ({kernels.schedule.program.name})")
+        require(
+            kernels.schedule is schedule,
+            f"schedule of {schedule.program.name} wrapped with the kernels of "
+            f"another schedule ({kernels.schedule.program.name})",
+        )
         self.g = schedule.program
         self.schedule = schedule
         self.kernels = kernels
-        self.kernel_of: dict[int, KernelSource] = {id(g): ks for g, ks in kernels.pairs()}  # group -> its kernel
+        self.kernel_of: dict[int, KernelSource] = {
+            id(g): ks for g, ks in kernels.pairs()
+        }  # group -> its kernel
         self.graph = fx.Graph()
         self.root = torch.nn.Module()
         self.nodes: dict[str, Any] = {}  # buffer name -> fx node
@@ -110,7 +130,7 @@ class WrapperBuilder:
         self.opaque: dict[int, Any] = {}
         self.placeholders: list[tuple[fx.Node, Any]] = []
         # value tracing (``trace_values``): the steps whose outputs the trace records; None: no trace calls
-        self.trace_sites: Optional[list[value_trace.TraceSite]] = [] if config.settings().trace_values else None
+        self.trace_sites: list[value_trace.TraceSite] | None = [] if config.settings().trace_values else None
 
     # ------------------------------------------------------------------ symbols and expressions
     def bind_symbol(self, s: sympy.Symbol) -> Any:
@@ -217,8 +237,13 @@ class WrapperBuilder:
         if fast is not None:
             node = self.graph.create_node("call_function", fast, (size, stride, lay.dtype), name=buf.name)
         else:
-            node = self.graph.create_node("call_function", torch.empty_strided, (size, stride),
-                                          {"dtype": lay.dtype, "device": lay.device}, name=buf.name)
+            node = self.graph.create_node(
+                "call_function",
+                torch.empty_strided,
+                (size, stride),
+                {"dtype": lay.dtype, "device": lay.device},
+                name=buf.name,
+            )
         self.nodes[buf.name] = node
         return node
 
@@ -234,9 +259,15 @@ class WrapperBuilder:
             if v.dtype != v.buffer.dtype:
                 base = self.graph.call_function(aten.view.dtype, (base, v.dtype))
             offset = v.buffer.base_offset + v.layout.offset
-            return self.graph.call_function(reinterpret_tensor, (
-                base, [self.expr(s) for s in v.layout.size], [self.expr(s) for s in v.layout.stride],
-                self.expr(offset)))
+            return self.graph.call_function(
+                reinterpret_tensor,
+                (
+                    base,
+                    [self.expr(s) for s in v.layout.size],
+                    [self.expr(s) for s in v.layout.stride],
+                    self.expr(offset),
+                ),
+            )
         if isinstance(v, SymScalar):
             return self.expr(v.expr) if not v.expr.is_number else v.py_type(v.expr)
         if isinstance(v, Opaque):
@@ -354,10 +385,21 @@ class WrapperBuilder:
                 self.allocate(m.buf)
         attr = ks.name
         if not hasattr(self.root, attr):
-            self.root.add_module(attr, TritonKernel(ks.name, ks.source, [p for p, _ in ks.ptr_args],
-                                                    [s.name for s in ks.size_args], ks.reduction, ks.hint,
-                                                    ks.programs))
-        args = [self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b]) for _, b in ks.ptr_args]
+            self.root.add_module(
+                attr,
+                TritonKernel(
+                    ks.name,
+                    ks.source,
+                    [p for p, _ in ks.ptr_args],
+                    [s.name for s in ks.size_args],
+                    ks.reduction,
+                    ks.hint,
+                    ks.programs,
+                ),
+            )
+        args = [
+            self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b]) for _, b in ks.ptr_args
+        ]
         args += [self.expr(s) for s in ks.size_args]
         args.append(self.expr(ks.xnumel))
         if ks.reduction:
@@ -365,9 +407,15 @@ class WrapperBuilder:
         node = self.graph.call_module(attr, tuple(args))
         if self.trace_sites is not None:
             outs = [i for i, (param, _) in enumerate(ks.ptr_args) if param.startswith("out_ptr")]
-            self.trace_sites.append(value_trace.TraceSite(
-                node, "triton", attr, tuple(ks.ptr_args[i][1] for i in outs),
-                lambda: [node.args[i] for i in outs]))  # read after buffer reuse renamed allocations
+            self.trace_sites.append(
+                value_trace.TraceSite(
+                    node,
+                    "triton",
+                    attr,
+                    tuple(ks.ptr_args[i][1] for i in outs),
+                    lambda: [node.args[i] for i in outs],
+                )
+            )  # read after buffer reuse renamed allocations
 
     def emit_combo(self, combo: ComboSource) -> None:
         """One launch of a combo kernel: its parts' stored buffers allocated, then ``self.<combo>(pointers of
@@ -378,28 +426,45 @@ class WrapperBuilder:
                 if m.store and m.buf.name not in self.nodes:
                     self.allocate(m.buf)
         if not hasattr(self.root, combo.name):
-            parts = [TritonKernel(ks.name, ks.source, [p for p, _ in ks.ptr_args], [], False, ks.hint, 0)
-                     for ks in combo.parts]
-            self.root.add_module(combo.name, ComboKernel(combo.name, combo.source, [p for p, _ in combo.ptr_args],
-                                                         parts))
-        args = [self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b]) for _, b in combo.ptr_args]
+            parts = [
+                TritonKernel(ks.name, ks.source, [p for p, _ in ks.ptr_args], [], False, ks.hint, 0)
+                for ks in combo.parts
+            ]
+            self.root.add_module(
+                combo.name, ComboKernel(combo.name, combo.source, [p for p, _ in combo.ptr_args], parts)
+            )
+        args = [
+            self.nodes[b] if b in self.nodes else self.buffer_node(self.g.buffers[b])
+            for _, b in combo.ptr_args
+        ]
         args += [self.expr(ks.xnumel) for ks in combo.parts]
         node = self.graph.call_module(combo.name, tuple(args))
         if self.trace_sites is not None:
             outs = [i for i, (param, _) in enumerate(combo.ptr_args) if param.startswith("out_ptr")]
-            self.trace_sites.append(value_trace.TraceSite(
-                node, "triton", combo.name, tuple(combo.ptr_args[i][1] for i in outs),
-                lambda: [node.args[i] for i in outs]))
+            self.trace_sites.append(
+                value_trace.TraceSite(
+                    node,
+                    "triton",
+                    combo.name,
+                    tuple(combo.ptr_args[i][1] for i in outs),
+                    lambda: [node.args[i] for i in outs],
+                )
+            )
 
     def emit_extern(self, call: ExternCall) -> None:
         args = self.value(call.args)
         kwargs = self.value(call.kwargs)
         if call.out is not None:
             kwargs["out"] = self.allocate(call.out)
-            node = self.graph.call_function(EXTERN_FUNCTIONS.get(call.target, call.target), tuple(args), kwargs)
+            node = self.graph.call_function(
+                EXTERN_FUNCTIONS.get(call.target, call.target), tuple(args), kwargs
+            )
             if self.trace_sites is not None:
-                self.trace_sites.append(value_trace.TraceSite(node, "extern", str(call.target), (call.out.name,),
-                                                              lambda: [node.kwargs["out"]]))
+                self.trace_sites.append(
+                    value_trace.TraceSite(
+                        node, "extern", str(call.target), (call.out.name,), lambda: [node.kwargs["out"]]
+                    )
+                )
             return
         target = FALLBACK_FUNCTIONS.get(call.target, call.target) if not kwargs else call.target
         node = self.graph.call_function(target, tuple(args), kwargs)
@@ -412,9 +477,15 @@ class WrapperBuilder:
         bufs = [b for b in pytree.tree_leaves(call.outputs) if isinstance(b, Buffer)]
         if bufs:
             nodes = [self.nodes[b.name] for b in bufs]
-            self.trace_sites.append(value_trace.TraceSite(next(iter(reversed(self.graph.nodes))), "fallback",
-                                                          str(call.target), tuple(b.name for b in bufs),
-                                                          lambda: nodes))
+            self.trace_sites.append(
+                value_trace.TraceSite(
+                    next(iter(reversed(self.graph.nodes))),
+                    "fallback",
+                    str(call.target),
+                    tuple(b.name for b in bufs),
+                    lambda: nodes,
+                )
+            )
 
     def emit_write_backs(self, calls: list[ExternCall]) -> None:
         """The new values of the mutated inputs copied into them (the schedule's last items): one
@@ -443,8 +514,13 @@ class WrapperBuilder:
 
 #: extern ``.out`` overloads -> the ``torch`` function with the same schema (``out=`` included), which binds its
 #: arguments in C: about half the host time of calling the OpOverload
-EXTERN_FUNCTIONS: dict[Any, Callable] = {aten.mm.out: torch.mm, aten.bmm.out: torch.bmm, aten.addmm.out: torch.addmm,
-                                         aten.baddbmm.out: torch.baddbmm, aten.addbmm.out: torch.addbmm}
+EXTERN_FUNCTIONS: dict[Any, Callable] = {
+    aten.mm.out: torch.mm,
+    aten.bmm.out: torch.bmm,
+    aten.addmm.out: torch.addmm,
+    aten.baddbmm.out: torch.baddbmm,
+    aten.addbmm.out: torch.addbmm,
+}
 
 #: ATen fallbacks -> the ``torch`` function generated from the same native schema (positional arguments
 #: only are passed through it): a ResNet-50 step makes 53 convolution calls, each cheaper in C-bound binding
@@ -457,13 +533,24 @@ FALLBACK_FUNCTIONS: dict[Any, Callable] = {
 }
 
 #: torch's sympy functions of float size arithmetic -> the Python function that computes them
-_FLOAT_FUNCTIONS = {"CeilToInt": math.ceil, "FloorToInt": math.floor, "TruncToInt": math.trunc,
-                    "RoundToInt": round, "ToFloat": float, "FloatTrueDiv": operator.truediv,
-                    "IntTrueDiv": operator.truediv}
+_FLOAT_FUNCTIONS = {
+    "CeilToInt": math.ceil,
+    "FloorToInt": math.floor,
+    "TruncToInt": math.trunc,
+    "RoundToInt": round,
+    "ToFloat": float,
+    "FloatTrueDiv": operator.truediv,
+    "IntTrueDiv": operator.truediv,
+}
 
-_RELATIONS = {sympy.StrictGreaterThan: operator.gt, sympy.StrictLessThan: operator.lt,
-              sympy.GreaterThan: operator.ge, sympy.LessThan: operator.le,
-              sympy.Equality: operator.eq, sympy.Unequality: operator.ne}
+_RELATIONS = {
+    sympy.StrictGreaterThan: operator.gt,
+    sympy.StrictLessThan: operator.lt,
+    sympy.GreaterThan: operator.ge,
+    sympy.LessThan: operator.le,
+    sympy.Equality: operator.eq,
+    sympy.Unequality: operator.ne,
+}
 
 
 def written_inputs(gm: fx.GraphModule) -> list[int]:
@@ -481,7 +568,7 @@ def written_inputs(gm: fx.GraphModule) -> list[int]:
     return [i for i, p in enumerate(placeholders) if p in written]
 
 
-def fast_allocator(device: torch.device) -> Optional[Callable]:
+def fast_allocator(device: torch.device) -> Callable | None:
     """Dynamo's C allocator for ``device`` (a few microseconds less than ``torch.empty_strided`` per buffer),
     or None. It allocates on the current device, so CUDA uses it only when one GPU is visible."""
     guards = getattr(torch._C._dynamo, "guards", None)
@@ -494,15 +581,17 @@ def fast_allocator(device: torch.device) -> Optional[Callable]:
 
 def _allocates(node: fx.Node) -> bool:
     """``node`` allocates a buffer: ``torch.empty_strided`` or one of Dynamo's C allocators."""
-    return node.op == "call_function" and (node.target is torch.empty_strided or
-                                           getattr(node.target, "__name__", "").startswith("_empty_strided_"))
+    return node.op == "call_function" and (
+        node.target is torch.empty_strided
+        or getattr(node.target, "__name__", "").startswith("_empty_strided_")
+    )
 
 
 #: wrapper nodes that alias their first argument's memory (views of a buffer)
 _ALIASES = (reinterpret_tensor, aten.view.dtype)
 
 
-def _pooled_last_use(alloc: fx.Node, pos: dict[fx.Node, int]) -> Optional[int]:
+def _pooled_last_use(alloc: fx.Node, pos: dict[fx.Node, int]) -> int | None:
     """Position of the last node that uses ``alloc``'s memory, when every use is one that lets the memory go
     at that point: a kernel launch, an ``out=`` extern call whose result is unused, or a view (followed to its
     own uses). None when the memory escapes: a graph output, a fallback or subgraph (whose result may alias

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from ..graph import GraphLowering, SubgraphCall, SubgraphRef, map_values, values_of, register_lowering
+from ..graph import GraphLowering, SubgraphCall, SubgraphRef, map_values, register_lowering, values_of
 
 HOPS = []
 for _name in ("cond", "while_loop"):
@@ -38,7 +38,9 @@ def lower_hop(g: GraphLowering, node: fx.Node, *args, **kwargs):
             compiled = g.subgraph_compiler(sub, f"{g.name}.{a_fx.target}")
             # kiln wrappers return tuples; a subgraph returning one bare value (while_loop's cond_fn) keeps that form
             out_node = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
-            subgraphs[attr] = compiled if isinstance(out_node.args[0], (tuple, list)) else SingleOutput(compiled)
+            subgraphs[attr] = (
+                compiled if isinstance(out_node.args[0], (tuple, list)) else SingleOutput(compiled)
+            )
             new_args.append(SubgraphRef(attr))
         else:
             new_args.append(map_values(a, g.realize))

@@ -5,7 +5,7 @@ gathers in cross-entropy and ``roll``/nearest-upsampling index math fuse with th
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import sympy
 import torch
@@ -35,8 +35,11 @@ def wrap_index(i: KExpr, size: sympy.Expr) -> KExpr:
     """Python-style negative indices: ``i < 0 ? i + size : i`` (int64)."""
     i = cast(i, torch.int64)
     n = Const(int(size), torch.int64) if size.is_number else IndexValue(size)
-    return Op("where", [Op("lt", [i, Const(0, torch.int64)], torch.bool), Op("add", [i, n], torch.int64), i],
-              torch.int64)
+    return Op(
+        "where",
+        [Op("lt", [i, Const(0, torch.int64)], torch.bool), Op("add", [i, n], torch.int64), i],
+        torch.int64,
+    )
 
 
 def _indirect_load(g: GraphLowering, src: Value, index: list, bindings: list) -> KExpr:
@@ -51,7 +54,7 @@ def _source(g: GraphLowering, node, x: Value) -> Value:
 
 
 @register_lowering(aten.index.Tensor)
-def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]]):
+def _index(g: GraphLowering, node, x: Value, indices: Sequence[Value | None]):
     out = node.meta["val"]
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
         raise NotLowered("boolean mask indexing has a data-dependent size")
@@ -66,9 +69,9 @@ def _index(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]])
 
     def fn(oidx: Index) -> KExpr:
         if adjacent:
-            before = list(oidx[:dims[0]])
-            bidx = list(oidx[dims[0]:dims[0] + nb])
-            after = list(oidx[dims[0] + nb:])
+            before = list(oidx[: dims[0]])
+            bidx = list(oidx[dims[0] : dims[0] + nb])
+            after = list(oidx[dims[0] + nb :])
             rest = before + after
             rest_dims = [d for d in range(rank) if d not in dims]
         else:
@@ -114,8 +117,9 @@ def _gather(g: GraphLowering, node, x: Value, dim: int, index: Value, sparse_gra
 
 @register_lowering(aten.index_select.default)
 def _index_select(g: GraphLowering, node, x: Value, dim: int, index: Value):
-    return _take_along(g, node, x, dim, index,
-                       lambda ix, oidx, d: ix.load([oidx[d]] if len(ix.size) == 1 else []))
+    return _take_along(
+        g, node, x, dim, index, lambda ix, oidx, d: ix.load([oidx[d]] if len(ix.size) == 1 else [])
+    )
 
 
 @register_lowering(aten.scatter.value, aten.scatter.src)
@@ -126,11 +130,15 @@ def _scatter_one_hot(g: GraphLowering, node, x: Value, dim: int, index: Value, s
     out = node.meta["val"]
     rank = len(x.size)
     dim = dim + rank if dim < 0 else dim
-    if len(index.size) != rank or index.size[dim] != 1 or any(
-            index.size[d] != x.size[d] for d in range(rank) if d != dim):
+    if (
+        len(index.size) != rank
+        or index.size[dim] != 1
+        or any(index.size[d] != x.size[d] for d in range(rank) if d != dim)
+    ):
         raise NotLowered("scatter with several positions per slice")
-    if isinstance(src, Value) and (len(src.size) != rank or any(
-            src.size[d] != index.size[d] for d in range(rank))):
+    if isinstance(src, Value) and (
+        len(src.size) != rank or any(src.size[d] != index.size[d] for d in range(rank))
+    ):
         raise NotLowered("scatter source shaped unlike its index")
     size = tuple(sym(s) for s in out.shape)
 

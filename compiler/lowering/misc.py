@@ -31,28 +31,42 @@ def _clone(g: GraphLowering, node, x: Value, *, memory_format=None):
 
 
 @register_lowering(aten._to_copy.default, same_device=False)
-def _to_copy(g: GraphLowering, node, x: Value, *, dtype=None, layout=None, device=None, pin_memory=None,
-             non_blocking=False, memory_format=None):
+def _to_copy(
+    g: GraphLowering,
+    node,
+    x: Value,
+    *,
+    dtype=None,
+    layout=None,
+    device=None,
+    pin_memory=None,
+    non_blocking=False,
+    memory_format=None,
+):
     out = node.meta["val"]
     if out.device != x.device:
         raise NotLowered(f"device copy {x.device} -> {out.device}", kind="device")
-    return Lazy(x.size, out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype, explicit=True),
-                x.cost + 1)
+    return Lazy(
+        x.size, out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype, explicit=True), x.cost + 1
+    )
 
 
 @register_lowering(prims.convert_element_type.default)
 def _convert(g: GraphLowering, node, x: Value, dtype: torch.dtype):
-    return Lazy(x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True),
-                x.cost + 1)
+    return Lazy(x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True), x.cost + 1)
 
 
 @register_lowering(aten.copy.default)
 def _copy(g: GraphLowering, node, dst: Value, src: Value, non_blocking=False):
     out = node.meta["val"]
     size = _size(node)
-    return Lazy(size, out.dtype, dst.device,
-                lambda idx: cast(src.load(broadcast_index(src.size, size, idx)), out.dtype, explicit=True),
-                src.cost + 1)
+    return Lazy(
+        size,
+        out.dtype,
+        dst.device,
+        lambda idx: cast(src.load(broadcast_index(src.size, size, idx)), out.dtype, explicit=True),
+        src.cost + 1,
+    )
 
 
 @register_lowering(aten.copy_.default)
@@ -64,14 +78,24 @@ def _write_back(g: GraphLowering, node, dst: Value, src: Value, non_blocking=Fal
     if not (isinstance(dst, Strided) and isinstance(dst.buffer, InputBuffer)):
         raise NotLowered("copy_ into a tensor that is not a graph input")
     value = g.realize(_copy(g, node, dst, src), node.args[0].meta.get("val"))
-    g.steps.append(ExternCall(aten.copy_.default, (dst, value), {}, None, node.name, None, transfer=True,
-                              write_back=True))
+    g.steps.append(
+        ExternCall(
+            aten.copy_.default, (dst, value), {}, None, node.name, None, transfer=True, write_back=True
+        )
+    )
     return dst
 
 
-@register_lowering(aten.full.default, aten.full_like.default, aten.scalar_tensor.default,
-                   aten.zeros.default, aten.ones.default, aten.zeros_like.default, aten.ones_like.default,
-                   same_device=False)
+@register_lowering(
+    aten.full.default,
+    aten.full_like.default,
+    aten.scalar_tensor.default,
+    aten.zeros.default,
+    aten.ones.default,
+    aten.zeros_like.default,
+    aten.ones_like.default,
+    same_device=False,
+)
 def _full(g: GraphLowering, node, *args, **kwargs):
     out = node.meta["val"]
     t = node.target
@@ -91,11 +115,19 @@ def _full(g: GraphLowering, node, *args, **kwargs):
     return Lazy(size, out.dtype, out.device, lambda idx: Const(value, out.dtype))
 
 
-@register_lowering(aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
-                   aten.new_empty.default, aten.new_empty_strided.default, same_device=False)
+@register_lowering(
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_like.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+    same_device=False,
+)
 def _empty(g: GraphLowering, node, *args, **kwargs):
     out = node.meta["val"]
-    buf = EmptyBuffer(g.new_name(), layout_from_meta(out, sym(out.storage_offset())), sym(out.storage_offset()))
+    buf = EmptyBuffer(
+        g.new_name(), layout_from_meta(out, sym(out.storage_offset())), sym(out.storage_offset())
+    )
     g.add_buffer(buf)
     return Strided(buf, buf.layout)
 
@@ -117,7 +149,9 @@ def _arange(g: GraphLowering, node, *args, **kwargs):
         start, step = nums[0], 1
     else:
         start, step = nums[0], (nums[2] if len(nums) > 2 else 1)
-    is_float = [isinstance(v, float) or (isinstance(v, SymScalar) and v.py_type is float) for v in (start, step)]
+    is_float = [
+        isinstance(v, float) or (isinstance(v, SymScalar) and v.py_type is float) for v in (start, step)
+    ]
     if any(is_float) or out.dtype.is_floating_point:
         comp = torch.float64
         size = _size(node)
@@ -162,8 +196,14 @@ def _cat(g: GraphLowering, node, tensors, dim=0):
 
 def _in_range(i: sympy.Expr, n: sympy.Expr) -> KExpr:
     """``0 <= i < n`` as a bool KExpr."""
-    return Op("logical_and", [Op("ge", [IndexValue(i), Const(0, torch.int64)], torch.bool),
-                              Op("lt", [IndexValue(i), _int(n)], torch.bool)], torch.bool)
+    return Op(
+        "logical_and",
+        [
+            Op("ge", [IndexValue(i), Const(0, torch.int64)], torch.bool),
+            Op("lt", [IndexValue(i), _int(n)], torch.bool),
+        ],
+        torch.bool,
+    )
 
 
 def _int(e: sympy.Expr) -> KExpr:
@@ -238,7 +278,9 @@ register_lowering(aten.addbmm.default)(_extern(aten.addbmm.out))
 
 
 @register_lowering(aten.slice_scatter.default)
-def _slice_scatter(g: GraphLowering, node, x: Value, src: Value, dim: int = 0, start=None, end=None, step: int = 1):
+def _slice_scatter(
+    g: GraphLowering, node, x: Value, src: Value, dim: int = 0, start=None, end=None, step: int = 1
+):
     """``x`` with ``src`` written into ``x[start:end:step]`` along ``dim`` (functionalized in-place slicing)."""
     out = node.meta["val"]
     size = _size(node)
@@ -257,7 +299,9 @@ def _slice_scatter(g: GraphLowering, node, x: Value, src: Value, dim: int = 0, s
         if step_e == 1:
             local[dim] = rel
         else:
-            on_step = Op("eq", [IndexValue(rel - step_e * FloorDiv(rel, step_e)), Const(0, torch.int64)], torch.bool)
+            on_step = Op(
+                "eq", [IndexValue(rel - step_e * FloorDiv(rel, step_e)), Const(0, torch.int64)], torch.bool
+            )
             inside = Op("logical_and", [inside, on_step], torch.bool)
             local[dim] = FloorDiv(rel, step_e)
         new = cast(_masked(src, local, inside), out.dtype)

@@ -6,18 +6,27 @@ and ``var_mean`` are built from sums (two-pass variance: mean first, then square
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import sympy
 import torch
-
-from ..exc import NotLowered
-from ..graph import GraphLowering, register_lowering
-from ..ir import (ColumnSource, ComputedBuffer, Index, Layout, Lazy, Reduction, Strided, Value, contiguous_strides,
-                  prod)
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from ..dtypes import compute_dtype
+from ..exc import NotLowered
+from ..graph import GraphLowering, register_lowering
+from ..ir import (
+    ColumnSource,
+    ComputedBuffer,
+    Index,
+    Layout,
+    Lazy,
+    Reduction,
+    Strided,
+    Value,
+    contiguous_strides,
+    prod,
+)
 from ..kexpr import Const, IndexValue, KExpr, Op, cast
 
 aten = torch.ops.aten
@@ -32,12 +41,22 @@ def _dims(dims, rank: int) -> list[int]:
     return out if rank > 0 else []
 
 
-def reduce(g: GraphLowering, x: Value, dims: Sequence[int], keepdim: bool, rtype: str,
-           dtype: torch.dtype, src_dtype: Optional[torch.dtype] = None, body=None) -> Strided:
+def reduce(
+    g: GraphLowering,
+    x: Value,
+    dims: Sequence[int],
+    keepdim: bool,
+    rtype: str,
+    dtype: torch.dtype,
+    src_dtype: torch.dtype | None = None,
+    body=None,
+) -> Strided:
     """Add a Reduction over ``dims`` of ``x`` (or of ``body(full_index)``) and return a view of its buffer."""
     rank = len(x.size)
     dset = set(dims)
-    out_ranges = tuple((sympy.Integer(1) if d in dset else x.size[d]) for d in range(rank) if keepdim or d not in dset)
+    out_ranges = tuple(
+        (sympy.Integer(1) if d in dset else x.size[d]) for d in range(rank) if keepdim or d not in dset
+    )
     red_ranges = tuple(x.size[d] for d in dims)
     src = src_dtype or compute_dtype(dtype)
     load = body or x.load
@@ -98,6 +117,7 @@ def _is_outer(fn, out_ranges, red_ranges) -> bool:
     steps of each load, evaluated as the renderer's ``reduction_hint`` does: views put floor divisions and
     modulos into indices, and a column sum through a reshape was taken for a row sum and never split)."""
     from ..kexpr import address_steps, loads
+
     idx = [sympy.Symbol(f"o{i}", integer=True, nonnegative=True) for i in range(len(out_ranges))]
     ridx = [sympy.Symbol(f"q{i}", integer=True, nonnegative=True) for i in range(len(red_ranges))]
     if not idx or not ridx:
@@ -131,8 +151,9 @@ def _identity(rtype: str, dtype: torch.dtype):
     return info.min if rtype == "max" else info.max
 
 
-def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, split: int,
-                  outer: bool = False) -> Strided:
+def _split_reduce(
+    g, device, out_ranges, red_ranges, fn, rtype, dtype, src, split: int, outer: bool = False
+) -> Strided:
     from .misc import mask_loads
 
     R = int(prod(red_ranges))
@@ -143,8 +164,10 @@ def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, spli
     def stage1(idx: Index, ridx: Index) -> KExpr:
         flat = idx[0] * chunk + ridx[0]
         inside = Op("lt", [IndexValue(flat), Const(R, torch.int64)], torch.bool)
-        parts = [FloorDiv(flat, red_strides[0]) if i == 0 else ModularIndexing(flat, st, sz)
-                 for i, (st, sz) in enumerate(zip(red_strides, red_ranges))]
+        parts = [
+            FloorDiv(flat, red_strides[0]) if i == 0 else ModularIndexing(flat, st, sz)
+            for i, (st, sz) in enumerate(zip(red_strides, red_ranges))
+        ]
         v = mask_loads(fn(list(idx[1:]), parts), inside, {})
         return Op("where", [inside, v, ident], src)
 
@@ -152,8 +175,11 @@ def _split_reduce(g, device, out_ranges, red_ranges, fn, rtype, dtype, src, spli
     ranges1 = (sympy.Integer(split),) + tuple(out_ranges)
     lay1 = Layout(ranges1, contiguous_strides(ranges1), sympy.Integer(0), src, device)
     column = ColumnSource(fn, tuple(out_ranges), tuple(red_ranges)) if outer and rtype == "sum" else None
-    part = g.add_computed(ComputedBuffer(g.new_name(), lay1, Reduction(ranges1, (sympy.Integer(chunk),), stage1,
-                                                                         rtype, src, src, column)))
+    part = g.add_computed(
+        ComputedBuffer(
+            g.new_name(), lay1, Reduction(ranges1, (sympy.Integer(chunk),), stage1, rtype, src, src, column)
+        )
+    )
 
     def stage2(idx: Index, ridx: Index) -> KExpr:
         return part.load([ridx[0]] + list(idx))
@@ -209,15 +235,25 @@ def _max_all(g, node, x):
     return _simple("max" if node.target is aten.max.default else "min")(g, node, x, None, False)
 
 
-@register_lowering(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default)
+@register_lowering(
+    aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default
+)
 def _any_all(g, node, x, dims=None, keepdim=False):
     rtype = "max" if node.target.__name__.startswith("any") else "min"
     out = node.meta["val"]
     if len(x.size) == 0:
         return Lazy((), torch.bool, x.device, lambda idx: cast(x.load(idx), torch.bool))
     d = _dims(dims, len(x.size))
-    r = reduce(g, x, d, keepdim, rtype, torch.int32, torch.int32,
-               body=lambda full: cast(cast(x.load(full), torch.bool), torch.int32))
+    r = reduce(
+        g,
+        x,
+        d,
+        keepdim,
+        rtype,
+        torch.int32,
+        torch.int32,
+        body=lambda full: cast(cast(x.load(full), torch.bool), torch.int32),
+    )
     return Lazy(r.size, out.dtype, x.device, lambda idx: cast(r.load(idx), torch.bool))
 
 
@@ -228,6 +264,7 @@ def _arg(rtype: str):
         if dim is None:
             flat_size = (prod(x.size),)
             from .views import reshape_value
+
             remap = reshape_value(x, flat_size)
             flat = Lazy(flat_size, x.dtype, x.device, lambda idx: x.load(remap(idx)))
             r = reduce(g, flat, [0], False, rtype, torch.int64, compute_dtype(x.dtype))
@@ -249,8 +286,10 @@ def _max_dim(g, node, x: Value, dim: int, keepdim: bool = False):
     is_max = node.target is aten.max.dim
     out = node.meta["val"][0]
     if len(x.size) == 0:
-        return (Lazy((), x.dtype, x.device, lambda idx: x.load(idx)),
-                Lazy((), torch.int64, x.device, lambda idx: Const(0, torch.int64)))
+        return (
+            Lazy((), x.dtype, x.device, lambda idx: x.load(idx)),
+            Lazy((), torch.int64, x.device, lambda idx: Const(0, torch.int64)),
+        )
     d = _dims(dim, len(x.size))
     acc = _acc_dtype(out.dtype)
     vals: Value = reduce(g, x, d, keepdim, "max" if is_max else "min", acc)
@@ -278,8 +317,12 @@ def _mean(g, node, x: Value, dims=None, keepdim: bool = False, *, dtype=None):
     acc = _acc_dtype(out.dtype)
     s = reduce(g, x, d, keepdim, "sum", acc)
     n = _count(x, d)
-    return Lazy(s.size, out.dtype, x.device,
-                lambda idx: cast(Op("truediv", [s.load(idx), _scalar_value(n, acc)], acc), out.dtype))
+    return Lazy(
+        s.size,
+        out.dtype,
+        x.device,
+        lambda idx: cast(Op("truediv", [s.load(idx), _scalar_value(n, acc)], acc), out.dtype),
+    )
 
 
 def _var_parts(g, node, x: Value, dims, correction, keepdim: bool):
@@ -315,7 +358,11 @@ def _var_parts(g, node, x: Value, dims, correction, keepdim: bool):
 
     def mean_fn(idx: Index) -> KExpr:
         it = iter(idx)
-        kidx = [sympy.Integer(0) if i in dset else next(it) for i in range(len(x.size))] if not keepdim else list(idx)
+        kidx = (
+            [sympy.Integer(0) if i in dset else next(it) for i in range(len(x.size))]
+            if not keepdim
+            else list(idx)
+        )
         return cast(Op("truediv", [total.load(kidx), _scalar_value(n, acc)], acc), out.dtype)
 
     mean = Lazy(m2.size, out.dtype, x.device, mean_fn)
@@ -339,4 +386,9 @@ def _std(g, node, x, dims=None, *, correction=None, keepdim=False):
     var, _ = _var_parts(g, node, x, dims, correction, keepdim)  # eager: sqrt(var), one rounding
     out = node.meta["val"]
     acc = _acc_dtype(out.dtype)
-    return Lazy(var.size, out.dtype, x.device, lambda idx: cast(Op("sqrt", [cast(var.load(idx), acc)], acc), out.dtype))
+    return Lazy(
+        var.size,
+        out.dtype,
+        x.device,
+        lambda idx: cast(Op("sqrt", [cast(var.load(idx), acc)], acc), out.dtype),
+    )

@@ -14,7 +14,7 @@ an atomic float sum or a store that may race is noted in ``Program.nondeterminis
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import sympy
 import torch
@@ -23,10 +23,23 @@ from ..contract import broadcast_index
 from ..dtypes import compute_dtype
 from ..exc import NotLowered
 from ..graph import FallbackReason, GraphLowering, register_lowering
-from ..ir import (ComputedBuffer, Index, Layout, Lazy, Pointwise, Scan, Scatter, Strided, Value, size_hints,
-                  contiguous_strides, is_dense, sym)
+from ..ir import (
+    ComputedBuffer,
+    Index,
+    Layout,
+    Lazy,
+    Pointwise,
+    Scan,
+    Scatter,
+    Strided,
+    Value,
+    contiguous_strides,
+    is_dense,
+    size_hints,
+    sym,
+)
 from ..kexpr import Const, IndexValue, KExpr, Op, cast
-from .indexing import wrap_index, broadcast_sizes
+from .indexing import broadcast_sizes, wrap_index
 
 aten = torch.ops.aten
 
@@ -48,20 +61,34 @@ def accumulation_dtype(dtype: torch.dtype, reduce: str) -> torch.dtype:
 
 def _check_determinism(op: str, reduce: str, acc: torch.dtype) -> None:
     """Order-dependent writes stay ATen when deterministic algorithms are asked for (at compile time)."""
-    if torch.are_deterministic_algorithms_enabled() and (reduce == "store" or (acc.is_floating_point and
-                                                                               reduce == "add")):
-        raise NotLowered(f"{op} with deterministic algorithms on: atomic float sums and racing stores are "
-                         "order-dependent", kind="determinism")
+    if torch.are_deterministic_algorithms_enabled() and (
+        reduce == "store" or (acc.is_floating_point and reduce == "add")
+    ):
+        raise NotLowered(
+            f"{op} with deterministic algorithms on: atomic float sums and racing stores are order-dependent",
+            kind="determinism",
+        )
 
 
-def _ordered(g: GraphLowering, op: str, reduce: str, acc: torch.dtype, ranges: Sequence[sympy.Expr],
-             exact: bool = False) -> bool:
+def _ordered(
+    g: GraphLowering,
+    op: str,
+    reduce: str,
+    acc: torch.dtype,
+    ranges: Sequence[sympy.Expr],
+    exact: bool = False,
+) -> bool:
     """Whether this scatter's float sum runs order-fixed; notes the cases that stay order-dependent (``exact``:
     the values summed are small integers, exact in any order)."""
     if reduce == "store":
         if "index_put" in op:
-            g.nondeterministic.append(FallbackReason("nondeterministic", op, "racing stores: where positions repeat, "
-                                                     "any one value is kept (as eager's on a GPU)"))
+            g.nondeterministic.append(
+                FallbackReason(
+                    "nondeterministic",
+                    op,
+                    "racing stores: where positions repeat, any one value is kept (as eager's on a GPU)",
+                )
+            )
         return False
     if reduce != "add" or not acc.is_floating_point or exact:
         return False
@@ -69,11 +96,20 @@ def _ordered(g: GraphLowering, op: str, reduce: str, acc: torch.dtype, ranges: S
     s = g.settings
     if s.scatter_order == "fixed" and n is not None and n <= s.ordered_scatter_max:
         return True
-    why = ("scatter_order=atomic" if s.scatter_order == "atomic" else
-           f"{n if n is not None else 'an unknown number of'} source elements, more than ordered_scatter_max="
-           f"{s.ordered_scatter_max}")
-    g.nondeterministic.append(FallbackReason("nondeterministic", op, f"atomic float sum ({why}): the order of the "
-                                             "additions, and so the last bits, may change run to run"))
+    why = (
+        "scatter_order=atomic"
+        if s.scatter_order == "atomic"
+        else f"{n if n is not None else 'an unknown number of'} source elements, more than ordered_scatter_max="
+        f"{s.ordered_scatter_max}"
+    )
+    g.nondeterministic.append(
+        FallbackReason(
+            "nondeterministic",
+            op,
+            f"atomic float sum ({why}): the order of the "
+            "additions, and so the last bits, may change run to run",
+        )
+    )
     return False
 
 
@@ -87,8 +123,11 @@ def _valid(conds: Sequence[KExpr]) -> KExpr:
 def _in_range(i: KExpr, size: sympy.Expr) -> KExpr:
     """``0 <= i < size`` for an int64 index."""
     n = Const(int(size), torch.int64) if size.is_number else IndexValue(size)
-    return Op("logical_and", [Op("ge", [i, Const(0, torch.int64)], torch.bool), Op("lt", [i, n], torch.bool)],
-              torch.bool)
+    return Op(
+        "logical_and",
+        [Op("ge", [i, Const(0, torch.int64)], torch.bool), Op("lt", [i, n], torch.bool)],
+        torch.bool,
+    )
 
 
 def _layout(node, dtype: torch.dtype) -> Layout:
@@ -111,9 +150,14 @@ class ScatterBuilder:
         target = ComputedBuffer(g.new_name(), self.layout, Pointwise(size, lambda i: cast(init(i), acc), acc))
         self.last = g.add_computed(target)
 
-    def scatter(self, ranges: Sequence[sympy.Expr], reduce: str,
-                element: Callable[[Index], tuple[list, list, KExpr, list]], op: str = "scatter",
-                exact: bool = False) -> Strided:
+    def scatter(
+        self,
+        ranges: Sequence[sympy.Expr],
+        reduce: str,
+        element: Callable[[Index], tuple[list, list, KExpr, list]],
+        op: str = "scatter",
+        exact: bool = False,
+    ) -> Strided:
         """Write ``element(index)`` for every index over ``ranges``: (target index with indirect symbols, their
         bindings, value, validity conditions). ``op`` names the ATen op in notes; ``exact``: the values summed
         are exact in any order (counts)."""
@@ -125,13 +169,16 @@ class ScatterBuilder:
             offset = IndexValue(layout.index(full), torch.int64, tuple(bindings))
             return Op("scatter", (offset, cast(value, acc), _valid(conds)), acc)
 
-        buf = ComputedBuffer(self.g.new_name(), layout, Scatter(tuple(ranges), self.last.buffer.name, body, reduce,
-                                                                acc, ordered))
+        buf = ComputedBuffer(
+            self.g.new_name(),
+            layout,
+            Scatter(tuple(ranges), self.last.buffer.name, body, reduce, acc, ordered),
+        )
         self.last = self.g.add_computed(buf)
         return self.last
 
 
-def _result(out_dtype: torch.dtype, acc: Strided, fn: Optional[Callable[[Index], KExpr]] = None) -> Value:
+def _result(out_dtype: torch.dtype, acc: Strided, fn: Callable[[Index], KExpr] | None = None) -> Value:
     """The scattered buffer read as eager's dtype (a fused cast), or ``fn`` of it."""
     if fn is None and acc.dtype == out_dtype:
         return acc
@@ -141,8 +188,9 @@ def _result(out_dtype: torch.dtype, acc: Strided, fn: Optional[Callable[[Index],
 
 # ------------------------------------------------------------------------------------------ index_put
 @register_lowering(aten.index_put.default, aten._unsafe_index_put.default)
-def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Value]], values: Value,
-               accumulate: bool = False):
+def _index_put(
+    g: GraphLowering, node, x: Value, indices: Sequence[Value | None], values: Value, accumulate: bool = False
+):
     """``x[indices] = values`` (``+=`` with ``accumulate``): a store (or atomic add) scatter into a copy of ``x``."""
     out = node.meta["val"]
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
@@ -162,7 +210,7 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     rest = [d for d in range(rank) if d not in dims]
     if adjacent:
-        size = list(x.size[:dims[0]]) + bshape + [x.size[d] for d in rest if d > dims[-1]]
+        size = list(x.size[: dims[0]]) + bshape + [x.size[d] for d in rest if d > dims[-1]]
     else:
         size = bshape + [x.size[d] for d in rest]
     if len(values.size) > len(size):
@@ -170,8 +218,8 @@ def _index_put(g: GraphLowering, node, x: Value, indices: Sequence[Optional[Valu
 
     def element(idx: Index):
         if adjacent:
-            bidx = list(idx[dims[0]:dims[0] + nb])
-            others = list(idx[:dims[0]]) + list(idx[dims[0] + nb:])
+            bidx = list(idx[dims[0] : dims[0] + nb])
+            others = list(idx[: dims[0]]) + list(idx[dims[0] + nb :])
         else:
             bidx, others = list(idx[:nb]), list(idx[nb:])
         full: list = [None] * rank
@@ -200,15 +248,19 @@ def _along(g: GraphLowering, dim: int, index: Value, src, self_size) -> Callable
         i = cast(index.load(list(idx)), torch.int64)
         full = list(idx)
         full[dim] = s
-        value = src.load(list(idx)) if isinstance(src, Value) else Const(src, torch.float64 if isinstance(
-            src, float) else torch.int64)
+        value = (
+            src.load(list(idx))
+            if isinstance(src, Value)
+            else Const(src, torch.float64 if isinstance(src, float) else torch.int64)
+        )
         return full, [(s, i)], value, [_in_range(i, self_size[dim])]
 
     return element
 
 
-def _scatter_reduce(g: GraphLowering, node, x: Value, dim: int, index: Value, src, reduce: str,
-                    include_self: bool = True):
+def _scatter_reduce(
+    g: GraphLowering, node, x: Value, dim: int, index: Value, src, reduce: str, include_self: bool = True
+):
     out = node.meta["val"]
     op = _REDUCE.get(reduce)
     if op is None:
@@ -241,9 +293,12 @@ def _scatter_reduce(g: GraphLowering, node, x: Value, dim: int, index: Value, sr
         return _result(out.dtype, res, mean)
     if op in ("max", "min") and acc.is_floating_point:
         # atomics on floats drop NaNs: a NaN source is stored after the atomics, a NaN ``self`` kept
-        b.scatter(index.size, "store", _replaced(element, cond=lambda v: Op("isnan", [cast(v, acc)], torch.bool)))
+        b.scatter(
+            index.size, "store", _replaced(element, cond=lambda v: Op("isnan", [cast(v, acc)], torch.bool))
+        )
         res = b.last
         if include_self:
+
             def keep_nan(idx: Index) -> KExpr:
                 v = cast(x.load(idx), acc)
                 return Op("where", [Op("isnan", [v], torch.bool), v, res.load(idx)], acc)
@@ -252,7 +307,7 @@ def _scatter_reduce(g: GraphLowering, node, x: Value, dim: int, index: Value, sr
     return _result(out.dtype, res)
 
 
-def _replaced(element: Callable, value: Optional[KExpr] = None, cond: Optional[Callable] = None) -> Callable:
+def _replaced(element: Callable, value: KExpr | None = None, cond: Callable | None = None) -> Callable:
     """``element`` writing ``value`` instead of its own, or only where ``cond(its value)`` also holds."""
 
     def el(idx: Index):
@@ -277,8 +332,16 @@ def _scatter_add(g: GraphLowering, node, x: Value, dim: int, index: Value, src: 
 
 
 @register_lowering(aten.scatter_reduce.two)
-def _scatter_reduce_two(g: GraphLowering, node, x: Value, dim: int, index: Value, src: Value, reduce: str,
-                        include_self: bool = True):
+def _scatter_reduce_two(
+    g: GraphLowering,
+    node,
+    x: Value,
+    dim: int,
+    index: Value,
+    src: Value,
+    reduce: str,
+    include_self: bool = True,
+):
     return _scatter_reduce(g, node, x, dim, index, src, reduce, include_self)
 
 
@@ -317,7 +380,7 @@ def _scan(g: GraphLowering, node, x: Value, dim: int, scan_type: str):
     return g.add_computed(buf)
 
 
-def _hint(n: sympy.Expr) -> Optional[int]:
+def _hint(n: sympy.Expr) -> int | None:
     """A scan length, or its example value when symbolic (None when unknown)."""
     if n.is_number:
         return int(n)

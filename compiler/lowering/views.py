@@ -7,7 +7,8 @@ remaps indices: ``REMAPS[op](out_index) -> in_index``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
@@ -51,8 +52,10 @@ def _t(x: Value, out_size):
 
 def _expand(x: Value, out_size, *_):
     off = len(out_size) - len(x.size)
-    return lambda idx: [sympy.Integer(0) if (s == 1 and out_size[off + i] != 1) else idx[off + i]
-                        for i, s in enumerate(x.size)]
+    return lambda idx: [
+        sympy.Integer(0) if (s == 1 and out_size[off + i] != 1) else idx[off + i]
+        for i, s in enumerate(x.size)
+    ]
 
 
 def _slice(x: Value, out_size, dim=0, start=None, end=None, step=1):
@@ -82,7 +85,7 @@ def _select(x: Value, out_size, dim, index):
 
 def _unsqueeze(x: Value, out_size, dim):
     dim = _norm_dim(dim, len(x.size) + 1)
-    return lambda idx: list(idx[:dim]) + list(idx[dim + 1:])
+    return lambda idx: list(idx[:dim]) + list(idx[dim + 1 :])
 
 
 def _squeeze(x: Value, out_size, dims=None):
@@ -105,8 +108,10 @@ def reshape_value(x: Value, out_size, *_):
     in_size = x.size
 
     def remap(idx: Index) -> list:
-        flat = sum((i * st for i, st, sz in zip(idx, contiguous_strides(out_size), out_size) if sz != 1),
-                   sympy.Integer(0))
+        flat = sum(
+            (i * st for i, st, sz in zip(idx, contiguous_strides(out_size), out_size) if sz != 1),
+            sympy.Integer(0),
+        )
         res = []
         in_strides = contiguous_strides(in_size)
         first = True
@@ -154,8 +159,14 @@ REMAPS: dict[Any, Callable] = {
 COPY_REMAPS: dict[Any, Callable] = {aten.flip.default: _flip, "prims.rev.default": _flip}
 
 #: view ops that are fine on a Strided input via the FakeTensor layout, but have no Lazy remap
-META_ONLY_VIEWS = [aten.as_strided.default, aten.diagonal.default, aten.unfold.default,
-                   aten.unbind.int, aten.split.Tensor, aten.split_with_sizes.default]
+META_ONLY_VIEWS = [
+    aten.as_strided.default,
+    aten.diagonal.default,
+    aten.unfold.default,
+    aten.unbind.int,
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+]
 
 
 def lower_view(g: GraphLowering, node, x: Any, *args, **kwargs):

@@ -15,8 +15,11 @@ class Refused(Exception):
 
 def unsafe_views(meta: Any) -> list[int]:
     """The outputs AOTAutograd returns through ``aten._unsafe_view`` (views of an intermediate)."""
-    return [i for i, o in enumerate(meta.output_info)
-            if getattr(o.output_type, "name", str(o.output_type)) == "unsafe_view_alias"]
+    return [
+        i
+        for i, o in enumerate(meta.output_info)
+        if getattr(o.output_type, "name", str(o.output_type)) == "unsafe_view_alias"
+    ]
 
 
 def trivial_metadata(meta: Any) -> None:
@@ -36,10 +39,15 @@ def trivial_metadata(meta: Any) -> None:
             raise Refused(f"an output of kind {getattr(o.output_type, 'name', o.output_type)}")
     if getattr(meta, "num_intermediate_bases", 0) or getattr(meta, "tokens", None):
         raise Refused("intermediate bases or effect tokens")
-    if getattr(meta, "is_rng_op_functionalized", False) or getattr(meta, "grad_enabled_mutation", None) is not None:
+    if (
+        getattr(meta, "is_rng_op_functionalized", False)
+        or getattr(meta, "grad_enabled_mutation", None) is not None
+    ):
         raise Refused("functionalized RNG or a grad-mode change")
-    for m in [*(getattr(meta, "subclass_inp_meta", None) or []), *(getattr(meta, "subclass_fw_graph_out_meta", None)
-                                                                  or [])]:
+    for m in [
+        *(getattr(meta, "subclass_inp_meta", None) or []),
+        *(getattr(meta, "subclass_fw_graph_out_meta", None) or []),
+    ]:
         if not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta":
             raise Refused("tensor subclasses")
     for o in meta.output_info:

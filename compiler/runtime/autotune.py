@@ -27,7 +27,8 @@ import hashlib
 import json
 import logging
 import os
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,12 +47,12 @@ TUNED = ("XBLOCK", "RBLOCK", "num_warps")
 #: kernel in isolation repeat within about 1-2%, and a noise-level win can be a loss inside the model's step
 MARGIN = 0.03
 #: (fn, cfg) -> seconds, replacing the GPU timer (tests); None: ``triton.testing.do_bench`` on CUDA
-_timer: list[Optional[Callable[[Callable[[], Any], dict], float]]] = [None]
+_timer: list[Callable[[Callable[[], Any], dict], float] | None] = [None]
 _choices: dict[str, dict] = {}  # key -> chosen config, this process
 _noted: set[str] = set()
 
 
-def set_timer(timer: Optional[Callable[[Callable[[], Any], dict], float]]) -> None:
+def set_timer(timer: Callable[[Callable[[], Any], dict], float] | None) -> None:
     """Use ``timer(launch, cfg) -> seconds`` for candidates, on any device (tests); None restores the GPU timer.
     Also forgets this process's choices, so that the next launch reads the disk cache."""
     _timer[0] = timer
@@ -122,17 +123,30 @@ def choice_key(kernel: Any, xnumel: int, rnumel: int, device: torch.device, cfg:
     Triton version."""
     import triton
 
-    text = json.dumps([FORMAT, kernel.source, kernel.hint, kernel.programs, device_name(device),
-                       bucket(xnumel, rnumel), sorted(k for k in cfg), cfg.get("PERSISTENT"), cfg.get("RBLOCK")
-                       if cfg.get("PERSISTENT") else None, triton.__version__])
+    text = json.dumps(
+        [
+            FORMAT,
+            kernel.source,
+            kernel.hint,
+            kernel.programs,
+            device_name(device),
+            bucket(xnumel, rnumel),
+            sorted(k for k in cfg),
+            cfg.get("PERSISTENT"),
+            cfg.get("RBLOCK") if cfg.get("PERSISTENT") else None,
+            triton.__version__,
+        ]
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def time_config(kernel: Any, args: tuple, cfg: dict, timer: Callable[[Callable[[], Any], dict], float]) -> float:
+def time_config(
+    kernel: Any, args: tuple, cfg: dict, timer: Callable[[Callable[[], Any], dict], float]
+) -> float:
     """Seconds of one launch of ``kernel`` (a ``TritonKernel``) with ``args`` under ``cfg`` (Triton's JIT
     launch: ``cfg`` need not be the one the launcher would pick)."""
     nsizes = len(kernel.size_args)
-    ints = args[len(kernel.ptr_args):]
+    ints = args[len(kernel.ptr_args) :]
     xnumel = int(ints[nsizes])
     grid = (kernel.programs or (xnumel + cfg["XBLOCK"] - 1) // cfg["XBLOCK"],)
     jit = kernel.jit_function()[grid]
@@ -151,13 +165,15 @@ def time_config(kernel: Any, args: tuple, cfg: dict, timer: Callable[[Callable[[
     return timer(launch, cfg)
 
 
-def _own_launch(kernel: Any, args: tuple, cfg: dict, grid0: int) -> Optional[Callable[[], None]]:
+def _own_launch(kernel: Any, args: tuple, cfg: dict, grid0: int) -> Callable[[], None] | None:
     """A launch through kiln's own compile of this config (``gpu_compile.compile_launch``: it waits for the
     worker job ``_submit`` sent, so candidates compile in parallel), as the launcher's fast path calls it; None
     where that path does not apply (Triton's JIT then compiles the candidate)."""
     device = next(a.device for a in args if isinstance(a, torch.Tensor))
     index = device.index if device.index is not None else torch.cuda.current_device()
-    compiled = gpu_compile.compile_launch(kernel.name, cache.source_path(kernel.source), kernel._fn, args, cfg, index)
+    compiled = gpu_compile.compile_launch(
+        kernel.name, cache.source_path(kernel.source), kernel._fn, args, cfg, index
+    )
     if compiled is None:
         return None
     consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
@@ -179,7 +195,9 @@ def _submit(kernel: Any, args: tuple, cands: list[dict]) -> int:
         return 0
     sent = 0
     try:
-        target = gpu_compile.device_target(device.index if device.index is not None else torch.cuda.current_device())
+        target = gpu_compile.device_target(
+            device.index if device.index is not None else torch.cuda.current_device()
+        )
         path = cache.source_path(kernel.source)
         for cfg in cands:
             req = gpu_compile.make_request(kernel.name, path, kernel._fn.arg_names, args, cfg, target)
@@ -187,7 +205,9 @@ def _submit(kernel: Any, args: tuple, cands: list[dict]) -> int:
                 precompile.submit(req)
                 sent += 1
     except Exception as e:  # noqa: BLE001 - an optimization: candidates then compile one by one
-        log.debug("kiln: autotune compiles of %s not sent to workers: %s: %s", kernel.name, type(e).__name__, e)
+        log.debug(
+            "kiln: autotune compiles of %s not sent to workers: %s: %s", kernel.name, type(e).__name__, e
+        )
     return sent
 
 
@@ -211,7 +231,9 @@ def tuned_config(kernel: Any, cfg: dict, args: tuple, xnumel: int, rnumel: int, 
     ``args`` (the written buffers restored around it); ``cfg`` unchanged where tuning does not apply."""
     if xnumel == 0 or kernel.hint == "ordered" or not active(device):
         return cfg
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():  # no timing inside a CUDA graph capture
+    if (
+        device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    ):  # no timing inside a CUDA graph capture
         return cfg
     key = choice_key(kernel, xnumel, rnumel, device, cfg)
     choice = _lookup(key)
@@ -227,7 +249,7 @@ def tuned_config(kernel: Any, cfg: dict, args: tuple, xnumel: int, rnumel: int, 
     return _apply(choice, cfg)
 
 
-def _lookup(key: str) -> Optional[dict]:
+def _lookup(key: str) -> dict | None:
     """The cached choice of ``key``: this process's, else the disk's (then kept for this process)."""
     choice = _choices.get(key)
     if choice is None:
@@ -247,9 +269,11 @@ def cached_config(kernel: Any, cfg: dict, xnumel: int, rnumel: int, device: torc
     return _apply(choice, cfg) if choice is not None else cfg
 
 
-def _tune(kernel: Any, cfg: dict, args: tuple) -> Optional[dict]:
+def _tune(kernel: Any, cfg: dict, args: tuple) -> dict | None:
     timer = _timer[0] or gpu_timer
-    outs = [a for p, a in zip(kernel.ptr_args, args) if p.startswith("out_ptr") and isinstance(a, torch.Tensor)]
+    outs = [
+        a for p, a in zip(kernel.ptr_args, args) if p.startswith("out_ptr") and isinstance(a, torch.Tensor)
+    ]
     saved = [o.clone() for o in outs]
 
     def restore() -> None:
@@ -279,9 +303,14 @@ def _tune(kernel: Any, cfg: dict, args: tuple) -> Optional[dict]:
         return None
     if best_t > base_t * (1 - MARGIN):  # within the timer's noise of the heuristic: keep the heuristic
         best, best_t = cfg, base_t
-    log.info("kiln: autotuned %s: %s (%.1f us; heuristic %s) of %d configs", kernel.name,
-             {k: best[k] for k in TUNED if k in best}, best_t * 1e6,
-             {k: cfg[k] for k in TUNED if k in cfg}, len(timed))
+    log.info(
+        "kiln: autotuned %s: %s (%.1f us; heuristic %s) of %d configs",
+        kernel.name,
+        {k: best[k] for k in TUNED if k in best},
+        best_t * 1e6,
+        {k: cfg[k] for k in TUNED if k in cfg},
+        len(timed),
+    )
     return {k: best[k] for k in TUNED if k in best}
 
 
@@ -289,7 +318,7 @@ def _path(key: str) -> str:
     return os.path.join(folder(), key + SUFFIX)
 
 
-def _read(key: str) -> Optional[dict]:
+def _read(key: str) -> dict | None:
     if config.settings().cache_mode() == "0":
         return None
     data = cache.read_json_entry(_path(key), FORMAT, key)
@@ -307,8 +336,9 @@ def _write(key: str, choice: dict, name: str) -> None:
     if config.settings().cache_mode() != "1":
         return
     try:
-        cache.write_entry(_path(key), json.dumps({"format": FORMAT, "key": key, "kernel": name,
-                                                   "choice": choice}).encode())
+        cache.write_entry(
+            _path(key), json.dumps({"format": FORMAT, "key": key, "kernel": name, "choice": choice}).encode()
+        )
         cache.evict(folder(), SUFFIX, config.settings().cache_max_mb << 20)
     except OSError as e:
         log.warning("kiln: autotune choice of %s not stored: %s", name, e)

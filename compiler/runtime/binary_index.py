@@ -43,7 +43,7 @@ import logging
 import os
 import sysconfig
 import types
-from typing import Any, Optional
+from typing import Any
 
 from .. import config
 from . import cache
@@ -105,9 +105,13 @@ def _installed() -> dict[str, Any]:
     files = hashlib.sha256()
     for sub in ("compiler", "backends", "language"):
         files.update(repr(_tree(root, sub)).encode())
-    return {"format": FORMAT, "triton": triton.__version__,
-            "libtriton": _stat(os.path.join(root, "_C", f"libtriton.{ext}")),
-            "cache_py": _stat(os.path.join(root, "runtime", "cache.py")), "files": files.hexdigest()}
+    return {
+        "format": FORMAT,
+        "triton": triton.__version__,
+        "libtriton": _stat(os.path.join(root, "_C", f"libtriton.{ext}")),
+        "cache_py": _stat(os.path.join(root, "runtime", "cache.py")),
+        "files": files.hexdigest(),
+    }
 
 
 #: environment variables read for the fingerprint on every lookup (cheap), beside Triton's invalidating list
@@ -131,7 +135,13 @@ def _fingerprint(environment: tuple) -> dict[str, Any]:
         installed = _toolchain["installed"] = _installed()
     cache_dir, env, tools = environment
     ptxas = [[var, value, _stat(value) if value else None] for var, value in zip(ENV[:2], tools[:2])]
-    return {**installed, "ptxas": ptxas, "mock_ptx": tools[2], "env": [list(kv) for kv in env], "cache_dir": cache_dir}
+    return {
+        **installed,
+        "ptxas": ptxas,
+        "mock_ptx": tools[2],
+        "env": [list(kv) for kv in env],
+        "cache_dir": cache_dir,
+    }
 
 
 def toolchain() -> str:
@@ -174,8 +184,12 @@ def usable() -> bool:
     try:
         from triton import knobs
 
-        return (knobs.compilation.listener is None and knobs.runtime.add_stages_inspection_hook is None
-                and not knobs.compilation.always_compile and knobs.cache.manager_class is None)
+        return (
+            knobs.compilation.listener is None
+            and knobs.runtime.add_stages_inspection_hook is None
+            and not knobs.compilation.always_compile
+            and knobs.cache.manager_class is None
+        )
     except Exception:  # noqa: BLE001 - a Triton without these knobs: today's path
         return False
 
@@ -190,7 +204,7 @@ def group_name(req: Any) -> str:
     return f"{req.kernel[:150]}.json"
 
 
-def lookup(req: Any) -> Optional[tuple[str, dict[str, str]]]:
+def lookup(req: Any) -> tuple[str, dict[str, str]] | None:
     """(Triton's hash, the group: file name -> path) recorded for ``req`` under this toolchain, its files all
     present in Triton's cache folder; None otherwise."""
     if not usable():
@@ -212,7 +226,7 @@ def lookup(req: Any) -> Optional[tuple[str, dict[str, str]]]:
         return None
 
 
-def _group(hash_: str, name: str, files: list[str]) -> Optional[dict[str, str]]:
+def _group(hash_: str, name: str, files: list[str]) -> dict[str, str] | None:
     """The group ``name`` of Triton's cache entry ``hash_`` when it holds every file in ``files``, each under
     ``TRITON_CACHE_DIR``; None otherwise (Triton 3.6's ``get_group`` drops missing files silently)."""
     from triton import knobs
@@ -237,7 +251,7 @@ def source_stub(req: Any) -> Any:
     return types.SimpleNamespace(__name__=req.kernel, arg_names=list(req.signature), launch_metadata=None)
 
 
-def load(req: Any, fn: Any = None) -> Optional[Any]:
+def load(req: Any, fn: Any = None) -> Any | None:
     """Triton's ``CompiledKernel`` for ``req`` built from the group the index names, without ``triton.compile``;
     ``fn`` the kernel's ``JITFunction`` when loaded (else a stub stands in). None on any doubt."""
     found = lookup(req)
@@ -247,13 +261,21 @@ def load(req: Any, fn: Any = None) -> Optional[Any]:
     try:
         from triton.compiler import ASTSource, CompiledKernel
 
-        src = ASTSource(fn if fn is not None else source_stub(req), dict(req.signature), dict(req.constexprs),
-                        dict(req.attrs))
+        src = ASTSource(
+            fn if fn is not None else source_stub(req),
+            dict(req.signature),
+            dict(req.constexprs),
+            dict(req.attrs),
+        )
         kernel = CompiledKernel(src, group, hash_)
         md = kernel.metadata
         target = (md.target.backend, md.target.arch, md.target.warp_size)
-        if (md.name != req.kernel or target != tuple(req.target)
-                or getattr(md, "hash", hash_) != hash_ or md.num_warps != req.options.get("num_warps", md.num_warps)):
+        if (
+            md.name != req.kernel
+            or target != tuple(req.target)
+            or getattr(md, "hash", hash_) != hash_
+            or md.num_warps != req.options.get("num_warps", md.num_warps)
+        ):
             log.debug("kiln: binary index entry of %s does not match its group's metadata", req.kernel)
             return None
         return kernel
@@ -274,11 +296,23 @@ def record(req: Any, kernel: Any) -> bool:
         if not isinstance(group, dict) or name not in group or not isinstance(hash_, str):
             return False
         files = sorted(group)
-        if _group(hash_, name, files) is None:  # what a later lookup will check: the files are where Triton keeps them
+        if (
+            _group(hash_, name, files) is None
+        ):  # what a later lookup will check: the files are where Triton keeps them
             return False
         fp = request_toolchain(req)
-        payload = json.dumps({"format": FORMAT, "key": req.key, "toolchain": fp, "hash": hash_, "group": name,
-                              "files": files, "kernel": req.kernel}, sort_keys=True).encode()
+        payload = json.dumps(
+            {
+                "format": FORMAT,
+                "key": req.key,
+                "toolchain": fp,
+                "hash": hash_,
+                "group": name,
+                "files": files,
+                "kernel": req.kernel,
+            },
+            sort_keys=True,
+        ).encode()
         cache.write_entry(entry_path(req.key, fp), payload)
         _writes[0] += 1
         if _writes[0] % EVICT_EVERY == 1:
@@ -291,8 +325,13 @@ def record(req: Any, kernel: Any) -> bool:
 
 def info() -> dict[str, Any]:
     listed = cache.entries(folder(), SUFFIX)
-    return {"folder": folder(), "entries": len(listed), "bytes": sum(s for _, s, _ in listed),
-            "max_bytes": MAX_BYTES, "state": mode()}
+    return {
+        "folder": folder(),
+        "entries": len(listed),
+        "bytes": sum(s for _, s, _ in listed),
+        "max_bytes": MAX_BYTES,
+        "state": mode(),
+    }
 
 
 def clear() -> int:

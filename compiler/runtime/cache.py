@@ -84,6 +84,7 @@ def load_kernel(source: str, name: str):
         exec(compile(source, path, "exec"), mod.__dict__)  # noqa: S102 - kiln's own generated kernel source
         if config.interpreting():
             from . import interp_libdevice
+
             mod.__dict__["libdevice"] = interp_libdevice
             interp_libdevice.fix_bf16_rounding()
         _modules[path] = mod
@@ -153,7 +154,7 @@ def read_entry(path: str) -> bytes | None:
         if not data.startswith(ENTRY_MAGIC):
             return None
         expected = hashlib.sha256(payload).digest()
-    if not hmac.compare_digest(expected, data[len(ENTRY_MAGIC):head]):
+    if not hmac.compare_digest(expected, data[len(ENTRY_MAGIC) : head]):
         return None
     return payload
 

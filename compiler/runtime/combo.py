@@ -28,7 +28,7 @@ import torch
 
 from .. import config
 from . import autotune, cache
-from .launcher import MAX_LAUNCHES, TritonKernel, Launch, LazyJit, multi_gpu, device_index_of, cdiv
+from .launcher import MAX_LAUNCHES, Launch, LazyJit, TritonKernel, cdiv, device_index_of, multi_gpu
 
 log = logging.getLogger("kiln")
 
@@ -91,7 +91,7 @@ class ComboKernel(TritonKernel):
 
     def launch_parts(self, args: tuple) -> None:
         """Launch every part on its own (the combo's arguments split among them)."""
-        sizes = args[self._nptr:]
+        sizes = args[self._nptr :]
         for p, (a, b), n in zip(self.parts, self._ranges, sizes):
             p(*args[a:b], n)
 
@@ -111,8 +111,20 @@ class ComboKernel(TritonKernel):
         consts = tuple(cfg[f"XBLOCK_p{k}"] for k in range(len(ints)))
         int_spec = tuple((a == 1, a % 16 == 0, -2147483648 <= a <= 2147483647) for a in ints)
         jit = self._fn[(grid0,)] if self._fn is not None else LazyJit(self, grid0)
-        launch = Launch(jit, cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))), max(where, 0),
-                         device, sum(int(n) for n in ints), 1, grid0 == 0, where >= 0 and multi_gpu(), {})
+        launch = Launch(
+            jit,
+            cfg,
+            grid0,
+            consts,
+            (where, int_spec, tuple(sorted(cfg.items()))),
+            max(where, 0),
+            device,
+            sum(int(n) for n in ints),
+            1,
+            grid0 == 0,
+            where >= 0 and multi_gpu(),
+            {},
+        )
         if len(self._launches) >= MAX_LAUNCHES:
             self._launches.clear()
         self._launches[(ints, where)] = launch
@@ -130,7 +142,7 @@ class ComboKernel(TritonKernel):
         if timer is None and (not gpu or torch.cuda.is_current_stream_capturing()):
             _counts["rule"] += 1
             return False
-        key = self._key(args[self._nptr:], where)
+        key = self._key(args[self._nptr :], where)
         split = _decided.get(key)
         if split is None:
             split = _read(key)
@@ -140,8 +152,14 @@ class ComboKernel(TritonKernel):
             t_combo, t_parts = self._time(args, timer or _gpu_timer)
             split = t_parts < t_combo
             _counts["split" if split else "combined"] += 1
-            log.info("kiln: combo %s (%d parts): %.1f us, its parts %.1f us: %s", self.name, len(self.parts),
-                     t_combo * 1e6, t_parts * 1e6, "parts" if split else "combined")
+            log.info(
+                "kiln: combo %s (%d parts): %.1f us, its parts %.1f us: %s",
+                self.name,
+                len(self.parts),
+                t_combo * 1e6,
+                t_parts * 1e6,
+                "parts" if split else "combined",
+            )
             _write(key, split, self.name)
         _decided[key] = split
         return split
@@ -150,13 +168,16 @@ class ComboKernel(TritonKernel):
         import triton
 
         device = torch.device("cpu") if where < 0 else torch.device("cuda", where)
-        text = json.dumps([FORMAT, self.source, autotune.device_name(device), [int(n) for n in sizes],
-                           triton.__version__])
+        text = json.dumps(
+            [FORMAT, self.source, autotune.device_name(device), [int(n) for n in sizes], triton.__version__]
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
     def _time(self, args: tuple, timer: Callable[[Callable[[], Any]], float]) -> tuple[float, float]:
         """(seconds of the combo, of its parts one after another) on ``args``; written buffers restored."""
-        outs = [a for p, a in zip(self.ptr_args, args) if p.startswith("out_ptr") and isinstance(a, torch.Tensor)]
+        outs = [
+            a for p, a in zip(self.ptr_args, args) if p.startswith("out_ptr") and isinstance(a, torch.Tensor)
+        ]
         saved = [o.clone() for o in outs]
 
         def combo() -> None:
@@ -198,8 +219,8 @@ def _write(key: str, split: bool, name: str) -> None:
     if config.settings().cache_mode() != "1":
         return
     try:
-        cache.write_entry(_path(key), json.dumps({"format": FORMAT, "key": key, "kernel": name,
-                                                   "split": split}).encode())
+        cache.write_entry(
+            _path(key), json.dumps({"format": FORMAT, "key": key, "kernel": name, "split": split}).encode()
+        )
     except OSError as e:
         log.warning("kiln: combo decision of %s not stored: %s", name, e)
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import Any, Optional
+from typing import Any
 
 from ..exc import KernelCompileError
 
@@ -26,7 +26,7 @@ def has(key: str) -> bool:
     return key in _pending
 
 
-def wait_for(req: Any) -> Optional[dict]:
+def wait_for(req: Any) -> dict | None:
     """Wait for the worker job of ``req``, if one was sent: its answer, or None (no job, or the worker was
     lost: the caller compiles in-process). A compile error in the worker raises ``KernelCompileError``."""
     item = _pending.pop(req.key, None)

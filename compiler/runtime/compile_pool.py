@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
-from typing import Any, Optional
+from typing import Any
 
 from .. import config
 from ..exc import KernelCompileError
@@ -40,7 +40,7 @@ class CompilePool:
 
     def __init__(self, size: int) -> None:
         self.size = max(1, int(size))
-        self._jobs: "queue.Queue[Optional[tuple[dict, str, Future]]]" = queue.Queue()
+        self._jobs: queue.Queue[tuple[dict, str, Future] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._procs: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
@@ -67,14 +67,20 @@ class CompilePool:
                 self._start_thread(prestart=True)
 
     def _start_thread(self, prestart: bool) -> None:
-        t = threading.Thread(target=self._serve, args=(prestart,), name=f"kiln-compile-{len(self._threads)}",
-                             daemon=True)
+        t = threading.Thread(
+            target=self._serve, args=(prestart,), name=f"kiln-compile-{len(self._threads)}", daemon=True
+        )
         self._threads.append(t)
         t.start()
 
     def _spawn(self) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                env=worker_env(), start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, WORKER_SCRIPT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=worker_env(),
+            start_new_session=True,
+        )
         with self._lock:
             self._procs.add(proc)
             self.started += 1
@@ -86,7 +92,7 @@ class CompilePool:
         return proc
 
     def _serve(self, prestart: bool) -> None:
-        proc: Optional[subprocess.Popen] = None
+        proc: subprocess.Popen | None = None
         if prestart:
             try:
                 proc = self._spawn()
@@ -116,9 +122,12 @@ class CompilePool:
             if answer.get("ok"):
                 fut.set_result(answer)
             else:
-                fut.set_exception(KernelCompileError(
-                    f"compiling {label} failed in a compile worker: {answer.get('error', '?')}",
-                    worker_failed=not answer.get("compile_error")))
+                fut.set_exception(
+                    KernelCompileError(
+                        f"compiling {label} failed in a compile worker: {answer.get('error', '?')}",
+                        worker_failed=not answer.get("compile_error"),
+                    )
+                )
         if proc is not None:
             self._stop(proc)
 
@@ -159,7 +168,7 @@ class CompilePool:
             self._jobs.put(None)
 
 
-_pool: Optional[CompilePool] = None
+_pool: CompilePool | None = None
 _pool_lock = threading.Lock()
 
 

@@ -20,16 +20,20 @@ import struct
 import sys
 import time
 import traceback
-from typing import IO, Any, Optional
+from typing import IO, Any
 
-if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+if (
+    __name__ == "__main__"
+    and sys.path
+    and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__))
+):
     sys.path.pop(0)  # the script's folder (compiler/runtime) must not shadow top-level modules
 
 _HEADER = struct.Struct(">Q")
 _functions: dict[tuple[str, str], Any] = {}
 
 
-def read_message(stream: IO[bytes]) -> Optional[Any]:
+def read_message(stream: IO[bytes]) -> Any | None:
     """One length-prefixed pickle from ``stream``, or None at end of file."""
     head = stream.read(_HEADER.size)
     if len(head) < _HEADER.size:
@@ -78,7 +82,7 @@ def load_function(path: str, name: str, module_name: str) -> Any:
     return fn
 
 
-def _apply_env(env: dict[str, Optional[str]]) -> None:
+def _apply_env(env: dict[str, str | None]) -> None:
     """Make Triton's cache folder and cache-invalidating variables those of the parent (same cache keys)."""
     for k, v in env.items():
         if v is None:
@@ -135,11 +139,22 @@ def compile_request(req: dict) -> dict:
     except Exception as e:  # a compile error is an answer, not a worker failure
         detail = getattr(e, "error_message", None) or str(e)
         lines = [ln for ln in str(detail).splitlines() if ln.strip()]
-        return {"ok": False, "hit": False, "seconds": time.perf_counter() - start, "launcher": False,
-                "error": f"{type(e).__name__}: {' | '.join(lines[-6:])}", "compile_error": _is_compile_error(e),
-                "traceback": traceback.format_exc(limit=8)}
-    return {"ok": True, "hit": bool(hits and hits[0]), "seconds": time.perf_counter() - start,
-            "launcher": launcher, "error": ""}
+        return {
+            "ok": False,
+            "hit": False,
+            "seconds": time.perf_counter() - start,
+            "launcher": False,
+            "error": f"{type(e).__name__}: {' | '.join(lines[-6:])}",
+            "compile_error": _is_compile_error(e),
+            "traceback": traceback.format_exc(limit=8),
+        }
+    return {
+        "ok": True,
+        "hit": bool(hits and hits[0]),
+        "seconds": time.perf_counter() - start,
+        "launcher": launcher,
+        "error": "",
+    }
 
 
 def main() -> int:
@@ -149,6 +164,7 @@ def main() -> int:
     sys.stdout = sys.stderr
     proto_in = sys.stdin.buffer
     import triton.compiler  # noqa: F401  (the slow part of a worker's start, before the first request)
+
     write_message(proto_out, {"ready": os.getpid()})
     while True:
         req = read_message(proto_in)

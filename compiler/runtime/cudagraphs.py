@@ -48,7 +48,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -75,12 +76,28 @@ def _note_outputs(storages: list[int], delta: int) -> None:
         else:
             _RECORDED_OUTPUTS.pop(ptr, None)
 
+
 #: ATen ops that read device values on the host (or make sizes depend on them): never recordable
-HOST_SYNC_OPS = frozenset({
-    "_local_scalar_dense", "item", "nonzero", "nonzero_static", "masked_select", "unique", "_unique",
-    "_unique2", "unique_consecutive", "unique_dim", "is_nonzero", "equal", "bincount", "histc",
-    "repeat_interleave", "allclose",
-})
+HOST_SYNC_OPS = frozenset(
+    {
+        "_local_scalar_dense",
+        "item",
+        "nonzero",
+        "nonzero_static",
+        "masked_select",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_consecutive",
+        "unique_dim",
+        "is_nonzero",
+        "equal",
+        "bincount",
+        "histc",
+        "repeat_interleave",
+        "allclose",
+    }
+)
 
 
 @dataclasses.dataclass
@@ -96,11 +113,11 @@ class GraphFacts:
     int_args: tuple[int, ...]
     symbolic_tensor_args: tuple[int, ...]
     mutated_args: frozenset[int]
-    saved_from: Optional[int]
+    saved_from: int | None
     host_sync: str
 
     @staticmethod
-    def of(gm: fx.GraphModule, saved_from: Optional[int] = None) -> "GraphFacts":
+    def of(gm: fx.GraphModule, saved_from: int | None = None) -> GraphFacts:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         position = {n: i for i, n in enumerate(placeholders)}
         ints, symbolic = [], []
@@ -118,9 +135,14 @@ class GraphFacts:
             target = node.target
             name = getattr(getattr(target, "_schema", None), "name", "") or getattr(target, "__name__", "")
             short = name.split("::")[-1]
-            if not host_sync and (short in HOST_SYNC_OPS or isinstance(target, torch._ops.HigherOrderOperator)
-                                  or free_unbacked_symbols(node.meta.get("val"))):
-                host_sync = name  # a boolean-mask index or .item(): its result's size or value is read on the host
+            if not host_sync and (
+                short in HOST_SYNC_OPS
+                or isinstance(target, torch._ops.HigherOrderOperator)
+                or free_unbacked_symbols(node.meta.get("val"))
+            ):
+                host_sync = (
+                    name  # a boolean-mask index or .item(): its result's size or value is read on the host
+                )
             schema = getattr(target, "_schema", None)
             if schema is None:
                 continue
@@ -155,8 +177,11 @@ def input_devices(args: list) -> tuple[str, str]:
     if not devices:
         return "no tensor inputs on a CUDA device", ""
     if cpu_scalars:
-        return "", ("0-d CPU tensor input(s) " + ", ".join(map(str, cpu_scalars))
-                    + ": recorded once every tensor input is on the GPU")
+        return "", (
+            "0-d CPU tensor input(s) "
+            + ", ".join(map(str, cpu_scalars))
+            + ": recorded once every tensor input is on the GPU"
+        )
     return "", ""
 
 
@@ -195,7 +220,7 @@ class _Entry:
     """The state of one key: addresses seen at warm-up, then the recording (or why there is none)."""
 
     warm_ptrs: dict[int, int]
-    recording: Optional[_Recording] = None
+    recording: _Recording | None = None
     recordings: int = 0
     dynamic: set[int] = dataclasses.field(default_factory=set)  # arguments that must be copied in
     unrecordable: str = ""
@@ -222,8 +247,9 @@ class RunnerStats:
 class CudaGraphRunner:
     """Runs a boxed wrapper ``fn(args)`` through CUDA graphs, one recording per key (see module docstring)."""
 
-    def __init__(self, fn: Callable[[list], Any], name: str, facts: GraphFacts,
-                 fallbacks: list[FallbackReason]) -> None:
+    def __init__(
+        self, fn: Callable[[list], Any], name: str, facts: GraphFacts, fallbacks: list[FallbackReason]
+    ) -> None:
         self.fn = fn
         self.name = name
         self.facts = facts
@@ -232,8 +258,10 @@ class CudaGraphRunner:
         self.stats = RunnerStats()
         self.disabled = ""
         if facts.host_sync:
-            self._disable(f"the graph syncs with the host ({facts.host_sync}): its sizes or control flow depend "
-                          "on device values")
+            self._disable(
+                f"the graph syncs with the host ({facts.host_sync}): its sizes or control flow depend "
+                "on device values"
+            )
 
     # ------------------------------------------------------------------ calling
     def __call__(self, args: list) -> Any:
@@ -271,15 +299,24 @@ class CudaGraphRunner:
     def summary(self) -> dict[str, Any]:
         """What the model tier reports of this graph: role, counters, and why calls ran unrecorded."""
         st = self.stats
-        return {"graph": self.name, "role": self.role, "warmups": st.warmups, "recordings": st.recordings,
-                "replays": st.replays, "unrecorded": st.unrecorded, "copied_in": st.copied_in,
-                "unrecorded_why": dict(st.unrecorded_why)}
+        return {
+            "graph": self.name,
+            "role": self.role,
+            "warmups": st.warmups,
+            "recordings": st.recordings,
+            "replays": st.replays,
+            "unrecorded": st.unrecorded,
+            "copied_in": st.copied_in,
+            "unrecorded_why": dict(st.unrecorded_why),
+        }
 
     def _key(self, args: list) -> tuple:
         f = self.facts
         if not f.int_args and not f.symbolic_tensor_args:
             return ()
-        return tuple(args[i] for i in f.int_args) + tuple(tuple(args[i].shape) for i in f.symbolic_tensor_args)
+        return tuple(args[i] for i in f.int_args) + tuple(
+            tuple(args[i].shape) for i in f.symbolic_tensor_args
+        )
 
     def _warm_up(self, key: tuple, args: list) -> Any:
         ptrs = {i: a.data_ptr() for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
@@ -318,7 +355,7 @@ class CudaGraphRunner:
         return any(use_count(handle) > base for handle, base in rec.saved_storages)
 
     # ------------------------------------------------------------------ recording
-    def _record(self, entry: _Entry, args: list) -> tuple[Optional[_Recording], str]:
+    def _record(self, entry: _Entry, args: list) -> tuple[_Recording | None, str]:
         """The new recording, or (None, why this call runs unrecorded)."""
         if entry.recordings >= MAX_RECORDINGS:
             entry.unrecordable = f"recorded {MAX_RECORDINGS} times: static inputs keep moving"
@@ -330,8 +367,15 @@ class CudaGraphRunner:
             self._record_reason(never or not_now)
             return None, never or not_now
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        static = [i for i in tensors if i not in entry.dynamic and (
-            args[i].data_ptr() == entry.warm_ptrs.get(i) or args[i].untyped_storage().data_ptr() in _RECORDED_OUTPUTS)]
+        static = [
+            i
+            for i in tensors
+            if i not in entry.dynamic
+            and (
+                args[i].data_ptr() == entry.warm_ptrs.get(i)
+                or args[i].untyped_storage().data_ptr() in _RECORDED_OUTPUTS
+            )
+        ]
         copied = [i for i in tensors if i not in static]
         for i in copied:
             if torch._debug_has_internal_overlap(args[i]) == 1:
@@ -351,7 +395,9 @@ class CudaGraphRunner:
                     outputs = self.fn(list(rec_args))
         except Exception as e:  # a capture error leaves the stream usable; run unrecorded from now on
             _reset_rng_after_failed_capture(device)
-            entry.unrecordable = f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            entry.unrecordable = (
+                f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            )
             self._record_reason(entry.unrecordable)
             return None, entry.unrecordable
         entry.recordings += 1
@@ -369,8 +415,11 @@ class CudaGraphRunner:
                 saved.append(o.untyped_storage()._cdata)
         # memory that also backs a user-visible output follows the user-output rule (valid until the next
         # replay): a caller keeping last step's outputs (an HF model's logits) must not turn graphs off
-        user = {seq[p].untyped_storage()._cdata for p in owned
-                if self.facts.saved_from is None or p < self.facts.saved_from}
+        user = {
+            seq[p].untyped_storage()._cdata
+            for p in owned
+            if self.facts.saved_from is None or p < self.facts.saved_from
+        }
         saved = list(dict.fromkeys(h for h in saved if h not in user))
         use_count = torch._C._storage_Use_Count  # measured with no output handed out: the baseline
         ptrs: list = [None] * len(args)
@@ -378,14 +427,32 @@ class CudaGraphRunner:
             ptrs[i] = args[i].data_ptr()
         # memory the recording owns at fixed addresses: its pool-owned outputs and its copied-in placeholders
         # (a training forward returns a copied-in input that backward saves as that placeholder itself)
-        storages = list(dict.fromkeys([seq[p].untyped_storage().data_ptr() for p in owned]
-                                      + [ph.untyped_storage().data_ptr() for ph in placeholders.values()]))
+        storages = list(
+            dict.fromkeys(
+                [seq[p].untyped_storage().data_ptr() for p in owned]
+                + [ph.untyped_storage().data_ptr() for ph in placeholders.values()]
+            )
+        )
         _note_outputs(storages, +1)
-        rec = _Recording(graph, static, ptrs, placeholders, [i for i in copied if i in self.facts.mutated_args],
-                         tuple(seq), owned, [(h, use_count(h)) for h in saved], storages)
+        rec = _Recording(
+            graph,
+            static,
+            ptrs,
+            placeholders,
+            [i for i in copied if i in self.facts.mutated_args],
+            tuple(seq),
+            owned,
+            [(h, use_count(h)) for h in saved],
+            storages,
+        )
         entry.recording = rec
-        log.debug("kiln: recorded %s as a CUDA graph (%d static inputs, %d copied in, %d pool-owned outputs)",
-                  self.name, len(static), len(copied), len(owned))
+        log.debug(
+            "kiln: recorded %s as a CUDA graph (%d static inputs, %d copied in, %d pool-owned outputs)",
+            self.name,
+            len(static),
+            len(copied),
+            len(owned),
+        )
         return rec, ""
 
     def _disable(self, reason: str) -> None:
@@ -408,7 +475,9 @@ def _reset_rng_after_failed_capture(device: torch.device) -> None:
     """A capture that fails inside ``cudaStreamEndCapture`` never runs the generator's capture epilogue, and
     every later random op on the device fails ("Offset increment outside graph capture"). A clone of the
     generator's state (seed and offset, not the capturing flag) put back repairs it."""
-    gen = torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    gen = torch.cuda.default_generators[
+        device.index if device.index is not None else torch.cuda.current_device()
+    ]
     try:
         gen.graphsafe_set_state(gen.clone_state())
     except Exception as e:  # older torch without graph-safe states: nothing to repair

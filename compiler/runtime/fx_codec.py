@@ -20,7 +20,8 @@ from __future__ import annotations
 import builtins
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -75,7 +76,11 @@ def encode_target(target: Any) -> Any:
     if name is not None:
         return {"fn": name}
     tname = getattr(target, "__name__", None)
-    if tname and getattr(torch, tname, None) is target and type(target).__name__ == "builtin_function_or_method":
+    if (
+        tname
+        and getattr(torch, tname, None) is target
+        and type(target).__name__ == "builtin_function_or_method"
+    ):
         return {"fn": f"torch.{tname}"}
     raise Unsupported(f"call target {target!r}")
 
@@ -96,7 +101,7 @@ def decode_target(data: Any) -> Any:
     if name in _FUNCTIONS:
         return _FUNCTIONS[name]
     if name.startswith("torch."):
-        fn = getattr(torch, name[len("torch."):], None)
+        fn = getattr(torch, name[len("torch.") :], None)
         if type(fn).__name__ == "builtin_function_or_method":
             return fn
     raise Unsupported(f"function {name}")
@@ -168,8 +173,9 @@ def decode_arg(v: Any, nodes: list[fx.Node]) -> Any:
 
 # --------------------------------------------------------------------------------------------- kernels
 #: what a kernel module may import at its top level
-KERNEL_IMPORTS = frozenset({"import triton", "import triton.language as tl",
-                            "from triton.language.extra import libdevice"})
+KERNEL_IMPORTS = frozenset(
+    {"import triton", "import triton.language as tl", "from triton.language.extra import libdevice"}
+)
 #: builtins a kernel body may name (everything else: its module's names, its parameters and locals)
 KERNEL_BUILTINS = frozenset({"range", "min", "max", "int", "float", "bool", "len", "True", "False", "None"})
 
@@ -233,8 +239,21 @@ def _check_body(fn: Any, functions: set[str]) -> None:
     parameters, every name the body stores, the module's functions and ``KERNEL_BUILTINS``."""
     import ast
 
-    refused = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda, ast.ClassDef, ast.AsyncFunctionDef,
-               ast.Await, ast.Yield, ast.YieldFrom, ast.With, ast.Try, ast.Delete)
+    refused = (
+        ast.Import,
+        ast.ImportFrom,
+        ast.Global,
+        ast.Nonlocal,
+        ast.Lambda,
+        ast.ClassDef,
+        ast.AsyncFunctionDef,
+        ast.Await,
+        ast.Yield,
+        ast.YieldFrom,
+        ast.With,
+        ast.Try,
+        ast.Delete,
+    )
     local = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
     loads: list[str] = []
     for node in ast.walk(fn):
@@ -267,20 +286,30 @@ def encode_tensor(t: torch.Tensor, blobs: list[bytes]) -> dict:
         raise Unsupported(f"constants above {MAX_CONSTANT_BYTES >> 20} MiB")
     raw = torch.empty(0, dtype=torch.uint8).set_(storage.cpu() if storage.device.type != "cpu" else storage)
     blobs.append(raw.numpy().tobytes())
-    return {"blob": len(blobs) - 1, "dtype": str(t.dtype).removeprefix("torch."), "size": list(t.shape),
-            "stride": list(t.stride()), "offset": t.storage_offset(), "device": str(t.device),
-            "grad": bool(t.requires_grad)}
+    return {
+        "blob": len(blobs) - 1,
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "size": list(t.shape),
+        "stride": list(t.stride()),
+        "offset": t.storage_offset(),
+        "device": str(t.device),
+        "grad": bool(t.requires_grad),
+    }
 
 
 def decode_tensor(data: dict, blobs: list[bytes]) -> torch.Tensor:
     dtype = getattr(torch, data["dtype"])
     if not isinstance(dtype, torch.dtype):
         raise Unsupported(f"dtype {data['dtype']}")
-    raw = torch.frombuffer(bytearray(blobs[data["blob"]]), dtype=torch.uint8) if blobs[data["blob"]] else \
-        torch.empty(0, dtype=torch.uint8)
+    raw = (
+        torch.frombuffer(bytearray(blobs[data["blob"]]), dtype=torch.uint8)
+        if blobs[data["blob"]]
+        else torch.empty(0, dtype=torch.uint8)
+    )
     raw = raw.to(torch.device(data["device"]))
-    t = torch.empty(0, dtype=dtype, device=raw.device).set_(raw.untyped_storage(), data["offset"], data["size"],
-                                                             data["stride"])
+    t = torch.empty(0, dtype=dtype, device=raw.device).set_(
+        raw.untyped_storage(), data["offset"], data["size"], data["stride"]
+    )
     return t.requires_grad_(data["grad"]) if data["grad"] else t
 
 
@@ -316,13 +345,25 @@ def encode_module(gm: fx.GraphModule, blobs: list[bytes]) -> dict:
 def encode_attr(obj: Any, blobs: list[bytes]) -> dict:
     if isinstance(obj, ComboKernel):  # a combo holds its parts' kernels (the guard may run them instead)
         check_kernel_source(obj.source)
-        return {"kind": "combo", "name": obj.name, "source": obj.source, "ptr_args": list(obj.ptr_args),
-                "parts": [encode_attr(p, blobs) for p in obj.parts]}
+        return {
+            "kind": "combo",
+            "name": obj.name,
+            "source": obj.source,
+            "ptr_args": list(obj.ptr_args),
+            "parts": [encode_attr(p, blobs) for p in obj.parts],
+        }
     if isinstance(obj, TritonKernel):
         check_kernel_source(obj.source)  # what the load checks: never store a kernel that would not load
-        return {"kind": "kernel", "name": obj.name, "source": obj.source, "ptr_args": list(obj.ptr_args),
-                "size_args": list(obj.size_args), "reduction": bool(obj.reduction), "hint": obj.hint,
-                "programs": int(obj.programs)}
+        return {
+            "kind": "kernel",
+            "name": obj.name,
+            "source": obj.source,
+            "ptr_args": list(obj.ptr_args),
+            "size_args": list(obj.size_args),
+            "reduction": bool(obj.reduction),
+            "hint": obj.hint,
+            "programs": int(obj.programs),
+        }
     if isinstance(obj, fx.GraphModule):
         return {"kind": "graph", "graph": encode_module(obj, blobs)}
     if isinstance(obj, torch.Tensor):
@@ -338,8 +379,15 @@ def decode_attr(data: dict, blobs: list[bytes]) -> Any:
     kind = data["kind"]
     if kind == "kernel":
         check_kernel_source(data["source"])
-        return TritonKernel(data["name"], data["source"], list(data["ptr_args"]), list(data["size_args"]),
-                            bool(data["reduction"]), data["hint"], int(data["programs"]))
+        return TritonKernel(
+            data["name"],
+            data["source"],
+            list(data["ptr_args"]),
+            list(data["size_args"]),
+            bool(data["reduction"]),
+            data["hint"],
+            int(data["programs"]),
+        )
     if kind == "combo":
         check_kernel_source(data["source"])
         parts = [decode_attr(p, blobs) for p in data["parts"]]

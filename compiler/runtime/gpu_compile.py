@@ -26,13 +26,14 @@ import logging
 import threading
 import time
 import types
-from typing import Any, NamedTuple, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 
 from .. import dtypes
-from . import binary_index, compile_jobs
 from ..exc import KernelCompileError
+from . import binary_index, compile_jobs
 
 log = logging.getLogger("kiln")
 
@@ -65,23 +66,31 @@ class CompileStats:
     seconds: float = 0.0  # main thread, first launches: compile, load and wait
     wait_seconds: float = 0.0  # of ``seconds``: waiting for workers
     worker_seconds: float = 0.0  # summed time of workers' compiles
-    graph_hits: int = 0  # graphs rebuilt from the graph cache (``runtime/graph_cache.py``): no kiln passes ran
+    graph_hits: int = (
+        0  # graphs rebuilt from the graph cache (``runtime/graph_cache.py``): no kiln passes ran
+    )
     graph_misses: int = 0  # graphs compiled by the passes with the graph cache on (stored unless skipped)
     graph_skips: int = 0  # of ``graph_misses``: not stored (``graph_cache.skipped()`` says why)
-    front_hits: int = 0  # of ``graph_hits``: inference graphs found by their Dynamo graph (AOTAutograd skipped)
-    shared_loads: int = 0  # first launches answered by a kernel this process had loaded (same request and device)
+    front_hits: int = (
+        0  # of ``graph_hits``: inference graphs found by their Dynamo graph (AOTAutograd skipped)
+    )
+    shared_loads: int = (
+        0  # first launches answered by a kernel this process had loaded (same request and device)
+    )
     autotuned: int = 0  # kernels whose launch configs were timed (``runtime/autotune.py``)
     autotune_hits: int = 0  # autotuned launches that found their choice cached (no timing)
 
     def summary(self) -> str:
-        return (f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits "
-                f"({self.binary_hits} through the binary index), "
-                f"{self.shared_loads} loaded once for several launch sites, "
-                f"{self.jit_compiles} via Triton's JIT; {self.seconds:.2f} s at first launches "
-                f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers; "
-                f"graph cache {self.graph_hits} hits ({self.front_hits} before AOTAutograd), {self.graph_misses} misses "
-                f"({self.graph_skips} not stored); "
-                f"autotune {self.autotuned} timed, {self.autotune_hits} cached")
+        return (
+            f"{self.compiled} compiled ({self.worker_compiles} in workers), {self.cache_hits} cache hits "
+            f"({self.binary_hits} through the binary index), "
+            f"{self.shared_loads} loaded once for several launch sites, "
+            f"{self.jit_compiles} via Triton's JIT; {self.seconds:.2f} s at first launches "
+            f"({self.wait_seconds:.2f} s waiting for workers), {self.worker_seconds:.2f} s in workers; "
+            f"graph cache {self.graph_hits} hits ({self.front_hits} before AOTAutograd), {self.graph_misses} misses "
+            f"({self.graph_skips} not stored); "
+            f"autotune {self.autotuned} timed, {self.autotune_hits} cached"
+        )
 
 
 STATS = CompileStats()
@@ -117,9 +126,9 @@ def specialize(value: Any) -> tuple[str, Any]:
     if isinstance(value, int) and not isinstance(value, bool):
         if value == 1:
             return "constexpr", 1
-        if -2 ** 31 <= value <= 2 ** 31 - 1:
+        if -(2**31) <= value <= 2**31 - 1:
             kind = "i32"
-        elif -2 ** 63 <= value <= 2 ** 63 - 1:
+        elif -(2**63) <= value <= 2**63 - 1:
             kind = "i64"
         else:
             kind = "u64"
@@ -149,9 +158,17 @@ class CompileRequest:
 
     def wire(self, env: dict) -> dict:
         """The message a compile worker gets (``env``: Triton's cache folder and cache-relevant vars)."""
-        return {"kernel": self.kernel, "path": self.path, "module": module_name(self.path),
-                "signature": self.signature, "constexprs": self.constexprs, "attrs": self.attrs,
-                "options": self.options, "target": self.target, "env": env}
+        return {
+            "kernel": self.kernel,
+            "path": self.path,
+            "module": module_name(self.path),
+            "signature": self.signature,
+            "constexprs": self.constexprs,
+            "attrs": self.attrs,
+            "options": self.options,
+            "target": self.target,
+            "env": env,
+        }
 
     @property
     def label(self) -> str:
@@ -166,15 +183,16 @@ def module_name(path: str) -> str:
     return "kiln_kernels." + os.path.splitext(os.path.basename(path))[0]
 
 
-def make_request(kernel: str, path: str, arg_names: Sequence[str], args: Sequence[Any], cfg: dict,
-                 target: Any) -> CompileRequest:
+def make_request(
+    kernel: str, path: str, arg_names: Sequence[str], args: Sequence[Any], cfg: dict, target: Any
+) -> CompileRequest:
     """The request for launching ``kernel`` with ``args`` (tensors, ``Ptr`` guesses, ints) and the launch
     config ``cfg`` (constexprs and ``num_warps``/``num_stages``) on ``target`` (a ``GPUTarget``)."""
     from triton.compiler.compiler import make_backend
 
     names = list(arg_names)
     consts = [k for k in CONSTEXPR_NAMES if k in cfg]
-    if names[len(args):] != consts:
+    if names[len(args) :] != consts:
         raise Unsupported(f"{kernel}: parameters {names} are not {len(args)} arguments + constexprs {consts}")
     spec = [specialize(a) for a in args] + [("constexpr", cfg[k]) for k in consts]
     bound = dict(zip(names, list(args) + [cfg[k] for k in consts]))
@@ -183,8 +201,19 @@ def make_request(kernel: str, path: str, arg_names: Sequence[str], args: Sequenc
     options, signature, constexprs, attrs = _pack(backend, names, kwargs, bound, spec)
     opts = dict(options.__dict__)
     tgt = (target.backend, target.arch, target.warp_size)
-    key = hashlib.sha256(repr((path, kernel, sorted(signature.items()), sorted(constexprs.items()),
-                               sorted(attrs.items()), sorted(opts.items()), tgt)).encode()).hexdigest()
+    key = hashlib.sha256(
+        repr(
+            (
+                path,
+                kernel,
+                sorted(signature.items()),
+                sorted(constexprs.items()),
+                sorted(attrs.items()),
+                sorted(opts.items()),
+                tgt,
+            )
+        ).encode()
+    ).hexdigest()
     return CompileRequest(kernel, path, signature, constexprs, attrs, opts, tgt, key)
 
 
@@ -270,7 +299,7 @@ def on_disk(req: CompileRequest, fn: Any) -> bool:
 _compile_lock = threading.Lock()
 
 
-def compile_here(req: CompileRequest, fn: Any) -> tuple[Any, Optional[bool]]:
+def compile_here(req: CompileRequest, fn: Any) -> tuple[Any, bool | None]:
     """``triton.compile`` of ``req`` in this process: (CompiledKernel, cache hit or None when unknown)."""
     import triton
     from triton import knobs
@@ -287,7 +316,9 @@ def compile_here(req: CompileRequest, fn: Any) -> tuple[Any, Optional[bool]]:
 
         knobs.compilation.listener = listener
         try:
-            kernel = triton.compile(ast_source(req, fn), target=GPUTarget(*req.target), options=dict(req.options))
+            kernel = triton.compile(
+                ast_source(req, fn), target=GPUTarget(*req.target), options=dict(req.options)
+            )
         finally:
             knobs.compilation.listener = previous
     return kernel, (hits[0] if hits else None)
@@ -333,8 +364,15 @@ def device_target(index: int) -> Any:
     return target
 
 
-def compile_launch(name: str, source_path: str, fn: Any, args: Sequence[Any], cfg: dict,
-                   device_index: int, arg_names: Optional[Sequence[str]] = None) -> Optional[Any]:
+def compile_launch(
+    name: str,
+    source_path: str,
+    fn: Any,
+    args: Sequence[Any],
+    cfg: dict,
+    device_index: int,
+    arg_names: Sequence[str] | None = None,
+) -> Any | None:
     """The compiled kernel for a first launch of this specialization, ready for ``CompiledKernel.run``;
     None when kiln's path does not apply (the caller then uses Triton's JIT).
 
@@ -424,7 +462,7 @@ def _check_loaded(kernel: Any) -> None:
         raise TypeError("CompiledKernel has no function/run after _init_handles")
 
 
-def _from_index(req: CompileRequest, fn: Any) -> Optional[Any]:
+def _from_index(req: CompileRequest, fn: Any) -> Any | None:
     """``req``'s kernel loaded through the binary index, or None (no entry, or any doubt: then the caller's
     ``triton.compile`` decides, and raises what it raises)."""
     kernel = binary_index.load(req, fn)
@@ -454,4 +492,6 @@ def _is_compile_error(e: Exception) -> bool:
 
 def _disable(e: Exception) -> None:
     _OWN["ok"] = False
-    log.warning("kiln: own GPU compile path disabled, launches use Triton's JIT (%s: %s)", type(e).__name__, e)
+    log.warning(
+        "kiln: own GPU compile path disabled, launches use Triton's JIT (%s: %s)", type(e).__name__, e
+    )

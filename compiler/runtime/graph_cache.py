@@ -44,7 +44,8 @@ import logging
 import os
 import struct
 import sys
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -59,9 +60,26 @@ FORMAT = 1
 SUFFIX = ".kgc"
 
 #: settings that cannot change what the passes make (runtime behaviour, logging, where caches live)
-NOT_IN_KEY = frozenset({"dump_dir", "compile_threads", "compile_workers", "log_fallbacks", "cudagraphs", "cache",
-                        "cache_dir", "graph_cache_dir", "cache_max_mb", "autotune", "autotune_dir",
-                        "inference_cache", "training_cache", "cache_auth", "cache_key", "cache_key_file"})
+NOT_IN_KEY = frozenset(
+    {
+        "dump_dir",
+        "compile_threads",
+        "compile_workers",
+        "log_fallbacks",
+        "cudagraphs",
+        "cache",
+        "cache_dir",
+        "graph_cache_dir",
+        "cache_max_mb",
+        "autotune",
+        "autotune_dir",
+        "inference_cache",
+        "training_cache",
+        "cache_auth",
+        "cache_key",
+        "cache_key_file",
+    }
+)
 
 #: the last few reasons graphs were not stored, newest last: "graph_3: kiln's passes added 2 shape guards"
 _skipped: list[str] = []
@@ -127,14 +145,21 @@ def toolchain(devices: list[torch.device]) -> dict[str, Any]:
 def _toolchain(names: tuple[str, ...]) -> dict[str, Any]:
     import triton
 
-    out: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__,
-                           "python": sys.version.split()[0], "interpreting": config.interpreting()}
+    out: dict[str, Any] = {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": sys.version.split()[0],
+        "interpreting": config.interpreting(),
+    }
     for d in names:
         dev = torch.device(d)
         if dev.type == "cuda" and not config.interpreting():
             idx = dev.index if dev.index is not None else torch.cuda.current_device()
-            out[d] = [torch.cuda.get_device_name(idx), list(torch.cuda.get_device_capability(idx)),
-                      torch.cuda.device_count()]
+            out[d] = [
+                torch.cuda.get_device_name(idx),
+                list(torch.cuda.get_device_capability(idx)),
+                torch.cuda.device_count(),
+            ]
     return out
 
 
@@ -151,7 +176,9 @@ class _Fingerprint:
         self.storages: dict[Any, int] = {}
         self.symbols: set = set()
         self.constant_bytes = 0
-        self.meta_key = "val"  # where nodes keep their FakeTensor: "val" (ATen graphs), "example_value" (Dynamo's)
+        self.meta_key = (
+            "val"  # where nodes keep their FakeTensor: "val" (ATen graphs), "example_value" (Dynamo's)
+        )
 
     def add(self, *parts: Any) -> None:
         for p in parts:
@@ -173,8 +200,10 @@ class _Fingerprint:
                 node = getattr(s, "node", None)
                 if node is not None:
                     self.symbols |= node.expr.free_symbols
-            return (f"T({type(v).__name__},{v.dtype},{v.layout},{v.device},{v.requires_grad},{','.join(sizes)},"
-                    f"s{share})")
+            return (
+                f"T({type(v).__name__},{v.dtype},{v.layout},{v.device},{v.requires_grad},{','.join(sizes)},"
+                f"s{share})"
+            )
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             self.symbols |= v.node.expr.free_symbols
             return f"S({_sym(v)})"
@@ -206,9 +235,13 @@ class _Fingerprint:
                 raise fx_codec.Unsupported(f"constant {target} of type {type(obj).__name__}")
             storage = obj.untyped_storage()
             self.constant_bytes += storage.nbytes()
-            if self.constant_bytes > fx_codec.MAX_CONSTANT_BYTES:  # weights held as constants: not hashed each time
+            if (
+                self.constant_bytes > fx_codec.MAX_CONSTANT_BYTES
+            ):  # weights held as constants: not hashed each time
                 raise fx_codec.Unsupported(f"constants above {fx_codec.MAX_CONSTANT_BYTES >> 20} MiB")
-            raw = torch.empty(0, dtype=torch.uint8).set_(storage.cpu() if storage.device.type != "cpu" else storage)
+            raw = torch.empty(0, dtype=torch.uint8).set_(
+                storage.cpu() if storage.device.type != "cpu" else storage
+            )
             self.add(target, self.value(obj), hashlib.sha256(raw.numpy().tobytes()).hexdigest())
         else:
             raise fx_codec.Unsupported(f"attribute {target} of type {type(obj).__name__}")
@@ -272,36 +305,46 @@ def _path(key: str) -> str:
 
 def _record(cg: Any, parent: str = "") -> dict:
     """A ``CompiledGraph``'s fields other than its wrapper (subgraphs: by their attribute in the parent)."""
-    return {"attr": cg.name[len(parent) + 1:] if parent else "", "kernel_sources": dict(cg.kernel_sources),
-            "kernel_launches": int(cg.kernel_launches), "extern_count": int(cg.extern_count),
-            "fallbacks": [[f.kind, f.op, f.detail] for f in cg.fallbacks],
-            "nondeterministic": [[f.kind, f.op, f.detail] for f in cg.nondeterministic],
-            "subgraphs": [_record(sub, cg.name) for sub in cg.subgraphs]}
+    return {
+        "attr": cg.name[len(parent) + 1 :] if parent else "",
+        "kernel_sources": dict(cg.kernel_sources),
+        "kernel_launches": int(cg.kernel_launches),
+        "extern_count": int(cg.extern_count),
+        "fallbacks": [[f.kind, f.op, f.detail] for f in cg.fallbacks],
+        "nondeterministic": [[f.kind, f.op, f.detail] for f in cg.nondeterministic],
+        "subgraphs": [_record(sub, cg.name) for sub in cg.subgraphs],
+    }
 
 
-def encode_entry(key: str, cg: Any, moved_strides: Optional[list]) -> bytes:
+def encode_entry(key: str, cg: Any, moved_strides: list | None) -> bytes:
     """The payload of an entry: 8-byte header length, the JSON header, the constants' bytes."""
     blobs: list[bytes] = []
     wrapper = fx_codec.encode_module(cg.wrapper, blobs)
-    header = {"format": FORMAT, "key": key, "record": _record(cg), "wrapper": wrapper,
-              "moved_strides": moved_strides, "blobs": [len(b) for b in blobs]}
+    header = {
+        "format": FORMAT,
+        "key": key,
+        "record": _record(cg),
+        "wrapper": wrapper,
+        "moved_strides": moved_strides,
+        "blobs": [len(b) for b in blobs],
+    }
     text = json.dumps(header, separators=(",", ":")).encode()
     return struct.pack("<Q", len(text)) + text + b"".join(blobs)
 
 
-def decode_entry(payload: bytes, key: str, name: str, gm: Optional[fx.GraphModule]) -> tuple[Any, Optional[list]]:
+def decode_entry(payload: bytes, key: str, name: str, gm: fx.GraphModule | None) -> tuple[Any, list | None]:
     """(CompiledGraph named ``name``, moved strides) from a payload (``Unsupported``/``ValueError`` when it is
     not an entry of this key and format); ``gm``: the ATen graph (None: not at hand, ``aten_graph`` stays None)."""
     from ..capture import CompiledGraph
     from ..graph import FallbackReason
 
     (n,) = struct.unpack_from("<Q", payload)
-    header = json.loads(payload[8:8 + n])
+    header = json.loads(payload[8 : 8 + n])
     if header.get("format") != FORMAT or header.get("key") != key:
         raise ValueError("entry of another format or key")
     blobs, pos = [], 8 + n
     for size in header["blobs"]:
-        blobs.append(payload[pos:pos + size])
+        blobs.append(payload[pos : pos + size])
         pos += size
     if pos != len(payload):
         raise ValueError("entry length does not match its header")
@@ -320,17 +363,24 @@ def decode_entry(payload: bytes, key: str, name: str, gm: Optional[fx.GraphModul
             if not isinstance(inner, fx.GraphModule):
                 raise fx_codec.Unsupported(f"subgraph {sub['attr']} not in the stored wrapper")
             subs.append(build(sub, inner, f"{graph_name}.{sub['attr']}", None))
-        return CompiledGraph(graph_name, module, dict(rec["kernel_sources"]), rec["kernel_launches"],
-                             rec["extern_count"], [FallbackReason(*f) for f in rec["fallbacks"]], subs,
-                             aten_graph=aten,
-                             nondeterministic=[FallbackReason(*f) for f in rec.get("nondeterministic", [])])
+        return CompiledGraph(
+            graph_name,
+            module,
+            dict(rec["kernel_sources"]),
+            rec["kernel_launches"],
+            rec["extern_count"],
+            [FallbackReason(*f) for f in rec["fallbacks"]],
+            subs,
+            aten_graph=aten,
+            nondeterministic=[FallbackReason(*f) for f in rec.get("nondeterministic", [])],
+        )
 
     strides = header["moved_strides"]
     moved = [tuple(s) if s is not None else None for s in strides] if strides is not None else None
     return build(header["record"], wrapper, name, gm), moved
 
 
-def load(key: str, name: str, gm: Optional[fx.GraphModule]) -> Optional[tuple[Any, Optional[list]]]:
+def load(key: str, name: str, gm: fx.GraphModule | None) -> tuple[Any, list | None] | None:
     """The cached (CompiledGraph, moved strides) of ``key``, or None (no entry, or one that is damaged, of
     another format or not rebuildable here: a miss, never an error)."""
     path = _path(key)
@@ -347,7 +397,7 @@ def load(key: str, name: str, gm: Optional[fx.GraphModule]) -> Optional[tuple[An
     return out
 
 
-def store(key: str, cg: Any, moved_strides: Optional[list]) -> None:
+def store(key: str, cg: Any, moved_strides: list | None) -> None:
     """Write the entry of ``key`` and keep the folder under its size bound (``Unsupported``: not storable)."""
     with _real_tensors():
         payload = encode_entry(key, cg, moved_strides)
@@ -355,8 +405,14 @@ def store(key: str, cg: Any, moved_strides: Optional[list]) -> None:
     cache.evict(folder(), SUFFIX, config.settings().cache_max_mb << 20)
 
 
-def compile_cached(gm: fx.GraphModule, example_inputs: Any, role: str, name: str, extra: Any,
-                   compile_fn: Callable[[], tuple[Any, Optional[list]]]) -> tuple[Any, Optional[list]]:
+def compile_cached(
+    gm: fx.GraphModule,
+    example_inputs: Any,
+    role: str,
+    name: str,
+    extra: Any,
+    compile_fn: Callable[[], tuple[Any, list | None]],
+) -> tuple[Any, list | None]:
     """``compile_fn()`` (kiln's passes: a ``CompiledGraph`` and the forward's moved output strides) through the
     cache: a hit returns the stored graph rebuilt under ``name``; a miss compiles and stores. Cache trouble
     (unkeyable graph, damaged entry, full disk) costs a compile, never an error; errors of ``compile_fn``
@@ -383,8 +439,12 @@ def compile_cached(gm: fx.GraphModule, example_inputs: Any, role: str, name: str
         return cg, moved
     after = _guard_state()
     if after != before:
-        _skip(name, f"kiln's passes added {after[0] - before[0]} shape guards and "
-                    f"{after[1] - before[1]} runtime asserts", cg)
+        _skip(
+            name,
+            f"kiln's passes added {after[0] - before[0]} shape guards and "
+            f"{after[1] - before[1]} runtime asserts",
+            cg,
+        )
         return cg, moved
     try:
         store(key, cg, moved)
@@ -397,8 +457,13 @@ def compile_cached(gm: fx.GraphModule, example_inputs: Any, role: str, name: str
 def info() -> dict[str, Any]:
     """Entries and bytes of the graph cache folder, with its bound and state."""
     listed = cache.entries(folder(), SUFFIX)
-    return {"folder": folder(), "entries": len(listed), "bytes": sum(size for _, size, _ in listed),
-            "max_bytes": config.settings().cache_max_mb << 20, "state": config.settings().cache_mode()}
+    return {
+        "folder": folder(),
+        "entries": len(listed),
+        "bytes": sum(size for _, size, _ in listed),
+        "max_bytes": config.settings().cache_max_mb << 20,
+        "state": config.settings().cache_mode(),
+    }
 
 
 def clear() -> int:

@@ -39,7 +39,8 @@ import logging
 import math
 import operator
 import os
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -108,15 +109,18 @@ def _symbolic(v: Any) -> bool:
 
 def _no_callable(v: Any) -> Any:
     """An argument that is a function or other callable object (its body is not in the graph's code) refuses."""
-    if callable(v) and not isinstance(v, (fx.Node, type, torch.dtype, torch.device, torch.memory_format,
-                                          torch.layout)):
+    if callable(v) and not isinstance(
+        v, (fx.Node, type, torch.dtype, torch.device, torch.memory_format, torch.layout)
+    ):
         raise Refused(f"a callable argument {getattr(v, '__qualname__', type(v).__name__)!r}")
     return v
 
 
 def is_training(example_inputs: list) -> bool:
     """AOTAutograd traces a joint forward-backward graph for these inputs: grad mode on and one requires grad."""
-    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs)
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in example_inputs
+    )
 
 
 def _compiled_autograd() -> bool:
@@ -134,7 +138,9 @@ def check_graph(gm: fx.GraphModule, example_inputs: list, depth: int = 0) -> Non
         if training and not config.settings().training_cache:
             raise Refused("a training graph (an input requires grad; the training_cache setting is off)")
         if not training and getattr(torch._C, "_is_any_autocast_enabled", lambda: True)():
-            raise Refused("autocast is on in an inference graph")  # the safety net's eager run would need it on
+            raise Refused(
+                "autocast is on in an inference graph"
+            )  # the safety net's eager run would need it on
         if training and _compiled_autograd():
             raise Refused("compiled autograd is on")
         storages = set()
@@ -169,7 +175,11 @@ def check_graph(gm: fx.GraphModule, example_inputs: list, depth: int = 0) -> Non
 
 def global_state() -> str:
     """The process state that AOTAutograd's trace and kiln's passes read (see the module docstring)."""
-    parts = [f"grad={torch.is_grad_enabled()}", graph_cache.global_state(), f"dtype={torch.get_default_dtype()}"]
+    parts = [
+        f"grad={torch.is_grad_enabled()}",
+        graph_cache.global_state(),
+        f"dtype={torch.get_default_dtype()}",
+    ]
     for dev in ("cpu", "cuda"):
         try:
             parts.append(f"amp_{dev}={torch.is_autocast_enabled(dev)},{torch.get_autocast_dtype(dev)}")
@@ -195,7 +205,9 @@ def front_key(gm: fx.GraphModule, example_inputs: list) -> str:
     fp = graph_cache._Fingerprint()
     fp.meta_key = "example_value"
     s = config.settings()
-    settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in graph_cache.NOT_IN_KEY}
+    settings = {
+        f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in graph_cache.NOT_IN_KEY
+    }
     fp.add("front", FORMAT, json.dumps(settings, sort_keys=True), global_state())
     fp.graph(gm)
     fp.add("inputs", len(example_inputs), *(fp.value(a) for a in example_inputs))
@@ -236,7 +248,7 @@ def _sha(v: Any) -> bool:
     return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
 
 
-def _read(key: str) -> Optional[dict]:
+def _read(key: str) -> dict | None:
     """The checked front entry of ``key``, or None (none, damaged, of another format: a miss)."""
     data = cache.read_json_entry(_path(key), FORMAT, key)
     if data is None:
@@ -245,7 +257,9 @@ def _read(key: str) -> Optional[dict]:
         if data.get("kind") == "training":  # graph keys are sha256 digests, never paths
             return training_cache.check_facts(data) if _sha(data.get("fw")) and _sha(data.get("bw")) else None
         views, n = data.get("unsafe_views", []), data.get("outputs")
-        if not isinstance(views, list) or not all(type(i) is int and type(n) is int and 0 <= i < n for i in views):
+        if not isinstance(views, list) or not all(
+            type(i) is int and type(n) is int and 0 <= i < n for i in views
+        ):
             return None
         return data if _sha(data.get("graph")) else None
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -260,7 +274,7 @@ class Front:
     def __init__(self, gm: fx.GraphModule, example_inputs: list) -> None:
         self.gm, self.n_inputs, self.key = gm, len(example_inputs), None
         self.training = is_training(list(example_inputs))
-        self._pending: Optional[tuple[str, dict]] = None  # a training forward's graph key and facts
+        self._pending: tuple[str, dict] | None = None  # a training forward's graph key and facts
         if not enabled():
             return
         try:
@@ -271,7 +285,7 @@ class Front:
         except Exception as e:  # noqa: BLE001 - a graph the key cannot read: AOTAutograd as before
             _refuse(f"no key ({type(e).__name__}: {e})")
 
-    def lookup(self, name: str, finish: Callable[[Any, Callable], Callable]) -> Optional[Callable]:
+    def lookup(self, name: str, finish: Callable[[Any, Callable], Callable]) -> Callable | None:
         """The compiled callable from the caches, with AOTAutograd's calling convention, or None.
         ``finish(cg, fallback)``: the boxed runner of a rebuilt ``CompiledGraph``."""
         if self.key is None:

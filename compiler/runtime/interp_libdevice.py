@@ -8,7 +8,7 @@ apply the NumPy equivalent to the interpreter's tensors, so kernel sources stay 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -16,6 +16,7 @@ import numpy as np
 def _has_scipy() -> bool:
     try:
         import scipy.special  # noqa: F401
+
         return True
     except ImportError:
         return False
@@ -64,8 +65,13 @@ asin = _unary(np.arcsin)
 acos = _unary(np.arccos)
 atan = _unary(np.arctan)
 log10 = _unary(np.log10)
-erfc = _unary(lambda a: np.asarray(__import__("scipy.special", fromlist=["erfc"]).erfc(a))
-              if _has_scipy() else 1.0 - np.vectorize(math.erf)(a))
+erfc = _unary(
+    lambda a: (
+        np.asarray(__import__("scipy.special", fromlist=["erfc"]).erfc(a))
+        if _has_scipy()
+        else 1.0 - np.vectorize(math.erf)(a)
+    )
+)
 pow = _binary(np.power)
 atan2 = _binary(np.arctan2)
 

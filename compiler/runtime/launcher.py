@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -35,7 +35,6 @@ from .. import config
 from ..dtypes import signature_type
 from ..exc import KernelLaunchError
 from . import cache, gpu_compile
-
 
 #: column reductions with few columns narrow their programs to keep at least this many (H100 sweep,
 #: ``compiler.tools.launch_sweep``: the second stage of a ViT LayerNorm's weight gradient, 768 columns x 253
@@ -68,8 +67,16 @@ ORDERED_XBLOCK = 64
 class TritonKernel(torch.nn.Module):
     """One generated kernel. ``source`` is the module text; ``name`` its ``@triton.jit`` function."""
 
-    def __init__(self, name: str, source: str, ptr_args: list[str], size_args: list[str], reduction: bool,
-                 hint: str = "inner", programs: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        ptr_args: list[str],
+        size_args: list[str],
+        reduction: bool,
+        hint: str = "inner",
+        programs: int = 0,
+    ) -> None:
         super().__init__()
         self.hint = hint
         self.programs = programs  # fixed grid of a mixed row/column kernel (whole rows per block); 0: none
@@ -80,14 +87,16 @@ class TritonKernel(torch.nn.Module):
         self.size_args = size_args
         self.reduction = reduction
         self._fn = None
-        self._params: Optional[list[str]] = None  # parameter names read from the source (``param_names``)
+        self._params: list[str] | None = None  # parameter names read from the source (``param_names``)
         self._dumped: set[str] = set()
         # GPU launch paths taken [fast, jit] (a list: nn.Module.__setattr__ costs microseconds per launch)
         self._counts = [0, 0]
         self._compiled: dict[tuple, Any] = {}  # specialization -> Triton CompiledKernel (GPU fast path)
-        self._launches: dict[tuple, "Launch"] = {}  # (xnumel, rnumel, device index or -1 for CPU) -> launch
+        self._launches: dict[tuple, Launch] = {}  # (xnumel, rnumel, device index or -1 for CPU) -> launch
         self._dump_dir = config.settings().dump_dir
-        self._autotune = config.settings().autotune  # read now: per-compile options are active only while compiling
+        self._autotune = (
+            config.settings().autotune
+        )  # read now: per-compile options are active only while compiling
 
     @property
     def fast_launches(self) -> int:
@@ -106,7 +115,9 @@ class TritonKernel(torch.nn.Module):
         """Block sizes and warps for a launch at these sizes on ``device`` in this process."""
         return self.heuristic_config(xnumel, rnumel, config.interpreting())
 
-    def cached_tuned_config(self, cfg: dict[str, Any], xnumel: int, rnumel: int, device: torch.device) -> dict:
+    def cached_tuned_config(
+        self, cfg: dict[str, Any], xnumel: int, rnumel: int, device: torch.device
+    ) -> dict:
         """``cfg`` with the autotune choice already cached for these sizes applied (``cfg`` when none is, or
         autotuning is off): what the ahead-of-time compile sends, so a warm compile compiles no other config."""
         if not self._autotune:
@@ -130,7 +141,12 @@ class TritonKernel(torch.nn.Module):
                 rblock = next_pow2(max(rnumel, 1))
                 xblock = max(1, min(next_pow2(xnumel), 65536 // rblock))
                 return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": True, "num_warps": 1}
-            return {"XBLOCK": 1, "RBLOCK": s.interp_persistent_rblock_max, "PERSISTENT": False, "num_warps": 1}
+            return {
+                "XBLOCK": 1,
+                "RBLOCK": s.interp_persistent_rblock_max,
+                "PERSISTENT": False,
+                "num_warps": 1,
+            }
         if self.hint == "outer" and rnumel > 64 and not self.programs:
             # column reductions: adjacent columns per program (coalesced), a chunk of the reduced dim per step;
             # few columns get narrower programs, so that the grid still has OUTER_MIN_PROGRAMS of them
@@ -142,9 +158,15 @@ class TritonKernel(torch.nn.Module):
                     # that every SM streams (H100: 6272 x 1024 BatchNorm var_mean 23.4 -> 12.8 us)
                     xblock = min(xblock, 16)
                 if xblock == 16:
-                    warps = 16  # narrow programs over long columns: more warps in flight along the reduced dim
-            return {"XBLOCK": xblock, "RBLOCK": min(s.outer_rblock, next_pow2(rnumel)),
-                    "PERSISTENT": False, "num_warps": warps}
+                    warps = (
+                        16  # narrow programs over long columns: more warps in flight along the reduced dim
+                    )
+            return {
+                "XBLOCK": xblock,
+                "RBLOCK": min(s.outer_rblock, next_pow2(rnumel)),
+                "PERSISTENT": False,
+                "num_warps": warps,
+            }
         if rnumel <= s.persistent_rblock_max or self.programs:
             rblock = next_pow2(max(rnumel, 1))
             warps = max(4, min(16, rblock // 256))
@@ -154,7 +176,9 @@ class TritonKernel(torch.nn.Module):
                 cap = min(64 if rblock <= 256 else 4, next_pow2(cdiv(xnumel, self.programs)))
                 xblock = max(1, min(next_pow2(xnumel), 4096 // rblock, cap))
                 if rblock <= 64 and xblock * rblock >= 4096:
-                    warps = 8  # 64 short rows a step: their row reductions spread over 8 warps (H100 100352 x 64)
+                    warps = (
+                        8  # 64 short rows a step: their row reductions spread over 8 warps (H100 100352 x 64)
+                    )
             else:
                 per_row = 1024 if rblock <= 256 else 4096
                 if self.hint == "inner" and 32 <= rblock <= 128 and xnumel >= INNER_MANY_ROWS:
@@ -194,8 +218,10 @@ class TritonKernel(torch.nn.Module):
             else:
                 self._launch_gpu(launch, args)
         except Exception as e:  # keep the kernel name and source location in the message
-            raise KernelLaunchError(f"launching {self.name} ({cache.source_path(self.source)}) "
-                                    f"with {launch.cfg} failed: {type(e).__name__}: {e}") from e
+            raise KernelLaunchError(
+                f"launching {self.name} ({cache.source_path(self.source)}) "
+                f"with {launch.cfg} failed: {type(e).__name__}: {e}"
+            ) from e
         if self._dump_dir:
             # the spec is for compiling ahead of time for GPUs: record the GPU launch config for these sizes
             self._dump_spec(args, self.heuristic_config(launch.xnumel, launch.rnumel, interp=False))
@@ -205,7 +231,7 @@ class TritonKernel(torch.nn.Module):
         # nn.Module.__call__ runs hook machinery on every launch; a kernel has no hooks
         return self.forward(*args)
 
-    def _prepare(self, ints: tuple, where: int, args: tuple = ()) -> "Launch":
+    def _prepare(self, ints: tuple, where: int, args: tuple = ()) -> Launch:
         nsizes = len(self.size_args)
         xnumel = int(ints[nsizes])
         rnumel = int(ints[nsizes + 1]) if self.reduction else 1
@@ -213,8 +239,11 @@ class TritonKernel(torch.nn.Module):
         cfg = self.launch_config(xnumel, rnumel, device)
         if where < 0:  # the interpreter runs the JITFunction; a GPU launch imports it lazily
             self.jit_function()
-        if self._autotune and args:  # time candidates on these arguments once per size bucket (runtime/autotune.py)
+        if (
+            self._autotune and args
+        ):  # time candidates on these arguments once per size bucket (runtime/autotune.py)
             from . import autotune
+
             cfg = autotune.tuned_config(self, cfg, args, xnumel, rnumel, device)
         grid0 = self.programs or cdiv(xnumel, cfg["XBLOCK"])
         consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
@@ -222,34 +251,61 @@ class TritonKernel(torch.nn.Module):
         # share compiled kernels (``self._compiled``); a launch keeps its own by pointer alignment
         int_spec = tuple((a == 1, a % 16 == 0, -2147483648 <= a <= 2147483647) for a in ints)
         jit = self._fn[(grid0,)] if self._fn is not None else LazyJit(self, grid0)
-        launch = Launch(jit, cfg, grid0, consts, (where, int_spec, tuple(sorted(cfg.items()))),
-                         max(where, 0), device, xnumel, rnumel, xnumel == 0, where >= 0 and multi_gpu(), {})
+        launch = Launch(
+            jit,
+            cfg,
+            grid0,
+            consts,
+            (where, int_spec, tuple(sorted(cfg.items()))),
+            max(where, 0),
+            device,
+            xnumel,
+            rnumel,
+            xnumel == 0,
+            where >= 0 and multi_gpu(),
+            {},
+        )
         if len(self._launches) >= MAX_LAUNCHES:  # sizes that never repeat (dynamic shapes): start over
             self._launches.clear()
         self._launches[(ints, where)] = launch
         return launch
 
-    def _launch_gpu(self, launch: "Launch", args: tuple) -> None:
+    def _launch_gpu(self, launch: Launch, args: tuple) -> None:
         """Call the compiled kernel for this launch and pointer alignment directly (Triton's ``JITFunction.run``
         re-binds and re-specializes every argument on every call: tens of microseconds of Python). A miss
         (first launch of a specialization) or active launch hooks (profilers) take ``_launch_slow``."""
-        aligned = tuple([a.data_ptr() & 15 == 0 for a in args[:self._nptr]])
+        aligned = tuple([a.data_ptr() & 15 == 0 for a in args[: self._nptr]])
         fast = launch.compiled.get(aligned)
         if fast is None or _launch_hooks_active():
             return self._launch_slow(launch, args, aligned)
         self._counts[0] += 1
         run, function, metadata = fast
-        run(launch.grid0, 1, 1, torch._C._cuda_getCurrentRawStream(launch.device_index), function, metadata,
-            None, None, None, *args, *launch.consts)
+        run(
+            launch.grid0,
+            1,
+            1,
+            torch._C._cuda_getCurrentRawStream(launch.device_index),
+            function,
+            metadata,
+            None,
+            None,
+            None,
+            *args,
+            *launch.consts,
+        )
 
-    def _launch_slow(self, launch: "Launch", args: tuple, aligned: tuple) -> None:
+    def _launch_slow(self, launch: Launch, args: tuple, aligned: tuple) -> None:
         """Launch through a compiled kernel found or made for this specialization (kiln's own compile, else
         Triton's JIT), and remember it for the fast path."""
         key = (aligned, launch.key)
         compiled = self._compiled.get(key) if _FAST_LAUNCH["ok"] else None
         hooks = _launch_hooks_active()
         if compiled is None or hooks:
-            own = None if compiled is not None or not _FAST_LAUNCH["ok"] or hooks else self._compile_own(args, launch)
+            own = (
+                None
+                if compiled is not None or not _FAST_LAUNCH["ok"] or hooks
+                else self._compile_own(args, launch)
+            )
             if own is None:
                 kernel = launch.jit(*args, **launch.cfg)
                 if kernel is not None and _FAST_LAUNCH["ok"]:
@@ -261,8 +317,19 @@ class TritonKernel(torch.nn.Module):
         self._counts[0] += 1
         stream = torch._C._cuda_getCurrentRawStream(launch.device_index)
         try:
-            compiled.run(launch.grid0, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                         *args, *launch.consts)
+            compiled.run(
+                launch.grid0,
+                1,
+                1,
+                stream,
+                compiled.function,
+                compiled.packed_metadata,
+                None,
+                None,
+                None,
+                *args,
+                *launch.consts,
+            )
         except TypeError:  # a Triton whose launcher takes other arguments: use the JIT path from now on
             _FAST_LAUNCH["ok"] = False
             launch.compiled.clear()
@@ -287,14 +354,20 @@ class TritonKernel(torch.nn.Module):
         names = self.ptr_args + self.size_args + ["xnumel"] + (["rnumel"] if self.reduction else [])
         return names + [k for k in gpu_compile.CONSTEXPR_NAMES if k in cfg]
 
-    def _compile_own(self, args: tuple, launch: "Launch") -> Any:
+    def _compile_own(self, args: tuple, launch: Launch) -> Any:
         """The compile-on-miss of the fast path: kiln's own load (binary index) or ``triton.compile`` of this
         specialization (``gpu_compile.compile_launch``; waits for a compile worker's job first), or None: then
         Triton's JIT compiles it, as before. The kernel's module is imported only when ``triton.compile`` runs."""
         loaded = self._fn is not None
-        kernel = gpu_compile.compile_launch(self.name, cache.source_path(self.source),
-                                            self._fn if loaded else self.jit_function, args, launch.cfg,
-                                            launch.device_index, None if loaded else self.param_names(launch.cfg))
+        kernel = gpu_compile.compile_launch(
+            self.name,
+            cache.source_path(self.source),
+            self._fn if loaded else self.jit_function,
+            args,
+            launch.cfg,
+            launch.device_index,
+            None if loaded else self.param_names(launch.cfg),
+        )
         if kernel is None:
             gpu_compile.count_jit()
         return kernel
@@ -306,12 +379,18 @@ class TritonKernel(torch.nn.Module):
             if isinstance(a, torch.Tensor):
                 signature[n] = "*" + signature_type(a.dtype)
             else:
-                signature[n] = "i32" if -(2 ** 31) <= int(a) < 2 ** 31 else "i64"
+                signature[n] = "i32" if -(2**31) <= int(a) < 2**31 else "i64"
         constexprs = {k: v for k, v in cfg.items() if k not in ("num_warps", "num_stages")}
         for k in constexprs:
             signature[k] = "constexpr"
-        spec = {"kernel": self.name, "source": f"{self.name}.py", "signature": signature,
-                "constexprs": constexprs, "num_warps": cfg.get("num_warps", 4), "num_stages": cfg.get("num_stages", 3)}
+        spec = {
+            "kernel": self.name,
+            "source": f"{self.name}.py",
+            "signature": signature,
+            "constexprs": constexprs,
+            "num_warps": cfg.get("num_warps", 4),
+            "num_stages": cfg.get("num_stages", 3),
+        }
         text = json.dumps(spec, sort_keys=True, indent=1)
         tag = hashlib.sha256(text.encode()).hexdigest()[:8]
         if tag in self._dumped:
@@ -329,7 +408,7 @@ class TritonKernel(torch.nn.Module):
 _DEF = re.compile(r"^def (\w+)\(([^()]*)\):", re.MULTILINE)
 
 
-def source_params(source: str, name: str) -> Optional[list[str]]:
+def source_params(source: str, name: str) -> list[str] | None:
     """The parameter names of function ``name`` in ``source`` (annotations and defaults dropped), or None when its
     ``def`` line is not the one-line form kiln's renderer writes."""
     for m in _DEF.finditer(source):
@@ -385,9 +464,11 @@ def _hook_holder() -> Any:
     """Where this Triton keeps its launch hooks (``knobs.runtime``, or ``CompiledKernel`` in older ones)."""
     try:
         from triton import knobs
+
         return knobs.runtime
     except Exception:
         from triton.compiler import CompiledKernel
+
         return CompiledKernel
 
 
@@ -403,10 +484,13 @@ def _hook_set(hook: Any) -> bool:
 
 
 def _launch_hooks_active() -> bool:
-    return _hook_set(getattr(_HOOKS, "launch_enter_hook", None)) or _hook_set(getattr(_HOOKS, "launch_exit_hook", None))
+    return _hook_set(getattr(_HOOKS, "launch_enter_hook", None)) or _hook_set(
+        getattr(_HOOKS, "launch_exit_hook", None)
+    )
 
 
 if hasattr(getattr(_HOOKS, "launch_enter_hook", None), "calls"):  # Triton 3.5+: hooks live in two HookChains
+
     def _launch_hooks_active() -> bool:  # noqa: F811  (the same test, four attribute loads: it runs every launch)
         return bool(_HOOKS.launch_enter_hook.calls or _HOOKS.launch_exit_hook.calls)
 

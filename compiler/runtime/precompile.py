@@ -18,14 +18,15 @@ Nothing happens under the interpreter, on CPU, for non-CUDA targets, or with one
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import sympy
 import torch
 
-from ..ir import Strided, sym
 from .. import config
+from ..ir import Strided, sym
 from . import cache, compile_jobs, compile_pool, gpu_compile
 
 log = logging.getLogger("kiln")
@@ -82,7 +83,9 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
 def warm_up(example_inputs: Any) -> bool:
     """Start the compile workers when a graph on a GPU is about to be compiled (Dynamo and AOTAutograd then
     trace for a while: the workers' start-up hides behind it). True when the pool was warmed."""
-    if not enabled() or not any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs):
+    if not enabled() or not any(
+        isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example_inputs
+    ):
         return False
     compile_pool.get_pool().warm_up()
     return True
@@ -97,7 +100,7 @@ def submit(req: gpu_compile.CompileRequest) -> Future:
     return fut
 
 
-def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -> Optional[tuple]:
+def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -> tuple | None:
     """(request, a function returning the kernel's ``JITFunction``) for the first launch of kernel ``ks``
     (``KernelSource``; ``kernel`` its ``TritonKernel``) at the example sizes ``hints`` on ``target``; None when that
     launch launches nothing. The module is imported only if ``on_disk`` must compute Triton's key (a binary
@@ -118,7 +121,7 @@ def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -
     return req, kernel.jit_function
 
 
-def _cuda_device(ks: Any, lowering: Any) -> Optional[int]:
+def _cuda_device(ks: Any, lowering: Any) -> int | None:
     """The CUDA device index of the kernel's buffers, or None (CPU, or no pointer arguments)."""
     for _, name in ks.ptr_args:
         dev = _pointer(name, lowering, {})[1]

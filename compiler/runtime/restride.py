@@ -7,16 +7,18 @@ before anything reads it. When the strides agree, which is the usual case, it is
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 _reinterpret: Callable = getattr(torch._C._dynamo.guards, "_reinterpret_tensor", None) or (
-    lambda t, size, stride, increment: t.as_strided(size, stride, t.storage_offset() + increment))
+    lambda t, size, stride, increment: t.as_strided(size, stride, t.storage_offset() + increment)
+)
 
 
-def reinterpret_tensor(base: torch.Tensor, size: Sequence[int], stride: Sequence[int],
-                       storage_offset: int) -> torch.Tensor:
+def reinterpret_tensor(
+    base: torch.Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int
+) -> torch.Tensor:
     """``base.as_strided(size, stride, storage_offset)`` (the offset counts from the storage's start, as in
     ``as_strided``) through Dynamo's C helper, which takes an offset *relative to base's own offset*: a fifth
     of the host time of ``aten.as_strided``."""

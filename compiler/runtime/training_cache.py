@@ -30,7 +30,8 @@ fails at its first launch switches the graph to the Dynamo graph run eagerly, fo
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -78,12 +79,17 @@ def forward_facts(n_inputs: int, fw_gm: fx.GraphModule) -> dict:
     if len(placeholders) != n_inputs:
         raise Refused(f"the forward graph takes {len(placeholders)} inputs, the Dynamo graph {n_inputs}")
     grads = [bool(getattr(o, "requires_grad_for_backward", o.requires_grad)) for o in meta.output_info]
-    return {"kind": "training", "returns": returns, "unsafe_views": aot_meta.unsafe_views(meta),
-            "saved": len(saved), "vc": len(saved) - no_vc,
-            "nondiff": [i for i, o in enumerate(meta.output_info) if not o.requires_grad],
-            "tangent_of": [i for i, g in enumerate(grads) if g],
-            "inputs": [[bool(i.requires_grad), bool(getattr(i, "is_leaf", True))] for i in meta.input_info],
-            "amp": bool(torch._C._is_any_autocast_enabled())}
+    return {
+        "kind": "training",
+        "returns": returns,
+        "unsafe_views": aot_meta.unsafe_views(meta),
+        "saved": len(saved),
+        "vc": len(saved) - no_vc,
+        "nondiff": [i for i, o in enumerate(meta.output_info) if not o.requires_grad],
+        "tangent_of": [i for i, g in enumerate(grads) if g],
+        "inputs": [[bool(i.requires_grad), bool(getattr(i, "is_leaf", True))] for i in meta.input_info],
+        "amp": bool(torch._C._is_any_autocast_enabled()),
+    }
 
 
 def backward_facts(facts: dict, bw_gm: fx.GraphModule, example_inputs: list) -> dict:
@@ -92,23 +98,36 @@ def backward_facts(facts: dict, bw_gm: fx.GraphModule, example_inputs: list) -> 
     placeholders = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
     n_tangents = len(placeholders) - facts["saved"]
     if n_tangents != len(facts["tangent_of"]) or len(example_inputs) != len(placeholders):
-        raise Refused(f"the backward takes {len(placeholders)} inputs, not {facts['saved']} saved tensors and "
-                      f"{len(facts['tangent_of'])} tangents")
+        raise Refused(
+            f"the backward takes {len(placeholders)} inputs, not {facts['saved']} saved tensors and "
+            f"{len(facts['tangent_of'])} tangents"
+        )
     tangents = []
-    for t in list(example_inputs)[facts["saved"]:]:
-        if not isinstance(t, torch.Tensor) or any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride())):
+    for t in list(example_inputs)[facts["saved"] :]:
+        if not isinstance(t, torch.Tensor) or any(
+            isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride())
+        ):
             raise Refused("a tangent that is not a tensor of static shape")
-        tangents.append({"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype).split(".")[-1],
-                         "device": str(t.device)})
+        tangents.append(
+            {
+                "shape": list(t.shape),
+                "stride": list(t.stride()),
+                "dtype": str(t.dtype).split(".")[-1],
+                "device": str(t.device),
+            }
+        )
     outs = _outputs(bw_gm)
     if len(outs) != len(facts["inputs"]):
         raise Refused(f"the backward returns {len(outs)} values for {len(facts['inputs'])} inputs")
-    detach = [i for i, ((grad, leaf), o) in enumerate(zip(facts["inputs"], outs)) if o is None and grad and not leaf]
+    detach = [
+        i for i, ((grad, leaf), o) in enumerate(zip(facts["inputs"], outs)) if o is None and grad and not leaf
+    ]
     return {**facts, "tangents": tangents, "detach": detach}
 
 
 def check_facts(data: dict) -> dict:
     """The facts of a training entry read from disk, checked for type and range (``ValueError`` otherwise)."""
+
     def ints(v: Any, hi: int) -> list[int]:
         if not isinstance(v, list) or not all(type(i) is int and 0 <= i < hi for i in v):
             raise ValueError("bad index list")
@@ -131,7 +150,9 @@ def check_facts(data: dict) -> dict:
         if not isinstance(getattr(torch, str(t["dtype"]), None), torch.dtype):
             raise ValueError("bad tangent dtype")
         torch.device(t["device"])
-        if len(t["shape"]) != len(t["stride"]) or not all(type(v) is int for v in (*t["shape"], *t["stride"])):
+        if len(t["shape"]) != len(t["stride"]) or not all(
+            type(v) is int for v in (*t["shape"], *t["stride"])
+        ):
             raise ValueError("bad tangent layout")
     if not isinstance(data["amp"], bool):
         raise ValueError("bad amp")
@@ -143,14 +164,16 @@ class _FirstLaunchFailed(Exception):
     """A rebuilt forward failed at its first launch: the caller switches to the Dynamo graph."""
 
 
-def _coerce(grad: Optional[torch.Tensor], t: dict) -> torch.Tensor:
+def _coerce(grad: torch.Tensor | None, t: dict) -> torch.Tensor:
     """A gradient in the layout the backward graph was compiled for."""
     shape, stride, dtype = tuple(t["shape"]), tuple(t["stride"]), getattr(torch, t["dtype"])
     if grad is None:  # an output the loss did not use, its gradient not materialized
         return torch.empty_strided(shape, stride, dtype=dtype, device=t["device"]).zero_()
     if tuple(grad.shape) != shape or grad.dtype != dtype:
-        raise RuntimeError(f"kiln: a gradient of shape {tuple(grad.shape)} and dtype {grad.dtype} reached a compiled "
-                           f"backward built for shape {shape} and dtype {dtype}")
+        raise RuntimeError(
+            f"kiln: a gradient of shape {tuple(grad.shape)} and dtype {grad.dtype} reached a compiled "
+            f"backward built for shape {shape} and dtype {dtype}"
+        )
     if grad.stride() == stride or grad.numel() <= 1:
         return grad
     return torch.empty_strided(shape, stride, dtype=dtype, device=grad.device).copy_(grad)
@@ -169,8 +192,9 @@ class _NoDoubleBackward(torch.autograd.Function):
         raise RuntimeError("torch.compile with aot_autograd does not currently support double backward")
 
 
-def rebuild(facts: dict, fw_run: Callable, bw_run: Callable, gm: fx.GraphModule, name: str,
-            fallbacks: list) -> Callable:
+def rebuild(
+    facts: dict, fw_run: Callable, bw_run: Callable, gm: fx.GraphModule, name: str, fallbacks: list
+) -> Callable:
     """The training callable of a front hit: ``fw_run``/``bw_run`` are the boxed runners of the cached forward
     and backward (their safety nets raise), ``gm`` the Dynamo graph (the fallback of a failed first forward)."""
     returns, saved, vc = facts["returns"], facts["saved"], facts["vc"]
@@ -187,7 +211,7 @@ def rebuild(facts: dict, fw_run: Callable, bw_run: Callable, gm: fx.GraphModule,
         @staticmethod
         def forward(ctx: Any, *args: Any) -> Any:
             outs = fw_run(list(args))
-            kept = outs[returns:returns + saved]
+            kept = outs[returns : returns + saved]
             kept = [x.detach() if x._is_view() else x for x in kept]
             ctx.save_for_backward(*kept[:vc])
             ctx.kiln_no_vc = kept[vc:]
@@ -239,8 +263,13 @@ def rebuild(facts: dict, fw_run: Callable, bw_run: Callable, gm: fx.GraphModule,
                 outs = CompiledFunction.apply(*args_)
         except _FirstLaunchFailed:
             state["eager"] = True
-            fallbacks.append(FallbackReason("graph_launch_error", name, "the cached training forward failed at its "
-                                            "first launch: its Dynamo graph runs eagerly"))
+            fallbacks.append(
+                FallbackReason(
+                    "graph_launch_error",
+                    name,
+                    "the cached training forward failed at its first launch: its Dynamo graph runs eagerly",
+                )
+            )
             return list(_as_tuple(gm(*args)))
         finally:
             if not prev:
@@ -257,8 +286,10 @@ def fw_fallback(*args: Any) -> Any:
 
 def bw_fallback(*args: Any) -> Any:
     """The safety net of a rebuilt backward: none (the ATen graph is not at hand, the forward already ran)."""
-    raise RuntimeError("kiln: a compiled backward rebuilt from the graph cache failed at its first launch; "
-                       "run with KILN_CACHE=0 (or clear it: python -m compiler cache clear)")
+    raise RuntimeError(
+        "kiln: a compiled backward rebuilt from the graph cache failed at its first launch; "
+        "run with KILN_CACHE=0 (or clear it: python -m compiler cache clear)"
+    )
 
 
 def _as_tuple(v: Any) -> tuple:

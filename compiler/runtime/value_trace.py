@@ -38,7 +38,8 @@ import json
 import math
 import os
 import threading
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -53,15 +54,29 @@ SAMPLES = 8
 #: outputs larger than this get no byte digest (copying them to the host for a hash is not worth it)
 DIGEST_MAX_BYTES = 1 << 28
 #: why a traced graph runs without CUDA graphs (``FallbackReason("cudagraph", graph, CUDAGRAPH_REASON)``)
-CUDAGRAPH_REASON = ("value tracing (trace_values) reads every launch's outputs on the host; a graph traced "
-                    "runs unrecorded")
+CUDAGRAPH_REASON = (
+    "value tracing (trace_values) reads every launch's outputs on the host; a graph traced runs unrecorded"
+)
 #: settings left out of a graph record's ``settings`` (where files go, how compiles are spread: not the math)
-_NOT_MATH = {"trace_values", "trace_file", "dump_dir", "cache_dir", "compile_threads", "compile_workers",
-             "log_fallbacks", "cache", "graph_cache_dir", "cache_max_mb", "autotune_dir", "cache_auth",
-             "cache_key", "cache_key_file"}
+_NOT_MATH = {
+    "trace_values",
+    "trace_file",
+    "dump_dir",
+    "cache_dir",
+    "compile_threads",
+    "compile_workers",
+    "log_fallbacks",
+    "cache",
+    "graph_cache_dir",
+    "cache_max_mb",
+    "autotune_dir",
+    "cache_auth",
+    "cache_key",
+    "cache_key_file",
+}
 
 
-def resolve_path(s: Optional[config.Settings] = None) -> str:
+def resolve_path(s: config.Settings | None = None) -> str:
     """The trace file of settings ``s`` (the active ones by default) in this process, absolute (see
     ``Settings.trace_file``)."""
     s = s or config.settings()
@@ -80,12 +95,15 @@ def _resolve(trace_file: str, dump_dir: str) -> str:
     return os.path.abspath(path)
 
 
-def settings_summary(s: Optional[config.Settings] = None) -> str:
+def settings_summary(s: config.Settings | None = None) -> str:
     """The settings that differ from their defaults and may change the math, as ``name=value`` pairs."""
     s = s or config.settings()
     default = config.Settings()
-    return " ".join(f"{f.name}={getattr(s, f.name)}" for f in dataclasses.fields(s)
-                    if f.name not in _NOT_MATH and getattr(s, f.name) != getattr(default, f.name))
+    return " ".join(
+        f"{f.name}={getattr(s, f.name)}"
+        for f in dataclasses.fields(s)
+        if f.name not in _NOT_MATH and getattr(s, f.name) != getattr(default, f.name)
+    )
 
 
 def source_hash(text: str) -> str:
@@ -114,22 +132,25 @@ class TraceWriter:
         self.file.write(json.dumps(record, sort_keys=True) + "\n")
         self.file.flush()
 
-    def begin(self, graph: str, settings: str) -> "GraphCall":
+    def begin(self, graph: str, settings: str) -> GraphCall:
         with self.lock:
             if graph not in self.graphs:
                 self.graphs[graph] = len(self.graphs)
-                self._write({"type": "graph", "graph": graph, "graph_index": self.graphs[graph],
-                             "settings": settings})
+                self._write(
+                    {"type": "graph", "graph": graph, "graph_index": self.graphs[graph], "settings": settings}
+                )
             call = self.calls.get(graph, 0)
             self.calls[graph] = call + 1
             return GraphCall(self, graph, self.graphs[graph], call)
 
-    def launch(self, record: dict[str, Any], source: Optional[str]) -> None:
+    def launch(self, record: dict[str, Any], source: str | None) -> None:
         with self.lock:
             h = record["source_hash"]
             if source is not None and h not in self.sources:
                 self.sources.add(h)
-                self._write({"type": "kernel", "kernel": record["kernel"], "source_hash": h, "source": source})
+                self._write(
+                    {"type": "kernel", "kernel": record["kernel"], "source_hash": h, "source": source}
+                )
             record["seq"] = self.seq
             self.seq += 1
             self._write(record)
@@ -166,7 +187,7 @@ def writer(path: str) -> TraceWriter:
     return w
 
 
-def close(path: Optional[str] = None) -> None:
+def close(path: str | None = None) -> None:
     """Close the trace ``path`` (every trace by default); a later launch traced there starts the file anew."""
     with _writers_lock:
         for p in [path] if path is not None else list(_writers):
@@ -186,8 +207,15 @@ def header() -> dict[str, Any]:
     if not config.interpreting() and torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()
         backend = "hip" if getattr(torch.version, "hip", None) else "cuda"
-    return {"type": "header", "schema": SCHEMA, "torch": torch.__version__, "triton": triton.__version__,
-            "interpret": config.interpreting(), "gpu": gpu, "gpu_backend": backend}
+    return {
+        "type": "header",
+        "schema": SCHEMA,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "interpret": config.interpreting(),
+        "gpu": gpu,
+        "gpu_backend": backend,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- recording
@@ -222,11 +250,30 @@ def record(call: GraphCall, kind: str, kernel: Any, names: tuple, *outputs: Any)
     tensors = [(n, t) for n, t in zip(names, outputs) if isinstance(t, torch.Tensor)]
     _sync([t for _, t in tensors])
     with torch.no_grad():
-        outs = [{"name": n, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
-                 "device": str(t.device), "stats": stats(t)} for n, t in tensors]
-    call.writer.launch({"type": "launch", "graph": call.graph, "graph_index": call.graph_index, "call": call.call,
-                        "launch": launch, "kind": kind, "kernel": name, "source_hash": h, "outputs": outs},
-                       source)
+        outs = [
+            {
+                "name": n,
+                "shape": list(t.shape),
+                "dtype": str(t.dtype).removeprefix("torch."),
+                "device": str(t.device),
+                "stats": stats(t),
+            }
+            for n, t in tensors
+        ]
+    call.writer.launch(
+        {
+            "type": "launch",
+            "graph": call.graph,
+            "graph_index": call.graph_index,
+            "call": call.call,
+            "launch": launch,
+            "kind": kind,
+            "kernel": name,
+            "source_hash": h,
+            "outputs": outs,
+        },
+        source,
+    )
 
 
 _hashes: dict[str, str] = {}
@@ -242,8 +289,10 @@ def _source_hash(text: str) -> str:
 def _sync(tensors: list[torch.Tensor]) -> None:
     for d in sorted({t.device.index or 0 for t in tensors if t.device.type == "cuda"}):
         if torch.cuda.is_current_stream_capturing():
-            raise ValueTraceError("value tracing (KILN_TRACE_VALUES) cannot run inside a CUDA graph capture: "
-                                  "it reads every launch's outputs on the host; trace without CUDA graphs")
+            raise ValueTraceError(
+                "value tracing (KILN_TRACE_VALUES) cannot run inside a CUDA graph capture: "
+                "it reads every launch's outputs on the host; trace without CUDA graphs"
+            )
         torch.cuda.synchronize(d)
 
 
@@ -281,20 +330,35 @@ def stats(t: torch.Tensor) -> dict[str, Any]:
     finite = torch.isfinite(flat)
     zero = torch.where(finite, flat, 0.0)
     pos = sample_positions(n)
-    values = torch.stack([
-        torch.isnan(flat).sum().to(torch.float64), torch.isinf(flat).sum().to(torch.float64),
-        finite.sum().to(torch.float64),
-        torch.where(finite, flat, math.inf).min(), torch.where(finite, flat, -math.inf).max(),
-        zero.sum(), (zero * zero).sum(), zero.abs().sum(),
-        *flat[torch.tensor(pos, device=flat.device)]]).tolist()
+    values = torch.stack(
+        [
+            torch.isnan(flat).sum().to(torch.float64),
+            torch.isinf(flat).sum().to(torch.float64),
+            finite.sum().to(torch.float64),
+            torch.where(finite, flat, math.inf).min(),
+            torch.where(finite, flat, -math.inf).max(),
+            zero.sum(),
+            (zero * zero).sum(),
+            zero.abs().sum(),
+            *flat[torch.tensor(pos, device=flat.device)],
+        ]
+    ).tolist()
     nan, inf, count, lo, hi, total, sumsq, abs_sum = values[:8]
-    out.update(nan=int(nan), inf=int(inf), min=_num(lo) if count else None, max=_num(hi) if count else None,
-               mean=_num(total / count) if count else None, sum=_num(total), sumsq=_num(sumsq), abs_sum=_num(abs_sum),
-               samples=[[p, _num(v)] for p, v in zip(pos, values[8:])])
+    out.update(
+        nan=int(nan),
+        inf=int(inf),
+        min=_num(lo) if count else None,
+        max=_num(hi) if count else None,
+        mean=_num(total / count) if count else None,
+        sum=_num(total),
+        sumsq=_num(sumsq),
+        abs_sum=_num(abs_sum),
+        samples=[[p, _num(v)] for p, v in zip(pos, values[8:])],
+    )
     return out
 
 
-def digest(t: torch.Tensor) -> Optional[str]:
+def digest(t: torch.Tensor) -> str | None:
     """sha256 (16 hex digits) of ``t``'s bytes in row-major order, or None when it is over the size limit."""
     if t.numel() * t.element_size() > DIGEST_MAX_BYTES or t.is_quantized:
         return None
@@ -307,7 +371,9 @@ _plants: dict[tuple[int, int, int], Callable[[torch.Tensor], Any]] = {}
 
 
 @contextlib.contextmanager
-def planted(graph_index: int, launch: int, change: Callable[[torch.Tensor], Any], call: int = 0) -> Iterator[None]:
+def planted(
+    graph_index: int, launch: int, change: Callable[[torch.Tensor], Any], call: int = 0
+) -> Iterator[None]:
     """Test hook (traced wrappers only): ``change(output)`` alters, in place, the first output of launch
     ``launch`` of call ``call`` of graph ``graph_index`` before it is recorded: a planted divergence that later
     launches read, as a wrong kernel's result would be."""

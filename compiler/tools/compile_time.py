@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any
 
 MODELS = ("gpt", "gpt-infer", "mlp")
 VARIANTS = ("kiln", "kiln-serial", "inductor")
@@ -66,8 +66,12 @@ def build(model: str, args: argparse.Namespace) -> tuple[Any, Any, bool]:
         x = torch.randn(batch, seq, d)
     elif model == "mlp":
         width = 64 if small else 1024
-        net = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width),
-                                  torch.nn.LayerNorm(width))
+        net = torch.nn.Sequential(
+            torch.nn.Linear(width, 4 * width),
+            torch.nn.GELU(),
+            torch.nn.Linear(4 * width, width),
+            torch.nn.LayerNorm(width),
+        )
         x = torch.randn(64 if small else 4096, width)
     else:
         raise SystemExit(f"unknown model {model!r}; one of {', '.join(MODELS)}")
@@ -105,16 +109,29 @@ def child(args: argparse.Namespace) -> int:
     with compiler.capture() as graphs:
         first = step()
     second = step()
-    out: dict[str, Any] = {"model": args.child, "variant": args.variant, "phase": args.phase,
-                           "first_s": round(first, 3), "second_s": round(second, 4),
-                           "compile_s": round(first - second, 3)}
+    out: dict[str, Any] = {
+        "model": args.child,
+        "variant": args.variant,
+        "phase": args.phase,
+        "first_s": round(first, 3),
+        "second_s": round(second, 4),
+        "compile_s": round(first - second, 3),
+    }
     if backend == "kiln":
         s = gpu_compile.compile_stats()
-        out.update(graphs=len(graphs), kernels=sum(len(g.kernel_sources) for g in graphs),
-                   launches=sum(g.kernel_count for g in graphs), compiled=s.compiled,
-                   in_workers=s.worker_compiles, cache_hits=s.cache_hits, jit=s.jit_compiles,
-                   worker_misses=s.worker_misses, wait_s=round(s.wait_seconds, 3),
-                   launch_compile_s=round(s.seconds, 3), worker_s=round(s.worker_seconds, 2))
+        out.update(
+            graphs=len(graphs),
+            kernels=sum(len(g.kernel_sources) for g in graphs),
+            launches=sum(g.kernel_count for g in graphs),
+            compiled=s.compiled,
+            in_workers=s.worker_compiles,
+            cache_hits=s.cache_hits,
+            jit=s.jit_compiles,
+            worker_misses=s.worker_misses,
+            wait_s=round(s.wait_seconds, 3),
+            launch_compile_s=round(s.seconds, 3),
+            worker_s=round(s.worker_seconds, 2),
+        )
     print("RESULT " + json.dumps(out), flush=True)
     return 0
 
@@ -122,28 +139,66 @@ def child(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------ parent
 def run_child(model: str, variant: str, phase: str, caches: str, args: argparse.Namespace) -> dict:
     env = dict(os.environ)
-    env.update(TRITON_CACHE_DIR=os.path.join(caches, "triton"), KILN_CACHE_DIR=os.path.join(caches, "kiln"),
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"))
+    env.update(
+        TRITON_CACHE_DIR=os.path.join(caches, "triton"),
+        KILN_CACHE_DIR=os.path.join(caches, "kiln"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"),
+    )
     if variant == "kiln-serial":
         env["KILN_COMPILE_THREADS"] = "1"
     elif variant == "kiln":
         env.pop("KILN_COMPILE_THREADS", None)  # the suites' setting must not turn the pool off here
         if args.workers:
             env["KILN_COMPILE_WORKERS"] = str(args.workers)
-    cmd = [sys.executable, "-m", "compiler.tools.compile_time", "--child", model, "--variant", variant,
-           "--phase", phase, "--layers", str(args.layers), "--dtype", args.dtype, "--device", args.device]
+    cmd = [
+        sys.executable,
+        "-m",
+        "compiler.tools.compile_time",
+        "--child",
+        model,
+        "--variant",
+        variant,
+        "--phase",
+        phase,
+        "--layers",
+        str(args.layers),
+        "--dtype",
+        args.dtype,
+        "--device",
+        args.device,
+    ]
     if args.small:
         cmd.append("--small")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-    return {"model": model, "variant": variant, "phase": phase, "error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+    return {
+        "model": model,
+        "variant": variant,
+        "phase": phase,
+        "error": f"exit {proc.returncode}: {' | '.join(tail)}",
+    }
 
 
-COLUMNS = ("model", "variant", "phase", "compile_s", "first_s", "second_s", "kernels", "launches", "compiled",
-           "in_workers", "cache_hits", "jit", "worker_misses", "wait_s", "worker_s")
+COLUMNS = (
+    "model",
+    "variant",
+    "phase",
+    "compile_s",
+    "first_s",
+    "second_s",
+    "kernels",
+    "launches",
+    "compiled",
+    "in_workers",
+    "cache_hits",
+    "jit",
+    "worker_misses",
+    "wait_s",
+    "worker_s",
+)
 
 
 def table(rows: list[dict]) -> str:
@@ -156,14 +211,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m compiler.tools.compile_time", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m compiler.tools.compile_time", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--layers", type=int, default=12, help="GPT blocks (default 12, GPT-2 small)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
     p.add_argument("--device", default="cuda")
-    p.add_argument("--workers", type=int, default=0, help="KILN_COMPILE_WORKERS for the kiln variant (0: default)")
+    p.add_argument(
+        "--workers", type=int, default=0, help="KILN_COMPILE_WORKERS for the kiln variant (0: default)"
+    )
     p.add_argument("--small", action="store_true", help="tiny sizes (a smoke test)")
     p.add_argument("--work", default="", help="folder for the caches (default: a temporary folder, removed)")
     p.add_argument("--json", default="", help="also write the rows to this file")
@@ -178,8 +237,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         import torch
 
         if not torch.cuda.is_available():  # every child would fail with torch's traceback, one row at a time
-            print("compile_time: needs a CUDA GPU (--device cuda); `--device cpu --small` is a smoke test here",
-                  file=sys.stderr)
+            print(
+                "compile_time: needs a CUDA GPU (--device cuda); `--device cpu --small` is a smoke test here",
+                file=sys.stderr,
+            )
             return 2
     work = args.work or tempfile.mkdtemp(prefix="kiln-compile-time-")
     rows = []

@@ -24,7 +24,8 @@ import argparse
 import re
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -81,8 +82,13 @@ class _ConvNeXtBlock(nn.Module):
 
 
 def _convnext_stage() -> nn.Module:
-    return nn.Sequential(_ConvNeXtBlock(96), _ConvNeXtBlock(96), _LayerNorm2d(96, eps=1e-6),
-                         nn.Conv2d(96, 192, 2, stride=2), _ConvNeXtBlock(192))
+    return nn.Sequential(
+        _ConvNeXtBlock(96),
+        _ConvNeXtBlock(96),
+        _LayerNorm2d(96, eps=1e-6),
+        nn.Conv2d(96, 192, 2, stride=2),
+        _ConvNeXtBlock(192),
+    )
 
 
 #: cases whose pointwise kernels are swept too (the others: reduction kernels only)
@@ -96,6 +102,7 @@ def _train_step(model: nn.Module, x: torch.Tensor) -> Callable[[], Any]:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             y = f(x)
         y.float().square().mean().backward()
+
     return step
 
 
@@ -108,18 +115,24 @@ def build_case(name: str) -> Callable[[], Any]:
     if name == "resnet":
         # torch's stubs lack Module.to's memory_format keyword, which it accepts
         model = nn.Sequential(_Bottleneck(), _Bottleneck()).cuda().to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        return _train_step(model, torch.randn(32, 256, 56, 56, device="cuda").to(memory_format=torch.channels_last))
+        return _train_step(
+            model, torch.randn(32, 256, 56, 56, device="cuda").to(memory_format=torch.channels_last)
+        )
     if name == "convnext":
         model = _convnext_stage().cuda().to(torch.bfloat16, memory_format=torch.channels_last).eval()  # type: ignore[call-overload]
-        x = torch.randn(16, 96, 56, 56, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        x = torch.randn(16, 96, 56, 56, device="cuda", dtype=torch.bfloat16).to(
+            memory_format=torch.channels_last
+        )
         f = torch.compile(model, backend="kiln")
 
         def infer() -> None:
             with torch.no_grad():
                 f(x)
+
         return infer
     if name == "bert":
         import transformers
+
         cfg = transformers.BertConfig(num_hidden_layers=2)
         model = transformers.AutoModel.from_config(cfg).cuda().to(torch.bfloat16).eval()
         ids = torch.randint(0, 1000, (8, 256), device="cuda")
@@ -128,6 +141,7 @@ def build_case(name: str) -> Callable[[], Any]:
         def step() -> None:
             with torch.no_grad():
                 f(input_ids=ids)
+
         return step
     raise SystemExit(f"launch_sweep: unknown case {name!r} (vit, resnet, bert, convnext)")
 
@@ -138,12 +152,18 @@ def tile_loads(source: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m compiler.tools.launch_sweep", description=__doc__.splitlines()[0])
-    p.add_argument("--case", default="vit", help="vit, resnet, bert or convnext (comma-separated for several)")
+    p = argparse.ArgumentParser(
+        prog="python -m compiler.tools.launch_sweep", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--case", default="vit", help="vit, resnet, bert or convnext (comma-separated for several)"
+    )
     p.add_argument("--min-us", type=float, default=15.0, help="sweep kernels at least this slow (us)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("launch_sweep: needs a CUDA GPU (launch configs of the interpreter mean nothing)", file=sys.stderr)
+        print(
+            "launch_sweep: needs a CUDA GPU (launch configs of the interpreter mean nothing)", file=sys.stderr
+        )
         return 2
     import triton.testing
 
@@ -158,8 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         firsts: dict[str, tuple[TritonKernel, tuple]] = {}
         orig = TritonKernel.forward
 
-        def spy(self: TritonKernel, *a: Any, pointwise: bool = case in POINTWISE_CASES,
-                firsts: dict[str, tuple[TritonKernel, tuple]] = firsts, orig: Any = orig) -> None:
+        def spy(
+            self: TritonKernel,
+            *a: Any,
+            pointwise: bool = case in POINTWISE_CASES,
+            firsts: dict[str, tuple[TritonKernel, tuple]] = firsts,
+            orig: Any = orig,
+        ) -> None:
             if (self.reduction or pointwise) and self.name not in firsts:
                 firsts[self.name] = (self, a)
             return orig(self, *a)
@@ -173,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             TritonKernel.forward = orig  # type: ignore[method-assign]
         first_s = time.perf_counter() - t_case
         step_ms = triton.testing.do_bench(step, warmup=5, rep=50, return_mode="median")
-        print(f"{case:6} step {step_ms:.3f} ms (median; first call, compile included, {first_s:.0f} s)", flush=True)
+        print(
+            f"{case:6} step {step_ms:.3f} ms (median; first call, compile included, {first_s:.0f} s)",
+            flush=True,
+        )
         for name, (k, a) in sorted(firsts.items()):
             nptr = len(k.ptr_args)
             xnumel = int(a[nptr + len(k.size_args)])
@@ -187,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                 k.launch_config = fixed  # type: ignore[assignment]  # an instance attribute: this kernel only
                 k._launches.clear()
                 try:
-                    return triton.testing.do_bench(lambda: k(*a), warmup=5, rep=25, return_mode="median") * 1e3
+                    return (
+                        triton.testing.do_bench(lambda: k(*a), warmup=5, rep=25, return_mode="median") * 1e3
+                    )
                 finally:
                     del k.launch_config
                     k._launches.clear()
@@ -204,17 +234,23 @@ def main(argv: list[str] | None = None) -> int:
                     if t < tbest:
                         best, tbest = cfg, t
             kind = (k.hint + (" mixed" if k.programs else "")) if k.reduction else "pointwise"
-            rows.append((case, name, kind, tile_loads(k.source), xnumel, rnumel,
-                         base, t0, best, tbest))
-            print(f"{case:6} {name:44} {rows[-1][2]:12} loads {rows[-1][3]:2}  {xnumel}x{rnumel}  "
-                  f"heuristic {_cfg(base)} {t0:8.1f} us   best {_cfg(best)} {tbest:8.1f} us  ({t0 / tbest:.2f}x)",
-                  flush=True)
-    for label, sel in (("reduction", lambda r: r[2] != "pointwise"), ("pointwise", lambda r: r[2] == "pointwise")):
+            rows.append((case, name, kind, tile_loads(k.source), xnumel, rnumel, base, t0, best, tbest))
+            print(
+                f"{case:6} {name:44} {rows[-1][2]:12} loads {rows[-1][3]:2}  {xnumel}x{rnumel}  "
+                f"heuristic {_cfg(base)} {t0:8.1f} us   best {_cfg(best)} {tbest:8.1f} us  ({t0 / tbest:.2f}x)",
+                flush=True,
+            )
+    for label, sel in (
+        ("reduction", lambda r: r[2] != "pointwise"),
+        ("pointwise", lambda r: r[2] == "pointwise"),
+    ):
         picked = [r for r in rows if sel(r)]
         if picked:
             total0, total1 = sum(r[7] for r in picked), sum(r[9] for r in picked)
-            print(f"all {label} kernels: heuristic {total0:.0f} us, best configs {total1:.0f} us "
-                  f"({total0 / total1:.2f}x)")
+            print(
+                f"all {label} kernels: heuristic {total0:.0f} us, best configs {total1:.0f} us "
+                f"({total0 / total1:.2f}x)"
+            )
     return 0
 
 

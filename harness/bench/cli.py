@@ -13,10 +13,12 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from harness import arms, conventions
+from harness.bench.core.records import Verdict
 from harness.exc import UsageError
 from harness.settings import Plant, bench_settings, settings
 
@@ -25,13 +27,14 @@ def path_or_url(value: str) -> Path | str:
     """A `--db` value: a store URL kept as typed (a Path would fold its `://` into `:/`), else a Path."""
     return value if "://" in value else Path(value)
 
-from harness.bench.core.records import Verdict
-
 
 def _add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--db", type=path_or_url, default=None, help="SQLite store or store URL (default $KILN_STORE_URL, else "
-        "$KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite: the store `nox -s ci` and `nox -s bench` write)"
+        "--db",
+        type=path_or_url,
+        default=None,
+        help="SQLite store or store URL (default $KILN_STORE_URL, else "
+        "$KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite: the store `nox -s ci` and `nox -s bench` write)",
     )
     from harness.store.cli import add_store_flags
 
@@ -51,7 +54,9 @@ def _add_lasting(p: argparse.ArgumentParser) -> None:
 
 def _add_reports(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--md", type=Path, help="write a Markdown report here (and to $GITHUB_STEP_SUMMARY with --github-summary)"
+        "--md",
+        type=Path,
+        help="write a Markdown report here (and to $GITHUB_STEP_SUMMARY with --github-summary)",
     )
     conventions.add_json(p)
     p.add_argument("--plots", type=Path, help="write PNG plots into this folder (needs matplotlib)")
@@ -73,8 +78,12 @@ def _add_compare(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
     p.add_argument("--no-fail", action="store_true", help="exit 0 even when something regressed")
-    p.add_argument("--any-hardware", action="store_true", help="baselines may come from another hardware "
-                   "class (GPU label or model) than the run's: off by default")
+    p.add_argument(
+        "--any-hardware",
+        action="store_true",
+        help="baselines may come from another hardware "
+        "class (GPU label or model) than the run's: off by default",
+    )
 
 
 def _add_measure(p: argparse.ArgumentParser) -> None:
@@ -166,8 +175,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", help="write runs (with every sample) as JSON")
     p.add_argument("out", type=Path)
     p.add_argument("--runs", help="comma-separated run ids, or latest (default: all)")
-    p.add_argument("--baseline", help="the runs a baseline names instead (ref:main: the latest complete run of "
-                   "main); a trailing ? exports none when nothing matches")
+    p.add_argument(
+        "--baseline",
+        help="the runs a baseline names instead (ref:main: the latest complete run of "
+        "main); a trailing ? exports none when nothing matches",
+    )
     _add_store(p)
     _add_lasting(p)
     p = sub.add_parser("import", help="merge JSON exports into the store (runs already present are skipped)")
@@ -179,8 +191,11 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--from-json", dest="from_json", type=Path, help="plot an export instead of the store")
     p.add_argument("--run", default="latest", help="run for the speedup plot (default latest)")
     _add_store(p)
-    p = sub.add_parser("history", help="what moved over the stored runs: the series that moved most (within 120 "
-                       "columns), --md the table of every run, --json every point, a PNG per workload")
+    p = sub.add_parser(
+        "history",
+        help="what moved over the stored runs: the series that moved most (within 120 "
+        "columns), --md the table of every run, --json every point, a PNG per workload",
+    )
     from harness.bench.reports.history import add_arguments as _add_history
 
     _add_history(p)
@@ -200,18 +215,27 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--fraction", type=float, default=0.2)
     _add_store(p)
     p.add_argument("--md", type=Path, help="write the self-test Markdown report here")
-    p = sub.add_parser("bisect", help="find the commit of GOOD..BAD that slowed a workload (scratch worktree, "
-                       "each commit measured by its own code)")
+    p = sub.add_parser(
+        "bisect",
+        help="find the commit of GOOD..BAD that slowed a workload (scratch worktree, "
+        "each commit measured by its own code)",
+    )
     from harness.bench.kernels.bisect import add_arguments as _add_bisect
 
     _add_bisect(p)
-    p = sub.add_parser("job-summary", help="end of a CI bench job: the runs compared and, on main, automatic "
-                       "bisection of confirmed regressions, into the job summary")
+    p = sub.add_parser(
+        "job-summary",
+        help="end of a CI bench job: the runs compared and, on main, automatic "
+        "bisection of confirmed regressions, into the job summary",
+    )
     from .job import add_arguments as _add_job
 
     _add_job(p)
-    p = sub.add_parser("verdict", help="end of a job: one line per bench step (its report and exit status), "
-                       "exit 1 when a regression was confirmed side by side or a step failed")
+    p = sub.add_parser(
+        "verdict",
+        help="end of a job: one line per bench step (its report and exit status), "
+        "exit 1 when a regression was confirmed side by side or a step failed",
+    )
     from harness.bench.judge.verdict import add_arguments as _add_verdict
 
     _add_verdict(p)
@@ -221,23 +245,33 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     p.add_argument("--results", help="folder of the store and reports (default results/bench/<backend>)")
     p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="after `--`: more `bench run` flags")
-    p = sub.add_parser("overhead", help="host overhead: us per call of graphs with 1, 10 and 50 kernel launches")
+    p = sub.add_parser(
+        "overhead", help="host overhead: us per call of graphs with 1, 10 and 50 kernel launches"
+    )
     p.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda, cuda:N")
-    p.add_argument("--compilers", default=arms.default("overhead"),
-                   help="comma-separated (the -cg modes need CUDA)")
+    p.add_argument(
+        "--compilers", default=arms.default("overhead"), help="comma-separated (the -cg modes need CUDA)"
+    )
     p.add_argument("--launches", default="1,10,50", help="chain lengths (kernel launches per call)")
     p.add_argument("--calls", type=int, default=200, help="calls per sample")
     p.add_argument("--samples", type=int, default=25, help="samples per graph and compiler")
     p.add_argument("--md", type=Path, help="write the Markdown table here")
-    p.add_argument("--json", type=Path, help="write every result (samples included) here; `--json -` prints only "
-                   "the JSON on stdout")
+    p.add_argument(
+        "--json",
+        type=Path,
+        help="write every result (samples included) here; `--json -` prints only the JSON on stdout",
+    )
     p.add_argument("--profile", type=Path, help="also write a cProfile of each compiler's calls here")
     p = sub.add_parser("gpu", help="full GPU run twice (kiln, inductor, eager) and the spread between runs")
     p.add_argument("--out", type=Path, default=Path("results/gpu"))
     p.add_argument("--compilers", default=arms.default("kernel"))
     p.add_argument("--only", help="restrict workloads (fnmatch patterns)")
-    p.add_argument("--timer", default="event", help="event (default; includes host launch time, so host-bound "
-                   "backward workloads vary between runs), profiler (kernel time), graph (CUDA graph replays)")
+    p.add_argument(
+        "--timer",
+        default="event",
+        help="event (default; includes host launch time, so host-bound "
+        "backward workloads vary between runs), profiler (kernel time), graph (CUDA graph replays)",
+    )
     p.add_argument("--device", default="cuda")
     p.add_argument("--target-s", type=float, default=None)
     p.add_argument(
@@ -246,11 +280,17 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
         help="rehearse the pipeline on CPU (tiny sizes; with --device cpu)",
     )
     _add_models(sub)
-    p = sub.add_parser("model-profile", help="profile model steps per compiler: top kernels, launches, host time")
-    p.add_argument("--only", required=True, help="comma-separated fnmatch patterns of model cases (as `models`)")
+    p = sub.add_parser(
+        "model-profile", help="profile model steps per compiler: top kernels, launches, host time"
+    )
+    p.add_argument(
+        "--only", required=True, help="comma-separated fnmatch patterns of model cases (as `models`)"
+    )
     p.add_argument("--compilers", default="kiln,inductor,eager", help="comma-separated (as `models`)")
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
-    p.add_argument("--profile", choices=["tiny", "gpu"], help="model sizes (default: gpu on a GPU, else tiny)")
+    p.add_argument(
+        "--profile", choices=["tiny", "gpu"], help="model sizes (default: gpu on a GPU, else tiny)"
+    )
     p.add_argument("--steps", type=int, default=10, help="profiled steps (after 3 warm-up steps)")
     p.add_argument("--top", type=int, default=15, help="kernels listed per case and compiler")
     p.add_argument("--md", type=Path, help="write the Markdown report here (default: stdout)")
@@ -268,53 +308,103 @@ def _add_models(sub) -> None:
         "chunks (--only) into one folder; --report only rewrites the report.",
     )
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
-    p.add_argument("--profile", choices=["tiny", "gpu"], help="model sizes (default: gpu on a GPU, else tiny)")
-    p.add_argument("--only", help="comma-separated fnmatch patterns of cases (model.gpt2.infer.bf16, "
-                   "gpt2.infer.*) or models (gpt2)")
-    p.add_argument("--compilers", default=arms.default("model"),
-                   help="comma-separated; eager is always included; -cg modes are skipped on CPU")
-    p.add_argument("--compile-times", help="compilers whose cold/warm compile s are measured in fresh "
-                   "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)")
-    p.add_argument("--autotune-times", action="store_true", help="also autotuned compile s (cold, warm) of the "
-                   "--compile-times compilers, in fresh subprocesses (harness/bench/models/compile_times.py)")
-    p.add_argument("--out", type=Path, help="run folder: report.md, report.json, export.json, models.png (default "
-                   "the models/ folder beside the machine's bench store, results/bench/<backend>/models)")
-    p.add_argument("--db", type=Path, help="SQLite store (default: with --out, OUT/bench.sqlite; else the machine's "
-                   "bench store, shared with the kernel tier: model runs have profile models-PROFILE)")
+    p.add_argument(
+        "--profile", choices=["tiny", "gpu"], help="model sizes (default: gpu on a GPU, else tiny)"
+    )
+    p.add_argument(
+        "--only",
+        help="comma-separated fnmatch patterns of cases (model.gpt2.infer.bf16, "
+        "gpt2.infer.*) or models (gpt2)",
+    )
+    p.add_argument(
+        "--compilers",
+        default=arms.default("model"),
+        help="comma-separated; eager is always included; -cg modes are skipped on CPU",
+    )
+    p.add_argument(
+        "--compile-times",
+        help="compilers whose cold/warm compile s are measured in fresh "
+        "subprocesses, or 'none' (default: kiln,inductor on a GPU, kiln on CPU)",
+    )
+    p.add_argument(
+        "--autotune-times",
+        action="store_true",
+        help="also autotuned compile s (cold, warm) of the "
+        "--compile-times compilers, in fresh subprocesses (harness/bench/models/compile_times.py)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="run folder: report.md, report.json, export.json, models.png (default "
+        "the models/ folder beside the machine's bench store, results/bench/<backend>/models)",
+    )
+    p.add_argument(
+        "--db",
+        type=Path,
+        help="SQLite store (default: with --out, OUT/bench.sqlite; else the machine's "
+        "bench store, shared with the kernel tier: model runs have profile models-PROFILE)",
+    )
     p.add_argument("--md", type=Path, help="Markdown report here instead of OUT/report.md")
-    p.add_argument("--json", type=Path, help="JSON report here instead of OUT/report.json; `--json -` prints only "
-                   "the JSON on stdout (the tables go to stderr)")
+    p.add_argument(
+        "--json",
+        type=Path,
+        help="JSON report here instead of OUT/report.json; `--json -` prints only "
+        "the JSON on stdout (the tables go to stderr)",
+    )
     p.add_argument("--plots", type=Path, help="PNG plot folder instead of OUT")
-    p.add_argument("--report", action="store_true", help="measure nothing: rewrite the report over every "
-                   "case stored for the profile")
-    p.add_argument("--list", action="store_true", help="list the profile's cases and whether they can run here")
-    p.add_argument("--compile-only", action="store_true", help="measure only the cold/warm compile s of the "
-                   "--compile-times compilers (no step timing); the report puts them beside the newest step "
-                   "results of the same case definition")
-    p.add_argument("--resume", action="store_true", help="skip cases already stored in the store for this "
-                   "profile, device and source hash (with every selected compiler)")
-    p.add_argument("--budget-s", type=float, help="start no case that would likely end after this many seconds "
-                   "(the rest are listed; run again with --resume)")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="measure nothing: rewrite the report over every case stored for the profile",
+    )
+    p.add_argument(
+        "--list", action="store_true", help="list the profile's cases and whether they can run here"
+    )
+    p.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="measure only the cold/warm compile s of the "
+        "--compile-times compilers (no step timing); the report puts them beside the newest step "
+        "results of the same case definition",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip cases already stored in the store for this "
+        "profile, device and source hash (with every selected compiler)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        help="start no case that would likely end after this many seconds "
+        "(the rest are listed; run again with --resume)",
+    )
     p.add_argument("--target-s", type=float, help="measuring seconds per case and compiler")
     p.add_argument("--rounds", type=int, help="interleaved rounds per case")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU runs; default 1)")
     p.add_argument("--label", help="free-text label stored with the run")
-    p.add_argument("--git-ref", help="git ref to record (default $KILN_BENCH_GIT_REF, $GITHUB_REF_NAME or git)")
-    p.add_argument("--baseline", help="compare with earlier runs: latest (per case, the newest complete run "
-                   "that has it), run:ID, ref:NAME, window:N; a trailing ? makes it optional")
+    p.add_argument(
+        "--git-ref", help="git ref to record (default $KILN_BENCH_GIT_REF, $GITHUB_REF_NAME or git)"
+    )
+    p.add_argument(
+        "--baseline",
+        help="compare with earlier runs: latest (per case, the newest complete run "
+        "that has it), run:ID, ref:NAME, window:N; a trailing ? makes it optional",
+    )
     _add_compare(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def open_bench_store(db: Path | None, lasting: str | None = None, *, write: bool = True, must_exist: bool | None = None):
+def open_bench_store(
+    db: Path | None, lasting: str | None = None, *, write: bool = True, must_exist: bool | None = None
+):
     """The store of `--db` (a file or a URL), else $KILN_STORE_URL (the fleet store), else store.default_path
     ($KILN_BENCH_DB, else the backend's results/bench store); with `--lasting BACKEND` that backend's lasting store
     (or the fleet store). `write=False` opens it read-only (never created, migrated or moved). A local store that
     must exist (readers' default) and is not there is one line, exit 2."""
     from harness import trust
-    from harness.store.cli import configured, guard_write
-
     from harness.bench.stores.store import Store, lasting_path, open_fleet, open_lasting
+    from harness.store.cli import configured, guard_write
 
     fleet = configured(write=write)  # KILN_STORE_URL (or --store URL); KILN_STORE_READ_ONLY: readers only
     if lasting:
@@ -322,7 +412,9 @@ def open_bench_store(db: Path | None, lasting: str | None = None, *, write: bool
             raise UsageError("give --db or --lasting, not both")
         if fleet is not None:
             return open_fleet(fleet, write=write)
-        path = lasting_path(lasting)  # a scope other than main's writes its own file beside main's, never main's
+        path = lasting_path(
+            lasting
+        )  # a scope other than main's writes its own file beside main's, never main's
         return open_lasting(trust.scoped_path(path, settings().cache_scope) if write else path, write=write)
     if db and "://" in str(db):
         from harness.store import url
@@ -334,7 +426,9 @@ def open_bench_store(db: Path | None, lasting: str | None = None, *, write: bool
     from harness.bench.stores.store import default_path, missing_store
 
     path = Path(db) if db else default_path()
-    if (not write if must_exist is None else must_exist) and not path.is_file():  # a reader never creates a store (nor a folder) at a mistyped path
+    if (
+        not write if must_exist is None else must_exist
+    ) and not path.is_file():  # a reader never creates a store (nor a folder) at a mistyped path
         raise missing_store(path)
     return Store(path, readonly=not write)
 
@@ -358,9 +452,8 @@ def _cmp_cfg(args: argparse.Namespace):
 
 def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, threshold: float = 0.05) -> None:
     """Terminal tables on stdout; Markdown/JSON/PNG where asked."""
-    from harness.results import append_job_summary, atomic_write_text
-
     from harness.bench.reports import report
+    from harness.results import append_job_summary, atomic_write_text
 
     with conventions.human_to_stderr(conventions.to_stdout(getattr(args, "json", None))):
         _emit_terminal(run, results, cmps, baseline)
@@ -377,7 +470,10 @@ def emit_reports(args: argparse.Namespace, run, results, cmps, baseline, thresho
             if [c for c in compilers if c != "eager"]:
                 report.plot_speedups(results, compilers, args.plots / f"run{run.id}_speedups.png", run=run)
             else:  # a CPU run of kiln alone: its interpreter times have no speedup to show
-                print(f"note: no speedup plot for run {run.id}: {report.no_speedup_reason(run)}", file=sys.stderr)
+                print(
+                    f"note: no speedup plot for run {run.id}: {report.no_speedup_reason(run)}",
+                    file=sys.stderr,
+                )
             if cmps is not None:
                 report.plot_ratios(cmps, threshold, args.plots / f"run{run.id}_ratios.png", run=run)
         except report.PlotUnavailable as e:
@@ -447,8 +543,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.bench.reports import report
     from harness.bench.judge.compare import compare, load_baseline, mark_suspects, resolve_baseline
+    from harness.bench.reports import report
 
     cmp_cfg = _cmp_cfg(args)
     with open_bench_store(args.db, must_exist=True) as store:
@@ -476,17 +572,39 @@ def cmd_list(args: argparse.Namespace) -> int:
         if conventions.to_stdout(args.json):
             return 0
     rows = [["id", "status", "created", "profile", "device", "compilers", "ref", "commit", "label"]]
-    rows += [[str(r.id), r.status, r.created_at, r.profile, r.device_name or r.device, ",".join(r.compilers),
-              r.git_ref or "-", (r.git_commit or "-")[:10], r.label or ""] for r in runs]
+    rows += [
+        [
+            str(r.id),
+            r.status,
+            r.created_at,
+            r.profile,
+            r.device_name or r.device,
+            ",".join(r.compilers),
+            r.git_ref or "-",
+            (r.git_commit or "-")[:10],
+            r.label or "",
+        ]
+        for r in runs
+    ]
     print(terminal(rows) if len(rows) > 1 else "no runs")
     return 0
 
 
 def _run_json(r) -> dict:
     """One stored run as `bench list --json` writes it."""
-    return {"id": r.id, "uid": getattr(r, "uid", None), "status": r.status, "created_at": r.created_at,
-            "profile": r.profile, "device": r.device, "device_name": r.device_name, "compilers": list(r.compilers),
-            "git_ref": r.git_ref, "git_commit": r.git_commit, "label": r.label}
+    return {
+        "id": r.id,
+        "uid": getattr(r, "uid", None),
+        "status": r.status,
+        "created_at": r.created_at,
+        "profile": r.profile,
+        "device": r.device,
+        "device_name": r.device_name,
+        "compilers": list(r.compilers),
+        "git_ref": r.git_ref,
+        "git_commit": r.git_commit,
+        "label": r.label,
+    }
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -521,9 +639,8 @@ def _stored_baseline(store, stored) -> list:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from harness.exc import BaselineError
-
     from harness.bench.judge.compare import resolve_baseline
+    from harness.exc import BaselineError
 
     with open_bench_store(args.db, args.lasting, write=False) as store:
         if args.runs and args.baseline:
@@ -543,8 +660,12 @@ def cmd_export(args: argparse.Namespace) -> int:
             from harness.bench.core.records import SCHEMA_VERSION
             from harness.bench.stores.store import EXPORT_FORMAT, now
 
-            data: dict[str, Any] = {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(),
-                                    "runs": []}
+            data: dict[str, Any] = {
+                "format": EXPORT_FORMAT,
+                "schema_version": SCHEMA_VERSION,
+                "exported_at": now(),
+                "runs": [],
+            }
         else:
             data = store.export(ids)
     from harness.results import atomic_write_text
@@ -591,7 +712,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
         written = []
         compilers = report.speedup_compilers(run.device, run.compilers)
         if [c for c in compilers if c != "eager"]:
-            written.append(report.plot_speedups(results, compilers, args.out / f"run{run.id}_speedups.png", run=run))
+            written.append(
+                report.plot_speedups(results, compilers, args.out / f"run{run.id}_speedups.png", run=run)
+            )
         else:
             print(f"note: no speedup plot for run {run.id}: {report.no_speedup_reason(run)}", file=sys.stderr)
         written.append(report.plot_history(hist, args.out / "history.png", run=run))
@@ -639,8 +762,9 @@ VERB_MODULES: dict[str, tuple[str, str]] = {
 
 # the verbs that compile and measure (in this process, its workers, or natively): they check the compiler
 # settings first
-MEASURING_VERBS = frozenset({"run", "selftest", "gpu", "overhead", "models", "model-profile", "bisect",
-                             "backend"})
+MEASURING_VERBS = frozenset(
+    {"run", "selftest", "gpu", "overhead", "models", "model-profile", "bisect", "backend"}
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -671,7 +795,9 @@ def cli_main(args: argparse.Namespace) -> int:
         from harness.settings import require_compiler_settings
 
         require_compiler_settings()  # one line, exit 2: not a run full of kiln errors, nor a traceback per worker
-    if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(args, "compilers", ""):
+    if args.verb in ("run", "selftest", "gpu", "overhead", "models", "model-profile") and "kiln" in getattr(
+        args, "compilers", ""
+    ):
         from harness.bench.kernels.session import prepare_kiln
 
         prepare_kiln()  # before Dynamo imports triton, so kiln may pick the interpreter

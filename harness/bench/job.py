@@ -30,16 +30,16 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from harness.bench.core.records import comparisons_of
 from harness.exc import UsageError
 from harness.git import git
 from harness.settings import DEFAULT_BENCH_BISECT_MAX as DEFAULT_BISECT_MAX
 from harness.settings import bench_settings
-
-from harness.bench.core.records import comparisons_of
 
 EAGER = "eager"
 
@@ -77,13 +77,21 @@ class Plan:
 def confirmed_regressions(report: dict[str, Any]) -> list[Target]:
     """The comparisons of a run's JSON report that stayed regressed after the confirmation re-measure;
     compilers before eager (eager is the clock, rarely the culprit), then worst ratio first."""
-    hits = [Target(c.workload, c.compiler, c.ratio, c.p) for c in comparisons_of(report) or []
-            if c.confirmed_regression]
+    hits = [
+        Target(c.workload, c.compiler, c.ratio, c.p)
+        for c in comparisons_of(report) or []
+        if c.confirmed_regression
+    ]
     return sorted(hits, key=lambda t: (t.compiler == EAGER, -(t.ratio or 0.0), t.workload, t.compiler))
 
 
-def plan_bisections(targets: list[Target], good: str | None, bad: str | None, cap: int,
-                    history_problem: Callable[[str, str], str | None]) -> Plan:
+def plan_bisections(
+    targets: list[Target],
+    good: str | None,
+    bad: str | None,
+    cap: int,
+    history_problem: Callable[[str, str], str | None],
+) -> Plan:
     """Which of `targets` to bisect (at most `cap`), or why none; `history_problem(good, bad)` says what keeps
     GOOD..BAD from being bisected in this checkout (None: nothing)."""
     plan = Plan(good, bad)
@@ -102,14 +110,18 @@ def plan_bisections(targets: list[Target], good: str | None, bad: str | None, ca
     if not bad:
         return none("this run recorded no commit")
     if good == bad:
-        return none(f"the baseline run is of this very commit {good[:10]}: no commit lies between them (the "
-                    "slowdown came from the runner or its environment)")
+        return none(
+            f"the baseline run is of this very commit {good[:10]}: no commit lies between them (the "
+            "slowdown came from the runner or its environment)"
+        )
     problem = history_problem(good, bad)
     if problem:
         return none(problem)
     plan.targets = targets[:cap]
-    plan.skipped = [(t, f"at most {cap} bisection(s) per job (--bisect-max / KILN_BENCH_BISECT_MAX)")
-                    for t in targets[cap:]]
+    plan.skipped = [
+        (t, f"at most {cap} bisection(s) per job (--bisect-max / KILN_BENCH_BISECT_MAX)")
+        for t in targets[cap:]
+    ]
     return plan
 
 
@@ -126,20 +138,46 @@ def history_problem(repo: Path, good: str, bad: str) -> str | None:
     for what, sha in (("main's previous run", good), ("this run", bad)):
         if _git(repo, "cat-file", "-e", f"{sha}^{{commit}}").returncode != 0:
             if shallow:
-                return (f"commit {sha[:10]} ({what}) is not in this checkout's history: the checkout is shallow "
-                        "(the workflow's checkout step needs `fetch-depth: 0`)")
-            return (f"commit {sha[:10]} ({what}) is not in this checkout's history (main rewritten, or the run "
-                    "came from another repository)")
+                return (
+                    f"commit {sha[:10]} ({what}) is not in this checkout's history: the checkout is shallow "
+                    "(the workflow's checkout step needs `fetch-depth: 0`)"
+                )
+            return (
+                f"commit {sha[:10]} ({what}) is not in this checkout's history (main rewritten, or the run "
+                "came from another repository)"
+            )
     if _git(repo, "merge-base", "--is-ancestor", good, bad).returncode != 0:
         return f"commit {good[:10]} (main's previous run) is not an ancestor of {bad[:10]} (main rewritten?)"
     return None
 
 
-def bisect_argv(plan: Plan, t: Target, backend: str, *, native: bool = False, out: Path | None = None,
-                python: str = "python", step_timeout_s: float | None = None) -> list[str]:
+def bisect_argv(
+    plan: Plan,
+    t: Target,
+    backend: str,
+    *,
+    native: bool = False,
+    out: Path | None = None,
+    python: str = "python",
+    step_timeout_s: float | None = None,
+) -> list[str]:
     """`python -m harness bench bisect GOOD BAD --only W --compiler C --backend B` (reports into `out`)."""
-    argv = [python, "-m", "harness", "bench", "bisect", str(plan.good), str(plan.bad), "--only", t.workload,
-            "--compiler", t.compiler, "--backend", backend, *(["--native"] if native else [])]
+    argv = [
+        python,
+        "-m",
+        "harness",
+        "bench",
+        "bisect",
+        str(plan.good),
+        str(plan.bad),
+        "--only",
+        t.workload,
+        "--compiler",
+        t.compiler,
+        "--backend",
+        backend,
+        *(["--native"] if native else []),
+    ]
     if step_timeout_s:
         argv += ["--step-timeout", f"{step_timeout_s:g}"]
     if out is not None:
@@ -159,15 +197,16 @@ class BisectOutcome:
     first_bad: str | None = None
 
 
-def run_one(plan: Plan, t: Target, backend: str, out: Path, *, native: bool, step_timeout_s: float,
-            repo: Path) -> BisectOutcome:
+def run_one(
+    plan: Plan, t: Target, backend: str, out: Path, *, native: bool, step_timeout_s: float, repo: Path
+) -> BisectOutcome:
     """One real bisection, its output teed to the log and `out/bisect-W-C.log`, read back as a BisectOutcome."""
+    from harness.bench.kernels.bisect import last_line
     from harness.process import execute
 
-    from harness.bench.kernels.bisect import last_line
-
-    argv = bisect_argv(plan, t, backend, native=native, out=out, python=sys.executable,
-                       step_timeout_s=step_timeout_s)
+    argv = bisect_argv(
+        plan, t, backend, native=native, out=out, python=sys.executable, step_timeout_s=step_timeout_s
+    )
     env = {**os.environ, "GITHUB_STEP_SUMMARY": ""}  # this step writes the summary, in its own order
     log = out / f"bisect-{t.slug}.log"
     print(f"auto-bisect: {shlex.join(argv)}", file=sys.stderr, flush=True)
@@ -193,26 +232,35 @@ def _run_line(run: dict[str, Any]) -> str:
     return f"uid `{run.get('uid', '?')}`, commit `{commit}` (ref {ref}, {run.get('created_at', '?')})"
 
 
-def runs_markdown(report: dict[str, Any], seed: dict[str, Any] | None, *, lasting_id: int | None,
-                  recorded: bool) -> list[str]:
+def runs_markdown(
+    report: dict[str, Any], seed: dict[str, Any] | None, *, lasting_id: int | None, recorded: bool
+) -> list[str]:
     """The 'Runs compared' lines: this run and its baseline, by their ids in the job's and the lasting store."""
     run = report.get("run") or {}
     lines = ["### Runs compared", ""]
-    where = (f"recorded as run {lasting_id} of the lasting store" if lasting_id is not None
-             else "not found in the lasting store after the record step" if recorded
-             else "not recorded (only main's runs are)")
+    where = (
+        f"recorded as run {lasting_id} of the lasting store"
+        if lasting_id is not None
+        else "not found in the lasting store after the record step"
+        if recorded
+        else "not recorded (only main's runs are)"
+    )
     lines.append(f"- this run: run {run.get('id', '?')} of the job's store, {_run_line(run)}; {where}")
     base = report.get("baseline")
     if base is None:  # a report written before it named its baseline runs: ids of the job's store only
         base = [{"id": i} for i in report.get("baseline_runs") or []]
     lasting = {r.get("uid"): r for r in (seed or {}).get("runs", [])}
     if not base:
-        lines.append("- against: nothing (no complete run of main in the lasting store yet); nothing compared")
+        lines.append(
+            "- against: nothing (no complete run of main in the lasting store yet); nothing compared"
+        )
     for b in base:
         seeded = lasting.get(b.get("uid"), {})
         lid = f"run {seeded['id']} of the lasting store" if seeded.get("id") is not None else "a run"
-        lines.append(f"- against: {lid} (main's previous complete run), {_run_line({**seeded, **b})}; run "
-                     f"{b.get('id', '?')} of the job's store")
+        lines.append(
+            f"- against: {lid} (main's previous complete run), {_run_line({**seeded, **b})}; run "
+            f"{b.get('id', '?')} of the job's store"
+        )
     return lines + [""]
 
 
@@ -224,8 +272,10 @@ def bisect_markdown(plan: Plan, verdicts: list[BisectOutcome], backend: str, nat
     lines = ["### Automatic bisection", ""]
     good, bad = (plan.good or "?")[:10], (plan.bad or "?")[:10]
     if plan.targets:
-        lines.append(f"{n} confirmed regression(s); {len(plan.targets)} bisected between main's previous run "
-                     f"`{good}` and this run `{bad}`:")
+        lines.append(
+            f"{n} confirmed regression(s); {len(plan.targets)} bisected between main's previous run "
+            f"`{good}` and this run `{bad}`:"
+        )
     else:
         lines.append(f"{n} confirmed regression(s), **none bisected**: {plan.reason}.")
     lines.append("")
@@ -236,8 +286,10 @@ def bisect_markdown(plan: Plan, verdicts: list[BisectOutcome], backend: str, nat
         lines.append(f"- {t.label()}: not bisected: {why}")
     if plan.skipped and plan.good and plan.bad:
         t = plan.skipped[0][0]
-        lines += ["", "By hand (in a full clone): `" + shlex.join(bisect_argv(plan, t, backend, native=native))
-                  + "`"]
+        lines += [
+            "",
+            "By hand (in a full clone): `" + shlex.join(bisect_argv(plan, t, backend, native=native)) + "`",
+        ]
     lines.append("")
     for v in verdicts:
         if v.markdown:
@@ -255,14 +307,17 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _lasting_id(backend: str, uid: str | None) -> int | None:
-    from harness.store.cli import configured
-
     from harness.bench.stores.store import lasting_path, open_fleet, open_lasting
+    from harness.store.cli import configured
 
     if not uid:
         return None
     fleet = configured()  # KILN_STORE_URL: the run was recorded there
-    opened = open_fleet(fleet, write=False) if fleet is not None else open_lasting(lasting_path(backend), write=False)
+    opened = (
+        open_fleet(fleet, write=False)
+        if fleet is not None
+        else open_lasting(lasting_path(backend), write=False)
+    )
     with opened as store:
         return next((r.id for r in store.runs() if r.uid == uid), None)
 
@@ -270,10 +325,18 @@ def _lasting_id(backend: str, uid: str | None) -> int | None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", required=True, help="the job's backend of ci/matrix.json")
     p.add_argument("--results", type=Path, help="the job's results folder (default results/bench/BACKEND)")
-    p.add_argument("--recorded", action="store_true", help="the run was recorded into the backend's lasting "
-                   "store (bench-record): name its id there")
-    p.add_argument("--bisect-max", type=int, default=None, help="confirmed regressions bisected at most (default "
-                   f"$KILN_BENCH_BISECT_MAX, else {DEFAULT_BISECT_MAX}; 0: none)")
+    p.add_argument(
+        "--recorded",
+        action="store_true",
+        help="the run was recorded into the backend's lasting store (bench-record): name its id there",
+    )
+    p.add_argument(
+        "--bisect-max",
+        type=int,
+        default=None,
+        help="confirmed regressions bisected at most (default "
+        f"$KILN_BENCH_BISECT_MAX, else {DEFAULT_BISECT_MAX}; 0: none)",
+    )
     p.add_argument("--native", action="store_true", help="bisect on this machine's Python, not the container")
     p.add_argument("--step-timeout", type=float, default=600.0, help="seconds per bisect measurement (600)")
     p.add_argument("--repo", type=Path, default=Path("."), help="the checkout (default: the current folder)")
@@ -284,8 +347,9 @@ def bisect_max(arg: int | None) -> int:
     return arg if arg is not None else bench_settings().bisect_max
 
 
-def cmd_job_summary(args: argparse.Namespace,
-                    run_bisect: Callable[[Plan, Target], BisectOutcome] | None = None) -> int:
+def cmd_job_summary(
+    args: argparse.Namespace, run_bisect: Callable[[Plan, Target], BisectOutcome] | None = None
+) -> int:
     """The `bench job-summary` verb (module docstring); `run_bisect` replaces the real bisections (tests)."""
     from harness.results import append_job_summary, atomic_write_text
 
@@ -293,8 +357,11 @@ def cmd_job_summary(args: argparse.Namespace,
     cap = bisect_max(args.bisect_max)
     report = _read(out / "last.json")
     if report is None:
-        append_job_summary(f"> bench {args.backend}: no run report ({out / 'last.json'}): the measure step ended "
-                           "before writing it; nothing compared or bisected (see the job log)", force=True)
+        append_job_summary(
+            f"> bench {args.backend}: no run report ({out / 'last.json'}): the measure step ended "
+            "before writing it; nothing compared or bisected (see the job log)",
+            force=True,
+        )
         print(f"note: no run report {out / 'last.json'}", file=sys.stderr)
         return 0
     seed = _read(out / "baseline.json")
@@ -305,22 +372,48 @@ def cmd_job_summary(args: argparse.Namespace,
     if not base and report.get("baseline_runs") and seed and seed.get("runs"):
         good = seed["runs"][0].get("git_commit")  # an older report: the seed is the baseline
     repo = args.repo.resolve()
-    plan = plan_bisections(confirmed_regressions(report), good, run.get("git_commit"), cap,
-                           lambda g, b: history_problem(repo, g, b))
+    plan = plan_bisections(
+        confirmed_regressions(report),
+        good,
+        run.get("git_commit"),
+        cap,
+        lambda g, b: history_problem(repo, g, b),
+    )
     if run_bisect is None:
+
         def run_bisect(plan: Plan, t: Target) -> BisectOutcome:
-            return run_one(plan, t, args.backend, out, native=args.native, step_timeout_s=args.step_timeout,
-                           repo=repo)
+            return run_one(
+                plan, t, args.backend, out, native=args.native, step_timeout_s=args.step_timeout, repo=repo
+            )
+
     verdicts = [run_bisect(plan, t) for t in plan.targets]
     lines = runs_markdown(report, seed, lasting_id=lasting_id, recorded=args.recorded)
     lines += bisect_markdown(plan, verdicts, args.backend, args.native)
     md = "\n".join(lines)
     print(md)
     append_job_summary(md, force=True)  # this verb exists to write the job summary
-    atomic_write_text(out / "auto-bisect.json", json.dumps({
-        "good": plan.good, "bad": plan.bad, "max": cap, "reason": plan.reason,
-        "bisected": [{**asdict(v.target), "rc": v.rc, "outcome": v.outcome, "message": v.line,
-                      "first_bad": v.first_bad, "json": f"bisect-{v.target.slug}.json"} for v in verdicts],
-        "not_bisected": [{**asdict(t), "why": why} for t, why in plan.skipped],
-    }, indent=1))
+    atomic_write_text(
+        out / "auto-bisect.json",
+        json.dumps(
+            {
+                "good": plan.good,
+                "bad": plan.bad,
+                "max": cap,
+                "reason": plan.reason,
+                "bisected": [
+                    {
+                        **asdict(v.target),
+                        "rc": v.rc,
+                        "outcome": v.outcome,
+                        "message": v.line,
+                        "first_bad": v.first_bad,
+                        "json": f"bisect-{v.target.slug}.json",
+                    }
+                    for v in verdicts
+                ],
+                "not_bisected": [{**asdict(t), "why": why} for t, why in plan.skipped],
+            },
+            indent=1,
+        ),
+    )
     return 0

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import argparse
 import ast
-import signal
+import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -230,7 +230,9 @@ def _compile_one_untimed(fn: Any, spec: KernelSpec, target: Target, source_path:
     from triton.compiler import ASTSource
     from triton.compiler.errors import CompilationError
 
-    base: dict[str, Any] = dict(kernel=spec.kernel, source=spec.source, spec_file=spec.spec_file, target=target.name)
+    base: dict[str, Any] = dict(
+        kernel=spec.kernel, source=spec.source, spec_file=spec.spec_file, target=target.name
+    )
     if set(spec.signature) != set(fn.arg_names):
         return Outcome(
             **base,
@@ -313,7 +315,9 @@ def compiler_env() -> dict[str, str]:
     of this job's trust scope (harness.commands.native_cache_env: never another scope's folders)."""
     from harness.commands import native_cache_env, native_command
 
-    _, full = native_command([], native_cache_env(), src=settings().root)  # the source tree first on PYTHONPATH
+    _, full = native_command(
+        [], native_cache_env(), src=settings().root
+    )  # the source tree first on PYTHONPATH
     env = {k: v for k, v in full.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns when unset; 1 is its default
     return env
@@ -366,7 +370,9 @@ def compile_specs(
         return f"{done} of {total} compiles done"
 
     try:
-        with Heartbeat(f"compile-check: {len(procs)} compile worker(s)", heartbeat_interval(None), last_line=progress):
+        with Heartbeat(
+            f"compile-check: {len(procs)} compile worker(s)", heartbeat_interval(None), last_line=progress
+        ):
             for worker, *_ in procs:
                 try:
                     worker.proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -421,13 +427,24 @@ def dump_kernels(
 
     m = matrix.load()
     cpu = m.backend("cpu")
-    env = {**native_cache_env(), **suite_env(m, cpu), "TRITON_INTERPRET": "1",
-           "KILN_DUMP_DIR": str(dump_dir.resolve())}
+    env = {
+        **native_cache_env(),
+        **suite_env(m, cpu),
+        "TRITON_INTERPRET": "1",
+        "KILN_DUMP_DIR": str(dump_dir.resolve()),
+    }
     dump_dir.mkdir(parents=True, exist_ok=True)
     inner = pytest_argv(paths, test_timeout_s=cpu.timeouts.test_s, extra=["-q", "--tb=line", *extra])
     cmd, full_env = native_command(inner, env, src=root)
-    code, _ = execute(cmd, log=log, timeout_s=None, env=full_env, cwd=root, echo=False,
-                      step="compile-check: the suites in interpreter mode (kernel dump)")
+    code, _ = execute(
+        cmd,
+        log=log,
+        timeout_s=None,
+        env=full_env,
+        cwd=root,
+        echo=False,
+        step="compile-check: the suites in interpreter mode (kernel dump)",
+    )
     if code in (2, 3, 4):
         raise CompileCheckError(f"the suites did not run (pytest exit {code}); see {log}")
     return code
@@ -474,8 +491,10 @@ def render_markdown(report: dict) -> str:
     if report["failures"]:
         lines += markdown_table(
             ["kernel source", "spec", "target", "error"],
-            [[f"`{f['location'] or f['source']}`", f"`{f['spec_file']}`", f["target"], f["error"]]
-             for f in report["failures"]],
+            [
+                [f"`{f['location'] or f['source']}`", f"`{f['spec_file']}`", f["target"], f["error"]]
+                for f in report["failures"]
+            ],
         )
         lines.append("")
     if report.get("slowest") and report["slowest"][0]["seconds"] > 0:
@@ -577,8 +596,9 @@ def cli_main(args: argparse.Namespace) -> int:
         dump.mkdir(parents=True, exist_ok=True)
         if paths:
             print(f"compile-check: running {' '.join(paths)} in interpreter mode with KILN_DUMP_DIR={dump}")
-            suites_exit = dump_kernels(dump, paths, s.root, out / "suites.log",
-                                           [*args.pytest_arg, *selection_args("compile-check")])
+            suites_exit = dump_kernels(
+                dump, paths, s.root, out / "suites.log", [*args.pytest_arg, *selection_args("compile-check")]
+            )
     timeout_s = args.timeout or m.backend("cpu").timeouts.suite_s
     try:
         with sigterm_interrupts():  # SIGTERM stops the workers like Ctrl-C does
@@ -616,8 +636,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         if argv[:1] != ["--worker"] or len(argv) != 3:
-            raise UsageError("this module runs one compile worker (--worker REQUEST RESULT); "
-                             "the verb is `python -m harness compile-check`")
+            raise UsageError(
+                "this module runs one compile worker (--worker REQUEST RESULT); "
+                "the verb is `python -m harness compile-check`"
+            )
         return worker(Path(argv[1]), Path(argv[2]))
 
     return guarded("compile-check", run)

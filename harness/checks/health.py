@@ -51,10 +51,14 @@ def require_host_devices(backend: Backend) -> None:
     """Before starting a GPU container: the device files the container options pass must exist."""
     missing = [p for p in backend.host_devices if not Path(p).exists()]
     if missing:
-        hint = {"cuda": "NVIDIA driver not loaded or no NVIDIA GPU", "rocm": "amdgpu/ROCm driver not loaded "
-                "or no AMD GPU"}.get(backend.name, "device missing")
-        raise NoDeviceError(f"backend {backend.name} needs a GPU but {', '.join(missing)} does not exist "
-                            f"({hint}); use --backend cpu on this machine")
+        hint = {
+            "cuda": "NVIDIA driver not loaded or no NVIDIA GPU",
+            "rocm": "amdgpu/ROCm driver not loaded or no AMD GPU",
+        }.get(backend.name, "device missing")
+        raise NoDeviceError(
+            f"backend {backend.name} needs a GPU but {', '.join(missing)} does not exist "
+            f"({hint}); use --backend cpu on this machine"
+        )
 
 
 def _devices(backend: Backend) -> list[str]:
@@ -66,14 +70,20 @@ def _devices(backend: Backend) -> list[str]:
     is_hip = getattr(torch.version, "hip", None) is not None
     if want_hip != is_hip:
         built = f"HIP {torch.version.hip}" if is_hip else f"CUDA {torch.version.cuda}"
-        raise NoDeviceError(f"backend {backend.name} needs a {'ROCm' if want_hip else 'CUDA'} build of torch; "
-                            f"this torch {torch.__version__} is built for {built or 'CPU only'}")
+        raise NoDeviceError(
+            f"backend {backend.name} needs a {'ROCm' if want_hip else 'CUDA'} build of torch; "
+            f"this torch {torch.__version__} is built for {built or 'CPU only'}"
+        )
     if not is_hip and torch.version.cuda is None:
-        raise NoDeviceError(f"backend {backend.name} needs a CUDA build of torch; torch {torch.__version__} is a "
-                            "CPU-only build")
+        raise NoDeviceError(
+            f"backend {backend.name} needs a CUDA build of torch; torch {torch.__version__} is a "
+            "CPU-only build"
+        )
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        raise NoDeviceError(f"backend {backend.name}: torch {torch.__version__} sees no GPU "
-                            "(driver missing, device not passed to the container, or CUDA_VISIBLE_DEVICES empty)")
+        raise NoDeviceError(
+            f"backend {backend.name}: torch {torch.__version__} sees no GPU "
+            "(driver missing, device not passed to the container, or CUDA_VISIBLE_DEVICES empty)"
+        )
     return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
@@ -88,7 +98,7 @@ def check_device(dev: str) -> DeviceHealth:
         gen = torch.Generator().manual_seed(0)
         a = torch.randn(64, 64, generator=gen)
         b = torch.randn(64, 64, generator=gen)
-        ref = (a.double() @ b.double())
+        ref = a.double() @ b.double()
         got = (a.to(dev) @ b.to(dev)).cpu().double()
         if dev != "cpu":
             torch.cuda.synchronize(torch.device(dev))
@@ -118,8 +128,9 @@ def check(backend: Backend) -> HealthReport:
     try:
         import torch  # noqa: F401
     except ModuleNotFoundError:
-        raise MissingTool("torch is not installed for this Python; the health check needs torch and triton") \
-            from None
+        raise MissingTool(
+            "torch is not installed for this Python; the health check needs torch and triton"
+        ) from None
     report = HealthReport(backend.name)
     for dev in _devices(backend):
         report.devices.append(check_device(dev))
@@ -130,8 +141,10 @@ def describe(report: HealthReport) -> str:
     lines = []
     for d in report.devices:
         state = "ok" if d.ok else f"FAILED ({d.error})"
-        lines.append(f"health {report.backend} {d.device} [{d.name}]: {state} "
-                     f"(matmul err {d.matmul_max_err}, kernel err {d.kernel_max_err}, {d.seconds}s)")
+        lines.append(
+            f"health {report.backend} {d.device} [{d.name}]: {state} "
+            f"(matmul err {d.matmul_max_err}, kernel err {d.kernel_max_err}, {d.seconds}s)"
+        )
     return "\n".join(lines)
 
 

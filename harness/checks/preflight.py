@@ -35,7 +35,7 @@ from harness.exc import PreflightError
 from harness.matrix import Backend
 from harness.settings import settings
 
-GB = 1024 ** 3
+GB = 1024**3
 MIN_FREE_GB = {"cpu": 5.0, "cuda": 20.0, "rocm": 30.0}  # at the docker root; unknown backends: the largest
 RESULTS_MIN_FREE_GB = 1.0
 _NVIDIA_LINE = re.compile(r"^GPU (\d+):\s*(.*?)\s*(?:\(UUID: ([^)]+)\))?\s*$")
@@ -67,7 +67,9 @@ class Report:
     free_gb: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
-        gpus = f"{len(self.visible)} of {len(self.gpus)} GPU(s) visible; " if self.gpus or self.visible else ""
+        gpus = (
+            f"{len(self.visible)} of {len(self.gpus)} GPU(s) visible; " if self.gpus or self.visible else ""
+        )
         disk = ", ".join(f"{gb:.1f} GB free at {where}" for where, gb in self.free_gb.items())
         return f"pre-flight {self.backend}: ok ({gpus}{disk})"
 
@@ -78,17 +80,22 @@ class Report:
 def nvidia_gpus(run: Runner = _run) -> list[Gpu]:
     """The GPUs `nvidia-smi -L` lists; PreflightError when the tool is missing or fails (no driver)."""
     if shutil.which("nvidia-smi") is None:
-        raise PreflightError("pre-flight cuda: no NVIDIA driver: nvidia-smi not found on PATH; run cuda jobs on a "
-                             "runner with the NVIDIA driver and container toolkit (here: --backend cpu)")
+        raise PreflightError(
+            "pre-flight cuda: no NVIDIA driver: nvidia-smi not found on PATH; run cuda jobs on a "
+            "runner with the NVIDIA driver and container toolkit (here: --backend cpu)"
+        )
     try:
         proc = run(["nvidia-smi", "-L"])
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise PreflightError(f"pre-flight cuda: nvidia-smi did not answer ({e}); the NVIDIA driver is not usable") \
-            from None
+        raise PreflightError(
+            f"pre-flight cuda: nvidia-smi did not answer ({e}); the NVIDIA driver is not usable"
+        ) from None
     if proc.returncode != 0:
         detail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        raise PreflightError(f"pre-flight cuda: nvidia-smi failed (exit {proc.returncode}: {detail[0]}); the NVIDIA "
-                             "driver is not loaded or does not match its tools")
+        raise PreflightError(
+            f"pre-flight cuda: nvidia-smi failed (exit {proc.returncode}: {detail[0]}); the NVIDIA "
+            "driver is not loaded or does not match its tools"
+        )
     out = []
     for line in proc.stdout.splitlines():
         found = _NVIDIA_LINE.match(line.strip())
@@ -101,8 +108,10 @@ def amd_gpus(run: Runner = _run, dev: Path = Path("/dev")) -> list[Gpu]:
     """The AMD GPUs: /dev/kfd must exist; their count from `rocm-smi --showid --csv` (`cardN` rows) when it
     answers, else from the render nodes /dev/dri/renderD*."""
     if not (dev / "kfd").exists():
-        raise PreflightError(f"pre-flight rocm: no AMD GPU driver: {dev / 'kfd'} does not exist (amdgpu not loaded "
-                             "or no AMD GPU); run rocm jobs on a ROCm runner (here: --backend cpu)")
+        raise PreflightError(
+            f"pre-flight rocm: no AMD GPU driver: {dev / 'kfd'} does not exist (amdgpu not loaded "
+            "or no AMD GPU); run rocm jobs on a ROCm runner (here: --backend cpu)"
+        )
     count = 0
     if shutil.which("rocm-smi") is not None:
         try:
@@ -128,8 +137,11 @@ def amd_names(run: Runner = _run) -> list[str]:
         return []
     if proc.returncode != 0:
         return []
-    return [" ".join(f.strip() for f in ln.strip().split(",")[1:]) for ln in proc.stdout.splitlines()
-            if re.match(r"^card\d+,", ln.strip())]
+    return [
+        " ".join(f.strip() for f in ln.strip().split(",")[1:])
+        for ln in proc.stdout.splitlines()
+        if re.match(r"^card\d+,", ln.strip())
+    ]
 
 
 def _model_key(text: str) -> str:
@@ -145,8 +157,10 @@ def check_label(backend: str, label: str, gpus: Sequence[Gpu]) -> None:
         return
     for g in gpus:
         if g.name and _model_key(model) not in _model_key(g.name):
-            raise PreflightError(f"pre-flight {backend}: the job's label is gpu-{model} but GPU {g.index} is "
-                                 f"{g.name!r}; this runner's labels do not name its GPU: fix them (KILN_GPU_LABEL)")
+            raise PreflightError(
+                f"pre-flight {backend}: the job's label is gpu-{model} but GPU {g.index} is "
+                f"{g.name!r}; this runner's labels do not name its GPU: fix them (KILN_GPU_LABEL)"
+            )
 
 
 def visible(backend: str, gpus: Sequence[Gpu], env: Mapping[str, str]) -> list[str]:
@@ -211,25 +225,36 @@ def min_free_gb(backend: str) -> float:
     return configured if configured is not None else MIN_FREE_GB.get(backend, max(MIN_FREE_GB.values()))
 
 
-def check_disk(backend: str, places: Sequence[tuple[str, Path, float]], usage: DiskUsage = shutil.disk_usage
-               ) -> dict[str, float]:
+def check_disk(
+    backend: str, places: Sequence[tuple[str, Path, float]], usage: DiskUsage = shutil.disk_usage
+) -> dict[str, float]:
     """Free GB at each (label, path, needed GB); PreflightError naming the first place short of space."""
     free: dict[str, float] = {}
     for label, path, need in places:
         gb = usage(str(_existing(path))).free / GB
         free[f"{label} {path}"] = gb
         if gb < need:
-            raise PreflightError(f"pre-flight {backend}: {gb:.1f} GB free at {label} {path}, need {need:g} GB; free "
-                                 "disk (e.g. `docker image prune`, old results) or lower KILN_MIN_FREE_GB")
+            raise PreflightError(
+                f"pre-flight {backend}: {gb:.1f} GB free at {label} {path}, need {need:g} GB; free "
+                "disk (e.g. `docker image prune`, old results) or lower KILN_MIN_FREE_GB"
+            )
     return free
 
 
 # ---- the whole check -----------------------------------------------------------------------------------
 
 
-def check(b: Backend, *, native: bool, need_gpus: int = 1, results: Path | None = None,
-          env: Mapping[str, str] | None = None, run: Runner = _run, usage: DiskUsage = shutil.disk_usage,
-          dev: Path = Path("/dev")) -> Report:
+def check(
+    b: Backend,
+    *,
+    native: bool,
+    need_gpus: int = 1,
+    results: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    run: Runner = _run,
+    usage: DiskUsage = shutil.disk_usage,
+    dev: Path = Path("/dev"),
+) -> Report:
     """The driver and `need_gpus` visible GPUs (GPU backends), docker reachable (container mode), free disk at the
     docker root and the results folder, in that order; the first problem raises PreflightError (one line, exit 3).
     `run`, `usage` and `dev` stand in for the tools, shutil.disk_usage and /dev in tests."""
@@ -240,13 +265,24 @@ def check(b: Backend, *, native: bool, need_gpus: int = 1, results: Path | None 
     if b.is_gpu:
         report.gpus = driver_gpus(b, run, dev)
         report.visible = visible(b.name, report.gpus, env)
-        check_label(b.name, env.get("KILN_GPU_LABEL", ""), [
-            g for g in report.gpus if g.index in report.visible
-            or (g.uuid and any(g.uuid.startswith(v) for v in report.visible if v.startswith(("GPU-", "MIG-"))))])
+        check_label(
+            b.name,
+            env.get("KILN_GPU_LABEL", ""),
+            [
+                g
+                for g in report.gpus
+                if g.index in report.visible
+                or (
+                    g.uuid
+                    and any(g.uuid.startswith(v) for v in report.visible if v.startswith(("GPU-", "MIG-")))
+                )
+            ],
+        )
         if len(report.visible) < need_gpus:
             raise PreflightError(
                 f"pre-flight {b.name}: {len(report.visible)} GPU(s) visible{visible_hint(b.name, env)} of "
-                f"{len(report.gpus)} on this machine, the job needs {need_gpus}")
+                f"{len(report.gpus)} on this machine, the job needs {need_gpus}"
+            )
     places: list[tuple[str, Path, float]] = []
     if not native:
         require_docker()  # its DockerError (exit 3) says what is missing, as every verb has said it
@@ -260,8 +296,12 @@ def check(b: Backend, *, native: bool, need_gpus: int = 1, results: Path | None 
 
 def cli_add_arguments(p: Any) -> None:
     p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
-    p.add_argument("--native", action="store_true", default=None, help="no container (also KILN_NATIVE=1): "
-                   "docker and its disk are not checked")
+    p.add_argument(
+        "--native",
+        action="store_true",
+        default=None,
+        help="no container (also KILN_NATIVE=1): docker and its disk are not checked",
+    )
     p.add_argument("--gpus", type=int, default=1, metavar="N", help="visible GPUs the job needs (default 1)")
 
 

@@ -48,8 +48,14 @@ class LocalImage:
         return f"{self.repo}:{self.tag}"
 
 
-def superseded(images: Iterable[LocalImage], keep: Mapping[str, str | None], *, now: float, grace_s: float,
-               used: Mapping[str, float] | None = None) -> list[str]:
+def superseded(
+    images: Iterable[LocalImage],
+    keep: Mapping[str, str | None],
+    *,
+    now: float,
+    grace_s: float,
+    used: Mapping[str, float] | None = None,
+) -> list[str]:
     """The refs to remove: tags of the repositories in `keep` other than `keep[repo]` (its current full ref),
     unless created or used within `grace_s` of `now`; a repository whose current tag is unknown (None) keeps
     every tag. Sorted."""
@@ -79,7 +85,9 @@ def current_tags(m: matrix_mod.Matrix) -> dict[str, str | None]:
                 current = keep.pop(b.image)
                 keep[own] = trust.scoped_image(current, settings().cache_scope) if current else None
         except HarnessError as e:
-            print(f"harness cleanup: keeping every {b.image} tag: its current tag is unknown ({e})", flush=True)
+            print(
+                f"harness cleanup: keeping every {b.image} tag: its current tag is unknown ({e})", flush=True
+            )
             keep[b.image] = None
     return keep
 
@@ -183,8 +191,10 @@ def cleanup(*, job: str, images: bool, grace_s: float, dry_run: bool = False) ->
     else:
         lines.append("no job id (KILN_JOB_ID, GITHUB_RUN_ID): no job containers to remove")
     stale = [cid for cid, created in containers(JOB_LABEL) if now - created > grace_s]
-    lines.append(f"{verb} {remove_containers(stale, dry_run)} stale kiln container(s) older than "
-                 f"{grace_s / 60:.0f} min")
+    lines.append(
+        f"{verb} {remove_containers(stale, dry_run)} stale kiln container(s) older than "
+        f"{grace_s / 60:.0f} min"
+    )
     if not images:
         lines.append("image tags left alone (--no-images or KILN_PRUNE_IMAGES=0)")
         return lines
@@ -222,11 +232,19 @@ def _remove_caches(ref: str) -> None:
 
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--job", help="the job whose containers to remove (default: KILN_JOB_ID, else GitHub's "
-                   "<run id>-<attempt>-<runner name>)")
-    p.add_argument("--no-images", action="store_true", help="leave the image tags alone (also KILN_PRUNE_IMAGES=0)")
-    p.add_argument("--grace-min", type=float, help="keep what was created or used this recently (default: the "
-                   "matrix's longest job timeout)")
+    p.add_argument(
+        "--job",
+        help="the job whose containers to remove (default: KILN_JOB_ID, else GitHub's "
+        "<run id>-<attempt>-<runner name>)",
+    )
+    p.add_argument(
+        "--no-images", action="store_true", help="leave the image tags alone (also KILN_PRUNE_IMAGES=0)"
+    )
+    p.add_argument(
+        "--grace-min",
+        type=float,
+        help="keep what was created or used this recently (default: the matrix's longest job timeout)",
+    )
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
 
 
@@ -235,7 +253,9 @@ def cli_main(args: argparse.Namespace) -> int:
     ones, for every backend of the matrix, kept)."""
     try:
         require_docker()
-    except DockerError as e:  # the error's advice (start dockerd, or --native) is for the verbs that need docker
+    except (
+        DockerError
+    ) as e:  # the error's advice (start dockerd, or --native) is for the verbs that need docker
         reason = re.split(r"; start it| or run natively| or install docker|: install docker", str(e))[0]
         print(f"harness cleanup: nothing to clean: {reason}", flush=True)
         return 0
@@ -243,7 +263,11 @@ def cli_main(args: argparse.Namespace) -> int:
         raise HarnessError(f"--grace-min {args.grace_min}: expected 0 or more minutes")
     grace_s = grace_default(matrix_mod.load()) if args.grace_min is None else 60.0 * args.grace_min
     s = settings()
-    for line in cleanup(job=args.job or s.job_id, images=s.prune_images and not args.no_images, grace_s=grace_s,
-                        dry_run=args.dry_run):
+    for line in cleanup(
+        job=args.job or s.job_id,
+        images=s.prune_images and not args.no_images,
+        grace_s=grace_s,
+        dry_run=args.dry_run,
+    ):
         print(f"harness cleanup: {line}", flush=True)
     return 0

@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import trust
-from harness.images import lock as lock_mod
-from harness.exc import HarnessError, ImageError, ImageInputError, MissingTool
-from harness.matrix import Backend
 from harness.docker_client import docker, docker_base, require_docker  # noqa: F401  (image.docker: the one client)
+from harness.exc import HarnessError, ImageError, ImageInputError, MissingTool
+from harness.images import lock as lock_mod
+from harness.matrix import Backend
 from harness.process import execute
 from harness.settings import settings
 
@@ -74,8 +74,9 @@ def _project_metadata(root: Path) -> str:
     return json.dumps(project, sort_keys=True)
 
 
-def image_inputs(backend: Backend, base_image: str | None = None, root: Path | None = None,
-                 base_id: str | None = None) -> dict[str, str]:
+def image_inputs(
+    backend: Backend, base_image: str | None = None, root: Path | None = None, base_id: str | None = None
+) -> dict[str, str]:
     """Everything that determines the image, as name -> text, in a fixed order. `base_id`: the base's local
     image id, for a base not pinned by digest (see base_id_for_hash)."""
     root = root or settings().root
@@ -96,8 +97,9 @@ def image_inputs(backend: Backend, base_image: str | None = None, root: Path | N
     return inputs
 
 
-def image_tag(backend: Backend, base_image: str | None = None, root: Path | None = None,
-              base_id: str | None = None) -> str:
+def image_tag(
+    backend: Backend, base_image: str | None = None, root: Path | None = None, base_id: str | None = None
+) -> str:
     """`<image>:<hash>` for the backend, e.g. `kiln-cpu:3f2a...`."""
     h = hashlib.sha256()
     for name, text in image_inputs(backend, base_image, root, base_id).items():
@@ -111,13 +113,15 @@ def digest_pinned(backend: Backend, base: str) -> bool:
 
 
 def unpinned_warning(backend: Backend, base: str) -> str | None:
-    """"base image not pinned by digest" when the build would take a registry tag as it is today."""
+    """ "base image not pinned by digest" when the build would take a registry tag as it is today."""
     if digest_pinned(backend, base) or "@sha256:" in base:
         return None
     if backend.bootstrap is not None and base == backend.bootstrap.image:
         return None  # made here by debootstrap: recorded by its local id (kiln.base-id), not by a registry digest
-    return (f"base image not pinned by digest: {base} (set base_digest for {backend.name} in ci/matrix.json "
-            f"with `python -m harness image --pin --backend {backend.name}` where the registry is reachable)")
+    return (
+        f"base image not pinned by digest: {base} (set base_digest for {backend.name} in ci/matrix.json "
+        f"with `python -m harness image --pin --backend {backend.name}` where the registry is reachable)"
+    )
 
 
 def base_id_for_hash(backend: Backend, base: str) -> str | None:
@@ -171,8 +175,10 @@ def debian_mirror(suite: str, apt_dir: Path = APT_DIR) -> str:
     for uri, suites in _apt_entries(apt_dir):
         if suite in suites:
             return uri
-    raise ImageError(f"no Debian mirror for {suite}: set KILN_DEBIAN_MIRROR=URL, or configure an apt source "
-                     f"for {suite} under {apt_dir}")
+    raise ImageError(
+        f"no Debian mirror for {suite}: set KILN_DEBIAN_MIRROR=URL, or configure an apt source "
+        f"for {suite} under {apt_dir}"
+    )
 
 
 def bootstrap_argv(backend: Backend, rootfs: Path, mirror: str) -> list[str]:
@@ -183,7 +189,11 @@ def bootstrap_argv(backend: Backend, rootfs: Path, mirror: str) -> list[str]:
     return [find_tool("debootstrap") or "debootstrap", f"--variant={b.variant}", b.suite, str(rootfs), mirror]
 
 
-SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")  # where Debian puts root's tools; a user's PATH often lacks them
+SBIN = (
+    "/usr/local/sbin",
+    "/usr/sbin",
+    "/sbin",
+)  # where Debian puts root's tools; a user's PATH often lacks them
 
 
 def find_tool(name: str) -> str | None:
@@ -197,13 +207,17 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
     if b is None:
         raise ImageInputError(f"backend {backend.name} has no bootstrap entry in the matrix")
     name = trust.scoped_image(b.image, settings().cache_scope)  # an untrusted job never makes main's base
-    for have in dict.fromkeys((b.image, name)):  # main's base serves every scope (one lookup when they are one)
+    for have in dict.fromkeys(
+        (b.image, name)
+    ):  # main's base serves every scope (one lookup when they are one)
         if not force and image_id(have):
             return have
     if find_tool("debootstrap") is None:
-        raise MissingTool(f"debootstrap not found on PATH nor in {', '.join(SBIN)}: install it (apt-get install "
-                          "debootstrap) to bootstrap "
-                          f"{b.image}, or provide a base image with --base-image")
+        raise MissingTool(
+            f"debootstrap not found on PATH nor in {', '.join(SBIN)}: install it (apt-get install "
+            "debootstrap) to bootstrap "
+            f"{b.image}, or provide a base image with --base-image"
+        )
     if os.geteuid() != 0:
         raise ImageError("debootstrap needs root to bootstrap the base image")
     mirror = debian_mirror(b.suite)
@@ -212,15 +226,23 @@ def bootstrap_base(backend: Backend, *, force: bool = False) -> str:
     with tempfile.TemporaryDirectory(prefix="bootstrap-", dir=state) as tmp:
         rootfs = Path(tmp) / "rootfs"
         log = log_path("debootstrap", backend)
-        print(f"harness image: bootstrapping {b.image} ({b.suite}/{b.variant} from {mirror}); log {log}",
-              file=sys.stderr)
-        rc, _ = execute(bootstrap_argv(backend, rootfs, mirror), log=log, timeout_s=None, echo=False,
-                        step=f"debootstrap of {b.image}")
+        print(
+            f"harness image: bootstrapping {b.image} ({b.suite}/{b.variant} from {mirror}); log {log}",
+            file=sys.stderr,
+        )
+        rc, _ = execute(
+            bootstrap_argv(backend, rootfs, mirror),
+            log=log,
+            timeout_s=None,
+            echo=False,
+            step=f"debootstrap of {b.image}",
+        )
         if rc != 0:
             raise ImageError(f"debootstrap failed (exit {rc}): {' | '.join(log_tail(log, 3))} (log {log})")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run([*docker_base(), "import", "-", name], stdin=tar.stdout,
-                             capture_output=True, text=True)
+        imp = subprocess.run(
+            [*docker_base(), "import", "-", name], stdin=tar.stdout, capture_output=True, text=True
+        )
         assert tar.stdout is not None
         tar.stdout.close()
         if tar.wait() != 0 or imp.returncode != 0:
@@ -244,8 +266,10 @@ def resolve_base(backend: Backend, base_image: str | None = None, *, bootstrap: 
         if pulled.returncode == 0:
             return ref
         if backend.bootstrap is None:
-            raise ImageError(f"cannot pull base image {ref} and backend {backend.name} has "
-                             "no bootstrap entry; pass --base-image")
+            raise ImageError(
+                f"cannot pull base image {ref} and backend {backend.name} has "
+                "no bootstrap entry; pass --base-image"
+            )
         print(f"harness image: cannot pull {ref}; bootstrapping a base instead", file=sys.stderr)
     return bootstrap_base(backend)
 
@@ -272,12 +296,29 @@ def wheelhouse_argv(backend: Backend, dest: Path, root: Path) -> list[str]:
     """`pip download` for the image's Python into `dest`: the lock's files, hashes checked (no lock: the pins)."""
     major_minor = backend.python.replace(".", "")
     lock = lock_mod.lock_path(backend, root)
-    what = (["--require-hashes", "--no-deps", "-r", str(lock)] if lock.exists()
-            else [backend.torch, backend.triton, "-r", str(root / REQUIREMENTS)])
+    what = (
+        ["--require-hashes", "--no-deps", "-r", str(lock)]
+        if lock.exists()
+        else [backend.torch, backend.triton, "-r", str(root / REQUIREMENTS)]
+    )
     return [
-        sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(dest), "--only-binary=:all:",
-        "--python-version", backend.python, "--implementation", "cp", "--abi", f"cp{major_minor}",
-        *platform_args(), *what,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--progress-bar",
+        "off",
+        "--dest",
+        str(dest),
+        "--only-binary=:all:",
+        "--python-version",
+        backend.python,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{major_minor}",
+        *platform_args(),
+        *what,
     ]
 
 
@@ -303,14 +344,23 @@ def prepare_context(backend: Backend, root: Path | None = None) -> Path:
     shutil.copy2(root / backend.dockerfile, ctx / "Dockerfile")
     shutil.copy2(root / REQUIREMENTS, ctx / "requirements-test.txt")
     lock = lock_mod.lock_path(backend, root)
-    (ctx / "lock.txt").write_text(lock.read_text() if lock.exists() else lock_mod.unlocked_text(backend, root))
+    (ctx / "lock.txt").write_text(
+        lock.read_text() if lock.exists() else lock_mod.unlocked_text(backend, root)
+    )
     if backend.wheelhouse:
         cache = state / "wheels" / f"{backend.name}-py{backend.python}"  # per backend: only its wheels in ctx
         cache.mkdir(parents=True, exist_ok=True)
         log = log_path("wheelhouse", backend)
-        print(f"harness image: downloading wheels for {backend.name} into {cache}; log {log}", file=sys.stderr)
-        rc, _ = execute(wheelhouse_argv(backend, cache, root), log=log, timeout_s=None, echo=False,
-                        step=f"wheel download for {backend.name}")
+        print(
+            f"harness image: downloading wheels for {backend.name} into {cache}; log {log}", file=sys.stderr
+        )
+        rc, _ = execute(
+            wheelhouse_argv(backend, cache, root),
+            log=log,
+            timeout_s=None,
+            echo=False,
+            step=f"wheel download for {backend.name}",
+        )
         if rc != 0:
             lines = log_tail(log, 40)
             errors = [ln for ln in lines if "ERROR" in ln] or lines[-2:]
@@ -326,8 +376,9 @@ def prepare_context(backend: Backend, root: Path | None = None) -> Path:
 LOCKED_PIP_ARGS = "--require-hashes --no-deps"  # the Dockerfiles' PIP_LOCK_ARGS default
 
 
-def image_labels(backend: Backend, tag: str, base_image: str, base_id: str | None = None,
-                 root: Path | None = None) -> dict[str, str]:
+def image_labels(
+    backend: Backend, tag: str, base_image: str, base_id: str | None = None, root: Path | None = None
+) -> dict[str, str]:
     """The labels that tie a built image to the matrix and the tree (read back by `image --check`)."""
     lock = lock_mod.state(backend, root)
     return {
@@ -340,15 +391,25 @@ def image_labels(backend: Backend, tag: str, base_image: str, base_id: str | Non
     }
 
 
-def build_argv(backend: Backend, tag: str, ctx: Path, base_image: str, *, base_id: str | None = None,
-               root: Path | None = None) -> list[str]:
+def build_argv(
+    backend: Backend,
+    tag: str,
+    ctx: Path,
+    base_image: str,
+    *,
+    base_id: str | None = None,
+    root: Path | None = None,
+) -> list[str]:
     """The `docker build` command for the backend's image: labels, then the build args."""
     argv = [*docker_base(), "build", "--progress=plain", "--tag", tag]
     for key, value in image_labels(backend, tag, base_image, base_id, root).items():
         argv += ["--label", f"{key}={value}"]
     locked = lock_mod.lock_path(backend, root).exists()
-    for key, value in {**backend.build_args(base_image), "PIP_INDEX_ARGS": backend.index_args(),
-                       "PIP_LOCK_ARGS": LOCKED_PIP_ARGS if locked else ""}.items():
+    for key, value in {
+        **backend.build_args(base_image),
+        "PIP_INDEX_ARGS": backend.index_args(),
+        "PIP_LOCK_ARGS": LOCKED_PIP_ARGS if locked else "",
+    }.items():
         argv += ["--build-arg", f"{key}={value}"]
     return [*argv, str(ctx)]
 
@@ -367,8 +428,15 @@ class Image:
 
     def record(self) -> dict[str, Any]:
         """The image's entry of run.json and the environment record."""
-        return {"tag": self.tag, "id": self.id, "base": self.base_image, "built": self.built,
-                "base_digest": self.base_digest, "base_id": self.base_id, "lock_sha256": self.lock_sha256}
+        return {
+            "tag": self.tag,
+            "id": self.id,
+            "base": self.base_image,
+            "built": self.built,
+            "base_digest": self.base_digest,
+            "base_id": self.base_id,
+            "lock_sha256": self.lock_sha256,
+        }
 
 
 def labels(ref: str) -> dict[str, str]:
@@ -388,9 +456,15 @@ def describe(tag: str, base_image: str | None = None) -> dict[str, Any] | None:
     if not img_id:
         return None
     lab = labels(tag)
-    return Image(tag, img_id, False, base_image or lab.get("kiln.base-image", ""),
-                 lab.get("kiln.base-digest") or None, lab.get("kiln.base-id") or None,
-                 lab.get("kiln.lock-sha256") or None).record()
+    return Image(
+        tag,
+        img_id,
+        False,
+        base_image or lab.get("kiln.base-image", ""),
+        lab.get("kiln.base-digest") or None,
+        lab.get("kiln.base-id") or None,
+        lab.get("kiln.lock-sha256") or None,
+    ).record()
 
 
 def ready(backend: Backend, tag: str | None, base_image: str | None) -> dict[str, Any]:
@@ -415,13 +489,22 @@ def require_lock(backend: Backend, allow_unlocked: bool | None = None) -> lock_m
         allow = settings().allow_unlocked if allow_unlocked is None else allow_unlocked
         if not allow:
             raise ImageInputError(f"{problem} (or set KILN_ALLOW_UNLOCKED=1 to build without a current lock)")
-        print(f"harness image: warning: {problem}; building anyway (KILN_ALLOW_UNLOCKED=1)"
-              + ("" if state.exists else ": packages are NOT hash-checked"), file=sys.stderr)
+        print(
+            f"harness image: warning: {problem}; building anyway (KILN_ALLOW_UNLOCKED=1)"
+            + ("" if state.exists else ": packages are NOT hash-checked"),
+            file=sys.stderr,
+        )
     return state
 
 
-def build(backend: Backend, *, base_image: str | None = None, force: bool = False,
-          bootstrap: bool | None = None, allow_unlocked: bool | None = None) -> Image:
+def build(
+    backend: Backend,
+    *,
+    base_image: str | None = None,
+    force: bool = False,
+    bootstrap: bool | None = None,
+    allow_unlocked: bool | None = None,
+) -> Image:
     """Make sure the backend's image exists locally, building it only when its hash tag is absent."""
     require_docker()
     lock = require_lock(backend, allow_unlocked)
@@ -443,11 +526,19 @@ def build(backend: Backend, *, base_image: str | None = None, force: bool = Fals
     log = log_path("build", backend)
     print(f"harness image: building {tag} on {base}; log {log}", file=sys.stderr)
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    rc, _ = execute(build_argv(backend, tag, ctx, base, base_id=base_id), log=log, timeout_s=None, env=env,
-                    echo=False, step=f"image build {tag}")
+    rc, _ = execute(
+        build_argv(backend, tag, ctx, base, base_id=base_id),
+        log=log,
+        timeout_s=None,
+        env=env,
+        echo=False,
+        step=f"image build {tag}",
+    )
     if rc != 0:
-        raise ImageError(f"docker build of {tag} failed (exit {rc}); last lines of {log}:\n  "
-                         + "\n  ".join(log_tail(log, 15)))
+        raise ImageError(
+            f"docker build of {tag} failed (exit {rc}); last lines of {log}:\n  "
+            + "\n  ".join(log_tail(log, 15))
+        )
     shutil.rmtree(ctx / "wheels", ignore_errors=True)
     new_id = image_id(tag)
     if not new_id:

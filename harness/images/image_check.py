@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import matrix as matrix_mod
-from harness.images import image, lock as lock_mod
 from harness.exc import HarnessError, ImageError
+from harness.images import image
+from harness.images import lock as lock_mod
 from harness.matrix import DIGEST_RE, Backend
 from harness.settings import settings
 
@@ -56,7 +57,9 @@ class Verdict:
 
     def line(self) -> str:
         if self.problems:
-            return f"{self.backend}: MISMATCH: " + "; ".join(self.problems + [f"warning: {w}" for w in self.warnings])
+            return f"{self.backend}: MISMATCH: " + "; ".join(
+                self.problems + [f"warning: {w}" for w in self.warnings]
+            )
         warn = "".join(f" (warning: {w})" for w in self.warnings)
         return f"{self.backend}: ok: {self.tag} {self.detail}{warn}"
 
@@ -66,8 +69,12 @@ def _label_problems(lab: dict[str, str], ref: str, expect: dict[str, str]) -> li
     out = []
     if "kiln.lock-sha256" not in lab:
         return [f"{ref} has no kiln.lock-sha256 label (built before images were locked): rebuild it"]
-    names = {"kiln.inputs-hash": "inputs hash", "kiln.lock-sha256": "lock", "kiln.base-digest": "base digest",
-             "kiln.base-id": "base id"}
+    names = {
+        "kiln.inputs-hash": "inputs hash",
+        "kiln.lock-sha256": "lock",
+        "kiln.base-digest": "base digest",
+        "kiln.base-id": "base id",
+    }
     for key, what in names.items():
         have, want = lab.get(key, ""), expect.get(key, "")
         if have != want:
@@ -78,10 +85,20 @@ def _label_problems(lab: dict[str, str], ref: str, expect: dict[str, str]) -> li
 
 def _other_images(backend: Backend) -> list[str]:
     """Local images of the backend (by label), newest first."""
-    proc = image.docker("image", "ls", "--filter", f"label=kiln.backend={backend.name}", "--format",
-                        "{{.Repository}}:{{.Tag}}", check=False)
-    return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip() and not ln.endswith(":<none>")] \
-        if proc.returncode == 0 else []
+    proc = image.docker(
+        "image",
+        "ls",
+        "--filter",
+        f"label=kiln.backend={backend.name}",
+        "--format",
+        "{{.Repository}}:{{.Tag}}",
+        check=False,
+    )
+    return (
+        [ln.strip() for ln in proc.stdout.splitlines() if ln.strip() and not ln.endswith(":<none>")]
+        if proc.returncode == 0
+        else []
+    )
 
 
 def check(backend: Backend, *, strict: bool = False, root: Path | None = None) -> Verdict:
@@ -98,8 +115,10 @@ def check(backend: Backend, *, strict: bool = False, root: Path | None = None) -
     pinned = image.digest_pinned(backend, base)
     base_id = image.base_id_for_hash(backend, base)
     if not pinned and base_id is None:
-        v.problems.append(f"base image {base} is not present locally (`python -m harness image build --backend "
-                          f"{backend.name}` pulls or bootstraps it)")
+        v.problems.append(
+            f"base image {base} is not present locally (`python -m harness image build --backend "
+            f"{backend.name}` pulls or bootstraps it)"
+        )
         return v
     v.tag = image.image_tag(backend, base, root, base_id)
     expect = image.image_labels(backend, v.tag, base, base_id, root)
@@ -111,8 +130,10 @@ def check(backend: Backend, *, strict: bool = False, root: Path | None = None) -
         if others:
             diff = _label_problems(image.labels(others[0]), others[0], expect)
             why = f" ({'; '.join(diff) if diff else 'newest local one: ' + others[0]})"
-        v.problems.append(f"no local image {v.tag}{why}: build it with `python -m harness image build "
-                          f"--backend {backend.name}`")
+        v.problems.append(
+            f"no local image {v.tag}{why}: build it with `python -m harness image build "
+            f"--backend {backend.name}`"
+        )
     base_what = f"digest {short(backend.base_digest)}" if pinned else f"id {short(base_id)}"
     v.detail = f"(base {base} {base_what}, lock {short(lock.digest)})"
     return v
@@ -141,7 +162,7 @@ def _same_repo(a: str, b: str) -> bool:
     def norm(name: str) -> str:
         for prefix in ("docker.io/library/", "docker.io/"):
             if name.startswith(prefix):
-                name = name[len(prefix):]
+                name = name[len(prefix) :]
         return name.removeprefix("library/")
 
     return norm(a) == norm(b)
@@ -153,8 +174,10 @@ def resolve_digest(tag: str) -> str:
     pulled = image.docker("pull", tag, check=False, timeout=900)
     if pulled.returncode != 0:
         tail = (pulled.stderr or "").strip().splitlines()[-1:]
-        raise ImageError(f"cannot pull {tag} ({' '.join(tail) or 'no output'}): pinning needs a machine that "
-                         "reaches its registry")
+        raise ImageError(
+            f"cannot pull {tag} ({' '.join(tail) or 'no output'}): pinning needs a machine that "
+            "reaches its registry"
+        )
     proc = image.docker("image", "inspect", "--format", "{{json .RepoDigests}}", tag)
     digests = json.loads(proc.stdout.strip() or "null") or []
     mine = [d for d in digests if _same_repo(d.split("@", 1)[0], _repository(tag))]
@@ -177,7 +200,7 @@ def write_matrix_digest(path: Path, backend: str, digest: str) -> None:
         raise ImageError(f"{path}: cannot find the base_image line of {backend}")
     out, pos = [], 0
     for mt in starts:  # every backend on this tag gets the digest: the same tag names the same content
-        out.append(text[pos:mt.end()])
+        out.append(text[pos : mt.end()])
         pos = mt.end()
         existing = re.compile(r'[ \t]*"base_digest":[ \t]*(null|"[^"]*"),?[ \t]*\n').match(text, pos)
         if existing:
@@ -230,23 +253,40 @@ def cli_pin(args: Any) -> int:
 
 
 def cli_add_arguments(p: Any) -> None:
-    p.add_argument("action", nargs="?", choices=["build", "bootstrap", "tag", "inputs", "lock"],
-                   help="build: build if the hash tag is missing; bootstrap: make the base image; "
-                        "tag: print the hash tag; inputs: print what the hash covers; lock: write the backend's "
-                        "lock file with pip-compile under this Python (`nox -s lock` sets that up)")
-    p.add_argument("--check", action="store_true",
-                   help="say per backend whether the local image matches the matrix and the tree "
-                        "(tag hash, base digest, lock digest); exit 1 when one does not")
-    p.add_argument("--pin", action="store_true",
-                   help="pull each base image by its tag and write its digest into ci/matrix.json "
-                        "(base_digest) and the Dockerfile's BASE_IMAGE default; needs the registry")
-    p.add_argument("--strict", action="store_true",
-                   help="--check: a base image not pinned by digest fails the check (CI of the GPU images)")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["build", "bootstrap", "tag", "inputs", "lock"],
+        help="build: build if the hash tag is missing; bootstrap: make the base image; "
+        "tag: print the hash tag; inputs: print what the hash covers; lock: write the backend's "
+        "lock file with pip-compile under this Python (`nox -s lock` sets that up)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="say per backend whether the local image matches the matrix and the tree "
+        "(tag hash, base digest, lock digest); exit 1 when one does not",
+    )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="pull each base image by its tag and write its digest into ci/matrix.json "
+        "(base_digest) and the Dockerfile's BASE_IMAGE default; needs the registry",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="--check: a base image not pinned by digest fails the check (CI of the GPU images)",
+    )
     p.add_argument("--backend", help="the backend (--check/--pin: default every backend of the matrix)")
     p.add_argument("--base-image", help="build on this image instead of the pinned/bootstrapped one")
     p.add_argument("--force", action="store_true", help="rebuild even when the tag exists")
-    p.add_argument("--bootstrap", action="store_true", default=None,
-                   help="bootstrap the base without trying to pull (also KILN_BOOTSTRAP=1)")
+    p.add_argument(
+        "--bootstrap",
+        action="store_true",
+        default=None,
+        help="bootstrap the base without trying to pull (also KILN_BOOTSTRAP=1)",
+    )
 
 
 def cli_main(args: Any) -> int:
@@ -256,7 +296,9 @@ def cli_main(args: Any) -> int:
             raise HarnessError(f"give either the action {args.action!r} or --check/--pin, not both")
         return cli_check(args) if args.check else cli_pin(args)
     if not args.action or not args.backend:
-        raise HarnessError("give an action (build, bootstrap, tag, inputs, lock) and --backend B, or --check / --pin")
+        raise HarnessError(
+            "give an action (build, bootstrap, tag, inputs, lock) and --backend B, or --check / --pin"
+        )
     backend = matrix_mod.load().backend(args.backend)
     if args.action == "lock":
         state = lock_mod.write(backend)

@@ -66,8 +66,11 @@ def requirement_lines(backend: Backend, root: Path | None = None) -> list[str]:
 
 def inputs_digest(backend: Backend, root: Path | None = None) -> str:
     """sha256 of everything the lock is resolved from (written into the lock's header)."""
-    inputs = {"python": backend.python, "torch_variant": backend.torch_variant,
-              "requirements": requirement_lines(backend, root)}
+    inputs = {
+        "python": backend.python,
+        "torch_variant": backend.torch_variant,
+        "requirements": requirement_lines(backend, root),
+    }
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -113,8 +116,10 @@ class LockState:
         if not self.exists:
             return f"no lock file {self.rel}: run {fix}"
         if self.stale:
-            return (f"lock file {self.rel} is stale (the matrix's pins or {REQUIREMENTS} changed since it was "
-                    f"made): run {fix}")
+            return (
+                f"lock file {self.rel} is stale (the matrix's pins or {REQUIREMENTS} changed since it was "
+                f"made): run {fix}"
+            )
         return None
 
     @property
@@ -137,7 +142,7 @@ def state(backend: Backend, root: Path | None = None) -> LockState:
         digest = file_digest(path)
         for line in path.read_text().splitlines():
             if line.startswith(INPUTS_LINE):
-                recorded = line[len(INPUTS_LINE):].strip()
+                recorded = line[len(INPUTS_LINE) :].strip()
                 break
     return LockState(backend.name, path, digest, recorded, inputs_digest(backend, root))
 
@@ -146,7 +151,11 @@ def unlocked_text(backend: Backend, root: Path | None = None) -> str:
     """What an explicitly unlocked build (KILN_ALLOW_UNLOCKED=1) installs instead of a lock: the top-level
     pins, without hashes; pip resolves the rest at build time."""
     lines = requirement_lines(backend, root)
-    return f"# UNLOCKED: no {LOCK_DIR}/{backend.name}.txt; top-level pins only, no hashes\n" + "\n".join(lines) + "\n"
+    return (
+        f"# UNLOCKED: no {LOCK_DIR}/{backend.name}.txt; top-level pins only, no hashes\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 # ---- what a Python has installed, against a lock (environment record) -----------------------------------
@@ -181,8 +190,12 @@ def device_record(backend: Backend | None) -> dict[str, Any] | None:
     if not path.exists():
         return {"path": str(path), "sha256": None}
     unlocked = path.read_text().startswith("# UNLOCKED")
-    return {"path": str(path), "sha256": None if unlocked else file_digest(path), "unlocked": unlocked,
-            "installed_mismatches": installed_mismatches(pins(path))}
+    return {
+        "path": str(path),
+        "sha256": None if unlocked else file_digest(path),
+        "unlocked": unlocked,
+        "installed_mismatches": installed_mismatches(pins(path)),
+    }
 
 
 # ---- making a lock: `python -m harness image lock --backend B` (nox -s lock) ----------------------------
@@ -192,9 +205,22 @@ def compile_argv(backend: Backend, output: Path, python: str | None = None) -> l
     """pip-compile of the backend's requirements (read from stdin) into `output`, hashes for every package.
     Indexes: pip's configuration, plus KILN_TORCH_INDEX_URL/<variant> when set (not for `torch_index` "index",
     see index_only_env); none are written out."""
-    argv = [python or sys.executable, "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe",
-            "--strip-extras", "--no-header", "--no-emit-index-url", "--no-emit-find-links",
-            "--no-emit-trusted-host", "--quiet", "--output-file", str(output)]
+    argv = [
+        python or sys.executable,
+        "-m",
+        "piptools",
+        "compile",
+        "--generate-hashes",
+        "--allow-unsafe",
+        "--strip-extras",
+        "--no-header",
+        "--no-emit-index-url",
+        "--no-emit-find-links",
+        "--no-emit-trusted-host",
+        "--quiet",
+        "--output-file",
+        str(output),
+    ]
     torch_index = settings().torch_index_url
     if torch_index and backend.torch_index != "index":
         argv += ["--extra-index-url", f"{torch_index}/{backend.torch_variant}"]
@@ -204,8 +230,9 @@ def compile_argv(backend: Backend, output: Path, python: str | None = None) -> l
 def _pip_config(key: str, python: str) -> str:
     """pip's configured value of `key` (e.g. global.index-url), "" when unset or pip cannot say."""
     try:
-        proc = subprocess.run([python, "-m", "pip", "config", "get", key], capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run(
+            [python, "-m", "pip", "config", "get", key], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return proc.stdout.strip() if proc.returncode == 0 else ""
@@ -215,8 +242,9 @@ def _pip_config(key: str, python: str) -> str:
 _NOT_INDEX = ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX")
 
 
-def index_only_env(env: dict[str, str] | None = None, python: str | None = None,
-                   config: Any = None) -> dict[str, str]:
+def index_only_env(
+    env: dict[str, str] | None = None, python: str | None = None, config: Any = None
+) -> dict[str, str]:
     """The environment of an index-only resolution (`torch_index` "index"): pip reads no configuration file
     (PIP_CONFIG_FILE=os.devnull), the variables that add local wheel folders or other indexes are dropped, and
     the index URL and CA bundle that pip is configured with are kept as PIP_INDEX_URL/PIP_CERT (none: pip's
@@ -239,15 +267,18 @@ def resolved_problems(backend: Backend, body: str) -> list[str]:
     the matrix's pins, and for a CUDA backend resolved from the index alone a torch with a local label (+cpu) or
     without its CUDA runtime wheels (nvidia-cuda-runtime)."""
     out = []
-    unhashed = [ln.strip() for ln in body.splitlines() if _PIN.match(ln.strip()) and not ln.rstrip().endswith("\\")]
+    unhashed = [
+        ln.strip() for ln in body.splitlines() if _PIN.match(ln.strip()) and not ln.rstrip().endswith("\\")
+    ]
     if unhashed:
         out.append(f"packages without hashes: {', '.join(unhashed[:3])}")
     got = pins_text(body)
     for spec in (backend.torch, backend.triton):
         name, _, version = spec.partition("==")
         have = got.get(normalize(name))
-        if have is None or (have != version and not (backend.torch_index != "index" and
-                                                      have.startswith(version + "+"))):
+        if have is None or (
+            have != version and not (backend.torch_index != "index" and have.startswith(version + "+"))
+        ):
             out.append(f"{name} resolved as {have or 'nothing'}, the matrix pins {spec}")
     if backend.torch_index == "index" and backend.torch_variant.startswith("cu"):
         torch = got.get("torch", "")
@@ -259,11 +290,13 @@ def resolved_problems(backend: Backend, body: str) -> list[str]:
 
 
 def header(backend: Backend, root: Path | None = None) -> str:
-    return (f"# Lock of the {backend.name} image's Python packages, hashes included. Generated: do not edit;\n"
-            f"# `nox -s lock -- --backend {backend.name}` makes it again (pip-compile --generate-hashes under\n"
-            f"# Python {backend.python}, linux x86-64) from ci/matrix.json's pins and {REQUIREMENTS}\n"
-            "# (`-r -` below). The image installs it with pip install --require-hashes --no-deps.\n"
-            f"{INPUTS_LINE}{inputs_digest(backend, root)}\n")
+    return (
+        f"# Lock of the {backend.name} image's Python packages, hashes included. Generated: do not edit;\n"
+        f"# `nox -s lock -- --backend {backend.name}` makes it again (pip-compile --generate-hashes under\n"
+        f"# Python {backend.python}, linux x86-64) from ci/matrix.json's pins and {REQUIREMENTS}\n"
+        "# (`-r -` below). The image installs it with pip install --require-hashes --no-deps.\n"
+        f"{INPUTS_LINE}{inputs_digest(backend, root)}\n"
+    )
 
 
 def write(backend: Backend, root: Path | None = None) -> LockState:
@@ -272,13 +305,17 @@ def write(backend: Backend, root: Path | None = None) -> LockState:
     want = backend.python
     have = f"{sys.version_info.major}.{sys.version_info.minor}"
     if have != want:
-        raise ImageInputError(f"backend {backend.name}'s image runs Python {want}, this is Python {have}: run "
-                              f"`nox -s lock-{backend.name}` (a Python {want} session)")
+        raise ImageInputError(
+            f"backend {backend.name}'s image runs Python {want}, this is Python {have}: run "
+            f"`nox -s lock-{backend.name}` (a Python {want} session)"
+        )
     try:
         import piptools  # noqa: F401
     except ImportError:
-        raise MissingTool("pip-tools is not installed in this Python: run `nox -s lock` "
-                          "(it installs pip-tools) or `pip install pip-tools`") from None
+        raise MissingTool(
+            "pip-tools is not installed in this Python: run `nox -s lock` "
+            "(it installs pip-tools) or `pip install pip-tools`"
+        ) from None
     path = lock_path(backend, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lock-") as tmp:
@@ -286,22 +323,32 @@ def write(backend: Backend, root: Path | None = None) -> LockState:
         if path.exists():  # pip-compile keeps the existing pins where they still fit
             out.write_text(path.read_text())
         text = "\n".join(requirement_lines(backend, root)) + "\n"
-        print(f"harness image: resolving {backend.name}'s lock with pip-compile (Python {have})", file=sys.stderr)
+        print(
+            f"harness image: resolving {backend.name}'s lock with pip-compile (Python {have})",
+            file=sys.stderr,
+        )
         env = index_only_env() if backend.torch_index == "index" else None
-        with Heartbeat(f"pip-compile of the {backend.name} lock", heartbeat_interval(None)):  # minutes, silent
-            proc = subprocess.run(compile_argv(backend, out), input=text, capture_output=True, text=True, cwd=root,
-                                  env=env)
+        with Heartbeat(
+            f"pip-compile of the {backend.name} lock", heartbeat_interval(None)
+        ):  # minutes, silent
+            proc = subprocess.run(
+                compile_argv(backend, out), input=text, capture_output=True, text=True, cwd=root, env=env
+            )
         if proc.returncode != 0:
             tail = [ln for ln in proc.stderr.splitlines() if ln.strip() and "is ignored" not in ln][-4:]
-            raise ImageError(f"pip-compile failed for {backend.name} (exit {proc.returncode}): {' | '.join(tail)}")
+            raise ImageError(
+                f"pip-compile failed for {backend.name} (exit {proc.returncode}): {' | '.join(tail)}"
+            )
         body = out.read_text()
     problems = resolved_problems(backend, body)
     if problems:
         raise ImageError(f"pip-compile's {backend.name} lock is not usable: {'; '.join(problems)}")
     torch = pins_text(body).get("torch", "")
     if backend.torch_index != "index" and torch and not torch.endswith(f"+{backend.torch_variant}"):
-        print(f"harness image: warning: torch resolved as {torch}, without +{backend.torch_variant}: check that "
-              f"KILN_TORCH_INDEX_URL/{backend.torch_variant} served it (PyPI's default build may be another variant)",
-              file=sys.stderr)
+        print(
+            f"harness image: warning: torch resolved as {torch}, without +{backend.torch_variant}: check that "
+            f"KILN_TORCH_INDEX_URL/{backend.torch_variant} served it (PyPI's default build may be another variant)",
+            file=sys.stderr,
+        )
     atomic_write_text(path, header(backend, root) + body)
     return state(backend, root)

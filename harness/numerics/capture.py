@@ -95,8 +95,9 @@ def standard(name: str) -> Compiler:
         raise NumericsError(str(e)) from None
     if not arm.kiln:
         return Compiler(arm.name, _builder(arm), arm.context)
-    return Compiler(arm.name, _builder(arm), _kiln_context({"emulate_eager_precision": False, **arm.settings}),
-                    kiln=True)
+    return Compiler(
+        arm.name, _builder(arm), _kiln_context({"emulate_eager_precision": False, **arm.settings}), kiln=True
+    )
 
 
 def flatten_outputs(result: Any, prefix: str = "out") -> list[tuple[str, torch.Tensor]]:
@@ -110,8 +111,12 @@ def flatten_outputs(result: Any, prefix: str = "out") -> list[tuple[str, torch.T
     return []  # numbers and None are not outputs
 
 
-def execute(fn: Callable[..., Any], prog: Program, args: dict[str, torch.Tensor],
-            cotangent_for: Callable[[str, torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+def execute(
+    fn: Callable[..., Any],
+    prog: Program,
+    args: dict[str, torch.Tensor],
+    cotangent_for: Callable[[str, torch.Tensor], torch.Tensor],
+) -> dict[str, torch.Tensor]:
     """One execution (see the module docstring); returns the outputs, still on their device."""
     grad_names = prog.grad_inputs()
     leaves = {n: a.detach().clone().requires_grad_(n in grad_names) for n, a in args.items()}
@@ -121,8 +126,12 @@ def execute(fn: Callable[..., Any], prog: Program, args: dict[str, torch.Tensor]
     if grad_names:
         pairs = [(n, t) for n, t in flat if t.is_floating_point() and t.requires_grad]
         if pairs:
-            grads = torch.autograd.grad([t for _, t in pairs], [leaves[n] for n in grad_names],
-                                        [cotangent_for(n, t) for n, t in pairs], allow_unused=True)
+            grads = torch.autograd.grad(
+                [t for _, t in pairs],
+                [leaves[n] for n in grad_names],
+                [cotangent_for(n, t) for n, t in pairs],
+                allow_unused=True,
+            )
             for n, g in zip(grad_names, grads):
                 outs[f"grad.{n}"] = torch.zeros_like(leaves[n]) if g is None else g
     return {n: t.detach() for n, t in outs.items()}
@@ -144,8 +153,14 @@ def _kiln_record(enabled: bool) -> Iterator[list]:
         yield graphs
 
 
-def run_side(prog: Program, comp: Compiler, cpu_inputs: dict[str, torch.Tensor],
-             cotangents: Cotangents, device: str, repeat: int = 1) -> SideResult:
+def run_side(
+    prog: Program,
+    comp: Compiler,
+    cpu_inputs: dict[str, torch.Tensor],
+    cotangents: Cotangents,
+    device: str,
+    repeat: int = 1,
+) -> SideResult:
     """Compile once and execute `repeat` times on the device; outputs come back to the CPU.
 
     `cotangents` (CPU) is filled on first use with the seeded cotangent of each float output, so every
@@ -171,8 +186,11 @@ def run_side(prog: Program, comp: Compiler, cpu_inputs: dict[str, torch.Tensor],
                 side.info.setdefault("seconds", []).append(round(time.perf_counter() - t0, 3))
                 side.repeats.append({n: t.to("cpu").contiguous() for n, t in outs.items()})
         if comp.kiln:
-            side.info.update(graphs=len(graphs), kernels=sum(g.kernel_count for g in graphs),
-                             fallbacks=sorted({str(f) for g in graphs for f in g.all_fallbacks()})[:50])
+            side.info.update(
+                graphs=len(graphs),
+                kernels=sum(g.kernel_count for g in graphs),
+                fallbacks=sorted({str(f) for g in graphs for f in g.all_fallbacks()})[:50],
+            )
     except Exception as e:  # noqa: BLE001 - a compiler failure is a finding of the run, recorded per side
         first = (str(e).strip().splitlines() or [""])[0][:300]
         side.error = f"{type(e).__name__}: {first}"
@@ -189,8 +207,14 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def capture(prog: Program, compilers: list[Compiler], seed: int = 0, device: str = "auto", repeat: int = 1,
-            progress: Callable[[str], None] | None = None) -> tuple[dict[str, torch.Tensor], Cotangents, list[SideResult]]:
+def capture(
+    prog: Program,
+    compilers: list[Compiler],
+    seed: int = 0,
+    device: str = "auto",
+    repeat: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, torch.Tensor], Cotangents, list[SideResult]]:
     """Inputs (CPU), cotangents (CPU) and one SideResult per compiler, in the order given."""
     device = resolve_device(device)
     if any(c.kiln for c in compilers):

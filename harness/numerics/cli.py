@@ -11,7 +11,7 @@ import argparse
 import json
 import string
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,33 +37,54 @@ class _Later:
         return getattr(importlib.import_module(self._name, __package__), attr)
 
 
-cap, cmp, rep, td, _program, _store = (_Later(f".{m}") for m in ("capture", "compare", "report", "trace_diff", "program",
-                                                                  "store"))
+cap, cmp, rep, td, _program, _store = (
+    _Later(f".{m}") for m in ("capture", "compare", "report", "trace_diff", "program", "store")
+)
 TIER = "numerics"  # capture.TIER, the arms tier this triage runs
 DEFAULT_COMPILERS = arms.default(TIER)
 
 
 def _add_run_options(p: argparse.ArgumentParser, compilers: str) -> None:
-    p.add_argument("--compilers", default=compilers, help=f"comma-separated, of {', '.join(arms.names(TIER))}")
+    p.add_argument(
+        "--compilers", default=compilers, help=f"comma-separated, of {', '.join(arms.names(TIER))}"
+    )
     p.add_argument("--repeat", type=int, default=1, help="executions per compiler (2: run-to-run check)")
     p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     p.add_argument("--device", default="auto", help="auto (GPU when present), cpu, cuda, cuda:N")
-    p.add_argument("--full-max", type=int, default=None,
-                   help="outputs up to this many elements are saved whole (default: store.FULL_MAX)")
-    p.add_argument("--sample", type=int, default=None, help="elements saved of a larger output (default: store.SAMPLE)")
+    p.add_argument(
+        "--full-max",
+        type=int,
+        default=None,
+        help="outputs up to this many elements are saved whole (default: store.FULL_MAX)",
+    )
+    p.add_argument(
+        "--sample", type=int, default=None, help="elements saved of a larger output (default: store.SAMPLE)"
+    )
 
 
 def _add_compare_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--baseline", help="side label (A, B...) or compiler paired with every other side (default: A)")
+    p.add_argument(
+        "--baseline", help="side label (A, B...) or compiler paired with every other side (default: A)"
+    )
     p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype; bf16 1.6e-2)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype; bf16 1.6e-2)")
     p.add_argument("--top", type=int, default=8, help="worst elements listed per pair")
-    p.add_argument("--check", action="store_true", help="exit 1 when a side is further from fp64 than the bound")
-    p.add_argument("--ratio", type=float, default=2.0,
-                   help="--check bound: max error <= RATIO x the closest side's max error + 1 ULP (default 2)")
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 when a side is further from fp64 than the bound"
+    )
+    p.add_argument(
+        "--ratio",
+        type=float,
+        default=2.0,
+        help="--check bound: max error <= RATIO x the closest side's max error + 1 ULP (default 2)",
+    )
     p.add_argument("--max-ulp", type=float, help="--check bound: max ULP error of every side")
-    p.add_argument("--reference", choices=["compute", "stored"], default="compute",
-                   help="fp64 reference: compute it from the program (default) or use one stored with the run")
+    p.add_argument(
+        "--reference",
+        choices=["compute", "stored"],
+        default="compute",
+        help="fp64 reference: compute it from the program (default) or use one stored with the run",
+    )
     p.add_argument("--md", type=Path, help="write the Markdown report here (default: print it)")
     p.add_argument("--json", type=Path, help="write the JSON report here")
     p.add_argument("--plot", type=Path, help="write a PNG of the error histograms here (needs matplotlib)")
@@ -73,29 +94,47 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     sub = ap.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = sub.add_parser("run", help="run a program under several compilers and save its outputs")
     p.add_argument("program", help="module.path:function, a built-in name, numerics:NAME[DTYPE] or FILE.pt2")
-    p.add_argument("--out", type=Path, help="run folder to create (default results/numerics/<program>-<time>)")
+    p.add_argument(
+        "--out", type=Path, help="run folder to create (default results/numerics/<program>-<time>)"
+    )
     p.add_argument("--inputs", action="append", help="input spec 'x:bf16[8,64] randn ...' (repeat, in order)")
     p.add_argument("--no-backward", action="store_true", help="forward outputs only")
     _add_run_options(p, DEFAULT_COMPILERS)
     p = sub.add_parser("compare", help="compare saved runs with each other and with fp64")
-    p.add_argument("sides", nargs="+", metavar="RUN[:COMPILER,...]",
-                   help="run folders (every side in it), FOLDER:COMPILER, suite save folders, harness results")
+    p.add_argument(
+        "sides",
+        nargs="+",
+        metavar="RUN[:COMPILER,...]",
+        help="run folders (every side in it), FOLDER:COMPILER, suite save folders, harness results",
+    )
     p.add_argument("--out", type=Path, help="write report.md, report.json and report.png into this folder")
     _add_compare_options(p)
-    p = sub.add_parser("gpu", help="the bf16 attention block and LayerNorm+GELU MLP under every compiler, report")
+    p = sub.add_parser(
+        "gpu", help="the bf16 attention block and LayerNorm+GELU MLP under every compiler, report"
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for the runs and report.md/json/png")
     p.add_argument("--programs", default="attention,mlp", help="comma-separated built-in programs")
     _add_run_options(p, arms.default(TIER, eager_first=True))
     p.set_defaults(repeat=2)
-    p = sub.add_parser("trace-diff", help="two value traces (KILN_TRACE_VALUES=1): the first kernel launch whose "
-                       "outputs diverge, with its source (exit 1 when one does)")
+    p = sub.add_parser(
+        "trace-diff",
+        help="two value traces (KILN_TRACE_VALUES=1): the first kernel launch whose "
+        "outputs diverge, with its source (exit 1 when one does)",
+    )
     p.add_argument("traces", nargs=2, type=Path, metavar="TRACE", help="trace files (.jsonl), A then B")
-    p.add_argument("--rtol", type=float, help="relative tolerance for every dtype (default per dtype: fp32 1e-4, "
-                   "fp16 4e-3, bf16 3.2e-2, fp64 1e-9, integers exact), scaled per statistic (see trace_diff.py)")
+    p.add_argument(
+        "--rtol",
+        type=float,
+        help="relative tolerance for every dtype (default per dtype: fp32 1e-4, "
+        "fp16 4e-3, bf16 3.2e-2, fp64 1e-9, integers exact), scaled per statistic (see trace_diff.py)",
+    )
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance added (default 0)")
-    p.add_argument("--allow-source-diff", action="store_true",
-                   help="compare launches whose kernel sources or output dtypes differ (a setting that changes "
-                   "codegen, an fp64-upcast run); shapes must still match")
+    p.add_argument(
+        "--allow-source-diff",
+        action="store_true",
+        help="compare launches whose kernel sources or output dtypes differ (a setting that changes "
+        "codegen, an fp64-upcast run); shapes must still match",
+    )
     p.add_argument("--dump-dir", type=Path, help="a KILN_DUMP_DIR folder: kernel sources a trace lacks")
     p.add_argument("--json", type=Path, help="write the result as JSON here")
 
@@ -113,9 +152,18 @@ def _env() -> dict[str, Any] | None:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def run_program(ref: str, out: Path, compilers: list[str], repeat: int = 1, seed: int = 0, device: str = "auto",
-                inputs: list[str] | None = None, backward: bool = True, full_max: int | None = None,
-                sample: int | None = None) -> tuple[Path, list[str]]:
+def run_program(
+    ref: str,
+    out: Path,
+    compilers: list[str],
+    repeat: int = 1,
+    seed: int = 0,
+    device: str = "auto",
+    inputs: list[str] | None = None,
+    backward: bool = True,
+    full_max: int | None = None,
+    sample: int | None = None,
+) -> tuple[Path, list[str]]:
     """Capture and save one program; returns (run folder, failed compilers)."""
     if repeat < 1:
         raise NumericsError("--repeat must be at least 1")
@@ -128,8 +176,18 @@ def run_program(ref: str, out: Path, compilers: list[str], repeat: int = 1, seed
     prog.backward = prog.backward and backward
     device = cap.resolve_device(device)
     cpu_inputs, cots, sides = cap.capture(prog, comps, seed, device, repeat, progress=_say)
-    _store.save_run(out, prog, seed, device, cpu_inputs, cots, sides, _env(),
-                    _store.FULL_MAX if full_max is None else full_max, _store.SAMPLE if sample is None else sample)
+    _store.save_run(
+        out,
+        prog,
+        seed,
+        device,
+        cpu_inputs,
+        cots,
+        sides,
+        _env(),
+        _store.FULL_MAX if full_max is None else full_max,
+        _store.SAMPLE if sample is None else sample,
+    )
     return out, [s.compiler for s in sides if s.error]
 
 
@@ -173,7 +231,9 @@ def build_cases(args: list[str]) -> tuple[list[tuple[str, list[Side], list[str]]
                 notes.append(f"{len(only)} case(s) only in {path}: {', '.join(only[:10])}")
         if not common:
             raise NotComparable("the suite folders share no case")
-        groups = [(c, [(_store.RunFolder(n[c]), comps) for ((_, comps), _), n in zip(specs, names)]) for c in common]
+        groups = [
+            (c, [(_store.RunFolder(n[c]), comps) for ((_, comps), _), n in zip(specs, names)]) for c in common
+        ]
     cases = []
     for case, runs in groups:
         left_out: list[str] = []
@@ -200,7 +260,9 @@ def _baseline(sides: list[Side], name: str | None) -> int:
     for i, s in enumerate(sides):
         if name in (s.label, s.compiler):
             return i
-    raise NumericsError(f"--baseline {name!r} names no side ({', '.join(f'{s.label}={s.compiler}' for s in sides)})")
+    raise NumericsError(
+        f"--baseline {name!r} names no side ({', '.join(f'{s.label}={s.compiler}' for s in sides)})"
+    )
 
 
 def compare_cli(args: argparse.Namespace, groups: list[list[str]]) -> int:
@@ -214,7 +276,9 @@ def compare_cli(args: argparse.Namespace, groups: list[list[str]]) -> int:
     for case, sides, left_out in cases:
         for note in left_out:
             _say(f"note: left out {note}")
-        r = cmp.compare(sides, _baseline(sides, args.baseline), args.rtol, args.atol, args.top, args.reference)
+        r = cmp.compare(
+            sides, _baseline(sides, args.baseline), args.rtol, args.atol, args.top, args.reference
+        )
         r["case"], r["left_out"] = case, left_out
         reports.append(r)
     failures = [f"{r['program']['ref']} {f}" for r in reports for f in cmp.check(r, args.ratio, args.max_ulp)]
@@ -255,10 +319,20 @@ def compare_cli(args: argparse.Namespace, groups: list[list[str]]) -> int:
 def cli_main(args: argparse.Namespace) -> int:
     """Numerics triage: run a program under several compilers, compare runs against fp64."""
     if args.action == "run":
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         out = args.out or Path("results") / "numerics" / f"{_store.safe_name(args.program)}-{stamp}"
-        path, failed = run_program(args.program, out, args.compilers.split(","), args.repeat, args.seed,
-                                   args.device, args.inputs, not args.no_backward, args.full_max, args.sample)
+        path, failed = run_program(
+            args.program,
+            out,
+            args.compilers.split(","),
+            args.repeat,
+            args.seed,
+            args.device,
+            args.inputs,
+            not args.no_backward,
+            args.full_max,
+            args.sample,
+        )
         _say(f"wrote {path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
         return 1 if failed else 0
     if args.action == "compare":
@@ -281,10 +355,14 @@ def trace_diff_cli(args: argparse.Namespace) -> int:
 def gpu(args: argparse.Namespace) -> int:
     """The GPU command: each program under every compiler (repeat 2), then one report over all of them."""
     device = cap.resolve_device(args.device)
-    if device == "cpu" and args.device == "auto":  # the GPU-size programs under the interpreter: minutes, not asked for
-        raise NoDevice("no GPU found: `numerics gpu` runs GPU-size programs (on a CPU, through the Triton interpreter, "
-                       "about 7 min on 2 cores); `--device cpu` runs them here anyway, `numerics run PROGRAM` one at a "
-                       "time")
+    if (
+        device == "cpu" and args.device == "auto"
+    ):  # the GPU-size programs under the interpreter: minutes, not asked for
+        raise NoDevice(
+            "no GPU found: `numerics gpu` runs GPU-size programs (on a CPU, through the Triton interpreter, "
+            "about 7 min on 2 cores); `--device cpu` runs them here anyway, `numerics run PROGRAM` one at a "
+            "time"
+        )
     if device == "cpu":
         _say("note: running the GPU-size programs on the CPU (kiln through the Triton interpreter: slow)")
     runs = []
@@ -292,9 +370,31 @@ def gpu(args: argparse.Namespace) -> int:
         path = args.out / "runs" / _store.safe_name(name)
         if (path / "manifest.json").exists():
             raise RunFolderError(f"{path} exists: give gpu a new --out folder")
-        run_program(name, path, args.compilers.split(","), args.repeat, args.seed, device, None, True,
-                    args.full_max, args.sample)
+        run_program(
+            name,
+            path,
+            args.compilers.split(","),
+            args.repeat,
+            args.seed,
+            device,
+            None,
+            True,
+            args.full_max,
+            args.sample,
+        )
         runs.append(str(path))
-    ns = argparse.Namespace(baseline="eager", rtol=None, atol=None, top=8, check=False, ratio=2.0, max_ulp=None,
-                            reference="compute", md=None, json=None, plot=None, out=args.out)
+    ns = argparse.Namespace(
+        baseline="eager",
+        rtol=None,
+        atol=None,
+        top=8,
+        check=False,
+        ratio=2.0,
+        max_ulp=None,
+        reference="compute",
+        md=None,
+        json=None,
+        plot=None,
+        out=args.out,
+    )
     return compare_cli(ns, [[r] for r in runs])

@@ -32,11 +32,27 @@ import torch
 from .exc import InputSpecError
 
 DTYPES: dict[str, torch.dtype] = {
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "f16": torch.float16,
-    "float16": torch.float16, "half": torch.float16, "fp32": torch.float32, "f32": torch.float32,
-    "float32": torch.float32, "float": torch.float32, "fp64": torch.float64, "f64": torch.float64,
-    "float64": torch.float64, "double": torch.float64, "int8": torch.int8, "uint8": torch.uint8,
-    "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "long": torch.int64, "bool": torch.bool,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "f16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp32": torch.float32,
+    "f32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "fp64": torch.float64,
+    "f64": torch.float64,
+    "float64": torch.float64,
+    "double": torch.float64,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "long": torch.int64,
+    "bool": torch.bool,
 }
 DISTRIBUTIONS = ("randn", "rand", "randint", "ones", "zeros", "arange")
 SPECIAL_KINDS = ("subnormal", "inf", "nan", "max", "neg0", "tiny")
@@ -81,12 +97,16 @@ class InputSpec:
         if any(s < 0 for s in self.shape):
             raise InputSpecError(f"input {self.name}: negative size in {list(self.shape)}")
         if self.dist not in DISTRIBUTIONS:
-            raise InputSpecError(f"input {self.name}: distribution {self.dist!r}; known: {', '.join(DISTRIBUTIONS)}")
+            raise InputSpecError(
+                f"input {self.name}: distribution {self.dist!r}; known: {', '.join(DISTRIBUTIONS)}"
+            )
         specials = tuple(SPECIAL_KINDS) if self.specials in (("all",), "all") else tuple(self.specials)
         unknown = [s for s in specials if s not in SPECIAL_KINDS]
         if unknown:
-            raise InputSpecError(f"input {self.name}: unknown special value kind(s) {', '.join(unknown)}; "
-                                 f"known: {', '.join(SPECIAL_KINDS)}, all")
+            raise InputSpecError(
+                f"input {self.name}: unknown special value kind(s) {', '.join(unknown)}; "
+                f"known: {', '.join(SPECIAL_KINDS)}, all"
+            )
         if specials and not self.torch_dtype.is_floating_point:
             raise InputSpecError(f"input {self.name}: special values need a floating dtype, not {self.dtype}")
         object.__setattr__(self, "specials", specials)
@@ -211,7 +231,9 @@ def generate_all(specs: Iterable[InputSpec], seed: int) -> dict[str, torch.Tenso
     return {s.name: generate(s, seed) for s in specs}
 
 
-def cotangent(seed: int, output: str, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> torch.Tensor:
+def cotangent(
+    seed: int, output: str, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype
+) -> torch.Tensor:
     """The seeded cotangent of a float output (normal values rounded to the output dtype)."""
     spec = InputSpec(f"cotangent.{output}", tuple(shape), dtype_name(dtype))
     return generate(spec, seed)

@@ -73,28 +73,53 @@ class Program:
 
     def reduction_length(self, output: str) -> int | None:
         """The declared reduction length behind `output` (longest matching name prefix), if any."""
-        best = max((k for k in self.reduction if output == k or output.startswith(k + ".") or k == "*"),
-                   key=len, default=None)
+        best = max(
+            (k for k in self.reduction if output == k or output.startswith(k + ".") or k == "*"),
+            key=len,
+            default=None,
+        )
         return None if best is None else self.reduction[best]
 
     def identity(self) -> dict[str, Any]:
         """What two runs must share to be compared: ref, kind, input specs, backward, .pt2 digest."""
-        return {"ref": self.ref, "kind": self.kind, "inputs": [s.text() for s in self.inputs],
-                "backward": self.backward, "file_sha256": self.file_sha256}
+        return {
+            "ref": self.ref,
+            "kind": self.kind,
+            "inputs": [s.text() for s in self.inputs],
+            "backward": self.backward,
+            "file_sha256": self.file_sha256,
+        }
 
     def describe(self) -> dict[str, Any]:
-        return {**self.identity(), "structure": self.structure, "row_dim": self.row_dim,
-                "reduction": dict(self.reduction), "note": self.note}
+        return {
+            **self.identity(),
+            "structure": self.structure,
+            "row_dim": self.row_dim,
+            "reduction": dict(self.reduction),
+            "note": self.note,
+        }
 
 
-def numerics_program(*inputs: str | inp.InputSpec, backward: bool = True, structure: str = "opaque",
-                     row_dim: int = -1, reduction: dict[str, int] | None = None, note: str = ""):
+def numerics_program(
+    *inputs: str | inp.InputSpec,
+    backward: bool = True,
+    structure: str = "opaque",
+    row_dim: int = -1,
+    reduction: dict[str, int] | None = None,
+    note: str = "",
+):
     """Declare a function as a program: ``@numerics_program("x:bf16[64,64]", "w:bf16[64]", structure="rows")``."""
     specs = [inp.parse(s) if isinstance(s, str) else s for s in inputs]
     if structure not in STRUCTURES:
         raise ProgramError(f"structure {structure!r}; known: {', '.join(STRUCTURES)}")
-    decl = {"inputs": specs, "backward": backward, "structure": structure, "row_dim": row_dim,
-            "reduction": dict(reduction or {}), "note": note}
+    decl = {
+        "inputs": specs,
+        "backward": backward,
+        "structure": structure,
+        "row_dim": row_dim,
+        "reduction": dict(reduction or {}),
+        "note": note,
+    }
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         setattr(fn, _ATTR, decl)
@@ -107,7 +132,9 @@ def numerics_program(*inputs: str | inp.InputSpec, backward: bool = True, struct
 BUILTIN_MODULE = "harness.numerics.programs"
 
 
-def variant(fn: Callable[..., Any], name: str, *inputs: str | inp.InputSpec, **decl: Any) -> Callable[..., Any]:
+def variant(
+    fn: Callable[..., Any], name: str, *inputs: str | inp.InputSpec, **decl: Any
+) -> Callable[..., Any]:
     """A copy of `fn` (same code, no wrapper frame) declared with other inputs: sizes for CPU and GPU."""
     copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     copy.__qualname__, copy.__doc__, copy.__module__ = name, fn.__doc__, fn.__module__
@@ -128,24 +155,35 @@ def resolve(ref: str, inputs_override: list[str] | None = None, root: Path | Non
         # decorator), found by name as those are
         builtin = importlib.import_module(BUILTIN_MODULE).BUILTIN
         if ref not in builtin:
-            raise ProgramError(f"unknown program {ref!r}: not module.path:function, numerics:NAME[DTYPE], a .pt2 "
-                               f"file, or a built-in ({', '.join(builtin)})")
+            raise ProgramError(
+                f"unknown program {ref!r}: not module.path:function, numerics:NAME[DTYPE], a .pt2 "
+                f"file, or a built-in ({', '.join(builtin)})"
+            )
         prog = _from_function(ref, builtin[ref])
     if inputs_override:
         if prog.make_inputs is not None:
             raise ProgramError(f"{ref}: a suite program makes its own inputs; --inputs does not apply")
         prog.inputs = [inp.parse(s) for s in inputs_override]
     if not prog.inputs and prog.make_inputs is None:
-        raise ProgramError(f"{ref} declares no inputs: decorate it with harness.numerics.program.numerics_program "
-                           "or pass --inputs 'x:bf16[8,64]' ...")
+        raise ProgramError(
+            f"{ref} declares no inputs: decorate it with harness.numerics.program.numerics_program "
+            "or pass --inputs 'x:bf16[8,64]' ..."
+        )
     return prog
 
 
 def _from_function(ref: str, fn: Callable[..., Any]) -> Program:
     decl = getattr(fn, _ATTR, None) or {"inputs": []}
-    return Program(ref, fn, list(decl["inputs"]), backward=decl.get("backward", True),
-                   structure=decl.get("structure", "opaque"), row_dim=decl.get("row_dim", -1),
-                   reduction=dict(decl.get("reduction", {})), note=decl.get("note", ""))
+    return Program(
+        ref,
+        fn,
+        list(decl["inputs"]),
+        backward=decl.get("backward", True),
+        structure=decl.get("structure", "opaque"),
+        row_dim=decl.get("row_dim", -1),
+        reduction=dict(decl.get("reduction", {})),
+        note=decl.get("note", ""),
+    )
 
 
 def _resolve_function(ref: str) -> Program:
@@ -164,9 +202,17 @@ def _resolve_function(ref: str) -> Program:
 
 # ---- the numerics suite's table-driven tests ------------------------------------------------------------
 #: structure of each PROGRAMS entry of tests/numerics/test_numerics.py (rows: reduced along row_dim)
-SUITE_STRUCTURE = {"softmax": ("rows", -1), "log_softmax": ("rows", -1), "layer_norm": ("rows", -1),
-                   "rmsnorm": ("rows", -1), "gelu_epilogue": ("elementwise", -1), "row_sum_long": ("rows", -1),
-                   "mean_var": ("rows", 0), "causal_softmax": ("rows", -1), "mse_loss": ("opaque", -1)}
+SUITE_STRUCTURE = {
+    "softmax": ("rows", -1),
+    "log_softmax": ("rows", -1),
+    "layer_norm": ("rows", -1),
+    "rmsnorm": ("rows", -1),
+    "gelu_epilogue": ("elementwise", -1),
+    "row_sum_long": ("rows", -1),
+    "mean_var": ("rows", 0),
+    "causal_softmax": ("rows", -1),
+    "mse_loss": ("opaque", -1),
+}
 SUITE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -204,13 +250,17 @@ def _resolve_suite(ref: str, root: Path | None) -> Program:
     dtype_tok = next((t for t in tokens if t in SUITE_DTYPES), None)
     name = next((t for t in tokens if t in table), None)
     if ref.startswith("numerics:"):
-        name = ref[len("numerics:"):m.start()]
+        name = ref[len("numerics:") : m.start()]
     if "::" in ref and "test_error_vs_fp64_not_worse_than_eager" not in ref:
-        raise ProgramError(f"{ref}: only test_error_vs_fp64_not_worse_than_eager[NAME-DTYPE] (the PROGRAMS table) "
-                           "names a program of the numerics suite")
+        raise ProgramError(
+            f"{ref}: only test_error_vs_fp64_not_worse_than_eager[NAME-DTYPE] (the PROGRAMS table) "
+            "names a program of the numerics suite"
+        )
     if name is None or name not in table or dtype_tok is None:
-        raise ProgramError(f"{ref}: unknown suite program; known names {', '.join(sorted(table))}, "
-                           f"dtypes {', '.join(SUITE_DTYPES)}")
+        raise ProgramError(
+            f"{ref}: unknown suite program; known names {', '.join(sorted(table))}, "
+            f"dtypes {', '.join(SUITE_DTYPES)}"
+        )
     fn, make = table[name]
     dtype = SUITE_DTYPES[dtype_tok]
 
@@ -221,11 +271,21 @@ def _resolve_suite(ref: str, root: Path | None) -> Program:
         return {f"arg{i}": a.contiguous() for i, a in enumerate(args)}
 
     example = make_inputs(0)
-    specs = [inp.InputSpec(n, tuple(t.shape), inp.dtype_name(t.dtype), grad=False) for n, t in example.items()]
+    specs = [
+        inp.InputSpec(n, tuple(t.shape), inp.dtype_name(t.dtype), grad=False) for n, t in example.items()
+    ]
     structure, row_dim = SUITE_STRUCTURE.get(name, ("opaque", -1))
-    return Program(f"numerics:{name}[{dtype_tok}]", fn, specs, backward=False, structure=structure,
-                   row_dim=row_dim, kind="suite", make_inputs=make_inputs,
-                   note=f"PROGRAMS[{name!r}] of tests/numerics/test_numerics.py, inputs made on the CPU")
+    return Program(
+        f"numerics:{name}[{dtype_tok}]",
+        fn,
+        specs,
+        backward=False,
+        structure=structure,
+        row_dim=row_dim,
+        kind="suite",
+        make_inputs=make_inputs,
+        note=f"PROGRAMS[{name!r}] of tests/numerics/test_numerics.py, inputs made on the CPU",
+    )
 
 
 # ---- torch.export programs --------------------------------------------------------------------------------
@@ -251,5 +311,13 @@ def _resolve_export(ref: str) -> Program:
         except Exception:  # noqa: BLE001 - symbolic sizes without a hint
             raise ProgramError(f"{path}: input {name} has no concrete example shape; pass --inputs") from None
         specs.append(inp.InputSpec(name, shape, inp.dtype_name(val.dtype), grad=False))
-    return Program(str(path), ep.module(), specs, backward=False, kind="export", exported=ep,
-                   file_sha256=hashlib.sha256(data).hexdigest(), note="torch.export program (forward only)")
+    return Program(
+        str(path),
+        ep.module(),
+        specs,
+        backward=False,
+        kind="export",
+        exported=ep,
+        file_sha256=hashlib.sha256(data).hexdigest(),
+        note="torch.export program (forward only)",
+    )

@@ -43,15 +43,17 @@ def fp64_function(prog: Program) -> Callable[..., Any]:
     return mod
 
 
-def compute(prog: Program, cpu_inputs: dict[str, torch.Tensor],
-            cotangents: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def compute(
+    prog: Program, cpu_inputs: dict[str, torch.Tensor], cotangents: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
     """Every output of the program in float64 eager on the CPU (see the module docstring)."""
     args = {n: _as64(t.to("cpu")) for n, t in cpu_inputs.items()}
 
     def cotangent_for(name: str, out: torch.Tensor) -> torch.Tensor:
         if name not in cotangents:
-            raise NotComparable(f"{prog.ref}: the fp64 program has a float output {name!r} that no run has a "
-                                "cotangent for")
+            raise NotComparable(
+                f"{prog.ref}: the fp64 program has a float output {name!r} that no run has a cotangent for"
+            )
         return cotangents[name].to(torch.float64)
 
     try:
@@ -85,7 +87,9 @@ def for_run(run: RunFolder, prefer: str = "compute") -> tuple[dict[str, torch.Te
     here = prog.identity()
     diff = next((k for k in here if here[k] != spec.get(k)), None)
     if diff is not None:
-        raise NotComparable(f"program {spec['ref']} resolves here to another {diff} than the run recorded "
-                            f"({here[diff]!r} vs {spec.get(diff)!r})")
+        raise NotComparable(
+            f"program {spec['ref']} resolves here to another {diff} than the run recorded "
+            f"({here[diff]!r} vs {spec.get(diff)!r})"
+        )
     ref = compute(prog, run.tensors("inputs"), run.tensors("cotangents"))
     return ref, "computed now: fp64 eager on CPU from the run's inputs"

@@ -18,7 +18,8 @@ from harness.results import markdown_table
 from . import SCHEMA
 from .compare import ULP_BUCKETS, fmt
 from .exc import NumericsError
-from .store import write_bytes, write_json as _write_json
+from .store import write_bytes
+from .store import write_json as _write_json
 
 LIST_SHOWN = 20
 
@@ -33,9 +34,22 @@ def _side_cell(s: dict[str, Any]) -> list[Any]:
         dev += f" ({', '.join(s['gpus'])})"
     git = (s.get("git") or "-")[:10] + (" (dirty)" if s.get("dirty") else "")
     info = s.get("info") or {}
-    kiln = (f"{info['kernels']} kernels, {len(info.get('fallbacks') or [])} fallbacks" if "kernels" in info else "-")
-    return [s["label"], f"`{s['run']}`", s["compiler"], dev, s.get("torch") or "-", s.get("triton") or "-", git,
-            s["repeats"], kiln]
+    kiln = (
+        f"{info['kernels']} kernels, {len(info.get('fallbacks') or [])} fallbacks"
+        if "kernels" in info
+        else "-"
+    )
+    return [
+        s["label"],
+        f"`{s['run']}`",
+        s["compiler"],
+        dev,
+        s.get("torch") or "-",
+        s.get("triton") or "-",
+        git,
+        s["repeats"],
+        kiln,
+    ]
 
 
 def _run_to_run(nd: dict[str, Any] | None) -> str:
@@ -63,18 +77,51 @@ def _inputs_cell(ctx: dict[str, Any]) -> str:
 
 def _output_md(o: dict[str, Any], labels: list[str]) -> list[str]:
     red = f", reduction length {o['reduction_length']}" if o.get("reduction_length") else ""
-    compared = (f"{o['compared']:,} sampled of {o['numel']:,} elements (mismatch counts are over the sample)"
-                if o["sampled"] else f"all {o['numel']:,} elements")
-    lines = [f"### `{o['name']}` {o['dtype']}{o['shape']}{red}", "",
-             f"Compared: {compared}; rtol {o['rtol']:g}, atol {o['atol']:g}.", "",
-             *markdown_table(
-                 ["side", "max error vs fp64 (at)", "mean error", "max ULP", "mean ULP", "non-finite errors",
-                  "run to run"],
-                 ([s["label"], f"{fmt(s['max_abs'])} at {_at(s['max_abs_at'])}", fmt(s["mean_abs"]), fmt(s["max_ulp"]),
-                   fmt(s["mean_ulp"]), s["nonfinite_errors"], _run_to_run(s["nondeterminism"])] for s in o["sides"]))]
-    histogram = ([bucket, *(f"{s['histogram'][i]:,}" for s in o["sides"])] for i, bucket in enumerate(ULP_BUCKETS)
-                 if any(s["histogram"][i] for s in o["sides"]))
-    lines += ["", "Elements per ULP error against fp64:", "", *markdown_table(["ULP error", *labels], histogram)]
+    compared = (
+        f"{o['compared']:,} sampled of {o['numel']:,} elements (mismatch counts are over the sample)"
+        if o["sampled"]
+        else f"all {o['numel']:,} elements"
+    )
+    lines = [
+        f"### `{o['name']}` {o['dtype']}{o['shape']}{red}",
+        "",
+        f"Compared: {compared}; rtol {o['rtol']:g}, atol {o['atol']:g}.",
+        "",
+        *markdown_table(
+            [
+                "side",
+                "max error vs fp64 (at)",
+                "mean error",
+                "max ULP",
+                "mean ULP",
+                "non-finite errors",
+                "run to run",
+            ],
+            (
+                [
+                    s["label"],
+                    f"{fmt(s['max_abs'])} at {_at(s['max_abs_at'])}",
+                    fmt(s["mean_abs"]),
+                    fmt(s["max_ulp"]),
+                    fmt(s["mean_ulp"]),
+                    s["nonfinite_errors"],
+                    _run_to_run(s["nondeterminism"]),
+                ]
+                for s in o["sides"]
+            ),
+        ),
+    ]
+    histogram = (
+        [bucket, *(f"{s['histogram'][i]:,}" for s in o["sides"])]
+        for i, bucket in enumerate(ULP_BUCKETS)
+        if any(s["histogram"][i] for s in o["sides"])
+    )
+    lines += [
+        "",
+        "Elements per ULP error against fp64:",
+        "",
+        *markdown_table(["ULP error", *labels], histogram),
+    ]
     for p in o["pairs"]:
         a, b = p["a"], p["b"]
         lines += ["", f"#### {b} vs {a}", "", f"**{p['verdict']}.**", ""]
@@ -83,19 +130,38 @@ def _output_md(o: dict[str, Any], labels: list[str]) -> list[str]:
         mis = ", ".join(_at(w) for w in p["mismatched_at"][:LIST_SHOWN])
         more = " ..." if p["mismatched"] > LIST_SHOWN else ""
         cm, cd = p["closer_mismatched"], p["closer_differing"]
-        lines += [(f"- differing bits: {p['differing']:,} of {o['compared']:,} elements; closer to fp64 on them: "
-                  f"{a} {cd[a]:,}, {b} {cd[b]:,}, tie {cd['tie']:,}"),
-                  f"- mismatched (rtol {o['rtol']:g}, atol {o['atol']:g}): {p['mismatched']:,}"
-                  + (f" at {mis}{more}" if p["mismatched"] else ""),
-                  f"- closer to fp64 on the mismatched: {a} {cm[a]:,}, {b} {cm[b]:,}, tie {cm['tie']:,}",
-                  (f"- greatest absolute difference {fmt(p['max_abs_diff'])} at {_at(p['max_abs_diff_at'])}; "
-                  f"greatest relative difference {fmt(p['max_rel_diff'])} at {_at(p['max_rel_diff_at'])}"), "",
-                  f"Worst {'mismatched' if p['mismatched'] else 'differing'} elements:", "",
-                  *markdown_table(
-                      ["at", a, b, "fp64", f"error {a} (ULP)", f"error {b} (ULP)", "closer", "inputs"],
-                      ([_at(w["at"]), f"{w[a]:.8g}", f"{w[b]:.8g}", f"{w['fp64']:.8g}",
-                        f"{fmt(w['err_' + a])} ({fmt(w['ulp_' + a])})", f"{fmt(w['err_' + b])} ({fmt(w['ulp_' + b])})",
-                        w["closer"], _inputs_cell(w["inputs"])] for w in p["worst"]))]
+        lines += [
+            (
+                f"- differing bits: {p['differing']:,} of {o['compared']:,} elements; closer to fp64 on them: "
+                f"{a} {cd[a]:,}, {b} {cd[b]:,}, tie {cd['tie']:,}"
+            ),
+            f"- mismatched (rtol {o['rtol']:g}, atol {o['atol']:g}): {p['mismatched']:,}"
+            + (f" at {mis}{more}" if p["mismatched"] else ""),
+            f"- closer to fp64 on the mismatched: {a} {cm[a]:,}, {b} {cm[b]:,}, tie {cm['tie']:,}",
+            (
+                f"- greatest absolute difference {fmt(p['max_abs_diff'])} at {_at(p['max_abs_diff_at'])}; "
+                f"greatest relative difference {fmt(p['max_rel_diff'])} at {_at(p['max_rel_diff_at'])}"
+            ),
+            "",
+            f"Worst {'mismatched' if p['mismatched'] else 'differing'} elements:",
+            "",
+            *markdown_table(
+                ["at", a, b, "fp64", f"error {a} (ULP)", f"error {b} (ULP)", "closer", "inputs"],
+                (
+                    [
+                        _at(w["at"]),
+                        f"{w[a]:.8g}",
+                        f"{w[b]:.8g}",
+                        f"{w['fp64']:.8g}",
+                        f"{fmt(w['err_' + a])} ({fmt(w['ulp_' + a])})",
+                        f"{fmt(w['err_' + b])} ({fmt(w['ulp_' + b])})",
+                        w["closer"],
+                        _inputs_cell(w["inputs"]),
+                    ]
+                    for w in p["worst"]
+                ),
+            ),
+        ]
     return lines
 
 
@@ -108,27 +174,64 @@ def markdown(report: dict[str, Any], level: int = 1) -> str:
     lines = [f"{h} Numerics: `{prog['ref']}`", ""]
     if prog.get("note"):
         lines += [f"Program: {prog['note']}.", ""]
-    lines += [(f"Reference: {report['reference']}. Seed {report['seed']}; inputs (sha256, identical on every side): "
-              f"{ins}."), "",
-              *markdown_table(["side", "run", "compiler", "device", "torch", "triton", "git", "repeats", "kiln"],
-                              map(_side_cell, report["sides"])), "", f"{h}# Summary", ""]
+    lines += [
+        (
+            f"Reference: {report['reference']}. Seed {report['seed']}; inputs (sha256, identical on every side): "
+            f"{ins}."
+        ),
+        "",
+        *markdown_table(
+            ["side", "run", "compiler", "device", "torch", "triton", "git", "repeats", "kiln"],
+            map(_side_cell, report["sides"]),
+        ),
+        "",
+        f"{h}# Summary",
+        "",
+    ]
     summary = []
     for o in report["outputs"]:
         errs = [f"{fmt(s['max_abs'])} ({fmt(s['max_ulp'])})" for s in o["sides"]]
         mis = ", ".join(f"{p['b']} {p['mismatched']:,}" for p in o["pairs"]) or "-"
-        nd = ", ".join(f"{s['label']} {s['nondeterminism']['differing']:,}" for s in o["sides"]
-                       if s["nondeterminism"] and not s["nondeterminism"]["identical"]) or "none seen"
+        nd = (
+            ", ".join(
+                f"{s['label']} {s['nondeterminism']['differing']:,}"
+                for s in o["sides"]
+                if s["nondeterminism"] and not s["nondeterminism"]["identical"]
+            )
+            or "none seen"
+        )
         summary.append([f"`{o['name']}`", *errs, mis, nd])
-    lines += markdown_table(["output", *(f"max error {x} (ULP)" for x in labels), f"mismatched vs {report['baseline']}",
-                             "run to run"], summary)
-    lines += ["", ("ULP errors are measured at the fp64 value: results near zero (cancelling sums) show large ULP "
-              "errors for small absolute ones; the absolute error is the steadier measure there."), ""]
-    lines += [f"- `{o['name']}`, {p['b']} vs {p['a']}: {p['verdict']}" for o in report["outputs"] for p in o["pairs"]]
+    lines += markdown_table(
+        [
+            "output",
+            *(f"max error {x} (ULP)" for x in labels),
+            f"mismatched vs {report['baseline']}",
+            "run to run",
+        ],
+        summary,
+    )
+    lines += [
+        "",
+        (
+            "ULP errors are measured at the fp64 value: results near zero (cancelling sums) show large ULP "
+            "errors for small absolute ones; the absolute error is the steadier measure there."
+        ),
+        "",
+    ]
+    lines += [
+        f"- `{o['name']}`, {p['b']} vs {p['a']}: {p['verdict']}"
+        for o in report["outputs"]
+        for p in o["pairs"]
+    ]
     if report.get("check"):
         c = report["check"]
-        lines += ["", f"Check (max error <= {c['ratio']:g} x closest side's + 1 ULP"
-                  + (f", max ULP <= {c['max_ulp']:g}" if c.get("max_ulp") is not None else "") + "): "
-                  + ("**FAILED**: " + "; ".join(c["failures"]) if c["failures"] else "passed")]
+        lines += [
+            "",
+            f"Check (max error <= {c['ratio']:g} x closest side's + 1 ULP"
+            + (f", max ULP <= {c['max_ulp']:g}" if c.get("max_ulp") is not None else "")
+            + "): "
+            + ("**FAILED**: " + "; ".join(c["failures"]) if c["failures"] else "passed"),
+        ]
     lines += ["", f"{h}# Outputs", ""]
     for o in report["outputs"]:
         lines += _output_md(o, labels) + [""]
@@ -139,8 +242,12 @@ def markdown_many(reports: list[dict[str, Any]], title: str) -> str:
     """One Markdown document for several comparisons (the cases of a suite run): a summary, then each."""
     if len(reports) == 1:
         return markdown(reports[0])
-    rows = ([f"`{r['program']['ref']}`", f"`{o['name']}`", f"{p['b']} vs {p['a']}: {p['verdict']}"]
-            for r in reports for o in r["outputs"] for p in o["pairs"] or [{"b": "-", "a": "-", "verdict": "one side"}])
+    rows = (
+        [f"`{r['program']['ref']}`", f"`{o['name']}`", f"{p['b']} vs {p['a']}: {p['verdict']}"]
+        for r in reports
+        for o in r["outputs"]
+        for p in o["pairs"] or [{"b": "-", "a": "-", "verdict": "one side"}]
+    )
     lines = [f"# {title}", "", *markdown_table(["program", "output", "verdict"], rows)]
     return "\n".join(lines) + "\n\n" + "\n".join(markdown(r, level=2) for r in reports)
 
@@ -161,13 +268,17 @@ def verdict_lines(reports: list[dict[str, Any]]) -> list[str]:
             return m.group(1) + names.get(m.group(2), m.group(2))
 
         if r.get("sides"):
-            lines.append(f"{r['program']['ref']} sides: " + ", ".join(
-                f"{s['label']} = {s['compiler']} ({s['run']})" for s in r["sides"]))
+            lines.append(
+                f"{r['program']['ref']} sides: "
+                + ", ".join(f"{s['label']} = {s['compiler']} ({s['run']})" for s in r["sides"])
+            )
         for o in r["outputs"]:
             for p in o["pairs"]:
                 text = re.sub(r"\b(run |for )([A-Z]|S\d+)\b", named, p["verdict"])
-                lines.append(f"{r['program']['ref']} {o['name']}: {names.get(p['b'], p['b'])} vs "
-                             f"{names.get(p['a'], p['a'])}: {text}")
+                lines.append(
+                    f"{r['program']['ref']} {o['name']}: {names.get(p['b'], p['b'])} vs "
+                    f"{names.get(p['a'], p['a'])}: {text}"
+                )
     return lines
 
 
@@ -203,7 +314,9 @@ def plot(path: Path, reports: list[dict[str, Any]]) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise NumericsError("--plot needs matplotlib (pip install matplotlib); Markdown and JSON need nothing") from None
+        raise NumericsError(
+            "--plot needs matplotlib (pip install matplotlib); Markdown and JSON need nothing"
+        ) from None
     panels = [(r, o) for r in reports for o in r["outputs"]]
     cols = min(3, len(panels)) or 1
     rows = (len(panels) + cols - 1) // cols or 1
@@ -213,20 +326,29 @@ def plot(path: Path, reports: list[dict[str, Any]]) -> Path:
         styles = side_styles([{"compiler": names[s["label"]]} for s in o["sides"]])
         for j, (s, (colour, hatch)) in enumerate(zip(o["sides"], styles)):
             xs = [i + (j - (n - 1) / 2) * 0.8 / n for i in range(len(ULP_BUCKETS))]
-            ax.bar(xs, [max(c, 0) for c in s["histogram"]], width=0.8 / n, color=colour, hatch=hatch,
-                   edgecolor="white" if hatch else colour, label=f"{s['label']} {names[s['label']]}")
+            ax.bar(
+                xs,
+                [max(c, 0) for c in s["histogram"]],
+                width=0.8 / n,
+                color=colour,
+                hatch=hatch,
+                edgecolor="white" if hatch else colour,
+                label=f"{s['label']} {names[s['label']]}",
+            )
         ax.set_yscale("symlog")
         ax.set_xticks(range(len(ULP_BUCKETS)), ULP_BUCKETS, rotation=45, fontsize=7)
         ax.set_xlabel("error against fp64 (ULP of the output dtype)", fontsize=7)
         ax.set_ylabel("elements (symlog)", fontsize=7)
         ax.set_title(f"{r['program']['ref']} {o['name']}", fontsize=8)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     devices = sorted({str(s.get("device") or "?") for r in reports for s in r["sides"]})
     cpu = " (kiln on CPU: Triton interpreter)" if "cpu" in devices else ""
-    fig.suptitle(f"elements per ULP error against fp64; device {', '.join(devices)}{cpu}; colour: compiler, "
-                 "hatch: another run of it")
+    fig.suptitle(
+        f"elements per ULP error against fp64; device {', '.join(devices)}{cpu}; colour: compiler, "
+        "hatch: another run of it"
+    )
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=90, metadata={"Software": None})

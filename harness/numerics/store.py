@@ -23,17 +23,17 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from . import SCHEMA
-from . import inputs as inp
 from harness.results import atomic_write_bytes
 
+from . import SCHEMA
+from . import inputs as inp
 from .exc import RunFolderError
 
 KIND = "kiln-numerics-run"
@@ -58,12 +58,21 @@ def stats(t: torch.Tensor) -> dict[str, Any]:
     """Summary statistics of every element (see the module docstring)."""
     x = t.detach().reshape(-1).to(torch.float64)
     finite = x[torch.isfinite(x)]
-    out: dict[str, Any] = {"count": x.numel(), "nan": int(torch.isnan(x).sum()),
-                           "posinf": int(torch.isposinf(x).sum()), "neginf": int(torch.isneginf(x).sum()),
-                           "zeros": int((x == 0).sum())}
+    out: dict[str, Any] = {
+        "count": x.numel(),
+        "nan": int(torch.isnan(x).sum()),
+        "posinf": int(torch.isposinf(x).sum()),
+        "neginf": int(torch.isneginf(x).sum()),
+        "zeros": int((x == 0).sum()),
+    }
     if finite.numel():
-        out.update(min=finite.min().item(), max=finite.max().item(), mean=finite.mean().item(),
-                   std=finite.std(unbiased=False).item(), absmax=finite.abs().max().item())
+        out.update(
+            min=finite.min().item(),
+            max=finite.max().item(),
+            mean=finite.mean().item(),
+            std=finite.std(unbiased=False).item(),
+            absmax=finite.abs().max().item(),
+        )
     return out
 
 
@@ -95,8 +104,14 @@ class RunWriter:
         data = inp.tensor_bytes(t)
         write_bytes(self.path / rel, data)
         sha = hashlib.sha256(data).hexdigest()
-        return {"file": rel, "bytes": len(data), "sha256": sha, "digest": sha, "shape": list(t.shape),
-                "dtype": inp.dtype_name(t.dtype)}
+        return {
+            "file": rel,
+            "bytes": len(data),
+            "sha256": sha,
+            "digest": sha,
+            "shape": list(t.shape),
+            "dtype": inp.dtype_name(t.dtype),
+        }
 
     def output(self, rel: str, t: torch.Tensor) -> dict[str, Any]:
         """Store an output whole or sampled; its entry with digest and stats."""
@@ -106,16 +121,29 @@ class RunWriter:
         part = t.reshape(-1)[torch.from_numpy(idx)]
         data = inp.tensor_bytes(part)
         write_bytes(self.path / rel, data)
-        return {"file": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                "digest": inp.digest(t), "shape": list(t.shape), "dtype": inp.dtype_name(t.dtype),
-                "stored": "sample", "sample": {"count": int(idx.size), "rule": "affine-v1"}, "stats": stats(t)}
+        return {
+            "file": rel,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "digest": inp.digest(t),
+            "shape": list(t.shape),
+            "dtype": inp.dtype_name(t.dtype),
+            "stored": "sample",
+            "sample": {"count": int(idx.size), "rule": "affine-v1"},
+            "stats": stats(t),
+        }
 
     def finish(self, manifest: dict[str, Any], env: dict[str, Any] | None) -> Path:
         """env.json, then manifest.json (schema, kind and creation time added): the folder is complete."""
         if env is not None:
             write_json(self.path / "env.json", env)
-        full = {"schema": SCHEMA, "kind": KIND, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "storage": {"full_max": self.full_max, "sample": self.sample, "byteorder": "little"}, **manifest}
+        full = {
+            "schema": SCHEMA,
+            "kind": KIND,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "storage": {"full_max": self.full_max, "sample": self.sample, "byteorder": "little"},
+            **manifest,
+        }
         write_json(self.path / "manifest.json", full)
         return self.path
 
@@ -145,7 +173,9 @@ class RunFolder:
             raise RunFolderError(f"{path} is not a folder")
         mpath = path / "manifest.json"
         if not mpath.is_file():
-            raise RunFolderError(f"{path} has no manifest.json: the run is incomplete (cut off or still running)")
+            raise RunFolderError(
+                f"{path} has no manifest.json: the run is incomplete (cut off or still running)"
+            )
         try:
             self.manifest: dict[str, Any] = json.loads(mpath.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -153,8 +183,10 @@ class RunFolder:
         if not isinstance(self.manifest, dict) or self.manifest.get("kind") != KIND:
             raise RunFolderError(f"{mpath} is not a numerics run manifest")
         if self.manifest.get("schema") != SCHEMA:
-            raise RunFolderError(f"{path} has schema version {self.manifest.get('schema')}; "
-                                 f"this harness reads version {SCHEMA}")
+            raise RunFolderError(
+                f"{path} has schema version {self.manifest.get('schema')}; "
+                f"this harness reads version {SCHEMA}"
+            )
         for key in ("program", "seed", "inputs", "sides"):
             if key not in self.manifest:
                 raise RunFolderError(f"{mpath} lacks {key!r}: truncated or written by something else")
@@ -194,17 +226,31 @@ class RunFolder:
         try:
             entry = side["repeats"][repeat][name]
         except (IndexError, KeyError):
-            raise RunFolderError(f"{self.path}: side {compiler} repeat {repeat} has no output {name!r}") from None
+            raise RunFolderError(
+                f"{self.path}: side {compiler} repeat {repeat} has no output {name!r}"
+            ) from None
         shape = tuple(entry["shape"])
         if entry.get("stored") == "sample":
             numel = int(np.prod(shape, dtype=np.int64))
             idx = sample_indices(numel, int(entry["sample"]["count"]))
             if entry["sample"].get("rule") != "affine-v1" or idx.size != entry["sample"]["count"]:
                 raise RunFolderError(f"{self.path}: output {name} has an unknown sample rule")
-            return Stored(self.read(entry, int(idx.size)), idx, shape, inp.to_dtype(entry["dtype"]),
-                          entry["digest"], entry.get("stats", {}))
-        return Stored(self.read(entry).reshape(-1), None, shape, inp.to_dtype(entry["dtype"]), entry["digest"],
-                      entry.get("stats", {}))
+            return Stored(
+                self.read(entry, int(idx.size)),
+                idx,
+                shape,
+                inp.to_dtype(entry["dtype"]),
+                entry["digest"],
+                entry.get("stats", {}),
+            )
+        return Stored(
+            self.read(entry).reshape(-1),
+            None,
+            shape,
+            inp.to_dtype(entry["dtype"]),
+            entry["digest"],
+            entry.get("stats", {}),
+        )
 
     def tensors(self, group: str) -> dict[str, torch.Tensor]:
         """The stored inputs (`group="inputs"`, in call order) or cotangents, checked against their digests."""
@@ -233,25 +279,47 @@ def find_runs(path: Path) -> list[Path]:
     return [path]  # RunFolder reports what is wrong with it
 
 
-def save_run(path: Path, prog: Any, seed: int, device: str, cpu_inputs: dict[str, torch.Tensor],
-             cotangents: dict[str, torch.Tensor], sides: list[Any], env: dict[str, Any] | None,
-             full_max: int = FULL_MAX, sample: int = SAMPLE,
-             reference: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
+def save_run(
+    path: Path,
+    prog: Any,
+    seed: int,
+    device: str,
+    cpu_inputs: dict[str, torch.Tensor],
+    cotangents: dict[str, torch.Tensor],
+    sides: list[Any],
+    env: dict[str, Any] | None,
+    full_max: int = FULL_MAX,
+    sample: int = SAMPLE,
+    reference: dict[str, torch.Tensor] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write a capture (`capture.capture`'s results) as a run folder; the manifest goes last."""
     w = RunWriter(path, full_max, sample)
     manifest: dict[str, Any] = {
-        "program": prog.describe(), "seed": seed, "device": device,
+        "program": prog.describe(),
+        "seed": seed,
+        "device": device,
         "inputs": {n: w.tensor(f"inputs/{safe_name(n)}.bin", t) for n, t in cpu_inputs.items()},
-        "input_order": list(cpu_inputs),  # JSON objects are written with sorted keys: the call order is kept here
-        "cotangents": {n: w.tensor(f"cotangents/{safe_name(n)}.bin", t) for n, t in sorted(cotangents.items())},
-        "sides": [], **(extra or {}),
+        "input_order": list(
+            cpu_inputs
+        ),  # JSON objects are written with sorted keys: the call order is kept here
+        "cotangents": {
+            n: w.tensor(f"cotangents/{safe_name(n)}.bin", t) for n, t in sorted(cotangents.items())
+        },
+        "sides": [],
+        **(extra or {}),
     }
     for side in sides:
         base = f"sides/{safe_name(side.compiler)}"
-        repeats = [{n: w.output(f"{base}/r{k}/{safe_name(n)}.bin", t) for n, t in outs.items()}
-                   for k, outs in enumerate(side.repeats)]
-        manifest["sides"].append({"compiler": side.compiler, "error": side.error, "info": side.info,
-                                  "repeats": repeats})
+        repeats = [
+            {n: w.output(f"{base}/r{k}/{safe_name(n)}.bin", t) for n, t in outs.items()}
+            for k, outs in enumerate(side.repeats)
+        ]
+        manifest["sides"].append(
+            {"compiler": side.compiler, "error": side.error, "info": side.info, "repeats": repeats}
+        )
     if reference is not None:
-        manifest["reference"] = {n: w.output(f"reference/{safe_name(n)}.bin", t) for n, t in reference.items()}
+        manifest["reference"] = {
+            n: w.output(f"reference/{safe_name(n)}.bin", t) for n, t in reference.items()
+        }
     return w.finish(manifest, env)

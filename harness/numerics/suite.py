@@ -44,7 +44,9 @@ class Recorder:
     def __init__(self, root: Path, test_id: str) -> None:
         self.root, self.test_id, self.count = root, test_id, 0
 
-    def record(self, fn: Callable[..., Any], args: tuple[Any, ...], compiled: Any, settings: dict[str, Any]) -> Path | None:
+    def record(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], compiled: Any, settings: dict[str, Any]
+    ) -> Path | None:
         """Save one case; None when the run cannot be saved (a non-tensor argument, a non-tensor result)."""
         if not args or not all(isinstance(a, torch.Tensor) for a in args):
             return None
@@ -55,18 +57,30 @@ class Recorder:
         eager = dict(flatten_outputs(fn(*[a.detach().clone() for a in args])))
         try:
             with torch.no_grad():
-                ref = dict(flatten_outputs(fn(*[t.double() if t.is_floating_point() else t for t in cpu.values()])))
+                ref = dict(
+                    flatten_outputs(fn(*[t.double() if t.is_floating_point() else t for t in cpu.values()]))
+                )
         except Exception:  # noqa: BLE001 - some programs have no float64 form; the case is still comparable
             ref = None
         name = arms.KILN_EMULATE if settings.get("emulate_eager_precision") else arms.KILN
-        sides = [SideResult(name, [{n: t.detach().to("cpu").contiguous() for n, t in kiln.items()}]),
-                 SideResult("eager", [{n: t.detach().to("cpu").contiguous() for n, t in eager.items()}])]
+        sides = [
+            SideResult(name, [{n: t.detach().to("cpu").contiguous() for n, t in kiln.items()}]),
+            SideResult("eager", [{n: t.detach().to("cpu").contiguous() for n, t in eager.items()}]),
+        ]
         case = safe_name(self.test_id.replace("/", ".").replace("::", "."))[:180]
         path = self.root / (case if self.count == 0 else f"{case}-{self.count}")
         ref_id = self.test_id if self.count == 0 else f"{self.test_id}#{self.count}"
         self.count += 1
-        specs = [inp.InputSpec(n, tuple(t.shape), inp.dtype_name(t.dtype), grad=False) for n, t in cpu.items()]
-        prog = Program(ref_id, fn, specs, backward=False, kind="suite-case",
-                       note=f"a kiln run saved by the numerics suite ({ENV})")
+        specs = [
+            inp.InputSpec(n, tuple(t.shape), inp.dtype_name(t.dtype), grad=False) for n, t in cpu.items()
+        ]
+        prog = Program(
+            ref_id,
+            fn,
+            specs,
+            backward=False,
+            kind="suite-case",
+            note=f"a kiln run saved by the numerics suite ({ENV})",
+        )
         device = str(args[0].device)
         return save_run(path, prog, 0, device, cpu, {}, sides, None, reference=ref)

@@ -25,16 +25,25 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .exc import TraceError
 
 #: the trace format this reader understands (``value_trace.SCHEMA``)
 SCHEMA = 1
 #: default relative tolerance per dtype (several ULPs: reduction order and fused intermediates move a few)
-RTOL: dict[str, float] = {"float64": 1e-9, "complex128": 1e-9, "float32": 1e-4, "complex64": 1e-4,
-                          "float16": 4e-3, "bfloat16": 3.2e-2, "float8_e4m3fn": 0.125, "float8_e4m3fnuz": 0.125,
-                          "float8_e5m2": 0.25, "float8_e5m2fnuz": 0.25}
+RTOL: dict[str, float] = {
+    "float64": 1e-9,
+    "complex128": 1e-9,
+    "float32": 1e-4,
+    "complex64": 1e-4,
+    "float16": 4e-3,
+    "bfloat16": 3.2e-2,
+    "float8_e4m3fn": 0.125,
+    "float8_e4m3fnuz": 0.125,
+    "float8_e5m2": 0.25,
+    "float8_e5m2fnuz": 0.25,
+}
 #: statistics compared, in the order they are named when several diverge
 STATS = ("nan", "inf", "min", "max", "mean", "sum", "sumsq", "samples")
 _LAUNCH_KEYS = ("seq", "graph", "graph_index", "call", "launch", "kind", "kernel", "source_hash", "outputs")
@@ -60,8 +69,11 @@ class Trace:
 
     def describe(self) -> str:
         h = self.header
-        where = ("CPU interpreter" if h.get("interpret") else
-                 f"{h.get('gpu') or 'no GPU'}" + (f" ({h['gpu_backend']})" if h.get("gpu_backend") else ""))
+        where = (
+            "CPU interpreter"
+            if h.get("interpret")
+            else f"{h.get('gpu') or 'no GPU'}" + (f" ({h['gpu_backend']})" if h.get("gpu_backend") else "")
+        )
         return f"{self.path} ({len(self.launches)} launches; {where}, torch {h.get('torch')}, triton {h.get('triton')})"
 
 
@@ -88,7 +100,9 @@ def load(path: Path) -> Trace:
         try:
             r = json.loads(line)
         except json.JSONDecodeError as e:
-            raise TraceError(f"{path}:{i}: not JSON ({e.msg}): not a kiln value trace, or a damaged one") from None
+            raise TraceError(
+                f"{path}:{i}: not JSON ({e.msg}): not a kiln value trace, or a damaged one"
+            ) from None
         if not isinstance(r, dict) or "type" not in r:
             raise TraceError(f"{path}:{i}: not a trace record (a JSON object with a 'type')")
         records.append(r)
@@ -109,8 +123,10 @@ def load(path: Path) -> Trace:
             if missing:
                 raise TraceError(f"{path}:{i}: launch record without {', '.join(missing)}")
             if r["seq"] != len(trace.launches):
-                raise TraceError(f"{path}:{i}: launch seq {r['seq']}, expected {len(trace.launches)}: records "
-                                 "missing or out of order")
+                raise TraceError(
+                    f"{path}:{i}: launch seq {r['seq']}, expected {len(trace.launches)}: records "
+                    "missing or out of order"
+                )
             trace.launches.append(r)
         elif kind == "header":
             raise TraceError(f"{path}:{i}: a second header: two traces written into one file")
@@ -119,8 +135,10 @@ def load(path: Path) -> Trace:
 
 def where(r: dict[str, Any]) -> str:
     """A launch for a person: ``#5 graph 0 (graph_3) call 1 launch 2: triton kiln_pointwise_add_...``."""
-    return (f"#{r['seq']} graph {r['graph_index']} ({r['graph']}) call {r['call']} launch {r['launch']}: "
-            f"{r['kind']} {r['kernel']}")
+    return (
+        f"#{r['seq']} graph {r['graph_index']} ({r['graph']}) call {r['call']} launch {r['launch']}: "
+        f"{r['kind']} {r['kernel']}"
+    )
 
 
 def graph_role(name: str) -> str:
@@ -133,21 +151,32 @@ def _shape(o: dict[str, Any]) -> str:
     return f"{o['dtype']}{list(o['shape'])}"
 
 
-def misalignment(a: dict[str, Any], b: dict[str, Any], allow_source_diff: bool) -> Optional[str]:
+def misalignment(a: dict[str, Any], b: dict[str, Any], allow_source_diff: bool) -> str | None:
     """Why launches ``a`` (of trace A) and ``b`` (of B) do not align, or None when they do."""
-    if ((a["graph_index"], a["call"], a["launch"], a["kind"], graph_role(a["graph"])) !=
-            (b["graph_index"], b["call"], b["launch"], b["kind"], graph_role(b["graph"]))):
+    if (a["graph_index"], a["call"], a["launch"], a["kind"], graph_role(a["graph"])) != (
+        b["graph_index"],
+        b["call"],
+        b["launch"],
+        b["kind"],
+        graph_role(b["graph"]),
+    ):
         return f"A has {where(a)}, B has {where(b)}"
     if a["source_hash"] != b["source_hash"] and not allow_source_diff:
-        return (f"{where(a)} has source {a['source_hash']} in A and {b['kernel']} source {b['source_hash']} in B "
-                "(kernel sources differ: --allow-source-diff compares them anyway)")
+        return (
+            f"{where(a)} has source {a['source_hash']} in A and {b['kernel']} source {b['source_hash']} in B "
+            "(kernel sources differ: --allow-source-diff compares them anyway)"
+        )
     oa, ob = a["outputs"], b["outputs"]
     if [o["shape"] for o in oa] != [o["shape"] for o in ob]:
-        return (f"{where(a)} writes {', '.join(map(_shape, oa)) or 'nothing'} in A and "
-                f"{', '.join(map(_shape, ob)) or 'nothing'} in B")
+        return (
+            f"{where(a)} writes {', '.join(map(_shape, oa)) or 'nothing'} in A and "
+            f"{', '.join(map(_shape, ob)) or 'nothing'} in B"
+        )
     if [o["dtype"] for o in oa] != [o["dtype"] for o in ob] and not allow_source_diff:
-        return (f"{where(a)} writes {', '.join(map(_shape, oa))} in A and {', '.join(map(_shape, ob))} in B "
-                "(--allow-source-diff compares them anyway)")
+        return (
+            f"{where(a)} writes {', '.join(map(_shape, oa))} in A and {', '.join(map(_shape, ob))} in B "
+            "(--allow-source-diff compares them anyway)"
+        )
     return None
 
 
@@ -159,14 +188,16 @@ class Finding:
     stat: str
     a: Any
     b: Any
-    diff: Optional[float]
-    allowed: Optional[float]
+    diff: float | None
+    allowed: float | None
 
     def line(self) -> str:
         if self.diff is None:
             return f"{self.stat}: A {_fmt(self.a)} vs B {_fmt(self.b)}"
-        return (f"{self.stat}: A {_fmt(self.a)} vs B {_fmt(self.b)} "
-                f"(|A-B| {_fmt(self.diff)} > allowed {_fmt(self.allowed)})")
+        return (
+            f"{self.stat}: A {_fmt(self.a)} vs B {_fmt(self.b)} "
+            f"(|A-B| {_fmt(self.diff)} > allowed {_fmt(self.allowed)})"
+        )
 
 
 def _fmt(x: Any) -> str:
@@ -177,7 +208,7 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _close(name: str, stat: str, a: Any, b: Any, scale: float, rtol: float, atol: float) -> Optional[Finding]:
+def _close(name: str, stat: str, a: Any, b: Any, scale: float, rtol: float, atol: float) -> Finding | None:
     if a == b:
         return None
     if not (_finite(a) and _finite(b)):  # None (no finite value) or "nan"/"inf" on one side
@@ -190,7 +221,9 @@ def _num(x: Any) -> float:
     return float(x) if _finite(x) else 0.0
 
 
-def compare_output(name: str, sa: dict[str, Any], sb: dict[str, Any], rtol: float, atol: float) -> list[Finding]:
+def compare_output(
+    name: str, sa: dict[str, Any], sb: dict[str, Any], rtol: float, atol: float
+) -> list[Finding]:
     """The statistics of one output that diverged (``STATS`` order); empty when within tolerance."""
     found: list[Finding] = []
     for stat in ("nan", "inf"):
@@ -201,8 +234,13 @@ def compare_output(name: str, sa: dict[str, Any], sb: dict[str, Any], rtol: floa
     amax = max(abs(_num(s.get(k))) for s in (sa, sb) for k in ("min", "max"))
     count = max(sa["numel"] - sa["nan"] - sa["inf"], 1)
     abs_sum = max(_num(sa.get("abs_sum")), _num(sb.get("abs_sum")))
-    scales = {"min": amax, "max": amax, "mean": abs_sum / count, "sum": abs_sum,
-              "sumsq": 2 * max(_num(sa.get("sumsq")), _num(sb.get("sumsq")))}
+    scales = {
+        "min": amax,
+        "max": amax,
+        "mean": abs_sum / count,
+        "sum": abs_sum,
+        "sumsq": 2 * max(_num(sa.get("sumsq")), _num(sb.get("sumsq"))),
+    }
     for stat, scale in scales.items():
         f = _close(name, stat, sa.get(stat), sb.get(stat), scale, rtol, atol)
         if f is not None:
@@ -222,31 +260,53 @@ class Result:
     a: Trace
     b: Trace
     aligned: int
-    first: Optional[tuple[dict[str, Any], dict[str, Any], list[Finding]]]
-    first_bitwise: Optional[dict[str, Any]]
+    first: tuple[dict[str, Any], dict[str, Any], list[Finding]] | None
+    first_bitwise: dict[str, Any] | None
     notes: list[str]
 
     def to_json(self) -> dict[str, Any]:
         first = None
         if self.first is not None:
             ra, rb, found = self.first
-            first = {"seq": ra["seq"], "graph_index": ra["graph_index"], "call": ra["call"], "launch": ra["launch"],
-                     "kind": ra["kind"], "kernel_a": ra["kernel"], "kernel_b": rb["kernel"],
-                     "source_hash_a": ra["source_hash"], "source_hash_b": rb["source_hash"],
-                     "findings": [dataclasses.asdict(f) for f in found]}
-        bit = None if self.first_bitwise is None else {"seq": self.first_bitwise["seq"],
-                                                        "kernel": self.first_bitwise["kernel"]}
-        return {"schema": SCHEMA, "a": str(self.a.path), "b": str(self.b.path), "aligned": self.aligned,
-                "divergence": first, "first_bitwise_difference": bit, "notes": self.notes}
+            first = {
+                "seq": ra["seq"],
+                "graph_index": ra["graph_index"],
+                "call": ra["call"],
+                "launch": ra["launch"],
+                "kind": ra["kind"],
+                "kernel_a": ra["kernel"],
+                "kernel_b": rb["kernel"],
+                "source_hash_a": ra["source_hash"],
+                "source_hash_b": rb["source_hash"],
+                "findings": [dataclasses.asdict(f) for f in found],
+            }
+        bit = (
+            None
+            if self.first_bitwise is None
+            else {"seq": self.first_bitwise["seq"], "kernel": self.first_bitwise["kernel"]}
+        )
+        return {
+            "schema": SCHEMA,
+            "a": str(self.a.path),
+            "b": str(self.b.path),
+            "aligned": self.aligned,
+            "divergence": first,
+            "first_bitwise_difference": bit,
+            "notes": self.notes,
+        }
 
 
-def diff(a: Trace, b: Trace, rtol: Optional[float] = None, atol: float = 0.0,
-         allow_source_diff: bool = False) -> Result:
+def diff(
+    a: Trace, b: Trace, rtol: float | None = None, atol: float = 0.0, allow_source_diff: bool = False
+) -> Result:
     """Align ``a`` and ``b`` launch by launch and find the first divergence (``TraceError`` when they do not align).
 
     ``rtol`` None: per dtype (``rtol_of``, the larger of the two sides' dtypes)."""
-    notes = [f"{t.path} ends in a cut-off line (its process died while writing): left out"
-             for t in (a, b) if t.truncated]
+    notes = [
+        f"{t.path} ends in a cut-off line (its process died while writing): left out"
+        for t in (a, b)
+        if t.truncated
+    ]
     first_bitwise = None
     n = min(len(a.launches), len(b.launches))
     for ra, rb in zip(a.launches, b.launches):
@@ -257,15 +317,19 @@ def diff(a: Trace, b: Trace, rtol: Optional[float] = None, atol: float = 0.0,
         for oa, ob in zip(ra["outputs"], rb["outputs"]):
             tol = rtol if rtol is not None else max(rtol_of(oa["dtype"]), rtol_of(ob["dtype"]))
             found += compare_output(oa["name"], oa["stats"], ob["stats"], tol, atol)
-            same = oa["stats"].get("digest") is not None and oa["stats"].get("digest") == ob["stats"].get("digest")
+            same = oa["stats"].get("digest") is not None and oa["stats"].get("digest") == ob["stats"].get(
+                "digest"
+            )
             if first_bitwise is None and not same:
                 first_bitwise = ra
         if found:
             return Result(a, b, ra["seq"] + 1, (ra, rb, found), first_bitwise, notes + _lengths(a, b))
     if len(a.launches) != len(b.launches):
         longer, label = (a, "A") if len(a.launches) > n else (b, "B")
-        raise TraceError(f"the traces do not align: A has {len(a.launches)} launches, B {len(b.launches)}; the first "
-                         f"{n} agree within tolerance, then {label} goes on with {where(longer.launches[n])}")
+        raise TraceError(
+            f"the traces do not align: A has {len(a.launches)} launches, B {len(b.launches)}; the first "
+            f"{n} agree within tolerance, then {label} goes on with {where(longer.launches[n])}"
+        )
     return Result(a, b, n, None, first_bitwise, notes)
 
 
@@ -275,7 +339,7 @@ def _lengths(a: Trace, b: Trace) -> list[str]:
     return [f"A has {len(a.launches)} launches, B {len(b.launches)} (compared up to the divergence)"]
 
 
-def source_of(trace: Trace, r: dict[str, Any], dump_dir: Optional[Path]) -> tuple[str, Optional[str]]:
+def source_of(trace: Trace, r: dict[str, Any], dump_dir: Path | None) -> tuple[str, str | None]:
     """(where the source came from, the source) of launch ``r``'s kernel: the trace's own kernel record, else
     ``dump_dir/kernels/<kernel>.py`` (a ``KILN_DUMP_DIR`` folder) when its hash matches."""
     src = trace.sources.get(r["source_hash"])
@@ -286,6 +350,7 @@ def source_of(trace: Trace, r: dict[str, Any], dump_dir: Optional[Path]) -> tupl
         if path.is_file():
             text = path.read_text(encoding="utf-8")
             from hashlib import sha256
+
             if sha256(text.encode()).hexdigest()[:16] == r["source_hash"]:
                 return f"from {path}", text
             return f"{path} holds another source than the traced one", None
@@ -293,13 +358,16 @@ def source_of(trace: Trace, r: dict[str, Any], dump_dir: Optional[Path]) -> tupl
     return "not in the trace (--dump-dir DIR: a KILN_DUMP_DIR folder of the traced run)", None
 
 
-def render(res: Result, dump_dir: Optional[Path] = None) -> str:
+def render(res: Result, dump_dir: Path | None = None) -> str:
     """The report for a person: both traces, the first divergence with every diverged statistic and the source."""
     lines = [f"A: {res.a.describe()}", f"B: {res.b.describe()}"]
     lines += [f"note: {n}" for n in res.notes]
     if res.first is None:
-        tail = ("bitwise identical" if res.first_bitwise is None else
-                f"first bitwise difference (within tolerance) at {where(res.first_bitwise)}")
+        tail = (
+            "bitwise identical"
+            if res.first_bitwise is None
+            else f"first bitwise difference (within tolerance) at {where(res.first_bitwise)}"
+        )
         lines.append(f"no divergence beyond tolerance in {res.aligned} aligned launches; {tail}")
         return "\n".join(lines) + "\n"
     ra, rb, found = res.first
@@ -313,10 +381,16 @@ def render(res: Result, dump_dir: Optional[Path] = None) -> str:
     if len(found) > 8:
         lines.append(f"  ... {len(found) - 8} more statistics diverged")
     if ra["seq"]:
-        earlier = ("bitwise identical" if res.first_bitwise is None or res.first_bitwise["seq"] == ra["seq"] else
-                   f"within tolerance (first bitwise difference at {where(res.first_bitwise)})")
+        earlier = (
+            "bitwise identical"
+            if res.first_bitwise is None or res.first_bitwise["seq"] == ra["seq"]
+            else f"within tolerance (first bitwise difference at {where(res.first_bitwise)})"
+        )
         lines.append(f"  launches before it ({ra['seq']}): {earlier}")
-    sa, sb = (t.graphs.get(r["graph_index"], {}).get("settings") or "(defaults)" for t, r in ((res.a, ra), (res.b, rb)))
+    sa, sb = (
+        t.graphs.get(r["graph_index"], {}).get("settings") or "(defaults)"
+        for t, r in ((res.a, ra), (res.b, rb))
+    )
     if sa != sb:
         lines.append(f"  graph settings: A {sa}; B {sb}")
     if ra["kind"] != "triton":
@@ -326,8 +400,10 @@ def render(res: Result, dump_dir: Optional[Path] = None) -> str:
         if label == "B" and r["source_hash"] == ra["source_hash"]:
             break
         origin, src = source_of(trace, r, dump_dir)
-        lines.append(f"kernel source of {r['kernel']} ({label}, source hash {r['source_hash']}; {origin})"
-                     + (":" if src else ""))
+        lines.append(
+            f"kernel source of {r['kernel']} ({label}, source hash {r['source_hash']}; {origin})"
+            + (":" if src else "")
+        )
         if src:
             lines += ["    " + ln for ln in src.rstrip("\n").split("\n")]
     return "\n".join(lines) + "\n"

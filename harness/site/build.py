@@ -62,8 +62,10 @@ class Built:
     notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"site {self.out}: {len(self.written)} page(s) written, {len(self.unchanged)} unchanged, "
-                f"{len(self.removed)} removed in {self.seconds:.2f} s (stores read in {self.read_s:.2f} s)")
+        return (
+            f"site {self.out}: {len(self.written)} page(s) written, {len(self.unchanged)} unchanged, "
+            f"{len(self.removed)} removed in {self.seconds:.2f} s (stores read in {self.read_s:.2f} s)"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,8 +88,10 @@ def _hash(obj: Any) -> str:
 
 
 def _vsig(data: BenchData, run_id: int) -> tuple:
-    return tuple((v.workload, v.compiler, str(v.verdict), v.ratio, v.p, v.baseline, v.confirmed)
-                 for v in data.verdicts.get(run_id) or [])
+    return tuple(
+        (v.workload, v.compiler, str(v.verdict), v.ratio, v.p, v.baseline, v.confirmed)
+        for v in data.verdicts.get(run_id) or []
+    )
 
 
 _DATA: BenchData | None = None  # the bench data, inherited by the forked workers
@@ -105,37 +109,92 @@ def _render_job(job: tuple[str, str]) -> str:
     return pages.run_export(_DATA, run)
 
 
-def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], notes: list[str]) -> list[PageSpec]:
+def specs(
+    data: BenchData | None, tests: TestData | None, numerics: list[Any], notes: list[str]
+) -> list[PageSpec]:
     """Every page of the site (module docstring)."""
-    out = [PageSpec("tests.html", _hash(tests and (tests.source, tests.last, tests.runs, tests.rows)),
-                    lambda: pages.render_tests(tests)),
-           PageSpec("numerics.html", _hash([(r.folder, r.rows, r.check) for r in numerics]),
-                    lambda: pages.render_numerics(numerics))]
-    bench_sig = data and [(r.id, r.uid, r.git_commit, r.created_at, r.profile, r.device, r.hw_class,
-                           r.device_name, r.git_ref, _vsig(data, r.id)) for r in data.runs]
+    out = [
+        PageSpec(
+            "tests.html",
+            _hash(tests and (tests.source, tests.last, tests.runs, tests.rows)),
+            lambda: pages.render_tests(tests),
+        ),
+        PageSpec(
+            "numerics.html",
+            _hash([(r.folder, r.rows, r.check) for r in numerics]),
+            lambda: pages.render_numerics(numerics),
+        ),
+    ]
+    bench_sig = data and [
+        (
+            r.id,
+            r.uid,
+            r.git_commit,
+            r.created_at,
+            r.profile,
+            r.device,
+            r.hw_class,
+            r.device_name,
+            r.git_ref,
+            _vsig(data, r.id),
+        )
+        for r in data.runs
+    ]
     workloads_sig = data and [(k, len(v)) for k, v in sorted(data.marks.items())]
-    out.append(PageSpec("index.html", _hash((bench_sig, workloads_sig, data and sorted(data.graphs),
-                                             tests and (tests.runs, [(x.node_id, x.state) for x in tests.rows]),
-                                             notes)),
-                        lambda: pages.render_index(data, tests, notes)))
+    out.append(
+        PageSpec(
+            "index.html",
+            _hash(
+                (
+                    bench_sig,
+                    workloads_sig,
+                    data and sorted(data.graphs),
+                    tests and (tests.runs, [(x.node_id, x.state) for x in tests.rows]),
+                    notes,
+                )
+            ),
+            lambda: pages.render_index(data, tests, notes),
+        )
+    )
     if data is None:
         return out
     out.append(PageSpec("runs.html", _hash(bench_sig), lambda: pages.render_runs(data)))
-    out.append(PageSpec("models.html", _hash([(k, [(c, [tuple(p) for p in pts]) for c, pts in sorted(v.items())])
-                                              for k, v in sorted(data.graphs.items())
-                                              if k[0].startswith("model.") or any(
-                                                  p.compile_s for pts in v.values() for p in pts)]),
-                        lambda: pages.render_models(data)))
+    out.append(
+        PageSpec(
+            "models.html",
+            _hash(
+                [
+                    (k, [(c, [tuple(p) for p in pts]) for c, pts in sorted(v.items())])
+                    for k, v in sorted(data.graphs.items())
+                    if k[0].startswith("model.") or any(p.compile_s for pts in v.values() for p in pts)
+                ]
+            ),
+            lambda: pages.render_models(data),
+        )
+    )
     for w in data.workloads():
         keys = data.graphs_of(w)
-        sig = [(k, data.devices[k], [(c, [tuple(p) for p in pts]) for c, pts in sorted(data.graphs[k].items())],
-                [tuple(m) for m in data.marks.get(k, [])]) for k in keys]
+        sig = [
+            (
+                k,
+                data.devices[k],
+                [(c, [tuple(p) for p in pts]) for c, pts in sorted(data.graphs[k].items())],
+                [tuple(m) for m in data.marks.get(k, [])],
+            )
+            for k in keys
+        ]
         out.append(PageSpec(pages.workload_page(w), _hash(sig), job=("workload", w)))
     for run in data.runs:
-        sig = (json.dumps(run.as_dict(), sort_keys=True, default=str), _vsig(data, run.id), data.commit_url,
-               [(w, c, tuple(p)) for w, c, p in data.results.get(run.id) or []])
+        sig = (
+            json.dumps(run.as_dict(), sort_keys=True, default=str),
+            _vsig(data, run.id),
+            data.commit_url,
+            [(w, c, tuple(p)) for w, c, p in data.results.get(run.id) or []],
+        )
         out.append(PageSpec(pages.run_page(run.uid), _hash(sig), job=("run", run.uid)))
-        out.append(PageSpec(f"run-{pages.slug(run.uid)}.json", _hash(("export", sig)), job=("export", run.uid)))
+        out.append(
+            PageSpec(f"run-{pages.slug(run.uid)}.json", _hash(("export", sig)), job=("export", run.uid))
+        )
     for (_w, _c, commit), path in data.bisections.items():
         name = f"{path.stem}-{commit[:10]}"
         try:
@@ -144,8 +203,13 @@ def specs(data: BenchData | None, tests: TestData | None, numerics: list[Any], n
         except (OSError, ValueError):
             continue
         out.append(PageSpec(f"{name}.json", _hash(text), lambda text=text: text))
-        out.append(PageSpec(f"{name}.html", _hash(("page", text)),
-                            lambda report=report, name=name: pages.render_bisection(report, name, f"{name}.json")))
+        out.append(
+            PageSpec(
+                f"{name}.html",
+                _hash(("page", text)),
+                lambda report=report, name=name: pages.render_bisection(report, name, f"{name}.json"),
+            )
+        )
     return out
 
 
@@ -180,16 +244,20 @@ def write_site(out: Path, all_specs: list[PageSpec], *, jobs: int = 1, built: Bu
     in_workers = [s for s in todo if s.job is not None]
     if jobs > 1 and len(in_workers) > 1:
         import multiprocessing
-
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(in_workers)),
-                                 mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(in_workers)), mp_context=multiprocessing.get_context("fork")
+        ) as pool:
             charts = [s for s in in_workers if s.job[0] == "workload"]  # type: ignore[index]
             light = [s for s in in_workers if s.job[0] != "workload"]  # type: ignore[index]
-            done = [(charts, pool.map(_render_job, [s.job for s in charts], chunksize=1)),
-                    (light, pool.map(_render_job, [s.job for s in light],
-                                     chunksize=max(1, len(light) // (4 * jobs))))]
+            done = [
+                (charts, pool.map(_render_job, [s.job for s in charts], chunksize=1)),
+                (
+                    light,
+                    pool.map(_render_job, [s.job for s in light], chunksize=max(1, len(light) // (4 * jobs))),
+                ),
+            ]
             for group, texts in done:
                 for s, text in zip(group, texts):
                     rendered[s.name] = text
@@ -209,15 +277,29 @@ def write_site(out: Path, all_specs: list[PageSpec], *, jobs: int = 1, built: Bu
         if "/" not in name and (out / name).is_file():
             (out / name).unlink()
             built.removed.append(name)
-    atomic_write_text(out / MANIFEST, json.dumps({"format": "kiln-site", "version": RENDER_VERSION,
-                                                  "pages": new}, indent=0, sort_keys=True) + "\n")
+    atomic_write_text(
+        out / MANIFEST,
+        json.dumps({"format": "kiln-site", "version": RENDER_VERSION, "pages": new}, indent=0, sort_keys=True)
+        + "\n",
+    )
     return built
 
 
-def build(out: Path, *, db: Any = None, lasting: str | None = None, history: Any = None, no_history: bool = False,
-          no_bench: bool = False, last: int = DEFAULT_LAST, bisections: list[Path] | None = None,
-          numerics: list[Path] | None = None, quarantine: Path | None = None, jobs: int | None = None,
-          commit_url: str = "") -> Built:
+def build(
+    out: Path,
+    *,
+    db: Any = None,
+    lasting: str | None = None,
+    history: Any = None,
+    no_history: bool = False,
+    no_bench: bool = False,
+    last: int = DEFAULT_LAST,
+    bisections: list[Path] | None = None,
+    numerics: list[Path] | None = None,
+    quarantine: Path | None = None,
+    jobs: int | None = None,
+    commit_url: str = "",
+) -> Built:
     """Read the stores and write the site into `out` (module docstring)."""
     global _DATA
     t0 = time.perf_counter()
@@ -281,8 +363,10 @@ def _lasting_or_local(backend: str, notes: list[str]) -> Path | None:
     if local.is_file():
         notes.append(f"no lasting bench store at {lasting} (CI's); read the local one, {local}")
         return local
-    raise StoreError(f"no bench store for {backend}: neither the lasting store {lasting} (CI's) nor the local "
-                     f"{local} exists; record runs first (`nox -s ci`, `nox -s bench`) or give --db FILE")
+    raise StoreError(
+        f"no bench store for {backend}: neither the lasting store {lasting} (CI's) nor the local "
+        f"{local} exists; record runs first (`nox -s ci`, `nox -s bench`) or give --db FILE"
+    )
 
 
 def _read_history(history: Any, last: int, quarantine: Path | None, notes: list[str]) -> TestData | None:
@@ -316,27 +400,62 @@ def _read_history(history: Any, last: int, quarantine: Path | None, notes: list[
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="the site's folder (made; pages updated in place)")
-    p.add_argument("--db", help="the bench store: a SQLite file or a store URL (default as `bench history`: "
-                   "$KILN_STORE_URL, else $KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite)")
-    p.add_argument("--lasting", metavar="BACKEND", help="instead of --db: the CI's lasting bench store of BACKEND")
-    p.add_argument("--history", metavar="DB", help="the test history (default: $KILN_STORE_URL, else "
-                   "$KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite)")
+    p.add_argument(
+        "--db",
+        help="the bench store: a SQLite file or a store URL (default as `bench history`: "
+        "$KILN_STORE_URL, else $KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite)",
+    )
+    p.add_argument(
+        "--lasting", metavar="BACKEND", help="instead of --db: the CI's lasting bench store of BACKEND"
+    )
+    p.add_argument(
+        "--history",
+        metavar="DB",
+        help="the test history (default: $KILN_STORE_URL, else "
+        "$KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite)",
+    )
     p.add_argument("--no-history", action="store_true", help="no tests page data")
     p.add_argument("--no-bench", action="store_true", help="no bench data (the tests page only)")
-    p.add_argument("--last", type=int, default=DEFAULT_LAST,
-                   help=f"recorded test runs the tests page looks back on (default {DEFAULT_LAST})")
-    p.add_argument("--bisections", type=Path, action="append", default=[], metavar="DIR",
-                   help="folders holding `bench bisect` JSON reports (bisect-W-C.json; a bench job's "
-                   "results/bench/B), linked from the regressions they bisected (repeatable)")
-    p.add_argument("--numerics", type=Path, action="append", default=[], metavar="DIR",
-                   help="folders of `numerics compare --out DIR` reports (report.json) to show (repeatable)")
+    p.add_argument(
+        "--last",
+        type=int,
+        default=DEFAULT_LAST,
+        help=f"recorded test runs the tests page looks back on (default {DEFAULT_LAST})",
+    )
+    p.add_argument(
+        "--bisections",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folders holding `bench bisect` JSON reports (bisect-W-C.json; a bench job's "
+        "results/bench/B), linked from the regressions they bisected (repeatable)",
+    )
+    p.add_argument(
+        "--numerics",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folders of `numerics compare --out DIR` reports (report.json) to show (repeatable)",
+    )
     p.add_argument("--quarantine", type=Path, help="the quarantine file (default ci/quarantine.toml)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes for the charts (default: the CPUs)")
-    p.add_argument("--commit-url", default="", metavar="TEMPLATE",
-                   help="a commit's page, `{commit}` replaced, linked from each run's page (its CI runs and their "
-                   "artifacts), e.g. https://github.com/OWNER/REPO/commit/{commit}; `nox -s site` sets it on GitHub")
-    p.add_argument("--link", metavar="URL", help="only add a link to the built site (the uploaded artifact's URL) "
-                   "to the job summary; build nothing")
+    p.add_argument(
+        "--jobs", type=int, default=None, help="worker processes for the charts (default: the CPUs)"
+    )
+    p.add_argument(
+        "--commit-url",
+        default="",
+        metavar="TEMPLATE",
+        help="a commit's page, `{commit}` replaced, linked from each run's page (its CI runs and their "
+        "artifacts), e.g. https://github.com/OWNER/REPO/commit/{commit}; `nox -s site` sets it on GitHub",
+    )
+    p.add_argument(
+        "--link",
+        metavar="URL",
+        help="only add a link to the built site (the uploaded artifact's URL) "
+        "to the job summary; build nothing",
+    )
     from harness.store.cli import add_store_flags
 
     add_store_flags(p)
@@ -346,9 +465,11 @@ def cli_main(args: argparse.Namespace) -> int:
     """Build the history site (module docstring); one line of what was written."""
     if args.link:
         index = args.out / "index.html"
-        append_job_summary(f"**History site**: [{args.link}]({args.link}) (download, unzip, open "
-                           f"`index.html`; built into `{args.out}`" + ("" if index.is_file() else ", not built here")
-                           + ")", force=True)
+        append_job_summary(
+            f"**History site**: [{args.link}]({args.link}) (download, unzip, open "
+            f"`index.html`; built into `{args.out}`" + ("" if index.is_file() else ", not built here") + ")",
+            force=True,
+        )
         print(f"job summary: history site link {args.link}")
         return 0
     if args.last < 1:
@@ -360,9 +481,20 @@ def cli_main(args: argparse.Namespace) -> int:
     for folder in [*args.bisections, *args.numerics]:
         if not folder.is_dir():
             raise UsageError(f"{folder} is not a folder")
-    built = build(args.out, db=args.db, lasting=args.lasting, history=args.history, no_history=args.no_history,
-                  no_bench=args.no_bench, last=args.last, bisections=args.bisections, numerics=args.numerics,
-                  quarantine=args.quarantine, jobs=args.jobs, commit_url=args.commit_url)
+    built = build(
+        args.out,
+        db=args.db,
+        lasting=args.lasting,
+        history=args.history,
+        no_history=args.no_history,
+        no_bench=args.no_bench,
+        last=args.last,
+        bisections=args.bisections,
+        numerics=args.numerics,
+        quarantine=args.quarantine,
+        jobs=args.jobs,
+        commit_url=args.commit_url,
+    )
     for n in built.notes:
         print(f"note: {n}", file=sys.stderr)
     print(built.line())

@@ -28,9 +28,13 @@ MARK_STYLE: dict[str, dict[str, object]] = {
     Verdict.UNCONFIRMED: {"marker": "s", "ms": 9, "mfc": "none", "mec": "purple", "mew": 1.5},
     Verdict.IMPROVED: {"marker": "v", "ms": 11, "mfc": "tab:green", "mec": "black", "mew": 1.0},
 }
-MARK_LABEL = {Verdict.REGRESSED: "regressed (confirmed side by side)", Verdict.REJECTED: "suspect rejected side by side",
-              Verdict.SUSPECT: "suspect (stored samples only)", Verdict.UNCONFIRMED: "suspect, unconfirmed",
-              Verdict.IMPROVED: "improved (confirmed)"}
+MARK_LABEL = {
+    Verdict.REGRESSED: "regressed (confirmed side by side)",
+    Verdict.REJECTED: "suspect rejected side by side",
+    Verdict.SUSPECT: "suspect (stored samples only)",
+    Verdict.UNCONFIRMED: "suspect, unconfirmed",
+    Verdict.IMPROVED: "improved (confirmed)",
+}
 
 
 @dataclass
@@ -67,9 +71,18 @@ def _plt():
     return plt
 
 
-def trend_svg(*, chart_id: str, title: str, ylabel: str, xlabels: Sequence[str], series: Sequence[Series],
-              marks: Sequence[ChartMark] = (), log: bool = False, width: float = 9.0,
-              height: float = 3.4) -> str:
+def trend_svg(
+    *,
+    chart_id: str,
+    title: str,
+    ylabel: str,
+    xlabels: Sequence[str],
+    series: Sequence[Series],
+    marks: Sequence[ChartMark] = (),
+    log: bool = False,
+    width: float = 9.0,
+    height: float = 3.4,
+) -> str:
     """The SVG text (no XML prolog) of one trend chart (module docstring)."""
     plt = _plt()
     import matplotlib as mpl
@@ -79,16 +92,37 @@ def trend_svg(*, chart_id: str, title: str, ylabel: str, xlabels: Sequence[str],
         for s in series:
             colour = arms.colour(s.name)
             if s.lo and len(s.lo) == len(s.xs):
-                ax.fill_between(s.xs, s.lo, s.hi, color=colour, alpha=0.18, linewidth=0,
-                                gid=f"{chart_id}-band-{_slug(s.name)}")
-            ax.plot(s.xs, s.ys, color=colour, marker="o" if len(s.xs) <= 60 else None, ms=3, linewidth=1.4,
-                    label=s.label or s.name, gid=f"{chart_id}-line-{_slug(s.name)}")
+                ax.fill_between(
+                    s.xs,
+                    s.lo,
+                    s.hi,
+                    color=colour,
+                    alpha=0.18,
+                    linewidth=0,
+                    gid=f"{chart_id}-band-{_slug(s.name)}",
+                )
+            ax.plot(
+                s.xs,
+                s.ys,
+                color=colour,
+                marker="o" if len(s.xs) <= 60 else None,
+                ms=3,
+                linewidth=1.4,
+                label=s.label or s.name,
+                gid=f"{chart_id}-line-{_slug(s.name)}",
+            )
         shown: set[str] = set()
         for m in marks:
             style = MARK_STYLE.get(m.verdict, MARK_STYLE[Verdict.SUSPECT])
-            (line,) = ax.plot([m.x], [m.y], linestyle="none", zorder=5, gid=m.gid,
-                              label=MARK_LABEL.get(m.verdict, m.verdict) if m.verdict not in shown else None,
-                              **style)  # type: ignore[arg-type]
+            (line,) = ax.plot(
+                [m.x],
+                [m.y],
+                linestyle="none",
+                zorder=5,
+                gid=m.gid,
+                label=MARK_LABEL.get(m.verdict, m.verdict) if m.verdict not in shown else None,
+                **style,
+            )  # type: ignore[arg-type]
             shown.add(m.verdict)
             if m.url:
                 line.set_url(m.url)
@@ -119,12 +153,21 @@ def _slug(text: str) -> str:
 def _decorate(svg: str, chart_id: str, title: str, marks: Sequence[ChartMark]) -> str:
     """Strip the prolog, name the chart (role, aria label, id) and give each mark's group its classes, data
     attributes and a <title>."""
-    svg = svg[svg.index("<svg"):]
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.S)  # the RDF block: nothing to show
-    svg = svg.replace("<svg ", f'<svg id="{chart_id}" class="chart" role="img" '
-                      f'aria-label="{html.escape(title.replace(chr(10), " "))}" ', 1)
+    svg = svg[svg.index("<svg") :]
+    svg = re.sub(
+        r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.S
+    )  # the RDF block: nothing to show
+    svg = svg.replace(
+        "<svg ",
+        f'<svg id="{chart_id}" class="chart" role="img" '
+        f'aria-label="{html.escape(title.replace(chr(10), " "))}" ',
+        1,
+    )
     for m in marks:
         attrs = " ".join(f'{k}="{html.escape(str(v))}"' for k, v in m.attrs.items())
-        svg = svg.replace(f'<g id="{m.gid}">',
-                          f'<g id="{m.gid}" class="mark {m.verdict}" {attrs}><title>{html.escape(m.title)}</title>', 1)
+        svg = svg.replace(
+            f'<g id="{m.gid}">',
+            f'<g id="{m.gid}" class="mark {m.verdict}" {attrs}><title>{html.escape(m.title)}</title>',
+            1,
+        )
     return svg

@@ -74,10 +74,14 @@ class BenchData:
     graphs: dict[GraphKey, dict[str, list[Point]]] = field(default_factory=dict)
     devices: dict[GraphKey, str] = field(default_factory=dict)  # the device of the graph's newest run
     verdicts: dict[int, list[Comparison]] = field(default_factory=dict)
-    results: dict[int, list[tuple[str, str, Point]]] = field(default_factory=dict)  # run -> (workload, compiler, pt)
+    results: dict[int, list[tuple[str, str, Point]]] = field(
+        default_factory=dict
+    )  # run -> (workload, compiler, pt)
     marks: dict[GraphKey, list[Mark]] = field(default_factory=dict)
     bisections: dict[tuple[str, str, str], Path] = field(default_factory=dict)  # (workload, compiler, commit)
-    commit_url: str = ""  # `--commit-url`: a run's commit page, `{commit}` replaced (its CI runs, their artifacts)
+    commit_url: str = (
+        ""  # `--commit-url`: a run's commit page, `{commit}` replaced (its CI runs, their artifacts)
+    )
 
     def workloads(self) -> list[str]:
         return sorted({k[0] for k in self.graphs})
@@ -153,8 +157,16 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
         frac = None
         if st is not None and res.bytes and res.ceiling_gbps and st[0] > 0:
             frac = res.bytes / st[0] / res.ceiling_gbps
-        pt = Point(int(run.id or 0), run.uid, run.git_commit or "", run.created_at or "", res.status,
-                   *(st or (None, None, None)), frac, res.compile_s)
+        pt = Point(
+            int(run.id or 0),
+            run.uid,
+            run.git_commit or "",
+            run.created_at or "",
+            res.status,
+            *(st or (None, None, None)),
+            frac,
+            res.compile_s,
+        )
         key = (res.workload, hw_class(run), run.profile)
         data.graphs.setdefault(key, {}).setdefault(res.compiler, []).append(pt)
         data.results.setdefault(run.id, []).append((res.workload, res.compiler, pt))
@@ -168,9 +180,23 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
             key = (v.workload, cls, run.profile)
             commit = run.git_commit or ""
             found = data.bisections.get((v.workload, v.compiler, commit)) if commit else None
-            data.marks.setdefault(key, []).append(Mark(
-                int(run.id), run.uid, commit, v.workload, v.compiler, v.verdict, v.confirmed, v.ratio, v.p,
-                v.baseline, bisection_page(found, commit) if found is not None and v.verdict == Verdict.REGRESSED else None))
+            data.marks.setdefault(key, []).append(
+                Mark(
+                    int(run.id),
+                    run.uid,
+                    commit,
+                    v.workload,
+                    v.compiler,
+                    v.verdict,
+                    v.confirmed,
+                    v.ratio,
+                    v.p,
+                    v.baseline,
+                    bisection_page(found, commit)
+                    if found is not None and v.verdict == Verdict.REGRESSED
+                    else None,
+                )
+            )
     return data
 
 
@@ -265,45 +291,79 @@ def read_tests(where: Any, last: int, quarantine: Any = None) -> TestData:
     with connect(where, readonly=True) as db:
         cols = {c["name"] for c in inspect(db).get_columns("history_runs")}
         extra = [r[c] for c in ("hw_class", "runner") if c in cols]
-        rows = db.execute(select(r.id, r.date, r.git_commit, r.backend, r.source, r.folder, *extra)
-                          .order_by(r.date.desc(), r.id.desc()).limit(last)).mappings().all()
-        runs = {int(x["id"]): TestRun(int(x["id"]), x["date"] or "", x["git_commit"] or "", x["backend"],
-                                      x["source"], x["folder"], x.get("hw_class") or "", x.get("runner") or "")
-                for x in rows}
+        rows = (
+            db.execute(
+                select(r.id, r.date, r.git_commit, r.backend, r.source, r.folder, *extra)
+                .order_by(r.date.desc(), r.id.desc())
+                .limit(last)
+            )
+            .mappings()
+            .all()
+        )
+        runs = {
+            int(x["id"]): TestRun(
+                int(x["id"]),
+                x["date"] or "",
+                x["git_commit"] or "",
+                x["backend"],
+                x["source"],
+                x["folder"],
+                x.get("hw_class") or "",
+                x.get("runner") or "",
+            )
+            for x in rows
+        }
         out.runs = list(runs.values())
         if not runs:
             return out
         ids = list(runs)
         bad = o.outcome.in_(("failed", "error"))
         for rid, total, nbad in db.execute(
-                select(o.run_id, func.count(), func.count().filter(bad)).where(o.run_id.in_(ids))
-                .group_by(o.run_id)):
+            select(o.run_id, func.count(), func.count().filter(bad))
+            .where(o.run_id.in_(ids))
+            .group_by(o.run_id)
+        ):
             runs[int(rid)].tests, runs[int(rid)].failed = int(total), int(nbad)
         per: dict[str, dict[int, list[str]]] = {}
         failing_nodes = {n for (n,) in db.execute(select(o.node_id).where(o.run_id.in_(ids), bad).distinct())}
         if failing_nodes:
-            for node, rid, outcome in db.execute(select(o.node_id, o.run_id, o.outcome)
-                                                 .where(o.run_id.in_(ids), o.node_id.in_(failing_nodes))):
+            for node, rid, outcome in db.execute(
+                select(o.node_id, o.run_id, o.outcome).where(o.run_id.in_(ids), o.node_id.in_(failing_nodes))
+            ):
                 per.setdefault(node, {}).setdefault(int(rid), []).append(outcome)
         reruns: dict[tuple[str, int], str] = {}
         if inspect(db).has_table("history_retries") and failing_nodes:
             x = t.history_retries.c
-            for node, rid, status in db.execute(select(x.node_id, x.run_id, x.status)
-                                                .where(x.run_id.in_(ids), x.node_id.in_(failing_nodes))):
+            for node, rid, status in db.execute(
+                select(x.node_id, x.run_id, x.status).where(x.run_id.in_(ids), x.node_id.in_(failing_nodes))
+            ):
                 reruns[(node, int(rid))] = status
     order = {rid: i for i, rid in enumerate(ids)}  # 0: newest
     for node, by_run in per.items():
-        failed_in = sorted((rid for rid, outs in by_run.items() if set(outs) & {"failed", "error"}),
-                           key=order.__getitem__)
+        failed_in = sorted(
+            (rid for rid, outs in by_run.items() if set(outs) & {"failed", "error"}), key=order.__getitem__
+        )
         if not failed_in:
             continue
-        flaky_in = [rid for rid in failed_in if reruns.get((node, rid)) == "flaky" or (
-            runs[rid].source == "flakes" and set(by_run[rid]) & {"passed", "xfailed"})]
+        flaky_in = [
+            rid
+            for rid in failed_in
+            if reruns.get((node, rid)) == "flaky"
+            or (runs[rid].source == "flakes" and set(by_run[rid]) & {"passed", "xfailed"})
+        ]
         latest = min(by_run, key=order.__getitem__)
         latest_failed = latest in failed_in and latest not in flaky_in
         state = "failing" if latest_failed else "flaky"
-        row = TestRow(node, state, len(failed_in), len(by_run), len(flaky_in), runs[failed_in[-1]],
-                      runs[failed_in[0]], sorted({runs[rid].backend for rid in failed_in}))
+        row = TestRow(
+            node,
+            state,
+            len(failed_in),
+            len(by_run),
+            len(flaky_in),
+            runs[failed_in[-1]],
+            runs[failed_in[0]],
+            sorted({runs[rid].backend for rid in failed_in}),
+        )
         if quarantine is not None:
             entry = next((e for b in row.backends if (e := quarantine.match(node, b)) is not None), None)
             row.quarantine = entry.reason if entry is not None else ""
@@ -351,12 +411,23 @@ def read_numerics(folders: Iterable[Path]) -> list[NumericsReport]:
                 continue
             if not isinstance(d, dict) or not isinstance(d.get("reports"), list):
                 continue
-            rows = [(str(r.get("program", {}).get("ref", "?")), str(o.get("name", "?")),
-                     f"{p.get('b')} vs {p.get('a')}", str(p.get("verdict", "")))
-                    for r in d["reports"] if isinstance(r, dict) for o in r.get("outputs", [])
-                    for p in o.get("pairs", [])]
+            rows = [
+                (
+                    str(r.get("program", {}).get("ref", "?")),
+                    str(o.get("name", "?")),
+                    f"{p.get('b')} vs {p.get('a')}",
+                    str(p.get("verdict", "")),
+                )
+                for r in d["reports"]
+                if isinstance(r, dict)
+                for o in r.get("outputs", [])
+                for p in o.get("pairs", [])
+            ]
             check = d.get("check") or {}
-            text = ("FAILED: " + "; ".join(check.get("failures") or []) if check.get("failures") else
-                    "passed") if check else "not checked"
+            text = (
+                ("FAILED: " + "; ".join(check.get("failures") or []) if check.get("failures") else "passed")
+                if check
+                else "not checked"
+            )
             out.append(NumericsReport(path.parent, rows, text))
     return out

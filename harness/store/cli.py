@@ -20,7 +20,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING, Any
 
 from harness.exc import UsageError
@@ -31,11 +30,19 @@ if TYPE_CHECKING:  # url.py needs SQLAlchemy: imported where a URL is used, so t
 
 def add_store_flags(p: argparse.ArgumentParser, *, hidden: bool = False) -> None:
     """The shared `--store URL` and `--store-strict` options (`hidden`: also accepted after a sub-verb)."""
-    help_url = argparse.SUPPRESS if hidden else (
-        "both stores at this location: sqlite:///PATH or postgresql://USER@HOST/DB (default $KILN_STORE_URL, "
-        "else each store's own file)")
-    help_strict = argparse.SUPPRESS if hidden else (
-        "an unreachable store server is an error (exit 3) instead of results kept in the local spool")
+    help_url = (
+        argparse.SUPPRESS
+        if hidden
+        else (
+            "both stores at this location: sqlite:///PATH or postgresql://USER@HOST/DB (default $KILN_STORE_URL, "
+            "else each store's own file)"
+        )
+    )
+    help_strict = (
+        argparse.SUPPRESS
+        if hidden
+        else ("an unreachable store server is an error (exit 3) instead of results kept in the local spool")
+    )
     extra: dict[str, Any] = {"default": argparse.SUPPRESS} if hidden else {}
     p.add_argument("--store", metavar="URL", help=help_url, **extra)
     p.add_argument("--store-strict", action="store_true", help=help_strict, **extra)
@@ -86,8 +93,10 @@ def guard_write(where: url.Location) -> url.Location:
         return where
     t = trust.resolve()
     if not t.writes_fleet:
-        raise UsageError(f"a job of trust scope {t.scope} ({t.reason}) never writes a store server; "
-                         "its results stay on the runner (README: Trust)")
+        raise UsageError(
+            f"a job of trust scope {t.scope} ({t.reason}) never writes a store server; "
+            "its results stay on the runner (README: Trust)"
+        )
     return where
 
 
@@ -103,15 +112,25 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="{push,pull}")
     sub.required = True
     push = sub.add_parser("push", help="copy this runner's stores into a fleet store (idempotent, resumable)")
-    push.add_argument("--to", metavar="URL", required=True,
-                      help="the fleet store (postgresql://... or sqlite:///...)")
-    push.add_argument("--from", dest="source", metavar="DB", action="append",
-                      help="a store file or URL to push (repeatable; default: the lasting bench stores "
-                      "($XDG_DATA_HOME/kiln/bench/*.sqlite) and the test history)")
+    push.add_argument(
+        "--to", metavar="URL", required=True, help="the fleet store (postgresql://... or sqlite:///...)"
+    )
+    push.add_argument(
+        "--from",
+        dest="source",
+        metavar="DB",
+        action="append",
+        help="a store file or URL to push (repeatable; default: the lasting bench stores "
+        "($XDG_DATA_HOME/kiln/bench/*.sqlite) and the test history)",
+    )
     pull = sub.add_parser("pull", help="copy a fleet store into a local file (for a laptop reproduction)")
     pull.add_argument("--from", dest="source", metavar="URL", required=True, help="the fleet store")
-    pull.add_argument("--to", metavar="DB", help="the local SQLite file (default: the test history's file, "
-                      "KILN_HISTORY_DB or $XDG_DATA_HOME/kiln/history/history.sqlite; both stores go there)")
+    pull.add_argument(
+        "--to",
+        metavar="DB",
+        help="the local SQLite file (default: the test history's file, "
+        "KILN_HISTORY_DB or $XDG_DATA_HOME/kiln/history/history.sqlite; both stores go there)",
+    )
     for sp in (push, pull):
         sp.add_argument("--only", choices=["bench", "history"], help="one store only")
 
@@ -137,19 +156,27 @@ def _sources(given: list[str] | None) -> list[url.Location]:
     for name, b in backends.items():
         raw = str(env) if env is not None else (b.bench_store or str(DEFAULT_BENCH_STORE))
         # CI's lasting store, and the one `nox -s ci` / `nox -s bench` write in the checkout (a developer's runs)
-        for path in (Path(raw.replace("{backend}", name)).expanduser(),
-                     s.results_root / "bench" / name / "bench.sqlite"):
+        for path in (
+            Path(raw.replace("{backend}", name)).expanduser(),
+            s.results_root / "bench" / name / "bench.sqlite",
+        ):
             looked.append(path)
-            if path.is_file() and path.resolve() not in [Path(f).resolve() for f in found if isinstance(f, Path)]:
+            if path.is_file() and path.resolve() not in [
+                Path(f).resolve() for f in found if isinstance(f, Path)
+            ]:
                 found.append(path)
     if not found and looked:
-        print(f"note: no bench store on this runner to push (looked for {', '.join(map(str, looked))})",
-              file=sys.stderr, flush=True)
+        print(
+            f"note: no bench store on this runner to push (looked for {', '.join(map(str, looked))})",
+            file=sys.stderr,
+            flush=True,
+        )
     if s.history_db.is_file():
         found.append(s.history_db)
     if not found:
-        raise UsageError("nothing to push: no lasting bench store and no test history on this runner "
-                         "(give --from DB)")
+        raise UsageError(
+            "nothing to push: no lasting bench store and no test history on this runner (give --from DB)"
+        )
     return found
 
 
@@ -183,8 +210,13 @@ def copy(src: url.Location, dst: url.Location, only: str | None = None) -> list[
         try:
             b = open_store(dst, kind, write=True, say=say)
             try:
-                done = copy_runs(a.conn, b.conn, kind, what=f"{kind.label} {dst}",
-                                 fill_runner=current().runner if isinstance(src, Path) else "")
+                done = copy_runs(
+                    a.conn,
+                    b.conn,
+                    kind,
+                    what=f"{kind.label} {dst}",
+                    fill_runner=current().runner if isinstance(src, Path) else "",
+                )
             finally:
                 b.close()
         finally:

@@ -38,7 +38,9 @@ from .tables import bench as bench_tables
 from .tables import history as history_tables
 from .url import ServerURL, server_engine
 
-MIGRATION_LOCK = 0x6B696C6E  # PostgreSQL advisory lock key ("kiln") held while a writer migrates a server store
+MIGRATION_LOCK = (
+    0x6B696C6E  # PostgreSQL advisory lock key ("kiln") held while a writer migrates a server store
+)
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -66,11 +68,16 @@ def _columns(md: Any, names: tuple[str, ...]) -> dict[str, frozenset[str]]:
     return {n: frozenset(c.name for c in md.tables[n].columns if c.name not in later) for n in names}
 
 
-BENCH = StoreKind("bench", "bench store", "meta",
-                  _columns(bench_tables, ("meta", "runs", "results", "samples")), StoreError)
-HISTORY = StoreKind("history", "history store", "history_meta",
-                    _columns(history_tables, ("history_meta", "history_runs", "history_outcomes")),
-                    HistoryError)
+BENCH = StoreKind(
+    "bench", "bench store", "meta", _columns(bench_tables, ("meta", "runs", "results", "samples")), StoreError
+)
+HISTORY = StoreKind(
+    "history",
+    "history store",
+    "history_meta",
+    _columns(history_tables, ("history_meta", "history_runs", "history_outcomes")),
+    HistoryError,
+)
 
 
 def _number(rev_id: str) -> int | None:
@@ -107,8 +114,12 @@ def head(kind: StoreKind) -> int:
 def run_environment(context: Any) -> None:
     """Alembic's env.py body: migrate the connection the caller opened, in the caller's transaction."""
     cfg = context.config
-    context.configure(connection=cfg.attributes["connection"], version_table=cfg.attributes["version_table"],
-                      transactional_ddl=True, render_as_batch=True)
+    context.configure(
+        connection=cfg.attributes["connection"],
+        version_table=cfg.attributes["version_table"],
+        transactional_ddl=True,
+        render_as_batch=True,
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -166,8 +177,10 @@ def newer_problem(kind: StoreKind, path: Path | str, state: State) -> str | None
     if not newer and not (state.meta_version and state.meta_version > top):
         return None
     rev = state.revision if newer else f"schema v{state.meta_version}"
-    return (f"{kind.label} {path} is at revision {rev}, newer than this code knows (its newest is "
-            f"{kind.rev_id(top)}, revision {top}): update the checkout; nothing was moved or written")
+    return (
+        f"{kind.label} {path} is at revision {rev}, newer than this code knows (its newest is "
+        f"{kind.rev_id(top)}, revision {top}): update the checkout; nothing was moved or written"
+    )
 
 
 def _say(msg: str) -> None:
@@ -182,7 +195,9 @@ class Opened:
     engine: Engine
     conn: Connection
     revision: int
-    file_writer: bool = False  # a writer of a SQLite file: its close leaves the file in rollback mode (settle)
+    file_writer: bool = (
+        False  # a writer of a SQLite file: its close leaves the file in rollback mode (settle)
+    )
 
     def close(self) -> None:
         self.conn.close()
@@ -191,8 +206,14 @@ class Opened:
             settle(Path(self.path))
 
 
-def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, timeout_s: float = 120.0,
-               say: Callable[[str], None] | None = None) -> Opened:
+def open_store(
+    path: Path | str | ServerURL,
+    kind: StoreKind,
+    *,
+    write: bool,
+    timeout_s: float = 120.0,
+    say: Callable[[str], None] | None = None,
+) -> Opened:
     """Open the store at `path` (or `:memory:`, or a server: open_server) as `kind`; a writer gets it created
     or migrated to head (see the module docstring). Errors are `kind.error`, one line each: unreadable file,
     not a store of this kind, newer revision, a reader's missing file."""
@@ -203,8 +224,9 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
     if not memory:
         path = Path(path)
         if path.is_dir():
-            raise kind.error(f"{kind.label} path {path} is a directory; give a file such as "
-                             f"{path / 'store.sqlite'}")
+            raise kind.error(
+                f"{kind.label} path {path} is a directory; give a file such as {path / 'store.sqlite'}"
+            )
         if not write and not path.is_file():
             raise kind.error(f"{kind.label} {path} does not exist")
         if write:
@@ -231,8 +253,10 @@ def open_store(path: Path | str | ServerURL, kind: StoreKind, *, write: bool, ti
                 copy = backup(Path(path), state.number)
                 what = "from before the version table" if state.legacy and state.number == top else ""
                 at = f"{state.number} {what}".rstrip()
-                say(f"note: {kind.label} {path} is at revision {at}; this code writes revision {top}: "
-                    f"copied it to {copy} and migrating it")
+                say(
+                    f"note: {kind.label} {path} is at revision {at}; this code writes revision {top}: "
+                    f"copied it to {copy} and migrating it"
+                )
             _migrate(conn, kind)
             state = State(kind.rev_id(top))
         return Opened(str(path), engine, conn, state.number, file_writer=write and not memory)
@@ -253,15 +277,18 @@ def unreachable(location: ServerURL, kind: StoreKind, e: BaseException) -> Store
     """The one-line StoreUnreachable for a server that refused, timed out or went away; StoreDenied when it
     answered and refused us (wrong password, unknown role or database, no permission), which is never spooled."""
     if (why := denied_reason(e)) is not None:
-        return StoreDenied(f"{kind.label} server {location} refused access: {why} (check the store URL's user, "
-                           "password and database, and the role's grants)")
+        return StoreDenied(
+            f"{kind.label} server {location} refused access: {why} (check the store URL's user, "
+            "password and database, and the role's grants)"
+        )
     first = str(getattr(e, "orig", None) or e).strip().splitlines()
     why = first[0] if first else type(e).__name__
     return StoreUnreachable(f"{kind.label} server {location} is unreachable: {why}")
 
 
-def open_server(location: ServerURL, kind: StoreKind, *, write: bool,
-                say: Callable[[str], None] | None = None) -> Opened:
+def open_server(
+    location: ServerURL, kind: StoreKind, *, write: bool, say: Callable[[str], None] | None = None
+) -> Opened:
     """Open a store on a PostgreSQL server: the same checks as a file (a store of another kind or a newer
     revision refused in one line); a writer creates or migrates it in one transaction under an advisory lock
     (transactional DDL: a killed migration leaves the old revision). No file copy is taken: the server's own
@@ -284,8 +311,10 @@ def open_server(location: ServerURL, kind: StoreKind, *, write: bool,
         top = head(kind)
         if write and (state.number < top or state.legacy):
             if state.revision is not None:
-                say(f"note: {kind.label} {location} is at revision {state.number}; this code writes revision "
-                    f"{top}: migrating it in one transaction")
+                say(
+                    f"note: {kind.label} {location} is at revision {state.number}; this code writes revision "
+                    f"{top}: migrating it in one transaction"
+                )
             _migrate(conn, kind)
             state = State(kind.rev_id(top))
         return Opened(str(location), engine, conn, state.number)

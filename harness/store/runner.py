@@ -52,8 +52,12 @@ def _gpu() -> tuple[str, str]:
 
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             out = ""
         rows = [r.split(", ") for r in out.splitlines() if r.strip()]
@@ -77,8 +81,13 @@ def current(device_name: str = "") -> Runner:
         model = model or device_name
     elif device_name:
         model = ""  # a CPU measurement: the GPU in the box says nothing about its class
-    return Runner(s.runner_name or socket.gethostname(), model, driver, s.gpu_label,
-                  hardware_class(s.gpu_label, model, device_name, s.run_mode))
+    return Runner(
+        s.runner_name or socket.gethostname(),
+        model,
+        driver,
+        s.gpu_label,
+        hardware_class(s.gpu_label, model, device_name, s.run_mode),
+    )
 
 
 def from_env() -> dict[str, str]:

@@ -52,8 +52,9 @@ def drain(server: ServerURL, say: Callable[[str], None]) -> int:
         try:
             dst = open_store(server, kind, write=True, say=say)
             try:
-                done = copy_runs(src.conn, dst.conn, kind, what=f"{kind.label} {server}",
-                                 fill_runner=current().runner)
+                done = copy_runs(
+                    src.conn, dst.conn, kind, what=f"{kind.label} {server}", fill_runner=current().runner
+                )
             finally:
                 dst.close()
             delete_runs(src.conn, kind, done.uids, what=f"spool {spool}")

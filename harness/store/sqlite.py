@@ -73,11 +73,13 @@ def open_engine(path: Path | str, *, write: bool, timeout_s: float = 120.0) -> E
         target, uri = read_uri(path), True
 
     def creator() -> sqlite3.Connection:
-        return sqlite3.connect(target, uri=uri, timeout=timeout_s, isolation_level=None,
-                               check_same_thread=False)
+        return sqlite3.connect(
+            target, uri=uri, timeout=timeout_s, isolation_level=None, check_same_thread=False
+        )
 
-    engine = create_engine("sqlite+pysqlite://", creator=creator,
-                           poolclass=StaticPool if memory else NullPool)
+    engine = create_engine(
+        "sqlite+pysqlite://", creator=creator, poolclass=StaticPool if memory else NullPool
+    )
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi: sqlite3.Connection, _record: object) -> None:
@@ -109,7 +111,9 @@ def settle(path: Path) -> None:
     try:
         db.execute("PRAGMA busy_timeout = 0")
         db.execute("PRAGMA journal_mode = DELETE")
-    except sqlite3.Error:  # another connection is open (busy) or the file is not ours to change: leave it in WAL
+    except (
+        sqlite3.Error
+    ):  # another connection is open (busy) or the file is not ours to change: leave it in WAL
         pass
     finally:
         db.close()
@@ -179,7 +183,9 @@ def transaction(conn: Connection, *, write: bool, error: type[Exception], what: 
             conn.info[WRITE_TXN] = False
             yield conn
     except OperationalError as e:
-        if conn.dialect.name != "sqlite":  # a server that went away: the caller may spool (harness/store/spool.py)
+        if (
+            conn.dialect.name != "sqlite"
+        ):  # a server that went away: the caller may spool (harness/store/spool.py)
             from harness.exc import StoreUnreachable
 
             _raise_if_denied(e, what)
@@ -206,9 +212,11 @@ def _raise_if_denied(e: BaseException, what: str) -> None:
 # what a server says when it answered and refused us (a configuration error, not an outage): SQLSTATE class 28
 # (authorization) and 42501 (insufficient privilege); a connection refused at login carries no SQLSTATE in
 # psycopg, so its FATAL line is matched too
-_DENIED = re.compile(r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
-                     r"role \S+ does not exist|database \S+ does not exist|permission denied|"
-                     r"no password supplied|not permitted to log in|must be owner|insufficient privilege")
+_DENIED = re.compile(
+    r"password authentication failed|authentication failed|no pg_hba\.conf entry|"
+    r"role \S+ does not exist|database \S+ does not exist|permission denied|"
+    r"no password supplied|not permitted to log in|must be owner|insufficient privilege"
+)
 
 
 def denied_reason(e: BaseException) -> str | None:

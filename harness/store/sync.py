@@ -35,7 +35,9 @@ class Copied:
     present: int = 0
     replaced: int = 0
     unfinished: int = 0
-    uids: list[str] = field(default_factory=list)  # the runs now in the destination (added, present, replaced)
+    uids: list[str] = field(
+        default_factory=list
+    )  # the runs now in the destination (added, present, replaced)
 
     def line(self, label: str) -> str:
         tail = f", {self.unfinished} unfinished left behind" if self.unfinished else ""
@@ -67,15 +69,27 @@ def _copy_one(src: Connection, dst: Connection, kind: StoreKind, run: dict, fill
             for r in rows:
                 old = r.pop("id")
                 rid = inserted_id(dst.execute(insert(t.results).values(**{**r, fk: new_id})))
-                samples = [{**s, "result_id": rid} for s in _rows(src, t.samples, t.samples.c.result_id == old)]
+                samples = [
+                    {**s, "result_id": rid} for s in _rows(src, t.samples, t.samples.c.result_id == old)
+                ]
                 if samples:
                     dst.execute(insert(t.samples), samples)
         else:
-            dst.execute(insert(table), [{k: v for k, v in r.items() if k != "id"} | {fk: new_id} for r in rows])
+            dst.execute(
+                insert(table), [{k: v for k, v in r.items() if k != "id"} | {fk: new_id} for r in rows]
+            )
 
 
-def copy_runs(src: Connection, dst: Connection, kind: StoreKind, *, what: str, fill_runner: str = "",
-              uids: set[str] | None = None, progress: Callable[[int], None] | None = None) -> Copied:
+def copy_runs(
+    src: Connection,
+    dst: Connection,
+    kind: StoreKind,
+    *,
+    what: str,
+    fill_runner: str = "",
+    uids: set[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Copied:
     """Copy every finished run of `src` (of `uids`, if given) missing from `dst` (see the module docstring);
     both are connections opened at the head revision outside any transaction."""
     runs, _ = _tables(kind)
@@ -91,9 +105,12 @@ def copy_runs(src: Connection, dst: Connection, kind: StoreKind, *, what: str, f
             continue
         with transaction(dst, write=True, error=kind.error, what=what) as db:
             if db.dialect.name == "postgresql":  # two pushers of one run wait for each other (SQLite: BEGIN
-                db.execute(text("SELECT pg_advisory_xact_lock(hashtext(:u))"), {"u": run["uid"]})  # IMMEDIATE)
-            there = db.execute(select(runs.c.id, *([runs.c.status] if bench else []))
-                               .where(runs.c.uid == run["uid"])).first()
+                db.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext(:u))"), {"u": run["uid"]}
+                )  # IMMEDIATE)
+            there = db.execute(
+                select(runs.c.id, *([runs.c.status] if bench else [])).where(runs.c.uid == run["uid"])
+            ).first()
             if there is not None and not (bench and there[1] == "running"):
                 out.present += 1
             else:
@@ -116,4 +133,4 @@ def delete_runs(db: Connection, kind: StoreKind, uids: list[str], *, what: str) 
     if uids:
         with transaction(db, write=True, error=kind.error, what=what) as conn:
             for i in range(0, len(uids), 500):
-                conn.execute(delete(runs).where(runs.c.uid.in_(uids[i:i + 500])))
+                conn.execute(delete(runs).where(runs.c.uid.in_(uids[i : i + 500])))

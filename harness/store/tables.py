@@ -37,14 +37,17 @@ bench = MetaData()
 meta = Table("meta", bench, Column("key", Text, primary_key=True), Column("value", Text, nullable=False))
 
 runs = Table(
-    "runs", bench,
+    "runs",
+    bench,
     Column("id", Integer, primary_key=True),
     Column("uid", Text, nullable=False, unique=True),
     Column("created_at", Text, nullable=False),
     Column("finished_at", Text),
     Column("status", Text, nullable=False),
-    *(Column(c, Text) for c in ("profile", "device", "device_name", "compilers", "git_ref", "git_commit",
-                                "label")),
+    *(
+        Column(c, Text)
+        for c in ("profile", "device", "device_name", "compilers", "git_ref", "git_commit", "label")
+    ),
     Column("ceiling_gbps", REAL),
     Column("config", Text),
     Column("env", Text),
@@ -54,7 +57,8 @@ runs = Table(
 )
 
 results = Table(
-    "results", bench,
+    "results",
+    bench,
     Column("id", Integer, primary_key=True),
     Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
     *(Column(c, Text, nullable=False) for c in ("workload", "compiler", "phase", "source_hash", "status")),
@@ -72,7 +76,8 @@ results = Table(
 )
 
 samples = Table(
-    "samples", bench,
+    "samples",
+    bench,
     Column("result_id", Integer, ForeignKey("results.id", ondelete="CASCADE"), primary_key=True),
     Column("seq", Integer, primary_key=True),
     Column("ns", REAL, nullable=False),
@@ -81,7 +86,8 @@ samples = Table(
 
 # revision 2: a run's compared verdicts, confirmation included (records.Comparison.stored())
 verdicts = Table(
-    "verdicts", bench,
+    "verdicts",
+    bench,
     Column("id", Integer, primary_key=True),
     Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
     Column("workload", Text, nullable=False),
@@ -98,11 +104,13 @@ verdicts = Table(
 
 history = MetaData()
 
-history_meta = Table("history_meta", history, Column("key", Text, primary_key=True),
-                     Column("value", Text, nullable=False))
+history_meta = Table(
+    "history_meta", history, Column("key", Text, primary_key=True), Column("value", Text, nullable=False)
+)
 
 history_runs = Table(
-    "history_runs", history,
+    "history_runs",
+    history,
     Column("id", Integer, primary_key=True),
     Column("date", Text, nullable=False),
     Column("git_commit", Text),
@@ -117,7 +125,8 @@ history_runs = Table(
 )
 
 history_outcomes = Table(
-    "history_outcomes", history,
+    "history_outcomes",
+    history,
     Column("run_id", Integer, ForeignKey("history_runs.id", ondelete="CASCADE"), nullable=False),
     Column("node_id", Text, nullable=False),
     Column("outcome", Text, _in("outcome", OUTCOMES), nullable=False),
@@ -127,7 +136,8 @@ history_outcomes = Table(
 )
 
 history_retries = Table(
-    "history_retries", history,
+    "history_retries",
+    history,
     Column("run_id", Integer, ForeignKey("history_runs.id", ondelete="CASCADE"), nullable=False),
     Column("node_id", Text, nullable=False),
     Column("attempt", Integer, CheckConstraint("attempt >= 1"), nullable=False),

@@ -57,20 +57,27 @@ def parse(value: str | Path | ServerURL) -> Location:
     if not is_url(value):
         return Path(value).expanduser()
     if value.startswith("sqlite://"):
-        rest = value[len("sqlite://"):]
+        rest = value[len("sqlite://") :]
         if not rest.startswith("/") or rest in ("/", "/:memory:"):
             raise UsageError(f"store URL {value!r}: give a file, sqlite:///REL/PATH or sqlite:////ABS/PATH")
         return Path(rest[1:]).expanduser()
     try:
         url = make_url(value)
     except (ArgumentError, ValueError) as e:  # ValueError: a port that is not a number, among others
-        why = "" if not isinstance(e, ValueError) else (
-            " (its port is not a number)" if "int()" in str(e) else f" ({str(e).splitlines()[0]})")
-        raise UsageError(f"store URL {_hide(value)!r} does not parse{why}; expected sqlite:///PATH or "
-                         "postgresql://USER[:PASSWORD]@HOST[:PORT]/DB") from None
+        why = (
+            ""
+            if not isinstance(e, ValueError)
+            else (" (its port is not a number)" if "int()" in str(e) else f" ({str(e).splitlines()[0]})")
+        )
+        raise UsageError(
+            f"store URL {_hide(value)!r} does not parse{why}; expected sqlite:///PATH or "
+            "postgresql://USER[:PASSWORD]@HOST[:PORT]/DB"
+        ) from None
     if url.drivername not in SERVER_SCHEMES:
-        raise UsageError(f"store URL scheme {url.drivername!r} is not one this code reads: sqlite:///PATH or "
-                         "postgresql://USER@HOST/DB (psycopg 3)")
+        raise UsageError(
+            f"store URL scheme {url.drivername!r} is not one this code reads: sqlite:///PATH or "
+            "postgresql://USER@HOST/DB (psycopg 3)"
+        )
     return ServerURL(url.set(drivername="postgresql+psycopg"))
 
 
@@ -95,8 +102,9 @@ def server_engine(location: ServerURL, *, write: bool) -> Engine:
     except ImportError:
         from harness.exc import MissingTool
 
-        raise MissingTool("a PostgreSQL store needs psycopg 3: pip install 'kiln[fleet]' (or "
-                          "'psycopg[binary]>=3.1')") from None
+        raise MissingTool(
+            "a PostgreSQL store needs psycopg 3: pip install 'kiln[fleet]' (or 'psycopg[binary]>=3.1')"
+        ) from None
     args: dict[str, object] = {"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "kiln"}
     if not write:
         args["options"] = "-c default_transaction_read_only=on"

@@ -84,8 +84,9 @@ def read_record(path: Path | str) -> RunRecord:
     path = Path(path)
     if not path.is_dir():
         if path.exists():
-            raise ResultsError(f"{path} is a file, not a results folder (give the folder a run wrote, e.g. "
-                               "results/<run>)")
+            raise ResultsError(
+                f"{path} is a file, not a results folder (give the folder a run wrote, e.g. results/<run>)"
+            )
         raise ResultsError(f"results folder {path} does not exist")
     if not (path / "run.json").exists():
         raise ResultsError(f"{path} is not a harness results folder (no run.json)")
@@ -138,8 +139,12 @@ def _load_merged(path: Path, record: RunRecord) -> RunResults:
     suites = []
     for name in names:
         status = SuiteStatus(merged_status([s.status for _, s in parts[name]]))
-        one = SuiteRecord(name, status, duration_s=round(sum(s.record.duration_s for _, s in parts[name]), 2),
-                          shards={i: s.record for i, s in parts[name]})
+        one = SuiteRecord(
+            name,
+            status,
+            duration_s=round(sum(s.record.duration_s for _, s in parts[name]), 2),
+            shards={i: s.record for i, s in parts[name]},
+        )
         tests = [t for _, s in parts[name] for t in s.tests]
         suites.append(SuiteResults(name, status, tests, one))
     return RunResults(path, record, suites, shard_runs, test_shards)

@@ -28,13 +28,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.suites import quarantine as quarantine_mod
 from harness.commands import native_command, pytest_argv, suite_env
 from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
 from harness.matrix import resolve_test_paths
 from harness.process import Forward, execute
-from harness.results import Case, append_job_summary, atomic_write_text, markdown_table, output_folder, read_cases
+from harness.results import (
+    Case,
+    append_job_summary,
+    atomic_write_text,
+    markdown_table,
+    output_folder,
+    read_cases,
+)
 from harness.settings import selection_args, settings
+from harness.suites import quarantine as quarantine_mod
 
 SCHEMA = 1
 DEFAULT_RUNS = 20
@@ -135,7 +142,9 @@ def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) ->
     """Run pytest with its output tee'd live to `log` and stdout; returns (exit code, interrupted).
     Ctrl-C or SIGTERM is forwarded to pytest as SIGINT, so it stops and still writes its JUnit XML."""
     try:
-        code, _ = execute(list(cmd), log=log, timeout_s=None, env=env, cwd=cwd, on_interrupt=Forward(grace_s=60))
+        code, _ = execute(
+            list(cmd), log=log, timeout_s=None, env=env, cwd=cwd, on_interrupt=Forward(grace_s=60)
+        )
     except Interrupted as e:
         return e.returncode if e.returncode is not None else 2, True
     return code, code == 2  # pytest exits 2 when interrupted from inside (KeyboardInterrupt in a test)
@@ -244,8 +253,16 @@ def render_markdown(report: dict, verdict: quarantine_mod.Verdict) -> str:
     if bad:
         lines += markdown_table(
             ["test", "status", "failed / runs", "failure rate", "quarantined"],
-            [[f"`{t['id']}`", t["status"], f"{t['failed']} / {t['passed'] + t['failed']}", f"{t['failure_rate']:.0%}",
-              f"yes: {t['reason']}" if t["quarantined"] else "no"] for t in bad],
+            [
+                [
+                    f"`{t['id']}`",
+                    t["status"],
+                    f"{t['failed']} / {t['passed'] + t['failed']}",
+                    f"{t['failure_rate']:.0%}",
+                    f"yes: {t['reason']}" if t["quarantined"] else "no",
+                ]
+                for t in bad
+            ],
         )
         past = [t for t in bad if t.get("history")]
         if past:
@@ -324,7 +341,9 @@ def detect(
     junit.unlink(missing_ok=True)  # never read a previous run's results as this run's
     if native:
         env, timeout_s = backend_env(backend)
-        cmd, full_env = native_command(pytest_command(paths, runs, junit.resolve(), extra, timeout_s), env, src=root)
+        cmd, full_env = native_command(
+            pytest_command(paths, runs, junit.resolve(), extra, timeout_s), env, src=root
+        )
         code, interrupted = run_pytest(cmd, full_env, root, out_dir / "pytest.log")
     else:
         code, interrupted, cmd = _run_in_container(backend, paths, runs, out_dir, extra, image)
@@ -389,15 +408,21 @@ def cli_add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ARG",
         help="extra argument for pytest (repeatable), e.g. --pytest-arg=-k --pytest-arg=softmax",
     )
-    p.add_argument("-k", dest="keyword", metavar="EXPR",
-                   help="only the tests whose names match EXPR (pytest's -k), e.g. -k mm")
+    p.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help="only the tests whose names match EXPR (pytest's -k), e.g. -k mm",
+    )
     p.add_argument("paths", nargs="*", help="test paths or node ids (default: the matrix's suites)")
 
 
 def cli_main(args: argparse.Namespace) -> int:
     """Run the flake detector; exit 0 when nothing outside the quarantine is failing or flaky, else 1."""
     s = settings()
-    output_folder(args.out or s.results_root, "--out" if args.out else "KILN_RESULTS")  # a file: one line, now
+    output_folder(
+        args.out or s.results_root, "--out" if args.out else "KILN_RESULTS"
+    )  # a file: one line, now
     default = quarantine_mod.default_path(s.root)
     if args.quarantine or default.exists():  # a named file must exist; the project's may be absent
         q = quarantine_mod.load(args.quarantine or default)

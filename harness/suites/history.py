@@ -44,7 +44,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -60,6 +60,7 @@ try:
     from harness.store import HISTORY, open_store, unreadable_problem
     from harness.store import tables as t
     from harness.store.sqlite import transaction
+
     _MISSING = ""
 except ImportError as _e:  # a host Python without the project's dependencies: each store use says so
     _MISSING = str(_e)
@@ -104,15 +105,21 @@ def connect(path: Any, *, readonly: bool = False) -> Iterator[Connection]:
     committed on success: created or migrated to the head revision unless `readonly` (see the module
     docstring)."""
     if _MISSING:
-        raise MissingTool(f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the "
-                          "project's dependencies (pyproject.toml) into this Python")
+        raise MissingTool(
+            f"the test history needs SQLAlchemy and Alembic ({_MISSING}): install the "
+            "project's dependencies (pyproject.toml) into this Python"
+        )
     path = _where(path)
-    if isinstance(path, Path):  # a file: damaged or empty ones are said (and set aside) first; a server URL is not
+    if isinstance(
+        path, Path
+    ):  # a file: damaged or empty ones are said (and set aside) first; a server URL is not
         if not readonly and path.is_file() and (why := unreadable_problem(path, HISTORY)) is not None:
             if why.startswith(("it is not an SQLite", "PRAGMA integrity_check", "SQLite cannot")):
                 aside = set_aside(path)
-                raise HistoryError(f"history store {path} is not a readable SQLite database ({why}); "
-                                   f"moved aside to {aside}, the next record starts a new store")
+                raise HistoryError(
+                    f"history store {path} is not a readable SQLite database ({why}); "
+                    f"moved aside to {aside}, the next record starts a new store"
+                )
             raise HistoryError(f"cannot use history store {path}: {why}")
         if readonly and path.is_file() and not path.stat().st_size:
             raise HistoryError(f"history store {path} holds no test history (an empty file)")
@@ -120,8 +127,9 @@ def connect(path: Any, *, readonly: bool = False) -> Iterator[Connection]:
     try:
         if readonly and opened.revision == 0:
             raise HistoryError(f"history store {path} holds no test history (no history_meta table)")
-        with transaction(opened.conn, write=not readonly, error=HistoryError,
-                         what=f"history store {path}") as conn:
+        with transaction(
+            opened.conn, write=not readonly, error=HistoryError, what=f"history store {path}"
+        ) as conn:
             yield conn
     finally:
         opened.close()
@@ -177,11 +185,19 @@ def _read_folder(folder: Path) -> tuple[str, str, str, list[tuple[str, str, floa
             raise HistoryError(f"{folder / 'flakes.json'} is not a flakes report")
         tests = parse_junit(folder / "pytest.xml")  # one case per repetition, each under the test's node id
         mtime = (folder / "flakes.json").stat().st_mtime
-        date = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
-        return "flakes", date, str(report.get("backend", "?")), [(t.id, t.outcome, t.duration_s) for t in tests], []
+        date = datetime.fromtimestamp(mtime, UTC).isoformat(timespec="seconds")
+        return (
+            "flakes",
+            date,
+            str(report.get("backend", "?")),
+            [(t.id, t.outcome, t.duration_s) for t in tests],
+            [],
+        )
     if not folder.is_dir():
         raise HistoryError(f"results folder {folder} does not exist")
-    raise HistoryError(f"{folder} is neither a run's results folder (run.json) nor a flakes folder (flakes.json)")
+    raise HistoryError(
+        f"{folder} is neither a run's results folder (run.json) nor a flakes folder (flakes.json)"
+    )
 
 
 def _read_run(run: Any) -> tuple[str, str, str, list[tuple[str, str, float]], list[Retry]]:
@@ -191,8 +207,12 @@ def _read_run(run: Any) -> tuple[str, str, str, list[tuple[str, str, float]], li
     if run.record.status == RunStatus.RUNNING:
         raise HistoryError(f"{run.path} is not a finished run (status {str(run.record.status)!r})")
     rows = [(t.id, str(t.outcome), t.duration_s) for s in run.suites for t in s.tests]
-    reruns = [(r.id, a.n, a.outcome, a.duration_s, str(r.status)) for r in retries.load(run).values()
-              for a in r.attempts if a.n >= 1]
+    reruns = [
+        (r.id, a.n, a.outcome, a.duration_s, str(r.status))
+        for r in retries.load(run).values()
+        for a in r.attempts
+        if a.n >= 1
+    ]
     return "run", str(run.record.started or ""), run.record.backend, rows, reruns
 
 
@@ -202,9 +222,11 @@ def record(db_path: Any, folder: Any, *, strict: bool | None = None) -> Recorded
     cannot be reached the run goes to the local spool with one line (harness/store/spool.py), unless `strict`
     (StoreUnreachable, exit 3); a record that reaches the server first pushes what was spooled."""
     if _MISSING:
-        raise MissingTool(f"SQLAlchemy and Alembic are not installed in this Python ({sys.executable}: "
-                          f"{_MISSING}); to record it: {sys.executable} -m pip install 'sqlalchemy>=2' "
-                          "'alembic>=1.13' (or the project: pip install -e .)")
+        raise MissingTool(
+            f"SQLAlchemy and Alembic are not installed in this Python ({sys.executable}: "
+            f"{_MISSING}); to record it: {sys.executable} -m pip install 'sqlalchemy>=2' "
+            "'alembic>=1.13' (or the project: pip install -e .)"
+        )
     where = _where(db_path)
     if isinstance(where, Path):
         return _record(where, folder)
@@ -238,23 +260,45 @@ def _record(db_path: Any, folder: Any) -> Recorded:
     else:
         source, date, backend, rows, reruns = _read_run(folder)
         folder = folder.path
-    date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    date = date or datetime.now(UTC).isoformat(timespec="seconds")
     who = current().as_dict()
     r = t.history_runs.c
     with connect(db_path) as db:
         if db.execute(select(r.id).where(r.folder == str(folder), r.runner == who["runner"])).first():
             return Recorded(folder, None, source, backend, len(rows), len(reruns))
-        run_id = inserted_id(db.execute(insert(t.history_runs).values(
-            date=date, git_commit=folder_commit(folder), backend=backend, source=source, folder=str(folder),
-            uid=uuid.uuid4().hex, **who,
-        )))
+        run_id = inserted_id(
+            db.execute(
+                insert(t.history_runs).values(
+                    date=date,
+                    git_commit=folder_commit(folder),
+                    backend=backend,
+                    source=source,
+                    folder=str(folder),
+                    uid=uuid.uuid4().hex,
+                    **who,
+                )
+            )
+        )
         if rows:
-            db.execute(insert(t.history_outcomes), [{"run_id": run_id, "node_id": n, "outcome": o,
-                                                     "duration_s": float(d)} for n, o, d in rows])
+            db.execute(
+                insert(t.history_outcomes),
+                [{"run_id": run_id, "node_id": n, "outcome": o, "duration_s": float(d)} for n, o, d in rows],
+            )
         if reruns:
-            db.execute(insert(t.history_retries), [
-                {"run_id": run_id, "node_id": n, "attempt": a, "outcome": o, "duration_s": float(d),
-                 "status": st} for n, a, o, d, st in reruns])
+            db.execute(
+                insert(t.history_retries),
+                [
+                    {
+                        "run_id": run_id,
+                        "node_id": n,
+                        "attempt": a,
+                        "outcome": o,
+                        "duration_s": float(d),
+                        "status": st,
+                    }
+                    for n, a, o, d, st in reruns
+                ],
+            )
     return Recorded(folder, run_id, source, backend, len(rows), len(reruns))
 
 
@@ -272,7 +316,11 @@ def record_or_warn(db_path: Path | str, folder: Any, out: TextIO | None = None) 
         print(f"test history not recorded: {e}", file=out or sys.stdout, flush=True)
         return None
     reruns = f" and {r.retried} reruns" if r.retried else ""
-    print(f"test history: {r.tests} test outcomes{reruns} recorded in {db_path}", file=out or sys.stdout, flush=True)
+    print(
+        f"test history: {r.tests} test outcomes{reruns} recorded in {db_path}",
+        file=out or sys.stdout,
+        flush=True,
+    )
     return r
 
 
@@ -302,8 +350,9 @@ class FailureCount:
         return "; ".join(parts)
 
 
-def _last_runs(db: Connection, last: int, backend: str | None, runner: str | None = None,
-               hw_class: str | None = None) -> list[int]:
+def _last_runs(
+    db: Connection, last: int, backend: str | None, runner: str | None = None, hw_class: str | None = None
+) -> list[int]:
     r = t.history_runs.c
     q = select(r.id).order_by(r.date.desc(), r.id.desc()).limit(last)
     if backend:
@@ -316,9 +365,15 @@ def _last_runs(db: Connection, last: int, backend: str | None, runner: str | Non
     return [int(x) for x in db.execute(q).scalars()]
 
 
-def failure_counts(db_path: Any, *, last: int = DEFAULT_LAST, backend: str | None = None,
-                   tests: Sequence[str] | None = None, runner: str | None = None,
-                   hw_class: str | None = None) -> dict[str, FailureCount]:
+def failure_counts(
+    db_path: Any,
+    *,
+    last: int = DEFAULT_LAST,
+    backend: str | None = None,
+    tests: Sequence[str] | None = None,
+    runner: str | None = None,
+    hw_class: str | None = None,
+) -> dict[str, FailureCount]:
     """node id -> FailureCount over the last `last` recorded folders (of `backend`, runner `runner`, hardware
     class `hw_class`, if given; of `tests`, if given). Reads only."""
     if last < 1:
@@ -330,32 +385,48 @@ def failure_counts(db_path: Any, *, last: int = DEFAULT_LAST, backend: str | Non
         o, r = t.history_outcomes.c, t.history_runs.c
         bad = o.outcome.in_(("failed", "error"))
         runs = db.execute(
-            select(o.node_id, func.count(o.run_id.distinct()),
-                   func.count(case((bad, o.run_id)).distinct()))
+            select(o.node_id, func.count(o.run_id.distinct()), func.count(case((bad, o.run_id)).distinct()))
             .join(t.history_runs, r.id == o.run_id)
-            .where(o.run_id.in_(ids), r.source == "run").group_by(o.node_id)).all()
+            .where(o.run_id.in_(ids), r.source == "run")
+            .group_by(o.node_id)
+        ).all()
         reps = db.execute(
             select(o.node_id, func.count(), func.count(case((bad, 1))))
             .join(t.history_runs, r.id == o.run_id)
-            .where(o.run_id.in_(ids), r.source == "flakes").group_by(o.node_id)).all()
+            .where(o.run_id.in_(ids), r.source == "flakes")
+            .group_by(o.node_id)
+        ).all()
         flaky: dict[str, int] = {}
         if _has_table(db, "history_retries"):
             x = t.history_retries.c
-            flaky = {n: int(k) for n, k in db.execute(
-                select(x.node_id, func.count(x.run_id.distinct()))
-                .where(x.run_id.in_(ids), x.status == "flaky").group_by(x.node_id))}
+            flaky = {
+                n: int(k)
+                for n, k in db.execute(
+                    select(x.node_id, func.count(x.run_id.distinct()))
+                    .where(x.run_id.in_(ids), x.status == "flaky")
+                    .group_by(x.node_id)
+                )
+            }
     counts: dict[str, list[int]] = {}
     for node, n, k in runs:
         counts.setdefault(node, [0, 0, 0, 0])[0:2] = [int(k), int(n)]
     for node, n, k in reps:
         counts.setdefault(node, [0, 0, 0, 0])[2:4] = [int(k), int(n)]
     wanted = set(tests) if tests is not None else None
-    return {node: FailureCount(node, c[0], c[1], flaky.get(node, 0), c[2], c[3])
-            for node, c in counts.items() if wanted is None or node in wanted}
+    return {
+        node: FailureCount(node, c[0], c[1], flaky.get(node, 0), c[2], c[3])
+        for node, c in counts.items()
+        if wanted is None or node in wanted
+    }
 
 
-def failure_counts_if_any(tests: Sequence[str], *, backend: str | None = None, db_path: Path | str | None = None,
-                          last: int = DEFAULT_LAST) -> dict[str, FailureCount]:
+def failure_counts_if_any(
+    tests: Sequence[str],
+    *,
+    backend: str | None = None,
+    db_path: Path | str | None = None,
+    last: int = DEFAULT_LAST,
+) -> dict[str, FailureCount]:
     """failure_counts for a report: {} when there is no store or it cannot be read (never raises)."""
     try:
         path = _where(db_path) if db_path else default_path()
@@ -370,8 +441,11 @@ def median_durations(db_path: Any, backend: str) -> dict[str, float]:
     """node id -> median seconds over the `run` sources of `backend` (HistoryError when it has none)."""
     o, r = t.history_outcomes.c, t.history_runs.c
     with connect(db_path, readonly=True) as db:
-        rows = db.execute(select(o.node_id, o.duration_s).join(t.history_runs, r.id == o.run_id)
-                          .where(r.backend == backend, r.source == "run")).all()
+        rows = db.execute(
+            select(o.node_id, o.duration_s)
+            .join(t.history_runs, r.id == o.run_id)
+            .where(r.backend == backend, r.source == "run")
+        ).all()
     by_id: dict[str, list[float]] = {}
     for node, seconds in rows:
         by_id.setdefault(node, []).append(float(seconds))
@@ -388,20 +462,31 @@ QUIET_AFTER = 20
 
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--history", metavar="DB",
-                   help="the history store (default: KILN_HISTORY_DB, else "
-                   "$XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/kiln/... without "
-                   "XDG_DATA_HOME)")
+    p.add_argument(
+        "--history",
+        metavar="DB",
+        help="the history store (default: KILN_HISTORY_DB, else "
+        "$XDG_DATA_HOME/kiln/history/history.sqlite, ~/.local/share/kiln/... without "
+        "XDG_DATA_HOME)",
+    )
     sub = p.add_subparsers(dest="action", metavar="{record,show}")
     sub.required = True
     rec = sub.add_parser("record", help="record finished results folders (runs or flakes folders)")
     rec.add_argument("results_dirs", nargs="+", metavar="RUN_DIR")
-    show = sub.add_parser("show", help="per-test failure counts over the last N runs (read-only: never "
-                          "migrates or moves the store)")
-    show.add_argument("--last", type=int, default=DEFAULT_LAST, help=f"runs to look back on (default {DEFAULT_LAST})")
+    show = sub.add_parser(
+        "show",
+        help="per-test failure counts over the last N runs (read-only: never migrates or moves the store)",
+    )
+    show.add_argument(
+        "--last", type=int, default=DEFAULT_LAST, help=f"runs to look back on (default {DEFAULT_LAST})"
+    )
     show.add_argument("--failing", action="store_true", help="only tests that failed in the window")
-    show.add_argument("--all", action="store_true", help=f"list every test in the terminal (default: past "
-                      f"{QUIET_AFTER} tests that never failed in the window, one line counts them)")
+    show.add_argument(
+        "--all",
+        action="store_true",
+        help=f"list every test in the terminal (default: past "
+        f"{QUIET_AFTER} tests that never failed in the window, one line counts them)",
+    )
     show.add_argument("--backend", help="only runs of this backend")
     conventions.add_json(show, "the counts")
     show.add_argument("--runner", help="only runs recorded by this runner (its RUNNER_NAME or host name)")
@@ -422,8 +507,11 @@ def cli_main(args: argparse.Namespace) -> int:
         raise HistoryError("give --history DB or --store URL, not both")
     apply_store_flags(args)
     write = args.action == "record"
-    db = Path(args.history or default_path()) if _MISSING else location(args.history, default_path(write=write),
-                                                                         write=write)
+    db = (
+        Path(args.history or default_path())
+        if _MISSING
+        else location(args.history, default_path(write=write), write=write)
+    )
     if args.action == "record":
         for d in args.results_dirs:
             r = record(db, d)
@@ -432,10 +520,16 @@ def cli_main(args: argparse.Namespace) -> int:
             print(f"{r.folder}: {r.source} of {r.backend}, {r.tests} test outcomes{reruns} {what}")
         return 0
     if not exists(db):
-        raise HistoryError(f"history store {db} does not exist; record a run first (`history record RUN_DIR`)")
-    counts = failure_counts(db, last=args.last, backend=args.backend, runner=args.runner, hw_class=args.hw_class)
-    shown = sorted((c for c in counts.values() if c.failed or c.failed_repetitions or not args.failing),
-                   key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id))
+        raise HistoryError(
+            f"history store {db} does not exist; record a run first (`history record RUN_DIR`)"
+        )
+    counts = failure_counts(
+        db, last=args.last, backend=args.backend, runner=args.runner, hw_class=args.hw_class
+    )
+    shown = sorted(
+        (c for c in counts.values() if c.failed or c.failed_repetitions or not args.failing),
+        key=lambda c: (-c.failed, -c.failed_repetitions, c.node_id),
+    )
     listed = shown
     never = [c for c in shown if not (c.failed or c.failed_repetitions)]
     if len(never) > QUIET_AFTER and not args.all:  # a terminal page, not one line per passing test
@@ -445,13 +539,24 @@ def cli_main(args: argparse.Namespace) -> int:
             print(f"{c.node_id}: {c.phrase()}")
         if listed is not shown:
             runs = max(c.runs for c in never)
-            print(f"{len(never)} test(s) never failed in the last {runs} run(s) (`--all` lists them, "
-                  "`--json -` gives every count)")
+            print(
+                f"{len(never)} test(s) never failed in the last {runs} run(s) (`--all` lists them, "
+                "`--json -` gives every count)"
+            )
         failing = len(shown) - len(never)
-        print(f"{db}: {len(listed)} of {len(shown)} test(s) listed ({failing} failed in the window)"
-              + (" (failing only)" if args.failing else ""))
+        print(
+            f"{db}: {len(listed)} of {len(shown)} test(s) listed ({failing} failed in the window)"
+            + (" (failing only)" if args.failing else "")
+        )
     if args.json:
-        conventions.write_json(args.json, {"store": str(db), "last": args.last, "backend": args.backend,
-                                           "failing_only": args.failing,
-                                           "tests": [{**asdict(c), "phrase": c.phrase()} for c in shown]})
+        conventions.write_json(
+            args.json,
+            {
+                "store": str(db),
+                "last": args.last,
+                "backend": args.backend,
+                "failing_only": args.failing,
+                "tests": [{**asdict(c), "phrase": c.phrase()} for c in shown],
+            },
+        )
     return 0

@@ -81,7 +81,9 @@ class JournalRead:
     poisoned: tuple[str, str] | None = None
     exit_status: int | None = None
     collecting: list[str] = field(default_factory=list)  # collectors started and not done, outermost first
-    spawned: dict[str, list[leftovers.Proc]] = field(default_factory=dict)  # test id -> processes it left running
+    spawned: dict[str, list[leftovers.Proc]] = field(
+        default_factory=dict
+    )  # test id -> processes it left running
 
     def collecting_file(self) -> str | None:
         """The file (or folder) whose collection the process died in, when it died collecting one."""
@@ -102,21 +104,38 @@ def read_journal(path: Path) -> JournalRead:
         if kind == "collected":
             out.collected = list(ev["ids"])
         elif kind == "collect_error":
-            out.collect_errors.append(Finished(res.printable(ev["id"] or "<collection>"), "error",
-                                               res.printable(f"collection error: {ev.get('message', '')}"),
-                                               res.printable(ev.get("text", "")), 0.0))
+            out.collect_errors.append(
+                Finished(
+                    res.printable(ev["id"] or "<collection>"),
+                    "error",
+                    res.printable(f"collection error: {ev.get('message', '')}"),
+                    res.printable(ev.get("text", "")),
+                    0.0,
+                )
+            )
         elif kind == "collect_start":
             out.collecting.append(str(ev["id"]))
         elif kind == "collect_done":
             if ev["id"] in out.collecting:
                 out.collecting.remove(ev["id"])
-        elif kind == "spawned" and ev.get("ns", "") == leftovers.pid_namespace():  # module docstring: leftover
-            out.spawned.setdefault(ev["id"], []).extend(leftovers.Proc.from_json(p) for p in ev.get("procs", []))
+        elif (
+            kind == "spawned" and ev.get("ns", "") == leftovers.pid_namespace()
+        ):  # module docstring: leftover
+            out.spawned.setdefault(ev["id"], []).extend(
+                leftovers.Proc.from_json(p) for p in ev.get("procs", [])
+            )
         elif kind == "start":
             out.running, out.running_since = ev["id"], ev.get("t")
         elif kind == "finish":
-            out.finished.append(Finished(ev["id"], ev["outcome"], res.printable(ev.get("message", "")),
-                                         res.printable(ev.get("text", "")), float(ev.get("duration_s") or 0.0)))
+            out.finished.append(
+                Finished(
+                    ev["id"],
+                    ev["outcome"],
+                    res.printable(ev.get("message", "")),
+                    res.printable(ev.get("text", "")),
+                    float(ev.get("duration_s") or 0.0),
+                )
+            )
             if out.running == ev["id"]:  # the test that was running finished
                 out.running = out.running_since = None
         elif kind == "poisoned":
@@ -157,7 +176,9 @@ class SuiteRun:
     ended_badly: str = ""  # an abnormal end that no test is to blame for (a crash after the last test)
     timed_out: bool = False
     running: str | None = None  # the test that was running when the suite was interrupted
-    unowned: list[str] = field(default_factory=list)  # leftovers charged to no test (labels, their test if known)
+    unowned: list[str] = field(
+        default_factory=list
+    )  # leftovers charged to no test (labels, their test if known)
 
     @property
     def decided(self) -> set[str]:
@@ -176,15 +197,30 @@ class SuiteRun:
     def tests(self) -> list[TestOutcome]:
         """The finished tests as the suite's JUnit (`write_junit`) gives them back: seconds to 3 decimals, a
         message only for a test that did not pass."""
-        return [TestOutcome(f.id, Outcome(f.outcome), f.message.strip()[:500] if f.outcome != "passed" else "",
-                               round(f.duration_s, 3)) for f in self.finished]
+        return [
+            TestOutcome(
+                f.id,
+                Outcome(f.outcome),
+                f.message.strip()[:500] if f.outcome != "passed" else "",
+                round(f.duration_s, 3),
+            )
+            for f in self.finished
+        ]
 
 
 Attempt = Callable[[int, str, list[str], float, Callable[[], str | None]], Any]
 
 
-def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, suite_s: float, test_s: float,
-              on_interrupt: Callable[[SuiteRun], None] | None = None) -> SuiteRun:
+def run_suite(
+    attempt: Attempt,
+    suite: str,
+    suite_dir: Path,
+    seen_dir: str,
+    *,
+    suite_s: float,
+    test_s: float,
+    on_interrupt: Callable[[SuiteRun], None] | None = None,
+) -> SuiteRun:
     """Run one suite to the end through `attempt(k, name, extra_args, timeout_s, watchdog) -> PytestRun`
     (runner.run_pytest with the suite's arguments), resuming after every crash (module docstring).
 
@@ -192,15 +228,25 @@ def run_suite(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, s
     results are kept in the returned state: `on_interrupt(state)` is called, then the interrupt propagates.
     Leftovers that no test started (module docstring) end the suite badly, named.
     """
-    out = _run_attempts(attempt, suite, suite_dir, seen_dir, suite_s=suite_s, test_s=test_s, on_interrupt=on_interrupt)
+    out = _run_attempts(
+        attempt, suite, suite_dir, seen_dir, suite_s=suite_s, test_s=test_s, on_interrupt=on_interrupt
+    )
     if out.unowned:
         note = f"left {len(out.unowned)} process(es) running: {', '.join(out.unowned)} (ended by the harness)"
         out.ended_badly = f"{out.ended_badly}; {note}" if out.ended_badly else note
     return out
 
 
-def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, *, suite_s: float, test_s: float,
-                  on_interrupt: Callable[[SuiteRun], None] | None) -> SuiteRun:
+def _run_attempts(
+    attempt: Attempt,
+    suite: str,
+    suite_dir: Path,
+    seen_dir: str,
+    *,
+    suite_s: float,
+    test_s: float,
+    on_interrupt: Callable[[SuiteRun], None] | None,
+) -> SuiteRun:
     """`run_suite`'s attempts, one after the other until every test is decided (or the budget is spent)."""
     out = SuiteRun()
     deadline = time.monotonic() + suite_s
@@ -211,8 +257,12 @@ def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, 
         name = suite if k == 1 else f"{suite}.resume-{k}"
         journal = suite_dir / f"{name}.journal"
         journal.unlink(missing_ok=True)
-        extra = ["-p", "harness.suites.journal_plugin", f"--kiln-journal={seen_dir}/{journal.name}",
-                 "--continue-on-collection-errors"]  # a file that fails to import costs its own tests alone
+        extra = [
+            "-p",
+            "harness.suites.journal_plugin",
+            f"--kiln-journal={seen_dir}/{journal.name}",
+            "--continue-on-collection-errors",
+        ]  # a file that fails to import costs its own tests alone
         extra += [f"--ignore={path}" for path in ignored]
         if out.finished:
             skip = suite_dir / f"{name}.skip.json"
@@ -242,25 +292,56 @@ def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, 
         if culprit is not None:
             crash = Crash(culprit, why, run.returncode, k, run.log.name, log_tail(run.log))
             out.crashes.append(crash)
-            own = next((f for f in out.finished if f.id == culprit), None)  # it finished, then broke the device
+            own = next(
+                (f for f in out.finished if f.id == culprit), None
+            )  # it finished, then broke the device
             out.finished = [f for f in out.finished if f.id != culprit]
             text = f"{own.message}\n{own.text}\n--- log tail\n{crash.tail}" if own else crash.tail
-            out.finished.append(Finished(culprit, "error", f"crashed: {why} (attempt {k}; see {run.log.name})",
-                                         text, own.duration_s if own else 0.0, crash=why))
+            out.finished.append(
+                Finished(
+                    culprit,
+                    "error",
+                    f"crashed: {why} (attempt {k}; see {run.log.name})",
+                    text,
+                    own.duration_s if own else 0.0,
+                    crash=why,
+                )
+            )
         crashed_file = read.collecting_file()
-        if culprit is None and crashed_file and crashed_file not in ignored and len(out.crashes) < MAX_CRASHES:
-            crash = Crash(crashed_file, f"crashed while collecting: {why}", run.returncode, k, run.log.name,
-                          log_tail(run.log))
+        if (
+            culprit is None
+            and crashed_file
+            and crashed_file not in ignored
+            and len(out.crashes) < MAX_CRASHES
+        ):
+            crash = Crash(
+                crashed_file,
+                f"crashed while collecting: {why}",
+                run.returncode,
+                k,
+                run.log.name,
+                log_tail(run.log),
+            )
             out.crashes.append(crash)
             out.finished = [f for f in out.finished if f.id != crashed_file]
-            out.finished.append(Finished(crashed_file, "error", f"crashed while collecting: {why} (attempt {k}; see "
-                                         f"{run.log.name})", crash.tail, 0.0, crash=crash.reason))
+            out.finished.append(
+                Finished(
+                    crashed_file,
+                    "error",
+                    f"crashed while collecting: {why} (attempt {k}; see {run.log.name})",
+                    crash.tail,
+                    0.0,
+                    crash=crash.reason,
+                )
+            )
             ignored.append(crashed_file)
             if run.timed_out or time.monotonic() >= deadline:  # it hung importing: the budget is spent
                 out.timed_out = True
                 return out
             continue  # the rest of the suite, without that file
-        if read.collected is None and not read.finished:  # died before its tests were known: conftest, imports
+        if (
+            read.collected is None and not read.finished
+        ):  # died before its tests were known: conftest, imports
             out.collect_failed = f"{why}: {res_error_line(run.log)}"
             out.timed_out = run.timed_out
             return out
@@ -273,7 +354,9 @@ def _run_attempts(attempt: Attempt, suite: str, suite_dir: Path, seen_dir: str, 
                 out.ended_badly = f"{why} after its last test"
             return out
         if len(out.crashes) >= MAX_CRASHES or (culprit is None and len(out.finished) == before):
-            out.ended_badly = f"{why}; gave up after {len(out.crashes)} crash(es), {len(out.not_run)} test(s) not run"
+            out.ended_badly = (
+                f"{why}; gave up after {len(out.crashes)} crash(es), {len(out.not_run)} test(s) not run"
+            )
             return out
 
 
@@ -283,8 +366,12 @@ def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Pro
     an attempt that did not end `clean` (pytest died: no atexit ran, so a process-wide worker pool was not
     stopped either) no test is charged: the suite names them, with the test that started each where known."""
     started = {(p.pid, p.start): test for test, procs in read.spawned.items() for p in procs}
-    escaped = [p for procs in read.spawned.values() for p in procs
-               if not any((q.pid, q.start) == (p.pid, p.start) for q in left)]
+    escaped = [
+        p
+        for procs in read.spawned.values()
+        for p in procs
+        if not any((q.pid, q.start) == (p.pid, p.start) for q in left)
+    ]
     ended = [*left, *leftovers.end(escaped)]
     if not ended:
         return
@@ -292,8 +379,11 @@ def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Pro
     for p in ended:
         by_test.setdefault(started.get((p.pid, p.start), ""), []).append(p)
     if not clean:
-        out.unowned += [p.label() + (f" started by {test}" if test else "") for test, procs in by_test.items()
-                        for p in procs]
+        out.unowned += [
+            p.label() + (f" started by {test}" if test else "")
+            for test, procs in by_test.items()
+            for p in procs
+        ]
         return
     out.unowned += [p.label() for p in by_test.pop("", [])]
     for test, procs in by_test.items():
@@ -303,7 +393,9 @@ def _charge_leftovers(out: SuiteRun, read: JournalRead, left: list[leftovers.Pro
             out.finished.append(Finished(test, "error", note, "", 0.0))
             continue
         message = note if own.outcome not in res.FAILING else f"{own.message}; {note}"
-        out.finished[out.finished.index(own)] = Finished(test, "error", message, own.text, own.duration_s, own.crash)
+        out.finished[out.finished.index(own)] = Finished(
+            test, "error", message, own.text, own.duration_s, own.crash
+        )
 
 
 def make_watchdog(journal: Path, test_s: float, hung: list[str]) -> Callable[[], str | None]:
@@ -331,14 +423,18 @@ def watchdog_grace_s(test_s: float) -> float:
     return min(WATCHDOG_GRACE_S, max(3.0, test_s))
 
 
-def _culprit(read: JournalRead, run: Any, hung: list[str], suite_s: float, test_s: float
-             ) -> tuple[str | None, str]:
+def _culprit(
+    read: JournalRead, run: Any, hung: list[str], suite_s: float, test_s: float
+) -> tuple[str | None, str]:
     """(the test to blame, why) for an attempt that ended abnormally."""
     if read.poisoned is not None:
         return read.poisoned[0], f"device unusable after this test: {read.poisoned[1]}"
     if hung:
-        return hung[0], f"hung: still running {watchdog_grace_s(test_s):.0f}s past the test timeout of {test_s:.0f}s " \
-                        "(process killed)"
+        return (
+            hung[0],
+            f"hung: still running {watchdog_grace_s(test_s):.0f}s past the test timeout of {test_s:.0f}s "
+            "(process killed)",
+        )
     if run.timed_out:
         return read.running, f"hung: still running when the suite timeout ({suite_s:.0f}s) passed"
     if run.returncode == EXIT_POISONED:
@@ -348,7 +444,11 @@ def _culprit(read: JournalRead, run: Any, hung: list[str], suite_s: float, test_
 
 def res_error_line(log: Path) -> str:
     """The most telling line of a log: the last one that mentions an error, else the last line."""
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    lines = (
+        [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        if log.exists()
+        else []
+    )
     errors = [ln for ln in lines if "error" in ln.lower()]
     return (errors or lines or ["no output"])[-1][:500]
 
@@ -368,21 +468,36 @@ def write_junit(path: Path, suite: str, finished: list[Finished]) -> None:
     """The suite's JUnit XML (xunit1, with each test's `kiln_nodeid`; a crash also carries `kiln_crash`)."""
     counts = res.counts([TestOutcome(f.id, Outcome(f.outcome), "", 0.0) for f in finished])
     top = ET.Element("testsuites")
-    ts = ET.SubElement(top, "testsuite", name=suite, tests=str(len(finished)), failures=str(counts["failed"]),
-                       errors=str(counts["error"]), skipped=str(counts["skipped"] + counts["xfailed"]),
-                       time=f"{sum(f.duration_s for f in finished):.3f}")
+    ts = ET.SubElement(
+        top,
+        "testsuite",
+        name=suite,
+        tests=str(len(finished)),
+        failures=str(counts["failed"]),
+        errors=str(counts["error"]),
+        skipped=str(counts["skipped"] + counts["xfailed"]),
+        time=f"{sum(f.duration_s for f in finished):.3f}",
+    )
     for f in finished:
         classname, name, file = _names(f.id)
-        case = ET.SubElement(ts, "testcase", classname=classname, name=name, file=file, time=f"{f.duration_s:.3f}")
+        case = ET.SubElement(
+            ts, "testcase", classname=classname, name=name, file=file, time=f"{f.duration_s:.3f}"
+        )
         props = ET.SubElement(case, "properties")
         ET.SubElement(props, "property", name="kiln_nodeid", value=f.id)
         if f.crash:
             ET.SubElement(props, "property", name="kiln_crash", value=f.crash)
         if f.outcome in ("failed", "error"):
-            el = ET.SubElement(case, "failure" if f.outcome == "failed" else "error", message=res.printable(f.message))
+            el = ET.SubElement(
+                case, "failure" if f.outcome == "failed" else "error", message=res.printable(f.message)
+            )
             el.text = res.printable(f.text)
         elif f.outcome in ("skipped", "xfailed"):
-            ET.SubElement(case, "skipped", message=res.printable(f.message),
-                          type="pytest.xfail" if f.outcome == "xfailed" else "pytest.skip")
+            ET.SubElement(
+                case,
+                "skipped",
+                message=res.printable(f.message),
+                type="pytest.xfail" if f.outcome == "xfailed" else "pytest.skip",
+            )
     ET.indent(top)
     res.atomic_write_bytes(path, ET.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n")

@@ -50,9 +50,20 @@ from harness.exc import EXIT_POISONED
 from harness.results import printable
 
 _TEXT_LIMIT = 20000
-_STICKY = ("illegal memory access", "illegal address", "device-side assert", "uncorrectable ecc",
-           "unspecified launch failure", "misaligned address", "an illegal instruction", "hipErrorIllegal",
-           "cudaErrorIllegal", "cudaErrorAssert", "cudaErrorLaunchFailure", "cudaErrorECCUncorrectable")
+_STICKY = (
+    "illegal memory access",
+    "illegal address",
+    "device-side assert",
+    "uncorrectable ecc",
+    "unspecified launch failure",
+    "misaligned address",
+    "an illegal instruction",
+    "hipErrorIllegal",
+    "cudaErrorIllegal",
+    "cudaErrorAssert",
+    "cudaErrorLaunchFailure",
+    "cudaErrorECCUncorrectable",
+)
 
 
 class Journal:
@@ -87,7 +98,9 @@ class _State:
 
     journal: Journal | None = None
     reports: ClassVar[dict[str, list[pytest.TestReport]]] = {}
-    before: ClassVar[set[tuple[int, int]]] = set()  # (pid, start) of the processes below this one at a test's start
+    before: ClassVar[set[tuple[int, int]]] = (
+        set()
+    )  # (pid, start) of the processes below this one at a test's start
 
 
 def _journal(_: object = None) -> Journal | None:
@@ -130,8 +143,9 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
         journal.write(event="collect_done", id=report.nodeid)
     if report.failed and journal is not None:
         text = str(report.longrepr)
-        journal.write(event="collect_error", id=report.nodeid, message=_last_error_line(text),
-                      text=text[-_TEXT_LIMIT:])
+        journal.write(
+            event="collect_error", id=report.nodeid, message=_last_error_line(text), text=text[-_TEXT_LIMIT:]
+        )
 
 
 def _last_error_line(text: str) -> str:
@@ -187,11 +201,19 @@ def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
         return
     reports = _State.reports.pop(nodeid, [])
     outcome, message, text = outcome_of(reports)
-    journal.write(event="finish", id=nodeid, outcome=outcome, message=message, text=text,
-                  duration_s=round(sum(r.duration for r in reports), 3))
+    journal.write(
+        event="finish",
+        id=nodeid,
+        outcome=outcome,
+        message=message,
+        text=text,
+        duration_s=round(sum(r.duration for r in reports), 3),
+    )
     spawned = [p for p in leftovers.descendants(os.getpid()) if (p.pid, p.start) not in _State.before]
     if spawned:
-        journal.write(event="spawned", id=nodeid, procs=[p.as_json() for p in spawned], ns=leftovers.pid_namespace())
+        journal.write(
+            event="spawned", id=nodeid, procs=[p.as_json() for p in spawned], ns=leftovers.pid_namespace()
+        )
     error = device_error()
     if error is not None:
         journal.write(event="poisoned", id=nodeid, error=error)

@@ -24,14 +24,14 @@ import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from harness import results as res
-from harness.suites.collect import read_record
 from harness.exc import ResultsError
 from harness.record import SHARED_KEYS, RunRecord, RunStatus, ShardRecord, ShardStatus, SuiteRecord
+from harness.suites.collect import read_record
 
 MAX_PROBLEMS = 20
 SHARD_STATUSES = tuple(ShardStatus)
@@ -53,7 +53,7 @@ def shard_dir_name(index: int) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _read(folder: Path | None) -> RunRecord | None:
@@ -66,7 +66,9 @@ def _read(folder: Path | None) -> RunRecord | None:
         return None
 
 
-def shard_state(record: RunRecord | None, proc: ShardProcess | None, log: str = "") -> tuple[ShardStatus, str]:
+def shard_state(
+    record: RunRecord | None, proc: ShardProcess | None, log: str = ""
+) -> tuple[ShardStatus, str]:
     """(status, reason) of one shard from its record and, for a local shard, its process."""
     see = f"; see {log}" if log else ""
     if proc is not None and proc.hung:
@@ -77,7 +79,9 @@ def shard_state(record: RunRecord | None, proc: ShardProcess | None, log: str = 
         return ShardStatus.CRASHED, f"exit {proc.returncode} before writing run.json{see}"
     if record.status == RunStatus.COMPLETE:
         return ShardStatus.COMPLETE, ""
-    if record.status == RunStatus.RUNNING:  # its process died without a word: a crash, or a kill (a job timeout)
+    if (
+        record.status == RunStatus.RUNNING
+    ):  # its process died without a word: a crash, or a kill (a job timeout)
         rc = f" (exit {proc.returncode})" if proc is not None else " (crashed, or killed: a job timeout?)"
         return ShardStatus.CRASHED, f"stopped without finishing{rc}{see}"
     if record.status in (RunStatus.INCOMPLETE, RunStatus.ABORTED):
@@ -102,12 +106,19 @@ def consistency_problems(folders: dict[int, Path], records: dict[int, RunRecord]
 
     problems: list[str] = []
     suites: dict[str, dict[int, dict[str, Any] | None]] = {}
-    quarantines = {i: json.dumps(r.quarantine, sort_keys=True) for i, r in records.items()
-                   if r.quarantine is not None}
-    if len(set(quarantines.values())) > 1:  # the merged run is judged by one quarantine: the shards' must agree
-        problems.append("the shards ran under different quarantines (run.json `quarantine`): "
-                        + "; ".join(f"shard {i}: {len((records[i].quarantine or {}).get('entries') or [])} entries"
-                                    for i in sorted(quarantines)))
+    quarantines = {
+        i: json.dumps(r.quarantine, sort_keys=True) for i, r in records.items() if r.quarantine is not None
+    }
+    if (
+        len(set(quarantines.values())) > 1
+    ):  # the merged run is judged by one quarantine: the shards' must agree
+        problems.append(
+            "the shards ran under different quarantines (run.json `quarantine`): "
+            + "; ".join(
+                f"shard {i}: {len((records[i].quarantine or {}).get('entries') or [])} entries"
+                for i in sorted(quarantines)
+            )
+        )
     for index, record in sorted(records.items()):
         shard = record.shard
         if shard is None or shard.index != index or shard.count != count:
@@ -121,14 +132,20 @@ def consistency_problems(folders: dict[int, Path], records: dict[int, RunRecord]
         present = {i: r for i, r in found.items() if r is not None}
         lacking = sorted(i for i, r in found.items() if r is None)
         statuses = {i: next(s.status for s in records[i].suites if s.name == name) for i in lacking}
-        lacking = [i for i in lacking if statuses[i] not in ("error", "timeout")]  # a broken suite says so itself
+        lacking = [
+            i for i in lacking if statuses[i] not in ("error", "timeout")
+        ]  # a broken suite says so itself
         if lacking:
-            problems.append(f"suite {name}: shard(s) {', '.join(map(str, lacking))} wrote no shard record "
-                            "(was the suite run without --shard?)")
+            problems.append(
+                f"suite {name}: shard(s) {', '.join(map(str, lacking))} wrote no shard record "
+                "(was the suite run without --shard?)"
+            )
         if len({r.get("collected_sha256") for r in present.values()}) > 1:
             sizes = ", ".join(f"shard {i}: {r.get('collected')}" for i, r in sorted(present.items()))
-            problems.append(f"suite {name}: the shards collected different tests ({sizes}); "
-                            "a test may have run in two shards or in none")
+            problems.append(
+                f"suite {name}: the shards collected different tests ({sizes}); "
+                "a test may have run in two shards or in none"
+            )
         if len({r.get("durations_sha256") for r in present.values()}) > 1:
             problems.append(f"suite {name}: the shards were balanced with different durations files")
         seen: dict[str, int] = {}
@@ -139,7 +156,9 @@ def consistency_problems(folders: dict[int, Path], records: dict[int, RunRecord]
                 seen.setdefault(test, i)
         collected = {r.get("collected") for r in present.values()}
         if len(present) == count and len(collected) == 1 and len(seen) != collected.pop():
-            problems.append(f"suite {name}: the shards selected {len(seen)} tests of {present[1].get('collected')}")
+            problems.append(
+                f"suite {name}: the shards selected {len(seen)} tests of {present[1].get('collected')}"
+            )
     ran: dict[str, int] = {}
     for index in sorted(records):
         try:
@@ -169,9 +188,17 @@ def _place(out: Path, folders: dict[int, Path]) -> dict[int, Path]:
     return placed
 
 
-def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: dict[int, ShardProcess] | None = None,
-                 base: RunRecord | None = None, history: str | None = None, wall_s: float | None = None,
-                 reason: str = ""):
+def merge_shards(
+    out: Path,
+    folders: dict[int, Path],
+    count: int,
+    *,
+    processes: dict[int, ShardProcess] | None = None,
+    base: RunRecord | None = None,
+    history: str | None = None,
+    wall_s: float | None = None,
+    reason: str = "",
+):
     """Merge shard folders (index -> folder; absent indexes are missing shards) into `out`; returns the
     report's Summary. `processes`: what the local shard processes did; `base`: the record's fields for when no
     shard wrote a run.json; `history`: the test-history store the merged run records into (else `base`'s);
@@ -192,28 +219,50 @@ def merge_shards(out: Path, folders: dict[int, Path], count: int, *, processes: 
         log = log if proc is not None and (out / log).exists() else ""
         status, why = shard_state(records.get(index), proc, log)
         rec = records.get(index)
-        shards.append(ShardRecord(
-            index, count, status, why, shard_dir_name(index) if index in placed and placed[index].is_dir() else "",
-            tuple(proc.devices) if proc is not None else (rec.devices if rec else ()),
-            proc.wall_s if proc is not None else (rec.wall_s if rec else None),
-            rec.run_id if rec else None, rec.started if rec else None, rec.finished if rec else None))
+        shards.append(
+            ShardRecord(
+                index,
+                count,
+                status,
+                why,
+                shard_dir_name(index) if index in placed and placed[index].is_dir() else "",
+                tuple(proc.devices) if proc is not None else (rec.devices if rec else ()),
+                proc.wall_s if proc is not None else (rec.wall_s if rec else None),
+                rec.run_id if rec else None,
+                rec.started if rec else None,
+                rec.finished if rec else None,
+            )
+        )
         if status != ShardStatus.COMPLETE:
             stopped.append(f"shard {index}/{count} {status}" + (f": {why}" if why else ""))
     problems = consistency_problems(placed, records, count)
     if len(problems) > MAX_PROBLEMS:
         problems = problems[:MAX_PROBLEMS] + [f"... and {len(problems) - MAX_PROBLEMS} more"]
-    run_status = RunStatus.INCONSISTENT if problems else RunStatus.INCOMPLETE if stopped or reason else RunStatus.COMPLETE
+    run_status = (
+        RunStatus.INCONSISTENT
+        if problems
+        else RunStatus.INCOMPLETE
+        if stopped or reason
+        else RunStatus.COMPLETE
+    )
     reasons = ([reason] if reason else []) + stopped + problems
     starts = [s.started for s in shards if s.started]
     like = first or base or RunRecord("", "", RunStatus.RUNNING)
     shared = {k: getattr(like, k) for k in SHARED_KEYS}
     if first is not None and first.quarantine is None and base is not None:
         shared["quarantine"] = base.quarantine
-    merged = replace(RunRecord(out.name, like.backend, run_status), **shared,
-                     history=history if history is not None else (base.history if base else None),
-                     started=min(starts, default=None), finished=_now(), shard_count=count, shards=tuple(shards),
-                     problems=tuple(problems), wall_s=round(wall_s, 2) if wall_s is not None else None,
-                     reason="; ".join(reasons) if reasons else None)
+    merged = replace(
+        RunRecord(out.name, like.backend, run_status),
+        **shared,
+        history=history if history is not None else (base.history if base else None),
+        started=min(starts, default=None),
+        finished=_now(),
+        shard_count=count,
+        shards=tuple(shards),
+        problems=tuple(problems),
+        wall_s=round(wall_s, 2) if wall_s is not None else None,
+        reason="; ".join(reasons) if reasons else None,
+    )
     for index in sorted(records):
         env = placed[index] / "env.json"
         if env.is_file():
@@ -250,11 +299,14 @@ def find_shards(paths: Sequence[Path], exclude: Path | None = None) -> tuple[dic
             found[index] = folder
             counts.setdefault(count, folder)
     if not found:
-        raise ResultsError("no shard results folders (run.json of a `--shard I/N` run) in "
-                           + ", ".join(map(str, paths)))
+        raise ResultsError(
+            "no shard results folders (run.json of a `--shard I/N` run) in " + ", ".join(map(str, paths))
+        )
     if len(counts) > 1:
-        raise ResultsError("the folders are shards of different splits: "
-                           + ", ".join(f"{folder} of {count}" for count, folder in sorted(counts.items())))
+        raise ResultsError(
+            "the folders are shards of different splits: "
+            + ", ".join(f"{folder} of {count}" for count, folder in sorted(counts.items()))
+        )
     return found, next(iter(counts))
 
 
@@ -263,11 +315,16 @@ def find_shards(paths: Sequence[Path], exclude: Path | None = None) -> tuple[dic
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", help="shard results folders, or folders that hold them (CI artifacts)")
-    p.add_argument("--out", required=True, help="merged results folder to write (shards copied into shard-I/)")
+    p.add_argument(
+        "--out", required=True, help="merged results folder to write (shards copied into shard-I/)"
+    )
     p.add_argument("--markdown", action="store_true", help="print markdown instead of text")
     p.add_argument("--check", action="store_true", help="exit 1 unless every shard is complete and green")
-    p.add_argument("--github-summary", action="store_true",
-                   help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
+    p.add_argument(
+        "--github-summary",
+        action="store_true",
+        help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set",
+    )
     p.add_argument("--history", metavar="DB", help="record the merged run into this test-history store")
     from harness.store.cli import add_store_flags
 

@@ -87,8 +87,9 @@ class Place(Protocol):
 
     def inherited(self) -> Mapping[str, str]: ...
 
-    def launch(self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
-               ) -> Launch: ...
+    def launch(
+        self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
+    ) -> Launch: ...
 
     def test_timeout_s(self, b: Backend) -> int: ...
 
@@ -125,12 +126,17 @@ def check_native_python() -> bool:
     """Native mode needs pytest; without pytest-timeout per-test timeouts are off (warned, and False)."""
     if importlib.util.find_spec("pytest") is None:  # the suites need torch and triton too: name all it lacks
         lacks = ", ".join(m for m in ("pytest", "torch", "triton") if importlib.util.find_spec(m) is None)
-        raise MissingTool(f"pytest is not installed for {sys.executable} (it lacks {lacks}); native mode runs the "
-                          "suites with this Python: drop KILN_NO_VENV (the sessions' shared venv .nox/kiln has them), "
-                          "or install the project into it (pip install -e '.[test]' with the matrix's torch and triton)")
+        raise MissingTool(
+            f"pytest is not installed for {sys.executable} (it lacks {lacks}); native mode runs the "
+            "suites with this Python: drop KILN_NO_VENV (the sessions' shared venv .nox/kiln has them), "
+            "or install the project into it (pip install -e '.[test]' with the matrix's torch and triton)"
+        )
     if not pytest_timeout_available():
-        warnings.warn("pytest-timeout is not installed: per-test timeouts are off, only the suite timeout "
-                      "applies (pip install pytest-timeout)", stacklevel=3)
+        warnings.warn(
+            "pytest-timeout is not installed: per-test timeouts are off, only the suite timeout "
+            "applies (pip install pytest-timeout)",
+            stacklevel=3,
+        )
         return False
     return True
 
@@ -159,8 +165,9 @@ class NativePlace:
     def inherited(self) -> Mapping[str, str]:
         return os.environ
 
-    def launch(self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
-               ) -> Launch:
+    def launch(
+        self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
+    ) -> Launch:
         src = settings().root
         argv, full_env = native_command(inner, {**native_cache_env(), **env}, src=src)
         return Launch(argv, full_env, src)
@@ -224,9 +231,15 @@ def container_extras(b: Backend, image: str | None) -> dict[str, Any]:
     holds_key = s.cache_scope in ("main", "local")  # harness.trust.Trust.holds_key
     key_file = os.environ.get("KILN_CACHE_KEY_FILE", "").strip() if holds_key else ""
     key_env = holds_key and bool(os.environ.get("KILN_CACHE_KEY", "").strip())
-    return {"docker": s.docker, "user": s.container_user, "labels": labels, "cache": cache,
-            "scope_vars": scope_env(s.cache_scope), "key_file": Path(key_file).expanduser() if key_file else None,
-            "key_env": key_env}
+    return {
+        "docker": s.docker,
+        "user": s.container_user,
+        "labels": labels,
+        "cache": cache,
+        "scope_vars": scope_env(s.cache_scope),
+        "key_file": Path(key_file).expanduser() if key_file else None,
+        "key_env": key_env,
+    }
 
 
 HASH_TAG = re.compile(r":[0-9a-f]{16}$")  # harness.images.image's tags: the hash of the image's inputs
@@ -277,14 +290,25 @@ class ContainerPlace:
     def inherited(self) -> Mapping[str, str]:
         return {}  # a container starts from the image's environment, not the harness's
 
-    def launch(self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
-               ) -> Launch:
+    def launch(
+        self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
+    ) -> Launch:
         if not self.image_tag:
-            raise HarnessError("container mode needs an image tag (build one with `python -m harness image build`)")
+            raise HarnessError(
+                "container mode needs an image tag (build one with `python -m harness image build`)"
+            )
         container = container_name(b.name, name)
         cb, cenv = container_backend(b, env)
-        argv = container_argv(cb, self.image_tag, inner, src=settings().root, env=cenv, results=out_dir,
-                              name=container, **container_extras(b, self.image_tag))
+        argv = container_argv(
+            cb,
+            self.image_tag,
+            inner,
+            src=settings().root,
+            env=cenv,
+            results=out_dir,
+            name=container,
+            **container_extras(b, self.image_tag),
+        )
         return Launch(argv, container=container)
 
     def test_timeout_s(self, b: Backend) -> int:
@@ -311,7 +335,11 @@ class ContainerPlace:
         return ContainerPlace(info["tag"], info.get("base", self.base_image), info)
 
     def cli_args(self) -> list[str]:
-        return ["--image", str(self.image_tag), *(["--base-image", self.base_image] if self.base_image else [])]
+        return [
+            "--image",
+            str(self.image_tag),
+            *(["--base-image", self.base_image] if self.base_image else []),
+        ]
 
     def cli_env(self) -> dict[str, str]:
         return {"KILN_NATIVE": "0"}

@@ -72,9 +72,13 @@ class Quarantine:
     def to_json(self) -> dict:
         """The quarantine as plain JSON for run.json: {"file": path or None, "entries": [{id, reason, backends,
         issue}, ...]} (an empty quarantine or no file: no entries)."""
-        return {"file": self.path or None,
-                "entries": [{"id": e.id, "reason": e.reason, "backends": list(e.backends), "issue": e.issue}
-                            for e in self.entries]}
+        return {
+            "file": self.path or None,
+            "entries": [
+                {"id": e.id, "reason": e.reason, "backends": list(e.backends), "issue": e.issue}
+                for e in self.entries
+            ],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping, source: str = "run.json") -> Quarantine:
@@ -82,10 +86,17 @@ class Quarantine:
         raises QuarantineError naming `source`."""
         entries = data.get("entries") if isinstance(data, Mapping) else None
         if not isinstance(entries, list):
-            raise QuarantineError(f"{source}: 'quarantine' must be {{\"file\": ..., \"entries\": [...]}}")
+            raise QuarantineError(f'{source}: \'quarantine\' must be {{"file": ..., "entries": [...]}}')
         try:
-            parsed = tuple(Entry(str(e["id"]), str(e.get("reason", "")), tuple(e.get("backends") or ()),
-                                 str(e.get("issue", ""))) for e in entries)
+            parsed = tuple(
+                Entry(
+                    str(e["id"]),
+                    str(e.get("reason", "")),
+                    tuple(e.get("backends") or ()),
+                    str(e.get("issue", "")),
+                )
+                for e in entries
+            )
         except (KeyError, TypeError) as e:
             raise QuarantineError(f"{source}: malformed quarantine entry ({e})") from None
         return cls(parsed, str(data.get("file") or ""))
@@ -237,8 +248,14 @@ class Verdict:
                 for r in self.quarantined_failing
             ]
         if self.ready_to_leave and not leave_advice:
-            lines += ["", ("**Quarantined tests that passed in this run** (only `harness flakes` with N runs says "
-                           "whether they may leave the quarantine):"), ""]
+            lines += [
+                "",
+                (
+                    "**Quarantined tests that passed in this run** (only `harness flakes` with N runs says "
+                    "whether they may leave the quarantine):"
+                ),
+                "",
+            ]
             lines += [f"- `{r.id}`: passed {r.runs}/{r.runs}" for r in self.ready_to_leave]
         elif self.ready_to_leave:
             lines += ["", "**Ready to leave quarantine (passed every run):**", ""]
@@ -296,7 +313,7 @@ def outcomes_of(tests: Iterable[object]) -> dict[str, list[str]]:
     a test listed twice (same id in two suites or runs) keeps both outcomes."""
     result: dict[str, list[str]] = {}
     for t in tests:
-        result.setdefault(getattr(t, "id"), []).append(getattr(t, "outcome"))
+        result.setdefault(t.id, []).append(t.outcome)
     return result
 
 

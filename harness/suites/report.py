@@ -27,11 +27,11 @@ from typing import Any
 
 from harness import conventions
 from harness import results as res
-from harness.suites import retries as retries_mod
-from harness.suites.collect import RunResults, latest_run, load_run
 from harness.exc import ResultsError
 from harness.record import RetryRecord, RunRecord, RunStatus, ShardRecord, TestOutcome
 from harness.settings import settings
+from harness.suites import retries as retries_mod
+from harness.suites.collect import RunResults, latest_run, load_run
 
 
 @dataclass(frozen=True)
@@ -68,16 +68,22 @@ class Summary:
         (empty when nothing)."""
         lines = []
         if self.flaky:
-            lines.append(f"flaky: {len(self.flaky)} test(s) failed, then passed when run again alone; they do not "
-                         f"fail the run: {', '.join(self.flaky)}")
+            lines.append(
+                f"flaky: {len(self.flaky)} test(s) failed, then passed when run again alone; they do not "
+                f"fail the run: {', '.join(self.flaky)}"
+            )
         if self.ready_to_leave:
-            lines.append(f"quarantined tests that passed in this run ({len(self.ready_to_leave)}; one run does not "
-                         f"show a flake is fixed: `harness flakes` decides): {', '.join(self.ready_to_leave)}")
+            lines.append(
+                f"quarantined tests that passed in this run ({len(self.ready_to_leave)}; one run does not "
+                f"show a flake is fixed: `harness flakes` decides): {', '.join(self.ready_to_leave)}"
+            )
         if self.quarantine_note:
             lines.append(self.quarantine_note)
         if self.kept is not None:
-            lines.append(f"verdict kept: the run finished {_word(self.kept)}; judged again now it would be "
-                         f"{_word(self.judged_ok)} (a report never rewrites a finished run's verdict)")
+            lines.append(
+                f"verdict kept: the run finished {_word(self.kept)}; judged again now it would be "
+                f"{_word(self.judged_ok)} (a report never rewrites a finished run's verdict)"
+            )
         return lines
 
     def headline(self) -> str:
@@ -122,8 +128,10 @@ def quarantine_in_force(run: RunResults) -> tuple[Any, str]:
     root = Path(run.record.src or settings().root)
     q = load_quarantine(root)
     where = quarantine.default_path(root)
-    return q, (f"quarantine: none recorded in run.json (a run from before it was); judged with today's {where}"
-               + ("" if q is not None else " (absent: no quarantine)"))
+    return q, (
+        f"quarantine: none recorded in run.json (a run from before it was); judged with today's {where}"
+        + ("" if q is not None else " (absent: no quarantine)")
+    )
 
 
 def verdict(run: RunResults):
@@ -169,9 +177,22 @@ def summarize(run: RunResults) -> Summary:
     blocking = [i for i in (failing if v is None else v.failing) if i not in flaky]
     quarantined = [] if v is None else [r.id for r in v.quarantined_failing]
     ready = [] if v is None else [r.id for r in v.ready_to_leave]
-    s = Summary(run.path.name, run.record.backend, run.record.mode or "?", status,
-                final_counts(all_tests, set(flaky)), [s.name for s in run.broken_suites], blocking, quarantined,
-                shard_label(run.record), flaky, ready, note, None, run.record.finished)
+    s = Summary(
+        run.path.name,
+        run.record.backend,
+        run.record.mode or "?",
+        status,
+        final_counts(all_tests, set(flaky)),
+        [s.name for s in run.broken_suites],
+        blocking,
+        quarantined,
+        shard_label(run.record),
+        flaky,
+        ready,
+        note,
+        None,
+        run.record.finished,
+    )
     kept = kept_verdict(run)
     return s if kept is None or kept == s.judged_ok else replace(s, kept=kept)
 
@@ -237,7 +258,9 @@ def _shard_line(row: ShardRow) -> str:
     devices = f" [gpu {','.join(sh.devices)}]" if sh.devices else ""
     wall = f" in {sh.wall_s:.1f}s" if sh.wall_s is not None else ""
     reason = f" ({sh.reason})" if sh.reason else ""
-    return f"shard {sh.index}/{sh.count}{devices} {sh.status.upper()}{reason}: {body}{wall} -> {sh.dir or '-'}"
+    return (
+        f"shard {sh.index}/{sh.count}{devices} {sh.status.upper()}{reason}: {body}{wall} -> {sh.dir or '-'}"
+    )
 
 
 def _env_lines(run: RunResults) -> list[str]:
@@ -268,8 +291,10 @@ def _numerics_lines(run: RunResults) -> list[str]:
     lines = []
     if saved.is_dir():
         cases = len(list(saved.glob("*/manifest.json")))
-        lines.append(f"numerics outputs: {saved} ({cases} cases); compare: python -m harness numerics compare "
-                     f"OTHER_RUN:kiln {run.path}:kiln --out {compared.parent}")
+        lines.append(
+            f"numerics outputs: {saved} ({cases} cases); compare: python -m harness numerics compare "
+            f"OTHER_RUN:kiln {run.path}:kiln --out {compared.parent}"
+        )
     if compared.is_file():
         lines.append(f"numerics comparison: {compared}")
     return lines
@@ -287,8 +312,9 @@ def render_text(run: RunResults) -> str:
     lines += _env_lines(run) + _numerics_lines(run)
     lines.append("")
     for one in run.suites:
-        lines.append(res.summary_line(one.name, label, one.tests, one.record.duration_s,
-                                      suite_label(one, s.flaky)))
+        lines.append(
+            res.summary_line(one.name, label, one.tests, one.record.duration_s, suite_label(one, s.flaky))
+        )
     rows = shard_rows(run)
     if rows:
         lines += ["", *map(_shard_line, rows)]
@@ -302,9 +328,13 @@ def render_text(run: RunResults) -> str:
     failing = [(suite, t) for suite, t in run.failing if t.id not in s.flaky]
     flaky = [(suite, t) for suite, t in run.failing if t.id in s.flaky]
     hint = image_hint(run.record_for(run.failing[0][1].id)) if run.failing else None
-    for title, group in ((f"failing tests ({len(failing)}):", failing),
-                         (f"flaky tests ({len(flaky)}): failed, then passed when run again alone; they do not fail "
-                          "the run", flaky)):
+    for title, group in (
+        (f"failing tests ({len(failing)}):", failing),
+        (
+            f"flaky tests ({len(flaky)}): failed, then passed when run again alone; they do not fail the run",
+            flaky,
+        ),
+    ):
         if not group:
             continue
         lines += ["", title]
@@ -318,8 +348,11 @@ def render_text(run: RunResults) -> str:
             lines.append(f"    {repro_line(run.record_for(t.id), t.id)}")
     v = verdict(run)
     if v is not None and v.ready_to_leave:
-        lines += ["", f"quarantined tests that passed in this run ({len(v.ready_to_leave)}); only `harness flakes` "
-                  "with N runs says whether they may leave the quarantine:"]
+        lines += [
+            "",
+            f"quarantined tests that passed in this run ({len(v.ready_to_leave)}); only `harness flakes` "
+            "with N runs says whether they may leave the quarantine:",
+        ]
         lines += [f"- {r.id}: passed {r.runs}/{r.runs}" for r in v.ready_to_leave]
     return "\n".join(lines) + "\n"
 
@@ -333,8 +366,13 @@ def broken_suite_lines(run: RunResults) -> list[tuple[str, str, str, str]]:
     out = []
     for suite in run.suites:
         rec = suite.record
-        why = (f"collection error: {rec.collect_failed}" if getattr(rec, "collect_failed", None)
-               else f"ended badly: {rec.ended_badly}" if getattr(rec, "ended_badly", None) else "")
+        why = (
+            f"collection error: {rec.collect_failed}"
+            if getattr(rec, "collect_failed", None)
+            else f"ended badly: {rec.ended_badly}"
+            if getattr(rec, "ended_badly", None)
+            else ""
+        )
         if not why:
             continue
         log = run.path / rec.log if rec.log else run.path / "suites" / f"{suite.name}.log"
@@ -354,7 +392,9 @@ def _attempt_lines(run: RunResults, r: RetryRecord | None, past: Any) -> list[st
         what = "failing attempt's log" if r.status == retries_mod.FLAKY else "log"
         lines.append(f"attempts: {r.describe()}; {what}: {r.failing_log}")
     elif run.record.retries is not None:
-        lines.append("attempts: failed the suite run; not run again (retries off, or past the suite's max_tests)")
+        lines.append(
+            "attempts: failed the suite run; not run again (retries off, or past the suite's max_tests)"
+        )
     if past is not None:
         lines.append(f"history: {past.phrase()}")
     return lines
@@ -365,26 +405,50 @@ def render_markdown(run: RunResults) -> str:
     from harness.suites.repro import repro_line
 
     s = summarize(run)
-    lines = [f"### {s.headline()}", "", *res.markdown_table(
-        ["suite", "status", *res.OUTCOMES, "seconds"],
-        [[suite.name, suite_label(suite, s.flaky).lower(), *res.counts(suite.tests).values(),
-          f"{suite.record.duration_s:.1f}"] for suite in run.suites])]
+    lines = [
+        f"### {s.headline()}",
+        "",
+        *res.markdown_table(
+            ["suite", "status", *res.OUTCOMES, "seconds"],
+            [
+                [
+                    suite.name,
+                    suite_label(suite, s.flaky).lower(),
+                    *res.counts(suite.tests).values(),
+                    f"{suite.record.duration_s:.1f}",
+                ]
+                for suite in run.suites
+            ],
+        ),
+    ]
     rows = shard_rows(run)
     if rows:
-        lines += ["", *res.markdown_table(
-            ["shard", "gpus", "status", *res.OUTCOMES, "wall seconds", "folder"],
-            [[f"{r.shard.index}/{r.shard.count}", ",".join(r.shard.devices) or "-",
-              r.shard.status + (f" ({r.shard.reason})" if r.shard.reason else ""),
-              *(r.counts[o] for o in res.OUTCOMES),
-              f"{r.shard.wall_s:.1f}" if r.shard.wall_s is not None else "-", r.shard.dir or "-"]
-             for r in rows])]
+        lines += [
+            "",
+            *res.markdown_table(
+                ["shard", "gpus", "status", *res.OUTCOMES, "wall seconds", "folder"],
+                [
+                    [
+                        f"{r.shard.index}/{r.shard.count}",
+                        ",".join(r.shard.devices) or "-",
+                        r.shard.status + (f" ({r.shard.reason})" if r.shard.reason else ""),
+                        *(r.counts[o] for o in res.OUTCOMES),
+                        f"{r.shard.wall_s:.1f}" if r.shard.wall_s is not None else "-",
+                        r.shard.dir or "-",
+                    ]
+                    for r in rows
+                ],
+            ),
+        ]
     lines += ["", *(f"- {line}" for line in s.verdict_lines() + _env_lines(run) + _numerics_lines(run))]
     for suite, why, log, line in broken_suite_lines(run):
         lines += ["", f"#### Suite {suite}: {why}", "", f"log: `{log}`", "", "```sh", line, "```"]
     retried = retries_mod.load(run)
     past = history_counts(run, sorted({t.id for _, t in run.failing}))
-    for title, flaky in (("#### Failing tests", False),
-                         ("#### Flaky tests (failed, then passed when run again alone; not failing the run)", True)):
+    for title, flaky in (
+        ("#### Failing tests", False),
+        ("#### Flaky tests (failed, then passed when run again alone; not failing the run)", True),
+    ):
         group = [(suite, t) for suite, t in run.failing if (t.id in s.flaky) == flaky]
         if not group:
             continue
@@ -397,8 +461,14 @@ def render_markdown(run: RunResults) -> str:
             r = retried.get(t.id)
             text = _log_excerpt(run.path / r.failing_log) if r is not None and r.failing_log else ""
             if text:
-                lines += ["  <details><summary>failing attempt's log</summary>", "", "  ```",
-                          *(f"  {ln}" for ln in text.splitlines()), "  ```", "  </details>"]
+                lines += [
+                    "  <details><summary>failing attempt's log</summary>",
+                    "",
+                    "  ```",
+                    *(f"  {ln}" for ln in text.splitlines()),
+                    "  ```",
+                    "  </details>",
+                ]
     v = verdict(run)
     if v is not None and v.markdown(leave_advice=False):
         lines += ["", v.markdown(leave_advice=False)]
@@ -431,21 +501,41 @@ def summary_json(run: RunResults, s: Summary | None = None) -> dict[str, Any]:
     """What summary.json (and `report --json`) holds: the verdict, counts, suites, shards and every test."""
     s = s or summarize(run)
     return {
-        "run_id": s.run_id, "backend": s.backend, "mode": s.mode, "status": s.status, "ok": s.ok,
-        "finished": s.finished, "judged_ok": s.judged_ok, "quarantine_note": s.quarantine_note,
-        "counts": s.counts, "broken_suites": s.broken_suites, "blocking": s.blocking,
+        "run_id": s.run_id,
+        "backend": s.backend,
+        "mode": s.mode,
+        "status": s.status,
+        "ok": s.ok,
+        "finished": s.finished,
+        "judged_ok": s.judged_ok,
+        "quarantine_note": s.quarantine_note,
+        "counts": s.counts,
+        "broken_suites": s.broken_suites,
+        "blocking": s.blocking,
         "quarantined_failing": s.quarantined,
         "shard": asdict(run.record.shard) if run.record.shard else None,
         "shards": [r.to_json() for r in shard_rows(run)] or None,
-        "flaky": s.flaky, "quarantined_passed_all_runs": s.ready_to_leave,
+        "flaky": s.flaky,
+        "quarantined_passed_all_runs": s.ready_to_leave,
         "retried": {i: r.to_json() for i, r in sorted(retries_mod.load(run).items())},
-        "suites": [{"name": suite.name, "status": str(suite.status), "label": suite_label(suite, s.flaky),
-                    "counts": res.counts(suite.tests), "duration_s": suite.record.duration_s}
-                   for suite in run.suites],
-        "broken_suite_details": [{"suite": n, "why": w, "log": lg, "repro": ln}
-                                 for n, w, lg, ln in broken_suite_lines(run)],
-        "tests": [{"suite": suite.name, **res.to_json([t])[0], **_final(t, s)} for suite in run.suites
-                  for t in suite.tests],
+        "suites": [
+            {
+                "name": suite.name,
+                "status": str(suite.status),
+                "label": suite_label(suite, s.flaky),
+                "counts": res.counts(suite.tests),
+                "duration_s": suite.record.duration_s,
+            }
+            for suite in run.suites
+        ],
+        "broken_suite_details": [
+            {"suite": n, "why": w, "log": lg, "repro": ln} for n, w, lg, ln in broken_suite_lines(run)
+        ],
+        "tests": [
+            {"suite": suite.name, **res.to_json([t])[0], **_final(t, s)}
+            for suite in run.suites
+            for t in suite.tests
+        ],
     }
 
 
@@ -465,10 +555,16 @@ def cli_add_arguments(p: Any) -> None:
 
     add_store_flags(p)  # the failure counts' history
     p.add_argument("--markdown", action="store_true", help="print markdown instead of text")
-    p.add_argument("--check", action="store_true", help="exit 1 unless the run is complete and green (a finished "
-                   "run: the verdict it finished with)")
-    p.add_argument("--github-summary", action="store_true",
-                   help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless the run is complete and green (a finished run: the verdict it finished with)",
+    )
+    p.add_argument(
+        "--github-summary",
+        action="store_true",
+        help="also append the markdown report to $GITHUB_STEP_SUMMARY when it is set",
+    )
     conventions.add_json(p, "the report (summary.json's content)")
 
 

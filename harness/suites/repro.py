@@ -25,16 +25,33 @@ from pathlib import Path
 from typing import Any
 
 from harness import matrix as matrix_mod
-from harness.commands import (CONTAINER_RESULTS, container_argv, native_command, native_shell_line, pytest_argv,
-                              suite_env, without_gpu_options)
+from harness.commands import (
+    CONTAINER_RESULTS,
+    container_argv,
+    native_command,
+    native_shell_line,
+    pytest_argv,
+    suite_env,
+    without_gpu_options,
+)
 from harness.exc import EXIT_FAILED, EXIT_INFRA, EXIT_OK, HarnessError, ImageError, ResultsError
 from harness.git import output as git_output
 from harness.matrix import Backend
 from harness.record import FAILING, RunRecord
 from harness.settings import settings
 from harness.suites.collect import RunResults, latest_run, load_run
-from harness.suites.repro_plan import (CONTAINER, NATIVE, Here, ReproPlan, choose_mode, commit_differences,
-                                       differs_line, outcome_line, plan, run_env)
+from harness.suites.repro_plan import (
+    CONTAINER,
+    NATIVE,
+    Here,
+    ReproPlan,
+    choose_mode,
+    commit_differences,
+    differs_line,
+    outcome_line,
+    plan,
+    run_env,
+)
 from harness.suites.repro_source import RunSource
 
 
@@ -85,12 +102,12 @@ def image_hint(record: RunRecord) -> str | None:
     return f"python -m harness image build --backend {record.backend}{base_arg}  # builds {image}"
 
 
-
 # ---- the rerun's command ---------------------------------------------------------------------------------
 
 
-def rerun_command(p: ReproPlan, record: RunRecord, backend: Backend, root: Path, out: Path
-                  ) -> tuple[list[str], dict[str, str] | None, Path | None, str | None]:
+def rerun_command(
+    p: ReproPlan, record: RunRecord, backend: Backend, root: Path, out: Path
+) -> tuple[list[str], dict[str, str] | None, Path | None, str | None]:
     """(argv, environment or None for this process's, working folder, container name) of the rerun of plan `p`:
     its tests in one pytest process, JUnit into `out`/repro.xml, from the tree at `root`. A container gets the
     run's container options (its GPU options left out where `p.drop_gpus`), this machine's visible GPUs and
@@ -101,7 +118,9 @@ def rerun_command(p: ReproPlan, record: RunRecord, backend: Backend, root: Path,
         inner = repro_argv(record, *p.targets, junit=str(out / JUNIT))
         argv, env = native_command(inner, dict(p.env), src=root)
         return argv, env, root, None
-    options = backend.container_options if record.container_options is None else tuple(record.container_options)
+    options = (
+        backend.container_options if record.container_options is None else tuple(record.container_options)
+    )
     if p.drop_gpus:
         options = tuple(without_gpu_options(options))
     b = replace(backend, container_options=options)
@@ -113,8 +132,17 @@ def rerun_command(p: ReproPlan, record: RunRecord, backend: Backend, root: Path,
     inner = repro_argv(record, *p.targets, junit=f"{CONTAINER_RESULTS}/{JUNIT}")
     name = container_name(backend.name)
     s = settings()
-    argv = container_argv(b, str(p.image), inner, src=root, env=env, results=out, name=name, docker=s.docker,
-                          user=s.container_user)
+    argv = container_argv(
+        b,
+        str(p.image),
+        inner,
+        src=root,
+        env=env,
+        results=out,
+        name=name,
+        docker=s.docker,
+        user=s.container_user,
+    )
     return argv, None, None, name
 
 
@@ -132,20 +160,37 @@ def exit_code(rc: int, found: dict[str, str]) -> int:
 
 
 def cli_add_arguments(p: Any) -> None:
-    p.add_argument("source", nargs="?", help="a run's results folder, its CI artifact (zip or folder) or a run "
-                   "id of the store (uid, folder name or id; KILN_STORE_URL or --store) (default: the latest "
-                   "run under results/)")
-    p.add_argument("--print", action="store_true", dest="print_lines",
-                   help="print one command per failing test that reproduces it, run nothing")
+    p.add_argument(
+        "source",
+        nargs="?",
+        help="a run's results folder, its CI artifact (zip or folder) or a run "
+        "id of the store (uid, folder name or id; KILN_STORE_URL or --store) (default: the latest "
+        "run under results/)",
+    )
+    p.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_lines",
+        help="print one command per failing test that reproduces it, run nothing",
+    )
     p.add_argument("--test", help="with --print: the line for this test id even if it did not fail")
     p.add_argument("--run", metavar="NAME", help="the run folder to take from an artifact holding several")
-    p.add_argument("--repo", metavar="DIR", help="the git repository holding the run's commit (default: this "
-                   "checkout, KILN_ROOT)")
-    p.add_argument("--here", action="store_true", help="rerun on this checkout as it is, not at the run's commit")
+    p.add_argument(
+        "--repo",
+        metavar="DIR",
+        help="the git repository holding the run's commit (default: this checkout, KILN_ROOT)",
+    )
+    p.add_argument(
+        "--here", action="store_true", help="rerun on this checkout as it is, not at the run's commit"
+    )
     p.add_argument("--native", action="store_true", help="rerun natively even if the run was in a container")
     p.add_argument("--no-build", action="store_true", help="stop instead of building a missing image")
-    p.add_argument("--out", metavar="DIR", help="the repro's scratch folder: worktree, log, JUnit (default: a "
-                   "new kiln-repro-* folder in the temporary folder)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="the repro's scratch folder: worktree, log, JUnit (default: a "
+        "new kiln-repro-* folder in the temporary folder)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch worktree")
     from harness.store.cli import add_store_flags
 
@@ -169,8 +214,11 @@ def print_lines(args: Any) -> int:
     if hint:
         print(f"# image: {hint}")
     for one in broken:  # died before (or after) its tests: rerun the whole folder to see why
-        why = (f"collection error: {one.record.collect_failed}" if one.record.collect_failed
-               else f"ended badly: {one.record.ended_badly}")
+        why = (
+            f"collection error: {one.record.collect_failed}"
+            if one.record.collect_failed
+            else f"ended badly: {one.record.ended_badly}"
+        )
         print(f"# suite {one.name}: {why}")
         print(suite_repro_line(run.record, one.name))
     for suite, test in failing:
@@ -202,19 +250,30 @@ def _repro(args: Any, scratch: Path) -> int:
     src = open_source(args.source or str(latest_run()), scratch, args.run)
     rec = src.record
     sha = src.commit
-    print(f"repro: {src.where}: run {rec.run_id} ({rec.backend}/{rec.mode or '?'}, commit "
-          f"{sha[:12] if sha else 'unknown'}): {len(src.failing)} failing test(s)", flush=True)
+    print(
+        f"repro: {src.where}: run {rec.run_id} ({rec.backend}/{rec.mode or '?'}, commit "
+        f"{sha[:12] if sha else 'unknown'}): {len(src.failing)} failing test(s)",
+        flush=True,
+    )
     if src.note:
         print(f"repro: note: {src.note}", flush=True)
     for broken in src.broken:
-        print(f"repro: suite {broken}: not rerun (`python -m harness repro --print` gives its command)", flush=True)
+        print(
+            f"repro: suite {broken}: not rerun (`python -m harness repro --print` gives its command)",
+            flush=True,
+        )
     if not src.failing:
         print(f"repro: nothing to reproduce: no failing tests in {src.where}")
         return EXIT_OK
     repo = Path(args.repo).resolve() if args.repo else settings().root
     use_here = bool(args.here) or sha is None
-    here = Here(docker=rr.docker_answers(), gpus=rr.local_gpus(), versions=rr.local_versions(),
-                has_commit=sha is not None and rr.has_commit(repo, sha), head=git_output(repo, "rev-parse", "HEAD"))
+    here = Here(
+        docker=rr.docker_answers(),
+        gpus=rr.local_gpus(),
+        versions=rr.local_versions(),
+        has_commit=sha is not None and rr.has_commit(repo, sha),
+        head=git_output(repo, "rev-parse", "HEAD"),
+    )
     commit_differences(src, here, use_here)  # a commit not here stops before anything is made
     tree = repo if use_here else rr.add_worktree(repo, str(sha), scratch / rr.TREE)
     try:
@@ -234,7 +293,9 @@ def _rerun(args: Any, src: RunSource, here: Here, tree: Path, scratch: Path, use
     if choose_mode(src, here, args.native)[0] == CONTAINER:
         recorded = (src.record.image or {}).get("tag")
         present = rr.image_present(recorded)
-        here = replace(here, image_present=present, rebuild_tag=None if present else rr.worktree_image_tag(tree, b.name))
+        here = replace(
+            here, image_present=present, rebuild_tag=None if present else rr.worktree_image_tag(tree, b.name)
+        )
     p = plan(src, here, run_env(src, suite_env(m, b)), force_native=args.native, use_here=use_here)
     print(differs_line(p), flush=True)
     if p.mode == CONTAINER and p.build and not rr.image_present(p.image):
@@ -243,7 +304,9 @@ def _rerun(args: Any, src: RunSource, here: Here, tree: Path, scratch: Path, use
         rr.build_image(tree, b.name, str(p.image))
     argv, env, cwd, name = rerun_command(p, src.record_for(p.targets[0]), b, tree, scratch)
     where = f"in {p.image}" if p.mode == CONTAINER else f"natively with {sys.executable}"
-    print(f"repro: rerunning {len(p.targets)} test(s) {where}, tree {tree}; log {scratch / rr.LOG}", flush=True)
+    print(
+        f"repro: rerunning {len(p.targets)} test(s) {where}, tree {tree}; log {scratch / rr.LOG}", flush=True
+    )
     timeout = src.record.suite_timeout_s or b.timeouts.suite_s
     rc = rr.rerun(argv, env=env, cwd=cwd, log=scratch / rr.LOG, timeout_s=timeout, container=name)
     found = rr.outcomes(scratch / rr.JUNIT, tree, p.targets)

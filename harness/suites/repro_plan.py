@@ -62,14 +62,18 @@ def gpu_difference(run: Sequence[str], here: Sequence[str], backend: str) -> str
     the run used none (a cpu run does not care)."""
     if not run or sorted(run) == sorted(here):
         return None
-    return f"GPU: the run had {gpu_phrase(run)}, here {gpu_phrase(here)}" + \
-        (f" (backend {backend} tests may skip or fail)" if not here else "")
+    return f"GPU: the run had {gpu_phrase(run)}, here {gpu_phrase(here)}" + (
+        f" (backend {backend} tests may skip or fail)" if not here else ""
+    )
 
 
 def version_differences(run: Mapping[str, str], here: Mapping[str, str]) -> list[str]:
     """`torch 2.11.0 here, 2.13.0 in the run` for every version both sides know and that differs."""
-    return [f"{k} {here[k]} here, {run[k]} in the run" for k in ("python", "torch", "triton", "cuda", "hip")
-            if run.get(k) and here.get(k) and run[k] != here[k]]
+    return [
+        f"{k} {here[k]} here, {run[k]} in the run"
+        for k in ("python", "torch", "triton", "cuda", "hip")
+        if run.get(k) and here.get(k) and run[k] != here[k]
+    ]
 
 
 def choose_mode(src: RunSource, here: Here, force_native: bool) -> tuple[str, str | None]:
@@ -90,14 +94,22 @@ def choose_image(src: RunSource, here: Here) -> tuple[str | None, bool, str | No
     if recorded and here.image_present:
         return str(recorded), False, None
     if here.rebuild_tag is None:
-        raise ResultsError(f"no image for the container rerun: {recorded or 'the run recorded none'} is not here "
-                           "and the commit's image tag could not be computed")
+        raise ResultsError(
+            f"no image for the container rerun: {recorded or 'the run recorded none'} is not here "
+            "and the commit's image tag could not be computed"
+        )
     if not recorded:
         return here.rebuild_tag, True, f"image: the run recorded none; the commit's is {here.rebuild_tag}"
     if here.rebuild_tag == recorded:
         return str(recorded), True, None
-    return here.rebuild_tag, True, (f"image: {recorded} cannot be rebuilt here (the commit's inputs hash to "
-                                    f"{here.rebuild_tag}: another base image or lock), {here.rebuild_tag} is used")
+    return (
+        here.rebuild_tag,
+        True,
+        (
+            f"image: {recorded} cannot be rebuilt here (the commit's inputs hash to "
+            f"{here.rebuild_tag}: another base image or lock), {here.rebuild_tag} is used"
+        ),
+    )
 
 
 def commit_differences(src: RunSource, here: Here, use_here: bool) -> list[str]:
@@ -108,10 +120,14 @@ def commit_differences(src: RunSource, here: Here, use_here: bool) -> list[str]:
     if sha is None:
         out.append(f"commit: the run recorded none, this checkout's HEAD {(here.head or '?')[:12]} is tested")
     elif use_here:
-        out.append(f"commit: this checkout's tree (HEAD {(here.head or '?')[:12]}) instead of the run's {sha[:12]}")
+        out.append(
+            f"commit: this checkout's tree (HEAD {(here.head or '?')[:12]}) instead of the run's {sha[:12]}"
+        )
     elif not here.has_commit:
-        raise ResultsError(f"commit {sha[:12]} of the run is not in this repository: fetch it (git fetch origin "
-                           f"{sha}), give --repo DIR, or --here to rerun on this checkout as it is")
+        raise ResultsError(
+            f"commit {sha[:12]} of the run is not in this repository: fetch it (git fetch origin "
+            f"{sha}), give --repo DIR, or --here to rerun on this checkout as it is"
+        )
     commit = src.record.commit or {}
     if commit.get("dirty"):
         files = list(commit.get("dirty_files") or ())
@@ -120,8 +136,9 @@ def commit_differences(src: RunSource, here: Here, use_here: bool) -> list[str]:
     return out
 
 
-def plan(src: RunSource, here: Here, env: Mapping[str, str], *, force_native: bool = False,
-         use_here: bool = False) -> ReproPlan:
+def plan(
+    src: RunSource, here: Here, env: Mapping[str, str], *, force_native: bool = False, use_here: bool = False
+) -> ReproPlan:
     """The rerun of `src`'s failing tests on this machine (module docstring). `env`: the suites' environment,
     the run's own (its record's `env`, then its `seeds`) or, for a store run, the commit's matrix's."""
     if not src.failing:
@@ -140,8 +157,16 @@ def plan(src: RunSource, here: Here, env: Mapping[str, str], *, force_native: bo
     if src.from_store:
         diffs.append("environment: the commit's matrix (the store keeps no run environment)")
     targets = tuple(dict.fromkeys(f.id for f in src.failing))
-    return ReproPlan(mode, targets, dict(env), image, build, use_here or src.commit is None,
-                     mode == CONTAINER and bool(src.gpus) and not here.gpus, tuple(diffs))
+    return ReproPlan(
+        mode,
+        targets,
+        dict(env),
+        image,
+        build,
+        use_here or src.commit is None,
+        mode == CONTAINER and bool(src.gpus) and not here.gpus,
+        tuple(diffs),
+    )
 
 
 def run_env(src: RunSource, matrix_env: Mapping[str, str]) -> dict[str, str]:

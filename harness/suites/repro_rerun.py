@@ -23,7 +23,8 @@ from pathlib import Path
 
 from harness import envinfo
 from harness.exc import DockerError, HarnessError, ImageError
-from harness.git import git, output as git_output
+from harness.git import git
+from harness.git import output as git_output
 from harness.process import execute
 from harness.record import FAILING
 from harness.results import parse_junit
@@ -91,9 +92,13 @@ def local_versions() -> dict[str, str]:
 def worktree_env(tree: Path) -> dict[str, str]:
     """The environment of `python -m harness` in the worktree: its own root and code, this checkout's state, the
     build logs in the scratch folder (they outlive the worktree)."""
-    env = {**os.environ, "KILN_ROOT": str(tree), "KILN_STATE": str(settings().state_dir),
-           "KILN_LOGS": str(tree.parent / "logs"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "KILN_ROOT": str(tree),
+        "KILN_STATE": str(settings().state_dir),
+        "KILN_LOGS": str(tree.parent / "logs"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p),
+    }
     env.pop("KILN_MATRIX", None)
     return env
 
@@ -101,8 +106,15 @@ def worktree_env(tree: Path) -> dict[str, str]:
 def worktree_image_tag(tree: Path, backend: str) -> str | None:
     """The tag the worktree's image inputs hash to here (`python -m harness image tag`), None when its harness
     cannot say (printed as one line)."""
-    proc = subprocess.run([sys.executable, "-m", "harness", "image", "tag", "--backend", backend], cwd=tree,
-                          env=worktree_env(tree), capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "image", "tag", "--backend", backend],
+        cwd=tree,
+        env=worktree_env(tree),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -114,9 +126,18 @@ def worktree_image_tag(tree: Path, backend: str) -> str | None:
 def build_image(tree: Path, backend: str, tag: str) -> None:
     """Build the worktree's image (`python -m harness image build`, minutes); an image other than `tag` is an
     ImageError."""
-    print(f"repro: building {tag} from the run's commit (minutes; `python -m harness image build`)", flush=True)
-    proc = subprocess.run([sys.executable, "-m", "harness", "image", "build", "--backend", backend], cwd=tree,
-                          env=worktree_env(tree), stdout=subprocess.PIPE, text=True, timeout=None, check=False)
+    print(
+        f"repro: building {tag} from the run's commit (minutes; `python -m harness image build`)", flush=True
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "image", "build", "--backend", backend],
+        cwd=tree,
+        env=worktree_env(tree),
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=None,
+        check=False,
+    )
     built = (proc.stdout.strip().splitlines() or [""])[-1].strip()
     if proc.returncode != 0:
         raise ImageError(f"the image build of the run's commit failed (exit {proc.returncode})")
@@ -135,10 +156,19 @@ def image_present(tag: str | None) -> bool:
 # ---- the rerun -------------------------------------------------------------------------------------------
 
 
-def rerun(argv: list[str], *, env: dict[str, str] | None, cwd: Path | None, log: Path, timeout_s: float,
-          container: str | None) -> int:
+def rerun(
+    argv: list[str],
+    *,
+    env: dict[str, str] | None,
+    cwd: Path | None,
+    log: Path,
+    timeout_s: float,
+    container: str | None,
+) -> int:
     """Run the rerun's command, its output echoed and logged; its exit status."""
-    rc, timed_out = execute(argv, log=log, timeout_s=timeout_s, env=env, cwd=cwd, echo=True, container=container)
+    rc, timed_out = execute(
+        argv, log=log, timeout_s=timeout_s, env=env, cwd=cwd, echo=True, container=container
+    )
     if timed_out:
         print(f"repro: the rerun passed its {timeout_s:.0f} s limit and was stopped", flush=True)
     return rc

@@ -79,8 +79,10 @@ def extract_zip(path: Path, dest: Path) -> Path:
             for name in z.namelist():
                 target = (dest / name).resolve()
                 if not target.is_relative_to(dest.resolve()):
-                    raise ResultsError(f"{path}: member {name!r} would be extracted outside its folder; not a "
-                                       "harness artifact")
+                    raise ResultsError(
+                        f"{path}: member {name!r} would be extracted outside its folder; not a "
+                        "harness artifact"
+                    )
             z.extractall(dest)
     except zipfile.BadZipFile as e:
         raise ResultsError(f"{path} is not a readable zip ({e})") from None
@@ -120,8 +122,10 @@ def pick_run(folders: list[Path], given: str, name: str | None) -> tuple[Path, s
             return ""
 
     chosen = max(folders, key=lambda f: (started(f), f.name))
-    return chosen, (f"{given} holds {len(folders)} runs; reproducing {chosen.name}, the latest started "
-                    "(--run NAME picks another)")
+    return chosen, (
+        f"{given} holds {len(folders)} runs; reproducing {chosen.name}, the latest started "
+        "(--run NAME picks another)"
+    )
 
 
 def _env_facts(folder: Path) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -141,8 +145,11 @@ def from_results(run: RunResults, where: str, note: str = "") -> RunSource:
     """The RunSource of a loaded results folder: its failing tests, the suites that never ran theirs, env.json's
     facts (a merged run's from its first shard)."""
     failing = tuple(Failing(suite, t.id, str(t.outcome), t.headline) for suite, t in run.failing)
-    broken = tuple(f"{s.name}: {s.record.collect_failed or s.record.ended_badly}" for s in run.suites
-                   if s.record.collect_failed or s.record.ended_badly)
+    broken = tuple(
+        f"{s.name}: {s.record.collect_failed or s.record.ended_badly}"
+        for s in run.suites
+        if s.record.collect_failed or s.record.ended_badly
+    )
     records = {f.id: run.record_for(f.id) for f in failing if run.record_for(f.id) is not run.record}
     record = run.record
     env_folder = run.path
@@ -166,8 +173,10 @@ def from_path(given: str, scratch: Path, run_name: str | None = None) -> RunSour
     path = Path(given).expanduser()
     if path.is_file():
         if not zipfile.is_zipfile(path):
-            raise ResultsError(f"{given} is a file but not a zip: give a results folder, an artifact (zip or "
-                               "folder) or a run id of the store")
+            raise ResultsError(
+                f"{given} is a file but not a zip: give a results folder, an artifact (zip or "
+                "folder) or a run id of the store"
+            )
         path = extract_zip(path, scratch / "artifact")
     elif not path.is_dir():
         raise ResultsError(f"{given} does not exist")
@@ -198,15 +207,24 @@ def store_row(location: Any, run_id: str) -> tuple[dict[str, Any], list[tuple[st
     with connect(location, readonly=True) as db:
         rows = [dict(x) for x in db.execute(select(t.history_runs).where(or_(*by)).order_by(r.id)).mappings()]
         if not rows:
-            raise ResultsError(f"no run {run_id!r} in the store {location} (give its uid, folder name or id; "
-                               "`python -m harness history show` lists what it holds)")
+            raise ResultsError(
+                f"no run {run_id!r} in the store {location} (give its uid, folder name or id; "
+                "`python -m harness history show` lists what it holds)"
+            )
         if len({x["uid"] for x in rows}) > 1:
-            raise ResultsError(f"{len(rows)} runs of the store {location} match {run_id!r}; give one's uid: "
-                               + ", ".join(str(x["uid"]) for x in rows[:5]))
+            raise ResultsError(
+                f"{len(rows)} runs of the store {location} match {run_id!r}; give one's uid: "
+                + ", ".join(str(x["uid"]) for x in rows[:5])
+            )
         row = rows[0]
-        failing = [(str(n), str(oc)) for n, oc in db.execute(
-            select(o.node_id, o.outcome).where(o.run_id == row["id"], o.outcome.in_(FAILING))
-            .order_by(o.node_id)).all()]
+        failing = [
+            (str(n), str(oc))
+            for n, oc in db.execute(
+                select(o.node_id, o.outcome)
+                .where(o.run_id == row["id"], o.outcome.in_(FAILING))
+                .order_by(o.node_id)
+            ).all()
+        ]
     return row, list(dict.fromkeys(failing))
 
 
@@ -214,19 +232,35 @@ def from_store_row(row: Mapping[str, Any], failing: list[tuple[str, str]], where
     """The RunSource of a store row (module docstring): its folder's when that is on this machine, else rebuilt."""
     folder = Path(str(row.get("folder") or ""))
     if folder.is_absolute() and (folder / "run.json").is_file():
-        src = from_results(load_run(folder), where, f"the store's run {row.get('uid')} is the folder {folder} "
-                           "on this machine: its run.json is read")
+        src = from_results(
+            load_run(folder),
+            where,
+            f"the store's run {row.get('uid')} is the folder {folder} on this machine: its run.json is read",
+        )
         return src
     commit = {"sha": row["git_commit"]} if row.get("git_commit") else None
-    record = RunRecord(run_id=folder.name or str(row.get("uid") or ""), backend=str(row["backend"]),
-                       status=RunStatus.COMPLETE, mode=_mode_of_folder(str(folder)), started=row.get("date"),
-                       commit=commit)
-    tests = tuple(Failing(n.split("/")[1] if n.startswith("tests/") and n.count("/") > 1 else "", n, oc)
-                  for n, oc in failing)
+    record = RunRecord(
+        run_id=folder.name or str(row.get("uid") or ""),
+        backend=str(row["backend"]),
+        status=RunStatus.COMPLETE,
+        mode=_mode_of_folder(str(folder)),
+        started=row.get("date"),
+        commit=commit,
+    )
+    tests = tuple(
+        Failing(n.split("/")[1] if n.startswith("tests/") and n.count("/") > 1 else "", n, oc)
+        for n, oc in failing
+    )
     gpus = (str(row["gpu_model"]),) if row.get("gpu_model") else ()
-    return RunSource(where, record, tests, gpus=gpus, from_store=True,
-                     note=f"the store keeps no image, environment or seeds of run {row.get('uid')}: they come from "
-                          "the commit's matrix")
+    return RunSource(
+        where,
+        record,
+        tests,
+        gpus=gpus,
+        from_store=True,
+        note=f"the store keeps no image, environment or seeds of run {row.get('uid')}: they come from "
+        "the commit's matrix",
+    )
 
 
 def from_store(run_id: str, location: Any = None) -> RunSource:
@@ -235,8 +269,10 @@ def from_store(run_id: str, location: Any = None) -> RunSource:
 
     where = location if location is not None else default_path()
     if isinstance(where, Path) and not where.is_file():
-        raise ResultsError(f"{run_id} is not a results folder or an artifact, and there is no store to look it "
-                           f"up in ({where} does not exist; set KILN_STORE_URL or give --store URL)")
+        raise ResultsError(
+            f"{run_id} is not a results folder or an artifact, and there is no store to look it "
+            f"up in ({where} does not exist; set KILN_STORE_URL or give --store URL)"
+        )
     row, failing = store_row(where, run_id)
     return from_store_row(row, failing, f"run {run_id} of the store {where}")
 

@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from harness import results as res
-from harness.record import PASSED, AttemptRecord, RetryRecord, RetryStatus, SuiteRecord, SuiteRetries, TestOutcome
+from harness.record import (
+    PASSED,
+    AttemptRecord,
+    RetryRecord,
+    RetryStatus,
+    SuiteRecord,
+    SuiteRetries,
+    TestOutcome,
+)
 
 FLAKY, FAILING = RetryStatus.FLAKY.value, RetryStatus.FAILING.value  # as harness.suites.flakes names them
 RETRY_SLACK_S = 120  # a rerun's limit: the per-test timeout plus this (start-up, imports, collection)
@@ -60,7 +68,7 @@ def called_failing_rate(p: float, attempts: int) -> float:
     given that it failed the suite run and is retried up to `attempts` times: p ** attempts (module docstring)."""
     if not 0.0 <= p <= 1.0 or attempts < 0:
         raise ValueError(f"p={p} must be in [0, 1] and attempts={attempts} >= 0")
-    return p ** attempts
+    return p**attempts
 
 
 # ---- reading JUnit -----------------------------------------------------------------------------------------
@@ -98,16 +106,22 @@ def retry_timeout_s(b: Any) -> float:
     return float(min(b.timeouts.suite_s, b.timeouts.test_s + RETRY_SLACK_S))
 
 
-def write_first_attempt(out_dir: Path, run_dir: Path, suite: str, k: int, junit: Path, test: TestOutcome,
-                        root: Path | None = None) -> AttemptRecord:
+def write_first_attempt(
+    out_dir: Path, run_dir: Path, suite: str, k: int, junit: Path, test: TestOutcome, root: Path | None = None
+) -> AttemptRecord:
     """Attempt 0 of the k-th retried test of `suite`: its failure text from the suite's JUnit, saved as its log."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{suite}-{k}.0.txt"
     whole = junit.with_suffix(".log")
     where = whole.relative_to(run_dir) if whole.is_relative_to(run_dir) else whole
-    res.atomic_write_text(path, f"{test.id}: attempt 0 (the suite run; its whole log: {where})\n"
-                                f"{failure_text(junit, test.id, root)}\n")
-    return AttemptRecord(0, test.outcome, test.headline[:300], str(path.relative_to(run_dir)), test.duration_s)
+    res.atomic_write_text(
+        path,
+        f"{test.id}: attempt 0 (the suite run; its whole log: {where})\n"
+        f"{failure_text(junit, test.id, root)}\n",
+    )
+    return AttemptRecord(
+        0, test.outcome, test.headline[:300], str(path.relative_to(run_dir)), test.duration_s
+    )
 
 
 def rerun_attempt(n: int, test_id: str, run: Any, run_dir: Path, root: Path | None = None) -> AttemptRecord:
@@ -117,8 +131,15 @@ def rerun_attempt(n: int, test_id: str, run: Any, run_dir: Path, root: Path | No
         why = "timed out" if run.timed_out else f"exit {run.returncode}"
         found = ("error", f"the rerun left no result for the test ({why}); see its log", run.duration_s)
     outcome, message, seconds = found
-    return AttemptRecord(n, outcome, (message.splitlines() or [""])[0][:300], str(run.log.relative_to(run_dir)), seconds,
-                   run.returncode, str(run.junit.relative_to(run_dir)) if run.junit.exists() else "")
+    return AttemptRecord(
+        n,
+        outcome,
+        (message.splitlines() or [""])[0][:300],
+        str(run.log.relative_to(run_dir)),
+        seconds,
+        run.returncode,
+        str(run.junit.relative_to(run_dir)) if run.junit.exists() else "",
+    )
 
 
 def order(failed: Sequence[TestOutcome], quarantined: Any) -> list[str]:
@@ -126,8 +147,9 @@ def order(failed: Sequence[TestOutcome], quarantined: Any) -> list[str]:
     return sorted(dict.fromkeys(t.id for t in failed), key=lambda i: bool(quarantined(i)))
 
 
-def suite_retries(attempts: int, max_tests: int, retried: Sequence[RetryRecord], not_retried: Sequence[str]
-                  ) -> SuiteRetries:
+def suite_retries(
+    attempts: int, max_tests: int, retried: Sequence[RetryRecord], not_retried: Sequence[str]
+) -> SuiteRetries:
     """A suite record's `retries`."""
     return SuiteRetries(attempts, max_tests, tuple(retried), tuple(not_retried))
 

@@ -31,14 +31,16 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from harness.exc import HarnessError, ResultsError
 
 DURATIONS_SCHEMA = 1
-MIN_WEIGHT_S = 0.005  # a test that took no time still costs its setup: zero weights would all pile on one shard
+MIN_WEIGHT_S = (
+    0.005  # a test that took no time still costs its setup: zero weights would all pile on one shard
+)
 _SHARD_RE = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
@@ -87,8 +89,9 @@ def weights(ids: Iterable[str], durations: dict[str, float] | None = None) -> di
     return {i: max(float(durations.get(i, default)), MIN_WEIGHT_S) for i in ids}
 
 
-def assign(ids: Iterable[str], count: int, durations: dict[str, float] | None = None, offset: int = 0
-           ) -> list[list[str]]:
+def assign(
+    ids: Iterable[str], count: int, durations: dict[str, float] | None = None, offset: int = 0
+) -> list[list[str]]:
     """Split `ids` into `count` shards (list i holds shard i+1's ids, sorted).
 
     Deterministic: depends only on the set of ids, the durations and `offset`, not on the ids' order. Longest
@@ -106,8 +109,9 @@ def assign(ids: Iterable[str], count: int, durations: dict[str, float] | None = 
     return [sorted(s) for s in shards]
 
 
-def select(ids: Sequence[str], shard: Shard, durations: dict[str, float] | None = None, offset: int = 0
-           ) -> list[str]:
+def select(
+    ids: Sequence[str], shard: Shard, durations: dict[str, float] | None = None, offset: int = 0
+) -> list[str]:
     """The ids of `ids` that `shard` runs, in the given order."""
     mine = set(assign(ids, shard.count, durations, offset)[shard.index - 1])
     return [i for i in ids if i in mine]
@@ -152,9 +156,10 @@ def load_durations(path: Path) -> dict[str, float]:
     except (OSError, json.JSONDecodeError) as e:
         raise HarnessError(f"durations file {path} is unreadable: {e}") from None
     tests = data.get("tests") if isinstance(data, dict) else None
-    if not isinstance(tests, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                              for v in tests.values()):
-        raise HarnessError(f"durations file {path}: expected {{\"schema\": 1, \"tests\": {{node id: seconds}}}}")
+    if not isinstance(tests, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in tests.values()
+    ):
+        raise HarnessError(f'durations file {path}: expected {{"schema": 1, "tests": {{node id: seconds}}}}')
     return {str(k): float(v) for k, v in tests.items()}
 
 
@@ -165,9 +170,11 @@ def durations_digest(durations: dict[str, float]) -> str:
 def write_durations(path: Path, durations: dict[str, float], backend: str = "") -> None:
     from harness.results import atomic_write_json
 
-    data: dict[str, Any] = {"schema": DURATIONS_SCHEMA,
-                            "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                            "tests": {k: round(v, 3) for k, v in sorted(durations.items())}}
+    data: dict[str, Any] = {
+        "schema": DURATIONS_SCHEMA,
+        "updated": datetime.now(UTC).isoformat(timespec="seconds"),
+        "tests": {k: round(v, 3) for k, v in sorted(durations.items())},
+    }
     if backend:
         data["backend"] = backend
     atomic_write_json(path, data)
@@ -188,8 +195,10 @@ def durations_of_runs(run_dirs: Sequence[Path]) -> tuple[dict[str, float], str]:
             for t in suite.tests:
                 out[t.id] = t.duration_s
     if len(backends) > 1:
-        raise ResultsError(f"the results folders are of different backends ({', '.join(sorted(backends))}); "
-                           "durations are recorded per backend")
+        raise ResultsError(
+            f"the results folders are of different backends ({', '.join(sorted(backends))}); "
+            "durations are recorded per backend"
+        )
     return out, next(iter(backends), "")
 
 
@@ -211,8 +220,9 @@ def visible_gpus(backend: str, env: dict[str, str] | None = None) -> list[str]:
     return [str(i) for i in range(gpus.count_gpus(kind))]
 
 
-def device_groups(is_gpu: bool, shards: int | None, gpus_per_shard: int, gpus: Sequence[str], *,
-                  backend: str = "") -> list[list[str]]:
+def device_groups(
+    is_gpu: bool, shards: int | None, gpus_per_shard: int, gpus: Sequence[str], *, backend: str = ""
+) -> list[list[str]]:
     """The GPU ids of each shard (`shards` None: as many as `gpus` allow, the first ones when fewer); without
     a GPU, empty groups (one shard for `auto`)."""
     if gpus_per_shard < 1:
@@ -224,9 +234,11 @@ def device_groups(is_gpu: bool, shards: int | None, gpus_per_shard: int, gpus: S
         raise HarnessError(f"{backend}: {len(gpus)} GPU(s) visible, a shard needs {gpus_per_shard}")
     n = possible if shards is None else shards
     if n > possible:
-        raise HarnessError(f"--shards {n} with --gpus-per-shard {gpus_per_shard} needs {n * gpus_per_shard} "
-                           f"GPUs; {len(gpus)} visible ({', '.join(gpus)})")
-    return [list(gpus[k * gpus_per_shard:(k + 1) * gpus_per_shard]) for k in range(n)]
+        raise HarnessError(
+            f"--shards {n} with --gpus-per-shard {gpus_per_shard} needs {n * gpus_per_shard} "
+            f"GPUs; {len(gpus)} visible ({', '.join(gpus)})"
+        )
+    return [list(gpus[k * gpus_per_shard : (k + 1) * gpus_per_shard]) for k in range(n)]
 
 
 def pin_devices(b: Any, devices: Sequence[str], *, native: bool, env: dict[str, str] | None = None) -> Any:
@@ -243,9 +255,15 @@ def pin_devices(b: Any, devices: Sequence[str], *, native: bool, env: dict[str, 
 
 
 def cli_durations_add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results_dirs", nargs="*", help="results folders (plain or merged shard runs), oldest first")
-    p.add_argument("--from-history", metavar="DB", help="instead: the median durations of the history store DB "
-                   "(harness/suites/history.py) for --backend")
+    p.add_argument(
+        "results_dirs", nargs="*", help="results folders (plain or merged shard runs), oldest first"
+    )
+    p.add_argument(
+        "--from-history",
+        metavar="DB",
+        help="instead: the median durations of the history store DB "
+        "(harness/suites/history.py) for --backend",
+    )
     p.add_argument("--backend", help="with --from-history: whose runs' durations")
     from harness.store.cli import add_store_flags
 
@@ -271,5 +289,7 @@ def cli_durations_main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_durations_path(settings().root, backend)
     old = load_durations(out) if out.exists() and not args.replace else {}
     write_durations(out, {**old, **found}, backend)
-    print(f"{out}: {len(found)} test durations recorded ({len(old) + len(set(found) - set(old))} in the file)")
+    print(
+        f"{out}: {len(found)} test durations recorded ({len(old) + len(set(found) - set(old))} in the file)"
+    )
     return 0

@@ -13,17 +13,24 @@ import json
 
 import pytest
 
-from harness.suites import shard as shard_mod
 from harness.exc import HarnessError
+from harness.suites import shard as shard_mod
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kiln-shard", "kiln: run one shard of the tests")
     group.addoption("--kiln-shard", metavar="I/N", help="run only shard I of N of the collected tests")
     group.addoption("--kiln-durations", metavar="FILE", help="test durations that balance the shards")
-    group.addoption("--kiln-shard-offset", type=int, default=0, metavar="K",
-                    help="ties go to shard K+1 first (the harness gives its k-th suite offset k)")
-    group.addoption("--kiln-shard-record", metavar="FILE", help="write the shard's collected/selected ids here")
+    group.addoption(
+        "--kiln-shard-offset",
+        type=int,
+        default=0,
+        metavar="K",
+        help="ties go to shard K+1 first (the harness gives its k-th suite offset k)",
+    )
+    group.addoption(
+        "--kiln-shard-record", metavar="FILE", help="write the shard's collected/selected ids here"
+    )
 
 
 def _shard(config: pytest.Config) -> shard_mod.Shard | None:
@@ -62,8 +69,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if record:
         from harness.results import atomic_write_text
 
-        atomic_write_text(record, json.dumps({
-            "shard": [shard.index, shard.count], "offset": offset, "collected": len(ids), "collected_sha256": shard_mod.digest(ids),
-            "durations_sha256": shard_mod.durations_digest(durations) if path else None,
-            "selected": [item.nodeid for item in selected],
-        }, indent=1) + "\n")
+        atomic_write_text(
+            record,
+            json.dumps(
+                {
+                    "shard": [shard.index, shard.count],
+                    "offset": offset,
+                    "collected": len(ids),
+                    "collected_sha256": shard_mod.digest(ids),
+                    "durations_sha256": shard_mod.durations_digest(durations) if path else None,
+                    "selected": [item.nodeid for item in selected],
+                },
+                indent=1,
+            )
+            + "\n",
+        )

@@ -29,12 +29,12 @@ from harness import matrix as matrix_mod
 from harness.commands import with_pythonpath
 from harness.exc import HarnessError, RunInterrupted
 from harness.matrix import Retries
-from harness.suites.place import Place
-from harness.suites.options import RunOptions
-from harness.suites.merge import ShardProcess, merge_shards, shard_dir_name
 from harness.process import Terminated, kill_group, sigterm_interrupts, spawn
 from harness.record import RunRecord, RunStatus
 from harness.settings import PACKAGE_ROOT, settings
+from harness.suites.merge import ShardProcess, merge_shards, shard_dir_name
+from harness.suites.options import RunOptions
+from harness.suites.place import Place
 from harness.suites.shard import Shard
 
 GRACE_S = 60  # a stopped shard gets this long to kill its pytest/container and mark its run incomplete
@@ -42,12 +42,25 @@ SLACK_S = 120  # on top of environment capture, health check and suites: reports
 KILL_S = 15  # per suite: killing a suite that ran past its timeout
 
 
-def shard_argv(backend: str, shard: Shard, devices: Sequence[str], folder: Path, place: Place,
-               options: RunOptions) -> list[str]:
+def shard_argv(
+    backend: str, shard: Shard, devices: Sequence[str], folder: Path, place: Place, options: RunOptions
+) -> list[str]:
     """The `python -m harness run` command line of one shard at `place` (its `--native` or `--image`), with the
     run's `options` (it records nothing into the test history: the merged run is recorded)."""
-    argv = [sys.executable, "-m", "harness", "run", "--backend", backend, "--shard", str(shard),
-            "--results", str(folder), "--quiet", "--no-history"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--backend",
+        backend,
+        "--shard",
+        str(shard),
+        "--results",
+        str(folder),
+        "--quiet",
+        "--no-history",
+    ]
     if options.retries is not None:
         argv += ["--retries", str(options.retries.attempts)]
     argv += place.cli_args()
@@ -129,8 +142,12 @@ class ShardsState:
     def finish(self, index: int, hung: bool = False) -> None:
         """Note shard `index`'s process as ended (or hung): exit status, wall seconds, GPUs."""
         proc = self.procs[index]
-        self.ended[index] = ShardProcess(proc.returncode, round(time.monotonic() - self.started[index], 2), hung,
-                                         tuple(self.groups[index - 1]))
+        self.ended[index] = ShardProcess(
+            proc.returncode,
+            round(time.monotonic() - self.started[index], 2),
+            hung,
+            tuple(self.groups[index - 1]),
+        )
 
 
 def check_shards(st: ShardsState) -> ShardsState:
@@ -139,11 +156,19 @@ def check_shards(st: ShardsState) -> ShardsState:
 
     unknown = [s for s in st.suites or () if s not in st.m.suites]
     if unknown:
-        raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(st.m.suites)}")
+        raise HarnessError(
+            f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(st.m.suites)}"
+        )
     quarantine = report.load_quarantine(settings().root)
-    st.base = RunRecord("", st.b.name, RunStatus.RUNNING, mode=st.mode, src=str(settings().root),
-                        history=str(st.history_db) if st.history_db else None,
-                        quarantine=report.quarantine_json(quarantine))
+    st.base = RunRecord(
+        "",
+        st.b.name,
+        RunStatus.RUNNING,
+        mode=st.mode,
+        src=str(settings().root),
+        history=str(st.history_db) if st.history_db else None,
+        quarantine=report.quarantine_json(quarantine),
+    )
     return st
 
 
@@ -164,16 +189,26 @@ def shards_image(st: ShardsState) -> ShardsState:
 def launch_shards(st: ShardsState) -> ShardsState:
     """Each shard's `harness run --shard I/N` process, pinned to its GPUs, its output in RUN/shard-I.log."""
     st.run_dir.mkdir(parents=True, exist_ok=True)
-    st.timeout_s = st.timeout_s or shard_timeout_s(st.b, len(st.suites or st.m.suites),
-                                                   st.options.retries or st.m.retries_for(st.b))
+    st.timeout_s = st.timeout_s or shard_timeout_s(
+        st.b, len(st.suites or st.m.suites), st.options.retries or st.m.retries_for(st.b)
+    )
     env = {**with_pythonpath(dict(os.environ), PACKAGE_ROOT), **st.place.cli_env()}
-    print(f"{st.count} shards [{st.b.name}/{st.mode}] -> {st.run_dir}" + "".join(
-        f"; shard {i}: gpu {','.join(g)}" for i, g in enumerate(st.groups, 1) if g), flush=True)
+    print(
+        f"{st.count} shards [{st.b.name}/{st.mode}] -> {st.run_dir}"
+        + "".join(f"; shard {i}: gpu {','.join(g)}" for i, g in enumerate(st.groups, 1) if g),
+        flush=True,
+    )
     for index, devices in enumerate(st.groups, 1):
         folder = st.run_dir / shard_dir_name(index)
         argv = shard_argv(st.b.name, Shard(index, st.count), devices, folder, st.place, st.options)
-        spawned = spawn(argv, st.run_dir / f"{folder.name}.log", env=env, cwd=settings().root, echo=st.options.echo,
-                        prefix=f"[shard {index}/{st.count}] ")
+        spawned = spawn(
+            argv,
+            st.run_dir / f"{folder.name}.log",
+            env=env,
+            cwd=settings().root,
+            echo=st.options.echo,
+            prefix=f"[shard {index}/{st.count}] ",
+        )
         st.procs[index] = spawned.proc
         st.started[index] = time.monotonic()
         st.readers.append(spawned.reader)
@@ -197,12 +232,19 @@ def wait_shards(st: ShardsState) -> ShardsState:
 
 def merge_step(st: ShardsState) -> ShardsState:
     """The shards' folders merged into RUN with one report (harness.suites.merge)."""
-    st.summary = merge_shards(st.run_dir, {i: st.run_dir / shard_dir_name(i) for i in range(1, st.count + 1)},
-                              st.count, processes=st.ended, base=st.base, wall_s=time.monotonic() - st.t0,
-                              reason=f"run {st.interrupted}" if st.interrupted else "")
+    st.summary = merge_shards(
+        st.run_dir,
+        {i: st.run_dir / shard_dir_name(i) for i in range(1, st.count + 1)},
+        st.count,
+        processes=st.ended,
+        base=st.base,
+        wall_s=time.monotonic() - st.t0,
+        reason=f"run {st.interrupted}" if st.interrupted else "",
+    )
     if st.interrupted:
-        raise RunInterrupted(f"run {st.interrupted}; the shards' results so far are merged in {st.run_dir} (marked "
-                             "incomplete)")
+        raise RunInterrupted(
+            f"run {st.interrupted}; the shards' results so far are merged in {st.run_dir} (marked incomplete)"
+        )
     return st
 
 
@@ -229,14 +271,25 @@ def report_step(st: ShardsState) -> ShardsState:
 
 
 Step = tuple[str, Callable[[ShardsState], ShardsState]]
-SETUP_STEPS: tuple[Step, ...] = (("check", check_shards), ("pre-flight", shards_preflight), ("image", shards_image))
-SHARD_STEPS: tuple[Step, ...] = (("launch", launch_shards), ("wait", wait_shards))  # under the interrupt supervisor
-END_STEPS: tuple[Step, ...] = (
-    ("merge", merge_step), ("history", history_step), ("report", report_step))
+SETUP_STEPS: tuple[Step, ...] = (
+    ("check", check_shards),
+    ("pre-flight", shards_preflight),
+    ("image", shards_image),
+)
+SHARD_STEPS: tuple[Step, ...] = (
+    ("launch", launch_shards),
+    ("wait", wait_shards),
+)  # under the interrupt supervisor
+END_STEPS: tuple[Step, ...] = (("merge", merge_step), ("history", history_step), ("report", report_step))
 
 
-def run_shards(backend_name: str, groups: Sequence[Sequence[str]], place: Place, options: RunOptions,
-               timeout_s: float | None = None) -> tuple[Path, int]:
+def run_shards(
+    backend_name: str,
+    groups: Sequence[Sequence[str]],
+    place: Place,
+    options: RunOptions,
+    timeout_s: float | None = None,
+) -> tuple[Path, int]:
     """Run len(groups) shards at once at `place`, shard I pinned to GPU ids groups[I-1]; merge them into
     `options.run_dir` (required): the steps of SETUP_STEPS, SHARD_STEPS (Ctrl-C/SIGTERM stops every shard), then
     END_STEPS. A shard still running after `timeout_s` (default: `shard_timeout_s`) is stopped and reported as
@@ -247,9 +300,16 @@ def run_shards(backend_name: str, groups: Sequence[Sequence[str]], place: Place,
     if options.run_dir is None:
         raise HarnessError("a --shards run needs its run folder")
     m = matrix_mod.load()
-    st = ShardsState(b=m.backend(backend_name), m=m, groups=groups, place=place, options=options,
-                     run_dir=Path(options.run_dir).resolve(), timeout_s=timeout_s,
-                     history_db=options.history_location())
+    st = ShardsState(
+        b=m.backend(backend_name),
+        m=m,
+        groups=groups,
+        place=place,
+        options=options,
+        run_dir=Path(options.run_dir).resolve(),
+        timeout_s=timeout_s,
+        history_db=options.history_location(),
+    )
     for _, step in SETUP_STEPS:
         st = step(st)
     try:

@@ -26,23 +26,31 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.suites import collect
 from harness import matrix as matrix_mod
 from harness import results as res
-from harness.suites import runner
-from harness.suites import shard as shard_mod
 from harness.commands import suite_env
 from harness.exc import HarnessError, HealthError, RunInterrupted
 from harness.matrix import Backend, Matrix, Retries
 from harness.process import Terminated, sigterm_interrupts
-from harness.record import (HealthRecord, RetryPolicy, RunRecord, RunStatus, ShardSpec, SuiteRecord, SuiteStatus,
-                            TestOutcome, seeds_of)
+from harness.record import (
+    HealthRecord,
+    RetryPolicy,
+    RunRecord,
+    RunStatus,
+    ShardSpec,
+    SuiteRecord,
+    SuiteStatus,
+    TestOutcome,
+    seeds_of,
+)
 from harness.settings import compiler_settings_problem, selection_args, settings
+from harness.suites import collect, runner
 from harness.suites import place as place_mod
+from harness.suites import shard as shard_mod
 from harness.suites.options import RunOptions
 from harness.suites.place import Place
 
@@ -105,8 +113,12 @@ class RunState:
         self.save()
 
     def finish(self, status: RunStatus, reason: str = "") -> None:
-        self.update(status=status, finished=now(), wall_s=round(time.monotonic() - self.t0, 2),
-                    reason=reason or self.record.reason)
+        self.update(
+            status=status,
+            finished=now(),
+            wall_s=round(time.monotonic() - self.t0, 2),
+            reason=reason or self.record.reason,
+        )
 
     def results(self) -> collect.RunResults:
         """The run's results from memory (harness.suites.collect.RunResults), for the report and the history."""
@@ -114,7 +126,7 @@ class RunState:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 # ---- setup steps: Plan -> Plan ---------------------------------------------------------------------------
@@ -129,8 +141,12 @@ def check_host(plan: Plan) -> Plan:
         shard_mod.load_durations(plan.durations)
     unknown = [s for s in plan.suites if s not in plan.m.suites]
     if unknown:
-        raise HarnessError(f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(plan.m.suites)}")
-    plan = replace(plan, quarantine=report.load_quarantine(settings().root))  # a broken file stops the run here
+        raise HarnessError(
+            f"unknown suite(s) {', '.join(unknown)}; the matrix lists {', '.join(plan.m.suites)}"
+        )
+    plan = replace(
+        plan, quarantine=report.load_quarantine(settings().root)
+    )  # a broken file stops the run here
     plan.place.check_host()
     problem = compiler_settings_problem({**plan.place.inherited(), **plan.env})
     if problem:
@@ -141,8 +157,9 @@ def check_host(plan: Plan) -> Plan:
 def preflight(plan: Plan) -> Plan:
     """Before any image build or suite: the driver and enough visible GPUs, docker, free disk
     (harness.checks.preflight); a problem stops the run with one line (exit 3)."""
-    report = plan.place.preflight(plan.b, need_gpus=max(1, len(plan.devices)),
-                                  results=plan.run_dir or settings().results_root)
+    report = plan.place.preflight(
+        plan.b, need_gpus=max(1, len(plan.devices)), results=plan.run_dir or settings().results_root
+    )
     if plan.echo:
         print(report.line(), flush=True)
     return plan
@@ -155,7 +172,10 @@ def prepare_image(plan: Plan) -> Plan:
 
 
 SETUP: tuple[tuple[str, Callable[[Plan], Plan]], ...] = (
-    ("check host", check_host), ("pre-flight", preflight), ("image", prepare_image))
+    ("check host", check_host),
+    ("pre-flight", preflight),
+    ("image", prepare_image),
+)
 
 
 def open_run(plan: Plan) -> RunState:
@@ -165,18 +185,39 @@ def open_run(plan: Plan) -> RunState:
     run_dir = (plan.run_dir or runner.new_run_dir(plan.b.name, plan.mode)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     b = plan.b
-    shard = None if plan.shard is None else ShardSpec(
-        plan.shard.index, plan.shard.count, "suites/shard-durations.json" if plan.durations else None)
+    shard = (
+        None
+        if plan.shard is None
+        else ShardSpec(
+            plan.shard.index, plan.shard.count, "suites/shard-durations.json" if plan.durations else None
+        )
+    )
     record = RunRecord(
-        run_id=run_dir.name, backend=b.name, status=RunStatus.RUNNING, mode=plan.mode, started=now(),
-        src=str(settings().root), python=plan.place.python, docker="docker", image=plan.place.image, env=plan.env,
+        run_id=run_dir.name,
+        backend=b.name,
+        status=RunStatus.RUNNING,
+        mode=plan.mode,
+        started=now(),
+        src=str(settings().root),
+        python=plan.place.python,
+        docker="docker",
+        image=plan.place.image,
+        env=plan.env,
         container_options=tuple(b.container_options),
-        test_timeout_s=b.timeouts.test_s, suite_timeout_s=b.timeouts.suite_s, pytest_extra=plan.extra,
-        per_test_timeout=plan.place.per_test_timeout, devices=plan.devices,
+        test_timeout_s=b.timeouts.test_s,
+        suite_timeout_s=b.timeouts.suite_s,
+        pytest_extra=plan.extra,
+        per_test_timeout=plan.place.per_test_timeout,
+        devices=plan.devices,
         retries=RetryPolicy(plan.policy.attempts, plan.policy.max_tests),
         history=str(plan.history_db) if plan.history_db else None,
-        quarantine=report.quarantine_json(plan.quarantine),  # the entries in force: a later report judges by them
-        shard=shard, commit=commit_of(settings().root), seeds=seeds_of(plan.env))
+        quarantine=report.quarantine_json(
+            plan.quarantine
+        ),  # the entries in force: a later report judges by them
+        shard=shard,
+        commit=commit_of(settings().root),
+        seeds=seeds_of(plan.env),
+    )
     state = RunState(plan, run_dir, record)
     state.save()
     return state
@@ -187,7 +228,9 @@ def commit_of(root: Path) -> dict[str, Any] | None:
     from harness import envinfo
 
     info = envinfo.git_info(root)
-    return None if info.get("sha") is None else {k: info[k] for k in ("sha", "dirty", "dirty_files", "branch")}
+    return (
+        None if info.get("sha") is None else {k: info[k] for k in ("sha", "dirty", "dirty_files", "branch")}
+    )
 
 
 # ---- run steps: RunState -> RunState ---------------------------------------------------------------------
@@ -200,11 +243,21 @@ def capture_environment(state: RunState) -> RunState:
     p, run_dir = state.plan, state.run_dir
     host = envinfo.capture_host(p.place.image)
     host["lock"] = envinfo.lock_record(p.b)  # the backend's lock in the tree: path, sha256, stale
-    runner.run_python_module(p.place, p.b, ["env", "--part", "device", "--backend", p.b.name, "--out",
-                                            "{out}/env-device.json"], run_dir, "env", env=p.env,
-                             timeout_s=p.b.timeouts.health_s, echo=False)
-    device = (res.read_json(run_dir / "env-device.json") if (run_dir / "env-device.json").exists()
-              else {"error": "device environment capture failed; see env.log"})
+    runner.run_python_module(
+        p.place,
+        p.b,
+        ["env", "--part", "device", "--backend", p.b.name, "--out", "{out}/env-device.json"],
+        run_dir,
+        "env",
+        env=p.env,
+        timeout_s=p.b.timeouts.health_s,
+        echo=False,
+    )
+    device = (
+        res.read_json(run_dir / "env-device.json")
+        if (run_dir / "env-device.json").exists()
+        else {"error": "device environment capture failed; see env.log"}
+    )
     res.atomic_write_json(run_dir / "env.json", {"schema": envinfo.SCHEMA, "host": host, "device": device})
     return state
 
@@ -214,13 +267,23 @@ def check_health(state: RunState) -> RunState:
     p, run_dir = state.plan, state.run_dir
     if not p.health:
         return state
-    rc = runner.run_python_module(p.place, p.b, ["health", "--backend", p.b.name, "--json", "{out}/health.json"],
-                                  run_dir, "health", env=p.env, timeout_s=p.b.timeouts.health_s, echo=p.echo)
+    rc = runner.run_python_module(
+        p.place,
+        p.b,
+        ["health", "--backend", p.b.name, "--json", "{out}/health.json"],
+        run_dir,
+        "health",
+        env=p.env,
+        timeout_s=p.b.timeouts.health_s,
+        echo=p.echo,
+    )
     state.update(health=HealthRecord(rc == 0, "health.log"))
     if rc != 0:
         state.finish(RunStatus.ABORTED, "health check failed")
-        raise HealthError(f"health check failed for {p.label}: {runner._error_line(run_dir / 'health.log')} "
-                          f"(see {run_dir / 'health.log'})")
+        raise HealthError(
+            f"health check failed for {p.label}: {runner._error_line(run_dir / 'health.log')} "
+            f"(see {run_dir / 'health.log'})"
+        )
     return state
 
 
@@ -246,8 +309,9 @@ def run_all_suites(state: RunState) -> RunState:
     return state
 
 
-def run_one_suite(state: RunState, suite: str, suite_dir: Path, seen: str, shard_args: Sequence[str]
-                  ) -> list[TestOutcome]:
+def run_one_suite(
+    state: RunState, suite: str, suite_dir: Path, seen: str, shard_args: Sequence[str]
+) -> list[TestOutcome]:
     """One suite's pytest process(es), its summary lines printed and its record added; returns its tests."""
     p = state.plan
     if not (settings().root / "tests" / suite).is_dir():  # git keeps no empty folder
@@ -255,10 +319,15 @@ def run_one_suite(state: RunState, suite: str, suite_dir: Path, seen: str, shard
         state.add_suite(SuiteRecord(suite, SuiteStatus.MISSING), [])
         return []
     # numerics triage (harness/numerics/suite.py): the numerics suite saves every kiln run's outputs
-    save = {"KILN_NUMERICS_SAVE": "{out}/numerics-outputs"} if p.save_numerics and suite == "numerics" else None
+    save = (
+        {"KILN_NUMERICS_SAVE": "{out}/numerics-outputs"} if p.save_numerics and suite == "numerics" else None
+    )
     # the k-th suite's split starts at shard k: the heaviest test of each suite goes to a different shard
-    record = [f"--kiln-shard-offset={p.m.suites.index(suite)}",
-              f"--kiln-shard-record={seen}/{suite}.shard.json"] if shard_args else []
+    record = (
+        [f"--kiln-shard-offset={p.m.suites.index(suite)}", f"--kiln-shard-record={seen}/{suite}.shard.json"]
+        if shard_args
+        else []
+    )
     extra = [*p.extra, *shard_args, *record]
 
     def interrupted(part: SuiteRecord, tests: list[TestOutcome], running: str | None) -> None:
@@ -267,20 +336,35 @@ def run_one_suite(state: RunState, suite: str, suite_dir: Path, seen: str, shard
 
     if p.isolate:
         rec, tests, junit = runner.run_suite_isolated(
-            p.place, p.b, suite, suite_dir, env=p.env, extra=extra, echo=p.echo, env_extra=save,
-            on_interrupt=interrupted)
+            p.place,
+            p.b,
+            suite,
+            suite_dir,
+            env=p.env,
+            extra=extra,
+            echo=p.echo,
+            env_extra=save,
+            on_interrupt=interrupted,
+        )
     else:
-        rec, tests, junit = runner.run_suite_plain(p.place, p.b, suite, suite_dir, env=p.env, extra=extra,
-                                                   echo=p.echo, env_extra=save)
+        rec, tests, junit = runner.run_suite_plain(
+            p.place, p.b, suite, suite_dir, env=p.env, extra=extra, echo=p.echo, env_extra=save
+        )
     # a suite that could not be collected has no tests: its status says so and the pointer is its log (the cause)
-    label, where = ("COLLECTION ERROR", suite_dir / f"{suite}.log") if rec.collect_failed else \
-        (rec.status.upper(), junit)
+    label, where = (
+        ("COLLECTION ERROR", suite_dir / f"{suite}.log")
+        if rec.collect_failed
+        else (rec.status.upper(), junit)
+    )
     if not where.exists():
         where = suite_dir / f"{suite}.log"
     print(res.summary_line(suite, p.label, tests, rec.duration_s, label, str(where)), flush=True)
     for crash in rec.crashes or ():
-        print(f"  crashed: {crash.id}: {crash.reason} (attempt {crash.attempt}, {crash.log}); "
-              "the rest of the suite ran in a fresh process", flush=True)
+        print(
+            f"  crashed: {crash.id}: {crash.reason} (attempt {crash.attempt}, {crash.log}); "
+            "the rest of the suite ran in a fresh process",
+            flush=True,
+        )
     if rec.collect_failed or rec.ended_badly:
         print(f"  suite {suite}: {rec.collect_failed or rec.ended_badly}", flush=True)
     state.add_suite(rec, tests)
@@ -291,15 +375,28 @@ def retry_suite(state: RunState, suite: str, failed: list[TestOutcome], junit: P
     """Rerun a suite's failed tests alone (runner.retry_failed) and put the verdicts in its record."""
     p = state.plan
     q = p.quarantine
-    found = runner.retry_failed(p.place, p.b, suite, failed, p.policy, run_dir=state.run_dir, junit=junit,
-                                env=p.env, extra=p.extra, echo=p.echo,
-                                quarantined=lambda i: q is not None and q.match(i, p.b.name) is not None)
+    found = runner.retry_failed(
+        p.place,
+        p.b,
+        suite,
+        failed,
+        p.policy,
+        run_dir=state.run_dir,
+        junit=junit,
+        env=p.env,
+        extra=p.extra,
+        echo=p.echo,
+        quarantined=lambda i: q is not None and q.match(i, p.b.name) is not None,
+    )
     print(runner.retry_line(suite, p.label, found), flush=True)
     state.add_suite(replace(state.record.suites[-1], retries=found), state.tests[suite])
 
 
 STEPS: tuple[tuple[str, Callable[[RunState], RunState]], ...] = (
-    ("environment capture", capture_environment), ("health check", check_health), ("suites", run_all_suites))
+    ("environment capture", capture_environment),
+    ("health check", check_health),
+    ("suites", run_all_suites),
+)
 
 
 # ---- end steps -------------------------------------------------------------------------------------------
@@ -328,12 +425,17 @@ def write_report(state: RunState) -> RunState:
     print(summary.headline(), flush=True)
     md = state.run_dir / "report.md"
     if md.is_file():
-        res.append_job_summary(md.read_text(encoding="utf-8"))  # only with --github-summary (KILN_GITHUB_SUMMARY)
+        res.append_job_summary(
+            md.read_text(encoding="utf-8")
+        )  # only with --github-summary (KILN_GITHUB_SUMMARY)
     state.ok = summary.ok
     return state
 
 
-END: tuple[tuple[str, Callable[[RunState], RunState]], ...] = (("history", record_history), ("report", write_report))
+END: tuple[tuple[str, Callable[[RunState], RunState]], ...] = (
+    ("history", record_history),
+    ("report", write_report),
+)
 
 
 # ---- the driver ------------------------------------------------------------------------------------------
@@ -358,8 +460,10 @@ def run(plan: Plan) -> tuple[Path, int]:
 
             report.write_reports(state.results())
             record_history(state)  # what finished before the interrupt counts (the run stays incomplete)
-            raise RunInterrupted(f"run {what} during {state.current}; results so far kept in {state.run_dir} "
-                                 "(marked incomplete)") from None
+            raise RunInterrupted(
+                f"run {what} during {state.current}; results so far kept in {state.run_dir} "
+                "(marked incomplete)"
+            ) from None
         except HarnessError:
             if state.record.status == RunStatus.RUNNING:
                 state.finish(RunStatus.INCOMPLETE, f"error during {state.current}")
@@ -377,11 +481,24 @@ def plan_of(backend_name: str, place: Place, options: RunOptions) -> Plan:
     m = matrix_mod.load()
     unpinned = m.backend(backend_name)
     b = place.pin(unpinned, list(o.devices))
-    return Plan(b=b, m=m, place=place, suites=tuple(o.suites or m.suites), extra=tuple(o.extra), health=o.health,
-                echo=o.echo, save_numerics=o.save_numerics, shard=o.shard, durations=o.durations,
-                devices=tuple(o.devices), policy=o.retries or m.retries_for(unpinned),
-                history_db=o.history_location(), isolate=o.isolate,
-                run_dir=o.run_dir, env=suite_env(m, b))
+    return Plan(
+        b=b,
+        m=m,
+        place=place,
+        suites=tuple(o.suites or m.suites),
+        extra=tuple(o.extra),
+        health=o.health,
+        echo=o.echo,
+        save_numerics=o.save_numerics,
+        shard=o.shard,
+        durations=o.durations,
+        devices=tuple(o.devices),
+        policy=o.retries or m.retries_for(unpinned),
+        history_db=o.history_location(),
+        isolate=o.isolate,
+        run_dir=o.run_dir,
+        env=suite_env(m, b),
+    )
 
 
 def run_suites(backend_name: str, place: Place, options: RunOptions) -> tuple[Path, int]:
@@ -407,43 +524,85 @@ def run_suites(backend_name: str, place: Place, options: RunOptions) -> tuple[Pa
 
 def cli_add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", help="cpu, cuda or rocm (default: detected, see `python -m harness detect`)")
-    p.add_argument("--native", action="store_true", default=None,
-                   help="run with this machine's Python instead of a container (also KILN_NATIVE=1)")
+    p.add_argument(
+        "--native",
+        action="store_true",
+        default=None,
+        help="run with this machine's Python instead of a container (also KILN_NATIVE=1)",
+    )
     p.add_argument("--suite", action="append", dest="suites", help="run only this suite (repeatable)")
     p.add_argument("--results", help="run folder to write (default: results/<time>-<backend>-<mode>)")
     p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
     p.add_argument("--base-image", help="build the image on this base")
     p.add_argument("--no-health", action="store_true", help="skip the GPU health check")
     p.add_argument("--quiet", action="store_true", help="do not echo pytest output (it is still logged)")
-    p.add_argument("--save-numerics", action="store_true",
-                   help="the numerics suite saves its outputs into suites/numerics-outputs (see `harness numerics`)")
-    shards = p.add_argument_group("shards", "split every suite's tests into N disjoint shards (harness.suites.shard)")
-    shards.add_argument("--shard", metavar="I/N", help="run only shard I of N (e.g. one job of a CI matrix; "
-                        "`python -m harness merge` joins the shards' folders into one report)")
-    shards.add_argument("--shards", metavar="N|auto", help="run N shards at once, each pinned to its own GPU(s), "
-                        "into RESULTS/shard-I/ and one merged report; auto: one per GPU group (CPU: 1)")
-    shards.add_argument("--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)")
-    shards.add_argument("--durations", metavar="FILE", help="test durations that balance the shards (default: "
-                        "ci/durations/<backend>.json when it exists, else durations/<backend>.json next "
-                        "to the test history store, else shards are balanced by test count)")
-    shards.add_argument("--devices", metavar="IDS", help="pin the run to these GPU ids (comma-separated); "
-                        "with --shards, shard k takes the k-th --gpus-per-shard of them, and an id may repeat "
-                        "(--devices 0,0 --shards 2: two shards share GPU 0)")
-    p.add_argument("--retries", type=int, metavar="N", help="rerun each failed test alone up to N times until it "
-                   "passes (flaky) or not (failing); 0: no reruns (default: the matrix's `retries`)")
-    p.add_argument("--history", metavar="DB", help="the test-history store a complete run is recorded into "
-                   "(default: KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite, "
-                   "~/.local/share/kiln/... without XDG_DATA_HOME: outside the checkout, so it accumulates)")
+    p.add_argument(
+        "--save-numerics",
+        action="store_true",
+        help="the numerics suite saves its outputs into suites/numerics-outputs (see `harness numerics`)",
+    )
+    shards = p.add_argument_group(
+        "shards", "split every suite's tests into N disjoint shards (harness.suites.shard)"
+    )
+    shards.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I of N (e.g. one job of a CI matrix; "
+        "`python -m harness merge` joins the shards' folders into one report)",
+    )
+    shards.add_argument(
+        "--shards",
+        metavar="N|auto",
+        help="run N shards at once, each pinned to its own GPU(s), "
+        "into RESULTS/shard-I/ and one merged report; auto: one per GPU group (CPU: 1)",
+    )
+    shards.add_argument(
+        "--gpus-per-shard", type=int, default=1, metavar="K", help="GPUs per shard (default 1)"
+    )
+    shards.add_argument(
+        "--durations",
+        metavar="FILE",
+        help="test durations that balance the shards (default: "
+        "ci/durations/<backend>.json when it exists, else durations/<backend>.json next "
+        "to the test history store, else shards are balanced by test count)",
+    )
+    shards.add_argument(
+        "--devices",
+        metavar="IDS",
+        help="pin the run to these GPU ids (comma-separated); "
+        "with --shards, shard k takes the k-th --gpus-per-shard of them, and an id may repeat "
+        "(--devices 0,0 --shards 2: two shards share GPU 0)",
+    )
+    p.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="rerun each failed test alone up to N times until it "
+        "passes (flaky) or not (failing); 0: no reruns (default: the matrix's `retries`)",
+    )
+    p.add_argument(
+        "--history",
+        metavar="DB",
+        help="the test-history store a complete run is recorded into "
+        "(default: KILN_HISTORY_DB, else $XDG_DATA_HOME/kiln/history/history.sqlite, "
+        "~/.local/share/kiln/... without XDG_DATA_HOME: outside the checkout, so it accumulates)",
+    )
     p.add_argument("--no-history", action="store_true", help="do not record the run into the test history")
     from harness.store.cli import add_store_flags
 
     add_store_flags(p)
-    p.add_argument("--no-isolation", action="store_true", help="run each suite as one pytest process with no "
-                   "crash isolation (a crashing test then loses its suite's results; for measuring its cost)")
+    p.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="run each suite as one pytest process with no "
+        "crash isolation (a crashing test then loses its suite's results; for measuring its cost)",
+    )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after `--`: more pytest arguments")
 
 
-def shard_options(args: argparse.Namespace, backend: str) -> tuple[shard_mod.Shard | None, int | None, Path | None]:
+def shard_options(
+    args: argparse.Namespace, backend: str
+) -> tuple[shard_mod.Shard | None, int | None, Path | None]:
     """(--shard, --shards with None for auto, the durations file) from the command line; bad values raise."""
     if args.shard and args.shards:
         raise HarnessError("--shard I/N runs one shard, --shards N runs them all: give one of them")
@@ -472,10 +631,20 @@ def cli_main(args: argparse.Namespace) -> int:
     if run_dir is None:
         res.output_folder(settings().results_root, "KILN_RESULTS")  # where new_run_dir would make the folder
     options = RunOptions(
-        suites=args.suites, run_dir=run_dir, extra=extra, health=not args.no_health, echo=not args.quiet,
-        save_numerics=args.save_numerics, shard=shard, durations=durations, devices=devices,
-        retries=retry_option(args.retries, backend), history=Path(args.history) if args.history else None,
-        record_history=not args.no_history, isolate=not args.no_isolation)
+        suites=args.suites,
+        run_dir=run_dir,
+        extra=extra,
+        health=not args.no_health,
+        echo=not args.quiet,
+        save_numerics=args.save_numerics,
+        shard=shard,
+        durations=durations,
+        devices=devices,
+        retries=retry_option(args.retries, backend),
+        history=Path(args.history) if args.history else None,
+        record_history=not args.no_history,
+        isolate=not args.no_isolation,
+    )
     if args.shards:
         b = matrix_mod.load().backend(backend)
         from harness.checks import preflight as preflight_mod

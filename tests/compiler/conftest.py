@@ -13,6 +13,8 @@ def gc_dir(tmp_path):
     """The graph cache on (tests run with KILN_CACHE=0), in a fresh folder, kernel sources beside it; compile
     counters reset."""
     folder = tmp_path / "graphs"
-    with config.patch(cache="1", graph_cache_dir=str(folder), cache_dir=str(tmp_path / "kernels"), strict=True):
+    with config.patch(
+        cache="1", graph_cache_dir=str(folder), cache_dir=str(tmp_path / "kernels"), strict=True
+    ):
         reset_compile_stats()
         yield folder

@@ -21,7 +21,10 @@ from compiler.decompositions import decomposition_table
 from compiler.exc import ConfigError
 
 aten = torch.ops.aten
-SDPA = (aten._scaled_dot_product_flash_attention_for_cpu.default, aten._scaled_dot_product_efficient_attention.default)
+SDPA = (
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_efficient_attention.default,
+)
 UNFUSED = (aten.bmm.default, aten.amax.default, aten.exp.default, aten._softmax.default)
 
 HEADS = 4
@@ -32,14 +35,25 @@ def _heads(t, d):
     return t.view(b, s, HEADS, d).permute(0, 2, 1, 3)
 
 
-def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_probs=False, bool_mask=False,
-                   two_masks=False, out_dtype=None):
+def bert_attention(
+    x,
+    wq,
+    wk,
+    wv,
+    mask,
+    scale_q=False,
+    mask_first=False,
+    return_probs=False,
+    bool_mask=False,
+    two_masks=False,
+    out_dtype=None,
+):
     """BERT's eager self-attention: linear q/k/v, [B, H, S, D] heads, scaled scores plus an additive mask."""
     b, s, h = x.shape
     d = h // HEADS
     q, k, v = _heads(x @ wq, d), _heads(x @ wk, d), _heads(x @ wv, d)
     if scale_q:
-        q = q * d ** -0.5
+        q = q * d**-0.5
         scores = torch.matmul(q, k.transpose(-1, -2))
     else:
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d)
@@ -58,8 +72,10 @@ def bert_attention(x, wq, wk, wv, mask, scale_q=False, mask_first=False, return_
 
 def attention(**opts):
     """``bert_attention`` with ``opts``, as a function of its five tensors (what ``make_fx`` traces)."""
+
     def fn(x, wq, wk, wv, mask):
         return bert_attention(x, wq, wk, wv, mask, **opts)
+
     return fn
 
 
@@ -74,7 +90,7 @@ def _args(b=2, s=16, h=64, mask_shape="b11s", dtype=torch.float32, device="cpu")
     mask = None
     if mask_shape is not None:
         mask = torch.zeros(shapes[mask_shape])
-        mask[..., s - 3:] = -1e4  # the last keys are padding
+        mask[..., s - 3 :] = -1e4  # the last keys are padding
         mask = mask + 0.1 * torch.randn(shapes[mask_shape], generator=g)  # a bias, not only 0 / -inf
     return [t.to(device=device, dtype=dtype) if t is not None else None for t in [x, *ws, mask]]
 
@@ -95,9 +111,21 @@ def _fused(fn, args, mode="fake", setting="fuse"):
 
 
 # ------------------------------------------------------------------------------------------------ matcher
-@pytest.mark.parametrize("variant", [
-    dict(), dict(scale_q=True), dict(mask_shape=None), dict(mask_shape="b1ss"), dict(mask_shape="bhss"),
-    dict(mask_shape="s"), dict(s=8), dict(s=13, mask_shape="b1ss"), dict(h=32), dict(two_masks=True)])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(),
+        dict(scale_q=True),
+        dict(mask_shape=None),
+        dict(mask_shape="b1ss"),
+        dict(mask_shape="bhss"),
+        dict(mask_shape="s"),
+        dict(s=8),
+        dict(s=13, mask_shape="b1ss"),
+        dict(h=32),
+        dict(two_masks=True),
+    ],
+)
 def test_eager_attention_becomes_one_sdpa_call(variant):
     """Each variant (scale on q or on the scores, masks of every broadcast shape, aligned or padded, two masks
     added one after the other, head dims 16 and 8) leaves one SDPA node, no bmm or softmax piece, and the eager
@@ -111,7 +139,7 @@ def test_eager_attention_becomes_one_sdpa_call(variant):
     assert _count(gm, SDPA) == 1 and _count(gm, UNFUSED) == 0
     sdpa = next(n for n in gm.graph.nodes if n.target in SDPA)
     d = args[0].shape[-1] // HEADS
-    assert sdpa.kwargs["scale"] == pytest.approx(d ** -0.5)
+    assert sdpa.kwargs["scale"] == pytest.approx(d**-0.5)
     assert (sdpa.kwargs["attn_mask"] is None) == (args[4] is None)
     torch.testing.assert_close(gm(*args), fn(*args), rtol=1e-5, atol=1e-5)
 
@@ -136,11 +164,16 @@ def _unchanged(fn, args):
     assert gm.code == code
 
 
-@pytest.mark.parametrize("case", ["probs_returned", "head_dim_12", "bool_mask", "mask_before_scale", "f64_mask"])
+@pytest.mark.parametrize(
+    "case", ["probs_returned", "head_dim_12", "bool_mask", "mask_before_scale", "f64_mask"]
+)
 def test_what_does_not_match_leaves_the_graph_unchanged(case):
     args = _args(h=48) if case == "head_dim_12" else _args()
-    kwargs = {"probs_returned": dict(return_probs=True), "bool_mask": dict(bool_mask=True),
-              "mask_before_scale": dict(mask_first=True)}.get(case, {})
+    kwargs = {
+        "probs_returned": dict(return_probs=True),
+        "bool_mask": dict(bool_mask=True),
+        "mask_before_scale": dict(mask_first=True),
+    }.get(case, {})
     if case == "bool_mask":
         args[4] = args[4] < -1
     if case == "f64_mask":  # the add promotes the scores to fp64: no kernel computes in that
@@ -155,7 +188,9 @@ def test_attention_with_odd_head_dim_or_grouped_heads_is_left_alone():
     x = torch.randn(2, 3, 8, 5)
     _unchanged(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v, [x, x, x])
     kv = torch.randn(2, 1, 8, 8)
-    _unchanged(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v, [torch.randn(2, 3, 8, 8), kv, kv])
+    _unchanged(
+        lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2), -1) @ v, [torch.randn(2, 3, 8, 8), kv, kv]
+    )
 
 
 def test_bf16_attention_keeps_eager_accuracy():
@@ -215,8 +250,11 @@ def test_compiled_attention_runs_one_sdpa_fallback(device):
         got = torch.compile(BERT, backend="kiln")(*args)
     torch.testing.assert_close(got, bert_attention(*args), rtol=1e-4, atol=1e-4)
     (g,) = gs
-    want = ("_scaled_dot_product_flash_attention_for_cpu" if device == "cpu"
-            else "_scaled_dot_product_efficient_attention")
+    want = (
+        "_scaled_dot_product_flash_attention_for_cpu"
+        if device == "cpu"
+        else "_scaled_dot_product_efficient_attention"
+    )
     assert [op for op in g.fallback_ops if "attention" in op] == [f"aten.{want}.default"]
     assert _count(g.aten_graph, UNFUSED) == 0
 
@@ -232,8 +270,15 @@ def test_training_graphs_keep_their_matmuls(device):
 
 def test_hf_bert_eager_attention_is_fused(device):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=32, attn_implementation="eager")
+    cfg = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     m = transformers.BertModel(cfg).eval().to(device)
     ids = torch.randint(0, 64, (2, 16), device=device)
@@ -264,8 +309,9 @@ def test_reference_sdpa_agrees_with_the_eager_module():
 def test_misaligned_operands_and_mask_are_copied():
     """q/k/v and a mask that start off a 16-byte boundary (views at an odd offset) reach the kernel as copies;
     a k^T that is not a transpose of anything gets a permute."""
+
     def fn(qkv, mask):
-        q, k, v = (qkv[:, :, :, 1 + 16 * i:17 + 16 * i] for i in range(3))
+        q, k, v = (qkv[:, :, :, 1 + 16 * i : 17 + 16 * i] for i in range(3))
         p = torch.softmax(q @ k.transpose(-1, -2).contiguous() * 0.25 + mask[..., 1:], -1)
         return p @ v
 
@@ -372,7 +418,9 @@ def test_fp32_scale_on_both_sides_with_divisions():
         return torch.softmax((q / 2.0) @ (k.transpose(-1, -2) / 4.0), dim=-1) @ v
 
     gm, n = _fused_dce(fn, [q, k, v])
-    assert n == 1 and next(n for n in gm.graph.nodes if n.target in SDPA).kwargs["scale"] == pytest.approx(0.125)
+    assert n == 1 and next(n for n in gm.graph.nodes if n.target in SDPA).kwargs["scale"] == pytest.approx(
+        0.125
+    )
     torch.testing.assert_close(gm(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-5)
 
 
@@ -416,8 +464,14 @@ def test_hf_bert_sdpa_math_form_is_fused(device):
     transformers = pytest.importorskip("transformers")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                                  vocab_size=512, attn_implementation="sdpa")
+    cfg = transformers.BertConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=512,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     m = transformers.BertModel(cfg).eval().to(device)
     ids = torch.randint(0, 512, (2, 16), device=device)
@@ -429,8 +483,11 @@ def test_hf_bert_sdpa_math_form_is_fused(device):
         eager = m(ids, attention_mask=am).last_hidden_state
         with config.patch(attention="fuse", strict=True), compiler.capture() as gs:
             got = torch.compile(m, backend="kiln")(ids, attention_mask=am).last_hidden_state
-    want = ("_scaled_dot_product_flash_attention_for_cpu" if device == "cpu"
-            else "_scaled_dot_product_efficient_attention")
+    want = (
+        "_scaled_dot_product_flash_attention_for_cpu"
+        if device == "cpu"
+        else "_scaled_dot_product_efficient_attention"
+    )
     assert [op for g in gs for op in g.fallback_ops if "attention" in op] == [f"aten.{want}.default"] * 2
     assert all(_count(g.aten_graph, (aten.bmm.default,)) == 0 for g in gs)
     torch.testing.assert_close(got, eager, rtol=2e-2, atol=6e-2)

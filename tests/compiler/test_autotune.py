@@ -34,8 +34,13 @@ class FakeTimer:
 def tuned(tmp_path):
     timer = FakeTimer()
     autotune.set_timer(timer)
-    with config.patch(autotune=True, cache="1", autotune_dir=str(tmp_path / "autotune"), strict=True,
-                      cache_dir=str(tmp_path / "kernels")):
+    with config.patch(
+        autotune=True,
+        cache="1",
+        autotune_dir=str(tmp_path / "autotune"),
+        strict=True,
+        cache_dir=str(tmp_path / "kernels"),
+    ):
         reset_compile_stats()
         yield timer
     autotune.set_timer(None)
@@ -90,8 +95,13 @@ def test_a_noise_level_win_keeps_the_heuristic(tmp_path):
 
     autotune.set_timer(timer)
     try:
-        with config.patch(autotune=True, cache="1", autotune_dir=str(tmp_path / "autotune"), strict=True,
-                          cache_dir=str(tmp_path / "kernels")):
+        with config.patch(
+            autotune=True,
+            cache="1",
+            autotune_dir=str(tmp_path / "autotune"),
+            strict=True,
+            cache_dir=str(tmp_path / "kernels"),
+        ):
             graphs, out = _run(_f, x)
     finally:
         autotune.set_timer(None)
@@ -179,8 +189,11 @@ def test_candidates_keep_the_heuristic_and_fill_the_threads():
 def test_candidates_hold_the_measured_winners():
     """The winners of an H100 ``launch_sweep`` (convnext, resnet, vit) are among the candidates around the
     heuristic's pick for their shapes, so autotuning can find them."""
+
     def cands(hint, programs, xnumel, rnumel):
-        cfg = TritonKernel("k", "", [], [], True, hint, programs).heuristic_config(xnumel, rnumel, interp=False)
+        cfg = TritonKernel("k", "", [], [], True, hint, programs).heuristic_config(
+            xnumel, rnumel, interp=False
+        )
         return {(c["XBLOCK"], c["RBLOCK"], c["num_warps"]) for c in autotune.candidates(cfg, hint, programs)}
 
     assert (64, 128, 8) in cands("outer", 0, 25088, 1024) and (64, 32, 8) in cands("outer", 0, 13824, 1051)
@@ -199,11 +212,15 @@ def test_choices_follow_the_cache_setting(tuned, tmp_path):
     autotune.set_timer(tuned)
     with config.patch(cache="read"):
         _, out = _run(_f, x)
-    assert len(tuned.calls) > n and not (tmp_path / "autotune").exists()  # read-only: timed again, not written
+    assert (
+        len(tuned.calls) > n and not (tmp_path / "autotune").exists()
+    )  # read-only: timed again, not written
     assert torch.allclose(out, _f(x))
 
 
-def test_a_cached_choice_compiles_no_candidate_and_costs_what_a_plain_warm_compile_costs(tuned, tmp_path, monkeypatch):
+def test_a_cached_choice_compiles_no_candidate_and_costs_what_a_plain_warm_compile_costs(
+    tuned, tmp_path, monkeypatch
+):
     """A warm autotuned compile (graph cache hit, choice on disk): no candidate is listed, sent to the workers,
     compiled or timed, and kernels are loaded exactly as often as in a plain warm compile."""
     from compiler.runtime import cache
@@ -220,6 +237,7 @@ def test_a_cached_choice_compiles_no_candidate_and_costs_what_a_plain_warm_compi
             def wrapped(*a, **k):
                 counts[name] += 1
                 return real(*a, **k)
+
             monkeypatch.setattr(mod, name, wrapped)
 
         for name in ("candidates", "time_config", "_submit"):
@@ -227,7 +245,9 @@ def test_a_cached_choice_compiles_no_candidate_and_costs_what_a_plain_warm_compi
         counting(cache, "load_kernel")
         loads = {}
         for tune in (False, True):
-            autotune.set_timer(tuned)  # forget this process's choices and loaded kernels: as a new process would
+            autotune.set_timer(
+                tuned
+            )  # forget this process's choices and loaded kernels: as a new process would
             cache._modules.clear()
             counts["load_kernel"] = 0
             reset_compile_stats()
@@ -249,4 +269,6 @@ def test_cached_config_applies_a_stored_choice_only(tuned):
     assert used != heuristic  # the timer prefers fewer warps than the heuristic's
     autotune.set_timer(tuned)  # the choice is read from disk
     assert kernel.cached_tuned_config(heuristic, 3000, 1, device) == used
-    assert kernel.cached_tuned_config(heuristic, 100000, 1, device) == heuristic  # another bucket: none cached
+    assert (
+        kernel.cached_tuned_config(heuristic, 100000, 1, device) == heuristic
+    )  # another bucket: none cached

@@ -22,7 +22,7 @@ import torch
 
 from compiler import config
 from compiler.runtime import binary_index, cache, compile_jobs, gpu_compile
-from compiler.runtime.launcher import TritonKernel, LazyJit, source_params
+from compiler.runtime.launcher import LazyJit, TritonKernel, source_params
 from kiln_testing import gpu_jit_function, run_tagged_json
 
 triton = pytest.importorskip("triton")
@@ -33,7 +33,7 @@ from triton.compiler import CompiledKernel  # noqa: E402 - triton is optional: i
 SM90 = GPUTarget("cuda", 90, 32)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAME = "kiln_pointwise_binidx_0123456789"
-SOURCE = f'''import triton
+SOURCE = f"""import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
@@ -43,12 +43,12 @@ def {NAME}(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xindex = tl.program_id(0).to(tl.int32) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
     tl.store(out_ptr0 + xindex, libdevice.exp(tl.load(in_ptr0 + xindex, xmask)) * 3.0, xmask)
-'''
+"""
 CFG = {"XBLOCK": 1024, "num_warps": 4}
 
 #: one first launch through the launcher (``_prepare`` + ``_compile_own``, as ``_launch_slow`` does on a GPU), with
 #: the binary compiled for sm_90 and not loaded; counts ``triton.compile`` and ``triton_key`` calls
-SCRIPT = r'''
+SCRIPT = r"""
 import hashlib, json, os, sys
 import torch
 import compiler
@@ -87,7 +87,7 @@ print("RESULT " + json.dumps({"stats": gpu_compile.compile_stats().__dict__, "ca
                               "modules": sorted(m for m in sys.modules if m.startswith("kiln_kernels.")),
                               "fn_loaded": k._fn is not None, "cubin": hashlib.sha256(kernel.kernel).hexdigest(),
                               "name": kernel.name, "lazy": type(launch.jit).__name__}))
-'''
+"""
 
 
 def first_launch(tmp_path, mode: str = "1", **env: str) -> dict:
@@ -95,18 +95,31 @@ def first_launch(tmp_path, mode: str = "1", **env: str) -> dict:
     script, src = tmp_path / "first_launch.py", tmp_path / "kernel_source.py"
     script.write_text(SCRIPT)
     src.write_text(SOURCE)
-    full = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), KILN_CACHE_DIR=str(tmp_path / "kiln"),
-                KILN_CACHE=mode, KILN_INTERPRET="0", TRITON_INTERPRET="0", KILN_COMPILE_THREADS="1", **env)
+    full = dict(
+        os.environ,
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        KILN_CACHE_DIR=str(tmp_path / "kiln"),
+        KILN_CACHE=mode,
+        KILN_INTERPRET="0",
+        TRITON_INTERPRET="0",
+        KILN_COMPILE_THREADS="1",
+        **env,
+    )
     full["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run([sys.executable, str(script), NAME, str(src)], env=full, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(script), NAME, str(src)], env=full, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def entries(folder) -> list[str]:
-    return sorted(p for p in os.listdir(folder) if p.endswith(binary_index.SUFFIX)) if os.path.isdir(folder) else []
+    return (
+        sorted(p for p in os.listdir(folder) if p.endswith(binary_index.SUFFIX))
+        if os.path.isdir(folder)
+        else []
+    )
 
 
 # ------------------------------------------------------------------------------------------ fresh processes
@@ -115,7 +128,9 @@ def test_a_fresh_process_loads_the_binary_without_compiling_or_importing(tmp_pat
     binary. Triton's entry removed: a miss, compiled again, the entry written again; then a hit again."""
     index = tmp_path / "kiln" / "binaries"
     cold = first_launch(tmp_path)
-    assert cold["stats"]["compiled"] == 1 and cold["stats"]["binary_hits"] == 0 and cold["calls"]["compile"] == 1
+    assert (
+        cold["stats"]["compiled"] == 1 and cold["stats"]["binary_hits"] == 0 and cold["calls"]["compile"] == 1
+    )
     assert cold["modules"] and cold["fn_loaded"] and len(entries(index)) == 1
 
     warm = first_launch(tmp_path)
@@ -143,7 +158,11 @@ def test_another_triton_version_misses_and_records_its_own_entry(tmp_path):
     first_launch(tmp_path)
     other = first_launch(tmp_path, FAKE_TRITON_VERSION="0.0.0-other")
     # Triton's own key (its real version) still finds the binary: the index only missed
-    assert other["stats"]["binary_hits"] == 0 and other["calls"]["compile"] == 1 and other["stats"]["cache_hits"] == 1
+    assert (
+        other["stats"]["binary_hits"] == 0
+        and other["calls"]["compile"] == 1
+        and other["stats"]["cache_hits"] == 1
+    )
     assert len(entries(index)) == 2
     assert first_launch(tmp_path, FAKE_TRITON_VERSION="0.0.0-other")["stats"]["binary_hits"] == 1
 
@@ -166,8 +185,11 @@ def here(compiled, tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_compile, "device_target", lambda index: SM90)
     monkeypatch.setattr(gpu_compile, "_loaded", {})
     monkeypatch.setattr(compile_jobs, "_pending", {})
-    monkeypatch.setattr(CompiledKernel, "_init_handles",
-                        lambda self: (setattr(self, "function", 1), setattr(self, "_run", print)))
+    monkeypatch.setattr(
+        CompiledKernel,
+        "_init_handles",
+        lambda self: (setattr(self, "function", 1), setattr(self, "_run", print)),
+    )
     binary_index.forget_toolchain()
     gpu_compile.reset_compile_stats()
     fns = []
@@ -176,7 +198,9 @@ def here(compiled, tmp_path, monkeypatch):
         gpu_compile._loaded.clear()  # each call a first launch, as in a new process
         x = torch.randn(4096)
         fn, arg_names = (jit, None) if kw.get("loaded") else (loader, names)
-        return gpu_compile.compile_launch(NAME, path, fn, [x, torch.empty_like(x), 4096], dict(CFG), 0, arg_names)
+        return gpu_compile.compile_launch(
+            NAME, path, fn, [x, torch.empty_like(x), 4096], dict(CFG), 0, arg_names
+        )
 
     def loader():
         fns.append(jit)
@@ -211,14 +235,26 @@ def test_recorded_then_found_with_no_module_import(here, monkeypatch):
     assert len(entries(here.index)) == 1
     with monkeypatch.context() as m:
         no_compile(m)
-        m.setattr("triton.runtime.cache.get_cache_key", lambda *a, **k: pytest.fail("Triton's key was computed"))
+        m.setattr(
+            "triton.runtime.cache.get_cache_key", lambda *a, **k: pytest.fail("Triton's key was computed")
+        )
         hit = here()
         assert hit is not first and hit.kernel == first.kernel and hit.name == NAME and hit.function == 1
         assert hit.src.fn.__name__ == NAME and hit.src.signature == first.src.signature
         assert len(here.loads) == 1 and stats() == (2, 1, 0)
-        assert here(loaded=True) is not None and stats() == (3, 2, 0)  # with the JITFunction at hand: the same
-        req = gpu_compile.make_request(NAME, cache.source_path(SOURCE), list(hit.src.signature),
-                                       [torch.randn(4096), torch.randn(4096), 4096], dict(CFG), SM90)
+        assert here(loaded=True) is not None and stats() == (
+            3,
+            2,
+            0,
+        )  # with the JITFunction at hand: the same
+        req = gpu_compile.make_request(
+            NAME,
+            cache.source_path(SOURCE),
+            list(hit.src.signature),
+            [torch.randn(4096), torch.randn(4096), 4096],
+            dict(CFG),
+            SM90,
+        )
         assert gpu_compile.on_disk(req, None)  # the ahead-of-time check asks the index first
 
 
@@ -228,8 +264,9 @@ def test_ahead_of_time_check_imports_the_module_only_without_an_entry(here):
     calls = []
     with config.patch(cache="0"):  # no index: Triton's key, from the imported JITFunction
         assert gpu_compile.on_disk(req, lambda: calls.append(1) or here.jit) and calls == [1]
-    assert not gpu_compile.on_disk(gpu_compile.CompileRequest(**{**req.__dict__, "key": "other"}),
-                                   lambda: fake_jit(["a"]))  # names that are not the request's: unsure
+    assert not gpu_compile.on_disk(
+        gpu_compile.CompileRequest(**{**req.__dict__, "key": "other"}), lambda: fake_jit(["a"])
+    )  # names that are not the request's: unsure
     here()
     assert gpu_compile.on_disk(req, lambda: pytest.fail("the module was imported"))
 
@@ -258,7 +295,9 @@ def test_entry_naming_another_kernel_or_a_missing_group_is_a_miss(here, monkeypa
     (entry,) = entries(here.index)
     path = here.index / entry
     payload = json.loads(cache.read_entry(str(path)))
-    cache.write_entry(str(path), json.dumps({**payload, "hash": hashlib.sha256(b"gone").hexdigest()}).encode())
+    cache.write_entry(
+        str(path), json.dumps({**payload, "hash": hashlib.sha256(b"gone").hexdigest()}).encode()
+    )
     assert here() is not None and stats() == (2, 0, 0)  # no such group in Triton's cache: compiled as before
     cache.write_entry(str(path), json.dumps({**payload, "files": payload["files"] + ["x.cubin"]}).encode())
     assert here() is not None and stats() == (3, 0, 0)
@@ -272,13 +311,21 @@ def test_entry_naming_another_kernel_or_a_missing_group_is_a_miss(here, monkeypa
 def test_another_toolchain_misses(here, monkeypatch):
     here()
     installed = binary_index._installed()
-    cases = [lambda m: m.setattr(binary_index, "_installed", lambda: {**installed, "triton": "0.0-other"}),
-             lambda m: m.setattr(binary_index, "_installed",
-                                 lambda: {**installed, "libtriton": installed["libtriton"][:2] + [1]}),
-             lambda m: m.setenv("TRITON_PTXAS_BLACKWELL_PATH", "/nonexistent/ptxas"),
-             lambda m: m.setenv("TRITON_MOCK_PTX_VERSION", "12.0"),
-             lambda m: m.setattr(binary_index, "_stat", lambda p, s=binary_index._stat: (  # another libdevice
-                 s(p) + [1] if p.endswith(".bc") else s(p)))]
+    cases = [
+        lambda m: m.setattr(binary_index, "_installed", lambda: {**installed, "triton": "0.0-other"}),
+        lambda m: m.setattr(
+            binary_index, "_installed", lambda: {**installed, "libtriton": installed["libtriton"][:2] + [1]}
+        ),
+        lambda m: m.setenv("TRITON_PTXAS_BLACKWELL_PATH", "/nonexistent/ptxas"),
+        lambda m: m.setenv("TRITON_MOCK_PTX_VERSION", "12.0"),
+        lambda m: m.setattr(
+            binary_index,
+            "_stat",
+            lambda p, s=binary_index._stat: (  # another libdevice
+                s(p) + [1] if p.endswith(".bc") else s(p)
+            ),
+        ),
+    ]
     for i, change in enumerate(cases):
         with monkeypatch.context() as m:
             change(m)
@@ -342,7 +389,9 @@ def test_compile_listener_or_always_compile_bypass_the_index(here, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ the launcher
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="compiles CPU graphs through the interpreter")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="compiles CPU graphs through the interpreter"
+)
 def test_launcher_parameter_names_are_the_kernels(device):
     """Without importing a kernel's module the launcher keys its request by the parameter names of the source's
     ``def`` line (else those kiln's renderer writes): for pointwise, reduction (inner, outer, looped), mixed and
@@ -357,12 +406,20 @@ def test_launcher_parameter_names_are_the_kernels(device):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(TritonKernel, "forward", recording)
         x = torch.randn(64, 300, device=device)
-        torch.compile(lambda a: (torch.softmax(a * 2, -1), a.sum(0), a.cumsum(-1), torch.nn.functional.layer_norm(
-            a, (300,)), (a - a.mean()).relu()), backend="kiln")(x)
+        torch.compile(
+            lambda a: (
+                torch.softmax(a * 2, -1),
+                a.sum(0),
+                a.cumsum(-1),
+                torch.nn.functional.layer_norm(a, (300,)),
+                (a - a.mean()).relu(),
+            ),
+            backend="kiln",
+        )(x)
         torch.compile(lambda a: a.sum(-1), backend="kiln")(torch.randn(4, 100000, device=device))
     assert len({k.name for k, _ in seen}) >= 5
     for k, args in seen:
-        ints = args[len(k.ptr_args):]
+        ints = args[len(k.ptr_args) :]
         xnumel = ints[len(k.size_args)]
         rnumel = ints[-1] if k.reduction else 1
         real = list(k.jit_function().arg_names)
@@ -401,7 +458,7 @@ def test_gpu_launch_builds_the_jit_function_lazily(monkeypatch):
     assert imported == ["kiln_lazy", "kiln_eager"]
 
 
-GPU_SCRIPT = r'''
+GPU_SCRIPT = r"""
 import json, sys, torch, compiler
 from compiler.runtime import compile_stats
 torch.manual_seed(0)
@@ -417,7 +474,7 @@ torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
 torch.testing.assert_close(grad, x.grad, rtol=1e-4, atol=1e-4)
 print("STATS " + json.dumps({**compile_stats().__dict__,
                              "modules": sorted(m for m in sys.modules if m.startswith("kiln_kernels."))}))
-'''
+"""
 
 
 @pytest.mark.gpu
@@ -427,8 +484,15 @@ def test_gpu_warm_process_loads_every_kernel_through_the_index(tmp_path):
     nothing compiled, nothing left to Triton's JIT, no kernel module imported, results as eager's."""
     script = tmp_path / "run.py"
     script.write_text(GPU_SCRIPT)
-    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), KILN_CACHE_DIR=str(tmp_path / "kiln"),
-               XDG_CACHE_HOME=str(tmp_path / "xdg"), KILN_CACHE="1", KILN_COMPILE_THREADS="1", KILN_STRICT="1")
+    env = dict(
+        os.environ,
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        KILN_CACHE_DIR=str(tmp_path / "kiln"),
+        XDG_CACHE_HOME=str(tmp_path / "xdg"),
+        KILN_CACHE="1",
+        KILN_COMPILE_THREADS="1",
+        KILN_STRICT="1",
+    )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
 
     def run() -> dict:

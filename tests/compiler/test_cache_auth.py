@@ -9,11 +9,11 @@ import hashlib
 import os
 
 import torch
-from kiln_testing import DEVICE
 
 import compiler
 from compiler import config
 from compiler.runtime import cache, graph_cache
+from kiln_testing import DEVICE
 
 
 def _fn(x):
@@ -78,7 +78,9 @@ def test_with_a_key_the_graph_cache_hits_its_own_entries_and_misses_unsigned_one
     (unsigned,) = _entries(gc_dir)
     with config.patch(cache_auth=True, cache_key="main's key"):
         caches, out = _run(x)
-        assert caches == ["stored"] and torch.equal(out, _fn(x))  # same key (the key is no part of it): replaced
+        assert caches == ["stored"] and torch.equal(
+            out, _fn(x)
+        )  # same key (the key is no part of it): replaced
         assert _entries(gc_dir) == [unsigned] and unsigned.read_bytes().startswith(cache.SIGNED_MAGIC)
         assert _run(x)[0] == ["hit"]
     assert _run(x)[0] == ["stored"]  # a keyless job cannot use main's signed entry (nor forge one)

@@ -12,7 +12,9 @@ from compiler.capture import CompiledGraph
 
 def _alive() -> int:
     gc.collect()
-    return sum(type(o) is CompiledGraph for o in gc.get_objects())  # isinstance would touch deprecated module attrs
+    return sum(
+        type(o) is CompiledGraph for o in gc.get_objects()
+    )  # isinstance would touch deprecated module attrs
 
 
 def test_capture_collects_the_graphs_compiled_inside_the_block_only():

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from kiln_testing import DEVICE, randn
 from test_layers import staged  # the products after the passes up to one (strict: verified)
 
 import compiler
@@ -19,6 +18,7 @@ from compiler.codegen import combo as combo_pass
 from compiler.runtime import combo as combo_runtime
 from compiler.runtime.combo import ComboKernel
 from compiler.runtime.launcher import TritonKernel
+from kiln_testing import DEVICE, randn
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -122,8 +122,7 @@ def test_large_kernels_are_not_parts():
 
 
 def test_a_kernel_reading_what_the_run_stores_starts_a_new_run():
-    st = staged(lambda a, b, c: (a * 2, b + 1, c.cos()), randn(10), randn(11), randn(12),
-                upto="render")
+    st = staged(lambda a, b, c: (a * 2, b + 1, c.cos()), randn(10), randn(11), randn(12), upto="render")
     k0, k1, k2 = st.kernels.sources
     assert combo_pass._runs(st.schedule, st.kernels, 1 << 20) == [[0, 1, 2]]
     reader = dataclasses.replace(k1, ptr_args=[("in_ptr0", k0.stores[0])] + k1.ptr_args[1:])
@@ -139,7 +138,9 @@ def test_combo_off_keeps_every_kernel():
 @pytest.mark.parametrize("opt", ["adamw", "sgd"])
 def test_optimizer_step_with_combos_is_bitwise_the_step_without(opt, device):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(
+        device
+    )
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-2
     results, launches = {}, {}
@@ -147,11 +148,16 @@ def test_optimizer_step_with_combos_is_bitwise_the_step_without(opt, device):
         m = copy.deepcopy(model)
         for p, q in zip(m.parameters(), model.parameters()):
             p.grad = q.grad.clone()
-        o = (torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True) if opt == "adamw" else
-             torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True))
+        o = (
+            torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
+            if opt == "adamw"
+            else torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True)
+        )
         torch._dynamo.reset()
-        with compiler.config.patch(strict=True, combo_kernels=on, interp_pointwise_xblock=16), \
-                compiler.capture() as graphs:
+        with (
+            compiler.config.patch(strict=True, combo_kernels=on, interp_pointwise_xblock=16),
+            compiler.capture() as graphs,
+        ):
             step = torch.compile(o.step, backend="kiln")
             for _ in range(3):
                 step()
@@ -163,7 +169,9 @@ def test_optimizer_step_with_combos_is_bitwise_the_step_without(opt, device):
             assert torch.equal(a, b)
         else:  # the GPU compiles a part inside the combo (inlined) and alone: float contraction may differ
             diff = (a - b).abs().max().item()
-            torch.testing.assert_close(a, b, rtol=2e-6, atol=1e-7, msg=lambda m, d=diff: f"{m}; max abs diff {d:.3g}")
+            torch.testing.assert_close(
+                a, b, rtol=2e-6, atol=1e-7, msg=lambda m, d=diff: f"{m}; max abs diff {d:.3g}"
+            )
 
 
 # ------------------------------------------------------------------------------------------------ the guard

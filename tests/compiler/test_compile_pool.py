@@ -59,6 +59,7 @@ def graph_kernels(fn, *inputs, dynamic=False):
 
     def record(lowering, kernels, wrapper):
         from compiler.ir import size_hints
+
         seen.append((lowering, list(kernels), wrapper, size_hints()))
         return 0
 
@@ -88,7 +89,7 @@ def jit_asks_for(fn, args, cfg):
     return spec, options.__dict__, signature, constexprs, attrs
 
 
-KERNEL_SOURCE = '''import triton
+KERNEL_SOURCE = """import triton
 import triton.language as tl
 
 
@@ -97,7 +98,7 @@ def {name}(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, {width})
     xmask = xindex < xnumel
     tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, xmask) * {factor}, xmask)
-'''
+"""
 
 
 def small_kernel(name: str, factor: float = 3.0, width: str = "XBLOCK") -> tuple[str, str]:
@@ -107,23 +108,29 @@ def small_kernel(name: str, factor: float = 3.0, width: str = "XBLOCK") -> tuple
 def request(name, source, n=1024, target=SM90):
     fn, path = jit_function(source, name)
     x = torch.randn(n)
-    return gpu_compile.make_request(name, path, fn.arg_names, [x, torch.empty_like(x), n],
-                                    {"XBLOCK": 1024, "num_warps": 4}, target), fn
+    return gpu_compile.make_request(
+        name, path, fn.arg_names, [x, torch.empty_like(x), n], {"XBLOCK": 1024, "num_warps": 4}, target
+    ), fn
 
 
 # ------------------------------------------------------------------------------------------ requests
 #: these compile CPU graphs and record their launches: on a GPU box CPU graphs run as ATen (no interpreter)
-needs_interpreter = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                       reason="records kiln launches of CPU graphs, which need the Triton interpreter")
+needs_interpreter = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1",
+    reason="records kiln launches of CPU graphs, which need the Triton interpreter",
+)
 
 
 @needs_interpreter
-@pytest.mark.parametrize("offset, n", [(0, 1024), (1, 1000), (0, 1), (3, 2 ** 31 + 16)])
+@pytest.mark.parametrize("offset, n", [(0, 1024), (1, 1000), (0, 1), (3, 2**31 + 16)])
 def test_request_is_what_tritons_jit_asks_for(offset, n, device):
     """Specialization, signature, constexprs, attrs and options equal those of Triton's own binder for the
     launches of a real graph, with pointers shifted off 16-byte alignment and the first int replaced."""
-    _, launches, _ = graph_kernels(lambda x, w: (torch.softmax(x * 2, -1) * w, x.sum(0), w.exp() + 1),
-                                   torch.randn(8, 100, device=device), torch.randn(100, device=device))
+    _, launches, _ = graph_kernels(
+        lambda x, w: (torch.softmax(x * 2, -1) * w, x.sum(0), w.exp() + 1),
+        torch.randn(8, 100, device=device),
+        torch.randn(100, device=device),
+    )
     assert len(launches) >= 2
     for kernel, args in launches:
         fn, path = jit_function(kernel.source, kernel.name)
@@ -135,8 +142,13 @@ def test_request_is_what_tritons_jit_asks_for(offset, n, device):
         spec, options, signature, constexprs, attrs = jit_asks_for(fn, tensors + ints, cfg)
         req = gpu_compile.make_request(kernel.name, path, fn.arg_names, tensors + ints, cfg, SM90)
         ours = [gpu_compile.specialize(a) for a in tensors + ints]
-        assert ours == [tuple(s) for s in spec[:len(ours)]]
-        assert (req.signature, req.constexprs, req.attrs, req.options) == (signature, constexprs, attrs, options)
+        assert ours == [tuple(s) for s in spec[: len(ours)]]
+        assert (req.signature, req.constexprs, req.attrs, req.options) == (
+            signature,
+            constexprs,
+            attrs,
+            options,
+        )
 
 
 def _shifted(t: torch.Tensor, offset: int) -> torch.Tensor:
@@ -147,12 +159,23 @@ def _shifted(t: torch.Tensor, offset: int) -> torch.Tensor:
 def test_pointer_and_int_specialization_of_every_dtype():
     be = make_backend(SM90)
     from triton._C.libtriton import native_specialize_impl
-    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-                  torch.int16, torch.int8, torch.uint8, torch.bool):
+
+    for dtype in (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    ):
         t = torch.zeros(64, dtype=dtype)
         for view in (t, t[1:]):
             assert gpu_compile.specialize(view) == tuple(native_specialize_impl(be, view, False, True, True))
-    for v in (0, 1, 2, 16, 17, 48, 2 ** 31 - 1, 2 ** 31, 2 ** 40 + 16):
+    for v in (0, 1, 2, 16, 17, 48, 2**31 - 1, 2**31, 2**40 + 16):
         assert gpu_compile.specialize(v) == tuple(native_specialize_impl(be, v, False, True, True))
     with pytest.raises(gpu_compile.Unsupported):
         gpu_compile.specialize(1.5)
@@ -175,8 +198,12 @@ def test_ahead_of_time_request_is_the_first_launchs(dynamic, device):
     input's storage offset says otherwise) equals the one the first launch builds from its arguments."""
     base = torch.randn(16 * 100 + 1, device=device)
     x = base[1:].view(16, 100)  # a misaligned input pointer
-    seen, launches, _ = graph_kernels(lambda x, w: torch.softmax(x * 2, -1) * w + x.sum(),
-                                      x, torch.randn(100, device=device), dynamic=dynamic)
+    seen, launches, _ = graph_kernels(
+        lambda x, w: torch.softmax(x * 2, -1) * w + x.sum(),
+        x,
+        torch.randn(100, device=device),
+        dynamic=dynamic,
+    )
     first = {}
     for kernel, args in launches:
         first.setdefault(kernel.name, args)
@@ -187,14 +214,21 @@ def test_ahead_of_time_request_is_the_first_launchs(dynamic, device):
             args = first[ks.name]
             k = getattr(wrapper, ks.name)
             ints = [a for a in args if not isinstance(a, torch.Tensor)]
-            cfg = k.heuristic_config(ints[-2] if k.reduction else ints[-1], ints[-1] if k.reduction else 1,
-                                     interp=False)
-            launch = gpu_compile.make_request(ks.name, cache.source_path(ks.source), fn().arg_names, args, cfg, SM90)
+            cfg = k.heuristic_config(
+                ints[-2] if k.reduction else ints[-1], ints[-1] if k.reduction else 1, interp=False
+            )
+            launch = gpu_compile.make_request(
+                ks.name, cache.source_path(ks.source), fn().arg_names, args, cfg, SM90
+            )
             assert req.key == launch.key, (ks.name, req.attrs, launch.attrs)
             compared += 1
     assert compared >= 2
-    assert any(not r for r in [gpu_compile.specialize(a)[1] for _, args in launches for a in args
-                               if isinstance(a, torch.Tensor)])  # the misaligned input was seen
+    assert any(
+        not r
+        for r in [
+            gpu_compile.specialize(a)[1] for _, args in launches for a in args if isinstance(a, torch.Tensor)
+        ]
+    )  # the misaligned input was seen
 
 
 # ------------------------------------------------------------------------------------------ the pool
@@ -224,13 +258,17 @@ def test_first_launch_waits_for_the_worker_and_loads_its_result(triton_cache, po
     req, fn = request(name, source)
     monkeypatch.setattr(compile_pool, "_pool", pool)
     monkeypatch.setattr(gpu_compile, "device_target", lambda index: SM90)
-    monkeypatch.setattr(triton.compiler.CompiledKernel, "_init_handles",  # no GPU to load the binary on
-                        lambda self: (setattr(self, "function", 1), setattr(self, "_run", print)))
+    monkeypatch.setattr(
+        triton.compiler.CompiledKernel,
+        "_init_handles",  # no GPU to load the binary on
+        lambda self: (setattr(self, "function", 1), setattr(self, "_run", print)),
+    )
     precompile.submit(req)
     assert compile_jobs.pending() == 1
     x = torch.randn(1024)
-    kernel = gpu_compile.compile_launch(name, req.path, fn, [x, torch.empty_like(x), 1024],
-                                        {"XBLOCK": 1024, "num_warps": 4}, 0)
+    kernel = gpu_compile.compile_launch(
+        name, req.path, fn, [x, torch.empty_like(x), 1024], {"XBLOCK": 1024, "num_warps": 4}, 0
+    )
     assert kernel is not None and kernel.function == 1 and compile_jobs.pending() == 0
     s = gpu_compile.compile_stats()
     assert (s.compiled, s.worker_compiles, s.worker_misses, s.cache_hits, s.submitted) == (1, 1, 0, 0, 1)
@@ -240,8 +278,12 @@ def test_first_launch_waits_for_the_worker_and_loads_its_result(triton_cache, po
     # (this process runs Triton's interpreter, which cannot code-generate: record the request instead)
     asked = []
     monkeypatch.setattr(gpu_compile, "compile_here", lambda r, f: (asked.append(r) or kernel, False))
-    assert gpu_compile.compile_launch(name, req.path, fn, [x[1:], torch.empty_like(x), 1023],
-                                      {"XBLOCK": 1024, "num_warps": 4}, 0) is kernel
+    assert (
+        gpu_compile.compile_launch(
+            name, req.path, fn, [x[1:], torch.empty_like(x), 1023], {"XBLOCK": 1024, "num_warps": 4}, 0
+        )
+        is kernel
+    )
     assert asked[0].attrs[(0,)] == [] and asked[0].attrs[(2,)] == [] and asked[0].key != req.key
     s = gpu_compile.compile_stats()
     assert (s.compiled, s.worker_compiles, s.cache_hits) == (2, 1, 0)
@@ -293,7 +335,9 @@ def test_warm_up_starts_every_worker_before_any_job(pool):
 def test_warm_up_only_for_gpu_graphs_with_workers(monkeypatch):
     warmed = []
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    monkeypatch.setattr(compile_pool, "get_pool", lambda: type("P", (), {"warm_up": lambda self: warmed.append(1)})())
+    monkeypatch.setattr(
+        compile_pool, "get_pool", lambda: type("P", (), {"warm_up": lambda self: warmed.append(1)})()
+    )
     with compiler.config.patch(compile_threads=4, compile_workers=4):
         assert not precompile.warm_up([torch.randn(2), 3])  # CPU graphs compile nothing
         monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
@@ -309,8 +353,14 @@ def test_no_workers_with_one_compile_thread_or_worker(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # as on a GPU
     monkeypatch.setattr(precompile, "_cuda_device", lambda ks, lowering: 0)
     monkeypatch.setattr(gpu_compile, "device_target", lambda index: SM90)
-    monkeypatch.setattr(precompile, "request_for", lambda *a: (gpu_compile.CompileRequest(
-        "k", "p", {}, {}, {}, {}, ("cuda", 90, 32), f"key{len(sent)}"), None))
+    monkeypatch.setattr(
+        precompile,
+        "request_for",
+        lambda *a: (
+            gpu_compile.CompileRequest("k", "p", {}, {}, {}, {}, ("cuda", 90, 32), f"key{len(sent)}"),
+            None,
+        ),
+    )
     monkeypatch.setattr(gpu_compile, "on_disk", lambda req, fn: False)
     monkeypatch.setattr(precompile, "submit", lambda req: sent.append(req))
     monkeypatch.setattr(compile_pool, "get_pool", lambda: pytest.fail("no pool may be created"))
@@ -359,8 +409,14 @@ def test_gpu_kernels_compile_in_workers_and_a_second_process_compiles_nothing(tm
 
     script = tmp_path / "run.py"
     script.write_text(GPU_SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), KILN_CACHE_DIR=str(tmp_path / "kiln"),
-               KILN_COMPILE_THREADS="2", KILN_COMPILE_WORKERS="2", KILN_STRICT="1")
+    env = dict(
+        os.environ,
+        TRITON_CACHE_DIR=str(tmp_path / "triton"),
+        KILN_CACHE_DIR=str(tmp_path / "kiln"),
+        KILN_COMPILE_THREADS="2",
+        KILN_COMPILE_WORKERS="2",
+        KILN_STRICT="1",
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
 
@@ -393,7 +449,9 @@ def test_launch_sites_of_one_source_load_its_kernel_once_per_device(triton_cache
     x = torch.randn(1024)
     cfg = {"XBLOCK": 1024, "num_warps": 4}
     first = gpu_compile.compile_launch(name, req.path, fn, [x, torch.empty_like(x), 1024], cfg, 0)
-    again = gpu_compile.compile_launch(name, req.path, fn, [torch.randn(1024), torch.empty_like(x), 1024], cfg, 0)
+    again = gpu_compile.compile_launch(
+        name, req.path, fn, [torch.randn(1024), torch.empty_like(x), 1024], cfg, 0
+    )
     other = gpu_compile.compile_launch(name, req.path, fn, [x, torch.empty_like(x), 1024], cfg, 1)
     assert first is again and other is not first and loads == [req.key, req.key]
     s = gpu_compile.compile_stats()

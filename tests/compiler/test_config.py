@@ -12,15 +12,18 @@ def test_defaults_and_env_parsing():
     assert config.from_env({}).interpret == "auto"
 
 
-@pytest.mark.parametrize("env, needle", [
-    ({"KILN_STRICT": "maybe"}, "KILN_STRICT"),
-    ({"KILN_POINTWISE_XBLOCK": "abc"}, "expected an integer"),
-    ({"KILN_POINTWISE_XBLOCK": "1000"}, "power of two"),
-    ({"KILN_OUTER_XBLOCK": "48"}, "power of two"),
-    ({"KILN_POINTWISE_XBLOCK": "-4"}, "positive"),
-    ({"KILN_INTERPRET": "sometimes"}, "auto, 0 or 1"),
-    ({"KILN_COMPILE_WORKERS": "0"}, "KILN_COMPILE_WORKERS=.*positive"),
-])
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"KILN_STRICT": "maybe"}, "KILN_STRICT"),
+        ({"KILN_POINTWISE_XBLOCK": "abc"}, "expected an integer"),
+        ({"KILN_POINTWISE_XBLOCK": "1000"}, "power of two"),
+        ({"KILN_OUTER_XBLOCK": "48"}, "power of two"),
+        ({"KILN_POINTWISE_XBLOCK": "-4"}, "positive"),
+        ({"KILN_INTERPRET": "sometimes"}, "auto, 0 or 1"),
+        ({"KILN_COMPILE_WORKERS": "0"}, "KILN_COMPILE_WORKERS=.*positive"),
+    ],
+)
 def test_bad_values_name_the_variable(env, needle):
     with pytest.raises(ConfigError, match=needle):
         config.from_env(env)

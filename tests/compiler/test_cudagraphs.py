@@ -29,7 +29,9 @@ def test_facts_find_mutated_inputs_host_syncs_and_key_arguments():
     assert facts.host_sync == "aten::nonzero"
     gm = make_fx(lambda x, y: (x + 1, y * 2), tracing_mode="symbolic")(torch.randn(3, 4), torch.randn(5))
     facts = GraphFacts.of(gm)
-    assert facts.symbolic_tensor_args == (0, 1) and facts.mutated_args == frozenset() and facts.host_sync == ""
+    assert (
+        facts.symbolic_tensor_args == (0, 1) and facts.mutated_args == frozenset() and facts.host_sync == ""
+    )
 
 
 def test_modes_and_options_become_settings():
@@ -123,8 +125,9 @@ def test_in_place_update_of_a_copied_in_input_reaches_the_caller():
 @gpu
 def test_training_steps_match_eager_and_replay_forward_and_backward():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.GELU(),
-                                torch.nn.Linear(64, 8)).cuda()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.GELU(), torch.nn.Linear(64, 8)
+    ).cuda()
     ref = copy.deepcopy(model)
     opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
     step = _compiled(lambda x, y: F.cross_entropy(model(x), y))
@@ -223,8 +226,11 @@ def test_host_sync_falls_back_with_a_reason():
 @gpu
 def test_a_failed_capture_falls_back_and_leaves_random_numbers_working(monkeypatch):
     # hide the boolean-mask index from the facts, so that recording is tried and fails inside the capture
-    monkeypatch.setattr(GraphFacts, "of", staticmethod(
-        lambda gm, saved_from=None: GraphFacts((), (), frozenset(), saved_from, "")))
+    monkeypatch.setattr(
+        GraphFacts,
+        "of",
+        staticmethod(lambda gm, saved_from=None: GraphFacts((), (), frozenset(), saved_from, "")),
+    )
     fn = lambda x: x[x > 0].sum() * 2  # noqa: E731
     f = _compiled(fn)
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), compiler.capture() as graphs:
@@ -297,7 +303,9 @@ def test_unrecorded_calls_are_counted_per_reason_and_summarized():
     s = runner.summary()
     assert (s["graph"], s["role"], s["unrecorded"], s["replays"]) == ("graph_7", "backward", 3, 0)
     assert s["unrecorded_why"] == {fallbacks[0].detail: 3}
-    assert CudaGraphRunner(lambda a: a, "g", GraphFacts((), (), frozenset(), None, ""), []).role == "inference"
+    assert (
+        CudaGraphRunner(lambda a: a, "g", GraphFacts((), (), frozenset(), None, ""), []).role == "inference"
+    )
     assert CudaGraphRunner(lambda a: a, "g", GraphFacts((), (), frozenset(), 2, ""), []).role == "forward"
 
 
@@ -327,7 +335,9 @@ def test_training_with_memory_efficient_attention_records_its_backward():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
     runners = _runners(graphs)
     assert {r.role for r in runners} == {"forward", "backward"}
-    assert all(r.stats.recordings == 1 and r.stats.replays >= 3 for r in runners), [r.summary() for r in runners]
+    assert all(r.stats.recordings == 1 and r.stats.replays >= 3 for r in runners), [
+        r.summary() for r in runners
+    ]
     assert not [f for g in graphs for f in g.all_fallbacks() if f.kind == "cudagraph"]
 
 
@@ -339,8 +349,17 @@ def test_a_gpt2_style_training_step_has_nothing_that_keeps_it_off_cuda_graphs(de
         pytest.skip("reads the graphs on the CPU path")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=64, resid_pdrop=0.0,
-                                  embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    cfg = transformers.GPT2Config(
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        vocab_size=128,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        use_cache=False,
+    )
     model = transformers.GPT2LMHeadModel(cfg).train()
     ids = torch.randint(1, 128, (2, 16))
     f = _compiled(model)

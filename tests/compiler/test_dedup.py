@@ -35,7 +35,9 @@ def test_repeated_layers_share_kernels_and_compute_the_same(device):
     for g in graphs:
         modules = {m.name for m in g.wrapper.children() if isinstance(m, TritonKernel)}
         assert modules == set(g.kernel_sources)
-        bodies = {body_key(KernelSource(n, s, [], [], 0, 0, False, [], [])) for n, s in g.kernel_sources.items()}
+        bodies = {
+            body_key(KernelSource(n, s, [], [], 0, 0, False, [], [])) for n, s in g.kernel_sources.items()
+        }
         assert len(bodies) == len(g.kernel_sources)
     assert sum(g.kernel_count for g in graphs) > sum(len(g.kernel_sources) for g in graphs)
 

@@ -27,12 +27,15 @@ def test_defaults_values_and_derived_defaults():
     assert envvars.read(Knobs, {"X_FOLDER": "~/f"}, prefix="X_").folder == Path("~/f").expanduser()
 
 
-@pytest.mark.parametrize("env, line", [
-    ({"X_SIZE": "48"}, "X_SIZE='48': expected a power of two"),
-    ({"X_SIZE": "x"}, "X_SIZE='x': expected an integer"),
-    ({"X_MODE": "medium"}, "X_MODE='medium': expected fast or slow"),
-    ({"X_ON": "perhaps"}, "X_ON='perhaps': expected a boolean: one of 1/true/yes/on or 0/false/no/off"),
-])
+@pytest.mark.parametrize(
+    "env, line",
+    [
+        ({"X_SIZE": "48"}, "X_SIZE='48': expected a power of two"),
+        ({"X_SIZE": "x"}, "X_SIZE='x': expected an integer"),
+        ({"X_MODE": "medium"}, "X_MODE='medium': expected fast or slow"),
+        ({"X_ON": "perhaps"}, "X_ON='perhaps': expected a boolean: one of 1/true/yes/on or 0/false/no/off"),
+    ],
+)
 def test_bad_values_are_one_line(env, line):
     with pytest.raises(KeyError) as e:
         envvars.read(Knobs, env, prefix="X_", error=KeyError)
@@ -58,5 +61,7 @@ def test_replace_checks_the_overrides():
 def test_markdown_hides_secrets_and_names_choices():
     table = envvars.markdown(Knobs, "X_")
     assert "| `X_MODE` | `fast` \\| `slow` | `fast` | How. |" in table
-    assert "| `X_TOKEN` | str | unset | A secret. |" in table and "repr" not in repr(Knobs()).lower().replace("token", "")
+    assert "| `X_TOKEN` | str | unset | A secret. |" in table and "repr" not in repr(Knobs()).lower().replace(
+        "token", ""
+    )
     assert "token" not in repr(Knobs(token="hidden")) and "hidden" not in repr(Knobs(token="hidden"))

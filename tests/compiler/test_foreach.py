@@ -23,15 +23,34 @@ def _lists(n=3):
 def _cases():
     a, b, c = _lists()
     return {
-        "add.Scalar": (a, 2.5), "add.List": (a, b), "add.ScalarList": (a, [1.0, 2.0, 3.0]),
-        "add.Tensor": (a, torch.tensor(0.5)), "sub.List": (a, b), "mul.Scalar": (a, 0.9), "div.List": (a, b),
-        "div.Tensor": (a, torch.tensor(3.0)), "addcmul.Scalar": (a, b, c, 0.25), "addcmul.ScalarList": (a, b, c, [1.0, 2.0, 3.0]),
-        "addcmul.Tensor": (a, b, c, torch.tensor([1.0, -2.0, 0.5])), "addcdiv.Scalar": (a, b, c, -0.1),
-        "addcdiv.Tensor": (a, b, c, torch.tensor([0.5, 1.0, 2.0])), "lerp.Scalar": (a, b, 0.3), "lerp.List": (a, b, c),
-        "pow.Scalar": (a, 2.0), "pow.List": (a, b), "pow.ScalarAndTensor": (2.0, a), "sqrt.default": (a,),
-        "neg.default": (a,), "reciprocal.default": (a,), "maximum.List": (a, b), "maximum.Scalar": (a, 1.0),
-        "minimum.ScalarList": (a, [0.7, 0.8, 0.9]), "clamp_max.Scalar": (a, 1.0), "norm.Scalar": (a, 2),
-        "copy.default": (a, b), "zero.default": (a,),
+        "add.Scalar": (a, 2.5),
+        "add.List": (a, b),
+        "add.ScalarList": (a, [1.0, 2.0, 3.0]),
+        "add.Tensor": (a, torch.tensor(0.5)),
+        "sub.List": (a, b),
+        "mul.Scalar": (a, 0.9),
+        "div.List": (a, b),
+        "div.Tensor": (a, torch.tensor(3.0)),
+        "addcmul.Scalar": (a, b, c, 0.25),
+        "addcmul.ScalarList": (a, b, c, [1.0, 2.0, 3.0]),
+        "addcmul.Tensor": (a, b, c, torch.tensor([1.0, -2.0, 0.5])),
+        "addcdiv.Scalar": (a, b, c, -0.1),
+        "addcdiv.Tensor": (a, b, c, torch.tensor([0.5, 1.0, 2.0])),
+        "lerp.Scalar": (a, b, 0.3),
+        "lerp.List": (a, b, c),
+        "pow.Scalar": (a, 2.0),
+        "pow.List": (a, b),
+        "pow.ScalarAndTensor": (2.0, a),
+        "sqrt.default": (a,),
+        "neg.default": (a,),
+        "reciprocal.default": (a,),
+        "maximum.List": (a, b),
+        "maximum.Scalar": (a, 1.0),
+        "minimum.ScalarList": (a, [0.7, 0.8, 0.9]),
+        "clamp_max.Scalar": (a, 1.0),
+        "norm.Scalar": (a, 2),
+        "copy.default": (a, b),
+        "zero.default": (a,),
     }
 
 
@@ -59,7 +78,9 @@ def test_every_functional_overload_has_a_decomposition():
 @pytest.mark.parametrize("opt", ["adamw", "sgd"])
 def test_compiled_optimizer_step_matches_eager_without_fallbacks(opt, device):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(
+        device
+    )
     ref = copy.deepcopy(model)
     for p, q in zip(model.parameters(), ref.parameters()):
         p.grad = torch.randn_like(p) * 1e-2

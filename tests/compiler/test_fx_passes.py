@@ -85,7 +85,9 @@ def test_free_outputs_keep_the_padded_layout(small_pads):
 
 
 def test_a_copy_back_is_timed_for_an_output_behind_a_view():
-    gm = make_fx(lambda a, b: (a @ b).view(3, 10, 45), tracing_mode="fake")(torch.randn(30, 21), torch.randn(21, 45))
+    gm = make_fx(lambda a, b: (a @ b).view(3, 10, 45), tracing_mode="fake")(
+        torch.randn(30, 21), torch.randn(21, 45)
+    )
     mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
     assert [u.op for u in fx_passes._through_views(mm)] == ["call_function", "output"]
 
@@ -107,7 +109,8 @@ def test_addmm_pads_its_bias_and_bmm_its_batches(small_pads):
 
 def test_scaled_addmm_is_left_alone(small_pads):
     gm = make_fx(lambda c, a, b: torch.addmm(c, a, b, beta=0.5), tracing_mode="fake")(
-        torch.randn(5, 7), torch.randn(5, 3), torch.randn(3, 7))
+        torch.randn(5, 7), torch.randn(5, 3), torch.randn(3, 7)
+    )
     with compiler.config.patch(mm_layout="pad"):
         assert fx_passes.matmul_layouts(gm) == 0
 
@@ -301,14 +304,20 @@ def test_adopt_input_strides_copies_where_a_view_rejects_the_layout():
 
 # -------------------------------------------------------------------------------------------- conv_bias
 def _biased(x, w, b, w2):
-    return F.layer_norm(F.conv2d(x, w, b, padding=1, groups=8).permute(0, 2, 3, 1), (8,)).permute(0, 3, 1, 2) \
+    return (
+        F.layer_norm(F.conv2d(x, w, b, padding=1, groups=8).permute(0, 2, 3, 1), (8,)).permute(0, 3, 1, 2)
         + F.conv_transpose2d(x, w2, b)[:, :, :6, :6]
+    )
 
 
 def _biased_args(device="cpu"):
     g = torch.Generator().manual_seed(0)
-    ts = (torch.randn(2, 8, 6, 6, generator=g), torch.randn(8, 1, 3, 3, generator=g), torch.randn(8, generator=g),
-          torch.randn(8, 8, 1, 1, generator=g))
+    ts = (
+        torch.randn(2, 8, 6, 6, generator=g),
+        torch.randn(8, 1, 3, 3, generator=g),
+        torch.randn(8, generator=g),
+        torch.randn(8, 8, 1, 1, generator=g),
+    )
     return [t.to(device) for t in ts]
 
 
@@ -357,11 +366,19 @@ def test_split_conv_bias_in_training_keeps_gradients(device, no_tf32):
     """A training forward with its biases split: outputs and every parameter's gradient (the biases' come from
     the backward's ``convolution_backward``, which the split leaves alone) equal eager's."""
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                            torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.GELU()).to(device)
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, groups=8),
+        torch.nn.GELU(),
+    ).to(device)
     ref_m = copy.deepcopy(m)
     x = _biased_args(device)[0]
-    with compiler.config.patch(conv_layout="always", conv_bias="split", strict=True), compiler.capture() as gs:
+    with (
+        compiler.config.patch(conv_layout="always", conv_bias="split", strict=True),
+        compiler.capture() as gs,
+    ):
         y = torch.compile(m, backend="kiln")(x)
         y.square().sum().backward()
     ref = ref_m(x)
@@ -372,7 +389,9 @@ def test_split_conv_bias_in_training_keeps_gradients(device, no_tf32):
     assert all(", None, [" in ln for ln in gs[0].code.splitlines() if "torch.convolution(" in ln)
 
 
-@pytest.mark.parametrize("name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc"), ("conv_bias", "fuse")])
+@pytest.mark.parametrize(
+    "name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc"), ("conv_bias", "fuse")]
+)
 def test_bad_values_are_config_errors(name, value):
     with pytest.raises(ConfigError, match=f"KILN_{name.upper()}"):
         compiler.config.from_env({f"KILN_{name.upper()}": value})

@@ -40,7 +40,11 @@ def _close(a, b):
 
 
 def _entries(folder):
-    return sorted(p for p in os.listdir(folder) if p.endswith(graph_cache.SUFFIX)) if os.path.isdir(folder) else []
+    return (
+        sorted(p for p in os.listdir(folder) if p.endswith(graph_cache.SUFFIX))
+        if os.path.isdir(folder)
+        else []
+    )
 
 
 def test_hit_rebuilds_what_the_fresh_compile_made(gc_dir):
@@ -51,7 +55,10 @@ def test_hit_rebuilds_what_the_fresh_compile_made(gc_dir):
     assert [g.cache for g in second] == ["hit"]
     assert second[0].code == first[0].code
     assert second[0].kernel_sources == first[0].kernel_sources
-    assert (second[0].kernel_launches, second[0].extern_count) == (first[0].kernel_launches, first[0].extern_count)
+    assert (second[0].kernel_launches, second[0].extern_count) == (
+        first[0].kernel_launches,
+        first[0].extern_count,
+    )
     assert _close(out2, _fn(x, y)) and _close(out1, out2)
     stats = compile_stats()
     assert (stats.graph_hits, stats.graph_misses) == (1, 1)
@@ -169,8 +176,9 @@ def test_a_cond_graph_is_cached_with_its_compiled_branches(gc_dir):
 def test_training_graphs_hit_forward_and_backward(gc_dir):
     def run():
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
-                                    torch.nn.Linear(32, 4)).to(DEVICE)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Linear(32, 4)
+        ).to(DEVICE)
         inp = torch.randn(8, 16, device=DEVICE)
         torch._dynamo.reset()
         with compiler.capture() as graphs:
@@ -214,13 +222,27 @@ _WORKER = textwrap.dedent("""
 
 
 def test_two_processes_compiling_one_graph_at_once(tmp_path):
-    env = dict(os.environ, PYTHONPATH=REPO, KILN_CACHE="1", KILN_GRAPH_CACHE_DIR=str(tmp_path / "graphs"),
-               KILN_CACHE_DIR=str(tmp_path / "kernels"), KILN_STRICT="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=REPO,
+        KILN_CACHE="1",
+        KILN_GRAPH_CACHE_DIR=str(tmp_path / "graphs"),
+        KILN_CACHE_DIR=str(tmp_path / "kernels"),
+        KILN_STRICT="1",
+    )
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
     go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, str(script), str(go)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(go)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     time.sleep(1.0)
     go.write_text("")
     outs = [p.communicate(timeout=300)[0] for p in procs]
@@ -229,8 +251,9 @@ def test_two_processes_compiling_one_graph_at_once(tmp_path):
     assert all(r[2] in ("stored", "hit") for r in results), results
     assert len(_entries(tmp_path / "graphs")) == 1
     assert not [n for n in os.listdir(tmp_path / "graphs") if n.endswith(".part")]  # no temporary file left
-    third = subprocess.run([sys.executable, str(script), str(go)], env=env, capture_output=True, text=True,
-                           timeout=300)
+    third = subprocess.run(
+        [sys.executable, str(script), str(go)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert "RESULT True hit 1" in third.stdout, third.stdout + third.stderr
 
 
@@ -256,7 +279,7 @@ def test_constants_are_stored_with_their_bytes_and_layout(gc_dir):
     _, first, _ = _compile_run(f, x)
     compiled, second, out = _compile_run(f, x)
     assert [g.cache for g in second] == ["hit"] and _close(out, f(x))
-    (name, want), = dict(first[0].wrapper.named_buffers()).items()
+    ((name, want),) = dict(first[0].wrapper.named_buffers()).items()
     have = dict(second[0].wrapper.named_buffers())[name]
     assert torch.equal(have, want)
     base = torch.arange(24.0, device=DEVICE).reshape(4, 6)
@@ -273,8 +296,11 @@ def test_a_graph_whose_passes_add_shape_guards_is_not_stored(gc_dir, monkeypatch
     from compiler import backend
 
     def guarding(job):  # a pass that specializes on an input size: a guard Dynamo must keep
-        val = next(n for n in job.gm.graph.nodes if n.op == "placeholder"
-                   and isinstance(n.meta.get("val"), torch.Tensor)).meta["val"]
+        val = next(
+            n
+            for n in job.gm.graph.nodes
+            if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+        ).meta["val"]
         assert isinstance(val.shape[0], torch.SymInt)
         if val.shape[0] == 8:  # bool() of a symbolic comparison adds the guard
             pass
@@ -296,32 +322,37 @@ def test_a_stored_kernel_that_is_not_triton_only_is_refused(gc_dir):
     path = os.path.join(gc_dir, name)
     payload = cache.read_entry(path)
     (n,) = struct.unpack_from("<Q", payload)
-    header = json.loads(payload[8:8 + n])
+    header = json.loads(payload[8 : 8 + n])
     kernel = next(a for a in header["wrapper"]["attrs"].values() if a["kind"] == "kernel")
     kernel["source"] += "\nimport os\nos._exit(3)\n"  # a planted entry with a valid checksum
     text = json.dumps(header).encode()
-    cache.write_entry(path, struct.pack("<Q", len(text)) + text + payload[8 + n:])
+    cache.write_entry(path, struct.pack("<Q", len(text)) + text + payload[8 + n :])
     _, graphs, out = _compile_run(_fn, x, y)  # still alive: the entry was refused, the graph compiled
     assert [g.cache for g in graphs] == ["stored"] and _close(out, _fn(x, y))
 
 
-@pytest.mark.parametrize("body", ["open('/etc/passwd')", "__import__('os')", "tl.__dict__", "x = lambda: 0",
-                                  "import os"])
+@pytest.mark.parametrize(
+    "body", ["open('/etc/passwd')", "__import__('os')", "tl.__dict__", "x = lambda: 0", "import os"]
+)
 def test_kernel_source_check(body):
-    good = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-            "def k(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n"
-            "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
-            "    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, xindex < xnumel), xindex < xnumel)\n")
+    good = (
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def k(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n"
+        "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+        "    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, xindex < xnumel), xindex < xnumel)\n"
+    )
     fx_codec.check_kernel_source(good)
     with pytest.raises(fx_codec.Unsupported):
         fx_codec.check_kernel_source(good + f"    {body}\n")
 
 
 def test_a_kernel_source_already_in_the_kernel_folder_is_not_parsed_again(tmp_path, monkeypatch):
-    good = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-            "def k2(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n"
-            "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
-            "    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, xindex < xnumel) * 3, xindex < xnumel)\n")
+    good = (
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def k2(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n"
+        "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+        "    tl.store(out_ptr0 + xindex, tl.load(in_ptr0 + xindex, xindex < xnumel) * 3, xindex < xnumel)\n"
+    )
     bad = good + "    __import__('os')\n"
     parsed = []
     real = fx_codec._check_module
@@ -334,7 +365,9 @@ def test_a_kernel_source_already_in_the_kernel_folder_is_not_parsed_again(tmp_pa
         cache.write_atomic(cache.source_path(good), good)  # as kiln writes a kernel it launches
         fx_codec.check_kernel_source(good)  # the same bytes as its file: taken as checked, no parse
         assert parsed == [good]
-        cache.write_atomic(cache.source_path(bad), good)  # a file whose bytes differ from the source: parsed, refused
+        cache.write_atomic(
+            cache.source_path(bad), good
+        )  # a file whose bytes differ from the source: parsed, refused
         with pytest.raises(fx_codec.Unsupported):
             fx_codec.check_kernel_source(bad)
         assert parsed == [good, bad]
@@ -344,9 +377,25 @@ def test_a_run_expected_warm_fails_when_the_graph_cache_answered_nothing(tmp_pat
     """KILN_EXPECT_WARM_CACHE=1 (`nox -s tests`' warm cache phase, tests/conftest.py): a session whose tests pass
     still fails, saying why, when kiln's graph cache answered no graph (here: a test that compiles none)."""
     env = {**os.environ, "KILN_EXPECT_WARM_CACHE": "1", "KILN_CACHE": "1", "XDG_CACHE_HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                           "tests/compiler/test_config.py::test_compile_threads_and_workers"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "tests/compiler/test_config.py::test_compile_threads_and_workers",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout
     assert "kiln graph cache, warm run: 0 hits (0 before AOTAutograd), 0 graphs compiled again" in proc.stdout

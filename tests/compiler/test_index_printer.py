@@ -39,12 +39,17 @@ def test_index_evaluator_computes_what_the_kernel_computes():
 
     x = np.arange(40, dtype=np.int64)[:, None]
     r = np.arange(12, dtype=np.int64)[None, :]
-    exprs = [ModularIndexing(3 * XINDEX + RINDEX, 4, 5) + FloorDiv(XINDEX * 12 + RINDEX, 7) * 2,
-             sympy.Mod(XINDEX, 3) * 5 - RINDEX + 100, (XINDEX + 1) ** 2, sympy.Integer(9)]
+    exprs = [
+        ModularIndexing(3 * XINDEX + RINDEX, 4, 5) + FloorDiv(XINDEX * 12 + RINDEX, 7) * 2,
+        sympy.Mod(XINDEX, 3) * 5 - RINDEX + 100,
+        (XINDEX + 1) ** 2,
+        sympy.Integer(9),
+    ]
     for e in exprs:
         printed = eval(pexpr(e), {"__builtins__": {}, "xindex": x, "rindex": r})  # noqa: S307 - test oracle
-        assert np.array_equal(np.broadcast_to(evaluate(e, {XINDEX: x, RINDEX: r}), (40, 12)),
-                              np.broadcast_to(printed, (40, 12)))
+        assert np.array_equal(
+            np.broadcast_to(evaluate(e, {XINDEX: x, RINDEX: r}), (40, 12)), np.broadcast_to(printed, (40, 12))
+        )
     for bad in (sympy.Max(XINDEX, 3), XINDEX / 2, s0 + XINDEX):
         with pytest.raises(Unevaluable):
             evaluate(bad, {XINDEX: x, RINDEX: r})

@@ -38,12 +38,16 @@ def digits(flat: sympy.Expr, sizes: tuple[int, ...], strides: tuple[int, ...]) -
 def same_values(a: sympy.Expr, b: sympy.Expr, bounds: dict) -> bool:
     grids = np.meshgrid(*[np.arange(bounds[s] + 1) for s in bounds], indexing="ij")
     env = dict(zip(bounds, grids))
-    return bool(np.all(np.broadcast_to(evaluate(a, env), grids[0].shape)
-                       == np.broadcast_to(evaluate(b, env), grids[0].shape)))
+    return bool(
+        np.all(
+            np.broadcast_to(evaluate(a, env), grids[0].shape)
+            == np.broadcast_to(evaluate(b, env), grids[0].shape)
+        )
+    )
 
 
 def contiguous_strides(sizes):
-    return tuple(math.prod(sizes[i + 1:]) for i in range(len(sizes)))
+    return tuple(math.prod(sizes[i + 1 :]) for i in range(len(sizes)))
 
 
 @pytest.mark.parametrize("sizes", [(64, 32), (2, 8, 8, 32), (3, 5, 7), (16, 1, 4, 6)])
@@ -139,8 +143,11 @@ def test_channels_last_epilogues_read_and_write_contiguously(device):
     c = 32
     m = _Block(c).to(device, torch.bfloat16).eval()
     t = torch.randn(2, c, 8, 8, device=device, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    with compiler.config.patch(conv_layout="always", conv_bias="split", strict=True), torch.no_grad(), \
-            compiler.capture() as gs:
+    with (
+        compiler.config.patch(conv_layout="always", conv_bias="split", strict=True),
+        torch.no_grad(),
+        compiler.capture() as gs,
+    ):
         got = torch.compile(m, backend="kiln")(t)
     with torch.no_grad():
         ref = m(t)

@@ -13,13 +13,40 @@ def run(fn, *args):
     return out, graphs
 
 
-@pytest.mark.parametrize("name, fn, make", [
-    ("embedding", lambda w, i: F.embedding(i, w) * 2, lambda d: (torch.randn(20, 8, device=d), torch.randint(0, 20, (4, 5), device=d))),
-    ("gather", lambda x, i: torch.gather(x, 1, i) + 1, lambda d: (torch.randn(4, 10, device=d), torch.randint(0, 10, (4, 3), device=d))),
-    ("negative_index", lambda x, i: x[i], lambda d: (torch.randn(10, 3, device=d), torch.tensor([-1, 0, -10, 4], device=d))),
-    ("two_index_tensors", lambda x, i, j: x[i, :, j], lambda d: (torch.randn(5, 3, 7, device=d), torch.tensor([0, 4, 2], device=d), torch.tensor([6, 0, 1], device=d))),
-    ("cross_entropy", lambda logits, t: F.cross_entropy(logits, t), lambda d: (torch.randn(8, 10, device=d), torch.randint(0, 10, (8,), device=d))),
-])
+@pytest.mark.parametrize(
+    "name, fn, make",
+    [
+        (
+            "embedding",
+            lambda w, i: F.embedding(i, w) * 2,
+            lambda d: (torch.randn(20, 8, device=d), torch.randint(0, 20, (4, 5), device=d)),
+        ),
+        (
+            "gather",
+            lambda x, i: torch.gather(x, 1, i) + 1,
+            lambda d: (torch.randn(4, 10, device=d), torch.randint(0, 10, (4, 3), device=d)),
+        ),
+        (
+            "negative_index",
+            lambda x, i: x[i],
+            lambda d: (torch.randn(10, 3, device=d), torch.tensor([-1, 0, -10, 4], device=d)),
+        ),
+        (
+            "two_index_tensors",
+            lambda x, i, j: x[i, :, j],
+            lambda d: (
+                torch.randn(5, 3, 7, device=d),
+                torch.tensor([0, 4, 2], device=d),
+                torch.tensor([6, 0, 1], device=d),
+            ),
+        ),
+        (
+            "cross_entropy",
+            lambda logits, t: F.cross_entropy(logits, t),
+            lambda d: (torch.randn(8, 10, device=d), torch.randint(0, 10, (8,), device=d)),
+        ),
+    ],
+)
 def test_indirect_reads_fuse(device, name, fn, make):
     args = make(device)
     out, graphs = run(fn, *args)
@@ -34,8 +61,11 @@ def test_boolean_mask_index_falls_back_with_reason(device):
     x = torch.randn(6, device=device)
     m = x > 0
     fn = lambda x, m: x[m] * 2  # noqa: E731
-    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), \
-            compiler.config.patch(strict=True), compiler.capture() as graphs:
+    with (
+        torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
+        compiler.config.patch(strict=True),
+        compiler.capture() as graphs,
+    ):
         out = torch.compile(fn, backend="kiln")(x, m)
     torch.testing.assert_close(out, fn(x, m))
     assert ("unsupported_args", "aten.index.Tensor") in [(r.kind, r.op) for r in graphs[0].fallbacks]

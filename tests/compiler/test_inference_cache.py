@@ -16,7 +16,9 @@ from kiln_testing import DEVICE
 
 
 def _fronts(folder):
-    return [p for p in os.listdir(folder) if p.endswith(inference_cache.SUFFIX)] if os.path.isdir(folder) else []
+    return (
+        [p for p in os.listdir(folder) if p.endswith(inference_cache.SUFFIX)] if os.path.isdir(folder) else []
+    )
 
 
 class _AotCalls:
@@ -44,8 +46,9 @@ def _compile_run(fn, *args, dynamic=False):
 
 def test_a_parameter_holding_module_skips_aot_autograd_when_warm(gc_dir, monkeypatch):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
-                                torch.nn.Linear(32, 8)).to(DEVICE)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Linear(32, 8)
+    ).to(DEVICE)
     x = torch.randn(4, 16, device=DEVICE)
     aot = _AotCalls(monkeypatch)
     with torch.no_grad():
@@ -73,7 +76,6 @@ def test_an_input_mutation_kept_in_the_graph_is_answered(gc_dir, monkeypatch):
             _, out = _compile_run(f, x)
             assert torch.allclose(x, ref * 2) and torch.allclose(out, ref * 2 + 1)
     assert aot.n == 1 and compile_stats().front_hits == 1
-
 
 
 def test_an_output_aliasing_an_input_is_refused(gc_dir):
@@ -161,9 +163,13 @@ def test_a_damaged_or_foreign_front_entry_is_a_miss(gc_dir):
     with torch.no_grad():
         _compile_run(lambda t: t * 3, x)
         (name,) = _fronts(gc_dir)
-        key = name[:-len(inference_cache.SUFFIX)]
-        cache.write_entry(str(gc_dir / name), b'{"format": 1, "key": "%s", "graph": "../../elsewhere"}' % key.encode())
+        key = name[: -len(inference_cache.SUFFIX)]
+        cache.write_entry(
+            str(gc_dir / name), b'{"format": 1, "key": "%s", "graph": "../../elsewhere"}' % key.encode()
+        )
         reset_compile_stats()
-        _, out = _compile_run(lambda t: t * 3, x)  # not answered by the front cache; the graph cache still hits
+        _, out = _compile_run(
+            lambda t: t * 3, x
+        )  # not answered by the front cache; the graph cache still hits
     assert compile_stats().front_hits == 0 and compile_stats().graph_hits == 1 and torch.allclose(out, x * 3)
     assert inference_cache._read(key) is not None  # replaced by a whole entry

@@ -7,9 +7,9 @@ import copy
 
 import pytest
 import torch
-from kiln_testing import randn
 
 import compiler
+from kiln_testing import randn
 
 
 def _run(fn, args, **settings):
@@ -81,7 +81,9 @@ def test_setting_off_keeps_every_write_back():
 @pytest.mark.parametrize("opt", ["adamw", "sgd"])
 def test_optimizer_step_updates_in_place_as_the_write_back_did(opt, device):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(device)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(
+        device
+    )
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-2
     results, copies = {}, {}
@@ -89,15 +91,20 @@ def test_optimizer_step_updates_in_place_as_the_write_back_did(opt, device):
         m = copy.deepcopy(model)
         for p, q in zip(m.parameters(), model.parameters()):
             p.grad = q.grad.clone()
-        o = (torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True) if opt == "adamw" else
-             torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True))
+        o = (
+            torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
+            if opt == "adamw"
+            else torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True)
+        )
         torch._dynamo.reset()
         with compiler.config.patch(strict=True, write_in_place=on), compiler.capture() as graphs:
             step = torch.compile(o.step, backend="kiln")
             for _ in range(3):
                 step()
         results[on] = [p.detach().clone() for p in m.parameters()]
-        results[on] += [v.clone() for s in o.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+        results[on] += [
+            v.clone() for s in o.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+        ]
         copies[on] = _copies(graphs[-1])
     assert copies[False] >= 1 and copies[True] == 0
     for a, b in zip(results[False], results[True]):

@@ -22,7 +22,7 @@ def test_reuse_across_sizes_and_misaligned_views(device):
     k = _kernel(device)
     base = torch.randn(4096 + 7, device=device)
     for n, offset in [(64, 0), (64, 1), (1000, 0), (1000, 3), (64, 0), (17, 5), (1, 0)]:
-        x = base[offset:offset + n]
+        x = base[offset : offset + n]
         out = torch.full((n,), float("nan"), device=device)
         k(x, out, n)
         torch.testing.assert_close(out, x * 3 + 1)
@@ -57,7 +57,13 @@ def _cfg(hint: str, programs: int, xnumel: int, rnumel: int) -> str:
 # column (outer) kernels xnumel is the output columns (split partials x channels) and rnumel the rows each sums.
 NEW_PICKS = [
     ("inner", 0, 50176, 96, "X16/R128/w8"),  # ConvNeXt LayerNorm: many short rows, measured best
-    ("inner", 256, 100352, 256, "X16/R256/w4"),  # ResNet BatchNorm backward, mixed (loads 3, 5): measured best
+    (
+        "inner",
+        256,
+        100352,
+        256,
+        "X16/R256/w4",
+    ),  # ResNet BatchNorm backward, mixed (loads 3, 5): measured best
     ("inner", 256, 100352, 64, "X64/R64/w8"),  # the same at 64 channels: measured best
     ("outer", 0, 6272, 1024, "X16/R64/w16"),  # BatchNorm var_mean, 98 programs at 64 columns: 16 columns and
     # 16 warps won in both sweeps
@@ -66,13 +72,21 @@ NEW_PICKS = [
 
 # picks that matched the measured best before and must stay
 KEPT_PICKS = [
-    ("outer", 0, 256, 256, "X16/R64/w8"), ("outer", 0, 64, 256, "X16/R64/w8"),
-    ("outer", 0, 256, 98, "X16/R64/w8"), ("outer", 0, 64, 98, "X16/R64/w8"),
-    ("outer", 0, 25088, 1024, "X64/R64/w8"), ("outer", 0, 13824, 1051, "X64/R64/w8"),
-    ("outer", 0, 768, 253, "X16/R64/w8"), ("outer", 0, 3072, 253, "X64/R64/w8"), ("outer", 0, 2304, 253, "X64/R64/w8"),
-    ("outer", 0, 2304, 6, "X64/R8/w4"), ("outer", 0, 768, 6, "X64/R8/w4"),
-    ("inner", 0, 6304, 768, "X4/R1024/w4"), ("inner", 253, 6304, 768, "X4/R1024/w4"),
-    ("inner", 253, 6304, 3072, "X1/R4096/w16"), ("inner", 0, 12544, 192, "X4/R256/w4"),
+    ("outer", 0, 256, 256, "X16/R64/w8"),
+    ("outer", 0, 64, 256, "X16/R64/w8"),
+    ("outer", 0, 256, 98, "X16/R64/w8"),
+    ("outer", 0, 64, 98, "X16/R64/w8"),
+    ("outer", 0, 25088, 1024, "X64/R64/w8"),
+    ("outer", 0, 13824, 1051, "X64/R64/w8"),
+    ("outer", 0, 768, 253, "X16/R64/w8"),
+    ("outer", 0, 3072, 253, "X64/R64/w8"),
+    ("outer", 0, 2304, 253, "X64/R64/w8"),
+    ("outer", 0, 2304, 6, "X64/R8/w4"),
+    ("outer", 0, 768, 6, "X64/R8/w4"),
+    ("inner", 0, 6304, 768, "X4/R1024/w4"),
+    ("inner", 253, 6304, 768, "X4/R1024/w4"),
+    ("inner", 253, 6304, 3072, "X1/R4096/w16"),
+    ("inner", 0, 12544, 192, "X4/R256/w4"),
     ("inner", 0, 4096, 96, "X8/R128/w4"),  # short rows, but few of them: programs to spare stay as they were
 ]
 
@@ -85,7 +99,9 @@ def test_gpu_reduction_picks_follow_the_h100_sweep():
 def test_gpu_reduction_rules_at_their_edges():
     # long columns: the narrowing starts at OUTER_LONG_RNUMEL rows and stops once 64 columns fill the SMs
     assert _cfg("outer", 0, 6272, 511) == "X64/R64/w8"
-    assert _cfg("outer", 0, 64 * 132, 1024) == "X64/R64/w8" and _cfg("outer", 0, 64 * 131, 1024) == "X16/R64/w16"
+    assert (
+        _cfg("outer", 0, 64 * 132, 1024) == "X64/R64/w8" and _cfg("outer", 0, 64 * 131, 1024) == "X16/R64/w16"
+    )
     assert _cfg("outer", 0, 8, 4096) == "X8/R64/w8"  # fewer than 16 columns: no 16 warps over 512 elements
     # a mixed kernel never steps over more rows than a program owns (2048 rows in 256 programs: 8 each)
     assert _cfg("inner", 256, 2048, 64) == "X8/R64/w4"
@@ -98,9 +114,12 @@ def test_gpu_reduction_picks_compute_correctly(monkeypatch):
     """The GPU heuristic's block sizes (16-column long column sums, mixed steps of 64 short rows, 32 short rows a
     program) give the right values: run under the interpreter with the GPU configs."""
     import torch.nn.functional as F
+
     from kiln_testing import launch_log
 
-    monkeypatch.setattr(TritonKernel, "launch_config", lambda self, x, r, d: self.heuristic_config(x, r, interp=False))
+    monkeypatch.setattr(
+        TritonKernel, "launch_config", lambda self, x, r, d: self.heuristic_config(x, r, interp=False)
+    )
     torch._dynamo.reset()
     x = torch.randn(8192, 64)
     with launch_log() as seen:
@@ -109,8 +128,11 @@ def test_gpu_reduction_picks_compute_correctly(monkeypatch):
     assert any(c["XBLOCK"] == 16 and c["num_warps"] == 16 and c["rnumel"] >= 512 for _, c in seen)
 
     torch._dynamo.reset()
-    xs = [torch.randn(16384, 64, requires_grad=True), torch.randn(64, requires_grad=True),
-          torch.randn(64, requires_grad=True)]
+    xs = [
+        torch.randn(16384, 64, requires_grad=True),
+        torch.randn(64, requires_grad=True),
+        torch.randn(64, requires_grad=True),
+    ]
     go = torch.randn(16384, 64)
     with compiler.config.patch(strict=True), launch_log() as seen:
         out = torch.compile(lambda a, w, b: F.layer_norm(a, (64,), w, b, 1e-5), backend="kiln")(*xs)

@@ -102,6 +102,7 @@ def test_wrapper_writes_mutated_inputs_back_in_one_foreach_copy_per_dtype():
     """Mutated inputs (BatchNorm's running statistics and step counters in training) get their new values
     in one ``torch._foreach_copy_`` per dtype after every kernel, not one copy launch each (a list of mixed
     dtypes would take ATen's slow path); the caller sees every update."""
+
     def f(a, b, c, n, m):
         a.add_(1)
         b.mul_(2)
@@ -110,7 +111,9 @@ def test_wrapper_writes_mutated_inputs_back_in_one_foreach_copy_per_dtype():
         m.add_(n)
         return (a * b).sum()
 
-    args = [randn(8, 8) for _ in range(3)] + [torch.zeros((), dtype=torch.int64, device=DEVICE) for _ in range(2)]
+    args = [randn(8, 8) for _ in range(3)] + [
+        torch.zeros((), dtype=torch.int64, device=DEVICE) for _ in range(2)
+    ]
     expected_args = [t.clone() for t in args]
     expected = f(*expected_args)
     with compiler.config.patch(strict=True), compiler.capture() as graphs:
@@ -165,6 +168,7 @@ def _softmax_chain(x):
 
 def _allocations(st: types.SimpleNamespace) -> list:
     from compiler.codegen.wrapper import _allocates
+
     return [n for n in st.wrapper.module.graph.nodes if _allocates(n)]
 
 
@@ -181,6 +185,7 @@ def test_wrapper_reuses_the_memory_of_dead_buffers():
 def test_wrapper_never_hands_out_memory_that_escapes():
     """A graph output and a buffer a fallback reads (its result may alias it) keep their memory: the two
     intermediates of equal layout here are both outputs or read by sort, so nothing is reused."""
+
     def f(x):
         a = (x * 2).relu()
         b = torch.sort(a + 1, dim=1).values
@@ -195,4 +200,5 @@ def test_wrapper_never_hands_out_memory_that_escapes():
         torch.testing.assert_close(g, r)
     before = len(allocs)
     from compiler.codegen.wrapper import reuse_buffers
+
     assert reuse_buffers(st.wrapper.module.graph) == 0 and len(_allocations(st)) == before

@@ -45,7 +45,12 @@ def test_lowerings_leave_promotion_devices_and_rounding_to_the_contract():
 
     for path in Path(pkg.__file__).parent.glob("*.py"):
         text = path.read_text()
-        for name in ("elementwise_dtypes", "check_device(", "mark_rounding", "settings.emulate_eager_precision"):
+        for name in (
+            "elementwise_dtypes",
+            "check_device(",
+            "mark_rounding",
+            "settings.emulate_eager_precision",
+        ):
             assert name not in text, f"{path.name} does the contract's work itself ({name})"
 
 

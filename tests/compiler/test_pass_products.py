@@ -8,15 +8,15 @@ import dataclasses
 
 import pytest
 import torch
+from test_layers import staged  # the compile state after the passes up to one (strict: products verified)
 
 import compiler
 from compiler import backend
+from compiler.codegen.kernels import Kernels
 from compiler.exc import InvariantError
 from compiler.graph import ExternCall
-from compiler.codegen.kernels import Kernels
 from compiler.scheduler import Schedule, schedule
 from kiln_testing import randn
-from test_layers import staged  # the compile state after the passes up to one (strict: products verified)
 
 
 def softmax_mm(x, w):
@@ -37,9 +37,11 @@ def _fails(product, match: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- sound products
-@pytest.mark.parametrize("fn, args", [(softmax_mm, ARGS), (two_kernels, ARGS[:1]),
-                                      (lambda x: (x.sin() * 2, x.sum()), ARGS[:1])],
-                         ids=["softmax_mm", "two_kernels", "pointwise_and_sum"])
+@pytest.mark.parametrize(
+    "fn, args",
+    [(softmax_mm, ARGS), (two_kernels, ARGS[:1]), (lambda x: (x.sin() * 2, x.sum()), ARGS[:1])],
+    ids=["softmax_mm", "two_kernels", "pointwise_and_sum"],
+)
 def test_sound_products_verify(fn, args):
     st = staged(fn, *args)
     st.program.verify()
@@ -47,8 +49,9 @@ def test_sound_products_verify(fn, args):
     st.kernels.verify()
     st.wrapper.verify()
     assert st.kernels.schedule is st.schedule and len(st.kernels.sources) == len(st.schedule.groups)
-    assert [n.target for n in st.wrapper.module.graph.nodes if n.op == "call_module"] == \
-        [ks.name for ks in st.kernels.launches]
+    assert [n.target for n in st.wrapper.module.graph.nodes if n.op == "call_module"] == [
+        ks.name for ks in st.kernels.launches
+    ]
 
 
 def test_render_leaves_the_schedule_as_it_was():
@@ -169,7 +172,7 @@ def test_wrapper_kernel_writes_a_graph_input():
     launch = next(n for n in graph.nodes if n.op == "call_module")
     ks = st.kernels.launches[0]
     out = next(i for i, (p, _) in enumerate(ks.ptr_args) if p.startswith("out_ptr"))
-    launch.args = launch.args[:out] + (x,) + launch.args[out + 1:]
+    launch.args = launch.args[:out] + (x,) + launch.args[out + 1 :]
     _fails(st.wrapper, "not an allocation")
 
 
@@ -200,14 +203,19 @@ def test_strict_pipeline_stops_at_the_pass_that_broke_its_product(monkeypatch):
     passes = [p._replace(run=careless_schedule) if p.name == "schedule" else p for p in backend.PASSES]
     monkeypatch.setattr(backend, "PASSES", passes)
     # Dynamo wraps the backend's error (BackendCompilerFailed)
-    with compiler.config.patch(strict=True), pytest.raises(Exception, match="after kiln pass 'schedule'.*registers"):
+    with (
+        compiler.config.patch(strict=True),
+        pytest.raises(Exception, match="after kiln pass 'schedule'.*registers"),
+    ):
         torch.compile(lambda x: torch.softmax(x, -1) @ x.t(), backend="kiln")(randn(4, 8))
 
 
 def test_products_are_not_verified_outside_strict(monkeypatch):
     calls = []
     for product in (Schedule, Kernels):
-        monkeypatch.setattr(product, "verify", lambda self, verify=product.verify: calls.append(self) or verify(self))
+        monkeypatch.setattr(
+            product, "verify", lambda self, verify=product.verify: calls.append(self) or verify(self)
+        )
     fn = lambda x: torch.relu(x) + 1  # noqa: E731
     with compiler.config.patch(strict=False):
         torch.compile(fn, backend="kiln")(randn(8))

@@ -19,11 +19,35 @@ def run(fn, *args, dynamic=False):
 
 def test_passes_are_named_and_explained():
     names = [p.name for p in PASSES]
-    assert names == ["input_strides", "attention", "conv_layout", "mm_layout", "lower", "schedule", "in_place",
-                     "render", "combo", "wrap", "precompile", "dump"]
+    assert names == [
+        "input_strides",
+        "attention",
+        "conv_layout",
+        "mm_layout",
+        "lower",
+        "schedule",
+        "in_place",
+        "render",
+        "combo",
+        "wrap",
+        "precompile",
+        "dump",
+    ]
     assert all(p.why for p in PASSES)
-    assert [p.makes for p in PASSES] == [None, None, None, None, "program", "schedule", "schedule", "kernels", "kernels",
-                                         "wrapper", None, None]
+    assert [p.makes for p in PASSES] == [
+        None,
+        None,
+        None,
+        None,
+        "program",
+        "schedule",
+        "schedule",
+        "kernels",
+        "kernels",
+        "wrapper",
+        None,
+        None,
+    ]
     # each pass reads only products made before it (or the job itself)
     made = {"job"}
     for p in PASSES:
@@ -38,8 +62,11 @@ def test_relu_chain_is_one_kernel(device):
     assert graphs[0].kernel_count == 1 and graphs[0].extern_count == 0
 
 
-@pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, -1), lambda x: F.log_softmax(x, -1),
-                                lambda x: F.layer_norm(x, x.shape[-1:])], ids=["softmax", "log_softmax", "layer_norm"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: torch.softmax(x, -1), lambda x: F.log_softmax(x, -1), lambda x: F.layer_norm(x, x.shape[-1:])],
+    ids=["softmax", "log_softmax", "layer_norm"],
+)
 def test_row_normalizations_are_one_kernel(device, fn):
     x = torch.randn(16, 100, device=device)
     out, graphs = run(fn, x)
@@ -48,7 +75,11 @@ def test_row_normalizations_are_one_kernel(device, fn):
 
 
 def test_linear_bias_gelu_is_one_extern_plus_one_kernel(device):
-    x, w, b = (torch.randn(8, 32, device=device), torch.randn(16, 32, device=device), torch.randn(16, device=device))
+    x, w, b = (
+        torch.randn(8, 32, device=device),
+        torch.randn(16, 32, device=device),
+        torch.randn(16, device=device),
+    )
     fn = lambda x, w, b: F.gelu(F.linear(x, w, b))  # noqa: E731
     out, graphs = run(fn, x, w, b)
     torch.testing.assert_close(out, fn(x, w, b), atol=1e-4, rtol=1e-4)
@@ -93,7 +124,9 @@ def test_dump_dir_writes_wrapper_kernels_and_launch_specs(tmp_path, device):
     specs = [k for k in kernels if k.endswith(".json")]
     assert specs, kernels
     spec = json.loads((tmp_path / "kernels" / specs[0]).read_text())
-    assert spec["kernel"] == name and spec["signature"]["in_ptr0"] == "*fp32" and "XBLOCK" in spec["constexprs"]
+    assert (
+        spec["kernel"] == name and spec["signature"]["in_ptr0"] == "*fp32" and "XBLOCK" in spec["constexprs"]
+    )
     assert os.listdir(tmp_path / "graphs")
 
 
@@ -181,13 +214,17 @@ def test_export_aot_runs_at_new_sizes(device):
         torch.testing.assert_close(cm(x), torch.softmax(x * 2, -1))
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: torch.softmax(x, -1),
-    lambda x: F.layer_norm(x, x.shape[-1:]),
-    lambda x: x.max(-1),
-    lambda x: (x.var(-1), x.argmin(-1), x.prod(-1).abs().log1p()),
-    lambda x: x / x.sum(),
-], ids=["softmax", "layer_norm", "max_indices", "var_argmin_prod", "full_sum"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.softmax(x, -1),
+        lambda x: F.layer_norm(x, x.shape[-1:]),
+        lambda x: x.max(-1),
+        lambda x: (x.var(-1), x.argmin(-1), x.prod(-1).abs().log1p()),
+        lambda x: x / x.sum(),
+    ],
+    ids=["softmax", "layer_norm", "max_indices", "var_argmin_prod", "full_sum"],
+)
 def test_looped_reductions_match_persistent(device, fn):
     """Rows longer than the persistent limit take the looped path (several loops in one kernel)."""
     x = torch.randn(6, 300, device=device)
@@ -207,8 +244,11 @@ def test_column_reduction_is_marked_outer(device):
     assert kernel.hint == "outer"
 
 
-@pytest.mark.parametrize("fn", [lambda x: x.sum(), lambda x: x.amax(), lambda x: x.var(), lambda x: x.abs().max()],
-                         ids=["sum", "amax", "var", "abs_max"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: x.sum(), lambda x: x.amax(), lambda x: x.var(), lambda x: x.abs().max()],
+    ids=["sum", "amax", "var", "abs_max"],
+)
 def test_long_rows_split_into_two_stage_reductions(device, fn):
     """A few very long rows run as partial reductions over chunks plus a final pass (two kernels)."""
     x = torch.randn(40009, device=device)
@@ -226,7 +266,9 @@ def test_max_argmax_nan_and_ties_match_eager(device, looped):
     x[3, 10] = x[3, 20] = 1e4  # tie: the first index wins
     x[4, 99] = float("inf")
     fn = lambda x: (x.max(-1), x.argmin(-1), x.amin(-1))  # noqa: E731
-    limits = dict(interp_persistent_rblock_max=32, persistent_rblock_max=32, looped_rblock=32) if looped else {}
+    limits = (
+        dict(interp_persistent_rblock_max=32, persistent_rblock_max=32, looped_rblock=32) if looped else {}
+    )
     with compiler.config.patch(**limits):
         out, _ = run(fn, x)
     ref = fn(x)
@@ -244,11 +286,17 @@ def test_column_reduction_with_few_columns_splits(device):
     assert graphs[0].kernel_count == 2
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: torch.softmax(x, -1),
-    lambda x: torch.log_softmax(x, -1),
-    lambda x: torch.softmax(x.masked_fill(torch.arange(x.shape[1], device=x.device) > 150, float("-inf")), -1),
-], ids=["softmax", "log_softmax", "masked_softmax"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.softmax(x, -1),
+        lambda x: torch.log_softmax(x, -1),
+        lambda x: torch.softmax(
+            x.masked_fill(torch.arange(x.shape[1], device=x.device) > 150, float("-inf")), -1
+        ),
+    ],
+    ids=["softmax", "log_softmax", "masked_softmax"],
+)
 def test_online_softmax_in_looped_mode(device, fn):
     """max and sum(exp(x - max)) share one loop (running max, rescaled sum): two passes over the row."""
     x = torch.randn(6, 300, device=device) * 5
@@ -262,11 +310,16 @@ def test_online_softmax_in_looped_mode(device, fn):
 
 def test_residual_add_output_and_layer_norm_are_one_kernel(device):
     """A realized producer read by a reduction stays in registers: the residual stream is stored once."""
+
     def block(x, r, w):
         h = x + r
         return h, F.layer_norm(h, (64,), w)
 
-    x, r, w = torch.randn(8, 64, device=device), torch.randn(8, 64, device=device), torch.randn(64, device=device)
+    x, r, w = (
+        torch.randn(8, 64, device=device),
+        torch.randn(8, 64, device=device),
+        torch.randn(64, device=device),
+    )
     out, graphs = run(block, x, r, w)
     torch.testing.assert_close(out, block(x, r, w), atol=1e-5, rtol=1e-5)
     assert graphs[0].kernel_count == 1
@@ -287,12 +340,23 @@ def test_weight_gradient_reduction_is_outer_despite_row_vectors(device):
     assert hints == ["inner", "outer"]
 
 
-@pytest.mark.parametrize("name, fn, make", [
-    ("embedding", lambda w, i: F.embedding(i, w).sum(-1), lambda d, n: (torch.randn(30, 8, device=d), torch.randint(0, 30, (n, 6), device=d))),
-    ("std_mean", lambda x: torch.std_mean(x, 0), lambda d, n: (torch.randn(n, 3, device=d),)),
-    ("label_smoothing", lambda lg, t: F.cross_entropy(lg, t, label_smoothing=0.05),
-     lambda d, n: (torch.randn(n, 11, device=d), torch.randint(0, 11, (n,), device=d))),
-], ids=["embedding", "std_mean", "label_smoothing"])
+@pytest.mark.parametrize(
+    "name, fn, make",
+    [
+        (
+            "embedding",
+            lambda w, i: F.embedding(i, w).sum(-1),
+            lambda d, n: (torch.randn(30, 8, device=d), torch.randint(0, 30, (n, 6), device=d)),
+        ),
+        ("std_mean", lambda x: torch.std_mean(x, 0), lambda d, n: (torch.randn(n, 3, device=d),)),
+        (
+            "label_smoothing",
+            lambda lg, t: F.cross_entropy(lg, t, label_smoothing=0.05),
+            lambda d, n: (torch.randn(n, 11, device=d), torch.randint(0, 11, (n,), device=d)),
+        ),
+    ],
+    ids=["embedding", "std_mean", "label_smoothing"],
+)
 def test_dynamic_programs_with_symbolic_scalars(device, name, fn, make):
     """Symbolic sizes reach kernels as integers and as floats (``0.05 / n`` in label smoothing)."""
     compiled = torch.compile(fn, backend="kiln", dynamic=True)

@@ -34,8 +34,11 @@ def test_normalize_backward_reads_saved_expand_with_eager_strides(device):
 
 def test_graph_outputs_keep_eager_strides(device):
     x = torch.randn(4, 6, device=device)
-    for fn in (lambda x: (x * 2)[:, ::2], lambda x: (x * 2).sum(-1, keepdim=True).expand(4, 6),
-               lambda x: (x + 1).t()):
+    for fn in (
+        lambda x: (x * 2)[:, ::2],
+        lambda x: (x * 2).sum(-1, keepdim=True).expand(4, 6),
+        lambda x: (x + 1).t(),
+    ):
         with compiler.config.patch(strict=True):
             out = torch.compile(fn, backend="kiln")(x)
         torch.testing.assert_close(out, fn(x))
@@ -77,10 +80,12 @@ def test_patchify_reshape_under_dynamic_shapes(device):
 
 
 def test_arange_with_symbolic_start_step_and_float_sizes(device):
-    fns = [lambda x: torch.arange(x.shape[0], 2 * x.shape[0], device=x.device) * x.long(),
-           lambda x: torch.arange(0, x.shape[0], 2, dtype=torch.float32, device=x.device) + 1,
-           lambda x: torch.arange(x.shape[0] // 2, x.shape[0], 1.5, device=x.device),
-           lambda x: torch.arange(0.5, x.shape[0] * 0.5, 0.25, device=x.device)]
+    fns = [
+        lambda x: torch.arange(x.shape[0], 2 * x.shape[0], device=x.device) * x.long(),
+        lambda x: torch.arange(0, x.shape[0], 2, dtype=torch.float32, device=x.device) + 1,
+        lambda x: torch.arange(x.shape[0] // 2, x.shape[0], 1.5, device=x.device),
+        lambda x: torch.arange(0.5, x.shape[0] * 0.5, 0.25, device=x.device),
+    ]
     for fn in fns:
         torch._dynamo.reset()
         f = torch.compile(fn, backend="kiln", dynamic=True)
@@ -93,8 +98,10 @@ def test_arange_with_symbolic_start_step_and_float_sizes(device):
 def test_kernels_using_data_dependent_scalars_launch_after_their_producer(device):
     # `x.sum().item()` and `nonzero(x).shape[0]` are symbols defined by extern calls; a kernel that uses one
     # must not be fused into a group launched before that call
-    fns = [lambda x: torch.tensor(x.sum().item(), device=x.device) * x,
-           lambda x: x[x > 0].sum() + torch.nonzero(x > 0).shape[0]]
+    fns = [
+        lambda x: torch.tensor(x.sum().item(), device=x.device) * x,
+        lambda x: x[x > 0].sum() + torch.nonzero(x > 0).shape[0],
+    ]
     x = torch.randn(10, device=device)
     with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
         for fn in fns:
@@ -130,7 +137,7 @@ def test_export_aot_module_with_parameters(device):
 
 def test_slice_with_symbolic_start_backward(device):
     # the backward of x[:, n // 2:] is a slice_scatter whose start is a size expression (a SymScalar)
-    fn = lambda x: (x[:, x.shape[1] // 2:] * 2).exp().sum()
+    fn = lambda x: (x[:, x.shape[1] // 2 :] * 2).exp().sum()
     f = torch.compile(fn, backend="kiln", dynamic=True)
     for shape in ((3, 8), (4, 11)):
         x = torch.randn(*shape, device=device, requires_grad=True)
@@ -148,8 +155,11 @@ def test_indexing_a_gathered_value(device):
     x = torch.randn(5, 7, 6, device=device)
     idx = torch.randint(0, 6, (5, 7, 6), device=device)
     rows = torch.tensor([4, 0, 4], device=device)
-    fns = [lambda x, i, r: x.gather(2, i)[r], lambda x, i, r: torch.roll(x.gather(0, i % 5), 1, 2),
-           lambda x, i, r: x[r].gather(1, i[:3, :2])]
+    fns = [
+        lambda x, i, r: x.gather(2, i)[r],
+        lambda x, i, r: torch.roll(x.gather(0, i % 5), 1, 2),
+        lambda x, i, r: x[r].gather(1, i[:3, :2]),
+    ]
     for fn in fns:
         torch._dynamo.reset()
         with compiler.config.patch(strict=True):
@@ -190,11 +200,17 @@ def test_map_and_scan_fall_back_with_their_subgraphs(device):
     from torch._higher_order_ops.scan import scan
 
     xs, y = torch.randn(3, 4, 5, device=device), torch.randn(5, device=device)
+
     def step(c, xi):
         return c + xi, (c * xi).sum(-1, keepdim=True)
 
-    fns = [(lambda xs, y: hop_map(lambda x, y: (x * y).sum(-1), xs, y), (xs, y)),
-           (lambda x: scan(step, torch.zeros(4, device=x.device), x, dim=0), (torch.randn(5, 4, device=device),))]
+    fns = [
+        (lambda xs, y: hop_map(lambda x, y: (x * y).sum(-1), xs, y), (xs, y)),
+        (
+            lambda x: scan(step, torch.zeros(4, device=x.device), x, dim=0),
+            (torch.randn(5, 4, device=device),),
+        ),
+    ]
     for fn, args in fns:
         torch._dynamo.reset()
         with compiler.config.patch(strict=True):

@@ -50,10 +50,14 @@ def test_kiln_error_is_a_single_base_class():
     assert issubclass(KernelLaunchError, KilnError)
 
 
-@pytest.mark.parametrize("fn, make", [
-    (lambda x: (x * 2).abs() + 1, lambda d: torch.randn(4, dtype=torch.complex64, device=d)),
-    (lambda x: x.to(torch.float8_e4m3fn).float() * 2, lambda d: torch.randn(4, device=d)),
-], ids=["complex", "float8"])
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (lambda x: (x * 2).abs() + 1, lambda d: torch.randn(4, dtype=torch.complex64, device=d)),
+        (lambda x: x.to(torch.float8_e4m3fn).float() * 2, lambda d: torch.randn(4, device=d)),
+    ],
+    ids=["complex", "float8"],
+)
 def test_unsupported_dtypes_fall_back_per_op(device, fn, make):
     x = make(device)
     with compiler.config.patch(strict=True), compiler.capture() as graphs:

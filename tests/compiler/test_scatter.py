@@ -9,15 +9,19 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from test_layers import staged
 
 import compiler
 from kiln_testing import launch_log
-from test_layers import staged
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "i64": torch.int64}
 #: atomic float sums run in any order (fp32 accumulation for fp16/bf16, where eager may round each add)
-TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2),
-       torch.int64: (0, 0)}
+TOL = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (2e-3, 4e-3),
+    torch.bfloat16: (1.6e-2, 3e-2),
+    torch.int64: (0, 0),
+}
 SCATTERS = ("index_put.default", "scatter_add.default", "scatter_reduce.two")
 
 
@@ -72,30 +76,64 @@ def _index_put_split(x, i, j, v):  # non-adjacent index tensors: the broadcast d
 
 CASES = {
     # name: (fn, make(dtype, device) -> args)
-    "index_put_acc_dup_neg": (_index_put_acc, lambda t, d: (
-        make((10, 4), t, d), torch.tensor([0, 3, 3, -1, 9, 0, -10], device=d), make((7, 4), t, d))),
-    "index_put_acc_bcast_value": (_index_put_acc, lambda t, d: (
-        make((6, 5), t, d), torch.tensor([1, 1, 4], device=d), make((5,), t, d))),
-    "index_put_acc_2d_bcast_index": (_index_put_2d, lambda t, d: (
-        make((5, 6), t, d), torch.tensor([[0], [2], [0]], device=d), torch.tensor([[1, 5, 1, -1]], device=d),
-        make((3, 4), t, d))),
-    "index_put_acc_inner": (_index_put_inner, lambda t, d: (
-        make((3, 8), t, d), torch.tensor([7, 0, 7, 2], device=d), make((3, 4), t, d))),
-    "index_put_acc_split": (_index_put_split, lambda t, d: (
-        make((4, 3, 5), t, d), torch.tensor([0, 3, 0], device=d), torch.tensor([4, -5, 4], device=d),
-        make((3, 3), t, d))),
-    "index_put_store_unique": (lambda x, i, v: torch.index_put(x, (i,), v), lambda t, d: (
-        make((8, 3), t, d), torch.tensor([5, -1, 0], device=d), make((3, 3), t, d))),
-    "index_put_store_mask_rows": (lambda x, i, v: torch.index_put(x, (i,), v[:1] > 0), lambda t, d: (
-        make((5, 3), t, d) > 0, torch.tensor([4, 0], device=d), make((2, 3), t, d))),
-    "index_add_dim0": (lambda x, i, v: x.index_add(0, i, v, alpha=2), lambda t, d: (
-        make((6, 4), t, d), torch.tensor([0, 5, 0, 2, 2], device=d), make((5, 4), t, d))),
-    "index_add_dim1": (lambda x, i, v: x.index_add(1, i, v), lambda t, d: (
-        make((3, 7), t, d), torch.tensor([6, 6, 1], device=d), make((3, 3), t, d))),
-    "scatter_add_dim0": (lambda x, i, v: x.scatter_add(0, i, v), lambda t, d: (
-        make((5, 4), t, d), torch.randint(0, 5, (8, 4), device=d), make((8, 4), t, d))),
-    "scatter_add_dim1_small_index": (lambda x, i, v: x.scatter_add(1, i, v), lambda t, d: (
-        make((3, 6), t, d), torch.randint(0, 6, (2, 9), device=d), make((3, 10), t, d))),
+    "index_put_acc_dup_neg": (
+        _index_put_acc,
+        lambda t, d: (
+            make((10, 4), t, d),
+            torch.tensor([0, 3, 3, -1, 9, 0, -10], device=d),
+            make((7, 4), t, d),
+        ),
+    ),
+    "index_put_acc_bcast_value": (
+        _index_put_acc,
+        lambda t, d: (make((6, 5), t, d), torch.tensor([1, 1, 4], device=d), make((5,), t, d)),
+    ),
+    "index_put_acc_2d_bcast_index": (
+        _index_put_2d,
+        lambda t, d: (
+            make((5, 6), t, d),
+            torch.tensor([[0], [2], [0]], device=d),
+            torch.tensor([[1, 5, 1, -1]], device=d),
+            make((3, 4), t, d),
+        ),
+    ),
+    "index_put_acc_inner": (
+        _index_put_inner,
+        lambda t, d: (make((3, 8), t, d), torch.tensor([7, 0, 7, 2], device=d), make((3, 4), t, d)),
+    ),
+    "index_put_acc_split": (
+        _index_put_split,
+        lambda t, d: (
+            make((4, 3, 5), t, d),
+            torch.tensor([0, 3, 0], device=d),
+            torch.tensor([4, -5, 4], device=d),
+            make((3, 3), t, d),
+        ),
+    ),
+    "index_put_store_unique": (
+        lambda x, i, v: torch.index_put(x, (i,), v),
+        lambda t, d: (make((8, 3), t, d), torch.tensor([5, -1, 0], device=d), make((3, 3), t, d)),
+    ),
+    "index_put_store_mask_rows": (
+        lambda x, i, v: torch.index_put(x, (i,), v[:1] > 0),
+        lambda t, d: (make((5, 3), t, d) > 0, torch.tensor([4, 0], device=d), make((2, 3), t, d)),
+    ),
+    "index_add_dim0": (
+        lambda x, i, v: x.index_add(0, i, v, alpha=2),
+        lambda t, d: (make((6, 4), t, d), torch.tensor([0, 5, 0, 2, 2], device=d), make((5, 4), t, d)),
+    ),
+    "index_add_dim1": (
+        lambda x, i, v: x.index_add(1, i, v),
+        lambda t, d: (make((3, 7), t, d), torch.tensor([6, 6, 1], device=d), make((3, 3), t, d)),
+    ),
+    "scatter_add_dim0": (
+        lambda x, i, v: x.scatter_add(0, i, v),
+        lambda t, d: (make((5, 4), t, d), torch.randint(0, 5, (8, 4), device=d), make((8, 4), t, d)),
+    ),
+    "scatter_add_dim1_small_index": (
+        lambda x, i, v: x.scatter_add(1, i, v),
+        lambda t, d: (make((3, 6), t, d), torch.randint(0, 6, (2, 9), device=d), make((3, 10), t, d)),
+    ),
 }
 
 
@@ -143,7 +181,8 @@ def test_narrow_integer_sums_wrap_like_eager(dtype, device):
     for reduce in ("sum", "mean"):
         for include_self in (True, False):
             fn = lambda x, i, s, reduce=reduce, include_self=include_self: x.scatter_reduce(  # noqa: E731
-                0, i, s, reduce, include_self=include_self)
+                0, i, s, reduce, include_self=include_self
+            )
             out, graphs = run(fn, x, index, src)
             assert torch.equal(out, fn(x, index, src)), (reduce, include_self)
             assert_lowered(graphs)
@@ -222,7 +261,11 @@ def test_deterministic_algorithms_keep_aten_with_reason(device):
 def test_flipping_determinism_recompiles(device):
     """Dynamo guards on the switch: one compiled function gets an ATen graph while it is on, and its atomic graph
     back when it is off again."""
-    x, v, i = torch.randn(6, 4, device=device), torch.randn(3, 4, device=device), torch.tensor([0, 1, 1], device=device)
+    x, v, i = (
+        torch.randn(6, 4, device=device),
+        torch.randn(3, 4, device=device),
+        torch.tensor([0, 1, 1], device=device),
+    )
     torch._dynamo.reset()
     f = torch.compile(_index_put_acc, backend="kiln")
     prev = torch.are_deterministic_algorithms_enabled()
@@ -247,7 +290,11 @@ def test_scatter_kernel_stands_alone_and_readers_run_after_it(device):
         return y.sum(1) + 1, y * 3
 
     # on the test device: a GPU host lowers only GPU tensors (CPU ones run through ATen there)
-    x, v, i = torch.randn(6, 4, device=device), torch.randn(9, 4, device=device), torch.randint(0, 6, (9,), device=device)
+    x, v, i = (
+        torch.randn(6, 4, device=device),
+        torch.randn(9, 4, device=device),
+        torch.randint(0, 6, (9,), device=device),
+    )
     st = staged(fn, x, i, v, upto="schedule")
     groups = st.schedule.groups
     kinds = [g.kind for g in groups]
@@ -256,8 +303,11 @@ def test_scatter_kernel_stands_alone_and_readers_run_after_it(device):
     (member,) = groups[k].members
     target = member.buf.definition.target
     assert any(target in g.buffer_names for g in groups[:k])
-    readers = [j for j, g in enumerate(groups) if any(member.buf.name in (ld.buffer for ld in _loads(m))
-                                                      for m in g.members)]
+    readers = [
+        j
+        for j, g in enumerate(groups)
+        if any(member.buf.name in (ld.buffer for ld in _loads(m)) for m in g.members)
+    ]
     assert readers and min(readers) > k
     graphs = check(fn, x, i, v)
     assert_lowered(graphs)
@@ -266,8 +316,14 @@ def test_scatter_kernel_stands_alone_and_readers_run_after_it(device):
 def test_schedule_verify_catches_a_scatter_sharing_its_kernel_or_running_first(device):
     from compiler.exc import InvariantError
 
-    x, v, i = torch.randn(6, 4, device=device), torch.randn(9, 4, device=device), torch.randint(0, 6, (9,), device=device)
-    st = staged(lambda x, i, v: torch.index_put(x * 2, (i,), v, accumulate=True) + 1, x, i, v, upto="schedule")
+    x, v, i = (
+        torch.randn(6, 4, device=device),
+        torch.randn(9, 4, device=device),
+        torch.randint(0, 6, (9,), device=device),
+    )
+    st = staged(
+        lambda x, i, v: torch.index_put(x * 2, (i,), v, accumulate=True) + 1, x, i, v, upto="schedule"
+    )
     st.schedule.verify()
     items = st.schedule.items
     k = next(j for j, it in enumerate(items) if getattr(it, "kind", "") == "scatter")
@@ -283,6 +339,7 @@ def test_schedule_verify_catches_a_scatter_sharing_its_kernel_or_running_first(d
 
 def _loads(m):
     from compiler.kexpr import loads
+
     return loads(m.value)
 
 
@@ -344,9 +401,13 @@ def test_embedding_backward_scaled_by_frequency(device):
 
 
 # ------------------------------------------------------------------------------------------- scans
-SCANS = {"cumsum": lambda x: x.cumsum(-1), "cumprod": lambda x: x.cumprod(-1),
-         "logcumsumexp": lambda x: x.logcumsumexp(-1), "cumsum_dim0_of_1d": lambda x: x.flatten().cumsum(0),
-         "cumsum_fp64_out": lambda x: x.cumsum(-1, dtype=torch.float64)}
+SCANS = {
+    "cumsum": lambda x: x.cumsum(-1),
+    "cumprod": lambda x: x.cumprod(-1),
+    "logcumsumexp": lambda x: x.logcumsumexp(-1),
+    "cumsum_dim0_of_1d": lambda x: x.flatten().cumsum(0),
+    "cumsum_fp64_out": lambda x: x.cumsum(-1, dtype=torch.float64),
+}
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
@@ -367,8 +428,10 @@ def test_scans_match_eager(name, dtype, device):
 
 
 def test_scan_special_values(device):
-    x = torch.tensor([[float("-inf"), 0.0, float("inf"), 1.0], [float("nan"), 1.0, 2.0, 3.0],
-                      [float("-inf")] * 4], device=device)
+    x = torch.tensor(
+        [[float("-inf"), 0.0, float("inf"), 1.0], [float("nan"), 1.0, 2.0, 3.0], [float("-inf")] * 4],
+        device=device,
+    )
     for fn in (SCANS["logcumsumexp"], SCANS["cumsum"]):
         out, graphs = run(fn, x)
         torch.testing.assert_close(out, fn(x), equal_nan=True)
@@ -446,7 +509,7 @@ def test_ordered_sum_adds_each_target_in_source_order(device):
     ids = torch.zeros(n, dtype=torch.int64)
     grad, ids = vals.to(device), ids.to(device)
     out, _ = run(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 2, -1, False), grad, ids)
-    chunks = [vals[k:k + QBLOCK, 0].sum() for k in range(0, n, QBLOCK)]  # each chunk's exact-enough sum
+    chunks = [vals[k : k + QBLOCK, 0].sum() for k in range(0, n, QBLOCK)]  # each chunk's exact-enough sum
     want = torch.zeros((), dtype=torch.float32)
     for c in chunks:
         want = want + c
@@ -455,8 +518,10 @@ def test_ordered_sum_adds_each_target_in_source_order(device):
 
 def test_large_or_atomic_float_sums_are_noted(device):
     grad, ids = _emb_args(device)
-    for settings, why in (({"ordered_scatter_max": 64}, "more than ordered_scatter_max=64"),
-                          ({"scatter_order": "atomic"}, "scatter_order=atomic")):
+    for settings, why in (
+        ({"ordered_scatter_max": 64}, "more than ordered_scatter_max=64"),
+        ({"scatter_order": "atomic"}, "scatter_order=atomic"),
+    ):
         out, graphs = run(_emb_grad, grad, ids, **settings)
         torch.testing.assert_close(out, _emb_grad(grad, ids), rtol=1e-5, atol=1e-5)
         assert "tl.atomic_add" in scatter_kernels(graphs)[0]
@@ -466,8 +531,11 @@ def test_large_or_atomic_float_sums_are_noted(device):
 
 
 def test_racing_index_put_stores_are_noted(device):
-    x, i, v = make((8, 3), torch.float32, device), torch.tensor([5, -1, 0], device=device), make((3, 3),
-                                                                                                   torch.float32, device)
+    x, i, v = (
+        make((8, 3), torch.float32, device),
+        torch.tensor([5, -1, 0], device=device),
+        make((3, 3), torch.float32, device),
+    )
     _, graphs = run(lambda a, b, c: torch.index_put(a, (b,), c), x, i, v)
     assert [n.kind for g in graphs for n in g.all_nondeterministic()] == ["nondeterministic"]
 
@@ -476,7 +544,12 @@ def test_racing_index_put_stores_are_noted(device):
 def test_ordered_scatters_are_bitwise_identical_run_to_run(dtype, device):
     """Two compiles and several runs of every float-sum case give the same bits."""
     t = DTYPES[dtype]
-    for name in ("index_put_acc_dup_neg", "index_put_acc_2d_bcast_index", "index_add_dim0", "scatter_add_dim0"):
+    for name in (
+        "index_put_acc_dup_neg",
+        "index_put_acc_2d_bcast_index",
+        "index_add_dim0",
+        "scatter_add_dim0",
+    ):
         fn, mk = CASES[name]
         torch.manual_seed(2)
         args = mk(t, device)
@@ -485,5 +558,7 @@ def test_ordered_scatters_are_bitwise_identical_run_to_run(dtype, device):
         again, _ = run(fn, *args)
         compiled = torch.compile(fn, backend="kiln")
         for out in [again] + [compiled(*args) for _ in range(3)]:
-            assert torch.equal(out.view(torch.uint8) if out.dtype.is_floating_point else out,
-                               first.view(torch.uint8) if first.dtype.is_floating_point else first), name
+            assert torch.equal(
+                out.view(torch.uint8) if out.dtype.is_floating_point else out,
+                first.view(torch.uint8) if first.dtype.is_floating_point else first,
+            ), name

@@ -19,7 +19,9 @@ from kiln_testing import DEVICE
 
 
 def _entries(folder):
-    return [p for p in os.listdir(folder) if p.endswith(inference_cache.SUFFIX)] if os.path.isdir(folder) else []
+    return (
+        [p for p in os.listdir(folder) if p.endswith(inference_cache.SUFFIX)] if os.path.isdir(folder) else []
+    )
 
 
 @pytest.fixture
@@ -47,12 +49,17 @@ def _step(make, x, loss=lambda out: out.float().pow(2).sum(), compile_=True):
     out = fn(x)
     loss(out).backward()
     outs = out if isinstance(out, tuple) else (out,)
-    return [o.detach() for o in outs], {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, model
+    return (
+        [o.detach() for o in outs],
+        {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
+        model,
+    )
 
 
 def _mlp():
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
-                               torch.nn.Linear(32, 8))
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Linear(32, 8)
+    )
 
 
 def _same(a, b):
@@ -74,8 +81,13 @@ def test_a_training_step_skips_aot_autograd_when_warm_and_matches(gc_dir, aot):
 
 def test_batchnorm_running_statistics_and_optimizer_steps_on_a_hit(gc_dir, aot):
     def make():
-        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                                   torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4))
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8 * 6 * 6, 4),
+        )
 
     x = torch.randn(2, 3, 8, 8, device=DEVICE)
 
@@ -116,9 +128,13 @@ def test_autocast_training_is_answered(gc_dir, aot):
     reset_compile_stats()
     out2, g2, _ = step()
     assert aot["n"] == 1 and compile_stats().front_hits == 1
-    assert out2[0].dtype == torch.bfloat16 and _same(out1, out2) and _same(list(g1.values()), list(g2.values()))
+    assert (
+        out2[0].dtype == torch.bfloat16 and _same(out1, out2) and _same(list(g1.values()), list(g2.values()))
+    )
     _, plain_g, _ = _step(_mlp, x)  # autocast is in the key: without it, another entry
-    assert aot["n"] == 2 and len(_entries(gc_dir)) == 2 and not _same(list(plain_g.values()), list(g2.values()))
+    assert (
+        aot["n"] == 2 and len(_entries(gc_dir)) == 2 and not _same(list(plain_g.values()), list(g2.values()))
+    )
 
 
 class _Heads(torch.nn.Module):
@@ -210,13 +226,15 @@ def test_damaged_entries_are_misses_and_the_setting_turns_it_off(gc_dir, aot):
     x = torch.randn(4, 16, device=DEVICE)
     _step(_mlp, x)
     (name,) = _entries(gc_dir)
-    key = name[:-len(inference_cache.SUFFIX)]
+    key = name[: -len(inference_cache.SUFFIX)]
     data = inference_cache._read(key)
     assert data is not None and data["kind"] == "training"
-    for bad in (f'{{"format": 1, "key": "{key}", "kind": "training", "fw": "../x", "bw": "../y"}}',
-                f'{{"format": 1, "key": "{key}", "kind": "training", "fw": "{data["fw"]}", "bw": "{data["bw"]}", '
-                '"returns": -1}',
-                json.dumps({**data, "tangents": [{**t, "dtype": "save"} for t in data["tangents"]]})):
+    for bad in (
+        f'{{"format": 1, "key": "{key}", "kind": "training", "fw": "../x", "bw": "../y"}}',
+        f'{{"format": 1, "key": "{key}", "kind": "training", "fw": "{data["fw"]}", "bw": "{data["bw"]}", '
+        '"returns": -1}',
+        json.dumps({**data, "tangents": [{**t, "dtype": "save"} for t in data["tangents"]]}),
+    ):
         cache.write_entry(str(gc_dir / name), bad.encode())
         assert inference_cache._read(key) is None
         reset_compile_stats()

@@ -37,17 +37,25 @@ def _expected(t: torch.Tensor) -> dict:
     values = [float(v) for v in t.detach().double().cpu().reshape(-1)]
     finite = [v for v in values if math.isfinite(v)]
     data = t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
-    return {"nan": sum(math.isnan(v) for v in values), "inf": sum(math.isinf(v) for v in values),
-            "min": min(finite), "max": max(finite), "sum": math.fsum(finite),
-            "sumsq": math.fsum(v * v for v in finite), "abs_sum": math.fsum(abs(v) for v in finite),
-            "mean": math.fsum(finite) / len(finite), "digest": hashlib.sha256(data).hexdigest()[:16],
-            "samples": [[p, value_trace._num(values[p])] for p in value_trace.sample_positions(len(values))]}
+    return {
+        "nan": sum(math.isnan(v) for v in values),
+        "inf": sum(math.isinf(v) for v in values),
+        "min": min(finite),
+        "max": max(finite),
+        "sum": math.fsum(finite),
+        "sumsq": math.fsum(v * v for v in finite),
+        "abs_sum": math.fsum(abs(v) for v in finite),
+        "mean": math.fsum(finite) / len(finite),
+        "digest": hashlib.sha256(data).hexdigest()[:16],
+        "samples": [[p, value_trace._num(values[p])] for p in value_trace.sample_positions(len(values))],
+    }
 
 
 def test_trace_of_a_fused_graph(tmp_path, device):
     """A pointwise result and a row sum fused into one kernel, a matmul (extern) and a cumsum (fallback): one launch
     record each, in launch order, with the outputs' shapes, dtypes and statistics (NaN and Inf counted, left out of
     the sums), and each kernel's source once."""
+
     def f(x, w):
         y = x * 2 + 1
         return y, y.sum(-1), torch.cumsum(x @ w, 0)
@@ -57,7 +65,11 @@ def test_trace_of_a_fused_graph(tmp_path, device):
     w = torch.randn(100, 16, device=device)
     (y, s, c), graphs, records = _run(f, (x, w), tmp_path / "t.jsonl")
     head, graph = records[0], records[1]
-    assert head["type"] == "header" and head["schema"] == value_trace.SCHEMA and head["torch"] == torch.__version__
+    assert (
+        head["type"] == "header"
+        and head["schema"] == value_trace.SCHEMA
+        and head["torch"] == torch.__version__
+    )
     assert graph == {"type": "graph", "graph": graphs[0].name, "graph_index": 0, "settings": ""}
     launches = _launches(records)
     assert [r["seq"] for r in launches] == list(range(len(launches)))
@@ -80,13 +92,20 @@ def test_trace_of_a_fused_graph(tmp_path, device):
     assert cumsum["outputs"][0]["stats"]["digest"] == _expected(c)["digest"]
     assert fused["source_hash"] == value_trace.source_hash(graphs[0].kernel_sources[fused["kernel"]])
     sources = [r for r in records if r["type"] == "kernel"]
-    assert sources == [{"type": "kernel", "kernel": fused["kernel"], "source_hash": fused["source_hash"],
-                        "source": graphs[0].kernel_sources[fused["kernel"]]}]
+    assert sources == [
+        {
+            "type": "kernel",
+            "kernel": fused["kernel"],
+            "source_hash": fused["source_hash"],
+            "source": graphs[0].kernel_sources[fused["kernel"]],
+        }
+    ]
 
 
 def test_calls_and_graphs_are_counted(tmp_path, device):
     """Two calls of a training step: the forward is graph 0 and the backward graph 1 (indices in the order first
     called), each call numbered, launches numbered from 0 in each call, a source written once."""
+
     def f(x):
         return torch.softmax(x * 3, -1).sum()
 
@@ -103,10 +122,13 @@ def test_calls_and_graphs_are_counted(tmp_path, device):
     assert sorted(set(calls)) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert calls == sorted(calls, key=lambda gc: (gc[1], gc[0]))  # forward, backward, forward, backward
     for key in set(calls):
-        assert [r["launch"] for r in launches if (r["graph_index"], r["call"]) == key] == \
-            list(range(calls.count(key)))
+        assert [r["launch"] for r in launches if (r["graph_index"], r["call"]) == key] == list(
+            range(calls.count(key))
+        )
     hashes = [r["source_hash"] for r in records if r["type"] == "kernel"]
-    assert len(hashes) == len(set(hashes)) == len({r["source_hash"] for r in launches if r["kind"] == "triton"})
+    assert (
+        len(hashes) == len(set(hashes)) == len({r["source_hash"] for r in launches if r["kind"] == "triton"})
+    )
     assert [r["graph_index"] for r in records if r["type"] == "graph"] == [0, 1]
 
 
@@ -126,7 +148,9 @@ def test_no_trace_calls_when_off(tmp_path, device, monkeypatch):
     torch.testing.assert_close(out, f(x))
     assert calls == []
     assert "value_trace" not in graphs[0].code
-    assert not any(n.target in (value_trace.begin_graph, value_trace.record) for n in graphs[0].wrapper.graph.nodes)
+    assert not any(
+        n.target in (value_trace.begin_graph, value_trace.record) for n in graphs[0].wrapper.graph.nodes
+    )
     torch._dynamo.reset()
     with config.patch(trace_values=True, trace_file=str(tmp_path / "t.jsonl")), compiler.capture() as graphs:
         torch.compile(f, backend="kiln")(x)
@@ -136,6 +160,7 @@ def test_no_trace_calls_when_off(tmp_path, device, monkeypatch):
 
 def test_traced_results_are_the_untraced_ones(tmp_path, device):
     """Tracing only reads: the results are bitwise those of the untraced wrapper (buffer reuse included)."""
+
     def f(x):
         a = torch.softmax(x, -1)
         b = torch.softmax(a * 2, -1)
@@ -151,6 +176,7 @@ def test_traced_results_are_the_untraced_ones(tmp_path, device):
 
 def test_planted_change_reaches_later_launches(tmp_path, device):
     """The test hook changes a launch's output in place before it is recorded: later kernels read the change."""
+
     def f(x):
         return torch.softmax(x * 2, -1).sum(-1) * 3
 
@@ -170,8 +196,10 @@ def test_tracing_runs_without_cuda_graphs_and_says_why(tmp_path, monkeypatch):
     (On the CPU no graph qualifies for CUDA graphs: the facts are forced to exist.)"""
     monkeypatch.setattr(backend, "_cudagraph_facts", lambda *a: object())
     x = torch.randn(8, 16)
-    with config.patch(trace_values=True, trace_file=str(tmp_path / "t.jsonl"), cudagraphs=True), \
-            compiler.capture() as graphs:
+    with (
+        config.patch(trace_values=True, trace_file=str(tmp_path / "t.jsonl"), cudagraphs=True),
+        compiler.capture() as graphs,
+    ):
         out = torch.compile(lambda x: x.exp() + 1, backend="kiln")(x)
     torch.testing.assert_close(out, x.exp() + 1)
     reasons = [r for r in graphs[0].fallbacks if r.kind == "cudagraph"]
@@ -183,13 +211,18 @@ def test_trace_file_resolution(tmp_path):
     s = config.Settings
     assert value_trace.resolve_path(s(trace_file=str(tmp_path / "x.jsonl"))) == str(tmp_path / "x.jsonl")
     assert value_trace.resolve_path(s(trace_file=str(tmp_path))) == str(tmp_path / f"kiln-trace-{pid}.jsonl")
-    assert value_trace.resolve_path(s(trace_file=str(tmp_path / "new") + "/")) == \
-        str(tmp_path / "new" / f"kiln-trace-{pid}.jsonl")
-    assert value_trace.resolve_path(s(trace_file=str(tmp_path / "t-{pid}.jsonl"))) == str(tmp_path / f"t-{pid}.jsonl")
+    assert value_trace.resolve_path(s(trace_file=str(tmp_path / "new") + "/")) == str(
+        tmp_path / "new" / f"kiln-trace-{pid}.jsonl"
+    )
+    assert value_trace.resolve_path(s(trace_file=str(tmp_path / "t-{pid}.jsonl"))) == str(
+        tmp_path / f"t-{pid}.jsonl"
+    )
     assert value_trace.resolve_path(s(dump_dir=str(tmp_path))) == str(tmp_path / f"kiln-trace-{pid}.jsonl")
     assert config.from_env({"KILN_TRACE_VALUES": "1", "KILN_TRACE_FILE": "/tmp/t.jsonl"}).trace_values is True
-    assert value_trace.settings_summary(s(emulate_eager_precision=True, trace_values=True)) == \
-        "emulate_eager_precision=True"
+    assert (
+        value_trace.settings_summary(s(emulate_eager_precision=True, trace_values=True))
+        == "emulate_eager_precision=True"
+    )
 
 
 def test_sample_positions():
@@ -199,7 +232,9 @@ def test_sample_positions():
     assert value_trace.sample_positions(800) == [0, 114, 228, 342, 456, 570, 684, 799]
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available() or config.interpreting(), reason="needs a CUDA device")
+cuda = pytest.mark.skipif(
+    not torch.cuda.is_available() or config.interpreting(), reason="needs a CUDA device"
+)
 
 
 @cuda

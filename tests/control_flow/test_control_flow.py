@@ -13,7 +13,13 @@ from torch._higher_order_ops import while_loop
 
 import compiler
 from kiln_testing import (
-    assert_close, assert_fallback, assert_no_fallbacks, check, compile_kiln, frames, kernels,
+    assert_close,
+    assert_fallback,
+    assert_no_fallbacks,
+    check,
+    compile_kiln,
+    frames,
+    kernels,
 )
 
 
@@ -246,7 +252,9 @@ def test_cond_predicate_from_fused_reduction(which, device):
 
 def test_cond_under_dynamic_shapes_no_recompile(device):
     def fn(x):
-        return torch.cond(x.sum() > 0, lambda t: t.softmax(-1), lambda t: (t * t).sum(-1, keepdim=True) + t, (x,))
+        return torch.cond(
+            x.sum() > 0, lambda t: t.softmax(-1), lambda t: (t * t).sum(-1, keepdim=True) + t, (x,)
+        )
 
     compiled = compile_kiln(fn, dynamic=True)
     start = frames()

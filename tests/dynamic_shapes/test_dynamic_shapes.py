@@ -14,8 +14,15 @@ import torch.nn.functional as F
 
 import compiler
 from kiln_testing import (
-    assert_close, assert_fallback, check, compile_kiln, fallback_ops, frames, kernels,
-    launch_log, run_compiled,
+    assert_close,
+    assert_fallback,
+    check,
+    compile_kiln,
+    fallback_ops,
+    frames,
+    kernels,
+    launch_log,
+    run_compiled,
 )
 
 SIZES = [3, 17, 64, 100, 257]
@@ -42,8 +49,9 @@ def run_sizes(fn, make_args, sizes, device, compile_kwargs=None, rtol=None, atol
 # ------------------------------------------------------------------------------ one artifact, many sizes
 def test_pointwise_five_sizes_one_kernel_no_recompile(device):
     with launch_log() as log:
-        graphs = run_sizes(lambda x: torch.relu(x * 2 + 1), lambda n: (torch.randn(n, 5, device=device),), SIZES,
-                           device)
+        graphs = run_sizes(
+            lambda x: torch.relu(x * 2 + 1), lambda n: (torch.randn(n, 5, device=device),), SIZES, device
+        )
     assert kernels(graphs) == 1
     # the same kernel ran at every size, with the size passed as a run-time argument
     assert len({name for name, _ in log}) == 1
@@ -53,8 +61,12 @@ def test_pointwise_five_sizes_one_kernel_no_recompile(device):
 
 
 def test_softmax_dynamic_rows_and_cols(device):
-    graphs = run_sizes(lambda x: torch.softmax(x, dim=-1),
-                       lambda n: (torch.randn(n % 7 + 2, n, device=device),), SIZES, device)
+    graphs = run_sizes(
+        lambda x: torch.softmax(x, dim=-1),
+        lambda n: (torch.randn(n % 7 + 2, n, device=device),),
+        SIZES,
+        device,
+    )
     assert kernels(graphs) == 1
 
 
@@ -91,32 +103,50 @@ def test_size_arithmetic_reaches_kernels_as_arguments(device):
 
 
 def test_flatten_view_of_dynamic_tensor(device):
-    run_sizes(lambda x: (x.reshape(-1) * 3).view(x.shape[0], -1).sum(1),
-              lambda n: (torch.randn(n, 6, 4, device=device),), SIZES, device)
+    run_sizes(
+        lambda x: (x.reshape(-1) * 3).view(x.shape[0], -1).sum(1),
+        lambda n: (torch.randn(n, 6, 4, device=device),),
+        SIZES,
+        device,
+    )
 
 
 # ------------------------------------------------------------------------------ broadcasting
 def test_bias_broadcast_against_dynamic_batch(device):
     bias = torch.randn(8, device=device)
-    graphs = run_sizes(lambda x: F.silu(x + bias), lambda n: (torch.randn(n, 8, device=device),), SIZES, device)
+    graphs = run_sizes(
+        lambda x: F.silu(x + bias), lambda n: (torch.randn(n, 8, device=device),), SIZES, device
+    )
     assert kernels(graphs) == 1
 
 
 def test_outer_product_broadcast_two_dynamic_dims(device):
-    graphs = run_sizes(lambda a, b: a[:, None] * b[None, :] - 1,
-                       lambda n: (torch.randn(n, device=device), torch.randn(n + 2, device=device)), SIZES, device)
+    graphs = run_sizes(
+        lambda a, b: a[:, None] * b[None, :] - 1,
+        lambda n: (torch.randn(n, device=device), torch.randn(n + 2, device=device)),
+        SIZES,
+        device,
+    )
     assert kernels(graphs) == 1
 
 
 def test_expand_unsqueeze_dynamic(device):
-    run_sizes(lambda x: x.unsqueeze(1).expand(-1, 4, -1) * 2,
-              lambda n: (torch.randn(n, 6, device=device),), SIZES, device)
+    run_sizes(
+        lambda x: x.unsqueeze(1).expand(-1, 4, -1) * 2,
+        lambda n: (torch.randn(n, 6, device=device),),
+        SIZES,
+        device,
+    )
 
 
 def test_row_vector_broadcast_with_keepdim_mean(device):
     # center each row: the (n, 1) mean broadcasts back over a dynamic row length
-    graphs = run_sizes(lambda x: x - x.mean(dim=1, keepdim=True),
-                       lambda n: (torch.randn(4, n, device=device),), SIZES, device)
+    graphs = run_sizes(
+        lambda x: x - x.mean(dim=1, keepdim=True),
+        lambda n: (torch.randn(4, n, device=device),),
+        SIZES,
+        device,
+    )
     assert kernels(graphs) == 1
 
 
@@ -130,8 +160,14 @@ def test_reduction_over_dynamic_dim_persistent(device):
 def test_reduction_over_dynamic_dim_looped_and_persistent_same_kernel(device):
     # one compiled kernel: rows <= 64 run persistent, longer rows loop over RBLOCK chunks
     with launch_log() as log:
-        graphs = run_sizes(lambda x: x.sum(dim=-1) * 2, lambda n: (torch.randn(5, n, device=device),),
-                           [17, 40, 65, 200, 333], device, interp_persistent_rblock_max=64, persistent_rblock_max=64)
+        graphs = run_sizes(
+            lambda x: x.sum(dim=-1) * 2,
+            lambda n: (torch.randn(5, n, device=device),),
+            [17, 40, 65, 200, 333],
+            device,
+            interp_persistent_rblock_max=64,
+            persistent_rblock_max=64,
+        )
     assert kernels(graphs) == 1
     names = {name for name, _ in log}
     assert len(names) == 1
@@ -144,16 +180,30 @@ def test_rmsnorm_looped_over_dynamic_hidden(device):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
     with launch_log() as log:
-        graphs = run_sizes(rmsnorm, lambda n: (torch.randn(3, n, device=device), torch.randn(n, device=device)),
-                           [50, 130, 257, 300, 401], device, interp_persistent_rblock_max=64, persistent_rblock_max=64, rtol=1e-4, atol=1e-4)
+        graphs = run_sizes(
+            rmsnorm,
+            lambda n: (torch.randn(3, n, device=device), torch.randn(n, device=device)),
+            [50, 130, 257, 300, 401],
+            device,
+            interp_persistent_rblock_max=64,
+            persistent_rblock_max=64,
+            rtol=1e-4,
+            atol=1e-4,
+        )
     assert kernels(graphs) == 1
     assert any(not cfg["PERSISTENT"] for _, cfg in log)
 
 
 def test_softmax_looped_dynamic(device):
     with launch_log() as log:
-        run_sizes(lambda x: torch.log_softmax(x, -1), lambda n: (torch.randn(2, n, device=device),),
-                  [70, 129, 200, 255, 513], device, interp_persistent_rblock_max=64, persistent_rblock_max=64)
+        run_sizes(
+            lambda x: torch.log_softmax(x, -1),
+            lambda n: (torch.randn(2, n, device=device),),
+            [70, 129, 200, 255, 513],
+            device,
+            interp_persistent_rblock_max=64,
+            persistent_rblock_max=64,
+        )
     assert all(not cfg["PERSISTENT"] for _, cfg in log)
 
 
@@ -175,7 +225,9 @@ def test_argmax_and_max_over_dynamic_dim(device):
 
 
 def test_full_reduction_dynamic(device):
-    run_sizes(lambda x: (x.abs().sum(), x.amax()), lambda n: (torch.randn(n, 7, device=device),), SIZES, device)
+    run_sizes(
+        lambda x: (x.abs().sum(), x.amax()), lambda n: (torch.randn(n, 7, device=device),), SIZES, device
+    )
 
 
 # ------------------------------------------------------------------------------ strides and views
@@ -185,8 +237,12 @@ def test_transposed_input_symbolic_strides(device):
 
 
 def test_strided_slice_input(device):
-    run_sizes(lambda x: torch.tanh(x) + x.sum(-1, keepdim=True),
-              lambda n: (torch.randn(n, 16, device=device)[:, ::2],), SIZES, device)
+    run_sizes(
+        lambda x: torch.tanh(x) + x.sum(-1, keepdim=True),
+        lambda n: (torch.randn(n, 16, device=device)[:, ::2],),
+        SIZES,
+        device,
+    )
 
 
 def test_storage_offset_input(device):
@@ -213,8 +269,9 @@ def test_slice_transpose_view_launches_no_kernel(dynamic, device):
 
 
 def test_expanded_zero_stride_input(device):
-    run_sizes(lambda x: x.sum(0) + x,
-              lambda n: (torch.randn(1, n, device=device).expand(5, n),), SIZES, device)
+    run_sizes(
+        lambda x: x.sum(0) + x, lambda n: (torch.randn(1, n, device=device).expand(5, n),), SIZES, device
+    )
 
 
 # ------------------------------------------------------------------------------ 0- and 1-sized dims
@@ -262,9 +319,12 @@ def test_pad_to_multiple_of_eight(device):
 
 
 def test_cat_along_dynamic_dim(device):
-    graphs = run_sizes(lambda a, b: torch.cat([a * 2, b + 1], dim=0),
-                       lambda n: (torch.randn(n, 6, device=device), torch.randn(n + 1, 6, device=device)), SIZES,
-                       device)
+    graphs = run_sizes(
+        lambda a, b: torch.cat([a * 2, b + 1], dim=0),
+        lambda n: (torch.randn(n, 6, device=device), torch.randn(n + 1, 6, device=device)),
+        SIZES,
+        device,
+    )
     assert kernels(graphs) == 1
 
 
@@ -282,29 +342,46 @@ def _scaled_scores(q, k):
 
 
 def test_attention_scores_matmul_dynamic_seq(device):
-    graphs = run_sizes(_scaled_scores,
-                       lambda n: (torch.randn(2, n, 8, device=device), torch.randn(2, n, 8, device=device)),
-                       SIZES, device, rtol=1e-4, atol=1e-5)
+    graphs = run_sizes(
+        _scaled_scores,
+        lambda n: (torch.randn(2, n, 8, device=device), torch.randn(2, n, 8, device=device)),
+        SIZES,
+        device,
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert graphs[0].extern_count == 1
 
 
 def test_attention_scores_dynamic_scale_fuses_into_softmax(device):
     """The scaled scores are realized (two readers) but still fuse into the softmax kernel as registers."""
-    graphs = run_sizes(_scaled_scores,
-                       lambda n: (torch.randn(2, n, 8, device=device), torch.randn(2, n, 8, device=device)),
-                       SIZES, device, rtol=1e-4, atol=1e-5)
+    graphs = run_sizes(
+        _scaled_scores,
+        lambda n: (torch.randn(2, n, 8, device=device), torch.randn(2, n, 8, device=device)),
+        SIZES,
+        device,
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert kernels(graphs) == 1 and graphs[0].extern_count == 1
 
 
-@pytest.mark.parametrize("fn", [lambda x, idx: x[idx, 2] * 2 + 1,
-                                lambda x, idx: (x[idx].sum(-1), x.index_select(0, idx) * 3)],
-                         ids=["element", "rows"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x, idx: x[idx, 2] * 2 + 1, lambda x, idx: (x[idx].sum(-1), x.index_select(0, idx) * 3)],
+    ids=["element", "rows"],
+)
 def test_gather_at_indices_scaled_by_a_dynamic_row_stride(fn, device):
     """``x[idx, 2]`` reads at ``2 + s1 * idx``: the row stride ``s1`` is a kernel argument even when nothing
     else in the kernel uses it (it once went missing beside the loaded index: NameError at launch)."""
-    graphs = run_sizes(fn, lambda n: (torch.randn(n, n + 3, device=device),
-                                      torch.tensor([0, n - 1, n // 2, 1], device=device)), SIZES, device,
-                       rtol=1e-4, atol=1e-5)
+    graphs = run_sizes(
+        fn,
+        lambda n: (torch.randn(n, n + 3, device=device), torch.tensor([0, n - 1, n // 2, 1], device=device)),
+        SIZES,
+        device,
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert not [f for g in graphs for f in g.fallbacks]
 
 
@@ -312,8 +389,14 @@ def test_cross_entropy_dynamic_batch(device):
     def fn(logits, target):
         return F.cross_entropy(logits, target)
 
-    run_sizes(fn, lambda n: (torch.randn(n, 10, device=device), torch.randint(0, 10, (n,), device=device)), SIZES,
-              device, rtol=1e-4, atol=1e-5)
+    run_sizes(
+        fn,
+        lambda n: (torch.randn(n, 10, device=device), torch.randint(0, 10, (n,), device=device)),
+        SIZES,
+        device,
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def test_mlp_backward_dynamic_batch(device):
@@ -347,7 +430,7 @@ def test_export_dim_expression_solved_for_symbol(device):
     class Halves(torch.nn.Module):
         def forward(self, a):
             n = (a.shape[0] - 1) // 2
-            return a[:n] * 2 + a[n + 1:]
+            return a[:n] * 2 + a[n + 1 :]
 
     n = Dim("n", min=2, max=64)
     ep = _export(Halves(), (torch.randn(11, device=device),), {"a": {0: 2 * n + 1}})
@@ -369,8 +452,11 @@ def test_export_two_inputs_related_dims(device):
             return torch.cat([a, b], dim=0).sum(0) + b.shape[0]
 
     n = Dim("n", min=2, max=50)
-    ep = _export(Interleave(), (torch.randn(5, 3, device=device), torch.randn(11, 3, device=device)),
-                 {"a": {0: n}, "b": {0: 2 * n + 1}})
+    ep = _export(
+        Interleave(),
+        (torch.randn(5, 3, device=device), torch.randn(11, 3, device=device)),
+        {"a": {0: n}, "b": {0: 2 * n + 1}},
+    )
     with compiler.config.patch(strict=True):
         m = compiler.aot.compile_exported(ep)
     for k in (2, 4, 10, 33, 50):

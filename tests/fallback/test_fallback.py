@@ -12,15 +12,27 @@ import torch.nn.functional as F
 
 import compiler
 from kiln_testing import (
-    assert_close, assert_fallback, assert_no_fallbacks, check, compile_kiln, fallback_ops, fallbacks, kernels,
+    assert_close,
+    assert_fallback,
+    assert_no_fallbacks,
+    check,
+    compile_kiln,
+    fallback_ops,
+    fallbacks,
+    kernels,
     run_compiled,
 )
 
 
 # ------------------------------------------------------------------------------ extern matmuls (out=)
 def test_mm_is_extern_not_fallback(device):
-    graphs = check(lambda a, b: a @ b, torch.randn(8, 5, device=device), torch.randn(5, 6, device=device),
-                   rtol=1e-4, atol=1e-5)
+    graphs = check(
+        lambda a, b: a @ b,
+        torch.randn(8, 5, device=device),
+        torch.randn(5, 6, device=device),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert graphs[0].extern_count == 1 and kernels(graphs) == 0
     assert "torch.mm(" in graphs[0].code and "out = buf" in graphs[0].code
     assert_no_fallbacks(graphs)
@@ -28,7 +40,9 @@ def test_mm_is_extern_not_fallback(device):
 
 def test_linear_bias_gelu_is_one_extern_one_kernel(device):
     w, b = torch.randn(16, 8, device=device), torch.randn(16, device=device)
-    graphs = check(lambda x: F.gelu(F.linear(x, w, b)), torch.randn(4, 8, device=device), rtol=1e-4, atol=1e-5)
+    graphs = check(
+        lambda x: F.gelu(F.linear(x, w, b)), torch.randn(4, 8, device=device), rtol=1e-4, atol=1e-5
+    )
     assert graphs[0].extern_count == 1 and graphs[0].kernel_count == 1
 
 
@@ -42,22 +56,36 @@ def test_bmm_attention_context(device):
 
 
 def test_addmm_with_epilogue(device):
-    graphs = check(lambda b, x, w: torch.relu(torch.addmm(b, x, w, beta=0.5, alpha=2.0)),
-                   torch.randn(6, device=device), torch.randn(3, 4, device=device), torch.randn(4, 6, device=device),
-                   rtol=1e-4, atol=1e-5)
+    graphs = check(
+        lambda b, x, w: torch.relu(torch.addmm(b, x, w, beta=0.5, alpha=2.0)),
+        torch.randn(6, device=device),
+        torch.randn(3, 4, device=device),
+        torch.randn(4, 6, device=device),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     assert graphs[0].extern_count >= 1
 
 
 def test_addbmm_accumulates_batches(device):
-    check(lambda m, a, b: torch.addbmm(m, a, b) * 2, torch.randn(3, 5, device=device),
-          torch.randn(4, 3, 2, device=device), torch.randn(4, 2, 5, device=device), rtol=1e-4, atol=1e-5)
+    check(
+        lambda m, a, b: torch.addbmm(m, a, b) * 2,
+        torch.randn(3, 5, device=device),
+        torch.randn(4, 3, 2, device=device),
+        torch.randn(4, 2, 5, device=device),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def test_integer_matmul_falls_back_with_dtype_reason(device):
     if device != "cpu":
         pytest.skip("eager CUDA/ROCm has no integer matmul to compare with")
-    graphs = check(lambda a, b: (a @ b) + 1, torch.randint(-3, 3, (4, 5), device=device),
-                   torch.randint(-3, 3, (5, 2), device=device))
+    graphs = check(
+        lambda a, b: (a @ b) + 1,
+        torch.randint(-3, 3, (4, 5), device=device),
+        torch.randint(-3, 3, (5, 2), device=device),
+    )
     fbs = [f for f in fallbacks(graphs) if f.op.startswith("aten.mm")]
     assert fbs and fbs[0].kind == "dtype" and "non-float" in fbs[0].detail
 
@@ -107,7 +135,9 @@ def test_scatter_reduce(reduce, device):
         return x.scatter_reduce(0, idx, src, reduce=reduce, include_self=True)
 
     idx = torch.randint(0, 5, (12,), device=device)
-    graphs = check(fn, torch.randn(5, device=device), idx, torch.randn(12, device=device), rtol=1e-5, atol=1e-5)
+    graphs = check(
+        fn, torch.randn(5, device=device), idx, torch.randn(12, device=device), rtol=1e-5, atol=1e-5
+    )
     if reduce == "prod":  # no atomic multiply
         assert_fallback(graphs, "aten.scatter_reduce")
     else:
@@ -159,15 +189,23 @@ def test_kthvalue_median_style(device):
 # ------------------------------------------------------------------------------ convolution, embedding, cumsum
 def test_conv2d_bias_relu(device):
     w, b = torch.randn(4, 3, 3, 3, device=device), torch.randn(4, device=device)
-    graphs = check(lambda x: torch.relu(F.conv2d(x, w, b, padding=1)), torch.randn(1, 3, 6, 6, device=device),
-                   rtol=1e-4, atol=1e-4)
+    graphs = check(
+        lambda x: torch.relu(F.conv2d(x, w, b, padding=1)),
+        torch.randn(1, 3, 6, 6, device=device),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     assert_fallback(graphs, "aten.convolution")
 
 
 def test_conv1d_with_stride_and_tuple_args(device):
     w = torch.randn(2, 3, 3, device=device)
-    graphs = check(lambda x: F.conv1d(x, w, stride=(2,), padding=(1,), dilation=(1,)) * 0.5,
-                   torch.randn(2, 3, 10, device=device), rtol=1e-4, atol=1e-4)
+    graphs = check(
+        lambda x: F.conv1d(x, w, stride=(2,), padding=(1,), dilation=(1,)) * 0.5,
+        torch.randn(2, 3, 10, device=device),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     fb = [f for f in fallbacks(graphs) if f.op.startswith("aten.convolution")]
     assert fb and fb[0].kind == "unsupported_op"
 
@@ -208,7 +246,9 @@ def test_cumsum_running_mean(device):
 
 
 def test_cumsum_along_a_strided_dim_stays_aten(device):
-    graphs = check(lambda x: torch.cumsum(x, dim=0) * 2, torch.randn(6, 5, device=device), rtol=1e-5, atol=1e-5)
+    graphs = check(
+        lambda x: torch.cumsum(x, dim=0) * 2, torch.randn(6, 5, device=device), rtol=1e-5, atol=1e-5
+    )
     assert_fallback(graphs, "aten.cumsum")
 
 
@@ -221,13 +261,18 @@ def test_cumsum_exclusive_offsets_int(device):
 
 # ------------------------------------------------------------------------------ non-tensor / tuple args
 def test_max_pool_tuple_args(device):
-    graphs = check(lambda x: F.max_pool2d(x, kernel_size=(2, 2), stride=(2, 1)) + 1,
-                   torch.randn(1, 2, 6, 6, device=device))
+    graphs = check(
+        lambda x: F.max_pool2d(x, kernel_size=(2, 2), stride=(2, 1)) + 1,
+        torch.randn(1, 2, 6, 6, device=device),
+    )
     assert fallback_ops(graphs)
 
 
 def test_interpolate_nearest_scale_factor(device):
-    check(lambda x: F.interpolate(x, scale_factor=2.0, mode="nearest") * 2, torch.randn(1, 2, 3, 3, device=device))
+    check(
+        lambda x: F.interpolate(x, scale_factor=2.0, mode="nearest") * 2,
+        torch.randn(1, 2, 3, 3, device=device),
+    )
 
 
 def test_roll_with_tuple_shifts(device):
@@ -260,7 +305,9 @@ def test_gather_cross_entropy(device):
         logp = torch.log_softmax(logits, dim=-1)
         return -logp.gather(1, target[:, None]).mean()
 
-    check(ce, torch.randn(6, 10, device=device), torch.randint(0, 10, (6,), device=device), rtol=1e-5, atol=1e-5)
+    check(
+        ce, torch.randn(6, 10, device=device), torch.randint(0, 10, (6,), device=device), rtol=1e-5, atol=1e-5
+    )
 
 
 # ------------------------------------------------------------------------------ in-place ops
@@ -308,8 +355,8 @@ def test_adam_step_in_place(device):
     def adam(p, g, m, v, step: int, lr=1e-2, b1=0.9, b2=0.999, eps=1e-8):
         m.mul_(b1).add_(g, alpha=1 - b1)
         v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        mhat = m / (1 - b1 ** step)
-        vhat = v / (1 - b2 ** step)
+        mhat = m / (1 - b1**step)
+        vhat = v / (1 - b2**step)
         p.sub_(lr * mhat / (vhat.sqrt() + eps))
 
     p, g = torch.randn(40, device=device), torch.randn(40, device=device)
@@ -357,10 +404,13 @@ def test_user_triton_kernel_behind_compiler_disable(device):
     assert len(graphs) == 2 and kernels(graphs) == 2
 
 
-@pytest.mark.xfail(condition=not torch.cuda.is_available(), strict=True,
-                   reason="under TRITON_INTERPRET=1 a @triton.jit kernel is an InterpretedFunction, which Dynamo does "
-                          "not capture as triton_kernel_wrapper: it inlines the interpreter's numpy code and fails on "
-                          "a uint64 fake tensor (a Dynamo/Triton-interpreter limitation, not kiln's)")
+@pytest.mark.xfail(
+    condition=not torch.cuda.is_available(),
+    strict=True,
+    reason="under TRITON_INTERPRET=1 a @triton.jit kernel is an InterpretedFunction, which Dynamo does "
+    "not capture as triton_kernel_wrapper: it inlines the interpreter's numpy code and fails on "
+    "a uint64 fake tensor (a Dynamo/Triton-interpreter limitation, not kiln's)",
+)
 def test_user_triton_kernel_captured_in_graph(device):
     kernel = _user_kernel()
 

@@ -20,6 +20,15 @@ def _private_data_home(tmp_path_factory, monkeypatch):
     for name in ("KILN_STORE_URL", "KILN_STORE_STRICT", "KILN_STORE_READ_ONLY", "KILN_STORE_SPOOL"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
-    for name in ("GITHUB_ACTIONS", "GITHUB_EVENT_NAME", "GITHUB_EVENT_PATH", "GITHUB_REF", "GITHUB_REPOSITORY",
-                 "KILN_CACHE_SCOPE", "KILN_CACHE_KEY", "KILN_CACHE_KEY_FILE", "KILN_CACHE_AUTH"):
+    for name in (
+        "GITHUB_ACTIONS",
+        "GITHUB_EVENT_NAME",
+        "GITHUB_EVENT_PATH",
+        "GITHUB_REF",
+        "GITHUB_REPOSITORY",
+        "KILN_CACHE_SCOPE",
+        "KILN_CACHE_KEY",
+        "KILN_CACHE_KEY_FILE",
+        "KILN_CACHE_AUTH",
+    ):
         monkeypatch.delenv(name, raising=False)

@@ -58,9 +58,15 @@ def test_arm_facts():
     a = arms.ARMS
     assert [n for n in a if a[n].kiln] == ["kiln", "kiln-cg", "kiln-emulate", "kiln-autotune"]
     assert [n for n in a if a[n].needs_cuda] == ["kiln-cg", "inductor-cg"] == arms.cuda_graph_arms(list(a))
-    assert {n: a[n].peer for n in a} == {"eager": "inductor", "kiln": "inductor", "inductor": "inductor",
-                                          "kiln-cg": "inductor-cg", "inductor-cg": "inductor-cg",
-                                          "kiln-emulate": "inductor", "kiln-autotune": "inductor"}
+    assert {n: a[n].peer for n in a} == {
+        "eager": "inductor",
+        "kiln": "inductor",
+        "inductor": "inductor",
+        "kiln-cg": "inductor-cg",
+        "inductor-cg": "inductor-cg",
+        "kiln-emulate": "inductor",
+        "kiln-autotune": "inductor",
+    }
     assert [n for n in a if a[n].marks_steps] == ["inductor-cg"]
     assert a["kiln-emulate"].settings == {"emulate_eager_precision": True}
     assert all(isinstance(a[n].context(), contextlib.nullcontext) for n in a if n != "kiln-emulate")
@@ -79,7 +85,9 @@ def test_the_tiers_defaults_are_unchanged():
 def test_the_autotuned_arm_runs_when_named_and_never_by_default():
     arm = arms.get("kiln-autotune", "model")
     assert arm.compile_kwargs() == {"backend": "kiln", "mode": "max-autotune-no-cudagraphs"}
-    assert arms.get("kiln-autotune", "kernel") is arm and "kiln-autotune" not in arms.default("model").split(",")
+    assert arms.get("kiln-autotune", "kernel") is arm and "kiln-autotune" not in arms.default("model").split(
+        ","
+    )
     with pytest.raises(UsageError, match="kiln-autotune runs in the kernel, model tiers"):
         arms.get("kiln-autotune", "numerics")
 
@@ -87,19 +95,27 @@ def test_the_autotuned_arm_runs_when_named_and_never_by_default():
 def test_an_unknown_name_is_one_usage_error_listing_the_known_ones():
     with pytest.raises(UsageError) as e:
         arms.get("tvm")
-    assert str(e.value) == ("unknown compiler 'tvm' (known: eager, inductor, inductor-cg, kiln, kiln-autotune, "
-                            "kiln-cg, kiln-emulate)")
+    assert str(e.value) == (
+        "unknown compiler 'tvm' (known: eager, inductor, inductor-cg, kiln, kiln-autotune, "
+        "kiln-cg, kiln-emulate)"
+    )
     with pytest.raises(arms.UnknownArm) as e:
         arms.get("kiln-cg", "kernel")
-    assert str(e.value) == ("unknown compiler 'kiln-cg' (known: eager, inductor, kiln, kiln-autotune); kiln-cg "
-                            "runs in the model, overhead tiers")
+    assert str(e.value) == (
+        "unknown compiler 'kiln-cg' (known: eager, inductor, kiln, kiln-autotune); kiln-cg "
+        "runs in the model, overhead tiers"
+    )
     with pytest.raises(arms.UnknownArm, match=r"unknown compiler 'tvm9' \(known: .*aot_eager.*\)"):
-        arms.check(["kiln", "tvm9"], "kernel", any_backend=True)  # (tvm is a registered torch.compile backend)
+        arms.check(
+            ["kiln", "tvm9"], "kernel", any_backend=True
+        )  # (tvm is a registered torch.compile backend)
 
 
 def test_a_registered_backend_is_a_plain_arm_where_a_tier_takes_any(compiled):
     assert [a.name for a in arms.check(["aot_eager", "kiln", "aot_eager"], "model", any_backend=True)] == [
-        "aot_eager", "kiln"]
+        "aot_eager",
+        "kiln",
+    ]
     arm = arms.get("aot_eager", "kernel", any_backend=True)
     arm.compile(len, dynamic=False)
     assert compiled == [(len, {"backend": "aot_eager", "dynamic": False})]
@@ -108,24 +124,29 @@ def test_a_registered_backend_is_a_plain_arm_where_a_tier_takes_any(compiled):
 
 
 def test_every_tier_builds_from_the_registry(compiled):
-    from harness.bench.kernels import execute
+    from harness.bench.kernels import execute, overhead
     from harness.bench.models import run as model_run
-    from harness.bench.kernels import overhead
     from harness.numerics import capture
 
     def fn(x):
         return x
 
     execute.compile_fn(fn, "inductor")  # the kernel tier: a private copy, dynamic=False
-    (clone, kw), = compiled
-    assert clone is not fn and clone.__code__ is not fn.__code__ and kw == {"backend": "inductor", "dynamic": False}
+    ((clone, kw),) = compiled
+    assert (
+        clone is not fn
+        and clone.__code__ is not fn.__code__
+        and kw == {"backend": "inductor", "dynamic": False}
+    )
     assert execute.compile_fn(fn, "eager") is fn
     with pytest.raises(UsageError, match="unknown compiler 'kiln-cg'"):
         execute.check_compilers(["kiln-cg"])
 
     compiled.clear()
     out, notes = model_run.check_compilers(["inductor-cg", "kiln-cg", "kiln"], "cpu")
-    assert out == ["eager", "kiln"] and notes == ["inductor-cg, kiln-cg: CUDA graphs need a CUDA device; skipped on cpu"]
+    assert out == ["eager", "kiln"] and notes == [
+        "inductor-cg, kiln-cg: CUDA graphs need a CUDA device; skipped on cpu"
+    ]
     with pytest.raises(UsageError, match="unknown compiler 'kiln-emulate'"):
         model_run.check_compilers(["kiln-emulate"], "cuda")
 

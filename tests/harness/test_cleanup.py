@@ -4,7 +4,7 @@ faked; the keep-list is the tags the matrix and this tree hash to now)."""
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,21 +19,28 @@ HOUR = 3600.0
 
 def test_superseded_keeps_the_current_tag_and_recent_ones():
     now = 1_000_000.0
-    imgs = [cleanup.LocalImage("kiln-cuda", "cur", now - 50 * HOUR),   # current: kept however old
-            cleanup.LocalImage("kiln-cuda", "old", now - 5 * HOUR),
-            cleanup.LocalImage("kiln-cuda", "new", now - 0.5 * HOUR),  # built lately (another runner's tree)
-            cleanup.LocalImage("kiln-cuda", "used", now - 9 * HOUR),   # old, but a run started from it lately
-            cleanup.LocalImage("kiln-rocm", "x", now - 9 * HOUR),      # its current tag is unknown: kept
-            cleanup.LocalImage("kiln-base/debian", "bookworm", now - 99 * HOUR)]  # not a matrix repo
+    imgs = [
+        cleanup.LocalImage("kiln-cuda", "cur", now - 50 * HOUR),  # current: kept however old
+        cleanup.LocalImage("kiln-cuda", "old", now - 5 * HOUR),
+        cleanup.LocalImage("kiln-cuda", "new", now - 0.5 * HOUR),  # built lately (another runner's tree)
+        cleanup.LocalImage("kiln-cuda", "used", now - 9 * HOUR),  # old, but a run started from it lately
+        cleanup.LocalImage("kiln-rocm", "x", now - 9 * HOUR),  # its current tag is unknown: kept
+        cleanup.LocalImage("kiln-base/debian", "bookworm", now - 99 * HOUR),
+    ]  # not a matrix repo
     keep = {"kiln-cuda": "kiln-cuda:cur", "kiln-rocm": None}
     got = cleanup.superseded(imgs, keep, now=now, grace_s=1.5 * HOUR, used={"kiln-cuda:used": now - HOUR})
     assert got == ["kiln-cuda:old"]
-    assert cleanup.superseded(imgs, keep, now=now, grace_s=0) == ["kiln-cuda:new", "kiln-cuda:old",
-                                                                  "kiln-cuda:used"]
+    assert cleanup.superseded(imgs, keep, now=now, grace_s=0) == [
+        "kiln-cuda:new",
+        "kiln-cuda:old",
+        "kiln-cuda:used",
+    ]
 
 
 def test_the_keep_list_is_every_backends_current_tag(monkeypatch):
-    monkeypatch.setattr(image, "image_id", lambda ref: None)  # no local base: the matrix's reference is hashed
+    monkeypatch.setattr(
+        image, "image_id", lambda ref: None
+    )  # no local base: the matrix's reference is hashed
     keep = cleanup.current_tags(M)
     assert set(keep) == {b.image for b in M.backends.values()}
     for b in M.backends.values():
@@ -52,8 +59,12 @@ def test_docker_dates_read():
 class FakeDocker:
     """Answers the docker commands cleanup runs from a table of containers and images; records removals."""
 
-    def __init__(self, containers: dict[str, tuple[dict[str, str], str]], images: list[tuple[str, str, str]],
-                 in_use: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        containers: dict[str, tuple[dict[str, str], str]],
+        images: list[tuple[str, str, str]],
+        in_use: tuple[str, ...] = (),
+    ):
         self.containers, self.images, self.in_use, self.calls = containers, images, in_use, []
 
     def __call__(self, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -61,8 +72,11 @@ class FakeDocker:
         out, rc, err = "", 0, ""
         if args[:2] == ("ps", "-a"):
             key, _, value = args[-1].removeprefix("label=").partition("=")
-            out = "\n".join(cid for cid, (labels, _) in self.containers.items()
-                            if key in labels and (not value or labels[key] == value))
+            out = "\n".join(
+                cid
+                for cid, (labels, _) in self.containers.items()
+                if key in labels and (not value or labels[key] == value)
+            )
         elif args[0] == "inspect":
             out = "\n".join(f"{cid}\t{self.containers[cid][1]}" for cid in args[3:])
         elif args[:2] == ("image", "ls"):
@@ -83,17 +97,24 @@ def test_cleanup_removes_the_jobs_containers_and_superseded_tags_only(tmp_path, 
     monkeypatch.setattr(image, "image_id", lambda ref: None)
     keep = cleanup.current_tags(M)
     old = "2020-01-01 00:00:00 +0000 UTC"
-    recent = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
+    recent = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
     fake = FakeDocker(
-        containers={"c-mine": ({"kiln.job": "7-1-r1", "kiln.backend": "cuda"}, recent),
-                    "c-other": ({"kiln.job": "7-1-r2", "kiln.backend": "cuda"}, recent),  # another runner's job
-                    "c-stale": ({"kiln.job": "3-1-r1", "kiln.backend": "cpu"}, old),
-                    "c-foreign": ({}, old),  # not kiln's
-                    "c-manual": ({"kiln.backend": "cpu"}, old)},  # a kiln image run by hand: its image's labels
+        containers={
+            "c-mine": ({"kiln.job": "7-1-r1", "kiln.backend": "cuda"}, recent),
+            "c-other": ({"kiln.job": "7-1-r2", "kiln.backend": "cuda"}, recent),  # another runner's job
+            "c-stale": ({"kiln.job": "3-1-r1", "kiln.backend": "cpu"}, old),
+            "c-foreign": ({}, old),  # not kiln's
+            "c-manual": ({"kiln.backend": "cpu"}, old),
+        },  # a kiln image run by hand: its image's labels
         images=[(r, t.split(":")[1], old) for r, t in keep.items()]
-        + [("kiln-cuda", "0000000000000000", old), ("kiln-cpu", "1111111111111111", old),
-           ("kiln-cpu", "2222222222222222", old), ("kiln-base/debian", "bookworm-minbase", old)],
-        in_use=("kiln-cpu:2222222222222222",))
+        + [
+            ("kiln-cuda", "0000000000000000", old),
+            ("kiln-cpu", "1111111111111111", old),
+            ("kiln-cpu", "2222222222222222", old),
+            ("kiln-base/debian", "bookworm-minbase", old),
+        ],
+        in_use=("kiln-cpu:2222222222222222",),
+    )
     monkeypatch.setattr(cleanup, "docker", fake)
     cache = tmp_path / "cache" / "untrusted" / "kiln-cuda-0000000000000000"
     cache.mkdir(parents=True)
@@ -101,8 +122,11 @@ def test_cleanup_removes_the_jobs_containers_and_superseded_tags_only(tmp_path, 
     current_cache.mkdir(parents=True)
     lines = cleanup.cleanup(job="7-1-r1", images=True, grace_s=1.5 * HOUR)
     assert sorted(fake.removed("containers")) == ["c-mine", "c-stale"]
-    assert fake.removed("images") == ["kiln-cpu:1111111111111111", "kiln-cpu:2222222222222222",
-                                      "kiln-cuda:0000000000000000"]
+    assert fake.removed("images") == [
+        "kiln-cpu:1111111111111111",
+        "kiln-cpu:2222222222222222",
+        "kiln-cuda:0000000000000000",
+    ]
     assert not any(ref in fake.removed("images") for ref in keep.values())  # the current tags stay
     assert not cache.exists() and current_cache.exists()
     assert any(line.startswith("kept image kiln-cpu:2222222222222222: Error: conflict") for line in lines)
@@ -118,8 +142,16 @@ def test_a_recent_use_mark_keeps_an_old_tag(tmp_path, monkeypatch):
     used = cleanup.last_used(["kiln-cuda:0000000000000000", "kiln-cuda:1"])
     assert list(used) == ["kiln-cuda:0000000000000000"]
     imgs = [cleanup.LocalImage("kiln-cuda", "0000000000000000", 0.0)]
-    assert cleanup.superseded(imgs, {"kiln-cuda": "kiln-cuda:cur"}, now=used["kiln-cuda:0000000000000000"] + 60,
-                              grace_s=HOUR, used=used) == []
+    assert (
+        cleanup.superseded(
+            imgs,
+            {"kiln-cuda": "kiln-cuda:cur"},
+            now=used["kiln-cuda:0000000000000000"] + 60,
+            grace_s=HOUR,
+            used=used,
+        )
+        == []
+    )
 
 
 def test_cleanup_without_docker_says_so_and_succeeds(monkeypatch, capsys):
@@ -141,8 +173,10 @@ def test_cleanup_without_a_daemon_gives_no_advice_meant_for_other_verbs(monkeypa
     from harness.exc import DockerError
 
     def no_daemon():
-        raise DockerError("cannot reach the docker daemon (Cannot connect); start it (e.g. `dockerd &`) or run "
-                          "natively with --native")
+        raise DockerError(
+            "cannot reach the docker daemon (Cannot connect); start it (e.g. `dockerd &`) or run "
+            "natively with --native"
+        )
 
     monkeypatch.setattr(cleanup, "require_docker", no_daemon)
     assert main(["cleanup"]) == 0
@@ -150,11 +184,14 @@ def test_cleanup_without_a_daemon_gives_no_advice_meant_for_other_verbs(monkeypa
     assert out.strip() == "harness cleanup: nothing to clean: cannot reach the docker daemon (Cannot connect)"
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"KILN_JOB_ID": "mine"}, "mine"),
-    ({"GITHUB_RUN_ID": "12", "GITHUB_RUN_ATTEMPT": "3", "RUNNER_NAME": "h100 #2"}, "12-3-h100--2"),
-    ({}, ""),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"KILN_JOB_ID": "mine"}, "mine"),
+        ({"GITHUB_RUN_ID": "12", "GITHUB_RUN_ATTEMPT": "3", "RUNNER_NAME": "h100 #2"}, "12-3-h100--2"),
+        ({}, ""),
+    ],
+)
 def test_the_job_id(env, expected):
     from harness.settings import job_id
 
@@ -178,6 +215,9 @@ def test_two_jobs_of_one_run_id_on_one_host_have_two_job_ids():
     from harness.settings import job_id
 
     base = {"GITHUB_RUN_ID": "1", "GITHUB_RUN_ATTEMPT": "1"}
-    a, b = job_id({**base, "RUNNER_TEMP": "/cache/act/1a/tmp"}), job_id({**base, "RUNNER_TEMP": "/cache/act/2b/tmp"})
+    a, b = (
+        job_id({**base, "RUNNER_TEMP": "/cache/act/1a/tmp"}),
+        job_id({**base, "RUNNER_TEMP": "/cache/act/2b/tmp"}),
+    )
     assert a != b and a.startswith("1-1-") and b.startswith("1-1-")
     assert job_id({**base, "RUNNER_TEMP": "/cache/act/1a/tmp"}) == a  # every step of one job: the same id

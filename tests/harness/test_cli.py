@@ -16,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     full.pop("KILN_NATIVE", None)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=full, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full,
+        timeout=120,
+    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -41,7 +47,10 @@ def test_unknown_verb():
 
 def test_unknown_backend():
     line = one_error_line(cli("run", "--backend", "tpu"))
-    assert line == f"harness run: error: unknown backend 'tpu': {ROOT / 'ci' / 'matrix.json'} defines cpu, cuda, rocm"
+    assert (
+        line
+        == f"harness run: error: unknown backend 'tpu': {ROOT / 'ci' / 'matrix.json'} defines cpu, cuda, rocm"
+    )
 
 
 def test_no_docker():  # infrastructure: exit 3 (harness/exc.py), not 2 like a bad flag

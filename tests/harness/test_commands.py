@@ -12,24 +12,36 @@ import pytest
 from harness import commands, matrix
 from harness.exc import HarnessError
 from harness.images import image
-from harness.suites import place, runner
 from harness.settings import settings
+from harness.suites import place, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")
 
 
-ALL_GPUS = {"cuda": commands.GpuAccess("nvidia", None),  # what harness.gpus gives a runner given every GPU
-            "rocm": commands.GpuAccess("amd", None, groups=(44, 109))}
+ALL_GPUS = {
+    "cuda": commands.GpuAccess("nvidia", None),  # what harness.gpus gives a runner given every GPU
+    "rocm": commands.GpuAccess("amd", None, groups=(44, 109)),
+}
 
 
 def _run_argv(backend: str) -> list[str]:
     b = M.backend(backend)
     if backend in ALL_GPUS:
         b = commands.with_gpus(b, ALL_GPUS[backend])
-    inner = commands.pytest_argv(["tests/numerics"], junit="/results/numerics.xml", test_timeout_s=b.timeouts.test_s)
-    return commands.container_argv(b, "kiln-x:abc", inner, src="/repo", env=commands.suite_env(M, b),
-                                 results="/out", name="kiln-x-1", docker="/usr/bin/docker")
+    inner = commands.pytest_argv(
+        ["tests/numerics"], junit="/results/numerics.xml", test_timeout_s=b.timeouts.test_s
+    )
+    return commands.container_argv(
+        b,
+        "kiln-x:abc",
+        inner,
+        src="/repo",
+        env=commands.suite_env(M, b),
+        results="/out",
+        name="kiln-x-1",
+        docker="/usr/bin/docker",
+    )
 
 
 def _pairs(argv: list[str], flag: str) -> list[str]:
@@ -45,8 +57,8 @@ def test_container_run_isolation(backend):
     assert _pairs(argv, "--workdir") == ["/src"]
     assert _pairs(argv, "--name") == ["kiln-x-1"]
     image_at = argv.index("kiln-x:abc")
-    assert argv[image_at + 1:image_at + 4] == ["python", "-m", "pytest"]
-    inner = argv[image_at + 1:]
+    assert argv[image_at + 1 : image_at + 4] == ["python", "-m", "pytest"]
+    inner = argv[image_at + 1 :]
     assert "-p" in inner and inner[inner.index("-p") + 1] == "no:xdist"  # one process
     assert f"--timeout={M.backend(backend).timeouts.test_s}" in inner
     assert "--junitxml=/results/numerics.xml" in inner
@@ -57,12 +69,18 @@ def test_container_run_isolation(backend):
 def test_gpu_flags_per_backend():
     cuda, rocm, cpu = _run_argv("cuda"), _run_argv("rocm"), _run_argv("cpu")
     assert _pairs(cuda, "--gpus") == ["all"]
-    assert "--device=/dev/kfd" in rocm and "--device=/dev/dri" in rocm and _pairs(rocm, "--group-add") == ["44", "109"]
+    assert (
+        "--device=/dev/kfd" in rocm
+        and "--device=/dev/dri" in rocm
+        and _pairs(rocm, "--group-add") == ["44", "109"]
+    )
     assert "--gpus" not in rocm and "--gpus" not in cpu and not any(a.startswith("--device") for a in cpu)
     assert dict(e.split("=", 1) for e in _pairs(cpu, "--env"))["TRITON_INTERPRET"] == "1"
     # GPU flags come before the image name, never after it
     for argv in (cuda, rocm):
-        assert max(i for i, a in enumerate(argv) if a.startswith(("--gpus", "--device"))) < argv.index("kiln-x:abc")
+        assert max(i for i, a in enumerate(argv) if a.startswith(("--gpus", "--device"))) < argv.index(
+            "kiln-x:abc"
+        )
 
 
 def test_native_command_uses_this_python_and_the_same_inner_command(tmp_path):
@@ -80,8 +98,11 @@ def test_pytest_argv_without_timeout_plugin():
 
 def test_missing_pytest_timeout_falls_back_with_a_warning(monkeypatch):
     real = place.importlib.util.find_spec
-    monkeypatch.setattr(place.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "pytest_timeout" else real(name, *a))
+    monkeypatch.setattr(
+        place.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pytest_timeout" else real(name, *a),
+    )
     with pytest.warns(UserWarning, match="pytest-timeout is not installed"):
         assert place.check_native_python() is False
 
@@ -98,8 +119,11 @@ def test_build_argv_passes_the_matrix_build_args(tmp_path):
     b = M.backend("rocm")
     argv = image.build_argv(b, "kiln-rocm:0123", tmp_path, b.base_image)
     args = dict(a.split("=", 1) for a in _pairs(argv, "--build-arg"))
-    assert args == {**b.build_args(), "PIP_INDEX_ARGS": b.index_args(),
-                    "PIP_LOCK_ARGS": "--require-hashes --no-deps" if (ROOT / "docker/lock/rocm.txt").exists() else ""}
+    assert args == {
+        **b.build_args(),
+        "PIP_INDEX_ARGS": b.index_args(),
+        "PIP_LOCK_ARGS": "--require-hashes --no-deps" if (ROOT / "docker/lock/rocm.txt").exists() else "",
+    }
     assert args["BASE_IMAGE"] == "rocm/dev-ubuntu-24.04:7.0.2"
     assert _pairs(argv, "--tag") == ["kiln-rocm:0123"] and argv[-1] == str(tmp_path)
 
@@ -107,8 +131,12 @@ def test_build_argv_passes_the_matrix_build_args(tmp_path):
 def test_bootstrap_and_wheelhouse_commands(tmp_path):
     cpu = M.backend("cpu")
     assert image.bootstrap_argv(cpu, tmp_path, "http://mirror.test/debian") == [
-        image.find_tool("debootstrap") or "debootstrap", "--variant=minbase", "bookworm", str(tmp_path),
-        "http://mirror.test/debian"]
+        image.find_tool("debootstrap") or "debootstrap",
+        "--variant=minbase",
+        "bookworm",
+        str(tmp_path),
+        "http://mirror.test/debian",
+    ]
     wh = image.wheelhouse_argv(cpu, tmp_path, ROOT)
     assert wh[1:4] == ["-m", "pip", "download"]
     # the wheelhouse is the lock's files, hash-checked (docker/lock/cpu.txt pins torch 2.13.0 and triton 3.9.0)
@@ -207,7 +235,9 @@ def test_cuda_runner_given_one_gpu_by_index_or_uuid():
     assert _env_of(argv)["CUDA_VISIBLE_DEVICES"] == "0" and _env_of(argv)[commands.HOST_GPUS] == "1"
     uuid = "GPU-8f6c1e2a-5b7d-4c3e-9a10-112233445566"
     argv = _pinned_argv("cuda", {"CUDA_VISIBLE_DEVICES": uuid})
-    assert _csv(_pairs(argv, "--gpus")[0]) == [f"device={uuid}"] and _env_of(argv)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert (
+        _csv(_pairs(argv, "--gpus")[0]) == [f"device={uuid}"] and _env_of(argv)["CUDA_VISIBLE_DEVICES"] == "0"
+    )
 
 
 def test_cuda_runner_given_two_gpus_quotes_the_list_for_dockers_csv_parser():
@@ -226,7 +256,9 @@ def test_cuda_runner_with_two_gpus_and_two_shards_splits_only_its_gpus():
     assert groups == [["2"], ["3"]]
     cuda = M.backend("cuda")
     assert [gpus.pin(cuda, g, native=False, env=env).container_options[:2] for g in groups] == [
-        ("--gpus", "device=2"), ("--gpus", "device=3")]
+        ("--gpus", "device=2"),
+        ("--gpus", "device=3"),
+    ]
     assert [gpus.pin(cuda, g, native=True, env=env).env["CUDA_VISIBLE_DEVICES"] for g in groups] == ["2", "3"]
     with pytest.raises(HarnessError, match="not among the runner's CUDA_VISIBLE_DEVICES=2,3"):
         gpus.pin(cuda, ["0"], native=False, env=env)  # never a GPU another runner was given
@@ -249,8 +281,9 @@ def _fake_amd_host(tmp_path: Path, minors=(128, 136, 144, 152)):
     for k, minor in enumerate(minors, 1):
         (nodes / str(k)).mkdir()
         (nodes / str(k) / "gpu_id").write_text(f"{4000 + k}\n")
-        (nodes / str(k) / "properties").write_text(f"simd_count 304\ndrm_render_minor {minor}\n"
-                                                   f"unique_id {0xabc0 + k}\n")
+        (nodes / str(k) / "properties").write_text(
+            f"simd_count 304\ndrm_render_minor {minor}\nunique_id {0xABC0 + k}\n"
+        )
     dri = tmp_path / "dri"
     dri.mkdir()
     for minor in minors:
@@ -283,7 +316,7 @@ def test_rocm_runner_given_one_gpu_gets_its_render_node_and_the_hosts_gids(tmp_p
     argv = _pinned_argv("rocm", {"ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"}, **probe)
     assert "--device=/dev/dri/renderD152" in argv and _env_of(argv)[commands.HOST_GPUS] == "3"
     # a UUID (GPU-<unique_id hex>) names the same GPU
-    argv = _pinned_argv("rocm", {"HIP_VISIBLE_DEVICES": f"GPU-{0xabc0 + 3:016x}"}, **probe)
+    argv = _pinned_argv("rocm", {"HIP_VISIBLE_DEVICES": f"GPU-{0xABC0 + 3:016x}"}, **probe)
     assert "--device=/dev/dri/renderD144" in argv
 
 
@@ -297,12 +330,16 @@ def test_rocm_shards_split_the_runners_gpus_and_renumber_inside(tmp_path):
     groups = shard.device_groups(True, None, 1, shard.visible_gpus("rocm", env), backend="rocm")
     pinned = [gpus.pin(rocm, g, native=False, env=env, **probe) for g in groups]
     assert [[o for o in b.container_options if "renderD" in o] for b in pinned] == [
-        ["--device=/dev/dri/renderD144"], ["--device=/dev/dri/renderD152"]]
+        ["--device=/dev/dri/renderD144"],
+        ["--device=/dev/dri/renderD152"],
+    ]
     assert [b.env["HIP_VISIBLE_DEVICES"] for b in pinned] == ["0", "0"]
     assert [gpus.pin(rocm, g, native=True, env=env).env["HIP_VISIBLE_DEVICES"] for g in groups] == ["2", "3"]
     # a runner given its GPUs through ROCR natively: the subset goes to ROCR (HIP would index ROCR's list)
     assert gpus.pin(rocm, ["3"], native=True, env={"ROCR_VISIBLE_DEVICES": "2,3"}).env == {
-        **rocm.env, "ROCR_VISIBLE_DEVICES": "3"}
+        **rocm.env,
+        "ROCR_VISIBLE_DEVICES": "3",
+    }
 
 
 def test_rocm_unset_gets_every_gpu_with_the_hosts_gids(tmp_path):
@@ -313,11 +350,17 @@ def test_rocm_unset_gets_every_gpu_with_the_hosts_gids(tmp_path):
 
 
 def test_the_matrix_gpu_options_are_replaced_not_doubled():
-    for opts in (["--gpus", "all", "--shm-size", "8g"], ["--gpus=all", "--shm-size", "8g"],
-                 ["--device=/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--shm-size", "8g"]):
+    for opts in (
+        ["--gpus", "all", "--shm-size", "8g"],
+        ["--gpus=all", "--shm-size", "8g"],
+        ["--device=/dev/kfd", "--device", "/dev/dri", "--group-add", "video", "--shm-size", "8g"],
+    ):
         assert commands.without_gpu_options(opts) == ["--shm-size", "8g"]
     assert commands.without_gpu_options(["--device=/dev/fuse", "--group-add", "1234"]) == [
-        "--device=/dev/fuse", "--group-add", "1234"]
+        "--device=/dev/fuse",
+        "--group-add",
+        "1234",
+    ]
 
 
 def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(tmp_path, monkeypatch):
@@ -341,8 +384,15 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     monkeypatch.delenv("RUNNER_TEMP", raising=False)
     out = tmp_path / "out"
     cuda = M.backend("cuda")
-    runner.run_pytest(place.ContainerPlace("kiln-cuda:0123456789abcdef"), cuda, ["tests/numerics"], out, "numerics",
-                      env=commands.suite_env(M, cuda), echo=False)
+    runner.run_pytest(
+        place.ContainerPlace("kiln-cuda:0123456789abcdef"),
+        cuda,
+        ["tests/numerics"],
+        out,
+        "numerics",
+        env=commands.suite_env(M, cuda),
+        echo=False,
+    )
     argv = calls[-1]
     assert _pairs(argv, "--gpus") == ["device=1"] and "all" not in argv
     assert _pairs(argv, "--user") == [f"{os.getuid()}:{os.getgid()}"]
@@ -364,7 +414,9 @@ def test_a_container_run_uses_the_runners_gpus_user_job_label_and_compile_cache(
     assert not any(v.endswith(":/cache") for v in _pairs(calls[-1], "--volume"))
     assert "TRITON_CACHE_DIR" not in _env_of(calls[-1])
     monkeypatch.setenv("KILN_CONTAINER_USER", "image")
-    runner.run_pytest(place.ContainerPlace("kiln-cpu:0"), M.backend("cpu"), ["t"], out, "t", env={}, echo=False)
+    runner.run_pytest(
+        place.ContainerPlace("kiln-cpu:0"), M.backend("cpu"), ["t"], out, "t", env={}, echo=False
+    )
     assert "--user" not in calls[-1] and "--gpus" not in calls[-1]
 
 
@@ -372,17 +424,25 @@ def test_native_runs_use_the_compile_cache_of_their_scope_and_toolchain(tmp_path
     import importlib.metadata
 
     monkeypatch.setenv("KILN_COMPILE_CACHE", str(tmp_path))
-    for name in ("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "KILN_GRAPH_CACHE_DIR", "KILN_AUTOTUNE_DIR",
-                 "TORCHINDUCTOR_CACHE_DIR"):
+    for name in (
+        "TRITON_CACHE_DIR",
+        "KILN_CACHE_DIR",
+        "KILN_GRAPH_CACHE_DIR",
+        "KILN_AUTOTUNE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+    ):
         monkeypatch.delenv(name, raising=False)
     env = commands.native_cache_env()
     folder = Path(env["TRITON_CACHE_DIR"]).parent
     assert folder.parent == tmp_path / "local" and env["KILN_CACHE_DIR"] == str(folder / "kiln")
     assert env["KILN_GRAPH_CACHE_DIR"] == str(folder / "graphs") and "KILN_CACHE_AUTH" not in env
-    version = importlib.metadata.version('torch').replace('+', '-')
+    version = importlib.metadata.version("torch").replace("+", "-")
     assert f"torch{version}" in folder.name  # a new toolchain: another folder
     monkeypatch.setenv("TRITON_CACHE_DIR", "/runner/own")  # outside CI the runner's own setting wins
-    assert "TRITON_CACHE_DIR" not in commands.native_cache_env() and "KILN_CACHE_DIR" in commands.native_cache_env()
+    assert (
+        "TRITON_CACHE_DIR" not in commands.native_cache_env()
+        and "KILN_CACHE_DIR" in commands.native_cache_env()
+    )
     monkeypatch.setenv("GITHUB_ACTIONS", "true")  # in CI the scope's folder wins: main's job gets main's
     monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
     monkeypatch.setenv("GITHUB_REF", "refs/heads/main")
@@ -398,7 +458,11 @@ def test_native_runs_use_the_compile_cache_of_their_scope_and_toolchain(tmp_path
 
 def test_the_compile_cache_key_is_the_images_inputs_hash_or_its_id(monkeypatch):
     place.toolchain_key.cache_clear()
-    assert place.toolchain_key("kiln-cuda:0123456789abcdef") == "kiln-cuda:0123456789abcdef"  # no docker asked
+    assert (
+        place.toolchain_key("kiln-cuda:0123456789abcdef") == "kiln-cuda:0123456789abcdef"
+    )  # no docker asked
     monkeypatch.setattr(image, "image_id", lambda ref: "sha256:feedfacecafebeef0000")
-    assert place.toolchain_key("kiln-cuda:dev") == "kiln-cuda:dev-feedfacecafebeef"  # a rebuilt :dev: another key
+    assert (
+        place.toolchain_key("kiln-cuda:dev") == "kiln-cuda:dev-feedfacecafebeef"
+    )  # a rebuilt :dev: another key
     place.toolchain_key.cache_clear()

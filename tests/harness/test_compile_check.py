@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import compile_check as cc
 from harness import matrix
+from harness.checks import compile_check as cc
 from harness.exc import CompileCheckError
 
 ROOT = Path(__file__).resolve().parents[2]

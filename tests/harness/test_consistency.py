@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness import commands, matrix
-from harness.suites import repro
 from harness.record import RunRecord
+from harness.suites import repro
 
 ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")
@@ -25,7 +25,7 @@ def _run_noxfile() -> tuple[dict, dict]:
 
 def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
     sessions, names = _run_noxfile()
-    assert sorted(n[len("tests-"):] for n in sessions if n.startswith("tests-")) == sorted(M.backends)
+    assert sorted(n[len("tests-") :] for n in sessions if n.startswith("tests-")) == sorted(M.backends)
     assert "ci" in sessions and "ci-report" in sessions
     noxfile = (ROOT / "noxfile.py").read_text()
     assert '"harness", "run", "--backend", backend' in noxfile  # the sessions delegate to the harness
@@ -39,9 +39,18 @@ def test_nox_has_one_tests_session_per_matrix_backend_and_the_main_job():
 
 def _manifest(backend: str, mode: str = "container", **more) -> RunRecord:
     b = M.backend(backend)
-    return RunRecord.from_json({**more, "backend": backend, "mode": mode, "src": "/repo",
-                                "image": {"tag": f"{b.image}:0123"}, "env": commands.suite_env(M, b),
-                                "test_timeout_s": b.timeouts.test_s, "python": "/usr/bin/python3"})
+    return RunRecord.from_json(
+        {
+            **more,
+            "backend": backend,
+            "mode": mode,
+            "src": "/repo",
+            "image": {"tag": f"{b.image}:0123"},
+            "env": commands.suite_env(M, b),
+            "test_timeout_s": b.timeouts.test_s,
+            "python": "/usr/bin/python3",
+        }
+    )
 
 
 @pytest.mark.parametrize("backend", sorted(M.backends))
@@ -55,7 +64,7 @@ def test_repro_line_equals_the_runner_command_for_one_test(backend):
     assert line == expected
     for opt in b.container_options:
         assert opt in line
-    assert line[line.index(f"{b.image}:0123") + 1:] == inner
+    assert line[line.index(f"{b.image}:0123") + 1 :] == inner
 
 
 def test_native_repro_line_uses_the_recorded_python_and_env():
@@ -86,10 +95,10 @@ def test_workflows_run_each_backend_with_its_matrix_labels_and_timeout():
 
 
 def test_matrix_cli_prints_the_same_data():
-    from harness.__main__ import main
-
     import contextlib
     import io
+
+    from harness.__main__ import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -103,7 +112,9 @@ def test_the_images_carry_the_stores_dependencies_at_the_workflows_pins():
     the host (the main job failed with `No module named 'sqlalchemy'` in the container without them)."""
     import re
 
-    reqs = dict(re.findall(r"^([\w-]+)==([\w.]+)$", (ROOT / "docker" / "requirements-test.txt").read_text(), re.M))
+    reqs = dict(
+        re.findall(r"^([\w-]+)==([\w.]+)$", (ROOT / "docker" / "requirements-test.txt").read_text(), re.M)
+    )
     workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
     for name in ("sqlalchemy", "alembic"):
         assert name in reqs, f"docker/requirements-test.txt lacks {name}"

@@ -25,8 +25,12 @@ def test_cuda_builds_on_the_cpu_images_bootstrapped_base_from_a_wheelhouse():
     text = (ROOT / CUDA.dockerfile).read_text()
     assert "nvidia/cuda" not in text.split("FROM", 1)[1]  # no CUDA base image
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text  # libcuda is mounted only for `compute`
-    assert "NVIDIA_VISIBLE_DEVICES" not in text.replace("NVIDIA_VISIBLE_DEVICES is left", "")  # --gpus decides
-    assert " gcc " in text and "python3-dev" in text  # Triton builds its launcher with the C compiler at run time
+    assert "NVIDIA_VISIBLE_DEVICES" not in text.replace(
+        "NVIDIA_VISIBLE_DEVICES is left", ""
+    )  # --gpus decides
+    assert (
+        " gcc " in text and "python3-dev" in text
+    )  # Triton builds its launcher with the C compiler at run time
 
 
 def test_the_cuda_lock_is_current_hashed_and_names_the_cuda_build():
@@ -47,7 +51,12 @@ def test_the_cuda_lock_is_current_hashed_and_names_the_cuda_build():
 def test_the_image_tag_hashes_the_cuda_lock(tmp_path):
     root = tmp_path / "root"
     (root / "docker" / "lock").mkdir(parents=True)
-    for rel in ("docker/cuda.Dockerfile", "docker/requirements-test.txt", "docker/lock/cuda.txt", "pyproject.toml"):
+    for rel in (
+        "docker/cuda.Dockerfile",
+        "docker/requirements-test.txt",
+        "docker/lock/cuda.txt",
+        "pyproject.toml",
+    ):
         (root / rel).write_bytes((ROOT / rel).read_bytes())
     inputs = image.image_inputs(CUDA, root=root)
     assert inputs["lock"] == (ROOT / "docker/lock/cuda.txt").read_text()
@@ -58,38 +67,56 @@ def test_the_image_tag_hashes_the_cuda_lock(tmp_path):
 
 
 def test_resolved_problems_catch_a_cpu_torch_missing_runtime_wheels_and_unhashed_pins():
-    good = "torch==2.13.0 \\\n    --hash=sha256:aa\ntriton==3.7.1 \\\n    --hash=sha256:bb\n" \
-           "nvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:cc\n"
+    good = (
+        "torch==2.13.0 \\\n    --hash=sha256:aa\ntriton==3.7.1 \\\n    --hash=sha256:bb\n"
+        "nvidia-cuda-runtime==13.0.96 \\\n    --hash=sha256:cc\n"
+    )
     assert lock.resolved_problems(CUDA, good) == []
     cpu_torch = good.replace("torch==2.13.0", "torch==2.13.0+cpu").replace("nvidia-cuda-runtime", "numpy")
     found = lock.resolved_problems(CUDA, cpu_torch)
     assert any("a local build" in p for p in found) and any("not a CUDA build" in p for p in found)
     assert any("matrix pins torch==2.13.0" in p for p in found)
     assert lock.resolved_problems(CUDA, good.replace("triton==3.7.1 \\", "triton==3.7.1")) == [
-        "packages without hashes: triton==3.7.1"]
+        "packages without hashes: triton==3.7.1"
+    ]
     assert "triton resolved as 3.9.0" in lock.resolved_problems(CUDA, good.replace("3.7.1", "3.9.0"))[0]
     # the cpu lock's `+cpu` torch is what its pip resolves (its local wheel folders): not a problem there
     assert lock.resolved_problems(M.backend("cpu"), cpu_torch.replace("3.7.1", "3.9.0")) == []
 
 
 def test_the_index_only_resolution_leaves_local_wheel_folders_out():
-    env = {"PIP_FIND_LINKS": "/opt/wheels", "PIP_EXTRA_INDEX_URL": "file:///opt/more", "PIP_CONSTRAINT": "/c.txt",
-           "PIP_DEFAULT_TIMEOUT": "180", "PATH": "/usr/bin"}
+    env = {
+        "PIP_FIND_LINKS": "/opt/wheels",
+        "PIP_EXTRA_INDEX_URL": "file:///opt/more",
+        "PIP_CONSTRAINT": "/c.txt",
+        "PIP_DEFAULT_TIMEOUT": "180",
+        "PATH": "/usr/bin",
+    }
     config = {"global.index-url": "https://mirror.test/simple", "global.cert": "/etc/ca.crt"}
     out = lock.index_only_env(env, config=lambda key: config.get(key, ""))
-    assert out["PIP_CONFIG_FILE"] == os.devnull  # none of pip's configuration files (find-links, extra indexes)
+    assert (
+        out["PIP_CONFIG_FILE"] == os.devnull
+    )  # none of pip's configuration files (find-links, extra indexes)
     assert not {"PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"} & set(out)
     assert out["PIP_INDEX_URL"] == "https://mirror.test/simple" and out["PIP_CERT"] == "/etc/ca.crt"
     assert out["PIP_DEFAULT_TIMEOUT"] == "180"
     env["PIP_INDEX_URL"] = "https://own.test/simple"  # pip's own variable wins over its configuration
-    assert lock.index_only_env(env, config=lambda key: config.get(key, ""))["PIP_INDEX_URL"] == env["PIP_INDEX_URL"]
+    assert (
+        lock.index_only_env(env, config=lambda key: config.get(key, ""))["PIP_INDEX_URL"]
+        == env["PIP_INDEX_URL"]
+    )
     assert "PIP_INDEX_URL" not in lock.index_only_env({}, config=lambda key: "")  # nothing set: pip's default
 
 
 def test_the_wheelhouse_takes_every_manylinux_tag_the_base_runs():
     argv = image.wheelhouse_argv(CUDA, Path("/w"), ROOT)
     tags = [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"]
-    for tag in ("manylinux_2_18_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64"):
+    for tag in (
+        "manylinux_2_18_x86_64",
+        "manylinux_2_27_x86_64",
+        "manylinux_2_28_x86_64",
+        "manylinux2014_x86_64",
+    ):
         assert tag in tags, tag  # nvidia-nccl-cu13 is 2_18, cuDNN and cuBLAS 2_27, torch 2_28
     assert "manylinux_2_37_x86_64" not in tags and "manylinux_2_36_x86_64" in tags  # bookworm's glibc is 2.36
     assert argv[argv.index("-r") + 1].endswith("docker/lock/cuda.txt") and "--require-hashes" in argv

@@ -24,8 +24,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k not in ("KILN_NATIVE", "KILN_HISTORY_DB")}
     full.update(PYTHONPATH=str(ROOT), **env)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
-                          env=full, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full,
+        timeout=120,
+        check=False,
+    )
 
 
 def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
@@ -39,11 +46,26 @@ def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
 
 def test_the_codes_are_defined_once_on_the_error_classes():
     assert (exc.EXIT_OK, exc.EXIT_FAILED, exc.EXIT_USAGE, exc.EXIT_INFRA) == (0, 1, 2, 3)
-    for cls in (exc.DockerError, exc.ImageError, exc.NoDeviceError, exc.HealthError, exc.MissingTool,
-                exc.StoreUnavailable):
+    for cls in (
+        exc.DockerError,
+        exc.ImageError,
+        exc.NoDeviceError,
+        exc.HealthError,
+        exc.MissingTool,
+        exc.StoreUnavailable,
+    ):
         assert cls("x").exit_code == exc.EXIT_INFRA, cls
-    for cls in (exc.HarnessError, exc.MatrixError, exc.SettingsError, exc.ResultsError, exc.QuarantineError,
-                exc.UsageError, exc.StoreError, exc.ImageInputError, exc.HistoryError):
+    for cls in (
+        exc.HarnessError,
+        exc.MatrixError,
+        exc.SettingsError,
+        exc.ResultsError,
+        exc.QuarantineError,
+        exc.UsageError,
+        exc.StoreError,
+        exc.ImageInputError,
+        exc.HistoryError,
+    ):
         assert cls("x").exit_code == exc.EXIT_USAGE, cls
     from harness.numerics.exc import NumericsError
 
@@ -51,7 +73,9 @@ def test_the_codes_are_defined_once_on_the_error_classes():
 
 
 def test_infrastructure_error_exits_3_docker_missing(tmp_path):
-    proc = cli("run", "--backend", "cpu", "--results", str(tmp_path / "run"), KILN_DOCKER=str(tmp_path / "no-docker"))
+    proc = cli(
+        "run", "--backend", "cpu", "--results", str(tmp_path / "run"), KILN_DOCKER=str(tmp_path / "no-docker")
+    )
     line = one_line(proc, 3)
     assert line.startswith("harness run: error: docker client ") and "not found" in line
     assert not (tmp_path / "run").exists()  # stopped before the run began
@@ -70,7 +94,9 @@ def test_an_output_folder_that_is_a_file_exits_2_naming_it(tmp_path, verb, flag)
     extra = ["--backend", "cpu", "--native"] if verb != "merge" else [str(tmp_path)]
     for given in (target, target / "below"):
         line = one_line(cli(verb, *extra, flag, str(given)), 2)
-        assert line.startswith(f"harness {verb}: error: {flag} {given}: ") and "is a file, not a folder" in line
+        assert (
+            line.startswith(f"harness {verb}: error: {flag} {given}: ") and "is a file, not a folder" in line
+        )
     assert target.read_text() == "not a folder\n"
 
 
@@ -79,20 +105,33 @@ def test_a_results_root_that_is_a_file_exits_2_naming_the_variable(tmp_path, ver
     target = tmp_path / "results_file"
     target.write_text("")
     line = one_line(cli(verb, "--backend", "cpu", "--native", KILN_RESULTS=str(target)), 2)
-    assert line == (f"harness {verb}: error: KILN_RESULTS {target}: is a file, not a folder; give a folder to write "
-                    "the results into")
+    assert line == (
+        f"harness {verb}: error: KILN_RESULTS {target}: is a file, not a folder; give a folder to write "
+        "the results into"
+    )
 
 
 @pytest.mark.parametrize("var", ["KILN_NATIVE", "KILN_BOOTSTRAP", "KILN_ALLOW_UNLOCKED"])
 def test_a_boolean_variable_that_is_not_a_boolean_exits_2_naming_it(var):
     line = one_line(cli("run", "--backend", "cpu", **{var: "maybe"}), 2)
-    assert line == (f"harness run: error: {var}='maybe': expected a boolean: one of 1/true/yes/on or "
-                     "0/false/no/off")
+    assert line == (
+        f"harness run: error: {var}='maybe': expected a boolean: one of 1/true/yes/on or 0/false/no/off"
+    )
 
 
 def test_the_boolean_words(monkeypatch):
-    for raw, want in (("1", True), ("TRUE", True), (" yes ", True), ("On", True), ("0", False), ("false", False),
-                      ("NO", False), ("off", False), ("", False), (None, False)):
+    for raw, want in (
+        ("1", True),
+        ("TRUE", True),
+        (" yes ", True),
+        ("On", True),
+        ("0", False),
+        ("false", False),
+        ("NO", False),
+        ("off", False),
+        ("", False),
+        (None, False),
+    ):
         assert parse_bool("X", raw) is want, raw
     assert parse_bool("X", "", default=True) is True
     for raw in ("maybe", "2", "y", "enabled"):
@@ -143,14 +182,24 @@ def _nox_project(tmp_path: Path, matrix_text: str) -> Path:
 def nox(*args: str, **env: str) -> subprocess.CompletedProcess:
     pytest.importorskip("nox")
     full = {**{k: v for k, v in os.environ.items() if k != "KILN_NATIVE"}, **env}
-    return subprocess.run([sys.executable, "-m", "nox", *args], capture_output=True, text=True, env=full,
-                          timeout=120, check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "nox", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
 
 
-@pytest.mark.parametrize("text,says", [
-    ('{"suites": [', "not valid JSON: Expecting value: line 1 column 13"),
-    ('{"suites": []}', "missing or malformed key 'backends'"),
-])
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ('{"suites": [', "not valid JSON: Expecting value: line 1 column 13"),
+        ('{"suites": []}', "missing or malformed key 'backends'"),
+    ],
+)
 def test_nox_list_with_a_malformed_matrix_is_one_line(tmp_path, text, says):
     noxfile = _nox_project(tmp_path, text)
     proc = nox("-l", "-f", str(noxfile))

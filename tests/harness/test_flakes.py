@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.exc import FlakeRunError, PreflightError, RunInterrupted, UnknownBackend
 from harness.suites import flakes
 from harness.suites import quarantine as q
-from harness.exc import FlakeRunError, PreflightError, RunInterrupted, UnknownBackend
 from harness.suites.flake_plugin import base_nodeid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +178,10 @@ def test_gpu_backend_without_gpu_is_a_clear_error(planted):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    for backend in ("cuda", "rocm"):  # the pre-flight stops it before pytest starts (harness/checks/preflight.py)
+    for backend in (
+        "cuda",
+        "rocm",
+    ):  # the pre-flight stops it before pytest starts (harness/checks/preflight.py)
         with pytest.raises(PreflightError, match=f"^pre-flight {backend}: no (NVIDIA|AMD GPU) driver"):
             flakes.detect(
                 [PLANTED], backend=backend, runs=2, out_dir=planted / "o", quarantine=q.Quarantine()
@@ -371,10 +374,26 @@ def _empty_ini(folder) -> object:
 def test_dash_k_selects_tests_as_pytest_does(planted):
     """`flakes ... -k EXPR` (not only `--pytest-arg=-k --pytest-arg=EXPR`): only the matching test runs."""
     proc = subprocess.run(
-        [*FLAKES, "--native", "--runs", "2", "--quarantine", str(ROOT / "ci" / "quarantine.toml"),
-         *(f"--pytest-arg={a}" for a in ISOLATE), "--out", str(planted / "k"), PLANTED, "-k", "planted_passing"],
-        cwd=ROOT, env={**_env(), "KILN_PLANTED_STATE": str(planted / "state")}, capture_output=True, text=True,
-        timeout=300, check=False,
+        [
+            *FLAKES,
+            "--native",
+            "--runs",
+            "2",
+            "--quarantine",
+            str(ROOT / "ci" / "quarantine.toml"),
+            *(f"--pytest-arg={a}" for a in ISOLATE),
+            "--out",
+            str(planted / "k"),
+            PLANTED,
+            "-k",
+            "planted_passing",
+        ],
+        cwd=ROOT,
+        env={**_env(), "KILN_PLANTED_STATE": str(planted / "state")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "flakes cpu: 1 tests x 2 runs: 1 passing, 0 failing, 0 flaky, 0 blocking" in proc.stdout

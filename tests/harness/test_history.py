@@ -8,26 +8,51 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import Case
-from harness.suites import flakes, history, shard
-from harness.suites import quarantine as q
 from harness.__main__ import main
 from harness.exc import HistoryError
+from harness.results import Case
 from harness.settings import settings
+from harness.suites import flakes, history, shard
+from harness.suites import quarantine as q
 
 
-def fake_run(folder: Path, outcomes: dict[str, tuple[str, float]], *, backend: str = "cpu",
-             started: str = "2026-01-01T00:00:00+00:00", status: str = "complete") -> Path:
+def fake_run(
+    folder: Path,
+    outcomes: dict[str, tuple[str, float]],
+    *,
+    backend: str = "cpu",
+    started: str = "2026-01-01T00:00:00+00:00",
+    status: str = "complete",
+) -> Path:
     """A results folder as `harness run` writes it: run.json, env.json and one suite's JUnit."""
     (folder / "suites").mkdir(parents=True)
-    body = {"passed": "", "failed": '<failure message="boom"/>', "error": '<error message="setup"/>',
-            "skipped": '<skipped message="no"/>', "xfailed": '<skipped type="pytest.xfail" message="x"/>'}
-    cases = "".join(f'<testcase classname="x" name="{t}" time="{d}"><properties><property name="kiln_nodeid" '
-                    f'value="{t}"/></properties>{body[o]}</testcase>' for t, (o, d) in outcomes.items())
+    body = {
+        "passed": "",
+        "failed": '<failure message="boom"/>',
+        "error": '<error message="setup"/>',
+        "skipped": '<skipped message="no"/>',
+        "xfailed": '<skipped type="pytest.xfail" message="x"/>',
+    }
+    cases = "".join(
+        f'<testcase classname="x" name="{t}" time="{d}"><properties><property name="kiln_nodeid" '
+        f'value="{t}"/></properties>{body[o]}</testcase>'
+        for t, (o, d) in outcomes.items()
+    )
     (folder / "suites" / "alpha.xml").write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
-    (folder / "run.json").write_text(json.dumps({
-        "backend": backend, "mode": "native", "status": status, "src": str(folder), "started": started,
-        "suites": [{"name": "alpha", "status": "passed", "junit": "suites/alpha.xml", "duration_s": 1.0}]}))
+    (folder / "run.json").write_text(
+        json.dumps(
+            {
+                "backend": backend,
+                "mode": "native",
+                "status": status,
+                "src": str(folder),
+                "started": started,
+                "suites": [
+                    {"name": "alpha", "status": "passed", "junit": "suites/alpha.xml", "duration_s": 1.0}
+                ],
+            }
+        )
+    )
     (folder / "env.json").write_text(json.dumps({"git": {"sha": "abc123"}}))
     return folder
 
@@ -36,9 +61,12 @@ def fake_flakes(folder: Path, runs: dict[str, list[str]], backend: str = "cpu") 
     """A `harness flakes` output folder: flakes.json and pytest.xml with one case per repetition."""
     folder.mkdir(parents=True)
     body = {"passed": "", "failed": '<failure message="boom"/>'}
-    cases = "".join(f'<testcase classname="x" name="{t}"><properties><property name="kiln_nodeid" value="{t}"/>'
-                    f'<property name="kiln_flake_run" value="{i}"/></properties>{body[o]}</testcase>'
-                    for t, outs in runs.items() for i, o in enumerate(outs))
+    cases = "".join(
+        f'<testcase classname="x" name="{t}"><properties><property name="kiln_nodeid" value="{t}"/>'
+        f'<property name="kiln_flake_run" value="{i}"/></properties>{body[o]}</testcase>'
+        for t, outs in runs.items()
+        for i, o in enumerate(outs)
+    )
     (folder / "pytest.xml").write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
     (folder / "flakes.json").write_text(json.dumps({"schema": 1, "kind": "flakes", "backend": backend}))
     return folder
@@ -47,10 +75,20 @@ def fake_flakes(folder: Path, runs: dict[str, list[str]], backend: str = "cpu") 
 def record_series(tmp_path: Path, db: Path, n: int, failing_at: set[int], *, backend: str = "cpu") -> None:
     """n runs, oldest first; t::flaky fails in the runs numbered in `failing_at` (0 = oldest)."""
     for k in range(n):
-        outs = {"t::ok": ("passed", 1.0 + k % 3), "t::flaky": ("failed" if k in failing_at else "passed", 0.5),
-                "t::skip": ("skipped", 0.0)}
-        history.record(db, fake_run(tmp_path / f"{backend}-{k:03d}", outs, backend=backend,
-                                    started=f"2026-01-01T00:{k // 60:02d}:{k % 60:02d}+00:00"))
+        outs = {
+            "t::ok": ("passed", 1.0 + k % 3),
+            "t::flaky": ("failed" if k in failing_at else "passed", 0.5),
+            "t::skip": ("skipped", 0.0),
+        }
+        history.record(
+            db,
+            fake_run(
+                tmp_path / f"{backend}-{k:03d}",
+                outs,
+                backend=backend,
+                started=f"2026-01-01T00:{k // 60:02d}:{k % 60:02d}+00:00",
+            ),
+        )
 
 
 def test_failed_3_of_the_last_40_runs_counts_only_the_window(tmp_path):
@@ -70,7 +108,9 @@ def test_failed_3_of_the_last_40_runs_counts_only_the_window(tmp_path):
 
 def test_record_is_once_per_folder_and_keeps_backend_commit_source(tmp_path):
     db = tmp_path / "h.sqlite"
-    run = fake_run(tmp_path / "r1", {"t::a": ("passed", 0.2), "t::b": ("error", 0.1), "t::c": ("xfailed", 0.0)})
+    run = fake_run(
+        tmp_path / "r1", {"t::a": ("passed", 0.2), "t::b": ("error", 0.1), "t::c": ("xfailed", 0.0)}
+    )
     first = history.record(db, run)
     assert first.run_id == 1 and (first.source, first.backend, first.tests) == ("run", "cpu", 3)
     assert history.record(db, run).run_id is None  # recorded before: nothing added
@@ -84,8 +124,10 @@ def test_record_is_once_per_folder_and_keeps_backend_commit_source(tmp_path):
     assert rows == [("cpu", "abc123", "run"), ("cpu", None, "flakes")]
     assert outs == {"t::a": "passed", "t::b": "error", "t::c": "xfailed"}
     # the flakes folder counts its repetitions, apart from the run folders
-    assert history.failure_counts(db)["t::b"].phrase() == \
-        "failed 1 of the last 1 runs; failed 1 of 3 repetitions (flaky)"
+    assert (
+        history.failure_counts(db)["t::b"].phrase()
+        == "failed 1 of the last 1 runs; failed 1 of 3 repetitions (flaky)"
+    )
 
 
 def test_unfinished_and_unknown_folders_are_refused_and_leave_no_trace(tmp_path):
@@ -182,8 +224,14 @@ def test_settings_name_the_store(tmp_path, monkeypatch):
 
 def test_cli_record_and_show(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KILN_HISTORY_DB", str(tmp_path / "env.sqlite"))
-    runs = [fake_run(tmp_path / f"r{k}", {"t::a": ("failed" if k else "passed", 1.0), "t::b": ("passed", 1.0)},
-                     started=f"2026-01-0{k + 1}T00:00:00+00:00") for k in range(3)]
+    runs = [
+        fake_run(
+            tmp_path / f"r{k}",
+            {"t::a": ("failed" if k else "passed", 1.0), "t::b": ("passed", 1.0)},
+            started=f"2026-01-0{k + 1}T00:00:00+00:00",
+        )
+        for k in range(3)
+    ]
     assert main(["history", "record", *map(str, runs)]) == 0
     assert capsys.readouterr().out.count("recorded as run") == 3
     assert main(["history", "show", "--last", "2", "--failing"]) == 0
@@ -195,15 +243,23 @@ def test_cli_record_and_show(tmp_path, monkeypatch, capsys):
     assert main(["history", "show", "--history", str(tmp_path / "other.sqlite")]) == 2
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["history", "show"], "does not exist; record a run first"),
-    (["history", "record", "/nonexistent/run"], "results folder /nonexistent/run does not exist"),
-    (["durations", "--from-history", "H", "--out", "x.json"], "--from-history DB takes --backend B"),
-    (["durations", "--out", "x.json"], "name results folders, or --from-history DB --backend B"),
-    (["durations", "RUN", "--backend", "cpu", "--out", "x.json"], "name results folders, or --from-history DB"),
-    (["durations", "--from-history", "/nonexistent.sqlite", "--backend", "cpu", "--out", "x.json"],
-     "history store /nonexistent.sqlite does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["history", "show"], "does not exist; record a run first"),
+        (["history", "record", "/nonexistent/run"], "results folder /nonexistent/run does not exist"),
+        (["durations", "--from-history", "H", "--out", "x.json"], "--from-history DB takes --backend B"),
+        (["durations", "--out", "x.json"], "name results folders, or --from-history DB --backend B"),
+        (
+            ["durations", "RUN", "--backend", "cpu", "--out", "x.json"],
+            "name results folders, or --from-history DB",
+        ),
+        (
+            ["durations", "--from-history", "/nonexistent.sqlite", "--backend", "cpu", "--out", "x.json"],
+            "history store /nonexistent.sqlite does not exist",
+        ),
+    ],
+)
 def test_cli_errors_are_one_line(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KILN_HISTORY_DB", str(tmp_path / "none.sqlite"))
     monkeypatch.chdir(tmp_path)
@@ -216,20 +272,38 @@ def test_cli_errors_are_one_line(argv, message, tmp_path, monkeypatch, capsys):
 def test_the_flakes_report_says_how_often_a_test_failed_before(tmp_path):
     db = tmp_path / "h.sqlite"
     record_series(tmp_path, db, 40, {3, 20, 39})
-    stats = flakes.classify([Case("t::flaky", "passed", "", 0.0, {"kiln_flake_run": "0"}), Case("t::flaky", "failed", "", 0.0, {"kiln_flake_run": "1"}),
-                             Case("t::ok", "passed", "", 0.0, {"kiln_flake_run": "0"}), Case("t::ok", "passed", "", 0.0, {"kiln_flake_run": "1"})])
-    verdict = q.apply({"t::flaky": ["passed", "failed"], "t::ok": ["passed", "passed"]}, q.Quarantine(), "cpu")
+    stats = flakes.classify(
+        [
+            Case("t::flaky", "passed", "", 0.0, {"kiln_flake_run": "0"}),
+            Case("t::flaky", "failed", "", 0.0, {"kiln_flake_run": "1"}),
+            Case("t::ok", "passed", "", 0.0, {"kiln_flake_run": "0"}),
+            Case("t::ok", "passed", "", 0.0, {"kiln_flake_run": "1"}),
+        ]
+    )
+    verdict = q.apply(
+        {"t::flaky": ["passed", "failed"], "t::ok": ["passed", "passed"]}, q.Quarantine(), "cpu"
+    )
     past = history.failure_counts_if_any(["t::flaky"], backend="cpu", db_path=db)
-    report = flakes.build_report(stats, verdict, backend="cpu", runs=2, paths=["t"], command=["pytest"],
-                                 pytest_exit=1, complete=True, history=past)
+    report = flakes.build_report(
+        stats,
+        verdict,
+        backend="cpu",
+        runs=2,
+        paths=["t"],
+        command=["pytest"],
+        pytest_exit=1,
+        complete=True,
+        history=past,
+    )
     rows = {t["id"]: t for t in report["tests"]}
     assert rows["t::flaky"]["history"] == "failed 3 of the last 40 runs" and rows["t::ok"]["history"] == ""
     assert "- `t::flaky`: failed 3 of the last 40 runs" in flakes.render_markdown(report, verdict)
     # no store: no history, no error, nothing created
     none = history.failure_counts_if_any(["t::flaky"], db_path=tmp_path / "absent.sqlite")
     assert none == {} and not (tmp_path / "absent.sqlite").exists()
-    plain = flakes.build_report(stats, verdict, backend="cpu", runs=2, paths=["t"], command=["pytest"],
-                                pytest_exit=1, complete=True)
+    plain = flakes.build_report(
+        stats, verdict, backend="cpu", runs=2, paths=["t"], command=["pytest"], pytest_exit=1, complete=True
+    )
     assert "History:" not in flakes.render_markdown(plain, verdict)
 
 
@@ -245,16 +319,32 @@ def test_a_python_without_sqlalchemy_runs_reports_and_says_history_was_not_recor
     root = Path(__file__).resolve().parents[2]
     block = tmp_path / "block"
     block.mkdir()
-    (block / "sitecustomize.py").write_text("import sys\nfor n in ('sqlalchemy', 'alembic'):\n    sys.modules[n] = None\n")
+    (block / "sitecustomize.py").write_text(
+        "import sys\nfor n in ('sqlalchemy', 'alembic'):\n    sys.modules[n] = None\n"
+    )
     proj = scratch_project(tmp_path / "proj", {"beta": "def test_a():\n    assert True\n"})
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "KILN_ROOT": str(proj),
-           "KILN_RESULTS": str(proj / "results"), "XDG_DATA_HOME": str(tmp_path / "data"),
-           "PYTHONPATH": os.pathsep.join([str(block), str(root)])}
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--backend", "cpu", "--native", "--no-health",
-                           "--quiet"], cwd=proj, env=env, capture_output=True, text=True, timeout=600, check=False)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
+        "KILN_ROOT": str(proj),
+        "KILN_RESULTS": str(proj / "results"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "PYTHONPATH": os.pathsep.join([str(block), str(root)]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--backend", "cpu", "--native", "--no-health", "--quiet"],
+        cwd=proj,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "Traceback" not in out and "kiln cpu/native OK: 1 passed" in out
     said = [ln for ln in out.splitlines() if "history" in ln]
-    assert len(said) == 1 and said[0].startswith("test history not recorded: SQLAlchemy and Alembic are not "
-                                                 "installed") and "pip install" in said[0], said
+    assert (
+        len(said) == 1
+        and said[0].startswith("test history not recorded: SQLAlchemy and Alembic are not installed")
+        and "pip install" in said[0]
+    ), said

@@ -14,13 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scratch_project import scratch_project
 import pytest
 from test_history import fake_flakes, fake_run
 
-from harness.suites import history, shard
 from harness.__main__ import main
 from harness.exc import HistoryError
+from harness.suites import history, shard
+from scratch_project import scratch_project
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "history-rev1.sqlite"
@@ -49,14 +49,15 @@ def test_a_write_open_backs_up_stamps_and_keeps_every_row(tmp_path, capsys):
     db = _copy(tmp_path)
     before = {t: _rows(db, t) for t in ("history_runs", "history_outcomes")}
     assert len(before["history_runs"]) == 3 and len(before["history_outcomes"]) == 6
-    rec = history.record(db, fake_run(tmp_path / "r4", {"t::flaky": ("failed", 0.5)},
-                                      started="2026-01-02T00:00:00+00:00"))
+    rec = history.record(
+        db, fake_run(tmp_path / "r4", {"t::flaky": ("failed", 0.5)}, started="2026-01-02T00:00:00+00:00")
+    )
     assert rec.run_id == 4
     (backup,) = [p for p in db.parent.iterdir() if ".bak-" in p.name]
     assert backup.name.startswith("history.sqlite.bak-") and backup.name.endswith("-rev1")
     err = capsys.readouterr().err
     assert f"copied it to {backup}" in err and len(err.strip().splitlines()) == 1
-    after = {t: [r[:len(before[t][0])] for r in _rows(db, t)] for t in before}  # revision 2 adds columns
+    after = {t: [r[: len(before[t][0])] for r in _rows(db, t)] for t in before}  # revision 2 adds columns
     assert after == before == {t: _rows(backup, t) for t in before}
     with sqlite3.connect(db) as con:
         stamped = con.execute("SELECT version_num FROM alembic_version_history").fetchall()
@@ -89,8 +90,11 @@ def test_a_newer_history_is_refused_in_one_line_and_left_alone(tmp_path, capsys)
     with sqlite3.connect(db) as con:
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     digest = _digest(db)
-    for call in (lambda: history.failure_counts(db), lambda: history.median_durations(db, "cpu"),
-                 lambda: history.record(db, fake_run(tmp_path / "r5", {"t::ok": ("passed", 1.0)}))):
+    for call in (
+        lambda: history.failure_counts(db),
+        lambda: history.median_durations(db, "cpu"),
+        lambda: history.record(db, fake_run(tmp_path / "r5", {"t::ok": ("passed", 1.0)})),
+    ):
         with pytest.raises(HistoryError) as err:
             call()
         msg = str(err.value)
@@ -124,23 +128,34 @@ def test_a_history_failing_the_integrity_check_is_set_aside_by_a_writer_only(tmp
 
 def test_flakes_folders_say_how_many_repetitions_failed(tmp_path, capsys):
     db = tmp_path / "h.sqlite"
-    history.record(db, fake_flakes(tmp_path / "f1", {
-        "t::flaky": ["failed"] * 6 + ["passed"] * 14, "t::broken": ["failed"] * 20,
-        "t::ok": ["passed"] * 20}))
+    history.record(
+        db,
+        fake_flakes(
+            tmp_path / "f1",
+            {
+                "t::flaky": ["failed"] * 6 + ["passed"] * 14,
+                "t::broken": ["failed"] * 20,
+                "t::ok": ["passed"] * 20,
+            },
+        ),
+    )
     counts = history.failure_counts(db)
     assert counts["t::flaky"].phrase() == "failed 6 of 20 repetitions (flaky)"
     assert counts["t::broken"].phrase() == "failed 20 of 20 repetitions"
     assert counts["t::ok"].phrase() == "failed 0 of 20 repetitions"
-    history.record(db, fake_run(tmp_path / "r1", {"t::flaky": ("failed", 0.1)},
-                                started="2027-01-01T00:00:00+00:00"))
-    assert history.failure_counts(db)["t::flaky"].phrase() == \
-        "failed 1 of the last 1 runs; failed 6 of 20 repetitions (flaky)"
+    history.record(
+        db, fake_run(tmp_path / "r1", {"t::flaky": ("failed", 0.1)}, started="2027-01-01T00:00:00+00:00")
+    )
+    assert (
+        history.failure_counts(db)["t::flaky"].phrase()
+        == "failed 1 of the last 1 runs; failed 6 of 20 repetitions (flaky)"
+    )
     assert main(["history", "show", "--history", str(db), "--failing"]) == 0
     out = capsys.readouterr().out
     assert "t::broken: failed 20 of 20 repetitions\n" in out and "t::ok" not in out
 
 
-PLANTED = '''
+PLANTED = """
 import time
 
 
@@ -158,20 +173,33 @@ def test_b():
 
 def test_c():
     pass
-'''
+"""
 
 
 def test_two_default_runs_accumulate_outside_the_checkout_and_feed_a_sharded_third(tmp_path, monkeypatch):
     root = scratch_project(tmp_path / "proj", {"alpha": PLANTED})
     data_home = tmp_path / "xdg"
-    env = {**os.environ, "KILN_ROOT": str(root), "KILN_RESULTS": str(root / "results"),
-           "PYTHONPATH": str(ROOT), "HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(data_home)}
+    env = {
+        **os.environ,
+        "KILN_ROOT": str(root),
+        "KILN_RESULTS": str(root / "results"),
+        "PYTHONPATH": str(ROOT),
+        "HOME": str(tmp_path / "home"),
+        "XDG_DATA_HOME": str(data_home),
+    }
     for name in ("KILN_NATIVE", "KILN_HISTORY_DB", "KILN_PLANT"):
         env.pop(name, None)
 
     def harness(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root,
-                              capture_output=True, text=True, timeout=300, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "harness", *args],
+            env=env,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
 
     run = ("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "alpha")
     for _ in range(2):

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness import matrix
-from harness.images import image, lock
 from harness.exc import ImageError
+from harness.images import image, lock
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -32,8 +32,15 @@ def _matrix(tmp_path: Path, **rocm: object) -> matrix.Matrix:
 def _root(tmp_path: Path) -> Path:
     root = tmp_path / "root"
     (root / "docker" / "lock").mkdir(parents=True)
-    for rel in ("docker/cpu.Dockerfile", "docker/cuda.Dockerfile", "docker/rocm.Dockerfile",
-                "docker/requirements-test.txt", "docker/lock/cpu.txt", "docker/lock/cuda.txt", "pyproject.toml"):
+    for rel in (
+        "docker/cpu.Dockerfile",
+        "docker/cuda.Dockerfile",
+        "docker/rocm.Dockerfile",
+        "docker/requirements-test.txt",
+        "docker/lock/cpu.txt",
+        "docker/lock/cuda.txt",
+        "pyproject.toml",
+    ):
         shutil.copy(ROOT / rel, root / rel)
     return root
 
@@ -52,14 +59,19 @@ def test_a_pinned_base_is_built_from_tag_at_digest(tmp_path):
     assert labels["kiln.base-digest"] == DIGEST and labels["kiln.base-image"] == ref
     assert image.unpinned_warning(cuda, cuda.base_ref) is None and image.digest_pinned(cuda, cuda.base_ref)
     unpinned = _matrix(tmp_path).backend("rocm")
-    assert unpinned.base_ref == unpinned.base_image and unpinned.build_args()["BASE_IMAGE"] == unpinned.base_image
+    assert (
+        unpinned.base_ref == unpinned.base_image
+        and unpinned.build_args()["BASE_IMAGE"] == unpinned.base_image
+    )
 
 
 def test_resolve_base_pulls_the_digest(monkeypatch, tmp_path):
     cuda = _matrix(tmp_path, base_digest=DIGEST).backend("rocm")
     pulled = []
     monkeypatch.setattr(image, "image_id", lambda ref: None)
-    monkeypatch.setattr(image, "docker", lambda *a, **k: pulled.append(a) or type("P", (), {"returncode": 0})())
+    monkeypatch.setattr(
+        image, "docker", lambda *a, **k: pulled.append(a) or type("P", (), {"returncode": 0})()
+    )
     assert image.resolve_base(cuda, bootstrap=False) == cuda.base_ref
     assert pulled == [("pull", cuda.base_ref)]
 
@@ -80,7 +92,9 @@ def test_an_unpinned_base_is_named_in_a_warning(tmp_path):
     warning = image.unpinned_warning(rocm, rocm.base_ref)
     assert warning.startswith("base image not pinned by digest: rocm/dev-ubuntu-24.04:7.0.2")
     assert "image --pin --backend rocm" in warning
-    assert image.unpinned_warning(cuda, cuda.bootstrap.image) is None  # cuda builds on the same bootstrapped base
+    assert (
+        image.unpinned_warning(cuda, cuda.bootstrap.image) is None
+    )  # cuda builds on the same bootstrapped base
     assert image.unpinned_warning(cpu, cpu.bootstrap.image) is None  # bootstrapped here: recorded by its id
     assert "not pinned by digest" in image.unpinned_warning(cpu, cpu.base_image)
 
@@ -93,7 +107,9 @@ def test_the_hash_tag_covers_the_lock_the_base_digest_and_the_base_id(tmp_path):
     assert image.image_tag(pinned, root=root) != image.image_tag(repinned, root=root)
     tag = image.image_tag(cpu, root=root)
     assert image.image_tag(cpu, root=root, base_id="sha256:1") != tag  # a re-bootstrapped base: a new tag
-    assert image.image_tag(cpu, root=root, base_id="sha256:1") != image.image_tag(cpu, root=root, base_id="sha256:2")
+    assert image.image_tag(cpu, root=root, base_id="sha256:1") != image.image_tag(
+        cpu, root=root, base_id="sha256:2"
+    )
     path = root / "docker/lock/cpu.txt"
     path.write_text(path.read_text().replace("pytest==9.2.0", "pytest==9.2.1"))
     assert image.image_tag(cpu, root=root) != tag
@@ -137,12 +153,17 @@ def test_a_build_without_a_lock_fails_unless_asked(monkeypatch, tmp_path, capsys
         image.build(rocm)
     assert not runs
     monkeypatch.setenv("KILN_ALLOW_UNLOCKED", "1")
-    with pytest.raises(ImageError, match="(?s)docker build of kiln-rocm:.*logs/build-rocm.log.*planted build failure"):
+    with pytest.raises(
+        ImageError, match="(?s)docker build of kiln-rocm:.*logs/build-rocm.log.*planted build failure"
+    ):
         image.build(rocm)
     err = capsys.readouterr().err
     assert "packages are NOT hash-checked" in err and "base image not pinned by digest: base:1" in err
     argv = runs[-1]
-    assert _pairs(argv, "--build-arg")["PIP_LOCK_ARGS"] == "" and _pairs(argv, "--label")["kiln.lock-sha256"] == "none"
+    assert (
+        _pairs(argv, "--build-arg")["PIP_LOCK_ARGS"] == ""
+        and _pairs(argv, "--label")["kiln.lock-sha256"] == "none"
+    )
 
 
 def test_a_locked_build_labels_the_lock_digest(monkeypatch, tmp_path, capsys):
@@ -170,11 +191,26 @@ def test_prepare_context_ships_the_lock(monkeypatch, tmp_path):
 
 def test_describe_reads_the_labels_of_a_given_image(monkeypatch):
     monkeypatch.setattr(image, "image_id", lambda ref: "sha256:img")
-    monkeypatch.setattr(image, "labels", lambda ref: {"kiln.base-image": "b:1", "kiln.lock-sha256": "sha256:99",
-                                                      "kiln.base-digest": "", "kiln.base-id": "sha256:base"})
+    monkeypatch.setattr(
+        image,
+        "labels",
+        lambda ref: {
+            "kiln.base-image": "b:1",
+            "kiln.lock-sha256": "sha256:99",
+            "kiln.base-digest": "",
+            "kiln.base-id": "sha256:base",
+        },
+    )
     rec = image.describe("kiln-cpu:1")
-    assert rec == {"tag": "kiln-cpu:1", "id": "sha256:img", "base": "b:1", "built": False, "base_digest": None,
-                   "base_id": "sha256:base", "lock_sha256": "sha256:99"}
+    assert rec == {
+        "tag": "kiln-cpu:1",
+        "id": "sha256:img",
+        "base": "b:1",
+        "built": False,
+        "base_digest": None,
+        "base_id": "sha256:base",
+        "lock_sha256": "sha256:99",
+    }
 
 
 def test_the_cpu_image_carries_inductors_cpp_toolchain():
@@ -185,11 +221,28 @@ def test_the_cpu_image_carries_inductors_cpp_toolchain():
     tag = _cpu_image_present(ROOT)
     if tag is None:
         pytest.skip("CPU image not built on this machine (python -m harness image build --backend cpu)")
-    probe = ("import subprocess, sysconfig, torch._inductor.cpp_builder as cb; cxx = cb.get_cpp_compiler(); "
-             "subprocess.run([cxx, '-x', 'c++', '-fsyntax-only', '-I', sysconfig.get_paths()['include'], '-'], "
-             "input=b'#include <Python.h>\\nint main() { return 0; }\\n', check=True); print('cxx', cxx)")
-    p = subprocess.run([os.environ.get("KILN_DOCKER", "/usr/bin/docker"), "run", "--rm", "--network", "none", tag,
-                        "python", "-c", probe], capture_output=True, text=True, timeout=300, check=False)
+    probe = (
+        "import subprocess, sysconfig, torch._inductor.cpp_builder as cb; cxx = cb.get_cpp_compiler(); "
+        "subprocess.run([cxx, '-x', 'c++', '-fsyntax-only', '-I', sysconfig.get_paths()['include'], '-'], "
+        "input=b'#include <Python.h>\\nint main() { return 0; }\\n', check=True); print('cxx', cxx)"
+    )
+    p = subprocess.run(
+        [
+            os.environ.get("KILN_DOCKER", "/usr/bin/docker"),
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            tag,
+            "python",
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert p.returncode == 0 and p.stdout.startswith("cxx "), p.stderr[-2000:]
 
 
@@ -205,8 +258,9 @@ def test_debootstrap_in_sbin_is_found_off_a_users_path(tmp_path):
     root = Path(__file__).resolve().parents[2]
     probe = "from harness.images.image import find_tool; print(find_tool('debootstrap'))"
     env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(root)}  # a PATH with nothing on it
-    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     there = [str(Path(d) / "debootstrap") for d in SBIN if os.access(Path(d) / "debootstrap", os.X_OK)]
     if not there:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness import matrix
-from harness.images import image, image_check
 from harness.exc import ImageError
+from harness.images import image, image_check
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -44,7 +44,9 @@ class FakeDocker:
                 out = json.dumps(img.get("repo_digests", []))
         elif args[:2] == ("image", "ls"):
             backend = args[3].split("=")[-1]
-            out = "\n".join(r for r, i in self.images.items() if (i.get("labels") or {}).get("kiln.backend") == backend)
+            out = "\n".join(
+                r for r, i in self.images.items() if (i.get("labels") or {}).get("kiln.backend") == backend
+            )
         elif args[0] == "pull":
             if args[1] in self.pullable:
                 self.images[args[1]] = {"id": "sha256:pulled", "repo_digests": self.pullable[args[1]]}
@@ -61,8 +63,15 @@ def fake(monkeypatch, tmp_path):
     root = tmp_path / "root"
     (root / "docker" / "lock").mkdir(parents=True)
     (root / "ci").mkdir()
-    for rel in ("docker/cpu.Dockerfile", "docker/cuda.Dockerfile", "docker/rocm.Dockerfile",
-                "docker/requirements-test.txt", "docker/lock/cpu.txt", "pyproject.toml", "ci/matrix.json"):
+    for rel in (
+        "docker/cpu.Dockerfile",
+        "docker/cuda.Dockerfile",
+        "docker/rocm.Dockerfile",
+        "docker/requirements-test.txt",
+        "docker/lock/cpu.txt",
+        "pyproject.toml",
+        "ci/matrix.json",
+    ):
         shutil.copy(ROOT / rel, root / rel)
     monkeypatch.setenv("KILN_ROOT", str(root))
     monkeypatch.delenv("KILN_MATRIX", raising=False)
@@ -94,8 +103,9 @@ def test_a_matching_image_is_ok(fake):
     v = image_check.check(_cpu(fake.root))
     assert v.ok and v.tag == tag
     line = v.line()
-    assert line.startswith(f"cpu: ok: {tag} (base kiln-base/debian:bookworm-minbase id sha256:111111111111, "
-                           "lock sha256:")
+    assert line.startswith(
+        f"cpu: ok: {tag} (base kiln-base/debian:bookworm-minbase id sha256:111111111111, lock sha256:"
+    )
     assert "warning" not in line
 
 
@@ -131,19 +141,26 @@ def test_missing_or_stale_lock_fails_the_check(fake):
     assert line.startswith("cpu: MISMATCH: lock file docker/lock/cpu.txt is stale")
     rocm = matrix.load(fake.root / "ci/matrix.json").backend("rocm")
     line = image_check.check(rocm).line()
-    assert line.startswith("rocm: MISMATCH: no lock file docker/lock/rocm.txt: run `nox -s lock -- --backend rocm`")
+    assert line.startswith(
+        "rocm: MISMATCH: no lock file docker/lock/rocm.txt: run `nox -s lock -- --backend rocm`"
+    )
 
 
 def test_unpinned_base_warns_and_fails_under_strict(fake):
     rocm = matrix.load(fake.root / "ci/matrix.json").backend("rocm")
-    text = (fake.root / "docker/lock/cpu.txt").read_text()  # a current lock for rocm: its inputs in the header
+    text = (
+        fake.root / "docker/lock/cpu.txt"
+    ).read_text()  # a current lock for rocm: its inputs in the header
     header = next(ln for ln in text.splitlines() if ln.startswith("# kiln-lock-inputs"))
     current = f"# kiln-lock-inputs: {image.lock_mod.inputs_digest(rocm, fake.root)}"
     (fake.root / "docker/lock/rocm.txt").write_text(text.replace(header, current))
     fake.images[rocm.base_image] = {"id": "sha256:" + "33" * 32}
     base_id = image.base_id_for_hash(rocm, rocm.base_image)
     tag = image.image_tag(rocm, rocm.base_image, fake.root, base_id)
-    fake.images[tag] = {"id": "sha256:44", "labels": image.image_labels(rocm, tag, rocm.base_image, base_id, fake.root)}
+    fake.images[tag] = {
+        "id": "sha256:44",
+        "labels": image.image_labels(rocm, tag, rocm.base_image, base_id, fake.root),
+    }
     v = image_check.check(rocm)
     assert v.ok and "(warning: base image not pinned by digest: rocm/dev-ubuntu-24.04:7.0.2" in v.line()
     strict = image_check.check(rocm, strict=True)
@@ -165,8 +182,10 @@ def test_pin_writes_the_digest_into_the_matrix_and_the_dockerfile(fake):
     pinned = matrix.load(fake.root / "ci/matrix.json").backend("rocm")
     assert pinned.base_digest == DIGEST
     assert matrix.load(fake.root / "ci/matrix.json").backend("cuda").base_digest is None
-    assert f"ARG BASE_IMAGE=rocm/dev-ubuntu-24.04:7.0.2@{DIGEST}\n" in \
-        (fake.root / "docker/rocm.Dockerfile").read_text()
+    assert (
+        f"ARG BASE_IMAGE=rocm/dev-ubuntu-24.04:7.0.2@{DIGEST}\n"
+        in (fake.root / "docker/rocm.Dockerfile").read_text()
+    )
     assert image.unpinned_warning(pinned, pinned.base_ref) is None
     image_check.write_matrix_digest(fake.root / "ci/matrix.json", "rocm", "sha256:" + "ef" * 32)  # re-pin
     assert matrix.load(fake.root / "ci/matrix.json").backend("rocm").base_digest == "sha256:" + "ef" * 32
@@ -180,8 +199,14 @@ def test_repository_names():
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run([sys.executable, "-m", "harness", "image", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=full, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "image", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full,
+        timeout=60,
+    )
 
 
 def test_check_without_docker_is_one_clean_line():
@@ -189,14 +214,17 @@ def test_check_without_docker_is_one_clean_line():
     assert proc.returncode == 3 and "Traceback" not in proc.stderr  # infrastructure: no docker
     assert proc.stderr.strip().splitlines() == [
         "harness image: error: docker client '/nonexistent/docker' not found: install docker (apt-get install "
-        "docker.io) or run natively with --native / KILN_NATIVE=1"]
+        "docker.io) or run natively with --native / KILN_NATIVE=1"
+    ]
 
 
 def test_check_through_the_cli_with_a_fake_docker_client(tmp_path):
     """A docker client script that knows no image: every backend is a mismatch, one line each, exit 1."""
     client = tmp_path / "docker"
-    client.write_text("#!/bin/sh\ncase \"$1\" in version) echo 20.10; exit 0;; image) [ \"$2\" = ls ] && exit 0; "
-                      "echo 'Error: No such image' >&2; exit 1;; esac\nexit 1\n")
+    client.write_text(
+        '#!/bin/sh\ncase "$1" in version) echo 20.10; exit 0;; image) [ "$2" = ls ] && exit 0; '
+        "echo 'Error: No such image' >&2; exit 1;; esac\nexit 1\n"
+    )
     client.chmod(client.stat().st_mode | stat.S_IEXEC)
     proc = _cli("--check", KILN_DOCKER=str(client))
     assert proc.returncode == 1, proc.stderr
@@ -206,4 +234,8 @@ def test_check_through_the_cli_with_a_fake_docker_client(tmp_path):
     assert "no lock file docker/lock/rocm.txt" in lines[2]
     proc = _cli("--check", "--backend", "cpu", KILN_DOCKER=str(client))
     assert len(proc.stdout.strip().splitlines()) == 1
-    assert _cli("build", "--check").stderr.strip().endswith("give either the action 'build' or --check/--pin, not both")
+    assert (
+        _cli("build", "--check")
+        .stderr.strip()
+        .endswith("give either the action 'build' or --check/--pin, not both")
+    )

@@ -116,7 +116,9 @@ def private_imports(path: Path, mods: set[str]) -> list[tuple[str, str, str]]:
             base = ".".join([*anchor, base] if base else anchor)
         if base == me or base not in mods:
             continue
-        found += [(me, base, a.name) for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+        found += [
+            (me, base, a.name) for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+        ]
     return found
 
 
@@ -137,8 +139,11 @@ def test_no_module_imports_another_modules_private_names():
     mods = {module_name(f) for f in files}
     found = [hit for f in files for hit in private_imports(f, mods)]
     assert {"compiler.codegen.printer", "harness.site.build"} <= mods
-    bad = [f"{m}: from {base} import {name}" for m, base, name in found
-           if (m, base, name) not in PRIVATE_IMPORTS_ALLOWED]
+    bad = [
+        f"{m}: from {base} import {name}"
+        for m, base, name in found
+        if (m, base, name) not in PRIVATE_IMPORTS_ALLOWED
+    ]
     assert bad == [], "\n".join(bad)
 
 
@@ -149,21 +154,39 @@ def test_the_harness_runs_on_a_host_python_without_pytest():
     import subprocess
     import sys
 
-    code = ("import sys, runpy; sys.modules['pytest'] = None; sys.argv = ['harness', 'detect']; "
-            "runpy.run_module('harness', run_name='__main__', alter_sys=True)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
+    code = (
+        "import sys, runpy; sys.modules['pytest'] = None; sys.argv = ['harness', 'detect']; "
+        "runpy.run_module('harness', run_name='__main__', alter_sys=True)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0 and proc.stdout.strip() in ("cpu", "cuda", "rocm"), proc.stderr[-2000:]
-    for module in ("harness.suites.steps", "harness.suites.runner", "harness.suites.report", "harness.suites.isolation"):
+    for module in (
+        "harness.suites.steps",
+        "harness.suites.runner",
+        "harness.suites.report",
+        "harness.suites.isolation",
+    ):
         check = f"import sys; sys.modules['pytest'] = None; import {module}"
-        proc = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        )
         assert proc.returncode == 0, (module, proc.stderr[-2000:])
 
 
 # The harness's floors, bottom to top (README's layout table): a module imports only from its own floor or
 # below. envinfo records the image and lock a run came from, so it sits on the images' floor.
-FLOORS = {"ground": 0, "images": 1, "checks": 2, "suites": 3, "numerics": 4, "bench": 4, "site": 4, "__main__": 5}
+FLOORS = {
+    "ground": 0,
+    "images": 1,
+    "checks": 2,
+    "suites": 3,
+    "numerics": 4,
+    "bench": 4,
+    "site": 4,
+    "__main__": 5,
+}
 ON_IMAGES_FLOOR = {"harness.envinfo"}
 
 
@@ -177,8 +200,12 @@ def floor_of(module: str) -> int:
 
 
 def upward_imports(g: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} -> {n}" for m, deps in g.items() for n in deps
-                  if floor_of(n) > floor_of(m) and n.count(".") > 0 and n.split(".")[-1] != "__init__")
+    return sorted(
+        f"{m} -> {n}"
+        for m, deps in g.items()
+        for n in deps
+        if floor_of(n) > floor_of(m) and n.count(".") > 0 and n.split(".")[-1] != "__init__"
+    )
 
 
 def test_floor_finder_finds_a_planted_upward_import():
@@ -189,9 +216,12 @@ def test_floor_finder_finds_a_planted_upward_import():
 def test_the_harness_imports_only_downward():
     g = graph()
     assert {"harness.suites", "harness.images", "harness.checks"} <= set(g)
-    bad = [b for b in upward_imports(g) if b.split(" -> ")[1] not in ("harness.suites", "harness.images",
-                                                                        "harness.checks", "harness.bench",
-                                                                        "harness.site")]
+    bad = [
+        b
+        for b in upward_imports(g)
+        if b.split(" -> ")[1]
+        not in ("harness.suites", "harness.images", "harness.checks", "harness.bench", "harness.site")
+    ]
     assert bad == [], "\n".join(bad)
 
 
@@ -225,9 +255,11 @@ def upward_bench_imports(g: dict[str, set[str]]) -> list[str]:
 
 
 def test_bench_layer_finder_finds_a_planted_upward_import():
-    g = {"harness.bench.core.records": {"harness.bench.judge.compare", "harness.exc"},
-         "harness.bench.judge.compare": {"harness.bench.core.records", "harness.bench.judge.paired"},
-         "harness.bench.models.run": {"harness.bench.kernels.execute", "harness.bench.cli"}}
+    g = {
+        "harness.bench.core.records": {"harness.bench.judge.compare", "harness.exc"},
+        "harness.bench.judge.compare": {"harness.bench.core.records", "harness.bench.judge.paired"},
+        "harness.bench.models.run": {"harness.bench.kernels.execute", "harness.bench.cli"},
+    }
     assert upward_bench_imports(g) == [
         "harness.bench.core.records imports harness.bench.judge.compare, which sits above it "
         "(core < stores < judge < reports < kernels < models < harness.bench's top modules)",

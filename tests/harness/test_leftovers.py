@@ -20,7 +20,9 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 def test_read_parses_a_command_name_with_spaces_and_parentheses(tmp_path):
     (tmp_path / "42").mkdir()
-    fields = ["S", "1", "7", "9"] + ["0"] * 15 + ["12345"]  # state, ppid, pgrp, session ... starttime is field 22
+    fields = (
+        ["S", "1", "7", "9"] + ["0"] * 15 + ["12345"]
+    )  # state, ppid, pgrp, session ... starttime is field 22
     (tmp_path / "42" / "stat").write_text(f"42 (a b) c) {' '.join(fields)} 0 0\n")
     (tmp_path / "42" / "cmdline").write_bytes(b"python3\0-c\0print(1)\0")
     assert leftovers.read(42, tmp_path) == leftovers.Proc(42, 12345, 9, "python3 -c print(1)")
@@ -30,8 +32,10 @@ def test_read_parses_a_command_name_with_spaces_and_parentheses(tmp_path):
 
 
 def test_a_command_session_left_running_is_found_named_and_ended():
-    leader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[1:])", *SLEEP],
-                              start_new_session=True)
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[1:])", *SLEEP],
+        start_new_session=True,
+    )
     leader.wait(30)
     left = leftovers.session(leader.pid)
     try:
@@ -46,11 +50,16 @@ def test_a_command_session_left_running_is_found_named_and_ended():
 
 
 def test_descendants_lists_children_and_grandchildren_and_never_the_own_session():
-    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[1:]).wait()",
-                              *SLEEP])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.Popen(sys.argv[1:]).wait()", *SLEEP]
+    )
     try:
         for _ in range(200):
-            below = [p for p in leftovers.descendants(os.getpid()) if p.pid == child.pid or " ".join(SLEEP) == p.cmdline]
+            below = [
+                p
+                for p in leftovers.descendants(os.getpid())
+                if p.pid == child.pid or " ".join(SLEEP) == p.cmdline
+            ]
             if len(below) == 2:
                 break
             time.sleep(0.05)

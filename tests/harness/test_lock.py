@@ -30,7 +30,14 @@ def test_the_cpu_lock_is_current_and_hashes_every_package():
     text = (ROOT / "docker/lock/cpu.txt").read_text()
     pins = lock.pins(ROOT / "docker/lock/cpu.txt")
     assert pins["torch"].startswith("2.13.0") and pins["triton"] == "3.9.0"
-    for name in ("numpy", "pytest", "pytest-timeout", "sympy", "filelock", "jinja2"):  # test pins, torch's deps
+    for name in (
+        "numpy",
+        "pytest",
+        "pytest-timeout",
+        "sympy",
+        "filelock",
+        "jinja2",
+    ):  # test pins, torch's deps
         assert name in pins, name
     # every `name==version` line continues into --hash lines: pip's --require-hashes accepts nothing less
     for line in text.splitlines():
@@ -64,11 +71,15 @@ def test_a_missing_lock_says_how_to_make_one(tmp_path):
 
 def test_device_record_names_the_lock_digest_and_what_differs(tmp_path, monkeypatch):
     f = tmp_path / "lock.txt"
-    f.write_text("pytest==0.0.1 \\\n    --hash=sha256:00\nno-such-package-kiln==1.0 \\\n    --hash=sha256:11\n")
+    f.write_text(
+        "pytest==0.0.1 \\\n    --hash=sha256:00\nno-such-package-kiln==1.0 \\\n    --hash=sha256:11\n"
+    )
     monkeypatch.setenv(lock.LOCK_ENV, str(f))
     rec = lock.device_record(None)
     assert rec["sha256"] == lock.file_digest(f) and rec["unlocked"] is False
-    assert any(m.startswith("pytest: installed ") and m.endswith("locked 0.0.1") for m in rec["installed_mismatches"])
+    assert any(
+        m.startswith("pytest: installed ") and m.endswith("locked 0.0.1") for m in rec["installed_mismatches"]
+    )
     assert "no-such-package-kiln: installed none, locked 1.0" in rec["installed_mismatches"]
 
 

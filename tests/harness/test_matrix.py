@@ -48,8 +48,11 @@ def test_dockerfile_arg_defaults_equal_the_matrix(name):
     b = matrix.load(ROOT / "ci" / "matrix.json").backend(name)
     dockerfile = ROOT / b.dockerfile
     index_default = "--no-index" if b.wheelhouse else ""  # the index itself comes from the environment
-    assert _arg_defaults(dockerfile) == {**b.build_args(), "PIP_INDEX_ARGS": index_default,
-                                         "PIP_LOCK_ARGS": "--require-hashes --no-deps"}
+    assert _arg_defaults(dockerfile) == {
+        **b.build_args(),
+        "PIP_INDEX_ARGS": index_default,
+        "PIP_LOCK_ARGS": "--require-hashes --no-deps",
+    }
     assert _arg_defaults(dockerfile)["BASE_IMAGE"] == b.base_ref  # tag@sha256:... once pinned (image --pin)
     assert "-r /opt/kiln/lock.txt" in dockerfile.read_text() and "${PIP_LOCK_ARGS}" in dockerfile.read_text()
     text = dockerfile.read_text()
@@ -70,9 +73,15 @@ def test_unknown_backend_names_the_known_ones():
         (lambda d: d["backends"]["cpu"]["timeouts"].update(test_s="600"), r"timeouts\.test_s: expected int"),
         (lambda d: d["backends"]["cpu"]["timeouts"].update(test_s=True), r"timeouts\.test_s: expected int"),
         (lambda d: d["backends"]["cpu"].update(extra=1), r"backends\.cpu: unknown key\(s\) extra"),
-        (lambda d: d["backends"]["cpu"].update(torch="torch>=2"), r"backends\.cpu\.torch: must be an exact pin"),
+        (
+            lambda d: d["backends"]["cpu"].update(torch="torch>=2"),
+            r"backends\.cpu\.torch: must be an exact pin",
+        ),
         (lambda d: d["backends"]["cpu"].update(base_image="debian:latest"), r"base_image: must be pinned"),
-        (lambda d: d["backends"]["rocm"].update(container_options="--gpus all"), r"container_options: expected list"),
+        (
+            lambda d: d["backends"]["rocm"].update(container_options="--gpus all"),
+            r"container_options: expected list",
+        ),
         (lambda d: d["backends"]["cpu"]["timeouts"].update(suite_s=1), r"suite_s \(1\) must be >= test_s"),
         (lambda d: d.update(schema=99), r"schema 99 is not supported"),
         (lambda d: d["backends"].clear(), r"no backends defined"),

@@ -28,15 +28,28 @@ BAD = {"KILN_MM_LAYOUT": "garbage"}
 def harness(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "KILN_GITHUB_SUMMARY")}
     base["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd or ROOT, env={**base, **env},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd or ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # ---- item 6: a bad compiler setting is one line, exit 2, through every verb -------------------------------
-@pytest.mark.parametrize("argv", [["env"], ["health"], ["numerics", "run", "attention"],
-                                  ["bench", "run", "--only", "softmax.fwd.fp32*", "--db", "{tmp}/b.sqlite"],
-                                  ["bench", "models", "--only", "gpt2*", "--out", "{tmp}/m"],
-                                  ["flakes", "--native", "--runs", "2", "tests/fallback"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["env"],
+        ["health"],
+        ["numerics", "run", "attention"],
+        ["bench", "run", "--only", "softmax.fwd.fp32*", "--db", "{tmp}/b.sqlite"],
+        ["bench", "models", "--only", "gpt2*", "--out", "{tmp}/m"],
+        ["flakes", "--native", "--runs", "2", "tests/fallback"],
+    ],
+)
 def test_a_bad_compiler_setting_is_one_line_through_every_verb(tmp_path, argv):
     proc = harness(*[a.format(tmp=tmp_path) for a in argv], **BAD)
     assert proc.returncode == exc.EXIT_USAGE, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -67,7 +80,8 @@ def test_a_suite_that_dies_collecting_is_a_collection_error_with_cause_and_repro
 
     root = make_project(tmp_path)
     (root / "tests" / "alpha" / "conftest.py").write_text(
-        'raise ValueError("KILN_PLANTED=garbage: expected a planted value")\n')
+        'raise ValueError("KILN_PLANTED=garbage: expected a planted value")\n'
+    )
     proc = run_harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet")
     assert proc.returncode == 1, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("suite alpha"))
@@ -95,13 +109,22 @@ def test_env_prints_no_kiln_warning():
     assert "compile_threads" in json.loads(proc.stdout)["compiler_config"]
 
 
-@pytest.mark.parametrize("argv", [["numerics", "--help"], ["numerics", "run", "--help"],
-                                  ["numerics", "compare", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["numerics", "--help"], ["numerics", "run", "--help"], ["numerics", "compare", "--help"]]
+)
 def test_numerics_help_needs_no_torch(argv):
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"  # any import of them fails
-            "from harness.__main__ import main; sys.exit(main(sys.argv[1:]))")
-    proc = subprocess.run([sys.executable, "-c", code, *argv], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"  # any import of them fails
+        "from harness.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert exc.EXIT_CODES_EPILOG in proc.stdout and ("example:" in proc.stdout or len(argv) > 2)
 
@@ -125,7 +148,8 @@ def test_every_verb_help_has_a_description_an_example_and_the_exit_codes(verb):
     assert VERBS[verb][1] in text  # the description
     assert "example:\n  " + EXAMPLES[verb].splitlines()[0] in text
     assert text.index("example:") < text.index("exit codes:") and text.rstrip().endswith(
-        exc.EXIT_CODES_EPILOG.splitlines()[-1].strip())
+        exc.EXIT_CODES_EPILOG.splitlines()[-1].strip()
+    )
 
 
 def test_every_verb_and_sub_verb_takes_github_summary():
@@ -164,13 +188,25 @@ def test_run_and_report_append_to_the_job_summary_only_with_the_flag(tmp_path):
 
     root = make_project(tmp_path)
     summary = tmp_path / "summary.md"
-    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(ROOT), "KILN_ROOT": str(root),
-           "KILN_RESULTS": str(root / "results"), "KILN_HISTORY_DB": str(tmp_path / "h.sqlite")}
+    env = {
+        **os.environ,
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PYTHONPATH": str(ROOT),
+        "KILN_ROOT": str(root),
+        "KILN_RESULTS": str(root / "results"),
+        "KILN_HISTORY_DB": str(tmp_path / "h.sqlite"),
+    }
     env.pop("KILN_GITHUB_SUMMARY", None)
 
     def run(*args: str) -> None:
-        proc = subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
-                              text=True, timeout=240)
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness", *args],
+            env=env,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert proc.returncode == 0, proc.stderr
 
     run("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta")
@@ -178,7 +214,9 @@ def test_run_and_report_append_to_the_job_summary_only_with_the_flag(tmp_path):
     assert not summary.exists()
     run("report", str(only_run(root)), "--github-summary")
     assert summary.read_text().count("kiln cpu/native OK") == 1
-    run("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta", "--github-summary")
+    run(
+        "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta", "--github-summary"
+    )
     assert summary.read_text().count("kiln cpu/native OK") == 2
 
 
@@ -216,7 +254,16 @@ def test_sessions_share_one_venv_filled_once_and_native_sessions_use_it(tmp_path
     from noxfile_loader import noxfile, sessions
 
     nf = noxfile()
-    for name in ("tests", "ci", "bench", "bench-check", "compile-check", "numerics", "tests-cpu", "flakes-cpu"):
+    for name in (
+        "tests",
+        "ci",
+        "bench",
+        "bench-check",
+        "compile-check",
+        "numerics",
+        "tests-cpu",
+        "flakes-cpu",
+    ):
         assert sessions()[name].python is False, name  # nox makes no venv of its own for them
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
@@ -228,7 +275,11 @@ def test_sessions_share_one_venv_filled_once_and_native_sessions_use_it(tmp_path
     _call(sessions()["tests-cpu"], first)
     installs = [a for kind, a in first.calls if kind == "install"]
     assert installs[0][1:] == ("-m", "venv", os.path.join(".nox", "kiln"))
-    assert any(nf.TORCH_PIN in a for a in installs) and any(nf.PROJECT in a for a in installs) and nf.PROJECT.startswith(".[test,bench,models")
+    assert (
+        any(nf.TORCH_PIN in a for a in installs)
+        and any(nf.PROJECT in a for a in installs)
+        and nf.PROJECT.startswith(".[test,bench,models")
+    )
     runs = [a for kind, a in first.calls if kind == "run"]
     assert runs == [(python, "-m", "harness", "run", "--backend", "cpu", "--native", "--suite", "fallback")]
     for name, posargs in (("flakes-cpu", ["--native", "--runs", "2"]), ("tests", []), ("bench-check", [])):
@@ -267,8 +318,14 @@ def test_a_python_without_the_dependencies_gets_one_line_naming_the_venv(tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
     env["PYTHONPATH"] = str(ROOT)
     for argv in (["bench", "list"], ["bench", "--help"], ["numerics", "run", "attention"]):
-        proc = subprocess.run([str(python), "-m", "harness", *argv], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            [str(python), "-m", "harness", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == exc.EXIT_INFRA, (argv, proc.stderr)
         (line,) = proc.stderr.strip().splitlines()
         assert line.startswith(f"harness {argv[0]}: error: no module named ") and str(bare) in line
@@ -293,8 +350,9 @@ def test_numerics_gpu_without_a_gpu_is_one_line_unless_asked_for_the_cpu(tmp_pat
     """`numerics gpu --out results/numerics/h100` (the README's GPU-box command) on a laptop ran the GPU-size
     programs through the interpreter for 7 minutes; now: one line naming `--device cpu`, exit 3, nothing written."""
     out = tmp_path / "h100"
-    proc = harness("numerics", "gpu", "--out", str(out), cwd=tmp_path, CUDA_VISIBLE_DEVICES="",
-                   HIP_VISIBLE_DEVICES="")
+    proc = harness(
+        "numerics", "gpu", "--out", str(out), cwd=tmp_path, CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES=""
+    )
     assert proc.returncode == exc.EXIT_INFRA, proc.stderr[-2000:]
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("harness numerics: error: no GPU found") and "--device cpu" in line
@@ -311,8 +369,14 @@ def test_history_show_in_a_terminal_counts_the_tests_that_never_failed_in_one_li
     db = tmp_path / "h.sqlite"
     outcomes = {f"t::ok{i:02d}": ("passed", 1.0) for i in range(30)}
     for k in range(2):
-        history.record(db, fake_run(tmp_path / f"r{k}", {**outcomes, "t::bad": ("failed", 1.0)},
-                                    started=f"2026-01-0{k + 1}T00:00:00+00:00"))
+        history.record(
+            db,
+            fake_run(
+                tmp_path / f"r{k}",
+                {**outcomes, "t::bad": ("failed", 1.0)},
+                started=f"2026-01-0{k + 1}T00:00:00+00:00",
+            ),
+        )
     short = harness("history", "--history", str(db), "show", cwd=tmp_path)
     assert short.returncode == 0, short.stderr
     lines = short.stdout.strip().splitlines()
@@ -333,8 +397,14 @@ def test_compile_time_tool_without_a_gpu_is_one_line(tmp_path):
     """`python -m compiler.tools.compile_time` (named in the README) on a laptop ran 51 s of children that each
     died with torch's "not compiled with CUDA" traceback; now one line, exit 2, as `launch_sweep` does."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-m", "compiler.tools.compile_time"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "compiler.tools.compile_time"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("compile_time: needs a CUDA GPU") and "--device cpu --small" in line
@@ -349,15 +419,26 @@ def test_numerics_plot_colours_each_compiler_as_every_harness_plot_does(tmp_path
     from harness.numerics import report
     from harness.numerics.compare import ULP_BUCKETS
 
-    sides = [{"label": "A", "compiler": "kiln", "device": "cpu"}, {"label": "B", "compiler": "eager", "device": "cpu"},
-             {"label": "C", "compiler": "inductor", "device": "cpu"}, {"label": "D", "compiler": "kiln", "device": "cpu"}]
+    sides = [
+        {"label": "A", "compiler": "kiln", "device": "cpu"},
+        {"label": "B", "compiler": "eager", "device": "cpu"},
+        {"label": "C", "compiler": "inductor", "device": "cpu"},
+        {"label": "D", "compiler": "kiln", "device": "cpu"},
+    ]
     styles = report.side_styles(sides)
-    assert [c for c, _ in styles] == [arms.colour("kiln"), arms.colour("eager"), arms.colour("inductor"),
-                                      arms.colour("kiln")]
+    assert [c for c, _ in styles] == [
+        arms.colour("kiln"),
+        arms.colour("eager"),
+        arms.colour("inductor"),
+        arms.colour("kiln"),
+    ]
     assert styles[0][1] == "" and styles[3][1] != "" and len({h for _, h in styles[:3]}) == 1
     hist = [1] * len(ULP_BUCKETS)
-    rep = {"program": {"ref": "p"}, "sides": sides,
-           "outputs": [{"name": "out", "sides": [{"label": s["label"], "histogram": hist} for s in sides]}]}
+    rep = {
+        "program": {"ref": "p"},
+        "sides": sides,
+        "outputs": [{"name": "out", "sides": [{"label": s["label"], "histogram": hist} for s in sides]}],
+    }
     png = report.plot(tmp_path / "r.png", [rep])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -376,10 +457,13 @@ def test_postgres_script_starts_with_a_root_shell_path_without_sbin():
     env = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix="kiln-pg-")  # as the store fixtures: pytest's tmp_path is closed to postgres
+    folder = tempfile.mkdtemp(
+        prefix="kiln-pg-"
+    )  # as the store fixtures: pytest's tmp_path is closed to postgres
     try:
-        proc = subprocess.run(["bash", script, "start", str(folder)], env=env, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            ["bash", script, "start", str(folder)], env=env, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip().splitlines()[-1].startswith("postgresql://kiln@/kiln?host=")
     finally:
@@ -396,9 +480,25 @@ def test_kiln_no_venv_with_a_python_without_the_project_names_what_it_lacks_and_
     python = bare / ("Scripts" if os.name == "nt" else "bin") / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
     env.update(PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path / "data"))
-    proc = subprocess.run([str(python), "-m", "harness", "run", "--backend", "cpu", "--native", "--no-health",
-                           "--results", str(tmp_path / "r")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "harness",
+            "run",
+            "--backend",
+            "cpu",
+            "--native",
+            "--no-health",
+            "--results",
+            str(tmp_path / "r"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == exc.EXIT_INFRA, proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
     assert "it lacks pytest, torch, triton" in line and "drop KILN_NO_VENV" in line and ".nox/kiln" in line
@@ -411,8 +511,15 @@ def test_the_readme_python_example_prints_readable_kernel_source(tmp_path):
 
     block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
     assert block, "README.md has no ```python block"
-    proc = subprocess.run([sys.executable, "-c", block.group(1)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", block.group(1)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "@triton.jit" in lines and any(ln.startswith("# kernel ") for ln in lines), proc.stdout[-2000:]

@@ -22,10 +22,13 @@ class _Log:
 
 def _holder(path: str, mode: str) -> subprocess.Popen:
     """Another process that holds the lock file (`sh` shared, `ex` exclusive) until its stdin closes."""
-    code = ("import fcntl, sys; fh = open(sys.argv[1], 'a'); fcntl.flock(fh, fcntl.LOCK_SH if sys.argv[2] == 'sh' "
-            "else fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()")
-    proc = subprocess.Popen([sys.executable, "-c", code, path, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    code = (
+        "import fcntl, sys; fh = open(sys.argv[1], 'a'); fcntl.flock(fh, fcntl.LOCK_SH if sys.argv[2] == 'sh' "
+        "else fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, path, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -42,7 +45,10 @@ def test_a_bench_waits_for_gpu_tests_and_gpu_tests_share_the_host(tmp_path, monk
         shared = nf._gpu_host_lock(log, exclusive=False)  # two GPU test jobs side by side: no wait
         assert log.lines == []
         shared.close()
-        with open(path, "a") as probe, pytest.raises(BlockingIOError):  # a bench: refused while the tests hold it
+        with (
+            open(path, "a") as probe,
+            pytest.raises(BlockingIOError),
+        ):  # a bench: refused while the tests hold it
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         tests.communicate("")

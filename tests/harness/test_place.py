@@ -42,13 +42,15 @@ def test_each_place_says_where_a_folder_lands_and_what_the_processes_inherit(tmp
     assert (NativePlace().python, ContainerPlace("t").python) == (sys.executable, "python")
 
 
-def test_a_native_launch_runs_this_python_from_the_tree_and_reports_the_native_hardware_class(tmp_path,
-                                                                                              monkeypatch):
+def test_a_native_launch_runs_this_python_from_the_tree_and_reports_the_native_hardware_class(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("KILN_ROOT", str(ROOT))
     monkeypatch.delenv("KILN_RUN_MODE", raising=False)
     b = M.backend("cpu")
-    how = NativePlace().launch(b, ["python", "-m", "pytest", "t"], out_dir=tmp_path, name="alpha",
-                               env={"KILN_SEEN": "1"})
+    how = NativePlace().launch(
+        b, ["python", "-m", "pytest", "t"], out_dir=tmp_path, name="alpha", env={"KILN_SEEN": "1"}
+    )
     assert how.argv == [sys.executable, "-m", "pytest", "t"] and how.cwd == ROOT and how.container is None
     assert how.env is not None and how.env["KILN_SEEN"] == "1"
     assert how.env["PYTHONPATH"].split(":")[0] == str(ROOT)
@@ -57,12 +59,14 @@ def test_a_native_launch_runs_this_python_from_the_tree_and_reports_the_native_h
 
 
 def test_a_container_launch_is_docker_run_with_the_results_mounted_and_the_container_hardware_class(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr("harness.images.cleanup.mark_used", lambda image: None)
     monkeypatch.setenv("KILN_COMPILE_CACHE", "off")
     b = M.backend("cpu")
-    how = ContainerPlace("kiln-cpu:0123456789abcdef").launch(b, ["python", "-m", "pytest", "t"], out_dir=tmp_path,
-                                                             name="alpha", env={"KILN_SEEN": "1"})
+    how = ContainerPlace("kiln-cpu:0123456789abcdef").launch(
+        b, ["python", "-m", "pytest", "t"], out_dir=tmp_path, name="alpha", env={"KILN_SEEN": "1"}
+    )
     argv = how.argv
     assert argv[1:4] == ["run", "--rm", "--init"] and how.env is None and how.cwd is None
     assert how.container is not None and argv[argv.index("--name") + 1] == how.container
@@ -92,14 +96,30 @@ def test_run_pytest_gives_the_process_the_environment_it_is_handed(tmp_path, mon
     monkeypatch.setattr("harness.images.cleanup.mark_used", lambda image: None)
     monkeypatch.setenv("KILN_COMPILE_CACHE", "off")
     b = M.backend("cpu")
-    run = runner.run_pytest(ContainerPlace("kiln-cpu:0"), b, ["t"], tmp_path, "t", env={"ONLY_HERE": "1"},
-                            env_extra={"SAVE": "{out}/x"}, echo=False)
+    run = runner.run_pytest(
+        ContainerPlace("kiln-cpu:0"),
+        b,
+        ["t"],
+        tmp_path,
+        "t",
+        env={"ONLY_HERE": "1"},
+        env_extra={"SAVE": "{out}/x"},
+        echo=False,
+    )
     argv, env, container = calls[-1]
     assert _env_of(argv)["ONLY_HERE"] == "1" and _env_of(argv)["SAVE"] == "/results/x" and env is None
     assert container is not None and f"--junitxml={commands.CONTAINER_RESULTS}/t.xml" in argv
     assert run.junit == tmp_path / "t.xml"
-    runner.run_pytest(NativePlace(), b, ["t"], tmp_path, "t", env={"ONLY_HERE": "1"},
-                      env_extra={"SAVE": "{out}/x"}, echo=False)
+    runner.run_pytest(
+        NativePlace(),
+        b,
+        ["t"],
+        tmp_path,
+        "t",
+        env={"ONLY_HERE": "1"},
+        env_extra={"SAVE": "{out}/x"},
+        echo=False,
+    )
     argv, env, container = calls[-1]
     assert env["ONLY_HERE"] == "1" and env["SAVE"] == f"{tmp_path}/x" and container is None
     assert f"--junitxml={tmp_path}/t.xml" in argv

@@ -13,11 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.exc import HarnessError
-
 from harness import matrix
 from harness.checks import preflight
-from harness.exc import EXIT_INFRA, PreflightError
+from harness.exc import EXIT_INFRA, HarnessError, PreflightError
 
 ROOT = Path(__file__).resolve().parents[2]
 M = matrix.load(ROOT / "ci" / "matrix.json")
@@ -33,7 +31,11 @@ def _tool(folder: Path, name: str, body: str) -> None:
 def nvidia_smi(folder: Path, gpus: int, rc: int = 0) -> None:
     """A stand-in `nvidia-smi` that lists `gpus` GPUs for `-L` (or fails with `rc` as a driver mismatch does)."""
     if rc:
-        _tool(folder, "nvidia-smi", f"echo 'Failed to initialize NVML: Driver/library version mismatch'; exit {rc}\n")
+        _tool(
+            folder,
+            "nvidia-smi",
+            f"echo 'Failed to initialize NVML: Driver/library version mismatch'; exit {rc}\n",
+        )
         return
     lines = "".join(f"echo 'GPU {i}: {H100} (UUID: GPU-{i}abc-{i})'\n" for i in range(gpus))
     _tool(folder, "nvidia-smi", f'[ "$1" = -L ] || exit 9\n{lines}')
@@ -50,9 +52,11 @@ def path_with(tmp_path, monkeypatch):
 
 def free(gb: dict[str, float]):
     """A shutil.disk_usage stand-in: `gb` maps path prefixes to free GB (the longest matching prefix wins)."""
+
     def usage(path: str) -> SimpleNamespace:
         best = max((p for p in gb if path.startswith(p)), key=len)
         return SimpleNamespace(free=gb[best] * preflight.GB)
+
     return usage
 
 
@@ -77,16 +81,21 @@ def test_no_nvidia_smi_is_one_line_naming_the_driver(path_with):
 
 def test_a_failing_nvidia_smi_quotes_its_last_line(path_with):
     nvidia_smi(path_with, 0, rc=18)
-    with pytest.raises(PreflightError, match=r"nvidia-smi failed \(exit 18: Failed to initialize NVML: Driver/library"):
+    with pytest.raises(
+        PreflightError, match=r"nvidia-smi failed \(exit 18: Failed to initialize NVML: Driver/library"
+    ):
         preflight.nvidia_gpus()
 
 
-@pytest.mark.parametrize("value, want", [
-    ("1,3", ["1", "3"]),          # a runner agent given two GPUs
-    ("2", ["2"]),                 # one runner agent per GPU
-    ("0,7,1", ["0"]),             # the list stops at its first id that names no GPU (as the CUDA runtime reads it)
-    ("GPU-3abc", ["GPU-3abc"]),   # a UUID prefix
-])
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        ("1,3", ["1", "3"]),  # a runner agent given two GPUs
+        ("2", ["2"]),  # one runner agent per GPU
+        ("0,7,1", ["0"]),  # the list stops at its first id that names no GPU (as the CUDA runtime reads it)
+        ("GPU-3abc", ["GPU-3abc"]),  # a UUID prefix
+    ],
+)
 def test_cuda_visible_devices_narrow_the_gpus(value, want):
     gpus = [preflight.Gpu(str(i), f"GPU-{i}abc-{i}") for i in range(4)]
     assert preflight.visible("cuda", gpus, {"CUDA_VISIBLE_DEVICES": value}) == want
@@ -105,7 +114,10 @@ def test_rocm_reads_the_visible_set_as_runs_do_hip_indexing_rocr():
     env = {"HIP_VISIBLE_DEVICES": "1", "ROCR_VISIBLE_DEVICES": "5,2", "CUDA_VISIBLE_DEVICES": "0,1"}
     assert preflight.visible("rocm", gpus, env) == ["2"]  # HIP's 1 is ROCR's second GPU: the host's GPU 2
     env.pop("HIP_VISIBLE_DEVICES")
-    assert preflight.visible("rocm", gpus, env) == ["5", "2"]  # HIP reads CUDA_VISIBLE_DEVICES too, over ROCR's list
+    assert preflight.visible("rocm", gpus, env) == [
+        "5",
+        "2",
+    ]  # HIP reads CUDA_VISIBLE_DEVICES too, over ROCR's list
     env.pop("CUDA_VISIBLE_DEVICES")
     assert preflight.visible("rocm", gpus, env) == ["5", "2"]
     assert preflight.visible("rocm", gpus, {"CUDA_VISIBLE_DEVICES": "3"}) == ["3"]
@@ -135,17 +147,32 @@ def test_the_gpu_must_be_the_model_the_job_label_names(path_with, tmp_path):
     for label in ("h100", "gpu-h100", "GPU-H100", ""):
         preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": label}, results=tmp_path, usage=PLENTY)
     with pytest.raises(PreflightError) as e:
-        preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": "gpu-mi300x"}, results=tmp_path, usage=PLENTY)
-    assert str(e.value) == (f"pre-flight cuda: the job's label is gpu-mi300x but GPU 0 is '{H100}'; this runner's "
-                            "labels do not name its GPU: fix them (KILN_GPU_LABEL)")
+        preflight.check(
+            cuda, native=True, env={"KILN_GPU_LABEL": "gpu-mi300x"}, results=tmp_path, usage=PLENTY
+        )
+    assert str(e.value) == (
+        f"pre-flight cuda: the job's label is gpu-mi300x but GPU 0 is '{H100}'; this runner's "
+        "labels do not name its GPU: fix them (KILN_GPU_LABEL)"
+    )
     # only the GPUs the job may use are checked
-    _tool(path_with, "nvidia-smi", f"""[ "$1" = -L ] || exit 9
+    _tool(
+        path_with,
+        "nvidia-smi",
+        f"""[ "$1" = -L ] || exit 9
 echo 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-0abc-0)'
 echo 'GPU 1: {H100} (UUID: GPU-1abc-1)'
-""")
-    preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": "gpu-h100", "CUDA_VISIBLE_DEVICES": "1"},
-                    results=tmp_path, usage=PLENTY)
-    with pytest.raises(PreflightError, match=r"^pre-flight cuda: the job's label is gpu-h100 but GPU 0 is 'NVIDIA A100"):
+""",
+    )
+    preflight.check(
+        cuda,
+        native=True,
+        env={"KILN_GPU_LABEL": "gpu-h100", "CUDA_VISIBLE_DEVICES": "1"},
+        results=tmp_path,
+        usage=PLENTY,
+    )
+    with pytest.raises(
+        PreflightError, match=r"^pre-flight cuda: the job's label is gpu-h100 but GPU 0 is 'NVIDIA A100"
+    ):
         preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": "gpu-h100"}, results=tmp_path, usage=PLENTY)
 
 
@@ -153,17 +180,23 @@ def test_amd_gpu_names_come_from_rocm_smi_product_names(path_with, tmp_path):
     dev = tmp_path / "dev"
     (dev / "dri").mkdir(parents=True)
     (dev / "kfd").touch()
-    _tool(path_with, "rocm-smi", """case "$*" in
+    _tool(
+        path_with,
+        "rocm-smi",
+        """case "$*" in
   *--showproductname*) echo 'device,Card Series,Card Vendor'; echo 'card0,AMD Instinct MI300X,AMD';;
   *) echo 'device,Device ID'; echo 'card0,0x74a1';;
 esac
-""")
+""",
+    )
     (gpu,) = preflight.amd_gpus(dev=dev)
     assert gpu.name == "AMD Instinct MI300X AMD"
     preflight.check_label("rocm", "gpu-mi300x", [gpu])
     with pytest.raises(PreflightError, match=r"^pre-flight rocm: the job's label is gpu-mi250 but GPU 0 is "):
         preflight.check_label("rocm", "gpu-mi250", [gpu])
-    preflight.check_label("rocm", "gpu-mi250", [preflight.Gpu("0")])  # a GPU the driver does not name: unchecked
+    preflight.check_label(
+        "rocm", "gpu-mi250", [preflight.Gpu("0")]
+    )  # a GPU the driver does not name: unchecked
 
 
 # ---- the whole check -----------------------------------------------------------------------------------
@@ -173,11 +206,14 @@ def test_a_cuda_job_needs_as_many_visible_gpus_as_it_asks(path_with, tmp_path):
     nvidia_smi(path_with, 2)
     env = {"CUDA_VISIBLE_DEVICES": "1"}
     report = preflight.check(M.backend("cuda"), native=True, env=env, results=tmp_path, usage=PLENTY)
-    assert report.visible == ["1"] and report.line().startswith("pre-flight cuda: ok (1 of 2 GPU(s) visible; ")
+    assert report.visible == ["1"] and report.line().startswith(
+        "pre-flight cuda: ok (1 of 2 GPU(s) visible; "
+    )
     with pytest.raises(PreflightError) as e:
         preflight.check(M.backend("cuda"), native=True, need_gpus=2, env=env, results=tmp_path, usage=PLENTY)
-    assert str(e.value) == ("pre-flight cuda: 1 GPU(s) visible (CUDA_VISIBLE_DEVICES='1') of 2 on this machine, "
-                            "the job needs 2")
+    assert str(e.value) == (
+        "pre-flight cuda: 1 GPU(s) visible (CUDA_VISIBLE_DEVICES='1') of 2 on this machine, the job needs 2"
+    )
 
 
 def test_too_little_free_disk_names_the_place_and_the_threshold(tmp_path, monkeypatch):
@@ -207,16 +243,29 @@ def test_the_driver_is_checked_before_docker_and_disk(path_with, tmp_path, monke
 def test_the_cli_fails_with_one_line_and_exit_3(path_with, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KILN_RESULTS": str(tmp_path / "r")}
     for verb in (["preflight"], ["run"]):
-        proc = subprocess.run([sys.executable, "-m", "harness", *verb, "--backend", "cuda", "--native"],
-                              capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness", *verb, "--backend", "cuda", "--native"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )
         assert proc.returncode == EXIT_INFRA, proc.stderr
         assert proc.stderr.splitlines() == [
             f"harness {verb[0]}: error: pre-flight cuda: no NVIDIA driver: nvidia-smi not found on PATH; run cuda "
-            "jobs on a runner with the NVIDIA driver and container toolkit (here: --backend cpu)"]
+            "jobs on a runner with the NVIDIA driver and container toolkit (here: --backend cpu)"
+        ]
     assert not (tmp_path / "r").exists()  # stopped before any run folder was written
     nvidia_smi(path_with, 1)
-    proc = subprocess.run([sys.executable, "-m", "harness", "preflight", "--backend", "cuda", "--native"],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "preflight", "--backend", "cuda", "--native"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("pre-flight cuda: ok (1 of 1 GPU(s) visible; ")
 
 
@@ -229,17 +278,30 @@ def test_the_run_and_the_shards_check_before_the_image():
     assert names.index("pre-flight") < names.index("image")
 
 
-@pytest.mark.parametrize("verb", [
-    ["flakes", "--backend", "cuda", "--runs", "2", "--out", "{tmp}/f", "tests/harness/test_preflight.py"],
-    ["bench", "backend", "--backend", "cuda", "--results", "{tmp}/b"],
-    ["run", "--backend", "rocm", "--shards", "2", "--devices", "0,1"],
-    ["run", "--backend", "cuda", "--shards", "auto"],  # the driver is checked before the GPUs are counted
-])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["flakes", "--backend", "cuda", "--runs", "2", "--out", "{tmp}/f", "tests/harness/test_preflight.py"],
+        ["bench", "backend", "--backend", "cuda", "--results", "{tmp}/b"],
+        ["run", "--backend", "rocm", "--shards", "2", "--devices", "0,1"],
+        ["run", "--backend", "cuda", "--shards", "auto"],  # the driver is checked before the GPUs are counted
+    ],
+)
 def test_flakes_bench_and_shards_stop_at_the_pre_flight(path_with, tmp_path, verb):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KILN_RESULTS": str(tmp_path / "r"), "KILN_NATIVE": "0"}
     argv = [a.replace("{tmp}", str(tmp_path)) for a in verb]
-    proc = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == EXIT_INFRA, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].split(": error: ")[1].startswith(
-        f"pre-flight {argv[argv.index('--backend') + 1]}: no ")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .split(": error: ")[1]
+        .startswith(f"pre-flight {argv[argv.index('--backend') + 1]}: no ")
+    )

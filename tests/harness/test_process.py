@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_execute_tees_output_and_keeps_the_exit_code(tmp_path, capsys):
     log = tmp_path / "out.log"
-    rc, timed_out = execute([sys.executable, "-c", "print('hello'); raise SystemExit(3)"], log=log, timeout_s=60)
+    rc, timed_out = execute(
+        [sys.executable, "-c", "print('hello'); raise SystemExit(3)"], log=log, timeout_s=60
+    )
     assert (rc, timed_out) == (3, False)
     assert "hello" in log.read_text() and "hello" in capsys.readouterr().out
 
@@ -25,9 +27,11 @@ def test_execute_tees_output_and_keeps_the_exit_code(tmp_path, capsys):
 def test_timeout_kills_the_command_and_its_children(tmp_path):
     pidfile = tmp_path / "child.pid"
     # the timeout leaves a loaded host time to start both processes; the command would sleep far longer than it
-    script = ("import subprocess, sys, time; "
-              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(600)")
+    script = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(600)"
+    )
     t0 = time.monotonic()
     rc, timed_out = execute([sys.executable, "-c", script], log=tmp_path / "t.log", timeout_s=15, echo=False)
     assert timed_out and rc != 0 and time.monotonic() - t0 < 300
@@ -59,7 +63,9 @@ def test_kill_group_of_a_finished_process_is_a_no_op():
 
 def test_execute_keeps_output_without_a_newline_and_any_bytes(tmp_path):
     log = tmp_path / "out.log"
-    script = "import sys; sys.stdout.buffer.write(b'..' + 'caf\\u00e9'.encode() + b'\\xff'); sys.stdout.flush()"
+    script = (
+        "import sys; sys.stdout.buffer.write(b'..' + 'caf\\u00e9'.encode() + b'\\xff'); sys.stdout.flush()"
+    )
     rc, _ = execute([sys.executable, "-c", script], log=log, timeout_s=60, echo=False)
     assert rc == 0 and log.read_text(encoding="utf-8") == "..caf\u00e9\ufffd"
 
@@ -95,7 +101,10 @@ def _drive(tmp_path, command: str, *, how: str, grace_s: float) -> tuple[str, fl
     ready = tmp_path / "ready"
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, command, str(tmp_path / "cmd.log"), how, str(grace_s)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
@@ -116,17 +125,21 @@ def _drive(tmp_path, command: str, *, how: str, grace_s: float) -> tuple[str, fl
 
 def _command(tmp_path, body: str) -> str:
     """A Python command that writes its pid to `pid`, says `ready`, then runs `body`."""
-    return (f"import os, signal, sys, time; from pathlib import Path\n"
-            f"Path({str(tmp_path / 'pid')!r}).write_text(str(os.getpid()))\n"
-            f"Path({str(tmp_path / 'ready')!r}).write_text('')\n" + body)
+    return (
+        f"import os, signal, sys, time; from pathlib import Path\n"
+        f"Path({str(tmp_path / 'pid')!r}).write_text(str(os.getpid()))\n"
+        f"Path({str(tmp_path / 'ready')!r}).write_text('')\n" + body
+    )
 
 
 def test_forward_lets_the_command_write_its_outputs_on_sigterm(tmp_path):
     """SIGTERM to the harness reaches the command as SIGINT (reset from ignored to the default, so Python's
     KeyboardInterrupt): it finishes writing its outputs, and its exit status comes back."""
     outputs = tmp_path / "outputs.xml"
-    body = ("try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    time.sleep(1)  # still writing\n"
-            f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n")
+    body = (
+        "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    time.sleep(1)  # still writing\n"
+        f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n"
+    )
     out, _ = _drive(tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120)
     assert out.strip() == "interrupted 2"
     assert outputs.read_text() == "<testsuites/>"
@@ -134,8 +147,10 @@ def test_forward_lets_the_command_write_its_outputs_on_sigterm(tmp_path):
 
 def test_forward_on_ctrl_c_to_a_command_that_traps_sigint(tmp_path):
     outputs = tmp_path / "outputs.txt"
-    body = (f"def done(signum, frame):\n    Path({str(outputs)!r}).write_text('written')\n    sys.exit(7)\n"
-            "signal.signal(signal.SIGINT, done)\ntime.sleep(600)\n")
+    body = (
+        f"def done(signum, frame):\n    Path({str(outputs)!r}).write_text('written')\n    sys.exit(7)\n"
+        "signal.signal(signal.SIGINT, done)\ntime.sleep(600)\n"
+    )
     out, _ = _drive(tmp_path, _command(tmp_path, body), how="ctrl-c", grace_s=120)
     assert out.strip() == "interrupted 7"
     assert outputs.read_text() == "written"
@@ -153,8 +168,10 @@ def test_forward_kills_a_command_that_ignores_sigint_after_the_grace_period(tmp_
 def test_default_policy_stops_the_command_at_once(tmp_path):
     """Without a policy the command gets no SIGINT: its group is stopped and the interrupt propagates."""
     outputs = tmp_path / "outputs.txt"
-    body = (f"def done(signum, frame):\n    Path({str(outputs)!r}).write_text('written')\n    sys.exit(7)\n"
-            "signal.signal(signal.SIGINT, done)\ntime.sleep(600)\n")
+    body = (
+        f"def done(signum, frame):\n    Path({str(outputs)!r}).write_text('written')\n    sys.exit(7)\n"
+        "signal.signal(signal.SIGINT, done)\ntime.sleep(600)\n"
+    )
     out, _ = _drive(tmp_path, _command(tmp_path, body), how="ctrl-c", grace_s=-1)
     assert out.strip() == "stopped"
     assert not outputs.exists() and not _alive(int((tmp_path / "pid").read_text()))

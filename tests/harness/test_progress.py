@@ -27,19 +27,28 @@ class Clock:
         return self.now
 
 
-@pytest.mark.parametrize("seconds, text", [(0, "0s"), (59.9, "59s"), (60, "1m00s"), (125, "2m05s"), (3720, "1h02m")])
+@pytest.mark.parametrize(
+    "seconds, text", [(0, "0s"), (59.9, "59s"), (60, "1m00s"), (125, "2m05s"), (3720, "1h02m")]
+)
 def test_elapsed_text(seconds, text):
     assert elapsed_text(seconds) == text
 
 
 def test_a_beat_names_the_step_the_time_and_the_last_line_unless_something_was_shown():
     clock, out, shown = Clock(), io.StringIO(), {"t": None}
-    beat = Heartbeat("image build kiln-cuda:1", 30, last_line=lambda: "  #8 95.1 Installing collected   packages ",
-                     shown=lambda: shown["t"], out=out, clock=clock)
+    beat = Heartbeat(
+        "image build kiln-cuda:1",
+        30,
+        last_line=lambda: "  #8 95.1 Installing collected   packages ",
+        shown=lambda: shown["t"],
+        out=out,
+        clock=clock,
+    )
     clock.now += 90
     assert beat.beat()
-    assert out.getvalue() == ("progress: image build kiln-cuda:1: running 1m30s; last line: #8 95.1 Installing "
-                              "collected packages\n")
+    assert out.getvalue() == (
+        "progress: image build kiln-cuda:1: running 1m30s; last line: #8 95.1 Installing collected packages\n"
+    )
     shown["t"] = clock.now - 10  # the command printed 10 s ago: no progress line needed
     assert not beat.beat() and beat.beats == 1
     clock.now += 25  # 35 s of silence
@@ -50,8 +59,14 @@ def test_a_beat_names_the_step_the_time_and_the_last_line_unless_something_was_s
 
 def test_a_silent_command_gets_progress_lines_with_its_last_line(tmp_path, capsys):
     log = tmp_path / "logs" / "wheelhouse-cuda.log"
-    rc, _ = execute([sys.executable, "-c", "import time; print('Collecting torch', flush=True); time.sleep(1.3)"],
-                    log=log, timeout_s=60, echo=False, step="wheel download for cuda", heartbeat_s=0.25)
+    rc, _ = execute(
+        [sys.executable, "-c", "import time; print('Collecting torch', flush=True); time.sleep(1.3)"],
+        log=log,
+        timeout_s=60,
+        echo=False,
+        step="wheel download for cuda",
+        heartbeat_s=0.25,
+    )
     err = capsys.readouterr().err
     beats = [ln for ln in err.splitlines() if ln.startswith("progress: wheel download for cuda: running ")]
     assert rc == 0 and len(beats) >= 3, err
@@ -65,8 +80,13 @@ def test_a_command_that_shows_its_output_gets_none_and_zero_turns_them_off(tmp_p
     chatty = "echo start; for i in $(seq 70); do echo $i; sleep 0.1; done"
     execute(["sh", "-c", chatty], log=tmp_path / "a.log", timeout_s=300, echo=True, heartbeat_s=3)
     assert "progress:" not in capsys.readouterr().err
-    execute([sys.executable, "-c", "import time; time.sleep(0.6)"], log=tmp_path / "b.log", timeout_s=60,
-            echo=False, heartbeat_s=0)
+    execute(
+        [sys.executable, "-c", "import time; time.sleep(0.6)"],
+        log=tmp_path / "b.log",
+        timeout_s=60,
+        echo=False,
+        heartbeat_s=0,
+    )
     assert "progress:" not in capsys.readouterr().err
 
 
@@ -121,7 +141,9 @@ def test_a_failed_debootstrap_quotes_its_log_under_the_results_folder(tmp_path, 
 
     monkeypatch.setattr(image, "execute", fake_execute)
     cuda = matrix.load(ROOT / "ci" / "matrix.json").backend("cuda")
-    with pytest.raises(image.ImageError, match=r"debootstrap failed \(exit 1\): .*E: Failed getting release file"):
+    with pytest.raises(
+        image.ImageError, match=r"debootstrap failed \(exit 1\): .*E: Failed getting release file"
+    ):
         image.bootstrap_base(cuda)
     log = tmp_path / "results" / "logs" / "debootstrap-cuda.log"
     assert seen == [("/usr/sbin/debootstrap", log, f"debootstrap of {cuda.bootstrap.image}")]  # the one found

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.suites import quarantine as q
 from harness.exc import QuarantineError
+from harness.suites import quarantine as q
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,17 +11,17 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_run import harness, make_project, only_run
 
-from scratch_project import scratch_project
 from harness import matrix
 from harness.exc import ImageError
 from harness.images import image
 from harness.suites import repro_rerun as rr
-from test_run import harness, make_project, only_run
+from scratch_project import scratch_project
 
 GIT = ["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
 
-PLANTED = '''
+PLANTED = """
 import os
 from pathlib import Path
 
@@ -32,15 +32,16 @@ def test_planted():
     assert os.environ.get("PYTHONHASHSEED") == "0", "the run's seed is not applied"
     value = (Path(__file__).parent / "VALUE").read_text().strip()
     assert value == "fixed", f"planted CI failure: VALUE is {value}"
-'''
+"""
 PLANTED_ID = "tests/alpha/test_alpha.py::test_planted"
 
 
 def commit(root: Path, message: str) -> str:
     subprocess.run([*GIT, "-C", str(root), "add", "-A"], check=True)
     subprocess.run([*GIT, "-C", str(root), "commit", "-qm", message], check=True)
-    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def planted_repo(root: Path) -> str:
@@ -70,10 +71,16 @@ def move_on(root: Path) -> str:
 
 
 def assert_untouched(root: Path, head: str) -> None:
-    assert subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                          text=True).stdout.strip() == head
+    assert (
+        subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        == head
+    )
     assert (root / "notes.txt").read_text() == "edited, not committed\n"
-    listed = subprocess.run(["git", "-C", str(root), "worktree", "list"], capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        ["git", "-C", str(root), "worktree", "list"], capture_output=True, text=True
+    ).stdout
     assert len(listed.splitlines()) == 1, listed  # the scratch worktree is gone
 
 
@@ -81,7 +88,9 @@ def test_a_planted_ci_failure_is_reproduced_natively_from_the_runs_artifact(tmp_
     root = scratch_project(tmp_path / "proj", {"alpha": PLANTED})
     sha = planted_repo(root)
     run = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--retries", "0")
-    assert run.returncode == 1 and "suite alpha [cpu/native] FAILED: 1 passed, 1 failed" in run.stdout, run.stderr
+    assert run.returncode == 1 and "suite alpha [cpu/native] FAILED: 1 passed, 1 failed" in run.stdout, (
+        run.stderr
+    )
     zipped = artifact(root, tmp_path / "results-cpu.zip")
     head = move_on(root)
 
@@ -95,12 +104,19 @@ def test_a_planted_ci_failure_is_reproduced_natively_from_the_runs_artifact(tmp_
     assert out.splitlines()[-1] == "reproduced: 1 of 1 failing test(s) fail again"
     assert_untouched(root, head)
 
-    here = harness(root, "repro", str(zipped), "--here", "--out", str(tmp_path / "here"))  # on the fixed checkout the failure is gone
+    here = harness(
+        root, "repro", str(zipped), "--here", "--out", str(tmp_path / "here")
+    )  # on the fixed checkout the failure is gone
     assert here.returncode == 0, here.stdout[-2000:]
-    assert f"differs: commit: this checkout's tree (HEAD {head[:12]}) instead of the run's {sha[:12]}" in here.stdout
+    assert (
+        f"differs: commit: this checkout's tree (HEAD {head[:12]}) instead of the run's {sha[:12]}"
+        in here.stdout
+    )
     assert here.stdout.splitlines()[-1] == "reproduced: 0 of 1 failing test(s) fail again"
 
-    by_store = harness(root, "repro", only_run(root).name, "--out", str(tmp_path / "store"))  # the run's id in the test history store
+    by_store = harness(
+        root, "repro", only_run(root).name, "--out", str(tmp_path / "store")
+    )  # the run's id in the test history store
     assert by_store.returncode == 1 and "reproduced: 1 of 1" in by_store.stdout, by_store.stdout[-2000:]
     assert_untouched(root, head)
 
@@ -108,8 +124,12 @@ def test_a_planted_ci_failure_is_reproduced_natively_from_the_runs_artifact(tmp_
 def test_a_commit_that_is_not_here_is_one_line_and_nothing_is_run(tmp_path, monkeypatch):
     root = scratch_project(tmp_path / "proj", {"alpha": PLANTED})
     sha = planted_repo(root)
-    assert harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--retries",
-                   "0").returncode == 1
+    assert (
+        harness(
+            root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--retries", "0"
+        ).returncode
+        == 1
+    )
     other = tmp_path / "other"
     other.mkdir()
     subprocess.run(["git", "init", "-q", str(other)], check=True)
@@ -145,8 +165,12 @@ def test_a_planted_ci_failure_is_reproduced_in_the_cpu_container_from_the_runs_a
     (root / "tests" / "alpha" / "test_alpha.py").write_text(PLANTED)
     sha = planted_repo(root)
     env_docker = os.environ.get("KILN_DOCKER", "/usr/bin/docker")
-    run = harness(root, "run", "--backend", "cpu", "--suite", "alpha", "--no-health", "--quiet", "--retries", "0")
-    assert run.returncode == 1 and "[cpu/container] FAILED" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+    run = harness(
+        root, "run", "--backend", "cpu", "--suite", "alpha", "--no-health", "--quiet", "--retries", "0"
+    )
+    assert run.returncode == 1 and "[cpu/container] FAILED" in run.stdout, (
+        run.stdout[-2000:] + run.stderr[-2000:]
+    )
     zipped = artifact(root, tmp_path / "results-cpu.zip")
     head = move_on(root)
     proc = harness(root, "repro", str(zipped), "--out", str(tmp_path / "scratch"), timeout=600)
@@ -155,7 +179,9 @@ def test_a_planted_ci_failure_is_reproduced_in_the_cpu_container_from_the_runs_a
     assert "planted CI failure: VALUE is broken" in proc.stdout
     assert proc.stdout.splitlines()[-1] == "reproduced: 1 of 1 failing test(s) fail again"
     assert_untouched(root, head)
-    left = subprocess.run([env_docker, "ps", "-aq", "--filter", "name=kiln-repro-"], capture_output=True, text=True)
+    left = subprocess.run(
+        [env_docker, "ps", "-aq", "--filter", "name=kiln-repro-"], capture_output=True, text=True
+    )
     assert left.stdout.strip() == ""
     # the tree's own harness computes the same content-hash tag, and "rebuilds" it (up to date: nothing to do)
     assert rr.worktree_image_tag(root, "cpu") == tag

@@ -9,8 +9,19 @@ import pytest
 
 from harness.exc import ResultsError
 from harness.record import RunRecord, RunStatus
-from harness.suites.repro_plan import (CONTAINER, NATIVE, Here, choose_image, choose_mode, differs_line,
-                                       gpu_difference, outcome_line, plan, run_env, version_differences)
+from harness.suites.repro_plan import (
+    CONTAINER,
+    NATIVE,
+    Here,
+    choose_image,
+    choose_mode,
+    differs_line,
+    gpu_difference,
+    outcome_line,
+    plan,
+    run_env,
+    version_differences,
+)
 from harness.suites.repro_source import Failing, RunSource
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -18,17 +29,38 @@ TAG = "kiln-cuda:aaaaaaaaaaaaaaaa"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def source(mode: str = CONTAINER, *, backend: str = "cuda", gpus: tuple[str, ...] = (H100,), dirty: bool = False,
-           failing: tuple[str, ...] = ("tests/a/test_a.py::test_x",), **record) -> RunSource:
-    rec = RunRecord("run-1", backend, RunStatus.COMPLETE, mode=mode, image={"tag": TAG} if mode == CONTAINER else None,
-                    env={"PYTHONHASHSEED": "0", "KILN_TEST_DEVICE": "cuda"}, seeds={"PYTHONHASHSEED": "0"},
-                    commit={"sha": SHA, "dirty": dirty, "dirty_files": ["compiler/a.py"] if dirty else []},
-                    **record)
-    return RunSource("art.zip", rec, tuple(Failing("a", t, "failed") for t in failing), gpus=gpus,
-                     versions={"torch": "2.11.0", "python": "3.11.2"})
+def source(
+    mode: str = CONTAINER,
+    *,
+    backend: str = "cuda",
+    gpus: tuple[str, ...] = (H100,),
+    dirty: bool = False,
+    failing: tuple[str, ...] = ("tests/a/test_a.py::test_x",),
+    **record,
+) -> RunSource:
+    rec = RunRecord(
+        "run-1",
+        backend,
+        RunStatus.COMPLETE,
+        mode=mode,
+        image={"tag": TAG} if mode == CONTAINER else None,
+        env={"PYTHONHASHSEED": "0", "KILN_TEST_DEVICE": "cuda"},
+        seeds={"PYTHONHASHSEED": "0"},
+        commit={"sha": SHA, "dirty": dirty, "dirty_files": ["compiler/a.py"] if dirty else []},
+        **record,
+    )
+    return RunSource(
+        "art.zip",
+        rec,
+        tuple(Failing("a", t, "failed") for t in failing),
+        gpus=gpus,
+        versions={"torch": "2.11.0", "python": "3.11.2"},
+    )
 
 
-HERE_SAME = Here(docker=True, gpus=(H100,), versions={"torch": "2.11.0", "python": "3.11.2"}, image_present=True)
+HERE_SAME = Here(
+    docker=True, gpus=(H100,), versions={"torch": "2.11.0", "python": "3.11.2"}, image_present=True
+)
 
 
 def test_the_same_machine_differs_in_nothing_and_reruns_in_the_run_image():
@@ -40,9 +72,13 @@ def test_the_same_machine_differs_in_nothing_and_reruns_in_the_run_image():
 
 def test_a_container_run_without_docker_here_reruns_natively_and_says_so():
     assert choose_mode(source(), replace(HERE_SAME, docker=False), False) == (
-        NATIVE, "mode: native here (no docker daemon answers), the run was in a container")
-    assert choose_mode(source(), HERE_SAME, True)[0] == NATIVE and "--native" in choose_mode(source(), HERE_SAME,
-                                                                                             True)[1]
+        NATIVE,
+        "mode: native here (no docker daemon answers), the run was in a container",
+    )
+    assert (
+        choose_mode(source(), HERE_SAME, True)[0] == NATIVE
+        and "--native" in choose_mode(source(), HERE_SAME, True)[1]
+    )
     assert choose_mode(source(NATIVE), HERE_SAME, False) == (NATIVE, None)  # docker here does not matter
 
 
@@ -57,12 +93,19 @@ def test_the_image_is_reused_rebuilt_by_its_hash_or_replaced_with_a_line():
         choose_image(source(), absent)
 
 
-@pytest.mark.parametrize("run, here, says", [
-    ((H100,), (), f"GPU: the run had 1x {H100}, here no GPU (backend cuda tests may skip or fail)"),
-    ((H100, H100), ("NVIDIA A100-SXM4-40GB",), f"GPU: the run had 2x {H100}, here 1x NVIDIA A100-SXM4-40GB"),
-    ((H100,), (H100,), None),
-    ((), ("NVIDIA A100-SXM4-40GB",), None),  # a CPU run does not care which GPU is here
-])
+@pytest.mark.parametrize(
+    "run, here, says",
+    [
+        ((H100,), (), f"GPU: the run had 1x {H100}, here no GPU (backend cuda tests may skip or fail)"),
+        (
+            (H100, H100),
+            ("NVIDIA A100-SXM4-40GB",),
+            f"GPU: the run had 2x {H100}, here 1x NVIDIA A100-SXM4-40GB",
+        ),
+        ((H100,), (H100,), None),
+        ((), ("NVIDIA A100-SXM4-40GB",), None),  # a CPU run does not care which GPU is here
+    ],
+)
 def test_the_gpu_phrase(run, here, says):
     assert gpu_difference(run, here, "cuda") == says
 
@@ -75,8 +118,9 @@ def test_no_gpu_here_drops_the_containers_gpu_options_and_the_line_says_why():
 
 
 def test_a_native_rerun_names_the_versions_that_differ():
-    assert version_differences({"torch": "2.13.0", "triton": "3.9.0"}, {"torch": "2.11.0", "triton": "3.9.0"}) \
-        == ["torch 2.11.0 here, 2.13.0 in the run"]
+    assert version_differences(
+        {"torch": "2.13.0", "triton": "3.9.0"}, {"torch": "2.11.0", "triton": "3.9.0"}
+    ) == ["torch 2.11.0 here, 2.13.0 in the run"]
     p = plan(source(NATIVE), replace(HERE_SAME, versions={"torch": "2.13.0", "python": "3.11.2"}), {})
     assert differs_line(p) == "differs: torch 2.13.0 here, 2.11.0 in the run"
 
@@ -94,15 +138,22 @@ def test_a_commit_not_here_stops_unless_here_is_asked():
     here = replace(HERE_SAME, has_commit=False, head="f" * 40)
     with pytest.raises(ResultsError) as e:
         plan(source(), here, {})
-    assert f"commit {SHA[:12]} of the run is not in this repository" in str(e.value) and "--here" in str(e.value)
+    assert f"commit {SHA[:12]} of the run is not in this repository" in str(e.value) and "--here" in str(
+        e.value
+    )
     p = plan(source(), here, {}, use_here=True)
-    assert p.here_tree and f"this checkout's tree (HEAD ffffffffffff) instead of the run's {SHA[:12]}" in \
-        differs_line(p)
+    assert (
+        p.here_tree
+        and f"this checkout's tree (HEAD ffffffffffff) instead of the run's {SHA[:12]}" in differs_line(p)
+    )
 
 
 def test_a_store_run_takes_the_commit_matrix_env_with_the_seeds_last_and_says_so():
-    src = replace(source(NATIVE), from_store=True, record=replace(source(NATIVE).record, env={},
-                                                                  seeds={"PYTHONHASHSEED": "7"}))
+    src = replace(
+        source(NATIVE),
+        from_store=True,
+        record=replace(source(NATIVE).record, env={}, seeds={"PYTHONHASHSEED": "7"}),
+    )
     env = run_env(src, {"PYTHONHASHSEED": "0", "TRITON_INTERPRET": "1"})
     assert env == {"PYTHONHASHSEED": "7", "TRITON_INTERPRET": "1"}
     assert "environment: the commit's matrix" in differs_line(plan(src, HERE_SAME, env))

@@ -27,8 +27,11 @@ def git_repo(root: Path) -> tuple[str, str]:
         (root / "f.txt").write_text(text)
         subprocess.run([*GIT, "-C", str(root), "add", "-A"], check=True)
         subprocess.run([*GIT, "-C", str(root), "commit", "-qm", text.strip()], check=True)
-        shas.append(subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                   check=True).stdout.strip())
+        shas.append(
+            subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        )
     return shas[0], shas[1]
 
 
@@ -40,23 +43,31 @@ def test_the_run_commit_is_checked_out_beside_the_users_tree_which_stays_as_it_w
     tree = rr.add_worktree(repo, first, tmp_path / "scratch" / rr.TREE)
     assert (tree / "f.txt").read_text() == "one\n"
     assert (repo / "f.txt").read_text() == "edited, not committed\n"
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout
     assert head.strip() == second
     rr.remove_worktree(repo, tree)
     assert not tree.exists()
-    listed = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True
+    ).stdout
     assert len(listed.splitlines()) == 1
 
 
 def record(mode: str, backend: str = "cpu", **kw) -> RunRecord:
-    return RunRecord("run-1", backend, RunStatus.COMPLETE, mode=mode, test_timeout_s=300, pytest_extra=("-x",),
-                     **kw)
+    return RunRecord(
+        "run-1", backend, RunStatus.COMPLETE, mode=mode, test_timeout_s=300, pytest_extra=("-x",), **kw
+    )
 
 
 def test_the_native_rerun_runs_every_failing_test_in_one_pytest_from_the_tree(tmp_path):
     m = matrix.load()
-    p = ReproPlan(NATIVE, ("tests/a/test_a.py::test_x", "tests/a/test_a.py::test_y[1]"),
-                  {"PYTHONHASHSEED": "0", "TRITON_INTERPRET": "1"})
+    p = ReproPlan(
+        NATIVE,
+        ("tests/a/test_a.py::test_x", "tests/a/test_a.py::test_y[1]"),
+        {"PYTHONHASHSEED": "0", "TRITON_INTERPRET": "1"},
+    )
     argv, env, cwd, name = rerun_command(p, record(NATIVE), m.backend("cpu"), tmp_path / "tree", tmp_path)
     assert argv[1:3] == ["-m", "pytest"] and argv[-2:] == list(p.targets)
     assert f"--junitxml={tmp_path / rr.JUNIT}" in argv and "--timeout=300" in argv and "-x" in argv
@@ -67,31 +78,44 @@ def test_the_native_rerun_runs_every_failing_test_in_one_pytest_from_the_tree(tm
 def test_the_container_rerun_mounts_the_worktree_and_leaves_gpu_options_out_without_a_gpu(tmp_path):
     m = matrix.load()
     rec = record(CONTAINER, "cuda", container_options=("--gpus", "all", "--shm-size=8g"))
-    p = ReproPlan(CONTAINER, ("tests/a/test_a.py::test_x",), {"PYTHONHASHSEED": "0"}, image="kiln-cuda:abc",
-                  drop_gpus=True)
+    p = ReproPlan(
+        CONTAINER,
+        ("tests/a/test_a.py::test_x",),
+        {"PYTHONHASHSEED": "0"},
+        image="kiln-cuda:abc",
+        drop_gpus=True,
+    )
     argv, env, cwd, name = rerun_command(p, rec, m.backend("cuda"), tmp_path / "tree", tmp_path / "out")
     line = shlex.join(argv)
     assert argv[1:2] == ["run"] and "--network none" in line and env is None and cwd is None
     assert f"{tmp_path / 'tree'}:/src:ro" in line and f"{tmp_path / 'out'}:/results" in line
     assert "--gpus" not in argv and "--shm-size=8g" in argv and f"--name {name}" in line
-    assert argv[argv.index("kiln-cuda:abc") + 1:][:3] == ["python", "-m", "pytest"]
+    assert argv[argv.index("kiln-cuda:abc") + 1 :][:3] == ["python", "-m", "pytest"]
     assert f"--junitxml=/results/{rr.JUNIT}" in argv and argv[-1] == "tests/a/test_a.py::test_x"
     assert "PYTHONHASHSEED=0" in argv
 
 
-JUNIT = ('<?xml version="1.0"?><testsuites><testsuite name="s">'
-         '<testcase classname="tests.a.test_a" name="test_x" file="tests/a/test_a.py">'
-         '<failure message="boom">t</failure></testcase>'
-         '<testcase classname="tests.a.test_a" name="test_y" file="tests/a/test_a.py"/>'
-         '</testsuite></testsuites>')
+JUNIT = (
+    '<?xml version="1.0"?><testsuites><testsuite name="s">'
+    '<testcase classname="tests.a.test_a" name="test_x" file="tests/a/test_a.py">'
+    '<failure message="boom">t</failure></testcase>'
+    '<testcase classname="tests.a.test_a" name="test_y" file="tests/a/test_a.py"/>'
+    "</testsuite></testsuites>"
+)
 
 
 def test_outcomes_are_read_back_and_a_test_not_in_the_junit_is_not_run(tmp_path):
     (tmp_path / rr.JUNIT).write_text(JUNIT)
-    found = rr.outcomes(tmp_path / rr.JUNIT, tmp_path, ("tests/a/test_a.py::test_x", "tests/a/test_a.py::test_y",
-                                                        "tests/a/test_a.py::test_gone"))
-    assert found == {"tests/a/test_a.py::test_x": "failed", "tests/a/test_a.py::test_y": "passed",
-                     "tests/a/test_a.py::test_gone": "not run"}
+    found = rr.outcomes(
+        tmp_path / rr.JUNIT,
+        tmp_path,
+        ("tests/a/test_a.py::test_x", "tests/a/test_a.py::test_y", "tests/a/test_a.py::test_gone"),
+    )
+    assert found == {
+        "tests/a/test_a.py::test_x": "failed",
+        "tests/a/test_a.py::test_y": "passed",
+        "tests/a/test_a.py::test_gone": "not run",
+    }
     assert rr.outcomes(tmp_path / "none.xml", tmp_path, ("t::a",)) == {"t::a": "not run"}
 
 

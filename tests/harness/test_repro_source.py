@@ -9,24 +9,36 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_record import write_schema1_run
 
 from harness.exc import ResultsError
 from harness.suites import history
 from harness.suites.repro_source import extract_zip, from_path, from_store, open_source, run_folders
-from test_record import write_schema1_run
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
-FAILING = ["tests/alpha/test_a.py::test_flaky", "tests/alpha/test_a.py::test_q", "tests/alpha/test_a.py::test_crash"]
+FAILING = [
+    "tests/alpha/test_a.py::test_flaky",
+    "tests/alpha/test_a.py::test_q",
+    "tests/alpha/test_a.py::test_crash",
+]
 
 
-def run_folder(folder: Path, *, started: str = "2026-11-01T10:00:00+00:00", gpus: tuple[str, ...] = ()) -> Path:
+def run_folder(
+    folder: Path, *, started: str = "2026-11-01T10:00:00+00:00", gpus: tuple[str, ...] = ()
+) -> Path:
     """A finished native cpu run (test_record's schema-1 run: three failing tests) with an env.json naming SHA."""
     write_schema1_run(folder, Path("/ci/src"))
     data = json.loads((folder / "run.json").read_text())
     (folder / "run.json").write_text(json.dumps({**data, "started": started}))
-    (folder / "env.json").write_text(json.dumps({"schema": 1, "host": {"git": {"sha": SHA, "dirty": False}},
-                                                 "device": {"python": "3.11.2", "torch": "2.13.0",
-                                                            "triton": "3.9.0", "gpus": list(gpus)}}))
+    (folder / "env.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "host": {"git": {"sha": SHA, "dirty": False}},
+                "device": {"python": "3.11.2", "torch": "2.13.0", "triton": "3.9.0", "gpus": list(gpus)},
+            }
+        )
+    )
     return folder
 
 
@@ -83,11 +95,14 @@ def test_a_zip_member_that_escapes_its_folder_is_refused(tmp_path):
     assert not (tmp_path / "escaped.txt").exists()
 
 
-@pytest.mark.parametrize("make, says", [
-    (lambda p: p / "missing-folder", "does not exist"),
-    (lambda p: (p / "notes.txt").write_text("hi") and p / "notes.txt", "is a file but not a zip"),
-    (lambda p: (p / "empty").mkdir() or p / "empty", "holds no run.json"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda p: p / "missing-folder", "does not exist"),
+        (lambda p: (p / "notes.txt").write_text("hi") and p / "notes.txt", "is a file but not a zip"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "holds no run.json"),
+    ],
+)
 def test_what_is_not_a_run_is_one_line(tmp_path, make, says):
     with pytest.raises(ResultsError) as e:
         from_path(str(make(tmp_path)), tmp_path / "scratch")

@@ -52,7 +52,9 @@ def test_outcomes_and_node_ids(tmp_path):
 def test_node_id_without_file_attribute_resolves_module_from_the_tree(tmp_path):
     (tmp_path / "tests" / "pkg").mkdir(parents=True)
     (tmp_path / "tests" / "pkg" / "test_m.py").write_text("")
-    xml = JUNIT.replace(' file="tests/numerics/test_a.py"', "").replace("tests.numerics.test_a", "tests.pkg.test_m")
+    xml = JUNIT.replace(' file="tests/numerics/test_a.py"', "").replace(
+        "tests.numerics.test_a", "tests.pkg.test_m"
+    )
     ids = [t.id for t in res.parse_junit(_write(tmp_path, xml), root=tmp_path)]
     assert ids[2] == "tests/pkg/test_m.py::TestC::test_p[2-fp32]"
     assert ids[0] == "tests/pkg/test_m.py::test_ok"
@@ -78,9 +80,14 @@ def test_atomic_write_replaces_whole_files(tmp_path):
 def test_summary_line(tmp_path):
     tests = res.parse_junit(_write(tmp_path))
     line = res.summary_line("numerics", "cpu/container", tests, 1.25, "FAILED", "r/numerics.xml")
-    assert line == ("suite numerics [cpu/container] FAILED: 2 passed, 2 failed, 1 error, 1 skipped, 1 xfailed "
-                    "in 1.2s -> r/numerics.xml")
-    assert res.summary_line("x", "cpu/native", [], 0.0, "EMPTY") == "suite x [cpu/native] EMPTY: no tests in 0.0s"
+    assert line == (
+        "suite numerics [cpu/container] FAILED: 2 passed, 2 failed, 1 error, 1 skipped, 1 xfailed "
+        "in 1.2s -> r/numerics.xml"
+    )
+    assert (
+        res.summary_line("x", "cpu/native", [], 0.0, "EMPTY")
+        == "suite x [cpu/native] EMPTY: no tests in 0.0s"
+    )
 
 
 def test_parse_junit_skips_the_bare_testcase_of_an_interrupted_test(tmp_path):
@@ -88,12 +95,14 @@ def test_parse_junit_skips_the_bare_testcase_of_an_interrupted_test(tmp_path):
     from harness.results import parse_junit
 
     xml = tmp_path / "junit.xml"
-    xml.write_text('<testsuites><testsuite name="pytest">'
-                   '<testcase classname="tests.test_a" name="test_ok" time="0.1"/>'
-                   '<testcase classname="tests.test_a" name="test_bad" time="0.1">'
-                   '<skipped type="pytest.skip" message="s"/><error message="teardown broke"/></testcase>'
-                   '<testcase time="0.000"/>'
-                   '</testsuite></testsuites>')
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="test_ok" time="0.1"/>'
+        '<testcase classname="tests.test_a" name="test_bad" time="0.1">'
+        '<skipped type="pytest.skip" message="s"/><error message="teardown broke"/></testcase>'
+        '<testcase time="0.000"/>'
+        "</testsuite></testsuites>"
+    )
     results = parse_junit(xml)
     assert [(r.outcome, r.message) for r in results] == [("passed", ""), ("error", "teardown broke")]
 
@@ -124,10 +133,13 @@ def test_node_id_prefers_the_plugins_exact_id():
     case = ET.fromstring(
         '<testcase classname="tests.numerics.test_numerics" name="test_x[a.b::c-1]" file="tests/numerics/test_numerics.py">'
         '<properties><property name="kiln_nodeid" value="tests/numerics/test_numerics.py::test_x[a.b::c-1]"/>'
-        "</properties></testcase>")
+        "</properties></testcase>"
+    )
     assert node_id(case) == "tests/numerics/test_numerics.py::test_x[a.b::c-1]"
-    bare = ET.fromstring('<testcase classname="tests.numerics.test_numerics" name="test_y" '
-                         'file="tests/numerics/test_numerics.py"/>')
+    bare = ET.fromstring(
+        '<testcase classname="tests.numerics.test_numerics" name="test_y" '
+        'file="tests/numerics/test_numerics.py"/>'
+    )
     assert node_id(bare) == "tests/numerics/test_numerics.py::test_y"  # files written without the plugin
 
 
@@ -164,10 +176,20 @@ def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    code = ("import sys; from pathlib import Path; from harness.suites.runner import new_run_dir; "
-            "print(new_run_dir('cpu', 'native', Path(sys.argv[1])))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "results")], cwd=root,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    code = (
+        "import sys; from pathlib import Path; from harness.suites.runner import new_run_dir; "
+        "print(new_run_dir('cpu', 'native', Path(sys.argv[1])))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "results")],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     made = [out.strip() for out, _ in outs]

@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rate_module():
-    spec = importlib.util.spec_from_file_location("retry_rate", ROOT / "tests" / "harness" / "planted" / "retry_rate.py")
+    spec = importlib.util.spec_from_file_location(
+        "retry_rate", ROOT / "tests" / "harness" / "planted" / "retry_rate.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("retry_rate", module)  # its dataclass looks its module up
     spec.loader.exec_module(module)
@@ -66,13 +68,16 @@ def test_the_default_policy_calls_a_30_percent_flake_failing_under_1_percent():
     assert json.loads((ROOT / "ci" / "matrix.json").read_text())["retries"]["attempts"] == 4
 
 
-@pytest.mark.parametrize("outcomes,status", [
-    (["failed", "passed"], retries.FLAKY),
-    (["failed", "failed", "failed", "passed"], retries.FLAKY),
-    (["passed", "failed"], retries.FLAKY),  # a pass in any attempt, before or after the failure
-    (["error", "xfailed"], retries.FLAKY),
-    (["failed", "failed", "failed", "failed", "failed"], retries.FAILING),
-    (["failed", "skipped"], retries.FAILING),  # a skip is no pass
-])
+@pytest.mark.parametrize(
+    "outcomes,status",
+    [
+        (["failed", "passed"], retries.FLAKY),
+        (["failed", "failed", "failed", "passed"], retries.FLAKY),
+        (["passed", "failed"], retries.FLAKY),  # a pass in any attempt, before or after the failure
+        (["error", "xfailed"], retries.FLAKY),
+        (["failed", "failed", "failed", "failed", "failed"], retries.FAILING),
+        (["failed", "skipped"], retries.FAILING),  # a skip is no pass
+    ],
+)
 def test_fails_then_passes_in_any_attempt_is_flaky(outcomes, status):
     assert retries.classify(outcomes) == status

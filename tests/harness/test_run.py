@@ -10,18 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scratch_project import scratch_project
 import pytest
 
 from harness import matrix
-from harness.suites import collect, repro
 from harness.images import image
 from harness.record import RunRecord
 from harness.settings import settings
+from harness.suites import collect, repro
+from scratch_project import scratch_project
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PLANTED_A = '''
+PLANTED_A = """
 import pytest
 
 def test_ok():
@@ -38,9 +38,9 @@ class TestGroup:
 @pytest.mark.xfail(reason="planted known failure", strict=True)
 def test_known():
     assert False
-'''
+"""
 
-PLANTED_B = '''
+PLANTED_B = """
 import os, signal, time
 
 def test_fine():
@@ -59,15 +59,21 @@ def test_maybe_stop():
 def test_maybe_hang_again():
     if os.path.exists("tests/beta/HANG"):
         time.sleep(60)
-'''
+"""
 
 
 def make_project(tmp_path: Path, *, suite_s: int | None = None, with_harness: bool = False) -> Path:
     """A project with two suites, alpha (planted failures) and beta, and the real matrix otherwise."""
-    timeouts = (lambda d: d["backends"]["cpu"]["timeouts"].update(suite_s=suite_s, test_s=suite_s)) if suite_s else None
+    timeouts = (
+        (lambda d: d["backends"]["cpu"]["timeouts"].update(suite_s=suite_s, test_s=suite_s))
+        if suite_s
+        else None
+    )
     root = scratch_project(tmp_path / "proj", {"alpha": PLANTED_A, "beta": PLANTED_B}, matrix=timeouts)
     if with_harness:  # the container runs `python -m harness` from the mounted tree
-        shutil.copytree(ROOT / "harness", root / "harness", ignore=shutil.ignore_patterns("__pycache__", "bench"))
+        shutil.copytree(
+            ROOT / "harness", root / "harness", ignore=shutil.ignore_patterns("__pycache__", "bench")
+        )
         shutil.copytree(ROOT / "docker", root / "docker")
         shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
         (root / "pytest.ini").unlink()
@@ -75,12 +81,23 @@ def make_project(tmp_path: Path, *, suite_s: int | None = None, with_harness: bo
 
 
 def harness(root: Path, *args: str, plant: str = "", timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KILN_ROOT": str(root), "PYTHONPATH": str(ROOT), "KILN_PLANT": plant,
-           "KILN_RESULTS": str(root / "results")}
+    env = {
+        **os.environ,
+        "KILN_ROOT": str(root),
+        "PYTHONPATH": str(ROOT),
+        "KILN_PLANT": plant,
+        "KILN_RESULTS": str(root / "results"),
+    }
     env.pop("KILN_NATIVE", None)
     env.pop("KILN_HISTORY_DB", None)  # runs record into the test's own XDG_DATA_HOME (conftest.py)
-    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=root, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def only_run(root: Path) -> Path:
@@ -94,17 +111,30 @@ def test_native_run_classifies_reports_and_reproduces(tmp_path):
     proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet")
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
-    assert any(ln.startswith("suite alpha [cpu/native] FAILED: 2 passed, 2 failed, 1 xfailed") for ln in lines)
+    assert any(
+        ln.startswith("suite alpha [cpu/native] FAILED: 2 passed, 2 failed, 1 xfailed") for ln in lines
+    )
     assert any(ln.startswith("suite beta [cpu/native] PASSED: 3 passed") for ln in lines)
-    n = json.loads((ROOT / "ci" / "matrix.json").read_text())["retries"]["attempts"] + 1  # the suite run + reruns
+    n = (
+        json.loads((ROOT / "ci" / "matrix.json").read_text())["retries"]["attempts"] + 1
+    )  # the suite run + reruns
     for test in ("test_broken", "TestGroup::test_param[2]"):  # each run again alone, by its exact node id
-        assert f"retried tests/alpha/test_alpha.py::{test} alone: FAILING: failed {n} of {n} attempts " \
-               f"({', '.join(['failed'] * n)})" in proc.stdout
+        assert (
+            f"retried tests/alpha/test_alpha.py::{test} alone: FAILING: failed {n} of {n} attempts "
+            f"({', '.join(['failed'] * n)})" in proc.stdout
+        )
     run_dir = only_run(root)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "complete" and manifest["mode"] == "native"
     assert [s["name"] for s in manifest["suites"]] == ["alpha", "beta"]
-    for name in ("env.json", "summary.json", "report.txt", "report.md", "suites/alpha.xml", "suites/alpha.log"):
+    for name in (
+        "env.json",
+        "summary.json",
+        "report.txt",
+        "report.md",
+        "suites/alpha.xml",
+        "suites/alpha.log",
+    ):
         assert (run_dir / name).exists(), name
     env = json.loads((run_dir / "env.json").read_text())
     assert env["device"]["torch"] and env["device"]["gpu_count"] == 0 and "git" in env["host"]
@@ -116,8 +146,13 @@ def test_native_run_classifies_reports_and_reproduces(tmp_path):
     assert cmds[0].endswith("tests/alpha/test_alpha.py::test_broken")
     assert cmds[1].endswith("'tests/alpha/test_alpha.py::TestGroup::test_param[2]'")
     for cmd in cmds:  # pasted into a shell, each line reproduces its failure and only that test runs
-        again = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
-                               env={k: v for k, v in os.environ.items() if not k.startswith("KILN_")})
+        again = subprocess.run(
+            ["bash", "-c", cmd],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
+        )
         assert again.returncode == 1, again.stdout[-2000:]
         assert "1 failed" in again.stdout and "passed" not in again.stdout.splitlines()[-1]
 
@@ -135,7 +170,10 @@ def test_interrupted_run_keeps_results_and_is_marked_incomplete(tmp_path):
     run_dir = only_run(root)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "incomplete"
-    assert manifest["reason"] == "terminated during suite beta while running tests/beta/test_beta.py::test_maybe_stop"
+    assert (
+        manifest["reason"]
+        == "terminated during suite beta while running tests/beta/test_beta.py::test_maybe_stop"
+    )
     # the finished suite is kept, and so is what the interrupted one had finished
     assert [s["name"] for s in manifest["suites"]] == ["alpha", "beta"]
     assert manifest["suites"][1]["status"] == "interrupted" and manifest["suites"][1]["counts"]["passed"] == 1
@@ -148,8 +186,9 @@ def test_interrupted_run_keeps_results_and_is_marked_incomplete(tmp_path):
 
 def test_suite_timeout_kills_the_suite(tmp_path):
     root = make_project(tmp_path, suite_s=3)
-    proc = harness(root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta",
-                   plant="hang")
+    proc = harness(
+        root, "run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--suite", "beta", plant="hang"
+    )
     assert proc.returncode == 1
     assert "suite beta [cpu/native] TIMEOUT" in proc.stdout
     manifest = json.loads((only_run(root) / "run.json").read_text())
@@ -182,7 +221,9 @@ def _cpu_image_present(root: Path) -> str | None:
     b = matrix.load(root / "ci" / "matrix.json").backend("cpu")
     tag = image.current_tag(b, root=root)  # as a build computes it (the local base's id in the hash)
     if not image.image_id(tag):
-        pytest.skip(f"CPU image {tag} not built on this machine (python -m harness image build --backend cpu)")
+        pytest.skip(
+            f"CPU image {tag} not built on this machine (python -m harness image build --backend cpu)"
+        )
     return tag
 
 
@@ -211,14 +252,20 @@ def test_container_suite_timeout_kills_and_removes_the_container(tmp_path):
     data["backends"]["cpu"]["timeouts"].update(test_s=5, suite_s=8)
     (root / "ci" / "matrix.json").write_text(json.dumps(data))
     (root / "tests" / "beta" / "HANG").touch()
-    proc = harness(root, "run", "--backend", "cpu", "--image", tag, "--quiet", "--no-health", "--suite", "beta")
+    proc = harness(
+        root, "run", "--backend", "cpu", "--image", tag, "--quiet", "--no-health", "--suite", "beta"
+    )
     assert proc.returncode == 1, proc.stderr
     assert "suite beta [cpu/container] TIMEOUT" in proc.stdout
     entry = json.loads((only_run(root) / "run.json").read_text())["suites"][0]
     assert entry["timed_out"] is True
     name = entry["argv"][entry["argv"].index("--name") + 1]
-    left = subprocess.run([settings().docker, "ps", "-a", "-q", "--filter",
-                           f"name={name}"], capture_output=True, text=True, check=False)
+    left = subprocess.run(
+        [settings().docker, "ps", "-a", "-q", "--filter", f"name={name}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert left.stdout.strip() == ""  # removed whatever happened
 
 
@@ -231,6 +278,9 @@ def test_a_suite_folder_missing_from_the_checkout_is_reported_not_failed(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "suite gamma [cpu/native] MISSING: tests/gamma is not in this checkout" in proc.stdout
     manifest = json.loads((only_run(root) / "run.json").read_text())
-    assert [(s["name"], s["status"]) for s in manifest["suites"]] == [("beta", "passed"), ("gamma", "missing")]
+    assert [(s["name"], s["status"]) for s in manifest["suites"]] == [
+        ("beta", "passed"),
+        ("gamma", "missing"),
+    ]
     report = harness(root, "report", str(only_run(root)), "--check")
     assert report.returncode == 0 and "suite gamma [cpu/native] MISSING" in report.stdout

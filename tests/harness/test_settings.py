@@ -44,12 +44,19 @@ def test_values_and_derived_defaults(monkeypatch, tmp_path):
     assert bench.bisect_max == 0 and bench.plant == s.Plant("softmax*", "kiln", 0.5)
 
 
-@pytest.mark.parametrize("var, raw, line", [
-    ("KILN_NATIVE", "maybe", "KILN_NATIVE='maybe': expected a boolean: one of 1/true/yes/on or 0/false/no/off"),
-    ("KILN_HEARTBEAT_S", "soon", "KILN_HEARTBEAT_S='soon': expected a number"),
-    ("KILN_CONTAINER_USER", "root", "KILN_CONTAINER_USER='root': expected uid:gid (numbers) or `image`"),
-    ("KILN_BENCH_BISECT_MAX", "-1", "KILN_BENCH_BISECT_MAX='-1': expected a count (0, 1, 2, ...)"),
-])
+@pytest.mark.parametrize(
+    "var, raw, line",
+    [
+        (
+            "KILN_NATIVE",
+            "maybe",
+            "KILN_NATIVE='maybe': expected a boolean: one of 1/true/yes/on or 0/false/no/off",
+        ),
+        ("KILN_HEARTBEAT_S", "soon", "KILN_HEARTBEAT_S='soon': expected a number"),
+        ("KILN_CONTAINER_USER", "root", "KILN_CONTAINER_USER='root': expected uid:gid (numbers) or `image`"),
+        ("KILN_BENCH_BISECT_MAX", "-1", "KILN_BENCH_BISECT_MAX='-1': expected a count (0, 1, 2, ...)"),
+    ],
+)
 def test_a_bad_value_is_one_line_naming_the_variable(monkeypatch, var, raw, line):
     monkeypatch.setenv(var, raw)
     with pytest.raises(SettingsError) as e:
@@ -80,9 +87,16 @@ def test_the_committed_docs_match_the_declarations():
 def test_the_docs_name_every_variable_of_the_harness_and_the_compiler(monkeypatch):
     from compiler import config
 
-    monkeypatch.setenv("KILN_CACHE_KEY", "s3cret-value")  # the docs come from the declarations, never the values
+    monkeypatch.setenv(
+        "KILN_CACHE_KEY", "s3cret-value"
+    )  # the docs come from the declarations, never the values
     text = s.docs_markdown()
-    for cls, prefix in ((s.Settings, ""), (s.FleetSettings, ""), (s.BenchSettings, ""), (config.Settings, "KILN_")):
+    for cls, prefix in (
+        (s.Settings, ""),
+        (s.FleetSettings, ""),
+        (s.BenchSettings, ""),
+        (config.Settings, "KILN_"),
+    ):
         for f in dataclasses.fields(cls):
             assert f"| `{envvars.env_name(f, prefix)}` |" in text
     assert "s3cret-value" not in text and "| `KILN_CACHE_KEY` | str | unset |" in text

@@ -15,16 +15,16 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from scratch_project import scratch_project
 import pytest
 
 from harness import matrix
+from harness.exc import HarnessError, ResultsError
+from harness.record import RunRecord
 from harness.suites import merge, repro, shard
 from harness.suites.collect import load_run
 from harness.suites.options import RunOptions
 from harness.suites.place import ContainerPlace, NativePlace
-from harness.exc import HarnessError, ResultsError
-from harness.record import RunRecord
+from scratch_project import scratch_project
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = Path(__file__).resolve().parent / "planted" / "shards"
@@ -79,10 +79,15 @@ def test_longest_first_and_ties_by_node_id():
 
 def test_an_offset_rotates_where_ties_go_first():
     assert shard.assign(["a", "b", "c"], 3, None, 1) == [["c"], ["a"], ["b"]]
-    assert shard.assign(["a", "b", "c", "d"], 3, {"a": 5.0, "b": 1.0, "c": 1.0, "d": 1.0}, 2)[2] == ["a"]  # the heaviest starts shard 3
+    assert shard.assign(["a", "b", "c", "d"], 3, {"a": 5.0, "b": 1.0, "c": 1.0, "d": 1.0}, 2)[2] == [
+        "a"
+    ]  # the heaviest starts shard 3
     for offset in range(7):  # still a partition, sizes within one, the same whatever the order
         shards = shard.assign(IDS, 3, None, offset)
-        assert sorted(t for s in shards for t in s) == sorted(IDS) and max(map(len, shards)) - min(map(len, shards)) <= 1
+        assert (
+            sorted(t for s in shards for t in s) == sorted(IDS)
+            and max(map(len, shards)) - min(map(len, shards)) <= 1
+        )
         assert shard.assign(list(reversed(IDS)), 3, None, offset) == shards
 
 
@@ -92,10 +97,17 @@ def test_unknown_tests_weigh_the_mean_of_the_known():
     assert shard.weights(["a", "b"]) == {"a": 1.0, "b": 1.0}
 
 
-@pytest.mark.parametrize("text,message", [
-    ("3/2", "the shard index must be between 1 and 2"), ("0/2", "the shard index must be between 1 and 2"),
-    ("x", "expected I/N"), ("1/0", "at least 1"), ("1/", "expected I/N"), ("-1/2", "expected I/N"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("3/2", "the shard index must be between 1 and 2"),
+        ("0/2", "the shard index must be between 1 and 2"),
+        ("x", "expected I/N"),
+        ("1/0", "at least 1"),
+        ("1/", "expected I/N"),
+        ("-1/2", "expected I/N"),
+    ],
+)
 def test_bad_shards(text, message):
     with pytest.raises(HarnessError, match=re.escape(message)):
         shard.parse_shard(text)
@@ -121,7 +133,9 @@ def test_pin_devices():
     assert r.env["HIP_VISIBLE_DEVICES"] == "0" and "--device=/dev/dri" not in r.container_options
     assert "--device=/dev/kfd" in r.container_options and "video" not in r.container_options
     assert shard.pin_devices(rocm, ["3"], native=True, env={}).env["HIP_VISIBLE_DEVICES"] == "3"
-    assert shard.pin_devices(cpu, ["0"], native=True) == cpu and shard.pin_devices(cuda, [], native=True) == cuda
+    assert (
+        shard.pin_devices(cpu, ["0"], native=True) == cpu and shard.pin_devices(cuda, [], native=True) == cuda
+    )
     assert shard.pin_devices(cuda, [], native=False, env={}).container_options[:2] == ("--gpus", "all")
 
 
@@ -144,9 +158,17 @@ def test_device_groups_and_visible_gpus():
 
 def test_repro_line_of_a_pinned_shard_names_its_gpu_and_image_but_no_shard():
     b = shard.pin_devices(M.backend("cuda"), ["1"], native=False)
-    manifest = {"backend": "cuda", "mode": "container", "src": "/repo", "image": {"tag": "kiln-cuda:0123"},
-                "env": {"KILN_TEST_DEVICE": "cuda"}, "test_timeout_s": 300, "pytest_extra": ["-x"],
-                "container_options": list(b.container_options), "shard": {"index": 2, "count": 2}}
+    manifest = {
+        "backend": "cuda",
+        "mode": "container",
+        "src": "/repo",
+        "image": {"tag": "kiln-cuda:0123"},
+        "env": {"KILN_TEST_DEVICE": "cuda"},
+        "test_timeout_s": 300,
+        "pytest_extra": ["-x"],
+        "container_options": list(b.container_options),
+        "shard": {"index": 2, "count": 2},
+    }
     line = shlex.split(repro.repro_line(RunRecord.from_json(manifest), "tests/a/test_b.py::test_c[1]"))
     assert line[line.index("--gpus") + 1] == "device=1" and "kiln-cuda:0123" in line
     assert line[-1] == "tests/a/test_b.py::test_c[1]" and not any("shard" in a for a in line)
@@ -156,47 +178,92 @@ def test_repro_line_of_a_pinned_shard_names_its_gpu_and_image_but_no_shard():
 
 
 def cli(*args: str, root: Path = ROOT, plant: str = "", timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KILN_ROOT": str(root), "KILN_RESULTS": str(root / "results"),
-           "KILN_PLANT": plant}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "KILN_ROOT": str(root),
+        "KILN_RESULTS": str(root / "results"),
+        "KILN_PLANT": plant,
+    }
     env.pop("KILN_NATIVE", None)
     env.pop("KILN_HISTORY_DB", None)  # runs record into the test's own XDG_DATA_HOME (conftest.py)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=root,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--shard", "3/2"], "--shard 3/2: the shard index must be between 1 and 2"),
-    (["--shard", "0/2"], "--shard 0/2: the shard index must be between 1 and 2"),
-    (["--shard", "x"], "--shard 'x': expected I/N"),
-    (["--shards", "0"], "--shards '0': expected a positive number of shards or `auto`"),
-    (["--shard", "1/2", "--shards", "2"], "give one of them"),
-    (["--shards", "auto", "--gpus-per-shard", "0"], "--gpus-per-shard 0: expected at least 1"),
-    (["--shard", "1/2", "--durations", "/nonexistent.json"], "durations file /nonexistent.json not found"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--shard", "3/2"], "--shard 3/2: the shard index must be between 1 and 2"),
+        (["--shard", "0/2"], "--shard 0/2: the shard index must be between 1 and 2"),
+        (["--shard", "x"], "--shard 'x': expected I/N"),
+        (["--shards", "0"], "--shards '0': expected a positive number of shards or `auto`"),
+        (["--shard", "1/2", "--shards", "2"], "give one of them"),
+        (["--shards", "auto", "--gpus-per-shard", "0"], "--gpus-per-shard 0: expected at least 1"),
+        (
+            ["--shard", "1/2", "--durations", "/nonexistent.json"],
+            "durations file /nonexistent.json not found",
+        ),
+    ],
+)
 def test_bad_shard_options_give_one_error_line(args, message):
     proc = cli("run", "--backend", "cpu", "--native", *args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("harness run: error: ") and message in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("harness run: error: ") and message in lines[0], (
+        proc.stderr
+    )
 
 
 # ---- merging (folders written here, no processes) --------------------------------------------------------
 
 
-def fake_shard(folder: Path, index: int, count: int, tests: list[str], *, collected: list[str],
-               status: str = "complete") -> Path:
+def fake_shard(
+    folder: Path, index: int, count: int, tests: list[str], *, collected: list[str], status: str = "complete"
+) -> Path:
     """A shard's results folder as `harness run --shard` writes it: run.json, one suite's JUnit and record."""
     (folder / "suites").mkdir(parents=True)
-    cases = "".join(f'<testcase classname="x" name="{t}" time="0.5"><properties><property name="kiln_nodeid" '
-                    f'value="{t}"/></properties></testcase>' for t in tests)
+    cases = "".join(
+        f'<testcase classname="x" name="{t}" time="0.5"><properties><property name="kiln_nodeid" '
+        f'value="{t}"/></properties></testcase>'
+        for t in tests
+    )
     (folder / "suites" / "alpha.xml").write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
-    (folder / "suites" / "alpha.shard.json").write_text(json.dumps({
-        "shard": [index, count], "collected": len(collected), "collected_sha256": shard.digest(collected),
-        "durations_sha256": None, "selected": tests}))
-    (folder / "run.json").write_text(json.dumps({
-        "backend": "cpu", "mode": "native", "status": status, "src": str(folder), "env": {}, "python": "python",
-        "shard": {"index": index, "count": count}, "started": "2025-01-01T00:00:00+00:00", "wall_s": 1.5,
-        "suites": [{"name": "alpha", "status": "passed", "junit": "suites/alpha.xml", "duration_s": 1.0}]}))
+    (folder / "suites" / "alpha.shard.json").write_text(
+        json.dumps(
+            {
+                "shard": [index, count],
+                "collected": len(collected),
+                "collected_sha256": shard.digest(collected),
+                "durations_sha256": None,
+                "selected": tests,
+            }
+        )
+    )
+    (folder / "run.json").write_text(
+        json.dumps(
+            {
+                "backend": "cpu",
+                "mode": "native",
+                "status": status,
+                "src": str(folder),
+                "env": {},
+                "python": "python",
+                "shard": {"index": index, "count": count},
+                "started": "2025-01-01T00:00:00+00:00",
+                "wall_s": 1.5,
+                "suites": [
+                    {"name": "alpha", "status": "passed", "junit": "suites/alpha.xml", "duration_s": 1.0}
+                ],
+            }
+        )
+    )
     return folder
 
 
@@ -229,7 +296,10 @@ def test_merge_reports_missing_overlapping_and_disagreeing_shards(tmp_path):
     summary = merge.merge_shards(tmp_path / "out2", {1: tmp_path / "one", 2: tmp_path / "two"}, 2)
     problems = json.loads((tmp_path / "out2" / "run.json").read_text())["problems"]
     assert summary.status == "inconsistent" and not summary.ok
-    assert "suite alpha: t::c was selected by shards 1 and 2" in problems and "t::c ran in shards 1 and 2" in problems
+    assert (
+        "suite alpha: t::c was selected by shards 1 and 2" in problems
+        and "t::c ran in shards 1 and 2" in problems
+    )
 
     fake_shard(tmp_path / "three", 2, 2, ["t::b"], collected=ids + ["t::d"])  # collected another test set
     merge.merge_shards(tmp_path / "out3", {1: tmp_path / "one", 2: tmp_path / "three"}, 2)
@@ -240,8 +310,14 @@ def test_merge_reports_missing_overlapping_and_disagreeing_shards(tmp_path):
 def test_merge_reports_crashed_and_hung_local_shards(tmp_path):
     fake_shard(tmp_path / "shard-1", 1, 3, ["t::a"], collected=["t::a", "t::b", "t::c"])
     fake_shard(tmp_path / "shard-2", 2, 3, [], collected=["t::a", "t::b", "t::c"], status="running")
-    procs = {1: merge.ShardProcess(0, 3.0), 2: merge.ShardProcess(-9, 2.0), 3: merge.ShardProcess(None, 9.0, True)}
-    summary = merge.merge_shards(tmp_path, {i: tmp_path / f"shard-{i}" for i in (1, 2, 3)}, 3, processes=procs)
+    procs = {
+        1: merge.ShardProcess(0, 3.0),
+        2: merge.ShardProcess(-9, 2.0),
+        3: merge.ShardProcess(None, 9.0, True),
+    }
+    summary = merge.merge_shards(
+        tmp_path, {i: tmp_path / f"shard-{i}" for i in (1, 2, 3)}, 3, processes=procs
+    )
     rows = {r["index"]: r for r in json.loads((tmp_path / "summary.json").read_text())["shards"]}
     assert [rows[i]["status"] for i in (1, 2, 3)] == ["complete", "crashed", "hung"]
     assert rows[2]["reason"] == "stopped without finishing (exit -9)" and rows[3]["wall_s"] == 9.0
@@ -265,13 +341,30 @@ def test_find_shards_errors(tmp_path):
 
 def make_project(tmp_path: Path) -> Path:
     """Suites alpha and beta from tests/harness/planted/shards, the real matrix otherwise."""
-    return scratch_project(tmp_path / "proj", {s: (PLANTED / f"{s}.py").read_text() for s in ("alpha", "beta")})
+    return scratch_project(
+        tmp_path / "proj", {s: (PLANTED / f"{s}.py").read_text() for s in ("alpha", "beta")}
+    )
 
 
 def collected(root: Path) -> list[str]:
     """Every test id of the planted suites, as `pytest --collect-only -q` lists them."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "tests/alpha", "tests/beta"], cwd=root, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/alpha",
+            "tests/beta",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout
     return [ln for ln in proc.stdout.splitlines() if "::" in ln]
 
@@ -292,8 +385,21 @@ def test_two_shards_run_every_test_exactly_once_and_merge_green(tmp_path):
     durations = {t: (20.0 if t.endswith("test_broken") else 1.0) for t in alpha}  # beta: none recorded
     shard.write_durations(root / "durations.json", durations, "cpu")
     for k in (1, 2):
-        proc = cli("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--shard", f"{k}/2",
-                   "--durations", "durations.json", "--results", f"results/shard-{k}", root=root)
+        proc = cli(
+            "run",
+            "--backend",
+            "cpu",
+            "--native",
+            "--no-health",
+            "--quiet",
+            "--shard",
+            f"{k}/2",
+            "--durations",
+            "durations.json",
+            "--results",
+            f"results/shard-{k}",
+            root=root,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"kiln cpu/native shard {k}/2 OK" in proc.stdout
     ran = [junit_ids(root / "results" / f"shard-{k}") for k in (1, 2)]
@@ -303,7 +409,9 @@ def test_two_shards_run_every_test_exactly_once_and_merge_green(tmp_path):
         # the k-th suite of the matrix (0-based) starts its split at shard k+1
         expected = shard.assign(alpha, 2, durations, 0)[k - 1] + shard.assign(beta, 2, durations, 1)[k - 1]
         assert sorted(ran[k - 1]) == sorted(expected)
-    assert "tests/alpha/test_alpha.py::test_broken" in ran[0] and len([t for t in ran[0] if "alpha" in t]) == 1
+    assert (
+        "tests/alpha/test_alpha.py::test_broken" in ran[0] and len([t for t in ran[0] if "alpha" in t]) == 1
+    )
 
     merged = cli("merge", "results", "--out", "results/merged", "--check", root=root)
     assert merged.returncode == 0, merged.stdout + merged.stderr
@@ -319,8 +427,19 @@ def test_two_shards_run_every_test_exactly_once_and_merge_green(tmp_path):
 
 def test_parallel_shards_merge_into_one_report_with_repro_lines(tmp_path):
     root = make_project(tmp_path)
-    proc = cli("run", "--backend", "cpu", "--native", "--no-health", "--shards", "2", "--results", "results/par",
-               root=root, plant="fail")
+    proc = cli(
+        "run",
+        "--backend",
+        "cpu",
+        "--native",
+        "--no-health",
+        "--shards",
+        "2",
+        "--results",
+        "results/par",
+        root=root,
+        plant="fail",
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert re.search(r"^\[shard 1/2\] kiln cpu/native shard 1/2 FAILED", proc.stdout, re.MULTILINE)
     assert re.search(r"^\[shard 2/2\] kiln cpu/native shard 2/2 OK", proc.stdout, re.MULTILINE)
@@ -332,12 +451,20 @@ def test_parallel_shards_merge_into_one_report_with_repro_lines(tmp_path):
     assert all(r["wall_s"] > 0 for r in rows) and (run_dir / "shard-1.log").exists()
     assert "| 1/2 | - | complete | 7 | 1 |" in (run_dir / "report.md").read_text()
 
-    lines = [ln for ln in cli("repro", "--print", str(run_dir), root=root).stdout.splitlines() if not ln.startswith("#")]
+    lines = [
+        ln
+        for ln in cli("repro", "--print", str(run_dir), root=root).stdout.splitlines()
+        if not ln.startswith("#")
+    ]
     assert len(lines) == 1 and lines[0].endswith("tests/alpha/test_alpha.py::test_broken")
     assert "kiln-shard" not in lines[0] and "shard_plugin" not in lines[0] and f"cd {root} " in lines[0]
-    again = subprocess.run(["bash", "-c", lines[0]], capture_output=True, text=True, timeout=120,
-                           env={**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
-                                "KILN_PLANT": "fail"})
+    again = subprocess.run(
+        ["bash", "-c", lines[0]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "KILN_PLANT": "fail"},
+    )
     assert again.returncode == 1 and "1 failed" in again.stdout
 
 
@@ -355,8 +482,9 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     monkeypatch.setenv("KILN_PLANT", "crash,hang")
     monkeypatch.delenv("KILN_NATIVE", raising=False)
     # the stopped shard is killed after timeout_s: long enough for a loaded host to run shard 3's 12 quick tests
-    options = RunOptions(run_dir=root / "results" / "three", health=False, durations=root / "durations.json",
-                         echo=False)
+    options = RunOptions(
+        run_dir=root / "results" / "three", health=False, durations=root / "durations.json", echo=False
+    )
     run_dir, code = sharded.run_shards("cpu", [[], [], []], NativePlace(), options, timeout_s=90)
     assert code == 1
     manifest = json.loads((run_dir / "run.json").read_text())
@@ -367,7 +495,8 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     # the hung shard's harness, stopped and then terminated, kept the test it had finished (an
     # interrupt keeps what ran); the crashed shard's pytest died with its harness and wrote nothing
     assert sorted(t.id for s in run.suites for t in s.tests) == sorted(
-        [*junit_ids(run_dir / "shard-3"), "tests/alpha/test_alpha.py::test_hang"])
+        [*junit_ids(run_dir / "shard-3"), "tests/alpha/test_alpha.py::test_hang"]
+    )
     assert len(junit_ids(run_dir / "shard-3")) == 10 + 2  # alpha's other tests, beta's b and e (offset 1)
     text = (run_dir / "report.txt").read_text()
     assert text.startswith("kiln cpu/native 3 shards FAILED [run INCOMPLETE]: 12 passed, 1 skipped")
@@ -406,17 +535,38 @@ def test_a_container_shard_runs_pinned_with_the_plugin_and_repro_lines_without_i
 
     root, calls = faked_container_run(tmp_path, monkeypatch)
     shard.write_durations(root / "d.json", {}, "cuda")
-    run_dir, _ = steps.run_suites("cuda", ContainerPlace("kiln-cuda:t"), RunOptions(
-        suites=["alpha"], run_dir=tmp_path / "run", health=False, echo=False, extra=["-x"],
-        shard=shard.Shard(2, 2), durations=root / "d.json", devices=["1"]))
+    run_dir, _ = steps.run_suites(
+        "cuda",
+        ContainerPlace("kiln-cuda:t"),
+        RunOptions(
+            suites=["alpha"],
+            run_dir=tmp_path / "run",
+            health=False,
+            echo=False,
+            extra=["-x"],
+            shard=shard.Shard(2, 2),
+            durations=root / "d.json",
+            devices=["1"],
+        ),
+    )
     argv = calls[-1]
     assert argv[argv.index("--gpus") + 1] == "device=1" and "all" not in argv
-    inner = argv[argv.index("kiln-cuda:t") + 1:]
+    inner = argv[argv.index("kiln-cuda:t") + 1 :]
     # the run's extra arguments, the shard plugin, then crash isolation's journal (harness.suites.isolation)
-    assert inner[-12:] == ["-x", "-p", "harness.suites.shard_plugin", "--kiln-shard=2/2",
-                           "--kiln-durations=/results/shard-durations.json", "--kiln-shard-offset=0",
-                           "--kiln-shard-record=/results/alpha.shard.json", "-p", "harness.suites.journal_plugin",
-                           "--kiln-journal=/results/alpha.journal", "--continue-on-collection-errors", "tests/alpha"]
+    assert inner[-12:] == [
+        "-x",
+        "-p",
+        "harness.suites.shard_plugin",
+        "--kiln-shard=2/2",
+        "--kiln-durations=/results/shard-durations.json",
+        "--kiln-shard-offset=0",
+        "--kiln-shard-record=/results/alpha.shard.json",
+        "-p",
+        "harness.suites.journal_plugin",
+        "--kiln-journal=/results/alpha.journal",
+        "--continue-on-collection-errors",
+        "tests/alpha",
+    ]
     assert (run_dir / "suites" / "shard-durations.json").exists()
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["shard"] == {"index": 2, "count": 2, "durations": "suites/shard-durations.json"}
@@ -434,8 +584,11 @@ def test_a_container_run_on_a_runner_given_one_gpu_uses_only_it(tmp_path, monkey
     uuid = "GPU-0f0e0d0c-0b0a-0908-0706-050403020100"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
     root, calls = faked_container_run(tmp_path, monkeypatch)
-    run_dir, _ = steps.run_suites("cuda", ContainerPlace("kiln-cuda:t"), RunOptions(
-        suites=["alpha"], run_dir=tmp_path / "run", health=False, echo=False))
+    run_dir, _ = steps.run_suites(
+        "cuda",
+        ContainerPlace("kiln-cuda:t"),
+        RunOptions(suites=["alpha"], run_dir=tmp_path / "run", health=False, echo=False),
+    )
     assert len(calls) >= 2 and all(a[a.index("--gpus") + 1] == f"device={uuid}" for a in calls)
     assert all("CUDA_VISIBLE_DEVICES=0" in a for a in calls)
     manifest = json.loads((run_dir / "run.json").read_text())
@@ -445,8 +598,10 @@ def test_a_container_run_on_a_runner_given_one_gpu_uses_only_it(tmp_path, monkey
 
 
 def test_merge_command_errors_are_one_line(tmp_path):
-    for args, message in ((["merge", str(tmp_path / "none"), "--out", str(tmp_path / "o")], "is not a folder"),
-                          (["merge", str(tmp_path), "--out", str(tmp_path / "o")], "no shard results folders")):
+    for args, message in (
+        (["merge", str(tmp_path / "none"), "--out", str(tmp_path / "o")], "is not a folder"),
+        (["merge", str(tmp_path), "--out", str(tmp_path / "o")], "no shard results folders"),
+    ):
         proc = cli(*args)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
@@ -455,14 +610,29 @@ def test_merge_command_errors_are_one_line(tmp_path):
 def test_the_merge_output_below_its_input_is_not_searched(tmp_path):
     fake_shard(tmp_path / "a", 1, 1, ["t::a"], collected=["t::a"])
     merge.merge_shards(tmp_path / "merged", *merge.find_shards([tmp_path]))
-    folders, _ = merge.find_shards([tmp_path], exclude=tmp_path / "merged")  # else shard 1 would be there twice
+    folders, _ = merge.find_shards(
+        [tmp_path], exclude=tmp_path / "merged"
+    )  # else shard 1 would be there twice
     assert folders == {1: (tmp_path / "a").resolve()}
 
 
 def test_shards_auto_on_the_cpu_is_the_plain_run(tmp_path):
     root = make_project(tmp_path)
-    proc = cli("run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--shards", "auto", "--suite", "beta",
-               "--results", "results/auto", root=root)
+    proc = cli(
+        "run",
+        "--backend",
+        "cpu",
+        "--native",
+        "--no-health",
+        "--quiet",
+        "--shards",
+        "auto",
+        "--suite",
+        "beta",
+        "--results",
+        "results/auto",
+        root=root,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "kiln cpu/native OK: 5 passed"
     assert not (root / "results" / "auto" / "shard-1").exists()

@@ -38,10 +38,23 @@ def chromium() -> str:
 
 def browse(exe: str, page: Path, tmp: Path, *args: str) -> str:
     """Chromium's output for `page` opened from disk (file://) with `args` (--dump-dom, --screenshot=...)."""
-    proc = subprocess.run([exe, "--headless", "--disable-gpu", "--no-sandbox", "--disable-dev-shm-usage",
-                           f"--user-data-dir={tmp / 'profile'}",
-                           "--allow-file-access-from-files", *args, page.resolve().as_uri()],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp / 'profile'}",
+            "--allow-file-access-from-files",
+            *args,
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -81,8 +94,9 @@ def planted(tmp_path_factory):
     quarantine = tmp / "quarantine.toml"
     quarantine.write_text(f'[[test]]\nid = "{fixture.FLAKY_TEST}"\nreason = "planted: flaky on purpose"\n')
     out = tmp / "site"
-    built = build.build(out, db=str(db), history=str(hist), bisections=[tmp / "bisect"], quarantine=quarantine,
-                        jobs=2)
+    built = build.build(
+        out, db=str(db), history=str(hist), bisections=[tmp / "bisect"], quarantine=quarantine, jobs=2
+    )
     assert built.written and not built.unchanged
     return out, ids, db, hist, tmp
 
@@ -97,8 +111,10 @@ def test_the_browser_finds_the_confirmed_regression_and_not_the_rejected_bump(pl
     assert reg["data-workload"] == fixture.STEP_WORKLOAD and reg["data-compiler"] == "kiln"
     assert reg["data-run"] == str(ids[fixture.STEP_RUN]) and reg["data-confirmed"] == "true"
     assert reg["data-commit"] == fixture.commit_of(fixture.STEP_RUN)
-    assert reg["data-bisection"].startswith(f"bisect-{fixture.STEP_WORKLOAD}-kiln-") and (
-        out / reg["data-bisection"]).is_file()
+    assert (
+        reg["data-bisection"].startswith(f"bisect-{fixture.STEP_WORKLOAD}-kiln-")
+        and (out / reg["data-bisection"]).is_file()
+    )
     assert reg["svg"] == f"c-{fixture.STEP_WORKLOAD}-{fixture.HW_CLASS}-tiny-latency"  # on the latency chart
     assert not step.with_class("mark", "rejected")
     # the bump's chart: marked as a rejected suspect, never as a regression
@@ -113,7 +129,10 @@ def test_the_browser_finds_the_confirmed_regression_and_not_the_rejected_bump(pl
     tests = Elements(browse(exe, out / "tests.html", tmp_path, "--dump-dom"))
     rows = {a["data-node-id"]: a for a in tests.with_class("test-row")}
     assert set(rows) == {fixture.FAILING_TEST, fixture.FLAKY_TEST}
-    assert rows[fixture.FAILING_TEST]["data-state"] == "failing" and "failing" in rows[fixture.FAILING_TEST]["class"]
+    assert (
+        rows[fixture.FAILING_TEST]["data-state"] == "failing"
+        and "failing" in rows[fixture.FAILING_TEST]["class"]
+    )
     assert rows[fixture.FAILING_TEST]["data-failed"] == str(30 - fixture.FAILING_FROM)
     assert rows[fixture.FLAKY_TEST]["data-state"] == "flaky"
     assert rows[fixture.FLAKY_TEST]["data-quarantined"] == "true"
@@ -125,12 +144,15 @@ def test_the_browser_finds_the_confirmed_regression_and_not_the_rejected_bump(pl
     assert {"tests.html", "runs.html", "models.html", workload_page(fixture.STEP_WORKLOAD)} <= links
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    for page, shot, size in (("index.html", "index.png", "1280,1100"),
-                             (workload_page(fixture.STEP_WORKLOAD), "workload.png", "1280,1500")):
+    for page, shot, size in (
+        ("index.html", "index.png", "1280,1100"),
+        (workload_page(fixture.STEP_WORKLOAD), "workload.png", "1280,1500"),
+    ):
         target = SHOTS / shot
         target.unlink(missing_ok=True)
-        browse(exe, out / page, tmp_path, f"--screenshot={target}", f"--window-size={size}",
-               "--hide-scrollbars")
+        browse(
+            exe, out / page, tmp_path, f"--screenshot={target}", f"--window-size={size}", "--hide-scrollbars"
+        )
         assert target.stat().st_size > 10_000 and target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -179,8 +201,10 @@ def test_a_second_build_rewrites_nothing_and_a_new_run_only_its_pages(planted):
 
 def test_quartiles_are_those_of_stats_of():
     rng = random.Random(3)
-    lists = [[rng.lognormvariate(0, 0.3) for _ in range(n)] + ([50.0] if n % 2 else [])
-             for n in (1, 2, 3, 4, 5, 9, 10, 10, 17, 40)] + [[]]
+    lists = [
+        [rng.lognormvariate(0, 0.3) for _ in range(n)] + ([50.0] if n % 2 else [])
+        for n in (1, 2, 3, 4, 5, 9, 10, 10, 17, 40)
+    ] + [[]]
     got = quartiles(lists)
     for xs, q in zip(lists, got):
         if not xs:
@@ -221,7 +245,7 @@ def test_one_graph_per_hardware_class_and_a_log_axis_across_decades(tmp_path):
     figs = {a["data-hw-class"]: a for a in page.with_class("graph")}
     assert set(figs) == {"gpu-a", "gpu-b"} and {a["data-metric"] for a in figs.values()} == {"latency"}
     text = (out / workload_page("mm.small")).read_text()
-    charts = {m: text[text.index(f'id="c-mm.small-{m}-tiny-latency"'):] for m in ("gpu-a", "gpu-b")}
+    charts = {m: text[text.index(f'id="c-mm.small-{m}-tiny-latency"') :] for m in ("gpu-a", "gpu-b")}
     assert "log scale" in charts["gpu-b"].split("</svg>")[0]
     assert "log scale" not in charts["gpu-a"].split("</svg>")[0]
 
@@ -241,9 +265,27 @@ def test_numerics_reports_are_shown(tmp_path):
 
     folder = tmp_path / "numerics" / "attention"
     folder.mkdir(parents=True)
-    (folder / "report.json").write_text(json.dumps({"schema": 1, "check": {"failures": []}, "reports": [{
-        "program": {"ref": "attention"}, "outputs": [{"name": "out", "pairs": [
-            {"a": "A:eager", "b": "B:kiln", "verdict": "B:kiln is closer to fp64"}]}]}]}))
+    (folder / "report.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "check": {"failures": []},
+                "reports": [
+                    {
+                        "program": {"ref": "attention"},
+                        "outputs": [
+                            {
+                                "name": "out",
+                                "pairs": [
+                                    {"a": "A:eager", "b": "B:kiln", "verdict": "B:kiln is closer to fp64"}
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     out = tmp_path / "site"
     build.build(out, no_bench=True, no_history=True, numerics=[tmp_path / "numerics"], jobs=1)
     text = (out / "numerics.html").read_text()
@@ -271,14 +313,24 @@ def test_site_of_a_backend_reads_a_store_or_fails_clearly_never_builds_from_an_e
 
     from harness.bench.stores.store import Store
 
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "PYTHONPATH": str(ROOT),
-           "KILN_MATRIX": str(ROOT / "ci" / "matrix.json"), "KILN_BENCH_STORE": str(tmp_path / "no-lasting.sqlite"),
-           "XDG_DATA_HOME": str(tmp_path / "data")}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
+        "PYTHONPATH": str(ROOT),
+        "KILN_MATRIX": str(ROOT / "ci" / "matrix.json"),
+        "KILN_BENCH_STORE": str(tmp_path / "no-lasting.sqlite"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+    }
 
     def site() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness", "site", "--out", "results/site/cpu", "--lasting",
-                               "cpu"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "site", "--out", "results/site/cpu", "--lasting", "cpu"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
 
     none = site()
     assert none.returncode == 2, none.stdout + none.stderr

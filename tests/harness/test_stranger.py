@@ -32,7 +32,8 @@ def wheel(folder: Path, name: str, version: str, requires: list[str] = ()) -> Pa
     path = folder / f"{dist}-py3-none-any.whl"
     files = {
         f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
-            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)),
+            name, version, "".join(f"Requires-Dist: {r}\n" for r in requires)
+        ),
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: kiln-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
@@ -47,9 +48,15 @@ def wheel(folder: Path, name: str, version: str, requires: list[str] = ()) -> Pa
 
 def index_env(wheels: Path, home: Path) -> dict[str, str]:
     """A stranger's environment: a user's PATH, a fresh HOME, pip reaching only `wheels` (the 'index')."""
-    return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-            "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "LANG": "C.UTF-8"}
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheels),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "LANG": "C.UTF-8",
+    }
 
 
 @pytest.fixture
@@ -65,8 +72,15 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def nox(tree: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nox", *args], cwd=tree, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "nox", *args],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_the_torch_pin_where_pip_reaches_only_the_index(checkout, tmp_path):
@@ -93,11 +107,15 @@ def test_the_torch_pin_where_pip_reaches_only_the_index(checkout, tmp_path):
     out = p.stdout + p.stderr
     said = [ln for ln in out.splitlines() if ln.startswith(f"nox > torch {TORCH}, triton {OTHER_TRITON}:")]
     assert len(said) == 1, out
-    assert f"no torch=={TORCH} that goes with triton=={TRITON}" in said[0] and "1 nvidia-* runtime wheels" in said[0]
+    assert (
+        f"no torch=={TORCH} that goes with triton=={TRITON}" in said[0]
+        and "1 nvidia-* runtime wheels" in said[0]
+    )
     assert "ResolutionImpossible" not in out
     venv = checkout / ".nox" / "kiln" / "bin" / "python"
-    shown = subprocess.run([str(venv), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True,
-                           check=True).stdout
+    shown = subprocess.run(
+        [str(venv), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True
+    ).stdout
     assert {d["name"]: d["version"] for d in json.loads(shown)}["triton"] == OTHER_TRITON
     assert p.returncode != 0  # the project's own install needs the real index (absent here): it stops there
 
@@ -112,17 +130,28 @@ def _ci_lines(*posargs: str, env: dict[str, str] | None = None) -> list[str]:
     pytest.importorskip("nox")
     e = {k: v for k, v in os.environ.items() if k != "KILN_NATIVE"}
     e.update({"KILN_NO_VENV": "1", **(env or {})})
-    p = subprocess.run([sys.executable, "-m", "nox", "-s", "ci", "--install-only", *(["--", *posargs] if posargs
-                                                                                       else [])],
-                       cwd=ROOT, env=e, capture_output=True, text=True, timeout=120, check=False)
-    return [ln.removeprefix("nox > ") for ln in (p.stdout + p.stderr).splitlines()
-            if ln.startswith("nox > ") and "uv binary" not in ln and not ln.startswith("nox > Running")]
+    p = subprocess.run(
+        [sys.executable, "-m", "nox", "-s", "ci", "--install-only", *(["--", *posargs] if posargs else [])],
+        cwd=ROOT,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return [
+        ln.removeprefix("nox > ")
+        for ln in (p.stdout + p.stderr).splitlines()
+        if ln.startswith("nox > ") and "uv binary" not in ln and not ln.startswith("nox > Running")
+    ]
 
 
 def test_the_main_job_says_its_mode_and_rule_first_and_a_daemon_does_not_choose_it():
     lines = _ci_lines()
-    assert lines[0] == ("mode: native (rule: native unless `-- --container` or `-- --image REF`; the docker daemon "
-                        "is not consulted)")
+    assert lines[0] == (
+        "mode: native (rule: native unless `-- --container` or `-- --image REF`; the docker daemon "
+        "is not consulted)"
+    )
     assert "backend: cpu (native)" in lines
     container = _ci_lines("--container")
     assert container[0].startswith("mode: container (rule: ") and "backend: cpu (container)" in container
@@ -140,6 +169,10 @@ def test_ci_mode_rule():
 
     nf = noxfile()
     assert nf.ci_mode([])[:1] == ("native",)
-    assert nf.ci_mode(["--native", "--suite", "fallback"]) == ("native", nf.CI_MODE_RULE, ["--suite", "fallback"])
+    assert nf.ci_mode(["--native", "--suite", "fallback"]) == (
+        "native",
+        nf.CI_MODE_RULE,
+        ["--suite", "fallback"],
+    )
     assert nf.ci_mode(["--container"])[0] == "container"
     assert nf.ci_mode(["--image", "kiln-cpu:x"]) == ("container", nf.CI_MODE_RULE, ["--image", "kiln-cpu:x"])

@@ -25,8 +25,10 @@ class FakeSession:
         junit = next(a.split("=", 1)[1] for a in args if a.startswith("--junitxml="))
         bad = index in self.fail
         with open(junit, "w", encoding="utf-8") as fh:
-            fh.write(f'<testsuites><testsuite tests="5" failures="{int(bad)}" errors="{int(bad)}" skipped="1"/>'
-                     '</testsuites>')
+            fh.write(
+                f'<testsuites><testsuite tests="5" failures="{int(bad)}" errors="{int(bad)}" skipped="1"/>'
+                "</testsuites>"
+            )
         if bad:
             raise CommandFailed("pytest failed", return_code=1)
 
@@ -47,7 +49,7 @@ def test_every_phase_runs_after_a_failure_and_the_recap_names_each(monkeypatch):
         nf.tests(session)
     names = [name for name, _, _ in nf.test_phases("/x")]
     assert len(session.calls) == len(names) == 5  # the phases after the failed one ran too
-    recap = session.logged[session.logged.index("recap of `nox -s tests`:") + 1:]
+    recap = session.logged[session.logged.index("recap of `nox -s tests`:") + 1 :]
     assert [line.split("  ")[0].strip() for line in recap] == [*names, "total"]
     assert "FAILED (exit 1)" in recap[1] and "2 passed, 2 failed, 1 skipped in" in recap[1]
     assert all(" ok " in line and "4 passed, 0 failed, 1 skipped" in line for line in recap[:1] + recap[2:-1])

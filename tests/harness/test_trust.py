@@ -33,21 +33,29 @@ def as_job(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
         monkeypatch.setenv(k, v)
 
 
-@pytest.mark.parametrize("event,ref,head,scope", [
-    ("push", "refs/heads/main", None, "main"),
-    ("workflow_dispatch", "refs/heads/main", None, "main"),
-    ("schedule", "refs/heads/main", None, "main"),
-    ("push", "refs/heads/feature", None, "branch"),
-    ("workflow_dispatch", "refs/heads/feature", None, "branch"),
-    ("push", "refs/tags/v1", None, "branch"),
-    ("pull_request", "refs/pull/7/merge", BASE, "pr"),
-    ("pull_request", "refs/pull/7/merge", "Kiln-Org/Kiln", "pr"),
-    ("pull_request", "refs/pull/7/merge", "mallory/kiln", "fork"),
-    ("pull_request", "refs/heads/main", "mallory/kiln", "fork"),  # a pull request is never main, whatever its ref
-    ("pull_request_target", "refs/heads/main", "mallory/kiln", "fork"),
-    ("pull_request", "refs/pull/7/merge", None, "fork"),  # no payload: the head repository is unknown
-    ("issue_comment", "refs/heads/main", None, "fork"),  # an event the harness does not know
-])
+@pytest.mark.parametrize(
+    "event,ref,head,scope",
+    [
+        ("push", "refs/heads/main", None, "main"),
+        ("workflow_dispatch", "refs/heads/main", None, "main"),
+        ("schedule", "refs/heads/main", None, "main"),
+        ("push", "refs/heads/feature", None, "branch"),
+        ("workflow_dispatch", "refs/heads/feature", None, "branch"),
+        ("push", "refs/tags/v1", None, "branch"),
+        ("pull_request", "refs/pull/7/merge", BASE, "pr"),
+        ("pull_request", "refs/pull/7/merge", "Kiln-Org/Kiln", "pr"),
+        ("pull_request", "refs/pull/7/merge", "mallory/kiln", "fork"),
+        (
+            "pull_request",
+            "refs/heads/main",
+            "mallory/kiln",
+            "fork",
+        ),  # a pull request is never main, whatever its ref
+        ("pull_request_target", "refs/heads/main", "mallory/kiln", "fork"),
+        ("pull_request", "refs/pull/7/merge", None, "fork"),  # no payload: the head repository is unknown
+        ("issue_comment", "refs/heads/main", None, "fork"),  # an event the harness does not know
+    ],
+)
 def test_the_scope_follows_the_event_ref_and_head_repository(tmp_path, event, ref, head, scope):
     assert trust.derive(gh(tmp_path, event, ref, head))[0] == scope
 
@@ -55,36 +63,46 @@ def test_the_scope_follows_the_event_ref_and_head_repository(tmp_path, event, re
 def test_outside_github_is_local_and_an_incomplete_github_environment_is_a_fork(tmp_path):
     assert trust.derive({}) == ("local", "no GitHub Actions environment")
     assert trust.derive({"GITHUB_ACTIONS": "true"})[0] == "fork"
-    assert trust.derive({"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "push", "GITHUB_REF": "refs/heads/main"})[0] \
-        == "fork"  # no repository: nothing to compare a head with
+    assert (
+        trust.derive(
+            {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "push", "GITHUB_REF": "refs/heads/main"}
+        )[0]
+        == "fork"
+    )  # no repository: nothing to compare a head with
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     env = {**gh(tmp_path, "pull_request", "refs/pull/1/merge"), "GITHUB_EVENT_PATH": str(bad)}
     assert trust.derive(env)[0] == "fork"
 
 
-@pytest.mark.parametrize("derived_env,asked,scope", [
-    (("push", "refs/heads/main", None), "pr", "pr"),
-    (("push", "refs/heads/main", None), "untrusted", "fork"),
-    (("push", "refs/heads/main", None), "main", "main"),
-    (("pull_request", "refs/pull/7/merge", BASE), "fork", "fork"),
-    (None, "pr", "pr"),
-])
+@pytest.mark.parametrize(
+    "derived_env,asked,scope",
+    [
+        (("push", "refs/heads/main", None), "pr", "pr"),
+        (("push", "refs/heads/main", None), "untrusted", "fork"),
+        (("push", "refs/heads/main", None), "main", "main"),
+        (("pull_request", "refs/pull/7/merge", BASE), "fork", "fork"),
+        (None, "pr", "pr"),
+    ],
+)
 def test_kiln_cache_scope_may_narrow(tmp_path, derived_env, asked, scope):
     env = gh(tmp_path, *derived_env) if derived_env else {}
     t = trust.resolve({**env, "KILN_CACHE_SCOPE": asked})
     assert t.scope == scope and (t.derived != t.scope or asked == scope)
 
 
-@pytest.mark.parametrize("derived_env,asked", [
-    (("pull_request", "refs/pull/7/merge", "mallory/kiln"), "main"),
-    (("pull_request", "refs/pull/7/merge", BASE), "main"),
-    (("pull_request", "refs/pull/7/merge", BASE), "branch"),
-    (("push", "refs/heads/feature", None), "main"),
-    (None, "main"),
-    (None, "branch"),
-    (None, "nonsense"),
-])
+@pytest.mark.parametrize(
+    "derived_env,asked",
+    [
+        (("pull_request", "refs/pull/7/merge", "mallory/kiln"), "main"),
+        (("pull_request", "refs/pull/7/merge", BASE), "main"),
+        (("pull_request", "refs/pull/7/merge", BASE), "branch"),
+        (("push", "refs/heads/feature", None), "main"),
+        (None, "main"),
+        (None, "branch"),
+        (None, "nonsense"),
+    ],
+)
 def test_kiln_cache_scope_never_widens(tmp_path, derived_env, asked):
     env = gh(tmp_path, *derived_env) if derived_env else {}
     with pytest.raises(SettingsError, match="KILN_CACHE_SCOPE"):
@@ -92,18 +110,32 @@ def test_kiln_cache_scope_never_widens(tmp_path, derived_env, asked):
 
 
 def test_a_widening_setting_stops_every_verb_with_one_line(tmp_path, monkeypatch):
-    as_job(monkeypatch, {**gh(tmp_path, "pull_request", "refs/pull/7/merge", "mallory/kiln"),
-                         "KILN_CACHE_SCOPE": "main"})
-    proc = subprocess.run([sys.executable, "-m", "harness", "trust"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, check=False)
+    as_job(
+        monkeypatch,
+        {**gh(tmp_path, "pull_request", "refs/pull/7/merge", "mallory/kiln"), "KILN_CACHE_SCOPE": "main"},
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "trust"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0 and "would widen this job's trust: it is fork" in proc.stderr
 
 
 def test_the_trust_verb_lists_the_scope_and_its_folders(tmp_path, monkeypatch):
     as_job(monkeypatch, gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE))
-    proc = subprocess.run([sys.executable, "-m", "harness", "trust", "--json", "-"], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "trust", "--json", "-"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["scope"] == "pr"
@@ -124,7 +156,13 @@ def test_scoped_paths_and_image_names():
 # ---- compiler caches (item: every lasting cache scoped) --------------------------------------------------
 
 
-CACHE_VARS = ("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "KILN_GRAPH_CACHE_DIR", "KILN_AUTOTUNE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+CACHE_VARS = (
+    "TRITON_CACHE_DIR",
+    "KILN_CACHE_DIR",
+    "KILN_GRAPH_CACHE_DIR",
+    "KILN_AUTOTUNE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+)
 
 
 def _clear_cache_vars(monkeypatch):
@@ -136,10 +174,12 @@ def test_untrusted_and_main_jobs_never_share_a_cache_folder(tmp_path, monkeypatc
     _clear_cache_vars(monkeypatch)
     monkeypatch.setenv("TRITON_CACHE_DIR", "/runner/wide/triton")  # a runner-wide setting: not in CI
     envs = {}
-    for name, job in {"fork": gh(tmp_path, "pull_request", "refs/pull/7/merge", "mallory/kiln"),
-                      "pr": gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE),
-                      "branch": gh(tmp_path, "push", "refs/heads/x"),
-                      "main": gh(tmp_path, "push", "refs/heads/main")}.items():
+    for name, job in {
+        "fork": gh(tmp_path, "pull_request", "refs/pull/7/merge", "mallory/kiln"),
+        "pr": gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE),
+        "branch": gh(tmp_path, "push", "refs/heads/x"),
+        "main": gh(tmp_path, "push", "refs/heads/main"),
+    }.items():
         as_job(monkeypatch, job)
         envs[name] = commands.native_cache_env()
         assert set(CACHE_VARS) <= set(envs[name]), name
@@ -147,8 +187,13 @@ def test_untrusted_and_main_jobs_never_share_a_cache_folder(tmp_path, monkeypatc
     for a, mine in folders.items():
         for b, theirs in folders.items():
             if a != b:
-                assert not any(x == y or y in x.parents or x in y.parents for x in mine for y in theirs), (a, b)
-    assert envs["main"]["KILN_CACHE_AUTH"] == "1" and all("KILN_CACHE_AUTH" not in envs[n] for n in ("pr", "fork"))
+                assert not any(x == y or y in x.parents or x in y.parents for x in mine for y in theirs), (
+                    a,
+                    b,
+                )
+    assert envs["main"]["KILN_CACHE_AUTH"] == "1" and all(
+        "KILN_CACHE_AUTH" not in envs[n] for n in ("pr", "fork")
+    )
 
 
 def test_the_cache_key_reaches_main_only(tmp_path, monkeypatch):
@@ -172,11 +217,21 @@ def test_containers_get_their_scopes_folder_and_only_main_the_key(tmp_path, monk
     monkeypatch.setattr("harness.images.cleanup.mark_used", lambda image: None)
     b = matrix.load(REPO / "ci" / "matrix.json").backend("cpu")
     argvs = {}
-    for name, job in {"pr": gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE),
-                      "main": gh(tmp_path, "push", "refs/heads/main")}.items():
+    for name, job in {
+        "pr": gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE),
+        "main": gh(tmp_path, "push", "refs/heads/main"),
+    }.items():
         as_job(monkeypatch, job)
-        argvs[name] = " ".join(commands.container_argv(b, "kiln-cpu:0123456789abcdef", ["true"], src=REPO, env={},
-                                                       **place.container_extras(b, "kiln-cpu:0123456789abcdef")))
+        argvs[name] = " ".join(
+            commands.container_argv(
+                b,
+                "kiln-cpu:0123456789abcdef",
+                ["true"],
+                src=REPO,
+                env={},
+                **place.container_extras(b, "kiln-cpu:0123456789abcdef"),
+            )
+        )
     assert "/pr/kiln-cpu-0123456789abcdef:/cache " in argvs["pr"] and "/main/" not in argvs["pr"]
     assert "kiln-cache.key" not in argvs["pr"] and "KILN_CACHE_AUTH" not in argvs["pr"]
     assert f"{key}:/run/kiln-cache.key:ro" in argvs["main"] and "KILN_CACHE_AUTH=1" in argvs["main"]
@@ -209,10 +264,13 @@ def test_a_verb_runs_in_its_scopes_folders_without_the_key(tmp_path, monkeypatch
     _clear_cache_vars(monkeypatch)
     monkeypatch.setenv("KILN_CACHE_KEY", "s3cret")
     as_job(monkeypatch, gh(tmp_path, "pull_request", "refs/pull/7/merge", "mallory/kiln"))
-    code = ("import os, sys; from harness.commands import scope_this_process; scope_this_process(); "
-            "print(os.environ['TORCHINDUCTOR_CACHE_DIR']); print(os.environ.get('KILN_CACHE_KEY'))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=False)
+    code = (
+        "import os, sys; from harness.commands import scope_this_process; scope_this_process(); "
+        "print(os.environ['TORCHINDUCTOR_CACHE_DIR']); print(os.environ.get('KILN_CACHE_KEY'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
     inductor, key = proc.stdout.split()
     assert "/fork/" in inductor and key == "None" and "not handed to this job's processes" in proc.stderr
 
@@ -220,10 +278,15 @@ def test_a_verb_runs_in_its_scopes_folders_without_the_key(tmp_path, monkeypatch
 # ---- stores, durations, images ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("job,writes", [(("push", "refs/heads/main", None), True),
-                                        (("workflow_dispatch", "refs/heads/feature", None), False),
-                                        (("pull_request", "refs/pull/7/merge", BASE), False),
-                                        (("pull_request", "refs/pull/7/merge", "mallory/kiln"), False)])
+@pytest.mark.parametrize(
+    "job,writes",
+    [
+        (("push", "refs/heads/main", None), True),
+        (("workflow_dispatch", "refs/heads/feature", None), False),
+        (("pull_request", "refs/pull/7/merge", BASE), False),
+        (("pull_request", "refs/pull/7/merge", "mallory/kiln"), False),
+    ],
+)
 def test_only_main_writes_the_fleet_store_whatever_url_it_is_given(tmp_path, monkeypatch, job, writes):
     from harness.store import cli, url
 
@@ -237,14 +300,27 @@ def test_only_main_writes_the_fleet_store_whatever_url_it_is_given(tmp_path, mon
         assert fleet_settings().read_only
         with pytest.raises(UsageError, match="never writes a store server"):
             cli.location("postgresql://kiln@db.invalid/kiln", tmp_path / "h.sqlite", write=True)
-        assert cli.location(tmp_path / "own.sqlite", tmp_path / "h.sqlite", write=True) == tmp_path / "own.sqlite"
+        assert (
+            cli.location(tmp_path / "own.sqlite", tmp_path / "h.sqlite", write=True)
+            == tmp_path / "own.sqlite"
+        )
 
 
 def test_a_pull_request_cannot_push_into_the_fleet_store(tmp_path, monkeypatch):
     as_job(monkeypatch, gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE))
-    proc = subprocess.run([sys.executable, "-m", "harness", "store", "push", "--to", "postgresql://kiln@db.invalid/k"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 2 and "trust scope pr" in proc.stderr and "never writes a store server" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "store", "push", "--to", "postgresql://kiln@db.invalid/k"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (
+        proc.returncode == 2
+        and "trust scope pr" in proc.stderr
+        and "never writes a store server" in proc.stderr
+    )
 
 
 def test_untrusted_history_and_durations_never_feed_mains(tmp_path, monkeypatch):
@@ -268,11 +344,16 @@ def test_an_untrusted_bench_record_never_writes_mains_lasting_store(tmp_path, mo
 
     monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "bench" / "{backend}.sqlite"))
     opened = []
-    monkeypatch.setattr("harness.bench.stores.store.open_lasting", lambda path, write: opened.append((path, write)))
+    monkeypatch.setattr(
+        "harness.bench.stores.store.open_lasting", lambda path, write: opened.append((path, write))
+    )
     as_job(monkeypatch, gh(tmp_path, "pull_request", "refs/pull/7/merge", BASE))
     cli.open_bench_store(None, "cpu", write=True)
     cli.open_bench_store(None, "cpu", write=False)
-    assert opened == [(tmp_path / "bench" / "pr" / "cpu.sqlite", True), (tmp_path / "bench" / "cpu.sqlite", False)]
+    assert opened == [
+        (tmp_path / "bench" / "pr" / "cpu.sqlite", True),
+        (tmp_path / "bench" / "cpu.sqlite", False),
+    ]
 
 
 def test_images_built_by_untrusted_jobs_never_carry_mains_names(tmp_path, monkeypatch):
@@ -298,7 +379,11 @@ def test_images_built_by_untrusted_jobs_never_carry_mains_names(tmp_path, monkey
     as_job(monkeypatch, gh(tmp_path, "pull_request", "refs/pull/7/merge", "mallory/kiln"))
     mains = image.image_tag(cpu, "base:1")
     got = image.build(cpu)
-    assert built == [got.tag] and got.tag == trust.scoped_image(mains, "fork") and got.tag.startswith("kiln-cpu-fork:")
+    assert (
+        built == [got.tag]
+        and got.tag == trust.scoped_image(mains, "fork")
+        and got.tag.startswith("kiln-cpu-fork:")
+    )
     assert image.build(cpu, force=True).tag == got.tag  # forced: still its own name
     present.add(mains)  # main built these inputs: the fork runs main's image (same inputs), tags nothing
     assert image.build(cpu).tag == mains and len(built) == 2

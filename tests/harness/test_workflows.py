@@ -96,7 +96,11 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         job = jobs[f"bench-{b.name}"]
         assert job["runs-on"] == list(b.runner_labels), f"bench-{b.name} runs-on"
         assert job["timeout-minutes"] == b.timeouts.job_min, f"bench-{b.name} timeout-minutes"
-        steps = {argv[2]: (step, argv) for step, argv in _nox_steps(job) if argv[2] not in ("ci-teardown", "site", "preflight")}
+        steps = {
+            argv[2]: (step, argv)
+            for step, argv in _nox_steps(job)
+            if argv[2] not in ("ci-teardown", "site", "preflight")
+        }
         assert set(steps) == {"bench-record", "bench-pr"}, f"bench-{b.name} runs {sorted(steps)}"
         assert set(steps) <= sessions
         for name, (_step, argv) in steps.items():
@@ -107,8 +111,10 @@ def test_every_gpu_backend_has_a_bench_job_that_reads_the_matrix_and_calls_nox()
         # main's run bisects a confirmed regression back to main's previous run: the whole history (0) there
         (checkout,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
         assert job["steps"].index(checkout) < job["steps"].index(steps["bench-record"][0])
-        assert checkout["with"]["fetch-depth"] in (0, "${{ github.event_name == 'pull_request' && 1 || 0 }}"), (
-            f"bench-{b.name}: the checkout must fetch the whole history on main")
+        assert checkout["with"]["fetch-depth"] in (
+            0,
+            "${{ github.event_name == 'pull_request' && 1 || 0 }}",
+        ), f"bench-{b.name}: the checkout must fetch the whole history on main"
 
 
 def test_bench_jobs_stop_at_their_preflight_before_anything_is_opened_built_or_uploaded():
@@ -140,14 +146,19 @@ def test_bench_jobs_build_and_upload_the_history_site_on_main():
     for b in (b for b in MATRIX.backends.values() if b.is_gpu):
         steps = jobs[f"bench-{b.name}"]["steps"]
         site = [(st, argv) for st, argv in _nox_steps(jobs[f"bench-{b.name}"]) if argv[2] == "site"]
-        assert [argv[3:] for _, argv in site] == [["--", "--backend", b.name],
-                                                  ["--", "--backend", b.name, "--link", "$SITE_URL"]]
+        assert [argv[3:] for _, argv in site] == [
+            ["--", "--backend", b.name],
+            ["--", "--backend", b.name, "--link", "$SITE_URL"],
+        ]
         (build, _), (link, _) = site
         record = next(st for st in steps if "-s bench-record" in st.get("run", ""))
         uploads = [st for st in steps if st.get("uses", "").startswith("actions/upload-artifact@")]
         assert len(uploads) == 2 and uploads[1]["with"] == {
-            "name": f"site-{b.name}", "path": f"results/site/{b.name}/", "if-no-files-found": "warn",
-            "retention-days": 90}
+            "name": f"site-{b.name}",
+            "path": f"results/site/{b.name}/",
+            "if-no-files-found": "warn",
+            "retention-days": 90,
+        }
         order = [steps.index(x) for x in (record, build, uploads[0], uploads[1], link)]
         assert order == sorted(order), f"bench-{b.name}: the site's steps are out of order"
         for st in (build, uploads[1]):
@@ -157,10 +168,13 @@ def test_bench_jobs_build_and_upload_the_history_site_on_main():
         assert f"steps.{uploads[1]['id']}.outputs.artifact-url != ''" in link["if"]
 
 
-@pytest.mark.parametrize("tool, argv", [
-    ("actionlint", ["-color=false"]),
-    ("zizmor", ["--offline", "--no-progress", "--min-severity=low"]),
-])
+@pytest.mark.parametrize(
+    "tool, argv",
+    [
+        ("actionlint", ["-color=false"]),
+        ("zizmor", ["--offline", "--no-progress", "--min-severity=low"]),
+    ],
+)
 def test_workflow_linters_are_clean_when_installed(tool, argv):
     """`nox -s lint` runs them (pinned in noxfile.LINT_PINS); here too where they are on PATH."""
     import shutil
@@ -168,8 +182,9 @@ def test_workflow_linters_are_clean_when_installed(tool, argv):
     exe = shutil.which(tool)
     if exe is None:
         pytest.skip(f"{tool} is not installed (`nox -s lint` installs it)")
-    proc = subprocess.run([exe, *argv, *map(str, WORKFLOWS)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [exe, *argv, *map(str, WORKFLOWS)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -219,10 +234,14 @@ def test_least_privilege_pinned_actions_no_credentials():
         # the only secrets: the fleet store's URLs, read once in the shared env (a read-only URL for
         # pull requests); no step or job hands a secret to anything else
         text = path.read_text()
-        assert set(re.findall(r"secrets\.(\w+)", text)) <= {"KILN_STORE_URL", "KILN_STORE_READ_URL"}, path.name
+        assert set(re.findall(r"secrets\.(\w+)", text)) <= {"KILN_STORE_URL", "KILN_STORE_READ_URL"}, (
+            path.name
+        )
         uses = [line for line in text.splitlines() if "secrets." in line]
         assert all(line.startswith("  KILN_STORE_URL: ") for line in uses), (path.name, uses)
-        assert data["env"]["KILN_STORE_READ_ONLY"] == "${{ github.event_name == 'pull_request' && '1' || '' }}"
+        assert (
+            data["env"]["KILN_STORE_READ_ONLY"] == "${{ github.event_name == 'pull_request' && '1' || '' }}"
+        )
 
 
 def test_workflows_upload_results_and_write_a_job_summary():
@@ -232,7 +251,12 @@ def test_workflows_upload_results_and_write_a_job_summary():
         uploads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
         assert uploads and uploads[0]["if"] == "!cancelled()" and uploads[0]["with"]["path"] == "results/"
         runs = " ".join(s.get("run", "") for s in job["steps"])
-        writes = ("-s ci-report", "--github-summary", "-s bench-record", "-s bench-pr")  # bench: `bench summary`
+        writes = (
+            "-s ci-report",
+            "--github-summary",
+            "-s bench-record",
+            "-s bench-pr",
+        )  # bench: `bench summary`
         assert any(w in runs for w in writes), f"{wf}:{job_id} writes no job summary"
 
 
@@ -261,7 +285,9 @@ def test_cpu_jobs_cannot_match_a_gpu_runner_nor_gpu_jobs_a_cpu_runner():
     seen = set()
     for wf, job_id, _, labels in _self_hosted_jobs():
         matching = [n for n, registered in runners.items() if labels <= registered]
-        assert len(matching) == 1, f"{wf}:{job_id}: runs-on {sorted(labels)} matches the runners of {matching}"
+        assert len(matching) == 1, (
+            f"{wf}:{job_id}: runs-on {sorted(labels)} matches the runners of {matching}"
+        )
         seen.add(matching[0])
     assert seen == set(runners)
     # the old CPU labels, which every GPU runner matched, are gone
@@ -276,7 +302,9 @@ def test_gpu_labels_name_the_gpu_model_and_bench_jobs_require_it():
             assert models == [], f"{b.name}: a CPU backend names a GPU model"
             continue
         assert len(models) == 1 and re.fullmatch(r"gpu-[a-z0-9]+", models[0]), f"{b.name}: {b.runner_labels}"
-        assert models[0] in bench[f"bench-{b.name}"]["runs-on"], f"bench-{b.name} does not require {models[0]}"
+        assert models[0] in bench[f"bench-{b.name}"]["runs-on"], (
+            f"bench-{b.name} does not require {models[0]}"
+        )
 
 
 def test_main_is_never_cancelled_nor_replaced():
@@ -285,7 +313,9 @@ def test_main_is_never_cancelled_nor_replaced():
     for path in WORKFLOWS:
         conc = _load(path)["concurrency"]
         assert conc["cancel-in-progress"] in (False, "${{ github.ref != 'refs/heads/main' }}"), path.name
-        assert "${{ github.ref == 'refs/heads/main' && github.run_id || github.ref }}" in conc["group"], path.name
+        assert "${{ github.ref == 'refs/heads/main' && github.run_id || github.ref }}" in conc["group"], (
+            path.name
+        )
 
 
 def test_every_workflow_sets_the_same_variables_from_one_list():
@@ -294,9 +324,17 @@ def test_every_workflow_sets_the_same_variables_from_one_list():
     them again."""
     from harness.settings import WORKFLOW_ENV, workflow_env_yaml
 
-    assert {"KILN_ALLOW_UNLOCKED", "KILN_TORCH_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
-            "KILN_HISTORY_DB", "KILN_BENCH_STORE"} <= set(WORKFLOW_ENV)
-    shared_kinds = re.compile(r"PIP_.*|KILN_.*(INDEX|UNLOCKED|STORE|_DB|CACHE).*")  # what only the list may set
+    assert {
+        "KILN_ALLOW_UNLOCKED",
+        "KILN_TORCH_INDEX_URL",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "KILN_HISTORY_DB",
+        "KILN_BENCH_STORE",
+    } <= set(WORKFLOW_ENV)
+    shared_kinds = re.compile(
+        r"PIP_.*|KILN_.*(INDEX|UNLOCKED|STORE|_DB|CACHE).*"
+    )  # what only the list may set
     for path in WORKFLOWS:
         data = _load(path)
         shared = {k: v for k, v in data["env"].items() if k in WORKFLOW_ENV}
@@ -304,7 +342,8 @@ def test_every_workflow_sets_the_same_variables_from_one_list():
         own = [k for k in data["env"] if k not in WORKFLOW_ENV and shared_kinds.fullmatch(k)]
         assert not own, f"{path.name} sets {own} outside WORKFLOW_ENV: add them to the list instead"
         assert workflow_env_yaml() in path.read_text(), (
-            f"{path.name}: its top-level env block is not WORKFLOW_ENV's (python -m harness workflows --write)")
+            f"{path.name}: its top-level env block is not WORKFLOW_ENV's (python -m harness workflows --write)"
+        )
         for job_id, job in data["jobs"].items():
             for where in [job, *job["steps"]]:
                 again = set(where.get("env") or {}) & set(WORKFLOW_ENV)
@@ -319,7 +358,8 @@ def test_every_self_hosted_job_ends_with_the_teardown():
     for wf, job_id, job, _ in _self_hosted_jobs():
         last = job["steps"][-1]
         assert last.get("if") == "always()" and last.get("run") == f"{NOX} -s ci-teardown", (
-            f"{wf}:{job_id} does not end with the teardown")
+            f"{wf}:{job_id} does not end with the teardown"
+        )
 
 
 def test_the_workflows_are_what_the_matrix_and_the_list_write():
@@ -330,20 +370,33 @@ def test_the_workflows_are_what_the_matrix_and_the_list_write():
 
     for path in WORKFLOWS:
         assert workflows.render(path.read_text(), MATRIX) == path.read_text(), (
-            f"{path.name} differs from ci/matrix.json or WORKFLOW_ENV: python -m harness workflows --write")
+            f"{path.name} differs from ci/matrix.json or WORKFLOW_ENV: python -m harness workflows --write"
+        )
     text = (ROOT / ".github" / "workflows" / "flakes.yml").read_text()
-    planted = text.replace("env:\n", "env:\n  # a workflow's own\n  OWN_VAR: x\n  PIP_INDEX_URL: planted-old-value\n", 1)
+    planted = text.replace(
+        "env:\n", "env:\n  # a workflow's own\n  OWN_VAR: x\n  PIP_INDEX_URL: planted-old-value\n", 1
+    )
     rendered = workflows.render(planted, MATRIX)
-    assert rendered.count("PIP_INDEX_URL") == text.count("PIP_INDEX_URL") and "planted-old-value" not in rendered
-    assert "  # a workflow's own\n  OWN_VAR: x\n" in rendered and _env_after(rendered) == {**_env_after(text),
-                                                                                          "OWN_VAR": "x"}
+    assert (
+        rendered.count("PIP_INDEX_URL") == text.count("PIP_INDEX_URL") and "planted-old-value" not in rendered
+    )
+    assert "  # a workflow's own\n  OWN_VAR: x\n" in rendered and _env_after(rendered) == {
+        **_env_after(text),
+        "OWN_VAR": "x",
+    }
     cuda = MATRIX.backend("cuda")
-    other = replace(MATRIX, backends={**MATRIX.backends, "cuda": replace(
-        cuda, runner_labels=(*cuda.runner_labels[:-1], "gpu-b200"))})
+    other = replace(
+        MATRIX,
+        backends={
+            **MATRIX.backends,
+            "cuda": replace(cuda, runner_labels=(*cuda.runner_labels[:-1], "gpu-b200")),
+        },
+    )
     text = (ROOT / ".github" / "workflows" / "bench.yml").read_text()
     jobs = yaml.safe_load(workflows.render(text, other))["jobs"]
     assert jobs["bench-cuda"]["runs-on"][-1] == "gpu-b200" and jobs["bench-rocm"]["runs-on"] == list(
-        MATRIX.backend("rocm").runner_labels)
+        MATRIX.backend("rocm").runner_labels
+    )
 
 
 def _env_after(text: str) -> dict:
@@ -356,8 +409,11 @@ def test_two_top_level_env_blocks_become_one():
     from harness import workflows
 
     text = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
-    merged = text.replace("concurrency:\n", "env:\n  # its own input\n  OWN_SELECTION: ${{ inputs.selection }}\n\n"
-                          "concurrency:\n", 1)
+    merged = text.replace(
+        "concurrency:\n",
+        "env:\n  # its own input\n  OWN_SELECTION: ${{ inputs.selection }}\n\nconcurrency:\n",
+        1,
+    )
     assert merged.count("\nenv:\n") == 2
     rendered = workflows.render(merged, MATRIX)
     assert rendered.count("\nenv:\n") == 1 and workflows.render(rendered, MATRIX) == rendered
@@ -377,7 +433,13 @@ def test_a_cpu_job_runs_the_unit_tests_and_uploads_their_junit_results():
     job = _load(ROOT / ".github" / "workflows" / "ci.yml")["jobs"]["unit-tests"]
     assert job["runs-on"] == list(MATRIX.backend("cpu").runner_labels)
     (step, argv), *rest = [(s, a) for s, a in _nox_steps(job) if a[2] != "ci-teardown"]
-    assert not rest and argv[2:] == ["unit-tests", "--", "--results", "results/unit-tests", "--github-summary"]
+    assert not rest and argv[2:] == [
+        "unit-tests",
+        "--",
+        "--results",
+        "results/unit-tests",
+        "--github-summary",
+    ]
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert upload["with"]["name"] == "results-unit-tests" and upload["with"]["path"] == "results/"
     assert job["steps"].index(step) < job["steps"].index(upload)
@@ -393,21 +455,32 @@ def test_a_cancel_stops_the_job_and_only_the_teardown_runs_after_it():
     after a failure says `!cancelled()`; `always()` is the teardown's alone (it must run on a cancel)."""
     for path in WORKFLOWS:
         for job_id, job in _load(path)["jobs"].items():
-            assert "always()" not in _condition(job), f"{path.name}:{job_id}: a job-level always() runs after a cancel"
+            assert "always()" not in _condition(job), (
+                f"{path.name}:{job_id}: a job-level always() runs after a cancel"
+            )
             for step in job["steps"]:
                 cond = _condition(step)
                 teardown = step.get("run") == f"{NOX} -s ci-teardown"
                 if teardown:
                     assert cond == "always()", f"{path.name}:{job_id}: the teardown must run on a cancel too"
                     continue
-                assert "always()" not in cond, f"{path.name}:{job_id}: {step.get('name')!r} runs after a cancel"
+                assert "always()" not in cond, (
+                    f"{path.name}:{job_id}: {step.get('name')!r} runs after a cancel"
+                )
                 after_failure = step.get("uses", "").startswith("actions/upload-artifact@") or any(
-                    f"-s {s}" in step.get("run", "") for s in ("ci-report", "ci-durations", "site", "history-record",
-                                                                "compile-check"))
-                if after_failure:  # reports, uploads, the compile check: after a failed step, never after a cancel
-                    assert cond.startswith("!cancelled()"), f"{path.name}:{job_id}: {step.get('name')!r} if: {cond!r}"
+                    f"-s {s}" in step.get("run", "")
+                    for s in ("ci-report", "ci-durations", "site", "history-record", "compile-check")
+                )
+                if (
+                    after_failure
+                ):  # reports, uploads, the compile check: after a failed step, never after a cancel
+                    assert cond.startswith("!cancelled()"), (
+                        f"{path.name}:{job_id}: {step.get('name')!r} if: {cond!r}"
+                    )
     text = "".join(p.read_text() for p in WORKFLOWS)
-    assert text.count("if: always()") == sum(1 for *_, in _self_hosted_jobs())  # one per self-hosted job's teardown
+    assert text.count("if: always()") == sum(
+        1 for (*_,) in _self_hosted_jobs()
+    )  # one per self-hosted job's teardown
 
 
 def test_sharded_jobs_take_the_shard_count_from_their_matrix():
@@ -420,7 +493,10 @@ def test_sharded_jobs_take_the_shard_count_from_their_matrix():
             continue
         m = strategy["matrix"]
         assert m["shard"] == list(range(1, len(m["shard"]) + 1)) and m["shards"] == [len(m["shard"])], job_id
-        assert job["env"]["SHARD_COUNT"] == "${{ matrix.shards }}" and job["env"]["SHARD_INDEX"] == "${{ matrix.shard }}"
+        assert (
+            job["env"]["SHARD_COUNT"] == "${{ matrix.shards }}"
+            and job["env"]["SHARD_INDEX"] == "${{ matrix.shard }}"
+        )
         assert "job-total" not in str(job)
         seen += 1
     assert seen == len([b for b in MATRIX.backends.values() if b.is_gpu])
@@ -436,7 +512,9 @@ def test_gpu_jobs_record_and_check_the_gpu_model_their_label_names():
         if not models:
             assert "KILN_GPU_LABEL" not in env, f"{wf}:{job_id}"
             continue
-        assert env.get("KILN_GPU_LABEL") == models[0], f"{wf}:{job_id}: KILN_GPU_LABEL {env.get('KILN_GPU_LABEL')!r}"
+        assert env.get("KILN_GPU_LABEL") == models[0], (
+            f"{wf}:{job_id}: KILN_GPU_LABEL {env.get('KILN_GPU_LABEL')!r}"
+        )
         seen += 1
     assert seen >= 3 * len([b for b in MATRIX.backends.values() if b.is_gpu])  # tests, flakes, bench
 
@@ -459,15 +537,22 @@ def test_job_timeouts_cover_their_suites_limits():
         if any(a[2] == "compile-check" for _, a in _nox_steps(job)):
             need += 15 * 60
         assert job["timeout-minutes"] * 60 >= need, (
-            f"{wf}:{job_id}: timeout-minutes {job['timeout-minutes']} < the suites' limits ({need / 60:.0f} min)")
+            f"{wf}:{job_id}: timeout-minutes {job['timeout-minutes']} < the suites' limits ({need / 60:.0f} min)"
+        )
 
 
 def _nox(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     import os
 
     pytest.importorskip("nox")
-    return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "KILN_NO_VENV": "1", **env})
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "KILN_NO_VENV": "1", **env},
+    )
 
 
 def test_a_failed_job_later_steps_say_one_line_for_a_missing_folder_or_store(tmp_path):
@@ -476,8 +561,10 @@ def test_a_failed_job_later_steps_say_one_line_for_a_missing_folder_or_store(tmp
     missing = tmp_path / "results" / "ci-cuda-shard-1"
     proc = _nox("-s", "ci-report", "--", str(missing), env={})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"ci-report: no results folder {missing} (the step that writes it stopped before): nothing to report" in (
-        proc.stdout + proc.stderr)
+    assert (
+        f"ci-report: no results folder {missing} (the step that writes it stopped before): nothing to report"
+        in (proc.stdout + proc.stderr)
+    )
     store = tmp_path / "history" / "history.sqlite"
     proc = _nox("-s", "ci-durations", "--", "--backend", "cuda", env={"KILN_HISTORY_DB": str(store)})
     out = proc.stdout + proc.stderr
@@ -489,10 +576,27 @@ def test_the_unit_tests_summary_counts_what_pytest_wrote(tmp_path):
     """`nox -s unit-tests` tables each part's JUnit XML (as pytest writes it) in the job summary."""
     from noxfile_loader import noxfile
 
-    (tmp_path / "test_x.py").write_text("import pytest\n\ndef test_ok():\n    pass\n\ndef test_bad():\n    assert 0\n\n"
-                                        "@pytest.mark.skip(reason='no')\ndef test_skip():\n    pass\n")
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\ndef test_ok():\n    pass\n\ndef test_bad():\n    assert 0\n\n"
+        "@pytest.mark.skip(reason='no')\ndef test_skip():\n    pass\n"
+    )
     xml = tmp_path / "x.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                    str(tmp_path / "test_x.py"), f"--junitxml={xml}"], cwd=tmp_path, capture_output=True, timeout=120,
-                   check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path / "test_x.py"),
+            f"--junitxml={xml}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert noxfile()._junit_counts(str(xml)) == {"tests": 3, "failures": 1, "errors": 0, "skipped": 1}

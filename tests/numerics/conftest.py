@@ -4,8 +4,9 @@ or compilers are compared later: ``python -m harness numerics compare DIR_A:kiln
 
 from __future__ import annotations
 
-import kiln_testing
 import pytest
+
+import kiln_testing
 
 
 @pytest.fixture(autouse=True)

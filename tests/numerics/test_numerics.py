@@ -36,7 +36,9 @@ def assert_not_worse_than_eager(fn, *args, dtype):
     compiled, graphs = run_compiled(fn, *args)
     assert compiled.dtype == eager.dtype
     e_eager, e_comp = error(eager, ref), error(compiled, ref)
-    assert e_comp <= 2 * e_eager + FLOOR[dtype], f"compiled error {e_comp:.3g} vs eager {e_eager:.3g} ({dtype})"
+    assert e_comp <= 2 * e_eager + FLOOR[dtype], (
+        f"compiled error {e_comp:.3g} vs eager {e_eager:.3g} ({dtype})"
+    )
     return graphs
 
 
@@ -64,23 +66,42 @@ def _embedding_grad(grad, ids):
 PROGRAMS = {
     "softmax": (lambda x: torch.softmax(x, -1), lambda d, dev: (torch.randn(8, 64).to(dev, d),)),
     "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda d, dev: (torch.randn(8, 64).to(dev, d),)),
-    "layer_norm": (lambda x, w, b: F.layer_norm(x, (48,), w, b),
-                   lambda d, dev: (torch.randn(6, 48).to(dev, d) * 3 + 1, torch.randn(48).to(dev, d),
-                                   torch.randn(48).to(dev, d))),
+    "layer_norm": (
+        lambda x, w, b: F.layer_norm(x, (48,), w, b),
+        lambda d, dev: (
+            torch.randn(6, 48).to(dev, d) * 3 + 1,
+            torch.randn(48).to(dev, d),
+            torch.randn(48).to(dev, d),
+        ),
+    ),
     "rmsnorm": (_rmsnorm, lambda d, dev: (torch.randn(6, 40).to(dev, d), torch.randn(40).to(dev, d))),
-    "gelu_epilogue": (_gelu_mlp_epilogue,
-                      lambda d, dev: (torch.randn(16, 32).to(dev, d), torch.randn(32).to(dev, d))),
+    "gelu_epilogue": (
+        _gelu_mlp_epilogue,
+        lambda d, dev: (torch.randn(16, 32).to(dev, d), torch.randn(32).to(dev, d)),
+    ),
     "row_sum_long": (lambda x: x.sum(-1), lambda d, dev: (torch.rand(4, 3000).to(dev, d),)),
-    "mean_var": (lambda x: torch.var_mean(x, dim=0, correction=1)[0],
-                 lambda d, dev: (torch.randn(200, 8).to(dev, d) + 5,)),
+    "mean_var": (
+        lambda x: torch.var_mean(x, dim=0, correction=1)[0],
+        lambda d, dev: (torch.randn(200, 8).to(dev, d) + 5,),
+    ),
     "causal_softmax": (_masked_scores, lambda d, dev: (torch.randn(2, 12, 12).to(dev, d),)),
-    "mse_loss": (lambda a, b: F.mse_loss(a, b), lambda d, dev: (torch.randn(64, 8).to(dev, d),
-                                                                  torch.randn(64, 8).to(dev, d))),
+    "mse_loss": (
+        lambda a, b: F.mse_loss(a, b),
+        lambda d, dev: (torch.randn(64, 8).to(dev, d), torch.randn(64, 8).to(dev, d)),
+    ),
     # the scatter family: atomic sums accumulated in fp32 for fp16/bf16 (eager may round after each add)
-    "embedding_grad": (_embedding_grad, lambda d, dev: (torch.randn(512, 32).to(dev, d),
-                                                        torch.randint(0, 24, (512,)).to(dev))),
-    "scatter_add": (lambda x, i, s: x.scatter_add(1, i, s), lambda d, dev: (
-        torch.randn(8, 16).to(dev, d), torch.randint(0, 16, (8, 200)).to(dev), torch.randn(8, 200).to(dev, d))),
+    "embedding_grad": (
+        _embedding_grad,
+        lambda d, dev: (torch.randn(512, 32).to(dev, d), torch.randint(0, 24, (512,)).to(dev)),
+    ),
+    "scatter_add": (
+        lambda x, i, s: x.scatter_add(1, i, s),
+        lambda d, dev: (
+            torch.randn(8, 16).to(dev, d),
+            torch.randint(0, 16, (8, 200)).to(dev),
+            torch.randn(8, 200).to(dev, d),
+        ),
+    ),
 }
 
 
@@ -131,7 +152,10 @@ def test_smooth_l1_and_bce_vs_fp64(device):
 def test_looped_reduction_vs_fp64(device):
     # the looped path (row longer than the persistent limit) keeps fp32 accumulators per lane
     x = torch.rand(3, 2000, device=device).to(torch.bfloat16)
-    with launch_log() as log, compiler.config.patch(interp_persistent_rblock_max=256, persistent_rblock_max=256):
+    with (
+        launch_log() as log,
+        compiler.config.patch(interp_persistent_rblock_max=256, persistent_rblock_max=256),
+    ):
         assert_not_worse_than_eager(lambda t: t.sum(-1), x, dtype=torch.bfloat16)
     assert log and not log[0][1]["PERSISTENT"]
 
@@ -158,8 +182,25 @@ def test_emulate_eager_precision_closes_the_gap(dtype, device):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_cast_round_trip_of_edge_values_is_bitwise_eager(dtype, device):
     # a cast inside a kernel rounds like eager at ties, subnormals, overflow to inf, inf and NaN
-    edges = [1.0 + 2 ** -8, 1.0 + 3 * 2 ** -9, 1.0 + 2 ** -11, 1.0 + 3 * 2 ** -12, 3e-8, 6e-8, 1e-5, 65504.0,
-             65519.0, 65520.0, 3.4e38, -2.5e-39, float("inf"), float("-inf"), float("nan"), 0.0, -0.0]
+    edges = [
+        1.0 + 2**-8,
+        1.0 + 3 * 2**-9,
+        1.0 + 2**-11,
+        1.0 + 3 * 2**-12,
+        3e-8,
+        6e-8,
+        1e-5,
+        65504.0,
+        65519.0,
+        65520.0,
+        3.4e38,
+        -2.5e-39,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        0.0,
+        -0.0,
+    ]
     x = torch.cat([torch.tensor(edges, device=device), torch.randn(4096, device=device) * 1e4])
 
     def fn(x):
@@ -280,7 +321,9 @@ INT_B = [2, 2, -2, -2, 3, -3, 3, 4]
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
-@pytest.mark.parametrize("op", ["floor_div", "trunc_div", "floordiv_operator", "remainder", "fmod", "true_div"])
+@pytest.mark.parametrize(
+    "op", ["floor_div", "trunc_div", "floordiv_operator", "remainder", "fmod", "true_div"]
+)
 def test_integer_division_and_modulo_negatives(op, dtype, device):
     fns = {
         "floor_div": lambda a, b: torch.div(a, b, rounding_mode="floor"),
@@ -315,8 +358,18 @@ def test_integer_shifts_out_of_range_as_eager(dtype, device):
     n = torch.tensor([1, bits - 1, bits, bits + 3, 0, 2, 7, 3], dtype=dtype, device=device)
     if dtype != torch.uint8:
         n[-1] = -1
-    graphs = check(lambda x, n: (x << n, x >> n, x << 3, x >> 2, torch.bitwise_left_shift(x, n),
-                                 torch.bitwise_right_shift(21, n.abs() % 4)), x, n)
+    graphs = check(
+        lambda x, n: (
+            x << n,
+            x >> n,
+            x << 3,
+            x >> 2,
+            torch.bitwise_left_shift(x, n),
+            torch.bitwise_right_shift(21, n.abs() % 4),
+        ),
+        x,
+        n,
+    )
     assert not fallbacks(graphs) and kernels(graphs) >= 1
 
 
@@ -335,7 +388,7 @@ PROMOTIONS = {
     "bool+int": (lambda t: t + 1, torch.bool),
     "bf16*float": (lambda t: t * 3.14159, torch.bfloat16),
     "fp16+int": (lambda t: t + 1000, torch.float16),
-    "int32**2": (lambda t: t ** 2, torch.int32),
+    "int32**2": (lambda t: t**2, torch.int32),
     "int32*True": (lambda t: t * True, torch.int32),
     "fp32>int": (lambda t: (t > 0) & (t < 2), torch.float32),
 }

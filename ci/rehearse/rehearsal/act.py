@@ -25,9 +25,10 @@ def platform_args(labels: list[str]) -> list[str]:
     """`-P LABEL=-self-hosted` for every label: every job runs on this machine in host mode."""
     bad = [lb for lb in labels if "${{" in lb]
     if bad:
-        raise RehearseError(f"runs-on label {bad[0]!r} is an expression: the rehearsal maps only literal labels")
+        raise RehearseError(
+            f"runs-on label {bad[0]!r} is an expression: the rehearsal maps only literal labels"
+        )
     return [arg for lb in labels for arg in ("-P", f"{lb}=-self-hosted")]
-
 
 
 def event_payload(spec: JobSpec, ref: str) -> dict:
@@ -37,41 +38,84 @@ def event_payload(spec: JobSpec, ref: str) -> dict:
     payload: dict = {"ref": ref, "inputs": dict(spec.inputs)}
     if spec.event == "pull_request":
         head = FORK if spec.variant == "fork" else REPOSITORY
-        payload = {"number": 1, "repository": {"full_name": REPOSITORY}, "pull_request": {
-            "number": 1, "head": {"ref": "topic", "repo": {"full_name": head}},
-            "base": {"ref": "main", "repo": {"full_name": REPOSITORY}}}}
+        payload = {
+            "number": 1,
+            "repository": {"full_name": REPOSITORY},
+            "pull_request": {
+                "number": 1,
+                "head": {"ref": "topic", "repo": {"full_name": head}},
+                "base": {"ref": "main", "repo": {"full_name": REPOSITORY}},
+            },
+        }
     return payload
 
 
-def act_argv(act: str, spec: JobSpec, workflows: dict[str, dict], *, root: Path, actions_dir: Path,
-             artifacts: Path, cache: Path, port: int, event_file: Path, selection: str = "",
-             node_path: Path | None = None, real_actions: Path | None = None,
-             extra_env: dict[str, str] | None = None) -> list[str]:
+def act_argv(
+    act: str,
+    spec: JobSpec,
+    workflows: dict[str, dict],
+    *,
+    root: Path,
+    actions_dir: Path,
+    artifacts: Path,
+    cache: Path,
+    port: int,
+    event_file: Path,
+    selection: str = "",
+    node_path: Path | None = None,
+    real_actions: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> list[str]:
     """The whole `act` command line for one rehearsal job (ci/rehearse/rehearse.py's docstring); `event_file` holds
     `event_payload`; `extra_env`: more variables for the job's steps (the venv seed's)."""
     if spec.workflow not in workflows:
         raise RehearseError(f"no workflow {spec.workflow} under {root / WORKFLOWS_DIR}")
     if spec.job not in workflows[spec.workflow]["jobs"]:
         raise RehearseError(f"{spec.workflow} has no job {spec.job}")
-    argv = [act, spec.event, "-e", str(event_file), "-C", str(root), "-W", str(WORKFLOWS_DIR / spec.workflow),
-            "-j", spec.job,
-            *platform_args(all_labels(workflows)),
-            "--no-skip-checkout",  # checkout runs (its stand-in) instead of act's silent copy
-            *local_repository_args(remote_uses(workflows), actions_dir, real_actions),
-            *(["--secret", f"GITHUB_TOKEN={CHECKOUT_TOKEN}"] if real_checkout(real_actions) else []),
-            "--action-offline-mode", "--action-cache-path", str(cache),
-            "--artifact-server-path", str(artifacts), "--artifact-server-addr", "127.0.0.1",
-            "--artifact-server-port", str(port),
-            "--no-cache-server", "--cache-server-addr", "127.0.0.1",
-            "--env", f"KILN_REHEARSE_SOURCE={root}", "--env", f"KILN_REHEARSE_ARTIFACTS={artifacts}",
-            "--env", f"GITHUB_REPOSITORY={REPOSITORY}",  # github.repository: the fork guard compares with it
-            *(["--env", f"NODE_PATH={node_path}"] if node_path else []),  # the artifact client for our node actions
-            # the reduced selection on every event: the workflows read `inputs.selection || vars.KILN_TEST_SELECTION`
-            *(["--var", f"KILN_TEST_SELECTION={selection}"] if selection else []),
-            # the runner's own setting: the jobs' teardown keeps superseded kiln image tags, which other
-            # checkouts of this machine may be using
-            "--env", "KILN_PRUNE_IMAGES=0",
-            *[arg for key, value in (extra_env or {}).items() for arg in ("--env", f"{key}={value}")]]
+    argv = [
+        act,
+        spec.event,
+        "-e",
+        str(event_file),
+        "-C",
+        str(root),
+        "-W",
+        str(WORKFLOWS_DIR / spec.workflow),
+        "-j",
+        spec.job,
+        *platform_args(all_labels(workflows)),
+        "--no-skip-checkout",  # checkout runs (its stand-in) instead of act's silent copy
+        *local_repository_args(remote_uses(workflows), actions_dir, real_actions),
+        *(["--secret", f"GITHUB_TOKEN={CHECKOUT_TOKEN}"] if real_checkout(real_actions) else []),
+        "--action-offline-mode",
+        "--action-cache-path",
+        str(cache),
+        "--artifact-server-path",
+        str(artifacts),
+        "--artifact-server-addr",
+        "127.0.0.1",
+        "--artifact-server-port",
+        str(port),
+        "--no-cache-server",
+        "--cache-server-addr",
+        "127.0.0.1",
+        "--env",
+        f"KILN_REHEARSE_SOURCE={root}",
+        "--env",
+        f"KILN_REHEARSE_ARTIFACTS={artifacts}",
+        "--env",
+        f"GITHUB_REPOSITORY={REPOSITORY}",  # github.repository: the fork guard compares with it
+        *(
+            ["--env", f"NODE_PATH={node_path}"] if node_path else []
+        ),  # the artifact client for our node actions
+        # the reduced selection on every event: the workflows read `inputs.selection || vars.KILN_TEST_SELECTION`
+        *(["--var", f"KILN_TEST_SELECTION={selection}"] if selection else []),
+        # the runner's own setting: the jobs' teardown keeps superseded kiln image tags, which other
+        # checkouts of this machine may be using
+        "--env",
+        "KILN_PRUNE_IMAGES=0",
+        *[arg for key, value in (extra_env or {}).items() for arg in ("--env", f"{key}={value}")],
+    ]
     for key, value in spec.matrix:
         argv += ["--matrix", f"{key}:{value}"]
     return argv
@@ -86,12 +130,15 @@ def act_env(environ: dict[str, str], venv: str | None, home: Path | None = None)
     user's configuration (XDG_CONFIG_HOME) and its download cache (PIP_CACHE_DIR)."""
     env = {k: v for k, v in environ.items() if not PRIVATE_ENV.match(k)}
     if venv:
-        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                      if p and not p.startswith(venv))
+        env["PATH"] = os.pathsep.join(
+            p for p in env.get("PATH", "").split(os.pathsep) if p and not p.startswith(venv)
+        )
     if home is not None:
         user_home = Path(environ.get("HOME") or Path.home())
         env.setdefault("XDG_CONFIG_HOME", str(user_home / ".config"))
-        env.setdefault("PIP_CACHE_DIR", str(Path(environ.get("XDG_CACHE_HOME") or user_home / ".cache") / "pip"))
+        env.setdefault(
+            "PIP_CACHE_DIR", str(Path(environ.get("XDG_CACHE_HOME") or user_home / ".cache") / "pip")
+        )
         for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
             env.pop(name, None)
         env["XDG_CACHE_HOME"] = str(home / ".cache")
@@ -112,8 +159,10 @@ def free_port() -> int:
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LINE = re.compile(r"^\[(?P<job>[^\]]+)\] (?P<rest>.*)$")
 RUN = re.compile(r"^⭐ Run (?P<stage>Pre|Main|Post) (?P<name>.*)$")
-DONE = re.compile(r"^\s*(?:✅|❌)\s+(?P<result>Success|Failure) - (?P<stage>Pre|Main|Post) (?P<name>.*?)"
-                  r"(?: \[(?P<took>[^\]]*)\])?$")
+DONE = re.compile(
+    r"^\s*(?:✅|❌)\s+(?P<result>Success|Failure) - (?P<stage>Pre|Main|Post) (?P<name>.*?)"
+    r"(?: \[(?P<took>[^\]]*)\])?$"
+)
 JOB_END = re.compile(r"^🏁\s+Job (?P<result>succeeded|failed)$")
 OUTPUT = re.compile(r"^\s*\| ?(?P<text>.*)$")
 
@@ -174,19 +223,32 @@ def parse_act_output(text: str) -> list[JobRun]:
     return list(jobs.values())
 
 
-
 # ---- running -----------------------------------------------------------------------------------------------
 
 
-def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int,
-            on_line: Callable[[str, subprocess.Popen], None] | None = None, echo: bool = True) -> tuple[int, str]:
+def run_act(
+    argv: list[str],
+    env: dict[str, str],
+    log: Path,
+    timeout_s: int,
+    on_line: Callable[[str, subprocess.Popen], None] | None = None,
+    echo: bool = True,
+) -> tuple[int, str]:
     """Run act, echo its output line by line (unless `echo` is off) and keep it in `log`; (exit code, output). Past
     `timeout_s` act's process group is ended and the exit code is 124. `on_line(line, process)` sees every line."""
     log.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
     with open(log, "w", encoding="utf-8") as fh:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
         timer = threading.Timer(timeout_s, os.killpg, (proc.pid, signal.SIGTERM))
         timer.start()
         try:
@@ -209,5 +271,3 @@ def run_act(argv: list[str], env: dict[str, str], log: Path, timeout_s: int,
         lines.append(msg)
         code = 124
     return code, "".join(lines)
-
-

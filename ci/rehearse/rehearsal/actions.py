@@ -21,12 +21,12 @@ STAND_INS = {
 }
 
 
-
 # the real artifact client behind our upload/download actions: the npm packages and versions the pinned
 # upload-artifact v4.6.2 and download-artifact v4.3.0 are built on; @azure/storage-blob held at 12.17 (newer ones
 # drop the `=` padding of the signed upload URL's `sig`, which act's artifact server then refuses as unauthorized)
 ARTIFACT_CLIENT = {
-    "name": "kiln-rehearse-artifact-client", "private": True,
+    "name": "kiln-rehearse-artifact-client",
+    "private": True,
     "dependencies": {"@actions/artifact": "2.3.2", "@actions/glob": "0.5.0", "minimatch": "9.0.5"},
     "overrides": {"@azure/storage-blob": "12.17.0"},
 }
@@ -41,19 +41,28 @@ def artifact_client(folder: Path) -> Path:
         return modules
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
-        raise RehearseError("node and npm are needed for the artifact client (@actions/artifact): install them "
-                            "(Debian: apt-get install nodejs npm)")
+        raise RehearseError(
+            "node and npm are needed for the artifact client (@actions/artifact): install them "
+            "(Debian: apt-get install nodejs npm)"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     manifest.write_text(want, encoding="utf-8")
-    print(f"rehearse: npm install (the artifact client: {ARTIFACT_CLIENT['dependencies']}) into {folder}", flush=True)
-    proc = subprocess.run([npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel=error"],
-                          capture_output=True, text=True, timeout=900, check=False)
+    print(
+        f"rehearse: npm install (the artifact client: {ARTIFACT_CLIENT['dependencies']}) into {folder}",
+        flush=True,
+    )
+    proc = subprocess.run(
+        [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel=error"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     if proc.returncode != 0:
         manifest.unlink()
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RehearseError(f"npm install of the artifact client failed (exit {proc.returncode}): {last[0]}")
     return modules
-
 
 
 def local_repository_args(uses: list[str], actions_dir: Path, real: Path | None = None) -> list[str]:
@@ -68,14 +77,14 @@ def local_repository_args(uses: list[str], actions_dir: Path, real: Path | None 
             args += ["--local-repository", f"{repo}@{ref}={real / repo}"]
             continue
         if not sep or repo not in STAND_INS:
-            raise RehearseError(f"no local stand-in for {u} (ci/rehearse/actions/ has {', '.join(STAND_INS)})")
+            raise RehearseError(
+                f"no local stand-in for {u} (ci/rehearse/actions/ has {', '.join(STAND_INS)})"
+            )
         folder = actions_dir / STAND_INS[repo]
         if not (folder / "action.yml").is_file():
             raise RehearseError(f"stand-in {folder}/action.yml is missing")
         args += ["--local-repository", f"{repo}@{ref}={folder}"]
     return args
-
-
 
 
 # the real actions/checkout needs a token input (github.token, which act leaves empty): one that opens nothing
@@ -92,5 +101,6 @@ def serve_checkout(home: Path, root: Path, repository: str) -> None:
     actions/checkout (which keeps the runner's git configuration) fetches the job's commit from this tree's repository,
     offline. It checks out that commit (HEAD): uncommitted changes are not rehearsed then."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / ".gitconfig").write_text(f'[url "file://{root}"]\n\tinsteadOf = https://github.com/{repository}\n',
-                                     encoding="utf-8")
+    (home / ".gitconfig").write_text(
+        f'[url "file://{root}"]\n\tinsteadOf = https://github.com/{repository}\n', encoding="utf-8"
+    )

@@ -19,7 +19,10 @@ from rehearsal.report import Verdict
 
 # ---- the cancel check ----------------------------------------------------------------------------------------
 
-CANCEL_JOB = ("ci.yml", "unit-tests")  # a job whose long step runs nox, then pytest: cancelled while pytest runs
+CANCEL_JOB = (
+    "ci.yml",
+    "unit-tests",
+)  # a job whose long step runs nox, then pytest: cancelled while pytest runs
 CANCEL_STEP = re.compile(r"^⭐ Run Main nox -s unit-tests")
 CANCEL_AT = re.compile(r"nox > .*-m pytest")  # nox's log line as it starts pytest
 CANCEL_GRACE_S = 30
@@ -35,7 +38,9 @@ def descendants(root: int) -> dict[int, str]:
             continue
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd[int(entry.name)] = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry.name))
@@ -59,14 +64,17 @@ def alive(pid: int) -> bool:
 def containers() -> set[str]:
     """The running containers' ids (empty without docker)."""
     try:
-        proc = subprocess.run(["docker", "ps", "-q", "--no-trunc"], capture_output=True, text=True, timeout=30,
-                              check=False)
+        proc = subprocess.run(
+            ["docker", "ps", "-q", "--no-trunc"], capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return set()
     return set(proc.stdout.split()) if proc.returncode == 0 else set()
 
 
-def cancel_verdict(runs: list[JobRun], left: dict[int, str], new_containers: set[str], cancelled: bool) -> Verdict:
+def cancel_verdict(
+    runs: list[JobRun], left: dict[int, str], new_containers: set[str], cancelled: bool
+) -> Verdict:
     """The cancel check's outcome: act was interrupted while the unit tests ran; afterwards no step but the
     teardown started, and nothing the job started (`left`: processes, `new_containers`) outlived the grace."""
     if not cancelled:
@@ -75,35 +83,74 @@ def cancel_verdict(runs: list[JobRun], left: dict[int, str], new_containers: set
     at = next((i for i, s in enumerate(steps) if CANCEL_STEP.match(f"⭐ Run Main {s.name}")), None)
     if at is None:
         return Verdict(False, "the unit tests' step did not run")
-    later = [s.name for s in steps[at + 1:] if not AFTER_CANCEL_ALLOWED.search(s.name)
-             and not AFTER_CANCEL_ALLOWED.search(f"{s.stage} ")]
+    later = [
+        s.name
+        for s in steps[at + 1 :]
+        if not AFTER_CANCEL_ALLOWED.search(s.name) and not AFTER_CANCEL_ALLOWED.search(f"{s.stage} ")
+    ]
     if later:
         return Verdict(False, f"after the cancel act started {', '.join(repr(n) for n in later)}")
-    teardown = [s for s in steps[at + 1:] if "ci-teardown" in s.name]
+    teardown = [s for s in steps[at + 1 :] if "ci-teardown" in s.name]
     if not teardown:
         return Verdict(False, "the teardown did not run after the cancel")
     if left:
         pid, cmd = next(iter(left.items()))
-        return Verdict(False, f"{len(left)} process(es) of the job still ran {CANCEL_GRACE_S} s after the cancel "
-                              f"(pid {pid}: {cmd[:120]})")
+        return Verdict(
+            False,
+            f"{len(left)} process(es) of the job still ran {CANCEL_GRACE_S} s after the cancel "
+            f"(pid {pid}: {cmd[:120]})",
+        )
     if new_containers:
-        return Verdict(False, f"{len(new_containers)} container(s) still ran {CANCEL_GRACE_S} s after the cancel")
-    return Verdict(True, f"cancelled mid-pytest: no later step but the teardown ({teardown[0].result}); no process "
-                         f"or container left after {CANCEL_GRACE_S} s")
+        return Verdict(
+            False, f"{len(new_containers)} container(s) still ran {CANCEL_GRACE_S} s after the cancel"
+        )
+    return Verdict(
+        True,
+        f"cancelled mid-pytest: no later step but the teardown ({teardown[0].result}); no process "
+        f"or container left after {CANCEL_GRACE_S} s",
+    )
 
 
-def cancel_check(act: str, workflows: dict[str, dict], env: dict[str, str], *, out: Path, artifacts: Path,
-                 cache: Path, selection: str, ref: str, **act_extra: object) -> tuple[JobSpec, Verdict, float]:
+def cancel_check(
+    act: str,
+    workflows: dict[str, dict],
+    env: dict[str, str],
+    *,
+    out: Path,
+    artifacts: Path,
+    cache: Path,
+    selection: str,
+    ref: str,
+    **act_extra: object,
+) -> tuple[JobSpec, Verdict, float]:
     """Run CANCEL_JOB on workflow_dispatch, SIGINT act (as a cancel does) once its unit tests' pytest started, then
     judge (`cancel_verdict`) what ran after it and what was left CANCEL_GRACE_S seconds after act ended; what was
     left is then ended, so that the machine stays clean."""
-    spec = JobSpec(*CANCEL_JOB, "workflow_dispatch", inputs=(("selection", selection),) if selection else (),
-                   variant="cancelled")
+    spec = JobSpec(
+        *CANCEL_JOB,
+        "workflow_dispatch",
+        inputs=(("selection", selection),) if selection else (),
+        variant="cancelled",
+    )
     event = out / f"{spec.key}.event.json"
     event.write_text(json.dumps(event_payload(spec, ref), indent=1) + "\n", encoding="utf-8")
-    argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=artifacts, cache=cache,
-                    port=free_port(), event_file=event, selection=selection, **act_extra)  # type: ignore[arg-type]
-    print(f"\n===== rehearse: cancel check: {spec.workflow} job {spec.job}, SIGINT once pytest runs =====", flush=True)
+    argv = act_argv(
+        act,
+        spec,
+        workflows,
+        root=ROOT,
+        actions_dir=ACTIONS_DIR,
+        artifacts=artifacts,
+        cache=cache,
+        port=free_port(),
+        event_file=event,
+        selection=selection,
+        **act_extra,
+    )  # type: ignore[arg-type]
+    print(
+        f"\n===== rehearse: cancel check: {spec.workflow} job {spec.job}, SIGINT once pytest runs =====",
+        flush=True,
+    )
     before = containers()
     state: dict = {"in_step": False, "seen": {}, "cancelled": False}
 
@@ -115,8 +162,10 @@ def cancel_check(act: str, workflows: dict[str, dict], env: dict[str, str], *, o
         elif state["in_step"] and not state["cancelled"] and CANCEL_AT.search(line):
             time.sleep(3)  # pytest imports torch and collects: mid-suite
             state["seen"] = descendants(proc.pid)
-            print(f"rehearse: cancel: SIGINT to act (pid {proc.pid}); {len(state['seen'])} process(es) below it",
-                  flush=True)
+            print(
+                f"rehearse: cancel: SIGINT to act (pid {proc.pid}); {len(state['seen'])} process(es) below it",
+                flush=True,
+            )
             os.kill(proc.pid, signal.SIGINT)
             state["cancelled"] = True
 
@@ -133,5 +182,3 @@ def cancel_check(act: str, workflows: dict[str, dict], env: dict[str, str], *, o
         subprocess.run(["docker", "rm", "--force", *sorted(new)], capture_output=True, check=False)
     print(f"rehearse: cancel check (act exit {code}): {verdict.line}", flush=True)
     return spec, verdict, time.monotonic() - started
-
-

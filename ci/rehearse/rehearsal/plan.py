@@ -53,8 +53,13 @@ class JobSpec:
 REPOSITORY = "kiln/kiln"  # github.repository in the rehearsal (act reads it from GITHUB_REPOSITORY)
 FORK = "contributor/kiln"  # a fork pull request's head repository
 # the events the rehearsal sends, in order: (event, variant); a workflow gets those its `on:` names
-EVENTS = (("push", ""), ("pull_request", "same-repo"), ("pull_request", "fork"), ("schedule", ""),
-          ("workflow_dispatch", ""))
+EVENTS = (
+    ("push", ""),
+    ("pull_request", "same-repo"),
+    ("pull_request", "fork"),
+    ("schedule", ""),
+    ("workflow_dispatch", ""),
+)
 FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
 GPU_LABEL = re.compile(r"^gpu-")
 
@@ -82,20 +87,29 @@ def all_jobs(workflows: dict[str, dict], selection: str, runs: int) -> list[JobS
         on = wf.get("on") or {}
         on = {on: None} if isinstance(on, str) else ({k: None for k in on} if isinstance(on, list) else on)
         declared = set((on.get("workflow_dispatch") or {}).get("inputs") or {})
-        inputs = tuple((k, v) for k, v in (("runs", str(runs)), ("selection", selection)) if k in declared and v)
+        inputs = tuple(
+            (k, v) for k, v in (("runs", str(runs)), ("selection", selection)) if k in declared and v
+        )
         for job_id, job in wf["jobs"].items():
             for event, variant in EVENTS:
                 if event not in on:
                     continue
-                specs.append(JobSpec(name, job_id, event, expected_end(job_id, job, wf, event, variant),
-                                     inputs=inputs if event == "workflow_dispatch" else (), variant=variant))
+                specs.append(
+                    JobSpec(
+                        name,
+                        job_id,
+                        event,
+                        expected_end(job_id, job, wf, event, variant),
+                        inputs=inputs if event == "workflow_dispatch" else (),
+                        variant=variant,
+                    )
+                )
     return specs
 
 
 def default_jobs(selection: str, runs: int) -> list[JobSpec]:
     """The committed workflows' every job x event (`all_jobs`)."""
     return all_jobs(load_workflows(ROOT), selection, runs)
-
 
 
 # ---- the workflows ---------------------------------------------------------------------------------------
@@ -133,7 +147,9 @@ def runs_on_labels(job: dict) -> list[str]:
 
 def all_labels(workflows: dict[str, dict]) -> list[str]:
     """Every `runs-on` label of every job, sorted, each once."""
-    return sorted({lb for wf in workflows.values() for job in wf["jobs"].values() for lb in runs_on_labels(job)})
+    return sorted(
+        {lb for wf in workflows.values() for job in wf["jobs"].values() for lb in runs_on_labels(job)}
+    )
 
 
 def remote_uses(workflows: dict[str, dict]) -> list[str]:
@@ -157,7 +173,9 @@ def step_names(job: dict) -> list[str]:
         elif step.get("uses"):
             names.append(str(step["uses"]))
         else:
-            names.append("Run " + str(step.get("run", "")).strip().splitlines()[0] if step.get("run") else "?")
+            names.append(
+                "Run " + str(step.get("run", "")).strip().splitlines()[0] if step.get("run") else "?"
+            )
     return names
 
 
@@ -169,19 +187,24 @@ def preflight_step(job: dict) -> str | None:
     return None
 
 
-
 def select(specs: list[JobSpec], jobs: list[str], events: list[str]) -> list[JobSpec]:
     """The specs of the `jobs` (ids; all when empty) on the `events` (`EVENT` or `EVENT:VARIANT`; all when empty);
     a job or event that names nothing is a RehearseError."""
     for name in jobs:
         if not any(s.job == name for s in specs):
-            raise RehearseError(f"no job {name} in the workflows (jobs: {', '.join(sorted({s.job for s in specs}))})")
+            raise RehearseError(
+                f"no job {name} in the workflows (jobs: {', '.join(sorted({s.job for s in specs}))})"
+            )
     known = {s.event for s in specs} | {f"{s.event}:{s.variant}" for s in specs if s.variant}
     for name in events:
         if name not in known:
             raise RehearseError(f"no event {name} (events: {', '.join(sorted(known))})")
-    return [s for s in specs if (not jobs or s.job in jobs)
-            and (not events or s.event in events or f"{s.event}:{s.variant}" in events)]
+    return [
+        s
+        for s in specs
+        if (not jobs or s.job in jobs)
+        and (not events or s.event in events or f"{s.event}:{s.variant}" in events)
+    ]
 
 
 def list_table(specs: list[JobSpec]) -> str:
@@ -191,5 +214,3 @@ def list_table(specs: list[JobSpec]) -> str:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*head), *(fmt.format(*r) for r in rows), f"{len(rows)} job x event pair(s)"])
-
-

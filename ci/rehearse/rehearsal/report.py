@@ -11,7 +11,9 @@ from pathlib import Path
 from rehearsal.act import JobRun, StepRun
 from rehearsal.plan import JobSpec, preflight_step, step_names
 
-PREFLIGHT_LINE = re.compile(r"error: pre-flight [\w-]+: .+")  # harness.checks.preflight's one line, as the CLI prints it
+PREFLIGHT_LINE = re.compile(
+    r"error: pre-flight [\w-]+: .+"
+)  # harness.checks.preflight's one line, as the CLI prints it
 
 
 def error_line(step: StepRun) -> str:
@@ -40,8 +42,11 @@ def judge(spec: JobSpec, workflow_job: dict, runs: list[JobRun], exit_code: int)
         ran = [r for r in runs if r.steps]
         if not ran and exit_code == 0:
             return Verdict(True, "skipped by its guard")
-        return Verdict(False, f"ran ({', '.join(r.prefix for r in ran) or 'no job'}, act exit {exit_code}): its "
-                              "guard should skip it")
+        return Verdict(
+            False,
+            f"ran ({', '.join(r.prefix for r in ran) or 'no job'}, act exit {exit_code}): its "
+            "guard should skip it",
+        )
     if spec.expect == "preflight" and len(runs) > 1:
         verdicts, merged = [], []
         for run in runs:
@@ -56,8 +61,11 @@ def judge(spec: JobSpec, workflow_job: dict, runs: list[JobRun], exit_code: int)
             return Verdict(False, f"{run.prefix}: {v.line}")
         if not verdicts:
             return Verdict(False, "no job stopped at its pre-flight")
-        return Verdict(True, f"{len(verdicts)} job(s) stopped at pre-flight ({verdicts[0].line})"
-                             + (f"; {merged[0]}" if merged else ""))
+        return Verdict(
+            True,
+            f"{len(verdicts)} job(s) stopped at pre-flight ({verdicts[0].line})"
+            + (f"; {merged[0]}" if merged else ""),
+        )
     if len(runs) != 1:
         return Verdict(False, f"act ran {len(runs)} jobs for {spec.job} (exit {exit_code}); expected one")
     run = runs[0]
@@ -69,13 +77,17 @@ def judge(spec: JobSpec, workflow_job: dict, runs: list[JobRun], exit_code: int)
         return Verdict(False, f"{run.result} (act exit {exit_code}){where}")
     # preflight: a GPU job on a machine without a GPU
     if run.result != "failed":
-        return Verdict(False, f"{run.result}: a GPU job must stop at its pre-flight on a machine without a GPU")
+        return Verdict(
+            False, f"{run.result}: a GPU job must stop at its pre-flight on a machine without a GPU"
+        )
     if not failed:
         return Verdict(False, "failed, but no step failed (act could not run it?)")
     step = failed[0]
     wanted = preflight_step(workflow_job)
     if wanted is not None and step.name != wanted:
-        return Verdict(False, f"failed at {step.name!r}, not at its pre-flight step {wanted!r}: {error_line(step)}")
+        return Verdict(
+            False, f"failed at {step.name!r}, not at its pre-flight step {wanted!r}: {error_line(step)}"
+        )
     lines = [m.group(0) for ln in step.output if (m := PREFLIGHT_LINE.search(ln))]
     if not lines:
         return Verdict(False, f"failed at {step.name!r} before or without its pre-flight: {error_line(step)}")
@@ -100,27 +112,37 @@ def table(rows: list[tuple[str, str, str]]) -> str:
     head = ("job", "step", "result")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)),
-                      *(fmt.format(*r) for r in rows)])
+    return "\n".join(
+        [fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)]
+    )
 
 
-
-
-def pairs_table(verdicts: list[tuple[JobSpec, Verdict, float]],
-                cancel: tuple[JobSpec, Verdict, float] | None = None) -> str:
+def pairs_table(
+    verdicts: list[tuple[JobSpec, Verdict, float]], cancel: tuple[JobSpec, Verdict, float] | None = None
+) -> str:
     """The job x event table: workflow, job, event, expected end, result (`ok` or `FAIL`, then the verdict's line)
     and seconds, one row a pair, then the cancel check's row (`cancel`) and a count of what ended as expected."""
-    rows = [(s.workflow, s.job, s.label, s.expect, "ok" if v.ok else "FAIL", f"{took:.0f}", v.line)
-            for s, v, took in verdicts]
+    rows = [
+        (s.workflow, s.job, s.label, s.expect, "ok" if v.ok else "FAIL", f"{took:.0f}", v.line)
+        for s, v, took in verdicts
+    ]
     if cancel is not None:
         s, v, took = cancel
-        rows.append((s.workflow, s.job, "cancel check", "cancelled", "ok" if v.ok else "FAIL", f"{took:.0f}", v.line))
+        rows.append(
+            (s.workflow, s.job, "cancel check", "cancelled", "ok" if v.ok else "FAIL", f"{took:.0f}", v.line)
+        )
     head = ("workflow", "job", "event", "expected", "result", "s", "what happened")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(6)]
     fmt = "  ".join([*(f"{{:<{w}}}" for w in widths[:5]), f"{{:>{widths[5]}}}", "{}"])
     ok = sum(1 for r in rows if r[4] == "ok")
-    return "\n".join(["job x event:", fmt.format(*head), *(fmt.format(*r) for r in rows),
-                      f"{ok} of {len(rows)} ended as expected"])
+    return "\n".join(
+        [
+            "job x event:",
+            fmt.format(*head),
+            *(fmt.format(*r) for r in rows),
+            f"{ok} of {len(rows)} ended as expected",
+        ]
+    )
 
 
 # what a job that runs to its end must have uploaded: artifact name -> paths (in the artifact) it must hold
@@ -150,11 +172,18 @@ def judge_uploads(spec: JobSpec, verdict: Verdict, artifacts: Path) -> Verdict:
     got = uploaded(artifacts)
     for name, paths in EXPECTED_UPLOADS.get(spec.job, {}).items():
         if name not in got:
-            return Verdict(False, f"{verdict.line}, but no artifact {name} was uploaded (artifacts: "
-                                  f"{', '.join(got) or 'none'})")
-        missing = [p for p in paths if not any(f == p or (p.endswith("/") and f.startswith(p)) for f in got[name])]
+            return Verdict(
+                False,
+                f"{verdict.line}, but no artifact {name} was uploaded (artifacts: "
+                f"{', '.join(got) or 'none'})",
+            )
+        missing = [
+            p for p in paths if not any(f == p or (p.endswith("/") and f.startswith(p)) for f in got[name])
+        ]
         if missing:
             return Verdict(False, f"{verdict.line}, but the artifact {name} lacks {', '.join(missing)}")
     if not got:
         return verdict
-    return Verdict(True, f"{verdict.line}; uploaded " + ", ".join(f"{n} ({len(f)} files)" for n, f in got.items()))
+    return Verdict(
+        True, f"{verdict.line}; uploaded " + ", ".join(f"{n} ({len(f)} files)" for n, f in got.items())
+    )

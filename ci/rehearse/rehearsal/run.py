@@ -38,8 +38,13 @@ DOCKER_JOBS = ("tests-cpu", "flakes-cpu")
 def docker_problem() -> str | None:
     """Why the docker daemon cannot be used here (one line), or None when `docker info` answers."""
     try:
-        proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                              timeout=30, check=False)
+        proc = subprocess.run(
+            ["docker", "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except FileNotFoundError:
         return "docker is not installed"
     except subprocess.TimeoutExpired:
@@ -57,37 +62,80 @@ JOB_WEIGHT = {"tests-cpu": 5, "flakes-cpu": 4, "unit-tests": 3, "lint": 2}
 def run_order(specs: list[JobSpec]) -> list[JobSpec]:
     """The order the pairs start in: those that need no seed first (skipped by a guard: instant; the pre-flight stops:
     seconds), then the others, longest job first, so that side by side the last to end is not a long one."""
-    return sorted(specs, key=lambda s: (waits_for_seed(s), -JOB_WEIGHT.get(s.job, 0) if waits_for_seed(s) else 0))
+    return sorted(
+        specs, key=lambda s: (waits_for_seed(s), -JOB_WEIGHT.get(s.job, 0) if waits_for_seed(s) else 0)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="rehearse", description="run the committed workflows' jobs with act")
-    p.add_argument("--selection", default="", help="the workflows' `selection` input: a pytest -k expression "
-                   "(a reduced rehearsal; default: every test)")
+    p.add_argument(
+        "--selection",
+        default="",
+        help="the workflows' `selection` input: a pytest -k expression "
+        "(a reduced rehearsal; default: every test)",
+    )
     p.add_argument("--runs", type=int, default=2, help="flakes.yml's `runs` input (default 2)")
-    p.add_argument("--ref", default="refs/heads/main", help="the branch the event names (default: %(default)s, "
-                   "so main's own steps run too)")
+    p.add_argument(
+        "--ref",
+        default="refs/heads/main",
+        help="the branch the event names (default: %(default)s, so main's own steps run too)",
+    )
     p.add_argument("--job", action="append", default=[], help="rehearse only this job id (repeatable)")
-    p.add_argument("--event", action="append", default=[], help="rehearse only this event (push, pull_request, "
-                   "pull_request:fork, pull_request:same-repo, schedule, workflow_dispatch; repeatable)")
-    p.add_argument("--list", action="store_true", help="print the job x event pairs and their expected ends; "
-                   "run nothing")
-    p.add_argument("--cancel", action="store_true", help="also the cancel check: the unit tests' job cancelled "
-                   "mid-run (SIGINT to act), no later heavy step, no process or container left after 30 s")
+    p.add_argument(
+        "--event",
+        action="append",
+        default=[],
+        help="rehearse only this event (push, pull_request, "
+        "pull_request:fork, pull_request:same-repo, schedule, workflow_dispatch; repeatable)",
+    )
+    p.add_argument(
+        "--list", action="store_true", help="print the job x event pairs and their expected ends; run nothing"
+    )
+    p.add_argument(
+        "--cancel",
+        action="store_true",
+        help="also the cancel check: the unit tests' job cancelled "
+        "mid-run (SIGINT to act), no later heavy step, no process or container left after 30 s",
+    )
     p.add_argument("--cancel-only", action="store_true", help="the cancel check alone")
-    p.add_argument("--parallel", type=int, default=1, help="job x event runs side by side (default 1: one at a "
-                   "time, act's output printed as it comes; more: each in its own act folder and runner home, "
-                   "act's output in the logs)")
-    p.add_argument("--actions", type=Path, help="a folder of built copies of the real pinned actions "
-                   "(DIR/OWNER/REPO/action.yml); they replace our own actions where present")
-    p.add_argument("--npm-dir", type=Path, help="the scratch folder for the artifact client's npm install "
-                   "(default: ~/.cache/kiln/rehearse-npm; reused while it holds the same packages)")
-    p.add_argument("--venv-seed", type=Path, default=default_seed_root(), help="the folder of the venv seed: nox's "
-                   "venvs for this tree's pins, built once and linked into every job's workspace (default: "
-                   "~/.cache/kiln/rehearse-venvs; kept between rehearsals)")
-    p.add_argument("--no-venv-seed", action="store_true", help="no seed: every job installs its venvs itself, as "
-                   "on GitHub (each job that runs the tests then installs torch: minutes a job)")
-    p.add_argument("--out", default="results/rehearse", help="logs, artifacts and summary (default: %(default)s)")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="job x event runs side by side (default 1: one at a "
+        "time, act's output printed as it comes; more: each in its own act folder and runner home, "
+        "act's output in the logs)",
+    )
+    p.add_argument(
+        "--actions",
+        type=Path,
+        help="a folder of built copies of the real pinned actions "
+        "(DIR/OWNER/REPO/action.yml); they replace our own actions where present",
+    )
+    p.add_argument(
+        "--npm-dir",
+        type=Path,
+        help="the scratch folder for the artifact client's npm install "
+        "(default: ~/.cache/kiln/rehearse-npm; reused while it holds the same packages)",
+    )
+    p.add_argument(
+        "--venv-seed",
+        type=Path,
+        default=default_seed_root(),
+        help="the folder of the venv seed: nox's "
+        "venvs for this tree's pins, built once and linked into every job's workspace (default: "
+        "~/.cache/kiln/rehearse-venvs; kept between rehearsals)",
+    )
+    p.add_argument(
+        "--no-venv-seed",
+        action="store_true",
+        help="no seed: every job installs its venvs itself, as "
+        "on GitHub (each job that runs the tests then installs torch: minutes a job)",
+    )
+    p.add_argument(
+        "--out", default="results/rehearse", help="logs, artifacts and summary (default: %(default)s)"
+    )
     p.add_argument("--act", default=shutil.which("act") or "act", help="the act binary (default: on PATH)")
     p.add_argument("--timeout", type=int, default=5400, help="seconds per job (default: %(default)s)")
     args = p.parse_args(argv)
@@ -114,9 +162,13 @@ def rehearse(args: argparse.Namespace) -> int:
     needs_docker = list(dict.fromkeys(s.job for s in specs if s.job in DOCKER_JOBS and s.expect == "success"))
     problem = docker_problem() if needs_docker else None
     if problem:  # they would run their compile check for minutes, then fail at the container
-        others = " ".join(f"--job {j}" for j in dict.fromkeys(s.job for s in specs if s.job not in DOCKER_JOBS))
-        raise NoDocker(f"{' and '.join(needs_docker)} run the suites in the cpu container, and the docker daemon "
-                       f"cannot be reached ({problem}); start it, or rehearse the others: `nox -s rehearse -- {others}`")
+        others = " ".join(
+            f"--job {j}" for j in dict.fromkeys(s.job for s in specs if s.job not in DOCKER_JOBS)
+        )
+        raise NoDocker(
+            f"{' and '.join(needs_docker)} run the suites in the cpu container, and the docker daemon "
+            f"cannot be reached ({problem}); start it, or rehearse the others: `nox -s rehearse -- {others}`"
+        )
     out = (ROOT / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     artifacts, cache = out / "artifacts", out / "act-cache"
     shutil.rmtree(artifacts, ignore_errors=True)  # act gives every run id 1: a fresh folder per rehearsal
@@ -126,13 +178,22 @@ def rehearse(args: argparse.Namespace) -> int:
     home.mkdir(parents=True)
     env = act_env(dict(os.environ), os.environ.get("VIRTUAL_ENV"), home)
     if args.actions is not None and not args.actions.is_dir():
-        raise RehearseError(f"--actions {args.actions}: no such folder (it holds OWNER/REPO/action.yml of built "
-                            "actions)")
-    if real_checkout(args.actions):  # the real checkout fetches HEAD from this repository through git's insteadOf
+        raise RehearseError(
+            f"--actions {args.actions}: no such folder (it holds OWNER/REPO/action.yml of built actions)"
+        )
+    if real_checkout(
+        args.actions
+    ):  # the real checkout fetches HEAD from this repository through git's insteadOf
         serve_checkout(home, ROOT, REPOSITORY)
-        print("rehearse: the real actions/checkout fetches this repository's HEAD: uncommitted changes are not "
-              "rehearsed", flush=True)
-    npm_dir = args.npm_dir or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln" / "rehearse-npm"
+        print(
+            "rehearse: the real actions/checkout fetches this repository's HEAD: uncommitted changes are not "
+            "rehearsed",
+            flush=True,
+        )
+    npm_dir = (
+        args.npm_dir
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kiln" / "rehearse-npm"
+    )
     node_path = artifact_client(npm_dir)
     extra = {"selection": args.selection, "node_path": node_path, "real_actions": args.actions}
     print(f"rehearse: act {act}; the runner's home is {home} (fresh); artifacts in {artifacts}", flush=True)
@@ -142,8 +203,9 @@ def rehearse(args: argparse.Namespace) -> int:
         seed.skip("none (--no-venv-seed)" if args.no_venv_seed else "none (no job runs a step)")
     else:
         print(f"rehearse: building the venv seed in {seed.root} (log: {out / 'venv-seed.log'})", flush=True)
-        threading.Thread(target=build_seed, args=(seed, env, out / "venv-seed.log", install_steps(workflows)),
-                         daemon=True).start()
+        threading.Thread(
+            target=build_seed, args=(seed, env, out / "venv-seed.log", install_steps(workflows)), daemon=True
+        ).start()
     wall = time.monotonic()
 
     def one(spec: JobSpec) -> tuple[JobSpec, Verdict, float, list[tuple[str, str, str]]]:
@@ -165,12 +227,27 @@ def rehearse(args: argparse.Namespace) -> int:
         if spec.expect != "skipped" and not (seed.ready if whole else seed.temp_ready).is_set():
             print(f"rehearse: {spec.job} on {spec.label} waits for the venv seed", flush=True)
             (seed.ready if whole else seed.temp_ready).wait()
-        argv = act_argv(act, spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=run_artifacts,
-                        cache=own / "act-cache" if parallel > 1 else cache, port=free_port(), event_file=event,
-                        extra_env=seed.env(whole), **extra)
+        argv = act_argv(
+            act,
+            spec,
+            workflows,
+            root=ROOT,
+            actions_dir=ACTIONS_DIR,
+            artifacts=run_artifacts,
+            cache=own / "act-cache" if parallel > 1 else cache,
+            port=free_port(),
+            event_file=event,
+            extra_env=seed.env(whole),
+            **extra,
+        )
         head = f"===== rehearse: {spec.workflow} job {spec.job} ({spec.label}; expected: {spec.expect}) ====="
-        print(f"\n{head}\nrehearse: " + " ".join(argv) if parallel == 1 else f"rehearse: started {spec.workflow} "
-              f"{spec.job} on {spec.label} (log: {out / (spec.key + '.log')})", flush=True)
+        print(
+            f"\n{head}\nrehearse: " + " ".join(argv)
+            if parallel == 1
+            else f"rehearse: started {spec.workflow} "
+            f"{spec.job} on {spec.label} (log: {out / (spec.key + '.log')})",
+            flush=True,
+        )
         started = time.monotonic()
         code, text = run_act(argv, job_env, out / f"{spec.key}.log", args.timeout, echo=parallel == 1)
         runs = parse_act_output(text)
@@ -178,8 +255,11 @@ def rehearse(args: argparse.Namespace) -> int:
         verdict = judge_uploads(spec, judge(spec, job, runs, code), run_artifacts)
         took = time.monotonic() - started
         if parallel > 1:
-            print(f"rehearse: {'ok  ' if verdict.ok else 'FAIL'} {spec.job} on {spec.label} ({took:.0f} s): "
-                  f"{verdict.line}", flush=True)
+            print(
+                f"rehearse: {'ok  ' if verdict.ok else 'FAIL'} {spec.job} on {spec.label} ({took:.0f} s): "
+                f"{verdict.line}",
+                flush=True,
+            )
         return spec, verdict, took, summary_rows(spec, job, runs)
 
     done: dict[JobSpec, tuple[JobSpec, Verdict, float, list[tuple[str, str, str]]]] = {}
@@ -191,15 +271,31 @@ def rehearse(args: argparse.Namespace) -> int:
     cancel = None
     if args.cancel:
         seed.ready.wait()
-        cancel = cancel_check(act, workflows, env, out=out, artifacts=artifacts, cache=cache, ref=args.ref,
-                              extra_env=seed.env(True), **extra)
-    report = ["", "===== rehearse: summary =====", table(rows), "",
-              f"venv seed: {seed.line}" + (f" ({seed.took:.0f} s)" if seed.took else ""), "",
-              pairs_table(verdicts, cancel)]
+        cancel = cancel_check(
+            act,
+            workflows,
+            env,
+            out=out,
+            artifacts=artifacts,
+            cache=cache,
+            ref=args.ref,
+            extra_env=seed.env(True),
+            **extra,
+        )
+    report = [
+        "",
+        "===== rehearse: summary =====",
+        table(rows),
+        "",
+        f"venv seed: {seed.line}" + (f" ({seed.took:.0f} s)" if seed.took else ""),
+        "",
+        pairs_table(verdicts, cancel),
+    ]
     bad = [f"{s.job} on {s.label}" for s, v, _ in [*verdicts, *([cancel] if cancel else [])] if not v.ok]
-    report.append(f"rehearse: {'FAILED: ' + ', '.join(bad) if bad else 'OK'} ({len(verdicts)} job x event run(s)"
-                  f"{', the cancel check' if cancel else ''}; {time.monotonic() - wall:.0f} s in all)")
+    report.append(
+        f"rehearse: {'FAILED: ' + ', '.join(bad) if bad else 'OK'} ({len(verdicts)} job x event run(s)"
+        f"{', the cancel check' if cancel else ''}; {time.monotonic() - wall:.0f} s in all)"
+    )
     print("\n".join(report), flush=True)
     (out / "summary.txt").write_text("\n".join(report[1:]) + "\n", encoding="utf-8")
     return 1 if bad else 0
-

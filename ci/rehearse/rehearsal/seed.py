@@ -70,16 +70,22 @@ class Seed:
 
 def install_steps(workflows: dict[str, dict]) -> list[str]:
     """The distinct `run` commands of the workflows' steps that make a venv in $RUNNER_TEMP (their "Install nox")."""
-    found = [str(step.get("run", "")) for wf in workflows.values() for job in wf["jobs"].values()
-             for step in job.get("steps", []) or []]
+    found = [
+        str(step.get("run", ""))
+        for wf in workflows.values()
+        for job in wf["jobs"].values()
+        for step in job.get("steps", []) or []
+    ]
     return list(dict.fromkeys(r for r in found if "-m venv" in r and "$RUNNER_TEMP" in r))
 
 
 def seed_commands(python: str, steps: list[str]) -> tuple[list[list[str]], list[list[str]]]:
     """The two phases' commands: the workflows' own install steps (`install_steps`, run with RUNNER_TEMP the seed's
     runner-temp), then the seeded sessions with `nox --install-only`."""
-    return ([["bash", "-e", "-c", step] for step in steps],
-            [[python, "-m", "nox", "--install-only", "-s", *SEEDED_SESSIONS]])
+    return (
+        [["bash", "-e", "-c", step] for step in steps],
+        [[python, "-m", "nox", "--install-only", "-s", *SEEDED_SESSIONS]],
+    )
 
 
 def venv_text_files(venv: Path) -> list[Path]:
@@ -88,7 +94,11 @@ def venv_text_files(venv: Path) -> list[Path]:
     site = list(venv.glob("lib/python*/site-packages"))
     found = [*(venv / "bin").glob("*"), venv / "pyvenv.cfg"]
     for folder in site:
-        found += [*folder.glob("*.pth"), *folder.glob("__editable__*.py"), *folder.glob("*.dist-info/direct_url.json")]
+        found += [
+            *folder.glob("*.pth"),
+            *folder.glob("__editable__*.py"),
+            *folder.glob("*.dist-info/direct_url.json"),
+        ]
     return [f for f in found if f.is_file() and not f.is_symlink()]
 
 
@@ -138,8 +148,13 @@ def build_seed(seed: Seed, env: dict[str, str], log: Path, steps: list[str], tim
         python = shutil.which("python3", path=env.get("PATH")) or "python3"
         checkout = ["bash", str(ACTIONS_DIR / "checkout" / "checkout.sh")]
         run_env = {k: v for k, v in env.items() if not k.startswith("KILN_REHEARSE_")}
-        run_env.update(KILN_REHEARSE_SOURCE=str(ROOT), GITHUB_WORKSPACE=str(seed.root), KILN_REHEARSE_KEEP=".nox",
-                       STANDIN_PATH="", RUNNER_TEMP=str(seed.temp))
+        run_env.update(
+            KILN_REHEARSE_SOURCE=str(ROOT),
+            GITHUB_WORKSPACE=str(seed.root),
+            KILN_REHEARSE_KEEP=".nox",
+            STANDIN_PATH="",
+            RUNNER_TEMP=str(seed.temp),
+        )
         first, second = seed_commands(python, steps)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w", encoding="utf-8") as fh:
@@ -147,11 +162,21 @@ def build_seed(seed: Seed, env: dict[str, str], log: Path, steps: list[str], tim
             def run(argv: list[str]) -> bool:
                 fh.write("$ " + " ".join(argv) + "\n")
                 fh.flush()
-                proc = subprocess.run(argv, cwd=seed.root, env=run_env, stdin=subprocess.DEVNULL, stdout=fh,
-                                      stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+                proc = subprocess.run(
+                    argv,
+                    cwd=seed.root,
+                    env=run_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout_s,
+                    check=False,
+                )
                 if proc.returncode != 0:
-                    seed.line = (f"`{' '.join(argv)[-80:]}` exited {proc.returncode} (log: {log}); jobs install "
-                                 "their own")
+                    seed.line = (
+                        f"`{' '.join(argv)[-80:]}` exited {proc.returncode} (log: {log}); jobs install "
+                        "their own"
+                    )
                 return proc.returncode == 0
 
             if not run(checkout):
@@ -166,8 +191,12 @@ def build_seed(seed: Seed, env: dict[str, str], log: Path, steps: list[str], tim
                 return seed
         venvs = sorted(p.name for p in (seed.root / ".nox").iterdir() if (p / "pyvenv.cfg").is_file())
         seed.ok = bool(venvs)
-        seed.line = (f".nox/{{{','.join(venvs)}}} and runner-temp/{{{','.join(sorted(os.listdir(seed.temp)))}}} "
-                     f"in {seed.root}" if venvs else f"no venv in {seed.root / '.nox'} (log: {log})")
+        seed.line = (
+            f".nox/{{{','.join(venvs)}}} and runner-temp/{{{','.join(sorted(os.listdir(seed.temp)))}}} "
+            f"in {seed.root}"
+            if venvs
+            else f"no venv in {seed.root / '.nox'} (log: {log})"
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         seed.line = f"could not build the venv seed: {e}; jobs install their own"
     finally:

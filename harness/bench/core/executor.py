@@ -25,9 +25,10 @@ import math
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, Iterator, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from harness.bench.core.records import Result
 
@@ -187,8 +188,9 @@ class CaseExecutor(Generic[P]):
         self.release()
         return out
 
-    def measure_case(self, case: Any, compilers: list[str], phase: str = "main",
-                     reps_scale: float = 1.0) -> list[Result]:
+    def measure_case(
+        self, case: Any, compilers: list[str], phase: str = "main", reps_scale: float = 1.0
+    ) -> list[Result]:
         """Results of `case` under each compiler, sampled in turns."""
         import torch
 

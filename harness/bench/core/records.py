@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from harness.bench.core.stats import Stats
@@ -22,7 +22,8 @@ from harness.bench.core.stats import Stats
 INTERPRETER_LABEL = "(interpreter: pipeline check, not kernel speed)"
 COMPILE_PHASE = "compile"  # phase of compile-time-only results (`bench models --compile-only`): no samples
 
-class Verdict(str, Enum):
+
+class Verdict(StrEnum):
     """What comparing one workload under one compiler with its baseline concluded. A `str` whose value is what
     the stores, JSON reports and the site hold (`Verdict("regressed")` reads it back).
 
@@ -82,8 +83,13 @@ class AutotuneTimes:
     error: str = ""
 
     #: the stored keys (a result's flat `meta` JSON) of each field
-    KEYS = {"cold_s": "compile_autotune_s", "warm_s": "compile_autotune_warm_s", "step_s": "probe_step_s",
-            "autotune_step_s": "probe_autotune_step_s", "error": "compile_autotune_error"}
+    KEYS = {
+        "cold_s": "compile_autotune_s",
+        "warm_s": "compile_autotune_warm_s",
+        "step_s": "probe_step_s",
+        "autotune_step_s": "probe_autotune_step_s",
+        "error": "compile_autotune_error",
+    }
 
 
 @dataclass
@@ -160,8 +166,9 @@ class Meta:
         names = {f.name for f in fields(cls)} - {"autotune", "extra"}
         kw: dict[str, Any] = {k: d.pop(k) for k in list(d) if k in names}
         if AutotuneTimes.KEYS["cold_s"] in d:
-            kw["autotune"] = AutotuneTimes(**{name: d.pop(key) for name, key in AutotuneTimes.KEYS.items()
-                                              if key in d})
+            kw["autotune"] = AutotuneTimes(
+                **{name: d.pop(key) for name, key in AutotuneTimes.KEYS.items() if key in d}
+            )
         return cls(**kw, extra=d)
 
 
@@ -297,8 +304,12 @@ class Comparison:
     norm_ratio: float | None = None  # ratio divided by the baseline compiler's ratio (confirmation only)
     confirmed: bool | None = None
     note: str = ""
-    suspect: Verdict | str = ""  # the stored comparison's flag (regressed/improved) that asked for a confirmation
-    sbs_ratio: float | None = None  # side by side (harness/bench/kernels/sidebyside.py): candidate / baseline build
+    suspect: Verdict | str = (
+        ""  # the stored comparison's flag (regressed/improved) that asked for a confirmation
+    )
+    sbs_ratio: float | None = (
+        None  # side by side (harness/bench/kernels/sidebyside.py): candidate / baseline build
+    )
     sbs_p: float | None = None
     sbs_noise: float | None = None  # side by side: the noise floor the A/A pair measured (a fraction)
     sbs_aa_ratio: float | None = None  # side by side: the A/A pair's ratio (identical code in two processes)
@@ -336,9 +347,16 @@ class Comparison:
     def stored(self) -> dict[str, Any]:
         """The stored row's shape (the `verdicts` table, JSON exports): the table's columns and the whole
         record in `detail`."""
-        return {"workload": self.workload, "compiler": self.compiler, "verdict": str(self.verdict),
-                "ratio": self.ratio, "p_value": self.p, "baseline": self.baseline, "confirmed": self.confirmed,
-                "detail": self.as_dict()}
+        return {
+            "workload": self.workload,
+            "compiler": self.compiler,
+            "verdict": str(self.verdict),
+            "ratio": self.ratio,
+            "p_value": self.p,
+            "baseline": self.baseline,
+            "confirmed": self.confirmed,
+            "detail": self.as_dict(),
+        }
 
 
 def comparisons_of(report: Mapping[str, Any] | None) -> list[Comparison] | None:

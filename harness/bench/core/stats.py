@@ -11,8 +11,9 @@ Terms:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 Alternative = Literal["greater", "less", "two-sided"]
 
@@ -59,7 +60,7 @@ class Stats:
     max: float
 
     @classmethod
-    def of(cls, samples: Sequence[float]) -> "Stats":
+    def of(cls, samples: Sequence[float]) -> Stats:
         """Summarize `samples` (at least one)."""
         if not samples:
             raise ValueError("Stats.of needs at least one sample")

@@ -29,14 +29,13 @@ Terms:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
-
-from harness.exc import BaselineError
 
 from harness.bench.core.records import Comparison, Result, RunInfo, Verdict
 from harness.bench.core.stats import Stats, mann_whitney_u
 from harness.bench.stores.store import Store
+from harness.exc import BaselineError
 
 VERDICTS = tuple(Verdict)
 BASELINE_COMPILER = "eager"
@@ -62,7 +61,7 @@ class CompareConfig:
     references: int = 3
     any_hardware: bool = False  # baselines may cross hardware classes (`--any-hardware`)
 
-    def for_device(self, device: str) -> "CompareConfig":
+    def for_device(self, device: str) -> CompareConfig:
         cpu = not device.startswith("cuda")
         return CompareConfig(
             threshold=self.threshold
@@ -105,7 +104,7 @@ class Baseline:
     results: dict[Key, list[Result]]
 
     @classmethod
-    def of(cls, runs: list[RunInfo], results_per_run: list[list[Result]]) -> "Baseline":
+    def of(cls, runs: list[RunInfo], results_per_run: list[list[Result]]) -> Baseline:
         pooled: dict[Key, list[Result]] = {}
         for results in results_per_run:
             for r in results:
@@ -292,8 +291,11 @@ def mark_suspects(cmps: list[Comparison], why: str = "stored samples only") -> l
     for c in cmps:
         if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
             c.suspect, c.verdict = c.verdict, Verdict.SUSPECT
-            c.note = _join(c.note, f"{'slower' if c.suspect == Verdict.REGRESSED else 'faster'} against {why}; "
-                                   "not confirmed side by side")
+            c.note = _join(
+                c.note,
+                f"{'slower' if c.suspect == Verdict.REGRESSED else 'faster'} against {why}; "
+                "not confirmed side by side",
+            )
     return cmps
 
 
@@ -324,15 +326,17 @@ def same_kind(run: RunInfo, like: RunInfo | None, any_hardware: bool = False) ->
     return not like.device_name or run.device_name == like.device_name
 
 
-def resolve_baseline(store: Store, spec: str, new_run: RunInfo | None = None, *,
-                     any_hardware: bool = False) -> list[RunInfo]:
+def resolve_baseline(
+    store: Store, spec: str, new_run: RunInfo | None = None, *, any_hardware: bool = False
+) -> list[RunInfo]:
     """Runs named by a baseline spec (see module docstring), of the new run's hardware class unless
     `any_hardware`; raises BaselineError when none qualifies."""
     spec = spec.strip()
     new_id = new_run.id if new_run else None
     kind, _, arg = spec.partition(":") if ":" in spec else ("run" if spec.isdigit() else spec, "", spec)
-    complete = [r for r in store.runs(complete_only=True)
-                if r.id != new_id and same_kind(r, new_run, any_hardware)]
+    complete = [
+        r for r in store.runs(complete_only=True) if r.id != new_id and same_kind(r, new_run, any_hardware)
+    ]
     if kind == "run":
         if not arg.isdigit():
             raise BaselineError(f"bad baseline {spec!r}: run id must be a number")
@@ -374,5 +378,9 @@ def config_from_args(args) -> CompareConfig:
     if (thr is not None and not 0 < thr < 1) or not 0 < alpha < 1:
         raise UsageError("--threshold and --alpha must be between 0 and 1")
     drift = {"auto": None, "on": True, "off": False}[args.drift]
-    return CompareConfig(threshold=thr, alpha=alpha, normalize_drift=drift,
-                         any_hardware=bool(getattr(args, "any_hardware", False)))
+    return CompareConfig(
+        threshold=thr,
+        alpha=alpha,
+        normalize_drift=drift,
+        any_hardware=bool(getattr(args, "any_hardware", False)),
+    )

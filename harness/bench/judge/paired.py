@@ -154,14 +154,22 @@ class SideBySide:
     why: str
 
 
-def judge_side_by_side(base: Sequence[float], base2: Sequence[float], cand: Sequence[float], threshold: float,
-                       alpha: float) -> SideBySide:
+def judge_side_by_side(
+    base: Sequence[float], base2: Sequence[float], cand: Sequence[float], threshold: float, alpha: float
+) -> SideBySide:
     """Verdict of the candidate's turns `cand` against the baseline code's turns in two processes (`base`,
     `base2`), all taken in the same rounds (module docstring)."""
     rows = [(a, a2, b) for a, a2, b in zip(base, base2, cand) if a > 0 and a2 > 0 and b > 0]
     if len(rows) < MIN_ROUNDS:
-        return SideBySide(Verdict.INCONCLUSIVE, None, None, None, None, len(rows),
-                          f"{len(rows)} usable round(s) (at least {MIN_ROUNDS} are needed)")
+        return SideBySide(
+            Verdict.INCONCLUSIVE,
+            None,
+            None,
+            None,
+            None,
+            len(rows),
+            f"{len(rows)} usable round(s) (at least {MIN_ROUNDS} are needed)",
+        )
     a, a2, b = ([r[i] for r in rows] for i in range(3))
     conf = 1 - alpha
     aa = paired_of(log_ratios(a, a2), conf)
@@ -174,13 +182,21 @@ def judge_side_by_side(base: Sequence[float], base2: Sequence[float], cand: Sequ
         return SideBySide(v, ratio, p, noise, aa.ratio, n, why)
 
     floor = f"noise floor {noise:.0%} (identical code in two processes: x{aa.ratio:.3f})"
-    for flag, p, change in ((Verdict.REGRESSED, max(vs_a.test.p_greater, vs_a2.test.p_greater), ratio - 1),
-                            (Verdict.IMPROVED, max(vs_a.test.p_less, vs_a2.test.p_less), 1 / ratio - 1)):
+    for flag, p, change in (
+        (Verdict.REGRESSED, max(vs_a.test.p_greater, vs_a2.test.p_greater), ratio - 1),
+        (Verdict.IMPROVED, max(vs_a.test.p_less, vs_a2.test.p_less), 1 / ratio - 1),
+    ):
         if change > threshold and p < alpha:
             if change > noise and not aa_flag:
-                return out(flag, p, f"{flag.value}: x{ratio:.3f} (p={p:.2g}) over {n} rounds, beyond the {floor}")
+                return out(
+                    flag, p, f"{flag.value}: x{ratio:.3f} (p={p:.2g}) over {n} rounds, beyond the {floor}"
+                )
             return out(Verdict.INCONCLUSIVE, p, f"x{ratio:.3f} (p={p:.2g}) does not clear the {floor}")
     p2 = max(vs_a.test.p_two_sided, vs_a2.test.p_two_sided)
     if noise > threshold or aa_flag:
-        return out(Verdict.INCONCLUSIVE, p2, f"x{ratio:.3f}; host too noisy to tell a {threshold:.0%} change: {floor}")
+        return out(
+            Verdict.INCONCLUSIVE,
+            p2,
+            f"x{ratio:.3f}; host too noisy to tell a {threshold:.0%} change: {floor}",
+        )
     return out(Verdict.UNCHANGED, p2, f"x{ratio:.3f} over {n} rounds, within the threshold; {floor}")

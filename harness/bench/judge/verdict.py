@@ -22,9 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.exc import UsageError
-
 from harness.bench.core.records import INTERPRETER_LABEL, Comparison, Verdict, comparisons_of
+from harness.exc import UsageError
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -49,21 +48,39 @@ def step_verdict(name: str, report: dict[str, Any] | None, rc: int) -> tuple[str
     if cmps is None:
         what = "no report" if report is None else "nothing compared (no baseline run)"
         failed = rc != 0
-        return f"bench {name}: {what}" + (f"; the step failed (exit {rc})" if failed else "") + \
-            f" -> {'FAIL' if failed else 'ok'}", failed
+        return f"bench {name}: {what}" + (
+            f"; the step failed (exit {rc})" if failed else ""
+        ) + f" -> {'FAIL' if failed else 'ok'}", failed
     regressed = [c for c in cmps if c.confirmed_regression]
-    n = {v: sum(1 for c in cmps if c.verdict == v) for v in (
-        Verdict.REJECTED, Verdict.UNCONFIRMED, Verdict.INCONCLUSIVE, Verdict.SUSPECT, Verdict.IMPROVED)}
-    parts = [f"{len(regressed)} regressed (confirmed side by side)" + (
-        ": " + ", ".join(_target(c) for c in regressed) if regressed else "")]
+    n = {
+        v: sum(1 for c in cmps if c.verdict == v)
+        for v in (
+            Verdict.REJECTED,
+            Verdict.UNCONFIRMED,
+            Verdict.INCONCLUSIVE,
+            Verdict.SUSPECT,
+            Verdict.IMPROVED,
+        )
+    }
+    parts = [
+        f"{len(regressed)} regressed (confirmed side by side)"
+        + (": " + ", ".join(_target(c) for c in regressed) if regressed else "")
+    ]
     parts.append(f"{n[Verdict.REJECTED]} suspect(s) rejected side by side")
     if n[Verdict.UNCONFIRMED]:
-        parts.append(f"{n[Verdict.UNCONFIRMED]} unconfirmed (baseline build not measurable): " + ", ".join(
-            _target(c) for c in cmps if c.verdict == Verdict.UNCONFIRMED))
+        parts.append(
+            f"{n[Verdict.UNCONFIRMED]} unconfirmed (baseline build not measurable): "
+            + ", ".join(_target(c) for c in cmps if c.verdict == Verdict.UNCONFIRMED)
+        )
     if n[Verdict.INCONCLUSIVE]:
-        parts.append(f"{n[Verdict.INCONCLUSIVE]} inconclusive (host too noisy to decide, not failing): " + ", ".join(
-            _target(c) + (f" noise {c.sbs_noise:.0%}" if c.sbs_noise is not None else "")
-            for c in cmps if c.verdict == Verdict.INCONCLUSIVE))
+        parts.append(
+            f"{n[Verdict.INCONCLUSIVE]} inconclusive (host too noisy to decide, not failing): "
+            + ", ".join(
+                _target(c) + (f" noise {c.sbs_noise:.0%}" if c.sbs_noise is not None else "")
+                for c in cmps
+                if c.verdict == Verdict.INCONCLUSIVE
+            )
+        )
     if n[Verdict.SUSPECT]:
         parts.append(f"{n[Verdict.SUSPECT]} suspect(s) against stored samples only (not failing)")
     if n[Verdict.IMPROVED]:
@@ -75,8 +92,14 @@ def step_verdict(name: str, report: dict[str, Any] | None, rc: int) -> tuple[str
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--step", nargs=3, action="append", default=[], metavar=("NAME", "REPORT", "EXIT"),
-                   help="a bench step: its name, its JSON report and its exit status (repeatable)")
+    p.add_argument(
+        "--step",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("NAME", "REPORT", "EXIT"),
+        help="a bench step: its name, its JSON report and its exit status (repeatable)",
+    )
 
 
 def cmd_verdict(args: argparse.Namespace) -> int:
@@ -93,5 +116,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
         failed_any |= failed
         print(line, flush=True)
     if failed_any:
-        print("bench: FAILED (a regression was confirmed side by side, or a bench step failed)", file=sys.stderr)
+        print(
+            "bench: FAILED (a regression was confirmed side by side, or a bench step failed)", file=sys.stderr
+        )
     return 1 if failed_any else 0

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.bench.stores import env
 from harness.exc import UsageError
 from harness.settings import bench_settings, settings
-
-from harness.bench.stores import env
 
 
 def cmd_backend(args: argparse.Namespace) -> int:
@@ -69,7 +68,13 @@ def cmd_backend(args: argparse.Namespace) -> int:
     from harness.suites.place import chosen
 
     rc = runner.run_python_module(
-        chosen(native, image), b, inner, out_dir, "bench", env=suite_env(m, b), timeout_s=b.timeouts.suite_s,
+        chosen(native, image),
+        b,
+        inner,
+        out_dir,
+        "bench",
+        env=suite_env(m, b),
+        timeout_s=b.timeouts.suite_s,
         extra_env=who_env,
     )
     print(

@@ -42,18 +42,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from harness.bench.core.records import Verdict
+from harness.bench.core.stats import Stats
+from harness.bench.judge.compare import CompareConfig, judge
+from harness.bench.reports.report import fmt_ns
 from harness.exc import BenchError, UsageError
 from harness.git import git
 from harness.process import sigterm_interrupts
-
-from harness.bench.judge.compare import CompareConfig, judge
-from harness.bench.core.records import Verdict
-from harness.bench.reports.report import fmt_ns
-from harness.bench.core.stats import Stats
 
 EAGER = "eager"
 
@@ -174,12 +174,19 @@ class BisectReport:
 
         fb = self.first_bad
         return {
-            "workload": self.workload, "compiler": self.compiler, "device": self.device,
-            "good": asdict(self.good), "bad": asdict(self.bad), "outcome": self.outcome, "message": self.message,
+            "workload": self.workload,
+            "compiler": self.compiler,
+            "device": self.device,
+            "good": asdict(self.good),
+            "bad": asdict(self.bad),
+            "outcome": self.outcome,
+            "message": self.message,
             "range": {"first": jd(self.range_first), "confirmed": jd(self.range_confirmed)},
             "first_bad": {**asdict(fb), **(jd(self.first_bad_judgement) or {})} if fb else None,
             "candidates": [asdict(c) for c in self.candidates],
-            "commits": [{**asdict(c), "decision": self.decisions.get(c.sha, "not measured")} for c in self.commits],
+            "commits": [
+                {**asdict(c), "decision": self.decisions.get(c.sha, "not measured")} for c in self.commits
+            ],
             "skipped": [{"sha": s, "why": w} for s, w in self.skipped.items()],
             "steps": [asdict(s) for s in self.steps],
         }
@@ -187,25 +194,43 @@ class BisectReport:
     def step_rows(self) -> list[list[str]]:
         rows = [["#", "commit", "role", "median", "ratio", "p", "verdict", "s", "note"]]
         for s in self.steps:
-            rows.append([
-                str(s.n), f"{s.sha[:10]} {s.subject[:40]}", s.role, fmt_ns(s.median_ns),
-                "-" if s.ratio is None else f"{s.ratio:.3f}", "-" if s.p is None else f"{s.p:.2g}",
-                s.verdict, f"{s.seconds:.0f}", s.note,
-            ])
+            rows.append(
+                [
+                    str(s.n),
+                    f"{s.sha[:10]} {s.subject[:40]}",
+                    s.role,
+                    fmt_ns(s.median_ns),
+                    "-" if s.ratio is None else f"{s.ratio:.3f}",
+                    "-" if s.p is None else f"{s.p:.2g}",
+                    s.verdict,
+                    f"{s.seconds:.0f}",
+                    s.note,
+                ]
+            )
         return rows
 
     def markdown(self) -> str:
         from harness.bench.reports.report import markdown as md_table
 
         head = f"## kiln bench bisect: `{self.workload}` under {self.compiler} ({self.device})"
-        lines = [head, "", f"**{self.message}**", "",
-                 f"- range: GOOD `{self.good.label()}` .. BAD `{self.bad.label()}`, {len(self.commits)} commit(s)"]
-        for what, j in (("BAD vs GOOD", self.range_first), ("BAD vs GOOD, measured again", self.range_confirmed)):
+        lines = [
+            head,
+            "",
+            f"**{self.message}**",
+            "",
+            f"- range: GOOD `{self.good.label()}` .. BAD `{self.bad.label()}`, {len(self.commits)} commit(s)",
+        ]
+        for what, j in (
+            ("BAD vs GOOD", self.range_first),
+            ("BAD vs GOOD, measured again", self.range_confirmed),
+        ):
             if j:
                 lines.append(f"- {what}: {j.verdict}, {j.text()}")
         if self.skipped:
-            lines.append("- skipped (could not be measured): " + "; ".join(
-                f"`{s[:10]}` {w}" for s, w in self.skipped.items()))
+            lines.append(
+                "- skipped (could not be measured): "
+                + "; ".join(f"`{s[:10]}` {w}" for s, w in self.skipped.items())
+            )
         lines += ["", md_table(self.step_rows()), ""]
         return "\n".join(lines)
 
@@ -272,13 +297,30 @@ def run_bisect(
     def take(c: Commit, role: str, ref: Measured | None) -> tuple[Measured, Judgement | None]:
         m = measure(c)
         j = compare_measured(m, ref, cfg, use_clock) if ref is not None and m.ok and ref.ok else None
-        note = m.error or ("" if not ref or m.source_hash == ref.source_hash or not m.source_hash
-                           else "workload definition differs from GOOD's")
+        note = m.error or (
+            ""
+            if not ref or m.source_hash == ref.source_hash or not m.source_hash
+            else "workload definition differs from GOOD's"
+        )
         verdict = "error" if not m.ok else (j.verdict if j else "reference")
-        rep.steps.append(Step(len(rep.steps) + 1, c.sha, c.subject, role, m.median, verdict,
-                              j.ratio if j else None, j.p if j else None, m.seconds, note))
-        say(f"[bisect {len(rep.steps):>2}] {role:<11} {c.label()[:50]:<50} {fmt_ns(m.median):>9}  "
-            + (j.text() + f" -> {j.verdict}" if j else ("error: " + m.error if not m.ok else "reference")))
+        rep.steps.append(
+            Step(
+                len(rep.steps) + 1,
+                c.sha,
+                c.subject,
+                role,
+                m.median,
+                verdict,
+                j.ratio if j else None,
+                j.p if j else None,
+                m.seconds,
+                note,
+            )
+        )
+        say(
+            f"[bisect {len(rep.steps):>2}] {role:<11} {c.label()[:50]:<50} {fmt_ns(m.median):>9}  "
+            + (j.text() + f" -> {j.verdict}" if j else ("error: " + m.error if not m.ok else "reference"))
+        )
         return m, j
 
     def need(m: Measured, what: str) -> None:
@@ -288,12 +330,15 @@ def run_bisect(
     def borderline(j: Judgement) -> bool:
         return j.verdict == Verdict.REGRESSED or j.ratio > 1 + thr / 2
 
-    def vote(c: Commit, first: Judgement, role: str, level: float = 1.0) -> tuple[str, list[tuple[Judgement, Measured]]]:
+    def vote(
+        c: Commit, first: Judgement, role: str, level: float = 1.0
+    ) -> tuple[str, list[tuple[Judgement, Measured]]]:
         """Two of three: `first` and then pairs (a fresh GOOD, then `c` against it) until two verdicts agree;
         bad when two say regressed at a ratio nearer BAD's `level` than 1 (log scale: a probe 1.5x slower on a
         loaded machine is still on GOOD's side of a 100x step; the range's own vote has no level yet: 1);
         skip when `c` fails to run.
         Returns the pairs' (judgement, GOOD) too."""
+
         def bad(j: Judgement) -> bool:
             return j.verdict == Verdict.REGRESSED and j.ratio >= math.sqrt(level)
 
@@ -317,10 +362,14 @@ def run_bisect(
     need(bad_m, f"BAD {bad.short}")
     assert first is not None
     rep.range_first = first
-    if not borderline(first) and first.verdict != Verdict.IMPROVED:  # BAD faster than GOOD is suspect: confirm it
+    if (
+        not borderline(first) and first.verdict != Verdict.IMPROVED
+    ):  # BAD faster than GOOD is suspect: confirm it
         rep.outcome = "noise"
-        rep.message = (f"range is noise: BAD is not significantly slower than GOOD ({first.verdict}, "
-                       f"{first.text()}); nothing bisected")
+        rep.message = (
+            f"range is noise: BAD is not significantly slower than GOOD ({first.verdict}, "
+            f"{first.text()}); nothing bisected"
+        )
         return rep
     verdict, pairs = vote(bad, first, "BAD")
     if verdict == "skip":
@@ -328,9 +377,11 @@ def run_bisect(
     if verdict == "good":
         last = pairs[-1][0]
         rep.range_confirmed, rep.outcome = last, "noise"
-        rep.message = (f"range is noise: BAD was {first.verdict} against GOOD at first ({first.text()}) and "
-                       f"not regressed in two of three measurements (last: {last.verdict}, {last.text()}); "
-                       "nothing bisected")
+        rep.message = (
+            f"range is noise: BAD was {first.verdict} against GOOD at first ({first.text()}) and "
+            f"not regressed in two of three measurements (last: {last.verdict}, {last.text()}); "
+            "nothing bisected"
+        )
         return rep
     # the reference from here on: the GOOD of the last pair in which BAD was regressed (never one measured
     # slow by chance, which would make every probe look good); `level`: BAD's ratio against it
@@ -362,12 +413,17 @@ def run_bisect(
         rep.outcome, rep.first_bad = "first-bad", c
         rep.first_bad_judgement = confirmed.get(res.first_bad)
         j = rep.first_bad_judgement
-        rep.message = (f"first bad commit: {c.label()}: {j.text() if j else 'regressed'} against GOOD "
-                       f"{good.short} ({n_meas} measurements)")
+        rep.message = (
+            f"first bad commit: {c.label()}: {j.text() if j else 'regressed'} against GOOD "
+            f"{good.short} ({n_meas} measurements)"
+        )
     else:
         rep.candidates = [commits[i] for i in res.candidates]
-        rep.message = ("inconclusive: skipped commits leave " + ", ".join(c.short for c in rep.candidates)
-                       + " as the possible first bad commits")
+        rep.message = (
+            "inconclusive: skipped commits leave "
+            + ", ".join(c.short for c in rep.candidates)
+            + " as the possible first bad commits"
+        )
     return rep
 
 
@@ -416,7 +472,7 @@ class Scratch:
         self.dir = Path(tempfile.mkdtemp(prefix="kiln-bisect-"))
         self.tree = self.dir / "worktree"
 
-    def __enter__(self) -> "Scratch":
+    def __enter__(self) -> Scratch:
         r = git(self.repo, "worktree", "add", "--detach", "--quiet", str(self.tree), self.start, check=False)
         if r.returncode != 0:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -451,26 +507,65 @@ class Container:
 
         # the runner's GPUs only, as the runner's uid:gid (it writes the step's store), the job's labels
         b, env = container_backend(self.backend, {**self.env, "PYTHONDONTWRITEBYTECODE": "1"})
-        return container_argv(b, self.image, inner, src=tree, env=env, results=results, name=name,
-                              **container_extras(self.backend, self.image))
+        return container_argv(
+            b,
+            self.image,
+            inner,
+            src=tree,
+            env=env,
+            results=results,
+            name=name,
+            **container_extras(self.backend, self.image),
+        )
 
 
 class CommitRunner:
     """`measure(commit)`: that commit's `python -m harness bench run` in the scratch worktree, read back; in
     `container` when given (`--backend B`), else with `python` on this machine (`env`: more variables)."""
 
-    def __init__(self, scratch: Scratch, workload: str, compiler: str, device: str, *, profile: str | None,
-                 run_args: list[str], timeout_s: float, python: str = sys.executable,
-                 container: Container | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        scratch: Scratch,
+        workload: str,
+        compiler: str,
+        device: str,
+        *,
+        profile: str | None,
+        run_args: list[str],
+        timeout_s: float,
+        python: str = sys.executable,
+        container: Container | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.scratch, self.workload, self.compiler, self.device = scratch, workload, compiler, device
         self.profile, self.run_args, self.timeout_s, self.python = profile, run_args, timeout_s, python
         self.container, self.extra_env = container, dict(env or {})
         self.count = 0
 
     def argv(self, commit: Commit, db: Path | str, python: str | None = None) -> list[str]:
-        argv = [python or self.python, "-m", "harness", "bench", "run", "--device", self.device, "--only",
-                self.workload, "--compilers", self.compiler, "--db", str(db), "--quiet", "--no-fail",
-                "--label", f"bisect {commit.short}", "--git-ref", "bisect", "--git-commit", commit.sha]
+        argv = [
+            python or self.python,
+            "-m",
+            "harness",
+            "bench",
+            "run",
+            "--device",
+            self.device,
+            "--only",
+            self.workload,
+            "--compilers",
+            self.compiler,
+            "--db",
+            str(db),
+            "--quiet",
+            "--no-fail",
+            "--label",
+            f"bisect {commit.short}",
+            "--git-ref",
+            "bisect",
+            "--git-commit",
+            commit.sha,
+        ]
         return argv + (["--profile", self.profile] if self.profile else []) + self.run_args
 
     def env(self) -> dict[str, str]:
@@ -506,8 +601,15 @@ class CommitRunner:
             m.error = f"git checkout failed: {(e.stderr or '').strip()[:200]}"
             return m
         argv, env, container = self.command(commit, name)
-        rc, timed_out = execute(argv, log=log, timeout_s=self.timeout_s, env=env, cwd=self.scratch.tree,
-                                container=container, echo=False)
+        rc, timed_out = execute(
+            argv,
+            log=log,
+            timeout_s=self.timeout_s,
+            env=env,
+            cwd=self.scratch.tree,
+            container=container,
+            echo=False,
+        )
         m.seconds = time.monotonic() - t0
         if timed_out:
             m.error = f"bench run timed out after {self.timeout_s:.0f}s"
@@ -552,29 +654,59 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of `bench bisect`."""
     p.add_argument("good", help="a commit (any git revision) where the workload was fast")
     p.add_argument("bad", help="a later commit (descendant of GOOD) where it is slow")
-    p.add_argument("--only", required=True, metavar="WORKLOAD", help="the workload (one name, or a pattern "
-                   "matching exactly one; see `bench workloads`)")
-    p.add_argument("--compiler", default="kiln", help="compiler whose time is bisected (default kiln; eager is "
-                   "measured beside it as the local clock)")
+    p.add_argument(
+        "--only",
+        required=True,
+        metavar="WORKLOAD",
+        help="the workload (one name, or a pattern matching exactly one; see `bench workloads`)",
+    )
+    p.add_argument(
+        "--compiler",
+        default="kiln",
+        help="compiler whose time is bisected (default kiln; eager is measured beside it as the local clock)",
+    )
     p.add_argument("--device", default="auto", help="auto (GPU if present), cpu, cuda, cuda:N")
     p.add_argument("--profile", choices=["tiny", "gpu"], help="size table (default: gpu on a GPU, else tiny)")
-    p.add_argument("--backend", help="measure as the bench job of this backend of ci/matrix.json does: in its "
-                   "container (the harness's image; each commit's code mounted as the source), the device its "
-                   "matrix entry says; with --native on this machine's Python with its suite environment")
-    p.add_argument("--native", action="store_true", help="with --backend: this machine's Python, no container")
+    p.add_argument(
+        "--backend",
+        help="measure as the bench job of this backend of ci/matrix.json does: in its "
+        "container (the harness's image; each commit's code mounted as the source), the device its "
+        "matrix entry says; with --native on this machine's Python with its suite environment",
+    )
+    p.add_argument(
+        "--native", action="store_true", help="with --backend: this machine's Python, no container"
+    )
     p.add_argument("--image", help="with --backend: this local image instead of building the hash-tagged one")
-    p.add_argument("--repo", type=Path, default=Path("."), help="the git repository (default: the current one)")
-    p.add_argument("--threshold", type=float, default=None, help="fraction slower that counts as a regression "
-                   "(default $KILN_BENCH_THRESHOLD, else 0.05 on GPU, 0.10 on CPU)")
+    p.add_argument(
+        "--repo", type=Path, default=Path("."), help="the git repository (default: the current one)"
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="fraction slower that counts as a regression "
+        "(default $KILN_BENCH_THRESHOLD, else 0.05 on GPU, 0.10 on CPU)",
+    )
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
-    p.add_argument("--drift", choices=["on", "off"], default="on",
-                   help="divide out eager's ratio on the same workload (default on)")
-    p.add_argument("--step-timeout", type=float, default=1800.0, help="seconds per measurement (default 1800)")
-    p.add_argument("--run-args", default="", help="more `bench run` flags for every measurement, one string "
-                   "(e.g. '--target-s 0.3 --rounds 10')")
+    p.add_argument(
+        "--drift",
+        choices=["on", "off"],
+        default="on",
+        help="divide out eager's ratio on the same workload (default on)",
+    )
+    p.add_argument(
+        "--step-timeout", type=float, default=1800.0, help="seconds per measurement (default 1800)"
+    )
+    p.add_argument(
+        "--run-args",
+        default="",
+        help="more `bench run` flags for every measurement, one string (e.g. '--target-s 0.3 --rounds 10')",
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder (step stores and logs)")
     p.add_argument("--json", type=Path, help="write the verdict and every step as JSON here")
-    p.add_argument("--md", type=Path, help="write a Markdown report here (also appended to $GITHUB_STEP_SUMMARY)")
+    p.add_argument(
+        "--md", type=Path, help="write a Markdown report here (also appended to $GITHUB_STEP_SUMMARY)"
+    )
 
 
 def _one_workload(pattern: str, profile: str) -> str:
@@ -594,8 +726,8 @@ def _backend_setup(args: argparse.Namespace) -> tuple[str, str, str, Container |
     device of B's matrix entry; in a container the host may have no torch, so the workload is checked against
     the profile only where torch imports (a wrong name then shows as GOOD failing to measure)."""
     from harness import matrix as matrix_mod
-    from harness.images import image as image_mod
     from harness.commands import suite_env
+    from harness.images import image as image_mod
     from harness.settings import settings
 
     m = matrix_mod.load()
@@ -621,15 +753,16 @@ def _backend_setup(args: argparse.Namespace) -> tuple[str, str, str, Container |
     return device, profile, workload, Container(b, args.image or image_mod.build(b).tag, env), {}
 
 
-sigterm_as_interrupt = sigterm_interrupts  # SIGTERM raises KeyboardInterrupt like Ctrl-C: the worktree is removed
+sigterm_as_interrupt = (
+    sigterm_interrupts  # SIGTERM raises KeyboardInterrupt like Ctrl-C: the worktree is removed
+)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     """The `bench bisect` verb (module docstring)."""
+    from harness.bench.reports.report import terminal
     from harness.results import append_job_summary, atomic_write_text
     from harness.settings import bench_settings
-
-    from harness.bench.reports.report import terminal
 
     s = bench_settings()
     thr = s.threshold if args.threshold is None else args.threshold
@@ -654,17 +787,38 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         run_args = shlex.split(args.run_args)
     except ValueError as e:
         raise UsageError(f"bad --run-args: {e}") from None
-    where = f"{args.backend}'s container" if container else (f"{args.backend}, native" if args.backend else "")
-    print(f"bisect {workload} under {args.compiler} on {device}{f' ({where})' if where else ''}: GOOD "
-          f"{good.label()} .. BAD {bad.label()} ({len(commits)} commit(s)), threshold {cfg.threshold:.0%}, "
-          f"alpha {cfg.alpha}", file=sys.stderr)
+    where = (
+        f"{args.backend}'s container" if container else (f"{args.backend}, native" if args.backend else "")
+    )
+    print(
+        f"bisect {workload} under {args.compiler} on {device}{f' ({where})' if where else ''}: GOOD "
+        f"{good.label()} .. BAD {bad.label()} ({len(commits)} commit(s)), threshold {cfg.threshold:.0%}, "
+        f"alpha {cfg.alpha}",
+        file=sys.stderr,
+    )
     try:
         with sigterm_as_interrupt(), Scratch(repo, good.sha, keep=args.keep) as scratch:
-            runner = CommitRunner(scratch, workload, args.compiler, device, profile=args.profile,
-                                  run_args=run_args, timeout_s=args.step_timeout, container=container,
-                                  env=extra_env)
-            rep = run_bisect(good, commits, runner, cfg, workload=workload, compiler=args.compiler,
-                             device=device, use_clock=args.drift == "on")
+            runner = CommitRunner(
+                scratch,
+                workload,
+                args.compiler,
+                device,
+                profile=args.profile,
+                run_args=run_args,
+                timeout_s=args.step_timeout,
+                container=container,
+                env=extra_env,
+            )
+            rep = run_bisect(
+                good,
+                commits,
+                runner,
+                cfg,
+                workload=workload,
+                compiler=args.compiler,
+                device=device,
+                use_clock=args.drift == "on",
+            )
             if args.keep:
                 print(f"note: step stores and logs kept in {scratch.dir}", file=sys.stderr)
     except KeyboardInterrupt:

@@ -19,23 +19,30 @@ import gc
 import math
 import time
 import types
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from harness import arms
+from harness.bench.core.executor import CaseExecutor, OpenCase, finished, gc_paused, live, one_line
+from harness.bench.core.executor import deadline as _deadline
+from harness.bench.core.records import Meta, Result
+from harness.bench.core.stats import Stats
+from harness.bench.kernels import workloads as wl
+from harness.bench.kernels.measure import Timer, ceiling_gbps, flatten, make_timer, max_errors, unique_bytes
 from harness.exc import UsageError
 from harness.settings import Plant
 
-from harness.bench.kernels import workloads as wl
-from harness.bench.core.executor import CaseExecutor, OpenCase, finished, gc_paused, live, one_line
-from harness.bench.core.executor import deadline as _deadline
-from harness.bench.kernels.measure import Timer, ceiling_gbps, flatten, make_timer, max_errors, unique_bytes
-from harness.bench.core.records import Meta, Result
-from harness.bench.core.stats import Stats
-
-__all__ = ["BenchConfig", "Executor", "OpenCase", "Prepared", "gc_paused", "one_line"]  # sbs_worker imports these
+__all__ = [
+    "BenchConfig",
+    "Executor",
+    "OpenCase",
+    "Prepared",
+    "gc_paused",
+    "one_line",
+]  # sbs_worker imports these
 
 BASELINE_COMPILER = arms.EAGER
 TIER = "kernel"
@@ -223,8 +230,15 @@ class Executor(CaseExecutor[Prepared]):
         return Setup(inputs, refs, grad_outs, bytes_moved)
 
     def failed(self, case: wl.Case, compiler: str, phase: str, error: str) -> Result:
-        return Result(case.name, compiler, case.source_hash, status="error", phase=phase, timer=self.timer.name,
-                      error=error)
+        return Result(
+            case.name,
+            compiler,
+            case.source_hash,
+            status="error",
+            phase=phase,
+            timer=self.timer.name,
+            error=error,
+        )
 
     def prepare(self, case: wl.Case, setup: Setup, compiler: str, phase: str) -> Prepared | Result:
         """Compile, check, warm up; returns a `Prepared`, or an `error` Result when anything fails."""
@@ -336,7 +350,7 @@ class Executor(CaseExecutor[Prepared]):
             for p in range(passes):
                 for i, (oc, by_arm) in enumerate(opened):
                     for r in range(rounds):
-                        order = list(by_arm)[r % len(by_arm):] + list(by_arm)[: r % len(by_arm)]
+                        order = list(by_arm)[r % len(by_arm) :] + list(by_arm)[: r % len(by_arm)]
                         for arm in order:
                             for prep in live(by_arm[arm].values()):
                                 self._sample(prep, max(1, math.ceil(prep.reps / (passes * rounds))))
@@ -359,6 +373,9 @@ class Executor(CaseExecutor[Prepared]):
                 continue
             res, call = replace(prep.result, samples=[], meta=replace(prep.result.meta)), prep.call
             if plant and plant.applies(oc.case.name, c):
-                call, res.planted = self.timer.planted(call, plant.fraction * prep.est_ns, plant.fraction), plant.fraction
+                call, res.planted = (
+                    self.timer.planted(call, plant.fraction * prep.est_ns, plant.fraction),
+                    plant.fraction,
+                )
             arm[c] = Prepared(call, res, prep.reps, prep.est_ns)
         return arm

@@ -14,14 +14,13 @@ import argparse
 import json
 import time
 
-from harness.exc import UsageError
-from harness.results import atomic_write_text
-
-from harness.bench.reports import report
 from harness.bench.judge.compare import CompareConfig
 from harness.bench.kernels.execute import BenchConfig, defaults_for, resolve_device
 from harness.bench.kernels.session import run_bench
+from harness.bench.reports import report
 from harness.bench.stores.store import Store
+from harness.exc import UsageError
+from harness.results import atomic_write_text
 
 SPREAD_GOAL = 0.03
 GPU_TARGET_S = 0.2  # seconds of measurement per workload and compiler
@@ -93,10 +92,16 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     print(verdict)
     try:
         compilers = report.speedup_compilers(second.run.device, second.run.compilers)
-        plots = [report.plot_speedups(second.results, compilers, out / "speedups.png", run=second.run)] \
-            if [c for c in compilers if c != "eager"] else []
-        plots.append(report.plot_ratios(second.comparisons or [], cmp_cfg.threshold or 0.05, out / "run2_vs_run1.png",
-                                        run=second.run))
+        plots = (
+            [report.plot_speedups(second.results, compilers, out / "speedups.png", run=second.run)]
+            if [c for c in compilers if c != "eager"]
+            else []
+        )
+        plots.append(
+            report.plot_ratios(
+                second.comparisons or [], cmp_cfg.threshold or 0.05, out / "run2_vs_run1.png", run=second.run
+            )
+        )
         print(f"plots: {', '.join(map(str, plots))}")
     except report.PlotUnavailable as e:
         print(f"note: {e}")

@@ -34,16 +34,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.exc import UsageError
-
+from harness.bench.core.records import Result, Verdict
 from harness.bench.judge.compare import CompareConfig, judge
 from harness.bench.kernels.execute import BenchConfig, defaults_for
-from harness.bench.core.records import Result, Verdict
 from harness.bench.kernels.sidebyside import judge_rounds, measure_pair, source_root, undecided_at
+from harness.exc import UsageError
 
 DEFAULT_CASES = "layer_norm.fwd.bf16.64x128,row_sum.fwd.fp32.64x128"
-GPU_LOAD = ("import torch\nx = torch.randn(4096, 4096, device='cuda')\n"
-            "while True:\n    y = x @ x\n    torch.cuda.synchronize()\n")
+GPU_LOAD = (
+    "import torch\nx = torch.randn(4096, 4096, device='cuda')\n"
+    "while True:\n    y = x @ x\n    torch.cuda.synchronize()\n"
+)
 
 
 def old_verdict(base: Result, cand: Result, cfg: CompareConfig) -> Verdict:
@@ -66,12 +67,21 @@ def start_load(spec: str | None) -> list[subprocess.Popen]:
     raise UsageError(f"bad --load {spec!r} (use cpu:K or gpu)")
 
 
-def check(cfg: BenchConfig, cases: list[str], compilers: list[str], plant: str | None,
-          cmp_cfg: CompareConfig) -> list[dict[str, Any]]:
+def check(
+    cfg: BenchConfig, cases: list[str], compilers: list[str], plant: str | None, cmp_cfg: CompareConfig
+) -> list[dict[str, Any]]:
     """One side-by-side check: per key, the verdict, ratio and noise floor, and the earlier statistic's verdict."""
     with tempfile.TemporaryDirectory(prefix="kiln-noise-") as tmp:
-        base, aa, cand = measure_pair(cfg.as_dict(), cases, compilers, source_root(), source_root(), plant,
-                                      Path(tmp), undecided=undecided_at(cmp_cfg))
+        base, aa, cand = measure_pair(
+            cfg.as_dict(),
+            cases,
+            compilers,
+            source_root(),
+            source_root(),
+            plant,
+            Path(tmp),
+            undecided=undecided_at(cmp_cfg),
+        )
     of = [{(r.workload, r.compiler): r for r in rs} for rs in (base, aa, cand)]
     rows: list[dict[str, Any]] = []
     for key, b in of[0].items():
@@ -80,10 +90,20 @@ def check(cfg: BenchConfig, cases: list[str], compilers: list[str], plant: str |
             rows.append({"key": "@".join(key), "verdict": "error", "old": "error"})
             continue
         j = judge_rounds(b, a2, c, cmp_cfg)
-        rows.append({"key": "@".join(key), "verdict": j.verdict.value, "ratio": j.ratio, "p": j.p,
-                     "noise": j.noise, "aa_ratio": j.aa_ratio, "old": old_verdict(b, c, cmp_cfg).value,
-                     "planted": bool(c.planted), "rounds": j.rounds,
-                     "turns": [x.meta.rounds for x in (b, a2, c)]})
+        rows.append(
+            {
+                "key": "@".join(key),
+                "verdict": j.verdict.value,
+                "ratio": j.ratio,
+                "p": j.p,
+                "noise": j.noise,
+                "aa_ratio": j.aa_ratio,
+                "old": old_verdict(b, c, cmp_cfg).value,
+                "planted": bool(c.planted),
+                "rounds": j.rounds,
+                "turns": [x.meta.rounds for x in (b, a2, c)],
+            }
+        )
     return rows
 
 
@@ -97,8 +117,10 @@ def rates(checks: list[dict[str, Any]]) -> dict[str, Any]:
         return f"{sum(1 for r in rows if r[field] in wanted)}/{len(rows)}"
 
     return {
-        "aa_keys": len(aa), "planted_keys": len(pl),
-        "false_positive": share(aa, "verdict", flagged), "false_positive_old": share(aa, "old", flagged),
+        "aa_keys": len(aa),
+        "planted_keys": len(pl),
+        "false_positive": share(aa, "verdict", flagged),
+        "false_positive_old": share(aa, "old", flagged),
         "aa_inconclusive": share(aa, "verdict", (Verdict.INCONCLUSIVE.value,)),
         "true_positive": share(pl, "verdict", (Verdict.REGRESSED.value,)),
         "true_positive_old": share(pl, "old", (Verdict.REGRESSED.value,)),
@@ -108,26 +130,44 @@ def rates(checks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _line(device: str, args: argparse.Namespace, n_cases: int, compilers: list[str], checks: list[dict[str, Any]],
-          summary: dict[str, Any]) -> str:
+def _line(
+    device: str,
+    args: argparse.Namespace,
+    n_cases: int,
+    compilers: list[str],
+    checks: list[dict[str, Any]],
+    summary: dict[str, Any],
+) -> str:
     n_aa = sum(1 for c in checks if not c["plant"])
-    return (f"noise check ({device}, load {args.load or 'none'}, {n_aa} A/A + {len(checks) - n_aa} planted "
-            f"{args.fraction:.0%} checks of {n_cases} workload(s) x {', '.join(compilers)}): "
-            f"false positives {summary['false_positive']} (earlier statistic {summary['false_positive_old']}), "
-            f"A/A inconclusive {summary['aa_inconclusive']}; planted confirmed {summary['true_positive']} "
-            f"(earlier statistic {summary['true_positive_old']}), planted inconclusive "
-            f"{summary['planted_inconclusive']}")
+    return (
+        f"noise check ({device}, load {args.load or 'none'}, {n_aa} A/A + {len(checks) - n_aa} planted "
+        f"{args.fraction:.0%} checks of {n_cases} workload(s) x {', '.join(compilers)}): "
+        f"false positives {summary['false_positive']} (earlier statistic {summary['false_positive_old']}), "
+        f"A/A inconclusive {summary['aa_inconclusive']}; planted confirmed {summary['true_positive']} "
+        f"(earlier statistic {summary['true_positive_old']}), planted inconclusive "
+        f"{summary['planted_inconclusive']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.bench.kernels.noise_check", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m harness.bench.kernels.noise_check", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--runs", type=int, default=10, help="A/A checks, and as many planted checks (default 10)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--only", default=None, help=f"comma-separated workloads (default on CPU: {DEFAULT_CASES}; "
-                                                "on CUDA: the first four of the gpu profile)")
-    p.add_argument("--compilers", default="kiln", help="measured compilers; the first is planted (default kiln)")
+    p.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated workloads (default on CPU: {DEFAULT_CASES}; "
+        "on CUDA: the first four of the gpu profile)",
+    )
+    p.add_argument(
+        "--compilers", default="kiln", help="measured compilers; the first is planted (default kiln)"
+    )
     p.add_argument("--fraction", type=float, default=0.2, help="the planted slowdown (default 0.2)")
-    p.add_argument("--load", default=None, help="cpu:K busy loops or gpu (a process of matrix products) beside")
+    p.add_argument(
+        "--load", default=None, help="cpu:K busy loops or gpu (a process of matrix products) beside"
+    )
     p.add_argument("--json", type=Path, default=None, help="write every check's verdicts and the rates here")
     args = p.parse_args(argv)
     if args.runs < 1 or not 0 < args.fraction < 10:
@@ -137,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = BenchConfig(device=args.device, compilers=[], **defaults_for(args.device))
     names = [c.name for c in wl.cases(cfg.profile, None)]
-    cases = args.only.split(",") if args.only else (DEFAULT_CASES.split(",") if cfg.device == "cpu" else names[:4])
+    cases = (
+        args.only.split(",")
+        if args.only
+        else (DEFAULT_CASES.split(",") if cfg.device == "cpu" else names[:4])
+    )
     if unknown := [c for c in cases if c not in names]:
         raise UsageError(f"unknown workload(s) for profile {cfg.profile}: {', '.join(unknown)}")
     compilers = [c.strip() for c in args.compilers.split(",") if c.strip()]
@@ -155,15 +199,28 @@ def main(argv: list[str] | None = None) -> int:
                 rows = check(cfg, cases, compilers, spec, cmp_cfg)
                 checks.append({"plant": spec, "rows": rows, "seconds": round(time.monotonic() - t0, 1)})
                 for r in rows:
-                    print(f"[{i + 1}/{args.runs}] {'planted' if spec else 'A/A    '} {r['key']:<40} {r['verdict']:<12} "
-                          f"x{r.get('ratio') or 0:.3f} noise {r.get('noise') or 0:.0%} over {r.get('rounds', 0)} "
-                          f"rounds (earlier statistic: {r['old']})", flush=True)
+                    print(
+                        f"[{i + 1}/{args.runs}] {'planted' if spec else 'A/A    '} {r['key']:<40} {r['verdict']:<12} "
+                        f"x{r.get('ratio') or 0:.3f} noise {r.get('noise') or 0:.0%} over {r.get('rounds', 0)} "
+                        f"rounds (earlier statistic: {r['old']})",
+                        flush=True,
+                    )
                 # after every check, so that a run cut short by a time limit still leaves its rates
                 summary = rates(checks)
                 if args.json:
-                    args.json.write_text(json.dumps({"checks": checks, "rates": summary, "load": args.load,
-                                                     "device": cfg.device, "cases": cases, "compilers": compilers},
-                                                    indent=1))
+                    args.json.write_text(
+                        json.dumps(
+                            {
+                                "checks": checks,
+                                "rates": summary,
+                                "load": args.load,
+                                "device": cfg.device,
+                                "cases": cases,
+                                "compilers": compilers,
+                            },
+                            indent=1,
+                        )
+                    )
                 print(_line(cfg.device, args, len(cases), compilers, checks, summary), flush=True)
     finally:
         for proc in load:

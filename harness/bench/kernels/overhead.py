@@ -25,9 +25,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -98,8 +98,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(compiler: str, steps: int, device: torch.device, calls: int = CALLS,
-            samples: int = SAMPLES) -> OverheadResult:
+def measure(
+    compiler: str, steps: int, device: torch.device, calls: int = CALLS, samples: int = SAMPLES
+) -> OverheadResult:
     """Compile the chain graph of ``steps`` under ``compiler`` and time ``samples`` x ``calls`` calls."""
     torch._dynamo.reset()
     fn, step_begin = compile_for(compiler, chain(steps))
@@ -119,9 +120,16 @@ def measure(compiler: str, steps: int, device: torch.device, calls: int = CALLS,
         _sync(device)
         times.append((time.perf_counter() - t0) / calls * 1e6)
     med = statistics.median(times)
-    q = sorted(times)[len(times) // 4: len(times) - len(times) // 4]
-    return OverheadResult(f"chain_{steps}", compiler, med, (q[-1] - q[0]) / med, launches,
-                          med / launches if launches else float("nan"), times)
+    q = sorted(times)[len(times) // 4 : len(times) - len(times) // 4]
+    return OverheadResult(
+        f"chain_{steps}",
+        compiler,
+        med,
+        (q[-1] - q[0]) / med,
+        launches,
+        med / launches if launches else float("nan"),
+        times,
+    )
 
 
 def profile_calls(compiler: str, steps: int, device: torch.device, calls: int = CALLS, top: int = 30) -> str:
@@ -156,8 +164,17 @@ def report_markdown(results: list[OverheadResult]) -> str:
     for r in results:
         peer = by.get((r.graph, arms.peer(r.compiler)))
         ratio = f"{r.us_per_call / peer.us_per_call:.2f}x" if peer else "-"
-        rows.append([r.graph, r.compiler, f"{r.us_per_call:.1f}", f"{r.spread:.1%}", r.launches,
-                     f"{r.us_per_launch:.2f}", ratio])
+        rows.append(
+            [
+                r.graph,
+                r.compiler,
+                f"{r.us_per_call:.1f}",
+                f"{r.spread:.1%}",
+                r.launches,
+                f"{r.us_per_launch:.2f}",
+                ratio,
+            ]
+        )
     header = ["graph", "compiler", "us/call", "spread", "launches", "us/launch", "vs inductor"]
     return "\n".join(markdown_table(header, rows, "llrrrrr")) + "\n"
 
@@ -186,12 +203,19 @@ def _overhead(args: argparse.Namespace) -> int:
     for n in steps:
         for c in compilers:
             r = measure(c, n, device, args.calls, args.samples)
-            print(f"chain_{n:<3} {c:<12} {r.us_per_call:9.1f} us/call  spread {r.spread:6.1%}  "
-                  f"launches {r.launches:3d}", flush=True)
+            print(
+                f"chain_{n:<3} {c:<12} {r.us_per_call:9.1f} us/call  spread {r.spread:6.1%}  "
+                f"launches {r.launches:3d}",
+                flush=True,
+            )
             results.append(r)
     if args.profile:
-        _write(args.profile, "\n".join(profile_calls(c, n, device, args.calls) for n in steps for c in compilers
-                                       if c != "eager"))
+        _write(
+            args.profile,
+            "\n".join(
+                profile_calls(c, n, device, args.calls) for n in steps for c in compilers if c != "eager"
+            ),
+        )
     text = report_markdown(results)
     print(text)
     if args.md:

@@ -74,13 +74,23 @@ def main() -> int:
     cases = [c for c in wl.cases(cfg.profile, None) if c.name in wanted]
     torch._dynamo.reset()
     opened = {c.name: ex.open_case(c, compilers, phase="confirm") for c in cases}
+
     def live(oc: Any) -> dict[str, Any]:
         return {c: p for c, p in oc.prepared.items() if hasattr(p, "call") and p.result.status == "ok"}
 
-    send({"ready": {name: {c: ("ok" if c in live(oc) else (getattr(p, "error", None) or "error"))
-                           for c, p in oc.prepared.items()} for name, oc in opened.items()},
-          "reps": {name: {c: p.reps for c, p in live(oc).items()} for name, oc in opened.items()},
-          "est": {name: {c: p.est_ns for c, p in live(oc).items()} for name, oc in opened.items()}})
+    send(
+        {
+            "ready": {
+                name: {
+                    c: ("ok" if c in live(oc) else (getattr(p, "error", None) or "error"))
+                    for c, p in oc.prepared.items()
+                }
+                for name, oc in opened.items()
+            },
+            "reps": {name: {c: p.reps for c, p in live(oc).items()} for name, oc in opened.items()},
+            "est": {name: {c: p.est_ns for c, p in live(oc).items()} for name, oc in opened.items()},
+        }
+    )
     gc_paused, Stats = _bench("execute").gc_paused, _bench("stats").Stats
 
     def cpu_sample(fn: Any, reps: int) -> list[float]:

@@ -24,19 +24,22 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.bench.core.records import Result, RunInfo, Verdict
+from harness.bench.judge.compare import CompareConfig, Comparison, compare, judge, load_baseline
+from harness.bench.kernels import workloads as wl
+from harness.bench.kernels.execute import (
+    BASELINE_COMPILER,
+    BenchConfig,
+    Executor,
+    check_compilers,
+    defaults_for,
+)
+from harness.bench.kernels.session import open_runs, prepare_kiln, set_threads
+from harness.bench.reports import report
+from harness.bench.stores import env
+from harness.bench.stores.store import Store
 from harness.results import append_job_summary, atomic_write_text
 from harness.settings import Plant, bench_settings
-
-from harness.bench.stores import env
-
-from harness.bench.reports import report
-
-from harness.bench.kernels import workloads as wl
-from harness.bench.judge.compare import CompareConfig, Comparison, compare, judge, load_baseline
-from harness.bench.kernels.execute import BASELINE_COMPILER, BenchConfig, Executor, check_compilers, defaults_for
-from harness.bench.core.records import Result, RunInfo, Verdict
-from harness.bench.kernels.session import open_runs, prepare_kiln, set_threads
-from harness.bench.stores.store import Store
 
 MIN_WORKLOADS = 20
 ARMS = ("A", "B", "C")
@@ -47,7 +50,11 @@ SIDE_BY_SIDE = {"rounds": 20, "target_s": 0.24, "max_reps": 1200}
 
 
 def _regressed(cmps: list[Comparison]) -> list[str]:
-    return [f"{c.workload}@{c.compiler} ({c.ratio:.3f}, p={c.p:.2g})" for c in cmps if c.verdict == Verdict.REGRESSED]
+    return [
+        f"{c.workload}@{c.compiler} ({c.ratio:.3f}, p={c.p:.2g})"
+        for c in cmps
+        if c.verdict == Verdict.REGRESSED
+    ]
 
 
 def plant_compiler(compilers: list[str]) -> str:
@@ -61,7 +68,9 @@ def _plants(plant: Plant) -> dict[str, Plant | None]:
     return {arm: plant if arm == "C" else None for arm in ARMS}
 
 
-def measure_side_by_side(cfg: BenchConfig, store: Store, plant: Plant) -> dict[str, tuple[RunInfo, list[Result]]]:
+def measure_side_by_side(
+    cfg: BenchConfig, store: Store, plant: Plant
+) -> dict[str, tuple[RunInfo, list[Result]]]:
     """Runs A, B (identical) and C (`plant`) measured side by side, each stored as a complete run."""
     if "kiln" in cfg.compilers:
         prepare_kiln()
@@ -71,8 +80,13 @@ def measure_side_by_side(cfg: BenchConfig, store: Store, plant: Plant) -> dict[s
     runs: dict[str, RunInfo] = {}
     for arm in ARMS:
         arm_cfg = cfg.as_dict() | {"plant": plant.spec() if arm == "C" else None, "side_by_side": list(ARMS)}
-        runs[arm] = env.new_run(cfg.profile, cfg.device, cfg.compilers, arm_cfg,
-                                f"selftest-{arm}" + (f" plant {plant.spec()}" if arm == "C" else ""))
+        runs[arm] = env.new_run(
+            cfg.profile,
+            cfg.device,
+            cfg.compilers,
+            arm_cfg,
+            f"selftest-{arm}" + (f" plant {plant.spec()}" if arm == "C" else ""),
+        )
 
     def done(i: int, case: wl.Case, by_arm: dict[str, list[Result]]) -> None:
         for arm, rs in by_arm.items():
@@ -101,7 +115,9 @@ def confirm_side_by_side(
     and keep a verdict only if the fresh samples give it again: `bench run`'s confirmation, with the baseline
     arm measured beside it as the local clock. A host's slow spell that one arm caught in the first
     measurement (1-2 of 108 keys a run on the 2-core host) rarely catches the same arm twice."""
-    flagged = [c for cmps in cmps_of.values() for c in cmps if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
+    flagged = [
+        c for cmps in cmps_of.values() for c in cmps if c.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
+    ]
     if not flagged:
         return
     names = list(dict.fromkeys(c.workload for c in flagged))
@@ -113,9 +129,10 @@ def confirm_side_by_side(
                 r.phase = "confirm"
                 store.add_result(runs[arm].rid, r)
 
-    fresh = Executor(cfg, log=lambda msg: None).measure_arms(
-        cases, cfg.compilers, _plants(plant), done)
-    samples = {(arm, r.workload, r.compiler): r.samples for arm in ARMS for r in fresh[arm] if r.status == "ok"}
+    fresh = Executor(cfg, log=lambda msg: None).measure_arms(cases, cfg.compilers, _plants(plant), done)
+    samples = {
+        (arm, r.workload, r.compiler): r.samples for arm in ARMS for r in fresh[arm] if r.status == "ok"
+    }
     for arm, cmps in cmps_of.items():
         for c in cmps:
             if c.verdict not in (Verdict.REGRESSED, Verdict.IMPROVED):
@@ -127,15 +144,24 @@ def confirm_side_by_side(
             if not c.confirmed:
                 c.verdict = Verdict.UNCHANGED
                 c.note = f"{c.note}; not confirmed side by side (first ratio {first_ratio:.3f})".lstrip("; ")
-            print(f"[confirm] {c.workload}@{c.compiler} run {arm}: first {first} ({first_ratio:.3f}), again "
-                  f"{verdict}", file=sys.stderr, flush=True)
+            print(
+                f"[confirm] {c.workload}@{c.compiler} run {arm}: first {first} ({first_ratio:.3f}), again "
+                f"{verdict}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     s = bench_settings()
     cmp_cfg = CompareConfig(threshold=s.threshold, alpha=s.alpha).for_device("cpu")
-    cfg = BenchConfig(device="cpu", compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
-                      only=args.only, plant=None, **(defaults_for("cpu") | SIDE_BY_SIDE))
+    cfg = BenchConfig(
+        device="cpu",
+        compilers=[c.strip() for c in args.compilers.split(",") if c.strip()],
+        only=args.only,
+        plant=None,
+        **(defaults_for("cpu") | SIDE_BY_SIDE),
+    )
     cfg.compilers = check_compilers(cfg.compilers)
     target, compiler = args.plant_workload, plant_compiler(cfg.compilers)
     plant = Plant(target, compiler, args.fraction)
@@ -148,8 +174,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             self_cmps = compare(a_res, base, cmp_cfg, new_run=a_run)
             b_cmps = compare(b_res, base, cmp_cfg, new_run=b_run)
             c_cmps = compare(c_res, base, cmp_cfg, new_run=c_run)
-            confirm_side_by_side(cfg, store, plant, {a: arms[a][0] for a in ARMS}, {"B": b_cmps, "C": c_cmps},
-                                 cmp_cfg)
+            confirm_side_by_side(
+                cfg, store, plant, {a: arms[a][0] for a in ARMS}, {"B": b_cmps, "C": c_cmps}, cmp_cfg
+            )
 
     checks: list[tuple[str, bool, str]] = []
     n = len({r.workload for r in a_res})
@@ -158,19 +185,28 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         bad = _regressed(cmps)
         checks.append((f"{name}: nothing regressed", not bad, ", ".join(bad) or report.counts_line(cmps)))
     hit = [x for x in c_cmps if (x.workload, x.compiler) == (target, compiler)]
-    checks.append((
-        f"planted {args.fraction:.0%} slowdown in {target}@{compiler} is flagged",
-        bool(hit) and hit[0].verdict == Verdict.REGRESSED,
-        f"verdict {hit[0].verdict}, ratio {hit[0].ratio:.3f}" if hit and hit[0].ratio else
-        f"no comparison: {target}@{compiler} has no result in both runs",
-    ))
+    checks.append(
+        (
+            f"planted {args.fraction:.0%} slowdown in {target}@{compiler} is flagged",
+            bool(hit) and hit[0].verdict == Verdict.REGRESSED,
+            f"verdict {hit[0].verdict}, ratio {hit[0].ratio:.3f}"
+            if hit and hit[0].ratio
+            else f"no comparison: {target}@{compiler} has no result in both runs",
+        )
+    )
     others = [x for x in _regressed(c_cmps) if not x.startswith(f"{target}@{compiler} ")]
     checks.append(("planted run: nothing else regressed", not others, ", ".join(others) or "none"))
 
     lines: list[str] = []
     for name, cmps in (("B vs A", b_cmps), ("C vs A", c_cmps)):
-        lines += [f"### {name}", "", report.counts_line(cmps), "",
-                  report.markdown(report.comparison_table(cmps, only_flagged=True)), ""]
+        lines += [
+            f"### {name}",
+            "",
+            report.counts_line(cmps),
+            "",
+            report.markdown(report.comparison_table(cmps, only_flagged=True)),
+            "",
+        ]
     lines += ["### Run A", "", report.markdown(report.side_by_side(a_res, a_run.compilers)), ""]
     print(report.run_header(c_run))
     print(report.terminal(report.comparison_table(c_cmps, only_flagged=True)))

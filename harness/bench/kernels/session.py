@@ -9,16 +9,13 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import torch
 
-from harness.exc import BaselineError
-
-from harness.bench.stores import env
-from harness.bench.kernels import workloads as wl
+from harness.bench.core.records import Result, RunInfo, Verdict
 from harness.bench.judge.compare import (
     Baseline,
     CompareConfig,
@@ -29,17 +26,26 @@ from harness.bench.judge.compare import (
     resolve_baseline,
     with_baseline,
 )
+from harness.bench.kernels import workloads as wl
 from harness.bench.kernels.execute import BenchConfig, Executor, check_compilers
-from harness.bench.core.records import Result, RunInfo, Verdict
-from harness.bench.reports.report import fmt_ns, interpreted
 from harness.bench.kernels.sidebyside import ALWAYS_ON_CPU, confirm_side_by_side
+from harness.bench.reports.report import fmt_ns, interpreted
+from harness.bench.stores import env
 from harness.bench.stores.store import Store
+from harness.exc import BaselineError
 
 SCREEN_RUNS = 3  # complete runs (the baseline's among them) whose stored samples screen for suspects
 
 
-def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs: list[RunInfo],
-                   cmps: list[Comparison], cfg: CompareConfig, n: int = SCREEN_RUNS) -> None:
+def widen_suspects(
+    store: Store,
+    run: RunInfo,
+    results: list[Result],
+    base_runs: list[RunInfo],
+    cmps: list[Comparison],
+    cfg: CompareConfig,
+    n: int = SCREEN_RUNS,
+) -> None:
     """Also flag as suspects (`regressed`, to be decided side by side) the workloads more than half the
     threshold slower than the baseline or than any of the other last `n` complete runs of its kind, in raw
     time or with eager on the same workload (measured interleaved with it in each run) as the clock (no
@@ -47,7 +53,11 @@ def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs:
     against itself (a planted 20% read 0.89x against a baseline measured under load). Each suspect costs
     side-by-side time; only that measurement decides."""
     try:
-        others = [r for r in resolve_baseline(store, f"window:{n}", run, any_hardware=cfg.any_hardware) if r.id not in {b.id for b in base_runs}]
+        others = [
+            r
+            for r in resolve_baseline(store, f"window:{n}", run, any_hardware=cfg.any_hardware)
+            if r.id not in {b.id for b in base_runs}
+        ]
     except BaselineError:
         others = []
     loose = 1 + (cfg.threshold or 0.0) / 2
@@ -56,7 +66,9 @@ def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs:
     for other in others[: max(0, n - len(base_runs))]:
         base = load_baseline(store, [other])
         drift = drift_of(results, base) if cfg.normalize_drift else 1.0
-        screens.append((f"run {other.id}'s stored samples", compare(results, base, cfg, new_run=run, drift=drift)))
+        screens.append(
+            (f"run {other.id}'s stored samples", compare(results, base, cfg, new_run=run, drift=drift))
+        )
     for what, cs in screens:
         eager = {o.workload: o.ratio for o in cs if o.compiler == "eager" and o.ratio}
         for o in cs:
@@ -66,8 +78,12 @@ def widen_suspects(store: Store, run: RunInfo, results: list[Result], base_runs:
             clocked = o.ratio / eager[o.workload] if o.compiler != "eager" and o.workload in eager else None
             if o.ratio > loose or (clocked is not None and clocked > loose):
                 c.verdict = Verdict.REGRESSED
-                c.note = _join(c.note, f"suspect: {o.ratio:.3f}x {what}" + (
-                    f", {clocked:.3f}x with eager as the clock" if clocked is not None else "") + f" (p={o.p:.2g})")
+                c.note = _join(
+                    c.note,
+                    f"suspect: {o.ratio:.3f}x {what}"
+                    + (f", {clocked:.3f}x with eager as the clock" if clocked is not None else "")
+                    + f" (p={o.p:.2g})",
+                )
 
 
 def _join(a: str, b: str) -> str:
@@ -152,8 +168,11 @@ def open_runs(store: Store, runs: list[RunInfo], ex: Executor) -> Iterator[None]
             except Exception:  # noqa: BLE001 - the store may be what failed; keep the original error
                 pass
             if isinstance(e, KeyboardInterrupt):
-                print(f"note: run {run.id} is marked aborted (what was measured is kept) and will never be used "
-                      "as a baseline", file=sys.stderr)
+                print(
+                    f"note: run {run.id} is marked aborted (what was measured is kept) and will never be used "
+                    "as a baseline",
+                    file=sys.stderr,
+                )
         raise
     for run in runs:
         store.finish_run(run.rid, "complete")
@@ -183,8 +202,9 @@ def run_bench(
     base_runs: list[RunInfo] = []
     if baseline:  # "SPEC?" means: compare when SPEC resolves, else run without a baseline
         try:
-            base_runs = resolve_baseline(store, baseline.rstrip("?"), run,
-                                         any_hardware=bool(cmp_cfg and cmp_cfg.any_hardware))
+            base_runs = resolve_baseline(
+                store, baseline.rstrip("?"), run, any_hardware=bool(cmp_cfg and cmp_cfg.any_hardware)
+            )
         except BaselineError as e:
             if not baseline.endswith("?"):
                 raise
@@ -210,8 +230,16 @@ def run_bench(
             for c in cmps:
                 c.interpreter = c.compiler in interp
             # the stored comparison only raises suspects; they are decided side by side, now
-            cmps = confirm_side_by_side(cmps, run, base_runs, cfg.as_dict(), cmp_cfg,
-                                        plant=cfg.plant.spec() if cfg.plant else None, threads=threads or 1,
-                                        log=log, always=ALWAYS_ON_CPU if cfg.device == "cpu" else ())
+            cmps = confirm_side_by_side(
+                cmps,
+                run,
+                base_runs,
+                cfg.as_dict(),
+                cmp_cfg,
+                plant=cfg.plant.spec() if cfg.plant else None,
+                threads=threads or 1,
+                log=log,
+                always=ALWAYS_ON_CPU if cfg.device == "cpu" else (),
+            )
             store.save_verdicts(run.id, with_baseline(cmps, baseline_label(base_runs)))
     return Outcome(run, results, cmps, base_runs)

@@ -51,11 +51,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import arms
-
-from harness.bench.judge.compare import BASELINE_COMPILER, CompareConfig, Comparison
-from harness.bench.judge.paired import SideBySide, judge_side_by_side
 from harness.bench.core.records import Result, RunInfo, Verdict
 from harness.bench.core.stats import Stats
+from harness.bench.judge.compare import BASELINE_COMPILER, CompareConfig, Comparison
+from harness.bench.judge.paired import SideBySide, judge_side_by_side
 
 # kiln's arms with kiln's own settings: measured side by side on every compared workload on a CPU (see above)
 ALWAYS_ON_CPU = tuple(a.name for a in arms.ARMS.values() if a.kiln and not a.settings)
@@ -102,8 +101,9 @@ def plan_for(run: RunInfo, base_runs: list[RunInfo], root: Path | None = None) -
     base = base_runs[0]
     plan.base_commit = base.git_commit
     if len({b.git_commit for b in base_runs}) > 1:
-        plan.notes.append(f"baseline runs of several commits: the newest ({(base.git_commit or '-')[:10]}) "
-                          "stands for them")
+        plan.notes.append(
+            f"baseline runs of several commits: the newest ({(base.git_commit or '-')[:10]}) stands for them"
+        )
     if not base.git_commit:
         plan.reason = f"baseline run {base.id} recorded no git commit"
         return plan
@@ -112,8 +112,10 @@ def plan_for(run: RunInfo, base_runs: list[RunInfo], root: Path | None = None) -
         plan.same_code = True
         return plan
     if base.config.get("git_dirty"):
-        plan.notes.append(f"baseline run {base.id} was made on a tree with uncommitted changes: its commit's "
-                          "code stands for it")
+        plan.notes.append(
+            f"baseline run {base.id} was made on a tree with uncommitted changes: its commit's "
+            "code stands for it"
+        )
     from harness.bench.kernels.bisect import git
 
     try:
@@ -121,8 +123,10 @@ def plan_for(run: RunInfo, base_runs: list[RunInfo], root: Path | None = None) -
     except OSError:
         ok = False
     if not ok:
-        plan.reason = (f"the baseline commit {base.git_commit[:10]} is not available in {root} (no git "
-                       "checkout, a shallow clone, or another repository)")
+        plan.reason = (
+            f"the baseline commit {base.git_commit[:10]} is not available in {root} (no git "
+            "checkout, a shallow clone, or another repository)"
+        )
     return plan
 
 
@@ -137,8 +141,15 @@ class Worker:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         self.name, self.log_path, self.timeout_s = name, log, timeout_s
         self.log = open(log, "w")  # noqa: SIM115 - open while the worker lives; closed in close()
-        self.proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, env=env, cwd=tree, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=env,
+            cwd=tree,
+            text=True,
+        )
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
         first = self.ask(hello)
@@ -176,23 +187,44 @@ class Worker:
 ORDERS = ((0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (2, 1, 0), (1, 0, 2))
 
 
-def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], base_tree: Path, cand_tree: Path,
-                 plant: str | None, workdir: Path, *, threads: int = 1, rounds: int = ROUNDS,
-                 max_rounds: int = MAX_ROUNDS, undecided: Callable[[list[float], list[float], list[float]], bool]
-                 | None = None, timeout_s: float = 900.0) -> tuple[list[Result], list[Result], list[Result]]:
+def measure_pair(
+    cfg: dict[str, Any],
+    cases: list[str],
+    compilers: list[str],
+    base_tree: Path,
+    cand_tree: Path,
+    plant: str | None,
+    workdir: Path,
+    *,
+    threads: int = 1,
+    rounds: int = ROUNDS,
+    max_rounds: int = MAX_ROUNDS,
+    undecided: Callable[[list[float], list[float], list[float]], bool] | None = None,
+    timeout_s: float = 900.0,
+) -> tuple[list[Result], list[Result], list[Result]]:
     """(baseline arm's results, the baseline A/A arm's results, candidate arm's results) of `cases` under
     `compilers`, measured in turns: the baseline's code runs in two processes, so that the same rounds measure
     how far identical code lies apart on this host (the noise floor). Each result's `meta.rounds` holds its
     turns' lower quartiles in round order. After every `rounds` rounds, the workloads for which
     `undecided(baseline turns, A/A turns, candidate turns)` holds under some compiler get `rounds` more, up to
     `max_rounds`."""
-    hello = {"cfg": {**cfg, "rounds": 1, "passes": 1}, "cases": cases, "compilers": compilers,
-             "threads": threads, "clock": "process" if str(cfg.get("device", "cpu")) == "cpu" else None}
+    hello = {
+        "cfg": {**cfg, "rounds": 1, "passes": 1},
+        "cases": cases,
+        "compilers": compilers,
+        "threads": threads,
+        "clock": "process" if str(cfg.get("device", "cpu")) == "cpu" else None,
+    }
     workers: list[Worker] = []
     try:
-        for name, tree, arm_plant in (("baseline", base_tree, None), ("baseline-aa", base_tree, None),
-                                      ("candidate", cand_tree, plant)):
-            workers.append(Worker(name, tree, {**hello, "plant": arm_plant}, workdir / f"{name}.log", timeout_s))
+        for name, tree, arm_plant in (
+            ("baseline", base_tree, None),
+            ("baseline-aa", base_tree, None),
+            ("candidate", cand_tree, plant),
+        ):
+            workers.append(
+                Worker(name, tree, {**hello, "plant": arm_plant}, workdir / f"{name}.log", timeout_s)
+            )
 
         def turn(name: str, c: str) -> int:
             planned = max(w.reps.get(name, {}).get(c, 1) for w in workers) * REPS_SCALE / rounds
@@ -207,8 +239,11 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
             done += rounds
             if undecided is None or done + rounds > max_rounds:
                 break
-            todo = [name for name in todo if any(undecided(*(blocks.get((w.name, name, c), []) for w in workers))
-                                                 for c in compilers)]
+            todo = [
+                name
+                for name in todo
+                if any(undecided(*(blocks.get((w.name, name, c), []) for w in workers)) for c in compilers)
+            ]
         got = [[Result.from_dict(d) for d in w.ask({"op": "finish"})["results"]] for w in workers]
         for w, rs in zip(workers, got):
             for x in rs:
@@ -219,8 +254,14 @@ def measure_pair(cfg: dict[str, Any], cases: list[str], compilers: list[str], ba
             w.close()
 
 
-def _rounds(workers: list[Worker], cases: list[str], n: dict[str, dict[str, int]],
-            blocks: dict[tuple[str, str, str], list[float]], start: int, rounds: int) -> None:
+def _rounds(
+    workers: list[Worker],
+    cases: list[str],
+    n: dict[str, dict[str, int]],
+    blocks: dict[tuple[str, str, str], list[float]],
+    start: int,
+    rounds: int,
+) -> None:
     """Rounds `start` .. `start + rounds - 1`: every case sampled by every worker in turn, in rotating order."""
     for r in range(start, start + rounds):
         for i, name in enumerate(cases):
@@ -230,12 +271,20 @@ def _rounds(workers: list[Worker], cases: list[str], n: dict[str, dict[str, int]
                     blocks.setdefault((w.name, name, c), []).append(med)
 
 
-def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[RunInfo], bench_cfg: dict[str, Any],
-                         cmp_cfg: CompareConfig, *, plant: str | None = None, threads: int = 1,
-                         root: Path | None = None, log: Callable[[str], None] | None = None,
-                         always: Sequence[str] = (),
-                         measure: Callable[..., tuple[list[Result], list[Result], list[Result]]] = measure_pair
-                         ) -> list[Comparison]:
+def confirm_side_by_side(
+    cmps: list[Comparison],
+    run: RunInfo,
+    base_runs: list[RunInfo],
+    bench_cfg: dict[str, Any],
+    cmp_cfg: CompareConfig,
+    *,
+    plant: str | None = None,
+    threads: int = 1,
+    root: Path | None = None,
+    log: Callable[[str], None] | None = None,
+    always: Sequence[str] = (),
+    measure: Callable[..., tuple[list[Result], list[Result], list[Result]]] = measure_pair,
+) -> list[Comparison]:
     """Decide every suspect of `cmps` (flagged regressed/improved) side by side (module docstring), and measure
     every comparable key of the `always` compilers too (`ALWAYS_ON_CPU`: a key the screen missed); the others
     are left as they are. Returns `cmps`. `measure` replaces `measure_pair` in tests."""
@@ -247,7 +296,9 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
             c.verdict, c.note = Verdict.SUSPECT, _join(c.note, "faster against stored samples; not confirmed")
     for c in suspects:
         c.suspect = c.verdict
-    suspects += [c for c in cmps if c.compiler in always and c.verdict == Verdict.UNCHANGED and c.ratio is not None]
+    suspects += [
+        c for c in cmps if c.compiler in always and c.verdict == Verdict.UNCHANGED and c.ratio is not None
+    ]
     if not suspects:
         return cmps
     plan = plan_for(run, base_runs, root)
@@ -257,29 +308,51 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
         _unconfirmed([c for c in suspects if c.suspect], plan.reason, say)
         return cmps
     cases = list(dict.fromkeys(c.workload for c in suspects))
-    compilers = list(dict.fromkeys([c.compiler for c in suspects if c.compiler != BASELINE_COMPILER]
-                                   + [BASELINE_COMPILER]))
-    what = "same code (baseline run of this very commit)" if plan.same_code else \
-        f"baseline commit {plan.base_commit[:10]} in a scratch worktree"  # type: ignore[index]
+    compilers = list(
+        dict.fromkeys([c.compiler for c in suspects if c.compiler != BASELINE_COMPILER] + [BASELINE_COMPILER])
+    )
+    what = (
+        "same code (baseline run of this very commit)"
+        if plan.same_code
+        else f"baseline commit {plan.base_commit[:10]} in a scratch worktree"
+    )  # type: ignore[index]
     n_sus = sum(1 for c in suspects if c.suspect)
-    say(f"[confirm] {n_sus} suspect(s) and {len(suspects) - n_sus} other key(s) of {', '.join(always) or '-'} in "
-        f"{len(cases)} workload(s): measuring side by side, {what} against this tree, {ROUNDS} rounds")
+    say(
+        f"[confirm] {n_sus} suspect(s) and {len(suspects) - n_sus} other key(s) of {', '.join(always) or '-'} in "
+        f"{len(cases)} workload(s): measuring side by side, {what} against this tree, {ROUNDS} rounds"
+    )
     undecided = undecided_at(cmp_cfg)
     t0 = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="kiln-sbs-") as tmp:
             if plan.same_code:
-                base_res, aa_res, cand_res = measure(bench_cfg, cases, compilers, plan.candidate_tree,
-                                                     plan.candidate_tree, plant, Path(tmp), threads=threads,
-                                                     undecided=undecided)
+                base_res, aa_res, cand_res = measure(
+                    bench_cfg,
+                    cases,
+                    compilers,
+                    plan.candidate_tree,
+                    plan.candidate_tree,
+                    plant,
+                    Path(tmp),
+                    threads=threads,
+                    undecided=undecided,
+                )
             else:
                 from harness.bench.kernels.bisect import BisectError, Scratch
 
                 try:
                     with Scratch(plan.candidate_tree, plan.base_commit or "") as scratch:
-                        base_res, aa_res, cand_res = measure(bench_cfg, cases, compilers, scratch.tree,
-                                                             plan.candidate_tree, plant, Path(tmp), threads=threads,
-                                                             undecided=undecided)
+                        base_res, aa_res, cand_res = measure(
+                            bench_cfg,
+                            cases,
+                            compilers,
+                            scratch.tree,
+                            plan.candidate_tree,
+                            plant,
+                            Path(tmp),
+                            threads=threads,
+                            undecided=undecided,
+                        )
                 except BisectError as e:
                     raise SideBySideError(str(e)) from None
     except (SideBySideError, OSError, ValueError, KeyError) as e:
@@ -322,7 +395,9 @@ def confirm_side_by_side(cmps: list[Comparison], run: RunInfo, base_runs: list[R
         else:
             c.verdict, c.confirmed = Verdict.REJECTED, False
             c.note = _join(c.note, f"rejected side by side ({j.verdict}): {j.why}")
-        say(f"[confirm] {c.workload}@{c.compiler}: stored ratio {c.ratio:.3f} -> side by side {j.why}: {c.verdict}")
+        say(
+            f"[confirm] {c.workload}@{c.compiler}: stored ratio {c.ratio:.3f} -> side by side {j.why}: {c.verdict}"
+        )
     say(f"[confirm] side-by-side confirmation took {seconds:.0f}s")
     return cmps
 
@@ -338,8 +413,9 @@ def undecided_at(cfg: CompareConfig) -> Callable[[list[float], list[float], list
 def judge_rounds(base: Result, base2: Result, cand: Result, cfg: CompareConfig) -> SideBySide:
     """`paired.judge_side_by_side` on the three arms' turns (`meta.rounds`), at `cfg`'s threshold and alpha."""
     assert cfg.threshold is not None
-    return judge_side_by_side(base.meta.rounds or [], base2.meta.rounds or [],
-                              cand.meta.rounds or [], cfg.threshold, cfg.alpha)
+    return judge_side_by_side(
+        base.meta.rounds or [], base2.meta.rounds or [], cand.meta.rounds or [], cfg.threshold, cfg.alpha
+    )
 
 
 def _unconfirmed(cs: list[Comparison], why: str, say: Callable[[str], None]) -> list[Comparison]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

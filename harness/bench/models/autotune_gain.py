@@ -16,14 +16,14 @@ here: whatever else loads the host moves host-bound steps between the two (2026-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from harness import arms
-from harness.results import markdown_table
-
 from harness.bench.core.records import Result, by_case, passed
 from harness.bench.core.stats import geomean, mann_whitney_u
+from harness.results import markdown_table
 
 #: significance level of the step samples' rank test
 ALPHA = 0.01
@@ -71,10 +71,15 @@ def gain(heuristic: Result, tuned: Result) -> Gain:
     return Gain(heuristic.workload, a / 1e6, b / 1e6, g, p, verdict, _kernel_ms(heuristic), _kernel_ms(tuned))
 
 
-def gains(results: Sequence[Result], heuristic: str = arms.KILN, tuned: str = arms.KILN_AUTOTUNE) -> list[Gain]:
+def gains(
+    results: Sequence[Result], heuristic: str = arms.KILN, tuned: str = arms.KILN_AUTOTUNE
+) -> list[Gain]:
     """One ``Gain`` per case where both arms ran, passed their accuracy check and have samples (results' order)."""
-    return [gain(per[heuristic], per[tuned]) for per in by_case(results).values()
-            if passed(per.get(heuristic)) and passed(per.get(tuned))]
+    return [
+        gain(per[heuristic], per[tuned])
+        for per in by_case(results).values()
+        if passed(per.get(heuristic)) and passed(per.get(tuned))
+    ]
 
 
 def report_lines(results: Sequence[Result]) -> list[str]:
@@ -82,15 +87,41 @@ def report_lines(results: Sequence[Result]) -> list[str]:
     gs = gains(results)
     if not gs:
         return []
-    lines = ["### Autotuning's gain (kiln against kiln-autotune, side by side)", "",
-             f"Gain: kiln / kiln-autotune (above 1: autotuned faster). Verdict: two-sided Mann-Whitney U on the "
-             f"step samples at p < {ALPHA} and a median difference above {MIN_EFFECT:.0%}; `same` otherwise.", ""]
+    lines = [
+        "### Autotuning's gain (kiln against kiln-autotune, side by side)",
+        "",
+        f"Gain: kiln / kiln-autotune (above 1: autotuned faster). Verdict: two-sided Mann-Whitney U on the "
+        f"step samples at p < {ALPHA} and a median difference above {MIN_EFFECT:.0%}; `same` otherwise.",
+        "",
+    ]
     lines += markdown_table(
-        ["case", "kiln ms", "kiln-autotune ms", "step gain", "p", "verdict", "kernel ms", "autotuned kernel ms",
-         "kernel gain"],
-        ([g.case, f"{g.step_ms:.3f}", f"{g.tuned_step_ms:.3f}", f"{g.step_gain:.3f}", f"{g.p:.2g}", g.verdict,
-          f"{g.kernel_ms:.3f}" if g.kernel_ms else "-", f"{g.tuned_kernel_ms:.3f}" if g.tuned_kernel_ms else "-",
-          f"{g.kernel_gain:.3f}" if g.kernel_gain else "-"] for g in gs), "lrrrrlrrr")
+        [
+            "case",
+            "kiln ms",
+            "kiln-autotune ms",
+            "step gain",
+            "p",
+            "verdict",
+            "kernel ms",
+            "autotuned kernel ms",
+            "kernel gain",
+        ],
+        (
+            [
+                g.case,
+                f"{g.step_ms:.3f}",
+                f"{g.tuned_step_ms:.3f}",
+                f"{g.step_gain:.3f}",
+                f"{g.p:.2g}",
+                g.verdict,
+                f"{g.kernel_ms:.3f}" if g.kernel_ms else "-",
+                f"{g.tuned_kernel_ms:.3f}" if g.tuned_kernel_ms else "-",
+                f"{g.kernel_gain:.3f}" if g.kernel_gain else "-",
+            ]
+            for g in gs
+        ),
+        "lrrrrlrrr",
+    )
     return lines + ["", *(f"- {line}" for line in summary_lines(gs)), ""]
 
 
@@ -100,7 +131,9 @@ def summary_lines(gs: Sequence[Gain]) -> list[str]:
         return []
     kernel = [g.kernel_gain for g in gs if g.kernel_gain]
     slower = [g.case for g in gs if g.verdict == "slower"]
-    return [f"autotuning: geomean step gain {geomean([g.step_gain for g in gs]) or 0:.3f} over {len(gs)} case(s)"
-            + (f"; kernel gain {geomean(kernel) or 0:.3f} over {len(kernel)}" if kernel else ""),
-            f"goal autotuned step >= heuristic (side by side): {len(gs) - len(slower)}/{len(gs)} cases"
-            + (f"; slower on {', '.join(slower)}" if slower else "")]
+    return [
+        f"autotuning: geomean step gain {geomean([g.step_gain for g in gs]) or 0:.3f} over {len(gs)} case(s)"
+        + (f"; kernel gain {geomean(kernel) or 0:.3f} over {len(kernel)}" if kernel else ""),
+        f"goal autotuned step >= heuristic (side by side): {len(gs) - len(slower)}/{len(gs)} cases"
+        + (f"; slower on {', '.join(slower)}" if slower else ""),
+    ]

@@ -158,7 +158,9 @@ def primary(out: Any) -> torch.Tensor:
     raise TypeError(f"no logits or last_hidden_state in {type(out).__name__}")
 
 
-def make_optimizer(name: str | None, params: Any, foreach: bool | None = None) -> torch.optim.Optimizer | None:
+def make_optimizer(
+    name: str | None, params: Any, foreach: bool | None = None
+) -> torch.optim.Optimizer | None:
     if name is None:
         return None
     if name == "adamw":
@@ -245,9 +247,18 @@ class ModelCase:
         s = self.sizes
         shape = {"batch": s.batch}
         shape.update({k: v for k, v in (("seq", s.seq), ("dec_seq", s.dec_seq), ("image", s.image)) if v})
-        return Meta(tier="models", family=self.spec.name, kind=self.spec.kind, package=self.spec.package,
-                    package_version=package_version(self.spec.package), mode=self.mode, dtype=self.dtype_name,
-                    optimizer=self.optimizer, shape=shape, config=s.config)
+        return Meta(
+            tier="models",
+            family=self.spec.name,
+            kind=self.spec.kind,
+            package=self.spec.package,
+            package_version=package_version(self.spec.package),
+            mode=self.mode,
+            dtype=self.dtype_name,
+            optimizer=self.optimizer,
+            shape=shape,
+            config=s.config,
+        )
 
 
 _GPT2_TINY = {
@@ -370,8 +381,13 @@ _RESNET_TINY = {
 # and small torchvision/timm vision models at small batches; models `ci_*`, so `--only 'ci_*'` picks them all
 _GPT2_CI = {**_GPT2_GPU, "n_layer": 4, "n_embd": 512, "n_head": 8}
 _BERT_CI = {**_BERT_GPU, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048}
-_LLAMA_CI = {**_LLAMA_GPU, "hidden_size": 512, "intermediate_size": 1408, "num_attention_heads": 8,
-             "num_key_value_heads": 4}
+_LLAMA_CI = {
+    **_LLAMA_GPU,
+    "hidden_size": 512,
+    "intermediate_size": 1408,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+}
 CI_PREFIX = "ci_"
 
 MODELS: tuple[ModelSpec, ...] = (
@@ -439,8 +455,13 @@ MODELS: tuple[ModelSpec, ...] = (
         "torchvision",
         build_torchvision,
         {
-            "gpu": Sizes({"arch": "resnet50"}, 32, ("infer:bf16", "train:amp:sgd", "opt:fp32:adamw", "opt:fp32:sgd"),
-                         image=224, classes=1000),
+            "gpu": Sizes(
+                {"arch": "resnet50"},
+                32,
+                ("infer:bf16", "train:amp:sgd", "opt:fp32:adamw", "opt:fp32:sgd"),
+                image=224,
+                classes=1000,
+            ),
         },
         style="tensor",
     ),
@@ -461,24 +482,39 @@ MODELS: tuple[ModelSpec, ...] = (
         style="tensor",
     ),
     ModelSpec(
-        "ci_gpt2", "decoder", "transformers", build_gpt2,
+        "ci_gpt2",
+        "decoder",
+        "transformers",
+        build_gpt2,
         {"gpu": Sizes(_GPT2_CI, 8, ("train:fp32:adamw",), seq=256)},
     ),
     ModelSpec(
-        "ci_bert", "encoder", "transformers", build_bert,
+        "ci_bert",
+        "encoder",
+        "transformers",
+        build_bert,
         {"gpu": Sizes(_BERT_CI, 8, ("train:fp32:adamw",), seq=256)},
     ),
     ModelSpec(
-        "ci_llama", "decoder", "transformers", build_llama,
+        "ci_llama",
+        "decoder",
+        "transformers",
+        build_llama,
         {"gpu": Sizes(_LLAMA_CI, 8, ("train:fp32:adamw",), seq=256)},
     ),
     ModelSpec(
-        "ci_resnet18", "vision", "torchvision", build_torchvision,
+        "ci_resnet18",
+        "vision",
+        "torchvision",
+        build_torchvision,
         {"gpu": Sizes({"arch": "resnet18"}, 32, ("infer:bf16",), image=224, classes=1000)},
         style="tensor",
     ),
     ModelSpec(
-        "ci_convnext_tiny", "vision", "timm", build_timm,
+        "ci_convnext_tiny",
+        "vision",
+        "timm",
+        build_timm,
         {"gpu": Sizes({"arch": "convnext_tiny"}, 16, ("infer:bf16",), image=224, classes=1000)},
         style="tensor",
     ),
@@ -580,7 +616,11 @@ def _parse(spec: ModelSpec, profile: str, text: str, device: str) -> ModelCase:
     if mode == "opt" and not opt:
         raise ValueError(f"{spec.name}: an opt case without its optimizer ({text!r})")
     sizes = spec.sizes[profile]
-    name = f"{PREFIX}{spec.name}.{mode}_{opt}.{dtype}" if mode == "opt" else f"{PREFIX}{spec.name}.{mode}.{dtype}"
+    name = (
+        f"{PREFIX}{spec.name}.{mode}_{opt}.{dtype}"
+        if mode == "opt"
+        else f"{PREFIX}{spec.name}.{mode}.{dtype}"
+    )
     version = package_version(spec.package)
     return ModelCase(
         name, spec, profile, mode, dtype, opt, sizes, _hash(spec, sizes, mode, dtype, opt, version)

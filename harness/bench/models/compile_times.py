@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import arms
-
 from harness.bench.core.records import AutotuneTimes, Result
 from harness.bench.core.stats import geomean
 
 #: environment that turns autotuning on, per compiler backend
-AUTOTUNE_ENV: dict[str, dict[str, str]] = {arms.KILN: {"KILN_AUTOTUNE": "1"},
-                                           arms.INDUCTOR: {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"}}
+AUTOTUNE_ENV: dict[str, dict[str, str]] = {
+    arms.KILN: {"KILN_AUTOTUNE": "1"},
+    arms.INDUCTOR: {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"},
+}
 
 
 @dataclass
@@ -87,13 +88,20 @@ class Probe:
 def probe(p: Probe, environ: dict[str, str]) -> dict[str, Any]:
     """The JSON line of one compile probe (``compile_s``, ``steady_s``...), or ``{"error": one line}``."""
     try:
-        done = subprocess.run(p.command, env=environ, cwd=p.cwd, capture_output=True, text=True,
-                              timeout=p.timeout_s, check=False)
+        done = subprocess.run(
+            p.command,
+            env=environ,
+            cwd=p.cwd,
+            capture_output=True,
+            text=True,
+            timeout=p.timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"probe took longer than {p.timeout_s:.0f}s"}
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(p.tag):
-            return json.loads(line[len(p.tag):])
+            return json.loads(line[len(p.tag) :])
     tail = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
     return {"error": f"probe exit {done.returncode}: {tail[-1][:200] if tail else 'no output'}"}
 
@@ -115,7 +123,11 @@ def measure(case: str, compiler: str, p: Probe, autotune: bool = True) -> Compil
     """Cold and warm, then (when ``autotune`` and the compiler can) autotuned cold and warm compile s."""
     out = CompileTimes(case, compiler)
     first, second = _pair(p, {})
-    out.cold_s, out.warm_s, out.step_s = first.get("compile_s"), second.get("compile_s"), second.get("steady_s")
+    out.cold_s, out.warm_s, out.step_s = (
+        first.get("compile_s"),
+        second.get("compile_s"),
+        second.get("steady_s"),
+    )
     out.error = _errors((("cold", first), ("warm", second)))
     extra = autotune_env(compiler)
     if autotune and extra is not None and not out.error:
@@ -148,23 +160,29 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
 
 def table(rows: list[CompileTimes]) -> list[str]:
     """A Markdown table of ``rows``, with the autotuned step gain (heuristic step / autotuned step)."""
-    head = ("| case | compiler | cold s | warm s | warm/cold | autotuned s | autotuned warm s | step ms | "
-            "autotuned step ms | gain |")
+    head = (
+        "| case | compiler | cold s | warm s | warm/cold | autotuned s | autotuned warm s | step ms | "
+        "autotuned step ms | gain |"
+    )
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = r.warm_s / r.cold_s if r.cold_s and r.warm_s is not None else None
         gain = r.step_s / r.autotune_step_s if r.step_s and r.autotune_step_s else None
-        lines.append(f"| {r.case} | {r.compiler} | {_f(r.cold_s)} | {_f(r.warm_s)} | {_f(ratio, '{:.0%}')} | "
-                     f"{_f(r.autotune_s)} | {_f(r.autotune_warm_s)} | {_f(r.step_s and r.step_s * 1e3, '{:.2f}')} | "
-                     f"{_f(r.autotune_step_s and r.autotune_step_s * 1e3, '{:.2f}')} | {_f(gain, '{:.3f}')} |")
+        lines.append(
+            f"| {r.case} | {r.compiler} | {_f(r.cold_s)} | {_f(r.warm_s)} | {_f(ratio, '{:.0%}')} | "
+            f"{_f(r.autotune_s)} | {_f(r.autotune_warm_s)} | {_f(r.step_s and r.step_s * 1e3, '{:.2f}')} | "
+            f"{_f(r.autotune_step_s and r.autotune_step_s * 1e3, '{:.2f}')} | {_f(gain, '{:.3f}')} |"
+        )
     gains = [r.step_s / r.autotune_step_s for r in rows if r.step_s and r.autotune_step_s]
     by: dict[str, list[float]] = {}
     for r in rows:
         if r.step_s and r.autotune_step_s:
             by.setdefault(r.compiler, []).append(r.step_s / r.autotune_step_s)
     if gains:
-        lines += [""] + [f"- autotuned step gain, geomean over {len(g)} rows: {c} "
-                         f"{geomean(g) or 0:.3f}" for c, g in by.items()]
+        lines += [""] + [
+            f"- autotuned step gain, geomean over {len(g)} rows: {c} {geomean(g) or 0:.3f}"
+            for c, g in by.items()
+        ]
     errors = [f"- {r.case} {r.compiler}: {r.problems}" for r in rows if r.problems]
     goal_lines = goals(rows)
     return lines + ([""] + goal_lines if goal_lines else []) + ([""] + errors if errors else [])
@@ -182,8 +200,12 @@ def goals(rows: list[CompileTimes], compiler: str = arms.KILN, peer: str = arms.
     model tier's side-by-side arms); its second autotuned compile no dearer than its warm compile."""
     mine = {r.case: r for r in rows if r.compiler == compiler}
     theirs = {r.case: r for r in rows if r.compiler == peer}
-    checks: dict[str, list[tuple[str, bool]]] = {"warm <= peer warm": [], f"warm <= {WARM_SHARE:.0%} of cold": [],
-                                                 "autotuned step >= heuristic (probes)": [], "autotuned warm <= warm": []}
+    checks: dict[str, list[tuple[str, bool]]] = {
+        "warm <= peer warm": [],
+        f"warm <= {WARM_SHARE:.0%} of cold": [],
+        "autotuned step >= heuristic (probes)": [],
+        "autotuned warm <= warm": [],
+    }
     for case, r in mine.items():
         p = theirs.get(case)
         if r.warm_s is not None and p is not None and p.warm_s is not None:
@@ -198,16 +220,30 @@ def goals(rows: list[CompileTimes], compiler: str = arms.KILN, peer: str = arms.
     for name, got in checks.items():
         if got:
             missed = [c for c, ok in got if not ok]
-            out.append(f"- goal {name.replace('peer', peer)} ({compiler}): {len(got) - len(missed)}/{len(got)} rows"
-                       + (f"; not on {', '.join(missed)}" if missed else ""))
+            out.append(
+                f"- goal {name.replace('peer', peer)} ({compiler}): {len(got) - len(missed)}/{len(got)} rows"
+                + (f"; not on {', '.join(missed)}" if missed else "")
+            )
     return out
 
 
 def report_lines(results: list[Result]) -> list[str]:
     """The model tier report's section for results carrying ``meta.autotune`` (none: no lines)."""
-    rows = [CompileTimes(r.workload, r.compiler, r.compile_s, r.meta.compile_warm_s, a.cold_s, a.warm_s, a.step_s,
-                         a.autotune_step_s, autotune_error=a.error)
-            for r in results if (a := r.meta.autotune) is not None]
+    rows = [
+        CompileTimes(
+            r.workload,
+            r.compiler,
+            r.compile_s,
+            r.meta.compile_warm_s,
+            a.cold_s,
+            a.warm_s,
+            a.step_s,
+            a.autotune_step_s,
+            autotune_error=a.error,
+        )
+        for r in results
+        if (a := r.meta.autotune) is not None
+    ]
     if not rows:
         return []
     return ["### Compile times: cold, warm, autotuned (fresh processes)", "", *table(rows), ""]

@@ -29,11 +29,10 @@ from typing import Any
 import torch
 
 from harness import arms
+from harness.bench.models import catalog as mdl
+from harness.bench.models import memory as mm
 from harness.exc import UsageError
 from harness.results import atomic_write_text, markdown_table
-
-from harness.bench.models import memory as mm
-from harness.bench.models import catalog as mdl
 
 MIB = 2**20
 KEYS = (mm.ALLOC_NOW, mm.ALLOC_PEAK, mm.RES_NOW, mm.RES_PEAK)
@@ -59,8 +58,9 @@ def static_bytes(model: torch.nn.Module, opt: torch.optim.Optimizer | None) -> i
     return sum(seen.values())
 
 
-def by_hand(case: mdl.ModelCase, base: torch.nn.Module, compiler: str, device: torch.device, steps: int
-            ) -> dict[str, Any]:
+def by_hand(
+    case: mdl.ModelCase, base: torch.nn.Module, compiler: str, device: torch.device, steps: int
+) -> dict[str, Any]:
     """One arm alone with raw counters at every point (module docstring)."""
     from harness.bench.models.run import Stepper
 
@@ -107,7 +107,13 @@ def by_hand(case: mdl.ModelCase, base: torch.nn.Module, compiler: str, device: t
 def check(case_name: str, compilers: list[str], steps: int = 6) -> tuple[dict[str, Any], list[str]]:
     """(the measurements per arm, failed checks)."""
     from harness.bench.core.executor import finished
-    from harness.bench.models.run import BASELINE_COMPILER, ModelBenchConfig, ModelExecutor, check_compilers, defaults_for
+    from harness.bench.models.run import (
+        BASELINE_COMPILER,
+        ModelBenchConfig,
+        ModelExecutor,
+        check_compilers,
+        defaults_for,
+    )
 
     device = torch.device("cuda")
     compilers, notes = check_compilers(compilers, "cuda")
@@ -123,7 +129,12 @@ def check(case_name: str, compilers: list[str], steps: int = 6) -> tuple[dict[st
     tier = {c: finished(p) for c, p in oc.prepared.items()}
     base = case.build(0)
     ex.close_case(oc)
-    out: dict[str, Any] = {"case": case.name, "definition": mm.DEFINITION, "counted": mm.DESCRIPTION, "arms": {}}
+    out: dict[str, Any] = {
+        "case": case.name,
+        "definition": mm.DEFINITION,
+        "counted": mm.DESCRIPTION,
+        "arms": {},
+    }
     failed = []
     for c in compilers:
         r = tier[c]
@@ -135,13 +146,19 @@ def check(case_name: str, compilers: list[str], steps: int = 6) -> tuple[dict[st
         h_alloc = hand["peak_allocated_bytes"]
         out["arms"][c] = {"tier": r.meta.memory, "by_hand": hand, "tier_graphs": r.meta.kiln_graphs}
         if abs(t_alloc - h_alloc) > max(8 * MIB, 0.05 * h_alloc):
-            failed.append(f"{c}: tier peak allocated {t_alloc / MIB:.1f} MiB != by hand {h_alloc / MIB:.1f} MiB")
+            failed.append(
+                f"{c}: tier peak allocated {t_alloc / MIB:.1f} MiB != by hand {h_alloc / MIB:.1f} MiB"
+            )
         if hand["left_allocated_bytes"] > max(8 * MIB, 0.05 * h_alloc):
-            failed.append(f"{c}: {hand['left_allocated_bytes'] / MIB:.1f} MiB still allocated after the arm's model, "
-                          "compiled graphs and Dynamo's caches were dropped")
+            failed.append(
+                f"{c}: {hand['left_allocated_bytes'] / MIB:.1f} MiB still allocated after the arm's model, "
+                "compiled graphs and Dynamo's caches were dropped"
+            )
         if case.mode == "train" and t_alloc < 0.95 * hand["static_bytes"]:
-            failed.append(f"{c}: tier peak allocated {t_alloc / MIB:.1f} MiB < weights + gradients + optimizer "
-                          f"state {hand['static_bytes'] / MIB:.1f} MiB")
+            failed.append(
+                f"{c}: tier peak allocated {t_alloc / MIB:.1f} MiB < weights + gradients + optimizer "
+                f"state {hand['static_bytes'] / MIB:.1f} MiB"
+            )
     if BASELINE_COMPILER not in compilers:
         notes.append("no eager arm: no ratio")
     out["notes"], out["failed"] = notes, failed
@@ -149,34 +166,68 @@ def check(case_name: str, compilers: list[str], steps: int = 6) -> tuple[dict[st
 
 
 def markdown(res: dict[str, Any]) -> str:
-    lines = [f"# Memory of {res['case']} by hand", "", f"Counted ({res['definition']}): {res['counted']}.", ""]
+    lines = [
+        f"# Memory of {res['case']} by hand",
+        "",
+        f"Counted ({res['definition']}): {res['counted']}.",
+        "",
+    ]
     lines += markdown_table(
-        ["arm", "tier alloc MiB", "by hand alloc MiB", "tier reserved MiB", "by hand reserved MiB",
-         "driver used delta MiB", "weights+grads+opt MiB"],
-        ([c, f"{a['tier']['peak_allocated_bytes'] / MIB:.1f}", f"{a['by_hand']['peak_allocated_bytes'] / MIB:.1f}",
-          f"{a['tier']['peak_reserved_bytes'] / MIB:.1f}", f"{a['by_hand']['peak_reserved_bytes'] / MIB:.1f}",
-          f"{a['by_hand']['driver_used_delta_bytes'] / MIB:.1f}", f"{a['by_hand']['static_bytes'] / MIB:.1f}"]
-         for c, a in res["arms"].items()), "lrrrrrr")
+        [
+            "arm",
+            "tier alloc MiB",
+            "by hand alloc MiB",
+            "tier reserved MiB",
+            "by hand reserved MiB",
+            "driver used delta MiB",
+            "weights+grads+opt MiB",
+        ],
+        (
+            [
+                c,
+                f"{a['tier']['peak_allocated_bytes'] / MIB:.1f}",
+                f"{a['by_hand']['peak_allocated_bytes'] / MIB:.1f}",
+                f"{a['tier']['peak_reserved_bytes'] / MIB:.1f}",
+                f"{a['by_hand']['peak_reserved_bytes'] / MIB:.1f}",
+                f"{a['by_hand']['driver_used_delta_bytes'] / MIB:.1f}",
+                f"{a['by_hand']['static_bytes'] / MIB:.1f}",
+            ]
+            for c, a in res["arms"].items()
+        ),
+        "lrrrrrr",
+    )
     for c, a in res["arms"].items():
         lines += ["", f"## {c}: torch.cuda.memory_stats by hand (MiB)", ""]
-        lines += markdown_table(["point", "allocated", "allocated peak", "reserved", "reserved peak", "driver used"],
-                                ([p["point"]] + [f"{p[k] / MIB:.1f}" for k in (*KEYS, "driver_used")]
-                                 for p in a["by_hand"]["points"]), "lrrrrr")
+        lines += markdown_table(
+            ["point", "allocated", "allocated peak", "reserved", "reserved peak", "driver used"],
+            (
+                [p["point"]] + [f"{p[k] / MIB:.1f}" for k in (*KEYS, "driver_used")]
+                for p in a["by_hand"]["points"]
+            ),
+            "lrrrrr",
+        )
         for where, rep in (("tier", a.get("tier_graphs")), ("by hand", a["by_hand"].get("graphs"))):
             for g in (rep or {}).get("cudagraphs", []):
-                lines.append(f"- {where}: CUDA graph {g.get('graph')} ({g.get('role')}): warm-ups {g.get('warmups')}, "
-                             f"recordings {g.get('recordings')}, replays {g.get('replays')}, unrecorded "
-                             f"{g.get('unrecorded')} {g.get('unrecorded_why') or ''} {g.get('reasons') or ''}")
+                lines.append(
+                    f"- {where}: CUDA graph {g.get('graph')} ({g.get('role')}): warm-ups {g.get('warmups')}, "
+                    f"recordings {g.get('recordings')}, replays {g.get('replays')}, unrecorded "
+                    f"{g.get('unrecorded')} {g.get('unrecorded_why') or ''} {g.get('reasons') or ''}"
+                )
     lines += [""] + [f"- FAILED: {f}" for f in res["failed"]] + [f"- note: {n}" for n in res["notes"]]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench.models.memcheck", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m harness.bench.models.memcheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("case", help="a gpu-profile model case, e.g. model.ci_gpt2.train.fp32")
     ap.add_argument("--compilers", default=f"{arms.EAGER},{arms.KILN_CG},{arms.INDUCTOR_CG}")
-    ap.add_argument("--steps", type=int, default=6, help="window steps by hand (warm-up and recording included)")
+    ap.add_argument(
+        "--steps", type=int, default=6, help="window steps by hand (warm-up and recording included)"
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     args = ap.parse_args(argv)

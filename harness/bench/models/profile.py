@@ -27,11 +27,10 @@ from typing import Any
 
 import torch
 
-from harness.results import markdown_table
-
 from harness.bench.models import catalog as mdl
 from harness.bench.models.step_facts import device_events as _device_events
 from harness.bench.models.step_facts import graph_report, unrecorded_lines
+from harness.results import markdown_table
 
 
 @dataclass
@@ -52,16 +51,29 @@ def _short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-RUNTIME_CALLS = ("cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
-                 "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize", "cudaDeviceSynchronize",
-                 "cudaEventSynchronize", "cudaMalloc", "cudaFree")
+RUNTIME_CALLS = (
+    "cudaGraphLaunch",
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "cudaLaunchKernelExC",
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMalloc",
+    "cudaFree",
+)
 
 
 def host_gaps(events: list[Any], steps: int, top: int = 10) -> dict[str, Any]:
     """Idle device time between consecutive device events and the runtime calls, per step (module
     docstring). `events`: the profile's FunctionEvents (`time_range` in us, `device_type`, `name`)."""
-    dev = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
-                 key=lambda e: e.time_range.start)
+    dev = sorted(
+        (e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
+        key=lambda e: e.time_range.start,
+    )
     gaps = []
     end = None
     prev = ""
@@ -70,8 +82,9 @@ def host_gaps(events: list[Any], steps: int, top: int = 10) -> dict[str, Any]:
             gaps.append((e.time_range.start - end, prev, e.name))
         if end is None or e.time_range.end > end:
             end, prev = e.time_range.end, e.name
-    calls = collections.Counter(e.name for e in events
-                                if e.device_type != torch.autograd.DeviceType.CUDA and e.name in RUNTIME_CALLS)
+    calls = collections.Counter(
+        e.name for e in events if e.device_type != torch.autograd.DeviceType.CUDA and e.name in RUNTIME_CALLS
+    )
     gaps.sort(key=lambda g: -g[0])
     return {
         "idle_ms": round(sum(g[0] for g in gaps) / 1e3 / steps, 4),
@@ -105,7 +118,9 @@ def profile_case(case: mdl.ModelCase, compiler: str, device: torch.device, steps
                     f"{g.kernel_count} kernels, fallbacks: "
                     + (", ".join(f"{op} x{n}" for op, n in sorted(fb.items())) or "none")
                 )
-            graphs += [f"unrecorded under CUDA graphs: {line}" for line in unrecorded_lines(graph_report(seen))]
+            graphs += [
+                f"unrecorded under CUDA graphs: {line}" for line in unrecorded_lines(graph_report(seen))
+            ]
     acts = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -141,34 +156,64 @@ def markdown(profiles: list[Profile]) -> str:
     lines = ["# Model step profiles", ""]
     lines += markdown_table(
         ["case", "compiler", "step ms", "device ms", "host-bound ms", "launches/step"],
-        ([p.case, p.compiler, f"{p.step_ms:.3f}", f"{p.device_ms:.3f}", f"{max(0.0, p.step_ms - p.device_ms):.3f}",
-          f"{p.launches:.0f}"] for p in profiles), "llrrrr")
+        (
+            [
+                p.case,
+                p.compiler,
+                f"{p.step_ms:.3f}",
+                f"{p.device_ms:.3f}",
+                f"{max(0.0, p.step_ms - p.device_ms):.3f}",
+                f"{p.launches:.0f}",
+            ]
+            for p in profiles
+        ),
+        "llrrrr",
+    )
     for p in profiles:
         lines += ["", f"## {p.case} under {p.compiler}", ""]
         lines += markdown_table(
             ["kernel", "ms/step", "%", "calls/step"],
-            ([f"`{_short(name)}`", f"{ms:.4f}", f"{100 * ms / p.device_ms if p.device_ms else 0.0:.1f}", f"{calls:g}"]
-             for name, ms, calls in p.top), "lrrr")
+            (
+                [
+                    f"`{_short(name)}`",
+                    f"{ms:.4f}",
+                    f"{100 * ms / p.device_ms if p.device_ms else 0.0:.1f}",
+                    f"{calls:g}",
+                ]
+                for name, ms, calls in p.top
+            ),
+            "lrrr",
+        )
         if p.graphs:
             lines += ["", "kiln graphs:", ""] + [f"- {g}" for g in p.graphs]
         if p.gaps:
             calls = ", ".join(f"{k} {v:g}" for k, v in p.gaps["runtime_calls"].items()) or "none"
-            lines += ["", f"GPU idle between kernels: {p.gaps['idle_ms']:.3f} ms/step; CUDA runtime calls per "
-                      f"step: {calls}", ""]
-            lines += markdown_table(["idle us", "after", "before"],
-                                    ([f"{us:.1f}", f"`{a}`", f"`{b}`"] for us, a, b in p.gaps["top"]), "rll")
+            lines += [
+                "",
+                f"GPU idle between kernels: {p.gaps['idle_ms']:.3f} ms/step; CUDA runtime calls per "
+                f"step: {calls}",
+                "",
+            ]
+            lines += markdown_table(
+                ["idle us", "after", "before"],
+                ([f"{us:.1f}", f"`{a}`", f"`{b}`"] for us, a, b in p.gaps["top"]),
+                "rll",
+            )
     return "\n".join(lines) + "\n"
 
 
 def cmd_model_profile(args: argparse.Namespace) -> int:
+    from harness.bench.models.run import check_compilers
     from harness.results import atomic_write_bytes
 
-    from harness.bench.models.run import check_compilers
-
-    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(
+        args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    )
     profile = args.profile or ("gpu" if device.type == "cuda" else "tiny")
     cases = mdl.cases(profile, args.only, device.type)
-    compilers, notes = check_compilers([c.strip() for c in args.compilers.split(",") if c.strip()], str(device))
+    compilers, notes = check_compilers(
+        [c.strip() for c in args.compilers.split(",") if c.strip()], str(device)
+    )
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     out: list[Profile] = []

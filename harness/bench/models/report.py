@@ -27,19 +27,29 @@ from pathlib import Path
 from typing import Any
 
 from harness import arms, conventions
-from harness.exc import UsageError
-
-from harness.bench.models import autotune_gain
-
-from harness.bench.models import memory as model_memory
-from harness.bench.models import catalog as mdl
-from harness.bench.judge.compare import Comparison
-from harness.bench.models.step_facts import unrecorded_lines
 from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo, Verdict, by_case, passed
-from harness.bench.reports.report import (INTERPRETER_NOTE, PlotUnavailable, Table, pyplot, comparison_table, counts_line, save_figure,
-                     interpreted, latency_cell, markdown, terminal, text_bars)
 from harness.bench.core.stats import geomean
+from harness.bench.judge.compare import Comparison
+from harness.bench.models import autotune_gain
+from harness.bench.models import catalog as mdl
+from harness.bench.models import memory as model_memory
+from harness.bench.models.step_facts import unrecorded_lines
+from harness.bench.reports.report import (
+    INTERPRETER_NOTE,
+    PlotUnavailable,
+    Table,
+    comparison_table,
+    counts_line,
+    interpreted,
+    latency_cell,
+    markdown,
+    pyplot,
+    save_figure,
+    terminal,
+    text_bars,
+)
 from harness.bench.stores.store import Store
+from harness.exc import UsageError
 from harness.results import append_job_summary, atomic_write_text
 
 BASELINE = arms.EAGER
@@ -93,7 +103,11 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
             if n not in notes:
                 notes.append(n)
     skipped = {case for run in runs for case in (run.config.get("skipped") or {})}
-    missing = [c.name for c in mdl.all_cases(profile, runs[0].device) if c.name not in chosen and c.name not in skipped]
+    missing = [
+        c.name
+        for c in mdl.all_cases(profile, runs[0].device)
+        if c.name not in chosen and c.name not in skipped
+    ]
     if missing:
         notes.append(f"not measured here yet: {', '.join(missing)} (`--only` them, or `--resume`)")
     return [r for r in runs if r.id in used], results, notes
@@ -114,10 +128,14 @@ def _merge_compile_times(
             seen.add(key)
             step = chosen.get(r.workload, {}).get(r.compiler)
             if step is None or step.source_hash != r.source_hash:
-                notes.append(f"{r.workload}: compile times of {r.compiler} (run {run.id}) have no step result "
-                             "of the same definition beside them; left out")
+                notes.append(
+                    f"{r.workload}: compile times of {r.compiler} (run {run.id}) have no step result "
+                    "of the same definition beside them; left out"
+                )
                 continue
-            if step.meta.run_id is not None and step.meta.run_id > run.rid:  # the step run measured its own, later
+            if (
+                step.meta.run_id is not None and step.meta.run_id > run.rid
+            ):  # the step run measured its own, later
                 continue
             step.compile_s = r.compile_s
             step.meta.compile_warm_s = r.meta.compile_warm_s
@@ -158,8 +176,10 @@ def mem_ratio(eager: Result | None, r: Result | None, key: str = "peak_allocated
     both were measured with the same definition."""
     if eager is None or r is None or not model_memory.comparable(eager.meta, r.meta):
         return None
-    a, b = ((x.meta.memory or {}).get(key, x.meta.peak_mem_bytes if key == "peak_allocated_bytes"
-                                          else None) for x in (eager, r))
+    a, b = (
+        (x.meta.memory or {}).get(key, x.meta.peak_mem_bytes if key == "peak_allocated_bytes" else None)
+        for x in (eager, r)
+    )
     return a / b if a and b else None
 
 
@@ -174,7 +194,10 @@ def fallback_cell(r: Result | None) -> str:
     if not g:
         return "-"
     fb = g.get("fallbacks") or {}
-    return ", ".join(f"{op.removeprefix('aten.').removesuffix('.default')} x{n}" for op, n in fb.items()) or "none"
+    return (
+        ", ".join(f"{op.removeprefix('aten.').removesuffix('.default')} x{n}" for op, n in fb.items())
+        or "none"
+    )
 
 
 def unrecorded_cell(r: Result | None) -> str:
@@ -222,8 +245,9 @@ def summary(results: list[Result], compilers: Sequence[str] | None = None) -> di
 
 
 # ------------------------------------------------------------------ tables
-def model_table(results: list[Result], compilers: Sequence[str] | None = None, interp: frozenset = frozenset()
-                ) -> Table:
+def model_table(
+    results: list[Result], compilers: Sequence[str] | None = None, interp: frozenset = frozenset()
+) -> Table:
     """One row per case: pass, median step ms per compiler, speedups, compile cold/warm s, memory ratios.
     Compilers in ``interp`` (interpreter times) get no speedup column."""
     compilers = list(compilers or compilers_of(results))
@@ -268,7 +292,9 @@ def model_table(results: list[Result], compilers: Sequence[str] | None = None, i
             row += [_f(mem_ratio(eager, per.get(c))) for c in comp]
         else:
             row.append("n/a")
-        row += [fallback_cell(per.get(c)) for c in has_graphs[:1]] + [unrecorded_cell(per.get(c)) for c in cg_graphs]
+        row += [fallback_cell(per.get(c)) for c in has_graphs[:1]] + [
+            unrecorded_cell(per.get(c)) for c in cg_graphs
+        ]
         rows.append(row)
     return rows
 
@@ -300,13 +326,16 @@ def host_table(results: list[Result], compilers: Sequence[str] | None = None) ->
     compilers = list(compilers or compilers_of(results))
     rows: Table = [["model"] + [f"{c} {k}" for c in compilers for k in ("host ms", "launches", "us/launch")]]
     for w, per in by_case(results).items():
-        row = [w[len(mdl.PREFIX):]]
+        row = [w[len(mdl.PREFIX) :]]
         for c in compilers:
             r = per.get(c)
             h = r.meta.host if r is not None and r.status == "ok" else None
             k = r.meta.kernel if r is not None and r.status == "ok" else None
-            row += [f"{h['host_ms']:.3f}" if h else "-", f"{k['launches']:g}" if k else "-",
-                    f"{h['host_us_per_launch']:.1f}" if h and h.get("host_us_per_launch") else "-"]
+            row += [
+                f"{h['host_ms']:.3f}" if h else "-",
+                f"{k['launches']:g}" if k else "-",
+                f"{h['host_us_per_launch']:.1f}" if h and h.get("host_us_per_launch") else "-",
+            ]
         rows.append(row)
     return rows
 
@@ -321,8 +350,9 @@ def unrecorded_report(results: list[Result]) -> list[str]:
     return out
 
 
-def short_table(results: list[Result], compilers: Sequence[str] | None = None, interp: frozenset = frozenset()
-                ) -> Table:
+def short_table(
+    results: list[Result], compilers: Sequence[str] | None = None, interp: frozenset = frozenset()
+) -> Table:
     """The terminal table: per case, step ms per compiler with its speedup, FAIL/error marks, kiln cold s."""
     compilers = list(compilers or compilers_of(results))
     by = by_case(results)
@@ -359,8 +389,14 @@ def short_table(results: list[Result], compilers: Sequence[str] | None = None, i
 def summary_table(s: dict[str, Any], device_is_gpu: bool, interp: frozenset = frozenset()) -> Table:
     rows = [["compiler", "pass rate", "geomean speedup", "compile s cold (mean)", "warm (mean)", "mem ratio"]]
     for c, d in s["compilers"].items():
-        speedup = "n/a (interpreter)" if c in interp else (
-            _f(d["geomean_speedup"], "{:.3f}x") + (f" (n={d['speedup_cases']})" if d["speedup_cases"] else ""))
+        speedup = (
+            "n/a (interpreter)"
+            if c in interp
+            else (
+                _f(d["geomean_speedup"], "{:.3f}x")
+                + (f" (n={d['speedup_cases']})" if d["speedup_cases"] else "")
+            )
+        )
         rows.append(
             [
                 c,
@@ -396,9 +432,7 @@ def problems(results: list[Result]) -> Table:
         if r.status != "ok":
             rows.append([r.workload, r.compiler, r.error or "error"])
         elif not passed(r) and r.median_ns:
-            rows.append(
-                [r.workload, r.compiler, "accuracy: " + str(r.meta.accuracy_note or "?")]
-            )
+            rows.append([r.workload, r.compiler, "accuracy: " + str(r.meta.accuracy_note or "?")])
         if r.meta.compile_probe_error:
             rows.append([r.workload, r.compiler, "compile time: " + r.meta.compile_probe_error])
     return rows
@@ -449,13 +483,25 @@ def markdown_report(
         "",
     ]
     if any(r.meta.host for r in results):
-        parts += ["### Host time", "", "Host ms: median time a step takes to return when started on an idle device "
-                  "(its kernels queued, not waited for): Python, guards, argument binding and launches. "
-                  "Launches: kernel and copy launches per step (profiled).", "",
-                  markdown(host_table(results, compilers)), ""]
+        parts += [
+            "### Host time",
+            "",
+            "Host ms: median time a step takes to return when started on an idle device "
+            "(its kernels queued, not waited for): Python, guards, argument binding and launches. "
+            "Launches: kernel and copy launches per step (profiled).",
+            "",
+            markdown(host_table(results, compilers)),
+            "",
+        ]
     if gpu and any(r.meta.peak_mem_bytes for r in results):
-        parts += ["### Memory", "", f"Counted: {model_memory.DESCRIPTION}.", "",
-                  markdown(memory_table(results, compilers)), ""]
+        parts += [
+            "### Memory",
+            "",
+            f"Counted: {model_memory.DESCRIPTION}.",
+            "",
+            markdown(memory_table(results, compilers)),
+            "",
+        ]
     unrec = unrecorded_report(results)
     if any((r.meta.kiln_graphs or {}).get("cudagraphs") for r in results):
         parts += ["### kiln graphs run unrecorded under CUDA graphs", ""]
@@ -556,8 +602,10 @@ def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ())
     # the memory panel only where some compiler has a memory ratio (a CPU run has none: no empty third of the figure)
     has_mem = any(mem_ratio(per.get(BASELINE), per.get(c)) for c in comp for per in by.values())
     fig, axes = plt.subplots(
-        1, 3 if has_mem else 2, figsize=(16 if has_mem else 11, 0.45 * len(names) * max(1, len(comp)) ** 0.5 + 2.6),
-        sharey=True
+        1,
+        3 if has_mem else 2,
+        figsize=(16 if has_mem else 11, 0.45 * len(names) * max(1, len(comp)) ** 0.5 + 2.6),
+        sharey=True,
     )
     h = 0.8 / max(1, len(comp))
     for j, c in enumerate(comp):
@@ -595,16 +643,34 @@ def plot_models(results: list[Result], path: Path, runs: Sequence[RunInfo] = ())
     axes[0].set_yticks([i + 0.4 - h / 2 for i in range(len(names))], names, fontsize=8)
     axes[0].invert_yaxis()
     axes[0].set_xlabel("speedup over eager (x, log scale; > 1: faster; hatched: accuracy failed)")
-    axes[1].set_xlabel("cold compile time (s, fresh process" + (", log scale)" if spans_decades(widths[1]) else ")"))
+    axes[1].set_xlabel(
+        "cold compile time (s, fresh process" + (", log scale)" if spans_decades(widths[1]) else ")")
+    )
     axes[0].legend(fontsize=7)
-    caveat = (f"{', '.join(sorted(interp))}: Triton CPU interpreter times, a pipeline check, not kernel speed "
-              "(their speedup is far below 1 by design)") if interp else ""
+    caveat = (
+        (
+            f"{', '.join(sorted(interp))}: Triton CPU interpreter times, a pipeline check, not kernel speed "
+            "(their speedup is far below 1 by design)"
+        )
+        if interp
+        else ""
+    )
     ids = ", ".join(str(r.id) for r in runs)
-    what = ("step time, compile time and memory against eager" if has_mem else
-            "step time and compile time against eager (memory: GPU runs only)")
-    fig.suptitle(plot_title(f"Model tier: {what}", None, device=device,
-                            device_name=runs[0].device_name if runs else None,
-                            extra="; ".join(x for x in (f"run(s) {ids}" if ids else "", caveat) if x)), fontsize=9)
+    what = (
+        "step time, compile time and memory against eager"
+        if has_mem
+        else "step time and compile time against eager (memory: GPU runs only)"
+    )
+    fig.suptitle(
+        plot_title(
+            f"Model tier: {what}",
+            None,
+            device=device,
+            device_name=runs[0].device_name if runs else None,
+            extra="; ".join(x for x in (f"run(s) {ids}" if ids else "", caveat) if x),
+        ),
+        fontsize=9,
+    )
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)

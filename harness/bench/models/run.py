@@ -69,17 +69,16 @@ from typing import Any
 import torch
 
 from harness import arms
-from harness.exc import BaselineError, UsageError
-
-from harness.bench.stores import env
-from harness.bench.models import catalog as mdl
 from harness.bench.core.executor import CaseExecutor, one_line
 from harness.bench.core.executor import deadline as _deadline
-from harness.bench.models.memory import MemoryWindow, cuda_source
-from harness.bench.models.step_facts import graph_report, host_time, kernel_time
 from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo, Verdict
 from harness.bench.core.stats import Stats
+from harness.bench.models import catalog as mdl
+from harness.bench.models.memory import MemoryWindow, cuda_source
+from harness.bench.models.step_facts import graph_report, host_time, kernel_time
+from harness.bench.stores import env
 from harness.bench.stores.store import Store
+from harness.exc import BaselineError, UsageError
 
 BASELINE_COMPILER = arms.EAGER
 TIER = "model"
@@ -399,8 +398,16 @@ class ModelExecutor(CaseExecutor[Prepared]):
         return Setup(base, ref, ref_note)
 
     def failed(self, case: mdl.ModelCase, compiler: str, phase: str, error: str) -> Result:
-        return Result(case.name, compiler, case.source_hash, status="error", phase=phase, error=error, timer=TIMER,
-                      meta=case.describe())
+        return Result(
+            case.name,
+            compiler,
+            case.source_hash,
+            status="error",
+            phase=phase,
+            error=error,
+            timer=TIMER,
+            meta=case.describe(),
+        )
 
     def prepare(self, case: mdl.ModelCase, setup: Setup, compiler: str, phase: str) -> Prepared | Result:
         """Eager first (its captured first step is what the others are checked against): a compiler after a
@@ -475,7 +482,9 @@ class ModelExecutor(CaseExecutor[Prepared]):
             if cuda and cfg.kernel_steps > 0:
                 kernel = kernel_time(st.step, self.device, cfg.kernel_steps)
                 res.meta.kernel = kernel
-                res.meta.host = host_time(st.step, self.device, max(5, cfg.kernel_steps), kernel.get("launches"))
+                res.meta.host = host_time(
+                    st.step, self.device, max(5, cfg.kernel_steps), kernel.get("launches")
+                )
             if graphs is not None:
                 res.meta.kiln_graphs = graph_report(graphs)
             est = Stats.of(ts[len(ts) // 2 :]).median
@@ -490,8 +499,9 @@ class ModelExecutor(CaseExecutor[Prepared]):
             self._free()
             return res, None
 
-    def measure_case(self, case: mdl.ModelCase, compilers: list[str], phase: str = "main",
-                     reps_scale: float = 1.0) -> list[Result]:
+    def measure_case(
+        self, case: mdl.ModelCase, compilers: list[str], phase: str = "main", reps_scale: float = 1.0
+    ) -> list[Result]:
         """Results of `case` under each compiler (eager first), then cold/warm compile times of those in
         `compile_times` that ran (their subprocesses start once this process has freed the device)."""
         out = super().measure_case(case, compilers, phase, reps_scale)
@@ -505,8 +515,12 @@ class ModelExecutor(CaseExecutor[Prepared]):
         its `meta.autotune`, `compile_times.autotune_times`); the cold/warm probes' error ('' when none)."""
         from harness.bench.models.compile_times import autotune_times, measure
 
-        t = measure(case.name, res.compiler, compile_probe(case, res.compiler, self.cfg),
-                    autotune=self.cfg.autotune_times)
+        t = measure(
+            case.name,
+            res.compiler,
+            compile_probe(case, res.compiler, self.cfg),
+            autotune=self.cfg.autotune_times,
+        )
         res.compile_s, res.meta.compile_warm_s = t.cold_s, t.warm_s
         if t.error:
             res.meta.compile_probe_error = t.error
@@ -520,7 +534,9 @@ class ModelExecutor(CaseExecutor[Prepared]):
         merges them into the newest step results of the same source hash (model_report.collect)."""
         out = []
         for c in compilers:
-            res = Result(case.name, c, case.source_hash, phase=COMPILE_PHASE, timer=TIMER, meta=case.describe())
+            res = Result(
+                case.name, c, case.source_hash, phase=COMPILE_PHASE, timer=TIMER, meta=case.describe()
+            )
             err = self._compile_times(case, res)
             if res.compile_s is None:
                 res.status, res.error = "error", err
@@ -580,7 +596,9 @@ def compile_probe(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> 
     """The probe of `case` under `compiler` for `compile_times` (its command, environment, tag and limit)."""
     from harness.bench.models.compile_times import Probe
 
-    return Probe(probe_command(case, compiler, cfg), probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120)
+    return Probe(
+        probe_command(case, compiler, cfg), probe_env, PROBE_TAG, str(REPO), cfg.compile_timeout_s + 120
+    )
 
 
 def probe_main(argv: list[str]) -> int:
@@ -629,8 +647,8 @@ def probe_main(argv: list[str]) -> int:
 
 # ------------------------------------------------------------------ a run
 def _progress(i: int, total: int, name: str, results: list[Result], t0: float, ends: list[float]) -> None:
-    from harness.bench.reports.report import fmt_ns
     from harness.bench.core.stats import eta_text
+    from harness.bench.reports.report import fmt_ns
 
     spent = time.monotonic() - t0
     ends.append(spent)
@@ -642,7 +660,9 @@ def _progress(i: int, total: int, name: str, results: list[Result], t0: float, e
             continue
         if r.phase == COMPILE_PHASE:
             warm = r.meta.compile_warm_s
-            cells.append(f"{r.compiler} cold {r.compile_s:.1f} s warm {'-' if warm is None else f'{warm:.1f}'} s")
+            cells.append(
+                f"{r.compiler} cold {r.compile_s:.1f} s warm {'-' if warm is None else f'{warm:.1f}'} s"
+            )
             continue
         ok = r.meta.accuracy_passed is not False
         cells.append(f"{r.compiler} {fmt_ns(r.median_ns)}{'' if ok else ' FAIL'}")
@@ -701,7 +721,7 @@ def run_models(
 def _model_baseline(store: Store, spec: str, run: RunInfo, results: list[Result]):
     """A baseline restricted to this run's cases. `latest`: per case, the newest earlier complete run of the
     same profile and device that has it (runs are often chunks of the tier); else compare.py's specs."""
-    from harness.bench.judge.compare import Baseline, same_kind, load_baseline, resolve_baseline
+    from harness.bench.judge.compare import Baseline, load_baseline, resolve_baseline, same_kind
 
     names = {r.workload for r in results}
     if spec.strip() == "latest":
@@ -755,8 +775,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from harness.bench.models import report as mrep
     from harness.bench.kernels.execute import resolve_device
+    from harness.bench.models import report as mrep
     from harness.settings import bench_settings
 
     device = resolve_device(args.device)
@@ -838,16 +858,16 @@ def _models(args: argparse.Namespace) -> int:
         )
         cmps = None
         if args.baseline and results and not args.compile_only:  # compile times have no samples to compare
-            from harness.bench.judge.compare import config_from_args
-            from harness.bench.judge.compare import compare, mark_suspects
-            from harness.bench.reports.report import interpreted
-            from harness.bench.reports.report import comparison_table, counts_line, terminal
+            from harness.bench.judge.compare import compare, config_from_args, mark_suspects
+            from harness.bench.reports.report import comparison_table, counts_line, interpreted, terminal
 
             cmp_cfg = config_from_args(args).for_device(device)
             try:
                 base = _model_baseline(store, args.baseline.rstrip("?"), run, results)
                 # the model tier has no side-by-side confirmation: its flags stay suspects, never a failure
-                cmps = mark_suspects(compare(results, base, cmp_cfg, new_run=run), "earlier runs' stored samples")
+                cmps = mark_suspects(
+                    compare(results, base, cmp_cfg, new_run=run), "earlier runs' stored samples"
+                )
                 interp = interpreted(device, compilers)
                 for c in cmps:
                     c.interpreter = c.compiler in interp

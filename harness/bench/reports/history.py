@@ -35,18 +35,16 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from harness import arms, conventions
-from harness.exc import StoreError, UsageError
-
-from harness.bench.judge.compare import Baseline, CompareConfig, Comparison, compare, drift_of, mark_suspects
 from harness.bench.core.records import Result, RunInfo, Verdict
+from harness.bench.judge.compare import Baseline, CompareConfig, Comparison, compare, drift_of, mark_suspects
 from harness.bench.reports.report import (
     INTERPRETER_LABEL,
     PlotUnavailable,
-    pyplot,
     fmt_ns,
     interpreted,
     markdown,
     plot_title,
+    pyplot,
     save_figure,
     series_label,
     spans_decades,
@@ -54,6 +52,7 @@ from harness.bench.reports.report import (
     time_unit,
 )
 from harness.bench.stores.store import Store, default_path, missing_store
+from harness.exc import StoreError, UsageError
 
 WIDTH = 120  # the terminal report fits this many columns
 DEFAULT_TOP = 20
@@ -98,13 +97,23 @@ class History:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                   help="fnmatch patterns of workload names (default: all), e.g. 'softmax.*' 'model.gpt2.*'")
-    p.add_argument("--db", type=Path, default=None,
-                   help="SQLite store (default $KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite: the "
-                   "store `nox -s ci` and `nox -s bench` write)")
-    p.add_argument("--profile", help="tiny or gpu (model cases: models-PROFILE); default: each workload's "
-                   "newest run's profile")
+    p.add_argument(
+        "workloads",
+        nargs="*",
+        metavar="WORKLOAD",
+        help="fnmatch patterns of workload names (default: all), e.g. 'softmax.*' 'model.gpt2.*'",
+    )
+    p.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="SQLite store (default $KILN_BENCH_DB, else results/bench/<backend>/bench.sqlite: the "
+        "store `nox -s ci` and `nox -s bench` write)",
+    )
+    p.add_argument(
+        "--profile",
+        help="tiny or gpu (model cases: models-PROFILE); default: each workload's newest run's profile",
+    )
     p.add_argument("--device", help="only runs whose device (cpu, cuda) or device name contains this")
     p.add_argument("--runner", help="only runs recorded by this runner (RUNNER_NAME or host name)")
     p.add_argument("--hw-class", help="only runs of this hardware class (GPU label, else GPU model)")
@@ -112,18 +121,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_store_flags(p)
     p.add_argument("--last", type=int, default=10, help="runs in the table (default 10)")
-    p.add_argument("--out", type=Path, help="write a PNG plot per workload into this folder (no plots without it)")
-    p.add_argument("--top", type=int, default=DEFAULT_TOP,
-                   help=f"series in the terminal report, those that moved most first (default {DEFAULT_TOP})")
+    p.add_argument(
+        "--out", type=Path, help="write a PNG plot per workload into this folder (no plots without it)"
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP,
+        help=f"series in the terminal report, those that moved most first (default {DEFAULT_TOP})",
+    )
     p.add_argument("--all", action="store_true", help="every series in the terminal report")
     p.add_argument("--no-plots", action="store_true", help="write no PNG even with --out")
     p.add_argument("--md", type=Path, help="write the wide Markdown table (a column per series) here")
     conventions.add_json(p, "every series with its points")
-    p.add_argument("--threshold", type=float, default=None,
-                   help="as `bench compare` (default $KILN_BENCH_THRESHOLD, else 0.05 GPU, 0.10 CPU)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="as `bench compare` (default $KILN_BENCH_THRESHOLD, else 0.05 GPU, 0.10 CPU)",
+    )
     p.add_argument("--alpha", type=float, default=None, help="Mann-Whitney level (default 0.01)")
-    p.add_argument("--drift", choices=["auto", "on", "off"], default="auto",
-                   help="divide out eager's median ratio over all workloads (auto: on for CPU runs)")
+    p.add_argument(
+        "--drift",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="divide out eager's median ratio over all workloads (auto: on for CPU runs)",
+    )
 
 
 def _profile_ok(run: RunInfo, workload: str, profile: str | None) -> bool:
@@ -140,25 +163,41 @@ def _device_ok(run: RunInfo, device: str | None) -> bool:
     return run.device.lower() == d or d in (run.device_name or "").lower()
 
 
-def collect(store: Store, patterns: list[str], profile: str | None = None, device: str | None = None,
-            cfg: CompareConfig | None = None, *, runner: str | None = None,
-            hw_class: str | None = None) -> History:
+def collect(
+    store: Store,
+    patterns: list[str],
+    profile: str | None = None,
+    device: str | None = None,
+    cfg: CompareConfig | None = None,
+    *,
+    runner: str | None = None,
+    hw_class: str | None = None,
+) -> History:
     """The series of every workload matching `patterns` over the complete runs (of one runner or hardware
     class, when given; see module docstring)."""
     cfg = cfg or CompareConfig()
-    runs = [r for r in reversed(store.runs(complete_only=True, runner=runner, hw_class=hw_class))
-            if _device_ok(r, device)]
+    runs = [
+        r
+        for r in reversed(store.runs(complete_only=True, runner=runner, hw_class=hw_class))
+        if _device_ok(r, device)
+    ]
     if not runs:
-        where = (f" on device {device!r}" if device else "") + (f" of runner {runner!r}" if runner else "") + (
-            f" of hardware class {hw_class!r}" if hw_class else "")
+        where = (
+            (f" on device {device!r}" if device else "")
+            + (f" of runner {runner!r}" if runner else "")
+            + (f" of hardware class {hw_class!r}" if hw_class else "")
+        )
         raise StoreError(f"no complete runs{where} in {store.path}")
     results = store.results_of([r.rid for r in runs])
     pats = patterns or ["*"]
     names = list(dict.fromkeys(x.workload for r in runs for x in results[r.rid]))
     chosen = [w for w in names if any(fnmatch(w, p) for p in pats)]
     if profile is not None:
-        chosen = [w for w in chosen if any(_profile_ok(r, w, profile) and any(x.workload == w for x in
-                                                                              results[r.rid]) for r in runs)]
+        chosen = [
+            w
+            for w in chosen
+            if any(_profile_ok(r, w, profile) and any(x.workload == w for x in results[r.rid]) for r in runs)
+        ]
     if not chosen:
         raise UsageError(
             f"no stored workload matches {' '.join(pats)}"
@@ -166,16 +205,22 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
             + f" ({len(names)} workloads in {len(runs)} complete runs; see `bench show latest`)"
         )
     hist = History()
-    stored = {i: {(v.workload, v.compiler): v for v in (vs or [])}
-              for i, vs in store.verdicts_of([r.rid for r in runs]).items()}
+    stored = {
+        i: {(v.workload, v.compiler): v for v in (vs or [])}
+        for i, vs in store.verdicts_of([r.rid for r in runs]).items()
+    }
     drifts: dict[tuple[int, int], float] = {}
     used: dict[int, RunInfo] = {}
     for w in chosen:
-        have = [r for r in runs if _profile_ok(r, w, profile) and any(x.workload == w for x in results[r.rid])]
+        have = [
+            r for r in runs if _profile_ok(r, w, profile) and any(x.workload == w for x in results[r.rid])
+        ]
         kind = (have[-1].profile, have[-1].device_name)
         hist.kinds[w] = kind
         cls = have[-1].hw_class  # nor hardware classes (runs from before runners were recorded name none)
-        have = [r for r in have if (r.profile, r.device_name) == kind and (not cls or r.hw_class in (None, cls))]
+        have = [
+            r for r in have if (r.profile, r.device_name) == kind and (not cls or r.hw_class in (None, cls))
+        ]
         for run in have:
             for res in results[run.rid]:
                 if res.workload != w:
@@ -188,8 +233,10 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
                 elif stored[run.rid] and mine is None and pts:
                     pt.cmp = None  # the run compared and stored verdicts, this key had none
                 elif pts:
-                    pt.cmp = mark_suspects([_step(pts[-1], pt, results, cfg, drifts)], "the previous run's "
-                                           "stored samples (recomputed)")[0]
+                    pt.cmp = mark_suspects(
+                        [_step(pts[-1], pt, results, cfg, drifts)],
+                        "the previous run's stored samples (recomputed)",
+                    )[0]
                     pt.cmp.recomputed = True
                 if pt.cmp is not None:
                     pt.cmp.interpreter = res.compiler in interpreted(run.device, [res.compiler])
@@ -199,15 +246,21 @@ def collect(store: Store, patterns: list[str], profile: str | None = None, devic
     return hist
 
 
-def _step(prev: Point, pt: Point, results: dict[int, list[Result]], cfg: CompareConfig,
-          drifts: dict[tuple[int, int], float]) -> Comparison:
+def _step(
+    prev: Point,
+    pt: Point,
+    results: dict[int, list[Result]],
+    cfg: CompareConfig,
+    drifts: dict[tuple[int, int], float],
+) -> Comparison:
     """`bench compare`'s verdict for one workload+compiler: `pt`'s run against `prev`'s run."""
     c = cfg.for_device(pt.run.device)
     key = (pt.run.rid, prev.run.rid)
     if key not in drifts:
         drifts[key] = (
             drift_of(results[pt.run.rid], Baseline.of([prev.run], [results[prev.run.rid]]))
-            if c.normalize_drift else 1.0
+            if c.normalize_drift
+            else 1.0
         )
     base = Baseline.of([prev.run], [[prev.result]])
     return compare([pt.result], base, c, new_run=pt.run, drift=drifts[key])[0]
@@ -242,8 +295,11 @@ def table(hist: History, last: int = 10) -> list[list[str]]:
     keys = list(hist.series)
     by_run = {k: {p.run.id: p for p in pts} for k, pts in hist.series.items()}
     interp = {k for k, pts in hist.series.items() if any(interpreted(p.run.device, [k[1]]) for p in pts)}
-    rows = [["run", "date", "commit"] + [f"{w} [{c}{' (interpreter)' if (w, c) in interp else ''}]"
-                                         for w, c in keys] + ["verdicts"]]
+    rows = [
+        ["run", "date", "commit"]
+        + [f"{w} [{c}{' (interpreter)' if (w, c) in interp else ''}]" for w, c in keys]
+        + ["verdicts"]
+    ]
     for run in list(reversed(hist.runs))[: max(1, last)]:
         rows.append([*_label(run)] + [cell(by_run[k].get(run.id)) for k in keys] + [_source(hist, run)])
     return rows
@@ -256,8 +312,12 @@ def regressions(hist: History) -> list[Point]:
 
 def flagged(hist: History) -> list[Point]:
     """Points with a verdict other than unchanged/new: regressed, improved, rejected, unconfirmed, suspect..."""
-    return [p for pts in hist.series.values() for p in pts
-            if p.cmp and p.cmp.verdict not in (Verdict.UNCHANGED, Verdict.NEW)]
+    return [
+        p
+        for pts in hist.series.values()
+        for p in pts
+        if p.cmp and p.cmp.verdict not in (Verdict.UNCHANGED, Verdict.NEW)
+    ]
 
 
 def verdict_line(p: Point) -> str:
@@ -284,9 +344,13 @@ def markdown_report(hist: History, last: int = 10) -> str:
         "",
     ]
     if regs:
-        lines.append("Regressed steps: " + "; ".join(
-            f"{p.result.workload} [{p.result.compiler}] run {p.run.id} x{p.cmp.ratio:.2f}" for p in regs  # type: ignore[union-attr]
-        ))
+        lines.append(
+            "Regressed steps: "
+            + "; ".join(
+                f"{p.result.workload} [{p.result.compiler}] run {p.run.id} x{p.cmp.ratio:.2f}"
+                for p in regs  # type: ignore[union-attr]
+            )
+        )
     else:
         lines.append("No regressed step.")
     lines += [""] + [f"- {verdict_line(p)}" for p in flagged(hist) if p.cmp.verdict != Verdict.REGRESSED]  # type: ignore[union-attr]
@@ -301,11 +365,18 @@ def _safe(name: str) -> str:
 def plot_workload(hist: History, workload: str, path: Path) -> Path:
     """Median per compiler over the workload's runs, IQR bars, regressed steps ringed in red."""
     plt = pyplot()
-    runs = sorted({p.run.id: p.run for (w, _), pts in hist.series.items() if w == workload for p in pts}.values(),
-                  key=lambda r: r.id or 0)
+    runs = sorted(
+        {p.run.id: p.run for (w, _), pts in hist.series.items() if w == workload for p in pts}.values(),
+        key=lambda r: r.id or 0,
+    )
     xs = {r.id: i for i, r in enumerate(runs)}
-    meds = [p.result.median_ns for (w, _), pts in hist.series.items() if w == workload for p in pts
-            if p.result.median_ns]
+    meds = [
+        p.result.median_ns
+        for (w, _), pts in hist.series.items()
+        if w == workload
+        for p in pts
+        if p.result.median_ns
+    ]
     div, unit = time_unit(meds)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(runs) + 2), 3.6))
     flagged = False
@@ -317,24 +388,46 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
         st = [p.result.stats for p in pts]
         y = [s.median / div for s in st]  # type: ignore[union-attr]
         err = [[(s.median - s.q1) / div for s in st], [(s.q3 - s.median) / div for s in st]]  # type: ignore
-        ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=series_label(c, pts[-1].run.device),
-                    color=arms.colour(c))
+        ax.errorbar(
+            x,
+            y,
+            yerr=err,
+            marker="o",
+            ms=4,
+            capsize=3,
+            label=series_label(c, pts[-1].run.device),
+            color=arms.colour(c),
+        )
         reg = [(xx, yy) for xx, yy, p in zip(x, y, pts) if p.cmp and p.cmp.verdict == Verdict.REGRESSED]
         if reg:
             flagged = True
-            ax.scatter([r[0] for r in reg], [r[1] for r in reg], s=160, facecolors="none",
-                       edgecolors="tab:red", linewidths=2, zorder=5)
+            ax.scatter(
+                [r[0] for r in reg],
+                [r[1] for r in reg],
+                s=160,
+                facecolors="none",
+                edgecolors="tab:red",
+                linewidths=2,
+                zorder=5,
+            )
     if flagged:
-        ax.scatter([], [], s=80, facecolors="none", edgecolors="tab:red", linewidths=2, label=str(Verdict.REGRESSED))
-    ax.set_xticks(range(len(runs)), [f"{(r.git_commit or '-')[:7]}\n{(r.created_at or '')[:10]}" for r in runs],
-                  fontsize=6)
+        ax.scatter(
+            [], [], s=80, facecolors="none", edgecolors="tab:red", linewidths=2, label=str(Verdict.REGRESSED)
+        )
+    ax.set_xticks(
+        range(len(runs)),
+        [f"{(r.git_commit or '-')[:7]}\n{(r.created_at or '')[:10]}" for r in runs],
+        fontsize=6,
+    )
     ax.set_xlim(-0.5, len(runs) - 0.5)
     prof, dev = hist.kinds.get(workload, ("", ""))
     device = runs[-1].device if runs else ""
     if spans_decades(meds):  # eager in us beside kiln's interpreter in ms: a linear axis would flatten one
         ax.set_yscale("log")
-    ax.set_title(plot_title(f"{workload}: median time per run ({prof})", None, device=device, device_name=dev),
-                 fontsize=8)
+    ax.set_title(
+        plot_title(f"{workload}: median time per run ({prof})", None, device=device, device_name=dev),
+        fontsize=8,
+    )
     ax.set_ylabel(f"median ({unit}{', log scale' if spans_decades(meds) else ''}), bar: IQR", fontsize=7)
     ax.set_xlabel("run (commit, date)", fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
@@ -372,7 +465,7 @@ def _moved(pts: list[Point]) -> tuple[int, float]:
 def long_rows(hist: History, top: int | None) -> tuple[list[list[str]], int]:
     """(the long-format table, header first, of the `top` series that moved most (None: all); series left out)."""
     keys = sorted(hist.series, key=lambda k: (_moved(hist.series[k]), k))
-    shown = keys if top is None else keys[:max(0, top)]
+    shown = keys if top is None else keys[: max(0, top)]
     rows = [["workload", "compiler", "runs", "first", "last", "step", "mark"]]
     for w, c in shown:
         pts = hist.series[(w, c)]
@@ -391,8 +484,11 @@ def terminal_report(hist: History, top: int | None = DEFAULT_TOP) -> str:
     rows, left = long_rows(hist, top)
     runs = hist.runs
     span = f"runs {runs[0].id}..{runs[-1].id}" if runs else "no runs"
-    lines = [f"bench history: {len(hist.series)} series ({len(hist.workloads())} workloads), "
-             f"{len(runs)} complete run(s), {span}", terminal(rows)]
+    lines = [
+        f"bench history: {len(hist.series)} series ({len(hist.workloads())} workloads), "
+        f"{len(runs)} complete run(s), {span}",
+        terminal(rows),
+    ]
     if left:
         lines.append(f"... {left} more series (--top N, --all; --md FILE for the table of every run)")
     single = sum(1 for pts in hist.series.values() if len(pts) < 2)
@@ -400,13 +496,17 @@ def terminal_report(hist: History, top: int | None = DEFAULT_TOP) -> str:
         lines.append(f"note: {single} series have only 1 complete run: nothing to compare them with yet")
     if any(interpreted(p.run.device, [c]) for (_, c), pts in hist.series.items() for p in pts[-1:]):
         lines.append(f"note: kiln on CPU {INTERPRETER_LABEL}")
-    lines.append("marks: ▲ regressed ▼ improved = unchanged ? suspect/unconfirmed ≠ not comparable · first run")
+    lines.append(
+        "marks: ▲ regressed ▼ improved = unchanged ? suspect/unconfirmed ≠ not comparable · first run"
+    )
     marked = flagged(hist)
     lines += [_short_verdict(p) for p in marked[:10]]
     if len(marked) > 10:
         lines.append(f"... {len(marked) - 10} more flagged steps (--md FILE or --json - lists them all)")
     if any(p.cmp is not None and p.cmp.recomputed for p in marked):
-        lines.append("(recomputed: its run stored no verdicts; the step is recomputed against the previous run: a suspect at most)")
+        lines.append(
+            "(recomputed: its run stored no verdicts; the step is recomputed against the previous run: a suspect at most)"
+        )
     return "\n".join(_fit(line) for text in lines for line in text.splitlines())
 
 
@@ -428,25 +528,40 @@ def _fit(line: str) -> str:
 
 def json_report(hist: History) -> dict:
     """Every series with its points (run, commit, median, ratio, verdict) for `--json`."""
+
     def point(p: Point) -> dict:
         c = p.cmp
-        return {"run": p.run.id, "commit": p.run.git_commit, "created_at": p.run.created_at,
-                "status": p.result.status, "median_ns": p.result.median_ns,
-                "ratio": c.ratio if c is not None else None, "verdict": c.verdict if c is not None else Verdict.NEW,
-                "recomputed": bool(c is not None and c.recomputed)}
+        return {
+            "run": p.run.id,
+            "commit": p.run.git_commit,
+            "created_at": p.run.created_at,
+            "status": p.result.status,
+            "median_ns": p.result.median_ns,
+            "ratio": c.ratio if c is not None else None,
+            "verdict": c.verdict if c is not None else Verdict.NEW,
+            "recomputed": bool(c is not None and c.recomputed),
+        }
 
-    return {"runs": [r.id for r in hist.runs],
-            "series": [{"workload": w, "compiler": c, "profile": hist.kinds.get(w, ("", ""))[0],
-                        "device_name": hist.kinds.get(w, ("", ""))[1],
-                        "interpreter": any(interpreted(p.run.device, [c]) for p in pts),
-                        "points": [point(p) for p in pts]} for (w, c), pts in hist.series.items()]}
+    return {
+        "runs": [r.id for r in hist.runs],
+        "series": [
+            {
+                "workload": w,
+                "compiler": c,
+                "profile": hist.kinds.get(w, ("", ""))[0],
+                "device_name": hist.kinds.get(w, ("", ""))[1],
+                "interpreter": any(interpreted(p.run.device, [c]) for p in pts),
+                "points": [point(p) for p in pts],
+            }
+            for (w, c), pts in hist.series.items()
+        ],
+    }
 
 
 # ------------------------------------------------------------------ command
 def cmd_history(args: argparse.Namespace) -> int:
-    from harness.results import atomic_write_text
-
     from harness.bench.judge.compare import config_from_args
+    from harness.results import atomic_write_text
 
     if args.last < 1:
         raise UsageError(f"--last must be at least 1, not {args.last}")
@@ -457,8 +572,15 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not exists(db):
         raise missing_store(db)
     with Store(db, readonly=True) as store:
-        hist = collect(store, list(args.workloads), args.profile, args.device, cfg,
-                       runner=getattr(args, "runner", None), hw_class=getattr(args, "hw_class", None))
+        hist = collect(
+            store,
+            list(args.workloads),
+            args.profile,
+            args.device,
+            cfg,
+            runner=getattr(args, "runner", None),
+            hw_class=getattr(args, "hw_class", None),
+        )
     with conventions.human_to_stderr(conventions.to_stdout(args.json)):
         print(terminal_report(hist, None if args.all else args.top))
         if args.md:

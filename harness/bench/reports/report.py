@@ -7,16 +7,16 @@ the same content in both forms.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from harness import arms
-from harness.exc import BenchError
-from harness.results import markdown_table
-
-from harness.bench.judge.compare import VERDICTS, Comparison, counts
 from harness.bench.core.records import INTERPRETER_LABEL, Result, RunInfo, Verdict, by_case
 from harness.bench.core.stats import Stats
+from harness.bench.judge.compare import VERDICTS, Comparison, counts
+from harness.exc import BenchError
+from harness.results import markdown_table
 
 Table = list[list[str]]
 SPREAD_MIN_NS = 100_000.0  # spread between runs is judged on workloads above 100 microseconds
@@ -78,7 +78,7 @@ def speedup_compilers(device: str, compilers: Sequence[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------ tables
-def latency_cell(r: "Result | None", eager: "Result | None", fmt: Callable[[float], str]) -> str:
+def latency_cell(r: Result | None, eager: Result | None, fmt: Callable[[float], str]) -> str:
     """A table cell: ``-`` (not measured), ``error``, or the median with its speedup over ``eager`` (none for
     eager itself: pass ``eager=None``)."""
     if r is None:
@@ -94,7 +94,10 @@ def latency_cell(r: "Result | None", eager: "Result | None", fmt: Callable[[floa
 
 
 def side_by_side(
-    results: list[Result], compilers: Sequence[str], device: str = "cuda", cmps: list[Comparison] | None = None
+    results: list[Result],
+    compilers: Sequence[str],
+    device: str = "cuda",
+    cmps: list[Comparison] | None = None,
 ) -> Table:
     """One row per workload: median per compiler and its speedup over eager, and the best GB/s. On a CPU,
     kiln's cells (interpreter times) carry its ratio to the baseline instead (`INTERPRETER_NOTE`)."""
@@ -185,7 +188,9 @@ def comparison_table(cmps: list[Comparison], only_flagged: bool = False) -> Tabl
                 _g(c.ratio, "{:.3f}"),
                 _g(c.p, "{:.2g}"),
                 "-" if c.sbs_ratio is None else f"{c.sbs_ratio:.3f} (p={c.sbs_p:.2g})",
-                c.verdict + (" (confirmed)" if c.confirmed else "") + (" (recomputed)" if c.recomputed else ""),
+                c.verdict
+                + (" (confirmed)" if c.confirmed else "")
+                + (" (recomputed)" if c.recomputed else ""),
                 c.note,
             ]
         )
@@ -278,8 +283,10 @@ def json_report(
         "results": [{k: v for k, v in r.as_dict().items() if k != "samples"} for r in results],
         "baseline_runs": [b.id for b in baseline or []],
         # who the baseline runs are beyond this store (ids differ between stores; uid and commit do not)
-        "baseline": [{k: getattr(b, k) for k in ("id", "uid", "created_at", "git_ref", "git_commit")}
-                     for b in baseline or []],
+        "baseline": [
+            {k: getattr(b, k) for k in ("id", "uid", "created_at", "git_ref", "git_commit")}
+            for b in baseline or []
+        ],
         "comparisons": [c.as_dict() for c in cmps] if cmps is not None else None,
         "counts": counts(cmps) if cmps is not None else None,
         "verdicts": list(VERDICTS),
@@ -320,13 +327,24 @@ INTERPRETER_CAVEAT = "kiln on CPU: Triton CPU interpreter times (a pipeline chec
 def backend_label(device: str, device_name: str | None = None) -> str:
     """The backend a plot's title names: `cuda: NVIDIA H100` or `cpu: AMD EPYC (Triton CPU interpreter)`."""
     kind = "cuda" if device.startswith("cuda") else device
-    name = device_name if device_name and device_name.startswith(kind) else \
-        f"{kind}: {device_name}" if device_name and device_name != device else kind
+    name = (
+        device_name
+        if device_name and device_name.startswith(kind)
+        else f"{kind}: {device_name}"
+        if device_name and device_name != device
+        else kind
+    )
     return name if kind.startswith("cuda") else f"{name} (Triton CPU interpreter for kiln)"
 
 
-def plot_title(what: str, run: RunInfo | None = None, *, device: str | None = None,
-               device_name: str | None = None, extra: str = "") -> str:
+def plot_title(
+    what: str,
+    run: RunInfo | None = None,
+    *,
+    device: str | None = None,
+    device_name: str | None = None,
+    extra: str = "",
+) -> str:
     """`what`, then the backend and run on a second line (`backend_label`)."""
     dev = device or (run.device if run is not None else "")
     name = device_name or (run.device_name if run is not None else None)
@@ -340,8 +358,10 @@ def plot_title(what: str, run: RunInfo | None = None, *, device: str | None = No
 
 def no_speedup_reason(run: RunInfo) -> str:
     """Why a run has no speedup plot (only interpreted compilers besides eager)."""
-    return (f"its compilers ({', '.join(run.compilers)}) have no speedup over eager on {run.device}: "
-            f"{INTERPRETER_CAVEAT}")
+    return (
+        f"its compilers ({', '.join(run.compilers)}) have no speedup over eager on {run.device}: "
+        f"{INTERPRETER_CAVEAT}"
+    )
 
 
 def series_label(compiler: str, device: str) -> str:
@@ -352,7 +372,7 @@ def series_label(compiler: str, device: str) -> str:
 def spans_decades(values: Sequence[float], decades: float = 1.0) -> bool:
     """True when the positive `values` span more than `decades` powers of ten (a log axis reads them)."""
     pos = [v for v in values if v and v > 0]
-    return bool(pos) and max(pos) / min(pos) > 10 ** decades
+    return bool(pos) and max(pos) / min(pos) > 10**decades
 
 
 def time_unit(values_ns: Sequence[float]) -> tuple[float, str]:
@@ -362,12 +382,16 @@ def time_unit(values_ns: Sequence[float]) -> tuple[float, str]:
     return next(((d, u) for d, u in ((1e6, "ms"), (1e3, "us")) if low >= d), (1.0, "ns"))
 
 
-def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path, run: RunInfo | None = None) -> Path:
+def plot_speedups(
+    results: list[Result], compilers: Sequence[str], path: Path, run: RunInfo | None = None
+) -> Path:
     """Horizontal bars: speedup of each compiler over eager, per workload (log scale), one colour per compiler
     (arms.colour). `compilers` are those whose speedup means something (`speedup_compilers`): a caller with only
     eager there writes no figure (no empty PNG)."""
     plt = pyplot()
-    eager = {r.workload: r.median for r in results if r.compiler == "eager" and r.status == "ok" and r.median_ns}
+    eager = {
+        r.workload: r.median for r in results if r.compiler == "eager" and r.status == "ok" and r.median_ns
+    }
     workloads = list(dict.fromkeys(r.workload for r in results))
     others = [c for c in compilers if c != "eager"]
     if not others:
@@ -386,8 +410,14 @@ def plot_speedups(results: list[Result], compilers: Sequence[str], path: Path, r
     ax.invert_yaxis()
     ax.set_xlabel("speedup over eager (x, log scale; > 1: faster than eager)")
     skipped = sorted(interpreted(device, run.compilers)) if run is not None else []
-    ax.set_title(plot_title("Kernel speedup over eager (median time per call)", run,
-                            extra=f"not shown: {', '.join(skipped)} (interpreter)" if skipped else ""), fontsize=9)
+    ax.set_title(
+        plot_title(
+            "Kernel speedup over eager (median time per call)",
+            run,
+            extra=f"not shown: {', '.join(skipped)} (interpreter)" if skipped else "",
+        ),
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
@@ -402,18 +432,25 @@ def plot_ratios(cmps: list[Comparison], threshold: float, path: Path, run: RunIn
     ratios = [c.ratio - 1 for c in cmps if c.ratio is not None]
     fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 2))
     colors = [
-        "tab:red" if c.verdict == Verdict.REGRESSED else "tab:green" if c.verdict == Verdict.IMPROVED else "tab:gray"
+        "tab:red"
+        if c.verdict == Verdict.REGRESSED
+        else "tab:green"
+        if c.verdict == Verdict.IMPROVED
+        else "tab:gray"
         for c in rows
     ]
     ax.barh(range(len(rows)), ratios, left=1, color=colors)
     for x in (1 - threshold, 1 + threshold):
         ax.axvline(x, color="k", ls="--", lw=0.7)
     device = run.device if run is not None else "cuda"
-    ax.set_yticks(range(len(rows)), [f"{c.workload} [{series_label(c.compiler, device)}]" for c in rows],
-                  fontsize=6)
+    ax.set_yticks(
+        range(len(rows)), [f"{c.workload} [{series_label(c.compiler, device)}]" for c in rows], fontsize=6
+    )
     ax.invert_yaxis()
-    ax.set_xlabel(f"median time new / baseline (x; > 1: slower; dashed: +-{threshold:.0%}; red: regressed, "
-                  "green: improved)")
+    ax.set_xlabel(
+        f"median time new / baseline (x; > 1: slower; dashed: +-{threshold:.0%}; red: regressed, "
+        "green: improved)"
+    )
     ax.set_title(plot_title("Change against the baseline run", run), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
@@ -421,8 +458,9 @@ def plot_ratios(cmps: list[Comparison], threshold: float, path: Path, run: RunIn
     return path
 
 
-def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: Path,
-                 run: RunInfo | None = None) -> Path:
+def plot_history(
+    history: dict[str, dict[str, list[tuple[int, float]]]], path: Path, run: RunInfo | None = None
+) -> Path:
     """Small multiples: median per run for each workload, one line per compiler (arms.colour), a log time axis
     where a panel's times span more than a decade (eager in us beside kiln's interpreter in ms)."""
     plt = pyplot()
@@ -436,8 +474,14 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
         div, unit = time_unit(values)
         for c, pts in history[w].items():
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] / div for p in pts], marker="o", ms=3,
-                        label=series_label(c, device), color=arms.colour(c))
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] / div for p in pts],
+                    marker="o",
+                    ms=3,
+                    label=series_label(c, device),
+                    color=arms.colour(c),
+                )
         if spans_decades(values):
             ax.set_yscale("log")
         ax.set_title(w, fontsize=7)
@@ -448,8 +492,15 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
         ax.axis("off")
     if names:
         axes.flat[0].legend(fontsize=6)
-    fig.suptitle(plot_title("Median time per run and workload", None, device=device,
-                            device_name=run.device_name if run is not None else None), fontsize=9)
+    fig.suptitle(
+        plot_title(
+            "Median time per run and workload",
+            None,
+            device=device,
+            device_name=run.device_name if run is not None else None,
+        ),
+        fontsize=9,
+    )
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
     plt.close(fig)
@@ -458,7 +509,9 @@ def plot_history(history: dict[str, dict[str, list[tuple[int, float]]]], path: P
 
 def text_bars(results: list[Result], compilers: Sequence[str], width: int = 40) -> str:
     """A plot in text form: speedup over eager per workload and compiler, as bars (| marks 1.0x)."""
-    eager = {r.workload: r.median for r in results if r.compiler == "eager" and r.status == "ok" and r.median_ns}
+    eager = {
+        r.workload: r.median for r in results if r.compiler == "eager" and r.status == "ok" and r.median_ns
+    }
     others = [c for c in compilers if c != "eager"]
     rows = [
         (r.workload, r.compiler, eager[r.workload] / r.median)

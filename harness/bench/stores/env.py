@@ -58,8 +58,15 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def new_run(profile: str, device: str, compilers: list[str], config: dict[str, Any], label: str | None = None,
-            git_ref: str | None = None, git_commit: str | None = None) -> Any:
+def new_run(
+    profile: str,
+    device: str,
+    compilers: list[str],
+    config: dict[str, Any],
+    label: str | None = None,
+    git_ref: str | None = None,
+    git_commit: str | None = None,
+) -> Any:
     """A fresh `RunInfo` (not yet stored) with this machine's git state, device name, environment record,
     torch's thread count and this process id added to `config`."""
     import uuid

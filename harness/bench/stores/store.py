@@ -24,13 +24,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, inspect, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from harness.bench.core.records import SCHEMA_VERSION, Comparison, Result, RunInfo
 from harness.exc import ImportFormatError, StoreError, StoreUnavailable, StoreUnreachable
 from harness.results import set_aside
 from harness.store import BENCH, open_store, runner, spool, unreadable_problem, url
@@ -39,26 +40,36 @@ from harness.store.migrate import newer_problem, read_state
 from harness.store.sqlite import open_engine, transaction
 from harness.store.url import ServerURL
 
-from harness.bench.core.records import SCHEMA_VERSION, Comparison, Result, RunInfo
-
 EXPORT_FORMAT = "kiln-bench-export"
 VERDICTS_REVISION = 2  # the first revision with the `verdicts` table
 
 _RUN_COLS = tuple(c.name for c in t.runs.columns)
 _RESULT_COLS = (
-    "workload", "compiler", "phase", "source_hash", "status", "error", "bytes", "flops", "max_abs_err",
-    "max_rel_err", "compile_s", "timer", "planted", "ceiling_gbps",
+    "workload",
+    "compiler",
+    "phase",
+    "source_hash",
+    "status",
+    "error",
+    "bytes",
+    "flops",
+    "max_abs_err",
+    "max_rel_err",
+    "compile_s",
+    "timer",
+    "planted",
+    "ceiling_gbps",
 )
 
 
 def _chunks(items: list[int], n: int) -> Iterator[list[int]]:
     for i in range(0, len(items), n):
-        yield items[i:i + n]
+        yield items[i : i + n]
 
 
 def now() -> str:
     """UTC timestamp, ISO 8601, second precision."""
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 class Store:
@@ -71,8 +82,15 @@ class Store:
     later mid-run, spools (harness/store/spool.py: one note line; `strict` raises StoreUnreachable instead,
     exit 3); one that reaches it first pushes what an earlier run spooled."""
 
-    def __init__(self, path: Path | str | ServerURL, timeout_s: float = 120.0, *, readonly: bool = False,
-                 log: Callable[[str], None] | None = None, strict: bool | None = None):
+    def __init__(
+        self,
+        path: Path | str | ServerURL,
+        timeout_s: float = 120.0,
+        *,
+        readonly: bool = False,
+        log: Callable[[str], None] | None = None,
+        strict: bool | None = None,
+    ):
         self.log = log
         self.strict = spool.strict(strict)
         self.spooled: Path | None = None  # the spool this writer fell back to, if it did
@@ -161,7 +179,7 @@ class Store:
     def close(self) -> None:
         self._opened.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -224,10 +242,14 @@ class Store:
 
     def finish_run(self, run_id: int, status: str = "complete") -> None:
         """Mark the run `complete` (or `aborted`): the last write of a run."""
+
         def write() -> None:
             with self.transaction() as db:
-                db.execute(update(t.runs).where(t.runs.c.id == self._rid(run_id))
-                           .values(status=status, finished_at=now()))
+                db.execute(
+                    update(t.runs)
+                    .where(t.runs.c.id == self._rid(run_id))
+                    .values(status=status, finished_at=now())
+                )
 
         self._write(write)
         self._journal.pop(run_id, None)
@@ -252,8 +274,14 @@ class Store:
         out.id = run_id
         return out
 
-    def runs(self, *, complete_only: bool = False, limit: int | None = None, runner: str | None = None,
-             hw_class: str | None = None) -> list[RunInfo]:
+    def runs(
+        self,
+        *,
+        complete_only: bool = False,
+        limit: int | None = None,
+        runner: str | None = None,
+        hw_class: str | None = None,
+    ) -> list[RunInfo]:
         """Runs, newest first (of one runner or hardware class, when given)."""
         q = self._runs_select().order_by(t.runs.c.id.desc())
         if complete_only:
@@ -282,17 +310,29 @@ class Store:
 
     def _insert_result(self, db: Connection, run_id: int, res: Result) -> None:
         x = t.results.c
-        db.execute(delete(t.results).where(x.run_id == run_id, x.workload == res.workload,
-                                           x.compiler == res.compiler, x.phase == res.phase))
+        db.execute(
+            delete(t.results).where(
+                x.run_id == run_id,
+                x.workload == res.workload,
+                x.compiler == res.compiler,
+                x.phase == res.phase,
+            )
+        )
         row = {c: getattr(res, c) for c in _RESULT_COLS}
-        row.update(run_id=run_id, median_ns=res.median_ns, n=len(res.samples),
-                   meta=json.dumps(res.meta.as_dict(), sort_keys=True))
+        row.update(
+            run_id=run_id,
+            median_ns=res.median_ns,
+            n=len(res.samples),
+            meta=json.dumps(res.meta.as_dict(), sort_keys=True),
+        )
         key = db.execute(insert(t.results).values(**row)).inserted_primary_key
         assert key is not None
         rid = key[0]
         if res.samples:  # executemany: psycopg pipelines it (faster than a multi-row INSERT, compiled anew)
-            db.execute(insert(t.samples), [{"result_id": rid, "seq": i, "ns": float(v)}
-                                           for i, v in enumerate(res.samples)])
+            db.execute(
+                insert(t.samples),
+                [{"result_id": rid, "seq": i, "ns": float(v)} for i, v in enumerate(res.samples)],
+            )
 
     def results(self, run_id: int, phase: str | None = "main") -> list[Result]:
         """Results of a run in insertion order (one phase, or all when `phase` is None)."""
@@ -312,8 +352,11 @@ class Store:
                 rows += got
                 by_result.update({r["id"]: [] for r in got})
             for chunk in _chunks(list(by_result), 500):
-                sq = (select(t.samples.c.result_id, t.samples.c.ns).where(t.samples.c.result_id.in_(chunk))
-                      .order_by(t.samples.c.result_id, t.samples.c.seq))
+                sq = (
+                    select(t.samples.c.result_id, t.samples.c.ns)
+                    .where(t.samples.c.result_id.in_(chunk))
+                    .order_by(t.samples.c.result_id, t.samples.c.seq)
+                )
                 for rid, ns in db.execute(sq).all():  # fetchall: a thousand runs' samples are a million rows
                     by_result[rid].append(ns)
         out: dict[int, list[Result]] = {i: [] for i in run_ids}
@@ -327,10 +370,13 @@ class Store:
     def history(self, workload: str, compiler: str, limit: int = 50) -> list[tuple[RunInfo, float | None]]:
         """(run, median_ns) of complete runs for one workload+compiler, oldest first."""
         x, r = t.results.c, t.runs.c
-        q = (select(*(t.runs.c[c] for c in self._run_cols), x.median_ns.label("m"))
-             .join(t.results, x.run_id == r.id)
-             .where(x.workload == workload, x.compiler == compiler, x.phase == "main", r.status == "complete")
-             .order_by(r.id.desc()).limit(limit))
+        q = (
+            select(*(t.runs.c[c] for c in self._run_cols), x.median_ns.label("m"))
+            .join(t.results, x.run_id == r.id)
+            .where(x.workload == workload, x.compiler == compiler, x.phase == "main", r.status == "complete")
+            .order_by(r.id.desc())
+            .limit(limit)
+        )
         with self._read() as db:
             rows = db.execute(q).mappings().all()
         return [(self._run_from_row(row), row["m"]) for row in reversed(rows)]
@@ -354,9 +400,18 @@ class Store:
         db.execute(delete(t.verdicts).where(t.verdicts.c.run_id == run_id))
         if verdicts:
             rows = [v.stored() for v in verdicts]
-            db.execute(insert(t.verdicts), [
-                {**row, "run_id": run_id, "confirmed": None if row["confirmed"] is None else int(bool(row["confirmed"])),
-                 "detail": json.dumps(row["detail"], sort_keys=True, default=str)} for row in rows])
+            db.execute(
+                insert(t.verdicts),
+                [
+                    {
+                        **row,
+                        "run_id": run_id,
+                        "confirmed": None if row["confirmed"] is None else int(bool(row["confirmed"])),
+                        "detail": json.dumps(row["detail"], sort_keys=True, default=str),
+                    }
+                    for row in rows
+                ],
+            )
 
     def verdicts_of(self, run_ids: Sequence[int]) -> dict[int, list[Comparison] | None]:
         """verdicts() of many runs in a few queries."""
@@ -367,7 +422,9 @@ class Store:
         v = t.verdicts.c
         with self._read() as db:
             for chunk in _chunks(list(ids), 500):
-                for row in db.execute(select(t.verdicts).where(v.run_id.in_(chunk)).order_by(v.id)).mappings():
+                for row in db.execute(
+                    select(t.verdicts).where(v.run_id.in_(chunk)).order_by(v.id)
+                ).mappings():
                     got = out[ids[row["run_id"]]]
                     if got is None:
                         got = out[ids[row["run_id"]]] = []
@@ -395,8 +452,13 @@ class Store:
         out = []
         for r in runs:
             stored = self.verdicts(r.rid)
-            out.append({**r.as_dict(), "results": [x.as_dict() for x in self.results(r.rid, phase=None)],
-                        "verdicts": [v.stored() for v in stored] if stored is not None else None})
+            out.append(
+                {
+                    **r.as_dict(),
+                    "results": [x.as_dict() for x in self.results(r.rid, phase=None)],
+                    "verdicts": [v.stored() for v in stored] if stored is not None else None,
+                }
+            )
         return {"format": EXPORT_FORMAT, "schema_version": SCHEMA_VERSION, "exported_at": now(), "runs": out}
 
     def import_(self, data: dict[str, Any]) -> tuple[int, int]:
@@ -406,9 +468,7 @@ class Store:
             raise ImportFormatError('not a kiln bench export (missing "format": "kiln-bench-export")')
         version = data.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
-            raise ImportFormatError(
-                f"export has schema v{version}; this code reads v1 to v{SCHEMA_VERSION}"
-            )
+            raise ImportFormatError(f"export has schema v{version}; this code reads v1 to v{SCHEMA_VERSION}")
         added = skipped = 0
         for rd in data.get("runs", []):
             try:
@@ -476,11 +536,16 @@ def default_path() -> Path:
 
 def missing_store(path: Path | ServerURL) -> StoreError:
     """The one-line error of a reader given a store that is not there, naming the stores that are."""
-    found = sorted(str(p) for p in Path("results").glob("bench/**/bench.sqlite"))[:5] if Path("results").is_dir() \
+    found = (
+        sorted(str(p) for p in Path("results").glob("bench/**/bench.sqlite"))[:5]
+        if Path("results").is_dir()
         else []
+    )
     there = f"; stores here: {', '.join(found)}" if found else ""
-    return StoreError(f"no bench store at {path} (give --db, or record runs: `nox -s bench`, `nox -s ci`, `bench run`)"
-                      f"{there}")
+    return StoreError(
+        f"no bench store at {path} (give --db, or record runs: `nox -s bench`, `nox -s ci`, `bench run`)"
+        f"{there}"
+    )
 
 
 def lasting_path(backend: str) -> Path:
@@ -519,8 +584,14 @@ class StoreLock:
     """An OS file lock (`flock`) on `<store>.lock`: exclusive for writers, shared for readers. Waiting is said
     once (with the holder a writer left in the lock file); giving up after `timeout_s` is a StoreError."""
 
-    def __init__(self, store_path: Path, *, exclusive: bool, timeout_s: float = LOCK_TIMEOUT_S,
-                 log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        store_path: Path,
+        *,
+        exclusive: bool,
+        timeout_s: float = LOCK_TIMEOUT_S,
+        log: Callable[[str], None] | None = None,
+    ):
         self.path = store_path.with_name(store_path.name + ".lock")
         self.exclusive, self.timeout_s, self.log = exclusive, timeout_s, log or _say
         self.fd: int | None = None
@@ -532,7 +603,7 @@ class StoreLock:
             text = ""
         return f"held by {text}" if text else "held by a reader, or a writer that left no note"
 
-    def __enter__(self) -> "StoreLock":
+    def __enter__(self) -> StoreLock:
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -553,8 +624,10 @@ class StoreLock:
                         "another bench job is using this store; run again when it is done"
                     ) from None
                 if not waited:
-                    self.log(f"note: waiting for the lock on {self.path} ({self.holder()}; "
-                             f"up to {self.timeout_s:g} s)")
+                    self.log(
+                        f"note: waiting for the lock on {self.path} ({self.holder()}; "
+                        f"up to {self.timeout_s:g} s)"
+                    )
                     waited = True
                 time.sleep(0.2)
         if self.exclusive:
@@ -595,8 +668,13 @@ def store_problem(path: Path) -> tuple[str, str] | None:
 
 
 @contextmanager
-def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOUT_S,
-                 log: Callable[[str], None] | None = None) -> Iterator[Store]:
+def open_lasting(
+    path: Path,
+    *,
+    write: bool,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+    log: Callable[[str], None] | None = None,
+) -> Iterator[Store]:
     """The lasting store at `path`, locked while the block runs (see above). Writers get it created when
     missing, migrated when older (after a backup copy) and a fresh one after a corrupt one is moved aside;
     readers open it read-only and get an empty in-memory store when it is missing or corrupt (a pull request
@@ -605,10 +683,14 @@ def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOU
     say = log or _say
     path = Path(path)
     if path.is_dir():
-        raise StoreError(f"lasting store path {path} is a directory; give a file such as {path / 'bench.sqlite'}")
+        raise StoreError(
+            f"lasting store path {path} is a directory; give a file such as {path / 'bench.sqlite'}"
+        )
     if not write and not path.exists():
-        say(f"note: no lasting bench store at {path} yet (a recording run on main creates it): "
-            "nothing recorded to compare with")
+        say(
+            f"note: no lasting bench store at {path} yet (a recording run on main creates it): "
+            "nothing recorded to compare with"
+        )
         with Store(":memory:") as empty:
             yield empty
         return
@@ -622,11 +704,15 @@ def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOU
                 raise StoreError(f"lasting {why}")
             if write:
                 aside = set_aside(path)
-                say(f"error: lasting bench store {path} is corrupt: {why}; moved aside to {aside}; "
-                    "starting a fresh store")
+                say(
+                    f"error: lasting bench store {path} is corrupt: {why}; moved aside to {aside}; "
+                    "starting a fresh store"
+                )
             else:
-                say(f"error: lasting bench store {path} is corrupt: {why}; left as it is (the next recording "
-                    "run on main moves it aside); nothing recorded to compare with")
+                say(
+                    f"error: lasting bench store {path} is corrupt: {why}; left as it is (the next recording "
+                    "run on main moves it aside); nothing recorded to compare with"
+                )
                 usable = False
         elif not write and path.stat().st_size == 0:
             usable = False
@@ -635,8 +721,9 @@ def open_lasting(path: Path, *, write: bool, lock_timeout_s: float = LOCK_TIMEOU
 
 
 @contextmanager
-def open_fleet(where: Path | ServerURL, *, write: bool,
-               log: Callable[[str], None] | None = None) -> Iterator[Store]:
+def open_fleet(
+    where: Path | ServerURL, *, write: bool, log: Callable[[str], None] | None = None
+) -> Iterator[Store]:
     """The store KILN_STORE_URL names, for the CI bench jobs (`--lasting` with KILN_STORE_URL set): a file goes
     through open_lasting (locked, set aside when corrupt); a server is opened as it is, and a reader that
     cannot reach it reads an empty store with a note (a pull request's comparison is skipped, its verdict not

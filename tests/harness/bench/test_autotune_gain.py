@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from harness.bench.core.records import Result
 from harness.bench.models import autotune_gain as ag
 from harness.bench.models import report as model_report
-from harness.bench.core.records import Result
 
 
 def _samples(ms: float, n: int = 40, noise: float = 0.02, seed: int = 0) -> list[float]:
@@ -17,8 +17,9 @@ def _samples(ms: float, n: int = 40, noise: float = 0.02, seed: int = 0) -> list
     return [ms * 1e6 * (1 + rng.uniform(-noise, noise)) for _ in range(n)]
 
 
-def _result(case: str, compiler: str, samples: list[float], kernel_ms: float | None = None,
-            ok: bool = True) -> Result:
+def _result(
+    case: str, compiler: str, samples: list[float], kernel_ms: float | None = None, ok: bool = True
+) -> Result:
     meta = {"accuracy": {"pass": ok}}
     if kernel_ms is not None:
         meta["kernel"] = {"kernel_ms": kernel_ms, "launches": 10.0}
@@ -26,16 +27,23 @@ def _result(case: str, compiler: str, samples: list[float], kernel_ms: float | N
 
 
 def _pair(case: str, ms: float, tuned_ms: float, **kw) -> list[Result]:
-    return [_result(case, "kiln", _samples(ms, seed=1), kw.get("kernel")),
-            _result(case, "kiln-autotune", _samples(tuned_ms, seed=2), kw.get("tuned_kernel"), kw.get("ok", True))]
+    return [
+        _result(case, "kiln", _samples(ms, seed=1), kw.get("kernel")),
+        _result(
+            case, "kiln-autotune", _samples(tuned_ms, seed=2), kw.get("tuned_kernel"), kw.get("ok", True)
+        ),
+    ]
 
 
-@pytest.mark.parametrize("ms,tuned,verdict", [
-    (10.0, 9.0, "faster"),    # 11% faster, far beyond the samples' 2% noise
-    (10.0, 11.0, "slower"),
-    (10.0, 10.0, "same"),     # one distribution: no difference to find
-    (10.0, 10.05, "same"),    # a shift under MIN_EFFECT is no verdict even where the test could see it
-])
+@pytest.mark.parametrize(
+    "ms,tuned,verdict",
+    [
+        (10.0, 9.0, "faster"),  # 11% faster, far beyond the samples' 2% noise
+        (10.0, 11.0, "slower"),
+        (10.0, 10.0, "same"),  # one distribution: no difference to find
+        (10.0, 10.05, "same"),  # a shift under MIN_EFFECT is no verdict even where the test could see it
+    ],
+)
 def test_verdicts_need_the_rank_test_and_the_smallest_effect(ms, tuned, verdict):
     (g,) = ag.gains(_pair("model.m.infer.bf16", ms, tuned))
     assert g.verdict == verdict
@@ -50,8 +58,12 @@ def test_a_noisy_small_loss_is_same_not_slower():
 
 
 def test_cases_without_both_arms_or_a_passing_check_are_left_out():
-    results = (_pair("a", 10.0, 9.0) + [_result("b", "kiln", _samples(5.0))]
-               + _pair("c", 10.0, 9.0, ok=False) + _pair("d", 10.0, 9.5))
+    results = (
+        _pair("a", 10.0, 9.0)
+        + [_result("b", "kiln", _samples(5.0))]
+        + _pair("c", 10.0, 9.0, ok=False)
+        + _pair("d", 10.0, 9.5)
+    )
     assert [g.case for g in ag.gains(results)] == ["a", "d"]
 
 

@@ -14,8 +14,10 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+from bench_helpers import samples
 
 from harness.bench import cli
+from harness.bench.judge.compare import CompareConfig
 from harness.bench.kernels.bisect import (
     BisectError,
     Commit,
@@ -25,9 +27,6 @@ from harness.bench.kernels.bisect import (
     run_bisect,
     search,
 )
-from harness.bench.judge.compare import CompareConfig
-
-from bench_helpers import samples
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKLOAD = "softmax.fwd.fp32.64x128"
@@ -82,12 +81,25 @@ class FakeMeasure:
     are 2x slower under kiln only (a burst of load that eager's short calls do not see); every call gets a
     new seed."""
 
-    def __init__(self, commits: list[Commit], first_slow: int | None, slow: float = 1.3,
-                 broken: set[int] = frozenset(), flaky_bad: bool = False, machine: float = 1.0,
-                 spoil: set[int] = frozenset()):
+    def __init__(
+        self,
+        commits: list[Commit],
+        first_slow: int | None,
+        slow: float = 1.3,
+        broken: set[int] = frozenset(),
+        flaky_bad: bool = False,
+        machine: float = 1.0,
+        spoil: set[int] = frozenset(),
+    ):
         self.index = {c.sha: i for i, c in enumerate(commits)}
         self.first_slow, self.slow, self.broken, self.flaky_bad, self.machine, self.spoil = (
-            first_slow, slow, broken, flaky_bad, machine, spoil)
+            first_slow,
+            slow,
+            broken,
+            flaky_bad,
+            machine,
+            spoil,
+        )
         self.calls: list[str] = []
 
     def __call__(self, c: Commit) -> Measured:
@@ -101,13 +113,15 @@ class FakeMeasure:
             factor = 1.0
         m = 1.0 if i < 0 else self.machine  # the machine as a whole slower after GOOD's first measurement
         factor *= 2.0 if seed in self.spoil else 1.0
-        return Measured(c, samples(1e6 * factor * m, n=60, seed=seed), samples(1e4 * m, n=60, seed=seed + 999),
-                        "hash")
+        return Measured(
+            c, samples(1e6 * factor * m, n=60, seed=seed), samples(1e4 * m, n=60, seed=seed + 999), "hash"
+        )
 
 
 def _run(commits, measure, good, compiler: str = "kiln"):
-    return run_bisect(good, commits, measure, CFG, workload=WORKLOAD, compiler=compiler, device="cpu",
-                      log=lambda m: None)
+    return run_bisect(
+        good, commits, measure, CFG, workload=WORKLOAD, compiler=compiler, device="cpu", log=lambda m: None
+    )
 
 
 def test_bisect_fake_first_bad_found() -> None:
@@ -121,7 +135,9 @@ def test_bisect_fake_first_bad_found() -> None:
     assert fake.calls[:4] == [good.sha, commits[-1].sha, good.sha, commits[-1].sha]  # range confirmed first
     assert len(fake.calls) <= 4 + 3 * 4  # halving, not a linear scan
     d = json.loads(json.dumps(rep.as_dict()))
-    assert d["outcome"] == "first-bad" and d["first_bad"]["sha"] == commits[5].sha and d["first_bad"]["p"] < 0.01
+    assert (
+        d["outcome"] == "first-bad" and d["first_bad"]["sha"] == commits[5].sha and d["first_bad"]["p"] < 0.01
+    )
     assert d["range"]["confirmed"]["verdict"] == "regressed" and d["steps"][0]["role"] == "GOOD"
     md = rep.markdown()
     assert commits[5].short in md and "first bad commit" in md and "| GOOD again |" in md
@@ -165,7 +181,9 @@ class UnluckyRuns(FakeMeasure):
         m = super().__call__(c)
         if self.index.get(c.sha, -1) not in self.unlucky:
             return m
-        return Measured(c, [x * self.load for x in m.samples], [x * self.load for x in m.eager], m.source_hash)
+        return Measured(
+            c, [x * self.load for x in m.samples], [x * self.load for x in m.eager], m.source_hash
+        )
 
 
 @pytest.mark.parametrize("compiler", ["eager", "kiln"])
@@ -211,8 +229,13 @@ def test_bisect_fake_good_unmeasurable() -> None:
 
 # ------------------------------------------------------------------ git and bad input
 def _git(repo: Path, *args: str) -> str:
-    r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                       env={**os.environ, **GIT_ENV}, check=True)
+    r = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+        check=True,
+    )
     return r.stdout.strip()
 
 
@@ -251,8 +274,9 @@ def test_bisect_range_and_revisions(tiny_repo: Path) -> None:
         ("HEAD~2", "HEAD", "softmax*", "matches 3 workloads"),
     ],
 )
-def test_bisect_bad_input_is_one_line(tiny_repo: Path, capsys, good: str, bad: str, only: str,
-                                      message: str) -> None:
+def test_bisect_bad_input_is_one_line(
+    tiny_repo: Path, capsys, good: str, bad: str, only: str, message: str
+) -> None:
     rc = cli.main(["bisect", good, bad, "--only", only, "--repo", str(tiny_repo), "--device", "cpu"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and message in err and len(err.splitlines()) == 1
@@ -266,7 +290,9 @@ PLANT_ANCHOR = "def softmax(x: torch.Tensor) -> torch.Tensor:\n"  # the function
 def _scratch_copy(dest: Path) -> None:
     """The committed compiler and harness (git archive of HEAD), or the files as they are without git."""
     paths = ["compiler", "harness", "ci", "pyproject.toml"]
-    r = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "HEAD", *paths], capture_output=True)
+    r = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", "HEAD", *paths], capture_output=True
+    )
     dest.mkdir()
     if r.returncode == 0:
         with tarfile.open(fileobj=BytesIO(r.stdout)) as tar:
@@ -295,14 +321,33 @@ def test_bisect_planted_slowdown_named(tmp_path: Path, capsys) -> None:
     src = repo / "harness" / "bench" / "workloads.py"
     text = src.read_text()
     assert text.count(PLANT_ANCHOR) == 1, "the planted slowdown's anchor moved: update PLANT_ANCHOR"
-    src.write_text(text.replace(PLANT_ANCHOR, PLANT_ANCHOR + '    __import__("time").sleep(0.001)  # planted\n'))
+    src.write_text(
+        text.replace(PLANT_ANCHOR, PLANT_ANCHOR + '    __import__("time").sleep(0.001)  # planted\n')
+    )
     planted = _commit(repo, "planted: softmax sleeps")
     for word in ("two", "three"):
         notes.write_text(notes.read_text() + word + "\n")
         _commit(repo, f"good: note {word}")
     out_json, out_md = tmp_path / "bisect.json", tmp_path / "bisect.md"
-    rc = cli.main(["bisect", base, "HEAD", "--only", WORKLOAD, "--compiler", "eager", "--repo", str(repo),
-                   "--device", "cpu", "--json", str(out_json), "--md", str(out_md)])
+    rc = cli.main(
+        [
+            "bisect",
+            base,
+            "HEAD",
+            "--only",
+            WORKLOAD,
+            "--compiler",
+            "eager",
+            "--repo",
+            str(repo),
+            "--device",
+            "cpu",
+            "--json",
+            str(out_json),
+            "--md",
+            str(out_md),
+        ]
+    )
     out = capsys.readouterr().out
     d = json.loads(out_json.read_text())
     assert rc == 0, out

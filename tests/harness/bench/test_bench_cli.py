@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import make_results, medians, store_run
 
 from harness.bench.cli import main
 from harness.bench.stores.store import Store
-
-from bench_helpers import make_results, medians, store_run
 
 ROOT = Path(__file__).resolve().parents[3]
 FAST = [
@@ -90,7 +89,9 @@ def test_compare_of_stored_runs_raises_suspects_only(tmp_path, capsys):
         c = store_run(s, make_results(medians(), seed=3))
     assert main(["compare", str(b.id), f"run:{a.id}", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "regressed: 0" in out and "suspect: 1" in out and "w04" in out and "not confirmed side by side" in out
+    assert (
+        "regressed: 0" in out and "suspect: 1" in out and "w04" in out and "not confirmed side by side" in out
+    )
     assert main(["compare", str(b.id), f"run:{a.id}", "--db", str(db), "--threshold", "0.3"]) == 0
     assert main(["compare", str(c.id), f"run:{a.id}", "--db", str(db)]) == 0
     assert main(["compare", "latest", "window:2", "--db", str(db)]) == 0  # c against runs b and a pooled
@@ -112,7 +113,10 @@ def test_compare_of_stored_runs_raises_suspects_only(tmp_path, capsys):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
-    if argv[0] in ("compare", "show"):  # readers need a store (a missing one is its own error: test_bench_newcomer)
+    if argv[0] in (
+        "compare",
+        "show",
+    ):  # readers need a store (a missing one is its own error: test_bench_newcomer)
         Store(tmp_path / "b.sqlite").close()
     assert main([*argv, "--db", str(tmp_path / "b.sqlite")]) == 2
     err = capsys.readouterr().err.strip()
@@ -131,7 +135,11 @@ def test_import_of_non_json_is_exit_2(tmp_path, capsys):
     [
         ("KILN_BENCH_ALPHA", "often", "KILN_BENCH_ALPHA='often': expected a number"),
         ("KILN_BENCH_THRESHOLD", "5%", "KILN_BENCH_THRESHOLD='5%': expected a number"),
-        ("KILN_BENCH_PLANT", "softmax*=lots", "KILN_BENCH_PLANT='softmax*=lots': fraction 'lots' is not a number"),
+        (
+            "KILN_BENCH_PLANT",
+            "softmax*=lots",
+            "KILN_BENCH_PLANT='softmax*=lots': fraction 'lots' is not a number",
+        ),
     ],
 )
 def test_bad_environment_value_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, var, value, message):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from bench_helpers import WORKLOADS, make_results, make_run, medians, samples, store_run
 
 from harness.bench.judge.compare import (
     Baseline,
@@ -15,8 +16,6 @@ from harness.bench.judge.compare import (
     resolve_baseline,
 )
 from harness.exc import BaselineError
-
-from bench_helpers import WORKLOADS, make_results, make_run, medians, samples, store_run
 
 CPU = CompareConfig().for_device("cpu")
 GPU = CompareConfig().for_device("cuda")

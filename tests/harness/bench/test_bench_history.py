@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from harness.bench.reports import history
-from harness.bench.cli import main
-from harness.bench.stores.store import Store
-
 from bench_helpers import make_results, medians, store_run
+
+from harness.bench.cli import main
+from harness.bench.reports import history
+from harness.bench.stores.store import Store
 
 pytest.importorskip("matplotlib")
 
@@ -26,7 +25,9 @@ def _fill(path: Path, n: int = 4, planted_at: int = 3) -> None:
             scale = {PLANTED: 1.3} if i >= planted_at else None
             store_run(s, make_results(medians(scale), seed=i), commit=f"c{i}0000000000")
         store_run(s, make_results(medians({PLANTED: 3.0}), seed=99), complete=False, commit="dead")
-        store_run(s, make_results({("model.gpt2.infer.fp32", "eager"): 1e6}), profile="models-tiny", commit="m0")
+        store_run(
+            s, make_results({("model.gpt2.infer.fp32", "eager"): 1e6}), profile="models-tiny", commit="m0"
+        )
 
 
 def test_runs_without_stored_verdicts_are_recomputed_and_flag_only_suspects(tmp_path):
@@ -52,7 +53,11 @@ def test_runs_without_stored_verdicts_are_recomputed_and_flag_only_suspects(tmp_
     assert rows[1][col].endswith("=")  # c4 stays at the new level: unchanged against c3
     assert all(r[c].endswith("=") for r in rows[1:] for c in range(3, len(r) - 1) if c != col)
     first = history.table(h, last=10)[-1]
-    assert first[2] == "c0000000" and all(x.endswith(history.MARKS["new"]) for x in first[3:-1]) and first[-1] == "-"
+    assert (
+        first[2] == "c0000000"
+        and all(x.endswith(history.MARKS["new"]) for x in first[3:-1])
+        and first[-1] == "-"
+    )
 
 
 def test_cli_writes_markdown_and_plots(tmp_path, capsys):
@@ -95,9 +100,15 @@ def test_plots_only_when_asked_with_progress_lines(tmp_path):
     _fill(db, n=2)
 
     def history(*more: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness", "bench", "history", "--db", str(db), *more],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-                              env={**os.environ, "PYTHONPATH": str(root)})
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "bench", "history", "--db", str(db), *more],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
 
     plain = history()
     assert plain.returncode == 0, plain.stderr[-2000:]
@@ -115,7 +126,11 @@ def test_plots_only_when_asked_with_progress_lines(tmp_path):
         (["history"], False, "no bench store at"),
         (["history", "nothing.*"], True, "no stored workload matches nothing.*"),
         (["history", "w00", "--device", "cuda"], True, "no complete runs on device 'cuda'"),
-        (["history", "model.*", "--profile", "gpu"], True, "no stored workload matches model.* in profile gpu"),
+        (
+            ["history", "model.*", "--profile", "gpu"],
+            True,
+            "no stored workload matches model.* in profile gpu",
+        ),
         (["history", "--last", "0"], True, "--last must be at least 1"),
         (["history", "--threshold", "2"], True, "--threshold and --alpha must be between 0 and 1"),
     ],

@@ -30,19 +30,32 @@ def project(tmp_path_factory) -> Path:
     tools = where / "tools"
     tools.mkdir()
     smi = tools / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver' >&2\n"
-                   "exit 9\n")
+    smi.write_text(
+        "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the driver' >&2\n"
+        "exit 9\n"
+    )
     smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
     return where
 
 
 def _nox(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KILN_NO_VENV": "1", "PATH": f"{project / 'tools'}{os.pathsep}{os.environ['PATH']}",
-           "KILN_BENCH_STORE": str(project.parent / f"{project.name}-runner" / "{backend}.sqlite"),
-           "GITHUB_STEP_SUMMARY": str(project / "summary.md")}
+    env = {
+        **os.environ,
+        "KILN_NO_VENV": "1",
+        "PATH": f"{project / 'tools'}{os.pathsep}{os.environ['PATH']}",
+        "KILN_BENCH_STORE": str(project.parent / f"{project.name}-runner" / "{backend}.sqlite"),
+        "GITHUB_STEP_SUMMARY": str(project / "summary.md"),
+    }
     env.pop("PYTHONPATH", None)
-    return subprocess.run([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), *args], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("session", ["bench-record", "bench-pr", "preflight"])
@@ -53,7 +66,11 @@ def test_a_bench_job_without_its_gpu_stops_at_the_preflight_and_leaves_nothing(p
     assert p.returncode != 0, out
     own = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("nox > ")]
     assert own == [], f"lines besides nox's framing: {own}"
-    failed = [ln for ln in out.splitlines() if f"Session {session} aborted" in ln or f"Session {session} failed" in ln]
+    failed = [
+        ln
+        for ln in out.splitlines()
+        if f"Session {session} aborted" in ln or f"Session {session} failed" in ln
+    ]
     assert len(failed) == 1 and "error: pre-flight cuda: nvidia-smi failed (exit 9" in failed[0], out
     assert "bench export" not in out and "bench import" not in out and "bench backend" not in out, out
     assert not (project / "results").exists(), sorted(p.name for p in (project / "results").rglob("*"))
@@ -90,4 +107,6 @@ def test_the_main_job_runs_the_preflight_before_its_venv_its_suites_and_its_stor
     with pytest.raises(Stop) as stopped:
         (ci.func if hasattr(ci, "func") else ci)(Session())
     assert "error: pre-flight cuda: nvidia-smi failed (exit 9" in str(stopped.value)
-    assert [a[3:] for a in ran] == [("detect",)], ran  # nothing after the detection (the mode is a rule, not asked)
+    assert [a[3:] for a in ran] == [("detect",)], (
+        ran
+    )  # nothing after the detection (the mode is a rule, not asked)

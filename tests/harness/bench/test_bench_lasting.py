@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_helpers import make_results, store_run
 
 from harness import matrix
 from harness.bench.stores.store import StoreLock, lasting_path, open_lasting, set_aside, store_problem
 from harness.exc import MatrixError, StoreError, UsageError
-
-from bench_helpers import make_results, store_run
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -73,12 +72,15 @@ def test_matrix_bench_store_top_level_with_backend_and_a_backends_own(tmp_path):
     assert matrix.load(_matrix_with(tmp_path)).backend("cuda").bench_store is None
 
 
-@pytest.mark.parametrize("top, own, message", [
-    ("results/{backend}.sqlite", None, r"\.bench_store: must be an absolute path or start with ~"),
-    (None, "bench.sqlite", r"backends\.cuda\.bench_store: must be an absolute path or start with ~"),
-    (None, "", r"backends\.cuda\.bench_store: must be an absolute path"),
-    (7, None, r"bench_store: expected str"),
-])
+@pytest.mark.parametrize(
+    "top, own, message",
+    [
+        ("results/{backend}.sqlite", None, r"\.bench_store: must be an absolute path or start with ~"),
+        (None, "bench.sqlite", r"backends\.cuda\.bench_store: must be an absolute path or start with ~"),
+        (None, "", r"backends\.cuda\.bench_store: must be an absolute path"),
+        (7, None, r"bench_store: expected str"),
+    ],
+)
 def test_matrix_bench_store_must_be_a_path_on_the_runner(tmp_path, top, own, message):
     path = _matrix_with(tmp_path, top, **({"cuda": own} if own is not None else {}))
     with pytest.raises(MatrixError, match=message):
@@ -87,8 +89,10 @@ def test_matrix_bench_store_must_be_a_path_on_the_runner(tmp_path, top, own, mes
 
 def test_lasting_path_precedence_environment_then_matrix_then_default(tmp_path, monkeypatch):
     monkeypatch.delenv("KILN_BENCH_STORE", raising=False)
-    monkeypatch.setenv("KILN_MATRIX", str(_matrix_with(tmp_path, str(tmp_path / "m" / "{backend}.db"),
-                                                      rocm="~/own-rocm.sqlite")))
+    monkeypatch.setenv(
+        "KILN_MATRIX",
+        str(_matrix_with(tmp_path, str(tmp_path / "m" / "{backend}.db"), rocm="~/own-rocm.sqlite")),
+    )
     assert lasting_path("cuda") == tmp_path / "m" / "cuda.db"
     assert lasting_path("rocm") == Path.home() / "own-rocm.sqlite"
     monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "env" / "{backend}.sqlite"))
@@ -227,7 +231,9 @@ def test_the_lock_waits_says_so_and_gives_up_with_a_clear_error(tmp_path):
     path = tmp_path / "cuda.sqlite"
     notes, log = _notes()
     with StoreLock(path, exclusive=True, log=log):
-        with pytest.raises(StoreError, match=r"gave up after 0.3 s waiting for the lock .*held by pid \d+ on") as e:
+        with pytest.raises(
+            StoreError, match=r"gave up after 0.3 s waiting for the lock .*held by pid \d+ on"
+        ) as e:
             with StoreLock(path, exclusive=True, timeout_s=0.3, log=log):
                 pass
         assert e.value.exit_code == 3  # infrastructure: the runner is busy, the command is fine
@@ -263,8 +269,14 @@ def test_a_second_writer_waits_for_the_first_and_then_writes(tmp_path):
 
 
 def _bench(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "bench", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "bench", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_lasting_export_by_baseline_import_and_summary(tmp_path):
@@ -274,12 +286,17 @@ def test_cli_lasting_export_by_baseline_import_and_summary(tmp_path):
     path = tmp_path / "runner" / "cpu.sqlite"
     uids = _lasting_with_runs(path, 2)
     summary = tmp_path / "summary.md"
-    env = {**os.environ, "KILN_BENCH_STORE": str(tmp_path / "runner" / "{backend}.sqlite"),
-           "GITHUB_STEP_SUMMARY": str(summary)}
+    env = {
+        **os.environ,
+        "KILN_BENCH_STORE": str(tmp_path / "runner" / "{backend}.sqlite"),
+        "GITHUB_STEP_SUMMARY": str(summary),
+    }
     out = _bench("export", str(tmp_path / "base.json"), "--lasting", "cpu", "--baseline", "ref:main", env=env)
     assert out.returncode == 0, out.stderr
     assert [r["uid"] for r in json.loads((tmp_path / "base.json").read_text())["runs"]] == [uids[-1]]
-    out = _bench("export", str(tmp_path / "none.json"), "--lasting", "cpu", "--baseline", "ref:nope?", env=env)
+    out = _bench(
+        "export", str(tmp_path / "none.json"), "--lasting", "cpu", "--baseline", "ref:nope?", env=env
+    )
     assert out.returncode == 0 and "no baseline to export" in out.stderr
     assert json.loads((tmp_path / "none.json").read_text())["runs"] == []
     out = _bench("export", str(tmp_path / "x.json"), "--lasting", "cpu", "--baseline", "ref:nope", env=env)

@@ -47,7 +47,10 @@ def one_bwd_call(i: int, t: float) -> list[Event]:
 
 def test_backward_kernels_count_and_annotations_do_not():
     events = one_bwd_call(0, 1000) + one_bwd_call(1, 2000)
-    assert attribute_kernel_time(events, "mark", 2, CPU, GPU) == [52_000.0, 52_000.0]  # 10 + 10 + 10 + 20 + 2 us
+    assert attribute_kernel_time(events, "mark", 2, CPU, GPU) == [
+        52_000.0,
+        52_000.0,
+    ]  # 10 + 10 + 10 + 20 + 2 us
 
 
 def test_missing_markers_or_kernels_are_errors_not_zeros():

@@ -32,8 +32,9 @@ def test_the_mode_is_part_of_the_hardware_class(monkeypatch):
 
 def test_every_container_the_harness_starts_says_it_is_one():
     m = matrix.load()
-    argv = commands.container_argv(m.backend("cpu"), "kiln-cpu:x", ["true"], src="/repo",
-                                   env={"KILN_RUN_MODE": "native"})  # a caller's value cannot hide the container
+    argv = commands.container_argv(
+        m.backend("cpu"), "kiln-cpu:x", ["true"], src="/repo", env={"KILN_RUN_MODE": "native"}
+    )  # a caller's value cannot hide the container
     assert "KILN_RUN_MODE=container" in argv and "KILN_RUN_MODE=native" not in argv
 
 

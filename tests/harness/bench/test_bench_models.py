@@ -14,12 +14,12 @@ import pytest
 import torch
 from bench_helpers import samples
 
+from harness.bench.cli import main
+from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo
+from harness.bench.models import catalog as mdl
 from harness.bench.models import compile_times as ct
 from harness.bench.models import report as mrep
 from harness.bench.models import run as mr
-from harness.bench.models import catalog as mdl
-from harness.bench.cli import main
-from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo
 from harness.bench.stores.store import Store, now
 from harness.exc import UsageError
 
@@ -68,7 +68,9 @@ def test_ci_size_rows_are_gpu_only_distinct_and_leave_the_other_rows_alone():
         "model.ci_convnext_tiny.infer.bf16",
     ]
     for c in ci:
-        assert c.name.startswith(mdl.PREFIX + mdl.CI_PREFIX) and "tiny" not in c.spec.sizes  # never on the CPU tier
+        assert (
+            c.name.startswith(mdl.PREFIX + mdl.CI_PREFIX) and "tiny" not in c.spec.sizes
+        )  # never on the CPU tier
     train = [c for c in ci if c.mode == "train"]
     for c in train:
         cfg = c.sizes.config
@@ -79,7 +81,9 @@ def test_ci_size_rows_are_gpu_only_distinct_and_leave_the_other_rows_alone():
     assert all(8 <= c.sizes.batch <= 32 and c.model_dtype == torch.bfloat16 for c in ci if c.mode == "infer")
     full = {c.name: c.source_hash for c in mdl.all_cases("gpu", "cuda") if c not in ci}
     assert not set(full) & {c.name for c in ci} and len(set(full.values())) == len(full)
-    assert mdl.cases("gpu", "gpt2", "cuda") == [c for c in mdl.all_cases("gpu", "cuda") if c.spec.name == "gpt2"]
+    assert mdl.cases("gpu", "gpt2", "cuda") == [
+        c for c in mdl.all_cases("gpu", "cuda") if c.spec.name == "gpt2"
+    ]
     assert all(not c.spec.name.startswith(mdl.CI_PREFIX) for c in mdl.all_cases("tiny", "cpu"))
 
 
@@ -341,14 +345,28 @@ def test_gpu_report_has_kernel_ms_fallbacks_unrecorded_graphs_and_says_what_memo
     from harness.bench.models import memory as model_memory
 
     def mem(alloc):
-        return {"definition": model_memory.DEFINITION, "peak_allocated_bytes": alloc,
-                "peak_reserved_bytes": 2 * alloc}
+        return {
+            "definition": model_memory.DEFINITION,
+            "peak_allocated_bytes": alloc,
+            "peak_reserved_bytes": 2 * alloc,
+        }
 
-    graphs = {"graphs": 2, "kernels": 9, "fallbacks": {"aten.index_put.default": 2},
-              "cudagraphs": [
-                  {"graph": "graph_4", "role": "forward", "replays": 9, "unrecorded": 0, "reasons": []},
-                  {"graph": "graph_5", "role": "backward", "replays": 0, "unrecorded": 9, "reasons": [],
-                   "unrecorded_why": {"saved outputs of the previous call still referenced": 9}}]}
+    graphs = {
+        "graphs": 2,
+        "kernels": 9,
+        "fallbacks": {"aten.index_put.default": 2},
+        "cudagraphs": [
+            {"graph": "graph_4", "role": "forward", "replays": 9, "unrecorded": 0, "reasons": []},
+            {
+                "graph": "graph_5",
+                "role": "backward",
+                "replays": 0,
+                "unrecorded": 9,
+                "reasons": [],
+                "unrecorded_why": {"saved outputs of the previous call still referenced": 9},
+            },
+        ],
+    }
     results = [
         _res("ci_bert.train.fp32", "eager", 10.0, peak=400 * 2**20),
         _res("ci_bert.train.fp32", "kiln-cg", 5.0, peak=200 * 2**20),
@@ -369,11 +387,15 @@ def test_gpu_report_has_kernel_ms_fallbacks_unrecorded_graphs_and_says_what_memo
     md = mrep.markdown_report("gpu", [run], results, [])
     assert f"Counted: {model_memory.DESCRIPTION}." in md
     assert "| ci_bert.train.fp32 | 400/800 | 200/400 | old def |" in md
-    assert ("- ci_bert.train.fp32 kiln-cg: graph_5 (backward): 9 of 9 calls after warm-up unrecorded: saved "
-            "outputs of the previous call still referenced (x9)") in md
+    assert (
+        "- ci_bert.train.fp32 kiln-cg: graph_5 (backward): 9 of 9 calls after warm-up unrecorded: saved "
+        "outputs of the previous call still referenced (x9)"
+    ) in md
     js = mrep.json_report("gpu", [run], results, [])
     cell = js["cases"][0]["compilers"]["kiln-cg"]
-    assert cell["reserved_ratio"] == 2.0 and cell["kiln_graphs"] == graphs and cell["kernel"]["kernel_ms"] == 2.5
+    assert (
+        cell["reserved_ratio"] == 2.0 and cell["kiln_graphs"] == graphs and cell["kernel"]["kernel_ms"] == 2.5
+    )
     assert js["memory_definition"]["name"] == model_memory.DEFINITION
 
 
@@ -449,9 +471,7 @@ def test_export_import_keeps_model_meta(tmp_path):
         assert b.import_(data) == (1, 0)
         _, results, _ = mrep.collect(b, "gpu")
     kiln = next(r for r in results if r.workload == "model.gpt2.infer.bf16" and r.compiler == "kiln")
-    assert (
-        kiln.compile_s == 20.0 and kiln.meta.compile_warm_s == 4.0 and kiln.meta.peak_mem_bytes == 2000
-    )
+    assert kiln.compile_s == 20.0 and kiln.meta.compile_warm_s == 4.0 and kiln.meta.peak_mem_bytes == 2000
 
 
 def test_report_command_and_errors(tmp_path, capsys):
@@ -480,7 +500,9 @@ def test_probe_output_is_parsed_and_failures_are_one_line(tmp_path):
         return probe(Probe([sys.executable, "-c", code], mr._probe_env, mr.PROBE_TAG, str(tmp_path), 60), {})
 
     assert run(f"print('noise'); print({mr.PROBE_TAG!r} + '{{\"compile_s\": 1.5}}')") == {"compile_s": 1.5}
-    assert run(f'print({mr.PROBE_TAG!r} + \'{{"error": "RuntimeError: x"}}\')') == {"error": "RuntimeError: x"}
+    assert run(f'print({mr.PROBE_TAG!r} + \'{{"error": "RuntimeError: x"}}\')') == {
+        "error": "RuntimeError: x"
+    }
     crash = "import sys; print('Traceback\\nValueError: bad', file=sys.stderr); sys.exit(3)"
     assert run(crash) == {"error": "probe exit 3: ValueError: bad"}
     env = mr._probe_env(tmp_path)
@@ -705,7 +727,9 @@ def test_compile_only_results_fill_in_compile_times_of_older_step_results(tmp_pa
             ],
         )
         later = _store_run(store, [_res("resnet50.infer.bf16", "inductor", 9.0, cold=11.0, warm=2.5)])
-        _store_run(store, [_compile_res("resnet50.infer.bf16", "inductor", 99.0, 9.0)])  # newer than `later`: it wins
+        _store_run(
+            store, [_compile_res("resnet50.infer.bf16", "inductor", 99.0, 9.0)]
+        )  # newer than `later`: it wins
         runs, results, notes = mrep.collect(store, "gpu")
     by = {(r.workload, r.compiler): r for r in results}
     assert all(r.phase == "main" for r in results)
@@ -766,8 +790,15 @@ def test_optimizer_rows_compile_the_step_alone():
     from harness.bench.models.run import Stepper
 
     gpu = {c.name: c for c in mdl.all_cases("gpu", "cuda")}
-    assert {"model.resnet50.opt_adamw.fp32", "model.resnet50.opt_sgd.fp32", "model.gpt2.opt_adamw.fp32"} <= set(gpu)
-    assert gpu["model.resnet50.opt_sgd.fp32"].optimizer == "sgd" and gpu["model.resnet50.opt_sgd.fp32"].mode == "opt"
+    assert {
+        "model.resnet50.opt_adamw.fp32",
+        "model.resnet50.opt_sgd.fp32",
+        "model.gpt2.opt_adamw.fp32",
+    } <= set(gpu)
+    assert (
+        gpu["model.resnet50.opt_sgd.fp32"].optimizer == "sgd"
+        and gpu["model.resnet50.opt_sgd.fp32"].mode == "opt"
+    )
     with pytest.raises(ValueError, match="without its optimizer"):
         mdl._parse(mdl.MODELS[0], "tiny", "opt", "cpu")
     _transformers_or_skip()
@@ -788,8 +819,8 @@ def test_optimizer_rows_compile_the_step_alone():
 def test_host_time_and_its_table():
     """`host_time` times each step's return on an idle device (here: a CPU step of known work) and divides by the
     launches it is given; the report's host table shows it per compiler, `-` where not measured."""
-    from harness.bench.models.report import host_table
     from harness.bench.core.records import Result
+    from harness.bench.models.report import host_table
     from harness.bench.models.step_facts import host_time
 
     calls = []
@@ -799,12 +830,24 @@ def test_host_time_and_its_table():
         time.sleep(0.002)
 
     h = host_time(step, torch.device("cpu"), 5, launches=4.0)
-    assert len(calls) == 5 and h["host_ms"] >= 2.0 and h["host_us_per_launch"] == pytest.approx(h["host_ms"] * 250,
-                                                                                                   rel=0.01)
+    assert (
+        len(calls) == 5
+        and h["host_ms"] >= 2.0
+        and h["host_us_per_launch"] == pytest.approx(h["host_ms"] * 250, rel=0.01)
+    )
     assert "host_us_per_launch" not in host_time(step, torch.device("cpu"), 1)
-    rs = [Result("model.x.opt_sgd.fp32", "kiln", "h", meta={"host": {"host_ms": 1.5, "host_us_per_launch": 7.5},
-                                                             "kernel": {"kernel_ms": 0.2, "launches": 200}}),
-          Result("model.x.opt_sgd.fp32", "inductor", "h")]
+    rs = [
+        Result(
+            "model.x.opt_sgd.fp32",
+            "kiln",
+            "h",
+            meta={
+                "host": {"host_ms": 1.5, "host_us_per_launch": 7.5},
+                "kernel": {"kernel_ms": 0.2, "launches": 200},
+            },
+        ),
+        Result("model.x.opt_sgd.fp32", "inductor", "h"),
+    ]
     table = host_table(rs, ["kiln", "inductor"])
     assert table[0][:4] == ["model", "kiln host ms", "kiln launches", "kiln us/launch"]
     assert table[1] == ["x.opt_sgd.fp32", "1.500", "200", "7.5", "-", "-", "-"]

@@ -15,11 +15,11 @@ import pytest
 from bench_helpers import make_results, make_run
 
 from harness import arms
-from harness.bench.reports import history as hist_mod
-from harness.bench.models import report as mrep
-from harness.bench.models import catalog as models
-from harness.bench.reports import report
 from harness.bench.core.records import Meta, Result, RunInfo
+from harness.bench.models import catalog as models
+from harness.bench.models import report as mrep
+from harness.bench.reports import history as hist_mod
+from harness.bench.reports import report
 from harness.bench.stores.store import Store, default_path, now
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,21 +27,41 @@ STORE = Path("results") / "bench" / "cpu" / "bench.sqlite"  # where nox -s ci / 
 
 
 def harness(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k not in ("KILN_BENCH_DB", "GITHUB_STEP_SUMMARY",
-                                                             "KILN_GITHUB_SUMMARY")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KILN_BENCH_DB", "GITHUB_STEP_SUMMARY", "KILN_GITHUB_SUMMARY")
+    }
     base["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env={**base, **env},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=cwd,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-def _wide_store(path: Path, workloads: int = 40, runs: int = 3, device: str = "cpu",
-                compilers: tuple[str, ...] = ("inductor", "eager")) -> None:
+def _wide_store(
+    path: Path,
+    workloads: int = 40,
+    runs: int = 3,
+    device: str = "cpu",
+    compilers: tuple[str, ...] = ("inductor", "eager"),
+) -> None:
     """`runs` complete runs of `workloads` workloads, medians from 5 us to 50 ms (decades apart)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with Store(path) as store:
         for k in range(runs):
-            med = {(f"family{i:02d}.fwd.fp32.{64 * (i + 1)}x128", c): 5_000.0 * (1.2 ** i) * (10 if c != "eager" else 1)
-                   * (1.3 if (k == runs - 1 and i == 3) else 1.0) for i in range(workloads) for c in compilers}
+            med = {
+                (f"family{i:02d}.fwd.fp32.{64 * (i + 1)}x128", c): 5_000.0
+                * (1.2**i)
+                * (10 if c != "eager" else 1)
+                * (1.3 if (k == runs - 1 and i == 3) else 1.0)
+                for i in range(workloads)
+                for c in compilers
+            }
             run = make_run(device=device, commit=f"c{k}")
             run.compilers = list(compilers)
             store.begin_run(run)
@@ -90,7 +110,9 @@ def test_bench_verbs_without_db_read_the_store_the_sessions_write(tmp_path, monk
 def test_terminal_history_fits_120_columns_with_md_and_json_for_the_rest(tmp_path):
     db = tmp_path / "b.sqlite"
     _wide_store(db, workloads=40, runs=3)
-    proc = harness(tmp_path, "bench", "history", "--db", str(db), "--md", str(tmp_path / "h.md"), "--no-plots")
+    proc = harness(
+        tmp_path, "bench", "history", "--db", str(db), "--md", str(tmp_path / "h.md"), "--no-plots"
+    )
     assert proc.returncode == 0, proc.stderr
     lines = (proc.stdout + proc.stderr).splitlines()
     assert max(map(len, lines)) <= 120 and len(lines) < 40
@@ -117,8 +139,17 @@ def test_one_run_series_are_one_note_not_one_line_each(tmp_path):
 
 
 # ---- item 5: read-only verbs create nothing ---------------------------------------------------------------
-@pytest.mark.parametrize("verb", [["list"], ["show", "latest"], ["history"], ["export", "out.json"],
-                                  ["compare", "latest", "latest"], ["plot", "--out", "plots"]])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["list"],
+        ["show", "latest"],
+        ["history"],
+        ["export", "out.json"],
+        ["compare", "latest", "latest"],
+        ["plot", "--out", "plots"],
+    ],
+)
 def test_read_only_verbs_never_create_a_store(tmp_path, verb):
     proc = harness(tmp_path, "bench", *verb, "--db", "typo/bench.sqlite")
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -143,9 +174,30 @@ def test_models_json_dash_writes_the_report_json_on_stdout_and_no_file_named_das
     progress and tables are on stderr, and neither a file named `-` nor OUT/report.json is written."""
     if models.package_problem("transformers"):
         pytest.skip("transformers is not importable")
-    proc = harness(tmp_path, "bench", "models", "--device", "cpu", "--profile", "tiny", "--only", "bert.infer.fp32",
-                   "--compilers", "kiln", "--compile-times", "none", "--target-s", "0.05", "--rounds", "2",
-                   "--out", "m", "--json", "-", KILN_CACHE="0")
+    proc = harness(
+        tmp_path,
+        "bench",
+        "models",
+        "--device",
+        "cpu",
+        "--profile",
+        "tiny",
+        "--only",
+        "bert.infer.fp32",
+        "--compilers",
+        "kiln",
+        "--compile-times",
+        "none",
+        "--target-s",
+        "0.05",
+        "--rounds",
+        "2",
+        "--out",
+        "m",
+        "--json",
+        "-",
+        KILN_CACHE="0",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert data["profile"] == "tiny" and [r["status"] for r in data["runs"]] == ["complete"]
@@ -158,8 +210,24 @@ def test_models_json_dash_writes_the_report_json_on_stdout_and_no_file_named_das
 def test_overhead_json_dash_writes_strict_json_on_stdout_and_no_file_named_dash(tmp_path):
     """`bench overhead --json -`: stdout is the JSON alone (strict: eager's µs per launch is null, not NaN),
     the per-graph lines and the Markdown table go to stderr, no file named `-`."""
-    proc = harness(tmp_path, "bench", "overhead", "--device", "cpu", "--compilers", "eager,kiln", "--launches", "1",
-                   "--calls", "2", "--samples", "3", "--json", "-", KILN_CACHE="0")
+    proc = harness(
+        tmp_path,
+        "bench",
+        "overhead",
+        "--device",
+        "cpu",
+        "--compilers",
+        "eager,kiln",
+        "--launches",
+        "1",
+        "--calls",
+        "2",
+        "--samples",
+        "3",
+        "--json",
+        "-",
+        KILN_CACHE="0",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
     def strict(word: str) -> None:
@@ -180,8 +248,16 @@ def test_bench_verbs_append_to_the_job_summary_only_when_asked(tmp_path):
     summary = tmp_path / "summary.md"
     harness(tmp_path, "bench", "show", "latest", "--db", str(db), GITHUB_STEP_SUMMARY=str(summary))
     assert not summary.exists()
-    proc = harness(tmp_path, "bench", "show", "latest", "--db", str(db), "--github-summary",
-                   GITHUB_STEP_SUMMARY=str(summary))
+    proc = harness(
+        tmp_path,
+        "bench",
+        "show",
+        "latest",
+        "--db",
+        str(db),
+        "--github-summary",
+        GITHUB_STEP_SUMMARY=str(summary),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "run 2" in summary.read_text()
     (tmp_path / "r.md").write_text("# planted report\n")
@@ -192,7 +268,9 @@ def test_bench_verbs_append_to_the_job_summary_only_when_asked(tmp_path):
 # ---- item 1: plots ------------------------------------------------------------------------------------------
 def _capture(monkeypatch, module) -> list:
     figs: list = []
-    monkeypatch.setattr(module, "save_figure", lambda fig, path, dpi: (figs.append(fig), path.write_bytes(b"png")))
+    monkeypatch.setattr(
+        module, "save_figure", lambda fig, path, dpi: (figs.append(fig), path.write_bytes(b"png"))
+    )
     return figs
 
 
@@ -225,7 +303,9 @@ def test_history_plot_titles_units_interpreter_caveat_colours_and_log_scale(tmp_
     assert ax.get_yscale() == "log" and "log scale" in ax.get_ylabel() and "(us" in ax.get_ylabel()
     colours = _colours(ax)
     assert colours["kiln (Triton CPU interpreter)"] == to_rgba(arms.colour("kiln"))
-    assert colours["eager"] == to_rgba(arms.colour("eager")) and colours["inductor"] == to_rgba(arms.colour("inductor"))
+    assert colours["eager"] == to_rgba(arms.colour("eager")) and colours["inductor"] == to_rgba(
+        arms.colour("inductor")
+    )
 
 
 def _model_results(compilers: tuple[str, ...]) -> list[Result]:
@@ -244,7 +324,9 @@ def _model_results(compilers: tuple[str, ...]) -> list[Result]:
 def test_models_plot_of_a_cpu_run_says_interpreter_and_keeps_colours(tmp_path, monkeypatch):
     from matplotlib.colors import to_rgba
 
-    run = RunInfo(1, "u", now(), status="complete", profile="models-tiny", device="cpu", device_name="cpu: test")
+    run = RunInfo(
+        1, "u", now(), status="complete", profile="models-tiny", device="cpu", device_name="cpu: test"
+    )
     figs = _capture(monkeypatch, mrep)
     assert mrep.plot_models(_model_results(("eager", "kiln", "inductor")), tmp_path / "m.png", [run])
     fig = figs[0]
@@ -254,7 +336,10 @@ def test_models_plot_of_a_cpu_run_says_interpreter_and_keeps_colours(tmp_path, m
     assert speed.get_xscale() == "log" and compile_ax.get_xscale() == "log"  # 0.5 s beside 30 s
     # no memory on a CPU: two panels, not an empty third one (the transcript's models.png), and the title says so
     assert len(fig.axes) == 2 and "memory: GPU runs only" in title
-    assert set(_colours(compile_ax)) == {"kiln (Triton CPU interpreter)", "inductor"}  # the compile panel's legend
+    assert set(_colours(compile_ax)) == {
+        "kiln (Triton CPU interpreter)",
+        "inductor",
+    }  # the compile panel's legend
     colours = _colours(speed)
     assert colours["kiln (Triton CPU interpreter)"] == to_rgba(arms.colour("kiln"))
     assert colours["inductor"] == to_rgba(arms.colour("inductor"))
@@ -262,9 +347,14 @@ def test_models_plot_of_a_cpu_run_says_interpreter_and_keeps_colours(tmp_path, m
     gpu = RunInfo(2, "v", now(), status="complete", profile="models-gpu", device="cuda", device_name="H100")
     measured = _model_results(("eager", "kiln"))
     for r in measured:
-        r.meta.memory = {"definition": "window-v2", "peak_allocated_bytes": 100 if r.compiler == "eager" else 80}
+        r.meta.memory = {
+            "definition": "window-v2",
+            "peak_allocated_bytes": 100 if r.compiler == "eager" else 80,
+        }
     assert mrep.plot_models(measured, tmp_path / "g.png", [gpu])
-    assert len(figs[-1].axes) == 3 and "compile time and memory against eager" in figs[-1]._suptitle.get_text()
+    assert (
+        len(figs[-1].axes) == 3 and "compile time and memory against eager" in figs[-1]._suptitle.get_text()
+    )
     assert figs[-1].axes[2].patches and figs[-1].axes[2].patches[0].get_width() == pytest.approx(1.25)
     # nothing but eager: no figure at all
     assert mrep.plot_models(_model_results(("eager",)), tmp_path / "e.png", [run]) is None
@@ -281,8 +371,16 @@ def test_a_cpu_run_of_kiln_alone_writes_no_empty_speedup_png(tmp_path):
     assert list((tmp_path / "plots").glob("*speedups*")) == []
     # with inductor beside it, the figure names the backend and leaves the interpreted kiln out, saying so
     figs: list = []
-    run = RunInfo(2, "u", now(), status="complete", profile="tiny", device="cpu", device_name="cpu: test",
-                  compilers=["kiln", "inductor", "eager"])
+    run = RunInfo(
+        2,
+        "u",
+        now(),
+        status="complete",
+        profile="tiny",
+        device="cpu",
+        device_name="cpu: test",
+        compilers=["kiln", "inductor", "eager"],
+    )
     res = make_results({("w", "kiln"): 9e6, ("w", "inductor"): 5e3, ("w", "eager"): 1e4})
     orig = report.save_figure
     try:
@@ -325,13 +423,20 @@ def test_a_bench_job_session_on_a_laptop_sets_the_bench_store_aside_never_delete
     from nox.command import CommandFailed
 
     # the pre-flight (a real one needs docker here) is the job's first command: before the folder is set aside
-    monkeypatch.setattr(noxfile(), "preflight_first", lambda s, python, backend, native: calls.append(
-        ("preflight", backend, tuple(native), (tmp_path / STORE).exists())))
+    monkeypatch.setattr(
+        noxfile(),
+        "preflight_first",
+        lambda s, python, backend, native: calls.append(
+            ("preflight", backend, tuple(native), (tmp_path / STORE).exists())
+        ),
+    )
     session = noxfile().bench_pr
     with pytest.raises(SessionError) as failed:
         (session.func if hasattr(session, "func") else session)(Session())
     # the step and its exit code, not "measure's exit 1: a confirmed regression" for a docker failure
-    assert "the measure (exit 3) step(s) failed" in str(failed.value) and "3: infrastructure" in str(failed.value)
+    assert "the measure (exit 3) step(s) failed" in str(failed.value) and "3: infrastructure" in str(
+        failed.value
+    )
     kept = [p for p in (tmp_path / "results" / "bench").iterdir() if p.name.startswith("cpu.before-")]
     assert len(kept) == 1 and (kept[0] / "bench.sqlite").is_file() and not (tmp_path / STORE).exists()
     with Store(kept[0] / "bench.sqlite") as store:
@@ -349,8 +454,23 @@ def test_progress_estimates_from_the_later_workloads_not_the_first(tmp_path):
 
     assert time_left([30.0], 10) is None and eta_text([30.0], 10) == "time left: after the next step"
     assert time_left([30.0, 35.0, 40.0], 10) == 35.0  # 7 left at the median step (5 s), not at 40 s / 3
-    proc = harness(tmp_path, "bench", "run", "--device", "cpu", "--compilers", "eager", "--only", "*_s*.fwd.fp32.*",
-                   "--target-s", "0.1", "--passes", "1", "--db", str(tmp_path / "b.sqlite"))
+    proc = harness(
+        tmp_path,
+        "bench",
+        "run",
+        "--device",
+        "cpu",
+        "--compilers",
+        "eager",
+        "--only",
+        "*_s*.fwd.fp32.*",
+        "--target-s",
+        "0.1",
+        "--passes",
+        "1",
+        "--db",
+        str(tmp_path / "b.sqlite"),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
     assert len(lines) == 3, proc.stderr[-2000:]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from bench_helpers import make_results, make_run
 
+from harness.bench.core.records import Meta
+from harness.bench.judge.compare import Comparison
 from harness.bench.models import report as mrep
 from harness.bench.reports import report
-from harness.bench.judge.compare import Comparison
-from harness.bench.core.records import Meta
 
 MEDIANS = {("softmax", "kiln"): 9e6, ("softmax", "inductor"): 2e4, ("softmax", "eager"): 1e4}
 

@@ -3,13 +3,13 @@ re-measure is a fake returning chosen samples."""
 
 from __future__ import annotations
 
-from harness.bench.kernels import selftest
+from bench_helpers import make_results, store_run
+
 from harness.bench.judge.compare import CompareConfig, Comparison
+from harness.bench.kernels import selftest
 from harness.bench.kernels.execute import BenchConfig
 from harness.bench.stores.store import Store
 from harness.settings import Plant
-
-from bench_helpers import make_results, store_run
 
 W1, W2 = "softmax.fwd.fp32.64x128", "row_sum.fwd.fp32.64x128"
 
@@ -35,12 +35,24 @@ def test_only_verdicts_that_hold_side_by_side_again_stay(tmp_path, monkeypatch):
     plant = Plant(W1, "inductor", 0.2)
     with Store(tmp_path / "s.sqlite") as store:
         runs = {arm: store_run(store, []) for arm in "ABC"}
-        selftest.confirm_side_by_side(BenchConfig(compilers=["inductor", "eager"]), store, plant, runs,
-                                      {"B": b, "C": c}, CompareConfig().for_device("cpu"))
+        selftest.confirm_side_by_side(
+            BenchConfig(compilers=["inductor", "eager"]),
+            store,
+            plant,
+            runs,
+            {"B": b, "C": c},
+            CompareConfig().for_device("cpu"),
+        )
         stored = [(r.workload, r.compiler, r.phase) for r in store.results(runs["B"].id, phase=None)]
-    (names, arms, planted, unplanted), = asked  # one re-measure of the flagged workloads, every arm again
-    assert sorted(names) == sorted([W1, W2]) and arms == ["A", "B", "C"] and (planted, unplanted) == (plant.spec(), None)
-    assert (b[0].verdict, b[0].confirmed) == ("unchanged", False) and "not confirmed side by side" in b[0].note
+    ((names, arms, planted, unplanted),) = asked  # one re-measure of the flagged workloads, every arm again
+    assert (
+        sorted(names) == sorted([W1, W2])
+        and arms == ["A", "B", "C"]
+        and (planted, unplanted) == (plant.spec(), None)
+    )
+    assert (b[0].verdict, b[0].confirmed) == ("unchanged", False) and "not confirmed side by side" in b[
+        0
+    ].note
     assert (b[1].verdict, b[1].confirmed) == ("unchanged", None)  # never flagged, never re-measured
     assert (c[0].verdict, c[0].confirmed) == ("regressed", True)
     assert sorted(stored) == [(W2, "eager", "confirm"), (W1, "inductor", "confirm")]

@@ -13,14 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_helpers import make_results, make_run, medians, store_run
 
+from harness.bench.core.records import SCHEMA_VERSION, Meta
 from harness.bench.judge.compare import resolve_baseline
 from harness.bench.stores.env import device_name
-from harness.bench.core.records import SCHEMA_VERSION, Meta
 from harness.bench.stores.store import Store
 from harness.exc import BaselineError, ImportFormatError, StoreError
-
-from bench_helpers import make_results, make_run, medians, store_run
 
 ROOT = Path(__file__).resolve().parents[3]
 

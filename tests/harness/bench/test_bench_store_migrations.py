@@ -70,7 +70,7 @@ def test_a_write_open_backs_up_then_migrates_with_nothing_lost(tmp_path):
     assert backup.name.startswith("bench.sqlite.bak-") and backup.name.endswith("-rev1")
     assert len(notes) == 1 and str(backup) in notes[0]
     assert "revision 1" in notes[0] and "revision 3" in notes[0]
-    after = {t: [r[:len(before[t][0])] if before[t] else r for r in rows] for t, rows in _rows(path).items()}
+    after = {t: [r[: len(before[t][0])] if before[t] else r for r in rows] for t, rows in _rows(path).items()}
     assert after == before == _rows(backup)  # every row kept (revision 3 adds columns), the backup as it was
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT version_num FROM alembic_version_bench").fetchall() == [("bench_0003",)]
@@ -151,10 +151,24 @@ def test_verdicts_are_stored_replaced_exported_and_imported(store, tmp_path):
     run = store_run(store, make_results({("w1", "kiln"): 1000.0, ("w1", "eager"): 2000.0}))
     other = store_run(store, make_results({("w1", "kiln"): 1000.0}))
     assert store.verdicts(run.id) is None
-    vs = [Comparison("w1", "kiln", Verdict.REGRESSED, ratio=1.25, p=1e-4, baseline="uid-a,uid-b", confirmed=True,
-                     note="threshold 0.1", sbs_ratio=1.2, sbs_noise=0.04),
-          Comparison("w1", "eager", "ok", ratio=1.0, p=0.5, baseline="uid-a,uid-b"),  # an older harness's verdict
-          Comparison("w2", "kiln", Verdict.REGRESSED, ratio=1.3, confirmed=False)]
+    vs = [
+        Comparison(
+            "w1",
+            "kiln",
+            Verdict.REGRESSED,
+            ratio=1.25,
+            p=1e-4,
+            baseline="uid-a,uid-b",
+            confirmed=True,
+            note="threshold 0.1",
+            sbs_ratio=1.2,
+            sbs_noise=0.04,
+        ),
+        Comparison(
+            "w1", "eager", "ok", ratio=1.0, p=0.5, baseline="uid-a,uid-b"
+        ),  # an older harness's verdict
+        Comparison("w2", "kiln", Verdict.REGRESSED, ratio=1.3, confirmed=False),
+    ]
     store.save_verdicts(run.id, vs)
     assert store.verdicts(run.id) == vs and store.verdicts(other.id) is None
     store.save_verdicts(run.id, vs[1:])  # replaces, in one transaction
@@ -165,7 +179,9 @@ def test_verdicts_are_stored_replaced_exported_and_imported(store, tmp_path):
         store.save_verdicts(run.id, [vs[0], vs[0]])
     assert store.verdicts(run.id) == vs[1:]
     assert Comparison.from_dict(vs[0].as_dict()) == vs[0] == Comparison.from_dict(vs[0].stored())
-    assert vs[0].stored()["verdict"] == "regressed" and type(vs[0].stored()["verdict"]) is str  # stored: the value
+    assert (
+        vs[0].stored()["verdict"] == "regressed" and type(vs[0].stored()["verdict"]) is str
+    )  # stored: the value
 
     data = store.export([run.id, other.id])
     assert data["schema_version"] == SCHEMA_VERSION

@@ -137,20 +137,36 @@ def test_planted_result_is_marked_and_unknown_compiler_rejected():
 def test_arms_are_measured_side_by_side_as_runs_of_their_own():
     """The self-test's arms: one compile per case and compiler, each arm its own results and samples, the
     planted arm (only where its plant applies) marked and slower by about its plant."""
-    cfg = BenchConfig(compilers=["kiln_test_broken", "eager"], target_s=0.004, min_reps=6, max_reps=12, rounds=3,
-                      passes=2, warmup_s=0.0)
+    cfg = BenchConfig(
+        compilers=["kiln_test_broken", "eager"],
+        target_s=0.004,
+        min_reps=6,
+        max_reps=12,
+        rounds=3,
+        passes=2,
+        warmup_s=0.0,
+    )
     if "kiln_test_broken" not in torch._dynamo.list_backends(exclude_tags=()):
         torch._dynamo.register_backend(name="kiln_test_broken")(_broken_backend)
     cases = [wl.find("row_sum.fwd.fp32.64x128"), wl.find("col_sum.fwd.fp32.64x128")]
     seen = []
-    out = Executor(cfg).measure_arms(cases, cfg.compilers, {"A": None, "C": Plant("row_sum.*", "eager", 2.0)},
-                                     lambda i, case, by_arm: seen.append((i, case.name, sorted(by_arm))))
+    out = Executor(cfg).measure_arms(
+        cases,
+        cfg.compilers,
+        {"A": None, "C": Plant("row_sum.*", "eager", 2.0)},
+        lambda i, case, by_arm: seen.append((i, case.name, sorted(by_arm))),
+    )
     assert seen == [(0, cases[0].name, ["A", "C"]), (1, cases[1].name, ["A", "C"])]
-    assert [(r.workload, r.compiler, r.status) for r in out["A"]] == \
-        [(c.name, comp, st) for c in cases for comp, st in (("kiln_test_broken", "error"), ("eager", "ok"))]
+    assert [(r.workload, r.compiler, r.status) for r in out["A"]] == [
+        (c.name, comp, st) for c in cases for comp, st in (("kiln_test_broken", "error"), ("eager", "ok"))
+    ]
     a, c = out["A"][1], out["C"][1]
     assert a is not c and a.samples is not c.samples and len(a.samples) == len(c.samples) >= 6
-    assert (a.planted, c.planted, out["C"][3].planted) == (None, 2.0, None)  # col_sum: the plant does not apply
+    assert (a.planted, c.planted, out["C"][3].planted) == (
+        None,
+        2.0,
+        None,
+    )  # col_sum: the plant does not apply
     assert c.median_ns > 2 * a.median_ns  # 200% extra time, measured in the same rounds as A
     assert out["C"][0].status == "error" and out["C"][0].samples == []
 

@@ -3,10 +3,9 @@ probes themselves are faked: real ones are fresh processes compiling a model, th
 
 from __future__ import annotations
 
-
-from harness.bench.models import compile_times as ct
 from harness.bench.core.records import AutotuneTimes, Result
 from harness.bench.models import catalog as mdl
+from harness.bench.models import compile_times as ct
 from harness.bench.models import warmcache
 from harness.bench.models.run import ModelBenchConfig, compile_probe
 
@@ -24,8 +23,14 @@ def test_autotune_env_per_compiler():
 
 def test_measure_runs_a_cold_warm_pair_then_an_autotuned_pair(monkeypatch):
     calls = []
-    answers = iter([{"compile_s": 10.0, "steady_s": 0.02}, {"compile_s": 2.0, "steady_s": 0.020},
-                    {"compile_s": 30.0, "steady_s": 0.019}, {"compile_s": 2.5, "steady_s": 0.016}])
+    answers = iter(
+        [
+            {"compile_s": 10.0, "steady_s": 0.02},
+            {"compile_s": 2.0, "steady_s": 0.020},
+            {"compile_s": 30.0, "steady_s": 0.019},
+            {"compile_s": 2.5, "steady_s": 0.016},
+        ]
+    )
 
     def fake_probe(p, environ):
         calls.append((environ.get("KILN_AUTOTUNE"), environ["XDG_CACHE_HOME"]))
@@ -35,7 +40,9 @@ def test_measure_runs_a_cold_warm_pair_then_an_autotuned_pair(monkeypatch):
     t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
     assert (t.cold_s, t.warm_s, t.autotune_s, t.autotune_warm_s) == (10.0, 2.0, 30.0, 2.5)
     assert [c[0] for c in calls] == [None, None, "1", "1"]
-    assert calls[0][1] == calls[1][1] != calls[2][1] == calls[3][1]  # warm reuses cold's caches; autotune: fresh
+    assert (
+        calls[0][1] == calls[1][1] != calls[2][1] == calls[3][1]
+    )  # warm reuses cold's caches; autotune: fresh
     assert t.step_s == 0.020 and t.autotune_step_s == 0.016 and not t.error
 
 
@@ -46,27 +53,43 @@ def test_a_failed_cold_probe_skips_the_rest(monkeypatch):
 
 
 def test_table_and_report_lines():
-    rows = [ct.CompileTimes("model.a", "kiln", 10.0, 2.0, 30.0, 2.5, 0.020, 0.016),
-            ct.CompileTimes("model.a", "inductor", 20.0, 4.0, None, None, None, None, "autotuned: timeout")]
+    rows = [
+        ct.CompileTimes("model.a", "kiln", 10.0, 2.0, 30.0, 2.5, 0.020, 0.016),
+        ct.CompileTimes("model.a", "inductor", 20.0, 4.0, None, None, None, None, "autotuned: timeout"),
+    ]
     lines = ct.table(rows)
     assert "| model.a | kiln | 10.0 | 2.0 | 20% | 30.0 | 2.5 | 20.00 | 16.00 | 1.250 |" in lines
     assert any("geomean over 1 rows: kiln 1.250" in ln for ln in lines)
     assert "- model.a inductor: autotuned: timeout" in lines
-    result = Result("model.a", "kiln", "h", compile_s=10.0,
-                    meta={"compile_warm_s": 2.0, "compile_autotune_s": 30.0, "compile_autotune_warm_s": 2.5,
-                          "probe_step_s": 0.02, "probe_autotune_step_s": 0.016})  # a stored result's keys
+    result = Result(
+        "model.a",
+        "kiln",
+        "h",
+        compile_s=10.0,
+        meta={
+            "compile_warm_s": 2.0,
+            "compile_autotune_s": 30.0,
+            "compile_autotune_warm_s": 2.5,
+            "probe_step_s": 0.02,
+            "probe_autotune_step_s": 0.016,
+        },
+    )  # a stored result's keys
     assert result.meta.autotune == AutotuneTimes(30.0, 2.5, 0.02, 0.016)
     section = ct.report_lines([result, Result("b", "kiln", "h", compile_s=1.0)])
-    assert section[0].startswith("### Compile times") and sum(ln.startswith("| model.a") for ln in section) == 1
+    assert (
+        section[0].startswith("### Compile times") and sum(ln.startswith("| model.a") for ln in section) == 1
+    )
     assert ct.report_lines([]) == []
 
 
 def test_goals_are_counted_row_by_row():
-    rows = [ct.CompileTimes("model.a", "kiln", 10.0, 2.0, 30.0, 2.5, 0.020, 0.016),
-            ct.CompileTimes("model.a", "inductor", 20.0, 4.0),
-            ct.CompileTimes("model.b", "kiln", 8.0, 3.0, 20.0, 2.9, 0.010, 0.011),
-            ct.CompileTimes("model.b", "inductor", 9.0, 2.5),
-            ct.CompileTimes("model.c", "kiln", 5.0, None, error="warm: boom")]
+    rows = [
+        ct.CompileTimes("model.a", "kiln", 10.0, 2.0, 30.0, 2.5, 0.020, 0.016),
+        ct.CompileTimes("model.a", "inductor", 20.0, 4.0),
+        ct.CompileTimes("model.b", "kiln", 8.0, 3.0, 20.0, 2.9, 0.010, 0.011),
+        ct.CompileTimes("model.b", "inductor", 9.0, 2.5),
+        ct.CompileTimes("model.c", "kiln", 5.0, None, error="warm: boom"),
+    ]
     lines = ct.goals(rows)
     assert "- goal warm <= inductor warm (kiln): 1/2 rows; not on model.b" in lines
     assert "- goal warm <= 25% of cold (kiln): 1/2 rows; not on model.b" in lines
@@ -84,12 +107,18 @@ def test_warmcache_command_bad_input_is_one_line(capsys):
 def test_the_model_tier_runs_each_pair_of_probes_once(monkeypatch):
     """`--compile-times` with `--autotune-times`: one cold/warm pair and one autotuned pair (four fresh
     processes, not six), the cold/warm error in `compile_probe_error`, an autotuned one in its own key."""
-    from harness.bench.models.run import ModelExecutor
     from harness.bench.core.records import Result
+    from harness.bench.models.run import ModelExecutor
 
     seen = []
-    answers = iter([{"compile_s": 10.0, "steady_s": 0.02}, {"compile_s": 2.0, "steady_s": 0.02},
-                    {"compile_s": 30.0}, {"error": "timeout"}])
+    answers = iter(
+        [
+            {"compile_s": 10.0, "steady_s": 0.02},
+            {"compile_s": 2.0, "steady_s": 0.02},
+            {"compile_s": 30.0},
+            {"error": "timeout"},
+        ]
+    )
 
     def fake_probe(p, environ):
         seen.append(environ.get("KILN_AUTOTUNE"))

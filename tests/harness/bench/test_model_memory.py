@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.bench.core.records import Meta, Result
 from harness.bench.models import memory as mm
 from harness.bench.models import report as mrep
-from harness.bench.core.records import Meta, Result
 
 MIB = 2**20
 
@@ -47,8 +47,12 @@ class FakeAllocator:
 
     def source(self) -> mm.StatsSource:
         def stats() -> dict[str, int]:
-            return {mm.ALLOC_NOW: self.allocated, mm.ALLOC_PEAK: self.alloc_peak,
-                    mm.RES_NOW: self.reserved, mm.RES_PEAK: self.res_peak}
+            return {
+                mm.ALLOC_NOW: self.allocated,
+                mm.ALLOC_PEAK: self.alloc_peak,
+                mm.RES_NOW: self.reserved,
+                mm.RES_PEAK: self.res_peak,
+            }
 
         def reset() -> None:
             self.alloc_peak, self.res_peak = self.allocated, self.reserved
@@ -106,7 +110,9 @@ def test_window_counts_recording_and_leaves_compile_time_out(graphs):
 def test_the_old_window_missed_inductors_recorded_step():
     """The issue's symptom: the window opened after recording saw weights only for Inductor's mode (eager /
     inductor-cg ratio ~4 here), and the kiln mode's live pool outputs: one mode counted, the other not."""
-    eager, kiln, ind = (_arm(FakeAllocator(), g, "v1")["peak_allocated_bytes"] for g in ("", "kiln", "inductor"))
+    eager, kiln, ind = (
+        _arm(FakeAllocator(), g, "v1")["peak_allocated_bytes"] for g in ("", "kiln", "inductor")
+    )
     assert eager == WEIGHTS + ACT and ind == WEIGHTS and kiln == WEIGHTS + 10 * MIB
     new = {g: _arm(FakeAllocator(), g, "v2")["peak_allocated_bytes"] for g in ("", "kiln", "inductor")}
     assert new[""] == new["kiln"] == new["inductor"]
@@ -122,8 +128,14 @@ def _r(compiler: str, meta: dict) -> Result:
 
 
 def test_ratios_only_between_equal_definitions():
-    new = lambda n, res: {"memory": {"definition": mm.DEFINITION, "peak_allocated_bytes": n,  # noqa: E731
-                                     "peak_reserved_bytes": res}, "peak_mem_bytes": n}
+    new = lambda n, res: {
+        "memory": {
+            "definition": mm.DEFINITION,
+            "peak_allocated_bytes": n,  # noqa: E731
+            "peak_reserved_bytes": res,
+        },
+        "peak_mem_bytes": n,
+    }
     eager, kiln = _r("eager", new(400, 800)), _r("kiln-cg", new(200, 1600))
     assert mrep.mem_ratio(eager, kiln) == 2.0
     assert mrep.mem_ratio(eager, kiln, "peak_reserved_bytes") == 0.5
@@ -136,13 +148,32 @@ def test_ratios_only_between_equal_definitions():
 def test_memcheck_markdown_shows_tier_and_by_hand_numbers_and_failures():
     from harness.bench.models import memcheck as mc
 
-    point = {"point": "window opened", mm.ALLOC_NOW: 100 * MIB, mm.ALLOC_PEAK: 100 * MIB, mm.RES_NOW: 120 * MIB,
-             mm.RES_PEAK: 120 * MIB, "driver_used": 900 * MIB}
-    arm = {"tier": {"peak_allocated_bytes": 400 * MIB, "peak_reserved_bytes": 500 * MIB},
-           "by_hand": {"points": [point], "peak_allocated_bytes": 396 * MIB, "peak_reserved_bytes": 510 * MIB,
-                       "driver_used_delta_bytes": 530 * MIB, "static_bytes": 300 * MIB}}
-    res = {"case": "model.ci_bert.train.fp32", "definition": mm.DEFINITION, "counted": mm.DESCRIPTION,
-           "arms": {"inductor-cg": arm}, "failed": ["kiln-cg: the tier measured nothing (boom)"], "notes": []}
+    point = {
+        "point": "window opened",
+        mm.ALLOC_NOW: 100 * MIB,
+        mm.ALLOC_PEAK: 100 * MIB,
+        mm.RES_NOW: 120 * MIB,
+        mm.RES_PEAK: 120 * MIB,
+        "driver_used": 900 * MIB,
+    }
+    arm = {
+        "tier": {"peak_allocated_bytes": 400 * MIB, "peak_reserved_bytes": 500 * MIB},
+        "by_hand": {
+            "points": [point],
+            "peak_allocated_bytes": 396 * MIB,
+            "peak_reserved_bytes": 510 * MIB,
+            "driver_used_delta_bytes": 530 * MIB,
+            "static_bytes": 300 * MIB,
+        },
+    }
+    res = {
+        "case": "model.ci_bert.train.fp32",
+        "definition": mm.DEFINITION,
+        "counted": mm.DESCRIPTION,
+        "arms": {"inductor-cg": arm},
+        "failed": ["kiln-cg: the tier measured nothing (boom)"],
+        "notes": [],
+    }
     md = mc.markdown(res)
     assert "| inductor-cg | 400.0 | 396.0 | 500.0 | 510.0 | 530.0 | 300.0 |" in md
     assert "| window opened | 100.0 | 100.0 | 120.0 | 120.0 | 900.0 |" in md

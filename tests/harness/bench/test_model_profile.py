@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from harness.bench.cli import main
+from harness.bench.models import catalog as mdl
 from harness.bench.models import profile as mp
 from harness.bench.models import step_facts
-from harness.bench.models import catalog as mdl
-from harness.bench.cli import main
 
 
 @pytest.fixture
@@ -21,8 +21,23 @@ def transformers_present() -> None:
 
 def test_profile_of_tiny_gpt2_names_kernels_and_kiln_graphs(tmp_path, transformers_present, capsys):
     md = tmp_path / "profile.md"
-    rc = main(["model-profile", "--only", "model.gpt2.infer.fp32", "--compilers", "kiln,eager", "--device", "cpu",
-               "--steps", "2", "--top", "5", "--md", str(md)])
+    rc = main(
+        [
+            "model-profile",
+            "--only",
+            "model.gpt2.infer.fp32",
+            "--compilers",
+            "kiln,eager",
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+            "--top",
+            "5",
+            "--md",
+            str(md),
+        ]
+    )
     assert rc == 0
     text = md.read_text()
     assert "| model.gpt2.infer.fp32 | eager |" in text and "| model.gpt2.infer.fp32 | kiln |" in text
@@ -33,8 +48,15 @@ def test_profile_of_tiny_gpt2_names_kernels_and_kiln_graphs(tmp_path, transforme
 
 
 def test_markdown_shares_and_host_bound_time():
-    p = mp.Profile("model.x.infer.fp32", "kiln", step_ms=2.0, device_ms=0.5, launches=10,
-                   top=[("k1", 0.4, 2.0), ("k2", 0.1, 1.0)], graphs=["3 kernels, fallbacks: none"])
+    p = mp.Profile(
+        "model.x.infer.fp32",
+        "kiln",
+        step_ms=2.0,
+        device_ms=0.5,
+        launches=10,
+        top=[("k1", 0.4, 2.0), ("k2", 0.1, 1.0)],
+        graphs=["3 kernels, fallbacks: none"],
+    )
     text = mp.markdown([p])
     assert "| model.x.infer.fp32 | kiln | 2.000 | 0.500 | 1.500 | 10 |" in text
     assert "| `k1` | 0.4000 | 80.0 | 2 |" in text and "- 3 kernels, fallbacks: none" in text
@@ -58,13 +80,17 @@ def _graphs_with_a_cpu_scalar_wait_and_a_host_sync():
     bw = CudaGraphRunner(lambda a: a, "graph_1", GraphFacts((), (), frozenset(), 0, ""), [])
     bw.stats.warmups, bw.stats.replays = 1, 5
     bw.stats.note_unrecorded("0-d CPU tensor input(s) 7, 8: recorded once every tensor input is on the GPU")
-    fb = [FallbackReason("fallback", "aten.index_put.default", "accumulate"),
-          FallbackReason("fallback", "aten.index_put.default", "accumulate")]
+    fb = [
+        FallbackReason("fallback", "aten.index_put.default", "accumulate"),
+        FallbackReason("fallback", "aten.index_put.default", "accumulate"),
+    ]
     sync = CudaGraphRunner(lambda a: a, "graph_2", GraphFacts((), (), frozenset(), None, "aten::nonzero"), fb)
     sync([torch.zeros(1)])
     sync([torch.zeros(1)])
-    return [SimpleNamespace(kernel_count=3, cudagraphs=bw, all_fallbacks=lambda: []),
-            SimpleNamespace(kernel_count=2, cudagraphs=sync, all_fallbacks=lambda: list(fb))]
+    return [
+        SimpleNamespace(kernel_count=3, cudagraphs=bw, all_fallbacks=lambda: []),
+        SimpleNamespace(kernel_count=2, cudagraphs=sync, all_fallbacks=lambda: list(fb)),
+    ]
 
 
 def test_graph_report_names_fallback_ops_and_why_graphs_ran_unrecorded():
@@ -89,9 +115,17 @@ def test_host_gaps_sum_idle_device_time_and_count_runtime_calls():
     def ev(name, start, end, dev=cuda):
         return SimpleNamespace(name=name, device_type=dev, time_range=SimpleNamespace(start=start, end=end))
 
-    events = [ev("k1", 0, 10), ev("k2", 10, 20), ev("k3", 70, 80), ev("k4", 75, 90), ev("k5", 100, 110),
-              ev("cudaGraphLaunch", 0, 1, cpu), ev("cudaLaunchKernel", 60, 62, cpu),
-              ev("cudaLaunchKernel", 90, 91, cpu), ev("aten::mm", 0, 5, cpu)]
+    events = [
+        ev("k1", 0, 10),
+        ev("k2", 10, 20),
+        ev("k3", 70, 80),
+        ev("k4", 75, 90),
+        ev("k5", 100, 110),
+        ev("cudaGraphLaunch", 0, 1, cpu),
+        ev("cudaLaunchKernel", 60, 62, cpu),
+        ev("cudaLaunchKernel", 90, 91, cpu),
+        ev("aten::mm", 0, 5, cpu),
+    ]
     g = mp.host_gaps(events, steps=2, top=1)
     assert g["idle_ms"] == pytest.approx((50 + 10) / 1e3 / 2)  # k2 -> k3 and k4 -> k5; k3/k4 overlap
     assert g["top"] == [(50, "k2", "k3")]

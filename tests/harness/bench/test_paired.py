@@ -11,13 +11,12 @@ import random
 import pytest
 from bench_helpers import make_run
 
-from harness.bench.kernels import sidebyside
-
+from harness.bench.core.records import Result, Verdict
 from harness.bench.judge import verdict
 from harness.bench.judge.compare import CompareConfig, Comparison
-from harness.bench.kernels.noise_check import old_verdict, rates
 from harness.bench.judge.paired import MIN_ROUNDS, hodges_lehmann, judge_side_by_side, paired, signed_rank
-from harness.bench.core.records import Result, Verdict
+from harness.bench.kernels import sidebyside
+from harness.bench.kernels.noise_check import old_verdict, rates
 from harness.bench.kernels.sidebyside import ORDERS
 
 CPU = CompareConfig().for_device("cpu")
@@ -25,12 +24,21 @@ THR, ALPHA = CPU.threshold or 0.1, CPU.alpha
 
 
 # ------------------------------------------------------------------ the statistics
-@pytest.mark.parametrize("d", [[1, 2, 3, 4, 5, 6], [-1, 2, 3, -4, 5, 6], [0.3, -0.1, 0.25, 0.4, -0.05, 0.2, 0.15, 0.5],
-                               [-2.0, -1.0, 0.5, -3.0, -4.0, 1.5, -0.7]])
+@pytest.mark.parametrize(
+    "d",
+    [
+        [1, 2, 3, 4, 5, 6],
+        [-1, 2, 3, -4, 5, 6],
+        [0.3, -0.1, 0.25, 0.4, -0.05, 0.2, 0.15, 0.5],
+        [-2.0, -1.0, 0.5, -3.0, -4.0, 1.5, -0.7],
+    ],
+)
 def test_signed_rank_is_the_exact_wilcoxon_test(d):
     scipy_stats = pytest.importorskip("scipy.stats")
     got = signed_rank(d)
-    assert got.p_greater == pytest.approx(scipy_stats.wilcoxon(d, alternative="greater", method="exact").pvalue)
+    assert got.p_greater == pytest.approx(
+        scipy_stats.wilcoxon(d, alternative="greater", method="exact").pvalue
+    )
     assert got.p_less == pytest.approx(scipy_stats.wilcoxon(d, alternative="less", method="exact").pvalue)
     assert got.n == len(d)
 
@@ -53,19 +61,27 @@ def test_hodges_lehmann_interval_uses_the_signed_rank_critical_value():
 def test_paired_needs_enough_rounds_and_skips_bad_turns():
     assert paired([1.0] * (MIN_ROUNDS - 1), [1.1] * (MIN_ROUNDS - 1)) is None
     p = paired([1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [1.2, 5.0, 1.21, 1.19, 1.2, 1.22, 1.18, 1.2])
-    assert p is not None and p.n == 7 and p.ratio == pytest.approx(1.2, abs=0.01)  # the round with a 0 is dropped
+    assert (
+        p is not None and p.n == 7 and p.ratio == pytest.approx(1.2, abs=0.01)
+    )  # the round with a 0 is dropped
 
 
 # ------------------------------------------------------------------ a synthetic host
-def host(seed: int, rounds: int = 12, slow: tuple[float, float, float] = (1.0, 1.0, 1.0), load: float = 0.3,
-         jitter: float = 0.05, persistence: float = 0.8) -> list[list[float]]:
+def host(
+    seed: int,
+    rounds: int = 12,
+    slow: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    load: float = 0.3,
+    jitter: float = 0.05,
+    persistence: float = 0.8,
+) -> list[list[float]]:
     """Turn times of three arms (baseline, A/A, candidate) taken in `sidebyside.ORDERS`: the host's load is a
     log-normal AR(1) process over the sequence of turns (a burst spans several turns, so neighbouring turns,
     of one round and of the next, share it), plus independent jitter; `slow` is each arm's true factor."""
     rng, level, turns = random.Random(seed), 0.0, [[], [], []]  # type: ignore[var-annotated]
     for r in range(rounds):
         for k in ORDERS[r % len(ORDERS)]:
-            level = persistence * level + rng.gauss(0, load * math.sqrt(1 - persistence ** 2))
+            level = persistence * level + rng.gauss(0, load * math.sqrt(1 - persistence**2))
             turns[k].append(1e6 * slow[k] * math.exp(level + rng.gauss(0, jitter)))
     return turns
 
@@ -92,11 +108,13 @@ def test_a_quiet_host_decides_identical_code_unchanged_and_a_planted_20_percent_
     for seed in range(20):
         same = judge_side_by_side(*host(seed, rounds=24, load=0.03, jitter=0.02), THR, ALPHA)
         assert same.verdict is Verdict.UNCHANGED and same.noise is not None and same.noise < THR, same
-        slow = judge_side_by_side(*host(100 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 1.2)), THR,
-                                  ALPHA)
+        slow = judge_side_by_side(
+            *host(100 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 1.2)), THR, ALPHA
+        )
         assert slow.verdict is Verdict.REGRESSED and slow.ratio == pytest.approx(1.2, abs=0.04), slow
-        fast = judge_side_by_side(*host(200 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 0.8)), THR,
-                                  ALPHA)
+        fast = judge_side_by_side(
+            *host(200 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 0.8)), THR, ALPHA
+        )
         assert fast.verdict is Verdict.IMPROVED, fast
 
 
@@ -127,7 +145,9 @@ def _confirm(turns: list[list[float]], planted: float = 0.0) -> Comparison:
         return ([_result(turns[0])], [_result(turns[1])], [_result(turns[2], planted)])
 
     suspect = Comparison("w", "kiln", Verdict.REGRESSED, ratio=1.3, p=1e-6, base_ns=1e6, new_ns=1.3e6)
-    return sidebyside.confirm_side_by_side([suspect], run, [base], {}, CPU, measure=measure, log=lambda m: None)[0]
+    return sidebyside.confirm_side_by_side(
+        [suspect], run, [base], {}, CPU, measure=measure, log=lambda m: None
+    )[0]
 
 
 def test_confirmation_on_a_noisy_host_is_inconclusive_and_never_fails_the_job():
@@ -140,7 +160,9 @@ def test_confirmation_on_a_noisy_host_is_inconclusive_and_never_fails_the_job():
 
 def test_confirmation_of_a_planted_slowdown_on_a_quiet_host_is_a_confirmed_regression():
     c = _confirm(host(11, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 1.2)), planted=0.2)
-    assert c.verdict is Verdict.REGRESSED and c.confirmed is True and c.sbs_ratio == pytest.approx(1.2, abs=0.04)
+    assert (
+        c.verdict is Verdict.REGRESSED and c.confirmed is True and c.sbs_ratio == pytest.approx(1.2, abs=0.04)
+    )
     line, failed = verdict.step_verdict("kernels", {"comparisons": [c.as_dict()]}, 1)
     assert failed and "1 regressed (confirmed side by side): w@kiln x1." in line
 
@@ -152,13 +174,27 @@ def test_undecided_asks_for_more_rounds_only_while_inconclusive():
 
 
 def test_noise_check_rates_count_false_and_true_positives():
-    checks = [{"plant": None, "rows": [{"verdict": "regressed", "old": "regressed"},
-                                       {"verdict": "inconclusive", "old": "unchanged"}]},
-              {"plant": "*@kiln=0.2", "rows": [{"verdict": "regressed", "old": "regressed", "planted": True},
-                                               {"verdict": "inconclusive", "old": "regressed", "planted": True}]}]
+    checks = [
+        {
+            "plant": None,
+            "rows": [
+                {"verdict": "regressed", "old": "regressed"},
+                {"verdict": "inconclusive", "old": "unchanged"},
+            ],
+        },
+        {
+            "plant": "*@kiln=0.2",
+            "rows": [
+                {"verdict": "regressed", "old": "regressed", "planted": True},
+                {"verdict": "inconclusive", "old": "regressed", "planted": True},
+            ],
+        },
+    ]
     r = rates(checks)
     assert r["false_positive"] == "1/2" and r["aa_inconclusive"] == "1/2" and r["false_positive_old"] == "1/2"
-    assert r["true_positive"] == "1/2" and r["true_positive_old"] == "2/2" and r["planted_inconclusive"] == "1/2"
+    assert (
+        r["true_positive"] == "1/2" and r["true_positive_old"] == "2/2" and r["planted_inconclusive"] == "1/2"
+    )
 
 
 def test_a_cpu_plant_adds_its_fraction_of_the_calls_own_cpu_time():
@@ -195,7 +231,9 @@ def test_only_workloads_left_inconclusive_get_more_rounds(tmp_path, monkeypatch)
 
         def ask(self, obj):
             if obj["op"] == "finish":
-                return {"results": [Result(c, "kiln", "h", samples=[1.0]).as_dict() for c in ("quiet", "noisy")]}
+                return {
+                    "results": [Result(c, "kiln", "h", samples=[1.0]).as_dict() for c in ("quiet", "noisy")]
+                }
             t = 1e6 * (1 + rng.gauss(0, 0.002) if obj["case"] == "quiet" else math.exp(rng.gauss(0, 0.5)))
             return {"block": {"kiln": t}}
 
@@ -203,8 +241,16 @@ def test_only_workloads_left_inconclusive_get_more_rounds(tmp_path, monkeypatch)
             pass
 
     monkeypatch.setattr(sidebyside, "Worker", FakeWorker)
-    base, aa, cand = sidebyside.measure_pair({}, ["quiet", "noisy"], ["kiln"], tmp_path, tmp_path, None, tmp_path,
-                                             undecided=sidebyside.undecided_at(CPU))
+    base, aa, cand = sidebyside.measure_pair(
+        {},
+        ["quiet", "noisy"],
+        ["kiln"],
+        tmp_path,
+        tmp_path,
+        None,
+        tmp_path,
+        undecided=sidebyside.undecided_at(CPU),
+    )
     rounds = {r.workload: len(r.meta.rounds) for r in cand}
     assert rounds == {"quiet": sidebyside.ROUNDS, "noisy": sidebyside.MAX_ROUNDS}
     assert [len(r.meta.rounds) for r in base] == [len(r.meta.rounds) for r in aa] == list(rounds.values())

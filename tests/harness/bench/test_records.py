@@ -11,14 +11,29 @@ from harness.bench.core.records import AutotuneTimes, Meta, Result, RunInfo, Ver
 
 
 def test_meta_reads_a_stored_model_row_and_writes_the_same_keys():
-    stored = {"tier": "models", "family": "gpt2", "mode": "train", "dtype": "fp32", "shape": {"batch": 2, "seq": 8},
-              "accuracy": {"pass": False, "note": "output: error 0.1"}, "peak_mem_bytes": 2000,
-              "compile_warm_s": 0.5, "compile_autotune_s": 30.0, "compile_autotune_warm_s": 2.5,
-              "probe_step_s": 0.02, "probe_autotune_step_s": 0.016, "compile_autotune_error": "boom",
-              "written_by_a_newer_harness": [1, 2]}
+    stored = {
+        "tier": "models",
+        "family": "gpt2",
+        "mode": "train",
+        "dtype": "fp32",
+        "shape": {"batch": 2, "seq": 8},
+        "accuracy": {"pass": False, "note": "output: error 0.1"},
+        "peak_mem_bytes": 2000,
+        "compile_warm_s": 0.5,
+        "compile_autotune_s": 30.0,
+        "compile_autotune_warm_s": 2.5,
+        "probe_step_s": 0.02,
+        "probe_autotune_step_s": 0.016,
+        "compile_autotune_error": "boom",
+        "written_by_a_newer_harness": [1, 2],
+    }
     meta = Meta.from_dict(json.loads(json.dumps(stored)))
-    assert (meta.family, meta.shape, meta.peak_mem_bytes, meta.compile_warm_s) == ("gpt2", {"batch": 2, "seq": 8},
-                                                                                    2000, 0.5)
+    assert (meta.family, meta.shape, meta.peak_mem_bytes, meta.compile_warm_s) == (
+        "gpt2",
+        {"batch": 2, "seq": 8},
+        2000,
+        0.5,
+    )
     assert meta.accuracy_passed is False and meta.accuracy_note == "output: error 0.1"
     assert meta.autotune == AutotuneTimes(30.0, 2.5, 0.02, 0.016, "boom")
     assert meta.extra == {"written_by_a_newer_harness": [1, 2]}
@@ -43,11 +58,25 @@ def test_an_unsaved_run_has_no_rid():
 
 def test_comparisons_of_a_report():
     assert comparisons_of(None) is None and comparisons_of({"runs": []}) is None
-    cmps = comparisons_of({"comparisons": [
-        {"workload": "a", "compiler": "kiln", "verdict": "regressed", "confirmed": True, "ratio": 1.3},
-        {"workload": "b", "compiler": "kiln", "verdict": "regressed", "confirmed": None},
-        {"workload": "c", "compiler": "kiln", "verdict": "ok"},  # an older harness's spelling: kept as it is
-    ]})
+    cmps = comparisons_of(
+        {
+            "comparisons": [
+                {
+                    "workload": "a",
+                    "compiler": "kiln",
+                    "verdict": "regressed",
+                    "confirmed": True,
+                    "ratio": 1.3,
+                },
+                {"workload": "b", "compiler": "kiln", "verdict": "regressed", "confirmed": None},
+                {
+                    "workload": "c",
+                    "compiler": "kiln",
+                    "verdict": "ok",
+                },  # an older harness's spelling: kept as it is
+            ]
+        }
+    )
     assert cmps is not None
     assert [c.confirmed_regression for c in cmps] == [True, False, False]
     assert cmps[0].verdict is Verdict.REGRESSED and cmps[2].verdict == "ok"

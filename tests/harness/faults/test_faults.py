@@ -15,12 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from scratch_project import scratch_project
 import pytest
+
+from scratch_project import scratch_project
 
 ROOT = Path(__file__).resolve().parents[3]
 
-FAULTS = '''
+FAULTS = """
 import ctypes, os, signal, time
 
 def test_first():
@@ -47,10 +48,10 @@ def test_killed():
 
 def test_last():
     pass
-'''
+"""
 
 # the running pytest writes its pid and waits: the test below signals or kills the harness meanwhile
-WAITING = '''
+WAITING = """
 import os, signal, time
 
 def test_done_first():
@@ -67,31 +68,54 @@ def test_waiting():
 
 def test_never_reached():
     pass
-'''
+"""
 
 FAULT_IDS = {f"tests/faults/test_faults.py::test_{n}" for n in ("segfault", "abort", "hang", "killed")}
 
 
 def make_project(tmp_path: Path, suite: str, *, test_s: int = 2, suite_s: int = 300) -> Path:
-    return scratch_project(tmp_path / "proj", {"faults": suite},
-                           matrix=lambda d: d["backends"]["cpu"]["timeouts"].update(test_s=test_s, suite_s=suite_s))
+    return scratch_project(
+        tmp_path / "proj",
+        {"faults": suite},
+        matrix=lambda d: d["backends"]["cpu"]["timeouts"].update(test_s=test_s, suite_s=suite_s),
+    )
 
 
 def env_for(root: Path) -> dict[str, str]:
-    env = {**os.environ, "KILN_ROOT": str(root), "PYTHONPATH": str(ROOT), "KILN_RESULTS": str(root / "results"),
-           "KILN_FAULT_PIDFILE": str(root / "pytest.pid")}
+    env = {
+        **os.environ,
+        "KILN_ROOT": str(root),
+        "PYTHONPATH": str(ROOT),
+        "KILN_RESULTS": str(root / "results"),
+        "KILN_FAULT_PIDFILE": str(root / "pytest.pid"),
+    }
     env.pop("KILN_NATIVE", None)
     return env
 
 
 def harness(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], env=env_for(root), cwd=root,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        env=env_for(root),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_args(root: Path, *more: str) -> list[str]:
-    return ["run", "--backend", "cpu", "--native", "--no-health", "--quiet", "--history",
-            str(root / "history.sqlite"), *more]
+    return [
+        "run",
+        "--backend",
+        "cpu",
+        "--native",
+        "--no-health",
+        "--quiet",
+        "--history",
+        str(root / "history.sqlite"),
+        *more,
+    ]
 
 
 def only_run(root: Path) -> Path:
@@ -133,11 +157,16 @@ def test_each_fault_costs_its_test_alone(tmp_path):
 
     tests = {t.id: t for t in results.parse_junit(run_dir / "suites" / "faults.xml")}
     assert {i: t.outcome for i, t in tests.items() if i not in FAULT_IDS} == {
-        "tests/faults/test_faults.py::test_first": "passed", "tests/faults/test_faults.py::test_between": "passed",
-        "tests/faults/test_faults.py::test_fails": "failed", "tests/faults/test_faults.py::test_last": "passed"}
+        "tests/faults/test_faults.py::test_first": "passed",
+        "tests/faults/test_faults.py::test_between": "passed",
+        "tests/faults/test_faults.py::test_fails": "failed",
+        "tests/faults/test_faults.py::test_last": "passed",
+    }
     assert all(tests[i].outcome == "error" and tests[i].message.startswith("crashed: ") for i in FAULT_IDS)
-    for line in ("crashed: tests/faults/test_faults.py::test_segfault: killed by SIGSEGV",
-                 "crashed: tests/faults/test_faults.py::test_killed: killed by SIGKILL"):
+    for line in (
+        "crashed: tests/faults/test_faults.py::test_segfault: killed by SIGSEGV",
+        "crashed: tests/faults/test_faults.py::test_killed: killed by SIGKILL",
+    ):
         assert line in proc.stdout
     # retries see the crashes: each crashed again alone
     assert "retried tests/faults/test_faults.py::test_abort alone: FAILING" in proc.stdout
@@ -148,7 +177,9 @@ def test_each_fault_costs_its_test_alone(tmp_path):
         assert f"{test_id}: error: crashed: " in report
     repro = harness(root, "repro", "--print", str(run_dir)).stdout
     for test_id in FAULT_IDS:  # a repro line names each fault by its node id
-        assert any(ln.rstrip("'").endswith(test_id) for ln in repro.splitlines() if not ln.startswith("#")), repro
+        assert any(ln.rstrip("'").endswith(test_id) for ln in repro.splitlines() if not ln.startswith("#")), (
+            repro
+        )
 
     recorded = history_outcomes(root / "history.sqlite")
     assert recorded["tests/faults/test_faults.py::test_last"] == "passed"
@@ -186,8 +217,14 @@ def _gone(pid: int, timeout_s: float = HANG_S) -> bool:
 
 
 def _start(root: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", *run_args(root)], env=env_for(root), cwd=root,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *run_args(root)],
+        env=env_for(root),
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -204,16 +241,23 @@ def test_an_interrupt_keeps_what_finished_and_names_the_running_test(tmp_path, s
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "incomplete"
     what = "interrupted" if sig == signal.SIGINT else "terminated"
-    assert manifest["reason"] == f"{what} during suite faults while running tests/faults/test_faults.py::test_waiting"
+    assert (
+        manifest["reason"]
+        == f"{what} during suite faults while running tests/faults/test_faults.py::test_waiting"
+    )
     from harness.suites import collect
 
     run = collect.load_run(run_dir)
     assert [(t.id.split("::")[1], t.outcome) for s in run.suites for t in s.tests] == [
-        ("test_done_first", "passed"), ("test_done_second", "passed")]
+        ("test_done_first", "passed"),
+        ("test_done_second", "passed"),
+    ]
     assert "[run INCOMPLETE]" in (run_dir / "report.txt").read_text().splitlines()[0]
     recorded = history_outcomes(root / "history.sqlite")
-    assert recorded == {"tests/faults/test_faults.py::test_done_first": "passed",
-                        "tests/faults/test_faults.py::test_done_second": "passed"}
+    assert recorded == {
+        "tests/faults/test_faults.py::test_done_first": "passed",
+        "tests/faults/test_faults.py::test_done_second": "passed",
+    }
     assert integrity_ok(root / "history.sqlite")
 
 
@@ -259,8 +303,10 @@ def test_a_file_that_fails_to_collect_costs_its_own_tests_and_says_why(tmp_path)
     assert proc.returncode == 1
     report = (only_run(root) / "report.txt").read_text()
     assert report.splitlines()[0].endswith("FAILED: 1 passed, 1 error")
-    assert ("tests/faults/test_broken_import.py: error: collection error: ModuleNotFoundError: No module named "
-            "'not_a_module_anywhere'") in report
+    assert (
+        "tests/faults/test_broken_import.py: error: collection error: ModuleNotFoundError: No module named "
+        "'not_a_module_anywhere'"
+    ) in report
     repro = harness(root, "repro", "--print", str(only_run(root))).stdout
     assert any(ln.endswith("tests/faults/test_broken_import.py") for ln in repro.splitlines()), repro
 
@@ -271,9 +317,17 @@ def test_a_bad_compiler_setting_is_one_line_before_any_suite(tmp_path):
     for name in ("config.py", "exc.py"):  # the project's compiler settings module, as in the real tree
         (root / "compiler" / name).write_text((ROOT / "compiler" / name).read_text())
     env = {**env_for(root), "KILN_POINTWISE_XBLOCK": "abc"}
-    proc = subprocess.run([sys.executable, "-m", "harness", *run_args(root)], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", *run_args(root)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("harness run: error: bad compiler setting for the suites: "
-                                   "KILN_POINTWISE_XBLOCK='abc': expected an integer")
+    assert proc.stderr.strip() == (
+        "harness run: error: bad compiler setting for the suites: "
+        "KILN_POINTWISE_XBLOCK='abc': expected an integer"
+    )
     assert not (root / "results").exists() or not any((root / "results").iterdir())

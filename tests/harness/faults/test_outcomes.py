@@ -22,7 +22,7 @@ MARK = "kiln-planted-leftover"
 
 # each leftover runs `sleep` under a marked command line (MARK and the project's folder), so the test can look for
 # survivors of its own run only
-LEFTOVERS = '''
+LEFTOVERS = """
 import os, subprocess, sys, pytest
 
 def sleeper(what):
@@ -53,7 +53,7 @@ def test_child_waited_for():
 
 def test_last():
     pass
-'''.replace("{mark}", MARK)
+""".replace("{mark}", MARK)
 
 
 def _survivors(root: Path) -> list[int]:
@@ -72,7 +72,6 @@ def _survivors(root: Path) -> list[int]:
     return found
 
 
-
 def _run_and_reap(root: Path) -> tuple[subprocess.CompletedProcess, list[int]]:
     """The harness run of the planted project and the planted processes still alive after it; whatever survived
     is killed afterwards, so that a failing test leaves nothing behind."""
@@ -84,6 +83,7 @@ def _run_and_reap(root: Path) -> tuple[subprocess.CompletedProcess, list[int]]:
             os.kill(pid, signal.SIGKILL)
     return proc, survivors
 
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="the leftover search reads Linux's /proc")
 def test_processes_a_test_leaves_running_are_ended_and_named(tmp_path):
     root = make_project(tmp_path, LEFTOVERS)
@@ -92,11 +92,16 @@ def test_processes_a_test_leaves_running_are_ended_and_named(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (only_run(root) / "report.txt").read_text()
     assert "3 passed, 3 error" in report.splitlines()[0], report
-    for test, what in (("child_left_running", "child"), ("fixture_left_running", "fixture"),
-                       ("daemon_left_running", "daemon")):
+    for test, what in (
+        ("child_left_running", "child"),
+        ("fixture_left_running", "fixture"),
+        ("daemon_left_running", "daemon"),
+    ):
         line = next((ln for ln in report.splitlines() if f"test_faults.py::test_{test}: error: " in ln), "")
         assert "left 1 process(es) running: pid " in line and f"time.sleep(300) {what} {MARK}" in line, (
-            test, report)
+            test,
+            report,
+        )
     recorded = history_outcomes(root / "history.sqlite")
     assert recorded["tests/faults/test_faults.py::test_child_left_running"] == "error"
     assert recorded["tests/faults/test_faults.py::test_child_waited_for"] == "passed"
@@ -106,7 +111,7 @@ def test_processes_a_test_leaves_running_are_ended_and_named(tmp_path):
 # and an expected failure's reason, captured output, and a sibling file that fails to import
 NASTY = "a\\x00b\\x1b[31mred\\ud800 \\x07 \\uffff end"
 ESCAPED = r"a\x00b\x1b[31mred\ud800 \x07 \uffff end"
-TEXTS = '''
+TEXTS = """
 import sys, pytest
 
 NASTY = "{nasty}"
@@ -143,7 +148,7 @@ def test_xfails():
 
 def test_last():
     pass
-'''.replace("{nasty}", NASTY)
+""".replace("{nasty}", NASTY)
 
 
 def test_any_text_in_any_phase_survives_escaped_and_the_junit_stays_readable(tmp_path):
@@ -157,14 +162,28 @@ def test_any_text_in_any_phase_survives_escaped_and_the_junit_stays_readable(tmp
     ET.parse(junit)  # readable XML
     tests = {t.id.split("::")[-1]: t for t in results.parse_junit(junit)}
     assert {name: t.outcome for name, t in tests.items()} == {
-        "test_first": "passed", "test_call_fails": "failed", "test_setup_errors": "error",
-        "test_teardown_errors": "error", "test_skipped": "skipped", "test_xfails": "xfailed", "test_last": "passed",
-        "tests/faults/test_import_fails.py": "error"}
-    for name in ("test_call_fails", "test_setup_errors", "test_teardown_errors", "test_skipped", "test_xfails",
-                 "tests/faults/test_import_fails.py"):
+        "test_first": "passed",
+        "test_call_fails": "failed",
+        "test_setup_errors": "error",
+        "test_teardown_errors": "error",
+        "test_skipped": "skipped",
+        "test_xfails": "xfailed",
+        "test_last": "passed",
+        "tests/faults/test_import_fails.py": "error",
+    }
+    for name in (
+        "test_call_fails",
+        "test_setup_errors",
+        "test_teardown_errors",
+        "test_skipped",
+        "test_xfails",
+        "tests/faults/test_import_fails.py",
+    ):
         assert ESCAPED in tests[name].message, (name, tests[name].message)
     report = (run_dir / "report.txt").read_text(encoding="utf-8")
-    assert report.splitlines()[0].endswith("FAILED: 2 passed, 1 failed, 3 error, 1 skipped, 1 xfailed"), report
+    assert report.splitlines()[0].endswith("FAILED: 2 passed, 1 failed, 3 error, 1 skipped, 1 xfailed"), (
+        report
+    )
     assert f"test_faults.py::test_call_fails: failed: AssertionError: {ESCAPED}" in report
     assert "\x1b" not in report and "\x00" not in report and "\x1b" not in proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -192,23 +211,30 @@ def test_a_file_that_kills_the_interpreter_while_imported_costs_that_file_alone(
     run_dir = only_run(root)
     report = (run_dir / "report.txt").read_text()
     assert report.splitlines()[0].endswith("FAILED: 2 passed, 3 error"), report
-    for name, why in (("test_aborts.py", "killed by SIGABRT"), ("test_segfaults.py", "killed by SIGSEGV"),
-                      ("test_exits.py", "exit status 0")):
-        assert f"tests/faults/{name}: error: crashed while collecting: {why} (attempt " in report, (name, report)
+    for name, why in (
+        ("test_aborts.py", "killed by SIGABRT"),
+        ("test_segfaults.py", "killed by SIGSEGV"),
+        ("test_exits.py", "exit status 0"),
+    ):
+        assert f"tests/faults/{name}: error: crashed while collecting: {why} (attempt " in report, (
+            name,
+            report,
+        )
     recorded = history_outcomes(root / "history.sqlite")
     assert recorded["tests/faults/test_faults.py::test_before_them"] == "passed"
     assert recorded["tests/faults/test_zz_healthy.py::test_after_them"] == "passed"
     assert recorded["tests/faults/test_aborts.py"] == "error"
     manifest = json.loads((run_dir / "run.json").read_text())
-    assert {c["id"] for c in manifest["suites"][0]["crashes"]} == {f"tests/faults/{n}" for n in
-                                                                   ("test_aborts.py", "test_segfaults.py", "test_exits.py")}
+    assert {c["id"] for c in manifest["suites"][0]["crashes"]} == {
+        f"tests/faults/{n}" for n in ("test_aborts.py", "test_segfaults.py", "test_exits.py")
+    }
     repro = harness(root, "repro", "--print", str(run_dir)).stdout
     assert any(ln.endswith("tests/faults/test_aborts.py") for ln in repro.splitlines()), repro
 
 
 # every phase a test process can die in or leave something behind in: import (a process started at module level,
 # which no test owns), setup, teardown, the call (an exit with status 0), and after the last test (at exit)
-PHASES = '''
+PHASES = """
 import os, signal, subprocess, sys, pytest
 
 STARTED_AT_IMPORT = subprocess.Popen(
@@ -237,22 +263,29 @@ def test_exits_zero():
 
 def test_last():
     pass
-'''.replace("{mark}", MARK)
+""".replace("{mark}", MARK)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="the leftover search reads Linux's /proc")
 def test_every_phase_a_process_dies_in_or_leaves_processes_in_is_named(tmp_path):
     root = make_project(tmp_path, PHASES)
     (root / "tests" / "faults" / "conftest.py").write_text(
-        "import atexit, os\n\ndef pytest_sessionfinish(session):\n    atexit.register(os.abort)  # after the journal\n")
+        "import atexit, os\n\ndef pytest_sessionfinish(session):\n    atexit.register(os.abort)  # after the journal\n"
+    )
     proc, survivors = _run_and_reap(root)
     assert survivors == [], "processes started at import outlived the run"
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (only_run(root) / "report.txt").read_text()
     assert report.splitlines()[0].startswith("kiln cpu/native FAILED: 2 passed, 3 error"), report
-    for test, why in (("setup_crash", "killed by SIGABRT"), ("teardown_crash", "killed by SIGSEGV"),
-                      ("exits_zero", "exit status 0")):
-        assert f"tests/faults/test_faults.py::test_{test}: error: crashed: {why} (attempt " in report, (test, report)
+    for test, why in (
+        ("setup_crash", "killed by SIGABRT"),
+        ("teardown_crash", "killed by SIGSEGV"),
+        ("exits_zero", "exit status 0"),
+    ):
+        assert f"tests/faults/test_faults.py::test_{test}: error: crashed: {why} (attempt " in report, (
+            test,
+            report,
+        )
     (badly,) = [ln for ln in report.splitlines() if "ended badly: " in ln]
     assert "killed by SIGABRT after its last test" in badly
     assert "process(es) running: pid " in badly and "(ended by the harness)" in badly

@@ -15,7 +15,9 @@ from harness.numerics.program import resolve
 from harness.numerics.store import save_run
 
 
-def planted(name: str, change: Callable[[torch.Tensor, int], torch.Tensor], ref: str = "bf16_chain") -> cap.Compiler:
+def planted(
+    name: str, change: Callable[[torch.Tensor, int], torch.Tensor], ref: str = "bf16_chain"
+) -> cap.Compiler:
     """Eager, with `change(output, call number)` applied to the forward output: a planted difference."""
     calls = {"n": 0}
 
@@ -29,8 +31,15 @@ def planted(name: str, change: Callable[[torch.Tensor, int], torch.Tensor], ref:
     return cap.Compiler(name, build)
 
 
-def save(path: Path, compilers: list[cap.Compiler | str], ref: str = "bf16_chain", seed: int = 0, repeat: int = 1,
-         backward: bool = False, **store_kw: Any) -> Path:
+def save(
+    path: Path,
+    compilers: list[cap.Compiler | str],
+    ref: str = "bf16_chain",
+    seed: int = 0,
+    repeat: int = 1,
+    backward: bool = False,
+    **store_kw: Any,
+) -> Path:
     """Capture `ref` under `compilers` on the CPU and save the run folder."""
     prog = resolve(ref)
     prog.backward = backward

@@ -48,12 +48,30 @@ def test_the_terminal_names_each_sides_compiler_in_a_real_process(runs):
     import sys
 
     root = Path(__file__).resolve().parents[3]
-    proc = subprocess.run([sys.executable, "-m", "harness", "numerics", "compare", f"{runs['a']}:eager",
-                           f"{runs['b']}:eager", "--md", os.devnull], cwd=root, capture_output=True, text=True,
-                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(root)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "numerics",
+            "compare",
+            f"{runs['a']}:eager",
+            f"{runs['b']}:eager",
+            "--md",
+            os.devnull,
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdicts = [ln for ln in proc.stdout.splitlines() if " vs " in ln]
-    assert verdicts and all("B (eager) vs A (eager): run A (eager) and run B (eager)" in ln for ln in verdicts)
+    assert verdicts and all(
+        "B (eager) vs A (eager): run A (eager) and run B (eager)" in ln for ln in verdicts
+    )
 
 
 def test_truncated_output_file(runs, tmp_path, capsys):
@@ -104,12 +122,15 @@ def test_other_inputs(runs, capsys):
 
 
 def test_other_program(runs, capsys):
-    assert "B ran another program than A: ref 'softmax_rows' vs 'bf16_chain'" in _compare(capsys, runs["a"],
-                                                                                          runs["other"])
+    assert "B ran another program than A: ref 'softmax_rows' vs 'bf16_chain'" in _compare(
+        capsys, runs["a"], runs["other"]
+    )
 
 
 def test_other_output_shapes(runs, capsys):
-    assert "output out: bfloat16[64, 64] in A vs bfloat16[4096] in B" in _compare(capsys, runs["a"], runs["flat"])
+    assert "output out: bfloat16[64, 64] in A vs bfloat16[4096] in B" in _compare(
+        capsys, runs["a"], runs["flat"]
+    )
 
 
 def test_unknown_side_and_missing_folder(runs, tmp_path, capsys):
@@ -124,7 +145,9 @@ def test_one_side_alone_is_not_a_comparison(runs, capsys):
 def test_run_refuses_a_used_folder_and_bad_specs(runs, capsys):
     rc, _, err = harness(capsys, "numerics", "run", "bf16_chain", "--out", runs["a"], "--compilers", "eager")
     assert "already holds files" in one_error_line(rc, err)
-    rc, _, err = harness(capsys, "numerics", "run", "bf16_chain", "--inputs", "x:bf17[3]", "--compilers", "eager")
+    rc, _, err = harness(
+        capsys, "numerics", "run", "bf16_chain", "--inputs", "x:bf17[3]", "--compilers", "eager"
+    )
     assert "unknown dtype 'bf17'" in one_error_line(rc, err)
     rc, _, err = harness(capsys, "numerics", "run", "no_such_program", "--compilers", "eager")
     assert "unknown program 'no_such_program'" in one_error_line(rc, err)
@@ -155,6 +178,8 @@ def test_interrupted_run_leaves_no_manifest(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(store, "write_json", cut)  # dies when env.json/manifest.json would be written
     with pytest.raises(KeyboardInterrupt):
         save(tmp_path / "cut", ["eager"])
-    assert (tmp_path / "cut" / "inputs" / "x.bin").exists() and not (tmp_path / "cut" / "manifest.json").exists()
+    assert (tmp_path / "cut" / "inputs" / "x.bin").exists() and not (
+        tmp_path / "cut" / "manifest.json"
+    ).exists()
     monkeypatch.undo()
     assert "the run is incomplete" in _compare(capsys, tmp_path / "cut", tmp_path / "cut")

@@ -18,22 +18,33 @@ from harness.numerics.store import sample_indices
 def test_spec_text_round_trips():
     spec = inp.parse("x:bf16[8,64] rand scale=2.5 shift=-1 specials=nan,neg0 count=5 grad=0")
     assert (spec.name, spec.shape, spec.dtype, spec.dist, spec.scale, spec.shift) == (
-        "x", (8, 64), "bfloat16", "rand", 2.5, -1.0)
+        "x",
+        (8, 64),
+        "bfloat16",
+        "rand",
+        2.5,
+        -1.0,
+    )
     assert (spec.specials, spec.count, spec.grad, spec.wants_grad) == (("nan", "neg0"), 5, False, False)
     assert inp.parse(spec.text()) == spec
     assert inp.parse("i:int64[3] randint low=-4 high=4").wants_grad is False
 
 
-@pytest.mark.parametrize("text,message", [
-    ("x[3]", "expected NAME:DTYPE[D0,D1,...] first"),
-    ("x:bf17[3]", "unknown dtype 'bf17'"),
-    ("x:fp32[3] gauss", "bad token 'gauss'"),
-    ("x:fp32[3] specials=denormal", "unknown special value kind(s) denormal"),
-    ("i:int32[3] specials=nan", "special values need a floating dtype, not int32"),
-    ("x:fp32[3] grad=maybe", "bad token 'grad=maybe'"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("x[3]", "expected NAME:DTYPE[D0,D1,...] first"),
+        ("x:bf17[3]", "unknown dtype 'bf17'"),
+        ("x:fp32[3] gauss", "bad token 'gauss'"),
+        ("x:fp32[3] specials=denormal", "unknown special value kind(s) denormal"),
+        ("i:int32[3] specials=nan", "special values need a floating dtype, not int32"),
+        ("x:fp32[3] grad=maybe", "bad token 'grad=maybe'"),
+    ],
+)
 def test_bad_specs_are_refused(text, message):
-    with pytest.raises(InputSpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(
+        InputSpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+    ):
         inp.parse(text)
 
 
@@ -72,7 +83,9 @@ def test_specials_on_the_device_copy_keep_their_bits():
     x = inp.generate(inp.parse("x:bf16[64] randn specials=all"), 1)
     moved = x.to("cpu", copy=True)
     assert inp.digest(moved) == inp.digest(x)
-    assert torch.equal(inp.from_bytes(inp.tensor_bytes(x), x.shape, x.dtype).view(torch.int16), x.view(torch.int16))
+    assert torch.equal(
+        inp.from_bytes(inp.tensor_bytes(x), x.shape, x.dtype).view(torch.int16), x.view(torch.int16)
+    )
 
 
 def test_cotangents_are_seeded_by_output_name():
@@ -86,7 +99,7 @@ def test_sample_indices_are_fixed_distinct_and_cover_the_ends():
     assert idx.size == 4096 and np.all(np.diff(idx) > 0)
     assert idx[0] == 0 and idx[-1] == 10_000_018
     assert np.array_equal(idx, sample_indices(10_000_019, 4096))
-    even = sample_indices(2 ** 22, 1000)  # a power of two: the multiplier is odd, so still distinct
+    even = sample_indices(2**22, 1000)  # a power of two: the multiplier is odd, so still distinct
     assert even.size == 1000 and math.gcd(2_654_435_761, 2) == 1
     assert np.array_equal(sample_indices(10, 50), np.arange(10))
 

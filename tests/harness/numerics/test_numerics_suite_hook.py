@@ -16,25 +16,36 @@ from numerics_helpers import harness, load_json
 from harness.suites.report import _numerics_lines
 
 ROOT = Path(__file__).resolve().parents[3]
-TESTS = ["tests/numerics/test_numerics.py::test_error_vs_fp64_not_worse_than_eager[softmax-bf16]",
-         "tests/numerics/test_numerics.py::test_emulate_eager_precision_closes_the_gap[bf16]"]
+TESTS = [
+    "tests/numerics/test_numerics.py::test_error_vs_fp64_not_worse_than_eager[softmax-bf16]",
+    "tests/numerics/test_numerics.py::test_emulate_eager_precision_closes_the_gap[bf16]",
+]
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("suite") / "numerics-outputs"
     env = {**os.environ, "KILN_NUMERICS_SAVE": str(out), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", *TESTS],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", *TESTS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
 
 def test_each_kiln_run_of_a_test_is_a_run_folder(saved):
     cases = sorted(p.name for p in saved.iterdir())
-    assert cases == ["tests.numerics.test_numerics.py.test_emulate_eager_precision_closes_the_gap_bf16_",
-                     "tests.numerics.test_numerics.py.test_emulate_eager_precision_closes_the_gap_bf16_-1",
-                     "tests.numerics.test_numerics.py.test_error_vs_fp64_not_worse_than_eager_softmax-bf16_"]
+    assert cases == [
+        "tests.numerics.test_numerics.py.test_emulate_eager_precision_closes_the_gap_bf16_",
+        "tests.numerics.test_numerics.py.test_emulate_eager_precision_closes_the_gap_bf16_-1",
+        "tests.numerics.test_numerics.py.test_error_vs_fp64_not_worse_than_eager_softmax-bf16_",
+    ]
     manifest = load_json(saved / cases[1] / "manifest.json")
     assert [s["compiler"] for s in manifest["sides"]] == ["kiln-emulate", "eager"]
     assert manifest["program"]["kind"] == "suite-case" and set(manifest["reference"]) == {"out"}
@@ -43,7 +54,9 @@ def test_each_kiln_run_of_a_test_is_a_run_folder(saved):
 def test_suite_runs_compare_case_by_case(saved, tmp_path, capsys):
     other = tmp_path / "other"
     shutil.copytree(saved, other)
-    rc, _, err = harness(capsys, "numerics", "compare", f"{saved}:kiln", f"{other}:kiln", "--out", tmp_path / "c")
+    rc, _, err = harness(
+        capsys, "numerics", "compare", f"{saved}:kiln", f"{other}:kiln", "--out", tmp_path / "c"
+    )
     assert rc == 0, err
     reports = load_json(tmp_path / "c" / "report.json")["reports"]
     assert len(reports) == 2  # the kiln-emulate case has no 'kiln' side: left out with a note
@@ -51,7 +64,9 @@ def test_suite_runs_compare_case_by_case(saved, tmp_path, capsys):
     md = (tmp_path / "c" / "report.md").read_text()
     assert "left out" in md and "closes_the_gap_bf16_-1" in md
     # within one saved run: kiln against eager, the fp64 reference stored with the case
-    rc, _out, err = harness(capsys, "numerics", "compare", saved, "--json", tmp_path / "one.json", "--md", "/dev/null")
+    rc, _out, err = harness(
+        capsys, "numerics", "compare", saved, "--json", tmp_path / "one.json", "--md", "/dev/null"
+    )
     assert rc == 0, err
     one = {r["program"]["ref"]: r for r in load_json(tmp_path / "one.json")["reports"]}
     softmax = one[TESTS[0]]
@@ -65,9 +80,17 @@ def test_harness_results_folder_is_found_and_reported(saved, tmp_path, capsys):
     run = tmp_path / "results" / "run1"
     shutil.copytree(saved, run / "suites" / "numerics-outputs")
     lines = _numerics_lines(SimpleNamespace(path=run))
-    assert lines == [(f"numerics outputs: {run / 'suites' / 'numerics-outputs'} (3 cases); compare: python -m harness "
-                     f"numerics compare OTHER_RUN:kiln {run}:kiln --out {run / 'numerics-compare'}")]
-    rc, _, err = harness(capsys, "numerics", "compare", f"{run}:kiln", f"{saved}:kiln", "--out",
-                         run / "numerics-compare")
+    assert lines == [
+        (
+            f"numerics outputs: {run / 'suites' / 'numerics-outputs'} (3 cases); compare: python -m harness "
+            f"numerics compare OTHER_RUN:kiln {run}:kiln --out {run / 'numerics-compare'}"
+        )
+    ]
+    rc, _, err = harness(
+        capsys, "numerics", "compare", f"{run}:kiln", f"{saved}:kiln", "--out", run / "numerics-compare"
+    )
     assert rc == 0, err
-    assert _numerics_lines(SimpleNamespace(path=run))[1] == f"numerics comparison: {run / 'numerics-compare' / 'report.md'}"
+    assert (
+        _numerics_lines(SimpleNamespace(path=run))[1]
+        == f"numerics comparison: {run / 'numerics-compare' / 'report.md'}"
+    )

@@ -54,7 +54,9 @@ def _add_one(out: torch.Tensor, call: int) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def planted_runs(tmp_path_factory: pytest.TempPathFactory, last_bit_positions: list[int]) -> tuple[Path, Path]:
+def planted_runs(
+    tmp_path_factory: pytest.TempPathFactory, last_bit_positions: list[int]
+) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("planted")
     a = save(base / "lastbit", [planted("eager-lastbit", _flip_last_bit(last_bit_positions))])
     b = save(base / "plus-one", [planted("eager-plus-one", _add_one)])
@@ -62,11 +64,23 @@ def planted_runs(tmp_path_factory: pytest.TempPathFactory, last_bit_positions: l
 
 
 @pytest.mark.needs("matplotlib")  # --plot
-def test_compare_names_exactly_the_planted_elements_and_the_closer_side(planted_runs, last_bit_positions, tmp_path,
-                                                                      capsys):
+def test_compare_names_exactly_the_planted_elements_and_the_closer_side(
+    planted_runs, last_bit_positions, tmp_path, capsys
+):
     a, b = planted_runs
-    rc, out, err = harness(capsys, "numerics", "compare", a, b, "--json", tmp_path / "r.json", "--md",
-                           tmp_path / "r.md", "--plot", tmp_path / "r.png")
+    rc, out, err = harness(
+        capsys,
+        "numerics",
+        "compare",
+        a,
+        b,
+        "--json",
+        tmp_path / "r.json",
+        "--md",
+        tmp_path / "r.md",
+        "--plot",
+        tmp_path / "r.png",
+    )
     assert rc == 0, err
     rep = load_json(tmp_path / "r.json")["reports"][0]
     assert [o["name"] for o in rep["outputs"]] == ["out"]
@@ -83,12 +97,18 @@ def test_compare_names_exactly_the_planted_elements_and_the_closer_side(planted_
     assert p["closer_differing"] == {"A": 3, "B": 4, "tie": 0}
     # by how much: there, B's error is the planted 1.0 (bf16-rounded), A's under one bf16 ULP (eager rounds thrice)
     err = p["max_err_mismatched"]
-    assert 0.9 <= err["B"] <= 1.1 and err["A"] < 2 ** -7 and p["max_ulp_mismatched"]["A"] < 1
+    assert 0.9 <= err["B"] <= 1.1 and err["A"] < 2**-7 and p["max_ulp_mismatched"]["A"] < 1
     ulps = p["max_ulp_mismatched"]
-    assert p["verdict"] == (f"run B is further from fp64 on 3 of 3 mismatched elements; its max error there is "
-                            f"{fmt(err['B'])} vs {fmt(err['A'])} for A ({fmt(ulps['B'])} vs {fmt(ulps['A'])} ULP)")
+    assert p["verdict"] == (
+        f"run B is further from fp64 on 3 of 3 mismatched elements; its max error there is "
+        f"{fmt(err['B'])} vs {fmt(err['A'])} for A ({fmt(ulps['B'])} vs {fmt(ulps['A'])} ULP)"
+    )
     # the worst elements are the planted ones, with the input values that produced them (elementwise program)
-    x = torch.from_numpy(np.fromfile(a / "inputs" / "x.bin", dtype=np.int16)).view(torch.bfloat16).reshape(SHAPE)
+    x = (
+        torch.from_numpy(np.fromfile(a / "inputs" / "x.bin", dtype=np.int16))
+        .view(torch.bfloat16)
+        .reshape(SHAPE)
+    )
     assert sorted(w["at"] for w in p["worst"][:3]) == _multi(BIG)
     for w in p["worst"][:3]:
         assert w["closer"] == "A"
@@ -96,11 +116,15 @@ def test_compare_names_exactly_the_planted_elements_and_the_closer_side(planted_
         assert set(w["inputs"]) == {"x", "y", "z"}
     md = (tmp_path / "r.md").read_text()
     assert p["verdict"] in md
-    assert "mismatched (rtol 0.016, atol 0.016): 3 at " + ", ".join(f"[{i}, {j}]" for i, j in _multi(BIG)) in md
+    assert (
+        "mismatched (rtol 0.016, atol 0.016): 3 at " + ", ".join(f"[{i}, {j}]" for i, j in _multi(BIG)) in md
+    )
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     # the terminal gets the verdict lines, each side named with its compiler
-    assert ("run B (eager-plus-one) is further from fp64 on 3 of 3 mismatched elements; its max error there is "
-            "1.01 vs 0.00675 for A (eager-lastbit)") in out
+    assert (
+        "run B (eager-plus-one) is further from fp64 on 3 of 3 mismatched elements; its max error there is "
+        "1.01 vs 0.00675 for A (eager-lastbit)"
+    ) in out
 
 
 def test_check_fails_on_the_side_further_from_fp64(planted_runs, capsys):
@@ -128,11 +152,17 @@ def test_nondeterminism_between_repeats_is_reported(tmp_path, capsys):
         return out
 
     run = save(tmp_path / "noisy", [planted("noisy", noisy), "eager"], repeat=2)
-    rc, _out, err = harness(capsys, "numerics", "compare", run, "--json", tmp_path / "r.json", "--md", tmp_path / "r.md")
+    rc, _out, err = harness(
+        capsys, "numerics", "compare", run, "--json", tmp_path / "r.json", "--md", tmp_path / "r.md"
+    )
     assert rc == 0, err
     noisy_side, eager_side = load_json(tmp_path / "r.json")["reports"][0]["outputs"][0]["sides"]
-    assert noisy_side["nondeterminism"] == {"repeats": 2, "identical": False, "differing": 2,
-                                            "max_abs_diff": pytest.approx(noisy_side["nondeterminism"]["max_abs_diff"])}
+    assert noisy_side["nondeterminism"] == {
+        "repeats": 2,
+        "identical": False,
+        "differing": 2,
+        "max_abs_diff": pytest.approx(noisy_side["nondeterminism"]["max_abs_diff"]),
+    }
     assert noisy_side["nondeterminism"]["max_abs_diff"] > 0
     assert eager_side["nondeterminism"]["identical"] is True
     assert "**2 differ**" in (tmp_path / "r.md").read_text()
@@ -142,10 +172,24 @@ def test_kiln_against_eager_and_fp64_forward_and_backward(tmp_path, capsys):
     """Real kiln on the interpreter: the fused chain rounds once (closer to fp64 than eager's three roundings);
     kiln-emulate rounds like eager, bit for bit; nothing differs between repeats."""
     run = tmp_path / "chain"
-    rc, _, err = harness(capsys, "numerics", "run", "bf16_chain", "--out", run, "--compilers",
-                           "eager,kiln,kiln-emulate", "--repeat", "2", "--device", "cpu")
+    rc, _, err = harness(
+        capsys,
+        "numerics",
+        "run",
+        "bf16_chain",
+        "--out",
+        run,
+        "--compilers",
+        "eager,kiln,kiln-emulate",
+        "--repeat",
+        "2",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
-    rc, _out, err = harness(capsys, "numerics", "compare", run, "--json", tmp_path / "r.json", "--md", tmp_path / "r.md")
+    rc, _out, err = harness(
+        capsys, "numerics", "compare", run, "--json", tmp_path / "r.json", "--md", tmp_path / "r.md"
+    )
     assert rc == 0, err
     rep = load_json(tmp_path / "r.json")["reports"][0]
     assert [s["compiler"] for s in rep["sides"]] == ["eager", "kiln", "kiln-emulate"]
@@ -165,8 +209,19 @@ def test_kiln_against_eager_and_fp64_forward_and_backward(tmp_path, capsys):
 
 def test_gpu_command_runs_its_programs_on_cpu_sizes(tmp_path, capsys):
     """The lead's command, with the CPU-sized variants of the two GPU programs and two compilers."""
-    rc, _out, err = harness(capsys, "numerics", "gpu", "--out", tmp_path, "--programs", "attention_small,mlp_small",
-                           "--compilers", "eager,kiln", "--device", "cpu")
+    rc, _out, err = harness(
+        capsys,
+        "numerics",
+        "gpu",
+        "--out",
+        tmp_path,
+        "--programs",
+        "attention_small,mlp_small",
+        "--compilers",
+        "eager,kiln",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     md = (tmp_path / "report.md").read_text()
     assert "# Numerics: `attention_small`" in md and "# Numerics: `mlp_small`" in md
@@ -190,11 +245,22 @@ def test_exported_program_runs_under_kiln_and_compares(tmp_path, capsys):
     torch.manual_seed(0)
     pt2 = tmp_path / "block.pt2"
     torch.export.save(torch.export.export(Block(), (torch.randn(4, 16),)), str(pt2))
-    rc, _, err = harness(capsys, "numerics", "run", pt2, "--out", tmp_path / "run", "--compilers", "eager,kiln",
-                         "--device", "cpu")
+    rc, _, err = harness(
+        capsys,
+        "numerics",
+        "run",
+        pt2,
+        "--out",
+        tmp_path / "run",
+        "--compilers",
+        "eager,kiln",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
-    rc, _, err = harness(capsys, "numerics", "compare", tmp_path / "run", "--json", tmp_path / "r.json",
-                         "--md", "/dev/null")
+    rc, _, err = harness(
+        capsys, "numerics", "compare", tmp_path / "run", "--json", tmp_path / "r.json", "--md", "/dev/null"
+    )
     assert rc == 0, err
     rep = load_json(tmp_path / "r.json")["reports"][0]
     assert rep["program"]["kind"] == "export" and rep["inputs"]["x"]["shape"] == [4, 16]

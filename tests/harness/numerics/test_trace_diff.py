@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from kiln_testing import DEVICE
 from numerics_helpers import harness, one_error_line
 
 from compiler import config
 from compiler.runtime import value_trace
 from harness.numerics import trace_diff as td
+from kiln_testing import DEVICE
 
 ROOT = Path(__file__).resolve().parents[3]
 PLANTED = 2  # the launch whose output is changed in the planted trace (the GELU kernel, between two matmuls)
@@ -55,18 +55,27 @@ def _trace(path: Path, fn=block, dtype: torch.dtype = torch.float32, plant=None)
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("traces")
-    return {"a": _trace(base / "a.jsonl"), "b": _trace(base / "b.jsonl"),
-            "planted": _trace(base / "planted.jsonl", plant=lambda t: t.mul_(1.001)),
-            "tiny": _trace(base / "tiny.jsonl", plant=lambda t: t.add_(1e-7)),
-            "other": _trace(base / "other.jsonl", fn=other),
-            "fp64": _trace(base / "fp64.jsonl", dtype=torch.float64)}
+    return {
+        "a": _trace(base / "a.jsonl"),
+        "b": _trace(base / "b.jsonl"),
+        "planted": _trace(base / "planted.jsonl", plant=lambda t: t.mul_(1.001)),
+        "tiny": _trace(base / "tiny.jsonl", plant=lambda t: t.add_(1e-7)),
+        "other": _trace(base / "other.jsonl", fn=other),
+        "fp64": _trace(base / "fp64.jsonl", dtype=torch.float64),
+    }
 
 
 def _cli(*args: object) -> subprocess.CompletedProcess:
     """`python -m harness numerics trace-diff ARGS` in a real process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "harness", "numerics", "trace-diff", *map(str, args)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "numerics", "trace-diff", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_planted_divergence_is_named_with_its_source(traces, tmp_path):
@@ -75,9 +84,12 @@ def test_planted_divergence_is_named_with_its_source(traces, tmp_path):
     a = td.load(traces["a"])
     planted = a.launches[PLANTED]
     assert planted["kind"] == "triton" and len(a.launches) > PLANTED + 1
-    later = td.load(traces["planted"]).launches[PLANTED + 1:]
-    assert all(o["stats"]["digest"] != p["stats"]["digest"] for r, s in zip(a.launches[PLANTED + 1:], later)
-               for o, p in zip(r["outputs"], s["outputs"]))  # the change reaches every later launch
+    later = td.load(traces["planted"]).launches[PLANTED + 1 :]
+    assert all(
+        o["stats"]["digest"] != p["stats"]["digest"]
+        for r, s in zip(a.launches[PLANTED + 1 :], later)
+        for o, p in zip(r["outputs"], s["outputs"])
+    )  # the change reaches every later launch
     proc = _cli(traces["a"], traces["planted"], "--json", tmp_path / "r.json")
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
@@ -121,7 +133,9 @@ def test_fp64_upcast_run_compares_only_when_allowed(traces, capsys):
     then within fp32's tolerance of the fp32 run."""
     rc, _, err = harness(capsys, "numerics", "trace-diff", traces["a"], traces["fp64"])
     assert "kernel sources differ: --allow-source-diff compares them anyway" in one_error_line(rc, err)
-    rc, out, err = harness(capsys, "numerics", "trace-diff", traces["a"], traces["fp64"], "--allow-source-diff")
+    rc, out, err = harness(
+        capsys, "numerics", "trace-diff", traces["a"], traces["fp64"], "--allow-source-diff"
+    )
     assert rc == 0, out + err
     assert "no divergence beyond tolerance" in out
 
@@ -141,15 +155,18 @@ def test_truncated_trace(traces, tmp_path, capsys):
     assert rc == 1 and "cut-off line" in out and f"first divergence at launch #{PLANTED} " in out
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "no such trace file"),
-    ("", "is empty: not a kiln value trace"),
-    ("not json\n", ":1: not JSON"),
-    ('{"type": "launch"}\n', "first line is no trace header"),
-    ('{"type": "header", "schema": 99}\n', "trace schema 99, this harness reads schema 1"),
-    ('{"type": "header", "schema": 1}\n{"type": "launch", "seq": 0}\n', ":2: launch record without"),
-    ('[1, 2]\n', ":1: not a trace record"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "no such trace file"),
+        ("", "is empty: not a kiln value trace"),
+        ("not json\n", ":1: not JSON"),
+        ('{"type": "launch"}\n', "first line is no trace header"),
+        ('{"type": "header", "schema": 99}\n', "trace schema 99, this harness reads schema 1"),
+        ('{"type": "header", "schema": 1}\n{"type": "launch", "seq": 0}\n', ":2: launch record without"),
+        ("[1, 2]\n", ":1: not a trace record"),
+    ],
+)
 def test_bad_trace_files(traces, tmp_path, capsys, content, needle):
     bad = tmp_path / "bad.jsonl"
     if content is not None:
@@ -197,21 +214,35 @@ def test_a_setting_that_changes_the_math(tmp_path, capsys):
     rc, out, err = harness(capsys, "numerics", "trace-diff", *paths, "--allow-source-diff", "--rtol", "0")
     assert rc == 1 and "first divergence at launch #0 " in out, out + err
     assert "graph settings: A (defaults); B emulate_eager_precision=True" in out
-    assert [ln.split(" (")[1][0] for ln in out.splitlines() if ln.startswith("kernel source of ")] == ["A", "B"]
+    assert [ln.split(" (")[1][0] for ln in out.splitlines() if ln.startswith("kernel source of ")] == [
+        "A",
+        "B",
+    ]
 
 
 def test_alignment_rules():
     """Launches align on graph index, graph role (a cond branch meets the same branch), call, launch and kind, and
     on output shapes; dtypes and sources only under --allow-source-diff."""
     out = {"name": "buf0", "shape": [4], "dtype": "float32", "stats": {}}
-    a = {"seq": 3, "graph": "graph_0.true_graph_0", "graph_index": 1, "call": 0, "launch": 0, "kind": "triton",
-         "kernel": "k", "source_hash": "h", "outputs": [out]}
+    a = {
+        "seq": 3,
+        "graph": "graph_0.true_graph_0",
+        "graph_index": 1,
+        "call": 0,
+        "launch": 0,
+        "kind": "triton",
+        "kernel": "k",
+        "source_hash": "h",
+        "outputs": [out],
+    }
     assert td.misalignment(a, {**a, "graph": "graph_9.true_graph_0"}, False) is None
-    assert "B has #3 graph 1 (graph_0.false_graph_0)" in td.misalignment(a, {**a, "graph": "graph_0.false_graph_0"},
-                                                                          False)
+    assert "B has #3 graph 1 (graph_0.false_graph_0)" in td.misalignment(
+        a, {**a, "graph": "graph_0.false_graph_0"}, False
+    )
     assert "B has #3 graph 1 (graph_0.true_graph_0) call 1" in td.misalignment(a, {**a, "call": 1}, False)
     assert "writes float32[4] in A and float32[5] in B" in td.misalignment(
-        a, {**a, "outputs": [{**out, "shape": [5]}]}, True)
+        a, {**a, "outputs": [{**out, "shape": [5]}]}, True
+    )
     fp64 = {**a, "source_hash": "g", "outputs": [{**out, "dtype": "float64"}]}
     assert "kernel sources differ" in td.misalignment(a, fp64, False)
     assert td.misalignment(a, fp64, True) is None

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TEST_ID = "tests/rate/test_rate.py::test_flake"
-PLANTED = '''
+PLANTED = """
 import json
 import random
 from pathlib import Path
@@ -44,7 +44,7 @@ def test_flake():
     STATE.write_text(json.dumps({**s, "runs": k + 1}))
     draw = random.Random(f"{s['trial']}:{k}").random()
     assert draw >= s["p"], f"planted flake: run {k} of trial {s['trial']} drew {draw:.3f} < p = {s['p']}"
-'''
+"""
 
 
 def fails(trial: int, k: int, p: float) -> bool:
@@ -118,8 +118,16 @@ def measure(p: float, attempts: int, trials: int, first: int = 0, root: Path | N
             run_dir = Path(tmp) / f"trial-{trial}"
             state.write_text(json.dumps({"trial": trial, "runs": 0, "p": p}))
             first_failure = TestOutcome(TEST_ID, "failed", "the suite run failed (planted)", 0.0)
-            found = runner.retry_failed(NativePlace(), b, "rate", [first_failure], policy, run_dir=run_dir,
-                                        junit=run_dir / "suites" / "rate.xml", env=suite_env(m, b))
+            found = runner.retry_failed(
+                NativePlace(),
+                b,
+                "rate",
+                [first_failure],
+                policy,
+                run_dir=run_dir,
+                junit=run_dir / "suites" / "rate.xml",
+                env=suite_env(m, b),
+            )
             (test,) = found.tests
             called_failing = test.status == "failing"
             failing += called_failing
@@ -138,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     got = measure(args.p, args.attempts, args.trials, args.first)
     low, high = got.interval()
-    print(f"p={args.p} attempts={args.attempts}: called failing in {got.failing} of {got.trials} trials "
-          f"({got.rate:.2%}, 95% interval {low:.2%}..{high:.2%}); formula p^attempts = "
-          f"{formula(args.p, args.attempts):.2%}; {got.reruns} reruns; "
-          f"{len(got.mismatches)} trial(s) differ from the prediction of their draws")
+    print(
+        f"p={args.p} attempts={args.attempts}: called failing in {got.failing} of {got.trials} trials "
+        f"({got.rate:.2%}, 95% interval {low:.2%}..{high:.2%}); formula p^attempts = "
+        f"{formula(args.p, args.attempts):.2%}; {got.reruns} reruns; "
+        f"{len(got.mismatches)} trial(s) differ from the prediction of their draws"
+    )
     return 1 if got.mismatches else 0
 
 

@@ -12,17 +12,26 @@ SCRIPT = ROOT / "ci" / "rehearse" / "rehearse.py"
 if str(SCRIPT.parent) not in sys.path:
     sys.path.insert(0, str(SCRIPT.parent))
 
-from rehearsal.act import act_argv
-from rehearsal.actions import ACTIONS_DIR
-from rehearsal.plan import JobSpec, load_workflows
+from rehearsal.act import act_argv  # noqa: E402 (importable only after the sys.path line above)
+from rehearsal.actions import ACTIONS_DIR  # noqa: E402 (importable only after the sys.path line above)
+from rehearsal.plan import JobSpec, load_workflows  # noqa: E402 (importable only after the sys.path line above)
 
 WORKFLOWS = load_workflows(ROOT)
 
 
 def argv_for(spec: JobSpec, workflows: dict[str, dict] = WORKFLOWS, tmp: Path = Path("/tmp/x")) -> list[str]:
     """act's command line for `spec` with fixed folders and port."""
-    return act_argv("act", spec, workflows, root=ROOT, actions_dir=ACTIONS_DIR, artifacts=tmp / "artifacts",
-                    cache=tmp / "cache", port=40000, event_file=tmp / "event.json")
+    return act_argv(
+        "act",
+        spec,
+        workflows,
+        root=ROOT,
+        actions_dir=ACTIONS_DIR,
+        artifacts=tmp / "artifacts",
+        cache=tmp / "cache",
+        port=40000,
+        event_file=tmp / "event.json",
+    )
 
 
 def pairs(argv: list[str], flag: str) -> list[str]:

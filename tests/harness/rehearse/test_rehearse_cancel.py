@@ -22,15 +22,18 @@ def test_the_cancel_verdict():
     assert "never reached pytest" in cancel_verdict(good, {}, set(), False).line
     later = _run(("nox -s unit-tests", "failure"), ("Upload results", "success"), (teardown, "success"))
     assert cancel_verdict(later, {}, set(), True).line == "after the cancel act started 'Upload results'"
-    assert "teardown did not run" in cancel_verdict(_run(("nox -s unit-tests", "failure")), {}, set(),
-                                                             True).line
+    assert (
+        "teardown did not run" in cancel_verdict(_run(("nox -s unit-tests", "failure")), {}, set(), True).line
+    )
     left = cancel_verdict(good, {42: "python -m pytest tests/compiler"}, set(), True)
     assert not left.ok and "pid 42: python -m pytest" in left.line
     assert "1 container(s) still ran" in cancel_verdict(good, {}, {"abc"}, True).line
 
 
 def test_descendants_and_alive_read_proc():
-    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"])
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"]
+    )
     try:
         import time
 

@@ -15,8 +15,10 @@ from rehearse_helpers import SCRIPT, WORKFLOWS
 def test_runs_on_forms_and_expression_labels():
     assert runs_on_labels({"runs-on": "ubuntu-latest"}) == ["ubuntu-latest"]
     assert runs_on_labels({"runs-on": ["self-hosted", "cpu"]}) == ["self-hosted", "cpu"]
-    assert runs_on_labels({"runs-on": {"group": "g", "labels": ["self-hosted", "h100"]}}) == \
-        ["self-hosted", "h100"]
+    assert runs_on_labels({"runs-on": {"group": "g", "labels": ["self-hosted", "h100"]}}) == [
+        "self-hosted",
+        "h100",
+    ]
     with pytest.raises(RehearseError, match="expression"):
         platform_args(["self-hosted", "${{ matrix.runner }}"])
 
@@ -29,7 +31,9 @@ def test_the_workflows_declare_the_inputs_the_rehearsal_sends():
         declared = WORKFLOWS[spec.workflow]["on"]["workflow_dispatch"]["inputs"]
         assert {k for k, _ in spec.inputs} <= set(declared), spec.workflow
         env = WORKFLOWS[spec.workflow].get("env", {})
-        assert env.get("KILN_TEST_SELECTION") == "${{ inputs.selection || vars.KILN_TEST_SELECTION }}", spec.workflow
+        assert env.get("KILN_TEST_SELECTION") == "${{ inputs.selection || vars.KILN_TEST_SELECTION }}", (
+            spec.workflow
+        )
 
 
 def test_every_job_of_every_workflow_on_every_event_of_its_workflow():
@@ -48,16 +52,40 @@ def test_every_job_of_every_workflow_on_every_event_of_its_workflow():
     assert by[("flakes-cuda", "schedule")] == "preflight" and ("flakes-cpu", "push") not in by
     assert ("bench-cuda", "schedule") not in by and len(specs) == len({(s.workflow, s.key) for s in specs})
     listed = list_table(specs).splitlines()
-    assert listed[-1] == f"{len(specs)} job x event pair(s)" and listed[0].split() == ["workflow", "job", "event",
-                                                                                       "expected"]
+    assert listed[-1] == f"{len(specs)} job x event pair(s)" and listed[0].split() == [
+        "workflow",
+        "job",
+        "event",
+        "expected",
+    ]
 
 
 def test_list_prints_the_pairs_and_runs_nothing(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--list", "--act",
-                           str(tmp_path / "no-act"), "--job", "tests-cuda", "--event", "pull_request:fork"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--list",
+            "--act",
+            str(tmp_path / "no-act"),
+            "--job",
+            "tests-cuda",
+            "--event",
+            "pull_request:fork",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[1].split() == ["ci.yml", "tests-cuda", "pull_request", "(fork)", "skipped"]
+    assert proc.stdout.splitlines()[1].split() == [
+        "ci.yml",
+        "tests-cuda",
+        "pull_request",
+        "(fork)",
+        "skipped",
+    ]
     assert not (tmp_path / "no-act").exists()
     with pytest.raises(RehearseError, match="no event pull_request:forks"):
         select(default_jobs("", 2), [], ["pull_request:forks"])

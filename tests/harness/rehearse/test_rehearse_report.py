@@ -47,8 +47,10 @@ def test_gpu_job_must_stop_at_its_pre_flight():
     job = WORKFLOWS["flakes.yml"]["jobs"]["flakes-cuda"]
     v = judge(spec, job, [run], 1)
     assert v.ok, v.line
-    assert v.line.startswith("stopped at pre-flight (step 'nox -s flakes-cuda') with message: "
-                             "error: pre-flight cuda: no NVIDIA driver")
+    assert v.line.startswith(
+        "stopped at pre-flight (step 'nox -s flakes-cuda') with message: "
+        "error: pre-flight cuda: no NVIDIA driver"
+    )
     # a workflow with a pre-flight step of its own: failing anywhere else is not the expected stop
     with_step = {"steps": [{"name": "GPU pre-flight", "run": "python -m harness preflight"}, *job["steps"]]}
     v = judge(spec, with_step, [run], 1)
@@ -56,8 +58,10 @@ def test_gpu_job_must_stop_at_its_pre_flight():
     renamed = parse_act_output(text.replace("nox -s flakes-cuda", "GPU pre-flight"))
     assert judge(spec, with_step, renamed, 1).ok
     # a CPU expectation for the same output fails and names the step
-    assert "at step 'nox -s flakes-cuda'" in judge(
-        JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch"), job, [run], 1).line
+    assert (
+        "at step 'nox -s flakes-cuda'"
+        in judge(JobSpec("flakes.yml", "flakes-cuda", "workflow_dispatch"), job, [run], 1).line
+    )
 
 
 def test_gpu_job_failing_before_its_pre_flight_is_not_the_expected_stop():
@@ -96,8 +100,10 @@ def test_an_unfinished_or_missing_job_is_not_ok():
 
 def test_the_pairs_table_has_every_pair_its_result_and_time_then_the_cancel_check():
     ok, bad = Verdict(True, "succeeded"), Verdict(False, "failed (act exit 1) at step 'nox -s lint': E501")
-    verdicts = [(JobSpec("ci.yml", "lint", "push"), ok, 61.4),
-                (JobSpec("ci.yml", "unit-tests", "pull_request", expect="skipped", variant="fork"), bad, 0.2)]
+    verdicts = [
+        (JobSpec("ci.yml", "lint", "push"), ok, 61.4),
+        (JobSpec("ci.yml", "unit-tests", "pull_request", expect="skipped", variant="fork"), bad, 0.2),
+    ]
     cancel = (JobSpec("ci.yml", "unit-tests", "workflow_dispatch", variant="cancelled"), ok, 95.0)
     lines = pairs_table(verdicts, cancel).splitlines()
     assert lines[0] == "job x event:"
@@ -120,7 +126,9 @@ def test_a_unit_tests_pair_must_have_uploaded_both_junit_files(tmp_path):
     spec, ok = JobSpec("ci.yml", "unit-tests", "push"), Verdict(True, "succeeded")
     (tmp_path / "1").mkdir()
     v = judge_uploads(spec, ok, tmp_path)
-    assert not v.ok and v.line == "succeeded, but no artifact results-unit-tests was uploaded (artifacts: none)"
+    assert (
+        not v.ok and v.line == "succeeded, but no artifact results-unit-tests was uploaded (artifacts: none)"
+    )
     _artifact(tmp_path, "results-unit-tests", ["unit-tests/compiler.xml"])
     assert judge_uploads(spec, ok, tmp_path).line.endswith("lacks unit-tests/harness.xml")
     _artifact(tmp_path, "other", ["a"])

@@ -35,11 +35,13 @@ def test_the_pairs_that_run_the_seeded_sessions_wait_for_it():
 
 def test_the_seed_is_built_by_the_jobs_own_install_steps_then_their_sessions_install_only():
     steps = install_steps(WORKFLOWS)
-    assert len(steps) == 1 and steps[0].startswith('python3 -m venv "$RUNNER_TEMP/venv" && ')  # every "Install nox"
+    assert len(steps) == 1 and steps[0].startswith(
+        'python3 -m venv "$RUNNER_TEMP/venv" && '
+    )  # every "Install nox"
     first, (argv,) = seed_commands("/usr/bin/python3", steps)
     assert first == [["bash", "-e", "-c", steps[0]]]
     assert argv[:4] == ["/usr/bin/python3", "-m", "nox", "--install-only"]
-    assert argv[argv.index("-s") + 1:] == list(SEEDED_SESSIONS) == ["unit-tests", "lint"]
+    assert argv[argv.index("-s") + 1 :] == list(SEEDED_SESSIONS) == ["unit-tests", "lint"]
     seed = Seed(Path("/s"))
     assert seed.env(True) == {}  # not built: the jobs install their own
     seed.temp_ok = True
@@ -51,8 +53,9 @@ def test_the_seed_is_built_by_the_jobs_own_install_steps_then_their_sessions_ins
 
 
 def _git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True, capture_output=True
+    )
 
 
 @pytest.mark.skipif(not shutil.which("git"), reason="needs git")
@@ -102,10 +105,22 @@ def test_checkout_links_the_seed_venvs_with_their_paths_rewritten(tmp_path):
     temp_seed, temp = tmp_path / "temp-seed", tmp_path / "runner-temp"
     (temp_seed / "venv" / "bin").mkdir(parents=True)
     (temp_seed / "venv" / "bin" / "nox").write_text(f"#!{temp_seed}/venv/bin/python\n")
-    env = {**os.environ, "KILN_REHEARSE_SOURCE": str(src), "GITHUB_WORKSPACE": str(ws), "STANDIN_PATH": "",
-           "KILN_REHEARSE_VENV_SEED": str(seed), "KILN_REHEARSE_TEMP_SEED": str(temp_seed), "RUNNER_TEMP": str(temp)}
-    out = subprocess.run(["bash", str(ACTIONS_DIR / "checkout" / "checkout.sh")], env=env, capture_output=True,
-                         text=True, check=False)
+    env = {
+        **os.environ,
+        "KILN_REHEARSE_SOURCE": str(src),
+        "GITHUB_WORKSPACE": str(ws),
+        "STANDIN_PATH": "",
+        "KILN_REHEARSE_VENV_SEED": str(seed),
+        "KILN_REHEARSE_TEMP_SEED": str(temp_seed),
+        "RUNNER_TEMP": str(temp),
+    }
+    out = subprocess.run(
+        ["bash", str(ACTIONS_DIR / "checkout" / "checkout.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert "checkout stand-in: .nox/kiln $RUNNER_TEMP/venv from the rehearsal's venv seed" in out.stdout
     assert (temp / "venv" / "bin" / "nox").read_text() == f"#!{temp}/venv/bin/python\n"
@@ -114,7 +129,9 @@ def test_checkout_links_the_seed_venvs_with_their_paths_rewritten(tmp_path):
     gsite = got / "lib" / "python3.11" / "site-packages"
     assert (got / "bin" / "pytest").read_text().startswith(f"#!{got}/bin/python\n")
     assert os.access(got / "bin" / "pytest", os.X_OK)
-    assert (gsite / "__editable___kiln_finder.py").read_text() == f"MAPPING = {{'compiler': '{ws}/compiler'}}\n"
+    assert (
+        gsite / "__editable___kiln_finder.py"
+    ).read_text() == f"MAPPING = {{'compiler': '{ws}/compiler'}}\n"
     assert str(ws) in (gsite / "kiln-0.1.0.dist-info" / "direct_url.json").read_text()
     assert f"-m venv {got}" in (got / "pyvenv.cfg").read_text()
     assert (gsite / "torch.py").stat().st_ino == (site / "torch.py").stat().st_ino  # a hard link
@@ -135,10 +152,20 @@ def test_refreshing_the_seed_tree_keeps_its_venvs(tmp_path):
     (ws / ".nox" / "kiln").mkdir(parents=True)
     (ws / ".nox" / "kiln" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (ws / "stale").write_text("old tree")
-    env = {**os.environ, "KILN_REHEARSE_SOURCE": str(src), "GITHUB_WORKSPACE": str(ws), "STANDIN_PATH": "",
-           "KILN_REHEARSE_KEEP": ".nox"}
-    out = subprocess.run(["bash", str(ACTIONS_DIR / "checkout" / "checkout.sh")], env=env, capture_output=True,
-                         text=True, check=False)
+    env = {
+        **os.environ,
+        "KILN_REHEARSE_SOURCE": str(src),
+        "GITHUB_WORKSPACE": str(ws),
+        "STANDIN_PATH": "",
+        "KILN_REHEARSE_KEEP": ".nox",
+    }
+    out = subprocess.run(
+        ["bash", str(ACTIONS_DIR / "checkout" / "checkout.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in ws.iterdir()) == [".git", ".nox", "new"]
     assert (ws / ".nox" / "kiln" / "pyvenv.cfg").is_file()  # the venvs stay; nothing else of the old tree
@@ -163,14 +190,18 @@ def test_the_seed_adopts_the_trees_own_project_venv_once(tmp_path):
     assert adopt_tree_venv(seed, tree) == f"the seed's .nox/kiln linked from {mine}"
     got = seed.root / ".nox" / "kiln"
     site = got / "lib" / "python3.11" / "site-packages"
-    assert (site / "__editable___kiln_finder.py").read_text() == f"MAPPING = {{'harness': '{seed.root}/harness'}}\n"
+    assert (
+        site / "__editable___kiln_finder.py"
+    ).read_text() == f"MAPPING = {{'harness': '{seed.root}/harness'}}\n"
     assert (got / "bin" / "pip").read_text() == f"#!{got}/bin/python\n"
     mine_site = mine / "lib" / "python3.11" / "site-packages"
     assert (site / "torch.py").stat().st_ino == (mine_site / "torch.py").stat().st_ino
     assert str(tree) in (mine / "bin" / "pip").read_text()  # the tree's own venv is untouched
     assert adopt_tree_venv(seed, tree) == ""  # the same stamp: nothing to do
     (mine / "kiln-installed.json").unlink()
-    assert adopt_tree_venv(Seed(tmp_path / "other"), tree) == ""  # no filled venv in the tree: nothing to adopt
+    assert (
+        adopt_tree_venv(Seed(tmp_path / "other"), tree) == ""
+    )  # no filled venv in the tree: nothing to adopt
 
 
 def test_a_tree_venv_that_cannot_be_linked_is_left_to_nox(tmp_path, monkeypatch):
@@ -184,5 +215,7 @@ def test_a_tree_venv_that_cannot_be_linked_is_left_to_nox(tmp_path, monkeypatch)
 
     monkeypatch.setattr(seed_mod.subprocess, "run", refuse)
     line = adopt_tree_venv(seed, tree)
-    assert line.startswith(f"could not link {tree / '.nox' / 'kiln'} into the seed") and line.endswith("nox installs it")
+    assert line.startswith(f"could not link {tree / '.nox' / 'kiln'} into the seed") and line.endswith(
+        "nox installs it"
+    )
     assert not (seed.root / ".nox" / "kiln").exists()

@@ -1,10 +1,10 @@
 """Fixtures of the fleet-store tests: one parametrized `store_url`, a fresh store per test on each engine.
 
-  sqlite      a file in the test's temporary folder (`sqlite:///...`)
-  postgresql  a fresh database on a real PostgreSQL server: $KILN_TEST_PG_URL when set (`.ci/run` starts one
-              with ci/postgres.sh), else one this session starts with ci/postgres.sh (initdb + pg_ctl on a Unix
-              socket in a temporary folder, stopped at the end). Without initdb or psycopg the postgresql
-              params are skipped with the reason, never passed.
+sqlite      a file in the test's temporary folder (`sqlite:///...`)
+postgresql  a fresh database on a real PostgreSQL server: $KILN_TEST_PG_URL when set (`.ci/run` starts one
+            with ci/postgres.sh), else one this session starts with ci/postgres.sh (initdb + pg_ctl on a Unix
+            socket in a temporary folder, stopped at the end). Without initdb or psycopg the postgresql
+            params are skipped with the reason, never passed.
 """
 
 from __future__ import annotations

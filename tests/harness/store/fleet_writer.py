@@ -17,12 +17,29 @@ from harness.bench.stores.store import Store, now
 def main(url: str, runs: int, kill: bool = False) -> None:
     with Store(url) as store:
         for i in range(runs):
-            run = RunInfo(id=None, uid=uuid.uuid4().hex, created_at=now(), device="cpu", device_name="cpu: test",
-                          compilers=["inductor", "eager"], git_ref="main", git_commit=f"c{i:04d}")
+            run = RunInfo(
+                id=None,
+                uid=uuid.uuid4().hex,
+                created_at=now(),
+                device="cpu",
+                device_name="cpu: test",
+                compilers=["inductor", "eager"],
+                git_ref="main",
+                git_commit=f"c{i:04d}",
+            )
             store.begin_run(run)
             for k, comp in enumerate(("inductor", "eager")):
-                store.add_result(run.id, Result(f"w{i % 3}", comp, "h", timer="wall", bytes=4096,
-                                                samples=[1000.0 + i + k + j / 8 for j in range(20)]))
+                store.add_result(
+                    run.id,
+                    Result(
+                        f"w{i % 3}",
+                        comp,
+                        "h",
+                        timer="wall",
+                        bytes=4096,
+                        samples=[1000.0 + i + k + j / 8 for j in range(20)],
+                    ),
+                )
             if kill and i == runs - 1:
                 sys.stdout.flush()
                 os.kill(os.getpid(), signal.SIGKILL)

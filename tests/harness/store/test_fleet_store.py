@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, insert, select
 
-from harness.bench.judge.compare import resolve_baseline
 from harness.bench.core.records import RunInfo
+from harness.bench.judge.compare import resolve_baseline
 from harness.bench.stores.store import Store, now
 from harness.exc import BaselineError, StoreError
 from harness.store import BENCH, HISTORY, head, open_store
@@ -33,8 +33,13 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _writer(url: str, runs: int, *, runner: str, label: str = "", kill: bool = False) -> subprocess.Popen:
     args = [sys.executable, str(WRITER), url, str(runs), *(["kill"] if kill else [])]
-    return subprocess.Popen(args, env=_env(RUNNER_NAME=runner, KILN_GPU_LABEL=label), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        args,
+        env=_env(RUNNER_NAME=runner, KILN_GPU_LABEL=label),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _count(url: str, table) -> int:
@@ -95,7 +100,9 @@ def test_two_runners_share_one_store_and_baselines_stay_in_their_class(store_url
     for runner, label in (("box-a", "h100"), ("box-b", "mi300"), ("box-c", "h100")):
         p = _writer(store_url, 1, runner=runner, label=label)
         assert p.wait(timeout=300) == 0, p.stderr.read()[-2000:]
-    new = RunInfo(id=None, uid="new", created_at=now(), device="cpu", device_name="cpu: test", hw_class="mi300")
+    new = RunInfo(
+        id=None, uid="new", created_at=now(), device="cpu", device_name="cpu: test", hw_class="mi300"
+    )
     with Store(store_url, readonly=True) as store:
         by_runner = {r.runner: r for r in store.runs()}
         assert {r.hw_class for r in store.runs()} == {"h100", "mi300"}
@@ -127,8 +134,15 @@ def test_without_psycopg_the_postgresql_params_skip_with_the_reason(tmp_path):
     env = {**_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     env.pop("KILN_TEST_PG_URL", None)
     test = f"{Path(__file__).relative_to(ROOT)}::test_both_stores_migrate_to_head_and_readers_cannot_write"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "1 passed, 1 skipped" in proc.stdout and "psycopg 3 is not installed" in proc.stdout
 

@@ -41,15 +41,34 @@ def _runner(monkeypatch, tmp_path):
 
 
 def _bench_run(store: Store, i: int, *, finish: bool = True) -> RunInfo:
-    run = RunInfo(id=None, uid=uuid.uuid4().hex, created_at=f"2026-01-0{i + 1}T00:00:00+00:00", device="cpu",
-                  device_name="cpu: test", compilers=["inductor", "eager"], git_ref="main", git_commit=f"c{i}")
+    run = RunInfo(
+        id=None,
+        uid=uuid.uuid4().hex,
+        created_at=f"2026-01-0{i + 1}T00:00:00+00:00",
+        device="cpu",
+        device_name="cpu: test",
+        compilers=["inductor", "eager"],
+        git_ref="main",
+        git_commit=f"c{i}",
+    )
     store.begin_run(run)
     for comp in ("inductor", "eager"):
         slow = 1.3 if (i == 2 and comp == "inductor") else 1.0
-        store.add_result(run.id, Result("softmax.fwd", comp, "h", timer="wall", bytes=4096,
-                                        samples=[slow * (1000.0 + j % 7) for j in range(40)]))
+        store.add_result(
+            run.id,
+            Result(
+                "softmax.fwd",
+                comp,
+                "h",
+                timer="wall",
+                bytes=4096,
+                samples=[slow * (1000.0 + j % 7) for j in range(40)],
+            ),
+        )
     if finish:
-        store.save_verdicts(run.id, [Comparison("softmax.fwd", "inductor", Verdict.UNCHANGED, ratio=1.0, p=0.5)])
+        store.save_verdicts(
+            run.id, [Comparison("softmax.fwd", "inductor", Verdict.UNCHANGED, ratio=1.0, p=0.5)]
+        )
         store.finish_run(run.id)
     return run
 
@@ -63,7 +82,9 @@ def _source(tmp_path: Path) -> Path:
         _bench_run(store, 3, finish=False)
     for k in range(2):
         outcomes = {"t::ok": ("passed", 1.0), "t::flaky": ("failed" if k else "passed", 0.5)}
-        history.record(db, fake_run(tmp_path / f"run-{k}", outcomes, started=f"2026-01-0{k + 1}T00:00:00+00:00"))
+        history.record(
+            db, fake_run(tmp_path / f"run-{k}", outcomes, started=f"2026-01-0{k + 1}T00:00:00+00:00")
+        )
     return db
 
 
@@ -126,12 +147,27 @@ def test_two_pushes_at_once_copy_each_run_once(store_url, tmp_path):
     src = _source(tmp_path)
     root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    procs = [subprocess.Popen([sys.executable, "-m", "harness", "store", "push", "--from", str(src), "--to",
-                               store_url], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "harness", "store", "push", "--from", str(src), "--to", store_url],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for _, e in outs]
-    assert _counts(store_url) == {"runs": 3, "results": 6, "samples": 240, "uids": 3, "history": 2, "outcomes": 4}
+    assert _counts(store_url) == {
+        "runs": 3,
+        "results": 6,
+        "samples": 240,
+        "uids": 3,
+        "history": 2,
+        "outcomes": 4,
+    }
 
 
 def _normalized(argv: list[str], url: str, capsys) -> str:
@@ -148,16 +184,36 @@ def test_the_reports_are_identical_from_either_engine(both_urls, tmp_path, capsy
     for url in both_urls:
         assert main(["store", "push", "--from", str(src), "--to", url]) == 0
         capsys.readouterr()
-        outputs.append([
-            _normalized(["bench", "show", "latest", "--store", url], url, capsys),
-            _normalized(["bench", "show", "1", "--store", url], url, capsys),
-            _normalized(["bench", "history", "--store", url, "--out", str(tmp_path / "plots")], url, capsys),
-            _normalized(["bench", "list", "--store", url], url, capsys),
-            _normalized(["bench", "history", "--store", url, "--runner", "box-a", "--hw-class", "h100",
-                         "--out", str(tmp_path / "plots")], url, capsys),
-            _normalized(["history", "show", "--store", url], url, capsys),
-            _normalized(["history", "show", "--store", url, "--hw-class", "h100", "--failing"], url, capsys),
-        ])
+        outputs.append(
+            [
+                _normalized(["bench", "show", "latest", "--store", url], url, capsys),
+                _normalized(["bench", "show", "1", "--store", url], url, capsys),
+                _normalized(
+                    ["bench", "history", "--store", url, "--out", str(tmp_path / "plots")], url, capsys
+                ),
+                _normalized(["bench", "list", "--store", url], url, capsys),
+                _normalized(
+                    [
+                        "bench",
+                        "history",
+                        "--store",
+                        url,
+                        "--runner",
+                        "box-a",
+                        "--hw-class",
+                        "h100",
+                        "--out",
+                        str(tmp_path / "plots"),
+                    ],
+                    url,
+                    capsys,
+                ),
+                _normalized(["history", "show", "--store", url], url, capsys),
+                _normalized(
+                    ["history", "show", "--store", url, "--hw-class", "h100", "--failing"], url, capsys
+                ),
+            ]
+        )
     sqlite_out, pg_out = outputs
     assert sqlite_out == pg_out
     assert "softmax.fwd" in sqlite_out[2] and "t::flaky: failed 1 of the last 2 runs" in sqlite_out[5]
@@ -192,11 +248,18 @@ def test_a_server_stopped_mid_run_loses_nothing(pg_server, tmp_path, capsys):
     folder = tempfile.mkdtemp(prefix="kiln-pg-outage-")
     script = str(Path(__file__).resolve().parents[3] / "ci" / "postgres.sh")
     try:
-        url = subprocess.run([script, "start", folder], capture_output=True, text=True, check=True,
-                             timeout=120).stdout.split()[-1]
+        url = subprocess.run(
+            [script, "start", folder], capture_output=True, text=True, check=True, timeout=120
+        ).stdout.split()[-1]
         with Store(url, log=print) as store:
-            run = RunInfo(id=None, uid=uuid.uuid4().hex, created_at=now(), device="cpu", device_name="cpu: t",
-                          compilers=["eager"])
+            run = RunInfo(
+                id=None,
+                uid=uuid.uuid4().hex,
+                created_at=now(),
+                device="cpu",
+                device_name="cpu: t",
+                compilers=["eager"],
+            )
             store.begin_run(run)
             store.add_result(run.id, Result("a", "eager", "h", timer="wall", samples=[1.0, 2.0, 3.0]))
             subprocess.run([script, "stop", folder], check=True, timeout=120)
@@ -211,8 +274,10 @@ def test_a_server_stopped_mid_run_loses_nothing(pg_server, tmp_path, capsys):
         with Store(url, log=print) as store:  # the next run reaches it: the spool is pushed first
             (got,) = store.runs()
             assert got.uid == run.uid and got.status == "complete"
-            assert [(x.workload, x.samples) for x in store.results(got.id)] == [("a", [1.0, 2.0, 3.0]),
-                                                                                 ("b", [4.0, 5.0])]
+            assert [(x.workload, x.samples) for x in store.results(got.id)] == [
+                ("a", [1.0, 2.0, 3.0]),
+                ("b", [4.0, 5.0]),
+            ]
             assert [v.verdict for v in store.verdicts(got.id)] == ["new"]
         assert "pushed 2 spooled run(s)" in capsys.readouterr().out  # the bench run and the history run
         with history.connect(url, readonly=True) as db:
@@ -250,14 +315,18 @@ def test_a_read_only_job_reads_the_fleet_store_and_writes_its_own(store_url, tmp
     assert isinstance(local, Path) and local.is_file() and str(tmp_path) not in str(local)
     from harness.bench.cli import open_bench_store
 
-    with open_bench_store(None, "cpu", write=True) as store:  # `bench run --lasting cpu`: the runner's own store
+    with open_bench_store(
+        None, "cpu", write=True
+    ) as store:  # `bench run --lasting cpu`: the runner's own store
         assert store.path == tmp_path / "lasting" / "cpu.sqlite" and store.runs() == []
     with open_bench_store(None, "cpu", write=False) as store:  # the PR's baseline read: the fleet store
         assert len(store.runs(complete_only=True)) == 3
     assert _counts(store_url) == before
 
 
-def test_push_without_from_takes_this_runners_lasting_stores_and_history(store_url, tmp_path, monkeypatch, capsys):
+def test_push_without_from_takes_this_runners_lasting_stores_and_history(
+    store_url, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "lasting" / "{backend}.sqlite"))
     with Store(tmp_path / "lasting" / "cpu.sqlite") as store:
         _bench_run(store, 0)
@@ -279,8 +348,29 @@ def test_bench_backend_hands_the_hosts_identity_to_the_measuring_process(tmp_pat
     monkeypatch.delenv("RUNNER_NAME", raising=False)
     monkeypatch.delenv("KILN_GPU_LABEL", raising=False)
     out = tmp_path / "res"
-    assert main(["bench", "backend", "--backend", "cpu", "--native", "--results", str(out), "--", "--compilers",
-                 "eager", "--only", "row_sum.*", "--target-s", "0.01", "--quiet", "--no-fail"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "backend",
+                "--backend",
+                "cpu",
+                "--native",
+                "--results",
+                str(out),
+                "--",
+                "--compilers",
+                "eager",
+                "--only",
+                "row_sum.*",
+                "--target-s",
+                "0.01",
+                "--quiet",
+                "--no-fail",
+            ]
+        )
+        == 0
+    )
     with Store(out / "bench.sqlite", readonly=True) as s:
         (run,) = s.runs()
         assert (run.runner, run.gpu_label, run.hw_class) == ("host-x", "l40s", "l40s")
@@ -290,15 +380,28 @@ def test_push_takes_the_checkouts_bench_store_and_says_when_there_is_none(tmp_pa
     """`store push --to sqlite:///...` on a developer's machine: the bench store `nox -s ci`/`nox -s bench` write
     (results/bench/<backend>/bench.sqlite) is pushed with the test history; with no bench store anywhere, a note
     says where it looked (never a silent history-only push)."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KILN_")}, "PYTHONPATH": str(ROOT),
-           "XDG_DATA_HOME": str(tmp_path / "data"), "KILN_RESULTS": str(tmp_path / "results"),
-           "KILN_BENCH_STORE": str(tmp_path / "no-lasting" / "{backend}.sqlite")}
-    history.record(tmp_path / "data" / "kiln" / "history" / "history.sqlite",
-                   fake_run(tmp_path / "r1", {"t::ok": ("passed", 1.0)}))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
+        "PYTHONPATH": str(ROOT),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "KILN_RESULTS": str(tmp_path / "results"),
+        "KILN_BENCH_STORE": str(tmp_path / "no-lasting" / "{backend}.sqlite"),
+    }
+    history.record(
+        tmp_path / "data" / "kiln" / "history" / "history.sqlite",
+        fake_run(tmp_path / "r1", {"t::ok": ("passed", 1.0)}),
+    )
 
     def push(to: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "harness", "store", "push", "--to", f"sqlite:///{to}"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "store", "push", "--to", f"sqlite:///{to}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
 
     alone = push(tmp_path / "fleet1.sqlite")
     assert alone.returncode == 0, alone.stderr

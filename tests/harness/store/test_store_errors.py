@@ -19,9 +19,21 @@ ROOT = Path(__file__).resolve().parents[3]
 def harness(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
     spool = tmp_path / "spool" / "store.sqlite"
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True, check=False,
-                          timeout=300, env={**base, "PYTHONPATH": str(ROOT), "XDG_DATA_HOME": str(tmp_path / "data"),
-                                            "KILN_STORE_SPOOL": str(spool), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={
+            **base,
+            "PYTHONPATH": str(ROOT),
+            "XDG_DATA_HOME": str(tmp_path / "data"),
+            "KILN_STORE_SPOOL": str(spool),
+            **env,
+        },
+    )
 
 
 def flakes_folder(tmp_path: Path) -> Path:
@@ -29,8 +41,10 @@ def flakes_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "flakes"
     folder.mkdir()
     (folder / "flakes.json").write_text('{"kind": "flakes", "backend": "cpu"}')
-    (folder / "pytest.xml").write_text('<testsuites><testsuite name="pytest" tests="1"><testcase '
-                                       'classname="tests.a.test_a" name="test_x" time="0.1"/></testsuite></testsuites>')
+    (folder / "pytest.xml").write_text(
+        '<testsuites><testsuite name="pytest" tests="1"><testcase '
+        'classname="tests.a.test_a" name="test_x" time="0.1"/></testsuite></testsuites>'
+    )
     return folder
 
 
@@ -40,8 +54,15 @@ def _role(admin, password: str | None) -> str:
     return name
 
 
-@pytest.mark.parametrize("text", ["postgresql://u:secret@localhost:abc/db", "postgresql://u@[::1/db",
-                                  "mysql://u@h/db", "sqlite://relative.sqlite"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "postgresql://u:secret@localhost:abc/db",
+        "postgresql://u@[::1/db",
+        "mysql://u@h/db",
+        "sqlite://relative.sqlite",
+    ],
+)
 def test_a_malformed_store_url_is_one_line_exit_2(tmp_path, text):
     for args in (["history", "show"], ["bench", "list"], ["store", "push", "--to", text]):
         proc = harness(tmp_path, *args, KILN_STORE_URL=text)
@@ -81,8 +102,14 @@ def test_a_wrong_password_is_an_error_not_a_spool(tmp_path, pg_server, pg_admin)
         conn.execute("SELECT pg_reload_conf()")
     try:
         url = make_url(fresh_database()).set(username=role, password="wrong-one")
-        proc = harness(tmp_path, "history", "--store", url.render_as_string(hide_password=False), "record",
-                       str(flakes_folder(tmp_path)))
+        proc = harness(
+            tmp_path,
+            "history",
+            "--store",
+            url.render_as_string(hide_password=False),
+            "record",
+            str(flakes_folder(tmp_path)),
+        )
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             hba.write_text(before)

@@ -16,8 +16,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table("meta", sa.Column("key", sa.Text, primary_key=True),
-                    sa.Column("value", sa.Text, nullable=False))
+    op.create_table(
+        "meta", sa.Column("key", sa.Text, primary_key=True), sa.Column("value", sa.Text, nullable=False)
+    )
     op.create_table(
         "runs",
         sa.Column("id", sa.Integer, primary_key=True),
@@ -25,8 +26,10 @@ def upgrade() -> None:
         sa.Column("created_at", sa.Text, nullable=False),
         sa.Column("finished_at", sa.Text),
         sa.Column("status", sa.Text, nullable=False),
-        *(sa.Column(c, sa.Text) for c in ("profile", "device", "device_name", "compilers", "git_ref",
-                                          "git_commit", "label")),
+        *(
+            sa.Column(c, sa.Text)
+            for c in ("profile", "device", "device_name", "compilers", "git_ref", "git_commit", "label")
+        ),
         sa.Column("ceiling_gbps", REAL8),
         sa.Column("config", sa.Text),
         sa.Column("env", sa.Text),
@@ -36,8 +39,10 @@ def upgrade() -> None:
         "results",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
-        *(sa.Column(c, sa.Text, nullable=False)
-          for c in ("workload", "compiler", "phase", "source_hash", "status")),
+        *(
+            sa.Column(c, sa.Text, nullable=False)
+            for c in ("workload", "compiler", "phase", "source_hash", "status")
+        ),
         sa.Column("error", sa.Text),
         sa.Column("median_ns", REAL8),
         *(sa.Column(c, INT8) for c in ("n", "bytes", "flops")),

@@ -18,8 +18,11 @@ _OUTCOMES = "outcome IN ('passed', 'failed', 'error', 'skipped', 'xfailed')"
 
 
 def upgrade() -> None:
-    op.create_table("history_meta", sa.Column("key", sa.Text, primary_key=True),
-                    sa.Column("value", sa.Text, nullable=False))
+    op.create_table(
+        "history_meta",
+        sa.Column("key", sa.Text, primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+    )
     op.create_table(
         "history_runs",
         sa.Column("id", sa.Integer, primary_key=True),

@@ -18,12 +18,14 @@ depends_on = None
 
 COLUMNS = ("runner", "gpu_model", "driver", "gpu_label", "hw_class")
 _meta = sa.table("history_meta", sa.column("key", sa.Text), sa.column("value", sa.Text))
-_runs = sa.table("history_runs", sa.column("id", sa.Integer), sa.column("uid", sa.Text),
-                 sa.column("runner", sa.Text))
+_runs = sa.table(
+    "history_runs", sa.column("id", sa.Integer), sa.column("uid", sa.Text), sa.column("runner", sa.Text)
+)
 # revision 1's history_runs less its UNIQUE(folder), as SQLite's copy of the table starts from it (reflecting
 # it would drop the unnamed CHECK on `source`)
 _REV1_RUNS = sa.Table(
-    "history_runs", sa.MetaData(),
+    "history_runs",
+    sa.MetaData(),
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("date", sa.Text, nullable=False),
     sa.Column("git_commit", sa.Text),
@@ -36,7 +38,9 @@ _REV1_RUNS = sa.Table(
 
 def upgrade() -> None:
     bind = op.get_bind()
-    if bind.dialect.name == "sqlite":  # no DROP CONSTRAINT: the table is copied (foreign keys off, migrate.py)
+    if (
+        bind.dialect.name == "sqlite"
+    ):  # no DROP CONSTRAINT: the table is copied (foreign keys off, migrate.py)
         with op.batch_alter_table("history_runs", copy_from=_REV1_RUNS, recreate="always") as b:
             b.add_column(sa.Column("uid", sa.Text))
             for name in COLUMNS:
