@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from harness.exc import QuarantineError
 
@@ -308,7 +309,17 @@ def apply(
     return verdict
 
 
-def outcomes_of(tests: Iterable[object]) -> dict[str, list[str]]:
+class HasOutcome(Protocol):
+    """A result record with a test id and its outcome (e.g. harness.record.TestOutcome)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def outcome(self) -> str: ...
+
+
+def outcomes_of(tests: Iterable[HasOutcome]) -> dict[str, list[str]]:
     """test id -> outcomes from result records with `.id` and `.outcome` (e.g. harness.record.TestOutcome);
     a test listed twice (same id in two suites or runs) keeps both outcomes."""
     result: dict[str, list[str]] = {}

@@ -314,8 +314,8 @@ def confirm_side_by_side(
     what = (
         "same code (baseline run of this very commit)"
         if plan.same_code
-        else f"baseline commit {plan.base_commit[:10]} in a scratch worktree"
-    )  # type: ignore[index]
+        else f"baseline commit {(plan.base_commit or '')[:10]} in a scratch worktree"
+    )
     n_sus = sum(1 for c in suspects if c.suspect)
     say(
         f"[confirm] {n_sus} suspect(s) and {len(suspects) - n_sus} other key(s) of {', '.join(always) or '-'} in "

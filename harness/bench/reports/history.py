@@ -347,8 +347,8 @@ def markdown_report(hist: History, last: int = 10) -> str:
         lines.append(
             "Regressed steps: "
             + "; ".join(
-                f"{p.result.workload} [{p.result.compiler}] run {p.run.id} x{p.cmp.ratio:.2f}"
-                for p in regs  # type: ignore[union-attr]
+                f"{p.result.workload} [{p.result.compiler}] run {p.run.id} x{p.cmp.ratio:.2f}"  # type: ignore[union-attr]
+                for p in regs
             )
         )
     else:
@@ -387,7 +387,7 @@ def plot_workload(hist: History, workload: str, path: Path) -> Path:
         x = [xs[p.run.id] for p in pts]
         st = [p.result.stats for p in pts]
         y = [s.median / div for s in st]  # type: ignore[union-attr]
-        err = [[(s.median - s.q1) / div for s in st], [(s.q3 - s.median) / div for s in st]]  # type: ignore
+        err = [[(s.median - s.q1) / div for s in st], [(s.q3 - s.median) / div for s in st]]  # type: ignore[union-attr]
         ax.errorbar(
             x,
             y,
