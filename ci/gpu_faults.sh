@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21 on the GPU box: (1) a planted suite with a segfaulting test and a Triton store far out of bounds (a
+# Faults on the GPU box: (1) a planted suite with a segfaulting test and a Triton store far out of bounds (a
 # sticky illegal-address error) run natively through the harness: every other result must stand, the tests after
 # the access pass in a fresh process (neither failed nor flaky); (2) the real suites' time with and without the
 # crash isolation, measured one after the other on the same machine.

@@ -1,4 +1,4 @@
-"""Issue 21 "Nothing lost" (bench): suspects decided side by side, verdicts stored and repeated by `bench
+"""Nothing lost (bench): suspects decided side by side, verdicts stored and repeated by `bench
 history`, the job's last lines, atomic artifacts, `finished_at`, SIGTERM. Real `bench run`s of a few tiny
 workloads in subprocesses (the machine's speed is what they are about), plus unit tests without timing."""
 
