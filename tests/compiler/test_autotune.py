@@ -257,7 +257,9 @@ def test_a_cached_choice_compiles_no_candidate_and_costs_what_a_plain_warm_compi
             loads[tune] = counts["load_kernel"]
         assert compile_stats().autotune_hits == 1 and compile_stats().autotuned == 0
     assert counts["candidates"] == counts["time_config"] == counts["_submit"] == 0
-    assert loads[True] == loads[False] == 1
+    # one kernel module loaded from the cache on the CPU; on a GPU the binary index serves the compiled kernel and
+    # no module is loaded at all: either way a tuned warm compile loads exactly what a plain one does
+    assert loads[True] == loads[False] == (1 if DEVICE == "cpu" else 0)
 
 
 def test_cached_config_applies_a_stored_choice_only(tuned):

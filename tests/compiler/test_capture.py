@@ -17,13 +17,13 @@ def _alive() -> int:
     )  # isinstance would touch deprecated module attrs
 
 
-def test_capture_collects_the_graphs_compiled_inside_the_block_only():
+def test_capture_collects_the_graphs_compiled_inside_the_block_only(device):
     torch._dynamo.reset()
     f = torch.compile(lambda x: (x * 2).relu(), backend="kiln")
-    f(torch.randn(8))  # compiled outside: not recorded
+    f(torch.randn(8, device=device))  # compiled outside: not recorded
     g = torch.compile(lambda x: (x + 1).sigmoid(), backend="kiln")
     with compiler.capture() as graphs:
-        g(torch.randn(8))
+        g(torch.randn(8, device=device))
     assert len(graphs) == 1 and graphs[0].kernel_count == 1
 
 

@@ -110,9 +110,9 @@ def test_gpu_reduction_rules_at_their_edges():
     assert _cfg("inner", 0, 50176, 256) == "X4/R256/w4" and _cfg("outer", 0, 50176, 64) == "X16/R64/w4"
 
 
-def test_gpu_reduction_picks_compute_correctly(monkeypatch):
+def test_gpu_reduction_picks_compute_correctly(monkeypatch, device):
     """The GPU heuristic's block sizes (16-column long column sums, mixed steps of 64 short rows, 32 short rows a
-    program) give the right values: run under the interpreter with the GPU configs."""
+    program) give the right values: on the GPU, or under the interpreter with the GPU configs."""
     import torch.nn.functional as F
 
     from kiln_testing import launch_log
@@ -121,7 +121,7 @@ def test_gpu_reduction_picks_compute_correctly(monkeypatch):
         TritonKernel, "launch_config", lambda self, x, r, d: self.heuristic_config(x, r, interp=False)
     )
     torch._dynamo.reset()
-    x = torch.randn(8192, 64)
+    x = torch.randn(8192, 64, device=device)
     with launch_log() as seen:
         got = torch.compile(lambda t: t.sum(0), backend="kiln")(x)
     torch.testing.assert_close(got, x.sum(0), rtol=1e-4, atol=1e-3)
@@ -129,11 +129,11 @@ def test_gpu_reduction_picks_compute_correctly(monkeypatch):
 
     torch._dynamo.reset()
     xs = [
-        torch.randn(16384, 64, requires_grad=True),
-        torch.randn(64, requires_grad=True),
-        torch.randn(64, requires_grad=True),
+        torch.randn(16384, 64, device=device, requires_grad=True),
+        torch.randn(64, device=device, requires_grad=True),
+        torch.randn(64, device=device, requires_grad=True),
     ]
-    go = torch.randn(16384, 64)
+    go = torch.randn(16384, 64, device=device)
     with compiler.config.patch(strict=True), launch_log() as seen:
         out = torch.compile(lambda a, w, b: F.layer_norm(a, (64,), w, b, 1e-5), backend="kiln")(*xs)
         got = torch.autograd.grad(out, xs, go)
