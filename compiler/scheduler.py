@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sympy
 import torch
@@ -28,6 +28,7 @@ from .index_eval import Unevaluable, evaluate
 from .ir import (
     Buffer,
     ComputedBuffer,
+    Index,
     InputBuffer,
     Layout,
     Reduction,
@@ -125,7 +126,7 @@ class Member:
 
     buf: ComputedBuffer
     role: str  # "x" or "xr"
-    value: KExpr = None  # element value (reductions: the value reduced at (x, r))
+    value: KExpr  # element value (reductions: the value reduced at (x, r))
     store_index: sympy.Expr = None  # flat offset the element is stored at
     store: bool = False
     #: stored into a graph input's memory (the ``in_place`` pass): stored after every member's value is computed
@@ -136,10 +137,18 @@ class Member:
         return isinstance(self.buf.definition, Reduction)
 
     @property
+    def reduction(self) -> Reduction:
+        """The definition of a reduction member (one where ``is_reduction`` holds)."""
+        d = self.buf.definition
+        if not isinstance(d, Reduction):
+            raise InvariantError(f"{self.buf.name} is not a reduction: {type(d).__name__}")
+        return d
+
+    @property
     def value_dtype(self) -> torch.dtype:
         """The dtype of the register value the member stores (a reduction's result, not what it reads)."""
         d = self.buf.definition
-        if not self.is_reduction:
+        if not isinstance(d, Reduction):
             return self.value.dtype
         return torch.int64 if d.reduction_type in ("argmax", "argmin") else d.src_dtype
 
@@ -349,7 +358,8 @@ class Scheduler:
         # write-backs into mutated inputs go last: fused kernels recompute values from the inputs' old contents
         # wherever they are placed, so no kernel may run after an input is overwritten
         write_backs = [s for s in steps if isinstance(s, ExternCall) and s.write_back]
-        steps = [s for s in steps if not (isinstance(s, ExternCall) and s.write_back)] + write_backs
+        steps = [s for s in steps if not (isinstance(s, ExternCall) and s.write_back)]
+        steps += write_backs
         for step in steps:
             if isinstance(step, ComputedBuffer):
                 self._place(step)
@@ -402,7 +412,9 @@ class Scheduler:
         if group.kind or isinstance(d, (Scatter, Scan)):  # alone in a kernel of their own
             if group.members:
                 return False
-            group.members.append(self._member(group, buf))
+            alone = self._member(group, buf)
+            assert alone is not None, f"a scatter or scan always maps onto its own group: {buf.name}"
+            group.members.append(alone)
             return True
         if isinstance(d, Reduction):
             X, R = prod(d.ranges), prod(d.reduction_ranges)
@@ -412,9 +424,10 @@ class Scheduler:
                 candidate = group
             else:
                 # a pointwise group becomes a reduction group: its members must map onto (X, R)
-                candidate = self._remapped(group, X, R)
-                if candidate is None:
+                remapped = self._remapped(group, X, R)
+                if remapped is None:
                     return False
+                candidate = remapped
             member = self._member(candidate, buf)
         else:
             if not group.has_reduction and group.members and not same(prod(d.ranges), group.xnumel):
@@ -514,8 +527,8 @@ class Scheduler:
             return None
         if not all(m.is_reduction for m in c1.members):
             return None
-        sources = [m.buf.definition.column for m in c1.members]
-        if any(cs is None for cs in sources):
+        sources = [m.reduction.column for m in c1.members if m.reduction.column is not None]
+        if len(sources) != len(c1.members):
             return None
         cols, rows = sources[0].cols, sources[0].rows
         if any(
@@ -608,14 +621,13 @@ class Scheduler:
             g.partials.append(Member(part, "col", v, store=True))
             renamed[m.buf.name] = Strided(part, lay)
         for m in c2.members:
-            d = m.buf.definition
             reads = _body_reads(m.buf)
             if m.is_reduction and reads and reads[0] in renamed:
-                src = renamed[reads[0]]
+                d = m.reduction
                 m.buf.definition = Reduction(
                     d.ranges,
                     (sympy.Integer(programs),),
-                    lambda idx, ridx, src=src: src.load([ridx[0]] + list(idx)),
+                    _partials_reader(renamed[reads[0]]),
                     d.reduction_type,
                     d.dtype,
                     d.src_dtype,
@@ -633,7 +645,8 @@ class Scheduler:
 
     def _reindex(self) -> None:
         """Rebuild ``producer`` and ``symbol_producer`` after items were removed or moved."""
-        self.producer, symbols = {}, {}
+        self.producer = {}
+        symbols: dict[sympy.Symbol, int] = {}
         for k, it in enumerate(self.items):
             names = (
                 [m.buf.name for m in it.members + it.partials]
@@ -699,6 +712,11 @@ def _body(buf: ComputedBuffer) -> KExpr:
         expr = d.body(idx)
     buf.body_expr = expr
     return expr
+
+
+def _partials_reader(src: Strided) -> Callable[[Index, Index], KExpr]:
+    """The body of a second stage that reduces the per-program partials ``src``: element ``[ridx[0], *idx]``."""
+    return lambda idx, ridx: src.load([ridx[0]] + list(idx))
 
 
 def _body_reads(buf: ComputedBuffer) -> list[str]:

@@ -40,7 +40,7 @@ class Scope:
 
     def lookup(self, key) -> str | None:
         """The variable holding ``key``'s value in this scope or an enclosing one (CSE), or None."""
-        s = self
+        s: Scope | None = self
         while s is not None:
             if key in s.cache:
                 return s.cache[key]
@@ -49,7 +49,7 @@ class Scope:
 
     def member_var(self, name: str) -> str | None:
         """The variable holding group member ``name``'s value in this scope or an enclosing one, or None."""
-        s = self
+        s: Scope | None = self
         while s is not None:
             if name in s.members:
                 return s.members[name]
@@ -104,7 +104,7 @@ class Scope:
         if e.indirect:
             subs = {s: sympy.Symbol(self.emit(v), integer=True) for s, v in e.indirect}
             index = index.subs(subs)
-            mask = self.r.scope_mask(self.shape)
+            mask: str | None = self.r.scope_mask(self.shape)
         else:
             mask = self.r.mask_for(index)
             index = self.r.simplified(index)
@@ -235,6 +235,7 @@ class KernelRenderer:
     def compute_x_member(self, scope: Scope, m: Member) -> str:
         xs = scope
         while xs.shape != "x":
+            assert xs.parent is not None, "a row-and-reduction scope lies inside a row scope"
             xs = xs.parent
         var = xs.emit(m.value)
         xs.members[m.buf.name] = var
@@ -312,7 +313,7 @@ class KernelRenderer:
         accs = []
         for p in g.partials:  # a partial's definition is its column sum
             acc = self.new_var()
-            top.line(f"{acc} = tl.full([1, RBLOCK], 0, {tl_dtype(p.buf.definition.src_dtype)})")
+            top.line(f"{acc} = tl.full([1, RBLOCK], 0, {tl_dtype(p.reduction.src_dtype)})")
             accs.append(acc)
         top.line(f"for xsub in range(0, {g.row_chunk}, XBLOCK):")
         xs = Scope(self, "x", lines, "        ")
@@ -322,7 +323,7 @@ class KernelRenderer:
         xs.line("xrmask = xmask & rmask")
         xr = self._persistent(xs)
         for p, acc in zip(g.partials, accs):
-            src = tl_dtype(p.buf.definition.src_dtype)
+            src = tl_dtype(p.reduction.src_dtype)
             v = xr.emit(p.value)
             xr.line(
                 f"{acc} = {acc} + tl.sum(tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({src}), 0), "
@@ -374,7 +375,7 @@ class KernelRenderer:
         pairs: dict[str, Member] = {}
         for m in self.group.members:
             d = m.buf.definition
-            if not m.is_reduction or d.reduction_type != "sum" or not d.src_dtype.is_floating_point:
+            if not isinstance(d, Reduction) or d.reduction_type != "sum" or not d.src_dtype.is_floating_point:
                 continue
             e = m.value
             if not (
@@ -385,9 +386,9 @@ class KernelRenderer:
             if not isinstance(ld, Load) or ld.indirect or ld.mask is not None:
                 continue
             a = by_name.get(ld.buffer)
-            if a is None or not a.is_reduction or a.buf.definition.reduction_type != "max":
+            if a is None or not a.is_reduction or a.reduction.reduction_type != "max":
                 continue
-            if a.buf.definition.src_dtype != d.src_dtype or not kexpr_equal(v, a.value):
+            if a.reduction.src_dtype != d.src_dtype or not kexpr_equal(v, a.value):
                 continue
             pairs[m.buf.name] = a
         return pairs
@@ -450,7 +451,7 @@ class KernelRenderer:
 
     # -------------------------------------------------------------- reductions
     def _identity(self, m: Member) -> str:
-        d: Reduction = m.buf.definition
+        d = m.reduction
         t, dt = d.reduction_type, d.src_dtype
         if t == "sum":
             return raw_literal(0, dt)
@@ -463,7 +464,7 @@ class KernelRenderer:
         return raw_literal((info.min if big else info.max) if info else int(not big), dt)
 
     def _combine(self, m: Member) -> str:
-        d: Reduction = m.buf.definition
+        d = m.reduction
         t = d.reduction_type
         if t in ("max", "min"):
             name = (
@@ -484,7 +485,7 @@ class KernelRenderer:
     def _final(self, m: Member, acc: str, idx: str = "") -> str:
         """Reduce a [XBLOCK, RBLOCK] block along dim 1 to [XBLOCK, 1] with builtin reductions (fast in the
         interpreter too); NaN propagates for max/min, and argmax/argmin pick the first NaN or best value."""
-        d: Reduction = m.buf.definition
+        d = m.reduction
         t, is_float = d.reduction_type, d.src_dtype.is_floating_point
         if t == "sum":
             return f"tl.sum({acc}, 1)[:, None]"
@@ -508,7 +509,7 @@ class KernelRenderer:
             self.helpers.append(helper)
 
     def _reduce_block(self, xs: Scope, m: Member, v: str) -> str:
-        d: Reduction = m.buf.definition
+        d = m.reduction
         masked = f"tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), {self._identity(m)})"
         var = self.new_var()
         xs.line(f"{var} = {masked}")
@@ -517,7 +518,7 @@ class KernelRenderer:
         return out
 
     def _acc_init(self, xs: Scope, m: Member):
-        d: Reduction = m.buf.definition
+        d = m.reduction
         acc = self.new_var()
         xs.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {self._identity(m)}, {tl_dtype(d.src_dtype)})")
         if d.reduction_type in ("argmax", "argmin"):
@@ -527,7 +528,7 @@ class KernelRenderer:
         return acc
 
     def _acc_update(self, body: Scope, m: Member, acc, v: str) -> None:
-        d: Reduction = m.buf.definition
+        d = m.reduction
         masked = f"tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({tl_dtype(d.src_dtype)}), {self._identity(m)})"
         t = d.reduction_type
         if t == "sum":
@@ -543,7 +544,7 @@ class KernelRenderer:
 
     def _online_update(self, body: Scope, m: Member, m_acc: str, s_acc: str, v: str) -> None:
         """Running max ``m_acc`` and running sum of exp(v - max) ``s_acc``, rescaled when the max grows."""
-        d: Reduction = m.buf.definition
+        d = m.reduction
         self._use("_max_nan")
         vm, new, alpha = self.new_var(), self.new_var(), self.new_var()
         body.line(

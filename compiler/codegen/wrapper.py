@@ -31,7 +31,7 @@ from torch.utils._sympy.functions import FloorDiv, Mod, ModularIndexing, PythonM
 from .. import config
 from ..exc import InvariantError, SymbolResolutionError, require
 from ..graph import ExternCall, SubgraphCall, SubgraphRef
-from ..ir import Buffer, InputBuffer, Opaque, Strided, SymScalar, sym
+from ..ir import Buffer, InputBuffer, Opaque, Scatter, Strided, SymScalar, sym
 from ..runtime import value_trace
 from ..runtime.combo import ComboKernel
 from ..runtime.launcher import TritonKernel
@@ -347,7 +347,7 @@ class WrapperBuilder:
             self.nodes[name] = self.nodes[target]
         items = self.schedule.items
         tail = len(items)  # the trailing write-backs into mutated inputs, emitted together
-        while tail and isinstance(items[tail - 1], ExternCall) and items[tail - 1].write_back:
+        while tail and isinstance(last := items[tail - 1], ExternCall) and last.write_back:
             tail -= 1
         groups = {id(g): k for k, g in enumerate(self.schedule.groups)}
         for item in items[:tail]:
@@ -362,7 +362,7 @@ class WrapperBuilder:
             elif isinstance(item, SubgraphCall):
                 self.emit_subgraph(item)
         if tail < len(items):
-            self.emit_write_backs(items[tail:])
+            self.emit_write_backs([it for it in items[tail:] if isinstance(it, ExternCall)])  # every one is
         outs = [self.value(v) if v is not None else None for v in self.g.outputs]
         self.graph.output(tuple(outs))
         reuse_buffers(self.graph)
@@ -379,7 +379,9 @@ class WrapperBuilder:
     def emit_kernel(self, group: KernelGroup, ks: KernelSource) -> None:
         if group.kind == "scatter":  # writes into its target's memory, which becomes the scattered buffer
             m = group.members[0]
-            self.nodes[m.buf.name] = self.nodes[m.buf.definition.target]
+            d = m.buf.definition
+            assert isinstance(d, Scatter), f"a scatter group's member is a scatter: {m.buf.name}"
+            self.nodes[m.buf.name] = self.nodes[d.target]
         for m in group.members + group.partials:
             if m.store and m.buf.name not in self.nodes:
                 self.allocate(m.buf)
@@ -474,6 +476,7 @@ class WrapperBuilder:
 
     def trace_fallback(self, call: ExternCall) -> None:
         """Record a fallback's tensor results (after the nodes that name them, the graph's last ones now)."""
+        assert self.trace_sites is not None, "fallbacks are traced only where value tracing is on"
         bufs = [b for b in pytree.tree_leaves(call.outputs) if isinstance(b, Buffer)]
         if bufs:
             nodes = [self.nodes[b.name] for b in bufs]
@@ -533,7 +536,7 @@ FALLBACK_FUNCTIONS: dict[Any, Callable] = {
 }
 
 #: torch's sympy functions of float size arithmetic -> the Python function that computes them
-_FLOAT_FUNCTIONS = {
+_FLOAT_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "CeilToInt": math.ceil,
     "FloorToInt": math.floor,
     "TruncToInt": math.trunc,
@@ -627,11 +630,11 @@ def reuse_buffers(graph: fx.Graph) -> int:
         if not _allocates(n):
             continue
         still = []
-        for last, key, a in pending:
-            if last < pos[n]:
+        for last_use, key, a in pending:
+            if last_use < pos[n]:
                 free.setdefault(key, []).append(a)
             else:
-                still.append((last, key, a))
+                still.append((last_use, key, a))
         pending = still
         key = (n.target, n.args, tuple(sorted(n.kwargs.items(), key=lambda kv: kv[0])))
         last = _pooled_last_use(n, pos)

@@ -48,6 +48,13 @@ class PageSpec:
     render: Callable[[], str] | None = None
     job: tuple[str, str] | None = None  # (kind, key) rendered in a worker: ("workload", name), ("run", uid)
 
+    def render_here(self) -> str:
+        """The page rendered in this process: its job, else its render function."""
+        if self.job is not None:
+            return _render_job(self.job)
+        assert self.render is not None, f"page {self.name}: neither a job nor a render function"
+        return self.render()
+
 
 @dataclass
 class Built:
@@ -85,6 +92,11 @@ def _hash(obj: Any) -> str:
     except ValueError:
         raw = pickle.dumps(obj, protocol=5)
     return hashlib.sha256(_renderer() + raw).hexdigest()
+
+
+def _constant(text: str) -> Callable[[], str]:
+    """A render function that returns `text`."""
+    return lambda: text
 
 
 def _vsig(data: BenchData, run_id: int) -> tuple:
@@ -136,7 +148,7 @@ def specs(
             r.hw_class,
             r.device_name,
             r.git_ref,
-            _vsig(data, r.id),
+            _vsig(data, r.rid),
         )
         for r in data.runs
     ]
@@ -185,15 +197,15 @@ def specs(
         ]
         out.append(PageSpec(pages.workload_page(w), _hash(sig), job=("workload", w)))
     for run in data.runs:
-        sig = (
+        run_sig = (
             json.dumps(run.as_dict(), sort_keys=True, default=str),
-            _vsig(data, run.id),
+            _vsig(data, run.rid),
             data.commit_url,
-            [(w, c, tuple(p)) for w, c, p in data.results.get(run.id) or []],
+            [(w, c, tuple(p)) for w, c, p in data.results.get(run.rid) or []],
         )
-        out.append(PageSpec(pages.run_page(run.uid), _hash(sig), job=("run", run.uid)))
+        out.append(PageSpec(pages.run_page(run.uid), _hash(run_sig), job=("run", run.uid)))
         out.append(
-            PageSpec(f"run-{pages.slug(run.uid)}.json", _hash(("export", sig)), job=("export", run.uid))
+            PageSpec(f"run-{pages.slug(run.uid)}.json", _hash(("export", run_sig)), job=("export", run.uid))
         )
     for (_w, _c, commit), path in data.bisections.items():
         name = f"{path.stem}-{commit[:10]}"
@@ -202,12 +214,12 @@ def specs(
             report = json.loads(text)
         except (OSError, ValueError):
             continue
-        out.append(PageSpec(f"{name}.json", _hash(text), lambda text=text: text))
+        out.append(PageSpec(f"{name}.json", _hash(text), _constant(text)))
         out.append(
             PageSpec(
                 f"{name}.html",
                 _hash(("page", text)),
-                lambda report=report, name=name: pages.render_bisection(report, name, f"{name}.json"),
+                functools.partial(pages.render_bisection, report, name, f"{name}.json"),
             )
         )
     return out
@@ -249,8 +261,8 @@ def write_site(out: Path, all_specs: list[PageSpec], *, jobs: int = 1, built: Bu
         with ProcessPoolExecutor(
             max_workers=min(jobs, len(in_workers)), mp_context=multiprocessing.get_context("fork")
         ) as pool:
-            charts = [s for s in in_workers if s.job[0] == "workload"]  # type: ignore[index]
-            light = [s for s in in_workers if s.job[0] != "workload"]  # type: ignore[index]
+            charts = [s for s in in_workers if s.job and s.job[0] == "workload"]
+            light = [s for s in in_workers if s.job and s.job[0] != "workload"]
             done = [
                 (charts, pool.map(_render_job, [s.job for s in charts], chunksize=1)),
                 (
@@ -259,12 +271,12 @@ def write_site(out: Path, all_specs: list[PageSpec], *, jobs: int = 1, built: Bu
                 ),
             ]
             for group, texts in done:
-                for s, text in zip(group, texts):
-                    rendered[s.name] = text
+                for s, page in zip(group, texts):
+                    rendered[s.name] = page
     for s in todo:
         text = rendered.get(s.name)
         if text is None:
-            text = _render_job(s.job) if s.job is not None else s.render()  # type: ignore[misc]
+            text = s.render_here()
         sha = _sha(text)
         prev = old.get(s.name)
         if prev and prev.get("sha256") == sha and (out / s.name).is_file():

@@ -28,7 +28,7 @@ MARK_STYLE: dict[str, dict[str, object]] = {
     Verdict.UNCONFIRMED: {"marker": "s", "ms": 9, "mfc": "none", "mec": "purple", "mew": 1.5},
     Verdict.IMPROVED: {"marker": "v", "ms": 11, "mfc": "tab:green", "mec": "black", "mew": 1.0},
 }
-MARK_LABEL = {
+MARK_LABEL: dict[str, str] = {
     Verdict.REGRESSED: "regressed (confirmed side by side)",
     Verdict.REJECTED: "suspect rejected side by side",
     Verdict.SUSPECT: "suspect (stored samples only)",
@@ -122,7 +122,7 @@ def trend_svg(
                 gid=m.gid,
                 label=MARK_LABEL.get(m.verdict, m.verdict) if m.verdict not in shown else None,
                 **style,
-            )  # type: ignore[arg-type]
+            )
             shown.add(m.verdict)
             if m.url:
                 line.set_url(m.url)

@@ -147,7 +147,7 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
     chosen: list[tuple[RunInfo, Any]] = []
     for run in data.runs:
         by_key: dict[tuple[str, str], Any] = {}
-        for res in results[run.id]:
+        for res in results[run.rid]:
             # the main phase's samples; a compile-only result (phase `compile`) where the run has no main one
             if res.phase == "main" or (res.workload, res.compiler) not in by_key:
                 by_key[(res.workload, res.compiler)] = res
@@ -157,24 +157,27 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
         frac = None
         if st is not None and res.bytes and res.ceiling_gbps and st[0] > 0:
             frac = res.bytes / st[0] / res.ceiling_gbps
+        median, q1, q3 = st if st is not None else (None, None, None)
         pt = Point(
-            int(run.id or 0),
+            run.rid,
             run.uid,
             run.git_commit or "",
             run.created_at or "",
             res.status,
-            *(st or (None, None, None)),
+            median,
+            q1,
+            q3,
             frac,
             res.compile_s,
         )
         key = (res.workload, hw_class(run), run.profile)
         data.graphs.setdefault(key, {}).setdefault(res.compiler, []).append(pt)
-        data.results.setdefault(run.id, []).append((res.workload, res.compiler, pt))
+        data.results.setdefault(run.rid, []).append((res.workload, res.compiler, pt))
         data.devices[key] = run.device
     for run in data.runs:
         cls = hw_class(run)
-        data.verdicts[run.id] = list(stored.get(run.id) or [])
-        for v in data.verdicts[run.id]:
+        data.verdicts[run.rid] = list(stored.get(run.rid) or [])
+        for v in data.verdicts[run.rid]:
             if v.verdict not in MARKED:
                 continue
             key = (v.workload, cls, run.profile)
@@ -182,7 +185,7 @@ def read_bench(store: Any, *, bisection_dirs: Iterable[Path] = ()) -> BenchData:
             found = data.bisections.get((v.workload, v.compiler, commit)) if commit else None
             data.marks.setdefault(key, []).append(
                 Mark(
-                    int(run.id),
+                    run.rid,
                     run.uid,
                     commit,
                     v.workload,

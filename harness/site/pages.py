@@ -24,7 +24,7 @@ from harness.bench.core.stats import geomean
 from harness.bench.reports.report import fmt_ns, interpreted, series_label, spans_decades, time_unit
 
 from . import charts
-from .data import BenchData, GraphKey, Mark, NumericsReport, Point, TestData, hw_class
+from .data import BenchData, GraphKey, Mark, NumericsReport, Point, TestData, TestRun, hw_class
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.2em auto;max-width:1200px;padding:0 1em;color:#222}
@@ -312,7 +312,7 @@ def _css_colour(name: str) -> str:
 
 
 def _verdict_counts(data: BenchData, run: RunInfo) -> str:
-    vs = data.verdicts.get(run.id) or []
+    vs = data.verdicts.get(run.rid) or []
     if not vs:
         return "no verdicts stored"
     counts: dict[str, int] = {}
@@ -330,7 +330,7 @@ def render_index(data: BenchData | None, tests: TestData | None, notes: Sequence
         rows = []
         for (dev, cls, prof), r in sorted(latest.items()):
             flagged = [
-                v for v in data.verdicts.get(r.id) or [] if v.verdict not in (Verdict.UNCHANGED, Verdict.NEW)
+                v for v in data.verdicts.get(r.rid) or [] if v.verdict not in (Verdict.UNCHANGED, Verdict.NEW)
             ]
             links = ", ".join(
                 f'<a href="{workload_page(v.workload)}" class="{esc(v.verdict)}">'
@@ -380,20 +380,20 @@ def render_index(data: BenchData | None, tests: TestData | None, notes: Sequence
     elif data is not None:
         parts.append("<p>The bench store holds no complete run.</p>")
     if tests is not None:
-        latest_t: dict[tuple[str, str], Any] = {}
-        for r in reversed(tests.runs):
-            latest_t[(r.backend, r.hw_class)] = r
+        latest_t: dict[tuple[str, str], TestRun] = {}
+        for t in reversed(tests.runs):
+            latest_t[(t.backend, t.hw_class)] = t
         rows = [
             [
                 esc(b),
                 esc(c or "-"),
-                esc(r.source),
-                esc(r.date[:19]),
-                f"<code>{esc(_short(r.commit))}</code>",
-                str(r.tests),
-                f'<span class="failing">{r.failed}</span>' if r.failed else "0",
+                esc(t.source),
+                esc(t.date[:19]),
+                f"<code>{esc(_short(t.commit))}</code>",
+                str(t.tests),
+                f'<span class="failing">{t.failed}</span>' if t.failed else "0",
             ]
-            for (b, c), r in sorted(latest_t.items())
+            for (b, c), t in sorted(latest_t.items())
         ]
         failing = sum(x.state == "failing" for x in tests.rows)
         flaky = sum(x.state == "flaky" for x in tests.rows)
@@ -439,7 +439,7 @@ def render_run(data: BenchData, run: RunInfo, export_name: str) -> str:
             f'<a href="{esc(url)}">commit {esc(_short(run.git_commit))}: its CI runs and their artifacts</a>'
         )
     parts.append("<h2>Artifacts</h2><ul>" + "".join(f"<li>{x}</li>" for x in links) + "</ul>")
-    vs = data.verdicts.get(run.id) or []
+    vs = data.verdicts.get(run.rid) or []
     if vs:
         parts.append(
             "<h2>Verdicts</h2>"
@@ -458,7 +458,7 @@ def render_run(data: BenchData, run: RunInfo, export_name: str) -> str:
                 ),
             )
         )
-    res = data.results.get(run.id) or []
+    res = data.results.get(run.rid) or []
     parts.append(
         "<h2>Results</h2>"
         + table(
@@ -530,13 +530,13 @@ def run_export(data: BenchData, run: RunInfo) -> str:
             "frac_ceiling": p.frac_ceiling,
             "compile_s": p.compile_s,
         }
-        for w, c, p in data.results.get(run.id) or []
+        for w, c, p in data.results.get(run.rid) or []
     ]
     return (
         json.dumps(
             {
                 "run": run.as_dict(),
-                "verdicts": [v.as_dict() for v in data.verdicts.get(run.id) or []],
+                "verdicts": [v.as_dict() for v in data.verdicts.get(run.rid) or []],
                 "results": res,
             },
             sort_keys=True,
