@@ -318,7 +318,7 @@ def test_bisect_planted_slowdown_named(tmp_path: Path, capsys) -> None:
     notes = repo / "NOTES.txt"
     notes.write_text("one\n")
     _commit(repo, "good: a note")
-    src = repo / "harness" / "bench" / "workloads.py"
+    src = repo / "harness" / "bench" / "kernels" / "workloads.py"
     text = src.read_text()
     assert text.count(PLANT_ANCHOR) == 1, "the planted slowdown's anchor moved: update PLANT_ANCHOR"
     src.write_text(

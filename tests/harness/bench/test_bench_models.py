@@ -497,7 +497,7 @@ def test_probe_output_is_parsed_and_failures_are_one_line(tmp_path):
     from harness.bench.models.compile_times import Probe, probe
 
     def run(code: str) -> dict:
-        return probe(Probe([sys.executable, "-c", code], mr._probe_env, mr.PROBE_TAG, str(tmp_path), 60), {})
+        return probe(Probe([sys.executable, "-c", code], mr.probe_env, mr.PROBE_TAG, str(tmp_path), 60), {})
 
     assert run(f"print('noise'); print({mr.PROBE_TAG!r} + '{{\"compile_s\": 1.5}}')") == {"compile_s": 1.5}
     assert run(f'print({mr.PROBE_TAG!r} + \'{{"error": "RuntimeError: x"}}\')') == {
@@ -505,7 +505,7 @@ def test_probe_output_is_parsed_and_failures_are_one_line(tmp_path):
     }
     crash = "import sys; print('Traceback\\nValueError: bad', file=sys.stderr); sys.exit(3)"
     assert run(crash) == {"error": "probe exit 3: ValueError: bad"}
-    env = mr._probe_env(tmp_path)
+    env = mr.probe_env(tmp_path)
     assert {
         Path(env[v]).name
         for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "KILN_CACHE_DIR", "XDG_CACHE_HOME")

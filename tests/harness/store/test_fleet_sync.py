@@ -19,7 +19,7 @@ from harness.__main__ import main
 from harness.bench.core.records import Comparison, Result, RunInfo, Verdict
 from harness.bench.stores.store import Store, now
 from harness.exc import StoreUnreachable
-from harness.store import BENCH, HISTORY, open_bench_store
+from harness.store import BENCH, HISTORY, open_store
 from harness.store.sync import copy_runs
 from harness.store.url import parse
 from harness.suites import history
@@ -122,8 +122,8 @@ def test_push_twice_adds_nothing_and_pull_brings_it_home(store_url, tmp_path, ca
 
 def test_a_push_killed_midway_resumes_with_nothing_duplicated(store_url, tmp_path):
     src = _source(tmp_path)
-    a = open_bench_store(src, BENCH, write=True)
-    b = open_bench_store(parse(store_url), BENCH, write=True)
+    a = open_store(src, BENCH, write=True)
+    b = open_store(parse(store_url), BENCH, write=True)
 
     def kill_after(n: int) -> None:
         if n == 1:
@@ -293,7 +293,7 @@ def test_kinds_stay_apart_in_one_file(tmp_path):
     """Both stores in one SQLite file (the `sqlite:///` URL's layout), neither seeing the other's tables."""
     db = tmp_path / "both.sqlite"
     for kind in (BENCH, HISTORY):
-        open_bench_store(db, kind, write=True).close()
+        open_store(db, kind, write=True).close()
     with Store(db, readonly=True) as s:
         assert s.runs() == []
 
