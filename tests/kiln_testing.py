@@ -10,6 +10,7 @@ Terms:
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -211,6 +212,39 @@ def launch_log() -> Iterator[list[tuple[str, dict]]]:
 
 def reset_counters() -> None:
     counters.clear()
+
+
+def model_with_grads(device: str) -> torch.nn.Module:
+    """A small seeded model (linear, layer norm, linear) on ``device`` whose parameters hold small gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(
+        device
+    )
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-2
+    return model
+
+
+def compiled_optimizer_steps(
+    model: torch.nn.Module, opt: str, *, steps: int = 3, **settings: Any
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, list]:
+    """A copy of ``model`` (its gradients cloned) stepped ``steps`` times by a foreach optimizer (``opt``: "adamw"
+    or "sgd" with momentum) whose ``step`` kiln compiles in strict mode under ``settings``: (the copy, its
+    optimizer, the graphs compiled)."""
+    m = copy.deepcopy(model)
+    for p, q in zip(m.parameters(), model.parameters()):
+        p.grad = q.grad.clone()
+    o: torch.optim.Optimizer = (
+        torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
+        if opt == "adamw"
+        else torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True)
+    )
+    torch._dynamo.reset()
+    with compiler.config.patch(strict=True, **settings), compiler.capture() as graphs:
+        step = torch.compile(o.step, backend="kiln")
+        for _ in range(steps):
+            step()
+    return m, o, graphs
 
 
 def gpu_jit_function(source: str, name: str, prefix: str = "jit") -> tuple[Any, str]:

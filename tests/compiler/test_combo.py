@@ -4,7 +4,6 @@ decisions (an injected timer, the disk cache beside the autotune choices)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -18,7 +17,7 @@ from compiler.codegen import combo as combo_pass
 from compiler.runtime import combo as combo_runtime
 from compiler.runtime.combo import ComboKernel
 from compiler.runtime.launcher import TritonKernel
-from kiln_testing import DEVICE, randn
+from kiln_testing import DEVICE, compiled_optimizer_steps, model_with_grads, randn
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -137,30 +136,10 @@ def test_combo_off_keeps_every_kernel():
 
 @pytest.mark.parametrize("opt", ["adamw", "sgd"])
 def test_optimizer_step_with_combos_is_bitwise_the_step_without(opt, device):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(
-        device
-    )
-    for p in model.parameters():
-        p.grad = torch.randn_like(p) * 1e-2
+    model = model_with_grads(device)
     results, launches = {}, {}
     for on in (False, True):
-        m = copy.deepcopy(model)
-        for p, q in zip(m.parameters(), model.parameters()):
-            p.grad = q.grad.clone()
-        o = (
-            torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
-            if opt == "adamw"
-            else torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True)
-        )
-        torch._dynamo.reset()
-        with (
-            compiler.config.patch(strict=True, combo_kernels=on, interp_pointwise_xblock=16),
-            compiler.capture() as graphs,
-        ):
-            step = torch.compile(o.step, backend="kiln")
-            for _ in range(3):
-                step()
+        m, _, graphs = compiled_optimizer_steps(model, opt, combo_kernels=on, interp_pointwise_xblock=16)
         results[on] = [p.detach().clone() for p in m.parameters()]
         launches[on] = graphs[-1].kernel_launches
     assert launches[True] < launches[False]

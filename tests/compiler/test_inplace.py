@@ -3,13 +3,11 @@ write-back copy, only where that is safe; results identical to the write-back.""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 import compiler
-from kiln_testing import randn
+from kiln_testing import compiled_optimizer_steps, model_with_grads, randn
 
 
 def _run(fn, args, **settings):
@@ -80,27 +78,10 @@ def test_setting_off_keeps_every_write_back():
 
 @pytest.mark.parametrize("opt", ["adamw", "sgd"])
 def test_optimizer_step_updates_in_place_as_the_write_back_did(opt, device):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(
-        device
-    )
-    for p in model.parameters():
-        p.grad = torch.randn_like(p) * 1e-2
+    model = model_with_grads(device)
     results, copies = {}, {}
     for on in (False, True):
-        m = copy.deepcopy(model)
-        for p, q in zip(m.parameters(), model.parameters()):
-            p.grad = q.grad.clone()
-        o = (
-            torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=True)
-            if opt == "adamw"
-            else torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, foreach=True)
-        )
-        torch._dynamo.reset()
-        with compiler.config.patch(strict=True, write_in_place=on), compiler.capture() as graphs:
-            step = torch.compile(o.step, backend="kiln")
-            for _ in range(3):
-                step()
+        m, o, graphs = compiled_optimizer_steps(model, opt, write_in_place=on)
         results[on] = [p.detach().clone() for p in m.parameters()]
         results[on] += [
             v.clone() for s in o.state.values() for v in s.values() if isinstance(v, torch.Tensor)
