@@ -74,6 +74,8 @@ def make_project(tmp_path: Path, *, suite_s: int | None = None, with_harness: bo
         shutil.copytree(
             ROOT / "harness", root / "harness", ignore=shutil.ignore_patterns("__pycache__", "bench")
         )
+        # the harness reads its settings through compiler.envvars and compiler.config
+        shutil.copytree(ROOT / "compiler", root / "compiler", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(ROOT / "docker", root / "docker")
         shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
         (root / "pytest.ini").unlink()
