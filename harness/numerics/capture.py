@@ -26,6 +26,7 @@ from harness import arms
 
 from . import inputs as inp
 from .program import Program
+from .records import SideInfo
 
 TIER = "numerics"
 COMPILERS = arms.names(TIER)
@@ -55,7 +56,7 @@ class SideResult:
 
     compiler: str
     repeats: list[dict[str, torch.Tensor]] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: SideInfo = field(default_factory=SideInfo)
     error: str | None = None
 
 
@@ -183,14 +184,12 @@ def run_side(
                 t0 = time.perf_counter()
                 outs = execute(fn, prog, dev_inputs, cotangent_for)
                 _sync(device)
-                side.info.setdefault("seconds", []).append(round(time.perf_counter() - t0, 3))
+                side.info.seconds.append(round(time.perf_counter() - t0, 3))
                 side.repeats.append({n: t.to("cpu").contiguous() for n, t in outs.items()})
         if comp.kiln:
-            side.info.update(
-                graphs=len(graphs),
-                kernels=sum(g.kernel_count for g in graphs),
-                fallbacks=sorted({str(f) for g in graphs for f in g.all_fallbacks()})[:50],
-            )
+            side.info.graphs = len(graphs)
+            side.info.kernels = sum(g.kernel_count for g in graphs)
+            side.info.fallbacks = sorted({str(f) for g in graphs for f in g.all_fallbacks()})[:50]
     except Exception as e:  # noqa: BLE001 - a compiler failure is a finding of the run, recorded per side
         first = (str(e).strip().splitlines() or [""])[0][:300]
         side.error = f"{type(e).__name__}: {first}"

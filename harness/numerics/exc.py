@@ -33,3 +33,8 @@ class TraceError(NumericsError):
 class NoDevice(NumericsError, InfrastructureError):
     """A verb meant for a GPU (`numerics gpu`) on a machine without one, and no `--device cpu` to say run it anyway
     (exit 3: another runner may have the GPU)."""
+
+
+class RecordError(NumericsError):
+    """A stored record (a run manifest's entry, a report, a trace line) with a key missing or a value of the wrong
+    kind; the reader that found it names the file."""

@@ -32,9 +32,22 @@ import torch
 
 from . import inputs as inp
 from .exc import ProgramError
+from .records import ProgramKind, ProgramRecord, Structure
 
-STRUCTURES = ("elementwise", "rows", "opaque")
+STRUCTURES = tuple(s.value for s in Structure)
 _ATTR = "__kiln_numerics__"
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What `numerics_program` attaches to a function: its inputs and what the report needs to know."""
+
+    inputs: list[inp.InputSpec] = field(default_factory=list)
+    backward: bool = True
+    structure: Structure = Structure.OPAQUE
+    row_dim: int = -1
+    reduction: dict[str, int] = field(default_factory=dict)
+    note: str = ""
 
 
 @dataclass
@@ -45,11 +58,11 @@ class Program:
     fn: Callable[..., Any]
     inputs: list[inp.InputSpec]
     backward: bool = True
-    structure: str = "opaque"
+    structure: Structure = Structure.OPAQUE
     row_dim: int = -1
     reduction: dict[str, int] = field(default_factory=dict)
     note: str = ""
-    kind: str = "function"  # function | suite | export
+    kind: ProgramKind = ProgramKind.FUNCTION
     #: inputs made by the program itself from a seed on the CPU (suite programs); else from the specs
     make_inputs: Callable[[int], dict[str, torch.Tensor]] | None = None
     exported: Any = None  # the ExportedProgram of a .pt2 program
@@ -82,22 +95,21 @@ class Program:
 
     def identity(self) -> dict[str, Any]:
         """What two runs must share to be compared: ref, kind, input specs, backward, .pt2 digest."""
-        return {
-            "ref": self.ref,
-            "kind": self.kind,
-            "inputs": [s.text() for s in self.inputs],
-            "backward": self.backward,
-            "file_sha256": self.file_sha256,
-        }
+        return self.describe().identity()
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            **self.identity(),
-            "structure": self.structure,
-            "row_dim": self.row_dim,
-            "reduction": dict(self.reduction),
-            "note": self.note,
-        }
+    def describe(self) -> ProgramRecord:
+        """The program as a run records it."""
+        return ProgramRecord(
+            ref=self.ref,
+            kind=self.kind,
+            inputs=[s.text() for s in self.inputs],
+            backward=self.backward,
+            file_sha256=self.file_sha256,
+            structure=self.structure,
+            row_dim=self.row_dim,
+            reduction=dict(self.reduction),
+            note=self.note,
+        )
 
 
 def numerics_program(
@@ -112,14 +124,7 @@ def numerics_program(
     specs = [inp.parse(s) if isinstance(s, str) else s for s in inputs]
     if structure not in STRUCTURES:
         raise ProgramError(f"structure {structure!r}; known: {', '.join(STRUCTURES)}")
-    decl = {
-        "inputs": specs,
-        "backward": backward,
-        "structure": structure,
-        "row_dim": row_dim,
-        "reduction": dict(reduction or {}),
-        "note": note,
-    }
+    decl = Declaration(specs, backward, Structure(structure), row_dim, dict(reduction or {}), note)
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         setattr(fn, _ATTR, decl)
@@ -173,16 +178,16 @@ def resolve(ref: str, inputs_override: list[str] | None = None, root: Path | Non
 
 
 def _from_function(ref: str, fn: Callable[..., Any]) -> Program:
-    decl = getattr(fn, _ATTR, None) or {"inputs": []}
+    decl = getattr(fn, _ATTR, None) or Declaration()
     return Program(
         ref,
         fn,
-        list(decl["inputs"]),
-        backward=decl.get("backward", True),
-        structure=decl.get("structure", "opaque"),
-        row_dim=decl.get("row_dim", -1),
-        reduction=dict(decl.get("reduction", {})),
-        note=decl.get("note", ""),
+        list(decl.inputs),
+        backward=decl.backward,
+        structure=decl.structure,
+        row_dim=decl.row_dim,
+        reduction=dict(decl.reduction),
+        note=decl.note,
     )
 
 
@@ -202,16 +207,16 @@ def _resolve_function(ref: str) -> Program:
 
 # ---- the numerics suite's table-driven tests ------------------------------------------------------------
 #: structure of each PROGRAMS entry of tests/numerics/test_numerics.py (rows: reduced along row_dim)
-SUITE_STRUCTURE = {
-    "softmax": ("rows", -1),
-    "log_softmax": ("rows", -1),
-    "layer_norm": ("rows", -1),
-    "rmsnorm": ("rows", -1),
-    "gelu_epilogue": ("elementwise", -1),
-    "row_sum_long": ("rows", -1),
-    "mean_var": ("rows", 0),
-    "causal_softmax": ("rows", -1),
-    "mse_loss": ("opaque", -1),
+SUITE_STRUCTURE: dict[str, tuple[Structure, int]] = {
+    "softmax": (Structure.ROWS, -1),
+    "log_softmax": (Structure.ROWS, -1),
+    "layer_norm": (Structure.ROWS, -1),
+    "rmsnorm": (Structure.ROWS, -1),
+    "gelu_epilogue": (Structure.ELEMENTWISE, -1),
+    "row_sum_long": (Structure.ROWS, -1),
+    "mean_var": (Structure.ROWS, 0),
+    "causal_softmax": (Structure.ROWS, -1),
+    "mse_loss": (Structure.OPAQUE, -1),
 }
 SUITE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -274,7 +279,7 @@ def _resolve_suite(ref: str, root: Path | None) -> Program:
     specs = [
         inp.InputSpec(n, tuple(t.shape), inp.dtype_name(t.dtype), grad=False) for n, t in example.items()
     ]
-    structure, row_dim = SUITE_STRUCTURE.get(name, ("opaque", -1))
+    structure, row_dim = SUITE_STRUCTURE.get(name, (Structure.OPAQUE, -1))
     return Program(
         f"numerics:{name}[{dtype_tok}]",
         fn,
@@ -282,7 +287,7 @@ def _resolve_suite(ref: str, root: Path | None) -> Program:
         backward=False,
         structure=structure,
         row_dim=row_dim,
-        kind="suite",
+        kind=ProgramKind.SUITE,
         make_inputs=make_inputs,
         note=f"PROGRAMS[{name!r}] of tests/numerics/test_numerics.py, inputs made on the CPU",
     )
@@ -316,7 +321,7 @@ def _resolve_export(ref: str) -> Program:
         ep.module(),
         specs,
         backward=False,
-        kind="export",
+        kind=ProgramKind.EXPORT,
         exported=ep,
         file_sha256=hashlib.sha256(data).hexdigest(),
         note="torch.export program (forward only)",

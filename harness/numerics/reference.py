@@ -21,6 +21,7 @@ import torch
 from .capture import execute
 from .exc import NotComparable, ProgramError
 from .program import Program, resolve
+from .records import ProgramKind
 from .store import RunFolder
 
 
@@ -68,28 +69,28 @@ def compute(
 
 def for_run(run: RunFolder, prefer: str = "compute") -> tuple[dict[str, torch.Tensor], str]:
     """(reference outputs, how they were obtained) for a run: computed from its program, else stored."""
-    stored = run.manifest.get("reference")
+    stored = run.manifest.reference
     if prefer == "stored" and stored:
         return {n: run.read(e) for n, e in stored.items()}, "stored with the run (fp64 eager on CPU)"
-    spec = run.manifest["program"]
-    if spec.get("kind") == "suite-case":
+    spec = run.program
+    if spec.kind is ProgramKind.SUITE_CASE:
         if not stored:
             raise ProgramError(f"{run.path}: a saved suite case without a stored fp64 reference")
         return {n: run.read(e) for n, e in stored.items()}, "stored with the run (fp64 eager on CPU)"
     try:
-        override = None if spec.get("kind") == "suite" else list(spec.get("inputs") or []) or None
-        prog = resolve(spec["ref"], override)
+        override = None if spec.kind is ProgramKind.SUITE else list(spec.inputs) or None
+        prog = resolve(spec.ref, override)
     except ProgramError as e:
         if stored:
             return {n: run.read(e) for n, e in stored.items()}, "stored with the run (fp64 eager on CPU)"
         raise ProgramError(f"cannot compute the fp64 reference: {e}") from None
-    prog.backward = bool(spec.get("backward", prog.backward))  # `run --no-backward` turned it off
-    here = prog.identity()
-    diff = next((k for k in here if here[k] != spec.get(k)), None)
+    prog.backward = spec.backward  # `run --no-backward` turned it off
+    here, there = prog.identity(), spec.identity()
+    diff = next((k for k in here if here[k] != there[k]), None)
     if diff is not None:
         raise NotComparable(
-            f"program {spec['ref']} resolves here to another {diff} than the run recorded "
-            f"({here[diff]!r} vs {spec.get(diff)!r})"
+            f"program {spec.ref} resolves here to another {diff} than the run recorded "
+            f"({here[diff]!r} vs {there[diff]!r})"
         )
     ref = compute(prog, run.tensors("inputs"), run.tensors("cotangents"))
     return ref, "computed now: fp64 eager on CPU from the run's inputs"

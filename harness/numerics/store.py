@@ -18,6 +18,7 @@ Terms:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -34,7 +35,19 @@ from harness.results import atomic_write_bytes
 
 from . import SCHEMA
 from . import inputs as inp
-from .exc import RunFolderError
+from .exc import RecordError, RunFolderError
+from .records import (
+    SAMPLE_RULE,
+    Entry,
+    Manifest,
+    OutputStats,
+    ProgramRecord,
+    Sample,
+    SideInfo,
+    SideRecord,
+    Storage,
+    StorageRule,
+)
 
 KIND = "kiln-numerics-run"
 FULL_MAX = 4_194_304  # elements: the field case's output size is stored whole
@@ -54,26 +67,27 @@ def sample_indices(numel: int, count: int) -> np.ndarray:
     return np.unique(np.concatenate([idx, np.array([0, numel - 1], dtype=np.int64)]))
 
 
-def stats(t: torch.Tensor) -> dict[str, Any]:
+def stats(t: torch.Tensor) -> OutputStats:
     """Summary statistics of every element (see the module docstring)."""
     x = t.detach().reshape(-1).to(torch.float64)
     finite = x[torch.isfinite(x)]
-    out: dict[str, Any] = {
-        "count": x.numel(),
-        "nan": int(torch.isnan(x).sum()),
-        "posinf": int(torch.isposinf(x).sum()),
-        "neginf": int(torch.isneginf(x).sum()),
-        "zeros": int((x == 0).sum()),
-    }
-    if finite.numel():
-        out.update(
-            min=finite.min().item(),
-            max=finite.max().item(),
-            mean=finite.mean().item(),
-            std=finite.std(unbiased=False).item(),
-            absmax=finite.abs().max().item(),
-        )
-    return out
+    counts = OutputStats(
+        count=x.numel(),
+        nan=int(torch.isnan(x).sum()),
+        posinf=int(torch.isposinf(x).sum()),
+        neginf=int(torch.isneginf(x).sum()),
+        zeros=int((x == 0).sum()),
+    )
+    if not finite.numel():
+        return counts
+    return dataclasses.replace(
+        counts,
+        min=finite.min().item(),
+        max=finite.max().item(),
+        mean=finite.mean().item(),
+        std=finite.std(unbiased=False).item(),
+        absmax=finite.abs().max().item(),
+    )
 
 
 def safe_name(name: str) -> str:
@@ -99,52 +113,47 @@ class RunWriter:
         self.path, self.full_max, self.sample = path, full_max, sample
         path.mkdir(parents=True, exist_ok=True)
 
-    def tensor(self, rel: str, t: torch.Tensor) -> dict[str, Any]:
+    def tensor(self, rel: str, t: torch.Tensor) -> Entry:
         """Store a whole tensor; its entry (file, bytes, sha256 = digest, shape, dtype)."""
         data = inp.tensor_bytes(t)
         write_bytes(self.path / rel, data)
         sha = hashlib.sha256(data).hexdigest()
-        return {
-            "file": rel,
-            "bytes": len(data),
-            "sha256": sha,
-            "digest": sha,
-            "shape": list(t.shape),
-            "dtype": inp.dtype_name(t.dtype),
-        }
+        return Entry(rel, len(data), sha, sha, tuple(t.shape), inp.dtype_name(t.dtype))
 
-    def output(self, rel: str, t: torch.Tensor) -> dict[str, Any]:
+    def output(self, rel: str, t: torch.Tensor) -> Entry:
         """Store an output whole or sampled; its entry with digest and stats."""
         if t.numel() <= self.full_max:
-            return {**self.tensor(rel, t), "stored": "full", "stats": stats(t)}
+            return dataclasses.replace(self.tensor(rel, t), stored=Storage.FULL, stats=stats(t))
         idx = sample_indices(t.numel(), self.sample)
         part = t.reshape(-1)[torch.from_numpy(idx)]
         data = inp.tensor_bytes(part)
         write_bytes(self.path / rel, data)
-        return {
-            "file": rel,
-            "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "digest": inp.digest(t),
-            "shape": list(t.shape),
-            "dtype": inp.dtype_name(t.dtype),
-            "stored": "sample",
-            "sample": {"count": int(idx.size), "rule": "affine-v1"},
-            "stats": stats(t),
-        }
+        return Entry(
+            rel,
+            len(data),
+            hashlib.sha256(data).hexdigest(),
+            inp.digest(t),
+            tuple(t.shape),
+            inp.dtype_name(t.dtype),
+            stored=Storage.SAMPLE,
+            sample=Sample(int(idx.size), SAMPLE_RULE),
+            stats=stats(t),
+        )
 
-    def finish(self, manifest: dict[str, Any], env: dict[str, Any] | None) -> Path:
-        """env.json, then manifest.json (schema, kind and creation time added): the folder is complete."""
-        if env is not None:
-            write_json(self.path / "env.json", env)
-        full = {
+    def header(self) -> dict[str, Any]:
+        """The manifest fields the writer sets: schema, kind, creation time and how outputs are stored."""
+        return {
             "schema": SCHEMA,
             "kind": KIND,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "storage": {"full_max": self.full_max, "sample": self.sample, "byteorder": "little"},
-            **manifest,
+            "storage": StorageRule(self.full_max, self.sample),
         }
-        write_json(self.path / "manifest.json", full)
+
+    def finish(self, manifest: Manifest, env: dict[str, Any] | None) -> Path:
+        """env.json, then manifest.json: the folder is complete."""
+        if env is not None:
+            write_json(self.path / "env.json", env)
+        write_json(self.path / "manifest.json", manifest.to_dict())
         return self.path
 
 
@@ -157,7 +166,7 @@ class Stored:
     shape: tuple[int, ...]
     dtype: torch.dtype
     digest: str
-    stats: dict[str, Any]
+    stats: OutputStats | None
 
     @property
     def numel(self) -> int:
@@ -177,85 +186,78 @@ class RunFolder:
                 f"{path} has no manifest.json: the run is incomplete (cut off or still running)"
             )
         try:
-            self.manifest: dict[str, Any] = json.loads(mpath.read_text())
+            raw = json.loads(mpath.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise RunFolderError(f"{mpath} is corrupt or truncated: {e}") from None
-        if not isinstance(self.manifest, dict) or self.manifest.get("kind") != KIND:
+        if not isinstance(raw, dict) or raw.get("kind") != KIND:
             raise RunFolderError(f"{mpath} is not a numerics run manifest")
-        if self.manifest.get("schema") != SCHEMA:
-            raise RunFolderError(
-                f"{path} has schema version {self.manifest.get('schema')}; "
-                f"this harness reads version {SCHEMA}"
-            )
+        if raw.get("schema") != SCHEMA:
+            raise RunFolderError(f"{path} has schema version {raw.get('schema')}; this harness reads version {SCHEMA}")
         for key in ("program", "seed", "inputs", "sides"):
-            if key not in self.manifest:
+            if key not in raw:
                 raise RunFolderError(f"{mpath} lacks {key!r}: truncated or written by something else")
+        try:
+            self.manifest = Manifest.from_dict(raw)
+        except RecordError as e:
+            raise RunFolderError(f"{mpath}: {e}") from None
 
     @property
-    def sides(self) -> list[dict[str, Any]]:
-        return self.manifest["sides"]
+    def program(self) -> ProgramRecord:
+        return self.manifest.program
 
-    def side(self, compiler: str) -> dict[str, Any]:
+    @property
+    def sides(self) -> list[SideRecord]:
+        return self.manifest.sides
+
+    def side(self, compiler: str) -> SideRecord:
         for s in self.sides:
-            if s["compiler"] == compiler:
+            if s.compiler == compiler:
                 return s
-        known = ", ".join(s["compiler"] for s in self.sides)
+        known = ", ".join(s.compiler for s in self.sides)
         raise RunFolderError(f"{self.path} has no side {compiler!r}; it has {known}")
 
-    def read(self, entry: dict[str, Any], count: int | None = None) -> torch.Tensor:
+    def read(self, entry: Entry, count: int | None = None) -> torch.Tensor:
         """A stored tensor (whole, or the `count` sampled values), checked for truncation and corruption."""
+        path = self.path / entry.file
         try:
-            path = self.path / entry["file"]
-            dtype = inp.to_dtype(entry["dtype"])
-            expected = int(entry["bytes"])
+            dtype = inp.to_dtype(entry.dtype)
         except (KeyError, TypeError, ValueError) as e:
-            raise RunFolderError(f"{self.path}/manifest.json: malformed entry {entry!r} ({e})") from None
+            raise RunFolderError(f"{self.path}/manifest.json: malformed entry {entry.to_dict()!r} ({e})") from None
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             raise RunFolderError(f"{path} is missing") from None
-        if len(data) != expected:
-            raise RunFolderError(f"{path} is truncated: {len(data)} of {expected} bytes")
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        if len(data) != entry.bytes:
+            raise RunFolderError(f"{path} is truncated: {len(data)} of {entry.bytes} bytes")
+        if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise RunFolderError(f"{path} is corrupt: its sha256 differs from the manifest's")
-        shape = entry["shape"] if count is None else [count]
+        shape = list(entry.shape) if count is None else [count]
         return inp.from_bytes(data, shape, dtype)
 
     def output(self, compiler: str, repeat: int, name: str) -> Stored:
         side = self.side(compiler)
         try:
-            entry = side["repeats"][repeat][name]
+            entry = side.repeats[repeat][name]
         except (IndexError, KeyError):
-            raise RunFolderError(
-                f"{self.path}: side {compiler} repeat {repeat} has no output {name!r}"
-            ) from None
-        shape = tuple(entry["shape"])
-        if entry.get("stored") == "sample":
+            raise RunFolderError(f"{self.path}: side {compiler} repeat {repeat} has no output {name!r}") from None
+        shape, dtype = entry.shape, inp.to_dtype(entry.dtype)
+        if entry.sampled:
+            if entry.sample is None:
+                raise RunFolderError(f"{self.path}: output {name} is sampled by no rule")
             numel = int(np.prod(shape, dtype=np.int64))
-            idx = sample_indices(numel, int(entry["sample"]["count"]))
-            if entry["sample"].get("rule") != "affine-v1" or idx.size != entry["sample"]["count"]:
+            idx = sample_indices(numel, entry.sample.count)
+            if entry.sample.rule != SAMPLE_RULE or idx.size != entry.sample.count:
                 raise RunFolderError(f"{self.path}: output {name} has an unknown sample rule")
-            return Stored(
-                self.read(entry, int(idx.size)),
-                idx,
-                shape,
-                inp.to_dtype(entry["dtype"]),
-                entry["digest"],
-                entry.get("stats", {}),
-            )
-        return Stored(
-            self.read(entry).reshape(-1),
-            None,
-            shape,
-            inp.to_dtype(entry["dtype"]),
-            entry["digest"],
-            entry.get("stats", {}),
-        )
+            return Stored(self.read(entry, int(idx.size)), idx, shape, dtype, entry.digest, entry.stats)
+        return Stored(self.read(entry).reshape(-1), None, shape, dtype, entry.digest, entry.stats)
 
     def tensors(self, group: str) -> dict[str, torch.Tensor]:
         """The stored inputs (`group="inputs"`, in call order) or cotangents, checked against their digests."""
-        entries = self.manifest.get(group, {})
-        order = self.manifest.get("input_order", list(entries)) if group == "inputs" else sorted(entries)
+        if group == "inputs":
+            entries, order = self.manifest.inputs, self.manifest.input_order
+        else:
+            entries = self.manifest.cotangents
+            order = sorted(entries)
         if sorted(order) != sorted(entries):
             raise RunFolderError(f"{self.path}/manifest.json: input_order does not name the stored inputs")
         return {name: self.read(entries[name]) for name in order}
@@ -295,31 +297,30 @@ def save_run(
 ) -> Path:
     """Write a capture (`capture.capture`'s results) as a run folder; the manifest goes last."""
     w = RunWriter(path, full_max, sample)
-    manifest: dict[str, Any] = {
-        "program": prog.describe(),
-        "seed": seed,
-        "device": device,
-        "inputs": {n: w.tensor(f"inputs/{safe_name(n)}.bin", t) for n, t in cpu_inputs.items()},
-        "input_order": list(
-            cpu_inputs
-        ),  # JSON objects are written with sorted keys: the call order is kept here
-        "cotangents": {
-            n: w.tensor(f"cotangents/{safe_name(n)}.bin", t) for n, t in sorted(cotangents.items())
-        },
-        "sides": [],
-        **(extra or {}),
-    }
+    inputs = {n: w.tensor(f"inputs/{safe_name(n)}.bin", t) for n, t in cpu_inputs.items()}
+    cots = {n: w.tensor(f"cotangents/{safe_name(n)}.bin", t) for n, t in sorted(cotangents.items())}
+    records = []
     for side in sides:
         base = f"sides/{safe_name(side.compiler)}"
         repeats = [
             {n: w.output(f"{base}/r{k}/{safe_name(n)}.bin", t) for n, t in outs.items()}
             for k, outs in enumerate(side.repeats)
         ]
-        manifest["sides"].append(
-            {"compiler": side.compiler, "error": side.error, "info": side.info, "repeats": repeats}
-        )
+        info = side.info if isinstance(side.info, SideInfo) else SideInfo.from_dict(side.info)
+        records.append(SideRecord(side.compiler, repeats, side.error, info))
+    ref = None
     if reference is not None:
-        manifest["reference"] = {
-            n: w.output(f"reference/{safe_name(n)}.bin", t) for n, t in reference.items()
-        }
+        ref = {n: w.output(f"reference/{safe_name(n)}.bin", t) for n, t in reference.items()}
+    manifest = Manifest(
+        **w.header(),
+        program=prog.describe(),
+        seed=seed,
+        device=device,
+        inputs=inputs,
+        input_order=list(cpu_inputs),  # JSON objects are written with sorted keys: the call order is kept here
+        cotangents=cots,
+        sides=records,
+        reference=ref,
+        extra=dict(extra or {}),
+    )
     return w.finish(manifest, env)

@@ -27,6 +27,7 @@ from harness import arms
 from . import inputs as inp
 from .capture import SideResult, flatten_outputs
 from .program import Program
+from .records import ProgramKind
 from .store import safe_name, save_run
 
 ENV = "KILN_NUMERICS_SAVE"
@@ -79,7 +80,7 @@ class Recorder:
             fn,
             specs,
             backward=False,
-            kind="suite-case",
+            kind=ProgramKind.SUITE_CASE,
             note=f"a kiln run saved by the numerics suite ({ENV})",
         )
         device = str(args[0].device)
