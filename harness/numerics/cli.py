@@ -8,6 +8,7 @@ folders or traces, or runs or traces that cannot be compared (one line).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import string
 import sys
@@ -17,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from harness import arms
 
+from .comparison import Check
 from .exc import NoDevice, NotComparable, NumericsError, RunFolderError
 
 if TYPE_CHECKING:
     from .compare import Side
+    from .comparison import Comparison
     from .store import RunFolder
 
 
@@ -206,10 +209,10 @@ def _sides_of(run: RunFolder, comps: list[str] | None, left_out: list[str]) -> l
         return [(run, c) for c in comps]
     out = []
     for s in run.sides:
-        if s.get("error"):
-            left_out.append(f"{run.path}:{s['compiler']} failed: {s['error']}")
+        if s.error:
+            left_out.append(f"{run.path}:{s.compiler} failed: {s.error}")
         else:
-            out.append((run, s["compiler"]))
+            out.append((run, s.compiler))
     return out
 
 
@@ -272,19 +275,21 @@ def compare_cli(args: argparse.Namespace, groups: list[list[str]]) -> int:
         c, n = build_cases(group)
         cases += c
         notes += n
-    reports = []
+    compared: list[Comparison] = []
     for case, sides, left_out in cases:
         for note in left_out:
             _say(f"note: left out {note}")
         r = cmp.compare(
             sides, _baseline(sides, args.baseline), args.rtol, args.atol, args.top, args.reference
         )
-        r["case"], r["left_out"] = case, left_out
-        reports.append(r)
-    failures = [f"{r['program']['ref']} {f}" for r in reports for f in cmp.check(r, args.ratio, args.max_ulp)]
-    check = {"ratio": args.ratio, "max_ulp": args.max_ulp, "failures": failures} if args.check else None
-    for r in reports:
-        r["check"] = None if check is None else {**check, "failures": cmp.check(r, args.ratio, args.max_ulp)}
+        compared.append(dataclasses.replace(r, case=case, left_out=left_out))
+    per_report = [cmp.check(r, args.ratio, args.max_ulp) for r in compared]
+    failures = [f"{r.program.ref} {f}" for r, fs in zip(compared, per_report) for f in fs]
+    check = Check(args.ratio, args.max_ulp, failures) if args.check else None
+    reports = [
+        dataclasses.replace(r, check=None if check is None else dataclasses.replace(check, failures=fs))
+        for r, fs in zip(compared, per_report)
+    ]
     text = rep.markdown_many(reports, f"Numerics: {len(reports)} programs compared")
     if notes:
         text += "\n" + "\n".join(f"- note: {n}" for n in notes) + "\n"

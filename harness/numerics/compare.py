@@ -15,13 +15,28 @@ Terms:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from .comparison import (
+    Both,
+    Closer,
+    Comparison,
+    Context,
+    InputSummary,
+    Nondeterminism,
+    OutputComparison,
+    Pair,
+    RowSummary,
+    SideDescription,
+    SideErrors,
+    WorstElement,
+)
 from .exc import NotComparable
+from .records import ProgramRecord, Structure
 from .store import RunFolder, Stored
 
 DEFAULT_TOL: dict[torch.dtype, tuple[float, float]] = {
@@ -56,7 +71,7 @@ class Side:
 
     @property
     def repeats(self) -> int:
-        return len(self.run.side(self.compiler)["repeats"])
+        return len(self.run.side(self.compiler).repeats)
 
 
 def ulp(ref: np.ndarray, dtype: torch.dtype) -> np.ndarray:
@@ -109,42 +124,43 @@ def _bits(t: torch.Tensor) -> np.ndarray:
 def check_comparable(sides: list[Side]) -> list[str]:
     """The output names every side has, after checking program, inputs and outputs agree (else NotComparable)."""
     first = sides[0]
-    keys = ("ref", "kind", "inputs", "backward", "file_sha256")
-    p0 = {k: first.run.manifest["program"].get(k) for k in keys}
+    p0 = first.run.program.identity()
     for s in sides[1:]:
-        p = {k: s.run.manifest["program"].get(k) for k in keys}
+        p = s.run.program.identity()
         if p != p0:
-            diff = next(k for k in keys if p[k] != p0[k])
+            diff = next(k for k in p if p[k] != p0[k])
             raise NotComparable(
                 f"{s.label} ran another program than {first.label}: {diff} {p[diff]!r} vs {p0[diff]!r}"
             )
         for group in ("inputs", "cotangents"):
-            a, b = first.run.manifest.get(group, {}), s.run.manifest.get(group, {})
+            ma, mb = first.run.manifest, s.run.manifest
+            a, b = (ma.inputs, mb.inputs) if group == "inputs" else (ma.cotangents, mb.cotangents)
             for n in sorted(set(a) | set(b)):
                 if group == "cotangents" and (n not in a or n not in b):
                     continue
-                if n not in a or n not in b or a[n]["digest"] != b[n]["digest"]:
+                if n not in a or n not in b or a[n].digest != b[n].digest:
+                    da = a[n].digest if n in a else "missing"
+                    db = b[n].digest if n in b else "missing"
                     raise NotComparable(
                         f"{group[:-1]} {n!r} differs between {first.label} and {s.label} "
-                        f"(digest {a.get(n, {}).get('digest', 'missing')[:12]} vs "
-                        f"{b.get(n, {}).get('digest', 'missing')[:12]}): not the same inputs"
+                        f"(digest {da[:12]} vs {db[:12]}): not the same inputs"
                     )
     outs = None
     for s in sides:
         side = s.run.side(s.compiler)
-        if side.get("error") or not side["repeats"]:
-            raise NotComparable(f"{s.label} ({s.name}) has no outputs: {side.get('error') or 'no repeats'}")
-        here = side["repeats"][0]
+        if side.error or not side.repeats:
+            raise NotComparable(f"{s.label} ({s.name}) has no outputs: {side.error or 'no repeats'}")
+        here = side.repeats[0]
         if outs is None:
             outs = here
             continue
         if set(here) != set(outs):
             raise NotComparable(f"{s.label} has outputs {sorted(here)}, {first.label} has {sorted(outs)}")
         for n, e in here.items():
-            if (e["shape"], e["dtype"]) != (outs[n]["shape"], outs[n]["dtype"]):
+            o = outs[n]
+            if (e.shape, e.dtype) != (o.shape, o.dtype):
                 raise NotComparable(
-                    f"output {n}: {outs[n]['dtype']}{outs[n]['shape']} in {first.label} vs "
-                    f"{e['dtype']}{e['shape']} in {s.label}"
+                    f"output {n}: {o.dtype}{list(o.shape)} in {first.label} vs {e.dtype}{list(e.shape)} in {s.label}"
                 )
     return sorted(outs or {}, key=lambda n: (n.startswith("grad."), n))
 
@@ -173,40 +189,37 @@ def _at(s: Stored, common: np.ndarray | None) -> torch.Tensor:
 
 
 def _context(
-    prog: dict[str, Any],
+    prog: ProgramRecord,
     name: str,
     shape: tuple[int, ...],
     where: list[int],
     inputs: dict[str, torch.Tensor],
     cots: dict[str, torch.Tensor],
-) -> dict[str, Any]:
+) -> Context:
     """What produced one output element: input values (elementwise), the rows' summaries (rows)."""
-    structure = prog.get("structure", "opaque")
-    out: dict[str, Any] = {}
+    structure = prog.structure
+    out: Context = {}
     tensors = dict(inputs)
     if name.startswith("grad."):
         tensors.update({f"cotangent.{k}": v for k, v in cots.items()})
     for n, t in tensors.items():
-        if structure == "elementwise":
+        if structure is Structure.ELEMENTWISE:
             try:
                 if torch.broadcast_shapes(t.shape, shape) == torch.Size(shape):
                     out[n] = float(torch.broadcast_to(t, shape)[tuple(where)].double())
             except RuntimeError:
                 continue
-        elif structure == "rows" and t.ndim:
-            row = _row(t, shape, where, prog.get("row_dim", -1))
+        elif structure is Structure.ROWS and t.ndim:
+            row = _row(t, shape, where, prog.row_dim)
             if row is not None:
                 r = row.double()
                 fin = r[torch.isfinite(r)]
-                out[n] = {
-                    "length": r.numel(),
-                    "nonfinite": int(r.numel() - fin.numel()),
-                    **(
-                        {"min": fin.min().item(), "max": fin.max().item(), "mean": fin.mean().item()}
-                        if fin.numel()
-                        else {}
-                    ),
-                }
+                nonfinite = int(r.numel() - fin.numel())
+                out[n] = (
+                    RowSummary(r.numel(), nonfinite, fin.min().item(), fin.max().item(), fin.mean().item())
+                    if fin.numel()
+                    else RowSummary(r.numel(), nonfinite)
+                )
     return out
 
 
@@ -235,15 +248,15 @@ def compare_output(
     name: str,
     sides: list[Side],
     ref: torch.Tensor,
-    prog: dict[str, Any],
+    prog: ProgramRecord,
     inputs: dict[str, torch.Tensor],
     cots: dict[str, torch.Tensor],
     baseline: int = 0,
     rtol: float | None = None,
     atol: float | None = None,
     top: int = 8,
-) -> dict[str, Any]:
-    """The comparison of one output (see the module docstring); a JSON-ready dict."""
+) -> OutputComparison:
+    """The comparison of one output (see the module docstring)."""
     stored = [s.run.output(s.compiler, 0, name) for s in sides]
     shape, dtype = stored[0].shape, stored[0].dtype
     if tuple(ref.shape) != shape:
@@ -260,41 +273,29 @@ def compare_output(
     x64 = [v.double().numpy() for v in vals]
     errs = [abs_error(x, ref64) for x in x64]
     ulps = [e / ulp(ref64, dtype) for e in errs]
-    out: dict[str, Any] = {
-        "name": name,
-        "shape": list(shape),
-        "dtype": str(dtype).removeprefix("torch."),
-        "numel": stored[0].numel,
-        "compared": int(ref64.size),
-        "sampled": common is not None,
-        "rtol": rtol,
-        "atol": atol,
-        "reduction_length": _reduction_length(prog, name),
-        "sides": [],
-        "pairs": [],
-        "ref_absmax": float(np.abs(ref64[np.isfinite(ref64)]).max()) if np.isfinite(ref64).any() else 0.0,
-    }
+    side_errors = []
     for s, st, e, u in zip(sides, stored, errs, ulps):
         fin = e[np.isfinite(e)]
         i = _argmax(np.where(np.isfinite(e), e, np.inf))
-        out["sides"].append(
-            {
-                "label": s.label,
-                "max_abs": float(e.max()) if e.size else 0.0,
-                "max_abs_at": _where(flat[i], shape),
-                "mean_abs": float(fin.mean()) if fin.size else 0.0,
-                "max_ulp": float(u.max()) if u.size else 0.0,
-                "mean_ulp": float(u[np.isfinite(u)].mean()) if np.isfinite(u).any() else 0.0,
-                "nonfinite_errors": int((~np.isfinite(e)).sum()),
-                "histogram": histogram(u),
-                "digest": st.digest,
-                "nondeterminism": nondeterminism(s, name),
-            }
+        side_errors.append(
+            SideErrors(
+                label=s.label,
+                max_abs=float(e.max()) if e.size else 0.0,
+                max_abs_at=_where(flat[i], shape),
+                mean_abs=float(fin.mean()) if fin.size else 0.0,
+                max_ulp=float(u.max()) if u.size else 0.0,
+                mean_ulp=float(u[np.isfinite(u)].mean()) if np.isfinite(u).any() else 0.0,
+                nonfinite_errors=int((~np.isfinite(e)).sum()),
+                histogram=histogram(u),
+                digest=st.digest,
+                nondeterminism=nondeterminism(s, name),
+            )
         )
     bits = [_bits(v) for v in vals]
+    pairs = []
     for j in range(len(sides)):
         if j != baseline:
-            out["pairs"].append(
+            pairs.append(
                 _pair(
                     sides[baseline],
                     sides[j],
@@ -318,13 +319,20 @@ def compare_output(
                     cots,
                 )
             )
-    return out
-
-
-def _reduction_length(prog: dict[str, Any], name: str) -> int | None:
-    table = prog.get("reduction") or {}
-    best = max((k for k in table if name == k or name.startswith(k + ".")), key=len, default=None)
-    return None if best is None else int(table[best])
+    return OutputComparison(
+        name=name,
+        shape=list(shape),
+        dtype=str(dtype).removeprefix("torch."),
+        numel=stored[0].numel,
+        compared=int(ref64.size),
+        sampled=common is not None,
+        rtol=rtol,
+        atol=atol,
+        reduction_length=prog.reduction_length(name),
+        sides=side_errors,
+        pairs=pairs,
+        ref_absmax=float(np.abs(ref64[np.isfinite(ref64)]).max()) if np.isfinite(ref64).any() else 0.0,
+    )
 
 
 def _pair(
@@ -344,11 +352,11 @@ def _pair(
     rtol: float,
     atol: float,
     top: int,
-    prog: dict[str, Any],
+    prog: ProgramRecord,
     name: str,
     inputs: dict[str, torch.Tensor],
     cots: dict[str, torch.Tensor],
-) -> dict[str, Any]:
+) -> Pair:
     both_nan = np.isnan(xa) & np.isnan(xb)
     differ = (ba != bb) & ~both_nan
     mismatch = ~np.isclose(xa, xb, rtol=rtol, atol=atol, equal_nan=True)
@@ -357,12 +365,15 @@ def _pair(
         rel = np.where(d == 0, 0.0, d / np.abs(xb))
     rel = np.where(np.isnan(rel), np.inf, rel)
 
-    def closer(mask: np.ndarray) -> dict[str, int]:
-        return {
-            a.label: int((ea[mask] < eb[mask]).sum()),
-            b.label: int((eb[mask] < ea[mask]).sum()),
-            "tie": int((ea[mask] == eb[mask]).sum()),
-        }
+    def closer(mask: np.ndarray) -> Closer:
+        return Closer(
+            int((ea[mask] < eb[mask]).sum()),
+            int((eb[mask] < ea[mask]).sum()),
+            int((ea[mask] == eb[mask]).sum()),
+        )
+
+    def maxima(x: np.ndarray, y: np.ndarray) -> Both:
+        return Both(float(x.max()) if x.size else 0.0, float(y.max()) if y.size else 0.0)
 
     n_mis, n_diff = int(mismatch.sum()), int(differ.sum())
     chosen = np.flatnonzero(mismatch if n_mis else differ)
@@ -371,115 +382,106 @@ def _pair(
     for k in order.tolist():
         where = _where(flat[k], shape)
         worst.append(
-            {
-                "at": where,
-                a.label: float(xa[k]),
-                b.label: float(xb[k]),
-                "fp64": float(ref[k]),
-                f"err_{a.label}": float(ea[k]),
-                f"err_{b.label}": float(eb[k]),
-                f"ulp_{a.label}": float(ua[k]),
-                f"ulp_{b.label}": float(ub[k]),
-                "closer": a.label if ea[k] < eb[k] else b.label if eb[k] < ea[k] else "tie",
-                "inputs": _context(prog, name, shape, where, inputs, cots),
-            }
+            WorstElement(
+                at=where,
+                value=Both(float(xa[k]), float(xb[k])),
+                fp64=float(ref[k]),
+                err=Both(float(ea[k]), float(eb[k])),
+                ulp=Both(float(ua[k]), float(ub[k])),
+                closer=a.label if ea[k] < eb[k] else b.label if eb[k] < ea[k] else "tie",
+                inputs=_context(prog, name, shape, where, inputs, cots),
+            )
         )
-    pair = {
-        "a": a.label,
-        "b": b.label,
-        "differing": n_diff,
-        "mismatched": n_mis,
-        "differing_at": [_where(flat[k], shape) for k in np.flatnonzero(differ)[:LIST_MAX]],
-        "mismatched_at": [_where(flat[k], shape) for k in np.flatnonzero(mismatch)[:LIST_MAX]],
-        "max_abs_diff": float(d.max()) if d.size else 0.0,
-        "max_abs_diff_at": _where(flat[_argmax(d)], shape),
-        "max_rel_diff": float(rel.max()) if rel.size else 0.0,
-        "max_rel_diff_at": _where(flat[_argmax(rel)], shape),
-        "closer_mismatched": closer(mismatch),
-        "closer_differing": closer(differ),
-        "worst": worst,
-        "max_err": {
-            a.label: float(ea.max()) if ea.size else 0.0,
-            b.label: float(eb.max()) if eb.size else 0.0,
-        },
-        "max_ulp": {
-            a.label: float(ua.max()) if ua.size else 0.0,
-            b.label: float(ub.max()) if ub.size else 0.0,
-        },
-        "max_err_mismatched": {a.label: _max(ea[mismatch]), b.label: _max(eb[mismatch])},
-        "max_ulp_mismatched": {a.label: _max(ua[mismatch]), b.label: _max(ub[mismatch])},
-    }
-    pair["verdict"] = verdict(pair, xa.size, rtol, atol)
-    return pair
+    pair = Pair(
+        a=a.label,
+        b=b.label,
+        differing=n_diff,
+        mismatched=n_mis,
+        differing_at=[_where(flat[k], shape) for k in np.flatnonzero(differ)[:LIST_MAX]],
+        mismatched_at=[_where(flat[k], shape) for k in np.flatnonzero(mismatch)[:LIST_MAX]],
+        max_abs_diff=float(d.max()) if d.size else 0.0,
+        max_abs_diff_at=_where(flat[_argmax(d)], shape),
+        max_rel_diff=float(rel.max()) if rel.size else 0.0,
+        max_rel_diff_at=_where(flat[_argmax(rel)], shape),
+        closer_mismatched=closer(mismatch),
+        closer_differing=closer(differ),
+        worst=worst,
+        max_err=maxima(ea, eb),
+        max_ulp=maxima(ua, ub),
+        max_err_mismatched=Both(_max(ea[mismatch]), _max(eb[mismatch])),
+        max_ulp_mismatched=Both(_max(ua[mismatch]), _max(ub[mismatch])),
+    )
+    return replace(pair, verdict=verdict(pair, xa.size, rtol, atol))
 
 
-def verdict(p: dict[str, Any], n: int, rtol: float, atol: float) -> str:
+def verdict(p: Pair, n: int, rtol: float, atol: float) -> str:
     """One sentence: which side of the pair is further from fp64 on the mismatched elements, and by how much."""
-    a, b = p["a"], p["b"]
-    if not p["differing"]:
+    a, b = p.a, p.b
+    if not p.differing:
         return f"run {a} and run {b} are bitwise identical on {n} compared elements"
-    if not p["mismatched"]:
-        c = p["closer_differing"]
+    if not p.mismatched:
+        c = p.closer_differing
         return (
-            f"run {a} and run {b} agree within rtol={rtol:g}, atol={atol:g}; {p['differing']} of {n} elements "
-            f"differ in bits (closer to fp64: {a} on {c[a]}, {b} on {c[b]}, tie {c['tie']})"
+            f"run {a} and run {b} agree within rtol={rtol:g}, atol={atol:g}; {p.differing} of {n} elements "
+            f"differ in bits (closer to fp64: {a} on {c.a}, {b} on {c.b}, tie {c.tie})"
         )
-    c, m = p["closer_mismatched"], p["mismatched"]
-    if c[a] == c[b]:
+    c, m = p.closer_mismatched, p.mismatched
+    if c.a == c.b:
         return (
             f"neither run is consistently further from fp64 on the {m} mismatched elements ({a} closer on "
-            f"{c[a]}, {b} on {c[b]}, tie {c['tie']})"
+            f"{c.a}, {b} on {c.b}, tie {c.tie})"
         )
-    worse, better = (b, a) if c[a] > c[b] else (a, b)
-    e, u = p["max_err_mismatched"], p["max_ulp_mismatched"]
+    e, u = p.max_err_mismatched, p.max_ulp_mismatched
+    if c.a > c.b:  # b is further
+        worse, better, closer_on, ew, eb, uw, ub = b, a, c.a, e.b, e.a, u.b, u.a
+    else:
+        worse, better, closer_on, ew, eb, uw, ub = a, b, c.b, e.a, e.b, u.a, u.b
     return (
-        f"run {worse} is further from fp64 on {c[better]} of {m} mismatched elements; its max error there is "
-        f"{fmt(e[worse])} vs {fmt(e[better])} for {better} ({fmt(u[worse])} vs {fmt(u[better])} ULP)"
+        f"run {worse} is further from fp64 on {closer_on} of {m} mismatched elements; its max error there is "
+        f"{fmt(ew)} vs {fmt(eb)} for {better} ({fmt(uw)} vs {fmt(ub)} ULP)"
     )
 
 
-def nondeterminism(s: Side, name: str) -> dict[str, Any] | None:
+def nondeterminism(s: Side, name: str) -> Nondeterminism | None:
     """Repeat k against repeat 0 of one side: bitwise identical or how many elements differ and by how much."""
-    reps = s.run.side(s.compiler)["repeats"]
+    reps = s.run.side(s.compiler).repeats
     if len(reps) < 2:
         return None
     first = s.run.output(s.compiler, 0, name)
-    out: dict[str, Any] = {"repeats": len(reps), "identical": True, "differing": 0, "max_abs_diff": 0.0}
+    out = Nondeterminism(len(reps))
     for k in range(1, len(reps)):
-        if reps[k][name]["digest"] == first.digest:
+        if reps[k][name].digest == first.digest:
             continue
         other = s.run.output(s.compiler, k, name)
         x0, x1 = first.values.double().numpy(), other.values.double().numpy()
         diff = (_bits(first.values) != _bits(other.values)) & ~(np.isnan(x0) & np.isnan(x1))
         d = abs_error(x1, x0)
-        out.update(
+        out = replace(
+            out,
             identical=False,
-            differing=max(out["differing"], int(diff.sum())),
-            max_abs_diff=max(out["max_abs_diff"], float(d.max()) if d.size else 0.0),
+            differing=max(out.differing, int(diff.sum())),
+            max_abs_diff=max(out.max_abs_diff, float(d.max()) if d.size else 0.0),
         )
         if first.indices is not None:
-            out["note"] = "digests differ; counts are over the stored sample"
+            out = replace(out, note="digests differ; counts are over the stored sample")
     return out
 
 
-def check(report: dict[str, Any], ratio: float, max_ulp: float | None) -> list[str]:
+def check(report: Comparison, ratio: float, max_ulp: float | None) -> list[str]:
     """Sides further from fp64 than the bound, one line each: an output's max error above
     ``ratio x (the closest side's max error) + one ULP at the largest reference value``, or above `max_ulp` ULPs."""
     failures = []
-    for o in report["outputs"]:
-        best = min(s["max_abs"] for s in o["sides"])
-        floor = float(ulp(np.array([o.get("ref_absmax", 0.0)]), _dtype(o["dtype"]))[0])
-        for s in o["sides"]:
+    for o in report.outputs:
+        best = min(s.max_abs for s in o.sides)
+        floor = float(ulp(np.array([o.ref_absmax]), _dtype(o.dtype))[0])
+        for s in o.sides:
             bound = ratio * best + floor
-            if s["max_abs"] > bound:
+            if s.max_abs > bound:
                 failures.append(
-                    f"{o['name']}: run {s['label']} max error {fmt(s['max_abs'])} > {ratio:g} x "
-                    f"{fmt(best)} + {fmt(floor)}"
+                    f"{o.name}: run {s.label} max error {fmt(s.max_abs)} > {ratio:g} x {fmt(best)} + {fmt(floor)}"
                 )
-            elif max_ulp is not None and s["max_ulp"] > max_ulp:
-                failures.append(
-                    f"{o['name']}: run {s['label']} max ULP error {fmt(s['max_ulp'])} > {max_ulp:g}"
-                )
+            elif max_ulp is not None and s.max_ulp > max_ulp:
+                failures.append(f"{o.name}: run {s.label} max ULP error {fmt(s.max_ulp)} > {max_ulp:g}")
     return failures
 
 
@@ -494,7 +496,7 @@ def compare(
     atol: float | None = None,
     top: int = 8,
     reference: str = "compute",
-) -> dict[str, Any]:
+) -> Comparison:
     """The whole comparison of sides of one program: checks, the fp64 reference, every output."""
     from . import reference as reference_mod
 
@@ -505,42 +507,45 @@ def compare(
     missing = [n for n in names if n not in ref]
     if missing:
         raise NotComparable(f"the fp64 reference has no output {missing[0]!r} (it has {sorted(ref)})")
-    prog = sides[0].run.manifest["program"]
-    inputs, cots = sides[0].run.tensors("inputs"), sides[0].run.tensors("cotangents")
-    report: dict[str, Any] = {
-        "program": prog,
-        "reference": how,
-        "seed": sides[0].run.manifest["seed"],
-        "inputs": {
-            n: {k: e[k] for k in ("shape", "dtype", "digest")}
-            for n, e in sides[0].run.manifest["inputs"].items()
-        },
-        "sides": [_describe(s) for s in sides],
-        "baseline": sides[baseline].label,
-        "outputs": [
+    run = sides[0].run
+    prog = run.program
+    inputs, cots = run.tensors("inputs"), run.tensors("cotangents")
+    return Comparison(
+        program=prog,
+        reference=how,
+        seed=run.manifest.seed,
+        inputs={n: InputSummary(list(e.shape), e.dtype, e.digest) for n, e in run.manifest.inputs.items()},
+        sides=[_describe(s) for s in sides],
+        baseline=sides[baseline].label,
+        outputs=[
             compare_output(n, sides, ref[n], prog, inputs, cots, baseline, rtol, atol, top) for n in names
         ],
-    }
-    return report
+    )
 
 
-def _describe(s: Side) -> dict[str, Any]:
-    env, side = s.run.env(), s.run.side(s.compiler)
-    dev = env.get("device", {}) if isinstance(env, dict) else {}
-    git = (env.get("host", {}) or {}).get("git", {}) if isinstance(env, dict) else {}
-    return {
-        "label": s.label,
-        "name": s.name,
-        "run": str(s.run.path),
-        "compiler": s.compiler,
-        "device": s.run.manifest.get("device"),
-        "gpus": sorted(set(dev.get("gpus") or [])),
-        "torch": dev.get("torch"),
-        "triton": dev.get("triton"),
-        "hip": dev.get("hip"),
-        "cuda": dev.get("cuda"),
-        "git": git.get("sha"),
-        "dirty": git.get("dirty"),
-        "repeats": len(side["repeats"]),
-        "info": side.get("info", {}),
-    }
+def _env_facts(env: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(device, git) of an env.json record (harness.envinfo.capture; any of it may be missing)."""
+    if not isinstance(env, dict):
+        return {}, {}
+    return env.get("device", {}) or {}, (env.get("host", {}) or {}).get("git", {}) or {}
+
+
+def _describe(s: Side) -> SideDescription:
+    dev, git = _env_facts(s.run.env())
+    side = s.run.side(s.compiler)
+    return SideDescription(
+        label=s.label,
+        name=s.name,
+        run=str(s.run.path),
+        compiler=s.compiler,
+        device=s.run.manifest.device,
+        gpus=sorted(set(dev.get("gpus") or [])),
+        torch=dev.get("torch"),
+        triton=dev.get("triton"),
+        hip=dev.get("hip"),
+        cuda=dev.get("cuda"),
+        git=git.get("sha"),
+        dirty=git.get("dirty"),
+        repeats=len(side.repeats),
+        info=side.info,
+    )

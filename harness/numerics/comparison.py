@@ -230,7 +230,11 @@ class Nondeterminism:
             "run-to-run record",
             d,
             lambda d: cls(
-                int(d["repeats"]), bool(d["identical"]), int(d["differing"]), float(d["max_abs_diff"]), d.get("note")
+                int(d["repeats"]),
+                bool(d["identical"]),
+                int(d["differing"]),
+                float(d["max_abs_diff"]),
+                d.get("note"),
             ),
         )
 
@@ -405,7 +409,9 @@ class Check:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Check:
         return read(
-            "check", d, lambda d: cls(float(d["ratio"]), d.get("max_ulp"), [str(f) for f in d.get("failures") or []])
+            "check",
+            d,
+            lambda d: cls(float(d["ratio"]), d.get("max_ulp"), [str(f) for f in d.get("failures") or []]),
         )
 
 
@@ -431,7 +437,9 @@ class Comparison:
             "program": self.program.to_dict(),
             "reference": self.reference,
             "seed": self.seed,
-            "inputs": {n: {"shape": i.shape, "dtype": i.dtype, "digest": i.digest} for n, i in self.inputs.items()},
+            "inputs": {
+                n: {"shape": i.shape, "dtype": i.dtype, "digest": i.digest} for n, i in self.inputs.items()
+            },
             "sides": [s.to_dict() for s in self.sides],
             "baseline": self.baseline,
             "outputs": [o.to_dict() for o in self.outputs],

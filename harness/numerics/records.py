@@ -104,7 +104,9 @@ class OutputStats:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> OutputStats:
-        return read("output statistics", d, lambda d: cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d}))
+        return read(
+            "output statistics", d, lambda d: cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        )
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,9 @@ class ProgramRecord:
 
     def reduction_length(self, output: str) -> int | None:
         """The recorded reduction length behind `output` (longest matching name prefix), if any."""
-        best = max((k for k in self.reduction if output == k or output.startswith(k + ".")), key=len, default=None)
+        best = max(
+            (k for k in self.reduction if output == k or output.startswith(k + ".")), key=len, default=None
+        )
         return None if best is None else self.reduction[best]
 
 

@@ -192,7 +192,9 @@ class RunFolder:
         if not isinstance(raw, dict) or raw.get("kind") != KIND:
             raise RunFolderError(f"{mpath} is not a numerics run manifest")
         if raw.get("schema") != SCHEMA:
-            raise RunFolderError(f"{path} has schema version {raw.get('schema')}; this harness reads version {SCHEMA}")
+            raise RunFolderError(
+                f"{path} has schema version {raw.get('schema')}; this harness reads version {SCHEMA}"
+            )
         for key in ("program", "seed", "inputs", "sides"):
             if key not in raw:
                 raise RunFolderError(f"{mpath} lacks {key!r}: truncated or written by something else")
@@ -222,7 +224,9 @@ class RunFolder:
         try:
             dtype = inp.to_dtype(entry.dtype)
         except (KeyError, TypeError, ValueError) as e:
-            raise RunFolderError(f"{self.path}/manifest.json: malformed entry {entry.to_dict()!r} ({e})") from None
+            raise RunFolderError(
+                f"{self.path}/manifest.json: malformed entry {entry.to_dict()!r} ({e})"
+            ) from None
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -239,7 +243,9 @@ class RunFolder:
         try:
             entry = side.repeats[repeat][name]
         except (IndexError, KeyError):
-            raise RunFolderError(f"{self.path}: side {compiler} repeat {repeat} has no output {name!r}") from None
+            raise RunFolderError(
+                f"{self.path}: side {compiler} repeat {repeat} has no output {name!r}"
+            ) from None
         shape, dtype = entry.shape, inp.to_dtype(entry.dtype)
         if entry.sampled:
             if entry.sample is None:
@@ -317,7 +323,9 @@ def save_run(
         seed=seed,
         device=device,
         inputs=inputs,
-        input_order=list(cpu_inputs),  # JSON objects are written with sorted keys: the call order is kept here
+        input_order=list(
+            cpu_inputs
+        ),  # JSON objects are written with sorted keys: the call order is kept here
         cotangents=cots,
         sides=records,
         reference=ref,
