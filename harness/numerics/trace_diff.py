@@ -27,7 +27,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .exc import TraceError
+from .exc import RecordError, TraceError
+from .records import read
+from .trace_records import GraphRecord, Header, Launch, LaunchKind, TraceOutput, TraceStats, Value
 
 #: the trace format this reader understands (``value_trace.SCHEMA``)
 SCHEMA = 1
@@ -61,20 +63,20 @@ class Trace:
     """One trace file, read and checked: its header, graph records by index, sources by hash, launches."""
 
     path: Path
-    header: dict[str, Any]
-    graphs: dict[int, dict[str, Any]]
+    header: Header
+    graphs: dict[int, GraphRecord]
     sources: dict[str, str]
-    launches: list[dict[str, Any]]
+    launches: list[Launch]
     truncated: bool = False  # a last line cut short (the traced process died mid-write) was left out
 
     def describe(self) -> str:
         h = self.header
         where = (
             "CPU interpreter"
-            if h.get("interpret")
-            else f"{h.get('gpu') or 'no GPU'}" + (f" ({h['gpu_backend']})" if h.get("gpu_backend") else "")
+            if h.interpret
+            else f"{h.gpu or 'no GPU'}" + (f" ({h.gpu_backend})" if h.gpu_backend else "")
         )
-        return f"{self.path} ({len(self.launches)} launches; {where}, torch {h.get('torch')}, triton {h.get('triton')})"
+        return f"{self.path} ({len(self.launches)} launches; {where}, torch {h.torch}, triton {h.triton})"
 
 
 def load(path: Path) -> Trace:
@@ -111,34 +113,44 @@ def load(path: Path) -> Trace:
         raise TraceError(f"{path}: its first line is no trace header: not a kiln value trace")
     if head.get("schema") != SCHEMA:
         raise TraceError(f"{path}: trace schema {head.get('schema')!r}, this harness reads schema {SCHEMA}")
-    trace = Trace(path, head, {}, {}, [], truncated)
+    try:
+        trace = Trace(path, Header.from_dict(head), {}, {}, [], truncated)
+    except RecordError as e:
+        raise TraceError(f"{path}:1: {e}") from None
     for i, r in enumerate(records[1:], 2):
-        kind = r["type"]
-        if kind == "graph":
-            trace.graphs[r["graph_index"]] = r
-        elif kind == "kernel":
-            trace.sources[r["source_hash"]] = r["source"]
-        elif kind == "launch":
-            missing = [k for k in _LAUNCH_KEYS if k not in r]
-            if missing:
-                raise TraceError(f"{path}:{i}: launch record without {', '.join(missing)}")
-            if r["seq"] != len(trace.launches):
-                raise TraceError(
-                    f"{path}:{i}: launch seq {r['seq']}, expected {len(trace.launches)}: records "
-                    "missing or out of order"
-                )
-            trace.launches.append(r)
-        elif kind == "header":
-            raise TraceError(f"{path}:{i}: a second header: two traces written into one file")
+        try:
+            _add(trace, r, f"{path}:{i}")
+        except RecordError as e:
+            raise TraceError(f"{path}:{i}: {e}") from None
     return trace
 
 
-def where(r: dict[str, Any]) -> str:
+def _add(trace: Trace, r: dict[str, Any], where: str) -> None:
+    """One record after the header, into `trace` (a JSON line: the reader's boundary)."""
+    kind = r["type"]
+    if kind == "graph":
+        g = GraphRecord.from_dict(r)
+        trace.graphs[g.graph_index] = g
+    elif kind == "kernel":
+        h, source = read("kernel record", r, lambda d: (str(d["source_hash"]), str(d["source"])))
+        trace.sources[h] = source
+    elif kind == "launch":
+        missing = [k for k in _LAUNCH_KEYS if k not in r]
+        if missing:
+            raise TraceError(f"{where}: launch record without {', '.join(missing)}")
+        launch = Launch.from_dict(r)
+        if launch.seq != len(trace.launches):
+            raise TraceError(
+                f"{where}: launch seq {launch.seq}, expected {len(trace.launches)}: records missing or out of order"
+            )
+        trace.launches.append(launch)
+    elif kind == "header":
+        raise TraceError(f"{where}: a second header: two traces written into one file")
+
+
+def where(r: Launch) -> str:
     """A launch for a person: ``#5 graph 0 (graph_3) call 1 launch 2: triton kiln_pointwise_add_...``."""
-    return (
-        f"#{r['seq']} graph {r['graph_index']} ({r['graph']}) call {r['call']} launch {r['launch']}: "
-        f"{r['kind']} {r['kernel']}"
-    )
+    return f"#{r.seq} graph {r.graph_index} ({r.graph}) call {r.call} launch {r.launch}: {r.kind} {r.kernel}"
 
 
 def graph_role(name: str) -> str:
@@ -147,32 +159,32 @@ def graph_role(name: str) -> str:
     return re.sub(r"^graph_\d+", "graph", name)
 
 
-def _shape(o: dict[str, Any]) -> str:
-    return f"{o['dtype']}{list(o['shape'])}"
+def _shape(o: TraceOutput) -> str:
+    return o.typed_shape
 
 
-def misalignment(a: dict[str, Any], b: dict[str, Any], allow_source_diff: bool) -> str | None:
+def misalignment(a: Launch, b: Launch, allow_source_diff: bool) -> str | None:
     """Why launches ``a`` (of trace A) and ``b`` (of B) do not align, or None when they do."""
-    if (a["graph_index"], a["call"], a["launch"], a["kind"], graph_role(a["graph"])) != (
-        b["graph_index"],
-        b["call"],
-        b["launch"],
-        b["kind"],
-        graph_role(b["graph"]),
+    if (a.graph_index, a.call, a.launch, a.kind, graph_role(a.graph)) != (
+        b.graph_index,
+        b.call,
+        b.launch,
+        b.kind,
+        graph_role(b.graph),
     ):
         return f"A has {where(a)}, B has {where(b)}"
-    if a["source_hash"] != b["source_hash"] and not allow_source_diff:
+    if a.source_hash != b.source_hash and not allow_source_diff:
         return (
-            f"{where(a)} has source {a['source_hash']} in A and {b['kernel']} source {b['source_hash']} in B "
+            f"{where(a)} has source {a.source_hash} in A and {b.kernel} source {b.source_hash} in B "
             "(kernel sources differ: --allow-source-diff compares them anyway)"
         )
-    oa, ob = a["outputs"], b["outputs"]
-    if [o["shape"] for o in oa] != [o["shape"] for o in ob]:
+    oa, ob = a.outputs, b.outputs
+    if [o.shape for o in oa] != [o.shape for o in ob]:
         return (
             f"{where(a)} writes {', '.join(map(_shape, oa)) or 'nothing'} in A and "
             f"{', '.join(map(_shape, ob)) or 'nothing'} in B"
         )
-    if [o["dtype"] for o in oa] != [o["dtype"] for o in ob] and not allow_source_diff:
+    if [o.dtype for o in oa] != [o.dtype for o in ob] and not allow_source_diff:
         return (
             f"{where(a)} writes {', '.join(map(_shape, oa))} in A and {', '.join(map(_shape, ob))} in B "
             "(--allow-source-diff compares them anyway)"
@@ -186,8 +198,8 @@ class Finding:
 
     output: str
     stat: str
-    a: Any
-    b: Any
+    a: Value
+    b: Value
     diff: float | None
     allowed: float | None
 
@@ -221,31 +233,30 @@ def _num(x: Any) -> float:
     return float(x) if _finite(x) else 0.0
 
 
-def compare_output(
-    name: str, sa: dict[str, Any], sb: dict[str, Any], rtol: float, atol: float
-) -> list[Finding]:
+def compare_output(name: str, sa: TraceStats, sb: TraceStats, rtol: float, atol: float) -> list[Finding]:
     """The statistics of one output that diverged (``STATS`` order); empty when within tolerance."""
     found: list[Finding] = []
-    for stat in ("nan", "inf"):
-        if sa.get(stat) != sb.get(stat):
-            found.append(Finding(name, f"{stat} count", sa.get(stat), sb.get(stat), None, None))
-    if "min" not in sa or "min" not in sb:  # quantized: the digest is all there is
+    if sa.nan != sb.nan:
+        found.append(Finding(name, "nan count", sa.nan, sb.nan, None, None))
+    if sa.inf != sb.inf:
+        found.append(Finding(name, "inf count", sa.inf, sb.inf, None, None))
+    if not (sa.values and sb.values):  # quantized: the digest is all there is
         return found
-    amax = max(abs(_num(s.get(k))) for s in (sa, sb) for k in ("min", "max"))
-    count = max(sa["numel"] - sa["nan"] - sa["inf"], 1)
-    abs_sum = max(_num(sa.get("abs_sum")), _num(sb.get("abs_sum")))
+    amax = max(abs(_num(v)) for s in (sa, sb) for v in (s.min, s.max))
+    count = max(sa.numel - (sa.nan or 0) - (sa.inf or 0), 1)
+    abs_sum = max(_num(sa.abs_sum), _num(sb.abs_sum))
     scales = {
         "min": amax,
         "max": amax,
         "mean": abs_sum / count,
         "sum": abs_sum,
-        "sumsq": 2 * max(_num(sa.get("sumsq")), _num(sb.get("sumsq"))),
+        "sumsq": 2 * max(_num(sa.sumsq), _num(sb.sumsq)),
     }
     for stat, scale in scales.items():
-        f = _close(name, stat, sa.get(stat), sb.get(stat), scale, rtol, atol)
+        f = _close(name, stat, sa.stat(stat), sb.stat(stat), scale, rtol, atol)
         if f is not None:
             found.append(f)
-    for (pa, va), (_, vb) in zip(sa.get("samples") or [], sb.get("samples") or []):
+    for (pa, va), (_, vb) in zip(sa.samples, sb.samples):
         f = _close(name, f"sample[{pa}]", va, vb, amax, rtol, atol)
         if f is not None:
             found.append(f)
@@ -260,8 +271,8 @@ class Result:
     a: Trace
     b: Trace
     aligned: int
-    first: tuple[dict[str, Any], dict[str, Any], list[Finding]] | None
-    first_bitwise: dict[str, Any] | None
+    first: tuple[Launch, Launch, list[Finding]] | None
+    first_bitwise: Launch | None
     notes: list[str]
 
     def to_json(self) -> dict[str, Any]:
@@ -269,21 +280,21 @@ class Result:
         if self.first is not None:
             ra, rb, found = self.first
             first = {
-                "seq": ra["seq"],
-                "graph_index": ra["graph_index"],
-                "call": ra["call"],
-                "launch": ra["launch"],
-                "kind": ra["kind"],
-                "kernel_a": ra["kernel"],
-                "kernel_b": rb["kernel"],
-                "source_hash_a": ra["source_hash"],
-                "source_hash_b": rb["source_hash"],
+                "seq": ra.seq,
+                "graph_index": ra.graph_index,
+                "call": ra.call,
+                "launch": ra.launch,
+                "kind": ra.kind.value,
+                "kernel_a": ra.kernel,
+                "kernel_b": rb.kernel,
+                "source_hash_a": ra.source_hash,
+                "source_hash_b": rb.source_hash,
                 "findings": [dataclasses.asdict(f) for f in found],
             }
         bit = (
             None
             if self.first_bitwise is None
-            else {"seq": self.first_bitwise["seq"], "kernel": self.first_bitwise["kernel"]}
+            else {"seq": self.first_bitwise.seq, "kernel": self.first_bitwise.kernel}
         )
         return {
             "schema": SCHEMA,
@@ -312,18 +323,16 @@ def diff(
     for ra, rb in zip(a.launches, b.launches):
         why = misalignment(ra, rb, allow_source_diff)
         if why is not None:
-            raise TraceError(f"the traces do not align at launch #{ra['seq']}: {why}")
+            raise TraceError(f"the traces do not align at launch #{ra.seq}: {why}")
         found: list[Finding] = []
-        for oa, ob in zip(ra["outputs"], rb["outputs"]):
-            tol = rtol if rtol is not None else max(rtol_of(oa["dtype"]), rtol_of(ob["dtype"]))
-            found += compare_output(oa["name"], oa["stats"], ob["stats"], tol, atol)
-            same = oa["stats"].get("digest") is not None and oa["stats"].get("digest") == ob["stats"].get(
-                "digest"
-            )
+        for oa, ob in zip(ra.outputs, rb.outputs):
+            tol = rtol if rtol is not None else max(rtol_of(oa.dtype), rtol_of(ob.dtype))
+            found += compare_output(oa.name, oa.stats, ob.stats, tol, atol)
+            same = oa.stats.digest is not None and oa.stats.digest == ob.stats.digest
             if first_bitwise is None and not same:
                 first_bitwise = ra
         if found:
-            return Result(a, b, ra["seq"] + 1, (ra, rb, found), first_bitwise, notes + _lengths(a, b))
+            return Result(a, b, ra.seq + 1, (ra, rb, found), first_bitwise, notes + _lengths(a, b))
     if len(a.launches) != len(b.launches):
         longer, label = (a, "A") if len(a.launches) > n else (b, "B")
         raise TraceError(
@@ -339,23 +348,28 @@ def _lengths(a: Trace, b: Trace) -> list[str]:
     return [f"A has {len(a.launches)} launches, B {len(b.launches)} (compared up to the divergence)"]
 
 
-def source_of(trace: Trace, r: dict[str, Any], dump_dir: Path | None) -> tuple[str, str | None]:
+def source_of(trace: Trace, r: Launch, dump_dir: Path | None) -> tuple[str, str | None]:
     """(where the source came from, the source) of launch ``r``'s kernel: the trace's own kernel record, else
     ``dump_dir/kernels/<kernel>.py`` (a ``KILN_DUMP_DIR`` folder) when its hash matches."""
-    src = trace.sources.get(r["source_hash"])
+    src = trace.sources.get(r.source_hash)
     if src is not None:
         return f"from {trace.path}", src
     if dump_dir is not None:
-        path = Path(dump_dir) / "kernels" / f"{r['kernel']}.py"
+        path = Path(dump_dir) / "kernels" / f"{r.kernel}.py"
         if path.is_file():
             text = path.read_text(encoding="utf-8")
             from hashlib import sha256
 
-            if sha256(text.encode()).hexdigest()[:16] == r["source_hash"]:
+            if sha256(text.encode()).hexdigest()[:16] == r.source_hash:
                 return f"from {path}", text
             return f"{path} holds another source than the traced one", None
         return f"not in the trace, and no {path}", None
     return "not in the trace (--dump-dir DIR: a KILN_DUMP_DIR folder of the traced run)", None
+
+
+def _settings(trace: Trace, r: Launch) -> str:
+    g = trace.graphs.get(r.graph_index)
+    return (g.settings if g is not None else None) or "(defaults)"
 
 
 def render(res: Result, dump_dir: Path | None = None) -> str:
@@ -372,36 +386,33 @@ def render(res: Result, dump_dir: Path | None = None) -> str:
         return "\n".join(lines) + "\n"
     ra, rb, found = res.first
     lines.append(f"first divergence at launch {where(ra)}")
-    if rb["kernel"] != ra["kernel"] or rb["source_hash"] != ra["source_hash"]:
-        lines.append(f"  in B: {rb['kind']} {rb['kernel']} (source {rb['source_hash']})")
-    shapes = {o["name"]: _shape(o) for o in ra["outputs"]}
+    if rb.kernel != ra.kernel or rb.source_hash != ra.source_hash:
+        lines.append(f"  in B: {rb.kind} {rb.kernel} (source {rb.source_hash})")
+    shapes = {o.name: _shape(o) for o in ra.outputs}
     f0 = found[0]
     lines.append(f"  output {f0.output} {shapes.get(f0.output, '')}: {f0.line()}")
     lines += [f"  also {f.output}: {f.line()}" for f in found[1:8]]
     if len(found) > 8:
         lines.append(f"  ... {len(found) - 8} more statistics diverged")
-    if ra["seq"]:
+    if ra.seq:
         earlier = (
             "bitwise identical"
-            if res.first_bitwise is None or res.first_bitwise["seq"] == ra["seq"]
+            if res.first_bitwise is None or res.first_bitwise.seq == ra.seq
             else f"within tolerance (first bitwise difference at {where(res.first_bitwise)})"
         )
-        lines.append(f"  launches before it ({ra['seq']}): {earlier}")
-    sa, sb = (
-        t.graphs.get(r["graph_index"], {}).get("settings") or "(defaults)"
-        for t, r in ((res.a, ra), (res.b, rb))
-    )
+        lines.append(f"  launches before it ({ra.seq}): {earlier}")
+    sa, sb = (_settings(t, r) for t, r in ((res.a, ra), (res.b, rb)))
     if sa != sb:
         lines.append(f"  graph settings: A {sa}; B {sb}")
-    if ra["kind"] != "triton":
-        lines.append(f"no kernel source: {ra['kernel']} is an ATen {ra['kind']} call")
+    if ra.kind is not LaunchKind.TRITON:
+        lines.append(f"no kernel source: {ra.kernel} is an ATen {ra.kind} call")
         return "\n".join(lines) + "\n"
     for label, trace, r in (("A", res.a, ra), ("B", res.b, rb)):
-        if label == "B" and r["source_hash"] == ra["source_hash"]:
+        if label == "B" and r.source_hash == ra.source_hash:
             break
         origin, src = source_of(trace, r, dump_dir)
         lines.append(
-            f"kernel source of {r['kernel']} ({label}, source hash {r['source_hash']}; {origin})"
+            f"kernel source of {r.kernel} ({label}, source hash {r.source_hash}; {origin})"
             + (":" if src else "")
         )
         if src:

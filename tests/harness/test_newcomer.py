@@ -418,14 +418,11 @@ def test_numerics_plot_colours_each_compiler_as_every_harness_plot_does(tmp_path
     from harness import arms
     from harness.numerics import report
     from harness.numerics.compare import ULP_BUCKETS
+    from harness.numerics.comparison import Comparison, OutputComparison, SideDescription, SideErrors
+    from harness.numerics.records import ProgramRecord
 
-    sides = [
-        {"label": "A", "compiler": "kiln", "device": "cpu"},
-        {"label": "B", "compiler": "eager", "device": "cpu"},
-        {"label": "C", "compiler": "inductor", "device": "cpu"},
-        {"label": "D", "compiler": "kiln", "device": "cpu"},
-    ]
-    styles = report.side_styles(sides)
+    compilers = ["kiln", "eager", "inductor", "kiln"]
+    styles = report.side_styles(compilers)
     assert [c for c, _ in styles] == [
         arms.colour("kiln"),
         arms.colour("eager"),
@@ -434,11 +431,17 @@ def test_numerics_plot_colours_each_compiler_as_every_harness_plot_does(tmp_path
     ]
     assert styles[0][1] == "" and styles[3][1] != "" and len({h for _, h in styles[:3]}) == 1
     hist = [1] * len(ULP_BUCKETS)
-    rep = {
-        "program": {"ref": "p"},
-        "sides": sides,
-        "outputs": [{"name": "out", "sides": [{"label": s["label"], "histogram": hist} for s in sides]}],
-    }
+    labels = "ABCD"
+    errors = [SideErrors(lab, 0.0, [], 0.0, 0.0, 0.0, 0, hist, "", None) for lab in labels]
+    rep = Comparison(
+        program=ProgramRecord("p"),
+        reference="",
+        seed=0,
+        inputs={},
+        sides=[SideDescription(lab, lab, "run", c, device="cpu") for lab, c in zip(labels, compilers)],
+        baseline="A",
+        outputs=[OutputComparison("out", [1], "float32", 1, 1, False, 0.0, 0.0, None, errors, [])],
+    )
     png = report.plot(tmp_path / "r.png", [rep])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

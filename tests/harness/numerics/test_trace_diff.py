@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from numerics_helpers import harness, one_error_line
 from compiler import config
 from compiler.runtime import value_trace
 from harness.numerics import trace_diff as td
+from harness.numerics.trace_records import Launch, LaunchKind, TraceOutput, TraceStats
 from kiln_testing import DEVICE
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -83,22 +85,22 @@ def test_planted_divergence_is_named_with_its_source(traces, tmp_path):
     statistic that moved, and prints the kernel's source from the trace; exit 1."""
     a = td.load(traces["a"])
     planted = a.launches[PLANTED]
-    assert planted["kind"] == "triton" and len(a.launches) > PLANTED + 1
+    assert planted.kind is LaunchKind.TRITON and len(a.launches) > PLANTED + 1
     later = td.load(traces["planted"]).launches[PLANTED + 1 :]
     assert all(
-        o["stats"]["digest"] != p["stats"]["digest"]
+        o.stats.digest != p.stats.digest
         for r, s in zip(a.launches[PLANTED + 1 :], later)
-        for o, p in zip(r["outputs"], s["outputs"])
+        for o, p in zip(r.outputs, s.outputs)
     )  # the change reaches every later launch
     proc = _cli(traces["a"], traces["planted"], "--json", tmp_path / "r.json")
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
-    assert f"first divergence at launch #{PLANTED} graph 0 " in out and f"triton {planted['kernel']}" in out
+    assert f"first divergence at launch #{PLANTED} graph 0 " in out and f"triton {planted.kernel}" in out
     assert f"launches before it ({PLANTED}): bitwise identical" in out
-    assert f"def {planted['kernel']}(" in out and "@triton.jit" in out  # the source, from the trace
+    assert f"def {planted.kernel}(" in out and "@triton.jit" in out  # the source, from the trace
     result = json.loads((tmp_path / "r.json").read_text())
     div = result["divergence"]
-    assert (div["seq"], div["kernel_a"], div["kind"]) == (PLANTED, planted["kernel"], "triton")
+    assert (div["seq"], div["kernel_a"], div["kind"]) == (PLANTED, planted.kernel, "triton")
     first = div["findings"][0]
     assert first["diff"] > first["allowed"] and first["stat"] in td.STATS
     assert out.splitlines()[3].startswith(f"  output {first['output']} ")
@@ -108,7 +110,7 @@ def test_identical_runs_and_changes_within_tolerance(traces, capsys):
     """Two runs of one program (kiln's graph names differ between them: graph indices align them) are bitwise
     identical; a change far below fp32's tolerance is reported as the first bitwise difference, exit 0."""
     a, b = td.load(traces["a"]), td.load(traces["b"])
-    assert a.launches[0]["graph"] != b.launches[0]["graph"]
+    assert a.launches[0].graph != b.launches[0].graph
     rc, out, err = harness(capsys, "numerics", "trace-diff", traces["a"], traces["b"])
     assert rc == 0, err
     assert f"no divergence beyond tolerance in {len(a.launches)} aligned launches; bitwise identical" in out
@@ -165,6 +167,15 @@ def test_truncated_trace(traces, tmp_path, capsys):
         ('{"type": "header", "schema": 99}\n', "trace schema 99, this harness reads schema 1"),
         ('{"type": "header", "schema": 1}\n{"type": "launch", "seq": 0}\n', ":2: launch record without"),
         ("[1, 2]\n", ":1: not a trace record"),
+        (
+            '{"type": "header", "schema": 1}\n{"type": "launch", "seq": 0, "graph": "g", "graph_index": 0, '
+            '"call": 0, "launch": 0, "kind": "cuda", "kernel": "k", "source_hash": "h", "outputs": []}\n',
+            ":2: launch kind 'cuda' is not one of triton, extern, fallback",
+        ),
+        (
+            '{"type": "header", "schema": 1}\n{"type": "kernel", "source": "x"}\n',
+            ":2: malformed kernel record",
+        ),
     ],
 )
 def test_bad_trace_files(traces, tmp_path, capsys, content, needle):
@@ -179,13 +190,13 @@ def test_source_from_a_dump_folder(traces, tmp_path):
     """A trace without kernel records: the source comes from a KILN_DUMP_DIR folder when its hash matches."""
     a = td.load(traces["a"])
     r = a.launches[PLANTED]
-    src = a.sources[r["source_hash"]]
+    src = a.sources[r.source_hash]
     a.sources.clear()
     assert td.source_of(a, r, None)[1] is None
     (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / f"{r['kernel']}.py").write_text(src)
-    assert td.source_of(a, r, tmp_path) == (f"from {tmp_path / 'kernels' / (r['kernel'] + '.py')}", src)
-    (tmp_path / "kernels" / f"{r['kernel']}.py").write_text(src + "# edited\n")
+    (tmp_path / "kernels" / f"{r.kernel}.py").write_text(src)
+    assert td.source_of(a, r, tmp_path) == (f"from {tmp_path / 'kernels' / (r.kernel + '.py')}", src)
+    (tmp_path / "kernels" / f"{r.kernel}.py").write_text(src + "# edited\n")
     assert "holds another source" in td.source_of(a, r, tmp_path)[0]
 
 
@@ -223,26 +234,18 @@ def test_a_setting_that_changes_the_math(tmp_path, capsys):
 def test_alignment_rules():
     """Launches align on graph index, graph role (a cond branch meets the same branch), call, launch and kind, and
     on output shapes; dtypes and sources only under --allow-source-diff."""
-    out = {"name": "buf0", "shape": [4], "dtype": "float32", "stats": {}}
-    a = {
-        "seq": 3,
-        "graph": "graph_0.true_graph_0",
-        "graph_index": 1,
-        "call": 0,
-        "launch": 0,
-        "kind": "triton",
-        "kernel": "k",
-        "source_hash": "h",
-        "outputs": [out],
-    }
-    assert td.misalignment(a, {**a, "graph": "graph_9.true_graph_0"}, False) is None
-    assert "B has #3 graph 1 (graph_0.false_graph_0)" in td.misalignment(
-        a, {**a, "graph": "graph_0.false_graph_0"}, False
+    out = TraceOutput("buf0", [4], "float32", TraceStats(4))
+    a = Launch(3, "graph_0.true_graph_0", 1, 0, 0, LaunchKind.TRITON, "k", "h", [out])
+    assert td.misalignment(a, replace(a, graph="graph_9.true_graph_0"), False) is None
+    assert "B has #3 graph 1 (graph_0.false_graph_0)" in (
+        td.misalignment(a, replace(a, graph="graph_0.false_graph_0"), False) or ""
     )
-    assert "B has #3 graph 1 (graph_0.true_graph_0) call 1" in td.misalignment(a, {**a, "call": 1}, False)
-    assert "writes float32[4] in A and float32[5] in B" in td.misalignment(
-        a, {**a, "outputs": [{**out, "shape": [5]}]}, True
+    assert "B has #3 graph 1 (graph_0.true_graph_0) call 1" in (
+        td.misalignment(a, replace(a, call=1), False) or ""
     )
-    fp64 = {**a, "source_hash": "g", "outputs": [{**out, "dtype": "float64"}]}
-    assert "kernel sources differ" in td.misalignment(a, fp64, False)
+    assert "writes float32[4] in A and float32[5] in B" in (
+        td.misalignment(a, replace(a, outputs=[replace(out, shape=[5])]), True) or ""
+    )
+    fp64 = replace(a, source_hash="g", outputs=[replace(out, dtype="float64")])
+    assert "kernel sources differ" in (td.misalignment(a, fp64, False) or "")
     assert td.misalignment(a, fp64, True) is None
