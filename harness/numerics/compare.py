@@ -16,7 +16,6 @@ Terms:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,7 +35,7 @@ from .comparison import (
     WorstElement,
 )
 from .exc import NotComparable
-from .records import ProgramRecord, Structure
+from .records import ProgramRecord, RunEnv, Structure
 from .store import RunFolder, Stored
 
 DEFAULT_TOL: dict[torch.dtype, tuple[float, float]] = {
@@ -523,15 +522,8 @@ def compare(
     )
 
 
-def _env_facts(env: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(device, git) of an env.json record (harness.envinfo.capture; any of it may be missing)."""
-    if not isinstance(env, dict):
-        return {}, {}
-    return env.get("device", {}) or {}, (env.get("host", {}) or {}).get("git", {}) or {}
-
-
 def _describe(s: Side) -> SideDescription:
-    dev, git = _env_facts(s.run.env())
+    env = RunEnv.from_dict(s.run.env())
     side = s.run.side(s.compiler)
     return SideDescription(
         label=s.label,
@@ -539,13 +531,13 @@ def _describe(s: Side) -> SideDescription:
         run=str(s.run.path),
         compiler=s.compiler,
         device=s.run.manifest.device,
-        gpus=sorted(set(dev.get("gpus") or [])),
-        torch=dev.get("torch"),
-        triton=dev.get("triton"),
-        hip=dev.get("hip"),
-        cuda=dev.get("cuda"),
-        git=git.get("sha"),
-        dirty=git.get("dirty"),
+        gpus=env.gpus,
+        torch=env.torch,
+        triton=env.triton,
+        hip=env.hip,
+        cuda=env.cuda,
+        git=env.git,
+        dirty=env.dirty,
         repeats=len(side.repeats),
         info=side.info,
     )

@@ -377,3 +377,34 @@ class Manifest:
             )
 
         return read("manifest", d, build)
+
+
+@dataclass(frozen=True)
+class RunEnv:
+    """What a report shows of a run's env.json (`harness.envinfo.capture`; any of it may be missing): the GPUs,
+    torch, Triton, HIP and CUDA versions, and the git commit (and whether the tree was dirty)."""
+
+    gpus: list[str] = field(default_factory=list)
+    torch: str | None = None
+    triton: str | None = None
+    hip: str | None = None
+    cuda: str | None = None
+    git: str | None = None
+    dirty: bool | None = None
+
+    @classmethod
+    def from_dict(cls, env: Any) -> RunEnv:
+        """From env.json's object; anything that is not one (an unreadable file) gives an empty record."""
+        if not isinstance(env, Mapping):
+            return cls()
+        dev = env.get("device") or {}
+        git = (env.get("host") or {}).get("git") or {}
+        return cls(
+            gpus=sorted(set(dev.get("gpus") or [])),
+            torch=dev.get("torch"),
+            triton=dev.get("triton"),
+            hip=dev.get("hip"),
+            cuda=dev.get("cuda"),
+            git=git.get("sha"),
+            dirty=git.get("dirty"),
+        )
