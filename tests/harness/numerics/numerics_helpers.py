@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,3 @@ def one_error_line(rc: int, err: str) -> str:
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("harness numerics: error: "), lines[0]
     return lines[0]
-
-
-def load_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())

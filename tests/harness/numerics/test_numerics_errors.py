@@ -10,6 +10,8 @@ import pytest
 import torch
 from numerics_helpers import harness, one_error_line, planted, save
 
+from harness.numerics.store import RunFolder
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
@@ -160,8 +162,8 @@ def test_a_failing_compiler_is_recorded_and_left_out(tmp_path, capsys):
         raise RuntimeError("planted compile failure")
 
     run = save(tmp_path / "r", ["eager", planted("broken", boom), planted("same", lambda out, call: out)])
-    side = json.loads((run / "manifest.json").read_text())["sides"][1]
-    assert side["error"] == "RuntimeError: planted compile failure" and side["repeats"] == []
+    side = RunFolder(run).sides[1]
+    assert side.error == "RuntimeError: planted compile failure" and side.repeats == []
     rc, out, err = harness(capsys, "numerics", "compare", run, "--md", "/dev/null")
     assert rc == 0, err
     assert f"note: left out {run}:broken failed: RuntimeError: planted compile failure" in out

@@ -11,8 +11,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from numerics_helpers import harness, load_json
+from numerics_helpers import harness
 
+from harness.numerics import report
+from harness.numerics.records import ProgramKind
+from harness.numerics.store import RunFolder
 from harness.suites.report import _numerics_lines
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,9 +49,9 @@ def test_each_kiln_run_of_a_test_is_a_run_folder(saved):
         "tests.numerics.test_numerics.py.test_emulate_eager_precision_closes_the_gap_bf16_-1",
         "tests.numerics.test_numerics.py.test_error_vs_fp64_not_worse_than_eager_softmax-bf16_",
     ]
-    manifest = load_json(saved / cases[1] / "manifest.json")
-    assert [s["compiler"] for s in manifest["sides"]] == ["kiln-emulate", "eager"]
-    assert manifest["program"]["kind"] == "suite-case" and set(manifest["reference"]) == {"out"}
+    run = RunFolder(saved / cases[1])
+    assert [s.compiler for s in run.sides] == ["kiln-emulate", "eager"]
+    assert run.program.kind is ProgramKind.SUITE_CASE and set(run.manifest.reference or {}) == {"out"}
 
 
 def test_suite_runs_compare_case_by_case(saved, tmp_path, capsys):
@@ -58,9 +61,9 @@ def test_suite_runs_compare_case_by_case(saved, tmp_path, capsys):
         capsys, "numerics", "compare", f"{saved}:kiln", f"{other}:kiln", "--out", tmp_path / "c"
     )
     assert rc == 0, err
-    reports = load_json(tmp_path / "c" / "report.json")["reports"]
+    reports = report.read_json(tmp_path / "c" / "report.json").reports
     assert len(reports) == 2  # the kiln-emulate case has no 'kiln' side: left out with a note
-    assert all(p["differing"] == 0 for r in reports for o in r["outputs"] for p in o["pairs"])
+    assert all(p.differing == 0 for r in reports for o in r.outputs for p in o.pairs)
     md = (tmp_path / "c" / "report.md").read_text()
     assert "left out" in md and "closes_the_gap_bf16_-1" in md
     # within one saved run: kiln against eager, the fp64 reference stored with the case
@@ -68,12 +71,12 @@ def test_suite_runs_compare_case_by_case(saved, tmp_path, capsys):
         capsys, "numerics", "compare", saved, "--json", tmp_path / "one.json", "--md", "/dev/null"
     )
     assert rc == 0, err
-    one = {r["program"]["ref"]: r for r in load_json(tmp_path / "one.json")["reports"]}
+    one = {r.program.ref: r for r in report.read_json(tmp_path / "one.json").reports}
     softmax = one[TESTS[0]]
-    assert softmax["reference"] == "stored with the run (fp64 eager on CPU)"
-    assert [s["compiler"] for s in softmax["sides"]] == ["kiln", "eager"]
-    emulate = one[TESTS[1] + "#1"]["outputs"][0]["pairs"][0]
-    assert emulate["differing"] == 0  # kiln-emulate is bitwise eager, as the test itself asserts
+    assert softmax.reference == "stored with the run (fp64 eager on CPU)"
+    assert [s.compiler for s in softmax.sides] == ["kiln", "eager"]
+    emulate = one[TESTS[1] + "#1"].outputs[0].pairs[0]
+    assert emulate.differing == 0  # kiln-emulate is bitwise eager, as the test itself asserts
 
 
 def test_harness_results_folder_is_found_and_reported(saved, tmp_path, capsys):

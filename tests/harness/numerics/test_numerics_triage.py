@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from numerics_helpers import harness, load_json, planted, save
+from numerics_helpers import harness, planted, save
 
 from harness.numerics import compare as cmp
-from harness.numerics import reference
+from harness.numerics import reference, report
 from harness.numerics.compare import fmt
+from harness.numerics.comparison import Closer
 from harness.numerics.program import resolve
+from harness.numerics.records import ProgramKind
 
 SHAPE = (64, 64)
 #: planted larger errors (+1.0): flat positions in the 64x64 bf16 output of bf16_chain
@@ -82,26 +84,25 @@ def test_compare_names_exactly_the_planted_elements_and_the_closer_side(
         tmp_path / "r.png",
     )
     assert rc == 0, err
-    rep = load_json(tmp_path / "r.json")["reports"][0]
-    assert [o["name"] for o in rep["outputs"]] == ["out"]
-    o = rep["outputs"][0]
-    assert (o["compared"], o["sampled"], o["dtype"]) == (4096, False, "bfloat16")
-    p = o["pairs"][0]
-    assert (p["a"], p["b"]) == ("A", "B")
+    rep = report.read_json(tmp_path / "r.json").reports[0]
+    assert [o.name for o in rep.outputs] == ["out"]
+    o = rep.outputs[0]
+    assert (o.compared, o.sampled, o.dtype) == (4096, False, "bfloat16")
+    p = o.pairs[0]
+    assert (p.a, p.b) == ("A", "B")
     # exactly the planted elements: the +1.0 ones are the mismatches, all planted ones differ in bits
-    assert p["mismatched_at"] == _multi(BIG)
-    assert p["differing_at"] == _multi(BIG + last_bit_positions)
-    assert (p["mismatched"], p["differing"]) == (3, 7)
+    assert p.mismatched_at == _multi(BIG)
+    assert p.differing_at == _multi(BIG + last_bit_positions)
+    assert (p.mismatched, p.differing) == (3, 7)
     # which side is closer: A on the +1.0 elements, B (eager bits) on the flipped ones
-    assert p["closer_mismatched"] == {"A": 3, "B": 0, "tie": 0}
-    assert p["closer_differing"] == {"A": 3, "B": 4, "tie": 0}
+    assert p.closer_mismatched == Closer(a=3, b=0, tie=0)
+    assert p.closer_differing == Closer(a=3, b=4, tie=0)
     # by how much: there, B's error is the planted 1.0 (bf16-rounded), A's under one bf16 ULP (eager rounds thrice)
-    err = p["max_err_mismatched"]
-    assert 0.9 <= err["B"] <= 1.1 and err["A"] < 2**-7 and p["max_ulp_mismatched"]["A"] < 1
-    ulps = p["max_ulp_mismatched"]
-    assert p["verdict"] == (
+    err, ulps = p.max_err_mismatched, p.max_ulp_mismatched
+    assert 0.9 <= err.b <= 1.1 and err.a < 2**-7 and ulps.a < 1
+    assert p.verdict == (
         f"run B is further from fp64 on 3 of 3 mismatched elements; its max error there is "
-        f"{fmt(err['B'])} vs {fmt(err['A'])} for A ({fmt(ulps['B'])} vs {fmt(ulps['A'])} ULP)"
+        f"{fmt(err.b)} vs {fmt(err.a)} for A ({fmt(ulps.b)} vs {fmt(ulps.a)} ULP)"
     )
     # the worst elements are the planted ones, with the input values that produced them (elementwise program)
     x = (
@@ -109,13 +110,13 @@ def test_compare_names_exactly_the_planted_elements_and_the_closer_side(
         .view(torch.bfloat16)
         .reshape(SHAPE)
     )
-    assert sorted(w["at"] for w in p["worst"][:3]) == _multi(BIG)
-    for w in p["worst"][:3]:
-        assert w["closer"] == "A"
-        assert w["inputs"]["x"] == float(x[tuple(w["at"])])
-        assert set(w["inputs"]) == {"x", "y", "z"}
+    assert sorted(w.at for w in p.worst[:3]) == _multi(BIG)
+    for w in p.worst[:3]:
+        assert w.closer == "A"
+        assert w.inputs["x"] == float(x[tuple(w.at)])
+        assert set(w.inputs) == {"x", "y", "z"}
     md = (tmp_path / "r.md").read_text()
-    assert p["verdict"] in md
+    assert p.verdict in md
     assert (
         "mismatched (rtol 0.016, atol 0.016): 3 at " + ", ".join(f"[{i}, {j}]" for i, j in _multi(BIG)) in md
     )
@@ -156,15 +157,11 @@ def test_nondeterminism_between_repeats_is_reported(tmp_path, capsys):
         capsys, "numerics", "compare", run, "--json", tmp_path / "r.json", "--md", tmp_path / "r.md"
     )
     assert rc == 0, err
-    noisy_side, eager_side = load_json(tmp_path / "r.json")["reports"][0]["outputs"][0]["sides"]
-    assert noisy_side["nondeterminism"] == {
-        "repeats": 2,
-        "identical": False,
-        "differing": 2,
-        "max_abs_diff": pytest.approx(noisy_side["nondeterminism"]["max_abs_diff"]),
-    }
-    assert noisy_side["nondeterminism"]["max_abs_diff"] > 0
-    assert eager_side["nondeterminism"]["identical"] is True
+    noisy_side, eager_side = report.read_json(tmp_path / "r.json").reports[0].outputs[0].sides
+    nd = noisy_side.nondeterminism
+    assert nd is not None and (nd.repeats, nd.identical, nd.differing, nd.note) == (2, False, 2, None)
+    assert nd.max_abs_diff > 0
+    assert eager_side.nondeterminism is not None and eager_side.nondeterminism.identical is True
     assert "**2 differ**" in (tmp_path / "r.md").read_text()
 
 
@@ -191,20 +188,20 @@ def test_kiln_against_eager_and_fp64_forward_and_backward(tmp_path, capsys):
         capsys, "numerics", "compare", run, "--json", tmp_path / "r.json", "--md", tmp_path / "r.md"
     )
     assert rc == 0, err
-    rep = load_json(tmp_path / "r.json")["reports"][0]
-    assert [s["compiler"] for s in rep["sides"]] == ["eager", "kiln", "kiln-emulate"]
-    assert rep["sides"][1]["info"]["kernels"] >= 2  # a forward and a backward kernel at least
-    outs = {o["name"]: o for o in rep["outputs"]}
+    rep = report.read_json(tmp_path / "r.json").reports[0]
+    assert [s.compiler for s in rep.sides] == ["eager", "kiln", "kiln-emulate"]
+    assert (rep.sides[1].info.kernels or 0) >= 2  # a forward and a backward kernel at least
+    outs = {o.name: o for o in rep.outputs}
     assert sorted(outs) == ["grad.x", "grad.y", "grad.z", "out"]
     for o in outs.values():
-        assert all(s["nondeterminism"]["identical"] for s in o["sides"])
-        emulate = o["pairs"][1]
-        assert emulate["b"] == "C" and emulate["differing"] == 0, (o["name"], emulate["verdict"])
+        assert all(s.nondeterminism and s.nondeterminism.identical for s in o.sides)
+        emulate = o.pairs[1]
+        assert emulate.b == "C" and emulate.differing == 0, (o.name, emulate.verdict)
     fwd = outs["out"]
-    kiln, eager = fwd["pairs"][0], fwd["sides"]
-    assert kiln["differing"] > 100
-    assert kiln["closer_differing"]["B"] > 0.9 * kiln["differing"]
-    assert eager[1]["mean_abs"] < eager[0]["mean_abs"] and eager[1]["max_ulp"] <= 0.5 < eager[0]["max_ulp"]
+    kiln, eager = fwd.pairs[0], fwd.sides
+    assert kiln.differing > 100
+    assert kiln.closer_differing.b > 0.9 * kiln.differing
+    assert eager[1].mean_abs < eager[0].mean_abs and eager[1].max_ulp <= 0.5 < eager[0].max_ulp
 
 
 def test_gpu_command_runs_its_programs_on_cpu_sizes(tmp_path, capsys):
@@ -225,12 +222,12 @@ def test_gpu_command_runs_its_programs_on_cpu_sizes(tmp_path, capsys):
     assert rc == 0, err
     md = (tmp_path / "report.md").read_text()
     assert "# Numerics: `attention_small`" in md and "# Numerics: `mlp_small`" in md
-    rep = load_json(tmp_path / "report.json")["reports"]
-    names = {r["program"]["ref"]: [o["name"] for o in r["outputs"]] for r in rep}
+    rep = report.read_json(tmp_path / "report.json").reports
+    names = {r.program.ref: [o.name for o in r.outputs] for r in rep}
     assert names["attention_small"] == ["out", "grad.k", "grad.q", "grad.v"]
     assert "grad.w1" in names["mlp_small"] and "grad.ln_w" in names["mlp_small"]
-    assert all(s["repeats"] == 2 for r in rep for s in r["sides"])
-    assert rep[0]["outputs"][0]["reduction_length"] == 32
+    assert all(s.repeats == 2 for r in rep for s in r.sides)
+    assert rep[0].outputs[0].reduction_length == 32
 
 
 def test_exported_program_runs_under_kiln_and_compares(tmp_path, capsys):
@@ -262,9 +259,9 @@ def test_exported_program_runs_under_kiln_and_compares(tmp_path, capsys):
         capsys, "numerics", "compare", tmp_path / "run", "--json", tmp_path / "r.json", "--md", "/dev/null"
     )
     assert rc == 0, err
-    rep = load_json(tmp_path / "r.json")["reports"][0]
-    assert rep["program"]["kind"] == "export" and rep["inputs"]["x"]["shape"] == [4, 16]
-    assert rep["sides"][1]["info"]["kernels"] >= 1 and rep["sides"][1]["info"]["fallbacks"] == []
-    out = rep["outputs"][0]
-    assert out["name"] == "out" and out["pairs"][0]["mismatched"] == 0
-    assert all(s["max_ulp"] < 8 for s in out["sides"])  # fp32 softmax of a linear: a few ULP of fp64 at most
+    rep = report.read_json(tmp_path / "r.json").reports[0]
+    assert rep.program.kind is ProgramKind.EXPORT and rep.inputs["x"].shape == [4, 16]
+    assert (rep.sides[1].info.kernels or 0) >= 1 and rep.sides[1].info.fallbacks == []
+    out = rep.outputs[0]
+    assert out.name == "out" and out.pairs[0].mismatched == 0
+    assert all(s.max_ulp < 8 for s in out.sides)  # fp32 softmax of a linear: a few ULP of fp64 at most
