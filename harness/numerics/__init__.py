@@ -21,6 +21,9 @@ Terms used across the package:
 
 Modules, one per step: inputs, program (+ programs: the built-in programs), capture, store, reference,
 compare, report, cli; suite (the save hook of tests/numerics); trace_diff (value traces, a step of its own).
+The records they pass are typed, and read from or written to JSON only by their `from_dict`/`to_dict`: records
+(a run folder's manifest), comparison (what compare makes and report.json holds), trace_records (a value
+trace's lines).
 """
 
 from __future__ import annotations
