@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.bench.core.records import Comparison, RunInfo, Verdict
+from harness.numerics import report as numerics_report
+from harness.numerics.exc import NumericsError
 
 MARKED = (Verdict.REGRESSED, Verdict.REJECTED, Verdict.SUSPECT, Verdict.UNCONFIRMED, Verdict.IMPROVED)
 
@@ -404,33 +406,27 @@ class NumericsReport:
 
 
 def read_numerics(folders: Iterable[Path]) -> list[NumericsReport]:
-    """The `numerics compare --out DIR` reports (DIR/report.json) found in `folders`."""
+    """The `numerics compare --out DIR` reports (DIR/report.json) found in `folders`; a report.json this harness
+    does not read (another schema, damaged) is left out."""
     out = []
     for folder in folders:
         for path in sorted(Path(folder).rglob("report.json")):
             try:
-                d = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if not isinstance(d, dict) or not isinstance(d.get("reports"), list):
+                report = numerics_report.read_json(path)
+            except NumericsError:
                 continue
             rows = [
-                (
-                    str(r.get("program", {}).get("ref", "?")),
-                    str(o.get("name", "?")),
-                    f"{p.get('b')} vs {p.get('a')}",
-                    str(p.get("verdict", "")),
-                )
-                for r in d["reports"]
-                if isinstance(r, dict)
-                for o in r.get("outputs", [])
-                for p in o.get("pairs", [])
+                (comparison.program.ref, output.name, f"{pair.b} vs {pair.a}", pair.verdict)
+                for comparison in report.reports
+                for output in comparison.outputs
+                for pair in output.pairs
             ]
-            check = d.get("check") or {}
-            text = (
-                ("FAILED: " + "; ".join(check.get("failures") or []) if check.get("failures") else "passed")
-                if check
-                else "not checked"
-            )
+            check = report.check
+            if check is None:
+                text = "not checked"
+            elif check.failures:
+                text = "FAILED: " + "; ".join(check.failures)
+            else:
+                text = "passed"
             out.append(NumericsReport(path.parent, rows, text))
     return out

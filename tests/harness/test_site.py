@@ -5,6 +5,7 @@ the right rows. Also: the quartiles match `Stats.of`, builds are incremental, ba
 
 from __future__ import annotations
 
+import html
 import os
 import random
 import re
@@ -260,36 +261,42 @@ def test_link_only_writes_the_job_summary(tmp_path, monkeypatch, capsys):
 
 
 def test_numerics_reports_are_shown(tmp_path):
-    """A `numerics compare --out DIR` report (its report.json keys) is listed with each pair's verdict."""
-    import json
+    """A real `numerics compare` report (eager against eager with three planted changes, written by the
+    report's own writer) is listed with each pair's verdict and the check's outcome; a report.json of another
+    schema beside it is left out."""
+    from harness.numerics import capture as cap
+    from harness.numerics import compare as cmp
+    from harness.numerics import report
+    from harness.numerics.comparison import Check
+    from harness.numerics.program import resolve
+    from harness.numerics.store import RunFolder, save_run
 
-    folder = tmp_path / "numerics" / "attention"
-    folder.mkdir(parents=True)
-    (folder / "report.json").write_text(
-        json.dumps(
-            {
-                "schema": 1,
-                "check": {"failures": []},
-                "reports": [
-                    {
-                        "program": {"ref": "attention"},
-                        "outputs": [
-                            {
-                                "name": "out",
-                                "pairs": [
-                                    {"a": "A:eager", "b": "B:kiln", "verdict": "B:kiln is closer to fp64"}
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            }
-        )
-    )
+    def bumped(prog):
+        def fn(*args):
+            out = prog.fn(*args).detach().clone()
+            out.view(-1)[[3, 300, 1000]] += 0.5
+            return out
+
+        return fn
+
+    prog = resolve("softmax_rows")
+    prog.backward = False
+    comps = [cap.standard("eager"), cap.Compiler("bumped", bumped)]
+    inputs, cots, sides = cap.capture(prog, comps, 0, "cpu", 1)
+    folder = RunFolder(save_run(tmp_path / "run", prog, 0, "cpu", inputs, cots, sides, None))
+    comparison = cmp.compare([cmp.Side("A", folder, "eager"), cmp.Side("B", folder, "bumped")])
+    (pair,) = comparison.outputs[0].pairs
+    report.write_json(tmp_path / "numerics" / "softmax" / "report.json", [comparison], Check(2.0, None, []))
+    (tmp_path / "numerics" / "other").mkdir()
+    (tmp_path / "numerics" / "other" / "report.json").write_text('{"schema": 99, "reports": []}')
+
     out = tmp_path / "site"
     build.build(out, no_bench=True, no_history=True, numerics=[tmp_path / "numerics"], jobs=1)
     text = (out / "numerics.html").read_text()
-    assert "attention" in text and "B:kiln is closer to fp64" in text and "passed" in text
+    assert "softmax_rows" in text and pair.verdict.startswith("run B is further from fp64")
+    assert html.escape(pair.verdict) in text and "Check: passed" in text
+    assert html.escape(str(tmp_path / "numerics" / "softmax")) in text
+    assert html.escape(str(tmp_path / "numerics" / "other")) not in text
 
 
 def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(monkeypatch):
