@@ -349,7 +349,7 @@ def tests(session: nox.Session) -> None:
 
     The suites run whole without kiln's caches, then a third of every suite (the same tests twice) through a fresh
     cache: cold fills it, warm must be answered from it (it fails on a stored graph compiled again). The harness's
-    unit tests run on three workers per core (they mostly wait on the processes they start)."""
+    unit tests run on two workers per core (they mostly wait on the processes they start)."""
     import time
 
     from nox.command import CommandFailed

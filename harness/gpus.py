@@ -214,29 +214,33 @@ def pin(
     b: Any,
     devices: Sequence[str] = (),
     *,
-    native: bool,
     env: Mapping[str, str] | None = None,
     sys_root: Path = SYS,
     stat: Callable[[str], Any] = os.stat,
     dri: Path = DRI,
 ) -> Any:
-    """Backend `b` confined to `devices` (ids of the runner's visible set; empty: the whole visible set).
-
-    Natively a subset is written to the variable the visible set came from (the child inherits the rest of
-    the runner's environment). In a container the GPU options are computed (harness.commands.with_gpus): the
-    visible set's host GPUs only, renumbered from 0 inside."""
+    """Backend `b` confined in its container to `devices` (ids of the runner's visible set; empty: the whole
+    visible set): the GPU options (harness.commands.with_gpus) give the visible set's host GPUs only,
+    renumbered from 0 inside."""
     kind = vendor(b)
     if kind is None:
         return b
     vis = visible(kind, env)
-    if native:
-        if not devices:
-            return b
-        if vis.ids is not None:
-            vis.host_of(devices)  # an id outside the runner's set is an error, not a silent other GPU
-        return replace(b, env={**b.env, vis.source: ",".join(devices)})
     host = vis.host_of(devices) if devices else vis.host
     return with_gpus(b, access(kind, host, sys_root=sys_root, stat=stat, dri=dri))
+
+
+def pin_visible(b: Any, devices: Sequence[str] = (), *, env: Mapping[str, str] | None = None) -> Any:
+    """Backend `b` confined to `devices` (ids of the runner's visible set) where it runs with this machine's
+    Python: the subset written to the variable the visible set came from (the child inherits the rest of the
+    runner's environment); empty `devices` leave `b` as it is."""
+    kind = vendor(b)
+    if kind is None or not devices:
+        return b
+    vis = visible(kind, env)
+    if vis.ids is not None:
+        vis.host_of(devices)  # an id outside the runner's set is an error, not a silent other GPU
+    return replace(b, env={**b.env, vis.source: ",".join(devices)})
 
 
 def pinned(b: Any) -> bool:

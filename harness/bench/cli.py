@@ -241,7 +241,12 @@ def cli_add_arguments(ap: argparse.ArgumentParser) -> None:
     _add_verdict(p)
     p = sub.add_parser("backend", help="bench one backend of ci/matrix.json in its container (or --native)")
     p.add_argument("--backend", help="cpu, cuda or rocm (default: detected)")
-    p.add_argument("--native", action="store_true", help="this machine's Python instead of a container")
+    p.add_argument(
+        "--native",
+        action="store_true",
+        default=None,
+        help="this machine's Python instead of a container (also KILN_NATIVE=1)",
+    )
     p.add_argument("--results", help="folder of the store and reports (default results/bench/<backend>)")
     p.add_argument("--image", help="use this local image instead of building the hash-tagged one")
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="after `--`: more `bench run` flags")

@@ -40,6 +40,7 @@ from harness.exc import UsageError
 from harness.git import git
 from harness.settings import DEFAULT_BENCH_BISECT_MAX as DEFAULT_BISECT_MAX
 from harness.settings import bench_settings
+from harness.suites.place import Place, chosen
 
 EAGER = "eager"
 
@@ -156,12 +157,13 @@ def bisect_argv(
     t: Target,
     backend: str,
     *,
-    native: bool = False,
+    place: Place | None = None,
     out: Path | None = None,
     python: str = "python",
     step_timeout_s: float | None = None,
 ) -> list[str]:
-    """`python -m harness bench bisect GOOD BAD --only W --compiler C --backend B` (reports into `out`)."""
+    """`python -m harness bench bisect GOOD BAD --only W --compiler C --backend B` (reports into `out`), at `place`
+    (its `cli_args`: `--native`, or the image of a prepared container place; None: bisect's own mode rule)."""
     argv = [
         python,
         "-m",
@@ -176,7 +178,7 @@ def bisect_argv(
         t.compiler,
         "--backend",
         backend,
-        *(["--native"] if native else []),
+        *(place.cli_args() if place is not None else []),
     ]
     if step_timeout_s:
         argv += ["--step-timeout", f"{step_timeout_s:g}"]
@@ -198,14 +200,14 @@ class BisectOutcome:
 
 
 def run_one(
-    plan: Plan, t: Target, backend: str, out: Path, *, native: bool, step_timeout_s: float, repo: Path
+    plan: Plan, t: Target, backend: str, out: Path, *, place: Place, step_timeout_s: float, repo: Path
 ) -> BisectOutcome:
     """One real bisection, its output teed to the log and `out/bisect-W-C.log`, read back as a BisectOutcome."""
     from harness.bench.kernels.bisect import last_line
     from harness.process import execute
 
     argv = bisect_argv(
-        plan, t, backend, native=native, out=out, python=sys.executable, step_timeout_s=step_timeout_s
+        plan, t, backend, place=place, out=out, python=sys.executable, step_timeout_s=step_timeout_s
     )
     env = {**os.environ, "GITHUB_STEP_SUMMARY": ""}  # this step writes the summary, in its own order
     log = out / f"bisect-{t.slug}.log"
@@ -264,7 +266,7 @@ def runs_markdown(
     return lines + [""]
 
 
-def bisect_markdown(plan: Plan, verdicts: list[BisectOutcome], backend: str, native: bool) -> list[str]:
+def bisect_markdown(plan: Plan, verdicts: list[BisectOutcome], backend: str, place: Place) -> list[str]:
     """The 'Automatic bisection' section."""
     n = len(plan.targets) + len(plan.skipped)
     if not n:
@@ -288,7 +290,7 @@ def bisect_markdown(plan: Plan, verdicts: list[BisectOutcome], backend: str, nat
         t = plan.skipped[0][0]
         lines += [
             "",
-            "By hand (in a full clone): `" + shlex.join(bisect_argv(plan, t, backend, native=native)) + "`",
+            "By hand (in a full clone): `" + shlex.join(bisect_argv(plan, t, backend, place=place)) + "`",
         ]
     lines.append("")
     for v in verdicts:
@@ -337,7 +339,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="confirmed regressions bisected at most (default "
         f"$KILN_BENCH_BISECT_MAX, else {DEFAULT_BISECT_MAX}; 0: none)",
     )
-    p.add_argument("--native", action="store_true", help="bisect on this machine's Python, not the container")
+    p.add_argument(
+        "--native",
+        action="store_true",
+        default=None,
+        help="bisect on this machine's Python, not the container (also KILN_NATIVE=1)",
+    )
     p.add_argument("--step-timeout", type=float, default=600.0, help="seconds per bisect measurement (600)")
     p.add_argument("--repo", type=Path, default=Path("."), help="the checkout (default: the current folder)")
 
@@ -372,6 +379,7 @@ def cmd_job_summary(
     if not base and report.get("baseline_runs") and seed and seed.get("runs"):
         good = seed["runs"][0].get("git_commit")  # an older report: the seed is the baseline
     repo = args.repo.resolve()
+    place = chosen(args.native)  # --native, else KILN_NATIVE, else the backend's container
     plan = plan_bisections(
         confirmed_regressions(report),
         good,
@@ -383,12 +391,12 @@ def cmd_job_summary(
 
         def run_bisect(plan: Plan, t: Target) -> BisectOutcome:
             return run_one(
-                plan, t, args.backend, out, native=args.native, step_timeout_s=args.step_timeout, repo=repo
+                plan, t, args.backend, out, place=place, step_timeout_s=args.step_timeout, repo=repo
             )
 
     verdicts = [run_bisect(plan, t) for t in plan.targets]
     lines = runs_markdown(report, seed, lasting_id=lasting_id, recorded=args.recorded)
-    lines += bisect_markdown(plan, verdicts, args.backend, args.native)
+    lines += bisect_markdown(plan, verdicts, args.backend, place)
     md = "\n".join(lines)
     print(md)
     append_job_summary(md, force=True)  # this verb exists to write the job summary

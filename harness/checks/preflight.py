@@ -247,7 +247,7 @@ def check_disk(
 def check(
     b: Backend,
     *,
-    native: bool,
+    docker: bool,
     need_gpus: int = 1,
     results: Path | None = None,
     env: Mapping[str, str] | None = None,
@@ -255,8 +255,8 @@ def check(
     usage: DiskUsage = shutil.disk_usage,
     dev: Path = Path("/dev"),
 ) -> Report:
-    """The driver and `need_gpus` visible GPUs (GPU backends), docker reachable (container mode), free disk at the
-    docker root and the results folder, in that order; the first problem raises PreflightError (one line, exit 3).
+    """The driver and `need_gpus` visible GPUs (GPU backends), with `docker` the daemon reachable and free disk at
+    its root (a run in containers), free disk at the results folder, in that order; the first problem raises PreflightError (one line, exit 3).
     `run`, `usage` and `dev` stand in for the tools, shutil.disk_usage and /dev in tests."""
     from harness.docker_client import require_docker
 
@@ -284,7 +284,7 @@ def check(
                 f"{len(report.gpus)} on this machine, the job needs {need_gpus}"
             )
     places: list[tuple[str, Path, float]] = []
-    if not native:
+    if docker:
         require_docker()  # its DockerError (exit 3) says what is missing, as every verb has said it
         root = docker_root(run)
         if root is not None:
@@ -310,6 +310,6 @@ def cli_main(args: Any) -> int:
     from harness import matrix
 
     b = matrix.load().backend(args.backend or matrix.detect_backend())
-    native = settings().native if args.native is None else args.native
-    print(check(b, native=native, need_gpus=args.gpus).line(), flush=True)
+    docker = not (settings().native if args.native is None else args.native)  # the mode rule of `harness run`
+    print(check(b, docker=docker, need_gpus=args.gpus).line(), flush=True)
     return 0

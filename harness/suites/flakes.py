@@ -21,15 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.commands import native_command, pytest_argv, suite_env
-from harness.exc import FlakeRunError, Interrupted, NoDeviceError, ResultsError, RunInterrupted
+from harness.commands import pytest_argv, suite_env
+from harness.exc import FlakeRunError, Interrupted, ResultsError, RunInterrupted
 from harness.matrix import resolve_test_paths
 from harness.process import Forward, execute
 from harness.results import (
@@ -42,6 +40,7 @@ from harness.results import (
 )
 from harness.settings import selection_args, settings
 from harness.suites import quarantine as quarantine_mod
+from harness.suites.place import Launch, NativePlace, Place, chosen
 
 SCHEMA = 1
 DEFAULT_RUNS = 20
@@ -138,48 +137,26 @@ def pytest_command(
     return pytest_argv(paths, junit=str(junit), test_timeout_s=timeout_s, extra=[*flake_args(runs), *extra])
 
 
-def run_pytest(cmd: Sequence[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[int, bool]:
-    """Run pytest with its output tee'd live to `log` and stdout; returns (exit code, interrupted).
-    Ctrl-C or SIGTERM is forwarded to pytest as SIGINT, so it stops and still writes its JUnit XML."""
+def run_pytest(how: Launch, log: Path, timeout_s: float | None = None) -> tuple[int, bool]:
+    """Run pytest as the place launches it (`how`), its output tee'd live to `log` and stdout; returns (exit code,
+    interrupted). Ctrl-C or SIGTERM is forwarded to pytest as SIGINT, so it stops and still writes its JUnit XML;
+    a run past `timeout_s` counts as interrupted."""
     try:
-        code, _ = execute(
-            list(cmd), log=log, timeout_s=None, env=env, cwd=cwd, on_interrupt=Forward(grace_s=60)
+        code, timed_out = execute(
+            list(how.argv),
+            log=log,
+            timeout_s=timeout_s,
+            env=how.env,
+            cwd=how.cwd,
+            container=how.container,
+            on_interrupt=Forward(grace_s=60),
         )
     except Interrupted as e:
         return e.returncode if e.returncode is not None else 2, True
-    return code, code == 2  # pytest exits 2 when interrupted from inside (KeyboardInterrupt in a test)
-
-
-def backend_env(backend_name: str) -> tuple[dict[str, str], int | None]:
-    """The suite environment of the backend's tests (from ci/matrix.json), and its per-test timeout."""
-    from harness import matrix
-
-    m = matrix.load()
-    backend = m.backend(backend_name)
-    env = suite_env(m, backend)
-    if backend.is_gpu:
-        _require_gpu(backend_name)
-    return env, backend.timeouts.test_s
-
-
-def _require_gpu(backend_name: str) -> None:
-    probe = "import torch; print(int(torch.cuda.is_available()), int(bool(torch.version.hip)))"
-    try:
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-        available, hip = (int(x) for x in out.stdout.split())
-    except (subprocess.SubprocessError, ValueError):
-        raise NoDeviceError(f"backend {backend_name}: could not import torch to look for a GPU") from None
-    want_hip = backend_name == "rocm"
-    if not available or bool(hip) != want_hip:
-        kind = (
-            "an AMD GPU with a ROCm build of torch"
-            if want_hip
-            else "an NVIDIA GPU with a CUDA build of torch"
-        )
-        raise NoDeviceError(
-            f"backend {backend_name} needs {kind}; none found on this machine "
-            "(use --backend cpu for Triton's interpreter)"
-        )
+    return (
+        code,
+        timed_out or code == 2,
+    )  # pytest exits 2 when interrupted from inside (KeyboardInterrupt in a test)
 
 
 # ---- report -------------------------------------------------------------------------------------------
@@ -281,37 +258,6 @@ def write_report(out_dir: Path, report: dict, markdown: str) -> None:
 # ---- the whole step -----------------------------------------------------------------------------------
 
 
-def _run_in_container(
-    backend: str, paths: Sequence[str], runs: int, out_dir: Path, extra: Sequence[str], image: str | None
-) -> tuple[int, bool, list[str]]:
-    """The flake run in the backend's image, through the runner (same mounts, GPU flags, timeouts)."""
-    from harness import matrix
-    from harness.checks import health
-    from harness.images import image as image_mod
-    from harness.suites import runner
-    from harness.suites.place import ContainerPlace
-
-    m = matrix.load()
-    b = m.backend(backend)
-    image_mod.require_docker()
-    health.require_host_devices(b)
-    tag = image or image_mod.build(b).tag
-    try:
-        run = runner.run_pytest(
-            ContainerPlace(tag),
-            b,
-            paths,
-            out_dir,
-            "pytest",
-            env=suite_env(m, b),
-            extra=[*flake_args(runs), *extra],
-            timeout_s=b.timeouts.suite_s * runs,
-        )
-    except KeyboardInterrupt:
-        return 2, True, []
-    return run.returncode, run.timed_out or run.returncode == 2, list(run.argv)
-
-
 def detect(
     paths: Sequence[str],
     *,
@@ -321,32 +267,34 @@ def detect(
     quarantine: quarantine_mod.Quarantine,
     extra: Sequence[str] = (),
     root: Path | None = None,
-    native: bool = True,
-    image: str | None = None,
+    place: Place | None = None,
 ) -> dict:
     """Run `paths` `runs` times on `backend`, classify, apply the quarantine, write the report into `out_dir`.
 
-    `native` runs pytest with this machine's Python; otherwise in the backend's container (`image`, or the
-    hash-tagged image built for it).
+    `place` (harness.suites.place; None: natively, with this machine's Python) runs the one pytest process:
+    its pre-flight first, then made ready (a container place builds or describes its image); `root` is the
+    source root the node ids are relative to.
     """
     if runs < 2:
         raise FlakeRunError(f"--runs must be at least 2 to tell flaky from failing, got {runs}")
     root = root or settings().root
     from harness import matrix
-    from harness.checks import preflight
 
-    print(preflight.check(matrix.load().backend(backend), native=native, results=out_dir).line(), flush=True)
+    m = matrix.load()
+    b = m.backend(backend)
+    place = place or NativePlace()
+    print(place.preflight(b, results=out_dir).line(), flush=True)
+    place = place.prepared(b)
+    out_dir = out_dir.resolve()  # docker needs absolute paths for bind mounts
     out_dir.mkdir(parents=True, exist_ok=True)
     junit = out_dir / "pytest.xml"
     junit.unlink(missing_ok=True)  # never read a previous run's results as this run's
-    if native:
-        env, timeout_s = backend_env(backend)
-        cmd, full_env = native_command(
-            pytest_command(paths, runs, junit.resolve(), extra, timeout_s), env, src=root
-        )
-        code, interrupted = run_pytest(cmd, full_env, root, out_dir / "pytest.log")
-    else:
-        code, interrupted, cmd = _run_in_container(backend, paths, runs, out_dir, extra, image)
+    inner = pytest_command(
+        paths, runs, Path(place.seen(out_dir)) / junit.name, extra, place.test_timeout_s(b)
+    )
+    how = place.launch(b, inner, out_dir=out_dir, name="flakes", env=suite_env(m, b))
+    code, interrupted = run_pytest(how, out_dir / "pytest.log", b.timeouts.suite_s * runs)
+    cmd = how.argv
     if code in (3, 4):
         raise FlakeRunError(f"pytest exited {code} (internal or usage error); see {out_dir / 'pytest.log'}")
     if code == 5:
@@ -437,7 +385,6 @@ def cli_main(args: argparse.Namespace) -> int:
         raise FlakeRunError("none of the matrix's suite folders exist under tests/; name test paths")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out = Path(args.out) if args.out else s.results_root / f"flakes-{args.backend}-{stamp}"
-    native = s.native if args.native is None else args.native
     report = detect(
         paths,
         backend=args.backend,
@@ -446,8 +393,7 @@ def cli_main(args: argparse.Namespace) -> int:
         quarantine=q,
         extra=[*args.pytest_arg, *(["-k", args.keyword] if args.keyword else []), *selection_args("flakes")],
         root=s.root,
-        native=native,
-        image=args.image,
+        place=chosen(args.native, args.image),
     )
     print(summary_line(report))
     for r in report["quarantine"]["ready_to_leave"]:

@@ -19,7 +19,7 @@ class RunOptions:
     `--shards` run needs one); `extra` more pytest arguments; `health` the GPU health check first; `echo`
     pytest's output on stdout; `save_numerics` the numerics suite saves its outputs; `shard` only that shard of
     every suite's tests, balanced by the `durations` file (None: by count); `devices` the GPU ids the run is
-    pinned to (harness.suites.shard.pin_devices); `retries` how failed tests are rerun (None: the matrix's);
+    pinned to (the place's `pin`, harness.suites.place); `retries` how failed tests are rerun (None: the matrix's);
     `history` the test-history store a complete run is recorded into (None: the default store;
     `record_history=False`: none); `isolate` crash isolation (harness.suites.isolation), off only to measure
     what it costs. A `--shards` run gives `shard`, `devices` and `isolate` to no shard: each has its own."""

@@ -12,8 +12,8 @@ What a place answers (the protocol `Place`; `NativePlace` and `ContainerPlace` i
                    container's timings with native ones
   seen(folder)     where a host folder lands as the process sees it (natively itself; in a container /results)
   inherited()      the harness's environment that the processes inherit (natively all of it; in a container none)
-  launch(...)      the command line of one process, its full environment and working folder, and the container
-                   to remove after it (harness.process.execute's `container`: its reaper removes it whatever
+  launch(...)      the command line of one process (from the source folder `src`, default the checkout), its
+                   full environment and working folder, and the container to remove after it (harness.process.execute's `container`: its reaper removes it whatever
                    happens to the harness)
   test_timeout_s   pytest-timeout's per-test limit the place can honour (0 natively without pytest-timeout);
                    `per_test_timeout` records whether it can
@@ -21,7 +21,8 @@ What a place answers (the protocol `Place`; `NativePlace` and `ContainerPlace` i
                    variable; in a container the GPU options, harness.gpus.pin)
   check_host()     what this host needs before anything is written (natively: pytest for this Python)
   preflight(...)   harness.checks.preflight's check of this place (docker and its disk in container mode)
-  prepared(b)      the place ready to run backend `b`: a container place with its image described or built
+  prepared(b)      the place ready to run backend `b`: natively this Python's torch sees a GPU of a GPU backend's
+                   vendor; a container place with its image described or built
   cli_args/cli_env the `harness run` arguments and environment that give a shard process the same place
 """
 
@@ -32,6 +33,7 @@ import importlib.util
 import os
 import re
 import secrets
+import subprocess
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -50,7 +52,7 @@ from harness.commands import (
     native_command,
     scope_env,
 )
-from harness.exc import HarnessError, MissingTool
+from harness.exc import HarnessError, MissingTool, NoDeviceError
 from harness.matrix import Backend
 from harness.settings import settings
 
@@ -88,7 +90,14 @@ class Place(Protocol):
     def inherited(self) -> Mapping[str, str]: ...
 
     def launch(
-        self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
+        self,
+        b: Backend,
+        inner: Sequence[str],
+        *,
+        out_dir: Path,
+        name: str,
+        env: dict[str, str],
+        src: Path | None = None,
     ) -> Launch: ...
 
     def test_timeout_s(self, b: Backend) -> int: ...
@@ -141,6 +150,27 @@ def check_native_python() -> bool:
     return True
 
 
+def require_torch_gpu(b: Backend) -> None:
+    """NoDeviceError unless this Python's torch is built for `b`'s GPU vendor (CUDA or ROCm) and sees a GPU."""
+    probe = "import torch; print(int(torch.cuda.is_available()), int(bool(torch.version.hip)))"
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        available, hip = (int(x) for x in out.stdout.split())
+    except (subprocess.SubprocessError, ValueError):
+        raise NoDeviceError(f"backend {b.name}: could not import torch to look for a GPU") from None
+    want_hip = gpus.vendor(b) == gpus.AMD
+    if not available or bool(hip) != want_hip:
+        kind = (
+            "an AMD GPU with a ROCm build of torch"
+            if want_hip
+            else "an NVIDIA GPU with a CUDA build of torch"
+        )
+        raise NoDeviceError(
+            f"backend {b.name} needs {kind}; none found on this machine "
+            "(use --backend cpu for Triton's interpreter)"
+        )
+
+
 @dataclass(frozen=True)
 class NativePlace:
     """This machine's Python, from the source tree, with this job's compile caches (harness.commands)."""
@@ -166,9 +196,16 @@ class NativePlace:
         return os.environ
 
     def launch(
-        self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
+        self,
+        b: Backend,
+        inner: Sequence[str],
+        *,
+        out_dir: Path,
+        name: str,
+        env: dict[str, str],
+        src: Path | None = None,
     ) -> Launch:
-        src = settings().root
+        src = src or settings().root
         argv, full_env = native_command(inner, {**native_cache_env(), **env}, src=src)
         return Launch(argv, full_env, src)
 
@@ -176,7 +213,7 @@ class NativePlace:
         return b.timeouts.test_s if check_native_python() else 0
 
     def pin(self, b: Backend, devices: Sequence[str]) -> Backend:
-        return gpus.pin(b, devices, native=True)
+        return gpus.pin_visible(b, devices)
 
     def check_host(self) -> None:
         check_native_python()
@@ -184,9 +221,12 @@ class NativePlace:
     def preflight(self, b: Backend, *, need_gpus: int = 1, results: Path | None = None) -> Any:
         from harness.checks import preflight
 
-        return preflight.check(b, native=True, need_gpus=need_gpus, results=results)
+        return preflight.check(b, docker=False, need_gpus=need_gpus, results=results)
 
     def prepared(self, b: Backend) -> NativePlace:
+        """This place, once a GPU backend's torch here sees a GPU of its vendor (`require_torch_gpu`)."""
+        if gpus.vendor(b) is not None:
+            require_torch_gpu(b)
         return self
 
     def cli_args(self) -> list[str]:
@@ -210,7 +250,7 @@ def container_backend(b: Backend, env: dict[str, str]) -> tuple[Backend, dict[st
     and `run` pin theirs) gets the runner's visible set, its renumbered variables added to `env`."""
     if gpus.vendor(b) is None or gpus.pinned(b):
         return b, env
-    pinned = gpus.pin(b, native=False)
+    pinned = gpus.pin(b)
     return pinned, {**env, **{k: v for k, v in pinned.env.items() if k not in b.env}}
 
 
@@ -291,7 +331,14 @@ class ContainerPlace:
         return {}  # a container starts from the image's environment, not the harness's
 
     def launch(
-        self, b: Backend, inner: Sequence[str], *, out_dir: Path, name: str, env: dict[str, str]
+        self,
+        b: Backend,
+        inner: Sequence[str],
+        *,
+        out_dir: Path,
+        name: str,
+        env: dict[str, str],
+        src: Path | None = None,
     ) -> Launch:
         if not self.image_tag:
             raise HarnessError(
@@ -303,7 +350,7 @@ class ContainerPlace:
             cb,
             self.image_tag,
             inner,
-            src=settings().root,
+            src=src or settings().root,
             env=cenv,
             results=out_dir,
             name=container,
@@ -315,7 +362,7 @@ class ContainerPlace:
         return b.timeouts.test_s
 
     def pin(self, b: Backend, devices: Sequence[str]) -> Backend:
-        return gpus.pin(b, devices, native=False)
+        return gpus.pin(b, devices)
 
     def check_host(self) -> None:
         return None  # docker and the devices are the pre-flight's and `prepared`'s
@@ -323,7 +370,7 @@ class ContainerPlace:
     def preflight(self, b: Backend, *, need_gpus: int = 1, results: Path | None = None) -> Any:
         from harness.checks import preflight
 
-        return preflight.check(b, native=False, need_gpus=need_gpus, results=results)
+        return preflight.check(b, docker=True, need_gpus=need_gpus, results=results)
 
     def prepared(self, b: Backend) -> ContainerPlace:
         """Devices and docker present, then the given image described or the backend's built (once)."""
@@ -335,11 +382,10 @@ class ContainerPlace:
         return ContainerPlace(info["tag"], info.get("base", self.base_image), info)
 
     def cli_args(self) -> list[str]:
-        return [
-            "--image",
-            str(self.image_tag),
-            *(["--base-image", self.base_image] if self.base_image else []),
-        ]
+        """`--image TAG` once the image is known (`prepared`), and its `--base-image`; none before."""
+        if not self.image_tag:
+            return []
+        return ["--image", self.image_tag, *(["--base-image", self.base_image] if self.base_image else [])]
 
     def cli_env(self) -> dict[str, str]:
         return {"KILN_NATIVE": "0"}

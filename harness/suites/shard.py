@@ -241,16 +241,6 @@ def device_groups(
     return [list(gpus[k * gpus_per_shard : (k + 1) * gpus_per_shard]) for k in range(n)]
 
 
-def pin_devices(b: Any, devices: Sequence[str], *, native: bool, env: dict[str, str] | None = None) -> Any:
-    """Backend `b` (harness.matrix.Backend) confined to `devices`, ids of the runner's visible set (empty: the
-    whole set): harness.gpus.pin. Containers get only those GPUs (`--gpus "device=..."`; ROCm: their render
-    nodes and the host's render gid), renumbered from 0 inside; natively the visible-devices variable the
-    runner set (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES) names the subset."""
-    from harness import gpus
-
-    return gpus.pin(b, devices, native=native, env=env)
-
-
 # ---- CLI: `python -m harness durations RUN_DIR... | --from-history DB --backend B  --out FILE` -------------
 
 

@@ -3,7 +3,7 @@
 
 The image is built once (container mode); then each shard is its own `python -m harness run --shard I/N
 --devices IDS --results RUN/shard-I --quiet` process (one pytest process at a time inside it, as always), pinned
-to its GPUs (harness.suites.shard.pin_devices), its output in RUN/shard-I.log and its summary lines echoed with a
+to its GPUs (the place's `pin`, harness.suites.place), its output in RUN/shard-I.log and its summary lines echoed with a
 `[shard I/N]` prefix. The GPUs split are the runner's visible set only (harness.gpus: a runner given GPUs 2,3
 runs shard 1 on 2 and shard 2 on 3). A shard that runs past the time its suites may take is killed and reported as hung; one
 that dies is reported as crashed; the others' results stand. At the end (or on Ctrl-C/SIGTERM, which stops

@@ -167,7 +167,7 @@ def preflight(plan: Plan) -> Plan:
 
 def prepare_image(plan: Plan) -> Plan:
     """The place made ready (harness.suites.place): in container mode devices and docker present, then the
-    given image described or the backend's built; natively nothing to do."""
+    given image described or the backend's built; natively a GPU backend's torch sees its GPU."""
     return replace(plan, place=plan.place.prepared(plan.b))
 
 
@@ -507,7 +507,7 @@ def run_suites(backend_name: str, place: Place, options: RunOptions) -> tuple[Pa
 
     `options` (RunOptions): `suites` (None: the matrix's), `run_dir` (None: a new folder under the results
     root), `extra` pytest arguments; `shard`: run only that shard of every suite's tests, balanced by the
-    `durations` file (None: by count); `devices`: pin the run to these GPU ids (harness.suites.shard.pin_devices);
+    `durations` file (None: by count); `devices`: pin the run to these GPU ids (the place's `pin`, harness.suites.place);
     `retries`: how failed tests are rerun (None: the matrix's); `history`: the test-history store a complete run
     is recorded into (None: the default store; `record_history=False`: none); `isolate`: crash isolation
     (harness.suites.isolation: a test that kills its process costs that test alone), off only to measure what

@@ -224,7 +224,7 @@ def _env_of(argv: list[str]) -> dict[str, str]:
 def _pinned_argv(backend: str, env: dict[str, str], devices=(), **probe) -> list[str]:
     from harness import gpus
 
-    b = gpus.pin(M.backend(backend), devices, native=False, env=env, **probe)
+    b = gpus.pin(M.backend(backend), devices, env=env, **probe)
     inner = commands.pytest_argv(["tests/numerics"])
     return commands.container_argv(b, "kiln-x:abc", inner, src="/repo", env=commands.suite_env(M, b))
 
@@ -255,13 +255,13 @@ def test_cuda_runner_with_two_gpus_and_two_shards_splits_only_its_gpus():
     groups = shard.device_groups(True, None, 1, shard.visible_gpus("cuda", env), backend="cuda")
     assert groups == [["2"], ["3"]]
     cuda = M.backend("cuda")
-    assert [gpus.pin(cuda, g, native=False, env=env).container_options[:2] for g in groups] == [
+    assert [gpus.pin(cuda, g, env=env).container_options[:2] for g in groups] == [
         ("--gpus", "device=2"),
         ("--gpus", "device=3"),
     ]
-    assert [gpus.pin(cuda, g, native=True, env=env).env["CUDA_VISIBLE_DEVICES"] for g in groups] == ["2", "3"]
+    assert [gpus.pin_visible(cuda, g, env=env).env["CUDA_VISIBLE_DEVICES"] for g in groups] == ["2", "3"]
     with pytest.raises(HarnessError, match="not among the runner's CUDA_VISIBLE_DEVICES=2,3"):
-        gpus.pin(cuda, ["0"], native=False, env=env)  # never a GPU another runner was given
+        gpus.pin(cuda, ["0"], env=env)  # never a GPU another runner was given
 
 
 def test_unset_visible_devices_means_every_gpu():
@@ -328,15 +328,15 @@ def test_rocm_shards_split_the_runners_gpus_and_renumber_inside(tmp_path):
     env = {"HIP_VISIBLE_DEVICES": "2,3"}
     rocm = M.backend("rocm")
     groups = shard.device_groups(True, None, 1, shard.visible_gpus("rocm", env), backend="rocm")
-    pinned = [gpus.pin(rocm, g, native=False, env=env, **probe) for g in groups]
+    pinned = [gpus.pin(rocm, g, env=env, **probe) for g in groups]
     assert [[o for o in b.container_options if "renderD" in o] for b in pinned] == [
         ["--device=/dev/dri/renderD144"],
         ["--device=/dev/dri/renderD152"],
     ]
     assert [b.env["HIP_VISIBLE_DEVICES"] for b in pinned] == ["0", "0"]
-    assert [gpus.pin(rocm, g, native=True, env=env).env["HIP_VISIBLE_DEVICES"] for g in groups] == ["2", "3"]
+    assert [gpus.pin_visible(rocm, g, env=env).env["HIP_VISIBLE_DEVICES"] for g in groups] == ["2", "3"]
     # a runner given its GPUs through ROCR natively: the subset goes to ROCR (HIP would index ROCR's list)
-    assert gpus.pin(rocm, ["3"], native=True, env={"ROCR_VISIBLE_DEVICES": "2,3"}).env == {
+    assert gpus.pin_visible(rocm, ["3"], env={"ROCR_VISIBLE_DEVICES": "2,3"}).env == {
         **rocm.env,
         "ROCR_VISIBLE_DEVICES": "3",
     }

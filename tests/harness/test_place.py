@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import commands, matrix
+from harness import commands, gpus, matrix
 from harness.exc import HarnessError
 from harness.suites import runner, sharded, steps
 from harness.suites.options import RunOptions
@@ -148,3 +148,49 @@ def test_a_shard_process_is_given_the_same_place(place, tmp_path, monkeypatch):
     assert chosen(args.native, args.image, args.base_image) == place
     assert args.suites == ["alpha"] and args.no_health and args.retries == 2 and args.shard == "1/2"
     assert args.pytest_args == ["--", "-x"] and args.devices == "0" and args.no_history
+
+
+def test_a_launch_from_another_source_folder_runs_that_tree(tmp_path, monkeypatch):
+    """`src` (bench bisect's scratch worktree) is the process's source natively and the /src mount in a
+    container."""
+    monkeypatch.setattr("harness.images.cleanup.mark_used", lambda image: None)
+    monkeypatch.setenv("KILN_COMPILE_CACHE", "off")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    b = M.backend("cpu")
+    native = NativePlace().launch(b, ["python", "-V"], out_dir=tmp_path, name="x", env={}, src=tree)
+    assert native.cwd == tree and native.env is not None
+    assert native.env["PYTHONPATH"].split(":")[0] == str(tree)
+    argv = (
+        ContainerPlace("kiln-cpu:t")
+        .launch(b, ["python", "-V"], out_dir=tmp_path, name="x", env={}, src=tree)
+        .argv
+    )
+    assert f"{tree}:/src:ro" in argv
+
+
+def test_a_place_gives_a_child_its_flags_only_once_it_knows_them():
+    """`bench job-summary` hands its place to each `bench bisect` it starts: `--native`, or a prepared
+    container's image; an unprepared container place gives nothing (the child builds the backend's image)."""
+    assert NativePlace().cli_args() == ["--native"]
+    assert ContainerPlace().cli_args() == []
+    assert ContainerPlace("kiln-cpu:t").cli_args() == ["--image", "kiln-cpu:t"]
+
+
+def test_each_place_pins_a_gpu_backend_its_own_way():
+    cuda = M.backend("cuda")
+    env = {"CUDA_VISIBLE_DEVICES": "2,3"}
+    assert gpus.pin_visible(cuda, ["3"], env=env).env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert gpus.pin(cuda, ["3"], env=env).container_options[:2] == ("--gpus", "device=3")
+    assert NativePlace().pin(M.backend("cpu"), ["0"]) == M.backend("cpu")
+
+
+def test_a_native_gpu_place_is_ready_only_where_this_torch_sees_the_gpu():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from harness.exc import NoDeviceError
+
+    assert NativePlace().prepared(M.backend("cpu")) == NativePlace()
+    with pytest.raises(NoDeviceError, match="^backend cuda needs an NVIDIA GPU with a CUDA build of torch"):
+        NativePlace().prepared(M.backend("cuda"))

@@ -145,10 +145,10 @@ def test_the_gpu_must_be_the_model_the_job_label_names(path_with, tmp_path):
     assert preflight.nvidia_gpus()[1].name == H100
     cuda = M.backend("cuda")
     for label in ("h100", "gpu-h100", "GPU-H100", ""):
-        preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": label}, results=tmp_path, usage=PLENTY)
+        preflight.check(cuda, docker=False, env={"KILN_GPU_LABEL": label}, results=tmp_path, usage=PLENTY)
     with pytest.raises(PreflightError) as e:
         preflight.check(
-            cuda, native=True, env={"KILN_GPU_LABEL": "gpu-mi300x"}, results=tmp_path, usage=PLENTY
+            cuda, docker=False, env={"KILN_GPU_LABEL": "gpu-mi300x"}, results=tmp_path, usage=PLENTY
         )
     assert str(e.value) == (
         f"pre-flight cuda: the job's label is gpu-mi300x but GPU 0 is '{H100}'; this runner's "
@@ -165,7 +165,7 @@ echo 'GPU 1: {H100} (UUID: GPU-1abc-1)'
     )
     preflight.check(
         cuda,
-        native=True,
+        docker=False,
         env={"KILN_GPU_LABEL": "gpu-h100", "CUDA_VISIBLE_DEVICES": "1"},
         results=tmp_path,
         usage=PLENTY,
@@ -173,7 +173,9 @@ echo 'GPU 1: {H100} (UUID: GPU-1abc-1)'
     with pytest.raises(
         PreflightError, match=r"^pre-flight cuda: the job's label is gpu-h100 but GPU 0 is 'NVIDIA A100"
     ):
-        preflight.check(cuda, native=True, env={"KILN_GPU_LABEL": "gpu-h100"}, results=tmp_path, usage=PLENTY)
+        preflight.check(
+            cuda, docker=False, env={"KILN_GPU_LABEL": "gpu-h100"}, results=tmp_path, usage=PLENTY
+        )
 
 
 def test_amd_gpu_names_come_from_rocm_smi_product_names(path_with, tmp_path):
@@ -205,12 +207,12 @@ esac
 def test_a_cuda_job_needs_as_many_visible_gpus_as_it_asks(path_with, tmp_path):
     nvidia_smi(path_with, 2)
     env = {"CUDA_VISIBLE_DEVICES": "1"}
-    report = preflight.check(M.backend("cuda"), native=True, env=env, results=tmp_path, usage=PLENTY)
+    report = preflight.check(M.backend("cuda"), docker=False, env=env, results=tmp_path, usage=PLENTY)
     assert report.visible == ["1"] and report.line().startswith(
         "pre-flight cuda: ok (1 of 2 GPU(s) visible; "
     )
     with pytest.raises(PreflightError) as e:
-        preflight.check(M.backend("cuda"), native=True, need_gpus=2, env=env, results=tmp_path, usage=PLENTY)
+        preflight.check(M.backend("cuda"), docker=False, need_gpus=2, env=env, results=tmp_path, usage=PLENTY)
     assert str(e.value) == (
         "pre-flight cuda: 1 GPU(s) visible (CUDA_VISIBLE_DEVICES='1') of 2 on this machine, the job needs 2"
     )
@@ -221,15 +223,15 @@ def test_too_little_free_disk_names_the_place_and_the_threshold(tmp_path, monkey
     results = tmp_path / "results" / "not-yet"  # measured at its nearest existing parent
     cpu = M.backend("cpu")
     with pytest.raises(PreflightError) as e:
-        preflight.check(cpu, native=True, results=results, usage=free({"/": 0.4}))
+        preflight.check(cpu, docker=False, results=results, usage=free({"/": 0.4}))
     assert str(e.value).startswith(f"pre-flight cpu: 0.4 GB free at the results folder {results}, need 1 GB")
     # container mode: the docker root, with the backend's threshold (KILN_MIN_FREE_GB overrides it)
     monkeypatch.setattr("harness.docker_client.require_docker", lambda: None)
     info = lambda argv: subprocess.CompletedProcess(argv, 0, "/var/lib/docker\n", "")  # noqa: E731
     with pytest.raises(PreflightError, match=r"3\.0 GB free at the docker root /var/lib/docker, need 5 GB"):
-        preflight.check(cpu, native=False, results=tmp_path, run=info, usage=free({"/": 3.0}))
+        preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.0}))
     monkeypatch.setenv("KILN_MIN_FREE_GB", "2.5")
-    report = preflight.check(cpu, native=False, results=tmp_path, run=info, usage=free({"/": 3.0}))
+    report = preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.0}))
     assert "3.0 GB free at the docker root /var/lib/docker" in report.line()
 
 
@@ -237,7 +239,7 @@ def test_the_driver_is_checked_before_docker_and_disk(path_with, tmp_path, monke
     """On a machine without a GPU a GPU job stops at the driver, whatever docker and the disk say."""
     monkeypatch.setattr("harness.docker_client.require_docker", lambda: (_ for _ in ()).throw(AssertionError))
     with pytest.raises(PreflightError, match="^pre-flight cuda: no NVIDIA driver"):
-        preflight.check(M.backend("cuda"), native=False, results=tmp_path, usage=free({"/": 0.0}))
+        preflight.check(M.backend("cuda"), docker=True, results=tmp_path, usage=free({"/": 0.0}))
 
 
 def test_the_cli_fails_with_one_line_and_exit_3(path_with, tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import matrix
+from harness import gpus, matrix
 from harness.exc import HarnessError, ResultsError
 from harness.record import RunRecord
 from harness.suites import merge, repro, shard
@@ -121,22 +121,20 @@ def test_good_shards():
 # ---- devices ---------------------------------------------------------------------------------------------
 
 
-def test_pin_devices():
+def test_pinned_devices_in_a_container_and_natively():
     cuda, rocm, cpu = M.backend("cuda"), M.backend("rocm"), M.backend("cpu")
-    one = shard.pin_devices(cuda, ["1"], native=False, env={})
+    one = gpus.pin(cuda, ["1"], env={})
     assert one.container_options[:2] == ("--gpus", "device=1") and "all" not in one.container_options
     assert one.env["CUDA_VISIBLE_DEVICES"] == "0"  # inside the container, its one GPU is device 0
-    two = shard.pin_devices(cuda, ["2", "3"], native=False, env={})
+    two = gpus.pin(cuda, ["2", "3"], env={})
     assert two.container_options[:2] == ("--gpus", '"device=2,3"')  # docker reads --gpus as CSV
-    assert shard.pin_devices(cuda, ["1"], native=True, env={}).env["CUDA_VISIBLE_DEVICES"] == "1"
-    r = shard.pin_devices(rocm, ["3"], native=False, env={})
+    assert gpus.pin_visible(cuda, ["1"], env={}).env["CUDA_VISIBLE_DEVICES"] == "1"
+    r = gpus.pin(rocm, ["3"], env={})
     assert r.env["HIP_VISIBLE_DEVICES"] == "0" and "--device=/dev/dri" not in r.container_options
     assert "--device=/dev/kfd" in r.container_options and "video" not in r.container_options
-    assert shard.pin_devices(rocm, ["3"], native=True, env={}).env["HIP_VISIBLE_DEVICES"] == "3"
-    assert (
-        shard.pin_devices(cpu, ["0"], native=True) == cpu and shard.pin_devices(cuda, [], native=True) == cuda
-    )
-    assert shard.pin_devices(cuda, [], native=False, env={}).container_options[:2] == ("--gpus", "all")
+    assert gpus.pin_visible(rocm, ["3"], env={}).env["HIP_VISIBLE_DEVICES"] == "3"
+    assert gpus.pin_visible(cpu, ["0"]) == cpu and gpus.pin_visible(cuda, []) == cuda
+    assert gpus.pin(cuda, [], env={}).container_options[:2] == ("--gpus", "all")
 
 
 def test_device_groups_and_visible_gpus():
@@ -157,7 +155,7 @@ def test_device_groups_and_visible_gpus():
 
 
 def test_repro_line_of_a_pinned_shard_names_its_gpu_and_image_but_no_shard():
-    b = shard.pin_devices(M.backend("cuda"), ["1"], native=False)
+    b = ContainerPlace().pin(M.backend("cuda"), ["1"])
     manifest = {
         "backend": "cuda",
         "mode": "container",

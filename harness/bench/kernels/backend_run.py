@@ -13,20 +13,22 @@ from pathlib import Path
 
 from harness.bench.stores import env
 from harness.exc import UsageError
-from harness.settings import bench_settings, settings
+from harness.settings import bench_settings
 
 
 def cmd_backend(args: argparse.Namespace) -> int:
     from harness import matrix as matrix_mod
-    from harness.images import image as image_mod
+    from harness.commands import suite_env
+    from harness.store.runner import current
     from harness.suites import runner
+    from harness.suites.place import chosen
 
     m = matrix_mod.load()
     try:
         b = m.backend(args.backend or matrix_mod.detect_backend(m))
     except Exception as e:  # noqa: BLE001 - an unknown backend name is a usage error here
         raise UsageError(str(e)) from None
-    native = bool(args.native or settings().native)
+    place = chosen(args.native, args.image)  # --native, else KILN_NATIVE, else the backend's container
     out_dir = Path(args.results or Path("results") / "bench" / b.name).resolve()
     extra = list(args.run_args or [])
     if extra[:1] == ["--"]:
@@ -46,29 +48,19 @@ def cmd_backend(args: argparse.Namespace) -> int:
         "--baseline",
         "latest?",
         "--label",
-        f"{b.name}/{'native' if native else 'container'}",
+        f"{b.name}/{place.mode}",
     ]
     inner += [
         *(["--git-ref", git["ref"]] if git["ref"] else []),
         *(["--git-commit", git["commit"]] if git["commit"] else []),
         *extra,
     ]
-    from harness.checks import preflight
-
-    print(preflight.check(b, native=native, results=out_dir).line(), flush=True)
-    image = None
-    if not native:
-        image_mod.require_docker()
-        image = args.image or image_mod.build(b).tag
-    from harness.store.runner import current
-
+    print(place.preflight(b, results=out_dir).line(), flush=True)
+    place = place.prepared(b)  # a container place: its image described (--image) or the backend's built
     who = current()  # the host's name and GPU label (a container's host name is its id): stored with the run
     who_env = {"RUNNER_NAME": who.runner, **({"KILN_GPU_LABEL": who.gpu_label} if who.gpu_label else {})}
-    from harness.commands import suite_env
-    from harness.suites.place import chosen
-
     rc = runner.run_python_module(
-        chosen(native, image),
+        place,
         b,
         inner,
         out_dir,
@@ -77,7 +69,5 @@ def cmd_backend(args: argparse.Namespace) -> int:
         timeout_s=b.timeouts.suite_s,
         extra_env=who_env,
     )
-    print(
-        f"bench {b.name} ({'native' if native else 'container'}): exit {rc}; store and reports in {out_dir}"
-    )
+    print(f"bench {b.name} ({place.mode}): exit {rc}; store and reports in {out_dir}")
     return rc

@@ -493,30 +493,19 @@ class Scratch:
 
 @dataclass(frozen=True)
 class Container:
-    """Measure in a backend's container (`--backend B` without `--native`), as `bench backend` does: the
+    """Measure at a backend's container place (`--backend B` without `--native`), as `bench backend` does: the
     worktree mounted read-only as the source, the scratch folder as the results folder, the backend's suite
-    environment, no network. The image is the harness's image of B (built from the caller's checkout)."""
+    environment, no network. `place` is harness.suites.place.ContainerPlace, its image the harness's image of B
+    (built from the caller's checkout)."""
 
     backend: Any  # harness.matrix.Backend
-    image: str
+    place: Any  # harness.suites.place.Place, prepared
     env: dict[str, str]  # the backend's suite environment (harness.commands.suite_env)
 
-    def argv(self, inner: list[str], tree: Path, results: Path, name: str) -> list[str]:
-        from harness.commands import container_argv
-        from harness.suites.place import container_backend, container_extras
-
-        # the runner's GPUs only, as the runner's uid:gid (it writes the step's store), the job's labels
-        b, env = container_backend(self.backend, {**self.env, "PYTHONDONTWRITEBYTECODE": "1"})
-        return container_argv(
-            b,
-            self.image,
-            inner,
-            src=tree,
-            env=env,
-            results=results,
-            name=name,
-            **container_extras(self.backend, self.image),
-        )
+    def launch(self, inner: list[str], tree: Path, results: Path, name: str) -> Any:
+        """The place's Launch of `inner` with `tree` as the source (harness.suites.place.Launch)."""
+        env = {**self.env, "PYTHONDONTWRITEBYTECODE": "1"}
+        return self.place.launch(self.backend, inner, out_dir=results, name=name, env=env, src=tree)
 
 
 class CommitRunner:
@@ -581,11 +570,10 @@ class CommitRunner:
         """(argv, environment, container name) of the step `name` measuring `commit`."""
         if self.container is None:
             return self.argv(commit, self.scratch.dir / f"{name}.sqlite"), self.env(), None
-        from harness.commands import CONTAINER_RESULTS
-
-        cname = f"kiln-{self.container.backend.name}-bisect-{os.getpid()}-{name}"
-        inner = self.argv(commit, f"{CONTAINER_RESULTS}/{name}.sqlite", python="python")
-        return self.container.argv(inner, self.scratch.tree, self.scratch.dir, cname), None, cname
+        c = self.container
+        inner = self.argv(commit, f"{c.place.seen(self.scratch.dir)}/{name}.sqlite", python=c.place.python)
+        how = c.launch(inner, self.scratch.tree, self.scratch.dir, f"bisect-{os.getpid()}-{name}")
+        return how.argv, how.env, how.container
 
     def __call__(self, commit: Commit) -> Measured:
         from harness.process import execute
@@ -674,7 +662,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "matrix entry says; with --native on this machine's Python with its suite environment",
     )
     p.add_argument(
-        "--native", action="store_true", help="with --backend: this machine's Python, no container"
+        "--native",
+        action="store_true",
+        default=None,
+        help="with --backend: this machine's Python, no container (also KILN_NATIVE=1)",
     )
     p.add_argument("--image", help="with --backend: this local image instead of building the hash-tagged one")
     p.add_argument(
@@ -727,17 +718,16 @@ def _backend_setup(args: argparse.Namespace) -> tuple[str, str, str, Container |
     the profile only where torch imports (a wrong name then shows as GOOD failing to measure)."""
     from harness import matrix as matrix_mod
     from harness.commands import suite_env
-    from harness.images import image as image_mod
-    from harness.settings import settings
+    from harness.suites.place import NATIVE, chosen
 
     m = matrix_mod.load()
     try:
         b = m.backend(args.backend)
     except matrix_mod.MatrixError as e:
         raise UsageError(str(e)) from None
-    native = bool(args.native or settings().native)
+    place = chosen(args.native, args.image)  # --native, else KILN_NATIVE, else the backend's container
     env = suite_env(m, b)
-    if native:
+    if place.mode == NATIVE:  # this Python in the scratch worktree, with the backend's suite environment
         from harness.bench.kernels.execute import defaults_for, resolve_device
 
         device = resolve_device("cpu" if b.device == "cpu" else args.device)
@@ -749,8 +739,7 @@ def _backend_setup(args: argparse.Namespace) -> tuple[str, str, str, Container |
         workload = _one_workload(args.only, profile)
     except ImportError:  # no torch on this host: the container has it
         workload = args.only
-    image_mod.require_docker()
-    return device, profile, workload, Container(b, args.image or image_mod.build(b).tag, env), {}
+    return device, profile, workload, Container(b, place.prepared(b), env), {}
 
 
 sigterm_as_interrupt = (

@@ -24,6 +24,7 @@ from harness.bench.job import (
 )
 from harness.bench.kernels.bisect import Commit, CommitRunner, Container, Scratch
 from harness.exc import SettingsError
+from harness.suites.place import ContainerPlace, NativePlace
 
 ROOT = Path(__file__).resolve().parents[3]
 GOOD, BAD = "a" * 40, "b" * 40
@@ -351,7 +352,9 @@ def test_the_cap_from_the_flag_the_variable_or_the_default(monkeypatch):
 def test_the_bisect_command_line():
     plan = Plan(GOOD, BAD)
     t = Target("softmax.fwd.fp32.64x128", "kiln")
-    assert job.bisect_argv(plan, t, "rocm", native=True, out=Path("o"), python="py", step_timeout_s=600) == [
+    assert job.bisect_argv(
+        plan, t, "rocm", place=NativePlace(), out=Path("o"), python="py", step_timeout_s=600
+    ) == [
         "py",
         "-m",
         "harness",
@@ -382,7 +385,13 @@ def test_a_real_bisect_that_fails_fast_is_reported_with_its_last_line(repo, tmp_
     out = tmp_path / "out"
     out.mkdir()
     v = job.run_one(
-        Plan(c0, c2), Target("no.such.workload", "kiln"), "cpu", out, native=True, step_timeout_s=60, repo=r
+        Plan(c0, c2),
+        Target("no.such.workload", "kiln"),
+        "cpu",
+        out,
+        place=NativePlace(),
+        step_timeout_s=60,
+        repo=r,
     )
     assert v.rc == 2 and v.markdown == "" and v.line.startswith("bisect exited 2: harness bench: error: ")
     assert "no.such.workload" in v.line
@@ -405,7 +414,7 @@ def test_bisect_measures_in_the_backends_container(repo, tmp_path):
             profile=None,
             run_args=[],
             timeout_s=60,
-            container=Container(b, "kiln-cuda:abc", {"KILN_TEST_DEVICE": "cuda"}),
+            container=Container(b, ContainerPlace("kiln-cuda:abc"), {"KILN_TEST_DEVICE": "cuda"}),
         )
         argv, env, name = runner.command(Commit(c0), "step01-x")
     finally:
