@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .. import config
+from .. import config, phase_times
 from ..dtypes import signature_type
 from ..exc import KernelLaunchError
 from . import cache, gpu_compile
@@ -244,7 +244,8 @@ class TritonKernel(torch.nn.Module):
         ):  # time candidates on these arguments once per size bucket (runtime/autotune.py)
             from . import autotune
 
-            cfg = autotune.tuned_config(self, cfg, args, xnumel, rnumel, device)
+            with phase_times.phase("autotune"):
+                cfg = autotune.tuned_config(self, cfg, args, xnumel, rnumel, device)
         grid0 = self.programs or cdiv(xnumel, cfg["XBLOCK"])
         consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
         # Triton specializes an int on being 1, a multiple of 16 and 32-bit: launches whose ints agree on that
@@ -307,7 +308,8 @@ class TritonKernel(torch.nn.Module):
                 else self._compile_own(args, launch)
             )
             if own is None:
-                kernel = launch.jit(*args, **launch.cfg)
+                with phase_times.phase("triton_compile"):  # Triton's JIT: compiles at its first call
+                    kernel = launch.jit(*args, **launch.cfg)
                 if kernel is not None and _FAST_LAUNCH["ok"]:
                     self._compiled[key] = kernel
                     launch.compiled[aligned] = (kernel.run, kernel.function, kernel.packed_metadata)
@@ -359,15 +361,16 @@ class TritonKernel(torch.nn.Module):
         specialization (``gpu_compile.compile_launch``; waits for a compile worker's job first), or None: then
         Triton's JIT compiles it, as before. The kernel's module is imported only when ``triton.compile`` runs."""
         loaded = self._fn is not None
-        kernel = gpu_compile.compile_launch(
-            self.name,
-            cache.source_path(self.source),
-            self._fn if loaded else self.jit_function,
-            args,
-            launch.cfg,
-            launch.device_index,
-            None if loaded else self.param_names(launch.cfg),
-        )
+        with phase_times.phase("triton_compile"):
+            kernel = gpu_compile.compile_launch(
+                self.name,
+                cache.source_path(self.source),
+                self._fn if loaded else self.jit_function,
+                args,
+                launch.cfg,
+                launch.device_index,
+                None if loaded else self.param_names(launch.cfg),
+            )
         if kernel is None:
             gpu_compile.count_jit()
         return kernel
@@ -451,6 +454,9 @@ class Launch(NamedTuple):
     switch_device: bool  # several GPUs: make the tensors' device current around the launch
     compiled: dict  # pointer alignment -> (launcher, function handle, packed metadata): the fast path
 
+
+#: the launcher's lean host path (on by default); ``[False]`` takes the path it replaced (``host_path --compare``)
+LEAN = [True]
 
 #: distinct integer-argument sets one kernel keeps launches for (dynamic sizes that never repeat start over)
 MAX_LAUNCHES = 1024
