@@ -66,6 +66,8 @@ def stubbed_gpu_launches() -> Iterator[None]:
     had_stream = hasattr(torch._C, "_cuda_getCurrentRawStream")
     saved_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     saved_own = TritonKernel._compile_own
+    saved_raw = launcher._raw_stream
+    launcher._raw_stream = _stream
     torch.Tensor.get_device = _device0  # type: ignore[method-assign,assignment]
     torch._C._cuda_getCurrentRawStream = _stream  # type: ignore[attr-defined]
     TritonKernel._compile_own = lambda self, args, launch: _NoopCompiled()  # type: ignore[method-assign]
@@ -83,6 +85,7 @@ def stubbed_gpu_launches() -> Iterator[None]:
         else:
             delattr(torch._C, "_cuda_getCurrentRawStream")
         TritonKernel._compile_own = saved_own  # type: ignore[method-assign]
+        launcher._raw_stream = saved_raw
         launcher._gpu_count.clear()
 
 
