@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -305,3 +306,90 @@ def profile_step(
         {k: statistics.median(v) for k, v in kinds.items()},
         statistics.median(got["old"]) if got["old"] else None,
     )
+
+
+# ------------------------------------------------------------------ the launcher's paths side by side
+def chain(steps: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``softmax(x * 1.5)`` ``steps`` times, alternating the dim: one kernel launch each."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        for i in range(steps):
+            x = torch.softmax(x * 1.5, dim=-1 - (i % 2))
+        return x
+
+    return fn
+
+
+def compare_paths(device: str, steps: int = 50, calls: int = 100, samples: int = 15) -> dict[str, float]:
+    """µs per launch of a ``steps``-launch chain on 64x64 under kiln, the launcher's lean path and its old path
+    taking turns each sample (medians). On a GPU the launches are real (the device is synchronized around each
+    sample); on a CPU they are stubbed (``stubbed_gpu_launches``) and timed by this thread's CPU time."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    x = torch.randn(64, 64, device=device)
+    fn = torch.compile(chain(steps), backend="kiln")
+    fn(x)
+    gpu = x.device.type == "cuda"
+    stub = contextlib.nullcontext() if gpu else stubbed_gpu_launches()
+    timer = time.perf_counter if gpu else clock
+    saved = launcher.LEAN[0]
+    got: dict[str, list[float]] = {"lean": [], "old": []}
+    with stub:
+        try:
+            for lean in (False, True, False, True):
+                launcher.LEAN[0] = lean
+                fn(x)
+            for _ in range(samples):
+                for name, lean in (("old", False), ("lean", True)):
+                    launcher.LEAN[0] = lean
+                    if gpu:
+                        torch.cuda.synchronize()
+                    t0 = timer()
+                    for _ in range(calls):
+                        fn(x)
+                    if gpu:
+                        torch.cuda.synchronize()
+                    got[name].append((timer() - t0) / calls / steps * 1e6)
+        finally:
+            launcher.LEAN[0] = saved
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m compiler.tools.host_path [--device cuda] [--steps N]``: µs per launch (whole call / launches)
+    of the launcher's old and lean paths, interleaved in one process (``compare_paths``)."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m compiler.tools.host_path", description=main.__doc__)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=50, help="launches per call (chain length)")
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=15)
+    args = ap.parse_args(argv)
+    from .. import register
+
+    register()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("host_path: --device cuda needs a CUDA GPU", file=sys.stderr)
+        return 2
+    if args.device == "cpu":
+        from .. import config
+
+        if not config.interpreting():  # triton was imported with this module, before kiln could choose
+            print(
+                "host_path: --device cpu runs kernels in Triton's interpreter: set TRITON_INTERPRET=1",
+                file=sys.stderr,
+            )
+            return 2
+        torch.set_num_threads(1)
+    got = compare_paths(args.device, args.steps, args.calls, args.samples)
+    print(
+        json.dumps({"device": args.device, "steps": args.steps, **{k: round(v, 3) for k, v in got.items()}})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
