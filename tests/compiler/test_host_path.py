@@ -10,7 +10,6 @@ from compiler.runtime import launcher
 from compiler.runtime.launcher import TritonKernel
 from compiler.tools import host_path
 
-
 #: the stubbed launches run kiln's kernels of CPU tensors: compiled only under Triton's interpreter (on a GPU box
 #: a CPU graph falls back to ATen and launches nothing)
 pytestmark = pytest.mark.skipif(not config.interpreting(), reason="needs Triton's interpreter (CPU kernels)")

@@ -64,7 +64,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -77,9 +77,7 @@ from harness.bench.models import catalog as mdl
 from harness.bench.models.memory import MemoryWindow, cuda_source
 from harness.bench.models.step_facts import graph_report, host_time, kernel_time
 from harness.bench.stores import env
-
-if TYPE_CHECKING:  # the store needs SQLAlchemy; a compile probe (a GPU box's bare Python) does not
-    from harness.bench.stores.store import Store
+from harness.bench.stores.store import Store
 from harness.exc import BaselineError, UsageError
 
 BASELINE_COMPILER = arms.EAGER
@@ -791,7 +789,7 @@ def _models(args: argparse.Namespace) -> int:
     kw = defaults_for(device)
     profile = args.profile or kw["profile"]
     kw.pop("profile", None)
-    from harness.bench.stores.store import Store, default_path
+    from harness.bench.stores.store import default_path
 
     # no --out: the machine's one bench store (results/bench/<backend>/bench.sqlite) and its models/ folder, as
     # `nox -s ci` and `nox -s bench` write them; --out alone: a folder with its own store (a GPU tier in chunks)
