@@ -70,7 +70,7 @@ def stubbed_gpu_launches() -> Iterator[None]:
     saved_raw = launcher._raw_stream
     launcher._raw_stream = _stream
     torch.Tensor.get_device = _device0  # type: ignore[method-assign,assignment]
-    torch._C._cuda_getCurrentRawStream = _stream  # type: ignore[attr-defined]
+    vars(torch._C)["_cuda_getCurrentRawStream"] = _stream  # absent from a CPU build
     TritonKernel._compile_own = lambda self, args, launch: _NoopCompiled()  # type: ignore[method-assign]
     launcher._gpu_count[:] = [1]
     # kernels that do not run leave buffers as allocated: denormal garbage would slow the CPU's ATen calls 100x
@@ -82,7 +82,7 @@ def stubbed_gpu_launches() -> Iterator[None]:
             torch.set_flush_denormal(False)
         torch.Tensor.get_device = saved_get_device  # type: ignore[method-assign]
         if had_stream:
-            torch._C._cuda_getCurrentRawStream = saved_stream  # type: ignore[attr-defined]
+            vars(torch._C)["_cuda_getCurrentRawStream"] = saved_stream
         else:
             delattr(torch._C, "_cuda_getCurrentRawStream")
         TritonKernel._compile_own = saved_own  # type: ignore[method-assign]

@@ -353,6 +353,6 @@ def breakdown_lines(results: list[Result]) -> list[str]:
         "compiler's whole backend call; other: the cold compile s outside every phase "
         "(first-launch work, CUDA-graph recording, the steady-step estimate's error).",
         "",
-        *breakdown_table(rows),  # type: ignore[arg-type]
+        *breakdown_table(rows),
         "",
     ]
