@@ -21,6 +21,7 @@ from . import (
     fx_attention,
     fx_passes,
     lowering,  # noqa: F401  (fills graph.LOWERINGS)
+    phase_times,
 )
 from .capture import CompiledGraph, record
 from .codegen.combo import combine
@@ -229,7 +230,8 @@ def run_pass(job: GraphJob, p: Pass, products: dict[str, Any]) -> None:
     pass and graph) and add the product it makes to ``products``; under ``strict``, verify that product
     (``InvariantError``)."""
     try:
-        made = p.run(*(products[n] for n in p.needs))
+        with phase_times.phase(f"pass.{p.name}"):
+            made = p.run(*(products[n] for n in p.needs))
     except KilnError:
         raise
     except Exception as e:
@@ -294,6 +296,19 @@ _graph_ids = itertools.count()
 
 
 def compile_fx_graph(
+    gm: fx.GraphModule,
+    example_inputs: Any,
+    role: str = "inference",
+    front: inference_cache.Front | None = None,
+) -> Callable:
+    """AOTAutograd's forward/backward/inference compiler (``role``: ``forward`` of a training graph,
+    ``backward``, or ``inference``): ``compile_one_graph`` timed as phase ``graph`` (exclusive of its passes:
+    the graph cache's key, load or store, CUDA-graph facts, the runner)."""
+    with phase_times.phase("graph"):
+        return compile_one_graph(gm, example_inputs, role, front)
+
+
+def compile_one_graph(
     gm: fx.GraphModule,
     example_inputs: Any,
     role: str = "inference",
@@ -370,7 +385,8 @@ def _finish(cg: CompiledGraph, fallback: Callable, facts: GraphFacts | None) -> 
     log.debug("kiln compiled %s:\n%s", name, cg.code)
     gm = fallback
     # call forward directly: a wrapper has no module hooks, and nn.Module.__call__ costs microseconds a call
-    state: dict[str, Any] = {"fn": cg.wrapper.forward, "verified": cg.wrapper is fallback}
+    state = cg.entry
+    state.update(fn=cg.wrapper.forward, verified=cg.wrapper is fallback)
 
     def run(args: list) -> Any:  # boxed calling convention: AOTAutograd passes one list
         if state["verified"]:
@@ -480,8 +496,9 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     overrides = backend_overrides(kwargs.get("options"), kwargs.get("mode"))
     with config.patch(**overrides):
         # a graph found by its Dynamo graph: AOTAutograd does not run (runtime/inference_cache.py, training_cache.py)
-        front = inference_cache.Front(gm, example_inputs)
-        hit = front.lookup(f"graph_{next(_graph_ids)}", lambda cg, fallback: _finish(cg, fallback, None))
+        with phase_times.phase("front_cache"):
+            front = inference_cache.Front(gm, example_inputs)
+            hit = front.lookup(f"graph_{next(_graph_ids)}", lambda cg, fallback: _finish(cg, fallback, None))
         if hit is not None:  # nothing to compile: the compile workers are not started for it
             return hit
         precompile.warm_up(example_inputs)  # GPU graphs: compile workers start while AOTAutograd traces
@@ -499,16 +516,17 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     # (Dynamo already runs the returned forward without tracing it; backwards run from autograd, see below).
     # Input mutations stay in the graph as trailing copy_ write-backs, as with Inductor: returned as outputs
     # instead, parameters updated under no_grad got gradients (zeros) where eager leaves None.
-    return aot_module_simplified(
-        gm,
-        example_inputs,
-        fw_compiler=with_settings("forward"),
-        bw_compiler=_compile_backward(with_settings("backward")),
-        inference_compiler=with_settings("inference"),
-        partition_fn=min_cut_rematerialization_partition,
-        keep_inference_input_mutations=True,
-        decompositions=decomposition_table(),
-    )
+    with phase_times.phase("aot_autograd"):  # exclusive: kiln's graph compiles inside are their own phases
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            fw_compiler=with_settings("forward"),
+            bw_compiler=_compile_backward(with_settings("backward")),
+            inference_compiler=with_settings("inference"),
+            partition_fn=min_cut_rematerialization_partition,
+            keep_inference_input_mutations=True,
+            decompositions=decomposition_table(),
+        )
 
 
 def _no_trace(fn: Callable) -> Callable:

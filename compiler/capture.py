@@ -41,6 +41,9 @@ class CompiledGraph:
     #: where kiln chose speed over run-to-run identity (kind ``nondeterministic``: atomic float sums, racing
     #: stores); empty when every result of the graph is bitwise identical run to run
     nondeterministic: list[FallbackReason] = dataclasses.field(default_factory=list)
+    #: the graph's runner state: ``fn`` is what each call runs (the wrapper's ``forward``, or the ATen graph after
+    #: a failed first launch); ``compiler.tools.host_path`` swaps it to time a wrapper alone on recorded inputs
+    entry: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def kernel_count(self) -> int:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from types import ModuleType
 
-from .. import config
+from .. import config, phase_times
 
 _modules: dict[str, ModuleType] = {}
 
@@ -72,23 +72,30 @@ def load_kernel(source: str, name: str):
     path = source_path(source)
     mod = _modules.get(path)
     if mod is None:
-        if not _file_holds(path, source):
-            write_atomic(path, source)
-        mod_name = "kiln_kernels." + os.path.splitext(os.path.basename(path))[0]
-        spec = importlib.util.spec_from_loader(mod_name, loader=None, origin=path)
-        assert spec is not None  # a spec with no loader always exists
-        mod = importlib.util.module_from_spec(spec)
-        mod.__file__ = path
-        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
-        sys.modules[mod_name] = mod
-        exec(compile(source, path, "exec"), mod.__dict__)  # noqa: S102 - kiln's own generated kernel source
-        if config.interpreting():
-            from . import interp_libdevice
-
-            mod.__dict__["libdevice"] = interp_libdevice
-            interp_libdevice.fix_bf16_rounding()
-        _modules[path] = mod
+        with phase_times.phase("kernel_load"):
+            mod = _load_module(path, source)
     return getattr(mod, name)
+
+
+def _load_module(path: str, source: str) -> ModuleType:
+    """Write (when needed) and run the kernel module of ``source`` at ``path``; remembered in ``_modules``."""
+    if not _file_holds(path, source):
+        write_atomic(path, source)
+    mod_name = "kiln_kernels." + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_loader(mod_name, loader=None, origin=path)
+    assert spec is not None  # a spec with no loader always exists
+    mod = importlib.util.module_from_spec(spec)
+    mod.__file__ = path
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    sys.modules[mod_name] = mod
+    exec(compile(source, path, "exec"), mod.__dict__)  # noqa: S102 - kiln's own generated kernel source
+    if config.interpreting():
+        from . import interp_libdevice
+
+        mod.__dict__["libdevice"] = interp_libdevice
+        interp_libdevice.fix_bf16_rounding()
+    _modules[path] = mod
+    return mod
 
 
 # --------------------------------------------------------------------------------------------- entry files

@@ -26,12 +26,14 @@ import hashlib
 import json
 import os
 import re
+from functools import reduce
+from operator import or_
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from .. import config
+from .. import config, phase_times
 from ..dtypes import signature_type
 from ..exc import KernelLaunchError
 from . import cache, gpu_compile
@@ -93,6 +95,9 @@ class TritonKernel(torch.nn.Module):
         self._counts = [0, 0]
         self._compiled: dict[tuple, Any] = {}  # specialization -> Triton CompiledKernel (GPU fast path)
         self._launches: dict[tuple, Launch] = {}  # (xnumel, rnumel, device index or -1 for CPU) -> launch
+        self._all_aligned = (
+            True,
+        ) * self._nptr  # the alignment key of a launch whose pointers are all aligned
         self._dump_dir = config.settings().dump_dir
         self._autotune = (
             config.settings().autotune
@@ -193,12 +198,43 @@ class TritonKernel(torch.nn.Module):
     def forward(self, *args: Any) -> None:
         """Launch with ``args`` = pointers, sizes, ``xnumel`` (and ``rnumel``) as the wrapper passes them.
 
-        The host time of this path is kiln's per-launch overhead (``harness bench overhead``): a launch is looked
-        up by the exact integer arguments and device (``Launch``), its compiled kernel by the 16-byte
-        alignment of the pointers, and called directly through Triton's launcher. On a GPU the kernel's module is
-        imported (its ``JITFunction`` built) only when Triton must compile it or its JIT launches it: a first launch
-        that the binary index serves needs neither (``LazyJit``, ``_compile_own``).
+        The host time of this path is kiln's per-launch overhead (``harness bench overhead``, and per phase
+        ``python -m harness.bench.models.host_path``): a launch is looked up by the exact integer arguments and
+        device (``Launch``), its compiled kernel by the 16-byte alignment of the pointers, and called directly
+        through Triton's launcher. The lean path (``LEAN``) reads the pointers' device from the first one and
+        their alignment as one OR over all of them, in C (``map``/``reduce``: no Python per argument); the
+        launcher call's leading arguments come prebound from the ``Launch``. On a GPU the kernel's module is
+        imported (its ``JITFunction`` built) only when Triton must compile it or its JIT launches it: a first
+        launch that the binary index serves needs neither (``LazyJit``, ``_compile_own``).
         """
+        nptr = self._nptr
+        if LEAN[0] and nptr:
+            try:
+                where = args[0].get_device()
+            except AttributeError:  # a pointer argument that is not a tensor: the first one that is
+                where = device_index_of(args[:nptr])
+            ints = args[nptr:]
+            launch = self._launches.get((ints, where))
+            if launch is not None and where >= 0 and not launch.switch_device and not self._dump_dir:
+                if reduce(or_, map(_data_ptr, args[:nptr])) & 15:
+                    fast = None  # some pointer not 16-byte aligned: the exact alignment key, below
+                else:
+                    fast = launch.compiled.get(self._all_aligned)
+                if (
+                    fast is not None
+                    and _HOOK_CHAINS
+                    and not (_HOOKS.launch_enter_hook.calls or _HOOKS.launch_exit_hook.calls)
+                ):
+                    self._counts[0] += 1
+                    try:
+                        fast[0](*fast[1], _raw_stream(launch.device_index), *fast[2], *args, *launch.consts)
+                    except Exception as e:
+                        raise self._launch_error(launch, e) from e
+                    return None
+        return self._forward(args)
+
+    def _forward(self, args: tuple) -> None:
+        """The full launch path: first launches, CPU (the interpreter), several GPUs, spec dumps, hooks."""
         nptr = self._nptr
         first = args[0] if nptr else None
         where = first.get_device() if type(first) is torch.Tensor else device_index_of(args[:nptr])
@@ -218,14 +254,18 @@ class TritonKernel(torch.nn.Module):
             else:
                 self._launch_gpu(launch, args)
         except Exception as e:  # keep the kernel name and source location in the message
-            raise KernelLaunchError(
-                f"launching {self.name} ({cache.source_path(self.source)}) "
-                f"with {launch.cfg} failed: {type(e).__name__}: {e}"
-            ) from e
+            raise self._launch_error(launch, e) from e
         if self._dump_dir:
             # the spec is for compiling ahead of time for GPUs: record the GPU launch config for these sizes
             self._dump_spec(args, self.heuristic_config(launch.xnumel, launch.rnumel, interp=False))
         return None
+
+    def _launch_error(self, launch: Launch, e: Exception) -> KernelLaunchError:
+        """The launch's failure with the kernel name, source location and config in the message."""
+        return KernelLaunchError(
+            f"launching {self.name} ({cache.source_path(self.source)}) "
+            f"with {launch.cfg} failed: {type(e).__name__}: {e}"
+        )
 
     def __call__(self, *args: Any) -> None:
         # nn.Module.__call__ runs hook machinery on every launch; a kernel has no hooks
@@ -244,7 +284,8 @@ class TritonKernel(torch.nn.Module):
         ):  # time candidates on these arguments once per size bucket (runtime/autotune.py)
             from . import autotune
 
-            cfg = autotune.tuned_config(self, cfg, args, xnumel, rnumel, device)
+            with phase_times.phase("autotune"):
+                cfg = autotune.tuned_config(self, cfg, args, xnumel, rnumel, device)
         grid0 = self.programs or cdiv(xnumel, cfg["XBLOCK"])
         consts = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK", "PERSISTENT") if k in cfg)
         # Triton specializes an int on being 1, a multiple of 16 and 32-bit: launches whose ints agree on that
@@ -279,9 +320,9 @@ class TritonKernel(torch.nn.Module):
         if fast is None or _launch_hooks_active():
             return self._launch_slow(launch, args, aligned)
         self._counts[0] += 1
-        run, function, metadata = fast
+        run, (grid0, _, _), (function, metadata, _, _, _) = fast
         run(
-            launch.grid0,
+            grid0,
             1,
             1,
             torch._C._cuda_getCurrentRawStream(launch.device_index),
@@ -307,10 +348,11 @@ class TritonKernel(torch.nn.Module):
                 else self._compile_own(args, launch)
             )
             if own is None:
-                kernel = launch.jit(*args, **launch.cfg)
+                with phase_times.phase("triton_compile"):  # Triton's JIT: compiles at its first call
+                    kernel = launch.jit(*args, **launch.cfg)
                 if kernel is not None and _FAST_LAUNCH["ok"]:
                     self._compiled[key] = kernel
-                    launch.compiled[aligned] = (kernel.run, kernel.function, kernel.packed_metadata)
+                    launch.compiled[aligned] = fast_entry(kernel, launch.grid0)
                 self._counts[1] += 1
                 return
             compiled = self._compiled[key] = own
@@ -335,7 +377,7 @@ class TritonKernel(torch.nn.Module):
             launch.compiled.clear()
             launch.jit(*args, **launch.cfg)
             return
-        launch.compiled[aligned] = (compiled.run, compiled.function, compiled.packed_metadata)
+        launch.compiled[aligned] = fast_entry(compiled, launch.grid0)
 
     def jit_function(self) -> Any:
         """The kernel's ``@triton.jit`` function (its module imported at the first call)."""
@@ -359,15 +401,16 @@ class TritonKernel(torch.nn.Module):
         specialization (``gpu_compile.compile_launch``; waits for a compile worker's job first), or None: then
         Triton's JIT compiles it, as before. The kernel's module is imported only when ``triton.compile`` runs."""
         loaded = self._fn is not None
-        kernel = gpu_compile.compile_launch(
-            self.name,
-            cache.source_path(self.source),
-            self._fn if loaded else self.jit_function,
-            args,
-            launch.cfg,
-            launch.device_index,
-            None if loaded else self.param_names(launch.cfg),
-        )
+        with phase_times.phase("triton_compile"):
+            kernel = gpu_compile.compile_launch(
+                self.name,
+                cache.source_path(self.source),
+                self._fn if loaded else self.jit_function,
+                args,
+                launch.cfg,
+                launch.device_index,
+                None if loaded else self.param_names(launch.cfg),
+            )
         if kernel is None:
             gpu_compile.count_jit()
         return kernel
@@ -418,6 +461,27 @@ def source_params(source: str, name: str) -> list[str] | None:
     return None
 
 
+def fast_entry(kernel: Any, grid0: int) -> tuple[Any, tuple, tuple]:
+    """What the fast path calls for a compiled kernel: (its launcher, the arguments before the stream, those after
+    it and before the kernel's own)."""
+    return kernel.run, (grid0, 1, 1), (kernel.function, kernel.packed_metadata, None, None, None)
+
+
+_data_ptr = torch.Tensor.data_ptr
+
+
+def _resolve_stream(index: int) -> int:
+    """The current raw CUDA stream of device ``index``; binds ``_raw_stream`` to torch's function at its first
+    call (it does not exist in a CPU build)."""
+    global _raw_stream
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+    return _raw_stream(index)
+
+
+#: the current raw CUDA stream of a device (torch's own function once a GPU launch has run)
+_raw_stream = _resolve_stream
+
+
 class LazyJit:
     """Triton's JIT launcher for one grid of a kernel, made at its first call (a GPU launch that kiln's own path
     serves, from the binary index, never imports the kernel's module nor builds its ``JITFunction``)."""
@@ -449,8 +513,11 @@ class Launch(NamedTuple):
     rnumel: int
     empty: bool  # xnumel == 0: nothing to launch
     switch_device: bool  # several GPUs: make the tensors' device current around the launch
-    compiled: dict  # pointer alignment -> (launcher, function handle, packed metadata): the fast path
+    compiled: dict  # pointer alignment -> ``fast_entry`` (launcher and its leading arguments): the fast path
 
+
+#: the launcher's lean host path (on by default); ``[False]`` takes the path it replaced (``host_path --compare``)
+LEAN = [True]
 
 #: distinct integer-argument sets one kernel keeps launches for (dynamic sizes that never repeat start over)
 MAX_LAUNCHES = 1024
@@ -489,7 +556,10 @@ def _launch_hooks_active() -> bool:
     )
 
 
-if hasattr(getattr(_HOOKS, "launch_enter_hook", None), "calls"):  # Triton 3.5+: hooks live in two HookChains
+#: Triton 3.5+: launch hooks live in two ``HookChain``s (the lean path reads their ``calls``; older: no lean path)
+_HOOK_CHAINS = hasattr(getattr(_HOOKS, "launch_enter_hook", None), "calls")
+
+if _HOOK_CHAINS:
 
     def _launch_hooks_active() -> bool:  # noqa: F811  (the same test, four attribute loads: it runs every launch)
         return bool(_HOOKS.launch_enter_hook.calls or _HOOKS.launch_exit_hook.calls)

@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class CompileTimes:
     autotune_step_s: float | None = None
     error: str = ""  # the cold and warm probes' ("cold: ...; warm: ...")
     autotune_error: str = ""  # the autotuned probes'
+    breakdown: dict[str, float] = field(default_factory=dict)  # the cold probe's ``phase_breakdown``
 
     @property
     def problems(self) -> str:
@@ -129,6 +130,9 @@ def measure(case: str, compiler: str, p: Probe, autotune: bool = True) -> Compil
         second.get("steady_s"),
     )
     out.error = _errors((("cold", first), ("warm", second)))
+    out.breakdown = dict(first.get("breakdown") or {})
+    if out.breakdown and out.cold_s is not None:
+        out.breakdown["other"] = round(max(0.0, out.cold_s - sum(out.breakdown.values())), 3)
     extra = autotune_env(compiler)
     if autotune and extra is not None and not out.error:
         first, second = _pair(p, extra)
@@ -247,3 +251,108 @@ def report_lines(results: list[Result]) -> list[str]:
     if not rows:
         return []
     return ["### Compile times: cold, warm, autotuned (fresh processes)", "", *table(rows), ""]
+
+
+# ------------------------------------------------------------------ cold compile per phase
+#: Dynamo's timers (``torch._dynamo.utils.compilation_time_metrics``) the breakdown reads
+DYNAMO_TOTAL = "_compile.compile_inner"
+BACKEND_TOTAL = "OutputGraph.call_user_compiler"
+
+#: kiln's phases (``compiler.phase_times``) reported as their own columns; ``pass.*`` are summed as ``passes``
+KILN_COLUMNS = ("aot_autograd", "front_cache", "graph", "kernel_load", "triton_compile", "autotune")
+
+
+def reset_phase_timers() -> None:
+    """Forget Dynamo's compile timers and kiln's phase times (a probe's compiled steps start from zero)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    compilation_time_metrics.clear()
+    import compiler.phase_times as phase_times
+
+    phase_times.reset()
+
+
+def phase_breakdown(kiln: bool) -> dict[str, float]:
+    """Seconds per compile phase since ``reset_phase_timers()``, in this process. ``dynamo``: Dynamo's own time
+    (its compile minus the backend call); kiln: ``aot_autograd`` (exclusive of kiln's graph compiles), its
+    ``compiler.phase_times`` phases as ``kiln.<phase>`` (``kiln.pass.<name>`` per pass, ``kiln.triton_compile``,
+    ``kiln.autotune``...) and ``backend_other`` (the backend call outside AOTAutograd and the front cache);
+    other compilers: ``backend`` (the backend call: AOTAutograd and the compiler). Every phase is measured
+    inside the probe's first steps, exclusive of the others: they sum to at most those steps' time."""
+    from torch._dynamo.utils import compilation_time_metrics as metrics
+
+    def total(key: str) -> float:
+        return float(sum(metrics.get(key, [])))
+
+    backend = total(BACKEND_TOTAL)
+    out = {"dynamo": max(0.0, total(DYNAMO_TOTAL) - backend)}
+    if not kiln:
+        out["backend"] = backend
+        return {k: round(v, 4) for k, v in out.items()}
+    import compiler.phase_times as phase_times
+
+    inclusive = phase_times.inclusive()
+    out["backend_other"] = max(
+        0.0, backend - inclusive.get("aot_autograd", 0.0) - inclusive.get("front_cache", 0.0)
+    )
+    for name, seconds in phase_times.totals().items():
+        out["aot_autograd" if name == "aot_autograd" else f"kiln.{name}"] = seconds
+    return {k: round(v, 4) for k, v in out.items()}
+
+
+def _passes(b: dict[str, float]) -> list[tuple[str, float]]:
+    """kiln's passes of a breakdown, slowest first."""
+    return sorted(
+        ((k[len("kiln.pass.") :], v) for k, v in b.items() if k.startswith("kiln.pass.")), key=lambda x: -x[1]
+    )
+
+
+def breakdown_table(rows: list[tuple[str, str, float | None, dict[str, float]]]) -> list[str]:
+    """A Markdown table of (case, compiler, cold s, breakdown) rows: seconds per phase, kiln's passes summed with
+    the three slowest named."""
+    cols = (
+        "dynamo",
+        "aot_autograd",
+        "passes",
+        *(f"kiln.{c}" for c in KILN_COLUMNS[1:]),
+        "backend_other",
+        "backend",
+        "other",
+    )
+    head = (
+        "| case | compiler | cold s | "
+        + " | ".join(c.removeprefix("kiln.") for c in cols)
+        + " | slowest passes |"
+    )
+    lines = [head, "|" + "---|" * (len(cols) + 4)]
+    for case, compiler, cold, b in rows:
+        passes = _passes(b)
+        values = {**b, "passes": sum(v for _, v in passes)} if passes else b
+        cells = [_f(values.get(c), "{:.2f}") for c in cols]
+        top = ", ".join(f"{n} {v:.2f}" for n, v in passes[:3]) or "-"
+        lines.append(f"| {case} | {compiler} | {_f(cold, '{:.2f}')} | " + " | ".join(cells) + f" | {top} |")
+    return lines
+
+
+def breakdown_lines(results: list[Result]) -> list[str]:
+    """The model tier report's cold-compile-per-phase section (no lines when no result carries a breakdown)."""
+    rows = [
+        (r.workload, r.compiler, r.compile_s, r.meta.compile_breakdown)
+        for r in results
+        if r.meta.compile_breakdown
+    ]
+    if not rows:
+        return []
+    return [
+        "### Cold compile per phase (s, the cold probe)",
+        "",
+        "Dynamo: its tracing and guards; aot_autograd: AOTAutograd without the graph compiles inside it; passes: "
+        "kiln's passes (`compiler.phase_times`); graph: kiln's per-graph work outside them (graph cache); "
+        "kernel_load: kernel modules imported; triton_compile: first launches' compiles, loads and waits; "
+        "backend_other: kiln's backend call outside AOTAutograd and the front cache; backend: another "
+        "compiler's whole backend call; other: the cold compile s outside every phase "
+        "(first-launch work, CUDA-graph recording, the steady-step estimate's error).",
+        "",
+        *breakdown_table(rows),
+        "",
+    ]

@@ -140,6 +140,7 @@ def _merge_compile_times(
             step.compile_s = r.compile_s
             step.meta.compile_warm_s = r.meta.compile_warm_s
             step.meta.compile_probe_error = r.meta.compile_probe_error or None
+            step.meta.compile_breakdown = r.meta.compile_breakdown
             step.meta.compile_run_id = run.id
             if r.meta.autotune is not None:  # --autotune-times
                 step.meta.autotune = r.meta.autotune
@@ -507,8 +508,9 @@ def markdown_report(
         parts += ["### kiln graphs run unrecorded under CUDA graphs", ""]
         parts += [f"- {line}" for line in unrec] if unrec else ["none: every graph replayed after warm-up"]
         parts += [""]
-    from harness.bench.models.compile_times import report_lines
+    from harness.bench.models.compile_times import breakdown_lines, report_lines
 
+    parts += breakdown_lines(results)  # cold compile per phase (Dynamo, AOTAutograd, kiln's passes, Triton)
     parts += report_lines(results)  # cold/warm/autotuned compile s, when measured (--autotune-times)
     parts += autotune_gain.report_lines(results)  # kiln against kiln-autotune, when both arms ran
     probs = problems(results)

@@ -522,6 +522,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
             autotune=self.cfg.autotune_times,
         )
         res.compile_s, res.meta.compile_warm_s = t.cold_s, t.warm_s
+        res.meta.compile_breakdown = t.breakdown or None
         if t.error:
             res.meta.compile_probe_error = t.error
         elif self.cfg.autotune_times:
@@ -627,6 +628,9 @@ def probe_main(argv: list[str]) -> int:
         base = case.build(args.seed)
         Stepper(case, base, BASELINE_COMPILER, device, args.seed).step()  # CUDA context, library handles
         st = Stepper(case, base, args.compiler, device, args.seed)
+        from harness.bench.models.compile_times import phase_breakdown, reset_phase_timers
+
+        reset_phase_timers()
         ts = []
         for _ in range(PROBE_READY_STEPS + PROBE_STEADY_STEPS):
             t0 = time.perf_counter()
@@ -638,6 +642,8 @@ def probe_main(argv: list[str]) -> int:
             "compile_s": round(max(0.0, sum(ts[:PROBE_READY_STEPS]) - PROBE_READY_STEPS * steady), 3),
             "first_s": round(ts[0], 3),
             "steady_s": steady,
+            "ready_s": round(sum(ts[:PROBE_READY_STEPS]), 3),
+            "breakdown": phase_breakdown(arms.is_kiln(args.compiler)),
         }
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         data = {"error": one_line(e)}
