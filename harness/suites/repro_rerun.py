@@ -13,7 +13,9 @@ Terms:
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import secrets
@@ -76,13 +78,40 @@ def local_gpus() -> tuple[str, ...]:
 
 
 def local_versions() -> dict[str, str]:
-    """python, torch and triton of this Python (the one native reruns use)."""
+    """python, torch (with its build suffix, CUDA and HIP versions) and triton of this Python (the one native
+    reruns use), spelled as a run records them (`torch.__version__`, `torch.version.cuda`: harness/envinfo.py).
+    torch's are read from its `version.py` without importing torch: the package metadata's version drops the
+    build suffix of the package index's CUDA wheels (`2.13.0` for `2.13.0+cu130`)."""
     out = {"python": platform.python_version()}
-    for dist in ("torch", "triton"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+    out.update(torch_build_versions())
+    try:
+        out["triton"] = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return out
+
+
+def torch_build_versions() -> dict[str, str]:
+    """{"torch": __version__, "cuda": ..., "hip": ...} from torch's `version.py` (the keys it sets to a string);
+    {} where torch is not installed or that file is not readable."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return {}
+    try:
+        tree = ast.parse((Path(spec.origin).parent / "version.py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    names = {"__version__": "torch", "cuda": "cuda", "hip": "hip"}
+    out: dict[str, str] = {}
+    for node in tree.body:
+        target, value = None, None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name) and target.id in names and isinstance(value, ast.Constant):
+            if isinstance(value.value, str):
+                out[names[target.id]] = value.value
     return out
 
 

@@ -84,7 +84,13 @@ def test_infrastructure_error_exits_3_docker_missing(tmp_path):
 def test_infrastructure_error_exits_3_no_device(tmp_path):
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA driver")
-    assert "backend cuda needs a " in one_line(cli("health", "--backend", "cuda"), 3)
+    import torch
+
+    line = one_line(cli("health", "--backend", "cuda"), 3)
+    if torch.version.cuda is None:  # a CPU-only torch (the CPU wheel)
+        assert "backend cuda needs a CUDA build of torch" in line
+    else:  # a CUDA build with no GPU here (the package index's torch on a GPU-less machine)
+        assert f"backend cuda: torch {torch.__version__} sees no GPU" in line
 
 
 @pytest.mark.parametrize("verb,flag", [("run", "--results"), ("flakes", "--out"), ("merge", "--out")])

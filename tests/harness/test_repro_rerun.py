@@ -4,6 +4,7 @@ status."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -124,3 +125,35 @@ def test_the_exit_status_is_the_reruns():
     assert exit_code(0, {"t::a": "passed"}) == EXIT_OK
     assert exit_code(4, {"t::a": "not run"}) == EXIT_INFRA  # pytest could not find it: nothing was reproduced
     assert exit_code(0, {"t::a": "passed", "t::b": "not run"}) == EXIT_INFRA
+
+
+def test_local_versions_spell_torch_as_a_run_records_it():
+    """torch.__version__ and torch.version.cuda, as harness/envinfo.py records them in a run, not the package
+    metadata's version (which drops the `+cu130` of the package index's CUDA wheels)."""
+    import sys
+
+    probe = "import torch, json; print(json.dumps([torch.__version__, torch.version.cuda]))"
+    version, cuda = json.loads(
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout
+    )
+    here = rr.local_versions()
+    assert here["torch"] == version and here.get("cuda") == cuda
+
+
+def test_torch_build_versions_read_version_py_without_importing_torch(tmp_path: Path):
+    """A torch whose metadata would say 2.13.0 while its version.py says 2.13.0+cu130 (and whose import would
+    fail): the build's own spelling, read from the file."""
+    import os
+    import sys
+
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('not to be imported')\n")
+    (fake / "version.py").write_text(
+        "from typing import Optional\n__version__: str = '2.13.0+cu130'\ncuda: Optional[str] = '13.0'\nhip = None\n"
+    )
+    code = "import json; from harness.suites.repro_rerun import torch_build_versions as v; print(json.dumps(v()))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parents[2])])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {"torch": "2.13.0+cu130", "cuda": "13.0"}
