@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
+from rehearsal.actions import ARTIFACT_CLIENT
 from rehearsal.plan import default_jobs
 from rehearsal.run import run_order
 from rehearsal.seed import waits_for_seed
@@ -45,8 +47,14 @@ def test_without_a_docker_daemon_the_container_jobs_stop_before_any_job_runs(tmp
         and "--job bench-cuda --job bench-rocm --job lint" in line
     )
     assert not (tmp_path / "act-calls").exists()
+    # the artifact client found installed (its package.json as rehearse writes it): this test is about docker and
+    # act, and needs no npm registry (a fresh HOME's npm may reach none)
+    npm_dir = tmp_path / "npm"
+    (npm_dir / "node_modules").mkdir(parents=True)
+    (npm_dir / "package.json").write_text(json.dumps(ARTIFACT_CLIENT, indent=1) + "\n", encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, script, "--act", str(act), "--out", out, "--job", "lint", "--no-venv-seed"],
+        [sys.executable, script, "--act", str(act), "--out", out, "--job", "lint", "--no-venv-seed"]
+        + ["--npm-dir", str(npm_dir)],
         env=env,
         capture_output=True,
         text=True,
