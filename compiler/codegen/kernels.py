@@ -121,6 +121,7 @@ class Kernels:
                 f"{where}: kernel name {ks.name} stands for two different sources",
             )
         taken: set[int] = set()
+        access = [self.access(k) for k in range(len(self.sources))] if self.combos else []
         for c in self.combos:
             require(
                 len(c.indices) >= 2 and list(c.indices) == sorted(set(c.indices)),
@@ -132,13 +133,13 @@ class Kernels:
                 list(c.parts) == [self.sources[k] for k in c.indices],
                 f"{where}: combo {c.name}'s parts are not the kernels at {list(c.indices)}",
             )
-            self._verify_combo(c, where)
+            self._verify_combo(c, where, access)
             require(
                 names.setdefault(c.name, c.source) == c.source,
                 f"{where}: kernel name {c.name} stands for two different sources",
             )
 
-    def _verify_combo(self, c: ComboSource, where: str) -> None:
+    def _verify_combo(self, c: ComboSource, where: str, access: list[tuple[set[str], set[str]]]) -> None:
         """The parts of ``c`` are independent of each other and of every kernel between its first part and
         them (the combo launches them at its first part's place), and no call or scatter/scan kernel is
         between."""
@@ -153,9 +154,9 @@ class Kernels:
             )
         parts = set(c.indices)
         for j in c.indices:
-            reads, writes = self.access(j)
+            reads, writes = access[j]
             for m in range(c.indices[0], j):
-                r, w = self.access(m)
+                r, w = access[m]
                 require(
                     not (reads & w or writes & (r | w)),
                     f"{where}: combo {c.name}: {self.sources[j].name} (kernel {j}) depends on kernel {m}"

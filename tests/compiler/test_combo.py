@@ -15,6 +15,7 @@ from test_layers import staged  # the products after the passes up to one (stric
 import compiler
 from compiler.codegen import combo as combo_pass
 from compiler.codegen.kernels import Kernels
+from compiler.exc import InvariantError
 from compiler.runtime import combo as combo_runtime
 from compiler.runtime.combo import ComboKernel
 from compiler.runtime.launcher import TritonKernel
@@ -170,6 +171,10 @@ def test_a_kernel_reading_what_a_kernel_between_writes_stays_behind_it():
     st = staged(fn, randn(10), randn(6, 7), randn(12), upto="render")
     sched, kernels = _first(st, 1)  # a * 2, the reduction, then c * s[0], which reads the reduction's result
     assert combo_pass._groups(sched, kernels, 1 << 20, 64, 240) == []
+    k0, _, k2 = kernels.sources
+    forced = dataclasses.replace(kernels, combos=(combo_pass.combo_source([k0, k2], (0, 2)),))
+    with pytest.raises(InvariantError, match=r"depends on kernel 1, launched between"):
+        forced.verify()
 
 
 def test_an_extern_call_ends_the_combos_before_it():
