@@ -35,6 +35,7 @@ from .inplace import write_in_place
 from .runtime import cache, graph_cache, inference_cache, precompile, value_trace
 from .runtime.cudagraphs import CudaGraphRunner, GraphFacts
 from .scheduler import Schedule, schedule
+from .split import split_independent
 
 log = logging.getLogger("kiln")
 
@@ -189,6 +190,14 @@ PASSES: list[Pass] = [
         "a mutated input's new value is stored into the input by its kernel where nothing reads the "
         "old value later: no write-back copy (an optimizer step's parameters and state)",
         write_in_place,
+        ("schedule",),
+        "schedule",
+    ),
+    Pass(
+        "split",
+        "a small pointwise group of independent parts (an optimizer step's updates of same-size "
+        "parameters) becomes one group per part: the combo pass runs them side by side, not one after another",
+        split_independent,
         ("schedule",),
         "schedule",
     ),

@@ -286,15 +286,19 @@ class Settings:
     combo_kernels: bool = setting(
         True,
         help=(
-            "Combo kernels (``codegen/combo.py``): independent small pointwise kernels adjacent in launch order "
-            "run as one launch that dispatches on program id ranges; at its first launch on a GPU a combo is "
-            "timed against its parts, which run instead when they are faster (``runtime/combo.py``; cached "
-            "with the autotune choices)."
+            "Combo kernels (``codegen/combo.py``): independent small pointwise kernels (a small pointwise "
+            "kernel's independent parts split apart first: ``split.py``) run as one launch that dispatches on "
+            "program id ranges; at its first launch on a GPU a combo is timed against its parts, which run "
+            "instead when they are faster (``runtime/combo.py``; cached with the autotune choices)."
         ),
     )
-    combo_max_parts: int = setting(8, help="Most kernels one combo kernel runs.")
+    combo_max_parts: int = setting(64, help="Most kernels one combo kernel runs.")
     combo_max_args: int = setting(
-        64, help="Most pointer arguments of one combo kernel (all its parts' together)."
+        240,
+        help=(
+            "Most arguments of one combo kernel: its parts' pointers and one size per part (a kernel's "
+            "parameters share a few kilobytes of launch memory, and its compile time grows with its parts)."
+        ),
     )
     combo_max_numel: int = setting(
         1 << 20,

@@ -7,13 +7,16 @@ grids, and each program finds its part by program id ranges (``pid < end0``: par
 replaced by the program id within its part), its own block size (``XBLOCK_p<k>``, chosen at launch from its own
 size, as for a launch of its own) and its own buffers.
 
-Which kernels are combined: runs of consecutive kernel groups of the schedule (no extern or subgraph call
-between them) that are pointwise (no reduction, scatter, scan or fixed grid), of static sizes without size
-arguments and at most ``combo_max_numel`` elements (launch-bound), with no part reading what an earlier part of
-the run stores, nor storing (in place: ``Schedule.in_place``) an input an earlier part reads (independent: the
-parts of one launch run in any order). A run is cut at ``combo_max_parts``
-parts or ``combo_max_args`` pointer arguments (a kernel's parameters share a few kilobytes of launch memory, and
-its compile time grows with its size); a run of one kernel stays as it is.
+Which kernels are combined: pointwise kernels (no reduction, scatter, scan or fixed grid) of static sizes without
+size arguments and at most ``combo_max_numel`` elements (launch-bound), gathered in launch order, adjacent or not.
+A combo launches at its first part's place, so a kernel joins one only when it is independent of its parts and
+of every kernel launched between them: it reads nothing they write and writes nothing they read or write (a
+buffer stored in place, ``Schedule.in_place``, counts as its input; the parts of one launch run in any order).
+An extern or subgraph call, or a scatter or scan kernel, ends every combo gathered so far. A combo holds at most
+``combo_max_parts`` parts and ``combo_max_args`` arguments (pointers and one size per part: a kernel's
+parameters share a few kilobytes of launch memory, and its compile time grows with its size); a combo of one
+kernel stays that kernel. The ``split`` pass (``split.py``) has already cut small pointwise kernels into their
+independent parts, so that an optimizer step's per-parameter updates land here as parts.
 
 Whether a combination pays is decided at its first launch on a GPU by timing it against its parts
 (``runtime/combo.py``); the parts' own kernels stay in the combo's module for that.
@@ -38,16 +41,15 @@ _JIT = "@triton.jit\n"
 
 
 def combine(schedule: Schedule, kernels: Kernels) -> Kernels:
-    """The ``combo`` pass: ``kernels`` with runs of independent small pointwise kernels grouped into combo kernels
-    (``Kernels.combos``); unchanged when the ``combo_kernels`` setting is off or no run has two kernels."""
+    """The ``combo`` pass: ``kernels`` with independent small pointwise kernels grouped into combo kernels
+    (``Kernels.combos``); unchanged when the ``combo_kernels`` setting is off or no combo has two parts."""
     s = config.settings()
     if not s.combo_kernels:
         return kernels
-    combos: list[ComboSource] = []
-    for run in _runs(schedule, kernels, s.combo_max_numel):
-        for chunk in _chunks(run, kernels.sources, s.combo_max_parts, s.combo_max_args):
-            if len(chunk) >= 2:
-                combos.append(combo_source([kernels.sources[k] for k in chunk], tuple(chunk)))
+    combos = [
+        combo_source([kernels.sources[k] for k in parts], tuple(parts))
+        for parts in _groups(schedule, kernels, s.combo_max_numel, s.combo_max_parts, s.combo_max_args)
+    ]
     if not combos:
         return kernels
     return dataclasses.replace(kernels, combos=tuple(combos))
@@ -65,63 +67,82 @@ def combinable(group: KernelGroup, ks: KernelSource, max_numel: int) -> bool:
     return src.count("tl.program_id(0)") == 1 and "num_programs" not in src and "program_id(1)" not in src
 
 
-def _runs(schedule: Schedule, kernels: Kernels, max_numel: int) -> list[list[int]]:
-    """Indices (into ``kernels.sources``) of maximal runs of combinable kernels adjacent in launch order; a run is
-    cut before a kernel that reads what the run already stores, or stores what it already reads."""
-    runs: list[list[int]] = []
-    cur: list[int] = []
-    stored: set[str] = set()
-    read: set[str] = set()
+def arg_count(ks: KernelSource) -> int:
+    """Arguments a part adds to a combo's launch: its pointers and its size."""
+    return len(ks.ptr_args) + 1
+
+
+@dataclasses.dataclass
+class _Open:
+    """A combo being gathered: its parts (indices into ``Kernels.sources``), what they read and write, and
+    what the kernels launched after its first part and not in it read and write (``later_*``)."""
+
+    parts: list[int]
+    reads: set[str]
+    writes: set[str]
+    later_reads: set[str] = dataclasses.field(default_factory=set)
+    later_writes: set[str] = dataclasses.field(default_factory=set)
+    args: int = 0
+    helpers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def conflicts(self, reads: set[str], writes: set[str]) -> bool:
+        """A kernel with these reads and writes may not launch with the parts, at the first part's place."""
+        if reads & (self.writes | self.later_writes):
+            return True
+        return bool(writes & (self.reads | self.writes | self.later_reads | self.later_writes))
+
+
+def _groups(
+    schedule: Schedule, kernels: Kernels, max_numel: int, max_parts: int, max_args: int
+) -> list[list[int]]:
+    """The parts (indices into ``kernels.sources``, in launch order) of each combo, ordered by first part.
+
+    Kernels are visited in launch order. A combinable kernel joins the first open combo it may join, else opens
+    one; a combo launches at its first part's place, so a kernel joins only when it is independent of the
+    parts (reads nothing they write, writes nothing they read or write) and of every kernel launched between
+    (whose launch it moves before). An extern or subgraph call, or a scatter or scan kernel (which writes
+    memory it shares with another buffer), closes every open combo. A combo closes at ``max_parts`` parts;
+    a kernel that would take it past ``max_args`` arguments (pointers and sizes), or whose helper functions
+    differ from its parts' of the same name, looks further."""
+    done: list[_Open] = []
+    open_: list[_Open] = []
     k = 0
     for item in schedule.items:
-        if not isinstance(item, KernelGroup):
-            cur, stored, read = _close(runs, cur), set(), set()
+        if not isinstance(item, KernelGroup) or item.kind:
+            done += open_
+            open_ = []
+            if isinstance(item, KernelGroup):
+                k += 1
             continue
         ks = kernels.sources[k]
-        if not combinable(item, ks, max_numel):
-            cur, stored, read = _close(runs, cur), set(), set()
-        else:
-            reads = {name for param, name in ks.ptr_args if param.startswith("in_ptr")}
-            # a buffer stored in place is the input's memory: it stores the input too
-            stores = set(ks.stores) | {schedule.in_place[b] for b in ks.stores if b in schedule.in_place}
-            if reads & stored or stores & read:
-                cur, stored, read = _close(runs, cur), set(), set()
-            cur.append(k)
-            stored |= stores
-            read |= reads
+        reads, writes = kernels.access(k)
+        joined: _Open | None = None
+        if combinable(item, ks, max_numel):
+            mine = _helpers(ks)
+            for c in open_:
+                if c.args + arg_count(ks) > max_args or c.conflicts(reads, writes):
+                    continue
+                if any(c.helpers.get(n, text) != text for n, text in mine.items()):
+                    continue
+                joined = c
+                break
+            if joined is None:
+                joined = _Open([], set(), set())
+                open_.append(joined)
+            joined.parts.append(k)
+            joined.reads |= reads
+            joined.writes |= writes
+            joined.args += arg_count(ks)
+            joined.helpers.update(mine)
+        for c in open_:
+            if c is not joined:
+                c.later_reads |= reads
+                c.later_writes |= writes
+        done += [c for c in open_ if len(c.parts) >= max_parts]
+        open_ = [c for c in open_ if len(c.parts) < max_parts]
         k += 1
-    _close(runs, cur)
-    return runs
-
-
-def _close(runs: list[list[int]], cur: list[int]) -> list[int]:
-    if len(cur) >= 2:
-        runs.append(cur)
-    return []
-
-
-def _chunks(
-    run: list[int], sources: Sequence[KernelSource], max_parts: int, max_args: int
-) -> list[list[int]]:
-    """``run`` cut into consecutive chunks of at most ``max_parts`` kernels and ``max_args`` pointer arguments, and
-    where two parts' helper functions of one name differ."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    args = 0
-    helpers: dict[str, str] = {}
-    for k in run:
-        ks = sources[k]
-        mine = _helpers(ks)
-        clash = any(helpers.get(n, text) != text for n, text in mine.items())
-        if cur and (len(cur) >= max_parts or args + len(ks.ptr_args) > max_args or clash):
-            out.append(cur)
-            cur, args, helpers = [], 0, {}
-        cur.append(k)
-        args += len(ks.ptr_args)
-        helpers.update(mine)
-    if cur:
-        out.append(cur)
-    return out
+    done += open_
+    return sorted(c.parts for c in done if len(c.parts) >= 2)
 
 
 def _split_source(ks: KernelSource) -> tuple[list[str], list[str], str]:
@@ -187,7 +208,7 @@ def combo_source(parts: Sequence[KernelSource], indices: tuple[int, ...]) -> Com
         calls.append(f"    {cond} pid < end{k}:\n        {ks.name}({args})")
     sizes = [f"xnumel_p{k}" for k in range(len(parts))]
     blocks = [f"XBLOCK_p{k}: tl.constexpr" for k in range(len(parts))]
-    lines = [f"    # part {k}: {ks.name} over {ks.xnumel} elements" for k, ks in enumerate(parts)]
+    lines = [f"    # part {k}: {ks.name}" for k, ks in enumerate(parts)]
     body = "\n".join(lines + ["    pid = tl.program_id(0).to(tl.int32)"] + ends + calls) + "\n"
     signature = ", ".join(params + sizes + blocks)
     text = (

@@ -12,6 +12,7 @@ import torch
 from ..dtypes import tl_dtype
 from ..exc import require
 from ..graph import Program
+from ..ir import Scatter
 from ..scheduler import KernelGroup, Schedule, same
 from .dedup import share_identical
 from .scatter_kernel import render_special
@@ -20,9 +21,10 @@ from .triton_kernel import KernelSource, render_group
 
 @dataclasses.dataclass(frozen=True)
 class ComboSource:
-    """A combo kernel (``codegen.combo``): one launch running ``parts`` (kernels adjacent in launch order, at
-    ``indices`` of ``Kernels.sources``), each over its own program id range. ``ptr_args``: every part's pointers,
-    renamed ``<param>_p<part>``; the launch passes them, then each part's ``xnumel``."""
+    """A combo kernel (``codegen.combo``): one launch, at the place of its first part, running ``parts``
+    (independent kernels at ``indices`` of ``Kernels.sources``, in launch order), each over its own program id
+    range. ``ptr_args``: every part's pointers, renamed ``<param>_p<part>``; the launch passes them, then each
+    part's ``xnumel``."""
 
     name: str
     source: str
@@ -59,6 +61,19 @@ class Kernels:
             for k, ks in enumerate(self.sources)
             if k in first or k not in inside
         ]
+
+    def access(self, index: int) -> tuple[set[str], set[str]]:
+        """(buffers read, buffers written) by the kernel at ``index`` of ``sources``, a buffer stored in place
+        named by the input whose memory it is (``Schedule.in_place``); a scatter's target counts as written."""
+        ks = self.sources[index]
+        in_place = self.schedule.in_place
+        reads = {in_place.get(b, b) for p, b in ks.ptr_args if not p.startswith("out_ptr")}
+        writes = {in_place.get(b, b) for b in ks.stores}
+        writes |= {in_place.get(b, b) for p, b in ks.ptr_args if p.startswith("out_ptr")}
+        for m in self.schedule.groups[index].members:
+            if isinstance(m.buf.definition, Scatter):
+                writes.add(m.buf.definition.target)
+        return reads, writes
 
     def combo_of(self, index: int) -> ComboSource | None:
         """The combo kernel that launches the kernel at ``index`` of ``sources``, or None."""
@@ -106,10 +121,11 @@ class Kernels:
                 f"{where}: kernel name {ks.name} stands for two different sources",
             )
         taken: set[int] = set()
+        access = [self.access(k) for k in range(len(self.sources))] if self.combos else []
         for c in self.combos:
             require(
-                len(c.indices) >= 2 and list(c.indices) == list(range(c.indices[0], c.indices[-1] + 1)),
-                f"{where}: combo {c.name} launches kernels {list(c.indices)}, not a run of two or more",
+                len(c.indices) >= 2 and list(c.indices) == sorted(set(c.indices)),
+                f"{where}: combo {c.name} launches kernels {list(c.indices)}, not two or more in launch order",
             )
             require(not taken & set(c.indices), f"{where}: combo {c.name} shares a kernel with another combo")
             taken |= set(c.indices)
@@ -117,18 +133,35 @@ class Kernels:
                 list(c.parts) == [self.sources[k] for k in c.indices],
                 f"{where}: combo {c.name}'s parts are not the kernels at {list(c.indices)}",
             )
-            stored: set[str] = set()
-            for ks in c.parts:
-                reads = {b for p, b in ks.ptr_args if p.startswith("in_ptr")}
-                require(
-                    not reads & stored,
-                    f"{where}: combo {c.name}: {ks.name} reads what an earlier part stores",
-                )
-                stored |= set(ks.stores)
+            self._verify_combo(c, where, access)
             require(
                 names.setdefault(c.name, c.source) == c.source,
                 f"{where}: kernel name {c.name} stands for two different sources",
             )
+
+    def _verify_combo(self, c: ComboSource, where: str, access: list[tuple[set[str], set[str]]]) -> None:
+        """The parts of ``c`` are independent of each other and of every kernel between its first part and
+        them (the combo launches them at its first part's place), and no call or scatter/scan kernel is
+        between."""
+        items = self.schedule.items
+        group_item = [i for i, it in enumerate(items) if isinstance(it, KernelGroup)]
+        first, last = group_item[c.indices[0]], group_item[c.indices[-1]]
+        for i in range(first, last + 1):
+            it = items[i]
+            require(
+                isinstance(it, KernelGroup) and not it.kind,
+                f"{where}: combo {c.name}: a call or scatter/scan kernel (item {i}) between its parts",
+            )
+        parts = set(c.indices)
+        for j in c.indices:
+            reads, writes = access[j]
+            for m in range(c.indices[0], j):
+                r, w = access[m]
+                require(
+                    not (reads & w or writes & (r | w)),
+                    f"{where}: combo {c.name}: {self.sources[j].name} (kernel {j}) depends on kernel {m}"
+                    + (" (a part)" if m in parts else ", launched between"),
+                )
 
 
 def render(schedule: Schedule) -> Kernels:

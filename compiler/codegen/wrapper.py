@@ -355,7 +355,7 @@ class WrapperBuilder:
                 combo = self.kernels.combo_of(groups[id(item)]) if self.kernels.combos else None
                 if combo is None:
                     self.emit_kernel(item, self.kernel_of[id(item)])
-                elif combo.indices[0] == groups[id(item)]:  # its parts are adjacent: launched at the first
+                elif combo.indices[0] == groups[id(item)]:  # launched at its first part's place
                     self.emit_combo(combo)
             elif isinstance(item, ExternCall):
                 self.emit_extern(item)

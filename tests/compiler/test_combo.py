@@ -14,9 +14,12 @@ from test_layers import staged  # the products after the passes up to one (stric
 
 import compiler
 from compiler.codegen import combo as combo_pass
+from compiler.codegen.kernels import Kernels
+from compiler.exc import InvariantError
 from compiler.runtime import combo as combo_runtime
 from compiler.runtime.combo import ComboKernel
 from compiler.runtime.launcher import TritonKernel
+from compiler.scheduler import Schedule
 from kiln_testing import DEVICE, compiled_optimizer_steps, model_with_grads, randn
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -105,7 +108,7 @@ def test_size_limits_cut_runs_into_several_combos():
     got, graphs = _compile(_five, args, combo_max_parts=2)
     assert plain[0].kernel_launches == 5 and graphs[0].kernel_launches == 3  # 2 + 2 + 1
     assert [len(c.parts) for c in _combos(graphs[0])] == [2, 2]
-    _, by_args = _compile(_five, args, combo_max_args=5)  # 2 pointers a kernel: two kernels a combo
+    _, by_args = _compile(_five, args, combo_max_args=6)  # 2 pointers and a size a kernel: two a combo
     assert [len(c.parts) for c in _combos(by_args[0])] == [2, 2]
     for g, w in zip(got, want):
         assert torch.equal(g, w)
@@ -120,13 +123,70 @@ def test_large_kernels_are_not_parts():
     assert not _combos(none[0]) and none[0].kernel_launches == 5
 
 
-def test_a_kernel_reading_what_the_run_stores_starts_a_new_run():
+def _groups(st, max_numel=1 << 20):
+    return combo_pass._groups(st.schedule, st.kernels, max_numel, 64, 240)
+
+
+def test_a_kernel_reading_what_a_part_stores_joins_no_combo_with_it():
     st = staged(lambda a, b, c: (a * 2, b + 1, c.cos()), randn(10), randn(11), randn(12), upto="render")
     k0, k1, k2 = st.kernels.sources
-    assert combo_pass._runs(st.schedule, st.kernels, 1 << 20) == [[0, 1, 2]]
+    assert _groups(st) == [[0, 1, 2]]
     reader = dataclasses.replace(k1, ptr_args=[("in_ptr0", k0.stores[0])] + k1.ptr_args[1:])
     kernels = dataclasses.replace(st.kernels, sources=(k0, reader, k2))
-    assert combo_pass._runs(st.schedule, kernels, 1 << 20) == [[1, 2]]
+    assert combo_pass._groups(st.schedule, kernels, 1 << 20, 64, 240) == [[0, 2]]
+
+
+def _first(st, item: int) -> tuple[Schedule, Kernels]:
+    """``st``'s schedule and kernels with the independent kernel group at ``item`` launched first."""
+    items = list(st.schedule.items)
+    group = items.pop(item)
+    sched = Schedule(st.schedule.program, [group] + items, st.schedule.in_place)
+    k = st.schedule.groups.index(group)
+    sources = list(st.kernels.sources)
+    sources.insert(0, sources.pop(k))
+    return sched, Kernels(sched, tuple(sources))
+
+
+def _around_a_reduction(a, b, c):
+    return a * 2, b.sum(-1), c.cos()
+
+
+def test_kernels_apart_combine_across_a_kernel_they_do_not_touch():
+    st = staged(_around_a_reduction, randn(10), randn(6, 7), randn(12), upto="render")
+    assert [g.has_reduction for g in st.schedule.groups] == [True, False, False]
+    sched, kernels = _first(st, 1)  # a * 2, then the reduction, then c.cos()
+    kernels.verify()
+    assert combo_pass._groups(sched, kernels, 1 << 20, 64, 240) == [[0, 2]]
+    combined = combo_pass.combine(sched, kernels)
+    combined.verify()  # c.cos() is launched with a * 2, before the reduction: independent of it
+    assert [c.indices for c in combined.combos] == [(0, 2)]
+    assert [ks.name for ks in combined.launches] == [combined.combos[0].name, kernels.sources[1].name]
+
+
+def test_a_kernel_reading_what_a_kernel_between_writes_stays_behind_it():
+    def fn(a, b, c):
+        s = b.sum(-1)
+        return a * 2, s, c * s[0]
+
+    st = staged(fn, randn(10), randn(6, 7), randn(12), upto="render")
+    sched, kernels = _first(st, 1)  # a * 2, the reduction, then c * s[0], which reads the reduction's result
+    assert combo_pass._groups(sched, kernels, 1 << 20, 64, 240) == []
+    k0, _, k2 = kernels.sources
+    forced = dataclasses.replace(kernels, combos=(combo_pass.combo_source([k0, k2], (0, 2)),))
+    with pytest.raises(InvariantError, match=r"depends on kernel 1, launched between"):
+        forced.verify()
+
+
+def test_an_extern_call_ends_the_combos_before_it():
+    def fn(a, b, c):
+        return a * 2, (b * 3) @ b, c.cos()
+
+    st = staged(fn, randn(10), randn(8, 8), randn(12), upto="render")
+    kinds = [type(it).__name__ for it in st.schedule.items]
+    assert kinds == ["KernelGroup", "ExternCall", "KernelGroup", "KernelGroup"]
+    sched, kernels = _first(st, 2)  # a * 2, b * 3 (64 elements: no part below), the matmul, c.cos()
+    assert combo_pass._groups(sched, kernels, 1 << 20, 64, 240) == [[0, 1]]
+    assert combo_pass._groups(sched, kernels, 32, 64, 240) == []
 
 
 def test_combo_off_keeps_every_kernel():
@@ -134,15 +194,30 @@ def test_combo_off_keeps_every_kernel():
     assert not _combos(graphs[0]) and graphs[0].kernel_launches == 3
 
 
-@pytest.mark.parametrize("opt", ["adamw", "sgd"])
-def test_optimizer_step_with_combos_is_bitwise_the_step_without(opt, device):
+#: kernel launches of an optimizer step of ``model_with_grads`` (six parameters: 128, 16, 16, 16, 64 and 4
+#: elements): without combo kernels (a kernel per parameter size and AdamW's step counts), and with them, at the
+#: default part size limit and at 20 elements (the 128- and 64-element updates launch alone, between the
+#: combo's parts: AdamW's first step count joins the update combo launched after the update that reads it)
+OPTIMIZER_LAUNCHES = {
+    ("adamw", None): (5, 2),
+    ("adamw", 20): (5, 4),
+    ("sgd", None): (4, 1),
+    ("sgd", 20): (4, 3),
+}
+
+
+@pytest.mark.parametrize(("opt", "max_numel"), list(OPTIMIZER_LAUNCHES), ids=lambda v: str(v))
+def test_optimizer_step_with_combos_is_bitwise_the_step_without(opt, max_numel, device):
     model = model_with_grads(device)
+    limit = {} if max_numel is None else {"combo_max_numel": max_numel}
     results, launches = {}, {}
     for on in (False, True):
-        m, _, graphs = compiled_optimizer_steps(model, opt, combo_kernels=on, interp_pointwise_xblock=16)
+        m, _, graphs = compiled_optimizer_steps(
+            model, opt, combo_kernels=on, interp_pointwise_xblock=16, **limit
+        )
         results[on] = [p.detach().clone() for p in m.parameters()]
         launches[on] = graphs[-1].kernel_launches
-    assert launches[True] < launches[False]
+    assert (launches[False], launches[True]) == OPTIMIZER_LAUNCHES[opt, max_numel]
     for a, b in zip(results[False], results[True]):
         if device == "cpu":
             assert torch.equal(a, b)

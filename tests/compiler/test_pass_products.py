@@ -223,5 +223,5 @@ def test_products_are_not_verified_outside_strict(monkeypatch):
     torch._dynamo.reset()
     with compiler.config.patch(strict=True):
         torch.compile(fn, backend="kiln")(randn(8))
-    # after schedule and in_place, after render and combo
-    assert [type(c) for c in calls] == [Schedule, Schedule, Kernels, Kernels]
+    # after schedule, in_place and split, after render and combo
+    assert [type(c) for c in calls] == [Schedule, Schedule, Schedule, Kernels, Kernels]

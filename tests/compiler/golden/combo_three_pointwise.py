@@ -43,9 +43,9 @@ def kiln_pointwise_mul_1_eb21a0f0cf(pid, in_ptr0, out_ptr0, xnumel, XBLOCK: tl.c
 
 @triton.jit
 def kiln_combo3_8ccb4fbbec(in_ptr0_p0, out_ptr0_p0, in_ptr0_p1, in_ptr1_p1, out_ptr0_p1, in_ptr0_p2, out_ptr0_p2, xnumel_p0, xnumel_p1, xnumel_p2, XBLOCK_p0: tl.constexpr, XBLOCK_p1: tl.constexpr, XBLOCK_p2: tl.constexpr):
-    # part 0: kiln_pointwise_add_ff8254ed08 over 100 elements
-    # part 1: kiln_pointwise_relu_dcc34711c9 over 150 elements
-    # part 2: kiln_pointwise_mul_1_eb21a0f0cf over 35 elements
+    # part 0: kiln_pointwise_add_ff8254ed08
+    # part 1: kiln_pointwise_relu_dcc34711c9
+    # part 2: kiln_pointwise_mul_1_eb21a0f0cf
     pid = tl.program_id(0).to(tl.int32)
     end0 = tl.cdiv(xnumel_p0, XBLOCK_p0)
     end1 = end0 + tl.cdiv(xnumel_p1, XBLOCK_p1)
