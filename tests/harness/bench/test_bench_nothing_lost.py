@@ -471,6 +471,9 @@ def _ci(tmp_path, monkeypatch, effects):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KILN_NO_VENV", "1")
+    # the session's own commands (the pre-flight) run `python -m harness` from tmp_path: the checkout on the path,
+    # as an installed project is
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
     nf = _noxfile()
     s = _FakeSession(effects)
     try:
