@@ -85,9 +85,11 @@ def deadline(seconds: float, what: str) -> Iterator[None]:
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while timing (as `timeit` does): a collection inside a
-    sample is host jitter, not the workload's cost."""
+    sample is host jitter, not the workload's cost. The young generations are collected first (the garbage of the
+    calls before); the old one is not walked at every turn: with torch and compiled code loaded it holds
+    hundreds of thousands of objects, a full collection costing about 0.2-1 s of CPU each time."""
     was = gc.isenabled()
-    gc.collect()
+    gc.collect(1)
     gc.disable()
     try:
         yield

@@ -1,9 +1,13 @@
-"""Helpers for the bench tests: synthetic samples and stored runs built without timing anything."""
+"""Helpers for the bench tests: synthetic samples and stored runs built without timing anything, and folders
+that one real (costly) bench command fills once per test session for several tests to read."""
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 from harness.bench.core.records import Result, RunInfo
 from harness.bench.stores.store import Store, now
@@ -78,3 +82,51 @@ def medians(
     for k, f in (scale or {}).items():
         m[k] *= f
     return m
+
+
+# one real tiny model on CPU: kiln (Triton's interpreter) vs eager, kiln's cold and warm compile times from fresh
+# subprocesses, kiln-cg named so that its skip note is printed; the report's JSON on stdout (`--json -`)
+TINY_MODEL_ARGS = [
+    "--device",
+    "cpu",
+    "--profile",
+    "tiny",
+    "--only",
+    "bert.infer.fp32",
+    "--compilers",
+    "kiln,kiln-cg",
+    "--compile-times",
+    "kiln",
+    "--target-s",
+    "0.2",
+    "--rounds",
+    "2",
+]
+
+
+def once_per_session(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """A folder that `make(folder)` fills once per pytest session and every test of the session reads: with
+    pytest-xdist, the workers share it (it lies beside their own temporary folders, and a file lock lets one
+    worker make it while the others wait). A `make` that raised raises again, with its message, in every test
+    that asks for the folder afterwards. Tests that change what the folder holds copy it first."""
+    import fcntl
+    import shutil
+    import traceback
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, failed = root / f"once-{name}", root / f"once-{name}.failed"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            raise RuntimeError(f"making the shared folder {name!r} failed earlier:\n{failed.read_text()}")
+        if not (folder / ".done").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                make(folder)
+            except BaseException:
+                failed.write_text(traceback.format_exc())
+                raise
+            (folder / ".done").touch()
+    return folder

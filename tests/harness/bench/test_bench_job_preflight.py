@@ -20,13 +20,15 @@ pytest.importorskip("nox")
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """The noxfile, the matrix and the harness in a fresh folder (nox runs the sessions from the noxfile's
+    """The noxfile, the matrix, the harness and the compiler in a fresh folder (nox runs the sessions from the noxfile's
     folder: the job's results folder is made there, if at all), and a broken `nvidia-smi` on PATH."""
     where = tmp_path_factory.mktemp("job")  # the lasting store's folder: beside it (outside the checkout)
     for name in ("noxfile.py", "pyproject.toml"):
         shutil.copy(ROOT / name, where / name)
     shutil.copytree(ROOT / "ci", where / "ci")
     shutil.copytree(ROOT / "harness", where / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    # the harness reads its settings through compiler.envvars and compiler.config
+    shutil.copytree(ROOT / "compiler", where / "compiler", ignore=shutil.ignore_patterns("__pycache__"))
     tools = where / "tools"
     tools.mkdir()
     smi = tools / "nvidia-smi"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import time
 import uuid
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bench_helpers import samples
+from bench_helpers import TINY_MODEL_ARGS, samples
 
 from harness.bench.cli import main
 from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo
@@ -558,33 +559,16 @@ def test_failing_and_wrong_compilers_are_results_not_crashes():
 
 
 @pytest.mark.slow
-def test_tiny_model_end_to_end_kiln_vs_eager(tmp_path, capsys):
-    """A real tiny model through the CLI on CPU: kiln in Triton's interpreter vs eager, accuracy, timing,
-    cold and warm compile s from fresh subprocesses, the store and the report files."""
+def test_tiny_model_end_to_end_kiln_vs_eager(request, tmp_path, capsys):
+    """A real tiny model through the CLI on CPU (the session's shared `tiny_model_run`, a subprocess): kiln in
+    Triton's interpreter vs eager, accuracy, timing, cold and warm compile s from fresh subprocesses, the store;
+    then `--resume` here on a copy of its folder: nothing measured, the report files written again."""
     _transformers_or_skip()
+    shared, proc = request.getfixturevalue("tiny_model_run")
+    assert proc["returncode"] == 0, proc["stderr"][-2000:]
+    assert "kiln-cg: CUDA graphs need a CUDA device; skipped on cpu" in proc["stderr"]
     out = tmp_path / "models"
-    args = [
-        "models",
-        "--device",
-        "cpu",
-        "--only",
-        "bert.infer.fp32",
-        "--compilers",
-        "kiln,kiln-cg",
-        "--compile-times",
-        "kiln",
-        "--target-s",
-        "0.2",
-        "--rounds",
-        "2",
-        "--out",
-        str(out),
-        "--quiet",
-    ]
-    assert main(args) == 0
-    cap = capsys.readouterr()
-    assert "kiln-cg: CUDA graphs need a CUDA device; skipped on cpu" in cap.err
-    assert "bert.infer.fp32" in cap.out and "cold s (kiln)" in cap.out
+    shutil.copytree(shared / "m", out)
     with Store(out / "bench.sqlite") as store:
         (run,) = store.runs()
         results = {r.compiler: r for r in store.results(run.id)}
@@ -600,11 +584,15 @@ def test_tiny_model_end_to_end_kiln_vs_eager(tmp_path, capsys):
     graphs = kiln.meta.kiln_graphs  # kiln's graphs of the step, recorded while it compiled
     assert graphs["graphs"] >= 1 and graphs["kernels"] >= 1 and graphs["cudagraphs"] == []  # no runner on CPU
     assert eager.meta.kiln_graphs is None
+    # everything stored: nothing measured, the report rewritten (report.json too: no `--json -` here)
+    assert main(["models", *TINY_MODEL_ARGS, "--out", str(out), "--quiet", "--resume"]) == 0
+    cap = capsys.readouterr()
+    assert "resume: every selected case is stored" in cap.err
+    assert "kiln-cg: CUDA graphs need a CUDA device; skipped on cpu" in cap.err
+    assert "bert.infer.fp32" in cap.out and "cold s (kiln)" in cap.out
     for name in ("report.md", "report.json", "export.json"):
         assert (out / name).stat().st_size > 0
     assert "| bert.infer.fp32 | all |" in (out / "report.md").read_text()
-    assert main([*args, "--resume"]) == 0  # everything stored: nothing measured, the report rewritten
-    assert "resume: every selected case is stored" in capsys.readouterr().err
     with Store(out / "bench.sqlite") as store:
         assert len(store.runs()) == 1
 

@@ -169,42 +169,21 @@ def test_json_dash_writes_only_json_on_stdout_and_no_file_named_dash(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
-def test_models_json_dash_writes_the_report_json_on_stdout_and_no_file_named_dash(tmp_path):
-    """`bench models --json -` (one small case, kiln vs eager on CPU): stdout is the report's JSON alone, the
-    progress and tables are on stderr, and neither a file named `-` nor OUT/report.json is written."""
+def test_models_json_dash_writes_the_report_json_on_stdout_and_no_file_named_dash(request):
+    """`bench models --json -` (one small case, kiln vs eager on CPU: the session's shared `tiny_model_run`, a
+    real subprocess): stdout is the report's JSON alone, the progress and tables are on stderr, and neither a
+    file named `-` nor OUT/report.json is written."""
     if models.package_problem("transformers"):
         pytest.skip("transformers is not importable")
-    proc = harness(
-        tmp_path,
-        "bench",
-        "models",
-        "--device",
-        "cpu",
-        "--profile",
-        "tiny",
-        "--only",
-        "bert.infer.fp32",
-        "--compilers",
-        "kiln",
-        "--compile-times",
-        "none",
-        "--target-s",
-        "0.05",
-        "--rounds",
-        "2",
-        "--out",
-        "m",
-        "--json",
-        "-",
-        KILN_CACHE="0",
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    data = json.loads(proc.stdout)
+    folder, proc = request.getfixturevalue("tiny_model_run")
+    assert proc["returncode"] == 0, proc["stderr"][-2000:]
+    data = json.loads(proc["stdout"])
     assert data["profile"] == "tiny" and [r["status"] for r in data["runs"]] == ["complete"]
     assert "model.bert.infer.fp32" in json.dumps(data["cases"])
-    assert "model tier (tiny)" in proc.stderr and "wrote m/report.md, m/export.json" in proc.stderr
-    assert not (tmp_path / "-").exists() and not (tmp_path / "m" / "report.json").exists()
-    assert (tmp_path / "m" / "report.md").is_file()
+    assert "model tier (tiny)" in proc["stderr"] and "wrote m/report.md, m/export.json" in proc["stderr"]
+    assert "bert.infer.fp32" in proc["stderr"] and "cold s (kiln)" in proc["stderr"]  # the tables
+    assert not (folder / "-").exists() and not (folder / "m" / "report.json").exists()
+    assert (folder / "m" / "report.md").is_file()
 
 
 def test_overhead_json_dash_writes_strict_json_on_stdout_and_no_file_named_dash(tmp_path):

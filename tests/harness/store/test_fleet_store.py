@@ -129,13 +129,15 @@ def test_a_store_of_another_kind_on_the_server_is_refused_in_one_line(store_url)
 
 def test_without_psycopg_the_postgresql_params_skip_with_the_reason(tmp_path):
     """Never a silent pass: with psycopg unimportable, the sqlite param runs and the postgresql one is skipped
-    naming psycopg (a real pytest process; a sitecustomize hides the module)."""
+    naming psycopg (a real pytest process; a sitecustomize hides the module). The conftests above this folder's
+    are left out (`--confcutdir`): they import torch, which the store's tests do not need."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['psycopg'] = None\n")
     env = {**_env(), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     env.pop("KILN_TEST_PG_URL", None)
     test = f"{Path(__file__).relative_to(ROOT)}::test_both_stores_migrate_to_head_and_readers_cannot_write"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist"]
+        + ["--confcutdir", str(HERE), test],
         cwd=ROOT,
         env=env,
         capture_output=True,
