@@ -396,7 +396,7 @@ def test_sigterm_marks_the_run_aborted_and_keeps_what_was_measured(tmp_path):
             "--device",
             "cpu",
             "--compilers",
-            "eager",
+            "eager,kiln",  # kiln through the interpreter: seconds a workload, so the signal finds the run measuring
             "--only",
             "*.fwd.fp32.*",
             "--target-s",
