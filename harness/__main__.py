@@ -163,12 +163,20 @@ def main(argv: list[str] | None = None) -> int:
 
             apply_store_flags(args)  # `--store URL` / `--store-strict`: the settings of this process
         if (verb in COMPILING_VERBS and getattr(args, "action", None) != "compare") or (
-            verb == "flakes" and getattr(args, "native", False)
+            verb == "flakes" and _flakes_run_natively(args)
         ):
             require_compiler_settings()  # one line, exit 2, before any kernel or worker starts
         return int(_entry(module, verb, "main")(args) or 0)
 
     return guarded(verb, run)
+
+
+def _flakes_run_natively(args: argparse.Namespace) -> bool:
+    """Whether `flakes` runs the tests in this machine's Python (`--native`, or KILN_NATIVE=1 without the flag),
+    where kiln's settings of this process are the ones its tests compile with."""
+    from harness.suites.place import NativePlace, chosen
+
+    return isinstance(chosen(getattr(args, "native", None)), NativePlace)
 
 
 def with_exit_codes(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -232,3 +232,19 @@ def test_nox_rejects_a_non_boolean_kiln_native(tmp_path):
     out = proc.stdout + proc.stderr
     assert "nox: KILN_NATIVE='maybe' is not a boolean" in out and "Traceback" not in out
     assert "usage: python -m harness run" not in out  # the harness never ran
+
+
+@pytest.mark.parametrize("how", [{"flag": True}, {"KILN_NATIVE": "1"}])
+def test_flakes_run_natively_checks_kilns_settings_first(tmp_path, how):
+    """`flakes` natively (by its flag or by KILN_NATIVE) compiles in this Python: a bad kiln setting is one line
+    and exit 2 before any test runs; in the container it is the image's Python that reads them."""
+    flag = ["--native"] if how.pop("flag", False) else []
+    out = tmp_path / "out"
+    proc = cli(
+        "flakes", "--backend", "cpu", *flag, "--out", str(out), "tests/x.py", KILN_AUTOTUNE="maybe", **how
+    )
+    line = one_line(proc, 2)
+    assert line.startswith(
+        "harness flakes: error: bad compiler setting: KILN_AUTOTUNE='maybe': expected a boolean"
+    )
+    assert not out.exists()
