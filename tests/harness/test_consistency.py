@@ -123,3 +123,12 @@ def test_the_images_carry_the_stores_dependencies_at_the_workflows_pins():
         assert f"{name}=={reqs[name]}" in workflow, f"{name}: image pin {reqs[name]} unlike the workflows'"
         for lock in sorted((ROOT / "docker" / "lock").glob("*.txt")):
             assert f"\n{name}=={reqs[name]} " in lock.read_text(), f"{lock.name} lacks {name}=={reqs[name]}"
+
+
+def test_test_files_have_unique_basenames():
+    """The test folders have no __init__.py, so pytest imports each test file by its basename: two files of one
+    name in one session fail to collect ("import file mismatch"), in whichever order the workers meet them."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
