@@ -15,7 +15,7 @@ Terms:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -531,13 +531,7 @@ def _describe(s: Side) -> SideDescription:
         run=str(s.run.path),
         compiler=s.compiler,
         device=s.run.manifest.device,
-        gpus=env.gpus,
-        torch=env.torch,
-        triton=env.triton,
-        hip=env.hip,
-        cuda=env.cuda,
-        git=env.git,
-        dirty=env.dirty,
+        **asdict(env),  # the run's GPUs, versions and commit: SideDescription's fields of the same names
         repeats=len(side.repeats),
         info=side.info,
     )
