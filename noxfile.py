@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC
 
 import nox
@@ -139,15 +140,25 @@ def shared_python(session: nox.Session, level: str = "project") -> str:
         )
     if level == "project":
         asked = [TORCH_PIN, TRITON_PIN, os.environ.get(TORCH_INDEX_VAR, "")]
-        if held.get("torch_pair", {}).get("asked") == asked:  # resolved before (the venv is refilled)
-            pins = held["torch_pair"]["pins"]
+        if (
+            held.get("torch_pair", {}).get("asked") == asked and "stages" in held["torch_pair"]
+        ):  # resolved before
+            pins, stages = held["torch_pair"]["pins"], held["torch_pair"]["stages"]
         else:
             try:
-                pins, line = torch_pins(python)
+                pins, line, stages = torch_pins(python)
             except SystemExit as e:
                 session.error(str(e))
             session.log(line)
-            held["torch_pair"] = {"asked": asked, "pins": pins}
+            held["torch_pair"] = {"asked": asked, "pins": pins, "stages": stages}
+        if stages:
+            short = runtime_disk_shortfall(SHARED_VENV)
+            if short:
+                session.error(short)
+            for stage in stages:  # see RUNTIME_STAGE: each batch's downloads are freed before the next
+                session.run_install(
+                    python, "-m", "pip", "install", "--no-deps", *stage, external=True, silent=True
+                )
         session.run_install(python, "-m", "pip", "install", *pins, external=True, silent=True)
         session.run_install(python, "-m", "pip", "install", "-e", PROJECT, external=True, silent=True)
     else:
@@ -213,9 +224,47 @@ def _resolved(report: dict) -> dict[str, str]:
     return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in report.get("install", [])}
 
 
-def torch_pins(python: str) -> tuple[list[str], str]:
+# Installing the index's CUDA build in one pip command holds every downloaded wheel (about 3 GB) in pip's temporary
+# folder until the last one is unpacked (about 4.7 GB more): about 8 GB at the peak, which a small CI disk or laptop
+# partition lacks. So its nvidia-* runtime wheels (pip's report names each, with its version) are installed first,
+# RUNTIME_STAGE at a time with `--no-deps`, each batch's downloads freed before the next; torch and triton then come
+# in the last command, their runtime already satisfied. RUNTIME_NEED_GB: the free space that asks for (the installed
+# build plus the largest batch's downloads, with a margin); short of it the session stops with one line first.
+RUNTIME_STAGE = 4
+RUNTIME_NEED_GB = 6.0
+
+
+def runtime_stages(got: dict[str, str], extra: list[str]) -> list[list[str]]:
+    """The staged `pip install --no-deps` arguments of the nvidia-* runtime wheels in a resolution `got`."""
+    runtime = [f"{n}=={v}" for n, v in sorted(got.items()) if n.startswith("nvidia-")]
+    return [[*extra, *runtime[i : i + RUNTIME_STAGE]] for i in range(0, len(runtime), RUNTIME_STAGE)]
+
+
+def runtime_disk_shortfall(venv: str, free_gb: Callable[[str], float] | None = None) -> str:
+    """One line when the venv's or pip's temporary folder's disk has less than RUNTIME_NEED_GB free, else ""."""
+    import shutil
+
+    places = {
+        "the venv's folder": os.path.dirname(os.path.abspath(venv)) or ".",
+        "pip's temporary folder": tempfile.gettempdir(),
+    }
+    for label, path in places.items():
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        gb = free_gb(path) if free_gb else shutil.disk_usage(path).free / 1e9
+        if gb < RUNTIME_NEED_GB:
+            return (
+                f"nox: {gb:.1f} GB free at {label} {path}; the index's torch build with its nvidia-* runtime wheels "
+                f"needs about {RUNTIME_NEED_GB:g} GB while it installs; free disk, or set {TORCH_INDEX_VAR} to the "
+                f"base URL of PyTorch's wheel indexes for its {TORCH_VARIANT} build (about 1 GB)"
+            )
+    return ""
+
+
+def torch_pins(python: str) -> tuple[list[str], str, list[list[str]]]:
     """(pip arguments that install the matrix's torch pin with a triton pip resolves it with, one line saying
-    which); SystemExit with one line when pip resolves neither the matrix's pair nor the torch pin alone."""
+    which, the runtime wheels' staged installs before it: `runtime_stages`); SystemExit with one line when pip
+    resolves neither the matrix's pair nor the torch pin alone."""
     from concurrent.futures import ThreadPoolExecutor
 
     index = os.environ.get(TORCH_INDEX_VAR, "").strip().rstrip("/")
@@ -226,8 +275,10 @@ def torch_pins(python: str) -> tuple[list[str], str]:
         (report, error), (alone_report, alone_error) = pair.result(), alone.result()
     if report is not None:
         got = _resolved(report)
-        return [*extra, TORCH_PIN, TRITON_PIN], (
-            f"torch {got.get('torch', '?')}, triton {got.get('triton', '?')}: ci/matrix.json's pins"
+        return (
+            [*extra, TORCH_PIN, TRITON_PIN],
+            f"torch {got.get('torch', '?')}, triton {got.get('triton', '?')}: ci/matrix.json's pins",
+            runtime_stages(got, extra),
         )
     got = _resolved(alone_report) if alone_report is not None else {}
     if "triton" not in got:
@@ -238,15 +289,21 @@ def torch_pins(python: str) -> tuple[list[str], str]:
             f"{TORCH_VARIANT} wheel"
         )
     runtime = sorted(n for n in got if n.startswith("nvidia-"))
-    return [*extra, TORCH_PIN, f"triton=={got['triton']}"], (
-        f"torch {got['torch']}, triton {got['triton']}: pip's index has no {TORCH_PIN} that goes with {TRITON_PIN} "
-        f"(ci/matrix.json), so its torch build with the triton it requires"
-        + (
-            f" ({len(runtime)} nvidia-* runtime wheels, several GB; the CPU interpreter runs on it)"
-            if runtime
-            else ""
-        )
-        + f"; for the {TORCH_VARIANT} build set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes"
+    stages = runtime_stages(got, extra)
+    return (
+        [*extra, TORCH_PIN, f"triton=={got['triton']}"],
+        (
+            f"torch {got['torch']}, triton {got['triton']}: pip's index has no {TORCH_PIN} that goes with {TRITON_PIN} "
+            f"(ci/matrix.json), so its torch build with the triton it requires"
+            + (
+                f" ({len(runtime)} nvidia-* runtime wheels, several GB; the CPU interpreter runs on it)"
+                if runtime
+                else ""
+            )
+            + (f", installed first in {len(stages)} batches" if stages else "")
+            + f"; for the {TORCH_VARIANT} build set {TORCH_INDEX_VAR} to the base URL of PyTorch's wheel indexes"
+        ),
+        stages,
     )
 
 

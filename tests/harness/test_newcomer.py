@@ -269,7 +269,7 @@ def test_sessions_share_one_venv_filled_once_and_native_sessions_use_it(tmp_path
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     monkeypatch.delenv("KILN_NO_VENV", raising=False)
     # the pair pip resolves (tests/harness/test_stranger.py runs that for real): here the matrix's
-    monkeypatch.setattr(nf, "torch_pins", lambda python: ([nf.TORCH_PIN, nf.TRITON_PIN], "matrix pins"))
+    monkeypatch.setattr(nf, "torch_pins", lambda python: ([nf.TORCH_PIN, nf.TRITON_PIN], "matrix pins", []))
     python = os.path.join(".nox", "kiln", "bin", "python")
     first = FakeSession(["--native", "--suite", "fallback"])
     _call(sessions()["tests-cpu"], first)

@@ -112,6 +112,9 @@ def test_the_torch_pin_where_pip_reaches_only_the_index(checkout, tmp_path):
         and "1 nvidia-* runtime wheels" in said[0]
     )
     assert "ResolutionImpossible" not in out
+    assert "installed first in 1 batches" in said[0]  # the runtime wheels before torch: `runtime_stages`
+    staged = [ln for ln in out.splitlines() if "pip install --no-deps" in ln]
+    assert len(staged) == 1 and staged[0].endswith("nvidia-cublas==13.1"), out
     venv = checkout / ".nox" / "kiln" / "bin" / "python"
     shown = subprocess.run(
         [str(venv), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True
@@ -122,6 +125,29 @@ def test_the_torch_pin_where_pip_reaches_only_the_index(checkout, tmp_path):
     wheel(wheels, "torch", f"{TORCH}+cpu")  # a local version outranks the index's build of the same version
     p = nox(checkout, env, "-s", "tests")
     assert f"nox > torch {TORCH}+cpu, triton {TRITON}: ci/matrix.json's pins" in p.stdout + p.stderr
+
+
+def test_the_runtime_wheels_are_staged_in_batches_and_a_short_disk_is_one_line():
+    """The index build's nvidia-* wheels go in batches of RUNTIME_STAGE (each batch's downloads freed before the
+    next); with less free space than the build needs the session stops first, with one line naming the way out."""
+    from noxfile_loader import noxfile
+
+    nf = noxfile()
+    got = {f"nvidia-lib{i}": f"1.{i}" for i in range(nf.RUNTIME_STAGE * 2 + 1)} | {
+        "torch": TORCH,
+        "sympy": "1",
+    }
+    stages = nf.runtime_stages(got, ["--extra-index-url", "u"])
+    assert [len(s) - 2 for s in stages] == [nf.RUNTIME_STAGE, nf.RUNTIME_STAGE, 1]
+    assert all(s[:2] == ["--extra-index-url", "u"] for s in stages)
+    assert sorted(a for s in stages for a in s[2:]) == sorted(
+        f"{n}=={v}" for n, v in got.items() if "nvidia" in n
+    )
+    assert nf.runtime_stages({"torch": TORCH}, []) == []
+    assert nf.runtime_disk_shortfall(".nox/kiln", free_gb=lambda path: nf.RUNTIME_NEED_GB) == ""
+    line = nf.runtime_disk_shortfall(".nox/kiln", free_gb=lambda path: 2.5)
+    assert line.startswith("nox: 2.5 GB free at the venv's folder") and "KILN_TORCH_INDEX_URL" in line
+    assert "\n" not in line
 
 
 # ---- one job whatever the host ---------------------------------------------------------------------------
