@@ -315,6 +315,9 @@ class Comparison:
     sbs_p: float | None = None
     sbs_noise: float | None = None  # side by side: the noise floor the A/A pair measured (a fraction)
     sbs_aa_ratio: float | None = None  # side by side: the A/A pair's ratio (identical code in two processes)
+    sbs_bb_ratio: float | None = (
+        None  # side by side: the B/B pair's ratio (the candidate's code in two processes)
+    )
     sbs_base_ns: float | None = None
     sbs_new_ns: float | None = None
     sbs_seconds: float | None = None

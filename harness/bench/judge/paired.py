@@ -13,13 +13,18 @@ Terms:
 - Hodges-Lehmann estimate: the median of the Walsh averages (d_i + d_j) / 2, i <= j; the *ratio* is its
   exponential. Its distribution-free confidence interval comes from the same signed-rank distribution.
 - *noise floor*: the largest difference between identical code that an A/A pair (the baseline's code in
-  two processes, measured in the same rounds) is compatible with: max(hi, 1/lo) - 1 of its ratio's
-  interval. A change smaller than the noise floor cannot be told from the host's own noise.
-- Side-by-side verdicts (`judge_side_by_side`): `regressed` (`improved`) when the candidate is slower
-  (faster) than both baseline processes by more than the threshold at p < alpha in each pairing, the change
-  exceeds the noise floor, and the A/A pair itself shows no difference beyond the threshold; `inconclusive`
-  (with the noise floor) when the host is too noisy to tell a threshold-sized change, or a change does not
-  clear the noise floor; else `unchanged`.
+  two processes, measured in the same rounds) and the B/B pair (the candidate's code in two processes) are
+  compatible with: max(hi, 1/lo) - 1 of each ratio's interval, the larger of the two. A change smaller than
+  the noise floor cannot be told from the host's own noise.
+- *process effect*: a difference that one process of a build keeps for its whole life (where its code and
+  data landed in memory, the core it settled on): on the shared CPU host one process of identical code has
+  measured 18% slower than two others in every round (p=0.00024) while those two agreed within 1.3%. The
+  B/B pair is what tells such a process from a slower build: both candidate processes must differ.
+- Side-by-side verdicts (`judge_side_by_side`): `regressed` (`improved`) when every candidate process is
+  slower (faster) than every baseline process by more than the threshold at p < alpha in each pairing, the
+  change exceeds the noise floor, and neither identical-code pair shows a difference beyond the threshold;
+  `inconclusive` (with the noise floor) when the host is too noisy to tell a threshold-sized change, a
+  change does not clear the noise floor, or a pair of identical code differs; else `unchanged`.
 """
 
 from __future__ import annotations
@@ -152,14 +157,29 @@ class SideBySide:
     aa_ratio: float | None
     rounds: int
     why: str
+    bb_ratio: float | None = (
+        None  # the B/B pair's ratio (the candidate's code in two processes), when measured
+    )
+
+
+def _geo(xs: Sequence[float]) -> float:
+    """The mean of the logs of `xs` (a geometric mean, in logs)."""
+    return sum(math.log(x) for x in xs) / len(xs)
 
 
 def judge_side_by_side(
-    base: Sequence[float], base2: Sequence[float], cand: Sequence[float], threshold: float, alpha: float
+    base: Sequence[float],
+    base2: Sequence[float],
+    cand: Sequence[float],
+    threshold: float,
+    alpha: float,
+    cand2: Sequence[float] | None = None,
 ) -> SideBySide:
-    """Verdict of the candidate's turns `cand` against the baseline code's turns in two processes (`base`,
-    `base2`), all taken in the same rounds (module docstring)."""
-    rows = [(a, a2, b) for a, a2, b in zip(base, base2, cand) if a > 0 and a2 > 0 and b > 0]
+    """Verdict of the candidate's turns (`cand`, and `cand2` from a second candidate process when measured)
+    against the baseline code's turns in two processes (`base`, `base2`), all taken in the same rounds (module
+    docstring)."""
+    arms = [base, base2, cand] + ([cand2] if cand2 is not None else [])
+    rows = [r for r in zip(*arms) if all(x > 0 for x in r)]
     if len(rows) < MIN_ROUNDS:
         return SideBySide(
             Verdict.INCONCLUSIVE,
@@ -170,30 +190,36 @@ def judge_side_by_side(
             len(rows),
             f"{len(rows)} usable round(s) (at least {MIN_ROUNDS} are needed)",
         )
-    a, a2, b = ([r[i] for r in rows] for i in range(3))
+    cols = [[r[i] for r in rows] for i in range(len(arms))]
+    bases, cands = cols[:2], cols[2:]
     conf = 1 - alpha
-    aa = paired_of(log_ratios(a, a2), conf)
-    vs_a, vs_a2 = paired_of(log_ratios(a, b), conf), paired_of(log_ratios(a2, b), conf)
-    both = paired_of([math.log(y) - (math.log(x) + math.log(x2)) / 2 for x, x2, y in rows], conf)
-    ratio, noise, n = both.ratio, aa.noise, len(rows)
-    aa_flag = aa.test.p_two_sided < alpha and abs(math.log(aa.ratio)) > math.log1p(threshold)
+    aa = paired_of(log_ratios(*bases), conf)
+    bb = paired_of(log_ratios(*cands), conf) if len(cands) == 2 else None
+    pairings = [paired_of(log_ratios(x, y), conf) for y in cands for x in bases]
+    both = paired_of([_geo(r[2:]) - _geo(r[:2]) for r in rows], conf)
+    same = [aa] + ([bb] if bb else [])
+    ratio, noise, n = both.ratio, max(s.noise for s in same), len(rows)
+    same_flag = any(
+        s.test.p_two_sided < alpha and abs(math.log(s.ratio)) > math.log1p(threshold) for s in same
+    )
 
     def out(v: Verdict, p: float | None, why: str) -> SideBySide:
-        return SideBySide(v, ratio, p, noise, aa.ratio, n, why)
+        return SideBySide(v, ratio, p, noise, aa.ratio, n, why, bb.ratio if bb else None)
 
-    floor = f"noise floor {noise:.0%} (identical code in two processes: x{aa.ratio:.3f})"
+    pairs = f"x{aa.ratio:.3f}" + (f" and x{bb.ratio:.3f}" if bb else "")
+    floor = f"noise floor {noise:.0%} (identical code in two processes: {pairs})"
     for flag, p, change in (
-        (Verdict.REGRESSED, max(vs_a.test.p_greater, vs_a2.test.p_greater), ratio - 1),
-        (Verdict.IMPROVED, max(vs_a.test.p_less, vs_a2.test.p_less), 1 / ratio - 1),
+        (Verdict.REGRESSED, max(v.test.p_greater for v in pairings), ratio - 1),
+        (Verdict.IMPROVED, max(v.test.p_less for v in pairings), 1 / ratio - 1),
     ):
         if change > threshold and p < alpha:
-            if change > noise and not aa_flag:
+            if change > noise and not same_flag:
                 return out(
                     flag, p, f"{flag.value}: x{ratio:.3f} (p={p:.2g}) over {n} rounds, beyond the {floor}"
                 )
             return out(Verdict.INCONCLUSIVE, p, f"x{ratio:.3f} (p={p:.2g}) does not clear the {floor}")
-    p2 = max(vs_a.test.p_two_sided, vs_a2.test.p_two_sided)
-    if noise > threshold or aa_flag:
+    p2 = max(v.test.p_two_sided for v in pairings)
+    if noise > threshold or same_flag:
         return out(
             Verdict.INCONCLUSIVE,
             p2,

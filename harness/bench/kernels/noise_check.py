@@ -3,8 +3,8 @@
 `python -m harness.bench.kernels.noise_check --runs N [--load cpu:K | --load gpu] [--only CASES] [--device D]`
 
 Each *check* is one side-by-side measurement of the `bench run` confirmation (`sidebyside.measure_pair`:
-the baseline code in two processes and the candidate in a third, taking turns for `ROUNDS` rounds), with all
-three processes over this tree:
+the baseline code in two processes and the candidate in two more, taking turns for `ROUNDS` rounds), with
+all four processes over this tree:
 - *A/A check*: nothing planted; every key (workload@compiler) judged `regressed` or `improved` is a false
   positive;
 - *planted check*: the candidate carries a planted slowdown (`--fraction`, default 20%) in every workload
@@ -72,7 +72,7 @@ def check(
 ) -> list[dict[str, Any]]:
     """One side-by-side check: per key, the verdict, ratio and noise floor, and the earlier statistic's verdict."""
     with tempfile.TemporaryDirectory(prefix="kiln-noise-") as tmp:
-        base, aa, cand = measure_pair(
+        arm_results = measure_pair(
             cfg.as_dict(),
             cases,
             compilers,
@@ -82,14 +82,16 @@ def check(
             Path(tmp),
             undecided=undecided_at(cmp_cfg),
         )
-    of = [{(r.workload, r.compiler): r for r in rs} for rs in (base, aa, cand)]
+    of = [{(r.workload, r.compiler): r for r in rs} for rs in arm_results]
     rows: list[dict[str, Any]] = []
     for key, b in of[0].items():
-        a2, c = of[1].get(key), of[2].get(key)
-        if not (a2 and c and b.status == a2.status == c.status == "ok"):
+        arms_of = [b, *(m.get(key) for m in of[1:])]
+        if not all(x is not None and x.status == "ok" for x in arms_of):
             rows.append({"key": "@".join(key), "verdict": "error", "old": "error"})
             continue
-        j = judge_rounds(b, a2, c, cmp_cfg)
+        got = [x for x in arms_of if x is not None]
+        c = got[2]
+        j = judge_rounds(*got, cfg=cmp_cfg)
         rows.append(
             {
                 "key": "@".join(key),
@@ -98,10 +100,11 @@ def check(
                 "p": j.p,
                 "noise": j.noise,
                 "aa_ratio": j.aa_ratio,
+                "bb_ratio": j.bb_ratio,
                 "old": old_verdict(b, c, cmp_cfg).value,
                 "planted": bool(c.planted),
                 "rounds": j.rounds,
-                "turns": [x.meta.rounds for x in (b, a2, c)],
+                "turns": [x.meta.rounds for x in got],
             }
         )
     return rows

@@ -4,35 +4,36 @@ Terms:
 - *suspect*: a workload+compiler that the comparison with the baseline's stored samples flags as regressed
   (or improved). Stored samples are minutes or days old; on a host whose speed swings 2x in minutes they
   cannot confirm anything, so a stored comparison only ever raises suspects.
-- *side by side*: three worker processes (`sbs_worker.py`): two running the baseline run's commit (checked
-  out in a scratch `git worktree`: `bisect.Scratch`; the second is the *A/A* arm), one the candidate's tree,
-  each compiling the suspects once; then, for `ROUNDS` rounds, every suspect workload is sampled by each
+- *side by side*: four worker processes (`sbs_worker.py`): two running the baseline run's commit (checked
+  out in a scratch `git worktree`: `bisect.Scratch`; the second is the *A/A* arm), two the candidate's tree
+  (the second is the *B/B* arm), each compiling the suspects once; then, for `ROUNDS` rounds, every suspect workload is sampled by each
   worker in turn (the order rotating through `ORDERS`, as many samples each), only one measuring at a time.
   All see the same machine.
 - *judgement*: `paired.judge_side_by_side` on the rounds' turns (each turn's lower quartile: load only adds
   time; a turn lasts at least `TURN_S`). The round is the independent unit: samples within a turn share a
   burst of load, and so do the turns of one round, which is what pairing by round uses. The candidate's
-  per-round log ratio to each baseline process is tested with an exact signed-rank test; the A/A arm's
-  ratio to the baseline, measured in the same rounds, gives the noise floor a change must clear. A host too
+  processes' per-round log ratios to each baseline process are tested with an exact signed-rank test; the
+  A/A and B/B arms' ratios, measured in the same rounds, give the noise floor a change must clear, and tell a
+  process that is slower for its whole life (`paired`'s process effect) from a slower build. A host too
   noisy to tell a threshold-sized change gives `inconclusive`, with the noise floor in the comparison.
 - Outcomes (`Comparison.verdict`): `regressed`/`improved` with `confirmed=True` when the side-by-side verdict
   repeats the suspect's; `rejected` when it measures the suspect unchanged (or the other way); `inconclusive`
   when the host was too noisy to decide; `unconfirmed` when it could not be measured (the baseline commit is
   not in this checkout, there is no git, a worker failed). Neither of the last two fails the job.
 - *same code*: the baseline run's commit is the candidate's and neither tree was dirty: no worktree, all
-  three workers run the candidate's tree (arms of the same code; only a planted slowdown can differ).
-- A planted slowdown (`--plant`, tests only) goes to the candidate's worker only.
+  four workers run the candidate's tree (arms of the same code; only a planted slowdown can differ).
+- A planted slowdown (`--plant`, tests only) goes to the candidate's workers only.
 - On a CPU, kiln (`ALWAYS_ON_CPU`) is measured side by side on every compared workload, suspect or not: the
   shared host's speed swings 2x between runs (kiln's interpreter times 6.6 -> 7.1 -> 3.8 ms for one workload in
   three runs minutes apart, eager's steady), so no screen against stored runs finds a 20% slowdown in a run
   made in a fast spell. kiln is the code that changes between commits; inductor and eager come from the
   pinned torch and are measured side by side when screened as suspects only.
-- Cost: three process starts (importing torch), compiling each suspect workload once per worker (kiln under
+- Cost: four process starts (importing torch), compiling each suspect workload once per worker (kiln under
   Triton's interpreter: a few seconds a workload), then per workload, compiler and arm `ROUNDS` turns of at
   least `TURN_S` (about 1.5 s; more when `REPS_SCALE` times the run's planned samples take longer), up to
   `MAX_ROUNDS` for a workload left `inconclusive`; plus a `git worktree add` when the commits differ. On the
   shared 2-core host with a load average of 10-20 (other jobs and a busy loop): 4-11 minutes for one tiny kiln
-  workload, most of it starting and compiling in the three workers.
+  workload (with three workers), most of it starting and compiling in the workers.
 """
 
 from __future__ import annotations
@@ -182,9 +183,18 @@ class Worker:
         self.log.close()
 
 
-# Every order of the three arms, used in turn over rounds and workloads: each arm takes every place equally
-# often, so a place that is slower (the first turn after the other processes ran) favours none of them.
-ORDERS = ((0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (2, 1, 0), (1, 0, 2))
+ARMS = ("baseline", "baseline-aa", "candidate", "candidate-bb")  # the workers, in the order results come back
+
+
+def arm_orders(n: int) -> tuple[tuple[int, ...], ...]:
+    """Orders of `n` arms used in turn over rounds and workloads: every rotation and its reverse, so each arm
+    takes every place equally often and follows every other arm equally often; a place that is slower (the
+    first turn after the other processes ran) favours none of them."""
+    rotations = [tuple((i + k) % n for i in range(n)) for k in range(n)]
+    return tuple(rotations + [r[::-1] for r in rotations])
+
+
+ORDERS = arm_orders(len(ARMS))
 
 
 def measure_pair(
@@ -201,12 +211,12 @@ def measure_pair(
     max_rounds: int = MAX_ROUNDS,
     undecided: Callable[[list[float], list[float], list[float]], bool] | None = None,
     timeout_s: float = 900.0,
-) -> tuple[list[Result], list[Result], list[Result]]:
-    """(baseline arm's results, the baseline A/A arm's results, candidate arm's results) of `cases` under
-    `compilers`, measured in turns: the baseline's code runs in two processes, so that the same rounds measure
-    how far identical code lies apart on this host (the noise floor). Each result's `meta.rounds` holds its
-    turns' lower quartiles in round order. After every `rounds` rounds, the workloads for which
-    `undecided(baseline turns, A/A turns, candidate turns)` holds under some compiler get `rounds` more, up to
+) -> tuple[list[Result], ...]:
+    """The results of `cases` under `compilers` of each arm of `ARMS` (baseline, its A/A arm, candidate, its
+    B/B arm), measured in turns: each build's code runs in two processes, so that the same rounds measure how
+    far identical code lies apart on this host (the noise floor, a process effect). Each result's
+    `meta.rounds` holds its turns' lower quartiles in round order. After every `rounds` rounds, the workloads
+    for which `undecided(*turns of each arm)` holds under some compiler get `rounds` more, up to
     `max_rounds`."""
     hello = {
         "cfg": {**cfg, "rounds": 1, "passes": 1},
@@ -217,11 +227,8 @@ def measure_pair(
     }
     workers: list[Worker] = []
     try:
-        for name, tree, arm_plant in (
-            ("baseline", base_tree, None),
-            ("baseline-aa", base_tree, None),
-            ("candidate", cand_tree, plant),
-        ):
+        for name in ARMS:
+            tree, arm_plant = (cand_tree, plant) if name.startswith("candidate") else (base_tree, None)
             workers.append(
                 Worker(name, tree, {**hello, "plant": arm_plant}, workdir / f"{name}.log", timeout_s)
             )
@@ -248,7 +255,7 @@ def measure_pair(
         for w, rs in zip(workers, got):
             for x in rs:
                 x.meta.rounds = blocks.get((w.name, x.workload, x.compiler), [])
-        return got[0], got[1], got[2]
+        return tuple(got)
     finally:
         for w in workers:
             w.close()
@@ -283,7 +290,7 @@ def confirm_side_by_side(
     root: Path | None = None,
     log: Callable[[str], None] | None = None,
     always: Sequence[str] = (),
-    measure: Callable[..., tuple[list[Result], list[Result], list[Result]]] = measure_pair,
+    measure: Callable[..., tuple[list[Result], ...]] = measure_pair,
 ) -> list[Comparison]:
     """Decide every suspect of `cmps` (flagged regressed/improved) side by side (module docstring), and measure
     every comparable key of the `always` compilers too (`ALWAYS_ON_CPU`: a key the screen missed); the others
@@ -326,7 +333,7 @@ def confirm_side_by_side(
     try:
         with tempfile.TemporaryDirectory(prefix="kiln-sbs-") as tmp:
             if plan.same_code:
-                base_res, aa_res, cand_res = measure(
+                arm_results = measure(
                     bench_cfg,
                     cases,
                     compilers,
@@ -342,7 +349,7 @@ def confirm_side_by_side(
 
                 try:
                     with Scratch(plan.candidate_tree, plan.base_commit or "") as scratch:
-                        base_res, aa_res, cand_res = measure(
+                        arm_results = measure(
                             bench_cfg,
                             cases,
                             compilers,
@@ -359,19 +366,21 @@ def confirm_side_by_side(
         _unconfirmed([c for c in suspects if c.suspect], f"side-by-side measurement failed: {e}", say)
         return cmps
     seconds = time.monotonic() - t0
-    of = [{(r.workload, r.compiler): r for r in rs} for rs in (base_res, aa_res, cand_res)]
+    of = [{(r.workload, r.compiler): r for r in rs} for rs in arm_results]
     for c in suspects:
-        b, a2, n = (m.get((c.workload, c.compiler)) for m in of)
-        if not all(x and x.status == "ok" and x.samples for x in (b, a2, n)):
-            why = next((x.error for x in (b, a2, n) if x is not None and x.error), "no samples")
+        got = [m.get((c.workload, c.compiler)) for m in of]
+        if not all(x and x.status == "ok" and x.samples for x in got):
+            why = next((x.error for x in got if x is not None and x.error), "no samples")
             _unconfirmed([c] if c.suspect else [], f"side-by-side measurement failed: {why}", say)
             continue
-        assert b and a2 and n
+        arms_of = [x for x in got if x is not None]
+        b, n = arms_of[0], arms_of[2]
         if b.source_hash != n.source_hash:
             _unconfirmed([c] if c.suspect else [], "workload definition differs at the baseline commit", say)
             continue
-        j = judge_rounds(b, a2, n, cmp_cfg)
-        c.sbs_ratio, c.sbs_p, c.sbs_noise, c.sbs_aa_ratio = j.ratio, j.p, j.noise, j.aa_ratio
+        j = judge_rounds(*arms_of, cfg=cmp_cfg)
+        c.sbs_ratio, c.sbs_p, c.sbs_noise = j.ratio, j.p, j.noise
+        c.sbs_aa_ratio, c.sbs_bb_ratio = j.aa_ratio, j.bb_ratio
         c.sbs_base_ns, c.sbs_new_ns = Stats.of(b.samples).median, Stats.of(n.samples).median
         c.sbs_seconds = round(seconds, 1)
         if not c.suspect:  # not flagged by the stored comparison: measured because its compiler always is
@@ -402,20 +411,25 @@ def confirm_side_by_side(
     return cmps
 
 
-def undecided_at(cfg: CompareConfig) -> Callable[[list[float], list[float], list[float]], bool]:
-    """Whether turns measured so far leave a key `inconclusive` at `cfg`'s threshold and alpha (more rounds
-    may decide it)."""
+def undecided_at(cfg: CompareConfig) -> Callable[..., bool]:
+    """Whether turns measured so far (baseline, A/A, candidate and, when measured, B/B arms) leave a key
+    `inconclusive` at `cfg`'s threshold and alpha (more rounds may decide it)."""
     assert cfg.threshold is not None
     thr, alpha = cfg.threshold, cfg.alpha
-    return lambda a, a2, c: judge_side_by_side(a, a2, c, thr, alpha).verdict is Verdict.INCONCLUSIVE
+
+    def undecided(a: list[float], a2: list[float], c: list[float], c2: list[float] | None = None) -> bool:
+        return judge_side_by_side(a, a2, c, thr, alpha, c2).verdict is Verdict.INCONCLUSIVE
+
+    return undecided
 
 
-def judge_rounds(base: Result, base2: Result, cand: Result, cfg: CompareConfig) -> SideBySide:
-    """`paired.judge_side_by_side` on the three arms' turns (`meta.rounds`), at `cfg`'s threshold and alpha."""
-    assert cfg.threshold is not None
-    return judge_side_by_side(
-        base.meta.rounds or [], base2.meta.rounds or [], cand.meta.rounds or [], cfg.threshold, cfg.alpha
-    )
+def judge_rounds(*arms: Result, cfg: CompareConfig) -> SideBySide:
+    """`paired.judge_side_by_side` on the arms' turns (`meta.rounds`: baseline, A/A, candidate and, when
+    measured, B/B), at `cfg`'s threshold and alpha."""
+    assert cfg.threshold is not None and len(arms) in (3, 4)
+    turns = [a.meta.rounds or [] for a in arms]
+    cand2 = turns[3] if len(arms) == 4 else None
+    return judge_side_by_side(turns[0], turns[1], turns[2], cfg.threshold, cfg.alpha, cand2)
 
 
 def _unconfirmed(cs: list[Comparison], why: str, say: Callable[[str], None]) -> list[Comparison]:

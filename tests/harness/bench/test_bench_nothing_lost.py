@@ -250,7 +250,7 @@ def test_same_clean_commit_measures_the_candidate_tree_against_itself():
                 for i, c in enumerate(compilers)
             ]
 
-        return arm(0), arm(10), arm(20)
+        return arm(0), arm(10), arm(20), arm(30)
 
     c = sidebyside.confirm_side_by_side(
         [_suspect()], run, [base], {}, CPU, measure=measure, log=lambda m: None

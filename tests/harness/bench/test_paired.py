@@ -17,7 +17,6 @@ from harness.bench.judge.compare import CompareConfig, Comparison
 from harness.bench.judge.paired import MIN_ROUNDS, hodges_lehmann, judge_side_by_side, paired, signed_rank
 from harness.bench.kernels import sidebyside
 from harness.bench.kernels.noise_check import old_verdict, rates
-from harness.bench.kernels.sidebyside import ORDERS
 
 CPU = CompareConfig().for_device("cpu")
 THR, ALPHA = CPU.threshold or 0.1, CPU.alpha
@@ -67,20 +66,29 @@ def test_paired_needs_enough_rounds_and_skips_bad_turns():
 
 
 # ------------------------------------------------------------------ a synthetic host
+def judge4(turns: list[list[float]]):
+    """`judge_side_by_side` of the four arms' turns at the CPU threshold and alpha."""
+    a, a2, c, c2 = turns
+    return judge_side_by_side(a, a2, c, THR, ALPHA, c2)
+
+
 def host(
     seed: int,
     rounds: int = 12,
-    slow: tuple[float, float, float] = (1.0, 1.0, 1.0),
+    slow: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0),
     load: float = 0.3,
     jitter: float = 0.05,
     persistence: float = 0.8,
 ) -> list[list[float]]:
-    """Turn times of three arms (baseline, A/A, candidate) taken in `sidebyside.ORDERS`: the host's load is a
+    """Turn times of the arms (baseline, A/A, candidate, B/B: one per `slow` factor) taken in
+    `sidebyside.arm_orders`: the host's load is a
     log-normal AR(1) process over the sequence of turns (a burst spans several turns, so neighbouring turns,
     of one round and of the next, share it), plus independent jitter; `slow` is each arm's true factor."""
-    rng, level, turns = random.Random(seed), 0.0, [[], [], []]  # type: ignore[var-annotated]
+    rng, level = random.Random(seed), 0.0
+    turns: list[list[float]] = [[] for _ in slow]
+    orders = sidebyside.arm_orders(len(slow))
     for r in range(rounds):
-        for k in ORDERS[r % len(ORDERS)]:
+        for k in orders[r % len(orders)]:
             level = persistence * level + rng.gauss(0, load * math.sqrt(1 - persistence**2))
             turns[k].append(1e6 * slow[k] * math.exp(level + rng.gauss(0, jitter)))
     return turns
@@ -94,9 +102,9 @@ def test_identical_code_on_a_bursty_host_the_earlier_statistic_invents_regressio
     flagged = (Verdict.REGRESSED, Verdict.IMPROVED)
     old = new = inconclusive = 0
     for seed in range(200):
-        a, a2, c = (_result(x) for x in host(seed))
+        a, a2, c, c2 = (_result(x) for x in host(seed))
         old += old_verdict(a, c, CPU) in flagged
-        j = sidebyside.judge_rounds(a, a2, c, CPU)
+        j = sidebyside.judge_rounds(a, a2, c, c2, cfg=CPU)
         new += j.verdict in flagged
         inconclusive += j.verdict is Verdict.INCONCLUSIVE
     assert old >= 8  # at alpha 0.01 a sound test flags about 2 of 200; the earlier one flags 4% or more
@@ -106,20 +114,16 @@ def test_identical_code_on_a_bursty_host_the_earlier_statistic_invents_regressio
 
 def test_a_quiet_host_decides_identical_code_unchanged_and_a_planted_20_percent_regressed():
     for seed in range(20):
-        same = judge_side_by_side(*host(seed, rounds=24, load=0.03, jitter=0.02), THR, ALPHA)
+        same = judge4(host(seed, rounds=24, load=0.03, jitter=0.02))
         assert same.verdict is Verdict.UNCHANGED and same.noise is not None and same.noise < THR, same
-        slow = judge_side_by_side(
-            *host(100 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 1.2)), THR, ALPHA
-        )
+        slow = judge4(host(100 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 1.2, 1.2)))
         assert slow.verdict is Verdict.REGRESSED and slow.ratio == pytest.approx(1.2, abs=0.04), slow
-        fast = judge_side_by_side(
-            *host(200 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 0.8)), THR, ALPHA
-        )
+        fast = judge4(host(200 + seed, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 0.8, 0.8)))
         assert fast.verdict is Verdict.IMPROVED, fast
 
 
 def test_a_noisy_host_gives_inconclusive_with_its_noise_floor_never_a_pass():
-    j = judge_side_by_side(*host(7, load=0.4), THR, ALPHA)
+    j = judge4(host(7, load=0.4))
     assert j.verdict is Verdict.INCONCLUSIVE and j.noise is not None and j.noise > THR
     assert f"noise floor {j.noise:.0%}" in j.why
 
@@ -128,7 +132,7 @@ def test_a_change_within_the_noise_floor_or_an_unequal_aa_pair_is_inconclusive()
     # the A/A process itself runs 30% slower in every round: identical code differs here, so a 30% slower
     # candidate proves nothing
     a, a2, c = host(3, rounds=24, load=0.02, jitter=0.02, slow=(1.0, 1.3, 1.3))
-    j = judge_side_by_side(a, a2, c, THR, ALPHA)
+    j = judge_side_by_side(a, a2, c, THR, ALPHA)  # three arms (no B/B pair) are still judged
     assert j.verdict is Verdict.INCONCLUSIVE and j.aa_ratio == pytest.approx(1.3, abs=0.03)
     # too few rounds to decide anything
     short = judge_side_by_side(a[:4], a2[:4], c[:4], THR, ALPHA)
@@ -142,12 +146,28 @@ def _confirm(turns: list[list[float]], planted: float = 0.0) -> Comparison:
 
     def measure(cfg, cases, compilers, base_tree, cand_tree, plant, workdir, threads=1, undecided=None):
         assert undecided is not None and base_tree == cand_tree
-        return ([_result(turns[0])], [_result(turns[1])], [_result(turns[2], planted)])
+        return tuple([_result(t, planted if k >= 2 else 0.0)] for k, t in enumerate(turns))
 
     suspect = Comparison("w", "kiln", Verdict.REGRESSED, ratio=1.3, p=1e-6, base_ns=1e6, new_ns=1.3e6)
     return sidebyside.confirm_side_by_side(
         [suspect], run, [base], {}, CPU, measure=measure, log=lambda m: None
     )[0]
+
+
+def test_one_slower_candidate_process_is_a_process_effect_not_a_regression():
+    """The field's case: in identical code one process ran 18% slower in every round than two others that agreed
+    within 1.3%. With three arms that is a confirmed regression; the B/B pair (the candidate's code in a second
+    process, as fast as the baseline's) makes it inconclusive, with both identical-code ratios in the reason."""
+    turns = host(5, rounds=24, load=0.02, jitter=0.02, slow=(1.0, 1.0, 1.18, 1.0))
+    three = judge_side_by_side(*turns[:3], THR, ALPHA)
+    assert three.verdict is Verdict.REGRESSED  # what the three-arm judgement concluded in the field
+    j = judge4(turns)
+    assert j.verdict is Verdict.INCONCLUSIVE and j.bb_ratio == pytest.approx(1 / 1.18, abs=0.03), j
+    assert f"x{j.aa_ratio:.3f} and x{j.bb_ratio:.3f}" in j.why
+    assert j.noise is not None and j.noise > 0.15  # the B/B pair's spread is the noise floor
+    # a slower build (both candidate processes) with one baseline process a little off stays regressed
+    build = judge4(host(6, rounds=24, load=0.02, jitter=0.02, slow=(1.0, 1.03, 1.25, 1.25)))
+    assert build.verdict is Verdict.REGRESSED and build.bb_ratio == pytest.approx(1.0, abs=0.03), build
 
 
 def test_confirmation_on_a_noisy_host_is_inconclusive_and_never_fails_the_job():
@@ -159,7 +179,7 @@ def test_confirmation_on_a_noisy_host_is_inconclusive_and_never_fails_the_job():
 
 
 def test_confirmation_of_a_planted_slowdown_on_a_quiet_host_is_a_confirmed_regression():
-    c = _confirm(host(11, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 1.2)), planted=0.2)
+    c = _confirm(host(11, rounds=24, load=0.03, jitter=0.02, slow=(1, 1, 1.2, 1.2)), planted=0.2)
     assert (
         c.verdict is Verdict.REGRESSED and c.confirmed is True and c.sbs_ratio == pytest.approx(1.2, abs=0.04)
     )
@@ -241,7 +261,7 @@ def test_only_workloads_left_inconclusive_get_more_rounds(tmp_path, monkeypatch)
             pass
 
     monkeypatch.setattr(sidebyside, "Worker", FakeWorker)
-    base, aa, cand = sidebyside.measure_pair(
+    base, aa, cand, bb = sidebyside.measure_pair(
         {},
         ["quiet", "noisy"],
         ["kiln"],
@@ -253,4 +273,5 @@ def test_only_workloads_left_inconclusive_get_more_rounds(tmp_path, monkeypatch)
     )
     rounds = {r.workload: len(r.meta.rounds) for r in cand}
     assert rounds == {"quiet": sidebyside.ROUNDS, "noisy": sidebyside.MAX_ROUNDS}
-    assert [len(r.meta.rounds) for r in base] == [len(r.meta.rounds) for r in aa] == list(rounds.values())
+    for arm in (base, aa, bb):
+        assert [len(r.meta.rounds) for r in arm] == list(rounds.values())
