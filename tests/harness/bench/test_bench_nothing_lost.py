@@ -125,14 +125,14 @@ def test_history_repeats_the_verdict_and_times_of_the_run_that_stored_them(tmp_p
     ]
     assert "▲" not in row and "▼" not in row
     shown = _bench("show", "2", "--db", str(db))
-    assert shown.returncode == 0 and "rejected: " in shown.stdout and "regressed: 0" in shown.stdout, (
-        shown.stderr
+    assert shown.returncode == 0 and f"{v}: 1" in shown.stdout and "regressed: 0" in shown.stdout, (
+        shown.stdout + shown.stderr
     )
 
 
 # ------------------------------------------------------------------ the main job's bench step, twice
 BUSY_CPU_S = 30
-# a bound for a step that hangs, not a speed: a side-by-side confirmation (three processes, kiln in Triton's
+# a bound for a step that hangs, not a speed: a side-by-side confirmation (four processes, kiln in Triton's
 # interpreter) takes minutes on a loaded 2-core host
 STEP_TIMEOUT_S = 1200
 BUSY_LOOP = f"import resource\nresource.setrlimit(resource.RLIMIT_CPU, ({BUSY_CPU_S}, {BUSY_CPU_S}))\nwhile True: pass"
