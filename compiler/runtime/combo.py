@@ -39,6 +39,9 @@ _timer: list[Callable[[Callable[[], Any]], float] | None] = [None]
 _decided: dict[str, bool] = {}  # key -> split (parts faster), this process
 #: what the guard chose in this process: "combined"/"split" (timed now), "cached" (read), "rule" (no timing)
 _counts = {"combined": 0, "split": 0, "cached": 0, "rule": 0}
+#: one entry per decision in this process (`decision_log`), the first MAX_LOGGED
+_log: list[dict[str, Any]] = []
+MAX_LOGGED = 1000
 
 
 def set_timer(timer: Callable[[Callable[[], Any]], float] | None) -> None:
@@ -55,9 +58,26 @@ def decisions() -> dict[str, int]:
     return dict(_counts)
 
 
+def decision_log() -> list[dict[str, Any]]:
+    """Each decision of this process (the first ``MAX_LOGGED``): the combo's name, its number of parts, how it
+    was decided (``timed``, ``cached``, ``rule``), whether the parts run instead (``split``) and, when timed,
+    the combo's and its parts' microseconds (``combo_us``, ``parts_us``)."""
+    return [dict(d) for d in _log]
+
+
 def reset_decisions() -> None:
+    """Forget this process's counts and decision log (the decisions themselves stay cached)."""
     for k in _counts:
         _counts[k] = 0
+    _log.clear()
+
+
+def _logged(name: str, parts: int, how: str, split: bool, times: tuple[float, float] | None = None) -> None:
+    if len(_log) < MAX_LOGGED:
+        entry: dict[str, Any] = {"kernel": name, "parts": parts, "how": how, "split": split}
+        if times is not None:
+            entry["combo_us"], entry["parts_us"] = round(times[0] * 1e6, 2), round(times[1] * 1e6, 2)
+        _log.append(entry)
 
 
 class ComboKernel(TritonKernel):
@@ -141,6 +161,7 @@ class ComboKernel(TritonKernel):
         gpu = where >= 0 and not config.interpreting()
         if timer is None and (not gpu or torch.cuda.is_current_stream_capturing()):
             _counts["rule"] += 1
+            _logged(self.name, len(self.parts), "rule", False)
             return False
         key = self._key(args[self._nptr :], where)
         split = _decided.get(key)
@@ -148,10 +169,12 @@ class ComboKernel(TritonKernel):
             split = _read(key)
             if split is not None:
                 _counts["cached"] += 1
+                _logged(self.name, len(self.parts), "cached", split)
         if split is None:
             t_combo, t_parts = self._time(args, timer or _gpu_timer)
             split = t_parts < t_combo
             _counts["split" if split else "combined"] += 1
+            _logged(self.name, len(self.parts), "timed", split, (t_combo, t_parts))
             log.info(
                 "kiln: combo %s (%d parts): %.1f us, its parts %.1f us: %s",
                 self.name,

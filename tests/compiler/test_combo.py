@@ -234,6 +234,13 @@ def test_without_a_timer_the_interpreter_combines_by_rule_and_a_gpu_times():
     d = combo_runtime.decisions()
     if DEVICE == "cpu":
         assert d["rule"] == 1 and d["split"] == d["combined"] == 0
+        (entry,) = combo_runtime.decision_log()
+        assert (
+            entry["how"] == "rule"
+            and entry["split"] is False
+            and entry["parts"] == 3
+            and "combo_us" not in entry
+        )
     else:  # the first launch on the GPU times the combo against its parts
         assert d["rule"] == 0 and d["split"] + d["combined"] + d["cached"] == 1
 
@@ -253,6 +260,15 @@ def test_guard_runs_the_parts_when_they_are_faster_and_results_stay_identical(mo
     got, graphs = _compile(_three, args)
     (combo,) = _combos(graphs[0])
     assert combo_runtime.decisions()["split"] == 1
+    (entry,) = combo_runtime.decision_log()
+    assert entry == {
+        "kernel": combo.name,
+        "parts": len(combo.parts),
+        "how": "timed",
+        "split": True,
+        "combo_us": 1e6,
+        "parts_us": 5e5,
+    }
     launched.clear()
     graphs[0].wrapper(*[a for a in (args[0], args[1], args[2], args[3])])
     assert combo.name not in launched and sorted(launched) == sorted(p.name for p in combo.parts)
@@ -274,6 +290,10 @@ def test_guard_keeps_the_combo_when_it_is_faster_and_caches_the_decision(tmp_pat
         combo_runtime.set_timer(lambda fn: pytest.fail("a cached decision is timed again"))
         _compile(_three, _args())
     assert combo_runtime.decisions()["cached"] == 1
+    assert [(d["how"], d["split"]) for d in combo_runtime.decision_log()] == [
+        ("timed", False),
+        ("cached", False),
+    ]
 
 
 def test_guard_restores_the_buffers_it_wrote_while_timing():

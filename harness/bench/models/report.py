@@ -341,6 +341,27 @@ def host_table(results: list[Result], compilers: Sequence[str] | None = None) ->
     return rows
 
 
+def combo_table(results: list[Result]) -> Table:
+    """Per case and kiln arm with combo kernels: the combo guard's decisions of its compile and first steps
+    (`meta.combo_guard`): combos decided; by timing, kept combined / split into their parts; read from the
+    cache; by rule (no timing: a CUDA-graph capture or the CPU interpreter); and the microseconds per step that
+    the combos kept by timing save against their parts."""
+    rows: Table = [["model", "compiler", "combos", "combined", "split", "cached", "rule", "us saved"]]
+    for r in results:
+        g = r.meta.combo_guard if r.status == "ok" else None
+        if not g or not g.get("decisions"):
+            continue
+        n = g.get("counts", {})
+        timed = [d for d in g["decisions"] if d.get("how") == "timed" and not d.get("split")]
+        saved = sum(d["parts_us"] - d["combo_us"] for d in timed if "combo_us" in d)
+        rows.append(
+            [r.workload.removeprefix(mdl.PREFIX), r.compiler, str(len(g["decisions"]))]
+            + [str(n.get(k, 0)) for k in ("combined", "split", "cached", "rule")]
+            + [f"{saved:.1f}" if timed else "-"]
+        )
+    return rows
+
+
 def unrecorded_report(results: list[Result]) -> list[str]:
     """`case compiler: graph (role): k of n calls unrecorded: why` for every kiln graph that ran unrecorded."""
     out = []
@@ -501,6 +522,19 @@ def markdown_report(
             f"Counted: {model_memory.DESCRIPTION}.",
             "",
             markdown(memory_table(results, compilers)),
+            "",
+        ]
+    combos = combo_table(results)
+    if len(combos) > 1:
+        parts += [
+            "### Combo kernels",
+            "",
+            "The combo-kernel guard's decisions of each kiln arm's compile and first steps: a combo (independent "
+            "small kernels launched as one) is timed at its first launch against its parts and the faster kept "
+            "(cached with the autotune choices); under CUDA-graph capture or the CPU interpreter it is combined "
+            "by rule. us saved: parts' time minus the combo's, summed over the combos kept by timing.",
+            "",
+            markdown(combos),
             "",
         ]
     unrec = unrecorded_report(results)

@@ -75,7 +75,7 @@ from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo, Verdict
 from harness.bench.core.stats import Stats
 from harness.bench.models import catalog as mdl
 from harness.bench.models.memory import MemoryWindow, cuda_source
-from harness.bench.models.step_facts import graph_report, host_time, kernel_time
+from harness.bench.models.step_facts import combo_guard, graph_report, host_time, kernel_time
 from harness.bench.stores import env
 from harness.bench.stores.store import Store
 from harness.exc import BaselineError, UsageError
@@ -447,6 +447,10 @@ class ModelExecutor(CaseExecutor[Prepared]):
         graphs: list | None = None
         try:
             with kiln_capture(compiler) as graphs:
+                if graphs is not None:  # a kiln arm: the combo guard's decisions of this compile, from zero
+                    from compiler.runtime import combo
+
+                    combo.reset_decisions()
                 st = Stepper(case, base, compiler, self.device, cfg.seed)
                 t0 = time.perf_counter()
                 with _deadline(cfg.compile_timeout_s, f"{compiler} compile + first step"):
@@ -487,6 +491,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
                 )
             if graphs is not None:
                 res.meta.kiln_graphs = graph_report(graphs)
+                res.meta.combo_guard = combo_guard()
             est = Stats.of(ts[len(ts) // 2 :]).median
             steps = max(1, min(50, math.ceil(cfg.sample_s * 1e9 / max(est, 1.0))))
             n = round(cfg.target_s * 1e9 / max(est * steps, 1.0))

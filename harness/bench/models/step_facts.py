@@ -66,6 +66,14 @@ def host_time(step: Any, device: torch.device, steps: int, launches: float | Non
     return out
 
 
+def combo_guard() -> dict[str, Any]:
+    """The combo-kernel guard's decisions since `compiler.runtime.combo.reset_decisions` (`meta.combo_guard`):
+    counts by how (`combined`, `split`: timed; `cached`; `rule`) and each decision (`decision_log`)."""
+    from compiler.runtime import combo
+
+    return {"counts": combo.decisions(), "decisions": combo.decision_log()}
+
+
 def graph_report(graphs: list[Any]) -> dict[str, Any]:
     """What kiln made of a step, for the model tier (`meta.kiln_graphs`): graphs and kernels, ATen fallback
     ops with counts (`fallbacks`), and per graph run through CUDA graphs its role, counters and why calls ran

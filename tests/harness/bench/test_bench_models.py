@@ -583,7 +583,12 @@ def test_tiny_model_end_to_end_kiln_vs_eager(request, tmp_path, capsys):
     assert kiln.meta.peak_mem_bytes is None and kiln.meta.kernel is None  # CPU: n/a
     graphs = kiln.meta.kiln_graphs  # kiln's graphs of the step, recorded while it compiled
     assert graphs["graphs"] >= 1 and graphs["kernels"] >= 1 and graphs["cudagraphs"] == []  # no runner on CPU
-    assert eager.meta.kiln_graphs is None
+    assert eager.meta.kiln_graphs is None and eager.meta.combo_guard is None
+    guard = kiln.meta.combo_guard  # the combo guard's decisions: on the CPU interpreter every combo by rule
+    assert set(guard["counts"]) == {"combined", "split", "cached", "rule"}
+    assert guard["counts"]["rule"] == len(guard["decisions"]) and all(
+        d["how"] == "rule" for d in guard["decisions"]
+    )
     # everything stored: nothing measured, the report rewritten (report.json too: no `--json -` here)
     assert main(["models", *TINY_MODEL_ARGS, "--out", str(out), "--quiet", "--resume"]) == 0
     cap = capsys.readouterr()
@@ -802,6 +807,47 @@ def test_optimizer_rows_compile_the_step_alone():
     ref = Stepper(case, base, "eager", torch.device("cpu"), dtype=torch.float64).step(capture=True)
     for k, v in first.items():
         torch.testing.assert_close(v.double(), ref[k], rtol=1e-5, atol=1e-6)
+
+
+def test_combo_table_counts_each_kiln_arms_guard_decisions_and_the_time_they_save():
+    from harness.bench.core.records import Result
+    from harness.bench.models.report import combo_table
+
+    timed = [
+        {
+            "kernel": "combo_0",
+            "parts": 12,
+            "how": "timed",
+            "split": False,
+            "combo_us": 10.0,
+            "parts_us": 31.5,
+        },
+        {"kernel": "combo_1", "parts": 3, "how": "timed", "split": True, "combo_us": 9.0, "parts_us": 8.0},
+        {"kernel": "combo_2", "parts": 2, "how": "cached", "split": False},
+    ]
+    counts = {"combined": 1, "split": 1, "cached": 1, "rule": 0}
+    rs = [
+        Result(
+            "model.x.opt_adamw.fp32",
+            "kiln",
+            "h",
+            meta={"combo_guard": {"counts": counts, "decisions": timed}},
+        ),
+        Result(
+            "model.x.opt_adamw.fp32",
+            "kiln-cg",
+            "h",
+            meta={"combo_guard": {"counts": {"rule": 2}, "decisions": [{"how": "rule", "split": False}] * 2}},
+        ),
+        Result("model.x.opt_adamw.fp32", "inductor", "h"),
+        Result("model.y.infer.fp32", "kiln", "h", meta={"combo_guard": {"counts": {}, "decisions": []}}),
+    ]
+    table = combo_table(rs)
+    assert table[0] == ["model", "compiler", "combos", "combined", "split", "cached", "rule", "us saved"]
+    assert table[1:] == [
+        ["x.opt_adamw.fp32", "kiln", "3", "1", "1", "1", "0", "21.5"],
+        ["x.opt_adamw.fp32", "kiln-cg", "2", "0", "0", "0", "2", "-"],
+    ]
 
 
 def test_host_time_and_its_table():
