@@ -15,9 +15,10 @@ Terms:
   without a dtype means bf16 for inference on a GPU, fp32 otherwise.
 - *profile*: `tiny` (1-2 layers, hidden 32-64, short sequences, 32x32 images: runs on CPU through Triton's
   interpreter; transformers models only, since PyPI's torchvision does not load with the CPU torch) and
-  `gpu` (H100-sized: the full-size rows and the *CI-size* rows `ci_*`: GPT-2-, BERT- and
-  Llama-style training at 4 layers, hidden 512, 8 x 256 tokens; ResNet-18 and ConvNeXt-tiny inference at
-  batch 32 and 16). The CPU tier runs `tiny` only, so the `ci_*` rows never run there.
+  `gpu` (H100-sized: the full-size rows and the 17 *CI-size* rows `ci_*`: GPT-2-, BERT-, Llama- and
+  Qwen2-style training and inference and T5-style inference at 4 layers, hidden 512, 8 x 256 tokens (the full
+  models' vocabularies); ResNet-18 inference and training, MobileNet-v3, EfficientNet-B0, ConvNeXt-tiny and
+  ViT-small inference at batch 32 or 16). The CPU tier runs `tiny` only, so the `ci_*` rows never run there.
 - *weights*: every case builds its model on CPU in fp32 from `seed` (`torch.manual_seed`), so every compiler
   gets the same weights (the runner deep-copies that model to the device per compiler).
 - *source hash*: sha256 of `PROTOCOL`, the tier's shared code (input builder, forward/loss/step functions,
@@ -79,6 +80,10 @@ def build_llama(cfg: dict[str, Any]) -> torch.nn.Module:
 
 def build_bert(cfg: dict[str, Any]) -> torch.nn.Module:
     return _hf("BertConfig", "BertForMaskedLM", cfg)
+
+
+def build_qwen2(cfg: dict[str, Any]) -> torch.nn.Module:
+    return _hf("Qwen2Config", "Qwen2ForCausalLM", cfg)
 
 
 def build_t5(cfg: dict[str, Any]) -> torch.nn.Module:
@@ -388,6 +393,18 @@ _LLAMA_CI = {
     "num_attention_heads": 8,
     "num_key_value_heads": 4,
 }
+_QWEN2_CI = {  # Qwen2-0.5B's vocabulary and grouped-query attention, at the CI size
+    "vocab_size": 151936,
+    "hidden_size": 512,
+    "intermediate_size": 1408,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": True,
+    "use_cache": False,
+}
+_T5_CI = {**_T5_GPU, "num_layers": 4, "num_decoder_layers": 4}
 CI_PREFIX = "ci_"
 
 MODELS: tuple[ModelSpec, ...] = (
@@ -486,28 +503,58 @@ MODELS: tuple[ModelSpec, ...] = (
         "decoder",
         "transformers",
         build_gpt2,
-        {"gpu": Sizes(_GPT2_CI, 8, ("train:fp32:adamw",), seq=256)},
+        {"gpu": Sizes(_GPT2_CI, 8, ("train:fp32:adamw", "infer:fp32", "infer:bf16"), seq=256)},
     ),
     ModelSpec(
         "ci_bert",
         "encoder",
         "transformers",
         build_bert,
-        {"gpu": Sizes(_BERT_CI, 8, ("train:fp32:adamw",), seq=256)},
+        {"gpu": Sizes(_BERT_CI, 8, ("train:fp32:adamw", "infer:bf16"), seq=256)},
     ),
     ModelSpec(
         "ci_llama",
         "decoder",
         "transformers",
         build_llama,
-        {"gpu": Sizes(_LLAMA_CI, 8, ("train:fp32:adamw",), seq=256)},
+        {"gpu": Sizes(_LLAMA_CI, 8, ("train:fp32:adamw", "infer:fp32", "infer:bf16"), seq=256)},
+    ),
+    ModelSpec(
+        "ci_qwen2",
+        "decoder",
+        "transformers",
+        build_qwen2,
+        {"gpu": Sizes(_QWEN2_CI, 8, ("train:fp32:adamw", "infer:bf16"), seq=256)},
+    ),
+    ModelSpec(
+        "ci_t5",
+        "encoder-decoder",
+        "transformers",
+        build_t5,
+        {"gpu": Sizes(_T5_CI, 8, ("infer:bf16",), seq=256, dec_seq=64)},
     ),
     ModelSpec(
         "ci_resnet18",
         "vision",
         "torchvision",
         build_torchvision,
-        {"gpu": Sizes({"arch": "resnet18"}, 32, ("infer:bf16",), image=224, classes=1000)},
+        {"gpu": Sizes({"arch": "resnet18"}, 32, ("infer:bf16", "train:amp:sgd"), image=224, classes=1000)},
+        style="tensor",
+    ),
+    ModelSpec(
+        "ci_mobilenet_v3",
+        "vision",
+        "torchvision",
+        build_torchvision,
+        {"gpu": Sizes({"arch": "mobilenet_v3_large"}, 32, ("infer:bf16",), image=224, classes=1000)},
+        style="tensor",
+    ),
+    ModelSpec(
+        "ci_efficientnet_b0",
+        "vision",
+        "torchvision",
+        build_torchvision,
+        {"gpu": Sizes({"arch": "efficientnet_b0"}, 32, ("infer:bf16",), image=224, classes=1000)},
         style="tensor",
     ),
     ModelSpec(
@@ -516,6 +563,14 @@ MODELS: tuple[ModelSpec, ...] = (
         "timm",
         build_timm,
         {"gpu": Sizes({"arch": "convnext_tiny"}, 16, ("infer:bf16",), image=224, classes=1000)},
+        style="tensor",
+    ),
+    ModelSpec(
+        "ci_vit_small",
+        "vision",
+        "timm",
+        build_timm,
+        {"gpu": Sizes({"arch": "vit_small_patch16_224"}, 16, ("infer:bf16",), image=224, classes=1000)},
         style="tensor",
     ),
 )

@@ -63,23 +63,38 @@ def test_ci_size_rows_are_gpu_only_distinct_and_leave_the_other_rows_alone():
     ci = mdl.cases("gpu", "ci_*", "cuda")
     assert [c.name for c in ci] == [
         "model.ci_gpt2.train.fp32",
+        "model.ci_gpt2.infer.fp32",
+        "model.ci_gpt2.infer.bf16",
         "model.ci_bert.train.fp32",
+        "model.ci_bert.infer.bf16",
         "model.ci_llama.train.fp32",
+        "model.ci_llama.infer.fp32",
+        "model.ci_llama.infer.bf16",
+        "model.ci_qwen2.train.fp32",
+        "model.ci_qwen2.infer.bf16",
+        "model.ci_t5.infer.bf16",
         "model.ci_resnet18.infer.bf16",
+        "model.ci_resnet18.train.amp",
+        "model.ci_mobilenet_v3.infer.bf16",
+        "model.ci_efficientnet_b0.infer.bf16",
         "model.ci_convnext_tiny.infer.bf16",
+        "model.ci_vit_small.infer.bf16",
     ]
     for c in ci:
         assert (
             c.name.startswith(mdl.PREFIX + mdl.CI_PREFIX) and "tiny" not in c.spec.sizes
         )  # never on the CPU tier
-    train = [c for c in ci if c.mode == "train"]
-    for c in train:
+    text = [c for c in ci if c.spec.package == "transformers"]
+    for c in text:  # 4 layers at hidden 512, 8 x 256 tokens; training with AdamW
         cfg = c.sizes.config
-        hidden = cfg.get("n_embd", cfg.get("hidden_size"))
-        layers = cfg.get("n_layer", cfg.get("num_hidden_layers"))
-        assert (hidden, layers, c.sizes.batch, c.sizes.seq) == (512, 4, 8, 256) and c.optimizer == "adamw"
-    assert {c.spec.package for c in ci if c.mode == "infer"} == {"torchvision", "timm"}
-    assert all(8 <= c.sizes.batch <= 32 and c.model_dtype == torch.bfloat16 for c in ci if c.mode == "infer")
+        hidden = cfg.get("n_embd", cfg.get("hidden_size", cfg.get("d_model")))
+        layers = cfg.get("n_layer", cfg.get("num_hidden_layers", cfg.get("num_layers")))
+        assert (hidden, layers, c.sizes.batch, c.sizes.seq) == (512, 4, 8, 256), c.name
+        assert c.optimizer == ("adamw" if c.mode == "train" else None), c.name
+    assert {c.spec.package for c in ci if c.spec.kind == "vision"} == {"torchvision", "timm"}
+    infer = [c for c in ci if c.mode == "infer"]
+    assert all(8 <= c.sizes.batch <= 32 for c in infer)
+    assert all(c.model_dtype == (torch.float32 if c.dtype_name == "fp32" else torch.bfloat16) for c in infer)
     full = {c.name: c.source_hash for c in mdl.all_cases("gpu", "cuda") if c not in ci}
     assert not set(full) & {c.name for c in ci} and len(set(full.values())) == len(full)
     assert mdl.cases("gpu", "gpt2", "cuda") == [
