@@ -140,10 +140,9 @@ def shared_python(session: nox.Session, level: str = "project") -> str:
         )
     if level == "project":
         asked = [TORCH_PIN, TRITON_PIN, os.environ.get(TORCH_INDEX_VAR, "")]
-        if (
-            held.get("torch_pair", {}).get("asked") == asked and "stages" in held["torch_pair"]
-        ):  # resolved before
-            pins, stages = held["torch_pair"]["pins"], held["torch_pair"]["stages"]
+        known = held.get("torch_pair", {})
+        if known.get("asked") == asked and "stages" in known:  # resolved before (the venv is refilled)
+            pins, stages = known["pins"], known["stages"]
         else:
             try:
                 pins, line, stages = torch_pins(python)
