@@ -112,6 +112,35 @@ def test_error_vs_fp64_not_worse_than_eager(name, dtype, device):
     assert_not_worse_than_eager(fn, *make(dtype, device), dtype=dtype)
 
 
+def _momentum_steps(*tensors):
+    """An SGD-momentum step over three parameters of mixed sizes, written out (independent small pointwise
+    kernels: what the combo pass launches as one)."""
+    params, grads, bufs = tensors[0:3], tensors[3:6], tensors[6:9]
+    new_bufs = [b * 0.9 + g for b, g in zip(bufs, grads)]
+    return tuple(p - 0.01 * b for p, b in zip(params, new_bufs)) + tuple(new_bufs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])
+def test_combo_kernel_parts_vs_fp64(dtype, device):
+    """The parts of a combo kernel (each with its own program-id range and block size) are each as close to the
+    float64 reference as eager's result is (2x eager's error plus the floor), output by output."""
+    from compiler.runtime.combo import ComboKernel
+
+    torch.manual_seed(0)
+    shapes = [(300,), (17, 9), (4, 5, 6)]
+    args = [torch.randn(s).to(device, dtype) for _ in range(3) for s in shapes]
+    ref, eager = _momentum_steps(*_as64(args)), _momentum_steps(*args)
+    compiled, graphs = run_compiled(_momentum_steps, *args, interp_pointwise_xblock=16)
+    combos = [m for g in graphs for _, m in g.wrapper.named_children() if isinstance(m, ComboKernel)]
+    assert combos and fallbacks(graphs) == []
+    for k, (c, e, r) in enumerate(zip(compiled, eager, ref)):
+        assert c.dtype == e.dtype and c.shape == e.shape
+        e_eager, e_comp = error(e, r), error(c, r)
+        assert e_comp <= 2 * e_eager + FLOOR[dtype], (
+            f"output {k}: compiled {e_comp:.3g} vs eager {e_eager:.3g}"
+        )
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])
 def test_cumsum_error_vs_fp64_not_worse_than_an_fp32_running_sum(dtype, device):
     """Scans accumulate in fp32 (fp16/bf16 too), as CUDA's eager cumsum does; eager on a CPU accumulates fp32 in
