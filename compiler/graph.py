@@ -37,6 +37,7 @@ from .ir import (
     is_dense,
     layout_from_meta,
     prod,
+    same,
     sym,
 )
 
@@ -679,7 +680,7 @@ def _restride_output(value: Strided, meta: torch.Tensor) -> bool:
     if isinstance(value.buffer, InputBuffer) or len(meta.shape) != len(value.size):
         return False
     return any(
-        sz != 1 and sympy.simplify(have - sym(want)) != 0
+        sz != 1 and not same(have, sym(want))
         for sz, have, want in zip(value.size, value.layout.stride, meta.stride())
     )
 
