@@ -95,12 +95,16 @@ def test_lean_path_leaves_misaligned_pointers_to_the_exact_key(recording):
 
 
 def test_stubbed_launches_restore_everything():
+    """The stubs go when the block ends: a CPU build's torch._C has no raw-stream getter again, a CUDA build's
+    (a GPU-less machine with the package index's torch) has its own back."""
     saved = (torch.Tensor.get_device, TritonKernel._compile_own, launcher._raw_stream)
+    stream = vars(torch._C).get("_cuda_getCurrentRawStream")
     with host_path.stubbed_gpu_launches():
         assert torch.randn(2).get_device() == 0
+        assert torch._C._cuda_getCurrentRawStream(0) == 0  # the stub, whatever the build
     assert (torch.Tensor.get_device, TritonKernel._compile_own, launcher._raw_stream) == saved
     assert torch.randn(2).get_device() == -1
-    assert not hasattr(torch._C, "_cuda_getCurrentRawStream") or torch.cuda.is_available()
+    assert vars(torch._C).get("_cuda_getCurrentRawStream") is stream
 
 
 def test_profile_step_reports_every_phase():
