@@ -328,6 +328,9 @@ def test_push_without_from_takes_this_runners_lasting_stores_and_history(
     store_url, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.setenv("KILN_BENCH_STORE", str(tmp_path / "lasting" / "{backend}.sqlite"))
+    # the checkout's results folder is a source too (`nox -s ci` writes results/bench/cpu/bench.sqlite): an
+    # empty one here, so that a developer's earlier main job is not pushed with this test's runs
+    monkeypatch.setenv("KILN_RESULTS", str(tmp_path / "results"))
     with Store(tmp_path / "lasting" / "cpu.sqlite") as store:
         _bench_run(store, 0)
     history.record(history.default_path(write=True), fake_run(tmp_path / "r1", {"t::ok": ("passed", 1.0)}))
