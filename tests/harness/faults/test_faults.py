@@ -217,6 +217,10 @@ def _gone(pid: int, timeout_s: float = HANG_S) -> bool:
 
 
 def _start(root: Path) -> subprocess.Popen:
+    """The harness as a terminal starts it: SIGINT at its default disposition. Tests that run inside a
+    background job of a non-interactive shell (`nohup nox -s tests &`, some CI runners) inherit SIGINT ignored,
+    and a program started with SIGINT ignored keeps ignoring it (Python installs no KeyboardInterrupt handler);
+    the interrupt test would then wait out its bound for a Ctrl-C nobody could send."""
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *run_args(root)],
         env=env_for(root),
@@ -224,6 +228,7 @@ def _start(root: Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
