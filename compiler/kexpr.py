@@ -206,12 +206,12 @@ def address_steps(
     point.update({s: 1024 + 16 * i for i, s in enumerate(others)})
     point[a], point[b] = 3, 5
 
+    values = {k: sympy.Integer(v) for k, v in point.items()}
+
     def at(da: int = 0, db: int = 0) -> int | None:
         # every symbol at once (``subs`` replaces one at a time: each view function in between is rebuilt with
         # symbolic arguments, and torch's ModularIndexing then calls ``sympy.simplify``)
-        mapping = {k: sympy.Integer(v) for k, v in point.items()}
-        mapping[a], mapping[b] = sympy.Integer(point[a] + da), sympy.Integer(point[b] + db)
-        v = index.xreplace(mapping)
+        v = index.xreplace({**values, a: values[a] + da, b: values[b] + db})
         return int(v) if v.is_number else None
 
     base, step_a, step_b = at(), at(da=1), at(db=1)

@@ -85,11 +85,10 @@ def check(
     of = [{(r.workload, r.compiler): r for r in rs} for rs in arm_results]
     rows: list[dict[str, Any]] = []
     for key, b in of[0].items():
-        arms_of = [b, *(m.get(key) for m in of[1:])]
-        if not all(x is not None and x.status == "ok" for x in arms_of):
+        got = [b, *(r for m in of[1:] if (r := m.get(key)) is not None)]
+        if len(got) < len(of) or any(x.status != "ok" for x in got):
             rows.append({"key": "@".join(key), "verdict": "error", "old": "error"})
             continue
-        got = [x for x in arms_of if x is not None]
         c = got[2]
         j = judge_rounds(*got, cfg=cmp_cfg)
         rows.append(

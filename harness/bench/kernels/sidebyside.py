@@ -209,7 +209,7 @@ def measure_pair(
     threads: int = 1,
     rounds: int = ROUNDS,
     max_rounds: int = MAX_ROUNDS,
-    undecided: Callable[[list[float], list[float], list[float]], bool] | None = None,
+    undecided: Callable[..., bool] | None = None,
     timeout_s: float = 900.0,
 ) -> tuple[list[Result], ...]:
     """The results of `cases` under `compilers` of each arm of `ARMS` (baseline, its A/A arm, candidate, its

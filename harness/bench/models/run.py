@@ -75,7 +75,13 @@ from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo, Verdict
 from harness.bench.core.stats import Stats
 from harness.bench.models import catalog as mdl
 from harness.bench.models.memory import MemoryWindow, cuda_source
-from harness.bench.models.step_facts import combo_guard, graph_report, host_time, kernel_time
+from harness.bench.models.step_facts import (
+    combo_guard,
+    graph_report,
+    host_time,
+    kernel_time,
+    reset_combo_guard,
+)
 from harness.bench.stores import env
 from harness.bench.stores.store import Store
 from harness.exc import BaselineError, UsageError
@@ -448,9 +454,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
         try:
             with kiln_capture(compiler) as graphs:
                 if graphs is not None:  # a kiln arm: the combo guard's decisions of this compile, from zero
-                    from compiler.runtime import combo
-
-                    combo.reset_decisions()
+                    reset_combo_guard()
                 st = Stepper(case, base, compiler, self.device, cfg.seed)
                 t0 = time.perf_counter()
                 with _deadline(cfg.compile_timeout_s, f"{compiler} compile + first step"):

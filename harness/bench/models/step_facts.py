@@ -66,9 +66,16 @@ def host_time(step: Any, device: torch.device, steps: int, launches: float | Non
     return out
 
 
+def reset_combo_guard() -> None:
+    """Start counting the combo-kernel guard's decisions from zero (before a kiln arm compiles)."""
+    from compiler.runtime import combo
+
+    combo.reset_decisions()
+
+
 def combo_guard() -> dict[str, Any]:
-    """The combo-kernel guard's decisions since `compiler.runtime.combo.reset_decisions` (`meta.combo_guard`):
-    counts by how (`combined`, `split`: timed; `cached`; `rule`) and each decision (`decision_log`)."""
+    """The combo-kernel guard's decisions since `reset_combo_guard` (`meta.combo_guard`): counts by how
+    (`combined`, `split`: timed; `cached`; `rule`) and each decision (`compiler.runtime.combo.decision_log`)."""
     from compiler.runtime import combo
 
     return {"counts": combo.decisions(), "decisions": combo.decision_log()}
