@@ -143,8 +143,22 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (a cancelled CI job), raised as an interrupt so that Ctrl-C's cleanup runs for it too."""
 
 
+#: set by the SIGTERM handler: the request outlives the exception it raised, which a library may swallow
+_terminated = threading.Event()
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
+    _terminated.set()
     raise Terminated()
+
+
+def raise_if_terminated() -> None:
+    """Raise `Terminated` when a SIGTERM arrived inside `sigterm_interrupts` although its exception did not
+    propagate: torch's Dynamo catches what is raised while it compiles and goes on, so a SIGTERM landing in a
+    compile was lost and a cancelled bench run ran to its end as `complete` (1 run in 4 in a test). Call it
+    where a long loop can stop and before work is marked complete."""
+    if _terminated.is_set():
+        raise Terminated()
 
 
 @contextmanager
@@ -157,8 +171,10 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    _terminated.clear()
     try:
         yield
+        raise_if_terminated()  # a SIGTERM swallowed inside the block still ends it as an interrupt
     finally:  # None: the handler was not set from Python
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 

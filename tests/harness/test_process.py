@@ -175,3 +175,31 @@ def test_default_policy_stops_the_command_at_once(tmp_path):
     out, _ = _drive(tmp_path, _command(tmp_path, body), how="ctrl-c", grace_s=-1)
     assert out.strip() == "stopped"
     assert not outputs.exists() and not _alive(int((tmp_path / "pid").read_text()))
+
+
+def test_a_sigterm_swallowed_inside_the_block_still_ends_it_as_an_interrupt():
+    """A library that catches what is raised inside it (torch's Dynamo while it compiles) swallows the
+    `Terminated` of a SIGTERM; the request is kept: `raise_if_terminated` raises it again, and so does the end
+    of the `sigterm_interrupts` block. A block without a SIGTERM ends normally, and the flag starts clear."""
+    import os
+    import threading
+
+    import pytest
+
+    from harness.process import Terminated, raise_if_terminated, sigterm_interrupts
+
+    assert threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM)
+    swallowed = []
+    with pytest.raises(Terminated), sigterm_interrupts():
+        try:  # what Dynamo does with an exception raised while it compiles
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs here
+        except BaseException as e:  # noqa: BLE001 - the library under imitation swallows everything
+            swallowed.append(type(e))
+        assert swallowed == [Terminated]
+        with pytest.raises(Terminated):
+            raise_if_terminated()
+    with sigterm_interrupts():  # a new block starts clear and ends normally
+        raise_if_terminated()
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler before the blocks is back

@@ -33,6 +33,7 @@ from harness.bench.reports.report import fmt_ns, interpreted
 from harness.bench.stores import env
 from harness.bench.stores.store import Store
 from harness.exc import BaselineError
+from harness.process import raise_if_terminated
 
 SCREEN_RUNS = 3  # complete runs (the baseline's among them) whose stored samples screen for suspects
 
@@ -161,6 +162,7 @@ def open_runs(store: Store, runs: list[RunInfo], ex: Executor) -> Iterator[None]
             store.set_ceiling(run.rid, ceiling)
             run.ceiling_gbps = ceiling
         yield
+        raise_if_terminated()  # a SIGTERM that a compile swallowed: the runs are aborted, not complete
     except BaseException as e:
         for run in runs:
             try:
@@ -217,6 +219,7 @@ def run_bench(
             for r in rs:
                 store.add_result(run.id, r)
             show(i, case.name, rs)
+            raise_if_terminated()  # stop at the next case, what was measured stored
 
         results = ex.measure_cases(cases, cfg.compilers, done)
         cmps = None

@@ -85,6 +85,7 @@ from harness.bench.models.step_facts import (
 from harness.bench.stores import env
 from harness.bench.stores.store import Store
 from harness.exc import BaselineError, UsageError
+from harness.process import raise_if_terminated
 
 BASELINE_COMPILER = arms.EAGER
 TIER = "model"
@@ -724,6 +725,7 @@ def run_models(
             results += rs
             if progress:
                 _progress(i, len(cases), case.name, rs, t0, ends)
+            raise_if_terminated()  # a SIGTERM that a compile swallowed: stop here, the run aborted
         store.finish_run(run.id, "complete")
         run.status = "complete"
         return run, results, deferred
