@@ -35,7 +35,7 @@ from harness import results as res
 from harness.commands import suite_env
 from harness.exc import HarnessError, HealthError, RunInterrupted
 from harness.matrix import Backend, Matrix, Retries
-from harness.process import Terminated, sigterm_interrupts
+from harness.process import Terminated, raise_if_terminated, sigterm_interrupts
 from harness.record import (
     HealthRecord,
     RetryPolicy,
@@ -451,6 +451,7 @@ def run(plan: Plan) -> tuple[Path, int]:
             for name, step in STEPS:
                 state.current = name
                 state = step(state)
+            raise_if_terminated()  # a SIGTERM swallowed inside a step: incomplete, as any interrupt
             state.finish(RunStatus.COMPLETE)
         except KeyboardInterrupt as e:
             what = "terminated" if isinstance(e, Terminated) else "interrupted"
