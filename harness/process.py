@@ -143,8 +143,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (a cancelled CI job), raised as an interrupt so that Ctrl-C's cleanup runs for it too."""
 
 
-#: set by the SIGTERM handler: the request outlives the exception it raised, which a library may swallow
+#: set by the SIGTERM handler: the request outlives the exception it raised, which a library may swallow;
+#: it belongs to the outermost `sigterm_interrupts` block, cleared when that block is entered and left
 _terminated = threading.Event()
+#: how many `sigterm_interrupts` blocks the main thread is inside
+_depth = 0
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
@@ -156,7 +159,8 @@ def raise_if_terminated() -> None:
     """Raise `Terminated` when a SIGTERM arrived inside `sigterm_interrupts` although its exception did not
     propagate: torch's Dynamo catches what is raised while it compiles and goes on, so a SIGTERM landing in a
     compile was lost and a cancelled bench run ran to its end as `complete` (1 run in 4 in a test). Call it
-    where a long loop can stop and before work is marked complete."""
+    where a long loop can stop and before work is marked complete. Outside every block it never raises: a
+    request ends with the block it arrived in."""
     if _terminated.is_set():
         raise Terminated()
 
@@ -170,12 +174,18 @@ def sigterm_interrupts() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _depth
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    _terminated.clear()
+    if _depth == 0:
+        _terminated.clear()
+    _depth += 1
     try:
         yield
         raise_if_terminated()  # a SIGTERM swallowed inside the block still ends it as an interrupt
     finally:  # None: the handler was not set from Python
+        _depth -= 1
+        if _depth == 0:  # raised above or propagated already: a later block or caller starts clear
+            _terminated.clear()
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 

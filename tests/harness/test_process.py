@@ -200,6 +200,20 @@ def test_a_sigterm_swallowed_inside_the_block_still_ends_it_as_an_interrupt():
         assert swallowed == [Terminated]
         with pytest.raises(Terminated):
             raise_if_terminated()
+    raise_if_terminated()  # the request ended with its block: code after it (the next test) runs on
+    inner = []
+    with pytest.raises(Terminated), sigterm_interrupts():  # nested: the request reaches the outer block
+        try:
+            with sigterm_interrupts():
+                try:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)
+                except Terminated:
+                    inner.append("swallowed")
+        except Terminated:  # the inner block's end raised it again
+            inner.append("raised at the inner end")
+    assert inner == ["swallowed", "raised at the inner end"]
+    raise_if_terminated()
     with sigterm_interrupts():  # a new block starts clear and ends normally
         raise_if_terminated()
     assert signal.getsignal(signal.SIGTERM) == before  # the handler before the blocks is back
