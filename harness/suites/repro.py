@@ -312,7 +312,8 @@ def _rerun(args: Any, src: RunSource, here: Here, tree: Path, scratch: Path, use
     found = rr.outcomes(scratch / rr.JUNIT, tree, p.targets)
     was = {f.id: f.outcome for f in src.failing}
     for test, outcome in found.items():
-        print(f"  {test}: {outcome} here (the run: {was.get(test, '?')})")
+        why = rr.why_not_run(test, tree, scratch / rr.LOG) if outcome == "not run" else ""
+        print(f"  {test}: {outcome} here (the run: {was.get(test, '?')}){': ' + why if why else ''}")
     code = exit_code(rc, found)
     if code == EXIT_INFRA:
         print(f"repro: the tests did not all run (pytest exited {rc}); see {scratch / rr.LOG}")

@@ -214,5 +214,18 @@ def outcomes(junit: Path, root: Path, targets: tuple[str, ...]) -> dict[str, str
     return {t: found.get(t, "not run") for t in targets}
 
 
+def why_not_run(test: str, tree: Path, log: Path) -> str:
+    """Why a target did not run, where the tree or pytest's log says: its file is not in the tree (gone or
+    renamed at this commit), or pytest found no such test in it (``ERROR: not found: ...``); else empty (the
+    process stopped first: the log says how)."""
+    path, _, name = test.partition("::")
+    if not (tree / path).is_file():
+        return f"{path} is not in this tree"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    if any("not found:" in line and line.rstrip().endswith(f"::{name}") for line in text.splitlines()):
+        return f"{path} has no test {name} here"
+    return ""
+
+
 def container_name(backend: str) -> str:
     return f"kiln-repro-{backend}-{secrets.token_hex(4)}"

@@ -120,6 +120,23 @@ def test_outcomes_are_read_back_and_a_test_not_in_the_junit_is_not_run(tmp_path)
     assert rr.outcomes(tmp_path / "none.xml", tmp_path, ("t::a",)) == {"t::a": "not run"}
 
 
+def test_a_target_that_did_not_run_says_why_where_the_tree_or_log_knows(tmp_path):
+    (tmp_path / "tests" / "a").mkdir(parents=True)
+    (tmp_path / "tests" / "a" / "test_a.py").write_text("def test_x():\n    pass\n")
+    log = tmp_path / rr.LOG
+    log.write_text(
+        "ERROR: not found: /work/tree/tests/a/test_a.py::test_renamed\n(no match in any of [<Module test_a.py>])\n"
+    )
+    assert (
+        rr.why_not_run("tests/b/test_b.py::test_x", tmp_path, log) == "tests/b/test_b.py is not in this tree"
+    )
+    assert rr.why_not_run("tests/a/test_a.py::test_renamed", tmp_path, log) == (
+        "tests/a/test_a.py has no test test_renamed here"
+    )
+    assert rr.why_not_run("tests/a/test_a.py::test_x", tmp_path, log) == ""  # the process stopped first
+    assert rr.why_not_run("tests/a/test_a.py::test_x", tmp_path, tmp_path / "no.log") == ""
+
+
 def test_the_exit_status_is_the_reruns():
     assert exit_code(1, {"t::a": "failed", "t::b": "passed"}) == EXIT_FAILED
     assert exit_code(0, {"t::a": "passed"}) == EXIT_OK
