@@ -14,7 +14,7 @@ import torch
 
 from .backend import compile_graph
 from .capture import CompiledGraph, record
-from .decompositions import decomposition_table
+from .decompositions import export_decomposition_table
 from .exc import KilnError
 
 
@@ -40,7 +40,7 @@ class CompiledExport(torch.nn.Module):
 
 def compile_exported(ep: torch.export.ExportedProgram, name: str = "export") -> CompiledExport:
     """Compile an ExportedProgram with kiln. Parameters and buffers are bound; user inputs stay inputs."""
-    ep = ep.run_decompositions(decomposition_table())
+    ep = ep.run_decompositions(export_decomposition_table())
     sig = ep.graph_signature
     lifted: list[torch.Tensor] = []
     n_user = 0

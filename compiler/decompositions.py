@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch._decomp
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from . import foreach
@@ -75,12 +76,38 @@ def _repeat(a: torch.Tensor, repeats: list) -> torch.Tensor:
 OVERRIDES: dict[Any, Callable] = {aten.repeat.default: _repeat}
 
 
-@functools.lru_cache(maxsize=1)
-def decomposition_table() -> dict[Any, Callable]:
-    table = dict(core_aten_decompositions())
+def core_table() -> dict[Any, Callable]:
+    """PyTorch's core-ATen decompositions as AOTAutograd's post-autograd tracing needs them. The public
+    ``core_aten_decompositions()`` is export's table: reading it adds every CompositeImplicitAutograd op of
+    every namespace, each mapped to its own implicit decomposition (about 500 entries, for export's
+    pre-dispatch IR, where such ops survive), which takes 0.3-0.4 s per process; while AOTAutograd traces,
+    the dispatcher decomposes those ops by itself, so the table without them traces the same graphs. The
+    post-autograd table is read directly where this torch has it (2.6 and later)."""
+    post_autograd = getattr(torch._decomp, "_core_aten_decompositions_post_autograd", None)
+    if post_autograd is not None:
+        return dict(post_autograd())
+    return dict(core_aten_decompositions())
+
+
+def _with_kiln_entries(table: dict[Any, Callable]) -> dict[Any, Callable]:
+    """``table`` with EXTRA, OVERRIDES and the foreach ops added and KEEP removed."""
     table.update(get_decompositions(EXTRA))
     table.update(OVERRIDES)
     table.update(foreach.table())  # optimizer steps: one fused kernel per parameter, not ATen foreach calls
     for op in KEEP:
         table.pop(op, None)
     return table
+
+
+@functools.lru_cache(maxsize=1)
+def decomposition_table() -> dict[Any, Callable]:
+    """The table AOTAutograd applies for kiln's ``torch.compile`` backend, built once per process."""
+    return _with_kiln_entries(core_table())
+
+
+@functools.lru_cache(maxsize=1)
+def export_decomposition_table() -> dict[Any, Callable]:
+    """The table for an ExportedProgram's ``run_decompositions`` (``compiler.aot``): export's IR keeps
+    CompositeImplicitAutograd ops (``linear``...) unless the table names them, so this one starts from the
+    public core table, those ops included."""
+    return _with_kiln_entries(dict(core_aten_decompositions()))
