@@ -203,9 +203,14 @@ class TritonKernel(torch.nn.Module):
         device (``Launch``), its compiled kernel by the 16-byte alignment of the pointers, and called directly
         through Triton's launcher. The lean path (``LEAN``) reads the pointers' device from the first one and
         their alignment as one OR over all of them, in C (``map``/``reduce``: no Python per argument); the
-        launcher call's leading arguments come prebound from the ``Launch``. On a GPU the kernel's module is
-        imported (its ``JITFunction`` built) only when Triton must compile it or its JIT launches it: a first
-        launch that the binary index serves needs neither (``LazyJit``, ``_compile_own``).
+        launcher call's leading arguments come prebound from the ``Launch``. The pointers reach Triton's launcher
+        as the addresses read for that check: given a tensor, its C launcher calls ``data_ptr()`` again and asks
+        the driver about the pointer (``cuPointerGetAttribute``), a driver call per pointer per launch, hundreds a
+        launch for a combo kernel over an optimizer's parameters; given an int it takes the address as it is. The
+        first launch of each specialization passes the tensors (``_launch_slow``), so a pointer Triton cannot
+        reach (a CPU tensor) fails there with Triton's message. On a GPU the kernel's module is imported (its
+        ``JITFunction`` built) only when Triton must compile it or its JIT launches it: a first launch that the
+        binary index serves needs neither (``LazyJit``, ``_compile_own``).
         """
         nptr = self._nptr
         if LEAN[0] and nptr:
@@ -216,7 +221,8 @@ class TritonKernel(torch.nn.Module):
             ints = args[nptr:]
             launch = self._launches.get((ints, where))
             if launch is not None and where >= 0 and not launch.switch_device and not self._dump_dir:
-                if reduce(or_, map(_data_ptr, args[:nptr])) & 15:
+                ptrs = tuple(map(_data_ptr, args[:nptr]))
+                if reduce(or_, ptrs) & 15:
                     fast = None  # some pointer not 16-byte aligned: the exact alignment key, below
                 else:
                     fast = launch.compiled.get(self._all_aligned)
@@ -227,7 +233,9 @@ class TritonKernel(torch.nn.Module):
                 ):
                     self._counts[0] += 1
                     try:
-                        fast[0](*fast[1], _raw_stream(launch.device_index), *fast[2], *args, *launch.consts)
+                        fast[0](
+                            *fast[1], _raw_stream(launch.device_index), *fast[2], *ptrs, *ints, *launch.consts
+                        )
                     except Exception as e:
                         raise self._launch_error(launch, e) from e
                     return None

@@ -9,9 +9,10 @@ Terms:
   `infer` is a no_grad forward; `train` is zero_grad + forward + loss + backward (+ an optimizer step when
   the case names one: `adamw` or `sgd`); `opt` is the optimizer step alone (the case names its optimizer): the
   compiler compiles `opt.step` of a `foreach` AdamW or SGD-momentum over the model's parameters (hundreds of
-  tensors of mixed sizes for the vision models), whose gradients are drawn once from the seed and stay; every
-  step moves the weights. Its name carries the optimizer: `model.<model>.opt_<optimizer>.<dtype>`. Dtypes: `fp32`; `bf16` (weights and floating inputs in bf16,
-  inference only); `amp` (fp32 weights under `torch.autocast(bfloat16)`). A case spec `MODE[:DTYPE][:OPT]`
+  tensors of mixed sizes for the vision models), whose gradients are drawn once from the seed and stay, and
+  whose state exists before it compiles (`prime_optimizer`: the steady-state step); every step moves the
+  weights. Its name carries the optimizer: `model.<model>.opt_<optimizer>.<dtype>`. Dtypes: `fp32`; `bf16`
+  (weights and floating inputs in bf16, inference only); `amp` (fp32 weights under `torch.autocast(bfloat16)`). A case spec `MODE[:DTYPE][:OPT]`
   without a dtype means bf16 for inference on a GPU, fp32 otherwise.
 - *profile*: `tiny` (1-2 layers, hidden 32-64, short sequences, 32x32 images: runs on CPU through Triton's
   interpreter; transformers models only, since PyPI's torchvision does not load with the CPU torch) and
@@ -175,6 +176,21 @@ def make_optimizer(
     raise ValueError(f"unknown optimizer {name!r} (choose from {', '.join(OPTIMIZERS)})")
 
 
+def prime_optimizer(opt: torch.optim.Optimizer) -> None:
+    """Give `opt` its state (AdamW's moments and step count, SGD's momentum buffers) with one eager step at
+    learning rate 0, which leaves the weights as they are: an `opt` case compiles the steady-state step. Left
+    unprimed, the first compiled call creates the state inside the compiled graph (a graph that never runs
+    again, then a recompile), and under CUDA graphs the buffers it creates are outputs of a recorded graph that
+    the next step's replay may overwrite while the optimizer still holds them (Inductor's CUDA-graph trees
+    raise "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run")."""
+    lrs = [g["lr"] for g in opt.param_groups]
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+    opt.step()
+    for g, lr in zip(opt.param_groups, lrs):
+        g["lr"] = lr
+
+
 def grad_names(model: torch.nn.Module, k: int = 2) -> list[str]:
     """Parameters whose gradients the accuracy check compares: the first and the last `k` that need grad
     (embeddings/stem and head/final norm: the two ends of the backward pass)."""
@@ -182,7 +198,7 @@ def grad_names(model: torch.nn.Module, k: int = 2) -> list[str]:
     return list(dict.fromkeys(names[:k] + names[-k:]))
 
 
-_SHARED = (make_inputs, forward, loss_of, primary, make_optimizer, grad_names)
+_SHARED = (make_inputs, forward, loss_of, primary, make_optimizer, prime_optimizer, grad_names)
 
 
 # ---------------------------------------------------------------- registry

@@ -203,6 +203,7 @@ class Stepper:
                 p.grad = (torch.randn(p.shape, generator=gen) * 1e-2).to(device=device, dtype=p.dtype)
             self.opt = mdl.make_optimizer(case.optimizer, self.model.parameters(), foreach=True)
             assert self.opt is not None
+            mdl.prime_optimizer(self.opt)
             self.fn = arm.compile(self.opt.step)
         else:
             self.opt = mdl.make_optimizer(case.optimizer, self.model.parameters()) if dtype is None else None

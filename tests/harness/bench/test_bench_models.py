@@ -815,6 +815,11 @@ def test_optimizer_rows_compile_the_step_alone():
     base = case.build(0)
     st = Stepper(case, base, "eager", torch.device("cpu"))
     assert st.opt is not None and all(g["foreach"] for g in st.opt.param_groups)
+    # primed: every parameter has its momentum buffer before the first step, the weights are still the model's
+    params = list(st.model.parameters())
+    assert all(st.opt.state[p].get("momentum_buffer") is not None for p in params)
+    assert all(torch.equal(p, q) for p, q in zip(params, base.parameters()))
+    assert [g["lr"] for g in st.opt.param_groups] == [1e-2]
     first = st.step(capture=True)
     assert first and all(k.startswith("param:") for k in first)
     again = st.step(capture=True)
@@ -822,6 +827,30 @@ def test_optimizer_rows_compile_the_step_alone():
     ref = Stepper(case, base, "eager", torch.device("cpu"), dtype=torch.float64).step(capture=True)
     for k, v in first.items():
         torch.testing.assert_close(v.double(), ref[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_primed_optimizer_step_compiles_once(optimizer):
+    """The compiled step of an `opt` case is the steady-state one: its first and later calls run the same kiln
+    graph (unprimed, the first call compiled a state-creating graph and the second recompiled), and it moves
+    the weights as eager's step does."""
+    import compiler
+    from harness.bench.models.run import Stepper
+
+    _transformers_or_skip()
+    case = mdl._parse(mdl.MODELS[0], "tiny", f"opt:{optimizer}", "cpu")
+    base = case.build(0)
+    torch._dynamo.reset()
+    with compiler.capture() as graphs:
+        st = Stepper(case, base, "kiln", torch.device("cpu"))
+        got = st.step(capture=True)
+        after_first = len(graphs)
+        st.step()
+    assert after_first >= 1 and len(graphs) == after_first
+    want = Stepper(case, base, "eager", torch.device("cpu")).step(capture=True)
+    assert got and want and got.keys() == want.keys()
+    for k in got:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
 def test_combo_table_counts_each_kiln_arms_guard_decisions_and_the_time_they_save():
