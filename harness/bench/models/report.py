@@ -323,7 +323,8 @@ def memory_table(results: list[Result], compilers: Sequence[str] | None = None) 
 
 def host_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
     """Per case and compiler: host ms per step (`step_facts.host_time`: the time a step takes to return on an
-    idle device), launches per step and host us per launch; `-` where not measured."""
+    idle device, and in parentheses in a back-to-back loop where measured), launches per step and host us per
+    launch; `-` where not measured."""
     compilers = list(compilers or compilers_of(results))
     rows: Table = [["model"] + [f"{c} {k}" for c in compilers for k in ("host ms", "launches", "us/launch")]]
     for w, per in by_case(results).items():
@@ -333,12 +334,17 @@ def host_table(results: list[Result], compilers: Sequence[str] | None = None) ->
             h = r.meta.host if r is not None and r.status == "ok" else None
             k = r.meta.kernel if r is not None and r.status == "ok" else None
             row += [
-                f"{h['host_ms']:.3f}" if h else "-",
+                _host_cell(h) if h else "-",
                 f"{k['launches']:g}" if k else "-",
                 f"{h['host_us_per_launch']:.1f}" if h and h.get("host_us_per_launch") else "-",
             ]
         rows.append(row)
     return rows
+
+
+def _host_cell(h: dict[str, Any]) -> str:
+    loop = h.get("host_ms_loop")
+    return f"{h['host_ms']:.3f}" + (f" ({loop:.3f})" if loop is not None else "")
 
 
 def combo_table(results: list[Result]) -> Table:
@@ -509,7 +515,9 @@ def markdown_report(
             "### Host time",
             "",
             "Host ms: median time a step takes to return when started on an idle device "
-            "(its kernels queued, not waited for): Python, guards, argument binding and launches. "
+            "(its kernels queued, not waited for): Python, guards, argument binding and launches; in "
+            "parentheses, the same in a back-to-back loop (the two differ where the host's work depends on "
+            "the device being idle, or a step waits for its previous one). "
             "Launches: kernel and copy launches per step (profiled).",
             "",
             markdown(host_table(results, compilers)),

@@ -44,10 +44,14 @@ def kernel_time(step: Any, device: torch.device, steps: int) -> dict[str, float]
 
 
 def host_time(step: Any, device: torch.device, steps: int, launches: float | None = None) -> dict[str, float]:
-    """Host ms per step: the median over `steps` calls of the time `step()` takes to return, each call started on
-    an idle device (synchronized before, not inside: kernel launches are queued, not waited for), so it measures
-    the host's work (Python, guards, argument binding, launches), not the kernels. With `launches` (per step,
-    from `kernel_time`): host us per launch beside it."""
+    """Host ms per step, two ways, each the median over `steps` calls of the time `step()` takes to return:
+    `host_ms`, each call started on an idle device (synchronized before, not inside: kernel launches are
+    queued, not waited for), and `host_ms_loop`, calls back to back as the timing loop runs them (synchronized
+    once before and once after). Both measure the host's work (Python, guards, argument binding, launches), not
+    the kernels, unless the step waits for the device inside (a value read on the host): then the loop's figure
+    includes that wait. On the GPU the idle-start figure has read up to twice the loop's step time for compiled
+    inference rows (H200, 2026-11-28), which the host's own work cannot explain: the two side by side say which
+    one a row's host time is. With `launches` (per step, from `kernel_time`): host us per launch (of `host_ms`)."""
     import time
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda d: None)
@@ -58,12 +62,20 @@ def host_time(step: Any, device: torch.device, steps: int, launches: float | Non
         step()
         ts.append(time.perf_counter_ns() - t0)
     sync(device)
-    ts.sort()
-    ms = ts[len(ts) // 2] / 1e6
-    out = {"host_ms": round(ms, 4)}
+    loop = []
+    for _ in range(max(1, steps)):
+        t0 = time.perf_counter_ns()
+        step()
+        loop.append(time.perf_counter_ns() - t0)
+    sync(device)
+    out = {"host_ms": round(_median(ts) / 1e6, 4), "host_ms_loop": round(_median(loop) / 1e6, 4)}
     if launches:
-        out["host_us_per_launch"] = round(ms * 1e3 / launches, 2)
+        out["host_us_per_launch"] = round(out["host_ms"] * 1e3 / launches, 2)
     return out
+
+
+def _median(ns: list[int]) -> float:
+    return sorted(ns)[len(ns) // 2]
 
 
 def reset_combo_guard() -> None:
