@@ -1,3 +1,3 @@
 """Lowering tables. Importing this package registers every lowering in ``graph.LOWERINGS``."""
 
-from . import control_flow, indexing, misc, pointwise, reductions, scatter, views  # noqa: F401
+from . import control_flow, indexing, misc, pointwise, pooling, reductions, scatter, views  # noqa: F401

@@ -104,28 +104,84 @@ def _squeeze(x: Value, out_size, dims=None):
 
 
 def reshape_value(x: Value, out_size, *_):
-    """Reshape of a logically contiguous value: flatten the output index, unflatten into the input's."""
+    """Reshape of a logically contiguous value: each output index mapped to the input's.
+
+    Where the two shapes split into runs of dims with equal element counts (``dim_groups``: [B*T, C] and
+    [B, T, C] are the runs B*T|B,T and C|C), each run is mapped on its own: a dim kept as it is maps to itself,
+    merged dims to one sum, a split dim to a ``FloorDiv`` and ``ModularIndexing`` of its own index alone.
+    Otherwise the whole output index is flattened and unflattened into the input's. Both give the same element;
+    the runs keep the expressions small, where a whole-shape flatten made torch's ``FloorDiv`` and
+    ``ModularIndexing`` simplify sums of every dim back down with sympy's gcd (most of the ``schedule`` pass's
+    time on a transformer, whose views are mostly these splits and merges)."""
     in_size = x.size
+    groups = dim_groups(tuple(in_size), tuple(out_size))
 
     def remap(idx: Index) -> list:
-        flat = sum(
-            (i * st for i, st, sz in zip(idx, contiguous_strides(out_size), out_size) if sz != 1),
-            sympy.Integer(0),
-        )
-        res = []
-        in_strides = contiguous_strides(in_size)
-        first = True
-        for sz, st in zip(in_size, in_strides):
-            if sz == 1:
-                res.append(sympy.Integer(0))
-            elif first:
-                res.append(FloorDiv(flat, st))
-                first = False
-            else:
-                res.append(ModularIndexing(flat, st, sz))
+        if groups is None:
+            return _unflatten(_flatten(idx, out_size), in_size)
+        res: list = [sympy.Integer(0)] * len(in_size)
+        for outs, ins in groups:
+            flat = _flatten([idx[k] for k in outs], [out_size[k] for k in outs])
+            for k, v in zip(ins, _unflatten(flat, [in_size[k] for k in ins])):
+                res[k] = v
         return res
 
     return remap
+
+
+def _flatten(idx: Index, size) -> sympy.Expr:
+    """The flat (row-major) position of ``idx`` in a contiguous tensor of ``size`` (size-1 dims left out)."""
+    return sum(
+        (i * st for i, st, sz in zip(idx, contiguous_strides(size), size) if sz != 1),
+        sympy.Integer(0),
+    )
+
+
+def _unflatten(flat: sympy.Expr, size) -> list:
+    """The index of the element at flat position ``flat`` of a contiguous tensor of ``size``."""
+    res: list = []
+    first = True
+    for sz, st in zip(size, contiguous_strides(size)):
+        if sz == 1:
+            res.append(sympy.Integer(0))
+        elif first:
+            res.append(flat if st == 1 else FloorDiv(flat, st))
+            first = False
+        else:
+            res.append(ModularIndexing(flat, st, sz))
+    return res
+
+
+def dim_groups(in_size: tuple, out_size: tuple) -> list[tuple[list[int], list[int]]] | None:
+    """Runs of output dims and input dims with equal element counts, in order (size-1 dims left out), or None
+    where the sizes do not split so (a symbolic size that neither divides nor equals the other side's)."""
+    outs = [k for k, n in enumerate(out_size) if n != 1]
+    ins = [k for k, n in enumerate(in_size) if n != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    a = b = 0
+    while a < len(outs) and b < len(ins):
+        ga, gb = [outs[a]], [ins[b]]
+        po, pi = sympy.sympify(out_size[outs[a]]), sympy.sympify(in_size[ins[b]])
+        a, b = a + 1, b + 1
+        while po != pi:
+            if _multiple(pi, po) and a < len(outs):  # the output run is the smaller: take its next dim
+                ga.append(outs[a])
+                po *= out_size[outs[a]]
+                a += 1
+            elif _multiple(po, pi) and b < len(ins):
+                gb.append(ins[b])
+                pi *= in_size[ins[b]]
+                b += 1
+            else:
+                return None
+        groups.append((ga, gb))
+    return groups if a == len(outs) and b == len(ins) else None
+
+
+def _multiple(big: sympy.Expr, small: sympy.Expr) -> bool:
+    """``big`` is a whole multiple of ``small`` other than itself (sympy cancels common factors of products)."""
+    q = big / small
+    return bool(q.is_Integer) and q > 1
 
 
 def _flip(x: Value, out_size, dims):

@@ -260,12 +260,18 @@ def test_cumsum_exclusive_offsets_int(device):
 
 
 # ------------------------------------------------------------------------------ non-tensor / tuple args
-def test_max_pool_tuple_args(device):
+def test_pool_tuple_args(device):
+    # tuple arguments reach a lowering (max pooling) and an ATen fallback (average pooling) alike
     graphs = check(
         lambda x: F.max_pool2d(x, kernel_size=(2, 2), stride=(2, 1)) + 1,
         torch.randn(1, 2, 6, 6, device=device),
     )
-    assert fallback_ops(graphs)
+    assert not [op for op in fallback_ops(graphs) if "max_pool" in op]
+    graphs = check(
+        lambda x: F.avg_pool2d(x, kernel_size=(2, 2), stride=(2, 1)) + 1,
+        torch.randn(1, 2, 6, 6, device=device),
+    )
+    assert [op for op in fallback_ops(graphs) if "avg_pool2d" in op]
 
 
 def test_interpolate_nearest_scale_factor(device):

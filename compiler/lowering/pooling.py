@@ -1,0 +1,106 @@
+"""Pooling lowerings: ``max_pool2d_with_indices`` as a pointwise kernel over its window's taps.
+
+Terms: a *tap* is one (kh, kw) position of the pooling window; output element (oh, ow) reads input row
+``oh * stride_h - pad_h + kh * dilation_h`` and the column likewise. A tap outside the input (padding) reads
+-inf and never wins. The value is the running ``maximum`` of the taps (NaN propagates, as in eager); the index
+is the flat ``h * W + w`` position in the input plane of the tap that eager's kernels pick: a tap replaces the
+best so far when it is greater or NaN (so a later NaN wins), starting from the window's first in-bounds
+position. Both outputs are Lazy: an unused index costs nothing, and the window is recomputed per output element
+(no copy of the input). Windows of more than ``MAX_TAPS`` taps stay with ATen (``NotLowered``): their
+unrolled body would outgrow a kernel.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ..exc import NotLowered
+from ..graph import GraphLowering, register_lowering
+from ..ir import Index, Lazy, Value, sym
+from ..kexpr import Const, IndexValue, KExpr, Op, cast
+from .misc import _in_range, _masked
+
+aten = torch.ops.aten
+
+#: the most taps a lowered window may have (5x5)
+MAX_TAPS = 25
+
+
+def _pair(v, default: int | None = None) -> tuple[int, int]:
+    """A pooling argument as (h, w): one int for both, a one- or two-element list, or ``default`` when empty."""
+    if isinstance(v, int):
+        return (v, v)
+    v = list(v)
+    if not v:
+        if default is None:
+            raise NotLowered("pooling argument missing")
+        return (default, default)
+    if len(v) == 1:
+        return (int(v[0]), int(v[0]))
+    return (int(v[0]), int(v[1]))
+
+
+def _and(a: KExpr, b: KExpr) -> KExpr:
+    return Op("logical_and", [a, b], torch.bool)
+
+
+def _or(a: KExpr, b: KExpr) -> KExpr:
+    return Op("logical_or", [a, b], torch.bool)
+
+
+@register_lowering(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(
+    g: GraphLowering, node, x: Value, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False
+):
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, default=None) if stride else (kh, kw)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    if kh * kw > MAX_TAPS:
+        raise NotLowered(f"a {kh}x{kw} pooling window (more than {MAX_TAPS} taps)")
+    if not x.dtype.is_floating_point:
+        raise NotLowered("max pooling of an integer tensor")
+    out_val, out_idx = node.meta["val"]
+    size = tuple(sym(s) for s in out_val.shape)
+    rank = len(size)
+    H, W = x.size[rank - 2], x.size[rank - 1]
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    neg_inf = Const(float("-inf"), x.dtype)
+
+    def window(idx: Index) -> list[tuple[KExpr, KExpr, KExpr]]:
+        """Each tap's (in-bounds mask, value, flat input position)."""
+        oh, ow = idx[rank - 2], idx[rank - 1]
+        out = []
+        for i, j in taps:
+            ih, iw = oh * sh - ph + i * dh, ow * sw - pw + j * dw
+            inside = _and(_in_range(ih, H), _in_range(iw, W))
+            local = list(idx[: rank - 2]) + [ih, iw]
+            v = Op("where", [inside, cast(_masked(x, local, inside), x.dtype), neg_inf], x.dtype)
+            out.append((inside, v, IndexValue(ih * W + iw)))
+        return out
+
+    def value(idx: Index) -> KExpr:
+        taps_ = window(idx)
+        best = taps_[0][1]
+        for _, v, _ in taps_[1:]:
+            best = Op("maximum", [best, v], x.dtype)
+        return best
+
+    def index(idx: Index) -> KExpr:
+        oh, ow = idx[rank - 2], idx[rank - 1]
+        h0 = sympy.Max(oh * sh - ph, 0)
+        w0 = sympy.Max(ow * sw - pw, 0)
+        best: KExpr = neg_inf
+        where: KExpr = IndexValue(h0 * W + w0)
+        for inside, v, flat in window(idx):
+            take = _and(inside, _or(Op("gt", [v, best], torch.bool), Op("isnan", [v], torch.bool)))
+            best = Op("where", [take, v, best], x.dtype)
+            where = Op("where", [take, flat, where], torch.int64)
+        return where
+
+    cost = len(taps) * (x.cost + 2 if isinstance(x, Lazy) else 2)
+    return (
+        Lazy(size, x.dtype, x.device, value, cost),
+        Lazy(size, torch.int64, x.device, index, 2 * cost),
+    )

@@ -1,0 +1,77 @@
+"""``max_pool2d_with_indices`` lowered to a pointwise kernel over its window (``compiler/lowering/pooling.py``)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+
+
+def _compiled(fn, *args):
+    torch._dynamo.reset()
+    compiler.register()
+    with compiler.capture() as graphs:
+        out = torch.compile(fn, backend="kiln")(*args)
+    return out, [r for g in graphs for r in g.all_fallbacks()]
+
+
+@pytest.mark.parametrize(
+    "kernel,stride,padding,dilation,ceil_mode",
+    [
+        (3, 2, 1, 1, False),
+        (2, 2, 0, 1, False),
+        (3, 1, 1, 1, False),
+        (3, 2, 1, 2, False),
+        (3, 2, 0, 1, True),
+        ((2, 3), (1, 2), (1, 0), 1, False),
+    ],
+)
+def test_values_and_indices_match_eager(kernel, stride, padding, dilation, ceil_mode):
+    """Values and argmax indices as eager's, NaN and ties included (a NaN wins its windows; of equal values
+    the first tap in row-major window order)."""
+
+    def f(x):
+        return F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices=True)
+
+    x = torch.randn(2, 3, 11, 10)
+    x[0, 0, 2, 3] = float("nan")
+    x[1, 1, 4, :] = 0.5  # ties along a row
+    (v, i), fallbacks = _compiled(f, x)
+    ev, ei = f(x)
+    torch.testing.assert_close(v, ev, equal_nan=True)
+    assert torch.equal(i, ei)
+    assert not [r for r in fallbacks if "max_pool" in str(r.op)]
+
+
+def test_a_resnet_stem_fuses_the_pool_and_trains():
+    """Conv, batch norm, ReLU and a 3x3/2 max pool on a channels-last input: no pooling fallback in the forward,
+    and the gradients through ATen's pooling backward (fed kiln's indices) match eager's."""
+    torch.manual_seed(0)
+    stem = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, 2, 1),
+    ).to(memory_format=torch.channels_last)
+    ref = copy.deepcopy(stem)
+    x = torch.randn(2, 3, 12, 12).to(memory_format=torch.channels_last)
+    y, fallbacks = _compiled(stem, x)
+    assert not [r for r in fallbacks if str(r.op).startswith("aten.max_pool2d_with_indices.")]
+    want = ref(x)
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
+    y.sum().backward()
+    want.sum().backward()
+    for p, q in zip(stem.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_a_large_window_stays_with_aten_with_its_reason():
+    def f(x):
+        return F.max_pool2d(x, 7, 1, 3)
+
+    x = torch.randn(1, 2, 9, 9)
+    y, fallbacks = _compiled(f, x)
+    torch.testing.assert_close(y, f(x))
+    assert any("7x7 pooling window" in r.detail for r in fallbacks)
