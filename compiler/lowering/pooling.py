@@ -1,4 +1,4 @@
-"""Pooling lowerings: ``max_pool2d_with_indices`` as a pointwise kernel over its window's taps.
+"""Pooling lowerings: ``max_pool2d_with_indices`` and its backward as pointwise kernels over window taps.
 
 Terms: a *tap* is one (kh, kw) position of the pooling window; output element (oh, ow) reads input row
 ``oh * stride_h - pad_h + kh * dilation_h`` and the column likewise. A tap outside the input (padding) reads
@@ -8,13 +8,20 @@ best so far when it is greater or NaN (so a later NaN wins), starting from the w
 position. Both outputs are Lazy: an unused index costs nothing, and the window is recomputed per output element
 (no copy of the input). Windows of more than ``MAX_TAPS`` taps stay with ATen (``NotLowered``): their
 unrolled body would outgrow a kernel.
+
+The backward is a gather, not a scatter: input element (ih, iw) sums the gradients of the output elements whose
+window holds it and whose index names it. With stride s and window k (no dilation) at most ceil(k / s) output
+rows hold a given input row: ``oh = (ih + pad) // s - t`` for t below that bound, kept where ``oh`` is an output
+row and its window reaches ``ih`` (columns likewise).
 """
 
 from __future__ import annotations
 
 import sympy
 import torch
+from torch.utils._sympy.functions import FloorDiv
 
+from ..dtypes import compute_dtype
 from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import Index, Lazy, Value, sym
@@ -71,7 +78,7 @@ def _max_pool2d_with_indices(
     def window(idx: Index) -> list[tuple[KExpr, KExpr, KExpr]]:
         """Each tap's (in-bounds mask, value, flat input position)."""
         oh, ow = idx[rank - 2], idx[rank - 1]
-        out = []
+        out: list[tuple[KExpr, KExpr, KExpr]] = []
         for i, j in taps:
             ih, iw = oh * sh - ph + i * dh, ow * sw - pw + j * dw
             inside = _and(_in_range(ih, H), _in_range(iw, W))
@@ -104,3 +111,65 @@ def _max_pool2d_with_indices(
         Lazy(size, x.dtype, x.device, value, cost),
         Lazy(size, torch.int64, x.device, index, 2 * cost),
     )
+
+
+@register_lowering(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_with_indices_backward(
+    g: GraphLowering,
+    node,
+    grad: Value,
+    x: Value,
+    kernel_size,
+    stride,
+    padding,
+    dilation,
+    ceil_mode,
+    indices: Value,
+):
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, default=None) if stride else (kh, kw)
+    ph, pw = _pair(padding)
+    if _pair(dilation) != (1, 1):
+        raise NotLowered("max pooling backward with dilation")
+    th, tw = -(-kh // sh), -(-kw // sw)  # output rows (columns) whose windows can hold one input row (column)
+    if th * tw > MAX_TAPS:
+        raise NotLowered(f"max pooling backward over {th}x{tw} output windows per input element")
+    out = node.meta["val"]
+    size = tuple(sym(s) for s in out.shape)
+    rank = len(size)
+    OH, OW = grad.size[rank - 2], grad.size[rank - 1]
+    W = size[rank - 1]
+    acc = compute_dtype(out.dtype)
+    zero = Const(0.0, acc)
+
+    def fn(idx: Index) -> KExpr:
+        ih, iw = idx[rank - 2], idx[rank - 1]
+        here = IndexValue(ih * W + iw)
+        total: KExpr = zero
+        for a in range(th):
+            oh = FloorDiv(ih + ph, sh) - a
+            rows = _and(
+                _in_range(oh, OH),
+                Op("ge", [IndexValue(oh * sh - ph + kh - 1 - ih), Const(0, torch.int64)], torch.bool),
+            )
+            for b in range(tw):
+                ow = FloorDiv(iw + pw, sw) - b
+                cols = _and(
+                    _in_range(ow, OW),
+                    Op("ge", [IndexValue(ow * sw - pw + kw - 1 - iw), Const(0, torch.int64)], torch.bool),
+                )
+                valid = _and(rows, cols)
+                local = list(idx[: rank - 2]) + [oh, ow]
+                picked = _and(
+                    valid, Op("eq", [cast(_masked(indices, local, valid), torch.int64), here], torch.bool)
+                )
+                g_ = cast(_masked(grad, local, picked), acc)
+                total = Op("add", [total, Op("where", [picked, g_, zero], acc)], acc)
+        return cast(total, out.dtype)
+
+    cost = (
+        th * tw * 4
+        + (grad.cost if isinstance(grad, Lazy) else 0)
+        + (indices.cost if isinstance(indices, Lazy) else 0)
+    )
+    return Lazy(size, out.dtype, out.device, fn, cost)

@@ -75,3 +75,30 @@ def test_a_large_window_stays_with_aten_with_its_reason():
     y, fallbacks = _compiled(f, x)
     torch.testing.assert_close(y, f(x))
     assert any("7x7 pooling window" in r.detail for r in fallbacks)
+
+
+@pytest.mark.parametrize(
+    "kernel,stride,padding,ceil_mode",
+    [(3, 2, 1, False), (2, 2, 0, False), (3, 1, 1, False), (3, 2, 0, True), ((2, 3), (1, 2), (1, 0), False)],
+)
+def test_backward_matches_eager(kernel, stride, padding, ceil_mode):
+    """The input gradient sums the output gradients routed by the indices, overlapping windows (stride 1: one
+    input element picked by several outputs) and ties included, with no ATen pooling backward left."""
+
+    def f(x, w):
+        return (F.max_pool2d(x, kernel, stride, padding, 1, ceil_mode) * w).sum()
+
+    x = torch.randn(2, 3, 11, 10)
+    x[1, 1, 4, :] = 0.5
+    w = torch.randn_like(F.max_pool2d(x, kernel, stride, padding, 1, ceil_mode))
+    xc = x.clone().requires_grad_()
+    torch._dynamo.reset()
+    compiler.register()
+    with compiler.capture() as graphs:  # the backward graph compiles at the first backward call
+        torch.compile(f, backend="kiln")(xc, w).backward()
+    fallbacks = [r for g in graphs for r in g.all_fallbacks()]
+    assert len(graphs) >= 2
+    xe = x.clone().requires_grad_()
+    f(xe, w).backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
+    assert not [r for r in fallbacks if "max_pool" in str(r.op)]

@@ -9,6 +9,7 @@ import torch
 
 import compiler
 from compiler.ir import Lazy, sym
+from compiler.kexpr import Const
 from compiler.lowering import views
 
 
@@ -26,7 +27,12 @@ def _shapes(numel: int, rank: int, rng: random.Random) -> tuple[int, ...]:
 
 def _remapped(in_size, out_size) -> list[list[int]]:
     """For every output index (row-major), the input index ``reshape_value`` maps it to, evaluated."""
-    x = Lazy(tuple(sympy.Integer(n) for n in in_size), torch.float32, torch.device("cpu"), lambda idx: None)
+    x = Lazy(
+        tuple(sympy.Integer(n) for n in in_size),
+        torch.float32,
+        torch.device("cpu"),
+        lambda idx: Const(0.0, torch.float32),
+    )
     remap = views.reshape_value(x, tuple(sympy.Integer(n) for n in out_size))
     idx = [sympy.Symbol(f"i{k}", integer=True, nonnegative=True) for k in range(len(out_size))]
     exprs = remap(idx)
