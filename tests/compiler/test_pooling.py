@@ -46,25 +46,30 @@ def test_values_and_indices_match_eager(kernel, stride, padding, dilation, ceil_
 
 
 def test_a_resnet_stem_fuses_the_pool_and_trains():
-    """Conv, batch norm, ReLU and a 3x3/2 max pool on a channels-last input: no pooling fallback in the forward,
-    and the gradients through ATen's pooling backward (fed kiln's indices) match eager's."""
+    """Conv, batch norm, ReLU and a 3x3/2 max pool on a channels-last input: no pooling in ATen, forward or
+    backward, and the gradients match eager's. The conv has no bias, as in ResNet: ahead of batch norm a bias's
+    gradient is zero up to rounding, which no tolerance relative to it can compare."""
     torch.manual_seed(0)
     stem = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
         torch.nn.BatchNorm2d(8),
         torch.nn.ReLU(),
         torch.nn.MaxPool2d(3, 2, 1),
     ).to(memory_format=torch.channels_last)
     ref = copy.deepcopy(stem)
     x = torch.randn(2, 3, 12, 12).to(memory_format=torch.channels_last)
-    y, fallbacks = _compiled(stem, x)
-    assert not [r for r in fallbacks if str(r.op).startswith("aten.max_pool2d_with_indices.")]
+    torch._dynamo.reset()
+    compiler.register()
+    with compiler.capture() as graphs:  # the backward graph compiles at the first backward call
+        y = torch.compile(stem, backend="kiln")(x)
+        y.sum().backward()
+    assert not [r for g in graphs for r in g.all_fallbacks() if "max_pool" in str(r.op)]
     want = ref(x)
     torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
-    y.sum().backward()
     want.sum().backward()
     for p, q in zip(stem.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+        scale = float(q.grad.abs().max())
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4 * max(scale, 1e-3))
 
 
 def test_a_large_window_stays_with_aten_with_its_reason():
