@@ -185,8 +185,8 @@ def _cat(g: GraphLowering, node, tensors, dim=0):
         for t, off in reversed(list(zip(parts, offsets))):
             local = list(idx)
             local[dim] = idx[dim] - off
-            inside = _in_range(idx[dim] - off, t.size[dim])
-            v = cast(_masked(t, local, inside), out.dtype)
+            inside = in_range(idx[dim] - off, t.size[dim])
+            v = cast(masked_load(t, local, inside), out.dtype)
             result = v if result is None else Op("where", [inside, v, result], out.dtype)
         assert result is not None  # parts is not empty
         return result
@@ -194,7 +194,7 @@ def _cat(g: GraphLowering, node, tensors, dim=0):
     return Lazy(size, out.dtype, out.device, fn, arg_cost(parts) + len(parts))
 
 
-def _in_range(i: sympy.Expr, n: sympy.Expr) -> KExpr:
+def in_range(i: sympy.Expr, n: sympy.Expr) -> KExpr:
     """``0 <= i < n`` as a bool KExpr."""
     return Op(
         "logical_and",
@@ -210,7 +210,7 @@ def _int(e: sympy.Expr) -> KExpr:
     return Const(int(e), torch.int64) if e.is_number else IndexValue(e)
 
 
-def _masked(t: Value, index: Index, mask: KExpr) -> KExpr:
+def masked_load(t: Value, index: Index, mask: KExpr) -> KExpr:
     """Load ``t`` at ``index`` only where ``mask`` holds (other lanes must not touch memory)."""
     v = t.load(index)
     if isinstance(v, Load):
@@ -249,11 +249,11 @@ def _pad(g: GraphLowering, node, x: Value, pad, value=0):
             d = rank - 1 - i
             before = pads[2 * i]
             local[d] = idx[d] - before
-            conds.append(_in_range(idx[d] - before, x.size[d]))
+            conds.append(in_range(idx[d] - before, x.size[d]))
         inside = conds[0]
         for c in conds[1:]:
             inside = Op("logical_and", [inside, c], torch.bool)
-        v = cast(_masked(x, local, inside), out.dtype)
+        v = cast(masked_load(x, local, inside), out.dtype)
         return Op("where", [inside, v, Const(value, out.dtype)], out.dtype)
 
     return Lazy(size, out.dtype, out.device, fn, arg_cost([x]) + 2)
@@ -294,7 +294,7 @@ def _slice_scatter(
 
     def fn(idx: Index) -> KExpr:
         rel = idx[dim] - begin
-        inside = _in_range(rel, count * step_e)
+        inside = in_range(rel, count * step_e)
         local = list(idx)
         if step_e == 1:
             local[dim] = rel
@@ -304,7 +304,7 @@ def _slice_scatter(
             )
             inside = Op("logical_and", [inside, on_step], torch.bool)
             local[dim] = FloorDiv(rel, step_e)
-        new = cast(_masked(src, local, inside), out.dtype)
+        new = cast(masked_load(src, local, inside), out.dtype)
         return Op("where", [inside, new, cast(x.load(idx), out.dtype)], out.dtype)
 
     return Lazy(size, out.dtype, out.device, fn, arg_cost([x, src]) + 2)

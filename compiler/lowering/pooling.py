@@ -26,7 +26,7 @@ from ..exc import NotLowered
 from ..graph import GraphLowering, register_lowering
 from ..ir import Index, Lazy, Value, sym
 from ..kexpr import Const, IndexValue, KExpr, Op, cast
-from .misc import _in_range, _masked
+from .misc import in_range, masked_load
 
 aten = torch.ops.aten
 
@@ -81,9 +81,9 @@ def _max_pool2d_with_indices(
         out: list[tuple[KExpr, KExpr, KExpr]] = []
         for i, j in taps:
             ih, iw = oh * sh - ph + i * dh, ow * sw - pw + j * dw
-            inside = _and(_in_range(ih, H), _in_range(iw, W))
+            inside = _and(in_range(ih, H), in_range(iw, W))
             local = list(idx[: rank - 2]) + [ih, iw]
-            v = Op("where", [inside, cast(_masked(x, local, inside), x.dtype), neg_inf], x.dtype)
+            v = Op("where", [inside, cast(masked_load(x, local, inside), x.dtype), neg_inf], x.dtype)
             out.append((inside, v, IndexValue(ih * W + iw)))
         return out
 
@@ -149,21 +149,21 @@ def _max_pool2d_with_indices_backward(
         for a in range(th):
             oh = FloorDiv(ih + ph, sh) - a
             rows = _and(
-                _in_range(oh, OH),
+                in_range(oh, OH),
                 Op("ge", [IndexValue(oh * sh - ph + kh - 1 - ih), Const(0, torch.int64)], torch.bool),
             )
             for b in range(tw):
                 ow = FloorDiv(iw + pw, sw) - b
                 cols = _and(
-                    _in_range(ow, OW),
+                    in_range(ow, OW),
                     Op("ge", [IndexValue(ow * sw - pw + kw - 1 - iw), Const(0, torch.int64)], torch.bool),
                 )
                 valid = _and(rows, cols)
                 local = list(idx[: rank - 2]) + [oh, ow]
                 picked = _and(
-                    valid, Op("eq", [cast(_masked(indices, local, valid), torch.int64), here], torch.bool)
+                    valid, Op("eq", [cast(masked_load(indices, local, valid), torch.int64), here], torch.bool)
                 )
-                g_ = cast(_masked(grad, local, picked), acc)
+                g_ = cast(masked_load(grad, local, picked), acc)
                 total = Op("add", [total, Op("where", [picked, g_, zero], acc)], acc)
         return cast(total, out.dtype)
 
