@@ -34,15 +34,13 @@ aten = torch.ops.aten
 MAX_TAPS = 25
 
 
-def _pair(v, default: int | None = None) -> tuple[int, int]:
-    """A pooling argument as (h, w): one int for both, a one- or two-element list, or ``default`` when empty."""
+def _pair(v) -> tuple[int, int]:
+    """A pooling argument as (h, w): one int for both, or a one- or two-element list."""
     if isinstance(v, int):
         return (v, v)
     v = list(v)
     if not v:
-        if default is None:
-            raise NotLowered("pooling argument missing")
-        return (default, default)
+        raise NotLowered("pooling argument missing")
     if len(v) == 1:
         return (int(v[0]), int(v[0]))
     return (int(v[0]), int(v[1]))
@@ -61,7 +59,7 @@ def _max_pool2d_with_indices(
     g: GraphLowering, node, x: Value, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False
 ):
     kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, default=None) if stride else (kh, kw)
+    sh, sw = _pair(stride) if stride else (kh, kw)
     ph, pw = _pair(padding)
     dh, dw = _pair(dilation)
     if kh * kw > MAX_TAPS:
@@ -127,7 +125,7 @@ def _max_pool2d_with_indices_backward(
     indices: Value,
 ):
     kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride, default=None) if stride else (kh, kw)
+    sh, sw = _pair(stride) if stride else (kh, kw)
     ph, pw = _pair(padding)
     if _pair(dilation) != (1, 1):
         raise NotLowered("max pooling backward with dilation")

@@ -12,8 +12,8 @@ Terms:
   tensors of mixed sizes for the vision models), whose gradients are drawn once from the seed and stay, and
   whose state exists before it compiles (`prime_optimizer`: the steady-state step); every step moves the
   weights. Its name carries the optimizer: `model.<model>.opt_<optimizer>.<dtype>`. Dtypes: `fp32`; `bf16`
-  (weights and floating inputs in bf16, inference only); `amp` (fp32 weights under `torch.autocast(bfloat16)`). A case spec `MODE[:DTYPE][:OPT]`
-  without a dtype means bf16 for inference on a GPU, fp32 otherwise.
+  (weights and floating inputs in bf16, inference only); `amp` (fp32 weights under `torch.autocast(bfloat16)`).
+  A case spec `MODE[:DTYPE][:OPT]` without a dtype means bf16 for inference on a GPU, fp32 otherwise.
 - *profile*: `tiny` (1-2 layers, hidden 32-64, short sequences, 32x32 images: runs on CPU through Triton's
   interpreter; transformers models only, since PyPI's torchvision does not load with the CPU torch) and
   `gpu` (H100-sized: the full-size rows and the 17 *CI-size* rows `ci_*`: GPT-2-, BERT-, Llama- and

@@ -53,6 +53,7 @@ def host_time(step: Any, device: torch.device, steps: int, launches: float | Non
     inference rows (H200, 2026-11-28), which the host's own work cannot explain: the two side by side say which
     one a row's host time is. With `launches` (per step, from `kernel_time`): host us per launch (of `host_ms`)."""
     import time
+    from statistics import median_high
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda d: None)
     ts = []
@@ -68,14 +69,10 @@ def host_time(step: Any, device: torch.device, steps: int, launches: float | Non
         step()
         loop.append(time.perf_counter_ns() - t0)
     sync(device)
-    out = {"host_ms": round(_median(ts) / 1e6, 4), "host_ms_loop": round(_median(loop) / 1e6, 4)}
+    out = {"host_ms": round(median_high(ts) / 1e6, 4), "host_ms_loop": round(median_high(loop) / 1e6, 4)}
     if launches:
         out["host_us_per_launch"] = round(out["host_ms"] * 1e3 / launches, 2)
     return out
-
-
-def _median(ns: list[int]) -> float:
-    return sorted(ns)[len(ns) // 2]
 
 
 def reset_combo_guard() -> None:
