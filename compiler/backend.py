@@ -18,6 +18,7 @@ import torch.fx as fx
 
 from . import (
     config,
+    fx_addmm,
     fx_attention,
     fx_passes,
     lowering,  # noqa: F401  (fills graph.LOWERINGS)
@@ -100,6 +101,10 @@ def mm_layout_pass(job: GraphJob) -> None:
     fx_passes.matmul_layouts(job.gm, free_outputs=job.free_output_layouts)
 
 
+def addmm_bias_pass(job: GraphJob) -> None:
+    fx_addmm.choose_forms(job.gm)
+
+
 def lower_pass(job: GraphJob) -> Program:
     def compile_sub(sub: fx.GraphModule, name: str) -> fx.GraphModule:
         cg = compile_graph(sub, name, role="subgraph")
@@ -170,6 +175,12 @@ PASSES: list[Pass] = [
         "misaligned large matmuls padded (or transposed operands made row-major) where a GPU timing "
         "says it pays: cuBLAS's aligned kernels",
         mm_layout_pass,
+    ),
+    Pass(
+        "addmm_bias",
+        "each linear layer's addmm takes the fastest of its forms (cuBLASLt's bias epilogue, cuBLAS with an "
+        "expanded bias, or mm with the add fused into kiln's consumer) by a GPU timing at compile time",
+        addmm_bias_pass,
     ),
     Pass(
         "lower",

@@ -138,6 +138,17 @@ class Settings:
             "never (``fx_passes.matmul_layouts``)."
         ),
     )
+    addmm_bias: str = setting(
+        "bench",
+        choices=("bench", "lt", "expand", "mm"),
+        help=(
+            'The form of each linear layer\'s ``addmm`` (a 1-D bias): "bench" times the forms on the GPU at '
+            'compile time and keeps the fastest; "lt" keeps the 1-D bias (cuBLASLt, the bias in the GEMM\'s '
+            "epilogue), \"expand\" passes it expanded to the output's shape (cuBLAS with beta 1, Inductor's "
+            'form), "mm" multiplies without it and adds it in kiln\'s consumer kernel where every consumer is '
+            "pointwise (any device) (``fx_addmm``)."
+        ),
+    )
     conv_layout: str = setting(
         "auto",
         choices=("auto", "always", "off"),

@@ -309,7 +309,7 @@ def _candidates(a: Any, b: Any) -> list[str]:
     return ["pad"] + (["contiguous"] if _column_major(a) or _column_major(b) else [])
 
 
-def _bench_ms(fn: Callable[[], Any], reps: int = 7) -> float:
+def bench_ms(fn: Callable[[], Any], reps: int = 7) -> float:
     for _ in range(2):
         fn()
     times = []
@@ -368,8 +368,8 @@ def _fastest(
             return mm(a.contiguous(), b.contiguous())
 
         runs = {"pad": padded, "contiguous": contiguous}
-        plain = _bench_ms(lambda: mm(a, b))
-        times = {name: _bench_ms(runs[name]) for name in _candidates(a, b)}
+        plain = bench_ms(lambda: mm(a, b))
+        times = {name: bench_ms(runs[name]) for name in _candidates(a, b)}
     best = min(times, key=times.__getitem__)
     log.debug(
         "kiln mm_layout %s x %s %s: plain %.3f ms, %s",
@@ -393,7 +393,7 @@ def _choose(node: fx.Node, pads: tuple[int, int, int], free_outputs: bool = Fals
     if mode == "off" or out.device.type != "cuda" or config.interpreting() or not torch.cuda.is_available():
         return None
     target = aten.bmm.default if node.target is aten.bmm.default else aten.mm.default
-    copy_out = not free_outputs and any(u.op == "output" for u in _through_views(node))
+    copy_out = not free_outputs and any(u.op == "output" for u in through_views(node))
     try:
         return _fastest(
             target,
@@ -445,7 +445,7 @@ VIEW_OPS = (
 )
 
 
-def _through_views(node: fx.Node) -> list[fx.Node]:
+def through_views(node: fx.Node) -> list[fx.Node]:
     """``node``'s users and, through the views of it, their users (breadth first, without repeats)."""
     seen: dict[fx.Node, None] = {}
     todo = list(node.users)

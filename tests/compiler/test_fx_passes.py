@@ -89,7 +89,7 @@ def test_a_copy_back_is_timed_for_an_output_behind_a_view():
         torch.randn(30, 21), torch.randn(21, 45)
     )
     mm = next(n for n in gm.graph.nodes if n.target is aten.mm.default)
-    assert [u.op for u in fx_passes._through_views(mm)] == ["call_function", "output"]
+    assert [u.op for u in fx_passes.through_views(mm)] == ["call_function", "output"]
 
 
 def test_addmm_pads_its_bias_and_bmm_its_batches(small_pads):
@@ -390,7 +390,8 @@ def test_split_conv_bias_in_training_keeps_gradients(device, no_tf32):
 
 
 @pytest.mark.parametrize(
-    "name,value", [("mm_layout", "sometimes"), ("conv_layout", "nhwc"), ("conv_bias", "fuse")]
+    "name,value",
+    [("mm_layout", "sometimes"), ("conv_layout", "nhwc"), ("conv_bias", "fuse"), ("addmm_bias", "cublas")],
 )
 def test_bad_values_are_config_errors(name, value):
     with pytest.raises(ConfigError, match=f"KILN_{name.upper()}"):

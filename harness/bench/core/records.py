@@ -107,7 +107,8 @@ class Meta:
     kernels of a step); `first_call_s`; `steps_per_sample`; `compile_warm_s` and `compile_probe_error` (the
     compile-time probes); `compile_breakdown` (the cold probe's seconds per compile phase,
     `models/compile_times.phase_breakdown`); `combo_guard` (kiln arms: the combo-kernel guard's decisions of the
-    compile and first steps, `models/step_facts.combo_guard`); `run_id` and `compile_run_id` (set by the model report: the run a result and its
+    compile and first steps, `models/step_facts.combo_guard`); `addmm_forms` (kiln arms: the form each timed linear
+    layer's addmm took, `models/step_facts.addmm_forms`); `run_id` and `compile_run_id` (set by the model report: the run a result and its
     compile times came from). Side by side: `rounds` (one time a turn, kernels/sidebyside.py)."""
 
     family: str | None = None
@@ -132,6 +133,7 @@ class Meta:
     compile_probe_error: str | None = None
     compile_breakdown: dict[str, float] | None = None
     combo_guard: dict[str, Any] | None = None
+    addmm_forms: list[dict[str, Any]] | None = None
     autotune: AutotuneTimes | None = None
     run_id: int | None = None
     compile_run_id: int | None = None

@@ -20,6 +20,7 @@ unrecorded under CUDA graphs with the reason (`meta.kiln_graphs`).
 
 from __future__ import annotations
 
+import collections
 import json
 import sys
 from collections.abc import Sequence
@@ -368,6 +369,26 @@ def combo_table(results: list[Result]) -> Table:
     return rows
 
 
+def addmm_table(results: list[Result]) -> Table:
+    """Per case and kiln arm: the forms its linear layers' addmms took by the compile-time timing
+    (`meta.addmm_forms`): distinct products timed, how many kept each form, and the microseconds per call the
+    chosen forms save against the traced one (cuBLASLt's bias epilogue), summed over the distinct products."""
+    rows: Table = [["model", "compiler", "timed", "lt", "expand", "mm", "us saved"]]
+    for r in results:
+        log = r.meta.addmm_forms if r.status == "ok" else None
+        if not log:
+            continue
+        distinct = {(d["m"], d["n"], d["k"], d["dtype"]): d for d in log}.values()
+        counts = collections.Counter(d["form"] for d in distinct)
+        saved = sum(d["us"]["lt"] - d["us"][d["form"]] for d in distinct)
+        rows.append(
+            [r.workload.removeprefix(mdl.PREFIX), r.compiler, str(len(distinct))]
+            + [str(counts.get(f, 0)) for f in ("lt", "expand", "mm")]
+            + [f"{saved:.1f}"]
+        )
+    return rows
+
+
 def unrecorded_report(results: list[Result]) -> list[str]:
     """`case compiler: graph (role): k of n calls unrecorded: why` for every kiln graph that ran unrecorded."""
     out = []
@@ -543,6 +564,19 @@ def markdown_report(
             "by rule. us saved: parts' time minus the combo's, summed over the combos kept by timing.",
             "",
             markdown(combos),
+            "",
+        ]
+    forms = addmm_table(results)
+    if len(forms) > 1:
+        parts += [
+            "### Linear layers' addmm forms",
+            "",
+            "Each kiln arm's bias addmms of at least 2^24 multiply-adds, timed at compile time in each form "
+            "(lt: cuBLASLt with the bias in its epilogue, as traced; expand: cuBLAS with the bias expanded and "
+            "beta 1; mm: the product alone, the add fused into kiln's consumer kernel) and the fastest kept when "
+            "3% faster than lt (`compiler/fx_addmm.py`). us saved: per call, summed over the distinct products.",
+            "",
+            markdown(forms),
             "",
         ]
     unrec = unrecorded_report(results)

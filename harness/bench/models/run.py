@@ -76,10 +76,12 @@ from harness.bench.core.stats import Stats
 from harness.bench.models import catalog as mdl
 from harness.bench.models.memory import MemoryWindow, cuda_source
 from harness.bench.models.step_facts import (
+    addmm_forms,
     combo_guard,
     graph_report,
     host_time,
     kernel_time,
+    reset_addmm_forms,
     reset_combo_guard,
 )
 from harness.bench.stores import env
@@ -457,6 +459,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
             with kiln_capture(compiler) as graphs:
                 if graphs is not None:  # a kiln arm: the combo guard's decisions of this compile, from zero
                     reset_combo_guard()
+                    reset_addmm_forms()
                 st = Stepper(case, base, compiler, self.device, cfg.seed)
                 t0 = time.perf_counter()
                 with _deadline(cfg.compile_timeout_s, f"{compiler} compile + first step"):
@@ -498,6 +501,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
             if graphs is not None:
                 res.meta.kiln_graphs = graph_report(graphs)
                 res.meta.combo_guard = combo_guard()
+                res.meta.addmm_forms = addmm_forms()
             est = Stats.of(ts[len(ts) // 2 :]).median
             steps = max(1, min(50, math.ceil(cfg.sample_s * 1e9 / max(est, 1.0))))
             n = round(cfg.target_s * 1e9 / max(est * steps, 1.0))

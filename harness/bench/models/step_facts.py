@@ -90,6 +90,21 @@ def combo_guard() -> dict[str, Any]:
     return {"counts": combo.decisions(), "decisions": combo.decision_log()}
 
 
+def reset_addmm_forms() -> None:
+    """Start logging the addmm_bias pass's timed decisions from zero (before a kiln arm compiles)."""
+    from compiler import fx_addmm
+
+    fx_addmm.reset_decisions()
+
+
+def addmm_forms() -> list[dict[str, Any]]:
+    """The form each timed bias addmm took since `reset_addmm_forms` (`meta.addmm_forms`): its `m`, `n`, `k`,
+    `dtype`, each form's microseconds (`us`) and the `form` chosen (`compiler.fx_addmm.decision_log`)."""
+    from compiler import fx_addmm
+
+    return fx_addmm.decision_log()
+
+
 def graph_report(graphs: list[Any]) -> dict[str, Any]:
     """What kiln made of a step, for the model tier (`meta.kiln_graphs`): graphs and kernels, ATen fallback
     ops with counts (`fallbacks`), and per graph run through CUDA graphs its role, counters and why calls ran

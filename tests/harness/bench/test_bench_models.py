@@ -894,6 +894,40 @@ def test_combo_table_counts_each_kiln_arms_guard_decisions_and_the_time_they_sav
     ]
 
 
+def test_addmm_table_counts_distinct_products_by_form_and_the_time_saved():
+    from harness.bench.core.records import Result
+    from harness.bench.models.report import addmm_table
+
+    def d(m, form, lt, chosen):
+        return {
+            "m": m,
+            "n": 512,
+            "k": 512,
+            "dtype": "torch.float32",
+            "us": {"lt": lt, form: chosen},
+            "form": form,
+        }
+
+    log = [
+        d(2048, "expand", 30.0, 25.5),
+        d(2048, "expand", 30.0, 25.5),
+        d(4096, "lt", 50.0, 50.0),
+        d(8, "mm", 9.0, 8.0),
+    ]
+    rs = [
+        Result("model.x.train.fp32", "kiln", "h", meta={"addmm_forms": log}),
+        Result("model.x.train.fp32", "kiln-cg", "h", meta={"addmm_forms": []}),
+        Result("model.x.train.fp32", "inductor", "h"),
+    ]
+    table = addmm_table(rs)
+    assert table == [
+        ["model", "compiler", "timed", "lt", "expand", "mm", "us saved"],
+        ["x.train.fp32", "kiln", "3", "1", "1", "1", "5.5"],
+    ]
+    again = Result.from_dict(rs[0].as_dict())
+    assert again.meta.addmm_forms == log
+
+
 def test_host_time_and_its_table():
     """`host_time` times each step's return on an idle device (here: a CPU step of known work) and divides by the
     launches it is given; the report's host table shows it per compiler, `-` where not measured."""
