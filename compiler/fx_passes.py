@@ -309,17 +309,28 @@ def _candidates(a: Any, b: Any) -> list[str]:
     return ["pad"] + (["contiguous"] if _column_major(a) or _column_major(b) else [])
 
 
-def bench_ms(fn: Callable[[], Any], reps: int = 7) -> float:
+#: a sleep kernel this long (GPU cycles, about a millisecond) queued before each timing lets the host enqueue
+#: every call before the GPU reaches them: the timing is device time, not the host's launch latency
+SLEEP_CYCLES = 2_000_000
+
+
+def bench_ms(fn: Callable[[], Any], reps: int = 7, inner: int = 5) -> float:
+    """Device milliseconds of one call of ``fn`` on the current CUDA device: the median over ``reps`` timings
+    of ``inner`` calls back to back, each timing queued behind a sleep kernel, so that what is measured is the
+    kernels' time as a CUDA-graph replay runs them (timed one call at a time, small matmuls read the host's
+    dispatch latency: 50-180 us for products of 10-30 us)."""
     for _ in range(2):
         fn()
     times = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)
         s.record()
-        fn()
+        for _ in range(inner):
+            fn()
         e.record()
         e.synchronize()
-        times.append(s.elapsed_time(e))
+        times.append(s.elapsed_time(e) / inner)
     return statistics.median(times)
 
 

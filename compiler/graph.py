@@ -418,7 +418,7 @@ class GraphLowering(BufferNames):
                 return self.fallback(
                     node, FallbackReason("opaque_getitem", "getitem", "item of an opaque value")
                 )
-            return src[node.args[1]]
+            return self._maybe_realize(node, src[node.args[1]])  # an item is a value like any other
         if _is_symbolic_scalar(val) and target is not aten._local_scalar_dense.default:
             return SymScalar(sym(val), type(val))
         op_name = _op_name(target)

@@ -46,6 +46,15 @@ def _pair(v) -> tuple[int, int]:
     return (int(v[0]), int(v[1]))
 
 
+def _clamp(i: sympy.Expr, n: sympy.Expr) -> sympy.Expr:
+    """``i`` moved into ``[0, n)``: a tap in the padding reads its nearest input element, unmasked, and the
+    caller's ``where`` discards it. No load of the window carries a per-tap mask, so the loads of a fused
+    producer that do not depend on the tap (a batch norm's per-channel parameters) are the same expression
+    in every tap and are emitted once: masked per tap, ResNet's stem recomputed its batch norm nine times
+    per output element (0.12 ms a step on the H200 against Inductor's 0.02)."""
+    return sympy.Min(sympy.Max(i, 0), n - 1)
+
+
 def _and(a: KExpr, b: KExpr) -> KExpr:
     return Op("logical_and", [a, b], torch.bool)
 
@@ -80,8 +89,8 @@ def _max_pool2d_with_indices(
         for i, j in taps:
             ih, iw = oh * sh - ph + i * dh, ow * sw - pw + j * dw
             inside = _and(in_range(ih, H), in_range(iw, W))
-            local = list(idx[: rank - 2]) + [ih, iw]
-            v = Op("where", [inside, cast(masked_load(x, local, inside), x.dtype), neg_inf], x.dtype)
+            local = list(idx[: rank - 2]) + [_clamp(ih, H), _clamp(iw, W)]
+            v = Op("where", [inside, cast(x.load(local), x.dtype), neg_inf], x.dtype)
             out.append((inside, v, IndexValue(ih * W + iw)))
         return out
 

@@ -107,3 +107,32 @@ def test_backward_matches_eager(kernel, stride, padding, ceil_mode):
     f(xe, w).backward()
     torch.testing.assert_close(xc.grad, xe.grad)
     assert not [r for r in fallbacks if "max_pool" in str(r.op)]
+
+
+def _stem_block(x, w_stem, w1, mean, var):
+    """BN + ReLU + pool after a stem conv, the pool read by a conv and by a residual add (ResNet's layer 1)."""
+    y = F.relu(F.batch_norm(F.conv2d(x, w_stem, stride=2, padding=3), mean, var, training=False))
+    p = F.max_pool2d(y, 3, 2, 1)
+    return F.relu(F.conv2d(p, w1, padding=1) + p)
+
+
+def test_a_pool_read_by_two_consumers_is_computed_once_and_its_batch_norm_once_per_element():
+    """The pooled value feeds a conv (an extern: realized) and an add: the add reads that buffer instead of
+    recomputing the window (9 taps of BN + ReLU over the stem's output), and in the pool's own kernel the
+    batch norm's per-channel loads are not masked per tap, so its square root is emitted once, not nine times."""
+    torch.manual_seed(0)
+    args = (
+        torch.randn(2, 3, 32, 32),
+        torch.randn(8, 3, 7, 7),
+        torch.randn(8, 8, 3, 3),
+        torch.randn(8),
+        torch.rand(8) + 0.5,
+    )
+    torch._dynamo.reset()
+    with compiler.capture() as graphs, torch.no_grad():
+        out = torch.compile(_stem_block, backend="kiln")(*args)
+    torch.testing.assert_close(out, _stem_block(*args), rtol=1e-4, atol=1e-4)
+    sources = [s for g in graphs for s in g.kernel_sources.values()]
+    pools = [s for s in sources if "PropagateNan.ALL" in s]  # the window's NaN-propagating maximum
+    assert len(pools) == 1, "the window is computed in one kernel only"
+    assert pools[0].count("sqrt") == 1
