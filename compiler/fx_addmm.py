@@ -12,10 +12,11 @@ Terms:
     On the H200, GPT-2's fp32 projections ran 1.291 ms a step in the ``lt`` form against Inductor's 1.186 ms.
   - ``mm``: ``mm(a, b) + bias``: the add is a kiln value, so it fuses into the kernel of the product's
     consumers at no launch of its own. Offered only where every consumer (through views) is pointwise and
-    the product is not a graph output (else the sum would be written once more).
+    the product is not a graph output (else the sum would be written once more). In fp16/bf16 the product
+    is rounded once before the add (the other forms round the sum only).
 - *timing*: each form on random data of the operands' sizes and strides into a preallocated output, as
-  the wrapper calls it (``out=``), median of ``fx_passes.bench_ms``; the ``mm`` form's add is not timed (it
-  rides in a kernel that runs anyway). A form replaces ``lt`` only when ``MIN_SPEEDUP`` faster. Timings
+  the wrapper calls it (``out=``): device time, ``fx_passes.bench_ms`` (what a CUDA-graph replay sees); the
+  ``mm`` form's add is not timed (it rides in a kernel that runs anyway). A form replaces ``lt`` only when ``MIN_SPEEDUP`` faster. Timings
   are cached per geometry for the process; a graph-cache hit reuses the rewritten graph without timing.
 
 Under ``addmm_bias=bench`` (the default) only static-shape float addmms on a GPU outside the interpreter of

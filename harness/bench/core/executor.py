@@ -10,7 +10,8 @@ Terms:
   up, its samples planned): a `Prepared` (anything with `result` and `planned`), or an `error` Result.
 - *turns*: `rounds` rounds; in each, every live arm (prepared, not failed) takes its share of its planned
   samples in turn, so a slow drift of the machine hits all arms alike. The garbage collector is paused while
-  sampling (`gc_paused`). An arm failing while sampling becomes an `error` Result; the others go on.
+  sampling (`gc_paused`), and other processes' CPU use is read around each turn (`host_load`, into
+  `meta.host_load`). An arm failing while sampling becomes an `error` Result; the others go on.
 - *close*: the results (an error result keeps no samples: they would mix into statistics), the case's
   compiled state released (`release`).
 
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from harness.bench.core import host_load
 from harness.bench.core.records import Result
 
 
@@ -178,7 +180,7 @@ class CaseExecutor(Generic[P]):
 
     def _sample(self, p: P, n: int) -> None:
         try:
-            with gc_paused():
+            with host_load.measured(p.result.meta), gc_paused():
                 p.result.samples += self.take(p, n)
         except Exception as e:  # noqa: BLE001 - an arm failing while sampling is an error result
             p.result.status, p.result.error = "error", one_line(e)

@@ -108,7 +108,8 @@ class Meta:
     compile-time probes); `compile_breakdown` (the cold probe's seconds per compile phase,
     `models/compile_times.phase_breakdown`); `combo_guard` (kiln arms: the combo-kernel guard's decisions of the
     compile and first steps, `models/step_facts.combo_guard`); `addmm_forms` (kiln arms: the form each timed linear
-    layer's addmm took, `models/step_facts.addmm_forms`); `run_id` and `compile_run_id` (set by the model report: the run a result and its
+    layer's addmm took, `models/step_facts.addmm_forms`); `host_load` (both tiers: other processes' CPU use
+    while the arm was sampled, `core/host_load.py`); `run_id` and `compile_run_id` (set by the model report: the run a result and its
     compile times came from). Side by side: `rounds` (one time a turn, kernels/sidebyside.py)."""
 
     family: str | None = None
@@ -133,6 +134,7 @@ class Meta:
     compile_probe_error: str | None = None
     compile_breakdown: dict[str, float] | None = None
     combo_guard: dict[str, Any] | None = None
+    host_load: dict[str, Any] | None = None
     addmm_forms: list[dict[str, Any]] | None = None
     autotune: AutotuneTimes | None = None
     run_id: int | None = None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import arms, conventions
+from harness.bench.core.host_load import busy_note
 from harness.bench.core.records import COMPILE_PHASE, Result, RunInfo, Verdict, by_case, passed
 from harness.bench.core.stats import geomean
 from harness.bench.judge.compare import Comparison
@@ -111,6 +112,10 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
     ]
     if missing:
         notes.append(f"not measured here yet: {', '.join(missing)} (`--only` them, or `--resume`)")
+    for r in results:
+        busy = busy_note(r.workload.removeprefix(mdl.PREFIX), r.compiler, r.meta.host_load)
+        if busy:
+            notes.append(busy)
     return [r for r in runs if r.id in used], results, notes
 
 

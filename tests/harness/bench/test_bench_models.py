@@ -454,6 +454,7 @@ def test_store_round_trip_and_report_over_chunks(tmp_path):
             store, [r for r in _synthetic() if r.workload == "model.resnet50.infer.bf16"], status="running"
         )  # an interrupted chunk: its stored results still count
         rerun = [_res("gpt2.infer.bf16", "eager", 9.0), _res("gpt2.infer.bf16", "kiln", 3.0)]
+        rerun[1].meta.host_load = {"other_cores": 6.5, "wall_s": 3.0, "other_cpu_s": 19.5, "cpus": 32}
         again = _store_run(store, rerun)  # a later run of only eager+kiln: inductor comes from `first`
         changed = [
             _res("bert.infer.bf16", "eager", 8.0, h="h2"),
@@ -474,6 +475,11 @@ def test_store_round_trip_and_report_over_chunks(tmp_path):
     assert [r.workload for r in results][:3] == ["model.gpt2.infer.bf16"] * 3  # registry order, eager first
     assert [r.compiler for r in results][:3] == ["eager", "kiln", "inductor"]
     assert "model.vit_b16.infer.bf16: skipped (timm: not importable (x): vit_b16 skipped)" in notes
+    busy = [n for n in notes if "other processes kept" in n]  # the stored host load comes back as a note
+    assert busy == [
+        "gpt2.infer.bf16 kiln: other processes kept 6.5 of 32 cores busy while it was sampled "
+        "(host-bound figures read the neighbour too)"
+    ]
     stored = by[("model.bert.infer.bf16", "kiln")]
     assert stored.meta.accuracy["pass"] is True and stored.timer == "step"
     assert by[("model.gpt2.infer.bf16", "kiln")].samples == _res("gpt2.infer.bf16", "kiln", 3.0).samples
