@@ -12,7 +12,10 @@
 #  kernel ms, fallbacks, unrecorded graphs and memory into $OUT/cgtrain, the memory check of one row by hand, and a
 #  kiln-cg profile of the GPT-2-style CI-size training step with its host gaps;
 #  scatter: the scatter family's atomic kernels and scans against eager CUDA, and their numerics cases)
-# Output: one log per stage under $OUT (default results/device), the summary last on stdout.
+# Output: one log per stage under $OUT (default results/device), the summary last on stdout; PACK=FILE also packs
+# all of $OUT into one tarball FILE at the end (a device call returns a limited number of files: put FILE under
+# the call's own output folder and OUT elsewhere). PROFILE_DUMP=1: the profile stage's kiln arms write their
+# wrappers and kernel sources under $OUT/dump (KILN_DUMP_DIR), to read what a profiled kernel is.
 # Carry the tree to the GPU box as a shallow clone (`git clone -q --depth 1 file://$PWD .kiln/head`), not a
 # `git archive`: bench runs record the commit from git, and an archive inside the checkout records its parent's.
 set -uo pipefail
@@ -33,7 +36,7 @@ for stage in "$@"; do
     suites) timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES > "$OUT/$stage.log" 2>&1 ;;
     suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
                 > "$OUT/$stage.log" 2>&1 ;;
-    profile) timeout "${PROFILE_TIMEOUT_S:-200}" python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
+    profile) ${PROFILE_DUMP:+env KILN_DUMP_DIR="$OUT/dump"} timeout "${PROFILE_TIMEOUT_S:-200}" python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
                 --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
@@ -178,3 +181,6 @@ print('runner identity ok')" > "$OUT/$stage.log" 2>&1 ;;
 done
 echo "=== summary ==="
 printf '%s\n' "${summary[@]}"
+if [ -n "${PACK:-}" ]; then
+  tar -C "$OUT" -czf "$PACK" . && echo "packed $OUT into $PACK ($(du -h "$PACK" | cut -f1))"
+fi
