@@ -66,13 +66,27 @@ EVAL_LIMIT = 1 << 26
 _EVAL_CHUNK = 1 << 16
 
 
+def floors_only(e: sympy.Expr) -> sympy.Expr:
+    """``e`` with every ``ModularIndexing(v, d, m)`` written as ``FloorDiv(v, d) - m * FloorDiv(v, d * m)``, the
+    same integer for every ``v >= 0`` (index expressions are never negative). Views through reshapes split a
+    flat index into digits and join them again (``128 * 40000 * (x // 128) + 40000 * ModularIndexing(x, 1, 128)``
+    is ``40000 * x``), which sympy does not see through; as floors only, the digits cancel when expanded."""
+    if not e.has(ModularIndexing):
+        return e
+    return e.replace(
+        lambda n: isinstance(n, ModularIndexing),
+        lambda n: FloorDiv(n.args[0], n.args[1]) - n.args[2] * FloorDiv(n.args[0], n.args[1] * n.args[2]),
+    )
+
+
 @functools.lru_cache(maxsize=4096)
 def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sympy.Expr) -> bool:
-    """``a == b`` for every (xindex, rindex) of a group: symbolically, or, when sympy cannot tell and the sizes
-    are static, by evaluating both over the whole domain (exact, not sampled). Views through reshapes give
+    """``a == b`` for every (xindex, rindex) of a group: symbolically (also with ``floors_only``: any domain
+    size), or, when sympy cannot tell and the sizes are static, by evaluating both over the whole domain (exact,
+    not sampled, up to ``EVAL_LIMIT`` elements). Views through reshapes give
     nested FloorDiv/ModularIndexing forms of the same offset (a softmax epilogue realized as a bmm operand of
     another shape), which would otherwise keep fusible kernels apart."""
-    if same(a, b):
+    if same(a, b) or same(floors_only(a), floors_only(b)):
         return True
     if not (a.free_symbols | b.free_symbols) <= {XINDEX, RINDEX}:
         return False

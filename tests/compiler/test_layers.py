@@ -142,6 +142,26 @@ def test_index_equality_on_a_static_domain_sees_through_reshapes():
     assert not same_on_domain(nested, XINDEX, sympy.Symbol("s0", positive=True, integer=True), 32)
 
 
+def test_index_equality_sees_split_and_joined_digits_on_a_domain_too_large_to_evaluate():
+    """A [B, S, V] view of [B*S, V] logits (Qwen2's 2048 rows of a 151936 vocabulary: past EVAL_LIMIT) indexes
+    as digits of the row joined again; written as floors only they cancel, so a loss backward's reduction and
+    its epilogue still compare equal and share a kernel."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+    from compiler.scheduler import EVAL_LIMIT, RINDEX, XINDEX, floors_only, same, same_on_domain
+
+    rows, vocab = 2048, 151936
+    assert rows * vocab > EVAL_LIMIT
+    joined = RINDEX + 256 * vocab * FloorDiv(XINDEX, 256) + vocab * ModularIndexing(XINDEX, 1, 256)
+    flat = RINDEX + vocab * XINDEX
+    assert not same(joined, flat)  # sympy alone cannot tell
+    assert sympy.expand(floors_only(joined) - flat) == 0
+    assert same_on_domain(joined, flat, sympy.Integer(rows), sympy.Integer(vocab))
+    wrong = RINDEX + 256 * vocab * FloorDiv(XINDEX, 256) + vocab * ModularIndexing(XINDEX, 1, 128)
+    assert not same_on_domain(wrong, flat, sympy.Integer(rows), sympy.Integer(vocab))
+
+
 def test_attention_softmax_through_a_reshape_is_one_kernel():
     """[B, H, S, S] scores normalized and reshaped into the [B*H, S, S] operand of the second bmm: the row
     reductions and the normalizing epilogue share one kernel (the epilogue's loads of the reductions are the
@@ -202,3 +222,31 @@ def test_wrapper_never_hands_out_memory_that_escapes():
     from compiler.codegen.wrapper import reuse_buffers
 
     assert reuse_buffers(st.wrapper.module.graph) == 0 and len(_allocations(st)) == before
+
+
+def test_a_loss_backward_over_a_viewed_vocabulary_is_one_kernel_past_the_evaluation_limit(monkeypatch):
+    """Cross-entropy of [B, S, V] logits viewed as [B*S, V], the logits returned too (HF's causal LMs): the
+    backward's row sum and its full-size epilogue share one kernel even where the domain is too large to
+    compare their indices by evaluation (here EVAL_LIMIT is lowered to force that)."""
+    import torch.nn.functional as F
+
+    import compiler.scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "EVAL_LIMIT", 1)
+
+    def lm_loss(logits, labels):
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1)), logits
+
+    torch.manual_seed(0)
+    logits = torch.randn(4, 16, 300, requires_grad=True)
+    labels = torch.randint(0, 300, (4, 16))
+    torch._dynamo.reset()
+    with compiler.capture() as graphs:
+        loss, out = torch.compile(lm_loss, backend="kiln")(logits, labels)
+        (loss + out.sum() * 1e-3).backward()
+    ref = logits.detach().clone().requires_grad_(True)
+    rl, ro = lm_loss(ref, labels)
+    (rl + ro.sum() * 1e-3).backward()
+    torch.testing.assert_close(logits.grad, ref.grad)
+    backward = graphs[-1].wrapper.code
+    assert backward.count("self.kiln_") == 1, backward
