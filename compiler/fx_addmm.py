@@ -16,8 +16,9 @@ Terms:
     is rounded once before the add (the other forms round the sum only).
 - *timing*: each form on random data of the operands' sizes and strides into a preallocated output, as
   the wrapper calls it (``out=``): device time, ``fx_passes.bench_ms`` (what a CUDA-graph replay sees); the
-  ``mm`` form's add is not timed (it rides in a kernel that runs anyway). A form replaces ``lt`` only when ``MIN_SPEEDUP`` faster. Timings
-  are cached per geometry for the process; a graph-cache hit reuses the rewritten graph without timing.
+  ``mm`` form's add is not timed (it rides in a kernel that runs anyway). A form replaces ``lt`` only when
+  ``MIN_SPEEDUP`` faster. Timings are cached per geometry for the process; a graph-cache hit reuses the
+  rewritten graph without timing.
 
 Under ``addmm_bias=bench`` (the default) only static-shape float addmms on a GPU outside the interpreter of
 at least ``MIN_MACS`` multiply-adds are timed; ``lt``, ``expand`` and ``mm`` force that form everywhere it
@@ -34,7 +35,16 @@ import torch
 import torch.fx as fx
 
 from . import config
-from .fx_passes import FLOAT_DTYPES, VIEW_OPS, Rewrite, bench_ms, fake_mode_of, meta_val, through_views
+from .fx_passes import (
+    FLOAT_DTYPES,
+    VIEW_OPS,
+    Rewrite,
+    bench_ms,
+    fake_mode_of,
+    meta_val,
+    random_strided,
+    through_views,
+)
 
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
@@ -104,13 +114,6 @@ def _geometry(node: fx.Node) -> tuple[tuple, tuple, int] | None:
     return (tuple(a.shape), tuple(a.stride())), (tuple(b.shape), tuple(b.stride())), m * n * k
 
 
-def _random(geom: tuple, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    size, stride = geom
-    span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-    flat = torch.randn(span, generator=gen, device=gen.device, dtype=torch.float32).to(dtype)
-    return flat.as_strided(size, stride)
-
-
 @functools.lru_cache(maxsize=512)
 def timed_forms(
     a_geom: tuple, b_geom: tuple, dtype: torch.dtype, device: str, forms: tuple[str, ...]
@@ -121,7 +124,7 @@ def timed_forms(
 
     with no_dispatch(), torch.no_grad():  # real tensors, even when called under a FakeTensorMode
         gen = torch.Generator(device=device).manual_seed(0)
-        a, b = _random(a_geom, dtype, gen), _random(b_geom, dtype, gen)
+        a, b = random_strided(a_geom, dtype, gen), random_strided(b_geom, dtype, gen)
         m, n = a.shape[0], b.shape[1]
         bias = torch.randn(n, generator=gen, device=device, dtype=torch.float32).to(dtype)
         out = torch.empty((m, n), device=device, dtype=dtype)

@@ -334,6 +334,14 @@ def bench_ms(fn: Callable[[], Any], reps: int = 7, inner: int = 5) -> float:
     return statistics.median(times)
 
 
+def random_strided(geom: tuple, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Random data of a (size, stride) geometry on ``gen``'s device: the operand a compile-time timing runs on."""
+    size, stride = geom
+    span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    flat = torch.randn(span, generator=gen, device=gen.device, dtype=torch.float32).to(dtype)
+    return flat.as_strided(size, stride)
+
+
 def _padded(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """Eager twin of ``_pad``: zero-padded in its own layout."""
     if not rows and not cols:
@@ -360,14 +368,7 @@ def _fastest(
 
     with no_dispatch(), torch.no_grad():  # real tensors, even when called under a FakeTensorMode
         gen = torch.Generator(device=device).manual_seed(0)
-
-        def rand(geom: tuple) -> torch.Tensor:
-            size, stride = geom
-            span = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-            flat = torch.randn(span, generator=gen, device=device, dtype=torch.float32).to(dtype)
-            return flat.as_strided(size, stride)
-
-        a, b = rand(a_geom), rand(b_geom)
+        a, b = random_strided(a_geom, dtype, gen), random_strided(b_geom, dtype, gen)
         mm = torch.bmm if target is aten.bmm.default else torch.mm
         pm, pk, pn = pads
 

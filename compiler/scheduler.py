@@ -86,7 +86,12 @@ def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sym
     not sampled, up to ``EVAL_LIMIT`` elements). Views through reshapes give
     nested FloorDiv/ModularIndexing forms of the same offset (a softmax epilogue realized as a bmm operand of
     another shape), which would otherwise keep fusible kernels apart."""
-    if same(a, b) or same(floors_only(a), floors_only(b)):
+    if same(a, b):
+        return True
+    fa, fb = floors_only(a), floors_only(b)
+    if (fa is not a or fb is not b) and same(
+        fa, fb
+    ):  # only when a digit was rewritten: else the same test again
         return True
     if not (a.free_symbols | b.free_symbols) <= {XINDEX, RINDEX}:
         return False

@@ -10,8 +10,8 @@ Terms:
 - *own seconds*: this process's CPU time (``os.times``: user and system of the process, not of its children);
 - *other cores*: (busy - own) seconds over wall seconds: how many cores other processes kept busy on average
   (0 on a quiet host, 8 while eight compile workers run beside it);
-- ``meta.host_load``: ``{"other_cores", "wall_s", "cpus"}`` accumulated over an arm's turns; absent where
-  /proc/stat cannot be read (not Linux).
+- ``meta.host_load``: ``{"other_cpu_s", "wall_s", "other_cores", "cpus"}`` accumulated over an arm's turns;
+  absent where /proc/stat cannot be read (not Linux).
 """
 
 from __future__ import annotations
