@@ -282,8 +282,9 @@ class Settings:
         None,
         env="KILN_MIN_FREE_GB",
         parse=_optional_float,
-        default_doc="by backend (preflight.MIN_FREE_GB)",
-        help="Free disk (GB) the pre-flight wants at the docker root (harness/checks/preflight.py).",
+        default_doc="by backend: to build (preflight.MIN_FREE_GB), image present (PRESENT_MIN_FREE_GB)",
+        help="Free disk (GB) the pre-flight wants at the docker root (harness/checks/preflight.py), whether or "
+        "not the job's image is already there.",
     )
     heartbeat_s: float = setting(
         DEFAULT_HEARTBEAT_S,

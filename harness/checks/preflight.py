@@ -12,8 +12,10 @@ Terms:
               set from the job's `gpu-*` runs-on label): every visible GPU the driver names must be that model (its name,
               letters and digits only, contains the label's); a GPU whose name the driver does not say is not checked.
   free disk   free bytes at the docker daemon's root (container mode: images and layers) and at the results
-              folder, against settings().min_free_gb (KILN_MIN_FREE_GB; unset: MIN_FREE_GB by backend) and
-              RESULTS_MIN_FREE_GB.
+              folder, against settings().min_free_gb (KILN_MIN_FREE_GB) and RESULTS_MIN_FREE_GB. Unset, the docker
+              root's need is the job's: MIN_FREE_GB by backend when its image must be built (the base, the
+              layers, the build cache), PRESENT_MIN_FREE_GB when the image it runs is already there (the
+              containers' writable layers only).
 
 The message of a failed pre-flight is one line, `pre-flight <backend>: <what is missing>; <what to do>`, raised as
 `PreflightError` (exit 3); the CLI prints it as `harness <verb>: error: pre-flight <backend>: ...`. Docker missing or
@@ -36,7 +38,12 @@ from harness.matrix import Backend
 from harness.settings import settings
 
 GB = 1024**3
-MIN_FREE_GB = {"cpu": 5.0, "cuda": 20.0, "rocm": 30.0}  # at the docker root; unknown backends: the largest
+MIN_FREE_GB = {
+    "cpu": 5.0,
+    "cuda": 20.0,
+    "rocm": 30.0,
+}  # at the docker root to build; unknown backends: the largest
+PRESENT_MIN_FREE_GB = {"cpu": 1.0, "cuda": 2.0, "rocm": 2.0}  # at the docker root when the image is present
 RESULTS_MIN_FREE_GB = 1.0
 _NVIDIA_LINE = re.compile(r"^GPU (\d+):\s*(.*?)\s*(?:\(UUID: ([^)]+)\))?\s*$")
 
@@ -219,10 +226,31 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def min_free_gb(backend: str) -> float:
-    """The free space the docker root needs for `backend`: KILN_MIN_FREE_GB, else MIN_FREE_GB."""
+def min_free_gb(backend: str, image_present: bool = False) -> float:
+    """The free space the docker root needs for `backend`: KILN_MIN_FREE_GB, else PRESENT_MIN_FREE_GB when the job's
+    image is already present, else MIN_FREE_GB (a build)."""
     configured = settings().min_free_gb
-    return configured if configured is not None else MIN_FREE_GB.get(backend, max(MIN_FREE_GB.values()))
+    if configured is not None:
+        return configured
+    table = PRESENT_MIN_FREE_GB if image_present else MIN_FREE_GB
+    return table.get(backend, max(table.values()))
+
+
+def image_present(b: Backend, tag: str | None = None, base_image: str | None = None) -> bool:
+    """Whether the image a container run of `b` would use is present locally: `tag` when given, else the hash tag
+    `harness image build` would use now for this checkout, under its own name or this cache scope's (a pull
+    request's job runs main's image of the same inputs, or builds its own under a scoped name). False when the
+    tag cannot be worked out (the build will say why)."""
+    from harness import trust
+    from harness.exc import HarnessError
+    from harness.images import image as image_mod
+
+    try:
+        ref = tag or image_mod.current_tag(b, base_image)
+        names = dict.fromkeys([ref, trust.scoped_image(ref, settings().cache_scope)])
+        return any(image_mod.image_id(name) for name in names)
+    except (HarnessError, OSError, subprocess.SubprocessError):
+        return False
 
 
 def check_disk(
@@ -254,10 +282,12 @@ def check(
     run: Runner = _run,
     usage: DiskUsage = shutil.disk_usage,
     dev: Path = Path("/dev"),
+    present: Callable[[Backend], bool] = image_present,
 ) -> Report:
     """The driver and `need_gpus` visible GPUs (GPU backends), with `docker` the daemon reachable and free disk at
-    its root (a run in containers), free disk at the results folder, in that order; the first problem raises PreflightError (one line, exit 3).
-    `run`, `usage` and `dev` stand in for the tools, shutil.disk_usage and /dev in tests."""
+    its root (a run in containers: the build's need, or less when `present(b)` says the image is there), free disk at
+    the results folder, in that order; the first problem raises PreflightError (one line, exit 3). `run`, `usage`,
+    `dev` and `present` stand in for the tools, shutil.disk_usage, /dev and image_present in tests."""
     from harness.docker_client import require_docker
 
     env = os.environ if env is None else env
@@ -288,7 +318,8 @@ def check(
         require_docker()  # its DockerError (exit 3) says what is missing, as every verb has said it
         root = docker_root(run)
         if root is not None:
-            places.append(("the docker root", root, min_free_gb(b.name)))
+            need = min_free_gb(b.name, settings().min_free_gb is None and present(b))
+            places.append(("the docker root", root, need))
     places.append(("the results folder", results or settings().results_root, RESULTS_MIN_FREE_GB))
     report.free_gb = check_disk(b.name, places, usage)
     return report

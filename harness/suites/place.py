@@ -370,7 +370,13 @@ class ContainerPlace:
     def preflight(self, b: Backend, *, need_gpus: int = 1, results: Path | None = None) -> Any:
         from harness.checks import preflight
 
-        return preflight.check(b, docker=True, need_gpus=need_gpus, results=results)
+        return preflight.check(
+            b,
+            docker=True,
+            need_gpus=need_gpus,
+            results=results,
+            present=lambda backend: preflight.image_present(backend, self.image_tag, self.base_image),
+        )
 
     def prepared(self, b: Backend) -> ContainerPlace:
         """Devices and docker present, then the given image described or the backend's built (once)."""

@@ -228,11 +228,64 @@ def test_too_little_free_disk_names_the_place_and_the_threshold(tmp_path, monkey
     # container mode: the docker root, with the backend's threshold (KILN_MIN_FREE_GB overrides it)
     monkeypatch.setattr("harness.docker_client.require_docker", lambda: None)
     info = lambda argv: subprocess.CompletedProcess(argv, 0, "/var/lib/docker\n", "")  # noqa: E731
+    absent = lambda b: False  # noqa: E731
     with pytest.raises(PreflightError, match=r"3\.0 GB free at the docker root /var/lib/docker, need 5 GB"):
-        preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.0}))
+        preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.0}), present=absent)
     monkeypatch.setenv("KILN_MIN_FREE_GB", "2.5")
-    report = preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.0}))
+    report = preflight.check(
+        cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.0}), present=absent
+    )
     assert "3.0 GB free at the docker root /var/lib/docker" in report.line()
+
+
+def test_a_present_image_needs_only_room_for_its_containers(tmp_path, monkeypatch):
+    """The build's threshold is for building: with the job's image already there, the docker root needs
+    PRESENT_MIN_FREE_GB (a runner with 3.7 GB left after its image build could not run its CPU suites)."""
+    monkeypatch.delenv("KILN_MIN_FREE_GB", raising=False)
+    monkeypatch.setattr("harness.docker_client.require_docker", lambda: None)
+    info = lambda argv: subprocess.CompletedProcess(argv, 0, "/var/lib/docker\n", "")  # noqa: E731
+    cpu, asked = M.backend("cpu"), []
+    present = lambda b: asked.append(b.name) or True  # noqa: E731
+    report = preflight.check(
+        cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.7}), present=present
+    )
+    assert asked == ["cpu"] and "3.7 GB free at the docker root" in report.line()
+    with pytest.raises(PreflightError, match=r"0\.5 GB free at the docker root /var/lib/docker, need 1 GB"):
+        preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 0.5}), present=present)
+    # KILN_MIN_FREE_GB is the threshold whatever is present, and the image is then not looked up
+    monkeypatch.setenv("KILN_MIN_FREE_GB", "4")
+    asked.clear()
+    with pytest.raises(PreflightError, match=r"need 4 GB"):
+        preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.7}), present=present)
+    assert asked == []
+
+
+def test_image_present_looks_up_the_tag_and_this_scopes_name(monkeypatch):
+    from harness.images import image as image_mod
+
+    looked: list[str] = []
+    monkeypatch.setattr(
+        image_mod,
+        "image_id",
+        lambda ref: looked.append(ref) or ("sha256:1" if ref.endswith("-pr:abc") else None),
+    )
+    monkeypatch.setenv("KILN_CACHE_SCOPE", "pr")
+    assert preflight.image_present(M.backend("cpu"), "kiln-cpu:abc") is True
+    assert looked == ["kiln-cpu:abc", "kiln-cpu-pr:abc"]
+    looked.clear()
+    assert preflight.image_present(M.backend("cpu"), "kiln-cpu:zzz") is False
+    # no tag given: the one `harness image build` would use now for this checkout
+    monkeypatch.setattr(image_mod, "current_tag", lambda b, base=None: "kiln-cpu:now")
+    looked.clear()
+    preflight.image_present(M.backend("cpu"))
+    assert looked == ["kiln-cpu:now", "kiln-cpu-pr:now"]
+
+    # a tag that cannot be worked out reads as absent (the build then says why)
+    def broken(b, base=None):
+        raise OSError("unreadable lock")
+
+    monkeypatch.setattr(image_mod, "current_tag", broken)
+    assert preflight.image_present(M.backend("cpu")) is False
 
 
 def test_the_driver_is_checked_before_docker_and_disk(path_with, tmp_path, monkeypatch):
