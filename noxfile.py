@@ -11,6 +11,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from datetime import UTC
+from typing import Any
 
 import nox
 
@@ -761,8 +762,10 @@ def ci_durations(session: nox.Session) -> None:
         backend,
         silent=True,
         external=True,
-    ).split("\n")
-    history_db, lasting = where[0].strip(), where[1].strip()
+    )
+    if not isinstance(where, str):  # `nox --install-only` runs no command
+        return
+    history_db, lasting = (line.strip() for line in where.split("\n")[:2])
     if not os.path.exists(
         os.path.expanduser(history_db)
     ):  # a first run that failed before recording: no second error
@@ -1185,7 +1188,8 @@ class _Neighbours:
     def __init__(self, backend: str, every_s: float = 5.0):
         import threading
 
-        self.backend, self.every_s, self.seen, self.samples = backend, every_s, {}, 0
+        self.backend, self.every_s, self.samples = backend, every_s, 0
+        self.seen: dict[str, list[Any]] = {}  # pid -> [process name, samples it was seen in]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 

@@ -51,10 +51,10 @@ def write_runs(url: str, runs: int, results: int, samples: int) -> float:
                 git_ref="main",
                 git_commit=f"c{i:05d}",
             )
-            store.begin_run(run)
+            run_id = store.begin_run(run)
             for k in range(results):
                 store.add_result(
-                    run.id,
+                    run_id,
                     Result(
                         f"w{k // 2}",
                         ("kiln", "eager")[k % 2],
@@ -64,7 +64,7 @@ def write_runs(url: str, runs: int, results: int, samples: int) -> float:
                         samples=[1e5 + j + i for j in range(samples)],
                     ),
                 )
-            store.finish_run(run.id)
+            store.finish_run(run_id)
         return time.perf_counter() - t0
 
 

@@ -127,7 +127,7 @@ def dynamo_phases() -> dict[str, float]:
 
         names, values = compile_times(repr="csv", aggregate=True)
         got = dict(zip(names, values))
-        return {k: float(got[k]) for k in PHASES if k in got}
+        return {k: float(str(got[k])) for k in PHASES if k in got}
     except Exception:  # noqa: BLE001 - a torch without these timers: no phases
         return {}
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from rehearsal.act import ANSI, LINE, JobRun, act_argv, event_payload, free_port, parse_act_output, run_act
 from rehearsal.actions import ACTIONS_DIR
@@ -121,7 +122,7 @@ def cancel_check(
     cache: Path,
     selection: str,
     ref: str,
-    **act_extra: object,
+    **act_extra: Any,
 ) -> tuple[JobSpec, Verdict, float]:
     """Run CANCEL_JOB on workflow_dispatch, SIGINT act (as a cancel does) once its unit tests' pytest started, then
     judge (`cancel_verdict`) what ran after it and what was left CANCEL_GRACE_S seconds after act ended; what was
@@ -146,7 +147,7 @@ def cancel_check(
         event_file=event,
         selection=selection,
         **act_extra,
-    )  # type: ignore[arg-type]
+    )
     print(
         f"\n===== rehearse: cancel check: {spec.workflow} job {spec.job}, SIGINT once pytest runs =====",
         flush=True,
