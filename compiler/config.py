@@ -23,8 +23,21 @@ from .exc import ConfigError
 PREFIX = "KILN_"
 
 
+#: the most compile workers by default: Inductor's cap on its compile threads, so that side by side both compilers
+#: may use the same share of a large host's CPUs
+MAX_DEFAULT_WORKERS = 32
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's cpuset, ``taskset``), else the CPU count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def _default_workers() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
+    return max(1, min(MAX_DEFAULT_WORKERS, usable_cpus()))
 
 
 def _cache_mode(raw: str) -> str:
@@ -103,20 +116,20 @@ class Settings:
     cache_dir: str = setting("", help="Where generated kernel modules are written before import.")
     compile_threads: int = setting(
         default_factory=_default_workers,
-        default_doc="min(8, CPU count)",
+        default_doc="min(32, usable CPUs)",
         help=(
             "Compile threads, as Inductor's: 1 compiles each kernel serially in this process at its first "
             "launch (the test suites set KILN_COMPILE_THREADS=1); more lets kiln compile kernels ahead of "
-            "time in ``compile_workers`` worker processes (``runtime/precompile.py``). Default: min(8, CPU "
-            "count)."
+            "time in ``compile_workers`` worker processes (``runtime/precompile.py``). Default: min(32, usable "
+            "CPUs), Inductor's rule."
         ),
     )
     compile_workers: int = setting(
         default_factory=_default_workers,
-        default_doc="min(8, CPU count)",
+        default_doc="min(32, usable CPUs)",
         help=(
             "Kernel compile worker processes, one pool per process shared by every graph (1: no pool). "
-            "Default: min(8, CPU count)."
+            "Default: min(32, usable CPUs: the process's affinity), Inductor's rule."
         ),
     )
     log_fallbacks: bool = setting(False, help="Log every fallback at WARNING instead of INFO.")

@@ -6,7 +6,7 @@ is the difference. *cold* runs start from empty caches (a new TRITON_CACHE_DIR, 
 TORCHINDUCTOR_CACHE_DIR under ``--work``); *warm* runs reuse the cold run's caches, as a second process on
 the same machine would. Variants:
 
-  kiln         compile workers (``compile_workers``, default min(8, CPUs)), cold then warm
+  kiln         compile workers (``compile_workers``, default min(32, usable CPUs)), cold then warm
   kiln-serial  KILN_COMPILE_THREADS=1: every kernel compiled in-process at its first launch, cold
   inductor     torch.compile's default backend, cold then warm (for comparison)
 

@@ -33,7 +33,23 @@ def test_compile_threads_and_workers():
     s = config.from_env({"KILN_COMPILE_THREADS": "4", "KILN_COMPILE_WORKERS": "3"})
     assert (s.compile_threads, s.compile_workers) == (4, 3)
     default = config.from_env({})
-    assert 1 <= default.compile_workers <= 8 and default.compile_threads == default.compile_workers
+    assert default.compile_workers == min(32, config.usable_cpus())
+    assert default.compile_threads == default.compile_workers
+
+
+@pytest.mark.parametrize("cpus, workers", [(1, 1), (2, 2), (16, 16), (32, 32), (128, 32)])
+def test_default_workers_follow_the_usable_cpus_up_to_inductors_cap(monkeypatch, cpus, workers):
+    """As many compile workers as CPUs this process may use (its affinity, not the machine's count), at most 32."""
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 256)
+    assert config.usable_cpus() == cpus
+    assert config.from_env({}).compile_workers == workers
+
+
+def test_usable_cpus_without_affinity_is_the_cpu_count(monkeypatch):
+    monkeypatch.delattr(config.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 6)
+    assert config.usable_cpus() == 6
 
 
 def test_patch_is_scoped_and_rejects_unknown_fields():
