@@ -497,11 +497,14 @@ class GraphLowering(BufferNames):
         return map_values(args, move), map_values(kwargs, move)
 
     def _maybe_realize(self, node: fx.Node, out: Any) -> Any:
-        """Realize a Lazy result read by several users when inlining it everywhere would cost too much."""
+        """Realize a Lazy result read by several users when inlining it everywhere would cost too much. A value
+        that reads no memory (a function of its index alone: an iota, a mask, position ids) stays inline up to
+        the cost limit whatever its users: recomputing it is integer arithmetic, storing it a kernel and a round
+        trip through memory."""
         if not isinstance(out, Lazy):
             return out
         users = len(node.users)
-        if out.cost > 64 or (users > 1 and out.cost > 3):
+        if out.cost > 64 or (users > 1 and out.cost > 3 and _reads_memory(out)):
             return self.realize(out, node.meta.get("val"))
         return out
 
@@ -560,6 +563,14 @@ def _op_name(target: Any) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return f"aten.{target.__name__}" if target.namespace == "aten" else str(target)
     return getattr(target, "__name__", str(target))
+
+
+def _reads_memory(value: Lazy) -> bool:
+    """Whether ``value``'s expression loads anything (a buffer, an input) at a symbolic index."""
+    from .kexpr import loads
+
+    index = [sympy.Symbol(f"p{i}", integer=True, nonnegative=True) for i in range(len(value.size))]
+    return bool(loads(value.fn(index)))
 
 
 def _is_symbolic_scalar(val: Any) -> bool:

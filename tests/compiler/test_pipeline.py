@@ -91,6 +91,33 @@ def test_linear_bias_gelu_is_one_extern_plus_one_kernel(device):
     assert "torch.addmm(" in graphs[0].code and "out = buf" in graphs[0].code
 
 
+def _packed_positions(x):
+    """transformers' packed-sequence check: position ids (a function of the index alone) read at two offsets,
+    their differences scanned (``x`` gives the sizes)."""
+    i = torch.arange(x.shape[1] + 1, device=x.device).expand(x.shape[0], -1)
+    pos = torch.where(i < 1, i - 1, i * 2 + 3)
+    return (pos[:, 1:] - pos[:, :-1] != 2).cumsum(-1)
+
+
+def _read_positions(x):
+    """The same with the ids computed from memory (``x``'s own values): a value read twice is then stored."""
+    pos = torch.where(x < 1, x - 1, x * 2 + 3)
+    return (pos[:, 1:] - pos[:, :-1] != 2).cumsum(-1)
+
+
+def test_an_index_only_value_read_twice_is_inlined_not_stored(device):
+    """A value that loads nothing is recomputed where it is read (integer arithmetic), not stored by a kernel of
+    its own and read back: the position ids go into the scan's kernel (GPT-2 inference under transformers 5:
+    one launch a step fewer); a value that reads memory and is read twice is still stored once."""
+    x = torch.randint(0, 5, (3, 17), device=device)
+    out, graphs = run(_packed_positions, x)
+    torch.testing.assert_close(out, _packed_positions(x))
+    assert graphs[0].kernel_count == 1, graphs[0].code
+    out, graphs = run(_read_positions, x)
+    torch.testing.assert_close(out, _read_positions(x))
+    assert graphs[0].kernel_count == 2, graphs[0].code
+
+
 def test_slice_transpose_is_a_view_without_kernels(device):
     x = torch.randn(8, 6, device=device)
     out, graphs = run(lambda x: x[2:5].t(), x)
