@@ -397,19 +397,12 @@ def execute(
     # under Forward, SIGTERM (a cancelled CI job) is handled like Ctrl-C: the command is asked to stop, keeps outputs
     with sigterm_interrupts() if on_interrupt is not None else nullcontext():
         with open(log, "w", encoding="utf-8") as fh:
-            proc = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=_default_sigint if on_interrupt is not None else _child_setup,
-            )  # noqa: PLW1509
-            reaper = start_reaper(container) if container else None
+            reaper: subprocess.Popen | None = None
+            reader: threading.Thread | None = None
+            beat: Heartbeat | None = None
             seen: dict[str, Any] = {"line": "", "partial": "", "shown": None}
 
-            def pump() -> None:
+            def pump() -> None:  # the reader thread: the command's output into the log (and stdout)
                 assert proc.stdout is not None
                 decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
                 while True:
@@ -431,17 +424,29 @@ def execute(
                     if not chunk:
                         return
 
-            reader = threading.Thread(target=pump, daemon=True)
-            reader.start()
-            beat = Heartbeat(
-                step or log.stem,
-                heartbeat_interval(heartbeat_s),
-                last_line=lambda: seen["partial"].strip() or seen["line"],
-                shown=lambda: seen["shown"],
-            )
-            beat.__enter__()
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_default_sigint if on_interrupt is not None else _child_setup,
+            )  # noqa: PLW1509
+            # everything after the start is inside the try: an interrupt (SIGTERM under Forward) that arrives
+            # while the reader and heartbeat start still reaches the command through the policy
             try:
                 try:
+                    reaper = start_reaper(container) if container else None
+                    reader = threading.Thread(target=pump, daemon=True)
+                    reader.start()
+                    beat = Heartbeat(
+                        step or log.stem,
+                        heartbeat_interval(heartbeat_s),
+                        last_line=lambda: seen["partial"].strip() or seen["line"],
+                        shown=lambda: seen["shown"],
+                    )
+                    beat.__enter__()
                     rc = _wait(proc, timeout_s, watchdog, fh, container)
                 except subprocess.TimeoutExpired:
                     timed_out = True
@@ -458,12 +463,14 @@ def execute(
                 stop(proc, container)
                 raise
             finally:
-                beat.__exit__()
+                if beat is not None:
+                    beat.__exit__()
                 if (
                     proc.poll() is not None
                 ):  # before the reader's wait: a leftover may hold the output pipe open
                     _end_leftovers(proc.pid, fh, left)
-                reader.join(timeout=10)
+                if reader is not None:
+                    reader.join(timeout=10)
                 if container:
                     docker_client.docker("rm", "--force", container, check=False)
                 if reaper is not None:

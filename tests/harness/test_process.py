@@ -94,13 +94,13 @@ except KeyboardInterrupt:
 """
 
 
-def _drive(tmp_path, command: str, *, how: str, grace_s: float) -> tuple[str, float]:
+def _drive(tmp_path, command: str, *, how: str, grace_s: float, driver_code: str = "") -> tuple[str, float]:
     """Run `command` under execute in a driver with SIGINT ignored (a background job of a non-interactive
     shell, as in CI), interrupt the driver by `how` (ctrl-c: SIGINT, else SIGTERM) once `ready` exists;
     returns (the driver's output, seconds from the signal to the driver's exit)."""
     ready = tmp_path / "ready"
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, command, str(tmp_path / "cmd.log"), how, str(grace_s)],
+        [sys.executable, "-c", driver_code or DRIVER, command, str(tmp_path / "cmd.log"), how, str(grace_s)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -141,6 +141,26 @@ def test_forward_lets_the_command_write_its_outputs_on_sigterm(tmp_path):
         f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n"
     )
     out, _ = _drive(tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120)
+    assert out.strip() == "interrupted 2"
+    assert outputs.read_text() == "<testsuites/>"
+
+
+def test_forward_holds_for_a_sigterm_while_execute_is_still_starting_its_reader(tmp_path):
+    """A SIGTERM that arrives after the command started but before `execute` waits on it (its reader thread and
+    heartbeat starting: a descheduled main thread on a loaded CI host, here a heartbeat that takes two seconds to
+    start) still goes through the Forward policy: the command keeps its outputs and its status comes back."""
+    outputs = tmp_path / "outputs.xml"
+    body = (
+        "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
+        f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n"
+    )
+    slow_start = (
+        "import time\nimport harness.process as hp\n_enter = hp.Heartbeat.__enter__\n"
+        "hp.Heartbeat.__enter__ = lambda self: (time.sleep(2), _enter(self))[1]\n"
+    )
+    out, _ = _drive(
+        tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120, driver_code=slow_start + DRIVER
+    )
     assert out.strip() == "interrupted 2"
     assert outputs.read_text() == "<testsuites/>"
 
