@@ -270,13 +270,16 @@ class GraphLowering(BufferNames):
         self.current_node: fx.Node | None = None
         self.interpret = config.interpreting()
         self._moved: dict[tuple, Strided] = {}  # CPU scalar -> its GPU copy
+        self._realized: dict[tuple, tuple[Lazy, Strided]] = {}  # (Lazy's id, strides) -> (it, its buffer)
 
     # ------------------------------------------------------------------ realization
     def realize(self, value: Value, meta: torch.Tensor | None = None) -> Strided:
         """Make ``value`` live in memory. Strided values are returned as they are.
 
         A Lazy value becomes a ComputedBuffer laid out like ``meta`` (the eager result's strides) when
-        those are dense, else contiguous.
+        those are dense, else contiguous. The same Lazy realized again in the same layout is the same buffer
+        (a value kept inline for several users, such as an index-only mask, computed once for every extern
+        kernel that reads it from memory).
         """
         if isinstance(value, Strided):
             return value
@@ -294,13 +297,18 @@ class GraphLowering(BufferNames):
             if is_dense(cand):
                 stride = cand.stride
         layout = Layout(tuple(value.size), tuple(stride), sympy.Integer(0), value.dtype, value.device)
+        done = self._realized.get((id(value), layout.stride))
+        if done is not None and done[0] is value:
+            return done[1]
         origin = self.current_node.name if self.current_node is not None else ""
         buf = ComputedBuffer(
             self.new_name(), layout, Pointwise(tuple(value.size), value.fn, value.dtype), origin=origin
         )
         self.add_buffer(buf)
         self.steps.append(buf)
-        return Strided(buf, layout)
+        out = Strided(buf, layout)
+        self._realized[(id(value), layout.stride)] = (value, out)  # the value kept: its id is not reused
+        return out
 
     def add_computed(self, buf: ComputedBuffer) -> Strided:
         """Register a ComputedBuffer built by a lowering (reductions) and return a view of it."""

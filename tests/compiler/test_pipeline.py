@@ -118,6 +118,33 @@ def test_an_index_only_value_read_twice_is_inlined_not_stored(device):
     assert graphs[0].kernel_count == 2, graphs[0].code
 
 
+def _mask_twice(w1, w2):
+    """An index-only mask (kept inline) that two matmuls, extern kernels, read from memory."""
+    i = torch.arange(16, device=w1.device).view(16, 1)
+    j = torch.arange(16, device=w1.device).view(1, 16)
+    mask = torch.where(i >= j, (i - j).float() * 0.5, torch.full((), -3.0, device=w1.device))
+    return mask @ w1, mask @ w2
+
+
+def _scaled_twice(x, w1, w2):
+    """A cheap value of an input (kept inline) that two matmuls read from memory."""
+    y = x * 2
+    return y @ w1, y @ w2
+
+
+@pytest.mark.parametrize("fn, nargs", [(_mask_twice, 2), (_scaled_twice, 3)], ids=["index-only", "cheap"])
+def test_a_value_kept_inline_is_stored_once_for_every_extern_that_reads_it(device, fn, nargs):
+    """A Lazy value kept inline (read by several users) and realized by each extern kernel that needs it in memory
+    is one buffer computed by one kernel, not a copy per extern."""
+    args = [torch.randn(16, 16, device=device) for _ in range(nargs - 2)] + [
+        torch.randn(16, 8, device=device) for _ in range(2)
+    ]
+    out, graphs = run(fn, *args)
+    torch.testing.assert_close(out, fn(*args))
+    assert (graphs[0].kernel_count, graphs[0].extern_count) == (1, 2), graphs[0].code
+    assert graphs[0].code.count("empty_strided") == 3, graphs[0].code  # the value's buffer and two products
+
+
 def test_slice_transpose_is_a_view_without_kernels(device):
     x = torch.randn(8, 6, device=device)
     out, graphs = run(lambda x: x[2:5].t(), x)
