@@ -256,11 +256,12 @@ def image_present(b: Backend, tag: str | None = None, base_image: str | None = N
 def check_disk(
     backend: str, places: Sequence[tuple[str, Path, float]], usage: DiskUsage = shutil.disk_usage
 ) -> dict[str, float]:
-    """Free GB at each (label, path, needed GB); PreflightError naming the first place short of space."""
+    """Free GB at each (label, path, needed GB), keyed `<label> <path> (need N GB)`; PreflightError naming the first
+    place short of space."""
     free: dict[str, float] = {}
     for label, path, need in places:
         gb = usage(str(_existing(path))).free / GB
-        free[f"{label} {path}"] = gb
+        free[f"{label} {path} (need {need:g} GB)"] = gb
         if gb < need:
             raise PreflightError(
                 f"pre-flight {backend}: {gb:.1f} GB free at {label} {path}, need {need:g} GB; free "

@@ -235,7 +235,7 @@ def test_too_little_free_disk_names_the_place_and_the_threshold(tmp_path, monkey
     report = preflight.check(
         cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.0}), present=absent
     )
-    assert "3.0 GB free at the docker root /var/lib/docker" in report.line()
+    assert "3.0 GB free at the docker root /var/lib/docker (need 2.5 GB)" in report.line()
 
 
 def test_a_present_image_needs_only_room_for_its_containers(tmp_path, monkeypatch):
@@ -249,7 +249,7 @@ def test_a_present_image_needs_only_room_for_its_containers(tmp_path, monkeypatc
     report = preflight.check(
         cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 3.7}), present=present
     )
-    assert asked == ["cpu"] and "3.7 GB free at the docker root" in report.line()
+    assert asked == ["cpu"] and "3.7 GB free at the docker root /var/lib/docker (need 1 GB)" in report.line()
     with pytest.raises(PreflightError, match=r"0\.5 GB free at the docker root /var/lib/docker, need 1 GB"):
         preflight.check(cpu, docker=True, results=tmp_path, run=info, usage=free({"/": 0.5}), present=present)
     # KILN_MIN_FREE_GB is the threshold whatever is present, and the image is then not looked up
