@@ -38,12 +38,10 @@ from harness.matrix import Backend
 from harness.settings import settings
 
 GB = 1024**3
-MIN_FREE_GB = {
-    "cpu": 5.0,
-    "cuda": 20.0,
-    "rocm": 30.0,
-}  # at the docker root to build; unknown backends: the largest
-PRESENT_MIN_FREE_GB = {"cpu": 1.0, "cuda": 2.0, "rocm": 2.0}  # at the docker root when the image is present
+# free GB at the docker root by backend (unknown backends: the largest): to build the job's image, and to run it
+# when it is already present
+MIN_FREE_GB = {"cpu": 5.0, "cuda": 20.0, "rocm": 30.0}
+PRESENT_MIN_FREE_GB = {"cpu": 1.0, "cuda": 2.0, "rocm": 2.0}
 RESULTS_MIN_FREE_GB = 1.0
 _NVIDIA_LINE = re.compile(r"^GPU (\d+):\s*(.*?)\s*(?:\(UUID: ([^)]+)\))?\s*$")
 
