@@ -270,7 +270,7 @@ class GraphLowering(BufferNames):
         self.current_node: fx.Node | None = None
         self.interpret = config.interpreting()
         self._moved: dict[tuple, Strided] = {}  # CPU scalar -> its GPU copy
-        self._realized: dict[tuple, tuple[Lazy, Strided]] = {}  # (Lazy's id, strides) -> (it, its buffer)
+        self._realized: dict[tuple[Lazy, tuple], Strided] = {}  # (Lazy, strides) -> its buffer (by identity)
 
     # ------------------------------------------------------------------ realization
     def realize(self, value: Value, meta: torch.Tensor | None = None) -> Strided:
@@ -297,9 +297,9 @@ class GraphLowering(BufferNames):
             if is_dense(cand):
                 stride = cand.stride
         layout = Layout(tuple(value.size), tuple(stride), sympy.Integer(0), value.dtype, value.device)
-        done = self._realized.get((id(value), layout.stride))
-        if done is not None and done[0] is value:
-            return done[1]
+        done = self._realized.get((value, layout.stride))
+        if done is not None:
+            return done
         origin = self.current_node.name if self.current_node is not None else ""
         buf = ComputedBuffer(
             self.new_name(), layout, Pointwise(tuple(value.size), value.fn, value.dtype), origin=origin
@@ -307,7 +307,7 @@ class GraphLowering(BufferNames):
         self.add_buffer(buf)
         self.steps.append(buf)
         out = Strided(buf, layout)
-        self._realized[(id(value), layout.stride)] = (value, out)  # the value kept: its id is not reused
+        self._realized[(value, layout.stride)] = out
         return out
 
     def add_computed(self, buf: ComputedBuffer) -> Strided:

@@ -224,13 +224,13 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def min_free_gb(backend: str, image_present: bool = False) -> float:
+def min_free_gb(backend: str, image_present: Callable[[], bool] = lambda: False) -> float:
     """The free space the docker root needs for `backend`: KILN_MIN_FREE_GB, else PRESENT_MIN_FREE_GB when the job's
-    image is already present, else MIN_FREE_GB (a build)."""
+    image is already present (`image_present()`, asked only when the setting is unset), else MIN_FREE_GB (a build)."""
     configured = settings().min_free_gb
     if configured is not None:
         return configured
-    table = PRESENT_MIN_FREE_GB if image_present else MIN_FREE_GB
+    table = PRESENT_MIN_FREE_GB if image_present() else MIN_FREE_GB
     return table.get(backend, max(table.values()))
 
 
@@ -317,8 +317,7 @@ def check(
         require_docker()  # its DockerError (exit 3) says what is missing, as every verb has said it
         root = docker_root(run)
         if root is not None:
-            need = min_free_gb(b.name, settings().min_free_gb is None and present(b))
-            places.append(("the docker root", root, need))
+            places.append(("the docker root", root, min_free_gb(b.name, lambda: present(b))))
     places.append(("the results folder", results or settings().results_root, RESULTS_MIN_FREE_GB))
     report.free_gb = check_disk(b.name, places, usage)
     return report
