@@ -408,9 +408,50 @@ class Scheduler:
                 return
             if i == earliest:
                 break
+        if self._join_producer_by_hoisting(buf, deps):
+            return
         group = self._new_group(buf)
         self.items.append(group)
         self.producer[buf.name] = len(self.items) - 1
+
+    def _join_producer_by_hoisting(self, buf: ComputedBuffer, deps: list[int]) -> bool:
+        """Fuse ``buf`` into the group of one of its producers that launches before another of its
+        dependencies, by moving those later dependencies to launch right before that producer's group. Only
+        kernel groups move, only past kernel groups, and only when everything they read is computed before
+        the producer's group. Without this, a pointwise update that reads a value computed early and one
+        computed later (an optimizer's new moments and the step size it derives from the step count) becomes
+        a kernel of its own, and the early value a store and a load of its whole size."""
+        for p in sorted(set(deps), reverse=True):
+            producer = self.items[p]
+            later = sorted({d for d in deps if d > p})
+            if not later or not isinstance(producer, KernelGroup) or producer.kind or producer.partials:
+                continue
+            if not all(isinstance(self.items[k], KernelGroup) for k in range(p + 1, later[-1] + 1)):
+                continue  # never reorder kernels around extern calls or subgraphs
+            if not all(self._hoistable(self.items[d], p) for d in later):
+                continue
+            if not self._try_add(producer, buf):
+                continue
+            moved = set(later)
+            rest = [it for k, it in enumerate(self.items) if k not in moved]
+            at = next(k for k, it in enumerate(rest) if it is producer)
+            self.items = rest[:at] + [self.items[d] for d in later] + rest[at:]
+            self._reindex()
+            return True
+        return False
+
+    def _hoistable(self, group: KernelGroup, before: int) -> bool:
+        """Whether ``group`` may launch before item ``before``: everything it reads from outside itself (buffers,
+        values known at run time) is produced by earlier items."""
+        if group.kind or group.partials:
+            return False
+        own = set(group.buffer_names)
+        for m in group.members:
+            if any(n not in own and self.producer.get(n, -1) >= before for n in _body_reads(m.buf)):
+                return False
+            if any(self.symbol_producer.get(s, -1) >= before for s in _body_symbols(m.buf)):
+                return False
+        return True
 
     def _new_group(self, buf: ComputedBuffer) -> KernelGroup:
         d = buf.definition

@@ -4,6 +4,7 @@ real tensors, and compiled optimizer steps (AdamW, SGD with momentum, foreach) w
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -101,3 +102,34 @@ def test_compiled_optimizer_step_matches_eager_without_fallbacks(opt, device):
     assert graphs and [str(f) for g in graphs for f in g.all_fallbacks()] == []
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_a_primed_adamw_step_keeps_no_parameter_sized_temporary(foreach, device):
+    """The steady-state AdamW step (state present, as after a first step) computes each parameter's new moments
+    and update in registers: the wrapper allocates nothing but 0-d step counts, whichever implementation
+    (one tensor at a time or foreach) the optimizer runs; the single-tensor step once stored its first
+    parameter's moments in two temporaries of its size (its step size was computed in a later kernel)."""
+    torch.manual_seed(0)
+    shapes = [(64, 32), (32,), (16, 16), (16,)]
+    ps = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    for p, q in zip(ps, ref):
+        p.grad = torch.randn_like(p) * 1e-2
+        q.grad = p.grad.clone()
+    o = torch.optim.AdamW(ps, lr=1e-3, foreach=foreach)
+    r = torch.optim.AdamW(ref, lr=1e-3, foreach=foreach)
+    o.step()
+    r.step()
+    torch._dynamo.reset()
+    with compiler.config.patch(strict=True), compiler.capture() as graphs:
+        step = torch.compile(o.step, backend="kiln")
+        for _ in range(2):
+            step()
+            r.step()
+    (g,) = graphs
+    allocated = re.findall(r"empty_strided\w*\((\([^)]*\))", g.code)
+    assert set(allocated) <= {"()"}, allocated
+    for p, q in zip(ps, ref):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(o.state[p]["exp_avg_sq"], r.state[q]["exp_avg_sq"], rtol=1e-5, atol=1e-9)

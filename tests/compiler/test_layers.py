@@ -69,6 +69,41 @@ def test_dead_buffers_are_dropped():
     assert len(g.members) == 1
 
 
+def _lerp_and_step_size(x, g, s):
+    """A value with two users (kept in memory) and a scalar derived from a step count, computed after it and
+    read by one of its users: an optimizer's new moment and bias-corrected step size."""
+    a = x.lerp(g, 0.1)
+    t = 1.0 / (1 - 0.9 ** (s + 1))
+    return a * t, t.sqrt(), a * 2
+
+
+def test_a_scalar_computed_after_a_value_launches_before_it_so_the_value_stays_in_registers():
+    x, g, s = randn(64, 32), randn(64, 32), torch.tensor(3.0, device=DEVICE)
+    st = staged(_lerp_and_step_size, x, g, s, upto="schedule")
+    gs = groups(st)
+    assert [int(k.xnumel) for k in gs] == [1, 64 * 32]  # the scalar's kernel moved before the value's
+    big = gs[1]
+    assert len(big.members) == 3  # the lerp and both of its users, one kernel
+    assert [m.store for m in big.members].count(True) == 2  # the two outputs; the lerp itself is not stored
+    out = torch.compile(_lerp_and_step_size, backend="kiln")(x, g, s)
+    for got, want in zip(out, _lerp_and_step_size(x, g, s)):
+        torch.testing.assert_close(got, want)
+
+
+def test_kernels_are_never_moved_across_an_extern_call():
+    def f(x, g, s, w):
+        a = x.lerp(g, 0.1)
+        y = w @ w  # an extern call between the value's kernel and the scalar's
+        t = 1.0 / (1 - 0.9 ** (s + 1))
+        return a * t, t.sqrt(), a * 2, y
+
+    st = staged(
+        f, randn(64, 32), randn(64, 32), torch.tensor(3.0, device=DEVICE), randn(8, 8), upto="schedule"
+    )
+    kinds = [type(it).__name__ if isinstance(it, ExternCall) else int(it.xnumel) for it in st.schedule.items]
+    assert kinds == [2048, "ExternCall", 1, 2048]  # in graph order: the product waits for the scalar
+
+
 # -------------------------------------------------------------------------------------------- renderer
 def test_rendered_pointwise_kernel_matches_its_golden_file():
     """A reviewer reads generated code here: update with KILN_UPDATE_GOLDEN=1 when a change is intended."""
