@@ -24,8 +24,8 @@ import torch.utils._pytree as pytree
 from . import config
 from .graph import ExternCall
 from .ir import ComputedBuffer, InputBuffer, Strided
-from .kexpr import loads
-from .scheduler import KernelGroup, Schedule, same_on_domain, scheduled_reads
+from .kexpr import Load, loads
+from .scheduler import KernelGroup, Member, Schedule, same_on_domain, scheduled_reads
 
 
 def write_in_place(schedule: Schedule) -> Schedule:
@@ -39,6 +39,13 @@ def write_in_place(schedule: Schedule) -> Schedule:
         if isinstance(item, KernelGroup):
             for m in item.members:
                 producer[m.buf.name] = k
+    # what each item reads and each group loads, found once: an optimizer step has a write-back per state
+    # tensor and groups with members for hundreds of them, and walking the loads per write-back was quadratic
+    readers: dict[str, list[int]] = {}
+    for k, item in enumerate(schedule.items):
+        for n in scheduled_reads(item):
+            readers.setdefault(n, []).append(k)
+    group_loads: dict[int, dict[str, list[Load]]] = {}  # by group index, then buffer; filled as needed
     dropped: list[int] = []
     for k, item in enumerate(schedule.items):
         if not (isinstance(item, ExternCall) and item.write_back):
@@ -59,7 +66,11 @@ def write_in_place(schedule: Schedule) -> Schedule:
             continue
         group = schedule.items[j]
         member = group.member(name) if isinstance(group, KernelGroup) else None
-        if member is not None and _safe(schedule, j, name, target, k):
+        if member is None:
+            continue
+        if j not in group_loads:
+            group_loads[j] = _loads_by_buffer(group)
+        if _safe(group, j, member, group_loads[j].get(target, []), k, readers.get(target, [])):
             schedule.in_place[name] = target
             member.in_place = True
             dropped.append(k)
@@ -68,24 +79,25 @@ def write_in_place(schedule: Schedule) -> Schedule:
     return schedule
 
 
-def _safe(schedule: Schedule, j: int, name: str, target: str, write_back: int) -> bool:
-    """The group at ``j`` may store ``name`` into the input ``target`` (module docstring)."""
-    group = schedule.items[j]
-    if not isinstance(group, KernelGroup) or group.has_reduction or group.kind or group.partials:
-        return False
-    member = group.member(name)
-    if member is None or not member.store:
-        return False
+def _loads_by_buffer(group: KernelGroup) -> dict[str, list[Load]]:
+    """Every load of the group's members, by the buffer it reads."""
+    out: dict[str, list[Load]] = {}
     for m in group.members:
         for ld in loads(m.value):
-            if ld.buffer != target:
-                continue
-            if ld.mask is not None or ld.indirect or ld.dtype != member.buf.dtype:
-                return False
-            if not same_on_domain(ld.index, member.store_index, group.xnumel, group.rnumel):
-                return False
-    for k in range(j + 1, len(schedule.items)):
-        item = schedule.items[k]
-        if k != write_back and target in scheduled_reads(item):
+            out.setdefault(ld.buffer, []).append(ld)
+    return out
+
+
+def _safe(
+    group: KernelGroup, j: int, member: Member, target_loads: list[Load], write_back: int, readers: list[int]
+) -> bool:
+    """The group at ``j`` may store ``member`` into the input it overwrites (module docstring);
+    ``target_loads``: the group's loads of that input, ``readers``: the indices of the items that read it."""
+    if group.has_reduction or group.kind or group.partials or not member.store:
+        return False
+    for ld in target_loads:
+        if ld.mask is not None or ld.indirect or ld.dtype != member.buf.dtype:
             return False
-    return True
+        if not same_on_domain(ld.index, member.store_index, group.xnumel, group.rnumel):
+            return False
+    return all(k <= j or k == write_back for k in readers)

@@ -4,14 +4,14 @@ kernels with the same body sharing one name and source). The schedule itself is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import sympy
 import torch
 
 from ..dtypes import tl_dtype
 from ..exc import require
-from ..graph import Program
 from ..ir import Scatter
 from ..scheduler import KernelGroup, Schedule, same
 from .dedup import share_identical
@@ -168,22 +168,27 @@ def render(schedule: Schedule) -> Kernels:
     """Each kernel group of ``schedule`` as deterministic Triton source; one kernel per distinct body
     (transformer layers repeat)."""
     program = schedule.program
+    small = _fits_int32(b.layout.storage_extent() for b in program.buffers.values())
     kernels = [
-        (render_special if g.kind else render_group)(g, index_dtype(g, program)) for g in schedule.groups
+        (render_special if g.kind else render_group)(g, index_dtype(g, small)) for g in schedule.groups
     ]
     return Kernels(schedule, tuple(share_identical(kernels)))
 
 
-def index_dtype(group: KernelGroup, program: Program) -> str:
-    """int32 index math when every size is static and small; int64 otherwise."""
-    limit = 2**31 - 1
-    exprs = [group.xnumel * group.rnumel]
-    for m in group.members:
-        exprs.append(m.buf.layout.storage_extent())
-    for b in program.buffers.values():
-        exprs.append(b.layout.storage_extent())
+INT32_LIMIT = 2**31 - 1
+
+
+def _fits_int32(exprs: Iterable[Any]) -> bool:
+    """Every expression a static integer no larger than int32 holds."""
     for e in exprs:
         e = sympy.sympify(e)
-        if not e.is_number or int(e) > limit:
-            return tl_dtype(torch.int64)
-    return tl_dtype(torch.int32)
+        if not e.is_number or int(e) > INT32_LIMIT:
+            return False
+    return True
+
+
+def index_dtype(group: KernelGroup, program_small: bool) -> str:
+    """int32 index math when every size is static and small (the group's domain, its members' buffers and,
+    ``program_small``, every buffer of the program, checked once per graph); int64 otherwise."""
+    own = [group.xnumel * group.rnumel, *(m.buf.layout.storage_extent() for m in group.members)]
+    return tl_dtype(torch.int32 if program_small and _fits_int32(own) else torch.int64)

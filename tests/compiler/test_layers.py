@@ -8,11 +8,13 @@ import os
 import types
 from pathlib import Path
 
+import sympy
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import compiler
 from compiler.backend import PASSES, GraphJob, run_pass
+from compiler.codegen.kernels import index_dtype
 from compiler.decompositions import decomposition_table
 from compiler.graph import ExternCall
 from compiler.scheduler import KernelGroup
@@ -120,6 +122,18 @@ def test_rendering_is_deterministic():
     a = staged(fn, randn(16, 40), upto="render")
     b = staged(fn, randn(16, 40), upto="render")
     assert [k.source for k in a.kernels.launches] == [k.source for k in b.kernels.launches]
+
+
+def test_index_math_is_int32_only_when_every_size_of_the_group_and_the_program_is_static_and_small():
+    small = KernelGroup(sympy.Integer(1024), sympy.Integer(1), [])
+    assert index_dtype(small, True) == "tl.int32"
+    assert index_dtype(small, False) == "tl.int64"  # some buffer of the graph is large or symbolic
+    assert index_dtype(KernelGroup(sympy.Integer(2**31), sympy.Integer(1), []), True) == "tl.int64"
+    assert (
+        index_dtype(KernelGroup(sympy.Symbol("s0", positive=True), sympy.Integer(1), []), True) == "tl.int64"
+    )
+    st = staged(lambda x: (x + 1).sum(-1), randn(16, 40), upto="render")
+    assert all("to(tl.int32)" in k.source for k in st.kernels.launches)
 
 
 # --------------------------------------------------------------------------------------------- wrapper
