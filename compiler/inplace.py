@@ -65,8 +65,7 @@ def write_in_place(schedule: Schedule) -> Schedule:
         if not (dst.is_whole_buffer() and src.is_whole_buffer() and dst.layout == src.buffer.layout):
             continue
         group = schedule.items[j]
-        member = group.member(name) if isinstance(group, KernelGroup) else None
-        if member is None:
+        if not isinstance(group, KernelGroup) or (member := group.member(name)) is None:
             continue
         if j not in group_loads:
             group_loads[j] = _loads_by_buffer(group)

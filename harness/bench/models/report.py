@@ -328,7 +328,7 @@ def memory_table(results: list[Result], compilers: Sequence[str] | None = None) 
 
 
 def host_table(results: list[Result], compilers: Sequence[str] | None = None) -> Table:
-    """Per case and compiler: host ms per step (`step_facts.host_time`: the time a step takes to return on an
+    """Per case and compiler: host ms per step (`step_facts.HostSamples`: the time a step takes to return on an
     idle device, and in parentheses in a back-to-back loop where measured), launches per step and host us per
     launch; `-` where not measured."""
     compilers = list(compilers or compilers_of(results))
@@ -349,8 +349,10 @@ def host_table(results: list[Result], compilers: Sequence[str] | None = None) ->
 
 
 def _host_cell(h: dict[str, Any]) -> str:
-    loop = h.get("host_ms_loop")
-    return f"{h['host_ms']:.3f}" + (f" ({loop:.3f})" if loop is not None else "")
+    extra = [f"{h['host_ms_loop']:.3f}"] if h.get("host_ms_loop") is not None else []
+    if h.get("host_cpu_ms") is not None:
+        extra.append(f"cpu {h['host_cpu_ms']:.3f}")
+    return f"{h['host_ms']:.3f}" + (f" ({'; '.join(extra)})" if extra else "")
 
 
 def combo_table(results: list[Result]) -> Table:
@@ -543,8 +545,9 @@ def markdown_report(
             "Host ms: median time a step takes to return when started on an idle device "
             "(its kernels queued, not waited for): Python, guards, argument binding and launches; in "
             "parentheses, the same in a back-to-back loop (the two differ where the host's work depends on "
-            "the device being idle, or a step waits for its previous one). "
-            "Launches: kernel and copy launches per step (profiled).",
+            "the device being idle, or a step waits for its previous one) and the process's CPU ms per step "
+            "in that loop (every thread; not stretched by a thread woken late). Sampled in every round, the "
+            "compilers taking turns. Launches: kernel and copy launches per step (profiled).",
             "",
             markdown(host_table(results, compilers)),
             "",

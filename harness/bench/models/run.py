@@ -43,6 +43,9 @@ The numbers (those of PyTorch's compiler dashboard):
   pools included) beside it. The report's memory ratio is eager peak / compiler peak. n/a on CPU.
 - *kernel ms* (GPU): device kernel and copy time per step over `kernel_steps` profiled steps (CUDA-graph
   replays included), after the memory window; `launches` per step beside it.
+- *host ms* (GPU): the time a step takes to return, started on an idle device and back to back, and the
+  process's CPU time per step (`step_facts.HostSamples`), sampled in every round beside the step samples (the
+  compilers taking turns), at least 5 of each kind; per launch with `launches`.
 - *kiln graphs* (kiln arms): graphs, kernels, ATen fallback ops, and for CUDA-graph runs each graph's
   recordings, replays and unrecorded calls with their reasons (`meta.kiln_graphs`, refreshed after sampling).
 
@@ -76,10 +79,10 @@ from harness.bench.core.stats import Stats
 from harness.bench.models import catalog as mdl
 from harness.bench.models.memory import MemoryWindow, cuda_source
 from harness.bench.models.step_facts import (
+    HostSamples,
     addmm_forms,
     combo_guard,
     graph_report,
-    host_time,
     kernel_time,
     reset_addmm_forms,
     reset_combo_guard,
@@ -351,6 +354,9 @@ class Prepared:
     steps: int  # steps per sample
     samples: int  # samples in all
     graphs: list | None = None  # kiln's compiled graphs (compiler.capture records) for kiln arms
+    host_steps: int = 0  # host time samples of each kind per sampling round (0: not measured)
+    launches: float | None = None  # launches per step (kernel_time), for host us per launch
+    host: HostSamples = field(default_factory=HostSamples)
 
     @property
     def planned(self) -> int:
@@ -433,6 +439,9 @@ class ModelExecutor(CaseExecutor[Prepared]):
 
     def take(self, p: Prepared, n: int) -> list[float]:
         out = [p.stepper.timed(p.steps) for _ in range(n)]
+        if p.host_steps:  # host time in the same turns as the step samples: every compiler under one host
+            p.host.take(p.stepper.step, self.device, p.host_steps)
+            p.result.meta.host = p.host.summary(p.launches)
         if p.graphs is not None:  # CUDA-graph counters move while sampling
             p.result.meta.kiln_graphs = graph_report(p.graphs)
         return out
@@ -492,12 +501,11 @@ class ModelExecutor(CaseExecutor[Prepared]):
                 st.timed(2)
                 memory = mem.close()
                 res.meta.memory, res.meta.peak_mem_bytes = memory, memory["peak_allocated_bytes"]
+            launches: float | None = None
             if cuda and cfg.kernel_steps > 0:
                 kernel = kernel_time(st.step, self.device, cfg.kernel_steps)
                 res.meta.kernel = kernel
-                res.meta.host = host_time(
-                    st.step, self.device, max(5, cfg.kernel_steps), kernel.get("launches")
-                )
+                launches = kernel.get("launches")
             if graphs is not None:
                 res.meta.kiln_graphs = graph_report(graphs)
                 res.meta.combo_guard = combo_guard()
@@ -507,7 +515,11 @@ class ModelExecutor(CaseExecutor[Prepared]):
             n = round(cfg.target_s * 1e9 / max(est * steps, 1.0))
             n = max(cfg.min_samples, min(cfg.max_samples, n))
             res.meta.steps_per_sample = steps
-            return Prepared(st, res, steps, n, graphs), got
+            # host time: at least 5 samples of each kind over the rounds (none on CPU: the step is host work)
+            host_steps = (
+                math.ceil(max(5, cfg.kernel_steps) / max(1, self.rounds)) if launches is not None else 0
+            )
+            return Prepared(st, res, steps, n, graphs, host_steps, launches), got
         except Exception as e:  # noqa: BLE001 - a compiler failing a case is a result, not a crash
             res.status, res.error = "error", one_line(e)
             del st

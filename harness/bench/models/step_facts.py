@@ -11,6 +11,9 @@ Terms:
 from __future__ import annotations
 
 import collections
+import time
+from dataclasses import dataclass, field
+from statistics import median_high
 from typing import Any
 
 import torch
@@ -43,36 +46,53 @@ def kernel_time(step: Any, device: torch.device, steps: int) -> dict[str, float]
     return {"kernel_ms": round(total_us / 1e3 / steps, 4), "launches": round(len(evs) / steps, 1)}
 
 
-def host_time(step: Any, device: torch.device, steps: int, launches: float | None = None) -> dict[str, float]:
-    """Host ms per step, two ways, each the median over `steps` calls of the time `step()` takes to return:
-    `host_ms`, each call started on an idle device (synchronized before, not inside: kernel launches are
-    queued, not waited for), and `host_ms_loop`, calls back to back as the timing loop runs them (synchronized
-    once before and once after). Both measure the host's work (Python, guards, argument binding, launches), not
-    the kernels, unless the step waits for the device inside (a value read on the host): then the loop's figure
-    includes that wait. On the GPU the idle-start figure has read up to twice the loop's step time for compiled
-    inference rows (H200, 2026-11-28), which the host's own work cannot explain: the two side by side say which
-    one a row's host time is. With `launches` (per step, from `kernel_time`): host us per launch (of `host_ms`)."""
-    import time
-    from statistics import median_high
+@dataclass
+class HostSamples:
+    """Host time samples of one arm's step, gathered a few at a time (the model tier takes them in every
+    sampling round, the compilers taking turns, so a swing of the host's speed lands on every compiler alike):
+    `idle`, ns a step takes to return when started on an idle device (synchronized before, not inside: kernel
+    launches are queued, not waited for); `loop`, the same for calls back to back as the timing loop runs them;
+    `cpu`, the process's CPU ns per call of the loop (every thread: the autograd engine's too), which a host
+    thread woken late or a core's clock does not stretch the way it stretches wall time. They measure the host's
+    work (Python, guards, argument binding, launches), not the kernels, unless the step waits for the device
+    inside (a value read on the host): then the loop figures include that wait. On the GPU the idle-start
+    figure has read up to twice the loop's step time for compiled inference rows (H200, 2026-11-28), which the
+    host's own work cannot explain: the figures side by side say which one a row's host time is."""
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda d: None)
-    ts = []
-    for _ in range(max(1, steps)):
+    idle: list[int] = field(default_factory=list)
+    loop: list[int] = field(default_factory=list)
+    cpu: list[int] = field(default_factory=list)
+
+    def take(self, step: Any, device: torch.device, steps: int) -> None:
+        """`steps` more samples of each kind."""
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda d: None)
+        for _ in range(max(1, steps)):
+            sync(device)
+            t0 = time.perf_counter_ns()
+            step()
+            self.idle.append(time.perf_counter_ns() - t0)
         sync(device)
-        t0 = time.perf_counter_ns()
-        step()
-        ts.append(time.perf_counter_ns() - t0)
-    sync(device)
-    loop = []
-    for _ in range(max(1, steps)):
-        t0 = time.perf_counter_ns()
-        step()
-        loop.append(time.perf_counter_ns() - t0)
-    sync(device)
-    out = {"host_ms": round(median_high(ts) / 1e6, 4), "host_ms_loop": round(median_high(loop) / 1e6, 4)}
-    if launches:
-        out["host_us_per_launch"] = round(out["host_ms"] * 1e3 / launches, 2)
-    return out
+        for _ in range(max(1, steps)):
+            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+            step()
+            self.cpu.append(time.process_time_ns() - c0)
+            self.loop.append(time.perf_counter_ns() - t0)
+        sync(device)
+
+    def summary(self, launches: float | None = None) -> dict[str, float]:
+        """Medians in ms (`host_ms`, `host_ms_loop`, `host_cpu_ms`) and how many samples each (`host_n`); with
+        `launches` (per step, from `kernel_time`): host us per launch (of `host_ms`)."""
+        if not self.idle:
+            return {}
+        out: dict[str, float] = {
+            "host_ms": round(median_high(self.idle) / 1e6, 4),
+            "host_ms_loop": round(median_high(self.loop) / 1e6, 4),
+            "host_cpu_ms": round(median_high(self.cpu) / 1e6, 4),
+            "host_n": len(self.idle),
+        }
+        if launches:
+            out["host_us_per_launch"] = round(out["host_ms"] * 1e3 / launches, 2)
+        return out
 
 
 def reset_combo_guard() -> None:

@@ -934,27 +934,74 @@ def test_addmm_table_counts_distinct_products_by_form_and_the_time_saved():
     assert again.meta.addmm_forms == log
 
 
-def test_host_time_and_its_table():
-    """`host_time` times each step's return on an idle device (here: a CPU step of known work) and divides by the
-    launches it is given; the report's host table shows it per compiler, `-` where not measured."""
+def test_host_time_is_sampled_in_every_round_the_compilers_taking_turns():
+    """The model tier takes its host samples where it takes its step samples: in each arm's turn of every round,
+    so both compilers' host figures come from the same stretch of the host's life (not one after the other,
+    each right after its own compile); an arm without `host_steps` (CPU) takes none."""
+    from harness.bench.core.executor import OpenCase
+
+    log: list[tuple[str, str]] = []
+
+    class Stub:
+        def __init__(self, arm: str) -> None:
+            self.arm = arm
+
+        def step(self, capture: bool = False) -> None:
+            log.append((self.arm, "host"))
+
+        def timed(self, steps: int) -> float:
+            log.append((self.arm, "step"))
+            return 1.0
+
+    cfg = mr.ModelBenchConfig(compilers=["eager"], compile_times=[], rounds=2)
+    arms = {
+        a: mr.Prepared(Stub(a), Result("model.x.infer.fp32", a, "h"), 1, 2, None, host_steps=1, launches=4.0)
+        for a in ("kiln", "inductor")
+    }
+    mr.ModelExecutor(cfg).sample_case(OpenCase("x", dict(arms)))
+    turns = [a for k, (a, kind) in enumerate(log) if kind == "step" and (k == 0 or log[k - 1][0] != a)]
+    assert turns == ["kiln", "inductor", "kiln", "inductor"]
+    assert [kind for a, kind in log if a == "kiln"] == ["step", "host", "host"] * 2  # idle start, loop
+    for a in arms.values():
+        h = a.result.meta.host
+        assert h["host_n"] == 2 and h["host_us_per_launch"] == pytest.approx(h["host_ms"] * 250, abs=0.01)
+    cpu = mr.Prepared(Stub("eager"), Result("model.x.infer.fp32", "eager", "h"), 1, 2)
+    mr.ModelExecutor(cfg).take(cpu, 1)
+    assert not cpu.result.meta.host
+
+
+def test_host_samples_and_their_table():
+    """`HostSamples` times each step's return on an idle device and back to back, and the process's CPU time
+    per step (here: CPU steps of known work: a sleep takes wall time and almost no CPU time, a busy loop both),
+    adding samples at every `take`; the summary divides by the launches it is given; the report's host table
+    shows it per compiler, `-` where not measured."""
     from harness.bench.core.records import Result
     from harness.bench.models.report import host_table
-    from harness.bench.models.step_facts import host_time
+    from harness.bench.models.step_facts import HostSamples
 
     calls = []
 
-    def step():
+    def sleeping():
         calls.append(1)
         time.sleep(0.002)
 
-    h = host_time(step, torch.device("cpu"), 5, launches=4.0)
-    assert (
-        len(calls) == 10  # five started on an idle device, five back to back
-        and h["host_ms"] >= 2.0
-        and h["host_ms_loop"] >= 2.0
-        and h["host_us_per_launch"] == pytest.approx(h["host_ms"] * 250, rel=0.01)
-    )
-    assert "host_us_per_launch" not in host_time(step, torch.device("cpu"), 1)
+    h = HostSamples()
+    h.take(sleeping, torch.device("cpu"), 3)
+    h.take(sleeping, torch.device("cpu"), 2)
+    s = h.summary(launches=4.0)
+    assert len(calls) == 10 and s["host_n"] == 5  # five started on an idle device, five back to back
+    assert s["host_ms"] >= 2.0 and s["host_ms_loop"] >= 2.0 and s["host_cpu_ms"] < 1.0
+    assert s["host_us_per_launch"] == pytest.approx(s["host_ms"] * 250, rel=0.01)
+    assert "host_us_per_launch" not in h.summary() and HostSamples().summary() == {}
+
+    def busy():
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.003:
+            pass
+
+    b = HostSamples()
+    b.take(busy, torch.device("cpu"), 3)
+    assert b.summary()["host_cpu_ms"] >= 3.0
     rs = [
         Result(
             "model.x.opt_sgd.fp32",
@@ -988,3 +1035,5 @@ def test_host_time_and_its_table():
         "-",
     ]  # stored before the loop figure
     assert table[2] == ["y.infer.fp32", "3.200 (1.500)", "60", "-", "-", "-", "-"]
+    rs[2].meta.host["host_cpu_ms"] = 1.25
+    assert host_table(rs, ["kiln"])[2][1] == "3.200 (1.500; cpu 1.250)"
