@@ -37,6 +37,10 @@ class Scope:
         self.r, self.shape, self.lines, self.indent, self.parent = renderer, shape, lines, indent, parent
         self.cache: dict = {}
         self.members: dict[str, str] = {}  # member buffer -> var in this scope
+        # expression node (by identity) -> (node, var) for the operations emitted in this scope: kernel
+        # expressions are DAGs (an inlined producer read twice is one shared node), and walking them as trees
+        # re-emits a shared subexpression once per path to it, which grows exponentially with depth
+        self.emitted: dict[int, tuple[KExpr, str]] = {}
 
     def lookup(self, key) -> str | None:
         """The variable holding ``key``'s value in this scope or an enclosing one (CSE), or None."""
@@ -69,6 +73,17 @@ class Scope:
         return var
 
     def emit(self, e: KExpr) -> str:
+        """The variable holding ``e``'s value in this scope, emitting the lines that compute it."""
+        if not isinstance(e, Op):
+            return self._emit(e)
+        done = self.emitted.get(id(e))
+        if done is not None and done[0] is e:
+            return done[1]
+        var = self._emit(e)
+        self.emitted[id(e)] = (e, var)
+        return var
+
+    def _emit(self, e: KExpr) -> str:
         if isinstance(e, Load):
             m = self.r.group.member(e.buffer)
             if m is not None:
