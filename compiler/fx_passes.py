@@ -77,14 +77,55 @@ def _static(*sizes: Any) -> bool:
 def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same layout: strides provably equal in every dim longer than 1 (symbolic ones compared without
     adding guards)."""
+    return a.dim() == b.dim() and all(
+        _known_equal(size, 1) or _known_equal(x, y) for size, x, y in zip(a.shape, a.stride(), b.stride())
+    )
+
+
+def _known_equal(x: Any, y: Any) -> bool:
+    """Whether two sizes are provably equal (symbolic ones compared without adding guards)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    def eq(x: Any, y: Any) -> bool:
-        return x == y if isinstance(x, int) and isinstance(y, int) else statically_known_true(x == y)
+    return x == y if isinstance(x, int) and isinstance(y, int) else statically_known_true(x == y)
 
-    return a.dim() == b.dim() and all(
-        eq(size, 1) or eq(x, y) for size, x, y in zip(a.shape, a.stride(), b.stride())
+
+def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, strides (every dim) and storage offset, provably."""
+    return (
+        a.dim() == b.dim()
+        and all(_known_equal(x, y) for x, y in zip(a.shape, b.shape))
+        and all(_known_equal(x, y) for x, y in zip(a.stride(), b.stride()))
+        and _known_equal(a.storage_offset(), b.storage_offset())
     )
+
+
+def _tensors(val: Any) -> list[torch.Tensor]:
+    """The tensors of a node's value: itself, or the tensors of a tuple or list of results."""
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)):
+        return [t for v in val for t in _tensors(v)]
+    return []
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Whether two node values have the same structure and, tensor by tensor, the same shape, strides,
+    storage offset, dtype and device (other values: the same object, or equal plain values)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        return a.dtype == b.dtype and a.device == b.device and _same_geometry(a, b)
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
+    if a is b:
+        return True
+    return type(a) is type(b) and isinstance(a, (int, float, bool, str, type(None))) and a == b
+
+
+def _aliases(val: Any, inputs: list[torch.Tensor]) -> bool:
+    """Whether a tensor of ``val`` shares storage with one of ``inputs`` (a view or an in-place result)."""
+    storages = {t.untyped_storage()._cdata for t in inputs}
+    return any(t.untyped_storage()._cdata in storages for t in _tensors(val))
 
 
 def _mode(val: torch.Tensor) -> Any:
@@ -187,8 +228,8 @@ class Rewrite:
     """One pass's edits of a graph, made whole or not at all.
 
     ``node(...)`` inserts a node (its FakeTensor comes with the propagation in ``commit()``), ``replace(old,
-    new)`` moves ``old``'s users to ``new``. ``commit()`` recomputes every FakeTensor of the graph (a new layout changes the strides
-    of every view and op downstream), gives each graph output whose strides moved a copy laid out as before
+    new)`` moves ``old``'s users to ``new``. ``commit()`` recomputes the FakeTensors the edits reach (a new layout changes the
+    strides of every view and op downstream; ``_propagate``), gives each graph output whose strides moved a copy laid out as before
     (the caller and the backward graph were traced against those strides), and drops the replaced nodes.
     When an op rejects the new layout (a ``view`` that cannot be expressed on it) the graph is restored.
     """
@@ -215,13 +256,10 @@ class Rewrite:
     def commit(self, changed: bool = False) -> bool:
         """Apply the edits (``changed``: placeholders' FakeTensors were replaced, even with no node added);
         False when there was nothing to do or the graph was rolled back."""
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
         if not self.added and not changed:
             return False
         try:
-            inputs = [n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"]
-            FakeTensorProp(self.gm, mode=self.mode).propagate_dont_convert_inputs(*inputs)
+            self._propagate()
         except Exception as e:  # noqa: BLE001 - an op rejects the new layout: keep the graph as it was
             log.info(
                 "kiln: a layout rewrite failed to propagate (%s: %s); graph left as it was",
@@ -246,6 +284,41 @@ class Rewrite:
         self.graph.lint()
         self.gm.recompile()
         return True
+
+    def _propagate(self) -> None:
+        """Recompute the FakeTensors the edits can change, in graph order: the added nodes', and those of every
+        node reading a node whose FakeTensor is new (a placeholder given one, an added node, a replacement, and
+        onward). A recomputed value equal to the one it had (shape, strides, offset, dtype, device) that does
+        not alias its inputs keeps its old FakeTensor, and its readers are not visited: the nodes downstream
+        of an edit that changes no layout (a bias moved out of a convolution) keep theirs, and storage
+        identity, which tells views from copies, stays consistent. A full propagation over a MobileNet-sized
+        graph costs about as much as the rest of the layout pass, once per rewrite."""
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        dirty: set[fx.Node] = set(self.added)
+        for n in self.added:
+            dirty.update(n.users)
+        for _, new in self.replaced:
+            dirty.update(new.users)
+        for n, val in self.saved.items():
+            if n.meta.get("val") is not val:  # a placeholder given a new FakeTensor by the caller
+                dirty.update(n.users)
+        if not dirty:
+            return
+        prop = FakeTensorProp(self.gm, mode=self.mode)
+        with self.mode:
+            for n in self.graph.nodes:
+                if n not in dirty or n.op in ("placeholder", "output", "get_attr"):
+                    continue
+                old = n.meta.get("val")
+                prop.env = {a: a.meta.get("val") for a in n.all_input_nodes}
+                prop.run_node(n)
+                new = n.meta.get("val")
+                inputs = [v for a in n.all_input_nodes for v in _tensors(a.meta.get("val"))]
+                if old is not None and _same_values(old, new) and not _aliases(new, inputs):
+                    n.meta["val"] = old
+                else:
+                    dirty.update(n.users)
 
     def _keep_layout(self, arg: fx.Node, old_val: Any) -> fx.Node:
         """``arg`` itself when its layout did not move, else a copy of it laid out as ``old_val``."""

@@ -333,6 +333,84 @@ def test_split_conv_bias_moves_every_bias_into_an_add():
     torch.testing.assert_close(gm(*args), _biased(*args))
 
 
+def _aliasing(gm, vals):
+    """Per node, which of its inputs' tensors its own tensors share storage with (views, in-place results)."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op == "output":
+            continue
+        mine = {t.untyped_storage()._cdata for t in fx_passes._tensors(vals.get(n))}
+        out[n] = [
+            a.name
+            for a in n.all_input_nodes
+            for t in fx_passes._tensors(vals.get(a))
+            if t.untyped_storage()._cdata in mine
+        ]
+    return out
+
+
+def _matches_a_full_propagation(gm):
+    """The graph's FakeTensors as the rewrites left them equal, node by node (geometry, dtype, which inputs
+    each aliases), those of propagating the whole graph again."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    kept = {n: n.meta.get("val") for n in gm.graph.nodes}
+    inputs = [kept[n] for n in gm.graph.nodes if n.op == "placeholder"]
+    FakeTensorProp(gm, mode=fx_passes.fake_mode_of(gm)).propagate_dont_convert_inputs(*inputs)
+    full = {n: n.meta.get("val") for n in gm.graph.nodes}
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        assert fx_passes._same_values(kept[n], full[n]), (n.name, kept[n], full[n])
+    assert _aliasing(gm, kept) == _aliasing(gm, full)
+
+
+def test_layout_rewrites_recompute_only_what_an_edit_reaches():
+    """A rewrite recomputes the FakeTensors downstream of its edits only as far as they change: moving a
+    bias out of a convolution changes no layout, so the nodes after the add keep their FakeTensors (the same
+    objects); channels-last then changes every activation's. Either way the graph's FakeTensors are those of
+    a full propagation, views included."""
+
+    def f(x, w, b, w2):
+        y = F.conv2d(x, w, b, padding=1).relu()
+        z = y.view(2, 8, 36).transpose(1, 2) * 2  # views of the relu: they alias its storage
+        return F.conv2d(y, w2) + z.transpose(1, 2).reshape(2, 8, 6, 6), y.sum((2, 3))
+
+    g = torch.Generator().manual_seed(0)
+    args = [
+        torch.randn(2, 8, 6, 6, generator=g),
+        torch.randn(8, 8, 3, 3, generator=g),
+        torch.randn(8, generator=g),
+        torch.randn(8, 8, 1, 1, generator=g),
+    ]
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    relu = next(n for n in gm.graph.nodes if n.target is aten.relu.default)
+    after = [n for n in gm.graph.nodes if n.op == "call_function" and n not in relu.all_input_nodes]
+    before = {n: n.meta["val"] for n in after}
+    with compiler.config.patch(conv_bias="split"):
+        assert fx_passes.split_conv_bias(gm) == 1
+    assert all(n.meta["val"] is before[n] for n in after if n in gm.graph.nodes and n is not relu)
+    _matches_a_full_propagation(gm)
+    with compiler.config.patch(conv_layout="always"):
+        assert fx_passes.convs_channels_last(gm) > 0
+    assert relu.meta["val"].is_contiguous(memory_format=torch.channels_last)
+    _matches_a_full_propagation(gm)
+    for got, want in zip(gm(*args), f(*args)):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+
+
+def test_adopted_input_strides_match_a_full_propagation():
+    gm = make_fx(lambda x: ((x * 2).relu().view(2, 3, 20), x.sum((2, 3))), tracing_mode="fake")(
+        torch.randn(2, 3, 4, 5)
+    )
+    fake = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"]
+    with fake.fake_mode:
+        real = torch.empty_strided(fake.shape, (60, 1, 15, 3))
+    assert fx_passes.adopt_input_strides(gm, [real]) == 1
+    _matches_a_full_propagation(gm)
+
+
 @pytest.mark.parametrize("setting", ["auto", "keep"])
 def test_conv_bias_stays_in_cpu_convolutions_unless_split(setting):
     gm = make_fx(_biased, tracing_mode="fake")(*_biased_args())
