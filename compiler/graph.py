@@ -277,7 +277,9 @@ class GraphLowering(BufferNames):
         """Make ``value`` live in memory. Strided values are returned as they are.
 
         A Lazy value becomes a ComputedBuffer laid out like ``meta`` (the eager result's strides) when
-        those are dense, else contiguous. The same Lazy realized again in the same layout is the same buffer
+        those are dense, else contiguous; where ``meta`` broadcasts (an ``expand``: stride 0), like
+        ``realize_exact``: computed once per distinct element and read through the stride-0 view, as eager
+        passes it (an attention bias expanded over the heads, 8x the memory materialized). The same Lazy realized again in the same layout is the same buffer
         (a value kept inline for several users, such as an index-only mask, computed once for every extern
         kernel that reads it from memory).
         """
@@ -287,6 +289,8 @@ class GraphLowering(BufferNames):
             raise LoweringError(f"cannot realize {value!r}")
         stride = contiguous_strides(value.size)
         if meta is not None and isinstance(meta, torch.Tensor) and len(meta.shape) == len(value.size):
+            if _broadcast(meta):  # an expand's result: each distinct element computed once, read via stride 0
+                return self.realize_exact(value, meta)
             cand = Layout(
                 tuple(value.size),
                 tuple(sym(s) for s in meta.stride()),
@@ -406,11 +410,16 @@ class GraphLowering(BufferNames):
         layout = Layout(size, stride, sympy.Integer(0), value.dtype, value.device)
         if is_dense(layout) and size == tuple(value.size):
             return self.realize(value, meta)
+        done = self._realized.get((value, stride))
+        if done is not None:
+            return done
         origin = self.current_node.name if self.current_node is not None else ""
         buf = ComputedBuffer(self.new_name(), layout, Pointwise(size, value.fn, value.dtype), origin=origin)
         self.add_buffer(buf)
         self.steps.append(buf)
-        return Strided(buf, Layout(tuple(value.size), stride, sympy.Integer(0), value.dtype, value.device))
+        out = Strided(buf, Layout(tuple(value.size), stride, sympy.Integer(0), value.dtype, value.device))
+        self._realized[(value, stride)] = out
+        return out
 
     def fetch(self, a: Any) -> Any:
         """Map FX args to lowered values (through nested lists, tuples and dicts)."""
@@ -597,6 +606,14 @@ def _tensor_metas(node: fx.Node) -> list[torch.Tensor]:
     if isinstance(v, torch.Tensor):
         out.append(v)
     return out
+
+
+def _broadcast(meta: torch.Tensor) -> bool:
+    """Whether ``meta`` has a broadcast dim: stride 0 along a dim longer than 1 (an ``expand``'s result)."""
+    return any(
+        isinstance(st, int) and st == 0 and not (isinstance(sz, int) and sz <= 1)
+        for sz, st in zip(meta.shape, meta.stride())
+    )
 
 
 def map_values(obj: Any, fn: Callable[[Value], Any]) -> Any:

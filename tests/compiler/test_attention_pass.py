@@ -507,3 +507,28 @@ def test_gpu_math_form_gets_the_efficient_kernel_on_bf16_operands(monkeypatch):
     (sdpa,) = [n for n in gm.graph.nodes if n.target is aten._scaled_dot_product_efficient_attention.default]
     assert [a.meta["val"].dtype for a in sdpa.args[:4]] == [torch.bfloat16] * 4
     assert sdpa.kwargs["scale"] == pytest.approx(0.0625) and _count(gm, (aten.bmm.default,)) == 0
+
+
+def test_an_expanded_bias_is_computed_once_per_distinct_element():
+    """A mask turned into an additive bias and expanded over the heads reaches the attention call as eager
+    passes it: a (batch, 1, q, k) buffer read through stride 0 along the heads, not a (batch, heads, q, k)
+    buffer of copies (GPT-2's causal bias on the H200: 4x 16 MB written a step, and 8x the bias reads in the
+    fused attention kernel)."""
+    from compiler.codegen.wrapper import _allocates
+
+    b, h, t, d = 2, HEADS, 16, 8
+
+    def f(mask, q, k, v):
+        bias = torch.where(mask, 0.0, float("-inf")).expand(b, h, t, t)
+        return aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)[0]
+
+    g = torch.Generator().manual_seed(0)
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool)).expand(b, 1, t, t).clone()
+    q, k, v = (torch.randn(b, h, t, d, generator=g) for _ in range(3))
+    torch._dynamo.reset()
+    with config.patch(cache="0"), compiler.capture() as gs:
+        got = torch.compile(f, backend="kiln")(mask, q, k, v)
+    torch.testing.assert_close(got, f(mask, q, k, v))
+    (graph,) = gs
+    shapes = [n.args[0] for n in graph.wrapper.graph.nodes if _allocates(n)]
+    assert shapes == [(b, 1, t, t)], shapes
