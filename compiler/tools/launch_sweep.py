@@ -13,8 +13,10 @@ bf16 autocast, forward + backward: LayerNorm backward), ``resnet`` (a ResNet-50 
 channels-last, bf16 autocast, forward + backward: BatchNorm backward), ``bert`` (a BERT-base layer, bf16
 inference), ``convnext`` (a ConvNeXt-T stage, channels-last bf16 inference, batch 16 at 56 x 56 x 96: depthwise
 7x7 convolution, LayerNorm, Linear-GELU-Linear, layer scale, residual; then a LayerNorm2d downsample and a block at
-28 x 28 x 192). The ``convnext`` case also sweeps its pointwise kernels (the epilogues after ``addmm``: their
-rows say ``pointwise`` and have no ``RBLOCK``). Kernels whose heuristic time is below ``--min-us`` are listed
+28 x 28 x 192), ``adamw`` (a compiled AdamW foreach step over the parameters of a 4-layer GPT-2 at hidden 768,
+the model tier's ``gpt2.opt_adamw`` row: 52 tensors, 68M elements, one 38.6M-element embedding; its update
+kernels each update every tensor of one shape, up to 8 at once with 40 pointers). The ``convnext`` and
+``adamw`` cases also sweep their pointwise kernels (rows that say ``pointwise`` and have no ``RBLOCK``). Kernels whose heuristic time is below ``--min-us`` are listed
 without sweeping.
 """
 
@@ -92,7 +94,7 @@ def _convnext_stage() -> nn.Module:
 
 
 #: cases whose pointwise kernels are swept too (the others: reduction kernels only)
-POINTWISE_CASES = ("convnext",)
+POINTWISE_CASES = ("convnext", "adamw")
 
 
 def _train_step(model: nn.Module, x: torch.Tensor) -> Callable[[], Any]:
@@ -143,7 +145,32 @@ def build_case(name: str) -> Callable[[], Any]:
                 f(input_ids=ids)
 
         return step
-    raise SystemExit(f"launch_sweep: unknown case {name!r} (vit, resnet, bert, convnext)")
+    if name == "adamw":
+        return _adamw_step()
+    raise SystemExit(f"launch_sweep: unknown case {name!r} (vit, resnet, bert, convnext, adamw)")
+
+
+def _gpt2_shapes(layers: int = 4, d: int = 768, vocab: int = 50257, positions: int = 1024) -> list[tuple]:
+    """The parameter shapes of a GPT-2 (Conv1D weights are (in, out)), in ``named_parameters`` order."""
+    ln = [(d,), (d,)]
+    attn = [(d, 3 * d), (3 * d,), (d, d), (d,)]
+    mlp = [(d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    return [(vocab, d), (positions, d)] + (ln + attn + ln + mlp) * layers + ln
+
+
+def _adamw_step() -> Callable[[], Any]:
+    """The ``adamw`` case: AdamW's foreach step compiled over GPT-2-shaped parameters with gradients drawn
+    once, its state primed by one eager step at learning rate 0 (the steady-state step, as the model tier's)."""
+    params = [nn.Parameter(torch.randn(s, device="cuda") * 0.02) for s in _gpt2_shapes()]
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-2
+    opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+    opt.step()
+    for g in opt.param_groups:
+        g["lr"] = 1e-4
+    return torch.compile(opt.step, backend="kiln")
 
 
 def tile_loads(source: str) -> int:
@@ -156,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m compiler.tools.launch_sweep", description=__doc__.splitlines()[0]
     )
     p.add_argument(
-        "--case", default="vit", help="vit, resnet, bert or convnext (comma-separated for several)"
+        "--case", default="vit", help="vit, resnet, bert, convnext or adamw (comma-separated for several)"
     )
     p.add_argument("--min-us", type=float, default=15.0, help="sweep kernels at least this slow (us)")
     args = p.parse_args(argv)
