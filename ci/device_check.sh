@@ -11,7 +11,8 @@
 #  cases past $CGTRAIN_BUDGET_S=200 s are deferred: rerun the models line with --resume) under every arm with
 #  kernel ms, fallbacks, unrecorded graphs and memory into $OUT/cgtrain, the memory check of one row by hand, and a
 #  kiln-cg profile of the GPT-2-style CI-size training step with its host gaps;
-#  sweep: launch configs of real steps' kernels ($SWEEP_CASES, default convnext,vit,resnet,bert; adamw: the GPT-2 AdamW step's update kernels);
+#  sweep: launch configs of real steps' kernels ($SWEEP_CASES, default convnext,vit,resnet,bert; adamw: the
+#  GPT-2 AdamW step's update kernels);
 #  scatter: the scatter family's atomic kernels and scans against eager CUDA, and their numerics cases)
 # Output: one log per stage under $OUT (default results/device), the summary last on stdout; PACK=FILE also packs
 # all of $OUT into one tarball FILE at the end (a device call returns a limited number of files: put FILE under

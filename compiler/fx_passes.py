@@ -228,9 +228,10 @@ class Rewrite:
     """One pass's edits of a graph, made whole or not at all.
 
     ``node(...)`` inserts a node (its FakeTensor comes with the propagation in ``commit()``), ``replace(old,
-    new)`` moves ``old``'s users to ``new``. ``commit()`` recomputes the FakeTensors the edits reach (a new layout changes the
-    strides of every view and op downstream; ``_propagate``), gives each graph output whose strides moved a copy laid out as before
-    (the caller and the backward graph were traced against those strides), and drops the replaced nodes.
+    new)`` moves ``old``'s users to ``new``. ``commit()`` recomputes the FakeTensors the edits reach
+    (``_propagate``: a new layout changes the strides of every view and op downstream), gives each graph
+    output whose strides moved a copy laid out as before (the caller and the backward graph were traced
+    against those strides), and drops the replaced nodes.
     When an op rejects the new layout (a ``view`` that cannot be expressed on it) the graph is restored.
     """
 

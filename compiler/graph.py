@@ -277,11 +277,11 @@ class GraphLowering(BufferNames):
         """Make ``value`` live in memory. Strided values are returned as they are.
 
         A Lazy value becomes a ComputedBuffer laid out like ``meta`` (the eager result's strides) when
-        those are dense, else contiguous; where ``meta`` broadcasts (an ``expand``: stride 0), like
-        ``realize_exact``: computed once per distinct element and read through the stride-0 view, as eager
-        passes it (an attention bias expanded over the heads, 8x the memory materialized). The same Lazy realized again in the same layout is the same buffer
-        (a value kept inline for several users, such as an index-only mask, computed once for every extern
-        kernel that reads it from memory).
+        those are dense, else contiguous; where ``meta`` broadcasts (an ``expand``: stride 0), as
+        ``realize_exact`` does: each distinct element computed once and read through the stride-0 view, as
+        eager passes it (an attention bias expanded over the heads is not materialized per head). The same
+        Lazy realized again in the same layout is the same buffer (a value kept inline for several users, such
+        as an index-only mask, computed once for every extern kernel that reads it from memory).
         """
         if isinstance(value, Strided):
             return value

@@ -16,8 +16,8 @@ inference), ``convnext`` (a ConvNeXt-T stage, channels-last bf16 inference, batc
 28 x 28 x 192), ``adamw`` (a compiled AdamW foreach step over the parameters of a 4-layer GPT-2 at hidden 768,
 the model tier's ``gpt2.opt_adamw`` row: 52 tensors, 68M elements, one 38.6M-element embedding; its update
 kernels each update every tensor of one shape, up to 8 at once with 40 pointers). The ``convnext`` and
-``adamw`` cases also sweep their pointwise kernels (rows that say ``pointwise`` and have no ``RBLOCK``). Kernels whose heuristic time is below ``--min-us`` are listed
-without sweeping.
+``adamw`` cases also sweep their pointwise kernels (rows that say ``pointwise`` and have no ``RBLOCK``).
+Kernels whose heuristic time is below ``--min-us`` are listed without sweeping.
 """
 
 from __future__ import annotations
