@@ -54,6 +54,7 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
     from ..ir import size_hints
 
     hints = size_hints()
+    inputs = input_metas(lowering)
     sent = 0
     for ks in kernels:
         try:
@@ -63,7 +64,7 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
             target = gpu_compile.device_target(device)
             if target.backend != "cuda":
                 continue
-            req_fn = request_for(ks, getattr(wrapper, ks.name), lowering, hints, target)
+            req_fn = request_for(ks, getattr(wrapper, ks.name), lowering, hints, target, inputs)
         except gpu_compile.Unsupported as e:
             log.debug("kiln: no ahead-of-time compile for %s: %s", ks.name, e)
             continue
@@ -100,21 +101,25 @@ def submit(req: gpu_compile.CompileRequest) -> Future:
     return fut
 
 
-def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -> tuple | None:
+def request_for(
+    ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any, inputs: dict[str, Any] | None = None
+) -> tuple | None:
     """(request, a function returning the kernel's ``JITFunction``) for the first launch of kernel ``ks``
     (``KernelSource``; ``kernel`` its ``TritonKernel``) at the example sizes ``hints`` on ``target``; None when that
     launch launches nothing. The module is imported only if ``on_disk`` must compute Triton's key (a binary
-    index hit needs no import)."""
+    index hit needs no import). ``inputs``: ``input_metas(lowering)``, found once per graph by the caller."""
+    if inputs is None:
+        inputs = input_metas(lowering)
     ints = [_value(s, hints) for s in ks.size_args]
     xnumel = _value(ks.xnumel, hints)
     rnumel = _value(ks.rnumel, hints) if ks.reduction else 1
     ints += [xnumel, rnumel] if ks.reduction else [xnumel]
     if xnumel == 0:
         return None
-    ptrs = [gpu_compile.Ptr(*_pointer(name, lowering, hints)[::2]) for _, name in ks.ptr_args]
+    ptrs = [gpu_compile.Ptr(*_pointer(name, lowering, hints, inputs)[::2]) for _, name in ks.ptr_args]
     cfg = kernel.heuristic_config(xnumel, rnumel, interp=False)
     if kernel._autotune:  # a choice cached by an earlier compile: compile that config, not the heuristic's
-        device = _pointer(ks.ptr_args[0][1], lowering, {})[1] if ks.ptr_args else torch.device("cuda")
+        device = _pointer(ks.ptr_args[0][1], lowering, {}, {})[1] if ks.ptr_args else torch.device("cuda")
         cfg = kernel.cached_tuned_config(cfg, xnumel, rnumel, device)
     path = cache.source_path(ks.source)
     req = gpu_compile.make_request(ks.name, path, kernel.param_names(cfg), ptrs + ints, cfg, target)
@@ -124,7 +129,7 @@ def request_for(ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any) -
 def _cuda_device(ks: Any, lowering: Any) -> int | None:
     """The CUDA device index of the kernel's buffers, or None (CPU, or no pointer arguments)."""
     for _, name in ks.ptr_args:
-        dev = _pointer(name, lowering, {})[1]
+        dev = _pointer(name, lowering, {}, {})[1]
         if dev.type != "cuda":
             return None
         return dev.index if dev.index is not None else torch.cuda.current_device()
@@ -140,8 +145,22 @@ def _value(expr: Any, hints: dict) -> int:
     return int(e)
 
 
-def _pointer(name: str, lowering: Any, hints: dict) -> tuple[torch.dtype, torch.device, bool]:
-    """(dtype, device, 16-byte aligned?) of the buffer passed as a kernel's pointer argument."""
+def input_metas(lowering: Any) -> dict[str, Any]:
+    """Buffer name -> the FakeTensor of the graph input it holds (the first input of each buffer), for every
+    input buffer of ``lowering``: found once per graph rather than by a scan of the inputs per pointer (an
+    optimizer step's kernels pass hundreds of pointers, its graph has hundreds of inputs)."""
+    out: dict[str, Any] = {}
+    for ph, value in getattr(lowering, "inputs", ()):  # none: nothing to look up
+        if isinstance(value, Strided):
+            out.setdefault(value.buffer.name, ph.meta.get("val"))
+    return out
+
+
+def _pointer(
+    name: str, lowering: Any, hints: dict, inputs: dict[str, Any]
+) -> tuple[torch.dtype, torch.device, bool]:
+    """(dtype, device, 16-byte aligned?) of the buffer passed as a kernel's pointer argument (``inputs``:
+    ``input_metas``; graph inputs are aligned when their storage offset is, allocations always are)."""
     const = lowering.constants.get(name)
     if isinstance(const, torch.Tensor):
         return const.dtype, const.device, const.data_ptr() % 16 == 0
@@ -149,14 +168,11 @@ def _pointer(name: str, lowering: Any, hints: dict) -> tuple[torch.dtype, torch.
     if buf is None:
         raise gpu_compile.Unsupported(f"buffer {name} is unknown")
     aligned = True
-    for ph, value in lowering.inputs:  # graph inputs: aligned when their storage offset is (allocations are)
-        if isinstance(value, Strided) and value.buffer is buf:
-            meta = ph.meta.get("val")
-            if isinstance(meta, torch.Tensor):
-                try:
-                    offset = _value(sym(meta.storage_offset()), hints)
-                except gpu_compile.Unsupported:
-                    offset = 0  # unknown: allocations are aligned
-                aligned = (offset * meta.element_size()) % 16 == 0
-            break
+    meta = inputs.get(buf.name)
+    if isinstance(meta, torch.Tensor):
+        try:
+            offset = _value(sym(meta.storage_offset()), hints)
+        except gpu_compile.Unsupported:
+            offset = 0  # unknown: allocations are aligned
+        aligned = (offset * meta.element_size()) % 16 == 0
     return buf.dtype, buf.device, aligned
