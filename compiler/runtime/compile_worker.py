@@ -12,6 +12,7 @@ else printed to stdout goes to stderr.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import linecache
 import os
@@ -157,6 +158,26 @@ def compile_request(req: dict) -> dict:
     }
 
 
+def prime_triton_key() -> bool:
+    """Compute Triton's own cache key now (``triton_key``: a hash of Triton's sources and of its ``libtriton``
+    library, about half a second to a second, cached in the process). Every process that compiles a kernel or
+    asks for one's cache key computes it once; done ahead (a worker before it says it is ready, the parent in a
+    thread while Dynamo and AOTAutograd trace) it is off the path of the first compile. False when this Triton
+    has no such function (then the first compile computes what it needs)."""
+    for module in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            key = getattr(importlib.import_module(module), "triton_key", None)
+        except ImportError:
+            continue
+        if callable(key):
+            try:
+                key()
+            except Exception:
+                return False
+            return True
+    return False
+
+
 def main() -> int:
     """Serve requests until stdin closes."""
     proto_out = os.fdopen(os.dup(1), "wb")
@@ -165,6 +186,7 @@ def main() -> int:
     proto_in = sys.stdin.buffer
     import triton.compiler  # noqa: F401  (the slow part of a worker's start, before the first request)
 
+    prime_triton_key()
     write_message(proto_out, {"ready": os.getpid()})
     while True:
         req = read_message(proto_in)

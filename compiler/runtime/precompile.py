@@ -18,6 +18,7 @@ Nothing happens under the interpreter, on CPU, for non-CUDA targets, or with one
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -27,7 +28,7 @@ import torch
 
 from .. import config
 from ..ir import Strided, sym
-from . import cache, compile_jobs, compile_pool, gpu_compile
+from . import cache, compile_jobs, compile_pool, compile_worker, gpu_compile
 
 log = logging.getLogger("kiln")
 
@@ -89,7 +90,25 @@ def warm_up(example_inputs: Any) -> bool:
     ):
         return False
     compile_pool.get_pool().warm_up()
+    _prime_triton_key_once()
     return True
+
+
+_primed: list[threading.Thread] = []
+_prime_lock = threading.Lock()
+
+
+def _prime_triton_key_once() -> None:
+    """Compute Triton's cache key in a background thread, once per process (``compile_worker.prime_triton_key``):
+    this pass asks ``on_disk`` for every kernel's cache key, and the first such key cost the pass about a second
+    on the H200 (Triton hashes its sources and its library), after the graph was traced; hashing and reading
+    release the GIL, so the thread runs beside the tracing."""
+    with _prime_lock:
+        if _primed:
+            return
+        t = threading.Thread(target=compile_worker.prime_triton_key, name="kiln-triton-key", daemon=True)
+        _primed.append(t)
+    t.start()
 
 
 def submit(req: gpu_compile.CompileRequest) -> Future:

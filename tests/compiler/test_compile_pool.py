@@ -347,6 +347,38 @@ def test_warm_up_only_for_gpu_graphs_with_workers(monkeypatch):
     assert warmed == [1]
 
 
+def test_warm_up_computes_tritons_cache_key_once_in_the_background(monkeypatch):
+    """A GPU graph's warm-up starts one thread that computes Triton's cache key (``triton_key``), which the
+    precompile pass's first ``on_disk`` would otherwise compute after the graph was traced; once per process."""
+    from compiler.runtime import compile_worker
+
+    calls = []
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(compile_pool, "get_pool", lambda: type("P", (), {"warm_up": lambda self: None})())
+    monkeypatch.setattr(compile_worker, "prime_triton_key", lambda: calls.append(1) or True)
+    monkeypatch.setattr(precompile, "_primed", [])
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
+    with compiler.config.patch(compile_threads=4, compile_workers=4):
+        assert precompile.warm_up([torch.randn(2)]) and precompile.warm_up([torch.randn(2)])
+    (thread,) = precompile._primed
+    thread.join(timeout=60)
+    assert calls == [1]
+
+
+def test_prime_triton_key_fills_tritons_own_cache():
+    """The worker (before it says it is ready) and the parent compute the key with Triton's own function, so
+    that the compile that follows finds it cached."""
+    import importlib
+
+    from compiler.runtime import compile_worker
+
+    homes = ("triton.runtime.cache", "triton.compiler.compiler")  # where Triton versions keep it
+    key = next(k for k in (getattr(importlib.import_module(m), "triton_key", None) for m in homes) if k)
+    key.cache_clear()
+    assert compile_worker.prime_triton_key()
+    assert key.cache_info().currsize == 1
+
+
 # ------------------------------------------------------------------------------------------ when to use it
 def test_no_workers_with_one_compile_thread_or_worker(monkeypatch):
     sent = []
