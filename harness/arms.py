@@ -6,8 +6,10 @@ Terms:
                 ``inductor`` (``backend="inductor"``), the CUDA-graph arms ``kiln-cg`` (``backend="kiln",
                 options={"cudagraphs": True}``) and ``inductor-cg`` (``mode="reduce-overhead"``), and the numerics
                 tier's ``kiln-emulate`` (kiln under ``compiler.config.patch(emulate_eager_precision=True)``),
-                and ``kiln-autotune`` (``backend="kiln", mode="max-autotune-no-cudagraphs"``: the model and
-                kernel tiers run it when named, never by default, `OPTIONAL`).
+                ``kiln-autotune`` (``backend="kiln", mode="max-autotune-no-cudagraphs"``) and ``inductor-combo``
+                (``backend="inductor", options={"combo_kernels": True}``: Inductor's horizontal fusion of independent
+                kernels, off by default, the peer of kiln's combo kernels): the model and kernel tiers run these
+                two when named, never by default, `OPTIONAL`.
                 `ARMS` holds them; `get` finds one by name.
   tier          a part of the harness that runs arms, and the arms it offers, default order first (`TIERS`):
                 ``kernel`` (``bench run``/``selftest``/``gpu`` and the side-by-side workers), ``model`` (``bench
@@ -42,6 +44,7 @@ KILN_CG = "kiln-cg"
 INDUCTOR_CG = "inductor-cg"
 KILN_EMULATE = "kiln-emulate"
 KILN_AUTOTUNE = "kiln-autotune"
+INDUCTOR_COMBO = "inductor-combo"
 
 
 class UnknownArm(UsageError):
@@ -155,6 +158,12 @@ ARMS: dict[str, Arm] = {
             mode="max-autotune-no-cudagraphs",
             summary='backend="kiln", mode="max-autotune-no-cudagraphs" (launch configs timed on the GPU)',
         ),
+        Arm(
+            INDUCTOR_COMBO,
+            INDUCTOR,
+            options={"combo_kernels": True},
+            summary='backend="inductor", options={"combo_kernels": True} (independent kernels launched as one)',
+        ),
     )
 }
 
@@ -168,7 +177,10 @@ TIERS: dict[str, tuple[str, ...]] = {
 
 #: arms a tier runs when asked by name but leaves out of its default list (autotuning times candidate configs of
 #: every kernel at its first launch: minutes a model)
-OPTIONAL: dict[str, tuple[str, ...]] = {"model": (KILN_AUTOTUNE,), "kernel": (KILN_AUTOTUNE,)}
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "model": (KILN_AUTOTUNE, INDUCTOR_COMBO),
+    "kernel": (KILN_AUTOTUNE, INDUCTOR_COMBO),
+}
 
 #: registered torch.compile backends known without asking Dynamo: listing its backends loads their entry points,
 #: which imports kiln (after Inductor's triton it warns that it cannot choose the interpreter)
@@ -246,8 +258,9 @@ COLOURS: dict[str, str] = {
     KILN_AUTOTUNE: "gold",
     INDUCTOR: "tab:blue",
     INDUCTOR_CG: "tab:cyan",
+    INDUCTOR_COMBO: "tab:purple",
 }
-_SPARE_COLOURS = ("tab:green", "tab:purple", "tab:pink", "tab:olive")
+_SPARE_COLOURS = ("tab:green", "tab:pink", "tab:olive", "teal")
 
 
 def colour(name: str) -> str:

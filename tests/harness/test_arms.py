@@ -66,6 +66,7 @@ def test_arm_facts():
         "inductor-cg": "inductor-cg",
         "kiln-emulate": "inductor",
         "kiln-autotune": "inductor",
+        "inductor-combo": "inductor",
     }
     assert [n for n in a if a[n].marks_steps] == ["inductor-cg"]
     assert a["kiln-emulate"].settings == {"emulate_eager_precision": True}
@@ -92,17 +93,31 @@ def test_the_autotuned_arm_runs_when_named_and_never_by_default():
         arms.get("kiln-autotune", "numerics")
 
 
+def test_inductors_combo_kernels_arm_runs_when_named_and_never_by_default():
+    """The peer of kiln's combo kernels: Inductor with its ``combo_kernels`` option on, run only when named."""
+    import torch._inductor.config as inductor_config
+
+    arm = arms.get("inductor-combo", "model")
+    assert arm.compile_kwargs() == {"backend": "inductor", "options": {"combo_kernels": True}}
+    assert hasattr(inductor_config, "combo_kernels")  # the option this torch reads
+    assert arms.get("inductor-combo", "kernel") is arm and not arm.kiln and arm.peer == "inductor"
+    assert "inductor-combo" not in arms.default("model").split(",")
+    assert arms.colour("inductor-combo") not in {arms.colour(n) for n in arms.ARMS if n != "inductor-combo"}
+    with pytest.raises(UsageError, match="inductor-combo runs in the kernel, model tiers"):
+        arms.get("inductor-combo", "numerics")
+
+
 def test_an_unknown_name_is_one_usage_error_listing_the_known_ones():
     with pytest.raises(UsageError) as e:
         arms.get("tvm")
     assert str(e.value) == (
-        "unknown compiler 'tvm' (known: eager, inductor, inductor-cg, kiln, kiln-autotune, "
+        "unknown compiler 'tvm' (known: eager, inductor, inductor-cg, inductor-combo, kiln, kiln-autotune, "
         "kiln-cg, kiln-emulate)"
     )
     with pytest.raises(arms.UnknownArm) as e:
         arms.get("kiln-cg", "kernel")
     assert str(e.value) == (
-        "unknown compiler 'kiln-cg' (known: eager, inductor, kiln, kiln-autotune); kiln-cg "
+        "unknown compiler 'kiln-cg' (known: eager, inductor, inductor-combo, kiln, kiln-autotune); kiln-cg "
         "runs in the model, overhead tiers"
     )
     with pytest.raises(arms.UnknownArm, match=r"unknown compiler 'tvm9' \(known: .*aot_eager.*\)"):
