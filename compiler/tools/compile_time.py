@@ -87,6 +87,8 @@ def child(args: argparse.Namespace) -> int:
     import compiler
     from compiler.runtime import gpu_compile
 
+    compiler.register()  # the package was imported before torch (``-m compiler.tools...``): nothing registered yet
+
     net, x, train = build(args.child, args)
     backend = "kiln" if args.variant.startswith("kiln") else "inductor"
     fn = torch.compile(net, backend=backend)

@@ -194,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import triton.testing
 
-    import compiler  # noqa: F401  (registers the backend)
+    from compiler import register
+
+    register()  # `python -m compiler.tools...` imports the package before torch: its import registered nothing
     from compiler.runtime.autotune import candidates
     from compiler.runtime.launcher import TritonKernel
 

@@ -62,8 +62,10 @@ PAIRS = tuple((arms.peer(c), c) for c in ORDER if arms.is_kiln(c)) + ((arms.KILN
 
 
 # ------------------------------------------------------------------ selection
-def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], list[str]]:
-    """(runs used, newest first; results in registry order; notes) — see module docstring."""
+def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], list[str], list[Result]]:
+    """(runs used, newest first; results in registry order; notes; compile-only results: the newest compile
+    measurement of each (case, compiler) that has no step result at all, in registry order) — see module
+    docstring."""
     runs = [r for r in store.runs() if r.profile == f"models-{profile}"]
     if not runs:
         raise UsageError(
@@ -89,13 +91,15 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
                     r.meta.run_id = run.id
                     have[r.compiler] = r
                     used[run.rid] = run
-    notes += _merge_compile_times(store, runs, chosen, used)
+    merge_notes, alone = _merge_compile_times(store, runs, chosen, used)
+    notes += merge_notes
     order: dict[str, int] = {}
     for device in ("cuda", "cpu"):
         for i, c in enumerate(mdl.all_cases(profile, device)):
             order.setdefault(c.name, i)
     names = sorted(chosen, key=lambda w: (order.get(w, 10**6), w))
     results = [r for w in names for r in sorted(chosen[w].values(), key=lambda r: _rank(r.compiler))]
+    alone.sort(key=lambda r: (order.get(r.workload, 10**6), r.workload, _rank(r.compiler)))
     for run in runs:
         for case, why in (run.config.get("skipped") or {}).items():
             line = f"{case}: skipped ({why})"
@@ -105,10 +109,11 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
             if n not in notes:
                 notes.append(n)
     skipped = {case for run in runs for case in (run.config.get("skipped") or {})}
+    compiled = {r.workload for r in alone}
     missing = [
         c.name
         for c in mdl.all_cases(profile, runs[0].device)
-        if c.name not in chosen and c.name not in skipped
+        if c.name not in chosen and c.name not in skipped and c.name not in compiled
     ]
     if missing:
         notes.append(f"not measured here yet: {', '.join(missing)} (`--only` them, or `--resume`)")
@@ -116,15 +121,18 @@ def collect(store: Store, profile: str) -> tuple[list[RunInfo], list[Result], li
         busy = busy_note(r.workload.removeprefix(mdl.PREFIX), r.compiler, r.meta.host_load)
         if busy:
             notes.append(busy)
-    return [r for r in runs if r.id in used], results, notes
+    return [r for r in runs if r.id in used], results, notes, alone
 
 
 def _merge_compile_times(
     store: Store, runs: list[RunInfo], chosen: dict[str, dict[str, Result]], used: dict[int, RunInfo]
-) -> list[str]:
+) -> tuple[list[str], list[Result]]:
     """Put the newest compile-only measurement (see module docstring) of each chosen (case, compiler) into
-    its step result when that measurement is newer than the step run; notes for those with no step result."""
+    its step result when that measurement is newer than the step run. Returns notes for measurements beside
+    step results of another definition (left out), and the measurements of (case, compiler) pairs with no step
+    result at all: reported on their own (`compile_only_table`)."""
     notes: list[str] = []
+    alone: list[Result] = []
     seen: set[tuple[str, str]] = set()
     for run in runs:  # newest first
         for r in store.results(run.rid, phase=COMPILE_PHASE):
@@ -133,7 +141,12 @@ def _merge_compile_times(
                 continue
             seen.add(key)
             step = chosen.get(r.workload, {}).get(r.compiler)
-            if step is None or step.source_hash != r.source_hash:
+            if step is None:
+                r.meta.compile_run_id = run.id
+                alone.append(r)
+                used[run.rid] = run
+                continue
+            if step.source_hash != r.source_hash:
                 notes.append(
                     f"{r.workload}: compile times of {r.compiler} (run {run.id}) have no step result "
                     "of the same definition beside them; left out"
@@ -151,7 +164,7 @@ def _merge_compile_times(
             if r.meta.autotune is not None:  # --autotune-times
                 step.meta.autotune = r.meta.autotune
             used[run.rid] = run
-    return notes
+    return notes, alone
 
 
 def _interp(runs: list[RunInfo], compilers: Sequence[str]) -> frozenset:
@@ -396,6 +409,28 @@ def addmm_table(results: list[Result]) -> Table:
     return rows
 
 
+def compile_only_table(alone: list[Result]) -> Table:
+    """Compile measurements with no step result beside them (a `--compile-only` run of cases whose steps were
+    not timed): per case and compiler, cold and warm s, the cold s over the peer arm's (`arms.peer`: kiln's
+    over Inductor's, below 1 kiln compiles faster) where both were measured, and the run."""
+    cold = {(r.workload, r.compiler): r.compile_s for r in alone}
+    rows: Table = [["model", "compiler", "cold s", "warm s", "cold / peer's", "run"]]
+    for r in alone:
+        peer = cold.get((r.workload, arms.peer(r.compiler))) if arms.is_kiln(r.compiler) else None
+        ratio = r.compile_s / peer if r.compile_s is not None and peer else None
+        rows.append(
+            [
+                r.workload[len(mdl.PREFIX) :],
+                r.compiler,
+                _f(r.compile_s) if r.status == "ok" else f"error: {(r.error or '?')[:60]}",
+                _f(r.meta.compile_warm_s),
+                _f(ratio, f"{{:.3f}} ({arms.peer(r.compiler)})"),
+                str(r.meta.compile_run_id or "-"),
+            ]
+        )
+    return rows
+
+
 def unrecorded_report(results: list[Result]) -> list[str]:
     """`case compiler: graph (role): k of n calls unrecorded: why` for every kiln graph that ran unrecorded."""
     out = []
@@ -501,7 +536,10 @@ def markdown_report(
     results: list[Result],
     notes: list[str],
     comparisons: list[Comparison] | None = None,
+    compile_only: Sequence[Result] = (),
 ) -> str:
+    """The Markdown report: summary, per-model table, host time, memory, combo kernels, addmm forms, compile
+    times (`compile_only`: those with no step result beside them, `collect`'s fourth value), problems, notes."""
     compilers = compilers_of(results)
     gpu = any(r.device.startswith("cuda") for r in runs)
     interp = _interp(runs, compilers)
@@ -594,7 +632,18 @@ def markdown_report(
         parts += [""]
     from harness.bench.models.compile_times import breakdown_lines, report_lines
 
-    parts += breakdown_lines(results)  # cold compile per phase (Dynamo, AOTAutograd, kiln's passes, Triton)
+    if compile_only:
+        parts += [
+            "### Compile times without step results",
+            "",
+            "Cold: a fresh process with empty caches; warm: a fresh process over the caches the cold one left "
+            "(`--compile-only`, or steps not timed yet).",
+            "",
+            markdown(compile_only_table(list(compile_only))),
+            "",
+        ]
+    parts += breakdown_lines([*results, *compile_only])  # cold compile per phase (Dynamo, AOTAutograd, kiln's
+    # passes, Triton)
     parts += report_lines(results)  # cold/warm/autotuned compile s, when measured (--autotune-times)
     parts += autotune_gain.report_lines(results)  # kiln against kiln-autotune, when both arms ran
     probs = problems(results)
@@ -616,7 +665,9 @@ def json_report(
     results: list[Result],
     notes: list[str],
     comparisons: list[Comparison] | None = None,
+    compile_only: Sequence[Result] = (),
 ) -> dict[str, Any]:
+    """The JSON report: per case and compiler the step figures, and `compile_only` (`collect`'s fourth value)."""
     by = by_case(results)
     rows = []
     for w, per in by.items():
@@ -664,6 +715,20 @@ def json_report(
         "autotune_gain": [g.as_dict() for g in autotune_gain.gains(results)],
         "memory_definition": {"name": model_memory.DEFINITION, "counted": model_memory.DESCRIPTION},
         "cases": rows,
+        "compile_only": [
+            {
+                "case": r.workload,
+                "compiler": r.compiler,
+                "status": r.status,
+                "error": r.error,
+                "compile_cold_s": r.compile_s,
+                "compile_warm_s": r.meta.compile_warm_s,
+                "compile_breakdown": r.meta.compile_breakdown,
+                "source_hash": r.source_hash,
+                "run_id": r.meta.compile_run_id,
+            }
+            for r in compile_only
+        ],
         "notes": notes,
         "comparisons": [c.as_dict() for c in comparisons] if comparisons is not None else None,
     }
@@ -774,27 +839,27 @@ def write_reports(
 ) -> int:
     """Collect, write report.md / report.json / export.json / models.png (or --md/--json/--plots), print the
     short table and the summary; returns 0."""
-    runs, results, notes = collect(store, profile)
+    runs, results, notes, alone = collect(store, profile)
     md_path = getattr(args, "md", None) or out / "report.md"
     json_path = getattr(args, "json", None) or out / "report.json"
     plots = getattr(args, "plots", None) or out
-    md = markdown_report(profile, runs, results, notes, comparisons)
+    md = markdown_report(profile, runs, results, notes, comparisons, alone)
     json_stdout = conventions.to_stdout(json_path)  # `--json -`: the JSON on stdout (the caller sent the rest
     for p in (md_path, out, *([] if json_stdout else [json_path])):  # to stderr: conventions.human_to_stderr)
         Path(p).parent.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(md_path, md)
-    conventions.write_json(json_path, json_report(profile, runs, results, notes, comparisons))
+    conventions.write_json(json_path, json_report(profile, runs, results, notes, comparisons, alone))
     atomic_write_text(out / "export.json", json.dumps(store.export([r.rid for r in runs]), default=str))
     append_job_summary(md)
     written = [str(md_path), *([] if json_stdout else [str(json_path)]), str(out / "export.json")]
     try:
         plots.mkdir(parents=True, exist_ok=True)
         drawn = plot_models(results, plots / "models.png", runs)
-        if drawn is None:
-            print("note: no models.png: no compiler besides eager has results", file=sys.stderr)
-        else:
+        if drawn is not None:
             written.append(str(drawn))
+        elif not alone:
+            print("note: no models.png: no compiler besides eager has results", file=sys.stderr)
     except PlotUnavailable as e:
         print(f"note: {e}", file=sys.stderr)
     if print_table:
@@ -806,11 +871,15 @@ def write_reports(
         )
         if interp:
             print(f"note: {INTERPRETER_NOTE}")
-        print(terminal(short_table(results, interp=interp)))
-        print()
-        print(terminal(summary_table(s, gpu, interp)))
-        for line in ratio_lines(s, interp):
-            print(line)
+        if results:
+            print(terminal(short_table(results, interp=interp)))
+            print()
+            print(terminal(summary_table(s, gpu, interp)))
+            for line in ratio_lines(s, interp):
+                print(line)
+        if alone:
+            print("compile times without step results:")
+            print(terminal(compile_only_table(alone)))
         for line in autotune_gain.summary_lines(autotune_gain.gains(results)):
             print(line)
         for n in notes:

@@ -462,7 +462,8 @@ def test_store_round_trip_and_report_over_chunks(tmp_path):
         ]
         newest = _store_run(store, changed)  # new definition: inductor's old bert row must not be mixed in
         _store_run(store, [_res("gpt2.infer.fp32", "eager", 1.0)], profile="models-tiny")  # other profile
-        runs, results, notes = mrep.collect(store, "gpu")
+        runs, results, notes, alone = mrep.collect(store, "gpu")
+    assert alone == []
     by = {(r.workload, r.compiler): r for r in results}
     assert [r.id for r in runs] == [newest.id, again.id, chunk.id, first.id]
     assert f"runs {other.id} ran on another device and are left out" in notes
@@ -491,7 +492,7 @@ def test_export_import_keeps_model_meta(tmp_path):
         data = a.export()
     with Store(tmp_path / "b.sqlite") as b:
         assert b.import_(data) == (1, 0)
-        _, results, _ = mrep.collect(b, "gpu")
+        _, results, _, _ = mrep.collect(b, "gpu")
     kiln = next(r for r in results if r.workload == "model.gpt2.infer.bf16" and r.compiler == "kiln")
     assert kiln.compile_s == 20.0 and kiln.meta.compile_warm_s == 4.0 and kiln.meta.peak_mem_bytes == 2000
 
@@ -744,9 +745,12 @@ def test_compile_only_results_fill_in_compile_times_of_older_step_results(tmp_pa
         _store_run(
             store, [_compile_res("resnet50.infer.bf16", "inductor", 99.0, 9.0)]
         )  # newer than `later`: it wins
-        runs, results, notes = mrep.collect(store, "gpu")
+        runs, results, notes, alone = mrep.collect(store, "gpu")
     by = {(r.workload, r.compiler): r for r in results}
     assert all(r.phase == "main" for r in results)
+    assert [(r.workload, r.compiler, r.compile_s, r.meta.compile_run_id) for r in alone] == [
+        ("model.t5.infer.bf16", "kiln", 3.0, probes.id)
+    ]
     kiln = by[("model.gpt2.infer.bf16", "kiln")]
     assert (kiln.compile_s, kiln.meta.compile_warm_s, kiln.meta.compile_run_id) == (7.0, 0.5, probes.id)
     assert kiln.median_ns == pytest.approx(5e6, rel=0.01) and kiln.meta.run_id == steps.id
@@ -756,10 +760,42 @@ def test_compile_only_results_fill_in_compile_times_of_older_step_results(tmp_pa
     # the newest compile-only run is newer than `later`, so it wins; a step run after it would keep its own
     assert by[("model.resnet50.infer.bf16", "inductor")].compile_s == 99.0
     assert probes.id in {r.id for r in runs} and later.id in {r.id for r in runs}
-    assert any("model.t5.infer.bf16: compile times of kiln" in n for n in notes)
+    assert not any("model.t5.infer.bf16" in n for n in notes)  # reported on its own, not "not measured"
     assert any("model.bert.infer.bf16: compile times of kiln" in n for n in notes)
     s = mrep.summary(results)
     assert s["compilers"]["kiln"]["compile_cold_s_mean"] == pytest.approx((7.0 + 30.0) / 2)
+
+
+def test_a_compile_only_store_reports_its_compile_times(tmp_path, capsys):
+    """A store holding only `--compile-only` runs (no step timed): the report gives each case's cold and warm s
+    per compiler, kiln's cold s over Inductor's, the per-phase breakdown and the failed probe, in Markdown,
+    JSON and on the terminal; before, every measurement was a "left out" note under an empty table."""
+    kiln = _compile_res("ci_gpt2.train.fp32", "kiln", 12.4, 3.0)
+    kiln.meta.compile_breakdown = {"dynamo": 1.5, "aot_autograd": 2.0, "kiln.pass.render": 0.4}
+    with Store(tmp_path / "bench.sqlite") as store:
+        run = _store_run(
+            store,
+            [
+                kiln,
+                _compile_res("ci_gpt2.train.fp32", "inductor", 22.4, 4.3),
+                _compile_res("ci_resnet18.train.amp", "kiln", None, None),
+            ],
+        )
+        assert mrep.write_reports(store, "gpu", tmp_path / "out") == 0
+    out = capsys.readouterr().out
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "### Compile times without step results" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| ci_gpt2.train.fp32 | kiln |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:] == ["12.40", "3.00", "0.554 (inductor)", str(run.id)]
+    assert "| ci_resnet18.train.amp | kiln | error: cold: probe exit 1: boom |" in md
+    assert "### Cold compile per phase" in md and "render 0.40" in md
+    assert "left out" not in md
+    js = json.loads((tmp_path / "out" / "report.json").read_text())
+    got = {(c["case"], c["compiler"]): c for c in js["compile_only"]}
+    assert got[("model.ci_gpt2.train.fp32", "inductor")]["compile_cold_s"] == 22.4
+    assert got[("model.ci_resnet18.train.amp", "kiln")]["status"] == "error"
+    assert "compile times without step results:" in out and "0.554 (inductor)" in out
 
 
 @pytest.mark.needs("transformers")  # the CLI selects the tiny models only where their package imports
