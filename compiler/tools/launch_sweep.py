@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
     register()  # `python -m compiler.tools...` imports the package before torch: its import registered nothing
     from compiler.runtime.autotune import candidates
+    from compiler.runtime.combo import ComboKernel
     from compiler.runtime.launcher import TritonKernel
 
     rows = []
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         torch._dynamo.reset()
         step = build_case(case)
         firsts: dict[str, tuple[TritonKernel, tuple]] = {}
+        combos: set[str] = set()
         orig = TritonKernel.forward
 
         def spy(
@@ -212,9 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             *a: Any,
             pointwise: bool = case in POINTWISE_CASES,
             firsts: dict[str, tuple[TritonKernel, tuple]] = firsts,
+            combos: set[str] = combos,
             orig: Any = orig,
         ) -> None:
-            if (self.reduction or pointwise) and self.name not in firsts:
+            if isinstance(self, ComboKernel):  # its parts' blocks come from their own heuristic configs
+                combos.add(self.name)
+            elif (self.reduction or pointwise) and self.name not in firsts:
                 firsts[self.name] = (self, a)
             return orig(self, *a)
 
@@ -231,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{case:6} step {step_ms:.3f} ms (median; first call, compile included, {first_s:.0f} s)",
             flush=True,
         )
+        if combos:
+            print(f"{case:6} {len(combos)} combo kernel(s) not swept (a block size per part)", flush=True)
         for name, (k, a) in sorted(firsts.items()):
             nptr = len(k.ptr_args)
             xnumel = int(a[nptr + len(k.size_args)])
