@@ -388,23 +388,43 @@ def _candidates(a: Any, b: Any) -> list[str]:
 SLEEP_CYCLES = 2_000_000
 
 
+#: a call at least this long (ms) is timed alone, in LONG_REPS timings: its spread is far below the margins the
+#: timings decide on (PAD_MIN_SPEEDUP, fx_addmm's), and GPT-2's misaligned LM-head products (2-3 ms each in fp32)
+#: took 7 x 5 calls a form, 0.76 s of a training graph's compile on an H200
+LONG_CALL_MS = 0.25
+LONG_REPS = 3
+
+
+def timing_plan(first_ms: float, reps: int, inner: int) -> tuple[int, int]:
+    """(timings, calls per timing) for a call that took ``first_ms`` once: the requested ``reps`` x ``inner``,
+    or ``LONG_REPS`` timings of one call for a call of ``LONG_CALL_MS`` or more."""
+    return (min(reps, LONG_REPS), 1) if first_ms >= LONG_CALL_MS else (reps, inner)
+
+
+def _timed_ms(fn: Callable[[], Any], inner: int) -> float:
+    """One timing: ``inner`` calls queued behind a sleep kernel, ms per call."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(SLEEP_CYCLES)
+    s.record()
+    for _ in range(inner):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / inner
+
+
 def bench_ms(fn: Callable[[], Any], reps: int = 7, inner: int = 5) -> float:
     """Device milliseconds of one call of ``fn`` on the current CUDA device: the median over ``reps`` timings
     of ``inner`` calls back to back, each timing queued behind a sleep kernel, so that what is measured is the
     kernels' time as a CUDA-graph replay runs them (timed one call at a time, small matmuls read the host's
-    dispatch latency: 50-180 us for products of 10-30 us)."""
+    dispatch latency: 50-180 us for products of 10-30 us). A long call is timed fewer times (``timing_plan``;
+    the first timing, of one call, counts among them)."""
     for _ in range(2):
         fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SLEEP_CYCLES)
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / inner)
+    first = _timed_ms(fn, 1)
+    reps, inner = timing_plan(first, reps, inner)
+    times = [first] if inner == 1 else []
+    times += [_timed_ms(fn, inner) for _ in range(reps - len(times))]
     return statistics.median(times)
 
 

@@ -180,6 +180,24 @@ def test_bench_mode_never_rewrites_without_a_gpu(small_pads):
         assert fx_passes.matmul_layouts(gm) == 0
 
 
+def test_compile_time_timings_of_long_calls_take_three_single_calls(monkeypatch):
+    """A call of LONG_CALL_MS or more (GPT-2's LM-head product: 2-3 ms in fp32) is timed 3 times alone, the first
+    timing counted; shorter ones keep the 7 timings of 5 calls that small matmuls need."""
+    assert fx_passes.timing_plan(2.5, 7, 5) == (3, 1) and fx_passes.timing_plan(0.25, 7, 5) == (3, 1)
+    assert fx_passes.timing_plan(0.2, 7, 5) == (7, 5) and fx_passes.timing_plan(1.0, 2, 5) == (2, 1)
+    for first, want_inner, want_ms in ((2.0, [1, 1, 1], 2.0), (0.05, [1] + [5] * 7, 0.04)):
+        inners: list[int] = []
+
+        def timed(fn, inner, first=first, inners=inners):
+            inners.append(inner)
+            return first if len(inners) == 1 else (first if first >= 0.25 else 0.04)
+
+        monkeypatch.setattr(fx_passes, "_timed_ms", timed)
+        calls = []
+        assert fx_passes.bench_ms(lambda calls=calls: calls.append(1)) == want_ms
+        assert inners == want_inner and len(calls) == 2  # the two warm-up calls; the timings are faked
+
+
 # ------------------------------------------------------------------------------------------ conv_layout
 def _block(x, w1, w2, scale):
     y = F.conv2d(x, w1, padding=1).mul(scale).relu()
