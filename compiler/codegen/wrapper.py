@@ -5,7 +5,8 @@ Printing ``wrapper.code`` is how a person reads what kiln did. Mapping of wrappe
   the input's size is an expression such as ``2*s0 + 1``), or the SymInt placeholder itself;
 - size expressions -> integer ``operator`` nodes (``floordiv``, never float division);
 - allocations -> ``torch.empty_strided`` (Dynamo's C allocator where there is one); views -> ``reinterpret_tensor``
-  (``as_strided`` in C, a fifth of the aten op's host time);
+  (``as_strided`` in C, a fifth of the aten op's host time), called as Dynamo's C helper itself on a buffer the
+  wrapper allocated (offset known: no Python frame), one view node per (buffer, geometry) however many read it;
 - kernel launches -> ``call_module`` of a ``TritonKernel``; extern kernels -> ``torch.mm(..., out=buf)`` (the
   ``torch`` function of the ``.out`` overload, ``EXTERN_FUNCTIONS``: half the host time of the OpOverload); a
   scatter kernel writes into the allocation of its target (a copy or fill made by the kernel before it);
@@ -35,7 +36,7 @@ from ..ir import Buffer, InputBuffer, Opaque, Scatter, Strided, SymScalar, sym
 from ..runtime import value_trace
 from ..runtime.combo import ComboKernel
 from ..runtime.launcher import TritonKernel
-from ..runtime.restride import ensure_strides, reinterpret_tensor
+from ..runtime.restride import ensure_strides, reinterpret_c, reinterpret_tensor
 from ..scheduler import KernelGroup, Schedule
 from .kernels import ComboSource, Kernels
 from .printer import MAX_TYPES, MIN_TYPES
@@ -128,6 +129,7 @@ class WrapperBuilder:
         self.syms: dict[sympy.Symbol, Any] = {}  # symbol -> fx node (or int)
         self.exprs: dict[sympy.Expr, Any] = {}
         self.opaque: dict[int, Any] = {}
+        self.views: dict[tuple, fx.Node] = {}  # (base node, dtype, size, stride, offset) -> its view node
         self.placeholders: list[tuple[fx.Node, Any]] = []
         # value tracing (``trace_values``): the steps whose outputs the trace records; None: no trace calls
         self.trace_sites: list[value_trace.TraceSite] | None = [] if config.settings().trace_values else None
@@ -256,18 +258,19 @@ class WrapperBuilder:
             base = self.buffer_node(v.buffer)
             if v.is_whole_buffer():
                 return base
-            if v.dtype != v.buffer.dtype:
-                base = self.graph.call_function(aten.view.dtype, (base, v.dtype))
-            offset = v.buffer.base_offset + v.layout.offset
-            return self.graph.call_function(
-                reinterpret_tensor,
-                (
-                    base,
-                    [self.expr(s) for s in v.layout.size],
-                    [self.expr(s) for s in v.layout.stride],
-                    self.expr(offset),
-                ),
-            )
+            size = [self.expr(s) for s in v.layout.size]
+            stride = [self.expr(s) for s in v.layout.stride]
+            offset = self.expr(v.buffer.base_offset + v.layout.offset)
+            key = (base, v.dtype, tuple(size), tuple(stride), offset)
+            view = self.views.get(key)
+            if view is None:  # one view node per geometry of a buffer, whatever reads it
+                allocated = _allocates(base)
+                if v.dtype != v.buffer.dtype:
+                    base = self.graph.call_function(aten.view.dtype, (base, v.dtype))
+                # a buffer this wrapper allocated starts its storage: Dynamo's C helper takes the offset as is
+                target = reinterpret_c if allocated and reinterpret_c is not None else reinterpret_tensor
+                view = self.views[key] = self.graph.call_function(target, (base, size, stride, offset))
+            return view
         if isinstance(v, SymScalar):
             return self.expr(v.expr) if not v.expr.is_number else v.py_type(v.expr)
         if isinstance(v, Opaque):
@@ -591,7 +594,7 @@ def _allocates(node: fx.Node) -> bool:
 
 
 #: wrapper nodes that alias their first argument's memory (views of a buffer)
-_ALIASES = (reinterpret_tensor, aten.view.dtype)
+_ALIASES = tuple(f for f in (reinterpret_tensor, reinterpret_c, aten.view.dtype) if f is not None)
 
 
 def _pooled_last_use(alloc: fx.Node, pos: dict[fx.Node, int]) -> int | None:

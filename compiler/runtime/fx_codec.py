@@ -56,7 +56,7 @@ def _named_functions() -> dict[str, Callable]:
         if hasattr(torch, n):
             table[f"torch.{n}"] = getattr(torch, n)
     guards = getattr(torch._C._dynamo, "guards", None)
-    for n in ("_empty_strided_cpu", "_empty_strided_cuda", "_empty_strided_xpu"):
+    for n in ("_empty_strided_cpu", "_empty_strided_cuda", "_empty_strided_xpu", "_reinterpret_tensor"):
         if hasattr(guards, n):
             table[f"dynamo.{n}"] = getattr(guards, n)
     return table

@@ -11,7 +11,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-_reinterpret: Callable = getattr(torch._C._dynamo.guards, "_reinterpret_tensor", None) or (
+#: Dynamo's C view helper ``(base, size, stride, offset relative to base's own)``, or None in a torch without it;
+#: the wrapper calls it directly on buffers it allocated (storage offset 0: the relative offset is the offset)
+reinterpret_c: Callable | None = getattr(torch._C._dynamo.guards, "_reinterpret_tensor", None)
+
+_reinterpret: Callable = reinterpret_c or (
     lambda t, size, stride, increment: t.as_strided(size, stride, t.storage_offset() + increment)
 )
 

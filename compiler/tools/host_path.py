@@ -37,7 +37,7 @@ import torch.fx as fx
 from ..capture import CompiledGraph
 from ..runtime import launcher
 from ..runtime.launcher import TritonKernel
-from ..runtime.restride import reinterpret_tensor
+from ..runtime.restride import reinterpret_c, reinterpret_tensor
 
 
 class _NoopCompiled:
@@ -136,7 +136,9 @@ def record_inputs(step: Callable[[], Any], graphs: list[CompiledGraph]) -> list[
 
 
 #: node kinds of the replay split: what a call_function/call_method target does
-VIEW_TARGETS = {reinterpret_tensor, torch.as_strided, torch.ops.aten.as_strided.default}
+VIEW_TARGETS = {reinterpret_tensor, torch.as_strided, torch.ops.aten.as_strided.default} | (
+    {reinterpret_c} if reinterpret_c is not None else set()
+)
 ALLOC_TARGETS = {torch.empty_strided, torch.empty, torch.zeros, torch.ops.aten.empty_strided.default}
 
 
@@ -147,7 +149,11 @@ def node_kind(n: fx.Node) -> str:
     t = n.target
     if t in ALLOC_TARGETS or "empty_strided" in getattr(t, "__name__", ""):
         return "alloc"
-    if t in VIEW_TARGETS or getattr(t, "__name__", "") in ("reinterpret_tensor", "as_strided"):
+    if t in VIEW_TARGETS or getattr(t, "__name__", "") in (
+        "reinterpret_tensor",
+        "_reinterpret_tensor",
+        "as_strided",
+    ):
         return "views"
     if getattr(t, "__module__", "") in ("_operator", "operator") or t is operator.getitem:
         return "sizes"

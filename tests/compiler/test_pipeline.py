@@ -152,6 +152,42 @@ def test_slice_transpose_is_a_view_without_kernels(device):
     assert graphs[0].kernel_count == 0 and "reinterpret_tensor" in graphs[0].code
 
 
+def _norm_then_three_products(x, w1, w2, w3):
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)  # a graph output too: stored 3-D
+    h = normed.reshape(-1, x.shape[-1])
+    return normed, h @ w1, h @ w2, (h @ w3).view(x.shape[0], x.shape[1], -1)
+
+
+def test_a_buffer_read_in_one_geometry_by_several_externs_is_viewed_once(device):
+    """The normalized activation that a transformer's Q, K and V products read (kiln's kernel writes it, three
+    matmuls read it as a 2-D view): one view node in the wrapper, called as Dynamo's C helper (the buffer is
+    the wrapper's own allocation: storage offset 0, no Python frame); a view of a graph input keeps
+    ``reinterpret_tensor``, which reads the input's offset at run time."""
+    from compiler.runtime.restride import reinterpret_c, reinterpret_tensor
+
+    if reinterpret_c is None:
+        pytest.skip("this torch has no C view helper (torch._C._dynamo.guards._reinterpret_tensor)")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 16, generator=g).to(device)
+    ws = [(torch.randn(16, n, generator=g) * 0.2).to(device).t().contiguous().t() for n in (16, 8, 8)]
+    out, graphs = run(_norm_then_three_products, x, *ws)
+    for got, want in zip(out, _norm_then_three_products(x, *ws)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    gm = graphs[0].wrapper
+    views = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target in (reinterpret_c, reinterpret_tensor)
+    ]
+    mms = [n for n in gm.graph.nodes if n.op == "call_function" and "mm" in getattr(n.target, "__name__", "")]
+    assert len(mms) == 3 and len(views) >= 2, graphs[0].code
+    inputs = {mm.args[0] for mm in mms}
+    assert len(inputs) == 1, graphs[0].code  # one view node feeds the three products
+    (act,) = inputs
+    assert act.target is reinterpret_c, graphs[0].code
+    assert all(v.target is reinterpret_tensor for v in views if v.args[0].op == "placeholder"), graphs[0].code
+
+
 def test_unsupported_op_falls_back_with_reason(device):
     x = torch.randn(4, 9, device=device)
     fn = lambda x: torch.sort(x, -1)[0] * 2  # noqa: E731
