@@ -315,8 +315,11 @@ class Rewrite:
                 prop.env = {a: a.meta.get("val") for a in n.all_input_nodes}
                 prop.run_node(n)
                 new = n.meta.get("val")
-                inputs = [v for a in n.all_input_nodes for v in _tensors(a.meta.get("val"))]
-                if old is not None and _same_values(old, new) and not _aliases(new, inputs):
+                if (
+                    old is not None
+                    and _same_values(old, new)
+                    and not _aliases(new, [v for a in n.all_input_nodes for v in _tensors(a.meta.get("val"))])
+                ):
                     n.meta["val"] = old
                 else:
                     dirty.update(n.users)

@@ -175,8 +175,9 @@ TIERS: dict[str, tuple[str, ...]] = {
     "numerics": (KILN, KILN_EMULATE, INDUCTOR, EAGER),
 }
 
-#: arms a tier runs when asked by name but leaves out of its default list (autotuning times candidate configs of
-#: every kernel at its first launch: minutes a model)
+#: arms a tier runs when asked by name but leaves out of its default list: kiln-autotune times candidate configs
+#: of every kernel at its first launch (minutes a model); inductor-combo is a second Inductor configuration, the
+#: peer of kiln's combo kernels on the optimizer rows, not part of every comparison
 OPTIONAL: dict[str, tuple[str, ...]] = {
     "model": (KILN_AUTOTUNE, INDUCTOR_COMBO),
     "kernel": (KILN_AUTOTUNE, INDUCTOR_COMBO),
