@@ -52,6 +52,15 @@ def is_one(e: Expr) -> bool:
     return e == 1
 
 
+@functools.lru_cache(maxsize=16384)
+def _layout_index(layout: Layout, idx: tuple[Expr, ...]) -> Expr:
+    out = layout.offset
+    for i, st, sz in zip(idx, layout.stride, layout.size):
+        if not is_one(sz):
+            out = out + i * st
+    return out
+
+
 def difference(a: Expr, b: Expr) -> Expr:
     """``a - b`` simplified as far as ``sympy.simplify`` would decide it: sympy's automatic evaluation and
     ``expand`` first (a polynomial in the sizes, what strides and offsets are, is zero exactly when its
@@ -83,11 +92,10 @@ class Layout:
     device: torch.device
 
     def index(self, idx: Index) -> Expr:
-        out = self.offset
-        for i, st, sz in zip(idx, self.stride, self.size):
-            if not is_one(sz):
-                out = out + i * st
-        return out
+        """The flat offset of element ``idx`` (size-1 dims left out). Cached: lowering and the scheduler ask for
+        the same element of the same layout many times (each try of a buffer in a kernel group rebuilds its
+        loads), and each answer is a few sympy additions and products."""
+        return _layout_index(self, tuple(idx))
 
     @property
     def numel(self) -> Expr:

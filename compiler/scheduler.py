@@ -58,7 +58,13 @@ RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
 
 
 def same(a: sympy.Expr, b: sympy.Expr) -> bool:
-    return a == b or sympy.expand(a - b) == 0
+    """Whether two size expressions are equal for every value of their symbols (integers: compared as they are,
+    the usual static case, without sympy's expansion)."""
+    if a == b:
+        return True
+    if isinstance(a, (int, sympy.Integer)) and isinstance(b, (int, sympy.Integer)):
+        return False
+    return sympy.expand(a - b) == 0
 
 
 #: largest static iteration domain (xnumel * rnumel) on which two index expressions are compared by evaluation
@@ -120,7 +126,19 @@ def same_on_domain(a: sympy.Expr, b: sympy.Expr, xnumel: sympy.Expr, rnumel: sym
 def decompose(
     var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool = False
 ) -> list[sympy.Expr]:
-    """Row-major multi-index of the flat ``var`` over ``ranges``; size-1 dims read index 0."""
+    """Row-major multi-index of the flat ``var`` over ``ranges``; size-1 dims read index 0. The scheduler asks
+    for the same few (ranges, var) many times while it tries a buffer in each open group: cached."""
+    return list(_decompose(var, tuple(ranges), numel_is_one))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decompose(
+    var: sympy.Symbol, ranges: tuple[sympy.Expr, ...], numel_is_one: bool
+) -> tuple[sympy.Expr, ...]:
+    return tuple(_decomposed(var, ranges, numel_is_one))
+
+
+def _decomposed(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool) -> list[sympy.Expr]:
     if numel_is_one:
         return [sympy.Integer(0)] * len(ranges)
     if any(r == 0 for r in ranges):  # never iterated; keep ``var`` in the index so its loads stay masked
@@ -742,13 +760,17 @@ class Scheduler:
 # ------------------------------------------------------------------------------------------ helpers
 def _iteration_order(buf: ComputedBuffer) -> list[int]:
     """Dims outermost-first in memory order, so stores are coalesced (logical order when unsure)."""
-    n = len(buf.layout.size)
-    if is_dense(buf.layout):
-        order = stride_order(buf.layout)
+    return list(_layout_order(buf.layout))
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_order(layout: Layout) -> tuple[int, ...]:
+    if is_dense(layout):
+        order = stride_order(layout)
         if order is not None:
             # keep size-1 dims in place relative to logical order; they do not affect addressing
-            return order
-    return list(range(n))
+            return tuple(order)
+    return tuple(range(len(layout.size)))
 
 
 def _split(ranges: Sequence[sympy.Expr], rnumel: sympy.Expr) -> int | None:

@@ -28,6 +28,21 @@ def test_decompose_row_major_and_unit_dims():
     assert decompose(XINDEX, [sympy.Integer(5)], numel_is_one=True) == [0]
 
 
+def test_decompose_hands_out_fresh_lists_of_its_cached_index():
+    """``decompose`` is cached per (var, ranges): each caller gets its own list (the scheduler edits them)."""
+    ranges = [sympy.Integer(4), s0]
+    a = decompose(XINDEX, ranges)
+    a[0] = sympy.Integer(99)
+    assert decompose(XINDEX, tuple(ranges)) == [FloorDiv(XINDEX, s0), ModularIndexing(XINDEX, 1, s0)]
+
+
+def test_same_compares_integers_directly_and_expressions_for_every_value():
+    from compiler.scheduler import same
+
+    assert same(sympy.Integer(6), 6) and not same(sympy.Integer(6), sympy.Integer(7)) and not same(6, 7)
+    assert same(2 * s0, s0 + s0) and same(s0 * (s0 + 1), s0**2 + s0) and not same(s0, s0 + 1)
+
+
 def test_index_evaluator_computes_what_the_kernel_computes():
     """``index_eval.evaluate`` walks the sympy tree; it agrees with the printed integer arithmetic (``pexpr``)
     evaluated as Python, and refuses what a kernel computes otherwise (``tl.maximum``) or not at all."""
