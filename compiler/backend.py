@@ -510,7 +510,8 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
     """The Dynamo backend registered as ``"kiln"``. ``torch.compile(..., mode=..., options={...})`` reach it as
     keyword arguments: they override settings for this compiled function only (its backward included)."""
     from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from . import joint_cse
 
     config.select_interpreter()  # compiling starts here: Triton's interpreter without a GPU (config.interpret)
     overrides = backend_overrides(kwargs.get("options"), kwargs.get("mode"))
@@ -530,9 +531,10 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
 
         return compile_in_scope
 
-    # the min-cut partitioner saves the cheapest set of tensors for backward and recomputes fusible
-    # pointwise work there (the default one saves every forward intermediate the backward reads: e.g. an
-    # fp32 copy of an RMSNorm input, a full extra write + read)
+    # the min-cut partitioner (its CSE done by kiln, without importing Inductor: joint_cse.py) saves the
+    # cheapest set of tensors for backward and recomputes fusible pointwise work there (the default one saves
+    # every forward intermediate the backward reads: e.g. an fp32 copy of an RMSNorm input, a full extra
+    # write + read)
     # (Dynamo already runs the returned forward without tracing it; backwards run from autograd, see below).
     # Input mutations stay in the graph as trailing copy_ write-backs, as with Inductor: returned as outputs
     # instead, parameters updated under no_grad got gradients (zeros) where eager leaves None.
@@ -543,7 +545,7 @@ def kiln_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any) -> Cal
             fw_compiler=with_settings("forward"),
             bw_compiler=_compile_backward(with_settings("backward")),
             inference_compiler=with_settings("inference"),
-            partition_fn=min_cut_rematerialization_partition,
+            partition_fn=joint_cse.partition,  # min-cut, after kiln's CSE of the joint graph (joint_cse.py)
             keep_inference_input_mutations=True,
             decompositions=decomposition_table(),
         )
