@@ -23,6 +23,7 @@ graph functorch's pass would give it (checked against ``fx_graph_cse`` in the te
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import sympy
@@ -34,6 +35,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.multiprocessing.reductions import StorageWeakRef
 
 aten = torch.ops.aten
+log = logging.getLogger("kiln")
 
 #: words of a function or method name that mark a change of state (``_set_grad_enabled``, ``manual_seed``)
 _STATE_WORDS = frozenset({"set", "seed", "enter", "exit"})
@@ -124,13 +126,21 @@ def partition(
     joint: fx.GraphModule, joint_inputs: Any, **kwargs: Any
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """AOTAutograd's min-cut partition of ``joint`` after kiln's common-subexpression elimination (the
-    partitioner's own, which would import Inductor, is turned off for the call)."""
+    partitioner's own, which would import Inductor, is turned off for the call). Should kiln's pass fail, the
+    merges it made stand (each is valid on its own) and the partitioner's own pass does the rest."""
     from torch._functorch import config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    if functorch_config.cse:
+    if not functorch_config.cse:
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+    try:
         joint.graph.eliminate_dead_code()
         eliminate_common_subexpressions(joint.graph)
         joint.recompile()
+    except Exception as e:  # noqa: BLE001 - an optimization with a fallback: functorch's own pass
+        log.warning(
+            "kiln: joint-graph CSE failed (%s: %s); the partitioner's own CSE runs", type(e).__name__, e
+        )
+        return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
     with functorch_config.patch(cse=False):
         return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)

@@ -139,6 +139,32 @@ def test_a_value_sharing_storage_with_an_output_is_not_merged():
     assert joint_cse.eliminate_common_subexpressions(g) == 0
 
 
+def test_a_failing_pass_leaves_the_partitioners_own_cse_to_run(monkeypatch, caplog):
+    """kiln's pass raising mid-way is no compile error: functorch's CSE runs inside the partitioner instead."""
+    import torch._functorch.partitioners as partitioners
+
+    calls = []
+
+    def fake_min_cut(joint, inputs, **kw):
+        from torch._functorch import config as functorch_config
+
+        calls.append(functorch_config.cse)
+        return "fw", "bw"
+
+    def boom(graph):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(partitioners, "min_cut_rematerialization_partition", fake_min_cut)
+    monkeypatch.setattr(joint_cse, "eliminate_common_subexpressions", boom)
+    joint = fx.GraphModule(torch.nn.Module(), _graph(lambda g, x: [g.call_function(aten.neg.default, (x,))]))
+    with caplog.at_level("WARNING", logger="kiln"):
+        assert joint_cse.partition(joint, []) == ("fw", "bw")
+    assert calls == [True] and "joint-graph CSE failed (RuntimeError: boom)" in caplog.text
+    monkeypatch.undo()
+    monkeypatch.setattr(partitioners, "min_cut_rematerialization_partition", fake_min_cut)
+    assert joint_cse.partition(joint, []) == ("fw", "bw") and calls == [True, False]
+
+
 @pytest.mark.parametrize(
     "name, mutating",
     [
