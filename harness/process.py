@@ -189,6 +189,29 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+@contextmanager
+def held_interrupts() -> Iterator[list[int]]:
+    """While inside (a command starting: ``Popen`` forks, execs and returns), SIGINT and SIGTERM are recorded, not
+    handled; the list yielded holds what arrived, for the caller to deliver (``signal.raise_signal``) once it can
+    handle them, after the handlers before are put back. A signal handled inside ``Popen`` on a loaded host (the
+    command already running, the parent descheduled) escaped before ``execute`` could apply its interrupt policy:
+    the command kept running and its outputs and status were lost. Outside the main thread it records nothing."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def record(signum: int, frame: Any) -> None:
+        got.append(signum)
+
+    saved = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:  # None: the handler was not set from Python
+        for sig, handler in saved.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+
 def elapsed_text(seconds: float) -> str:
     """`45s`, `2m05s`, `1h02m`: a duration for progress lines."""
     s = int(seconds)
@@ -424,19 +447,22 @@ def execute(
                     if not chunk:
                         return
 
-            proc = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=_default_sigint if on_interrupt is not None else _child_setup,
-            )  # noqa: PLW1509
+            with held_interrupts() as held:  # one arriving while the command starts is delivered below
+                proc = subprocess.Popen(
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    preexec_fn=_default_sigint if on_interrupt is not None else _child_setup,
+                )  # noqa: PLW1509
             # everything after the start is inside the try: an interrupt (SIGTERM under Forward) that arrives
-            # while the reader and heartbeat start still reaches the command through the policy
+            # while the command, the reader and the heartbeat start still reaches the command through the policy
             try:
                 try:
+                    for signum in held:
+                        signal.raise_signal(signum)  # handled now, by the handlers put back
                     reaper = start_reaper(container) if container else None
                     reader = threading.Thread(target=pump, daemon=True)
                     reader.start()

@@ -165,6 +165,29 @@ def test_forward_holds_for_a_sigterm_while_execute_is_still_starting_its_reader(
     assert outputs.read_text() == "<testsuites/>"
 
 
+def test_forward_holds_for_a_sigterm_while_popen_is_still_returning(tmp_path):
+    """A SIGTERM that arrives while ``Popen`` has started the command but not yet returned (the parent descheduled
+    on a loaded CI host, here two seconds asleep after the fork) is held and delivered once ``execute`` can
+    apply the Forward policy: the command keeps its outputs and its status comes back ('stopped' before: the
+    interrupt escaped from inside ``Popen``, CI's harness unit phase)."""
+    outputs = tmp_path / "outputs.xml"
+    body = (
+        "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
+        f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n"
+    )
+    slow_popen = (
+        "import subprocess, time\n_Popen = subprocess.Popen\n"
+        "class SlowPopen(_Popen):  # the command runs; the parent is not back from Popen for two seconds\n"
+        "    def __init__(self, *a, **k):\n        super().__init__(*a, **k)\n        time.sleep(2)\n"
+        "subprocess.Popen = SlowPopen\n"
+    )
+    out, _ = _drive(
+        tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120, driver_code=slow_popen + DRIVER
+    )
+    assert out.strip() == "interrupted 2"
+    assert outputs.read_text() == "<testsuites/>"
+
+
 def test_forward_on_ctrl_c_to_a_command_that_traps_sigint(tmp_path):
     outputs = tmp_path / "outputs.txt"
     body = (
