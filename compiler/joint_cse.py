@@ -84,7 +84,8 @@ def _flat(value: Any) -> tuple[tuple, Any]:
 def _mergeable(node: fx.Node, aliases_output: set[fx.Node]) -> bool:
     if node.op in ("placeholder", "output", "get_attr") or node in aliases_output:
         return False
-    if get_aten_target(node) in rand_ops or get_aten_target(node) is aten.empty:
+    target = get_aten_target(node)
+    if target in rand_ops or target is aten.empty:
         return False
     val = node.meta.get("val")
     return not (isinstance(val, sympy.Symbol) and free_unbacked_symbols(val))

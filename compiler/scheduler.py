@@ -135,14 +135,10 @@ def decompose(
 def _decompose(
     var: sympy.Symbol, ranges: tuple[sympy.Expr, ...], numel_is_one: bool
 ) -> tuple[sympy.Expr, ...]:
-    return tuple(_decomposed(var, ranges, numel_is_one))
-
-
-def _decomposed(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: bool) -> list[sympy.Expr]:
     if numel_is_one:
-        return [sympy.Integer(0)] * len(ranges)
+        return (sympy.Integer(0),) * len(ranges)
     if any(r == 0 for r in ranges):  # never iterated; keep ``var`` in the index so its loads stay masked
-        return [var] * len(ranges)
+        return (var,) * len(ranges)
     out: list[sympy.Expr] = []
     inner = [prod(ranges[i + 1 :]) for i in range(len(ranges))]
     first = True
@@ -154,7 +150,7 @@ def _decomposed(var: sympy.Symbol, ranges: Sequence[sympy.Expr], numel_is_one: b
             first = False
         else:
             out.append(ModularIndexing(var, div, size))
-    return out
+    return tuple(out)
 
 
 @dataclasses.dataclass

@@ -145,24 +145,28 @@ def test_forward_lets_the_command_write_its_outputs_on_sigterm(tmp_path):
     assert outputs.read_text() == "<testsuites/>"
 
 
-def test_forward_holds_for_a_sigterm_while_execute_is_still_starting_its_reader(tmp_path):
-    """A SIGTERM that arrives after the command started but before `execute` waits on it (its reader thread and
-    heartbeat starting: a descheduled main thread on a loaded CI host, here a heartbeat that takes two seconds to
-    start) still goes through the Forward policy: the command keeps its outputs and its status comes back."""
+def _sigterm_during_a_slow_start(tmp_path, slow: str) -> None:
+    """Drive a command under Forward with the driver's start slowed by ``slow`` (code run before ``DRIVER``),
+    SIGTERM meanwhile: the command keeps its outputs and its status comes back."""
     outputs = tmp_path / "outputs.xml"
     body = (
         "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
         f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n"
     )
+    out, _ = _drive(tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120, driver_code=slow + DRIVER)
+    assert out.strip() == "interrupted 2"
+    assert outputs.read_text() == "<testsuites/>"
+
+
+def test_forward_holds_for_a_sigterm_while_execute_is_still_starting_its_reader(tmp_path):
+    """A SIGTERM that arrives after the command started but before `execute` waits on it (its reader thread and
+    heartbeat starting: a descheduled main thread on a loaded CI host, here a heartbeat that takes two seconds to
+    start) still goes through the Forward policy: the command keeps its outputs and its status comes back."""
     slow_start = (
         "import time\nimport harness.process as hp\n_enter = hp.Heartbeat.__enter__\n"
         "hp.Heartbeat.__enter__ = lambda self: (time.sleep(2), _enter(self))[1]\n"
     )
-    out, _ = _drive(
-        tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120, driver_code=slow_start + DRIVER
-    )
-    assert out.strip() == "interrupted 2"
-    assert outputs.read_text() == "<testsuites/>"
+    _sigterm_during_a_slow_start(tmp_path, slow_start)
 
 
 def test_forward_holds_for_a_sigterm_while_popen_is_still_returning(tmp_path):
@@ -170,22 +174,13 @@ def test_forward_holds_for_a_sigterm_while_popen_is_still_returning(tmp_path):
     on a loaded CI host, here two seconds asleep after the fork) is held and delivered once ``execute`` can
     apply the Forward policy: the command keeps its outputs and its status comes back ('stopped' before: the
     interrupt escaped from inside ``Popen``, CI's harness unit phase)."""
-    outputs = tmp_path / "outputs.xml"
-    body = (
-        "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
-        f"    Path({str(outputs)!r}).write_text('<testsuites/>')\n    sys.exit(2)\n"
-    )
     slow_popen = (
         "import subprocess, time\n_Popen = subprocess.Popen\n"
         "class SlowPopen(_Popen):  # the command runs; the parent is not back from Popen for two seconds\n"
         "    def __init__(self, *a, **k):\n        super().__init__(*a, **k)\n        time.sleep(2)\n"
         "subprocess.Popen = SlowPopen\n"
     )
-    out, _ = _drive(
-        tmp_path, _command(tmp_path, body), how="sigterm", grace_s=120, driver_code=slow_popen + DRIVER
-    )
-    assert out.strip() == "interrupted 2"
-    assert outputs.read_text() == "<testsuites/>"
+    _sigterm_during_a_slow_start(tmp_path, slow_popen)
 
 
 def test_forward_on_ctrl_c_to_a_command_that_traps_sigint(tmp_path):
