@@ -7,6 +7,7 @@
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
+#  MODELS_COMPILE_JOBS=N: that many cases' probes at once, each on 1/N of the CPUs; MODELS_COLD_ONLY=1: no warm probe;
 #  cgtrain (at most 415 s): the CUDA-graph training tests, the CI-size model rows ($CGTRAIN_ONLY, default ci_*;
 #  cases past $CGTRAIN_BUDGET_S=200 s are deferred: rerun the models line with --resume) under every arm with
 #  kernel ms, fallbacks, unrecorded graphs and memory into $OUT/cgtrain, the memory check of one row by hand, and a
@@ -60,6 +61,7 @@ for stage in "$@"; do
                  tests/compiler/test_attention_pass.py > "$OUT/$stage.log" 2>&1 ;;
     models) if [ -n "${MODELS_FROM:-}" ]; then mkdir -p "$OUT/models" && cp -r "$MODELS_FROM"/. "$OUT/models/"; fi
             timeout "${MODELS_TIMEOUT_S:-540}" python3 -m harness bench models ${MODELS_RESUME---resume} ${MODELS_COMPILE_ONLY:+--compile-only} \
+                ${MODELS_COMPILE_JOBS:+--compile-jobs "$MODELS_COMPILE_JOBS"} ${MODELS_COLD_ONLY:+--cold-only} \
                 --only "${MODELS_ONLY:-model.gpt2.infer.*,model.resnet50.infer.*}" \
                 --compilers "${MODELS_COMPILERS:-kiln,inductor,kiln-cg,inductor-cg,eager}" \
                 --compile-times "${MODELS_COMPILE_TIMES:-none}" \

@@ -373,6 +373,18 @@ def _add_models(sub) -> None:
         "results of the same case definition",
     )
     p.add_argument(
+        "--compile-jobs",
+        type=int,
+        default=1,
+        help="with --compile-only: cases probed at once, each on its own equal share of the CPUs "
+        "(a case's compilers take turns on one share); the report says how many CPUs a probe had",
+    )
+    p.add_argument(
+        "--cold-only",
+        action="store_true",
+        help="compile probes: the cold one alone (no warm-cache process after it)",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="skip cases already stored in the store for this "

@@ -104,8 +104,8 @@ class Meta:
     configuration); `accuracy` (`{"pass": bool, "note": why not, "reference": ..., check name: check}`);
     `memory` (models/memory.py's window) and `peak_mem_bytes` (its peak, also the only figure of results
     older than the window); `kernel` and `host` (models/step_facts.py); `kiln_graphs` (kiln's graphs and
-    kernels of a step); `first_call_s`; `steps_per_sample`; `compile_warm_s` and `compile_probe_error` (the
-    compile-time probes); `compile_breakdown` (the cold probe's seconds per compile phase,
+    kernels of a step); `first_call_s`; `steps_per_sample`; `compile_warm_s`, `compile_probe_error` and `compile_cpus` (the
+    compile-time probes; the last: how many CPUs each probe could run on); `compile_breakdown` (the cold probe's seconds per compile phase,
     `models/compile_times.phase_breakdown`); `combo_guard` (kiln arms: the combo-kernel guard's decisions of the
     compile and first steps, `models/step_facts.combo_guard`); `addmm_forms` (kiln arms: the form each timed linear
     layer's addmm took, `models/step_facts.addmm_forms`); `host_load` (both tiers: other processes' CPU use
@@ -132,6 +132,7 @@ class Meta:
     steps_per_sample: int | None = None
     compile_warm_s: float | None = None
     compile_probe_error: str | None = None
+    compile_cpus: int | None = None
     compile_breakdown: dict[str, float] | None = None
     combo_guard: dict[str, Any] | None = None
     host_load: dict[str, Any] | None = None

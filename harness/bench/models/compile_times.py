@@ -26,8 +26,10 @@ Inductor side by side).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,13 +86,45 @@ class Probe:
     tag: str
     cwd: str
     timeout_s: float
+    cpus: tuple[int, ...] | None = None  # the CPUs the probe and its children may run on (None: all)
+
+
+#: a Python entry that pins itself to the CPUs in argv[1] (comma-separated) and becomes the command after them:
+#: every thread and child process it starts (Triton's and Inductor's compile workers) inherits the set, and
+#: both compilers size their worker pools from it (``os.sched_getaffinity``)
+_PIN = (
+    "import os, sys; os.sched_setaffinity(0, [int(c) for c in sys.argv[1].split(',')]); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+def pinned(command: list[str], cpus: tuple[int, ...] | None) -> list[str]:
+    """``command`` run on ``cpus`` only (unchanged when None)."""
+    if cpus is None:
+        return list(command)
+    return [sys.executable, "-c", _PIN, ",".join(map(str, cpus)), *command]
+
+
+def cpu_slices(jobs: int, cpus: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
+    """This process's CPUs (or ``cpus``) split into ``jobs`` disjoint, contiguous, nearly equal sets, one per
+    concurrent probe (ValueError unless 1 <= ``jobs`` <= the number of CPUs)."""
+    have = tuple(sorted(cpus if cpus is not None else os.sched_getaffinity(0)))
+    if not 1 <= jobs <= len(have):
+        raise ValueError(f"{jobs} compile jobs need 1 to {len(have)} CPUs each holding one")
+    size, extra = divmod(len(have), jobs)
+    out, start = [], 0
+    for j in range(jobs):
+        n = size + (1 if j < extra else 0)
+        out.append(have[start : start + n])
+        start += n
+    return out
 
 
 def probe(p: Probe, environ: dict[str, str]) -> dict[str, Any]:
     """The JSON line of one compile probe (``compile_s``, ``steady_s``...), or ``{"error": one line}``."""
     try:
         done = subprocess.run(
-            p.command,
+            pinned(p.command, p.cpus),
             env=environ,
             cwd=p.cwd,
             capture_output=True,
@@ -107,29 +141,31 @@ def probe(p: Probe, environ: dict[str, str]) -> dict[str, Any]:
     return {"error": f"probe exit {done.returncode}: {tail[-1][:200] if tail else 'no output'}"}
 
 
-def _pair(p: Probe, extra: dict[str, str]) -> tuple[dict, dict]:
-    """(first, second) probe in two fresh processes sharing new, initially empty cache folders."""
+def _pair(p: Probe, extra: dict[str, str], second: bool = True) -> tuple[dict, dict]:
+    """(first, second) probe in two fresh processes sharing new, initially empty cache folders (without
+    ``second``: the first alone, and ``{}``)."""
     folder = Path(tempfile.mkdtemp(prefix="kiln-compile-times-"))
     try:
         environ = {**p.environ(folder), **extra}
         first = probe(p, environ)
-        if "error" in first:
+        if "error" in first or not second:
             return first, {}
         return first, probe(p, environ)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def measure(case: str, compiler: str, p: Probe, autotune: bool = True) -> CompileTimes:
-    """Cold and warm, then (when ``autotune`` and the compiler can) autotuned cold and warm compile s."""
+def measure(case: str, compiler: str, p: Probe, autotune: bool = True, warm: bool = True) -> CompileTimes:
+    """Cold and (with ``warm``) warm, then (when ``autotune`` and the compiler can) autotuned cold and warm
+    compile s. Without ``warm`` the step s is the cold probe's steady step."""
     out = CompileTimes(case, compiler)
-    first, second = _pair(p, {})
+    first, second = _pair(p, {}, second=warm)
     out.cold_s, out.warm_s, out.step_s = (
         first.get("compile_s"),
         second.get("compile_s"),
-        second.get("steady_s"),
+        (second if warm else first).get("steady_s"),
     )
-    out.error = _errors((("cold", first), ("warm", second)))
+    out.error = _errors((("cold", first), ("warm", second)) if warm else (("cold", first),))
     out.breakdown = dict(first.get("breakdown") or {})
     if out.breakdown and out.cold_s is not None:
         out.breakdown["other"] = round(max(0.0, out.cold_s - sum(out.breakdown.values())), 3)

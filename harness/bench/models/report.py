@@ -159,6 +159,7 @@ def _merge_compile_times(
             step.compile_s = r.compile_s
             step.meta.compile_warm_s = r.meta.compile_warm_s
             step.meta.compile_probe_error = r.meta.compile_probe_error or None
+            step.meta.compile_cpus = r.meta.compile_cpus
             step.meta.compile_breakdown = r.meta.compile_breakdown
             step.meta.compile_run_id = run.id
             if r.meta.autotune is not None:  # --autotune-times
@@ -319,6 +320,19 @@ def model_table(
     return rows
 
 
+def compile_cpus_lines(results: list[Result]) -> list[str]:
+    """One line saying how many CPUs the compile probes ran on (the model tier's ``--compile-jobs`` splits the
+    host's CPUs between concurrent probes; compile time shrinks with Triton's and Inductor's worker pools),
+    or none when no result says."""
+    counts = sorted({n for r in results if (n := r.meta.compile_cpus) is not None})
+    if not counts:
+        return []
+    return [
+        "",
+        f"Compile probes ran on {' or '.join(map(str, counts))} CPUs each (the same for every compiler of a case).",
+    ]
+
+
 def _mib(x: int | None) -> str:
     return "-" if x is None else f"{x / 2**20:.0f}"
 
@@ -412,9 +426,10 @@ def addmm_table(results: list[Result]) -> Table:
 def compile_only_table(alone: list[Result]) -> Table:
     """Compile measurements with no step result beside them (a `--compile-only` run of cases whose steps were
     not timed): per case and compiler, cold and warm s, the cold s over the peer arm's (`arms.peer`: kiln's
-    over Inductor's, below 1 kiln compiles faster) where both were measured, and the run."""
+    over Inductor's, below 1 kiln compiles faster) where both were measured, the CPUs each probe had, and the
+    run."""
     cold = {(r.workload, r.compiler): r.compile_s for r in alone}
-    rows: Table = [["model", "compiler", "cold s", "warm s", "cold / peer's", "run"]]
+    rows: Table = [["model", "compiler", "cold s", "warm s", "cold / peer's", "cpus", "run"]]
     for r in alone:
         peer = cold.get((r.workload, arms.peer(r.compiler))) if arms.is_kiln(r.compiler) else None
         ratio = r.compile_s / peer if r.compile_s is not None and peer else None
@@ -425,10 +440,30 @@ def compile_only_table(alone: list[Result]) -> Table:
                 _f(r.compile_s) if r.status == "ok" else f"error: {(r.error or '?')[:60]}",
                 _f(r.meta.compile_warm_s),
                 _f(ratio, f"{{:.3f}} ({arms.peer(r.compiler)})"),
+                str(r.meta.compile_cpus or "-"),
                 str(r.meta.compile_run_id or "-"),
             ]
         )
     return rows
+
+
+def cold_ratio_lines(results: Sequence[Result]) -> list[str]:
+    """For each kiln arm whose peer (`arms.peer`) has cold compile s of the same cases: the geomean, least and
+    greatest of kiln's cold s over the peer's, per case (below 1: kiln compiles faster)."""
+    cold = {(r.workload, r.compiler): r.compile_s for r in results if r.compile_s}
+    out = []
+    for c in sorted({c for _, c in cold if arms.is_kiln(c)}):
+        peer = arms.peer(c)
+        ratios = {w: s / p for (w, k), s in cold.items() if k == c and (p := cold.get((w, peer)))}
+        if not ratios:
+            continue
+        lo, hi = min(ratios, key=ratios.__getitem__), max(ratios, key=ratios.__getitem__)
+        out.append(
+            f"geomean {c} cold compile s / {peer} cold compile s = {geomean(list(ratios.values())) or 0:.3f} "
+            f"over {len(ratios)} case(s) (least {ratios[lo]:.3f} {lo.removeprefix(mdl.PREFIX)}, greatest "
+            f"{ratios[hi]:.3f} {hi.removeprefix(mdl.PREFIX)})"
+        )
+    return out
 
 
 def unrecorded_report(results: list[Result]) -> list[str]:
@@ -568,6 +603,7 @@ def markdown_report(
             "peak (same definition only). Fallbacks: kiln's ATen fallback ops; unrecorded graphs: kiln graphs "
             "that ran without CUDA graphs after warm-up (listed below with the reason)."
         ),
+        *compile_cpus_lines(results),
         "",
         markdown(model_table(results, compilers, interp)),
         "",
@@ -642,6 +678,9 @@ def markdown_report(
             markdown(compile_only_table(list(compile_only))),
             "",
         ]
+    cold_lines = cold_ratio_lines([*results, *compile_only])
+    if cold_lines:
+        parts += [f"- {line}" for line in cold_lines] + [""]
     parts += breakdown_lines([*results, *compile_only])  # cold compile per phase (Dynamo, AOTAutograd, kiln's
     # passes, Triton)
     parts += report_lines(results)  # cold/warm/autotuned compile s, when measured (--autotune-times)
@@ -687,6 +726,7 @@ def json_report(
                 "accuracy": r.meta.accuracy,
                 "compile_cold_s": r.compile_s,
                 "compile_warm_s": r.meta.compile_warm_s,
+                "compile_cpus": r.meta.compile_cpus,
                 "first_call_s": r.meta.first_call_s,
                 "peak_mem_bytes": r.meta.peak_mem_bytes,
                 "memory": r.meta.memory,
@@ -723,6 +763,7 @@ def json_report(
                 "error": r.error,
                 "compile_cold_s": r.compile_s,
                 "compile_warm_s": r.meta.compile_warm_s,
+                "compile_cpus": r.meta.compile_cpus,
                 "compile_breakdown": r.meta.compile_breakdown,
                 "source_hash": r.source_hash,
                 "run_id": r.meta.compile_run_id,
@@ -880,6 +921,8 @@ def write_reports(
         if alone:
             print("compile times without step results:")
             print(terminal(compile_only_table(alone)))
+        for line in cold_ratio_lines([*results, *alone]):
+            print(line)
         for line in autotune_gain.summary_lines(autotune_gain.gains(results)):
             print(line)
         for n in notes:

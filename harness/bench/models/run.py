@@ -126,6 +126,10 @@ class ModelBenchConfig:
     compile_only: bool = False  # only the cold/warm subprocesses of `compile_times` (phase "compile")
     kernel_steps: int = 0  # profiled steps for the kernel-ms column (0: none; GPU default 3)
     autotune_times: bool = False  # also autotuned compile s of `compile_times` (compile_times.autotune_times)
+    compile_warm: bool = True  # the warm probe after each cold one (False: cold compile s alone)
+    compile_jobs: int = (
+        1  # compile-only: cases probed at once, each on its own share of the CPUs (run_models)
+    )
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -537,18 +541,19 @@ class ModelExecutor(CaseExecutor[Prepared]):
                 self._compile_times(case, r)
         return out
 
-    def _compile_times(self, case: mdl.ModelCase, res: Result) -> str:
+    def _compile_times(self, case: mdl.ModelCase, res: Result, cpus: tuple[int, ...] | None = None) -> str:
         """Cold/warm compile s of `res`'s compiler into `res` (and with `autotune_times` the autotuned pair into
-        its `meta.autotune`, `compile_times.autotune_times`); the cold/warm probes' error ('' when none)."""
+        its `meta.autotune`, `compile_times.autotune_times`), the probes pinned to `cpus` when given (their count
+        in `meta.compile_cpus`); the cold/warm probes' error ('' when none)."""
         from harness.bench.models.compile_times import autotune_times, measure
 
+        probe = compile_probe(case, res.compiler, self.cfg)
+        probe.cpus = cpus
         t = measure(
-            case.name,
-            res.compiler,
-            compile_probe(case, res.compiler, self.cfg),
-            autotune=self.cfg.autotune_times,
+            case.name, res.compiler, probe, autotune=self.cfg.autotune_times, warm=self.cfg.compile_warm
         )
         res.compile_s, res.meta.compile_warm_s = t.cold_s, t.warm_s
+        res.meta.compile_cpus = len(cpus) if cpus is not None else usable_cpus()
         res.meta.compile_breakdown = t.breakdown or None
         if t.error:
             res.meta.compile_probe_error = t.error
@@ -556,20 +561,30 @@ class ModelExecutor(CaseExecutor[Prepared]):
             res.meta.autotune = autotune_times(t)
         return t.error
 
-    def compile_case(self, case: mdl.ModelCase, compilers: list[str]) -> list[Result]:
-        """Cold/warm compile s of `case` under each of `compilers`, with no step measurement in this process:
-        one `phase="compile"` Result per compiler (no samples; `error` when a probe failed). The report
-        merges them into the newest step results of the same source hash (model_report.collect)."""
+    def compile_case(
+        self, case: mdl.ModelCase, compilers: list[str], cpus: tuple[int, ...] | None = None
+    ) -> list[Result]:
+        """Cold/warm compile s of `case` under each of `compilers` in turn (probes pinned to `cpus` when
+        given), with no step measurement in this process: one `phase="compile"` Result per compiler (no
+        samples; `error` when a probe failed). The report merges them into the newest step results of the
+        same source hash (model_report.collect)."""
         out = []
         for c in compilers:
             res = Result(
                 case.name, c, case.source_hash, phase=COMPILE_PHASE, timer=TIMER, meta=case.describe()
             )
-            err = self._compile_times(case, res)
+            err = self._compile_times(case, res, cpus)
             if res.compile_s is None:
                 res.status, res.error = "error", err
             out.append(res)
         return out
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity set where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 @contextmanager
@@ -728,6 +743,9 @@ def run_models(
     try:
         t0 = time.monotonic()
         ends: list[float] = []  # when each case ended (the progress line's estimate)
+        if cfg.compile_only and cfg.compile_jobs > 1:
+            results, deferred = _compile_in_parallel(cfg, ex, store, run, cases, t0, progress)
+            cases = []  # measured above
         for i, case in enumerate(cases):
             spent = time.monotonic() - t0
             if cfg.budget_s and i and spent + spent / i > cfg.budget_s:  # the next case would likely overrun
@@ -750,6 +768,61 @@ def run_models(
         with suppress(Exception):  # the store may be what failed: keep the original error
             store.finish_run(run.id, "aborted")
         raise
+
+
+def _compile_in_parallel(
+    cfg: ModelBenchConfig,
+    ex: ModelExecutor,
+    store: Store,
+    run: RunInfo,
+    cases: list[mdl.ModelCase],
+    t0: float,
+    progress: bool,
+) -> tuple[list[Result], list[str]]:
+    """Compile-only: `cfg.compile_jobs` cases probed at once, each job on its own disjoint share of this
+    process's CPUs (`compile_times.cpu_slices`; a case's compilers run in turn on the same share, so they
+    meet the same neighbours), results stored from this thread as cases finish. With `cfg.budget_s` a case
+    is not started when the mean case time so far says it would end past the budget: (results, names of
+    the cases left for a later `--resume`)."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    from harness.bench.models.compile_times import cpu_slices
+
+    free = cpu_slices(cfg.compile_jobs)
+    todo = list(cases)
+    results: list[Result] = []
+    durations: list[float] = []
+    ends: list[float] = []
+    running: dict[Future, tuple[mdl.ModelCase, tuple[int, ...], float]] = {}
+
+    pool = ThreadPoolExecutor(max_workers=cfg.compile_jobs, thread_name_prefix="compile-probe")
+    try:
+        while todo or running:
+            while todo and free:
+                spent = time.monotonic() - t0
+                mean = sum(durations) / len(durations) if durations else 0.0
+                if cfg.budget_s and durations and spent + mean > cfg.budget_s:
+                    break
+                case, cpus = todo.pop(0), free.pop(0)
+                fut = pool.submit(ex.compile_case, case, cfg.compilers, cpus)
+                running[fut] = (case, cpus, time.monotonic())
+            if not running:
+                break  # the budget stops every case left
+            done, _pending = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in done:
+                case, cpus, started = running.pop(fut)
+                free.append(cpus)
+                durations.append(time.monotonic() - started)
+                rs = fut.result()  # compile_case turns a probe's failure into an error result
+                for r in rs:
+                    store.add_result(run.id, r)
+                results += rs
+                if progress:
+                    _progress(len(durations) - 1, len(cases), case.name, rs, t0, ends)
+            raise_if_terminated()
+    finally:  # stopped early (a signal, a store error): cases not started are dropped, running probes end alone
+        pool.shutdown(wait=not running, cancel_futures=True)
+    return results, [c.name for c in todo]
 
 
 def _model_baseline(store: Store, spec: str, run: RunInfo, results: list[Result]):
@@ -847,6 +920,15 @@ def _models(args: argparse.Namespace) -> int:
         if not compilers:
             raise UsageError("--compile-only: eager has no compile time; name a compiler in --compile-times")
         kw["compile_only"] = True
+    jobs = getattr(args, "compile_jobs", 1)
+    if not 1 <= jobs <= usable_cpus():
+        raise UsageError(f"--compile-jobs {jobs}: give 1 to {usable_cpus()} (the CPUs this process may use)")
+    if jobs > 1 and not args.compile_only:
+        raise UsageError("--compile-jobs above 1 needs --compile-only (step timing runs one case at a time)")
+    if jobs > 1 and not hasattr(os, "sched_setaffinity"):
+        raise UsageError("--compile-jobs above 1 needs CPU affinity (Linux)")
+    kw["compile_jobs"] = jobs
+    kw["compile_warm"] = not getattr(args, "cold_only", False)
     cfg = ModelBenchConfig(
         device=device, compilers=compilers, only=args.only, profile=profile, notes=notes, **kw
     )

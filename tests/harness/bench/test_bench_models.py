@@ -771,6 +771,7 @@ def test_a_compile_only_store_reports_its_compile_times(tmp_path, capsys):
     per compiler, kiln's cold s over Inductor's, the per-phase breakdown and the failed probe, in Markdown,
     JSON and on the terminal; before, every measurement was a "left out" note under an empty table."""
     kiln = _compile_res("ci_gpt2.train.fp32", "kiln", 12.4, 3.0)
+    kiln.meta.compile_cpus = 4
     kiln.meta.compile_breakdown = {"dynamo": 1.5, "aot_autograd": 2.0, "kiln.pass.render": 0.4}
     with Store(tmp_path / "bench.sqlite") as store:
         run = _store_run(
@@ -787,7 +788,12 @@ def test_a_compile_only_store_reports_its_compile_times(tmp_path, capsys):
     assert "### Compile times without step results" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| ci_gpt2.train.fp32 | kiln |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2:] == ["12.40", "3.00", "0.554 (inductor)", str(run.id)]
+    assert cells[2:] == ["12.40", "3.00", "0.554 (inductor)", "4", str(run.id)]
+    ratio = (
+        "geomean kiln cold compile s / inductor cold compile s = 0.554 over 1 case(s) "
+        "(least 0.554 ci_gpt2.train.fp32, greatest 0.554 ci_gpt2.train.fp32)"
+    )
+    assert f"- {ratio}" in md
     assert "| ci_resnet18.train.amp | kiln | error: cold: probe exit 1: boom |" in md
     assert "### Cold compile per phase" in md and "render 0.40" in md
     assert "left out" not in md
@@ -795,7 +801,8 @@ def test_a_compile_only_store_reports_its_compile_times(tmp_path, capsys):
     got = {(c["case"], c["compiler"]): c for c in js["compile_only"]}
     assert got[("model.ci_gpt2.train.fp32", "inductor")]["compile_cold_s"] == 22.4
     assert got[("model.ci_resnet18.train.amp", "kiln")]["status"] == "error"
-    assert "compile times without step results:" in out and "0.554 (inductor)" in out
+    assert "compile times without step results:" in out and "0.554 (inductor)" in out and ratio in out
+    assert got[("model.ci_gpt2.train.fp32", "kiln")]["compile_cpus"] == 4
 
 
 @pytest.mark.needs("transformers")  # the CLI selects the tiny models only where their package imports
@@ -805,8 +812,9 @@ def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, mon
     `--resume` skips what is stored, and bad option combinations are one-line usage errors."""
     calls = []
 
-    def fake_measure(case, compiler, p, autotune=True):
+    def fake_measure(case, compiler, p, autotune=True, warm=True):
         calls.append((case, compiler))
+        assert warm and p.cpus is None  # one job: the probe has every CPU
         if compiler == "kiln":
             return ct.CompileTimes(case, compiler, 2.5, 0.25)
         return ct.CompileTimes(case, compiler, error="cold: probe exit 1: no")
@@ -829,9 +837,61 @@ def test_compile_only_cli_stores_compile_phase_resumes_and_reports(tmp_path, mon
     for bad, why in (
         (["--compile-only", "--compile-times", "none"], "needs --compile-times"),
         (["--compile-only", "--compile-times", "eager"], "eager has no compile time"),
+        (["--compile-only", "--compile-times", "kiln", "--compile-jobs", "0"], "--compile-jobs 0: give 1 to"),
+        (["--compile-jobs", "2"], "--compile-jobs above 1 needs --compile-only"),
     ):
         assert main([*args, *bad]) == 2
         assert why in capsys.readouterr().err
+
+
+@pytest.mark.needs("transformers")  # the CLI selects the tiny models only where their package imports
+def test_compile_jobs_probe_cases_at_once_on_disjoint_cpus(tmp_path, monkeypatch, capsys):
+    """`--compile-jobs 2 --cold-only`: two cases probed at once, each on its own half of the CPUs (a case's
+    compilers in turn on the same half), no warm probe; every result stored with the CPUs its probes had."""
+    import os
+    import threading
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs CPU affinity and two CPUs")
+    from harness.bench.models import compile_times as ct
+
+    halves = ct.cpu_slices(2)
+    seen: list[tuple[str, str, tuple[int, ...] | None, bool]] = []
+    inside, most = [0], [0]
+    lock = threading.Lock()
+    both_started = threading.Barrier(2, timeout=30)
+
+    def fake_measure(case, compiler, p, autotune=True, warm=True):
+        with lock:
+            seen.append((case, compiler, p.cpus, warm))
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        if compiler == "kiln":
+            both_started.wait()  # the two cases' first probes overlap, or this times out
+        with lock:
+            inside[0] -= 1
+        return ct.CompileTimes(case, compiler, 2.0 if compiler == "kiln" else 4.0)
+
+    monkeypatch.setattr(ct, "measure", fake_measure)
+    out = tmp_path / "m"
+    only = "gpt2.infer.*,bert.infer.*"
+    args = ["models", "--device", "cpu", "--only", only, "--out", str(out), "--quiet", "--compile-only"]
+    assert main([*args, "--compile-times", "kiln,inductor", "--compile-jobs", "2", "--cold-only"]) == 0
+    assert most[0] == 2 and len(seen) == 4 and not any(warm for *_, warm in seen)
+    per_case = {}
+    for case, compiler, cpus, _ in seen:
+        per_case.setdefault(case, []).append((compiler, cpus))
+    assert {c for c in per_case} == {"model.gpt2.infer.fp32", "model.bert.infer.fp32"}
+    for probes in per_case.values():
+        assert [c for c, _ in probes] == ["kiln", "inductor"] and probes[0][1] == probes[1][1]
+    assert sorted(p[0][1] for p in per_case.values()) == sorted(halves)
+    with Store(out / "bench.sqlite") as store:
+        (run,) = store.runs()
+        got = store.results(run.id, phase=COMPILE_PHASE)
+    assert len(got) == 4 and {r.meta.compile_cpus for r in got} == {len(halves[0]), len(halves[1])}
+    assert run.config["compile_jobs"] == 2 and run.config["compile_warm"] is False
+    md = (out / "report.md").read_text()
+    assert "geomean kiln cold compile s / inductor cold compile s = 0.500 over 2 case(s)" in md
 
 
 def test_optimizer_rows_compile_the_step_alone():

@@ -3,6 +3,11 @@ probes themselves are faked: real ones are fresh processes compiling a model, th
 
 from __future__ import annotations
 
+import os
+import sys
+
+import pytest
+
 from harness.bench.core.records import AutotuneTimes, Result
 from harness.bench.models import catalog as mdl
 from harness.bench.models import compile_times as ct
@@ -50,6 +55,46 @@ def test_a_failed_cold_probe_skips_the_rest(monkeypatch):
     monkeypatch.setattr(ct, "probe", lambda p, environ: {"error": "boom"})
     t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe())
     assert t.cold_s is None and t.autotune_s is None and t.error == "cold: boom"
+
+
+def test_cold_only_runs_one_probe_and_takes_its_steady_step(monkeypatch):
+    calls = []
+
+    def fake_probe(p, environ):
+        calls.append(environ["XDG_CACHE_HOME"])
+        return {"compile_s": 10.0, "steady_s": 0.02}
+
+    monkeypatch.setattr(ct, "probe", fake_probe)
+    t = ct.measure("model.gpt2.infer.fp32", "kiln", _probe(), autotune=False, warm=False)
+    assert len(calls) == 1 and (t.cold_s, t.warm_s, t.step_s) == (10.0, None, 0.02) and not t.error
+
+
+def test_cpu_slices_split_the_cpus_into_disjoint_near_equal_runs():
+    assert ct.cpu_slices(1, (0, 1, 2)) == [(0, 1, 2)]
+    assert ct.cpu_slices(3, tuple(range(16))) == [tuple(range(6)), tuple(range(6, 11)), tuple(range(11, 16))]
+    assert ct.cpu_slices(2, (7, 3, 5, 1)) == [(1, 3), (5, 7)]
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="1 to 4 CPUs"):
+            ct.cpu_slices(bad, (0, 1, 2, 3))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_a_pinned_probe_and_its_children_run_on_their_cpus_only(tmp_path):
+    """`pinned` sets the affinity before the probe's interpreter starts: the probe, and a child it starts,
+    see exactly the given CPUs (both compilers size their compile workers from that set)."""
+    mine = sorted(os.sched_getaffinity(0))
+    cpus = (mine[-1],)
+    script = (
+        "import os, subprocess, sys; "
+        "kid = subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'], "
+        "capture_output=True, text=True).stdout.strip(); "
+        "print('TAG' + __import__('json').dumps({'compile_s': 1.0, 'me': sorted(os.sched_getaffinity(0)), "
+        "'kid': kid}))"
+    )
+    p = ct.Probe([sys.executable, "-c", script], lambda folder: {}, "TAG", str(tmp_path), 60, cpus=cpus)
+    got = ct.probe(p, dict(os.environ))
+    assert got["me"] == list(cpus) and got["kid"] == str(list(cpus))
+    assert ct.pinned(["x"], None) == ["x"]
 
 
 def test_table_and_report_lines():
