@@ -815,7 +815,7 @@ def _compile_in_parallel(
                 durations.append(time.monotonic() - started)
                 rs = fut.result()  # compile_case turns a probe's failure into an error result
                 for r in rs:
-                    store.add_result(run.id, r)
+                    store.add_result(run.rid, r)
                 results += rs
                 if progress:
                     _progress(len(durations) - 1, len(cases), case.name, rs, t0, ends)
