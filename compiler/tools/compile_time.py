@@ -2,8 +2,8 @@
 
 Each measurement is a fresh process (``--child``) that builds a model from plain ``torch.nn``, compiles it,
 and times its first step (compile + first run, synchronized) and its second step (run only): compile time
-is the difference. *cold* runs start from empty caches (a new TRITON_CACHE_DIR, KILN_CACHE_DIR,
-TORCHINDUCTOR_CACHE_DIR under ``--work``); *warm* runs reuse the cold run's caches, as a second process on
+is the difference. *cold* runs start from empty caches (new folders under ``--work`` for TRITON_CACHE_DIR,
+KILN_CACHE_DIR, KILN_GRAPH_CACHE_DIR, KILN_AUTOTUNE_DIR, TORCHINDUCTOR_CACHE_DIR and XDG_CACHE_HOME); *warm* runs reuse the cold run's caches, as a second process on
 the same machine would. Variants:
 
   kiln         compile workers (``compile_workers``, default min(32, usable CPUs)), cold then warm
@@ -144,7 +144,10 @@ def run_child(model: str, variant: str, phase: str, caches: str, args: argparse.
     env.update(
         TRITON_CACHE_DIR=os.path.join(caches, "triton"),
         KILN_CACHE_DIR=os.path.join(caches, "kiln"),
+        KILN_GRAPH_CACHE_DIR=os.path.join(caches, "graphs"),  # else a set variable shares them across runs
+        KILN_AUTOTUNE_DIR=os.path.join(caches, "autotune"),
         TORCHINDUCTOR_CACHE_DIR=os.path.join(caches, "inductor"),
+        XDG_CACHE_HOME=os.path.join(caches, "xdg"),
     )
     if variant == "kiln-serial":
         env["KILN_COMPILE_THREADS"] = "1"

@@ -5,8 +5,8 @@
 
 Terms, per case and compiler (every number from a fresh subprocess: the model tier's compile probe,
 `model_run.probe_command`, which times 3 first steps against 3 steady ones):
-- *cold*: empty caches (new TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, KILN_CACHE_DIR, XDG_CACHE_HOME: kiln's
-  graph cache and autotune choices live under the last);
+- *cold*: empty caches (new folders for every lasting compiler cache: Triton's, Inductor's, kiln's kernels,
+  graph and front caches, autotune choices, and XDG_CACHE_HOME; `model_run.probe_env`);
 - *warm*: a second process on the same cache folders (kiln: the graph cache and Triton's kernels on disk;
   Inductor: its FX graph and AOTAutograd caches);
 - *autotuned*: new empty caches with autotuning on (kiln: `KILN_AUTOTUNE=1`; Inductor:

@@ -29,8 +29,8 @@ The numbers (those of PyTorch's compiler dashboard):
   synchronized before and after; one sample = that time / steps (several steps per sample when steps are
   short, so the synchronization costs little). Host overhead is included. Stored samples are ns per step.
 - *speedup*: eager median / compiler median.
-- *compile s, cold and warm*: measured in a fresh subprocess with empty caches (fresh TRITON_CACHE_DIR,
-  TORCHINDUCTOR_CACHE_DIR, KILN_CACHE_DIR and XDG_CACHE_HOME), then in a second fresh subprocess reusing
+- *compile s, cold and warm*: measured in a fresh subprocess with empty caches (every lasting compiler cache
+  in new folders: `probe_env`), then in a second fresh subprocess reusing
   those folders. In each, one eager step runs first (CUDA context, cuBLAS/cuDNN handles), then the compiled
   model takes 6 steps: compile s = time of the first 3 steps - 3 x the median of the last 3. That is the
   time until the model runs at speed: compilation on the first call, and for the -cg modes the CUDA-graph
@@ -601,18 +601,17 @@ def kiln_capture(compiler: str) -> Iterator[list | None]:
 
 # ------------------------------------------------------------------ compile-time subprocesses
 def probe_env(cache: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    for var, sub in (
-        ("TRITON_CACHE_DIR", "triton"),
-        ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-        ("KILN_CACHE_DIR", "kiln"),
-        ("XDG_CACHE_HOME", "xdg"),
-    ):
-        (cache / sub).mkdir(parents=True, exist_ok=True)
-        e[var] = str(cache / sub)
-    from harness.commands import with_pythonpath
+    """This process's environment with every lasting compiler cache in folders under `cache`
+    (`commands.cache_env`: Triton's, kiln's kernels, graph and front caches and autotune choices, Inductor's)
+    and XDG_CACHE_HOME there too. The harness points its own process at the trust scope's compile cache
+    (`commands.scope_this_process`); a probe that kept any of those variables would find the graphs the tier
+    compiled in-process, and its cold compile would not be cold."""
+    from harness.commands import cache_env, with_pythonpath
 
-    return with_pythonpath(e, REPO)
+    folders = {**cache_env(str(cache)), "XDG_CACHE_HOME": str(cache / "xdg")}
+    for folder in folders.values():
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    return with_pythonpath({**os.environ, **folders}, REPO)
 
 
 def probe_command(case: mdl.ModelCase, compiler: str, cfg: ModelBenchConfig) -> list[str]:

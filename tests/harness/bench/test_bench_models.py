@@ -528,12 +528,42 @@ def test_probe_output_is_parsed_and_failures_are_one_line(tmp_path):
     }
     crash = "import sys; print('Traceback\\nValueError: bad', file=sys.stderr); sys.exit(3)"
     assert run(crash) == {"error": "probe exit 3: ValueError: bad"}
-    env = mr.probe_env(tmp_path)
-    assert {
-        Path(env[v]).name
-        for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "KILN_CACHE_DIR", "XDG_CACHE_HOME")
-    } == {"triton", "inductor", "kiln", "xdg"}
-    assert all(Path(env[v]).parent == tmp_path for v in ("TRITON_CACHE_DIR", "XDG_CACHE_HOME"))
+
+
+def test_probe_env_moves_every_compiler_cache_the_harness_process_points_at(tmp_path, monkeypatch):
+    """The harness scopes its own process's compiler caches (`commands.scope_this_process`); a probe's
+    environment replaces every one of them (and XDG_CACHE_HOME) with a folder under its own, else its cold
+    compile would load the graphs the tier compiled in-process."""
+    from harness.commands import cache_env
+
+    shared = tmp_path / "scope"
+    for var, folder in cache_env(str(shared)).items():
+        monkeypatch.setenv(var, folder)
+    env = mr.probe_env(tmp_path / "probe")
+    moved = [*cache_env("x"), "XDG_CACHE_HOME"]
+    assert len(moved) >= 6 and all(Path(env[v]).parent == tmp_path / "probe" for v in moved)
+    assert all(Path(env[v]).is_dir() for v in moved)
+
+
+@pytest.mark.needs("transformers")
+def test_a_cold_probe_is_cold_when_the_harness_scoped_its_caches(tmp_path, monkeypatch):
+    """A real kiln compile probe (tiny BERT on the CPU), twice, with the harness's scope variables set to one
+    shared folder: both probes trace with AOTAutograd and run kiln's passes (neither finds the other's graphs)
+    and the shared folder stays empty."""
+    from harness.bench.models import compile_times as ct
+    from harness.commands import cache_env
+
+    shared = tmp_path / "scope"
+    for var, folder in cache_env(str(shared)).items():
+        monkeypatch.setenv(var, folder)
+    monkeypatch.setenv("KILN_CACHE", "1")  # the graph cache on, as outside the tests
+    case = mdl.find("model.bert.infer.fp32", "tiny", "cpu")
+    probe = mr.compile_probe(case, "kiln", mr.ModelBenchConfig(device="cpu"))
+    for _ in range(2):
+        t = ct.measure(case.name, "kiln", probe, autotune=False, warm=False)
+        assert not t.error and t.cold_s is not None
+        assert t.breakdown.get("aot_autograd", 0) > 0 and "kiln.pass.lower" in t.breakdown
+    assert not shared.exists() or not any(p.is_file() for p in shared.rglob("*"))
 
 
 # ------------------------------------------------------------------ real models (CPU)
