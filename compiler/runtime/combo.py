@@ -37,8 +37,9 @@ SUFFIX = ".kcb"
 #: (fn) -> seconds, replacing the GPU timer (tests); None: ``triton.testing.do_bench`` on CUDA
 _timer: list[Callable[[Callable[[], Any]], float] | None] = [None]
 _decided: dict[str, bool] = {}  # key -> split (parts faster), this process
-#: what the guard chose in this process: "combined"/"split" (timed now), "cached" (read), "rule" (no timing)
-_counts = {"combined": 0, "split": 0, "cached": 0, "rule": 0}
+#: what the guard chose in this process: "combined"/"split" (timed now), "cached" (read), "rule" (no timing),
+#: "earlier" (the same combo at the same sizes decided before in this process: another compile of the graph)
+_counts = {"combined": 0, "split": 0, "cached": 0, "rule": 0, "earlier": 0}
 #: one entry per decision in this process (`decision_log`), the first MAX_LOGGED
 _log: list[dict[str, Any]] = []
 MAX_LOGGED = 1000
@@ -54,13 +55,15 @@ def set_timer(timer: Callable[[Callable[[], Any]], float] | None) -> None:
 def decisions() -> dict[str, int]:
     """How many first launches of combos the guard decided in this process, by how: ``combined`` and ``split``
     (timed now: the combo, or its parts, were faster), ``cached`` (a decision read from the cache), ``rule`` (no
-    timing: the CPU interpreter or a CUDA-graph capture; combined)."""
+    timing: the CPU interpreter or a CUDA-graph capture; combined), ``earlier`` (decided before in this process,
+    for another kernel object of the same source and sizes: the same graph compiled again, as a CUDA-graph arm
+    after a plain one)."""
     return dict(_counts)
 
 
 def decision_log() -> list[dict[str, Any]]:
     """Each decision of this process (the first ``MAX_LOGGED``): the combo's name, its number of parts, how it
-    was decided (``timed``, ``cached``, ``rule``), whether the parts run instead (``split``) and, when timed,
+    was decided (``timed``, ``cached``, ``rule``, ``earlier``), whether the parts run instead (``split``) and, when timed,
     the combo's and its parts' microseconds (``combo_us``, ``parts_us``)."""
     return [dict(d) for d in _log]
 
@@ -165,6 +168,9 @@ class ComboKernel(TritonKernel):
             return False
         key = self._key(args[self._nptr :], where)
         split = _decided.get(key)
+        if split is not None:
+            _counts["earlier"] += 1
+            _logged(self.name, len(self.parts), "earlier", split)
         if split is None:
             split = _read(key)
             if split is not None:

@@ -1015,14 +1015,33 @@ def test_combo_table_counts_each_kiln_arms_guard_decisions_and_the_time_they_sav
             "h",
             meta={"combo_guard": {"counts": {"rule": 2}, "decisions": [{"how": "rule", "split": False}] * 2}},
         ),
+        Result(
+            "model.x.infer.fp32",
+            "kiln-cg",
+            "h",
+            meta={
+                "combo_guard": {"counts": {"earlier": 1}, "decisions": [{"how": "earlier", "split": True}]}
+            },
+        ),
         Result("model.x.opt_adamw.fp32", "inductor", "h"),
         Result("model.y.infer.fp32", "kiln", "h", meta={"combo_guard": {"counts": {}, "decisions": []}}),
     ]
     table = combo_table(rs)
-    assert table[0] == ["model", "compiler", "combos", "combined", "split", "cached", "rule", "us saved"]
+    assert table[0] == [
+        "model",
+        "compiler",
+        "combos",
+        "combined",
+        "split",
+        "cached",
+        "rule",
+        "earlier",
+        "us saved",
+    ]
     assert table[1:] == [
-        ["x.opt_adamw.fp32", "kiln", "3", "1", "1", "1", "0", "21.5"],
-        ["x.opt_adamw.fp32", "kiln-cg", "2", "0", "0", "0", "2", "-"],
+        ["x.opt_adamw.fp32", "kiln", "3", "1", "1", "1", "0", "0", "21.5"],
+        ["x.opt_adamw.fp32", "kiln-cg", "2", "0", "0", "0", "2", "0", "-"],
+        ["x.infer.fp32", "kiln-cg", "1", "0", "0", "0", "0", "1", "-"],
     ]
 
 
