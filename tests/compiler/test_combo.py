@@ -296,13 +296,13 @@ def test_guard_keeps_the_combo_when_it_is_faster_and_caches_the_decision(tmp_pat
     ]
 
 
-def test_a_second_compile_of_the_graph_takes_the_decision_made_earlier_in_the_process(monkeypatch):
+def test_a_second_compile_of_the_graph_takes_the_decision_made_earlier_in_the_process():
     """A graph compiled again in the same process (a CUDA-graph arm after a plain one) gets new kernel objects;
     their combo reuses this process's decision without timing, counted and logged as ``earlier``."""
     combo_runtime.set_timer(lambda fn: 1.0 if _times_combo(fn) else 0.5)
     _compile(_three, _args())
-    # a timer that fails, set without forgetting the decisions (set_timer would)
-    monkeypatch.setitem(combo_runtime._timer, 0, lambda fn: pytest.fail("timed again"))
+    # a timer that fails, set without forgetting the decisions (set_timer would; the fixture restores it)
+    combo_runtime._timer[0] = lambda fn: pytest.fail("timed again")
     _compile(_three, _args())
     assert combo_runtime.decisions()["split"] == 1 and combo_runtime.decisions()["earlier"] == 1
     assert [(d["how"], d["split"]) for d in combo_runtime.decision_log()] == [
