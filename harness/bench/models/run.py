@@ -127,9 +127,7 @@ class ModelBenchConfig:
     kernel_steps: int = 0  # profiled steps for the kernel-ms column (0: none; GPU default 3)
     autotune_times: bool = False  # also autotuned compile s of `compile_times` (compile_times.autotune_times)
     compile_warm: bool = True  # the warm probe after each cold one (False: cold compile s alone)
-    compile_jobs: int = (
-        1  # compile-only: cases probed at once, each on its own share of the CPUs (run_models)
-    )
+    compile_jobs: int = 1  # compile-only: cases probed at once, each on its own share of the CPUs
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
