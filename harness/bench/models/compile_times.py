@@ -169,6 +169,8 @@ def measure(case: str, compiler: str, p: Probe, autotune: bool = True, warm: boo
     out.breakdown = dict(first.get("breakdown") or {})
     if out.breakdown and out.cold_s is not None:
         out.breakdown["other"] = round(max(0.0, out.cold_s - sum(out.breakdown.values())), 3)
+    if not out.error and not_cold(compiler, out.breakdown):
+        out.error = f"cold: {NOT_COLD}"
     extra = autotune_env(compiler)
     if autotune and extra is not None and not out.error:
         first, second = _pair(p, extra)
@@ -176,6 +178,17 @@ def measure(case: str, compiler: str, p: Probe, autotune: bool = True, warm: boo
         out.autotune_step_s = second.get("steady_s")
         out.autotune_error = _errors((("autotuned", first), ("autotuned warm", second)))
     return out
+
+
+#: the cold probe's problem when kiln compiled nothing (its seconds are kept, flagged)
+NOT_COLD = "kiln's graphs came from a cache (AOTAutograd never ran): not a cold compile"
+
+
+def not_cold(compiler: str, breakdown: dict[str, float]) -> bool:
+    """True when a kiln arm's cold probe has a phase breakdown without ``aot_autograd``: every graph kiln
+    compiles passes through AOTAutograd, so its absence means the graph and front caches answered (a cache
+    folder the probe did not own)."""
+    return bool(breakdown) and arms.is_kiln(compiler) and "aot_autograd" not in breakdown
 
 
 def _errors(pair: tuple[tuple[str, dict], ...]) -> str:

@@ -637,7 +637,7 @@ def test_tiny_model_end_to_end_kiln_vs_eager(request, tmp_path, capsys):
     assert graphs["graphs"] >= 1 and graphs["kernels"] >= 1 and graphs["cudagraphs"] == []  # no runner on CPU
     assert eager.meta.kiln_graphs is None and eager.meta.combo_guard is None
     guard = kiln.meta.combo_guard  # the combo guard's decisions: on the CPU interpreter every combo by rule
-    assert set(guard["counts"]) == {"combined", "split", "cached", "rule"}
+    assert set(guard["counts"]) == {"combined", "split", "cached", "rule", "earlier"}
     assert guard["counts"]["rule"] == len(guard["decisions"]) and all(
         d["how"] == "rule" for d in guard["decisions"]
     )

@@ -69,6 +69,23 @@ def test_cold_only_runs_one_probe_and_takes_its_steady_step(monkeypatch):
     assert len(calls) == 1 and (t.cold_s, t.warm_s, t.step_s) == (10.0, None, 0.02) and not t.error
 
 
+def test_a_kiln_cold_probe_without_aot_autograd_is_flagged_not_cold(monkeypatch):
+    """kiln compiles every graph through AOTAutograd: a cold breakdown without it means a cache answered. The
+    seconds stay, with the problem named; Inductor's breakdown (no kiln phases) is never flagged."""
+    answers = {
+        "kiln": {"compile_s": 2.0, "steady_s": 0.01, "breakdown": {"dynamo": 1.0, "kiln.front_cache": 0.1}},
+        "inductor": {"compile_s": 5.0, "steady_s": 0.01, "breakdown": {"dynamo": 1.0, "backend": 3.0}},
+    }
+    for compiler, answer in answers.items():
+        monkeypatch.setattr(ct, "probe", lambda p, environ, a=answer: a)
+        t = ct.measure("model.gpt2.infer.fp32", compiler, _probe(), autotune=False, warm=False)
+        assert t.cold_s == answer["compile_s"]
+        assert t.error == ("cold: " + ct.NOT_COLD if compiler == "kiln" else "")
+    cold = {"compile_s": 3.0, "breakdown": {"dynamo": 1.0, "aot_autograd": 0.5, "kiln.pass.lower": 0.2}}
+    monkeypatch.setattr(ct, "probe", lambda p, environ: cold)
+    assert not ct.measure("model.gpt2.infer.fp32", "kiln", _probe(), autotune=False, warm=False).error
+
+
 def test_cpu_slices_split_the_cpus_into_disjoint_near_equal_runs():
     assert ct.cpu_slices(1, (0, 1, 2)) == [(0, 1, 2)]
     assert ct.cpu_slices(3, tuple(range(16))) == [tuple(range(6)), tuple(range(6, 11)), tuple(range(11, 16))]
