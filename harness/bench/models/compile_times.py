@@ -62,6 +62,7 @@ class CompileTimes:
     error: str = ""  # the cold and warm probes' ("cold: ...; warm: ...")
     autotune_error: str = ""  # the autotuned probes'
     breakdown: dict[str, float] = field(default_factory=dict)  # the cold probe's ``phase_breakdown``
+    counts: dict[str, float] = field(default_factory=dict)  # the cold probe's ``compile_counts`` (kiln)
 
     @property
     def problems(self) -> str:
@@ -167,6 +168,7 @@ def measure(case: str, compiler: str, p: Probe, autotune: bool = True, warm: boo
     )
     out.error = _errors((("cold", first), ("warm", second)) if warm else (("cold", first),))
     out.breakdown = dict(first.get("breakdown") or {})
+    out.counts = dict(first.get("counts") or {})
     if out.breakdown and out.cold_s is not None:
         out.breakdown["other"] = round(max(0.0, out.cold_s - sum(out.breakdown.values())), 3)
     if not out.error and not_cold(compiler, out.breakdown):
@@ -311,14 +313,38 @@ BACKEND_TOTAL = "OutputGraph.call_user_compiler"
 KILN_COLUMNS = ("aot_autograd", "front_cache", "graph", "kernel_load", "triton_compile", "autotune")
 
 
+#: kiln's compile counters (``compiler.runtime.compile_stats()``) a cold probe reports beside its phases
+COMPILE_COUNTS = (
+    "compiled",  # kernel specializations compiled from scratch (in workers or at a first launch)
+    "worker_compiles",  # of those, in compile workers
+    "submitted",  # ahead-of-time requests sent to the workers
+    "worker_misses",  # a worker's result the launch did not find (a wasted compile)
+    "jit_compiles",  # first launches left to Triton's JIT
+    "worker_seconds",  # CPU time of the workers' compiles, summed
+    "wait_seconds",  # the main thread's wait for workers at first launches
+    "graph_hits",  # graphs from kiln's graph cache (0 in a cold probe)
+)
+
+
 def reset_phase_timers() -> None:
-    """Forget Dynamo's compile timers and kiln's phase times (a probe's compiled steps start from zero)."""
+    """Forget Dynamo's compile timers, kiln's phase times and its compile counters (a probe's compiled steps
+    start from zero)."""
     from torch._dynamo.utils import compilation_time_metrics
 
     compilation_time_metrics.clear()
     import compiler.phase_times as phase_times
+    from compiler.runtime import reset_compile_stats
 
     phase_times.reset()
+    reset_compile_stats()
+
+
+def compile_counts() -> dict[str, float]:
+    """kiln's compile counters since ``reset_phase_timers()`` (``COMPILE_COUNTS``), in this process."""
+    from compiler.runtime import compile_stats
+
+    stats = compile_stats()
+    return {k: round(float(getattr(stats, k)), 4) for k in COMPILE_COUNTS}
 
 
 def phase_breakdown(kiln: bool) -> dict[str, float]:
@@ -356,9 +382,12 @@ def _passes(b: dict[str, float]) -> list[tuple[str, float]]:
     )
 
 
-def breakdown_table(rows: list[tuple[str, str, float | None, dict[str, float]]]) -> list[str]:
-    """A Markdown table of (case, compiler, cold s, breakdown) rows: seconds per phase, kiln's passes summed with
-    the three slowest named."""
+def breakdown_table(
+    rows: list[tuple[str, str, float | None, dict[str, float], dict[str, float] | None]],
+) -> list[str]:
+    """A Markdown table of (case, compiler, cold s, breakdown, compile counts) rows: seconds per phase, kiln's
+    passes summed with the three slowest named, and kiln's kernel compiles (in workers) with the workers' summed
+    seconds."""
     cols = (
         "dynamo",
         "aot_autograd",
@@ -371,22 +400,28 @@ def breakdown_table(rows: list[tuple[str, str, float | None, dict[str, float]]])
     head = (
         "| case | compiler | cold s | "
         + " | ".join(c.removeprefix("kiln.") for c in cols)
-        + " | slowest passes |"
+        + " | slowest passes | compiles (in workers) | worker s |"
     )
-    lines = [head, "|" + "---|" * (len(cols) + 4)]
-    for case, compiler, cold, b in rows:
+    lines = [head, "|" + "---|" * (len(cols) + 6)]
+    for case, compiler, cold, b, counts in rows:
         passes = _passes(b)
         values = {**b, "passes": sum(v for _, v in passes)} if passes else b
         cells = [_f(values.get(c), "{:.2f}") for c in cols]
         top = ", ".join(f"{n} {v:.2f}" for n, v in passes[:3]) or "-"
-        lines.append(f"| {case} | {compiler} | {_f(cold, '{:.2f}')} | " + " | ".join(cells) + f" | {top} |")
+        made = f"{counts.get('compiled', 0):.0f} ({counts.get('worker_compiles', 0):.0f})" if counts else "-"
+        worker = _f(counts.get("worker_seconds"), "{:.2f}") if counts else "-"
+        lines.append(
+            f"| {case} | {compiler} | {_f(cold, '{:.2f}')} | "
+            + " | ".join(cells)
+            + f" | {top} | {made} | {worker} |"
+        )
     return lines
 
 
 def breakdown_lines(results: list[Result]) -> list[str]:
     """The model tier report's cold-compile-per-phase section (no lines when no result carries a breakdown)."""
     rows = [
-        (r.workload, r.compiler, r.compile_s, r.meta.compile_breakdown)
+        (r.workload, r.compiler, r.compile_s, r.meta.compile_breakdown, r.meta.compile_counts)
         for r in results
         if r.meta.compile_breakdown
     ]
@@ -397,7 +432,8 @@ def breakdown_lines(results: list[Result]) -> list[str]:
         "",
         "Dynamo: its tracing and guards; aot_autograd: AOTAutograd without the graph compiles inside it; passes: "
         "kiln's passes (`compiler.phase_times`); graph: kiln's per-graph work outside them (graph cache); "
-        "kernel_load: kernel modules imported; triton_compile: first launches' compiles, loads and waits; "
+        "kernel_load: kernel modules imported; triton_compile: first launches' compiles, loads and waits "
+        "(compiles: kernel specializations compiled, in workers; worker s: the workers' compile seconds, summed); "
         "backend_other: kiln's backend call outside AOTAutograd and the front cache; backend: another "
         "compiler's whole backend call; other: the cold compile s outside every phase "
         "(first-launch work, CUDA-graph recording, the steady-step estimate's error).",

@@ -161,6 +161,7 @@ def _merge_compile_times(
             step.meta.compile_probe_error = r.meta.compile_probe_error or None
             step.meta.compile_cpus = r.meta.compile_cpus
             step.meta.compile_breakdown = r.meta.compile_breakdown
+            step.meta.compile_counts = r.meta.compile_counts
             step.meta.compile_run_id = run.id
             if r.meta.autotune is not None:  # --autotune-times
                 step.meta.autotune = r.meta.autotune
@@ -768,6 +769,7 @@ def json_report(
                 "compile_warm_s": r.meta.compile_warm_s,
                 "compile_cpus": r.meta.compile_cpus,
                 "compile_breakdown": r.meta.compile_breakdown,
+                "compile_counts": r.meta.compile_counts,
                 "source_hash": r.source_hash,
                 "run_id": r.meta.compile_run_id,
             }

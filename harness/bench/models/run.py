@@ -553,6 +553,7 @@ class ModelExecutor(CaseExecutor[Prepared]):
         res.compile_s, res.meta.compile_warm_s = t.cold_s, t.warm_s
         res.meta.compile_cpus = len(cpus) if cpus is not None else usable_cpus()
         res.meta.compile_breakdown = t.breakdown or None
+        res.meta.compile_counts = t.counts or None
         if t.error:
             res.meta.compile_probe_error = t.error
         elif self.cfg.autotune_times:
@@ -667,7 +668,7 @@ def probe_main(argv: list[str]) -> int:
         base = case.build(args.seed)
         Stepper(case, base, BASELINE_COMPILER, device, args.seed).step()  # CUDA context, library handles
         st = Stepper(case, base, args.compiler, device, args.seed)
-        from harness.bench.models.compile_times import phase_breakdown, reset_phase_timers
+        from harness.bench.models.compile_times import compile_counts, phase_breakdown, reset_phase_timers
 
         reset_phase_timers()
         ts = []
@@ -684,6 +685,8 @@ def probe_main(argv: list[str]) -> int:
             "ready_s": round(sum(ts[:PROBE_READY_STEPS]), 3),
             "breakdown": phase_breakdown(arms.is_kiln(args.compiler)),
         }
+        if arms.is_kiln(args.compiler):
+            data["counts"] = compile_counts()
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         data = {"error": one_line(e)}
     print(PROBE_TAG + json.dumps(data), flush=True)

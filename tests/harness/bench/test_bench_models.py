@@ -563,6 +563,7 @@ def test_a_cold_probe_is_cold_when_the_harness_scoped_its_caches(tmp_path, monke
         t = ct.measure(case.name, "kiln", probe, autotune=False, warm=False)
         assert not t.error and t.cold_s is not None
         assert t.breakdown.get("aot_autograd", 0) > 0 and "kiln.pass.lower" in t.breakdown
+        assert t.counts["graph_hits"] == 0  # the probe's compile counters came back with it
     assert not shared.exists() or not any(p.is_file() for p in shared.rglob("*"))
 
 
