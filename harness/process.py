@@ -212,6 +212,18 @@ def held_interrupts() -> Iterator[list[int]]:
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
+@contextmanager
+def interrupts_after() -> Iterator[None]:
+    """SIGINT and SIGTERM arriving inside the block are held (``held_interrupts``) and delivered when it ends
+    normally, to the handlers put back: wrap the start of a process together with the line that records it
+    where the interrupt handling looks (a shard's table, a list of workers), so that a stop arriving between
+    the two still finds and stops it. Delivered nowhere when the block raises (its exception goes on)."""
+    with held_interrupts() as held:
+        yield
+    for signum in held:
+        signal.raise_signal(signum)
+
+
 def elapsed_text(seconds: float) -> str:
     """`45s`, `2m05s`, `1h02m`: a duration for progress lines."""
     s = int(seconds)

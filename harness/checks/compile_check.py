@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.exc import CompileCheckError, MissingTool, RunInterrupted
-from harness.process import Heartbeat, execute, heartbeat_interval, kill_group, sigterm_interrupts, spawn
+from harness.process import (
+    Heartbeat,
+    Spawned,
+    execute,
+    heartbeat_interval,
+    interrupts_after,
+    kill_group,
+    sigterm_interrupts,
+    spawn,
+)
 from harness.results import append_job_summary, atomic_write_text, markdown_table
 from harness.settings import selection_args, settings
 
@@ -344,22 +353,35 @@ def compile_specs(
     chunks: list[list[KernelSpec]] = [[] for _ in range(max(1, min(jobs, len(specs))))]
     for i, spec in enumerate(sorted(specs, key=lambda sp: sp.spec_file)):
         chunks[i % len(chunks)].append(spec)
-    procs = []
-    for i, chunk in enumerate(chunks):
-        request, result = work_dir / f"request-{i}.json", work_dir / f"outcomes-{i}.jsonl"
-        request.write_text(
-            json.dumps(
-                {
-                    "dump_dir": str(dump_dir.resolve()),
-                    "targets": [asdict(t) for t in targets],
-                    "specs": [asdict(s) for s in chunk],
-                }
+    procs: list[tuple[Spawned, Path, Path, list[KernelSpec]]] = []
+    try:
+        for i, chunk in enumerate(chunks):
+            request, result = work_dir / f"request-{i}.json", work_dir / f"outcomes-{i}.jsonl"
+            request.write_text(
+                json.dumps(
+                    {
+                        "dump_dir": str(dump_dir.resolve()),
+                        "targets": [asdict(t) for t in targets],
+                        "specs": [asdict(s) for s in chunk],
+                    }
+                )
             )
-        )
-        result.write_text("")
-        cmd = [sys.executable, "-m", "harness.checks.compile_check", "--worker", str(request), str(result)]
-        log = work_dir / f"worker-{i}.log"
-        procs.append((spawn(cmd, log, env=compiler_env(), echo=False), log, result, chunk))
+            result.write_text("")
+            cmd = [
+                sys.executable,
+                "-m",
+                "harness.checks.compile_check",
+                "--worker",
+                str(request),
+                str(result),
+            ]
+            log = work_dir / f"worker-{i}.log"
+            with interrupts_after():  # a stop arriving while a worker starts finds it in procs
+                procs.append((spawn(cmd, log, env=compiler_env(), echo=False), log, result, chunk))
+    except BaseException:  # stopped while starting them: the workers started so far go too
+        for worker, *_ in procs:
+            kill_group(worker.proc)
+        raise
     outcomes: dict[tuple[str, str], Outcome] = {}
     failures = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -29,7 +29,7 @@ from harness import matrix as matrix_mod
 from harness.commands import with_pythonpath
 from harness.exc import HarnessError, RunInterrupted
 from harness.matrix import Retries
-from harness.process import Terminated, kill_group, sigterm_interrupts, spawn
+from harness.process import Terminated, interrupts_after, kill_group, sigterm_interrupts, spawn
 from harness.record import RunRecord, RunStatus
 from harness.settings import PACKAGE_ROOT, settings
 from harness.suites.merge import ShardProcess, merge_shards, shard_dir_name
@@ -201,17 +201,18 @@ def launch_shards(st: ShardsState) -> ShardsState:
     for index, devices in enumerate(st.groups, 1):
         folder = st.run_dir / shard_dir_name(index)
         argv = shard_argv(st.b.name, Shard(index, st.count), devices, folder, st.place, st.options)
-        spawned = spawn(
-            argv,
-            st.run_dir / f"{folder.name}.log",
-            env=env,
-            cwd=settings().root,
-            echo=st.options.echo,
-            prefix=f"[shard {index}/{st.count}] ",
-        )
-        st.procs[index] = spawned.proc
-        st.started[index] = time.monotonic()
-        st.readers.append(spawned.reader)
+        with interrupts_after():  # a stop arriving while the shard starts finds it in st.procs
+            spawned = spawn(
+                argv,
+                st.run_dir / f"{folder.name}.log",
+                env=env,
+                cwd=settings().root,
+                echo=st.options.echo,
+                prefix=f"[shard {index}/{st.count}] ",
+            )
+            st.procs[index] = spawned.proc
+            st.started[index] = time.monotonic()
+            st.readers.append(spawned.reader)
     return st
 
 

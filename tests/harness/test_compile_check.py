@@ -394,3 +394,28 @@ def test_sigterm_stops_the_workers_and_reports_an_interrupted_run(tmp_path):
         ["pgrep", "-f", f"compile_check --worker {request}"], capture_output=True, text=True
     )
     assert workers.stdout.strip() == ""
+
+
+def test_a_stop_while_the_workers_start_stops_those_already_started(tmp_path, monkeypatch):
+    """SIGINT arriving just after the second compile worker started: it is held until the worker is recorded,
+    then both workers are stopped and the interrupt goes on (none is left running)."""
+    import os
+    import signal
+
+    specs = [cc.KernelSpec(f"k{i}", f"k{i}.py", f"k{i}.1.json", {"x": "*fp32"}, {}, 1, 1) for i in range(2)]
+    started = []
+    real_spawn = cc.spawn
+
+    def spawn_sleeper(cmd, log, **kw):
+        spawned = real_spawn([sys.executable, "-c", "import time; time.sleep(60)"], log, **kw)
+        started.append(spawned.proc)
+        if len(started) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # handled before compile_specs records this worker
+        return spawned
+
+    monkeypatch.setattr(cc, "spawn", spawn_sleeper)
+    with pytest.raises(KeyboardInterrupt):
+        cc.compile_specs(specs, [cc.Target("cuda", 90, 32)], tmp_path, tmp_path / "work", jobs=2)
+    assert len(started) == 2
+    for proc in started:
+        proc.wait(timeout=30)  # stopped: returns long before the sleep would end

@@ -501,6 +501,35 @@ def test_a_crashed_and_a_hung_shard_are_reported_while_the_other_stands(tmp_path
     assert "shard 1/3 CRASHED (stopped without finishing (exit -9); see shard-1.log)" in text
 
 
+def test_a_stop_arriving_while_a_shard_starts_stops_that_shard_too(tmp_path, monkeypatch):
+    """SIGTERM delivered just after a shard's process started, before the run had recorded it: the run still
+    stops that shard (held while it starts, delivered once it is in the table) and ends interrupted."""
+    import signal
+
+    from harness.exc import RunInterrupted
+    from harness.suites import sharded
+
+    root = make_project(tmp_path)
+    monkeypatch.setenv("KILN_ROOT", str(root))
+    monkeypatch.setenv("KILN_RESULTS", str(root / "results"))
+    monkeypatch.delenv("KILN_NATIVE", raising=False)
+    started = []
+    real_spawn = sharded.spawn
+
+    def spawn_then_stop(argv, log, **kw):
+        spawned = real_spawn(argv, log, **kw)
+        started.append(spawned.proc)
+        os.kill(os.getpid(), signal.SIGTERM)  # handled before launch_shards records the shard
+        return spawned
+
+    monkeypatch.setattr(sharded, "spawn", spawn_then_stop)
+    options = RunOptions(run_dir=root / "results" / "stopped", health=False, echo=False)
+    with pytest.raises(RunInterrupted, match="run terminated"):
+        sharded.run_shards("cpu", [[], []], NativePlace(), options, timeout_s=90)
+    assert len(started) == 1  # the second shard never started
+    assert started[0].poll() is not None  # stopped, not left running unsupervised
+
+
 def faked_container_run(tmp_path, monkeypatch) -> tuple[Path, list[list[str]]]:
     """A planted project as KILN_ROOT and a container run's outside faked (no driver, docker, image or host
     capture): (project root, the argv of every command the run executes, filled as it runs)."""
