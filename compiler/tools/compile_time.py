@@ -3,7 +3,8 @@
 Each measurement is a fresh process (``--child``) that builds a model from plain ``torch.nn``, compiles it,
 and times its first step (compile + first run, synchronized) and its second step (run only): compile time
 is the difference. *cold* runs start from empty caches (new folders under ``--work`` for TRITON_CACHE_DIR,
-KILN_CACHE_DIR, KILN_GRAPH_CACHE_DIR, KILN_AUTOTUNE_DIR, TORCHINDUCTOR_CACHE_DIR and XDG_CACHE_HOME); *warm* runs reuse the cold run's caches, as a second process on
+KILN_CACHE_DIR, KILN_GRAPH_CACHE_DIR, KILN_AUTOTUNE_DIR, TORCHINDUCTOR_CACHE_DIR and XDG_CACHE_HOME); *warm*
+runs reuse the cold run's caches, as a second process on
 the same machine would. Variants:
 
   kiln         compile workers (``compile_workers``, default min(32, usable CPUs)), cold then warm

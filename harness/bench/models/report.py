@@ -328,10 +328,8 @@ def compile_cpus_lines(results: list[Result]) -> list[str]:
     counts = sorted({n for r in results if (n := r.meta.compile_cpus) is not None})
     if not counts:
         return []
-    return [
-        "",
-        f"Compile probes ran on {' or '.join(map(str, counts))} CPUs each (the same for every compiler of a case).",
-    ]
+    cpus = " or ".join(map(str, counts))
+    return ["", f"Compile probes ran on {cpus} CPUs each (the same for every compiler of a case)."]
 
 
 def _mib(x: int | None) -> str:
