@@ -89,6 +89,9 @@ SPLIT_MIN_CHUNK = 4096
 #: as partial sums: H100, bf16 norm backward at 1024 x 768 / 2048 x 4096 rows x cols, 15.3 -> 9.8 us and
 #: 70.5 -> 44.4 us against a 4096-row threshold; 512 rows was no better)
 OUTER_SPLIT_MIN_ROWS = 1024
+#: rows of one chunk of a split column reduction (at least; the partial rows stay at most OUTER_SPLIT_MAX_PARTIALS)
+OUTER_SPLIT_CHUNK_ROWS = 1024
+OUTER_SPLIT_MAX_PARTIALS = 32768
 
 
 def _split_count(out_ranges, red_ranges, rtype: str, outer: bool) -> int:
@@ -106,7 +109,7 @@ def _split_count(out_ranges, red_ranges, rtype: str, outer: bool) -> int:
     if outer:
         if R < OUTER_SPLIT_MIN_ROWS or X >= 16384:
             return 1
-        return max(2, min(R // 1024, 32768 // max(X, 1)))
+        return max(2, min(R // OUTER_SPLIT_CHUNK_ROWS, OUTER_SPLIT_MAX_PARTIALS // max(X, 1)))
     if R < SPLIT_MIN_RNUMEL or X >= SPLIT_TARGET_PROGRAMS // 4:
         return 1
     return max(1, min(R // SPLIT_MIN_CHUNK, SPLIT_TARGET_PROGRAMS // max(X, 1)))

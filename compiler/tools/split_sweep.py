@@ -1,0 +1,142 @@
+"""Chunk sizes of split column reductions, measured: ``python -m compiler.tools.split_sweep``.
+
+A column (outer) reduction over many rows (a norm's weight and bias gradients, a linear layer's bias gradient:
+sums over the batch x sequence rows of a (rows, columns) tensor) is split by ``lowering/reductions.py`` into
+chunks of rows: a first kernel writes one partial sum per chunk and column, a second sums the partials. How many
+rows a chunk holds (``OUTER_SPLIT_CHUNK_ROWS``) decides how many programs the first kernel has, and so whether it
+fills the GPU. This tool is the evidence for that constant: for each case (below) it compiles the reduction under
+kiln once per chunk size (fresh Dynamo state, kiln's on-disk caches off, the constant patched for the compile),
+checks the result against eager, and times it (``triton.testing.do_bench``, median µs), beside Inductor's
+compile of the same function.
+
+Cases (name: rows x columns, dtype, sums): the GPT-2/BERT CI-size LayerNorm backward with the next linear
+layer's bias gradient (``ln3``: sum(a*b), sum(a), sum(c), fp32), bias gradients of wider layers (``sum``), bf16
+LayerNorm backward at BERT-, GPT-2-XL- and ViT-B-like sizes (``ln2``: sum(a*b), sum(a) in fp32) and a
+ResNet-50 BatchNorm backward over channels-last rows (``bn2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+#: name -> (rows, columns, dtype, kind)
+CASES: dict[str, tuple[int, int, torch.dtype, str]] = {
+    "ln3_2048x512_fp32": (2048, 512, torch.float32, "ln3"),
+    "sum_2048x2048_fp32": (2048, 2048, torch.float32, "sum"),
+    "sum_2048x1536_fp32": (2048, 1536, torch.float32, "sum"),
+    "ln3_4096x768_fp32": (4096, 768, torch.float32, "ln3"),
+    "ln2_1024x768_bf16": (1024, 768, torch.bfloat16, "ln2"),
+    "ln2_2048x4096_bf16": (2048, 4096, torch.bfloat16, "ln2"),
+    "ln2_6304x768_bf16": (6304, 768, torch.bfloat16, "ln2"),
+    "bn2_100352x64_bf16": (100352, 64, torch.bfloat16, "bn2"),
+}
+
+CHUNKS = (1024, 512, 256, 128, 64)
+
+
+def make_case(name: str, device: str) -> tuple[Callable[..., Any], tuple[torch.Tensor, ...]]:
+    """(function, inputs) of case ``name`` on ``device``."""
+    rows, cols, dtype, kind = CASES[name]
+    gen = torch.Generator(device=device).manual_seed(0)
+    n = 3 if kind == "ln3" else 1 if kind == "sum" else 2
+    xs = tuple(torch.randn(rows, cols, generator=gen, device=device).to(dtype) for _ in range(n))
+
+    def ln3(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (a * b).sum(0), a.sum(0), c.sum(0)
+
+    def colsum(a: torch.Tensor) -> torch.Tensor:
+        return a.sum(0)
+
+    def ln2(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        af = a.float()
+        return (af * b.float()).sum(0), af.sum(0)
+
+    return {"ln3": ln3, "sum": colsum, "ln2": ln2, "bn2": ln2}[kind], xs
+
+
+def _bench_us(fn: Callable[[], Any]) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=10, rep=100, return_mode="median")) * 1e3
+
+
+def _close(got: Any, want: Any) -> bool:
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    return all(torch.allclose(g.float(), w.float(), rtol=1e-3, atol=1e-2) for g, w in zip(got, want))
+
+
+def kiln_us(fn: Callable[..., Any], xs: tuple[torch.Tensor, ...], chunk: int) -> float:
+    """µs of ``fn`` compiled by kiln with column-reduction chunks of ``chunk`` rows (checked against eager)."""
+    from compiler import config
+    from compiler.lowering import reductions
+
+    old = reductions.OUTER_SPLIT_CHUNK_ROWS
+    reductions.OUTER_SPLIT_CHUNK_ROWS = chunk
+    try:
+        with config.patch(cache="0"):
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend="kiln")
+            got = compiled(*xs)
+    finally:
+        reductions.OUTER_SPLIT_CHUNK_ROWS = old
+    if not _close(got, fn(*xs)):
+        raise AssertionError(f"kiln's result differs from eager's at chunk {chunk}")
+    return _bench_us(lambda: compiled(*xs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m compiler.tools.split_sweep", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
+    p.add_argument("--chunks", default=",".join(map(str, CHUNKS)), help="chunk sizes in rows")
+    p.add_argument("--no-inductor", action="store_true", help="skip Inductor's column")
+    args = p.parse_args(argv)
+    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    if unknown:
+        print(
+            f"split_sweep: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr
+        )
+        return 2
+    try:
+        chunks = [int(c) for c in args.chunks.split(",")]
+    except ValueError:
+        print(f"split_sweep: --chunks must be integers, got {args.chunks!r}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("split_sweep: needs a CUDA GPU (the interpreter's timings mean nothing)", file=sys.stderr)
+        return 2
+    from compiler import register
+    from compiler.lowering import reductions
+
+    register()
+    print(f"current chunk: {reductions.OUTER_SPLIT_CHUNK_ROWS} rows; µs, median of do_bench")
+    head = ["case", "inductor"] + [f"kiln c{c}" for c in chunks]
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for name in args.cases.split(","):
+        fn, xs = make_case(name, "cuda")
+        cells = [name]
+        if args.no_inductor:
+            cells.append("-")
+        else:
+            torch._dynamo.reset()
+            ind = torch.compile(fn)
+            ind(*xs)
+            cells.append(f"{_bench_us(lambda ind=ind, xs=xs: ind(*xs)):.1f}")
+        for c in chunks:
+            try:
+                cells.append(f"{kiln_us(fn, xs, c):.1f}")
+            except Exception as e:  # noqa: BLE001 - a failed variant is a cell of the table, not the end
+                cells.append(f"error: {type(e).__name__}")
+        print("| " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
