@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .envvars import FALSE_WORDS, TRUE_WORDS, count, power_of_two, read, replace, setting
+from .envvars import FALSE_WORDS, TRUE_WORDS, power_of_two, read, replace, setting
 from .exc import ConfigError
 
 PREFIX = "KILN_"
@@ -130,16 +130,6 @@ class Settings:
         help=(
             "Kernel compile worker processes, one pool per process shared by every graph (1: no pool). "
             "Default: min(32, usable CPUs: the process's affinity), Inductor's rule."
-        ),
-    )
-    compile_worker_nice: int = setting(
-        10,
-        parse=count,
-        check=lambda v: None if 0 <= v <= 19 else "expected a niceness from 0 to 19",
-        help=(
-            "How much lower the compile workers' CPU priority is than the compiling process's (``nice``, 0 to "
-            "19): where CPUs are few, the process's own tracing and passes, which every launch waits for, "
-            "run first and the workers take the CPU time left (0: equal priority)."
         ),
     )
     log_fallbacks: bool = setting(False, help="Log every fallback at WARNING instead of INFO.")

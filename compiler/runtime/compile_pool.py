@@ -75,7 +75,7 @@ class CompilePool:
 
     def _spawn(self) -> subprocess.Popen:
         proc = subprocess.Popen(
-            [sys.executable, WORKER_SCRIPT, "--nice", str(config.settings().compile_worker_nice)],
+            [sys.executable, WORKER_SCRIPT],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=worker_env(),

@@ -1,6 +1,6 @@
 """A kernel compile worker: a process that runs ``triton.compile`` for requests read from its stdin.
 
-Started by ``compile_pool`` as ``python compile_worker.py --nice N`` (a script, never ``import compiler``: a worker
+Started by ``compile_pool`` as ``python compile_worker.py`` (a script, never ``import compiler``: a worker
 imports only the standard library, Triton and the kernel modules; it never imports torch or initializes
 CUDA). Protocol, one request at a time: the parent writes an 8-byte big-endian length and a pickled dict
 (``gpu_compile.CompileRequest.wire``); the worker answers the same way with a dict ``{"ok", "hit", "seconds",
@@ -178,28 +178,8 @@ def prime_triton_key() -> bool:
     return False
 
 
-def lower_priority(argv: list[str]) -> int:
-    """Apply ``--nice N`` of the worker's arguments (``compile_worker_nice``): the worker's priority lowered by
-    N, so that the compiling process's own work comes first on a busy CPU. Returns the increment applied (0
-    without the argument, or where the system refuses)."""
-    if "--nice" not in argv:
-        return 0
-    try:
-        n = int(argv[argv.index("--nice") + 1])
-    except (IndexError, ValueError):
-        return 0
-    if n <= 0:
-        return 0
-    try:
-        os.nice(n)
-    except OSError:
-        return 0
-    return n
-
-
 def main() -> int:
     """Serve requests until stdin closes."""
-    lower_priority(sys.argv[1:])
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints (compiler warnings) must not corrupt the protocol stream
     sys.stdout = sys.stderr

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import compiler
-from compiler import backend, config
+from compiler import backend
 from compiler.exc import KernelCompileError
 from compiler.runtime import cache, compile_jobs, compile_pool, gpu_compile, precompile
 from compiler.runtime.launcher import TritonKernel
@@ -330,44 +330,6 @@ def test_warm_up_starts_every_worker_before_any_job(pool):
     assert pool.started == 2 and len(pool._procs) == 2
     pool.warm_up()  # idempotent
     assert len(pool._threads) == 2
-
-
-@pytest.mark.parametrize("nice", [0, 7])
-def test_workers_run_at_the_configured_lower_priority(nice):
-    """A worker's niceness is the parent's plus ``compile_worker_nice``: the compiling process's tracing and
-    passes come first on a busy CPU."""
-    import time
-
-    with config.patch(compile_worker_nice=nice):
-        p = compile_pool.CompilePool(1)
-        try:
-            p.warm_up()
-            want = min(19, os.nice(0) + nice)
-            deadline, seen = time.monotonic() + 120, None
-            while time.monotonic() < deadline:  # the worker lowers its priority first thing as it starts
-                procs = list(p._procs)
-                seen = os.getpriority(os.PRIO_PROCESS, procs[0].pid) if procs else None
-                if seen == want and p.started:
-                    time.sleep(0.5)  # and never changes it again
-                    seen = os.getpriority(os.PRIO_PROCESS, procs[0].pid)
-                    break
-                time.sleep(0.05)
-            assert seen == want
-        finally:
-            p.shutdown()
-
-
-def test_lower_priority_reads_its_argument_and_ignores_bad_ones(monkeypatch):
-    from compiler.runtime import compile_worker
-
-    applied: list[int] = []
-    monkeypatch.setattr(compile_worker.os, "nice", lambda n: applied.append(n) or n)
-    assert compile_worker.lower_priority(["--nice", "5"]) == 5
-    assert compile_worker.lower_priority([]) == 0
-    assert compile_worker.lower_priority(["--nice"]) == 0
-    assert compile_worker.lower_priority(["--nice", "x"]) == 0
-    assert compile_worker.lower_priority(["--nice", "0"]) == 0
-    assert applied == [5]
 
 
 def test_warm_up_only_for_gpu_graphs_with_workers(monkeypatch):
