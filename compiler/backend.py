@@ -115,9 +115,7 @@ def lower_pass(job: GraphJob) -> Program:
 
 
 def precompile_pass(kernels: Kernels, wrapper: Wrapper) -> None:
-    # a combo kernel compiles at its first launch (its parts' block sizes are chosen there)
-    launched = [ks for ks in kernels.launches if isinstance(ks, KernelSource)]
-    precompile.precompile_graph(kernels.schedule.program, launched, wrapper.module)
+    precompile.precompile_graph(kernels.schedule.program, kernels.launches, wrapper.module)
 
 
 def dump_pass(job: GraphJob, kernels: Kernels, wrapper: Wrapper) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import re
 import threading
 import time
 import types
@@ -38,6 +39,15 @@ from . import binary_index, compile_jobs
 log = logging.getLogger("kiln")
 
 CONSTEXPR_NAMES = ("XBLOCK", "RBLOCK", "PERSISTENT")
+#: a combo kernel's per-part block sizes (``codegen/combo.py``): constexprs after its arguments, in part order
+_PART_BLOCK = re.compile(r"XBLOCK_p(\d+)")
+
+
+def constexpr_names(cfg: dict) -> list[str]:
+    """The constexpr parameters a launch config sets, in the order kiln's kernels declare them: ``XBLOCK``,
+    ``RBLOCK``, ``PERSISTENT``, then a combo's ``XBLOCK_p0``, ``XBLOCK_p1``, ..."""
+    parts = sorted((k for k in cfg if _PART_BLOCK.fullmatch(k)), key=lambda k: int(k[len("XBLOCK_p") :]))
+    return [k for k in CONSTEXPR_NAMES if k in cfg] + parts
 
 
 class Unsupported(TypeError):
@@ -191,7 +201,7 @@ def make_request(
     from triton.compiler.compiler import make_backend
 
     names = list(arg_names)
-    consts = [k for k in CONSTEXPR_NAMES if k in cfg]
+    consts = constexpr_names(cfg)
     if names[len(args) :] != consts:
         raise Unsupported(f"{kernel}: parameters {names} are not {len(args)} arguments + constexprs {consts}")
     spec = [specialize(a) for a in args] + [("constexpr", cfg[k]) for k in consts]

@@ -27,6 +27,7 @@ import sympy
 import torch
 
 from .. import config
+from ..codegen.kernels import ComboSource
 from ..ir import Strided, sym
 from . import cache, compile_jobs, compile_pool, compile_worker, gpu_compile
 
@@ -65,21 +66,50 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
             target = gpu_compile.device_target(device)
             if target.backend != "cuda":
                 continue
-            req_fn = request_for(ks, getattr(wrapper, ks.name), lowering, hints, target, inputs)
+            jobs = requests_for(ks, getattr(wrapper, ks.name), lowering, hints, target, inputs)
         except gpu_compile.Unsupported as e:
             log.debug("kiln: no ahead-of-time compile for %s: %s", ks.name, e)
             continue
-        if req_fn is None:
-            continue
-        req, fn = req_fn
-        if compile_jobs.has(req.key):
-            continue
-        if gpu_compile.on_disk(req, fn):
-            gpu_compile.count(skipped_on_disk=1)
-            continue
-        submit(req)
-        sent += 1
+        for req, fn in jobs:
+            if compile_jobs.has(req.key):
+                continue
+            if gpu_compile.on_disk(req, fn):
+                gpu_compile.count(skipped_on_disk=1)
+                continue
+            submit(req)
+            sent += 1
     return sent
+
+
+def requests_for(
+    ks: Any, kernel: Any, lowering: Any, hints: dict, target: Any, inputs: dict[str, Any]
+) -> list:
+    """The (request, kernel loader) pairs of what the first launch of ``ks`` compiles: a kernel's own
+    specialization (``request_for``); for a combo kernel (``ComboSource``, ``kernel`` its ``ComboKernel``) each
+    part's and the combo's own (``combo_request_for``), since its first launch on a GPU times the combo against
+    its parts (``runtime/combo.py``) and so compiles all of them."""
+    if not isinstance(ks, ComboSource):
+        one = request_for(ks, kernel, lowering, hints, target, inputs)
+        return [one] if one is not None else []
+    jobs = [request_for(p, k, lowering, hints, target, inputs) for p, k in zip(ks.parts, kernel.parts)]
+    jobs.append(combo_request_for(ks, kernel, lowering, hints, target, inputs))
+    return [j for j in jobs if j is not None]
+
+
+def combo_request_for(
+    cs: ComboSource, kernel: Any, lowering: Any, hints: dict, target: Any, inputs: dict[str, Any]
+) -> tuple | None:
+    """(request, kernel loader) for the first launch of combo kernel ``cs`` (``kernel``: its ``ComboKernel``) at
+    the example sizes: every part's pointers, then each part's ``xnumel``; the block sizes its launch picks
+    (``ComboKernel.combo_config``). None when no part has elements (the launch launches nothing)."""
+    ints = [_value(p.xnumel, hints) for p in cs.parts]
+    if not any(ints):
+        return None
+    ptrs = [gpu_compile.Ptr(*_pointer(name, lowering, hints, inputs)[::2]) for _, name in cs.ptr_args]
+    cfg = kernel.combo_config(tuple(ints), False)
+    path = cache.source_path(cs.source)
+    req = gpu_compile.make_request(cs.name, path, kernel.param_names(cfg), ptrs + ints, cfg, target)
+    return req, kernel.jit_function
 
 
 def warm_up(example_inputs: Any) -> bool:

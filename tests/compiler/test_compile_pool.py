@@ -231,6 +231,55 @@ def test_ahead_of_time_request_is_the_first_launchs(dynamic, device):
     )  # the misaligned input was seen
 
 
+@needs_interpreter
+def test_combo_and_its_parts_are_sent_ahead_with_the_requests_their_first_launch_makes(device):
+    """A combo kernel's first launch on a GPU times the combo against its parts, so the precompile pass sends
+    both: each part's request and the combo's own (its ``XBLOCK_p<k>`` constexprs after its arguments), equal
+    to what the launches build from their arguments and to what Triton's JIT asks ``triton.compile`` for."""
+    from compiler.codegen.kernels import ComboSource
+    from compiler.runtime.combo import ComboKernel
+
+    torch._dynamo.reset()
+    args = (
+        torch.randn(100, device=device),
+        torch.randn(7, 5, device=device),
+        torch.randn(50, 3, device=device),
+    )
+    seen, launches, _ = graph_kernels(lambda a, b, c: (a * 2 + 1, b.sigmoid() * 3, (c - 1).relu()), *args)
+    first = {}
+    for kernel, a in launches:
+        first.setdefault(kernel.name, a)
+    combos = 0
+    for lowering, kernels, wrapper, hints in seen:
+        for cs in kernels:
+            if not isinstance(cs, ComboSource):
+                continue
+            combos += 1
+            ck = getattr(wrapper, cs.name)
+            assert isinstance(ck, ComboKernel)
+            jobs = precompile.requests_for(cs, ck, lowering, hints, SM90, precompile.input_metas(lowering))
+            assert [r.kernel for r, _ in jobs] == [p.name for p in cs.parts] + [cs.name]
+            req = jobs[-1][0]
+            a = first[cs.name]
+            cfg = ck.combo_config(tuple(x for x in a if not isinstance(x, torch.Tensor)), False)
+            fn, _ = jit_function(cs.source, cs.name)  # a JITFunction, also under the interpreter
+            launch = gpu_compile.make_request(
+                cs.name, cache.source_path(cs.source), fn.arg_names, a, cfg, SM90
+            )
+            assert req.key == launch.key
+            assert list(fn.arg_names[-len(cs.parts) :]) == [f"XBLOCK_p{k}" for k in range(len(cs.parts))]
+            _, options, signature, constexprs, attrs = jit_asks_for(fn, a, cfg)
+            assert (req.signature, req.constexprs, req.attrs) == (signature, constexprs, attrs)
+            assert dict(req.options) == options
+    assert combos == 1
+
+
+def test_constexpr_names_put_a_combos_part_blocks_after_kilns_own_in_part_order():
+    cfg = {"XBLOCK_p10": 8, "num_warps": 4, "XBLOCK_p2": 64, "XBLOCK_p0": 128}
+    assert gpu_compile.constexpr_names(cfg) == ["XBLOCK_p0", "XBLOCK_p2", "XBLOCK_p10"]
+    assert gpu_compile.constexpr_names({"RBLOCK": 8, "XBLOCK": 1, "num_stages": 1}) == ["XBLOCK", "RBLOCK"]
+
+
 # ------------------------------------------------------------------------------------------ the pool
 def test_pool_compiles_for_sm90_and_a_second_compile_hits_the_cache(triton_cache, pool):
     name, source = small_kernel("kiln_test_pool")
