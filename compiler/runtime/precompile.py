@@ -6,7 +6,9 @@ inputs, a good guess for the first call), the launch config is the launcher's
 ``heuristic_config(..., interp=False)`` and the arguments are guessed: pointers by dtype, 16-byte aligned
 unless the example input's storage offset says otherwise; ints by their value. A guess that turns out
 wrong costs one more compile at the launch; never a wrong result (the launch builds its own request from
-the real arguments and uses a worker's result only when the requests are equal).
+the real arguments and uses a worker's result only when the requests are equal). A combo kernel's first
+launch on a GPU times the combo against its parts (``runtime/combo.py``): its request (each part's block
+size as its own launch would pick it) and every part's are sent, so that none compiles on the main thread.
 
 A request the binary index knows (``runtime/binary_index.py``) is on disk already: it is not sent, and the
 kernel's module is not imported for it (its parameter names come from the source's ``def`` line).
