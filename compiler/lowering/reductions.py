@@ -91,7 +91,7 @@ SPLIT_MIN_CHUNK = 4096
 OUTER_SPLIT_MIN_ROWS = 1024
 #: rows of one chunk of a split column reduction (at least; the partial rows stay at most OUTER_SPLIT_MAX_PARTIALS).
 #: H200 ``compiler.tools.split_sweep`` (device µs, both stages): eight norm- and bias-gradient cases summed 68.8 at
-#: 1024 rows, 65.5 at 512, 71-72 at 64-256, every case but one within 2 µs of its best; the GPT-2 CI-size LayerNorm
+#: 1024 rows, 65.5 at 512, 73-79 at 64-256, every case but one within 2 µs of its best; the GPT-2 CI-size LayerNorm
 #: backward's three sums over 2048 x 512 fp32: 8.7 µs at 1024, 7.0 at 512 (Inductor 8.9)
 OUTER_SPLIT_CHUNK_ROWS = 1024
 OUTER_SPLIT_MAX_PARTIALS = 32768
