@@ -79,6 +79,14 @@ def graph_kernels(fn, *inputs, dynamic=False):
     return seen, launches, out
 
 
+def first_launches(launches) -> dict:
+    """Kernel name -> the arguments of its first launch (``graph_kernels``'s launches)."""
+    first: dict = {}
+    for kernel, args in launches:
+        first.setdefault(kernel.name, args)
+    return first
+
+
 def jit_asks_for(fn, args, cfg):
     """What Triton's JIT passes to ``triton.compile`` for this launch: its own binder and ``_pack_args``."""
     be = make_backend(SM90)
@@ -204,9 +212,7 @@ def test_ahead_of_time_request_is_the_first_launchs(dynamic, device):
         torch.randn(100, device=device),
         dynamic=dynamic,
     )
-    first = {}
-    for kernel, args in launches:
-        first.setdefault(kernel.name, args)
+    first = first_launches(launches)
     compared = 0
     for lowering, kernels, wrapper, hints in seen:
         for ks in kernels:
@@ -246,9 +252,7 @@ def test_combo_and_its_parts_are_sent_ahead_with_the_requests_their_first_launch
         torch.randn(50, 3, device=device),
     )
     seen, launches, _ = graph_kernels(lambda a, b, c: (a * 2 + 1, b.sigmoid() * 3, (c - 1).relu()), *args)
-    first = {}
-    for kernel, a in launches:
-        first.setdefault(kernel.name, a)
+    first = first_launches(launches)
     combos = 0
     for lowering, kernels, wrapper, hints in seen:
         for cs in kernels:
