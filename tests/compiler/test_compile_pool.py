@@ -466,6 +466,73 @@ def test_no_workers_with_one_compile_thread_or_worker(monkeypatch):
     assert len(sent) == 1
 
 
+def _fake_graph(monkeypatch, keys, asked):
+    """The precompile pass over one kernel per key in ``keys`` (requests faked, each kernel named by its key;
+    ``on_disk`` records its calls in ``asked`` and says no); returns the kernels sent to the pool."""
+    from concurrent.futures import Future
+
+    sent: list[str] = []
+    it = iter(keys)
+
+    def fake_request(*a):
+        key = next(it)
+        return gpu_compile.CompileRequest(key, "p", {}, {}, {}, {}, ("cuda", 90, 32), key), None
+
+    class Pool:
+        def submit(self, message, label):
+            sent.append(message["kernel"])
+            return Future()
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # as on a GPU
+    monkeypatch.setattr(precompile, "_cuda_device", lambda ks, lowering: 0)
+    monkeypatch.setattr(gpu_compile, "device_target", lambda index: SM90)
+    monkeypatch.setattr(precompile, "request_for", fake_request)
+    monkeypatch.setattr(gpu_compile, "on_disk", lambda req, fn: asked.append(req.key) or False)
+    monkeypatch.setattr(compile_pool, "get_pool", Pool)
+    kernels = [type("KS", (), {"name": "k"})() for _ in keys]
+    wrapper = torch.nn.Module()
+    wrapper.k = torch.nn.Module()
+    with compiler.config.patch(compile_threads=4, compile_workers=4):
+        precompile.precompile_graph(None, kernels, wrapper)
+    return sent
+
+
+def test_a_cold_process_sends_every_request_once_without_asking_the_disk(triton_cache, monkeypatch):
+    """With Triton's cache folder empty when the process first looked, nothing is on disk but what it sent: the
+    pass sends each request without ``on_disk`` (the module import and cache key it would cost the main thread),
+    and a request sent for an earlier graph is not sent again."""
+    monkeypatch.setattr(precompile, "_sent", set())
+    monkeypatch.setattr(precompile, "_fresh", {})
+    asked: list[str] = []
+    assert _fake_graph(monkeypatch, ["a", "b"], asked) == ["a", "b"]
+    (triton_cache / "entry").mkdir(parents=True)  # the workers' results land there: still the process's own
+    assert precompile.fresh_cache()
+    assert _fake_graph(monkeypatch, ["b", "c"], asked) == ["c"]  # b's job was sent for the first graph
+    assert asked == []
+
+
+def test_a_cache_holding_entries_at_the_start_is_asked_for_each_request(triton_cache, monkeypatch):
+    monkeypatch.setattr(precompile, "_sent", set())
+    monkeypatch.setattr(precompile, "_fresh", {})
+    (triton_cache / "from-an-earlier-process").mkdir(parents=True)
+    asked: list[str] = []
+    assert _fake_graph(monkeypatch, ["a", "b"], asked) == ["a", "b"]
+    assert asked == ["a", "b"]
+
+
+def test_fresh_cache_is_settled_once_per_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(precompile, "_fresh", {})
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "absent"))
+    assert precompile.fresh_cache()
+    (tmp_path / "absent").mkdir()
+    (tmp_path / "absent" / "x").write_text("")
+    assert precompile.fresh_cache()  # settled at the first question, before this process wrote anything
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "full"))
+    assert not precompile.fresh_cache()
+
+
 def test_precompile_pass_runs_after_wrap():
     names = [p.name for p in backend.PASSES]
     assert names.index("precompile") == names.index("wrap") + 1
