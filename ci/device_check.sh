@@ -3,7 +3,7 @@
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
 #   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff, numerics-flakes, verdicts-aa,
-#   split-sweep
+#   split-sweep, compile-ab
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -88,6 +88,10 @@ for stage in "$@"; do
     sweep) # launch configs of real steps' reduction kernels (convnext: its pointwise epilogues too): the heuristic's
            # against the best measured, and each case's step time
             timeout 560 python3 -m compiler.tools.launch_sweep --case "${SWEEP_CASES:-convnext,vit,resnet,bert}" > "$OUT/$stage.log" 2>&1 ;;
+    compile-ab) # kiln's cold compile at the tree in $AB_BASE (a shallow clone carried beside this one) and here,
+            # alternated (ci/compile_ab.sh: AB_ONLY, AB_REPS, AB_JOBS, AB_BUDGET_S)
+            timeout 580 bash ci/compile_ab.sh "${AB_BASE:?AB_BASE=<folder of the base tree> is needed}" "$OUT/compile-ab" \
+                > "$OUT/$stage.log" 2>&1 ;;
     split-sweep) # chunk sizes of split column reductions (norm and bias gradients), kiln per chunk beside Inductor
             timeout "${SPLIT_TIMEOUT_S:-300}" python3 -m compiler.tools.split_sweep ${SPLIT_CASES:+--cases "$SPLIT_CASES"} \
                 ${SPLIT_CHUNKS:+--chunks "$SPLIT_CHUNKS"} > "$OUT/$stage.log" 2>&1 ;;
