@@ -382,12 +382,29 @@ def _passes(b: dict[str, float]) -> list[tuple[str, float]]:
     )
 
 
+#: the phases of a breakdown that are PyTorch's front end, which every compiler's cold compile runs
+FRONT_END = ("dynamo", "aot_autograd")
+
+
+def front_end_split(cold: float | None, b: dict[str, float], peer_cold: float | None) -> tuple[str, str]:
+    """(front end / peer's cold, the rest / peer's cold) as table cells: a kiln cold compile over its peer's,
+    split into PyTorch's front end (``FRONT_END``: Dynamo and AOTAutograd, which the peer runs inside its own
+    time too) and kiln's own part (its passes, kernel compiles and everything else). The two add up to the
+    cold ratio; ``-`` without a peer's cold s or without AOTAutograd in the breakdown."""
+    if cold is None or not peer_cold or "aot_autograd" not in b:
+        return "-", "-"
+    front = sum(b.get(k, 0.0) for k in FRONT_END)
+    return f"{front / peer_cold:.3f}", f"{(cold - front) / peer_cold:.3f}"
+
+
 def breakdown_table(
     rows: list[tuple[str, str, float | None, dict[str, float], dict[str, float] | None]],
+    peer_cold: dict[tuple[str, str], float] | None = None,
 ) -> list[str]:
     """A Markdown table of (case, compiler, cold s, breakdown, compile counts) rows: seconds per phase, kiln's
-    passes summed with the three slowest named, and kiln's kernel compiles (in workers) with the workers' summed
-    seconds."""
+    passes summed with the three slowest named, kiln's kernel compiles (in workers) with the workers' summed
+    seconds, and (``peer_cold``: (case, compiler) -> the cold s of that compiler's peer) the cold ratio split
+    into the front end's share and kiln's own (``front_end_split``)."""
     cols = (
         "dynamo",
         "aot_autograd",
@@ -400,9 +417,9 @@ def breakdown_table(
     head = (
         "| case | compiler | cold s | "
         + " | ".join(c.removeprefix("kiln.") for c in cols)
-        + " | slowest passes | compiles (in workers) | worker s |"
+        + " | slowest passes | compiles (in workers) | worker s | front end / peer's cold | own / peer's cold |"
     )
-    lines = [head, "|" + "---|" * (len(cols) + 6)]
+    lines = [head, "|" + "---|" * (len(cols) + 8)]
     for case, compiler, cold, b, counts in rows:
         passes = _passes(b)
         values = {**b, "passes": sum(v for _, v in passes)} if passes else b
@@ -410,10 +427,11 @@ def breakdown_table(
         top = ", ".join(f"{n} {v:.2f}" for n, v in passes[:3]) or "-"
         made = f"{counts.get('compiled', 0):.0f} ({counts.get('worker_compiles', 0):.0f})" if counts else "-"
         worker = _f(counts.get("worker_seconds"), "{:.2f}") if counts else "-"
+        front, own = front_end_split(cold, b, (peer_cold or {}).get((case, compiler)))
         lines.append(
             f"| {case} | {compiler} | {_f(cold, '{:.2f}')} | "
             + " | ".join(cells)
-            + f" | {top} | {made} | {worker} |"
+            + f" | {top} | {made} | {worker} | {front} | {own} |"
         )
     return lines
 
@@ -427,6 +445,12 @@ def breakdown_lines(results: list[Result]) -> list[str]:
     ]
     if not rows:
         return []
+    cold = {(r.workload, r.compiler): r.compile_s for r in results if r.compile_s}
+    peers = {
+        (case, compiler): p
+        for case, compiler, *_ in rows
+        if arms.is_kiln(compiler) and (p := cold.get((case, arms.peer(compiler))))
+    }
     return [
         "### Cold compile per phase (s, the cold probe)",
         "",
@@ -436,8 +460,11 @@ def breakdown_lines(results: list[Result]) -> list[str]:
         "(compiles: kernel specializations compiled, in workers; worker s: the workers' compile seconds, summed); "
         "backend_other: kiln's backend call outside AOTAutograd and the front cache; backend: another "
         "compiler's whole backend call; other: the cold compile s outside every phase "
-        "(first-launch work, CUDA-graph recording, the steady-step estimate's error).",
+        "(first-launch work, CUDA-graph recording, the steady-step estimate's error). Front end / peer's cold: "
+        "Dynamo's and AOTAutograd's seconds over the peer compiler's cold s of the case (PyTorch's front end, which "
+        "the peer runs too); own / peer's cold: the rest of kiln's cold s over the same (the two add up to the cold "
+        "ratio).",
         "",
-        *breakdown_table(rows),
+        *breakdown_table(rows, peers),
         "",
     ]

@@ -88,6 +88,18 @@ def test_breakdown_survives_the_store_and_reaches_the_report():
     assert lines[0].startswith("### Cold compile per phase")
     row = next(line for line in lines if line.startswith("| model.a | kiln"))
     assert "| 10.00 | 3.00 | 1.00 | 2.00 |" in row  # cold, dynamo, aot_autograd, passes (lower + render)
-    assert row.endswith("| lower 1.50, render 0.50 | 40 (38) | 21.50 |")
+    assert row.endswith(
+        "| lower 1.50, render 0.50 | 40 (38) | 21.50 | 0.200 | 0.300 |"
+    )  # (3 + 1) / 20, 6 / 20
     assert not any(line.startswith("| model.a | inductor") for line in lines)  # no breakdown: no row
     assert ct.breakdown_lines([Result("model.a", "inductor", "h", compile_s=20.0)]) == []
+    alone = next(line for line in ct.breakdown_lines([r]) if line.startswith("| model.a | kiln"))
+    assert alone.endswith("| 21.50 | - | - |")  # no peer measured: no split
+
+
+def test_front_end_split_needs_a_real_cold_breakdown_and_a_peer():
+    b = {"dynamo": 2.0, "aot_autograd": 2.0, "kiln.pass.lower": 1.0}
+    assert ct.front_end_split(10.0, b, 20.0) == ("0.200", "0.300")
+    assert ct.front_end_split(10.0, {"dynamo": 2.0}, 20.0) == ("-", "-")  # a cache answered: not cold
+    assert ct.front_end_split(10.0, b, None) == ("-", "-")
+    assert ct.front_end_split(None, b, 20.0) == ("-", "-")
