@@ -31,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -436,6 +436,17 @@ def breakdown_table(
     return lines
 
 
+def cold_pairs(results: Sequence[Result]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(case, kiln arm) -> (that arm's cold compile s, its peer's cold compile s of the same case) for every
+    kiln arm with cold seconds whose peer (`arms.peer`) has cold seconds too: the pairs of the cold ratio."""
+    cold = {(r.workload, r.compiler): r.compile_s for r in results if r.compile_s is not None}
+    return {
+        (case, c): (s, p)
+        for (case, c), s in cold.items()
+        if arms.is_kiln(c) and (p := cold.get((case, arms.peer(c))))
+    }
+
+
 def breakdown_lines(results: list[Result]) -> list[str]:
     """The model tier report's cold-compile-per-phase section (no lines when no result carries a breakdown)."""
     rows = [
@@ -445,12 +456,7 @@ def breakdown_lines(results: list[Result]) -> list[str]:
     ]
     if not rows:
         return []
-    cold = {(r.workload, r.compiler): r.compile_s for r in results if r.compile_s}
-    peers = {
-        (case, compiler): p
-        for case, compiler, *_ in rows
-        if arms.is_kiln(compiler) and (p := cold.get((case, arms.peer(compiler))))
-    }
+    peers = {key: p for key, (_, p) in cold_pairs(results).items()}
     return [
         "### Cold compile per phase (s, the cold probe)",
         "",

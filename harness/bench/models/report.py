@@ -35,6 +35,7 @@ from harness.bench.judge.compare import Comparison
 from harness.bench.models import autotune_gain
 from harness.bench.models import catalog as mdl
 from harness.bench.models import memory as model_memory
+from harness.bench.models.compile_times import cold_pairs
 from harness.bench.models.step_facts import unrecorded_lines
 from harness.bench.reports.report import (
     INTERPRETER_NOTE,
@@ -430,11 +431,11 @@ def compile_only_table(alone: list[Result]) -> Table:
     not timed): per case and compiler, cold and warm s, the cold s over the peer arm's (`arms.peer`: kiln's
     over Inductor's, below 1 kiln compiles faster) where both were measured, the CPUs each probe had, and the
     run."""
-    cold = {(r.workload, r.compiler): r.compile_s for r in alone}
+    pairs = cold_pairs(alone)
     rows: Table = [["model", "compiler", "cold s", "warm s", "cold / peer's", "cpus", "run"]]
     for r in alone:
-        peer = cold.get((r.workload, arms.peer(r.compiler))) if arms.is_kiln(r.compiler) else None
-        ratio = r.compile_s / peer if r.compile_s is not None and peer else None
+        pair = pairs.get((r.workload, r.compiler))
+        ratio = pair[0] / pair[1] if pair else None
         rows.append(
             [
                 r.workload[len(mdl.PREFIX) :],
@@ -452,11 +453,11 @@ def compile_only_table(alone: list[Result]) -> Table:
 def cold_ratio_lines(results: Sequence[Result]) -> list[str]:
     """For each kiln arm whose peer (`arms.peer`) has cold compile s of the same cases: the geomean, least and
     greatest of kiln's cold s over the peer's, per case (below 1: kiln compiles faster)."""
-    cold = {(r.workload, r.compiler): r.compile_s for r in results if r.compile_s}
+    pairs = cold_pairs(results)
     out = []
-    for c in sorted({c for _, c in cold if arms.is_kiln(c)}):
+    for c in sorted({c for _, c in pairs}):
         peer = arms.peer(c)
-        ratios = {w: s / p for (w, k), s in cold.items() if k == c and (p := cold.get((w, peer)))}
+        ratios = {w: s / p for (w, k), (s, p) in pairs.items() if k == c and s}
         if not ratios:
             continue
         lo, hi = min(ratios, key=ratios.__getitem__), max(ratios, key=ratios.__getitem__)
