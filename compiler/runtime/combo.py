@@ -64,8 +64,7 @@ def decisions() -> dict[str, int]:
 def decision_log() -> list[dict[str, Any]]:
     """Each decision of this process (the first ``MAX_LOGGED``): the combo's name, its number of parts, how it
     was decided (``timed``, ``cached``, ``rule``, ``earlier``), whether the parts run instead (``split``) and,
-    when timed,
-    the combo's and its parts' microseconds (``combo_us``, ``parts_us``)."""
+    when timed, the combo's and its parts' microseconds (``combo_us``, ``parts_us``)."""
     return [dict(d) for d in _log]
 
 

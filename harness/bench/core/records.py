@@ -107,8 +107,8 @@ class Meta:
     kernels of a step); `first_call_s`; `steps_per_sample`; `compile_warm_s`, `compile_probe_error` and
     `compile_cpus` (the compile-time probes; the last: how many CPUs each probe could run on);
     `compile_breakdown` (the cold probe's seconds per compile phase, `models/compile_times.phase_breakdown`)
-    and `compile_counts` (kiln's compile counters in it, `compile_times.compile_counts`); `combo_guard` (kiln arms: the combo-kernel guard's decisions of the
-    compile and first steps, `models/step_facts.combo_guard`); `addmm_forms` (kiln arms: the form each timed linear
+    and `compile_counts` (kiln's compile counters in it, `compile_times.compile_counts`); `combo_guard` (kiln
+    arms: the combo-kernel guard's decisions of the compile and first steps, `models/step_facts.combo_guard`); `addmm_forms` (kiln arms: the form each timed linear
     layer's addmm took, `models/step_facts.addmm_forms`); `host_load` (both tiers: other processes' CPU use
     while the arm was sampled, `core/host_load.py`); `run_id` and `compile_run_id` (set by the model report: the run a result and its
     compile times came from). Side by side: `rounds` (one time a turn, kernels/sidebyside.py)."""
