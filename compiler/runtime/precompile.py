@@ -76,7 +76,7 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
             log.debug("kiln: no ahead-of-time compile for %s: %s", ks.name, e)
             continue
         for req, fn in jobs:
-            if compile_jobs.has(req.key) or (_cache_folder(), req.key) in _sent:
+            if compile_jobs.has(req.key) or req.key in _sent:
                 continue
             if not fresh_cache() and gpu_compile.on_disk(req, fn):
                 gpu_compile.count(skipped_on_disk=1)
@@ -86,9 +86,8 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
     return sent
 
 
-#: (Triton cache folder, request key) of every request this process sent to the workers (compiled into that
-#: folder or being compiled: never sent twice)
-_sent: set[tuple[str, str]] = set()
+#: every request key this process sent to the workers (compiled or being compiled: never sent twice)
+_sent: set[str] = set()
 #: Triton cache folder -> whether it was empty when this process first sent compiles (``fresh_cache``)
 _fresh: dict[str, bool] = {}
 
@@ -101,7 +100,9 @@ def fresh_cache() -> bool:
     jobs; the launch does that work later, while the workers compile). A request for a kernel that is on disk
     after all costs a worker's cache lookup, never a compile. Asked once per folder; False when the folder
     cannot be read."""
-    folder = _cache_folder()
+    from triton import knobs
+
+    folder = knobs.cache.dir
     fresh = _fresh.get(folder)
     if fresh is None:
         try:
@@ -113,12 +114,6 @@ def fresh_cache() -> bool:
             fresh = False
         _fresh[folder] = fresh
     return fresh
-
-
-def _cache_folder() -> str:
-    from triton import knobs
-
-    return str(knobs.cache.dir)
 
 
 def requests_for(
@@ -187,7 +182,7 @@ def submit(req: gpu_compile.CompileRequest) -> Future:
     (``compile_jobs``)."""
     fresh_cache()  # whether the cache was empty is settled before the first job can write to it
     fut = compile_pool.get_pool().submit(req.wire(gpu_compile.cache_env()), req.label)
-    _sent.add((_cache_folder(), req.key))
+    _sent.add(req.key)
     compile_jobs.add(req, fut)
     gpu_compile.count(submitted=1)
     return fut

@@ -508,8 +508,6 @@ def test_a_cold_process_sends_every_request_once_without_asking_the_disk(triton_
     (triton_cache / "entry").mkdir(parents=True)  # the workers' results land there: still the process's own
     assert precompile.fresh_cache()
     assert _fake_graph(monkeypatch, ["b", "c"], asked) == ["c"]  # b's job was sent for the first graph
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache.parent / "another"))
-    assert _fake_graph(monkeypatch, ["b"], asked) == ["b"]  # another cache folder holds none of them
     assert asked == []
 
 
