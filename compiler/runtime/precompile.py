@@ -11,9 +11,7 @@ launch on a GPU times the combo against its parts (``runtime/combo.py``): its re
 size as its own launch would pick it) and every part's are sent, so that none compiles on the main thread.
 
 A request the binary index knows (``runtime/binary_index.py``) is on disk already: it is not sent, and the
-kernel's module is not imported for it (its parameter names come from the source's ``def`` line). In a process
-that found Triton's cache folder empty (a cold compile, ``fresh_cache``) nothing is asked of the disk: every
-request not sent before is sent.
+kernel's module is not imported for it (its parameter names come from the source's ``def`` line).
 
 Nothing happens under the interpreter, on CPU, for non-CUDA targets, or with one compile thread/worker
 (``compile_pool.pool_size() == 0``): kernels then compile at their first launch, in-process.
@@ -22,7 +20,6 @@ Nothing happens under the interpreter, on CPU, for non-CUDA targets, or with one
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -76,44 +73,14 @@ def _precompile(lowering: Any, kernels: Sequence[Any], wrapper: torch.nn.Module)
             log.debug("kiln: no ahead-of-time compile for %s: %s", ks.name, e)
             continue
         for req, fn in jobs:
-            if compile_jobs.has(req.key) or req.key in _sent:
+            if compile_jobs.has(req.key):
                 continue
-            if not fresh_cache() and gpu_compile.on_disk(req, fn):
+            if gpu_compile.on_disk(req, fn):
                 gpu_compile.count(skipped_on_disk=1)
                 continue
             submit(req)
             sent += 1
     return sent
-
-
-#: every request key this process sent to the workers (compiled or being compiled: never sent twice)
-_sent: set[str] = set()
-#: Triton cache folder -> whether it was empty when this process first sent compiles (``fresh_cache``)
-_fresh: dict[str, bool] = {}
-
-
-def fresh_cache() -> bool:
-    """True when Triton's cache folder held nothing (or did not exist) when this process first asked, before it
-    sent any compile: then no kernel is on disk but those this process sent (``_sent``) or compiled itself, and
-    the pass sends each request without asking ``on_disk``, whose first answer for a kernel imports its module
-    and computes Triton's cache key on the main thread (milliseconds a request, before the workers get their
-    jobs; the launch does that work later, while the workers compile). A request for a kernel that is on disk
-    after all costs a worker's cache lookup, never a compile. Asked once per folder; False when the folder
-    cannot be read."""
-    from triton import knobs
-
-    folder = knobs.cache.dir
-    fresh = _fresh.get(folder)
-    if fresh is None:
-        try:
-            with os.scandir(folder) as entries:
-                fresh = next(entries, None) is None
-        except FileNotFoundError:
-            fresh = True
-        except OSError:
-            fresh = False
-        _fresh[folder] = fresh
-    return fresh
 
 
 def requests_for(
@@ -165,10 +132,9 @@ _prime_lock = threading.Lock()
 
 def _prime_triton_key_once() -> None:
     """Compute Triton's cache key in a background thread, once per process (``compile_worker.prime_triton_key``):
-    every kernel's first launch (and, with a cache that held entries, this pass's ``on_disk``) asks for a kernel's
-    cache key, and the first such key cost about a second on the H200 (Triton hashes its sources and its
-    library), after the graph was traced; hashing and reading release the GIL, so the thread runs beside the
-    tracing."""
+    this pass asks ``on_disk`` for every kernel's cache key, and the first such key cost the pass about a second
+    on the H200 (Triton hashes its sources and its library), after the graph was traced; hashing and reading
+    release the GIL, so the thread runs beside the tracing."""
     with _prime_lock:
         if _primed:
             return
@@ -180,9 +146,7 @@ def _prime_triton_key_once() -> None:
 def submit(req: gpu_compile.CompileRequest) -> Future:
     """Send ``req`` to the compile pool; the first launch of the same specialization waits for it
     (``compile_jobs``)."""
-    fresh_cache()  # whether the cache was empty is settled before the first job can write to it
     fut = compile_pool.get_pool().submit(req.wire(gpu_compile.cache_env()), req.label)
-    _sent.add(req.key)
     compile_jobs.add(req, fut)
     gpu_compile.count(submitted=1)
     return fut
