@@ -4,7 +4,7 @@
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
 #   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff, numerics-flakes, verdicts-aa,
 #   split-sweep, compile-ab
-# (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY;
+# (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY, the $PROFILE_TOP (25) longest kernels;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
 #  cold/warm compile s for $MODELS_COMPILE_TIMES, default none; MODELS_COMPILE_ONLY=1: those alone, no step timing;
@@ -41,7 +41,7 @@ for stage in "$@"; do
     suites-cg) KILN_CUDAGRAPHS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider -p no:xdist $SUITES \
                 > "$OUT/$stage.log" 2>&1 ;;
     profile) ${PROFILE_DUMP:+env KILN_DUMP_DIR="$OUT/dump"} timeout "${PROFILE_TIMEOUT_S:-200}" python3 -m harness bench model-profile --only "${PROFILE_ONLY:-model.gpt2.infer.bf16,model.resnet50.infer.bf16}" \
-                --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top 25 --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
+                --compilers "${PROFILE_COMPILERS:-kiln,inductor}" --steps 10 --top "${PROFILE_TOP:-25}" --md "$OUT/profile.md" > "$OUT/$stage.log" 2>&1 ;;
     fx-passes) KILN_NO_VENV=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:xdist tests/compiler/test_fx_passes.py \
                 tests/compiler/test_compile_pool.py tests/compiler/test_launcher.py tests/compiler/test_dedup.py > "$OUT/$stage.log" 2>&1 ;;
     autotune-diff) # kiln against kiln autotuned (arm kiln-autotune) side by side for $AUTOTUNE_ONLY
