@@ -3,7 +3,7 @@
 # Usage: ci/device_check.sh STAGE...   stages: cudagraphs, overhead, suites, suites-cg, compiler-tests, profile,
 #   fx-passes, models, kernels-vs, bisect-demo, shards, sweep, faults, value-trace, cgtrain, visible, preflight,
 #   scatter, warmcache, warmprofile, runner-id, memdiag, attention, caches, autotune-diff, numerics-flakes, verdicts-aa,
-#   split-sweep, compile-ab
+#   split-sweep, compile-ab, mix-sweep
 # (profile: where model steps spend their time, per compiler; cases from $PROFILE_ONLY, the $PROFILE_TOP (25) longest kernels;
 #  fx-passes: the layout rewrites' and compile path's tests; attention: the eager-attention rewrite's tests; models: the model tier for $MODELS_ONLY,
 #  resuming (MODELS_RESUME= to measure again; MODELS_TARGET_S / MODELS_ROUNDS: sampling, default the GPU's) the store copied from $MODELS_FROM (a folder carried from an earlier call) into $OUT/models;
@@ -95,6 +95,9 @@ for stage in "$@"; do
     split-sweep) # chunk sizes of split column reductions (norm and bias gradients), kiln per chunk beside Inductor
             timeout "${SPLIT_TIMEOUT_S:-300}" python3 -m compiler.tools.split_sweep ${SPLIT_CASES:+--cases "$SPLIT_CASES"} \
                 ${SPLIT_CHUNKS:+--chunks "$SPLIT_CHUNKS"} > "$OUT/$stage.log" 2>&1 ;;
+    mix-sweep) # program counts of mixed row/column kernels (norm backwards), kiln per count beside Inductor
+            timeout "${MIX_TIMEOUT_S:-300}" python3 -m compiler.tools.mix_sweep ${MIX_CASES:+--cases "$MIX_CASES"} \
+                ${MIX_PROGRAMS:+--programs "$MIX_PROGRAMS"} > "$OUT/$stage.log" 2>&1 ;;
     visible) # a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
              # check runs on it; a runner given none (CUDA_VISIBLE_DEVICES empty) stops with one line, exit 2
              { uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)

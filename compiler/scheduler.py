@@ -53,6 +53,13 @@ MIX_PROGRAMS = 256
 #: the H100, where a flat copy and a split column sum (Inductor's two kernels) take 28 us
 MIX_MIN_FILL = 0.7
 
+
+def mix_programs(rows: int, cols: int) -> int:
+    """Programs of a mixed row/column kernel over ``rows`` x ``cols`` (before rounding to whole chunks of at
+    least ``MIX_MIN_ROWS`` rows): ``MIX_PROGRAMS`` (``compiler.tools.mix_sweep`` measures the alternatives)."""
+    return MIX_PROGRAMS
+
+
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
 
@@ -647,7 +654,7 @@ class Scheduler:
             if i > k2 and any(c2_names & set(self._item_reads(it)) for it in self.items[k2 + 1 : i + 1]):
                 continue  # something up to the row kernel needs the second stage's result
             if all(self._mix_aligned(g, i, v) for v in values):
-                chunk = max(MIX_MIN_ROWS, -(-M // MIX_PROGRAMS))
+                chunk = max(MIX_MIN_ROWS, -(-M // mix_programs(M, N)))
                 return i, g, k2, values, chunk, -(-M // chunk)
         return None
 

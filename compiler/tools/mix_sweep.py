@@ -1,0 +1,147 @@
+"""Program counts of mixed row/column kernels, measured: ``python -m compiler.tools.mix_sweep``.
+
+A norm's backward computes the input gradient row by row and the weight (and bias) gradients as column sums
+over the same rows. kiln's scheduler folds the first stage of those column sums into the row kernel
+(``Scheduler.mix_column_partials``): each of the kernel's programs takes a chunk of rows, stores the row
+results and keeps per-column partial sums, which a small second kernel adds up. How many programs the mixed
+kernel has (``scheduler.mix_programs``) decides how many warps are in flight per SM (too few and the kernel
+waits on memory) and how many partial rows the second kernel reads. This tool is the evidence for that rule:
+for each case (below) it compiles the function under kiln once per program count (fresh Dynamo state, kiln's
+on-disk caches off, ``mix_programs`` patched for the compile), checks the results against eager, and times the
+compiled function (CUDA-graph replays: median device µs, both kernels), beside Inductor.
+
+Cases (name: rows x columns, bf16 inputs, fp32 sums): BatchNorm backward over channels-last rows with a
+residual's ReLU mask, as ResNet-50's training step has them at batch 32 (``bn``: the stem at 112 x 112, the
+stages at 56, 28 and 14; the masked gradient stored in bf16 and its two column sums), a GELU backward with the
+linear layer's bias gradient at ViT-B/16 MLP size (``gelu``), and a LayerNorm backward at ViT-B/16 size
+(``ln``: row sums for the input gradient, column sums for the weight and bias).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .split_sweep import _bench_us, _close, inductor_us
+
+#: name -> (rows, columns, kind)
+CASES: dict[str, tuple[int, int, str]] = {
+    "bn_401408x64": (401408, 64, "bn"),
+    "bn_100352x64": (100352, 64, "bn"),
+    "bn_100352x256": (100352, 256, "bn"),
+    "bn_25088x512": (25088, 512, "bn"),
+    "bn_6272x1024": (6272, 1024, "bn"),
+    "gelu_6304x3072": (6304, 3072, "gelu"),
+    "ln_6304x768": (6304, 768, "ln"),
+}
+
+PROGRAMS = (256, 512, 1024, 2048)
+
+
+def _bn(g: torch.Tensor, b: torch.Tensor, a: torch.Tensor, x: torch.Tensor, mean: torch.Tensor) -> tuple:
+    d = torch.where(a <= 0, torch.zeros_like(g), g + b)
+    df = d.float()
+    return d, df.sum(0), (df * (x.float() - mean)).sum(0)
+
+
+def _gelu(g: torch.Tensor, h: torch.Tensor) -> tuple:
+    hf = h.float()
+    cdf = 0.5 * (1 + torch.erf(hf * 0.7071067811865476))
+    d = (g.float() * (cdf + hf * torch.exp(-0.5 * hf * hf) * 0.3989422804014327)).to(g.dtype)
+    return d, d.float().sum(0)
+
+
+def _ln(g: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple:
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + 1e-6)
+    xhat = (xf - mean) * rstd
+    gf = g.float()
+    dxhat = gf * w
+    dx = rstd * (dxhat - dxhat.mean(-1, keepdim=True) - xhat * (dxhat * xhat).mean(-1, keepdim=True))
+    return dx.to(g.dtype), (gf * xhat).sum(0), gf.sum(0)
+
+
+def make_case(name: str, device: str) -> tuple[Callable[..., Any], tuple[torch.Tensor, ...]]:
+    """(function, inputs) of case ``name`` on ``device``."""
+    rows, cols, kind = CASES[name]
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def mat() -> torch.Tensor:
+        return torch.randn(rows, cols, generator=gen, device=device).to(torch.bfloat16)
+
+    if kind == "bn":
+        return _bn, (mat(), mat(), mat(), mat(), torch.randn(cols, generator=gen, device=device))
+    if kind == "gelu":
+        return _gelu, (mat(), mat())
+    return _ln, (mat(), mat(), torch.randn(cols, generator=gen, device=device))
+
+
+def kiln_us(fn: Callable[..., Any], xs: tuple[torch.Tensor, ...], programs: int | None) -> float:
+    """µs of ``fn`` compiled by kiln with mixed kernels of ``programs`` programs (None: the scheduler's rule),
+    checked against eager."""
+    from compiler import config, scheduler
+
+    old = scheduler.mix_programs
+    if programs is not None:
+        scheduler.mix_programs = lambda rows, cols: programs  # type: ignore[assignment]
+    try:
+        with config.patch(cache="0"):
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend="kiln")
+            got = compiled(*xs)
+    finally:
+        scheduler.mix_programs = old  # type: ignore[assignment]
+    if not _close(got, fn(*xs)):
+        raise AssertionError(f"kiln's result differs from eager's at {programs} programs")
+    return _bench_us(lambda: compiled(*xs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m compiler.tools.mix_sweep", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
+    p.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="program counts to compile with")
+    p.add_argument("--no-inductor", action="store_true", help="skip Inductor's column")
+    args = p.parse_args(argv)
+    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    if unknown:
+        print(f"mix_sweep: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    try:
+        counts = [int(c) for c in args.programs.split(",")]
+    except ValueError:
+        print(f"mix_sweep: --programs must be integers, got {args.programs!r}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("mix_sweep: needs a CUDA GPU (the interpreter's timings mean nothing)", file=sys.stderr)
+        return 2
+    from compiler import register, scheduler
+
+    register()
+    print("device µs, median of CUDA-graph replays; rule: the scheduler's mix_programs for the case")
+    head = ["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts]
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
+    for name in args.cases.split(","):
+        fn, xs = make_case(name, "cuda")
+        rows, cols, _ = CASES[name]
+        cells = [name, "-" if args.no_inductor else f"{inductor_us(fn, xs):.1f}"]
+        rule = scheduler.mix_programs(rows, cols)
+        cells.append(str(math.ceil(rows / max(scheduler.MIX_MIN_ROWS, -(-rows // rule)))))
+        for c in counts:
+            try:
+                cells.append(f"{kiln_us(fn, xs, c):.1f}")
+            except Exception as e:  # noqa: BLE001 - a failed variant is a cell of the table, not the end
+                cells.append(f"error: {type(e).__name__}")
+        print("| " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
