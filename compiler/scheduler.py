@@ -43,11 +43,20 @@ from .ir import (
 )
 from .kexpr import KExpr, free_symbols, loads
 
-#: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; at most MIX_PROGRAMS programs
-#: (H100 sweep, 16384 x 4096 bf16 norm backward: 256 programs beat 512 and 1024 by 10 to 35 us, the second
-#: stage reading fewer partial rows; one row per step with 16 warps beat 2 or 4 rows)
+#: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; how many programs (``mix_programs``):
+#: MIX_PROGRAMS, MIX_NARROW_PROGRAMS for many rows of at most MIX_NARROW_COLS columns, MIX_FEW_ROWS_PROGRAMS
+#: below MIX_FEW_ROWS rows. H200 ``compiler.tools.mix_sweep`` (device µs at 256 / 512 / 1024 programs):
+#: ResNet-50 BatchNorm backwards 401408 x 64 104.2 / 95.9 / 102.7, 100352 x 64 33.3 / 34.5 / 35.3,
+#: 100352 x 256 113.0 / 107.4 / 121.7, 25088 x 512 67.3 / 54.4 / 54.5, 6272 x 1024 35.8 / 32.3 / 25.4; ViT-B GELU
+#: backward with its bias gradient 6304 x 3072 63.2 / 65.9 / 58.4 (1024 requested: 788 programs of 8 rows).
+#: Four warps a program (rows of 128 to 1024) leave an SM mostly idle at 256 programs. H100 sweep, 16384 x 4096
+#: bf16 norm backward: 256 programs beat 512 and 1024 by 10 to 35 us (16 warps a program, one row a step)
 MIX_MIN_ROWS = 8
 MIX_PROGRAMS = 256
+MIX_NARROW_COLS = 1024
+MIX_NARROW_PROGRAMS = 512
+MIX_FEW_ROWS = 8192
+MIX_FEW_ROWS_PROGRAMS = 1024
 #: a pointwise kernel becomes the row kernel of a mixed one only when its rows fill at least this share of
 #: their power-of-two block: ViT-B/16's QKV gradient (6304 rows of 2304, a 4096 block) took 121 us mixed on
 #: the H100, where a flat copy and a split column sum (Inductor's two kernels) take 28 us
@@ -56,8 +65,12 @@ MIX_MIN_FILL = 0.7
 
 def mix_programs(rows: int, cols: int) -> int:
     """Programs of a mixed row/column kernel over ``rows`` x ``cols`` (before rounding to whole chunks of at
-    least ``MIX_MIN_ROWS`` rows): ``MIX_PROGRAMS`` (``compiler.tools.mix_sweep`` measures the alternatives)."""
-    return MIX_PROGRAMS
+    least ``MIX_MIN_ROWS`` rows, so that few rows get fewer): few rows are spread thin over many programs (their
+    partial sums stay small), many narrow rows over twice the base count (``compiler.tools.mix_sweep`` measures
+    each count)."""
+    if rows < MIX_FEW_ROWS:
+        return MIX_FEW_ROWS_PROGRAMS
+    return MIX_NARROW_PROGRAMS if cols <= MIX_NARROW_COLS else MIX_PROGRAMS
 
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)

@@ -82,3 +82,26 @@ def test_symbolic_rows_keep_separate_kernels(device):
     for a, c in zip(got, want):
         torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
     assert not _mixed(bwd)
+
+
+def test_program_count_by_shape_class():
+    from compiler import scheduler
+
+    # few rows: many programs (their partial rows stay few); many narrow rows: twice the base; many wide rows: base
+    assert scheduler.mix_programs(6304, 3072) == scheduler.MIX_FEW_ROWS_PROGRAMS
+    assert scheduler.mix_programs(100352, 256) == scheduler.MIX_NARROW_PROGRAMS
+    assert scheduler.mix_programs(16384, 4096) == scheduler.MIX_PROGRAMS
+    assert scheduler.MIX_PROGRAMS < scheduler.MIX_NARROW_PROGRAMS < scheduler.MIX_FEW_ROWS_PROGRAMS
+
+
+def test_a_compiled_mixed_kernel_takes_the_rules_programs_in_whole_chunks(device):
+    from compiler import scheduler
+
+    rows = 4100  # few rows: the rule's count asks for chunks under MIX_MIN_ROWS, so chunks of 8 rows it is
+    x = torch.randn(rows, 48, device=device)
+    w, b = torch.randn(48, device=device), torch.randn(48, device=device)
+    got, want, bwd, _ = _grads(layer_norm, [x, w, b])
+    for a, c in zip(got, want):
+        torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
+    chunk = max(scheduler.MIX_MIN_ROWS, -(-rows // scheduler.mix_programs(rows, 48)))
+    assert [m.programs for m in _mixed(bwd)] == [-(-rows // chunk)] == [513]
