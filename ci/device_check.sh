@@ -96,8 +96,10 @@ for stage in "$@"; do
             timeout "${SPLIT_TIMEOUT_S:-300}" python3 -m compiler.tools.split_sweep ${SPLIT_CASES:+--cases "$SPLIT_CASES"} \
                 ${SPLIT_CHUNKS:+--chunks "$SPLIT_CHUNKS"} > "$OUT/$stage.log" 2>&1 ;;
     mix-sweep) # program counts of mixed row/column kernels (norm backwards), kiln per count beside Inductor
+               # (MIX_CASES, MIX_PROGRAMS, MIX_TILE_ACC_COLS: the sweep's --cases, --programs, --tile-acc-cols)
             timeout "${MIX_TIMEOUT_S:-300}" python3 -m compiler.tools.mix_sweep ${MIX_CASES:+--cases "$MIX_CASES"} \
-                ${MIX_PROGRAMS:+--programs "$MIX_PROGRAMS"} > "$OUT/$stage.log" 2>&1 ;;
+                ${MIX_PROGRAMS:+--programs "$MIX_PROGRAMS"} ${MIX_TILE_ACC_COLS:+--tile-acc-cols "$MIX_TILE_ACC_COLS"} \
+                > "$OUT/$stage.log" 2>&1 ;;
     visible) # a runner given one GPU by UUID: the harness's visible set and torch agree on it, the health
              # check runs on it; a runner given none (CUDA_VISIBLE_DEVICES empty) stops with one line, exit 2
              { uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .envvars import FALSE_WORDS, TRUE_WORDS, power_of_two, read, replace, setting
+from .envvars import FALSE_WORDS, TRUE_WORDS, count, power_of_two, read, replace, setting
 from .exc import ConfigError
 
 PREFIX = "KILN_"
@@ -112,6 +112,16 @@ class Settings:
         8,
         check=power_of_two,
         help="Column (outer) reductions on a GPU: warps per program.",
+    )
+    mix_tile_acc_cols: int = setting(
+        0,
+        parse=count,
+        help=(
+            "Mixed row/column kernels (a norm backward's row kernel that also sums columns) whose rows fit a "
+            "block of at most this many elements keep each column partial sum in a full XBLOCK x RBLOCK tile "
+            "and reduce it once after the loop, not each step's rows (a reduction across warps every step); 0: "
+            "never. ``python -m compiler.tools.mix_sweep --tile-acc-cols`` measures it."
+        ),
     )
     cache_dir: str = setting("", help="Where generated kernel modules are written before import.")
     compile_threads: int = setting(

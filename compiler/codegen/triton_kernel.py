@@ -17,6 +17,7 @@ import re
 import sympy
 import torch
 
+from .. import config
 from ..dtypes import tl_dtype
 from ..exc import CodegenError
 from ..index_simplify import simplify
@@ -317,18 +318,23 @@ class KernelRenderer:
     def render_mixed(self, lines: list[str]) -> None:
         """A row kernel that also sums columns: each program loops over its ``row_chunk`` rows, ``XBLOCK`` at a
         time (whole rows in registers), and stores per-column partial sums (see Scheduler.mix_column_partials).
-        Each step adds its ``XBLOCK`` rows' column sums to a one-row accumulator: a full ``XBLOCK x RBLOCK``
-        accumulator per partial held a whole extra tile in registers (a LayerNorm backward's two partials made
-        ptxas spill at 4 rows x 1024 columns on sm_90)."""
+        Each step adds its ``XBLOCK`` rows' column sums to a one-row accumulator, a reduction across the rows of
+        the tile (across warps where rows are spread over warps) every step; rows of at most
+        ``config.mix_tile_acc_cols`` elements instead add each step's tile to a full ``XBLOCK x RBLOCK``
+        accumulator, reduced once after the loop. That holds a whole extra tile in registers per partial (a
+        LayerNorm backward's two partials made ptxas spill at 4 rows x 1024 columns on sm_90), so it is kept to
+        narrow rows."""
         g = self.group
         top = Scope(self, "x", lines, "    ")
         top.line(f"pid = tl.program_id(0).to({self.index_dtype})")
         top.line("rindex = tl.arange(0, RBLOCK)[None, :]")
         top.line("rmask = rindex < rnumel")
+        tile = self._tile_accumulators()
+        shape = "[XBLOCK, RBLOCK]" if tile else "[1, RBLOCK]"
         accs = []
         for p in g.partials:  # a partial's definition is its column sum
             acc = self.new_var()
-            top.line(f"{acc} = tl.full([1, RBLOCK], 0, {tl_dtype(p.reduction.src_dtype)})")
+            top.line(f"{acc} = tl.full({shape}, 0, {tl_dtype(p.reduction.src_dtype)})")
             accs.append(acc)
         top.line(f"for xsub in range(0, {g.row_chunk}, XBLOCK):")
         xs = Scope(self, "x", lines, "        ")
@@ -340,12 +346,18 @@ class KernelRenderer:
         for p, acc in zip(g.partials, accs):
             src = tl_dtype(p.reduction.src_dtype)
             v = xr.emit(p.value)
-            xr.line(
-                f"{acc} = {acc} + tl.sum(tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({src}), 0), "
-                "0)[None, :]"
-            )
+            step = f"tl.where(xrmask, tl.broadcast_to({v}, [XBLOCK, RBLOCK]).to({src}), 0)"
+            xr.line(f"{acc} = {acc} + {step}" if tile else f"{acc} = {acc} + tl.sum({step}, 0)[None, :]")
         for p, acc in zip(g.partials, accs):
-            top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, {acc}, rmask)")
+            total = f"tl.sum({acc}, 0)[None, :]" if tile else acc
+            top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, {total}, rmask)")
+
+    def _tile_accumulators(self) -> bool:
+        """Whether this mixed kernel's partial sums accumulate a full tile (``config.mix_tile_acc_cols``): its
+        rows' power-of-two block is at most that many elements."""
+        limit = config.settings().mix_tile_acc_cols
+        n = self.group.rnumel
+        return bool(limit) and n.is_number and 1 << max(int(n) - 1, 0).bit_length() <= limit
 
     def _persistent(self, xs: Scope) -> Scope:
         xr = Scope(self, "xr", xs.lines, xs.indent, parent=xs)

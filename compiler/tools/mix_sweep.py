@@ -7,8 +7,9 @@ results and keeps per-column partial sums, which a small second kernel adds up. 
 kernel has (``scheduler.mix_programs``) decides how many warps are in flight per SM (too few and the kernel
 waits on memory) and how many partial rows the second kernel reads. This tool is the evidence for that rule:
 for each case (below) it compiles the function under kiln once per program count (fresh Dynamo state, kiln's
-on-disk caches off, ``mix_programs`` patched for the compile), checks the results against eager, and times the
-compiled function (CUDA-graph replays: median device µs, both kernels), beside Inductor.
+on-disk caches off, ``mix_programs`` patched for the compile; ``--tile-acc-cols`` sets the accumulator form,
+``config.mix_tile_acc_cols``), checks the results against eager, and times the compiled function (CUDA-graph
+replays: median device µs, both kernels), beside Inductor.
 
 Cases (name: rows x columns, bf16 inputs, fp32 sums): BatchNorm backward over channels-last rows with a
 residual's ReLU mask, as ResNet-50's training step has them at batch 32 (``bn``: the stem at 112 x 112, the
@@ -92,21 +93,23 @@ def _close(got: tuple, want: tuple) -> bool:
     return True
 
 
-def kiln_us(fn: Callable[..., Any], xs: tuple[torch.Tensor, ...], programs: int | None) -> float:
-    """µs of ``fn`` compiled by kiln with mixed kernels of ``programs`` programs (None: the scheduler's rule),
-    checked against eager."""
+def kiln_us(
+    fn: Callable[..., Any], xs: tuple[torch.Tensor, ...], programs: int | None, tile_acc_cols: int = 0
+) -> float:
+    """µs of ``fn`` compiled by kiln with mixed kernels of ``programs`` programs (None: the scheduler's rule)
+    and ``config.mix_tile_acc_cols`` at ``tile_acc_cols``, checked against eager."""
     from compiler import config, scheduler
 
     old = scheduler.mix_programs
     if programs is not None:
-        scheduler.mix_programs = lambda rows, cols: programs  # type: ignore[assignment]
+        scheduler.mix_programs = lambda rows, cols: programs
     try:
-        with config.patch(cache="0"):
+        with config.patch(cache="0", mix_tile_acc_cols=tile_acc_cols):
             torch._dynamo.reset()
             compiled = torch.compile(fn, backend="kiln")
             got = compiled(*xs)
     finally:
-        scheduler.mix_programs = old  # type: ignore[assignment]
+        scheduler.mix_programs = old
     if not _close(got, fn(*xs)):
         raise AssertionError(f"kiln's result differs from eager's at {programs} programs")
     return _bench_us(lambda: compiled(*xs))
@@ -118,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names (default: all)")
     p.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="program counts to compile with")
+    p.add_argument(
+        "--tile-acc-cols",
+        type=int,
+        default=0,
+        help="config.mix_tile_acc_cols for every kiln compile (0: one-row accumulators, the default)",
+    )
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor's column")
     args = p.parse_args(argv)
     unknown = [c for c in args.cases.split(",") if c not in CASES]
@@ -129,13 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"mix_sweep: --programs must be integers, got {args.programs!r}", file=sys.stderr)
         return 2
+    if args.tile_acc_cols < 0:
+        print(f"mix_sweep: --tile-acc-cols must be 0 or more, got {args.tile_acc_cols}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("mix_sweep: needs a CUDA GPU (the interpreter's timings mean nothing)", file=sys.stderr)
         return 2
     from compiler import register, scheduler
 
     register()
-    print("device µs, median of CUDA-graph replays; rule: the scheduler's mix_programs for the case")
+    print(
+        "device µs, median of CUDA-graph replays; rule: the programs of the scheduler's mix_programs for the "
+        f"case; full-tile accumulators for rows of at most {args.tile_acc_cols} elements"
+    )
     head = ["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
     for name in args.cases.split(","):
@@ -146,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         cells.append(str(math.ceil(rows / max(scheduler.MIX_MIN_ROWS, -(-rows // rule)))))
         for c in counts:
             try:
-                cells.append(f"{kiln_us(fn, xs, c):.1f}")
+                cells.append(f"{kiln_us(fn, xs, c, args.tile_acc_cols):.1f}")
             except Exception as e:  # noqa: BLE001 - a failed variant is a cell of the table, not the end
                 cells.append(f"error: {type(e).__name__}")
         print("| " + " | ".join(cells) + " |", flush=True)

@@ -53,7 +53,7 @@ def _cfg(hint: str, programs: int, xnumel: int, rnumel: int) -> str:
 
 # (hint, programs of a mixed kernel, xnumel, rnumel, the GPU heuristic's pick). Shapes and best configs from an
 # H100 ``python -m compiler.tools.launch_sweep --case convnext,resnet,vit``; mixed kernels
-# have the grid the scheduler gives their rows (100352 rows: 256 programs of 392, 6304 rows: 253 of 25). For
+# have the grid the scheduler gave their rows at that sweep (100352 rows: 256 programs of 392, 6304 rows: 253 of 25). For
 # column (outer) kernels xnumel is the output columns (split partials x channels) and rnumel the rows each sums.
 NEW_PICKS = [
     ("inner", 0, 50176, 96, "X16/R128/w8"),  # ConvNeXt LayerNorm: many short rows, measured best
@@ -157,12 +157,15 @@ def test_gpu_reduction_picks_compute_correctly(monkeypatch, device):
     assert any(c["XBLOCK"] == 16 and c["num_warps"] == 16 and c["rnumel"] >= 512 for _, c in seen)
 
     torch._dynamo.reset()
+    from compiler import scheduler
+
+    rows = 64 * scheduler.mix_programs(1 << 20, 64)  # many narrow rows: programs of 64 rows, one step each
     xs = [
-        torch.randn(16384, 64, device=device, requires_grad=True),
+        torch.randn(rows, 64, device=device, requires_grad=True),
         torch.randn(64, device=device, requires_grad=True),
         torch.randn(64, device=device, requires_grad=True),
     ]
-    go = torch.randn(16384, 64, device=device)
+    go = torch.randn(rows, 64, device=device)
     with compiler.config.patch(strict=True), launch_log() as seen:
         out = torch.compile(lambda a, w, b: F.layer_norm(a, (64,), w, b, 1e-5), backend="kiln")(*xs)
         got = torch.autograd.grad(out, xs, go)

@@ -52,6 +52,8 @@ def test_bad_arguments_stop_with_one_line(capsys):
     assert "unknown case(s) nope" in capsys.readouterr().err
     assert mix_sweep.main(["--programs", "256,x"]) == 2
     assert "--programs must be integers" in capsys.readouterr().err
+    assert mix_sweep.main(["--tile-acc-cols", "-1"]) == 2
+    assert "--tile-acc-cols must be 0 or more" in capsys.readouterr().err
 
 
 def test_bf16_row_results_may_round_to_a_neighbouring_value_and_fp32_sums_stay_close():

@@ -105,3 +105,22 @@ def test_a_compiled_mixed_kernel_takes_the_rules_programs_in_whole_chunks(device
         torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
     chunk = max(scheduler.MIX_MIN_ROWS, -(-rows // scheduler.mix_programs(rows, 48)))
     assert [m.programs for m in _mixed(bwd)] == [-(-rows // chunk)] == [513]
+
+
+@pytest.mark.parametrize(
+    "limit, cols, tile",
+    [(0, 64, False), (64, 64, True), (64, 48, True), (32, 48, False)],
+    ids=["off", "rows_fit", "ragged_rows_fit_their_block", "rows_too_wide"],
+)
+def test_full_tile_accumulators_for_narrow_rows_when_configured(device, limit, cols, tile):
+    x = torch.randn(4096, cols, device=device, dtype=torch.bfloat16)
+    w = torch.randn(cols, device=device, dtype=torch.bfloat16)
+    with compiler.config.patch(mix_tile_acc_cols=limit, cache="0"):
+        got, want, bwd, gos = _grads(rms_norm, [x, w])
+    _, exact, _, _ = _grads(rms_norm, [x.double(), w.double()], gos=[g.double() for g in gos])
+    for a, b, e in zip(got, want, exact):
+        err, eager_err = (a.double() - e).abs().max(), (b.double() - e).abs().max()
+        assert err <= 2 * eager_err + 1e-2, (float(err), float(eager_err))
+    (mixed,) = _mixed(bwd)
+    assert ("tl.full([XBLOCK, RBLOCK], 0, tl.float32)" in mixed.source) == tile, mixed.source
+    assert ("tl.sum(tl.where(xrmask" in mixed.source) != tile  # a one-row accumulator reduces every step
