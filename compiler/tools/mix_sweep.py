@@ -8,8 +8,9 @@ kernel has (``scheduler.mix_programs``) decides how many warps are in flight per
 waits on memory) and how many partial rows the second kernel reads. This tool is the evidence for that rule:
 for each case (below) it compiles the function under kiln once per program count (fresh Dynamo state, kiln's
 on-disk caches off, ``mix_programs`` patched for the compile; ``--tile-acc-cols`` sets the accumulator form,
-``config.mix_tile_acc_cols``), checks the results against eager, and times the compiled function (CUDA-graph
-replays: median device µs, both kernels), beside Inductor.
+``config.mix_tile_acc_cols``) and once unmixed (the row kernel and a split column reduction of its own, as
+Inductor has them), checks the results against eager, and times the compiled function (CUDA-graph replays:
+median device µs, every kernel), beside Inductor.
 
 Cases (name: rows x columns, bf16 inputs, fp32 sums): BatchNorm backward over channels-last rows with a
 residual's ReLU mask, as ResNet-50's training step has them at batch 32 (``bn``: the stem at 112 x 112, the
@@ -93,16 +94,24 @@ def _close(got: tuple, want: tuple) -> bool:
     return True
 
 
-def kiln_us(
-    fn: Callable[..., Any], xs: tuple[torch.Tensor, ...], programs: int | None, tile_acc_cols: int = 0
-) -> float:
-    """µs of ``fn`` compiled by kiln with mixed kernels of ``programs`` programs (None: the scheduler's rule)
-    and ``config.mix_tile_acc_cols`` at ``tile_acc_cols``, checked against eager."""
+def compile_kiln(
+    fn: Callable[..., Any],
+    xs: tuple[torch.Tensor, ...],
+    programs: int | None,
+    tile_acc_cols: int = 0,
+    mixed: bool = True,
+) -> Callable[..., Any]:
+    """``fn`` compiled by kiln (and run once, checked against eager) with mixed kernels of ``programs``
+    programs (None: the scheduler's rule) and ``config.mix_tile_acc_cols`` at ``tile_acc_cols``;
+    ``mixed=False``: the scheduler does not mix (the row kernel, then the column sums' own split reduction,
+    Inductor's shape)."""
     from compiler import config, scheduler
 
-    old = scheduler.mix_programs
+    old, old_mix = scheduler.mix_programs, scheduler.Scheduler.mix_column_partials
     if programs is not None:
         scheduler.mix_programs = lambda rows, cols: programs
+    if not mixed:
+        scheduler.Scheduler.mix_column_partials = lambda self: None  # type: ignore[method-assign]
     try:
         with config.patch(cache="0", mix_tile_acc_cols=tile_acc_cols):
             torch._dynamo.reset()
@@ -110,8 +119,21 @@ def kiln_us(
             got = compiled(*xs)
     finally:
         scheduler.mix_programs = old
+        scheduler.Scheduler.mix_column_partials = old_mix  # type: ignore[method-assign]
     if not _close(got, fn(*xs)):
-        raise AssertionError(f"kiln's result differs from eager's at {programs} programs")
+        raise AssertionError(f"kiln's result differs from eager's ({programs} programs, mixed {mixed})")
+    return compiled
+
+
+def kiln_us(
+    fn: Callable[..., Any],
+    xs: tuple[torch.Tensor, ...],
+    programs: int | None,
+    tile_acc_cols: int = 0,
+    mixed: bool = True,
+) -> float:
+    """µs of ``fn`` compiled by ``compile_kiln`` with these arguments."""
+    compiled = compile_kiln(fn, xs, programs, tile_acc_cols, mixed)
     return _bench_us(lambda: compiled(*xs))
 
 
@@ -151,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "device µs, median of CUDA-graph replays; rule: the programs of the scheduler's mix_programs for the "
         f"case; full-tile accumulators for rows of at most {args.tile_acc_cols} elements"
     )
-    head = ["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts]
+    head = ["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts] + ["kiln unmixed"]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
     for name in args.cases.split(","):
         fn, xs = make_case(name, "cuda")
@@ -159,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = [name, "-" if args.no_inductor else f"{inductor_us(fn, xs):.1f}"]
         rule = scheduler.mix_programs(rows, cols)
         cells.append(str(math.ceil(rows / max(scheduler.MIX_MIN_ROWS, -(-rows // rule)))))
-        for c in counts:
+        for c, mixed in [(c, True) for c in counts] + [(None, False)]:
             try:
-                cells.append(f"{kiln_us(fn, xs, c, args.tile_acc_cols):.1f}")
+                cells.append(f"{kiln_us(fn, xs, c, args.tile_acc_cols, mixed):.1f}")
             except Exception as e:  # noqa: BLE001 - a failed variant is a cell of the table, not the end
                 cells.append(f"error: {type(e).__name__}")
         print("| " + " | ".join(cells) + " |", flush=True)

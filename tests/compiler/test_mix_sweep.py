@@ -5,7 +5,7 @@ without a GPU."""
 import pytest
 import torch
 
-from compiler import config, scheduler
+from compiler import scheduler
 from compiler.runtime.launcher import TritonKernel
 from compiler.tools import mix_sweep
 
@@ -17,8 +17,9 @@ def _small(name: str, rows: int, monkeypatch) -> tuple:
     return mix_sweep.make_case(name, "cpu")
 
 
-def _programs(fn, xs, count: int | None, monkeypatch) -> list[int]:
-    """The mixed kernels' program counts when ``fn`` compiles with ``count`` programs asked (None: the rule)."""
+def _programs(fn, xs, count: int | None, monkeypatch, **kw) -> list[int]:
+    """The mixed kernels' program counts when the sweep compiles ``fn`` with ``count`` programs asked (None:
+    the rule)."""
     seen: list[int] = []
     forward = TritonKernel.forward
 
@@ -28,13 +29,8 @@ def _programs(fn, xs, count: int | None, monkeypatch) -> list[int]:
         return forward(self, *args)
 
     monkeypatch.setattr(TritonKernel, "forward", recording)
-    if count is not None:
-        monkeypatch.setattr(scheduler, "mix_programs", lambda rows, cols: count)
-    with config.patch(cache="0"):
-        torch._dynamo.reset()
-        got = torch.compile(fn, backend="kiln")(*xs)
+    mix_sweep.compile_kiln(fn, xs, count, **kw)  # raises if a result differs from eager's
     monkeypatch.undo()
-    assert mix_sweep._close(got, fn(*xs))
     return seen
 
 
@@ -45,6 +41,14 @@ def test_each_kind_compiles_to_one_mixed_kernel_whose_programs_follow_the_patche
     assert _programs(fn, xs, 64, monkeypatch) == [64]
     fn, xs = _small(name, 2048, monkeypatch)
     assert _programs(fn, xs, 1024, monkeypatch) == [2048 // scheduler.MIX_MIN_ROWS]
+
+
+def test_unmixed_keeps_the_column_sums_apart_and_the_rule_is_back_afterwards(monkeypatch):
+    fn, xs = _small("bn_100352x256", 2048, monkeypatch)
+    assert _programs(fn, xs, None, monkeypatch, mixed=False) == []
+    assert scheduler.mix_programs(2048, 256) == scheduler.MIX_FEW_ROWS_PROGRAMS  # unpatched again
+    fn, xs = _small("bn_100352x256", 2048, monkeypatch)
+    assert _programs(fn, xs, None, monkeypatch) == [2048 // scheduler.MIX_MIN_ROWS]
 
 
 def test_bad_arguments_stop_with_one_line(capsys):
