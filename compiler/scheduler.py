@@ -624,16 +624,13 @@ class Scheduler:
         sources = [m.reduction.column for m in c1.members if m.reduction.column is not None]
         if len(sources) != len(c1.members):
             return None
-        cols, rows = sources[0].cols, sources[0].rows
-        if any(
-            len(cs.cols) != len(cols)
-            or len(cs.rows) != len(rows)
-            or not all(same(a, b) for a, b in zip(cs.cols + cs.rows, cols + rows))
-            for cs in sources
-        ):
-            return None
-        M, N = prod(rows), prod(cols)
+        # every source sums M rows of N columns; their shapes may differ (a bias gradient summed over the
+        # flattened rows beside norm weight gradients summed over batch x sequence, a kept size-1 dim): each
+        # is indexed through its own shape, flattened row-major onto the row kernel's (row, column) space
+        M, N = prod(sources[0].rows), prod(sources[0].cols)
         if not (M.is_number and N.is_number) or int(N) > config.settings().persistent_rblock_max:
+            return None
+        if any(not (same(prod(cs.rows), M) and same(prod(cs.cols), N)) for cs in sources):
             return None
         M, N = int(M), int(N)
         if M < 2 * MIX_MIN_ROWS:
@@ -652,8 +649,7 @@ class Scheduler:
                 or (not m.is_reduction and reads & names)
             ):
                 return None
-        cols_idx, rows_idx = decompose(RINDEX, cols), decompose(XINDEX, rows)
-        values = [cs.body(cols_idx, rows_idx) for cs in sources]
+        values = [cs.body(decompose(RINDEX, cs.cols), decompose(XINDEX, cs.rows)) for cs in sources]
         syms = set().union(*(_body_symbols(m.buf) for m in c1.members))
         k2 = readers[0]
         c2_names = set(c2.buffer_names)

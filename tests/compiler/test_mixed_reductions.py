@@ -28,6 +28,13 @@ def bias_gelu(x, b):
     return F.gelu(x + b)
 
 
+def linear_layer_norm(x, w, b, lw, lb):
+    # the linear layer's bias gradient (a sum over the flattened rows, kept as a (1, N) row) beside the norm's
+    # weight gradients (sums over every leading dim): one column reduction of differently shaped sources
+    h = F.linear(x, w, b)
+    return F.layer_norm(h, h.shape[-1:], lw, lb, 1e-6)
+
+
 def _grads(fn, inputs, dynamic=False, gos=None):
     """(compiled grads, eager grads, backward CompiledGraph, output grads); random output grads unless given."""
     torch._dynamo.reset()
@@ -55,6 +62,18 @@ CASES = [
     ("rms_norm_bf16_stage_moves_after_rows", rms_norm, [(4096, 64), (64,)], torch.bfloat16),
     ("residual_norm", residual_norm, [(4096, 32), (4096, 32), (32,), (32,)], torch.float32),
     ("bias_gelu_pointwise_as_rows", bias_gelu, [(4096, 64), (64,)], torch.float32),
+    (
+        "linear_bias_beside_norm_grads",
+        linear_layer_norm,
+        [(2048, 64), (64, 64), (64,), (64,), (64,)],
+        torch.float32,
+    ),
+    (
+        "linear_bias_beside_norm_grads_3d",
+        linear_layer_norm,
+        [(8, 260, 48), (48, 48), (48,), (48,), (48,)],
+        torch.float32,
+    ),
 ]
 
 
