@@ -25,11 +25,12 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
 
-from .split_sweep import _bench_us, inductor_us
+from .sweeps import bench_us, check_args, inductor_us, print_head, print_row, timed_cell
 
 #: name -> (rows, columns, kind)
 CASES: dict[str, tuple[int, int, str]] = {
@@ -134,7 +135,7 @@ def kiln_us(
 ) -> float:
     """µs of ``fn`` compiled by ``compile_kiln`` with these arguments."""
     compiled = compile_kiln(fn, xs, programs, tile_acc_cols, mixed)
-    return _bench_us(lambda: compiled(*xs))
+    return bench_us(lambda: compiled(*xs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,20 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor's column")
     args = p.parse_args(argv)
-    unknown = [c for c in args.cases.split(",") if c not in CASES]
-    if unknown:
-        print(f"mix_sweep: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr)
-        return 2
-    try:
-        counts = [int(c) for c in args.programs.split(",")]
-    except ValueError:
-        print(f"mix_sweep: --programs must be integers, got {args.programs!r}", file=sys.stderr)
-        return 2
     if args.tile_acc_cols < 0:
         print(f"mix_sweep: --tile-acc-cols must be 0 or more, got {args.tile_acc_cols}", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("mix_sweep: needs a CUDA GPU (the interpreter's timings mean nothing)", file=sys.stderr)
+    counts = check_args("mix_sweep", args.cases, CASES, "--programs", args.programs)
+    if counts is None:
         return 2
     from compiler import register, scheduler
 
@@ -173,20 +165,16 @@ def main(argv: list[str] | None = None) -> int:
         "device µs, median of CUDA-graph replays; rule: the programs of the scheduler's mix_programs for the "
         f"case; full-tile accumulators for rows of at most {args.tile_acc_cols} elements"
     )
-    head = ["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts] + ["kiln unmixed"]
-    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head), flush=True)
+    print_head(["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts] + ["kiln unmixed"])
     for name in args.cases.split(","):
         fn, xs = make_case(name, "cuda")
         rows, cols, _ = CASES[name]
-        cells = [name, "-" if args.no_inductor else f"{inductor_us(fn, xs):.1f}"]
-        rule = scheduler.mix_programs(rows, cols)
-        cells.append(str(math.ceil(rows / max(scheduler.MIX_MIN_ROWS, -(-rows // rule)))))
-        for c, mixed in [(c, True) for c in counts] + [(None, False)]:
-            try:
-                cells.append(f"{kiln_us(fn, xs, c, args.tile_acc_cols, mixed):.1f}")
-            except Exception as e:  # noqa: BLE001 - a failed variant is a cell of the table, not the end
-                cells.append(f"error: {type(e).__name__}")
-        print("| " + " | ".join(cells) + " |", flush=True)
+        cells = [name, "-" if args.no_inductor else timed_cell(partial(inductor_us, fn, xs))]
+        chunk = max(scheduler.MIX_MIN_ROWS, -(-rows // scheduler.mix_programs(rows, cols)))
+        cells.append(str(math.ceil(rows / chunk)))
+        variants = [(c, True) for c in counts] + [(None, False)]
+        cells += [timed_cell(partial(kiln_us, fn, xs, c, args.tile_acc_cols, m)) for c, m in variants]
+        print_row(cells)
     return 0
 
 

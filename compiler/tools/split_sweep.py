@@ -6,7 +6,7 @@ chunks of rows: a first kernel writes one partial sum per chunk and column, a se
 rows a chunk holds (``OUTER_SPLIT_CHUNK_ROWS``) decides how many programs the first kernel has, and so whether it
 fills the GPU. This tool is the evidence for that constant: for each case (below) it compiles the reduction under
 kiln once per chunk size (fresh Dynamo state, kiln's on-disk caches off, the constant patched for the compile),
-checks the result against eager, and times its kernels (CUDA-graph replays, ``_bench_us``: median device µs),
+checks the result against eager, and times its kernels (CUDA-graph replays, ``sweeps.bench_us``: median device µs),
 beside Inductor's compile of the same function.
 
 Cases (name: rows x columns, dtype, sums): the GPT-2/BERT CI-size LayerNorm backward with the next linear
@@ -20,9 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
+
+from .sweeps import bench_us, check_args, inductor_us, print_head, print_row, timed_cell
 
 #: name -> (rows, columns, dtype, kind)
 CASES: dict[str, tuple[int, int, torch.dtype, str]] = {
@@ -60,14 +63,6 @@ def make_case(name: str, device: str) -> tuple[Callable[..., Any], tuple[torch.T
     return fns[kind], xs
 
 
-def _bench_us(fn: Callable[[], Any]) -> float:
-    """Device µs of one call: the median of CUDA-graph replays (``do_bench_cudagraph``), so that the host's
-    time per call (guards, wrapper, launches: tens of µs, more than these kernels take) is not what is read."""
-    import triton.testing
-
-    return float(triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median")) * 1e3
-
-
 def _close(got: Any, want: Any) -> bool:
     got = got if isinstance(got, tuple) else (got,)
     want = want if isinstance(want, tuple) else (want,)
@@ -90,15 +85,7 @@ def kiln_us(fn: Callable[..., Any], xs: tuple[torch.Tensor, ...], chunk: int) ->
         reductions.OUTER_SPLIT_CHUNK_ROWS = old
     if not _close(got, fn(*xs)):
         raise AssertionError(f"kiln's result differs from eager's at chunk {chunk}")
-    return _bench_us(lambda: compiled(*xs))
-
-
-def inductor_us(fn: Callable[..., Any], xs: tuple[torch.Tensor, ...]) -> float:
-    """µs of ``fn`` compiled by Inductor (``torch.compile``'s default backend), timed as ``kiln_us`` times kiln."""
-    torch._dynamo.reset()
-    compiled = torch.compile(fn)
-    compiled(*xs)
-    return _bench_us(lambda: compiled(*xs))
+    return bench_us(lambda: compiled(*xs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,40 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", default=",".join(map(str, CHUNKS)), help="chunk sizes in rows")
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor's column")
     args = p.parse_args(argv)
-    unknown = [c for c in args.cases.split(",") if c not in CASES]
-    if unknown:
-        print(
-            f"split_sweep: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}", file=sys.stderr
-        )
-        return 2
-    try:
-        chunks = [int(c) for c in args.chunks.split(",")]
-    except ValueError:
-        print(f"split_sweep: --chunks must be integers, got {args.chunks!r}", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("split_sweep: needs a CUDA GPU (the interpreter's timings mean nothing)", file=sys.stderr)
+    chunks = check_args("split_sweep", args.cases, CASES, "--chunks", args.chunks)
+    if chunks is None:
         return 2
     from compiler import register
     from compiler.lowering import reductions
 
     register()
     print(f"current chunk: {reductions.OUTER_SPLIT_CHUNK_ROWS} rows; device µs, median of CUDA-graph replays")
-    head = ["case", "inductor"] + [f"kiln c{c}" for c in chunks]
-    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    print_head(["case", "inductor"] + [f"kiln c{c}" for c in chunks])
     for name in args.cases.split(","):
         fn, xs = make_case(name, "cuda")
-        cells = [name]
-        if args.no_inductor:
-            cells.append("-")
-        else:
-            cells.append(f"{inductor_us(fn, xs):.1f}")
-        for c in chunks:
-            try:
-                cells.append(f"{kiln_us(fn, xs, c):.1f}")
-            except Exception as e:  # noqa: BLE001 - a failed variant is a cell of the table, not the end
-                cells.append(f"error: {type(e).__name__}")
-        print("| " + " | ".join(cells) + " |", flush=True)
+        cells = [name, "-" if args.no_inductor else timed_cell(partial(inductor_us, fn, xs))]
+        cells += [timed_cell(partial(kiln_us, fn, xs, c)) for c in chunks]
+        print_row(cells)
     return 0
 
 
