@@ -113,6 +113,15 @@ class Settings:
         check=power_of_two,
         help="Column (outer) reductions on a GPU: warps per program.",
     )
+    mix_programs: int = setting(
+        0,
+        parse=count,
+        help=(
+            "Programs of every mixed row/column kernel (a norm backward's row kernel that also sums columns), "
+            "rounded to chunks of at least 8 rows; 0: the scheduler's rule per shape (``scheduler.mix_programs``). "
+            "For A/B runs of the rule on whole models."
+        ),
+    )
     mix_tile_acc_cols: int = setting(
         0,
         parse=count,

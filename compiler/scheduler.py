@@ -67,7 +67,10 @@ def mix_programs(rows: int, cols: int) -> int:
     """Programs of a mixed row/column kernel over ``rows`` x ``cols`` (before rounding to whole chunks of at
     least ``MIX_MIN_ROWS`` rows, so that few rows get fewer): few rows are spread thin over many programs (their
     partial sums stay small), many narrow rows over twice the base count (``compiler.tools.mix_sweep`` measures
-    each count)."""
+    each count). ``config.mix_programs`` overrides the rule when set."""
+    fixed = config.settings().mix_programs
+    if fixed:
+        return fixed
     if rows < MIX_FEW_ROWS:
         return MIX_FEW_ROWS_PROGRAMS
     return MIX_NARROW_PROGRAMS if cols <= MIX_NARROW_COLS else MIX_PROGRAMS

@@ -143,3 +143,17 @@ def test_full_tile_accumulators_for_narrow_rows_when_configured(device, limit, c
     (mixed,) = _mixed(bwd)
     assert ("tl.full([XBLOCK, RBLOCK], 0, tl.float32)" in mixed.source) == tile, mixed.source
     assert ("tl.sum(tl.where(xrmask" in mixed.source) != tile  # a one-row accumulator reduces every step
+
+
+def test_a_fixed_program_count_overrides_the_rule(device):
+    from compiler import scheduler
+
+    with compiler.config.patch(mix_programs=64):
+        assert scheduler.mix_programs(100352, 256) == 64
+        x = torch.randn(4100, 48, device=device)
+        w, b = torch.randn(48, device=device), torch.randn(48, device=device)
+        got, want, bwd, _ = _grads(layer_norm, [x, w, b])
+    for a, c in zip(got, want):
+        torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
+    assert [m.programs for m in _mixed(bwd)] == [64]  # 4100 rows in chunks of 65
+    assert scheduler.mix_programs(100352, 256) == scheduler.MIX_NARROW_PROGRAMS  # the rule again
