@@ -76,6 +76,13 @@ def mix_programs(rows: int, cols: int) -> int:
     return MIX_NARROW_PROGRAMS if cols <= MIX_NARROW_COLS else MIX_PROGRAMS
 
 
+def mix_grid(rows: int, cols: int) -> tuple[int, int]:
+    """(rows per program, programs) of a mixed row/column kernel over ``rows`` x ``cols``: ``mix_programs``'s
+    count rounded to whole chunks of at least ``MIX_MIN_ROWS`` rows."""
+    chunk = max(MIX_MIN_ROWS, -(-rows // mix_programs(rows, cols)))
+    return chunk, -(-rows // chunk)
+
+
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
 RINDEX = sympy.Symbol("rindex", integer=True, nonnegative=True)
 
@@ -666,8 +673,7 @@ class Scheduler:
             if i > k2 and any(c2_names & set(self._item_reads(it)) for it in self.items[k2 + 1 : i + 1]):
                 continue  # something up to the row kernel needs the second stage's result
             if all(self._mix_aligned(g, i, v) for v in values):
-                chunk = max(MIX_MIN_ROWS, -(-M // mix_programs(M, N)))
-                return i, g, k2, values, chunk, -(-M // chunk)
+                return i, g, k2, values, *mix_grid(M, N)
         return None
 
     def _as_rows(self, item, M: int, N: int) -> KernelGroup | None:

@@ -7,7 +7,7 @@ results and keeps per-column partial sums, which a small second kernel adds up. 
 kernel has (``scheduler.mix_programs``) decides how many warps are in flight per SM (too few and the kernel
 waits on memory) and how many partial rows the second kernel reads. This tool is the evidence for that rule:
 for each case (below) it compiles the function under kiln once per program count (fresh Dynamo state, kiln's
-on-disk caches off, ``mix_programs`` patched for the compile; ``--tile-acc-cols`` sets the accumulator form,
+on-disk caches off, ``config.mix_programs`` set for the compile; ``--tile-acc-cols`` sets the accumulator form,
 ``config.mix_tile_acc_cols``) and once unmixed (the row kernel and a split column reduction of its own, as
 Inductor has them), checks the results against eager, and times the compiled function (CUDA-graph replays:
 median device µs, every kernel), beside Inductor.
@@ -22,7 +22,6 @@ linear layer's bias gradient at ViT-B/16 MLP size (``gelu``), and a LayerNorm ba
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -108,18 +107,15 @@ def compile_kiln(
     Inductor's shape)."""
     from compiler import config, scheduler
 
-    old, old_mix = scheduler.mix_programs, scheduler.Scheduler.mix_column_partials
-    if programs is not None:
-        scheduler.mix_programs = lambda rows, cols: programs
+    old_mix = scheduler.Scheduler.mix_column_partials
     if not mixed:
         scheduler.Scheduler.mix_column_partials = lambda self: None  # type: ignore[method-assign]
     try:
-        with config.patch(cache="0", mix_tile_acc_cols=tile_acc_cols):
+        with config.patch(cache="0", mix_programs=programs or 0, mix_tile_acc_cols=tile_acc_cols):
             torch._dynamo.reset()
             compiled = torch.compile(fn, backend="kiln")
             got = compiled(*xs)
     finally:
-        scheduler.mix_programs = old
         scheduler.Scheduler.mix_column_partials = old_mix  # type: ignore[method-assign]
     if not _close(got, fn(*xs)):
         raise AssertionError(f"kiln's result differs from eager's ({programs} programs, mixed {mixed})")
@@ -170,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         fn, xs = make_case(name, "cuda")
         rows, cols, _ = CASES[name]
         cells = [name, "-" if args.no_inductor else timed_cell(partial(inductor_us, fn, xs))]
-        chunk = max(scheduler.MIX_MIN_ROWS, -(-rows // scheduler.mix_programs(rows, cols)))
-        cells.append(str(math.ceil(rows / chunk)))
+        cells.append(str(scheduler.mix_grid(rows, cols)[1]))
         variants = [(c, True) for c in counts] + [(None, False)]
         cells += [timed_cell(partial(kiln_us, fn, xs, c, args.tile_acc_cols, m)) for c, m in variants]
         print_row(cells)
