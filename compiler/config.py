@@ -123,13 +123,14 @@ class Settings:
         ),
     )
     mix_tile_acc_cols: int = setting(
-        0,
+        512,
         parse=count,
         help=(
             "Mixed row/column kernels (a norm backward's row kernel that also sums columns) whose rows fit a "
             "block of at most this many elements keep each column partial sum in a full XBLOCK x RBLOCK tile "
             "and reduce it once after the loop, not each step's rows (a reduction across warps every step); 0: "
-            "never. ``python -m compiler.tools.mix_sweep --tile-acc-cols`` measures it."
+            "never. Rows of 1024 (a LayerNorm backward's two partials at 4 rows x 1024) made ptxas spill on sm_90. "
+            "``python -m compiler.tools.mix_sweep --tile-acc-cols`` measures it."
         ),
     )
     cache_dir: str = setting("", help="Where generated kernel modules are written before import.")

@@ -44,35 +44,32 @@ from .ir import (
 from .kexpr import KExpr, free_symbols, loads
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; how many programs (``mix_programs``):
-#: MIX_PROGRAMS, MIX_NARROW_PROGRAMS for many rows of at most MIX_NARROW_COLS columns, MIX_FEW_ROWS_PROGRAMS
-#: below MIX_FEW_ROWS rows. H200 ``compiler.tools.mix_sweep`` (device µs at 256 / 512 / 1024 programs):
-#: ResNet-50 BatchNorm backwards 401408 x 64 104.2 / 95.9 / 102.7, 100352 x 64 33.3 / 34.5 / 35.3,
-#: 100352 x 256 113.0 / 107.4 / 121.7, 25088 x 512 67.3 / 54.4 / 54.5, 6272 x 1024 35.8 / 32.3 / 25.4; ViT-B GELU
-#: backward with its bias gradient 6304 x 3072 63.2 / 65.9 / 58.4 (1024 requested: 788 programs of 8 rows).
-#: Four warps a program (rows of 128 to 1024) leave an SM mostly idle at 256 programs. H100 sweep, 16384 x 4096
-#: bf16 norm backward: 256 programs beat 512 and 1024 by 10 to 35 us (16 warps a program, one row a step)
+#: MIX_PROGRAMS, MIX_NARROW_PROGRAMS for rows of at most MIX_NARROW_COLS columns. H200 ``compiler.tools.mix_sweep``
+#: with each kernel autotuned (device µs at 256 / 512 / 1024 programs; unmixed; Inductor): ResNet-50 BatchNorm
+#: backwards 100352 x 256 83.6 / 79.7 / 77.3; 82.8; 81.5, 25088 x 512 50.2 / 46.4 / 40.5; 46.1; 48.8, 6272 x 1024
+#: 31.0 / 25.3 / 22.8; 26.1; 26.6, 401408 x 64 71.3 / 70.5 / 70.6; 83.0; 83.9, 100352 x 64 22.8 / 22.9 / 24.9; 25.8;
+#: 26.4; ViT-B LayerNorm backward 6304 x 768 19.6 (512) / 19.5 (1024); 26.8. Rows of 64 columns are sixteen to a
+#: thousand-element step and finish in few steps at 512 programs; wider rows want every SM busy with several
+#: programs (the partial rows they leave are summed by a small second kernel)
 MIX_MIN_ROWS = 8
-MIX_PROGRAMS = 256
-MIX_NARROW_COLS = 1024
+MIX_PROGRAMS = 1024
+MIX_NARROW_COLS = 64
 MIX_NARROW_PROGRAMS = 512
-MIX_FEW_ROWS = 8192
-MIX_FEW_ROWS_PROGRAMS = 1024
-#: a pointwise kernel becomes the row kernel of a mixed one only when its rows fill at least this share of
+#: a pointwise kernel becomes the row kernel of a mixed one only when its rows fill more than this share of
 #: their power-of-two block: ViT-B/16's QKV gradient (6304 rows of 2304, a 4096 block) took 121 us mixed on
-#: the H100, where a flat copy and a split column sum (Inductor's two kernels) take 28 us
-MIX_MIN_FILL = 0.7
+#: the H100, where a flat copy and a split column sum (Inductor's two kernels) take 28 us; its GELU backward with
+#: the bias gradient (6304 x 3072, three quarters of a 4096 block) 58.1 us mixed (autotuned, H200), 50.2 unmixed
+MIX_MIN_FILL = 0.75
 
 
 def mix_programs(rows: int, cols: int) -> int:
     """Programs of a mixed row/column kernel over ``rows`` x ``cols`` (before rounding to whole chunks of at
-    least ``MIX_MIN_ROWS`` rows, so that few rows get fewer): few rows are spread thin over many programs (their
-    partial sums stay small), many narrow rows over twice the base count (``compiler.tools.mix_sweep`` measures
-    each count). ``config.mix_programs`` overrides the rule when set."""
+    least ``MIX_MIN_ROWS`` rows, so that few rows get fewer): narrow rows over fewer programs, the rest over
+    ``MIX_PROGRAMS`` (``compiler.tools.mix_sweep`` measures each count). ``config.mix_programs`` overrides the
+    rule when set."""
     fixed = config.settings().mix_programs
     if fixed:
         return fixed
-    if rows < MIX_FEW_ROWS:
-        return MIX_FEW_ROWS_PROGRAMS
     return MIX_NARROW_PROGRAMS if cols <= MIX_NARROW_COLS else MIX_PROGRAMS
 
 
@@ -679,12 +676,12 @@ class Scheduler:
     def _as_rows(self, item, M: int, N: int) -> KernelGroup | None:
         """``item`` as a group over M rows x N columns: a row reduction group as it is, a pointwise group over
         M*N elements remapped onto (rows, columns) (a copy; None when a member does not map or align, or when
-        its rows would fill less than ``MIX_MIN_FILL`` of their block)."""
+        its rows would fill no more than ``MIX_MIN_FILL`` of their block)."""
         if not isinstance(item, KernelGroup) or item.partials or item.kind:
             return None
         if item.has_reduction:
             return item if same(item.xnumel, M) and same(item.rnumel, N) else None
-        if not same(item.xnumel, M * N) or M * N == 0 or N < MIX_MIN_FILL * (1 << (N - 1).bit_length()):
+        if not same(item.xnumel, M * N) or M * N == 0 or N <= MIX_MIN_FILL * (1 << (N - 1).bit_length()):
             return None
         rows = self._remapped(item, sympy.Integer(M), sympy.Integer(N))
         if rows is None or any(m.role != "xr" or not self._aligned(rows, m) for m in rows.members):

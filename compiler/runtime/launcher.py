@@ -15,10 +15,10 @@ The wrapper calls it as ``self.<kernel>(ptrs..., sizes..., xnumel[, rnumel])``. 
   6272 x 1024: 23.4 -> 12.8 us; ViT LayerNorm weight grads 4608 x 1051: best measured configs were 16 columns).
 - short rows (32 to 128 elements, ``INNER_MANY_ROWS`` rows or more): 2048 elements and 8 warps a program, not
   1024 and 4 (ConvNeXt LayerNorm 50176 x 96: 30.0 -> 21.3 us).
-- mixed row/column kernels (``programs`` fixed): rows of at most 256 elements go 4096 elements a step (ResNet-50
-  BatchNorm backward at 100352 x 256 in ``launch_sweep`` on the H100: 290 us at 4 rows a step, 184 us at 8,
-  157 us at 16), rows of at most 64 with 8 warps (100352 x 64: 52 us at 32 rows and 4 warps, 41 us at 64 and
-  8); never more rows a step than a program owns.
+- mixed row/column kernels (``programs`` fixed): full-tile accumulators step over ``MIX_TILE_STEP`` elements
+  (``MIX_TILE_NARROW_STEP`` for rows of at most 64) with 4 warps, one-row accumulators over ``MIX_ROW_STEP`` with
+  8 warps (rows of up to ``MIX_ROW_STEP_MAX_COLS``; wider rows at most 4 rows a step); never more rows a step
+  than a program owns.
 """
 
 from __future__ import annotations
@@ -69,6 +69,19 @@ def cdiv(a: int, b: int) -> int:
     """Ceil-division with integer ops only."""
     return (a + b - 1) // b
 
+
+#: elements a step of a mixed row/column kernel (``programs`` fixed) whose column partials are full-tile
+#: accumulators (rows of at most ``config.mix_tile_acc_cols`` elements): no reduction across warps per step, so
+#: small steps keep the two tiles' registers low. H200 ``compiler.tools.mix_sweep``, each kernel autotuned: 64
+#: columns took 32 rows and 4 warps (100352 x 64, 512 programs: 26.2 us; 64 rows and 8 warps 27.8), 256 and 512
+#: columns 4 and 2 rows (100352 x 256 at 1024 programs: 81.0 us, 16 rows 109.5)
+MIX_TILE_STEP = 1024
+MIX_TILE_NARROW_STEP = 2048
+#: the same with one-row accumulators (a reduction across warps every step, fewer steps win), rows of at most
+#: ``MIX_ROW_STEP_MAX_COLS`` elements: 8 warps (ResNet-50 6272 x 1024 at 1024 programs: 8 rows 24.5 us, 4 rows
+#: and 4 warps 28.8; ViT-B LayerNorm 6304 x 768: 8 rows and 8 warps 21.4, 4 rows 24.4); wider rows as before
+MIX_ROW_STEP = 8192
+MIX_ROW_STEP_MAX_COLS = 1024
 
 #: sources per program of an ordered scatter on a GPU (``codegen/scatter_kernel.py``)
 ORDERED_XBLOCK = 64
@@ -188,14 +201,16 @@ class TritonKernel(torch.nn.Module):
             rblock = next_pow2(max(rnumel, 1))
             warps = max(4, min(16, rblock // 256))
             if self.programs:
-                # a mixed row/column kernel loops over its rows: short rows go 4096 elements a step (fewer
-                # steps of its loop), never more rows than a program owns (the rest would be masked lanes)
-                cap = min(64 if rblock <= 256 else 4, next_pow2(cdiv(xnumel, self.programs)))
-                xblock = max(1, min(next_pow2(xnumel), 4096 // rblock, cap))
-                if rblock <= 64 and xblock * rblock >= 4096:
-                    warps = (
-                        8  # 64 short rows a step: their row reductions spread over 8 warps (H100 100352 x 64)
-                    )
+                # a mixed row/column kernel loops over its rows, never more rows a step than a program owns
+                # (the rest would be masked lanes); step sizes: MIX_TILE_STEP, MIX_ROW_STEP
+                owned = next_pow2(cdiv(xnumel, self.programs))
+                if s.mix_tile_acc_cols and rblock <= s.mix_tile_acc_cols:
+                    step = MIX_TILE_NARROW_STEP if rblock <= 64 else MIX_TILE_STEP
+                    xblock, warps = max(1, min(step // rblock, owned)), 4
+                elif rblock <= MIX_ROW_STEP_MAX_COLS:
+                    xblock, warps = max(1, min(MIX_ROW_STEP // rblock, owned)), 8
+                else:
+                    xblock = max(1, min(4096 // rblock, 4, owned))
             else:
                 per_row = 1024 if rblock <= 256 else 4096
                 if self.hint == "inner" and 32 <= rblock <= 128 and xnumel >= INNER_MANY_ROWS:

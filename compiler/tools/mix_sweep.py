@@ -15,7 +15,9 @@ median device µs, every kernel), beside Inductor.
 Cases (name: rows x columns, bf16 inputs, fp32 sums): BatchNorm backward over channels-last rows with a
 residual's ReLU mask, as ResNet-50's training step has them at batch 32 (``bn``: the stem at 112 x 112, the
 stages at 56, 28 and 14; the masked gradient stored in bf16 and its two column sums), a GELU backward with the
-linear layer's bias gradient at ViT-B/16 MLP size (``gelu``), and a LayerNorm backward at ViT-B/16 size
+linear layer's bias gradient at ViT-B/16 MLP size (``gelu``: its rows fill three quarters of their block, so
+the scheduler keeps it unmixed at every count, ``scheduler.MIX_MIN_FILL``; the row checks that choice against
+Inductor), and a LayerNorm backward at ViT-B/16 size
 (``ln``: row sums for the input gradient, column sums for the weight and bias).
 """
 
@@ -98,11 +100,11 @@ def compile_kiln(
     fn: Callable[..., Any],
     xs: tuple[torch.Tensor, ...],
     programs: int | None,
-    tile_acc_cols: int = 0,
+    tile_acc_cols: int | None = None,
     mixed: bool = True,
 ) -> Callable[..., Any]:
     """``fn`` compiled by kiln (and run once, checked against eager) with mixed kernels of ``programs``
-    programs (None: the scheduler's rule) and ``config.mix_tile_acc_cols`` at ``tile_acc_cols``;
+    programs (None: the scheduler's rule) and ``config.mix_tile_acc_cols`` at ``tile_acc_cols`` (None: as set);
     ``mixed=False``: the scheduler does not mix (the row kernel, then the column sums' own split reduction,
     Inductor's shape)."""
     from compiler import config, scheduler
@@ -111,7 +113,8 @@ def compile_kiln(
     if not mixed:
         scheduler.Scheduler.mix_column_partials = lambda self: None  # type: ignore[method-assign]
     try:
-        with config.patch(cache="0", mix_programs=programs or 0, mix_tile_acc_cols=tile_acc_cols):
+        tile = {} if tile_acc_cols is None else {"mix_tile_acc_cols": tile_acc_cols}
+        with config.patch(cache="0", mix_programs=programs or 0, **tile):
             torch._dynamo.reset()
             compiled = torch.compile(fn, backend="kiln")
             got = compiled(*xs)
@@ -126,7 +129,7 @@ def kiln_us(
     fn: Callable[..., Any],
     xs: tuple[torch.Tensor, ...],
     programs: int | None,
-    tile_acc_cols: int = 0,
+    tile_acc_cols: int | None = None,
     mixed: bool = True,
 ) -> float:
     """µs of ``fn`` compiled by ``compile_kiln`` with these arguments."""
@@ -143,11 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--tile-acc-cols",
         type=int,
-        default=0,
-        help="config.mix_tile_acc_cols for every kiln compile (0: one-row accumulators, the default)",
+        default=None,
+        help="config.mix_tile_acc_cols for every kiln compile (0: one-row accumulators; default: as configured)",
     )
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor's column")
     args = p.parse_args(argv)
+    if args.tile_acc_cols is None:
+        from compiler import config
+
+        args.tile_acc_cols = config.settings().mix_tile_acc_cols
     if args.tile_acc_cols < 0:
         print(f"mix_sweep: --tile-acc-cols must be 0 or more, got {args.tile_acc_cols}", file=sys.stderr)
         return 2

@@ -52,19 +52,17 @@ def _cfg(hint: str, programs: int, xnumel: int, rnumel: int) -> str:
 
 
 # (hint, programs of a mixed kernel, xnumel, rnumel, the GPU heuristic's pick). Shapes and best configs from an
-# H100 ``python -m compiler.tools.launch_sweep --case convnext,resnet,vit``; mixed kernels
-# have the grid the scheduler gave their rows at that sweep (100352 rows: 256 programs of 392, 6304 rows: 253 of 25). For
-# column (outer) kernels xnumel is the output columns (split partials x channels) and rnumel the rows each sums.
+# H100 ``python -m compiler.tools.launch_sweep --case convnext,resnet,vit``; mixed kernels from an H200
+# ``python -m compiler.tools.mix_sweep`` with each kernel autotuned, at the scheduler's programs (full-tile
+# accumulators up to 512 columns, one-row accumulators above). For column (outer) kernels xnumel is the output
+# columns (split partials x channels) and rnumel the rows each sums.
 NEW_PICKS = [
     ("inner", 0, 50176, 96, "X16/R128/w8"),  # ConvNeXt LayerNorm: many short rows, measured best
-    (
-        "inner",
-        256,
-        100352,
-        256,
-        "X16/R256/w4",
-    ),  # ResNet BatchNorm backward, mixed (loads 3, 5): measured best
-    ("inner", 256, 100352, 64, "X64/R64/w8"),  # the same at 64 channels: measured best
+    ("inner", 1024, 100352, 256, "X4/R256/w4"),  # ResNet BatchNorm backward, mixed: autotuned best
+    ("inner", 512, 100352, 64, "X32/R64/w4"),  # the same at 64 channels: autotuned best
+    ("inner", 1024, 25088, 512, "X2/R512/w4"),  # at 512 channels (autotuned: X2 w2, within 1 us)
+    ("inner", 1024, 6272, 1024, "X8/R1024/w8"),  # at 1024 channels (autotuned: X8 w16), one-row accumulators
+    ("inner", 1024, 6304, 768, "X8/R1024/w8"),  # ViT LayerNorm backward, mixed: autotuned best
     ("outer", 0, 6272, 1024, "X16/R64/w16"),  # BatchNorm var_mean, 98 programs at 64 columns: 16 columns and
     # 16 warps won in both sweeps
     ("outer", 0, 4608, 1051, "X16/R64/w16"),  # ViT LayerNorm weight grad, 72 programs at 64 columns
@@ -84,7 +82,6 @@ KEPT_PICKS = [
     ("outer", 0, 2304, 6, "X64/R8/w4"),
     ("outer", 0, 768, 6, "X64/R8/w4"),
     ("inner", 0, 6304, 768, "X4/R1024/w4"),
-    ("inner", 253, 6304, 768, "X4/R1024/w4"),
     ("inner", 253, 6304, 3072, "X1/R4096/w16"),
     ("inner", 0, 12544, 192, "X4/R256/w4"),
     ("inner", 0, 4096, 96, "X8/R128/w4"),  # short rows, but few of them: programs to spare stay as they were
@@ -140,8 +137,8 @@ def test_gpu_pointwise_kernels_over_many_tensors_take_fewer_elements_a_thread():
 
 
 def test_gpu_reduction_picks_compute_correctly(monkeypatch, device):
-    """The GPU heuristic's block sizes (16-column long column sums, mixed steps of 64 short rows, 32 short rows a
-    program) give the right values: on the GPU, or under the interpreter with the GPU configs."""
+    """The GPU heuristic's block sizes (16-column long column sums, mixed steps of short rows with either
+    accumulator, 32 short rows a program) give the right values: on the GPU, or under the interpreter with the GPU configs."""
     import torch.nn.functional as F
 
     from kiln_testing import launch_log
@@ -159,17 +156,22 @@ def test_gpu_reduction_picks_compute_correctly(monkeypatch, device):
     torch._dynamo.reset()
     from compiler import scheduler
 
-    rows = 64 * scheduler.mix_programs(1 << 20, 64)  # many narrow rows: programs of 64 rows, one step each
-    xs = [
-        torch.randn(rows, 64, device=device, requires_grad=True),
-        torch.randn(64, device=device, requires_grad=True),
-        torch.randn(64, device=device, requires_grad=True),
-    ]
-    go = torch.randn(rows, 64, device=device)
-    with compiler.config.patch(strict=True), launch_log() as seen:
-        out = torch.compile(lambda a, w, b: F.layer_norm(a, (64,), w, b, 1e-5), backend="kiln")(*xs)
-        got = torch.autograd.grad(out, xs, go)
-    want = torch.autograd.grad(F.layer_norm(xs[0], (64,), xs[1], xs[2], 1e-5), xs, go)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-3)
-    assert {(c["XBLOCK"], c["num_warps"]) for _, c in seen if c.get("RBLOCK") == 64} >= {(32, 8), (64, 8)}
+    rows = 64 * scheduler.mix_programs(1 << 20, 64)  # many narrow rows: programs of 64 rows
+    # full-tile accumulators step over 32 of a program's rows with 4 warps, one-row accumulators over all 64 with
+    # 8; the forward's many short rows go 32 a program with 8 warps
+    for tile_cols, mixed_pick in ((512, (32, 4)), (0, (64, 8))):
+        torch._dynamo.reset()
+        xs = [
+            torch.randn(rows, 64, device=device, requires_grad=True),
+            torch.randn(64, device=device, requires_grad=True),
+            torch.randn(64, device=device, requires_grad=True),
+        ]
+        go = torch.randn(rows, 64, device=device)
+        with compiler.config.patch(strict=True, mix_tile_acc_cols=tile_cols, cache="0"), launch_log() as seen:
+            out = torch.compile(lambda a, w, b: F.layer_norm(a, (64,), w, b, 1e-5), backend="kiln")(*xs)
+            got = torch.autograd.grad(out, xs, go)
+        want = torch.autograd.grad(F.layer_norm(xs[0], (64,), xs[1], xs[2], 1e-5), xs, go)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-3)
+        picks = {(c["XBLOCK"], c["num_warps"]) for _, c in seen if c.get("RBLOCK") == 64}
+        assert picks >= {(32, 8), mixed_pick}, (tile_cols, picks)

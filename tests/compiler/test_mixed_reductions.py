@@ -106,23 +106,34 @@ def test_symbolic_rows_keep_separate_kernels(device):
 def test_program_count_by_shape_class():
     from compiler import scheduler
 
-    # few rows: many programs (their partial rows stay few); many narrow rows: twice the base; many wide rows: base
-    assert scheduler.mix_programs(6304, 3072) == scheduler.MIX_FEW_ROWS_PROGRAMS
-    assert scheduler.mix_programs(100352, 256) == scheduler.MIX_NARROW_PROGRAMS
+    # narrow rows (at most MIX_NARROW_COLS): fewer programs; wider rows, few or many: the base count
+    assert scheduler.mix_programs(100352, 64) == scheduler.mix_programs(401408, 32) == scheduler.MIX_NARROW_PROGRAMS
+    assert scheduler.mix_programs(100352, 256) == scheduler.mix_programs(6304, 768) == scheduler.MIX_PROGRAMS
     assert scheduler.mix_programs(16384, 4096) == scheduler.MIX_PROGRAMS
-    assert scheduler.MIX_PROGRAMS < scheduler.MIX_NARROW_PROGRAMS < scheduler.MIX_FEW_ROWS_PROGRAMS
+    assert scheduler.MIX_NARROW_PROGRAMS < scheduler.MIX_PROGRAMS
+
+
+def test_a_pointwise_row_kernel_mixes_only_when_its_rows_fill_most_of_their_block(device):
+    """A GELU backward beside its linear layer's bias gradient: rows of 48 (three quarters of a 64 block) keep
+    the column sum in its own kernel, rows of 56 mix it into the row kernel."""
+    for cols, mixed in ((48, False), (56, True)):
+        h, b = torch.randn(2048, cols, device=device), torch.randn(cols, device=device)
+        got, want, bwd, _ = _grads(bias_gelu, [h, b])
+        for a, c in zip(got, want):
+            torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
+        assert bool(_mixed(bwd)) == mixed, cols
 
 
 def test_a_compiled_mixed_kernel_takes_the_rules_programs_in_whole_chunks(device):
     from compiler import scheduler
 
     rows = 4100  # few rows: the rule's count asks for chunks under MIX_MIN_ROWS, so chunks of 8 rows it is
-    x = torch.randn(rows, 48, device=device)
-    w, b = torch.randn(48, device=device), torch.randn(48, device=device)
+    x = torch.randn(rows, 96, device=device)
+    w, b = torch.randn(96, device=device), torch.randn(96, device=device)
     got, want, bwd, _ = _grads(layer_norm, [x, w, b])
     for a, c in zip(got, want):
         torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
-    chunk = max(scheduler.MIX_MIN_ROWS, -(-rows // scheduler.mix_programs(rows, 48)))
+    chunk = max(scheduler.MIX_MIN_ROWS, -(-rows // scheduler.mix_programs(rows, 96)))
     assert [m.programs for m in _mixed(bwd)] == [-(-rows // chunk)] == [513]
 
 
@@ -156,4 +167,4 @@ def test_a_fixed_program_count_overrides_the_rule(device):
     for a, c in zip(got, want):
         torch.testing.assert_close(a, c, atol=1e-4, rtol=1e-4)
     assert [m.programs for m in _mixed(bwd)] == [64]  # 4100 rows in chunks of 65
-    assert scheduler.mix_programs(100352, 256) == scheduler.MIX_NARROW_PROGRAMS  # the rule again
+    assert scheduler.mix_programs(100352, 256) == scheduler.MIX_PROGRAMS  # the rule again
