@@ -107,7 +107,11 @@ def test_program_count_by_shape_class():
     from compiler import scheduler
 
     # narrow rows (at most MIX_NARROW_COLS): fewer programs; wider rows, few or many: the base count
-    assert scheduler.mix_programs(100352, 64) == scheduler.mix_programs(401408, 32) == scheduler.MIX_NARROW_PROGRAMS
+    assert (
+        scheduler.mix_programs(100352, 64)
+        == scheduler.mix_programs(401408, 32)
+        == scheduler.MIX_NARROW_PROGRAMS
+    )
     assert scheduler.mix_programs(100352, 256) == scheduler.mix_programs(6304, 768) == scheduler.MIX_PROGRAMS
     assert scheduler.mix_programs(16384, 4096) == scheduler.MIX_PROGRAMS
     assert scheduler.MIX_NARROW_PROGRAMS < scheduler.MIX_PROGRAMS
