@@ -22,6 +22,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from . import config
+from .blocks import next_pow2
 from .exc import InvariantError, require
 from .graph import ExternCall, Program, Step, SubgraphCall
 from .index_eval import Unevaluable, evaluate
@@ -681,7 +682,7 @@ class Scheduler:
             return None
         if item.has_reduction:
             return item if same(item.xnumel, M) and same(item.rnumel, N) else None
-        if not same(item.xnumel, M * N) or M * N == 0 or N <= MIX_MIN_FILL * (1 << (N - 1).bit_length()):
+        if not same(item.xnumel, M * N) or M * N == 0 or N <= MIX_MIN_FILL * next_pow2(N):
             return None
         rows = self._remapped(item, sympy.Integer(M), sympy.Integer(N))
         if rows is None or any(m.role != "xr" or not self._aligned(rows, m) for m in rows.members):

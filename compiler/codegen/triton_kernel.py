@@ -17,7 +17,7 @@ import re
 import sympy
 import torch
 
-from .. import config
+from ..blocks import tile_accumulators
 from ..dtypes import tl_dtype
 from ..exc import CodegenError
 from ..index_simplify import simplify
@@ -353,11 +353,9 @@ class KernelRenderer:
             top.line(f"tl.store({self.out_ptr(p.buf.name)} + pid * rnumel + rindex, {total}, rmask)")
 
     def _tile_accumulators(self) -> bool:
-        """Whether this mixed kernel's partial sums accumulate a full tile (``config.mix_tile_acc_cols``): its
-        rows' power-of-two block is at most that many elements."""
-        limit = config.settings().mix_tile_acc_cols
+        """Whether this mixed kernel's partial sums accumulate a full tile (``blocks.tile_accumulators``)."""
         n = self.group.rnumel
-        return bool(limit) and n.is_number and 1 << max(int(n) - 1, 0).bit_length() <= limit
+        return n.is_number and tile_accumulators(int(n))
 
     def _persistent(self, xs: Scope) -> Scope:
         xr = Scope(self, "xr", xs.lines, xs.indent, parent=xs)

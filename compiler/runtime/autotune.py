@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .. import config
+from ..blocks import next_pow2
 from . import cache, gpu_compile
 
 log = logging.getLogger("kiln")
@@ -108,8 +109,7 @@ def candidates(cfg: dict[str, Any], hint: str, programs: int) -> list[dict[str, 
 
 def bucket(xnumel: int, rnumel: int) -> tuple[int, int]:
     """(next power of two of ``xnumel``, of ``rnumel``)."""
-    x, r = (1 if n <= 1 else 1 << (int(n) - 1).bit_length() for n in (xnumel, rnumel))
-    return x, r
+    return next_pow2(xnumel), next_pow2(rnumel)
 
 
 def device_name(device: torch.device) -> str:

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from .. import config
+from ..blocks import cdiv
 from . import autotune, cache
-from .launcher import MAX_LAUNCHES, Launch, LazyJit, TritonKernel, cdiv, device_index_of, multi_gpu
+from .launcher import MAX_LAUNCHES, Launch, LazyJit, TritonKernel, device_index_of, multi_gpu
 
 log = logging.getLogger("kiln")
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from .. import config, phase_times
+from ..blocks import cdiv, next_pow2, tile_accumulators
 from ..dtypes import signature_type
 from ..exc import KernelLaunchError
 from . import cache, gpu_compile
@@ -59,15 +60,6 @@ INNER_MANY_ROWS = 16384
 #: (40 pointers): 187.5 us at 8 elements a thread (XBLOCK 1024, 4 warps), 136.9 us at 2 (XBLOCK 256); the four
 #: (768, 2304) ones (20 pointers): 57.1 -> 54.1 us at 4; one tensor's (5 pointers) the same at 8 and 2
 POINTWISE_POINTER_ELEMENTS = 96
-
-
-def next_pow2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceil-division with integer ops only."""
-    return (a + b - 1) // b
 
 
 #: elements a step of a mixed row/column kernel (``programs`` fixed) whose column partials are full-tile
@@ -204,7 +196,7 @@ class TritonKernel(torch.nn.Module):
                 # a mixed row/column kernel loops over its rows, never more rows a step than a program owns
                 # (the rest would be masked lanes); step sizes: MIX_TILE_STEP, MIX_ROW_STEP
                 owned = next_pow2(cdiv(xnumel, self.programs))
-                if s.mix_tile_acc_cols and rblock <= s.mix_tile_acc_cols:
+                if tile_accumulators(rblock):
                     step = MIX_TILE_NARROW_STEP if rblock <= 64 else MIX_TILE_STEP
                     xblock, warps = max(1, min(step // rblock, owned)), 4
                 elif rblock <= MIX_ROW_STEP_MAX_COLS:
