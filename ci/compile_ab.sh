@@ -2,7 +2,8 @@
 # kiln's cold compile at two trees, alternated: BASE (a folder holding another checkout, e.g. a shallow clone of
 # the commit before a change) and this checkout, REPS times each, every run compile-only and cold-only, with
 # MODELS_COMPILE_JOBS cases at once on their share of the CPUs; then per row the cold seconds of every run and
-# the ratio of the means (head / base). Alternating the trees spreads the host's drift over both.
+# the ratio of the means (head / base), from each run's report.json (its compile-only rows; failed probes
+# left out). Alternating the trees spreads the host's drift over both.
 # Usage: ci/compile_ab.sh BASE_TREE OUT   (AB_ONLY: rows, default the four below; AB_REPS, default 2;
 #        AB_JOBS, default 4; AB_BUDGET_S per run, default 120)
 set -euo pipefail
@@ -20,15 +21,16 @@ for rep in $(seq "${AB_REPS:-2}"); do
   done
 done
 python3 - "$out" <<'PY'
-import glob, os, re, sys
+import glob, json, os, sys
 out = sys.argv[1]
 cold: dict[str, dict[str, list[float]]] = {}
-for report in sorted(glob.glob(os.path.join(out, "*-*", "report.md"))):
+for report in sorted(glob.glob(os.path.join(out, "*-*", "report.json"))):
     side = os.path.basename(os.path.dirname(report)).split("-")[0]
-    for line in open(report, encoding="utf-8"):
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) > 3 and cells[0].startswith("model.") and cells[1] == "kiln" and re.fullmatch(r"[\d.]+", cells[2]):
-            cold.setdefault(cells[0], {}).setdefault(side, []).append(float(cells[2]))
+    with open(report, encoding="utf-8") as f:
+        rows = json.load(f).get("compile_only") or []
+    for r in rows:  # the report's compile-only rows: one per case and compiler
+        if r.get("compiler") == "kiln" and r.get("status") == "ok" and r.get("compile_cold_s") is not None:
+            cold.setdefault(r["case"], {}).setdefault(side, []).append(float(r["compile_cold_s"]))
 print("| row | base cold s | head cold s | head / base (means) |\n|---|---|---|---:|")
 for row, sides in sorted(cold.items()):
     b, h = sides.get("base", []), sides.get("head", [])
