@@ -46,7 +46,7 @@ import types
 from typing import Any
 
 from .. import config
-from . import cache
+from . import cache, compile_worker
 
 log = logging.getLogger("kiln")
 
@@ -115,7 +115,7 @@ def _installed() -> dict[str, Any]:
 
 
 #: environment variables read for the fingerprint on every lookup (cheap), beside Triton's invalidating list
-ENV = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_MOCK_PTX_VERSION")
+ENV = compile_worker.PTXAS_ENV
 
 
 def _environment() -> tuple:

@@ -83,13 +83,40 @@ def load_function(path: str, name: str, module_name: str) -> Any:
     return fn
 
 
+#: the variables that choose ptxas for Triton's NVIDIA backend, whose version is part of every cache key
+PTXAS_ENV = ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH", "TRITON_MOCK_PTX_VERSION")
+#: the values of PTXAS_ENV when ``follow_ptxas_env`` last ran in this process (empty: never)
+_ptxas_seen: list[tuple[str | None, ...]] = []
+
+
+def follow_ptxas_env() -> None:
+    """Make this process's next Triton cache key use the ptxas that ``PTXAS_ENV`` names now. Triton reads the
+    ptxas version once per process (``get_ptxas_version`` is memoized), but the variables can change within one:
+    Inductor sets ``TRITON_PTXAS_PATH`` (PyTorch's bundled ptxas) on its first compile in a process. The memo is
+    dropped at the first call and whenever the variables changed since the last (one ``ptxas --version`` run on
+    the next compile). A no-op where Triton has no such memo."""
+    now = tuple(os.environ.get(name) for name in PTXAS_ENV)
+    if _ptxas_seen and _ptxas_seen[0] == now:
+        return
+    _ptxas_seen[:] = [now]
+    try:
+        from triton.backends.nvidia import compiler as nvidia
+    except Exception:  # noqa: BLE001 - no NVIDIA backend in this Triton: nothing memoized
+        return
+    clear = getattr(getattr(nvidia, "get_ptxas_version", None), "cache_clear", None)
+    if clear is not None:
+        clear()
+
+
 def _apply_env(env: dict[str, str | None]) -> None:
-    """Make Triton's cache folder and cache-invalidating variables those of the parent (same cache keys)."""
+    """Make Triton's cache folder, its cache-invalidating variables and the ptxas variables those of the parent
+    (same cache keys); None: unset in the parent."""
     for k, v in env.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    follow_ptxas_env()
 
 
 def _build_launcher(kernel: Any) -> bool:

@@ -34,7 +34,7 @@ import torch
 
 from .. import dtypes
 from ..exc import KernelCompileError
-from . import binary_index, compile_jobs
+from . import binary_index, compile_jobs, compile_worker
 
 log = logging.getLogger("kiln")
 
@@ -265,12 +265,19 @@ def ast_source(req: CompileRequest, fn: Any) -> Any:
 
 
 def cache_env() -> dict:
-    """Triton's cache folder and the cache-invalidating variables of this process (a worker copies them,
-    so its cache keys are this process's)."""
+    """Triton's cache folder, the cache-invalidating variables of this process, and the ptxas variables
+    (``compile_worker.PTXAS_ENV``, None where unset): a worker copies them, so its cache keys are this process's. The
+    ptxas paths are not on Triton's invalidating list, yet the ptxas version is part of each key, and Inductor
+    sets ``TRITON_PTXAS_PATH`` (PyTorch's bundled ptxas) in a process on its first compile there: without them a
+    worker started before that would compile with Triton's own ptxas, under keys this process never looks up."""
+    import os
+
     from triton import knobs
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
-    env = dict(get_cache_invalidating_env_vars())
+    compile_worker.follow_ptxas_env()  # this process's keys use the same ptxas as the env it sends
+    env: dict[str, str | None] = dict(get_cache_invalidating_env_vars())
+    env.update({name: os.environ.get(name) for name in compile_worker.PTXAS_ENV})
     env["TRITON_CACHE_DIR"] = knobs.cache.dir
     return env
 
@@ -294,6 +301,7 @@ def on_disk(req: CompileRequest, fn: Any) -> bool:
 
         if knobs.runtime.add_stages_inspection_hook is not None or knobs.compilation.always_compile:
             return False
+        compile_worker.follow_ptxas_env()
         src = ast_source(req, fn)
         backend = make_backend(GPUTarget(*req.target))
         options = backend.parse_options(dict(req.options))
@@ -316,6 +324,7 @@ def compile_here(req: CompileRequest, fn: Any) -> tuple[Any, bool | None]:
     from triton.backends.compiler import GPUTarget
 
     hits: list[bool] = []
+    compile_worker.follow_ptxas_env()
     with _compile_lock:  # the listener is global: one compile at a time tells its own hit from others'
         previous = knobs.compilation.listener
 

@@ -304,6 +304,49 @@ def test_pool_compiles_for_sm90_and_a_second_compile_hits_the_cache(triton_cache
     assert hit is True and kernel.metadata.target.arch == 90
 
 
+def _wrapped_ptxas(folder) -> str:
+    """A ptxas that runs Triton's own but reports one more line of version (so its cache keys differ), as
+    PyTorch's bundled ptxas differs from Triton's."""
+    from triton import knobs
+
+    real = knobs.nvidia.ptxas.path
+    wrapper = folder / "ptxas"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "--version" ]; then "{real}" --version; echo "kiln test wrapper"; exit 0; fi\n'
+        f'exec "{real}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_worker_follows_a_ptxas_set_after_it_started(triton_cache, pool, tmp_path, monkeypatch):
+    """Inductor sets TRITON_PTXAS_PATH in a process on its first compile there; kiln's workers, started before
+    and with Triton's ptxas version memoized, must then compile under the parent's keys (the parent's own
+    compile finds the worker's kernel)."""
+    from triton.backends.nvidia import compiler as nvidia
+
+    name, source = small_kernel("kiln_test_ptxas_before")
+    req, _ = request(name, source)
+    assert pool.submit(req.wire(gpu_compile.cache_env()), req.label).result(timeout=300)["ok"]  # memos filled
+    ptxas = _wrapped_ptxas(tmp_path)
+    for var in ("TRITON_PTXAS_PATH", "TRITON_PTXAS_BLACKWELL_PATH"):  # the one Triton reads for sm_90 varies
+        monkeypatch.setenv(var, ptxas)
+    nvidia.get_ptxas_version.cache_clear()  # a parent whose first key comes after the variable was set
+    name, source = small_kernel("kiln_test_ptxas_after", factor=7.0)
+    req, fn = request(name, source)
+    env = gpu_compile.cache_env()
+    assert env["TRITON_PTXAS_PATH"] == ptxas and env["TRITON_MOCK_PTX_VERSION"] is None
+    answers = [pool.submit(req.wire(env), req.label).result(timeout=300) for _ in range(2)]  # both workers
+    assert all(a["ok"] for a in answers) and not answers[0]["hit"] and answers[1]["hit"]
+    kernel, hit = gpu_compile.compile_here(req, fn)
+    assert hit is True and "kiln test wrapper" in nvidia.get_ptxas_version(90)
+    monkeypatch.delenv("TRITON_PTXAS_PATH")
+    monkeypatch.delenv("TRITON_PTXAS_BLACKWELL_PATH")
+    gpu_compile.cache_env()  # unset again: the next key is Triton's own ptxas's
+    assert "kiln test wrapper" not in nvidia.get_ptxas_version(90)
+
+
 def test_first_launch_waits_for_the_worker_and_loads_its_result(triton_cache, pool, monkeypatch):
     """compile_launch (the launcher's compile-on-miss) finds the worker's job by its request and the
     worker's kernel in the cache: one compile in all, done by the worker."""
