@@ -45,7 +45,9 @@ from .ir import (
 from .kexpr import KExpr, free_symbols, loads
 
 #: mixed row/column kernels: each program takes at least MIX_MIN_ROWS rows; how many programs (``mix_programs``):
-#: MIX_PROGRAMS, MIX_NARROW_PROGRAMS for rows of at most MIX_NARROW_COLS columns. H200 ``compiler.tools.mix_sweep``
+#: MIX_PROGRAMS, MIX_NARROW_PROGRAMS for rows of at most MIX_NARROW_COLS columns, MIX_WIDE_PROGRAMS for rows of more
+#: than MIX_WIDE_COLS (one row a step, 16 warps: H100 sweep, 16384 x 4096 bf16 norm backward, 256 programs beat 512
+#: and 1024 by 10 to 35 us). H200 ``compiler.tools.mix_sweep``
 #: with each kernel autotuned (device µs at 256 / 512 / 1024 programs; unmixed; Inductor): ResNet-50 BatchNorm
 #: backwards 100352 x 256 83.6 / 79.7 / 77.3; 82.8; 81.5, 25088 x 512 50.2 / 46.4 / 40.5; 46.1; 48.8, 6272 x 1024
 #: 31.0 / 25.3 / 22.8; 26.1; 26.6, 401408 x 64 71.3 / 70.5 / 70.6; 83.0; 83.9, 100352 x 64 22.8 / 22.9 / 24.9; 25.8;
@@ -56,6 +58,8 @@ MIX_MIN_ROWS = 8
 MIX_PROGRAMS = 1024
 MIX_NARROW_COLS = 64
 MIX_NARROW_PROGRAMS = 512
+MIX_WIDE_COLS = 1024
+MIX_WIDE_PROGRAMS = 256
 #: a pointwise kernel becomes the row kernel of a mixed one only when its rows fill more than this share of
 #: their power-of-two block: ViT-B/16's QKV gradient (6304 rows of 2304, a 4096 block) took 121 us mixed on
 #: the H100, where a flat copy and a split column sum (Inductor's two kernels) take 28 us; its GELU backward with
@@ -65,13 +69,15 @@ MIX_MIN_FILL = 0.75
 
 def mix_programs(rows: int, cols: int) -> int:
     """Programs of a mixed row/column kernel over ``rows`` x ``cols`` (before rounding to whole chunks of at
-    least ``MIX_MIN_ROWS`` rows, so that few rows get fewer): narrow rows over fewer programs, the rest over
-    ``MIX_PROGRAMS`` (``compiler.tools.mix_sweep`` measures each count). ``config.mix_programs`` overrides the
-    rule when set."""
+    least ``MIX_MIN_ROWS`` rows, so that few rows get fewer): narrow and wide rows over fewer programs, the rest
+    over ``MIX_PROGRAMS`` (``compiler.tools.mix_sweep`` measures each count). ``config.mix_programs`` overrides
+    the rule when set."""
     fixed = config.settings().mix_programs
     if fixed:
         return fixed
-    return MIX_NARROW_PROGRAMS if cols <= MIX_NARROW_COLS else MIX_PROGRAMS
+    if cols <= MIX_NARROW_COLS:
+        return MIX_NARROW_PROGRAMS
+    return MIX_WIDE_PROGRAMS if cols > MIX_WIDE_COLS else MIX_PROGRAMS
 
 
 def mix_grid(rows: int, cols: int) -> tuple[int, int]:

@@ -106,15 +106,21 @@ def test_symbolic_rows_keep_separate_kernels(device):
 def test_program_count_by_shape_class():
     from compiler import scheduler
 
-    # narrow rows (at most MIX_NARROW_COLS): fewer programs; wider rows, few or many: the base count
+    # narrow rows (at most MIX_NARROW_COLS) and wide ones (more than MIX_WIDE_COLS): fewer programs; the rest,
+    # few rows or many: the base count
     assert (
         scheduler.mix_programs(100352, 64)
         == scheduler.mix_programs(401408, 32)
         == scheduler.MIX_NARROW_PROGRAMS
     )
     assert scheduler.mix_programs(100352, 256) == scheduler.mix_programs(6304, 768) == scheduler.MIX_PROGRAMS
-    assert scheduler.mix_programs(16384, 4096) == scheduler.MIX_PROGRAMS
-    assert scheduler.MIX_NARROW_PROGRAMS < scheduler.MIX_PROGRAMS
+    assert scheduler.mix_programs(6272, 1024) == scheduler.MIX_PROGRAMS
+    assert (
+        scheduler.mix_programs(16384, 4096)
+        == scheduler.mix_programs(2048, 1025)
+        == scheduler.MIX_WIDE_PROGRAMS
+    )
+    assert scheduler.MIX_WIDE_PROGRAMS < scheduler.MIX_NARROW_PROGRAMS < scheduler.MIX_PROGRAMS
 
 
 def test_a_pointwise_row_kernel_mixes_only_when_its_rows_fill_most_of_their_block(device):
