@@ -16,9 +16,9 @@ The wrapper calls it as ``self.<kernel>(ptrs..., sizes..., xnumel[, rnumel])``. 
 - short rows (32 to 128 elements, ``INNER_MANY_ROWS`` rows or more): 2048 elements and 8 warps a program, not
   1024 and 4 (ConvNeXt LayerNorm 50176 x 96: 30.0 -> 21.3 us).
 - mixed row/column kernels (``programs`` fixed): full-tile accumulators step over ``MIX_TILE_STEP`` elements
-  (``MIX_TILE_NARROW_STEP`` for rows of at most 64) with 4 warps, one-row accumulators over ``MIX_ROW_STEP`` with
-  8 warps (rows of up to ``MIX_ROW_STEP_MAX_COLS``; wider rows at most 4 rows a step); never more rows a step
-  than a program owns.
+  (``MIX_TILE_NARROW_STEP`` for rows of at most 64) with 4 warps; one-row accumulators take a program's rows in
+  one step with 8 warps when they fit ``MIX_ROW_STEP`` elements (rows of up to ``MIX_ROW_STEP_MAX_COLS``),
+  otherwise at most 4 rows a step; never more rows a step than a program owns.
 """
 
 from __future__ import annotations
@@ -64,14 +64,17 @@ POINTWISE_POINTER_ELEMENTS = 96
 
 #: elements a step of a mixed row/column kernel (``programs`` fixed) whose column partials are full-tile
 #: accumulators (rows of at most ``config.mix_tile_acc_cols`` elements): no reduction across warps per step, so
-#: small steps keep the two tiles' registers low. H200 ``compiler.tools.mix_sweep``, each kernel autotuned: 64
-#: columns took 32 rows and 4 warps (100352 x 64, 512 programs: 26.2 us; 64 rows and 8 warps 27.8), 256 and 512
-#: columns 4 and 2 rows (100352 x 256 at 1024 programs: 81.0 us, 16 rows 109.5)
+#: small steps keep the two tiles' registers low. H200 ``compiler.tools.mix_sweep`` with each kernel autotuned: 64
+#: columns took 32 rows and 4 warps where these rules had 64 and 8 (100352 x 64 at 512 programs), 256 and 512
+#: columns 4 and 2 rows where they had 16 and 4 (100352 x 256, 25088 x 512 at 1024 programs). The sweep's whole
+#: BatchNorm backward, old steps -> these at 512 programs: 100352 x 64 27.8 -> 23.6 us, 100352 x 256 115.1 -> 94.0
 MIX_TILE_STEP = 1024
 MIX_TILE_NARROW_STEP = 2048
-#: the same with one-row accumulators (a reduction across warps every step, fewer steps win), rows of at most
-#: ``MIX_ROW_STEP_MAX_COLS`` elements: 8 warps (ResNet-50 6272 x 1024 at 1024 programs: 8 rows 24.5 us, 4 rows
-#: and 4 warps 28.8; ViT-B LayerNorm 6304 x 768: 8 rows and 8 warps 21.4, 4 rows 24.4); wider rows as before
+#: the same with one-row accumulators (a reduction across warps every step), rows of at most
+#: ``MIX_ROW_STEP_MAX_COLS`` elements, when a program's rows fit one step: all of them at once with 8 warps
+#: (autotuned: 6272 x 1024 and ViT-B's LayerNorm 6304 x 768 at 1024 programs, chunks of 8 rows, took 8 rows and
+#: 8-16 warps where these rules had 4 and 4; sweep 25.4 -> 24.9 and 21.3 -> 19.3 us). Programs of more rows keep
+#: the earlier steps (4 rows): at 512 programs (chunks of 13) 8-row steps took the LayerNorm from 26.0 to 48.6 us
 MIX_ROW_STEP = 8192
 MIX_ROW_STEP_MAX_COLS = 1024
 
@@ -199,8 +202,8 @@ class TritonKernel(torch.nn.Module):
                 if tile_accumulators(rblock):
                     step = MIX_TILE_NARROW_STEP if rblock <= 64 else MIX_TILE_STEP
                     xblock, warps = max(1, min(step // rblock, owned)), 4
-                elif rblock <= MIX_ROW_STEP_MAX_COLS:
-                    xblock, warps = max(1, min(MIX_ROW_STEP // rblock, owned)), 8
+                elif rblock <= MIX_ROW_STEP_MAX_COLS and owned * rblock <= MIX_ROW_STEP:
+                    xblock, warps = owned, 8
                 else:
                     xblock = max(1, min(4096 // rblock, 4, owned))
             else:

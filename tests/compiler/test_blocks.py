@@ -18,12 +18,12 @@ def test_tile_accumulators_follow_the_setting_by_the_rows_block():
 
 
 def test_the_launcher_sizes_a_mixed_kernels_steps_for_the_form_the_code_has():
-    """The same rows take full-tile steps (4 warps, 1024 elements) or one-row steps (8 warps, 8192 elements)
-    as the setting flips, so a kernel's code and its launch config never disagree."""
+    """The same rows take full-tile steps (4 warps, 1024 elements) or one-row steps (a program's 8 rows at once,
+    8 warps) as the setting flips, so a kernel's code and its launch config never disagree."""
     k = TritonKernel("k", "", [], [], True, "inner", 1024)
     picks = {}
     for limit in (512, 0):
         with compiler.config.patch(mix_tile_acc_cols=limit):
-            c = k.heuristic_config(100352, 256, interp=False)
+            c = k.heuristic_config(6272, 256, interp=False)
             picks[limit] = (c["XBLOCK"] * c["RBLOCK"], c["num_warps"])
-    assert picks == {512: (1024, 4), 0: (8192, 8)}
+    assert picks == {512: (1024, 4), 0: (2048, 8)}
