@@ -93,7 +93,7 @@ def _load_module(path: str, source: str) -> ModuleType:
         from . import interp_libdevice
 
         mod.__dict__["libdevice"] = interp_libdevice
-        interp_libdevice.fix_bf16_rounding()
+        interp_libdevice.install_interpreter_fixes()
     _modules[path] = mod
     return mod
 

@@ -1,8 +1,10 @@
-"""``libdevice`` stand-in for Triton's interpreter (CPU tensors).
+"""``libdevice`` stand-in for Triton's interpreter (CPU tensors), and kiln's fixes to the interpreter.
 
 Generated kernels call ``libdevice.tanh`` and friends, which only exist on GPUs. Under
 ``TRITON_INTERPRET=1`` the kernel module's ``libdevice`` name is rebound to this module, whose functions
 apply the NumPy equivalent to the interpreter's tensors, so kernel sources stay identical in both modes.
+``install_interpreter_fixes`` also makes the interpreter round bf16 as GPUs do (``fix_bf16_rounding``) and
+leave ``triton.language`` as it found it after each launch (``contain_device_call_patches``).
 """
 
 from __future__ import annotations
@@ -108,3 +110,61 @@ def fix_bf16_rounding() -> None:
 
     InterpreterBuilder.cast_impl = cast_impl
     _rounding_fixed = True
+
+
+_calls_contained = False
+
+
+def _lang_namespaces() -> list[object]:
+    """The objects whose attributes Triton's interpreter patches while a kernel runs: ``triton.language``,
+    ``triton.language.core``, ``triton.language.math``, the tensor class and the tensor descriptor base."""
+    import triton.language as tl
+
+    found = [tl, tl.core, tl.math, tl.tensor, getattr(tl.core, "tensor_descriptor_base", None)]
+    return [o for o in found if o is not None]
+
+
+def contain_device_call_patches() -> None:
+    """Leave ``triton.language`` as it was before each interpreted launch once the launch ends.
+
+    The interpreter swaps the builtins of ``triton.language`` (and of ``.core``, ``.math``, the tensor class)
+    for versions that compute on NumPy while a kernel runs, and restores them when the launch ends, but a call
+    to another jit function inside the kernel (a reduction's combine function, a helper) patches the namespaces
+    that function sees and never restores them: after any interpreted ``tl.sum``, ``triton.language.core``'s
+    builtins stay the interpreter's for the life of the process, and a real ``triton.compile`` there (a GPU
+    target compiled on this machine, as kiln's compile check and compile pool do) fails in its front end. Each
+    launch (``GridExecutor.__call__``) now ends with the namespaces as they were when it began: one snapshot a
+    launch, not one per device-function call. Installed once, for interpreter mode only."""
+    global _calls_contained
+    if _calls_contained:
+        return
+    from triton.runtime import interpreter
+
+    cls = getattr(interpreter, "GridExecutor", None)
+    if cls is None:
+        _calls_contained = True
+        return
+    original = cls.__call__
+
+    def __call__(self, *args, **kwargs):
+        spaces = _lang_namespaces()
+        before = [dict(vars(o)) for o in spaces]
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            for space, was in zip(spaces, before):
+                now = vars(space)
+                for name in [n for n in now if n not in was]:
+                    delattr(space, name)
+                for name, value in was.items():
+                    if now.get(name, was) is not value:
+                        setattr(space, name, value)
+
+    cls.__call__ = __call__
+    _calls_contained = True
+
+
+def install_interpreter_fixes() -> None:
+    """Every fix of this module to Triton's interpreter (each installed once)."""
+    fix_bf16_rounding()
+    contain_device_call_patches()

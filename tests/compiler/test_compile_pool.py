@@ -347,6 +347,25 @@ def test_a_worker_follows_a_ptxas_set_after_it_started(triton_cache, pool, tmp_p
     assert "kiln test wrapper" not in nvidia.get_ptxas_version(90)
 
 
+@needs_interpreter
+def test_a_gpu_compile_works_after_interpreted_reductions(triton_cache):
+    """An interpreted reduction calls its combine function (a jit function) from the kernel; the interpreter's
+    patches for that call are undone when it returns (``interp_libdevice.contain_device_call_patches``), so
+    ``triton.language`` is Triton's own again and a real compile for sm_90 in the same process works."""
+    import triton.language as tl
+
+    builtins = {name: getattr(tl.core, name) for name in ("program_id", "arange", "load", "mul", "reduce")}
+    torch._dynamo.reset()
+    x = torch.randn(64, 300)
+    got = torch.compile(lambda t: torch.softmax(t, -1) * t.sum(0), backend="kiln")(x)
+    torch.testing.assert_close(got, torch.softmax(x, -1) * x.sum(0))
+    assert {name: getattr(tl.core, name) for name in builtins} == builtins
+    name, source = small_kernel("kiln_test_after_interp", factor=2.0)
+    req, fn = request(name, source)
+    kernel, _ = gpu_compile.compile_here(req, fn)
+    assert kernel.metadata.target.arch == 90
+
+
 def test_first_launch_waits_for_the_worker_and_loads_its_result(triton_cache, pool, monkeypatch):
     """compile_launch (the launcher's compile-on-miss) finds the worker's job by its request and the
     worker's kernel in the cache: one compile in all, done by the worker."""
