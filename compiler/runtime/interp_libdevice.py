@@ -4,7 +4,7 @@ Generated kernels call ``libdevice.tanh`` and friends, which only exist on GPUs.
 ``TRITON_INTERPRET=1`` the kernel module's ``libdevice`` name is rebound to this module, whose functions
 apply the NumPy equivalent to the interpreter's tensors, so kernel sources stay identical in both modes.
 ``install_interpreter_fixes`` also makes the interpreter round bf16 as GPUs do (``fix_bf16_rounding``) and
-leave ``triton.language`` as it found it after each launch (``contain_device_call_patches``).
+leave ``triton.language`` as it found it after each launch (``restore_language_after_launches``).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def fix_bf16_rounding() -> None:
     _rounding_fixed = True
 
 
-_calls_contained = False
+#: True once restore_language_after_launches is installed
+_launches_restore = False
 
 
 def _lang_namespaces() -> list[object]:
@@ -124,7 +125,7 @@ def _lang_namespaces() -> list[object]:
     return [o for o in found if o is not None]
 
 
-def contain_device_call_patches() -> None:
+def restore_language_after_launches() -> None:
     """Leave ``triton.language`` as it was before each interpreted launch once the launch ends.
 
     The interpreter swaps the builtins of ``triton.language`` (and of ``.core``, ``.math``, the tensor class)
@@ -135,14 +136,14 @@ def contain_device_call_patches() -> None:
     target compiled on this machine, as kiln's compile check and compile pool do) fails in its front end. Each
     launch (``GridExecutor.__call__``) now ends with the namespaces as they were when it began: one snapshot a
     launch, not one per device-function call. Installed once, for interpreter mode only."""
-    global _calls_contained
-    if _calls_contained:
+    global _launches_restore
+    if _launches_restore:
         return
     from triton.runtime import interpreter
 
     cls = getattr(interpreter, "GridExecutor", None)
     if cls is None:
-        _calls_contained = True
+        _launches_restore = True
         return
     original = cls.__call__
 
@@ -161,10 +162,10 @@ def contain_device_call_patches() -> None:
                         setattr(space, name, value)
 
     cls.__call__ = __call__
-    _calls_contained = True
+    _launches_restore = True
 
 
 def install_interpreter_fixes() -> None:
     """Every fix of this module to Triton's interpreter (each installed once)."""
     fix_bf16_rounding()
-    contain_device_call_patches()
+    restore_language_after_launches()

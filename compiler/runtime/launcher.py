@@ -165,9 +165,8 @@ class TritonKernel(torch.nn.Module):
             if rnumel <= s.interp_persistent_rblock_max or self.programs:
                 rblock = next_pow2(max(rnumel, 1))
                 xblock = max(1, min(next_pow2(xnumel), 65536 // rblock))
-                if (
-                    self.programs
-                ):  # a mixed kernel's program owns cdiv(xnumel, programs) rows: no masked lanes
+                if self.programs:
+                    # a mixed kernel's program owns cdiv(xnumel, programs) rows: no lanes past them
                     xblock = min(xblock, next_pow2(cdiv(xnumel, self.programs)))
                 return {"XBLOCK": xblock, "RBLOCK": rblock, "PERSISTENT": True, "num_warps": 1}
             return {

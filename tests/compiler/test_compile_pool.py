@@ -350,7 +350,7 @@ def test_a_worker_follows_a_ptxas_set_after_it_started(triton_cache, pool, tmp_p
 @needs_interpreter
 def test_a_gpu_compile_works_after_interpreted_reductions(triton_cache):
     """An interpreted reduction calls its combine function (a jit function) from the kernel; the interpreter's
-    patches for that call are undone when it returns (``interp_libdevice.contain_device_call_patches``), so
+    patches for that call are undone when it returns (``interp_libdevice.restore_language_after_launches``), so
     ``triton.language`` is Triton's own again and a real compile for sm_90 in the same process works."""
     import triton.language as tl
 
