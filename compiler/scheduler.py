@@ -22,7 +22,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from . import config
-from .blocks import next_pow2
+from .blocks import cdiv, next_pow2
 from .exc import InvariantError, require
 from .graph import ExternCall, Program, Step, SubgraphCall
 from .index_eval import Unevaluable, evaluate
@@ -83,8 +83,8 @@ def mix_programs(rows: int, cols: int) -> int:
 def mix_grid(rows: int, cols: int) -> tuple[int, int]:
     """(rows per program, programs) of a mixed row/column kernel over ``rows`` x ``cols``: ``mix_programs``'s
     count rounded to whole chunks of at least ``MIX_MIN_ROWS`` rows."""
-    chunk = max(MIX_MIN_ROWS, -(-rows // mix_programs(rows, cols)))
-    return chunk, -(-rows // chunk)
+    chunk = max(MIX_MIN_ROWS, cdiv(rows, mix_programs(rows, cols)))
+    return chunk, cdiv(rows, chunk)
 
 
 XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)

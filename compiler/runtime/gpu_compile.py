@@ -269,13 +269,13 @@ def cache_env() -> dict:
     (``compile_worker.PTXAS_ENV``, None where unset): a worker copies them, so its cache keys are this process's. The
     ptxas paths are not on Triton's invalidating list, yet the ptxas version is part of each key, and Inductor
     sets ``TRITON_PTXAS_PATH`` (PyTorch's bundled ptxas) in a process on its first compile there: without them a
-    worker started before that would compile with Triton's own ptxas, under keys this process never looks up."""
+    worker started before that would compile with Triton's own ptxas, under keys this process never looks up.
+    This process's own keys (``on_disk``, ``compile_here``) follow the same variables where they are computed."""
     import os
 
     from triton import knobs
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
-    compile_worker.follow_ptxas_env()  # this process's keys use the same ptxas as the env it sends
     env: dict[str, str | None] = dict(get_cache_invalidating_env_vars())
     env.update({name: os.environ.get(name) for name in compile_worker.PTXAS_ENV})
     env["TRITON_CACHE_DIR"] = knobs.cache.dir

@@ -15,7 +15,7 @@ import torch
 import compiler
 from compiler import backend
 from compiler.exc import KernelCompileError
-from compiler.runtime import cache, compile_jobs, compile_pool, gpu_compile, precompile
+from compiler.runtime import cache, compile_jobs, compile_pool, compile_worker, gpu_compile, precompile
 from compiler.runtime.launcher import TritonKernel
 from kiln_testing import gpu_jit_function, run_tagged_json
 
@@ -343,7 +343,7 @@ def test_a_worker_follows_a_ptxas_set_after_it_started(triton_cache, pool, tmp_p
     assert hit is True and "kiln test wrapper" in nvidia.get_ptxas_version(90)
     monkeypatch.delenv("TRITON_PTXAS_PATH")
     monkeypatch.delenv("TRITON_PTXAS_BLACKWELL_PATH")
-    gpu_compile.cache_env()  # unset again: the next key is Triton's own ptxas's
+    compile_worker.follow_ptxas_env()  # unset again: the next key is Triton's own ptxas's
     assert "kiln test wrapper" not in nvidia.get_ptxas_version(90)
 
 
