@@ -193,6 +193,6 @@ def rounding_points(out: Any) -> Any:
 
     def marked(v: Lazy) -> Lazy:
         fn = v.fn
-        return Lazy(v.size, v.dtype, v.device, lambda idx: mark_rounding(fn(idx)), v.cost)
+        return Lazy(v.size, v.dtype, v.device, lambda idx: mark_rounding(fn(idx)), v.cost, v.widens)
 
     return pytree.tree_map_only(Lazy, marked, out)

@@ -79,3 +79,9 @@ def signature_type(dtype: torch.dtype) -> str:
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype arithmetic runs in: fp16/bf16 are computed in fp32 inside kernels."""
     return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+def widens_exactly(src: torch.dtype, dst: torch.dtype) -> bool:
+    """Whether converting fp16/bf16 ``src`` to ``dst`` is an upcast that holds every value exactly (to fp32 or
+    fp64): the narrow value can be stored instead of the wide one and widened on every read."""
+    return src in LOW_PRECISION and dst in (torch.float32, torch.float64)

@@ -378,7 +378,11 @@ class Strided(Value):
 
 
 class Lazy(Value):
-    """An unrealized pointwise value."""
+    """An unrealized pointwise value.
+
+    ``widens``: the fp16/bf16 value this one is a float upcast of (``x.float()``), when it is one. Realization
+    may store that narrower value instead and upcast on every read (``GraphLowering._maybe_realize``).
+    """
 
     def __init__(
         self,
@@ -387,12 +391,14 @@ class Lazy(Value):
         device: torch.device,
         fn: Callable[[Index], KExpr],
         cost: int = 1,
+        widens: Lazy | None = None,
     ) -> None:
         self.size = tuple(size)
         self.dtype = dtype
         self.device = device
         self.fn = fn
         self.cost = cost  # rough count of ops inlined, to bound recomputation
+        self.widens = widens
 
     def load(self, index: Index) -> KExpr:
         return self.fn(index)

@@ -172,6 +172,44 @@ def _convert_scalar(value: Any, dtype: torch.dtype) -> Any:
     return int(value)
 
 
+#: ops whose result is one of their operands' values (or its negation / magnitude): no arithmetic rounding
+SELECTING_OPS = frozenset({"neg", "abs", "relu", "maximum", "minimum", "clamp_min", "clamp_max"})
+
+
+def holds_exactly(expr: KExpr, dtype: torch.dtype) -> bool:
+    """Whether every value ``expr`` takes is representable in ``dtype`` by construction, so storing it in
+    ``dtype`` loses nothing: reads of ``dtype`` buffers, constants ``dtype`` holds, casts to ``dtype`` or wider
+    float types, and ops that only select, negate or take the magnitude of such values (``where``'s branches,
+    whatever its condition; ``SELECTING_OPS``). ``dtype`` is fp16 or bf16; any other op answers no (a sum of
+    bf16 values needs more bits than bf16 has)."""
+    memo: dict[int, bool] = {}
+
+    def exact(x: KExpr) -> bool:
+        done = memo.get(id(x))
+        if done is None:
+            done = memo[id(x)] = _holds(x)
+        return done
+
+    def _holds(x: KExpr) -> bool:
+        if isinstance(x, Load):
+            return x.buffer_dtype == dtype and x.dtype == dtype
+        if isinstance(x, Const):
+            v = x.value
+            if isinstance(v, bool) or v != v:
+                return True
+            return isinstance(v, (int, float)) and round_scalar(v, dtype) == v
+        if not isinstance(x, Op):
+            return False
+        if x.op == "to":
+            wide = x.dtype == dtype or x.dtype in (torch.float32, torch.float64)
+            return wide and exact(x.args[0])
+        if x.op == "where":
+            return exact(x.args[1]) and exact(x.args[2])
+        return x.op in SELECTING_OPS and all(exact(a) for a in x.args)
+
+    return exact(expr)
+
+
 def walk(expr: KExpr):
     """Yield every node of the DAG once (pre-order, deterministic)."""
     seen: set[int] = set()

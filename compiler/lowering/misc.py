@@ -46,14 +46,21 @@ def _to_copy(
     out = node.meta["val"]
     if out.device != x.device:
         raise NotLowered(f"device copy {x.device} -> {out.device}", kind="device")
-    return Lazy(
-        x.size, out.dtype, x.device, lambda idx: cast(x.load(idx), out.dtype, explicit=True), x.cost + 1
-    )
+    return _cast_to(x, out.dtype)
 
 
 @register_lowering(prims.convert_element_type.default)
 def _convert(g: GraphLowering, node, x: Value, dtype: torch.dtype):
-    return Lazy(x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True), x.cost + 1)
+    return _cast_to(x, dtype)
+
+
+def _cast_to(x: Value, dtype: torch.dtype) -> Lazy:
+    """``x`` converted to ``dtype`` (a program's own cast: kept, ``explicit``); an upcast of an unrealized
+    fp16/bf16 value remembers that value (``Lazy.widens``) so realization can store it narrow."""
+    widens = x if isinstance(x, Lazy) and dtypes.widens_exactly(x.dtype, dtype) else None
+    return Lazy(
+        x.size, dtype, x.device, lambda idx: cast(x.load(idx), dtype, explicit=True), x.cost + 1, widens
+    )
 
 
 @register_lowering(aten.copy.default)
