@@ -43,6 +43,17 @@ from .ir import (
 from .kexpr import cast, holds_exactly, loads
 
 log = logging.getLogger("kiln")
+
+#: an upcast of an fp16/bf16 value that type holds exactly (``kexpr.holds_exactly``: a selection such as the
+#: ReLU gradient ``where(relu <= 0, 0, grad)``) that reads at most this many tensors stays inline in each of
+#: its readers however many there are: storing it costs a write and a read of its narrow bytes per reading
+#: kernel, recomputing it at most twice those reads, and its readers keep their own kernels (AOTAutograd's
+#: BatchNorm backward: the column sums as a reduction, the input gradient as a pointwise kernel, as Inductor
+#: has them). The H200 mix sweep over ResNet-50's BatchNorm + ReLU backwards (``bnrelu`` cases; device µs,
+#: inline / stored bf16 and mixed at the rule / Inductor): 6272x256 12.3 / 18.4 / 11.9, 25088x128 16.0 /
+#: 22.5 / 17.4, 100352x64 29.8 / 33.1 / 27.8, 1568x512 9.3 / 10.5 / 8.7, 25088x512 62.5 / 61.8 / 49.6.
+#: Upcasts that read more are stored narrow (``GraphLowering._realize_narrow``).
+RECOMPUTE_MAX_READS = 2
 aten = torch.ops.aten
 
 
@@ -524,17 +535,19 @@ class GraphLowering(BufferNames):
         users = len(node.users)
         if out.cost > 64 or (users > 1 and out.cost > 3 and _reads_memory(out)):
             narrow = out.widens
-            if narrow is not None and holds_exactly(narrow.load(_probe_index(narrow)), narrow.dtype):
-                return self._realize_narrow(out, narrow, node.meta.get("val"))
+            if narrow is not None:
+                expr = narrow.load(_probe_index(narrow))
+                if holds_exactly(expr, narrow.dtype):
+                    if out.cost <= 64 and len({ld.buffer for ld in loads(expr)}) <= RECOMPUTE_MAX_READS:
+                        return out
+                    return self._realize_narrow(out, narrow, node.meta.get("val"))
             return self.realize(out, node.meta.get("val"))
         return out
 
     def _realize_narrow(self, out: Lazy, narrow: Lazy, meta: Any) -> Lazy:
         """Realize the upcast ``out`` by storing the fp16/bf16 value it widens (``narrow``, whose every
         value that type holds exactly) and widening each read: the same values at half the bytes written and
-        read. AOTAutograd's norm backwards upcast the ReLU gradient (``where(relu <= 0, 0, grad)``) to fp32
-        before their reductions and their input gradient both read it; stored as fp32 it cost a third more
-        traffic than the two kernels of Inductor's, which store the bf16 value or none."""
+        read."""
         stored = self.realize(narrow, meta)
         dtype = out.dtype
         return Lazy(out.size, dtype, out.device, lambda idx: cast(stored.load(idx), dtype, explicit=True), 2)

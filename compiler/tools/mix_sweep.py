@@ -40,6 +40,11 @@ CASES: dict[str, tuple[int, int, str]] = {
     "bn_100352x256": (100352, 256, "bn"),
     "bn_25088x512": (25088, 512, "bn"),
     "bn_6272x1024": (6272, 1024, "bn"),
+    "bnrelu_100352x64": (100352, 64, "bnrelu"),
+    "bnrelu_25088x128": (25088, 128, "bnrelu"),
+    "bnrelu_6272x256": (6272, 256, "bnrelu"),
+    "bnrelu_1568x512": (1568, 512, "bnrelu"),
+    "bnrelu_25088x512": (25088, 512, "bnrelu"),
     "gelu_6304x3072": (6304, 3072, "gelu"),
     "ln_6304x768": (6304, 768, "ln"),
 }
@@ -51,6 +56,22 @@ def _bn(g: torch.Tensor, b: torch.Tensor, a: torch.Tensor, x: torch.Tensor, mean
     d = torch.where(a <= 0, torch.zeros_like(g), g + b)
     df = d.float()
     return d, df.sum(0), (df * (x.float() - mean)).sum(0)
+
+
+def _bnrelu(
+    g: torch.Tensor,
+    a: torch.Tensor,
+    x: torch.Tensor,
+    mean: torch.Tensor,
+    invstd: torch.Tensor,
+    w: torch.Tensor,
+) -> tuple:
+    n = g.shape[0]
+    d = torch.where(a <= 0, torch.zeros_like(g), g).float()
+    xc = x.float() - mean
+    s1, s2 = d.sum(0), (d * xc).sum(0)
+    dx = (d - s1 / n - xc * (invstd * invstd) * (s2 / n)) * (invstd * w)
+    return dx.to(g.dtype), s1, s2
 
 
 def _gelu(g: torch.Tensor, h: torch.Tensor) -> tuple:
@@ -81,6 +102,9 @@ def make_case(name: str, device: str) -> tuple[Callable[..., Any], tuple[torch.T
 
     if kind == "bn":
         return _bn, (mat(), mat(), mat(), mat(), torch.randn(cols, generator=gen, device=device))
+    if kind == "bnrelu":
+        vec = [torch.rand(cols, generator=gen, device=device) + 0.5 for _ in range(2)]
+        return _bnrelu, (mat(), mat(), mat(), torch.randn(cols, generator=gen, device=device), *vec)
     if kind == "gelu":
         return _gelu, (mat(), mat())
     return _ln, (mat(), mat(), torch.randn(cols, generator=gen, device=device))
@@ -102,16 +126,21 @@ def compile_kiln(
     programs: int | None,
     tile_acc_cols: int | None = None,
     mixed: bool = True,
+    inline_narrow: bool = False,
 ) -> Callable[..., Any]:
     """``fn`` compiled by kiln (and run once, checked against eager) with mixed kernels of ``programs``
     programs (None: the scheduler's rule) and ``config.mix_tile_acc_cols`` at ``tile_acc_cols`` (None: as set);
     ``mixed=False``: the scheduler does not mix (the row kernel, then the column sums' own split reduction,
-    Inductor's shape)."""
-    from compiler import config, scheduler
+    Inductor's shape); ``inline_narrow``: an upcast that realization would store narrow
+    (``GraphLowering._realize_narrow``) stays inline in every reader instead (recomputed from its inputs)."""
+    from compiler import config, graph, scheduler
 
     old_mix = scheduler.Scheduler.mix_column_partials
+    old_narrow = graph.GraphLowering._realize_narrow
     if not mixed:
         scheduler.Scheduler.mix_column_partials = lambda self: None  # type: ignore[method-assign]
+    if inline_narrow:
+        graph.GraphLowering._realize_narrow = lambda self, out, narrow, meta: out  # type: ignore[method-assign]
     try:
         tile = {} if tile_acc_cols is None else {"mix_tile_acc_cols": tile_acc_cols}
         with config.patch(cache="0", mix_programs=programs or 0, **tile):
@@ -120,6 +149,7 @@ def compile_kiln(
             got = compiled(*xs)
     finally:
         scheduler.Scheduler.mix_column_partials = old_mix  # type: ignore[method-assign]
+        graph.GraphLowering._realize_narrow = old_narrow  # type: ignore[method-assign]
     if not _close(got, fn(*xs)):
         raise AssertionError(f"kiln's result differs from eager's ({programs} programs, mixed {mixed})")
     return compiled
@@ -131,9 +161,10 @@ def kiln_us(
     programs: int | None,
     tile_acc_cols: int | None = None,
     mixed: bool = True,
+    inline_narrow: bool = False,
 ) -> float:
     """µs of ``fn`` compiled by ``compile_kiln`` with these arguments."""
-    compiled = compile_kiln(fn, xs, programs, tile_acc_cols, mixed)
+    compiled = compile_kiln(fn, xs, programs, tile_acc_cols, mixed, inline_narrow)
     return bench_us(lambda: compiled(*xs))
 
 
@@ -168,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         "device µs, median of CUDA-graph replays; rule: the programs of the scheduler's mix_programs for the "
         f"case; full-tile accumulators for rows of at most {args.tile_acc_cols} elements"
     )
-    print_head(["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts] + ["kiln unmixed"])
+    print_head(
+        ["case", "inductor", "rule"] + [f"kiln p{c}" for c in counts] + ["kiln unmixed", "kiln inline"]
+    )
     for name in args.cases.split(","):
         fn, xs = make_case(name, "cuda")
         rows, cols, _ = CASES[name]
@@ -176,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         cells.append(str(scheduler.mix_grid(rows, cols)[1]))
         variants = [(c, True) for c in counts] + [(None, False)]
         cells += [timed_cell(partial(kiln_us, fn, xs, c, args.tile_acc_cols, m)) for c, m in variants]
+        inline = partial(kiln_us, fn, xs, None, args.tile_acc_cols, True, True)
+        cells.append(timed_cell(inline) if CASES[name][2] == "bnrelu" else "-")
         print_row(cells)
     return 0
 

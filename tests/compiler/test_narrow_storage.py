@@ -1,6 +1,7 @@
-"""Narrow storage of upcasts (GraphLowering._realize_narrow, kexpr.holds_exactly): an fp32 upcast of a bf16/fp16
-value that several kernels read is stored in the narrow type, and widened on each read, when the narrow type
-holds every value exactly; otherwise it is stored as computed."""
+"""Upcasts of values their narrow type holds exactly (kexpr.holds_exactly): an fp32 upcast of a bf16/fp16 value
+that several kernels read stays inline when it reads at most graph.RECOMPUTE_MAX_READS tensors, is stored in
+the narrow type and widened on each read when it reads more (GraphLowering._realize_narrow), and is stored as
+computed when the narrow type does not hold it."""
 
 from __future__ import annotations
 
@@ -87,19 +88,26 @@ def _compile(fn, inputs):
     return got, graphs[-1]
 
 
-def relu_grad_stats(r, g, x, m):
-    """The shape of AOTAutograd's BatchNorm backward after a ReLU: the ReLU gradient upcast once, read by both
-    column sums and by the input gradient."""
-    d = torch.where(r <= 0, torch.zeros_like(g), g).float()
+def _stats(d, x, m):
+    """The shape of AOTAutograd's BatchNorm backward: the upcast gradient ``d`` read by both column sums and
+    by the input gradient."""
     s1, s2 = d.sum(0), (d * (x.float() - m)).sum(0)
     return s1, s2, (d - s1 * (x.float() - m) * s2).to(torch.bfloat16)
+
+
+def relu_grad_stats(r, g, x, m):
+    """After a ReLU: the gradient selected by the mask (two tensors read)."""
+    return _stats(torch.where(r <= 0, torch.zeros_like(g), g).float(), x, m)
+
+
+def max_grad_stats(r, g, x, m):
+    """A selection that reads three tensors."""
+    return _stats(torch.where(r <= 0, torch.zeros_like(g), torch.maximum(g, x)).float(), x, m)
 
 
 def residual_grad_stats(r, g, x, m):
-    """The same after a residual add: the gradient is a sum, which bf16 does not hold exactly."""
-    d = torch.where(r <= 0, torch.zeros_like(g), g + x).float()
-    s1, s2 = d.sum(0), (d * (x.float() - m)).sum(0)
-    return s1, s2, (d - s1 * (x.float() - m) * s2).to(torch.bfloat16)
+    """After a residual add: the gradient is a sum, which bf16 does not hold exactly."""
+    return _stats(torch.where(r <= 0, torch.zeros_like(g), g + x).float(), x, m)
 
 
 def _inputs(rows: int, cols: int, device: str):
@@ -108,19 +116,19 @@ def _inputs(rows: int, cols: int, device: str):
     return (*bf, torch.randn(cols, generator=gen).to(device))
 
 
-def test_the_relu_gradient_is_stored_as_bf16(device):
+@pytest.mark.parametrize(
+    "fn, stored",
+    [(relu_grad_stats, []), (max_grad_stats, [BF16]), (residual_grad_stats, [F32])],
+    ids=["two_reads_inline", "three_reads_stored_narrow", "inexact_stored_fp32"],
+)
+def test_where_the_upcast_gradient_lives(device, fn, stored):
+    """Buffers of the gradient's shape: the bf16 input gradient, and the upcast gradient's own buffer where
+    it is stored (in the type the case names); every result as close to fp64 as eager's."""
     inputs = _inputs(2048, 32, device)
-    got, cg = _compile(relu_grad_stats, inputs)
-    rows = [dt for shape, dt in _allocations(cg) if shape == (2048, 32)]
-    assert F32 not in rows and rows.count(BF16) >= 1, _allocations(cg)
-    _as_close_as_eager(got, relu_grad_stats(*inputs), _fp64(relu_grad_stats, inputs))
-
-
-def test_a_sum_upcast_is_stored_as_computed(device):
-    inputs = _inputs(2048, 32, device)
-    got, cg = _compile(residual_grad_stats, inputs)
-    assert ((2048, 32), F32) in _allocations(cg), _allocations(cg)
-    _as_close_as_eager(got, residual_grad_stats(*inputs), _fp64(residual_grad_stats, inputs))
+    got, cg = _compile(fn, inputs)
+    rows = sorted((dt for shape, dt in _allocations(cg) if shape == (2048, 32)), key=str)
+    assert rows == sorted([BF16, *stored], key=str), _allocations(cg)
+    _as_close_as_eager(got, fn(*inputs), _fp64(fn, inputs))
 
 
 def test_batch_norm_relu_backward_matches_eager_in_bf16(device):
