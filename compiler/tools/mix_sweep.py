@@ -14,7 +14,10 @@ median device µs, every kernel), beside Inductor.
 
 Cases (name: rows x columns, bf16 inputs, fp32 sums): BatchNorm backward over channels-last rows with a
 residual's ReLU mask, as ResNet-50's training step has them at batch 32 (``bn``: the stem at 112 x 112, the
-stages at 56, 28 and 14; the masked gradient stored in bf16 and its two column sums), a GELU backward with the
+stages at 56, 28 and 14; the masked gradient stored in bf16 and its two column sums), the whole BatchNorm
+backward after a plain ReLU as the model has it (``bnrelu``: the masked gradient is no output, so kiln keeps it
+inline, ``graph.RECOMPUTE_MAX_READS``: the *kiln inline* column; its program and unmixed columns store it in
+bf16 instead, the row kernel its column sums mix into), a GELU backward with the
 linear layer's bias gradient at ViT-B/16 MLP size (``gelu``: its rows fill three quarters of their block, so
 the scheduler keeps it unmixed at every count, ``scheduler.MIX_MIN_FILL``; the row checks that choice against
 Inductor), and a LayerNorm backward at ViT-B/16 size
@@ -126,21 +129,21 @@ def compile_kiln(
     programs: int | None,
     tile_acc_cols: int | None = None,
     mixed: bool = True,
-    inline_narrow: bool = False,
+    narrow: str = "rule",
 ) -> Callable[..., Any]:
     """``fn`` compiled by kiln (and run once, checked against eager) with mixed kernels of ``programs``
     programs (None: the scheduler's rule) and ``config.mix_tile_acc_cols`` at ``tile_acc_cols`` (None: as set);
     ``mixed=False``: the scheduler does not mix (the row kernel, then the column sums' own split reduction,
-    Inductor's shape); ``inline_narrow``: an upcast that realization would store narrow
-    (``GraphLowering._realize_narrow``) stays inline in every reader instead (recomputed from its inputs)."""
+    Inductor's shape). ``narrow``: where an exact upcast read by several kernels lives: "rule" (as
+    ``graph.RECOMPUTE_MAX_READS`` decides), "inline" (recomputed by every reader), "store" (stored in its narrow
+    type, ``GraphLowering._realize_narrow``, and so a row kernel its column sums can mix into)."""
     from compiler import config, graph, scheduler
 
     old_mix = scheduler.Scheduler.mix_column_partials
-    old_narrow = graph.GraphLowering._realize_narrow
+    old_reads = graph.RECOMPUTE_MAX_READS
     if not mixed:
         scheduler.Scheduler.mix_column_partials = lambda self: None  # type: ignore[method-assign]
-    if inline_narrow:
-        graph.GraphLowering._realize_narrow = lambda self, out, narrow, meta: out  # type: ignore[method-assign]
+    graph.RECOMPUTE_MAX_READS = {"rule": old_reads, "inline": 1 << 30, "store": 0}[narrow]
     try:
         tile = {} if tile_acc_cols is None else {"mix_tile_acc_cols": tile_acc_cols}
         with config.patch(cache="0", mix_programs=programs or 0, **tile):
@@ -149,7 +152,7 @@ def compile_kiln(
             got = compiled(*xs)
     finally:
         scheduler.Scheduler.mix_column_partials = old_mix  # type: ignore[method-assign]
-        graph.GraphLowering._realize_narrow = old_narrow  # type: ignore[method-assign]
+        graph.RECOMPUTE_MAX_READS = old_reads
     if not _close(got, fn(*xs)):
         raise AssertionError(f"kiln's result differs from eager's ({programs} programs, mixed {mixed})")
     return compiled
@@ -161,10 +164,10 @@ def kiln_us(
     programs: int | None,
     tile_acc_cols: int | None = None,
     mixed: bool = True,
-    inline_narrow: bool = False,
+    narrow: str = "rule",
 ) -> float:
     """µs of ``fn`` compiled by ``compile_kiln`` with these arguments."""
-    compiled = compile_kiln(fn, xs, programs, tile_acc_cols, mixed, inline_narrow)
+    compiled = compile_kiln(fn, xs, programs, tile_acc_cols, mixed, narrow)
     return bench_us(lambda: compiled(*xs))
 
 
@@ -207,9 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         rows, cols, _ = CASES[name]
         cells = [name, "-" if args.no_inductor else timed_cell(partial(inductor_us, fn, xs))]
         cells.append(str(scheduler.mix_grid(rows, cols)[1]))
+        # bnrelu: the program columns store the masked gradient (a row kernel to mix into), the last is the rule
+        stored = "store" if CASES[name][2] == "bnrelu" else "rule"
         variants = [(c, True) for c in counts] + [(None, False)]
-        cells += [timed_cell(partial(kiln_us, fn, xs, c, args.tile_acc_cols, m)) for c, m in variants]
-        inline = partial(kiln_us, fn, xs, None, args.tile_acc_cols, True, True)
+        cells += [timed_cell(partial(kiln_us, fn, xs, c, args.tile_acc_cols, m, stored)) for c, m in variants]
+        inline = partial(kiln_us, fn, xs, None, args.tile_acc_cols, True, "inline")
         cells.append(timed_cell(inline) if CASES[name][2] == "bnrelu" else "-")
         print_row(cells)
     return 0

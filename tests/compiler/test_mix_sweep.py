@@ -58,6 +58,18 @@ def test_unmixed_keeps_the_column_sums_apart_and_the_rule_is_back_afterwards(mon
     assert _programs(fn, xs, None, monkeypatch) == [2048 // scheduler.MIX_MIN_ROWS]
 
 
+def test_the_bnrelu_gradient_is_inline_by_the_rule_and_mixes_only_when_stored(monkeypatch):
+    """The masked gradient reads two tensors: the rule and "inline" recompute it (no row kernel to mix into),
+    "store" keeps it in bf16 and its column sums mix into that kernel; the constant is restored after each."""
+    from compiler import graph
+
+    before = graph.RECOMPUTE_MAX_READS
+    for narrow, mixed in (("rule", False), ("inline", False), ("store", True)):
+        fn, xs = _small("bnrelu_6272x256", 2048, monkeypatch)
+        assert bool(_programs(fn, xs, None, monkeypatch, narrow=narrow)) == mixed, narrow
+        assert graph.RECOMPUTE_MAX_READS == before
+
+
 def test_bad_arguments_stop_with_one_line(capsys):
     assert mix_sweep.main(["--cases", "nope"]) == 2
     assert "unknown case(s) nope" in capsys.readouterr().err

@@ -12,7 +12,7 @@ from compiler.tools import split_sweep
 
 def _partial_rows(fn, xs, chunk: int, monkeypatch) -> set[int]:
     """The reduction launches' xnumel (for a split one: chunks x columns) when ``fn`` compiles at ``chunk``-row
-    chunks."""
+    chunks (0: the constants as they are)."""
     seen: set[int] = set()
     forward = TritonKernel.forward
 
@@ -22,7 +22,9 @@ def _partial_rows(fn, xs, chunk: int, monkeypatch) -> set[int]:
         return forward(self, *args)
 
     monkeypatch.setattr(TritonKernel, "forward", recording)
-    monkeypatch.setattr(reductions, "OUTER_SPLIT_CHUNK_ROWS", chunk)
+    if chunk:
+        monkeypatch.setattr(reductions, "OUTER_SPLIT_CHUNK_ROWS", chunk)
+        monkeypatch.setattr(reductions, "OUTER_SPLIT_NARROW_CHUNK_ROWS", chunk)
     with config.patch(cache="0"):
         torch._dynamo.reset()
         got = torch.compile(fn, backend="kiln")(*xs)
@@ -38,16 +40,38 @@ def test_the_chunk_constant_sets_how_many_partial_rows_a_column_sum_writes(monke
     assert 16 * 512 in _partial_rows(fn, xs, 128, monkeypatch)
 
 
+def test_narrow_column_sums_split_in_smaller_chunks(monkeypatch):
+    """At the constants as set: 512 columns or fewer take chunks of OUTER_SPLIT_NARROW_CHUNK_ROWS rows, wider
+    ones of OUTER_SPLIT_CHUNK_ROWS."""
+    gen = torch.Generator().manual_seed(0)
+    narrow_chunk, chunk = reductions.OUTER_SPLIT_NARROW_CHUNK_ROWS, reductions.OUTER_SPLIT_CHUNK_ROWS
+    assert narrow_chunk < chunk
+    for cols, rows_per_chunk in ((reductions.OUTER_SPLIT_NARROW_COLS, narrow_chunk), (768, chunk)):
+        x = torch.randn(4096, cols, generator=gen)
+        assert (4096 // rows_per_chunk) * cols in _partial_rows(lambda a: a.sum(0), (x,), 0, monkeypatch)
+
+
 def test_every_case_builds_with_the_inputs_its_kind_takes():
     for name, (rows, cols, dtype, kind) in split_sweep.CASES.items():
         if rows * cols > 4_000_000:
             continue  # the large cases allocate hundreds of MB: their builders are the same code
         fn, xs = split_sweep.make_case(name, "cpu")
-        assert all(x.shape == (rows, cols) and x.dtype == dtype for x in xs)
+        mats = [x for x in xs if x.dim() == 2]
+        assert all(x.shape == (rows, cols) and x.dtype == dtype for x in mats)
+        assert all(x.shape == (cols,) for x in xs if x.dim() == 1)
         out = fn(*xs)
         outs = out if isinstance(out, tuple) else (out,)
-        assert all(o.shape == (cols,) for o in outs)
-        assert len(xs) == {"ln3": 3, "sum": 1, "ln2": 2, "bn2": 2}[kind]
+        sums = [o for o in outs if o.dim() == 1]
+        assert all(o.shape == (cols,) for o in sums) and len(sums) >= 1
+        # the bnrelu kind also returns the input gradient, a (rows, cols) tensor
+        assert len(outs) - len(sums) == (1 if kind == "bnrelu" else 0)
+        assert (len(mats), len(xs) - len(mats)) == {
+            "ln3": (3, 0),
+            "sum": (1, 0),
+            "ln2": (2, 0),
+            "bn2": (2, 0),
+            "bnrelu": (3, 3),
+        }[kind]
 
 
 def test_bad_arguments_stop_with_one_line(capsys):
