@@ -52,7 +52,7 @@ log = logging.getLogger("kiln")
 #: has them). The H200 mix sweep over ResNet-50's BatchNorm + ReLU backwards (``bnrelu`` cases; device µs,
 #: inline / stored bf16 and mixed at the best of 98 to 1024 programs / Inductor): 6272x256 12.3 / 15.3 / 11.9,
 #: 25088x128 16.0 / 20.0 / 17.4, 100352x64 29.8 / 33.1 / 27.8, 1568x512 9.3 / 10.5 / 8.7, 25088x512 62.5 / 61.8
-#: / 49.6 (the split chunk rule of ``lowering/reductions.py`` since took the inline column lower).
+#: / 49.6.
 #: Upcasts that read more are stored narrow (``GraphLowering._realize_narrow``).
 RECOMPUTE_MAX_READS = 2
 aten = torch.ops.aten

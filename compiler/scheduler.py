@@ -542,7 +542,7 @@ class Scheduler:
                 return False
             candidate = group
             member = self._member(group, buf)
-        if member is None or not self._aligned(candidate, member):
+        if member is None or not self._aligned(candidate, member) or not _stages_agree(candidate, member):
             return False
         if candidate is not group:
             group.members = candidate.members
@@ -783,6 +783,37 @@ class Scheduler:
 
 
 # ------------------------------------------------------------------------------------------ helpers
+def _column_stage(buf: ComputedBuffer) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """(rows, columns) of the column sum ``buf`` is the first stage of (a split column reduction's partial
+    sums, ``ir.ColumnSource``), else None."""
+    d = buf.definition
+    if not isinstance(d, Reduction) or d.column is None:
+        return None
+    return prod(d.column.rows), prod(d.column.cols)
+
+
+def _stages_agree(group: KernelGroup, member: Member) -> bool:
+    """Whether ``member`` may share ``group``'s kernel as far as split column sums go: the first stage of one
+    shares a kernel only with first stages over the same rows x columns and with values per partial row (role
+    x, no reduction). Its iteration space (chunks x columns, chunk rows) can equal a row kernel's or a pointwise
+    kernel's by a coincidence of sizes (2048 x 512 rows split in chunks of 512: 4 x 512 = 2048 outputs of 512);
+    fused there it would read its rows transposed beside the row kernel's reads, and the mixing pass, which folds
+    it into the row kernel properly, would no longer see it."""
+    mine = _column_stage(member.buf)
+    for m in group.members:
+        theirs = _column_stage(m.buf)
+        if mine is None and theirs is None:
+            continue
+        if mine is not None and theirs is not None:
+            if not (same(mine[0], theirs[0]) and same(mine[1], theirs[1])):
+                return False
+        elif (m if mine is not None else member).role != "x" or (
+            m if mine is not None else member
+        ).is_reduction:
+            return False
+    return True
+
+
 def _iteration_order(buf: ComputedBuffer) -> list[int]:
     """Dims outermost-first in memory order, so stores are coalesced (logical order when unsure)."""
     return list(_layout_order(buf.layout))

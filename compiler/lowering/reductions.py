@@ -94,13 +94,6 @@ OUTER_SPLIT_MIN_ROWS = 1024
 #: 1024 rows, 65.5 at 512, 73-79 at 64-256, every case but one within 2 µs of its best; the GPT-2 CI-size LayerNorm
 #: backward's three sums over 2048 x 512 fp32: 8.7 µs at 1024, 7.0 at 512 (Inductor 8.9)
 OUTER_SPLIT_CHUNK_ROWS = 1024
-#: ...and for column reductions of at most OUTER_SPLIT_NARROW_COLS columns, whose chunks give fewer programs each.
-#: H200 ``split_sweep`` (device µs, chunk 512 / 1024 / Inductor): ResNet-50's BatchNorm + ReLU backwards
-#: (``bnrelu``) 6272x256 11.8 / 12.5 / 11.0, 25088x128 16.4 / 18.2 / 17.5, 1568x512 8.7 / 9.3 / 8.4, 25088x512
-#: 51.0 / 62.7 / 49.4, 100352x64 29.9 / 29.7 / 27.8; the CI-size LayerNorm backward (2048 x 512 fp32) 7.1 / 8.8 /
-#: 9.0; wider cases lost at 512 (768 to 2048 columns: 0.4 to 0.6 µs each)
-OUTER_SPLIT_NARROW_CHUNK_ROWS = 512
-OUTER_SPLIT_NARROW_COLS = 512
 OUTER_SPLIT_MAX_PARTIALS = 32768
 
 
@@ -119,8 +112,7 @@ def _split_count(out_ranges, red_ranges, rtype: str, outer: bool) -> int:
     if outer:
         if R < OUTER_SPLIT_MIN_ROWS or X >= 16384:
             return 1
-        chunk = OUTER_SPLIT_NARROW_CHUNK_ROWS if X <= OUTER_SPLIT_NARROW_COLS else OUTER_SPLIT_CHUNK_ROWS
-        return max(2, min(R // chunk, OUTER_SPLIT_MAX_PARTIALS // max(X, 1)))
+        return max(2, min(R // OUTER_SPLIT_CHUNK_ROWS, OUTER_SPLIT_MAX_PARTIALS // max(X, 1)))
     if R < SPLIT_MIN_RNUMEL or X >= SPLIT_TARGET_PROGRAMS // 4:
         return 1
     return max(1, min(R // SPLIT_MIN_CHUNK, SPLIT_TARGET_PROGRAMS // max(X, 1)))

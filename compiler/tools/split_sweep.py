@@ -88,15 +88,15 @@ def kiln_us(fn: Callable[..., Any], xs: tuple[torch.Tensor, ...], chunk: int) ->
     from compiler import config
     from compiler.lowering import reductions
 
-    old = reductions.OUTER_SPLIT_CHUNK_ROWS, reductions.OUTER_SPLIT_NARROW_CHUNK_ROWS
-    reductions.OUTER_SPLIT_CHUNK_ROWS = reductions.OUTER_SPLIT_NARROW_CHUNK_ROWS = chunk
+    old = reductions.OUTER_SPLIT_CHUNK_ROWS
+    reductions.OUTER_SPLIT_CHUNK_ROWS = chunk
     try:
         with config.patch(cache="0"):
             torch._dynamo.reset()
             compiled = torch.compile(fn, backend="kiln")
             got = compiled(*xs)
     finally:
-        reductions.OUTER_SPLIT_CHUNK_ROWS, reductions.OUTER_SPLIT_NARROW_CHUNK_ROWS = old
+        reductions.OUTER_SPLIT_CHUNK_ROWS = old
     if not _close(got, fn(*xs)):
         raise AssertionError(f"kiln's result differs from eager's at chunk {chunk}")
     return bench_us(lambda: compiled(*xs))
@@ -117,10 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     from compiler.lowering import reductions
 
     register()
-    print(
-        f"current chunk: {reductions.OUTER_SPLIT_CHUNK_ROWS} rows ({reductions.OUTER_SPLIT_NARROW_CHUNK_ROWS} for at "
-        f"most {reductions.OUTER_SPLIT_NARROW_COLS} columns); device µs, median of CUDA-graph replays"
-    )
+    print(f"current chunk: {reductions.OUTER_SPLIT_CHUNK_ROWS} rows; device µs, median of CUDA-graph replays")
     print_head(["case", "inductor"] + [f"kiln c{c}" for c in chunks])
     for name in args.cases.split(","):
         fn, xs = make_case(name, "cuda")

@@ -61,6 +61,9 @@ CASES = [
     ("layer_norm_3d", layer_norm, [(8, 520, 40), (40,), (40,)], torch.float32),
     ("rms_norm_bf16_stage_moves_after_rows", rms_norm, [(4096, 64), (64,)], torch.bfloat16),
     ("residual_norm", residual_norm, [(4096, 32), (4096, 32), (32,), (32,)], torch.float32),
+    # 2048 rows split in chunks of 1024 over 1024 columns: the first stage's 2 x 1024 outputs of 1024 rows equal
+    # the row kernel's 2048 rows of 1024, which must not fuse it there as a plain reduction (scheduler._stages_agree)
+    ("rms_norm_chunk_as_wide_as_the_rows", rms_norm, [(2048, 1024), (1024,)], torch.float32),
     ("bias_gelu_pointwise_as_rows", bias_gelu, [(4096, 64), (64,)], torch.float32),
     (
         "linear_bias_beside_norm_grads",

@@ -12,7 +12,7 @@ from compiler.tools import split_sweep
 
 def _partial_rows(fn, xs, chunk: int, monkeypatch) -> set[int]:
     """The reduction launches' xnumel (for a split one: chunks x columns) when ``fn`` compiles at ``chunk``-row
-    chunks (0: the constants as they are)."""
+    chunks."""
     seen: set[int] = set()
     forward = TritonKernel.forward
 
@@ -22,9 +22,7 @@ def _partial_rows(fn, xs, chunk: int, monkeypatch) -> set[int]:
         return forward(self, *args)
 
     monkeypatch.setattr(TritonKernel, "forward", recording)
-    if chunk:
-        monkeypatch.setattr(reductions, "OUTER_SPLIT_CHUNK_ROWS", chunk)
-        monkeypatch.setattr(reductions, "OUTER_SPLIT_NARROW_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(reductions, "OUTER_SPLIT_CHUNK_ROWS", chunk)
     with config.patch(cache="0"):
         torch._dynamo.reset()
         got = torch.compile(fn, backend="kiln")(*xs)
@@ -38,17 +36,6 @@ def test_the_chunk_constant_sets_how_many_partial_rows_a_column_sum_writes(monke
     # 2048 rows x 512 columns: 2 chunks of 1024 rows, or 16 of 128 (then 512 columns summed once more)
     assert 2 * 512 in _partial_rows(fn, xs, 1024, monkeypatch)
     assert 16 * 512 in _partial_rows(fn, xs, 128, monkeypatch)
-
-
-def test_narrow_column_sums_split_in_smaller_chunks(monkeypatch):
-    """At the constants as set: 512 columns or fewer take chunks of OUTER_SPLIT_NARROW_CHUNK_ROWS rows, wider
-    ones of OUTER_SPLIT_CHUNK_ROWS."""
-    gen = torch.Generator().manual_seed(0)
-    narrow_chunk, chunk = reductions.OUTER_SPLIT_NARROW_CHUNK_ROWS, reductions.OUTER_SPLIT_CHUNK_ROWS
-    assert narrow_chunk < chunk
-    for cols, rows_per_chunk in ((reductions.OUTER_SPLIT_NARROW_COLS, narrow_chunk), (768, chunk)):
-        x = torch.randn(4096, cols, generator=gen)
-        assert (4096 // rows_per_chunk) * cols in _partial_rows(lambda a: a.sum(0), (x,), 0, monkeypatch)
 
 
 def test_every_case_builds_with_the_inputs_its_kind_takes():
