@@ -796,7 +796,7 @@ def _stages_agree(group: KernelGroup, member: Member) -> bool:
     """Whether ``member`` may share ``group``'s kernel as far as split column sums go: the first stage of one
     shares a kernel only with first stages over the same rows x columns and with values per partial row (role
     x, no reduction). Its iteration space (chunks x columns, chunk rows) can equal a row kernel's or a pointwise
-    kernel's by a coincidence of sizes (2048 x 512 rows split in chunks of 512: 4 x 512 = 2048 outputs of 512);
+    kernel's by a coincidence of sizes (2048 x 1024 split in chunks of 1024 rows: 2 x 1024 = 2048 outputs of 1024);
     fused there it would read its rows transposed beside the row kernel's reads, and the mixing pass, which folds
     it into the row kernel properly, would no longer see it."""
     mine = _column_stage(member.buf)
@@ -807,9 +807,9 @@ def _stages_agree(group: KernelGroup, member: Member) -> bool:
         if mine is not None and theirs is not None:
             if not (same(mine[0], theirs[0]) and same(mine[1], theirs[1])):
                 return False
-        elif (m if mine is not None else member).role != "x" or (
-            m if mine is not None else member
-        ).is_reduction:
+            continue
+        other = m if mine is not None else member  # the one of the two that is no first stage
+        if other.role != "x" or other.is_reduction:
             return False
     return True
 
